@@ -1,0 +1,111 @@
+//! Durable output events of swarmd attempts: the `OutputEvent` model, the
+//! `OutputStore` trait and its two backends.
+//!
+//! Every attempt of a task writes an ordered stream of `OutputRecord`s keyed by
+//! `(task, attempt, seq)`, where `seq` starts at 1 and grows by one per record.
+//! `MemoryOutputStore` keeps streams in a mutex-guarded map for tests and
+//! ephemeral mode. `SqliteOutputStore` stores them in the `outputs` table of the
+//! shared `swarmd.db`, reached through `SqliteDb`: one writer thread owns the
+//! only write connection and folds concurrent writes into group commits, and a
+//! small pool of read connections serves queries. The engine's own tables use
+//! the same `SqliteDb`, so all durable state shares one commit order. Inline
+//! values above `inline_max_bytes` are spilled to content-addressed blob files
+//! before the row that names them commits. This crate never interprets task
+//! status or lifecycle: deciding which tasks to `forget` is the engine's job.
+
+mod clock;
+#[cfg(test)]
+mod conformance;
+mod event;
+mod memory;
+mod spill;
+pub mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use event::{ContentRef, OutputEvent, OutputRecord};
+pub use memory::MemoryOutputStore;
+pub use sqlite::{
+    SqliteDb, SqliteOptions, SqliteOutputStore, Synchronous, WriteTicket, WriterStats,
+};
+
+/// Failures of the output store and of the shared SQLite handle.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite reported an error for this operation.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A file system operation failed (database directory, blob files).
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// An event could not be encoded, or a stored event could not be decoded.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The writer thread has stopped (after `SqliteDb::close`, or it died);
+    /// nothing of this operation was written.
+    #[error("the store is closed")]
+    Closed,
+    /// The group commit holding this write failed, so the write was rolled
+    /// back together with the rest of its batch.
+    #[error("group commit failed: {0}")]
+    Batch(#[source] Arc<StoreError>),
+    /// A job panicked; its writes were rolled back and the store keeps running.
+    #[error("a store job panicked")]
+    Panicked,
+    /// The database file's file system cannot hold a WAL-mode database
+    /// (no shared memory support, e.g. some network file systems).
+    #[error("sqlite could not switch {path} to WAL mode (journal mode is {mode})")]
+    WalUnsupported {
+        path: std::path::PathBuf,
+        mode: String,
+    },
+}
+
+/// Ordered, durable output streams, one per `(task, attempt)`.
+///
+/// Implementations are shared as `Arc<dyn OutputStore>`; every method is safe
+/// to call concurrently from many tasks.
+#[async_trait]
+pub trait OutputStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Appends events in order to the (task, attempt) stream; seq starts at 1 per stream and increases by 1.
+    /// Resolves only after the records are durable (SQLite: after the group commit holding them).
+    ///
+    /// Returns the records in their stored form: an inline value spilled to a
+    /// blob comes back as `ContentRef::FileRef`. An empty `events` is a no-op.
+    async fn append(
+        &self,
+        task: Uuid,
+        attempt: u32,
+        producer: &str,
+        events: Vec<OutputEvent>,
+    ) -> Result<Vec<OutputRecord>, StoreError>;
+
+    /// Returns up to `limit` records of the stream with `seq > after_seq`, in seq order.
+    async fn tail(
+        &self,
+        task: Uuid,
+        attempt: u32,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<OutputRecord>, StoreError>;
+
+    /// Returns the record of the stream's last `final` event, if any.
+    async fn last_final(
+        &self,
+        task: Uuid,
+        attempt: u32,
+    ) -> Result<Option<OutputRecord>, StoreError>;
+
+    /// Returns the attempts of `task` that have at least one record, ascending.
+    async fn list_attempts(&self, task: Uuid) -> Result<Vec<u32>, StoreError>;
+
+    /// Deletes every record of each task whose newest record is older than `before_ms`; returns records removed.
+    async fn prune(&self, before_ms: u64) -> Result<u64, StoreError>;
+
+    /// Deletes every record of the given tasks (used by retention of terminal tasks).
+    async fn forget(&self, tasks: &[Uuid]) -> Result<u64, StoreError>;
+}

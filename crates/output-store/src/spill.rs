@@ -1,0 +1,189 @@
+//! Blob spill: inline values too large for a row move to content-addressed files under `blobs/`.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::{ContentRef, OutputEvent, StoreError};
+
+/// Prefix of blob files still being written; leftovers of a crash are removed at open.
+const TEMP_PREFIX: &str = ".tmp-";
+
+/// An event ready for storage: its stored form and that form's JSON text.
+#[derive(Debug)]
+pub(crate) struct EncodedEvent {
+    pub event: OutputEvent,
+    pub json: String,
+}
+
+/// Writes spilled values to `<dir>/<sha256 hex>` and rewrites events to point at them.
+///
+/// The directory is expected to be `<state_dir>/blobs`: stored references are
+/// `blobs/<sha256>`, relative to the state directory. Blobs are shared by every
+/// record with the same bytes, so retention never deletes them here.
+#[derive(Debug, Clone)]
+pub(crate) struct BlobSpill {
+    dir: PathBuf,
+    inline_max_bytes: usize,
+}
+
+impl BlobSpill {
+    /// Creates the blob directory and removes temporary files a crash left behind.
+    pub fn open(dir: PathBuf, inline_max_bytes: usize) -> Result<BlobSpill, StoreError> {
+        fs::create_dir_all(&dir)?;
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(BlobSpill {
+            dir,
+            inline_max_bytes,
+        })
+    }
+
+    /// Serializes `events`, spilling oversized inline values to blob files first.
+    ///
+    /// The JSON is produced on the calling task so the single writer thread
+    /// only binds text. File work (hashing, fsync) runs on the blocking pool,
+    /// and only for events whose whole JSON exceeds the limit: a value can only
+    /// be over the limit if its event is.
+    pub async fn encode(&self, events: Vec<OutputEvent>) -> Result<Vec<EncodedEvent>, StoreError> {
+        let mut encoded = Vec::with_capacity(events.len());
+        let mut oversized = false;
+        for event in events {
+            let json = serde_json::to_string(&event)?;
+            oversized |= json.len() > self.inline_max_bytes;
+            encoded.push(EncodedEvent { event, json });
+        }
+        if !oversized {
+            return Ok(encoded);
+        }
+        let spill = self.clone();
+        tokio::task::spawn_blocking(move || spill.spill_all(encoded))
+            .await
+            .map_err(|_| StoreError::Panicked)?
+    }
+
+    fn spill_all(&self, mut encoded: Vec<EncodedEvent>) -> Result<Vec<EncodedEvent>, StoreError> {
+        for item in encoded
+            .iter_mut()
+            .filter(|item| item.json.len() > self.inline_max_bytes)
+        {
+            let Some(content) = item.event.content_mut() else {
+                continue;
+            };
+            let ContentRef::Inline { value } = content else {
+                continue;
+            };
+            let bytes = serde_json::to_vec(value)?;
+            if bytes.len() <= self.inline_max_bytes {
+                continue;
+            }
+            *content = self.write_blob(&bytes)?;
+            item.json = serde_json::to_string(&item.event)?;
+        }
+        Ok(encoded)
+    }
+
+    /// Makes `bytes` durable at `<dir>/<sha256>` and returns the reference to it.
+    ///
+    /// Write to a unique temp file, fsync, rename, fsync the directory: the
+    /// final name only ever holds complete content, so an existing file with
+    /// the same hash is reused. The directory fsync runs in that case too, as a
+    /// rename another writer made may not be durable yet.
+    fn write_blob(&self, bytes: &[u8]) -> Result<ContentRef, StoreError> {
+        let sha256 = hex(&Sha256::digest(bytes));
+        let target = self.dir.join(&sha256);
+        let size = bytes.len() as u64;
+        let present = fs::metadata(&target).is_ok_and(|meta| meta.len() == size);
+        if !present {
+            let temp = self
+                .dir
+                .join(format!("{TEMP_PREFIX}{sha256}-{}", Uuid::new_v4().simple()));
+            if let Err(error) = write_synced(&temp, bytes).and_then(|()| fs::rename(&temp, &target))
+            {
+                // Best effort: the temp file is garbage either way and removed at next open.
+                let _ = fs::remove_file(&temp);
+                return Err(error.into());
+            }
+        }
+        File::open(&self.dir)?.sync_all()?;
+        Ok(ContentRef::FileRef {
+            path: format!("blobs/{sha256}"),
+            mime: Some("application/json".to_owned()),
+            size,
+            sha256,
+        })
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn hex_is_lowercase_and_complete() {
+        assert_eq!(hex(&[0x00, 0xab, 0x0f, 0xf0]), "00ab0ff0");
+    }
+
+    #[tokio::test]
+    async fn small_events_stay_inline_and_keep_their_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = BlobSpill::open(dir.path().join("blobs"), 64).unwrap();
+        let event = OutputEvent::inline_final(json!("small"), true);
+        let encoded = spill.encode(vec![event.clone()]).await.unwrap();
+        assert_eq!(encoded[0].event, event);
+        assert_eq!(encoded[0].json, serde_json::to_string(&event).unwrap());
+        assert_eq!(fs::read_dir(dir.path().join("blobs")).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_large_event_with_a_small_value_stays_inline() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = BlobSpill::open(dir.path().join("blobs"), 64).unwrap();
+        let event = OutputEvent::Artifact {
+            name: "n".repeat(200),
+            content: ContentRef::Inline { value: json!(1) },
+        };
+        let encoded = spill.encode(vec![event.clone()]).await.unwrap();
+        assert_eq!(encoded[0].event, event);
+    }
+
+    #[test]
+    fn open_removes_stale_temp_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = dir.path().join("blobs");
+        fs::create_dir_all(&blobs).unwrap();
+        fs::write(blobs.join(".tmp-abc-1"), b"partial").unwrap();
+        fs::write(blobs.join("abc"), b"kept").unwrap();
+        BlobSpill::open(blobs.clone(), 64).unwrap();
+        let names: Vec<_> = fs::read_dir(&blobs)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec!["abc"]);
+    }
+}

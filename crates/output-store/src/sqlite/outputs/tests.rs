@@ -1,0 +1,170 @@
+//! Tests of `SqliteOutputStore` on real database files: conformance, spill, reopen.
+
+use std::fs;
+use std::path::Path;
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::*;
+use crate::spill::hex;
+use crate::{ContentRef, ManualClock, SqliteOptions, conformance};
+
+fn open_store(state: &Path, inline_max_bytes: usize) -> SqliteOutputStore {
+    let db = SqliteDb::open(SqliteOptions::new(state.join("swarmd.db"))).unwrap();
+    SqliteOutputStore::open(db, state.join("blobs"), inline_max_bytes).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_store_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = SqliteDb::open(SqliteOptions::new(dir.path().join("swarmd.db"))).unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let store = SqliteOutputStore::with_clock(db, dir.path().join("blobs"), 1 << 18, clock.clone())
+        .unwrap();
+    conformance::run_all(Arc::new(store), &clock).await;
+}
+
+#[tokio::test]
+async fn large_inline_values_spill_to_verified_deduplicated_blobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path(), 64);
+    let task = Uuid::new_v4();
+    let big = json!({"text": "y".repeat(500)});
+    let events = vec![
+        OutputEvent::Progress {
+            stage: "s".repeat(200),
+            note: None,
+        },
+        OutputEvent::Partial {
+            chunk: ContentRef::Inline { value: big.clone() },
+        },
+        OutputEvent::Artifact {
+            name: "small".into(),
+            content: ContentRef::Inline {
+                value: json!("tiny"),
+            },
+        },
+        OutputEvent::inline_final(big.clone(), true),
+    ];
+    let records = store.append(task, 1, "w", events.clone()).await.unwrap();
+
+    let bytes = serde_json::to_vec(&big).unwrap();
+    let sha256 = hex(&Sha256::digest(&bytes));
+    let expected_ref = ContentRef::FileRef {
+        path: format!("blobs/{sha256}"),
+        mime: Some("application/json".into()),
+        size: bytes.len() as u64,
+        sha256: sha256.clone(),
+    };
+    assert_eq!(records[0].event, events[0], "progress never spills");
+    assert_eq!(
+        records[1].event,
+        OutputEvent::Partial {
+            chunk: expected_ref.clone()
+        }
+    );
+    assert_eq!(records[2].event, events[2], "small values stay inline");
+    assert_eq!(
+        records[3].event,
+        OutputEvent::Final {
+            content: expected_ref,
+            ok: true
+        }
+    );
+
+    let blob = fs::read(dir.path().join("blobs").join(&sha256)).unwrap();
+    assert_eq!(hex(&Sha256::digest(&blob)), sha256);
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&blob).unwrap(),
+        big
+    );
+    let files: Vec<_> = fs::read_dir(dir.path().join("blobs")).unwrap().collect();
+    assert_eq!(
+        files.len(),
+        1,
+        "identical content is stored once, no temp files remain"
+    );
+
+    assert_eq!(store.tail(task, 1, 0, 10).await.unwrap(), records);
+    assert_eq!(
+        store.last_final(task, 1).await.unwrap().as_ref(),
+        records.get(3)
+    );
+}
+
+#[tokio::test]
+async fn reopen_sees_every_acknowledged_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = Uuid::new_v4();
+    let written = {
+        let store = open_store(dir.path(), 1 << 18);
+        let mut written = Vec::new();
+        for attempt in 1..=3 {
+            let events = vec![
+                OutputEvent::Progress {
+                    stage: "start".into(),
+                    note: Some(format!("attempt {attempt}")),
+                },
+                OutputEvent::inline_final(json!({"attempt": attempt}), attempt == 3),
+            ];
+            written.extend(store.append(task, attempt, "w", events).await.unwrap());
+        }
+        store.db().close().unwrap();
+        written
+    };
+    let store = open_store(dir.path(), 1 << 18);
+    assert_eq!(store.list_attempts(task).await.unwrap(), [1, 2, 3]);
+    let mut read = Vec::new();
+    for attempt in 1..=3 {
+        read.extend(store.tail(task, attempt, 0, 100).await.unwrap());
+    }
+    assert_eq!(read, written);
+    let next = store
+        .append(
+            task,
+            3,
+            "w",
+            vec![OutputEvent::inline_final(json!(1), true)],
+        )
+        .await;
+    assert_eq!(next.unwrap()[0].seq, 3, "seq continues after reopen");
+}
+
+#[tokio::test]
+async fn a_corrupt_stored_event_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path(), 1 << 18);
+    let task = Uuid::new_v4();
+    store
+        .db()
+        .write(move |tx| {
+            tx.execute(
+                "INSERT INTO outputs VALUES (?1, 1, 1, 0, 'w', '{\"type\":\"nope\"}')",
+                [&task.as_bytes()[..]],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.tail(task, 1, 0, 10).await,
+        Err(StoreError::Json(_))
+    ));
+}
+
+#[tokio::test]
+async fn appends_after_close_fail_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path(), 1 << 18);
+    store.db().close().unwrap();
+    let appended = store
+        .append(
+            Uuid::new_v4(),
+            1,
+            "w",
+            vec![OutputEvent::inline_final(json!(1), true)],
+        )
+        .await;
+    assert!(matches!(appended, Err(StoreError::Closed)));
+}

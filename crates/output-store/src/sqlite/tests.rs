@@ -1,0 +1,240 @@
+//! Tests of `SqliteDb`: group commit, isolation of failing jobs, ordering, close and reopen.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+
+const TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY, name TEXT NOT NULL);";
+
+fn open(dir: &tempfile::TempDir) -> SqliteDb {
+    let db = SqliteDb::open(SqliteOptions::new(dir.path().join("state/swarmd.db"))).unwrap();
+    db.migrate(TABLE).unwrap();
+    db
+}
+
+fn insert(name: &'static str) -> impl FnOnce(&Transaction<'_>) -> Result<i64, StoreError> + Send {
+    move |tx| {
+        tx.prepare_cached("INSERT INTO items (name) VALUES (?1)")?
+            .execute([name])?;
+        Ok(tx.last_insert_rowid())
+    }
+}
+
+async fn names(db: &SqliteDb) -> Vec<String> {
+    db.read(|conn| {
+        let mut stmt = conn.prepare("SELECT name FROM items ORDER BY id")?;
+        let rows = stmt.query_map([], |row| row.get(0))?;
+        Ok(rows.collect::<Result<Vec<String>, _>>()?)
+    })
+    .await
+    .unwrap()
+}
+
+/// Occupies the writer until the returned sender fires, so that jobs queued
+/// meanwhile land in one batch.
+fn hold_writer(db: &SqliteDb) -> (mpsc::Sender<()>, WriteTicket<()>) {
+    let (started, is_started) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    let ticket = db.write(move |_| {
+        started.send(()).unwrap();
+        released.recv().unwrap();
+        Ok(())
+    });
+    is_started.recv().unwrap();
+    (release, ticket)
+}
+
+#[tokio::test]
+async fn open_creates_the_directory_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    assert!(db.path().ends_with("state/swarmd.db"));
+    let mode: String = db
+        .read(|conn| Ok(conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?))
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+    db.healthcheck().await.unwrap();
+    db.migrate(TABLE).unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_or_panicking_job_does_not_poison_its_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let (release, held) = hold_writer(&db);
+    let commits_before = db.stats().commits();
+
+    let first = db.write(insert("first"));
+    let failing = db.write(|tx| -> Result<(), StoreError> {
+        insert("rolled back")(tx)?;
+        tx.execute("INSERT INTO missing_table VALUES (1)", [])?;
+        Ok(())
+    });
+    let panicking = db.write(|tx| -> Result<(), StoreError> {
+        insert("also rolled back")(tx)?;
+        panic!("job bug");
+    });
+    let last = db.write(insert("last"));
+    release.send(()).unwrap();
+    held.await.unwrap();
+
+    assert!(first.await.is_ok());
+    assert!(matches!(failing.await, Err(StoreError::Sqlite(_))));
+    assert!(matches!(panicking.await, Err(StoreError::Panicked)));
+    assert!(last.await.is_ok());
+    assert_eq!(
+        db.stats().commits(),
+        commits_before + 2,
+        "held batch + one batch for the rest"
+    );
+    assert_eq!(db.stats().failed_jobs(), 2);
+    assert_eq!(names(&db).await, ["first", "last"]);
+}
+
+#[tokio::test]
+async fn a_lost_transaction_fails_every_job_of_its_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let (release, held) = hold_writer(&db);
+    let before = db.write(insert("before"));
+    let rogue = db.write(|tx| Ok(tx.execute_batch("ROLLBACK")?));
+    let after = db.write(insert("after"));
+    release.send(()).unwrap();
+    held.await.unwrap();
+
+    for outcome in [before.await.map(drop), rogue.await, after.await.map(drop)] {
+        assert!(matches!(outcome, Err(StoreError::Batch(_))), "{outcome:?}");
+    }
+    assert!(names(&db).await.is_empty());
+    // The writer carries on with the next batch.
+    db.write(insert("next")).await.unwrap();
+    assert_eq!(names(&db).await, ["next"]);
+}
+
+#[tokio::test]
+async fn call_order_is_commit_order_and_callbacks_follow_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (all_done, done_rx) = mpsc::channel();
+    for n in 0..500usize {
+        let seen = Arc::clone(&seen);
+        let all_done = all_done.clone();
+        db.write_then(
+            move |tx| {
+                tx.prepare_cached("INSERT INTO items (name) VALUES (?1)")?
+                    .execute([n.to_string()])?;
+                Ok(n)
+            },
+            move |outcome| {
+                seen.lock().unwrap().push(outcome.unwrap());
+                all_done.send(()).unwrap();
+            },
+        );
+    }
+    for _ in 0..500 {
+        done_rx.recv().unwrap();
+    }
+    let expected: Vec<usize> = (0..500).collect();
+    assert_eq!(*seen.lock().unwrap(), expected);
+    let stored: Vec<usize> = names(&db)
+        .await
+        .iter()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(stored, expected);
+    assert!(db.stats().commits() < 500, "writes were grouped");
+}
+
+#[tokio::test]
+async fn a_panicking_callback_or_read_leaves_the_db_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write_then(insert("kept"), |_| panic!("callback bug"));
+    let read = db
+        .read(|_| -> Result<(), StoreError> { panic!("read bug") })
+        .await;
+    assert!(matches!(read, Err(StoreError::Panicked)));
+    db.write(insert("later")).await.unwrap();
+    assert_eq!(names(&db).await, ["kept", "later"]);
+}
+
+#[tokio::test]
+async fn close_drains_then_refuses_and_reopen_sees_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let queued: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .map(|name| db.write(insert(name)))
+        .collect();
+    db.close().unwrap();
+    for ticket in queued {
+        ticket.await.unwrap();
+    }
+    assert!(matches!(
+        db.write(insert("late")).await,
+        Err(StoreError::Closed)
+    ));
+    let (tx, rx) = mpsc::channel();
+    db.write_then(insert("late"), move |outcome| tx.send(outcome).unwrap());
+    assert!(matches!(rx.recv().unwrap(), Err(StoreError::Closed)));
+    assert!(matches!(db.read(|_| Ok(())).await, Err(StoreError::Closed)));
+    assert!(db.healthcheck().await.is_err());
+    assert!(matches!(db.migrate(TABLE), Err(StoreError::Closed)));
+    db.close().unwrap();
+    drop(db);
+
+    let wal = dir.path().join("state/swarmd.db-wal");
+    assert!(
+        !wal.exists() || std::fs::metadata(&wal).unwrap().len() == 0,
+        "checkpointed at close"
+    );
+    let reopened = open(&dir);
+    assert_eq!(names(&reopened).await, ["a", "b", "c"]);
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_commits_queued_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let ticket = db.write(insert("queued"));
+    drop(db);
+    ticket.await.unwrap();
+    assert_eq!(names(&open(&dir)).await, ["queued"]);
+}
+
+#[tokio::test]
+async fn readers_are_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let write_through_reader = db
+        .read(|conn| Ok(conn.execute("INSERT INTO items (name) VALUES ('x')", [])?))
+        .await;
+    assert!(matches!(write_through_reader, Err(StoreError::Sqlite(_))));
+}
+
+#[tokio::test]
+async fn batches_never_exceed_max_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = SqliteOptions::new(dir.path().join("swarmd.db"));
+    options.max_batch = 3;
+    let db = SqliteDb::open(options).unwrap();
+    db.migrate(TABLE).unwrap();
+    let (release, held) = hold_writer(&db);
+    let commits_before = db.stats().commits();
+    let tickets: Vec<_> = ["a", "b", "c", "d", "e", "f", "g"]
+        .into_iter()
+        .map(|name| db.write(insert(name)))
+        .collect();
+    release.send(()).unwrap();
+    held.await.unwrap();
+    for ticket in tickets {
+        ticket.await.unwrap();
+    }
+    // The held job's batch, then 7 queued jobs in batches of at most 3.
+    assert_eq!(db.stats().commits() - commits_before, 1 + 3);
+    assert_eq!(names(&db).await, ["a", "b", "c", "d", "e", "f", "g"]);
+}

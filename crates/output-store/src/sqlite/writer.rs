@@ -1,0 +1,216 @@
+//! The writer thread: the only write connection, folding queued jobs into group commits.
+//!
+//! Concurrency: a dedicated OS thread owns the write connection and takes
+//! commands from a `std::sync::mpsc` channel. It blocks for the first command,
+//! drains whatever else is queued (up to `max_batch`) and runs the lot in one
+//! `BEGIN IMMEDIATE … COMMIT`, so one fsync covers every job of the batch.
+//! Each job runs inside its own savepoint and under `catch_unwind`: a failing
+//! or panicking job is rolled back to its savepoint and only its caller sees
+//! the error. Outcomes are delivered after `COMMIT` returns, in queue order.
+//! If the transaction itself is lost (a savepoint or `COMMIT` fails), every
+//! job of the batch receives `StoreError::Batch`.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+
+use crate::StoreError;
+
+/// What the writer thread consumes.
+pub(super) enum Command {
+    Job(Box<dyn PendingJob>),
+    /// Commit what is queued before this command, checkpoint, acknowledge and stop.
+    Close(Sender<()>),
+}
+
+/// A type-erased write job together with the way its outcome is delivered.
+pub(super) trait PendingJob: Send {
+    /// Runs the job against the open transaction; returns whether it succeeded.
+    fn run(&mut self, tx: &Transaction<'_>) -> bool;
+    /// Delivers the outcome once the batch has ended; `batch_error` is set when
+    /// the batch did not commit.
+    fn finish(self: Box<Self>, batch_error: Option<&Arc<StoreError>>);
+}
+
+/// Counters of the writer thread, for metrics and tests.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    commits: AtomicU64,
+    jobs: AtomicU64,
+    failed_jobs: AtomicU64,
+}
+
+impl WriterStats {
+    /// Batches that committed.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Jobs that ran, whatever their outcome.
+    pub fn jobs(&self) -> u64 {
+        self.jobs.load(Ordering::Relaxed)
+    }
+
+    /// Jobs that returned an error or panicked.
+    pub fn failed_jobs(&self) -> u64 {
+        self.failed_jobs.load(Ordering::Relaxed)
+    }
+}
+
+/// A job `F` producing `T`, whose outcome goes to `D`.
+///
+/// Dropping a job that was never finished (the channel closed under it, or it
+/// was refused at submission) delivers `StoreError::Closed`, so every caller
+/// hears back exactly once.
+pub(super) struct Job<T, F, D>
+where
+    D: FnOnce(Result<T, StoreError>),
+{
+    work: Option<F>,
+    outcome: Option<Result<T, StoreError>>,
+    done: Option<D>,
+}
+
+impl<T, F, D> Job<T, F, D>
+where
+    D: FnOnce(Result<T, StoreError>),
+{
+    pub(super) fn new(work: F, done: D) -> Self {
+        Job {
+            work: Some(work),
+            outcome: None,
+            done: Some(done),
+        }
+    }
+
+    fn deliver(&mut self, outcome: Result<T, StoreError>) {
+        if let Some(done) = self.done.take() {
+            // A panicking callback must not take the writer thread down.
+            if catch_unwind(AssertUnwindSafe(|| done(outcome))).is_err() {
+                tracing::error!("sqlite write callback panicked");
+            }
+        }
+    }
+}
+
+impl<T, F, D> PendingJob for Job<T, F, D>
+where
+    F: FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send,
+    T: Send,
+    D: FnOnce(Result<T, StoreError>) + Send,
+{
+    fn run(&mut self, tx: &Transaction<'_>) -> bool {
+        let Some(work) = self.work.take() else {
+            return false;
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| work(tx))).unwrap_or_else(|_| {
+            tracing::error!("sqlite write job panicked; rolled back");
+            Err(StoreError::Panicked)
+        });
+        let ok = outcome.is_ok();
+        self.outcome = Some(outcome);
+        ok
+    }
+
+    fn finish(mut self: Box<Self>, batch_error: Option<&Arc<StoreError>>) {
+        let outcome = match (self.outcome.take(), batch_error) {
+            // A job that failed on its own keeps its own error.
+            (Some(Err(error)), _) => Err(error),
+            (Some(Ok(_)) | None, Some(batch)) => Err(StoreError::Batch(Arc::clone(batch))),
+            (Some(Ok(value)), None) => Ok(value),
+            (None, None) => Err(StoreError::Closed),
+        };
+        self.deliver(outcome);
+    }
+}
+
+impl<T, F, D> Drop for Job<T, F, D>
+where
+    D: FnOnce(Result<T, StoreError>),
+{
+    fn drop(&mut self) {
+        self.deliver(Err(StoreError::Closed));
+    }
+}
+
+/// The writer thread's body; returns when closed or when every sender is gone.
+pub(super) fn run(
+    conn: Connection,
+    commands: Receiver<Command>,
+    max_batch: usize,
+    stats: Arc<WriterStats>,
+) {
+    let mut batch: Vec<Box<dyn PendingJob>> = Vec::new();
+    while let Ok(first) = commands.recv() {
+        let mut close = None;
+        match first {
+            Command::Job(job) => batch.push(job),
+            Command::Close(ack) => close = Some(ack),
+        }
+        while close.is_none() && batch.len() < max_batch {
+            match commands.try_recv() {
+                Ok(Command::Job(job)) => batch.push(job),
+                Ok(Command::Close(ack)) => close = Some(ack),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            commit_batch(&conn, &mut batch, &stats);
+        }
+        if let Some(ack) = close {
+            checkpoint(&conn);
+            // The closer may have given up waiting; nothing to do then.
+            let _ = ack.send(());
+            return;
+        }
+    }
+}
+
+/// Runs `batch` in one transaction and delivers every outcome after it ends.
+fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn PendingJob>>, stats: &WriterStats) {
+    let mut failed = 0u64;
+    let result = (|| -> Result<(), StoreError> {
+        let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+        for job in batch.iter_mut() {
+            tx.prepare_cached("SAVEPOINT job")?.execute([])?;
+            if !job.run(&tx) {
+                failed += 1;
+                tx.prepare_cached("ROLLBACK TO job")?.execute([])?;
+            }
+            tx.prepare_cached("RELEASE job")?.execute([])?;
+        }
+        // On failure the dropped transaction rolls back.
+        tx.commit()?;
+        Ok(())
+    })();
+    stats.jobs.fetch_add(batch.len() as u64, Ordering::Relaxed);
+    stats.failed_jobs.fetch_add(failed, Ordering::Relaxed);
+    let batch_error = match result {
+        Ok(()) => {
+            stats.commits.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        Err(error) => {
+            tracing::error!(%error, jobs = batch.len(), "sqlite group commit failed");
+            Some(Arc::new(error))
+        }
+    };
+    for job in batch.drain(..) {
+        job.finish(batch_error.as_ref());
+    }
+}
+
+/// Moves the WAL into the database and truncates it, so a closed store is one file.
+fn checkpoint(conn: &Connection) {
+    let result = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+        row.get::<_, i64>(0)
+    });
+    match result {
+        Ok(0) => {}
+        Ok(_) => tracing::warn!("sqlite checkpoint at close was blocked by a reader"),
+        Err(error) => tracing::warn!(%error, "sqlite checkpoint at close failed"),
+    }
+}

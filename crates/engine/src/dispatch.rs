@@ -1,0 +1,578 @@
+//! `dispatch_attempt` (SPEC §6.3): one attempt of one task, in the phases
+//! prepare → mint → spawn → join → decide → publish. No lock is held across
+//! an `.await`: each phase takes the task's lock, changes memory, queues the
+//! matching store write, and lets go before anything waits.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use swarmd_output_store::{ContentRef, OutputEvent};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::Engine;
+use crate::event::Event;
+use crate::ids::{TaskId, WorkerId};
+use crate::live::{RunState, TaskCell};
+use crate::spawn::{Ctx, SpawnerAdapter, Worker, WorkerCredential, WorkerError};
+use crate::store::WriteOp;
+use crate::task::{AttemptOutcome, AttemptRecord, SpawnerKind, TaskResult, TaskStatus};
+
+/// A worker that lives outside this process (a resumed delegated
+/// SubAgent): it completes when a Final is posted for its attempt.
+#[derive(Debug)]
+struct RemoteWorker {
+    id: WorkerId,
+    cancel: CancellationToken,
+    engine: Engine,
+    task_id: TaskId,
+    attempt: u32,
+}
+
+#[async_trait::async_trait]
+impl Worker for RemoteWorker {
+    fn id(&self) -> WorkerId {
+        self.id
+    }
+
+    fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    async fn join(self: Box<Self>) -> Result<(), WorkerError> {
+        tokio::select! {
+            _ = self.engine.posted_final(self.task_id, self.attempt) => Ok(()),
+            _ = self.cancel.cancelled() => Err(WorkerError::Cancelled),
+        }
+    }
+}
+
+/// How the join phase ended.
+enum Joined {
+    Worker(Result<(), WorkerError>),
+    Cancelled,
+    LeaseExpired,
+    Shutdown,
+}
+
+/// What the prepare phase hands to the later ones.
+struct Prepared {
+    attempt: u32,
+    ctx: Ctx,
+    cancel: CancellationToken,
+    started: Instant,
+}
+
+/// The attempt's credential, and the commit that makes it durable when the
+/// worker outlives this process (delegated attempts wait for it).
+struct Minted {
+    credential: Result<WorkerCredential, String>,
+    durable: Option<tokio::sync::oneshot::Receiver<Result<(), swarmd_output_store::StoreError>>>,
+}
+
+impl Engine {
+    /// Runs the next attempt of `id`, which admission has given a slot.
+    pub(crate) async fn run_attempt(&self, id: TaskId, agent: String) {
+        let Some(cell) = self.inner.live.get(&id) else {
+            // Cancelled between admission and now: give the slot back.
+            self.release_slot(&agent);
+            return;
+        };
+        let Some((prepared, minted, stack)) = self.prepare(&cell) else {
+            self.release_slot(&agent);
+            return;
+        };
+        let joined = self.spawn_and_join(&cell, &prepared, minted, stack).await;
+        if matches!(joined, Joined::Shutdown) {
+            // The daemon is stopping: leave the attempt open for recovery.
+            self.release_slot(&agent);
+            return;
+        }
+        self.decide(&cell, prepared, joined).await;
+    }
+
+    /// Phase 1 (under the task's lock): open the attempt and queue its record.
+    fn prepare(&self, cell: &Arc<TaskCell>) -> Option<(Prepared, Minted, Arc<dyn SpawnerAdapter>)> {
+        let now_ms = self.inner.clock.now_ms();
+        let now = Instant::now();
+        let mut state = cell.lock();
+        if state.task.status().is_terminal() {
+            return None;
+        }
+        let stack = match self
+            .inner
+            .resolver
+            .link(&state.task.agent, &state.task.layers)
+        {
+            Ok(stack) => stack,
+            Err(error) => {
+                // Nothing can run this task: fail it without an attempt.
+                let reason = format!("link failed: {error}");
+                drop(state);
+                self.fail_unlinkable(cell, reason);
+                return None;
+            }
+        };
+        let kind = self
+            .inner
+            .resolver
+            .profile(&state.task.agent, &state.task.layers)
+            .map(|p| p.kind)
+            .unwrap_or(SpawnerKind::InProcess);
+        let attempt = match state.task.start_attempt(now_ms) {
+            Ok(a) => a,
+            Err(_) => return None,
+        };
+        let lease_secs = state.task.policy.attempt_timeout_secs;
+        let cancel = CancellationToken::new();
+        let mut run = RunState {
+            attempt,
+            open: true,
+            cancel: cancel.clone(),
+            lease_deadline: now + Duration::from_secs(lease_secs),
+            lease_deadline_ms: now_ms + lease_secs * 1000,
+            lease_secs,
+            spawner: kind,
+            started_ms: now_ms,
+            posted: None,
+            posted_tx: watch::Sender::new(false),
+            handle_digest: None,
+            token_exp_secs: 0,
+        };
+        let record = AttemptRecord {
+            task_id: state.task.id,
+            attempt,
+            started_ms: now_ms,
+            lease_deadline_ms: run.lease_deadline_ms,
+            spawner: kind,
+            outcome: None,
+            reason: None,
+            finished_ms: None,
+        };
+        let ctx = Ctx {
+            task_id: state.task.id,
+            attempt,
+            agent: state.task.agent.clone(),
+            layers: state.task.layers.clone(),
+            session: state.task.session,
+            operator: state
+                .task
+                .session
+                .and_then(|sid| self.inner.operators.session(&sid)),
+            deadline_ms: run.lease_deadline_ms,
+            meta: Map::new(),
+        };
+        let mut ops = Vec::with_capacity(3);
+        let credential = match self.mint(state.task.id, attempt) {
+            Ok((credential, digest, handle)) => {
+                run.handle_digest = Some(digest);
+                run.token_exp_secs = credential.expires_secs();
+                ops.push(WriteOp::PutHandle {
+                    digest,
+                    record: handle,
+                });
+                Ok(credential)
+            }
+            Err(error) => Err(format!("could not mint a credential: {error}")),
+        };
+        state.run = Some(run);
+        let task = state.task.clone();
+        let events = vec![(
+            task.session,
+            Event::AttemptStarted {
+                task_id: task.id,
+                attempt,
+                lease_deadline_ms: record.lease_deadline_ms,
+            },
+        )];
+        ops.push(WriteOp::PutTask(Box::new(task)));
+        ops.push(WriteOp::PutAttempt(record));
+        // In-process workers die with the daemon, so their spawn need not
+        // wait for this commit; a delegated SubAgent holds its credential
+        // across a restart, so it must be durable before the frame goes out.
+        let durable = if kind.survives_restart() {
+            Some(self.submit(ops, events))
+        } else {
+            self.inner.bus.submit(ops, events, None);
+            None
+        };
+        drop(state);
+        self.inner
+            .stats
+            .attempts_started
+            .fetch_add(1, Ordering::Relaxed);
+        let prepared = Prepared {
+            attempt,
+            ctx,
+            cancel,
+            started: now,
+        };
+        Some((
+            prepared,
+            Minted {
+                credential,
+                durable,
+            },
+            stack,
+        ))
+    }
+
+    /// Phases 2–4: mint the credential, spawn, and join raced against cancel
+    /// and the lease.
+    async fn spawn_and_join(
+        &self,
+        cell: &Arc<TaskCell>,
+        p: &Prepared,
+        minted: Minted,
+        stack: Arc<dyn SpawnerAdapter>,
+    ) -> Joined {
+        let task_id = p.ctx.task_id;
+        let credential = match minted.credential {
+            Ok(c) => c,
+            Err(reason) => return Joined::Worker(Err(WorkerError::Failed(reason))),
+        };
+        if let Some(durable) = minted.durable
+            && let Err(error) = crate::engine::wait_commit(durable).await
+        {
+            let reason = format!("could not record the attempt: {error}");
+            return Joined::Worker(Err(WorkerError::Failed(reason)));
+        }
+        let mut ctx = p.ctx.clone();
+        ctx.meta
+            .insert("worker_handle".into(), Value::from(credential.handle()));
+        let spawned = tokio::select! {
+            biased;
+            _ = p.cancel.cancelled() => return Joined::Cancelled,
+            _ = self.inner.shutdown.cancelled() => return Joined::Shutdown,
+            r = stack.spawn(self, ctx, task_id, p.attempt, credential) => r,
+        };
+        self.inner
+            .stats
+            .dispatch_latency
+            .observe(p.started.elapsed());
+        let worker = match spawned {
+            Ok(w) => w,
+            Err(error) => return Joined::Worker(Err(WorkerError::Failed(error.to_string()))),
+        };
+        self.join(cell, p, worker).await
+    }
+
+    async fn join(&self, cell: &Arc<TaskCell>, p: &Prepared, worker: Box<dyn Worker>) -> Joined {
+        let worker_cancel = worker.cancel_token();
+        let join = worker.join();
+        tokio::pin!(join);
+        let outcome = loop {
+            let deadline = match cell.lock().run.as_ref() {
+                Some(run) if run.attempt == p.attempt => run.lease_deadline,
+                _ => break Joined::Cancelled,
+            };
+            tokio::select! {
+                biased;
+                r = &mut join => return Joined::Worker(r),
+                _ = p.cancel.cancelled() => break Joined::Cancelled,
+                _ = self.inner.shutdown.cancelled() => break Joined::Shutdown,
+                _ = tokio::time::sleep_until(deadline) => {
+                    let extended = cell
+                        .lock()
+                        .run
+                        .as_ref()
+                        .is_some_and(|r| r.lease_deadline > Instant::now());
+                    if !extended {
+                        break Joined::LeaseExpired;
+                    }
+                }
+            }
+        };
+        // Stop the worker and wait for it, bounded, so nothing outlives the attempt.
+        worker_cancel.cancel();
+        let grace = self.inner.config.kill_grace + Duration::from_secs(1);
+        if tokio::time::timeout(grace, &mut join).await.is_err() {
+            tracing::warn!(task_id = %p.ctx.task_id, attempt = p.attempt, "worker did not stop within the grace period");
+        }
+        outcome
+    }
+
+    /// Phases 5–6: decide the outcome from the last Final, then retry or
+    /// finish, and publish.
+    async fn decide(&self, cell: &Arc<TaskCell>, p: Prepared, joined: Joined) {
+        let task_id = p.ctx.task_id;
+        let last_final = match &joined {
+            Joined::Worker(Ok(())) => self.last_final(task_id, p.attempt).await,
+            _ => Ok(None),
+        };
+        let (outcome, result, reason) = match (joined, last_final) {
+            (Joined::Cancelled, _) => (
+                AttemptOutcome::Cancelled,
+                None,
+                Some("cancelled".to_owned()),
+            ),
+            (Joined::LeaseExpired, _) => (
+                AttemptOutcome::Failed,
+                None,
+                Some("lease expired".to_owned()),
+            ),
+            (Joined::Shutdown, _) => (AttemptOutcome::Failed, None, Some("interrupted".to_owned())),
+            (Joined::Worker(Err(e)), _) => (AttemptOutcome::Failed, None, Some(e.to_string())),
+            (Joined::Worker(Ok(())), Err(e)) => (
+                AttemptOutcome::Failed,
+                None,
+                Some(format!("could not read the final: {e}")),
+            ),
+            (Joined::Worker(Ok(())), Ok(None)) => (
+                AttemptOutcome::Failed,
+                None,
+                Some("the worker finished without a final".to_owned()),
+            ),
+            (Joined::Worker(Ok(())), Ok(Some(rec))) => match rec.event {
+                OutputEvent::Final { content, ok } => {
+                    let value = match content {
+                        ContentRef::Inline { value } => value,
+                        other => serde_json::to_value(other).unwrap_or(Value::Null),
+                    };
+                    let outcome = if ok {
+                        AttemptOutcome::Pass
+                    } else {
+                        AttemptOutcome::Blocked
+                    };
+                    (outcome, Some(TaskResult { value, ok }), None)
+                }
+                _ => (
+                    AttemptOutcome::Failed,
+                    None,
+                    Some("the last final is not a final".to_owned()),
+                ),
+            },
+        };
+        self.settle(cell, p, outcome, result, reason).await;
+    }
+
+    async fn settle(
+        &self,
+        cell: &Arc<TaskCell>,
+        p: Prepared,
+        mut outcome: AttemptOutcome,
+        result: Option<TaskResult>,
+        reason: Option<String>,
+    ) {
+        let task_id = p.ctx.task_id;
+        let now_ms = self.inner.clock.now_ms();
+        let elapsed_ms = p.started.elapsed().as_millis() as u64;
+        let (agent, retry_after, terminal, done) = {
+            let mut state = cell.lock();
+            let mut record = None;
+            if let Some(run) = state.run.as_mut().filter(|r| r.attempt == p.attempt) {
+                run.open = false;
+                record = Some(AttemptRecord {
+                    task_id,
+                    attempt: p.attempt,
+                    started_ms: run.started_ms,
+                    lease_deadline_ms: run.lease_deadline_ms,
+                    spawner: run.spawner,
+                    outcome: None,
+                    reason: None,
+                    finished_ms: Some(now_ms),
+                });
+            }
+            let already_terminal = state.task.status().is_terminal();
+            if already_terminal {
+                outcome = AttemptOutcome::Cancelled;
+            }
+            let mut events = Vec::new();
+            let session = state.task.session;
+            events.push((
+                session,
+                Event::AttemptFinished {
+                    task_id,
+                    attempt: p.attempt,
+                    outcome,
+                    reason: reason.clone(),
+                    elapsed_ms,
+                },
+            ));
+            let policy = &state.task.policy;
+            let retry = !already_terminal
+                && !self.is_draining()
+                && policy.retries(outcome)
+                && p.attempt < policy.max_attempts;
+            let mut retry_after = None;
+            let mut terminal = false;
+            if retry {
+                let jitter: f64 = rand::random();
+                retry_after = Some(Duration::from_millis(
+                    policy.backoff_ms(p.attempt + 1, jitter),
+                ));
+            } else if !already_terminal
+                && state
+                    .task
+                    .finish(outcome, result.clone(), reason.clone(), now_ms)
+                    .is_ok()
+            {
+                terminal = true;
+                events.push((
+                    session,
+                    Event::TaskFinished {
+                        task_id,
+                        status: state.task.status(),
+                        result,
+                    },
+                ));
+            }
+            let mut ops = vec![WriteOp::PutTask(Box::new(state.task.clone()))];
+            if let Some(mut rec) = record {
+                rec.outcome = Some(outcome);
+                rec.reason = reason;
+                ops.push(WriteOp::PutAttempt(rec));
+            }
+            let done = self.submit(ops, events);
+            (state.task.agent.clone(), retry_after, terminal, done)
+        };
+        self.inner.stats.attempt_finished(outcome);
+        self.release_slot(&agent);
+        if let Err(error) = crate::engine::wait_commit(done).await {
+            tracing::error!(task_id = %task_id, %error, "could not record the attempt's end");
+        }
+        if terminal {
+            let status = cell.lock().task.status();
+            self.inner.stats.finished(status);
+            self.retire(cell, task_id);
+        }
+        if let Some(after) = retry_after {
+            self.schedule_retry(task_id, after).await;
+        }
+    }
+
+    /// Drives a delegated attempt resumed at recovery: its worker is the
+    /// SubAgent out there, whose Final arrives over HTTP.
+    pub(crate) async fn run_resumed(
+        &self,
+        cell: Arc<TaskCell>,
+        attempt: u32,
+        cancel: CancellationToken,
+    ) {
+        let (ctx, agent) = {
+            let state = cell.lock();
+            let ctx = Ctx {
+                task_id: state.task.id,
+                attempt,
+                agent: state.task.agent.clone(),
+                layers: state.task.layers.clone(),
+                session: state.task.session,
+                operator: None,
+                deadline_ms: state.run.as_ref().map_or(0, |r| r.lease_deadline_ms),
+                meta: Map::new(),
+            };
+            (ctx, state.task.agent.clone())
+        };
+        let worker = Box::new(RemoteWorker {
+            id: WorkerId::new(),
+            cancel: CancellationToken::new(),
+            engine: self.clone(),
+            task_id: ctx.task_id,
+            attempt,
+        });
+        let p = Prepared {
+            attempt,
+            ctx,
+            cancel,
+            started: Instant::now(),
+        };
+        let joined = self.join(&cell, &p, worker).await;
+        if matches!(joined, Joined::Shutdown) {
+            self.release_slot(&agent);
+            return;
+        }
+        self.decide(&cell, p, joined).await;
+    }
+
+    /// Waits the backoff, then queues the task for its next attempt.
+    async fn schedule_retry(&self, id: TaskId, after: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(after) => {}
+            _ = self.inner.shutdown.cancelled() => return,
+        }
+        let Some(cell) = self.inner.live.get(&id) else {
+            return;
+        };
+        let agent = {
+            let state = cell.lock();
+            if state.task.status().is_terminal() {
+                return;
+            }
+            state.task.agent.clone()
+        };
+        let limit = self
+            .inner
+            .resolver
+            .profile(&agent, &cell.lock().task.layers)
+            .ok()
+            .and_then(|p| p.concurrency);
+        self.admit(&agent, limit, id);
+    }
+
+    /// Fails a task whose agent cannot be linked (its config changed under it).
+    fn fail_unlinkable(&self, cell: &Arc<TaskCell>, reason: String) {
+        let now_ms = self.inner.clock.now_ms();
+        let mut state = cell.lock();
+        let id = state.task.id;
+        if state
+            .task
+            .finish(AttemptOutcome::Failed, None, Some(reason), now_ms)
+            .is_err()
+        {
+            return;
+        }
+        let task = state.task.clone();
+        drop(state);
+        let events = vec![(
+            task.session,
+            Event::TaskFinished {
+                task_id: id,
+                status: TaskStatus::Failed,
+                result: None,
+            },
+        )];
+        self.inner
+            .bus
+            .submit(vec![WriteOp::PutTask(Box::new(task))], events, None);
+        self.inner.stats.finished(TaskStatus::Failed);
+        self.retire(cell, id);
+    }
+
+    fn release_slot(&self, agent: &str) {
+        let start = self.admission().release(agent);
+        self.start(start);
+    }
+
+    /// Mints the attempt's token and handle and registers the handle in
+    /// memory; the caller queues the handle's store write.
+    fn mint(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+    ) -> Result<(WorkerCredential, [u8; 32], crate::store::HandleRecord), crate::EngineError> {
+        let ttl = self.inner.config.worker_token_ttl_secs;
+        let minted = self
+            .inner
+            .tokens
+            .mint_worker(task_id, attempt, ttl)
+            .map_err(crate::EngineError::Unauthorized)?;
+        let handle = crate::auth::WorkerHandle::generate();
+        let digest = handle.digest();
+        let record = crate::store::HandleRecord {
+            task_id,
+            attempt,
+            verbs: crate::gate::WORKER_LEAF_VERBS.to_vec(),
+            exp_secs: minted.expires_secs,
+        };
+        self.handles().insert(digest, record.clone());
+        let credential = WorkerCredential::new(
+            minted.token.expose().to_owned(),
+            handle.expose().to_owned(),
+            minted.expires_secs,
+        );
+        Ok((credential, digest, record))
+    }
+}

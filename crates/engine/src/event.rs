@@ -1,0 +1,169 @@
+//! The engine's state-change events (SPEC §6.6): one tagged enum, stamped with
+//! a global sequence number, appended to the durable log and broadcast.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use swarmd_output_store::OutputEvent;
+
+use crate::ids::{SessionId, TaskId};
+use crate::task::{AttemptOutcome, TaskResult, TaskStatus};
+
+/// Every state change the engine makes public.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    TaskCreated {
+        task_id: TaskId,
+        agent: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<TaskId>,
+    },
+    TaskQueued {
+        task_id: TaskId,
+    },
+    AttemptStarted {
+        task_id: TaskId,
+        attempt: u32,
+        lease_deadline_ms: u64,
+    },
+    /// An OutputEvent was appended; `output` is its stored form.
+    Output {
+        task_id: TaskId,
+        attempt: u32,
+        seq: u64,
+        output: OutputEvent,
+    },
+    LongHoldWarn {
+        task_id: TaskId,
+        attempt: u32,
+        elapsed_secs: u64,
+    },
+    SeniorAsked {
+        task_id: TaskId,
+        attempt: u32,
+        question: Value,
+    },
+    SeniorAnswered {
+        task_id: TaskId,
+        attempt: u32,
+        answer: Value,
+    },
+    AttemptFinished {
+        task_id: TaskId,
+        attempt: u32,
+        outcome: AttemptOutcome,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        elapsed_ms: u64,
+    },
+    TaskFinished {
+        task_id: TaskId,
+        status: TaskStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<TaskResult>,
+    },
+    TaskCancelled {
+        task_id: TaskId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    SessionAttached {
+        sid: SessionId,
+    },
+    SessionDetached {
+        sid: SessionId,
+    },
+}
+
+impl Event {
+    /// The task this event is about, if any.
+    pub fn task_id(&self) -> Option<TaskId> {
+        match self {
+            Event::TaskCreated { task_id, .. }
+            | Event::TaskQueued { task_id }
+            | Event::AttemptStarted { task_id, .. }
+            | Event::Output { task_id, .. }
+            | Event::LongHoldWarn { task_id, .. }
+            | Event::SeniorAsked { task_id, .. }
+            | Event::SeniorAnswered { task_id, .. }
+            | Event::AttemptFinished { task_id, .. }
+            | Event::TaskFinished { task_id, .. }
+            | Event::TaskCancelled { task_id, .. } => Some(*task_id),
+            Event::SessionAttached { .. } | Event::SessionDetached { .. } => None,
+        }
+    }
+
+    /// The attempt this event is about, if any.
+    pub fn attempt(&self) -> Option<u32> {
+        match self {
+            Event::AttemptStarted { attempt, .. }
+            | Event::Output { attempt, .. }
+            | Event::LongHoldWarn { attempt, .. }
+            | Event::SeniorAsked { attempt, .. }
+            | Event::SeniorAnswered { attempt, .. }
+            | Event::AttemptFinished { attempt, .. } => Some(*attempt),
+            _ => None,
+        }
+    }
+
+    /// The snake_case `kind` tag, for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::TaskCreated { .. } => "task_created",
+            Event::TaskQueued { .. } => "task_queued",
+            Event::AttemptStarted { .. } => "attempt_started",
+            Event::Output { .. } => "output",
+            Event::LongHoldWarn { .. } => "long_hold_warn",
+            Event::SeniorAsked { .. } => "senior_asked",
+            Event::SeniorAnswered { .. } => "senior_answered",
+            Event::AttemptFinished { .. } => "attempt_finished",
+            Event::TaskFinished { .. } => "task_finished",
+            Event::TaskCancelled { .. } => "task_cancelled",
+            Event::SessionAttached { .. } => "session_attached",
+            Event::SessionDetached { .. } => "session_detached",
+        }
+    }
+}
+
+/// An event as logged: its global sequence number, time, and the session that
+/// owns the task it concerns (for routing to that session's socket).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub seq: u64,
+    pub ts_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionId>,
+    pub event: Event,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_tag_matches_serde_tag() {
+        let t = TaskId::new();
+        let events = [
+            Event::TaskQueued { task_id: t },
+            Event::LongHoldWarn {
+                task_id: t,
+                attempt: 1,
+                elapsed_secs: 600,
+            },
+            Event::TaskFinished {
+                task_id: t,
+                status: TaskStatus::Pass,
+                result: Some(TaskResult {
+                    value: Value::from("x"),
+                    ok: true,
+                }),
+            },
+        ];
+        for e in events {
+            let json = serde_json::to_value(&e).unwrap();
+            assert_eq!(json["kind"], e.kind());
+            let back: Event = serde_json::from_value(json).unwrap();
+            assert_eq!(back, e);
+        }
+    }
+}

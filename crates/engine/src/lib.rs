@@ -1,0 +1,48 @@
+//! The swarmd engine: ids, the role/verb gate, capability tokens, tasks and
+//! attempts, dispatch, events and recovery.
+//!
+//! The engine owns every task's state. A task is created by
+//! `Engine::spawn_task`, made durable, queued by admission control, and driven
+//! attempt by attempt by `dispatch` through a `SpawnerAdapter` that the
+//! spawner crate links. Workers talk back through the worker-side operations
+//! (`fetch_prompt`, `worker_output`, `post_result`, `heartbeat`), which take a
+//! credential and enforce SPEC §5.2. Only the engine mutates task state; each
+//! task's changes happen under that task's own lock, and every change is
+//! written to the `TaskStore` and published on the event bus from one place.
+//!
+//! The engine knows nothing of HTTP, WebSocket, axum or Lua: the server maps
+//! `EngineError::code` to HTTP once, and the spawner crate implements the
+//! traits in `spawn` and `operator`.
+
+mod admission;
+pub mod audit;
+pub mod auth;
+mod bus;
+pub mod clock;
+mod dispatch;
+mod engine;
+pub mod error;
+pub mod event;
+pub mod gate;
+pub mod ids;
+mod live;
+pub mod metrics;
+pub mod operator;
+mod recent;
+mod recovery;
+mod retention;
+pub mod spawn;
+pub mod store;
+pub mod task;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
+mod worker_api;
+
+pub use engine::{Engine, EngineConfig, EngineParts, TaskView};
+pub use error::EngineError;
+pub use recovery::RecoveryReport;
+pub use spawn::{
+    AgentProfile, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker, WorkerCredential,
+    WorkerError,
+};
+pub use worker_api::{HeartbeatAck, PromptView, ResultAck, ResultPost, WorkerAuth, body_digest};

@@ -1,0 +1,122 @@
+//! The in-memory state of tasks that are not terminal yet: one `TaskCell`
+//! per task in a sharded map.
+//!
+//! Each cell's std `Mutex` is the task's lock of SPEC §6.3: every transition
+//! of the task happens under it, and the store write for the transition is
+//! queued under it too (so the durable order matches the memory order). No
+//! `.await` ever happens while it is held.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::ids::TaskId;
+use crate::task::{SpawnerKind, Task};
+
+const SHARDS: usize = 64;
+
+/// A posted Final's fingerprint, for idempotent replay (SPEC §6.5).
+#[derive(Debug, Clone)]
+pub(crate) struct PostedFinal {
+    pub idempotency_key: Option<String>,
+    pub body_digest: [u8; 32],
+}
+
+/// The runtime side of the current attempt.
+#[derive(Debug)]
+pub(crate) struct RunState {
+    pub attempt: u32,
+    /// False once the attempt is decided or fenced: writes then fail.
+    pub open: bool,
+    pub cancel: CancellationToken,
+    pub lease_deadline: Instant,
+    pub lease_deadline_ms: u64,
+    pub lease_secs: u64,
+    pub spawner: SpawnerKind,
+    pub started_ms: u64,
+    pub posted: Option<PostedFinal>,
+    /// Flips to true when a worker posts a Final over HTTP.
+    pub posted_tx: watch::Sender<bool>,
+    pub handle_digest: Option<[u8; 32]>,
+    pub token_exp_secs: u64,
+}
+
+impl RunState {
+    /// Pushes the lease deadline out to `lease_secs` from now.
+    pub(crate) fn extend_lease(&mut self, now: Instant, now_ms: u64) {
+        self.lease_deadline = now + std::time::Duration::from_secs(self.lease_secs);
+        self.lease_deadline_ms = now_ms + self.lease_secs * 1000;
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct TaskState {
+    pub task: Task,
+    pub run: Option<RunState>,
+}
+
+#[derive(Debug)]
+pub(crate) struct TaskCell {
+    state: Mutex<TaskState>,
+    /// Flips to true when the task becomes terminal.
+    pub terminal: watch::Sender<bool>,
+}
+
+impl TaskCell {
+    pub(crate) fn new(task: Task) -> Arc<Self> {
+        let terminal = task.status().is_terminal();
+        Arc::new(TaskCell {
+            state: Mutex::new(TaskState { task, run: None }),
+            terminal: watch::Sender::new(terminal),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, TaskState> {
+        // Transitions validate before they mutate, so a panic mid-update
+        // leaves a consistent record behind.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Live tasks by id.
+#[derive(Debug)]
+pub(crate) struct LiveTasks {
+    shards: Vec<Mutex<HashMap<TaskId, Arc<TaskCell>>>>,
+}
+
+impl LiveTasks {
+    pub(crate) fn new() -> Self {
+        LiveTasks {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    fn shard(&self, id: &TaskId) -> MutexGuard<'_, HashMap<TaskId, Arc<TaskCell>>> {
+        // UUIDv7's low bytes are random, so they spread tasks evenly.
+        let idx = (id.as_uuid().as_u128() as usize) % SHARDS;
+        self.shards[idx].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn get(&self, id: &TaskId) -> Option<Arc<TaskCell>> {
+        self.shard(id).get(id).cloned()
+    }
+
+    pub(crate) fn insert(&self, cell: Arc<TaskCell>) {
+        let id = cell.lock().task.id;
+        self.shard(&id).insert(id, cell);
+    }
+
+    pub(crate) fn remove(&self, id: &TaskId) {
+        self.shard(id).remove(id);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+}

@@ -1,0 +1,153 @@
+//! Operator sessions as the engine sees them: the session kind and the traits
+//! through which a connected MainAI hooks spawns, answers seniors and runs
+//! delegated attempts. The server implements them over WebSocket; the spawner
+//! crate's layers call them.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::ids::{SessionId, TaskId};
+use crate::spawn::{SpawnError, WorkerCredential};
+
+/// What kind of client an operator session is (SPEC §9.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionKind {
+    #[default]
+    MainAi,
+    Automate,
+    Composite,
+}
+
+impl SessionKind {
+    /// Sessions that receive `hook_before` / `hook_after` (the `main_ai` layer).
+    pub fn takes_hooks(self) -> bool {
+        matches!(self, SessionKind::MainAi | SessionKind::Composite)
+    }
+}
+
+/// The attempt a hook is about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HookRequest {
+    pub task_id: TaskId,
+    pub agent: String,
+    pub attempt: u32,
+}
+
+/// A MainAI's answer to `hook_before`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HookAck {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Why a bridge call to a session produced no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BridgeError {
+    #[error("the session is gone")]
+    SessionGone,
+    #[error("no answer within the timeout")]
+    Timeout,
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// `hook_before` / `hook_after` towards a MainAI session.
+#[async_trait]
+pub trait SpawnHook: Send + Sync + Debug {
+    /// Sends `hook_before` and waits for the `hook_ack` (the caller bounds the wait).
+    async fn before(&self, req: HookRequest) -> Result<HookAck, BridgeError>;
+    /// Sends `hook_after` with the result; fire and forget.
+    fn after(&self, req: HookRequest, result: Value);
+}
+
+/// Asks a senior a question and waits for the answer (the caller bounds the wait).
+#[async_trait]
+pub trait SeniorBridge: Send + Sync + Debug {
+    async fn ask(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+        question: Value,
+    ) -> Result<Value, BridgeError>;
+}
+
+/// Everything a `spawn` frame carries (SPEC §10.1, §10.2).
+#[derive(Debug, Clone)]
+pub struct SpawnFrame {
+    pub task_id: TaskId,
+    pub attempt: u32,
+    pub agent: String,
+    pub credential: WorkerCredential,
+    pub worker_binding: Option<Value>,
+    pub directive: String,
+    pub base_url: String,
+    pub deadline_ms: u64,
+}
+
+/// A MainAI's reply to a `spawn` frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpawnReply {
+    Ack {
+        value: Value,
+        ok: bool,
+        error: Option<String>,
+        stats: Option<Value>,
+    },
+    Halt {
+        value: Option<Value>,
+        reason: Option<String>,
+    },
+}
+
+/// A delivered (or parked) spawn: its `req_id` and where the reply will come.
+#[derive(Debug)]
+pub struct SpawnReceipt {
+    pub req_id: String,
+    pub reply: oneshot::Receiver<SpawnReply>,
+}
+
+/// Runs delegated attempts on a MainAI session (SPEC §8.4).
+#[async_trait]
+pub trait OperatorBackend: Send + Sync + Debug {
+    /// Sends the `spawn` frame now, or parks it while the session has no socket.
+    async fn spawn(&self, frame: SpawnFrame) -> Result<SpawnReceipt, SpawnError>;
+    /// Sends a `cancel` frame for a spawn; fire and forget.
+    fn cancel(&self, req_id: &str, task_id: TaskId, attempt: u32, reason: &str);
+}
+
+/// One operator session's capabilities, resolved per attempt into `Ctx`.
+#[derive(Clone, Debug)]
+pub struct OperatorInfo {
+    pub sid: SessionId,
+    pub kind: SessionKind,
+    pub hooks: Option<Arc<dyn SpawnHook>>,
+    pub senior: Option<Arc<dyn SeniorBridge>>,
+    pub backend: Option<Arc<dyn OperatorBackend>>,
+}
+
+/// Finds live sessions: by id, or by a claimed role name (`main-ai`, `senior`).
+pub trait OperatorDirectory: Send + Sync + Debug {
+    fn session(&self, sid: &SessionId) -> Option<OperatorInfo>;
+    fn by_role(&self, role: &str) -> Option<OperatorInfo>;
+}
+
+/// A directory with no sessions: the engine alone, tests, benchmarks.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoOperators;
+
+impl OperatorDirectory for NoOperators {
+    fn session(&self, _sid: &SessionId) -> Option<OperatorInfo> {
+        None
+    }
+
+    fn by_role(&self, _role: &str) -> Option<OperatorInfo> {
+        None
+    }
+}

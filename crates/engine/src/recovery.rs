@@ -1,0 +1,191 @@
+//! Recovery at start (SPEC §12.1), run before the daemon reports ready:
+//! in-process attempts that died with the old process fail as `interrupted`
+//! (and retry if the policy allows); delegated attempts keep running with
+//! their lease re-armed; queued tasks are queued again.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::Engine;
+use crate::error::EngineError;
+use crate::event::Event;
+use crate::ids::TaskId;
+use crate::live::{RunState, TaskCell};
+use crate::store::{SessionRecord, WriteOp};
+use crate::task::{AttemptOutcome, AttemptRecord, Task, TaskStatus};
+
+/// What recovery did, for the boot log.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RecoveryReport {
+    pub requeued: usize,
+    pub interrupted: usize,
+    pub retried: usize,
+    pub resumed: usize,
+    pub handles: usize,
+    /// Sessions read back from the store, for the server to restore.
+    pub sessions: Vec<SessionRecord>,
+    /// Delegated attempts that are waiting on an external SubAgent again.
+    pub delegated: Vec<(TaskId, u32)>,
+}
+
+impl Engine {
+    /// Loads the live state from the store and resumes it. Call once, before
+    /// serving.
+    pub async fn recover(&self) -> Result<RecoveryReport, EngineError> {
+        let now_secs = self.inner.clock.now_secs();
+        let snapshot = self.inner.store.load_live(now_secs).await?;
+        self.inner.bus.resume_after(snapshot.last_event_seq);
+        let mut report = RecoveryReport {
+            handles: snapshot.handles.len(),
+            sessions: snapshot.sessions,
+            ..RecoveryReport::default()
+        };
+        {
+            let mut handles = self.handles();
+            for (digest, record) in snapshot.handles {
+                handles.insert(digest, record);
+            }
+        }
+        for task in snapshot.tasks {
+            let latest = snapshot
+                .attempts
+                .iter()
+                .find(|a| a.task_id == task.id && a.attempt == task.attempt)
+                .cloned();
+            self.recover_task(task, latest, &mut report).await?;
+        }
+        Ok(report)
+    }
+
+    async fn recover_task(
+        &self,
+        task: Task,
+        latest: Option<AttemptRecord>,
+        report: &mut RecoveryReport,
+    ) -> Result<(), EngineError> {
+        let id = task.id;
+        let open_attempt = latest.filter(|a| a.outcome.is_none());
+        match (task.status(), open_attempt) {
+            (TaskStatus::Running, Some(attempt)) if attempt.spawner.survives_restart() => {
+                report.resumed += 1;
+                report.delegated.push((id, attempt.attempt));
+                self.resume_delegated(task, attempt);
+            }
+            (TaskStatus::Running, Some(attempt)) => {
+                report.interrupted += 1;
+                if self.interrupt(task, attempt).await? {
+                    report.retried += 1;
+                }
+            }
+            // Queued, or running between attempts (a retry was pending).
+            _ => {
+                let agent = task.agent.clone();
+                let limit = self
+                    .inner
+                    .resolver
+                    .profile(&task.agent, &task.layers)
+                    .ok()
+                    .and_then(|p| p.concurrency);
+                self.inner.live.insert(TaskCell::new(task));
+                self.admit(&agent, limit, id);
+                report.requeued += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records an interrupted in-process attempt as failed; queues a retry
+    /// when the policy allows one. Returns whether it did.
+    async fn interrupt(
+        &self,
+        mut task: Task,
+        mut attempt: AttemptRecord,
+    ) -> Result<bool, EngineError> {
+        let now_ms = self.inner.clock.now_ms();
+        let outcome = AttemptOutcome::Failed;
+        let reason = "interrupted".to_owned();
+        attempt.outcome = Some(outcome);
+        attempt.reason = Some(reason.clone());
+        attempt.finished_ms = Some(now_ms);
+        let mut events = vec![(
+            task.session,
+            Event::AttemptFinished {
+                task_id: task.id,
+                attempt: attempt.attempt,
+                outcome,
+                reason: Some(reason.clone()),
+                elapsed_ms: now_ms.saturating_sub(attempt.started_ms),
+            },
+        )];
+        let retry = task.policy.retries(outcome) && attempt.attempt < task.policy.max_attempts;
+        if !retry {
+            task.finish(outcome, None, Some(reason), now_ms)?;
+            events.push((
+                task.session,
+                Event::TaskFinished {
+                    task_id: task.id,
+                    status: TaskStatus::Failed,
+                    result: None,
+                },
+            ));
+        }
+        let ops = vec![
+            WriteOp::PutTask(Box::new(task.clone())),
+            WriteOp::PutAttempt(attempt),
+        ];
+        self.submit_and_wait(ops, events).await?;
+        if retry {
+            let id = task.id;
+            let agent = task.agent.clone();
+            let limit = self
+                .inner
+                .resolver
+                .profile(&task.agent, &task.layers)
+                .ok()
+                .and_then(|p| p.concurrency);
+            self.inner.live.insert(TaskCell::new(task));
+            self.admit(&agent, limit, id);
+        }
+        Ok(retry)
+    }
+
+    /// Puts a delegated attempt back in memory with a fresh lease and waits
+    /// for its SubAgent's Final, a cancel, or the lease, like a live attempt.
+    fn resume_delegated(&self, task: Task, attempt: AttemptRecord) {
+        let now_ms = self.inner.clock.now_ms();
+        let lease_secs = task.policy.attempt_timeout_secs;
+        let cancel = CancellationToken::new();
+        let cell = TaskCell::new(task.clone());
+        cell.lock().run = Some(RunState {
+            attempt: attempt.attempt,
+            open: true,
+            cancel: cancel.clone(),
+            lease_deadline: Instant::now() + Duration::from_secs(lease_secs),
+            lease_deadline_ms: now_ms + lease_secs * 1000,
+            lease_secs,
+            spawner: attempt.spawner,
+            started_ms: attempt.started_ms,
+            posted: None,
+            posted_tx: watch::Sender::new(false),
+            handle_digest: None,
+            token_exp_secs: 0,
+        });
+        self.inner.live.insert(cell.clone());
+        // The resumed attempt holds a running slot like any other.
+        let agent = task.agent.clone();
+        let limit = self
+            .inner
+            .resolver
+            .profile(&task.agent, &task.layers)
+            .ok()
+            .and_then(|p| p.concurrency);
+        self.admission().occupy(&agent, limit);
+        let engine = self.clone();
+        self.inner.tracker.spawn(async move {
+            engine.run_resumed(cell, attempt.attempt, cancel).await;
+        });
+    }
+}

@@ -1,0 +1,123 @@
+//! Retention (SPEC §7.2): terminal tasks older than the retention period are
+//! pruned with their attempts, outputs and events, and expired handles are
+//! forgotten, by a periodic job the daemon starts.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::Engine;
+use crate::error::EngineError;
+use crate::ids::TaskId;
+
+impl Engine {
+    /// Prunes terminal tasks finished more than `keep` ago; returns how many.
+    pub async fn prune(&self, keep: Duration) -> Result<usize, EngineError> {
+        let now_ms = self.inner.clock.now_ms();
+        let cutoff = now_ms.saturating_sub(keep.as_millis() as u64);
+        let gone = self.inner.store.prune(cutoff).await?;
+        if !gone.is_empty() {
+            let uuids: Vec<_> = gone.iter().map(TaskId::as_uuid).collect();
+            self.inner.outputs.forget(&uuids).await?;
+            let gone_set: HashSet<TaskId> = gone.iter().copied().collect();
+            self.keys_retain(|task| !gone_set.contains(task));
+        }
+        let now_secs = now_ms / 1000;
+        let leeway = self.inner.tokens.config().leeway_secs;
+        self.handles()
+            .retain(|_, h| h.exp_secs.saturating_add(leeway) > now_secs);
+        Ok(gone.len())
+    }
+
+    /// Runs `prune(keep)` every `every` until the engine shuts down.
+    pub fn spawn_retention(&self, keep: Duration, every: Duration) {
+        let engine = self.clone();
+        let shutdown = self.inner.shutdown.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                match engine.prune(keep).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(pruned = n, "retention pruned terminal tasks"),
+                    Err(error) => tracing::warn!(%error, "retention run failed"),
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+    use swarmd_output_store::{MemoryOutputStore, OutputStore};
+
+    use crate::EngineConfig;
+    use crate::clock::ManualClock;
+    use crate::store::MemoryTaskStore;
+    use crate::task::{SpawnerKind, TaskSpec, TaskStatus};
+    use crate::testing::{Script, ScriptedSpawner, StaticResolver, engine_with};
+
+    #[tokio::test(start_paused = true)]
+    async fn prunes_old_terminal_tasks_with_their_outputs() {
+        let clock = Arc::new(ManualClock::new(10_000_000));
+        let spawner = ScriptedSpawner::new(|_| Script::Final {
+            value: json!(1),
+            ok: true,
+        });
+        let resolver = StaticResolver::new().with("a", SpawnerKind::InProcess, None, spawner);
+        let outputs = Arc::new(MemoryOutputStore::new());
+        let engine = engine_with(
+            Arc::new(resolver),
+            Arc::new(MemoryTaskStore::new()),
+            outputs.clone(),
+            EngineConfig::default(),
+            clock.clone(),
+        );
+        let spec = TaskSpec {
+            agent: "a".into(),
+            prompt: "p".into(),
+            ..TaskSpec::default()
+        };
+        let old = engine.spawn_task(spec.clone()).await.unwrap();
+        let old = engine
+            .wait_task(old.id, std::time::Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(old.status(), TaskStatus::Pass);
+        clock.advance_ms(2 * 86_400_000);
+        let fresh = engine.spawn_task(spec).await.unwrap();
+        engine
+            .wait_task(fresh.id, std::time::Duration::from_secs(60))
+            .await
+            .unwrap();
+
+        let pruned = engine
+            .prune(std::time::Duration::from_secs(86_400))
+            .await
+            .unwrap();
+        assert_eq!(pruned, 1);
+        assert!(engine.get_task(old.id).await.unwrap().is_none());
+        assert!(engine.get_task(fresh.id).await.unwrap().is_some());
+        assert!(
+            outputs
+                .tail(old.id.as_uuid(), 1, 0, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            outputs
+                .tail(fresh.id.as_uuid(), 1, 0, 10)
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}

@@ -1,0 +1,151 @@
+//! The seam between the engine and whatever runs an attempt (SPEC §8.1): the
+//! `SpawnerAdapter` and `Worker` traits, the per-attempt `Ctx`, the worker's
+//! credential, and the `SpawnerResolver` that resolves and links an agent.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::Engine;
+use crate::ids::{SessionId, TaskId, WorkerId};
+use crate::operator::OperatorInfo;
+use crate::task::SpawnerKind;
+
+/// Per-attempt context handed down the stack. Layers may add to `meta`.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub task_id: TaskId,
+    pub attempt: u32,
+    pub agent: String,
+    /// Hint layers the task named (the agent's own come from its config).
+    pub layers: Vec<String>,
+    pub session: Option<SessionId>,
+    /// The owning session's hooks, senior bridge and backend, if it is live.
+    pub operator: Option<OperatorInfo>,
+    /// The lease deadline when the attempt started (unix ms).
+    pub deadline_ms: u64,
+    pub meta: Map<String, Value>,
+}
+
+/// The worker token and its short handle, bound to one (task, attempt).
+/// `Debug` shows neither secret.
+#[derive(Clone)]
+pub struct WorkerCredential {
+    token: String,
+    handle: String,
+    expires_secs: u64,
+}
+
+impl WorkerCredential {
+    pub fn new(token: String, handle: String, expires_secs: u64) -> Self {
+        WorkerCredential {
+            token,
+            handle,
+            expires_secs,
+        }
+    }
+
+    /// The `swc1` capability token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The `wh-` handle.
+    pub fn handle(&self) -> &str {
+        &self.handle
+    }
+
+    /// Unix seconds after which neither the token nor the handle is accepted.
+    pub fn expires_secs(&self) -> u64 {
+        self.expires_secs
+    }
+}
+
+impl fmt::Debug for WorkerCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerCredential")
+            .field("token", &"<redacted>")
+            .field("handle", &"<redacted>")
+            .field("expires_secs", &self.expires_secs)
+            .finish()
+    }
+}
+
+/// Why an attempt could not be started, or an agent could not be linked.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("unknown agent `{0}`")]
+    UnknownAgent(String),
+    #[error("agent `{agent}`: unknown layer `{key}`")]
+    UnknownLayer { agent: String, key: String },
+    #[error("agent `{agent}` is misconfigured: {reason}")]
+    Misconfigured { agent: String, reason: String },
+    #[error("rejected: {0}")]
+    Rejected(String),
+    #[error("no live operator session for `{0}`")]
+    NoOperator(String),
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+    #[error("spawn failed: {0}")]
+    Failed(String),
+    #[error("spawn failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Why a worker ended without a usable result. The text becomes the
+/// attempt's reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerError {
+    #[error("{0}")]
+    Failed(String),
+    #[error("cancelled")]
+    Cancelled,
+    #[error("timed out")]
+    TimedOut,
+}
+
+/// A running attempt. `join` is a completion signal only: results travel
+/// through the output store.
+#[async_trait]
+pub trait Worker: Send + fmt::Debug {
+    fn id(&self) -> WorkerId;
+    /// Cancelling this token asks the worker to stop (process: SIGTERM to its
+    /// group; operator: a `cancel` frame).
+    fn cancel_token(&self) -> CancellationToken;
+    async fn join(self: Box<Self>) -> Result<(), WorkerError>;
+}
+
+/// Starts attempts. Layers implement it by wrapping an inner adapter.
+#[async_trait]
+pub trait SpawnerAdapter: Send + Sync + fmt::Debug {
+    async fn spawn(
+        &self,
+        engine: &Engine,
+        ctx: Ctx,
+        task_id: TaskId,
+        attempt: u32,
+        token: WorkerCredential,
+    ) -> Result<Box<dyn Worker>, SpawnError>;
+}
+
+/// What admission and recovery need to know of an agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentProfile {
+    pub kind: SpawnerKind,
+    /// At most this many attempts of the agent run at once.
+    pub concurrency: Option<usize>,
+    /// Whether its workers may spawn sub-tasks (SPEC §4 note 1).
+    pub allow_subtasks: bool,
+}
+
+/// Stages 1 and 2 of the pipeline (resolve, link); the engine runs stage 3.
+pub trait SpawnerResolver: Send + Sync + fmt::Debug {
+    /// Resolves the agent with these hint layers, failing for unknown agents
+    /// or layers. Called when a task is created.
+    fn profile(&self, agent: &str, layers: &[String]) -> Result<AgentProfile, SpawnError>;
+    /// The linked stack for the agent and layers (cached by the implementor).
+    fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError>;
+}

@@ -1,0 +1,136 @@
+//! The durable record of tasks, attempts, handles, events, audit lines and
+//! operator sessions: the `TaskStore` trait and its memory and SQLite backends.
+//!
+//! Writes are batches of `WriteOp`s submitted synchronously (so submission
+//! order is commit order) and acknowledged through a callback once durable;
+//! the callbacks run in submission order. Reads are async.
+
+mod memory;
+mod sqlite;
+
+pub use memory::MemoryTaskStore;
+pub use sqlite::SqliteTaskStore;
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use swarmd_output_store::StoreError;
+use tokio::sync::oneshot;
+
+use crate::audit::AuditRecord;
+use crate::event::EventRecord;
+use crate::gate::Verb;
+use crate::ids::{SessionId, TaskId};
+use crate::operator::SessionKind;
+use crate::task::{AttemptRecord, Task, TaskStatus};
+
+/// What a worker handle stands for (SPEC §5.5); stored under SHA-256(handle).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandleRecord {
+    pub task_id: TaskId,
+    pub attempt: u32,
+    pub verbs: Vec<Verb>,
+    pub exp_secs: u64,
+}
+
+/// A persisted operator session (SPEC §10.4). Only the token's digest is kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub sid: SessionId,
+    /// Hex SHA-256 of the session token.
+    pub token_digest: String,
+    pub roles: Vec<String>,
+    pub kind: SessionKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<Value>,
+    pub created_ms: u64,
+    pub last_seen_ms: u64,
+}
+
+/// One change in a write batch. A batch commits atomically.
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    PutTask(Box<Task>),
+    PutAttempt(AttemptRecord),
+    PutHandle {
+        digest: [u8; 32],
+        record: HandleRecord,
+    },
+    IdempotencyKey {
+        key: String,
+        task_id: TaskId,
+    },
+    Events(Vec<EventRecord>),
+    Audit(AuditRecord),
+    PutSession(Box<SessionRecord>),
+    DeleteSession(SessionId),
+}
+
+/// Called once a batch is durable (or failed), in submission order.
+pub type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
+/// Which tasks `list_tasks` returns: newest first, strictly older than `before`.
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub status: Option<TaskStatus>,
+    pub agent: Option<String>,
+    pub before: Option<TaskId>,
+    pub limit: usize,
+}
+
+/// Everything recovery needs at boot.
+#[derive(Debug, Default)]
+pub struct LiveSnapshot {
+    /// Tasks not yet terminal.
+    pub tasks: Vec<Task>,
+    /// The latest attempt record of each of those tasks.
+    pub attempts: Vec<AttemptRecord>,
+    /// Handles whose token has not expired.
+    pub handles: Vec<([u8; 32], HandleRecord)>,
+    pub sessions: Vec<SessionRecord>,
+    /// The highest event sequence number stored (0 if none).
+    pub last_event_seq: u64,
+}
+
+/// The engine's durable state.
+#[async_trait]
+pub trait TaskStore: Send + Sync + Debug + 'static {
+    /// Queues `batch` now; `done` runs once it is durable.
+    fn submit(&self, batch: Vec<WriteOp>, done: Done);
+    async fn task(&self, id: TaskId) -> Result<Option<Task>, StoreError>;
+    async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError>;
+    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError>;
+    async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError>;
+    async fn events_after(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError>;
+    async fn audit(
+        &self,
+        task: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, StoreError>;
+    async fn load_live(&self, now_secs: u64) -> Result<LiveSnapshot, StoreError>;
+    /// Deletes terminal tasks finished before the cutoff, with their attempts,
+    /// handles and keys, and events older than it; returns the deleted task ids.
+    async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError>;
+    /// A cheap write round-trip, for readiness.
+    async fn healthcheck(&self) -> Result<(), StoreError>;
+}
+
+/// Submits `batch` and waits until it is durable.
+pub async fn commit(store: &dyn TaskStore, batch: Vec<WriteOp>) -> Result<(), StoreError> {
+    let (tx, rx) = oneshot::channel();
+    store.submit(
+        batch,
+        Box::new(move |res| {
+            let _ = tx.send(res);
+        }),
+    );
+    rx.await.map_err(|_| StoreError::Closed)?
+}

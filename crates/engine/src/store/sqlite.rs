@@ -1,0 +1,119 @@
+//! The SQLite `TaskStore`: tasks, attempts, worker handles, idempotency keys,
+//! events, audit lines and operator sessions in the shared `swarmd.db`.
+//!
+//! Concurrency: every write goes through the one writer thread of
+//! `SqliteDb`, shared with the output store, so all durable state of the
+//! daemon has one commit order and one group commit covers both. `submit`
+//! encodes its batch on the caller's thread and queues exactly one writer
+//! job for it, so a batch commits atomically, batches commit in submission
+//! order, and `done` runs on the writer thread right after the commit that
+//! holds its batch. Reads run on the pooled read connections and see every
+//! acknowledged batch. `prune` runs as writer jobs, serialized with writes.
+
+mod prune;
+mod read;
+mod schema;
+mod write;
+
+use async_trait::async_trait;
+use swarmd_output_store::{SqliteDb, StoreError};
+
+use super::{Done, LiveSnapshot, TaskFilter, TaskStore, WriteOp};
+use crate::audit::AuditRecord;
+use crate::event::EventRecord;
+use crate::ids::TaskId;
+use crate::task::{AttemptRecord, Task};
+
+/// A `TaskStore` on the shared SQLite database. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SqliteTaskStore {
+    db: SqliteDb,
+}
+
+impl SqliteTaskStore {
+    /// The schema version this build writes, kept in `PRAGMA user_version`.
+    pub const SCHEMA_VERSION: i64 = schema::SCHEMA_VERSION;
+
+    /// Creates the store's tables if needed (blocking until that commits).
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Sqlite` naming both versions if the file was written with
+    /// a newer schema than [`Self::SCHEMA_VERSION`]; `StoreError::Closed` if `db` is closed; SQLite
+    /// errors otherwise.
+    pub fn open(db: SqliteDb) -> Result<Self, StoreError> {
+        schema::migrate(&db)?;
+        Ok(SqliteTaskStore { db })
+    }
+
+    /// The shared database handle.
+    pub fn db(&self) -> &SqliteDb {
+        &self.db
+    }
+}
+
+#[async_trait]
+impl TaskStore for SqliteTaskStore {
+    fn submit(&self, batch: Vec<WriteOp>, done: Done) {
+        // An encoding error travels through the writer queue so that `done`
+        // still runs in submission order.
+        let rows = write::encode(batch);
+        self.db.write_then(move |tx| write::apply(tx, rows?), done);
+    }
+
+    async fn task(&self, id: TaskId) -> Result<Option<Task>, StoreError> {
+        self.db.read(move |conn| read::task(conn, id)).await
+    }
+
+    async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
+        self.db.read(move |conn| read::attempts(conn, id)).await
+    }
+
+    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
+        let filter = filter.clone();
+        self.db
+            .read(move |conn| read::list_tasks(conn, &filter))
+            .await
+    }
+
+    async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
+        let key = key.to_owned();
+        self.db
+            .read(move |conn| read::task_for_key(conn, &key))
+            .await
+    }
+
+    async fn events_after(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        self.db
+            .read(move |conn| read::events_after(conn, after_seq, limit))
+            .await
+    }
+
+    async fn audit(
+        &self,
+        task: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        self.db
+            .read(move |conn| read::audit(conn, task, limit))
+            .await
+    }
+
+    async fn load_live(&self, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
+        self.db
+            .read(move |conn| read::load_live(conn, now_secs))
+            .await
+    }
+
+    async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError> {
+        prune::prune(&self.db, finished_before_ms).await
+    }
+
+    async fn healthcheck(&self) -> Result<(), StoreError> {
+        self.db.healthcheck().await
+    }
+}

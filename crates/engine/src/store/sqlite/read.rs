@@ -1,0 +1,230 @@
+//! The read side of the SQLite `TaskStore`: queries run on a pooled read
+//! connection, and the decoding of stored rows back into records.
+
+use std::sync::LazyLock;
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+use serde::de::DeserializeOwned;
+use swarmd_output_store::StoreError;
+use uuid::Uuid;
+
+use super::schema::PRUNED_EVENT_SEQ;
+use super::write::task_key;
+use crate::audit::AuditRecord;
+use crate::event::EventRecord;
+use crate::ids::TaskId;
+use crate::store::{LiveSnapshot, TaskFilter};
+use crate::task::{AttemptRecord, Task, TaskStatus};
+
+/// `'queued', 'running'`, or the terminal statuses: SQL lists derived from
+/// `TaskStatus` so a new status cannot be forgotten here.
+pub(super) fn status_list(terminal: bool) -> String {
+    TaskStatus::ALL
+        .into_iter()
+        .filter(|status| status.is_terminal() == terminal)
+        .map(|status| format!("'{}'", status.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+static LIVE_TASKS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT body FROM tasks WHERE status IN ({}) ORDER BY id",
+        status_list(false)
+    )
+});
+
+/// Row counts and limits as SQLite integers; a `usize` beyond `i64` means "all".
+pub(super) fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+pub(super) fn task_id(bytes: [u8; 16]) -> TaskId {
+    TaskId::from_uuid(Uuid::from_bytes(bytes))
+}
+
+/// Decodes the JSON text in column `index`.
+fn json<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> Result<T, StoreError> {
+    let text = row
+        .get_ref(index)?
+        .as_str()
+        .map_err(rusqlite::Error::from)?;
+    Ok(serde_json::from_str(text)?)
+}
+
+pub(super) fn task(conn: &Connection, id: TaskId) -> Result<Option<Task>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT body FROM tasks WHERE id = ?1")?;
+    let mut rows = stmt.query(params![task_key(id)])?;
+    rows.next()?.map(|row| json(row, 0)).transpose()
+}
+
+pub(super) fn attempts(conn: &Connection, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT body FROM attempts WHERE task = ?1 ORDER BY attempt")?;
+    let mut rows = stmt.query(params![task_key(id)])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(json(row, 0)?);
+    }
+    Ok(out)
+}
+
+/// Newest first; each combination of filters is its own cached statement.
+pub(super) fn list_tasks(conn: &Connection, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
+    let mut sql = String::from("SELECT body FROM tasks WHERE 1");
+    let mut args: Vec<SqlValue> = Vec::with_capacity(4);
+    if let Some(status) = filter.status {
+        sql.push_str(" AND status = ?");
+        args.push(SqlValue::Text(status.as_str().to_owned()));
+    }
+    if let Some(agent) = &filter.agent {
+        sql.push_str(" AND agent = ?");
+        args.push(SqlValue::Text(agent.clone()));
+    }
+    if let Some(before) = filter.before {
+        sql.push_str(" AND id < ?");
+        args.push(SqlValue::Blob(task_key(before).to_vec()));
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?");
+    args.push(SqlValue::Integer(sql_limit(filter.limit)));
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query(params_from_iter(args))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(json(row, 0)?);
+    }
+    Ok(out)
+}
+
+pub(super) fn task_for_key(conn: &Connection, key: &str) -> Result<Option<TaskId>, StoreError> {
+    let found: Option<[u8; 16]> = conn
+        .prepare_cached("SELECT task FROM idem_keys WHERE key = ?1")?
+        .query_row(params![key], |row| row.get(0))
+        .optional()?;
+    Ok(found.map(task_id))
+}
+
+pub(super) fn events_after(
+    conn: &Connection,
+    after_seq: u64,
+    limit: usize,
+) -> Result<Vec<EventRecord>, StoreError> {
+    // A cursor beyond i64 is past every stored seq.
+    let Ok(after) = i64::try_from(after_seq) else {
+        return Ok(Vec::new());
+    };
+    let mut stmt =
+        conn.prepare_cached("SELECT body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
+    let mut rows = stmt.query(params![after, sql_limit(limit)])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(json(row, 0)?);
+    }
+    Ok(out)
+}
+
+/// Newest first; the record's `id` is the row id the store assigned.
+pub(super) fn audit(
+    conn: &Connection,
+    task: Option<TaskId>,
+    limit: usize,
+) -> Result<Vec<AuditRecord>, StoreError> {
+    let limit = sql_limit(limit);
+    let mut stmt;
+    let mut rows = match task {
+        Some(task) => {
+            stmt = conn.prepare_cached(
+                "SELECT id, body FROM audit WHERE task = ?1 ORDER BY id DESC LIMIT ?2",
+            )?;
+            stmt.query(params![task_key(task), limit])?
+        }
+        None => {
+            stmt = conn.prepare_cached("SELECT id, body FROM audit ORDER BY id DESC LIMIT ?1")?;
+            stmt.query(params![limit])?
+        }
+    };
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let mut record: AuditRecord = json(row, 1)?;
+        record.id = row.get(0)?;
+        out.push(record);
+    }
+    Ok(out)
+}
+
+/// Reads the snapshot inside one read transaction, so every part of it comes
+/// from the same commit.
+pub(super) fn load_live(conn: &Connection, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
+    let snapshot = conn.unchecked_transaction()?;
+    let mut snap = LiveSnapshot::default();
+
+    let mut stmt = snapshot.prepare_cached(&LIVE_TASKS)?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        snap.tasks.push(json(row, 0)?);
+    }
+    drop(rows);
+    drop(stmt);
+
+    let mut stmt = snapshot.prepare_cached(
+        "SELECT body FROM attempts WHERE task = ?1 ORDER BY attempt DESC LIMIT 1",
+    )?;
+    for task in &snap.tasks {
+        let mut rows = stmt.query(params![task_key(task.id)])?;
+        if let Some(row) = rows.next()? {
+            snap.attempts.push(json(row, 0)?);
+        }
+    }
+    drop(stmt);
+
+    // An expiry beyond i64 leaves nothing unexpired.
+    if let Ok(now) = i64::try_from(now_secs) {
+        let mut stmt = snapshot.prepare_cached(
+            "SELECT digest, body FROM handles WHERE exp_secs > ?1 ORDER BY digest",
+        )?;
+        let mut rows = stmt.query(params![now])?;
+        while let Some(row) = rows.next()? {
+            let digest: [u8; 32] = row.get(0)?;
+            snap.handles.push((digest, json(row, 1)?));
+        }
+    }
+
+    let mut stmt = snapshot.prepare_cached("SELECT body FROM sessions ORDER BY sid")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        snap.sessions.push(json(row, 0)?);
+    }
+    drop(rows);
+    drop(stmt);
+
+    let stored: Option<u64> = snapshot
+        .prepare_cached("SELECT MAX(seq) FROM events")?
+        .query_row([], |row| row.get(0))?;
+    let pruned: Option<u64> = snapshot
+        .prepare_cached("SELECT value FROM task_store_meta WHERE name = ?1")?
+        .query_row(params![PRUNED_EVENT_SEQ], |row| row.get(0))
+        .optional()?;
+    snap.last_event_seq = stored.unwrap_or(0).max(pruned.unwrap_or(0));
+    Ok(snap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lists_split_live_from_terminal() {
+        assert_eq!(status_list(false), "'queued', 'running'");
+        assert_eq!(
+            status_list(true),
+            "'pass', 'blocked', 'failed', 'cancelled'"
+        );
+    }
+
+    #[test]
+    fn limits_saturate_at_i64() {
+        assert_eq!(sql_limit(7), 7);
+        assert_eq!(sql_limit(usize::MAX), i64::MAX);
+    }
+}

@@ -1,0 +1,117 @@
+//! The tables of the SQLite `TaskStore` and the migration that creates them,
+//! guarded by the schema version kept in `PRAGMA user_version`.
+
+use std::sync::mpsc;
+
+use rusqlite::Transaction;
+use swarmd_output_store::{SqliteDb, StoreError};
+
+/// The schema this build writes. A file stamped with a higher version was
+/// written by a newer swarmd and is refused rather than misread.
+pub(super) const SCHEMA_VERSION: i64 = 1;
+
+/// Ids are the 16 bytes of the UUID, so `ORDER BY id` is creation order
+/// (UUIDv7). Secondary indexes end in `id` so that filtered listings walk one
+/// index newest first. `finished_ms` is indexed only where set, which keeps
+/// live tasks out of the index that retention scans. Audit ids are rowids
+/// without AUTOINCREMENT (which costs a `sqlite_sequence` write per insert):
+/// audit lines are never deleted, so an id is never handed out twice.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tasks (
+    id          BLOB    PRIMARY KEY,
+    status      TEXT    NOT NULL,
+    agent       TEXT    NOT NULL,
+    finished_ms INTEGER,
+    body        TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_status ON tasks (status, id);
+CREATE INDEX IF NOT EXISTS tasks_agent ON tasks (agent, id);
+CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (finished_ms) WHERE finished_ms IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS attempts (
+    task    BLOB    NOT NULL,
+    attempt INTEGER NOT NULL,
+    body    TEXT    NOT NULL,
+    PRIMARY KEY (task, attempt)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS handles (
+    digest   BLOB    PRIMARY KEY,
+    task     BLOB    NOT NULL,
+    attempt  INTEGER NOT NULL,
+    exp_secs INTEGER NOT NULL,
+    body     TEXT    NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS handles_task ON handles (task);
+
+CREATE TABLE IF NOT EXISTS idem_keys (
+    key  TEXT PRIMARY KEY,
+    task BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idem_keys_task ON idem_keys (task);
+
+CREATE TABLE IF NOT EXISTS events (
+    seq   INTEGER PRIMARY KEY,
+    ts_ms INTEGER NOT NULL,
+    task  BLOB,
+    body  TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_ts ON events (ts_ms);
+
+CREATE TABLE IF NOT EXISTS audit (
+    id    INTEGER PRIMARY KEY,
+    ts_ms INTEGER NOT NULL,
+    task  BLOB    NOT NULL,
+    body  TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_task ON audit (task, id);
+
+CREATE TABLE IF NOT EXISTS sessions (
+    sid  BLOB PRIMARY KEY,
+    body TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS task_store_meta (
+    name  TEXT    PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+";
+
+/// `task_store_meta` row holding the highest event seq ever pruned, so the
+/// sequence never restarts below it once old events are gone.
+pub(super) const PRUNED_EVENT_SEQ: &str = "pruned_event_seq";
+
+/// Creates the tables if needed and stamps the schema version, in one writer
+/// job; blocks until it commits, so call it at open, never on the writer.
+///
+/// # Errors
+///
+/// `StoreError::Sqlite` (`SQLITE_ERROR`, with a message naming both
+/// versions) if the file carries a newer schema version; SQLite errors otherwise.
+pub(super) fn migrate(db: &SqliteDb) -> Result<(), StoreError> {
+    let (sender, receiver) = mpsc::sync_channel(1);
+    db.write_then(migrate_in, move |outcome| {
+        // The opener waits on the receiver; it cannot be gone.
+        let _ = sender.send(outcome);
+    });
+    receiver.recv().map_err(|_| StoreError::Closed)?
+}
+
+fn migrate_in(tx: &Transaction<'_>) -> Result<(), StoreError> {
+    let found: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if found > SCHEMA_VERSION {
+        // `StoreError` has no schema variant; SQLite's generic error carries the message.
+        return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some(format!(
+                "swarmd.db has task schema version {found} (PRAGMA user_version), newer than \
+                 version {SCHEMA_VERSION} that this swarmd understands; refusing to open it"
+            )),
+        )));
+    }
+    tx.execute_batch(SCHEMA)?;
+    if found < SCHEMA_VERSION {
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,460 @@
+//! The worker side of the engine (SPEC §9.1): authenticate a bearer (token or
+//! `wh-` handle) through §5.2, then fetch the prompt, append output, post the
+//! result, or heartbeat — each with the binding and fence checks of step 7
+//! and the late-write rules of §6.5.
+
+use std::collections::HashMap;
+use std::sync::MutexGuard;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use swarmd_output_store::{ContentRef, OutputEvent};
+use tokio::time::Instant;
+
+use crate::Engine;
+use crate::auth::{MAX_TOKEN_BYTES, TokenError, WorkerHandle, fingerprint, looks_like_handle};
+use crate::error::EngineError;
+use crate::gate::{Role, Verb};
+use crate::ids::TaskId;
+use crate::live::{PostedFinal, TaskState};
+use crate::store::{HandleRecord, WriteOp};
+
+/// A verified worker credential: the (task, attempt) it is bound to.
+#[derive(Debug, Clone)]
+pub struct WorkerAuth {
+    pub task_id: TaskId,
+    pub attempt: u32,
+    /// Unix seconds when the credential expires.
+    pub exp_secs: u64,
+    /// Whether the bearer was a `wh-` handle rather than a token.
+    pub via_handle: bool,
+    /// First 12 hex of SHA-256 of the bearer: the only form ever logged.
+    pub fingerprint: String,
+}
+
+/// `GET /v1/worker/prompt`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptView {
+    pub task_id: TaskId,
+    pub attempt: u32,
+    pub agent: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    pub prompt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// The lease deadline (unix ms).
+    pub deadline: u64,
+}
+
+/// A result to post: `POST /v1/worker/result` or `/v1/worker/submit`.
+#[derive(Debug, Clone)]
+pub struct ResultPost {
+    pub task_id: Option<TaskId>,
+    pub attempt: Option<u32>,
+    pub value: Value,
+    pub ok: bool,
+    pub idempotency_key: Option<String>,
+    /// SHA-256 of the request body, to tell a replay from a conflict.
+    pub body_digest: [u8; 32],
+}
+
+/// The answer to a posted result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResultAck {
+    pub task_id: TaskId,
+    pub attempt: u32,
+    pub accepted: bool,
+}
+
+/// The answer to a heartbeat.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeartbeatAck {
+    /// The new lease deadline (unix ms).
+    pub deadline: u64,
+    /// A fresh token, when the old one had less than a third of its TTL left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// When the credential (and its handle) now expires (unix seconds).
+    pub handle_expires: u64,
+}
+
+/// SHA-256 of a request body.
+pub fn body_digest(body: &[u8]) -> [u8; 32] {
+    Sha256::digest(body).into()
+}
+
+/// Refuses writes to an attempt that is not the task's open, current one.
+pub(crate) fn check_open(state: &TaskState, attempt: u32) -> Result<(), EngineError> {
+    if state.task.status().is_terminal() {
+        return Err(EngineError::TaskTerminal);
+    }
+    match state.run.as_ref() {
+        Some(run) if run.attempt == attempt && run.open => Ok(()),
+        _ => Err(EngineError::AttemptSuperseded {
+            attempt,
+            current: state.task.attempt,
+        }),
+    }
+}
+
+impl Engine {
+    /// SPEC §5.2 steps 1–6 for a worker bearer and the route's `verb`.
+    pub fn authenticate_worker(&self, bearer: &str, verb: Verb) -> Result<WorkerAuth, EngineError> {
+        if bearer.len() > MAX_TOKEN_BYTES {
+            return Err(EngineError::Unauthorized(TokenError::TooLong));
+        }
+        if looks_like_handle(bearer) {
+            return self.authenticate_handle(bearer, verb);
+        }
+        let claims = self
+            .inner
+            .tokens
+            .verify_for(bearer, verb)
+            .map_err(|e| match e {
+                TokenError::Forbidden(_) => EngineError::Forbidden,
+                other => EngineError::Unauthorized(other),
+            })?;
+        match (claims.role, claims.task, claims.attempt) {
+            (Role::Worker, Some(task_id), Some(attempt)) => Ok(WorkerAuth {
+                task_id,
+                attempt,
+                exp_secs: claims.exp,
+                via_handle: false,
+                fingerprint: fingerprint(bearer),
+            }),
+            _ => Err(EngineError::Forbidden),
+        }
+    }
+
+    fn authenticate_handle(&self, bearer: &str, verb: Verb) -> Result<WorkerAuth, EngineError> {
+        let handle = WorkerHandle::parse(bearer).map_err(EngineError::Unauthorized)?;
+        let record = self
+            .handles()
+            .get(&handle.digest())
+            .cloned()
+            .ok_or(EngineError::Unauthorized(TokenError::UnknownHandle))?;
+        let leeway = self.inner.tokens.config().leeway_secs;
+        if self.inner.clock.now_secs() >= record.exp_secs.saturating_add(leeway) {
+            return Err(EngineError::HandleExpired);
+        }
+        if !record.verbs.contains(&verb) || !crate::gate::allowed(Role::Worker, verb) {
+            return Err(EngineError::Forbidden);
+        }
+        Ok(WorkerAuth {
+            task_id: record.task_id,
+            attempt: record.attempt,
+            exp_secs: record.exp_secs,
+            via_handle: true,
+            fingerprint: handle.fingerprint(),
+        })
+    }
+
+    pub(crate) fn handles(&self) -> MutexGuard<'_, HashMap<[u8; 32], HandleRecord>> {
+        self.inner.handles.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The task the request names must be the credential's (step 7).
+    fn bind(auth: &WorkerAuth, requested: Option<TaskId>) -> Result<TaskId, EngineError> {
+        match requested {
+            Some(t) if t != auth.task_id => Err(EngineError::TaskMismatch),
+            _ => Ok(auth.task_id),
+        }
+    }
+
+    /// The prompt of the credential's task; extends the lease of an open attempt.
+    pub async fn fetch_prompt(
+        &self,
+        auth: &WorkerAuth,
+        task: Option<TaskId>,
+    ) -> Result<PromptView, EngineError> {
+        let task_id = Self::bind(auth, task)?;
+        if let Some(cell) = self.inner.live.get(&task_id) {
+            let mut state = cell.lock();
+            let deadline = self.touch(&mut state, auth.attempt);
+            let t = &state.task;
+            return Ok(PromptView {
+                task_id,
+                attempt: auth.attempt,
+                agent: t.agent.clone(),
+                system: t.system.clone(),
+                prompt: t.prompt.clone(),
+                input: t.input.clone(),
+                deadline,
+            });
+        }
+        let t = self
+            .inner
+            .store
+            .task(task_id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(format!("task {task_id}")))?;
+        Ok(PromptView {
+            task_id,
+            attempt: auth.attempt,
+            agent: t.agent,
+            system: t.system,
+            prompt: t.prompt,
+            input: t.input,
+            deadline: t.finished_ms.unwrap_or(t.updated_ms),
+        })
+    }
+
+    /// Extends the lease when `attempt` is the open one; returns the deadline (unix ms).
+    fn touch(&self, state: &mut TaskState, attempt: u32) -> u64 {
+        match state.run.as_mut() {
+            Some(run) if run.attempt == attempt && run.open => {
+                run.extend_lease(Instant::now(), self.inner.clock.now_ms());
+                run.lease_deadline_ms
+            }
+            Some(run) => run.lease_deadline_ms,
+            None => 0,
+        }
+    }
+
+    /// Appends worker output (no Finals: those go through `post_result`).
+    /// Returns the last sequence number written.
+    pub async fn worker_output(
+        &self,
+        auth: &WorkerAuth,
+        task: Option<TaskId>,
+        events: Vec<OutputEvent>,
+    ) -> Result<u64, EngineError> {
+        let task_id = Self::bind(auth, task)?;
+        if events.is_empty() {
+            return Err(EngineError::BadRequest("no output events".into()));
+        }
+        if events
+            .iter()
+            .any(|e| matches!(e, OutputEvent::Final { .. }))
+        {
+            return Err(EngineError::BadRequest(
+                "a final is posted with /v1/worker/result or /v1/worker/submit".into(),
+            ));
+        }
+        let session = self.open_for_write(task_id, auth.attempt)?;
+        let records = self
+            .append_and_publish(task_id, auth.attempt, session, "worker", events)
+            .await?;
+        Ok(records.last().map_or(0, |r| r.seq))
+    }
+
+    /// Checks the fence and extends the lease; returns the task's session.
+    fn open_for_write(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+    ) -> Result<Option<crate::ids::SessionId>, EngineError> {
+        let cell = self
+            .inner
+            .live
+            .get(&task_id)
+            .ok_or(EngineError::TaskTerminal)?;
+        let mut state = cell.lock();
+        check_open(&state, attempt)?;
+        self.touch(&mut state, attempt);
+        Ok(state.task.session)
+    }
+
+    /// Posts the attempt's Final (SPEC §6.5): once per attempt; a retry with
+    /// the same `Idempotency-Key` and body replays the first answer.
+    pub async fn post_result(
+        &self,
+        auth: &WorkerAuth,
+        post: ResultPost,
+    ) -> Result<ResultAck, EngineError> {
+        let task_id = Self::bind(auth, post.task_id)?;
+        if post.attempt.is_some_and(|a| a != auth.attempt) {
+            return Err(EngineError::AttemptSuperseded {
+                attempt: post.attempt.unwrap_or_default(),
+                current: auth.attempt,
+            });
+        }
+        let ack = ResultAck {
+            task_id,
+            attempt: auth.attempt,
+            accepted: true,
+        };
+        let mine = PostedFinal {
+            idempotency_key: post.idempotency_key.clone(),
+            body_digest: post.body_digest,
+        };
+        let replay = |first: &PostedFinal| -> Result<ResultAck, EngineError> {
+            match (&first.idempotency_key, &mine.idempotency_key) {
+                (Some(a), Some(b)) if a == b && first.body_digest == mine.body_digest => {
+                    Ok(ack.clone())
+                }
+                (Some(a), Some(b)) if a == b => Err(EngineError::IdempotencyConflict),
+                _ => Err(EngineError::AlreadyFinal),
+            }
+        };
+        let (cell, session) = {
+            let Some(cell) = self.inner.live.get(&task_id) else {
+                return match self.inner.recent.get(task_id, auth.attempt) {
+                    Some(first) => replay(&first),
+                    None => Err(EngineError::TaskTerminal),
+                };
+            };
+            let mut state = cell.lock();
+            if let Some(first) = state
+                .run
+                .as_ref()
+                .filter(|r| r.attempt == auth.attempt)
+                .and_then(|r| r.posted.as_ref())
+            {
+                return replay(first);
+            }
+            check_open(&state, auth.attempt)?;
+            self.touch(&mut state, auth.attempt);
+            if let Some(run) = state.run.as_mut() {
+                run.posted = Some(mine.clone());
+            }
+            let session = state.task.session;
+            drop(state);
+            (cell, session)
+        };
+        let event = OutputEvent::Final {
+            content: ContentRef::Inline { value: post.value },
+            ok: post.ok,
+        };
+        let appended = self
+            .append_and_publish(task_id, auth.attempt, session, "worker", vec![event])
+            .await;
+        let mut state = cell.lock();
+        let run = state.run.as_mut().filter(|r| r.attempt == auth.attempt);
+        match appended {
+            Ok(_) => {
+                if let Some(run) = run {
+                    run.posted_tx.send_replace(true);
+                }
+                drop(state);
+                self.inner.recent.remember(task_id, auth.attempt, mine);
+                Ok(ack)
+            }
+            Err(e) => {
+                // Nothing was stored: let the worker try again.
+                if let Some(run) = run {
+                    run.posted = None;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Extends the lease; re-mints the token (and moves the handle's expiry)
+    /// when less than a third of its lifetime is left (SPEC §5.6).
+    pub async fn heartbeat(
+        &self,
+        auth: &WorkerAuth,
+        task: Option<TaskId>,
+    ) -> Result<HeartbeatAck, EngineError> {
+        let task_id = Self::bind(auth, task)?;
+        let ttl = self.inner.config.worker_token_ttl_secs;
+        let now_secs = self.inner.clock.now_secs();
+        let (deadline, handle_digest, current_exp) = {
+            let cell = self
+                .inner
+                .live
+                .get(&task_id)
+                .ok_or(EngineError::TaskTerminal)?;
+            let mut state = cell.lock();
+            check_open(&state, auth.attempt)?;
+            let deadline = self.touch(&mut state, auth.attempt);
+            let run = state.run.as_ref().ok_or(EngineError::TaskTerminal)?;
+            (
+                deadline,
+                run.handle_digest,
+                run.token_exp_secs.max(auth.exp_secs),
+            )
+        };
+        let remaining = current_exp.saturating_sub(now_secs);
+        if remaining * 3 >= ttl {
+            return Ok(HeartbeatAck {
+                deadline,
+                token: None,
+                handle_expires: current_exp,
+            });
+        }
+        let minted = self
+            .inner
+            .tokens
+            .mint_worker(task_id, auth.attempt, ttl)
+            .map_err(EngineError::Unauthorized)?;
+        let mut ops = Vec::new();
+        if let Some(digest) = handle_digest {
+            let mut handles = self.handles();
+            if let Some(record) = handles.get_mut(&digest) {
+                record.exp_secs = minted.expires_secs;
+                ops.push(WriteOp::PutHandle {
+                    digest,
+                    record: record.clone(),
+                });
+            }
+        }
+        if let Some(cell) = self.inner.live.get(&task_id)
+            && let Some(run) = cell
+                .lock()
+                .run
+                .as_mut()
+                .filter(|r| r.attempt == auth.attempt)
+        {
+            run.token_exp_secs = minted.expires_secs;
+        }
+        self.submit_and_wait(ops, Vec::new()).await?;
+        Ok(HeartbeatAck {
+            deadline,
+            token: Some(minted.token.expose().to_owned()),
+            handle_expires: minted.expires_secs,
+        })
+    }
+}
+
+impl Engine {
+    /// A fresh token for the same attempt and handle, with the handle's
+    /// expiry moved along (SPEC §10.4: a parked `spawn` re-minted at
+    /// delivery). Refused once the attempt is no longer the open one.
+    pub async fn refresh_credential(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+        old: &crate::spawn::WorkerCredential,
+    ) -> Result<crate::spawn::WorkerCredential, EngineError> {
+        {
+            let cell = self
+                .inner
+                .live
+                .get(&task_id)
+                .ok_or(EngineError::TaskTerminal)?;
+            check_open(&cell.lock(), attempt)?;
+        }
+        let handle = WorkerHandle::parse(old.handle()).map_err(EngineError::Unauthorized)?;
+        let digest = handle.digest();
+        let minted = self
+            .inner
+            .tokens
+            .mint_worker(task_id, attempt, self.inner.config.worker_token_ttl_secs)
+            .map_err(EngineError::Unauthorized)?;
+        let record = {
+            let mut handles = self.handles();
+            let record = handles
+                .get_mut(&digest)
+                .filter(|r| r.task_id == task_id && r.attempt == attempt)
+                .ok_or(EngineError::HandleExpired)?;
+            record.exp_secs = minted.expires_secs;
+            record.clone()
+        };
+        if let Some(cell) = self.inner.live.get(&task_id)
+            && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt)
+        {
+            run.token_exp_secs = minted.expires_secs;
+        }
+        self.submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())
+            .await?;
+        Ok(crate::spawn::WorkerCredential::new(
+            minted.token.expose().to_owned(),
+            old.handle().to_owned(),
+            minted.expires_secs,
+        ))
+    }
+}

@@ -1,0 +1,609 @@
+//! Engine behaviour end to end with scripted in-process workers and memory
+//! stores: outcomes, retries, leases, cancel, queueing, late writes and
+//! recovery. Timers run on paused tokio time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use swarmd_engine::event::Event;
+use swarmd_engine::gate::Verb;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::store::{MemoryTaskStore, TaskStore};
+use swarmd_engine::task::{
+    AttemptOutcome, PolicyOverrides, RetryOn, SpawnerKind, TaskSpec, TaskStatus,
+};
+use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver, engine_with, memory_engine};
+use swarmd_engine::{Engine, EngineConfig, EngineError, ResultPost, body_digest};
+use swarmd_output_store::{MemoryOutputStore, OutputStore};
+
+const WAIT: Duration = Duration::from_secs(3600);
+
+fn spec(agent: &str) -> TaskSpec {
+    TaskSpec {
+        agent: agent.into(),
+        prompt: "do it".into(),
+        ..TaskSpec::default()
+    }
+}
+
+fn engine_for(spawner: Arc<ScriptedSpawner>, concurrency: Option<usize>) -> Engine {
+    let resolver = StaticResolver::new().with("a", SpawnerKind::InProcess, concurrency, spawner);
+    memory_engine(Arc::new(resolver), EngineConfig::default())
+}
+
+fn post(task: TaskId, value: serde_json::Value, key: Option<&str>) -> ResultPost {
+    let body = serde_json::to_vec(&value).unwrap();
+    ResultPost {
+        task_id: Some(task),
+        attempt: None,
+        value,
+        ok: true,
+        idempotency_key: key.map(str::to_owned),
+        body_digest: body_digest(&body),
+    }
+}
+
+/// Waits (on paused time) until the spawner has seen `n` spawns of `task`.
+async fn spawned(spawner: &ScriptedSpawner, task: TaskId, n: usize) {
+    for _ in 0..10_000 {
+        if spawner.spawned().iter().filter(|s| s.0 == task).count() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("task {task} was not spawned {n} times");
+}
+
+#[tokio::test(start_paused = true)]
+async fn final_ok_passes_and_events_are_gapless() {
+    let spawner = ScriptedSpawner::new(|_| Script::Final {
+        value: json!("done"),
+        ok: true,
+    });
+    let engine = engine_for(spawner, None);
+    let mut events = engine.subscribe();
+    let task = engine.spawn_task(spec("a")).await.unwrap();
+    let done = engine.wait_task(task.id, WAIT).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Pass);
+    assert_eq!(done.result.unwrap().value, json!("done"));
+
+    let mut kinds = Vec::new();
+    let mut last_seq = 0;
+    while let Ok(rec) = events.try_recv() {
+        assert_eq!(rec.seq, last_seq + 1, "no gaps, no reordering");
+        last_seq = rec.seq;
+        kinds.push(rec.event.kind());
+    }
+    assert_eq!(
+        kinds,
+        [
+            "task_created",
+            "task_queued",
+            "attempt_started",
+            "output",
+            "attempt_finished",
+            "task_finished"
+        ]
+    );
+    let logged = engine.events_after(0, 100).await.unwrap();
+    assert_eq!(
+        logged.len(),
+        kinds.len(),
+        "the log and the broadcast carry the same list"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn final_not_ok_blocks_and_missing_final_fails() {
+    let spawner = ScriptedSpawner::new(|ctx| match ctx.agent.as_str() {
+        _ if ctx.task_id.to_string().is_empty() => unreachable!(),
+        _ => Script::NoFinal,
+    });
+    let engine = engine_for(spawner, None);
+    let t = engine.spawn_task(spec("a")).await.unwrap();
+    let t = engine.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!(t.status(), TaskStatus::Failed);
+    assert!(t.reason.unwrap().contains("without a final"));
+
+    let spawner = ScriptedSpawner::new(|_| Script::Final {
+        value: json!({"why": "no"}),
+        ok: false,
+    });
+    let engine = engine_for(spawner, None);
+    let t = engine.spawn_task(spec("a")).await.unwrap();
+    let t = engine.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!(t.status(), TaskStatus::Blocked);
+    assert!(!t.result.unwrap().ok);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_failure_then_pass() {
+    let spawner = ScriptedSpawner::new(|ctx| {
+        if ctx.attempt == 1 {
+            Script::Error("boom".into())
+        } else {
+            Script::Final {
+                value: json!(ctx.attempt),
+                ok: true,
+            }
+        }
+    });
+    let engine = engine_for(spawner, None);
+    let mut s = spec("a");
+    s.policy = PolicyOverrides {
+        max_attempts: Some(3),
+        ..PolicyOverrides::default()
+    };
+    let t = engine.spawn_task(s).await.unwrap();
+    let t = engine.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!(t.status(), TaskStatus::Pass);
+    assert_eq!(t.attempt, 2);
+    let view = engine.task_view(t.id).await.unwrap().unwrap();
+    let outcomes: Vec<_> = view.attempts.iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [Some(AttemptOutcome::Failed), Some(AttemptOutcome::Pass)]
+    );
+    assert_eq!(view.attempts[0].reason.as_deref(), Some("boom"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocked_is_retried_only_when_the_policy_says_so() {
+    let spawner = ScriptedSpawner::new(|ctx| Script::Final {
+        value: json!(ctx.attempt),
+        ok: ctx.attempt > 1,
+    });
+    let engine = engine_for(spawner, None);
+    let mut s = spec("a");
+    s.policy.max_attempts = Some(2);
+    let t = engine.spawn_task(s.clone()).await.unwrap();
+    let t = engine.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!((t.status(), t.attempt), (TaskStatus::Blocked, 1));
+
+    s.policy.retry_on = Some(vec![RetryOn::Blocked]);
+    let t = engine.spawn_task(s).await.unwrap();
+    let t = engine.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!((t.status(), t.attempt), (TaskStatus::Pass, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_expiry_fails_the_attempt() {
+    let spawner = ScriptedSpawner::new(|_| Script::Hang);
+    let engine = engine_for(spawner, None);
+    let mut s = spec("a");
+    s.policy.attempt_timeout_secs = Some(5);
+    let t = engine.spawn_task(s).await.unwrap();
+    let t = engine.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!(t.status(), TaskStatus::Failed);
+    assert_eq!(t.reason.as_deref(), Some("lease expired"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn worker_activity_extends_the_lease() {
+    let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let engine = engine_for(spawner.clone(), None);
+    let mut s = spec("a");
+    s.policy.attempt_timeout_secs = Some(10);
+    let t = engine.spawn_task(s).await.unwrap();
+    spawned(&spawner, t.id, 1).await;
+    let handle = spawner.credential(t.id).unwrap().handle().to_owned();
+    let auth = engine
+        .authenticate_worker(&handle, Verb::Heartbeat)
+        .unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        engine.heartbeat(&auth, None).await.unwrap();
+    }
+    assert_eq!(
+        engine.get_task(t.id).await.unwrap().unwrap().status(),
+        TaskStatus::Running
+    );
+    let auth = engine
+        .authenticate_worker(&handle, Verb::PostResult)
+        .unwrap();
+    engine
+        .post_result(&auth, post(t.id, json!("ok"), None))
+        .await
+        .unwrap();
+    let t = engine.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!(t.status(), TaskStatus::Pass);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_fences_the_attempt_and_late_results_get_410() {
+    let spawner = ScriptedSpawner::new(|_| Script::Hang);
+    let engine = engine_for(spawner.clone(), None);
+    let t = engine.spawn_task(spec("a")).await.unwrap();
+    spawned(&spawner, t.id, 1).await;
+    let cred = spawner.credential(t.id).unwrap();
+    let cancelled = engine.cancel_task(t.id, Some("stop".into())).await.unwrap();
+    assert_eq!(cancelled.status(), TaskStatus::Cancelled);
+    let auth = engine
+        .authenticate_worker(cred.token(), Verb::PostResult)
+        .unwrap();
+    let err = engine
+        .post_result(&auth, post(t.id, json!(1), None))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "task_terminal");
+    // The attempt ends as cancelled once the worker stopped.
+    engine.wait_task(t.id, WAIT).await.unwrap();
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let view = engine.task_view(t.id).await.unwrap().unwrap();
+    assert_eq!(view.attempts[0].outcome, Some(AttemptOutcome::Cancelled));
+    assert_eq!(engine.load(), (0, 0), "the slot was given back");
+    // Cancelling again is a no-op.
+    assert_eq!(
+        engine.cancel_task(t.id, None).await.unwrap().status(),
+        TaskStatus::Cancelled
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn stale_token_after_retry_is_superseded() {
+    let spawner = ScriptedSpawner::new(|ctx| {
+        if ctx.attempt == 1 {
+            Script::Hang
+        } else {
+            Script::AwaitPost
+        }
+    });
+    let engine = engine_for(spawner.clone(), None);
+    let mut s = spec("a");
+    s.policy.max_attempts = Some(2);
+    s.policy.attempt_timeout_secs = Some(5);
+    let t = engine.spawn_task(s).await.unwrap();
+    spawned(&spawner, t.id, 1).await;
+    let old = spawner.credential(t.id).unwrap();
+    spawned(&spawner, t.id, 2).await;
+    let new = spawner.credential(t.id).unwrap();
+
+    let stale = engine
+        .authenticate_worker(old.handle(), Verb::PostResult)
+        .unwrap();
+    let err = engine
+        .post_result(&stale, post(t.id, json!(1), None))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "attempt_superseded");
+    let out = vec![swarmd_output_store::OutputEvent::Progress {
+        stage: "x".into(),
+        note: None,
+    }];
+    let err = engine
+        .worker_output(&stale, None, out.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "attempt_superseded");
+
+    let fresh = engine
+        .authenticate_worker(new.token(), Verb::EmitOutput)
+        .unwrap();
+    engine.worker_output(&fresh, None, out).await.unwrap();
+    let fresh = engine
+        .authenticate_worker(new.token(), Verb::PostResult)
+        .unwrap();
+    engine
+        .post_result(&fresh, post(t.id, json!(2), None))
+        .await
+        .unwrap();
+    let t = engine.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!((t.status(), t.attempt), (TaskStatus::Pass, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn duplicate_results_conflict_unless_idempotent_replay() {
+    let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let engine = engine_for(spawner.clone(), None);
+    let t = engine.spawn_task(spec("a")).await.unwrap();
+    spawned(&spawner, t.id, 1).await;
+    let cred = spawner.credential(t.id).unwrap();
+    let auth = engine
+        .authenticate_worker(cred.handle(), Verb::PostResult)
+        .unwrap();
+
+    let first = engine
+        .post_result(&auth, post(t.id, json!("v"), Some("k1")))
+        .await
+        .unwrap();
+    let replay = engine
+        .post_result(&auth, post(t.id, json!("v"), Some("k1")))
+        .await
+        .unwrap();
+    assert_eq!(first, replay);
+    let err = engine
+        .post_result(&auth, post(t.id, json!("other"), Some("k1")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "idempotency_conflict");
+    let err = engine
+        .post_result(&auth, post(t.id, json!("v"), None))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "already_final");
+
+    let t = engine.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!(t.status(), TaskStatus::Pass);
+    // After the task is terminal the replay still answers the same.
+    let again = engine
+        .post_result(&auth, post(t.id, json!("v"), Some("k1")))
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    let finals = engine
+        .outputs()
+        .tail(t.id.as_uuid(), 1, 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(finals.len(), 1, "nothing was appended twice");
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_agent_concurrency_queues_fifo() {
+    let spawner = ScriptedSpawner::new(|_| Script::Hang);
+    let engine = engine_for(spawner.clone(), Some(1));
+    let a = engine.spawn_task(spec("a")).await.unwrap();
+    let b = engine.spawn_task(spec("a")).await.unwrap();
+    spawned(&spawner, a.id, 1).await;
+    assert_eq!(
+        engine.get_task(b.id).await.unwrap().unwrap().status(),
+        TaskStatus::Queued
+    );
+    assert_eq!(engine.load(), (1, 1));
+    engine.cancel_task(a.id, None).await.unwrap();
+    spawned(&spawner, b.id, 1).await;
+    assert_eq!(
+        engine.get_task(b.id).await.unwrap().unwrap().status(),
+        TaskStatus::Running
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn queue_timeout_fails_a_task_that_never_started() {
+    let spawner = ScriptedSpawner::new(|_| Script::Hang);
+    let engine = engine_for(spawner.clone(), Some(1));
+    let _running = engine.spawn_task(spec("a")).await.unwrap();
+    let mut s = spec("a");
+    s.policy.queue_timeout_secs = Some(2);
+    let waiting = engine.spawn_task(s).await.unwrap();
+    let t = engine.wait_task(waiting.id, WAIT).await.unwrap();
+    assert_eq!(t.status(), TaskStatus::Failed);
+    assert_eq!(t.reason.as_deref(), Some("queue timeout"));
+    assert_eq!(t.attempt, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn spawn_is_idempotent_and_validates() {
+    let spawner = ScriptedSpawner::new(|_| Script::Hang);
+    let engine = engine_for(spawner, None);
+    let mut s = spec("a");
+    s.idempotency_key = Some("key-1".into());
+    let one = engine.spawn_task(s.clone()).await.unwrap();
+    let two = engine.spawn_task(s).await.unwrap();
+    assert_eq!(one.id, two.id);
+
+    let err = engine.spawn_task(spec("nobody")).await.unwrap_err();
+    assert_eq!(err.code(), "not_found");
+    let err = engine.spawn_task(spec("")).await.unwrap_err();
+    assert_eq!(err.code(), "bad_request");
+    let mut deep = spec("a");
+    deep.parent = Some(TaskId::new());
+    assert_eq!(
+        engine.spawn_task(deep).await.unwrap_err().code(),
+        "not_found"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn spawn_depth_is_limited() {
+    let spawner = ScriptedSpawner::new(|_| Script::Hang);
+    let resolver = StaticResolver::new().with("a", SpawnerKind::InProcess, None, spawner);
+    let config = EngineConfig {
+        max_spawn_depth: 1,
+        ..EngineConfig::default()
+    };
+    let engine = memory_engine(Arc::new(resolver), config);
+    let root = engine.spawn_task(spec("a")).await.unwrap();
+    let mut child = spec("a");
+    child.parent = Some(root.id);
+    let child = engine.spawn_task(child).await.unwrap();
+    assert_eq!(child.depth, 1);
+    let mut grandchild = spec("a");
+    grandchild.parent = Some(child.id);
+    let err = engine.spawn_task(grandchild).await.unwrap_err();
+    assert!(matches!(
+        err,
+        EngineError::DepthExceeded { depth: 2, limit: 1 }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn credentials_are_bound_to_their_task_and_verb() {
+    let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let engine = engine_for(spawner.clone(), None);
+    let a = engine.spawn_task(spec("a")).await.unwrap();
+    let b = engine.spawn_task(spec("a")).await.unwrap();
+    spawned(&spawner, a.id, 1).await;
+    let cred = spawner.credential(a.id).unwrap();
+
+    for bearer in [cred.token(), cred.handle()] {
+        let auth = engine
+            .authenticate_worker(bearer, Verb::FetchPrompt)
+            .unwrap();
+        let prompt = engine.fetch_prompt(&auth, Some(a.id)).await.unwrap();
+        assert_eq!(prompt.prompt, "do it");
+        let err = engine.fetch_prompt(&auth, Some(b.id)).await.unwrap_err();
+        assert_eq!(err.code(), "task_mismatch");
+    }
+    // Worker credentials carry only the worker leaf verbs.
+    let err = engine
+        .authenticate_worker(cred.token(), Verb::CancelTask)
+        .unwrap_err();
+    assert_eq!(err.code(), "forbidden");
+    let err = engine
+        .authenticate_worker(cred.handle(), Verb::SpawnTask)
+        .unwrap_err();
+    assert_eq!(err.code(), "forbidden");
+    // A mutated token or an unknown handle is refused with one uniform code.
+    let mut bad = cred.token().to_owned();
+    bad.pop();
+    assert_eq!(
+        engine
+            .authenticate_worker(&bad, Verb::FetchPrompt)
+            .unwrap_err()
+            .code(),
+        "unauthorized"
+    );
+    let unknown = format!("wh-{}", "0".repeat(32));
+    assert_eq!(
+        engine
+            .authenticate_worker(&unknown, Verb::FetchPrompt)
+            .unwrap_err()
+            .code(),
+        "unauthorized"
+    );
+    let huge = "x".repeat(4096);
+    assert_eq!(
+        engine
+            .authenticate_worker(&huge, Verb::FetchPrompt)
+            .unwrap_err()
+            .code(),
+        "unauthorized"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeat_remints_near_expiry_and_handles_expire() {
+    let clock = Arc::new(swarmd_engine::clock::ManualClock::new(1_000_000_000));
+    let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let resolver = StaticResolver::new().with("a", SpawnerKind::InProcess, None, spawner.clone());
+    let config = EngineConfig {
+        worker_token_ttl_secs: 300,
+        ..EngineConfig::default()
+    };
+    let engine = engine_with(
+        Arc::new(resolver),
+        Arc::new(MemoryTaskStore::new()),
+        Arc::new(MemoryOutputStore::new()),
+        config,
+        clock.clone(),
+    );
+    let mut s = spec("a");
+    s.policy.attempt_timeout_secs = Some(100_000);
+    let t = engine.spawn_task(s).await.unwrap();
+    spawned(&spawner, t.id, 1).await;
+    let cred = spawner.credential(t.id).unwrap();
+    let auth = engine
+        .authenticate_worker(cred.handle(), Verb::Heartbeat)
+        .unwrap();
+    let ack = engine.heartbeat(&auth, None).await.unwrap();
+    assert!(ack.token.is_none(), "plenty of lifetime left");
+
+    clock.advance_ms(250_000);
+    let auth = engine
+        .authenticate_worker(cred.handle(), Verb::Heartbeat)
+        .unwrap();
+    let ack = engine.heartbeat(&auth, None).await.unwrap();
+    let fresh = ack.token.expect("re-minted with less than a third left");
+    assert!(ack.handle_expires >= 1_000_000 + 250 + 300);
+
+    clock.advance_ms(200_000);
+    // The old token is past exp + leeway; the handle moved with the new token.
+    assert_eq!(
+        engine
+            .authenticate_worker(cred.token(), Verb::Heartbeat)
+            .unwrap_err()
+            .code(),
+        "token_expired"
+    );
+    engine
+        .authenticate_worker(cred.handle(), Verb::Heartbeat)
+        .unwrap();
+    engine.authenticate_worker(&fresh, Verb::Heartbeat).unwrap();
+
+    clock.advance_ms(400_000);
+    let err = engine
+        .authenticate_worker(cred.handle(), Verb::Heartbeat)
+        .unwrap_err();
+    assert_eq!(err.code(), "handle_expired");
+}
+
+#[tokio::test(start_paused = true)]
+async fn recovery_fails_interrupted_work_and_resumes_delegated_attempts() {
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new());
+    let outputs: Arc<dyn OutputStore> = Arc::new(MemoryOutputStore::new());
+    let clock = Arc::new(swarmd_engine::clock::SystemClock);
+    let local = ScriptedSpawner::new(|_| Script::Hang);
+    let remote = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let resolver = || {
+        Arc::new(
+            StaticResolver::new()
+                .with("local", SpawnerKind::Process, None, local.clone())
+                .with("remote", SpawnerKind::Operator, None, remote.clone())
+                .with("slow", SpawnerKind::Process, Some(1), local.clone()),
+        )
+    };
+    let first = engine_with(
+        resolver(),
+        store.clone(),
+        outputs.clone(),
+        EngineConfig::default(),
+        clock.clone(),
+    );
+    let interrupted = first.spawn_task(spec("local")).await.unwrap();
+    let mut retried = spec("local");
+    retried.policy.max_attempts = Some(2);
+    let retried = first.spawn_task(retried).await.unwrap();
+    let delegated = first.spawn_task(spec("remote")).await.unwrap();
+    spawned(&local, interrupted.id, 1).await;
+    spawned(&local, retried.id, 1).await;
+    spawned(&remote, delegated.id, 1).await;
+    let handle = remote.credential(delegated.id).unwrap().handle().to_owned();
+    // The old process dies: its engine is dropped without any shutdown.
+    drop(first);
+
+    let second = engine_with(
+        resolver(),
+        store.clone(),
+        outputs.clone(),
+        EngineConfig::default(),
+        clock.clone(),
+    );
+    let report = second.recover().await.unwrap();
+    assert_eq!(
+        (report.interrupted, report.retried, report.resumed),
+        (2, 1, 1)
+    );
+    let t = second.wait_task(interrupted.id, WAIT).await.unwrap();
+    assert_eq!(
+        (t.status(), t.reason.as_deref()),
+        (TaskStatus::Failed, Some("interrupted"))
+    );
+    spawned(&local, retried.id, 2).await;
+
+    // The SubAgent posts with its old handle and the task passes.
+    let auth = second
+        .authenticate_worker(&handle, Verb::PostResult)
+        .unwrap();
+    second
+        .post_result(&auth, post(delegated.id, json!("late but fine"), None))
+        .await
+        .unwrap();
+    let t = second.wait_task(delegated.id, WAIT).await.unwrap();
+    assert_eq!(t.status(), TaskStatus::Pass);
+    assert_eq!(t.result.unwrap().value, json!("late but fine"));
+
+    // The event log continues without reusing sequence numbers.
+    let events = second.events_after(0, 10_000).await.unwrap();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "gapless: {seqs:?}"
+    );
+    assert!(events.iter().any(
+        |e| matches!(e.event, Event::TaskFinished { task_id, .. } if task_id == delegated.id)
+    ));
+}

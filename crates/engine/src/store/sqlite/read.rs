@@ -4,7 +4,9 @@
 use std::sync::LazyLock;
 
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+use rusqlite::{
+    CachedStatement, Connection, OptionalExtension, Params, Row, params, params_from_iter,
+};
 use serde::de::DeserializeOwned;
 use swarmd_output_store::StoreError;
 use uuid::Uuid;
@@ -53,6 +55,19 @@ fn json<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> Result<T, StoreErro
     Ok(serde_json::from_str(text)?)
 }
 
+/// Runs `stmt` and decodes the JSON body in the first column of every row.
+fn bodies<T: DeserializeOwned>(
+    mut stmt: CachedStatement<'_>,
+    params: impl Params,
+) -> Result<Vec<T>, StoreError> {
+    let mut rows = stmt.query(params)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(json(row, 0)?);
+    }
+    Ok(out)
+}
+
 pub(super) fn task(conn: &Connection, id: TaskId) -> Result<Option<Task>, StoreError> {
     let mut stmt = conn.prepare_cached("SELECT body FROM tasks WHERE id = ?1")?;
     let mut rows = stmt.query(params![task_key(id)])?;
@@ -60,14 +75,8 @@ pub(super) fn task(conn: &Connection, id: TaskId) -> Result<Option<Task>, StoreE
 }
 
 pub(super) fn attempts(conn: &Connection, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
-    let mut stmt =
-        conn.prepare_cached("SELECT body FROM attempts WHERE task = ?1 ORDER BY attempt")?;
-    let mut rows = stmt.query(params![task_key(id)])?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        out.push(json(row, 0)?);
-    }
-    Ok(out)
+    let stmt = conn.prepare_cached("SELECT body FROM attempts WHERE task = ?1 ORDER BY attempt")?;
+    bodies(stmt, params![task_key(id)])
 }
 
 /// Newest first; each combination of filters is its own cached statement.
@@ -88,13 +97,7 @@ pub(super) fn list_tasks(conn: &Connection, filter: &TaskFilter) -> Result<Vec<T
     }
     sql.push_str(" ORDER BY id DESC LIMIT ?");
     args.push(SqlValue::Integer(sql_limit(filter.limit)));
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query(params_from_iter(args))?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        out.push(json(row, 0)?);
-    }
-    Ok(out)
+    bodies(conn.prepare_cached(&sql)?, params_from_iter(args))
 }
 
 pub(super) fn task_for_key(conn: &Connection, key: &str) -> Result<Option<TaskId>, StoreError> {
@@ -114,14 +117,9 @@ pub(super) fn events_after(
     let Ok(after) = i64::try_from(after_seq) else {
         return Ok(Vec::new());
     };
-    let mut stmt =
+    let stmt =
         conn.prepare_cached("SELECT body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
-    let mut rows = stmt.query(params![after, sql_limit(limit)])?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        out.push(json(row, 0)?);
-    }
-    Ok(out)
+    bodies(stmt, params![after, sql_limit(limit)])
 }
 
 /// Newest first; the record's `id` is the row id the store assigned.
@@ -157,15 +155,14 @@ pub(super) fn audit(
 /// from the same commit.
 pub(super) fn load_live(conn: &Connection, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
     let snapshot = conn.unchecked_transaction()?;
-    let mut snap = LiveSnapshot::default();
-
-    let mut stmt = snapshot.prepare_cached(&LIVE_TASKS)?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        snap.tasks.push(json(row, 0)?);
-    }
-    drop(rows);
-    drop(stmt);
+    let mut snap = LiveSnapshot {
+        tasks: bodies(snapshot.prepare_cached(&LIVE_TASKS)?, [])?,
+        sessions: bodies(
+            snapshot.prepare_cached("SELECT body FROM sessions ORDER BY sid")?,
+            [],
+        )?,
+        ..LiveSnapshot::default()
+    };
 
     let mut stmt = snapshot.prepare_cached(
         "SELECT body FROM attempts WHERE task = ?1 ORDER BY attempt DESC LIMIT 1",
@@ -176,9 +173,8 @@ pub(super) fn load_live(conn: &Connection, now_secs: u64) -> Result<LiveSnapshot
             snap.attempts.push(json(row, 0)?);
         }
     }
-    drop(stmt);
 
-    // An expiry beyond i64 leaves nothing unexpired.
+    // Stored expiries fit in i64, so a `now` beyond it has expired them all.
     if let Ok(now) = i64::try_from(now_secs) {
         let mut stmt = snapshot.prepare_cached(
             "SELECT digest, body FROM handles WHERE exp_secs > ?1 ORDER BY digest",
@@ -189,14 +185,6 @@ pub(super) fn load_live(conn: &Connection, now_secs: u64) -> Result<LiveSnapshot
             snap.handles.push((digest, json(row, 1)?));
         }
     }
-
-    let mut stmt = snapshot.prepare_cached("SELECT body FROM sessions ORDER BY sid")?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        snap.sessions.push(json(row, 0)?);
-    }
-    drop(rows);
-    drop(stmt);
 
     let stored: Option<u64> = snapshot
         .prepare_cached("SELECT MAX(seq) FROM events")?

@@ -1,0 +1,163 @@
+//! `audit` (base layer, SPEC §8.3): a durable audit record when an attempt is
+//! spawned (or fails to spawn) and when it completes.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::json;
+use swarmd_engine::audit::{AuditAction, AuditRecord};
+use swarmd_engine::auth::fingerprint;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::{Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+use tokio::time::Instant;
+
+use crate::stack::{Observed, SpawnerLayer, wrap_join};
+
+/// Builds [`Audit`] wrappers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AuditLayer;
+
+impl SpawnerLayer for AuditLayer {
+    fn wrap(&self, inner: Arc<dyn SpawnerAdapter>) -> Arc<dyn SpawnerAdapter> {
+        Arc::new(Audit { inner })
+    }
+}
+
+/// Writes `spawned` / `spawn_failed` with the token's fingerprint, then
+/// `completed` with the outcome and elapsed time. A join abandoned before it
+/// completes is recorded as `abandoned`.
+#[derive(Debug)]
+pub struct Audit {
+    inner: Arc<dyn SpawnerAdapter>,
+}
+
+#[async_trait]
+impl SpawnerAdapter for Audit {
+    async fn spawn(
+        &self,
+        engine: &Engine,
+        ctx: Ctx,
+        task_id: TaskId,
+        attempt: u32,
+        token: WorkerCredential,
+    ) -> Result<Box<dyn Worker>, SpawnError> {
+        let template = AuditRecord {
+            id: 0,
+            ts_ms: 0,
+            task_id,
+            attempt,
+            agent: ctx.agent.clone(),
+            session: ctx.session,
+            action: AuditAction::Spawned,
+            detail: json!({ "token_fingerprint": fingerprint(token.token()) }),
+        };
+        let started = Instant::now();
+        let worker = match self.inner.spawn(engine, ctx, task_id, attempt, token).await {
+            Ok(worker) => worker,
+            Err(error) => {
+                let mut record = template;
+                record.action = AuditAction::SpawnFailed;
+                record.detail["error"] = json!(error.to_string());
+                write(engine, record);
+                return Err(error);
+            }
+        };
+        write(engine, template.clone());
+        let mut pending = Pending {
+            engine: engine.clone(),
+            record: Some(template),
+            started,
+        };
+        Ok(wrap_join(worker, move |joined| async move {
+            let observed = Observed::read(&pending.engine, task_id, attempt, &joined).await;
+            pending.complete(json!({
+                "outcome": observed.outcome.as_str(),
+                "reason": observed.reason,
+            }));
+            joined
+        }))
+    }
+}
+
+/// The completion record still owed; written as `abandoned` if dropped.
+struct Pending {
+    engine: Engine,
+    record: Option<AuditRecord>,
+    started: Instant,
+}
+
+impl Pending {
+    fn complete(&mut self, mut detail: serde_json::Value) {
+        if let Some(mut record) = self.record.take() {
+            detail["elapsed_ms"] = json!(self.started.elapsed().as_millis() as u64);
+            record.action = AuditAction::Completed;
+            record.detail = detail;
+            write(&self.engine, record);
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.complete(json!({ "outcome": "abandoned" }));
+    }
+}
+
+fn write(engine: &Engine, mut record: AuditRecord) {
+    record.ts_ms = engine.clock().now_ms();
+    engine.audit(record);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Act, FinalSpawner, call_log, engine_running, run_task};
+    use swarmd_engine::task::{PolicyOverrides, TaskStatus};
+
+    async fn audited(act: Act) -> (TaskStatus, Vec<AuditRecord>) {
+        let base = FinalSpawner::arc(act, &call_log());
+        let engine = engine_running("a", AuditLayer.wrap(base));
+        let task = run_task(&engine, "a", PolicyOverrides::default()).await;
+        let mut records = engine.audit_records(Some(task.id), 100).await.unwrap();
+        records.sort_by_key(|r| r.id);
+        (task.status(), records)
+    }
+
+    #[tokio::test]
+    async fn spawn_and_completion_are_recorded_with_fingerprint_and_outcome() {
+        let (status, records) = audited(Act::Final(json!("x"), false)).await;
+        assert_eq!(status, TaskStatus::Blocked);
+        let actions: Vec<_> = records.iter().map(|r| r.action).collect();
+        assert_eq!(actions, [AuditAction::Spawned, AuditAction::Completed]);
+        let fp = records[0].detail["token_fingerprint"].as_str().unwrap();
+        assert_eq!(fp.len(), 12);
+        assert!(fp.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(records[1].detail["outcome"], "blocked");
+        assert!(records[1].detail["elapsed_ms"].is_u64());
+        assert!(records.iter().all(|r| r.agent == "a" && r.attempt == 1));
+    }
+
+    #[tokio::test]
+    async fn a_failed_spawn_is_recorded_with_its_error() {
+        let (status, records) = audited(Act::Refuse("no binary".into())).await;
+        assert_eq!(status, TaskStatus::Failed);
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].action, AuditAction::SpawnFailed);
+        assert!(
+            records[0].detail["error"]
+                .as_str()
+                .unwrap()
+                .contains("no binary")
+        );
+    }
+
+    #[tokio::test]
+    async fn no_final_is_recorded_as_failed() {
+        let (_, records) = audited(Act::Nothing).await;
+        assert_eq!(records[1].detail["outcome"], "failed");
+        assert_eq!(
+            records[1].detail["reason"],
+            "the worker finished without a final"
+        );
+    }
+}

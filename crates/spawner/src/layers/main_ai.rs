@@ -1,0 +1,196 @@
+//! `main_ai` (hint layer, SPEC §8.3): for sessions of kind `main_ai` or
+//! `composite`, `hook_before` must be acknowledged before the attempt starts;
+//! `hook_after` reports the result, fire and forget.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::operator::{HookAck, HookRequest};
+use swarmd_engine::{Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+
+use crate::stack::{Observed, SpawnerLayer, wrap_join};
+
+/// Builds [`MainAi`] wrappers; `hook_timeout` bounds the wait for `hook_ack`.
+#[derive(Debug, Clone, Copy)]
+pub struct MainAiLayer {
+    pub hook_timeout: Duration,
+}
+
+impl SpawnerLayer for MainAiLayer {
+    fn wrap(&self, inner: Arc<dyn SpawnerAdapter>) -> Arc<dyn SpawnerAdapter> {
+        Arc::new(MainAi {
+            inner,
+            hook_timeout: self.hook_timeout,
+        })
+    }
+}
+
+/// Asks the owning session before spawning; a refusal, a bridge failure or
+/// silence past the timeout rejects the attempt with the reason.
+#[derive(Debug)]
+pub struct MainAi {
+    inner: Arc<dyn SpawnerAdapter>,
+    hook_timeout: Duration,
+}
+
+#[async_trait]
+impl SpawnerAdapter for MainAi {
+    async fn spawn(
+        &self,
+        engine: &Engine,
+        ctx: Ctx,
+        task_id: TaskId,
+        attempt: u32,
+        token: WorkerCredential,
+    ) -> Result<Box<dyn Worker>, SpawnError> {
+        let hooks = ctx
+            .operator
+            .as_ref()
+            .filter(|session| session.kind.takes_hooks())
+            .and_then(|session| session.hooks.clone());
+        let Some(hooks) = hooks else {
+            return self.inner.spawn(engine, ctx, task_id, attempt, token).await;
+        };
+        let request = HookRequest {
+            task_id,
+            agent: ctx.agent.clone(),
+            attempt,
+        };
+        match tokio::time::timeout(self.hook_timeout, hooks.before(request.clone())).await {
+            Ok(Ok(HookAck { ok: true, .. })) => {}
+            Ok(Ok(HookAck { ok: false, reason })) => {
+                let reason = reason.unwrap_or_else(|| "the MainAI refused the attempt".to_owned());
+                return Err(SpawnError::Rejected(reason));
+            }
+            Ok(Err(e)) => return Err(SpawnError::Rejected(format!("hook_before: {e}"))),
+            Err(_) => {
+                return Err(SpawnError::Rejected(format!(
+                    "no hook_ack within {}s",
+                    self.hook_timeout.as_secs_f64()
+                )));
+            }
+        }
+        let worker = self
+            .inner
+            .spawn(engine, ctx, task_id, attempt, token)
+            .await?;
+        let engine = engine.clone();
+        Ok(wrap_join(worker, move |joined| async move {
+            let observed = Observed::read(&engine, task_id, attempt, &joined).await;
+            hooks.after(request, observed.to_json());
+            joined
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::{Value, json};
+    use swarmd_engine::operator::{BridgeError, SessionKind, SpawnHook};
+    use swarmd_engine::task::{PolicyOverrides, SpawnerKind, TaskStatus};
+
+    use super::*;
+    use crate::testing::{
+        Act, FakeDirectory, FinalSpawner, call_log, calls, engine_with_directory, session,
+        spawn_owned,
+    };
+
+    /// Answers `hook_before` with `ack` (or never, when `None`); records `after`s.
+    #[derive(Debug)]
+    struct FakeHook {
+        ack: Option<HookAck>,
+        afters: Mutex<Vec<(HookRequest, Value)>>,
+    }
+
+    #[async_trait]
+    impl SpawnHook for FakeHook {
+        async fn before(&self, _req: HookRequest) -> Result<HookAck, BridgeError> {
+            match &self.ack {
+                Some(ack) => Ok(ack.clone()),
+                None => std::future::pending().await,
+            }
+        }
+
+        fn after(&self, req: HookRequest, result: Value) {
+            self.afters.lock().unwrap().push((req, result));
+        }
+    }
+
+    async fn hooked(
+        kind: SessionKind,
+        ack: Option<HookAck>,
+    ) -> (TaskStatus, Option<String>, Arc<FakeHook>, Vec<String>) {
+        let hook = Arc::new(FakeHook {
+            ack,
+            afters: Mutex::new(Vec::new()),
+        });
+        let mut info = session(kind);
+        info.hooks = Some(hook.clone());
+        let sid = info.sid;
+        let directory = Arc::new(FakeDirectory::default());
+        directory.add(&["main-ai"], info);
+        let log = call_log();
+        let layer = MainAiLayer {
+            hook_timeout: Duration::from_secs(30),
+        };
+        let stack = layer.wrap(FinalSpawner::arc(Act::Final(json!("v"), true), &log));
+        let engine = engine_with_directory(vec![("a", SpawnerKind::InProcess, stack)], directory);
+        let task = spawn_owned(&engine, "a", Some(sid), PolicyOverrides::default()).await;
+        let done = engine
+            .wait_task(task.id, Duration::from_secs(3600))
+            .await
+            .unwrap();
+        (done.status(), done.reason, hook, calls(&log))
+    }
+
+    #[tokio::test]
+    async fn an_acked_attempt_runs_and_reports_its_result() {
+        let (status, _, hook, calls) = hooked(
+            SessionKind::MainAi,
+            Some(HookAck {
+                ok: true,
+                reason: None,
+            }),
+        )
+        .await;
+        assert_eq!(status, TaskStatus::Pass);
+        assert_eq!(calls, ["base spawn", "base join"]);
+        let afters = hook.afters.lock().unwrap();
+        assert_eq!(afters.len(), 1);
+        assert_eq!(afters[0].0.attempt, 1);
+        assert_eq!(afters[0].1["outcome"], "pass");
+        assert_eq!(afters[0].1["value"], "v");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_rejects_before_spawning() {
+        let ack = HookAck {
+            ok: false,
+            reason: Some("not now".into()),
+        };
+        let (status, reason, hook, calls) = hooked(SessionKind::Composite, Some(ack)).await;
+        assert_eq!(status, TaskStatus::Failed);
+        assert_eq!(reason.as_deref(), Some("rejected: not now"));
+        assert!(calls.is_empty());
+        assert!(hook.afters.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_past_the_timeout_rejects() {
+        let (status, reason, _, calls) = hooked(SessionKind::MainAi, None).await;
+        assert_eq!(status, TaskStatus::Failed);
+        assert_eq!(reason.as_deref(), Some("rejected: no hook_ack within 30s"));
+        assert!(calls.is_empty());
+    }
+
+    #[tokio::test]
+    async fn automate_sessions_take_no_hooks() {
+        let (status, _, hook, _) = hooked(SessionKind::Automate, None).await;
+        assert_eq!(status, TaskStatus::Pass);
+        assert!(hook.afters.lock().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,197 @@
+//! `operator_delegate` (hint layer, SPEC §8.3): when the task's own session
+//! has an operator backend, the attempt goes back to it as a `spawn` frame
+//! and the inner spawner is bypassed; otherwise the inner spawner runs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::{Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+
+use crate::spawners::{OperatorTarget, delegate};
+use crate::stack::SpawnerLayer;
+
+/// Builds [`OperatorDelegate`] wrappers. `targets` holds the worker bindings
+/// of configured agents; an agent not in it is launched by its name alone.
+#[derive(Debug, Clone)]
+pub struct OperatorDelegateLayer {
+    base_url: String,
+    targets: Arc<HashMap<String, OperatorTarget>>,
+}
+
+impl OperatorDelegateLayer {
+    pub fn new(base_url: &str, targets: HashMap<String, OperatorTarget>) -> OperatorDelegateLayer {
+        OperatorDelegateLayer {
+            base_url: base_url.to_owned(),
+            targets: Arc::new(targets),
+        }
+    }
+}
+
+impl SpawnerLayer for OperatorDelegateLayer {
+    fn wrap(&self, inner: Arc<dyn SpawnerAdapter>) -> Arc<dyn SpawnerAdapter> {
+        Arc::new(OperatorDelegate {
+            inner,
+            layer: self.clone(),
+        })
+    }
+}
+
+/// Delegates to `ctx.operator`'s backend when there is one.
+#[derive(Debug)]
+pub struct OperatorDelegate {
+    inner: Arc<dyn SpawnerAdapter>,
+    layer: OperatorDelegateLayer,
+}
+
+#[async_trait]
+impl SpawnerAdapter for OperatorDelegate {
+    async fn spawn(
+        &self,
+        engine: &Engine,
+        ctx: Ctx,
+        task_id: TaskId,
+        attempt: u32,
+        token: WorkerCredential,
+    ) -> Result<Box<dyn Worker>, SpawnError> {
+        let Some(backend) = ctx.operator.as_ref().and_then(|s| s.backend.clone()) else {
+            return self.inner.spawn(engine, ctx, task_id, attempt, token).await;
+        };
+        let target = self
+            .layer
+            .targets
+            .get(&ctx.agent)
+            .cloned()
+            .unwrap_or_default();
+        delegate(engine, backend, &target, &self.layer.base_url, &ctx, token).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+    use swarmd_engine::operator::{SessionKind, SpawnReply};
+    use swarmd_engine::task::{PolicyOverrides, SpawnerKind, TaskStatus};
+
+    use super::*;
+    use crate::spawners::UnconfiguredAgent;
+    use crate::testing::{
+        Act, FakeBackend, FakeDirectory, FinalSpawner, call_log, calls, engine_with_directory,
+        session, spawn_owned,
+    };
+
+    fn layer() -> OperatorDelegateLayer {
+        let target = OperatorTarget {
+            worker_binding: Some(json!({"subagent_type": "fixer"})),
+            system_prompt: None,
+        };
+        OperatorDelegateLayer::new(
+            "http://127.0.0.1:9",
+            HashMap::from([("known".to_owned(), target)]),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_session_with_a_backend_gets_the_attempt_and_the_inner_spawner_is_bypassed() {
+        let backend = Arc::new(FakeBackend::default());
+        let mut owner = session(SessionKind::MainAi);
+        owner.backend = Some(backend.clone());
+        let sid = owner.sid;
+        let directory = Arc::new(FakeDirectory::default());
+        directory.add(&[], owner);
+        let log = call_log();
+        let known = layer().wrap(FinalSpawner::arc(Act::Final(json!("inner"), true), &log));
+        let unknown = layer().wrap(Arc::new(UnconfiguredAgent));
+        let engine = engine_with_directory(
+            vec![
+                ("known", SpawnerKind::Operator, known),
+                ("adhoc", SpawnerKind::Operator, unknown),
+            ],
+            directory,
+        );
+
+        let task = spawn_owned(&engine, "known", Some(sid), PolicyOverrides::default()).await;
+        let frame = backend.frame(0).await;
+        assert_eq!(
+            frame.worker_binding,
+            Some(json!({"subagent_type": "fixer"}))
+        );
+        backend.reply(
+            0,
+            SpawnReply::Ack {
+                value: json!("from the MainAI"),
+                ok: true,
+                error: None,
+                stats: None,
+            },
+        );
+        let done = engine
+            .wait_task(task.id, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(done.result.unwrap().value, json!("from the MainAI"));
+        assert!(calls(&log).is_empty(), "the inner spawner never ran");
+
+        // An agent that exists only by delegation is launched by its name.
+        let task = spawn_owned(&engine, "adhoc", Some(sid), PolicyOverrides::default()).await;
+        let frame = backend.frame(1).await;
+        assert!(
+            frame
+                .directive
+                .starts_with("Launch one SubAgent of type `adhoc`")
+        );
+        assert_eq!(frame.worker_binding, None);
+        backend.reply(
+            1,
+            SpawnReply::Halt {
+                value: None,
+                reason: None,
+            },
+        );
+        let done = engine
+            .wait_task(task.id, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(done.status(), TaskStatus::Pass);
+    }
+
+    #[tokio::test]
+    async fn without_a_backend_the_inner_spawner_runs() {
+        let directory = Arc::new(FakeDirectory::default());
+        let owner = session(SessionKind::MainAi);
+        let sid = owner.sid;
+        directory.add(&[], owner);
+        let log = call_log();
+        let known = layer().wrap(FinalSpawner::arc(Act::Final(json!("inner"), true), &log));
+        let adhoc = layer().wrap(Arc::new(UnconfiguredAgent));
+        let engine = engine_with_directory(
+            vec![
+                ("known", SpawnerKind::Operator, known),
+                ("adhoc", SpawnerKind::Operator, adhoc),
+            ],
+            directory,
+        );
+        let task = spawn_owned(&engine, "known", Some(sid), PolicyOverrides::default()).await;
+        let done = engine
+            .wait_task(task.id, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(done.result.unwrap().value, json!("inner"));
+        assert_eq!(calls(&log), ["base spawn", "base join"]);
+
+        let task = spawn_owned(&engine, "adhoc", Some(sid), PolicyOverrides::default()).await;
+        let done = engine
+            .wait_task(task.id, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(done.status(), TaskStatus::Failed);
+        assert!(
+            done.reason
+                .unwrap()
+                .contains("no live operator session for `adhoc`")
+        );
+    }
+}

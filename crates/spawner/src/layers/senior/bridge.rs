@@ -1,0 +1,122 @@
+//! The senior-agent bridge (SPEC §8.7): a senior question runs as a sub-task
+//! of the configured senior agent, and that sub-task's result is the answer.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use swarmd_engine::Engine;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::operator::{BridgeError, SeniorBridge};
+use swarmd_engine::task::{TaskSpec, TaskStatus};
+
+/// Asks by spawning a sub-task of `agent` under the blocked task.
+#[derive(Debug, Clone)]
+pub struct SeniorAgentBridge {
+    engine: Engine,
+    agent: String,
+    timeout: Duration,
+}
+
+impl SeniorAgentBridge {
+    pub fn new(engine: Engine, agent: &str, timeout: Duration) -> SeniorAgentBridge {
+        SeniorAgentBridge {
+            engine,
+            agent: agent.to_owned(),
+            timeout,
+        }
+    }
+}
+
+#[async_trait]
+impl SeniorBridge for SeniorAgentBridge {
+    /// A passing sub-task answers with its value; a blocked one with
+    /// `{"ok": false, "value": …}` (the verdict is confirmed); a failed or
+    /// cancelled one gives no answer. A sub-task still running when the wait
+    /// ends, or whose wait is abandoned, is cancelled.
+    async fn ask(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+        question: Value,
+    ) -> Result<Value, BridgeError> {
+        let mut metadata = Map::new();
+        metadata.insert(
+            "senior_for".to_owned(),
+            json!({ "task_id": task_id, "attempt": attempt }),
+        );
+        let spec = TaskSpec {
+            agent: self.agent.clone(),
+            prompt: render_question(&question),
+            input: Some(question),
+            metadata: Some(metadata),
+            parent: Some(task_id),
+            ..TaskSpec::default()
+        };
+        let sub = self.engine.spawn_task(spec).await.map_err(|e| {
+            BridgeError::Failed(format!("cannot ask senior agent `{}`: {e}", self.agent))
+        })?;
+        let mut pending = CancelOnDrop {
+            engine: self.engine.clone(),
+            task: Some(sub.id),
+        };
+        let done = self
+            .engine
+            .wait_task(sub.id, self.timeout)
+            .await
+            .map_err(|e| BridgeError::Failed(e.to_string()))?;
+        let result = done.result.clone().map(|r| r.value).unwrap_or(Value::Null);
+        match done.status() {
+            TaskStatus::Pass => {
+                pending.task = None;
+                Ok(result)
+            }
+            TaskStatus::Blocked => {
+                pending.task = None;
+                Ok(json!({ "ok": false, "value": result }))
+            }
+            TaskStatus::Failed | TaskStatus::Cancelled => {
+                pending.task = None;
+                let status = done.status();
+                let reason = done.reason.unwrap_or_else(|| status.to_string());
+                Err(BridgeError::Failed(format!(
+                    "senior task {}: {reason}",
+                    sub.id
+                )))
+            }
+            TaskStatus::Queued | TaskStatus::Running => Err(BridgeError::Timeout),
+        }
+    }
+}
+
+/// The sub-task's prompt: what is asked, with the question as JSON.
+fn render_question(question: &Value) -> String {
+    let body = serde_json::to_string_pretty(question).unwrap_or_else(|_| question.to_string());
+    format!(
+        "A worker finished a task but reported that it could not do it (ok=false). \
+         As the senior, review the question below. Answer with guidance or a corrected \
+         result; answer {{\"ok\": false}} to confirm that the task stays blocked.\n\n{body}\n"
+    )
+}
+
+/// Cancels the sub-task when the question is dropped or left unanswered.
+struct CancelOnDrop {
+    engine: Engine,
+    task: Option<TaskId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let engine = self.engine.clone();
+        runtime.spawn(async move {
+            let reason = Some("the senior question was abandoned".to_owned());
+            if let Err(e) = engine.cancel_task(task, reason).await {
+                tracing::debug!(task_id = %task, error = %e, "senior sub-task was not cancelled");
+            }
+        });
+    }
+}

@@ -1,0 +1,264 @@
+//! Reading a child's pipes: stdout whole (plain mode) or line by line as
+//! OutputEvents (NDJSON mode), both under the output cap; stderr as a bounded
+//! tail.
+
+use serde_json::Value;
+use swarmd_output_store::{ContentRef, OutputEvent};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
+
+use super::{ProcessError, STDERR_TAIL_BYTES, StreamMode};
+
+const CHUNK: usize = 8192;
+/// Characters of an invalid line kept in its progress note.
+const PREVIEW_CHARS: usize = 200;
+/// The progress stage that records a line that was not an OutputEvent.
+pub const INVALID_LINE_STAGE: &str = "invalid_output";
+/// Invalid lines recorded one by one; past this, a child printing garbage
+/// gets one summary note instead of a store flooded with notes.
+const MAX_INVALID_NOTES: u64 = 100;
+
+/// What stdout amounted to.
+#[derive(Debug, Default)]
+pub(super) struct StdoutSummary {
+    /// The whole stdout in plain mode; empty in NDJSON mode.
+    pub bytes: Vec<u8>,
+    pub finals: usize,
+    pub last_final_ok: Option<bool>,
+    pub invalid: u64,
+    /// Invalid lines past [`MAX_INVALID_NOTES`], counted but not recorded.
+    pub unrecorded_invalid: u64,
+}
+
+/// Reads stdout to end of file. Fails with `OutputTooLarge` as soon as more
+/// than `limit` bytes arrive (the lines before the cut are still forwarded),
+/// and with `SinkClosed` when the receiver of events is gone.
+pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
+    mut out: R,
+    mode: StreamMode,
+    limit: u64,
+    events: &mpsc::Sender<OutputEvent>,
+) -> Result<StdoutSummary, ProcessError> {
+    let mut summary = StdoutSummary::default();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut total: u64 = 0;
+    let mut line_no: u64 = 0;
+    let mut chunk = vec![0u8; CHUNK];
+    loop {
+        let n = out.read(&mut chunk).await.map_err(ProcessError::Io)?;
+        if n == 0 {
+            break;
+        }
+        let room = usize::try_from(limit.saturating_sub(total)).unwrap_or(usize::MAX);
+        let over = n > room;
+        let kept = &chunk[..n.min(room)];
+        total = total.saturating_add(kept.len() as u64);
+        match mode {
+            StreamMode::None => summary.bytes.extend_from_slice(kept),
+            StreamMode::Ndjson => {
+                pending.extend_from_slice(kept);
+                while let Some(pos) = pending.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=pos).collect();
+                    line_no += 1;
+                    forward_line(&line, line_no, events, &mut summary).await?;
+                }
+            }
+        }
+        if over {
+            return Err(ProcessError::OutputTooLarge { limit });
+        }
+    }
+    if mode == StreamMode::Ndjson && !pending.is_empty() {
+        forward_line(&pending, line_no + 1, events, &mut summary).await?;
+    }
+    if summary.unrecorded_invalid > 0 {
+        let note = OutputEvent::Progress {
+            stage: INVALID_LINE_STAGE.to_owned(),
+            note: Some(format!(
+                "{} more invalid lines were not recorded",
+                summary.unrecorded_invalid
+            )),
+        };
+        send(events, note).await?;
+    }
+    Ok(summary)
+}
+
+async fn forward_line(
+    line: &[u8],
+    line_no: u64,
+    events: &mpsc::Sender<OutputEvent>,
+    summary: &mut StdoutSummary,
+) -> Result<(), ProcessError> {
+    let event = match parse_line(line, line_no) {
+        Parsed::Blank => return Ok(()),
+        Parsed::Event(event) => event,
+        Parsed::Invalid(note) => {
+            summary.invalid += 1;
+            if summary.invalid > MAX_INVALID_NOTES {
+                summary.unrecorded_invalid += 1;
+                return Ok(());
+            }
+            note
+        }
+    };
+    if let OutputEvent::Final { ok, .. } = &event {
+        summary.finals += 1;
+        summary.last_final_ok = Some(*ok);
+    }
+    send(events, event).await
+}
+
+async fn send(events: &mpsc::Sender<OutputEvent>, event: OutputEvent) -> Result<(), ProcessError> {
+    events
+        .send(event)
+        .await
+        .map_err(|_| ProcessError::SinkClosed)
+}
+
+/// One NDJSON line, read.
+#[derive(Debug, PartialEq)]
+pub(super) enum Parsed {
+    Blank,
+    Event(OutputEvent),
+    /// A progress note standing for a line that was not a usable event.
+    Invalid(OutputEvent),
+}
+
+/// One NDJSON line as an event. Blank lines are skipped; a line that is not an
+/// OutputEvent, or that points at a file, becomes a progress note quoting it.
+pub(super) fn parse_line(line: &[u8], line_no: u64) -> Parsed {
+    let trimmed = line.trim_ascii();
+    if trimmed.is_empty() {
+        return Parsed::Blank;
+    }
+    let problem = match serde_json::from_slice::<OutputEvent>(trimmed) {
+        Ok(event) if carries_file_ref(&event) => {
+            "file references are not accepted from a child's stdout".to_owned()
+        }
+        Ok(event) => return Parsed::Event(event),
+        Err(e) => e.to_string(),
+    };
+    let text = String::from_utf8_lossy(trimmed);
+    let preview: String = text.chars().take(PREVIEW_CHARS).collect();
+    Parsed::Invalid(OutputEvent::Progress {
+        stage: INVALID_LINE_STAGE.to_owned(),
+        note: Some(format!("line {line_no}: {problem}: {preview}")),
+    })
+}
+
+/// Workers name files only through the output store's own spilling: a child
+/// could otherwise point readers at any path on the host.
+fn carries_file_ref(event: &OutputEvent) -> bool {
+    let content = match event {
+        OutputEvent::Progress { .. } => return false,
+        OutputEvent::Partial { chunk } => chunk,
+        OutputEvent::Artifact { content, .. } | OutputEvent::Final { content, .. } => content,
+    };
+    matches!(content, ContentRef::FileRef { .. })
+}
+
+/// Reads stderr to end of file, keeping its last [`STDERR_TAIL_BYTES`].
+pub(super) async fn read_tail<R: AsyncRead + Unpin>(mut err: R) -> String {
+    let mut tail: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; CHUNK];
+    while let Ok(n) = err.read(&mut chunk).await {
+        if n == 0 {
+            break;
+        }
+        tail.extend_from_slice(&chunk[..n]);
+        if tail.len() > 2 * STDERR_TAIL_BYTES {
+            tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+        }
+    }
+    let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+    String::from_utf8_lossy(&tail[start..]).into_owned()
+}
+
+/// The plain-mode value: stdout as JSON when it parses, else
+/// `{"raw": <stdout, trailing whitespace trimmed>, "stderr": <tail>}`.
+pub(super) fn plain_value(stdout: &[u8], stderr_tail: &str) -> Value {
+    if let Ok(value) = serde_json::from_slice::<Value>(stdout) {
+        return value;
+    }
+    let raw = String::from_utf8_lossy(stdout);
+    serde_json::json!({ "raw": raw.trim_end(), "stderr": stderr_tail })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn lines_become_events_or_progress_notes() {
+        let ok = br#"{"type":"progress","stage":"s"}"#;
+        let stage = |stage: &str| OutputEvent::Progress {
+            stage: stage.into(),
+            note: None,
+        };
+        assert_eq!(parse_line(ok, 1), Parsed::Event(stage("s")));
+        assert_eq!(parse_line(b"  \r\n", 2), Parsed::Blank);
+        let Parsed::Invalid(OutputEvent::Progress { stage, note }) = parse_line(b"hello\n", 3)
+        else {
+            panic!("garbage must become a note");
+        };
+        assert_eq!(stage, INVALID_LINE_STAGE);
+        assert!(note.unwrap().starts_with("line 3: "));
+        let file = br#"{"type":"final","ok":true,"content":{"kind":"file_ref","path":"/etc/shadow","size":1,"sha256":"00"}}"#;
+        let Parsed::Invalid(OutputEvent::Progress { note, .. }) = parse_line(file, 4) else {
+            panic!("a file reference must not pass");
+        };
+        assert!(note.unwrap().contains("file references"));
+    }
+
+    #[tokio::test]
+    async fn a_garbage_flood_is_summarized_after_the_first_notes() {
+        let (tx, mut rx) = mpsc::channel(1024);
+        let input = "junk\n".repeat(250);
+        let summary = read_stdout(input.as_bytes(), StreamMode::Ndjson, 1 << 20, &tx)
+            .await
+            .unwrap();
+        assert_eq!((summary.invalid, summary.unrecorded_invalid), (250, 150));
+        let mut notes = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            notes.push(event);
+        }
+        assert_eq!(notes.len(), 101);
+        assert!(
+            matches!(notes.last(), Some(OutputEvent::Progress { note: Some(n), .. })
+            if n == "150 more invalid lines were not recorded")
+        );
+    }
+
+    #[test]
+    fn plain_value_is_json_or_raw_with_stderr() {
+        assert_eq!(plain_value(b" {\"a\": 1}\n", ""), json!({"a": 1}));
+        assert_eq!(
+            plain_value(b"hello world \n\n", "warn"),
+            json!({"raw": "hello world", "stderr": "warn"})
+        );
+    }
+
+    #[tokio::test]
+    async fn stderr_tail_keeps_the_end() {
+        let mut data = vec![b'a'; 3 * STDERR_TAIL_BYTES];
+        data.extend_from_slice(b"END");
+        let tail = read_tail(&data[..]).await;
+        assert_eq!(tail.len(), STDERR_TAIL_BYTES);
+        assert!(tail.ends_with("aEND"));
+    }
+
+    #[tokio::test]
+    async fn the_cap_cuts_but_forwards_lines_before_it() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let input =
+            b"{\"type\":\"progress\",\"stage\":\"a\"}\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+        let err = read_stdout(&input[..], StreamMode::Ndjson, 40, &tx)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ProcessError::OutputTooLarge { limit: 40 }));
+        assert!(matches!(rx.try_recv(), Ok(OutputEvent::Progress { .. })));
+        assert!(rx.try_recv().is_err());
+    }
+}

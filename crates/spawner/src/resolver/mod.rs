@@ -1,0 +1,147 @@
+//! Stages 1 and 2 of the pipeline (SPEC §2): `StackResolver` resolves an
+//! agent name to its base spawner from the agent registry, then links it into
+//! a SpawnerStack, caching linked stacks per (agent, task layer set). The
+//! engine runs stage 3 (`dispatch_attempt`).
+
+mod build;
+mod error;
+mod spec;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use swarmd_engine::task::SpawnerKind;
+use swarmd_engine::{AgentProfile, SpawnError, SpawnerAdapter, SpawnerResolver};
+
+pub use build::standard_layers;
+pub use error::{ConfigError, ConfigErrors};
+pub use spec::{
+    AgentKind, AgentSpec, LuaAgentSpec, LuaMiddlewareSpec, OperatorSpec, SpawnerSettings,
+};
+
+use crate::layers::OPERATOR_DELEGATE;
+use crate::spawners::UnconfiguredAgent;
+use crate::stack::LayerRegistry;
+
+/// Linked stacks kept at most; past it, stacks are linked per attempt.
+const MAX_CACHED_STACKS: usize = 4096;
+
+/// One agent of the registry: its base spawner and what admission needs.
+#[derive(Debug, Clone)]
+pub struct AgentEntry {
+    pub kind: SpawnerKind,
+    pub spawner: Arc<dyn SpawnerAdapter>,
+    /// Hint layers applied to every task of the agent.
+    pub layers: Vec<String>,
+    pub concurrency: Option<usize>,
+    pub allow_subtasks: bool,
+}
+
+type StackCache = HashMap<String, HashMap<Vec<String>, Arc<dyn SpawnerAdapter>>>;
+
+/// The engine's `SpawnerResolver`.
+#[derive(Debug)]
+pub struct StackResolver {
+    agents: HashMap<String, AgentEntry>,
+    layers: LayerRegistry,
+    /// std `Mutex`: held for a map lookup or insert, never across an await.
+    cache: Mutex<StackCache>,
+}
+
+impl StackResolver {
+    /// A resolver over an agent registry and a layer registry; nothing is
+    /// checked until [`Self::validate_all`] or the first link.
+    pub fn new(agents: HashMap<String, AgentEntry>, layers: LayerRegistry) -> StackResolver {
+        StackResolver {
+            agents,
+            layers,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Links every agent with its own layers, so that a misconfigured agent
+    /// is reported at startup rather than at its first task.
+    pub fn validate_all(&self) -> Result<(), ConfigErrors> {
+        let mut names: Vec<&String> = self.agents.keys().collect();
+        names.sort();
+        let errors: Vec<ConfigError> = names
+            .into_iter()
+            .filter_map(|agent| self.link(agent, &[]).err().map(ConfigError::from))
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+
+    /// Configured agent names, sorted.
+    pub fn agent_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.agents.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Stage 1: the agent's base spawner and own layers. An agent that is not
+    /// configured resolves only when the task asks for `operator_delegate`.
+    fn resolve(
+        &self,
+        agent: &str,
+        task_layers: &[String],
+    ) -> Result<(Arc<dyn SpawnerAdapter>, &[String]), SpawnError> {
+        match self.agents.get(agent) {
+            Some(entry) => Ok((Arc::clone(&entry.spawner), &entry.layers)),
+            None if delegates(task_layers) => Ok((Arc::new(UnconfiguredAgent), &[])),
+            None => Err(SpawnError::UnknownAgent(agent.to_owned())),
+        }
+    }
+}
+
+fn delegates(layers: &[String]) -> bool {
+    layers.iter().any(|key| key == OPERATOR_DELEGATE)
+}
+
+impl SpawnerResolver for StackResolver {
+    fn profile(&self, agent: &str, layers: &[String]) -> Result<AgentProfile, SpawnError> {
+        let (_, own_layers) = self.resolve(agent, layers)?;
+        self.layers.hint_keys(agent, own_layers, layers)?;
+        Ok(match self.agents.get(agent) {
+            Some(entry) => AgentProfile {
+                kind: entry.kind,
+                concurrency: entry.concurrency,
+                allow_subtasks: entry.allow_subtasks,
+            },
+            None => AgentProfile {
+                kind: SpawnerKind::Operator,
+                concurrency: None,
+                allow_subtasks: false,
+            },
+        })
+    }
+
+    fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(stack) = cache.get(agent).and_then(|stacks| stacks.get(layers)) {
+            return Ok(Arc::clone(stack));
+        }
+        drop(cache);
+        // Stage 1: resolve.
+        let (base, own_layers) = self.resolve(agent, layers)?;
+        // Stage 2: link, in the order SpawnerStack::assemble writes down.
+        let hints = self.layers.hint_keys(agent, own_layers, layers)?;
+        let stack = self.layers.stack(agent, &hints)?.link(base);
+
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let cached: usize = cache.values().map(HashMap::len).sum();
+        if cached < MAX_CACHED_STACKS {
+            cache
+                .entry(agent.to_owned())
+                .or_default()
+                .insert(layers.to_vec(), Arc::clone(&stack));
+        }
+        Ok(stack)
+    }
+}

@@ -1,0 +1,78 @@
+//! Agent and spawner configuration as plain structs: the server maps its TOML
+//! (`[agents.NAME]`, `[lua.middleware.NAME]`, `[senior]`, …) onto these.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::layers::SeniorSettings;
+use crate::process::{HostEnv, ProcessSpec};
+
+/// One configured agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSpec {
+    pub name: String,
+    pub kind: AgentKind,
+    /// Hint layer keys applied to every task of the agent, in order.
+    pub layers: Vec<String>,
+    pub concurrency: Option<usize>,
+    pub allow_subtasks: bool,
+}
+
+/// Which base spawner an agent resolves to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentKind {
+    Process(ProcessSpec),
+    Lua(LuaAgentSpec),
+    Operator(OperatorSpec),
+}
+
+/// `kind = "lua"`: the agent is this script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LuaAgentSpec {
+    pub script: PathBuf,
+}
+
+/// `kind = "operator"`: a session that claimed `operator_role` launches it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorSpec {
+    pub operator_role: String,
+    /// `{subagent_type, tools, …}`; a table when present.
+    pub worker_binding: Option<Value>,
+    /// From `system_prompt` or `system_prompt_file`, already read.
+    pub system_prompt: Option<String>,
+}
+
+/// `[lua.middleware.NAME]`: available as the hint layer `lua:NAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LuaMiddlewareSpec {
+    pub name: String,
+    pub script: PathBuf,
+}
+
+/// Daemon-wide settings the spawners and layers need.
+#[derive(Debug, Clone)]
+pub struct SpawnerSettings {
+    /// `server.base_url`, or the one derived from the bound address.
+    pub base_url: String,
+    /// The daemon's environment snapshot: `PATH` lookups and env allow-lists.
+    pub host_env: HostEnv,
+    /// How long `main_ai` waits for `hook_ack`.
+    pub hook_timeout: Duration,
+    pub senior: SeniorSettings,
+    pub middleware: Vec<LuaMiddlewareSpec>,
+}
+
+impl SpawnerSettings {
+    /// Settings with defaults around `base_url` and `host_env`.
+    pub fn new(base_url: &str, host_env: HostEnv) -> SpawnerSettings {
+        SpawnerSettings {
+            base_url: base_url.to_owned(),
+            host_env,
+            hook_timeout: Duration::from_secs(30),
+            senior: SeniorSettings::default(),
+            middleware: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The operator spawner (SPEC §8.4): an attempt handed to a MainAI session
+//! as a `spawn` frame. Kind-`operator` agents route by `operator_role`; the
+//! `operator_delegate` layer routes to the task's own session through
+//! [`delegate`]. The backend parks frames for disconnected sessions; this
+//! spawner parks nothing itself.
+
+mod directive;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use swarmd_engine::ids::{TaskId, WorkerId};
+use swarmd_engine::operator::{OperatorBackend, SpawnFrame};
+use swarmd_engine::{Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+use tokio_util::sync::CancellationToken;
+
+pub use directive::render_directive;
+use worker::OperatorWorker;
+
+/// What a `spawn` frame says about the SubAgent to launch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OperatorTarget {
+    /// `{subagent_type, tools, …}` from the agent's config.
+    pub worker_binding: Option<Value>,
+    /// Sent as the binding's `system_prompt` key.
+    pub system_prompt: Option<String>,
+}
+
+impl OperatorTarget {
+    /// The frame's `worker` field: the binding with the system prompt added.
+    fn binding(&self) -> Option<Value> {
+        let Some(prompt) = &self.system_prompt else {
+            return self.worker_binding.clone();
+        };
+        let mut binding = match &self.worker_binding {
+            Some(Value::Object(fields)) => fields.clone(),
+            _ => serde_json::Map::new(),
+        };
+        binding.insert("system_prompt".to_owned(), Value::from(prompt.as_str()));
+        Some(Value::Object(binding))
+    }
+}
+
+/// Spawns on the live session that claimed `operator_role`.
+#[derive(Debug)]
+pub struct OperatorSpawner {
+    role: String,
+    target: OperatorTarget,
+    base_url: String,
+}
+
+impl OperatorSpawner {
+    pub fn new(role: &str, target: OperatorTarget, base_url: &str) -> OperatorSpawner {
+        OperatorSpawner {
+            role: role.to_owned(),
+            target,
+            base_url: base_url.to_owned(),
+        }
+    }
+}
+
+#[async_trait]
+impl SpawnerAdapter for OperatorSpawner {
+    async fn spawn(
+        &self,
+        engine: &Engine,
+        ctx: Ctx,
+        _task_id: TaskId,
+        _attempt: u32,
+        token: WorkerCredential,
+    ) -> Result<Box<dyn Worker>, SpawnError> {
+        let backend = engine
+            .operators()
+            .by_role(&self.role)
+            .and_then(|session| session.backend)
+            .ok_or_else(|| SpawnError::NoOperator(self.role.clone()))?;
+        delegate(engine, backend, &self.target, &self.base_url, &ctx, token).await
+    }
+}
+
+/// Sends the attempt's `spawn` frame to `backend` and returns a worker that
+/// completes on the first of: a Final posted over HTTP, `spawn_ack`,
+/// `spawn_halt`, or cancellation (cancel and lease expiry; a `cancel` frame
+/// is sent).
+pub async fn delegate(
+    engine: &Engine,
+    backend: Arc<dyn OperatorBackend>,
+    target: &OperatorTarget,
+    base_url: &str,
+    ctx: &Ctx,
+    token: WorkerCredential,
+) -> Result<Box<dyn Worker>, SpawnError> {
+    let binding = target.binding();
+    let directive = render_directive(
+        &ctx.agent,
+        binding.as_ref(),
+        ctx.task_id,
+        ctx.attempt,
+        token.handle(),
+        base_url,
+    );
+    let frame = SpawnFrame {
+        task_id: ctx.task_id,
+        attempt: ctx.attempt,
+        agent: ctx.agent.clone(),
+        credential: token,
+        worker_binding: binding,
+        directive,
+        base_url: base_url.trim_end_matches('/').to_owned(),
+        deadline_ms: ctx.deadline_ms,
+    };
+    let receipt = backend.spawn(frame).await?;
+    Ok(Box::new(OperatorWorker {
+        id: WorkerId::new(),
+        cancel: CancellationToken::new(),
+        engine: engine.clone(),
+        backend,
+        task_id: ctx.task_id,
+        attempt: ctx.attempt,
+        req_id: receipt.req_id,
+        reply: receipt.reply,
+    }))
+}

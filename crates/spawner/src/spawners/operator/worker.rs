@@ -1,0 +1,115 @@
+//! A delegated attempt's worker: waits for whichever of the SubAgent's posted
+//! Final, the MainAI's reply, or cancellation comes first.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use swarmd_engine::ids::{TaskId, WorkerId};
+use swarmd_engine::operator::{OperatorBackend, SpawnReply};
+use swarmd_engine::{Engine, Worker, WorkerError};
+use swarmd_output_store::OutputEvent;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+const PRODUCER: &str = "operator";
+
+#[derive(Debug)]
+pub(super) struct OperatorWorker {
+    pub id: WorkerId,
+    pub cancel: CancellationToken,
+    pub engine: Engine,
+    pub backend: Arc<dyn OperatorBackend>,
+    pub task_id: TaskId,
+    pub attempt: u32,
+    pub req_id: String,
+    pub reply: oneshot::Receiver<SpawnReply>,
+}
+
+#[async_trait]
+impl Worker for OperatorWorker {
+    fn id(&self) -> WorkerId {
+        self.id
+    }
+
+    fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    async fn join(self: Box<Self>) -> Result<(), WorkerError> {
+        let OperatorWorker {
+            cancel,
+            engine,
+            backend,
+            task_id,
+            attempt,
+            req_id,
+            mut reply,
+            ..
+        } = *self;
+        let posted = engine.posted_final(task_id, attempt);
+        tokio::pin!(posted);
+        // A session that goes away drops its reply sender; the SubAgent may
+        // still post with its handle, so the wait goes on without the reply.
+        let mut reply_open = true;
+        loop {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => {
+                    backend.cancel(&req_id, task_id, attempt, "cancelled");
+                    return Err(WorkerError::Cancelled);
+                }
+                () = &mut posted => return Ok(()),
+                answer = &mut reply, if reply_open => match answer {
+                    Ok(answer) => return settle(&engine, task_id, attempt, answer).await,
+                    Err(_) => reply_open = false,
+                },
+            }
+        }
+    }
+}
+
+/// Turns the MainAI's reply into the Final, unless the SubAgent posted one.
+async fn settle(
+    engine: &Engine,
+    task_id: TaskId,
+    attempt: u32,
+    reply: SpawnReply,
+) -> Result<(), WorkerError> {
+    let posted = engine
+        .last_final(task_id, attempt)
+        .await
+        .map_err(|e| WorkerError::Failed(format!("cannot read the final: {e}")))?;
+    if posted.is_some() {
+        return Ok(());
+    }
+    let (value, ok) = match reply {
+        SpawnReply::Ack {
+            value, ok, error, ..
+        } => match (value, error) {
+            (Value::Null, Some(error)) => {
+                return Err(WorkerError::Failed(format!("the MainAI reported: {error}")));
+            }
+            (Value::Null, None) => {
+                return Err(WorkerError::Failed(
+                    "spawn_ack without a value, and the SubAgent posted no result".to_owned(),
+                ));
+            }
+            (value, _) => (value, ok),
+        },
+        SpawnReply::Halt { value, reason } => (
+            json!({ "halted": true, "reason": reason, "value": value }),
+            true,
+        ),
+    };
+    engine
+        .record_output(
+            task_id,
+            attempt,
+            PRODUCER,
+            vec![OutputEvent::inline_final(value, ok)],
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| WorkerError::Failed(format!("recording the final failed: {e}")))
+}

@@ -1,0 +1,202 @@
+//! The process spawner (SPEC §8.5): one child per attempt through the
+//! [`ProcessRunner`], its NDJSON events forwarded as they arrive and its
+//! verdict turned into the attempt's Final.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use swarmd_engine::ids::{TaskId, WorkerId};
+use swarmd_engine::{
+    Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential, WorkerError,
+};
+use swarmd_output_store::OutputEvent;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::forward::{CHANNEL, forward};
+use super::task_of;
+use crate::process::{Exited, ProcessError, ProcessRunner, RunVars, RunningChild, StreamMode};
+
+/// Producer name of the events this spawner appends.
+const PRODUCER: &str = "process";
+
+/// Runs a process agent. The child is started at spawn, so a program that
+/// cannot start is a spawn error.
+#[derive(Debug)]
+pub struct ProcessSpawner {
+    runner: Arc<ProcessRunner>,
+    base_url: String,
+}
+
+impl ProcessSpawner {
+    pub fn new(runner: ProcessRunner, base_url: &str) -> ProcessSpawner {
+        ProcessSpawner {
+            runner: Arc::new(runner),
+            base_url: base_url.to_owned(),
+        }
+    }
+}
+
+#[async_trait]
+impl SpawnerAdapter for ProcessSpawner {
+    async fn spawn(
+        &self,
+        engine: &Engine,
+        ctx: Ctx,
+        task_id: TaskId,
+        attempt: u32,
+        token: WorkerCredential,
+    ) -> Result<Box<dyn Worker>, SpawnError> {
+        let task = task_of(engine, task_id).await?;
+        let vars = RunVars {
+            base_url: self.base_url.clone(),
+            task_id: task_id.to_string(),
+            attempt,
+            agent: ctx.agent,
+            worker_handle: token.handle().to_owned(),
+            prompt: task.prompt,
+        };
+        let cancel = CancellationToken::new();
+        let child = self
+            .runner
+            .start(&vars, cancel.clone())
+            .map_err(|e| SpawnError::Failed(e.to_string()))?;
+        Ok(Box::new(ProcessWorker {
+            id: WorkerId::new(),
+            cancel,
+            engine: engine.clone(),
+            task_id,
+            attempt,
+            stream: self.runner.spec().stream,
+            child,
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct ProcessWorker {
+    id: WorkerId,
+    cancel: CancellationToken,
+    engine: Engine,
+    task_id: TaskId,
+    attempt: u32,
+    stream: StreamMode,
+    child: RunningChild,
+}
+
+#[async_trait]
+impl Worker for ProcessWorker {
+    fn id(&self) -> WorkerId {
+        self.id
+    }
+
+    fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    async fn join(self: Box<Self>) -> Result<(), WorkerError> {
+        let ProcessWorker {
+            engine,
+            task_id,
+            attempt,
+            stream,
+            child,
+            ..
+        } = *self;
+        let (events, received) = mpsc::channel(CHANNEL);
+        let done = CancellationToken::new();
+        let running = async {
+            let ran = child.wait(events).await;
+            done.cancel();
+            ran
+        };
+        let (ran, forwarded) = tokio::join!(
+            running,
+            forward(&engine, task_id, attempt, PRODUCER, received, &done)
+        );
+        if let Err(e) = forwarded {
+            return Err(WorkerError::Failed(format!(
+                "recording the output failed: {e}"
+            )));
+        }
+        let exited = ran.map_err(worker_error)?;
+        let verdict = Verdict {
+            engine: &engine,
+            task_id,
+            attempt,
+        };
+        match stream {
+            StreamMode::None => verdict.plain(&exited).await,
+            StreamMode::Ndjson => verdict.ndjson(&exited).await,
+        }
+    }
+}
+
+fn worker_error(e: ProcessError) -> WorkerError {
+    match e {
+        ProcessError::Cancelled => WorkerError::Cancelled,
+        other => WorkerError::Failed(other.to_string()),
+    }
+}
+
+/// Turns a child's exit into the attempt's Final.
+struct Verdict<'a> {
+    engine: &'a Engine,
+    task_id: TaskId,
+    attempt: u32,
+}
+
+impl Verdict<'_> {
+    async fn last_final(&self) -> Result<Option<(OutputEvent, bool)>, WorkerError> {
+        let record = self
+            .engine
+            .last_final(self.task_id, self.attempt)
+            .await
+            .map_err(|e| WorkerError::Failed(format!("cannot read the final: {e}")))?;
+        Ok(record.and_then(|r| r.event.final_ok().map(|ok| (r.event, ok))))
+    }
+
+    async fn append(&self, events: Vec<OutputEvent>) -> Result<(), WorkerError> {
+        self.engine
+            .record_output(self.task_id, self.attempt, PRODUCER, events)
+            .await
+            .map(|_| ())
+            .map_err(|e| WorkerError::Failed(format!("recording the final failed: {e}")))
+    }
+
+    /// Plain mode: one Final from stdout and the exit status, unless the
+    /// child already posted one over HTTP, which then decides.
+    async fn plain(&self, exited: &Exited) -> Result<(), WorkerError> {
+        if self.last_final().await?.is_some() {
+            return Ok(());
+        }
+        let (value, ok) = exited.plain_final();
+        self.append(vec![OutputEvent::inline_final(value, ok)])
+            .await
+    }
+
+    /// NDJSON mode: no Final fails the attempt; a non-zero exit after an ok
+    /// Final appends the same content again with `ok = false`, after a
+    /// progress note saying why.
+    async fn ndjson(&self, exited: &Exited) -> Result<(), WorkerError> {
+        match self.last_final().await? {
+            None => Err(WorkerError::Failed(format!(
+                "the process ended ({}) without a final event",
+                exited.describe()
+            ))),
+            Some((OutputEvent::Final { content, ok: true }, _)) if !exited.success() => {
+                let note = OutputEvent::Progress {
+                    stage: "exit".to_owned(),
+                    note: Some(format!("{}: the final is not ok", exited.describe())),
+                };
+                let demoted = OutputEvent::Final { content, ok: false };
+                self.append(vec![note, demoted]).await
+            }
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "process_tests.rs"]
+mod tests;

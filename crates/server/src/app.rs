@@ -1,0 +1,47 @@
+//! The shared state every HTTP handler and WebSocket session sees: built once
+//! by the composition root and passed in, never global.
+
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Instant;
+
+use swarmd_engine::Engine;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::sessions::SessionRegistry;
+use crate::state::AdminTokenDigest;
+
+/// A cheap-to-clone handle on the daemon's state (axum `State`).
+#[derive(Debug, Clone)]
+pub struct AppState(Arc<AppInner>);
+
+#[derive(Debug)]
+pub struct AppInner {
+    pub engine: Engine,
+    pub sessions: Arc<SessionRegistry>,
+    pub config: Arc<Config>,
+    pub admin: AdminTokenDigest,
+    /// The URL SubAgents use to reach this daemon (SPEC §10.2).
+    pub base_url: String,
+    pub started: Instant,
+    /// Fired when the daemon starts draining.
+    pub shutdown: CancellationToken,
+    /// HTTP-side metrics; `GET /metrics` adds the engine's at scrape time.
+    pub metrics: Metrics,
+}
+
+impl AppState {
+    pub fn new(inner: AppInner) -> Self {
+        AppState(Arc::new(inner))
+    }
+}
+
+impl Deref for AppState {
+    type Target = AppInner;
+
+    fn deref(&self) -> &AppInner {
+        &self.0
+    }
+}

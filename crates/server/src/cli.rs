@@ -1,0 +1,344 @@
+//! The command line (clap derive). Doc comments here are the `--help` text.
+//!
+//! Exit codes: 0 success; 1 failure; 64 usage error; 78 invalid
+//! configuration (one line on stderr); `swarmd worker` exits with its
+//! command's code.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+use swarmd_engine::ids::TaskId;
+
+use crate::config::{ConfigPath, DEFAULT_CONFIG_PATH, Overrides};
+use crate::telemetry::LogFormat;
+
+/// Process exit codes (sysexits.h where one fits).
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// Any other failure.
+    pub const FAILURE: u8 = 1;
+    /// Command-line usage error (`EX_USAGE`).
+    pub const USAGE: u8 = 64;
+    /// Invalid configuration (`EX_CONFIG`).
+    pub const CONFIG: u8 = 78;
+}
+
+/// swarmd: a swarm engine daemon. A MainAI hands tasks to SubAgents (processes,
+/// Lua scripts or its own delegates) under engine control, with per-attempt
+/// capability tokens and a durable output store.
+///
+/// Configuration: a TOML file (--config, default /etc/swarmd/swarmd.toml when
+/// present), then SWARMD_SECTION__KEY environment variables (for example
+/// SWARMD_SERVER__BIND=0.0.0.0:7700), then flags; later wins.
+#[derive(Debug, Parser)]
+#[command(name = "swarmd", version, max_term_width = 100)]
+pub struct Cli {
+    /// Log line format on stderr; RUST_LOG sets the filter (default: info).
+    #[arg(
+        long,
+        value_enum,
+        global = true,
+        env = "SWARMD_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon in the foreground (logs on stderr; Type=notify under systemd).
+    Serve(ServeArgs),
+    /// Validate the configuration and print it as TOML with secrets redacted.
+    /// Exits 78 with one line on stderr when it is invalid.
+    CheckConfig(ServeArgs),
+    /// Manage the token signing keyring.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Print the admin token, creating it (mode 0600) when missing.
+    AdminToken(ConfigArgs),
+    /// Mint capability tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Create, inspect, wait for, cancel and follow tasks on a running daemon.
+    Task(TaskArgs),
+    /// Run a command as a SubAgent: fetch the prompt, give it to CMD on stdin,
+    /// submit CMD's stdout (ok = exit status 0), and exit with CMD's code.
+    Worker(WorkerArgs),
+}
+
+/// Where the configuration comes from.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// Configuration file [default: /etc/swarmd/swarmd.toml when it exists].
+    #[arg(long, value_name = "PATH", env = "SWARMD_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
+    /// State directory (overrides store.state_dir).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// Flags of `serve` and `check-config`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Listen address, IP:PORT (overrides server.bind); port 0 picks a free port.
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<SocketAddr>,
+    /// Keep all state in memory (store.backend = "memory"): nothing survives exit.
+    #[arg(long)]
+    pub ephemeral: bool,
+}
+
+/// `swarmd keys …`.
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Add a fresh current signing key, keep the old ones for verification,
+    /// save the keys file (0600) and print the new key id. A running daemon
+    /// signs with the new key after a restart.
+    Rotate(ConfigArgs),
+}
+
+/// `swarmd token …`.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Mint an observer or senior capability token (swc1) and print it.
+    Mint(MintArgs),
+}
+
+/// Flags of `token mint`.
+#[derive(Debug, Clone, Args)]
+pub struct MintArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Role the token carries.
+    #[arg(long, value_enum)]
+    pub role: MintRole,
+    /// Lifetime in seconds (at most auth.max_token_ttl_secs).
+    #[arg(long, value_name = "SECS", default_value_t = 3600)]
+    pub ttl: u64,
+}
+
+/// Roles `token mint` can mint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MintRole {
+    /// Reads tasks, output and events.
+    Observer,
+    /// Reads, and answers escalations.
+    Senior,
+}
+
+/// `swarmd task …`: flags shared by every verb, then the verb.
+#[derive(Debug, Clone, Args)]
+pub struct TaskArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(subcommand)]
+    pub command: TaskCommand,
+}
+
+/// How to reach and authenticate to the daemon.
+#[derive(Debug, Clone, Args)]
+pub struct ConnectionArgs {
+    /// Daemon URL [default: server.base_url, else http://<server.bind>, from the configuration].
+    #[arg(long, value_name = "URL", env = "SWARMD_URL", global = true)]
+    pub url: Option<String>,
+    /// Bearer credential [default: the admin token from the state directory].
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "SWARMD_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    pub token: Option<String>,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// The task verbs.
+#[derive(Debug, Clone, Subcommand)]
+pub enum TaskCommand {
+    /// Create a task and print the answer as JSON.
+    Spawn {
+        /// The agent to run.
+        #[arg(long)]
+        agent: String,
+        /// The prompt; `-` reads it from stdin.
+        #[arg(long)]
+        prompt: String,
+        /// A system prompt.
+        #[arg(long)]
+        system: Option<String>,
+        /// Structured input, as JSON.
+        #[arg(long, value_name = "JSON", value_parser = parse_json)]
+        input: Option<Value>,
+        /// A hint layer for this task (repeatable).
+        #[arg(long = "layer", value_name = "LAYER")]
+        layers: Vec<String>,
+        /// Wait up to SECS for the task to finish and print the finished task.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
+    },
+    /// Print a task with its attempts, as JSON.
+    Get {
+        /// The task id (T-…).
+        id: TaskId,
+    },
+    /// Wait until the task is finished or the timeout passes; print it either way.
+    Wait {
+        /// The task id (T-…).
+        id: TaskId,
+        /// Seconds to wait.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        timeout: u64,
+    },
+    /// Cancel a task.
+    Cancel {
+        /// The task id (T-…).
+        id: TaskId,
+    },
+    /// Follow a task's output: one JSON event per line until the stream ends.
+    Tail {
+        /// The task id (T-…).
+        id: TaskId,
+        /// Only this attempt's output.
+        #[arg(long)]
+        attempt: Option<u32>,
+        /// Only events after this sequence number.
+        #[arg(long, value_name = "SEQ")]
+        after_seq: Option<u64>,
+    },
+}
+
+/// Flags of `swarmd worker`.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// The worker handle (wh-…) or token. Prefer the environment variable: a
+    /// flag shows in the process list. It is never passed on to CMD.
+    #[arg(
+        long,
+        value_name = "HANDLE",
+        env = "SWARM_WORKER_HANDLE",
+        hide_env_values = true
+    )]
+    pub handle: String,
+    /// The daemon's base URL.
+    #[arg(long, value_name = "URL", env = "SWARM_BASE_URL")]
+    pub base_url: String,
+    /// The task the handle belongs to [default: taken from the handle].
+    #[arg(long, value_name = "ID", env = "SWARM_TASK_ID")]
+    pub task_id: Option<TaskId>,
+    /// Seconds between heartbeats while CMD runs, keeping the lease alive (0: none).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub heartbeat_secs: u64,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl ConfigArgs {
+    /// The configuration file to read.
+    pub fn config_path(&self) -> ConfigPath {
+        match &self.config {
+            Some(path) => ConfigPath::Explicit(path.clone()),
+            None => ConfigPath::IfPresent(PathBuf::from(DEFAULT_CONFIG_PATH)),
+        }
+    }
+
+    /// The flags that override configuration keys.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            state_dir: self.state_dir.clone(),
+            ..Overrides::default()
+        }
+    }
+}
+
+impl ServeArgs {
+    /// The flags that override configuration keys.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            bind: self.bind,
+            state_dir: self.config.state_dir.clone(),
+            ephemeral: self.ephemeral,
+        }
+    }
+}
+
+fn parse_json(text: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn worker_takes_the_command_after_double_dash() {
+        let cli = Cli::try_parse_from([
+            "swarmd",
+            "worker",
+            "--handle",
+            "wh-x",
+            "--base-url",
+            "http://127.0.0.1:7700",
+            "--",
+            "sh",
+            "-c",
+            "cat",
+        ])
+        .unwrap();
+        let Command::Worker(args) = cli.command else {
+            panic!("expected worker");
+        };
+        assert_eq!(args.command, ["sh", "-c", "cat"]);
+        assert_eq!(args.heartbeat_secs, 60);
+    }
+
+    #[test]
+    fn task_flags_work_after_the_verb_and_ids_are_checked() {
+        let id = TaskId::new();
+        let cli = Cli::try_parse_from([
+            "swarmd",
+            "task",
+            "wait",
+            &id.to_string(),
+            "--url",
+            "http://x:1",
+            "--timeout",
+            "5",
+        ])
+        .unwrap();
+        let Command::Task(task) = cli.command else {
+            panic!("expected task");
+        };
+        assert_eq!(task.connection.url.as_deref(), Some("http://x:1"));
+        assert!(matches!(task.command, TaskCommand::Wait { id: got, timeout: 5 } if got == id));
+        assert!(Cli::try_parse_from(["swarmd", "task", "get", "../etc"]).is_err());
+    }
+
+    #[test]
+    fn spawn_input_must_be_json() {
+        let parse = |input: &str| {
+            Cli::try_parse_from([
+                "swarmd", "task", "spawn", "--agent", "a", "--prompt", "p", "--input", input,
+            ])
+        };
+        assert!(parse("{\"n\": 1}").is_ok());
+        assert!(parse("{nope").is_err());
+    }
+}

@@ -1,0 +1,209 @@
+//! HTTP clients behind the CLI: `swarmd task …` against the task API (SPEC
+//! §9.3) and `swarmd worker` against the worker API (SPEC §9.1).
+//!
+//! One `ApiClient` holds the base URL and the bearer credential; every verb
+//! group adds its calls in its own file. Server errors arrive as
+//! `{"error", "code"}` bodies and become `ClientError::Status`.
+
+mod tail;
+mod task;
+mod worker;
+
+use std::error::Error as _;
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use reqwest::{RequestBuilder, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+
+pub use tail::{SseEvent, SseParser, TailOptions};
+pub use task::SpawnRequest;
+pub use worker::{WorkerOptions, run_worker};
+
+/// Timeout for requests that do not wait server-side.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time to establish a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A bearer credential (token, handle or session secret). `Debug` hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Bearer(String);
+
+impl Bearer {
+    /// Wraps a credential; surrounding whitespace (a newline read from a file) is dropped.
+    pub fn new(value: impl AsRef<str>) -> Bearer {
+        Bearer(value.as_ref().trim().to_owned())
+    }
+
+    fn header(&self) -> String {
+        format!("Bearer {}", self.0)
+    }
+}
+
+impl fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Bearer(<redacted>)")
+    }
+}
+
+/// A client of one daemon, authenticated with one credential.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    http: reqwest::Client,
+    base_url: String,
+    bearer: Bearer,
+}
+
+/// Why a client call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid URL `{url}`: expected http://host:port")]
+    BadUrl { url: String },
+    #[error("request to {url} failed: {reason}")]
+    Request { url: String, reason: String },
+    #[error("{url} answered HTTP {status}{}: {message}", code.as_deref().map(|c| format!(" {c}")).unwrap_or_default())]
+    Status {
+        url: String,
+        status: u16,
+        code: Option<String>,
+        message: String,
+    },
+    #[error("invalid response from {url}: {reason}")]
+    Decode { url: String, reason: String },
+    #[error("cannot {action}: {source}")]
+    Io {
+        action: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ApiClient {
+    /// A client for the daemon at `base_url` (`http://host:port`, no TLS).
+    ///
+    /// # Errors
+    /// `BadUrl` unless `base_url` is an `http://` URL.
+    pub fn new(base_url: &str, bearer: Bearer) -> Result<ApiClient, ClientError> {
+        let base_url = base_url.trim_end_matches('/');
+        let host = base_url.strip_prefix("http://").unwrap_or_default();
+        if host.is_empty() || host.contains(char::is_whitespace) {
+            return Err(ClientError::BadUrl {
+                url: base_url.to_owned(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|error| request_error(base_url, &error))?;
+        Ok(ApiClient {
+            http,
+            base_url: base_url.to_owned(),
+            bearer,
+        })
+    }
+
+    /// The daemon's base URL, without a trailing slash.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    fn get(&self, path: &str) -> RequestBuilder {
+        self.http
+            .get(self.url(path))
+            .header(reqwest::header::AUTHORIZATION, self.bearer.header())
+    }
+
+    fn post(&self, path: &str) -> RequestBuilder {
+        self.http
+            .post(self.url(path))
+            .header(reqwest::header::AUTHORIZATION, self.bearer.header())
+    }
+
+    /// Sends `request` and returns its response when the status is a success.
+    async fn send(&self, request: RequestBuilder, url: &str) -> Result<Response, ClientError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|error| request_error(url, &error))?;
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(status_error(url, response).await)
+        }
+    }
+
+    /// Sends `request` and parses a JSON body; an empty body is `null`.
+    async fn send_json(&self, request: RequestBuilder, url: &str) -> Result<Value, ClientError> {
+        let body = self
+            .send(request, url)
+            .await?
+            .bytes()
+            .await
+            .map_err(|error| request_error(url, &error))?;
+        if body.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&body).map_err(|error| ClientError::Decode {
+            url: url.to_owned(),
+            reason: error.to_string(),
+        })
+    }
+}
+
+/// A transport error with its causes on one line ("connection refused" is
+/// usually a cause, not the top message).
+fn request_error(url: &str, error: &reqwest::Error) -> ClientError {
+    let mut reason = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        reason.push_str(": ");
+        reason.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    ClientError::Request {
+        url: url.to_owned(),
+        reason,
+    }
+}
+
+/// The server's error body, `{"error": "...", "code": "..."}`, or its text.
+async fn status_error(url: &str, response: Response) -> ClientError {
+    #[derive(Deserialize)]
+    struct ErrorBody {
+        error: String,
+        code: Option<String>,
+    }
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    let (message, code) = match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(body) => (body.error, body.code),
+        Err(_) if text.trim().is_empty() => (
+            status.canonical_reason().unwrap_or("error").to_owned(),
+            None,
+        ),
+        Err(_) => (text.trim().chars().take(300).collect(), None),
+    };
+    ClientError::Status {
+        url: url.to_owned(),
+        status: status.as_u16(),
+        code,
+        message: message.replace('\n', " "),
+    }
+}
+
+/// Whether a status is worth retrying: the daemon is draining or overloaded.
+fn is_transient(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT
+    )
+}
+
+#[cfg(test)]
+mod tests;

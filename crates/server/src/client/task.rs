@@ -1,0 +1,81 @@
+//! `swarmd task spawn|get|wait|cancel`: the task routes of SPEC §9.3.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use swarmd_engine::ids::TaskId;
+
+use super::{ApiClient, ClientError, REQUEST_TIMEOUT};
+
+/// Extra time a client waits beyond what it asked the server to wait.
+const WAIT_MARGIN: Duration = Duration::from_secs(30);
+
+/// The body of `POST /v1/tasks`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SpawnRequest {
+    /// The configured agent to run.
+    pub agent: String,
+    /// The task's prompt.
+    pub prompt: String,
+    /// Optional system prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// Optional structured input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// Hint layers for this task.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
+    /// Wait up to this many seconds for the task to finish.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_secs: Option<u64>,
+}
+
+impl ApiClient {
+    /// `POST /v1/tasks`: creates a task; with `wait_secs`, the answer is the
+    /// finished task if it finished in time.
+    ///
+    /// # Errors
+    /// `Request` on transport failure, `Status` for a refusal.
+    pub async fn spawn_task(&self, request: &SpawnRequest) -> Result<Value, ClientError> {
+        let url = self.url("/v1/tasks");
+        let timeout = REQUEST_TIMEOUT + Duration::from_secs(request.wait_secs.unwrap_or(0));
+        let builder = self.post("/v1/tasks").json(request).timeout(timeout);
+        self.send_json(builder, &url).await
+    }
+
+    /// `GET /v1/tasks/{id}`: the task with its attempts.
+    ///
+    /// # Errors
+    /// As `spawn_task`.
+    pub async fn get_task(&self, id: &TaskId) -> Result<Value, ClientError> {
+        let path = format!("/v1/tasks/{id}");
+        let url = self.url(&path);
+        self.send_json(self.get(&path).timeout(REQUEST_TIMEOUT), &url)
+            .await
+    }
+
+    /// `GET /v1/tasks/{id}/wait`: long-polls until the task is terminal or
+    /// `timeout_secs` pass; the task either way.
+    ///
+    /// # Errors
+    /// As `spawn_task`.
+    pub async fn wait_task(&self, id: &TaskId, timeout_secs: u64) -> Result<Value, ClientError> {
+        let path = format!("/v1/tasks/{id}/wait?timeout_secs={timeout_secs}");
+        let url = self.url(&path);
+        let timeout = Duration::from_secs(timeout_secs) + WAIT_MARGIN;
+        self.send_json(self.get(&path).timeout(timeout), &url).await
+    }
+
+    /// `POST /v1/tasks/{id}/cancel`.
+    ///
+    /// # Errors
+    /// As `spawn_task`.
+    pub async fn cancel_task(&self, id: &TaskId) -> Result<Value, ClientError> {
+        let path = format!("/v1/tasks/{id}/cancel");
+        let url = self.url(&path);
+        self.send_json(self.post(&path).timeout(REQUEST_TIMEOUT), &url)
+            .await
+    }
+}

@@ -1,0 +1,84 @@
+//! The subcommands: each loads what it needs, does one thing and prints its
+//! result on stdout. `serve` holds the daemon's wiring.
+
+mod admin;
+mod remote;
+mod serve;
+
+use std::io::{self, Write};
+
+use swarmd_engine::auth::TokenError;
+
+use crate::ServeError;
+use crate::cli::{Command, KeysCommand, TokenCommand, exit};
+use crate::client::ClientError;
+use crate::config::{Config, ConfigError};
+use crate::environment::Environment;
+use crate::state::StateError;
+
+/// Why a subcommand failed; `exit_code` maps it to the process status.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    #[error("--ttl {ttl_secs} is out of range (1..={max_secs}, auth.max_token_ttl_secs)")]
+    Ttl { ttl_secs: u64, max_secs: u64 },
+    #[error("cannot mint token: {0}")]
+    Token(#[from] TokenError),
+    #[error("cannot print the configuration: {0}")]
+    Print(#[from] toml::ser::Error),
+    #[error("cannot {action}: {source}")]
+    Io {
+        action: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl CommandError {
+    /// The process exit status for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CommandError::Config(_) => exit::CONFIG,
+            CommandError::Ttl { .. } => exit::USAGE,
+            _ => exit::FAILURE,
+        }
+    }
+}
+
+/// Runs `command` and returns the process exit status.
+///
+/// # Errors
+/// A `CommandError` for `main` to print as one line.
+pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandError> {
+    match command {
+        Command::Serve(args) => serve::serve(&args, env).await.map(|()| exit::OK),
+        Command::CheckConfig(args) => {
+            let config = Config::load(&args.config.config_path(), env, &args.overrides())?;
+            print(config.to_toml_redacted()?.trim_end())?;
+            Ok(exit::OK)
+        }
+        Command::Keys(KeysCommand::Rotate(args)) => admin::rotate_keys(&args, env),
+        Command::AdminToken(args) => admin::admin_token(&args, env),
+        Command::Token(TokenCommand::Mint(args)) => admin::mint_token(&args, env),
+        Command::Task(args) => remote::task(args, env).await,
+        Command::Worker(args) => remote::worker(args).await,
+    }
+}
+
+/// Writes one line to stdout; a closed stdout is an error, not a panic.
+fn print(text: &str) -> Result<(), CommandError> {
+    let mut stdout = io::stdout().lock();
+    writeln!(stdout, "{text}")
+        .and_then(|()| stdout.flush())
+        .map_err(|source| CommandError::Io {
+            action: "write to stdout",
+            source,
+        })
+}

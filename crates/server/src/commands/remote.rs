@@ -1,0 +1,106 @@
+//! `swarmd task …` and `swarmd worker`: the commands that talk to a running
+//! daemon over HTTP.
+
+use super::{CommandError, print};
+use crate::cli::{ConnectionArgs, TaskArgs, TaskCommand, WorkerArgs, exit};
+use crate::client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
+use crate::config::Config;
+use crate::environment::Environment;
+use crate::state::{SecretSource, read_admin_secret};
+
+/// Runs one task verb and prints the daemon's JSON answer.
+pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, CommandError> {
+    let client = connect(&args.connection, env)?;
+    let answer = match args.command {
+        TaskCommand::Spawn {
+            agent,
+            prompt,
+            system,
+            input,
+            layers,
+            wait,
+        } => {
+            let prompt = if prompt == "-" {
+                read_stdin().await?
+            } else {
+                prompt
+            };
+            let request = SpawnRequest {
+                agent,
+                prompt,
+                system,
+                input,
+                layers,
+                wait_secs: wait,
+            };
+            client.spawn_task(&request).await?
+        }
+        TaskCommand::Get { id } => client.get_task(&id).await?,
+        TaskCommand::Wait { id, timeout } => client.wait_task(&id, timeout).await?,
+        TaskCommand::Cancel { id } => client.cancel_task(&id).await?,
+        TaskCommand::Tail {
+            id,
+            attempt,
+            after_seq,
+        } => {
+            let options = TailOptions { attempt, after_seq };
+            let mut stdout = std::io::stdout();
+            client.tail_output(&id, options, &mut stdout).await?;
+            return Ok(exit::OK);
+        }
+    };
+    if !answer.is_null() {
+        print(&answer.to_string())?;
+    }
+    Ok(exit::OK)
+}
+
+/// Runs `swarmd worker` and returns the command's exit code.
+pub(super) async fn worker(args: WorkerArgs) -> Result<u8, CommandError> {
+    let options = WorkerOptions {
+        base_url: args.base_url,
+        handle: Bearer::new(&args.handle),
+        task_id: args.task_id,
+        heartbeat_secs: args.heartbeat_secs,
+        command: args.command,
+    };
+    Ok(run_worker(&options).await?)
+}
+
+/// A client from the flags, falling back to the configuration for the URL
+/// and to the admin token file for the credential. The configuration is read
+/// only when a flag is missing.
+fn connect(args: &ConnectionArgs, env: &Environment) -> Result<ApiClient, CommandError> {
+    let load = || Config::load(&args.config.config_path(), env, &args.config.overrides());
+    let mut loaded = None;
+    let url = match &args.url {
+        Some(url) => url.clone(),
+        None => {
+            let config: &Config = loaded.insert(load()?);
+            config.base_url(config.server.bind)
+        }
+    };
+    let bearer = match &args.token {
+        Some(token) => Bearer::new(token),
+        None => {
+            let config = match loaded {
+                Some(config) => config,
+                None => load()?,
+            };
+            let source = SecretSource::for_admin_token(&config, env);
+            Bearer::new(read_admin_secret(source.path())?.expose())
+        }
+    };
+    Ok(ApiClient::new(&url, bearer)?)
+}
+
+async fn read_stdin() -> Result<String, CommandError> {
+    let read = tokio::task::spawn_blocking(|| std::io::read_to_string(std::io::stdin()))
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|read| read);
+    read.map_err(|source| CommandError::Io {
+        action: "read the prompt from stdin",
+        source,
+    })
+}

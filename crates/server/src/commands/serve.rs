@@ -1,0 +1,33 @@
+//! `swarmd serve`: the daemon's wiring, in order: configuration, state
+//! directory, systemd, signal handlers, listener, then `run`.
+
+use std::sync::Arc;
+
+use super::CommandError;
+use crate::cli::ServeArgs;
+use crate::config::Config;
+use crate::environment::Environment;
+use crate::state::PreparedState;
+use crate::systemd::Systemd;
+use crate::{Startup, bind, run, shutdown};
+
+/// Runs the daemon until SIGTERM/SIGINT and its drain are over.
+pub(super) async fn serve(args: &ServeArgs, env: &Environment) -> Result<(), CommandError> {
+    let config = Config::load(&args.config.config_path(), env, &args.overrides())?;
+    let config = Arc::new(config);
+    let state = PreparedState::prepare(&config, env)?;
+    let systemd = Systemd::from_env(env);
+    let shutdown = shutdown::install().map_err(|source| CommandError::Io {
+        action: "install signal handlers",
+        source,
+    })?;
+    let listener = bind(config.server.bind).await?;
+    let startup = Startup {
+        config,
+        state,
+        systemd,
+        env: env.clone(),
+    };
+    run(startup, listener, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,461 @@
+//! `[agents.NAME]`: the agents tasks are spawned for, one typed variant per
+//! `kind` (SPEC §8.4–§8.6).
+//!
+//! The file form is one flat table (`RawAgent`, unknown keys refused) that is
+//! checked per kind on the way in, so an error still points at its line.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+/// One agent: the keys shared by every kind, and the kind's own settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawAgent", into = "RawAgent")]
+pub struct Agent {
+    /// Hint layers applied to every task of this agent, in the order named.
+    pub layers: Vec<String>,
+    /// Attempts of this agent running at once; unset: only `limits.max_running`.
+    pub concurrency: Option<u32>,
+    /// Whether this agent's workers may spawn sub-tasks (SPEC §4).
+    pub allow_subtasks: bool,
+    /// What the agent does, for people and MainAIs.
+    pub description: Option<String>,
+    /// How the work is run.
+    pub kind: AgentKind,
+    /// The agents_dir file this agent was read from; `None` for `[agents.NAME]`.
+    pub origin: Option<PathBuf>,
+}
+
+/// How an agent's work is run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentKind {
+    /// A child process per attempt (SPEC §8.5).
+    Process(ProcessAgent),
+    /// An in-process sandboxed Lua script (SPEC §8.6).
+    Lua(LuaAgent),
+    /// Delegated to a connected MainAI session (SPEC §8.4).
+    Operator(OperatorAgent),
+}
+
+/// `kind = "process"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessAgent {
+    /// The program to run: a path, or a name looked up in swarmd's `PATH`.
+    pub program: PathBuf,
+    /// Arguments passed to the program.
+    pub args: Vec<String>,
+    /// The child's environment as configured: names passed through from
+    /// swarmd's environment, or explicit values.
+    pub env: EnvSpec,
+    /// `env` resolved at startup: exactly the variables the child gets besides
+    /// the `SWARM_*` ones the spawner adds.
+    pub resolved_env: EnvVars,
+    /// Working directory of the child; unset: swarmd's.
+    pub cwd: Option<PathBuf>,
+    /// What the child reads on stdin.
+    pub stdin: StdinMode,
+    /// How the child's stdout is read.
+    pub stream: StreamMode,
+    /// Kill the attempt after this many seconds; unset: only the lease applies.
+    pub timeout_secs: Option<u64>,
+    /// Stdout beyond this many bytes is cut and the attempt fails.
+    pub max_output_bytes: u64,
+}
+
+/// Default for `max_output_bytes`: 16 MiB.
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 16 * 1024 * 1024;
+
+/// `kind = "lua"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LuaAgent {
+    /// The script run for each attempt; its return value is the Final.
+    pub script: PathBuf,
+}
+
+/// `kind = "operator"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorAgent {
+    /// The routing name a session claims at login to receive these spawns
+    /// (for example `main-ai`).
+    pub operator_role: String,
+    /// The SubAgent type and tools the MainAI should launch.
+    pub worker_binding: Option<WorkerBinding>,
+    /// System prompt for the SubAgent. Filled from `system_prompt_file` at load.
+    pub system_prompt: Option<String>,
+    /// File holding the system prompt, read once at load.
+    pub system_prompt_file: Option<PathBuf>,
+    /// Model the SubAgent should use, passed through to the MainAI.
+    pub model: Option<String>,
+}
+
+/// `worker_binding = { subagent_type, tools }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerBinding {
+    /// The SubAgent type the MainAI launches.
+    pub subagent_type: String,
+    /// Tools the SubAgent may use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+}
+
+/// What a process child reads on stdin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StdinMode {
+    /// The task's prompt, then end of file.
+    #[default]
+    Prompt,
+    /// Nothing (`/dev/null`).
+    None,
+}
+
+/// How a process child's stdout is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamMode {
+    /// Read whole at exit: JSON is the value, anything else is `{raw, stderr}`.
+    #[default]
+    None,
+    /// One OutputEvent per line, appended as it arrives.
+    Ndjson,
+}
+
+/// `env` of a process agent, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EnvSpec {
+    /// `env = ["PATH", "HOME"]`: passed through from swarmd's environment when set there.
+    Inherit(Vec<String>),
+    /// `env = { LANG = "C.UTF-8" }`: explicit values.
+    Set(EnvVars),
+}
+
+impl Default for EnvSpec {
+    fn default() -> Self {
+        EnvSpec::Set(EnvVars::default())
+    }
+}
+
+/// Environment variables for a child. Values may be secrets (API keys):
+/// `Debug` and `Serialize` show names only, values as `<redacted>`.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct EnvVars(BTreeMap<String, String>);
+
+/// What secrets are replaced with in printed output.
+pub const REDACTED: &str = "<redacted>";
+
+impl EnvVars {
+    /// Variables by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+    }
+
+    /// Whether there is no variable.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<(String, String)> for EnvVars {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
+        EnvVars(iter.into_iter().collect())
+    }
+}
+
+impl fmt::Debug for EnvVars {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|name| (name, REDACTED)))
+            .finish()
+    }
+}
+
+impl Serialize for EnvVars {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.keys().map(|name| (name, REDACTED)))
+    }
+}
+
+impl AgentKind {
+    /// The `kind` value naming this variant.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AgentKind::Process(_) => "process",
+            AgentKind::Lua(_) => "lua",
+            AgentKind::Operator(_) => "operator",
+        }
+    }
+}
+
+/// A `[agents.NAME]` table whose keys do not fit its `kind`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentShapeError {
+    #[error("key `{key}` is not valid for an agent of kind {kind}")]
+    KeyNotForKind {
+        kind: &'static str,
+        key: &'static str,
+    },
+    #[error("an agent of kind {kind} needs `{key}`")]
+    MissingKey {
+        kind: &'static str,
+        key: &'static str,
+    },
+    #[error("an agent needs `kind` = \"process\", \"lua\" or \"operator\"")]
+    MissingKind,
+    #[error("set `system_prompt` or `system_prompt_file`, not both")]
+    TwoSystemPrompts,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum KindName {
+    Process,
+    Lua,
+    Operator,
+}
+
+/// The file form of an agent: every key of every kind, checked per kind.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAgent {
+    kind: Option<KindName>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    layers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    allow_subtasks: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    program: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    args: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    env: Option<EnvSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cwd: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stdin: Option<StdinMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stream: Option<StreamMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_output_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    script: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    operator_role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    worker_binding: Option<WorkerBinding>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    system_prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    system_prompt_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
+}
+
+impl RawAgent {
+    /// Refuses every key set here that `kind` does not own.
+    fn refuse_foreign(&self, kind: &'static str) -> Result<(), AgentShapeError> {
+        let owners: [(&'static str, bool, &'static str); 14] = [
+            ("program", self.program.is_some(), "process"),
+            ("args", self.args.is_some(), "process"),
+            ("env", self.env.is_some(), "process"),
+            ("cwd", self.cwd.is_some(), "process"),
+            ("stdin", self.stdin.is_some(), "process"),
+            ("stream", self.stream.is_some(), "process"),
+            ("timeout_secs", self.timeout_secs.is_some(), "process"),
+            (
+                "max_output_bytes",
+                self.max_output_bytes.is_some(),
+                "process",
+            ),
+            ("script", self.script.is_some(), "lua"),
+            ("operator_role", self.operator_role.is_some(), "operator"),
+            ("worker_binding", self.worker_binding.is_some(), "operator"),
+            ("system_prompt", self.system_prompt.is_some(), "operator"),
+            (
+                "system_prompt_file",
+                self.system_prompt_file.is_some(),
+                "operator",
+            ),
+            ("model", self.model.is_some(), "operator"),
+        ];
+        let foreign = owners
+            .into_iter()
+            .find(|(_, set, owner)| *set && *owner != kind);
+        match foreign {
+            Some((key, _, _)) => Err(AgentShapeError::KeyNotForKind { kind, key }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl TryFrom<RawAgent> for Agent {
+    type Error = AgentShapeError;
+
+    fn try_from(mut raw: RawAgent) -> Result<Self, AgentShapeError> {
+        let kind_name = raw.kind.ok_or(AgentShapeError::MissingKind)?;
+        let kind = match kind_name {
+            KindName::Process => {
+                raw.refuse_foreign("process")?;
+                AgentKind::Process(ProcessAgent {
+                    program: raw.program.take().ok_or(AgentShapeError::MissingKey {
+                        kind: "process",
+                        key: "program",
+                    })?,
+                    args: raw.args.take().unwrap_or_default(),
+                    env: raw.env.take().unwrap_or_default(),
+                    resolved_env: EnvVars::default(),
+                    cwd: raw.cwd.take(),
+                    stdin: raw.stdin.unwrap_or_default(),
+                    stream: raw.stream.unwrap_or_default(),
+                    timeout_secs: raw.timeout_secs,
+                    max_output_bytes: raw.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+                })
+            }
+            KindName::Lua => {
+                raw.refuse_foreign("lua")?;
+                AgentKind::Lua(LuaAgent {
+                    script: raw.script.take().ok_or(AgentShapeError::MissingKey {
+                        kind: "lua",
+                        key: "script",
+                    })?,
+                })
+            }
+            KindName::Operator => {
+                raw.refuse_foreign("operator")?;
+                if raw.system_prompt.is_some() && raw.system_prompt_file.is_some() {
+                    return Err(AgentShapeError::TwoSystemPrompts);
+                }
+                AgentKind::Operator(OperatorAgent {
+                    operator_role: raw
+                        .operator_role
+                        .take()
+                        .ok_or(AgentShapeError::MissingKey {
+                            kind: "operator",
+                            key: "operator_role",
+                        })?,
+                    worker_binding: raw.worker_binding.take(),
+                    system_prompt: raw.system_prompt.take(),
+                    system_prompt_file: raw.system_prompt_file.take(),
+                    model: raw.model.take(),
+                })
+            }
+        };
+        Ok(Agent {
+            layers: raw.layers,
+            concurrency: raw.concurrency,
+            allow_subtasks: raw.allow_subtasks,
+            description: raw.description,
+            kind,
+            origin: None,
+        })
+    }
+}
+
+impl From<Agent> for RawAgent {
+    fn from(agent: Agent) -> Self {
+        let mut raw = RawAgent {
+            layers: agent.layers,
+            concurrency: agent.concurrency,
+            allow_subtasks: agent.allow_subtasks,
+            description: agent.description,
+            ..RawAgent::default()
+        };
+        match agent.kind {
+            AgentKind::Process(process) => {
+                raw.kind = Some(KindName::Process);
+                raw.program = Some(process.program);
+                raw.args = Some(process.args).filter(|args| !args.is_empty());
+                raw.env = Some(process.env).filter(|env| *env != EnvSpec::default());
+                raw.cwd = process.cwd;
+                raw.stdin = Some(process.stdin);
+                raw.stream = Some(process.stream);
+                raw.timeout_secs = process.timeout_secs;
+                raw.max_output_bytes = Some(process.max_output_bytes);
+            }
+            AgentKind::Lua(lua) => {
+                raw.kind = Some(KindName::Lua);
+                raw.script = Some(lua.script);
+            }
+            AgentKind::Operator(operator) => {
+                raw.kind = Some(KindName::Operator);
+                raw.operator_role = Some(operator.operator_role);
+                raw.worker_binding = operator.worker_binding;
+                // A prompt read from a file is shown as the file it came from.
+                if operator.system_prompt_file.is_some() {
+                    raw.system_prompt_file = operator.system_prompt_file;
+                } else {
+                    raw.system_prompt = operator.system_prompt;
+                }
+                raw.model = operator.model;
+            }
+        }
+        raw
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Agent, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    #[test]
+    fn process_agent_gets_per_kind_defaults() {
+        let agent = parse("kind = \"process\"\nprogram = \"/bin/cat\"").unwrap();
+        let AgentKind::Process(process) = agent.kind else {
+            panic!("expected a process agent");
+        };
+        assert_eq!(process.program, PathBuf::from("/bin/cat"));
+        assert_eq!(process.stdin, StdinMode::Prompt);
+        assert_eq!(process.stream, StreamMode::None);
+        assert_eq!(process.max_output_bytes, DEFAULT_MAX_OUTPUT_BYTES);
+        assert!(!agent.allow_subtasks);
+    }
+
+    #[test]
+    fn key_of_another_kind_is_refused_by_name() {
+        let error = parse("kind = \"process\"\nprogram = \"x\"\nscript = \"a.lua\"").unwrap_err();
+        assert!(
+            error
+                .message()
+                .contains("key `script` is not valid for an agent of kind process"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn operator_needs_a_role() {
+        let error = parse("kind = \"operator\"").unwrap_err();
+        assert!(error.message().contains("needs `operator_role`"), "{error}");
+    }
+
+    #[test]
+    fn env_accepts_names_or_values_and_hides_values() {
+        let names = parse("kind = \"process\"\nprogram = \"x\"\nenv = [\"PATH\"]").unwrap();
+        let AgentKind::Process(process) = &names.kind else {
+            panic!("expected a process agent");
+        };
+        assert_eq!(process.env, EnvSpec::Inherit(vec!["PATH".into()]));
+
+        let values =
+            parse("kind = \"process\"\nprogram = \"x\"\nenv = { API_KEY = \"sk-123\" }").unwrap();
+        let printed = toml::to_string(&values).unwrap();
+        assert!(!printed.contains("sk-123"), "{printed}");
+        assert!(!format!("{values:?}").contains("sk-123"));
+        assert!(printed.contains("API_KEY"), "{printed}");
+    }
+}

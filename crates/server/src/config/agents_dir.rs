@@ -1,0 +1,241 @@
+//! `[agents_dir]`: operator agents written as Markdown files.
+//!
+//! Each `*.md` file in the directory is one operator agent: YAML front matter
+//! between `---` lines (`name`, `description`, `model`, `tools`,
+//! `worker_binding`, `operator_role`), then a Markdown body that is the
+//! SubAgent's system prompt. Other files and subdirectories are ignored; a
+//! malformed `.md` file refuses the whole configuration, naming the file.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::agent::{Agent, AgentKind, OperatorAgent, WorkerBinding};
+use super::error::ConfigError;
+
+/// `[agents_dir]`: where Markdown agent files are read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentsDirConfig {
+    /// Directory of `*.md` agent files; relative paths resolve against the
+    /// working directory.
+    pub path: PathBuf,
+}
+
+impl Default for AgentsDirConfig {
+    fn default() -> Self {
+        AgentsDirConfig {
+            path: PathBuf::from("agents/"),
+        }
+    }
+}
+
+/// The routing name an agent file's spawns go to when its front matter names none.
+pub const DEFAULT_OPERATOR_ROLE: &str = "main-ai";
+
+/// The YAML front matter of an agent file. Unknown keys are refused.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FrontMatter {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    tools: Option<Tools>,
+    #[serde(default)]
+    worker_binding: Option<WorkerBinding>,
+    #[serde(default)]
+    operator_role: Option<String>,
+}
+
+/// `tools: [Read, Grep]` or `tools: Read, Grep`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Tools {
+    List(Vec<String>),
+    Line(String),
+}
+
+impl Tools {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Tools::List(tools) => tools,
+            Tools::Line(line) => line
+                .split(',')
+                .map(str::trim)
+                .filter(|tool| !tool.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+}
+
+/// Reads every `*.md` file of `dir`, in file name order.
+///
+/// # Errors
+/// `Unreadable` if the directory cannot be listed; `AgentFile` naming the
+/// first file that cannot be read or parsed.
+pub fn load_agents_dir(dir: &Path) -> Result<Vec<(String, Agent)>, ConfigError> {
+    let unreadable = |source| ConfigError::Unreadable {
+        key: "agents_dir.path".to_owned(),
+        path: dir.to_owned(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+        let path = entry.map_err(unreadable)?.path();
+        if path.extension().is_some_and(|ext| ext == "md") && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path).map_err(|error| ConfigError::AgentFile {
+                path: path.clone(),
+                reason: error.to_string(),
+            })?;
+            parse_agent_file(path, &text)
+        })
+        .collect()
+}
+
+/// Parses one agent file into its name and an operator agent.
+///
+/// # Errors
+/// `AgentFile` naming `path` when the front matter is missing or malformed.
+pub fn parse_agent_file(path: &Path, text: &str) -> Result<(String, Agent), ConfigError> {
+    let refuse = |reason: String| ConfigError::AgentFile {
+        path: path.to_owned(),
+        reason,
+    };
+    let (yaml, body) = split_front_matter(text)
+        .ok_or_else(|| refuse("expected YAML front matter between `---` lines".to_owned()))?;
+    // The leading newline makes YAML error line numbers match the file's.
+    let front: FrontMatter = serde_norway::from_str(&format!("\n{yaml}"))
+        .map_err(|error| refuse(format!("front matter: {error}")))?;
+    let tools = front.tools.map(Tools::into_vec).unwrap_or_default();
+    let worker_binding = match front.worker_binding {
+        Some(mut binding) => {
+            if binding.tools.is_empty() {
+                binding.tools = tools;
+            }
+            binding
+        }
+        None => WorkerBinding {
+            subagent_type: front.name.clone(),
+            tools,
+        },
+    };
+    let body = body.trim();
+    let agent = Agent {
+        layers: Vec::new(),
+        concurrency: None,
+        allow_subtasks: false,
+        description: front.description,
+        kind: AgentKind::Operator(OperatorAgent {
+            operator_role: front
+                .operator_role
+                .unwrap_or_else(|| DEFAULT_OPERATOR_ROLE.to_owned()),
+            worker_binding: Some(worker_binding),
+            system_prompt: (!body.is_empty()).then(|| body.to_owned()),
+            system_prompt_file: None,
+            model: front.model,
+        }),
+        origin: Some(path.to_owned()),
+    };
+    Ok((front.name, agent))
+}
+
+/// Splits `---\n<yaml>\n---\n<body>` into its YAML and body.
+fn split_front_matter(text: &str) -> Option<(&str, &str)> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let rest = text
+        .strip_prefix("---\n")
+        .or_else(|| text.strip_prefix("---\r\n"))?;
+    let mut offset = 0;
+    for line in rest.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            return Some((&rest[..offset], &rest[offset + line.len()..]));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REVIEWER: &str = "---\nname: reviewer\ndescription: Reviews diffs\nmodel: opus\n\
+                            tools: Read, Grep\n---\n\nYou review code.\n";
+
+    #[test]
+    fn front_matter_and_body_make_an_operator_agent() {
+        let (name, agent) = parse_agent_file(Path::new("reviewer.md"), REVIEWER).unwrap();
+        assert_eq!(name, "reviewer");
+        assert_eq!(agent.description.as_deref(), Some("Reviews diffs"));
+        assert_eq!(agent.origin.as_deref(), Some(Path::new("reviewer.md")));
+        let AgentKind::Operator(operator) = agent.kind else {
+            panic!("expected an operator agent");
+        };
+        assert_eq!(operator.operator_role, DEFAULT_OPERATOR_ROLE);
+        assert_eq!(operator.system_prompt.as_deref(), Some("You review code."));
+        assert_eq!(operator.model.as_deref(), Some("opus"));
+        assert_eq!(
+            operator.worker_binding,
+            Some(WorkerBinding {
+                subagent_type: "reviewer".into(),
+                tools: vec!["Read".into(), "Grep".into()],
+            })
+        );
+    }
+
+    #[test]
+    fn explicit_worker_binding_and_tool_list_are_kept() {
+        let text = "---\nname: fixer\ntools: [Edit]\noperator_role: senior-ai\n\
+                    worker_binding: {subagent_type: general-purpose}\n---\nFix it.";
+        let (_, agent) = parse_agent_file(Path::new("fixer.md"), text).unwrap();
+        let AgentKind::Operator(operator) = agent.kind else {
+            panic!("expected an operator agent");
+        };
+        assert_eq!(operator.operator_role, "senior-ai");
+        let binding = operator.worker_binding.unwrap();
+        assert_eq!(binding.subagent_type, "general-purpose");
+        assert_eq!(binding.tools, ["Edit"]);
+    }
+
+    #[test]
+    fn malformed_files_are_refused_with_their_name() {
+        let cases = [
+            ("no-front.md", "just text"),
+            ("unclosed.md", "---\nname: x\n"),
+            ("no-name.md", "---\ndescription: y\n---\nbody"),
+            ("unknown-key.md", "---\nname: x\ncolour: red\n---\nbody"),
+            ("bad-yaml.md", "---\nname: [x\n---\nbody"),
+        ];
+        for (file, text) in cases {
+            let error = parse_agent_file(Path::new(file), text).unwrap_err();
+            let message = error.to_string();
+            assert!(message.contains(file), "{message}");
+            assert!(matches!(error, ConfigError::AgentFile { .. }), "{message}");
+        }
+    }
+
+    #[test]
+    fn directory_listing_reads_only_markdown_in_name_order() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("b.md"), "---\nname: bee\n---\nB").unwrap();
+        std::fs::write(dir.path().join("a.md"), "---\nname: ant\n---\nA").unwrap();
+        std::fs::write(dir.path().join("run.sh"), "#!/bin/sh\n").unwrap();
+        let names: Vec<_> = load_agents_dir(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(names, ["ant", "bee"]);
+    }
+}

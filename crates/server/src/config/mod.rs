@@ -1,0 +1,111 @@
+//! The daemon's configuration: one typed `Config`, read once at startup
+//! (SPEC §11).
+//!
+//! Sources, later wins: built-in defaults (the state directory defaults to
+//! `$STATE_DIRECTORY`), the TOML file, `SWARMD_SECTION__KEY` environment
+//! variables, then CLI flags (`Overrides`). `Config::load` merges them,
+//! resolves what needs the file system once (agents_dir, system prompt files,
+//! inherited child environment) and validates; after that the struct is plain
+//! data that nothing re-reads. Relative paths resolve against the working
+//! directory. Secrets never live here: process `env` values are redacted in
+//! `Debug` and printed output, key material and the admin token stay in
+//! `crate::state`.
+
+mod agent;
+mod agents_dir;
+mod error;
+mod load;
+mod print;
+mod sections;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+pub use agent::{
+    Agent, AgentKind, AgentShapeError, DEFAULT_MAX_OUTPUT_BYTES, EnvSpec, EnvVars, LuaAgent,
+    OperatorAgent, ProcessAgent, REDACTED, StdinMode, StreamMode, WorkerBinding,
+};
+pub use agents_dir::{AgentsDirConfig, DEFAULT_OPERATOR_ROLE, load_agents_dir, parse_agent_file};
+pub use error::ConfigError;
+pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
+pub use sections::{
+    AuthConfig, DEFAULT_STATE_DIR, DefaultsConfig, LimitsConfig, LuaConfig, LuaMiddleware,
+    RetentionConfig, RetryOutcome, SeniorConfig, ServerConfig, SpawnerConfig, StoreBackend,
+    StoreConfig, Synchronous, WsConfig,
+};
+pub use validate::HINT_LAYERS;
+
+/// The whole configuration (SPEC §11.2). Built by `Config::load`; every
+/// section has defaults, so an empty file is a valid configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`: the listener.
+    pub server: ServerConfig,
+    /// `[store]`: backend and state directory.
+    pub store: StoreConfig,
+    /// `[auth]`: credentials and their lifetimes.
+    pub auth: AuthConfig,
+    /// `[limits]`: global bounds.
+    pub limits: LimitsConfig,
+    /// `[defaults]`: task policy defaults.
+    pub defaults: DefaultsConfig,
+    /// `[ws]`: MainAI WebSocket sessions.
+    pub ws: WsConfig,
+    /// `[senior]`: who answers escalations.
+    pub senior: SeniorConfig,
+    /// `[lua]`: Lua limits and middleware.
+    pub lua: LuaConfig,
+    /// `[agents.NAME]`, plus the operator agents read from `agents_dir`
+    /// (those have `origin` set).
+    #[serde(serialize_with = "serialize_configured_agents")]
+    pub agents: BTreeMap<String, Agent>,
+    /// `[agents_dir]`: Markdown operator agents; unset: none are read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agents_dir: Option<AgentsDirConfig>,
+    /// `[retention]`: pruning of finished tasks.
+    pub retention: RetentionConfig,
+    /// `[spawner]`: process worker settings.
+    pub spawner: SpawnerConfig,
+    /// The file this configuration was read from, if any.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+impl Config {
+    /// The base URL workers and MainAIs are given: `server.base_url`, else
+    /// `http://` + the bound address, with a wildcard IP replaced by loopback.
+    pub fn base_url(&self, bound: SocketAddr) -> String {
+        match &self.server.base_url {
+            Some(url) => url.clone(),
+            None => local_url(bound),
+        }
+    }
+}
+
+/// `http://` + `bound`, with a wildcard IP replaced by loopback: the URL a
+/// client on this machine uses to reach a listener bound to `bound`.
+pub fn local_url(bound: SocketAddr) -> String {
+    let ip = match bound.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, bound.port()))
+}
+
+/// Serializes `[agents.NAME]` entries only: agents read from `agents_dir` are
+/// represented by `[agents_dir]`, so printed output loads back unchanged.
+fn serialize_configured_agents<S: Serializer>(
+    agents: &BTreeMap<String, Agent>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(agents.iter().filter(|(_, agent)| agent.origin.is_none()))
+}
+
+#[cfg(test)]
+mod tests;

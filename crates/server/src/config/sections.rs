@@ -1,0 +1,284 @@
+//! The plain sections of the configuration file (SPEC §11.2), with their
+//! defaults. Agents live in `agent`, the agents directory in `agents_dir`.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+const MIB: u64 = 1024 * 1024;
+
+/// `[server]`: the HTTP and WebSocket listener.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address the listener binds, `IP:PORT` (an IP, not a host name); port 0
+    /// picks a free port, logged at startup.
+    pub bind: SocketAddr,
+    /// Public base URL given to workers and MainAIs, `http://host:port` without
+    /// a trailing slash. Unset: derived from the bound address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Seconds running attempts get to finish after SIGTERM/SIGINT before
+    /// their workers are stopped and left to recovery.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 7700)),
+            base_url: None,
+            shutdown_grace_secs: 30,
+        }
+    }
+}
+
+/// Where durable state lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreBackend {
+    /// SQLite in `<state_dir>/swarmd.db` (WAL mode): survives restarts.
+    #[default]
+    Sqlite,
+    /// In memory: everything is lost at exit (tests, `--ephemeral`).
+    Memory,
+}
+
+/// SQLite `PRAGMA synchronous` for the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Synchronous {
+    /// An acknowledged append survives power loss.
+    #[default]
+    Full,
+    /// An acknowledged append survives a crash of swarmd but not of the machine.
+    Normal,
+}
+
+/// `[store]`: the output, task and event store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `sqlite` (default) or `memory`.
+    pub backend: StoreBackend,
+    /// The state directory (SPEC §11.3). Default: the first path of
+    /// `$STATE_DIRECTORY` (set by systemd's `StateDirectory=`), else
+    /// `./swarmd-state`.
+    pub state_dir: PathBuf,
+    /// SQLite durability: `full` (default) or `normal`.
+    pub synchronous: Synchronous,
+}
+
+/// The state directory used when neither the config nor systemd names one.
+pub const DEFAULT_STATE_DIR: &str = "./swarmd-state";
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            backend: StoreBackend::Sqlite,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            synchronous: Synchronous::Full,
+        }
+    }
+}
+
+/// `[auth]`: credentials and their lifetimes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Allow `POST /v1/operators` without the admin token from loopback clients.
+    pub loopback_login: bool,
+    /// Lifetime of a worker token and its handle, in seconds.
+    pub worker_token_ttl_secs: u64,
+    /// Upper bound on any capability token's lifetime (`exp - iat`), in seconds.
+    pub max_token_ttl_secs: u64,
+    /// An operator session expires this many seconds after its last activity.
+    pub session_idle_secs: u64,
+    /// Keyring file to use instead of `<state_dir>/keys.json` (created 0600 if
+    /// missing). A systemd credential `swarmd-keys` wins over both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keys_file: Option<PathBuf>,
+    /// Admin token file to use instead of `<state_dir>/admin.token` (created
+    /// 0600 if missing). A systemd credential `swarmd-admin-token` wins over both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<PathBuf>,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            loopback_login: false,
+            worker_token_ttl_secs: 1800,
+            max_token_ttl_secs: 86_400,
+            session_idle_secs: 86_400,
+            keys_file: None,
+            admin_token_file: None,
+        }
+    }
+}
+
+/// `[limits]`: global bounds. Sizes are integers, in bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Attempts running at once, over all agents.
+    pub max_running: u32,
+    /// Largest accepted HTTP request body, in bytes (413 above).
+    pub max_body_bytes: u64,
+    /// Inline output values larger than this many bytes are spilled to
+    /// `<state_dir>/blobs/` and stored as a file reference.
+    pub inline_max_bytes: u64,
+    /// Deepest allowed chain of sub-tasks (a task spawned by a worker has its
+    /// parent's depth + 1).
+    pub max_spawn_depth: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_running: 1024,
+            max_body_bytes: 8 * MIB,
+            inline_max_bytes: 256 * 1024,
+            max_spawn_depth: 4,
+        }
+    }
+}
+
+/// An attempt outcome that may be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOutcome {
+    /// No verdict: spawn error, worker died, lease or queue timeout.
+    Failed,
+    /// The worker finished and said it could not do it.
+    Blocked,
+}
+
+/// `[defaults]`: the task policy used where a task does not set its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DefaultsConfig {
+    /// Attempts per task, the first included.
+    pub max_attempts: u32,
+    /// Outcomes that start another attempt while attempts remain.
+    pub retry_on: Vec<RetryOutcome>,
+    /// An attempt's lease in seconds; any worker request on it extends it.
+    pub attempt_timeout_secs: u64,
+    /// Seconds after which a running attempt emits `long_hold_warn` (and again
+    /// at each further multiple).
+    pub long_hold_warn_secs: u64,
+}
+
+impl Default for DefaultsConfig {
+    fn default() -> Self {
+        DefaultsConfig {
+            max_attempts: 1,
+            retry_on: vec![RetryOutcome::Failed],
+            attempt_timeout_secs: 1800,
+            long_hold_warn_secs: 600,
+        }
+    }
+}
+
+/// `[ws]`: MainAI WebSocket sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WsConfig {
+    /// Seconds between server pings; a connection silent for three intervals is dropped.
+    pub ping_secs: u64,
+    /// Frames parked per session while it has no socket.
+    pub park_max: u32,
+}
+
+impl Default for WsConfig {
+    fn default() -> Self {
+        WsConfig {
+            ping_secs: 20,
+            park_max: 10_000,
+        }
+    }
+}
+
+/// `[senior]`: who answers escalations (SPEC §8.7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SeniorConfig {
+    /// An agent whose result answers the question (spawned as a sub-task).
+    /// Unset: a session holding the role name `senior`, else the owning MainAI.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Seconds to wait for an answer before the verdict stands.
+    pub timeout_secs: u64,
+}
+
+impl Default for SeniorConfig {
+    fn default() -> Self {
+        SeniorConfig {
+            agent: None,
+            timeout_secs: 600,
+        }
+    }
+}
+
+/// `[lua]`: limits for every Lua run, agents and middleware alike.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LuaConfig {
+    /// Memory limit per run, in MiB.
+    pub memory_limit_mb: u64,
+    /// Instruction budget per run (enforced by a hook).
+    pub instruction_limit: u64,
+    /// Wall-clock limit per run, in seconds.
+    pub timeout_secs: u64,
+    /// `[lua.middleware.NAME]`: middleware usable as layer `lua:NAME`.
+    pub middleware: BTreeMap<String, LuaMiddleware>,
+}
+
+impl Default for LuaConfig {
+    fn default() -> Self {
+        LuaConfig {
+            memory_limit_mb: 32,
+            instruction_limit: 100_000_000,
+            timeout_secs: 30,
+            middleware: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[lua.middleware.NAME]`: one Lua middleware.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LuaMiddleware {
+    /// The script defining `before(ctx)` and/or `after(ctx, result)`.
+    pub script: PathBuf,
+}
+
+/// `[retention]`: pruning of finished work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Terminal tasks older than this many days are pruned with their output.
+    pub days: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig { days: 30 }
+    }
+}
+
+/// `[spawner]`: settings shared by the process spawner's workers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SpawnerConfig {
+    /// Seconds between SIGTERM and SIGKILL when a process group is stopped.
+    pub kill_grace_secs: u64,
+}
+
+impl Default for SpawnerConfig {
+    fn default() -> Self {
+        SpawnerConfig { kill_grace_secs: 5 }
+    }
+}

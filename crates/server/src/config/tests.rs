@@ -1,0 +1,362 @@
+//! Tests of `Config::load`: sources and precedence, error text, defaults,
+//! agents_dir merging, validation and the printed form.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::environment::Environment;
+
+/// A temporary directory holding `swarmd.toml` with `text`.
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new(text: &str) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("swarmd.toml"), text).unwrap();
+        Fixture { dir }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("swarmd.toml")
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn load(&self, env: &[(&str, &str)], overrides: &Overrides) -> Result<Config, ConfigError> {
+        let env = Environment::from_pairs(env.iter().copied());
+        Config::load(&ConfigPath::Explicit(self.path()), &env, overrides)
+    }
+}
+
+fn addr(text: &str) -> SocketAddr {
+    text.parse().unwrap()
+}
+
+#[test]
+fn empty_sources_give_the_spec_defaults() {
+    let config = Config::load(
+        &ConfigPath::None,
+        &Environment::default(),
+        &Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(config.server.bind, addr("127.0.0.1:7700"));
+    assert_eq!(config.server.shutdown_grace_secs, 30);
+    assert_eq!(config.store.backend, StoreBackend::Sqlite);
+    assert_eq!(config.store.synchronous, Synchronous::Full);
+    assert_eq!(config.store.state_dir, Path::new(DEFAULT_STATE_DIR));
+    assert_eq!(config.auth.worker_token_ttl_secs, 1800);
+    assert_eq!(config.auth.max_token_ttl_secs, 86_400);
+    assert_eq!(config.auth.session_idle_secs, 86_400);
+    assert!(!config.auth.loopback_login);
+    assert_eq!(config.limits.max_running, 1024);
+    assert_eq!(config.limits.max_body_bytes, 8 * 1024 * 1024);
+    assert_eq!(config.limits.inline_max_bytes, 256 * 1024);
+    assert_eq!(config.limits.max_spawn_depth, 4);
+    assert_eq!(config.defaults.max_attempts, 1);
+    assert_eq!(config.defaults.retry_on, [RetryOutcome::Failed]);
+    assert_eq!(config.defaults.attempt_timeout_secs, 1800);
+    assert_eq!(config.defaults.long_hold_warn_secs, 600);
+    assert_eq!((config.ws.ping_secs, config.ws.park_max), (20, 10_000));
+    assert_eq!(config.senior.timeout_secs, 600);
+    assert_eq!(config.lua.memory_limit_mb, 32);
+    assert_eq!(config.lua.instruction_limit, 100_000_000);
+    assert_eq!(config.lua.timeout_secs, 30);
+    assert_eq!(config.retention.days, 30);
+    assert_eq!(config.spawner.kill_grace_secs, 5);
+    assert!(config.agents.is_empty() && config.agents_dir.is_none());
+}
+
+#[test]
+fn file_then_env_then_flags_later_wins() {
+    let fixture = Fixture::new(
+        "[server]\nbind = \"127.0.0.1:1000\"\nshutdown_grace_secs = 7\n\
+         [store]\nstate_dir = \"/from/file\"\n",
+    );
+    let env = [
+        ("SWARMD_SERVER__BIND", "127.0.0.1:2000"),
+        ("SWARMD_AUTH__WORKER_TOKEN_TTL_SECS", "600"),
+        ("SWARMD_DEFAULTS__RETRY_ON", "[\"failed\", \"blocked\"]"),
+        ("STATE_DIRECTORY", "/from/systemd"),
+        ("SWARMD_URL", "http://ignored"),
+    ];
+    let config = fixture.load(&env, &Overrides::default()).unwrap();
+    assert_eq!(config.server.bind, addr("127.0.0.1:2000"), "env beats file");
+    assert_eq!(config.server.shutdown_grace_secs, 7, "file beats default");
+    assert_eq!(config.auth.worker_token_ttl_secs, 600);
+    assert_eq!(
+        config.defaults.retry_on,
+        [RetryOutcome::Failed, RetryOutcome::Blocked]
+    );
+    assert_eq!(
+        config.store.state_dir,
+        Path::new("/from/file"),
+        "file beats $STATE_DIRECTORY"
+    );
+    assert_eq!(config.source.as_deref(), Some(fixture.path().as_path()));
+
+    let flags = Overrides {
+        bind: Some(addr("127.0.0.1:3000")),
+        state_dir: Some("/from/flag".into()),
+        ephemeral: true,
+    };
+    let config = fixture.load(&env, &flags).unwrap();
+    assert_eq!(config.server.bind, addr("127.0.0.1:3000"), "flag beats env");
+    assert_eq!(config.store.state_dir, Path::new("/from/flag"));
+    assert_eq!(config.store.backend, StoreBackend::Memory);
+}
+
+#[test]
+fn state_directory_is_the_default_state_dir_first_path_only() {
+    let env = Environment::from_pairs([("STATE_DIRECTORY", "/var/lib/swarmd:/var/lib/other")]);
+    let config = Config::load(&ConfigPath::None, &env, &Overrides::default()).unwrap();
+    assert_eq!(config.store.state_dir, Path::new("/var/lib/swarmd"));
+}
+
+#[test]
+fn unknown_key_names_key_file_and_line() {
+    let fixture = Fixture::new("[server]\nbind = \"127.0.0.1:1\"\n\n[auth]\nworker_ttl = 5\n");
+    let error = fixture.load(&[], &Overrides::default()).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "unknown key `worker_ttl` in {} at line 5",
+            fixture.path().display()
+        )
+    );
+}
+
+#[test]
+fn unknown_key_inside_an_agent_and_section_are_located() {
+    let fixture =
+        Fixture::new("[agents.echo]\nkind = \"process\"\nprogram = \"cat\"\nprogramm = \"x\"\n");
+    let error = fixture.load(&[], &Overrides::default()).unwrap_err();
+    assert!(
+        matches!(&error, ConfigError::UnknownKey { key, line: Some(4), .. } if key == "programm"),
+        "{error}"
+    );
+
+    let fixture = Fixture::new("[srever]\n");
+    let error = fixture.load(&[], &Overrides::default()).unwrap_err();
+    assert!(
+        matches!(&error, ConfigError::UnknownKey { key, line: Some(1), .. } if key == "srever"),
+        "{error}"
+    );
+}
+
+#[test]
+fn type_errors_name_file_and_line() {
+    let fixture = Fixture::new("[server]\n\nbind = \"not an address\"\n");
+    let error = fixture.load(&[], &Overrides::default()).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.starts_with(&format!("{} at line 3:", fixture.path().display())),
+        "{text}"
+    );
+    assert!(!text.contains('\n'));
+}
+
+#[test]
+fn environment_errors_name_the_variable() {
+    let fixture = Fixture::new("");
+    let error = fixture
+        .load(&[("SWARMD_SERVER__BIMD", "x")], &Overrides::default())
+        .unwrap_err();
+    assert!(
+        matches!(&error, ConfigError::Env { var, message } if var == "SWARMD_SERVER__BIMD" && message.contains("bimd")),
+        "{error}"
+    );
+    let error = fixture
+        .load(&[("SWARMD_SERVER_BIND", "x")], &Overrides::default())
+        .unwrap_err();
+    assert!(
+        matches!(error, ConfigError::UnknownEnvVar { .. }),
+        "{error}"
+    );
+    let error = fixture
+        .load(
+            &[("SWARMD_LIMITS__MAX_RUNNING", "many")],
+            &Overrides::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(error, ConfigError::Env { .. }), "{error}");
+}
+
+#[test]
+fn missing_explicit_file_is_an_error_but_missing_default_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let env = Environment::default();
+    let error = Config::load(
+        &ConfigPath::Explicit(missing.clone()),
+        &env,
+        &Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(error, ConfigError::Read { .. }));
+    let config =
+        Config::load(&ConfigPath::IfPresent(missing), &env, &Overrides::default()).unwrap();
+    assert!(config.source.is_none());
+}
+
+#[test]
+fn invalid_values_are_refused_with_the_key() {
+    let cases = [
+        (
+            "[auth]\nworker_token_ttl_secs = 100000\n",
+            "auth.worker_token_ttl_secs",
+        ),
+        (
+            "[auth]\nmax_token_ttl_secs = 10\n",
+            "auth.max_token_ttl_secs",
+        ),
+        ("[limits]\nmax_running = 0\n", "limits.max_running"),
+        ("[defaults]\nmax_attempts = 0\n", "defaults.max_attempts"),
+        ("[server]\nbase_url = \"ftp://x\"\n", "server.base_url"),
+        ("[senior]\nagent = \"ghost\"\n", "senior.agent"),
+        (
+            "[lua.middleware.\"bad name\"]\nscript = \"x.lua\"\n",
+            "lua.middleware.bad name",
+        ),
+        (
+            "[lua.middleware.audit]\nscript = \"/nonexistent/a.lua\"\n",
+            "lua.middleware.audit.script",
+        ),
+        (
+            "[agents.l]\nkind = \"lua\"\nscript = \"/nonexistent/l.lua\"\n",
+            "agents.l.script",
+        ),
+        (
+            "[agents.p]\nkind = \"process\"\nprogram = \"/nonexistent/bin\"\n",
+            "agents.p.program",
+        ),
+        (
+            "[agents.o]\nkind = \"operator\"\noperator_role = \"\"\n",
+            "agents.o.operator_role",
+        ),
+    ];
+    for (text, key) in cases {
+        let error = Fixture::new(text)
+            .load(&[], &Overrides::default())
+            .unwrap_err();
+        assert!(
+            error.to_string().contains(&format!("`{key}`")),
+            "{key}: {error}"
+        );
+    }
+}
+
+#[test]
+fn layers_must_be_known_hints_or_configured_lua_middleware() {
+    let fixture = Fixture::new("");
+    let script = fixture.write("mw.lua", "return {}");
+    let text = format!(
+        "[lua.middleware.guard]\nscript = \"{}\"\n\
+         [agents.a]\nkind = \"process\"\nprogram = \"cat\"\nlayers = [\"senior_escalation\", \"lua:guard\"]\n",
+        script.display()
+    );
+    std::fs::write(fixture.path(), &text).unwrap();
+    let config = fixture.load(&[], &Overrides::default()).unwrap();
+    assert_eq!(
+        config.agents["a"].layers,
+        ["senior_escalation", "lua:guard"]
+    );
+
+    std::fs::write(fixture.path(), text.replace("lua:guard", "lua:other")).unwrap();
+    let error = fixture.load(&[], &Overrides::default()).unwrap_err();
+    assert!(matches!(error, ConfigError::UnknownLayer { layer, .. } if layer == "lua:other"));
+}
+
+#[test]
+fn agents_dir_adds_operator_agents_and_refuses_duplicates() {
+    let fixture = Fixture::new("");
+    fixture.write("agents/reviewer.md", "---\nname: reviewer\n---\nReview.\n");
+    let agents = fixture.dir.path().join("agents");
+    let text = format!("[agents_dir]\npath = \"{}\"\n", agents.display());
+    std::fs::write(fixture.path(), &text).unwrap();
+    let config = fixture.load(&[], &Overrides::default()).unwrap();
+    let reviewer = &config.agents["reviewer"];
+    assert!(
+        matches!(&reviewer.kind, AgentKind::Operator(op) if op.system_prompt.as_deref() == Some("Review."))
+    );
+
+    let duplicate =
+        format!("{text}[agents.reviewer]\nkind = \"operator\"\noperator_role = \"x\"\n");
+    std::fs::write(fixture.path(), duplicate).unwrap();
+    let error = fixture.load(&[], &Overrides::default()).unwrap_err();
+    assert!(matches!(error, ConfigError::DuplicateAgent { name, .. } if name == "reviewer"));
+
+    fixture.write("agents/broken.md", "no front matter");
+    std::fs::write(fixture.path(), &text).unwrap();
+    let error = fixture.load(&[], &Overrides::default()).unwrap_err();
+    assert!(error.to_string().contains("broken.md"), "{error}");
+}
+
+#[test]
+fn system_prompt_file_and_inherited_env_are_resolved_once() {
+    let fixture = Fixture::new("");
+    let prompt = fixture.write("prompt.md", "Be careful.");
+    let text = format!(
+        "[agents.o]\nkind = \"operator\"\noperator_role = \"main-ai\"\nsystem_prompt_file = \"{}\"\n\
+         [agents.p]\nkind = \"process\"\nprogram = \"cat\"\nenv = [\"API_KEY\", \"UNSET\"]\n",
+        prompt.display()
+    );
+    std::fs::write(fixture.path(), text).unwrap();
+    let config = fixture
+        .load(&[("API_KEY", "sk-1")], &Overrides::default())
+        .unwrap();
+    let AgentKind::Operator(operator) = &config.agents["o"].kind else {
+        panic!("operator expected");
+    };
+    assert_eq!(operator.system_prompt.as_deref(), Some("Be careful."));
+    let AgentKind::Process(process) = &config.agents["p"].kind else {
+        panic!("process expected");
+    };
+    let vars: Vec<_> = process.resolved_env.iter().collect();
+    assert_eq!(vars, [("API_KEY", "sk-1")]);
+}
+
+#[test]
+fn printed_config_redacts_secrets_and_loads_back() {
+    let fixture = Fixture::new(
+        "[server]\nbase_url = \"http://swarm.example:7700/\"\n\
+         [agents.p]\nkind = \"process\"\nprogram = \"cat\"\nenv = { TOKEN = \"sk-secret\" }\n",
+    );
+    let config = fixture.load(&[], &Overrides::default()).unwrap();
+    assert_eq!(
+        config.server.base_url.as_deref(),
+        Some("http://swarm.example:7700")
+    );
+    let printed = config.to_toml_redacted().unwrap();
+    assert!(!printed.contains("sk-secret"), "{printed}");
+    assert!(printed.contains(REDACTED), "{printed}");
+    assert!(!format!("{config:?}").contains("sk-secret"));
+
+    let reloaded = Fixture::new(&printed)
+        .load(&[], &Overrides::default())
+        .unwrap();
+    assert_eq!(reloaded.server, config.server);
+    assert_eq!(reloaded.limits, config.limits);
+    assert_eq!(reloaded.agents.keys().collect::<Vec<_>>(), ["p"]);
+}
+
+#[test]
+fn base_url_is_derived_from_the_bound_address() {
+    let mut config = Config::default();
+    assert_eq!(
+        config.base_url(addr("0.0.0.0:7700")),
+        "http://127.0.0.1:7700"
+    );
+    assert_eq!(config.base_url(addr("[::]:80")), "http://[::1]:80");
+    assert_eq!(config.base_url(addr("10.0.0.1:1")), "http://10.0.0.1:1");
+    config.server.base_url = Some("https://swarm.example".into());
+    assert_eq!(config.base_url(addr("0.0.0.0:1")), "https://swarm.example");
+}

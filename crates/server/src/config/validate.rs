@@ -1,0 +1,266 @@
+//! Validation of a merged configuration: ranges, names, references between
+//! sections, and the file checks that are cheap (scripts readable, program
+//! paths executable). The first problem found is returned.
+
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use super::Config;
+use super::agent::{Agent, AgentKind};
+use super::error::ConfigError;
+
+/// Hint layers an agent may name, besides `lua:<name>`. The base layers
+/// (`audit`, `long_hold`) always apply and are not named.
+pub const HINT_LAYERS: [&str; 3] = ["main_ai", "senior_escalation", "operator_delegate"];
+
+const MINUTE: u64 = 60;
+const DAY: u64 = 86_400;
+const GIB: u64 = 1024 * 1024 * 1024;
+
+pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
+    validate_server(config)?;
+    validate_auth(config)?;
+    let limits = &config.limits;
+    range(
+        "limits.max_running",
+        limits.max_running.into(),
+        1,
+        1_000_000,
+    )?;
+    range("limits.max_body_bytes", limits.max_body_bytes, 1024, GIB)?;
+    range("limits.inline_max_bytes", limits.inline_max_bytes, 1, GIB)?;
+    range(
+        "limits.max_spawn_depth",
+        limits.max_spawn_depth.into(),
+        0,
+        64,
+    )?;
+    let defaults = &config.defaults;
+    range(
+        "defaults.max_attempts",
+        defaults.max_attempts.into(),
+        1,
+        100,
+    )?;
+    range(
+        "defaults.attempt_timeout_secs",
+        defaults.attempt_timeout_secs,
+        1,
+        7 * DAY,
+    )?;
+    range(
+        "defaults.long_hold_warn_secs",
+        defaults.long_hold_warn_secs,
+        1,
+        7 * DAY,
+    )?;
+    range("ws.ping_secs", config.ws.ping_secs, 1, 3600)?;
+    range("ws.park_max", config.ws.park_max.into(), 1, 1_000_000)?;
+    range("senior.timeout_secs", config.senior.timeout_secs, 1, DAY)?;
+    if let Some(agent) = config
+        .senior
+        .agent
+        .as_ref()
+        .filter(|agent| !config.agents.contains_key(*agent))
+    {
+        return Err(ConfigError::UnknownAgent {
+            key: "senior.agent".to_owned(),
+            agent: agent.clone(),
+        });
+    }
+    validate_lua(config)?;
+    range("retention.days", config.retention.days.into(), 1, 36_500)?;
+    range(
+        "spawner.kill_grace_secs",
+        config.spawner.kill_grace_secs,
+        0,
+        300,
+    )?;
+    for (name, agent) in &config.agents {
+        validate_agent(config, name, agent)?;
+    }
+    Ok(())
+}
+
+fn validate_server(config: &Config) -> Result<(), ConfigError> {
+    range(
+        "server.shutdown_grace_secs",
+        config.server.shutdown_grace_secs,
+        0,
+        3600,
+    )?;
+    if let Some(url) = &config.server.base_url {
+        let host = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"));
+        if host.is_none_or(|host| host.is_empty() || host.contains(char::is_whitespace)) {
+            return Err(invalid(
+                "server.base_url",
+                format!("`{url}` is not an http:// or https:// URL"),
+            ));
+        }
+    }
+    if config.store.state_dir.as_os_str().is_empty() {
+        return Err(invalid("store.state_dir", "must not be empty"));
+    }
+    Ok(())
+}
+
+fn validate_auth(config: &Config) -> Result<(), ConfigError> {
+    let auth = &config.auth;
+    range(
+        "auth.max_token_ttl_secs",
+        auth.max_token_ttl_secs,
+        MINUTE,
+        30 * DAY,
+    )?;
+    range(
+        "auth.worker_token_ttl_secs",
+        auth.worker_token_ttl_secs,
+        MINUTE,
+        auth.max_token_ttl_secs,
+    )?;
+    range(
+        "auth.session_idle_secs",
+        auth.session_idle_secs,
+        MINUTE,
+        365 * DAY,
+    )
+}
+
+fn validate_lua(config: &Config) -> Result<(), ConfigError> {
+    let lua = &config.lua;
+    range("lua.memory_limit_mb", lua.memory_limit_mb, 1, 4096)?;
+    range(
+        "lua.instruction_limit",
+        lua.instruction_limit,
+        1000,
+        u64::MAX,
+    )?;
+    range("lua.timeout_secs", lua.timeout_secs, 1, 3600)?;
+    for (name, middleware) in &lua.middleware {
+        name_rule(&format!("lua.middleware.{name}"), name)?;
+        readable(&format!("lua.middleware.{name}.script"), &middleware.script)?;
+    }
+    Ok(())
+}
+
+fn validate_agent(config: &Config, name: &str, agent: &Agent) -> Result<(), ConfigError> {
+    let key = |field: &str| format!("agents.{name}.{field}");
+    name_rule(&format!("agents.{name}"), name)?;
+    if let Some(concurrency) = agent.concurrency {
+        range(&key("concurrency"), concurrency.into(), 1, 1_000_000)?;
+    }
+    for layer in &agent.layers {
+        let known = match layer.strip_prefix("lua:") {
+            Some(middleware) => config.lua.middleware.contains_key(middleware),
+            None => HINT_LAYERS.contains(&layer.as_str()),
+        };
+        if !known {
+            return Err(ConfigError::UnknownLayer {
+                agent: name.to_owned(),
+                layer: layer.clone(),
+            });
+        }
+    }
+    match &agent.kind {
+        AgentKind::Process(process) => {
+            // A bare name is looked up in PATH when spawned; a path is checked now.
+            if process.program.components().count() > 1 {
+                executable(&key("program"), &process.program)?;
+            }
+            if let Some(cwd) = process.cwd.as_ref().filter(|cwd| !cwd.is_dir()) {
+                return Err(invalid(
+                    &key("cwd"),
+                    format!("{} is not a directory", cwd.display()),
+                ));
+            }
+            if let Some(timeout) = process.timeout_secs {
+                range(&key("timeout_secs"), timeout, 1, 7 * DAY)?;
+            }
+            range(
+                &key("max_output_bytes"),
+                process.max_output_bytes,
+                1,
+                4 * GIB,
+            )?;
+        }
+        AgentKind::Lua(lua) => readable(&key("script"), &lua.script)?,
+        AgentKind::Operator(operator) => {
+            name_rule(&key("operator_role"), &operator.operator_role)?;
+            let binding = operator.worker_binding.as_ref();
+            if binding.is_some_and(|binding| binding.subagent_type.trim().is_empty()) {
+                return Err(invalid(
+                    &key("worker_binding.subagent_type"),
+                    "must not be empty",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn range(key: &str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfRange {
+            key: key.to_owned(),
+            value,
+            min,
+            max,
+        })
+    }
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Names (agents, middleware, roles): 1 to 64 of `[A-Za-z0-9._-]`, starting
+/// with a letter or digit, so they are safe in URLs, layer keys and logs.
+fn name_rule(key: &str, name: &str) -> Result<(), ConfigError> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if first_ok && rest_ok && name.len() <= 64 {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            format!(
+                "`{name}` is not a valid name (1-64 of A-Z a-z 0-9 . _ -, starting alphanumeric)"
+            ),
+        ))
+    }
+}
+
+fn readable(key: &str, path: &Path) -> Result<(), ConfigError> {
+    File::open(path)
+        .map(drop)
+        .map_err(|source| ConfigError::Unreadable {
+            key: key.to_owned(),
+            path: path.to_owned(),
+            source,
+        })
+}
+
+fn executable(key: &str, path: &Path) -> Result<(), ConfigError> {
+    let metadata = std::fs::metadata(path).map_err(|source| ConfigError::Unreadable {
+        key: key.to_owned(),
+        path: path.to_owned(),
+        source,
+    })?;
+    if metadata.is_file() && metadata.permissions().mode() & 0o111 != 0 {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            format!("{} is not an executable file", path.display()),
+        ))
+    }
+}

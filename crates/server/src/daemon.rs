@@ -1,0 +1,264 @@
+//! The composition root: turns the validated configuration and the prepared
+//! state directory into stores, the engine, the spawner stack and the
+//! session registry, wires them together, and recovers before anything is
+//! served. Everything is built here and passed in; nothing is global.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use swarmd_engine::auth::{AuthorityConfig, Keyring, TokenAuthority};
+use swarmd_engine::clock::{Clock, SystemClock};
+use swarmd_engine::store::{MemoryTaskStore, SqliteTaskStore, TaskStore};
+use swarmd_engine::task::{Policy, RetryOn};
+use swarmd_engine::{Engine, EngineConfig, EngineParts, RecoveryReport};
+use swarmd_output_store::{
+    MemoryOutputStore, OutputStore, SqliteDb, SqliteOptions, SqliteOutputStore, StoreError,
+    Synchronous,
+};
+use swarmd_spawner::layers::SeniorSettings;
+use swarmd_spawner::process::{EnvVar, StdinMode, StreamMode};
+use swarmd_spawner::{
+    AgentKind, AgentSpec, ConfigErrors, HostEnv, LuaAgentSpec, LuaLimits, LuaMiddlewareSpec,
+    LuaPool, OperatorSpec, ProcessSpec, SpawnerSettings, StackResolver,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::app::{AppInner, AppState};
+use crate::config::{self, Config, StoreBackend};
+use crate::environment::Environment;
+use crate::metrics::Metrics;
+use crate::sessions::{SessionRegistry, SessionSettings};
+use crate::state::PreparedState;
+use crate::ws::EventRouter;
+
+/// Lua runs on its own small pool of OS threads, never on the async executor.
+const LUA_THREADS: usize = 2;
+/// How often retention looks for finished work to prune.
+const RETENTION_EVERY: Duration = Duration::from_secs(3600);
+
+/// Why the daemon could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("cannot open the store at {path}: {source}")]
+    Store {
+        path: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("cannot start the Lua pool: {0}")]
+    Lua(String),
+    #[error("invalid agents: {0}")]
+    Agents(ConfigErrors),
+    #[error("recovery failed: {0}")]
+    Recovery(#[source] swarmd_engine::EngineError),
+}
+
+/// The assembled daemon, recovered and ready to serve.
+#[derive(Debug)]
+pub struct Daemon {
+    pub app: AppState,
+    /// The shared SQLite handle, closed (flushed) at shutdown.
+    pub db: Option<SqliteDb>,
+    pub recovery: RecoveryReport,
+}
+
+/// Builds every part from `config` and recovers the engine's state.
+pub async fn build(
+    config: Arc<Config>,
+    state: PreparedState,
+    env: &Environment,
+    base_url: String,
+    shutdown: CancellationToken,
+) -> Result<Daemon, BuildError> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let (store, outputs, db) = open_stores(&config, &state)?;
+    let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
+    let resolver = Arc::new(resolver(&config, env, &base_url)?);
+    let sessions = SessionRegistry::new(SessionSettings::from_config(&config));
+    let engine = Engine::new(EngineParts {
+        config: engine_config(&config),
+        store,
+        outputs,
+        tokens,
+        resolver,
+        operators: sessions.clone(),
+        clock,
+    });
+    sessions.attach_engine(engine.clone());
+    // Subscribed before recovery so that events recovery publishes reach
+    // their sessions; it starts routing once the sessions are restored.
+    let router = EventRouter::subscribe(&engine, sessions.clone());
+    let mut recovery = engine.recover().await.map_err(BuildError::Recovery)?;
+    sessions.restore(std::mem::take(&mut recovery.sessions));
+    router.spawn(shutdown.clone());
+    sessions.spawn_idle_sweep(shutdown.clone());
+    tracing::info!(
+        requeued = recovery.requeued,
+        interrupted = recovery.interrupted,
+        retried = recovery.retried,
+        resumed = recovery.resumed,
+        handles = recovery.handles,
+        "recovered"
+    );
+    let keep = Duration::from_secs(u64::from(config.retention.days) * 86_400);
+    engine.spawn_retention(keep, RETENTION_EVERY);
+    let app = AppState::new(AppInner {
+        engine,
+        sessions,
+        admin: state.admin_token,
+        base_url,
+        started: Instant::now(),
+        shutdown,
+        config,
+        metrics: Metrics::new(),
+    });
+    Ok(Daemon { app, db, recovery })
+}
+
+type Stores = (Arc<dyn TaskStore>, Arc<dyn OutputStore>, Option<SqliteDb>);
+
+fn open_stores(config: &Config, state: &PreparedState) -> Result<Stores, BuildError> {
+    if config.store.backend == StoreBackend::Memory {
+        return Ok((
+            Arc::new(MemoryTaskStore::new()),
+            Arc::new(MemoryOutputStore::new()),
+            None,
+        ));
+    }
+    let path = state.dir.database();
+    let err = |source| BuildError::Store {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut opts = SqliteOptions::new(&path);
+    opts.synchronous = match config.store.synchronous {
+        config::Synchronous::Full => Synchronous::Full,
+        config::Synchronous::Normal => Synchronous::Normal,
+    };
+    let db = SqliteDb::open(opts).map_err(err)?;
+    let tasks = SqliteTaskStore::open(db.clone()).map_err(err)?;
+    let inline_max = usize::try_from(config.limits.inline_max_bytes).unwrap_or(usize::MAX);
+    let outputs =
+        SqliteOutputStore::open(db.clone(), state.dir.blobs(), inline_max).map_err(err)?;
+    Ok((Arc::new(tasks), Arc::new(outputs), Some(db)))
+}
+
+fn token_authority(config: &Config, keyring: Keyring, clock: Arc<dyn Clock>) -> TokenAuthority {
+    let authority = AuthorityConfig {
+        max_ttl_secs: config.auth.max_token_ttl_secs,
+        ..AuthorityConfig::default()
+    };
+    TokenAuthority::new(keyring, clock, authority)
+}
+
+/// The engine's settings from `[limits]`, `[defaults]`, `[auth]` and `[spawner]`.
+pub fn engine_config(config: &Config) -> EngineConfig {
+    let d = &config.defaults;
+    EngineConfig {
+        defaults: Policy {
+            max_attempts: d.max_attempts,
+            retry_on: d
+                .retry_on
+                .iter()
+                .map(|r| match r {
+                    config::RetryOutcome::Failed => RetryOn::Failed,
+                    config::RetryOutcome::Blocked => RetryOn::Blocked,
+                })
+                .collect(),
+            attempt_timeout_secs: d.attempt_timeout_secs,
+            long_hold_warn_secs: d.long_hold_warn_secs,
+            ..Policy::default()
+        },
+        max_running: config.limits.max_running as usize,
+        max_spawn_depth: config.limits.max_spawn_depth,
+        worker_token_ttl_secs: config.auth.worker_token_ttl_secs,
+        kill_grace: Duration::from_secs(config.spawner.kill_grace_secs),
+    }
+}
+
+fn resolver(
+    config: &Config,
+    env: &Environment,
+    base_url: &str,
+) -> Result<StackResolver, BuildError> {
+    let limits = LuaLimits {
+        memory_limit_bytes: usize::try_from(config.lua.memory_limit_mb * 1024 * 1024)
+            .unwrap_or(usize::MAX),
+        instruction_limit: config.lua.instruction_limit,
+        timeout: Duration::from_secs(config.lua.timeout_secs),
+    };
+    let lua = LuaPool::new(LUA_THREADS, limits).map_err(|e| BuildError::Lua(e.to_string()))?;
+    let host_env = HostEnv::from_pairs(env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
+    let mut settings = SpawnerSettings::new(base_url, host_env);
+    settings.senior = SeniorSettings {
+        agent: config.senior.agent.clone(),
+        timeout: Duration::from_secs(config.senior.timeout_secs),
+    };
+    settings.middleware = config
+        .lua
+        .middleware
+        .iter()
+        .map(|(name, m)| LuaMiddlewareSpec {
+            name: name.clone(),
+            script: m.script.clone(),
+        })
+        .collect();
+    let agents = agent_specs(config);
+    StackResolver::from_config(&settings, &agents, &lua).map_err(BuildError::Agents)
+}
+
+/// The spawner crate's view of `[agents.*]` and the agents directory.
+pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
+    let kill_grace = Duration::from_secs(config.spawner.kill_grace_secs);
+    config
+        .agents
+        .iter()
+        .map(|(name, agent)| AgentSpec {
+            name: name.clone(),
+            kind: match &agent.kind {
+                config::AgentKind::Process(p) => AgentKind::Process(process_spec(p, kill_grace)),
+                config::AgentKind::Lua(l) => AgentKind::Lua(LuaAgentSpec {
+                    script: l.script.clone(),
+                }),
+                config::AgentKind::Operator(o) => AgentKind::Operator(OperatorSpec {
+                    operator_role: o.operator_role.clone(),
+                    worker_binding: o
+                        .worker_binding
+                        .as_ref()
+                        .and_then(|b| serde_json::to_value(b).ok()),
+                    system_prompt: o.system_prompt.clone(),
+                }),
+            },
+            layers: agent.layers.clone(),
+            concurrency: agent.concurrency.map(|c| c as usize),
+            allow_subtasks: agent.allow_subtasks,
+        })
+        .collect()
+}
+
+fn process_spec(p: &config::ProcessAgent, kill_grace: Duration) -> ProcessSpec {
+    let env = match &p.env {
+        config::EnvSpec::Inherit(names) => names.iter().cloned().map(EnvVar::Pass).collect(),
+        config::EnvSpec::Set(vars) => vars
+            .iter()
+            .map(|(k, v)| EnvVar::Set(k.to_owned(), v.to_owned()))
+            .collect(),
+    };
+    ProcessSpec {
+        program: p.program.clone(),
+        args: p.args.clone(),
+        env,
+        cwd: p.cwd.clone(),
+        stdin: match p.stdin {
+            config::StdinMode::Prompt => StdinMode::Prompt,
+            config::StdinMode::None => StdinMode::None,
+        },
+        stream: match p.stream {
+            config::StreamMode::None => StreamMode::None,
+            config::StreamMode::Ndjson => StreamMode::Ndjson,
+        },
+        timeout: p.timeout_secs.map(Duration::from_secs),
+        max_output_bytes: p.max_output_bytes,
+        kill_grace,
+    }
+}

@@ -1,0 +1,221 @@
+//! Who is calling: the bearer of `Authorization` resolved to the admin, an
+//! operator session, or a role token (observer, senior). Worker routes take
+//! the raw bearer instead and let the engine verify it for the route's verb.
+//!
+//! The header is capped at 2048 bytes before anything decodes it (SPEC §5.2),
+//! and only a fingerprint of a rejected credential is ever logged. Every
+//! refusal is counted in `swarmd_token_verify_failures_total` by its precise
+//! reason; the client only ever sees the uniform 401 or a 403.
+
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use swarmd_engine::auth::{MAX_TOKEN_BYTES, SessionSecret, fingerprint, looks_like_token};
+use swarmd_engine::gate::{self, Role, Verb};
+use swarmd_engine::ids::SessionId;
+use swarmd_engine::{EngineError, WorkerAuth};
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::sessions::Session;
+
+/// An authenticated non-worker caller.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    Admin,
+    Operator(Arc<Session>),
+    /// A `swc1` role token (observer or senior).
+    Token {
+        role: Role,
+        verbs: Vec<Verb>,
+        sid: Option<SessionId>,
+    },
+}
+
+impl Caller {
+    pub fn role(&self) -> Role {
+        match self {
+            Caller::Admin => Role::Admin,
+            Caller::Operator(_) => Role::Operator,
+            Caller::Token { role, .. } => *role,
+        }
+    }
+
+    /// The gate (SPEC §4): tokens must carry the verb, and every role must be
+    /// allowed it by the table.
+    pub fn require(&self, verb: Verb) -> Result<(), ApiError> {
+        let granted = match self {
+            Caller::Token { verbs, .. } => verbs.contains(&verb),
+            _ => true,
+        };
+        if granted && gate::allowed(self.role(), verb) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden())
+        }
+    }
+
+    /// `require`, counting a refusal as a `forbidden` verification failure.
+    pub fn check(&self, state: &AppState, verb: Verb) -> Result<(), ApiError> {
+        self.require(verb)
+            .inspect_err(|_| state.metrics.token_failure("forbidden"))
+    }
+
+    /// The operator session behind the call, if any.
+    pub fn session(&self) -> Option<&Arc<Session>> {
+        match self {
+            Caller::Operator(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Why `bearer` refused a header, for the failure counter.
+fn header_reason(value: &axum::http::HeaderValue) -> &'static str {
+    if value.len() > MAX_TOKEN_BYTES {
+        "too_long"
+    } else {
+        "malformed"
+    }
+}
+
+/// The bearer credential of a request, if it has one. Oversized headers are
+/// refused before any decoding.
+pub fn bearer(parts: &Parts) -> Result<Option<&str>, ApiError> {
+    let Some(value) = parts.headers.get(AUTHORIZATION) else {
+        return Ok(None);
+    };
+    if value.len() > MAX_TOKEN_BYTES {
+        return Err(ApiError::unauthorized("unauthorized"));
+    }
+    let text = value
+        .to_str()
+        .map_err(|_| ApiError::unauthorized("unauthorized"))?;
+    let token = text
+        .strip_prefix("Bearer ")
+        .or_else(|| text.strip_prefix("bearer "))
+        .ok_or_else(|| ApiError::unauthorized("unauthorized"))?;
+    Ok(Some(token.trim()))
+}
+
+/// `bearer`, with a missing or refused header counted and logged.
+fn counted_bearer<'p>(parts: &'p Parts, state: &AppState) -> Result<&'p str, ApiError> {
+    match bearer(parts) {
+        Ok(Some(token)) => Ok(token),
+        Ok(None) => {
+            state.metrics.token_failure("missing");
+            Err(ApiError::unauthorized("unauthorized"))
+        }
+        Err(error) => {
+            let reason = parts
+                .headers
+                .get(AUTHORIZATION)
+                .map_or("malformed", header_reason);
+            state.metrics.token_failure(reason);
+            tracing::info!(reason, "credential rejected");
+            Err(error)
+        }
+    }
+}
+
+/// Resolves a bearer to a caller.
+pub fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
+    if let Ok(secret) = SessionSecret::parse(token) {
+        if state.admin.matches(&secret) {
+            return Ok(Caller::Admin);
+        }
+        if let Some(session) = state.sessions.authenticate(token) {
+            return Ok(Caller::Operator(session));
+        }
+        return Err(refused(state, token, "unknown_secret", "unauthorized"));
+    }
+    if looks_like_token(token) {
+        return match state.engine.tokens().verify(token) {
+            Ok(claims) if matches!(claims.role, Role::Observer | Role::Senior | Role::Admin) => {
+                Ok(Caller::Token {
+                    role: claims.role,
+                    verbs: claims.verbs,
+                    sid: claims.sid,
+                })
+            }
+            Ok(_) => {
+                state.metrics.token_failure("forbidden");
+                Err(ApiError::forbidden())
+            }
+            Err(error) => Err(refused(state, token, error.reason(), error.public_code())),
+        };
+    }
+    Err(refused(state, token, "malformed", "unauthorized"))
+}
+
+/// Logs (fingerprint only) and counts a refused credential; the 401 to send.
+fn refused(state: &AppState, token: &str, reason: &'static str, code: &'static str) -> ApiError {
+    tracing::info!(fingerprint = %fingerprint(token), reason, "credential rejected");
+    state.metrics.token_failure(reason);
+    if code == "forbidden" {
+        ApiError::forbidden()
+    } else {
+        ApiError::unauthorized(code)
+    }
+}
+
+/// SPEC §5.2 steps 1–6 for a worker route: the engine verifies the bearer
+/// (token or `wh-` handle) for `verb`.
+pub fn authenticate_worker(
+    state: &AppState,
+    bearer: &WorkerBearer,
+    verb: Verb,
+) -> Result<WorkerAuth, ApiError> {
+    state
+        .engine
+        .authenticate_worker(&bearer.0, verb)
+        .map_err(|error| worker_refusal(state, &bearer.0, error))
+}
+
+/// Maps a worker-side engine error, counting and logging credential and
+/// binding failures (401, 403 and `handle_expired`) with the fingerprint.
+pub fn worker_refusal(state: &AppState, bearer: &str, error: EngineError) -> ApiError {
+    let reason = match &error {
+        EngineError::Unauthorized(e) => Some(e.reason()),
+        EngineError::Forbidden => Some("forbidden"),
+        EngineError::HandleExpired => Some("handle_expired"),
+        EngineError::TaskMismatch => Some("task_mismatch"),
+        _ => None,
+    };
+    if let Some(reason) = reason {
+        tracing::info!(fingerprint = %fingerprint(bearer), reason, "worker credential rejected");
+        state.metrics.token_failure(reason);
+    }
+    error.into()
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let token = counted_bearer(parts, state)?;
+        authenticate(state, token)
+    }
+}
+
+/// The raw bearer of a worker route; the engine verifies it for the route's
+/// verb. `Debug` shows only its fingerprint.
+#[derive(Clone)]
+pub struct WorkerBearer(pub String);
+
+impl std::fmt::Debug for WorkerBearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WorkerBearer({})", fingerprint(&self.0))
+    }
+}
+
+impl FromRequestParts<AppState> for WorkerBearer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let token = counted_bearer(parts, state)?;
+        Ok(WorkerBearer(token.to_owned()))
+    }
+}

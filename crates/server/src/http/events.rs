@@ -1,0 +1,151 @@
+//! `GET /v1/events` (the durable event log, admin and observer only; JSON page
+//! or live SSE with `id: <seq>`) and `GET /v1/audit` (audit records).
+
+use std::collections::VecDeque;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+use swarmd_engine::audit::AuditRecord;
+use swarmd_engine::event::EventRecord;
+use swarmd_engine::gate::{Role, Verb};
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::{Engine, EngineError};
+
+use crate::app::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+use crate::http::extract::{Json, Query, empty_as_none};
+use crate::http::sse::{self, Follow, Wake, last_event_id, wants_sse};
+
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 1000;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/events", get(events))
+        .route("/v1/audit", get(audit))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    #[serde(default, deserialize_with = "empty_as_none")]
+    after_seq: Option<u64>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct EventsPage {
+    events: Vec<EventRecord>,
+    /// Pass as `after_seq` to get the next page.
+    next_seq: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditQuery {
+    #[serde(default, deserialize_with = "empty_as_none")]
+    task_id: Option<TaskId>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct AuditPage {
+    records: Vec<AuditRecord>,
+}
+
+async fn events(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if !matches!(caller.role(), Role::Admin | Role::Observer) {
+        state.metrics.token_failure("forbidden");
+        return Err(ApiError::forbidden());
+    }
+    caller.check(&state, Verb::Subscribe)?;
+    let after = match last_event_id(&headers) {
+        Some(id) => id
+            .parse::<u64>()
+            .map_err(|_| ApiError::bad_request("Last-Event-ID must be an event sequence number"))?,
+        None => query.after_seq.unwrap_or(0),
+    };
+    if wants_sse(&headers) {
+        let rx = state.engine.subscribe();
+        let follow = EventFollow {
+            engine: state.engine.clone(),
+            cursor: after,
+            page: sse::PAGE,
+        };
+        return Ok(sse::stream(follow, rx, state.shutdown.clone(), false));
+    }
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+    let events = state.engine.events_after(after, limit).await?;
+    let next_seq = events.last().map_or(after, |e| e.seq);
+    Ok(Json(EventsPage { events, next_seq }).into_response())
+}
+
+async fn audit(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<AuditQuery>,
+) -> Result<Json<AuditPage>, ApiError> {
+    caller.check(&state, Verb::ReadTask)?;
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+    let records = state.engine.audit_records(query.task_id, limit).await?;
+    Ok(Json(AuditPage { records }))
+}
+
+/// Follows the event log from a sequence number.
+#[derive(Debug)]
+struct EventFollow {
+    engine: Engine,
+    cursor: u64,
+    page: usize,
+}
+
+impl Follow for EventFollow {
+    type Item = EventRecord;
+
+    async fn fill(&mut self, out: &mut VecDeque<EventRecord>) -> Result<bool, EngineError> {
+        let events = self.engine.events_after(self.cursor, self.page).await?;
+        let full = events.len() >= self.page;
+        for event in events {
+            self.cursor = self.cursor.max(event.seq);
+            out.push_back(event);
+        }
+        Ok(full)
+    }
+
+    fn wake(&self, record: &EventRecord) -> Wake {
+        if record.seq > self.cursor {
+            Wake::Behind
+        } else {
+            Wake::Ignore
+        }
+    }
+
+    fn take_live(&mut self, record: &EventRecord) -> Option<EventRecord> {
+        // The broadcast record is the stored one: no read needed when it is next.
+        (record.seq == self.cursor + 1).then(|| {
+            self.cursor = record.seq;
+            record.clone()
+        })
+    }
+
+    fn render(&self, item: EventRecord) -> SseEvent {
+        SseEvent::default()
+            .id(item.seq.to_string())
+            .event(item.event.kind())
+            .json_data(&item)
+            .unwrap_or_else(|_| SseEvent::default().comment("unencodable event"))
+    }
+}

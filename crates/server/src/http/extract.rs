@@ -1,0 +1,176 @@
+//! Extractors that answer bad input with our error body (SPEC §9.5) instead
+//! of axum's plain-text rejections: `Json`, `Query`, `Path`, `RawBody`, and
+//! the `Idempotency-Key` header.
+//!
+//! Each wraps the axum extractor of the same name and maps its rejection by
+//! status: 413 → `payload_too_large`, 415 → `unsupported_media_type`,
+//! anything else (syntax, missing field, wrong type, bad id) → 400
+//! `bad_request`. serde_json's recursion limit makes deeply nested bodies a
+//! plain 400.
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::http::error::ApiError;
+
+/// The longest `Idempotency-Key` accepted.
+pub const MAX_IDEMPOTENCY_KEY: usize = 200;
+
+/// Maps an axum rejection (its status and text) to our error.
+pub fn rejection(status: StatusCode, text: String) -> ApiError {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::coded(
+            "payload_too_large",
+            "request body is larger than limits.max_body_bytes",
+        ),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::coded("unsupported_media_type", text),
+        _ => ApiError::bad_request(text),
+    }
+}
+
+/// A JSON body (request) or JSON answer (response).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json<T>(pub T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Json(value)),
+            Err(e) => Err(rejection(e.status(), e.body_text())),
+        }
+    }
+}
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// Query-string parameters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Query(value)),
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
+/// Path parameters (ids are parsed and validated here).
+#[derive(Debug, Clone, Copy)]
+pub struct Path<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Path<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
+            Err(e) if e.status().is_server_error() => Err(ApiError::internal(&e.body_text())),
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
+/// The raw request body, within the body limit.
+#[derive(Debug, Clone)]
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(RawBody(bytes)),
+            Err(e) => Err(rejection(e.status(), e.body_text())),
+        }
+    }
+}
+
+/// The optional `Idempotency-Key` header: 1 to 200 visible ASCII characters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get("idempotency-key") else {
+            return Ok(IdempotencyKey(None));
+        };
+        let key = value
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|k| {
+                !k.is_empty()
+                    && k.len() <= MAX_IDEMPOTENCY_KEY
+                    && k.bytes().all(|b| b.is_ascii_graphic())
+            })
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+                ))
+            })?;
+        Ok(IdempotencyKey(Some(key.to_owned())))
+    }
+}
+
+/// Whether the request's `Content-Type` is JSON (`application/json` or `+json`).
+pub fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    media_type(headers).is_some_and(|m| m == "application/json" || m.ends_with("+json"))
+}
+
+/// The request's media type, lowercased, without parameters.
+pub fn media_type(headers: &axum::http::HeaderMap) -> Option<String> {
+    let value = headers
+        .get(axum::http::header::CONTENT_TYPE)?
+        .to_str()
+        .ok()?;
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    Some(essence.to_ascii_lowercase())
+}
+
+/// For optional query parameters: an absent or empty value (`?status=`) is
+/// `None`; anything else must parse.
+///
+/// # Errors
+/// The parse error of `T`, as a deserialization error.
+pub fn empty_as_none<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    use serde::Deserialize as _;
+    let raw: Option<String> = Option::deserialize(deserializer)?;
+    match raw.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(serde::de::Error::custom),
+    }
+}

@@ -1,0 +1,84 @@
+//! The HTTP API (SPEC §9): routes, authentication, extractors, middleware
+//! and error mapping, assembled by `router`.
+//!
+//! Route groups live in their own files (`worker`, `tasks`, `output`,
+//! `events`, `ops`, and the operator sessions in `operators`); `error` is
+//! the one place errors become status + `{error, code}`, and `extract` makes
+//! bad input land there too.
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod layers;
+pub mod operators;
+pub mod sse;
+
+mod events;
+mod ops;
+mod output;
+mod tasks;
+mod worker;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::header::AUTHORIZATION;
+use axum::middleware;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+
+pub use tasks::MAX_WAIT_SECS;
+
+/// The whole API with its middleware.
+///
+/// Layers, outermost first (they run after routing, so spans and counts know
+/// the route):
+/// 1. a panicking handler answers 500 with a correlation id;
+/// 2. `Authorization` marked sensitive, so nothing below can log it;
+/// 3. the request span (method, path, status, latency; no headers, no query);
+/// 4. request counts by route and status;
+/// 5. any error answer without a JSON body gets `{error, code}`;
+/// 6. a declared body over `limits.max_body_bytes` answers 413 before it is
+///    read; `DefaultBodyLimit` cuts undeclared ones in the extractors.
+///
+/// Operator login from loopback needs the peer address: serve with
+/// `into_make_service_with_connect_info::<SocketAddr>()`.
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.limits.max_body_bytes;
+    let extractor_limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    // `CatchPanicLayer` changes the body type, so it wraps the stack from outside.
+    let middleware = ServiceBuilder::new()
+        .layer(SetSensitiveRequestHeadersLayer::new([AUTHORIZATION]))
+        .layer(layers::trace_layer())
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            layers::count_requests,
+        ))
+        .layer(middleware::map_response(layers::json_errors))
+        .layer(middleware::from_fn_with_state(
+            limit,
+            layers::declared_length,
+        ))
+        .layer(DefaultBodyLimit::max(extractor_limit));
+    Router::new()
+        .merge(worker::routes())
+        .merge(tasks::routes())
+        .merge(output::routes())
+        .merge(events::routes())
+        .merge(ops::routes())
+        .merge(operators::routes())
+        .fallback(not_found)
+        .layer(middleware)
+        .layer(CatchPanicLayer::custom(layers::panic_response))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::coded("not_found", "no such route")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,180 @@
+//! Operator session routes (SPEC §9.2): login, list, get, delete, and the
+//! WebSocket upgrade of `/v1/operators/{sid}/ws`.
+//!
+//! Login needs the admin token — or no credential at all from a loopback
+//! peer when `auth.loopback_login = true` (the peer address comes from
+//! `ConnectInfo`, so the router must be served with
+//! `into_make_service_with_connect_info::<SocketAddr>()`; without it no peer
+//! counts as loopback). A session may read, delete and attach to itself only;
+//! the admin may read and delete any session but attach to none.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Deserialize;
+use swarmd_engine::gate::Verb;
+use swarmd_engine::ids::SessionId;
+
+use crate::app::AppState;
+use crate::http::auth::{Caller, authenticate, bearer};
+use crate::http::error::ApiError;
+use crate::sessions::{LoginRequest, LoginResponse, Session, SessionSummary};
+use crate::ws::{MAX_FRAME_BYTES, serve_socket};
+
+/// The routes of SPEC §9.2, to be merged into the main router.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/operators", get(list).post(login))
+        .route("/v1/operators/{sid}", get(show).delete(remove))
+        .route("/v1/operators/{sid}/ws", get(upgrade))
+}
+
+/// Who may log in: the admin (or a token with `manage_operators`), or
+/// anyone from loopback when the configuration allows it.
+#[derive(Debug)]
+struct LoginAuth;
+
+impl FromRequestParts<AppState> for LoginAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if let Some(token) = bearer(parts)? {
+            authenticate(state, token)?.require(Verb::ManageOperators)?;
+            return Ok(LoginAuth);
+        }
+        let loopback = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .is_some_and(|ConnectInfo(peer)| peer.ip().is_loopback());
+        if state.config.auth.loopback_login && loopback {
+            Ok(LoginAuth)
+        } else {
+            Err(ApiError::unauthorized("unauthorized"))
+        }
+    }
+}
+
+/// `POST /v1/operators`: an empty body is a login with every default.
+async fn login(
+    State(state): State<AppState>,
+    _auth: LoginAuth,
+    body: Bytes,
+) -> Result<(StatusCode, Json<LoginResponse>), ApiError> {
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
+        LoginRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("invalid login request: {e}")))?
+    };
+    let response = state.sessions.login(request).await?;
+    Ok((StatusCode::CREATED, Json(response)))
+}
+
+/// `GET /v1/operators` (admin).
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Vec<SessionSummary>>, ApiError> {
+    caller.require(Verb::ManageOperators)?;
+    Ok(Json(state.sessions.list()))
+}
+
+/// `GET /v1/operators/{sid}` (that session or the admin).
+async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(sid): Path<String>,
+) -> Result<Json<SessionSummary>, ApiError> {
+    let session = target(&state, &caller, &sid)?;
+    Ok(Json(session.summary()))
+}
+
+/// `DELETE /v1/operators/{sid}` (that session or the admin): closes its
+/// socket and releases its roles.
+async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(sid): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let session = target(&state, &caller, &sid)?;
+    state.sessions.delete(&session.sid).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The session `sid` names, if the caller may act on it.
+fn target(state: &AppState, caller: &Caller, sid: &str) -> Result<Arc<Session>, ApiError> {
+    let sid = parse_sid(sid)?;
+    let own = caller.session().is_some_and(|s| s.sid == sid);
+    if !own {
+        caller.require(Verb::ManageOperators)?;
+    }
+    state
+        .sessions
+        .get(&sid)
+        .ok_or_else(|| ApiError::not_found("session"))
+}
+
+fn parse_sid(sid: &str) -> Result<SessionId, ApiError> {
+    sid.parse()
+        .map_err(|e| ApiError::bad_request(format!("bad session id: {e}")))
+}
+
+#[derive(Debug, Deserialize)]
+struct SocketQuery {
+    token: Option<String>,
+}
+
+/// The session token of an upgrade: `Authorization: Bearer`, else
+/// `?token=` (browsers cannot set headers on a WebSocket).
+#[derive(Debug)]
+struct SocketCredential(Option<String>);
+
+impl FromRequestParts<AppState> for SocketCredential {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &AppState) -> Result<Self, ApiError> {
+        if let Some(token) = bearer(parts)? {
+            return Ok(SocketCredential(Some(token.to_owned())));
+        }
+        let query = Query::<SocketQuery>::try_from_uri(&parts.uri)
+            .map_err(|_| ApiError::bad_request("malformed query string"))?;
+        Ok(SocketCredential(query.0.token))
+    }
+}
+
+/// `GET /v1/operators/{sid}/ws`: the session's own token only.
+async fn upgrade(
+    State(state): State<AppState>,
+    Path(sid): Path<String>,
+    SocketCredential(token): SocketCredential,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let sid = parse_sid(&sid)?;
+    let token = token.ok_or_else(|| ApiError::unauthorized("unauthorized"))?;
+    let caller = authenticate(&state, &token)?;
+    let session = state
+        .sessions
+        .get(&sid)
+        .ok_or_else(|| ApiError::not_found("session"))?;
+    let own = caller.session().is_some_and(|s| s.sid == sid);
+    if !own {
+        return Err(ApiError::forbidden());
+    }
+    let upgrade =
+        upgrade.map_err(|e| ApiError::bad_request(format!("not a WebSocket upgrade: {e}")))?;
+    Ok(upgrade
+        .max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| serve_socket(state, session, socket))
+        .into_response())
+}

@@ -1,0 +1,128 @@
+//! Operations routes (SPEC §9.4): `/healthz` (alive), `/readyz` (store
+//! writable and not draining), `/metrics` (Prometheus text) and `/v1/status`.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+use serde_json::{Value, json};
+use swarmd_engine::gate::Verb;
+
+use crate::app::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+use crate::http::extract::Json;
+use crate::metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
+
+/// A readiness probe that takes longer than this counts as not ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/status", get(status))
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    if state.engine.is_draining() {
+        return Err(ApiError::coded("draining", "the daemon is draining"));
+    }
+    match tokio::time::timeout(READY_TIMEOUT, state.engine.healthcheck()).await {
+        Ok(Ok(())) => Ok(Json(json!({ "status": "ready" }))),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "readiness check failed");
+            Err(ApiError::coded("not_ready", "the store is not writable"))
+        }
+        Err(_) => {
+            tracing::warn!("readiness check timed out");
+            Err(ApiError::coded(
+                "not_ready",
+                "the store did not answer in time",
+            ))
+        }
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let text = state
+        .metrics
+        .render(&state.engine, state.sessions.connected())
+        .map_err(|e| ApiError::internal(&e))?;
+    Ok(([(CONTENT_TYPE, METRICS_CONTENT_TYPE)], text).into_response())
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Serialize)]
+struct Status {
+    version: &'static str,
+    uptime_secs: u64,
+    bind: String,
+    base_url: String,
+    store: StoreStatus,
+    draining: bool,
+    counts: Counts,
+}
+
+#[derive(Debug, Serialize)]
+struct StoreStatus {
+    backend: String,
+    state_dir: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Counts {
+    queued: usize,
+    running: usize,
+    live_tasks: usize,
+    sessions: usize,
+    sessions_connected: usize,
+    tasks_created: u64,
+    tasks_finished: Value,
+}
+
+async fn status(State(state): State<AppState>, caller: Caller) -> Result<Json<Status>, ApiError> {
+    caller.check(&state, Verb::ReadTask)?;
+    let (queued, running) = state.engine.load();
+    let stats = state.engine.stats();
+    let finished: serde_json::Map<String, Value> = stats
+        .tasks_finished()
+        .into_iter()
+        .map(|(status, count)| (status.as_str().to_owned(), Value::from(count)))
+        .collect();
+    let backend = serde_json::to_value(state.config.store.backend)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    Ok(Json(Status {
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_secs: state.started.elapsed().as_secs(),
+        bind: state.config.server.bind.to_string(),
+        base_url: state.base_url.clone(),
+        store: StoreStatus {
+            backend,
+            state_dir: state.config.store.state_dir.display().to_string(),
+        },
+        draining: state.engine.is_draining(),
+        counts: Counts {
+            queued,
+            running,
+            live_tasks: state.engine.live_tasks(),
+            sessions: state.sessions.list().len(),
+            sessions_connected: state.sessions.connected(),
+            tasks_created: stats
+                .tasks_created
+                .load(std::sync::atomic::Ordering::Relaxed),
+            tasks_finished: Value::Object(finished),
+        },
+    }))
+}

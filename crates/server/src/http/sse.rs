@@ -1,0 +1,211 @@
+//! Shared pieces of the Server-Sent Event routes (task output, event log):
+//! content negotiation, `Last-Event-ID`, keep-alive, and the stream driver.
+//!
+//! A stream is a `Follow` implementation: it is subscribed to the engine's
+//! broadcast before it first reads the store, so nothing published in
+//! between is missed, and it reads the store again whenever the broadcast
+//! says it is behind (a gap, a lag). The store is the truth; the broadcast
+//! only says when to look. Reads are paged, so a long backlog never sits in
+//! memory at once.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use axum::http::header::ACCEPT;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use swarmd_engine::EngineError;
+use swarmd_engine::event::EventRecord;
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+/// Records read from the store per page.
+pub const PAGE: usize = 256;
+/// Live events taken from the broadcast in one go before the store is read.
+const DRAIN_MAX: usize = 1024;
+/// A comment line is sent this often on an idle stream.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Whether the client asked for `text/event-stream`.
+pub fn wants_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/event-stream"))
+}
+
+/// The `Last-Event-ID` header, if any.
+pub fn last_event_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+/// What one live event means to a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// Not for this stream.
+    Ignore,
+    /// The store has something new for this stream.
+    Behind,
+    /// Nothing more will come after what the store holds now.
+    Finished,
+}
+
+/// A resumable stream over stored records.
+pub trait Follow: Send + 'static {
+    /// What the stream sends per record.
+    type Item: Send;
+
+    /// Reads the next page after the cursor into `out`, advancing the
+    /// cursor; returns whether more may be waiting.
+    fn fill(
+        &mut self,
+        out: &mut VecDeque<Self::Item>,
+    ) -> impl Future<Output = Result<bool, EngineError>> + Send;
+
+    /// Classifies a live event.
+    fn wake(&self, record: &EventRecord) -> Wake;
+
+    /// Takes a live event directly when it is exactly the next record (no
+    /// store read needed); `None` makes the driver read the store instead.
+    fn take_live(&mut self, _record: &EventRecord) -> Option<Self::Item> {
+        None
+    }
+
+    /// The SSE event for one item.
+    fn render(&self, item: Self::Item) -> SseEvent;
+}
+
+struct Driver<F: Follow> {
+    follow: F,
+    rx: broadcast::Receiver<Arc<EventRecord>>,
+    shutdown: CancellationToken,
+    pending: VecDeque<F::Item>,
+    behind: bool,
+    finishing: bool,
+}
+
+impl<F: Follow> Driver<F> {
+    /// The next event to send, or `None` when the stream is over.
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some(self.follow.render(item));
+            }
+            if self.behind {
+                match self.follow.fill(&mut self.pending).await {
+                    Ok(more) => self.behind = more,
+                    Err(error) => {
+                        tracing::warn!(%error, "event stream ended: store read failed");
+                        return None;
+                    }
+                }
+                continue;
+            }
+            if self.finishing {
+                return None;
+            }
+            let received = tokio::select! {
+                () = self.shutdown.cancelled() => return None,
+                received = self.rx.recv() => received,
+            };
+            self.absorb(received);
+            // Take whatever else is already queued before touching the store.
+            for _ in 0..DRAIN_MAX {
+                if self.behind && self.finishing {
+                    break;
+                }
+                match self.rx.try_recv() {
+                    Ok(record) => self.absorb(Ok(record)),
+                    Err(broadcast::error::TryRecvError::Empty) => break,
+                    Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                        self.absorb(Err(RecvError::Lagged(n)))
+                    }
+                    Err(broadcast::error::TryRecvError::Closed) => {
+                        self.absorb(Err(RecvError::Closed))
+                    }
+                }
+            }
+        }
+    }
+
+    fn absorb(&mut self, received: Result<Arc<EventRecord>, RecvError>) {
+        match received {
+            Ok(record) => match self.follow.wake(&record) {
+                Wake::Ignore => {}
+                Wake::Behind if !self.behind => match self.follow.take_live(&record) {
+                    Some(item) => self.pending.push_back(item),
+                    None => self.behind = true,
+                },
+                Wake::Behind => {}
+                Wake::Finished => {
+                    self.behind = true;
+                    self.finishing = true;
+                }
+            },
+            Err(RecvError::Lagged(_)) => self.behind = true,
+            Err(RecvError::Closed) => {
+                self.behind = true;
+                self.finishing = true;
+            }
+        }
+    }
+}
+
+/// Serves `follow` as an SSE response: the store from its cursor, then live
+/// records, until `follow` reports the end, the client leaves or the daemon
+/// drains. `finished` marks a stream whose source is already complete: it
+/// sends what the store holds and ends.
+pub fn stream<F: Follow>(
+    follow: F,
+    rx: broadcast::Receiver<Arc<EventRecord>>,
+    shutdown: CancellationToken,
+    finished: bool,
+) -> Response {
+    let driver = Driver {
+        follow,
+        rx,
+        shutdown,
+        pending: VecDeque::new(),
+        behind: true,
+        finishing: finished,
+    };
+    Sse::new(events(driver))
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
+        .into_response()
+}
+
+fn events<F: Follow>(driver: Driver<F>) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send {
+    futures_util::stream::unfold(driver, |mut driver| async move {
+        let event = driver.next().await?;
+        Some((Ok(event), driver))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_and_last_event_id() {
+        let mut headers = HeaderMap::new();
+        assert!(!wants_sse(&headers));
+        headers.insert(
+            ACCEPT,
+            "application/json, Text/Event-Stream".parse().unwrap(),
+        );
+        assert!(wants_sse(&headers));
+        assert_eq!(last_event_id(&headers), None);
+        headers.insert("last-event-id", " 2:7 ".parse().unwrap());
+        assert_eq!(last_event_id(&headers), Some("2:7"));
+    }
+}

@@ -1,0 +1,261 @@
+//! Task routes (SPEC §9.3): spawn (with `wait_secs` and `Idempotency-Key`),
+//! list with cursor paging, get with attempts, long-poll wait, cancel.
+//!
+//! A task's run never belongs to the request that created it: the engine
+//! owns it once `spawn_task` returns, and a client that disconnects while
+//! waiting only stops its own wait. Idempotency keys are scoped per caller
+//! (`http:<sid>:<key>` for a session, `http:admin:<key>` for the admin), so
+//! two callers never collide on a key.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use swarmd_engine::TaskView;
+use swarmd_engine::gate::Verb;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::store::TaskFilter;
+use swarmd_engine::task::{PolicyOverrides, Task, TaskSpec, TaskStatus};
+
+use crate::app::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+use crate::http::extract::{IdempotencyKey, Json, Path, Query, RawBody, empty_as_none};
+
+/// The longest a request may wait for a task (`wait_secs`, `timeout_secs`).
+pub const MAX_WAIT_SECS: u64 = 300;
+const DEFAULT_WAIT_SECS: u64 = 30;
+const DEFAULT_LIST_LIMIT: usize = 50;
+const MAX_LIST_LIMIT: usize = 1000;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/tasks", post(spawn).get(list))
+        .route("/v1/tasks/{id}", get(get_task))
+        .route("/v1/tasks/{id}/wait", get(wait))
+        .route("/v1/tasks/{id}/cancel", post(cancel))
+}
+
+/// `POST /v1/tasks` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpawnBody {
+    agent: String,
+    prompt: String,
+    #[serde(default)]
+    system: Option<String>,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    layers: Vec<String>,
+    #[serde(default)]
+    policy: PolicyOverrides,
+    #[serde(default)]
+    wait_secs: Option<u64>,
+}
+
+/// `POST /v1/tasks` answer while the task runs.
+#[derive(Debug, Serialize)]
+struct Accepted {
+    task_id: TaskId,
+    status: TaskStatus,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(default, deserialize_with = "empty_as_none")]
+    status: Option<TaskStatus>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    agent: Option<String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    limit: Option<usize>,
+    /// The last task id of the previous page.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    after: Option<TaskId>,
+}
+
+#[derive(Debug, Serialize)]
+struct TaskPage {
+    tasks: Vec<Task>,
+    /// Pass as `after` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<TaskId>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitQuery {
+    #[serde(default, deserialize_with = "empty_as_none")]
+    timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+async fn spawn(
+    State(state): State<AppState>,
+    caller: Caller,
+    IdempotencyKey(key): IdempotencyKey,
+    Json(body): Json<SpawnBody>,
+) -> Result<Response, ApiError> {
+    caller.check(&state, Verb::SpawnTask)?;
+    if state.engine.is_draining() {
+        return Err(ApiError::coded(
+            "draining",
+            "the daemon is draining: no new tasks",
+        ));
+    }
+    let sid = caller.session().map(|s| s.sid);
+    let scope = sid.map_or_else(|| "admin".to_owned(), |sid| sid.to_string());
+    let spec = TaskSpec {
+        agent: body.agent,
+        prompt: body.prompt,
+        system: body.system,
+        input: body.input,
+        metadata: body.metadata,
+        layers: body.layers,
+        policy: body.policy,
+        parent: None,
+        session: sid,
+        idempotency_key: key.map(|k| format!("http:{scope}:{k}")),
+    };
+    let task = state.engine.spawn_task(spec).await?;
+    if let Some(secs) = body.wait_secs.filter(|s| *s > 0) {
+        let waited = wait_for(&state, task.id, secs.min(MAX_WAIT_SECS)).await?;
+        if waited.status().is_terminal() {
+            let view = view_of(&state, waited).await?;
+            return Ok((StatusCode::CREATED, Json(finished_body(view)?)).into_response());
+        }
+        return Ok(accepted(&waited));
+    }
+    Ok(accepted(&task))
+}
+
+fn accepted(task: &Task) -> Response {
+    let body = Accepted {
+        task_id: task.id,
+        status: task.status(),
+    };
+    (StatusCode::CREATED, Json(body)).into_response()
+}
+
+/// A finished task as `POST /v1/tasks` returns it: the task view plus the
+/// `task_id` every spawn answer carries.
+fn finished_body(view: TaskView) -> Result<Value, ApiError> {
+    let id = view.task.id;
+    let mut value = serde_json::to_value(view).map_err(|e| ApiError::internal(&e))?;
+    if let Value::Object(map) = &mut value {
+        map.insert("task_id".into(), Value::String(id.to_string()));
+    }
+    Ok(value)
+}
+
+/// Waits up to `secs` for the task; a draining daemon ends the wait early.
+async fn wait_for(state: &AppState, id: TaskId, secs: u64) -> Result<Task, ApiError> {
+    let wait = state.engine.wait_task(id, Duration::from_secs(secs));
+    tokio::select! {
+        waited = wait => Ok(waited?),
+        () = state.shutdown.cancelled() => state
+            .engine
+            .get_task(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("task {id}"))),
+    }
+}
+
+async fn view_of(state: &AppState, task: Task) -> Result<TaskView, ApiError> {
+    let id = task.id;
+    Ok(state.engine.task_view(id).await?.unwrap_or(TaskView {
+        task,
+        attempts: Vec::new(),
+    }))
+}
+
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<TaskPage>, ApiError> {
+    caller.check(&state, Verb::ReadTask)?;
+    let limit = query
+        .limit
+        .unwrap_or(DEFAULT_LIST_LIMIT)
+        .clamp(1, MAX_LIST_LIMIT);
+    let filter = TaskFilter {
+        status: query.status,
+        agent: query.agent,
+        before: query.after,
+        limit,
+    };
+    let tasks = state.engine.list_tasks(&filter).await?;
+    let next = (tasks.len() == limit)
+        .then(|| tasks.last().map(|t| t.id))
+        .flatten();
+    Ok(Json(TaskPage { tasks, next }))
+}
+
+async fn get_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<TaskId>,
+) -> Result<Json<TaskView>, ApiError> {
+    caller.check(&state, Verb::ReadTask)?;
+    let view = state
+        .engine
+        .task_view(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("task {id}")))?;
+    Ok(Json(view))
+}
+
+async fn wait(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<TaskId>,
+    Query(query): Query<WaitQuery>,
+) -> Result<Json<TaskView>, ApiError> {
+    caller.check(&state, Verb::ReadTask)?;
+    let secs = query
+        .timeout_secs
+        .unwrap_or(DEFAULT_WAIT_SECS)
+        .min(MAX_WAIT_SECS);
+    let task = wait_for(&state, id, secs).await?;
+    Ok(Json(view_of(&state, task).await?))
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<TaskId>,
+    RawBody(body): RawBody,
+) -> Result<Json<Task>, ApiError> {
+    caller.check(&state, Verb::CancelTask)?;
+    let parsed: CancelBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CancelBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?
+    };
+    let reason = parsed.reason.or_else(|| Some(cancel_reason(&caller)));
+    Ok(Json(state.engine.cancel_task(id, reason).await?))
+}
+
+/// Who cancelled, for the task's reason when the request gives none.
+fn cancel_reason(caller: &Caller) -> String {
+    match caller.session() {
+        Some(session) => format!("cancelled by session {}", session.sid),
+        None => format!("cancelled by {}", caller.role()),
+    }
+}

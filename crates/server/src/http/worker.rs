@@ -1,0 +1,338 @@
+//! Worker routes (SPEC §9.1): what a SubAgent does with its token or `wh-`
+//! handle — fetch its prompt, stream output, post or submit its result,
+//! heartbeat.
+//!
+//! The engine verifies the bearer for each route's verb and enforces binding,
+//! fencing and the late-write rules (§5.2 step 7, §6.5); this file only turns
+//! bodies into engine calls. Worker bodies are parsed whatever their
+//! `Content-Type` (SubAgents often send JSON as `curl -d` form data), but
+//! strictly: unknown fields are refused, so a typo never turns into a
+//! silently ignored `ok`. Results are hashed as received so that a retry with
+//! the same `Idempotency-Key` and body replays the first answer.
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use swarmd_engine::gate::Verb;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::{HeartbeatAck, PromptView, ResultAck, ResultPost, body_digest};
+use swarmd_output_store::OutputEvent;
+
+use crate::app::AppState;
+use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
+use crate::http::error::ApiError;
+use crate::http::extract::{IdempotencyKey, Json, Query, RawBody, is_json, media_type};
+
+/// The worker routes, to be merged into the API router.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/worker/prompt", get(prompt))
+        .route("/v1/worker/result", post(result))
+        .route("/v1/worker/submit", post(submit))
+        .route("/v1/worker/output", post(output))
+        .route("/v1/worker/heartbeat", post(heartbeat))
+}
+
+/// `?task_id=`: optional; the credential names the task anyway.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskQuery {
+    #[serde(default)]
+    task_id: Option<TaskId>,
+}
+
+/// `POST /v1/worker/result` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResultBody {
+    #[serde(default)]
+    task_id: Option<TaskId>,
+    value: Value,
+    #[serde(default = "yes")]
+    ok: bool,
+    #[serde(default)]
+    attempt: Option<u32>,
+}
+
+/// `POST /v1/worker/submit` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitQuery {
+    #[serde(default = "yes")]
+    ok: bool,
+    #[serde(default)]
+    task_id: Option<TaskId>,
+}
+
+/// `POST /v1/worker/heartbeat` body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeartbeatBody {
+    #[serde(default)]
+    task_id: Option<TaskId>,
+}
+
+/// `POST /v1/worker/output` answer.
+#[derive(Debug, Serialize)]
+struct OutputAck {
+    task_id: TaskId,
+    attempt: u32,
+    /// The sequence number of the last event written.
+    seq: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+async fn prompt(
+    State(state): State<AppState>,
+    bearer: WorkerBearer,
+    Query(query): Query<TaskQuery>,
+) -> Result<Json<PromptView>, ApiError> {
+    let auth = authenticate_worker(&state, &bearer, Verb::FetchPrompt)?;
+    let view = state
+        .engine
+        .fetch_prompt(&auth, query.task_id)
+        .await
+        .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
+    Ok(Json(view))
+}
+
+async fn result(
+    State(state): State<AppState>,
+    bearer: WorkerBearer,
+    IdempotencyKey(key): IdempotencyKey,
+    RawBody(body): RawBody,
+) -> Result<Json<ResultAck>, ApiError> {
+    let auth = authenticate_worker(&state, &bearer, Verb::PostResult)?;
+    let parsed: ResultBody = parse_json(&body)?;
+    let post = ResultPost {
+        task_id: parsed.task_id,
+        attempt: parsed.attempt,
+        value: parsed.value,
+        ok: parsed.ok,
+        idempotency_key: key,
+        body_digest: body_digest(&body),
+    };
+    let start = Instant::now();
+    let ack = state
+        .engine
+        .post_result(&auth, post)
+        .await
+        .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
+    state.metrics.observe_append(start.elapsed());
+    Ok(Json(ack))
+}
+
+async fn submit(
+    State(state): State<AppState>,
+    bearer: WorkerBearer,
+    Query(query): Query<SubmitQuery>,
+    IdempotencyKey(key): IdempotencyKey,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Json<ResultAck>, ApiError> {
+    let auth = authenticate_worker(&state, &bearer, Verb::PostResult)?;
+    let value = submitted_value(&headers, &body)?;
+    // `ok` is part of what a replay must repeat.
+    let digest: [u8; 32] = Sha256::new()
+        .chain_update(&body)
+        .chain_update(if query.ok {
+            b"\0ok=true" as &[u8]
+        } else {
+            b"\0ok=false"
+        })
+        .finalize()
+        .into();
+    let post = ResultPost {
+        task_id: query.task_id,
+        attempt: None,
+        value,
+        ok: query.ok,
+        idempotency_key: key,
+        body_digest: digest,
+    };
+    let start = Instant::now();
+    let ack = state
+        .engine
+        .post_result(&auth, post)
+        .await
+        .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
+    state.metrics.observe_append(start.elapsed());
+    Ok(Json(ack))
+}
+
+async fn output(
+    State(state): State<AppState>,
+    bearer: WorkerBearer,
+    Query(query): Query<TaskQuery>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Json<OutputAck>, ApiError> {
+    let auth = authenticate_worker(&state, &bearer, Verb::EmitOutput)?;
+    let events = parse_events(&headers, &body)?;
+    let start = Instant::now();
+    let seq = state
+        .engine
+        .worker_output(&auth, query.task_id, events)
+        .await
+        .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
+    state.metrics.observe_append(start.elapsed());
+    Ok(Json(OutputAck {
+        task_id: auth.task_id,
+        attempt: auth.attempt,
+        seq,
+    }))
+}
+
+async fn heartbeat(
+    State(state): State<AppState>,
+    bearer: WorkerBearer,
+    Query(query): Query<TaskQuery>,
+    RawBody(body): RawBody,
+) -> Result<Json<HeartbeatAck>, ApiError> {
+    let auth = authenticate_worker(&state, &bearer, Verb::Heartbeat)?;
+    let parsed: HeartbeatBody = if body.iter().all(u8::is_ascii_whitespace) {
+        HeartbeatBody::default()
+    } else {
+        parse_json(&body)?
+    };
+    let task = match (parsed.task_id, query.task_id) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::bad_request(
+                "task_id differs between body and query",
+            ));
+        }
+        (a, b) => a.or(b),
+    };
+    let ack = state
+        .engine
+        .heartbeat(&auth, task)
+        .await
+        .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
+    Ok(Json(ack))
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// The value `submit` stores: the parsed body when it is declared JSON and
+/// parses, else the text with trailing whitespace trimmed.
+fn submitted_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    if is_json(headers)
+        && let Ok(value) = serde_json::from_slice::<Value>(body)
+    {
+        return Ok(value);
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("submitted body is not UTF-8 text"))?;
+    Ok(Value::String(text.trim_end().to_owned()))
+}
+
+/// One OutputEvent as JSON, or NDJSON of several (declared as
+/// `application/x-ndjson`, or detected by its line breaks). Blank lines are
+/// skipped; a bad line is refused with its number.
+fn parse_events(headers: &HeaderMap, body: &[u8]) -> Result<Vec<OutputEvent>, ApiError> {
+    let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("body is not UTF-8"))?;
+    let declared_ndjson = media_type(headers).is_some_and(|m| {
+        matches!(
+            m.as_str(),
+            "application/x-ndjson" | "application/ndjson" | "application/jsonl"
+        )
+    });
+    if !declared_ndjson {
+        match serde_json::from_str::<OutputEvent>(text) {
+            Ok(event) => return Ok(vec![event]),
+            Err(e) if !text.trim().contains('\n') => {
+                return Err(ApiError::bad_request(format!("invalid output event: {e}")));
+            }
+            Err(_) => {}
+        }
+    }
+    let mut events = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let event = serde_json::from_str::<OutputEvent>(line).map_err(|e| {
+            ApiError::bad_request(format!("line {}: invalid output event: {e}", index + 1))
+        })?;
+        events.push(event);
+    }
+    if events.is_empty() {
+        return Err(ApiError::bad_request("no output events in the body"));
+    }
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::header::CONTENT_TYPE;
+
+    fn headers(content_type: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, content_type.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn submit_keeps_json_only_when_declared_and_valid() {
+        let json = headers("application/json; charset=utf-8");
+        assert_eq!(
+            submitted_value(&json, b"{\"a\":1}").unwrap(),
+            serde_json::json!({"a": 1})
+        );
+        assert_eq!(
+            submitted_value(&json, b"not json \n").unwrap(),
+            Value::from("not json")
+        );
+        let text = headers("text/plain");
+        assert_eq!(
+            submitted_value(&text, b"{\"a\":1}\n\n").unwrap(),
+            Value::from("{\"a\":1}")
+        );
+        assert_eq!(
+            submitted_value(&HeaderMap::new(), b"  hi  ").unwrap(),
+            Value::from("  hi")
+        );
+        assert_eq!(
+            submitted_value(&text, &[0xff, 0xfe]).unwrap_err().code(),
+            "bad_request"
+        );
+    }
+
+    #[test]
+    fn output_bodies_single_or_ndjson() {
+        let progress = r#"{"type":"progress","stage":"a"}"#;
+        let one = parse_events(&HeaderMap::new(), progress.as_bytes()).unwrap();
+        assert_eq!(one.len(), 1);
+        let many = format!("{progress}\n\n{progress}\r\n");
+        assert_eq!(
+            parse_events(&HeaderMap::new(), many.as_bytes())
+                .unwrap()
+                .len(),
+            2
+        );
+        let declared = headers("application/x-ndjson");
+        assert_eq!(
+            parse_events(&declared, progress.as_bytes()).unwrap().len(),
+            1
+        );
+        let bad = format!("{progress}\n{{\"type\":\"nope\"}}\n");
+        let error = parse_events(&HeaderMap::new(), bad.as_bytes()).unwrap_err();
+        assert_eq!(error.code(), "bad_request");
+        assert!(error.message().contains("line 2"), "{}", error.message());
+        assert!(parse_events(&HeaderMap::new(), b"\n\n").is_err());
+    }
+}

@@ -1,0 +1,197 @@
+//! The `swarmd` daemon: configuration, state directory, systemd integration,
+//! the CLI and its HTTP clients, and `run`, which serves the API on a bound
+//! listener until the shutdown token fires.
+//!
+//! `main` builds every dependency (config, state, systemd notifier, shutdown
+//! token) and passes them to `run`; nothing here reads the process
+//! environment or installs a global subscriber. Integration tests call `run`
+//! with a listener on `127.0.0.1:0`.
+
+pub mod app;
+pub mod cli;
+pub mod client;
+pub mod commands;
+pub mod config;
+pub mod daemon;
+pub mod environment;
+pub mod http;
+pub mod metrics;
+pub mod sessions;
+pub mod shutdown;
+pub mod state;
+pub mod systemd;
+pub mod telemetry;
+pub mod ws;
+
+use std::future::IntoFuture;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, local_url};
+use crate::environment::Environment;
+use crate::state::PreparedState;
+use crate::systemd::{SelfCheck, Systemd};
+
+/// What `run` needs besides the listener and the shutdown token.
+#[derive(Debug)]
+pub struct Startup {
+    /// The validated configuration.
+    pub config: Arc<Config>,
+    /// The prepared state directory, keyring and admin token digest.
+    pub state: PreparedState,
+    /// Where readiness goes, and the watchdog interval (`Systemd::default()`
+    /// in tests: no notifications).
+    pub systemd: Systemd,
+    /// The daemon's environment snapshot (process agents' allow-lists and
+    /// `PATH` lookups read it; nothing else does).
+    pub env: Environment,
+}
+
+/// Why the daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("listener has no local address: {0}")]
+    LocalAddr(#[source] io::Error),
+    #[error(transparent)]
+    Build(#[from] daemon::BuildError),
+    #[error("server failed: {0}")]
+    Serve(#[source] io::Error),
+}
+
+/// Binds the listener for `addr` (port 0 picks a free port).
+///
+/// # Errors
+/// `Bind` with the address and the OS error.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Assembles the daemon, recovers, serves on `listener` until `shutdown`
+/// fires, then drains (SPEC §12):
+///
+/// 1. `READY=1` only once the listener is bound and recovery is done;
+/// 2. on shutdown: new tasks get 503 `draining`, systemd hears
+///    `STOPPING=1`, running attempts get `server.shutdown_grace_secs` to
+///    finish while the HTTP API keeps serving their workers;
+/// 3. then the engine stops what is left (recovery picks it up at the next
+///    start), sockets close, the HTTP server stops, the store is flushed.
+///
+/// # Errors
+/// `LocalAddr` if the listener is unusable, `Build` if the daemon cannot be
+/// assembled or recovered, `Serve` if accepting fails.
+pub async fn run(
+    startup: Startup,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr().map_err(ServeError::LocalAddr)?;
+    let config = startup.config;
+    let base_url = config.base_url(addr);
+    let built = daemon::build(
+        config.clone(),
+        startup.state,
+        &startup.env,
+        base_url.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+    let app = built.app;
+    let engine = app.engine.clone();
+    tracing::info!(%addr, %base_url, "listening");
+    eprintln!("listening on http://{addr}");
+
+    let http_stop = CancellationToken::new();
+    let service = http::router(app.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let serve = axum::serve(listener, service)
+        .with_graceful_shutdown(http_stop.clone().cancelled_owned())
+        .into_future();
+    let serving = tokio::spawn(serve);
+
+    let notifier = &startup.systemd.notifier;
+    if let Err(error) = notifier.notify_ready() {
+        tracing::warn!(%error, "cannot notify systemd of readiness");
+    }
+    let watchdog = startup
+        .systemd
+        .start_watchdog(self_check(addr, engine.clone()), shutdown.clone());
+
+    shutdown.cancelled().await;
+    tracing::info!("draining");
+    engine.start_draining();
+    if let Err(error) = notifier.notify_stopping() {
+        tracing::warn!(%error, "cannot notify systemd of stopping");
+    }
+    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+    engine.shutdown(grace).await;
+    app.sessions.close_sockets();
+    app.sessions.wait_sockets(Duration::from_secs(2)).await;
+    http_stop.cancel();
+    let served = match tokio::time::timeout(Duration::from_secs(5), serving).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(join)) => Err(io::Error::other(join)),
+        Err(_) => {
+            tracing::warn!("open connections did not close; dropping them");
+            Ok(())
+        }
+    };
+    if let Some(watchdog) = watchdog {
+        watchdog.abort();
+    }
+    if let Some(db) = built.db {
+        if let Err(error) = db.close() {
+            tracing::error!(%error, "could not flush the store");
+        }
+    }
+    tracing::info!("stopped");
+    served.map_err(ServeError::Serve)
+}
+
+/// The watchdog's self-check: the store answers a write round-trip, and a
+/// fresh `/healthz` request goes through accept and the router.
+fn self_check(addr: SocketAddr, engine: swarmd_engine::Engine) -> SelfCheck {
+    let http = healthz_check(addr);
+    Arc::new(move || {
+        let http = http();
+        let engine = engine.clone();
+        Box::pin(async move { engine.healthcheck().await.is_ok() && http.await })
+    })
+}
+
+/// A self-check that fetches `/healthz` through the listener: it proves the
+/// runtime schedules, the socket accepts and the router answers.
+fn healthz_check(addr: SocketAddr) -> SelfCheck {
+    let url = format!("{}/healthz", local_url(addr));
+    // No pooled connections: every check must go through accept.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap_or_default();
+    Arc::new(move || {
+        let request = http.get(&url).timeout(Duration::from_secs(5));
+        Box::pin(async move {
+            match request.send().await {
+                Ok(response) => response.status().is_success(),
+                Err(error) => {
+                    tracing::warn!(%error, "self-check request failed");
+                    false
+                }
+            }
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,47 @@
+//! The `swarmd` binary: parses the command line, installs logging, runs the
+//! subcommand on a tokio runtime and turns its outcome into an exit status.
+//! The daemon's wiring is `commands::serve`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use swarmd_server::cli::{Cli, exit};
+use swarmd_server::commands;
+use swarmd_server::environment::Environment;
+use swarmd_server::telemetry;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let code = if error.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            // Printing help or a usage error can only fail on a closed stream.
+            let _ = error.print();
+            return ExitCode::from(code);
+        }
+    };
+    let env = Environment::from_process();
+    if let Err(error) = telemetry::init(cli.log_format, env.get("RUST_LOG")) {
+        eprintln!("swarmd: {error}");
+        return ExitCode::from(exit::CONFIG);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("swarmd: cannot start the async runtime: {error}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    match runtime.block_on(commands::execute(cli.command, &env)) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            // One line: an invalid configuration must print exactly one.
+            eprintln!("swarmd: {}", error.to_string().replace(['\n', '\r'], " "));
+            ExitCode::from(error.exit_code())
+        }
+    }
+}

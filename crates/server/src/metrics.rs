@@ -1,0 +1,312 @@
+//! Prometheus metrics of the daemon (SPEC §9.4), rendered as OpenMetrics text
+//! by `GET /metrics`.
+//!
+//! Two sources meet here. The HTTP side counts what only it sees (token
+//! verification failures by reason, store append latency as the worker routes
+//! measure it, requests by route and status) in `prometheus-client` metrics
+//! that live as long as the daemon. The engine keeps its own atomics
+//! (`EngineStats`, admission load); those are read once per scrape into a
+//! plain snapshot and encoded by a collector, so nothing is copied between
+//! scrapes and the engine never depends on this crate.
+
+use std::fmt;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, text};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use swarmd_engine::Engine;
+use swarmd_engine::metrics::LATENCY_BUCKETS;
+use swarmd_engine::task::{AttemptOutcome, TaskStatus};
+
+/// Every metric name starts with this.
+pub const PREFIX: &str = "swarmd";
+
+/// The `Content-Type` of a scrape answer.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type ReasonLabel = [(&'static str, &'static str); 1];
+type HttpLabels = [(&'static str, String); 2];
+
+/// The daemon's own metrics; one per daemon, in `AppState`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    token_failures: Family<ReasonLabel, Counter>,
+    store_append: Histogram,
+    http_requests: Family<HttpLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set of HTTP-side metrics, all zero.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix(PREFIX);
+        let token_failures = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "token_verify_failures",
+            "Credentials refused, by precise reason (never shown to clients)",
+            token_failures.clone(),
+        );
+        let store_append = Histogram::new(LATENCY_BUCKETS.into_iter());
+        registry.register(
+            "store_append_latency_seconds",
+            "Time to append worker output or a result until it is durable, as the worker routes see it",
+            store_append.clone(),
+        );
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by route template and status",
+            http_requests.clone(),
+        );
+        Metrics {
+            registry,
+            token_failures,
+            store_append,
+            http_requests,
+        }
+    }
+
+    /// Counts a refused credential; `reason` is a `TokenError::reason()` or
+    /// one of the HTTP-side reasons (`forbidden`, `handle_expired`,
+    /// `task_mismatch`, `unknown_secret`, `malformed`, `too_long`).
+    pub fn token_failure(&self, reason: &'static str) {
+        self.token_failures
+            .get_or_create(&[("reason", reason)])
+            .inc();
+    }
+
+    /// Records how long one durable append took.
+    pub fn observe_append(&self, elapsed: Duration) {
+        self.store_append.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one answered request; `route` is the matched route template.
+    pub fn http_request(&self, route: &str, status: u16) {
+        let labels = [("route", route.to_owned()), ("status", status.to_string())];
+        self.http_requests.get_or_create(&labels).inc();
+    }
+
+    /// The whole scrape: engine counters and gauges read now, then the HTTP
+    /// side, then the OpenMetrics `# EOF` line.
+    ///
+    /// # Errors
+    /// Only if formatting into a `String` fails, which it does not.
+    pub fn render(&self, engine: &Engine, sessions_connected: usize) -> Result<String, fmt::Error> {
+        let mut scrape = Registry::with_prefix(PREFIX);
+        scrape.register_collector(Box::new(EngineSnapshot::take(engine, sessions_connected)));
+        let mut out = String::with_capacity(4096);
+        text::encode_registry(&mut out, &scrape)?;
+        text::encode_registry(&mut out, &self.registry)?;
+        text::encode_eof(&mut out)?;
+        Ok(out)
+    }
+}
+
+/// The engine's numbers at one instant.
+#[derive(Debug)]
+struct EngineSnapshot {
+    tasks_created: u64,
+    tasks_finished: [(TaskStatus, u64); 4],
+    attempts_started: u64,
+    attempts_finished: [(AttemptOutcome, u64); 4],
+    dispatch_counts: Vec<u64>,
+    dispatch_sum_secs: f64,
+    queued: usize,
+    running: usize,
+    live: usize,
+    sessions_connected: usize,
+    draining: bool,
+}
+
+impl EngineSnapshot {
+    fn take(engine: &Engine, sessions_connected: usize) -> EngineSnapshot {
+        use std::sync::atomic::Ordering::Relaxed;
+        let stats = engine.stats();
+        let (queued, running) = engine.load();
+        EngineSnapshot {
+            tasks_created: stats.tasks_created.load(Relaxed),
+            tasks_finished: stats.tasks_finished(),
+            attempts_started: stats.attempts_started.load(Relaxed),
+            attempts_finished: stats.attempts_finished(),
+            dispatch_counts: stats.dispatch_latency.counts(),
+            dispatch_sum_secs: stats.dispatch_latency.sum_secs(),
+            queued,
+            running,
+            live: engine.live_tasks(),
+            sessions_connected,
+            draining: engine.is_draining(),
+        }
+    }
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), fmt::Error> {
+    let metric = ConstCounter::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: usize,
+) -> Result<(), fmt::Error> {
+    let metric = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+impl Collector for EngineSnapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        counter(
+            &mut encoder,
+            "tasks_created",
+            "Tasks created since start",
+            self.tasks_created,
+        )?;
+        {
+            let mut family = encoder.encode_descriptor(
+                "tasks_finished",
+                "Tasks that became terminal since start, by status",
+                None,
+                MetricType::Counter,
+            )?;
+            for (status, count) in self.tasks_finished {
+                let labels = [("status", status.as_str())];
+                ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        counter(
+            &mut encoder,
+            "attempts_started",
+            "Attempts started since start",
+            self.attempts_started,
+        )?;
+        {
+            let mut family = encoder.encode_descriptor(
+                "attempts_finished",
+                "Attempts finished since start, by outcome",
+                None,
+                MetricType::Counter,
+            )?;
+            for (outcome, count) in self.attempts_finished {
+                let labels = [("outcome", outcome.as_str())];
+                ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        {
+            let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
+                .iter()
+                .copied()
+                .zip(self.dispatch_counts.iter().copied())
+                .collect();
+            // The encoder writes `f64::MAX` as `+Inf`.
+            buckets.push((f64::MAX, self.dispatch_counts.last().copied().unwrap_or(0)));
+            let count = self.dispatch_counts.iter().sum();
+            let mut metric = encoder.encode_descriptor(
+                "dispatch_latency_seconds",
+                "Time from admission to the worker being spawned",
+                None,
+                MetricType::Histogram,
+            )?;
+            metric.encode_histogram::<()>(self.dispatch_sum_secs, count, &buckets, None)?;
+        }
+        gauge(
+            &mut encoder,
+            "queue_depth",
+            "Tasks waiting for a slot",
+            self.queued,
+        )?;
+        gauge(
+            &mut encoder,
+            "attempts_running",
+            "Attempts running (workers alive)",
+            self.running,
+        )?;
+        gauge(
+            &mut encoder,
+            "tasks_live",
+            "Tasks not yet terminal, held in memory",
+            self.live,
+        )?;
+        {
+            let mut family = encoder.encode_descriptor(
+                "tasks",
+                "Tasks waiting for a slot (queued) and attempts running (running)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (status, count) in [
+                (TaskStatus::Queued, self.queued),
+                (TaskStatus::Running, self.running),
+            ] {
+                let labels = [("status", status.as_str())];
+                let value = ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX));
+                value.encode(family.encode_family(&labels)?)?;
+            }
+        }
+        gauge(
+            &mut encoder,
+            "sessions_connected",
+            "Operator sessions with a WebSocket attached",
+            self.sessions_connected,
+        )?;
+        gauge(
+            &mut encoder,
+            "draining",
+            "1 while the daemon is draining",
+            usize::from(self.draining),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use swarmd_engine::testing::{StaticResolver, memory_engine};
+
+    #[test]
+    fn scrape_lists_every_metric_and_ends_with_eof() {
+        let engine = memory_engine(Arc::new(StaticResolver::new()), Default::default());
+        let metrics = Metrics::new();
+        metrics.token_failure("bad_signature");
+        metrics.observe_append(Duration::from_millis(3));
+        metrics.http_request("/v1/tasks", 201);
+        let text = metrics.render(&engine, 2).unwrap();
+        for name in [
+            "swarmd_tasks_created_total 0",
+            "swarmd_tasks_finished_total{status=\"pass\"} 0",
+            "swarmd_attempts_finished_total{outcome=\"blocked\"} 0",
+            "swarmd_dispatch_latency_seconds_bucket{le=\"+Inf\"} 0",
+            "swarmd_dispatch_latency_seconds_count 0",
+            "swarmd_queue_depth 0",
+            "swarmd_attempts_running 0",
+            "swarmd_tasks{status=\"queued\"} 0",
+            "swarmd_sessions_connected 2",
+            "swarmd_token_verify_failures_total{reason=\"bad_signature\"} 1",
+            "swarmd_store_append_latency_seconds_count 1",
+            "swarmd_http_requests_total{route=\"/v1/tasks\",status=\"201\"} 1",
+        ] {
+            assert!(text.contains(name), "missing `{name}` in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+        assert_eq!(text.matches("# EOF").count(), 1);
+    }
+}

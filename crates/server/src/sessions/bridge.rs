@@ -1,0 +1,145 @@
+//! The engine's operator traits on a session (SPEC §8.3, §8.4, §8.7):
+//! `SpawnHook` (`hook_before` → `hook_ack`, `hook_after`), `SeniorBridge`
+//! (`ask` → `answer`) and `OperatorBackend` (`spawn` → `spawn_ack` /
+//! `spawn_halt`, `cancel`). Each request registers its waiter first, then
+//! queues its frame in the outbox, so a reply can never overtake its waiter;
+//! a frame queued while no socket is attached is parked and delivered on
+//! reconnect. Callers bound their waits; a session that ends drops every
+//! waiter, which its callers see as `SessionGone`.
+
+use async_trait::async_trait;
+use serde_json::Value;
+use swarmd_engine::SpawnError;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::operator::{
+    BridgeError, HookAck, HookRequest, OperatorBackend, SeniorBridge, SpawnFrame, SpawnHook,
+    SpawnReceipt,
+};
+use tokio::sync::oneshot;
+
+use super::outbox::{Outgoing, ParkedSpawn};
+use super::pending::Waiter;
+use super::session::Session;
+use crate::ws::frames::ServerFrame;
+
+/// A fresh server-side `req_id`: `<kind>-` + 32 hex.
+fn req_id(kind: &str) -> String {
+    format!("{kind}-{}", uuid::Uuid::new_v4().simple())
+}
+
+impl Session {
+    /// Registers a waiter under a new `req_id`, then queues the frame built
+    /// for that id. On a full outbox the waiter is withdrawn again.
+    fn request<T>(
+        &self,
+        kind: &str,
+        waiter: impl FnOnce(oneshot::Sender<T>) -> Waiter,
+        frame: impl FnOnce(String) -> Outgoing,
+    ) -> Result<(String, oneshot::Receiver<T>), BridgeError> {
+        if self.is_closed() {
+            return Err(BridgeError::SessionGone);
+        }
+        let id = req_id(kind);
+        let (tx, rx) = oneshot::channel();
+        self.pending.insert(id.clone(), waiter(tx));
+        if let Err(full) = self.outbox.push(frame(id.clone())) {
+            self.pending.remove(&id);
+            return Err(BridgeError::Failed(full.to_string()));
+        }
+        Ok((id, rx))
+    }
+
+    fn request_text(&self, frame: &ServerFrame) -> Outgoing {
+        Outgoing::Text {
+            class: super::outbox::FrameClass::Request,
+            text: crate::ws::frames::encode(frame),
+        }
+    }
+}
+
+#[async_trait]
+impl SpawnHook for Session {
+    async fn before(&self, req: HookRequest) -> Result<HookAck, BridgeError> {
+        let (_, rx) = self.request("hook", Waiter::Hook, |req_id| {
+            self.request_text(&ServerFrame::HookBefore {
+                req_id,
+                task_id: req.task_id,
+                agent: req.agent.clone(),
+                attempt: req.attempt,
+            })
+        })?;
+        rx.await.map_err(|_| BridgeError::SessionGone)
+    }
+
+    fn after(&self, req: HookRequest, result: Value) {
+        if self.is_closed() {
+            return;
+        }
+        let frame = ServerFrame::HookAfter {
+            req_id: req_id("hook"),
+            task_id: req.task_id,
+            agent: req.agent,
+            attempt: req.attempt,
+            result,
+        };
+        if let Err(error) = self.notify(&frame) {
+            tracing::warn!(sid = %self.sid, task_id = %req.task_id, %error, "hook_after dropped");
+        }
+    }
+}
+
+#[async_trait]
+impl SeniorBridge for Session {
+    async fn ask(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+        question: Value,
+    ) -> Result<Value, BridgeError> {
+        let (_, rx) = self.request("ask", Waiter::Ask, |req_id| {
+            self.request_text(&ServerFrame::Ask {
+                req_id,
+                task_id,
+                question,
+            })
+        })?;
+        tracing::debug!(sid = %self.sid, %task_id, attempt, "senior question sent");
+        rx.await.map_err(|_| BridgeError::SessionGone)
+    }
+}
+
+#[async_trait]
+impl OperatorBackend for Session {
+    async fn spawn(&self, frame: SpawnFrame) -> Result<SpawnReceipt, SpawnError> {
+        let task_id = frame.task_id;
+        let (req_id, reply) = self
+            .request("spawn", Waiter::Spawn, |req_id| {
+                Outgoing::Spawn(Box::new(ParkedSpawn { req_id, frame }))
+            })
+            .map_err(|error| match error {
+                BridgeError::SessionGone => SpawnError::NoOperator(self.sid.to_string()),
+                other => SpawnError::Failed(other.to_string()),
+            })?;
+        tracing::debug!(sid = %self.sid, %task_id, %req_id, parked = !self.connected(), "spawn queued");
+        Ok(SpawnReceipt { req_id, reply })
+    }
+
+    fn cancel(&self, req_id: &str, task_id: TaskId, attempt: u32, reason: &str) {
+        self.pending.remove(req_id);
+        // A spawn never delivered needs no SubAgent stopped; the cancel still
+        // goes out in case a writer is sending the spawn right now.
+        self.outbox.withdraw_spawn(req_id);
+        if self.is_closed() {
+            return;
+        }
+        let frame = ServerFrame::Cancel {
+            req_id: req_id.to_owned(),
+            task_id,
+            attempt,
+            reason: reason.to_owned(),
+        };
+        if let Err(error) = self.notify(&frame) {
+            tracing::warn!(sid = %self.sid, %task_id, %error, "cancel frame dropped");
+        }
+    }
+}

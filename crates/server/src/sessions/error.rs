@@ -1,0 +1,17 @@
+//! Why a session operation was refused.
+
+use swarmd_engine::EngineError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("role `{0}` is held by another live session")]
+    RoleTaken(String),
+    #[error("no such session")]
+    NotFound,
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("the engine is not wired yet")]
+    NotReady,
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}

@@ -1,0 +1,357 @@
+//! Operator sessions (SPEC §9.2, §10.4): login with exclusive role names,
+//! bearer-secret authentication by digest, persistence through the engine's
+//! store, idle expiry, and the engine's `OperatorDirectory` view of sessions,
+//! whose hooks, senior bridge and backend are the session itself
+//! (`bridge`). Each `Session` owns its outbox of server frames (`outbox`)
+//! and its pending requests (`pending`); the WebSocket module attaches
+//! sockets to them.
+//!
+//! The registry's maps sit behind one std `Mutex` that is never held across
+//! an `.await`.
+
+mod bridge;
+mod error;
+mod outbox;
+mod pending;
+mod session;
+mod sweep;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use swarmd_engine::Engine;
+use swarmd_engine::auth::SessionSecret;
+use swarmd_engine::ids::SessionId;
+use swarmd_engine::operator::{OperatorDirectory, OperatorInfo, SessionKind};
+use swarmd_engine::store::SessionRecord;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+
+use crate::config::Config;
+
+pub use error::SessionError;
+pub use outbox::{
+    Attachment, Batch, CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn,
+    Reservation,
+};
+pub use pending::{Reply, ReplyError, Waiter};
+pub use session::{Session, SessionSummary};
+
+/// Role names are routing names (`main-ai`, `senior`): short and plain.
+const MAX_ROLE_LEN: usize = 64;
+const MAX_ROLES: usize = 16;
+const MAX_DESCRIPTION: usize = 4096;
+
+/// `POST /v1/operators` body. `desc` is accepted for `description`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoginRequest {
+    #[serde(default)]
+    pub roles: Vec<String>,
+    #[serde(default)]
+    pub kind: SessionKind,
+    #[serde(default, alias = "desc")]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub capability_manifest: Option<Value>,
+}
+
+/// `POST /v1/operators` answer. The token is shown once, here.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoginResponse {
+    pub sid: SessionId,
+    pub token: String,
+    pub roles: Vec<String>,
+}
+
+/// What the registry reads from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSettings {
+    /// `ws.park_max`: frames an outbox holds.
+    pub park_max: usize,
+    /// `auth.session_idle_secs`: a session with no socket and no activity
+    /// for this long expires.
+    pub idle: Duration,
+}
+
+impl SessionSettings {
+    pub fn from_config(config: &Config) -> SessionSettings {
+        SessionSettings {
+            park_max: usize::try_from(config.ws.park_max).unwrap_or(usize::MAX),
+            idle: Duration::from_secs(config.auth.session_idle_secs),
+        }
+    }
+}
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        SessionSettings::from_config(&Config::default())
+    }
+}
+
+#[derive(Debug, Default)]
+struct Maps {
+    by_sid: HashMap<SessionId, Arc<Session>>,
+    by_digest: HashMap<[u8; 32], SessionId>,
+    roles: HashMap<String, SessionId>,
+}
+
+/// All operator sessions of this daemon.
+#[derive(Debug)]
+pub struct SessionRegistry {
+    maps: Mutex<Maps>,
+    engine: OnceLock<Engine>,
+    settings: SessionSettings,
+    /// Open sockets, so a drain can wait for their close frames to go out.
+    sockets: TaskTracker,
+}
+
+impl SessionRegistry {
+    /// An empty registry; `SessionSettings::from_config` reads its settings.
+    pub fn new(settings: SessionSettings) -> Arc<Self> {
+        Arc::new(SessionRegistry {
+            maps: Mutex::new(Maps::default()),
+            engine: OnceLock::new(),
+            settings,
+            sockets: TaskTracker::new(),
+        })
+    }
+
+    /// Wires the engine in once it exists (the engine needs this registry as
+    /// its `OperatorDirectory` first).
+    pub fn attach_engine(&self, engine: Engine) {
+        let _ = self.engine.set(engine);
+    }
+
+    pub fn settings(&self) -> &SessionSettings {
+        &self.settings
+    }
+
+    fn engine(&self) -> Result<&Engine, SessionError> {
+        self.engine.get().ok_or(SessionError::NotReady)
+    }
+
+    fn maps(&self) -> MutexGuard<'_, Maps> {
+        self.maps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Creates a session holding `roles` exclusively and persists it.
+    pub async fn login(&self, req: LoginRequest) -> Result<LoginResponse, SessionError> {
+        validate_login(&req)?;
+        let engine = self.engine()?.clone();
+        let now = engine.clock().now_ms();
+        let secret = SessionSecret::generate();
+        let digest = secret.digest();
+        let record = SessionRecord {
+            sid: SessionId::new(),
+            token_digest: session::hex(&digest),
+            roles: dedup(req.roles),
+            kind: req.kind,
+            description: req.description,
+            manifest: req.capability_manifest,
+            created_ms: now,
+            last_seen_ms: now,
+        };
+        let session = Session::new(&record, digest, self.settings.park_max);
+        {
+            let mut maps = self.maps();
+            if let Some(role) = session.roles.iter().find(|r| maps.roles.contains_key(*r)) {
+                return Err(SessionError::RoleTaken(role.clone()));
+            }
+            for role in &session.roles {
+                maps.roles.insert(role.clone(), session.sid);
+            }
+            maps.by_digest.insert(digest, session.sid);
+            maps.by_sid.insert(session.sid, session.clone());
+        }
+        if let Err(error) = session.persist(&engine).await {
+            self.forget(session.sid);
+            return Err(SessionError::Engine(error));
+        }
+        tracing::info!(sid = %session.sid, roles = ?session.roles, kind = ?session.kind, "session created");
+        Ok(LoginResponse {
+            sid: session.sid,
+            token: secret.expose().to_owned(),
+            roles: session.roles.clone(),
+        })
+    }
+
+    /// The session a bearer secret belongs to, touched as active.
+    pub fn authenticate(&self, bearer: &str) -> Option<Arc<Session>> {
+        let secret = SessionSecret::parse(bearer).ok()?;
+        let digest = secret.digest();
+        let session = {
+            let maps = self.maps();
+            let sid = maps.by_digest.get(&digest)?;
+            maps.by_sid.get(sid)?.clone()
+        };
+        if let Some(engine) = self.engine.get() {
+            session.touch(engine.clock().now_ms());
+        }
+        Some(session)
+    }
+
+    pub fn get(&self, sid: &SessionId) -> Option<Arc<Session>> {
+        self.maps().by_sid.get(sid).cloned()
+    }
+
+    pub fn summary(&self, sid: &SessionId) -> Option<SessionSummary> {
+        self.get(sid).map(|s| s.summary())
+    }
+
+    pub fn list(&self) -> Vec<SessionSummary> {
+        let mut list: Vec<_> = self.all().iter().map(|s| s.summary()).collect();
+        list.sort_by_key(|s| s.sid);
+        list
+    }
+
+    fn all(&self) -> Vec<Arc<Session>> {
+        self.maps().by_sid.values().cloned().collect()
+    }
+
+    /// Deletes a session: releases its roles, closes its socket, drops its
+    /// pending requests and removes it from the store.
+    pub async fn delete(&self, sid: &SessionId) -> Result<(), SessionError> {
+        let session = self.forget(*sid).ok_or(SessionError::NotFound)?;
+        tracing::info!(%sid, "session deleted");
+        session
+            .end(self.engine()?, CloseReason::Deleted)
+            .await
+            .map_err(SessionError::Engine)
+    }
+
+    fn forget(&self, sid: SessionId) -> Option<Arc<Session>> {
+        let mut maps = self.maps();
+        let session = maps.by_sid.remove(&sid)?;
+        maps.by_digest.remove(&session.token_digest);
+        maps.roles.retain(|_, holder| *holder != sid);
+        Some(session)
+    }
+
+    /// Restores persisted sessions at boot, before the server reports ready.
+    /// A stored role already held by a restored session is dropped.
+    pub fn restore(&self, records: Vec<SessionRecord>) {
+        let mut maps = self.maps();
+        for mut record in records {
+            let Some(digest) = session::unhex(&record.token_digest) else {
+                tracing::warn!(sid = %record.sid, "skipping a stored session with a malformed digest");
+                continue;
+            };
+            record.roles.retain(|role| !maps.roles.contains_key(role));
+            let session = Session::new(&record, digest, self.settings.park_max);
+            for role in &session.roles {
+                maps.roles.insert(role.clone(), session.sid);
+            }
+            maps.by_digest.insert(digest, session.sid);
+            maps.by_sid.insert(session.sid, session);
+        }
+    }
+
+    /// Number of sessions with a socket attached.
+    pub fn connected(&self) -> usize {
+        self.all().iter().filter(|s| s.connected()).count()
+    }
+
+    /// Number of sessions.
+    pub fn len(&self) -> usize {
+        self.maps().by_sid.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keeps the drain waiting while a socket is open (see `wait_sockets`).
+    pub(crate) fn socket_token(&self) -> TaskTrackerToken {
+        self.sockets.token()
+    }
+
+    /// Tells every attached socket to close (`1001 going away`). Sessions
+    /// stay: clients reconnect after a restart with the same sid and token.
+    pub fn close_sockets(&self) {
+        for session in self.all() {
+            session.outbox.close(CloseReason::ShuttingDown);
+        }
+    }
+
+    /// Waits up to `grace` for every socket to finish closing.
+    pub async fn wait_sockets(&self, grace: Duration) {
+        self.sockets.close();
+        let _ = tokio::time::timeout(grace, self.sockets.wait()).await;
+    }
+
+    /// The engine's view of a session. Hooks only for kinds that take them;
+    /// the backend always (frames park while disconnected, SPEC §8.4); the
+    /// senior bridge only while connected (SPEC §8.7: a connected session).
+    fn info(session: &Arc<Session>) -> OperatorInfo {
+        OperatorInfo {
+            sid: session.sid,
+            kind: session.kind,
+            hooks: session
+                .kind
+                .takes_hooks()
+                .then(|| session.clone() as Arc<dyn swarmd_engine::operator::SpawnHook>),
+            senior: session
+                .connected()
+                .then(|| session.clone() as Arc<dyn swarmd_engine::operator::SeniorBridge>),
+            backend: Some(session.clone()),
+        }
+    }
+}
+
+impl OperatorDirectory for SessionRegistry {
+    fn session(&self, sid: &SessionId) -> Option<OperatorInfo> {
+        self.get(sid).map(|s| Self::info(&s))
+    }
+
+    fn by_role(&self, role: &str) -> Option<OperatorInfo> {
+        let session = {
+            let maps = self.maps();
+            let sid = maps.roles.get(role)?;
+            maps.by_sid.get(sid).cloned()?
+        };
+        Some(Self::info(&session))
+    }
+}
+
+fn validate_login(req: &LoginRequest) -> Result<(), SessionError> {
+    if req.roles.len() > MAX_ROLES {
+        return Err(SessionError::BadRequest(format!(
+            "at most {MAX_ROLES} roles"
+        )));
+    }
+    for role in &req.roles {
+        let ok = !role.is_empty()
+            && role.len() <= MAX_ROLE_LEN
+            && role
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(SessionError::BadRequest(format!(
+                "role `{role}` must be 1 to {MAX_ROLE_LEN} of [a-z0-9_-]"
+            )));
+        }
+    }
+    if req
+        .description
+        .as_ref()
+        .is_some_and(|d| d.len() > MAX_DESCRIPTION)
+    {
+        return Err(SessionError::BadRequest(format!(
+            "description is longer than {MAX_DESCRIPTION} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn dedup(mut roles: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    roles.retain(|r| seen.insert(r.clone()));
+    roles
+}

@@ -1,0 +1,230 @@
+//! Server → client requests waiting for their reply, keyed by `req_id`:
+//! `spawn` (→ `spawn_ack`/`spawn_halt`), `ask` (→ `answer`), `hook_before`
+//! (→ `hook_ack`). A reply completes the waiter's oneshot; a reply nobody
+//! waits for is an error the client is told about.
+//!
+//! Waiters whose caller gave up (its receiver is gone) are pruned when the
+//! table has doubled since the last prune, so the table stays bounded by the
+//! requests really in flight. One std `Mutex`, never held across an `.await`.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use serde_json::Value;
+use swarmd_engine::operator::{HookAck, SpawnReply};
+use tokio::sync::oneshot;
+
+const MIN_PRUNE_AT: usize = 64;
+
+/// Who waits for a reply, and for which kind.
+#[derive(Debug)]
+pub enum Waiter {
+    Spawn(oneshot::Sender<SpawnReply>),
+    Ask(oneshot::Sender<Value>),
+    Hook(oneshot::Sender<HookAck>),
+}
+
+impl Waiter {
+    fn is_closed(&self) -> bool {
+        match self {
+            Waiter::Spawn(tx) => tx.is_closed(),
+            Waiter::Ask(tx) => tx.is_closed(),
+            Waiter::Hook(tx) => tx.is_closed(),
+        }
+    }
+
+    fn expects(&self) -> &'static str {
+        match self {
+            Waiter::Spawn(_) => "spawn_ack or spawn_halt",
+            Waiter::Ask(_) => "answer",
+            Waiter::Hook(_) => "hook_ack",
+        }
+    }
+}
+
+/// A client's reply to a server request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Spawn(SpawnReply),
+    Answer(Value),
+    Hook(HookAck),
+}
+
+/// Why a reply completed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyError {
+    #[error("no pending request `{0}`")]
+    Unknown(String),
+    #[error("request `{req_id}` expects {expects}")]
+    WrongKind {
+        req_id: String,
+        expects: &'static str,
+    },
+}
+
+#[derive(Debug)]
+pub struct Pending {
+    table: Mutex<Table>,
+}
+
+#[derive(Debug)]
+struct Table {
+    waiters: HashMap<String, Waiter>,
+    prune_at: usize,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Pending {
+            table: Mutex::new(Table {
+                waiters: HashMap::new(),
+                prune_at: MIN_PRUNE_AT,
+            }),
+        }
+    }
+}
+
+impl Pending {
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn insert(&self, req_id: String, waiter: Waiter) {
+        let mut table = self.lock();
+        if table.waiters.len() >= table.prune_at {
+            table.waiters.retain(|_, w| !w.is_closed());
+            table.prune_at = (table.waiters.len() * 2).max(MIN_PRUNE_AT);
+        }
+        table.waiters.insert(req_id, waiter);
+    }
+
+    /// Completes the request `req_id` with `reply`. A caller that stopped
+    /// waiting is not an error: the reply simply arrived late.
+    pub fn complete(&self, req_id: &str, reply: Reply) -> Result<(), ReplyError> {
+        let waiter = {
+            let mut table = self.lock();
+            let Some(waiter) = table.waiters.remove(req_id) else {
+                return Err(ReplyError::Unknown(req_id.to_owned()));
+            };
+            let matches = matches!(
+                (&waiter, &reply),
+                (Waiter::Spawn(_), Reply::Spawn(_))
+                    | (Waiter::Ask(_), Reply::Answer(_))
+                    | (Waiter::Hook(_), Reply::Hook(_))
+            );
+            if !matches {
+                let expects = waiter.expects();
+                table.waiters.insert(req_id.to_owned(), waiter);
+                return Err(ReplyError::WrongKind {
+                    req_id: req_id.to_owned(),
+                    expects,
+                });
+            }
+            waiter
+        };
+        match (waiter, reply) {
+            (Waiter::Spawn(tx), Reply::Spawn(r)) => drop(tx.send(r)),
+            (Waiter::Ask(tx), Reply::Answer(v)) => drop(tx.send(v)),
+            (Waiter::Hook(tx), Reply::Hook(a)) => drop(tx.send(a)),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Forgets a request; its caller sees the sender dropped.
+    pub fn remove(&self, req_id: &str) {
+        self.lock().waiters.remove(req_id);
+    }
+
+    /// Drops every waiter (the session is gone).
+    pub fn clear(&self) {
+        let waiters = std::mem::take(&mut self.lock().waiters);
+        drop(waiters);
+    }
+
+    /// Requests waiting for their reply.
+    pub fn len(&self) -> usize {
+        self.lock().waiters.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_reply_completes_its_waiter_once() {
+        let pending = Pending::default();
+        let (tx, rx) = oneshot::channel();
+        pending.insert("ask-1".into(), Waiter::Ask(tx));
+        pending
+            .complete("ask-1", Reply::Answer(json!("yes")))
+            .unwrap();
+        assert_eq!(rx.await.unwrap(), json!("yes"));
+        assert_eq!(
+            pending.complete("ask-1", Reply::Answer(json!("again"))),
+            Err(ReplyError::Unknown("ask-1".into()))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reply_of_the_wrong_kind_keeps_the_waiter() {
+        let pending = Pending::default();
+        let (tx, rx) = oneshot::channel();
+        pending.insert("spawn-1".into(), Waiter::Spawn(tx));
+        let error = pending
+            .complete("spawn-1", Reply::Answer(json!(1)))
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "request `spawn-1` expects spawn_ack or spawn_halt"
+        );
+        let halt = SpawnReply::Halt {
+            value: None,
+            reason: Some("enough".into()),
+        };
+        pending
+            .complete("spawn-1", Reply::Spawn(halt.clone()))
+            .unwrap();
+        assert_eq!(rx.await.unwrap(), halt);
+    }
+
+    #[tokio::test]
+    async fn clearing_tells_every_caller_the_session_is_gone() {
+        let pending = Pending::default();
+        let (tx, rx) = oneshot::channel();
+        pending.insert("hook-1".into(), Waiter::Hook(tx));
+        pending.clear();
+        assert!(rx.await.is_err());
+        assert_eq!(pending.len(), 0);
+    }
+
+    #[test]
+    fn a_late_reply_to_a_caller_that_gave_up_is_accepted_and_abandoned_waiters_are_pruned() {
+        let pending = Pending::default();
+        for n in 0..MIN_PRUNE_AT {
+            let (tx, rx) = oneshot::channel();
+            drop(rx);
+            pending.insert(format!("ask-{n}"), Waiter::Ask(tx));
+        }
+        pending
+            .complete("ask-0", Reply::Answer(json!(null)))
+            .unwrap();
+        let (tx, _rx) = oneshot::channel();
+        pending.insert("live".into(), Waiter::Ask(tx));
+        assert_eq!(
+            pending.len(),
+            MIN_PRUNE_AT,
+            "nothing pruned below the threshold"
+        );
+        let (tx, _rx2) = oneshot::channel();
+        pending.insert("live-2".into(), Waiter::Ask(tx));
+        assert_eq!(
+            pending.len(),
+            2,
+            "abandoned waiters pruned once the table is full"
+        );
+    }
+}

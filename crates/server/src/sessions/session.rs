@@ -1,0 +1,224 @@
+//! One operator session: its identity and roles, its last activity, its
+//! outbox of server frames and its table of pending requests. A session
+//! outlives its sockets; it ends when deleted or expired, which closes its
+//! socket and drops every pending waiter.
+//!
+//! Persistence goes through the store's ordered write queue under the
+//! session's own std `Mutex` (held only to queue, never across an `.await`),
+//! so a record written on detach can never land after the session's
+//! deletion and bring it back.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use serde_json::Value;
+use swarmd_engine::ids::SessionId;
+use swarmd_engine::operator::SessionKind;
+use swarmd_engine::store::{SessionRecord, WriteOp};
+use swarmd_engine::{Engine, EngineError};
+use tokio::sync::oneshot;
+
+use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing};
+use super::pending::Pending;
+use crate::ws::frames::{ServerFrame, encode};
+
+/// One session as `GET /v1/operators` lists it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SessionSummary {
+    pub sid: SessionId,
+    pub roles: Vec<String>,
+    pub kind: SessionKind,
+    pub connected: bool,
+    /// Last activity, unix ms.
+    pub last_seen: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// A live operator session.
+#[derive(Debug)]
+pub struct Session {
+    pub sid: SessionId,
+    pub kind: SessionKind,
+    pub roles: Vec<String>,
+    pub description: Option<String>,
+    pub manifest: Option<Value>,
+    pub(super) token_digest: [u8; 32],
+    created_ms: u64,
+    last_seen_ms: AtomicU64,
+    /// `last_seen_ms` as last written to the store.
+    persisted_ms: AtomicU64,
+    /// Set once the session is deleted or expired.
+    closed: AtomicBool,
+    persist_lock: Mutex<()>,
+    pub(crate) outbox: Outbox,
+    pub(crate) pending: Pending,
+}
+
+impl Session {
+    pub(super) fn new(
+        record: &SessionRecord,
+        token_digest: [u8; 32],
+        park_max: usize,
+    ) -> Arc<Session> {
+        Arc::new(Session {
+            sid: record.sid,
+            kind: record.kind,
+            roles: record.roles.clone(),
+            description: record.description.clone(),
+            manifest: record.manifest.clone(),
+            token_digest,
+            created_ms: record.created_ms,
+            last_seen_ms: AtomicU64::new(record.last_seen_ms),
+            persisted_ms: AtomicU64::new(record.last_seen_ms),
+            closed: AtomicBool::new(false),
+            persist_lock: Mutex::new(()),
+            outbox: Outbox::new(park_max),
+            pending: Pending::default(),
+        })
+    }
+
+    pub fn last_seen_ms(&self) -> u64 {
+        self.last_seen_ms.load(Ordering::Relaxed)
+    }
+
+    /// Records activity at `now_ms` (never moves backwards).
+    pub fn touch(&self, now_ms: u64) {
+        self.last_seen_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
+    /// Whether a WebSocket is attached right now.
+    pub fn connected(&self) -> bool {
+        self.outbox.is_attached()
+    }
+
+    /// Whether the session was deleted or expired.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Frames waiting for delivery.
+    pub fn parked(&self) -> usize {
+        self.outbox.len()
+    }
+
+    /// Server requests (`spawn`, `ask`, `hook_before`) waiting for a reply.
+    pub fn pending_requests(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Queues a frame that needs no reply.
+    pub(crate) fn notify(&self, frame: &ServerFrame) -> Result<(), OutboxFull> {
+        let class = match frame {
+            ServerFrame::TaskEvent { .. } => FrameClass::Resumable,
+            ServerFrame::Ask { .. }
+            | ServerFrame::HookBefore { .. }
+            | ServerFrame::Spawn { .. } => FrameClass::Request,
+            _ => FrameClass::Notice,
+        };
+        self.outbox.push(Outgoing::Text {
+            class,
+            text: encode(frame),
+        })
+    }
+
+    pub(super) fn record(&self) -> SessionRecord {
+        SessionRecord {
+            sid: self.sid,
+            token_digest: hex(&self.token_digest),
+            roles: self.roles.clone(),
+            kind: self.kind,
+            description: self.description.clone(),
+            manifest: self.manifest.clone(),
+            created_ms: self.created_ms,
+            last_seen_ms: self.last_seen_ms(),
+        }
+    }
+
+    pub fn summary(&self) -> SessionSummary {
+        SessionSummary {
+            sid: self.sid,
+            roles: self.roles.clone(),
+            kind: self.kind,
+            connected: self.connected(),
+            last_seen: self.last_seen_ms(),
+            description: self.description.clone(),
+        }
+    }
+
+    /// Whether activity happened since the record was last written.
+    pub(super) fn dirty(&self) -> bool {
+        self.last_seen_ms() > self.persisted_ms.load(Ordering::Relaxed)
+    }
+
+    /// Writes the session's record, unless it is closed already.
+    pub async fn persist(&self, engine: &Engine) -> Result<(), EngineError> {
+        let last_seen = self.last_seen_ms();
+        let done = {
+            let _guard = self.persist_lock.lock().unwrap_or_else(|e| e.into_inner());
+            if self.is_closed() {
+                return Ok(());
+            }
+            submit(engine, WriteOp::PutSession(Box::new(self.record())))
+        };
+        wait(done).await?;
+        self.persisted_ms.fetch_max(last_seen, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Ends the session: closes its socket with `reason`, drops its pending
+    /// waiters and deletes its record. Only the first call does anything.
+    pub(super) async fn end(
+        &self,
+        engine: &Engine,
+        reason: CloseReason,
+    ) -> Result<(), EngineError> {
+        let done = {
+            let _guard = self.persist_lock.lock().unwrap_or_else(|e| e.into_inner());
+            if self.closed.swap(true, Ordering::AcqRel) {
+                return Ok(());
+            }
+            submit(engine, WriteOp::DeleteSession(self.sid))
+        };
+        self.outbox.close(reason);
+        self.pending.clear();
+        wait(done).await
+    }
+}
+
+type Done = oneshot::Receiver<Result<(), swarmd_output_store::StoreError>>;
+
+/// Queues one op in the store's ordered write path.
+fn submit(engine: &Engine, op: WriteOp) -> Done {
+    let (tx, rx) = oneshot::channel();
+    engine.store().submit(
+        vec![op],
+        Box::new(move |result| {
+            let _ = tx.send(result);
+        }),
+    );
+    rx
+}
+
+async fn wait(done: Done) -> Result<(), EngineError> {
+    done.await
+        .map_err(|_| EngineError::Store(swarmd_output_store::StoreError::Closed))?
+        .map_err(EngineError::Store)
+}
+
+pub(super) fn hex(bytes: &[u8; 32]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub(super) fn unhex(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, chunk) in s.as_bytes().chunks(2).enumerate() {
+        let text = std::str::from_utf8(chunk).ok()?;
+        out[i] = u8::from_str_radix(text, 16).ok()?;
+    }
+    Some(out)
+}

@@ -1,0 +1,77 @@
+//! The idle sweep (SPEC §5.6): a session with no socket and no activity for
+//! `auth.session_idle_secs` expires and releases its roles. The same pass
+//! writes back the last activity of sessions that were active since their
+//! record was written, so a restart restores a recent `last_seen`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{CloseReason, SessionRegistry};
+
+/// The sweep runs at a quarter of the idle time, within these bounds.
+const MIN_PERIOD: Duration = Duration::from_secs(1);
+const MAX_PERIOD: Duration = Duration::from_secs(60);
+
+impl SessionRegistry {
+    /// One pass: expires idle sessions, persists fresh activity. Returns how
+    /// many sessions expired.
+    pub async fn sweep(&self) -> usize {
+        let Ok(engine) = self.engine() else {
+            return 0;
+        };
+        let now = engine.clock().now_ms();
+        let idle_ms = u64::try_from(self.settings.idle.as_millis()).unwrap_or(u64::MAX);
+        let is_idle =
+            |s: &super::Session| !s.connected() && now.saturating_sub(s.last_seen_ms()) >= idle_ms;
+        let mut expired = 0;
+        for session in self.all() {
+            if is_idle(&session) {
+                let removed = {
+                    let mut maps = self.maps();
+                    // Checked again under the lock: a login or attach may have raced.
+                    if maps.by_sid.get(&session.sid).is_some_and(|s| is_idle(s)) {
+                        maps.by_sid.remove(&session.sid);
+                        maps.by_digest.remove(&session.token_digest);
+                        maps.roles.retain(|_, holder| *holder != session.sid);
+                        true
+                    } else {
+                        false
+                    }
+                };
+                if removed {
+                    expired += 1;
+                    tracing::info!(sid = %session.sid, "session expired after being idle");
+                    if let Err(error) = session.end(engine, CloseReason::Expired).await {
+                        tracing::warn!(sid = %session.sid, %error, "cannot delete an expired session");
+                    }
+                }
+            } else if session.dirty()
+                && let Err(error) = session.persist(engine).await
+            {
+                tracing::warn!(sid = %session.sid, %error, "cannot persist session activity");
+            }
+        }
+        expired
+    }
+
+    /// Runs `sweep` periodically until `shutdown` fires.
+    pub fn spawn_idle_sweep(self: &Arc<Self>, shutdown: CancellationToken) -> JoinHandle<()> {
+        let registry = self.clone();
+        let period = (self.settings.idle / 4).clamp(MIN_PERIOD, MAX_PERIOD);
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    _ = ticker.tick() => {
+                        registry.sweep().await;
+                    }
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,168 @@
+//! The state directory (SPEC §11.3) and the secrets kept next to it: the
+//! signing keyring and the admin token.
+//!
+//! `PreparedState::prepare` runs once at startup: it creates `<state_dir>`
+//! and `blobs/` (0700), loads or creates the keyring, and loads or creates the
+//! admin token, of which only the SHA-256 digest is kept. Secrets come from,
+//! in order of preference: a systemd credential (read-only, never written), a
+//! file named by `auth.*_file` (created 0600 if missing), the default file in
+//! the state directory (created 0600 if missing).
+
+mod admin_token;
+mod dir;
+mod keys;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub use admin_token::{AdminTokenDigest, load_or_create_admin_secret, read_admin_secret};
+pub use dir::{BLOBS_DIR, DATABASE_FILE, StateDir};
+pub use keys::{load_keyring, rotate_keys};
+use swarmd_engine::auth::{Keyring, KeyringError};
+
+use crate::config::Config;
+use crate::environment::Environment;
+
+/// systemd credential name (`LoadCredential=swarmd-keys:…`) for the keyring.
+pub const KEYS_CREDENTIAL: &str = "swarmd-keys";
+/// systemd credential name for the admin token.
+pub const ADMIN_TOKEN_CREDENTIAL: &str = "swarmd-admin-token";
+/// Keyring file name in the state directory.
+pub const KEYS_FILE: &str = "keys.json";
+/// Admin token file name in the state directory.
+pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+
+/// Where a secret is read from, and whether swarmd may create or rewrite it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// `$CREDENTIALS_DIRECTORY/<name>`: read-only.
+    Credential(PathBuf),
+    /// A file named in `[auth]`: created 0600 when missing.
+    ConfigFile(PathBuf),
+    /// The default file in the state directory: created 0600 when missing.
+    StateDir(PathBuf),
+}
+
+impl SecretSource {
+    /// The file holding the secret.
+    pub fn path(&self) -> &Path {
+        match self {
+            SecretSource::Credential(path)
+            | SecretSource::ConfigFile(path)
+            | SecretSource::StateDir(path) => path,
+        }
+    }
+
+    /// Where the keyring comes from for `config` and `env`.
+    pub fn for_keys(config: &Config, env: &Environment) -> SecretSource {
+        Self::resolve(
+            env,
+            KEYS_CREDENTIAL,
+            config.auth.keys_file.as_deref(),
+            &config.store.state_dir.join(KEYS_FILE),
+        )
+    }
+
+    /// Where the admin token comes from for `config` and `env`.
+    pub fn for_admin_token(config: &Config, env: &Environment) -> SecretSource {
+        Self::resolve(
+            env,
+            ADMIN_TOKEN_CREDENTIAL,
+            config.auth.admin_token_file.as_deref(),
+            &config.store.state_dir.join(ADMIN_TOKEN_FILE),
+        )
+    }
+
+    fn resolve(
+        env: &Environment,
+        credential: &str,
+        configured: Option<&Path>,
+        default: &Path,
+    ) -> SecretSource {
+        let from_systemd = env
+            .get("CREDENTIALS_DIRECTORY")
+            .map(|dir| Path::new(dir).join(credential))
+            .filter(|path| path.exists());
+        match (from_systemd, configured) {
+            (Some(path), _) => SecretSource::Credential(path),
+            (None, Some(path)) => SecretSource::ConfigFile(path.to_owned()),
+            (None, None) => SecretSource::StateDir(default.to_owned()),
+        }
+    }
+}
+
+/// Why the state directory or its secrets could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot create state directory {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Keyring(#[from] KeyringError),
+    #[error("cannot read admin token {}: {source}", path.display())]
+    ReadAdminToken {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot write admin token {}: {source}", path.display())]
+    WriteAdminToken {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "admin token {} is malformed: expected `sws-` followed by 64 lowercase hex digits",
+        path.display()
+    )]
+    BadAdminToken { path: PathBuf },
+    #[error("{} is a systemd credential and is never written; change its source file instead", path.display())]
+    ReadOnlyCredential { path: PathBuf },
+}
+
+/// Everything startup needs from the state directory.
+#[derive(Debug)]
+pub struct PreparedState {
+    /// The state directory, created.
+    pub dir: StateDir,
+    /// The signing keyring.
+    pub keyring: Keyring,
+    /// Where the keyring was read from.
+    pub keys_source: SecretSource,
+    /// SHA-256 of the admin token; the token itself is not kept.
+    pub admin_token: AdminTokenDigest,
+}
+
+impl PreparedState {
+    /// Creates the state directory and loads (or creates) the keyring and the
+    /// admin token.
+    ///
+    /// # Errors
+    /// A `StateError` naming the path that could not be created, read or parsed.
+    pub fn prepare(config: &Config, env: &Environment) -> Result<PreparedState, StateError> {
+        let dir = StateDir::prepare(&config.store.state_dir)?;
+        let keys_source = SecretSource::for_keys(config, env);
+        let keyring = load_keyring(&keys_source)?;
+        let admin_source = SecretSource::for_admin_token(config, env);
+        let admin_token = AdminTokenDigest::of(&load_or_create_admin_secret(&admin_source)?);
+        tracing::info!(
+            state_dir = %dir.root().display(),
+            keys = %keys_source.path().display(),
+            kid = keyring.current_kid(),
+            admin_token = %admin_source.path().display(),
+            "state directory ready"
+        );
+        Ok(PreparedState {
+            dir,
+            keyring,
+            keys_source,
+            admin_token,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,134 @@
+//! Tests of the state directory: layout, modes, secret sources, rotation.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use super::*;
+use swarmd_engine::auth::SessionSecret;
+
+use crate::config::Config;
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn config_at(state_dir: &Path) -> Config {
+    let mut config = Config::default();
+    config.store.state_dir = state_dir.to_owned();
+    config
+}
+
+#[test]
+fn prepare_creates_private_dirs_and_secret_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("nested/state");
+    let config = config_at(&root);
+    let prepared = PreparedState::prepare(&config, &Environment::default()).unwrap();
+
+    assert_eq!(mode(&root), 0o700);
+    assert_eq!(mode(&root.join(BLOBS_DIR)), 0o700);
+    assert_eq!(mode(&root.join(KEYS_FILE)), 0o600);
+    assert_eq!(mode(&root.join(ADMIN_TOKEN_FILE)), 0o600);
+    assert_eq!(
+        prepared.keys_source,
+        SecretSource::StateDir(root.join(KEYS_FILE))
+    );
+    assert_eq!(prepared.dir.database(), root.join(DATABASE_FILE));
+
+    let token = std::fs::read_to_string(root.join(ADMIN_TOKEN_FILE)).unwrap();
+    let secret = SessionSecret::parse(token.trim()).unwrap();
+    assert!(prepared.admin_token.matches(&secret));
+    assert!(!format!("{prepared:?}").contains(secret.expose()));
+}
+
+#[test]
+fn second_start_reuses_keys_and_admin_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config_at(tmp.path());
+    let first = PreparedState::prepare(&config, &Environment::default()).unwrap();
+    let second = PreparedState::prepare(&config, &Environment::default()).unwrap();
+    assert_eq!(first.keyring.current_kid(), second.keyring.current_kid());
+    assert_eq!(first.admin_token, second.admin_token);
+}
+
+#[test]
+fn loose_secret_files_in_the_state_dir_are_tightened() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config_at(tmp.path());
+    PreparedState::prepare(&config, &Environment::default()).unwrap();
+    let token = tmp.path().join(ADMIN_TOKEN_FILE);
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    PreparedState::prepare(&config, &Environment::default()).unwrap();
+    assert_eq!(mode(&token), 0o600);
+}
+
+#[test]
+fn credentials_win_and_are_never_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let credentials = tmp.path().join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    let keys = credentials.join(KEYS_CREDENTIAL);
+    Keyring::generate().save(&keys).unwrap();
+    let secret = SessionSecret::generate();
+    let token = credentials.join(ADMIN_TOKEN_CREDENTIAL);
+    std::fs::write(&token, format!("{}\n", secret.expose())).unwrap();
+    std::fs::set_permissions(&credentials, std::fs::Permissions::from_mode(0o500)).unwrap();
+
+    let mut config = config_at(&tmp.path().join("state"));
+    config.auth.keys_file = Some(tmp.path().join("ignored-keys.json"));
+    let env = Environment::from_pairs([("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap())]);
+    let prepared = PreparedState::prepare(&config, &env).unwrap();
+    assert_eq!(prepared.keys_source, SecretSource::Credential(keys.clone()));
+    assert!(prepared.admin_token.matches(&secret));
+    assert!(!tmp.path().join("ignored-keys.json").exists());
+    assert!(!tmp.path().join("state").join(KEYS_FILE).exists());
+
+    let error = rotate_keys(&prepared.keys_source).unwrap_err();
+    assert!(matches!(error, StateError::ReadOnlyCredential { .. }));
+    std::fs::set_permissions(&credentials, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+#[test]
+fn missing_credential_falls_back_to_configured_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = config_at(&tmp.path().join("state"));
+    let keys = tmp.path().join("keys.json");
+    let token = tmp.path().join("admin.token");
+    config.auth.keys_file = Some(keys.clone());
+    config.auth.admin_token_file = Some(token.clone());
+    let env = Environment::from_pairs([(
+        "CREDENTIALS_DIRECTORY",
+        tmp.path().join("none").to_str().unwrap(),
+    )]);
+    let prepared = PreparedState::prepare(&config, &env).unwrap();
+    assert_eq!(prepared.keys_source, SecretSource::ConfigFile(keys.clone()));
+    assert_eq!(mode(&keys), 0o600);
+    assert_eq!(mode(&token), 0o600);
+}
+
+#[test]
+fn malformed_admin_token_is_refused_without_echoing_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let token = tmp.path().join(ADMIN_TOKEN_FILE);
+    std::fs::write(&token, "hunter2\n").unwrap();
+    let error = load_or_create_admin_secret(&SecretSource::StateDir(token)).unwrap_err();
+    assert!(matches!(error, StateError::BadAdminToken { .. }));
+    assert!(!error.to_string().contains("hunter2"));
+}
+
+#[test]
+fn rotate_adds_a_current_key_and_keeps_the_old_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = SecretSource::StateDir(tmp.path().join("state").join(KEYS_FILE));
+    let first = rotate_keys(&source).unwrap();
+    assert_eq!(mode(source.path()), 0o600);
+    let second = rotate_keys(&source).unwrap();
+    assert_ne!(first, second);
+    let keyring = Keyring::load(source.path()).unwrap();
+    assert_eq!(keyring.current_kid(), second);
+    assert_eq!(
+        keyring.previous_kids().collect::<Vec<_>>(),
+        [first.as_str()]
+    );
+    assert_eq!(mode(source.path()), 0o600);
+}

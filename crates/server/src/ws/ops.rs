@@ -1,0 +1,150 @@
+//! The connection's ops worker: runs `spawn_task` and `cancel_task` in the
+//! order the client sent them. It is its own task, not part of the socket's
+//! halves, so a socket that drops mid-operation never cuts an engine call
+//! half-way; it ends once the connection's sender is gone and the queue is
+//! empty.
+//!
+//! `spawn_task` reserves the next slot in the session's outbox before it
+//! calls the engine, so `task_accepted` reaches the client before any frame
+//! about the new task (its events, its delegated `spawn`, its `task_done`).
+
+use std::sync::Arc;
+
+use swarmd_engine::ids::{ReqId, TaskId};
+use swarmd_engine::task::TaskSpec;
+use swarmd_engine::{Engine, EngineError};
+use swarmd_spawner::layers::OPERATOR_DELEGATE;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::frames::{ServerFrame, SpawnTaskFrame, encode};
+use super::writer::Direct;
+use crate::sessions::{FrameClass, Outgoing, Session};
+
+/// Operations queued per connection before the reader waits.
+const OPS_CAPACITY: usize = 64;
+
+#[derive(Debug)]
+pub(super) enum Op {
+    Spawn(Box<SpawnTaskFrame>),
+    Cancel { req_id: ReqId, task_id: TaskId },
+}
+
+/// Starts the worker; it stops when the returned sender is dropped.
+pub(super) fn spawn_worker(
+    engine: Engine,
+    session: Arc<Session>,
+    direct: mpsc::Sender<Direct>,
+) -> mpsc::Sender<Op> {
+    let (tx, mut rx) = mpsc::channel(OPS_CAPACITY);
+    let span = tracing::debug_span!("ws_ops", sid = %session.sid);
+    let worker = async move {
+        while let Some(op) = rx.recv().await {
+            let refused = match op {
+                Op::Spawn(frame) => spawn_task(&engine, &session, *frame).await,
+                Op::Cancel { req_id, task_id } => {
+                    cancel_task(&engine, &session, req_id, task_id).await
+                }
+            };
+            if let Some(frame) = refused {
+                let _ = direct.send(Direct::Frame(encode(&frame))).await;
+            }
+        }
+    };
+    tokio::spawn(worker.instrument(span));
+    tx
+}
+
+/// The idempotency key of a `spawn_task`: a retry with the same `req_id` on
+/// the same session returns the task the first one created.
+pub(super) fn idempotency_key(session: &Session, req_id: &ReqId) -> String {
+    format!("ws:{}:{}", session.sid, req_id)
+}
+
+/// Creates the task; returns the error frame when it is refused.
+async fn spawn_task(
+    engine: &Engine,
+    session: &Session,
+    frame: SpawnTaskFrame,
+) -> Option<ServerFrame> {
+    let mut layers = frame.layers.unwrap_or_default();
+    if frame.delegate && !layers.iter().any(|l| l == OPERATOR_DELEGATE) {
+        layers.push(OPERATOR_DELEGATE.to_owned());
+    }
+    let spec = TaskSpec {
+        agent: frame.agent,
+        prompt: frame.prompt,
+        system: frame.system,
+        input: frame.input,
+        metadata: frame.metadata,
+        layers,
+        policy: frame.policy.unwrap_or_default(),
+        parent: None,
+        session: Some(session.sid),
+        idempotency_key: Some(idempotency_key(session, &frame.req_id)),
+    };
+    let slot = session.outbox.reserve();
+    match engine.spawn_task(spec).await {
+        Ok(task) => {
+            let accepted = ServerFrame::TaskAccepted {
+                req_id: frame.req_id,
+                task_id: task.id,
+            };
+            let queued = slot.fill(Outgoing::Text {
+                class: FrameClass::Notice,
+                text: encode(&accepted),
+            });
+            if let Err(error) = queued {
+                tracing::warn!(task_id = %task.id, %error, "task_accepted dropped");
+            }
+            None
+        }
+        Err(error) => {
+            drop(slot);
+            Some(engine_error(frame.req_id, &error))
+        }
+    }
+}
+
+/// Cancels a task this session owns; returns the error frame when refused.
+/// Success has no reply: the task's `task_done` follows.
+async fn cancel_task(
+    engine: &Engine,
+    session: &Session,
+    req_id: ReqId,
+    task_id: TaskId,
+) -> Option<ServerFrame> {
+    match engine.get_task(task_id).await {
+        Ok(Some(task)) if task.session == Some(session.sid) => {
+            match engine.cancel_task(task_id, None).await {
+                Ok(_) => None,
+                Err(error) => Some(engine_error(req_id, &error)),
+            }
+        }
+        Ok(Some(_)) => Some(ServerFrame::error(
+            Some(req_id),
+            "forbidden",
+            "the task is not owned by this session",
+        )),
+        Ok(None) => Some(ServerFrame::error(
+            Some(req_id),
+            "not_found",
+            format!("task {task_id} not found"),
+        )),
+        Err(error) => Some(engine_error(req_id, &error)),
+    }
+}
+
+/// An engine refusal as an `error` frame with the code of SPEC §9.5;
+/// internal failures are logged here and not described to the client.
+pub(super) fn engine_error(req_id: ReqId, error: &EngineError) -> ServerFrame {
+    let code = error.code();
+    let message = if code == "internal" {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        tracing::error!(correlation_id = %id, %error, "internal error");
+        format!("internal error (correlation id {id})")
+    } else {
+        error.to_string()
+    };
+    ServerFrame::error(Some(req_id), code, message)
+}

@@ -1,0 +1,170 @@
+//! The reader half of a session's socket: decodes client frames and acts on
+//! them. Replies to server requests complete their waiters at once;
+//! `spawn_task` and `cancel_task` go to the connection's ops worker (in
+//! order, and never cut off half-way); `subscribe` starts a stream owned by
+//! this reader. A frame that cannot be used is answered with an `error`
+//! frame and the connection stays up; a frame over the size limit closes it
+//! with a policy-violation code.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{Message, WebSocket, close_code};
+use futures_util::StreamExt;
+use futures_util::stream::SplitStream;
+use swarmd_engine::Engine;
+use swarmd_engine::ids::ReqId;
+use swarmd_engine::operator::{HookAck, SpawnReply};
+use tokio::sync::mpsc;
+
+use super::MAX_FRAME_BYTES;
+use super::frames::{ClientFrame, ServerFrame, decode, encode};
+use super::ops::Op;
+use super::subscribe::Subscriptions;
+use super::writer::{Direct, Liveness};
+use crate::sessions::{Reply, ReplyError, Session};
+
+/// Why the reader stopped.
+#[derive(Debug)]
+pub(super) enum ReaderEnd {
+    /// The peer closed or the stream failed.
+    Gone,
+    /// The server closes the socket with this code and reason.
+    Close(u16, &'static str),
+}
+
+pub(super) struct Reader<'a> {
+    pub engine: &'a Engine,
+    pub session: &'a Arc<Session>,
+    pub liveness: &'a Liveness,
+    pub direct: mpsc::Sender<Direct>,
+    pub ops: mpsc::Sender<Op>,
+}
+
+impl Reader<'_> {
+    pub(super) async fn run(&self, mut stream: SplitStream<WebSocket>) -> ReaderEnd {
+        let mut subscriptions = Subscriptions::default();
+        while let Some(message) = stream.next().await {
+            let message = match message {
+                Ok(message) => message,
+                Err(error) => {
+                    // An oversized or malformed frame, or a dead connection; a
+                    // live peer gets told why (the writer tries briefly).
+                    tracing::debug!(%error, "socket read failed");
+                    return ReaderEnd::Close(close_code::POLICY, "frame too large or malformed");
+                }
+            };
+            self.liveness.heard();
+            match message {
+                Message::Text(text) => {
+                    if text.len() > MAX_FRAME_BYTES {
+                        return ReaderEnd::Close(close_code::POLICY, "frame larger than 1 MiB");
+                    }
+                    self.session.touch(self.engine.clock().now_ms());
+                    self.handle(&mut subscriptions, text.as_str()).await;
+                }
+                Message::Binary(data) => {
+                    if data.len() > MAX_FRAME_BYTES {
+                        return ReaderEnd::Close(close_code::POLICY, "frame larger than 1 MiB");
+                    }
+                    let error = ServerFrame::error(
+                        None,
+                        "bad_request",
+                        "binary frames are not supported; send JSON text frames",
+                    );
+                    self.reply(&error).await;
+                }
+                // After a close, the next read sends the automatic close reply
+                // and then ends the stream.
+                Message::Ping(_) | Message::Pong(_) | Message::Close(_) => {}
+            }
+        }
+        ReaderEnd::Gone
+    }
+
+    async fn handle(&self, subscriptions: &mut Subscriptions, text: &str) {
+        let frame = match decode(text) {
+            Ok(frame) => frame,
+            Err(error) => {
+                let frame = ServerFrame::error(error.req_id, "bad_request", error.message);
+                self.reply(&frame).await;
+                return;
+            }
+        };
+        match frame {
+            ClientFrame::SpawnAck {
+                req_id,
+                value,
+                ok,
+                error,
+                stats,
+            } => {
+                let reply = SpawnReply::Ack {
+                    value,
+                    ok,
+                    error,
+                    stats,
+                };
+                self.complete(req_id, Reply::Spawn(reply)).await;
+            }
+            ClientFrame::SpawnHalt {
+                req_id,
+                value,
+                reason,
+            } => {
+                let reply = SpawnReply::Halt { value, reason };
+                self.complete(req_id, Reply::Spawn(reply)).await;
+            }
+            ClientFrame::Answer { req_id, value } => {
+                self.complete(req_id, Reply::Answer(value)).await;
+            }
+            ClientFrame::HookAck { req_id, ok, reason } => {
+                self.complete(req_id, Reply::Hook(HookAck { ok, reason }))
+                    .await;
+            }
+            ClientFrame::SpawnTask(spawn) => self.forward(Op::Spawn(Box::new(spawn))).await,
+            ClientFrame::CancelTask { req_id, task_id } => {
+                self.forward(Op::Cancel { req_id, task_id }).await;
+            }
+            ClientFrame::Subscribe {
+                req_id,
+                task_id,
+                after_seq,
+            } => {
+                let started = subscriptions.start(
+                    self.engine,
+                    &self.direct,
+                    req_id.clone(),
+                    task_id,
+                    after_seq,
+                );
+                if let Err(message) = started {
+                    let frame = ServerFrame::error(Some(req_id), "bad_request", message);
+                    self.reply(&frame).await;
+                }
+            }
+        }
+    }
+
+    async fn complete(&self, req_id: ReqId, reply: Reply) {
+        if let Err(error) = self.session.pending.complete(req_id.as_str(), reply) {
+            let code = match error {
+                ReplyError::Unknown(_) => "unknown_request",
+                ReplyError::WrongKind { .. } => "bad_request",
+            };
+            let frame = ServerFrame::error(Some(req_id), code, error.to_string());
+            self.reply(&frame).await;
+        }
+    }
+
+    async fn forward(&self, op: Op) {
+        // The ops worker lives as long as this connection's senders.
+        if self.ops.send(op).await.is_err() {
+            tracing::warn!("the ops worker is gone");
+        }
+    }
+
+    /// Sends a frame to this connection only (never parked).
+    async fn reply(&self, frame: &ServerFrame) {
+        let _ = self.direct.send(Direct::Frame(encode(frame))).await;
+    }
+}

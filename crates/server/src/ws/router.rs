@@ -1,0 +1,132 @@
+//! The event router: one task subscribed to the engine's bus that hands each
+//! event about a task a session owns (`EventRecord.session`) to that
+//! session's outbox — as a `task_event`, or as `task_done` for
+//! `task_finished`. A session without a socket gets them parked.
+//!
+//! `task_done` needs the attempt, which `task_finished` does not carry: the
+//! router remembers the latest attempt of each task from `task_created` and
+//! `attempt_started` and asks the engine only for tasks it has not seen start
+//! (those resumed at boot).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use swarmd_engine::Engine;
+use swarmd_engine::event::{Event, EventRecord};
+use swarmd_engine::ids::TaskId;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::feed::EventFeed;
+use super::frames::ServerFrame;
+use crate::sessions::SessionRegistry;
+
+/// How long the router waits before retrying after a failed log read.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Routes engine events to the sessions that own their tasks.
+#[derive(Debug)]
+pub struct EventRouter {
+    feed: EventFeed,
+    engine: Engine,
+    registry: Arc<SessionRegistry>,
+    attempts: HashMap<TaskId, u32>,
+}
+
+impl EventRouter {
+    /// Subscribes to the engine's bus now. Build it before
+    /// `Engine::recover`, so the events recovery publishes reach their
+    /// sessions once routing starts.
+    pub fn subscribe(engine: &Engine, registry: Arc<SessionRegistry>) -> EventRouter {
+        EventRouter {
+            feed: EventFeed::live(engine),
+            engine: engine.clone(),
+            registry,
+            attempts: HashMap::new(),
+        }
+    }
+
+    /// Starts routing until `shutdown` fires or the bus closes. Start it after
+    /// `SessionRegistry::restore`: events for sessions not known yet are dropped.
+    pub fn spawn(mut self, shutdown: CancellationToken) -> JoinHandle<()> {
+        let run = async move {
+            loop {
+                let next = tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    next = self.feed.next() => next,
+                };
+                match next {
+                    Ok(Some(record)) => self.route(&record).await,
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot read the event log; retrying");
+                        tokio::select! {
+                            () = shutdown.cancelled() => break,
+                            () = tokio::time::sleep(RETRY_AFTER) => {}
+                        }
+                    }
+                }
+            }
+            tracing::debug!("event router stopped");
+        };
+        tokio::spawn(run.instrument(tracing::info_span!("event_router")))
+    }
+
+    async fn route(&mut self, record: &EventRecord) {
+        let (Some(sid), Some(task_id)) = (record.session, record.event.task_id()) else {
+            return;
+        };
+        let finished_attempt = match &record.event {
+            Event::TaskCreated { .. } => {
+                self.attempts.insert(task_id, 0);
+                None
+            }
+            Event::AttemptStarted { attempt, .. } => {
+                self.attempts.insert(task_id, *attempt);
+                None
+            }
+            Event::TaskFinished { .. } => Some(self.attempts.remove(&task_id)),
+            _ => None,
+        };
+        let Some(session) = self.registry.get(&sid) else {
+            return;
+        };
+        let frame = match (&record.event, finished_attempt) {
+            (Event::TaskFinished { status, result, .. }, Some(known)) => {
+                let attempt = match known {
+                    Some(attempt) => attempt,
+                    None => self.attempt_of(task_id).await,
+                };
+                ServerFrame::TaskDone {
+                    task_id,
+                    attempt,
+                    status: *status,
+                    ok: result.as_ref().is_some_and(|r| r.ok),
+                    value: result.as_ref().map_or(Value::Null, |r| r.value.clone()),
+                }
+            }
+            _ => match ServerFrame::task_event(record) {
+                Some(frame) => frame,
+                None => return,
+            },
+        };
+        if let Err(error) = session.notify(&frame) {
+            tracing::debug!(%sid, %task_id, %error, "routed frame dropped");
+        }
+    }
+
+    /// The task's current attempt, from the engine.
+    async fn attempt_of(&self, task_id: TaskId) -> u32 {
+        match self.engine.get_task(task_id).await {
+            Ok(Some(task)) => task.attempt,
+            Ok(None) => 0,
+            Err(error) => {
+                tracing::warn!(%task_id, %error, "cannot read a finished task's attempt");
+                0
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Black-box tests of the `swarmd` binary's local commands: exit codes, the
+//! one-line configuration error, the example configuration, secret files.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `swarmd args…` from the repository root with a clean environment.
+fn swarmd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_swarmd"))
+        .args(args)
+        .current_dir(repo_root())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn example_configuration_is_valid_and_printed_redacted() {
+    let output = swarmd(&["check-config", "--config", "config/swarmd.toml"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let printed = text(&output.stdout);
+    for agent in ["echo", "ndjson-demo", "upper", "coder"] {
+        assert!(printed.contains(&format!("[agents.{agent}]")), "{printed}");
+    }
+    assert!(printed.contains("# agent `reviewer` from config/agents/reviewer.md"));
+    assert!(printed.contains("LANG = \"<redacted>\""), "{printed}");
+}
+
+#[test]
+fn invalid_configuration_exits_78_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("swarmd.toml");
+    std::fs::write(&path, "[server]\nbind = \"127.0.0.1:1\"\nbnid = 1\n").unwrap();
+    let output = swarmd(&["check-config", "--config", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(78));
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "unknown key `bnid` in {} at line 3",
+            path.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_64() {
+    let output = swarmd(&["serve", "--no-such-flag"]);
+    assert_eq!(output.status.code(), Some(64));
+    let output = swarmd(&["--help"]);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(text(&output.stdout).contains("check-config"));
+}
+
+#[test]
+fn admin_token_is_created_once_with_mode_0600() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let args = ["admin-token", "--state-dir", state.to_str().unwrap()];
+    let first = swarmd(&args);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let token = text(&first.stdout);
+    assert!(token.trim().starts_with("sws-"), "{token}");
+    assert_eq!(text(&swarmd(&args).stdout), token);
+    let file = state.join("admin.token");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let state_mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
+    assert_eq!(state_mode, 0o700);
+}
+
+#[test]
+fn keys_rotate_prints_only_the_new_kid() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().to_str().unwrap();
+    let first = text(&swarmd(&["keys", "rotate", "--state-dir", state]).stdout);
+    let second = text(&swarmd(&["keys", "rotate", "--state-dir", state]).stdout);
+    assert_eq!(first.lines().count(), 1);
+    assert_ne!(first, second);
+    let minted = swarmd(&[
+        "token",
+        "mint",
+        "--role",
+        "observer",
+        "--ttl",
+        "60",
+        "--state-dir",
+        state,
+    ]);
+    assert_eq!(minted.status.code(), Some(0), "{}", text(&minted.stderr));
+    let token = text(&minted.stdout);
+    assert!(
+        token.starts_with(&format!("swc1.{}.", second.trim())),
+        "{token}"
+    );
+}

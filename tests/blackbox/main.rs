@@ -1,0 +1,8 @@
+//! Black-box tests: the real `swarmd` binary, started on `127.0.0.1:0` with a
+//! temporary state directory, driven over HTTP. One test binary (the
+//! `blackbox` target of the server crate); `harness` starts and stops the
+//! daemon, the other modules test one area each.
+
+mod harness;
+mod http_api;
+mod sse;

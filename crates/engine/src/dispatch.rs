@@ -452,7 +452,7 @@ impl Engine {
         attempt: u32,
         cancel: CancellationToken,
     ) {
-        let (ctx, agent) = {
+        let (ctx, agent, layers) = {
             let state = cell.lock();
             let ctx = Ctx {
                 task_id: state.task.id,
@@ -460,31 +460,75 @@ impl Engine {
                 agent: state.task.agent.clone(),
                 layers: state.task.layers.clone(),
                 session: state.task.session,
-                operator: None,
+                operator: state
+                    .task
+                    .session
+                    .and_then(|sid| self.inner.operators.session(&sid)),
                 deadline_ms: state.run.as_ref().map_or(0, |r| r.lease_deadline_ms),
                 meta: Map::new(),
             };
-            (ctx, state.task.agent.clone())
+            (ctx, state.task.agent.clone(), state.task.layers.clone())
         };
-        let worker = Box::new(RemoteWorker {
-            id: WorkerId::new(),
-            cancel: CancellationToken::new(),
-            engine: self.clone(),
-            task_id: ctx.task_id,
-            attempt,
-        });
         let p = Prepared {
             attempt,
             ctx,
             cancel,
             started: Instant::now(),
         };
-        let joined = self.join(&cell, &p, worker).await;
+        // Announce the attempt again through its stack with a fresh handle:
+        // a `spawn` frame that never reached the MainAI is delivered now
+        // (MainAIs ignore a spawn for a (task, attempt) they already run).
+        // Without a stack, wait for the SubAgent's Final alone.
+        let joined = match (
+            self.inner.resolver.link(&agent, &layers),
+            self.reissue(&cell, p.ctx.task_id, attempt).await,
+        ) {
+            (Ok(stack), Ok(credential)) => {
+                let minted = Minted {
+                    credential: Ok(credential),
+                    durable: None,
+                };
+                self.spawn_and_join(&cell, &p, minted, stack).await
+            }
+            (link, credential) => {
+                if let Err(error) = link {
+                    tracing::warn!(task_id = %p.ctx.task_id, %error, "cannot relink a resumed attempt; waiting for its SubAgent");
+                }
+                if let Err(error) = credential {
+                    tracing::warn!(task_id = %p.ctx.task_id, %error, "cannot reissue a credential; waiting for its SubAgent");
+                }
+                let worker = Box::new(RemoteWorker {
+                    id: WorkerId::new(),
+                    cancel: CancellationToken::new(),
+                    engine: self.clone(),
+                    task_id: p.ctx.task_id,
+                    attempt,
+                });
+                self.join(&cell, &p, worker).await
+            }
+        };
         if matches!(joined, Joined::Shutdown) {
             self.release_slot(&agent);
             return;
         }
         self.decide(&cell, p, joined).await;
+    }
+
+    /// A new token and handle for an open attempt, durable before use.
+    async fn reissue(
+        &self,
+        cell: &Arc<TaskCell>,
+        task_id: TaskId,
+        attempt: u32,
+    ) -> Result<WorkerCredential, crate::EngineError> {
+        let (credential, digest, record) = self.mint(task_id, attempt)?;
+        if let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt) {
+            run.handle_digest = Some(digest);
+            run.token_exp_secs = credential.expires_secs();
+        }
+        self.submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())
+            .await?;
+        Ok(credential)
     }
 
     /// Waits the backoff, then queues the task for its next attempt.

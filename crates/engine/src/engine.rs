@@ -90,6 +90,8 @@ pub(crate) struct Inner {
     pub handles: Mutex<HashMap<[u8; 32], HandleRecord>>,
     pub keys: Mutex<HashMap<String, TaskId>>,
     pub recent: RecentFinals,
+    /// What recovery found, started by `start_recovered`.
+    pub recovered: Mutex<Vec<crate::recovery::Pending>>,
     pub tracker: TaskTracker,
     pub shutdown: CancellationToken,
     pub draining: AtomicBool,
@@ -127,6 +129,7 @@ impl Engine {
                 handles: Mutex::new(HashMap::new()),
                 keys: Mutex::new(HashMap::new()),
                 recent: RecentFinals::new(),
+                recovered: Mutex::new(Vec::new()),
                 tracker: TaskTracker::new(),
                 shutdown: CancellationToken::new(),
                 draining: AtomicBool::new(false),

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -31,9 +33,28 @@ pub struct RecoveryReport {
     pub delegated: Vec<(TaskId, u32)>,
 }
 
+/// Work recovery found but does not start until `start_recovered`.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    Admit {
+        agent: String,
+        limit: Option<usize>,
+        id: TaskId,
+    },
+    Resume {
+        cell: Arc<TaskCell>,
+        attempt: u32,
+        cancel: CancellationToken,
+    },
+}
+
 impl Engine {
-    /// Loads the live state from the store and resumes it. Call once, before
-    /// serving.
+    /// Loads the live state from the store and records what must run again:
+    /// interrupted in-process attempts are failed (or queued for a retry),
+    /// delegated attempts are put back in memory with a fresh lease, queued
+    /// tasks are queued again. Nothing is dispatched until
+    /// `start_recovered`, so the caller can restore sessions first. Call
+    /// once, before serving.
     pub async fn recover(&self) -> Result<RecoveryReport, EngineError> {
         let now_secs = self.inner.clock.now_secs();
         let snapshot = self.inner.store.load_live(now_secs).await?;
@@ -90,7 +111,7 @@ impl Engine {
                     .ok()
                     .and_then(|p| p.concurrency);
                 self.inner.live.insert(TaskCell::new(task));
-                self.admit(&agent, limit, id);
+                self.defer(Pending::Admit { agent, limit, id });
                 report.requeued += 1;
             }
         }
@@ -147,7 +168,7 @@ impl Engine {
                 .ok()
                 .and_then(|p| p.concurrency);
             self.inner.live.insert(TaskCell::new(task));
-            self.admit(&agent, limit, id);
+            self.defer(Pending::Admit { agent, limit, id });
         }
         Ok(retry)
     }
@@ -183,9 +204,46 @@ impl Engine {
             .ok()
             .and_then(|p| p.concurrency);
         self.admission().occupy(&agent, limit);
-        let engine = self.clone();
-        self.inner.tracker.spawn(async move {
-            engine.run_resumed(cell, attempt.attempt, cancel).await;
+        self.defer(Pending::Resume {
+            cell,
+            attempt: attempt.attempt,
+            cancel,
         });
+    }
+
+    fn defer(&self, pending: Pending) {
+        self.inner
+            .recovered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(pending);
+    }
+
+    /// Starts what `recover` found: queued tasks enter admission, delegated
+    /// attempts are announced again to their sessions (with a fresh handle;
+    /// the old one stays valid) and wait for their SubAgent.
+    pub fn start_recovered(&self) {
+        let pending = std::mem::take(
+            &mut *self
+                .inner
+                .recovered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for item in pending {
+            match item {
+                Pending::Admit { agent, limit, id } => self.admit(&agent, limit, id),
+                Pending::Resume {
+                    cell,
+                    attempt,
+                    cancel,
+                } => {
+                    let engine = self.clone();
+                    self.inner.tracker.spawn(async move {
+                        engine.run_resumed(cell, attempt, cancel).await;
+                    });
+                }
+            }
+        }
     }
 }

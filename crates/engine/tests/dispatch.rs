@@ -577,6 +577,16 @@ async fn recovery_fails_interrupted_work_and_resumes_delegated_attempts() {
         (report.interrupted, report.retried, report.resumed),
         (2, 1, 1)
     );
+    second.start_recovered();
+    // The delegated attempt is announced again, with a fresh handle.
+    spawned(&remote, delegated.id, 2).await;
+    let fresh = remote.credential(delegated.id).unwrap();
+    assert_ne!(fresh.handle(), handle);
+    assert_eq!(
+        remote.spawned().last().map(|s| s.1),
+        Some(1),
+        "same attempt"
+    );
     let t = second.wait_task(interrupted.id, WAIT).await.unwrap();
     assert_eq!(
         (t.status(), t.reason.as_deref()),

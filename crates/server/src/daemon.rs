@@ -91,6 +91,7 @@ pub async fn build(
     let mut recovery = engine.recover().await.map_err(BuildError::Recovery)?;
     sessions.restore(std::mem::take(&mut recovery.sessions));
     router.spawn(shutdown.clone());
+    engine.start_recovered();
     sessions.spawn_idle_sweep(shutdown.clone());
     tracing::info!(
         requeued = recovery.requeued,

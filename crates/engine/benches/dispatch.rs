@@ -3,7 +3,8 @@
 //! stores, with a fixed number of tasks in flight (closed loop).
 //!
 //! Run: `cargo bench -p swarmd-engine --bench dispatch`
-//! (`SWARMD_BENCH_TASKS=N` changes the task count per run.)
+//! (`SWARMD_BENCH_TASKS=N` changes the task count per run;
+//! `SWARMD_BENCH_STORES=memory,full,normal` picks the stores.)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,8 +73,11 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let stores =
+        std::env::var("SWARMD_BENCH_STORES").unwrap_or_else(|_| "memory,full,normal".into());
+    let wanted = |name: &str| stores.split(',').any(|s| s.trim() == name);
     println!("{:<28} {:>10} {:>14}", "store", "in flight", "tasks/s");
-    for in_flight in [32, 256] {
+    for in_flight in [32, 256].into_iter().filter(|_| wanted("memory")) {
         let rate = rt.block_on(async {
             let e = engine(
                 Arc::new(MemoryTaskStore::new()),
@@ -83,7 +87,8 @@ fn main() {
         });
         println!("{:<28} {:>10} {:>14.0}", "memory", in_flight, rate);
     }
-    for sync in [Synchronous::Full, Synchronous::Normal] {
+    let syncs = [("full", Synchronous::Full), ("normal", Synchronous::Normal)];
+    for sync in syncs.into_iter().filter(|(n, _)| wanted(n)).map(|(_, s)| s) {
         for in_flight in [32, 256] {
             let dir = tempfile::tempdir().expect("tempdir");
             let rate = rt.block_on(async {

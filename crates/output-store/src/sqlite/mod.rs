@@ -40,6 +40,10 @@ const WRITER_CACHE_KIB: i64 = 16 * 1024;
 /// than 10 000, and 50 000 gained little more.
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 20_000;
 
+/// Default writer linger: long enough for the jobs of concurrent tasks to
+/// meet in one commit, short against a request's latency budget.
+pub const DEFAULT_LINGER: std::time::Duration = std::time::Duration::from_micros(250);
+
 /// Bytes the WAL file is truncated back to after a checkpoint.
 const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
@@ -64,6 +68,9 @@ pub struct SqliteOptions {
     pub readers: usize,
     /// Most jobs folded into one group commit (at least 1).
     pub max_batch: usize,
+    /// How long the writer waits for more jobs when a batch is small, so
+    /// that bursts share one commit (see `writer::run`). Zero disables it.
+    pub linger: std::time::Duration,
 }
 
 impl SqliteOptions {
@@ -74,6 +81,7 @@ impl SqliteOptions {
             synchronous: Synchronous::Full,
             readers: 4,
             max_batch: 4096,
+            linger: DEFAULT_LINGER,
         }
     }
 }
@@ -112,10 +120,11 @@ impl SqliteDb {
         let stats = Arc::new(WriterStats::default());
         let (commands, receiver) = mpsc::channel();
         let max_batch = opts.max_batch.max(1);
+        let linger = opts.linger;
         let thread_stats = Arc::clone(&stats);
         let writer = std::thread::Builder::new()
             .name("sqlite-writer".to_owned())
-            .spawn(move || writer::run(conn, receiver, max_batch, thread_stats))?;
+            .spawn(move || writer::run(conn, receiver, max_batch, linger, thread_stats))?;
         Ok(SqliteDb {
             inner: Arc::new(Inner {
                 readers: Arc::new(ReaderPool::new(opts.path.clone(), opts.readers.max(1))),

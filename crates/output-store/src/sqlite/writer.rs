@@ -13,7 +13,10 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+
+/// A batch this large commits at once; smaller ones linger for company.
+const LINGER_UNTIL: usize = 64;
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
@@ -141,6 +144,7 @@ pub(super) fn run(
     conn: Connection,
     commands: Receiver<Command>,
     max_batch: usize,
+    linger: std::time::Duration,
     stats: Arc<WriterStats>,
 ) {
     let mut batch: Vec<Box<dyn PendingJob>> = Vec::new();
@@ -150,11 +154,28 @@ pub(super) fn run(
             Command::Job(job) => batch.push(job),
             Command::Close(ack) => close = Some(ack),
         }
+        // Take what is queued; while the batch is still small, linger a
+        // moment for more, so that a burst of small writes shares one commit
+        // (each commit writes every page it dirtied to the WAL).
+        let deadline = std::time::Instant::now() + linger;
         while close.is_none() && batch.len() < max_batch {
-            match commands.try_recv() {
-                Ok(Command::Job(job)) => batch.push(job),
-                Ok(Command::Close(ack)) => close = Some(ack),
-                Err(_) => break,
+            let next = match commands.try_recv() {
+                Ok(command) => command,
+                Err(TryRecvError::Disconnected) => break,
+                Err(TryRecvError::Empty) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if batch.len() >= LINGER_UNTIL || left.is_zero() {
+                        break;
+                    }
+                    match commands.recv_timeout(left) {
+                        Ok(command) => command,
+                        Err(_) => break,
+                    }
+                }
+            };
+            match next {
+                Command::Job(job) => batch.push(job),
+                Command::Close(ack) => close = Some(ack),
             }
         }
         if !batch.is_empty() {

@@ -3,6 +3,9 @@
 //! `blackbox` target of the server crate); `harness` starts and stops the
 //! daemon, the other modules test one area each.
 
+mod daemon;
 mod harness;
 mod http_api;
+mod lifecycle;
 mod sse;
+mod ws_flow;

@@ -150,10 +150,10 @@ pub async fn run(
     if let Some(watchdog) = watchdog {
         watchdog.abort();
     }
-    if let Some(db) = built.db {
-        if let Err(error) = db.close() {
-            tracing::error!(%error, "could not flush the store");
-        }
+    if let Some(db) = built.db
+        && let Err(error) = db.close()
+    {
+        tracing::error!(%error, "could not flush the store");
     }
     tracing::info!("stopped");
     served.map_err(ServeError::Serve)

@@ -11,6 +11,7 @@ use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{Response as HttpResponse, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_http::trace::{MakeSpan, OnResponse, TraceLayer};
 use tracing::Span;
@@ -22,24 +23,45 @@ use crate::http::error::ApiError;
 const MAX_LOGGED_PATH: usize = 256;
 /// How much of a foreign error body is kept as our message.
 const MAX_FOREIGN_MESSAGE: usize = 512;
+/// A refused body up to this size is read and dropped before the 413.
+const DRAIN_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// Reading a refused body stops after this long.
+const DRAIN_TIME: Duration = Duration::from_secs(10);
 
 /// Refuses a body whose declared `Content-Length` is over the limit before
-/// reading any of it. Bodies without a length are cut by `DefaultBodyLimit`
-/// in the extractors, which answer the same 413.
+/// handling it. Bodies without a length are cut by `DefaultBodyLimit` in the
+/// extractors, which answer the same 413.
+///
+/// The refused body is read and dropped first (up to `DRAIN_MAX_BYTES`, for
+/// at most `DRAIN_TIME`): a client still sending when the connection closes
+/// would see a broken pipe instead of the 413.
 pub async fn declared_length(State(limit): State<u64>, request: Request, next: Next) -> Response {
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit) {
-        return ApiError::coded(
-            "payload_too_large",
-            "request body is larger than limits.max_body_bytes",
-        )
-        .into_response();
+    let Some(length) = declared.filter(|length| *length > limit) else {
+        return next.run(request).await;
+    };
+    if length <= DRAIN_MAX_BYTES {
+        let mut body = request.into_body().into_data_stream();
+        let drained = tokio::time::timeout(DRAIN_TIME, async {
+            let mut seen = 0u64;
+            while let Some(Ok(chunk)) = body.next().await {
+                seen += chunk.len() as u64;
+                if seen > DRAIN_MAX_BYTES {
+                    break;
+                }
+            }
+        });
+        let _ = drained.await;
     }
-    next.run(request).await
+    ApiError::coded(
+        "payload_too_large",
+        "request body is larger than limits.max_body_bytes",
+    )
+    .into_response()
 }
 
 /// Counts the answer under its route template (`unmatched` for the fallback).

@@ -41,8 +41,9 @@ pub use tasks::MAX_WAIT_SECS;
 /// 3. the request span (method, path, status, latency; no headers, no query);
 /// 4. request counts by route and status;
 /// 5. any error answer without a JSON body gets `{error, code}`;
-/// 6. a declared body over `limits.max_body_bytes` answers 413 before it is
-///    read; `DefaultBodyLimit` cuts undeclared ones in the extractors.
+/// 6. a declared body over `limits.max_body_bytes` answers 413 before any
+///    handler sees it; `DefaultBodyLimit` cuts undeclared ones in the
+///    extractors.
 ///
 /// Operator login from loopback needs the peer address: serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`.

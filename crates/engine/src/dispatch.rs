@@ -116,12 +116,14 @@ impl Engine {
                 return None;
             }
         };
-        let kind = self
+        let (kind, allow_subtasks) = self
             .inner
             .resolver
             .profile(&state.task.agent, &state.task.layers)
-            .map(|p| p.kind)
-            .unwrap_or(SpawnerKind::InProcess);
+            .map_or((SpawnerKind::InProcess, false), |p| {
+                (p.kind, p.allow_subtasks)
+            });
+        let verbs = crate::worker_api::worker_verbs(allow_subtasks);
         let attempt = match state.task.start_attempt(now_ms) {
             Ok(a) => a,
             Err(_) => return None,
@@ -141,6 +143,7 @@ impl Engine {
             posted_tx: watch::Sender::new(false),
             handle_digest: None,
             token_exp_secs: 0,
+            verbs,
         };
         let record = AttemptRecord {
             task_id: state.task.id,
@@ -166,7 +169,7 @@ impl Engine {
             meta: Map::new(),
         };
         let mut ops = Vec::with_capacity(3);
-        let credential = match self.mint(state.task.id, attempt) {
+        let credential = match self.mint(state.task.id, attempt, &run.verbs) {
             Ok((credential, digest, handle)) => {
                 run.handle_digest = Some(digest);
                 run.token_exp_secs = credential.expires_secs();
@@ -521,7 +524,13 @@ impl Engine {
         task_id: TaskId,
         attempt: u32,
     ) -> Result<WorkerCredential, crate::EngineError> {
-        let (credential, digest, record) = self.mint(task_id, attempt)?;
+        let verbs = cell
+            .lock()
+            .run
+            .as_ref()
+            .map(|r| r.verbs.clone())
+            .unwrap_or_default();
+        let (credential, digest, record) = self.mint(task_id, attempt, &verbs)?;
         if let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt) {
             run.handle_digest = Some(digest);
             run.token_exp_secs = credential.expires_secs();
@@ -596,26 +605,22 @@ impl Engine {
         &self,
         task_id: TaskId,
         attempt: u32,
+        verbs: &[crate::gate::Verb],
     ) -> Result<(WorkerCredential, [u8; 32], crate::store::HandleRecord), crate::EngineError> {
-        let ttl = self.inner.config.worker_token_ttl_secs;
-        let minted = self
-            .inner
-            .tokens
-            .mint_worker(task_id, attempt, ttl)
-            .map_err(crate::EngineError::Unauthorized)?;
+        let (token, expires_secs) = self.mint_worker_token(task_id, attempt, verbs)?;
         let handle = crate::auth::WorkerHandle::generate();
         let digest = handle.digest();
         let record = crate::store::HandleRecord {
             task_id,
             attempt,
-            verbs: crate::gate::WORKER_LEAF_VERBS.to_vec(),
-            exp_secs: minted.expires_secs,
+            verbs: verbs.to_vec(),
+            exp_secs: expires_secs,
         };
         self.handles().insert(digest, record.clone());
         let credential = WorkerCredential::new(
-            minted.token.expose().to_owned(),
+            token.expose().to_owned(),
             handle.expose().to_owned(),
-            minted.expires_secs,
+            expires_secs,
         );
         Ok((credential, digest, record))
     }

@@ -179,6 +179,11 @@ impl Engine {
         let now_ms = self.inner.clock.now_ms();
         let lease_secs = task.policy.attempt_timeout_secs;
         let cancel = CancellationToken::new();
+        let allow_subtasks = self
+            .inner
+            .resolver
+            .profile(&task.agent, &task.layers)
+            .is_ok_and(|p| p.allow_subtasks);
         let cell = TaskCell::new(task.clone());
         cell.lock().run = Some(RunState {
             attempt: attempt.attempt,
@@ -193,6 +198,7 @@ impl Engine {
             posted_tx: watch::Sender::new(false),
             handle_digest: None,
             token_exp_secs: 0,
+            verbs: crate::worker_api::worker_verbs(allow_subtasks),
         });
         self.inner.live.insert(cell.clone());
         // The resumed attempt holds a running slot like any other.

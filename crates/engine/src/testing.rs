@@ -187,7 +187,19 @@ impl StaticResolver {
         Self::default()
     }
 
-    /// Adds an agent of `kind` with an optional concurrency limit.
+    /// Adds an agent with an explicit profile.
+    pub fn with_profile(
+        mut self,
+        name: &str,
+        profile: AgentProfile,
+        spawner: Arc<dyn SpawnerAdapter>,
+    ) -> Self {
+        self.agents.insert(name.to_owned(), (profile, spawner));
+        self
+    }
+
+    /// Adds an agent of `kind` with an optional concurrency limit; its
+    /// workers may spawn sub-tasks.
     pub fn with(
         mut self,
         name: &str,

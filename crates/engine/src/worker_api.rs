@@ -80,6 +80,16 @@ pub struct HeartbeatAck {
     pub handle_expires: u64,
 }
 
+/// The verbs of a worker credential: the leaf verbs, plus `spawn_task` for
+/// agents whose configuration allows sub-tasks (SPEC §4 note 1).
+pub(crate) fn worker_verbs(allow_subtasks: bool) -> Vec<Verb> {
+    let mut verbs = crate::gate::WORKER_LEAF_VERBS.to_vec();
+    if allow_subtasks {
+        verbs.push(Verb::SpawnTask);
+    }
+    verbs
+}
+
 /// SHA-256 of a request body.
 pub fn body_digest(body: &[u8]) -> [u8; 32] {
     Sha256::digest(body).into()
@@ -100,6 +110,35 @@ pub(crate) fn check_open(state: &TaskState, attempt: u32) -> Result<(), EngineEr
 }
 
 impl Engine {
+    /// A worker token for (task, attempt) carrying `verbs`, valid for the
+    /// configured worker TTL.
+    pub(crate) fn mint_worker_token(
+        &self,
+        task_id: TaskId,
+        attempt: u32,
+        verbs: &[Verb],
+    ) -> Result<(crate::auth::SecretToken, u64), EngineError> {
+        let iat = self.inner.clock.now_secs();
+        let exp = iat.saturating_add(self.inner.config.worker_token_ttl_secs);
+        let claims = crate::auth::Claims {
+            sub: format!("worker-of-{task_id}"),
+            role: Role::Worker,
+            verbs: verbs.to_vec(),
+            task: Some(task_id),
+            attempt: Some(attempt),
+            sid: None,
+            iat,
+            exp,
+            jti: crate::auth::Claims::random_jti(),
+        };
+        let token = self
+            .inner
+            .tokens
+            .mint(&claims)
+            .map_err(EngineError::Unauthorized)?;
+        Ok((token, exp))
+    }
+
     /// SPEC §5.2 steps 1–6 for a worker bearer and the route's `verb`.
     pub fn authenticate_worker(&self, bearer: &str, verb: Verb) -> Result<WorkerAuth, EngineError> {
         if bearer.len() > MAX_TOKEN_BYTES {
@@ -352,7 +391,7 @@ impl Engine {
         let task_id = Self::bind(auth, task)?;
         let ttl = self.inner.config.worker_token_ttl_secs;
         let now_secs = self.inner.clock.now_secs();
-        let (deadline, handle_digest, current_exp) = {
+        let (deadline, handle_digest, current_exp, verbs) = {
             let cell = self
                 .inner
                 .live
@@ -366,6 +405,7 @@ impl Engine {
                 deadline,
                 run.handle_digest,
                 run.token_exp_secs.max(auth.exp_secs),
+                run.verbs.clone(),
             )
         };
         let remaining = current_exp.saturating_sub(now_secs);
@@ -376,16 +416,12 @@ impl Engine {
                 handle_expires: current_exp,
             });
         }
-        let minted = self
-            .inner
-            .tokens
-            .mint_worker(task_id, auth.attempt, ttl)
-            .map_err(EngineError::Unauthorized)?;
+        let (token, expires_secs) = self.mint_worker_token(task_id, auth.attempt, &verbs)?;
         let mut ops = Vec::new();
         if let Some(digest) = handle_digest {
             let mut handles = self.handles();
             if let Some(record) = handles.get_mut(&digest) {
-                record.exp_secs = minted.expires_secs;
+                record.exp_secs = expires_secs;
                 ops.push(WriteOp::PutHandle {
                     digest,
                     record: record.clone(),
@@ -399,13 +435,13 @@ impl Engine {
                 .as_mut()
                 .filter(|r| r.attempt == auth.attempt)
         {
-            run.token_exp_secs = minted.expires_secs;
+            run.token_exp_secs = expires_secs;
         }
         self.submit_and_wait(ops, Vec::new()).await?;
         Ok(HeartbeatAck {
             deadline,
-            token: Some(minted.token.expose().to_owned()),
-            handle_expires: minted.expires_secs,
+            token: Some(token.expose().to_owned()),
+            handle_expires: expires_secs,
         })
     }
 }
@@ -420,41 +456,43 @@ impl Engine {
         attempt: u32,
         old: &crate::spawn::WorkerCredential,
     ) -> Result<crate::spawn::WorkerCredential, EngineError> {
-        {
+        let verbs = {
             let cell = self
                 .inner
                 .live
                 .get(&task_id)
                 .ok_or(EngineError::TaskTerminal)?;
-            check_open(&cell.lock(), attempt)?;
-        }
+            let state = cell.lock();
+            check_open(&state, attempt)?;
+            state
+                .run
+                .as_ref()
+                .map(|r| r.verbs.clone())
+                .unwrap_or_default()
+        };
         let handle = WorkerHandle::parse(old.handle()).map_err(EngineError::Unauthorized)?;
         let digest = handle.digest();
-        let minted = self
-            .inner
-            .tokens
-            .mint_worker(task_id, attempt, self.inner.config.worker_token_ttl_secs)
-            .map_err(EngineError::Unauthorized)?;
+        let (token, expires_secs) = self.mint_worker_token(task_id, attempt, &verbs)?;
         let record = {
             let mut handles = self.handles();
             let record = handles
                 .get_mut(&digest)
                 .filter(|r| r.task_id == task_id && r.attempt == attempt)
                 .ok_or(EngineError::HandleExpired)?;
-            record.exp_secs = minted.expires_secs;
+            record.exp_secs = expires_secs;
             record.clone()
         };
         if let Some(cell) = self.inner.live.get(&task_id)
             && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt)
         {
-            run.token_exp_secs = minted.expires_secs;
+            run.token_exp_secs = expires_secs;
         }
         self.submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())
             .await?;
         Ok(crate::spawn::WorkerCredential::new(
-            minted.token.expose().to_owned(),
+            token.expose().to_owned(),
             old.handle().to_owned(),
-            minted.expires_secs,
+            expires_secs,
         ))
     }
 }

@@ -438,13 +438,13 @@ async fn credentials_are_bound_to_their_task_and_verb() {
         let err = engine.fetch_prompt(&auth, Some(b.id)).await.unwrap_err();
         assert_eq!(err.code(), "task_mismatch");
     }
-    // Worker credentials carry only the worker leaf verbs.
+    // Worker credentials carry only worker verbs.
     let err = engine
         .authenticate_worker(cred.token(), Verb::CancelTask)
         .unwrap_err();
     assert_eq!(err.code(), "forbidden");
     let err = engine
-        .authenticate_worker(cred.handle(), Verb::SpawnTask)
+        .authenticate_worker(cred.handle(), Verb::ReadOutput)
         .unwrap_err();
     assert_eq!(err.code(), "forbidden");
     // A mutated token or an unknown handle is refused with one uniform code.
@@ -616,4 +616,35 @@ async fn recovery_fails_interrupted_work_and_resumes_delegated_attempts() {
     assert!(events.iter().any(
         |e| matches!(e.event, Event::TaskFinished { task_id, .. } if task_id == delegated.id)
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_agents_that_allow_subtasks_get_spawn_task() {
+    let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let leaf = swarmd_engine::AgentProfile {
+        kind: SpawnerKind::InProcess,
+        concurrency: None,
+        allow_subtasks: false,
+    };
+    let resolver = StaticResolver::new()
+        .with("parent", SpawnerKind::InProcess, None, spawner.clone())
+        .with_profile("leaf", leaf, spawner.clone());
+    let engine = memory_engine(Arc::new(resolver), EngineConfig::default());
+    let parent = engine.spawn_task(spec("parent")).await.unwrap();
+    let leaf = engine.spawn_task(spec("leaf")).await.unwrap();
+    spawned(&spawner, parent.id, 1).await;
+    spawned(&spawner, leaf.id, 1).await;
+
+    let cred = spawner.credential(parent.id).unwrap();
+    for bearer in [cred.token(), cred.handle()] {
+        let auth = engine.authenticate_worker(bearer, Verb::SpawnTask).unwrap();
+        assert_eq!(auth.task_id, parent.id);
+    }
+    let cred = spawner.credential(leaf.id).unwrap();
+    for bearer in [cred.token(), cred.handle()] {
+        let err = engine
+            .authenticate_worker(bearer, Verb::SpawnTask)
+            .unwrap_err();
+        assert_eq!(err.code(), "forbidden");
+    }
 }

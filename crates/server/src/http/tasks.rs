@@ -17,13 +17,14 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use swarmd_engine::TaskView;
-use swarmd_engine::gate::Verb;
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::auth::{looks_like_handle, looks_like_token};
+use swarmd_engine::gate::{Role, Verb};
+use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{PolicyOverrides, Task, TaskSpec, TaskStatus};
 
 use crate::app::AppState;
-use crate::http::auth::Caller;
+use crate::http::auth::{Caller, WorkerBearer, authenticate, authenticate_worker};
 use crate::http::error::ApiError;
 use crate::http::extract::{IdempotencyKey, Json, Path, Query, RawBody, empty_as_none};
 
@@ -106,19 +107,17 @@ struct CancelBody {
 
 async fn spawn(
     State(state): State<AppState>,
-    caller: Caller,
+    bearer: WorkerBearer,
     IdempotencyKey(key): IdempotencyKey,
     Json(body): Json<SpawnBody>,
 ) -> Result<Response, ApiError> {
-    caller.check(&state, Verb::SpawnTask)?;
+    let origin = spawner_of(&state, &bearer)?;
     if state.engine.is_draining() {
         return Err(ApiError::coded(
             "draining",
             "the daemon is draining: no new tasks",
         ));
     }
-    let sid = caller.session().map(|s| s.sid);
-    let scope = sid.map_or_else(|| "admin".to_owned(), |sid| sid.to_string());
     let spec = TaskSpec {
         agent: body.agent,
         prompt: body.prompt,
@@ -127,9 +126,9 @@ async fn spawn(
         metadata: body.metadata,
         layers: body.layers,
         policy: body.policy,
-        parent: None,
-        session: sid,
-        idempotency_key: key.map(|k| format!("http:{scope}:{k}")),
+        parent: origin.parent,
+        session: origin.session,
+        idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
     };
     let task = state.engine.spawn_task(spec).await?;
     if let Some(secs) = body.wait_secs.filter(|s| *s > 0) {
@@ -141,6 +140,45 @@ async fn spawn(
         return Ok(accepted(&waited));
     }
     Ok(accepted(&task))
+}
+
+/// Who creates a task, and what it inherits.
+struct Origin {
+    session: Option<SessionId>,
+    parent: Option<TaskId>,
+    /// Idempotency keys are scoped per caller.
+    scope: String,
+}
+
+/// Admins and operator sessions create top-level tasks; a worker whose agent
+/// allows sub-tasks (its credential carries `spawn_task`) creates a sub-task
+/// of its own task, owned by the same session, one level deeper (SPEC §4).
+fn spawner_of(state: &AppState, bearer: &WorkerBearer) -> Result<Origin, ApiError> {
+    let token = bearer.0.as_str();
+    let is_worker = looks_like_handle(token)
+        || (looks_like_token(token)
+            && state
+                .engine
+                .tokens()
+                .verify(token)
+                .is_ok_and(|claims| claims.role == Role::Worker));
+    if is_worker {
+        let auth = authenticate_worker(state, bearer, Verb::SpawnTask)?;
+        let parent = state.engine.live_session(auth.task_id);
+        return Ok(Origin {
+            session: parent,
+            parent: Some(auth.task_id),
+            scope: format!("worker:{}", auth.task_id),
+        });
+    }
+    let caller = authenticate(state, token)?;
+    caller.check(state, Verb::SpawnTask)?;
+    let sid = caller.session().map(|s| s.sid);
+    Ok(Origin {
+        session: sid,
+        parent: None,
+        scope: sid.map_or_else(|| "admin".to_owned(), |sid| sid.to_string()),
+    })
 }
 
 fn accepted(task: &Task) -> Response {

@@ -212,3 +212,30 @@ async fn audit_and_event_pages() {
         .collect();
     assert!(kinds.contains(&json!("task_finished")), "{kinds:?}");
 }
+
+#[tokio::test]
+async fn a_worker_spawns_a_sub_task_of_its_own_task() {
+    let api = Api::start().await;
+    let parent = api.spawn("sub").await;
+    let credential = api.credential(&api.sub, parent).await;
+    for bearer in [credential.handle(), credential.token()] {
+        let response = api
+            .post("/v1/tasks", bearer)
+            .json(&json!({ "agent": "echo", "prompt": "child", "wait_secs": 5 }))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = parts(response).await;
+        assert_eq!(status, 201, "{body}");
+        assert_eq!(body["parent"], json!(parent.to_string()));
+        assert_eq!(body["depth"], json!(1));
+        assert_eq!(body["status"], json!("pass"));
+    }
+    // The worker's credential reaches nothing but its own kind of work.
+    let response = api
+        .get(&format!("/v1/tasks/{parent}"), credential.handle())
+        .send()
+        .await
+        .unwrap();
+    assert!(matches!(response.status().as_u16(), 401 | 403));
+}

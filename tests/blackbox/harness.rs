@@ -216,7 +216,9 @@ fn config_text(dir: &Path, hold: &Path, extra: &str) -> String {
     let state = dir.join("state");
     let hold = hold.display();
     let holder = r#"out="$HOLD_DIR/$SWARM_TASK_ID.$SWARM_ATTEMPT"; printf '%s' "$SWARM_WORKER_HANDLE" > "$out.tmp" && mv "$out.tmp" "$out.handle"; "#;
-    let wait = r#"while [ ! -e "$HOLD_DIR/$SWARM_TASK_ID.done" ]; do sleep 0.05; done"#;
+    // Bounded, and ends with the test's directory: a daemon killed by the
+    // test leaves its children behind, and they must not outlive the test.
+    let wait = r#"i=0; while [ ! -e "$HOLD_DIR/$SWARM_TASK_ID.done" ] && [ -d "$HOLD_DIR" ] && [ "$i" -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"#;
     let fail_first = r#"if [ "$SWARM_ATTEMPT" = 1 ]; then exit 1; fi; "#;
     format!(
         r#"

@@ -399,11 +399,16 @@ impl Engine {
         producer: &str,
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, EngineError> {
+        let started = std::time::Instant::now();
         let records = self
             .inner
             .outputs
             .append(task_id.as_uuid(), attempt, producer, events)
             .await?;
+        self.inner
+            .stats
+            .store_append_latency
+            .observe(started.elapsed());
         let published = records
             .iter()
             .map(|r| {

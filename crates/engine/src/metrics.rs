@@ -52,6 +52,8 @@ pub struct EngineStats {
     tasks_by_status: [AtomicU64; 4],
     /// From admission to the worker being spawned.
     pub dispatch_latency: Histogram,
+    /// From an output append (any producer) to its durable commit.
+    pub store_append_latency: Histogram,
 }
 
 impl EngineStats {

@@ -199,7 +199,7 @@ impl StaticResolver {
     }
 
     /// Adds an agent of `kind` with an optional concurrency limit; its
-    /// workers may spawn sub-tasks.
+    /// workers may not spawn sub-tasks (the configuration default).
     pub fn with(
         mut self,
         name: &str,
@@ -210,7 +210,7 @@ impl StaticResolver {
         let profile = AgentProfile {
             kind,
             concurrency,
-            allow_subtasks: true,
+            allow_subtasks: false,
         };
         self.agents.insert(name.to_owned(), (profile, spawner));
         self

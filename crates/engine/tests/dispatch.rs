@@ -626,8 +626,12 @@ async fn only_agents_that_allow_subtasks_get_spawn_task() {
         concurrency: None,
         allow_subtasks: false,
     };
+    let parent = swarmd_engine::AgentProfile {
+        allow_subtasks: true,
+        ..leaf.clone()
+    };
     let resolver = StaticResolver::new()
-        .with("parent", SpawnerKind::InProcess, None, spawner.clone())
+        .with_profile("parent", parent, spawner.clone())
         .with_profile("leaf", leaf, spawner.clone());
     let engine = memory_engine(Arc::new(resolver), EngineConfig::default());
     let parent = engine.spawn_task(spec("parent")).await.unwrap();

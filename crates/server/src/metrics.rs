@@ -10,7 +10,6 @@
 //! scrapes and the engine never depends on this crate.
 
 use std::fmt;
-use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, text};
@@ -18,7 +17,6 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use swarmd_engine::Engine;
 use swarmd_engine::metrics::LATENCY_BUCKETS;
@@ -38,7 +36,6 @@ type HttpLabels = [(&'static str, String); 2];
 pub struct Metrics {
     registry: Registry,
     token_failures: Family<ReasonLabel, Counter>,
-    store_append: Histogram,
     http_requests: Family<HttpLabels, Counter>,
 }
 
@@ -58,12 +55,6 @@ impl Metrics {
             "Credentials refused, by precise reason (never shown to clients)",
             token_failures.clone(),
         );
-        let store_append = Histogram::new(LATENCY_BUCKETS.into_iter());
-        registry.register(
-            "store_append_latency_seconds",
-            "Time to append worker output or a result until it is durable, as the worker routes see it",
-            store_append.clone(),
-        );
         let http_requests = Family::<HttpLabels, Counter>::default();
         registry.register(
             "http_requests",
@@ -73,7 +64,6 @@ impl Metrics {
         Metrics {
             registry,
             token_failures,
-            store_append,
             http_requests,
         }
     }
@@ -85,11 +75,6 @@ impl Metrics {
         self.token_failures
             .get_or_create(&[("reason", reason)])
             .inc();
-    }
-
-    /// Records how long one durable append took.
-    pub fn observe_append(&self, elapsed: Duration) {
-        self.store_append.observe(elapsed.as_secs_f64());
     }
 
     /// Counts one answered request; `route` is the matched route template.
@@ -123,6 +108,8 @@ struct EngineSnapshot {
     attempts_finished: [(AttemptOutcome, u64); 4],
     dispatch_counts: Vec<u64>,
     dispatch_sum_secs: f64,
+    append_counts: Vec<u64>,
+    append_sum_secs: f64,
     queued: usize,
     running: usize,
     live: usize,
@@ -142,6 +129,8 @@ impl EngineSnapshot {
             attempts_finished: stats.attempts_finished(),
             dispatch_counts: stats.dispatch_latency.counts(),
             dispatch_sum_secs: stats.dispatch_latency.sum_secs(),
+            append_counts: stats.store_append_latency.counts(),
+            append_sum_secs: stats.store_append_latency.sum_secs(),
             queued,
             running,
             live: engine.live_tasks(),
@@ -159,6 +148,27 @@ fn counter(
 ) -> Result<(), fmt::Error> {
     let metric = ConstCounter::new(value);
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+/// Encodes one of the engine's fixed-bucket histograms (per-bucket counts,
+/// the +Inf bucket last).
+fn histogram(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    counts: &[u64],
+    sum_secs: f64,
+) -> Result<(), fmt::Error> {
+    let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
+        .iter()
+        .copied()
+        .zip(counts.iter().copied())
+        .collect();
+    // The encoder writes `f64::MAX` as `+Inf`.
+    buckets.push((f64::MAX, counts.last().copied().unwrap_or(0)));
+    let count = counts.iter().sum();
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    metric.encode_histogram::<()>(sum_secs, count, &buckets, None)
 }
 
 fn gauge(
@@ -209,23 +219,20 @@ impl Collector for EngineSnapshot {
                 ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
             }
         }
-        {
-            let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
-                .iter()
-                .copied()
-                .zip(self.dispatch_counts.iter().copied())
-                .collect();
-            // The encoder writes `f64::MAX` as `+Inf`.
-            buckets.push((f64::MAX, self.dispatch_counts.last().copied().unwrap_or(0)));
-            let count = self.dispatch_counts.iter().sum();
-            let mut metric = encoder.encode_descriptor(
-                "dispatch_latency_seconds",
-                "Time from admission to the worker being spawned",
-                None,
-                MetricType::Histogram,
-            )?;
-            metric.encode_histogram::<()>(self.dispatch_sum_secs, count, &buckets, None)?;
-        }
+        histogram(
+            &mut encoder,
+            "dispatch_latency_seconds",
+            "Time from admission to the worker being spawned",
+            &self.dispatch_counts,
+            self.dispatch_sum_secs,
+        )?;
+        histogram(
+            &mut encoder,
+            "store_append_latency_seconds",
+            "Time from an output append to its durable commit",
+            &self.append_counts,
+            self.append_sum_secs,
+        )?;
         gauge(
             &mut encoder,
             "queue_depth",
@@ -287,7 +294,10 @@ mod tests {
         let engine = memory_engine(Arc::new(StaticResolver::new()), Default::default());
         let metrics = Metrics::new();
         metrics.token_failure("bad_signature");
-        metrics.observe_append(Duration::from_millis(3));
+        engine
+            .stats()
+            .store_append_latency
+            .observe(std::time::Duration::from_millis(3));
         metrics.http_request("/v1/tasks", 201);
         let text = metrics.render(&engine, 2).unwrap();
         for name in [

@@ -10,8 +10,6 @@
 //! silently ignored `ok`. Results are hashed as received so that a retry with
 //! the same `Idempotency-Key` and body replays the first answer.
 
-use std::time::Instant;
-
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -121,13 +119,11 @@ async fn result(
         idempotency_key: key,
         body_digest: body_digest(&body),
     };
-    let start = Instant::now();
     let ack = state
         .engine
         .post_result(&auth, post)
         .await
         .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
-    state.metrics.observe_append(start.elapsed());
     Ok(Json(ack))
 }
 
@@ -159,13 +155,11 @@ async fn submit(
         idempotency_key: key,
         body_digest: digest,
     };
-    let start = Instant::now();
     let ack = state
         .engine
         .post_result(&auth, post)
         .await
         .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
-    state.metrics.observe_append(start.elapsed());
     Ok(Json(ack))
 }
 
@@ -178,13 +172,11 @@ async fn output(
 ) -> Result<Json<OutputAck>, ApiError> {
     let auth = authenticate_worker(&state, &bearer, Verb::EmitOutput)?;
     let events = parse_events(&headers, &body)?;
-    let start = Instant::now();
     let seq = state
         .engine
         .worker_output(&auth, query.task_id, events)
         .await
         .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
-    state.metrics.observe_append(start.elapsed());
     Ok(Json(OutputAck {
         task_id: auth.task_id,
         attempt: auth.attempt,

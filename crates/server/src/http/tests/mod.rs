@@ -3,7 +3,8 @@
 //!
 //! Agents: `echo` finishes at once with `"echoed"`; `sub` waits for a result
 //! posted over the worker API (like a SubAgent); `hang` runs until
-//! cancelled; `flaky` fails its first attempt and then behaves like `sub`.
+//! cancelled; `flaky` fails its first attempt and then behaves like `sub`;
+//! `parent` behaves like `sub` and its workers may spawn sub-tasks.
 
 mod attacks;
 mod bad_input;
@@ -79,7 +80,16 @@ impl Api {
             .with("echo", SpawnerKind::InProcess, None, echo)
             .with("sub", SpawnerKind::InProcess, None, sub.clone())
             .with("hang", SpawnerKind::InProcess, None, hang)
-            .with("flaky", SpawnerKind::InProcess, None, flaky.clone());
+            .with("flaky", SpawnerKind::InProcess, None, flaky.clone())
+            .with_profile(
+                "parent",
+                swarmd_engine::AgentProfile {
+                    kind: SpawnerKind::InProcess,
+                    concurrency: None,
+                    allow_subtasks: true,
+                },
+                sub.clone(),
+            );
         let engine = memory_engine(Arc::new(resolver), EngineConfig::default());
         let sessions = SessionRegistry::new(SessionSettings::from_config(&config));
         sessions.attach_engine(engine.clone());

@@ -216,7 +216,7 @@ async fn audit_and_event_pages() {
 #[tokio::test]
 async fn a_worker_spawns_a_sub_task_of_its_own_task() {
     let api = Api::start().await;
-    let parent = api.spawn("sub").await;
+    let parent = api.spawn("parent").await;
     let credential = api.credential(&api.sub, parent).await;
     for bearer in [credential.handle(), credential.token()] {
         let response = api
@@ -238,4 +238,18 @@ async fn a_worker_spawns_a_sub_task_of_its_own_task() {
         .await
         .unwrap();
     assert!(matches!(response.status().as_u16(), 401 | 403));
+}
+
+#[tokio::test]
+async fn a_worker_of_a_leaf_agent_may_not_spawn() {
+    let api = Api::start().await;
+    let task = api.spawn("sub").await;
+    let credential = api.credential(&api.sub, task).await;
+    let response = api
+        .post("/v1/tasks", credential.handle())
+        .json(&json!({ "agent": "echo", "prompt": "child" }))
+        .send()
+        .await
+        .unwrap();
+    expect_error(response, 403, "forbidden").await;
 }

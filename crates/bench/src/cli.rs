@@ -1,0 +1,181 @@
+//! The command line of `swarmd-bench` (clap derive). Doc comments here are
+//! the `--help` text.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// swarmd-bench: drives a running `swarmd` over loopback (HTTP and
+/// WebSocket) and reports throughput, latency, errors by code, server CPU
+/// per 1 000 tasks and peak RSS. Every run ends by itself (a duration or a
+/// count) and exits non-zero if any error was seen.
+///
+/// Either point it at a daemon (--url and --admin-token-file, plus --pid for
+/// CPU and RSS) or let it start one (--spawn-daemon PATH/TO/swarmd) with a
+/// temporary state directory and a generated configuration.
+#[derive(Debug, Parser)]
+#[command(name = "swarmd-bench", version, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Which daemon to talk to.
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// Start this `swarmd` binary with a temp state dir and a generated
+    /// config, and stop it at the end.
+    #[arg(long, value_name = "PATH", global = true, conflicts_with = "url")]
+    pub spawn_daemon: Option<PathBuf>,
+    /// Store of the spawned daemon [default: sqlite]; `matrix` sweeps every
+    /// store named [default: sqlite,sqlite-normal,memory].
+    #[arg(long, value_enum, value_delimiter = ',', global = true)]
+    pub store: Vec<StoreKind>,
+    /// `limits.max_running` and `ws.park_max` of the spawned daemon.
+    #[arg(long, value_name = "N", global = true, default_value_t = 200_000)]
+    pub capacity: u32,
+    /// RUST_LOG of the spawned daemon.
+    #[arg(long, value_name = "FILTER", global = true, default_value = "warn")]
+    pub daemon_log: String,
+    /// Base URL of a running daemon.
+    #[arg(long, value_name = "URL", global = true)]
+    pub url: Option<String>,
+    /// The admin token file of a running daemon (`<state_dir>/admin.token`).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub admin_token_file: Option<PathBuf>,
+    /// Pid of a running daemon, for CPU and RSS from /proc.
+    #[arg(long, global = true)]
+    pub pid: Option<u32>,
+}
+
+/// A store configuration for a spawned daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreKind {
+    /// SQLite, `synchronous = full` (the default durability).
+    Sqlite,
+    /// SQLite, `synchronous = normal`.
+    SqliteNormal,
+    /// In memory.
+    Memory,
+}
+
+impl StoreKind {
+    /// The label used in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            StoreKind::Sqlite => "sqlite (full)",
+            StoreKind::SqliteNormal => "sqlite (normal)",
+            StoreKind::Memory => "memory",
+        }
+    }
+}
+
+/// The workloads and the composite runs.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// MainAI sessions spawn delegated tasks over WebSocket; the generator
+    /// plays each SubAgent (GET prompt, POST submit, spawn_ack).
+    WsDelegated(WsArgs),
+    /// POST /v1/tasks with wait_secs for a process or Lua agent.
+    Http(HttpArgs),
+    /// Holds N delegated tasks whose SubAgents never answer, reports the
+    /// daemon's RSS at each checkpoint, then cancels them.
+    IdleCapacity(IdleArgs),
+    /// ws-delegated for C in --in-flight (closed loop) plus the open loop at
+    /// --rate, and http for the `true` and `lua` agents, for every --store;
+    /// prints one Markdown table.
+    Matrix(MatrixArgs),
+    /// A few seconds of every workload with small counts, asserting zero
+    /// errors (not speed): for CI.
+    Smoke,
+}
+
+/// How long a run lasts.
+#[derive(Debug, Clone, Args)]
+pub struct Bound {
+    /// Measured time, after the warm-up (ignored with --count).
+    #[arg(long, value_parser = parse_secs, default_value = "10")]
+    pub duration: Duration,
+    /// Time before measuring starts.
+    #[arg(long, value_parser = parse_secs, default_value = "1")]
+    pub warmup: Duration,
+    /// Run exactly this many tasks instead of a duration (no warm-up).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Longest wait for the tasks still in flight at the end.
+    #[arg(long, value_parser = parse_secs, default_value = "30")]
+    pub drain: Duration,
+}
+
+/// `ws-delegated`.
+#[derive(Debug, Clone, Args)]
+pub struct WsArgs {
+    /// MainAI sessions (at most one per task in flight).
+    #[arg(long, short = 'm', default_value_t = 4)]
+    pub sessions: usize,
+    /// Tasks in flight in all (closed loop), spread over the sessions.
+    #[arg(long, short = 'c', default_value_t = 32)]
+    pub in_flight: usize,
+    /// Open loop: offer this many tasks per second in all instead.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    #[command(flatten)]
+    pub bound: Bound,
+}
+
+/// `http`.
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// Agent of the generated config: `true` (/bin/true), `cat` (/bin/cat),
+    /// `lua` (returns its prompt); any name with --url.
+    #[arg(long, default_value = "true")]
+    pub agent: String,
+    /// Requests in flight.
+    #[arg(long, short = 'c', default_value_t = 8)]
+    pub in_flight: usize,
+    #[command(flatten)]
+    pub bound: Bound,
+}
+
+/// `idle-capacity`.
+#[derive(Debug, Clone, Args)]
+pub struct IdleArgs {
+    /// Waiting-task counts at which RSS is reported, ascending.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    pub at: Vec<u64>,
+    /// MainAI sessions holding the tasks.
+    #[arg(long, short = 'm', default_value_t = 8)]
+    pub sessions: usize,
+    /// Longest time to reach each checkpoint, and to cancel at the end.
+    #[arg(long, value_parser = parse_secs, default_value = "300")]
+    pub patience: Duration,
+}
+
+/// `matrix`.
+#[derive(Debug, Clone, Args)]
+pub struct MatrixArgs {
+    /// The C values of the closed loop.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
+    pub in_flight: Vec<usize>,
+    /// MainAI sessions (capped at C).
+    #[arg(long, short = 'm', default_value_t = 4)]
+    pub sessions: usize,
+    /// Offered rate of the open-loop run (0: none).
+    #[arg(long, default_value_t = 1000.0)]
+    pub rate: f64,
+    /// Requests in flight of the http runs (0: none).
+    #[arg(long, default_value_t = 8)]
+    pub http_in_flight: usize,
+    #[command(flatten)]
+    pub bound: Bound,
+}
+
+fn parse_secs(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|e| format!("not a number of seconds: {e}"))?;
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("bad duration: {e}"))
+}

@@ -1,0 +1,87 @@
+//! The configuration the generator writes for a daemon it starts: loopback
+//! on a free port, the chosen store, room for the idle-capacity workload
+//! (`limits.max_running`, `ws.park_max`), and the agents of the http
+//! workload — `true` (/bin/true), `cat` (/bin/cat, the prompt on stdin) and
+//! `lua` (a script returning its prompt).
+
+use std::path::Path;
+
+use crate::cli::StoreKind;
+
+/// The Lua agent's script.
+pub const LUA_SCRIPT: &str = "return { value = prompt, ok = true }\n";
+
+/// The file name of the Lua script inside the daemon's directory.
+pub const LUA_SCRIPT_FILE: &str = "echo.lua";
+
+/// The TOML for a daemon whose files live under `dir` (its state in
+/// `dir/state`, its Lua script in `dir/echo.lua`).
+pub fn daemon_config(dir: &Path, store: StoreKind, capacity: u32) -> String {
+    let (backend, synchronous) = match store {
+        StoreKind::Sqlite => ("sqlite", "full"),
+        StoreKind::SqliteNormal => ("sqlite", "normal"),
+        StoreKind::Memory => ("memory", "full"),
+    };
+    let state = toml_string(&dir.join("state").display().to_string());
+    let script = toml_string(&dir.join(LUA_SCRIPT_FILE).display().to_string());
+    format!(
+        r#"# Written by swarmd-bench.
+[server]
+bind = "127.0.0.1:0"
+shutdown_grace_secs = 2
+
+[store]
+backend = "{backend}"
+state_dir = {state}
+synchronous = "{synchronous}"
+
+[limits]
+max_running = {capacity}
+
+[ws]
+park_max = {capacity}
+
+[spawner]
+kill_grace_secs = 1
+
+[agents.true]
+kind = "process"
+program = "/bin/true"
+stdin = "none"
+
+[agents.cat]
+kind = "process"
+program = "/bin/cat"
+
+[agents.lua]
+kind = "lua"
+script = {script}
+"#
+    )
+}
+
+/// A TOML basic string (JSON string escapes are valid TOML escapes).
+fn toml_string(text: &str) -> String {
+    serde_json::Value::String(text.to_owned()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_and_the_capacity_are_written() {
+        let dir = Path::new("/tmp/bench \"x\"");
+        let text = daemon_config(dir, StoreKind::SqliteNormal, 123_456);
+        assert!(text.contains("backend = \"sqlite\""), "{text}");
+        assert!(text.contains("synchronous = \"normal\""), "{text}");
+        assert!(text.contains("max_running = 123456"), "{text}");
+        assert!(text.contains("park_max = 123456"), "{text}");
+        assert!(
+            text.contains(r#"state_dir = "/tmp/bench \"x\"/state""#),
+            "{text}"
+        );
+        let memory = daemon_config(dir, StoreKind::Memory, 1);
+        assert!(memory.contains("backend = \"memory\""), "{memory}");
+    }
+}

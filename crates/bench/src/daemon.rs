@@ -1,0 +1,218 @@
+//! The daemon under test: either one already running (`--url`,
+//! `--admin-token-file`, `--pid`) or one the generator starts
+//! (`--spawn-daemon`): a temp directory with the generated config,
+//! `swarmd serve` as a child, its address read from the `listening on
+//! http://ADDR` line of its stderr, its admin token from the state
+//! directory. A started daemon gets SIGTERM at the end (SIGKILL if it does
+//! not exit within a few seconds), and is killed if the generator drops it.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::cli::{StoreKind, TargetArgs};
+use crate::config::{LUA_SCRIPT, LUA_SCRIPT_FILE, daemon_config};
+
+/// How long a started daemon may take to report its address.
+const STARTUP: Duration = Duration::from_secs(30);
+/// How long a stopped daemon may take to exit before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// Lines of the daemon's stderr kept for error messages.
+const LOG_LINES: usize = 200;
+
+/// Where the daemon is and how to act as its admin.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `http://IP:PORT`, no trailing slash.
+    pub base: String,
+    pub admin_token: String,
+    /// For CPU and RSS readings.
+    pub pid: Option<u32>,
+    /// The store, for reports.
+    pub store_label: String,
+}
+
+impl Target {
+    /// A daemon someone else started.
+    pub fn external(args: &TargetArgs) -> anyhow::Result<Target> {
+        let url = args
+            .url
+            .clone()
+            .ok_or_else(|| anyhow!("give --spawn-daemon PATH, or --url and --admin-token-file"))?;
+        let file = args
+            .admin_token_file
+            .as_ref()
+            .ok_or_else(|| anyhow!("--url needs --admin-token-file"))?;
+        Ok(Target {
+            base: url.trim_end_matches('/').to_owned(),
+            admin_token: read_token(file)?,
+            pid: args.pid,
+            store_label: "external".to_owned(),
+        })
+    }
+
+    /// The URL of an API path.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+/// A daemon started by the generator.
+#[derive(Debug)]
+pub struct SpawnedDaemon {
+    child: Child,
+    pub target: Target,
+    log: Arc<Mutex<VecDeque<String>>>,
+    /// Holds the config and the state; removed on drop.
+    _dir: tempfile::TempDir,
+}
+
+impl SpawnedDaemon {
+    /// Starts `binary serve` with a generated config for `store`.
+    pub async fn start(
+        binary: &Path,
+        store: StoreKind,
+        capacity: u32,
+        log_filter: &str,
+    ) -> anyhow::Result<SpawnedDaemon> {
+        let dir = tempfile::Builder::new()
+            .prefix("swarmd-bench-")
+            .tempdir()
+            .context("cannot create a temp directory")?;
+        let config = dir.path().join("swarmd.toml");
+        std::fs::write(&config, daemon_config(dir.path(), store, capacity))?;
+        std::fs::write(dir.path().join(LUA_SCRIPT_FILE), LUA_SCRIPT)?;
+
+        let mut child = Command::new(binary)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env_clear()
+            .env(
+                "PATH",
+                std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
+            )
+            .env("RUST_LOG", log_filter)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let pid = child.id();
+        let stderr = child.stderr.take().context("no stderr pipe")?;
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let lines_log = log.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            let mut addr_tx = Some(addr_tx);
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(addr) = listening_address(&line)
+                    && let Some(tx) = addr_tx.take()
+                {
+                    let _ = tx.send(addr);
+                }
+                let mut log = lines_log.lock().unwrap_or_else(|p| p.into_inner());
+                if log.len() == LOG_LINES {
+                    log.pop_front();
+                }
+                log.push_back(line);
+            }
+        });
+        let mut daemon = SpawnedDaemon {
+            child,
+            target: Target {
+                base: String::new(),
+                admin_token: String::new(),
+                pid,
+                store_label: store.label().to_owned(),
+            },
+            log,
+            _dir: dir,
+        };
+        let addr = match tokio::time::timeout(STARTUP, addr_rx).await {
+            Ok(Ok(addr)) => addr,
+            _ => bail!(
+                "swarmd did not report its address; its stderr:\n{}",
+                daemon.log()
+            ),
+        };
+        daemon.target.base = format!("http://{addr}");
+        daemon.target.admin_token = read_token(&daemon.state_dir().join("admin.token"))?;
+        Ok(daemon)
+    }
+
+    /// The daemon's state directory.
+    pub fn state_dir(&self) -> PathBuf {
+        self._dir.path().join("state")
+    }
+
+    /// The last lines the daemon wrote to stderr.
+    pub fn log(&self) -> String {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+
+    /// SIGTERM, then SIGKILL after a grace period; fails if the daemon had
+    /// already died or did not exit cleanly.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "swarmd exited early ({status}); its stderr:\n{}",
+                self.log()
+            );
+        }
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+        match tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
+            Ok(status) => {
+                let status = status?;
+                if !status.success() {
+                    bail!("swarmd exited with {status}; its stderr:\n{}", self.log());
+                }
+                Ok(())
+            }
+            Err(_) => {
+                self.child.kill().await?;
+                bail!("swarmd did not stop within {STOP_GRACE:?} of SIGTERM")
+            }
+        }
+    }
+}
+
+/// The address of a `listening on http://ADDR` line.
+pub fn listening_address(line: &str) -> Option<String> {
+    let addr = line.split("listening on http://").nth(1)?.trim();
+    (!addr.is_empty()).then(|| addr.to_owned())
+}
+
+fn read_token(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the admin token {}", path.display()))?;
+    Ok(text.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_address_is_read_from_the_listening_line() {
+        assert_eq!(
+            listening_address("listening on http://127.0.0.1:40123\n"),
+            Some("127.0.0.1:40123".to_owned())
+        );
+        assert_eq!(listening_address("2025 INFO listening addr=..."), None);
+        assert_eq!(listening_address("listening on http://"), None);
+    }
+}

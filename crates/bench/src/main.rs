@@ -1,0 +1,40 @@
+//! `swarmd-bench`: the load generator of the swarmd benchmark. It talks to
+//! the daemon over HTTP and WebSocket only (never links the server), reads
+//! the daemon's CPU time and RSS from `/proc`, and prints Markdown tables
+//! for `docs/benchmarks.md`. Exit status: 0 when every run finished without
+//! an error, 1 when a run saw errors, 2 when the benchmark itself failed.
+
+mod cli;
+mod config;
+mod daemon;
+mod http_load;
+mod idle;
+mod machine;
+mod measure;
+mod plan;
+mod procfs;
+mod report;
+mod session;
+mod stats;
+mod subagent;
+mod ws_delegated;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match plan::run(cli).await {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(errors) => {
+            eprintln!("swarmd-bench: {errors} errors");
+            ExitCode::from(1)
+        }
+        Err(error) => {
+            eprintln!("swarmd-bench: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! What a command runs: one workload against one daemon, the matrix (every
+//! store × every C, the open loop and the http agents, one daemon per
+//! store), or the smoke run (every workload with small counts, asserting
+//! that each finished everything it started without an error).
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::cli::{
+    Bound, Cli, Command, HttpArgs, IdleArgs, MatrixArgs, StoreKind, TargetArgs, WsArgs,
+};
+use crate::daemon::{SpawnedDaemon, Target};
+use crate::report::{RunReport, markdown};
+use crate::{http_load, idle, machine, ws_delegated};
+
+/// Runs the command; returns how many errors the runs saw.
+pub async fn run(cli: Cli) -> anyhow::Result<u64> {
+    let http = client()?;
+    let stores = &cli.target.store;
+    let first_store = stores.first().copied().unwrap_or(StoreKind::Sqlite);
+    match cli.command {
+        Command::WsDelegated(args) => {
+            let daemon = Running::open(&cli.target, first_store).await?;
+            let result = ws_delegated::run(&daemon.target, &http, &args).await;
+            finish_runs(daemon, result.map(|r| vec![r])).await
+        }
+        Command::Http(args) => {
+            let daemon = Running::open(&cli.target, first_store).await?;
+            let result = http_load::run(&daemon.target, &http, &args).await;
+            finish_runs(daemon, result.map(|r| vec![r])).await
+        }
+        Command::IdleCapacity(args) => {
+            let daemon = Running::open(&cli.target, first_store).await?;
+            let result = idle::run(&daemon.target, &http, &args).await;
+            let report = daemon.close(result).await?;
+            println!("{}", report.markdown());
+            Ok(report.errors.error_count())
+        }
+        Command::Matrix(args) => {
+            let stores = if stores.is_empty() {
+                vec![
+                    StoreKind::Sqlite,
+                    StoreKind::SqliteNormal,
+                    StoreKind::Memory,
+                ]
+            } else {
+                stores.clone()
+            };
+            let mut reports = Vec::new();
+            for store in stores {
+                let daemon = Running::open(&cli.target, store).await?;
+                let result = matrix(&daemon.target, &http, &args).await;
+                reports.extend(daemon.close(result).await?);
+            }
+            println!("{}\n{}", machine::description(), markdown(&reports));
+            Ok(reports.iter().map(|r| r.summary.error_count()).sum())
+        }
+        Command::Smoke => {
+            let daemon = Running::open(&cli.target, first_store).await?;
+            let result = smoke(&daemon.target, &http).await;
+            let (reports, idle_errors) = daemon.close(result).await?;
+            println!("{}", markdown(&reports));
+            Ok(reports.iter().map(|r| r.summary.error_count()).sum::<u64>() + idle_errors)
+        }
+    }
+}
+
+/// The shared keep-alive client of every HTTP call.
+fn client() -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .timeout(Duration::from_secs(120))
+        .build()
+        .context("cannot build the HTTP client")
+}
+
+/// The runs of one store in the matrix.
+async fn matrix(
+    target: &Target,
+    http: &reqwest::Client,
+    args: &MatrixArgs,
+) -> anyhow::Result<Vec<RunReport>> {
+    let mut reports = Vec::new();
+    let mut record = |report: RunReport| {
+        eprintln!("{}", report.one_line());
+        reports.push(report);
+    };
+    for &in_flight in &args.in_flight {
+        let ws = WsArgs {
+            sessions: args.sessions,
+            in_flight,
+            rate: None,
+            bound: args.bound.clone(),
+        };
+        record(ws_delegated::run(target, http, &ws).await?);
+    }
+    if args.rate > 0.0 {
+        let ws = WsArgs {
+            sessions: args.sessions,
+            in_flight: 0,
+            rate: Some(args.rate),
+            bound: args.bound.clone(),
+        };
+        record(ws_delegated::run(target, http, &ws).await?);
+    }
+    if args.http_in_flight > 0 {
+        for agent in ["true", "lua"] {
+            let run = HttpArgs {
+                agent: agent.to_owned(),
+                in_flight: args.http_in_flight,
+                bound: args.bound.clone(),
+            };
+            record(http_load::run(target, http, &run).await?);
+        }
+    }
+    Ok(reports)
+}
+
+/// Every workload, small; fails when a run did not finish all it started.
+async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<RunReport>, u64)> {
+    let counted = |count: u64| Bound {
+        duration: Duration::from_secs(1),
+        warmup: Duration::ZERO,
+        count: Some(count),
+        drain: Duration::from_secs(10),
+    };
+    let mut reports = Vec::new();
+    let closed = WsArgs {
+        sessions: 2,
+        in_flight: 8,
+        rate: None,
+        bound: counted(200),
+    };
+    reports.push(expect_count(
+        ws_delegated::run(target, http, &closed).await?,
+        200,
+    )?);
+    let open = WsArgs {
+        sessions: 2,
+        in_flight: 0,
+        rate: Some(200.0),
+        bound: counted(100),
+    };
+    reports.push(expect_count(
+        ws_delegated::run(target, http, &open).await?,
+        100,
+    )?);
+    for agent in ["true", "cat", "lua"] {
+        let args = HttpArgs {
+            agent: agent.to_owned(),
+            in_flight: 4,
+            bound: counted(20),
+        };
+        reports.push(expect_count(
+            http_load::run(target, http, &args).await?,
+            20,
+        )?);
+    }
+    for report in &reports {
+        eprintln!("{}", report.one_line());
+    }
+    let idle_args = IdleArgs {
+        at: vec![50, 100],
+        sessions: 2,
+        patience: Duration::from_secs(20),
+    };
+    let held = idle::run(target, http, &idle_args).await?;
+    eprintln!("{}", held.markdown());
+    if held.checkpoints.len() != idle_args.at.len() {
+        bail!(
+            "idle-capacity reached {} of its checkpoints",
+            held.checkpoints.len()
+        );
+    }
+    Ok((reports, held.errors.error_count()))
+}
+
+/// Fails when a counted run finished fewer tasks than it was given.
+fn expect_count(report: RunReport, count: u64) -> anyhow::Result<RunReport> {
+    let done = report.summary.completed;
+    if done != count && report.summary.error_count() == 0 {
+        bail!("{}: {done} of {count} tasks finished", report.workload);
+    }
+    Ok(report)
+}
+
+/// The daemon of a command: started here, or given.
+struct Running {
+    target: Target,
+    spawned: Option<SpawnedDaemon>,
+}
+
+impl Running {
+    async fn open(args: &TargetArgs, store: StoreKind) -> anyhow::Result<Running> {
+        match &args.spawn_daemon {
+            Some(binary) => {
+                let daemon =
+                    SpawnedDaemon::start(binary, store, args.capacity, &args.daemon_log).await?;
+                eprintln!(
+                    "swarmd-bench: started {} [{}] at {}, pid {}, admin token {}",
+                    binary.display(),
+                    store.label(),
+                    daemon.target.base,
+                    daemon.target.pid.map_or("?".to_owned(), |p| p.to_string()),
+                    daemon.state_dir().join("admin.token").display(),
+                );
+                Ok(Running {
+                    target: daemon.target.clone(),
+                    spawned: Some(daemon),
+                })
+            }
+            None => Ok(Running {
+                target: Target::external(args)?,
+                spawned: None,
+            }),
+        }
+    }
+
+    /// Stops a started daemon; a failed run's error carries its log.
+    async fn close<T>(self, result: anyhow::Result<T>) -> anyhow::Result<T> {
+        let Some(daemon) = self.spawned else {
+            return result;
+        };
+        match result {
+            Ok(value) => {
+                daemon.stop().await?;
+                Ok(value)
+            }
+            Err(error) => {
+                let log = daemon.log();
+                let _ = daemon.stop().await;
+                Err(error.context(format!("the daemon's last stderr lines:\n{log}")))
+            }
+        }
+    }
+}
+
+/// Prints the reports of single runs and counts their errors.
+async fn finish_runs(
+    daemon: Running,
+    result: anyhow::Result<Vec<RunReport>>,
+) -> anyhow::Result<u64> {
+    let reports = daemon.close(result).await?;
+    for report in &reports {
+        eprintln!("{}", report.one_line());
+    }
+    println!("{}", markdown(&reports));
+    Ok(reports.iter().map(|r| r.summary.error_count()).sum())
+}

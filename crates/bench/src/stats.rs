@@ -1,0 +1,223 @@
+//! Counting a run: each worker keeps its own `Tally` (completion times,
+//! latencies, errors by code) without locks; the tallies are merged at the
+//! end and summarised over the measurement window.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Errors printed in full per worker.
+const SHOWN_ERRORS: u64 = 3;
+
+/// What one worker saw.
+#[derive(Debug, Default, Clone)]
+pub struct Tally {
+    /// `(done, latency)` in µs; `done` counts from the run's start.
+    samples: Vec<(u64, u64)>,
+    /// Errors by code.
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    /// A task finished at `done` after `latency`; `start` is the run's start.
+    pub fn record(&mut self, start: Instant, done: Instant, latency: Duration) {
+        let at = micros(done.saturating_duration_since(start));
+        self.samples.push((at, micros(latency)));
+    }
+
+    /// One error with this code.
+    pub fn error(&mut self, code: impl Into<String>) {
+        self.errors_by(code, 1);
+    }
+
+    /// One error with this code; the first few are also printed with their
+    /// message, to tell what went wrong.
+    pub fn error_with(&mut self, code: impl Into<String>, message: &str) {
+        let code = code.into();
+        if self.error_count() < SHOWN_ERRORS {
+            eprintln!("swarmd-bench: error {code}: {message}");
+        }
+        self.error(code);
+    }
+
+    /// `count` errors with this code.
+    pub fn errors_by(&mut self, code: impl Into<String>, count: u64) {
+        if count > 0 {
+            *self.errors.entry(code.into()).or_default() += count;
+        }
+    }
+
+    /// Adds another worker's tally to this one.
+    pub fn merge(&mut self, other: Tally) {
+        self.samples.extend(other.samples);
+        for (code, count) in other.errors {
+            self.errors_by(code, count);
+        }
+    }
+
+    /// Errors so far.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    /// The end of the last finished task, from the run's start.
+    pub fn last_done(&self) -> Duration {
+        let last = self.samples.iter().map(|(done, _)| *done).max();
+        Duration::from_micros(last.unwrap_or(0))
+    }
+
+    /// The summary over `window`: throughput counts the tasks finished
+    /// inside it; latencies are those of every task finished from its start.
+    pub fn summarize(&self, window: Window) -> Summary {
+        let from = micros(window.from);
+        let to = micros(window.to);
+        let in_window = self
+            .samples
+            .iter()
+            .filter(|(done, _)| (from..=to).contains(done))
+            .count();
+        let mut latencies: Vec<u64> = self
+            .samples
+            .iter()
+            .filter(|(done, _)| *done >= from)
+            .map(|(_, latency)| *latency)
+            .collect();
+        latencies.sort_unstable();
+        let secs = window.to.saturating_sub(window.from).as_secs_f64();
+        Summary {
+            completed: in_window as u64,
+            window_secs: secs,
+            tasks_per_sec: if secs > 0.0 {
+                in_window as f64 / secs
+            } else {
+                0.0
+            },
+            p50: percentile(&latencies, 50.0),
+            p90: percentile(&latencies, 90.0),
+            p99: percentile(&latencies, 99.0),
+            max: latencies.last().copied().map(Duration::from_micros),
+            errors: self.errors.clone(),
+        }
+    }
+}
+
+/// The measured part of a run, from the run's start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    pub from: Duration,
+    pub to: Duration,
+}
+
+/// Throughput, latency percentiles and errors of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// Tasks finished inside the window.
+    pub completed: u64,
+    pub window_secs: f64,
+    pub tasks_per_sec: f64,
+    pub p50: Option<Duration>,
+    pub p90: Option<Duration>,
+    pub p99: Option<Duration>,
+    pub max: Option<Duration>,
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl Summary {
+    /// All errors, whatever their code.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    /// `code×n, …`, or `0`.
+    pub fn errors_text(&self) -> String {
+        errors_text(&self.errors)
+    }
+}
+
+/// Errors by code as `code×n, …`, or `0`.
+pub fn errors_text(errors: &BTreeMap<String, u64>) -> String {
+    if errors.is_empty() {
+        return "0".to_owned();
+    }
+    let parts: Vec<String> = errors
+        .iter()
+        .map(|(code, count)| format!("{code}×{count}"))
+        .collect();
+    parts.join(", ")
+}
+
+/// Nearest-rank percentile of sorted values (µs).
+fn percentile(sorted: &[u64], pct: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (pct / 100.0 * sorted.len() as f64).ceil() as usize;
+    let index = rank.clamp(1, sorted.len()) - 1;
+    Some(Duration::from_micros(sorted[index]))
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let values: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&values, 50.0), Some(Duration::from_micros(50)));
+        assert_eq!(percentile(&values, 99.0), Some(Duration::from_micros(99)));
+        assert_eq!(percentile(&values, 100.0), Some(Duration::from_micros(100)));
+        assert_eq!(percentile(&[7], 1.0), Some(Duration::from_micros(7)));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn throughput_counts_only_the_window_and_latency_skips_the_warmup() {
+        let start = Instant::now();
+        let mut tally = Tally::default();
+        // Warm-up: done at 0.5 s, slow.
+        tally.record(start, start + ms(500), ms(900));
+        // Window [1 s, 3 s]: four tasks.
+        for (done, latency) in [(1000, 1), (1500, 2), (2000, 3), (3000, 4)] {
+            tally.record(start, start + ms(done), ms(latency));
+        }
+        // Drain: after the window, still a latency sample.
+        tally.record(start, start + ms(3500), ms(5));
+        let summary = tally.summarize(Window {
+            from: ms(1000),
+            to: ms(3000),
+        });
+        assert_eq!(summary.completed, 4);
+        assert!((summary.tasks_per_sec - 2.0).abs() < 1e-9);
+        assert_eq!(summary.max, Some(ms(5)), "the warm-up's 900 ms is left out");
+        assert_eq!(summary.p50, Some(ms(3)));
+        assert_eq!(tally.last_done(), ms(3500));
+    }
+
+    #[test]
+    fn merged_tallies_add_samples_and_errors() {
+        let start = Instant::now();
+        let mut a = Tally::default();
+        a.record(start, start + ms(1), ms(1));
+        a.error("not_found");
+        let mut b = Tally::default();
+        b.record(start, start + ms(2), ms(2));
+        b.error("not_found");
+        b.errors_by("ws_closed", 3);
+        b.errors_by("never", 0);
+        a.merge(b);
+        assert_eq!(a.error_count(), 5);
+        let summary = a.summarize(Window {
+            from: ms(0),
+            to: ms(10),
+        });
+        assert_eq!(summary.completed, 2);
+        assert_eq!(summary.errors_text(), "not_found×2, ws_closed×3");
+    }
+}

@@ -1,0 +1,73 @@
+//! The SubAgent of a delegated attempt, as the generator plays it: fetch the
+//! prompt with the worker handle, then submit a raw text result (SPEC §9.1).
+//! Both calls go through the shared keep-alive client.
+
+use serde_json::Value;
+
+/// The result every SubAgent submits.
+const RESULT: &str = "done";
+
+/// Fetches the prompt and submits the result for `task_id` with `handle`.
+///
+/// # Errors
+/// The failing step and the server's error code (`prompt:not_found`,
+/// `submit:http_500`, `submit:transport`, …).
+pub async fn play(
+    http: &reqwest::Client,
+    base: &str,
+    handle: &str,
+    task_id: &str,
+) -> Result<(), String> {
+    let prompt = http
+        .get(format!("{base}/v1/worker/prompt?task_id={task_id}"))
+        .bearer_auth(handle)
+        .send()
+        .await;
+    expect_ok("prompt", prompt).await?;
+    let submit = http
+        .post(format!("{base}/v1/worker/submit?task_id={task_id}"))
+        .bearer_auth(handle)
+        .header("content-type", "text/plain")
+        .body(RESULT)
+        .send()
+        .await;
+    expect_ok("submit", submit).await
+}
+
+/// Reads the whole body (so the connection goes back to the pool) and
+/// turns a failure into `step:code`.
+pub async fn expect_ok(
+    step: &str,
+    response: reqwest::Result<reqwest::Response>,
+) -> Result<(), String> {
+    let response = response.map_err(|_| format!("{step}:transport"))?;
+    let status = response.status();
+    let body = response
+        .bytes()
+        .await
+        .map_err(|_| format!("{step}:transport"))?;
+    if status.is_success() {
+        return Ok(());
+    }
+    Err(format!("{step}:{}", error_code(status.as_u16(), &body)))
+}
+
+/// The `code` of an `{error, code}` body, else `http_<status>`.
+pub fn error_code(status: u16, body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("code").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| format!("http_{status}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_come_from_the_body_or_the_status() {
+        let body = br#"{"error": "no such task", "code": "not_found"}"#;
+        assert_eq!(error_code(404, body), "not_found");
+        assert_eq!(error_code(502, b"Bad Gateway"), "http_502");
+    }
+}

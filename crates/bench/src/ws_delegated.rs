@@ -1,0 +1,375 @@
+//! The `ws-delegated` workload: M MainAI sessions spawn tasks with
+//! `spawn_task {delegate: true}`; every `spawn` frame is played as a
+//! SubAgent (GET prompt, POST submit through the shared client, then
+//! `spawn_ack`); a task counts when its `task_done` arrives, its latency
+//! running from when it was due to be sent.
+//!
+//! Closed loop: each session keeps its share of C tasks in flight. Open
+//! loop: each session sends its share of the offered rate on a fixed
+//! schedule, whatever is in flight, and latency counts from the scheduled
+//! time, so a slow daemon cannot hide queueing by slowing the generator.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::time::sleep_until;
+
+use crate::cli::WsArgs;
+use crate::daemon::Target;
+use crate::measure::{RunClock, Sampler};
+use crate::report::RunReport;
+use crate::session::{Incoming, Kind, Received, Session};
+use crate::stats::Tally;
+use crate::subagent;
+
+/// Open loop: tasks a session may have in flight before it counts
+/// `overload` instead of sending.
+const OPEN_LOOP_CAP: usize = 100_000;
+
+/// Agent name of the delegated tasks (the session launches its SubAgent;
+/// the daemon need not know the agent).
+const AGENT: &str = "bench";
+
+/// How a session paces its `spawn_task`s.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    /// Keep this many in flight.
+    Closed(usize),
+    /// One every `period`, the first at `first`.
+    Open { first: Instant, period: Duration },
+}
+
+/// Runs the workload and reports it.
+pub async fn run(
+    target: &Target,
+    http: &reqwest::Client,
+    args: &WsArgs,
+) -> anyhow::Result<RunReport> {
+    let sessions = match args.rate {
+        Some(_) => args.sessions.max(1),
+        None => args.sessions.clamp(1, args.in_flight.max(1)),
+    };
+    let mut opened = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        opened.push(Session::open(http, target).await?);
+    }
+    let clock = RunClock::new(&args.bound);
+    let window_sampler = Sampler::over_window(target.pid, &clock);
+    let count_sampler = Sampler::begin(target.pid);
+    let mut workers = Vec::with_capacity(sessions);
+    for (index, session) in opened.into_iter().enumerate() {
+        let pace = match args.rate {
+            Some(rate) => {
+                let period = Duration::from_secs_f64(sessions as f64 / rate.max(0.001));
+                let offset = period.mul_f64(index as f64 / sessions as f64);
+                Pace::Open {
+                    first: clock.start + offset,
+                    period,
+                }
+            }
+            None => {
+                Pace::Closed(crate::measure::split(args.in_flight as u64, sessions, index) as usize)
+            }
+        };
+        let driver = Driver::new(
+            session,
+            target,
+            http,
+            clock,
+            pace,
+            clock.share(sessions, index),
+        );
+        workers.push(tokio::spawn(driver.run()));
+    }
+    let mut tally = Tally::default();
+    for worker in workers {
+        tally.merge(worker.await?);
+    }
+    let usage = match window_sampler {
+        Some(handle) => handle.await?,
+        None => count_sampler.end(),
+    };
+    let summary = tally.summarize(clock.measured(&tally));
+    Ok(RunReport {
+        workload: "ws-delegated".to_owned(),
+        store: target.store_label.clone(),
+        sessions: sessions.to_string(),
+        load_shape: match args.rate {
+            Some(rate) => format!("open {rate:.0}/s"),
+            None => format!("C={}", args.in_flight),
+        },
+        summary,
+        usage,
+    })
+}
+
+/// The outcome of one played SubAgent: the spawn's `req_id`, and the error
+/// code if it failed.
+type SubAgentDone = (String, Result<(), String>);
+
+/// One session's side of the run.
+struct Driver {
+    session: Session,
+    target: Target,
+    http: reqwest::Client,
+    clock: RunClock,
+    pace: Pace,
+    /// Count mode: tasks this session still has to send.
+    quota: Option<u64>,
+    tally: Tally,
+    next_req: u64,
+    /// `spawn_task`s not yet accepted: request number → due time.
+    unaccepted: HashMap<u64, Instant>,
+    /// Accepted tasks not yet done: task id → due time.
+    running: HashMap<String, Instant>,
+    subagents_tx: mpsc::UnboundedSender<SubAgentDone>,
+    subagents_rx: mpsc::UnboundedReceiver<SubAgentDone>,
+}
+
+impl Driver {
+    fn new(
+        session: Session,
+        target: &Target,
+        http: &reqwest::Client,
+        clock: RunClock,
+        pace: Pace,
+        quota: Option<u64>,
+    ) -> Driver {
+        let (subagents_tx, subagents_rx) = mpsc::unbounded_channel();
+        Driver {
+            session,
+            target: target.clone(),
+            http: http.clone(),
+            clock,
+            pace,
+            quota,
+            tally: Tally::default(),
+            next_req: 0,
+            unaccepted: HashMap::new(),
+            running: HashMap::new(),
+            subagents_tx,
+            subagents_rx,
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.unaccepted.len() + self.running.len()
+    }
+
+    /// Whether new tasks may still be sent.
+    fn sending(&self, now: Instant) -> bool {
+        self.clock.stop_at().is_none_or(|stop| now < stop) && self.quota != Some(0)
+    }
+
+    async fn run(mut self) -> Tally {
+        let mut next_tick = match self.pace {
+            Pace::Open { first, .. } => first,
+            Pace::Closed(_) => self.clock.start,
+        };
+        self.top_up(Instant::now());
+        let far = self.clock.start + Duration::from_secs(365 * 24 * 3600);
+        let mut drain_deadline: Option<Instant> = None;
+        // Both timers live across iterations and are only reset when their
+        // instant changes: a run handles tens of thousands of frames a second.
+        let tick_timer = sleep_until(next_tick.into());
+        let wake_timer = sleep_until(self.clock.stop_at().unwrap_or(far).into());
+        tokio::pin!(tick_timer, wake_timer);
+        loop {
+            let now = Instant::now();
+            let sending = self.sending(now);
+            if !sending {
+                if self.in_flight() == 0 {
+                    break;
+                }
+                if drain_deadline.is_none() {
+                    let deadline = now + self.clock.drain;
+                    drain_deadline = Some(deadline);
+                    wake_timer.as_mut().reset(deadline.into());
+                }
+                if drain_deadline.is_some_and(|deadline| now >= deadline) {
+                    self.tally.errors_by("unfinished", self.in_flight() as u64);
+                    break;
+                }
+            }
+            let open = matches!(self.pace, Pace::Open { .. }) && sending;
+            tokio::select! {
+                received = self.session.recv() => {
+                    if !self.on_message(received) {
+                        self.tally.error("ws_closed");
+                        self.tally.errors_by("unfinished", self.in_flight() as u64);
+                        break;
+                    }
+                }
+                Some((req_id, outcome)) = self.subagents_rx.recv() => {
+                    self.on_subagent(req_id, outcome);
+                }
+                () = &mut tick_timer, if open => {
+                    next_tick = self.tick(next_tick);
+                    tick_timer.as_mut().reset(next_tick.into());
+                }
+                () = &mut wake_timer => {
+                    // Past the stop or drain instant: the loop's checks act on it.
+                    wake_timer.as_mut().reset(far.into());
+                }
+            }
+        }
+        let Driver {
+            session,
+            http,
+            target,
+            mut tally,
+            ..
+        } = self;
+        if session.logout(&http, &target).await.is_err() {
+            tally.error("logout");
+        }
+        tally
+    }
+
+    /// Open loop: sends every task due by now; returns the next due time.
+    fn tick(&mut self, mut due: Instant) -> Instant {
+        let Pace::Open { period, .. } = self.pace else {
+            return due;
+        };
+        let now = Instant::now();
+        while due <= now && self.sending(now) {
+            if self.in_flight() >= OPEN_LOOP_CAP {
+                self.tally.error("overload");
+            } else {
+                self.send_task(due);
+            }
+            due += period;
+        }
+        due
+    }
+
+    /// Closed loop: sends until the session's share is in flight.
+    fn top_up(&mut self, now: Instant) {
+        if let Pace::Closed(target) = self.pace {
+            while self.in_flight() < target && self.sending(now) {
+                self.send_task(now);
+            }
+        }
+    }
+
+    fn send_task(&mut self, due: Instant) {
+        let n = self.next_req;
+        self.next_req += 1;
+        if let Some(quota) = self.quota.as_mut() {
+            *quota = quota.saturating_sub(1);
+        }
+        self.unaccepted.insert(n, due);
+        let frame = json!({
+            "type": "spawn_task",
+            "req_id": format!("b{n}"),
+            "agent": AGENT,
+            "prompt": "bench",
+            "delegate": true,
+        });
+        self.session.send(&frame);
+    }
+
+    /// Handles one message; false when the socket is gone.
+    fn on_message(&mut self, received: Received) -> bool {
+        match received {
+            Received::Frame(frame) => self.on_frame(*frame),
+            Received::Event | Received::Other => {}
+            Received::Malformed => self.tally.error("malformed_frame"),
+            Received::Closed => return false,
+        }
+        true
+    }
+
+    fn on_frame(&mut self, frame: Incoming) {
+        let now = Instant::now();
+        match frame.kind {
+            Kind::TaskAccepted => {
+                let request = frame.req_id.as_deref().and_then(request_number);
+                let due = request.and_then(|n| self.unaccepted.remove(&n));
+                match (due, frame.task_id) {
+                    (Some(due), Some(task_id)) => {
+                        self.running.insert(task_id, due);
+                    }
+                    _ => self.tally.error("unexpected_accept"),
+                }
+            }
+            Kind::Spawn => match (frame.req_id, frame.worker_handle, frame.task_id) {
+                (Some(req_id), Some(handle), Some(task_id)) => {
+                    let http = self.http.clone();
+                    let base = self.target.base.clone();
+                    let done = self.subagents_tx.clone();
+                    tokio::spawn(async move {
+                        let outcome = subagent::play(&http, &base, &handle, &task_id).await;
+                        let _ = done.send((req_id, outcome));
+                    });
+                }
+                _ => self.tally.error("malformed_spawn"),
+            },
+            Kind::TaskDone => {
+                let due = frame.task_id.and_then(|id| self.running.remove(&id));
+                match (due, frame.status.as_deref()) {
+                    (Some(due), Some("pass")) => {
+                        self.tally.record(self.clock.start, now, now - due);
+                    }
+                    (Some(_), status) => {
+                        self.tally.error(format!("task_{}", status.unwrap_or("?")));
+                    }
+                    (None, _) => self.tally.error("unexpected_done"),
+                }
+                self.top_up(now);
+            }
+            Kind::Error => {
+                let code = frame.code.unwrap_or_else(|| "error_frame".to_owned());
+                self.tally
+                    .error_with(code, frame.error.as_deref().unwrap_or(""));
+                let request = frame.req_id.as_deref().and_then(request_number);
+                if request.is_some_and(|n| self.unaccepted.remove(&n).is_some()) {
+                    self.top_up(now);
+                }
+            }
+            Kind::Ask => {
+                let answer = json!({"type": "answer", "req_id": frame.req_id, "value": null});
+                self.session.send(&answer);
+            }
+            Kind::HookBefore => {
+                let ack = json!({"type": "hook_ack", "req_id": frame.req_id, "ok": true});
+                self.session.send(&ack);
+            }
+            Kind::Cancel | Kind::HookAfter | Kind::TaskEvent => {}
+            Kind::Unknown => self.tally.error("unknown_frame"),
+        }
+    }
+
+    /// The SubAgent finished: ack its spawn (or fail it, so the task ends).
+    fn on_subagent(&mut self, req_id: String, outcome: Result<(), String>) {
+        let frame = match outcome {
+            Ok(()) => json!({"type": "spawn_ack", "req_id": req_id}),
+            Err(code) => {
+                let ack = json!({"type": "spawn_ack", "req_id": req_id, "ok": false,
+                                 "error": code});
+                self.tally.error(code);
+                ack
+            }
+        };
+        self.session.send(&frame);
+    }
+}
+
+/// The number of a `b<n>` request id.
+fn request_number(req_id: &str) -> Option<u64> {
+    req_id.strip_prefix('b')?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_round_trip() {
+        assert_eq!(request_number("b42"), Some(42));
+        assert_eq!(request_number("x42"), None);
+        assert_eq!(request_number("b"), None);
+    }
+}

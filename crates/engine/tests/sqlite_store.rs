@@ -806,7 +806,9 @@ async fn sqlite_failed_batch_writes_nothing_and_keeps_order() {
     let outcomes = Arc::new(Mutex::new(Vec::new()));
     let batches = vec![
         vec![put(&first), WriteOp::Events(vec![event(1, 1, first.id)])],
-        // A reused event seq fails the whole batch, task included.
+        // A reused event seq fails the whole batch, task included. Task-store
+        // batches run without their own savepoint, so batches that shared its
+        // group commit fail with it: each batch is all or nothing.
         vec![
             put(&rejected),
             WriteOp::IdempotencyKey {
@@ -824,16 +826,31 @@ async fn sqlite_failed_batch_writes_nothing_and_keeps_order() {
             Box::new(move |outcome| outcomes.lock().unwrap().push((n, outcome.is_ok()))),
         );
     }
-    apply(store, vec![]).await;
-    assert_eq!(
-        *outcomes.lock().unwrap(),
-        vec![(0, true), (1, false), (2, true)]
-    );
+    // The barrier may share the failed group commit too.
+    let _ = commit(store, vec![]).await;
+    let outcomes = outcomes.lock().unwrap().clone();
+    let order: Vec<usize> = outcomes.iter().map(|(n, _)| *n).collect();
+    assert_eq!(order, vec![0, 1, 2], "callbacks run in submission order");
+    assert!(!outcomes[1].1, "the bad batch fails");
     assert_eq!(store.task(rejected.id).await.unwrap(), None);
     assert_eq!(store.task_for_key("r").await.unwrap(), None);
-    assert!(store.task(after.id).await.unwrap().is_some());
     let events = store.events_after(0, 10).await.unwrap();
-    assert_eq!(events, vec![event(1, 1, first.id), event(2, 3, after.id)]);
+    for (n, ok) in [(0, outcomes[0].1), (2, outcomes[2].1)] {
+        let task = if n == 0 { &first } else { &after };
+        let stored = store.task(task.id).await.unwrap().is_some();
+        assert_eq!(stored, ok, "batch {n}: acknowledged exactly when written");
+        assert_eq!(
+            events.iter().any(|e| e.event.task_id() == Some(task.id)),
+            ok
+        );
+    }
+    // The store goes on: a later batch commits.
+    apply(
+        store,
+        vec![put(&after), WriteOp::Events(vec![event(5, 5, after.id)])],
+    )
+    .await;
+    assert!(store.task(after.id).await.unwrap().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,6 +56,10 @@ pub enum StoreError {
     /// A job panicked; its writes were rolled back and the store keeps running.
     #[error("a store job panicked")]
     Panicked,
+    /// A job written without its own savepoint failed, so its whole batch
+    /// was rolled back.
+    #[error("a write in the same group commit failed; the batch was rolled back")]
+    UnguardedJobFailed,
     /// The database file's file system cannot hold a WAL-mode database
     /// (no shared memory support, e.g. some network file systems).
     #[error("sqlite could not switch {path} to WAL mode (journal mode is {mode})")]

@@ -55,10 +55,16 @@ impl SqliteTaskStore {
 #[async_trait]
 impl TaskStore for SqliteTaskStore {
     fn submit(&self, batch: Vec<WriteOp>, done: Done) {
-        // An encoding error travels through the writer queue so that `done`
-        // still runs in submission order.
-        let rows = write::encode(batch);
-        self.db.write_then(move |tx| write::apply(tx, rows?), done);
+        // Rows are validated and encoded here, so the writer job is plain
+        // upserts that fail only when the transaction itself does: it runs
+        // without a savepoint of its own. An encoding error still travels
+        // through the writer queue so that `done` runs in submission order.
+        match write::encode(batch) {
+            Ok(rows) => self
+                .db
+                .write_then_unguarded(move |tx| write::apply(tx, rows), done),
+            Err(error) => self.db.write_then(move |_| Err(error), done),
+        }
     }
 
     async fn task(&self, id: TaskId) -> Result<Option<Task>, StoreError> {

@@ -165,8 +165,24 @@ impl SqliteDb {
         T: Send + 'static,
         D: FnOnce(Result<T, StoreError>) + Send + 'static,
     {
-        let job = Box::new(Job::new(job, done));
+        let job = Box::new(Job::new(job, done, true));
         // A refused job is dropped here, which reports `Closed` to `done`.
+        let _ = self.inner.commands.send(Command::Job(job));
+    }
+
+    /// Like `write_then`, without the job's own savepoint. A savepoint makes
+    /// SQLite copy every page the job touches that the batch already dirtied
+    /// into a sub-journal, which dominates the cost of small jobs on hot pages.
+    /// For jobs that fail only when the transaction itself is doomed (plain
+    /// inserts and upserts of validated rows): if such a job does fail or
+    /// panic, the whole batch rolls back and every job in it gets an error.
+    pub fn write_then_unguarded<T, F, D>(&self, job: F, done: D)
+    where
+        F: FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+        D: FnOnce(Result<T, StoreError>) + Send + 'static,
+    {
+        let job = Box::new(Job::new(job, done, false));
         let _ = self.inner.commands.send(Command::Job(job));
     }
 

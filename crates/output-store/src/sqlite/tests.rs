@@ -95,6 +95,39 @@ async fn a_failing_or_panicking_job_does_not_poison_its_batch() {
 }
 
 #[tokio::test]
+async fn a_failing_unguarded_job_takes_its_whole_batch_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let (release, held) = hold_writer(&db);
+    let first = db.write(insert("first"));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    db.write_then_unguarded(
+        |tx| -> Result<(), StoreError> {
+            insert("unguarded")(tx)?;
+            tx.execute("INSERT INTO missing_table VALUES (1)", [])?;
+            Ok(())
+        },
+        move |outcome| {
+            let _ = tx.send(outcome);
+        },
+    );
+    let last = db.write(insert("last"));
+    release.send(()).unwrap();
+    held.await.unwrap();
+
+    assert!(matches!(rx.await.unwrap(), Err(StoreError::Sqlite(_))));
+    assert!(matches!(first.await, Err(StoreError::Batch(_))));
+    assert!(matches!(last.await, Err(StoreError::Batch(_))));
+    assert!(
+        names(&db).await.is_empty(),
+        "nothing of the batch was written"
+    );
+    // The writer goes on.
+    db.write(insert("later")).await.unwrap();
+    assert_eq!(names(&db).await, ["later"]);
+}
+
+#[tokio::test]
 async fn a_lost_transaction_fails_every_job_of_its_batch() {
     let dir = tempfile::tempdir().unwrap();
     let db = open(&dir);

@@ -13,7 +13,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender};
 
 /// A batch this large commits at once; smaller ones linger for company.
 const LINGER_UNTIL: usize = 64;
@@ -31,6 +31,8 @@ pub(super) enum Command {
 
 /// A type-erased write job together with the way its outcome is delivered.
 pub(super) trait PendingJob: Send {
+    /// Whether the job runs in its own savepoint (see `commit_batch`).
+    fn guarded(&self) -> bool;
     /// Runs the job against the open transaction; returns whether it succeeded.
     fn run(&mut self, tx: &Transaction<'_>) -> bool;
     /// Delivers the outcome once the batch has ended; `batch_error` is set when
@@ -75,17 +77,19 @@ where
     work: Option<F>,
     outcome: Option<Result<T, StoreError>>,
     done: Option<D>,
+    guarded: bool,
 }
 
 impl<T, F, D> Job<T, F, D>
 where
     D: FnOnce(Result<T, StoreError>),
 {
-    pub(super) fn new(work: F, done: D) -> Self {
+    pub(super) fn new(work: F, done: D, guarded: bool) -> Self {
         Job {
             work: Some(work),
             outcome: None,
             done: Some(done),
+            guarded,
         }
     }
 
@@ -105,6 +109,10 @@ where
     T: Send,
     D: FnOnce(Result<T, StoreError>) + Send,
 {
+    fn guarded(&self) -> bool {
+        self.guarded
+    }
+
     fn run(&mut self, tx: &Transaction<'_>) -> bool {
         let Some(work) = self.work.take() else {
             return false;
@@ -154,29 +162,15 @@ pub(super) fn run(
             Command::Job(job) => batch.push(job),
             Command::Close(ack) => close = Some(ack),
         }
-        // Take what is queued; while the batch is still small, linger a
-        // moment for more, so that a burst of small writes shares one commit
-        // (each commit writes every page it dirtied to the WAL).
-        let deadline = std::time::Instant::now() + linger;
-        while close.is_none() && batch.len() < max_batch {
-            let next = match commands.try_recv() {
-                Ok(command) => command,
-                Err(TryRecvError::Disconnected) => break,
-                Err(TryRecvError::Empty) => {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    if batch.len() >= LINGER_UNTIL || left.is_zero() {
-                        break;
-                    }
-                    match commands.recv_timeout(left) {
-                        Ok(command) => command,
-                        Err(_) => break,
-                    }
-                }
-            };
-            match next {
-                Command::Job(job) => batch.push(job),
-                Command::Close(ack) => close = Some(ack),
-            }
+        // Take what is queued; if the batch is still small, linger once for
+        // company and take what arrived meanwhile, so that a burst of small
+        // writes shares one commit (each commit writes every page it dirtied
+        // to the WAL). The writer sleeps rather than waits on the queue, so
+        // arriving jobs do not wake it one by one.
+        drain(&commands, &mut batch, &mut close, max_batch);
+        if close.is_none() && !linger.is_zero() && batch.len() < LINGER_UNTIL {
+            std::thread::sleep(linger);
+            drain(&commands, &mut batch, &mut close, max_batch);
         }
         if !batch.is_empty() {
             commit_batch(&conn, &mut batch, &stats);
@@ -190,12 +184,37 @@ pub(super) fn run(
     }
 }
 
+/// Moves queued commands into `batch` (up to `max_batch`) without waiting.
+fn drain(
+    commands: &Receiver<Command>,
+    batch: &mut Vec<Box<dyn PendingJob>>,
+    close: &mut Option<Sender<()>>,
+    max_batch: usize,
+) {
+    while close.is_none() && batch.len() < max_batch {
+        match commands.try_recv() {
+            Ok(Command::Job(job)) => batch.push(job),
+            Ok(Command::Close(ack)) => *close = Some(ack),
+            Err(_) => break,
+        }
+    }
+}
+
 /// Runs `batch` in one transaction and delivers every outcome after it ends.
 fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn PendingJob>>, stats: &WriterStats) {
     let mut failed = 0u64;
     let result = (|| -> Result<(), StoreError> {
         let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
         for job in batch.iter_mut() {
+            if !job.guarded() {
+                // No savepoint: its pages need no sub-journal copy. If it
+                // fails anyway, the whole batch goes (see `write_then_unguarded`).
+                if !job.run(&tx) {
+                    failed += 1;
+                    return Err(StoreError::UnguardedJobFailed);
+                }
+                continue;
+            }
             tx.prepare_cached("SAVEPOINT job")?.execute([])?;
             if !job.run(&tx) {
                 failed += 1;

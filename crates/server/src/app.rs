@@ -23,6 +23,8 @@ pub struct AppInner {
     pub sessions: Arc<SessionRegistry>,
     pub config: Arc<Config>,
     pub admin: AdminTokenDigest,
+    /// The address the listener is bound to (the real port when `bind` asked for 0).
+    pub bound: std::net::SocketAddr,
     /// The URL SubAgents use to reach this daemon (SPEC §10.2).
     pub base_url: String,
     pub started: Instant,

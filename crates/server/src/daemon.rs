@@ -67,9 +67,10 @@ pub async fn build(
     config: Arc<Config>,
     state: PreparedState,
     env: &Environment,
-    base_url: String,
+    bound: std::net::SocketAddr,
     shutdown: CancellationToken,
 ) -> Result<Daemon, BuildError> {
+    let base_url = config.base_url(bound);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (store, outputs, db) = open_stores(&config, &state)?;
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
@@ -107,6 +108,7 @@ pub async fn build(
         engine,
         sessions,
         admin: state.admin_token,
+        bound,
         base_url,
         started: Instant::now(),
         shutdown,

@@ -104,7 +104,7 @@ pub async fn run(
         config.clone(),
         startup.state,
         &startup.env,
-        base_url.clone(),
+        addr,
         shutdown.clone(),
     )
     .await?;

@@ -106,7 +106,7 @@ async fn status(State(state): State<AppState>, caller: Caller) -> Result<Json<St
     Ok(Json(Status {
         version: env!("CARGO_PKG_VERSION"),
         uptime_secs: state.started.elapsed().as_secs(),
-        bind: state.config.server.bind.to_string(),
+        bind: state.bound.to_string(),
         base_url: state.base_url.clone(),
         store: StoreStatus {
             backend,

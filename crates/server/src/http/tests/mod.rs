@@ -97,6 +97,7 @@ impl Api {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = AppState::new(AppInner {
+            bound: addr,
             engine: engine.clone(),
             sessions,
             config: Arc::new(config),

@@ -96,6 +96,7 @@ impl Harness {
         registry.attach_engine(engine.clone());
         let admin = SessionSecret::generate();
         let state = AppState::new(AppInner {
+            bound: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             engine: engine.clone(),
             sessions: registry.clone(),
             config: Arc::new(config),

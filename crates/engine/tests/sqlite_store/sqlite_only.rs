@@ -1,0 +1,189 @@
+//! SQLite-only store tests: reopen, failed batches, the event high-water
+//! mark, schema versions, a closed database.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_state_survives_close_and_reopen() {
+    let fixture = sqlite_fixture();
+    let store: &dyn TaskStore = &fixture.store;
+    let live = running("a", 1);
+    let done = finished("b", AttemptOutcome::Pass, 50);
+    let s1 = session("kept");
+    apply(
+        store,
+        vec![
+            put(&live),
+            put(&done),
+            WriteOp::PutAttempt(attempt(live.id, 1, None)),
+            WriteOp::PutAttempt(attempt(done.id, 1, Some(AttemptOutcome::Pass))),
+            WriteOp::PutHandle {
+                digest: digest(7),
+                record: handle(live.id, 1, 1_000),
+            },
+            WriteOp::IdempotencyKey {
+                key: "k".into(),
+                task_id: live.id,
+            },
+            WriteOp::Events(vec![event(1, 1, live.id), event(2, 2, done.id)]),
+            WriteOp::Audit(audit(live.id, 3, AuditAction::Spawned)),
+            WriteOp::PutSession(Box::new(s1.clone())),
+        ],
+    )
+    .await;
+    let tasks_before = store.list_tasks(&all(None, None, None)).await.unwrap();
+    let events_before = store.events_after(0, 100).await.unwrap();
+    let audit_before = store.audit(None, 100).await.unwrap();
+    let snap_before = store.load_live(10).await.unwrap();
+
+    fixture.store.db().close().unwrap();
+    assert!(matches!(store.task(live.id).await, Err(StoreError::Closed)));
+    let reopened = open_sqlite(&fixture.path).unwrap();
+    let store: &dyn TaskStore = &reopened;
+    assert_eq!(
+        store.list_tasks(&all(None, None, None)).await.unwrap(),
+        tasks_before
+    );
+    assert_eq!(store.events_after(0, 100).await.unwrap(), events_before);
+    assert_eq!(store.audit(None, 100).await.unwrap(), audit_before);
+    assert_eq!(store.task_for_key("k").await.unwrap(), Some(live.id));
+    assert_eq!(store.attempts(done.id).await.unwrap().len(), 1);
+    let snap = store.load_live(10).await.unwrap();
+    assert_eq!(snap.tasks, snap_before.tasks);
+    assert_eq!(snap.tasks, vec![live.clone()]);
+    assert_eq!(snap.attempts, snap_before.attempts);
+    assert_eq!(snap.handles, vec![(digest(7), handle(live.id, 1, 1_000))]);
+    assert_eq!(snap.sessions, vec![s1]);
+    assert_eq!(snap.last_event_seq, 2);
+
+    // Audit ids keep counting after a restart.
+    apply(
+        store,
+        vec![WriteOp::Audit(audit(done.id, 4, AuditAction::Completed))],
+    )
+    .await;
+    assert_eq!(store.audit(None, 1).await.unwrap()[0].id, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_failed_batch_writes_nothing_and_keeps_order() {
+    let fixture = sqlite_fixture();
+    let store: &dyn TaskStore = &fixture.store;
+    let first = new_task("a", 1);
+    let rejected = new_task("a", 2);
+    let after = new_task("a", 3);
+    let outcomes = Arc::new(Mutex::new(Vec::new()));
+    let batches = vec![
+        vec![put(&first), WriteOp::Events(vec![event(1, 1, first.id)])],
+        // A reused event seq fails the whole batch, task included. Task-store
+        // batches run without their own savepoint, so batches that shared its
+        // group commit fail with it: each batch is all or nothing.
+        vec![
+            put(&rejected),
+            WriteOp::IdempotencyKey {
+                key: "r".into(),
+                task_id: rejected.id,
+            },
+            WriteOp::Events(vec![event(1, 2, rejected.id)]),
+        ],
+        vec![put(&after), WriteOp::Events(vec![event(2, 3, after.id)])],
+    ];
+    for (n, batch) in batches.into_iter().enumerate() {
+        let outcomes = Arc::clone(&outcomes);
+        store.submit(
+            batch,
+            Box::new(move |outcome| outcomes.lock().unwrap().push((n, outcome.is_ok()))),
+        );
+    }
+    // The barrier may share the failed group commit too.
+    let _ = commit(store, vec![]).await;
+    let outcomes = outcomes.lock().unwrap().clone();
+    let order: Vec<usize> = outcomes.iter().map(|(n, _)| *n).collect();
+    assert_eq!(order, vec![0, 1, 2], "callbacks run in submission order");
+    assert!(!outcomes[1].1, "the bad batch fails");
+    assert_eq!(store.task(rejected.id).await.unwrap(), None);
+    assert_eq!(store.task_for_key("r").await.unwrap(), None);
+    let events = store.events_after(0, 10).await.unwrap();
+    for (n, ok) in [(0, outcomes[0].1), (2, outcomes[2].1)] {
+        let task = if n == 0 { &first } else { &after };
+        let stored = store.task(task.id).await.unwrap().is_some();
+        assert_eq!(stored, ok, "batch {n}: acknowledged exactly when written");
+        assert_eq!(
+            events.iter().any(|e| e.event.task_id() == Some(task.id)),
+            ok
+        );
+    }
+    // The store goes on: a later batch commits.
+    apply(
+        store,
+        vec![put(&after), WriteOp::Events(vec![event(5, 5, after.id)])],
+    )
+    .await;
+    assert!(store.task(after.id).await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_event_seq_high_water_survives_prune_and_reopen() {
+    let fixture = sqlite_fixture();
+    let store: &dyn TaskStore = &fixture.store;
+    let task = new_task("a", 1);
+    apply(
+        store,
+        vec![WriteOp::Events(
+            (1..=3).map(|s| event(s, s, task.id)).collect(),
+        )],
+    )
+    .await;
+    store.prune(1_000).await.unwrap();
+    assert!(store.events_after(0, 10).await.unwrap().is_empty());
+    // The next event must not reuse a seq a subscriber may have seen.
+    assert_eq!(store.load_live(0).await.unwrap().last_event_seq, 3);
+
+    fixture.store.db().close().unwrap();
+    let reopened = open_sqlite(&fixture.path).unwrap();
+    assert_eq!(reopened.load_live(0).await.unwrap().last_event_seq, 3);
+    apply(
+        &reopened,
+        vec![WriteOp::Events(vec![event(4, 2_000, task.id)])],
+    )
+    .await;
+    assert_eq!(reopened.load_live(0).await.unwrap().last_event_seq, 4);
+}
+
+#[test]
+fn sqlite_schema_version_is_stamped_and_newer_files_are_refused() {
+    let fixture = sqlite_fixture();
+    fixture.store.db().close().unwrap();
+    let version = |path: &Path| -> i64 {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap()
+    };
+    assert_eq!(version(&fixture.path), SqliteTaskStore::SCHEMA_VERSION);
+
+    // Opening again at the same version is a no-op migration.
+    let again = open_sqlite(&fixture.path).unwrap();
+    again.db().close().unwrap();
+    assert_eq!(version(&fixture.path), SqliteTaskStore::SCHEMA_VERSION);
+
+    let conn = rusqlite::Connection::open(&fixture.path).unwrap();
+    conn.pragma_update(None, "user_version", SqliteTaskStore::SCHEMA_VERSION + 1)
+        .unwrap();
+    drop(conn);
+    let refused = open_sqlite(&fixture.path).unwrap_err();
+    assert!(matches!(refused, StoreError::Sqlite(_)), "{refused}");
+    let message = refused.to_string();
+    let newer = SqliteTaskStore::SCHEMA_VERSION + 1;
+    assert!(
+        message.contains(&format!("task schema version {newer}")) && message.contains("newer"),
+        "{message}"
+    );
+}
+
+#[test]
+fn sqlite_open_on_a_closed_db_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = SqliteDb::open(SqliteOptions::new(dir.path().join("swarmd.db"))).unwrap();
+    db.close().unwrap();
+    assert!(matches!(SqliteTaskStore::open(db), Err(StoreError::Closed)));
+}

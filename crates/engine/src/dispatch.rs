@@ -155,19 +155,7 @@ impl Engine {
             reason: None,
             finished_ms: None,
         };
-        let ctx = Ctx {
-            task_id: state.task.id,
-            attempt,
-            agent: state.task.agent.clone(),
-            layers: state.task.layers.clone(),
-            session: state.task.session,
-            operator: state
-                .task
-                .session
-                .and_then(|sid| self.inner.operators.session(&sid)),
-            deadline_ms: run.lease_deadline_ms,
-            meta: Map::new(),
-        };
+        let ctx = self.ctx_for(&state.task, attempt, run.lease_deadline_ms);
         let mut ops = Vec::with_capacity(3);
         let credential = match self.mint(state.task.id, attempt, &run.verbs) {
             Ok((credential, digest, handle)) => {
@@ -221,6 +209,23 @@ impl Engine {
             },
             stack,
         ))
+    }
+
+    /// The context of one attempt, with the owning session's capabilities
+    /// resolved now (the session may have changed since the last attempt).
+    fn ctx_for(&self, task: &crate::task::Task, attempt: u32, deadline_ms: u64) -> Ctx {
+        Ctx {
+            task_id: task.id,
+            attempt,
+            agent: task.agent.clone(),
+            layers: task.layers.clone(),
+            session: task.session,
+            operator: task
+                .session
+                .and_then(|sid| self.inner.operators.session(&sid)),
+            deadline_ms,
+            meta: Map::new(),
+        }
     }
 
     /// Phases 2–4: mint the credential, spawn, and join raced against cancel
@@ -457,19 +462,8 @@ impl Engine {
     ) {
         let (ctx, agent, layers) = {
             let state = cell.lock();
-            let ctx = Ctx {
-                task_id: state.task.id,
-                attempt,
-                agent: state.task.agent.clone(),
-                layers: state.task.layers.clone(),
-                session: state.task.session,
-                operator: state
-                    .task
-                    .session
-                    .and_then(|sid| self.inner.operators.session(&sid)),
-                deadline_ms: state.run.as_ref().map_or(0, |r| r.lease_deadline_ms),
-                meta: Map::new(),
-            };
+            let deadline_ms = state.run.as_ref().map_or(0, |r| r.lease_deadline_ms);
+            let ctx = self.ctx_for(&state.task, attempt, deadline_ms);
             (ctx, state.task.agent.clone(), state.task.layers.clone())
         };
         let p = Prepared {
@@ -556,12 +550,7 @@ impl Engine {
             }
             state.task.agent.clone()
         };
-        let limit = self
-            .inner
-            .resolver
-            .profile(&agent, &cell.lock().task.layers)
-            .ok()
-            .and_then(|p| p.concurrency);
+        let limit = self.agent_limit(&cell.lock().task);
         self.admit(&agent, limit, id);
     }
 

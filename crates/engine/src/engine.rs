@@ -378,11 +378,7 @@ impl Engine {
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, EngineError> {
         let session = {
-            let cell = self
-                .inner
-                .live
-                .get(&task_id)
-                .ok_or(EngineError::TaskTerminal)?;
+            let cell = self.live_cell(task_id)?;
             let state = cell.lock();
             crate::worker_api::check_open(&state, attempt)?;
             state.task.session
@@ -579,6 +575,20 @@ impl Engine {
         events: Vec<(Option<crate::ids::SessionId>, Event)>,
     ) -> Result<(), EngineError> {
         wait_commit(self.submit(ops, events)).await
+    }
+
+    /// The agent's concurrency limit (none when it no longer resolves).
+    pub(crate) fn agent_limit(&self, task: &Task) -> Option<usize> {
+        self.inner
+            .resolver
+            .profile(&task.agent, &task.layers)
+            .ok()
+            .and_then(|p| p.concurrency)
+    }
+
+    /// The live cell of a task; a task no longer in memory is terminal.
+    pub(crate) fn live_cell(&self, id: TaskId) -> Result<Arc<TaskCell>, EngineError> {
+        self.inner.live.get(&id).ok_or(EngineError::TaskTerminal)
     }
 
     /// Queues a task for admission and starts whatever may start.

@@ -104,12 +104,7 @@ impl Engine {
             // Queued, or running between attempts (a retry was pending).
             _ => {
                 let agent = task.agent.clone();
-                let limit = self
-                    .inner
-                    .resolver
-                    .profile(&task.agent, &task.layers)
-                    .ok()
-                    .and_then(|p| p.concurrency);
+                let limit = self.agent_limit(&task);
                 self.inner.live.insert(TaskCell::new(task));
                 self.defer(Pending::Admit { agent, limit, id });
                 report.requeued += 1;
@@ -161,12 +156,7 @@ impl Engine {
         if retry {
             let id = task.id;
             let agent = task.agent.clone();
-            let limit = self
-                .inner
-                .resolver
-                .profile(&task.agent, &task.layers)
-                .ok()
-                .and_then(|p| p.concurrency);
+            let limit = self.agent_limit(&task);
             self.inner.live.insert(TaskCell::new(task));
             self.defer(Pending::Admit { agent, limit, id });
         }
@@ -202,14 +192,8 @@ impl Engine {
         });
         self.inner.live.insert(cell.clone());
         // The resumed attempt holds a running slot like any other.
-        let agent = task.agent.clone();
-        let limit = self
-            .inner
-            .resolver
-            .profile(&task.agent, &task.layers)
-            .ok()
-            .and_then(|p| p.concurrency);
-        self.admission().occupy(&agent, limit);
+        let limit = self.agent_limit(&task);
+        self.admission().occupy(&task.agent, limit);
         self.defer(Pending::Resume {
             cell,
             attempt: attempt.attempt,

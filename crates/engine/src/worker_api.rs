@@ -285,11 +285,7 @@ impl Engine {
         task_id: TaskId,
         attempt: u32,
     ) -> Result<Option<crate::ids::SessionId>, EngineError> {
-        let cell = self
-            .inner
-            .live
-            .get(&task_id)
-            .ok_or(EngineError::TaskTerminal)?;
+        let cell = self.live_cell(task_id)?;
         let mut state = cell.lock();
         check_open(&state, attempt)?;
         self.touch(&mut state, attempt);
@@ -392,11 +388,7 @@ impl Engine {
         let ttl = self.inner.config.worker_token_ttl_secs;
         let now_secs = self.inner.clock.now_secs();
         let (deadline, handle_digest, current_exp, verbs) = {
-            let cell = self
-                .inner
-                .live
-                .get(&task_id)
-                .ok_or(EngineError::TaskTerminal)?;
+            let cell = self.live_cell(task_id)?;
             let mut state = cell.lock();
             check_open(&state, auth.attempt)?;
             let deadline = self.touch(&mut state, auth.attempt);
@@ -457,11 +449,7 @@ impl Engine {
         old: &crate::spawn::WorkerCredential,
     ) -> Result<crate::spawn::WorkerCredential, EngineError> {
         let verbs = {
-            let cell = self
-                .inner
-                .live
-                .get(&task_id)
-                .ok_or(EngineError::TaskTerminal)?;
+            let cell = self.live_cell(task_id)?;
             let state = cell.lock();
             check_open(&state, attempt)?;
             state

@@ -17,6 +17,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "swarmd-bench", version, max_term_width = 100)]
 pub struct Cli {
+    /// Generator threads (1: a single-threaded runtime, which leaves more
+    /// of a small machine to the daemon).
+    #[arg(long, global = true, default_value_t = 1)]
+    pub threads: usize,
     #[command(flatten)]
     pub target: TargetArgs,
     #[command(subcommand)]
@@ -124,6 +128,9 @@ pub struct WsArgs {
     pub rate: Option<f64>,
     #[command(flatten)]
     pub bound: Bound,
+    /// Write every finished task as `done_ms,latency_us` to this file.
+    #[arg(long, value_name = "PATH")]
+    pub latency_csv: Option<PathBuf>,
 }
 
 /// `http`.
@@ -138,6 +145,9 @@ pub struct HttpArgs {
     pub in_flight: usize,
     #[command(flatten)]
     pub bound: Bound,
+    /// Write every finished task as `done_ms,latency_us` to this file.
+    #[arg(long, value_name = "PATH")]
+    pub latency_csv: Option<PathBuf>,
 }
 
 /// `idle-capacity`.
@@ -178,4 +188,40 @@ fn parse_secs(text: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|e| format!("not a number of seconds: {e}"))?;
     Duration::try_from_secs_f64(secs).map_err(|e| format!("bad duration: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_and_durations_parse() {
+        let cli = Cli::try_parse_from([
+            "swarmd-bench",
+            "--spawn-daemon",
+            "/bin/swarmd",
+            "--store",
+            "sqlite,memory",
+            "ws-delegated",
+            "-c",
+            "8",
+            "--duration",
+            "2.5",
+        ])
+        .expect("valid flags");
+        assert_eq!(cli.target.store, [StoreKind::Sqlite, StoreKind::Memory]);
+        let Command::WsDelegated(ws) = cli.command else {
+            panic!("not ws-delegated");
+        };
+        assert_eq!(ws.in_flight, 8);
+        assert_eq!(ws.bound.duration, Duration::from_millis(2500));
+        assert!(parse_secs("-1").is_err() && parse_secs("x").is_err());
+    }
 }

@@ -48,6 +48,9 @@ pub async fn run(
         Some(handle) => handle.await?,
         None => count_sampler.end(),
     };
+    if let Some(path) = &args.latency_csv {
+        tally.write_csv(path)?;
+    }
     Ok(RunReport {
         workload: format!("http {}", args.agent),
         store: target.store_label.clone(),

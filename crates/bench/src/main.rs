@@ -23,10 +23,25 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    match plan::run(cli).await {
+    let runtime = match cli.threads {
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n.max(1))
+            .enable_all()
+            .build(),
+    };
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("swarmd-bench: cannot start the runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(plan::run(cli)) {
         Ok(0) => ExitCode::SUCCESS,
         Ok(errors) => {
             eprintln!("swarmd-bench: {errors} errors");

@@ -94,6 +94,7 @@ async fn matrix(
             in_flight,
             rate: None,
             bound: args.bound.clone(),
+            latency_csv: None,
         };
         record(ws_delegated::run(target, http, &ws).await?);
     }
@@ -103,6 +104,7 @@ async fn matrix(
             in_flight: 0,
             rate: Some(args.rate),
             bound: args.bound.clone(),
+            latency_csv: None,
         };
         record(ws_delegated::run(target, http, &ws).await?);
     }
@@ -112,6 +114,7 @@ async fn matrix(
                 agent: agent.to_owned(),
                 in_flight: args.http_in_flight,
                 bound: args.bound.clone(),
+                latency_csv: None,
             };
             record(http_load::run(target, http, &run).await?);
         }
@@ -133,6 +136,7 @@ async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<R
         in_flight: 8,
         rate: None,
         bound: counted(200),
+        latency_csv: None,
     };
     reports.push(expect_count(
         ws_delegated::run(target, http, &closed).await?,
@@ -143,6 +147,7 @@ async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<R
         in_flight: 0,
         rate: Some(200.0),
         bound: counted(100),
+        latency_csv: None,
     };
     reports.push(expect_count(
         ws_delegated::run(target, http, &open).await?,
@@ -153,6 +158,7 @@ async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<R
             agent: agent.to_owned(),
             in_flight: 4,
             bound: counted(20),
+            latency_csv: None,
         };
         reports.push(expect_count(
             http_load::run(target, http, &args).await?,

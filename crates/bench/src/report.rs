@@ -32,7 +32,7 @@ impl RunReport {
     pub fn one_line(&self) -> String {
         format!(
             "{} [{}] {} m={}: {:.0} tasks/s, p50 {} p99 {} max {}, errors {}, \
-             srv CPU {} s/1k, gen CPU {} s/1k, peak RSS {} MiB, load {}",
+             srv CPU {} s/1k, gen CPU {} s/1k, peak RSS {} MiB, load {}, frames in/task {}",
             self.workload,
             self.store,
             self.load_shape,
@@ -46,6 +46,7 @@ impl RunReport {
             opt(per_1k(self.usage.generator_cpu, self.summary.completed), 3),
             mib(self.usage.server_hwm_kib),
             opt(self.usage.load, 2),
+            opt(self.summary.frames_per_task, 1),
         )
     }
 }
@@ -130,6 +131,7 @@ mod tests {
                 p99: Some(Duration::from_micros(4000)),
                 max: Some(Duration::from_millis(12)),
                 errors: BTreeMap::new(),
+                frames_per_task: None,
             },
             usage: Usage {
                 server_cpu: Some(1.0),

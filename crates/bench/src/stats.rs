@@ -15,6 +15,8 @@ pub struct Tally {
     samples: Vec<(u64, u64)>,
     /// Errors by code.
     pub errors: BTreeMap<String, u64>,
+    /// WebSocket frames received from the daemon.
+    pub frames_in: u64,
 }
 
 impl Tally {
@@ -49,6 +51,7 @@ impl Tally {
     /// Adds another worker's tally to this one.
     pub fn merge(&mut self, other: Tally) {
         self.samples.extend(other.samples);
+        self.frames_in += other.frames_in;
         for (code, count) in other.errors {
             self.errors_by(code, count);
         }
@@ -63,6 +66,20 @@ impl Tally {
     pub fn last_done(&self) -> Duration {
         let last = self.samples.iter().map(|(done, _)| *done).max();
         Duration::from_micros(last.unwrap_or(0))
+    }
+
+    /// Writes every sample as a `done_ms,latency_us` line, in completion
+    /// order, for plotting a run's latency over time.
+    pub fn write_csv(&self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut samples = self.samples.clone();
+        samples.sort_unstable();
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        writeln!(out, "done_ms,latency_us")?;
+        for (done, latency) in samples {
+            writeln!(out, "{:.3},{latency}", done as f64 / 1000.0)?;
+        }
+        out.flush()
     }
 
     /// The summary over `window`: throughput counts the tasks finished
@@ -96,6 +113,8 @@ impl Tally {
             p99: percentile(&latencies, 99.0),
             max: latencies.last().copied().map(Duration::from_micros),
             errors: self.errors.clone(),
+            frames_per_task: (self.frames_in > 0 && !self.samples.is_empty())
+                .then(|| self.frames_in as f64 / self.samples.len() as f64),
         }
     }
 }
@@ -119,6 +138,8 @@ pub struct Summary {
     pub p99: Option<Duration>,
     pub max: Option<Duration>,
     pub errors: BTreeMap<String, u64>,
+    /// WebSocket frames received per finished task (ws workloads).
+    pub frames_per_task: Option<f64>,
 }
 
 impl Summary {
@@ -198,6 +219,18 @@ mod tests {
         assert_eq!(summary.max, Some(ms(5)), "the warm-up's 900 ms is left out");
         assert_eq!(summary.p50, Some(ms(3)));
         assert_eq!(tally.last_done(), ms(3500));
+    }
+
+    #[test]
+    fn the_csv_lists_samples_in_completion_order() {
+        let start = Instant::now();
+        let mut tally = Tally::default();
+        tally.record(start, start + ms(20), ms(3));
+        tally.record(start, start + ms(10), ms(2));
+        let file = tempfile::NamedTempFile::new().unwrap();
+        tally.write_csv(file.path()).unwrap();
+        let text = std::fs::read_to_string(file.path()).unwrap();
+        assert_eq!(text, "done_ms,latency_us\n10.000,2000\n20.000,3000\n");
     }
 
     #[test]

@@ -92,6 +92,9 @@ pub async fn run(
         None => count_sampler.end(),
     };
     let summary = tally.summarize(clock.measured(&tally));
+    if let Some(path) = &args.latency_csv {
+        tally.write_csv(path)?;
+    }
     Ok(RunReport {
         workload: "ws-delegated".to_owned(),
         store: target.store_label.clone(),
@@ -273,6 +276,7 @@ impl Driver {
 
     /// Handles one message; false when the socket is gone.
     fn on_message(&mut self, received: Received) -> bool {
+        self.tally.frames_in += 1;
         match received {
             Received::Frame(frame) => self.on_frame(*frame),
             Received::Event | Received::Other => {}

@@ -146,8 +146,16 @@ impl Reader<'_> {
     }
 
     async fn complete(&self, req_id: ReqId, reply: Reply) {
+        let late_spawn_reply = matches!(reply, Reply::Spawn(_));
         if let Err(error) = self.session.pending.complete(req_id.as_str(), reply) {
             let code = match error {
+                // An ack or halt for a spawn whose attempt already ended (its
+                // Final was posted, or it was cancelled or timed out) is
+                // normal: the attempt no longer waits for it.
+                ReplyError::Unknown(_) if late_spawn_reply => {
+                    tracing::debug!(req_id = req_id.as_str(), "late spawn reply ignored");
+                    return;
+                }
                 ReplyError::Unknown(_) => "unknown_request",
                 ReplyError::WrongKind { .. } => "bad_request",
             };

@@ -4,7 +4,8 @@
 //! The daemon is `$SWARMD_BIN`, else `swarmd` in the workspace's target
 //! directory (`$CARGO_TARGET_DIR` or `target/`, debug profile). Cargo cannot
 //! build another package's binary for this test, so build it first
-//! (`cargo build -p swarmd-server`); without it the test says so and passes.
+//! (`cargo build -p swarmd-server`); without it the test says so and passes,
+//! except under CI (`CI` set), where a missing daemon is a failure.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -29,6 +30,10 @@ fn daemon_binary() -> Option<PathBuf> {
 #[test]
 fn the_smoke_run_finishes_every_workload_without_errors() {
     let Some(daemon) = daemon_binary() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must build the daemon before the smoke run (cargo build -p swarmd-server)"
+        );
         eprintln!(
             "SKIPPED: no swarmd binary; run `cargo build -p swarmd-server` first or set SWARMD_BIN"
         );

@@ -144,6 +144,7 @@ impl Engine {
             handle_digest: None,
             token_exp_secs: 0,
             verbs,
+            last_final: None,
         };
         let record = AttemptRecord {
             task_id: state.task.id,

@@ -405,6 +405,13 @@ impl Engine {
             .stats
             .store_append_latency
             .observe(started.elapsed());
+        if let Some(last) = records.iter().rev().find(|r| r.event.is_final())
+            && let Some(cell) = self.inner.live.get(&task_id)
+            && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt)
+            && run.last_final.as_ref().is_none_or(|f| f.seq < last.seq)
+        {
+            run.last_final = Some(last.clone());
+        }
         let published = records
             .iter()
             .map(|r| {
@@ -429,6 +436,16 @@ impl Engine {
         task_id: TaskId,
         attempt: u32,
     ) -> Result<Option<OutputRecord>, EngineError> {
+        let cached = self.inner.live.get(&task_id).and_then(|cell| {
+            cell.lock()
+                .run
+                .as_ref()
+                .filter(|r| r.attempt == attempt)
+                .and_then(|r| r.last_final.clone())
+        });
+        if cached.is_some() {
+            return Ok(cached);
+        }
         Ok(self
             .inner
             .outputs

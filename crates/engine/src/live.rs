@@ -44,6 +44,9 @@ pub(crate) struct RunState {
     pub token_exp_secs: u64,
     /// What the attempt's credentials carry (re-mints keep them).
     pub verbs: Vec<crate::gate::Verb>,
+    /// The attempt's last Final as stored (highest seq), so deciding the
+    /// attempt and the layers that look at it need no store read.
+    pub last_final: Option<swarmd_output_store::OutputRecord>,
 }
 
 impl RunState {

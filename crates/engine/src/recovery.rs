@@ -189,6 +189,7 @@ impl Engine {
             handle_digest: None,
             token_exp_secs: 0,
             verbs: crate::worker_api::worker_verbs(allow_subtasks),
+            last_final: None,
         });
         self.inner.live.insert(cell.clone());
         // The resumed attempt holds a running slot like any other.

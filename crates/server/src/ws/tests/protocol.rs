@@ -30,11 +30,16 @@ async fn garbage_frames_get_errors_and_the_connection_stays_up() {
             "the frame has no `type`",
         ),
         (
-            r#"{"type":"spawn_ack","req_id":"g-4"}"#,
+            r#"{"type":"answer","req_id":"g-4","value":1}"#,
             Some("g-4"),
             "no pending request `g-4`",
         ),
     ];
+    // An ack for a spawn that is no longer pending (its attempt ended) is
+    // ignored: the next frame the client sees answers the first case.
+    client
+        .send_text(r#"{"type":"spawn_ack","req_id":"long-gone"}"#)
+        .await;
     for (text, req_id, message) in cases {
         client.send_text(text).await;
         let error = client.recv().await;

@@ -191,16 +191,22 @@ impl Engine {
             });
         }
         let id = TaskId::new();
+        let policy = Policy::resolve(&spec.policy, &self.inner.config.defaults);
         if let Some(key) = &spec.idempotency_key
             && let Some(existing) = self.claim_key(key, id).await?
         {
-            return self
+            let task = self
                 .get_task(existing)
                 .await?
-                .ok_or_else(|| EngineError::NotFound(format!("task {existing}")));
+                .ok_or_else(|| EngineError::NotFound(format!("task {existing}")))?;
+            // A retry must be the same request; a reused key with another
+            // request is a client bug, not a retry.
+            if !same_request(&task, &spec, &policy) {
+                return Err(EngineError::IdempotencyConflict);
+            }
+            return Ok(task);
         }
         let now = self.inner.clock.now_ms();
-        let policy = Policy::resolve(&spec.policy, &self.inner.config.defaults);
         let key = spec.idempotency_key.clone();
         let task = Task::new(id, spec, policy, depth, now);
         let cell = TaskCell::new(task.clone());
@@ -685,6 +691,19 @@ pub(crate) async fn wait_commit(
     rx.await
         .map_err(|_| EngineError::Store(swarmd_output_store::StoreError::Closed))?
         .map_err(EngineError::Store)
+}
+
+/// Whether `spec` (with its resolved `policy`) asks for what `task` is.
+fn same_request(task: &Task, spec: &TaskSpec, policy: &Policy) -> bool {
+    task.agent == spec.agent
+        && task.prompt == spec.prompt
+        && task.system == spec.system
+        && task.input == spec.input
+        && task.metadata == spec.metadata
+        && task.layers == spec.layers
+        && task.parent == spec.parent
+        && task.session == spec.session
+        && task.policy == *policy
 }
 
 fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {

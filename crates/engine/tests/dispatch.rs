@@ -382,8 +382,11 @@ async fn spawn_is_idempotent_and_validates() {
     let mut s = spec("a");
     s.idempotency_key = Some("key-1".into());
     let one = engine.spawn_task(s.clone()).await.unwrap();
-    let two = engine.spawn_task(s).await.unwrap();
+    let two = engine.spawn_task(s.clone()).await.unwrap();
     assert_eq!(one.id, two.id);
+    s.prompt = "something else".into();
+    let err = engine.spawn_task(s).await.unwrap_err();
+    assert_eq!(err.code(), "idempotency_conflict");
 
     let err = engine.spawn_task(spec("nobody")).await.unwrap_err();
     assert_eq!(err.code(), "not_found");

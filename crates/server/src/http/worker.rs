@@ -19,7 +19,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::{HeartbeatAck, PromptView, ResultAck, ResultPost, body_digest};
+use swarmd_engine::{HeartbeatAck, PromptView, ResultAck, ResultPost, WorkerAuth, body_digest};
 use swarmd_output_store::OutputEvent;
 
 use crate::app::AppState;
@@ -119,12 +119,7 @@ async fn result(
         idempotency_key: key,
         body_digest: body_digest(&body),
     };
-    let ack = state
-        .engine
-        .post_result(&auth, post)
-        .await
-        .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
-    Ok(Json(ack))
+    post_final(&state, &bearer, &auth, post).await
 }
 
 async fn submit(
@@ -155,12 +150,22 @@ async fn submit(
         idempotency_key: key,
         body_digest: digest,
     };
-    let ack = state
+    post_final(&state, &bearer, &auth, post).await
+}
+
+/// Posts the attempt's Final: the common end of `result` and `submit`.
+async fn post_final(
+    state: &AppState,
+    bearer: &WorkerBearer,
+    auth: &WorkerAuth,
+    post: ResultPost,
+) -> Result<Json<ResultAck>, ApiError> {
+    state
         .engine
-        .post_result(&auth, post)
+        .post_result(auth, post)
         .await
-        .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
-    Ok(Json(ack))
+        .map(Json)
+        .map_err(|e| worker_refusal(state, &bearer.0, e))
 }
 
 async fn output(

@@ -366,6 +366,12 @@ impl Ws {
         self.ws.send(message).await.unwrap();
     }
 
+    /// Sends a frame the daemon may refuse while it is still being written
+    /// (it closes the socket, and the rest of the write meets a reset).
+    pub async fn try_send_message(&mut self, message: Message) -> bool {
+        self.ws.send(message).await.is_ok()
+    }
+
     /// The next JSON frame; fails on a close or after `PATIENCE`.
     pub async fn recv(&mut self) -> Value {
         match self.next_within(PATIENCE).await {

@@ -160,7 +160,7 @@ async fn list_attempts_is_sorted_and_exact(store: &dyn OutputStore) {
 
 async fn prune_and_forget_remove_whole_tasks(store: &dyn OutputStore, clock: &ManualClock) {
     let (old, mixed, fresh) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
-    clock.set(1_000);
+    clock.set_ms(1_000);
     store
         .append(old, 1, "w", vec![progress("1"), progress("2")])
         .await
@@ -169,7 +169,7 @@ async fn prune_and_forget_remove_whole_tasks(store: &dyn OutputStore, clock: &Ma
         .append(mixed, 1, "w", vec![progress("1")])
         .await
         .unwrap();
-    clock.set(9_000);
+    clock.set_ms(9_000);
     store
         .append(mixed, 2, "w", vec![progress("2")])
         .await
@@ -206,7 +206,7 @@ async fn prune_and_forget_remove_whole_tasks(store: &dyn OutputStore, clock: &Ma
         [1]
     );
     store.forget(&[mixed]).await.unwrap();
-    clock.set(20_000);
+    clock.set_ms(20_000);
 }
 
 async fn concurrent_appends_keep_seqs_dense_and_unique(store: Arc<dyn OutputStore>) {

@@ -209,9 +209,10 @@ impl Engine {
         let now = self.inner.clock.now_ms();
         let key = spec.idempotency_key.clone();
         let task = Task::new(id, spec, policy, depth, now);
-        let cell = TaskCell::new(task.clone());
+        let cell = TaskCell::with_key(task.clone(), key.clone());
         self.inner.live.insert(cell);
         let mut ops = vec![WriteOp::PutTask(Box::new(task.clone()))];
+        let task_key = key.clone();
         if let Some(key) = key {
             ops.push(WriteOp::IdempotencyKey { key, task_id: id });
         }
@@ -228,6 +229,9 @@ impl Engine {
         ];
         if let Err(e) = self.submit_and_wait(ops, events).await {
             self.inner.live.remove(&id);
+            if let Some(key) = &task_key {
+                self.keys().remove(key);
+            }
             return Err(e);
         }
         self.inner
@@ -260,10 +264,6 @@ impl Engine {
 
     fn keys(&self) -> MutexGuard<'_, HashMap<String, TaskId>> {
         self.inner.keys.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn keys_retain(&self, keep: impl Fn(&TaskId) -> bool) {
-        self.keys().retain(|_, task| keep(task));
     }
 
     /// The task, live or stored.
@@ -630,9 +630,14 @@ impl Engine {
     }
 
     /// Marks a terminal task done for waiters and drops it from memory.
+    /// Its idempotency key leaves memory too: the store answers later
+    /// retries, so the key map holds live tasks only.
     pub(crate) fn retire(&self, cell: &Arc<TaskCell>, id: TaskId) {
         cell.terminal.send_replace(true);
         self.inner.live.remove(&id);
+        if let Some(key) = &cell.key {
+            self.keys().remove(key);
+        }
     }
 
     fn arm_queue_timeout(&self, id: TaskId, after: Duration) {

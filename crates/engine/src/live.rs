@@ -68,14 +68,22 @@ pub(crate) struct TaskCell {
     state: Mutex<TaskState>,
     /// Flips to true when the task becomes terminal.
     pub terminal: watch::Sender<bool>,
+    /// The idempotency key that created the task, held in the engine's
+    /// in-memory key map only while the task is live.
+    pub key: Option<String>,
 }
 
 impl TaskCell {
     pub(crate) fn new(task: Task) -> Arc<Self> {
+        Self::with_key(task, None)
+    }
+
+    pub(crate) fn with_key(task: Task, key: Option<String>) -> Arc<Self> {
         let terminal = task.status().is_terminal();
         Arc::new(TaskCell {
             state: Mutex::new(TaskState { task, run: None }),
             terminal: watch::Sender::new(terminal),
+            key,
         })
     }
 

@@ -2,7 +2,6 @@
 //! pruned with their attempts, outputs and events, and expired handles are
 //! forgotten, by a periodic job the daemon starts.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::Engine;
@@ -18,8 +17,6 @@ impl Engine {
         if !gone.is_empty() {
             let uuids: Vec<_> = gone.iter().map(TaskId::as_uuid).collect();
             self.inner.outputs.forget(&uuids).await?;
-            let gone_set: HashSet<TaskId> = gone.iter().copied().collect();
-            self.keys_retain(|task| !gone_set.contains(task));
         }
         let now_secs = now_ms / 1000;
         let leeway = self.inner.tokens.config().leeway_secs;

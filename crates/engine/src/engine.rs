@@ -227,22 +227,40 @@ impl Engine {
             ),
             (task.session, Event::TaskQueued { task_id: id }),
         ];
-        if let Err(e) = self.submit_and_wait(ops, events).await {
-            self.inner.live.remove(&id);
-            if let Some(key) = &task_key {
-                self.keys().remove(key);
-            }
+        // The task is admitted as soon as its record is queued, not once it
+        // is durable: its attempt's writes queue behind this batch, so they
+        // commit in the same group commit or a later one, and nothing about
+        // the attempt leaves the daemon before its own (later) commit. The
+        // caller hears back only once the task itself is durable.
+        let recorded = self.submit(ops, events);
+        self.admit(&task.agent, profile.concurrency, id);
+        if let Err(e) = wait_commit(recorded).await {
+            self.abandon_unrecorded(id, task_key.as_deref()).await;
             return Err(e);
         }
         self.inner
             .stats
             .tasks_created
             .fetch_add(1, Ordering::Relaxed);
-        self.admit(&task.agent, profile.concurrency, id);
         if let Some(secs) = task.policy.queue_timeout_secs {
             self.arm_queue_timeout(id, Duration::from_secs(secs));
         }
         Ok(task)
+    }
+
+    /// Withdraws a task whose record could not be written, through the
+    /// cancel path (out of admission, its attempt fenced and stopped). The
+    /// caller gets the write error, so the task was never acknowledged; if
+    /// a later commit does succeed it records the task as cancelled.
+    async fn abandon_unrecorded(&self, id: TaskId, key: Option<&str>) {
+        let reason = "its record could not be written".to_owned();
+        if let Err(error) = self.cancel_task(id, Some(reason)).await {
+            tracing::warn!(task_id = %id, %error, "could not withdraw an unrecorded task");
+        }
+        if let Some(key) = key {
+            self.keys().remove(key);
+        }
+        self.inner.live.remove(&id);
     }
 
     /// Returns the task an idempotency key already names, or claims the key

@@ -30,7 +30,7 @@ use writer::{Command, Job};
 
 /// Page cache of the writer: 16 MiB holds the right edge and interior pages of
 /// every hot B-tree (outputs, events, tasks) so appends rarely read from disk.
-const WRITER_CACHE_KIB: i64 = 16 * 1024;
+const WRITER_CACHE_KIB: i64 = 1024;
 
 /// WAL pages after which the writer checkpoints inside a commit. The
 /// background checkpointer (`checkpoint`) normally keeps the WAL far below

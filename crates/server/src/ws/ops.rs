@@ -1,12 +1,15 @@
-//! The connection's ops worker: runs `spawn_task` and `cancel_task` in the
-//! order the client sent them. It is its own task, not part of the socket's
+//! The connection's ops worker: runs `spawn_task` and `cancel_task`, up to
+//! [`OPS_IN_FLIGHT`] at once. It is its own task, not part of the socket's
 //! halves, so a socket that drops mid-operation never cuts an engine call
-//! half-way; it ends once the connection's sender is gone and the queue is
-//! empty.
+//! half-way; it ends once the connection's sender is gone and every started
+//! operation has finished.
 //!
-//! `spawn_task` reserves the next slot in the session's outbox before it
-//! calls the engine, so `task_accepted` reaches the client before any frame
-//! about the new task (its events, its delegated `spawn`, its `task_done`).
+//! Operations start in the order the client sent them, and each `spawn_task`
+//! reserves its slot in the session's outbox when it starts, before it calls
+//! the engine: `task_accepted` frames leave in request order, and each one
+//! before any frame about its task (its delegated `spawn`, its `task_done`),
+//! however the engine calls interleave. A `cancel_task` names a task the
+//! client learned from a `task_accepted`, so its spawn has already finished.
 
 use std::sync::Arc;
 
@@ -14,15 +17,22 @@ use swarmd_engine::ids::{ReqId, TaskId};
 use swarmd_engine::task::TaskSpec;
 use swarmd_engine::{Engine, EngineError};
 use swarmd_spawner::layers::OPERATOR_DELEGATE;
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::frames::{ServerFrame, SpawnTaskFrame, encode};
 use super::writer::Direct;
-use crate::sessions::{FrameClass, Outgoing, Session};
+use crate::sessions::{FrameClass, Outgoing, Reservation, Session};
 
 /// Operations queued per connection before the reader waits.
 const OPS_CAPACITY: usize = 64;
+
+/// Operations one connection runs at once; past that the queue fills and
+/// the reader waits, which is the connection's backpressure.
+const OPS_IN_FLIGHT: usize = 64;
 
 #[derive(Debug)]
 pub(super) enum Op {
@@ -39,13 +49,31 @@ pub(super) fn spawn_worker(
     let (tx, mut rx) = mpsc::channel(OPS_CAPACITY);
     let span = tracing::debug_span!("ws_ops", sid = %session.sid);
     let worker = async move {
-        while let Some(op) = rx.recv().await {
-            let refused = match op {
-                Op::Spawn(frame) => spawn_task(&engine, &session, *frame).await,
-                Op::Cancel { req_id, task_id } => {
-                    cancel_task(&engine, &session, req_id, task_id).await
+        let (engine, session) = (&engine, &session);
+        let mut running = FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                op = rx.recv(), if running.len() < OPS_IN_FLIGHT => {
+                    let Some(op) = op else { break };
+                    let run: BoxFuture<'_, Option<ServerFrame>> = match op {
+                        Op::Spawn(frame) => {
+                            let slot = session.outbox.reserve();
+                            Box::pin(spawn_task(engine, session, *frame, slot))
+                        }
+                        Op::Cancel { req_id, task_id } => {
+                            Box::pin(cancel_task(engine, session, req_id, task_id))
+                        }
+                    };
+                    running.push(run);
                 }
-            };
+                Some(refused) = running.next(), if !running.is_empty() => {
+                    if let Some(frame) = refused {
+                        let _ = direct.send(Direct::Frame(encode(&frame))).await;
+                    }
+                }
+            }
+        }
+        while let Some(refused) = running.next().await {
             if let Some(frame) = refused {
                 let _ = direct.send(Direct::Frame(encode(&frame))).await;
             }
@@ -61,11 +89,13 @@ pub(super) fn idempotency_key(session: &Session, req_id: &ReqId) -> String {
     format!("ws:{}:{}", session.sid, req_id)
 }
 
-/// Creates the task; returns the error frame when it is refused.
+/// Creates the task, answering in `slot`; returns the error frame when it
+/// is refused.
 async fn spawn_task(
     engine: &Engine,
     session: &Session,
     frame: SpawnTaskFrame,
+    slot: Reservation<'_>,
 ) -> Option<ServerFrame> {
     let mut layers = frame.layers.unwrap_or_default();
     if frame.delegate && !layers.iter().any(|l| l == OPERATOR_DELEGATE) {
@@ -83,7 +113,6 @@ async fn spawn_task(
         session: Some(session.sid),
         idempotency_key: Some(idempotency_key(session, &frame.req_id)),
     };
-    let slot = session.outbox.reserve();
     match engine.spawn_task(spec).await {
         Ok(task) => {
             let accepted = ServerFrame::TaskAccepted {

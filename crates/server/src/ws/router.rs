@@ -1,7 +1,10 @@
-//! The event router: one task subscribed to the engine's bus that hands each
-//! event about a task a session owns (`EventRecord.session`) to that
-//! session's outbox — as a `task_event`, or as `task_done` for
-//! `task_finished`. A session without a socket gets them parked.
+//! The event router: one task subscribed to the engine's bus that hands the
+//! events a session must hear about the tasks it owns (`EventRecord.session`)
+//! to that session's outbox: `task_finished` as `task_done`, and
+//! `long_hold_warn` as a `task_event` (SPEC §8.2 sends it to the owning
+//! session). A session without a socket gets them parked. Every other event
+//! reaches a client only through `subscribe`, so a MainAI pays for the
+//! streams it asks for and nothing else.
 //!
 //! `task_done` needs the attempt, which `task_finished` does not carry: the
 //! router remembers the latest attempt of each task from `task_created` and
@@ -91,9 +94,6 @@ impl EventRouter {
             Event::TaskFinished { .. } => Some(self.attempts.remove(&task_id)),
             _ => None,
         };
-        let Some(session) = self.registry.get(&sid) else {
-            return;
-        };
         let frame = match (&record.event, finished_attempt) {
             (Event::TaskFinished { status, result, .. }, Some(known)) => {
                 let attempt = match known {
@@ -108,10 +108,14 @@ impl EventRouter {
                     value: result.as_ref().map_or(Value::Null, |r| r.value.clone()),
                 }
             }
-            _ => match ServerFrame::task_event(record) {
+            (Event::LongHoldWarn { .. }, _) => match ServerFrame::task_event(record) {
                 Some(frame) => frame,
                 None => return,
             },
+            _ => return,
+        };
+        let Some(session) = self.registry.get(&sid) else {
+            return;
         };
         if let Err(error) = session.notify(&frame) {
             tracing::debug!(%sid, %task_id, %error, "routed frame dropped");

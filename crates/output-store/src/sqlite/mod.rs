@@ -7,6 +7,7 @@
 mod checkpoint;
 mod outputs;
 mod readers;
+mod sync;
 mod writer;
 
 use std::fmt;
@@ -49,7 +50,10 @@ const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 /// How commits reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
-    /// fsync the WAL at every commit: an acknowledged write survives power loss.
+    /// Every write is made durable with an `fdatasync` of the WAL before it
+    /// is acknowledged: an acknowledged write survives power loss. The sync
+    /// runs on its own thread and covers every group commit made meanwhile
+    /// (see `sync`), so the writer never waits for the disk.
     #[default]
     Full,
     /// No fsync at commit: an acknowledged write survives a process crash but
@@ -96,6 +100,8 @@ struct Inner {
     path: PathBuf,
     commands: mpsc::Sender<Command>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The sync thread (`Synchronous::Full`), which runs write callbacks.
+    sync_thread: Option<std::thread::ThreadId>,
     checkpointer: Mutex<checkpoint::Checkpointer>,
     readers: Arc<ReaderPool>,
     stats: Arc<WriterStats>,
@@ -116,15 +122,20 @@ impl SqliteDb {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(&opts.path, flags)?;
-        configure_writer(&conn, &opts.path, opts.synchronous)?;
+        configure_writer(&conn, &opts.path)?;
         let stats = Arc::new(WriterStats::default());
         let (commands, receiver) = mpsc::channel();
         let max_batch = opts.max_batch.max(1);
         let linger = opts.linger;
         let thread_stats = Arc::clone(&stats);
+        let syncer = match opts.synchronous {
+            Synchronous::Full => Some(sync::SyncThread::start(&opts.path, Arc::clone(&stats))?),
+            Synchronous::Normal => None,
+        };
+        let sync_thread = syncer.as_ref().map(sync::SyncThread::id);
         let writer = std::thread::Builder::new()
             .name("sqlite-writer".to_owned())
-            .spawn(move || writer::run(conn, receiver, max_batch, linger, thread_stats))?;
+            .spawn(move || writer::run(conn, receiver, max_batch, linger, thread_stats, syncer))?;
         let checkpointer =
             checkpoint::Checkpointer::start(&opts.path, checkpoint::CHECKPOINT_EVERY)?;
         Ok(SqliteDb {
@@ -134,6 +145,7 @@ impl SqliteDb {
                 path: opts.path,
                 commands,
                 writer: Mutex::new(Some(writer)),
+                sync_thread,
                 stats,
             }),
         })
@@ -274,14 +286,17 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let on_writer = self
-            .writer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .is_some_and(|handle| handle.thread().id() == std::thread::current().id());
-        // From a writer callback, dropping the sender is enough: the writer
-        // stops once the queue is empty. Joining there would deadlock.
+        let current = std::thread::current().id();
+        let on_writer = self.sync_thread == Some(current)
+            || self
+                .writer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .is_some_and(|handle| handle.thread().id() == current);
+        // From a write callback (on the writer or the sync thread), dropping
+        // the sender is enough: the writer stops once the queue is empty.
+        // Joining there would deadlock.
         if !on_writer && self.close().is_err() {
             tracing::error!("sqlite writer thread panicked");
         }
@@ -297,11 +312,10 @@ impl fmt::Debug for SqliteDb {
     }
 }
 
-fn configure_writer(
-    conn: &Connection,
-    path: &Path,
-    synchronous: Synchronous,
-) -> Result<(), StoreError> {
+/// SQLite's `synchronous` is NORMAL for both settings: `Full` adds the sync
+/// thread's fdatasync before any acknowledgement (SQLite's own FULL would
+/// sync inside every COMMIT, on the writer thread).
+fn configure_writer(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::WalUnsupported {
@@ -309,11 +323,7 @@ fn configure_writer(
             mode,
         });
     }
-    let synchronous = match synchronous {
-        Synchronous::Full => "FULL",
-        Synchronous::Normal => "NORMAL",
-    };
-    conn.pragma_update(None, "synchronous", synchronous)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.busy_timeout(Duration::from_secs(5))?;
     conn.pragma_update(None, "foreign_keys", "OFF")?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;

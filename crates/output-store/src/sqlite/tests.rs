@@ -271,3 +271,70 @@ async fn batches_never_exceed_max_batch() {
     assert_eq!(db.stats().commits() - commits_before, 1 + 3);
     assert_eq!(names(&db).await, ["a", "b", "c", "d", "e", "f", "g"]);
 }
+
+/// The thread a write's callback runs on, for a database opened with `sync`.
+async fn callback_thread(sync: Synchronous) -> (Option<String>, u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = SqliteOptions::new(dir.path().join("state/swarmd.db"));
+    opts.synchronous = sync;
+    let db = SqliteDb::open(opts).unwrap();
+    db.migrate(TABLE).unwrap();
+    let (tx, rx) = mpsc::channel();
+    db.write_then(insert("x"), move |outcome| {
+        outcome.unwrap();
+        tx.send(std::thread::current().name().map(str::to_owned))
+            .unwrap();
+    });
+    let thread = rx.recv().unwrap();
+    (thread, db.stats().commits(), db.stats().syncs())
+}
+
+#[tokio::test]
+async fn full_acknowledges_after_a_wal_sync_and_normal_at_commit() {
+    let (thread, commits, syncs) = callback_thread(Synchronous::Full).await;
+    assert_eq!(thread.as_deref(), Some("sqlite-sync"));
+    assert!(
+        syncs >= 1 && syncs <= commits,
+        "{syncs} syncs, {commits} commits"
+    );
+
+    let (thread, _, syncs) = callback_thread(Synchronous::Normal).await;
+    assert_eq!(thread.as_deref(), Some("sqlite-writer"));
+    assert_eq!(syncs, 0);
+}
+
+#[tokio::test]
+async fn one_sync_covers_the_groups_committed_while_it_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let tickets: Vec<_> = (0..2000).map(|_| db.write(insert("n"))).collect();
+    for ticket in tickets {
+        ticket.await.unwrap();
+    }
+    let stats = db.stats();
+    assert!(stats.syncs() >= 1);
+    assert!(
+        stats.syncs() <= stats.commits(),
+        "{} syncs for {} commits",
+        stats.syncs(),
+        stats.commits()
+    );
+    assert_eq!(names(&db).await.len(), 2000);
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_from_a_sync_callback_does_not_deadlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let (tx, rx) = mpsc::channel();
+    let held = db.clone();
+    db.write_then(insert("last"), move |outcome| {
+        outcome.unwrap();
+        drop(held);
+        tx.send(()).unwrap();
+    });
+    drop(db);
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the callback finished");
+    assert_eq!(names(&open(&dir)).await, ["last"]);
+}

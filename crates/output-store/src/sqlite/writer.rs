@@ -6,9 +6,11 @@
 //! `BEGIN IMMEDIATE … COMMIT`, so one fsync covers every job of the batch.
 //! Each job runs inside its own savepoint and under `catch_unwind`: a failing
 //! or panicking job is rolled back to its savepoint and only its caller sees
-//! the error. Outcomes are delivered after `COMMIT` returns, in queue order.
-//! If the transaction itself is lost (a savepoint or `COMMIT` fails), every
-//! job of the batch receives `StoreError::Batch`.
+//! the error. Outcomes are delivered after `COMMIT` returns, in queue order:
+//! by this thread, or with `Synchronous::Full` by the sync thread once an
+//! `fdatasync` of the WAL has made the batch durable (see `sync`). If the
+//! transaction itself is lost (a savepoint or `COMMIT` fails), every job of
+//! the batch receives `StoreError::Batch`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -20,6 +22,7 @@ const LINGER_UNTIL: usize = 64;
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
+use super::sync::{Committed, SyncThread};
 use crate::StoreError;
 
 /// What the writer thread consumes.
@@ -46,6 +49,7 @@ pub struct WriterStats {
     commits: AtomicU64,
     jobs: AtomicU64,
     failed_jobs: AtomicU64,
+    syncs: AtomicU64,
 }
 
 impl WriterStats {
@@ -62,6 +66,16 @@ impl WriterStats {
     /// Jobs that returned an error or panicked.
     pub fn failed_jobs(&self) -> u64 {
         self.failed_jobs.load(Ordering::Relaxed)
+    }
+
+    /// `fdatasync`s of the WAL by the sync thread (`Synchronous::Full`);
+    /// one covers every group commit that queued up while the last ran.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_sync(&self) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -147,13 +161,15 @@ where
     }
 }
 
-/// The writer thread's body; returns when closed or when every sender is gone.
+/// The writer thread's body; returns when closed or when every sender is
+/// gone, after every outcome has been delivered.
 pub(super) fn run(
     conn: Connection,
     commands: Receiver<Command>,
     max_batch: usize,
     linger: std::time::Duration,
     stats: Arc<WriterStats>,
+    mut syncer: Option<SyncThread>,
 ) {
     let mut batch: Vec<Box<dyn PendingJob>> = Vec::new();
     while let Ok(first) = commands.recv() {
@@ -173,14 +189,29 @@ pub(super) fn run(
             drain(&commands, &mut batch, &mut close, max_batch);
         }
         if !batch.is_empty() {
-            commit_batch(&conn, &mut batch, &stats);
+            let error = commit_batch(&conn, &mut batch, &stats);
+            let jobs = std::mem::take(&mut batch);
+            match &syncer {
+                Some(syncer) => syncer.deliver(Committed { jobs, error }),
+                None => {
+                    for job in jobs {
+                        job.finish(error.as_ref());
+                    }
+                }
+            }
         }
         if let Some(ack) = close {
+            if let Some(syncer) = syncer.take() {
+                syncer.finish();
+            }
             checkpoint(&conn);
             // The closer may have given up waiting; nothing to do then.
             let _ = ack.send(());
             return;
         }
+    }
+    if let Some(syncer) = syncer.take() {
+        syncer.finish();
     }
 }
 
@@ -200,8 +231,13 @@ fn drain(
     }
 }
 
-/// Runs `batch` in one transaction and delivers every outcome after it ends.
-fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn PendingJob>>, stats: &WriterStats) {
+/// Runs `batch` in one transaction; returns the batch error if it did not
+/// commit. The caller delivers the outcomes.
+fn commit_batch(
+    conn: &Connection,
+    batch: &mut [Box<dyn PendingJob>],
+    stats: &WriterStats,
+) -> Option<Arc<StoreError>> {
     let mut failed = 0u64;
     let result = (|| -> Result<(), StoreError> {
         let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
@@ -228,7 +264,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn PendingJob>>, stats: 
     })();
     stats.jobs.fetch_add(batch.len() as u64, Ordering::Relaxed);
     stats.failed_jobs.fetch_add(failed, Ordering::Relaxed);
-    let batch_error = match result {
+    match result {
         Ok(()) => {
             stats.commits.fetch_add(1, Ordering::Relaxed);
             None
@@ -237,9 +273,6 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn PendingJob>>, stats: 
             tracing::error!(%error, jobs = batch.len(), "sqlite group commit failed");
             Some(Arc::new(error))
         }
-    };
-    for job in batch.drain(..) {
-        job.finish(batch_error.as_ref());
     }
 }
 

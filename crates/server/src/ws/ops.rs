@@ -13,13 +13,13 @@
 
 use std::sync::Arc;
 
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
 use swarmd_engine::ids::{ReqId, TaskId};
 use swarmd_engine::task::TaskSpec;
 use swarmd_engine::{Engine, EngineError};
 use swarmd_spawner::layers::OPERATOR_DELEGATE;
-use futures_util::StreamExt;
-use futures_util::future::BoxFuture;
-use futures_util::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 

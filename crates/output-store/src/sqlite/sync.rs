@@ -7,8 +7,11 @@
 //! and cannot start the next group meanwhile. Here the write connection runs
 //! `synchronous = NORMAL` (frames reach the OS at `COMMIT`, nothing is
 //! synced), the writer hands each committed group to this thread and goes
-//! on, and this thread folds every group that queued up during one `fsync`
-//! into the next. Durability is that of `FULL`: a job's outcome is delivered
+//! on: it runs the jobs that arrive during the sync in an open transaction
+//! and commits them as the sync ends (see `writer::run`), so there is one
+//! commit per sync and the SQL work overlaps the disk's. (Should groups
+//! still queue up, one `fsync` covers them all.) Durability is that of
+//! `FULL`: a job's outcome is delivered
 //! only after an `fdatasync` of the WAL that began after its `COMMIT`
 //! returned, and `fsync` flushes the file (the inode), whichever descriptor
 //! wrote it. Frames the checkpointer has already copied are synced in the
@@ -23,8 +26,8 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use super::writer::{PendingJob, WriterStats};
@@ -40,7 +43,30 @@ pub(super) struct Committed {
 /// The handle the writer keeps: a queue into the sync thread.
 pub(super) struct SyncThread {
     queue: Sender<Committed>,
+    pending: Arc<Pending>,
     thread: JoinHandle<()>,
+}
+
+/// Groups handed over and not yet delivered, so the writer can commit its
+/// next group as the current sync ends.
+#[derive(Default)]
+struct Pending {
+    groups: Mutex<usize>,
+    idle: Condvar,
+}
+
+impl Pending {
+    fn lock(&self) -> MutexGuard<'_, usize> {
+        self.groups.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn delivered(&self, groups: usize) {
+        let mut pending = self.lock();
+        *pending = pending.saturating_sub(groups);
+        if *pending == 0 {
+            self.idle.notify_all();
+        }
+    }
 }
 
 impl SyncThread {
@@ -53,10 +79,28 @@ impl SyncThread {
         wal.push("-wal");
         let wal = PathBuf::from(wal);
         let (queue, groups) = std::sync::mpsc::channel();
+        let pending = Arc::new(Pending::default());
+        let thread_pending = Arc::clone(&pending);
         let thread = std::thread::Builder::new()
             .name("sqlite-sync".to_owned())
-            .spawn(move || run(&wal, &groups, &stats))?;
-        Ok(SyncThread { queue, thread })
+            .spawn(move || run(&wal, &groups, &stats, &thread_pending))?;
+        Ok(SyncThread {
+            queue,
+            pending,
+            thread,
+        })
+    }
+
+    /// Waits up to `timeout` until every group handed over is delivered;
+    /// returns whether that is so.
+    pub(super) fn wait_idle(&self, timeout: std::time::Duration) -> bool {
+        let pending = self.pending.lock();
+        let (pending, _) = self
+            .pending
+            .idle
+            .wait_timeout_while(pending, timeout, |groups| *groups > 0)
+            .unwrap_or_else(PoisonError::into_inner);
+        *pending == 0
     }
 
     /// The thread's id, so that a callback running on it can be recognised.
@@ -66,7 +110,9 @@ impl SyncThread {
 
     /// Queues a committed (or failed) group for delivery after the next sync.
     pub(super) fn deliver(&self, group: Committed) {
+        *self.pending.lock() += 1;
         if let Err(refused) = self.queue.send(group) {
+            self.pending.delivered(1);
             // The thread is gone (it only stops when this handle does), so
             // nothing can be proven durable: fail the jobs rather than drop them.
             let error = Arc::new(StoreError::Closed);
@@ -85,23 +131,30 @@ impl SyncThread {
     }
 }
 
-fn run(wal_path: &std::path::Path, groups: &Receiver<Committed>, stats: &WriterStats) {
+fn run(
+    wal_path: &std::path::Path,
+    groups: &Receiver<Committed>,
+    stats: &WriterStats,
+    pending: &Pending,
+) {
     let mut wal: Option<File> = None;
     while let Ok(first) = groups.recv() {
-        let mut pending = vec![first];
-        pending.extend(groups.try_iter());
-        let sync_error = if pending.iter().any(|g| g.error.is_none()) {
+        let mut taken = vec![first];
+        taken.extend(groups.try_iter());
+        let sync_error = if taken.iter().any(|g| g.error.is_none()) {
             stats.count_sync();
             sync(&mut wal, wal_path).err().map(Arc::new)
         } else {
             None
         };
-        for group in pending {
+        let count = taken.len();
+        for group in taken {
             let error = group.error.or_else(|| sync_error.clone());
             for job in group.jobs {
                 job.finish(error.as_ref());
             }
         }
+        pending.delivered(count);
     }
 }
 

@@ -20,6 +20,10 @@ use std::sync::mpsc::{Receiver, Sender};
 /// A batch this large commits at once; smaller ones linger for company.
 const LINGER_UNTIL: usize = 64;
 
+/// While the previous group is being synced, the open batch takes the jobs
+/// that arrived at least this often.
+const SYNC_POLL: std::time::Duration = std::time::Duration::from_micros(250);
+
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
 use super::sync::{Committed, SyncThread};
@@ -31,6 +35,9 @@ pub(super) enum Command {
     /// Commit what is queued before this command, checkpoint, acknowledge and stop.
     Close(Sender<()>),
 }
+
+/// The jobs of one group commit, in queue order.
+type Batch = Vec<Box<dyn PendingJob>>;
 
 /// A type-erased write job together with the way its outcome is delivered.
 pub(super) trait PendingJob: Send {
@@ -171,25 +178,50 @@ pub(super) fn run(
     stats: Arc<WriterStats>,
     mut syncer: Option<SyncThread>,
 ) {
-    let mut batch: Vec<Box<dyn PendingJob>> = Vec::new();
+    let mut batch: Batch = Vec::new();
     while let Ok(first) = commands.recv() {
         let mut close = None;
         match first {
             Command::Job(job) => batch.push(job),
             Command::Close(ack) => close = Some(ack),
         }
-        // Take what is queued; if the batch is still small, linger once for
-        // company and take what arrived meanwhile, so that a burst of small
-        // writes shares one commit (each commit writes every page it dirtied
-        // to the WAL). The writer sleeps rather than waits on the queue, so
-        // arriving jobs do not wake it one by one.
         drain(&commands, &mut batch, &mut close, max_batch);
-        if close.is_none() && !linger.is_zero() && batch.len() < LINGER_UNTIL {
-            std::thread::sleep(linger);
-            drain(&commands, &mut batch, &mut close, max_batch);
-        }
         if !batch.is_empty() {
-            let error = commit_batch(&conn, &mut batch, &stats);
+            let error = match &syncer {
+                // Full: the batch stays open while the previous group is
+                // being synced, taking and running the jobs that arrive
+                // meanwhile, and commits as the sync ends: one commit per
+                // sync, each writing its dirty pages to the WAL once, with
+                // the SQL work done while the disk was busy anyway.
+                Some(syncer) => {
+                    let mut last_call = false;
+                    commit_batch(&conn, &mut batch, &stats, &mut |batch| {
+                        if last_call || close.is_some() || batch.len() >= max_batch {
+                            return false;
+                        }
+                        last_call = syncer.wait_idle(SYNC_POLL);
+                        drain(&commands, batch, &mut close, max_batch);
+                        true
+                    })
+                }
+                // Normal: if the batch is small, linger once for company and
+                // take what arrived meanwhile, so that a burst of small
+                // writes shares one commit (each commit writes every page it
+                // dirtied to the WAL). The writer sleeps rather than waits on
+                // the queue, so arriving jobs do not wake it one by one.
+                None => {
+                    let mut lingered = linger.is_zero();
+                    commit_batch(&conn, &mut batch, &stats, &mut |batch| {
+                        if lingered || close.is_some() || batch.len() >= LINGER_UNTIL {
+                            return false;
+                        }
+                        lingered = true;
+                        std::thread::sleep(linger);
+                        drain(&commands, batch, &mut close, max_batch);
+                        true
+                    })
+                }
+            };
             let jobs = std::mem::take(&mut batch);
             match &syncer {
                 Some(syncer) => syncer.deliver(Committed { jobs, error }),
@@ -218,7 +250,7 @@ pub(super) fn run(
 /// Moves queued commands into `batch` (up to `max_batch`) without waiting.
 fn drain(
     commands: &Receiver<Command>,
-    batch: &mut Vec<Box<dyn PendingJob>>,
+    batch: &mut Batch,
     close: &mut Option<Sender<()>>,
     max_batch: usize,
 ) {
@@ -232,31 +264,41 @@ fn drain(
 }
 
 /// Runs `batch` in one transaction; returns the batch error if it did not
-/// commit. The caller delivers the outcomes.
+/// commit. Once the jobs so far have run, `gather` may add more to share the
+/// commit (returning true to have them run); it returns false when it is
+/// time to commit. The caller delivers the outcomes.
 fn commit_batch(
     conn: &Connection,
-    batch: &mut [Box<dyn PendingJob>],
+    batch: &mut Batch,
     stats: &WriterStats,
+    gather: &mut dyn FnMut(&mut Batch) -> bool,
 ) -> Option<Arc<StoreError>> {
     let mut failed = 0u64;
     let result = (|| -> Result<(), StoreError> {
         let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-        for job in batch.iter_mut() {
-            if !job.guarded() {
-                // No savepoint: its pages need no sub-journal copy. If it
-                // fails anyway, the whole batch goes (see `write_then_unguarded`).
+        let mut ran = 0;
+        loop {
+            for job in &mut batch[ran..] {
+                if !job.guarded() {
+                    // No savepoint: its pages need no sub-journal copy. If it
+                    // fails anyway, the whole batch goes (see `write_then_unguarded`).
+                    if !job.run(&tx) {
+                        failed += 1;
+                        return Err(StoreError::UnguardedJobFailed);
+                    }
+                    continue;
+                }
+                tx.prepare_cached("SAVEPOINT job")?.execute([])?;
                 if !job.run(&tx) {
                     failed += 1;
-                    return Err(StoreError::UnguardedJobFailed);
+                    tx.prepare_cached("ROLLBACK TO job")?.execute([])?;
                 }
-                continue;
+                tx.prepare_cached("RELEASE job")?.execute([])?;
             }
-            tx.prepare_cached("SAVEPOINT job")?.execute([])?;
-            if !job.run(&tx) {
-                failed += 1;
-                tx.prepare_cached("ROLLBACK TO job")?.execute([])?;
+            ran = batch.len();
+            if !gather(batch) {
+                break;
             }
-            tx.prepare_cached("RELEASE job")?.execute([])?;
         }
         // On failure the dropped transaction rolls back.
         tx.commit()?;

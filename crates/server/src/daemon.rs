@@ -113,7 +113,7 @@ pub async fn build(
         started: Instant::now(),
         shutdown,
         config,
-        metrics: Metrics::new(),
+        metrics: Metrics::new().with_store(db.clone()),
     });
     Ok(Daemon { app, db, recovery })
 }

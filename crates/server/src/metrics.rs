@@ -21,6 +21,7 @@ use prometheus_client::registry::Registry;
 use swarmd_engine::Engine;
 use swarmd_engine::metrics::LATENCY_BUCKETS;
 use swarmd_engine::task::{AttemptOutcome, TaskStatus};
+use swarmd_output_store::SqliteDb;
 
 /// Every metric name starts with this.
 pub const PREFIX: &str = "swarmd";
@@ -37,6 +38,8 @@ pub struct Metrics {
     registry: Registry,
     token_failures: Family<ReasonLabel, Counter>,
     http_requests: Family<HttpLabels, Counter>,
+    /// The SQLite database, whose writer counters are read at each scrape.
+    db: Option<SqliteDb>,
 }
 
 impl Default for Metrics {
@@ -65,7 +68,14 @@ impl Metrics {
             registry,
             token_failures,
             http_requests,
+            db: None,
         }
+    }
+
+    /// Also reports the group commits and WAL syncs of `db`.
+    pub fn with_store(mut self, db: Option<SqliteDb>) -> Metrics {
+        self.db = db;
+        self
     }
 
     /// Counts a refused credential; `reason` is a `TokenError::reason()` or
@@ -91,6 +101,9 @@ impl Metrics {
     pub fn render(&self, engine: &Engine, sessions_connected: usize) -> Result<String, fmt::Error> {
         let mut scrape = Registry::with_prefix(PREFIX);
         scrape.register_collector(Box::new(EngineSnapshot::take(engine, sessions_connected)));
+        if let Some(db) = &self.db {
+            scrape.register_collector(Box::new(StoreSnapshot::take(db)));
+        }
         let mut out = String::with_capacity(4096);
         text::encode_registry(&mut out, &scrape)?;
         text::encode_registry(&mut out, &self.registry)?;
@@ -137,6 +150,58 @@ impl EngineSnapshot {
             sessions_connected,
             draining: engine.is_draining(),
         }
+    }
+}
+
+/// The SQLite writer's counters at one instant.
+#[derive(Debug)]
+struct StoreSnapshot {
+    commits: u64,
+    syncs: u64,
+    jobs: u64,
+    failed_jobs: u64,
+}
+
+impl StoreSnapshot {
+    fn take(db: &SqliteDb) -> StoreSnapshot {
+        let stats = db.stats();
+        StoreSnapshot {
+            commits: stats.commits(),
+            syncs: stats.syncs(),
+            jobs: stats.jobs(),
+            failed_jobs: stats.failed_jobs(),
+        }
+    }
+}
+
+impl Collector for StoreSnapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let counters = [
+            (
+                "store_commits",
+                "SQLite group commits since start",
+                self.commits,
+            ),
+            (
+                "store_syncs",
+                "fdatasyncs of the WAL since start (synchronous = full; one covers every group committed before it)",
+                self.syncs,
+            ),
+            (
+                "store_write_jobs",
+                "Write jobs run by the SQLite writer since start",
+                self.jobs,
+            ),
+            (
+                "store_failed_write_jobs",
+                "Write jobs that failed or panicked since start",
+                self.failed_jobs,
+            ),
+        ];
+        for (name, help, value) in counters {
+            counter(&mut encoder, name, help, value)?;
+        }
+        Ok(())
     }
 }
 
@@ -318,5 +383,35 @@ mod tests {
         }
         assert!(text.ends_with("# EOF\n"));
         assert_eq!(text.matches("# EOF").count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_store_adds_its_commits_and_syncs() {
+        let engine = memory_engine(Arc::new(StaticResolver::new()), Default::default());
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDb::open(swarmd_output_store::SqliteOptions::new(
+            dir.path().join("swarmd.db"),
+        ))
+        .unwrap();
+        db.write(|tx| Ok(tx.execute_batch("CREATE TABLE t (x)")?))
+            .await
+            .unwrap();
+        let metrics = Metrics::new().with_store(Some(db.clone()));
+        let text = metrics.render(&engine, 0).unwrap();
+        for name in [
+            "swarmd_store_commits_total 1",
+            "swarmd_store_syncs_total 1",
+            "swarmd_store_write_jobs_total 1",
+            "swarmd_store_failed_write_jobs_total 0",
+        ] {
+            assert!(text.contains(name), "missing `{name}` in:\n{text}");
+        }
+        assert!(
+            !Metrics::new()
+                .render(&engine, 0)
+                .unwrap()
+                .contains("store_commits")
+        );
+        db.close().unwrap();
     }
 }

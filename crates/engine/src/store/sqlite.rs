@@ -10,10 +10,13 @@
 //! holds its batch. Reads run on the pooled read connections and see every
 //! acknowledged batch. `prune` runs as writer jobs, serialized with writes.
 
+mod keys;
 mod prune;
 mod read;
 mod schema;
 mod write;
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use swarmd_output_store::{SqliteDb, StoreError};
@@ -28,6 +31,7 @@ use crate::task::{AttemptRecord, Task};
 #[derive(Debug, Clone)]
 pub struct SqliteTaskStore {
     db: SqliteDb,
+    keys: Arc<keys::KeyIndex>,
 }
 
 impl SqliteTaskStore {
@@ -43,7 +47,9 @@ impl SqliteTaskStore {
     /// errors otherwise.
     pub fn open(db: SqliteDb) -> Result<Self, StoreError> {
         schema::migrate(&db)?;
-        Ok(SqliteTaskStore { db })
+        let keys = Arc::new(keys::KeyIndex::default());
+        schema::load_keys(&db, Arc::clone(&keys))?;
+        Ok(SqliteTaskStore { db, keys })
     }
 
     /// The shared database handle.
@@ -55,6 +61,10 @@ impl SqliteTaskStore {
 #[async_trait]
 impl TaskStore for SqliteTaskStore {
     fn submit(&self, batch: Vec<WriteOp>, done: Done) {
+        self.keys.add(batch.iter().filter_map(|op| match op {
+            WriteOp::IdempotencyKey { key, .. } => Some(key.as_str()),
+            _ => None,
+        }));
         // Rows are validated and encoded here, so the writer job is plain
         // upserts that fail only when the transaction itself does: it runs
         // without a savepoint of its own. An encoding error still travels
@@ -83,6 +93,9 @@ impl TaskStore for SqliteTaskStore {
     }
 
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
+        if !self.keys.may_contain(key) {
+            return Ok(None);
+        }
         let key = key.to_owned();
         self.db
             .read(move |conn| read::task_for_key(conn, &key))
@@ -116,7 +129,7 @@ impl TaskStore for SqliteTaskStore {
     }
 
     async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError> {
-        prune::prune(&self.db, finished_before_ms).await
+        prune::prune(&self.db, &self.keys, finished_before_ms).await
     }
 
     async fn healthcheck(&self) -> Result<(), StoreError> {

@@ -18,9 +18,11 @@ use tokio::sync::Semaphore;
 
 use crate::StoreError;
 
-/// Page cache per reader: 8 MiB keeps the upper B-tree levels of the hot
-/// tables resident for point lookups and tails without growing RSS much.
-const READER_CACHE_KIB: i64 = 8 * 1024;
+/// Page cache per reader: 2 MiB. A read that follows a commit starts with an
+/// emptied cache anyway (SQLite resets a connection's cache when the WAL
+/// changed since its last read), and emptying walks the whole cache, so a
+/// larger one costs more than it saves under write load.
+const READER_CACHE_KIB: i64 = 2 * 1024;
 
 #[derive(Debug)]
 pub(super) struct ReaderPool {

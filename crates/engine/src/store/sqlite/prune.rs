@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 use rusqlite::{Transaction, params};
 use swarmd_output_store::{SqliteDb, StoreError};
 
+use super::keys::KeyIndex;
 use super::read::{sql_limit, status_list, task_id};
 use super::schema::PRUNED_EVENT_SEQ;
 use crate::ids::TaskId;
@@ -30,12 +31,18 @@ static PRUNABLE_TASKS: LazyLock<String> = LazyLock::new(|| {
 /// Deletes terminal tasks finished before `cutoff_ms` (with their attempts,
 /// handles and idempotency keys) and events stamped before it; returns the
 /// deleted task ids in ascending (creation) order.
-pub(super) async fn prune(db: &SqliteDb, cutoff_ms: u64) -> Result<Vec<TaskId>, StoreError> {
+/// The deleted keys leave `keys` once their chunk has committed.
+pub(super) async fn prune(
+    db: &SqliteDb,
+    keys: &KeyIndex,
+    cutoff_ms: u64,
+) -> Result<Vec<TaskId>, StoreError> {
     // Nothing is stamped at or beyond i64::MAX ms, so the cutoff saturates.
     let cutoff = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
     let mut gone = Vec::new();
     loop {
-        let chunk = db.write(move |tx| prune_tasks(tx, cutoff)).await?;
+        let (chunk, deleted_keys) = db.write(move |tx| prune_tasks(tx, cutoff)).await?;
+        keys.remove(deleted_keys.iter().map(String::as_str));
         let last = chunk.len() < TASK_CHUNK;
         gone.extend(chunk);
         if last {
@@ -47,12 +54,21 @@ pub(super) async fn prune(db: &SqliteDb, cutoff_ms: u64) -> Result<Vec<TaskId>, 
     Ok(gone)
 }
 
-fn prune_tasks(tx: &Transaction<'_>, cutoff: i64) -> Result<Vec<TaskId>, StoreError> {
+/// One chunk of old tasks: their ids, and the idempotency keys deleted with them.
+fn prune_tasks(
+    tx: &Transaction<'_>,
+    cutoff: i64,
+) -> Result<(Vec<TaskId>, Vec<String>), StoreError> {
     let ids: Vec<[u8; 16]> = tx
         .prepare_cached(&PRUNABLE_TASKS)?
         .query_map(params![cutoff, sql_limit(TASK_CHUNK)], |row| row.get(0))?
         .collect::<Result<_, _>>()?;
+    let mut keys = Vec::new();
     for id in &ids {
+        let mut select = tx.prepare_cached("SELECT key FROM idem_keys WHERE task = ?1")?;
+        for key in select.query_map(params![id], |row| row.get(0))? {
+            keys.push(key?);
+        }
         tx.prepare_cached("DELETE FROM tasks WHERE id = ?1")?
             .execute(params![id])?;
         tx.prepare_cached("DELETE FROM attempts WHERE task = ?1")?
@@ -62,7 +78,7 @@ fn prune_tasks(tx: &Transaction<'_>, cutoff: i64) -> Result<Vec<TaskId>, StoreEr
         tx.prepare_cached("DELETE FROM idem_keys WHERE task = ?1")?
             .execute(params![id])?;
     }
-    Ok(ids.into_iter().map(task_id).collect())
+    Ok((ids.into_iter().map(task_id).collect(), keys))
 }
 
 /// Deletes one chunk of old events, first raising the pruned-seq mark to the

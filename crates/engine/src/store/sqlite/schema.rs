@@ -1,10 +1,12 @@
 //! The tables of the SQLite `TaskStore` and the migration that creates them,
 //! guarded by the schema version kept in `PRAGMA user_version`.
 
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 use rusqlite::Transaction;
 use swarmd_output_store::{SqliteDb, StoreError};
+
+use super::keys::KeyIndex;
 
 /// The schema this build writes. A file stamped with a higher version was
 /// written by a newer swarmd and is refused rather than misread.
@@ -94,6 +96,27 @@ pub(super) fn migrate(db: &SqliteDb) -> Result<(), StoreError> {
         // The opener waits on the receiver; it cannot be gone.
         let _ = sender.send(outcome);
     });
+    receiver.recv().map_err(|_| StoreError::Closed)?
+}
+
+/// Fills `keys` with every stored idempotency key, in one writer job;
+/// blocks until it has run, so call it at open, never on the writer.
+pub(super) fn load_keys(db: &SqliteDb, keys: Arc<KeyIndex>) -> Result<(), StoreError> {
+    let (sender, receiver) = mpsc::sync_channel(1);
+    db.write_then(
+        move |tx| {
+            let mut select = tx.prepare("SELECT key FROM idem_keys")?;
+            let mut rows = select.query([])?;
+            while let Some(row) = rows.next()? {
+                let key: String = row.get(0)?;
+                keys.add([key.as_str()]);
+            }
+            Ok(())
+        },
+        move |outcome| {
+            let _ = sender.send(outcome);
+        },
+    );
     receiver.recv().map_err(|_| StoreError::Closed)?
 }
 

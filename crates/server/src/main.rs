@@ -10,12 +10,6 @@ use swarmd_server::commands;
 use swarmd_server::environment::Environment;
 use swarmd_server::telemetry;
 
-/// mimalloc rather than glibc malloc: the daemon allocates small, short-lived
-/// buffers per frame and per request from several threads, where glibc's
-/// arenas spent about a tenth of the daemon's CPU under load.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

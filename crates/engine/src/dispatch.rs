@@ -145,6 +145,7 @@ impl Engine {
             token_exp_secs: 0,
             verbs,
             last_final: None,
+            next_seq: 1,
         };
         let record = AttemptRecord {
             task_id: state.task.id,

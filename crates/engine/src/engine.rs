@@ -411,49 +411,6 @@ impl Engine {
             .await
     }
 
-    pub(crate) async fn append_and_publish(
-        &self,
-        task_id: TaskId,
-        attempt: u32,
-        session: Option<crate::ids::SessionId>,
-        producer: &str,
-        events: Vec<OutputEvent>,
-    ) -> Result<Vec<OutputRecord>, EngineError> {
-        let started = std::time::Instant::now();
-        let records = self
-            .inner
-            .outputs
-            .append(task_id.as_uuid(), attempt, producer, events)
-            .await?;
-        self.inner
-            .stats
-            .store_append_latency
-            .observe(started.elapsed());
-        if let Some(last) = records.iter().rev().find(|r| r.event.is_final())
-            && let Some(cell) = self.inner.live.get(&task_id)
-            && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt)
-            && run.last_final.as_ref().is_none_or(|f| f.seq < last.seq)
-        {
-            run.last_final = Some(last.clone());
-        }
-        let published = records
-            .iter()
-            .map(|r| {
-                (
-                    session,
-                    Event::Output {
-                        task_id,
-                        attempt,
-                        seq: r.seq,
-                        output: r.event.clone(),
-                    },
-                )
-            })
-            .collect();
-        self.inner.bus.submit(Vec::new(), published, None);
-        Ok(records)
-    }
-
     /// The last Final of an attempt: the one that decides it.
     pub async fn last_final(
         &self,

@@ -28,6 +28,7 @@ pub mod ids;
 mod live;
 pub mod metrics;
 pub mod operator;
+mod output;
 mod recent;
 mod recovery;
 mod retention;

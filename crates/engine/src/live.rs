@@ -47,6 +47,8 @@ pub(crate) struct RunState {
     /// The attempt's last Final as stored (highest seq), so deciding the
     /// attempt and the layers that look at it need no store read.
     pub last_final: Option<swarmd_output_store::OutputRecord>,
+    /// The seq the attempt's next output gets (see `output`).
+    pub next_seq: u64,
 }
 
 impl RunState {

@@ -93,7 +93,7 @@ impl Engine {
             (TaskStatus::Running, Some(attempt)) if attempt.spawner.survives_restart() => {
                 report.resumed += 1;
                 report.delegated.push((id, attempt.attempt));
-                self.resume_delegated(task, attempt);
+                self.resume_delegated(task, attempt).await?;
             }
             (TaskStatus::Running, Some(attempt)) => {
                 report.interrupted += 1;
@@ -165,7 +165,17 @@ impl Engine {
 
     /// Puts a delegated attempt back in memory with a fresh lease and waits
     /// for its SubAgent's Final, a cancel, or the lease, like a live attempt.
-    fn resume_delegated(&self, task: Task, attempt: AttemptRecord) {
+    async fn resume_delegated(
+        &self,
+        task: Task,
+        attempt: AttemptRecord,
+    ) -> Result<(), EngineError> {
+        // The attempt's outputs so far are stored; new ones go on after them.
+        let last_seq = self
+            .inner
+            .outputs
+            .last_seq(task.id.as_uuid(), attempt.attempt)
+            .await?;
         let now_ms = self.inner.clock.now_ms();
         let lease_secs = task.policy.attempt_timeout_secs;
         let cancel = CancellationToken::new();
@@ -190,6 +200,7 @@ impl Engine {
             token_exp_secs: 0,
             verbs: crate::worker_api::worker_verbs(allow_subtasks),
             last_final: None,
+            next_seq: last_seq + 1,
         });
         self.inner.live.insert(cell.clone());
         // The resumed attempt holds a running slot like any other.
@@ -200,6 +211,7 @@ impl Engine {
             attempt: attempt.attempt,
             cancel,
         });
+        Ok(())
     }
 
     fn defer(&self, pending: Pending) {

@@ -324,7 +324,7 @@ impl Engine {
                 _ => Err(EngineError::AlreadyFinal),
             }
         };
-        let (cell, session) = {
+        let session = {
             let Some(cell) = self.inner.live.get(&task_id) else {
                 return match self.inner.recent.get(task_id, auth.attempt) {
                     Some(first) => replay(&first),
@@ -345,31 +345,50 @@ impl Engine {
             if let Some(run) = state.run.as_mut() {
                 run.posted = Some(mine.clone());
             }
-            let session = state.task.session;
-            drop(state);
-            (cell, session)
+            state.task.session
         };
         let event = OutputEvent::Final {
             content: ContentRef::Inline { value: post.value },
             ok: post.ok,
         };
-        let appended = self
-            .append_and_publish(task_id, auth.attempt, session, "worker", vec![event])
-            .await;
-        let mut state = cell.lock();
-        let run = state.run.as_mut().filter(|r| r.attempt == auth.attempt);
-        match appended {
-            Ok(_) => {
-                if let Some(run) = run {
+        // The attempt is decided as soon as its Final is queued (its
+        // terminal writes queue behind it); the worker hears back once the
+        // Final is durable.
+        let started = std::time::Instant::now();
+        let queued = self
+            .queue_output(
+                task_id,
+                auth.attempt,
+                session,
+                "worker",
+                vec![event],
+                |run| {
                     run.posted_tx.send_replace(true);
-                }
-                drop(state);
+                },
+            )
+            .await;
+        let stored = match queued {
+            Ok((_, durable)) => durable.await.map_err(EngineError::from),
+            Err(e) => Err(e),
+        };
+        match stored {
+            Ok(()) => {
+                self.inner
+                    .stats
+                    .store_append_latency
+                    .observe(started.elapsed());
                 self.inner.recent.remember(task_id, auth.attempt, mine);
                 Ok(ack)
             }
             Err(e) => {
-                // Nothing was stored: let the worker try again.
-                if let Some(run) = run {
+                // Not stored: a retry may post again while the attempt is open.
+                if let Some(cell) = self.inner.live.get(&task_id)
+                    && let Some(run) = cell
+                        .lock()
+                        .run
+                        .as_mut()
+                        .filter(|r| r.attempt == auth.attempt)
+                {
                     run.posted = None;
                 }
                 Err(e)

@@ -12,7 +12,7 @@ use swarmd_engine::store::SqliteTaskStore;
 use swarmd_engine::task::{SpawnerKind, TaskSpec, TaskStatus};
 use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver, engine_with};
 use swarmd_engine::{Engine, EngineConfig, ResultPost, body_digest};
-use swarmd_output_store::{SqliteDb, SqliteOptions, SqliteOutputStore};
+use swarmd_output_store::{OutputEvent, SqliteDb, SqliteOptions, SqliteOutputStore};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -78,6 +78,18 @@ async fn reopened_store_resumes_delegated_work_and_keeps_finished_work() {
     spawned(&local, interrupted.id, 1).await;
     spawned(&remote, delegated.id, 1).await;
     let old_handle = remote.credential(delegated.id).unwrap().handle().to_owned();
+    let emit = first
+        .authenticate_worker(&old_handle, Verb::EmitOutput)
+        .unwrap();
+    let progress = OutputEvent::Progress {
+        stage: "before restart".into(),
+        note: None,
+    };
+    let seq = first
+        .worker_output(&emit, Some(delegated.id), vec![progress])
+        .await
+        .unwrap();
+    assert_eq!(seq, 1);
     // The process goes away mid-attempt: nothing more reaches this file.
     db.close().unwrap();
     drop(first);
@@ -116,4 +128,28 @@ async fn reopened_store_resumes_delegated_work_and_keeps_finished_work() {
     let t = second.wait_task(delegated.id, WAIT).await.unwrap();
     assert_eq!(t.status(), TaskStatus::Pass);
     assert_eq!(t.attempt, 1, "the same attempt finished, no new one");
+    let stream = second
+        .outputs()
+        .tail(delegated.id.as_uuid(), 1, 0, 10)
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = stream.iter().map(|r| r.seq).collect();
+    assert_eq!(
+        seqs,
+        [1, 2],
+        "the Final follows the output stored before the restart"
+    );
+    assert!(stream[1].event.is_final());
+    // In the log, the Final's `output` comes before `task_finished`.
+    let kinds: Vec<&str> = second
+        .events_after(0, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.event.task_id() == Some(delegated.id))
+        .map(|r| r.event.kind())
+        .collect();
+    let output = kinds.iter().rposition(|k| *k == "output").unwrap();
+    let finished = kinds.iter().position(|k| *k == "task_finished").unwrap();
+    assert!(output < finished, "{kinds:?}");
 }

@@ -17,6 +17,7 @@ pub(crate) async fn run_all(store: Arc<dyn OutputStore>, clock: &ManualClock) {
     tail_pages_by_after_seq_and_limit(&*store).await;
     last_final_is_the_last_final(&*store).await;
     list_attempts_is_sorted_and_exact(&*store).await;
+    append_at_takes_the_callers_seqs_and_refuses_a_taken_one(&*store).await;
     concurrent_appends_keep_seqs_dense_and_unique(store).await;
 }
 
@@ -81,6 +82,49 @@ async fn seq_is_per_stream_and_dense(store: &dyn OutputStore) {
         [first, more].concat(),
         "append returns what tail reads"
     );
+}
+
+async fn append_at_takes_the_callers_seqs_and_refuses_a_taken_one(store: &dyn OutputStore) {
+    let task = Uuid::new_v4();
+    assert_eq!(store.last_seq(task, 1).await.unwrap(), 0);
+    let prepared = store
+        .prepare(vec![progress("a"), partial(json!("b"))])
+        .await
+        .unwrap();
+    assert_eq!(prepared.len(), 2);
+    let (records, durable) = store.append_at(task, 1, 1, "w", prepared);
+    assert_eq!(seqs(&records), [1, 2]);
+    assert!(records.iter().all(|r| r.producer == "w" && r.task == task));
+    durable.await.unwrap();
+    let (records, durable) = store.append_at(
+        task,
+        1,
+        3,
+        "w",
+        store.prepare(vec![progress("c")]).await.unwrap(),
+    );
+    assert_eq!(seqs(&records), [3]);
+    durable.await.unwrap();
+    assert_eq!(store.last_seq(task, 1).await.unwrap(), 3);
+    let stored = store.tail(task, 1, 0, 10).await.unwrap();
+    assert_eq!(seqs(&stored), [1, 2, 3]);
+    assert_eq!(stored[1].event, partial(json!("b")));
+
+    let (_, taken) = store.append_at(
+        task,
+        1,
+        2,
+        "w",
+        store.prepare(vec![progress("again")]).await.unwrap(),
+    );
+    assert!(taken.await.is_err(), "seq 2 is taken");
+    assert_eq!(seqs(&store.tail(task, 1, 0, 10).await.unwrap()), [1, 2, 3]);
+    // A store-numbered append goes on after the caller's seqs.
+    let next = store
+        .append(task, 1, "w", vec![progress("d")])
+        .await
+        .unwrap();
+    assert_eq!(seqs(&next), [4]);
 }
 
 async fn tail_pages_by_after_seq_and_limit(store: &dyn OutputStore) {

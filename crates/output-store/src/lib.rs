@@ -28,6 +28,29 @@ use uuid::Uuid;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{ContentRef, OutputEvent, OutputRecord};
+
+/// The records `append_at` stores for `prepared`, numbered from `first_seq`.
+fn records_at(
+    task: Uuid,
+    attempt: u32,
+    first_seq: u64,
+    ts_ms: u64,
+    producer: &str,
+    events: Vec<OutputEvent>,
+) -> Vec<OutputRecord> {
+    events
+        .into_iter()
+        .zip(first_seq..)
+        .map(|(event, seq)| OutputRecord {
+            task,
+            attempt,
+            seq,
+            ts_ms,
+            producer: producer.to_owned(),
+            event,
+        })
+        .collect()
+}
 pub use memory::MemoryOutputStore;
 pub use sqlite::{
     SqliteDb, SqliteOptions, SqliteOutputStore, Synchronous, WriteTicket, WriterStats,
@@ -69,6 +92,35 @@ pub enum StoreError {
     },
 }
 
+/// Events made ready for [`OutputStore::append_at`]: in their stored form
+/// (large inline values already spilled), each with its encoding where the
+/// backend stores one.
+#[derive(Debug)]
+pub struct Prepared {
+    events: Vec<OutputEvent>,
+    encoded: Vec<String>,
+}
+
+impl Prepared {
+    /// The events in stored form.
+    pub fn events(&self) -> &[OutputEvent] {
+        &self.events
+    }
+
+    /// How many events there are.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+}
+
+/// Resolves once the records of an [`OutputStore::append_at`] are durable.
+pub type Durable = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
+
 /// Ordered, durable output streams, one per `(task, attempt)`.
 ///
 /// Implementations are shared as `Arc<dyn OutputStore>`; every method is safe
@@ -87,6 +139,27 @@ pub trait OutputStore: Send + Sync + std::fmt::Debug + 'static {
         producer: &str,
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, StoreError>;
+
+    /// Makes events ready for [`OutputStore::append_at`] (spills large inline
+    /// values; may do file I/O).
+    async fn prepare(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError>;
+
+    /// Appends prepared events under seqs `first_seq..` chosen by the caller,
+    /// who must own the stream (the engine, for a live attempt) and hand out
+    /// each seq once, in order. The write is queued before this returns, so
+    /// it commits before any write queued after the call; the records come
+    /// back at once, and the returned future resolves when they are durable.
+    fn append_at(
+        &self,
+        task: Uuid,
+        attempt: u32,
+        first_seq: u64,
+        producer: &str,
+        prepared: Prepared,
+    ) -> (Vec<OutputRecord>, Durable);
+
+    /// The stream's last seq (0 when it is empty).
+    async fn last_seq(&self, task: Uuid, attempt: u32) -> Result<u64, StoreError>;
 
     /// Returns up to `limit` records of the stream with `seq > after_seq`, in seq order.
     async fn tail(

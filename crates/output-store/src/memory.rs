@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::{Clock, OutputEvent, OutputRecord, OutputStore, StoreError, SystemClock};
+use crate::{
+    Clock, Durable, OutputEvent, OutputRecord, OutputStore, Prepared, StoreError, SystemClock,
+    records_at,
+};
 
 /// Streams held in memory; everything is lost when the process exits.
 ///
@@ -53,6 +56,45 @@ impl MemoryOutputStore {
 
 #[async_trait]
 impl OutputStore for MemoryOutputStore {
+    async fn prepare(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
+        Ok(Prepared {
+            events,
+            encoded: Vec::new(),
+        })
+    }
+
+    fn append_at(
+        &self,
+        task: Uuid,
+        attempt: u32,
+        first_seq: u64,
+        producer: &str,
+        prepared: Prepared,
+    ) -> (Vec<OutputRecord>, Durable) {
+        let ts_ms = self.clock.now_ms();
+        let records = records_at(task, attempt, first_seq, ts_ms, producer, prepared.events);
+        let mut streams = self.lock();
+        let stream = streams.entry(task).or_default().entry(attempt).or_default();
+        let outcome = if stream.len() as u64 + 1 == first_seq {
+            stream.extend(records.iter().cloned());
+            Ok(())
+        } else {
+            Err(StoreError::Io(std::io::Error::other(format!(
+                "seq {first_seq} does not follow the stream's last seq {}",
+                stream.len()
+            ))))
+        };
+        (records, Box::pin(std::future::ready(outcome)))
+    }
+
+    async fn last_seq(&self, task: Uuid, attempt: u32) -> Result<u64, StoreError> {
+        Ok(self
+            .lock()
+            .get(&task)
+            .and_then(|attempts| attempts.get(&attempt))
+            .map_or(0, |stream| stream.len() as u64))
+    }
+
     async fn append(
         &self,
         task: Uuid,

@@ -9,7 +9,10 @@ use uuid::Uuid;
 
 use super::SqliteDb;
 use crate::spill::BlobSpill;
-use crate::{Clock, OutputEvent, OutputRecord, OutputStore, StoreError, SystemClock};
+use crate::{
+    Clock, Durable, OutputEvent, OutputRecord, OutputStore, Prepared, StoreError, SystemClock,
+    records_at,
+};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS outputs (
@@ -77,6 +80,41 @@ impl SqliteOutputStore {
 
 #[async_trait]
 impl OutputStore for SqliteOutputStore {
+    async fn prepare(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
+        let (events, encoded) = self
+            .spill
+            .encode(events)
+            .await?
+            .into_iter()
+            .map(|encoded| (encoded.event, encoded.json))
+            .unzip();
+        Ok(Prepared { events, encoded })
+    }
+
+    fn append_at(
+        &self,
+        task: Uuid,
+        attempt: u32,
+        first_seq: u64,
+        producer: &str,
+        prepared: Prepared,
+    ) -> (Vec<OutputRecord>, Durable) {
+        let ts_ms = self.clock.now_ms();
+        let jsons = prepared.encoded;
+        let row_producer = producer.to_owned();
+        let ticket = self.db.write(move |tx| {
+            insert_rows(tx, task, attempt, first_seq, ts_ms, &row_producer, &jsons)
+        });
+        let records = records_at(task, attempt, first_seq, ts_ms, producer, prepared.events);
+        (records, Box::pin(ticket))
+    }
+
+    async fn last_seq(&self, task: Uuid, attempt: u32) -> Result<u64, StoreError> {
+        self.db
+            .read(move |conn| last_seq(conn, task, attempt))
+            .await
+    }
+
     async fn append(
         &self,
         task: Uuid,
@@ -211,22 +249,42 @@ fn insert_stream(
     jsons: &[String],
     clock: &dyn Clock,
 ) -> Result<(u64, u64), StoreError> {
-    let task_key = &task.as_bytes()[..];
-    let last: Option<u64> = tx
+    let first = last_seq(tx, task, attempt)? + 1;
+    let ts_ms = clock.now_ms();
+    insert_rows(tx, task, attempt, first, ts_ms, producer, jsons)?;
+    Ok((first, ts_ms))
+}
+
+/// The stream's last seq, 0 when empty: one seek at the end of its key range.
+fn last_seq(conn: &Connection, task: Uuid, attempt: u32) -> Result<u64, StoreError> {
+    let last: Option<u64> = conn
         .prepare_cached(
             "SELECT seq FROM outputs WHERE task = ?1 AND attempt = ?2 ORDER BY seq DESC LIMIT 1",
         )?
-        .query_row(params![task_key, attempt], |row| row.get(0))
+        .query_row(params![&task.as_bytes()[..], attempt], |row| row.get(0))
         .optional()?;
-    let first = last.unwrap_or(0) + 1;
-    let ts_ms = clock.now_ms();
+    Ok(last.unwrap_or(0))
+}
+
+/// Inserts `jsons` as the stream's records `first..`; a seq already taken
+/// fails the job (the primary key).
+fn insert_rows(
+    tx: &Transaction<'_>,
+    task: Uuid,
+    attempt: u32,
+    first: u64,
+    ts_ms: u64,
+    producer: &str,
+    jsons: &[String],
+) -> Result<(), StoreError> {
+    let task_key = &task.as_bytes()[..];
     let mut insert = tx.prepare_cached(
         "INSERT INTO outputs (task, attempt, seq, ts_ms, producer, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for (seq, json) in (first..).zip(jsons) {
         insert.execute(params![task_key, attempt, seq, ts_ms, producer, json])?;
     }
-    Ok((first, ts_ms))
+    Ok(())
 }
 
 /// Attempts of `task` in ascending order, one index seek per attempt.

@@ -13,6 +13,9 @@ const SHOWN_ERRORS: u64 = 3;
 pub struct Tally {
     /// `(done, latency)` in µs; `done` counts from the run's start.
     samples: Vec<(u64, u64)>,
+    /// `(done, engine overhead)` in µs, where a workload can tell the
+    /// daemon's share of a task's latency from its SubAgent's.
+    overheads: Vec<(u64, u64)>,
     /// Errors by code.
     pub errors: BTreeMap<String, u64>,
     /// WebSocket frames received from the daemon.
@@ -24,6 +27,13 @@ impl Tally {
     pub fn record(&mut self, start: Instant, done: Instant, latency: Duration) {
         let at = micros(done.saturating_duration_since(start));
         self.samples.push((at, micros(latency)));
+    }
+
+    /// The engine's share of a task that finished at `done`: its latency
+    /// minus the time its SubAgent spent (see `ws_delegated`).
+    pub fn record_overhead(&mut self, start: Instant, done: Instant, overhead: Duration) {
+        let at = micros(done.saturating_duration_since(start));
+        self.overheads.push((at, micros(overhead)));
     }
 
     /// One error with this code.
@@ -51,6 +61,7 @@ impl Tally {
     /// Adds another worker's tally to this one.
     pub fn merge(&mut self, other: Tally) {
         self.samples.extend(other.samples);
+        self.overheads.extend(other.overheads);
         self.frames_in += other.frames_in;
         for (code, count) in other.errors {
             self.errors_by(code, count);
@@ -99,6 +110,13 @@ impl Tally {
             .map(|(_, latency)| *latency)
             .collect();
         latencies.sort_unstable();
+        let mut overheads: Vec<u64> = self
+            .overheads
+            .iter()
+            .filter(|(done, _)| *done >= from)
+            .map(|(_, overhead)| *overhead)
+            .collect();
+        overheads.sort_unstable();
         let secs = window.to.saturating_sub(window.from).as_secs_f64();
         Summary {
             completed: in_window as u64,
@@ -112,6 +130,8 @@ impl Tally {
             p90: percentile(&latencies, 90.0),
             p99: percentile(&latencies, 99.0),
             max: latencies.last().copied().map(Duration::from_micros),
+            overhead_p50: percentile(&overheads, 50.0),
+            overhead_p99: percentile(&overheads, 99.0),
             errors: self.errors.clone(),
             frames_per_task: (self.frames_in > 0 && !self.samples.is_empty())
                 .then(|| self.frames_in as f64 / self.samples.len() as f64),
@@ -137,6 +157,11 @@ pub struct Summary {
     pub p90: Option<Duration>,
     pub p99: Option<Duration>,
     pub max: Option<Duration>,
+    /// The engine's share of the latency (ws-delegated only): the task's
+    /// latency minus its SubAgent's span, from the `spawn` frame's arrival
+    /// to the answer to its last HTTP call.
+    pub overhead_p50: Option<Duration>,
+    pub overhead_p99: Option<Duration>,
     pub errors: BTreeMap<String, u64>,
     /// WebSocket frames received per finished task (ws workloads).
     pub frames_per_task: Option<f64>,
@@ -210,6 +235,8 @@ mod tests {
         }
         // Drain: after the window, still a latency sample.
         tally.record(start, start + ms(3500), ms(5));
+        tally.record_overhead(start, start + ms(3500), ms(2));
+        tally.record_overhead(start, start + ms(100), ms(1));
         let summary = tally.summarize(Window {
             from: ms(1000),
             to: ms(3000),
@@ -218,6 +245,11 @@ mod tests {
         assert!((summary.tasks_per_sec - 2.0).abs() < 1e-9);
         assert_eq!(summary.max, Some(ms(5)), "the warm-up's 900 ms is left out");
         assert_eq!(summary.p50, Some(ms(3)));
+        assert_eq!(
+            summary.overhead_p99,
+            Some(ms(2)),
+            "the warm-up's 1 ms is left out"
+        );
         assert_eq!(tally.last_done(), ms(3500));
     }
 

@@ -108,9 +108,14 @@ pub async fn run(
     })
 }
 
-/// The outcome of one played SubAgent: the spawn's `req_id`, and the error
-/// code if it failed.
-type SubAgentDone = (String, Result<(), String>);
+/// One played SubAgent: the spawn's `req_id`, its task, how long it took
+/// from the `spawn` frame's arrival, and the error code if it failed.
+struct SubAgentDone {
+    req_id: String,
+    task_id: String,
+    span: Duration,
+    outcome: Result<(), String>,
+}
 
 /// One session's side of the run.
 struct Driver {
@@ -127,6 +132,10 @@ struct Driver {
     unaccepted: HashMap<u64, Instant>,
     /// Accepted tasks not yet done: task id → due time.
     running: HashMap<String, Instant>,
+    /// SubAgent spans of tasks whose `task_done` has not arrived yet.
+    spans: HashMap<String, Duration>,
+    /// Tasks done before their SubAgent reported: task id → (done, latency).
+    done_early: HashMap<String, (Instant, Duration)>,
     subagents_tx: mpsc::UnboundedSender<SubAgentDone>,
     subagents_rx: mpsc::UnboundedReceiver<SubAgentDone>,
 }
@@ -152,6 +161,8 @@ impl Driver {
             next_req: 0,
             unaccepted: HashMap::new(),
             running: HashMap::new(),
+            spans: HashMap::new(),
+            done_early: HashMap::new(),
             subagents_tx,
             subagents_rx,
         }
@@ -205,8 +216,8 @@ impl Driver {
                         break;
                     }
                 }
-                Some((req_id, outcome)) = self.subagents_rx.recv() => {
-                    self.on_subagent(req_id, outcome);
+                Some(done) = self.subagents_rx.recv() => {
+                    self.on_subagent(done);
                 }
                 () = &mut tick_timer, if open => {
                     next_tick = self.tick(next_tick);
@@ -306,16 +317,33 @@ impl Driver {
                     let done = self.subagents_tx.clone();
                     tokio::spawn(async move {
                         let outcome = subagent::play(&http, &base, &handle, &task_id).await;
-                        let _ = done.send((req_id, outcome));
+                        let _ = done.send(SubAgentDone {
+                            req_id,
+                            task_id,
+                            span: now.elapsed(),
+                            outcome,
+                        });
                     });
                 }
                 _ => self.tally.error("malformed_spawn"),
             },
             Kind::TaskDone => {
-                let due = frame.task_id.and_then(|id| self.running.remove(&id));
+                let due = frame
+                    .task_id
+                    .as_ref()
+                    .and_then(|id| self.running.remove(id));
                 match (due, frame.status.as_deref()) {
                     (Some(due), Some("pass")) => {
-                        self.tally.record(self.clock.start, now, now - due);
+                        let latency = now - due;
+                        self.tally.record(self.clock.start, now, latency);
+                        if let Some(task_id) = frame.task_id {
+                            match self.spans.remove(&task_id) {
+                                Some(span) => self.record_overhead(now, latency, span),
+                                None => {
+                                    self.done_early.insert(task_id, (now, latency));
+                                }
+                            }
+                        }
                     }
                     (Some(_), status) => {
                         self.tally.error(format!("task_{}", status.unwrap_or("?")));
@@ -346,8 +374,28 @@ impl Driver {
         }
     }
 
+    /// The engine's share of a task: its latency minus its SubAgent's span.
+    fn record_overhead(&mut self, done: Instant, latency: Duration, span: Duration) {
+        let overhead = latency.saturating_sub(span);
+        self.tally.record_overhead(self.clock.start, done, overhead);
+    }
+
     /// The SubAgent finished: ack its spawn (or fail it, so the task ends).
-    fn on_subagent(&mut self, req_id: String, outcome: Result<(), String>) {
+    fn on_subagent(&mut self, done: SubAgentDone) {
+        let SubAgentDone {
+            req_id,
+            task_id,
+            span,
+            outcome,
+        } = done;
+        if outcome.is_ok() {
+            match self.done_early.remove(&task_id) {
+                Some((at, latency)) => self.record_overhead(at, latency, span),
+                None => {
+                    self.spans.insert(task_id, span);
+                }
+            }
+        }
         let frame = match outcome {
             Ok(()) => json!({"type": "spawn_ack", "req_id": req_id}),
             Err(code) => {

@@ -3,9 +3,9 @@
 //! commit while a checkpoint copies pages and fsyncs the database.
 //!
 //! It runs `wal_checkpoint(PASSIVE)` on a fixed cadence: passive checkpoints
-//! never block the writer or readers, and copy what they can. The writer
-//! keeps a large automatic checkpoint as a fallback should this thread fall
-//! behind.
+//! never block the writer or readers, and copy what they can. Restarting the
+//! WAL from its beginning is the writer's job (its automatic checkpoint at
+//! 64 MiB of WAL), which then has only the frames copied since to catch up.
 
 use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -16,8 +16,9 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::StoreError;
 
-/// How often the WAL is checkpointed.
-pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+/// How often the WAL is checkpointed: often enough that the writer's own
+/// checkpoint (see `WAL_AUTOCHECKPOINT_PAGES`) finds little left to copy.
+pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_millis(25);
 
 /// A running checkpointer; `stop` ends it (dropping it does too).
 #[derive(Debug)]

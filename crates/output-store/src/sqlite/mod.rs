@@ -33,12 +33,16 @@ use writer::{Command, Job};
 /// every hot B-tree (outputs, events, tasks) so appends rarely read from disk.
 const WRITER_CACHE_KIB: i64 = 1024;
 
-/// WAL pages after which the writer checkpoints inside a commit. The
-/// background checkpointer (`checkpoint`) normally keeps the WAL far below
-/// this; an automatic checkpoint copies every changed page and fsyncs the
-/// database while the writer waits (80–115 ms stalls at 1 000 tasks/s), so it
-/// is only the fallback should that thread fall behind (~1 GiB of WAL).
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 262_144;
+/// WAL pages (64 MiB) after which the writer checkpoints after a commit, so
+/// that its next transaction starts the WAL over. The background
+/// checkpointer (`checkpoint`) copies frames into the database continuously
+/// but cannot make the WAL restart while commits keep coming (a restart needs
+/// every frame copied when a write transaction begins), so without this the
+/// WAL grew to the fallback size, 1 GiB, at ~100 MB/s and the checkpoint
+/// that finally restarted it stalled every write for ~500 ms. Here the writer
+/// copies only what the background thread has not (a few milliseconds'
+/// worth) and fsyncs the database.
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 16_384;
 
 /// Default writer linger: long enough for the jobs of concurrent tasks to
 /// meet in one commit, short against a request's latency budget.

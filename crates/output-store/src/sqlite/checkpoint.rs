@@ -17,7 +17,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::StoreError;
 
 /// How often the WAL is checkpointed: often enough that the writer's own
-/// checkpoint (see `WAL_AUTOCHECKPOINT_PAGES`) finds little left to copy.
+/// checkpoint (see `DEFAULT_WAL_RESTART_PAGES`) finds little left to copy.
 pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_millis(25);
 
 /// A running checkpointer; `stop` ends it (dropping it does too).

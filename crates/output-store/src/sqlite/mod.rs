@@ -42,7 +42,7 @@ const WRITER_CACHE_KIB: i64 = 1024;
 /// that finally restarted it stalled every write for ~500 ms. Here the writer
 /// copies only what the background thread has not (a few milliseconds'
 /// worth) and fsyncs the database.
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 16_384;
+pub const DEFAULT_WAL_RESTART_PAGES: u32 = 16_384;
 
 /// Default writer linger: long enough for the jobs of concurrent tasks to
 /// meet in one commit, short against a request's latency budget.
@@ -78,6 +78,9 @@ pub struct SqliteOptions {
     /// How long the writer waits for more jobs when a batch is small, so
     /// that bursts share one commit (see `writer::run`). Zero disables it.
     pub linger: std::time::Duration,
+    /// WAL pages after which the writer checkpoints so the WAL starts over
+    /// (see [`DEFAULT_WAL_RESTART_PAGES`]); bounds the WAL file's size.
+    pub wal_restart_pages: u32,
 }
 
 impl SqliteOptions {
@@ -89,6 +92,7 @@ impl SqliteOptions {
             readers: 4,
             max_batch: 4096,
             linger: DEFAULT_LINGER,
+            wal_restart_pages: DEFAULT_WAL_RESTART_PAGES,
         }
     }
 }
@@ -126,7 +130,7 @@ impl SqliteDb {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(&opts.path, flags)?;
-        configure_writer(&conn, &opts.path)?;
+        configure_writer(&conn, &opts.path, opts.wal_restart_pages.max(1))?;
         let stats = Arc::new(WriterStats::default());
         let (commands, receiver) = mpsc::channel();
         let max_batch = opts.max_batch.max(1);
@@ -319,7 +323,11 @@ impl fmt::Debug for SqliteDb {
 /// SQLite's `synchronous` is NORMAL for both settings: `Full` adds the sync
 /// thread's fdatasync before any acknowledgement (SQLite's own FULL would
 /// sync inside every COMMIT, on the writer thread).
-fn configure_writer(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+fn configure_writer(
+    conn: &Connection,
+    path: &Path,
+    wal_restart_pages: u32,
+) -> Result<(), StoreError> {
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::WalUnsupported {
@@ -333,7 +341,7 @@ fn configure_writer(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
     conn.query_row(
-        &format!("PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}"),
+        &format!("PRAGMA wal_autocheckpoint = {wal_restart_pages}"),
         [],
         |_| Ok(()),
     )?;

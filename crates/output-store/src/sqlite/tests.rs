@@ -343,3 +343,41 @@ async fn dropping_the_last_handle_from_a_sync_callback_does_not_deadlock() {
         .expect("the callback finished");
     assert_eq!(names(&open(&dir)).await, ["last"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_starts_over_under_continuous_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = SqliteOptions::new(dir.path().join("swarmd.db"));
+    opts.wal_restart_pages = 256;
+    let db = SqliteDb::open(opts).unwrap();
+    db.migrate(TABLE).unwrap();
+    let wal = dir.path().join("swarmd.db-wal");
+    let mut largest = 0;
+    // ~16 MiB of rows in a steady stream of small commits, never idle.
+    let filler = "x".repeat(2000);
+    for _ in 0..40 {
+        let tickets: Vec<_> = (0..200)
+            .map(|_| {
+                let name = filler.clone();
+                db.write(move |tx| {
+                    tx.prepare_cached("INSERT INTO items (name) VALUES (?1)")?
+                        .execute([name])?;
+                    Ok(())
+                })
+            })
+            .collect();
+        for ticket in tickets {
+            ticket.await.unwrap();
+        }
+        largest = largest.max(std::fs::metadata(&wal).unwrap().len());
+    }
+    assert!(
+        largest < 4 * 1024 * 1024,
+        "the WAL grew to {largest} bytes for a 1 MiB restart threshold"
+    );
+    let count: i64 = db
+        .read(|conn| Ok(conn.query_row("SELECT count(*) FROM items", [], |r| r.get(0))?))
+        .await
+        .unwrap();
+    assert_eq!(count, 8000);
+}

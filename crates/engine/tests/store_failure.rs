@@ -1,0 +1,126 @@
+//! A task whose record cannot be written is never acknowledged, never
+//! reaches a worker, and leaves nothing behind that blocks a retry.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+use swarmd_engine::audit::AuditRecord;
+use swarmd_engine::event::EventRecord;
+use swarmd_engine::gate::Verb;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::store::{Done, LiveSnapshot, MemoryTaskStore, TaskFilter, TaskStore, WriteOp};
+use swarmd_engine::task::{AttemptRecord, SpawnerKind, Task, TaskSpec, TaskStatus};
+use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver, engine_with};
+use swarmd_engine::{EngineConfig, EngineError, ResultPost, body_digest};
+use swarmd_output_store::{MemoryOutputStore, StoreError, SystemClock};
+
+/// A memory store whose writes fail while `failing` is set.
+#[derive(Debug, Default)]
+struct FlakyStore {
+    inner: MemoryTaskStore,
+    failing: AtomicBool,
+}
+
+#[async_trait]
+impl TaskStore for FlakyStore {
+    fn submit(&self, batch: Vec<WriteOp>, done: Done) {
+        if self.failing.load(Ordering::SeqCst) {
+            let disk = std::io::Error::other("disk unavailable");
+            done(Err(StoreError::Io(disk)));
+        } else {
+            self.inner.submit(batch, done);
+        }
+    }
+    async fn task(&self, id: TaskId) -> Result<Option<Task>, StoreError> {
+        self.inner.task(id).await
+    }
+    async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
+        self.inner.attempts(id).await
+    }
+    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
+        self.inner.list_tasks(filter).await
+    }
+    async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
+        self.inner.task_for_key(key).await
+    }
+    async fn events_after(&self, after: u64, limit: usize) -> Result<Vec<EventRecord>, StoreError> {
+        self.inner.events_after(after, limit).await
+    }
+    async fn audit(
+        &self,
+        task: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        self.inner.audit(task, limit).await
+    }
+    async fn load_live(&self, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
+        self.inner.load_live(now_secs).await
+    }
+    async fn prune(&self, before_ms: u64) -> Result<Vec<TaskId>, StoreError> {
+        self.inner.prune(before_ms).await
+    }
+    async fn healthcheck(&self) -> Result<(), StoreError> {
+        self.inner.healthcheck().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unrecorded_task_is_refused_and_its_key_stays_free() {
+    let remote = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let resolver =
+        StaticResolver::new().with("remote", SpawnerKind::Operator, None, remote.clone());
+    let store = Arc::new(FlakyStore::default());
+    let engine = engine_with(
+        Arc::new(resolver),
+        store.clone(),
+        Arc::new(MemoryOutputStore::new()),
+        EngineConfig::default(),
+        Arc::new(SystemClock),
+    );
+    let spec = TaskSpec {
+        agent: "remote".into(),
+        prompt: "p".into(),
+        idempotency_key: Some("k".into()),
+        ..TaskSpec::default()
+    };
+
+    store.failing.store(true, Ordering::SeqCst);
+    let refused = engine.spawn_task(spec.clone()).await;
+    assert!(matches!(refused, Err(EngineError::Store(_))), "{refused:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(engine.live_tasks(), 0, "the task left memory");
+    assert!(remote.spawned().is_empty(), "no worker was launched");
+
+    // The disk is back: the same key creates a task that runs to the end.
+    store.failing.store(false, Ordering::SeqCst);
+    let task = engine.spawn_task(spec).await.unwrap();
+    for _ in 0..1000 {
+        if remote.credential(task.id).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let credential = remote.credential(task.id).expect("the retry was spawned");
+    let auth = engine
+        .authenticate_worker(credential.handle(), Verb::PostResult)
+        .unwrap();
+    let value = json!("done");
+    let post = ResultPost {
+        task_id: Some(task.id),
+        attempt: None,
+        value: value.clone(),
+        ok: true,
+        idempotency_key: None,
+        body_digest: body_digest(&serde_json::to_vec(&value).unwrap()),
+    };
+    engine.post_result(&auth, post).await.unwrap();
+    let done = engine
+        .wait_task(task.id, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(done.status(), TaskStatus::Pass);
+    assert_eq!(store.task_for_key("k").await.unwrap(), Some(task.id));
+}

@@ -29,17 +29,20 @@ use readers::ReaderPool;
 pub use writer::WriterStats;
 use writer::{Command, Job};
 
-/// Page cache of the writer: 16 MiB holds the right edge and interior pages of
-/// every hot B-tree (outputs, events, tasks) so appends rarely read from disk.
+/// Page cache of the writer: 1 MiB (256 pages) holds the right edge and
+/// interior pages of the hot B-trees (outputs, events, tasks); other pages
+/// come from the OS page cache. It is small on purpose: every write
+/// transaction ends with a walk of the cache's whole hash table
+/// (`pcache1TruncateUnsafe`), so a large cache costs more than it saves.
 const WRITER_CACHE_KIB: i64 = 1024;
 
 /// WAL pages (64 MiB) after which the writer checkpoints after a commit, so
 /// that its next transaction starts the WAL over. The background
 /// checkpointer (`checkpoint`) copies frames into the database continuously
 /// but cannot make the WAL restart while commits keep coming (a restart needs
-/// every frame copied when a write transaction begins), so without this the
-/// WAL grew to the fallback size, 1 GiB, at ~100 MB/s and the checkpoint
-/// that finally restarted it stalled every write for ~500 ms. Here the writer
+/// every frame copied when a write transaction begins); without this bound
+/// the WAL grows by ~100 MB/s under load, and the checkpoint that finally
+/// restarts it copies all of it while every write waits. Here the writer
 /// copies only what the background thread has not (a few milliseconds'
 /// worth) and fsyncs the database.
 pub const DEFAULT_WAL_RESTART_PAGES: u32 = 16_384;

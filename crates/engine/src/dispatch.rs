@@ -308,6 +308,7 @@ impl Engine {
     /// Phases 5–6: decide the outcome from the last Final, then retry or
     /// finish, and publish.
     async fn decide(&self, cell: &Arc<TaskCell>, p: Prepared, joined: Joined) {
+        let ended = Instant::now();
         let task_id = p.ctx.task_id;
         let last_final = match &joined {
             Joined::Worker(Ok(())) => self.last_final(task_id, p.attempt).await,
@@ -357,6 +358,7 @@ impl Engine {
             },
         };
         self.settle(cell, p, outcome, result, reason).await;
+        self.inner.stats.settle_latency.observe(ended.elapsed());
     }
 
     async fn settle(

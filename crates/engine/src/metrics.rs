@@ -54,6 +54,9 @@ pub struct EngineStats {
     pub dispatch_latency: Histogram,
     /// From an output append (any producer) to its durable commit.
     pub store_append_latency: Histogram,
+    /// From the worker's end (its Final posted, its exit, cancel or lease)
+    /// to the attempt's outcome being durable and published.
+    pub settle_latency: Histogram,
 }
 
 impl EngineStats {

@@ -123,6 +123,8 @@ struct EngineSnapshot {
     dispatch_sum_secs: f64,
     append_counts: Vec<u64>,
     append_sum_secs: f64,
+    settle_counts: Vec<u64>,
+    settle_sum_secs: f64,
     queued: usize,
     running: usize,
     live: usize,
@@ -144,6 +146,8 @@ impl EngineSnapshot {
             dispatch_sum_secs: stats.dispatch_latency.sum_secs(),
             append_counts: stats.store_append_latency.counts(),
             append_sum_secs: stats.store_append_latency.sum_secs(),
+            settle_counts: stats.settle_latency.counts(),
+            settle_sum_secs: stats.settle_latency.sum_secs(),
             queued,
             running,
             live: engine.live_tasks(),
@@ -298,6 +302,13 @@ impl Collector for EngineSnapshot {
             &self.append_counts,
             self.append_sum_secs,
         )?;
+        histogram(
+            &mut encoder,
+            "settle_latency_seconds",
+            "Time from a worker's end to its attempt's outcome being durable and published",
+            &self.settle_counts,
+            self.settle_sum_secs,
+        )?;
         gauge(
             &mut encoder,
             "queue_depth",
@@ -371,6 +382,7 @@ mod tests {
             "swarmd_attempts_finished_total{outcome=\"blocked\"} 0",
             "swarmd_dispatch_latency_seconds_bucket{le=\"+Inf\"} 0",
             "swarmd_dispatch_latency_seconds_count 0",
+            "swarmd_settle_latency_seconds_count 0",
             "swarmd_queue_depth 0",
             "swarmd_attempts_running 0",
             "swarmd_tasks{status=\"queued\"} 0",

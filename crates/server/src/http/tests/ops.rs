@@ -71,6 +71,7 @@ async fn metrics_lists_the_spec_metrics() {
         "swarmd_attempts_finished_total{outcome=\"pass\"} 1",
         "swarmd_dispatch_latency_seconds_count 1",
         "swarmd_dispatch_latency_seconds_bucket{le=\"+Inf\"} 1",
+        "swarmd_settle_latency_seconds_count 1",
         "swarmd_queue_depth 0",
         "swarmd_attempts_running 0",
         "swarmd_tasks{status=\"running\"} 0",

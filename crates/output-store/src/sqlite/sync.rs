@@ -10,12 +10,15 @@
 //! on: it runs the jobs that arrive during the sync in an open transaction
 //! and commits them as the sync ends (see `writer::run`), so there is one
 //! commit per sync and the SQL work overlaps the disk's. (Should groups
-//! still queue up, one `fsync` covers them all.) Durability is that of
-//! `FULL`: a job's outcome is delivered
-//! only after an `fdatasync` of the WAL that began after its `COMMIT`
-//! returned, and `fsync` flushes the file (the inode), whichever descriptor
-//! wrote it. Frames the checkpointer has already copied are synced in the
-//! database file by the checkpoint itself before the WAL is ever reused.
+//! still queue up, one `fsync` covers them all.)
+//!
+//! Durability is that of `FULL`: a job's outcome is delivered only after an
+//! `fdatasync` of the WAL that began after its `COMMIT` returned, and `fsync`
+//! flushes the file (the inode) whichever descriptor wrote it. SQLite only
+//! truncates the WAL while a connection is open (it deletes it when the last
+//! one closes, after the writer has stopped), so the descriptor opened here
+//! stays the WAL's. Frames the checkpointer has already copied are synced in
+//! the database file by the checkpoint itself before the WAL is reused.
 //!
 //! Order: groups are delivered in commit order, and jobs within a group in
 //! queue order, exactly as when the writer delivers them itself.

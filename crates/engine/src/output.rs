@@ -37,12 +37,23 @@ impl Engine {
         let (records, durable) = self
             .queue_output(task_id, attempt, session, producer, events, |_| {})
             .await?;
+        self.output_durable(started, durable).await?;
+        Ok(records)
+    }
+
+    /// Waits for queued outputs to be durable and records how long the
+    /// append took since `started`.
+    pub(crate) async fn output_durable(
+        &self,
+        started: Instant,
+        durable: Durable,
+    ) -> Result<(), EngineError> {
         durable.await?;
         self.inner
             .stats
             .store_append_latency
             .observe(started.elapsed());
-        Ok(records)
+        Ok(())
     }
 
     /// Numbers and queues output events of the open attempt, publishes their

@@ -368,15 +368,11 @@ impl Engine {
             )
             .await;
         let stored = match queued {
-            Ok((_, durable)) => durable.await.map_err(EngineError::from),
+            Ok((_, durable)) => self.output_durable(started, durable).await,
             Err(e) => Err(e),
         };
         match stored {
             Ok(()) => {
-                self.inner
-                    .stats
-                    .store_append_latency
-                    .observe(started.elapsed());
                 self.inner.recent.remember(task_id, auth.attempt, mine);
                 Ok(ack)
             }

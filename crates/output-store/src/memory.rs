@@ -109,18 +109,7 @@ impl OutputStore for MemoryOutputStore {
         let stream = streams.entry(task).or_default().entry(attempt).or_default();
         let ts_ms = self.clock.now_ms();
         let first = stream.len() as u64 + 1;
-        let records: Vec<OutputRecord> = events
-            .into_iter()
-            .zip(first..)
-            .map(|(event, seq)| OutputRecord {
-                task,
-                attempt,
-                seq,
-                ts_ms,
-                producer: producer.to_owned(),
-                event,
-            })
-            .collect();
+        let records = records_at(task, attempt, first, ts_ms, producer, events);
         stream.extend(records.iter().cloned());
         Ok(records)
     }

@@ -125,31 +125,19 @@ impl OutputStore for SqliteOutputStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let (events, jsons): (Vec<_>, Vec<_>) = self
-            .spill
-            .encode(events)
-            .await?
-            .into_iter()
-            .map(|encoded| (encoded.event, encoded.json))
-            .unzip();
+        let Prepared {
+            events,
+            encoded: jsons,
+        } = self.prepare(events).await?;
         let clock = Arc::clone(&self.clock);
         let row_producer = producer.to_owned();
         let (first_seq, ts_ms) = self
             .db
             .write(move |tx| insert_stream(tx, task, attempt, &row_producer, &jsons, &*clock))
             .await?;
-        Ok(events
-            .into_iter()
-            .zip(first_seq..)
-            .map(|(event, seq)| OutputRecord {
-                task,
-                attempt,
-                seq,
-                ts_ms,
-                producer: producer.to_owned(),
-                event,
-            })
-            .collect())
+        Ok(records_at(
+            task, attempt, first_seq, ts_ms, producer, events,
+        ))
     }
 
     async fn tail(

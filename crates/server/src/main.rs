@@ -10,6 +10,13 @@ use swarmd_server::commands;
 use swarmd_server::environment::Environment;
 use swarmd_server::telemetry;
 
+/// jemalloc serves the daemon's allocations: its per-thread caches keep the
+/// tokio workers from contending on glibc's arena locks when one worker frees
+/// what another allocated, which every request does (docs/benchmarks.md).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -110,7 +110,9 @@ impl Session {
         );
         let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
             .max_message_size(Some(MAX_MESSAGE))
-            .max_frame_size(Some(MAX_MESSAGE));
+            .max_frame_size(Some(MAX_MESSAGE))
+            // tungstenite zero-fills this much before every read (128 KiB by default).
+            .read_buffer_size(8 << 10);
         let (socket, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), true)
             .await
             .context("WebSocket connect")?;

@@ -29,7 +29,7 @@ use crate::app::AppState;
 use crate::http::auth::{Caller, authenticate, bearer};
 use crate::http::error::ApiError;
 use crate::sessions::{LoginRequest, LoginResponse, Session, SessionSummary};
-use crate::ws::{MAX_FRAME_BYTES, serve_socket};
+use crate::ws::{MAX_FRAME_BYTES, READ_CHUNK_BYTES, serve_socket};
 
 /// The routes of SPEC §9.2, to be merged into the main router.
 pub fn routes() -> Router<AppState> {
@@ -175,6 +175,7 @@ async fn upgrade(
     Ok(upgrade
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
+        .read_buffer_size(READ_CHUNK_BYTES)
         .on_upgrade(move |socket| serve_socket(state, session, socket))
         .into_response())
 }

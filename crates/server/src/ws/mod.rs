@@ -32,3 +32,9 @@ pub use writer::{CLOSE_REPLACED, CLOSE_SESSION_ENDED};
 /// The largest client frame accepted; a larger one closes the socket with
 /// `1008` (policy violation).
 pub const MAX_FRAME_BYTES: usize = 1 << 20;
+
+/// Bytes a socket read asks for at a time. tungstenite zero-fills that much
+/// of its buffer before every read, so its 128 KiB default cost a 128 KiB
+/// `memset` per frame read; frames are mostly well under 8 KiB, and larger
+/// ones take more reads.
+pub const READ_CHUNK_BYTES: usize = 8 << 10;

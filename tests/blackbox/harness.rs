@@ -52,11 +52,17 @@ impl Daemon {
 
     /// Starts the daemon with `extra` appended to the test config.
     pub async fn start_with(extra: &str) -> Daemon {
+        Self::start_configured(r#"backend = "sqlite""#, extra).await
+    }
+
+    /// Starts the daemon with `store` as the `[store]` table's lines (besides
+    /// `state_dir`) and `extra` appended to the test config.
+    pub async fn start_configured(store: &str, extra: &str) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let hold = dir.path().join("hold");
         std::fs::create_dir_all(&hold).unwrap();
         let config = dir.path().join("swarmd.toml");
-        std::fs::write(&config, config_text(dir.path(), &hold, extra)).unwrap();
+        std::fs::write(&config, config_text(dir.path(), &hold, store, extra)).unwrap();
 
         let mut child = Command::new(BINARY)
             .arg("serve")
@@ -212,7 +218,7 @@ impl Daemon {
     }
 }
 
-fn config_text(dir: &Path, hold: &Path, extra: &str) -> String {
+fn config_text(dir: &Path, hold: &Path, store: &str, extra: &str) -> String {
     let state = dir.join("state");
     let hold = hold.display();
     let holder = r#"out="$HOLD_DIR/$SWARM_TASK_ID.$SWARM_ATTEMPT"; printf '%s' "$SWARM_WORKER_HANDLE" > "$out.tmp" && mv "$out.tmp" "$out.handle"; "#;
@@ -227,8 +233,8 @@ bind = "127.0.0.1:0"
 shutdown_grace_secs = 2
 
 [store]
-backend = "sqlite"
 state_dir = "{state}"
+{store}
 
 [spawner]
 kill_grace_secs = 1

@@ -394,3 +394,38 @@ async fn metrics_and_status_name_what_the_spec_lists() {
     assert_eq!(body["base_url"], daemon.base);
     assert_eq!(body["store"]["backend"], "sqlite");
 }
+
+#[tokio::test]
+async fn the_memory_store_keeps_only_the_newest_finished_tasks() {
+    let daemon =
+        Daemon::start_configured("backend = \"memory\"\nmemory_keep_finished = 2", "").await;
+    let mut tasks = Vec::new();
+    for n in 0..3 {
+        let task = daemon
+            .spawn(json!({"agent": "cat", "prompt": format!("{{\"n\": {n}}}")}))
+            .await;
+        assert_eq!(daemon.finished(&task).await["status"], "pass");
+        tasks.push(task);
+    }
+    expect_error(
+        daemon
+            .get(&format!("/v1/tasks/{}", tasks[0]), &daemon.admin)
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+    for (n, task) in tasks.iter().enumerate().skip(1) {
+        let (status, body) = parts(
+            daemon
+                .get(&format!("/v1/tasks/{task}"), &daemon.admin)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!((status, &body["result"]["value"]), (200, &json!({"n": n})));
+    }
+}

@@ -8,15 +8,20 @@ use crate::Engine;
 use crate::error::EngineError;
 use crate::ids::TaskId;
 
+/// Tasks whose outputs one `forget` call drops.
+const FORGET_SLICE: usize = 1024;
+
 impl Engine {
     /// Prunes terminal tasks finished more than `keep` ago; returns how many.
     pub async fn prune(&self, keep: Duration) -> Result<usize, EngineError> {
         let now_ms = self.inner.clock.now_ms();
         let cutoff = now_ms.saturating_sub(keep.as_millis() as u64);
         let gone = self.inner.store.prune(cutoff).await?;
-        if !gone.is_empty() {
-            let uuids: Vec<_> = gone.iter().map(TaskId::as_uuid).collect();
-            self.inner.outputs.forget(&uuids).await?;
+        // In slices, so that forgetting a large backlog never holds the
+        // output store for long.
+        let uuids: Vec<_> = gone.iter().map(TaskId::as_uuid).collect();
+        for slice in uuids.chunks(FORGET_SLICE) {
+            self.inner.outputs.forget(slice).await?;
         }
         let now_secs = now_ms / 1000;
         let leeway = self.inner.tokens.config().leeway_secs;

@@ -35,6 +35,10 @@ use crate::ws::EventRouter;
 const LUA_THREADS: usize = 2;
 /// How often retention looks for finished work to prune.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
+/// How often it looks with the memory backend, which evicts terminal tasks
+/// beyond `store.memory_keep_finished` as they finish: each run forgets the
+/// evicted tasks' outputs, so they must not pile up for an hour.
+const MEMORY_RETENTION_EVERY: Duration = Duration::from_secs(5);
 
 /// Why the daemon could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +107,11 @@ pub async fn build(
         "recovered"
     );
     let keep = Duration::from_secs(u64::from(config.retention.days) * 86_400);
-    engine.spawn_retention(keep, RETENTION_EVERY);
+    let every = match config.store.backend {
+        StoreBackend::Memory => MEMORY_RETENTION_EVERY,
+        StoreBackend::Sqlite => RETENTION_EVERY,
+    };
+    engine.spawn_retention(keep, every);
     let app = AppState::new(AppInner {
         engine,
         sessions,
@@ -123,7 +131,9 @@ type Stores = (Arc<dyn TaskStore>, Arc<dyn OutputStore>, Option<SqliteDb>);
 fn open_stores(config: &Config, state: &PreparedState) -> Result<Stores, BuildError> {
     if config.store.backend == StoreBackend::Memory {
         return Ok((
-            Arc::new(MemoryTaskStore::new()),
+            Arc::new(MemoryTaskStore::keeping(
+                usize::try_from(config.store.memory_keep_finished).unwrap_or(usize::MAX),
+            )),
             Arc::new(MemoryOutputStore::new()),
             None,
         ));

@@ -2,8 +2,15 @@
 //! `Mutex` guards everything; no `.await` happens while it is held, and
 //! `submit` applies and acknowledges a batch before it returns, so callbacks
 //! run in submission order.
+//!
+//! Memory is bounded: the newest `keep_finished` terminal tasks are kept
+//! (older ones are evicted with their attempts and idempotency keys as newer
+//! ones finish), as are the newest [`EVENT_WINDOW`] events and
+//! [`AUDIT_WINDOW`] audit lines. Evicted tasks are reported by the next
+//! `prune`, so that their outputs and handles go too; the daemon runs
+//! retention every few seconds on this store.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -21,10 +28,20 @@ const EVENT_WINDOW: usize = 200_000;
 /// Audit lines kept in memory.
 const AUDIT_WINDOW: usize = 100_000;
 
+/// Terminal tasks kept when no other number is given
+/// (`store.memory_keep_finished`).
+pub const DEFAULT_KEEP_FINISHED: usize = 100_000;
+
 /// A `TaskStore` that lives and dies with the process.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryTaskStore {
     state: Mutex<State>,
+}
+
+impl Default for MemoryTaskStore {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -33,6 +50,15 @@ struct State {
     attempts: HashMap<TaskId, Vec<AttemptRecord>>,
     handles: HashMap<[u8; 32], HandleRecord>,
     keys: HashMap<String, TaskId>,
+    /// The idempotency key of each keyed task, to drop it with the task.
+    key_of: HashMap<TaskId, String>,
+    /// The handle digests of each task, to drop them with the task.
+    handles_of: HashMap<TaskId, Vec<[u8; 32]>>,
+    /// Terminal tasks, oldest first.
+    finished: VecDeque<TaskId>,
+    keep_finished: usize,
+    /// Tasks evicted since the last `prune`, which reports them.
+    evicted: Vec<TaskId>,
     events: VecDeque<EventRecord>,
     audit: VecDeque<AuditRecord>,
     next_audit_id: u64,
@@ -40,8 +66,19 @@ struct State {
 }
 
 impl MemoryTaskStore {
+    /// A store keeping [`DEFAULT_KEEP_FINISHED`] terminal tasks.
     pub fn new() -> Self {
-        Self::default()
+        Self::keeping(DEFAULT_KEEP_FINISHED)
+    }
+
+    /// A store keeping the newest `keep_finished` terminal tasks (at least one).
+    pub fn keeping(keep_finished: usize) -> Self {
+        MemoryTaskStore {
+            state: Mutex::new(State {
+                keep_finished: keep_finished.max(1),
+                ..State::default()
+            }),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -55,7 +92,15 @@ impl State {
     fn apply(&mut self, op: WriteOp) {
         match op {
             WriteOp::PutTask(task) => {
-                self.tasks.insert(task.id, *task);
+                let (id, terminal) = (task.id, task.status().is_terminal());
+                let was_terminal = self
+                    .tasks
+                    .insert(id, *task)
+                    .is_some_and(|old| old.status().is_terminal());
+                if terminal && !was_terminal {
+                    self.finished.push_back(id);
+                    self.evict_excess();
+                }
             }
             WriteOp::PutAttempt(rec) => {
                 let list = self.attempts.entry(rec.task_id).or_default();
@@ -65,9 +110,14 @@ impl State {
                 }
             }
             WriteOp::PutHandle { digest, record } => {
+                let digests = self.handles_of.entry(record.task_id).or_default();
+                if !digests.contains(&digest) {
+                    digests.push(digest);
+                }
                 self.handles.insert(digest, record);
             }
             WriteOp::IdempotencyKey { key, task_id } => {
+                self.key_of.insert(task_id, key.clone());
                 self.keys.insert(key, task_id);
             }
             WriteOp::Events(events) => {
@@ -92,6 +142,30 @@ impl State {
             WriteOp::DeleteSession(sid) => {
                 self.sessions.remove(&sid);
             }
+        }
+    }
+}
+
+impl State {
+    /// Evicts the oldest terminal tasks beyond `keep_finished`.
+    fn evict_excess(&mut self) {
+        while self.finished.len() > self.keep_finished {
+            let Some(id) = self.finished.pop_front() else {
+                return;
+            };
+            self.forget_task(id);
+            self.evicted.push(id);
+        }
+    }
+
+    fn forget_task(&mut self, id: TaskId) {
+        self.tasks.remove(&id);
+        self.attempts.remove(&id);
+        if let Some(key) = self.key_of.remove(&id) {
+            self.keys.remove(&key);
+        }
+        for digest in self.handles_of.remove(&id).unwrap_or_default() {
+            self.handles.remove(&digest);
         }
     }
 }
@@ -203,26 +277,128 @@ impl TaskStore for MemoryTaskStore {
     }
 
     async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError> {
+        // Tasks sit in `finished` in the order they finished, and events in
+        // seq order, so what expired is a prefix of each: this costs what it
+        // removes, not what the store holds.
         let mut state = self.lock();
-        let gone: Vec<TaskId> = state
-            .tasks
-            .values()
-            .filter(|t| t.status().is_terminal())
-            .filter(|t| t.finished_ms.is_some_and(|f| f < finished_before_ms))
-            .map(|t| t.id)
-            .collect();
-        let gone_set: HashSet<TaskId> = gone.iter().copied().collect();
-        for id in &gone {
-            state.tasks.remove(id);
-            state.attempts.remove(id);
+        let mut gone = std::mem::take(&mut state.evicted);
+        while let Some(&id) = state.finished.front() {
+            let expired = state
+                .tasks
+                .get(&id)
+                .is_none_or(|t| t.finished_ms.is_some_and(|f| f < finished_before_ms));
+            if !expired {
+                break;
+            }
+            state.finished.pop_front();
+            state.forget_task(id);
+            gone.push(id);
         }
-        state.handles.retain(|_, h| !gone_set.contains(&h.task_id));
-        state.keys.retain(|_, t| !gone_set.contains(t));
-        state.events.retain(|e| e.ts_ms >= finished_before_ms);
+        while state
+            .events
+            .front()
+            .is_some_and(|e| e.ts_ms < finished_before_ms)
+        {
+            state.events.pop_front();
+        }
         Ok(gone)
     }
 
     async fn healthcheck(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::{AttemptOutcome, Policy, SpawnerKind, TaskSpec};
+
+    fn write(store: &MemoryTaskStore, ops: Vec<WriteOp>) {
+        store.submit(ops, Box::new(|outcome| outcome.unwrap()));
+    }
+
+    /// A task created under `key`, with one attempt, then finished.
+    fn finished_task(store: &MemoryTaskStore, key: &str, now_ms: u64) -> TaskId {
+        let mut task = Task::new(
+            TaskId::new(),
+            TaskSpec::default(),
+            Policy::default(),
+            0,
+            now_ms,
+        );
+        let attempt = AttemptRecord {
+            task_id: task.id,
+            attempt: 1,
+            started_ms: now_ms,
+            lease_deadline_ms: now_ms + 1,
+            spawner: SpawnerKind::InProcess,
+            outcome: None,
+            reason: None,
+            finished_ms: None,
+        };
+        write(
+            store,
+            vec![
+                WriteOp::PutTask(Box::new(task.clone())),
+                WriteOp::IdempotencyKey {
+                    key: key.to_owned(),
+                    task_id: task.id,
+                },
+                WriteOp::PutAttempt(attempt),
+                WriteOp::PutHandle {
+                    digest: *task.id.as_uuid().as_bytes().repeat(2).as_array().unwrap(),
+                    record: HandleRecord {
+                        task_id: task.id,
+                        attempt: 1,
+                        verbs: Vec::new(),
+                        exp_secs: u64::MAX,
+                    },
+                },
+            ],
+        );
+        task.start_attempt(now_ms).unwrap();
+        task.finish(AttemptOutcome::Pass, None, None, now_ms)
+            .unwrap();
+        // Written twice while terminal: counted once.
+        write(store, vec![WriteOp::PutTask(Box::new(task.clone()))]);
+        write(store, vec![WriteOp::PutTask(Box::new(task.clone()))]);
+        task.id
+    }
+
+    #[tokio::test]
+    async fn keeps_only_the_newest_finished_tasks_and_reports_the_evicted() {
+        let store = MemoryTaskStore::keeping(2);
+        let ids: Vec<TaskId> = (0..3)
+            .map(|i| finished_task(&store, &format!("k{i}"), 1_000 + i))
+            .collect();
+        let live = Task::new(TaskId::new(), TaskSpec::default(), Policy::default(), 0, 1);
+        write(&store, vec![WriteOp::PutTask(Box::new(live.clone()))]);
+
+        assert!(store.task(ids[0]).await.unwrap().is_none());
+        assert!(store.attempts(ids[0]).await.unwrap().is_empty());
+        assert_eq!(store.task_for_key("k0").await.unwrap(), None);
+        for (i, id) in ids.iter().enumerate().skip(1) {
+            assert!(store.task(*id).await.unwrap().is_some());
+            assert_eq!(store.attempts(*id).await.unwrap().len(), 1);
+            let key = format!("k{i}");
+            assert_eq!(store.task_for_key(&key).await.unwrap(), Some(*id));
+        }
+        assert!(store.task(live.id).await.unwrap().is_some());
+        let handles = store.load_live(0).await.unwrap().handles;
+        assert_eq!(handles.len(), 2, "the evicted task's handle went with it");
+        assert!(handles.iter().all(|(_, h)| h.task_id != ids[0]));
+
+        // The next prune reports the evicted task once, plus what expired.
+        assert_eq!(store.prune(0).await.unwrap(), vec![ids[0]]);
+        assert!(store.prune(0).await.unwrap().is_empty());
+        let expired = store.prune(1_002).await.unwrap();
+        assert_eq!(expired, vec![ids[1]]);
+        assert_eq!(store.task_for_key("k1").await.unwrap(), None);
+
+        // A pruned task no longer counts against the window.
+        let newer = finished_task(&store, "k3", 2_000);
+        assert!(store.task(ids[2]).await.unwrap().is_some());
+        assert!(store.task(newer).await.unwrap().is_some());
     }
 }

@@ -8,7 +8,7 @@
 mod memory;
 mod sqlite;
 
-pub use memory::MemoryTaskStore;
+pub use memory::{DEFAULT_KEEP_FINISHED, MemoryTaskStore};
 pub use sqlite::SqliteTaskStore;
 
 use std::fmt::Debug;

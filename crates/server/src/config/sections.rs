@@ -69,6 +69,10 @@ pub struct StoreConfig {
     pub state_dir: PathBuf,
     /// SQLite durability: `full` (default) or `normal`.
     pub synchronous: Synchronous,
+    /// The memory backend keeps this many terminal tasks (the newest) and
+    /// forgets older ones with their outputs; SQLite keeps them for
+    /// `retention.days`.
+    pub memory_keep_finished: u64,
 }
 
 /// The state directory used when neither the config nor systemd names one.
@@ -80,6 +84,7 @@ impl Default for StoreConfig {
             backend: StoreBackend::Sqlite,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             synchronous: Synchronous::Full,
+            memory_keep_finished: swarmd_engine::store::DEFAULT_KEEP_FINISHED as u64,
         }
     }
 }

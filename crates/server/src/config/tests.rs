@@ -219,6 +219,10 @@ fn invalid_values_are_refused_with_the_key() {
             "auth.max_token_ttl_secs",
         ),
         ("[limits]\nmax_running = 0\n", "limits.max_running"),
+        (
+            "[store]\nmemory_keep_finished = 0\n",
+            "store.memory_keep_finished",
+        ),
         ("[defaults]\nmax_attempts = 0\n", "defaults.max_attempts"),
         ("[server]\nbase_url = \"ftp://x\"\n", "server.base_url"),
         ("[senior]\nagent = \"ghost\"\n", "senior.agent"),

@@ -104,6 +104,12 @@ fn validate_server(config: &Config) -> Result<(), ConfigError> {
     if config.store.state_dir.as_os_str().is_empty() {
         return Err(invalid("store.state_dir", "must not be empty"));
     }
+    range(
+        "store.memory_keep_finished",
+        config.store.memory_keep_finished,
+        1,
+        100_000_000,
+    )?;
     Ok(())
 }
 

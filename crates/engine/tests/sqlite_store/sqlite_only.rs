@@ -180,6 +180,54 @@ fn sqlite_schema_version_is_stamped_and_newer_files_are_refused() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_file_is_upgraded_with_its_handles() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("swarmd.db");
+    let task = running("a", 1);
+    let record = handle(task.id, 1, 1_000);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE handles (
+             digest BLOB PRIMARY KEY, task BLOB NOT NULL, attempt INTEGER NOT NULL,
+             exp_secs INTEGER NOT NULL, body TEXT NOT NULL
+         ) WITHOUT ROWID;
+         CREATE INDEX handles_task ON handles (task);
+         CREATE TABLE events (seq INTEGER PRIMARY KEY, ts_ms INTEGER NOT NULL, task BLOB, body TEXT NOT NULL);
+         CREATE INDEX events_ts ON events (ts_ms);
+         PRAGMA user_version = 1;",
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO handles VALUES (?1, ?2, 1, 1000, ?3)",
+        rusqlite::params![
+            digest(9),
+            task.id.as_uuid().into_bytes(),
+            serde_json::to_string(&record).unwrap()
+        ],
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = open_sqlite(&path).unwrap();
+    let snap = store.load_live(10).await.unwrap();
+    assert_eq!(snap.handles, vec![(digest(9), record)]);
+    store.db().close().unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SqliteTaskStore::SCHEMA_VERSION);
+    let dropped: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name IN ('events_ts', 'handles_task', 'handles_v1')",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(dropped, 0);
+}
+
 #[test]
 fn sqlite_open_on_a_closed_db_fails() {
     let dir = tempfile::tempdir().unwrap();

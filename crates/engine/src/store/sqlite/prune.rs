@@ -83,13 +83,26 @@ fn prune_tasks(
 
 /// Deletes one chunk of old events, first raising the pruned-seq mark to the
 /// highest seq stored so `load_live` never hands out a used seq again.
+/// Events are appended in seq order with nondecreasing stamps, so the old
+/// ones are the leading run of the seq order: the chunk is that run's first
+/// `EVENT_CHUNK`, found without a time index.
 fn prune_events(tx: &Transaction<'_>, cutoff: i64) -> Result<usize, StoreError> {
-    let any_old: bool = tx
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM events WHERE ts_ms < ?1)")?
-        .query_row(params![cutoff], |row| row.get(0))?;
-    if !any_old {
-        return Ok(0);
+    let mut last_old = None;
+    {
+        let mut select =
+            tx.prepare_cached("SELECT seq, ts_ms FROM events ORDER BY seq LIMIT ?1")?;
+        let mut rows = select.query(params![sql_limit(EVENT_CHUNK)])?;
+        while let Some(row) = rows.next()? {
+            let (seq, ts_ms): (i64, i64) = (row.get(0)?, row.get(1)?);
+            if ts_ms >= cutoff {
+                break;
+            }
+            last_old = Some(seq);
+        }
     }
+    let Some(last_old) = last_old else {
+        return Ok(0);
+    };
     tx.prepare_cached(
         "INSERT INTO task_store_meta (name, value)
          SELECT ?1, MAX(seq) FROM events WHERE true
@@ -97,10 +110,7 @@ fn prune_events(tx: &Transaction<'_>, cutoff: i64) -> Result<usize, StoreError> 
     )?
     .execute(params![PRUNED_EVENT_SEQ])?;
     let deleted = tx
-        .prepare_cached(
-            "DELETE FROM events WHERE seq IN
-             (SELECT seq FROM events WHERE ts_ms < ?1 LIMIT ?2)",
-        )?
-        .execute(params![cutoff, sql_limit(EVENT_CHUNK)])?;
+        .prepare_cached("DELETE FROM events WHERE seq <= ?1")?
+        .execute(params![last_old])?;
     Ok(deleted)
 }

@@ -10,12 +10,17 @@ use super::keys::KeyIndex;
 
 /// The schema this build writes. A file stamped with a higher version was
 /// written by a newer swarmd and is refused rather than misread.
-pub(super) const SCHEMA_VERSION: i64 = 1;
+pub(super) const SCHEMA_VERSION: i64 = 2;
 
 /// Ids are the 16 bytes of the UUID, so `ORDER BY id` is creation order
 /// (UUIDv7). Secondary indexes end in `id` so that filtered listings walk one
 /// index newest first. `finished_ms` is indexed only where set, which keeps
-/// live tasks out of the index that retention scans. Audit ids are rowids
+/// live tasks out of the index that retention scans. Handles are keyed by
+/// their task first, so new ones land on the rightmost page instead of a
+/// random one (digests are only looked up in memory; the table is read whole
+/// at boot). Events have no time index: they are appended in seq order with
+/// nondecreasing stamps, so retention deletes a prefix of the seq order.
+/// Each index costs a page write per group commit. Audit ids are rowids
 /// without AUTOINCREMENT (which costs a `sqlite_sequence` write per insert):
 /// audit lines are never deleted, so an id is never handed out twice.
 const SCHEMA: &str = "
@@ -38,13 +43,13 @@ CREATE TABLE IF NOT EXISTS attempts (
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS handles (
-    digest   BLOB    PRIMARY KEY,
     task     BLOB    NOT NULL,
     attempt  INTEGER NOT NULL,
+    digest   BLOB    NOT NULL,
     exp_secs INTEGER NOT NULL,
-    body     TEXT    NOT NULL
+    body     TEXT    NOT NULL,
+    PRIMARY KEY (task, attempt, digest)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS handles_task ON handles (task);
 
 CREATE TABLE IF NOT EXISTS idem_keys (
     key  TEXT PRIMARY KEY,
@@ -58,7 +63,6 @@ CREATE TABLE IF NOT EXISTS events (
     task  BLOB,
     body  TEXT    NOT NULL
 );
-CREATE INDEX IF NOT EXISTS events_ts ON events (ts_ms);
 
 CREATE TABLE IF NOT EXISTS audit (
     id    INTEGER PRIMARY KEY,
@@ -77,6 +81,25 @@ CREATE TABLE IF NOT EXISTS task_store_meta (
     name  TEXT    PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
+";
+
+/// Version 1 to 2: handles keyed by task instead of digest, and no events
+/// time index.
+const UPGRADE_FROM_1: &str = "
+DROP INDEX IF EXISTS events_ts;
+DROP INDEX IF EXISTS handles_task;
+ALTER TABLE handles RENAME TO handles_v1;
+CREATE TABLE handles (
+    task     BLOB    NOT NULL,
+    attempt  INTEGER NOT NULL,
+    digest   BLOB    NOT NULL,
+    exp_secs INTEGER NOT NULL,
+    body     TEXT    NOT NULL,
+    PRIMARY KEY (task, attempt, digest)
+) WITHOUT ROWID;
+INSERT INTO handles (task, attempt, digest, exp_secs, body)
+    SELECT task, attempt, digest, exp_secs, body FROM handles_v1;
+DROP TABLE handles_v1;
 ";
 
 /// `task_store_meta` row holding the highest event seq ever pruned, so the
@@ -131,6 +154,9 @@ fn migrate_in(tx: &Transaction<'_>) -> Result<(), StoreError> {
                  version {SCHEMA_VERSION} that this swarmd understands; refusing to open it"
             )),
         )));
+    }
+    if found == 1 {
+        tx.execute_batch(UPGRADE_FROM_1)?;
     }
     tx.execute_batch(SCHEMA)?;
     if found < SCHEMA_VERSION {

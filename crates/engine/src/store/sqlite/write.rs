@@ -137,8 +137,8 @@ const STATEMENTS: [&str; 8] = [
     "INSERT INTO attempts (task, attempt, body) VALUES (?1, ?2, ?3)
      ON CONFLICT (task, attempt) DO UPDATE SET body = excluded.body",
     "INSERT INTO handles (digest, task, attempt, exp_secs, body) VALUES (?1, ?2, ?3, ?4, ?5)
-     ON CONFLICT (digest) DO UPDATE SET task = excluded.task, attempt = excluded.attempt,
-         exp_secs = excluded.exp_secs, body = excluded.body",
+     ON CONFLICT (task, attempt, digest) DO UPDATE SET exp_secs = excluded.exp_secs,
+         body = excluded.body",
     "INSERT INTO idem_keys (key, task) VALUES (?1, ?2)
      ON CONFLICT (key) DO UPDATE SET task = excluded.task",
     // A seq already stored fails the job, and so its whole batch: the log

@@ -91,7 +91,7 @@ impl Engine {
             self.release_slot(&agent);
             return;
         }
-        self.decide(&cell, prepared, joined).await;
+        Box::pin(self.decide(&cell, prepared, joined)).await;
     }
 
     /// Phase 1 (under the task's lock): open the attempt and queue its record.
@@ -231,7 +231,8 @@ impl Engine {
     }
 
     /// Phases 2–4: mint the credential, spawn, and join raced against cancel
-    /// and the lease.
+    /// and the lease. The spawn runs in its own allocation, freed before the
+    /// join, so a task waiting on its worker holds only the join's state.
     async fn spawn_and_join(
         &self,
         cell: &Arc<TaskCell>,
@@ -239,35 +240,45 @@ impl Engine {
         minted: Minted,
         stack: Arc<dyn SpawnerAdapter>,
     ) -> Joined {
+        match Box::pin(self.spawn_worker(p, minted, stack)).await {
+            Ok(worker) => self.join(cell, p, worker).await,
+            Err(joined) => joined,
+        }
+    }
+
+    /// Phases 2–3: wait for the attempt's record if it must be durable first,
+    /// then spawn through the stack, raced against cancel and shutdown.
+    async fn spawn_worker(
+        &self,
+        p: &Prepared,
+        minted: Minted,
+        stack: Arc<dyn SpawnerAdapter>,
+    ) -> Result<Box<dyn Worker>, Joined> {
         let task_id = p.ctx.task_id;
         let credential = match minted.credential {
             Ok(c) => c,
-            Err(reason) => return Joined::Worker(Err(WorkerError::Failed(reason))),
+            Err(reason) => return Err(Joined::Worker(Err(WorkerError::Failed(reason)))),
         };
         if let Some(durable) = minted.durable
             && let Err(error) = crate::engine::wait_commit(durable).await
         {
             let reason = format!("could not record the attempt: {error}");
-            return Joined::Worker(Err(WorkerError::Failed(reason)));
+            return Err(Joined::Worker(Err(WorkerError::Failed(reason))));
         }
         let mut ctx = p.ctx.clone();
         ctx.meta
             .insert("worker_handle".into(), Value::from(credential.handle()));
         let spawned = tokio::select! {
             biased;
-            _ = p.cancel.cancelled() => return Joined::Cancelled,
-            _ = self.inner.shutdown.cancelled() => return Joined::Shutdown,
+            _ = p.cancel.cancelled() => return Err(Joined::Cancelled),
+            _ = self.inner.shutdown.cancelled() => return Err(Joined::Shutdown),
             r = stack.spawn(self, ctx, task_id, p.attempt, credential) => r,
         };
         self.inner
             .stats
             .dispatch_latency
             .observe(p.started.elapsed());
-        let worker = match spawned {
-            Ok(w) => w,
-            Err(error) => return Joined::Worker(Err(WorkerError::Failed(error.to_string()))),
-        };
-        self.join(cell, p, worker).await
+        spawned.map_err(|error| Joined::Worker(Err(WorkerError::Failed(error.to_string()))))
     }
 
     async fn join(&self, cell: &Arc<TaskCell>, p: &Prepared, worker: Box<dyn Worker>) -> Joined {
@@ -616,5 +627,33 @@ impl Engine {
             expires_secs,
         );
         Ok((credential, digest, record))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use swarmd_output_store::MemoryOutputStore;
+
+    use crate::clock::ManualClock;
+    use crate::store::MemoryTaskStore;
+    use crate::testing::{StaticResolver, engine_with};
+
+    /// Every waiting attempt holds this future; 100 000 of them must fit the
+    /// SPEC §13 memory floor with room to spare. The spawn and decide phases
+    /// are boxed so that their state is not held while the worker runs.
+    #[tokio::test]
+    async fn a_waiting_attempt_holds_a_small_future() {
+        let engine = engine_with(
+            Arc::new(StaticResolver::new()),
+            Arc::new(MemoryTaskStore::new()),
+            Arc::new(MemoryOutputStore::new()),
+            crate::EngineConfig::default(),
+            Arc::new(ManualClock::new(0)),
+        );
+        let attempt = engine.run_attempt(crate::ids::TaskId::new(), "a".into());
+        let size = std::mem::size_of_val(&attempt);
+        assert!(size <= 1024, "run_attempt's future is {size} bytes");
     }
 }

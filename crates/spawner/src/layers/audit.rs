@@ -41,7 +41,9 @@ impl SpawnerAdapter for Audit {
         attempt: u32,
         token: WorkerCredential,
     ) -> Result<Box<dyn Worker>, SpawnError> {
-        let template = AuditRecord {
+        // The record owed at completion carries no detail until then, so a
+        // waiting attempt holds no JSON map.
+        let record = AuditRecord {
             id: 0,
             ts_ms: 0,
             task_id,
@@ -49,23 +51,37 @@ impl SpawnerAdapter for Audit {
             agent: ctx.agent.clone(),
             session: ctx.session,
             action: AuditAction::Spawned,
-            detail: json!({ "token_fingerprint": fingerprint(token.token()) }),
+            detail: serde_json::Value::Null,
         };
+        let token_fingerprint = fingerprint(token.token());
         let started = Instant::now();
         let worker = match self.inner.spawn(engine, ctx, task_id, attempt, token).await {
             Ok(worker) => worker,
             Err(error) => {
-                let mut record = template;
-                record.action = AuditAction::SpawnFailed;
-                record.detail["error"] = json!(error.to_string());
-                write(engine, record);
+                write(
+                    engine,
+                    AuditRecord {
+                        action: AuditAction::SpawnFailed,
+                        detail: json!({
+                            "token_fingerprint": token_fingerprint,
+                            "error": error.to_string(),
+                        }),
+                        ..record
+                    },
+                );
                 return Err(error);
             }
         };
-        write(engine, template.clone());
+        write(
+            engine,
+            AuditRecord {
+                detail: json!({ "token_fingerprint": token_fingerprint }),
+                ..record.clone()
+            },
+        );
         let mut pending = Pending {
             engine: engine.clone(),
-            record: Some(template),
+            record: Some(record),
             started,
         };
         Ok(wrap_join(worker, move |joined| async move {

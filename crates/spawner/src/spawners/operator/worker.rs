@@ -61,7 +61,8 @@ impl Worker for OperatorWorker {
                 }
                 () = &mut posted => return Ok(()),
                 answer = &mut reply, if reply_open => match answer {
-                    Ok(answer) => return settle(&engine, task_id, attempt, answer).await,
+                    // Boxed: a waiting attempt need not hold room for it.
+                    Ok(answer) => return Box::pin(settle(&engine, task_id, attempt, answer)).await,
                     Err(_) => reply_open = false,
                 },
             }

@@ -72,6 +72,9 @@ impl MemoryTaskStore {
     }
 
     /// A store keeping the newest `keep_finished` terminal tasks (at least one).
+    /// The ids it evicts wait (16 bytes each) for the next `prune` to report
+    /// them, so an owner that keeps finishing tasks must also prune; the
+    /// engine's retention job does.
     pub fn keeping(keep_finished: usize) -> Self {
         MemoryTaskStore {
             state: Mutex::new(State {
@@ -144,9 +147,7 @@ impl State {
             }
         }
     }
-}
 
-impl State {
     /// Evicts the oldest terminal tasks beyond `keep_finished`.
     fn evict_excess(&mut self) {
         while self.finished.len() > self.keep_finished {

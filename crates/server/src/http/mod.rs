@@ -38,7 +38,8 @@ pub use tasks::MAX_WAIT_SECS;
 /// the route):
 /// 1. a panicking handler answers 500 with a correlation id;
 /// 2. `Authorization` marked sensitive, so nothing below can log it;
-/// 3. the request span (method, path, status, latency; no headers, no query);
+/// 3. the request span (method and path; no headers, no query), and status
+///    and latency logged at debug level when it answers;
 /// 4. request counts by route and status;
 /// 5. any error answer without a JSON body gets `{error, code}`;
 /// 6. a declared body over `limits.max_body_bytes` answers 413 before any

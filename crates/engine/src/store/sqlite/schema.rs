@@ -83,20 +83,17 @@ CREATE TABLE IF NOT EXISTS task_store_meta (
 ) WITHOUT ROWID;
 ";
 
-/// Version 1 to 2: handles keyed by task instead of digest, and no events
-/// time index.
+/// Version 1 to 2, before `SCHEMA`: handles are to be keyed by task instead
+/// of digest, so the old table steps aside for `SCHEMA` to create the new
+/// one; and the events time index goes.
 const UPGRADE_FROM_1: &str = "
 DROP INDEX IF EXISTS events_ts;
 DROP INDEX IF EXISTS handles_task;
 ALTER TABLE handles RENAME TO handles_v1;
-CREATE TABLE handles (
-    task     BLOB    NOT NULL,
-    attempt  INTEGER NOT NULL,
-    digest   BLOB    NOT NULL,
-    exp_secs INTEGER NOT NULL,
-    body     TEXT    NOT NULL,
-    PRIMARY KEY (task, attempt, digest)
-) WITHOUT ROWID;
+";
+
+/// Version 1 to 2, after `SCHEMA`: the old handles move into the new table.
+const UPGRADE_FROM_1_AFTER: &str = "
 INSERT INTO handles (task, attempt, digest, exp_secs, body)
     SELECT task, attempt, digest, exp_secs, body FROM handles_v1;
 DROP TABLE handles_v1;
@@ -159,6 +156,9 @@ fn migrate_in(tx: &Transaction<'_>) -> Result<(), StoreError> {
         tx.execute_batch(UPGRADE_FROM_1)?;
     }
     tx.execute_batch(SCHEMA)?;
+    if found == 1 {
+        tx.execute_batch(UPGRADE_FROM_1_AFTER)?;
+    }
     if found < SCHEMA_VERSION {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     }

@@ -7,6 +7,33 @@ use serde_json::Value;
 /// The result every SubAgent submits.
 const RESULT: &str = "done";
 
+/// The worker routes of one daemon, parsed once: a SubAgent's calls only add
+/// the task id, so no request parses a whole URL.
+#[derive(Debug, Clone)]
+pub struct WorkerUrls {
+    prompt: reqwest::Url,
+    submit: reqwest::Url,
+}
+
+impl WorkerUrls {
+    /// The routes under `base` (`http://IP:PORT`).
+    ///
+    /// # Errors
+    /// If `base` is not a URL.
+    pub fn new(base: &str) -> anyhow::Result<WorkerUrls> {
+        Ok(WorkerUrls {
+            prompt: reqwest::Url::parse(&format!("{base}/v1/worker/prompt"))?,
+            submit: reqwest::Url::parse(&format!("{base}/v1/worker/submit"))?,
+        })
+    }
+}
+
+fn with_task(route: &reqwest::Url, task_id: &str) -> reqwest::Url {
+    let mut url = route.clone();
+    url.query_pairs_mut().append_pair("task_id", task_id);
+    url
+}
+
 /// Fetches the prompt and submits the result for `task_id` with `handle`.
 ///
 /// # Errors
@@ -14,18 +41,18 @@ const RESULT: &str = "done";
 /// `submit:http_500`, `submit:transport`, …).
 pub async fn play(
     http: &reqwest::Client,
-    base: &str,
+    urls: &WorkerUrls,
     handle: &str,
     task_id: &str,
 ) -> Result<(), String> {
     let prompt = http
-        .get(format!("{base}/v1/worker/prompt?task_id={task_id}"))
+        .get(with_task(&urls.prompt, task_id))
         .bearer_auth(handle)
         .send()
         .await;
     expect_ok("prompt", prompt).await?;
     let submit = http
-        .post(format!("{base}/v1/worker/submit?task_id={task_id}"))
+        .post(with_task(&urls.submit, task_id))
         .bearer_auth(handle)
         .header("content-type", "text/plain")
         .body(RESULT)

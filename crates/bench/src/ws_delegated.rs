@@ -58,6 +58,7 @@ pub async fn run(
     let clock = RunClock::new(&args.bound);
     let window_sampler = Sampler::over_window(target.pid, &clock);
     let count_sampler = Sampler::begin(target.pid);
+    let urls = subagent::WorkerUrls::new(&target.base)?;
     let mut workers = Vec::with_capacity(sessions);
     for (index, session) in opened.into_iter().enumerate() {
         let pace = match args.rate {
@@ -77,6 +78,7 @@ pub async fn run(
             session,
             target,
             http,
+            &urls,
             clock,
             pace,
             clock.share(sessions, index),
@@ -122,6 +124,7 @@ struct Driver {
     session: Session,
     target: Target,
     http: reqwest::Client,
+    urls: subagent::WorkerUrls,
     clock: RunClock,
     pace: Pace,
     /// Count mode: tasks this session still has to send.
@@ -145,6 +148,7 @@ impl Driver {
         session: Session,
         target: &Target,
         http: &reqwest::Client,
+        urls: &subagent::WorkerUrls,
         clock: RunClock,
         pace: Pace,
         quota: Option<u64>,
@@ -154,6 +158,7 @@ impl Driver {
             session,
             target: target.clone(),
             http: http.clone(),
+            urls: urls.clone(),
             clock,
             pace,
             quota,
@@ -313,10 +318,10 @@ impl Driver {
             Kind::Spawn => match (frame.req_id, frame.worker_handle, frame.task_id) {
                 (Some(req_id), Some(handle), Some(task_id)) => {
                     let http = self.http.clone();
-                    let base = self.target.base.clone();
+                    let urls = self.urls.clone();
                     let done = self.subagents_tx.clone();
                     tokio::spawn(async move {
-                        let outcome = subagent::play(&http, &base, &handle, &task_id).await;
+                        let outcome = subagent::play(&http, &urls, &handle, &task_id).await;
                         let _ = done.send(SubAgentDone {
                             req_id,
                             task_id,

@@ -20,7 +20,7 @@ use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::event::{Event, EventRecord};
 use crate::ids::TaskId;
-use crate::live::{LiveTasks, TaskCell};
+use crate::live::{LiveTasks, RunState, TaskCell};
 use crate::metrics::EngineStats;
 use crate::operator::OperatorDirectory;
 use crate::recent::RecentFinals;
@@ -587,6 +587,16 @@ impl Engine {
     /// The live cell of a task; a task no longer in memory is terminal.
     pub(crate) fn live_cell(&self, id: TaskId) -> Result<Arc<TaskCell>, EngineError> {
         self.inner.live.get(&id).ok_or(EngineError::TaskTerminal)
+    }
+
+    /// Runs `f` on the task's open run if the task is live and `attempt` is
+    /// its current attempt; otherwise does nothing.
+    pub(crate) fn with_run(&self, id: TaskId, attempt: u32, f: impl FnOnce(&mut RunState)) {
+        if let Some(cell) = self.inner.live.get(&id)
+            && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt)
+        {
+            f(run);
+        }
     }
 
     /// Queues a task for admission and starts whatever may start.

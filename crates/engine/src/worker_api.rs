@@ -378,15 +378,7 @@ impl Engine {
             }
             Err(e) => {
                 // Not stored: a retry may post again while the attempt is open.
-                if let Some(cell) = self.inner.live.get(&task_id)
-                    && let Some(run) = cell
-                        .lock()
-                        .run
-                        .as_mut()
-                        .filter(|r| r.attempt == auth.attempt)
-                {
-                    run.posted = None;
-                }
+                self.with_run(task_id, auth.attempt, |run| run.posted = None);
                 Err(e)
             }
         }
@@ -435,15 +427,9 @@ impl Engine {
                 });
             }
         }
-        if let Some(cell) = self.inner.live.get(&task_id)
-            && let Some(run) = cell
-                .lock()
-                .run
-                .as_mut()
-                .filter(|r| r.attempt == auth.attempt)
-        {
-            run.token_exp_secs = expires_secs;
-        }
+        self.with_run(task_id, auth.attempt, |run| {
+            run.token_exp_secs = expires_secs
+        });
         self.submit_and_wait(ops, Vec::new()).await?;
         Ok(HeartbeatAck {
             deadline,
@@ -485,11 +471,7 @@ impl Engine {
             record.exp_secs = expires_secs;
             record.clone()
         };
-        if let Some(cell) = self.inner.live.get(&task_id)
-            && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt)
-        {
-            run.token_exp_secs = expires_secs;
-        }
+        self.with_run(task_id, attempt, |run| run.token_exp_secs = expires_secs);
         self.submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())
             .await?;
         Ok(crate::spawn::WorkerCredential::new(

@@ -11,6 +11,7 @@ mod http_load;
 mod idle;
 mod machine;
 mod measure;
+mod pacer;
 mod plan;
 mod procfs;
 mod report;

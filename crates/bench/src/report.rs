@@ -32,7 +32,7 @@ impl RunReport {
     pub fn one_line(&self) -> String {
         format!(
             "{} [{}] {} m={}: {:.0} tasks/s, p50 {} p99 {} max {}, engine p50 {} p99 {}, \
-             errors {}, srv CPU {} s/1k, gen CPU {} s/1k, peak RSS {} MiB, load {}, \
+             send lag p99 {}, errors {}, srv CPU {} s/1k, gen CPU {} s/1k, peak RSS {} MiB, load {}, \
              frames in/task {}",
             self.workload,
             self.store,
@@ -44,6 +44,7 @@ impl RunReport {
             ms(self.summary.max),
             ms(self.summary.overhead_p50),
             ms(self.summary.overhead_p99),
+            ms(self.summary.send_lag_p99),
             self.summary.errors_text(),
             opt(self.server_cpu_per_1k(), 3),
             opt(per_1k(self.usage.generator_cpu, self.summary.completed), 3),
@@ -58,15 +59,15 @@ impl RunReport {
 pub fn markdown(reports: &[RunReport]) -> String {
     let mut out = String::from(
         "| workload | store | load | M | tasks | tasks/s | p50 ms | p90 ms | p99 ms | max ms \
-         | engine p50 ms | engine p99 ms \
+         | engine p50 ms | engine p99 ms | send lag p99 ms \
          | errors | srv CPU s/1k | child CPU s/1k | gen CPU s/1k | peak RSS MiB | load avg |\n\
-         |---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|\n",
+         |---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|\n",
     );
     for r in reports {
         let s = &r.summary;
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.workload,
             r.store,
             r.load_shape,
@@ -79,6 +80,7 @@ pub fn markdown(reports: &[RunReport]) -> String {
             ms(s.max),
             ms(s.overhead_p50),
             ms(s.overhead_p99),
+            ms(s.send_lag_p99),
             s.errors_text(),
             opt(r.server_cpu_per_1k(), 3),
             opt(per_1k(r.usage.children_cpu, s.completed), 3),
@@ -138,6 +140,7 @@ mod tests {
                 max: Some(Duration::from_millis(12)),
                 overhead_p50: Some(Duration::from_micros(700)),
                 overhead_p99: None,
+                send_lag_p99: None,
                 errors: BTreeMap::new(),
                 frames_per_task: None,
             },
@@ -160,7 +163,7 @@ mod tests {
         assert_eq!(columns(lines[0]), columns(lines[1]));
         assert_eq!(columns(lines[0]), columns(lines[2]));
         assert!(
-            lines[2].contains("| 2000 | 1.50 | 2.50 | 4.00 | 12.00 | 0.70 | - | 0 | 0.500 |"),
+            lines[2].contains("| 2000 | 1.50 | 2.50 | 4.00 | 12.00 | 0.70 | - | - | 0 | 0.500 |"),
             "{}",
             lines[2]
         );

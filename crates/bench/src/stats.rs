@@ -16,6 +16,9 @@ pub struct Tally {
     /// `(done, engine overhead)` in µs, where a workload can tell the
     /// daemon's share of a task's latency from its SubAgent's.
     overheads: Vec<(u64, u64)>,
+    /// `(sent, lag)` in µs (open loop): how long after its scheduled time
+    /// a request went out.
+    lags: Vec<(u64, u64)>,
     /// Errors by code.
     pub errors: BTreeMap<String, u64>,
     /// WebSocket frames received from the daemon.
@@ -34,6 +37,12 @@ impl Tally {
     pub fn record_overhead(&mut self, start: Instant, done: Instant, overhead: Duration) {
         let at = micros(done.saturating_duration_since(start));
         self.overheads.push((at, micros(overhead)));
+    }
+
+    /// Open loop: a request due earlier went out at `sent`, `lag` late.
+    pub fn record_lag(&mut self, start: Instant, sent: Instant, lag: Duration) {
+        let at = micros(sent.saturating_duration_since(start));
+        self.lags.push((at, micros(lag)));
     }
 
     /// One error with this code.
@@ -62,6 +71,7 @@ impl Tally {
     pub fn merge(&mut self, other: Tally) {
         self.samples.extend(other.samples);
         self.overheads.extend(other.overheads);
+        self.lags.extend(other.lags);
         self.frames_in += other.frames_in;
         for (code, count) in other.errors {
             self.errors_by(code, count);
@@ -117,6 +127,13 @@ impl Tally {
             .map(|(_, overhead)| *overhead)
             .collect();
         overheads.sort_unstable();
+        let mut lags: Vec<u64> = self
+            .lags
+            .iter()
+            .filter(|(sent, _)| (from..=to).contains(sent))
+            .map(|(_, lag)| *lag)
+            .collect();
+        lags.sort_unstable();
         let secs = window.to.saturating_sub(window.from).as_secs_f64();
         Summary {
             completed: in_window as u64,
@@ -132,6 +149,7 @@ impl Tally {
             max: latencies.last().copied().map(Duration::from_micros),
             overhead_p50: percentile(&overheads, 50.0),
             overhead_p99: percentile(&overheads, 99.0),
+            send_lag_p99: percentile(&lags, 99.0),
             errors: self.errors.clone(),
             frames_per_task: (self.frames_in > 0 && !self.samples.is_empty())
                 .then(|| self.frames_in as f64 / self.samples.len() as f64),
@@ -162,6 +180,10 @@ pub struct Summary {
     /// to the answer to its last HTTP call.
     pub overhead_p50: Option<Duration>,
     pub overhead_p99: Option<Duration>,
+    /// Open loop: how late the generator sent its requests, at p99. The
+    /// latencies count from the scheduled time and include it; the
+    /// engine's share does not.
+    pub send_lag_p99: Option<Duration>,
     pub errors: BTreeMap<String, u64>,
     /// WebSocket frames received per finished task (ws workloads).
     pub frames_per_task: Option<f64>,
@@ -237,6 +259,10 @@ mod tests {
         tally.record(start, start + ms(3500), ms(5));
         tally.record_overhead(start, start + ms(3500), ms(2));
         tally.record_overhead(start, start + ms(100), ms(1));
+        // Send lags count where the request went out: only inside the window.
+        tally.record_lag(start, start + ms(200), ms(9));
+        tally.record_lag(start, start + ms(1200), ms(3));
+        tally.record_lag(start, start + ms(3200), ms(8));
         let summary = tally.summarize(Window {
             from: ms(1000),
             to: ms(3000),
@@ -250,6 +276,7 @@ mod tests {
             Some(ms(2)),
             "the warm-up's 1 ms is left out"
         );
+        assert_eq!(summary.send_lag_p99, Some(ms(3)));
         assert_eq!(tally.last_done(), ms(3500));
     }
 

@@ -8,6 +8,8 @@
 //! loop: each session sends its share of the offered rate on a fixed
 //! schedule, whatever is in flight, and latency counts from the scheduled
 //! time, so a slow daemon cannot hide queueing by slowing the generator.
+//! The engine's share counts from the moment the frame was sent: how late
+//! the generator's timer fired is its own error, reported as the send lag.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -22,7 +24,7 @@ use crate::measure::{RunClock, Sampler};
 use crate::report::RunReport;
 use crate::session::{Incoming, Kind, Received, Session};
 use crate::stats::Tally;
-use crate::subagent;
+use crate::{pacer, subagent};
 
 /// Open loop: tasks a session may have in flight before it counts
 /// `overload` instead of sending.
@@ -33,12 +35,12 @@ const OPEN_LOOP_CAP: usize = 100_000;
 const AGENT: &str = "bench";
 
 /// How a session paces its `spawn_task`s.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pace {
     /// Keep this many in flight.
     Closed(usize),
-    /// One every `period`, the first at `first`.
-    Open { first: Instant, period: Duration },
+    /// Send one whenever the pacer says one is due.
+    Open,
 }
 
 /// Runs the workload and reports it.
@@ -60,15 +62,13 @@ pub async fn run(
     let count_sampler = Sampler::begin(target.pid);
     let urls = subagent::WorkerUrls::new(&target.base)?;
     let mut workers = Vec::with_capacity(sessions);
+    let mut tick_senders = Vec::with_capacity(sessions);
     for (index, session) in opened.into_iter().enumerate() {
+        let (tick_tx, ticks) = mpsc::unbounded_channel();
         let pace = match args.rate {
-            Some(rate) => {
-                let period = Duration::from_secs_f64(sessions as f64 / rate.max(0.001));
-                let offset = period.mul_f64(index as f64 / sessions as f64);
-                Pace::Open {
-                    first: clock.start + offset,
-                    period,
-                }
+            Some(_) => {
+                tick_senders.push(tick_tx);
+                Pace::Open
             }
             None => {
                 Pace::Closed(crate::measure::split(args.in_flight as u64, sessions, index) as usize)
@@ -80,14 +80,30 @@ pub async fn run(
             http,
             &urls,
             clock,
-            pace,
+            (pace, ticks),
             clock.share(sessions, index),
         );
         workers.push(tokio::spawn(driver.run()));
     }
+    let pacer = match args.rate {
+        Some(rate) => Some(pacer::start(
+            pacer::Schedule {
+                first: clock.start,
+                period: Duration::from_secs_f64(1.0 / rate.max(0.001)),
+                stop: clock.stop_at(),
+            },
+            tick_senders,
+        )?),
+        None => None,
+    };
     let mut tally = Tally::default();
     for worker in workers {
         tally.merge(worker.await?);
+    }
+    if let Some(pacer) = pacer
+        && pacer.join().is_err()
+    {
+        anyhow::bail!("the open loop's pacer thread panicked");
     }
     let usage = match window_sampler {
         Some(handle) => handle.await?,
@@ -110,6 +126,13 @@ pub async fn run(
     })
 }
 
+/// When a task was due and when its `spawn_task` actually went out.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    due: Instant,
+    at: Instant,
+}
+
 /// One played SubAgent: the spawn's `req_id`, its task, how long it took
 /// from the `spawn` frame's arrival, and the error code if it failed.
 struct SubAgentDone {
@@ -127,17 +150,20 @@ struct Driver {
     urls: subagent::WorkerUrls,
     clock: RunClock,
     pace: Pace,
+    /// Open loop: the due times of this session's requests, from the pacer.
+    ticks: mpsc::UnboundedReceiver<Instant>,
     /// Count mode: tasks this session still has to send.
     quota: Option<u64>,
     tally: Tally,
     next_req: u64,
-    /// `spawn_task`s not yet accepted: request number → due time.
-    unaccepted: HashMap<u64, Instant>,
-    /// Accepted tasks not yet done: task id → due time.
-    running: HashMap<String, Instant>,
+    /// `spawn_task`s not yet accepted: request number → when sent.
+    unaccepted: HashMap<u64, Sent>,
+    /// Accepted tasks not yet done: task id → when sent.
+    running: HashMap<String, Sent>,
     /// SubAgent spans of tasks whose `task_done` has not arrived yet.
     spans: HashMap<String, Duration>,
-    /// Tasks done before their SubAgent reported: task id → (done, latency).
+    /// Tasks done before their SubAgent reported: task id → (done, time
+    /// since the `spawn_task` went out).
     done_early: HashMap<String, (Instant, Duration)>,
     subagents_tx: mpsc::UnboundedSender<SubAgentDone>,
     subagents_rx: mpsc::UnboundedReceiver<SubAgentDone>,
@@ -150,7 +176,7 @@ impl Driver {
         http: &reqwest::Client,
         urls: &subagent::WorkerUrls,
         clock: RunClock,
-        pace: Pace,
+        (pace, ticks): (Pace, mpsc::UnboundedReceiver<Instant>),
         quota: Option<u64>,
     ) -> Driver {
         let (subagents_tx, subagents_rx) = mpsc::unbounded_channel();
@@ -161,6 +187,7 @@ impl Driver {
             urls: urls.clone(),
             clock,
             pace,
+            ticks,
             quota,
             tally: Tally::default(),
             next_req: 0,
@@ -183,18 +210,13 @@ impl Driver {
     }
 
     async fn run(mut self) -> Tally {
-        let mut next_tick = match self.pace {
-            Pace::Open { first, .. } => first,
-            Pace::Closed(_) => self.clock.start,
-        };
         self.top_up(Instant::now());
         let far = self.clock.start + Duration::from_secs(365 * 24 * 3600);
         let mut drain_deadline: Option<Instant> = None;
-        // Both timers live across iterations and are only reset when their
+        // The timer lives across iterations and is only reset when its
         // instant changes: a run handles tens of thousands of frames a second.
-        let tick_timer = sleep_until(next_tick.into());
         let wake_timer = sleep_until(self.clock.stop_at().unwrap_or(far).into());
-        tokio::pin!(tick_timer, wake_timer);
+        tokio::pin!(wake_timer);
         loop {
             let now = Instant::now();
             let sending = self.sending(now);
@@ -212,7 +234,7 @@ impl Driver {
                     break;
                 }
             }
-            let open = matches!(self.pace, Pace::Open { .. }) && sending;
+            let open = self.pace == Pace::Open && sending;
             tokio::select! {
                 received = self.session.recv() => {
                     if !self.on_message(received) {
@@ -224,9 +246,8 @@ impl Driver {
                 Some(done) = self.subagents_rx.recv() => {
                     self.on_subagent(done);
                 }
-                () = &mut tick_timer, if open => {
-                    next_tick = self.tick(next_tick);
-                    tick_timer.as_mut().reset(next_tick.into());
+                Some(due) = self.ticks.recv(), if open => {
+                    self.tick(due);
                 }
                 () = &mut wake_timer => {
                     // Past the stop or drain instant: the loop's checks act on it.
@@ -239,29 +260,27 @@ impl Driver {
             http,
             target,
             mut tally,
+            ticks,
             ..
         } = self;
+        // The pacer stops once every session has hung up.
+        drop(ticks);
         if session.logout(&http, &target).await.is_err() {
             tally.error("logout");
         }
         tally
     }
 
-    /// Open loop: sends every task due by now; returns the next due time.
-    fn tick(&mut self, mut due: Instant) -> Instant {
-        let Pace::Open { period, .. } = self.pace else {
-            return due;
-        };
-        let now = Instant::now();
-        while due <= now && self.sending(now) {
-            if self.in_flight() >= OPEN_LOOP_CAP {
-                self.tally.error("overload");
-            } else {
-                self.send_task(due);
-            }
-            due += period;
+    /// Open loop: the pacer says a task was due at `due`; send it.
+    fn tick(&mut self, due: Instant) {
+        if !self.sending(Instant::now()) {
+            return;
         }
-        due
+        if self.in_flight() >= OPEN_LOOP_CAP {
+            self.tally.error("overload");
+        } else {
+            self.send_task(due);
+        }
     }
 
     /// Closed loop: sends until the session's share is in flight.
@@ -279,7 +298,12 @@ impl Driver {
         if let Some(quota) = self.quota.as_mut() {
             *quota = quota.saturating_sub(1);
         }
-        self.unaccepted.insert(n, due);
+        let at = Instant::now();
+        if self.pace == Pace::Open {
+            self.tally
+                .record_lag(self.clock.start, at, at.saturating_duration_since(due));
+        }
+        self.unaccepted.insert(n, Sent { due, at });
         let frame = json!({
             "type": "spawn_task",
             "req_id": format!("b{n}"),
@@ -309,8 +333,8 @@ impl Driver {
                 let request = frame.req_id.as_deref().and_then(request_number);
                 let due = request.and_then(|n| self.unaccepted.remove(&n));
                 match (due, frame.task_id) {
-                    (Some(due), Some(task_id)) => {
-                        self.running.insert(task_id, due);
+                    (Some(sent), Some(task_id)) => {
+                        self.running.insert(task_id, sent);
                     }
                     _ => self.tally.error("unexpected_accept"),
                 }
@@ -333,19 +357,19 @@ impl Driver {
                 _ => self.tally.error("malformed_spawn"),
             },
             Kind::TaskDone => {
-                let due = frame
+                let sent = frame
                     .task_id
                     .as_ref()
                     .and_then(|id| self.running.remove(id));
-                match (due, frame.status.as_deref()) {
-                    (Some(due), Some("pass")) => {
-                        let latency = now - due;
-                        self.tally.record(self.clock.start, now, latency);
+                match (sent, frame.status.as_deref()) {
+                    (Some(sent), Some("pass")) => {
+                        self.tally.record(self.clock.start, now, now - sent.due);
+                        let since_sent = now - sent.at;
                         if let Some(task_id) = frame.task_id {
                             match self.spans.remove(&task_id) {
-                                Some(span) => self.record_overhead(now, latency, span),
+                                Some(span) => self.record_overhead(now, since_sent, span),
                                 None => {
-                                    self.done_early.insert(task_id, (now, latency));
+                                    self.done_early.insert(task_id, (now, since_sent));
                                 }
                             }
                         }
@@ -379,9 +403,10 @@ impl Driver {
         }
     }
 
-    /// The engine's share of a task: its latency minus its SubAgent's span.
-    fn record_overhead(&mut self, done: Instant, latency: Duration, span: Duration) {
-        let overhead = latency.saturating_sub(span);
+    /// The engine's share of a task: the time from its `spawn_task` going
+    /// out to its `task_done`, minus its SubAgent's span.
+    fn record_overhead(&mut self, done: Instant, since_sent: Duration, span: Duration) {
+        let overhead = since_sent.saturating_sub(span);
         self.tally.record_overhead(self.clock.start, done, overhead);
     }
 
@@ -395,7 +420,7 @@ impl Driver {
         } = done;
         if outcome.is_ok() {
             match self.done_early.remove(&task_id) {
-                Some((at, latency)) => self.record_overhead(at, latency, span),
+                Some((at, since_sent)) => self.record_overhead(at, since_sent, span),
                 None => {
                     self.spans.insert(task_id, span);
                 }

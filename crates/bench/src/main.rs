@@ -24,6 +24,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// jemalloc, as in the daemon: the generator shares the machine with it, and
+/// glibc malloc cost it 3–6 % of its CPU per task.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let runtime = match cli.threads {

@@ -2,46 +2,10 @@
 //! renders them as Prometheus text. Nothing here allocates on the hot path.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use crate::task::{AttemptOutcome, TaskStatus};
 
-/// Upper bounds (seconds) of the latency buckets; the last bucket is +Inf.
-pub const LATENCY_BUCKETS: [f64; 12] = [
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0,
-];
-
-/// A fixed-bucket histogram of durations.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    counts: [AtomicU64; LATENCY_BUCKETS.len() + 1],
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        let idx = LATENCY_BUCKETS
-            .iter()
-            .position(|b| secs <= *b)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        self.counts[idx].fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    /// Per-bucket (non-cumulative) counts, the +Inf bucket last.
-    pub fn counts(&self) -> Vec<u64> {
-        self.counts
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .collect()
-    }
-
-    pub fn sum_secs(&self) -> f64 {
-        self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
-    }
-}
+pub use swarmd_output_store::histogram::{Histogram, LATENCY_BUCKETS};
 
 /// The engine's counters.
 #[derive(Debug, Default)]
@@ -114,19 +78,6 @@ impl EngineStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn histogram_buckets_and_sum() {
-        let h = Histogram::default();
-        h.observe(Duration::from_micros(100));
-        h.observe(Duration::from_millis(3));
-        h.observe(Duration::from_secs(100));
-        let c = h.counts();
-        assert_eq!(c[0], 1);
-        assert_eq!(c[3], 1);
-        assert_eq!(c[LATENCY_BUCKETS.len()], 1);
-        assert!((h.sum_secs() - 100.0031).abs() < 1e-6);
-    }
 
     #[test]
     fn counters_by_label() {

@@ -17,6 +17,7 @@ mod clock;
 #[cfg(test)]
 mod conformance;
 mod event;
+pub mod histogram;
 mod memory;
 mod spill;
 pub mod sqlite;

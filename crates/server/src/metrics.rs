@@ -164,16 +164,23 @@ struct StoreSnapshot {
     syncs: u64,
     jobs: u64,
     failed_jobs: u64,
+    sync_bounds: &'static [f64],
+    sync_counts: Vec<u64>,
+    sync_sum_secs: f64,
 }
 
 impl StoreSnapshot {
     fn take(db: &SqliteDb) -> StoreSnapshot {
         let stats = db.stats();
+        let syncs = stats.sync_latency();
         StoreSnapshot {
             commits: stats.commits(),
             syncs: stats.syncs(),
             jobs: stats.jobs(),
             failed_jobs: stats.failed_jobs(),
+            sync_bounds: syncs.bounds(),
+            sync_counts: syncs.counts(),
+            sync_sum_secs: syncs.sum_secs(),
         }
     }
 }
@@ -205,7 +212,13 @@ impl Collector for StoreSnapshot {
         for (name, help, value) in counters {
             counter(&mut encoder, name, help, value)?;
         }
-        Ok(())
+        histogram(
+            &mut encoder,
+            "store_sync_seconds",
+            "Time of each fdatasync of the WAL (synchronous = full): the disk's share of a durable acknowledgement",
+            (self.sync_bounds, &self.sync_counts),
+            self.sync_sum_secs,
+        )
     }
 }
 
@@ -219,20 +232,16 @@ fn counter(
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
-/// Encodes one of the engine's fixed-bucket histograms (per-bucket counts,
-/// the +Inf bucket last).
+/// Encodes a fixed-bucket histogram: its upper `bounds` and per-bucket
+/// counts (non-cumulative, the +Inf bucket last).
 fn histogram(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    counts: &[u64],
+    (bounds, counts): (&[f64], &[u64]),
     sum_secs: f64,
 ) -> Result<(), fmt::Error> {
-    let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
-        .iter()
-        .copied()
-        .zip(counts.iter().copied())
-        .collect();
+    let mut buckets: Vec<(f64, u64)> = bounds.iter().copied().zip(counts.iter().copied()).collect();
     // The encoder writes `f64::MAX` as `+Inf`.
     buckets.push((f64::MAX, counts.last().copied().unwrap_or(0)));
     let count = counts.iter().sum();
@@ -292,21 +301,21 @@ impl Collector for EngineSnapshot {
             &mut encoder,
             "dispatch_latency_seconds",
             "Time from admission to the worker being spawned",
-            &self.dispatch_counts,
+            (&LATENCY_BUCKETS, &self.dispatch_counts),
             self.dispatch_sum_secs,
         )?;
         histogram(
             &mut encoder,
             "store_append_latency_seconds",
             "Time from an output append to its durable commit",
-            &self.append_counts,
+            (&LATENCY_BUCKETS, &self.append_counts),
             self.append_sum_secs,
         )?;
         histogram(
             &mut encoder,
             "settle_latency_seconds",
             "Time from a worker's end to its attempt's outcome being durable and published",
-            &self.settle_counts,
+            (&LATENCY_BUCKETS, &self.settle_counts),
             self.settle_sum_secs,
         )?;
         gauge(
@@ -415,6 +424,9 @@ mod tests {
             "swarmd_store_syncs_total 1",
             "swarmd_store_write_jobs_total 1",
             "swarmd_store_failed_write_jobs_total 0",
+            "swarmd_store_sync_seconds_count 1",
+            "swarmd_store_sync_seconds_bucket{le=\"0.0001\"}",
+            "swarmd_store_sync_seconds_bucket{le=\"+Inf\"} 1",
         ] {
             assert!(text.contains(name), "missing `{name}` in:\n{text}");
         }

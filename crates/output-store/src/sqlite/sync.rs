@@ -145,8 +145,10 @@ fn run(
         let mut taken = vec![first];
         taken.extend(groups.try_iter());
         let sync_error = if taken.iter().any(|g| g.error.is_none()) {
-            stats.count_sync();
-            sync(&mut wal, wal_path).err().map(Arc::new)
+            let started = std::time::Instant::now();
+            let synced = sync(&mut wal, wal_path);
+            stats.count_sync(started.elapsed());
+            synced.err().map(Arc::new)
         } else {
             None
         };

@@ -28,6 +28,7 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 
 use super::sync::{Committed, SyncThread};
 use crate::StoreError;
+use crate::histogram::{Histogram, SYNC_BUCKETS};
 
 /// What the writer thread consumes.
 pub(super) enum Command {
@@ -51,12 +52,25 @@ pub(super) trait PendingJob: Send {
 }
 
 /// Counters of the writer thread, for metrics and tests.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WriterStats {
     commits: AtomicU64,
     jobs: AtomicU64,
     failed_jobs: AtomicU64,
     syncs: AtomicU64,
+    sync_latency: Histogram,
+}
+
+impl Default for WriterStats {
+    fn default() -> WriterStats {
+        WriterStats {
+            commits: AtomicU64::default(),
+            jobs: AtomicU64::default(),
+            failed_jobs: AtomicU64::default(),
+            syncs: AtomicU64::default(),
+            sync_latency: Histogram::new(&SYNC_BUCKETS),
+        }
+    }
 }
 
 impl WriterStats {
@@ -81,8 +95,15 @@ impl WriterStats {
         self.syncs.load(Ordering::Relaxed)
     }
 
-    pub(super) fn count_sync(&self) {
+    /// How long each of those `fdatasync`s took: the disk's share of every
+    /// durable acknowledgement.
+    pub fn sync_latency(&self) -> &Histogram {
+        &self.sync_latency
+    }
+
+    pub(super) fn count_sync(&self, took: std::time::Duration) {
         self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.sync_latency.observe(took);
     }
 }
 

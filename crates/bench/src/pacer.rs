@@ -41,7 +41,7 @@ fn run(schedule: Schedule, sessions: &[UnboundedSender<Instant>]) {
     if sessions.is_empty() {
         return;
     }
-    for k in 0u32.. {
+    for k in 0..u32::MAX {
         let due = schedule.due(k);
         if schedule.stop.is_some_and(|stop| due >= stop) {
             return;

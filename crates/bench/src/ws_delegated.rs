@@ -331,8 +331,8 @@ impl Driver {
         match frame.kind {
             Kind::TaskAccepted => {
                 let request = frame.req_id.as_deref().and_then(request_number);
-                let due = request.and_then(|n| self.unaccepted.remove(&n));
-                match (due, frame.task_id) {
+                let sent = request.and_then(|n| self.unaccepted.remove(&n));
+                match (sent, frame.task_id) {
                     (Some(sent), Some(task_id)) => {
                         self.running.insert(task_id, sent);
                     }

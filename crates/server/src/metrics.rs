@@ -19,7 +19,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use swarmd_engine::Engine;
-use swarmd_engine::metrics::LATENCY_BUCKETS;
+use swarmd_engine::metrics::Histogram;
 use swarmd_engine::task::{AttemptOutcome, TaskStatus};
 use swarmd_output_store::SqliteDb;
 
@@ -119,12 +119,9 @@ struct EngineSnapshot {
     tasks_finished: [(TaskStatus, u64); 4],
     attempts_started: u64,
     attempts_finished: [(AttemptOutcome, u64); 4],
-    dispatch_counts: Vec<u64>,
-    dispatch_sum_secs: f64,
-    append_counts: Vec<u64>,
-    append_sum_secs: f64,
-    settle_counts: Vec<u64>,
-    settle_sum_secs: f64,
+    dispatch: HistogramSnapshot,
+    append: HistogramSnapshot,
+    settle: HistogramSnapshot,
     queued: usize,
     running: usize,
     live: usize,
@@ -142,12 +139,9 @@ impl EngineSnapshot {
             tasks_finished: stats.tasks_finished(),
             attempts_started: stats.attempts_started.load(Relaxed),
             attempts_finished: stats.attempts_finished(),
-            dispatch_counts: stats.dispatch_latency.counts(),
-            dispatch_sum_secs: stats.dispatch_latency.sum_secs(),
-            append_counts: stats.store_append_latency.counts(),
-            append_sum_secs: stats.store_append_latency.sum_secs(),
-            settle_counts: stats.settle_latency.counts(),
-            settle_sum_secs: stats.settle_latency.sum_secs(),
+            dispatch: HistogramSnapshot::take(&stats.dispatch_latency),
+            append: HistogramSnapshot::take(&stats.store_append_latency),
+            settle: HistogramSnapshot::take(&stats.settle_latency),
             queued,
             running,
             live: engine.live_tasks(),
@@ -164,23 +158,38 @@ struct StoreSnapshot {
     syncs: u64,
     jobs: u64,
     failed_jobs: u64,
-    sync_bounds: &'static [f64],
-    sync_counts: Vec<u64>,
-    sync_sum_secs: f64,
+    sync: HistogramSnapshot,
+    commit: HistogramSnapshot,
+}
+
+/// A fixed-bucket histogram read at one instant.
+#[derive(Debug)]
+struct HistogramSnapshot {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum_secs: f64,
+}
+
+impl HistogramSnapshot {
+    fn take(histogram: &Histogram) -> HistogramSnapshot {
+        HistogramSnapshot {
+            bounds: histogram.bounds(),
+            counts: histogram.counts(),
+            sum_secs: histogram.sum_secs(),
+        }
+    }
 }
 
 impl StoreSnapshot {
     fn take(db: &SqliteDb) -> StoreSnapshot {
         let stats = db.stats();
-        let syncs = stats.sync_latency();
         StoreSnapshot {
             commits: stats.commits(),
             syncs: stats.syncs(),
             jobs: stats.jobs(),
             failed_jobs: stats.failed_jobs(),
-            sync_bounds: syncs.bounds(),
-            sync_counts: syncs.counts(),
-            sync_sum_secs: syncs.sum_secs(),
+            sync: HistogramSnapshot::take(stats.sync_latency()),
+            commit: HistogramSnapshot::take(stats.commit_latency()),
         }
     }
 }
@@ -216,8 +225,13 @@ impl Collector for StoreSnapshot {
             &mut encoder,
             "store_sync_seconds",
             "Time of each fdatasync of the WAL (synchronous = full): the disk's share of a durable acknowledgement",
-            (self.sync_bounds, &self.sync_counts),
-            self.sync_sum_secs,
+            &self.sync,
+        )?;
+        histogram(
+            &mut encoder,
+            "store_commit_seconds",
+            "Time of each group commit's COMMIT on the writer thread (WAL page writes, and a WAL-restart checkpoint when due); writes queued meanwhile wait",
+            &self.commit,
         )
     }
 }
@@ -232,21 +246,24 @@ fn counter(
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
-/// Encodes a fixed-bucket histogram: its upper `bounds` and per-bucket
-/// counts (non-cumulative, the +Inf bucket last).
+/// Encodes a fixed-bucket histogram read by `HistogramSnapshot::take`.
 fn histogram(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    (bounds, counts): (&[f64], &[u64]),
-    sum_secs: f64,
+    snapshot: &HistogramSnapshot,
 ) -> Result<(), fmt::Error> {
+    let HistogramSnapshot {
+        bounds,
+        counts,
+        sum_secs,
+    } = snapshot;
     let mut buckets: Vec<(f64, u64)> = bounds.iter().copied().zip(counts.iter().copied()).collect();
     // The encoder writes `f64::MAX` as `+Inf`.
     buckets.push((f64::MAX, counts.last().copied().unwrap_or(0)));
     let count = counts.iter().sum();
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-    metric.encode_histogram::<()>(sum_secs, count, &buckets, None)
+    metric.encode_histogram::<()>(*sum_secs, count, &buckets, None)
 }
 
 fn gauge(
@@ -301,22 +318,19 @@ impl Collector for EngineSnapshot {
             &mut encoder,
             "dispatch_latency_seconds",
             "Time from admission to the worker being spawned",
-            (&LATENCY_BUCKETS, &self.dispatch_counts),
-            self.dispatch_sum_secs,
+            &self.dispatch,
         )?;
         histogram(
             &mut encoder,
             "store_append_latency_seconds",
             "Time from an output append to its durable commit",
-            (&LATENCY_BUCKETS, &self.append_counts),
-            self.append_sum_secs,
+            &self.append,
         )?;
         histogram(
             &mut encoder,
             "settle_latency_seconds",
             "Time from a worker's end to its attempt's outcome being durable and published",
-            (&LATENCY_BUCKETS, &self.settle_counts),
-            self.settle_sum_secs,
+            &self.settle,
         )?;
         gauge(
             &mut encoder,
@@ -427,6 +441,7 @@ mod tests {
             "swarmd_store_sync_seconds_count 1",
             "swarmd_store_sync_seconds_bucket{le=\"0.0001\"}",
             "swarmd_store_sync_seconds_bucket{le=\"+Inf\"} 1",
+            "swarmd_store_commit_seconds_count 1",
         ] {
             assert!(text.contains(name), "missing `{name}` in:\n{text}");
         }

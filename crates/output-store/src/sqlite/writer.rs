@@ -59,6 +59,7 @@ pub struct WriterStats {
     failed_jobs: AtomicU64,
     syncs: AtomicU64,
     sync_latency: Histogram,
+    commit_latency: Histogram,
 }
 
 impl Default for WriterStats {
@@ -69,6 +70,7 @@ impl Default for WriterStats {
             failed_jobs: AtomicU64::default(),
             syncs: AtomicU64::default(),
             sync_latency: Histogram::new(&SYNC_BUCKETS),
+            commit_latency: Histogram::new(&SYNC_BUCKETS),
         }
     }
 }
@@ -99,6 +101,14 @@ impl WriterStats {
     /// durable acknowledgement.
     pub fn sync_latency(&self) -> &Histogram {
         &self.sync_latency
+    }
+
+    /// How long each group's `COMMIT` took on the writer thread: writing
+    /// its pages to the WAL, plus the checkpoint that lets the WAL start
+    /// over when one is due (see `DEFAULT_WAL_RESTART_PAGES`). Every write
+    /// queued meanwhile waits, so this is where writer stalls show.
+    pub fn commit_latency(&self) -> &Histogram {
+        &self.commit_latency
     }
 
     pub(super) fn count_sync(&self, took: std::time::Duration) {
@@ -322,7 +332,9 @@ fn commit_batch(
             }
         }
         // On failure the dropped transaction rolls back.
+        let committing = std::time::Instant::now();
         tx.commit()?;
+        stats.commit_latency.observe(committing.elapsed());
         Ok(())
     })();
     stats.jobs.fetch_add(batch.len() as u64, Ordering::Relaxed);

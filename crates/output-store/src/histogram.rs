@@ -12,9 +12,9 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0,
 ];
 
-/// Upper bounds (seconds) of disk-sync latencies: an `fdatasync` takes a
-/// tenth of a millisecond on a fast disk and tens of milliseconds when it
-/// stalls. The last bucket is +Inf.
+/// Upper bounds (seconds) of disk-scale latencies, the WAL syncs and the
+/// writer's commits: an `fdatasync` takes a tenth of a millisecond on a
+/// fast disk and tens of milliseconds when it stalls. The last bucket is +Inf.
 pub const SYNC_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0,
 ];

@@ -3,6 +3,7 @@
 //! `blackbox` target of the server crate); `harness` starts and stops the
 //! daemon, the other modules test one area each.
 
+mod blobs;
 mod daemon;
 mod harness;
 mod http_api;

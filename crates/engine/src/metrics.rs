@@ -21,6 +21,9 @@ pub struct EngineStats {
     /// From the worker's end (its Final posted, its exit, cancel or lease)
     /// to the attempt's outcome being durable and published.
     pub settle_latency: Histogram,
+    /// Spilled blob files the retention sweep deleted, and their bytes.
+    pub blobs_swept: AtomicU64,
+    pub blob_bytes_swept: AtomicU64,
 }
 
 impl EngineStats {

@@ -1,8 +1,12 @@
 //! Retention (SPEC §7.2): terminal tasks older than the retention period are
-//! pruned with their attempts, outputs and events, and expired handles are
-//! forgotten, by a periodic job the daemon starts.
+//! pruned with their attempts, outputs and events, expired handles are
+//! forgotten, and spilled blobs no record references any more are deleted,
+//! by a periodic job the daemon starts.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use swarmd_output_store::BlobSweep;
 
 use crate::Engine;
 use crate::error::EngineError;
@@ -10,6 +14,11 @@ use crate::ids::TaskId;
 
 /// Tasks whose outputs one `forget` call drops.
 const FORGET_SLICE: usize = 1024;
+
+/// A spilled blob claimed (written or reused) within this long is never
+/// swept, whether or not a committed record references it yet: appends
+/// commit within moments of their spill, far inside it.
+const BLOB_GRACE: Duration = Duration::from_secs(3600);
 
 impl Engine {
     /// Prunes terminal tasks finished more than `keep` ago; returns how many.
@@ -27,7 +36,34 @@ impl Engine {
         let leeway = self.inner.tokens.config().leeway_secs;
         self.handles()
             .retain(|_, h| h.exp_secs.saturating_add(leeway) > now_secs);
+        if !gone.is_empty() {
+            self.sweep_blobs().await?;
+        }
         Ok(gone.len())
+    }
+
+    /// Deletes the spilled blobs that no stored output references (see
+    /// `OutputStore::sweep_blobs`). `prune` runs it whenever it deleted
+    /// outputs; the retention job also runs it once at start, for blobs
+    /// whose append a crash cut off.
+    pub async fn sweep_blobs(&self) -> Result<BlobSweep, EngineError> {
+        let sweep = self.inner.outputs.sweep_blobs(BLOB_GRACE).await?;
+        let stats = &self.inner.stats;
+        stats
+            .blobs_swept
+            .fetch_add(sweep.removed, Ordering::Relaxed);
+        stats
+            .blob_bytes_swept
+            .fetch_add(sweep.removed_bytes, Ordering::Relaxed);
+        if sweep.removed > 0 {
+            tracing::info!(
+                removed = sweep.removed,
+                bytes = sweep.removed_bytes,
+                kept = sweep.kept,
+                "swept unreferenced blobs"
+            );
+        }
+        Ok(sweep)
     }
 
     /// Runs `prune(keep)` every `every` until the engine shuts down.
@@ -37,6 +73,7 @@ impl Engine {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut swept_since_start = false;
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
@@ -44,8 +81,17 @@ impl Engine {
                 }
                 match engine.prune(keep).await {
                     Ok(0) => {}
-                    Ok(n) => tracing::info!(pruned = n, "retention pruned terminal tasks"),
+                    Ok(n) => {
+                        swept_since_start = true;
+                        tracing::info!(pruned = n, "retention pruned terminal tasks");
+                    }
                     Err(error) => tracing::warn!(%error, "retention run failed"),
+                }
+                if !swept_since_start {
+                    match engine.sweep_blobs().await {
+                        Ok(_) => swept_since_start = true,
+                        Err(error) => tracing::warn!(%error, "blob sweep failed"),
+                    }
                 }
             }
         });

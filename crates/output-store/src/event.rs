@@ -75,6 +75,17 @@ impl OutputEvent {
     }
 
     /// The content this event carries, if any (`progress` carries none).
+    pub fn content(&self) -> Option<&ContentRef> {
+        match self {
+            OutputEvent::Progress { .. } => None,
+            OutputEvent::Partial { chunk } => Some(chunk),
+            OutputEvent::Artifact { content, .. } | OutputEvent::Final { content, .. } => {
+                Some(content)
+            }
+        }
+    }
+
+    /// The content this event carries, mutably.
     pub(crate) fn content_mut(&mut self) -> Option<&mut ContentRef> {
         match self {
             OutputEvent::Progress { .. } => None,

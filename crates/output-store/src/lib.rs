@@ -10,7 +10,8 @@
 //! small pool of read connections serves queries. The engine's own tables use
 //! the same `SqliteDb`, so all durable state shares one commit order. Inline
 //! values above `inline_max_bytes` are spilled to content-addressed blob files
-//! before the row that names them commits. This crate never interprets task
+//! before the row that names them commits, and swept once no row names them
+//! (`OutputStore::sweep_blobs`). This crate never interprets task
 //! status or lifecycle: deciding which tasks to `forget` is the engine's job.
 
 mod clock;
@@ -21,6 +22,7 @@ pub mod histogram;
 mod memory;
 mod spill;
 pub mod sqlite;
+mod sweep;
 
 use std::sync::Arc;
 
@@ -29,6 +31,7 @@ use uuid::Uuid;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{ContentRef, OutputEvent, OutputRecord};
+pub use sweep::BlobSweep;
 
 /// The records `append_at` stores for `prepared`, numbered from `first_seq`.
 fn records_at(
@@ -186,4 +189,12 @@ pub trait OutputStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Deletes every record of the given tasks (used by retention of terminal tasks).
     async fn forget(&self, tasks: &[Uuid]) -> Result<u64, StoreError>;
+
+    /// Deletes the spilled blobs that no record references and that nothing
+    /// has claimed for `grace` (see the `sweep` module). Stores that never
+    /// spill have nothing to sweep.
+    async fn sweep_blobs(&self, grace: std::time::Duration) -> Result<BlobSweep, StoreError> {
+        let _ = grace;
+        Ok(BlobSweep::default())
+    }
 }

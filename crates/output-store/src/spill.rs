@@ -3,6 +3,8 @@
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -11,6 +13,9 @@ use crate::{ContentRef, OutputEvent, StoreError};
 
 /// Prefix of blob files still being written; leftovers of a crash are removed at open.
 const TEMP_PREFIX: &str = ".tmp-";
+
+/// How a stored reference names a blob: this prefix, then its SHA-256 in hex.
+pub(crate) const BLOB_PATH_PREFIX: &str = "blobs/";
 
 /// An event ready for storage: its stored form and that form's JSON text.
 #[derive(Debug)]
@@ -23,11 +28,18 @@ pub(crate) struct EncodedEvent {
 ///
 /// The directory is expected to be `<state_dir>/blobs`: stored references are
 /// `blobs/<sha256>`, relative to the state directory. Blobs are shared by every
-/// record with the same bytes, so retention never deletes them here.
+/// record with the same bytes; the sweep (see `sweep`) deletes the ones no
+/// record references any more.
+///
+/// Claiming a blob (reusing a file that is there, or renaming a new one into
+/// place) sets its mtime to now, under the lock the sweep holds while it
+/// deletes: a blob claimed since the sweep's cutoff is never deleted, so a
+/// record that is about to reference it finds it there.
 #[derive(Debug, Clone)]
 pub(crate) struct BlobSpill {
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     inline_max_bytes: usize,
+    claims: Arc<Mutex<()>>,
 }
 
 impl BlobSpill {
@@ -43,7 +55,13 @@ impl BlobSpill {
         Ok(BlobSpill {
             dir,
             inline_max_bytes,
+            claims: Arc::default(),
         })
+    }
+
+    /// Held while a blob is claimed or deleted.
+    pub(crate) fn lock_claims(&self) -> MutexGuard<'_, ()> {
+        self.claims.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Serializes `events`, spilling oversized inline values to blob files first.
@@ -94,19 +112,26 @@ impl BlobSpill {
     ///
     /// Write to a unique temp file, fsync, rename, fsync the directory: the
     /// final name only ever holds complete content, so an existing file with
-    /// the same hash is reused. The directory fsync runs in that case too, as a
-    /// rename another writer made may not be durable yet.
+    /// the same hash is reused (and its mtime renewed, see the type). The
+    /// directory fsync runs in that case too, as a rename another writer made
+    /// may not be durable yet.
     fn write_blob(&self, bytes: &[u8]) -> Result<ContentRef, StoreError> {
         let sha256 = hex(&Sha256::digest(bytes));
         let target = self.dir.join(&sha256);
         let size = bytes.len() as u64;
-        let present = fs::metadata(&target).is_ok_and(|meta| meta.len() == size);
-        if !present {
+        let reused = {
+            let _claims = self.lock_claims();
+            reuse(&target, size)
+        };
+        if !reused {
             let temp = self
                 .dir
                 .join(format!("{TEMP_PREFIX}{sha256}-{}", Uuid::new_v4().simple()));
-            if let Err(error) = write_synced(&temp, bytes).and_then(|()| fs::rename(&temp, &target))
-            {
+            let placed = write_synced(&temp, bytes).and_then(|()| {
+                let _claims = self.lock_claims();
+                fs::rename(&temp, &target)
+            });
+            if let Err(error) = placed {
                 // Best effort: the temp file is garbage either way and removed at next open.
                 let _ = fs::remove_file(&temp);
                 return Err(error.into());
@@ -114,12 +139,24 @@ impl BlobSpill {
         }
         File::open(&self.dir)?.sync_all()?;
         Ok(ContentRef::FileRef {
-            path: format!("blobs/{sha256}"),
+            path: format!("{BLOB_PATH_PREFIX}{sha256}"),
             mime: Some("application/json".to_owned()),
             size,
             sha256,
         })
     }
+}
+
+/// Whether a complete blob is at `target`; if so, its mtime becomes now. A
+/// blob whose mtime cannot be renewed is written again instead.
+fn reuse(target: &Path, size: u64) -> bool {
+    let present = fs::metadata(target).is_ok_and(|meta| meta.len() == size);
+    present
+        && File::options()
+            .write(true)
+            .open(target)
+            .and_then(|file| file.set_modified(SystemTime::now()))
+            .is_ok()
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

@@ -122,6 +122,8 @@ struct EngineSnapshot {
     dispatch: HistogramSnapshot,
     append: HistogramSnapshot,
     settle: HistogramSnapshot,
+    blobs_swept: u64,
+    blob_bytes_swept: u64,
     queued: usize,
     running: usize,
     live: usize,
@@ -142,6 +144,8 @@ impl EngineSnapshot {
             dispatch: HistogramSnapshot::take(&stats.dispatch_latency),
             append: HistogramSnapshot::take(&stats.store_append_latency),
             settle: HistogramSnapshot::take(&stats.settle_latency),
+            blobs_swept: stats.blobs_swept.load(Relaxed),
+            blob_bytes_swept: stats.blob_bytes_swept.load(Relaxed),
             queued,
             running,
             live: engine.live_tasks(),
@@ -314,6 +318,18 @@ impl Collector for EngineSnapshot {
                 ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
             }
         }
+        counter(
+            &mut encoder,
+            "blobs_swept",
+            "Spilled blob files deleted by retention once no output referenced them",
+            self.blobs_swept,
+        )?;
+        counter(
+            &mut encoder,
+            "blob_bytes_swept",
+            "Bytes of the spilled blob files retention deleted",
+            self.blob_bytes_swept,
+        )?;
         histogram(
             &mut encoder,
             "dispatch_latency_seconds",
@@ -406,6 +422,8 @@ mod tests {
             "swarmd_dispatch_latency_seconds_bucket{le=\"+Inf\"} 0",
             "swarmd_dispatch_latency_seconds_count 0",
             "swarmd_settle_latency_seconds_count 0",
+            "swarmd_blobs_swept_total 0",
+            "swarmd_blob_bytes_swept_total 0",
             "swarmd_queue_depth 0",
             "swarmd_attempts_running 0",
             "swarmd_tasks{status=\"queued\"} 0",

@@ -4,6 +4,7 @@
 //! `SqliteDb`, so every durable write of the daemon is totally ordered by
 //! submission. Each store creates its own tables with `migrate` at open.
 
+mod blob_refs;
 mod checkpoint;
 mod outputs;
 mod readers;

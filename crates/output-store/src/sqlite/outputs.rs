@@ -2,16 +2,17 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 use uuid::Uuid;
 
-use super::SqliteDb;
+use super::{SqliteDb, blob_refs};
 use crate::spill::BlobSpill;
 use crate::{
-    Clock, Durable, OutputEvent, OutputRecord, OutputStore, Prepared, StoreError, SystemClock,
-    records_at,
+    BlobSweep, Clock, Durable, OutputEvent, OutputRecord, OutputStore, Prepared, StoreError,
+    SystemClock, records_at,
 };
 
 const SCHEMA: &str = "
@@ -225,6 +226,20 @@ impl OutputStore for SqliteOutputStore {
         })
         .await
     }
+
+    async fn sweep_blobs(&self, grace: Duration) -> Result<BlobSweep, StoreError> {
+        let cutoff = SystemTime::now()
+            .checked_sub(grace)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let spill = self.spill.clone();
+        let stale = blocking(move || spill.stale_blobs(cutoff)).await?;
+        if stale.is_empty() {
+            return Ok(BlobSweep::default());
+        }
+        let referenced = blob_refs::referenced_blobs(&self.db).await?;
+        let spill = self.spill.clone();
+        blocking(move || spill.remove_unreferenced(stale, &referenced, cutoff)).await
+    }
 }
 
 /// The writer job of `append`: numbers the rows after the stream's last seq
@@ -292,6 +307,18 @@ fn list_attempts(conn: &Connection, task: Uuid) -> Result<Vec<u32>, StoreError> 
         after = i64::from(attempt);
     }
     Ok(attempts)
+}
+
+/// Runs file system work on the blocking pool.
+async fn blocking<T, F>(work: F) -> Result<T, StoreError>
+where
+    F: FnOnce() -> std::io::Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| StoreError::Panicked)?
+        .map_err(StoreError::from)
 }
 
 /// Runs `delete` for every task, `DELETE_CHUNK` tasks per writer job, and sums the rows removed.

@@ -168,3 +168,84 @@ async fn appends_after_close_fail_closed() {
         .await;
     assert!(matches!(appended, Err(StoreError::Closed)));
 }
+
+/// Sets every blob's mtime `by` into the past, as if spilled that long ago.
+fn age_blobs(state: &Path, by: Duration) {
+    for entry in fs::read_dir(state.join("blobs")).unwrap() {
+        let file = fs::File::options()
+            .write(true)
+            .open(entry.unwrap().path())
+            .unwrap();
+        file.set_modified(SystemTime::now() - by).unwrap();
+    }
+}
+
+fn blob_of(record: &OutputRecord) -> String {
+    match record.event.content() {
+        Some(ContentRef::FileRef { sha256, .. }) => sha256.clone(),
+        other => panic!("expected a blob reference, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_deletes_blobs_of_forgotten_tasks_and_keeps_shared_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path(), 64);
+    let (gone, kept) = (Uuid::new_v4(), Uuid::new_v4());
+    let shared = OutputEvent::inline_final(json!("s".repeat(200)), true);
+    let own = OutputEvent::Partial {
+        chunk: ContentRef::Inline {
+            value: json!("o".repeat(200)),
+        },
+    };
+    let gone_records = store
+        .append(gone, 1, "w", vec![own, shared.clone()])
+        .await
+        .unwrap();
+    // Behind the kept task's blob reference sit more rows than one scan
+    // page holds, so the reference is only found on a later page.
+    let filler: Vec<_> = (0..5000)
+        .map(|i| OutputEvent::Progress {
+            stage: format!("{i}"),
+            note: None,
+        })
+        .collect();
+    store.append(kept, 1, "w", filler).await.unwrap();
+    store.append(kept, 2, "w", vec![shared]).await.unwrap();
+    let (own_blob, shared_blob) = (blob_of(&gone_records[0]), blob_of(&gone_records[1]));
+
+    store.forget(&[gone]).await.unwrap();
+    let young = store.sweep_blobs(Duration::from_secs(3600)).await.unwrap();
+    assert_eq!(young, BlobSweep::default(), "blobs inside the grace stay");
+    age_blobs(dir.path(), Duration::from_secs(7200));
+    let sweep = store.sweep_blobs(Duration::from_secs(3600)).await.unwrap();
+
+    assert_eq!((sweep.removed, sweep.kept), (1, 1));
+    assert!(sweep.removed_bytes > 200);
+    assert!(!dir.path().join("blobs").join(&own_blob).exists());
+    let records = store.tail(kept, 2, 0, 10).await.unwrap();
+    let ContentRef::FileRef { path, .. } = records[0].event.content().unwrap() else {
+        panic!("the kept record still references its blob");
+    };
+    assert!(path.ends_with(&shared_blob));
+    assert!(dir.path().join(path).exists());
+}
+
+#[tokio::test]
+async fn the_sweep_deletes_blobs_whose_append_never_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path(), 64);
+    // Spilled, but the append that was to reference it is never made.
+    let prepared = store
+        .prepare(vec![OutputEvent::inline_final(
+            json!("z".repeat(200)),
+            true,
+        )])
+        .await
+        .unwrap();
+    assert!(prepared.events[0].content().is_some());
+    age_blobs(dir.path(), Duration::from_secs(7200));
+    let sweep = store.sweep_blobs(Duration::from_secs(3600)).await.unwrap();
+    assert_eq!((sweep.removed, sweep.kept), (1, 0));
+    assert_eq!(fs::read_dir(dir.path().join("blobs")).unwrap().count(), 0);
+}

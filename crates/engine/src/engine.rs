@@ -1,6 +1,7 @@
-//! The `Engine` façade: construction, task creation, reads, waits and cancel.
-//! Dispatch, the worker-side operations and recovery live in their own
-//! modules as further `impl Engine` blocks.
+//! The `Engine` façade: construction, reads, waits, events, and the plumbing
+//! the other modules share. Creation (`create`), cancel (`cancel`),
+//! dispatch, the worker-side operations, recovery and retention live in
+//! their own modules as further `impl Engine` blocks.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +27,7 @@ use crate::operator::OperatorDirectory;
 use crate::recent::RecentFinals;
 use crate::spawn::SpawnerResolver;
 use crate::store::{HandleRecord, TaskFilter, TaskStore, WriteOp, commit};
-use crate::task::{AttemptOutcome, AttemptRecord, Policy, Task, TaskSpec, TaskStatus};
+use crate::task::{AttemptRecord, Policy, Task};
 
 /// Engine-wide settings, read once from the daemon's configuration.
 #[derive(Debug, Clone)]
@@ -106,9 +107,6 @@ pub struct TaskView {
     pub attempts: Vec<AttemptRecord>,
 }
 
-const MAX_AGENT_NAME: usize = 128;
-const MAX_IDEMPOTENCY_KEY: usize = 256;
-
 impl Engine {
     /// Builds the engine. Nothing runs until `recover` (at boot) or the
     /// first `spawn_task`.
@@ -166,124 +164,6 @@ impl Engine {
         &self.inner.stats
     }
 
-    /// Creates a task, makes it durable, and queues it. Returns once the
-    /// task is acknowledged; its run never depends on the caller.
-    pub async fn spawn_task(&self, spec: TaskSpec) -> Result<Task, EngineError> {
-        if self.is_draining() {
-            return Err(EngineError::Draining);
-        }
-        validate_spec(&spec)?;
-        let profile = self.inner.resolver.profile(&spec.agent, &spec.layers)?;
-        let depth = match spec.parent {
-            Some(parent) => {
-                let parent = self
-                    .get_task(parent)
-                    .await?
-                    .ok_or_else(|| EngineError::NotFound(format!("parent task {parent}")))?;
-                parent.depth + 1
-            }
-            None => 0,
-        };
-        if depth > self.inner.config.max_spawn_depth {
-            return Err(EngineError::DepthExceeded {
-                depth,
-                limit: self.inner.config.max_spawn_depth,
-            });
-        }
-        let id = TaskId::new();
-        let policy = Policy::resolve(&spec.policy, &self.inner.config.defaults);
-        if let Some(key) = &spec.idempotency_key
-            && let Some(existing) = self.claim_key(key, id).await?
-        {
-            let task = self
-                .get_task(existing)
-                .await?
-                .ok_or_else(|| EngineError::NotFound(format!("task {existing}")))?;
-            // A retry must be the same request; a reused key with another
-            // request is a client bug, not a retry.
-            if !same_request(&task, &spec, &policy) {
-                return Err(EngineError::IdempotencyConflict);
-            }
-            return Ok(task);
-        }
-        let now = self.inner.clock.now_ms();
-        let key = spec.idempotency_key.clone();
-        let task = Task::new(id, spec, policy, depth, now);
-        let cell = TaskCell::with_key(task.clone(), key.clone());
-        self.inner.live.insert(cell);
-        let mut ops = vec![WriteOp::PutTask(Box::new(task.clone()))];
-        let task_key = key.clone();
-        if let Some(key) = key {
-            ops.push(WriteOp::IdempotencyKey { key, task_id: id });
-        }
-        let events = vec![
-            (
-                task.session,
-                Event::TaskCreated {
-                    task_id: id,
-                    agent: task.agent.clone(),
-                    parent: task.parent,
-                },
-            ),
-            (task.session, Event::TaskQueued { task_id: id }),
-        ];
-        // The task is admitted as soon as its record is queued, not once it
-        // is durable: its attempt's writes queue behind this batch, so they
-        // commit in the same group commit or a later one, and nothing about
-        // the attempt leaves the daemon before its own (later) commit. The
-        // caller hears back only once the task itself is durable.
-        let recorded = self.submit(ops, events);
-        self.admit(&task.agent, profile.concurrency, id);
-        if let Err(e) = wait_commit(recorded).await {
-            self.abandon_unrecorded(id, task_key.as_deref()).await;
-            return Err(e);
-        }
-        self.inner
-            .stats
-            .tasks_created
-            .fetch_add(1, Ordering::Relaxed);
-        if let Some(secs) = task.policy.queue_timeout_secs {
-            self.arm_queue_timeout(id, Duration::from_secs(secs));
-        }
-        Ok(task)
-    }
-
-    /// Withdraws a task whose record could not be written, through the
-    /// cancel path (out of admission, its attempt fenced and stopped). The
-    /// caller gets the write error, so the task was never acknowledged; if
-    /// a later commit does succeed it records the task as cancelled.
-    async fn abandon_unrecorded(&self, id: TaskId, key: Option<&str>) {
-        let reason = "its record could not be written".to_owned();
-        if let Err(error) = self.cancel_task(id, Some(reason)).await {
-            tracing::warn!(task_id = %id, %error, "could not withdraw an unrecorded task");
-        }
-        if let Some(key) = key {
-            self.keys().remove(key);
-        }
-        self.inner.live.remove(&id);
-    }
-
-    /// Returns the task an idempotency key already names, or claims the key
-    /// for `id`.
-    async fn claim_key(&self, key: &str, id: TaskId) -> Result<Option<TaskId>, EngineError> {
-        if let Some(existing) = self.keys().get(key).copied() {
-            return Ok(Some(existing));
-        }
-        if let Some(existing) = self.inner.store.task_for_key(key).await? {
-            return Ok(Some(existing));
-        }
-        let mut keys = self.keys();
-        if let Some(existing) = keys.get(key).copied() {
-            return Ok(Some(existing));
-        }
-        keys.insert(key.to_owned(), id);
-        Ok(None)
-    }
-
-    fn keys(&self) -> MutexGuard<'_, HashMap<String, TaskId>> {
-        self.inner.keys.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The task, live or stored.
     pub async fn get_task(&self, id: TaskId) -> Result<Option<Task>, EngineError> {
         if let Some(cell) = self.inner.live.get(&id) {
@@ -323,73 +203,6 @@ impl Engine {
         self.get_task(id)
             .await?
             .ok_or_else(|| EngineError::NotFound(format!("task {id}")))
-    }
-
-    /// Cancels a task (SPEC §6.5): fences its attempt, fires the worker's
-    /// cancellation, and makes it `cancelled`. Cancelling a cancelled task
-    /// returns it unchanged; any other terminal task is `TaskTerminal`.
-    pub async fn cancel_task(
-        &self,
-        id: TaskId,
-        reason: Option<String>,
-    ) -> Result<Task, EngineError> {
-        let Some(cell) = self.inner.live.get(&id) else {
-            let task = self
-                .inner
-                .store
-                .task(id)
-                .await?
-                .ok_or_else(|| EngineError::NotFound(format!("task {id}")))?;
-            return match task.status() {
-                TaskStatus::Cancelled => Ok(task),
-                _ => Err(EngineError::TaskTerminal),
-            };
-        };
-        let now = self.inner.clock.now_ms();
-        let (task, done) = {
-            let mut state = cell.lock();
-            match state.task.status() {
-                TaskStatus::Cancelled => return Ok(state.task.clone()),
-                s if s.is_terminal() => return Err(EngineError::TaskTerminal),
-                _ => {}
-            }
-            let was_queued = state.task.status() == TaskStatus::Queued
-                || state.run.as_ref().is_none_or(|r| !r.open);
-            if let Some(run) = state.run.as_mut() {
-                run.open = false;
-                run.cancel.cancel();
-            }
-            state
-                .task
-                .finish(AttemptOutcome::Cancelled, None, reason.clone(), now)?;
-            if was_queued {
-                self.admission().remove(&state.task.agent, state.task.id);
-            }
-            let task = state.task.clone();
-            let events = vec![
-                (
-                    task.session,
-                    Event::TaskCancelled {
-                        task_id: id,
-                        reason,
-                    },
-                ),
-                (
-                    task.session,
-                    Event::TaskFinished {
-                        task_id: id,
-                        status: TaskStatus::Cancelled,
-                        result: None,
-                    },
-                ),
-            ];
-            let done = self.submit(vec![WriteOp::PutTask(Box::new(task.clone()))], events);
-            (task, done)
-        };
-        wait_commit(done).await?;
-        self.inner.stats.finished(TaskStatus::Cancelled);
-        self.retire(&cell, id);
-        Ok(task)
     }
 
     /// Appends output events on behalf of a spawner or layer (no credential),
@@ -624,55 +437,6 @@ impl Engine {
             self.keys().remove(key);
         }
     }
-
-    fn arm_queue_timeout(&self, id: TaskId, after: Duration) {
-        let engine = self.clone();
-        let shutdown = self.inner.shutdown.clone();
-        self.inner.tracker.spawn(async move {
-            tokio::select! {
-                _ = tokio::time::sleep(after) => engine.expire_queued(id).await,
-                _ = shutdown.cancelled() => {}
-            }
-        });
-    }
-
-    /// Fails a task still waiting for its first attempt (queue timeout).
-    async fn expire_queued(&self, id: TaskId) {
-        let Some(cell) = self.inner.live.get(&id) else {
-            return;
-        };
-        let now = self.inner.clock.now_ms();
-        let done = {
-            let mut state = cell.lock();
-            if state.task.status() != TaskStatus::Queued {
-                return;
-            }
-            let reason = Some("queue timeout".to_owned());
-            if state
-                .task
-                .finish(AttemptOutcome::Failed, None, reason, now)
-                .is_err()
-            {
-                return;
-            }
-            self.admission().remove(&state.task.agent, id);
-            let task = state.task.clone();
-            let events = vec![(
-                task.session,
-                Event::TaskFinished {
-                    task_id: id,
-                    status: TaskStatus::Failed,
-                    result: None,
-                },
-            )];
-            self.submit(vec![WriteOp::PutTask(Box::new(task))], events)
-        };
-        if let Err(error) = wait_commit(done).await {
-            tracing::error!(task_id = %id, %error, "could not record queue timeout");
-        }
-        self.inner.stats.finished(TaskStatus::Failed);
-        self.retire(&cell, id);
-    }
 }
 
 pub(crate) async fn wait_commit(
@@ -681,38 +445,4 @@ pub(crate) async fn wait_commit(
     rx.await
         .map_err(|_| EngineError::Store(swarmd_output_store::StoreError::Closed))?
         .map_err(EngineError::Store)
-}
-
-/// Whether `spec` (with its resolved `policy`) asks for what `task` is.
-fn same_request(task: &Task, spec: &TaskSpec, policy: &Policy) -> bool {
-    task.agent == spec.agent
-        && task.prompt == spec.prompt
-        && task.system == spec.system
-        && task.input == spec.input
-        && task.metadata == spec.metadata
-        && task.layers == spec.layers
-        && task.parent == spec.parent
-        && task.session == spec.session
-        && task.policy == *policy
-}
-
-fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {
-    if spec.agent.is_empty() || spec.agent.len() > MAX_AGENT_NAME {
-        return Err(EngineError::BadRequest(format!(
-            "agent must be 1 to {MAX_AGENT_NAME} bytes"
-        )));
-    }
-    if spec
-        .idempotency_key
-        .as_ref()
-        .is_some_and(|k| k.is_empty() || k.len() > MAX_IDEMPOTENCY_KEY)
-    {
-        return Err(EngineError::BadRequest(format!(
-            "idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} bytes"
-        )));
-    }
-    if spec.layers.len() > 32 {
-        return Err(EngineError::BadRequest("at most 32 layers".into()));
-    }
-    Ok(())
 }

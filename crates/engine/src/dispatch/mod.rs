@@ -1,54 +1,28 @@
 //! `dispatch_attempt` (SPEC §6.3): one attempt of one task, in the phases
 //! prepare → mint → spawn → join → decide → publish. No lock is held across
 //! an `.await`: each phase takes the task's lock, changes memory, queues the
-//! matching store write, and lets go before anything waits.
+//! matching store write, and lets go before anything waits. The decide and
+//! publish phases are in `decide`; attempts resumed at recovery in `resume`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use swarmd_output_store::{ContentRef, OutputEvent};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::Engine;
 use crate::event::Event;
-use crate::ids::{TaskId, WorkerId};
+use crate::ids::TaskId;
 use crate::live::{RunState, TaskCell};
 use crate::spawn::{Ctx, SpawnerAdapter, Worker, WorkerCredential, WorkerError};
 use crate::store::WriteOp;
-use crate::task::{AttemptOutcome, AttemptRecord, SpawnerKind, TaskResult, TaskStatus};
+use crate::task::{AttemptOutcome, AttemptRecord, SpawnerKind, TaskStatus};
 
-/// A worker that lives outside this process (a resumed delegated
-/// SubAgent): it completes when a Final is posted for its attempt.
-#[derive(Debug)]
-struct RemoteWorker {
-    id: WorkerId,
-    cancel: CancellationToken,
-    engine: Engine,
-    task_id: TaskId,
-    attempt: u32,
-}
-
-#[async_trait::async_trait]
-impl Worker for RemoteWorker {
-    fn id(&self) -> WorkerId {
-        self.id
-    }
-
-    fn cancel_token(&self) -> CancellationToken {
-        self.cancel.clone()
-    }
-
-    async fn join(self: Box<Self>) -> Result<(), WorkerError> {
-        tokio::select! {
-            _ = self.engine.posted_final(self.task_id, self.attempt) => Ok(()),
-            _ = self.cancel.cancelled() => Err(WorkerError::Cancelled),
-        }
-    }
-}
+mod decide;
+mod resume;
 
 /// How the join phase ended.
 enum Joined {
@@ -314,259 +288,6 @@ impl Engine {
             tracing::warn!(task_id = %p.ctx.task_id, attempt = p.attempt, "worker did not stop within the grace period");
         }
         outcome
-    }
-
-    /// Phases 5–6: decide the outcome from the last Final, then retry or
-    /// finish, and publish.
-    async fn decide(&self, cell: &Arc<TaskCell>, p: Prepared, joined: Joined) {
-        let ended = Instant::now();
-        let task_id = p.ctx.task_id;
-        let last_final = match &joined {
-            Joined::Worker(Ok(())) => self.last_final(task_id, p.attempt).await,
-            _ => Ok(None),
-        };
-        let (outcome, result, reason) = match (joined, last_final) {
-            (Joined::Cancelled, _) => (
-                AttemptOutcome::Cancelled,
-                None,
-                Some("cancelled".to_owned()),
-            ),
-            (Joined::LeaseExpired, _) => (
-                AttemptOutcome::Failed,
-                None,
-                Some("lease expired".to_owned()),
-            ),
-            (Joined::Shutdown, _) => (AttemptOutcome::Failed, None, Some("interrupted".to_owned())),
-            (Joined::Worker(Err(e)), _) => (AttemptOutcome::Failed, None, Some(e.to_string())),
-            (Joined::Worker(Ok(())), Err(e)) => (
-                AttemptOutcome::Failed,
-                None,
-                Some(format!("could not read the final: {e}")),
-            ),
-            (Joined::Worker(Ok(())), Ok(None)) => (
-                AttemptOutcome::Failed,
-                None,
-                Some("the worker finished without a final".to_owned()),
-            ),
-            (Joined::Worker(Ok(())), Ok(Some(rec))) => match rec.event {
-                OutputEvent::Final { content, ok } => {
-                    let value = match content {
-                        ContentRef::Inline { value } => value,
-                        other => serde_json::to_value(other).unwrap_or(Value::Null),
-                    };
-                    let outcome = if ok {
-                        AttemptOutcome::Pass
-                    } else {
-                        AttemptOutcome::Blocked
-                    };
-                    (outcome, Some(TaskResult { value, ok }), None)
-                }
-                _ => (
-                    AttemptOutcome::Failed,
-                    None,
-                    Some("the last final is not a final".to_owned()),
-                ),
-            },
-        };
-        self.settle(cell, p, outcome, result, reason).await;
-        self.inner.stats.settle_latency.observe(ended.elapsed());
-    }
-
-    async fn settle(
-        &self,
-        cell: &Arc<TaskCell>,
-        p: Prepared,
-        mut outcome: AttemptOutcome,
-        result: Option<TaskResult>,
-        reason: Option<String>,
-    ) {
-        let task_id = p.ctx.task_id;
-        let now_ms = self.inner.clock.now_ms();
-        let elapsed_ms = p.started.elapsed().as_millis() as u64;
-        let (agent, retry_after, terminal, done) = {
-            let mut state = cell.lock();
-            let mut record = None;
-            if let Some(run) = state.run.as_mut().filter(|r| r.attempt == p.attempt) {
-                run.open = false;
-                record = Some(AttemptRecord {
-                    task_id,
-                    attempt: p.attempt,
-                    started_ms: run.started_ms,
-                    lease_deadline_ms: run.lease_deadline_ms,
-                    spawner: run.spawner,
-                    outcome: None,
-                    reason: None,
-                    finished_ms: Some(now_ms),
-                });
-            }
-            let already_terminal = state.task.status().is_terminal();
-            if already_terminal {
-                outcome = AttemptOutcome::Cancelled;
-            }
-            let mut events = Vec::new();
-            let session = state.task.session;
-            events.push((
-                session,
-                Event::AttemptFinished {
-                    task_id,
-                    attempt: p.attempt,
-                    outcome,
-                    reason: reason.clone(),
-                    elapsed_ms,
-                },
-            ));
-            let policy = &state.task.policy;
-            let retry = !already_terminal
-                && !self.is_draining()
-                && policy.retries(outcome)
-                && p.attempt < policy.max_attempts;
-            let mut retry_after = None;
-            let mut terminal = false;
-            if retry {
-                let jitter: f64 = rand::random();
-                retry_after = Some(Duration::from_millis(
-                    policy.backoff_ms(p.attempt + 1, jitter),
-                ));
-            } else if !already_terminal
-                && state
-                    .task
-                    .finish(outcome, result.clone(), reason.clone(), now_ms)
-                    .is_ok()
-            {
-                terminal = true;
-                events.push((
-                    session,
-                    Event::TaskFinished {
-                        task_id,
-                        status: state.task.status(),
-                        result,
-                    },
-                ));
-            }
-            let mut ops = vec![WriteOp::PutTask(Box::new(state.task.clone()))];
-            if let Some(mut rec) = record {
-                rec.outcome = Some(outcome);
-                rec.reason = reason;
-                ops.push(WriteOp::PutAttempt(rec));
-            }
-            let done = self.submit(ops, events);
-            (state.task.agent.clone(), retry_after, terminal, done)
-        };
-        self.inner.stats.attempt_finished(outcome);
-        self.release_slot(&agent);
-        if let Err(error) = crate::engine::wait_commit(done).await {
-            tracing::error!(task_id = %task_id, %error, "could not record the attempt's end");
-        }
-        if terminal {
-            let status = cell.lock().task.status();
-            self.inner.stats.finished(status);
-            self.retire(cell, task_id);
-        }
-        if let Some(after) = retry_after {
-            self.schedule_retry(task_id, after).await;
-        }
-    }
-
-    /// Drives a delegated attempt resumed at recovery: its worker is the
-    /// SubAgent out there, whose Final arrives over HTTP.
-    pub(crate) async fn run_resumed(
-        &self,
-        cell: Arc<TaskCell>,
-        attempt: u32,
-        cancel: CancellationToken,
-    ) {
-        let (ctx, agent, layers) = {
-            let state = cell.lock();
-            let deadline_ms = state.run.as_ref().map_or(0, |r| r.lease_deadline_ms);
-            let ctx = self.ctx_for(&state.task, attempt, deadline_ms);
-            (ctx, state.task.agent.clone(), state.task.layers.clone())
-        };
-        let p = Prepared {
-            attempt,
-            ctx,
-            cancel,
-            started: Instant::now(),
-        };
-        // Announce the attempt again through its stack with a fresh handle:
-        // a `spawn` frame that never reached the MainAI is delivered now
-        // (MainAIs ignore a spawn for a (task, attempt) they already run).
-        // Without a stack, wait for the SubAgent's Final alone.
-        let joined = match (
-            self.inner.resolver.link(&agent, &layers),
-            self.reissue(&cell, p.ctx.task_id, attempt).await,
-        ) {
-            (Ok(stack), Ok(credential)) => {
-                let minted = Minted {
-                    credential: Ok(credential),
-                    durable: None,
-                };
-                self.spawn_and_join(&cell, &p, minted, stack).await
-            }
-            (link, credential) => {
-                if let Err(error) = link {
-                    tracing::warn!(task_id = %p.ctx.task_id, %error, "cannot relink a resumed attempt; waiting for its SubAgent");
-                }
-                if let Err(error) = credential {
-                    tracing::warn!(task_id = %p.ctx.task_id, %error, "cannot reissue a credential; waiting for its SubAgent");
-                }
-                let worker = Box::new(RemoteWorker {
-                    id: WorkerId::new(),
-                    cancel: CancellationToken::new(),
-                    engine: self.clone(),
-                    task_id: p.ctx.task_id,
-                    attempt,
-                });
-                self.join(&cell, &p, worker).await
-            }
-        };
-        if matches!(joined, Joined::Shutdown) {
-            self.release_slot(&agent);
-            return;
-        }
-        self.decide(&cell, p, joined).await;
-    }
-
-    /// A new token and handle for an open attempt, durable before use.
-    async fn reissue(
-        &self,
-        cell: &Arc<TaskCell>,
-        task_id: TaskId,
-        attempt: u32,
-    ) -> Result<WorkerCredential, crate::EngineError> {
-        let verbs = cell
-            .lock()
-            .run
-            .as_ref()
-            .map(|r| r.verbs.clone())
-            .unwrap_or_default();
-        let (credential, digest, record) = self.mint(task_id, attempt, &verbs)?;
-        if let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt) {
-            run.handle_digest = Some(digest);
-            run.token_exp_secs = credential.expires_secs();
-        }
-        self.submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())
-            .await?;
-        Ok(credential)
-    }
-
-    /// Waits the backoff, then queues the task for its next attempt.
-    async fn schedule_retry(&self, id: TaskId, after: Duration) {
-        tokio::select! {
-            _ = tokio::time::sleep(after) => {}
-            _ = self.inner.shutdown.cancelled() => return,
-        }
-        let Some(cell) = self.inner.live.get(&id) else {
-            return;
-        };
-        let agent = {
-            let state = cell.lock();
-            if state.task.status().is_terminal() {
-                return;
-            }
-            state.task.agent.clone()
-        };
-        let limit = self.agent_limit(&cell.lock().task);
-        self.admit(&agent, limit, id);
     }
 
     /// Fails a task whose agent cannot be linked (its config changed under it).

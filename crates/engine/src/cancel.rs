@@ -1,0 +1,117 @@
+//! Ending a task from outside its attempt: cancel (SPEC §6.5) and the
+//! queue timeout of a task that never started.
+
+use crate::Engine;
+use crate::engine::wait_commit;
+use crate::error::EngineError;
+use crate::event::Event;
+use crate::ids::TaskId;
+use crate::store::WriteOp;
+use crate::task::{AttemptOutcome, Task, TaskStatus};
+
+impl Engine {
+    /// Cancels a task (SPEC §6.5): fences its attempt, fires the worker's
+    /// cancellation, and makes it `cancelled`. Cancelling a cancelled task
+    /// returns it unchanged; any other terminal task is `TaskTerminal`.
+    pub async fn cancel_task(
+        &self,
+        id: TaskId,
+        reason: Option<String>,
+    ) -> Result<Task, EngineError> {
+        let Some(cell) = self.inner.live.get(&id) else {
+            let task = self
+                .inner
+                .store
+                .task(id)
+                .await?
+                .ok_or_else(|| EngineError::NotFound(format!("task {id}")))?;
+            return match task.status() {
+                TaskStatus::Cancelled => Ok(task),
+                _ => Err(EngineError::TaskTerminal),
+            };
+        };
+        let now = self.inner.clock.now_ms();
+        let (task, done) = {
+            let mut state = cell.lock();
+            match state.task.status() {
+                TaskStatus::Cancelled => return Ok(state.task.clone()),
+                s if s.is_terminal() => return Err(EngineError::TaskTerminal),
+                _ => {}
+            }
+            let was_queued = state.task.status() == TaskStatus::Queued
+                || state.run.as_ref().is_none_or(|r| !r.open);
+            if let Some(run) = state.run.as_mut() {
+                run.open = false;
+                run.cancel.cancel();
+            }
+            state
+                .task
+                .finish(AttemptOutcome::Cancelled, None, reason.clone(), now)?;
+            if was_queued {
+                self.admission().remove(&state.task.agent, state.task.id);
+            }
+            let task = state.task.clone();
+            let events = vec![
+                (
+                    task.session,
+                    Event::TaskCancelled {
+                        task_id: id,
+                        reason,
+                    },
+                ),
+                (
+                    task.session,
+                    Event::TaskFinished {
+                        task_id: id,
+                        status: TaskStatus::Cancelled,
+                        result: None,
+                    },
+                ),
+            ];
+            let done = self.submit(vec![WriteOp::PutTask(Box::new(task.clone()))], events);
+            (task, done)
+        };
+        wait_commit(done).await?;
+        self.inner.stats.finished(TaskStatus::Cancelled);
+        self.retire(&cell, id);
+        Ok(task)
+    }
+
+    /// Fails a task still waiting for its first attempt (queue timeout).
+    pub(crate) async fn expire_queued(&self, id: TaskId) {
+        let Some(cell) = self.inner.live.get(&id) else {
+            return;
+        };
+        let now = self.inner.clock.now_ms();
+        let done = {
+            let mut state = cell.lock();
+            if state.task.status() != TaskStatus::Queued {
+                return;
+            }
+            let reason = Some("queue timeout".to_owned());
+            if state
+                .task
+                .finish(AttemptOutcome::Failed, None, reason, now)
+                .is_err()
+            {
+                return;
+            }
+            self.admission().remove(&state.task.agent, id);
+            let task = state.task.clone();
+            let events = vec![(
+                task.session,
+                Event::TaskFinished {
+                    task_id: id,
+                    status: TaskStatus::Failed,
+                    result: None,
+                },
+            )];
+            self.submit(vec![WriteOp::PutTask(Box::new(task))], events)
+        };
+        if let Err(error) = wait_commit(done).await {
+            tracing::error!(task_id = %id, %error, "could not record queue timeout");
+        }
+        self.inner.stats.finished(TaskStatus::Failed);
+        self.retire(&cell, id);
+    }
+}

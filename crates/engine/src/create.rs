@@ -1,0 +1,184 @@
+//! Task creation (SPEC §6.1): validation, the parent's depth, idempotency
+//! keys, the durable record, and admission.
+
+use std::collections::HashMap;
+use std::sync::MutexGuard;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::Engine;
+use crate::engine::wait_commit;
+use crate::error::EngineError;
+use crate::event::Event;
+use crate::ids::TaskId;
+use crate::live::TaskCell;
+use crate::store::WriteOp;
+use crate::task::{Policy, Task, TaskSpec};
+
+const MAX_AGENT_NAME: usize = 128;
+const MAX_IDEMPOTENCY_KEY: usize = 256;
+
+impl Engine {
+    /// Creates a task, makes it durable, and queues it. Returns once the
+    /// task is acknowledged; its run never depends on the caller.
+    pub async fn spawn_task(&self, spec: TaskSpec) -> Result<Task, EngineError> {
+        if self.is_draining() {
+            return Err(EngineError::Draining);
+        }
+        validate_spec(&spec)?;
+        let profile = self.inner.resolver.profile(&spec.agent, &spec.layers)?;
+        let depth = match spec.parent {
+            Some(parent) => {
+                let parent = self
+                    .get_task(parent)
+                    .await?
+                    .ok_or_else(|| EngineError::NotFound(format!("parent task {parent}")))?;
+                parent.depth + 1
+            }
+            None => 0,
+        };
+        if depth > self.inner.config.max_spawn_depth {
+            return Err(EngineError::DepthExceeded {
+                depth,
+                limit: self.inner.config.max_spawn_depth,
+            });
+        }
+        let id = TaskId::new();
+        let policy = Policy::resolve(&spec.policy, &self.inner.config.defaults);
+        if let Some(key) = &spec.idempotency_key
+            && let Some(existing) = self.claim_key(key, id).await?
+        {
+            let task = self
+                .get_task(existing)
+                .await?
+                .ok_or_else(|| EngineError::NotFound(format!("task {existing}")))?;
+            // A retry must be the same request; a reused key with another
+            // request is a client bug, not a retry.
+            if !same_request(&task, &spec, &policy) {
+                return Err(EngineError::IdempotencyConflict);
+            }
+            return Ok(task);
+        }
+        let now = self.inner.clock.now_ms();
+        let key = spec.idempotency_key.clone();
+        let task = Task::new(id, spec, policy, depth, now);
+        let cell = TaskCell::with_key(task.clone(), key.clone());
+        self.inner.live.insert(cell);
+        let mut ops = vec![WriteOp::PutTask(Box::new(task.clone()))];
+        let task_key = key.clone();
+        if let Some(key) = key {
+            ops.push(WriteOp::IdempotencyKey { key, task_id: id });
+        }
+        let events = vec![
+            (
+                task.session,
+                Event::TaskCreated {
+                    task_id: id,
+                    agent: task.agent.clone(),
+                    parent: task.parent,
+                },
+            ),
+            (task.session, Event::TaskQueued { task_id: id }),
+        ];
+        // The task is admitted as soon as its record is queued, not once it
+        // is durable: its attempt's writes queue behind this batch, so they
+        // commit in the same group commit or a later one, and nothing about
+        // the attempt leaves the daemon before its own (later) commit. The
+        // caller hears back only once the task itself is durable.
+        let recorded = self.submit(ops, events);
+        self.admit(&task.agent, profile.concurrency, id);
+        if let Err(e) = wait_commit(recorded).await {
+            self.abandon_unrecorded(id, task_key.as_deref()).await;
+            return Err(e);
+        }
+        self.inner
+            .stats
+            .tasks_created
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(secs) = task.policy.queue_timeout_secs {
+            self.arm_queue_timeout(id, Duration::from_secs(secs));
+        }
+        Ok(task)
+    }
+
+    /// Withdraws a task whose record could not be written, through the
+    /// cancel path (out of admission, its attempt fenced and stopped). The
+    /// caller gets the write error, so the task was never acknowledged; if
+    /// a later commit does succeed it records the task as cancelled.
+    async fn abandon_unrecorded(&self, id: TaskId, key: Option<&str>) {
+        let reason = "its record could not be written".to_owned();
+        if let Err(error) = self.cancel_task(id, Some(reason)).await {
+            tracing::warn!(task_id = %id, %error, "could not withdraw an unrecorded task");
+        }
+        if let Some(key) = key {
+            self.keys().remove(key);
+        }
+        self.inner.live.remove(&id);
+    }
+
+    /// Returns the task an idempotency key already names, or claims the key
+    /// for `id`.
+    async fn claim_key(&self, key: &str, id: TaskId) -> Result<Option<TaskId>, EngineError> {
+        if let Some(existing) = self.keys().get(key).copied() {
+            return Ok(Some(existing));
+        }
+        if let Some(existing) = self.inner.store.task_for_key(key).await? {
+            return Ok(Some(existing));
+        }
+        let mut keys = self.keys();
+        if let Some(existing) = keys.get(key).copied() {
+            return Ok(Some(existing));
+        }
+        keys.insert(key.to_owned(), id);
+        Ok(None)
+    }
+
+    pub(crate) fn keys(&self) -> MutexGuard<'_, HashMap<String, TaskId>> {
+        self.inner.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn arm_queue_timeout(&self, id: TaskId, after: Duration) {
+        let engine = self.clone();
+        let shutdown = self.inner.shutdown.clone();
+        self.inner.tracker.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(after) => engine.expire_queued(id).await,
+                _ = shutdown.cancelled() => {}
+            }
+        });
+    }
+}
+
+/// Whether `spec` (with its resolved `policy`) asks for what `task` is.
+fn same_request(task: &Task, spec: &TaskSpec, policy: &Policy) -> bool {
+    task.agent == spec.agent
+        && task.prompt == spec.prompt
+        && task.system == spec.system
+        && task.input == spec.input
+        && task.metadata == spec.metadata
+        && task.layers == spec.layers
+        && task.parent == spec.parent
+        && task.session == spec.session
+        && task.policy == *policy
+}
+
+fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {
+    if spec.agent.is_empty() || spec.agent.len() > MAX_AGENT_NAME {
+        return Err(EngineError::BadRequest(format!(
+            "agent must be 1 to {MAX_AGENT_NAME} bytes"
+        )));
+    }
+    if spec
+        .idempotency_key
+        .as_ref()
+        .is_some_and(|k| k.is_empty() || k.len() > MAX_IDEMPOTENCY_KEY)
+    {
+        return Err(EngineError::BadRequest(format!(
+            "idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} bytes"
+        )));
+    }
+    if spec.layers.len() > 32 {
+        return Err(EngineError::BadRequest("at most 32 layers".into()));
+    }
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! Phases 5–6 of `dispatch_attempt` (SPEC §6.3): decide the attempt's outcome
+//! from its last Final, then retry or finish the task, durably, and publish.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use swarmd_output_store::{ContentRef, OutputEvent};
+use tokio::time::Instant;
+
+use super::{Joined, Prepared};
+use crate::Engine;
+use crate::event::Event;
+use crate::ids::TaskId;
+use crate::live::TaskCell;
+use crate::store::WriteOp;
+use crate::task::{AttemptOutcome, AttemptRecord, TaskResult};
+
+impl Engine {
+    /// Phases 5–6: decide the outcome from the last Final, then retry or
+    /// finish, and publish.
+    pub(super) async fn decide(&self, cell: &Arc<TaskCell>, p: Prepared, joined: Joined) {
+        let ended = Instant::now();
+        let task_id = p.ctx.task_id;
+        let last_final = match &joined {
+            Joined::Worker(Ok(())) => self.last_final(task_id, p.attempt).await,
+            _ => Ok(None),
+        };
+        let (outcome, result, reason) = match (joined, last_final) {
+            (Joined::Cancelled, _) => (
+                AttemptOutcome::Cancelled,
+                None,
+                Some("cancelled".to_owned()),
+            ),
+            (Joined::LeaseExpired, _) => (
+                AttemptOutcome::Failed,
+                None,
+                Some("lease expired".to_owned()),
+            ),
+            (Joined::Shutdown, _) => (AttemptOutcome::Failed, None, Some("interrupted".to_owned())),
+            (Joined::Worker(Err(e)), _) => (AttemptOutcome::Failed, None, Some(e.to_string())),
+            (Joined::Worker(Ok(())), Err(e)) => (
+                AttemptOutcome::Failed,
+                None,
+                Some(format!("could not read the final: {e}")),
+            ),
+            (Joined::Worker(Ok(())), Ok(None)) => (
+                AttemptOutcome::Failed,
+                None,
+                Some("the worker finished without a final".to_owned()),
+            ),
+            (Joined::Worker(Ok(())), Ok(Some(rec))) => match rec.event {
+                OutputEvent::Final { content, ok } => {
+                    let value = match content {
+                        ContentRef::Inline { value } => value,
+                        other => serde_json::to_value(other).unwrap_or(Value::Null),
+                    };
+                    let outcome = if ok {
+                        AttemptOutcome::Pass
+                    } else {
+                        AttemptOutcome::Blocked
+                    };
+                    (outcome, Some(TaskResult { value, ok }), None)
+                }
+                _ => (
+                    AttemptOutcome::Failed,
+                    None,
+                    Some("the last final is not a final".to_owned()),
+                ),
+            },
+        };
+        self.settle(cell, p, outcome, result, reason).await;
+        self.inner.stats.settle_latency.observe(ended.elapsed());
+    }
+
+    async fn settle(
+        &self,
+        cell: &Arc<TaskCell>,
+        p: Prepared,
+        mut outcome: AttemptOutcome,
+        result: Option<TaskResult>,
+        reason: Option<String>,
+    ) {
+        let task_id = p.ctx.task_id;
+        let now_ms = self.inner.clock.now_ms();
+        let elapsed_ms = p.started.elapsed().as_millis() as u64;
+        let (agent, retry_after, terminal, done) = {
+            let mut state = cell.lock();
+            let mut record = None;
+            if let Some(run) = state.run.as_mut().filter(|r| r.attempt == p.attempt) {
+                run.open = false;
+                record = Some(AttemptRecord {
+                    task_id,
+                    attempt: p.attempt,
+                    started_ms: run.started_ms,
+                    lease_deadline_ms: run.lease_deadline_ms,
+                    spawner: run.spawner,
+                    outcome: None,
+                    reason: None,
+                    finished_ms: Some(now_ms),
+                });
+            }
+            let already_terminal = state.task.status().is_terminal();
+            if already_terminal {
+                outcome = AttemptOutcome::Cancelled;
+            }
+            let mut events = Vec::new();
+            let session = state.task.session;
+            events.push((
+                session,
+                Event::AttemptFinished {
+                    task_id,
+                    attempt: p.attempt,
+                    outcome,
+                    reason: reason.clone(),
+                    elapsed_ms,
+                },
+            ));
+            let policy = &state.task.policy;
+            let retry = !already_terminal
+                && !self.is_draining()
+                && policy.retries(outcome)
+                && p.attempt < policy.max_attempts;
+            let mut retry_after = None;
+            let mut terminal = false;
+            if retry {
+                let jitter: f64 = rand::random();
+                retry_after = Some(Duration::from_millis(
+                    policy.backoff_ms(p.attempt + 1, jitter),
+                ));
+            } else if !already_terminal
+                && state
+                    .task
+                    .finish(outcome, result.clone(), reason.clone(), now_ms)
+                    .is_ok()
+            {
+                terminal = true;
+                events.push((
+                    session,
+                    Event::TaskFinished {
+                        task_id,
+                        status: state.task.status(),
+                        result,
+                    },
+                ));
+            }
+            let mut ops = vec![WriteOp::PutTask(Box::new(state.task.clone()))];
+            if let Some(mut rec) = record {
+                rec.outcome = Some(outcome);
+                rec.reason = reason;
+                ops.push(WriteOp::PutAttempt(rec));
+            }
+            let done = self.submit(ops, events);
+            (state.task.agent.clone(), retry_after, terminal, done)
+        };
+        self.inner.stats.attempt_finished(outcome);
+        self.release_slot(&agent);
+        if let Err(error) = crate::engine::wait_commit(done).await {
+            tracing::error!(task_id = %task_id, %error, "could not record the attempt's end");
+        }
+        if terminal {
+            let status = cell.lock().task.status();
+            self.inner.stats.finished(status);
+            self.retire(cell, task_id);
+        }
+        if let Some(after) = retry_after {
+            self.schedule_retry(task_id, after).await;
+        }
+    }
+
+    /// Waits the backoff, then queues the task for its next attempt.
+    async fn schedule_retry(&self, id: TaskId, after: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(after) => {}
+            _ = self.inner.shutdown.cancelled() => return,
+        }
+        let Some(cell) = self.inner.live.get(&id) else {
+            return;
+        };
+        let agent = {
+            let state = cell.lock();
+            if state.task.status().is_terminal() {
+                return;
+            }
+            state.task.agent.clone()
+        };
+        let limit = self.agent_limit(&cell.lock().task);
+        self.admit(&agent, limit, id);
+    }
+}

@@ -1,0 +1,128 @@
+//! Delegated attempts resumed at recovery (SPEC §12.1): the worker is the
+//! SubAgent out there, announced again through the agent's stack with a
+//! fresh handle, and its Final arrives over HTTP.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Joined, Minted, Prepared};
+use crate::Engine;
+use crate::ids::{TaskId, WorkerId};
+use crate::live::TaskCell;
+use crate::spawn::{Worker, WorkerCredential, WorkerError};
+use crate::store::WriteOp;
+
+/// A worker that lives outside this process (a resumed delegated
+/// SubAgent): it completes when a Final is posted for its attempt.
+#[derive(Debug)]
+struct RemoteWorker {
+    id: WorkerId,
+    cancel: CancellationToken,
+    engine: Engine,
+    task_id: TaskId,
+    attempt: u32,
+}
+
+#[async_trait::async_trait]
+impl Worker for RemoteWorker {
+    fn id(&self) -> WorkerId {
+        self.id
+    }
+
+    fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    async fn join(self: Box<Self>) -> Result<(), WorkerError> {
+        tokio::select! {
+            _ = self.engine.posted_final(self.task_id, self.attempt) => Ok(()),
+            _ = self.cancel.cancelled() => Err(WorkerError::Cancelled),
+        }
+    }
+}
+
+impl Engine {
+    /// Drives a delegated attempt resumed at recovery: its worker is the
+    /// SubAgent out there, whose Final arrives over HTTP.
+    pub(crate) async fn run_resumed(
+        &self,
+        cell: Arc<TaskCell>,
+        attempt: u32,
+        cancel: CancellationToken,
+    ) {
+        let (ctx, agent, layers) = {
+            let state = cell.lock();
+            let deadline_ms = state.run.as_ref().map_or(0, |r| r.lease_deadline_ms);
+            let ctx = self.ctx_for(&state.task, attempt, deadline_ms);
+            (ctx, state.task.agent.clone(), state.task.layers.clone())
+        };
+        let p = Prepared {
+            attempt,
+            ctx,
+            cancel,
+            started: Instant::now(),
+        };
+        // Announce the attempt again through its stack with a fresh handle:
+        // a `spawn` frame that never reached the MainAI is delivered now
+        // (MainAIs ignore a spawn for a (task, attempt) they already run).
+        // Without a stack, wait for the SubAgent's Final alone.
+        let joined = match (
+            self.inner.resolver.link(&agent, &layers),
+            self.reissue(&cell, p.ctx.task_id, attempt).await,
+        ) {
+            (Ok(stack), Ok(credential)) => {
+                let minted = Minted {
+                    credential: Ok(credential),
+                    durable: None,
+                };
+                self.spawn_and_join(&cell, &p, minted, stack).await
+            }
+            (link, credential) => {
+                if let Err(error) = link {
+                    tracing::warn!(task_id = %p.ctx.task_id, %error, "cannot relink a resumed attempt; waiting for its SubAgent");
+                }
+                if let Err(error) = credential {
+                    tracing::warn!(task_id = %p.ctx.task_id, %error, "cannot reissue a credential; waiting for its SubAgent");
+                }
+                let worker = Box::new(RemoteWorker {
+                    id: WorkerId::new(),
+                    cancel: CancellationToken::new(),
+                    engine: self.clone(),
+                    task_id: p.ctx.task_id,
+                    attempt,
+                });
+                self.join(&cell, &p, worker).await
+            }
+        };
+        if matches!(joined, Joined::Shutdown) {
+            self.release_slot(&agent);
+            return;
+        }
+        self.decide(&cell, p, joined).await;
+    }
+
+    /// A new token and handle for an open attempt, durable before use.
+    async fn reissue(
+        &self,
+        cell: &Arc<TaskCell>,
+        task_id: TaskId,
+        attempt: u32,
+    ) -> Result<WorkerCredential, crate::EngineError> {
+        let verbs = cell
+            .lock()
+            .run
+            .as_ref()
+            .map(|r| r.verbs.clone())
+            .unwrap_or_default();
+        let (credential, digest, record) = self.mint(task_id, attempt, &verbs)?;
+        if let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt) {
+            run.handle_digest = Some(digest);
+            run.token_exp_secs = credential.expires_secs();
+        }
+        self.submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())
+            .await?;
+        Ok(credential)
+    }
+}

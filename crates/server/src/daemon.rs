@@ -189,6 +189,17 @@ pub fn engine_config(config: &Config) -> EngineConfig {
     }
 }
 
+/// Links every agent and middleware of `config` as `serve` would (scripts
+/// compiled, programs found, environments checked) without starting
+/// anything else: `check-config` uses it so that a configuration it accepts
+/// also starts.
+///
+/// # Errors
+/// `Agents` listing every problem; `Lua` if no Lua thread can start.
+pub fn link_agents(config: &Config, env: &Environment) -> Result<(), BuildError> {
+    resolver(config, env, &config.base_url(config.server.bind)).map(drop)
+}
+
 fn resolver(
     config: &Config,
     env: &Environment,

@@ -54,6 +54,53 @@ fn invalid_configuration_exits_78_with_one_line() {
     );
 }
 
+/// An agent that cannot be linked is a configuration error for
+/// `check-config` and `serve` alike: status 78 and one line naming it.
+#[test]
+fn agents_that_cannot_link_exit_78_from_check_config_and_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("broken.lua");
+    std::fs::write(&script, "this is not lua").unwrap();
+    let path = dir.path().join("swarmd.toml");
+    let config = format!(
+        r#"
+[server]
+bind = "127.0.0.1:0"
+
+[store]
+backend = "memory"
+state_dir = "{state}"
+
+[agents.broken]
+kind = "lua"
+script = "{script}"
+
+[agents.leaky]
+kind = "process"
+program = "/bin/true"
+env = ["CREDENTIALS_DIRECTORY"]
+"#,
+        state = dir.path().join("state").display(),
+        script = script.display(),
+    );
+    std::fs::write(&path, config).unwrap();
+    for command in ["check-config", "serve"] {
+        let output = swarmd(&[command, "--config", path.to_str().unwrap()]);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(78), "{command}: {stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.contains("agent `broken`"), "{command}: {stderr}");
+        assert!(
+            last.contains("CREDENTIALS_DIRECTORY"),
+            "{command}: {stderr}"
+        );
+        assert!(
+            text(&output.stdout).is_empty(),
+            "{command} printed a config"
+        );
+    }
+}
+
 #[test]
 fn usage_errors_exit_64() {
     let output = swarmd(&["serve", "--no-such-flag"]);

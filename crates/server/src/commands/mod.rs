@@ -13,6 +13,7 @@ use crate::ServeError;
 use crate::cli::{Command, KeysCommand, TokenCommand, exit};
 use crate::client::ClientError;
 use crate::config::{Config, ConfigError};
+use crate::daemon::BuildError;
 use crate::environment::Environment;
 use crate::state::StateError;
 
@@ -45,7 +46,8 @@ impl CommandError {
     /// The process exit status for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CommandError::Config(_) => exit::CONFIG,
+            CommandError::Config(_)
+            | CommandError::Serve(ServeError::Build(BuildError::Agents(_))) => exit::CONFIG,
             CommandError::Ttl { .. } => exit::USAGE,
             _ => exit::FAILURE,
         }
@@ -61,6 +63,7 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::Serve(args) => serve::serve(&args, env).await.map(|()| exit::OK),
         Command::CheckConfig(args) => {
             let config = Config::load(&args.config.config_path(), env, &args.overrides())?;
+            crate::daemon::link_agents(&config, env).map_err(ServeError::Build)?;
             print(config.to_toml_redacted()?.trim_end())?;
             Ok(exit::OK)
         }

@@ -1,7 +1,8 @@
 //! HTTP clients behind the CLI: `swarmd task …` against the task API (SPEC
 //! §9.3) and `swarmd worker` against the worker API (SPEC §9.1).
 //!
-//! One `ApiClient` holds the base URL and the bearer credential; every verb
+//! One `ApiClient` holds the base URL and the bearer credential (replaceable,
+//! for a worker that adopts a fresh token); every verb
 //! group adds its calls in its own file. Server errors arrive as
 //! `{"error", "code"}` bodies and become `ClientError::Status`.
 
@@ -12,6 +13,7 @@ mod worker;
 use std::error::Error as _;
 use std::fmt;
 use std::io;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use reqwest::{RequestBuilder, Response, StatusCode};
@@ -53,7 +55,9 @@ impl fmt::Debug for Bearer {
 pub struct ApiClient {
     http: reqwest::Client,
     base_url: String,
-    bearer: Bearer,
+    /// Shared by every clone, so that a replaced credential (see
+    /// `set_bearer`) is what all of them send from then on.
+    bearer: Arc<RwLock<Bearer>>,
 }
 
 /// Why a client call failed.
@@ -100,8 +104,29 @@ impl ApiClient {
         Ok(ApiClient {
             http,
             base_url: base_url.to_owned(),
-            bearer,
+            bearer: Arc::new(RwLock::new(bearer)),
         })
+    }
+
+    /// Replaces the credential this client and all its clones send.
+    pub fn set_bearer(&self, bearer: Bearer) {
+        *self.bearer.write().unwrap_or_else(PoisonError::into_inner) = bearer;
+    }
+
+    /// Whether the credential is a worker handle (`wh-…`) rather than a token.
+    pub fn sends_handle(&self) -> bool {
+        self.bearer
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .starts_with("wh-")
+    }
+
+    fn authorization(&self) -> String {
+        self.bearer
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .header()
     }
 
     /// The daemon's base URL, without a trailing slash.
@@ -116,13 +141,13 @@ impl ApiClient {
     fn get(&self, path: &str) -> RequestBuilder {
         self.http
             .get(self.url(path))
-            .header(reqwest::header::AUTHORIZATION, self.bearer.header())
+            .header(reqwest::header::AUTHORIZATION, self.authorization())
     }
 
     fn post(&self, path: &str) -> RequestBuilder {
         self.http
             .post(self.url(path))
-            .header(reqwest::header::AUTHORIZATION, self.bearer.header())
+            .header(reqwest::header::AUTHORIZATION, self.authorization())
     }
 
     /// Sends `request` and returns its response when the status is a success.

@@ -4,7 +4,10 @@
 //! prompt on stdin, and submits the command's stdout with `ok` = exit status
 //! 0. The handle is removed from the command's environment, so the command
 //! cannot act as the worker on its own. While the command runs, heartbeats
-//! keep the attempt's lease alive.
+//! keep the attempt's lease alive; a worker given a token rather than a
+//! handle adopts the fresh token a heartbeat returns (a handle's expiry
+//! moves by itself). Stdout that is not UTF-8 is submitted with its invalid
+//! bytes replaced by U+FFFD, since results are text or JSON.
 
 use std::io;
 use std::process::{ExitStatus, Stdio};
@@ -98,8 +101,22 @@ pub async fn run_worker(options: &WorkerOptions) -> Result<u8, ClientError> {
             (message.into_bytes(), false, code)
         }
     };
-    submit(&client, task_query.as_deref(), body, ok).await?;
+    submit(&client, task_query.as_deref(), utf8_lossy(body), ok).await?;
     Ok(code)
+}
+
+/// `bytes` as UTF-8 text, invalid sequences replaced by U+FFFD (with a
+/// warning on stderr), so that a result is never refused for its encoding.
+fn utf8_lossy(bytes: Vec<u8>) -> Vec<u8> {
+    match String::from_utf8(bytes) {
+        Ok(text) => text.into_bytes(),
+        Err(error) => {
+            eprintln!("swarmd worker: stdout is not UTF-8; invalid bytes are submitted as U+FFFD");
+            String::from_utf8_lossy(error.as_bytes())
+                .into_owned()
+                .into_bytes()
+        }
+    }
 }
 
 /// The command, with the handle removed from its environment.
@@ -214,15 +231,60 @@ async fn heartbeat_loop(client: &ApiClient, task_id: Option<TaskId>, every: Dura
             .post("/v1/worker/heartbeat")
             .json(&body)
             .timeout(REQUEST_TIMEOUT);
-        if let Err(error) = client.send(request, &url).await {
-            tracing::warn!(%error, "heartbeat failed");
+        let answer = match client.send(request, &url).await {
+            Ok(response) => response.json::<Value>().await.ok(),
+            Err(error) => {
+                tracing::warn!(%error, "heartbeat failed");
+                None
+            }
+        };
+        if let Some(token) = answer.as_ref().and_then(fresh_token)
+            && !client.sends_handle()
+        {
+            client.set_bearer(token);
         }
     }
+}
+
+/// The fresh token in a heartbeat's answer, if it carries one.
+fn fresh_token(answer: &Value) -> Option<Bearer> {
+    answer
+        .get("token")
+        .and_then(Value::as_str)
+        .filter(|token| !token.is_empty())
+        .map(Bearer::new)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invalid_utf8_is_replaced_not_refused() {
+        assert_eq!(
+            utf8_lossy(b"ok \xe2\x9c\x93".to_vec()),
+            "ok \u{2713}".as_bytes()
+        );
+        assert_eq!(
+            utf8_lossy(b"\xff\xfebin".to_vec()),
+            "\u{fffd}\u{fffd}bin".as_bytes()
+        );
+    }
+
+    #[test]
+    fn a_worker_on_a_token_adopts_the_heartbeats_fresh_token() {
+        let client = ApiClient::new("http://127.0.0.1:1", Bearer::new("swc1.old")).unwrap();
+        let answer = serde_json::json!({"deadline": 1, "token": "swc1.new", "handle_expires": 2});
+        let token = fresh_token(&answer).unwrap();
+        assert!(!client.sends_handle());
+        let clone = client.clone();
+        client.set_bearer(token);
+        let request = clone.post("/x").build().unwrap();
+        assert_eq!(request.headers()["authorization"], "Bearer swc1.new");
+        assert!(fresh_token(&serde_json::json!({"deadline": 1, "handle_expires": 2})).is_none());
+        let handle = ApiClient::new("http://127.0.0.1:1", Bearer::new("wh-0123")).unwrap();
+        assert!(handle.sends_handle());
+    }
 
     #[test]
     fn the_command_never_inherits_the_handle() {

@@ -210,7 +210,7 @@ async fn late_writes_conflicts_and_replays() {
     expect_error(
         submit(Some("k"), "two").await.unwrap(),
         409,
-        "idempotency_conflict",
+        "already_final",
     )
     .await;
     expect_error(submit(None, "one").await.unwrap(), 409, "already_final").await;
@@ -295,6 +295,16 @@ async fn bad_input_gets_clear_errors_and_the_daemon_lives() {
     expect_error(post(deep).await.unwrap(), 400, "bad_request").await;
     let unknown = json!({"agent": "no-such-agent", "prompt": "p"}).to_string();
     expect_error(post(unknown).await.unwrap(), 404, "not_found").await;
+    // Durations the clocks cannot hold are refused, not left to overflow.
+    for policy in [
+        json!({"attempt_timeout_secs": u64::MAX}),
+        json!({"long_hold_warn_secs": u64::MAX}),
+        json!({"queue_timeout_secs": 0}),
+        json!({"max_attempts": 1000}),
+    ] {
+        let body = json!({"agent": "cat", "prompt": "p", "policy": policy}).to_string();
+        expect_error(post(body).await.unwrap(), 400, "bad_request").await;
+    }
     expect_error(
         daemon.get("/v1/tasks/T-123", &admin).send().await.unwrap(),
         400,

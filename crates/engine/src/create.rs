@@ -180,5 +180,6 @@ fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {
     if spec.layers.len() > 32 {
         return Err(EngineError::BadRequest("at most 32 layers".into()));
     }
+    spec.policy.validate().map_err(EngineError::BadRequest)?;
     Ok(())
 }

@@ -54,9 +54,20 @@ pub(crate) struct RunState {
 impl RunState {
     /// Pushes the lease deadline out to `lease_secs` from now.
     pub(crate) fn extend_lease(&mut self, now: Instant, now_ms: u64) {
-        self.lease_deadline = now + std::time::Duration::from_secs(self.lease_secs);
-        self.lease_deadline_ms = now_ms + self.lease_secs * 1000;
+        (self.lease_deadline, self.lease_deadline_ms) = lease_until(now, now_ms, self.lease_secs);
     }
+}
+
+/// The deadline of a lease of `secs` from now, as an instant and in unix ms.
+/// Policies are bounded when a task is created, but a stored task is read
+/// back as it is: a lease never runs past `MAX_POLICY_SECS`, so neither
+/// clock can overflow.
+pub(crate) fn lease_until(now: Instant, now_ms: u64, secs: u64) -> (Instant, u64) {
+    let secs = secs.min(crate::task::MAX_POLICY_SECS);
+    (
+        now + std::time::Duration::from_secs(secs),
+        now_ms.saturating_add(secs * 1000),
+    )
 }
 
 #[derive(Debug)]
@@ -133,5 +144,25 @@ impl LiveTasks {
             .iter()
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task stored with a policy no longer accepted still gets a lease
+    /// both clocks can hold.
+    #[test]
+    fn a_lease_never_overflows_either_clock() {
+        let now = Instant::now();
+        let (deadline, deadline_ms) = lease_until(now, u64::MAX - 5, u64::MAX);
+        let cap = std::time::Duration::from_secs(crate::task::MAX_POLICY_SECS);
+        assert_eq!(deadline, now + cap);
+        assert_eq!(deadline_ms, u64::MAX);
+        assert_eq!(
+            lease_until(now, 1_000, 2),
+            (now + std::time::Duration::from_secs(2), 3_000)
+        );
     }
 }

@@ -3,8 +3,6 @@
 //! (and retry if the policy allows); delegated attempts keep running with
 //! their lease re-armed; queued tasks are queued again.
 
-use std::time::Duration;
-
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -15,7 +13,7 @@ use crate::Engine;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::TaskId;
-use crate::live::{RunState, TaskCell};
+use crate::live::{RunState, TaskCell, lease_until};
 use crate::store::{SessionRecord, WriteOp};
 use crate::task::{AttemptOutcome, AttemptRecord, Task, TaskStatus};
 
@@ -178,6 +176,7 @@ impl Engine {
             .await?;
         let now_ms = self.inner.clock.now_ms();
         let lease_secs = task.policy.attempt_timeout_secs;
+        let (lease_deadline, lease_deadline_ms) = lease_until(Instant::now(), now_ms, lease_secs);
         let cancel = CancellationToken::new();
         let allow_subtasks = self
             .inner
@@ -189,8 +188,8 @@ impl Engine {
             attempt: attempt.attempt,
             open: true,
             cancel: cancel.clone(),
-            lease_deadline: Instant::now() + Duration::from_secs(lease_secs),
-            lease_deadline_ms: now_ms + lease_secs * 1000,
+            lease_deadline,
+            lease_deadline_ms,
             lease_secs,
             spawner: attempt.spawner,
             started_ms: attempt.started_ms,

@@ -166,6 +166,13 @@ impl Default for Policy {
 /// Backoff never waits longer than this, whatever the attempt number.
 pub const MAX_BACKOFF_MS: u64 = 60_000;
 
+/// Upper bound of a policy's attempts, for tasks and configured defaults.
+pub const MAX_ATTEMPTS: u32 = 100;
+
+/// Upper bound of a policy's durations in seconds (attempt timeout, queue
+/// timeout, long-hold warning): seven days.
+pub const MAX_POLICY_SECS: u64 = 7 * 86_400;
+
 impl Policy {
     /// Fills the fields a request left out from `defaults`.
     pub fn resolve(overrides: &PolicyOverrides, defaults: &Policy) -> Policy {
@@ -226,6 +233,48 @@ pub struct PolicyOverrides {
     pub queue_timeout_secs: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub long_hold_warn_secs: Option<u64>,
+}
+
+impl PolicyOverrides {
+    /// Checks every field a request set against the bounds the configured
+    /// defaults obey too; the message names the field and its range.
+    pub fn validate(&self) -> Result<(), String> {
+        let check = |name: &str, value: Option<u64>, min: u64, max: u64| match value {
+            Some(v) if !(min..=max).contains(&v) => {
+                Err(format!("policy.{name} must be {min} to {max}, not {v}"))
+            }
+            _ => Ok(()),
+        };
+        check(
+            "max_attempts",
+            self.max_attempts.map(u64::from),
+            1,
+            u64::from(MAX_ATTEMPTS),
+        )?;
+        check("retry_backoff_ms", self.retry_backoff_ms, 0, MAX_BACKOFF_MS)?;
+        check(
+            "attempt_timeout_secs",
+            self.attempt_timeout_secs,
+            1,
+            MAX_POLICY_SECS,
+        )?;
+        check(
+            "queue_timeout_secs",
+            self.queue_timeout_secs,
+            1,
+            MAX_POLICY_SECS,
+        )?;
+        check(
+            "long_hold_warn_secs",
+            self.long_hold_warn_secs,
+            0,
+            MAX_POLICY_SECS,
+        )?;
+        if self.retry_on.as_ref().is_some_and(|on| on.len() > 2) {
+            return Err("policy.retry_on lists at most failed and blocked".to_owned());
+        }
+        Ok(())
+    }
 }
 
 /// The `{value, ok}` of the deciding Final.
@@ -416,6 +465,50 @@ impl SpawnerKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policy_overrides_are_bounded() {
+        assert!(PolicyOverrides::default().validate().is_ok());
+        let at_the_bounds = PolicyOverrides {
+            max_attempts: Some(MAX_ATTEMPTS),
+            retry_on: Some(vec![RetryOn::Failed, RetryOn::Blocked]),
+            retry_backoff_ms: Some(0),
+            attempt_timeout_secs: Some(MAX_POLICY_SECS),
+            queue_timeout_secs: Some(1),
+            long_hold_warn_secs: Some(0),
+        };
+        assert!(at_the_bounds.validate().is_ok());
+        let too_long = PolicyOverrides {
+            attempt_timeout_secs: Some(u64::MAX),
+            ..PolicyOverrides::default()
+        };
+        let message = too_long.validate().unwrap_err();
+        assert!(message.contains("policy.attempt_timeout_secs"), "{message}");
+        for bad in [
+            PolicyOverrides {
+                max_attempts: Some(0),
+                ..PolicyOverrides::default()
+            },
+            PolicyOverrides {
+                retry_backoff_ms: Some(MAX_BACKOFF_MS + 1),
+                ..PolicyOverrides::default()
+            },
+            PolicyOverrides {
+                queue_timeout_secs: Some(MAX_POLICY_SECS + 1),
+                ..PolicyOverrides::default()
+            },
+            PolicyOverrides {
+                long_hold_warn_secs: Some(u64::MAX),
+                ..PolicyOverrides::default()
+            },
+            PolicyOverrides {
+                retry_on: Some(vec![RetryOn::Failed; 3]),
+                ..PolicyOverrides::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
 
     fn task() -> Task {
         let spec = TaskSpec {

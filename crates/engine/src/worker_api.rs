@@ -292,6 +292,26 @@ impl Engine {
         Ok(state.task.session)
     }
 
+    /// The error for a result whose body names attempt `named` while its
+    /// credential is for `credential`: superseded when the credential's
+    /// attempt is no longer the task's current one, a bad request when it is.
+    fn attempt_mismatch(&self, task_id: TaskId, credential: u32, named: u32) -> EngineError {
+        let Ok(cell) = self.live_cell(task_id) else {
+            return EngineError::TaskTerminal;
+        };
+        let current = cell.lock().task.attempt;
+        if current == credential {
+            EngineError::BadRequest(format!(
+                "the body names attempt {named}, the credential is for attempt {credential}"
+            ))
+        } else {
+            EngineError::AttemptSuperseded {
+                attempt: credential,
+                current,
+            }
+        }
+    }
+
     /// Posts the attempt's Final (SPEC §6.5): once per attempt; a retry with
     /// the same `Idempotency-Key` and body replays the first answer.
     pub async fn post_result(
@@ -300,11 +320,8 @@ impl Engine {
         post: ResultPost,
     ) -> Result<ResultAck, EngineError> {
         let task_id = Self::bind(auth, post.task_id)?;
-        if post.attempt.is_some_and(|a| a != auth.attempt) {
-            return Err(EngineError::AttemptSuperseded {
-                attempt: post.attempt.unwrap_or_default(),
-                current: auth.attempt,
-            });
+        if let Some(named) = post.attempt.filter(|a| *a != auth.attempt) {
+            return Err(self.attempt_mismatch(task_id, auth.attempt, named));
         }
         let ack = ResultAck {
             task_id,
@@ -320,7 +337,8 @@ impl Engine {
                 (Some(a), Some(b)) if a == b && first.body_digest == mine.body_digest => {
                     Ok(ack.clone())
                 }
-                (Some(a), Some(b)) if a == b => Err(EngineError::IdempotencyConflict),
+                // SPEC §6.5: anything but the same key *and* body is a
+                // second result, a reused key with another body included.
                 _ => Err(EngineError::AlreadyFinal),
             }
         };

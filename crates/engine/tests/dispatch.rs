@@ -283,9 +283,24 @@ async fn stale_token_after_retry_is_superseded() {
         .authenticate_worker(new.token(), Verb::EmitOutput)
         .unwrap();
     engine.worker_output(&fresh, None, out).await.unwrap();
+    // A body naming the current attempt does not lend it to a stale
+    // credential, and the error names the credential's attempt.
+    let naming = |attempt| ResultPost {
+        attempt: Some(attempt),
+        ..post(t.id, json!(1), None)
+    };
+    let err = engine.post_result(&stale, naming(2)).await.unwrap_err();
+    assert_eq!(err.code(), "attempt_superseded");
+    assert_eq!(
+        err.to_string(),
+        "attempt 1 is no longer current (current: 2)"
+    );
+
     let fresh = engine
         .authenticate_worker(new.token(), Verb::PostResult)
         .unwrap();
+    let err = engine.post_result(&fresh, naming(1)).await.unwrap_err();
+    assert_eq!(err.code(), "bad_request");
     engine
         .post_result(&fresh, post(t.id, json!(2), None))
         .await
@@ -318,7 +333,7 @@ async fn duplicate_results_conflict_unless_idempotent_replay() {
         .post_result(&auth, post(t.id, json!("other"), Some("k1")))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "idempotency_conflict");
+    assert_eq!(err.code(), "already_final");
     let err = engine
         .post_result(&auth, post(t.id, json!("v"), None))
         .await

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Engine;
 use crate::event::Event;
 use crate::ids::TaskId;
-use crate::live::{RunState, TaskCell};
+use crate::live::{RunState, TaskCell, lease_until};
 use crate::spawn::{Ctx, SpawnerAdapter, Worker, WorkerCredential, WorkerError};
 use crate::store::WriteOp;
 use crate::task::{AttemptOutcome, AttemptRecord, SpawnerKind, TaskStatus};
@@ -103,13 +103,14 @@ impl Engine {
             Err(_) => return None,
         };
         let lease_secs = state.task.policy.attempt_timeout_secs;
+        let (lease_deadline, lease_deadline_ms) = lease_until(now, now_ms, lease_secs);
         let cancel = CancellationToken::new();
         let mut run = RunState {
             attempt,
             open: true,
             cancel: cancel.clone(),
-            lease_deadline: now + Duration::from_secs(lease_secs),
-            lease_deadline_ms: now_ms + lease_secs * 1000,
+            lease_deadline,
+            lease_deadline_ms,
             lease_secs,
             spawner: kind,
             started_ms: now_ms,

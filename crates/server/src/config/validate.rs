@@ -6,6 +6,8 @@ use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use swarmd_engine::task::{MAX_ATTEMPTS, MAX_POLICY_SECS};
+
 use super::Config;
 use super::agent::{Agent, AgentKind};
 use super::error::ConfigError;
@@ -41,19 +43,19 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
         "defaults.max_attempts",
         defaults.max_attempts.into(),
         1,
-        100,
+        MAX_ATTEMPTS.into(),
     )?;
     range(
         "defaults.attempt_timeout_secs",
         defaults.attempt_timeout_secs,
         1,
-        7 * DAY,
+        MAX_POLICY_SECS,
     )?;
     range(
         "defaults.long_hold_warn_secs",
         defaults.long_hold_warn_secs,
         1,
-        7 * DAY,
+        MAX_POLICY_SECS,
     )?;
     range("ws.ping_secs", config.ws.ping_secs, 1, 3600)?;
     range("ws.park_max", config.ws.park_max.into(), 1, 1_000_000)?;

@@ -58,8 +58,11 @@ impl SpawnerAdapter for LongHold {
             let period = Duration::from_secs(threshold);
             let mut warned: u64 = 0;
             loop {
-                let next =
-                    started + period.saturating_mul(u32::try_from(warned + 1).unwrap_or(u32::MAX));
+                let after = period.saturating_mul(u32::try_from(warned + 1).unwrap_or(u32::MAX));
+                // A warning beyond what the clock can express never comes.
+                let Some(next) = started.checked_add(after) else {
+                    return join.await;
+                };
                 tokio::select! {
                     biased;
                     joined = &mut join => return joined,

@@ -91,12 +91,12 @@ async fn output_then_result_with_idempotent_replay() {
     // Same key and body: the first answer again.
     let (status, replay) = parts(post(&result, Some("k1")).await.unwrap()).await;
     assert_eq!((status, &replay), (200, &first));
-    // Same key, other body: a conflict; no key: already final.
+    // Same key, other body, or no key: already final (SPEC §6.5).
     let other = json!({"value": "other"});
     expect_error(
         post(&other, Some("k1")).await.unwrap(),
         409,
-        "idempotency_conflict",
+        "already_final",
     )
     .await;
     expect_error(post(&result, None).await.unwrap(), 409, "already_final").await;
@@ -158,12 +158,7 @@ async fn submit_replay_must_repeat_ok_too() {
     };
     assert_eq!(submit("").await.unwrap().status(), 200);
     assert_eq!(submit("?ok=true").await.unwrap().status(), 200);
-    expect_error(
-        submit("?ok=false").await.unwrap(),
-        409,
-        "idempotency_conflict",
-    )
-    .await;
+    expect_error(submit("?ok=false").await.unwrap(), 409, "already_final").await;
     expect_error(submit("?ok=maybe").await.unwrap(), 400, "bad_request").await;
 }
 

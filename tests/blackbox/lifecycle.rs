@@ -391,4 +391,25 @@ async fn the_example_configuration_runs_its_process_lua_and_ndjson_agents() {
     let printed: Value = serde_json::from_slice(&spawned.stdout).unwrap();
     assert_eq!(printed["status"], "pass", "{printed}");
     assert_eq!(printed["result"]["value"]["echo"], "from the cli");
+
+    // Policy, metadata and an idempotency key: running it again is the same task.
+    let keyed = || {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
+            .current_dir(repo_root())
+            .args(["task", "--url", &sw.base, "--token", &sw.admin])
+            .args([
+                "spawn", "--agent", "echo", "--prompt", "once", "--wait", "10",
+            ])
+            .args(["--policy", r#"{"max_attempts": 2}"#])
+            .args(["--metadata", r#"{"ticket": 42}"#])
+            .args(["--idempotency-key", "ticket-42"])
+            .env_clear()
+            .output()
+    };
+    let first: Value = serde_json::from_slice(&keyed().await.unwrap().stdout).unwrap();
+    let again: Value = serde_json::from_slice(&keyed().await.unwrap().stdout).unwrap();
+    assert_eq!(first["task_id"], again["task_id"], "{first}\n{again}");
+    let stored = sw.task(first["task_id"].as_str().unwrap()).await;
+    assert_eq!(stored["metadata"], json!({"ticket": 42}), "{stored}");
+    assert_eq!(stored["policy"]["max_attempts"], 2, "{stored}");
 }

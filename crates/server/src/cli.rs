@@ -66,7 +66,7 @@ pub enum Command {
     #[command(subcommand)]
     Token(TokenCommand),
     /// Create, inspect, wait for, cancel and follow tasks on a running daemon.
-    Task(TaskArgs),
+    Task(Box<TaskArgs>),
     /// Run a command as a SubAgent: fetch the prompt, give it to CMD on stdin,
     /// submit CMD's stdout (ok = exit status 0), and exit with CMD's code.
     Worker(WorkerArgs),
@@ -182,6 +182,17 @@ pub enum TaskCommand {
         /// A hint layer for this task (repeatable).
         #[arg(long = "layer", value_name = "LAYER")]
         layers: Vec<String>,
+        /// Free-form metadata kept with the task, as JSON.
+        #[arg(long, value_name = "JSON", value_parser = parse_json)]
+        metadata: Option<Value>,
+        /// Policy fields that override the configured defaults, as JSON
+        /// (e.g. `{"max_attempts": 3, "attempt_timeout_secs": 600}`).
+        #[arg(long, value_name = "JSON", value_parser = parse_json)]
+        policy: Option<Value>,
+        /// Sent as `Idempotency-Key`: running the command again with the same
+        /// key and request answers with the same task.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
         /// Wait up to SECS for the task to finish and print the finished task.
         #[arg(long, value_name = "SECS")]
         wait: Option<u64>,

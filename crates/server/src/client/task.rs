@@ -27,6 +27,15 @@ pub struct SpawnRequest {
     /// Hint layers for this task.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub layers: Vec<String>,
+    /// Free-form metadata kept with the task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    /// Policy fields overriding the configured defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Value>,
+    /// Sent as the `Idempotency-Key` header, not in the body.
+    #[serde(skip)]
+    pub idempotency_key: Option<String>,
     /// Wait up to this many seconds for the task to finish.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_secs: Option<u64>,
@@ -41,7 +50,10 @@ impl ApiClient {
     pub async fn spawn_task(&self, request: &SpawnRequest) -> Result<Value, ClientError> {
         let url = self.url("/v1/tasks");
         let timeout = REQUEST_TIMEOUT + Duration::from_secs(request.wait_secs.unwrap_or(0));
-        let builder = self.post("/v1/tasks").json(request).timeout(timeout);
+        let mut builder = self.post("/v1/tasks").json(request).timeout(timeout);
+        if let Some(key) = &request.idempotency_key {
+            builder = builder.header("Idempotency-Key", key.as_str());
+        }
         self.send_json(builder, &url).await
     }
 

@@ -153,9 +153,12 @@ async fn task_calls_send_the_token_and_decode_errors() {
             post(
                 |headers: HeaderMap, axum::Json(body): axum::Json<Value>| async move {
                     let auth = headers[header::AUTHORIZATION].to_str().unwrap().to_owned();
+                    let key = headers
+                        .get("idempotency-key")
+                        .map(|key| key.to_str().unwrap().to_owned());
                     (
                         StatusCode::CREATED,
-                        axum::Json(json!({"echo": body, "auth": auth})),
+                        axum::Json(json!({"echo": body, "auth": auth, "key": key})),
                     )
                 },
             ),
@@ -184,6 +187,20 @@ async fn task_calls_send_the_token_and_decode_errors() {
         json!({"agent": "echo", "prompt": "hi", "wait_secs": 5})
     );
     assert_eq!(answer["auth"], "Bearer sws-token");
+    assert_eq!(answer["key"], Value::Null);
+    let keyed = SpawnRequest {
+        metadata: Some(json!({"ticket": 7})),
+        policy: Some(json!({"max_attempts": 2})),
+        idempotency_key: Some("k-1".into()),
+        ..request
+    };
+    let answer = client.spawn_task(&keyed).await.unwrap();
+    assert_eq!(
+        answer["echo"],
+        json!({"agent": "echo", "prompt": "hi", "wait_secs": 5,
+               "metadata": {"ticket": 7}, "policy": {"max_attempts": 2}})
+    );
+    assert_eq!(answer["key"], "k-1");
 
     let id = TaskId::new();
     let error = client.get_task(&id).await.unwrap_err();

@@ -70,7 +70,7 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::Keys(KeysCommand::Rotate(args)) => admin::rotate_keys(&args, env),
         Command::AdminToken(args) => admin::admin_token(&args, env),
         Command::Token(TokenCommand::Mint(args)) => admin::mint_token(&args, env),
-        Command::Task(args) => remote::task(args, env).await,
+        Command::Task(args) => remote::task(*args, env).await,
         Command::Worker(args) => remote::worker(args).await,
     }
 }

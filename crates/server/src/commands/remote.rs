@@ -18,6 +18,9 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
             system,
             input,
             layers,
+            metadata,
+            policy,
+            idempotency_key,
             wait,
         } => {
             let prompt = if prompt == "-" {
@@ -31,6 +34,9 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
                 system,
                 input,
                 layers,
+                metadata,
+                policy,
+                idempotency_key,
                 wait_secs: wait,
             };
             client.spawn_task(&request).await?

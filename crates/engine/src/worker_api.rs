@@ -240,15 +240,16 @@ impl Engine {
         })
     }
 
-    /// Extends the lease when `attempt` is the open one; returns the deadline (unix ms).
+    /// Extends the lease when `attempt` is the open one; returns the deadline
+    /// (unix ms). A superseded or decided attempt's time is up: now.
     fn touch(&self, state: &mut TaskState, attempt: u32) -> u64 {
+        let now_ms = self.inner.clock.now_ms();
         match state.run.as_mut() {
             Some(run) if run.attempt == attempt && run.open => {
-                run.extend_lease(Instant::now(), self.inner.clock.now_ms());
+                run.extend_lease(Instant::now(), now_ms);
                 run.lease_deadline_ms
             }
-            Some(run) => run.lease_deadline_ms,
-            None => 0,
+            _ => now_ms,
         }
     }
 

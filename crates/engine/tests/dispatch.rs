@@ -283,6 +283,14 @@ async fn stale_token_after_retry_is_superseded() {
         .authenticate_worker(new.token(), Verb::EmitOutput)
         .unwrap();
     engine.worker_output(&fresh, None, out).await.unwrap();
+    // A stale credential may still read the prompt, but its time is up.
+    let reader = engine
+        .authenticate_worker(old.handle(), Verb::FetchPrompt)
+        .unwrap();
+    let view = engine.fetch_prompt(&reader, None).await.unwrap();
+    assert_eq!(view.attempt, 1);
+    assert!(view.deadline <= engine.clock().now_ms());
+
     // A body naming the current attempt does not lend it to a stale
     // credential, and the error names the credential's attempt.
     let naming = |attempt| ResultPost {

@@ -138,6 +138,13 @@ async fn token_attacks_are_refused_and_change_nothing() {
         .await
         .unwrap();
     expect_error(response, 401, "unauthorized").await;
+    // Refused before decoding, yet logged with its fingerprint (SPEC §5.2).
+    let print = swarmd_engine::auth::fingerprint(&huge);
+    let logged = |log: &str| {
+        log.lines()
+            .any(|line| line.contains("too_long") && line.contains(&print))
+    };
+    crate::daemon::eventually("the too_long refusal in the log", || logged(&daemon.log())).await;
     let observer = daemon.observer_token().await;
     let response = daemon
         .post("/v1/tasks", &observer)

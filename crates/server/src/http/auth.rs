@@ -109,12 +109,17 @@ fn counted_bearer<'p>(parts: &'p Parts, state: &AppState) -> Result<&'p str, Api
             Err(ApiError::unauthorized("unauthorized"))
         }
         Err(error) => {
-            let reason = parts
-                .headers
-                .get(AUTHORIZATION)
-                .map_or("malformed", header_reason);
+            let value = parts.headers.get(AUTHORIZATION);
+            let reason = value.map_or("malformed", header_reason);
             state.metrics.token_failure(reason);
-            tracing::info!(reason, "credential rejected");
+            // The credential as presented (the scheme dropped when there is
+            // one), hashed whole whatever its size: fingerprints stay
+            // comparable with those of the other refusals.
+            let presented = value.map_or(&[][..], |value| {
+                let bytes = value.as_bytes();
+                bytes.strip_prefix(b"Bearer ").unwrap_or(bytes)
+            });
+            tracing::info!(fingerprint = %fingerprint(presented), reason, "credential rejected");
             Err(error)
         }
     }

@@ -182,6 +182,29 @@ async fn read_only_and_worker_credentials_stay_in_their_lane() {
         .unwrap();
     expect_error(response, 403, "forbidden").await;
 
+    // A correctly signed admin claim is not the admin: that is the `sws-`
+    // secret, and swarmd never mints an admin CapToken.
+    let now = api.engine.clock().now_secs();
+    let admin_claims = swarmd_engine::auth::Claims {
+        sub: "admin".into(),
+        role: swarmd_engine::gate::Role::Admin,
+        verbs: vec![swarmd_engine::gate::Verb::SpawnTask],
+        task: None,
+        attempt: None,
+        sid: None,
+        iat: now,
+        exp: now + 600,
+        jti: swarmd_engine::auth::Claims::random_jti(),
+    };
+    let forged = api.engine.tokens().mint(&admin_claims).unwrap();
+    let response = api
+        .post("/v1/tasks", forged.expose())
+        .json(&spawn)
+        .send()
+        .await
+        .unwrap();
+    expect_error(response, 403, "forbidden").await;
+
     // A worker credential is not a task-API credential.
     let response = api
         .post("/v1/tasks", cred.token())

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use swarmd_engine::auth::{SessionSecret, digests_equal};
 
-use super::keys::tighten_secret_file;
+use super::keys::{tighten_secret_file, warn_if_shared};
 use super::{SecretSource, StateDir, StateError};
 
 /// SHA-256 of the admin token. `Debug` shows nothing of it.
@@ -62,6 +62,7 @@ pub fn load_or_create_admin_secret(source: &SecretSource) -> Result<SessionSecre
             if let SecretSource::StateDir(_) = source {
                 tighten_secret_file(path);
             }
+            warn_if_shared(path);
             Ok(secret)
         }
         Err(error) => Err(error),

@@ -87,7 +87,9 @@ pub(super) fn tighten_secret_file(path: &Path) {
     }
 }
 
-fn warn_if_shared(path: &Path) {
+/// Warns when every user may read a secret file swarmd does not own (a
+/// configured keys or admin-token file), which it leaves as it is.
+pub(super) fn warn_if_shared(path: &Path) {
     let mode = std::fs::metadata(path).map(|metadata| metadata.permissions().mode());
     if mode.is_ok_and(|mode| mode & 0o007 != 0) {
         tracing::warn!(path = %path.display(), "secret file is readable by every user");

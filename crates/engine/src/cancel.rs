@@ -97,21 +97,29 @@ impl Engine {
                 return;
             }
             self.admission().remove(&state.task.agent, id);
-            let task = state.task.clone();
-            let events = vec![(
-                task.session,
-                Event::TaskFinished {
-                    task_id: id,
-                    status: TaskStatus::Failed,
-                    result: None,
-                },
-            )];
-            self.submit(vec![WriteOp::PutTask(Box::new(task))], events)
+            self.submit_failed(state.task.clone())
         };
         if let Err(error) = wait_commit(done).await {
             tracing::error!(task_id = %id, %error, "could not record queue timeout");
         }
         self.inner.stats.finished(TaskStatus::Failed);
         self.retire(&cell, id);
+    }
+
+    /// Queues the write that records `task`, failed without an attempt
+    /// deciding it, with its `task_finished` event; resolves once durable.
+    pub(crate) fn submit_failed(
+        &self,
+        task: Task,
+    ) -> tokio::sync::oneshot::Receiver<Result<(), swarmd_output_store::StoreError>> {
+        let events = vec![(
+            task.session,
+            Event::TaskFinished {
+                task_id: task.id,
+                status: TaskStatus::Failed,
+                result: None,
+            },
+        )];
+        self.submit(vec![WriteOp::PutTask(Box::new(task))], events)
     }
 }

@@ -305,17 +305,8 @@ impl Engine {
         }
         let task = state.task.clone();
         drop(state);
-        let events = vec![(
-            task.session,
-            Event::TaskFinished {
-                task_id: id,
-                status: TaskStatus::Failed,
-                result: None,
-            },
-        )];
-        self.inner
-            .bus
-            .submit(vec![WriteOp::PutTask(Box::new(task))], events, None);
+        // Nobody waits for this write; the task leaves memory either way.
+        drop(self.submit_failed(task));
         self.inner.stats.finished(TaskStatus::Failed);
         self.retire(cell, id);
     }

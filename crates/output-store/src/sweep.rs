@@ -35,16 +35,10 @@ pub struct BlobSweep {
     pub kept: u64,
 }
 
-/// A blob file old enough to be deleted if nothing references it.
-#[derive(Debug)]
-pub(crate) struct StaleBlob {
-    sha256: String,
-}
-
 impl BlobSpill {
-    /// The blobs last claimed before `cutoff`. Files that are not blobs
-    /// (not named by 64 lowercase hex digits) are never listed.
-    pub(crate) fn stale_blobs(&self, cutoff: SystemTime) -> io::Result<Vec<StaleBlob>> {
+    /// The names of the blobs last claimed before `cutoff`. Files that are
+    /// not blobs (not named by 64 lowercase hex digits) are never listed.
+    pub(crate) fn stale_blobs(&self, cutoff: SystemTime) -> io::Result<Vec<String>> {
         let mut stale = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let entry = entry?;
@@ -52,7 +46,7 @@ impl BlobSpill {
                 continue;
             };
             if is_blob_name(&name) && entry.metadata()?.modified()? < cutoff {
-                stale.push(StaleBlob { sha256: name });
+                stale.push(name);
             }
         }
         Ok(stale)
@@ -62,17 +56,17 @@ impl BlobSpill {
     /// claimed since `cutoff`.
     pub(crate) fn remove_unreferenced(
         &self,
-        stale: Vec<StaleBlob>,
+        stale: Vec<String>,
         referenced: &HashSet<String>,
         cutoff: SystemTime,
     ) -> io::Result<BlobSweep> {
         let mut sweep = BlobSweep::default();
-        for blob in stale {
-            if referenced.contains(&blob.sha256) {
+        for name in stale {
+            if referenced.contains(&name) {
                 sweep.kept += 1;
                 continue;
             }
-            let path = self.dir.join(&blob.sha256);
+            let path = self.dir.join(&name);
             let _claims = self.lock_claims();
             let meta = match fs::metadata(&path) {
                 Ok(meta) => meta,

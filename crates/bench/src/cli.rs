@@ -41,6 +41,10 @@ pub struct TargetArgs {
     /// `limits.max_running` and `ws.park_max` of the spawned daemon.
     #[arg(long, value_name = "N", global = true, default_value_t = 200_000)]
     pub capacity: u32,
+    /// `limits.max_running` of the spawned daemon when it must differ from
+    /// --capacity (`idle-capacity --queued` sets it to 1).
+    #[arg(skip)]
+    pub max_running: Option<u32>,
     /// RUST_LOG of the spawned daemon.
     #[arg(long, value_name = "FILTER", global = true, default_value = "warn")]
     pub daemon_log: String,
@@ -162,6 +166,12 @@ pub struct IdleArgs {
     /// Longest time to reach each checkpoint, and to cancel at the end.
     #[arg(long, value_parser = parse_secs, default_value = "300")]
     pub patience: Duration,
+    /// Hold the tasks queued behind `limits.max_running` instead of waiting
+    /// on SubAgents: a daemon started with --spawn-daemon then runs one task
+    /// at a time; a running daemon needs a small `limits.max_running` of its
+    /// own.
+    #[arg(long)]
+    pub queued: bool,
 }
 
 /// `matrix`.

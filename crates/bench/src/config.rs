@@ -1,6 +1,6 @@
 //! The configuration the generator writes for a daemon it starts: loopback
 //! on a free port, the chosen store, room for the idle-capacity workload
-//! (`limits.max_running`, `ws.park_max`), and the agents of the http
+//! (`limits.max_running`, `ws.park_max`; see `Capacity`), and the agents of the http
 //! workload — `true` (/bin/true), `cat` (/bin/cat, the prompt on stdin) and
 //! `lua` (a script returning its prompt).
 
@@ -14,9 +14,22 @@ pub const LUA_SCRIPT: &str = "return { value = prompt, ok = true }\n";
 /// The file name of the Lua script inside the daemon's directory.
 pub const LUA_SCRIPT_FILE: &str = "echo.lua";
 
+/// How much a spawned daemon holds at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// `limits.max_running`: attempts running at once; the rest queue.
+    pub max_running: u32,
+    /// `ws.park_max`: frames a session's outbox holds.
+    pub park_max: u32,
+}
+
 /// The TOML for a daemon whose files live under `dir` (its state in
 /// `dir/state`, its Lua script in `dir/echo.lua`).
-pub fn daemon_config(dir: &Path, store: StoreKind, capacity: u32) -> String {
+pub fn daemon_config(dir: &Path, store: StoreKind, capacity: Capacity) -> String {
+    let Capacity {
+        max_running,
+        park_max,
+    } = capacity;
     let (backend, synchronous) = match store {
         StoreKind::Sqlite => ("sqlite", "full"),
         StoreKind::SqliteNormal => ("sqlite", "normal"),
@@ -36,10 +49,10 @@ state_dir = {state}
 synchronous = "{synchronous}"
 
 [limits]
-max_running = {capacity}
+max_running = {max_running}
 
 [ws]
-park_max = {capacity}
+park_max = {park_max}
 
 [spawner]
 kill_grace_secs = 1
@@ -72,16 +85,30 @@ mod tests {
     #[test]
     fn the_store_and_the_capacity_are_written() {
         let dir = Path::new("/tmp/bench \"x\"");
-        let text = daemon_config(dir, StoreKind::SqliteNormal, 123_456);
+        let text = daemon_config(
+            dir,
+            StoreKind::SqliteNormal,
+            Capacity {
+                max_running: 123_456,
+                park_max: 654_321,
+            },
+        );
         assert!(text.contains("backend = \"sqlite\""), "{text}");
         assert!(text.contains("synchronous = \"normal\""), "{text}");
         assert!(text.contains("max_running = 123456"), "{text}");
-        assert!(text.contains("park_max = 123456"), "{text}");
+        assert!(text.contains("park_max = 654321"), "{text}");
         assert!(
             text.contains(r#"state_dir = "/tmp/bench \"x\"/state""#),
             "{text}"
         );
-        let memory = daemon_config(dir, StoreKind::Memory, 1);
+        let memory = daemon_config(
+            dir,
+            StoreKind::Memory,
+            Capacity {
+                max_running: 1,
+                park_max: 1,
+            },
+        );
         assert!(memory.contains("backend = \"memory\""), "{memory}");
     }
 }

@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::cli::{StoreKind, TargetArgs};
-use crate::config::{LUA_SCRIPT, LUA_SCRIPT_FILE, daemon_config};
+use crate::config::{Capacity, LUA_SCRIPT, LUA_SCRIPT_FILE, daemon_config};
 
 /// How long a started daemon may take to report its address.
 const STARTUP: Duration = Duration::from_secs(30);
@@ -80,7 +80,7 @@ impl SpawnedDaemon {
     pub async fn start(
         binary: &Path,
         store: StoreKind,
-        capacity: u32,
+        capacity: Capacity,
         log_filter: &str,
     ) -> anyhow::Result<SpawnedDaemon> {
         let dir = tempfile::Builder::new()

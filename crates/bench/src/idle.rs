@@ -41,6 +41,8 @@ pub struct Checkpoint {
 #[derive(Debug, Clone)]
 pub struct IdleReport {
     pub store: String,
+    /// Whether the tasks were held queued rather than waiting (`--queued`).
+    pub queued: bool,
     pub baseline: Option<ProcSample>,
     pub checkpoints: Vec<Checkpoint>,
     pub cancel_took: Duration,
@@ -62,13 +64,20 @@ pub async fn run(
     let mut workers = Vec::with_capacity(sessions);
     for index in 0..sessions {
         let session = Session::open(http, target).await?;
-        let holder = Holder::new(session, index, stage_rx.clone(), reached_tx.clone());
+        let holder = Holder::new(
+            session,
+            index,
+            args.queued,
+            stage_rx.clone(),
+            reached_tx.clone(),
+        );
         workers.push(tokio::spawn(holder.run(http.clone(), target.clone())));
     }
     drop(reached_tx);
     let baseline = target.pid.and_then(ProcSample::read);
     let mut report = IdleReport {
         store: target.store_label.clone(),
+        queued: args.queued,
         baseline,
         checkpoints: Vec::new(),
         cancel_took: Duration::ZERO,
@@ -158,8 +167,9 @@ fn per_task_kib(c: &Checkpoint, baseline: Option<ProcSample>) -> String {
 impl IdleReport {
     /// The Markdown table of the checkpoints.
     pub fn markdown(&self) -> String {
-        let mut out = String::from(
-            "| store | waiting tasks | RSS MiB | peak RSS MiB | KiB/task over idle | time to reach s | load avg |\n\
+        let held = if self.queued { "queued" } else { "waiting" };
+        let mut out = format!(
+            "| store | {held} tasks | RSS MiB | peak RSS MiB | KiB/task over idle | time to reach s | load avg |\n\
              |---|--:|--:|--:|--:|--:|--:|\n",
         );
         let _ = writeln!(

@@ -10,6 +10,7 @@ use anyhow::{Context, bail};
 use crate::cli::{
     Bound, Cli, Command, HttpArgs, IdleArgs, MatrixArgs, StoreKind, TargetArgs, WsArgs,
 };
+use crate::config::Capacity;
 use crate::daemon::{SpawnedDaemon, Target};
 use crate::report::{RunReport, markdown};
 use crate::{http_load, idle, machine, ws_delegated};
@@ -31,7 +32,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<u64> {
             finish_runs(daemon, result.map(|r| vec![r])).await
         }
         Command::IdleCapacity(args) => {
-            let daemon = Running::open(&cli.target, first_store).await?;
+            let mut target = cli.target.clone();
+            if args.queued {
+                target.max_running = Some(1);
+            }
+            let daemon = Running::open(&target, first_store).await?;
             let result = idle::run(&daemon.target, &http, &args).await;
             let report = daemon.close(result).await?;
             println!("{}", report.markdown());
@@ -172,6 +177,7 @@ async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<R
         at: vec![50, 100],
         sessions: 2,
         patience: Duration::from_secs(20),
+        queued: false,
     };
     let held = idle::run(target, http, &idle_args).await?;
     eprintln!("{}", held.markdown());
@@ -203,8 +209,12 @@ impl Running {
     async fn open(args: &TargetArgs, store: StoreKind) -> anyhow::Result<Running> {
         match &args.spawn_daemon {
             Some(binary) => {
+                let capacity = Capacity {
+                    max_running: args.max_running.unwrap_or(args.capacity),
+                    park_max: args.capacity,
+                };
                 let daemon =
-                    SpawnedDaemon::start(binary, store, args.capacity, &args.daemon_log).await?;
+                    SpawnedDaemon::start(binary, store, capacity, &args.daemon_log).await?;
                 eprintln!(
                     "swarmd-bench: started {} [{}] at {}, pid {}, admin token {}",
                     binary.display(),

@@ -1,7 +1,8 @@
 //! One session of the idle-capacity workload: spawns delegated tasks up to
 //! its share of the current stage, holds their `spawn` frames without ever
 //! playing the SubAgent, and at the end cancels them and waits for their
-//! `task_done`.
+//! `task_done`. With `queued`, a task counts as held once it is accepted:
+//! the daemon runs one at a time and the rest wait in its queue.
 
 use std::collections::HashSet;
 
@@ -31,6 +32,9 @@ pub enum Stage {
 pub struct Holder {
     session: Session,
     index: usize,
+    /// Tasks are held from their `task_accepted` (queued) rather than from
+    /// their `spawn` (waiting on a SubAgent).
+    queued: bool,
     stage_rx: watch::Receiver<Stage>,
     reached_tx: mpsc::UnboundedSender<usize>,
     tally: Tally,
@@ -50,12 +54,14 @@ impl Holder {
     pub fn new(
         session: Session,
         index: usize,
+        queued: bool,
         stage_rx: watch::Receiver<Stage>,
         reached_tx: mpsc::UnboundedSender<usize>,
     ) -> Holder {
         Holder {
             session,
             index,
+            queued,
             stage_rx,
             reached_tx,
             tally: Tally::default(),
@@ -129,17 +135,9 @@ impl Holder {
 
     fn on_frame(&mut self, frame: Incoming) {
         match frame.kind {
-            Kind::Spawn => {
-                self.pending = self.pending.saturating_sub(1);
-                match frame.task_id {
-                    Some(task_id) => {
-                        if self.cancelling {
-                            self.cancel(&task_id);
-                        }
-                        self.held.insert(task_id);
-                    }
-                    None => self.tally.error("malformed_spawn"),
-                }
+            Kind::Spawn if !self.queued => self.hold(frame.task_id, "malformed_spawn"),
+            Kind::TaskAccepted if self.queued => {
+                self.hold(frame.task_id, "malformed_task_accepted");
             }
             Kind::TaskDone => {
                 let known = frame.task_id.is_some_and(|id| self.held.remove(&id));
@@ -167,11 +165,27 @@ impl Holder {
                 let ack = json!({"type": "hook_ack", "req_id": frame.req_id, "ok": true});
                 self.session.send(&ack);
             }
-            Kind::TaskAccepted | Kind::Cancel | Kind::HookAfter | Kind::TaskEvent => {}
+            Kind::Spawn | Kind::TaskAccepted | Kind::Cancel | Kind::HookAfter | Kind::TaskEvent => {
+            }
             Kind::Unknown => self.tally.error("unknown_frame"),
         }
         self.top_up();
         self.check_reached();
+    }
+
+    /// Counts a sent task as held (cancelling it at once when the stage is
+    /// already cancelling).
+    fn hold(&mut self, task_id: Option<String>, malformed: &'static str) {
+        self.pending = self.pending.saturating_sub(1);
+        match task_id {
+            Some(task_id) => {
+                if self.cancelling {
+                    self.cancel(&task_id);
+                }
+                self.held.insert(task_id);
+            }
+            None => self.tally.error(malformed),
+        }
     }
 
     /// Sends `spawn_task`s until the stage's share is held or pending.

@@ -92,7 +92,8 @@ pub async fn run(
             shares,
         });
         if !all_reached(&mut reached_rx, sessions, args.patience).await {
-            eprintln!("idle-capacity: {waiting} waiting tasks not reached in time");
+            let held = if args.queued { "queued" } else { "waiting" };
+            eprintln!("idle-capacity: {waiting} {held} tasks not reached in time");
             failed = true;
             break;
         }
@@ -105,7 +106,7 @@ pub async fn run(
             took,
             load: load_average(),
         };
-        eprintln!("{}", checkpoint_line(&checkpoint, baseline));
+        eprintln!("{}", checkpoint_line(&checkpoint, baseline, args.queued));
         report.checkpoints.push(checkpoint);
     }
     let started = Instant::now();
@@ -141,10 +142,11 @@ async fn all_reached(
     tokio::time::timeout(patience, wait).await.unwrap_or(false)
 }
 
-fn checkpoint_line(c: &Checkpoint, baseline: Option<ProcSample>) -> String {
+fn checkpoint_line(c: &Checkpoint, baseline: Option<ProcSample>, queued: bool) -> String {
     format!(
-        "idle-capacity: {} waiting: RSS {} MiB, peak {} MiB, {} KiB/task, reached in {:.1} s, load {}",
+        "idle-capacity: {} {}: RSS {} MiB, peak {} MiB, {} KiB/task, reached in {:.1} s, load {}",
         c.waiting,
+        if queued { "queued" } else { "waiting" },
         mib(c.sample.map(|s| s.rss_kib)),
         mib(c.sample.map(|s| s.hwm_kib)),
         per_task_kib(c, baseline),

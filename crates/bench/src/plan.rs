@@ -66,7 +66,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<u64> {
             let result = smoke(&daemon.target, &http).await;
             let (reports, idle_errors) = daemon.close(result).await?;
             println!("{}", markdown(&reports));
-            Ok(reports.iter().map(|r| r.summary.error_count()).sum::<u64>() + idle_errors)
+            // Queued tasks need a daemon with one running slot: only one
+            // this run starts itself can be given that.
+            let queued_errors = if cli.target.spawn_daemon.is_some() {
+                let mut target = cli.target.clone();
+                target.max_running = Some(1);
+                let daemon = Running::open(&target, first_store).await?;
+                let result = smoke_idle(&daemon.target, &http, true).await;
+                daemon.close(result).await?
+            } else {
+                0
+            };
+            Ok(reports.iter().map(|r| r.summary.error_count()).sum::<u64>()
+                + idle_errors
+                + queued_errors)
         }
     }
 }
@@ -173,11 +186,19 @@ async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<R
     for report in &reports {
         eprintln!("{}", report.one_line());
     }
+    let idle_errors = smoke_idle(target, http, false).await?;
+    Ok((reports, idle_errors))
+}
+
+/// The smoke run's idle-capacity stages (50, then 100 tasks held): waiting
+/// on SubAgents, or `queued` (which needs a daemon with one running slot).
+/// Returns the errors seen; fails if a stage was not reached.
+async fn smoke_idle(target: &Target, http: &reqwest::Client, queued: bool) -> anyhow::Result<u64> {
     let idle_args = IdleArgs {
         at: vec![50, 100],
         sessions: 2,
         patience: Duration::from_secs(20),
-        queued: false,
+        queued,
     };
     let held = idle::run(target, http, &idle_args).await?;
     eprintln!("{}", held.markdown());
@@ -187,7 +208,7 @@ async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<R
             held.checkpoints.len()
         );
     }
-    Ok((reports, held.errors.error_count()))
+    Ok(held.errors.error_count())
 }
 
 /// Fails when a counted run finished fewer tasks than it was given.

@@ -92,7 +92,7 @@ pub async fn run(
             shares,
         });
         if !all_reached(&mut reached_rx, sessions, args.patience).await {
-            let held = if args.queued { "queued" } else { "waiting" };
+            let held = held_label(args.queued);
             eprintln!("idle-capacity: {waiting} {held} tasks not reached in time");
             failed = true;
             break;
@@ -142,11 +142,16 @@ async fn all_reached(
     tokio::time::timeout(patience, wait).await.unwrap_or(false)
 }
 
+/// How the held tasks are named in the output.
+fn held_label(queued: bool) -> &'static str {
+    if queued { "queued" } else { "waiting" }
+}
+
 fn checkpoint_line(c: &Checkpoint, baseline: Option<ProcSample>, queued: bool) -> String {
     format!(
         "idle-capacity: {} {}: RSS {} MiB, peak {} MiB, {} KiB/task, reached in {:.1} s, load {}",
         c.waiting,
-        if queued { "queued" } else { "waiting" },
+        held_label(queued),
         mib(c.sample.map(|s| s.rss_kib)),
         mib(c.sample.map(|s| s.hwm_kib)),
         per_task_kib(c, baseline),
@@ -169,7 +174,7 @@ fn per_task_kib(c: &Checkpoint, baseline: Option<ProcSample>) -> String {
 impl IdleReport {
     /// The Markdown table of the checkpoints.
     pub fn markdown(&self) -> String {
-        let held = if self.queued { "queued" } else { "waiting" };
+        let held = held_label(self.queued);
         let mut out = format!(
             "| store | {held} tasks | RSS MiB | peak RSS MiB | KiB/task over idle | time to reach s | load avg |\n\
              |---|--:|--:|--:|--:|--:|--:|\n",

@@ -11,7 +11,9 @@ use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::EventRecord;
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::store::{Done, LiveSnapshot, MemoryTaskStore, TaskFilter, TaskStore, WriteOp};
+use swarmd_engine::store::{
+    Done, LiveSnapshot, MemoryTaskStore, PostedFinal, TaskFilter, TaskStore, WriteOp,
+};
 use swarmd_engine::task::{AttemptRecord, SpawnerKind, Task, TaskSpec, TaskStatus};
 use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver, engine_with};
 use swarmd_engine::{EngineConfig, EngineError, ResultPost, body_digest};
@@ -45,6 +47,13 @@ impl TaskStore for FlakyStore {
     }
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
         self.inner.task_for_key(key).await
+    }
+    async fn posted_final(
+        &self,
+        task: TaskId,
+        attempt: u32,
+    ) -> Result<Option<PostedFinal>, StoreError> {
+        self.inner.posted_final(task, attempt).await
     }
     async fn events_after(&self, after: u64, limit: usize) -> Result<Vec<EventRecord>, StoreError> {
         self.inner.events_after(after, limit).await

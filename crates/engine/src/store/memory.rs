@@ -16,7 +16,9 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use swarmd_output_store::StoreError;
 
-use super::{Done, HandleRecord, LiveSnapshot, SessionRecord, TaskFilter, TaskStore, WriteOp};
+use super::{
+    Done, HandleRecord, LiveSnapshot, PostedFinal, SessionRecord, TaskFilter, TaskStore, WriteOp,
+};
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
 use crate::ids::{SessionId, TaskId};
@@ -54,6 +56,8 @@ struct State {
     key_of: HashMap<TaskId, String>,
     /// The handle digests of each task, to drop them with the task.
     handles_of: HashMap<TaskId, Vec<[u8; 32]>>,
+    /// Posted-Final fingerprints by task, then attempt.
+    posted: HashMap<TaskId, HashMap<u32, PostedFinal>>,
     /// Terminal tasks, oldest first.
     finished: VecDeque<TaskId>,
     keep_finished: usize,
@@ -145,6 +149,21 @@ impl State {
             WriteOp::DeleteSession(sid) => {
                 self.sessions.remove(&sid);
             }
+            WriteOp::PutPostedFinal {
+                task_id,
+                attempt,
+                posted,
+            } => {
+                self.posted
+                    .entry(task_id)
+                    .or_default()
+                    .insert(attempt, posted);
+            }
+            WriteOp::DeletePostedFinal { task_id, attempt } => {
+                if let Some(by_attempt) = self.posted.get_mut(&task_id) {
+                    by_attempt.remove(&attempt);
+                }
+            }
         }
     }
 
@@ -162,6 +181,7 @@ impl State {
     fn forget_task(&mut self, id: TaskId) {
         self.tasks.remove(&id);
         self.attempts.remove(&id);
+        self.posted.remove(&id);
         if let Some(key) = self.key_of.remove(&id) {
             self.keys.remove(&key);
         }
@@ -212,6 +232,19 @@ impl TaskStore for MemoryTaskStore {
 
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
         Ok(self.lock().keys.get(key).copied())
+    }
+
+    async fn posted_final(
+        &self,
+        task: TaskId,
+        attempt: u32,
+    ) -> Result<Option<PostedFinal>, StoreError> {
+        Ok(self
+            .lock()
+            .posted
+            .get(&task)
+            .and_then(|by_attempt| by_attempt.get(&attempt))
+            .cloned())
     }
 
     async fn events_after(

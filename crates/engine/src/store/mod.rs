@@ -49,6 +49,23 @@ pub struct SessionRecord {
     pub manifest: Option<Value>,
     pub created_ms: u64,
     pub last_seen_ms: u64,
+    /// The event seq through which every `task_done` of the session's tasks
+    /// reached one of its sockets (`None`: not known). After a restart the
+    /// session is sent `task_done` again for tasks that finished after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done_through: Option<u64>,
+}
+
+/// The fingerprint of a worker's accepted Final: enough to tell a replay
+/// (same `Idempotency-Key` and body) from a second result, for as long as
+/// the task is retained. Stored before the Final itself, so an acknowledged
+/// Final always has one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostedFinal {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// SHA-256 of the request body.
+    pub body_digest: [u8; 32],
 }
 
 /// One change in a write batch. A batch commits atomically.
@@ -68,6 +85,17 @@ pub enum WriteOp {
     Audit(AuditRecord),
     PutSession(Box<SessionRecord>),
     DeleteSession(SessionId),
+    /// Records the fingerprint of the Final a worker posted for an attempt.
+    PutPostedFinal {
+        task_id: TaskId,
+        attempt: u32,
+        posted: PostedFinal,
+    },
+    /// Withdraws a fingerprint whose Final could not be stored.
+    DeletePostedFinal {
+        task_id: TaskId,
+        attempt: u32,
+    },
 }
 
 /// Called once a batch is durable (or failed), in submission order.
@@ -105,6 +133,12 @@ pub trait TaskStore: Send + Sync + Debug + 'static {
     async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError>;
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError>;
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError>;
+    /// The fingerprint of the Final a worker posted for (task, attempt).
+    async fn posted_final(
+        &self,
+        task: TaskId,
+        attempt: u32,
+    ) -> Result<Option<PostedFinal>, StoreError>;
     async fn events_after(
         &self,
         after_seq: u64,

@@ -1,5 +1,5 @@
-//! The SQLite `TaskStore`: tasks, attempts, worker handles, idempotency keys,
-//! events, audit lines and operator sessions in the shared `swarmd.db`.
+//! The SQLite `TaskStore`: tasks, attempts, worker handles, posted-Final
+//! fingerprints, idempotency keys, events, audit lines and operator sessions in the shared `swarmd.db`.
 //!
 //! Concurrency: every write goes through the one writer thread of
 //! `SqliteDb`, shared with the output store, so all durable state of the
@@ -11,6 +11,7 @@
 //! acknowledged batch. `prune` runs as writer jobs, serialized with writes.
 
 mod keys;
+mod posted;
 mod prune;
 mod read;
 mod schema;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use swarmd_output_store::{SqliteDb, StoreError};
 
-use super::{Done, LiveSnapshot, TaskFilter, TaskStore, WriteOp};
+use super::{Done, LiveSnapshot, PostedFinal, TaskFilter, TaskStore, WriteOp};
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
 use crate::ids::TaskId;
@@ -99,6 +100,16 @@ impl TaskStore for SqliteTaskStore {
         let key = key.to_owned();
         self.db
             .read(move |conn| read::task_for_key(conn, &key))
+            .await
+    }
+
+    async fn posted_final(
+        &self,
+        task: TaskId,
+        attempt: u32,
+    ) -> Result<Option<PostedFinal>, StoreError> {
+        self.db
+            .read(move |conn| posted::posted_final(conn, task, attempt))
             .await
     }
 

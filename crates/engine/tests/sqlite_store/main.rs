@@ -118,6 +118,7 @@ fn session(description: &str) -> SessionRecord {
         manifest: Some(json!({"agents": ["a"]})),
         created_ms: 1,
         last_seen_ms: 2,
+        done_through: Some(7),
     }
 }
 

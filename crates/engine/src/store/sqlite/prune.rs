@@ -29,7 +29,7 @@ static PRUNABLE_TASKS: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Deletes terminal tasks finished before `cutoff_ms` (with their attempts,
-/// handles and idempotency keys) and events stamped before it; returns the
+/// handles, posted-Final fingerprints and idempotency keys) and events stamped before it; returns the
 /// deleted task ids in ascending (creation) order.
 /// The deleted keys leave `keys` once their chunk has committed.
 pub(super) async fn prune(
@@ -74,6 +74,8 @@ fn prune_tasks(
         tx.prepare_cached("DELETE FROM attempts WHERE task = ?1")?
             .execute(params![id])?;
         tx.prepare_cached("DELETE FROM handles WHERE task = ?1")?
+            .execute(params![id])?;
+        tx.prepare_cached("DELETE FROM posted_finals WHERE task = ?1")?
             .execute(params![id])?;
         tx.prepare_cached("DELETE FROM idem_keys WHERE task = ?1")?
             .execute(params![id])?;

@@ -10,7 +10,7 @@ use super::keys::KeyIndex;
 
 /// The schema this build writes. A file stamped with a higher version was
 /// written by a newer swarmd and is refused rather than misread.
-pub(super) const SCHEMA_VERSION: i64 = 2;
+pub(super) const SCHEMA_VERSION: i64 = 3;
 
 /// Ids are the 16 bytes of the UUID, so `ORDER BY id` is creation order
 /// (UUIDv7). Secondary indexes end in `id` so that filtered listings walk one
@@ -72,6 +72,14 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 CREATE INDEX IF NOT EXISTS audit_task ON audit (task, id);
 
+CREATE TABLE IF NOT EXISTS posted_finals (
+    task    BLOB    NOT NULL,
+    attempt INTEGER NOT NULL,
+    key     TEXT,
+    digest  BLOB    NOT NULL,
+    PRIMARY KEY (task, attempt)
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS sessions (
     sid  BLOB PRIMARY KEY,
     body TEXT NOT NULL
@@ -83,6 +91,9 @@ CREATE TABLE IF NOT EXISTS task_store_meta (
 ) WITHOUT ROWID;
 ";
 
+/// Version 2 to 3 adds `posted_finals`, which `SCHEMA` creates: no step of
+/// its own.
+///
 /// Version 1 to 2, before `SCHEMA`: handles are to be keyed by task instead
 /// of digest, so the old table steps aside for `SCHEMA` to create the new
 /// one; and the events time index goes.

@@ -55,6 +55,16 @@ pub(super) enum Row {
     DeleteSession {
         sid: [u8; 16],
     },
+    PutPosted {
+        task: [u8; 16],
+        attempt: u32,
+        key: Option<String>,
+        digest: [u8; 32],
+    },
+    DeletePosted {
+        task: [u8; 16],
+        attempt: u32,
+    },
 }
 
 pub(super) fn task_key(id: TaskId) -> [u8; 16] {
@@ -122,13 +132,27 @@ pub(super) fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
             WriteOp::DeleteSession(sid) => rows.push(Row::DeleteSession {
                 sid: session_key(sid),
             }),
+            WriteOp::PutPostedFinal {
+                task_id,
+                attempt,
+                posted,
+            } => rows.push(Row::PutPosted {
+                task: task_key(task_id),
+                attempt,
+                key: posted.idempotency_key,
+                digest: posted.body_digest,
+            }),
+            WriteOp::DeletePostedFinal { task_id, attempt } => rows.push(Row::DeletePosted {
+                task: task_key(task_id),
+                attempt,
+            }),
         }
     }
     Ok(rows)
 }
 
 /// The statement of each `Row` kind, indexed by `Row::statement`.
-const STATEMENTS: [&str; 8] = [
+const STATEMENTS: [&str; 10] = [
     // A task's agent is fixed at creation, so the upsert leaves the `agent`
     // column (and its index) alone.
     "INSERT INTO tasks (id, status, agent, finished_ms, body) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -148,6 +172,9 @@ const STATEMENTS: [&str; 8] = [
     "INSERT INTO sessions (sid, body) VALUES (?1, ?2)
      ON CONFLICT (sid) DO UPDATE SET body = excluded.body",
     "DELETE FROM sessions WHERE sid = ?1",
+    "INSERT INTO posted_finals (task, attempt, key, digest) VALUES (?1, ?2, ?3, ?4)
+     ON CONFLICT (task, attempt) DO UPDATE SET key = excluded.key, digest = excluded.digest",
+    "DELETE FROM posted_finals WHERE task = ?1 AND attempt = ?2",
 ];
 
 impl Row {
@@ -161,6 +188,8 @@ impl Row {
             Row::Audit { .. } => 5,
             Row::PutSession { .. } => 6,
             Row::DeleteSession { .. } => 7,
+            Row::PutPosted { .. } => 8,
+            Row::DeletePosted { .. } => 9,
         }
     }
 }
@@ -207,6 +236,13 @@ pub(super) fn apply(tx: &Transaction<'_>, rows: Vec<Row>) -> Result<(), StoreErr
             Row::Audit { ts_ms, task, body } => stmt.execute(params![ts_ms, task, body])?,
             Row::PutSession { sid, body } => stmt.execute(params![sid, body])?,
             Row::DeleteSession { sid } => stmt.execute(params![sid])?,
+            Row::PutPosted {
+                task,
+                attempt,
+                key,
+                digest,
+            } => stmt.execute(params![task, attempt, key, digest])?,
+            Row::DeletePosted { task, attempt } => stmt.execute(params![task, attempt])?,
         };
     }
     Ok(())

@@ -24,7 +24,6 @@ use crate::ids::TaskId;
 use crate::live::{LiveTasks, RunState, TaskCell};
 use crate::metrics::EngineStats;
 use crate::operator::OperatorDirectory;
-use crate::recent::RecentFinals;
 use crate::spawn::SpawnerResolver;
 use crate::store::{HandleRecord, TaskFilter, TaskStore, WriteOp, commit};
 use crate::task::{AttemptRecord, Policy, Task};
@@ -90,7 +89,6 @@ pub(crate) struct Inner {
     pub admission: Mutex<Admission>,
     pub handles: Mutex<HashMap<[u8; 32], HandleRecord>>,
     pub keys: Mutex<HashMap<String, TaskId>>,
-    pub recent: RecentFinals,
     /// What recovery found, started by `start_recovered`.
     pub recovered: Mutex<Vec<crate::recovery::Pending>>,
     pub tracker: TaskTracker,
@@ -126,7 +124,6 @@ impl Engine {
                 live: LiveTasks::new(),
                 handles: Mutex::new(HashMap::new()),
                 keys: Mutex::new(HashMap::new()),
-                recent: RecentFinals::new(),
                 recovered: Mutex::new(Vec::new()),
                 tracker: TaskTracker::new(),
                 shutdown: CancellationToken::new(),

@@ -31,7 +31,6 @@ mod live;
 pub mod metrics;
 pub mod operator;
 mod output;
-mod recent;
 mod recovery;
 mod retention;
 pub mod spawn;

@@ -18,12 +18,7 @@ use crate::task::{SpawnerKind, Task};
 
 const SHARDS: usize = 64;
 
-/// A posted Final's fingerprint, for idempotent replay (SPEC §6.5).
-#[derive(Debug, Clone)]
-pub(crate) struct PostedFinal {
-    pub idempotency_key: Option<String>,
-    pub body_digest: [u8; 32],
-}
+pub(crate) use crate::store::PostedFinal;
 
 /// The runtime side of the current attempt.
 #[derive(Debug)]

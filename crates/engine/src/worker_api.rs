@@ -17,7 +17,7 @@ use crate::auth::{MAX_TOKEN_BYTES, TokenError, WorkerHandle, fingerprint, looks_
 use crate::error::EngineError;
 use crate::gate::{Role, Verb};
 use crate::ids::TaskId;
-use crate::live::{PostedFinal, TaskState};
+use crate::live::{PostedFinal, TaskCell, TaskState};
 use crate::store::{HandleRecord, WriteOp};
 
 /// A verified worker credential: the (task, attempt) it is bound to.
@@ -93,6 +93,14 @@ pub(crate) fn worker_verbs(allow_subtasks: bool) -> Vec<Verb> {
 /// SHA-256 of a request body.
 pub fn body_digest(body: &[u8]) -> [u8; 32] {
     Sha256::digest(body).into()
+}
+
+/// Why a posted Final was not claimed.
+enum Claim {
+    /// The attempt already accepted a Final: this one replays it or conflicts.
+    Replay(PostedFinal),
+    /// The attempt is not open (superseded, decided, or the task is over).
+    Closed(EngineError),
 }
 
 /// Refuses writes to an attempt that is not the task's open, current one.
@@ -314,7 +322,8 @@ impl Engine {
     }
 
     /// Posts the attempt's Final (SPEC §6.5): once per attempt; a retry with
-    /// the same `Idempotency-Key` and body replays the first answer.
+    /// the same `Idempotency-Key` and body replays the first answer for as
+    /// long as the task is retained, across restarts too.
     pub async fn post_result(
         &self,
         auth: &WorkerAuth,
@@ -343,28 +352,21 @@ impl Engine {
                 _ => Err(EngineError::AlreadyFinal),
             }
         };
-        let session = {
-            let Some(cell) = self.inner.live.get(&task_id) else {
-                return match self.inner.recent.get(task_id, auth.attempt) {
+        let claimed = match self.inner.live.get(&task_id) {
+            Some(cell) => self.claim_final(&cell, task_id, auth.attempt, &mine),
+            None => Err(Claim::Closed(EngineError::TaskTerminal)),
+        };
+        let session = match claimed {
+            Ok(session) => session,
+            Err(Claim::Replay(first)) => return replay(&first),
+            // A closed attempt may have accepted this very Final before: its
+            // fingerprint is stored with it.
+            Err(Claim::Closed(error)) => {
+                return match self.inner.store.posted_final(task_id, auth.attempt).await? {
                     Some(first) => replay(&first),
-                    None => Err(EngineError::TaskTerminal),
+                    None => Err(error),
                 };
-            };
-            let mut state = cell.lock();
-            if let Some(first) = state
-                .run
-                .as_ref()
-                .filter(|r| r.attempt == auth.attempt)
-                .and_then(|r| r.posted.as_ref())
-            {
-                return replay(first);
             }
-            check_open(&state, auth.attempt)?;
-            self.touch(&mut state, auth.attempt);
-            if let Some(run) = state.run.as_mut() {
-                run.posted = Some(mine.clone());
-            }
-            state.task.session
         };
         let event = OutputEvent::Final {
             content: ContentRef::Inline { value: post.value },
@@ -390,17 +392,56 @@ impl Engine {
             Ok((_, durable)) => self.output_durable(started, durable).await,
             Err(e) => Err(e),
         };
-        match stored {
-            Ok(()) => {
-                self.inner.recent.remember(task_id, auth.attempt, mine);
-                Ok(ack)
-            }
-            Err(e) => {
-                // Not stored: a retry may post again while the attempt is open.
-                self.with_run(task_id, auth.attempt, |run| run.posted = None);
-                Err(e)
-            }
+        if let Err(e) = stored {
+            // Not stored: a retry may post again while the attempt is open.
+            self.with_run(task_id, auth.attempt, |run| run.posted = None);
+            self.submit(
+                vec![WriteOp::DeletePostedFinal {
+                    task_id,
+                    attempt: auth.attempt,
+                }],
+                Vec::new(),
+            );
+            return Err(e);
         }
+        Ok(ack)
+    }
+
+    /// Claims the open attempt's one Final for `mine`, under the task's
+    /// lock: from here on a cancel loses to it (`AlreadyFinal`). Queues the
+    /// fingerprint's write before the Final's, so it is durable whenever the
+    /// Final is. Returns the task's session.
+    fn claim_final(
+        &self,
+        cell: &TaskCell,
+        task_id: TaskId,
+        attempt: u32,
+        mine: &PostedFinal,
+    ) -> Result<Option<crate::ids::SessionId>, Claim> {
+        let mut state = cell.lock();
+        if let Some(first) = state
+            .run
+            .as_ref()
+            .filter(|r| r.attempt == attempt)
+            .and_then(|r| r.posted.as_ref())
+        {
+            return Err(Claim::Replay(first.clone()));
+        }
+        check_open(&state, attempt).map_err(Claim::Closed)?;
+        self.touch(&mut state, attempt);
+        if let Some(run) = state.run.as_mut() {
+            run.posted = Some(mine.clone());
+        }
+        self.inner.bus.submit(
+            vec![WriteOp::PutPostedFinal {
+                task_id,
+                attempt,
+                posted: mine.clone(),
+            }],
+            Vec::new(),
+            None,
+        );
+        Ok(state.task.session)
     }
 
     /// Extends the lease; re-mints the token (and moves the handle's expiry)

@@ -12,7 +12,9 @@ use crate::task::{AttemptOutcome, Task, TaskStatus};
 impl Engine {
     /// Cancels a task (SPEC §6.5): fences its attempt, fires the worker's
     /// cancellation, and makes it `cancelled`. Cancelling a cancelled task
-    /// returns it unchanged; any other terminal task is `TaskTerminal`.
+    /// returns it unchanged; any other terminal task is `TaskTerminal`, and a
+    /// task whose open attempt already accepted a posted Final is
+    /// `AlreadyFinal`: exactly one of the result and the cancel wins.
     pub async fn cancel_task(
         &self,
         id: TaskId,
@@ -37,6 +39,15 @@ impl Engine {
                 TaskStatus::Cancelled => return Ok(state.task.clone()),
                 s if s.is_terminal() => return Err(EngineError::TaskTerminal),
                 _ => {}
+            }
+            // A Final the open attempt already accepted (and acknowledged,
+            // or is about to) decides the task: the cancel loses, and says so.
+            if state
+                .run
+                .as_ref()
+                .is_some_and(|r| r.open && r.posted.is_some())
+            {
+                return Err(EngineError::AlreadyFinal);
             }
             let was_queued = state.task.status() == TaskStatus::Queued
                 || state.run.as_ref().is_none_or(|r| !r.open);

@@ -678,3 +678,60 @@ async fn only_agents_that_allow_subtasks_get_spawn_task() {
         assert_eq!(err.code(), "forbidden");
     }
 }
+
+/// A cancel that arrives after a posted Final was accepted, but before the
+/// attempt was decided, loses: the result decides the task, and the cancel
+/// is told `already_final` rather than quietly discarding the result.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_cancel_after_an_accepted_result_loses_and_is_told() {
+    let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let engine = engine_for(spawner.clone(), None);
+    let t = engine.spawn_task(spec("a")).await.unwrap();
+    spawned(&spawner, t.id, 1).await;
+    let cred = spawner.credential(t.id).unwrap();
+    let auth = engine
+        .authenticate_worker(cred.handle(), Verb::PostResult)
+        .unwrap();
+    engine
+        .post_result(&auth, post(t.id, json!("v"), Some("k1")))
+        .await
+        .unwrap();
+    // On this one thread the attempt's task has not run since the post:
+    // the Final is accepted and the attempt not decided yet.
+    let err = engine.cancel_task(t.id, None).await.unwrap_err();
+    assert_eq!(err.code(), "already_final");
+    let t = engine.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!(t.status(), TaskStatus::Pass);
+}
+
+/// A replayed result of an attempt that was superseded (its blocked Final
+/// led to a retry) answers its first `200`, not `attempt_superseded`.
+#[tokio::test(start_paused = true)]
+async fn a_replay_for_a_superseded_attempt_answers_its_first_answer() {
+    let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let engine = engine_for(spawner.clone(), None);
+    let mut s = spec("a");
+    s.policy = PolicyOverrides {
+        max_attempts: Some(2),
+        retry_on: Some(vec![RetryOn::Blocked]),
+        retry_backoff_ms: Some(0),
+        ..PolicyOverrides::default()
+    };
+    let t = engine.spawn_task(s).await.unwrap();
+    spawned(&spawner, t.id, 1).await;
+    let cred = spawner.credential(t.id).unwrap();
+    let auth = engine
+        .authenticate_worker(cred.handle(), Verb::PostResult)
+        .unwrap();
+    let mut blocked = post(t.id, json!("no"), Some("k1"));
+    blocked.ok = false;
+    let first = engine.post_result(&auth, blocked.clone()).await.unwrap();
+    spawned(&spawner, t.id, 2).await;
+    let replay = engine.post_result(&auth, blocked).await.unwrap();
+    assert_eq!(replay, first);
+    let err = engine
+        .post_result(&auth, post(t.id, json!("yes"), Some("k2")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "already_final");
+}

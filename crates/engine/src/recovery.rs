@@ -1,7 +1,8 @@
-//! Recovery at start (SPEC §12.1), run before the daemon reports ready:
-//! in-process attempts that died with the old process fail as `interrupted`
-//! (and retry if the policy allows); delegated attempts keep running with
-//! their lease re-armed; queued tasks are queued again.
+//! Recovery at start (SPEC §12.1), run before the daemon reports ready: an
+//! open attempt whose Final was stored before the crash is decided by it;
+//! other in-process attempts that died with the old process fail as
+//! `interrupted` (and retry if the policy allows); other delegated attempts
+//! keep running with their lease re-armed; queued tasks are queued again.
 
 use std::sync::Arc;
 
@@ -15,12 +16,14 @@ use crate::event::Event;
 use crate::ids::TaskId;
 use crate::live::{RunState, TaskCell, lease_until};
 use crate::store::{SessionRecord, WriteOp};
-use crate::task::{AttemptOutcome, AttemptRecord, Task, TaskStatus};
+use crate::task::{AttemptOutcome, AttemptRecord, Task, TaskResult, TaskStatus};
 
 /// What recovery did, for the boot log.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct RecoveryReport {
     pub requeued: usize,
+    /// Open attempts decided by a Final stored before the crash.
+    pub decided: usize,
     pub interrupted: usize,
     pub retried: usize,
     pub resumed: usize,
@@ -87,13 +90,34 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let id = task.id;
         let open_attempt = latest.filter(|a| a.outcome.is_none());
-        match (task.status(), open_attempt) {
-            (TaskStatus::Running, Some(attempt)) if attempt.spawner.survives_restart() => {
+        let stored_final = match &open_attempt {
+            Some(attempt) if task.status() == TaskStatus::Running => {
+                self.inner
+                    .outputs
+                    .last_final(id.as_uuid(), attempt.attempt)
+                    .await?
+            }
+            _ => None,
+        };
+        match (task.status(), open_attempt, stored_final) {
+            // The attempt produced its Final (and may have acknowledged it)
+            // before the crash: that Final decides it, whatever ran it.
+            (TaskStatus::Running, Some(attempt), Some(record)) => {
+                report.decided += 1;
+                let (outcome, result, reason) = crate::dispatch::verdict(record);
+                if self
+                    .close_recovered(task, attempt, outcome, result, reason)
+                    .await?
+                {
+                    report.retried += 1;
+                }
+            }
+            (TaskStatus::Running, Some(attempt), None) if attempt.spawner.survives_restart() => {
                 report.resumed += 1;
                 report.delegated.push((id, attempt.attempt));
                 self.resume_delegated(task, attempt).await?;
             }
-            (TaskStatus::Running, Some(attempt)) => {
+            (TaskStatus::Running, Some(attempt), None) => {
                 report.interrupted += 1;
                 if self.interrupt(task, attempt).await? {
                     report.retried += 1;
@@ -113,16 +137,26 @@ impl Engine {
 
     /// Records an interrupted in-process attempt as failed; queues a retry
     /// when the policy allows one. Returns whether it did.
-    async fn interrupt(
+    async fn interrupt(&self, task: Task, attempt: AttemptRecord) -> Result<bool, EngineError> {
+        let reason = Some("interrupted".to_owned());
+        self.close_recovered(task, attempt, AttemptOutcome::Failed, None, reason)
+            .await
+    }
+
+    /// Records the end of an attempt that was open at the crash, durably,
+    /// and finishes the task or queues a retry (at once: the daemon failed,
+    /// not the attempt) as its policy says. Returns whether it retries.
+    async fn close_recovered(
         &self,
         mut task: Task,
         mut attempt: AttemptRecord,
+        outcome: AttemptOutcome,
+        result: Option<TaskResult>,
+        reason: Option<String>,
     ) -> Result<bool, EngineError> {
         let now_ms = self.inner.clock.now_ms();
-        let outcome = AttemptOutcome::Failed;
-        let reason = "interrupted".to_owned();
         attempt.outcome = Some(outcome);
-        attempt.reason = Some(reason.clone());
+        attempt.reason = reason.clone();
         attempt.finished_ms = Some(now_ms);
         let mut events = vec![(
             task.session,
@@ -130,19 +164,19 @@ impl Engine {
                 task_id: task.id,
                 attempt: attempt.attempt,
                 outcome,
-                reason: Some(reason.clone()),
+                reason: reason.clone(),
                 elapsed_ms: now_ms.saturating_sub(attempt.started_ms),
             },
         )];
         let retry = task.policy.retries(outcome) && attempt.attempt < task.policy.max_attempts;
         if !retry {
-            task.finish(outcome, None, Some(reason), now_ms)?;
+            task.finish(outcome, result.clone(), reason, now_ms)?;
             events.push((
                 task.session,
                 Event::TaskFinished {
                     task_id: task.id,
-                    status: TaskStatus::Failed,
-                    result: None,
+                    status: task.status(),
+                    result,
                 },
             ));
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use swarmd_output_store::{ContentRef, OutputEvent};
+use swarmd_output_store::{ContentRef, OutputEvent, OutputRecord};
 use tokio::time::Instant;
 
 use super::{Joined, Prepared};
@@ -15,6 +15,33 @@ use crate::ids::TaskId;
 use crate::live::TaskCell;
 use crate::store::WriteOp;
 use crate::task::{AttemptOutcome, AttemptRecord, TaskResult};
+
+/// The outcome a stored Final decides: `pass` or `blocked` with its value
+/// as the result. The one rule for live attempts and for those recovery
+/// finds decided by a Final stored before a crash.
+pub(crate) fn verdict(
+    record: OutputRecord,
+) -> (AttemptOutcome, Option<TaskResult>, Option<String>) {
+    match record.event {
+        OutputEvent::Final { content, ok } => {
+            let value = match content {
+                ContentRef::Inline { value } => value,
+                other => serde_json::to_value(other).unwrap_or(Value::Null),
+            };
+            let outcome = if ok {
+                AttemptOutcome::Pass
+            } else {
+                AttemptOutcome::Blocked
+            };
+            (outcome, Some(TaskResult { value, ok }), None)
+        }
+        _ => (
+            AttemptOutcome::Failed,
+            None,
+            Some("the last final is not a final".to_owned()),
+        ),
+    }
+}
 
 impl Engine {
     /// Phases 5–6: decide the outcome from the last Final, then retry or
@@ -49,25 +76,7 @@ impl Engine {
                 None,
                 Some("the worker finished without a final".to_owned()),
             ),
-            (Joined::Worker(Ok(())), Ok(Some(rec))) => match rec.event {
-                OutputEvent::Final { content, ok } => {
-                    let value = match content {
-                        ContentRef::Inline { value } => value,
-                        other => serde_json::to_value(other).unwrap_or(Value::Null),
-                    };
-                    let outcome = if ok {
-                        AttemptOutcome::Pass
-                    } else {
-                        AttemptOutcome::Blocked
-                    };
-                    (outcome, Some(TaskResult { value, ok }), None)
-                }
-                _ => (
-                    AttemptOutcome::Failed,
-                    None,
-                    Some("the last final is not a final".to_owned()),
-                ),
-            },
+            (Joined::Worker(Ok(())), Ok(Some(rec))) => verdict(rec),
         };
         self.settle(cell, p, outcome, result, reason).await;
         self.inner.stats.settle_latency.observe(ended.elapsed());

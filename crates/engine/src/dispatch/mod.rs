@@ -22,6 +22,7 @@ use crate::store::WriteOp;
 use crate::task::{AttemptOutcome, AttemptRecord, SpawnerKind, TaskStatus};
 
 mod decide;
+pub(crate) use decide::verdict;
 mod resume;
 
 /// How the join phase ended.

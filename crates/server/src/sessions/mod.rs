@@ -10,6 +10,7 @@
 //! an `.await`.
 
 mod bridge;
+mod delivery;
 mod error;
 mod outbox;
 mod pending;
@@ -35,6 +36,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::config::Config;
 
+pub use delivery::Delivery;
 pub use error::SessionError;
 pub use outbox::{
     Attachment, Batch, CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn,
@@ -110,6 +112,8 @@ pub struct SessionRegistry {
     settings: SessionSettings,
     /// Open sockets, so a drain can wait for their close frames to go out.
     sockets: TaskTracker,
+    /// The seq of the last event the router routed (see `delivery`).
+    routed: std::sync::atomic::AtomicU64,
 }
 
 impl SessionRegistry {
@@ -120,6 +124,7 @@ impl SessionRegistry {
             engine: OnceLock::new(),
             settings,
             sockets: TaskTracker::new(),
+            routed: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -157,6 +162,7 @@ impl SessionRegistry {
             manifest: req.capability_manifest,
             created_ms: now,
             last_seen_ms: now,
+            done_through: Some(self.routed_through()),
         };
         let session = Session::new(&record, digest, self.settings.park_max);
         {

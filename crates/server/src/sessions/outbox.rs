@@ -116,6 +116,8 @@ pub struct Outbox {
 #[derive(Debug, Default)]
 struct State {
     queue: VecDeque<(u64, Outgoing)>,
+    /// The highest id acknowledged by a writer.
+    acked: u64,
     next_id: u64,
     reserved: BTreeSet<u64>,
     dropped: u64,
@@ -138,8 +140,9 @@ impl Outbox {
     }
 
     /// Queues a frame at the end, making room by the eviction order above.
-    pub fn push(&self, frame: Outgoing) -> Result<(), OutboxFull> {
-        {
+    /// Returns the frame's queue id.
+    pub fn push(&self, frame: Outgoing) -> Result<u64, OutboxFull> {
+        let id = {
             let mut state = self.lock();
             if state.queue.len() >= self.limit && !state.evict_one() {
                 state.dropped += 1;
@@ -147,9 +150,10 @@ impl Outbox {
             }
             let id = state.take_id();
             state.queue.push_back((id, frame));
-        }
+            id
+        };
         self.notify.notify_waiters();
-        Ok(())
+        Ok(id)
     }
 
     /// Holds the next slot in the order for a frame to come.
@@ -202,8 +206,15 @@ impl Outbox {
             while state.queue.front().is_some_and(|(id, _)| *id <= through) {
                 state.queue.pop_front();
             }
+            state.acked = state.acked.max(through);
         }
         state.dropped = state.dropped.saturating_sub(reported);
+    }
+
+    /// The highest queue id a writer acknowledged: every frame up to it was
+    /// sent or evicted.
+    pub fn acked_through(&self) -> u64 {
+        self.lock().acked
     }
 
     /// Replaces the credential of a queued `spawn` (re-minted at delivery).
@@ -272,10 +283,10 @@ impl Outbox {
 }
 
 impl State {
+    /// Ids start at 1, so `acked == 0` means nothing was acknowledged.
     fn take_id(&mut self) -> u64 {
-        let id = self.next_id;
         self.next_id += 1;
-        id
+        self.next_id
     }
 
     /// Evicts the oldest `task_event`, else the oldest notice; counts it.

@@ -19,6 +19,7 @@ use swarmd_engine::store::{SessionRecord, WriteOp};
 use swarmd_engine::{Engine, EngineError};
 use tokio::sync::oneshot;
 
+use super::delivery::Delivery;
 use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing};
 use super::pending::Pending;
 use crate::ws::frames::{ServerFrame, encode};
@@ -54,6 +55,7 @@ pub struct Session {
     persist_lock: Mutex<()>,
     pub(crate) outbox: Outbox,
     pub(crate) pending: Pending,
+    pub(crate) delivery: Delivery,
 }
 
 impl Session {
@@ -76,6 +78,7 @@ impl Session {
             persist_lock: Mutex::new(()),
             outbox: Outbox::new(park_max),
             pending: Pending::default(),
+            delivery: Delivery::new(record.done_through),
         })
     }
 
@@ -108,8 +111,8 @@ impl Session {
         self.pending.len()
     }
 
-    /// Queues a frame that needs no reply.
-    pub(crate) fn notify(&self, frame: &ServerFrame) -> Result<(), OutboxFull> {
+    /// Queues a frame that needs no reply; returns its outbox id.
+    pub(crate) fn notify(&self, frame: &ServerFrame) -> Result<u64, OutboxFull> {
         let class = match frame {
             ServerFrame::TaskEvent { .. } => FrameClass::Resumable,
             ServerFrame::Ask { .. }
@@ -133,6 +136,7 @@ impl Session {
             manifest: self.manifest.clone(),
             created_ms: self.created_ms,
             last_seen_ms: self.last_seen_ms(),
+            done_through: Some(self.delivery.through()),
         }
     }
 
@@ -155,6 +159,7 @@ impl Session {
     /// Writes the session's record, unless it is closed already.
     pub async fn persist(&self, engine: &Engine) -> Result<(), EngineError> {
         let last_seen = self.last_seen_ms();
+        let done_through = self.delivery.through();
         let done = {
             let _guard = self.persist_lock.lock().unwrap_or_else(|e| e.into_inner());
             if self.is_closed() {
@@ -164,6 +169,7 @@ impl Session {
         };
         wait(done).await?;
         self.persisted_ms.fetch_max(last_seen, Ordering::Relaxed);
+        self.delivery.persisted(done_through);
         Ok(())
     }
 

@@ -1,7 +1,9 @@
 //! The idle sweep (SPEC §5.6): a session with no socket and no activity for
 //! `auth.session_idle_secs` expires and releases its roles. The same pass
 //! writes back the last activity of sessions that were active since their
-//! record was written, so a restart restores a recent `last_seen`.
+//! record was written, so a restart restores a recent `last_seen`, and the
+//! `task_done` watermarks of every session (see `delivery`); a one-second
+//! tick writes those of sessions that delivered a `task_done`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,11 +66,17 @@ impl SessionRegistry {
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(period);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut checkpoint = tokio::time::interval(super::delivery::CHECKPOINT_EVERY);
+            checkpoint.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => break,
                     _ = ticker.tick() => {
+                        registry.checkpoint_delivery(true).await;
                         registry.sweep().await;
+                    }
+                    _ = checkpoint.tick() => {
+                        registry.checkpoint_delivery(false).await;
                     }
                 }
             }

@@ -46,6 +46,14 @@ impl EventFeed {
         Self::build(engine, Some(seq), false)
     }
 
+    /// Restarts the feed from the log after `seq` (before it delivered
+    /// anything: the bus receiver it holds still covers every later event).
+    pub(crate) fn replay_from(&mut self, seq: u64) {
+        self.last_seq = Some(seq);
+        self.replay = true;
+        self.backlog.clear();
+    }
+
     fn build(engine: &Engine, after: Option<u64>, live: bool) -> EventFeed {
         EventFeed {
             engine: engine.clone(),

@@ -6,6 +6,10 @@
 //! reaches a client only through `subscribe`, so a MainAI pays for the
 //! streams it asks for and nothing else.
 //!
+//! Every `task_done` reaches its session at least once across restarts:
+//! sessions keep a delivery watermark (`sessions::Delivery`) and the router
+//! starts by replaying the durable log from the lowest restored one.
+//!
 //! `task_done` needs the attempt, which `task_finished` does not carry: the
 //! router remembers the latest attempt of each task from `task_created` and
 //! `attempt_started` and asks the engine only for tasks it has not seen start
@@ -55,6 +59,12 @@ impl EventRouter {
     /// Starts routing until `shutdown` fires or the bus closes. Start it after
     /// `SessionRegistry::restore`: events for sessions not known yet are dropped.
     pub fn spawn(mut self, shutdown: CancellationToken) -> JoinHandle<()> {
+        // Restored sessions may have missed `task_done`s when the daemon
+        // died: replay the log from the lowest of their watermarks.
+        if let Some(seq) = self.registry.replay_from() {
+            tracing::debug!(after_seq = seq, "replaying task_done from the event log");
+            self.feed.replay_from(seq);
+        }
         let run = async move {
             loop {
                 let next = tokio::select! {
@@ -62,7 +72,10 @@ impl EventRouter {
                     next = self.feed.next() => next,
                 };
                 match next {
-                    Ok(Some(record)) => self.route(&record).await,
+                    Ok(Some(record)) => {
+                        self.route(&record).await;
+                        self.registry.routed(record.seq);
+                    }
                     Ok(None) => break,
                     Err(error) => {
                         tracing::warn!(%error, "cannot read the event log; retrying");
@@ -117,7 +130,14 @@ impl EventRouter {
         let Some(session) = self.registry.get(&sid) else {
             return;
         };
-        if let Err(error) = session.notify(&frame) {
+        if session.delivery.delivered_before_restart(record.seq) {
+            return;
+        }
+        let queued = match frame {
+            ServerFrame::TaskDone { .. } => session.notify_done(&frame, record.seq),
+            _ => session.notify(&frame).map(|_| ()),
+        };
+        if let Err(error) = queued {
             tracing::debug!(%sid, %task_id, %error, "routed frame dropped");
         }
     }

@@ -191,20 +191,29 @@ fn acked_result_not_deciding(records: &Records, stored: &Stored) -> Check {
             .as_array()
             .and_then(|all| all.iter().find(|a| a["attempt"] == attempt));
         let outcome = record.map_or(Value::Null, |a| a["outcome"].clone());
-        let last_final = stored
+        // The attempt's Finals in seq order: the last one decides.
+        let finals: Vec<Value> = stored
             .outputs
             .get(task)
             .map_or(&[][..], Vec::as_slice)
             .iter()
             .filter(|r| r["attempt"] == attempt && r["event"]["type"] == "final")
-            .max_by_key(|r| r["seq"].as_u64())
-            .map(|r| json!({"value": r["event"]["content"]["value"], "ok": r["event"]["ok"]}));
+            .map(|r| json!({"value": r["event"]["content"]["value"], "ok": r["event"]["ok"]}))
+            .collect();
         let mut wrong = Vec::new();
         if outcome != verdict {
             wrong.push(format!("attempt outcome {outcome}"));
         }
-        if last_final.as_ref() != Some(&expected) {
-            wrong.push(format!("last Final {last_final:?}"));
+        if finals.last() != Some(&expected) {
+            let stored = if finals.contains(&expected) {
+                "stored, not last"
+            } else {
+                "not stored"
+            };
+            wrong.push(format!(
+                "its Final is {stored}; the attempt's Finals: {}",
+                json!(finals)
+            ));
         }
         if view["attempt"] != attempt || view["status"] != verdict || view["result"] != expected {
             wrong.push(format!(
@@ -348,12 +357,28 @@ pub fn secrets_in_log(log: &str) -> Check {
         }
     }
     for (at, _) in log.match_indices("swc1.") {
-        offenders.push(line_at(log, at));
+        if looks_like_token(&log[at + "swc1.".len()..]) {
+            offenders.push(line_at(log, at));
+        }
     }
     Check {
         name: "secret_in_log",
         offenders,
     }
+}
+
+/// Whether `rest` (what follows `swc1.`) goes on like a token: a kid, a
+/// dot, and a run of base64url long enough to be a payload.
+fn looks_like_token(rest: &str) -> bool {
+    let Some((kid, payload)) = rest.split_once('.') else {
+        return false;
+    };
+    let base64url = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_';
+    (1..=16).contains(&kid.len())
+        && kid
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && payload.bytes().take(16).filter(base64url).count() == 16
 }
 
 fn line_at(log: &str, at: usize) -> String {

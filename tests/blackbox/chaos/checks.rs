@@ -111,13 +111,15 @@ pub async fn fetch(ctx: &Ctx, records: &Records) -> Stored {
 /// The checks over the records and what the daemon holds; `sid` is the
 /// MainAI's session.
 pub fn run(records: &Records, stored: &Stored, sid: &str) -> Vec<Check> {
+    let [done_missing, done_wrong] = task_done(records, stored, sid);
     vec![
         acked_task_missing(records, stored),
         key_made_two_tasks(records, stored),
         acked_result_not_deciding(records, stored),
         stuck_non_terminal(stored),
         output_seq_gap(stored),
-        task_done_missing(records, stored, sid),
+        done_missing,
+        done_wrong,
         acked_cancel_lost(records, stored),
         Check {
             name: "unexpected_answer",
@@ -277,34 +279,46 @@ fn output_seq_gap(stored: &Stored) -> Check {
 }
 
 /// Every task the MainAI's session owns that ended reached it as a
-/// `task_done` with its final status.
-fn task_done_missing(records: &Records, stored: &Stored, sid: &str) -> Check {
-    let mut done: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for (task, _, status) in &records.task_done {
-        done.entry(task).or_default().insert(status);
+/// `task_done` with its final attempt and status, and no `task_done`
+/// said anything else about a task.
+fn task_done(records: &Records, stored: &Stored, sid: &str) -> [Check; 2] {
+    let mut done: BTreeMap<&str, BTreeSet<(u64, &str)>> = BTreeMap::new();
+    for (task, attempt, status) in &records.task_done {
+        done.entry(task).or_default().insert((*attempt, status));
     }
-    let offenders = stored
+    let mut missing = Vec::new();
+    let mut wrong = Vec::new();
+    for (id, view) in stored
         .views
         .iter()
-        .filter_map(|(id, view)| view.as_ref().map(|v| (id, v)))
-        .filter(|(_, view)| view["session"] == sid && terminal(view))
-        .filter(|(id, view)| {
-            let status = view["status"].as_str().unwrap_or_default();
-            !done.get(id.as_str()).is_some_and(|s| s.contains(status))
-        })
-        .map(|(id, view)| {
-            format!(
-                "{id} ended {} at attempt {}; task_done seen: {:?}",
-                view["status"],
-                view["attempt"],
-                done.get(id.as_str())
-            )
-        })
-        .collect();
-    Check {
-        name: "task_done_missing",
-        offenders,
+        .filter_map(|(id, v)| Some((id, v.as_ref()?)))
+    {
+        let ended = (
+            view["attempt"].as_u64().unwrap_or_default(),
+            view["status"].as_str().unwrap_or_default(),
+        );
+        let seen = done.get(id.as_str());
+        if view["session"] == sid && terminal(view) && !seen.is_some_and(|s| s.contains(&ended)) {
+            missing.push(format!("{id} ended {ended:?}; task_done seen: {seen:?}"));
+        }
+        if let Some(seen) = seen
+            && seen.iter().any(|frame| *frame != ended)
+        {
+            wrong.push(format!("{id} ended {ended:?}; task_done seen: {seen:?}"));
+        }
     }
+    let unknown = done.keys().filter(|id| !stored.views.contains_key(**id));
+    wrong.extend(unknown.map(|id| format!("task_done for {id}, which the daemon does not list")));
+    [
+        Check {
+            name: "task_done_missing",
+            offenders: missing,
+        },
+        Check {
+            name: "task_done_wrong",
+            offenders: wrong,
+        },
+    ]
 }
 
 fn acked_cancel_lost(records: &Records, stored: &Stored) -> Check {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::RequestBuilder;
 use serde_json::Value;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 /// How long a client keeps retrying a request the daemon could not answer
@@ -30,6 +30,12 @@ pub struct Ctx {
     pub stop_load: CancellationToken,
     /// Stops the MainAI and its SubAgents.
     pub stop_all: CancellationToken,
+    /// Whether the daemon is up: false from just before a kill until the
+    /// restarted daemon is ready. Clients connect only while it is true:
+    /// the daemon's port is in the ephemeral range, and a connect to it
+    /// while nothing listens can pick that very port as its source (a TCP
+    /// self-connect), which then keeps the restart from binding it.
+    pub up: watch::Sender<bool>,
 }
 
 /// The records behind one lock (never held across an `.await`) and the
@@ -145,9 +151,16 @@ impl Ctx {
         format!("{}{path}", self.base)
     }
 
+    /// Waits until the daemon is up (see `up`).
+    pub async fn until_up(&self) {
+        let mut up = self.up.subscribe();
+        let _ = up.wait_for(|up| *up).await;
+    }
+
     /// Sends `make()` until the daemon answers with anything but 503,
-    /// for at most `RETRY_FOR`. A connection error or a 503 (not ready
-    /// yet after a restart) is retried with the same request: every
+    /// for at most `RETRY_FOR`. A connection error (the daemon was killed
+    /// while it was sent) or a 503 (not ready yet after a restart) is
+    /// retried with the same request once the daemon is up again: every
     /// request sent through here is safe to repeat. Stops early once
     /// `stop` fires.
     pub async fn send(&self, make: impl Fn() -> RequestBuilder, stop: &CancellationToken) -> Reply {
@@ -158,6 +171,7 @@ impl Ctx {
                 self.ledger.with(|r| r.retries += 1);
             }
             first = false;
+            self.until_up().await;
             if let Ok(response) = make().send().await {
                 let status = response.status().as_u16();
                 if let Ok(text) = response.text().await

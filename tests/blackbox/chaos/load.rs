@@ -129,6 +129,7 @@ pub async fn canceller(ctx: Arc<Ctx>) {
         }
         let pick = usize::try_from(ctx.rng.below(acked.len() as u64)).unwrap();
         let task = &acked[pick];
+        ctx.until_up().await;
         let sent = ctx
             .http
             .post(ctx.url(&format!("/v1/tasks/{task}/cancel")))

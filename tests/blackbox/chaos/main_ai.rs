@@ -31,6 +31,7 @@ pub async fn main_ai(ctx: Arc<Ctx>, login: Login, mut requests: mpsc::Receiver<V
     let mut pending: BTreeMap<String, (Value, Instant)> = BTreeMap::new();
     let mut requests_open = true;
     while !ctx.stop_all.is_cancelled() {
+        ctx.until_up().await;
         let Some(mut ws) = dial(&ctx, &login).await else {
             tokio::time::sleep(ctx.rng.millis(20, 60)).await;
             continue;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -79,6 +79,7 @@ async fn sigkill_under_mixed_load_loses_nothing_acknowledged() {
         rng: Rng::new(seed),
         stop_load: CancellationToken::new(),
         stop_all: CancellationToken::new(),
+        up: watch::Sender::new(true),
     });
 
     let (requests, requests_rx) = mpsc::channel(64);
@@ -103,9 +104,11 @@ async fn sigkill_under_mixed_load_loses_nothing_acknowledged() {
             1 => after(&ctx, &ctx.ledger.task_acked).await,
             _ => tokio::time::sleep(ctx.rng.millis(50, 1000)).await,
         }
+        ctx.up.send_replace(false);
         sw.kill9().await;
         sw.restart().await;
         ready(&sw).await;
+        ctx.up.send_replace(true);
     }
     let load_time = started.elapsed();
 

@@ -13,8 +13,8 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::chaos::ledger::{AckedResult, Ctx, Reply};
@@ -52,17 +52,33 @@ pub async fn main_ai(ctx: Arc<Ctx>, login: Login, mut requests: mpsc::Receiver<V
                     alive = ws.send(Message::text(frame.to_string())).await.is_ok();
                 }
                 _ = tick.tick() => alive = resend(&mut ws, &mut pending, RESEND_AFTER).await,
-                message = ws.next() => match message {
-                    Some(Ok(Message::Text(text))) => match serde_json::from_str(text.as_str()) {
-                        Ok(frame) => on_frame(&ctx, &mut pending, frame),
-                        Err(_) => ctx.ledger.unexpected(format!("ws: not JSON: {text}")),
-                    },
-                    Some(Ok(Message::Close(_)) | Err(_)) | None => alive = false,
-                    Some(Ok(_)) => {}
-                },
+                message = ws.next() => alive = received(&ctx, &mut pending, message),
             }
         }
+        // A failed send does not lose what the daemon already sent: read
+        // the rest before the socket goes.
+        let drain = async { while received(&ctx, &mut pending, ws.next().await) {} };
+        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
         tokio::time::sleep(ctx.rng.millis(20, 60)).await;
+    }
+}
+
+/// Handles what the socket yielded; false once it is closed.
+fn received(
+    ctx: &Arc<Ctx>,
+    pending: &mut BTreeMap<String, (Value, Instant)>,
+    message: Option<Result<Message, tungstenite::Error>>,
+) -> bool {
+    match message {
+        Some(Ok(Message::Text(text))) => {
+            match serde_json::from_str(text.as_str()) {
+                Ok(frame) => on_frame(ctx, pending, frame),
+                Err(_) => ctx.ledger.unexpected(format!("ws: not JSON: {text}")),
+            }
+            true
+        }
+        Some(Ok(Message::Close(_)) | Err(_)) | None => false,
+        Some(Ok(_)) => true,
     }
 }
 

@@ -1,9 +1,11 @@
 //! Black-box tests: the real `swarmd` binary, started on `127.0.0.1:0` with a
 //! temporary state directory, driven over HTTP. One test binary (the
 //! `blackbox` target of the server crate); `harness` starts and stops the
-//! daemon, the other modules test one area each.
+//! daemon, the other modules test one area each; `chaos` kills the daemon
+//! under load and checks what survived.
 
 mod blobs;
+mod chaos;
 mod daemon;
 mod harness;
 mod http_api;

@@ -172,14 +172,6 @@ impl Engine {
         Ok(self.inner.store.task(id).await?)
     }
 
-    /// The session that owns a live task (sub-tasks inherit it).
-    pub fn live_session(&self, id: TaskId) -> Option<crate::ids::SessionId> {
-        self.inner
-            .live
-            .get(&id)
-            .and_then(|cell| cell.lock().task.session)
-    }
-
     /// The task with its attempt records.
     pub async fn task_view(&self, id: TaskId) -> Result<Option<TaskView>, EngineError> {
         let Some(task) = self.get_task(id).await? else {

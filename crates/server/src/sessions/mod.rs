@@ -10,6 +10,7 @@
 //! an `.await`.
 
 mod bridge;
+mod cancel;
 mod error;
 mod outbox;
 mod pending;
@@ -35,6 +36,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::config::Config;
 
+pub use cancel::{CancelError, Canceller, cancel_as};
 pub use error::SessionError;
 pub use outbox::{
     Attachment, Batch, CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn,

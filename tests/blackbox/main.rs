@@ -11,5 +11,6 @@ mod harness;
 mod http_api;
 mod lifecycle;
 mod recovery;
+mod security;
 mod sse;
 mod ws_flow;

@@ -1,9 +1,10 @@
-//! Task creation (SPEC §6.1): validation, the parent's depth, idempotency
-//! keys, the durable record, and admission.
+//! Task creation (SPEC §6.1): validation, the parent's depth, sub-tasks of
+//! a worker behind its attempt's fence, idempotency keys, the durable
+//! record, and admission.
 
 use std::collections::HashMap;
-use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use crate::Engine;
@@ -14,6 +15,7 @@ use crate::ids::TaskId;
 use crate::live::TaskCell;
 use crate::store::WriteOp;
 use crate::task::{Policy, Task, TaskSpec};
+use crate::worker_api::{WorkerAuth, check_open};
 
 const MAX_AGENT_NAME: usize = 128;
 const MAX_IDEMPOTENCY_KEY: usize = 256;
@@ -25,8 +27,6 @@ impl Engine {
         if self.is_draining() {
             return Err(EngineError::Draining);
         }
-        validate_spec(&spec)?;
-        let profile = self.inner.resolver.profile(&spec.agent, &spec.layers)?;
         let depth = match spec.parent {
             Some(parent) => {
                 let parent = self
@@ -37,6 +37,36 @@ impl Engine {
             }
             None => 0,
         };
+        self.create(spec, depth).await
+    }
+
+    /// Creates a sub-task for the worker `parent` authenticates: a write of
+    /// that worker's attempt, so it passes the same fence as its other
+    /// writes (`task_terminal` once the task is over, `attempt_superseded`
+    /// once another attempt runs). The sub-task is a child of the worker's
+    /// task, owned by the same session, one level deeper.
+    pub async fn spawn_subtask(
+        &self,
+        parent: &WorkerAuth,
+        mut spec: TaskSpec,
+    ) -> Result<Task, EngineError> {
+        if self.is_draining() {
+            return Err(EngineError::Draining);
+        }
+        let cell = self.live_cell(parent.task_id)?;
+        let (session, depth) = {
+            let state = cell.lock();
+            check_open(&state, parent.attempt)?;
+            (state.task.session, state.task.depth)
+        };
+        spec.parent = Some(parent.task_id);
+        spec.session = session;
+        self.create(spec, depth + 1).await
+    }
+
+    async fn create(&self, spec: TaskSpec, depth: u32) -> Result<Task, EngineError> {
+        validate_spec(&spec)?;
+        let profile = self.inner.resolver.profile(&spec.agent, &spec.layers)?;
         if depth > self.inner.config.max_spawn_depth {
             return Err(EngineError::DepthExceeded {
                 depth,
@@ -45,25 +75,18 @@ impl Engine {
         }
         let id = TaskId::new();
         let policy = Policy::resolve(&spec.policy, &self.inner.config.defaults);
-        if let Some(key) = &spec.idempotency_key
-            && let Some(existing) = self.claim_key(key, id).await?
-        {
-            let task = self
-                .get_task(existing)
-                .await?
-                .ok_or_else(|| EngineError::NotFound(format!("task {existing}")))?;
-            // A retry must be the same request; a reused key with another
-            // request is a client bug, not a retry.
-            if !same_request(&task, &spec, &policy) {
-                return Err(EngineError::IdempotencyConflict);
-            }
-            return Ok(task);
-        }
         let now = self.inner.clock.now_ms();
         let key = spec.idempotency_key.clone();
         let task = Task::new(id, spec, policy, depth, now);
         let cell = TaskCell::with_key(task.clone(), key.clone());
-        self.inner.live.insert(cell);
+        match &key {
+            Some(key) => {
+                if let Some(existing) = self.claim_key(key, cell).await? {
+                    return self.replay(existing, &task).await;
+                }
+            }
+            None => self.inner.live.insert(cell),
+        }
         let mut ops = vec![WriteOp::PutTask(Box::new(task.clone()))];
         let task_key = key.clone();
         if let Some(key) = key {
@@ -117,8 +140,14 @@ impl Engine {
     }
 
     /// Returns the task an idempotency key already names, or claims the key
-    /// for `id`.
-    async fn claim_key(&self, key: &str, id: TaskId) -> Result<Option<TaskId>, EngineError> {
+    /// for the task of `cell`. The cell goes live before the key is
+    /// published, under the key map's lock: whoever finds the key finds its
+    /// task, in memory or (once it retired) in the store.
+    async fn claim_key(
+        &self,
+        key: &str,
+        cell: Arc<TaskCell>,
+    ) -> Result<Option<TaskId>, EngineError> {
         if let Some(existing) = self.keys().get(key).copied() {
             return Ok(Some(existing));
         }
@@ -129,8 +158,25 @@ impl Engine {
         if let Some(existing) = keys.get(key).copied() {
             return Ok(Some(existing));
         }
+        let id = cell.lock().task.id;
+        self.inner.live.insert(cell);
         keys.insert(key.to_owned(), id);
         Ok(None)
+    }
+
+    /// The answer to a retried creation: the task its key names, when the
+    /// retry asks for the same task.
+    async fn replay(&self, existing: TaskId, retry: &Task) -> Result<Task, EngineError> {
+        let task = self
+            .get_task(existing)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(format!("task {existing}")))?;
+        // A retry must be the same request; a reused key with another
+        // request is a client bug, not a retry.
+        if !same_request(&task, retry) {
+            return Err(EngineError::IdempotencyConflict);
+        }
+        Ok(task)
     }
 
     pub(crate) fn keys(&self) -> MutexGuard<'_, HashMap<String, TaskId>> {
@@ -149,17 +195,17 @@ impl Engine {
     }
 }
 
-/// Whether `spec` (with its resolved `policy`) asks for what `task` is.
-fn same_request(task: &Task, spec: &TaskSpec, policy: &Policy) -> bool {
-    task.agent == spec.agent
-        && task.prompt == spec.prompt
-        && task.system == spec.system
-        && task.input == spec.input
-        && task.metadata == spec.metadata
-        && task.layers == spec.layers
-        && task.parent == spec.parent
-        && task.session == spec.session
-        && task.policy == *policy
+/// Whether `retry` (built from a retried request) asks for what `task` is.
+fn same_request(task: &Task, retry: &Task) -> bool {
+    task.agent == retry.agent
+        && task.prompt == retry.prompt
+        && task.system == retry.system
+        && task.input == retry.input
+        && task.metadata == retry.metadata
+        && task.layers == retry.layers
+        && task.parent == retry.parent
+        && task.session == retry.session
+        && task.policy == retry.policy
 }
 
 fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {

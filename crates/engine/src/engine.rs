@@ -20,12 +20,13 @@ use crate::bus::EventBus;
 use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::event::{Event, EventRecord};
+use crate::handles::{HandleTable, RETIRED_KEEP};
 use crate::ids::TaskId;
 use crate::live::{LiveTasks, RunState, TaskCell};
 use crate::metrics::EngineStats;
 use crate::operator::OperatorDirectory;
 use crate::spawn::SpawnerResolver;
-use crate::store::{HandleRecord, TaskFilter, TaskStore, WriteOp, commit};
+use crate::store::{TaskFilter, TaskStore, WriteOp, commit};
 use crate::task::{AttemptRecord, Policy, Task};
 
 /// Engine-wide settings, read once from the daemon's configuration.
@@ -87,7 +88,7 @@ pub(crate) struct Inner {
     /// Lock order: a task's cell lock may be held while taking this one,
     /// never the other way round.
     pub admission: Mutex<Admission>,
-    pub handles: Mutex<HashMap<[u8; 32], HandleRecord>>,
+    pub handles: Mutex<HandleTable>,
     pub keys: Mutex<HashMap<String, TaskId>>,
     /// What recovery found, started by `start_recovered`.
     pub recovered: Mutex<Vec<crate::recovery::Pending>>,
@@ -122,7 +123,7 @@ impl Engine {
                 clock: parts.clock,
                 bus,
                 live: LiveTasks::new(),
-                handles: Mutex::new(HashMap::new()),
+                handles: Mutex::new(HandleTable::new(RETIRED_KEEP)),
                 keys: Mutex::new(HashMap::new()),
                 recovered: Mutex::new(Vec::new()),
                 tracker: TaskTracker::new(),
@@ -167,14 +168,6 @@ impl Engine {
             return Ok(Some(cell.lock().task.clone()));
         }
         Ok(self.inner.store.task(id).await?)
-    }
-
-    /// The session that owns a live task (sub-tasks inherit it).
-    pub fn live_session(&self, id: TaskId) -> Option<crate::ids::SessionId> {
-        self.inner
-            .live
-            .get(&id)
-            .and_then(|cell| cell.lock().task.session)
     }
 
     /// The task with its attempt records.
@@ -426,13 +419,15 @@ impl Engine {
 
     /// Marks a terminal task done for waiters and drops it from memory.
     /// Its idempotency key leaves memory too: the store answers later
-    /// retries, so the key map holds live tasks only.
+    /// retries, so the key map holds live tasks only. Its handles move to
+    /// the handle table's bounded window of retired handles.
     pub(crate) fn retire(&self, cell: &Arc<TaskCell>, id: TaskId) {
         cell.terminal.send_replace(true);
         self.inner.live.remove(&id);
         if let Some(key) = &cell.key {
             self.keys().remove(key);
         }
+        self.handles().retire_task(id);
     }
 }
 

@@ -26,6 +26,7 @@ mod engine;
 pub mod error;
 pub mod event;
 pub mod gate;
+mod handles;
 pub mod ids;
 mod live;
 pub mod metrics;

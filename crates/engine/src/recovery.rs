@@ -79,6 +79,7 @@ impl Engine {
                 .cloned();
             self.recover_task(task, latest, &mut report).await?;
         }
+        self.retire_handles_of_finished();
         Ok(report)
     }
 

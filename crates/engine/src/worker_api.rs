@@ -3,7 +3,6 @@
 //! result, or heartbeat — each with the binding and fence checks of step 7
 //! and the late-write rules of §6.5.
 
-use std::collections::HashMap;
 use std::sync::MutexGuard;
 
 use serde::Serialize;
@@ -16,9 +15,10 @@ use crate::Engine;
 use crate::auth::{MAX_TOKEN_BYTES, TokenError, WorkerHandle, fingerprint, looks_like_handle};
 use crate::error::EngineError;
 use crate::gate::{Role, Verb};
+use crate::handles::HandleTable;
 use crate::ids::TaskId;
 use crate::live::{PostedFinal, TaskCell, TaskState};
-use crate::store::{HandleRecord, WriteOp};
+use crate::store::WriteOp;
 
 /// A verified worker credential: the (task, attempt) it is bound to.
 #[derive(Debug, Clone)]
@@ -198,7 +198,7 @@ impl Engine {
         })
     }
 
-    pub(crate) fn handles(&self) -> MutexGuard<'_, HashMap<[u8; 32], HandleRecord>> {
+    pub(crate) fn handles(&self) -> MutexGuard<'_, HandleTable> {
         self.inner.handles.lock().unwrap_or_else(|e| e.into_inner())
     }
 

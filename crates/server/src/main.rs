@@ -18,6 +18,10 @@ use swarmd_server::telemetry;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
+    // Every file swarmd creates (database, WAL, blobs, keys, admin token)
+    // is private whatever umask it was started with; the agents it starts
+    // inherit this umask, as under the shipped unit's `UMask=0077`.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {

@@ -2,13 +2,20 @@
 //! as text or JSON lines, filtered by `RUST_LOG` (default `info`). Colours
 //! only when stderr is a terminal.
 //!
+//! Whatever `RUST_LOG` says, the protocol libraries are capped at `info`
+//! (`CREDENTIAL_CAPS`): at `debug` and `trace` they dump frames, headers and
+//! bodies, which carry tokens, handles and session secrets.
+//!
 //! Only `main` calls `init`; libraries and tests emit events without owning
 //! the subscriber.
 
 use std::io::IsTerminal;
 use std::str::FromStr;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 /// The filter used when `RUST_LOG` is unset.
 pub const DEFAULT_FILTER: &str = "info";
@@ -36,21 +43,50 @@ pub enum TelemetryError {
     AlreadyInstalled,
 }
 
-/// Installs the global subscriber. `filter` is the value of `RUST_LOG`.
+/// Libraries whose `debug`/`trace` output includes raw frames, headers or
+/// bodies (WebSocket frames with `spawn` credentials, `Authorization`
+/// headers): they never log below `info`.
+pub const CREDENTIAL_CAPS: &[&str] = &[
+    "tungstenite",
+    "tokio_tungstenite",
+    "hyper",
+    "hyper_util",
+    "h2",
+    "reqwest",
+    "rustls",
+    "tower_http",
+];
+
+/// Installs the global subscriber. `filter` is the value of `RUST_LOG`; the
+/// `CREDENTIAL_CAPS` apply on top of it.
 ///
 /// # Errors
 /// `Filter` when `filter` does not parse; `AlreadyInstalled` on a second call.
 pub fn init(format: LogFormat, filter: Option<&str>) -> Result<(), TelemetryError> {
-    let filter = build_filter(filter)?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let filter = build_filter(filter)?.and(credential_caps());
+    let layer = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    let installed = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().with_current_span(true).try_init(),
+    let layer = match format {
+        LogFormat::Text => layer.with_filter(filter).boxed(),
+        LogFormat::Json => layer
+            .json()
+            .with_current_span(true)
+            .with_filter(filter)
+            .boxed(),
     };
-    installed.map_err(|_| TelemetryError::AlreadyInstalled)
+    tracing_subscriber::registry()
+        .with(layer)
+        .try_init()
+        .map_err(|_| TelemetryError::AlreadyInstalled)
+}
+
+/// Every target at any level, but the `CREDENTIAL_CAPS` at `info` at most.
+fn credential_caps() -> Targets {
+    CREDENTIAL_CAPS.iter().fold(
+        Targets::new().with_default(LevelFilter::TRACE),
+        |caps, target| caps.with_target(*target, LevelFilter::INFO),
+    )
 }
 
 fn build_filter(filter: Option<&str>) -> Result<EnvFilter, TelemetryError> {
@@ -78,5 +114,22 @@ mod tests {
             build_filter(Some("[[[")),
             Err(TelemetryError::Filter { .. })
         ));
+    }
+
+    #[test]
+    fn protocol_libraries_never_log_below_info() {
+        use tracing::Level;
+
+        let caps = credential_caps();
+        for target in [
+            "tungstenite::protocol",
+            "hyper::proto::h1",
+            "reqwest::connect",
+        ] {
+            assert!(caps.would_enable(target, &Level::INFO), "{target}");
+            assert!(!caps.would_enable(target, &Level::DEBUG), "{target}");
+            assert!(!caps.would_enable(target, &Level::TRACE), "{target}");
+        }
+        assert!(caps.would_enable("swarmd_server::ws", &Level::TRACE));
     }
 }

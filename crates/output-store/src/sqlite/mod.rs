@@ -129,6 +129,7 @@ impl SqliteDb {
         if let Some(parent) = opts.path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)?;
         }
+        create_private(&opts.path)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
@@ -322,6 +323,25 @@ impl fmt::Debug for SqliteDb {
             .field("stats", &self.inner.stats)
             .finish_non_exhaustive()
     }
+}
+
+/// Creates the database file with mode 0600 when it is missing, so it is
+/// private whatever the umask; SQLite gives the `-wal` and `-shm` files the
+/// mode of the database file. A URI or `:memory:` path is left to SQLite.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let text = path.as_os_str().to_string_lossy();
+    if text.starts_with("file:") || text.starts_with(':') || path.exists() {
+        return Ok(());
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map(drop)
 }
 
 /// SQLite's `synchronous` is NORMAL for both settings: `Full` adds the sync

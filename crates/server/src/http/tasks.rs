@@ -16,17 +16,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use swarmd_engine::TaskView;
 use swarmd_engine::auth::{looks_like_handle, looks_like_token};
 use swarmd_engine::gate::{Role, Verb};
 use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{PolicyOverrides, Task, TaskSpec, TaskStatus};
+use swarmd_engine::{TaskView, WorkerAuth};
 
 use crate::app::AppState;
 use crate::http::auth::{Caller, WorkerBearer, authenticate, authenticate_worker};
 use crate::http::error::ApiError;
 use crate::http::extract::{IdempotencyKey, Json, Path, Query, RawBody, empty_as_none};
+use crate::sessions::{CancelError, Canceller, cancel_as};
 
 /// The longest a request may wait for a task (`wait_secs`, `timeout_secs`).
 pub const MAX_WAIT_SECS: u64 = 300;
@@ -126,11 +127,14 @@ async fn spawn(
         metadata: body.metadata,
         layers: body.layers,
         policy: body.policy,
-        parent: origin.parent,
+        parent: None,
         session: origin.session,
         idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
     };
-    let task = state.engine.spawn_task(spec).await?;
+    let task = match &origin.worker {
+        Some(worker) => state.engine.spawn_subtask(worker, spec).await?,
+        None => state.engine.spawn_task(spec).await?,
+    };
     if let Some(secs) = body.wait_secs.filter(|s| *s > 0) {
         let waited = wait_for(&state, task.id, secs.min(MAX_WAIT_SECS)).await?;
         if waited.status().is_terminal() {
@@ -142,17 +146,20 @@ async fn spawn(
     Ok(accepted(&task))
 }
 
-/// Who creates a task, and what it inherits.
+/// Who creates a task.
 struct Origin {
+    /// The session of a top-level task.
     session: Option<SessionId>,
-    parent: Option<TaskId>,
+    /// The worker whose attempt creates a sub-task of its task.
+    worker: Option<WorkerAuth>,
     /// Idempotency keys are scoped per caller.
     scope: String,
 }
 
 /// Admins and operator sessions create top-level tasks; a worker whose agent
 /// allows sub-tasks (its credential carries `spawn_task`) creates a sub-task
-/// of its own task, owned by the same session, one level deeper (SPEC §4).
+/// of its own task (SPEC §4), which the engine refuses once the worker's
+/// attempt is no longer the open one.
 fn spawner_of(state: &AppState, bearer: &WorkerBearer) -> Result<Origin, ApiError> {
     let token = bearer.0.as_str();
     let is_worker = looks_like_handle(token)
@@ -164,11 +171,10 @@ fn spawner_of(state: &AppState, bearer: &WorkerBearer) -> Result<Origin, ApiErro
                 .is_ok_and(|claims| claims.role == Role::Worker));
     if is_worker {
         let auth = authenticate_worker(state, bearer, Verb::SpawnTask)?;
-        let parent = state.engine.live_session(auth.task_id);
         return Ok(Origin {
-            session: parent,
-            parent: Some(auth.task_id),
+            session: None,
             scope: format!("worker:{}", auth.task_id),
+            worker: Some(auth),
         });
     }
     let caller = authenticate(state, token)?;
@@ -176,7 +182,7 @@ fn spawner_of(state: &AppState, bearer: &WorkerBearer) -> Result<Origin, ApiErro
     let sid = caller.session().map(|s| s.sid);
     Ok(Origin {
         session: sid,
-        parent: None,
+        worker: None,
         scope: sid.map_or_else(|| "admin".to_owned(), |sid| sid.to_string()),
     })
 }
@@ -286,8 +292,18 @@ async fn cancel(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?
     };
+    let who = match &caller {
+        Caller::Admin => Canceller::Admin,
+        Caller::Operator(session) => Canceller::Session(session.sid),
+        // The gate above refuses role tokens `cancel_task`.
+        Caller::Token { .. } => return Err(ApiError::forbidden()),
+    };
     let reason = parsed.reason.or_else(|| Some(cancel_reason(&caller)));
-    Ok(Json(state.engine.cancel_task(id, reason).await?))
+    match cancel_as(&state.engine, who, id, reason).await {
+        Ok(task) => Ok(Json(task)),
+        Err(error @ CancelError::NotOwner) => Err(ApiError::coded("forbidden", error.to_string())),
+        Err(CancelError::Engine(error)) => Err(error.into()),
+    }
 }
 
 /// Who cancelled, for the task's reason when the request gives none.

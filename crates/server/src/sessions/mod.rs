@@ -10,6 +10,7 @@
 //! an `.await`.
 
 mod bridge;
+mod cancel;
 mod delivery;
 mod error;
 mod outbox;
@@ -36,6 +37,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::config::Config;
 
+pub use cancel::{CancelError, Canceller, cancel_as};
 pub use delivery::Delivery;
 pub use error::SessionError;
 pub use outbox::{
@@ -188,7 +190,9 @@ impl SessionRegistry {
         })
     }
 
-    /// The session a bearer secret belongs to, touched as active.
+    /// The session a bearer secret belongs to, touched as active. A session
+    /// idle past `auth.session_idle_secs` is refused even before the sweep
+    /// removes it: a request never revives an expired session.
     pub fn authenticate(&self, bearer: &str) -> Option<Arc<Session>> {
         let secret = SessionSecret::parse(bearer).ok()?;
         let digest = secret.digest();
@@ -197,9 +201,12 @@ impl SessionRegistry {
             let sid = maps.by_digest.get(&digest)?;
             maps.by_sid.get(sid)?.clone()
         };
-        if let Some(engine) = self.engine.get() {
-            session.touch(engine.clock().now_ms());
+        let engine = self.engine.get()?;
+        let now = engine.clock().now_ms();
+        if session.is_closed() || session.idle_at(now, self.settings.idle) {
+            return None;
         }
+        session.touch(now);
         Some(session)
     }
 
@@ -241,10 +248,22 @@ impl SessionRegistry {
     }
 
     /// Restores persisted sessions at boot, before the server reports ready.
-    /// A stored role already held by a restored session is dropped.
+    /// A stored role already held by a restored session is dropped. A
+    /// session idle past `auth.session_idle_secs` (no socket survives a
+    /// restart) is not restored: its record is deleted instead.
     pub fn restore(&self, records: Vec<SessionRecord>) {
+        let engine = self.engine.get();
+        let now = engine.map(|e| e.clock().now_ms());
+        let idle_ms = u64::try_from(self.settings.idle.as_millis()).unwrap_or(u64::MAX);
         let mut maps = self.maps();
         for mut record in records {
+            if let (Some(engine), Some(now)) = (engine, now)
+                && now.saturating_sub(record.last_seen_ms) >= idle_ms
+            {
+                tracing::info!(sid = %record.sid, "not restoring a session that expired while the daemon was down");
+                session::forget_record(engine, record.sid);
+                continue;
+            }
             let Some(digest) = session::unhex(&record.token_digest) else {
                 tracing::warn!(sid = %record.sid, "skipping a stored session with a malformed digest");
                 continue;

@@ -91,6 +91,13 @@ impl Session {
         self.last_seen_ms.fetch_max(now_ms, Ordering::Relaxed);
     }
 
+    /// Whether the session has expired at `now_ms`: no socket, and no
+    /// activity for `idle`.
+    pub fn idle_at(&self, now_ms: u64, idle: std::time::Duration) -> bool {
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        !self.connected() && now_ms.saturating_sub(self.last_seen_ms()) >= idle_ms
+    }
+
     /// Whether a WebSocket is attached right now.
     pub fn connected(&self) -> bool {
         self.outbox.is_attached()
@@ -191,6 +198,12 @@ impl Session {
         self.pending.clear();
         wait(done).await
     }
+}
+
+/// Deletes the stored record of a session that is not in memory; nobody
+/// waits for the write.
+pub(super) fn forget_record(engine: &Engine, sid: SessionId) {
+    drop(submit(engine, WriteOp::DeleteSession(sid)));
 }
 
 type Done = oneshot::Receiver<Result<(), swarmd_output_store::StoreError>>;

@@ -25,9 +25,8 @@ impl SessionRegistry {
             return 0;
         };
         let now = engine.clock().now_ms();
-        let idle_ms = u64::try_from(self.settings.idle.as_millis()).unwrap_or(u64::MAX);
-        let is_idle =
-            |s: &super::Session| !s.connected() && now.saturating_sub(s.last_seen_ms()) >= idle_ms;
+        let idle = self.settings.idle;
+        let is_idle = |s: &super::Session| s.idle_at(now, idle);
         let mut expired = 0;
         for session in self.all() {
             if is_idle(&session) {

@@ -104,6 +104,7 @@ async fn sessions_are_persisted_and_restored_with_their_token() {
     );
 
     let restarted = SessionRegistry::new(SessionSettings::default());
+    restarted.attach_engine(harness.engine.clone());
     restarted.restore(stored);
     let session = restarted.authenticate(&login.token).unwrap();
     assert_eq!(
@@ -162,6 +163,80 @@ async fn idle_sessions_expire_and_release_their_roles() {
     let record = stored.iter().find(|r| r.sid == busy.sid).unwrap();
     assert_eq!(record.last_seen_ms, 1_700_000_059_000);
     assert!(stored.iter().all(|r| r.sid != idle.sid));
+}
+
+#[tokio::test]
+async fn a_request_never_revives_an_idle_session() {
+    let (harness, clock) = manual(60);
+    let registry = &harness.registry;
+    let idle = registry.login(roles(&["main-ai"])).await.unwrap();
+    let attached = registry.login(roles(&["senior"])).await.unwrap();
+    let _socket = registry.get(&attached.sid).unwrap().outbox.attach();
+
+    clock.advance_ms(59_999);
+    assert!(registry.authenticate(&idle.token).is_some(), "not idle yet");
+    clock.advance_ms(60_000);
+    assert!(
+        registry.authenticate(&idle.token).is_none(),
+        "idle for the whole period: refused before any sweep"
+    );
+    assert!(
+        registry.authenticate(&idle.token).is_none(),
+        "the refusal did not count as activity"
+    );
+    assert!(
+        registry.authenticate(&attached.token).is_some(),
+        "a socket keeps a session alive"
+    );
+    assert_eq!(registry.sweep().await, 1);
+}
+
+#[tokio::test]
+async fn sessions_that_expired_while_down_are_not_restored() {
+    let (harness, clock) = manual(60);
+    let stale = harness.registry.login(roles(&["main-ai"])).await.unwrap();
+    clock.advance_ms(30_000);
+    let fresh = harness.registry.login(roles(&["senior"])).await.unwrap();
+    clock.advance_ms(31_000);
+    let now = clock.now_secs();
+    let stored = harness
+        .engine
+        .store()
+        .load_live(now)
+        .await
+        .unwrap()
+        .sessions;
+    assert_eq!(stored.len(), 2);
+
+    let restarted = SessionRegistry::new(SessionSettings {
+        idle: Duration::from_secs(60),
+        ..SessionSettings::default()
+    });
+    restarted.attach_engine(harness.engine.clone());
+    restarted.restore(stored);
+    assert!(restarted.get(&stale.sid).is_none());
+    assert!(restarted.authenticate(&stale.token).is_none());
+    assert!(restarted.by_role("main-ai").is_none(), "its role is free");
+    assert!(restarted.authenticate(&fresh.token).is_some());
+    // Its record is deleted too, so no later boot brings it back.
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        left = harness
+            .engine
+            .store()
+            .load_live(now)
+            .await
+            .unwrap()
+            .sessions;
+        if left.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        left.iter().map(|r| r.sid).collect::<Vec<_>>(),
+        vec![fresh.sid]
+    );
 }
 
 #[tokio::test]

@@ -1,4 +1,5 @@
-//! `StateDir`: the state directory's layout, and its creation with mode 0700.
+//! `StateDir`: the state directory's layout, its creation with mode 0700,
+//! and the tightening of one that other users may enter.
 
 use std::fs::{DirBuilder, Permissions};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -13,6 +14,8 @@ pub const DATABASE_FILE: &str = "swarmd.db";
 
 /// Mode of directories swarmd creates.
 const DIR_MODE: u32 = 0o700;
+/// Mode of the files in them.
+const FILE_MODE: u32 = 0o600;
 
 /// The state directory and the paths inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,30 +24,27 @@ pub struct StateDir {
 }
 
 impl StateDir {
-    /// Creates `root` and `root/blobs` (0700, parents as needed).
-    ///
-    /// An existing directory keeps its mode: swarmd does not chmod a directory
-    /// it may not own (an operator may point `state_dir` anywhere), it only
-    /// warns when other users can enter it. The secret files inside are 0600
-    /// either way.
+    /// Creates `root` and `root/blobs` (0700, parents as needed) and makes
+    /// them private when they exist already: a directory other users may
+    /// enter is set to 0700, and so are the database files in it (0600),
+    /// which an older swarmd or another umask may have left open. A
+    /// directory swarmd cannot make private is refused.
     ///
     /// # Errors
-    /// `CreateDir` naming the directory that could not be created.
+    /// `CreateDir` naming the directory that could not be created;
+    /// `NotPrivate` for one that cannot be made private.
     pub fn prepare(root: &Path) -> Result<StateDir, StateError> {
         let state = StateDir {
             root: root.to_owned(),
         };
         for dir in [state.root.clone(), state.blobs()] {
             create_private_dir(&dir)?;
+            make_private(&dir, DIR_MODE)?;
         }
-        if let Ok(metadata) = std::fs::metadata(&state.root) {
-            let mode = metadata.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                tracing::warn!(
-                    state_dir = %state.root.display(),
-                    mode = format!("{mode:o}"),
-                    "state directory is accessible to other users; 0700 is expected"
-                );
+        for suffix in ["", "-wal", "-shm"] {
+            let file = state.root.join(format!("{DATABASE_FILE}{suffix}"));
+            if file.exists() {
+                make_private(&file, FILE_MODE)?;
             }
         }
         Ok(state)
@@ -99,4 +99,30 @@ fn create_private_dir(dir: &Path) -> Result<(), StateError> {
         .create(dir)
         .map_err(create_error)?;
     std::fs::set_permissions(dir, Permissions::from_mode(DIR_MODE)).map_err(create_error)
+}
+
+/// Sets `path` to `mode` when other users may read, write or enter it.
+fn make_private(path: &Path, mode: u32) -> Result<(), StateError> {
+    let not_private = |found: u32, source| StateError::NotPrivate {
+        path: path.to_owned(),
+        mode: found,
+        source,
+    };
+    let found = std::fs::metadata(path)
+        .map_err(|e| not_private(0, e))?
+        .permissions()
+        .mode()
+        & 0o777;
+    if found & 0o077 == 0 {
+        return Ok(());
+    }
+    std::fs::set_permissions(path, Permissions::from_mode(mode))
+        .map_err(|e| not_private(found, e))?;
+    tracing::warn!(
+        path = %path.display(),
+        was = format!("{found:o}"),
+        now = format!("{mode:o}"),
+        "state was accessible to other users; made it private"
+    );
+    Ok(())
 }

@@ -100,6 +100,16 @@ pub enum StateError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "state {} is open to other users (mode {mode:o}) and cannot be made private: {source}; chmod it 700 (600 for a file) or choose another store.state_dir",
+        path.display()
+    )]
+    NotPrivate {
+        path: PathBuf,
+        mode: u32,
+        #[source]
+        source: io::Error,
+    },
     #[error(transparent)]
     Keyring(#[from] KeyringError),
     #[error("cannot read admin token {}: {source}", path.display())]

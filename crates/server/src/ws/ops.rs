@@ -25,7 +25,9 @@ use tracing::Instrument;
 
 use super::frames::{ServerFrame, SpawnTaskFrame, encode};
 use super::writer::Direct;
-use crate::sessions::{FrameClass, Outgoing, Reservation, Session};
+use crate::sessions::{
+    CancelError, Canceller, FrameClass, Outgoing, Reservation, Session, cancel_as,
+};
 
 /// Operations queued per connection before the reader waits.
 const OPS_CAPACITY: usize = 64;
@@ -135,32 +137,23 @@ async fn spawn_task(
     }
 }
 
-/// Cancels a task this session owns; returns the error frame when refused.
-/// Success has no reply: the task's `task_done` follows.
+/// Cancels a task this session owns (`sessions::cancel_as`); returns the
+/// error frame when refused. Success has no reply: the task's `task_done`
+/// follows.
 async fn cancel_task(
     engine: &Engine,
     session: &Session,
     req_id: ReqId,
     task_id: TaskId,
 ) -> Option<ServerFrame> {
-    match engine.get_task(task_id).await {
-        Ok(Some(task)) if task.session == Some(session.sid) => {
-            match engine.cancel_task(task_id, None).await {
-                Ok(_) => None,
-                Err(error) => Some(engine_error(req_id, &error)),
-            }
-        }
-        Ok(Some(_)) => Some(ServerFrame::error(
+    match cancel_as(engine, Canceller::Session(session.sid), task_id, None).await {
+        Ok(_) => None,
+        Err(error @ CancelError::NotOwner) => Some(ServerFrame::error(
             Some(req_id),
             "forbidden",
-            "the task is not owned by this session",
+            error.to_string(),
         )),
-        Ok(None) => Some(ServerFrame::error(
-            Some(req_id),
-            "not_found",
-            format!("task {task_id} not found"),
-        )),
-        Err(error) => Some(engine_error(req_id, &error)),
+        Err(CancelError::Engine(error)) => Some(engine_error(req_id, &error)),
     }
 }
 

@@ -59,10 +59,6 @@ impl HandleTable {
     }
 
     /// The digests of every handle of (task, attempt) still in the table.
-    #[allow(
-        dead_code,
-        reason = "a heartbeat moves every live handle of its attempt"
-    )]
     pub(crate) fn digests_of(&self, task: TaskId, attempt: u32) -> Vec<[u8; 32]> {
         self.by_task.get(&task).map_or_else(Vec::new, |digests| {
             digests

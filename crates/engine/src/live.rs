@@ -35,7 +35,6 @@ pub(crate) struct RunState {
     pub posted: Option<PostedFinal>,
     /// Flips to true when a worker posts a Final over HTTP.
     pub posted_tx: watch::Sender<bool>,
-    pub handle_digest: Option<[u8; 32]>,
     pub token_exp_secs: u64,
     /// What the attempt's credentials carry (re-mints keep them).
     pub verbs: Vec<crate::gate::Verb>,

@@ -230,7 +230,6 @@ impl Engine {
             started_ms: attempt.started_ms,
             posted: None,
             posted_tx: watch::Sender::new(false),
-            handle_digest: None,
             token_exp_secs: 0,
             verbs: crate::worker_api::worker_verbs(allow_subtasks),
             last_final: None,

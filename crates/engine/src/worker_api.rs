@@ -444,8 +444,9 @@ impl Engine {
         Ok(state.task.session)
     }
 
-    /// Extends the lease; re-mints the token (and moves the handle's expiry)
-    /// when less than a third of its lifetime is left (SPEC §5.6).
+    /// Extends the lease; re-mints the token (and moves the expiry of every
+    /// handle of the attempt) when less than a third of its lifetime is left
+    /// (SPEC §5.6).
     pub async fn heartbeat(
         &self,
         auth: &WorkerAuth,
@@ -454,7 +455,7 @@ impl Engine {
         let task_id = Self::bind(auth, task)?;
         let ttl = self.inner.config.worker_token_ttl_secs;
         let now_secs = self.inner.clock.now_secs();
-        let (deadline, handle_digest, current_exp, verbs) = {
+        let (deadline, current_exp, verbs) = {
             let cell = self.live_cell(task_id)?;
             let mut state = cell.lock();
             check_open(&state, auth.attempt)?;
@@ -462,7 +463,6 @@ impl Engine {
             let run = state.run.as_ref().ok_or(EngineError::TaskTerminal)?;
             (
                 deadline,
-                run.handle_digest,
                 run.token_exp_secs.max(auth.exp_secs),
                 run.verbs.clone(),
             )
@@ -476,17 +476,7 @@ impl Engine {
             });
         }
         let (token, expires_secs) = self.mint_worker_token(task_id, auth.attempt, &verbs)?;
-        let mut ops = Vec::new();
-        if let Some(digest) = handle_digest {
-            let mut handles = self.handles();
-            if let Some(record) = handles.get_mut(&digest) {
-                record.exp_secs = expires_secs;
-                ops.push(WriteOp::PutHandle {
-                    digest,
-                    record: record.clone(),
-                });
-            }
-        }
+        let ops = self.extend_handles(task_id, auth.attempt, expires_secs);
         self.with_run(task_id, auth.attempt, |run| {
             run.token_exp_secs = expires_secs
         });
@@ -500,6 +490,25 @@ impl Engine {
 }
 
 impl Engine {
+    /// Moves the expiry of every handle of the attempt to at least
+    /// `exp_secs` (a SubAgent may hold one from before a restart as well as
+    /// the one announced since); returns their writes.
+    fn extend_handles(&self, task_id: TaskId, attempt: u32, exp_secs: u64) -> Vec<WriteOp> {
+        let mut handles = self.handles();
+        handles
+            .digests_of(task_id, attempt)
+            .into_iter()
+            .filter_map(|digest| {
+                let record = handles.get_mut(&digest)?;
+                record.exp_secs = record.exp_secs.max(exp_secs);
+                Some(WriteOp::PutHandle {
+                    digest,
+                    record: record.clone(),
+                })
+            })
+            .collect()
+    }
+
     /// A fresh token for the same attempt and handle, with the handle's
     /// expiry moved along (SPEC §10.4: a parked `spawn` re-minted at
     /// delivery). Refused once the attempt is no longer the open one.
@@ -520,20 +529,17 @@ impl Engine {
                 .unwrap_or_default()
         };
         let handle = WorkerHandle::parse(old.handle()).map_err(EngineError::Unauthorized)?;
-        let digest = handle.digest();
+        let known = self
+            .handles()
+            .get(&handle.digest())
+            .is_some_and(|r| r.task_id == task_id && r.attempt == attempt);
+        if !known {
+            return Err(EngineError::HandleExpired);
+        }
         let (token, expires_secs) = self.mint_worker_token(task_id, attempt, &verbs)?;
-        let record = {
-            let mut handles = self.handles();
-            let record = handles
-                .get_mut(&digest)
-                .filter(|r| r.task_id == task_id && r.attempt == attempt)
-                .ok_or(EngineError::HandleExpired)?;
-            record.exp_secs = expires_secs;
-            record.clone()
-        };
+        let ops = self.extend_handles(task_id, attempt, expires_secs);
         self.with_run(task_id, attempt, |run| run.token_exp_secs = expires_secs);
-        self.submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())
-            .await?;
+        self.submit_and_wait(ops, Vec::new()).await?;
         Ok(crate::spawn::WorkerCredential::new(
             token.expose().to_owned(),
             old.handle().to_owned(),

@@ -735,3 +735,52 @@ async fn a_replay_for_a_superseded_attempt_answers_its_first_answer() {
         .unwrap_err();
     assert_eq!(err.code(), "already_final");
 }
+
+/// After a restart the SubAgent may still hold the handle it got before the
+/// crash as well as the one announced since: a heartbeat that re-mints moves
+/// the expiry of both, so neither expires under a SubAgent that heartbeats.
+#[tokio::test(start_paused = true)]
+async fn after_a_restart_a_heartbeat_moves_every_handle_of_the_attempt() {
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new());
+    let outputs: Arc<dyn OutputStore> = Arc::new(MemoryOutputStore::new());
+    let clock = Arc::new(swarmd_engine::clock::ManualClock::at_secs(1_000_000));
+    let remote = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let resolver = || {
+        Arc::new(StaticResolver::new().with("remote", SpawnerKind::Operator, None, remote.clone()))
+    };
+    let config = || EngineConfig {
+        worker_token_ttl_secs: 60,
+        ..EngineConfig::default()
+    };
+    let first = engine_with(
+        resolver(),
+        store.clone(),
+        outputs.clone(),
+        config(),
+        clock.clone(),
+    );
+    let t = first.spawn_task(spec("remote")).await.unwrap();
+    spawned(&remote, t.id, 1).await;
+    let old = remote.credential(t.id).unwrap().handle().to_owned();
+    drop(first);
+
+    let second = engine_with(resolver(), store, outputs, config(), clock.clone());
+    second.recover().await.unwrap();
+    second.start_recovered();
+    spawned(&remote, t.id, 2).await;
+    let fresh = remote.credential(t.id).unwrap().handle().to_owned();
+    assert_ne!(old, fresh);
+
+    // Less than a third of the lifetime left: the heartbeat re-mints.
+    clock.advance_ms(50_000);
+    let auth = second.authenticate_worker(&old, Verb::Heartbeat).unwrap();
+    let ack = second.heartbeat(&auth, Some(t.id)).await.unwrap();
+    assert!(ack.token.is_some());
+    assert_eq!(ack.handle_expires, 1_000_110);
+    // Past the first expiry (and any leeway), both handles still work.
+    clock.advance_ms(30_000);
+    for handle in [&old, &fresh] {
+        let auth = second.authenticate_worker(handle, Verb::FetchPrompt);
+        assert!(auth.is_ok(), "{handle}: {auth:?}");
+    }
+}

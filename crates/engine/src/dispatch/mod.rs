@@ -117,7 +117,6 @@ impl Engine {
             started_ms: now_ms,
             posted: None,
             posted_tx: watch::Sender::new(false),
-            handle_digest: None,
             token_exp_secs: 0,
             verbs,
             last_final: None,
@@ -137,7 +136,6 @@ impl Engine {
         let mut ops = Vec::with_capacity(3);
         let credential = match self.mint(state.task.id, attempt, &run.verbs) {
             Ok((credential, digest, handle)) => {
-                run.handle_digest = Some(digest);
                 run.token_exp_secs = credential.expires_secs();
                 ops.push(WriteOp::PutHandle {
                     digest,

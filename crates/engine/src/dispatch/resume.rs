@@ -118,7 +118,6 @@ impl Engine {
             .unwrap_or_default();
         let (credential, digest, record) = self.mint(task_id, attempt, &verbs)?;
         if let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt) {
-            run.handle_digest = Some(digest);
             run.token_exp_secs = credential.expires_secs();
         }
         self.submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())

@@ -25,7 +25,9 @@ use swarmd_output_store::OutputEvent;
 use crate::app::AppState;
 use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
 use crate::http::error::ApiError;
-use crate::http::extract::{IdempotencyKey, Json, Query, RawBody, is_json, media_type};
+use crate::http::extract::{
+    IdempotencyKey, Json, Query, RawBody, check_depth, is_json, media_type,
+};
 
 /// The worker routes, to be merged into the API router.
 pub fn routes() -> Router<AppState> {
@@ -218,6 +220,7 @@ async fn heartbeat(
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    check_depth(body)?;
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
@@ -225,6 +228,9 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 /// The value `submit` stores: the parsed body when it is declared JSON and
 /// parses, else the text with trailing whitespace trimmed.
 fn submitted_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    if is_json(headers) {
+        check_depth(body)?;
+    }
     if is_json(headers)
         && let Ok(value) = serde_json::from_slice::<Value>(body)
     {
@@ -240,6 +246,8 @@ fn submitted_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
 /// skipped; a bad line is refused with its number.
 fn parse_events(headers: &HeaderMap, body: &[u8]) -> Result<Vec<OutputEvent>, ApiError> {
     let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("body is not UTF-8"))?;
+    // Lines never nest in each other, so the body's depth is its deepest line's.
+    check_depth(body)?;
     let declared_ndjson = media_type(headers).is_some_and(|m| {
         matches!(
             m.as_str(),

@@ -8,5 +8,6 @@ mod daemon;
 mod harness;
 mod http_api;
 mod lifecycle;
+mod limits;
 mod sse;
 mod ws_flow;

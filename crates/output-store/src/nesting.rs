@@ -50,10 +50,8 @@ pub fn check_text_depth(text: &[u8]) -> Result<(), DepthError> {
     let limit = MAX_JSON_DEPTH;
     let mut scanner = Scanner::default();
     for &byte in text {
-        if let Some(Bracket::Open) = scanner.step(byte) {
-            if scanner.depth > limit {
-                return Err(DepthError { limit });
-            }
+        if scanner.step(byte) == Some(Bracket::Open) && scanner.depth > limit {
+            return Err(DepthError { limit });
         }
     }
     Ok(())

@@ -340,4 +340,56 @@ mod tests {
         assert!(error.message().contains("line 2"), "{}", error.message());
         assert!(parse_events(&HeaderMap::new(), b"\n\n").is_err());
     }
+
+    fn bodies() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..300),
+            "\\PC{0,200}".prop_map(String::into_bytes),
+            r#"[\[\]{}",:a-z_0-9\\ \n]{0,200}"#.prop_map(String::into_bytes),
+            (0usize..300, 0usize..3).prop_map(|(depth, shape)| {
+                let value = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+                match shape {
+                    0 => format!(r#"{{"value":{value}}}"#),
+                    1 => format!(
+                        r#"{{"type":"partial","chunk":{{"kind":"inline","value":{value}}}}}"#
+                    ),
+                    _ => value,
+                }
+                .into_bytes()
+            }),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Worker bodies never panic; what they refuse is a 4xx, and what
+        /// they accept is within the depth bound.
+        #[test]
+        fn worker_bodies_are_parsed_or_refused_with_a_4xx(body in bodies()) {
+            let within = |value: &Value| swarmd_output_store::check_value_depth(value).is_ok();
+            for headers in [HeaderMap::new(), headers("application/json")] {
+                match parse_json::<ResultBody>(&body) {
+                    Ok(parsed) => proptest::prop_assert!(within(&parsed.value)),
+                    Err(e) => proptest::prop_assert!(e.status().is_client_error()),
+                }
+                match submitted_value(&headers, &body) {
+                    Ok(value) => proptest::prop_assert!(within(&value)),
+                    Err(e) => proptest::prop_assert!(e.status().is_client_error()),
+                }
+                match parse_events(&headers, &body) {
+                    Ok(events) => {
+                        for event in events {
+                            let text = serde_json::to_vec(&event).unwrap();
+                            proptest::prop_assert!(
+                                swarmd_output_store::check_text_depth(&text).is_ok()
+                            );
+                        }
+                    }
+                    Err(e) => proptest::prop_assert!(e.status().is_client_error()),
+                }
+            }
+        }
+    }
 }

@@ -36,15 +36,16 @@ fn check_shape(value: &Value) -> mlua::Result<()> {
                     "the value holds more than {MAX_JSON_ELEMENTS} elements"
                 )));
             }
-            if let Value::Table(inner) = entry {
-                if depth >= MAX_JSON_DEPTH {
-                    return Err(mlua::Error::runtime(format!(
-                        "the value nests tables deeper than {MAX_JSON_DEPTH} levels \
-                         (a table that contains itself never ends)"
-                    )));
-                }
-                pending.push((inner, depth + 1));
+            let Value::Table(inner) = entry else {
+                continue;
+            };
+            if depth >= MAX_JSON_DEPTH {
+                return Err(mlua::Error::runtime(format!(
+                    "the value nests tables deeper than {MAX_JSON_DEPTH} levels \
+                     (a table that contains itself never ends)"
+                )));
             }
+            pending.push((inner, depth + 1));
         }
     }
     Ok(())

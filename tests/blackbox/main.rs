@@ -10,6 +10,7 @@ mod daemon;
 mod harness;
 mod http_api;
 mod lifecycle;
+mod limits;
 mod recovery;
 mod security;
 mod sse;

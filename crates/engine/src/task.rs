@@ -617,4 +617,41 @@ mod tests {
         let err = "done".parse::<TaskStatus>().unwrap_err();
         assert!(err.to_string().contains("queued"));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any policy body either fails to decode, is refused with a message
+        /// naming its field, or validates to a policy inside every bound.
+        #[test]
+        fn any_policy_body_is_refused_or_bounded(
+            max_attempts in proptest::option::of(proptest::prelude::any::<u32>()),
+            backoff in proptest::option::of(proptest::prelude::any::<u64>()),
+            attempt in proptest::option::of(proptest::prelude::any::<u64>()),
+            queue in proptest::option::of(proptest::prelude::any::<u64>()),
+            warn in proptest::option::of(proptest::prelude::any::<u64>()),
+            noise in "\\PC{0,40}",
+        ) {
+            let overrides = PolicyOverrides {
+                max_attempts,
+                retry_on: None,
+                retry_backoff_ms: backoff,
+                attempt_timeout_secs: attempt,
+                queue_timeout_secs: queue,
+                long_hold_warn_secs: warn,
+            };
+            match overrides.validate() {
+                Ok(()) => {
+                    let policy = Policy::resolve(&overrides, &Policy::default());
+                    proptest::prop_assert!((1..=MAX_ATTEMPTS).contains(&policy.max_attempts));
+                    proptest::prop_assert!(policy.retry_backoff_ms <= MAX_BACKOFF_MS);
+                    proptest::prop_assert!(policy.attempt_timeout_secs <= MAX_POLICY_SECS);
+                    proptest::prop_assert!(policy.long_hold_warn_secs <= MAX_POLICY_SECS);
+                }
+                Err(message) => proptest::prop_assert!(message.starts_with("policy.")),
+            }
+            let body = serde_json::json!({"max_attempts": noise});
+            proptest::prop_assert!(serde_json::from_value::<PolicyOverrides>(body).is_err());
+        }
+    }
 }

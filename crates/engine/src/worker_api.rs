@@ -281,6 +281,16 @@ impl Engine {
                 "a final is posted with /v1/worker/result or /v1/worker/submit".into(),
             ));
         }
+        // Only the output store names files (the blobs it spills): a worker's
+        // path could point readers at any file of the host.
+        if events
+            .iter()
+            .any(|e| matches!(e.content(), Some(ContentRef::FileRef { .. })))
+        {
+            return Err(EngineError::BadRequest(
+                "file_ref content is created by the daemon only; post the value inline".into(),
+            ));
+        }
         let session = self.open_for_write(task_id, auth.attempt)?;
         let records = self
             .append_and_publish(task_id, auth.attempt, session, "worker", events)

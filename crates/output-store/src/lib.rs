@@ -20,6 +20,7 @@ mod conformance;
 mod event;
 pub mod histogram;
 mod memory;
+pub mod nesting;
 mod spill;
 pub mod sqlite;
 mod sweep;
@@ -31,6 +32,7 @@ use uuid::Uuid;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{ContentRef, OutputEvent, OutputRecord};
+pub use nesting::{DepthError, MAX_JSON_DEPTH, check_text_depth, check_value_depth};
 pub use sweep::BlobSweep;
 
 /// The records `append_at` stores for `prepared`, numbered from `first_seq`.

@@ -261,4 +261,27 @@ mod tests {
         assert!(!looks_like_token("swc1"));
         assert!(!looks_like_token("swc2.k.p.t"));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Arbitrary strings never panic the parsers, and only the exact
+        /// shape (prefix plus lowercase hex of the right length) parses.
+        #[test]
+        fn arbitrary_strings_parse_only_in_the_exact_shape(text in "(wh-|sws-)?([0-9a-fA-F]{28,68}|\\PC{0,80})") {
+            let handle = WorkerHandle::parse(&text);
+            let secret = SessionSecret::parse(&text);
+            let hex = |body: &str, len: usize| {
+                body.len() == len && body.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            };
+            proptest::prop_assert_eq!(
+                handle.is_ok(),
+                text.strip_prefix("wh-").is_some_and(|b| hex(b, 2 * HANDLE_RANDOM_BYTES))
+            );
+            proptest::prop_assert_eq!(
+                secret.is_ok(),
+                text.strip_prefix("sws-").is_some_and(|b| hex(b, 2 * SECRET_RANDOM_BYTES))
+            );
+        }
+    }
 }

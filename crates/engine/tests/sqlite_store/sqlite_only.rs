@@ -235,3 +235,85 @@ fn sqlite_open_on_a_closed_db_fails() {
     db.close().unwrap();
     assert!(matches!(SqliteTaskStore::open(db), Err(StoreError::Closed)));
 }
+
+/// A JSON array nested `depth` levels around `1`.
+fn nested(depth: usize) -> serde_json::Value {
+    (0..depth).fold(json!(1), |inner, _| json!([inner]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_the_reader_cannot_decode_never_fail_a_page() {
+    let fixture = sqlite_fixture();
+    let store: &dyn TaskStore = &fixture.store;
+    let fine = finished("a", AttemptOutcome::Pass, 50);
+    let deep = finished("b", AttemptOutcome::Pass, 60);
+    let broken = finished("c", AttemptOutcome::Blocked, 70);
+    let events = vec![
+        event(1, 1, fine.id),
+        event(2, 2, deep.id),
+        event(3, 3, broken.id),
+        event(4, 4, fine.id),
+    ];
+    apply(
+        store,
+        vec![
+            put(&fine),
+            put(&deep),
+            put(&broken),
+            WriteOp::Events(events),
+        ],
+    )
+    .await;
+
+    // Rows as a daemon without the intake bound could write them: deeper
+    // than the decoder's recursion limit, or not JSON at all.
+    let mut deep_body = serde_json::to_value(&deep).unwrap();
+    deep_body["result"]["value"] = nested(200);
+    let deep_event = json!({"seq": 2, "ts_ms": 2, "event": {"kind": "senior_asked",
+        "task_id": deep.id, "attempt": 1, "question": nested(200)}});
+    let conn = rusqlite::Connection::open(&fixture.path).unwrap();
+    let key = |task: &Task| task.id.as_uuid().into_bytes();
+    let update = "UPDATE tasks SET body = ?2 WHERE id = ?1";
+    conn.execute(update, rusqlite::params![key(&deep), deep_body.to_string()])
+        .unwrap();
+    conn.execute(update, rusqlite::params![key(&broken), "{broken"])
+        .unwrap();
+    let update = "UPDATE events SET body = ?2 WHERE seq = ?1";
+    conn.execute(update, rusqlite::params![2, deep_event.to_string()])
+        .unwrap();
+    conn.execute(update, rusqlite::params![3, "{broken"])
+        .unwrap();
+    drop(conn);
+
+    let page = store.list_tasks(&all(None, None, None)).await.unwrap();
+    assert_eq!(page.len(), 3, "every row is on the page");
+    assert_eq!(page[2], fine);
+    let read_deep = &page[1];
+    assert_eq!(read_deep.id, deep.id);
+    let value = &read_deep.result.as_ref().unwrap().value;
+    assert!(
+        value
+            .to_string()
+            .contains("<unreadable: nested too deeply>")
+    );
+    let stand_in = &page[0];
+    assert_eq!(
+        (stand_in.id, stand_in.status(), stand_in.agent.as_str()),
+        (broken.id, TaskStatus::Blocked, "c")
+    );
+    assert_eq!(
+        stand_in.reason.as_deref(),
+        Some("the stored record of this task cannot be read")
+    );
+    assert_eq!(store.task(broken.id).await.unwrap().unwrap(), *stand_in);
+    assert_eq!(store.task(deep.id).await.unwrap().unwrap(), *read_deep);
+
+    let read: Vec<u64> = store
+        .events_after(0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|record| record.seq)
+        .collect();
+    assert_eq!(read, vec![1, 2, 4], "the undecodable event is left out");
+}

@@ -347,17 +347,31 @@ where
     Ok(removed)
 }
 
+/// A stored output as a record. An event that cannot be decoded at all
+/// comes back as a progress note saying so, so one bad row never fails a
+/// whole read (see `nesting::decode_stored`).
 fn decode_row(task: Uuid, attempt: u32, row: &Row<'_>) -> Result<OutputRecord, StoreError> {
-    let event = row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
+    let text = row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
+    let seq: u64 = row.get(0)?;
+    let key = format!("{task}/{attempt}/{seq}");
+    let event = crate::nesting::decode_stored("outputs", &key, text).unwrap_or_else(|_| {
+        OutputEvent::Progress {
+            stage: UNREADABLE_STAGE.to_owned(),
+            note: Some(format!("output {key} is stored but cannot be read")),
+        }
+    });
     Ok(OutputRecord {
         task,
         attempt,
-        seq: row.get(0)?,
+        seq,
         ts_ms: row.get(1)?,
         producer: row.get(2)?,
-        event: serde_json::from_str(event)?,
+        event,
     })
 }
+
+/// The progress stage of an output read back in place of an unreadable one.
+pub(crate) const UNREADABLE_STAGE: &str = "unreadable_output";
 
 /// SQLite integers are signed; larger values mean "no bound" for these filters.
 fn clamp_i64(value: u64) -> i64 {

@@ -5,8 +5,8 @@
 //! Each wraps the axum extractor of the same name and maps its rejection by
 //! status: 413 → `payload_too_large`, 415 → `unsupported_media_type`,
 //! anything else (syntax, missing field, wrong type, bad id) → 400
-//! `bad_request`. serde_json's recursion limit makes deeply nested bodies a
-//! plain 400.
+//! `bad_request`. A JSON body nested deeper than `MAX_JSON_DEPTH` (64) is a
+//! 400 that names the limit.
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
@@ -45,11 +45,31 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        // A body not declared as JSON is left to axum's 415.
+        let req = if is_json(req.headers()) {
+            let headers = req.headers().clone();
+            let body = Bytes::from_request(req, state)
+                .await
+                .map_err(|e| rejection(e.status(), e.body_text()))?;
+            check_depth(&body)?;
+            let mut checked = Request::new(axum::body::Body::from(body));
+            *checked.headers_mut() = headers;
+            checked
+        } else {
+            req
+        };
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(value)) => Ok(Json(value)),
             Err(e) => Err(rejection(e.status(), e.body_text())),
         }
     }
+}
+
+/// Refuses a JSON body nested deeper than `MAX_JSON_DEPTH`, before it is
+/// parsed: what is accepted must stay readable once stored in deeper records.
+pub fn check_depth(body: &[u8]) -> Result<(), ApiError> {
+    swarmd_output_store::check_text_depth(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is refused: {e}")))
 }
 
 impl<T: Serialize> IntoResponse for Json<T> {

@@ -25,7 +25,9 @@ use swarmd_output_store::OutputEvent;
 use crate::app::AppState;
 use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
 use crate::http::error::ApiError;
-use crate::http::extract::{IdempotencyKey, Json, Query, RawBody, is_json, media_type};
+use crate::http::extract::{
+    IdempotencyKey, Json, Query, RawBody, check_depth, is_json, media_type,
+};
 
 /// The worker routes, to be merged into the API router.
 pub fn routes() -> Router<AppState> {
@@ -218,6 +220,7 @@ async fn heartbeat(
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    check_depth(body)?;
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
@@ -225,6 +228,9 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 /// The value `submit` stores: the parsed body when it is declared JSON and
 /// parses, else the text with trailing whitespace trimmed.
 fn submitted_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    if is_json(headers) {
+        check_depth(body)?;
+    }
     if is_json(headers)
         && let Ok(value) = serde_json::from_slice::<Value>(body)
     {
@@ -240,6 +246,8 @@ fn submitted_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> 
 /// skipped; a bad line is refused with its number.
 fn parse_events(headers: &HeaderMap, body: &[u8]) -> Result<Vec<OutputEvent>, ApiError> {
     let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("body is not UTF-8"))?;
+    // Lines never nest in each other, so the body's depth is its deepest line's.
+    check_depth(body)?;
     let declared_ndjson = media_type(headers).is_some_and(|m| {
         matches!(
             m.as_str(),
@@ -331,5 +339,57 @@ mod tests {
         assert_eq!(error.code(), "bad_request");
         assert!(error.message().contains("line 2"), "{}", error.message());
         assert!(parse_events(&HeaderMap::new(), b"\n\n").is_err());
+    }
+
+    fn bodies() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..300),
+            "\\PC{0,200}".prop_map(String::into_bytes),
+            r#"[\[\]{}",:a-z_0-9\\ \n]{0,200}"#.prop_map(String::into_bytes),
+            (0usize..300, 0usize..3).prop_map(|(depth, shape)| {
+                let value = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+                match shape {
+                    0 => format!(r#"{{"value":{value}}}"#),
+                    1 => format!(
+                        r#"{{"type":"partial","chunk":{{"kind":"inline","value":{value}}}}}"#
+                    ),
+                    _ => value,
+                }
+                .into_bytes()
+            }),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Worker bodies never panic; what they refuse is a 4xx, and what
+        /// they accept is within the depth bound.
+        #[test]
+        fn worker_bodies_are_parsed_or_refused_with_a_4xx(body in bodies()) {
+            let within = |value: &Value| swarmd_output_store::check_value_depth(value).is_ok();
+            for headers in [HeaderMap::new(), headers("application/json")] {
+                match parse_json::<ResultBody>(&body) {
+                    Ok(parsed) => proptest::prop_assert!(within(&parsed.value)),
+                    Err(e) => proptest::prop_assert!(e.status().is_client_error()),
+                }
+                match submitted_value(&headers, &body) {
+                    Ok(value) => proptest::prop_assert!(within(&value)),
+                    Err(e) => proptest::prop_assert!(e.status().is_client_error()),
+                }
+                match parse_events(&headers, &body) {
+                    Ok(events) => {
+                        for event in events {
+                            let text = serde_json::to_vec(&event).unwrap();
+                            proptest::prop_assert!(
+                                swarmd_output_store::check_text_depth(&text).is_ok()
+                            );
+                        }
+                    }
+                    Err(e) => proptest::prop_assert!(e.status().is_client_error()),
+                }
+            }
+        }
     }
 }

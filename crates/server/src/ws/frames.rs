@@ -221,6 +221,19 @@ pub struct DecodeError {
 /// Decodes a client frame. On failure the error carries the frame's
 /// `req_id` when it had a valid one, so the `error` frame can echo it.
 pub fn decode(text: &str) -> Result<ClientFrame, DecodeError> {
+    if let Err(error) = swarmd_output_store::check_text_depth(text.as_bytes()) {
+        // serde_json's own recursion limit keeps this probe shallow.
+        let req_id = serde_json::from_str::<Value>(text)
+            .ok()
+            .as_ref()
+            .and_then(|frame| frame.get("req_id"))
+            .and_then(Value::as_str)
+            .and_then(|r| ReqId::new(r).ok());
+        return Err(DecodeError {
+            req_id,
+            message: format!("the frame is refused: {error}"),
+        });
+    }
     serde_json::from_str(text).map_err(|error| {
         let probe = match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(fields)) => Some(fields),

@@ -298,3 +298,55 @@ fn the_spawn_frame_carries_the_credential_and_binding() {
                "base_url": "http://h:1", "deadline": 5})
     );
 }
+
+mod decode_properties {
+    //! Arbitrary and adversarial client frames: decoding never panics, and a
+    //! frame it accepts is never nested past the depth bound.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A frame of a client type with a value nested `depth` deep.
+    fn deep_frame(kind: &str, depth: usize) -> String {
+        let value = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        format!(
+            r#"{{"type":"{kind}","req_id":"r-1","agent":"a","prompt":"p","value":{value},"input":{value}}}"#
+        )
+    }
+
+    fn frames() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "\\PC{0,200}",
+            r#"[\[\]{}",:a-z_0-9\\ ]{0,200}"#,
+            (prop::sample::select(CLIENT_TYPES.to_vec()), 0usize..300)
+                .prop_map(|(kind, depth)| deep_frame(kind, depth)),
+            (
+                prop::sample::select(CLIENT_TYPES.to_vec()),
+                "\\PC{0,40}",
+                any::<i64>()
+            )
+                .prop_map(|(kind, text, n)| {
+                    serde_json::json!({"type": kind, "req_id": text, "task_id": text,
+                        "agent": text, "prompt": text, "value": n, "ok": n % 2 == 0,
+                        "after_seq": n, "policy": {"max_attempts": n}})
+                    .to_string()
+                }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn decoding_never_panics_and_never_accepts_too_deep(text in frames()) {
+            match decode(&text) {
+                Ok(frame) => {
+                    let again = serde_json::to_string(&frame).unwrap();
+                    prop_assert!(swarmd_output_store::check_text_depth(again.as_bytes()).is_ok());
+                }
+                Err(error) => prop_assert!(!error.message.is_empty()),
+            }
+        }
+    }
+}

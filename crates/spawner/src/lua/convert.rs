@@ -1,14 +1,54 @@
 //! Values across the Lua boundary: JSON ↔ Lua, and a script's return value
 //! as a `{value, ok}` result.
 
-use mlua::{Lua, LuaSerdeExt, Value};
+use mlua::{Lua, LuaSerdeExt, Table, Value};
+use swarmd_output_store::MAX_JSON_DEPTH;
 
 use super::agent::LuaFinal;
 
+/// The most table entries a value converted to JSON may hold in all, counted
+/// as the JSON would repeat them: a table referenced twice counts twice.
+pub const MAX_JSON_ELEMENTS: usize = 1 << 20;
+
 /// A Lua value as JSON. Functions, threads and userdata (other than
-/// `json.null`) and recursive tables are refused.
+/// `json.null`) are refused, and so are tables nested deeper than
+/// `MAX_JSON_DEPTH` (a table that contains itself is infinitely deep) or
+/// holding more than [`MAX_JSON_ELEMENTS`] entries.
 pub(super) fn from_lua(lua: &Lua, value: Value) -> mlua::Result<serde_json::Value> {
+    check_shape(&value)?;
     lua.from_value(value)
+}
+
+/// Walks the tables of `value` without recursion, so that the converter,
+/// which recurses, only ever sees a bounded value.
+fn check_shape(value: &Value) -> mlua::Result<()> {
+    let Value::Table(table) = value else {
+        return Ok(());
+    };
+    let mut pending: Vec<(Table, usize)> = vec![(table.clone(), 1)];
+    let mut elements: usize = 0;
+    while let Some((table, depth)) = pending.pop() {
+        for pair in table.pairs::<Value, Value>() {
+            let (_, entry) = pair?;
+            elements += 1;
+            if elements > MAX_JSON_ELEMENTS {
+                return Err(mlua::Error::runtime(format!(
+                    "the value holds more than {MAX_JSON_ELEMENTS} elements"
+                )));
+            }
+            let Value::Table(inner) = entry else {
+                continue;
+            };
+            if depth >= MAX_JSON_DEPTH {
+                return Err(mlua::Error::runtime(format!(
+                    "the value nests tables deeper than {MAX_JSON_DEPTH} levels \
+                     (a table that contains itself never ends)"
+                )));
+            }
+            pending.push((inner, depth + 1));
+        }
+    }
+    Ok(())
 }
 
 /// JSON as a Lua value: arrays keep their array-ness through `json.encode`,

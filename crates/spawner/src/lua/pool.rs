@@ -33,6 +33,12 @@ type Job = Box<dyn FnOnce() -> bool + Send + 'static>;
 /// returns).
 const DEADLINE_SLACK: Duration = Duration::from_secs(1);
 
+/// Stack of each Lua thread: values crossing the boundary are bounded in
+/// depth before any recursive conversion, and this margin (eight times
+/// Rust's default, reserved but only touched as used) is the second line of
+/// defence, since a stack overflow aborts the whole daemon.
+const LUA_THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
+
 /// Threads, stuck ones included, allowed per thread the pool was built with.
 const MAX_THREADS_PER_SLOT: usize = 4;
 
@@ -177,6 +183,7 @@ impl Threads {
         let serving = Arc::clone(threads);
         let started = std::thread::Builder::new()
             .name(format!("swarmd-lua-{n}"))
+            .stack_size(LUA_THREAD_STACK_BYTES)
             .spawn(move || {
                 serving.serve();
                 serving.unreserve();

@@ -316,3 +316,62 @@ async fn middleware_after_may_override() {
         Err(LuaError::NoHooks { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_deep_table_fails_the_run_with_a_clear_reason() {
+    let limits = LuaLimits {
+        memory_limit_bytes: 64 * 1024 * 1024,
+        instruction_limit: 50_000_000,
+        timeout: Duration::from_secs(20),
+    };
+    let deep = r#"
+        local t = {}
+        for _ = 1, 100000 do t = { t } end
+        return t
+    "#;
+    let (result, _) = agent(limits, deep).await;
+    let Err(LuaError::Value(message)) = result else {
+        panic!("a 100 000-deep table must fail the run: {result:?}");
+    };
+    assert!(message.contains("64 levels"), "{message}");
+
+    let at_the_bound = "local t = 1; for _ = 1, 64 do t = { t } end; return t";
+    assert!(agent(small(), at_the_bound).await.0.is_ok());
+    let past_it = "local t = 1; for _ = 1, 65 do t = { t } end; return { value = t }";
+    assert!(matches!(
+        agent(small(), past_it).await.0,
+        Err(LuaError::Value(_))
+    ));
+}
+
+#[tokio::test]
+async fn self_referencing_tables_fail_the_run() {
+    let sources = [
+        "local t = {}; t.me = t; return t",
+        "local a, b = {}, {}; a.b = b; b.a = a; return { value = a, ok = true }",
+        "local t = {}; t[1] = t; emit_partial(t); return 1",
+        "local t = {}; t.me = t; return json.encode(t)",
+    ];
+    for source in sources {
+        let (result, _) = agent(small(), source).await;
+        let Err(LuaError::Value(message) | LuaError::Runtime(message)) = result else {
+            panic!("{source}: a cycle must fail the run: {result:?}");
+        };
+        assert!(message.contains("64 levels"), "{source}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn a_wide_shared_table_is_bounded_too() {
+    // 2^40 leaves once expanded, in a few hundred bytes of Lua.
+    let source = r#"
+        local t = { 1 }
+        for _ = 1, 40 do t = { t, t } end
+        return t
+    "#;
+    let (result, _) = agent(small(), source).await;
+    let Err(LuaError::Value(message)) = result else {
+        panic!("a table that expands past the element budget must fail: {result:?}");
+    };
+    assert!(message.contains("elements"), "{message}");
+}

@@ -126,18 +126,22 @@ pub(super) enum Parsed {
 }
 
 /// One NDJSON line as an event. Blank lines are skipped; a line that is not an
-/// OutputEvent, or that points at a file, becomes a progress note quoting it.
+/// OutputEvent, nests deeper than `MAX_JSON_DEPTH`, or points at a file,
+/// becomes a progress note quoting it.
 pub(super) fn parse_line(line: &[u8], line_no: u64) -> Parsed {
     let trimmed = line.trim_ascii();
     if trimmed.is_empty() {
         return Parsed::Blank;
     }
-    let problem = match serde_json::from_slice::<OutputEvent>(trimmed) {
+    let parsed = swarmd_output_store::check_text_depth(trimmed)
+        .map_err(|e| e.to_string())
+        .and_then(|()| serde_json::from_slice::<OutputEvent>(trimmed).map_err(|e| e.to_string()));
+    let problem = match parsed {
         Ok(event) if carries_file_ref(&event) => {
             "file references are not accepted from a child's stdout".to_owned()
         }
         Ok(event) => return Parsed::Event(event),
-        Err(e) => e.to_string(),
+        Err(problem) => problem,
     };
     let text = String::from_utf8_lossy(trimmed);
     let preview: String = text.chars().take(PREVIEW_CHARS).collect();
@@ -175,10 +179,12 @@ pub(super) async fn read_tail<R: AsyncRead + Unpin>(mut err: R) -> String {
     String::from_utf8_lossy(&tail[start..]).into_owned()
 }
 
-/// The plain-mode value: stdout as JSON when it parses, else
+/// The plain-mode value: stdout as JSON when it parses within
+/// `MAX_JSON_DEPTH`, else
 /// `{"raw": <stdout, trailing whitespace trimmed>, "stderr": <tail>}`.
 pub(super) fn plain_value(stdout: &[u8], stderr_tail: &str) -> Value {
-    if let Ok(value) = serde_json::from_slice::<Value>(stdout) {
+    let shallow = swarmd_output_store::check_text_depth(stdout).is_ok();
+    if shallow && let Ok(value) = serde_json::from_slice::<Value>(stdout) {
         return value;
     }
     let raw = String::from_utf8_lossy(stdout);
@@ -210,6 +216,66 @@ mod tests {
             panic!("a file reference must not pass");
         };
         assert!(note.unwrap().contains("file references"));
+    }
+
+    /// An NDJSON `final` line whose value nests `depth` arrays.
+    fn deep_final(depth: usize) -> Vec<u8> {
+        let value = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        format!(r#"{{"type":"final","ok":true,"content":{{"kind":"inline","value":{value}}}}}"#)
+            .into_bytes()
+    }
+
+    #[test]
+    fn lines_nested_past_the_bound_become_notes() {
+        assert!(matches!(parse_line(&deep_final(60), 1), Parsed::Event(_)));
+        for depth in [126, 200, 100_000] {
+            let Parsed::Invalid(OutputEvent::Progress { note, .. }) =
+                parse_line(&deep_final(depth), 7)
+            else {
+                panic!("a {depth}-deep line must not pass");
+            };
+            let note = note.unwrap();
+            assert!(note.starts_with("line 7: "), "{note}");
+            assert!(note.contains("64 levels"), "{note}");
+        }
+        let deep = format!("{}1{}", "[".repeat(126), "]".repeat(126));
+        assert_eq!(
+            plain_value(deep.as_bytes(), ""),
+            json!({"raw": deep, "stderr": ""})
+        );
+    }
+
+    #[test]
+    fn arbitrary_lines_never_panic() {
+        use proptest::prelude::*;
+        let lines = prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..300),
+            "\\PC{0,200}".prop_map(String::into_bytes),
+            (0usize..300).prop_map(deep_final),
+            r#"[\[\]{}",:a-z0-9\\ ]{0,200}"#.prop_map(String::into_bytes),
+        ];
+        let mut runner =
+            proptest::test_runner::TestRunner::new(proptest::test_runner::Config::with_cases(256));
+        runner
+            .run(&lines, |line| {
+                match parse_line(&line, 1) {
+                    Parsed::Event(event) => {
+                        let text = serde_json::to_string(&event).unwrap();
+                        prop_assert!(
+                            swarmd_output_store::check_text_depth(text.as_bytes()).is_ok()
+                        );
+                        prop_assert!(!carries_file_ref(&event));
+                    }
+                    Parsed::Invalid(OutputEvent::Progress { stage, .. }) => {
+                        prop_assert_eq!(stage, INVALID_LINE_STAGE);
+                    }
+                    Parsed::Invalid(other) => prop_assert!(false, "not a note: {other:?}"),
+                    Parsed::Blank => prop_assert!(line.trim_ascii().is_empty()),
+                }
+                let _ = plain_value(&line, "tail");
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[tokio::test]

@@ -8,7 +8,8 @@ use rusqlite::{
     CachedStatement, Connection, OptionalExtension, Params, Row, params, params_from_iter,
 };
 use serde::de::DeserializeOwned;
-use swarmd_output_store::StoreError;
+use sha2::{Digest, Sha256};
+use swarmd_output_store::{StoreError, nesting};
 use uuid::Uuid;
 
 use super::schema::PRUNED_EVENT_SEQ;
@@ -32,7 +33,7 @@ pub(super) fn status_list(terminal: bool) -> String {
 
 static LIVE_TASKS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT body FROM tasks WHERE status IN ({}) ORDER BY id",
+        "SELECT {TASK_COLUMNS} FROM tasks WHERE status IN ({}) ORDER BY id",
         status_list(false)
     )
 });
@@ -46,42 +47,110 @@ pub(super) fn task_id(bytes: [u8; 16]) -> TaskId {
     TaskId::from_uuid(Uuid::from_bytes(bytes))
 }
 
-/// Decodes the JSON text in column `index`.
-fn json<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> Result<T, StoreError> {
+/// Decodes the JSON text in column `index` of a row of `table`. A row deeper
+/// than the decoder takes comes back with its deep parts replaced (see
+/// `nesting::decode_stored`); the row is named in the log by `row_key`.
+fn json<T: DeserializeOwned>(
+    table: &str,
+    row: &Row<'_>,
+    index: usize,
+    row_key: impl Fn(&Row<'_>) -> String,
+) -> Result<T, StoreError> {
     let text = row
         .get_ref(index)?
         .as_str()
         .map_err(rusqlite::Error::from)?;
-    Ok(serde_json::from_str(text)?)
+    match serde_json::from_str(text) {
+        Ok(decoded) => Ok(decoded),
+        Err(_) => Ok(nesting::decode_stored(table, &row_key(row), text)?),
+    }
+}
+
+/// A row named by a digest of its body, for tables read without their key.
+fn body_key(index: usize) -> impl Fn(&Row<'_>) -> String {
+    move |row| {
+        let body = row.get_ref(index).ok().and_then(|v| v.as_bytes().ok());
+        let digest = Sha256::digest(body.unwrap_or_default());
+        let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        format!("body:{hex}")
+    }
 }
 
 /// Runs `stmt` and decodes the JSON body in the first column of every row.
 fn bodies<T: DeserializeOwned>(
+    table: &str,
     mut stmt: CachedStatement<'_>,
     params: impl Params,
 ) -> Result<Vec<T>, StoreError> {
     let mut rows = stmt.query(params)?;
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
-        out.push(json(row, 0)?);
+        out.push(json(table, row, 0, body_key(0))?);
     }
     Ok(out)
 }
 
+/// Task rows, as selected by [`TASK_COLUMNS`]. A row whose body cannot be
+/// decoded at all stands in as a task built from its indexed columns, with a
+/// `reason` saying so, so that one bad row never fails a page.
+fn task_rows(mut stmt: CachedStatement<'_>, params: impl Params) -> Result<Vec<Task>, StoreError> {
+    let mut rows = stmt.query(params)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let key = |row: &Row<'_>| {
+            row.get::<_, [u8; 16]>(1)
+                .map_or_else(|_| "?".to_owned(), |id| task_id(id).to_string())
+        };
+        match json("tasks", row, 0, key) {
+            Ok(task) => out.push(task),
+            Err(StoreError::Json(_)) => out.push(unreadable_task(row)?),
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(out)
+}
+
+/// The columns [`task_rows`] reads.
+const TASK_COLUMNS: &str = "body, id, status, agent, finished_ms";
+
+fn unreadable_task(row: &Row<'_>) -> Result<Task, StoreError> {
+    let id = task_id(row.get(1)?);
+    let status: String = row.get(2)?;
+    let agent: String = row.get(3)?;
+    let finished_ms: Option<u64> = row.get(4)?;
+    let stamp = finished_ms.unwrap_or(0);
+    let stand_in = serde_json::json!({
+        "id": id,
+        "agent": agent,
+        "prompt": "",
+        "policy": crate::task::Policy::default(),
+        "depth": 0,
+        "status": status,
+        "attempt": 0,
+        "reason": UNREADABLE_TASK_REASON,
+        "created_ms": stamp,
+        "updated_ms": stamp,
+        "finished_ms": finished_ms,
+    });
+    Ok(serde_json::from_value(stand_in)?)
+}
+
+/// The `reason` of a task read back in place of an unreadable record.
+pub(crate) const UNREADABLE_TASK_REASON: &str = "the stored record of this task cannot be read";
+
 pub(super) fn task(conn: &Connection, id: TaskId) -> Result<Option<Task>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT body FROM tasks WHERE id = ?1")?;
-    let mut rows = stmt.query(params![task_key(id)])?;
-    rows.next()?.map(|row| json(row, 0)).transpose()
+    let stmt = conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"))?;
+    Ok(task_rows(stmt, params![task_key(id)])?.pop())
 }
 
 pub(super) fn attempts(conn: &Connection, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
     let stmt = conn.prepare_cached("SELECT body FROM attempts WHERE task = ?1 ORDER BY attempt")?;
-    bodies(stmt, params![task_key(id)])
+    bodies("attempts", stmt, params![task_key(id)])
 }
 
 /// Newest first; each combination of filters is its own cached statement.
 pub(super) fn list_tasks(conn: &Connection, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
-    let mut sql = String::from("SELECT body FROM tasks WHERE 1");
+    let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE 1");
     let mut args: Vec<SqlValue> = Vec::with_capacity(4);
     if let Some(status) = filter.status {
         sql.push_str(" AND status = ?");
@@ -97,7 +166,7 @@ pub(super) fn list_tasks(conn: &Connection, filter: &TaskFilter) -> Result<Vec<T
     }
     sql.push_str(" ORDER BY id DESC LIMIT ?");
     args.push(SqlValue::Integer(sql_limit(filter.limit)));
-    bodies(conn.prepare_cached(&sql)?, params_from_iter(args))
+    task_rows(conn.prepare_cached(&sql)?, params_from_iter(args))
 }
 
 pub(super) fn task_for_key(conn: &Connection, key: &str) -> Result<Option<TaskId>, StoreError> {
@@ -117,9 +186,21 @@ pub(super) fn events_after(
     let Ok(after) = i64::try_from(after_seq) else {
         return Ok(Vec::new());
     };
-    let stmt =
-        conn.prepare_cached("SELECT body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
-    bodies(stmt, params![after, sql_limit(limit)])
+    let mut stmt =
+        conn.prepare_cached("SELECT body, seq FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
+    let mut rows = stmt.query(params![after, sql_limit(limit)])?;
+    let mut out = Vec::new();
+    let key = |row: &Row<'_>| format!("seq:{}", row.get::<_, i64>(1).unwrap_or(-1));
+    while let Some(row) = rows.next()? {
+        // An event has no stand-in form; an undecodable one is logged (once)
+        // and left out, and the stream goes on after it.
+        match json("events", row, 0, key) {
+            Ok(record) => out.push(record),
+            Err(StoreError::Json(_)) => {}
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(out)
 }
 
 /// Newest first; the record's `id` is the row id the store assigned.
@@ -144,7 +225,7 @@ pub(super) fn audit(
     };
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
-        let mut record: AuditRecord = json(row, 1)?;
+        let mut record: AuditRecord = json("audit", row, 1, body_key(1))?;
         record.id = row.get(0)?;
         out.push(record);
     }
@@ -156,8 +237,9 @@ pub(super) fn audit(
 pub(super) fn load_live(conn: &Connection, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
     let snapshot = conn.unchecked_transaction()?;
     let mut snap = LiveSnapshot {
-        tasks: bodies(snapshot.prepare_cached(&LIVE_TASKS)?, [])?,
+        tasks: task_rows(snapshot.prepare_cached(&LIVE_TASKS)?, [])?,
         sessions: bodies(
+            "sessions",
             snapshot.prepare_cached("SELECT body FROM sessions ORDER BY sid")?,
             [],
         )?,
@@ -170,7 +252,7 @@ pub(super) fn load_live(conn: &Connection, now_secs: u64) -> Result<LiveSnapshot
     for task in &snap.tasks {
         let mut rows = stmt.query(params![task_key(task.id)])?;
         if let Some(row) = rows.next()? {
-            snap.attempts.push(json(row, 0)?);
+            snap.attempts.push(json("attempts", row, 0, body_key(0))?);
         }
     }
 
@@ -182,7 +264,8 @@ pub(super) fn load_live(conn: &Connection, now_secs: u64) -> Result<LiveSnapshot
         let mut rows = stmt.query(params![now])?;
         while let Some(row) = rows.next()? {
             let digest: [u8; 32] = row.get(0)?;
-            snap.handles.push((digest, json(row, 1)?));
+            snap.handles
+                .push((digest, json("handles", row, 1, body_key(1))?));
         }
     }
 

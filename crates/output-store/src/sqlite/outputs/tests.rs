@@ -132,25 +132,55 @@ async fn reopen_sees_every_acknowledged_record() {
 }
 
 #[tokio::test]
-async fn a_corrupt_stored_event_is_an_error_not_a_panic() {
+async fn unreadable_stored_events_come_back_as_entries_not_a_failed_read() {
     let dir = tempfile::tempdir().unwrap();
     let store = open_store(dir.path(), 1 << 18);
     let task = Uuid::new_v4();
+    // Deeper than serde_json's recursion limit, as a row written before
+    // intake bounded the depth could be.
+    let deep = format!(
+        r#"{{"type":"final","ok":true,"content":{{"kind":"inline","value":{}1{}}}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    assert!(serde_json::from_str::<OutputEvent>(&deep).is_err());
     store
         .db()
         .write(move |tx| {
-            tx.execute(
-                "INSERT INTO outputs VALUES (?1, 1, 1, 0, 'w', '{\"type\":\"nope\"}')",
-                [&task.as_bytes()[..]],
-            )?;
+            let key = &task.as_bytes()[..];
+            let insert = "INSERT INTO outputs VALUES (?1, 1, ?2, 0, 'w', ?3)";
+            tx.execute(insert, rusqlite::params![key, 1, r#"{"type":"nope"}"#])?;
+            tx.execute(insert, rusqlite::params![key, 2, deep])?;
+            let fine = r#"{"type":"progress","stage":"fine"}"#;
+            tx.execute(insert, rusqlite::params![key, 3, fine])?;
             Ok(())
         })
         .await
         .unwrap();
-    assert!(matches!(
-        store.tail(task, 1, 0, 10).await,
-        Err(StoreError::Json(_))
-    ));
+    let records = store.tail(task, 1, 0, 10).await.unwrap();
+    assert_eq!(records.len(), 3);
+    let OutputEvent::Progress { stage, note } = &records[0].event else {
+        panic!("a corrupt row reads as a note: {:?}", records[0].event);
+    };
+    assert_eq!(stage, UNREADABLE_STAGE);
+    assert!(note.as_deref().unwrap().contains(&format!("{task}/1/1")));
+    let Some(ContentRef::Inline { value }) = records[1].event.content() else {
+        panic!("the deep final keeps its shape: {:?}", records[1].event);
+    };
+    assert!(
+        serde_json::to_string(value)
+            .unwrap()
+            .contains(crate::nesting::PRUNED_PLACEHOLDER)
+    );
+    assert_eq!(
+        records[2].event,
+        OutputEvent::Progress {
+            stage: "fine".into(),
+            note: None
+        }
+    );
+    let last = store.last_final(task, 1).await.unwrap().unwrap();
+    assert_eq!(last.seq, 2);
 }
 
 #[tokio::test]

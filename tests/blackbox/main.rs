@@ -5,6 +5,7 @@
 //! under load and checks what survived.
 
 mod blobs;
+mod budget;
 mod chaos;
 mod daemon;
 mod harness;

@@ -29,6 +29,9 @@ use crate::spawn::SpawnerResolver;
 use crate::store::{TaskFilter, TaskStore, WriteOp, commit};
 use crate::task::{AttemptRecord, Policy, Task};
 
+/// Default of `EngineConfig::max_output_bytes_per_attempt`: 64 MiB.
+pub const DEFAULT_MAX_OUTPUT_BYTES_PER_ATTEMPT: u64 = 64 * 1024 * 1024;
+
 /// Engine-wide settings, read once from the daemon's configuration.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -42,6 +45,8 @@ pub struct EngineConfig {
     pub worker_token_ttl_secs: u64,
     /// How long a cancelled worker may take to stop before dispatch moves on.
     pub kill_grace: Duration,
+    /// Bytes of output one attempt may store (records plus spilled blobs).
+    pub max_output_bytes_per_attempt: u64,
 }
 
 impl Default for EngineConfig {
@@ -52,6 +57,7 @@ impl Default for EngineConfig {
             max_spawn_depth: 4,
             worker_token_ttl_secs: 1800,
             kill_grace: Duration::from_secs(5),
+            max_output_bytes_per_attempt: DEFAULT_MAX_OUTPUT_BYTES_PER_ATTEMPT,
         }
     }
 }

@@ -34,6 +34,8 @@ pub enum EngineError {
     DepthExceeded { depth: u32, limit: u32 },
     #[error("the engine is draining")]
     Draining,
+    #[error("the attempt's output budget of {limit} bytes is spent")]
+    OutputBudgetExceeded { limit: u64 },
     #[error(transparent)]
     Spawn(#[from] SpawnError),
     #[error(transparent)]
@@ -59,6 +61,7 @@ impl EngineError {
             EngineError::TaskTerminal | EngineError::Transition(_) => "task_terminal",
             EngineError::HandleExpired => "handle_expired",
             EngineError::Draining => "draining",
+            EngineError::OutputBudgetExceeded { .. } => "output_budget_exceeded",
             EngineError::Spawn(_) | EngineError::Store(_) => "internal",
         }
     }

@@ -43,6 +43,9 @@ pub(crate) struct RunState {
     pub last_final: Option<swarmd_output_store::OutputRecord>,
     /// The seq the attempt's next output gets (see `output`).
     pub next_seq: u64,
+    /// Bytes of output stored for the attempt by this process, against
+    /// `EngineConfig::max_output_bytes_per_attempt`.
+    pub output_bytes: u64,
 }
 
 impl RunState {

@@ -24,6 +24,8 @@ pub struct EngineStats {
     /// Spilled blob files the retention sweep deleted, and their bytes.
     pub blobs_swept: AtomicU64,
     pub blob_bytes_swept: AtomicU64,
+    /// Output writes refused because their attempt's budget was spent.
+    pub output_budget_refusals: AtomicU64,
 }
 
 impl EngineStats {

@@ -1,6 +1,8 @@
 //! Output of live attempts: the engine numbers each attempt's output events
-//! itself, queues them on the output store and publishes their `output`
-//! events right behind them, all under the task's lock.
+//! itself, counts them against the attempt's output budget, queues them on
+//! the output store and publishes their `output` events right behind them,
+//! all under the task's lock. The budget is one rule for every spawner
+//! kind: a write past it is refused whole (`OutputBudgetExceeded`).
 //!
 //! Numbering here rather than in the store lets a caller act on an output as
 //! soon as it is queued, without waiting for its commit: a posted Final
@@ -77,6 +79,16 @@ impl Engine {
         let Some(run) = state.run.as_mut() else {
             return Err(EngineError::TaskTerminal);
         };
+        let limit = self.inner.config.max_output_bytes_per_attempt;
+        let bytes = run.output_bytes.saturating_add(prepared.stored_bytes());
+        if bytes > limit {
+            self.inner
+                .stats
+                .output_budget_refusals
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(EngineError::OutputBudgetExceeded { limit });
+        }
+        run.output_bytes = bytes;
         let first = run.next_seq;
         run.next_seq += prepared.len() as u64;
         let (records, durable) =

@@ -234,6 +234,7 @@ impl Engine {
             verbs: crate::worker_api::worker_verbs(allow_subtasks),
             last_final: None,
             next_seq: last_seq + 1,
+            output_bytes: 0,
         });
         self.inner.live.insert(cell.clone());
         // The resumed attempt holds a running slot like any other.

@@ -122,6 +122,44 @@ impl Prepared {
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
     }
+
+    /// The bytes these events take when stored: each record's JSON plus the
+    /// size of any blob it spilled to. What a per-attempt budget counts.
+    pub fn stored_bytes(&self) -> u64 {
+        self.events
+            .iter()
+            .enumerate()
+            .map(|(i, event)| {
+                let encoded = match self.encoded.get(i) {
+                    Some(json) => json.len() as u64,
+                    None => encoded_len(event),
+                };
+                let spilled = match event.content() {
+                    Some(ContentRef::FileRef { size, .. }) => *size,
+                    _ => 0,
+                };
+                encoded.saturating_add(spilled)
+            })
+            .sum()
+    }
+}
+
+/// The length of `event`'s JSON, counted without keeping the text.
+fn encoded_len(event: &OutputEvent) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail, and an event always serializes.
+    let _ = serde_json::to_writer(&mut count, event);
+    count.0
 }
 
 /// Resolves once the records of an [`OutputStore::append_at`] are durable.

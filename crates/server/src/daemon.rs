@@ -186,6 +186,7 @@ pub fn engine_config(config: &Config) -> EngineConfig {
         max_spawn_depth: config.limits.max_spawn_depth,
         worker_token_ttl_secs: config.auth.worker_token_ttl_secs,
         kill_grace: Duration::from_secs(config.spawner.kill_grace_secs),
+        max_output_bytes_per_attempt: config.limits.max_output_bytes_per_attempt,
     }
 }
 

@@ -124,6 +124,7 @@ struct EngineSnapshot {
     settle: HistogramSnapshot,
     blobs_swept: u64,
     blob_bytes_swept: u64,
+    output_budget_refusals: u64,
     queued: usize,
     running: usize,
     live: usize,
@@ -146,6 +147,7 @@ impl EngineSnapshot {
             settle: HistogramSnapshot::take(&stats.settle_latency),
             blobs_swept: stats.blobs_swept.load(Relaxed),
             blob_bytes_swept: stats.blob_bytes_swept.load(Relaxed),
+            output_budget_refusals: stats.output_budget_refusals.load(Relaxed),
             queued,
             running,
             live: engine.live_tasks(),
@@ -329,6 +331,12 @@ impl Collector for EngineSnapshot {
             "blob_bytes_swept",
             "Bytes of the spilled blob files retention deleted",
             self.blob_bytes_swept,
+        )?;
+        counter(
+            &mut encoder,
+            "output_budget_refusals",
+            "Output writes refused because their attempt's output budget was spent",
+            self.output_budget_refusals,
         )?;
         histogram(
             &mut encoder,

@@ -121,6 +121,7 @@ impl Engine {
             verbs,
             last_final: None,
             next_seq: 1,
+            output_bytes: 0,
         };
         let record = AttemptRecord {
             task_id: state.task.id,

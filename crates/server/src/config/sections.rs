@@ -138,6 +138,10 @@ pub struct LimitsConfig {
     /// Deepest allowed chain of sub-tasks (a task spawned by a worker has its
     /// parent's depth + 1).
     pub max_spawn_depth: u32,
+    /// Bytes of output one attempt may store, whatever runs it (records plus
+    /// spilled blobs); a write past it is refused (413 over HTTP, a failed
+    /// attempt for a process or Lua agent).
+    pub max_output_bytes_per_attempt: u64,
 }
 
 impl Default for LimitsConfig {
@@ -147,6 +151,7 @@ impl Default for LimitsConfig {
             max_body_bytes: 8 * MIB,
             inline_max_bytes: 256 * 1024,
             max_spawn_depth: 4,
+            max_output_bytes_per_attempt: 64 * MIB,
         }
     }
 }

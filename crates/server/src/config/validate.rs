@@ -33,6 +33,12 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     range("limits.max_body_bytes", limits.max_body_bytes, 1024, GIB)?;
     range("limits.inline_max_bytes", limits.inline_max_bytes, 1, GIB)?;
     range(
+        "limits.max_output_bytes_per_attempt",
+        limits.max_output_bytes_per_attempt,
+        1024,
+        1024 * GIB,
+    )?;
+    range(
         "limits.max_spawn_depth",
         limits.max_spawn_depth.into(),
         0,

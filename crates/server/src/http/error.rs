@@ -89,7 +89,7 @@ pub fn status_for(code: &str) -> StatusCode {
             StatusCode::CONFLICT
         }
         "task_terminal" | "handle_expired" => StatusCode::GONE,
-        "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large" | "output_budget_exceeded" => StatusCode::PAYLOAD_TOO_LARGE,
         "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "draining" | "not_ready" => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,

@@ -90,7 +90,7 @@ impl Engine {
                 return None;
             }
         };
-        let (kind, allow_subtasks) = self
+        let (base_kind, allow_subtasks) = self
             .inner
             .resolver
             .profile(&state.task.agent, &state.task.layers)
@@ -104,6 +104,14 @@ impl Engine {
         };
         let lease_secs = state.task.policy.attempt_timeout_secs;
         let (lease_deadline, lease_deadline_ms) = lease_until(now, now_ms, lease_secs);
+        // Where the attempt runs is decided here, once: the record names it,
+        // recovery reads it, and the stack follows `ctx.delegated`.
+        let ctx = self.ctx_for(&state.task, attempt, lease_deadline_ms);
+        let kind = if ctx.delegated {
+            SpawnerKind::Operator
+        } else {
+            base_kind
+        };
         let cancel = CancellationToken::new();
         let mut run = RunState {
             attempt,
@@ -132,7 +140,6 @@ impl Engine {
             reason: None,
             finished_ms: None,
         };
-        let ctx = self.ctx_for(&state.task, attempt, run.lease_deadline_ms);
         let mut ops = Vec::with_capacity(3);
         let credential = match self.mint(state.task.id, attempt, &run.verbs) {
             Ok((credential, digest, handle)) => {
@@ -190,17 +197,23 @@ impl Engine {
 
     /// The context of one attempt, with the owning session's capabilities
     /// resolved now (the session may have changed since the last attempt).
+    /// The attempt is delegated when the agent's stack hands attempts to the
+    /// owning session and that session has an operator backend.
     fn ctx_for(&self, task: &crate::task::Task, attempt: u32, deadline_ms: u64) -> Ctx {
+        let operator = task
+            .session
+            .and_then(|sid| self.inner.operators.session(&sid));
+        let delegated = operator.as_ref().is_some_and(|o| o.backend.is_some())
+            && self.inner.resolver.delegates(&task.agent, &task.layers);
         Ctx {
             task_id: task.id,
             attempt,
             agent: task.agent.clone(),
             layers: task.layers.clone(),
             session: task.session,
-            operator: task
-                .session
-                .and_then(|sid| self.inner.operators.session(&sid)),
+            operator,
             deadline_ms,
+            delegated,
             meta: Map::new(),
         }
     }

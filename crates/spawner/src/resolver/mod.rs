@@ -122,6 +122,15 @@ impl SpawnerResolver for StackResolver {
         })
     }
 
+    /// The agent's own layers count as well as the task's.
+    fn delegates(&self, agent: &str, layers: &[String]) -> bool {
+        delegates(layers)
+            || self
+                .agents
+                .get(agent)
+                .is_some_and(|entry| delegates(&entry.layers))
+    }
+
     fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError> {
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(stack) = cache.get(agent).and_then(|stacks| stacks.get(layers)) {

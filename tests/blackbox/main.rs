@@ -4,6 +4,7 @@
 //! daemon, the other modules test one area each.
 
 mod blobs;
+mod children;
 mod daemon;
 mod harness;
 mod http_api;

@@ -118,6 +118,10 @@ impl Engine {
         mut task: Task,
         mut attempt: AttemptRecord,
     ) -> Result<bool, EngineError> {
+        // A worker that outlived the old daemon must not run beside a retry.
+        if let Some(group) = &attempt.process_group {
+            self.inner.resolver.reap_leftover(group);
+        }
         let now_ms = self.inner.clock.now_ms();
         let outcome = AttemptOutcome::Failed;
         let reason = "interrupted".to_owned();

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Engine;
 use crate::ids::{SessionId, TaskId, WorkerId};
 use crate::operator::OperatorInfo;
-use crate::task::SpawnerKind;
+use crate::task::{ProcessGroupMark, SpawnerKind};
 
 /// Per-attempt context handed down the stack. Layers may add to `meta`.
 #[derive(Debug, Clone)]
@@ -162,5 +162,11 @@ pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     fn delegates(&self, agent: &str, layers: &[String]) -> bool {
         let _ = agent;
         layers.iter().any(|key| key == OPERATOR_DELEGATE)
+    }
+    /// Kills what is left of an interrupted attempt's process group, if its
+    /// leader is still the process that was recorded. Recovery calls it
+    /// before the attempt is failed or retried. By default, nothing.
+    fn reap_leftover(&self, group: &ProcessGroupMark) {
+        let _ = group;
     }
 }

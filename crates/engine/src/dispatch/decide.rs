@@ -98,6 +98,7 @@ impl Engine {
                     outcome: None,
                     reason: None,
                     finished_ms: Some(now_ms),
+                    process_group: None,
                 });
             }
             let already_terminal = state.task.status().is_terminal();

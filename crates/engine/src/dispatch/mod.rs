@@ -19,7 +19,7 @@ use crate::ids::TaskId;
 use crate::live::{RunState, TaskCell, lease_until};
 use crate::spawn::{Ctx, SpawnerAdapter, Worker, WorkerCredential, WorkerError};
 use crate::store::WriteOp;
-use crate::task::{AttemptOutcome, AttemptRecord, SpawnerKind, TaskStatus};
+use crate::task::{AttemptOutcome, AttemptRecord, ProcessGroupMark, SpawnerKind, TaskStatus};
 
 mod decide;
 mod resume;
@@ -139,6 +139,7 @@ impl Engine {
             outcome: None,
             reason: None,
             finished_ms: None,
+            process_group: None,
         };
         let mut ops = Vec::with_capacity(3);
         let credential = match self.mint(state.task.id, attempt, &run.verbs) {
@@ -193,6 +194,39 @@ impl Engine {
             },
             stack,
         ))
+    }
+
+    /// Records the host process group an open attempt's worker runs in, so
+    /// that recovery can stop it if the daemon dies first. The write is
+    /// queued, not awaited: it only matters after a crash, and a worker that
+    /// started is recorded as soon as the store allows.
+    pub fn record_process_group(&self, task_id: TaskId, attempt: u32, group: ProcessGroupMark) {
+        let Some(cell) = self.inner.live.get(&task_id) else {
+            return;
+        };
+        let state = cell.lock();
+        let Some(run) = state
+            .run
+            .as_ref()
+            .filter(|r| r.attempt == attempt && r.open)
+        else {
+            return;
+        };
+        let record = AttemptRecord {
+            task_id,
+            attempt,
+            started_ms: run.started_ms,
+            lease_deadline_ms: run.lease_deadline_ms,
+            spawner: run.spawner,
+            outcome: None,
+            reason: None,
+            finished_ms: None,
+            process_group: Some(group),
+        };
+        // Queued under the task's lock, so the attempt's end is written after it.
+        self.inner
+            .bus
+            .submit(vec![WriteOp::PutAttempt(record)], Vec::new(), None);
     }
 
     /// The context of one attempt, with the owning session's capabilities

@@ -7,17 +7,22 @@
 //! daemon dies, it kills the whole group with SIGKILL. The daemon's own
 //! SIGTERM to the group reaches CMD directly; the supervisor waits on.
 //!
-//! It runs before any runtime or logger starts, on the only thread of the
-//! process, with its signals blocked and taken one by one with `sigwait`.
+//! It runs before the daemon's runtime or logger would start, on a
+//! current-thread runtime of its own. Its signals are caught by handlers,
+//! not blocked: a blocked mask would pass on to CMD, while handlers fall back
+//! to the default action when CMD is executed.
 
+use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 
 use nix::sys::prctl;
-use nix::sys::signal::{SigSet, Signal, killpg, raise};
+use nix::sys::signal::{Signal, killpg, raise};
 use nix::unistd::{Pid, getpgrp, getppid};
 use swarmd_spawner::process::Supervisor;
+use tokio::process::Command;
+use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{SuperviseArgs, exit};
 
@@ -43,29 +48,35 @@ const DEATH_SIGNAL: Signal = Signal::SIGHUP;
 const CANNOT_START: u8 = 127;
 
 /// Runs the supervisor and returns its exit status, unless it ends by the
-/// signal that ended CMD. Call it only while the process has one thread.
+/// signal that ended CMD. Call it before any other runtime starts.
 pub fn run(args: &SuperviseArgs) -> u8 {
-    let parent = Pid::from_raw(args.parent);
     let Some((program, cmd_args)) = args.command.split_first() else {
         eprintln!("swarmd supervise: no command");
         return exit::USAGE;
     };
-    let mut signals = SigSet::empty();
-    for signal in [
-        DEATH_SIGNAL,
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGCHLD,
-    ] {
-        signals.add(signal);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(supervise(Pid::from_raw(args.parent), program, cmd_args)),
+        Err(error) => {
+            eprintln!("swarmd supervise: cannot start a runtime: {error}");
+            exit::FAILURE
+        }
     }
-    // Blocked before anything can arrive: a signal is then taken by `wait`,
-    // never by its default action. CMD starts with an empty mask (std resets
-    // it between fork and exec).
-    if let Err(errno) = signals.thread_block() {
-        eprintln!("swarmd supervise: cannot block signals: {errno}");
+}
+
+async fn supervise(parent: Pid, program: &OsString, args: &[OsString]) -> u8 {
+    // Handlers first: the death signal must never find its default action.
+    let handlers = (
+        signal(SignalKind::hangup()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    );
+    let (Ok(mut hangup), Ok(mut terminate), Ok(mut interrupt)) = handlers else {
+        eprintln!("swarmd supervise: cannot handle signals");
         return exit::FAILURE;
-    }
+    };
     if let Err(errno) = prctl::set_pdeathsig(DEATH_SIGNAL) {
         eprintln!("swarmd supervise: cannot set the parent-death signal: {errno}");
         return exit::FAILURE;
@@ -75,7 +86,7 @@ pub fn run(args: &SuperviseArgs) -> u8 {
         eprintln!("swarmd supervise: the daemon is gone; not starting the command");
         return exit::FAILURE;
     }
-    let mut child = match Command::new(program).args(cmd_args).spawn() {
+    let mut child = match Command::new(program).args(args).spawn() {
         Ok(child) => child,
         Err(error) => {
             eprintln!(
@@ -86,10 +97,9 @@ pub fn run(args: &SuperviseArgs) -> u8 {
         }
     };
     loop {
-        match signals.wait() {
-            Ok(Signal::SIGCHLD) => match child.try_wait() {
-                Ok(Some(status)) => return relay(status, parent, &signals),
-                Ok(None) => {}
+        tokio::select! {
+            status = child.wait() => match status {
+                Ok(status) => return relay(status, parent),
                 Err(error) => {
                     eprintln!("swarmd supervise: cannot wait for the command: {error}");
                     kill_group();
@@ -97,25 +107,21 @@ pub fn run(args: &SuperviseArgs) -> u8 {
                 }
             },
             // Reparented: the daemon is gone, and so must its group be.
-            Ok(signal) if signal == DEATH_SIGNAL && getppid() != parent => {
+            _ = hangup.recv() => if getppid() != parent {
                 kill_group();
                 return exit::FAILURE;
-            }
-            // SIGTERM, SIGINT or a SIGHUP from elsewhere: whoever signalled
-            // the group signalled CMD too, and CMD decides.
-            Ok(_) => {}
-            Err(errno) => {
-                eprintln!("swarmd supervise: sigwait failed: {errno}");
-                kill_group();
-                return exit::FAILURE;
-            }
+            },
+            // Whoever signalled the group signalled CMD too, and CMD decides;
+            // so does a SIGHUP from elsewhere, above.
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
         }
     }
 }
 
 /// Ends the supervisor as CMD ended: the same exit code, or the same signal.
 /// If the daemon died meanwhile, what is left of the group is killed first.
-fn relay(status: ExitStatus, parent: Pid, blocked: &SigSet) -> u8 {
+fn relay(status: ExitStatus, parent: Pid) -> u8 {
     if getppid() != parent {
         kill_group();
     }
@@ -125,13 +131,18 @@ fn relay(status: ExitStatus, parent: Pid, blocked: &SigSet) -> u8 {
     let Some(number) = status.signal() else {
         return exit::FAILURE;
     };
-    if let Ok(signal) = Signal::try_from(number) {
-        // None of these signals has a handler here, so once unblocked the
-        // default action applies; one the process ignores (SIGPIPE) falls
-        // through to the shell's convention below.
-        let _ = blocked.thread_unblock();
+    let handled = [
+        DEATH_SIGNAL,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGPIPE,
+    ];
+    if let Ok(signal) = Signal::try_from(number)
+        && !handled.contains(&signal)
+    {
         let _ = raise(signal);
     }
+    // A signal this process catches or ignores: the shell's convention.
     u8::try_from(128 + number).unwrap_or(exit::FAILURE)
 }
 

@@ -2,7 +2,8 @@
 //! the daemon takes its process groups with it; a group that outlived the
 //! daemon anyway is killed by recovery before the attempt is retried; and a
 //! configured process agent delegated to a MainAI is a delegated attempt,
-//! whose SubAgent still submits with its handle after the restart.
+//! whose SubAgent still submits with its handle after the restart. Under its
+//! supervisor, a command still gets the daemon's SIGTERM on a cancel.
 
 use std::time::{Duration, Instant};
 
@@ -14,9 +15,13 @@ use serde_json::{Value, json};
 use crate::daemon::{Swarmd, delegate_frame, eventually, process_gone, read_pid};
 use crate::harness::parts;
 
-/// `family`: on its first attempt a shell that starts a `sleep` child and
-/// writes both pids (`<task>.1.pid`, `<task>.1.child`), then waits; on a
-/// later attempt it prints whether that first child was still alive.
+/// Agents of these tests (`@DIR@` is the test's temp directory):
+/// - `family`: on its first attempt a shell that starts a `sleep` child and
+///   writes both pids (`<task>.1.pid`, `<task>.1.child`), then waits; on a
+///   later attempt it prints whether that first child was still alive;
+/// - `graceful`: writes its pid (`<task>.pid`), and `<task>.term` when it
+///   gets SIGTERM;
+/// - `mask`: prints the signals blocked in it (`SigBlk`).
 const AGENTS: &str = r#"
 [agents.family]
 kind = "process"
@@ -33,6 +38,25 @@ fi
 echo $! > "$first.child.tmp" && mv "$first.child.tmp" "$first.child"
 echo $$ > "$first.pid.tmp" && mv "$first.pid.tmp" "$first.pid"
 wait
+"""]
+stdin = "none"
+env = { PATH = "/usr/bin:/bin" }
+
+[agents.mask]
+kind = "process"
+program = "/bin/grep"
+args = ["^SigBlk", "/proc/self/status"]
+stdin = "none"
+
+[agents.graceful]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", """
+d="@DIR@/$SWARM_TASK_ID"
+trap 'echo stopped > "$d.term"; exit 0' TERM
+echo $$ > "$d.pid.tmp" && mv "$d.pid.tmp" "$d.pid"
+i=0
+while [ $i -lt 600 ]; do /bin/sleep 0.05; i=$((i+1)); done
 """]
 stdin = "none"
 env = { PATH = "/usr/bin:/bin" }
@@ -175,4 +199,41 @@ async fn a_delegated_process_agent_survives_a_restart_as_a_delegated_attempt() {
     assert_eq!(view["attempts"].as_array().map(Vec::len), Some(1), "{view}");
     // The process itself never ran: the attempt went to the MainAI.
     assert!(!sw.dir().join(format!("{task}.1.pid")).exists());
+}
+
+#[tokio::test]
+async fn a_cancel_still_reaches_the_command_with_sigterm_first() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    // The command starts with no signal blocked, whatever its supervisor does.
+    let (status, masked) = sw
+        .create(json!({"agent": "mask", "prompt": "p", "wait_secs": 10}))
+        .await;
+    assert_eq!(status, 201, "{masked}");
+    let blocked = masked["result"]["value"]["raw"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(blocked.trim(), "SigBlk:\t0000000000000000", "{masked}");
+
+    let (status, answer) = sw.create(json!({"agent": "graceful", "prompt": "p"})).await;
+    assert_eq!(status, 201, "{answer}");
+    let task = id_of(&answer);
+    let shell = read_pid(&sw.dir().join(format!("{task}.pid"))).await;
+    let _leftovers = Leftovers(vec![group_of(shell), shell]);
+
+    let (status, cancelled) = parts(
+        sw.post(&format!("/v1/tasks/{task}/cancel"), &sw.admin)
+            .json(&json!({"reason": "enough"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{cancelled}");
+    eventually("the command is gone", || process_gone(shell)).await;
+    let term = std::fs::read_to_string(sw.dir().join(format!("{task}.term")));
+    assert_eq!(
+        term.ok().as_deref(),
+        Some("stopped\n"),
+        "the command never saw the SIGTERM"
+    );
 }

@@ -133,6 +133,17 @@ async fn recovery_kills_a_surviving_group_before_the_retry_runs() {
     let (task, shell, child) = start_family(&sw, json!({"max_attempts": 2})).await;
     let leader = group_of(shell);
     let _leftovers = Leftovers(vec![leader, shell, child]);
+    // The group is recorded with the attempt once it started (queued, not
+    // awaited): wait until the store has it, as a crash later would.
+    let mut recorded = Value::Null;
+    for _ in 0..500 {
+        recorded = sw.task(&task).await["attempts"][0]["process_group"].clone();
+        if !recorded.is_null() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(recorded["pgid"], json!(leader), "{recorded}");
 
     // A group whose leader cannot act on the daemon's death: stopped, it
     // stands for one that missed it. This test process adopts the orphans

@@ -7,6 +7,7 @@
 mod blobs;
 mod budget;
 mod chaos;
+mod children;
 mod daemon;
 mod harness;
 mod http_api;

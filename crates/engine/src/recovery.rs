@@ -155,6 +155,10 @@ impl Engine {
         result: Option<TaskResult>,
         reason: Option<String>,
     ) -> Result<bool, EngineError> {
+        // A worker that outlived the old daemon must not run beside a retry.
+        if let Some(group) = &attempt.process_group {
+            self.inner.resolver.reap_leftover(group);
+        }
         let now_ms = self.inner.clock.now_ms();
         attempt.outcome = Some(outcome);
         attempt.reason = reason.clone();

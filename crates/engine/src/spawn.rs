@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Engine;
 use crate::ids::{SessionId, TaskId, WorkerId};
 use crate::operator::OperatorInfo;
-use crate::task::SpawnerKind;
+use crate::task::{ProcessGroupMark, SpawnerKind};
 
 /// Per-attempt context handed down the stack. Layers may add to `meta`.
 #[derive(Debug, Clone)]
@@ -27,6 +27,11 @@ pub struct Ctx {
     pub operator: Option<OperatorInfo>,
     /// The lease deadline when the attempt started (unix ms).
     pub deadline_ms: u64,
+    /// Whether the attempt goes back to the owning session's operator
+    /// backend (the `operator_delegate` layer) instead of the agent's base
+    /// spawner. Decided once, before the attempt is recorded, so that the
+    /// record names where it really runs; the layer follows it.
+    pub delegated: bool,
     pub meta: Map<String, Value>,
 }
 
@@ -141,6 +146,9 @@ pub struct AgentProfile {
     pub allow_subtasks: bool,
 }
 
+/// The hint layer that hands an attempt back to the owning session.
+pub const OPERATOR_DELEGATE: &str = "operator_delegate";
+
 /// Stages 1 and 2 of the pipeline (resolve, link); the engine runs stage 3.
 pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     /// Resolves the agent with these hint layers, failing for unknown agents
@@ -148,4 +156,17 @@ pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     fn profile(&self, agent: &str, layers: &[String]) -> Result<AgentProfile, SpawnError>;
     /// The linked stack for the agent and layers (cached by the implementor).
     fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError>;
+    /// Whether the agent's stack with these hint layers hands an attempt to
+    /// the owning session's operator backend when the session has one. By
+    /// default, when the task names [`OPERATOR_DELEGATE`].
+    fn delegates(&self, agent: &str, layers: &[String]) -> bool {
+        let _ = agent;
+        layers.iter().any(|key| key == OPERATOR_DELEGATE)
+    }
+    /// Kills what is left of an interrupted attempt's process group, if its
+    /// leader is still the process that was recorded. Recovery calls it
+    /// before the attempt is failed or retried. By default, nothing.
+    fn reap_leftover(&self, group: &ProcessGroupMark) {
+        let _ = group;
+    }
 }

@@ -433,6 +433,20 @@ pub struct AttemptRecord {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_ms: Option<u64>,
+    /// The host process group the attempt's worker runs in, recorded once it
+    /// started, so that recovery can stop what is left of it after a crash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_group: Option<ProcessGroupMark>,
+}
+
+/// A process group as recorded with its attempt: its id, its leader's start
+/// time in clock ticks after boot, and the boot's id, which together tell
+/// the same group from a later one under a reused pid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessGroupMark {
+    pub pgid: i32,
+    pub leader_start_ticks: u64,
+    pub boot_id: String,
 }
 
 /// The kind of base spawner an agent resolves to.

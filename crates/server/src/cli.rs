@@ -70,6 +70,10 @@ pub enum Command {
     /// Run a command as a SubAgent: fetch the prompt, give it to CMD on stdin,
     /// submit CMD's stdout (ok = exit status 0), and exit with CMD's code.
     Worker(WorkerArgs),
+    /// The leader of a process agent's group, started by the daemon: runs
+    /// CMD and kills the group when the daemon dies.
+    #[command(hide = true)]
+    Supervise(SuperviseArgs),
 }
 
 /// Where the configuration comes from.
@@ -252,6 +256,17 @@ pub struct WorkerArgs {
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Flags of `swarmd supervise` (internal).
+#[derive(Debug, Clone, Args)]
+pub struct SuperviseArgs {
+    /// The daemon's pid: CMD is not started unless it is the parent.
+    #[arg(long, value_name = "PID")]
+    pub parent: i32,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 impl ConfigArgs {

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use swarmd_server::cli::{Cli, exit};
+use swarmd_server::cli::{Cli, Command, exit};
 use swarmd_server::commands;
 use swarmd_server::environment::Environment;
 use swarmd_server::telemetry;
@@ -35,6 +35,11 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // A process agent's supervisor starts no runtime, no logger, no thread.
+    let command = match cli.command {
+        Command::Supervise(args) => return ExitCode::from(commands::supervise(&args)),
+        command => command,
+    };
     let env = Environment::from_process();
     if let Err(error) = telemetry::init(cli.log_format, env.get("RUST_LOG")) {
         eprintln!("swarmd: {error}");
@@ -47,7 +52,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILURE);
         }
     };
-    match runtime.block_on(commands::execute(cli.command, &env)) {
+    match runtime.block_on(commands::execute(command, &env)) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             // One line: an invalid configuration must print exactly one.

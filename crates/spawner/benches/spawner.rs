@@ -193,6 +193,7 @@ async fn per_attempt(engine: &Engine, stack: &Arc<dyn SpawnerAdapter>, n: u32) -
             session: None,
             operator: None,
             deadline_ms: u64::MAX,
+            delegated: false,
             meta: serde_json::Map::new(),
         };
         let worker = stack

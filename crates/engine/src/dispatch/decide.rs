@@ -107,6 +107,7 @@ impl Engine {
                     outcome: None,
                     reason: None,
                     finished_ms: Some(now_ms),
+                    process_group: None,
                 });
             }
             let already_terminal = state.task.status().is_terminal();

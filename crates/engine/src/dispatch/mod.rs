@@ -19,7 +19,7 @@ use crate::ids::TaskId;
 use crate::live::{RunState, TaskCell, lease_until};
 use crate::spawn::{Ctx, SpawnerAdapter, Worker, WorkerCredential, WorkerError};
 use crate::store::WriteOp;
-use crate::task::{AttemptOutcome, AttemptRecord, SpawnerKind, TaskStatus};
+use crate::task::{AttemptOutcome, AttemptRecord, ProcessGroupMark, SpawnerKind, TaskStatus};
 
 mod decide;
 pub(crate) use decide::verdict;
@@ -91,7 +91,7 @@ impl Engine {
                 return None;
             }
         };
-        let (kind, allow_subtasks) = self
+        let (base_kind, allow_subtasks) = self
             .inner
             .resolver
             .profile(&state.task.agent, &state.task.layers)
@@ -105,6 +105,14 @@ impl Engine {
         };
         let lease_secs = state.task.policy.attempt_timeout_secs;
         let (lease_deadline, lease_deadline_ms) = lease_until(now, now_ms, lease_secs);
+        // Where the attempt runs is decided here, once: the record names it,
+        // recovery reads it, and the stack follows `ctx.delegated`.
+        let ctx = self.ctx_for(&state.task, attempt, lease_deadline_ms);
+        let kind = if ctx.delegated {
+            SpawnerKind::Operator
+        } else {
+            base_kind
+        };
         let cancel = CancellationToken::new();
         let mut run = RunState {
             attempt,
@@ -132,8 +140,8 @@ impl Engine {
             outcome: None,
             reason: None,
             finished_ms: None,
+            process_group: None,
         };
-        let ctx = self.ctx_for(&state.task, attempt, run.lease_deadline_ms);
         let mut ops = Vec::with_capacity(3);
         let credential = match self.mint(state.task.id, attempt, &run.verbs) {
             Ok((credential, digest, handle)) => {
@@ -188,19 +196,58 @@ impl Engine {
         ))
     }
 
+    /// Records the host process group an open attempt's worker runs in, so
+    /// that recovery can stop it if the daemon dies first. The write is
+    /// queued, not awaited: it only matters after a crash, and a worker that
+    /// started is recorded as soon as the store allows.
+    pub fn record_process_group(&self, task_id: TaskId, attempt: u32, group: ProcessGroupMark) {
+        let Some(cell) = self.inner.live.get(&task_id) else {
+            return;
+        };
+        let state = cell.lock();
+        let Some(run) = state
+            .run
+            .as_ref()
+            .filter(|r| r.attempt == attempt && r.open)
+        else {
+            return;
+        };
+        let record = AttemptRecord {
+            task_id,
+            attempt,
+            started_ms: run.started_ms,
+            lease_deadline_ms: run.lease_deadline_ms,
+            spawner: run.spawner,
+            outcome: None,
+            reason: None,
+            finished_ms: None,
+            process_group: Some(group),
+        };
+        // Queued under the task's lock, so the attempt's end is written after it.
+        self.inner
+            .bus
+            .submit(vec![WriteOp::PutAttempt(record)], Vec::new(), None);
+    }
+
     /// The context of one attempt, with the owning session's capabilities
     /// resolved now (the session may have changed since the last attempt).
+    /// The attempt is delegated when the agent's stack hands attempts to the
+    /// owning session and that session has an operator backend.
     fn ctx_for(&self, task: &crate::task::Task, attempt: u32, deadline_ms: u64) -> Ctx {
+        let operator = task
+            .session
+            .and_then(|sid| self.inner.operators.session(&sid));
+        let delegated = operator.as_ref().is_some_and(|o| o.backend.is_some())
+            && self.inner.resolver.delegates(&task.agent, &task.layers);
         Ctx {
             task_id: task.id,
             attempt,
             agent: task.agent.clone(),
             layers: task.layers.clone(),
             session: task.session,
-            operator: task
-                .session
-                .and_then(|sid| self.inner.operators.session(&sid)),
+            operator,
             deadline_ms,
+            delegated,
             meta: Map::new(),
         }
     }

@@ -370,6 +370,7 @@ mod tests {
             outcome: None,
             reason: None,
             finished_ms: None,
+            process_group: None,
         };
         write(
             store,

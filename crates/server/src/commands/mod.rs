@@ -4,6 +4,7 @@
 mod admin;
 mod remote;
 mod serve;
+mod supervise;
 
 use std::io::{self, Write};
 
@@ -54,6 +55,8 @@ impl CommandError {
     }
 }
 
+pub use supervise::{run as supervise, supervisor};
+
 /// Runs `command` and returns the process exit status.
 ///
 /// # Errors
@@ -72,6 +75,11 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::Token(TokenCommand::Mint(args)) => admin::mint_token(&args, env),
         Command::Task(args) => remote::task(*args, env).await,
         Command::Worker(args) => remote::worker(args).await,
+        // It needs a process with one thread: `main` runs it before the runtime.
+        Command::Supervise(_) => Err(CommandError::Io {
+            action: "supervise",
+            source: io::Error::other("`swarmd supervise` runs only as the process's first command"),
+        }),
     }
 }
 

@@ -1,6 +1,7 @@
-//! `operator_delegate` (hint layer, SPEC §8.3): when the task's own session
-//! has an operator backend, the attempt goes back to it as a `spawn` frame
-//! and the inner spawner is bypassed; otherwise the inner spawner runs.
+//! `operator_delegate` (hint layer, SPEC §8.3): when the engine placed the
+//! attempt with the task's own session (`Ctx::delegated`: the session has an
+//! operator backend), it goes back to it as a `spawn` frame and the inner
+//! spawner is bypassed; otherwise the inner spawner runs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,7 +39,7 @@ impl SpawnerLayer for OperatorDelegateLayer {
     }
 }
 
-/// Delegates to `ctx.operator`'s backend when there is one.
+/// Delegates to `ctx.operator`'s backend when the attempt was placed there.
 #[derive(Debug)]
 pub struct OperatorDelegate {
     inner: Arc<dyn SpawnerAdapter>,
@@ -55,8 +56,11 @@ impl SpawnerAdapter for OperatorDelegate {
         attempt: u32,
         token: WorkerCredential,
     ) -> Result<Box<dyn Worker>, SpawnError> {
-        let Some(backend) = ctx.operator.as_ref().and_then(|s| s.backend.clone()) else {
+        if !ctx.delegated {
             return self.inner.spawn(engine, ctx, task_id, attempt, token).await;
+        }
+        let Some(backend) = ctx.operator.as_ref().and_then(|s| s.backend.clone()) else {
+            return Err(SpawnError::NoOperator(ctx.agent));
         };
         let target = self
             .layer
@@ -73,8 +77,9 @@ mod tests {
     use std::time::Duration;
 
     use serde_json::json;
+    use swarmd_engine::ids::SessionId;
     use swarmd_engine::operator::{SessionKind, SpawnReply};
-    use swarmd_engine::task::{PolicyOverrides, SpawnerKind, TaskStatus};
+    use swarmd_engine::task::{PolicyOverrides, SpawnerKind, Task, TaskSpec, TaskStatus};
 
     use super::*;
     use crate::spawners::UnconfiguredAgent;
@@ -82,6 +87,18 @@ mod tests {
         Act, FakeBackend, FakeDirectory, FinalSpawner, call_log, calls, engine_with_directory,
         session, spawn_owned,
     };
+
+    /// A task of `agent` owned by `session` that names this layer.
+    async fn spawn_delegating(engine: &Engine, agent: &str, session: SessionId) -> Task {
+        let spec = TaskSpec {
+            agent: agent.to_owned(),
+            prompt: "do it".to_owned(),
+            session: Some(session),
+            layers: vec![crate::layers::OPERATOR_DELEGATE.to_owned()],
+            ..TaskSpec::default()
+        };
+        engine.spawn_task(spec).await.unwrap()
+    }
 
     fn layer() -> OperatorDelegateLayer {
         let target = OperatorTarget {
@@ -113,7 +130,7 @@ mod tests {
             directory,
         );
 
-        let task = spawn_owned(&engine, "known", Some(sid), PolicyOverrides::default()).await;
+        let task = spawn_delegating(&engine, "known", sid).await;
         let frame = backend.frame(0).await;
         assert_eq!(
             frame.worker_binding,
@@ -136,7 +153,7 @@ mod tests {
         assert!(calls(&log).is_empty(), "the inner spawner never ran");
 
         // An agent that exists only by delegation is launched by its name.
-        let task = spawn_owned(&engine, "adhoc", Some(sid), PolicyOverrides::default()).await;
+        let task = spawn_delegating(&engine, "adhoc", sid).await;
         let frame = backend.frame(1).await;
         assert!(
             frame
@@ -174,7 +191,7 @@ mod tests {
             ],
             directory,
         );
-        let task = spawn_owned(&engine, "known", Some(sid), PolicyOverrides::default()).await;
+        let task = spawn_delegating(&engine, "known", sid).await;
         let done = engine
             .wait_task(task.id, Duration::from_secs(60))
             .await
@@ -182,7 +199,7 @@ mod tests {
         assert_eq!(done.result.unwrap().value, json!("inner"));
         assert_eq!(calls(&log), ["base spawn", "base join"]);
 
-        let task = spawn_owned(&engine, "adhoc", Some(sid), PolicyOverrides::default()).await;
+        let task = spawn_delegating(&engine, "adhoc", sid).await;
         let done = engine
             .wait_task(task.id, Duration::from_secs(60))
             .await
@@ -193,5 +210,34 @@ mod tests {
                 .unwrap()
                 .contains("no live operator session for `adhoc`")
         );
+    }
+    /// A process agent handed to the MainAI is recorded as an operator
+    /// attempt: recovery must resume it, not fail it as interrupted.
+    #[tokio::test]
+    async fn a_delegated_attempt_is_recorded_where_it_runs() {
+        let backend = Arc::new(FakeBackend::default());
+        let mut owner = session(SessionKind::MainAi);
+        owner.backend = Some(backend.clone());
+        let sid = owner.sid;
+        let directory = Arc::new(FakeDirectory::default());
+        directory.add(&[], owner);
+        let log = call_log();
+        let known = layer().wrap(FinalSpawner::arc(Act::Final(json!("inner"), true), &log));
+        let engine = engine_with_directory(vec![("known", SpawnerKind::Process, known)], directory);
+
+        let delegated = spawn_delegating(&engine, "known", sid).await;
+        backend.frame(0).await;
+        let view = engine.task_view(delegated.id).await.unwrap().unwrap();
+        assert_eq!(view.attempts[0].spawner, SpawnerKind::Operator);
+
+        // Without the layer the same agent runs its own spawner, as a process.
+        let own = spawn_owned(&engine, "known", Some(sid), PolicyOverrides::default()).await;
+        let done = engine
+            .wait_task(own.id, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(done.result.unwrap().value, json!("inner"));
+        let view = engine.task_view(own.id).await.unwrap().unwrap();
+        assert_eq!(view.attempts[0].spawner, SpawnerKind::Process);
     }
 }

@@ -1,6 +1,6 @@
 //! Starting a child: program resolution at link time, the cleared environment,
-//! its own process group, and the guard that kills the group if a run is
-//! abandoned.
+//! its own process group (led by its supervisor when there is one), and the
+//! guard that kills the group if a run is abandoned.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -13,6 +13,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::env::{base_env, run_env};
+use super::launch::{self, Supervisor};
+use super::leftover::GroupIdentity;
 use super::{HostEnv, ProcessError, ProcessSpec, RunVars, StdinMode};
 
 /// A process agent ready to run: its program resolved to a path and the fixed
@@ -22,6 +24,7 @@ pub struct ProcessRunner {
     spec: ProcessSpec,
     program: PathBuf,
     env: Vec<(String, String)>,
+    supervisor: Option<Supervisor>,
 }
 
 impl ProcessRunner {
@@ -47,8 +50,25 @@ impl ProcessRunner {
             }
         }
         let program = resolve_program(&spec.program, spec.cwd.as_deref(), host)?;
+        // Absolute, so that it names the same file whoever executes it, from
+        // whichever directory.
+        let program = std::path::absolute(&program).map_err(|source| ProcessError::Start {
+            program: program.display().to_string(),
+            source,
+        })?;
         let env = base_env(&spec.env, host)?;
-        Ok(ProcessRunner { spec, program, env })
+        Ok(ProcessRunner {
+            spec,
+            program,
+            env,
+            supervisor: None,
+        })
+    }
+
+    /// Starts every child under `supervisor` (or directly, with `None`).
+    pub fn supervised_by(mut self, supervisor: Option<Supervisor>) -> ProcessRunner {
+        self.supervisor = supervisor;
+        self
     }
 
     pub fn spec(&self) -> &ProcessSpec {
@@ -67,7 +87,14 @@ impl ProcessRunner {
         vars: &RunVars,
         cancel: CancellationToken,
     ) -> Result<RunningChild, ProcessError> {
-        let mut command = Command::new(&self.program);
+        let mut command = match &self.supervisor {
+            Some(supervisor) => {
+                let mut command = Command::new(&supervisor.program);
+                command.args(&supervisor.args).arg(&self.program);
+                command
+            }
+            None => Command::new(&self.program),
+        };
         command
             .args(&self.spec.args)
             .env_clear()
@@ -88,13 +115,16 @@ impl ProcessRunner {
             program: self.program.display().to_string(),
             source,
         };
-        let child = command.spawn().map_err(start_error)?;
-        // The child leads its own group, so its pid is the group id.
+        let child = launch::spawn(command).map_err(start_error)?;
+        // The child (or its supervisor) leads its own group, so its pid is
+        // the group id.
         let pgid = child
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
             .map(Pid::from_raw)
             .ok_or_else(|| start_error(std::io::Error::other("the child has no pid")))?;
+        // Not reaped yet, so the pid is still the leader's.
+        let identity = GroupIdentity::of_leader(pgid.as_raw());
         let prompt = match self.spec.stdin {
             StdinMode::Prompt => Some(vars.prompt.clone()),
             StdinMode::None => None,
@@ -102,6 +132,7 @@ impl ProcessRunner {
         Ok(RunningChild {
             child,
             guard: GroupGuard { pgid, armed: true },
+            identity,
             prompt,
             cancel,
             started: Instant::now(),
@@ -116,6 +147,7 @@ impl ProcessRunner {
 pub struct RunningChild {
     pub(super) child: Child,
     pub(super) guard: GroupGuard,
+    pub(super) identity: Option<GroupIdentity>,
     pub(super) prompt: Option<String>,
     pub(super) cancel: CancellationToken,
     pub(super) started: Instant,
@@ -126,6 +158,12 @@ impl RunningChild {
     /// The process group id (the child's pid).
     pub fn pgid(&self) -> i32 {
         self.guard.pgid.as_raw()
+    }
+
+    /// What identifies the group after a crash; `None` when `/proc` could
+    /// not tell at start.
+    pub fn identity(&self) -> Option<&GroupIdentity> {
+        self.identity.as_ref()
     }
 }
 

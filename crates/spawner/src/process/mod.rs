@@ -8,9 +8,17 @@
 //! its output until it exits, is cancelled, times out or writes too much. Every
 //! way out kills what is left of the group and reaps the child, so neither a
 //! zombie nor an orphan outlives a run.
+//!
+//! With a [`Supervisor`], the group's leader is the supervisor, which starts
+//! the child and kills the group if the daemon dies; children are forked from
+//! one long-lived thread (`launch`) so that the supervisor's parent-death
+//! signal means the daemon's death. The group's [`GroupIdentity`] lets
+//! recovery kill a group that outlived the daemon anyway.
 
 mod child;
 mod env;
+mod launch;
+mod leftover;
 mod output;
 mod supervise;
 
@@ -23,6 +31,8 @@ use std::time::Duration;
 
 pub use child::{ProcessRunner, RunningChild};
 pub use env::{EnvVar, HostEnv};
+pub use launch::Supervisor;
+pub use leftover::GroupIdentity;
 pub use supervise::Exited;
 
 /// Default cap on a child's stdout (SPEC §8.5).

@@ -72,6 +72,7 @@ impl RunningChild {
         let RunningChild {
             mut child,
             mut guard,
+            identity: _,
             prompt,
             cancel,
             started,

@@ -149,7 +149,8 @@ fn base_spawner(
     let (kind, spawner): (SpawnerKind, Arc<dyn SpawnerAdapter>) = match &spec.kind {
         AgentKind::Process(process) => {
             let runner = ProcessRunner::new(process.clone(), &settings.host_env)
-                .map_err(|source| ConfigError::Process { agent, source })?;
+                .map_err(|source| ConfigError::Process { agent, source })?
+                .supervised_by(settings.supervisor.clone());
             let spawner = ProcessSpawner::new(runner, &settings.base_url);
             (SpawnerKind::Process, Arc::new(spawner))
         }

@@ -13,7 +13,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use swarmd_engine::task::SpawnerKind;
+use swarmd_engine::task::{ProcessGroupMark, SpawnerKind};
 use swarmd_engine::{AgentProfile, SpawnError, SpawnerAdapter, SpawnerResolver};
 
 pub use build::standard_layers;
@@ -23,6 +23,7 @@ pub use spec::{
 };
 
 use crate::layers::OPERATOR_DELEGATE;
+use crate::process::GroupIdentity;
 use crate::spawners::UnconfiguredAgent;
 use crate::stack::LayerRegistry;
 
@@ -120,6 +121,29 @@ impl SpawnerResolver for StackResolver {
                 allow_subtasks: false,
             },
         })
+    }
+
+    fn reap_leftover(&self, group: &ProcessGroupMark) {
+        let identity = GroupIdentity {
+            pgid: group.pgid,
+            leader_start_ticks: group.leader_start_ticks,
+            boot_id: group.boot_id.clone(),
+        };
+        if identity.kill_if_alive() {
+            tracing::warn!(
+                pgid = group.pgid,
+                "killed a process group that outlived the previous daemon"
+            );
+        }
+    }
+
+    /// The agent's own layers count as well as the task's.
+    fn delegates(&self, agent: &str, layers: &[String]) -> bool {
+        delegates(layers)
+            || self
+                .agents
+                .get(agent)
+                .is_some_and(|entry| delegates(&entry.layers))
     }
 
     fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::layers::SeniorSettings;
-use crate::process::{HostEnv, ProcessSpec};
+use crate::process::{HostEnv, ProcessSpec, Supervisor};
 
 /// One configured agent.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,6 +62,8 @@ pub struct SpawnerSettings {
     pub hook_timeout: Duration,
     pub senior: SeniorSettings,
     pub middleware: Vec<LuaMiddlewareSpec>,
+    /// Process agents' children start under it when set.
+    pub supervisor: Option<Supervisor>,
 }
 
 impl SpawnerSettings {
@@ -73,6 +75,7 @@ impl SpawnerSettings {
             hook_timeout: Duration::from_secs(30),
             senior: SeniorSettings::default(),
             middleware: Vec::new(),
+            supervisor: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use swarmd_engine::ids::{TaskId, WorkerId};
+use swarmd_engine::task::ProcessGroupMark;
 use swarmd_engine::{
     Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential, WorkerError,
 };
@@ -61,6 +62,14 @@ impl SpawnerAdapter for ProcessSpawner {
             .runner
             .start(&vars, cancel.clone())
             .map_err(|e| SpawnError::Failed(e.to_string()))?;
+        if let Some(group) = child.identity() {
+            let mark = ProcessGroupMark {
+                pgid: group.pgid,
+                leader_start_ticks: group.leader_start_ticks,
+                boot_id: group.boot_id.clone(),
+            };
+            engine.record_process_group(task_id, attempt, mark);
+        }
         Ok(Box::new(ProcessWorker {
             id: WorkerId::new(),
             cancel,

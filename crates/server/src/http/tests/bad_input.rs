@@ -267,3 +267,76 @@ async fn draining_refuses_new_tasks_and_readiness() {
     );
     still_alive(&api).await;
 }
+
+/// Arbitrary and adversarial `POST /v1/tasks` bodies through the real router:
+/// never a 5xx, every refusal a `{error, code}` body, and the daemon keeps
+/// serving. Fields are drawn from the body's own names with values of every
+/// JSON type, so most cases reach validation rather than the parser.
+#[tokio::test]
+async fn arbitrary_task_bodies_are_accepted_or_refused_with_a_4xx() {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        any::<f64>().prop_map(|f| json!(f)),
+        "\\PC{0,40}".prop_map(serde_json::Value::from),
+        Just(json!("echo")),
+    ];
+    let value = leaf.prop_recursive(4, 32, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
+            prop::collection::btree_map("\\PC{0,8}", inner, 0..6).prop_map(|m| json!(m)),
+        ]
+    });
+    let names = prop::sample::select(vec![
+        "agent",
+        "prompt",
+        "system",
+        "input",
+        "metadata",
+        "policy",
+        "layers",
+        "wait_secs",
+        "max_attempts",
+        "delegate",
+        "parent",
+        "",
+    ]);
+    let body = prop::collection::btree_map(names, value, 0..8).prop_map(|fields| {
+        let mut object = serde_json::Map::new();
+        for (name, value) in fields {
+            object.insert(name.to_owned(), value);
+        }
+        // Most bodies name a real agent, so the rest of the body is validated.
+        object.entry("agent").or_insert(json!("echo"));
+        serde_json::Value::Object(object).to_string()
+    });
+    let text = prop_oneof![3 => body, 1 => "\\PC{0,64}"];
+
+    let api = Api::start().await;
+    let mut runner = TestRunner::deterministic();
+    for _ in 0..256 {
+        let input = text.new_tree(&mut runner).unwrap().current();
+        let response = api
+            .post("/v1/tasks", &api.admin)
+            .header("content-type", "application/json")
+            .body(input.clone())
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let answer: serde_json::Value = response.json().await.unwrap_or_default();
+        assert!(status < 500, "{status} for {input}: {answer}");
+        if status >= 400 {
+            assert!(
+                answer["error"].is_string() && answer["code"].is_string(),
+                "{status} for {input}: {answer}"
+            );
+        }
+    }
+    still_alive(&api).await;
+}

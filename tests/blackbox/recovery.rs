@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use crate::daemon::{Swarmd, delegate_frame};
+use crate::daemon::{Login, Swarmd, Ws, delegate_frame};
 use crate::harness::{expect_error, parts};
 
 fn str_of<'a>(frame: &'a Value, key: &str) -> &'a str {
@@ -36,6 +36,18 @@ async fn post_result(
             .unwrap(),
     )
     .await
+}
+
+/// A MainAI session with a delegated task: its login, socket, task id and
+/// the SubAgent's handle.
+async fn delegated(sw: &Swarmd) -> (Login, Ws, String, String) {
+    let main_ai = sw.login(json!({"roles": ["main-ai"]})).await;
+    let mut ws = sw.connect(&main_ai).await;
+    ws.send(delegate_frame("r-1", "researcher", "go")).await;
+    let spawn = ws.recv_type("spawn").await;
+    let task = str_of(&spawn, "task_id").to_owned();
+    let handle = str_of(&spawn, "worker_handle").to_owned();
+    (main_ai, ws, task, handle)
 }
 
 #[tokio::test]
@@ -103,12 +115,7 @@ async fn an_acknowledged_final_decides_its_attempt_after_a_crash_before_the_deci
 #[tokio::test]
 async fn a_result_replay_answers_its_first_200_after_a_restart_and_a_cancel_loses_to_it() {
     let mut sw = Swarmd::new("").start().await;
-    let main_ai = sw.login(json!({"roles": ["main-ai"]})).await;
-    let mut ws = sw.connect(&main_ai).await;
-    ws.send(delegate_frame("r-1", "researcher", "go")).await;
-    let spawn = ws.recv_type("spawn").await;
-    let task = str_of(&spawn, "task_id").to_owned();
-    let handle = str_of(&spawn, "worker_handle").to_owned();
+    let (_main_ai, _ws, task, handle) = delegated(&sw).await;
     let body = json!({"value": "done", "ok": true});
     let (status, ack) = post_result(&sw, &handle, &task, "k-1", &body).await;
     assert_eq!(status, 200, "{ack}");
@@ -137,12 +144,7 @@ async fn a_result_replay_answers_its_first_200_after_a_restart_and_a_cancel_lose
 #[tokio::test]
 async fn a_task_done_parked_for_a_mainai_without_a_socket_survives_a_kill_9() {
     let mut sw = Swarmd::new("").start().await;
-    let main_ai = sw.login(json!({"roles": ["main-ai"]})).await;
-    let mut ws = sw.connect(&main_ai).await;
-    ws.send(delegate_frame("r-1", "researcher", "go")).await;
-    let spawn = ws.recv_type("spawn").await;
-    let task = str_of(&spawn, "task_id").to_owned();
-    let handle = str_of(&spawn, "worker_handle").to_owned();
+    let (main_ai, ws, task, handle) = delegated(&sw).await;
     // The MainAI goes away; its task finishes; the daemon dies.
     drop(ws);
     let sid = main_ai.sid.clone();

@@ -285,10 +285,18 @@ impl Default for RetentionConfig {
 pub struct SpawnerConfig {
     /// Seconds between SIGTERM and SIGKILL when a process group is stopped.
     pub kill_grace_secs: u64,
+    /// Run each process agent under `swarmd supervise`, which kills the
+    /// agent's process group if the daemon dies. Costs about 2 ms of CPU per
+    /// spawn; where systemd already stops the service's whole cgroup
+    /// (`KillMode=mixed`, the shipped unit) it may be turned off.
+    pub supervise: bool,
 }
 
 impl Default for SpawnerConfig {
     fn default() -> Self {
-        SpawnerConfig { kill_grace_secs: 5 }
+        SpawnerConfig {
+            kill_grace_secs: 5,
+            supervise: true,
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Spilled blobs across a restart (SPEC §7.2): a blob a stored output
+//! Spilled blobs across a restart (docs/tasks.md, Output and retention): a blob a stored output
 //! references survives; one that no record references (its append cut off by
 //! a crash) is swept by the retention job at the next start.
 

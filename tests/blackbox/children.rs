@@ -1,4 +1,4 @@
-//! Process agents and the daemon's death (SPEC §8.5, §12.1): a kill -9 of
+//! Process agents and the daemon's death (docs/tasks.md, Process agents; Recovery): a kill -9 of
 //! the daemon takes its process groups with it; a group that outlived the
 //! daemon anyway is killed by recovery before the attempt is retried; and a
 //! configured process agent delegated to a MainAI is a delegated attempt,

@@ -1,4 +1,4 @@
-//! The HTTP API of the real daemon (SPEC §9): worker routes with a handle,
+//! The HTTP API of the real daemon (docs/protocol.md): worker routes with a handle,
 //! token attacks, late writes and replays, the bad-input matrix, metrics,
 //! and the SSE output stream.
 
@@ -138,7 +138,7 @@ async fn token_attacks_are_refused_and_change_nothing() {
         .await
         .unwrap();
     expect_error(response, 401, "unauthorized").await;
-    // Refused before decoding, yet logged with its fingerprint (SPEC §5.2).
+    // Refused before decoding, yet logged with its fingerprint (docs/security.md, Verification).
     let print = swarmd_engine::auth::fingerprint(&huge);
     let logged = |log: &str| {
         log.lines()

@@ -1,5 +1,5 @@
-//! The daemon's life (SPEC §6.5, §8.5, §12): kill -9 mid-task and a restart
-//! on the same state directory, SIGTERM draining to exit status 0, `READY=1`
+//! The daemon's life (docs/tasks.md, Late writes; Process agents; docs/operations.md): kill -9
+//! mid-task and a restart on the same state directory, SIGTERM draining to exit status 0, `READY=1`
 //! and `STOPPING=1` on a test-owned `NOTIFY_SOCKET`, a real cancel of a
 //! process agent, and the agents of the example configuration.
 

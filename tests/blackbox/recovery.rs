@@ -1,4 +1,4 @@
-//! Crash windows of an acknowledged result (SPEC §6.5, §12.1): a SubAgent's
+//! Crash windows of an acknowledged result (docs/tasks.md, Late writes; Recovery): a SubAgent's
 //! Final acknowledged with `200` while the decision waits (a senior `ask`
 //! nobody answers), then kill -9. After the restart the stored Final decides
 //! the attempt, a different second result is refused, a replay with the same

@@ -1,6 +1,6 @@
-//! MainAI flows over the real socket (SPEC §8.3, §8.4, §8.7, §10): a
-//! delegated `spawn_task` completed by a SubAgent over HTTP with its handle,
-//! an operator agent routed to the session holding its role, senior
+//! MainAI flows over the real socket (docs/tasks.md, Layers; Operator agents; Senior;
+//! docs/protocol.md, WebSocket): a delegated `spawn_task` completed by a SubAgent over HTTP with
+//! its handle, an operator agent routed to the session holding its role, senior
 //! escalation answered through `ask`, `hook_before` refusal, a
 //! `long_hold_warn` while the attempt still runs, and garbage frames.
 
@@ -46,7 +46,7 @@ fn str_of<'a>(frame: &'a Value, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("`{key}` is not a string in {frame}"))
 }
 
-/// Checks every field of a `spawn` frame (SPEC §10.1, §10.2).
+/// Checks every field of a `spawn` frame (docs/protocol.md, Frames; The spawn directive).
 fn check_spawn(sw: &Swarmd, spawn: &Value, task: &str, agent: &str) {
     assert_eq!(spawn["type"], "spawn");
     assert!(!str_of(spawn, "req_id").is_empty(), "{spawn}");

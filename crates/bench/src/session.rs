@@ -42,7 +42,7 @@ pub struct Incoming {
     pub error: Option<String>,
 }
 
-/// Frame types of SPEC §10.1 (server → client).
+/// Server → client frame types (docs/protocol.md, Frames).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {

@@ -1,5 +1,5 @@
 //! The SubAgent of a delegated attempt, as the generator plays it: fetch the
-//! prompt with the worker handle, then submit a raw text result (SPEC §9.1).
+//! prompt with the worker handle, then submit a raw text result (docs/protocol.md, Worker routes).
 //! Both calls go through the shared keep-alive client.
 
 use serde_json::Value;

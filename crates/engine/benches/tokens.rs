@@ -1,4 +1,4 @@
-//! Token mint and verify throughput (SPEC §13: at most 5 µs each).
+//! Token mint and verify throughput (the floor is 5 µs each: docs/benchmarks.md).
 //!
 //! Run with `cargo bench -p swarmd-engine --bench tokens`. Each operation runs
 //! a warm-up, then `ROUNDS` rounds of `ITERATIONS` timed calls.

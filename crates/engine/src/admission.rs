@@ -1,4 +1,4 @@
-//! Admission control (SPEC §6.4): at most `max_running` attempts at once,
+//! Admission control (docs/tasks.md, Admission): at most `max_running` attempts at once,
 //! per-agent concurrency limits, and FIFO order across agents.
 //!
 //! Every queued task gets a ticket from one counter. Each agent keeps its own

@@ -1,5 +1,6 @@
 //! Audit records: who spawned which attempt with which credential, and how it
-//! ended (SPEC §8.3 `audit`). Written by the audit layer, served by `GET /v1/audit`.
+//! ended (the `audit` layer, docs/tasks.md, Layers). Written by the audit
+//! layer, served by `GET /v1/audit`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

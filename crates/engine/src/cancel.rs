@@ -1,4 +1,4 @@
-//! Ending a task from outside its attempt: cancel (SPEC §6.5) and the
+//! Ending a task from outside its attempt: cancel (docs/tasks.md, Cancel) and the
 //! queue timeout of a task that never started.
 
 use crate::Engine;
@@ -10,7 +10,7 @@ use crate::store::WriteOp;
 use crate::task::{AttemptOutcome, Task, TaskStatus};
 
 impl Engine {
-    /// Cancels a task (SPEC §6.5): fences its attempt, fires the worker's
+    /// Cancels a task (docs/tasks.md, Cancel): fences its attempt, fires the worker's
     /// cancellation, and makes it `cancelled`. Cancelling a cancelled task
     /// returns it unchanged; any other terminal task is `TaskTerminal`, and a
     /// task whose open attempt already accepted a posted Final is

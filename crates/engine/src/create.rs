@@ -1,4 +1,4 @@
-//! Task creation (SPEC §6.1): validation, the parent's depth, sub-tasks of
+//! Task creation (docs/tasks.md, Tasks): validation, the parent's depth, sub-tasks of
 //! a worker behind its attempt's fence, idempotency keys, the durable
 //! record, and admission.
 

@@ -45,7 +45,7 @@ pub enum EngineError {
 }
 
 impl EngineError {
-    /// The machine code of SPEC §9.5.
+    /// The machine code (docs/protocol.md, Errors).
     pub fn code(&self) -> &'static str {
         match self {
             EngineError::BadRequest(_) | EngineError::DepthExceeded { .. } => "bad_request",

@@ -1,4 +1,4 @@
-//! The engine's state-change events (SPEC §6.6): one tagged enum, stamped with
+//! The engine's state-change events (docs/protocol.md, Events): one tagged enum, stamped with
 //! a global sequence number, appended to the durable log and broadcast.
 
 use serde::{Deserialize, Serialize};

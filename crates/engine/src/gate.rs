@@ -1,4 +1,5 @@
-//! Roles, verbs and the gate (SPEC §4): which role may perform which verb.
+//! Roles, verbs and the gate (docs/security.md, Roles and the gate): which role may perform which
+//! verb.
 //!
 //! The gate is one constant table, `GATE`, indexed by verb then role. A request
 //! passes only if its verb is among the verbs its credential carries **and** the
@@ -108,7 +109,7 @@ pub fn verbs_for(role: Role) -> impl Iterator<Item = Verb> {
         .filter(move |verb| allowed(role, *verb))
 }
 
-/// The gate check of SPEC §5.2 step 6: `verb` must be among `granted` (the
+/// The gate check, verification step 6 (docs/security.md): `verb` must be among `granted` (the
 /// verbs the credential carries) and allowed for `role`.
 ///
 /// Errors: `VerbNotGranted` or `RoleNotAllowed`, never the parse variants.
@@ -222,7 +223,7 @@ impl FromStr for Verb {
 mod tests {
     use super::*;
 
-    /// SPEC §4, written out by hand: one line per verb, `x` where allowed.
+    /// The gate of docs/security.md, written out by hand: one line per verb, `x` where allowed.
     const SPEC_MATRIX: &str = "\
 verb             admin operator worker observer senior
 manage_operators x     .        .      .        .

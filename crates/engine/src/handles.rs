@@ -1,4 +1,4 @@
-//! The in-memory table of worker handles (SPEC §5.5): SHA-256 digest →
+//! The in-memory table of worker handles (docs/security.md, Worker handles): SHA-256 digest →
 //! (task, attempt, verbs, expiry), with an index of each live task's
 //! digests so that a task's handles leave memory when the task does.
 //!

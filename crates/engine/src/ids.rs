@@ -1,4 +1,4 @@
-//! Identifier newtypes (SPEC §3): `TaskId`, `SessionId`, `WorkerId` and `ReqId`.
+//! Identifier newtypes (docs/protocol.md): `TaskId`, `SessionId`, `WorkerId` and `ReqId`.
 //!
 //! Every id parses and validates its own form, so a value of one of these types
 //! is always well-formed. `T-`, `S-` and `W-` ids are a prefix plus exactly 32

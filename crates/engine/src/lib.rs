@@ -6,8 +6,8 @@
 //! attempt by attempt by `dispatch` through a `SpawnerAdapter` that the
 //! spawner crate links. Workers talk back through the worker-side operations
 //! (`fetch_prompt`, `worker_output`, `post_result`, `heartbeat`), which take a
-//! credential and enforce SPEC §5.2. Only the engine mutates task state; each
-//! task's changes happen under that task's own lock, and every change is
+//! credential and enforce its verification (docs/security.md). Only the engine mutates task state;
+//! each task's changes happen under that task's own lock, and every change is
 //! written to the `TaskStore` and published on the event bus from one place.
 //!
 //! The engine knows nothing of HTTP, WebSocket, axum or Lua: the server maps

@@ -1,7 +1,7 @@
 //! The in-memory state of tasks that are not terminal yet: one `TaskCell`
 //! per task in a sharded map.
 //!
-//! Each cell's std `Mutex` is the task's lock of SPEC §6.3: every transition
+//! Each cell's std `Mutex` is the task's lock (docs/tasks.md, Attempts): every transition
 //! of the task happens under it, and the store write for the transition is
 //! queued under it too (so the durable order matches the memory order). No
 //! `.await` ever happens while it is held.

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use crate::ids::{SessionId, TaskId};
 use crate::spawn::{SpawnError, WorkerCredential};
 
-/// What kind of client an operator session is (SPEC §9.2).
+/// What kind of client an operator session is (docs/protocol.md, Operator sessions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionKind {
@@ -78,7 +78,7 @@ pub trait SeniorBridge: Send + Sync + Debug {
     ) -> Result<Value, BridgeError>;
 }
 
-/// Everything a `spawn` frame carries (SPEC §10.1, §10.2).
+/// Everything a `spawn` frame carries (docs/protocol.md, Frames; The spawn directive).
 #[derive(Debug, Clone)]
 pub struct SpawnFrame {
     pub task_id: TaskId,
@@ -113,7 +113,7 @@ pub struct SpawnReceipt {
     pub reply: oneshot::Receiver<SpawnReply>,
 }
 
-/// Runs delegated attempts on a MainAI session (SPEC §8.4).
+/// Runs delegated attempts on a MainAI session (docs/tasks.md, Operator agents).
 #[async_trait]
 pub trait OperatorBackend: Send + Sync + Debug {
     /// Sends the `spawn` frame now, or parks it while the session has no socket.

@@ -1,4 +1,4 @@
-//! Recovery at start (SPEC §12.1), run before the daemon reports ready: an
+//! Recovery at start (docs/tasks.md, Recovery), run before the daemon reports ready: an
 //! open attempt whose Final was stored before the crash is decided by it;
 //! other in-process attempts that died with the old process fail as
 //! `interrupted` (and retry if the policy allows); other delegated attempts

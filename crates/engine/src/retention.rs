@@ -1,5 +1,5 @@
-//! Retention (SPEC §7.2): terminal tasks older than the retention period are
-//! pruned with their attempts, outputs and events, expired handles are
+//! Retention (docs/tasks.md, Output and retention): terminal tasks older than the retention period
+//! are pruned with their attempts, outputs and events, expired handles are
 //! forgotten, and spilled blobs no record references any more are deleted,
 //! by a periodic job the daemon starts.
 

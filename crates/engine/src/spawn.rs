@@ -1,4 +1,4 @@
-//! The seam between the engine and whatever runs an attempt (SPEC §8.1): the
+//! The seam between the engine and whatever runs an attempt (docs/tasks.md, Layers): the
 //! `SpawnerAdapter` and `Worker` traits, the per-attempt `Ctx`, the worker's
 //! credential, and the `SpawnerResolver` that resolves and links an agent.
 
@@ -142,7 +142,7 @@ pub struct AgentProfile {
     pub kind: SpawnerKind,
     /// At most this many attempts of the agent run at once.
     pub concurrency: Option<usize>,
-    /// Whether its workers may spawn sub-tasks (SPEC §4 note 1).
+    /// Whether its workers may spawn sub-tasks (docs/tasks.md, Sub-tasks).
     pub allow_subtasks: bool,
 }
 

@@ -1,4 +1,4 @@
-//! The task and attempt model (SPEC §6.1–§6.2): records, policy, and the
+//! The task and attempt model (docs/tasks.md, Tasks and Status): records, policy, and the
 //! status enums whose transition methods refuse illegal moves.
 
 use serde::{Deserialize, Serialize};

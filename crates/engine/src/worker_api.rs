@@ -1,7 +1,7 @@
-//! The worker side of the engine (SPEC §9.1): authenticate a bearer (token or
-//! `wh-` handle) through §5.2, then fetch the prompt, append output, post the
+//! The worker side of the engine (docs/protocol.md, Worker routes): authenticate a bearer (token or
+//! `wh-` handle) through its verification, then fetch the prompt, append output, post the
 //! result, or heartbeat — each with the binding and fence checks of step 7
-//! and the late-write rules of §6.5.
+//! and the late-write rules (docs/tasks.md, Late writes).
 
 use std::sync::MutexGuard;
 
@@ -81,7 +81,7 @@ pub struct HeartbeatAck {
 }
 
 /// The verbs of a worker credential: the leaf verbs, plus `spawn_task` for
-/// agents whose configuration allows sub-tasks (SPEC §4 note 1).
+/// agents whose configuration allows sub-tasks (docs/tasks.md, Sub-tasks).
 pub(crate) fn worker_verbs(allow_subtasks: bool) -> Vec<Verb> {
     let mut verbs = crate::gate::WORKER_LEAF_VERBS.to_vec();
     if allow_subtasks {
@@ -147,7 +147,7 @@ impl Engine {
         Ok((token, exp))
     }
 
-    /// SPEC §5.2 steps 1–6 for a worker bearer and the route's `verb`.
+    /// Verification steps 1–6 (docs/security.md) for a worker bearer and the route's `verb`.
     pub fn authenticate_worker(&self, bearer: &str, verb: Verb) -> Result<WorkerAuth, EngineError> {
         if bearer.len() > MAX_TOKEN_BYTES {
             return Err(EngineError::Unauthorized(TokenError::TooLong));
@@ -331,7 +331,7 @@ impl Engine {
         }
     }
 
-    /// Posts the attempt's Final (SPEC §6.5): once per attempt; a retry with
+    /// Posts the attempt's Final (docs/tasks.md, Late writes): once per attempt; a retry with
     /// the same `Idempotency-Key` and body replays the first answer for as
     /// long as the task is retained, across restarts too.
     pub async fn post_result(
@@ -357,7 +357,7 @@ impl Engine {
                 (Some(a), Some(b)) if a == b && first.body_digest == mine.body_digest => {
                     Ok(ack.clone())
                 }
-                // SPEC §6.5: anything but the same key *and* body is a
+                // Anything but the same key *and* body is a
                 // second result, a reused key with another body included.
                 _ => Err(EngineError::AlreadyFinal),
             }
@@ -456,7 +456,7 @@ impl Engine {
 
     /// Extends the lease; re-mints the token (and moves the expiry of every
     /// handle of the attempt) when less than a third of its lifetime is left
-    /// (SPEC §5.6).
+    /// (docs/security.md, Lifetimes).
     pub async fn heartbeat(
         &self,
         auth: &WorkerAuth,
@@ -520,7 +520,7 @@ impl Engine {
     }
 
     /// A fresh token for the same attempt and handle, with the handle's
-    /// expiry moved along (SPEC §10.4: a parked `spawn` re-minted at
+    /// expiry moved along (a parked `spawn` re-minted at
     /// delivery). Refused once the attempt is no longer the open one.
     pub async fn refresh_credential(
         &self,

@@ -98,7 +98,8 @@ fn valid_vectors_verify_to_their_claims() {
             expected
         );
 
-        // The tag is exactly the SPEC §5.1 HMAC, recomputed without engine code.
+        // The tag is exactly the documented HMAC (docs/security.md), recomputed without engine
+        // code.
         let fields: Vec<&str> = vector.token.split('.').collect();
         let secret = if fields[1] == file.current.kid {
             generate::current_secret()

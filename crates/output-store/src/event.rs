@@ -1,4 +1,5 @@
-//! The output event model (SPEC §7.1): `OutputEvent`, `ContentRef` and the stored `OutputRecord`.
+//! The output event model (docs/protocol.md, Output events): `OutputEvent`, `ContentRef` and the
+//! stored `OutputRecord`.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

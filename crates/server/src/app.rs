@@ -25,7 +25,7 @@ pub struct AppInner {
     pub admin: AdminTokenDigest,
     /// The address the listener is bound to (the real port when `bind` asked for 0).
     pub bound: std::net::SocketAddr,
-    /// The URL SubAgents use to reach this daemon (SPEC §10.2).
+    /// The URL SubAgents use to reach this daemon (docs/protocol.md, The spawn directive).
     pub base_url: String,
     pub started: Instant,
     /// Fired when the daemon starts draining.

@@ -2,10 +2,10 @@
 //! the CLI and its HTTP clients, and `run`, which serves the API on a bound
 //! listener until the shutdown token fires.
 //!
-//! `main` builds every dependency (config, state, systemd notifier, shutdown
-//! token) and passes them to `run`; nothing here reads the process
-//! environment or installs a global subscriber. Integration tests call `run`
-//! with a listener on `127.0.0.1:0`.
+//! `commands::serve` builds what `run` needs (config, state, systemd
+//! notifier, shutdown token, listener) and passes it in; nothing here reads
+//! the process environment or installs a global subscriber. The tests in
+//! `tests.rs` call `run` with a listener on `127.0.0.1:0`.
 
 pub mod app;
 pub mod cli;
@@ -82,7 +82,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 }
 
 /// Assembles the daemon, recovers, serves on `listener` until `shutdown`
-/// fires, then drains (SPEC §12):
+/// fires, then drains (docs/operations.md):
 ///
 /// 1. `READY=1` only once the listener is bound and recovery is done;
 /// 2. on shutdown: new tasks get 503 `draining`, systemd hears

@@ -1,4 +1,4 @@
-//! Prometheus metrics of the daemon (SPEC §9.4), rendered as OpenMetrics text
+//! Prometheus metrics of the daemon (docs/operations.md, Observing), rendered as OpenMetrics text
 //! by `GET /metrics`.
 //!
 //! Two sources meet here. The HTTP side counts what only it sees (token

@@ -1,4 +1,4 @@
-//! systemd integration (SPEC §12): `READY=1`, `STOPPING=1` and a watchdog
+//! systemd integration (docs/operations.md): `READY=1`, `STOPPING=1` and a watchdog
 //! that pings only while a self-check passes.
 //!
 //! The socket address and watchdog interval are read from an `Environment`

@@ -1,4 +1,4 @@
-//! The swarmd SpawnerStack (SPEC §8): the middleware layers between the
+//! The swarmd SpawnerStack (docs/tasks.md, Layers): the middleware layers between the
 //! engine and whatever runs an attempt, and the three base spawners — child
 //! processes, sandboxed Lua, and delegation to a MainAI session.
 //!

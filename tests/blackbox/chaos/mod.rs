@@ -1,4 +1,4 @@
-//! Crash chaos (SPEC §12.1): mixed load on the real binary while it is
+//! Crash chaos (docs/tasks.md, Recovery): mixed load on the real binary while it is
 //! killed with SIGKILL at random points (half of them 0–5 ms after a result
 //! was acknowledged, some after a creation was) and restarted on the same
 //! state directory; then the invariants of `checks`. The load: `POST /v1/tasks` of a process

@@ -16,7 +16,7 @@ use crate::clock::Clock;
 use crate::gate::{self, Role, Verb, WORKER_LEAF_VERBS};
 use crate::ids::{SessionId, TaskId};
 
-/// Largest accepted clock leeway (SPEC §5.2 step 5).
+/// Largest accepted clock leeway (docs/security.md, Verification, step 5).
 pub const MAX_LEEWAY_SECS: u64 = 5;
 
 /// Time bounds for tokens.
@@ -164,8 +164,8 @@ impl TokenAuthority {
         })
     }
 
-    /// SPEC §5.2 steps 1–5 plus the lifetime bound. The claims are returned for
-    /// the gate and for binding (step 7), which is the caller's.
+    /// Verification steps 1–5 (docs/security.md) plus the lifetime bound. The claims are returned
+    /// for the gate and for binding (step 7), which is the caller's.
     pub fn verify(&self, token: &str) -> Result<Claims, TokenError> {
         self.verify_bytes(token.as_bytes())
     }

@@ -1,4 +1,5 @@
-//! The claims a capability token carries (SPEC §5.1): a closed, typed struct.
+//! The claims a capability token carries (docs/security.md, Capability tokens): a closed, typed
+//! struct.
 //!
 //! Parsing refuses unknown fields, duplicate fields and wrong types. `task`,
 //! `attempt` and `sid` are *required-or-null*: each must be present, with a
@@ -102,7 +103,7 @@ impl Claims {
         self.exp.saturating_sub(self.iat)
     }
 
-    /// The gate for this token's role and verbs (SPEC §5.2 step 6).
+    /// The gate for this token's role and verbs (docs/security.md, Verification, step 6).
     pub fn check_verb(&self, verb: Verb) -> Result<(), GateError> {
         gate::check(self.role, &self.verbs, verb)
     }

@@ -10,7 +10,7 @@ use crate::gate::{GateError, Role};
 /// Why a credential was refused or could not be minted.
 ///
 /// Variants are the precise, internal reasons (see `reason`); clients only ever
-/// see `public_code`. Verification (SPEC §5.2) fails with the first failing
+/// see `public_code`. Verification (docs/security.md, Verification) fails with the first failing
 /// step, in this order: `TooLong`, `Malformed`, `BadPrefix`, `UnknownKid`,
 /// `BadEncoding`, `BadSignature`, `BadClaims`, `Expired`, `TtlTooLong`,
 /// `Forbidden`.

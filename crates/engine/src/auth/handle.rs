@@ -1,5 +1,5 @@
-//! Opaque bearer secrets: worker handles (SPEC §5.5) and operator/admin
-//! session secrets (SPEC §5.6).
+//! Opaque bearer secrets: worker handles (docs/security.md, Worker handles) and operator/admin
+//! session secrets (docs/security.md, Session and admin secrets).
 //!
 //! Both are random values that the store knows only by SHA-256 digest. A
 //! `WorkerHandle` is `wh-` + 32 lowercase hex (128 bits), short enough for an

@@ -1,4 +1,4 @@
-//! The signing keyring (SPEC §5.4): one `current` key that mints, any number of
+//! The signing keyring (docs/security.md, Keyring): one `current` key that mints, any number of
 //! `previous` keys that still verify until retired, and the `keys.json` file.
 //!
 //! Each key keeps an HMAC-SHA256 state that has already absorbed the key and

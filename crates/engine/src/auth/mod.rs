@@ -1,8 +1,8 @@
 //! Credentials: capability tokens, their keyring, worker handles and session
-//! secrets (SPEC §5).
+//! secrets (docs/security.md).
 //!
 //! A capability token (`swc1.<kid>.<payload>.<tag>`) is verified from its own
-//! bytes plus the keyring: `token::decode` runs SPEC §5.2 steps 1–4 as a pure
+//! bytes plus the keyring: `token::decode` runs verification steps 1–4 as a pure
 //! function, and `TokenAuthority` adds the clock (step 5), the TTL bound and the
 //! gate (step 6). Step 7, binding to a task and its current attempt, belongs to
 //! the engine, which reads the returned `Claims`.

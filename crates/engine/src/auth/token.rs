@@ -1,5 +1,5 @@
-//! The `swc1` token format (SPEC §5.1) and verification steps 1–5 (SPEC §5.2)
-//! as pure functions over bytes, a keyring and a time.
+//! The `swc1` token format (docs/security.md, Capability tokens) and verification steps 1–5
+//! (docs/security.md, Verification) as pure functions over bytes, a keyring and a time.
 //!
 //! `swc1.<kid>.<payload>.<tag>`: `payload` is the claims' JSON in unpadded
 //! base64url, `tag` is the unpadded base64url of
@@ -122,7 +122,7 @@ pub fn encode(keyring: &Keyring, claims: &Claims) -> Result<SecretToken, TokenEr
     Ok(SecretToken(token))
 }
 
-/// SPEC §5.2 steps 1–4: size, shape, prefix, kid, strict decoding, tag (in
+/// Verification steps 1–4 (docs/security.md): size, shape, prefix, kid, strict decoding, tag (in
 /// constant time), then the closed, typed claims. Pure: no clock, no I/O.
 ///
 /// Errors, in the order checked: `TooLong`, `Malformed` (not exactly four
@@ -184,7 +184,7 @@ pub fn decode(token: &[u8], keyring: &Keyring) -> Result<Claims, TokenError> {
     Ok(claims)
 }
 
-/// SPEC §5.2 step 5 and the lifetime bound: `now < exp + leeway`, then
+/// Verification step 5 and the lifetime bound: `now < exp + leeway`, then
 /// `exp - iat <= max_ttl`.
 ///
 /// Errors: `Expired`, then `TtlTooLong`.

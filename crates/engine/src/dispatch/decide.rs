@@ -1,4 +1,4 @@
-//! Phases 5–6 of `dispatch_attempt` (SPEC §6.3): decide the attempt's outcome
+//! Phases 5–6 of `dispatch_attempt` (docs/tasks.md, Attempts): decide the attempt's outcome
 //! from its last Final, then retry or finish the task, durably, and publish.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! `dispatch_attempt` (SPEC §6.3): one attempt of one task, in the phases
+//! `dispatch_attempt` (docs/tasks.md, Attempts): one attempt of one task, in the phases
 //! prepare → mint → spawn → join → decide → publish. No lock is held across
 //! an `.await`: each phase takes the task's lock, changes memory, queues the
 //! matching store write, and lets go before anything waits. The decide and
@@ -401,7 +401,7 @@ mod tests {
     use crate::testing::{StaticResolver, engine_with};
 
     /// Every waiting attempt holds this future; 100 000 of them must fit the
-    /// SPEC §13 memory floor with room to spare. The spawn and decide phases
+    /// memory floor of docs/benchmarks.md with room to spare. The spawn and decide phases
     /// are boxed so that their state is not held while the worker runs.
     #[tokio::test]
     async fn a_waiting_attempt_holds_a_small_future() {

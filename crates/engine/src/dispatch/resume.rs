@@ -1,4 +1,4 @@
-//! Delegated attempts resumed at recovery (SPEC §12.1): the worker is the
+//! Delegated attempts resumed at recovery (docs/tasks.md, Recovery): the worker is the
 //! SubAgent out there, announced again through the agent's stack with a
 //! fresh handle, and its Final arrives over HTTP.
 

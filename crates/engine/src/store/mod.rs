@@ -26,7 +26,8 @@ use crate::ids::{SessionId, TaskId};
 use crate::operator::SessionKind;
 use crate::task::{AttemptRecord, Task, TaskStatus};
 
-/// What a worker handle stands for (SPEC §5.5); stored under SHA-256(handle).
+/// What a worker handle stands for (docs/security.md, Worker handles); stored under
+/// SHA-256(handle).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HandleRecord {
     pub task_id: TaskId,
@@ -35,7 +36,8 @@ pub struct HandleRecord {
     pub exp_secs: u64,
 }
 
-/// A persisted operator session (SPEC §10.4). Only the token's digest is kept.
+/// A persisted operator session (docs/protocol.md, Disconnects and parking). Only the token's
+/// digest is kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
     pub sid: SessionId,

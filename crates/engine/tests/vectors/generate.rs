@@ -1,5 +1,5 @@
-//! Builds the `captoken_v1.json` golden vectors from the SPEC §5.1 rules alone:
-//! raw HMAC-SHA256, hand-written JSON and a plain base64 engine, never the
+//! Builds the `captoken_v1.json` golden vectors from the format rules alone (docs/security.md,
+//! Capability tokens): raw HMAC-SHA256, hand-written JSON and a plain base64 engine, never the
 //! engine's own token code. Deterministic: fixed keys, fixed claims, fixed now.
 //!
 //! Regenerate with
@@ -84,7 +84,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The tag exactly as SPEC §5.1 defines it.
+/// The tag exactly as docs/security.md (Capability tokens) defines it.
 pub fn spec_tag(secret: &[u8], prefix: &str, kid: &str, payload: &str) -> String {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).unwrap();
     mac.update(b"swarm-captoken\n");

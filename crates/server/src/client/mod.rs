@@ -1,5 +1,5 @@
-//! HTTP clients behind the CLI: `swarmd task …` against the task API (SPEC
-//! §9.3) and `swarmd worker` against the worker API (SPEC §9.1).
+//! HTTP clients behind the CLI: `swarmd task …` against the task routes and
+//! `swarmd worker` against the worker routes (docs/protocol.md).
 //!
 //! One `ApiClient` holds the base URL and the bearer credential (replaceable,
 //! for a worker that adopts a fresh token); every verb

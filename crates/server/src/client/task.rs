@@ -1,4 +1,4 @@
-//! `swarmd task spawn|get|wait|cancel`: the task routes of SPEC §9.3.
+//! `swarmd task spawn|get|wait|cancel`: the task routes (docs/protocol.md, Task routes).
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! `[agents.NAME]`: the agents tasks are spawned for, one typed variant per
-//! `kind` (SPEC §8.4–§8.6).
+//! `kind` (docs/tasks.md, Agents).
 //!
 //! The file form is one flat table (`RawAgent`, unknown keys refused) that is
 //! checked per kind on the way in, so an error still points at its line.
@@ -18,7 +18,7 @@ pub struct Agent {
     pub layers: Vec<String>,
     /// Attempts of this agent running at once; unset: only `limits.max_running`.
     pub concurrency: Option<u32>,
-    /// Whether this agent's workers may spawn sub-tasks (SPEC §4).
+    /// Whether this agent's workers may spawn sub-tasks (docs/tasks.md, Sub-tasks).
     pub allow_subtasks: bool,
     /// What the agent does, for people and MainAIs.
     pub description: Option<String>,
@@ -31,11 +31,11 @@ pub struct Agent {
 /// How an agent's work is run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentKind {
-    /// A child process per attempt (SPEC §8.5).
+    /// A child process per attempt (docs/tasks.md, Process agents).
     Process(ProcessAgent),
-    /// An in-process sandboxed Lua script (SPEC §8.6).
+    /// An in-process sandboxed Lua script (docs/tasks.md, Lua agents).
     Lua(LuaAgent),
-    /// Delegated to a connected MainAI session (SPEC §8.4).
+    /// Delegated to a connected MainAI session (docs/tasks.md, Operator agents).
     Operator(OperatorAgent),
 }
 

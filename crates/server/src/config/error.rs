@@ -5,7 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 /// Why the configuration was refused. `Display` is one line, fit for the
-/// "exit 78 with one clear line" rule of SPEC §11.1.
+/// "exit 78 with one clear line" rule (docs/configuration.md, Sources).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {}: {source}", path.display())]

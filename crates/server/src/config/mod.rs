@@ -1,5 +1,5 @@
 //! The daemon's configuration: one typed `Config`, read once at startup
-//! (SPEC §11).
+//! (docs/configuration.md).
 //!
 //! Sources, later wins: built-in defaults (the state directory defaults to
 //! `$STATE_DIRECTORY`), the TOML file, `SWARMD_SECTION__KEY` environment
@@ -39,7 +39,7 @@ pub use sections::{
 };
 pub use validate::HINT_LAYERS;
 
-/// The whole configuration (SPEC §11.2). Built by `Config::load`; every
+/// The whole configuration (docs/configuration.md). Built by `Config::load`; every
 /// section has defaults, so an empty file is a valid configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -1,4 +1,4 @@
-//! The plain sections of the configuration file (SPEC §11.2), with their
+//! The plain sections of the configuration file (docs/configuration.md), with their
 //! defaults. Agents live in `agent`, the agents directory in `agents_dir`.
 
 use std::collections::BTreeMap;
@@ -63,7 +63,7 @@ pub enum Synchronous {
 pub struct StoreConfig {
     /// `sqlite` (default) or `memory`.
     pub backend: StoreBackend,
-    /// The state directory (SPEC §11.3). Default: the first path of
+    /// The state directory (docs/operations.md, State directory). Default: the first path of
     /// `$STATE_DIRECTORY` (set by systemd's `StateDirectory=`), else
     /// `./swarmd-state`.
     pub state_dir: PathBuf,
@@ -211,7 +211,7 @@ impl Default for WsConfig {
     }
 }
 
-/// `[senior]`: who answers escalations (SPEC §8.7).
+/// `[senior]`: who answers escalations (docs/tasks.md, Senior).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SeniorConfig {

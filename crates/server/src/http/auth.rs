@@ -2,7 +2,7 @@
 //! operator session, or a role token (observer, senior). Worker routes take
 //! the raw bearer instead and let the engine verify it for the route's verb.
 //!
-//! The header is capped at 2048 bytes before anything decodes it (SPEC §5.2),
+//! The header is capped at 2048 bytes before anything decodes it (docs/security.md, Verification),
 //! and only a fingerprint of a rejected credential is ever logged. Every
 //! refusal is counted in `swarmd_token_verify_failures_total` by its precise
 //! reason; the client only ever sees the uniform 401 or a 403.
@@ -43,8 +43,8 @@ impl Caller {
         }
     }
 
-    /// The gate (SPEC §4): tokens must carry the verb, and every role must be
-    /// allowed it by the table.
+    /// The gate (docs/security.md, Roles and the gate): tokens must carry the verb, and every role
+    /// must be allowed it by the table.
     pub fn require(&self, verb: Verb) -> Result<(), ApiError> {
         let granted = match self {
             Caller::Token { verbs, .. } => verbs.contains(&verb),
@@ -168,7 +168,7 @@ fn refused(state: &AppState, token: &str, reason: &'static str, code: &'static s
     }
 }
 
-/// SPEC §5.2 steps 1–6 for a worker route: the engine verifies the bearer
+/// Verification steps 1–6 (docs/security.md) for a worker route: the engine verifies the bearer
 /// (token or `wh-` handle) for `verb`.
 pub fn authenticate_worker(
     state: &AppState,

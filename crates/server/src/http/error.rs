@@ -1,4 +1,4 @@
-//! The one place errors become HTTP (SPEC §9.5): a status code and the body
+//! The one place errors become HTTP (docs/protocol.md, Errors): a status code and the body
 //! `{"error": "<human message>", "code": "<machine code>"}`. Internal errors
 //! are logged once, here, with a correlation id the body repeats.
 
@@ -27,7 +27,7 @@ impl ApiError {
         }
     }
 
-    /// An error with the status SPEC §9.5 gives its code.
+    /// An error with the status its code has (docs/protocol.md, Errors).
     pub fn coded(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(status_for(code), code, message)
     }
@@ -36,7 +36,8 @@ impl ApiError {
         Self::coded("bad_request", message)
     }
 
-    /// The uniform 401 of SPEC §5.2: the body never says why.
+    /// The uniform 401 of verification steps 1–5 (docs/security.md): the body
+    /// never says why.
     pub fn unauthorized(code: &'static str) -> Self {
         let message = if code == "token_expired" {
             "credential expired"
@@ -78,7 +79,7 @@ impl ApiError {
     }
 }
 
-/// The status of each machine code of SPEC §9.5.
+/// The status of each machine code (docs/protocol.md, Errors).
 pub fn status_for(code: &str) -> StatusCode {
     match code {
         "bad_request" => StatusCode::BAD_REQUEST,

@@ -1,4 +1,4 @@
-//! Extractors that answer bad input with our error body (SPEC §9.5) instead
+//! Extractors that answer bad input with our error body (docs/protocol.md, Errors) instead
 //! of axum's plain-text rejections: `Json`, `Query`, `Path`, `RawBody`, and
 //! the `Idempotency-Key` header.
 //!

@@ -1,4 +1,4 @@
-//! The HTTP API (SPEC §9): routes, authentication, extractors, middleware
+//! The HTTP API (docs/protocol.md): routes, authentication, extractors, middleware
 //! and error mapping, assembled by `router`.
 //!
 //! Route groups live in their own files (`worker`, `tasks`, `output`,

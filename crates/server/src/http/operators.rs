@@ -1,4 +1,4 @@
-//! Operator session routes (SPEC §9.2): login, list, get, delete, and the
+//! Operator session routes (docs/protocol.md, Operator sessions): login, list, get, delete, and the
 //! WebSocket upgrade of `/v1/operators/{sid}/ws`.
 //!
 //! Login needs the admin token — or no credential at all from a loopback
@@ -31,7 +31,7 @@ use crate::http::error::ApiError;
 use crate::sessions::{LoginRequest, LoginResponse, Session, SessionSummary};
 use crate::ws::{MAX_FRAME_BYTES, READ_CHUNK_BYTES, serve_socket};
 
-/// The routes of SPEC §9.2, to be merged into the main router.
+/// The session routes (docs/protocol.md, Operator sessions), to be merged into the main router.
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/operators", get(list).post(login))

@@ -1,4 +1,4 @@
-//! Operations routes (SPEC §9.4): `/healthz` (alive), `/readyz` (store
+//! Operations routes (docs/operations.md, Observing): `/healthz` (alive), `/readyz` (store
 //! writable and not draining), `/metrics` (Prometheus text) and `/v1/status`.
 
 use std::time::Duration;

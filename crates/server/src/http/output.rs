@@ -1,4 +1,4 @@
-//! `GET /v1/tasks/{id}/output` (SPEC §9.3): a task's output records as a JSON
+//! `GET /v1/tasks/{id}/output` (docs/protocol.md, Output routes): a task's output records as a JSON
 //! page, or with `Accept: text/event-stream` as a live SSE stream.
 //!
 //! With `?attempt=A` the route covers that attempt and event ids are its

@@ -1,4 +1,4 @@
-//! Task routes (SPEC §9.3): spawn (with `wait_secs` and `Idempotency-Key`),
+//! Task routes (docs/protocol.md, Task routes): spawn (with `wait_secs` and `Idempotency-Key`),
 //! list with cursor paging, get with attempts, long-poll wait, cancel.
 //!
 //! A task's run never belongs to the request that created it: the engine
@@ -158,8 +158,8 @@ struct Origin {
 
 /// Admins and operator sessions create top-level tasks; a worker whose agent
 /// allows sub-tasks (its credential carries `spawn_task`) creates a sub-task
-/// of its own task (SPEC §4), which the engine refuses once the worker's
-/// attempt is no longer the open one.
+/// of its own task (docs/tasks.md, Sub-tasks), which the engine refuses once
+/// the worker's attempt is no longer the open one.
 fn spawner_of(state: &AppState, bearer: &WorkerBearer) -> Result<Origin, ApiError> {
     let token = bearer.0.as_str();
     let is_worker = looks_like_handle(token)

@@ -1,10 +1,10 @@
-//! Worker routes (SPEC §9.1): what a SubAgent does with its token or `wh-`
+//! Worker routes (docs/protocol.md, Worker routes): what a SubAgent does with its token or `wh-`
 //! handle — fetch its prompt, stream output, post or submit its result,
 //! heartbeat.
 //!
 //! The engine verifies the bearer for each route's verb and enforces binding,
-//! fencing and the late-write rules (§5.2 step 7, §6.5); this file only turns
-//! bodies into engine calls. Worker bodies are parsed whatever their
+//! fencing and the late-write rules (docs/security.md, Verification step 7; docs/tasks.md, Late
+//! writes); this file only turns bodies into engine calls. Worker bodies are parsed whatever their
 //! `Content-Type` (SubAgents often send JSON as `curl -d` form data), but
 //! strictly: unknown fields are refused, so a typo never turns into a
 //! silently ignored `ok`. Results are hashed as received so that a retry with

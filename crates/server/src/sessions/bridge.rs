@@ -1,4 +1,4 @@
-//! The engine's operator traits on a session (SPEC §8.3, §8.4, §8.7):
+//! The engine's operator traits on a session (docs/tasks.md, Layers; Operator agents; Senior):
 //! `SpawnHook` (`hook_before` → `hook_ack`, `hook_after`), `SeniorBridge`
 //! (`ask` → `answer`) and `OperatorBackend` (`spawn` → `spawn_ack` /
 //! `spawn_halt`, `cancel`). Each request registers its waiter first, then

@@ -1,5 +1,5 @@
-//! Operator sessions (SPEC §9.2, §10.4): login with exclusive role names,
-//! bearer-secret authentication by digest, persistence through the engine's
+//! Operator sessions (docs/protocol.md, Operator sessions; Disconnects and parking): login with
+//! exclusive role names, bearer-secret authentication by digest, persistence through the engine's
 //! store, idle expiry, and the engine's `OperatorDirectory` view of sessions,
 //! whose hooks, senior bridge and backend are the session itself
 //! (`bridge`). Each `Session` owns its outbox of server frames (`outbox`)
@@ -312,8 +312,8 @@ impl SessionRegistry {
     }
 
     /// The engine's view of a session. Hooks only for kinds that take them;
-    /// the backend always (frames park while disconnected, SPEC §8.4); the
-    /// senior bridge only while connected (SPEC §8.7: a connected session).
+    /// the backend always (frames park while disconnected); the
+    /// senior bridge only while connected (docs/tasks.md, Senior).
     fn info(session: &Arc<Session>) -> OperatorInfo {
         OperatorInfo {
             sid: session.sid,

@@ -1,5 +1,5 @@
-//! A session's outbox (SPEC §10.4): the ordered queue of server-originated
-//! frames. While a socket is attached its writer drains the queue; while not,
+//! A session's outbox (docs/protocol.md, Disconnects and parking): the ordered queue of
+//! server-originated frames. While a socket is attached its writer drains the queue; while not,
 //! frames wait here ("parked") and are delivered in order on reconnect.
 //!
 //! A frame leaves the queue only when a writer acknowledges it after sending,

@@ -1,4 +1,4 @@
-//! The idle sweep (SPEC §5.6): a session with no socket and no activity for
+//! The idle sweep (docs/security.md, Session and admin secrets): a session with no socket and no activity for
 //! `auth.session_idle_secs` expires and releases its roles. The same pass
 //! writes back the last activity of sessions that were active since their
 //! record was written, so a restart restores a recent `last_seen`, and the

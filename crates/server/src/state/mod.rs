@@ -1,4 +1,4 @@
-//! The state directory (SPEC §11.3) and the secrets kept next to it: the
+//! The state directory (docs/operations.md, State directory) and the secrets kept next to it: the
 //! signing keyring and the admin token.
 //!
 //! `PreparedState::prepare` runs once at startup: it creates `<state_dir>`

@@ -1,6 +1,6 @@
 //! A gap-free, duplicate-free stream of engine events: replay from the
 //! durable log, then live from the bus, resuming from the log whenever the
-//! bus receiver lags (SPEC §6.6, §10.3).
+//! bus receiver lags (docs/protocol.md, Events; Liveness).
 //!
 //! The bus is subscribed when the feed is built, before the log is read, so
 //! every event is either in the log read or in the receiver; records at or

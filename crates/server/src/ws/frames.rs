@@ -1,5 +1,5 @@
-//! The WebSocket frames of SPEC §10.1: JSON text frames tagged by `type`
-//! (snake_case), with exactly the field names of the spec so that MainAI
+//! The WebSocket frames (docs/protocol.md, Frames): JSON text frames tagged by `type`
+//! (snake_case), with exactly the documented field names so that MainAI
 //! clients written for this frame set work unchanged. Unknown fields in a
 //! client frame are ignored; an unknown `type` is answered with an `error`.
 
@@ -92,7 +92,7 @@ pub enum ServerFrame {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientFrame {
-    /// The SubAgent of a `spawn` finished (SPEC §8.4).
+    /// The SubAgent of a `spawn` finished (docs/tasks.md, Operator agents).
     SpawnAck {
         req_id: ReqId,
         #[serde(default)]

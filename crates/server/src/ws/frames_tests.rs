@@ -1,5 +1,5 @@
 //! Snapshot tests of every frame's JSON: the field names are a compatibility
-//! contract (SPEC §10.1), so each frame is written out in full here.
+//! contract (docs/protocol.md, Frames), so each frame is written out in full here.
 
 use serde_json::json;
 use swarmd_engine::WorkerCredential;

@@ -1,4 +1,4 @@
-//! The WebSocket protocol of MainAI sessions (SPEC §10).
+//! The WebSocket protocol of MainAI sessions (docs/protocol.md, WebSocket).
 //!
 //! A socket is attached to an operator session (`connection`): its writer
 //! drains the session's outbox — frames parked while no socket was attached

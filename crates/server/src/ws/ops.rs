@@ -157,7 +157,7 @@ async fn cancel_task(
     }
 }
 
-/// An engine refusal as an `error` frame with the code of SPEC §9.5;
+/// An engine refusal as an `error` frame with its code (docs/protocol.md, Errors);
 /// internal failures are logged here and not described to the client.
 pub(super) fn engine_error(req_id: ReqId, error: &EngineError) -> ServerFrame {
     let code = error.code();

@@ -1,8 +1,8 @@
 //! The event router: one task subscribed to the engine's bus that hands the
 //! events a session must hear about the tasks it owns (`EventRecord.session`)
 //! to that session's outbox: `task_finished` as `task_done`, and
-//! `long_hold_warn` as a `task_event` (SPEC §8.2 sends it to the owning
-//! session). A session without a socket gets them parked. Every other event
+//! `long_hold_warn` as a `task_event` (docs/protocol.md, Frames: both go to
+//! the owning session). A session without a socket gets them parked. Every other event
 //! reaches a client only through `subscribe`, so a MainAI pays for the
 //! streams it asks for and nothing else.
 //!

@@ -2,7 +2,7 @@
 //! order, sends the connection's own replies (`task_accepted` aside, which
 //! is ordered through the outbox), pings every `ws.ping_secs`, and closes the
 //! socket when told to. A parked `spawn` whose token expires within a minute
-//! is re-minted just before it goes out (SPEC §10.4).
+//! is re-minted just before it goes out (docs/protocol.md, Disconnects and parking).
 //!
 //! Every send is bounded by the dead-peer limit (three ping intervals), so a
 //! peer that stops reading cannot hold the writer forever.

@@ -1,4 +1,4 @@
-//! `audit` (base layer, SPEC §8.3): a durable audit record when an attempt is
+//! `audit` (base layer, docs/tasks.md, Layers): a durable audit record when an attempt is
 //! spawned (or fails to spawn) and when it completes.
 
 use std::sync::Arc;

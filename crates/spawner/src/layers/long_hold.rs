@@ -1,4 +1,4 @@
-//! `long_hold` (base layer, SPEC §8.3): while an attempt runs past its task's
+//! `long_hold` (base layer, docs/tasks.md, Layers): while an attempt runs past its task's
 //! `long_hold_warn_secs`, publishes `long_hold_warn` at that moment and again
 //! at each further multiple. It never changes the outcome.
 

@@ -1,4 +1,4 @@
-//! `lua:<name>` (hint layer, SPEC §8.3, §8.6): the configured Lua middleware
+//! `lua:<name>` (hint layer, docs/tasks.md, Layers): the configured Lua middleware
 //! `<name>`. `before(ctx)` may reject the attempt or add metadata to
 //! `ctx.meta`; `after(ctx, result)` may return `{value, ok}`, appended as an
 //! override Final that then decides the attempt.

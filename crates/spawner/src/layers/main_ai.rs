@@ -1,4 +1,4 @@
-//! `main_ai` (hint layer, SPEC §8.3): for sessions of kind `main_ai` or
+//! `main_ai` (hint layer, docs/tasks.md, Layers): for sessions of kind `main_ai` or
 //! `composite`, `hook_before` must be acknowledged before the attempt starts;
 //! `hook_after` reports the result, fire and forget.
 

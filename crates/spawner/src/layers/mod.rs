@@ -1,4 +1,4 @@
-//! The middleware layers of SPEC §8.3, one module each: layer (config),
+//! The middleware layers (docs/tasks.md, Layers), one module each: layer (config),
 //! wrapper (the adapter it builds) and tests.
 
 pub mod audit;

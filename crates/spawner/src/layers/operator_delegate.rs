@@ -1,4 +1,4 @@
-//! `operator_delegate` (hint layer, SPEC §8.3): when the engine placed the
+//! `operator_delegate` (hint layer, docs/tasks.md, Layers): when the engine placed the
 //! attempt with the task's own session (`Ctx::delegated`: the session has an
 //! operator backend), it goes back to it as a `spawn` frame and the inner
 //! spawner is bypassed; otherwise the inner spawner runs.

@@ -1,4 +1,4 @@
-//! Sandboxed Lua (SPEC §8.6): the pool of dedicated OS threads that runs it,
+//! Sandboxed Lua (docs/tasks.md, Lua agents): the pool of dedicated OS threads that runs it,
 //! the sandbox every run gets, and the two script kinds — agents and
 //! middleware.
 //!

@@ -1,4 +1,4 @@
-//! The child-process runner behind the process spawner (SPEC §8.5), free of
+//! The child-process runner behind the process spawner (docs/tasks.md, Process agents), free of
 //! any engine type: configuration, start, supervision, and the process-group
 //! kill.
 //!
@@ -35,7 +35,7 @@ pub use launch::Supervisor;
 pub use leftover::GroupIdentity;
 pub use supervise::Exited;
 
-/// Default cap on a child's stdout (SPEC §8.5).
+/// Default cap on a child's stdout (docs/tasks.md, Process agents).
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 16 * 1024 * 1024;
 /// Default time between SIGTERM and SIGKILL.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);

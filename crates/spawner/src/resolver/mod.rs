@@ -1,4 +1,4 @@
-//! Stages 1 and 2 of the pipeline (SPEC §2): `StackResolver` resolves an
+//! Stages 1 and 2 of the pipeline (docs/tasks.md, The pipeline): `StackResolver` resolves an
 //! agent name to its base spawner from the agent registry, then links it into
 //! a SpawnerStack, caching linked stacks per (agent, task layer set). The
 //! engine runs stage 3 (`dispatch_attempt`).

@@ -1,4 +1,4 @@
-//! The Lua agent spawner (SPEC §8.6): the script runs on the Lua pool, its
+//! The Lua agent spawner (docs/tasks.md, Lua agents): the script runs on the Lua pool, its
 //! `emit_*` events are forwarded as they happen, and its return value is
 //! appended as the Final.
 

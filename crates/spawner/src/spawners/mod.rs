@@ -1,4 +1,4 @@
-//! The base spawners an agent resolves to (SPEC §8.4–§8.6): process, Lua and
+//! The base spawners an agent resolves to (docs/tasks.md, Agents): process, Lua and
 //! operator, plus the stand-in for agents that exist only by delegation.
 
 mod forward;

@@ -1,4 +1,4 @@
-//! The process spawner (SPEC §8.5): one child per attempt through the
+//! The process spawner (docs/tasks.md, Process agents): one child per attempt through the
 //! [`ProcessRunner`], its NDJSON events forwarded as they arrive and its
 //! verdict turned into the attempt's Final.
 

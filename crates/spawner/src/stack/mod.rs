@@ -1,4 +1,4 @@
-//! The SpawnerStack (SPEC §8.1–§8.2): the `SpawnerLayer` trait, the one
+//! The SpawnerStack (docs/tasks.md, Layers): the `SpawnerLayer` trait, the one
 //! function that decides the order of a linked stack, the registry of layer
 //! keys, and `wrap_join`.
 

@@ -1,6 +1,6 @@
 //! What a layer sees of a finished attempt before the engine decides it: the
 //! join result and the last Final in the tail, read the way dispatch reads
-//! them (SPEC §6.3 step 5).
+//! them (docs/tasks.md, Attempts, step 5).
 
 use serde_json::{Value, json};
 use swarmd_engine::ids::TaskId;

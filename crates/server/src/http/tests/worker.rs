@@ -91,7 +91,7 @@ async fn output_then_result_with_idempotent_replay() {
     // Same key and body: the first answer again.
     let (status, replay) = parts(post(&result, Some("k1")).await.unwrap()).await;
     assert_eq!((status, &replay), (200, &first));
-    // Same key, other body, or no key: already final (SPEC §6.5).
+    // Same key, other body, or no key: already final (docs/tasks.md, Late writes).
     let other = json!({"value": "other"});
     expect_error(
         post(&other, Some("k1")).await.unwrap(),

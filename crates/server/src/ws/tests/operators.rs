@@ -1,4 +1,4 @@
-//! The operator routes of SPEC §9.2 over HTTP: login and its auth, list,
+//! The operator session routes over HTTP: login and its auth, list,
 //! get and delete with their status codes.
 
 use serde_json::{Value, json};

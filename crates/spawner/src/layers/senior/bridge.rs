@@ -1,4 +1,4 @@
-//! The senior-agent bridge (SPEC §8.7): a senior question runs as a sub-task
+//! The senior-agent bridge (docs/tasks.md, Senior): a senior question runs as a sub-task
 //! of the configured senior agent, and that sub-task's result is the answer.
 
 use std::time::Duration;

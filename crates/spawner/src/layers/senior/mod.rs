@@ -1,4 +1,4 @@
-//! `senior_escalation` (hint layer, SPEC §8.3, §8.7): when an attempt ends
+//! `senior_escalation` (hint layer, docs/tasks.md, Layers; Senior): when an attempt ends
 //! with a Final that is not ok, asks the senior `{reason, value, task}` and,
 //! on an answer, appends an override Final `{original, senior_answer}`.
 //!
@@ -120,7 +120,7 @@ struct Asker {
 }
 
 impl Asker {
-    /// The senior, in the order of SPEC §8.7. A task of the senior agent
+    /// The senior, in the order of docs/tasks.md, Senior. A task of the senior agent
     /// itself is not escalated to it.
     fn choose(&self, engine: &Engine) -> Option<Arc<dyn SeniorBridge>> {
         let settings = &self.settings;

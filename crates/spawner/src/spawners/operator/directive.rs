@@ -1,5 +1,5 @@
-//! The `directive` of a `spawn` frame (SPEC §10.2): plain text telling the
-//! MainAI which SubAgent to launch and the exact lines and HTTP calls to give
+//! The `directive` of a `spawn` frame (docs/protocol.md, The spawn directive): plain text telling
+//! the MainAI which SubAgent to launch and the exact lines and HTTP calls to give
 //! it.
 
 use std::fmt::Write;

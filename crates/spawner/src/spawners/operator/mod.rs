@@ -1,4 +1,4 @@
-//! The operator spawner (SPEC §8.4): an attempt handed to a MainAI session
+//! The operator spawner (docs/tasks.md, Operator agents): an attempt handed to a MainAI session
 //! as a `spawn` frame. Kind-`operator` agents route by `operator_role`; the
 //! `operator_delegate` layer routes to the task's own session through
 //! [`delegate`]. The backend parks frames for disconnected sessions; this

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks that crate dependencies point one way (SPEC §2):
+# Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
 # server -> spawner -> engine -> output-store, and that the engine knows no
 # HTTP, WebSocket or Lua crate.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Example process agent: reads the prompt on stdin and prints one JSON value,
-# which becomes the task's result (SPEC §8.5, plain mode).
+# which becomes the task's result (docs/tasks.md, Process agents: plain mode).
 prompt=$(cat)
 # Escape backslashes and double quotes, and fold newlines, so the prompt fits in a JSON string.
 escaped=$(printf '%s' "$prompt" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr '\n\t\r' '   ')

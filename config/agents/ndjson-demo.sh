@@ -1,5 +1,5 @@
 #!/bin/sh
-# Example NDJSON agent: every stdout line is one OutputEvent (SPEC §7.1, §8.5).
+# Example NDJSON agent: every stdout line is one OutputEvent (docs/protocol.md, Output events).
 prompt=$(cat)
 printf '{"type":"progress","stage":"start","note":"received %s bytes"}\n' "$(printf '%s' "$prompt" | wc -c | tr -d ' ')"
 printf '{"type":"partial","chunk":{"kind":"inline","value":"working"}}\n'

@@ -1,4 +1,4 @@
--- Example Lua middleware, used as layer "lua:guard" (SPEC §8.3, §8.6).
+-- Example Lua middleware, used as layer "lua:guard" (docs/tasks.md, Layers).
 --
 -- before(ctx): return nil to proceed, {meta = {...}} to add metadata to the
 -- attempt, or {reject = "reason"} to refuse it.

@@ -215,10 +215,7 @@ fn resolver(
     let lua = LuaPool::new(LUA_THREADS, limits).map_err(|e| BuildError::Lua(e.to_string()))?;
     let host_env = HostEnv::from_pairs(env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
     let mut settings = SpawnerSettings::new(base_url, host_env);
-    settings.supervisor = config
-        .spawner
-        .supervise
-        .then(crate::commands::supervisor);
+    settings.supervisor = config.spawner.supervise.then(crate::commands::supervisor);
     settings.senior = SeniorSettings {
         agent: config.senior.agent.clone(),
         timeout: Duration::from_secs(config.senior.timeout_secs),

@@ -4,6 +4,11 @@
 //! daemon, the other modules test one area each; `chaos` kills the daemon
 //! under load and checks what survived.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a test program passes its PATH to the daemon and reads its chaos knobs"
+)]
+
 mod blobs;
 mod budget;
 mod chaos;

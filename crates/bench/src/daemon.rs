@@ -91,6 +91,10 @@ impl SpawnedDaemon {
         std::fs::write(&config, daemon_config(dir.path(), store, capacity))?;
         std::fs::write(dir.path().join(LUA_SCRIPT_FILE), LUA_SCRIPT)?;
 
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "the daemon starts from a cleared environment plus this client's PATH"
+        )]
         let mut child = Command::new(binary)
             .arg("serve")
             .arg("--config")

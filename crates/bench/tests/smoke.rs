@@ -7,6 +7,11 @@
 //! (`cargo build -p swarmd-server`); without it the test says so and passes,
 //! except under CI (`CI` set), where a missing daemon is a failure.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a test program finds the daemon and CI through its environment"
+)]
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};

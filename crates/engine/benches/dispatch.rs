@@ -63,6 +63,10 @@ async fn run(engine: &Engine, total: usize, in_flight: usize) -> f64 {
     (per_client * in_flight) as f64 / started.elapsed().as_secs_f64()
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the benchmark's knobs are environment variables"
+)]
 fn main() {
     let total: usize = std::env::var("SWARMD_BENCH_TASKS")
         .ok()

@@ -44,6 +44,10 @@ struct Args {
 }
 
 impl Args {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "an example client reads its own defaults from the environment"
+    )]
     fn parse() -> anyhow::Result<Args> {
         let mut url = std::env::var("SWARMD_URL").ok();
         let mut admin_token = std::env::var("SWARMD_ADMIN_TOKEN").ok();

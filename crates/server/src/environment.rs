@@ -16,6 +16,10 @@ pub struct Environment {
 impl Environment {
     /// The current process environment. Variables whose name or value is not
     /// UTF-8 are skipped: no swarmd variable can be spelled that way.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the one read of the process environment, called from `main`"
+    )]
     pub fn from_process() -> Self {
         let vars = std::env::vars_os()
             .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
@@ -37,12 +41,12 @@ impl Environment {
         Environment { vars }
     }
 
-    /// The value of `name`, if set. An empty value counts as unset, as systemd does.
     /// Every variable, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
+    /// The value of `name`, if set. An empty value counts as unset, as systemd does.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.vars
             .get(name)

@@ -1,6 +1,11 @@
 //! Black-box tests of the `swarmd` binary's local commands: exit codes, the
 //! one-line configuration error, the example configuration, secret files.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a test program passes its PATH to the binary it starts"
+)]
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -11,8 +11,9 @@
 //! written to the `TaskStore` and published on the event bus from one place.
 //!
 //! The engine knows nothing of HTTP, WebSocket, axum or Lua: the server maps
-//! `EngineError::code` to HTTP once, and the spawner crate implements the
-//! traits in `spawn` and `operator`.
+//! `EngineError::code` to HTTP once, the rule that decides an attempt
+//! (`outcome`) is public for the layers that report it, and the spawner crate
+//! implements the traits in `spawn` and `operator`.
 
 mod admission;
 pub mod audit;
@@ -31,6 +32,7 @@ pub mod ids;
 mod live;
 pub mod metrics;
 pub mod operator;
+pub mod outcome;
 mod output;
 mod recovery;
 mod retention;

@@ -1,9 +1,11 @@
-//! The engine's error type. Each variant says what kind of failure it is; the
-//! server maps `EngineError::code` to an HTTP status in one place.
+//! The engine's error type. Each variant says what kind of failure it is
+//! through its `ErrorCode`, which the server answers HTTP and WebSocket
+//! clients with.
 
 use swarmd_output_store::StoreError;
 
 use crate::auth::TokenError;
+use crate::error_code::ErrorCode;
 use crate::spawn::SpawnError;
 use crate::task::IllegalTransition;
 
@@ -46,23 +48,23 @@ pub enum EngineError {
 
 impl EngineError {
     /// The machine code (docs/protocol.md, Errors).
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            EngineError::BadRequest(_) | EngineError::DepthExceeded { .. } => "bad_request",
+            EngineError::BadRequest(_) | EngineError::DepthExceeded { .. } => ErrorCode::BadRequest,
             EngineError::Unauthorized(e) => e.public_code(),
-            EngineError::Forbidden => "forbidden",
-            EngineError::TaskMismatch => "task_mismatch",
-            EngineError::NotFound(_) => "not_found",
-            EngineError::Spawn(SpawnError::UnknownAgent(_)) => "not_found",
-            EngineError::Spawn(SpawnError::UnknownLayer { .. }) => "bad_request",
-            EngineError::AttemptSuperseded { .. } => "attempt_superseded",
-            EngineError::AlreadyFinal => "already_final",
-            EngineError::IdempotencyConflict => "idempotency_conflict",
-            EngineError::TaskTerminal | EngineError::Transition(_) => "task_terminal",
-            EngineError::HandleExpired => "handle_expired",
-            EngineError::Draining => "draining",
-            EngineError::OutputBudgetExceeded { .. } => "output_budget_exceeded",
-            EngineError::Spawn(_) | EngineError::Store(_) => "internal",
+            EngineError::Forbidden => ErrorCode::Forbidden,
+            EngineError::TaskMismatch => ErrorCode::TaskMismatch,
+            EngineError::NotFound(_) => ErrorCode::NotFound,
+            EngineError::Spawn(SpawnError::UnknownAgent(_)) => ErrorCode::NotFound,
+            EngineError::Spawn(SpawnError::UnknownLayer { .. }) => ErrorCode::BadRequest,
+            EngineError::AttemptSuperseded { .. } => ErrorCode::AttemptSuperseded,
+            EngineError::AlreadyFinal => ErrorCode::AlreadyFinal,
+            EngineError::IdempotencyConflict => ErrorCode::IdempotencyConflict,
+            EngineError::TaskTerminal | EngineError::Transition(_) => ErrorCode::TaskTerminal,
+            EngineError::HandleExpired => ErrorCode::HandleExpired,
+            EngineError::Draining => ErrorCode::Draining,
+            EngineError::OutputBudgetExceeded { .. } => ErrorCode::OutputBudgetExceeded,
+            EngineError::Spawn(_) | EngineError::Store(_) => ErrorCode::Internal,
         }
     }
 }

@@ -10,9 +10,11 @@
 //! each task's changes happen under that task's own lock, and every change is
 //! written to the `TaskStore` and published on the event bus from one place.
 //!
-//! The engine knows nothing of HTTP, WebSocket, axum or Lua: the server maps
-//! `EngineError::code` to HTTP once, and the spawner crate implements the
-//! traits in `spawn` and `operator`.
+//! The engine knows nothing of HTTP, WebSocket, axum or Lua: every error
+//! carries an `ErrorCode` (wire string and status number) that the server
+//! answers with, the rule that decides an attempt (`outcome`) is public for
+//! the layers that report it, and the spawner crate implements the traits in
+//! `spawn` and `operator`.
 
 mod admission;
 pub mod audit;
@@ -24,6 +26,7 @@ mod create;
 mod dispatch;
 mod engine;
 pub mod error;
+pub mod error_code;
 pub mod event;
 pub mod gate;
 mod handles;
@@ -31,6 +34,7 @@ pub mod ids;
 mod live;
 pub mod metrics;
 pub mod operator;
+pub mod outcome;
 mod output;
 mod recovery;
 mod retention;
@@ -43,6 +47,7 @@ mod worker_api;
 
 pub use engine::{Engine, EngineConfig, EngineParts, TaskView};
 pub use error::EngineError;
+pub use error_code::ErrorCode;
 pub use recovery::RecoveryReport;
 pub use spawn::{
     AgentProfile, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker, WorkerCredential,

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::ids::TaskId;
+use crate::outcome::Stopped;
 use crate::task::{SpawnerKind, Task};
 
 const SHARDS: usize = 64;
@@ -46,6 +47,9 @@ pub(crate) struct RunState {
     /// Bytes of output stored for the attempt by this process, against
     /// `EngineConfig::max_output_bytes_per_attempt`.
     pub output_bytes: u64,
+    /// Why the engine stopped the worker, once it did: the layers see only
+    /// the worker's cancel and read the reason here (`outcome`).
+    pub stopped: Option<Stopped>,
 }
 
 impl RunState {

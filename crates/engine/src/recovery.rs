@@ -15,6 +15,7 @@ use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::TaskId;
 use crate::live::{RunState, TaskCell, lease_until};
+use crate::outcome::AttemptEnd;
 use crate::store::{SessionRecord, WriteOp};
 use crate::task::{AttemptOutcome, AttemptRecord, Task, TaskResult, TaskStatus};
 
@@ -105,9 +106,15 @@ impl Engine {
             // before the crash: that Final decides it, whatever ran it.
             (TaskStatus::Running, Some(attempt), Some(record)) => {
                 report.decided += 1;
-                let (outcome, result, reason) = crate::dispatch::verdict(record);
+                let verdict = AttemptEnd::Finished(Ok(Some(record))).verdict();
                 if self
-                    .close_recovered(task, attempt, outcome, result, reason)
+                    .close_recovered(
+                        task,
+                        attempt,
+                        verdict.outcome,
+                        verdict.result,
+                        verdict.reason,
+                    )
                     .await?
                 {
                     report.retried += 1;
@@ -239,6 +246,7 @@ impl Engine {
             last_final: None,
             next_seq: last_seq + 1,
             output_bytes: 0,
+            stopped: None,
         });
         self.inner.live.insert(cell.clone());
         // The resumed attempt holds a running slot like any other.

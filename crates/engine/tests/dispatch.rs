@@ -14,7 +14,7 @@ use swarmd_engine::task::{
     AttemptOutcome, PolicyOverrides, RetryOn, SpawnerKind, TaskSpec, TaskStatus,
 };
 use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver, engine_with, memory_engine};
-use swarmd_engine::{Engine, EngineConfig, EngineError, ResultPost, body_digest};
+use swarmd_engine::{Engine, EngineConfig, EngineError, ErrorCode, ResultPost, body_digest};
 use swarmd_output_store::{MemoryOutputStore, OutputStore};
 
 const WAIT: Duration = Duration::from_secs(3600);
@@ -226,7 +226,7 @@ async fn cancel_fences_the_attempt_and_late_results_get_410() {
         .post_result(&auth, post(t.id, json!(1), None))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "task_terminal");
+    assert_eq!(err.code(), ErrorCode::TaskTerminal);
     // The attempt ends as cancelled once the worker stopped.
     engine.wait_task(t.id, WAIT).await.unwrap();
     for _ in 0..100 {
@@ -268,7 +268,7 @@ async fn stale_token_after_retry_is_superseded() {
         .post_result(&stale, post(t.id, json!(1), None))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "attempt_superseded");
+    assert_eq!(err.code(), ErrorCode::AttemptSuperseded);
     let out = vec![swarmd_output_store::OutputEvent::Progress {
         stage: "x".into(),
         note: None,
@@ -277,7 +277,7 @@ async fn stale_token_after_retry_is_superseded() {
         .worker_output(&stale, None, out.clone())
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "attempt_superseded");
+    assert_eq!(err.code(), ErrorCode::AttemptSuperseded);
 
     let fresh = engine
         .authenticate_worker(new.token(), Verb::EmitOutput)
@@ -298,7 +298,7 @@ async fn stale_token_after_retry_is_superseded() {
         ..post(t.id, json!(1), None)
     };
     let err = engine.post_result(&stale, naming(2)).await.unwrap_err();
-    assert_eq!(err.code(), "attempt_superseded");
+    assert_eq!(err.code(), ErrorCode::AttemptSuperseded);
     assert_eq!(
         err.to_string(),
         "attempt 1 is no longer current (current: 2)"
@@ -308,7 +308,7 @@ async fn stale_token_after_retry_is_superseded() {
         .authenticate_worker(new.token(), Verb::PostResult)
         .unwrap();
     let err = engine.post_result(&fresh, naming(1)).await.unwrap_err();
-    assert_eq!(err.code(), "bad_request");
+    assert_eq!(err.code(), ErrorCode::BadRequest);
     engine
         .post_result(&fresh, post(t.id, json!(2), None))
         .await
@@ -341,12 +341,12 @@ async fn duplicate_results_conflict_unless_idempotent_replay() {
         .post_result(&auth, post(t.id, json!("other"), Some("k1")))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "already_final");
+    assert_eq!(err.code(), ErrorCode::AlreadyFinal);
     let err = engine
         .post_result(&auth, post(t.id, json!("v"), None))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "already_final");
+    assert_eq!(err.code(), ErrorCode::AlreadyFinal);
 
     let t = engine.wait_task(t.id, WAIT).await.unwrap();
     assert_eq!(t.status(), TaskStatus::Pass);
@@ -409,17 +409,17 @@ async fn spawn_is_idempotent_and_validates() {
     assert_eq!(one.id, two.id);
     s.prompt = "something else".into();
     let err = engine.spawn_task(s).await.unwrap_err();
-    assert_eq!(err.code(), "idempotency_conflict");
+    assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
 
     let err = engine.spawn_task(spec("nobody")).await.unwrap_err();
-    assert_eq!(err.code(), "not_found");
+    assert_eq!(err.code(), ErrorCode::NotFound);
     let err = engine.spawn_task(spec("")).await.unwrap_err();
-    assert_eq!(err.code(), "bad_request");
+    assert_eq!(err.code(), ErrorCode::BadRequest);
     let mut deep = spec("a");
     deep.parent = Some(TaskId::new());
     assert_eq!(
         engine.spawn_task(deep).await.unwrap_err().code(),
-        "not_found"
+        ErrorCode::NotFound
     );
 }
 
@@ -462,17 +462,17 @@ async fn credentials_are_bound_to_their_task_and_verb() {
         let prompt = engine.fetch_prompt(&auth, Some(a.id)).await.unwrap();
         assert_eq!(prompt.prompt, "do it");
         let err = engine.fetch_prompt(&auth, Some(b.id)).await.unwrap_err();
-        assert_eq!(err.code(), "task_mismatch");
+        assert_eq!(err.code(), ErrorCode::TaskMismatch);
     }
     // Worker credentials carry only worker verbs.
     let err = engine
         .authenticate_worker(cred.token(), Verb::CancelTask)
         .unwrap_err();
-    assert_eq!(err.code(), "forbidden");
+    assert_eq!(err.code(), ErrorCode::Forbidden);
     let err = engine
         .authenticate_worker(cred.handle(), Verb::ReadOutput)
         .unwrap_err();
-    assert_eq!(err.code(), "forbidden");
+    assert_eq!(err.code(), ErrorCode::Forbidden);
     // A mutated token or an unknown handle is refused with one uniform code.
     let mut bad = cred.token().to_owned();
     bad.pop();
@@ -481,7 +481,7 @@ async fn credentials_are_bound_to_their_task_and_verb() {
             .authenticate_worker(&bad, Verb::FetchPrompt)
             .unwrap_err()
             .code(),
-        "unauthorized"
+        ErrorCode::Unauthorized
     );
     let unknown = format!("wh-{}", "0".repeat(32));
     assert_eq!(
@@ -489,7 +489,7 @@ async fn credentials_are_bound_to_their_task_and_verb() {
             .authenticate_worker(&unknown, Verb::FetchPrompt)
             .unwrap_err()
             .code(),
-        "unauthorized"
+        ErrorCode::Unauthorized
     );
     let huge = "x".repeat(4096);
     assert_eq!(
@@ -497,7 +497,7 @@ async fn credentials_are_bound_to_their_task_and_verb() {
             .authenticate_worker(&huge, Verb::FetchPrompt)
             .unwrap_err()
             .code(),
-        "unauthorized"
+        ErrorCode::Unauthorized
     );
 }
 
@@ -543,7 +543,7 @@ async fn heartbeat_remints_near_expiry_and_handles_expire() {
             .authenticate_worker(cred.token(), Verb::Heartbeat)
             .unwrap_err()
             .code(),
-        "token_expired"
+        ErrorCode::TokenExpired
     );
     engine
         .authenticate_worker(cred.handle(), Verb::Heartbeat)
@@ -554,7 +554,7 @@ async fn heartbeat_remints_near_expiry_and_handles_expire() {
     let err = engine
         .authenticate_worker(cred.handle(), Verb::Heartbeat)
         .unwrap_err();
-    assert_eq!(err.code(), "handle_expired");
+    assert_eq!(err.code(), ErrorCode::HandleExpired);
 }
 
 #[tokio::test(start_paused = true)]
@@ -675,7 +675,7 @@ async fn only_agents_that_allow_subtasks_get_spawn_task() {
         let err = engine
             .authenticate_worker(bearer, Verb::SpawnTask)
             .unwrap_err();
-        assert_eq!(err.code(), "forbidden");
+        assert_eq!(err.code(), ErrorCode::Forbidden);
     }
 }
 
@@ -699,7 +699,7 @@ async fn a_cancel_after_an_accepted_result_loses_and_is_told() {
     // On this one thread the attempt's task has not run since the post:
     // the Final is accepted and the attempt not decided yet.
     let err = engine.cancel_task(t.id, None).await.unwrap_err();
-    assert_eq!(err.code(), "already_final");
+    assert_eq!(err.code(), ErrorCode::AlreadyFinal);
     let t = engine.wait_task(t.id, WAIT).await.unwrap();
     assert_eq!(t.status(), TaskStatus::Pass);
 }
@@ -733,7 +733,7 @@ async fn a_replay_for_a_superseded_attempt_answers_its_first_answer() {
         .post_result(&auth, post(t.id, json!("yes"), Some("k2")))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "already_final");
+    assert_eq!(err.code(), ErrorCode::AlreadyFinal);
 }
 
 /// After a restart the SubAgent may still hold the handle it got before the

@@ -108,6 +108,8 @@ pub enum Act {
     After(Duration, Value, bool),
     /// Completes without a Final.
     Nothing,
+    /// The worker fails with this reason.
+    Fail(String),
     /// Fails to spawn.
     Refuse(String),
 }
@@ -193,6 +195,7 @@ impl Worker for ActWorker {
                 () = self.cancel.cancelled() => Err(WorkerError::Cancelled),
             },
             Act::Nothing | Act::Refuse(_) => Ok(()),
+            Act::Fail(reason) => Err(WorkerError::Failed(reason)),
         };
         push(&self.log, "base join".into());
         result

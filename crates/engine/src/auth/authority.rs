@@ -200,6 +200,7 @@ impl TokenAuthority {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::error_code::ErrorCode;
 
     fn authority(clock: Arc<ManualClock>) -> TokenAuthority {
         TokenAuthority::new(Keyring::generate(), clock, AuthorityConfig::default())
@@ -223,7 +224,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             (err.public_code(), err.reason()),
-            ("forbidden", "forbidden")
+            (ErrorCode::Forbidden, "forbidden")
         );
     }
 
@@ -238,7 +239,7 @@ mod tests {
         let err = auth.verify(minted.token.expose()).unwrap_err();
         assert_eq!(
             (err.public_code(), err.reason()),
-            ("token_expired", "expired")
+            (ErrorCode::TokenExpired, "expired")
         );
     }
 

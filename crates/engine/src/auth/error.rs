@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::auth::claims::ClaimsError;
+use crate::error_code::ErrorCode;
 use crate::gate::{GateError, Role};
 
 /// Why a credential was refused or could not be minted.
@@ -49,11 +50,11 @@ pub enum TokenError {
 impl TokenError {
     /// The only thing a client learns: `token_expired` for an expired token,
     /// `forbidden` for a gate refusal, `unauthorized` for everything else.
-    pub fn public_code(&self) -> &'static str {
+    pub fn public_code(&self) -> ErrorCode {
         match self {
-            TokenError::Expired => "token_expired",
-            TokenError::Forbidden(_) => "forbidden",
-            _ => "unauthorized",
+            TokenError::Expired => ErrorCode::TokenExpired,
+            TokenError::Forbidden(_) => ErrorCode::Forbidden,
+            _ => ErrorCode::Unauthorized,
         }
     }
 

@@ -1,11 +1,10 @@
 //! Phases 5–6 of `dispatch_attempt` (docs/tasks.md, Attempts): decide the attempt's outcome
-//! from its last Final, then retry or finish the task, durably, and publish.
+//! by the rule in `outcome`, then retry or finish the task, durably, and
+//! publish.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-use swarmd_output_store::{ContentRef, OutputEvent, OutputRecord};
 use tokio::time::Instant;
 
 use super::{Joined, Prepared};
@@ -13,71 +12,25 @@ use crate::Engine;
 use crate::event::Event;
 use crate::ids::TaskId;
 use crate::live::TaskCell;
+use crate::outcome::Verdict;
 use crate::store::WriteOp;
 use crate::task::{AttemptOutcome, AttemptRecord, TaskResult};
 
-/// The outcome a stored Final decides: `pass` or `blocked` with its value
-/// as the result. The one rule for live attempts and for those recovery
-/// finds decided by a Final stored before a crash.
-pub(crate) fn verdict(
-    record: OutputRecord,
-) -> (AttemptOutcome, Option<TaskResult>, Option<String>) {
-    match record.event {
-        OutputEvent::Final { content, ok } => {
-            let value = match content {
-                ContentRef::Inline { value } => value,
-                other => serde_json::to_value(other).unwrap_or(Value::Null),
-            };
-            let outcome = if ok {
-                AttemptOutcome::Pass
-            } else {
-                AttemptOutcome::Blocked
-            };
-            (outcome, Some(TaskResult { value, ok }), None)
-        }
-        _ => (
-            AttemptOutcome::Failed,
-            None,
-            Some("the last final is not a final".to_owned()),
-        ),
-    }
-}
-
 impl Engine {
-    /// Phases 5–6: decide the outcome from the last Final, then retry or
-    /// finish, and publish.
+    /// Phases 5–6: decide the outcome by the one rule (`outcome`), then
+    /// retry or finish, and publish.
     pub(super) async fn decide(&self, cell: &Arc<TaskCell>, p: Prepared, joined: Joined) {
         let ended = Instant::now();
         let task_id = p.ctx.task_id;
-        let last_final = match &joined {
-            Joined::Worker(Ok(())) => self.last_final(task_id, p.attempt).await,
-            _ => Ok(None),
+        let end = match joined {
+            Joined::Worker(joined) => self.attempt_end(task_id, p.attempt, joined).await,
+            Joined::Stopped(stopped) => stopped.end(),
         };
-        let (outcome, result, reason) = match (joined, last_final) {
-            (Joined::Cancelled, _) => (
-                AttemptOutcome::Cancelled,
-                None,
-                Some("cancelled".to_owned()),
-            ),
-            (Joined::LeaseExpired, _) => (
-                AttemptOutcome::Failed,
-                None,
-                Some("lease expired".to_owned()),
-            ),
-            (Joined::Shutdown, _) => (AttemptOutcome::Failed, None, Some("interrupted".to_owned())),
-            (Joined::Worker(Err(e)), _) => (AttemptOutcome::Failed, None, Some(e.to_string())),
-            (Joined::Worker(Ok(())), Err(e)) => (
-                AttemptOutcome::Failed,
-                None,
-                Some(format!("could not read the final: {e}")),
-            ),
-            (Joined::Worker(Ok(())), Ok(None)) => (
-                AttemptOutcome::Failed,
-                None,
-                Some("the worker finished without a final".to_owned()),
-            ),
-            (Joined::Worker(Ok(())), Ok(Some(rec))) => verdict(rec),
-        };
+        let Verdict {
+            outcome,
+            result,
+            reason,
+        } = end.verdict();
         self.settle(cell, p, outcome, result, reason).await;
         self.inner.stats.settle_latency.observe(ended.elapsed());
     }

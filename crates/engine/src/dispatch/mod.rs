@@ -17,20 +17,19 @@ use crate::Engine;
 use crate::event::Event;
 use crate::ids::TaskId;
 use crate::live::{RunState, TaskCell, lease_until};
+use crate::outcome::Stopped;
 use crate::spawn::{Ctx, SpawnerAdapter, Worker, WorkerCredential, WorkerError};
 use crate::store::WriteOp;
 use crate::task::{AttemptOutcome, AttemptRecord, ProcessGroupMark, SpawnerKind, TaskStatus};
 
 mod decide;
-pub(crate) use decide::verdict;
 mod resume;
 
-/// How the join phase ended.
+/// How the join phase ended: the worker's own end, or why the engine
+/// stopped it.
 enum Joined {
     Worker(Result<(), WorkerError>),
-    Cancelled,
-    LeaseExpired,
-    Shutdown,
+    Stopped(Stopped),
 }
 
 /// What the prepare phase hands to the later ones.
@@ -61,7 +60,7 @@ impl Engine {
             return;
         };
         let joined = self.spawn_and_join(&cell, &prepared, minted, stack).await;
-        if matches!(joined, Joined::Shutdown) {
+        if matches!(joined, Joined::Stopped(Stopped::Interrupted)) {
             // The daemon is stopping: leave the attempt open for recovery.
             self.release_slot(&agent);
             return;
@@ -130,6 +129,7 @@ impl Engine {
             last_final: None,
             next_seq: 1,
             output_bytes: 0,
+            stopped: None,
         };
         let record = AttemptRecord {
             task_id: state.task.id,
@@ -292,8 +292,8 @@ impl Engine {
             .insert("worker_handle".into(), Value::from(credential.handle()));
         let spawned = tokio::select! {
             biased;
-            _ = p.cancel.cancelled() => return Err(Joined::Cancelled),
-            _ = self.inner.shutdown.cancelled() => return Err(Joined::Shutdown),
+            _ = p.cancel.cancelled() => return Err(Joined::Stopped(Stopped::Cancelled)),
+            _ = self.inner.shutdown.cancelled() => return Err(Joined::Stopped(Stopped::Interrupted)),
             r = stack.spawn(self, ctx, task_id, p.attempt, credential) => r,
         };
         self.inner
@@ -310,13 +310,13 @@ impl Engine {
         let outcome = loop {
             let deadline = match cell.lock().run.as_ref() {
                 Some(run) if run.attempt == p.attempt => run.lease_deadline,
-                _ => break Joined::Cancelled,
+                _ => break Joined::Stopped(Stopped::Cancelled),
             };
             tokio::select! {
                 biased;
                 r = &mut join => return Joined::Worker(r),
-                _ = p.cancel.cancelled() => break Joined::Cancelled,
-                _ = self.inner.shutdown.cancelled() => break Joined::Shutdown,
+                _ = p.cancel.cancelled() => break Joined::Stopped(Stopped::Cancelled),
+                _ = self.inner.shutdown.cancelled() => break Joined::Stopped(Stopped::Interrupted),
                 _ = tokio::time::sleep_until(deadline) => {
                     let extended = cell
                         .lock()
@@ -324,12 +324,18 @@ impl Engine {
                         .as_ref()
                         .is_some_and(|r| r.lease_deadline > Instant::now());
                     if !extended {
-                        break Joined::LeaseExpired;
+                        break Joined::Stopped(Stopped::LeaseExpired);
                     }
                 }
             }
         };
-        // Stop the worker and wait for it, bounded, so nothing outlives the attempt.
+        // Stop the worker and wait for it, bounded, so nothing outlives the
+        // attempt. The layers see only the cancel: keep the reason for them.
+        if let Joined::Stopped(stopped) = &outcome
+            && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == p.attempt)
+        {
+            run.stopped = Some(*stopped);
+        }
         worker_cancel.cancel();
         let grace = self.inner.config.kill_grace + Duration::from_secs(1);
         if tokio::time::timeout(grace, &mut join).await.is_err() {

@@ -11,6 +11,7 @@ use super::{Joined, Minted, Prepared};
 use crate::Engine;
 use crate::ids::{TaskId, WorkerId};
 use crate::live::TaskCell;
+use crate::outcome::Stopped;
 use crate::spawn::{Worker, WorkerCredential, WorkerError};
 use crate::store::WriteOp;
 
@@ -96,7 +97,7 @@ impl Engine {
                 self.join(&cell, &p, worker).await
             }
         };
-        if matches!(joined, Joined::Shutdown) {
+        if matches!(joined, Joined::Stopped(Stopped::Interrupted)) {
             self.release_slot(&agent);
             return;
         }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
+use swarmd_engine::ErrorCode;
 use swarmd_engine::auth::{MAX_TOKEN_BYTES, SessionSecret, fingerprint, looks_like_token};
 use swarmd_engine::gate::{self, Role, Verb};
 use swarmd_engine::ids::SessionId;
@@ -88,15 +89,15 @@ pub fn bearer(parts: &Parts) -> Result<Option<&str>, ApiError> {
         return Ok(None);
     };
     if value.len() > MAX_TOKEN_BYTES {
-        return Err(ApiError::unauthorized("unauthorized"));
+        return Err(ApiError::unauthorized(ErrorCode::Unauthorized));
     }
     let text = value
         .to_str()
-        .map_err(|_| ApiError::unauthorized("unauthorized"))?;
+        .map_err(|_| ApiError::unauthorized(ErrorCode::Unauthorized))?;
     let token = text
         .strip_prefix("Bearer ")
         .or_else(|| text.strip_prefix("bearer "))
-        .ok_or_else(|| ApiError::unauthorized("unauthorized"))?;
+        .ok_or_else(|| ApiError::unauthorized(ErrorCode::Unauthorized))?;
     Ok(Some(token.trim()))
 }
 
@@ -106,7 +107,7 @@ fn counted_bearer<'p>(parts: &'p Parts, state: &AppState) -> Result<&'p str, Api
         Ok(Some(token)) => Ok(token),
         Ok(None) => {
             state.metrics.token_failure("missing");
-            Err(ApiError::unauthorized("unauthorized"))
+            Err(ApiError::unauthorized(ErrorCode::Unauthorized))
         }
         Err(error) => {
             let value = parts.headers.get(AUTHORIZATION);
@@ -134,7 +135,12 @@ pub fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
         if let Some(session) = state.sessions.authenticate(token) {
             return Ok(Caller::Operator(session));
         }
-        return Err(refused(state, token, "unknown_secret", "unauthorized"));
+        return Err(refused(
+            state,
+            token,
+            "unknown_secret",
+            ErrorCode::Unauthorized,
+        ));
     }
     if looks_like_token(token) {
         return match state.engine.tokens().verify(token) {
@@ -154,14 +160,14 @@ pub fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
             Err(error) => Err(refused(state, token, error.reason(), error.public_code())),
         };
     }
-    Err(refused(state, token, "malformed", "unauthorized"))
+    Err(refused(state, token, "malformed", ErrorCode::Unauthorized))
 }
 
 /// Logs (fingerprint only) and counts a refused credential; the 401 to send.
-fn refused(state: &AppState, token: &str, reason: &'static str, code: &'static str) -> ApiError {
+fn refused(state: &AppState, token: &str, reason: &'static str, code: ErrorCode) -> ApiError {
     tracing::info!(fingerprint = %fingerprint(token), reason, "credential rejected");
     state.metrics.token_failure(reason);
-    if code == "forbidden" {
+    if code == ErrorCode::Forbidden {
         ApiError::forbidden()
     } else {
         ApiError::unauthorized(code)

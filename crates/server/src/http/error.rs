@@ -1,12 +1,14 @@
-//! The one place errors become HTTP (docs/protocol.md, Errors): a status code and the body
-//! `{"error": "<human message>", "code": "<machine code>"}`. Internal errors
-//! are logged once, here, with a correlation id the body repeats.
+//! The one place errors become answers (docs/protocol.md, Errors): a status code and the
+//! body `{"error": "<human message>", "code": "<machine code>"}` for HTTP,
+//! and the code and message of WebSocket `error` frames (`describe`).
+//! Internal errors are logged once, here, with a correlation id the answer
+//! repeats.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use swarmd_engine::EngineError;
+use swarmd_engine::{EngineError, ErrorCode};
 
 use crate::sessions::SessionError;
 
@@ -14,12 +16,19 @@ use crate::sessions::SessionError;
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    code: &'static str,
+    code: ErrorCode,
     message: String,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    /// An error with the status its code has (docs/protocol.md, Errors).
+    pub fn coded(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self::with_status(status_for(code), code, message)
+    }
+
+    /// An error answered with another status than its code's: a foreign
+    /// 4xx (such as 408) keeps its status under the nearest code.
+    pub fn with_status(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -27,50 +36,33 @@ impl ApiError {
         }
     }
 
-    /// An error with the status its code has (docs/protocol.md, Errors).
-    pub fn coded(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(status_for(code), code, message)
-    }
-
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::coded("bad_request", message)
+        Self::coded(ErrorCode::BadRequest, message)
     }
 
-    /// The uniform 401 of verification steps 1–5 (docs/security.md): the body
-    /// never says why.
-    pub fn unauthorized(code: &'static str) -> Self {
-        let message = if code == "token_expired" {
-            "credential expired"
-        } else {
-            "missing or invalid credential"
-        };
-        Self::coded(code, message)
+    /// The uniform 401 of verification steps 1–5 (docs/security.md): the body never says why.
+    pub fn unauthorized(code: ErrorCode) -> Self {
+        Self::coded(code, public_message(code))
     }
 
     pub fn forbidden() -> Self {
-        Self::coded("forbidden", "this credential may not do that")
+        Self::coded(ErrorCode::Forbidden, "this credential may not do that")
     }
 
     pub fn not_found(what: impl Into<String>) -> Self {
-        Self::coded("not_found", format!("{} not found", what.into()))
+        Self::coded(ErrorCode::NotFound, format!("{} not found", what.into()))
     }
 
-    /// Logs `error` with a fresh correlation id and answers 500 with that id.
+    /// Reports `error` as internal (see `report_internal`) and answers 500.
     pub fn internal(error: &dyn std::fmt::Display) -> Self {
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        tracing::error!(correlation_id = %id, %error, "internal error");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("internal error (correlation id {id})"),
-        )
+        Self::coded(ErrorCode::Internal, report_internal(error))
     }
 
     pub fn status(&self) -> StatusCode {
         self.status
     }
 
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         self.code
     }
 
@@ -79,41 +71,57 @@ impl ApiError {
     }
 }
 
-/// The status of each machine code (docs/protocol.md, Errors).
-pub fn status_for(code: &str) -> StatusCode {
-    match code {
-        "bad_request" => StatusCode::BAD_REQUEST,
-        "unauthorized" | "token_expired" => StatusCode::UNAUTHORIZED,
-        "forbidden" | "task_mismatch" => StatusCode::FORBIDDEN,
-        "not_found" => StatusCode::NOT_FOUND,
-        "attempt_superseded" | "already_final" | "role_taken" | "idempotency_conflict" => {
-            StatusCode::CONFLICT
-        }
-        "task_terminal" | "handle_expired" => StatusCode::GONE,
-        "payload_too_large" | "output_budget_exceeded" => StatusCode::PAYLOAD_TOO_LARGE,
-        "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "draining" | "not_ready" => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+/// The status of a machine code. `ErrorCode::http_status` lists one for
+/// every code, each a valid status, so the fallback never answers.
+pub fn status_for(code: ErrorCode) -> StatusCode {
+    StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The one internal-error path of HTTP and WebSocket answers: logs `error`
+/// once with a fresh correlation id and returns the message for the client,
+/// which repeats the id and nothing else.
+pub fn report_internal(error: &dyn std::fmt::Display) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    tracing::error!(correlation_id = %id, %error, "internal error");
+    format!("internal error (correlation id {id})")
+}
+
+/// What a client is told of an engine error, HTTP and WebSocket alike: its
+/// code, and its message unless that could say too much (a refused
+/// credential never says why; an internal error is reported once).
+pub fn describe(error: &EngineError) -> (ErrorCode, String) {
+    let code = error.code();
+    let message = match code {
+        ErrorCode::Internal => report_internal(error),
+        ErrorCode::Unauthorized | ErrorCode::TokenExpired => public_message(code).to_owned(),
+        _ => error.to_string(),
+    };
+    (code, message)
+}
+
+/// The message of a refused credential, by code.
+fn public_message(code: ErrorCode) -> &'static str {
+    if code == ErrorCode::TokenExpired {
+        "credential expired"
+    } else {
+        "missing or invalid credential"
     }
 }
 
 impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
-        match error.code() {
-            "internal" => ApiError::internal(&error),
-            "unauthorized" | "token_expired" => ApiError::unauthorized(error.code()),
-            code => ApiError::coded(code, error.to_string()),
-        }
+        let (code, message) = describe(&error);
+        ApiError::coded(code, message)
     }
 }
 
 impl From<SessionError> for ApiError {
     fn from(error: SessionError) -> Self {
         match error {
-            SessionError::RoleTaken(_) => ApiError::coded("role_taken", error.to_string()),
+            SessionError::RoleTaken(_) => ApiError::coded(ErrorCode::RoleTaken, error.to_string()),
             SessionError::NotFound => ApiError::not_found("session"),
             SessionError::BadRequest(m) => ApiError::bad_request(m),
-            SessionError::NotReady => ApiError::coded("not_ready", error.to_string()),
+            SessionError::NotReady => ApiError::coded(ErrorCode::NotReady, error.to_string()),
             SessionError::Engine(e) => e.into(),
         }
     }
@@ -121,7 +129,7 @@ impl From<SessionError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({ "error": self.message, "code": self.code }));
+        let body = Json(json!({ "error": self.message, "code": self.code.as_str() }));
         (self.status, body).into_response()
     }
 }
@@ -131,28 +139,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_spec_code_has_its_status() {
-        let table = [
-            ("bad_request", 400),
-            ("unauthorized", 401),
-            ("token_expired", 401),
-            ("forbidden", 403),
-            ("task_mismatch", 403),
-            ("not_found", 404),
-            ("attempt_superseded", 409),
-            ("already_final", 409),
-            ("role_taken", 409),
-            ("idempotency_conflict", 409),
-            ("task_terminal", 410),
-            ("handle_expired", 410),
-            ("payload_too_large", 413),
-            ("unsupported_media_type", 415),
-            ("draining", 503),
-            ("not_ready", 503),
-            ("internal", 500),
-        ];
-        for (code, status) in table {
-            assert_eq!(status_for(code).as_u16(), status, "{code}");
+    fn every_code_has_a_valid_status() {
+        for &code in ErrorCode::ALL {
+            let status = StatusCode::from_u16(code.http_status()).expect("a valid status");
+            assert_eq!(status_for(code), status, "{code}");
+            assert!(
+                status.is_client_error() || status.is_server_error(),
+                "{code}"
+            );
         }
+    }
+
+    #[tokio::test]
+    async fn the_body_carries_the_code_as_its_wire_string() {
+        let response = ApiError::coded(ErrorCode::RoleTaken, "taken").into_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body, json!({ "error": "taken", "code": "role_taken" }));
+    }
+
+    #[test]
+    fn internal_errors_show_only_their_correlation_id() {
+        let error = EngineError::Spawn(swarmd_engine::SpawnError::Failed("disk /x".to_owned()));
+        let (code, message) = describe(&error);
+        assert_eq!(code, ErrorCode::Internal);
+        assert!(
+            message.starts_with("internal error (correlation id "),
+            "{message}"
+        );
+        assert!(!message.contains("/x"), "{message}");
+    }
+
+    #[test]
+    fn refused_credentials_never_say_why() {
+        let error = EngineError::Unauthorized(swarmd_engine::auth::TokenError::UnknownHandle);
+        assert_eq!(
+            describe(&error),
+            (
+                ErrorCode::Unauthorized,
+                "missing or invalid credential".to_owned()
+            )
+        );
     }
 }

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use swarmd_engine::ErrorCode;
 
 use crate::http::error::ApiError;
 
@@ -25,10 +26,12 @@ pub const MAX_IDEMPOTENCY_KEY: usize = 200;
 pub fn rejection(status: StatusCode, text: String) -> ApiError {
     match status {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::coded(
-            "payload_too_large",
+            ErrorCode::PayloadTooLarge,
             "request body is larger than limits.max_body_bytes",
         ),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::coded("unsupported_media_type", text),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            ApiError::coded(ErrorCode::UnsupportedMediaType, text)
+        }
         _ => ApiError::bad_request(text),
     }
 }

@@ -12,6 +12,7 @@ use axum::http::{Response as HttpResponse, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use swarmd_engine::ErrorCode;
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_http::trace::{MakeSpan, OnResponse, TraceLayer};
 use tracing::Span;
@@ -58,7 +59,7 @@ pub async fn declared_length(State(limit): State<u64>, request: Request, next: N
         let _ = drained.await;
     }
     ApiError::coded(
-        "payload_too_large",
+        ErrorCode::PayloadTooLarge,
         "request body is larger than limits.max_body_bytes",
     )
     .into_response()
@@ -95,16 +96,18 @@ pub async fn json_errors(response: Response) -> Response {
         .filter(|t| !t.is_empty())
         .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned());
     let error = match status {
-        StatusCode::METHOD_NOT_ALLOWED => ApiError::new(status, "method_not_allowed", text),
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::coded(ErrorCode::MethodNotAllowed, text),
         StatusCode::UNPROCESSABLE_ENTITY => ApiError::bad_request(text),
-        StatusCode::NOT_FOUND => ApiError::coded("not_found", text),
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::coded("payload_too_large", text),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::coded("unsupported_media_type", text),
-        StatusCode::UNAUTHORIZED => ApiError::unauthorized("unauthorized"),
+        StatusCode::NOT_FOUND => ApiError::coded(ErrorCode::NotFound, text),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::coded(ErrorCode::PayloadTooLarge, text),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            ApiError::coded(ErrorCode::UnsupportedMediaType, text)
+        }
+        StatusCode::UNAUTHORIZED => ApiError::unauthorized(ErrorCode::Unauthorized),
         StatusCode::FORBIDDEN => ApiError::forbidden(),
-        StatusCode::SERVICE_UNAVAILABLE => ApiError::coded("not_ready", text),
+        StatusCode::SERVICE_UNAVAILABLE => ApiError::coded(ErrorCode::NotReady, text),
         s if s.is_server_error() => ApiError::internal(&text),
-        s => ApiError::new(s, "bad_request", text),
+        s => ApiError::with_status(s, ErrorCode::BadRequest, text),
     };
     let mut rewritten = error.into_response();
     // Keep headers such as `Allow` on a 405.

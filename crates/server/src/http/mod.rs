@@ -23,6 +23,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::header::AUTHORIZATION;
 use axum::middleware;
+use swarmd_engine::ErrorCode;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
@@ -79,7 +80,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn not_found() -> ApiError {
-    ApiError::coded("not_found", "no such route")
+    ApiError::coded(ErrorCode::NotFound, "no such route")
 }
 
 #[cfg(test)]

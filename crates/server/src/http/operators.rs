@@ -22,6 +22,7 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
+use swarmd_engine::ErrorCode;
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::SessionId;
 
@@ -59,7 +60,7 @@ impl FromRequestParts<AppState> for LoginAuth {
         if state.config.auth.loopback_login && loopback {
             Ok(LoginAuth)
         } else {
-            Err(ApiError::unauthorized("unauthorized"))
+            Err(ApiError::unauthorized(ErrorCode::Unauthorized))
         }
     }
 }
@@ -160,7 +161,7 @@ async fn upgrade(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let sid = parse_sid(&sid)?;
-    let token = token.ok_or_else(|| ApiError::unauthorized("unauthorized"))?;
+    let token = token.ok_or_else(|| ApiError::unauthorized(ErrorCode::Unauthorized))?;
     let caller = authenticate(&state, &token)?;
     let session = state
         .sessions

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
 use serde_json::{Value, json};
+use swarmd_engine::ErrorCode;
 use swarmd_engine::gate::Verb;
 
 use crate::app::AppState;
@@ -35,18 +36,24 @@ async fn healthz() -> &'static str {
 
 async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     if state.engine.is_draining() {
-        return Err(ApiError::coded("draining", "the daemon is draining"));
+        return Err(ApiError::coded(
+            ErrorCode::Draining,
+            "the daemon is draining",
+        ));
     }
     match tokio::time::timeout(READY_TIMEOUT, state.engine.healthcheck()).await {
         Ok(Ok(())) => Ok(Json(json!({ "status": "ready" }))),
         Ok(Err(error)) => {
             tracing::warn!(%error, "readiness check failed");
-            Err(ApiError::coded("not_ready", "the store is not writable"))
+            Err(ApiError::coded(
+                ErrorCode::NotReady,
+                "the store is not writable",
+            ))
         }
         Err(_) => {
             tracing::warn!("readiness check timed out");
             Err(ApiError::coded(
-                "not_ready",
+                ErrorCode::NotReady,
                 "the store did not answer in time",
             ))
         }

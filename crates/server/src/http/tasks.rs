@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use swarmd_engine::ErrorCode;
 use swarmd_engine::auth::{looks_like_handle, looks_like_token};
 use swarmd_engine::gate::{Role, Verb};
 use swarmd_engine::ids::{SessionId, TaskId};
@@ -115,7 +116,7 @@ async fn spawn(
     let origin = spawner_of(&state, &bearer)?;
     if state.engine.is_draining() {
         return Err(ApiError::coded(
-            "draining",
+            ErrorCode::Draining,
             "the daemon is draining: no new tasks",
         ));
     }
@@ -301,7 +302,9 @@ async fn cancel(
     let reason = parsed.reason.or_else(|| Some(cancel_reason(&caller)));
     match cancel_as(&state.engine, who, id, reason).await {
         Ok(task) => Ok(Json(task)),
-        Err(error @ CancelError::NotOwner) => Err(ApiError::coded("forbidden", error.to_string())),
+        Err(error @ CancelError::NotOwner) => {
+            Err(ApiError::coded(ErrorCode::Forbidden, error.to_string()))
+        }
         Err(CancelError::Engine(error)) => Err(error.into()),
     }
 }

@@ -284,6 +284,7 @@ fn parse_events(headers: &HeaderMap, body: &[u8]) -> Result<Vec<OutputEvent>, Ap
 mod tests {
     use super::*;
     use axum::http::header::CONTENT_TYPE;
+    use swarmd_engine::ErrorCode;
 
     fn headers(content_type: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -313,7 +314,7 @@ mod tests {
         );
         assert_eq!(
             submitted_value(&text, &[0xff, 0xfe]).unwrap_err().code(),
-            "bad_request"
+            ErrorCode::BadRequest
         );
     }
 
@@ -336,7 +337,7 @@ mod tests {
         );
         let bad = format!("{progress}\n{{\"type\":\"nope\"}}\n");
         let error = parse_events(&HeaderMap::new(), bad.as_bytes()).unwrap_err();
-        assert_eq!(error.code(), "bad_request");
+        assert_eq!(error.code(), ErrorCode::BadRequest);
         assert!(error.message().contains("line 2"), "{}", error.message());
         assert!(parse_events(&HeaderMap::new(), b"\n\n").is_err());
     }

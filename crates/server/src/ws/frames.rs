@@ -6,10 +6,13 @@
 use axum::extract::ws::Utf8Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use swarmd_engine::ErrorCode;
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::ids::{ReqId, TaskId};
 use swarmd_engine::operator::SpawnFrame;
 use swarmd_engine::task::{PolicyOverrides, TaskStatus};
+
+use crate::http::error::report_internal;
 
 /// Server → client.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,7 +86,7 @@ pub enum ServerFrame {
     Error {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         req_id: Option<ReqId>,
-        code: String,
+        code: ErrorCode,
         error: String,
     },
 }
@@ -188,10 +191,10 @@ impl ServerFrame {
     }
 
     /// An `error` frame.
-    pub fn error(req_id: Option<ReqId>, code: &str, error: impl Into<String>) -> ServerFrame {
+    pub fn error(req_id: Option<ReqId>, code: ErrorCode, error: impl Into<String>) -> ServerFrame {
         ServerFrame::Error {
             req_id,
-            code: code.to_owned(),
+            code,
             error: error.into(),
         }
     }
@@ -203,10 +206,11 @@ pub fn encode(frame: &ServerFrame) -> Utf8Bytes {
         Ok(text) => Utf8Bytes::from(text),
         // Every field serializes (string-keyed maps only); this is a bug guard.
         Err(error) => {
-            tracing::error!(%error, "cannot encode a server frame");
-            Utf8Bytes::from_static(
-                r#"{"type":"error","code":"internal","error":"cannot encode a frame"}"#,
-            )
+            let message = report_internal(&format!("cannot encode a server frame: {error}"));
+            let code = ErrorCode::Internal;
+            Utf8Bytes::from(format!(
+                r#"{{"type":"error","code":"{code}","error":"{message}"}}"#
+            ))
         }
     }
 }

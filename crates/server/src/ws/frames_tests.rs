@@ -2,6 +2,7 @@
 //! contract (docs/protocol.md, Frames), so each frame is written out in full here.
 
 use serde_json::json;
+use swarmd_engine::ErrorCode;
 use swarmd_engine::WorkerCredential;
 
 use super::*;
@@ -102,11 +103,11 @@ fn server_snapshots() -> Vec<(ServerFrame, Value)> {
             json!({"type": "task_done", "task_id": TASK, "attempt": 1, "status": "pass", "ok": true, "value": "done"}),
         ),
         (
-            ServerFrame::error(Some(req("c-2")), "bad_request", "no"),
+            ServerFrame::error(Some(req("c-2")), ErrorCode::BadRequest, "no"),
             json!({"type": "error", "req_id": "c-2", "code": "bad_request", "error": "no"}),
         ),
         (
-            ServerFrame::error(None, "bad_request", "no"),
+            ServerFrame::error(None, ErrorCode::BadRequest, "no"),
             json!({"type": "error", "code": "bad_request", "error": "no"}),
         ),
     ]

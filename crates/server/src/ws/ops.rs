@@ -16,6 +16,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
+use swarmd_engine::ErrorCode;
 use swarmd_engine::ids::{ReqId, TaskId};
 use swarmd_engine::task::TaskSpec;
 use swarmd_engine::{Engine, EngineError};
@@ -25,6 +26,7 @@ use tracing::Instrument;
 
 use super::frames::{ServerFrame, SpawnTaskFrame, encode};
 use super::writer::Direct;
+use crate::http::error::describe;
 use crate::sessions::{
     CancelError, Canceller, FrameClass, Outgoing, Reservation, Session, cancel_as,
 };
@@ -150,23 +152,17 @@ async fn cancel_task(
         Ok(_) => None,
         Err(error @ CancelError::NotOwner) => Some(ServerFrame::error(
             Some(req_id),
-            "forbidden",
+            ErrorCode::Forbidden,
             error.to_string(),
         )),
         Err(CancelError::Engine(error)) => Some(engine_error(req_id, &error)),
     }
 }
 
-/// An engine refusal as an `error` frame with its code (docs/protocol.md, Errors);
-/// internal failures are logged here and not described to the client.
+/// An engine refusal as an `error` frame, described as HTTP describes it
+/// (`http::error::describe`: the code of docs/protocol.md, Errors; internal failures are
+/// logged there and not described to the client).
 pub(super) fn engine_error(req_id: ReqId, error: &EngineError) -> ServerFrame {
-    let code = error.code();
-    let message = if code == "internal" {
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        tracing::error!(correlation_id = %id, %error, "internal error");
-        format!("internal error (correlation id {id})")
-    } else {
-        error.to_string()
-    };
+    let (code, message) = describe(error);
     ServerFrame::error(Some(req_id), code, message)
 }

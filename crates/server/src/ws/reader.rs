@@ -12,6 +12,7 @@ use axum::extract::ws::{Message, WebSocket, close_code};
 use futures_util::StreamExt;
 use futures_util::stream::SplitStream;
 use swarmd_engine::Engine;
+use swarmd_engine::ErrorCode;
 use swarmd_engine::ids::ReqId;
 use swarmd_engine::operator::{HookAck, SpawnReply};
 use tokio::sync::mpsc;
@@ -68,7 +69,7 @@ impl Reader<'_> {
                     }
                     let error = ServerFrame::error(
                         None,
-                        "bad_request",
+                        ErrorCode::BadRequest,
                         "binary frames are not supported; send JSON text frames",
                     );
                     self.reply(&error).await;
@@ -85,7 +86,7 @@ impl Reader<'_> {
         let frame = match decode(text) {
             Ok(frame) => frame,
             Err(error) => {
-                let frame = ServerFrame::error(error.req_id, "bad_request", error.message);
+                let frame = ServerFrame::error(error.req_id, ErrorCode::BadRequest, error.message);
                 self.reply(&frame).await;
                 return;
             }
@@ -138,7 +139,7 @@ impl Reader<'_> {
                     after_seq,
                 );
                 if let Err(message) = started {
-                    let frame = ServerFrame::error(Some(req_id), "bad_request", message);
+                    let frame = ServerFrame::error(Some(req_id), ErrorCode::BadRequest, message);
                     self.reply(&frame).await;
                 }
             }
@@ -156,8 +157,8 @@ impl Reader<'_> {
                     tracing::debug!(req_id = req_id.as_str(), "late spawn reply ignored");
                     return;
                 }
-                ReplyError::Unknown(_) => "unknown_request",
-                ReplyError::WrongKind { .. } => "bad_request",
+                ReplyError::Unknown(_) => ErrorCode::UnknownRequest,
+                ReplyError::WrongKind { .. } => ErrorCode::BadRequest,
             };
             let frame = ServerFrame::error(Some(req_id), code, error.to_string());
             self.reply(&frame).await;

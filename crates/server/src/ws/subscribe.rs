@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 
 use swarmd_engine::Engine;
+use swarmd_engine::ErrorCode;
 use swarmd_engine::event::Event;
 use swarmd_engine::ids::{ReqId, TaskId};
 use tokio::sync::mpsc;
@@ -89,7 +90,7 @@ impl Stream {
                 let message = format!("task {} not found", self.task_id);
                 self.send(&ServerFrame::error(
                     Some(self.req_id.clone()),
-                    "not_found",
+                    ErrorCode::NotFound,
                     message,
                 ))
                 .await;

@@ -14,6 +14,7 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use bytes::Bytes;
 use futures_util::SinkExt;
 use futures_util::stream::SplitSink;
+use swarmd_engine::ErrorCode;
 use swarmd_engine::{Engine, EngineError};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -154,7 +155,7 @@ impl Writer<'_> {
             if batch.dropped > 0 {
                 let notice = ServerFrame::error(
                     None,
-                    "frames_dropped",
+                    ErrorCode::FramesDropped,
                     format!(
                         "{} frames were dropped while the outbox was full; resume task events with subscribe after_seq",
                         batch.dropped

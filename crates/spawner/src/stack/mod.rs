@@ -12,8 +12,9 @@ use std::sync::Arc;
 use swarmd_engine::SpawnerAdapter;
 
 pub use join::{JoinFuture, around_join, wrap_join};
-pub use outcome::{Observed, content_value};
+pub use outcome::Observed;
 pub use registry::{BASE_KEYS, LayerRegistry};
+pub use swarmd_engine::outcome::content_value;
 
 /// Middleware over spawners, like tower's `Layer`: cheap configuration that
 /// wraps an inner adapter in an adapter of its own, which delegates to it.

@@ -1,12 +1,13 @@
-//! What a layer sees of a finished attempt before the engine decides it: the
-//! join result and the last Final in the tail, read the way dispatch reads
-//! them (docs/tasks.md, Attempts, step 5).
+//! What a layer sees of a finished attempt before the engine decides it:
+//! the engine's own verdict (`swarmd_engine::outcome`) on the join result and
+//! the tail's last Final, so a layer never reports another outcome than the
+//! task's.
 
 use serde_json::{Value, json};
 use swarmd_engine::ids::TaskId;
+use swarmd_engine::outcome::Verdict;
 use swarmd_engine::task::AttemptOutcome;
 use swarmd_engine::{Engine, WorkerError};
-use swarmd_output_store::{ContentRef, OutputEvent};
 
 /// The attempt's result as far as the layers can tell.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,49 +20,19 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Reads the tail's last Final unless the join already failed.
+    /// The engine's verdict on `joined` and, when the worker completed, the
+    /// tail's last Final.
     pub async fn read(
         engine: &Engine,
         task_id: TaskId,
         attempt: u32,
         joined: &Result<(), WorkerError>,
     ) -> Observed {
-        let failed = |outcome, reason: String| Observed {
-            outcome,
-            value: None,
-            ok: None,
-            reason: Some(reason),
-        };
-        match joined {
-            Err(WorkerError::Cancelled) => failed(AttemptOutcome::Cancelled, "cancelled".into()),
-            Err(e) => failed(AttemptOutcome::Failed, e.to_string()),
-            Ok(()) => match engine.last_final(task_id, attempt).await {
-                Ok(Some(record)) => match record.event {
-                    OutputEvent::Final { content, ok } => Observed {
-                        outcome: if ok {
-                            AttemptOutcome::Pass
-                        } else {
-                            AttemptOutcome::Blocked
-                        },
-                        value: Some(content_value(content)),
-                        ok: Some(ok),
-                        reason: None,
-                    },
-                    _ => failed(
-                        AttemptOutcome::Failed,
-                        "the last final is not a final".into(),
-                    ),
-                },
-                Ok(None) => failed(
-                    AttemptOutcome::Failed,
-                    "the worker finished without a final".into(),
-                ),
-                Err(e) => failed(
-                    AttemptOutcome::Failed,
-                    format!("could not read the final: {e}"),
-                ),
-            },
-        }
+        engine
+            .attempt_end(task_id, attempt, joined.clone())
+            .await
+            .verdict()
+            .into()
     }
 
     /// `{outcome, ok, value, reason}` as handed to hooks and Lua middleware.
@@ -75,10 +46,168 @@ impl Observed {
     }
 }
 
-/// A Final's content as a JSON value: the inline value, or the file reference.
-pub fn content_value(content: ContentRef) -> Value {
-    match content {
-        ContentRef::Inline { value } => value,
-        other => serde_json::to_value(other).unwrap_or(Value::Null),
+impl From<Verdict> for Observed {
+    fn from(verdict: Verdict) -> Observed {
+        let (value, ok) = match verdict.result {
+            Some(result) => (Some(result.value), Some(result.ok)),
+            None => (None, None),
+        };
+        Observed {
+            outcome: verdict.outcome,
+            value,
+            ok,
+            reason: verdict.reason,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use serde_json::json;
+    use swarmd_engine::event::Event;
+    use swarmd_engine::task::{PolicyOverrides, TaskSpec};
+    use swarmd_engine::{Ctx, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+
+    use super::*;
+    use crate::stack::wrap_join;
+    use crate::testing::{Act, FinalSpawner, call_log, engine_running, events};
+
+    /// Records what the layers observe of each attempt.
+    #[derive(Debug)]
+    struct Observer {
+        seen: Arc<Mutex<Vec<Observed>>>,
+        inner: Arc<dyn SpawnerAdapter>,
+    }
+
+    #[async_trait]
+    impl SpawnerAdapter for Observer {
+        async fn spawn(
+            &self,
+            engine: &Engine,
+            ctx: Ctx,
+            task_id: TaskId,
+            attempt: u32,
+            token: WorkerCredential,
+        ) -> Result<Box<dyn Worker>, SpawnError> {
+            let worker = self
+                .inner
+                .spawn(engine, ctx, task_id, attempt, token)
+                .await?;
+            let (engine, seen) = (engine.clone(), Arc::clone(&self.seen));
+            Ok(wrap_join(worker, move |joined| async move {
+                let observed = Observed::read(&engine, task_id, attempt, &joined).await;
+                seen.lock().unwrap().push(observed);
+                joined
+            }))
+        }
+    }
+
+    /// Runs one attempt acting out `act` (cancelled after `cancel_after`,
+    /// when given) and returns what the layer observed and what the engine
+    /// decided, both as an `Observed`.
+    async fn observe(
+        act: Act,
+        policy: PolicyOverrides,
+        cancel_after: Option<Duration>,
+    ) -> (Observed, Observed) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let observer = Arc::new(Observer {
+            seen: Arc::clone(&seen),
+            inner: FinalSpawner::arc(act, &call_log()),
+        });
+        let engine = engine_running("a", observer);
+        let policy = PolicyOverrides {
+            max_attempts: Some(1),
+            ..policy
+        };
+        let spec = TaskSpec {
+            agent: "a".to_owned(),
+            prompt: "do it".to_owned(),
+            policy,
+            ..TaskSpec::default()
+        };
+        let task = engine.spawn_task(spec).await.unwrap();
+        if let Some(after) = cancel_after {
+            tokio::time::sleep(after).await;
+            engine.cancel_task(task.id, None).await.unwrap();
+        }
+        let task = engine
+            .wait_task(task.id, Duration::from_secs(3600))
+            .await
+            .unwrap();
+        // The task's end is in memory before its events are stored.
+        let (outcome, reason) = loop {
+            let finished = events(&engine)
+                .await
+                .into_iter()
+                .find_map(|event| match event {
+                    Event::AttemptFinished {
+                        outcome, reason, ..
+                    } => Some((outcome, reason)),
+                    _ => None,
+                });
+            match finished {
+                Some(finished) => break finished,
+                None => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        };
+        let decided = Observed {
+            outcome,
+            value: task.result.as_ref().map(|r| r.value.clone()),
+            ok: task.result.as_ref().map(|r| r.ok),
+            reason,
+        };
+        let observed = seen.lock().unwrap().pop().expect("the layer observed");
+        (observed, decided)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_end_reads_as_the_engine_decides_it() {
+        let long = Duration::from_secs(60);
+        let lease = PolicyOverrides {
+            attempt_timeout_secs: Some(1),
+            ..PolicyOverrides::default()
+        };
+        let cases = [
+            (
+                "pass",
+                Act::Final(json!("v"), true),
+                PolicyOverrides::default(),
+                None,
+            ),
+            (
+                "blocked",
+                Act::Final(json!("w"), false),
+                PolicyOverrides::default(),
+                None,
+            ),
+            ("no final", Act::Nothing, PolicyOverrides::default(), None),
+            (
+                "worker failed",
+                Act::Fail("exit 3".into()),
+                PolicyOverrides::default(),
+                None,
+            ),
+            (
+                "cancelled",
+                Act::After(long, json!("late"), true),
+                PolicyOverrides::default(),
+                Some(Duration::from_millis(10)),
+            ),
+            (
+                "lease expired",
+                Act::After(long, json!("late"), true),
+                lease,
+                None,
+            ),
+        ];
+        for (name, act, policy, cancel_after) in cases {
+            let (observed, decided) = observe(act, policy, cancel_after).await;
+            assert_eq!(observed, decided, "{name}");
+        }
     }
 }

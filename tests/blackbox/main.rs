@@ -13,6 +13,7 @@ mod harness;
 mod http_api;
 mod lifecycle;
 mod limits;
+mod logs;
 mod recovery;
 mod security;
 mod sse;

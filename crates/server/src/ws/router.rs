@@ -24,6 +24,7 @@ use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::ids::TaskId;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::feed::EventFeed;
@@ -53,9 +54,10 @@ impl EventRouter {
         }
     }
 
-    /// Starts routing until `shutdown` fires or the bus closes. Start it after
-    /// `SessionRegistry::restore`: events for sessions not known yet are dropped.
-    pub fn spawn(mut self, shutdown: CancellationToken) -> JoinHandle<()> {
+    /// Starts routing on `tasks` until `shutdown` fires or the bus closes.
+    /// Start it after `SessionRegistry::restore`: events for sessions not
+    /// known yet are dropped.
+    pub fn spawn(mut self, shutdown: CancellationToken, tasks: &TaskTracker) -> JoinHandle<()> {
         // Restored sessions may have missed `task_done`s when the daemon
         // died: replay the log from the lowest of their watermarks.
         if let Some(seq) = self.registry.replay_from() {
@@ -85,7 +87,7 @@ impl EventRouter {
             }
             tracing::debug!("event router stopped");
         };
-        tokio::spawn(run.instrument(tracing::info_span!("event_router")))
+        tasks.spawn(run.instrument(tracing::info_span!("event_router")))
     }
 
     async fn route(&self, record: &EventRecord) {

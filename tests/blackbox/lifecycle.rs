@@ -187,6 +187,9 @@ async fn kill_9_mid_task_then_restart_loses_nothing_and_the_old_handle_still_sub
 #[tokio::test]
 async fn sigterm_lets_running_attempts_finish_refuses_new_tasks_and_exits_0() {
     let mut sw = Swarmd::new(AGENTS).start().await;
+    // A connected MainAI: its socket and ops worker must end with the daemon.
+    let login = sw.login(json!({"roles": ["main-ai"]})).await;
+    let _main_ai = sw.connect(&login).await;
     let released = create(&sw, json!({"agent": "hold", "prompt": "a"})).await;
     let stuck = create(&sw, json!({"agent": "hold", "prompt": "b"})).await;
     read_pid(&sw.dir().join(format!("{released}.pid"))).await;
@@ -224,6 +227,14 @@ async fn sigterm_lets_running_attempts_finish_refuses_new_tasks_and_exits_0() {
     let status = sw.exited().await;
     assert_eq!(status.code(), Some(0), "{status}\n{}", sw.log());
     eventually("the stuck worker is stopped", || process_gone(stuck_pid)).await;
+    // The background tasks (event router, idle sweep, the socket's ops
+    // worker) ended before the store was flushed.
+    let log = sw.log();
+    let line = |text: &str| log.lines().position(|l| l.ends_with(text));
+    let joined = line(": background tasks stopped").unwrap_or_else(|| panic!("{log}"));
+    let stopped = line(": stopped").unwrap_or_else(|| panic!("{log}"));
+    assert!(joined < stopped, "{log}");
+    assert!(!log.contains("did not stop in time"), "{log}");
 
     sw.restart().await;
     let view = sw.finished(&released).await;

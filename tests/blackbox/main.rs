@@ -18,6 +18,7 @@ mod harness;
 mod http_api;
 mod lifecycle;
 mod limits;
+mod logs;
 mod outcome;
 mod recovery;
 mod security;

@@ -74,6 +74,7 @@ impl Engine {
                     task.session,
                     Event::TaskFinished {
                         task_id: id,
+                        attempt: task.attempt,
                         status: TaskStatus::Cancelled,
                         result: None,
                     },
@@ -127,6 +128,7 @@ impl Engine {
             task.session,
             Event::TaskFinished {
                 task_id: task.id,
+                attempt: task.attempt,
                 status: TaskStatus::Failed,
                 result: None,
             },

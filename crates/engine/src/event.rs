@@ -56,8 +56,14 @@ pub enum Event {
         reason: Option<String>,
         elapsed_ms: u64,
     },
+    /// The task reached a terminal status. `attempt` is the task's last
+    /// attempt (the one that decided it, or the one running when it was
+    /// cancelled), 0 when it ended before any attempt started; events
+    /// logged before the field existed decode with 0 too.
     TaskFinished {
         task_id: TaskId,
+        #[serde(default)]
+        attempt: u32,
         status: TaskStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         result: Option<TaskResult>,
@@ -102,6 +108,7 @@ impl Event {
             | Event::SeniorAsked { attempt, .. }
             | Event::SeniorAnswered { attempt, .. }
             | Event::AttemptFinished { attempt, .. } => Some(*attempt),
+            Event::TaskFinished { attempt, .. } if *attempt > 0 => Some(*attempt),
             _ => None,
         }
     }
@@ -152,6 +159,7 @@ mod tests {
             },
             Event::TaskFinished {
                 task_id: t,
+                attempt: 2,
                 status: TaskStatus::Pass,
                 result: Some(TaskResult {
                     value: Value::from("x"),
@@ -165,5 +173,34 @@ mod tests {
             let back: Event = serde_json::from_value(json).unwrap();
             assert_eq!(back, e);
         }
+    }
+
+    #[test]
+    fn a_task_finished_logged_without_its_attempt_still_decodes() {
+        let t = TaskId::new();
+        let logged = serde_json::json!({
+            "kind": "task_finished",
+            "task_id": t,
+            "status": "cancelled",
+        });
+        let event: Event = serde_json::from_value(logged).unwrap();
+        assert_eq!(
+            event,
+            Event::TaskFinished {
+                task_id: t,
+                attempt: 0,
+                status: TaskStatus::Cancelled,
+                result: None,
+            }
+        );
+        assert_eq!(event.attempt(), None, "attempt 0 names no attempt");
+        let json = serde_json::to_value(Event::TaskFinished {
+            task_id: t,
+            attempt: 3,
+            status: TaskStatus::Failed,
+            result: None,
+        })
+        .unwrap();
+        assert_eq!(json["attempt"], 3, "{json}");
     }
 }

@@ -187,6 +187,7 @@ impl Engine {
                 task.session,
                 Event::TaskFinished {
                     task_id: task.id,
+                    attempt: attempt.attempt,
                     status: task.status(),
                     result,
                 },

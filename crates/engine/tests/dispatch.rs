@@ -55,6 +55,20 @@ async fn spawned(spawner: &ScriptedSpawner, task: TaskId, n: usize) {
     panic!("task {task} was not spawned {n} times");
 }
 
+/// The attempt the task's `task_finished` event names.
+async fn finished_attempt(engine: &Engine, task: TaskId) -> u32 {
+    let events = engine.events_after(0, 10_000).await.unwrap();
+    events
+        .iter()
+        .find_map(|e| match e.event {
+            Event::TaskFinished {
+                task_id, attempt, ..
+            } if task_id == task => Some(attempt),
+            _ => None,
+        })
+        .expect("no task_finished")
+}
+
 #[tokio::test(start_paused = true)]
 async fn final_ok_passes_and_events_are_gapless() {
     let spawner = ScriptedSpawner::new(|_| Script::Final {
@@ -139,6 +153,7 @@ async fn retry_after_failure_then_pass() {
     let t = engine.wait_task(t.id, WAIT).await.unwrap();
     assert_eq!(t.status(), TaskStatus::Pass);
     assert_eq!(t.attempt, 2);
+    assert_eq!(finished_attempt(&engine, t.id).await, 2);
     let view = engine.task_view(t.id).await.unwrap().unwrap();
     let outcomes: Vec<_> = view.attempts.iter().map(|a| a.outcome).collect();
     assert_eq!(
@@ -235,6 +250,11 @@ async fn cancel_fences_the_attempt_and_late_results_get_410() {
     let view = engine.task_view(t.id).await.unwrap().unwrap();
     assert_eq!(view.attempts[0].outcome, Some(AttemptOutcome::Cancelled));
     assert_eq!(engine.load(), (0, 0), "the slot was given back");
+    assert_eq!(
+        finished_attempt(&engine, t.id).await,
+        1,
+        "the cancelled attempt"
+    );
     // Cancelling again is a no-op.
     assert_eq!(
         engine.cancel_task(t.id, None).await.unwrap().status(),
@@ -396,6 +416,7 @@ async fn queue_timeout_fails_a_task_that_never_started() {
     assert_eq!(t.status(), TaskStatus::Failed);
     assert_eq!(t.reason.as_deref(), Some("queue timeout"));
     assert_eq!(t.attempt, 0);
+    assert_eq!(finished_attempt(&engine, t.id).await, 0, "no attempt ran");
 }
 
 #[tokio::test(start_paused = true)]

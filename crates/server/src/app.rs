@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use swarmd_engine::Engine;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -30,6 +31,10 @@ pub struct AppInner {
     pub started: Instant,
     /// Fired when the daemon starts draining.
     pub shutdown: CancellationToken,
+    /// The daemon's own background tasks (event router, idle sweep, each
+    /// connection's ops worker): `run` closes it and waits for them before
+    /// the store is flushed.
+    pub tasks: TaskTracker,
     /// HTTP-side metrics; `GET /metrics` adds the engine's at scrape time.
     pub metrics: Metrics,
 }

@@ -22,6 +22,7 @@ use swarmd_spawner::{
     LuaPool, OperatorSpec, ProcessSpec, SpawnerSettings, StackResolver,
 };
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::app::{AppInner, AppState};
 use crate::config::{self, Config, StoreBackend};
@@ -95,9 +96,10 @@ pub async fn build(
     let router = EventRouter::subscribe(&engine, sessions.clone());
     let mut recovery = engine.recover().await.map_err(BuildError::Recovery)?;
     sessions.restore(std::mem::take(&mut recovery.sessions));
-    router.spawn(shutdown.clone());
+    let tasks = TaskTracker::new();
+    router.spawn(shutdown.clone(), &tasks);
     engine.start_recovered();
-    sessions.spawn_idle_sweep(shutdown.clone());
+    sessions.spawn_idle_sweep(shutdown.clone(), &tasks);
     tracing::info!(
         requeued = recovery.requeued,
         interrupted = recovery.interrupted,
@@ -120,6 +122,7 @@ pub async fn build(
         base_url,
         started: Instant::now(),
         shutdown,
+        tasks,
         config,
         metrics: Metrics::new().with_store(db.clone()),
     });

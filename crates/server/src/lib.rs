@@ -71,6 +71,10 @@ pub enum ServeError {
     Serve(#[source] io::Error),
 }
 
+/// How long the shutdown waits for the daemon's background tasks (event
+/// router, idle sweep, ops workers) once the sockets are closed.
+const TASKS_GRACE: Duration = Duration::from_secs(5);
+
 /// Binds the listener for `addr` (port 0 picks a free port).
 ///
 /// # Errors
@@ -89,7 +93,8 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 ///    `STOPPING=1`, running attempts get `server.shutdown_grace_secs` to
 ///    finish while the HTTP API keeps serving their workers;
 /// 3. then the engine stops what is left (recovery picks it up at the next
-///    start), sockets close, the HTTP server stops, the store is flushed.
+///    start), sockets close, the HTTP server stops, the background tasks
+///    end (bounded by `TASKS_GRACE`), the store is flushed.
 ///
 /// # Errors
 /// `LocalAddr` if the listener is unusable, `Build` if the daemon cannot be
@@ -156,6 +161,18 @@ pub async fn run(
             Ok(())
         }
     };
+    app.tasks.close();
+    if tokio::time::timeout(TASKS_GRACE, app.tasks.wait())
+        .await
+        .is_ok()
+    {
+        tracing::debug!("background tasks stopped");
+    } else {
+        tracing::warn!(
+            left = app.tasks.len(),
+            "background tasks did not stop in time"
+        );
+    }
     if let Some(watchdog) = watchdog {
         watchdog.abort();
     }

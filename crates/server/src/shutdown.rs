@@ -24,6 +24,8 @@ pub fn install() -> std::io::Result<CancellationToken> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let fired = token.clone();
+    // Not on the daemon's task tracker: it must outlive the drain, to hear a
+    // second signal, and it ends with the runtime.
     tokio::spawn(async move {
         let received = |signal: StopSignal| {
             if fired.is_cancelled() {

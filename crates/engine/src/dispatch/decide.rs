@@ -102,6 +102,7 @@ impl Engine {
                     session,
                     Event::TaskFinished {
                         task_id,
+                        attempt: p.attempt,
                         status: state.task.status(),
                         result,
                     },

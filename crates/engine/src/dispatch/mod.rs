@@ -3,6 +3,9 @@
 //! an `.await`: each phase takes the task's lock, changes memory, queues the
 //! matching store write, and lets go before anything waits. The decide and
 //! publish phases are in `decide`; attempts resumed at recovery in `resume`.
+//!
+//! Each attempt runs inside its own `attempt` span (task_id, attempt,
+//! agent), so every log line of its phases, layers and spawner carries them.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,6 +15,7 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
 use crate::Engine;
 use crate::event::Event;
@@ -47,9 +51,21 @@ struct Minted {
     durable: Option<tokio::sync::oneshot::Receiver<Result<(), swarmd_output_store::StoreError>>>,
 }
 
+/// The span of one attempt of `task_id`. It is a root: an attempt belongs to
+/// no request. `attempt` is recorded later when it is not known yet.
+fn attempt_span(task_id: TaskId, attempt: Option<u32>, agent: &str) -> Span {
+    tracing::info_span!(parent: None, "attempt", %task_id, attempt, agent)
+}
+
 impl Engine {
-    /// Runs the next attempt of `id`, which admission has given a slot.
+    /// Runs the next attempt of `id`, which admission has given a slot,
+    /// inside the attempt's span.
     pub(crate) async fn run_attempt(&self, id: TaskId, agent: String) {
+        let span = attempt_span(id, None, &agent);
+        self.attempt_pipeline(id, agent).instrument(span).await;
+    }
+
+    async fn attempt_pipeline(&self, id: TaskId, agent: String) {
         let Some(cell) = self.inner.live.get(&id) else {
             // Cancelled between admission and now: give the slot back.
             self.release_slot(&agent);
@@ -102,6 +118,7 @@ impl Engine {
             Ok(a) => a,
             Err(_) => return None,
         };
+        Span::current().record("attempt", attempt);
         let lease_secs = state.task.policy.attempt_timeout_secs;
         let (lease_deadline, lease_deadline_ms) = lease_until(now, now_ms, lease_secs);
         // Where the attempt runs is decided here, once: the record names it,

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
-use super::{Joined, Minted, Prepared};
+use super::{Joined, Minted, Prepared, attempt_span};
 use crate::Engine;
 use crate::ids::{TaskId, WorkerId};
 use crate::live::TaskCell;
@@ -45,14 +46,25 @@ impl Worker for RemoteWorker {
 }
 
 impl Engine {
-    /// Drives a delegated attempt resumed at recovery: its worker is the
-    /// SubAgent out there, whose Final arrives over HTTP.
+    /// Drives a delegated attempt resumed at recovery, inside the attempt's
+    /// span: its worker is the SubAgent out there, whose Final arrives over
+    /// HTTP.
     pub(crate) async fn run_resumed(
         &self,
         cell: Arc<TaskCell>,
         attempt: u32,
         cancel: CancellationToken,
     ) {
+        let span = {
+            let state = cell.lock();
+            attempt_span(state.task.id, Some(attempt), &state.task.agent)
+        };
+        self.resumed_pipeline(cell, attempt, cancel)
+            .instrument(span)
+            .await;
+    }
+
+    async fn resumed_pipeline(&self, cell: Arc<TaskCell>, attempt: u32, cancel: CancellationToken) {
         let (ctx, agent, layers) = {
             let state = cell.lock();
             let deadline_ms = state.run.as_ref().map_or(0, |r| r.lease_deadline_ms);

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{CloseReason, SessionRegistry};
 
@@ -58,11 +59,15 @@ impl SessionRegistry {
         expired
     }
 
-    /// Runs `sweep` periodically until `shutdown` fires.
-    pub fn spawn_idle_sweep(self: &Arc<Self>, shutdown: CancellationToken) -> JoinHandle<()> {
+    /// Runs `sweep` periodically on `tasks` until `shutdown` fires.
+    pub fn spawn_idle_sweep(
+        self: &Arc<Self>,
+        shutdown: CancellationToken,
+        tasks: &TaskTracker,
+    ) -> JoinHandle<()> {
         let registry = self.clone();
         let period = (self.settings.idle / 4).clamp(MIN_PERIOD, MAX_PERIOD);
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut ticker = tokio::time::interval(period);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut checkpoint = tokio::time::interval(super::delivery::CHECKPOINT_EVERY);
@@ -79,6 +84,7 @@ impl SessionRegistry {
                     }
                 }
             }
+            tracing::debug!("idle sweep stopped");
         })
     }
 }

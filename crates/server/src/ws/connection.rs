@@ -50,7 +50,12 @@ pub async fn serve_socket(state: AppState, session: Arc<Session>, socket: WebSoc
         let ping_every = Duration::from_secs(state.config.ws.ping_secs.max(1));
         let liveness = Liveness::new(ping_every * DEAD_AFTER_PINGS);
         let (direct_tx, direct_rx) = mpsc::channel(DIRECT_CAPACITY);
-        let ops = ops::spawn_worker(engine.clone(), session.clone(), direct_tx.clone());
+        let ops = ops::spawn_worker(
+            engine.clone(),
+            session.clone(),
+            direct_tx.clone(),
+            &state.tasks,
+        );
         let (sink, stream) = socket.split();
         let reader = Reader {
             engine,

@@ -22,6 +22,7 @@ use swarmd_engine::task::TaskSpec;
 use swarmd_engine::{Engine, EngineError};
 use swarmd_spawner::layers::OPERATOR_DELEGATE;
 use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::frames::{ServerFrame, SpawnTaskFrame, encode};
@@ -44,11 +45,13 @@ pub(super) enum Op {
     Cancel { req_id: ReqId, task_id: TaskId },
 }
 
-/// Starts the worker; it stops when the returned sender is dropped.
+/// Starts the worker on `tasks`; it stops when the returned sender is
+/// dropped and its started operations have finished.
 pub(super) fn spawn_worker(
     engine: Engine,
     session: Arc<Session>,
     direct: mpsc::Sender<Direct>,
+    tasks: &TaskTracker,
 ) -> mpsc::Sender<Op> {
     let (tx, mut rx) = mpsc::channel(OPS_CAPACITY);
     let span = tracing::debug_span!("ws_ops", sid = %session.sid);
@@ -83,7 +86,7 @@ pub(super) fn spawn_worker(
             }
         }
     };
-    tokio::spawn(worker.instrument(span));
+    tasks.spawn(worker.instrument(span));
     tx
 }
 

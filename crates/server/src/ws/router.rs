@@ -10,12 +10,11 @@
 //! sessions keep a delivery watermark (`sessions::Delivery`) and the router
 //! starts by replaying the durable log from the lowest restored one.
 //!
-//! `task_done` needs the attempt, which `task_finished` does not carry: the
-//! router remembers the latest attempt of each task from `task_created` and
-//! `attempt_started` and asks the engine only for tasks it has not seen start
-//! (those resumed at boot).
+//! `task_done` takes its attempt from `task_finished`. Only an event with
+//! attempt 0 makes the router read the task: it is either a task that ended
+//! before any attempt (whose attempt is 0 anyway) or an event logged before
+//! `task_finished` carried the attempt, replayed once after an upgrade.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +24,7 @@ use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::ids::TaskId;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::feed::EventFeed;
@@ -40,7 +40,6 @@ pub struct EventRouter {
     feed: EventFeed,
     engine: Engine,
     registry: Arc<SessionRegistry>,
-    attempts: HashMap<TaskId, u32>,
 }
 
 impl EventRouter {
@@ -52,13 +51,13 @@ impl EventRouter {
             feed: EventFeed::live(engine),
             engine: engine.clone(),
             registry,
-            attempts: HashMap::new(),
         }
     }
 
-    /// Starts routing until `shutdown` fires or the bus closes. Start it after
-    /// `SessionRegistry::restore`: events for sessions not known yet are dropped.
-    pub fn spawn(mut self, shutdown: CancellationToken) -> JoinHandle<()> {
+    /// Starts routing on `tasks` until `shutdown` fires or the bus closes.
+    /// Start it after `SessionRegistry::restore`: events for sessions not
+    /// known yet are dropped.
+    pub fn spawn(mut self, shutdown: CancellationToken, tasks: &TaskTracker) -> JoinHandle<()> {
         // Restored sessions may have missed `task_done`s when the daemon
         // died: replay the log from the lowest of their watermarks.
         if let Some(seq) = self.registry.replay_from() {
@@ -88,51 +87,47 @@ impl EventRouter {
             }
             tracing::debug!("event router stopped");
         };
-        tokio::spawn(run.instrument(tracing::info_span!("event_router")))
+        tasks.spawn(run.instrument(tracing::info_span!("event_router")))
     }
 
-    async fn route(&mut self, record: &EventRecord) {
+    async fn route(&self, record: &EventRecord) {
         let (Some(sid), Some(task_id)) = (record.session, record.event.task_id()) else {
             return;
         };
-        let finished_attempt = match &record.event {
-            Event::TaskCreated { .. } => {
-                self.attempts.insert(task_id, 0);
-                None
-            }
-            Event::AttemptStarted { attempt, .. } => {
-                self.attempts.insert(task_id, *attempt);
-                None
-            }
-            Event::TaskFinished { .. } => Some(self.attempts.remove(&task_id)),
-            _ => None,
-        };
-        let frame = match (&record.event, finished_attempt) {
-            (Event::TaskFinished { status, result, .. }, Some(known)) => {
-                let attempt = match known {
-                    Some(attempt) => attempt,
-                    None => self.attempt_of(task_id).await,
-                };
-                ServerFrame::TaskDone {
-                    task_id,
-                    attempt,
-                    status: *status,
-                    ok: result.as_ref().is_some_and(|r| r.ok),
-                    value: result.as_ref().map_or(Value::Null, |r| r.value.clone()),
-                }
-            }
-            (Event::LongHoldWarn { .. }, _) => match ServerFrame::task_event(record) {
-                Some(frame) => frame,
-                None => return,
-            },
-            _ => return,
-        };
+        if !matches!(
+            record.event,
+            Event::TaskFinished { .. } | Event::LongHoldWarn { .. }
+        ) {
+            return;
+        }
         let Some(session) = self.registry.get(&sid) else {
             return;
         };
         if session.delivery.delivered_before_restart(record.seq) {
             return;
         }
+        let frame = match &record.event {
+            Event::TaskFinished {
+                attempt,
+                status,
+                result,
+                ..
+            } => ServerFrame::TaskDone {
+                task_id,
+                attempt: match *attempt {
+                    0 => self.attempt_without_event(task_id).await,
+                    attempt => attempt,
+                },
+                status: *status,
+                ok: result.as_ref().is_some_and(|r| r.ok),
+                value: result.as_ref().map_or(Value::Null, |r| r.value.clone()),
+            },
+            Event::LongHoldWarn { .. } => match ServerFrame::task_event(record) {
+                Some(frame) => frame,
+                None => return,
+            },
+            _ => return,
+        };
         let queued = match frame {
             ServerFrame::TaskDone { .. } => session.notify_done(&frame, record.seq),
             _ => session.notify(&frame).map(|_| ()),
@@ -142,8 +137,10 @@ impl EventRouter {
         }
     }
 
-    /// The task's current attempt, from the engine.
-    async fn attempt_of(&self, task_id: TaskId) -> u32 {
+    /// The attempt of a task whose `task_finished` says 0: the task's own
+    /// (0 for a task that never started; the real one for an event logged
+    /// before `task_finished` carried it).
+    async fn attempt_without_event(&self, task_id: TaskId) -> u32 {
         match self.engine.get_task(task_id).await {
             Ok(Some(task)) => task.attempt,
             Ok(None) => 0,

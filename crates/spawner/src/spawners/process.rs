@@ -62,6 +62,7 @@ impl SpawnerAdapter for ProcessSpawner {
             .runner
             .start(&vars, cancel.clone())
             .map_err(|e| SpawnError::Failed(e.to_string()))?;
+        tracing::debug!(pgid = child.pgid(), "process agent started");
         if let Some(group) = child.identity() {
             let mark = ProcessGroupMark {
                 pgid: group.pgid,

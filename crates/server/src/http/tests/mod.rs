@@ -105,6 +105,7 @@ impl Api {
             base_url: format!("http://{addr}"),
             started: Instant::now(),
             shutdown: CancellationToken::new(),
+            tasks: tokio_util::task::TaskTracker::new(),
             metrics: Metrics::new(),
         });
         let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();

@@ -211,6 +211,13 @@ async fn audit_and_event_pages() {
         .map(|e| e["event"]["kind"].clone())
         .collect();
     assert!(kinds.contains(&json!("task_finished")), "{kinds:?}");
+    let finished = rest["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"]["kind"] == "task_finished")
+        .unwrap();
+    assert_eq!(finished["event"]["attempt"], 1, "{finished}");
 }
 
 #[tokio::test]

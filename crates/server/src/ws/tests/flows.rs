@@ -31,6 +31,35 @@ async fn until_done(client: &mut Client, task: TaskId) -> (Vec<Value>, Value) {
     }
 }
 
+/// `task_done` carries the attempt its `task_finished` names; an event with
+/// attempt 0 (logged before the field existed, or a task that never ran)
+/// gets the task's own attempt.
+#[tokio::test]
+async fn task_done_takes_its_attempt_from_the_event_and_a_zero_from_the_task() {
+    let server = Server::start().await;
+    let login = server.login(json!({"roles": ["main-ai"]})).await;
+    let mut client = server.connect(&login).await;
+    client
+        .send(json!({"type": "spawn_task", "req_id": "c-1", "agent": "echo", "prompt": "hi"}))
+        .await;
+    let task = task_id(&client.recv_type("task_accepted").await);
+    let (_, done) = until_done(&mut client, task).await;
+    assert_eq!(done["attempt"], 1, "{done}");
+
+    let finished = |attempt| Event::TaskFinished {
+        task_id: task,
+        attempt,
+        status: TaskStatus::Pass,
+        result: None,
+    };
+    server.engine().publish_for_session(login.sid, finished(7));
+    let (_, done) = until_done(&mut client, task).await;
+    assert_eq!(done["attempt"], 7, "the event's attempt: {done}");
+    server.engine().publish_for_session(login.sid, finished(0));
+    let (_, done) = until_done(&mut client, task).await;
+    assert_eq!(done["attempt"], 1, "the task's attempt: {done}");
+}
+
 #[tokio::test]
 async fn spawn_task_is_accepted_first_then_done_and_its_events_are_subscribed() {
     let server = Server::start().await;

@@ -104,6 +104,7 @@ impl Harness {
             base_url: base_url.to_owned(),
             started: Instant::now(),
             shutdown: CancellationToken::new(),
+            tasks: tokio_util::task::TaskTracker::new(),
             metrics: Metrics::new(),
         });
         Harness {
@@ -146,7 +147,7 @@ impl Server {
         let harness = Harness::build(config, Arc::new(SystemClock), &format!("http://{addr}"));
         let stop = CancellationToken::new();
         let router = EventRouter::subscribe(&harness.engine, harness.registry.clone());
-        let routing = router.spawn(stop.clone());
+        let routing = router.spawn(stop.clone(), &harness.state.tasks);
         let app = crate::http::operators::routes().with_state(harness.state.clone());
         let serve = axum::serve(
             listener,

@@ -9,6 +9,7 @@ use swarmd_engine::Engine;
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::operator::{BridgeError, SeniorBridge};
 use swarmd_engine::task::{TaskSpec, TaskStatus};
+use tracing::Instrument;
 
 /// Asks by spawning a sub-task of `agent` under the blocked task.
 #[derive(Debug, Clone)]
@@ -112,11 +113,12 @@ impl Drop for CancelOnDrop {
             return;
         };
         let engine = self.engine.clone();
-        runtime.spawn(async move {
+        let cancel = async move {
             let reason = Some("the senior question was abandoned".to_owned());
             if let Err(e) = engine.cancel_task(task, reason).await {
                 tracing::debug!(task_id = %task, error = %e, "senior sub-task was not cancelled");
             }
-        });
+        };
+        runtime.spawn(cancel.in_current_span());
     }
 }

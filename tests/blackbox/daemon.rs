@@ -32,7 +32,7 @@ use crate::harness::{PATIENCE, parts};
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
 /// The repository root (the example configuration's paths are relative to it).
-pub fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
@@ -48,7 +48,7 @@ enum Source {
 /// A daemon that can be stopped, killed and started again on the same
 /// state directory. The child is killed (SIGKILL) when this is dropped.
 #[derive(Debug)]
-pub struct Swarmd {
+pub(crate) struct Swarmd {
     dir: tempfile::TempDir,
     source: Source,
     env: Vec<(String, String)>,
@@ -72,7 +72,7 @@ impl Swarmd {
     /// A daemon whose configuration is a fixed `[server]`/`[store]`/`[spawner]`
     /// head plus `body` (agents, `[defaults]`, `[senior]`, …); `@DIR@` in
     /// `body` is replaced by the temp directory. Not started yet.
-    pub fn new(body: &str) -> Swarmd {
+    pub(crate) fn new(body: &str) -> Swarmd {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().display().to_string();
         let text = format!(
@@ -97,7 +97,7 @@ kill_grace_secs = 1
 
     /// The repository's `config/swarmd.toml`, run from the repository root,
     /// with `--bind 127.0.0.1:0` and a temp state directory. Not started yet.
-    pub fn example() -> Swarmd {
+    pub(crate) fn example() -> Swarmd {
         Swarmd::with_source(tempfile::tempdir().unwrap(), Source::Example)
     }
 
@@ -115,24 +115,24 @@ kill_grace_secs = 1
     }
 
     /// Adds a variable to the daemon's (otherwise cleared) environment.
-    pub fn env(mut self, key: &str, value: &str) -> Swarmd {
+    pub(crate) fn env(mut self, key: &str, value: &str) -> Swarmd {
         self.env.push((key.to_owned(), value.to_owned()));
         self
     }
 
     /// The test's temp directory (`@DIR@`).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// Starts the daemon on a free port and waits for `listening on`.
-    pub async fn start(mut self) -> Swarmd {
+    pub(crate) async fn start(mut self) -> Swarmd {
         self.launch("127.0.0.1:0").await;
         self
     }
 
     /// Starts the daemon again on the same state directory and address.
-    pub async fn restart(&mut self) {
+    pub(crate) async fn restart(&mut self) {
         assert!(self.child.is_none(), "stop or kill the daemon first");
         let addr = self.base.trim_start_matches("http://").to_owned();
         self.launch(&addr).await;
@@ -200,7 +200,7 @@ kill_grace_secs = 1
     }
 
     /// The running child's pid.
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         let pid = self
             .child
             .as_ref()
@@ -210,7 +210,7 @@ kill_grace_secs = 1
     }
 
     /// SIGKILL, then reaps the child.
-    pub async fn kill9(&mut self) {
+    pub(crate) async fn kill9(&mut self) {
         let mut child = self.child.take().expect("not running");
         child.start_kill().unwrap();
         let status = tokio::time::timeout(PATIENCE, child.wait())
@@ -221,12 +221,12 @@ kill_grace_secs = 1
     }
 
     /// Sends SIGTERM (the child keeps running until it drains).
-    pub fn sigterm(&self) {
+    pub(crate) fn sigterm(&self) {
         kill(Pid::from_raw(self.pid()), Signal::SIGTERM).unwrap();
     }
 
     /// Waits for the child to exit and returns its status.
-    pub async fn exited(&mut self) -> ExitStatus {
+    pub(crate) async fn exited(&mut self) -> ExitStatus {
         let child = self.child.as_mut().expect("not running");
         let status = tokio::time::timeout(PATIENCE, child.wait())
             .await
@@ -236,30 +236,30 @@ kill_grace_secs = 1
         status
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// `ws://…` for a path.
-    pub fn ws_url(&self, path: &str) -> String {
+    pub(crate) fn ws_url(&self, path: &str) -> String {
         format!("{}{path}", self.base.replacen("http://", "ws://", 1))
     }
 
-    pub fn get(&self, path: &str, bearer: &str) -> RequestBuilder {
+    pub(crate) fn get(&self, path: &str, bearer: &str) -> RequestBuilder {
         self.http.get(self.url(path)).bearer_auth(bearer)
     }
 
-    pub fn post(&self, path: &str, bearer: &str) -> RequestBuilder {
+    pub(crate) fn post(&self, path: &str, bearer: &str) -> RequestBuilder {
         self.http.post(self.url(path)).bearer_auth(bearer)
     }
 
     /// Everything the daemon wrote to stderr so far, over all its runs.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 
     /// Logs a session in with the admin token.
-    pub async fn login(&self, body: Value) -> Login {
+    pub(crate) async fn login(&self, body: Value) -> Login {
         let (status, answer) = parts(
             self.post("/v1/operators", &self.admin)
                 .json(&body)
@@ -276,14 +276,14 @@ kill_grace_secs = 1
     }
 
     /// Opens the session's socket with its bearer token.
-    pub async fn connect(&self, login: &Login) -> Ws {
+    pub(crate) async fn connect(&self, login: &Login) -> Ws {
         self.dial(login)
             .await
             .unwrap_or_else(|e| panic!("ws connect: {e}\n{}", self.log()))
     }
 
     /// Opens the session's socket; the error when the upgrade is refused.
-    pub async fn dial(&self, login: &Login) -> Result<Ws, tungstenite::Error> {
+    pub(crate) async fn dial(&self, login: &Login) -> Result<Ws, tungstenite::Error> {
         let url = self.ws_url(&format!("/v1/operators/{}/ws", login.sid));
         let mut request = url.into_client_request()?;
         request.headers_mut().insert(
@@ -295,7 +295,7 @@ kill_grace_secs = 1
     }
 
     /// Creates a task as the admin; the status and the answer.
-    pub async fn create(&self, body: Value) -> (u16, Value) {
+    pub(crate) async fn create(&self, body: Value) -> (u16, Value) {
         parts(
             self.post("/v1/tasks", &self.admin)
                 .json(&body)
@@ -307,7 +307,7 @@ kill_grace_secs = 1
     }
 
     /// `GET /v1/tasks/{id}` as the admin.
-    pub async fn task(&self, task: &str) -> Value {
+    pub(crate) async fn task(&self, task: &str) -> Value {
         let (status, body) = parts(
             self.get(&format!("/v1/tasks/{task}"), &self.admin)
                 .send()
@@ -320,7 +320,7 @@ kill_grace_secs = 1
     }
 
     /// Waits until the task is terminal and returns it.
-    pub async fn finished(&self, task: &str) -> Value {
+    pub(crate) async fn finished(&self, task: &str) -> Value {
         let path = format!("/v1/tasks/{task}/wait?timeout_secs=15");
         let (status, body) = parts(self.get(&path, &self.admin).send().await.unwrap()).await;
         assert_eq!(status, 200, "{body}");
@@ -336,7 +336,7 @@ kill_grace_secs = 1
     }
 
     /// `GET /v1/tasks/{id}/output` records as the admin.
-    pub async fn output(&self, task: &str) -> Vec<Value> {
+    pub(crate) async fn output(&self, task: &str) -> Vec<Value> {
         let path = format!("/v1/tasks/{task}/output");
         let (status, body) = parts(self.get(&path, &self.admin).send().await.unwrap()).await;
         assert_eq!(status, 200, "{body}");
@@ -346,34 +346,34 @@ kill_grace_secs = 1
 
 /// A logged-in session.
 #[derive(Debug, Clone)]
-pub struct Login {
+pub(crate) struct Login {
     pub sid: String,
     pub token: String,
 }
 
 /// A MainAI's socket speaking JSON frames.
 #[derive(Debug)]
-pub struct Ws {
+pub(crate) struct Ws {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
 }
 
 impl Ws {
-    pub async fn send(&mut self, frame: Value) {
+    pub(crate) async fn send(&mut self, frame: Value) {
         self.send_message(Message::text(frame.to_string())).await;
     }
 
-    pub async fn send_message(&mut self, message: Message) {
+    pub(crate) async fn send_message(&mut self, message: Message) {
         self.ws.send(message).await.unwrap();
     }
 
     /// Sends a frame the daemon may refuse while it is still being written
     /// (it closes the socket, and the rest of the write meets a reset).
-    pub async fn try_send_message(&mut self, message: Message) -> bool {
+    pub(crate) async fn try_send_message(&mut self, message: Message) -> bool {
         self.ws.send(message).await.is_ok()
     }
 
     /// The next JSON frame; fails on a close or after `PATIENCE`.
-    pub async fn recv(&mut self) -> Value {
+    pub(crate) async fn recv(&mut self) -> Value {
         match self.next_within(PATIENCE).await {
             Incoming::Frame(frame) => frame,
             other => panic!("expected a frame, got {other:?}"),
@@ -381,7 +381,7 @@ impl Ws {
     }
 
     /// The next frame, a close, or nothing within `wait`.
-    pub async fn next_within(&mut self, wait: Duration) -> Incoming {
+    pub(crate) async fn next_within(&mut self, wait: Duration) -> Incoming {
         let deadline = Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -402,7 +402,10 @@ impl Ws {
 
     /// The first frame for which `wanted` holds, skipping (and returning)
     /// the others.
-    pub async fn recv_until(&mut self, wanted: impl Fn(&Value) -> bool) -> (Value, Vec<Value>) {
+    pub(crate) async fn recv_until(
+        &mut self,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> (Value, Vec<Value>) {
         let mut skipped = Vec::new();
         let deadline = Instant::now() + PATIENCE;
         loop {
@@ -416,12 +419,12 @@ impl Ws {
     }
 
     /// The next frame of `kind`, skipping others.
-    pub async fn recv_type(&mut self, kind: &str) -> Value {
+    pub(crate) async fn recv_type(&mut self, kind: &str) -> Value {
         self.recv_until(|f| f["type"] == kind).await.0
     }
 
     /// The `task_done` of `task`.
-    pub async fn done(&mut self, task: &str) -> Value {
+    pub(crate) async fn done(&mut self, task: &str) -> Value {
         self.recv_until(|f| f["type"] == "task_done" && f["task_id"] == task)
             .await
             .0
@@ -430,21 +433,21 @@ impl Ws {
 
 /// What `Ws::next_within` saw.
 #[derive(Debug)]
-pub enum Incoming {
+pub(crate) enum Incoming {
     Frame(Value),
     Closed(Option<CloseFrame>),
     Nothing,
 }
 
 /// `spawn_task` with `delegate = true`.
-pub fn delegate_frame(req_id: &str, agent: &str, prompt: &str) -> Value {
+pub(crate) fn delegate_frame(req_id: &str, agent: &str, prompt: &str) -> Value {
     json!({"type": "spawn_task", "req_id": req_id, "agent": agent, "prompt": prompt,
            "delegate": true})
 }
 
 /// Whether a process is gone (no `/proc` entry, or a zombie waiting for
 /// its reaper).
-pub fn process_gone(pid: i32) -> bool {
+pub(crate) fn process_gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         // The state follows the parenthesised command name.
@@ -455,7 +458,7 @@ pub fn process_gone(pid: i32) -> bool {
 }
 
 /// Polls `check` every 20 ms until it holds, failing after `PATIENCE`.
-pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -464,7 +467,7 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 /// Reads a pid a process agent wrote to `path`, waiting for it to appear.
-pub async fn read_pid(path: &Path) -> i32 {
+pub(crate) async fn read_pid(path: &Path) -> i32 {
     let mut pid = None;
     eventually(&format!("pid file {}", path.display()), || {
         pid = std::fs::read_to_string(path)

@@ -24,13 +24,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// How long anything that should happen promptly may take.
-pub const PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
 /// A running daemon.
 #[derive(Debug)]
-pub struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     pub base: String,
     pub admin: String,
@@ -46,18 +46,18 @@ impl Drop for Daemon {
 }
 
 impl Daemon {
-    pub async fn start() -> Daemon {
+    pub(crate) async fn start() -> Daemon {
         Self::start_with("").await
     }
 
     /// Starts the daemon with `extra` appended to the test config.
-    pub async fn start_with(extra: &str) -> Daemon {
+    pub(crate) async fn start_with(extra: &str) -> Daemon {
         Self::start_configured(r#"backend = "sqlite""#, extra).await
     }
 
     /// Starts the daemon with `store` as the `[store]` table's lines (besides
     /// `state_dir`) and `extra` appended to the test config.
-    pub async fn start_configured(store: &str, extra: &str) -> Daemon {
+    pub(crate) async fn start_configured(store: &str, extra: &str) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let hold = dir.path().join("hold");
         std::fs::create_dir_all(&hold).unwrap();
@@ -117,34 +117,34 @@ impl Daemon {
         }
     }
 
-    pub fn config_path(&self) -> PathBuf {
+    pub(crate) fn config_path(&self) -> PathBuf {
         self.dir.path().join("swarmd.toml")
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    pub fn get(&self, path: &str, bearer: &str) -> RequestBuilder {
+    pub(crate) fn get(&self, path: &str, bearer: &str) -> RequestBuilder {
         self.http.get(self.url(path)).bearer_auth(bearer)
     }
 
-    pub fn post(&self, path: &str, bearer: &str) -> RequestBuilder {
+    pub(crate) fn post(&self, path: &str, bearer: &str) -> RequestBuilder {
         self.http.post(self.url(path)).bearer_auth(bearer)
     }
 
     /// Everything the daemon wrote to stderr so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 
     /// Whether the child is still running.
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Creates a task as the admin and returns its id.
-    pub async fn spawn(&self, body: Value) -> String {
+    pub(crate) async fn spawn(&self, body: Value) -> String {
         let (status, answer) = parts(
             self.post("/v1/tasks", &self.admin)
                 .json(&body)
@@ -158,7 +158,7 @@ impl Daemon {
     }
 
     /// The handle the `hold`/`flaky` process of this attempt wrote.
-    pub async fn handle(&self, task: &str, attempt: u32) -> String {
+    pub(crate) async fn handle(&self, task: &str, attempt: u32) -> String {
         let path = self
             .dir
             .path()
@@ -178,12 +178,12 @@ impl Daemon {
     }
 
     /// Lets the `hold` process of `task` exit 0.
-    pub fn release(&self, task: &str) {
+    pub(crate) fn release(&self, task: &str) {
         std::fs::write(self.dir.path().join(format!("hold/{task}.done")), b"").unwrap();
     }
 
     /// Waits for the task to finish and returns it.
-    pub async fn finished(&self, task: &str) -> Value {
+    pub(crate) async fn finished(&self, task: &str) -> Value {
         let path = format!("/v1/tasks/{task}/wait?timeout_secs=20");
         let (status, body) = parts(self.get(&path, &self.admin).send().await.unwrap()).await;
         assert_eq!(status, 200, "{body}");
@@ -199,7 +199,7 @@ impl Daemon {
     }
 
     /// `swarmd token mint --role observer` against this daemon's keys.
-    pub async fn observer_token(&self) -> String {
+    pub(crate) async fn observer_token(&self) -> String {
         let output = Command::new(BINARY)
             .args([
                 "token", "mint", "--role", "observer", "--ttl", "600", "--config",
@@ -276,14 +276,14 @@ fn toml_string(text: &str) -> String {
 }
 
 /// Status and JSON body (`null` when the body is not JSON).
-pub async fn parts(response: Response) -> (u16, Value) {
+pub(crate) async fn parts(response: Response) -> (u16, Value) {
     let status = response.status().as_u16();
     let text = response.text().await.unwrap();
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 /// Asserts an error answer with our `{error, code}` body.
-pub async fn expect_error(response: Response, status: u16, code: &str) {
+pub(crate) async fn expect_error(response: Response, status: u16, code: &str) {
     let (got, body) = parts(response).await;
     assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{body}");
     assert!(body["error"].is_string(), "{body}");

@@ -10,14 +10,14 @@ use swarmd_server::client::{SseEvent, SseParser};
 use crate::harness::{Daemon, PATIENCE};
 
 /// An open SSE response.
-pub struct Sse {
+pub(crate) struct Sse {
     body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
     parser: SseParser,
     ready: VecDeque<SseEvent>,
 }
 
 impl Sse {
-    pub async fn open(daemon: &Daemon, path: &str, last_id: Option<&str>) -> Sse {
+    pub(crate) async fn open(daemon: &Daemon, path: &str, last_id: Option<&str>) -> Sse {
         let mut request = daemon
             .get(path, &daemon.admin)
             .header("accept", "text/event-stream");
@@ -33,7 +33,7 @@ impl Sse {
         }
     }
 
-    pub async fn next(&mut self) -> Option<SseEvent> {
+    pub(crate) async fn next(&mut self) -> Option<SseEvent> {
         loop {
             if let Some(event) = self.ready.pop_front() {
                 return Some(event);
@@ -46,7 +46,7 @@ impl Sse {
     }
 
     /// The next event's id and its OutputEvent.
-    pub async fn data(&mut self) -> (String, Value) {
+    pub(crate) async fn data(&mut self) -> (String, Value) {
         let event = self.next().await.expect("the stream ended early");
         let record: Value = serde_json::from_str(&event.data).unwrap();
         (event.id.unwrap_or_default(), record["event"].clone())

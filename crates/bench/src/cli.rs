@@ -16,7 +16,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// temporary state directory and a generated configuration.
 #[derive(Debug, Parser)]
 #[command(name = "swarmd-bench", version, max_term_width = 100)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Generator threads (1: a single-threaded runtime, which leaves more
     /// of a small machine to the daemon).
     #[arg(long, global = true, default_value_t = 1)]
@@ -29,7 +29,7 @@ pub struct Cli {
 
 /// Which daemon to talk to.
 #[derive(Debug, Clone, Args)]
-pub struct TargetArgs {
+pub(crate) struct TargetArgs {
     /// Start this `swarmd` binary with a temp state dir and a generated
     /// config, and stop it at the end.
     #[arg(long, value_name = "PATH", global = true, conflicts_with = "url")]
@@ -61,7 +61,7 @@ pub struct TargetArgs {
 
 /// A store configuration for a spawned daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StoreKind {
+pub(crate) enum StoreKind {
     /// SQLite, `synchronous = full` (the default durability).
     Sqlite,
     /// SQLite, `synchronous = normal`.
@@ -72,7 +72,7 @@ pub enum StoreKind {
 
 impl StoreKind {
     /// The label used in reports.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             StoreKind::Sqlite => "sqlite (full)",
             StoreKind::SqliteNormal => "sqlite (normal)",
@@ -83,7 +83,7 @@ impl StoreKind {
 
 /// The workloads and the composite runs.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// MainAI sessions spawn delegated tasks over WebSocket; the generator
     /// plays each SubAgent (GET prompt, POST submit, spawn_ack).
     WsDelegated(WsArgs),
@@ -103,7 +103,7 @@ pub enum Command {
 
 /// How long a run lasts.
 #[derive(Debug, Clone, Args)]
-pub struct Bound {
+pub(crate) struct Bound {
     /// Measured time, after the warm-up (ignored with --count).
     #[arg(long, value_parser = parse_secs, default_value = "10")]
     pub duration: Duration,
@@ -120,7 +120,7 @@ pub struct Bound {
 
 /// `ws-delegated`.
 #[derive(Debug, Clone, Args)]
-pub struct WsArgs {
+pub(crate) struct WsArgs {
     /// MainAI sessions (at most one per task in flight).
     #[arg(long, short = 'm', default_value_t = 4)]
     pub sessions: usize,
@@ -139,7 +139,7 @@ pub struct WsArgs {
 
 /// `http`.
 #[derive(Debug, Clone, Args)]
-pub struct HttpArgs {
+pub(crate) struct HttpArgs {
     /// Agent of the generated config: `true` (/bin/true), `cat` (/bin/cat),
     /// `lua` (returns its prompt); any name with --url.
     #[arg(long, default_value = "true")]
@@ -156,7 +156,7 @@ pub struct HttpArgs {
 
 /// `idle-capacity`.
 #[derive(Debug, Clone, Args)]
-pub struct IdleArgs {
+pub(crate) struct IdleArgs {
     /// Waiting-task counts at which RSS is reported, ascending.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
     pub at: Vec<u64>,
@@ -176,7 +176,7 @@ pub struct IdleArgs {
 
 /// `matrix`.
 #[derive(Debug, Clone, Args)]
-pub struct MatrixArgs {
+pub(crate) struct MatrixArgs {
     /// The C values of the closed loop.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
     pub in_flight: Vec<usize>,

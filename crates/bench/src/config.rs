@@ -9,14 +9,14 @@ use std::path::Path;
 use crate::cli::StoreKind;
 
 /// The Lua agent's script.
-pub const LUA_SCRIPT: &str = "return { value = prompt, ok = true }\n";
+pub(crate) const LUA_SCRIPT: &str = "return { value = prompt, ok = true }\n";
 
 /// The file name of the Lua script inside the daemon's directory.
-pub const LUA_SCRIPT_FILE: &str = "echo.lua";
+pub(crate) const LUA_SCRIPT_FILE: &str = "echo.lua";
 
 /// How much a spawned daemon holds at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Capacity {
+pub(crate) struct Capacity {
     /// `limits.max_running`: attempts running at once; the rest queue.
     pub max_running: u32,
     /// `ws.park_max`: frames a session's outbox holds.
@@ -25,7 +25,7 @@ pub struct Capacity {
 
 /// The TOML for a daemon whose files live under `dir` (its state in
 /// `dir/state`, its Lua script in `dir/echo.lua`).
-pub fn daemon_config(dir: &Path, store: StoreKind, capacity: Capacity) -> String {
+pub(crate) fn daemon_config(dir: &Path, store: StoreKind, capacity: Capacity) -> String {
     let Capacity {
         max_running,
         park_max,

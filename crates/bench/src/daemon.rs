@@ -30,7 +30,7 @@ const LOG_LINES: usize = 200;
 
 /// Where the daemon is and how to act as its admin.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     /// `http://IP:PORT`, no trailing slash.
     pub base: String,
     pub admin_token: String,
@@ -42,7 +42,7 @@ pub struct Target {
 
 impl Target {
     /// A daemon someone else started.
-    pub fn external(args: &TargetArgs) -> anyhow::Result<Target> {
+    pub(crate) fn external(args: &TargetArgs) -> anyhow::Result<Target> {
         let url = args
             .url
             .clone()
@@ -60,14 +60,14 @@ impl Target {
     }
 
     /// The URL of an API path.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 }
 
 /// A daemon started by the generator.
 #[derive(Debug)]
-pub struct SpawnedDaemon {
+pub(crate) struct SpawnedDaemon {
     child: Child,
     pub target: Target,
     log: Arc<Mutex<VecDeque<String>>>,
@@ -77,7 +77,7 @@ pub struct SpawnedDaemon {
 
 impl SpawnedDaemon {
     /// Starts `binary serve` with a generated config for `store`.
-    pub async fn start(
+    pub(crate) async fn start(
         binary: &Path,
         store: StoreKind,
         capacity: Capacity,
@@ -156,19 +156,19 @@ impl SpawnedDaemon {
     }
 
     /// The daemon's state directory.
-    pub fn state_dir(&self) -> PathBuf {
+    pub(crate) fn state_dir(&self) -> PathBuf {
         self._dir.path().join("state")
     }
 
     /// The last lines the daemon wrote to stderr.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         log.iter().cloned().collect::<Vec<_>>().join("\n")
     }
 
     /// SIGTERM, then SIGKILL after a grace period; fails if the daemon had
     /// already died or did not exit cleanly.
-    pub async fn stop(mut self) -> anyhow::Result<()> {
+    pub(crate) async fn stop(mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {
             bail!(
                 "swarmd exited early ({status}); its stderr:\n{}",
@@ -195,7 +195,7 @@ impl SpawnedDaemon {
 }
 
 /// The address of a `listening on http://ADDR` line.
-pub fn listening_address(line: &str) -> Option<String> {
+pub(crate) fn listening_address(line: &str) -> Option<String> {
     let addr = line.split("listening on http://").nth(1)?.trim();
     (!addr.is_empty()).then(|| addr.to_owned())
 }

@@ -19,7 +19,7 @@ use crate::subagent::error_code;
 const WAIT_SECS: u64 = 60;
 
 /// Runs the workload and reports it.
-pub async fn run(
+pub(crate) async fn run(
     target: &Target,
     http: &reqwest::Client,
     args: &HttpArgs,

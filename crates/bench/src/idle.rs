@@ -28,7 +28,7 @@ use holder::{Holder, Stage};
 
 /// The daemon's memory at one checkpoint.
 #[derive(Debug, Clone)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     /// Tasks waiting on SubAgents.
     pub waiting: u64,
     pub sample: Option<ProcSample>,
@@ -39,7 +39,7 @@ pub struct Checkpoint {
 
 /// What the workload measured.
 #[derive(Debug, Clone)]
-pub struct IdleReport {
+pub(crate) struct IdleReport {
     pub store: String,
     /// Whether the tasks were held queued rather than waiting (`--queued`).
     pub queued: bool,
@@ -50,7 +50,7 @@ pub struct IdleReport {
 }
 
 /// Runs the workload.
-pub async fn run(
+pub(crate) async fn run(
     target: &Target,
     http: &reqwest::Client,
     args: &IdleArgs,
@@ -173,7 +173,7 @@ fn per_task_kib(c: &Checkpoint, baseline: Option<ProcSample>) -> String {
 
 impl IdleReport {
     /// The Markdown table of the checkpoints.
-    pub fn markdown(&self) -> String {
+    pub(crate) fn markdown(&self) -> String {
         let held = held_label(self.queued);
         let mut out = format!(
             "| store | {held} tasks | RSS MiB | peak RSS MiB | KiB/task over idle | time to reach s | load avg |\n\

@@ -4,7 +4,7 @@
 use crate::procfs::{load_average, status_kib};
 
 /// `Machine: …` as a Markdown paragraph.
-pub fn description() -> String {
+pub(crate) fn description() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()

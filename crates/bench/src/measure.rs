@@ -11,7 +11,7 @@ use crate::stats::{Tally, Window};
 
 /// When a run sends and what it measures.
 #[derive(Debug, Clone, Copy)]
-pub struct RunClock {
+pub(crate) struct RunClock {
     pub start: Instant,
     /// Duration mode: `(warm-up end, measured end)`; count mode: `None`.
     pub window: Option<(Instant, Instant)>,
@@ -22,7 +22,7 @@ pub struct RunClock {
 
 impl RunClock {
     /// A clock starting now.
-    pub fn new(bound: &Bound) -> RunClock {
+    pub(crate) fn new(bound: &Bound) -> RunClock {
         let start = Instant::now();
         let window = match bound.count {
             Some(_) => None,
@@ -40,12 +40,12 @@ impl RunClock {
     }
 
     /// When sending stops (duration mode).
-    pub fn stop_at(&self) -> Option<Instant> {
+    pub(crate) fn stop_at(&self) -> Option<Instant> {
         self.window.map(|(_, to)| to)
     }
 
     /// The measured window of a finished run, relative to its start.
-    pub fn measured(&self, tally: &Tally) -> Window {
+    pub(crate) fn measured(&self, tally: &Tally) -> Window {
         match self.window {
             Some((from, to)) => Window {
                 from: from - self.start,
@@ -59,13 +59,13 @@ impl RunClock {
     }
 
     /// The count each of `parts` workers runs (count mode), remainder first.
-    pub fn share(&self, parts: usize, index: usize) -> Option<u64> {
+    pub(crate) fn share(&self, parts: usize, index: usize) -> Option<u64> {
         self.count.map(|count| split(count, parts, index))
     }
 }
 
 /// `total` split over `parts`, the remainder to the first ones.
-pub fn split(total: u64, parts: usize, index: usize) -> u64 {
+pub(crate) fn split(total: u64, parts: usize, index: usize) -> u64 {
     let parts = parts.max(1) as u64;
     let index = index as u64;
     total / parts + u64::from(index < total % parts)
@@ -73,7 +73,7 @@ pub fn split(total: u64, parts: usize, index: usize) -> u64 {
 
 /// Resources used during the measured part.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// Daemon CPU seconds (user + system).
     pub server_cpu: Option<f64>,
     /// CPU seconds of the daemon's children (process agents).
@@ -88,7 +88,7 @@ pub struct Usage {
 
 /// CPU readings taken at the start of the measured part.
 #[derive(Debug, Clone, Copy)]
-pub struct Sampler {
+pub(crate) struct Sampler {
     pid: Option<u32>,
     server: Option<ProcSample>,
     generator: Option<ProcSample>,
@@ -96,7 +96,7 @@ pub struct Sampler {
 
 impl Sampler {
     /// Reads now.
-    pub fn begin(pid: Option<u32>) -> Sampler {
+    pub(crate) fn begin(pid: Option<u32>) -> Sampler {
         Sampler {
             pid,
             server: pid.and_then(ProcSample::read),
@@ -105,7 +105,7 @@ impl Sampler {
     }
 
     /// Reads again and returns the difference.
-    pub fn end(&self) -> Usage {
+    pub(crate) fn end(&self) -> Usage {
         let server_now = self.pid.and_then(ProcSample::read);
         let generator_now = ProcSample::read_self();
         let delta = |a: Option<ProcSample>, b: Option<ProcSample>, f: fn(&ProcSample) -> f64| {
@@ -123,7 +123,7 @@ impl Sampler {
     /// Samples over the clock's window: a task that reads at the window's
     /// start and end (duration mode); `None` in count mode, where the
     /// caller reads at its own start and end.
-    pub fn over_window(
+    pub(crate) fn over_window(
         pid: Option<u32>,
         clock: &RunClock,
     ) -> Option<tokio::task::JoinHandle<Usage>> {

@@ -12,7 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 /// session `k mod sessions`, until `stop` (if any) or until every session
 /// has hung up.
 #[derive(Debug, Clone, Copy)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     pub first: Instant,
     pub period: Duration,
     pub stop: Option<Instant>,
@@ -28,7 +28,7 @@ impl Schedule {
 /// Starts the pacer thread; each session receives the due times of its
 /// requests. The thread ends at the schedule's stop, or once no session is
 /// listening.
-pub fn start(
+pub(crate) fn start(
     schedule: Schedule,
     sessions: Vec<UnboundedSender<Instant>>,
 ) -> std::io::Result<JoinHandle<()>> {

@@ -16,7 +16,7 @@ use crate::report::{RunReport, markdown};
 use crate::{http_load, idle, machine, ws_delegated};
 
 /// Runs the command; returns how many errors the runs saw.
-pub async fn run(cli: Cli) -> anyhow::Result<u64> {
+pub(crate) async fn run(cli: Cli) -> anyhow::Result<u64> {
     let http = client()?;
     let stores = &cli.target.store;
     let first_store = stores.first().copied().unwrap_or(StoreKind::Sqlite);

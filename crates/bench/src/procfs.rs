@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 /// CPU time and memory of one process at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ProcSample {
+pub(crate) struct ProcSample {
     /// User + system CPU seconds of the process itself.
     pub cpu_secs: f64,
     /// User + system CPU seconds of its waited-for children.
@@ -20,12 +20,12 @@ pub struct ProcSample {
 
 impl ProcSample {
     /// Reads `/proc/<pid>`; `None` when the process or `/proc` is gone.
-    pub fn read(pid: u32) -> Option<ProcSample> {
+    pub(crate) fn read(pid: u32) -> Option<ProcSample> {
         Self::read_path(&format!("/proc/{pid}"))
     }
 
     /// Reads `/proc/self`.
-    pub fn read_self() -> Option<ProcSample> {
+    pub(crate) fn read_self() -> Option<ProcSample> {
         Self::read_path("/proc/self")
     }
 
@@ -46,7 +46,7 @@ impl ProcSample {
 /// `utime, stime, cutime, cstime` (fields 14–17) of a `/proc/<pid>/stat`
 /// line. The command name (field 2) may hold spaces and parentheses, so the
 /// fields are counted from its last `)`.
-pub fn parse_stat_ticks(stat: &str) -> Option<(u64, u64, u64, u64)> {
+pub(crate) fn parse_stat_ticks(stat: &str) -> Option<(u64, u64, u64, u64)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // `rest` starts at field 3 (state), so field n is at index n - 3.
@@ -55,13 +55,13 @@ pub fn parse_stat_ticks(stat: &str) -> Option<(u64, u64, u64, u64)> {
 }
 
 /// The value in KiB of a `Key:   123 kB` line of `/proc/<pid>/status`.
-pub fn status_kib(status: &str, key: &str) -> Option<u64> {
+pub(crate) fn status_kib(status: &str, key: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with(key))?;
     line[key.len()..].split_whitespace().next()?.parse().ok()
 }
 
 /// `getconf CLK_TCK`, else 100 (the value on every common Linux).
-pub fn clock_ticks_per_sec() -> f64 {
+pub(crate) fn clock_ticks_per_sec() -> f64 {
     static TICKS: OnceLock<f64> = OnceLock::new();
     *TICKS.get_or_init(|| {
         Command::new("getconf")
@@ -76,7 +76,7 @@ pub fn clock_ticks_per_sec() -> f64 {
 }
 
 /// The 1-minute load average, if `/proc/loadavg` is readable.
-pub fn load_average() -> Option<f64> {
+pub(crate) fn load_average() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;
     text.split_whitespace().next()?.parse().ok()
 }

@@ -10,7 +10,7 @@ use crate::stats::Summary;
 
 /// The result of one run.
 #[derive(Debug, Clone)]
-pub struct RunReport {
+pub(crate) struct RunReport {
     /// `ws-delegated`, `http true`, …
     pub workload: String,
     pub store: String,
@@ -24,12 +24,12 @@ pub struct RunReport {
 
 impl RunReport {
     /// Daemon CPU seconds per 1 000 finished tasks.
-    pub fn server_cpu_per_1k(&self) -> Option<f64> {
+    pub(crate) fn server_cpu_per_1k(&self) -> Option<f64> {
         per_1k(self.usage.server_cpu, self.summary.completed)
     }
 
     /// The line printed after each run.
-    pub fn one_line(&self) -> String {
+    pub(crate) fn one_line(&self) -> String {
         format!(
             "{} [{}] {} m={}: {:.0} tasks/s, p50 {} p99 {} max {}, engine p50 {} p99 {}, \
              send lag p99 {}, errors {}, srv CPU {} s/1k, gen CPU {} s/1k, peak RSS {} MiB, load {}, \
@@ -56,7 +56,7 @@ impl RunReport {
 }
 
 /// The Markdown table of `reports`.
-pub fn markdown(reports: &[RunReport]) -> String {
+pub(crate) fn markdown(reports: &[RunReport]) -> String {
     let mut out = String::from(
         "| workload | store | load | M | tasks | tasks/s | p50 ms | p90 ms | p99 ms | max ms \
          | engine p50 ms | engine p99 ms | send lag p99 ms \
@@ -111,7 +111,7 @@ fn opt(value: Option<f64>, decimals: usize) -> String {
 }
 
 /// KiB as MiB, one decimal.
-pub fn mib(kib: Option<u64>) -> String {
+pub(crate) fn mib(kib: Option<u64>) -> String {
     match kib {
         Some(k) => format!("{:.1}", k as f64 / 1024.0),
         None => "-".to_owned(),

@@ -25,7 +25,7 @@ type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// The server's frames, as far as the workloads read them.
 #[derive(Debug, Deserialize)]
-pub struct Incoming {
+pub(crate) struct Incoming {
     #[serde(rename = "type")]
     pub kind: Kind,
     #[serde(default)]
@@ -45,7 +45,7 @@ pub struct Incoming {
 /// Server → client frame types (docs/protocol.md, Frames).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub(crate) enum Kind {
     Spawn,
     Ask,
     HookBefore,
@@ -61,7 +61,7 @@ pub enum Kind {
 
 /// What a received WebSocket message means to a workload.
 #[derive(Debug)]
-pub enum Received {
+pub(crate) enum Received {
     Frame(Box<Incoming>),
     /// A `task_event` (not parsed: the workloads only count tasks).
     Event,
@@ -75,7 +75,7 @@ pub enum Received {
 
 /// A logged-in session with an open socket.
 #[derive(Debug)]
-pub struct Session {
+pub(crate) struct Session {
     pub sid: String,
     token: String,
     /// Frames to send, in order; the writer task batches them.
@@ -85,7 +85,7 @@ pub struct Session {
 
 impl Session {
     /// Logs in and connects.
-    pub async fn open(http: &reqwest::Client, target: &Target) -> anyhow::Result<Session> {
+    pub(crate) async fn open(http: &reqwest::Client, target: &Target) -> anyhow::Result<Session> {
         let login = json!({"kind": "main_ai", "description": "swarmd-bench"});
         let response = http
             .post(target.url("/v1/operators"))
@@ -128,12 +128,12 @@ impl Session {
     }
 
     /// Queues a JSON frame; false once the writer is gone.
-    pub fn send(&self, frame: &Value) -> bool {
+    pub(crate) fn send(&self, frame: &Value) -> bool {
         self.out.send(Message::text(frame.to_string())).is_ok()
     }
 
     /// The next message from the server.
-    pub async fn recv(&mut self) -> Received {
+    pub(crate) async fn recv(&mut self) -> Received {
         match self.incoming.next().await {
             Some(Ok(Message::Text(text))) => classify(text.as_str()),
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => Received::Closed,
@@ -142,7 +142,11 @@ impl Session {
     }
 
     /// Closes the socket and deletes the session.
-    pub async fn logout(self, http: &reqwest::Client, target: &Target) -> anyhow::Result<()> {
+    pub(crate) async fn logout(
+        self,
+        http: &reqwest::Client,
+        target: &Target,
+    ) -> anyhow::Result<()> {
         let _ = self.out.send(Message::Close(None));
         let response = http
             .delete(target.url(&format!("/v1/operators/{}", self.sid)))
@@ -158,7 +162,7 @@ impl Session {
 
 /// Parses a text frame; `task_event`s are recognised by their prefix (the
 /// server writes the tag first) and not parsed.
-pub fn classify(text: &str) -> Received {
+pub(crate) fn classify(text: &str) -> Received {
     if text.starts_with(r#"{"type":"task_event""#) {
         return Received::Event;
     }

@@ -10,7 +10,7 @@ const SHOWN_ERRORS: u64 = 3;
 
 /// What one worker saw.
 #[derive(Debug, Default, Clone)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// `(done, latency)` in µs; `done` counts from the run's start.
     samples: Vec<(u64, u64)>,
     /// `(done, engine overhead)` in µs, where a workload can tell the
@@ -27,32 +27,32 @@ pub struct Tally {
 
 impl Tally {
     /// A task finished at `done` after `latency`; `start` is the run's start.
-    pub fn record(&mut self, start: Instant, done: Instant, latency: Duration) {
+    pub(crate) fn record(&mut self, start: Instant, done: Instant, latency: Duration) {
         let at = micros(done.saturating_duration_since(start));
         self.samples.push((at, micros(latency)));
     }
 
     /// The engine's share of a task that finished at `done`: its latency
     /// minus the time its SubAgent spent (see `ws_delegated`).
-    pub fn record_overhead(&mut self, start: Instant, done: Instant, overhead: Duration) {
+    pub(crate) fn record_overhead(&mut self, start: Instant, done: Instant, overhead: Duration) {
         let at = micros(done.saturating_duration_since(start));
         self.overheads.push((at, micros(overhead)));
     }
 
     /// Open loop: a request due earlier went out at `sent`, `lag` late.
-    pub fn record_lag(&mut self, start: Instant, sent: Instant, lag: Duration) {
+    pub(crate) fn record_lag(&mut self, start: Instant, sent: Instant, lag: Duration) {
         let at = micros(sent.saturating_duration_since(start));
         self.lags.push((at, micros(lag)));
     }
 
     /// One error with this code.
-    pub fn error(&mut self, code: impl Into<String>) {
+    pub(crate) fn error(&mut self, code: impl Into<String>) {
         self.errors_by(code, 1);
     }
 
     /// One error with this code; the first few are also printed with their
     /// message, to tell what went wrong.
-    pub fn error_with(&mut self, code: impl Into<String>, message: &str) {
+    pub(crate) fn error_with(&mut self, code: impl Into<String>, message: &str) {
         let code = code.into();
         if self.error_count() < SHOWN_ERRORS {
             eprintln!("swarmd-bench: error {code}: {message}");
@@ -61,14 +61,14 @@ impl Tally {
     }
 
     /// `count` errors with this code.
-    pub fn errors_by(&mut self, code: impl Into<String>, count: u64) {
+    pub(crate) fn errors_by(&mut self, code: impl Into<String>, count: u64) {
         if count > 0 {
             *self.errors.entry(code.into()).or_default() += count;
         }
     }
 
     /// Adds another worker's tally to this one.
-    pub fn merge(&mut self, other: Tally) {
+    pub(crate) fn merge(&mut self, other: Tally) {
         self.samples.extend(other.samples);
         self.overheads.extend(other.overheads);
         self.lags.extend(other.lags);
@@ -79,19 +79,19 @@ impl Tally {
     }
 
     /// Errors so far.
-    pub fn error_count(&self) -> u64 {
+    pub(crate) fn error_count(&self) -> u64 {
         self.errors.values().sum()
     }
 
     /// The end of the last finished task, from the run's start.
-    pub fn last_done(&self) -> Duration {
+    pub(crate) fn last_done(&self) -> Duration {
         let last = self.samples.iter().map(|(done, _)| *done).max();
         Duration::from_micros(last.unwrap_or(0))
     }
 
     /// Writes every sample as a `done_ms,latency_us` line, in completion
     /// order, for plotting a run's latency over time.
-    pub fn write_csv(&self, path: &std::path::Path) -> std::io::Result<()> {
+    pub(crate) fn write_csv(&self, path: &std::path::Path) -> std::io::Result<()> {
         use std::io::Write as _;
         let mut samples = self.samples.clone();
         samples.sort_unstable();
@@ -105,7 +105,7 @@ impl Tally {
 
     /// The summary over `window`: throughput counts the tasks finished
     /// inside it; latencies are those of every task finished from its start.
-    pub fn summarize(&self, window: Window) -> Summary {
+    pub(crate) fn summarize(&self, window: Window) -> Summary {
         let from = micros(window.from);
         let to = micros(window.to);
         let in_window = self
@@ -159,14 +159,14 @@ impl Tally {
 
 /// The measured part of a run, from the run's start.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Window {
+pub(crate) struct Window {
     pub from: Duration,
     pub to: Duration,
 }
 
 /// Throughput, latency percentiles and errors of a run.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Tasks finished inside the window.
     pub completed: u64,
     pub window_secs: f64,
@@ -191,18 +191,18 @@ pub struct Summary {
 
 impl Summary {
     /// All errors, whatever their code.
-    pub fn error_count(&self) -> u64 {
+    pub(crate) fn error_count(&self) -> u64 {
         self.errors.values().sum()
     }
 
     /// `code×n, …`, or `0`.
-    pub fn errors_text(&self) -> String {
+    pub(crate) fn errors_text(&self) -> String {
         errors_text(&self.errors)
     }
 }
 
 /// Errors by code as `code×n, …`, or `0`.
-pub fn errors_text(errors: &BTreeMap<String, u64>) -> String {
+pub(crate) fn errors_text(errors: &BTreeMap<String, u64>) -> String {
     if errors.is_empty() {
         return "0".to_owned();
     }

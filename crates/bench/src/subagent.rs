@@ -10,7 +10,7 @@ const RESULT: &str = "done";
 /// The worker routes of one daemon, parsed once: a SubAgent's calls only add
 /// the task id, so no request parses a whole URL.
 #[derive(Debug, Clone)]
-pub struct WorkerUrls {
+pub(crate) struct WorkerUrls {
     prompt: reqwest::Url,
     submit: reqwest::Url,
 }
@@ -20,7 +20,7 @@ impl WorkerUrls {
     ///
     /// # Errors
     /// If `base` is not a URL.
-    pub fn new(base: &str) -> anyhow::Result<WorkerUrls> {
+    pub(crate) fn new(base: &str) -> anyhow::Result<WorkerUrls> {
         Ok(WorkerUrls {
             prompt: reqwest::Url::parse(&format!("{base}/v1/worker/prompt"))?,
             submit: reqwest::Url::parse(&format!("{base}/v1/worker/submit"))?,
@@ -39,7 +39,7 @@ fn with_task(route: &reqwest::Url, task_id: &str) -> reqwest::Url {
 /// # Errors
 /// The failing step and the server's error code (`prompt:not_found`,
 /// `submit:http_500`, `submit:transport`, …).
-pub async fn play(
+pub(crate) async fn play(
     http: &reqwest::Client,
     urls: &WorkerUrls,
     handle: &str,
@@ -63,7 +63,7 @@ pub async fn play(
 
 /// Reads the whole body (so the connection goes back to the pool) and
 /// turns a failure into `step:code`.
-pub async fn expect_ok(
+pub(crate) async fn expect_ok(
     step: &str,
     response: reqwest::Result<reqwest::Response>,
 ) -> Result<(), String> {
@@ -80,7 +80,7 @@ pub async fn expect_ok(
 }
 
 /// The `code` of an `{error, code}` body, else `http_<status>`.
-pub fn error_code(status: u16, body: &[u8]) -> String {
+pub(crate) fn error_code(status: u16, body: &[u8]) -> String {
     serde_json::from_slice::<Value>(body)
         .ok()
         .and_then(|v| v.get("code").and_then(Value::as_str).map(str::to_owned))

@@ -44,7 +44,7 @@ enum Pace {
 }
 
 /// Runs the workload and reports it.
-pub async fn run(
+pub(crate) async fn run(
     target: &Target,
     http: &reqwest::Client,
     args: &WsArgs,

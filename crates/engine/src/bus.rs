@@ -17,7 +17,7 @@ use crate::store::{Done, TaskStore, WriteOp};
 
 /// How many events a slow subscriber may fall behind before it must resume
 /// from the durable log.
-pub const BROADCAST_CAPACITY: usize = 8192;
+pub(crate) const BROADCAST_CAPACITY: usize = 8192;
 
 #[derive(Debug)]
 pub(crate) struct EventBus {

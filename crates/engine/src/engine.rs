@@ -30,7 +30,7 @@ use crate::store::{TaskFilter, TaskStore, WriteOp, commit};
 use crate::task::{AttemptRecord, Policy, Task};
 
 /// Default of `EngineConfig::max_output_bytes_per_attempt`: 64 MiB.
-pub const DEFAULT_MAX_OUTPUT_BYTES_PER_ATTEMPT: u64 = 64 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_OUTPUT_BYTES_PER_ATTEMPT: u64 = 64 * 1024 * 1024;
 
 /// Engine-wide settings, read once from the daemon's configuration.
 #[derive(Debug, Clone)]

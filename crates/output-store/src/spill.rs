@@ -44,7 +44,7 @@ pub(crate) struct BlobSpill {
 
 impl BlobSpill {
     /// Creates the blob directory and removes temporary files a crash left behind.
-    pub fn open(dir: PathBuf, inline_max_bytes: usize) -> Result<BlobSpill, StoreError> {
+    pub(crate) fn open(dir: PathBuf, inline_max_bytes: usize) -> Result<BlobSpill, StoreError> {
         fs::create_dir_all(&dir)?;
         for entry in fs::read_dir(&dir)? {
             let entry = entry?;
@@ -70,7 +70,10 @@ impl BlobSpill {
     /// only binds text. File work (hashing, fsync) runs on the blocking pool,
     /// and only for events whose whole JSON exceeds the limit: a value can only
     /// be over the limit if its event is.
-    pub async fn encode(&self, events: Vec<OutputEvent>) -> Result<Vec<EncodedEvent>, StoreError> {
+    pub(crate) async fn encode(
+        &self,
+        events: Vec<OutputEvent>,
+    ) -> Result<Vec<EncodedEvent>, StoreError> {
         let mut encoded = Vec::with_capacity(events.len());
         let mut oversized = false;
         for event in events {

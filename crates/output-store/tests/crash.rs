@@ -2,7 +2,7 @@
 //! moments and check that every append it acknowledged survives, intact.
 
 mod support {
-    pub mod crash_events;
+    pub(crate) mod crash_events;
 }
 
 use std::collections::BTreeMap;

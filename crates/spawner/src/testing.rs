@@ -28,13 +28,13 @@ use tokio_util::sync::CancellationToken;
 use crate::stack::{SpawnerLayer, wrap_join};
 
 /// A shared, ordered log of calls.
-pub type CallLog = Arc<Mutex<Vec<String>>>;
+pub(crate) type CallLog = Arc<Mutex<Vec<String>>>;
 
-pub fn call_log() -> CallLog {
+pub(crate) fn call_log() -> CallLog {
     Arc::new(Mutex::new(Vec::new()))
 }
 
-pub fn calls(log: &CallLog) -> Vec<String> {
+pub(crate) fn calls(log: &CallLog) -> Vec<String> {
     log.lock().unwrap().clone()
 }
 
@@ -45,13 +45,13 @@ fn push(log: &CallLog, entry: String) {
 /// A layer that records `NAME spawn` on the way in and `NAME join` when its
 /// worker's completion passes through it.
 #[derive(Debug)]
-pub struct RecordingLayer {
+pub(crate) struct RecordingLayer {
     pub name: String,
     pub log: CallLog,
 }
 
 impl RecordingLayer {
-    pub fn arc(name: &str, log: &CallLog) -> Arc<dyn SpawnerLayer> {
+    pub(crate) fn arc(name: &str, log: &CallLog) -> Arc<dyn SpawnerLayer> {
         Arc::new(RecordingLayer {
             name: name.to_owned(),
             log: Arc::clone(log),
@@ -101,7 +101,7 @@ impl SpawnerAdapter for Recording {
 
 /// What a [`FinalSpawner`] worker does.
 #[derive(Debug, Clone)]
-pub enum Act {
+pub(crate) enum Act {
     /// Appends this Final and completes.
     Final(Value, bool),
     /// Waits, then appends this Final (cancellable).
@@ -117,14 +117,14 @@ pub enum Act {
 /// A base spawner that records `base spawn` / `base join` and acts out `act`;
 /// it also keeps every `Ctx` it was handed.
 #[derive(Debug)]
-pub struct FinalSpawner {
+pub(crate) struct FinalSpawner {
     pub act: Act,
     pub log: CallLog,
     pub seen: Mutex<Vec<Ctx>>,
 }
 
 impl FinalSpawner {
-    pub fn arc(act: Act, log: &CallLog) -> Arc<FinalSpawner> {
+    pub(crate) fn arc(act: Act, log: &CallLog) -> Arc<FinalSpawner> {
         Arc::new(FinalSpawner {
             act,
             log: Arc::clone(log),
@@ -132,7 +132,7 @@ impl FinalSpawner {
         })
     }
 
-    pub fn contexts(&self) -> Vec<Ctx> {
+    pub(crate) fn contexts(&self) -> Vec<Ctx> {
         self.seen.lock().unwrap().clone()
     }
 }
@@ -222,13 +222,13 @@ async fn append(
 }
 
 /// An engine over memory stores whose agent `agent` runs `stack`.
-pub fn engine_running(agent: &str, stack: Arc<dyn SpawnerAdapter>) -> Engine {
+pub(crate) fn engine_running(agent: &str, stack: Arc<dyn SpawnerAdapter>) -> Engine {
     let resolver = StaticResolver::new().with(agent, SpawnerKind::InProcess, None, stack);
     memory_engine(Arc::new(resolver), EngineConfig::default())
 }
 
 /// Spawns a task of `agent` with `policy` and waits for it to finish.
-pub async fn run_task(engine: &Engine, agent: &str, policy: PolicyOverrides) -> Task {
+pub(crate) async fn run_task(engine: &Engine, agent: &str, policy: PolicyOverrides) -> Task {
     let spec = TaskSpec {
         agent: agent.to_owned(),
         prompt: "do it".to_owned(),
@@ -243,7 +243,7 @@ pub async fn run_task(engine: &Engine, agent: &str, policy: PolicyOverrides) -> 
 }
 
 /// Every event of the engine's log, in order.
-pub async fn events(engine: &Engine) -> Vec<Event> {
+pub(crate) async fn events(engine: &Engine) -> Vec<Event> {
     engine
         .events_after(0, 10_000)
         .await
@@ -254,7 +254,7 @@ pub async fn events(engine: &Engine) -> Vec<Event> {
 }
 
 /// Every output record of one attempt.
-pub async fn outputs(engine: &Engine, task: TaskId, attempt: u32) -> Vec<OutputRecord> {
+pub(crate) async fn outputs(engine: &Engine, task: TaskId, attempt: u32) -> Vec<OutputRecord> {
     engine
         .outputs()
         .tail(task.as_uuid(), attempt, 0, 10_000)
@@ -264,13 +264,13 @@ pub async fn outputs(engine: &Engine, task: TaskId, attempt: u32) -> Vec<OutputR
 
 /// A directory of fake sessions, by id and by claimed role name.
 #[derive(Debug, Default)]
-pub struct FakeDirectory {
+pub(crate) struct FakeDirectory {
     sessions: Mutex<Vec<(Vec<String>, OperatorInfo)>>,
 }
 
 impl FakeDirectory {
     /// Adds a live session holding `roles`.
-    pub fn add(&self, roles: &[&str], info: OperatorInfo) {
+    pub(crate) fn add(&self, roles: &[&str], info: OperatorInfo) {
         let roles = roles.iter().map(|r| (*r).to_owned()).collect();
         self.sessions.lock().unwrap().push((roles, info));
     }
@@ -295,7 +295,7 @@ impl OperatorDirectory for FakeDirectory {
 }
 
 /// A session of `kind` with nothing attached.
-pub fn session(kind: SessionKind) -> OperatorInfo {
+pub(crate) fn session(kind: SessionKind) -> OperatorInfo {
     OperatorInfo {
         sid: SessionId::new(),
         kind,
@@ -307,7 +307,7 @@ pub fn session(kind: SessionKind) -> OperatorInfo {
 
 /// An engine over memory stores with a session directory; `agents` maps
 /// names to stacks.
-pub fn engine_with_directory(
+pub(crate) fn engine_with_directory(
     agents: Vec<(&str, SpawnerKind, Arc<dyn SpawnerAdapter>)>,
     directory: Arc<dyn OperatorDirectory>,
 ) -> Engine {
@@ -334,7 +334,7 @@ pub fn engine_with_directory(
 }
 
 /// Spawns a task owned by `session` and returns it at once.
-pub async fn spawn_owned(
+pub(crate) async fn spawn_owned(
     engine: &Engine,
     agent: &str,
     session: Option<SessionId>,
@@ -352,7 +352,7 @@ pub async fn spawn_owned(
 
 /// An operator backend that keeps every frame and the reply senders.
 #[derive(Debug, Default)]
-pub struct FakeBackend {
+pub(crate) struct FakeBackend {
     pub frames: Mutex<Vec<SpawnFrame>>,
     pub replies: Mutex<Vec<Option<oneshot::Sender<SpawnReply>>>>,
     pub cancels: Mutex<Vec<(String, String)>>,
@@ -361,7 +361,7 @@ pub struct FakeBackend {
 
 impl FakeBackend {
     /// Waits for the `n`-th frame (from 0) and returns it.
-    pub async fn frame(&self, n: usize) -> SpawnFrame {
+    pub(crate) async fn frame(&self, n: usize) -> SpawnFrame {
         loop {
             let notified = self.arrived.notified();
             if let Some(frame) = self.frames.lock().unwrap().get(n) {
@@ -372,13 +372,13 @@ impl FakeBackend {
     }
 
     /// Replies to the `n`-th frame.
-    pub fn reply(&self, n: usize, reply: SpawnReply) {
+    pub(crate) fn reply(&self, n: usize, reply: SpawnReply) {
         let sender = self.replies.lock().unwrap()[n].take().unwrap();
         sender.send(reply).unwrap();
     }
 
     /// Drops the reply sender of the `n`-th frame, as a closed session does.
-    pub fn drop_reply(&self, n: usize) {
+    pub(crate) fn drop_reply(&self, n: usize) {
         self.replies.lock().unwrap()[n].take();
     }
 }
@@ -406,7 +406,7 @@ impl OperatorBackend for FakeBackend {
 }
 
 /// Posts a result over the worker API with `handle`, as a SubAgent would.
-pub async fn post_with_handle(engine: &Engine, handle: &str, value: Value, ok: bool) {
+pub(crate) async fn post_with_handle(engine: &Engine, handle: &str, value: Value, ok: bool) {
     let auth = engine
         .authenticate_worker(handle, swarmd_engine::gate::Verb::PostResult)
         .unwrap();

@@ -12,14 +12,14 @@ use crate::chaos::ledger::{Ctx, Records};
 
 /// One check and what broke it.
 #[derive(Debug)]
-pub struct Check {
+pub(super) struct Check {
     pub name: &'static str,
     pub offenders: Vec<String>,
 }
 
 /// What the daemon holds at the end of the run.
 #[derive(Debug)]
-pub struct Stored {
+pub(super) struct Stored {
     /// Every task the daemon lists, by id.
     pub listed: BTreeMap<String, Value>,
     /// `GET /v1/tasks/{id}` of every listed or acknowledged task (`None`
@@ -29,7 +29,7 @@ pub struct Stored {
     pub outputs: BTreeMap<String, Vec<Value>>,
 }
 
-pub fn terminal(task: &Value) -> bool {
+pub(super) fn terminal(task: &Value) -> bool {
     matches!(
         task["status"].as_str(),
         Some("pass" | "blocked" | "failed" | "cancelled")
@@ -37,7 +37,7 @@ pub fn terminal(task: &Value) -> bool {
 }
 
 /// Every task the daemon lists, newest first, by cursor paging.
-pub async fn list_all(ctx: &Ctx) -> BTreeMap<String, Value> {
+pub(super) async fn list_all(ctx: &Ctx) -> BTreeMap<String, Value> {
     let mut listed = BTreeMap::new();
     let mut after: Option<String> = None;
     loop {
@@ -77,7 +77,7 @@ async fn get(ctx: &Ctx, path: &str) -> Option<Value> {
 }
 
 /// Reads the views and outputs of every listed or acknowledged task.
-pub async fn fetch(ctx: &Ctx, records: &Records) -> Stored {
+pub(super) async fn fetch(ctx: &Ctx, records: &Records) -> Stored {
     let listed = list_all(ctx).await;
     let mut ids: BTreeSet<String> = listed.keys().cloned().collect();
     ids.extend(records.tasks.values().flatten().cloned());
@@ -110,7 +110,7 @@ pub async fn fetch(ctx: &Ctx, records: &Records) -> Stored {
 
 /// The checks over the records and what the daemon holds; `sid` is the
 /// MainAI's session.
-pub fn run(records: &Records, stored: &Stored, sid: &str) -> Vec<Check> {
+pub(super) fn run(records: &Records, stored: &Stored, sid: &str) -> Vec<Check> {
     let [done_missing, done_wrong] = task_done(records, stored, sid);
     vec![
         acked_task_missing(records, stored),
@@ -341,7 +341,7 @@ fn acked_cancel_lost(records: &Records, stored: &Stored) -> Check {
 }
 
 /// `PRAGMA integrity_check` of the stopped daemon's database.
-pub fn integrity(db: &Path) -> Check {
+pub(super) fn integrity(db: &Path) -> Check {
     let result = rusqlite::Connection::open(db).and_then(|conn| {
         let mut statement = conn.prepare("PRAGMA integrity_check")?;
         let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
@@ -360,7 +360,7 @@ pub fn integrity(db: &Path) -> Check {
 
 /// Secrets in the daemon's log: a `wh-` handle, an `sws-` secret or a
 /// `swc1.` token (only fingerprints may be logged).
-pub fn secrets_in_log(log: &str) -> Check {
+pub(super) fn secrets_in_log(log: &str) -> Check {
     let mut offenders = Vec::new();
     for (prefix, hex) in [("wh-", 32), ("sws-", 64)] {
         for (at, _) in log.match_indices(prefix) {

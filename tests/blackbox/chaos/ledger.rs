@@ -19,7 +19,7 @@ const RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// What every load task shares.
 #[derive(Debug)]
-pub struct Ctx {
+pub(super) struct Ctx {
     /// `http://127.0.0.1:PORT`: the same across restarts.
     pub base: String,
     pub admin: String,
@@ -41,7 +41,7 @@ pub struct Ctx {
 /// The records behind one lock (never held across an `.await`) and the
 /// signals the kill loop waits on to kill right after an acknowledgement.
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(super) struct Ledger {
     records: Mutex<Records>,
     /// Fires after a SubAgent's result was answered 200 and recorded.
     pub result_acked: Notify,
@@ -50,7 +50,7 @@ pub struct Ledger {
 }
 
 #[derive(Debug, Default)]
-pub struct Records {
+pub(super) struct Records {
     /// Creation key (`http:…` for `POST /v1/tasks`, `ws:…` for a
     /// `spawn_task` req_id) → the task id of every acknowledgement of it.
     pub tasks: BTreeMap<String, Vec<String>>,
@@ -86,7 +86,7 @@ pub struct Records {
 
 /// A result a SubAgent posted and got 200 for.
 #[derive(Debug, Clone)]
-pub struct AckedResult {
+pub(super) struct AckedResult {
     pub task: String,
     pub attempt: u64,
     pub value: Value,
@@ -94,11 +94,11 @@ pub struct AckedResult {
 }
 
 impl Ledger {
-    pub fn with<R>(&self, f: impl FnOnce(&mut Records) -> R) -> R {
+    pub(super) fn with<R>(&self, f: impl FnOnce(&mut Records) -> R) -> R {
         f(&mut self.records.lock().unwrap())
     }
 
-    pub fn unexpected(&self, what: String) {
+    pub(super) fn unexpected(&self, what: String) {
         self.with(|r| r.unexpected.push(what));
     }
 }
@@ -106,14 +106,14 @@ impl Ledger {
 /// A seeded splitmix64: every random choice of the run comes from it, so
 /// a seed reproduces the choices (not the interleaving).
 #[derive(Debug)]
-pub struct Rng(Mutex<u64>);
+pub(super) struct Rng(Mutex<u64>);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(super) fn new(seed: u64) -> Rng {
         Rng(Mutex::new(seed))
     }
 
-    pub fn next(&self) -> u64 {
+    pub(super) fn next(&self) -> u64 {
         let mut state = self.0.lock().unwrap();
         *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = *state;
@@ -123,23 +123,23 @@ impl Rng {
     }
 
     /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&self, n: u64) -> u64 {
+    pub(super) fn below(&self, n: u64) -> u64 {
         self.next() % n
     }
 
-    pub fn chance(&self, percent: u64) -> bool {
+    pub(super) fn chance(&self, percent: u64) -> bool {
         self.below(100) < percent
     }
 
     /// A duration uniform in `lo..=hi` milliseconds.
-    pub fn millis(&self, lo: u64, hi: u64) -> Duration {
+    pub(super) fn millis(&self, lo: u64, hi: u64) -> Duration {
         Duration::from_millis(lo + self.below(hi - lo + 1))
     }
 }
 
 /// What became of one request.
 #[derive(Debug)]
-pub enum Reply {
+pub(super) enum Reply {
     /// The daemon answered: status and JSON body (`null` if not JSON).
     Answer(u16, Value),
     /// No answer within `RETRY_FOR`, or the run is stopping.
@@ -147,12 +147,12 @@ pub enum Reply {
 }
 
 impl Ctx {
-    pub fn url(&self, path: &str) -> String {
+    pub(super) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// Waits until the daemon is up (see `up`).
-    pub async fn until_up(&self) {
+    pub(super) async fn until_up(&self) {
         let mut up = self.up.subscribe();
         let _ = up.wait_for(|up| *up).await;
     }
@@ -163,7 +163,11 @@ impl Ctx {
     /// retried with the same request once the daemon is up again: every
     /// request sent through here is safe to repeat. Stops early once
     /// `stop` fires.
-    pub async fn send(&self, make: impl Fn() -> RequestBuilder, stop: &CancellationToken) -> Reply {
+    pub(super) async fn send(
+        &self,
+        make: impl Fn() -> RequestBuilder,
+        stop: &CancellationToken,
+    ) -> Reply {
         let deadline = Instant::now() + RETRY_FOR;
         let mut first = true;
         while Instant::now() < deadline && !stop.is_cancelled() {

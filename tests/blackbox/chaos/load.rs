@@ -16,7 +16,7 @@ const MAX_PER_PRODUCER: u64 = 5_000;
 
 /// Every task's policy: short leases and room for an attempt after a crash.
 /// Only `failed` is retried, so an attempt a result decided is the last.
-pub fn policy() -> Value {
+pub(super) fn policy() -> Value {
     json!({"max_attempts": 3, "attempt_timeout_secs": 3, "retry_backoff_ms": 100,
            "retry_on": ["failed"]})
 }
@@ -25,7 +25,7 @@ pub fn policy() -> Value {
 /// own `Idempotency-Key` (also kept in its metadata, so the checks can find
 /// every task a key made). About one in seven acknowledged keys is sent
 /// again a little later, and must answer the same task.
-pub async fn http_producer(ctx: Arc<Ctx>, producer: u32) {
+pub(super) async fn http_producer(ctx: Arc<Ctx>, producer: u32) {
     for n in 0..MAX_PER_PRODUCER {
         if ctx.stop_load.is_cancelled() {
             return;
@@ -91,7 +91,7 @@ async fn create(ctx: &Ctx, key: &str, body: &Value) -> Option<String> {
 /// Hands `spawn_task` frames (delegated, so the attempt comes back to the
 /// MainAI as a `spawn`) to the MainAI, which sends them and sends them
 /// again until each is accepted.
-pub async fn delegated_producer(ctx: Arc<Ctx>, requests: mpsc::Sender<Value>) {
+pub(super) async fn delegated_producer(ctx: Arc<Ctx>, requests: mpsc::Sender<Value>) {
     for n in 0..MAX_PER_PRODUCER {
         if ctx.stop_load.is_cancelled() {
             return;
@@ -112,7 +112,7 @@ pub async fn delegated_producer(ctx: Arc<Ctx>, requests: mpsc::Sender<Value>) {
 
 /// Cancels a random acknowledged task every so often. A cancel that cannot
 /// reach the daemon is not sent again: it is simply not acknowledged.
-pub async fn canceller(ctx: Arc<Ctx>) {
+pub(super) async fn canceller(ctx: Arc<Ctx>) {
     for _ in 0..MAX_PER_PRODUCER {
         tokio::select! {
             () = ctx.stop_load.cancelled() => return,

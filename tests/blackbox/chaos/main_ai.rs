@@ -26,7 +26,7 @@ type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const RESEND_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs the session until `stop_all`.
-pub async fn main_ai(ctx: Arc<Ctx>, login: Login, mut requests: mpsc::Receiver<Value>) {
+pub(super) async fn main_ai(ctx: Arc<Ctx>, login: Login, mut requests: mpsc::Receiver<Value>) {
     // req_id → (frame, when last sent): sent until `task_accepted`.
     let mut pending: BTreeMap<String, (Value, Instant)> = BTreeMap::new();
     let mut requests_open = true;

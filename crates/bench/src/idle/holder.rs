@@ -18,7 +18,7 @@ const WINDOW: usize = 256;
 
 /// What the coordinator asks of the sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stage {
+pub(super) enum Stage {
     /// Nothing yet.
     Idle,
     /// Hold `shares[index]` tasks (stage numbers count from 1).
@@ -29,7 +29,7 @@ pub enum Stage {
 
 /// One session's state.
 #[derive(Debug)]
-pub struct Holder {
+pub(super) struct Holder {
     session: Session,
     index: usize,
     /// Tasks are held from their `task_accepted` (queued) rather than from
@@ -51,7 +51,7 @@ pub struct Holder {
 }
 
 impl Holder {
-    pub fn new(
+    pub(super) fn new(
         session: Session,
         index: usize,
         queued: bool,
@@ -76,7 +76,7 @@ impl Holder {
 
     /// Follows the stages until the cancels are done or the coordinator
     /// goes away; returns the errors seen.
-    pub async fn run(mut self, http: reqwest::Client, target: Target) -> Tally {
+    pub(super) async fn run(mut self, http: reqwest::Client, target: Target) -> Tally {
         loop {
             tokio::select! {
                 received = self.session.recv() => match received {

@@ -12,9 +12,9 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-pub const NOW_SECS: u64 = 1_700_000_000;
-pub const LEEWAY_SECS: u64 = 5;
-pub const MAX_TTL_SECS: u64 = 86_400;
+pub(crate) const NOW_SECS: u64 = 1_700_000_000;
+pub(crate) const LEEWAY_SECS: u64 = 5;
+pub(crate) const MAX_TTL_SECS: u64 = 86_400;
 
 const CURRENT_KID: &str = "vec-1";
 const PREVIOUS_KID: &str = "old";
@@ -25,7 +25,7 @@ const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct VectorFile {
+pub(crate) struct VectorFile {
     pub description: String,
     pub now_secs: u64,
     pub leeway_secs: u64,
@@ -38,14 +38,14 @@ pub struct VectorFile {
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct KeyJson {
+pub(crate) struct KeyJson {
     pub kid: String,
     pub secret_hex: String,
 }
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct ValidVector {
+pub(crate) struct ValidVector {
     pub name: String,
     pub token: String,
     /// The claims the token must decode to.
@@ -59,7 +59,7 @@ pub struct ValidVector {
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct InvalidVector {
+pub(crate) struct InvalidVector {
     pub name: String,
     pub token: String,
     /// When present, the token is checked with `verify_for(token, verb)`.
@@ -68,11 +68,11 @@ pub struct InvalidVector {
     pub public_code: String,
 }
 
-pub fn current_secret() -> [u8; 32] {
+pub(crate) fn current_secret() -> [u8; 32] {
     std::array::from_fn(|i| i as u8)
 }
 
-pub fn previous_secret() -> [u8; 32] {
+pub(crate) fn previous_secret() -> [u8; 32] {
     std::array::from_fn(|i| 0xa0 + i as u8)
 }
 
@@ -85,7 +85,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The tag exactly as docs/security.md (Capability tokens) defines it.
-pub fn spec_tag(secret: &[u8], prefix: &str, kid: &str, payload: &str) -> String {
+pub(crate) fn spec_tag(secret: &[u8], prefix: &str, kid: &str, payload: &str) -> String {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).unwrap();
     mac.update(b"swarm-captoken\n");
     mac.update(prefix.as_bytes());
@@ -236,7 +236,7 @@ fn invalid(name: &str, token: String, reason: &str, verb: Option<&str>) -> Inval
     }
 }
 
-pub fn build() -> VectorFile {
+pub(crate) fn build() -> VectorFile {
     let worker = worker_json();
     let worker_token = signed(CURRENT_KID, &worker);
     let observer = observer_json("observer");
@@ -735,7 +735,7 @@ pub fn build() -> VectorFile {
 }
 
 /// The file's text: pretty JSON with a trailing newline.
-pub fn render(file: &VectorFile) -> String {
+pub(crate) fn render(file: &VectorFile) -> String {
     let mut text = serde_json::to_string_pretty(file).unwrap();
     text.push('\n');
     text

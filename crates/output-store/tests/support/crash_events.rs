@@ -6,10 +6,10 @@ use swarmd_output_store::{ContentRef, OutputEvent};
 use uuid::Uuid;
 
 /// The child's `inline_max_bytes`: small enough that every tenth event spills.
-pub const INLINE_MAX_BYTES: usize = 256;
+pub(crate) const INLINE_MAX_BYTES: usize = 256;
 
 /// The event the child writes at `seq` of `task`'s stream.
-pub fn expected_event(task: Uuid, seq: u64) -> OutputEvent {
+pub(crate) fn expected_event(task: Uuid, seq: u64) -> OutputEvent {
     match seq % 10 {
         0 => OutputEvent::Artifact {
             name: format!("artifact-{seq}"),

@@ -22,7 +22,7 @@ use tokio::process::Command;
 use super::{ApiClient, Bearer, ClientError, REQUEST_TIMEOUT, is_transient};
 
 /// Environment variable holding the handle; never passed to the command.
-pub const HANDLE_VAR: &str = "SWARM_WORKER_HANDLE";
+pub(super) const HANDLE_VAR: &str = "SWARM_WORKER_HANDLE";
 
 /// Submit attempts before giving up (transport errors and 502/503/504 only).
 const SUBMIT_ATTEMPTS: u32 = 3;

@@ -25,7 +25,7 @@ use crate::http::sse::{self, Follow, Wake, last_event_id, wants_sse};
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/events", get(events))
         .route("/v1/audit", get(audit))

@@ -22,7 +22,7 @@ use crate::metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 /// A readiness probe that takes longer than this counts as not ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

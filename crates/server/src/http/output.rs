@@ -33,7 +33,7 @@ use crate::http::sse::{self, Follow, Wake, last_event_id, wants_sse};
 const DEFAULT_LIMIT: usize = 1000;
 const MAX_LIMIT: usize = 10_000;
 
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new().route("/v1/tasks/{id}/output", get(output))
 }
 
@@ -50,7 +50,7 @@ struct OutputQuery {
 
 /// One output record as served (the task id is the route's).
 #[derive(Debug, Clone, Serialize)]
-pub struct OutputItem {
+pub(super) struct OutputItem {
     pub attempt: u32,
     pub seq: u64,
     pub ts_ms: u64,

@@ -36,7 +36,7 @@ const DEFAULT_WAIT_SECS: u64 = 30;
 const DEFAULT_LIST_LIMIT: usize = 50;
 const MAX_LIST_LIMIT: usize = 1000;
 
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/tasks", post(spawn).get(list))
         .route("/v1/tasks/{id}", get(get_task))

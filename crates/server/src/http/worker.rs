@@ -30,7 +30,7 @@ use crate::http::extract::{
 };
 
 /// The worker routes, to be merged into the API router.
-pub fn routes() -> Router<AppState> {
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/worker/prompt", get(prompt))
         .route("/v1/worker/result", post(result))

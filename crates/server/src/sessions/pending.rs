@@ -63,7 +63,7 @@ pub enum ReplyError {
 }
 
 #[derive(Debug)]
-pub struct Pending {
+pub(crate) struct Pending {
     table: Mutex<Table>,
 }
 
@@ -89,7 +89,7 @@ impl Pending {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn insert(&self, req_id: String, waiter: Waiter) {
+    pub(crate) fn insert(&self, req_id: String, waiter: Waiter) {
         let mut table = self.lock();
         if table.waiters.len() >= table.prune_at {
             table.waiters.retain(|_, w| !w.is_closed());
@@ -100,7 +100,7 @@ impl Pending {
 
     /// Completes the request `req_id` with `reply`. A caller that stopped
     /// waiting is not an error: the reply simply arrived late.
-    pub fn complete(&self, req_id: &str, reply: Reply) -> Result<(), ReplyError> {
+    pub(crate) fn complete(&self, req_id: &str, reply: Reply) -> Result<(), ReplyError> {
         let waiter = {
             let mut table = self.lock();
             let Some(waiter) = table.waiters.remove(req_id) else {
@@ -132,18 +132,18 @@ impl Pending {
     }
 
     /// Forgets a request; its caller sees the sender dropped.
-    pub fn remove(&self, req_id: &str) {
+    pub(crate) fn remove(&self, req_id: &str) {
         self.lock().waiters.remove(req_id);
     }
 
     /// Drops every waiter (the session is gone).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         let waiters = std::mem::take(&mut self.lock().waiters);
         drop(waiters);
     }
 
     /// Requests waiting for their reply.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().waiters.len()
     }
 }

@@ -8,7 +8,7 @@ use super::agent::LuaFinal;
 
 /// The most table entries a value converted to JSON may hold in all, counted
 /// as the JSON would repeat them: a table referenced twice counts twice.
-pub const MAX_JSON_ELEMENTS: usize = 1 << 20;
+pub(super) const MAX_JSON_ELEMENTS: usize = 1 << 20;
 
 /// A Lua value as JSON. Functions, threads and userdata (other than
 /// `json.null`) are refused, and so are tables nested deeper than

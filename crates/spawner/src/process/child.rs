@@ -178,7 +178,7 @@ pub(super) struct GroupGuard {
 impl GroupGuard {
     /// Sends `signal` to every process of the group. A group that no longer
     /// exists is not an error.
-    pub fn signal(&self, signal: Signal) {
+    pub(super) fn signal(&self, signal: Signal) {
         match killpg(self.pgid, signal) {
             Err(errno) if errno != nix::errno::Errno::ESRCH => {
                 tracing::warn!(pgid = self.pgid.as_raw(), %errno, "killpg failed");

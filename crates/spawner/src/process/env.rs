@@ -15,7 +15,7 @@ const FORBIDDEN_NAMES: [&str; 2] = ["NOTIFY_SOCKET", "CREDENTIALS_DIRECTORY"];
 const FORBIDDEN_PREFIXES: [&str; 4] = ["LISTEN_", "WATCHDOG_", "SWARMD_", "SWARM_"];
 
 /// Whether `name` may appear in a worker's environment.
-pub fn is_forbidden(name: &str) -> bool {
+pub(super) fn is_forbidden(name: &str) -> bool {
     FORBIDDEN_NAMES.contains(&name) || FORBIDDEN_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 

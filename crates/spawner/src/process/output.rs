@@ -13,7 +13,7 @@ const CHUNK: usize = 8192;
 /// Characters of an invalid line kept in its progress note.
 const PREVIEW_CHARS: usize = 200;
 /// The progress stage that records a line that was not an OutputEvent.
-pub const INVALID_LINE_STAGE: &str = "invalid_output";
+pub(super) const INVALID_LINE_STAGE: &str = "invalid_output";
 /// Invalid lines recorded one by one; past this, a child printing garbage
 /// gets one summary note instead of a store flooded with notes.
 const MAX_INVALID_NOTES: u64 = 100;

@@ -21,12 +21,12 @@ use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::event::{Event, EventRecord};
 use crate::handles::{HandleTable, RETIRED_KEEP};
-use crate::ids::TaskId;
+use crate::ids::{SessionId, TaskId};
 use crate::live::{LiveTasks, RunState, TaskCell};
 use crate::metrics::EngineStats;
 use crate::operator::OperatorDirectory;
 use crate::spawn::SpawnerResolver;
-use crate::store::{TaskFilter, TaskStore, WriteOp, commit};
+use crate::store::{SessionRecord, TaskFilter, TaskStore, WriteOp};
 use crate::task::{AttemptRecord, Policy, Task};
 
 /// Default of `EngineConfig::max_output_bytes_per_attempt`: 64 MiB.
@@ -154,10 +154,6 @@ impl Engine {
 
     pub fn tokens(&self) -> &Arc<TokenAuthority> {
         &self.inner.tokens
-    }
-
-    pub fn store(&self) -> &Arc<dyn TaskStore> {
-        &self.inner.store
     }
 
     pub fn outputs(&self) -> &Arc<dyn OutputStore> {
@@ -306,9 +302,29 @@ impl Engine {
         Ok(self.inner.store.events_after(after_seq, limit).await?)
     }
 
-    /// Writes arbitrary store ops (sessions) through the ordered write path.
-    pub async fn write(&self, ops: Vec<WriteOp>) -> Result<(), EngineError> {
-        Ok(commit(self.inner.store.as_ref(), ops).await?)
+    /// Queues the write of an operator session's record in the ordered write
+    /// path now (so a caller holding its own lock fixes the order); the
+    /// returned future resolves once it is durable.
+    pub fn persist_session(
+        &self,
+        record: SessionRecord,
+    ) -> impl Future<Output = Result<(), EngineError>> + Send + 'static {
+        wait_commit(self.submit(vec![WriteOp::PutSession(Box::new(record))], Vec::new()))
+    }
+
+    /// Queues the deletion of an operator session's record, like
+    /// `persist_session`.
+    pub fn delete_session(
+        &self,
+        sid: SessionId,
+    ) -> impl Future<Output = Result<(), EngineError>> + Send + 'static {
+        wait_commit(self.submit(vec![WriteOp::DeleteSession(sid)], Vec::new()))
+    }
+
+    /// The operator sessions in the store, as a restart would restore them.
+    pub async fn stored_sessions(&self) -> Result<Vec<SessionRecord>, EngineError> {
+        let now_secs = self.inner.clock.now_secs();
+        Ok(self.inner.store.load_live(now_secs).await?.sessions)
     }
 
     /// Tasks queued and attempts running right now.

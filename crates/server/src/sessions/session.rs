@@ -3,10 +3,11 @@
 //! outlives its sockets; it ends when deleted or expired, which closes its
 //! socket and drops every pending waiter.
 //!
-//! Persistence goes through the store's ordered write queue under the
-//! session's own std `Mutex` (held only to queue, never across an `.await`),
-//! so a record written on detach can never land after the session's
-//! deletion and bring it back.
+//! Persistence goes through the engine's named session writes
+//! (`persist_session`, `delete_session`), queued in the store's ordered
+//! write path under the session's own std `Mutex` (held only to queue, never
+//! across an `.await`), so a record written on detach can never land after
+//! the session's deletion and bring it back.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,9 +16,8 @@ use serde::Serialize;
 use serde_json::Value;
 use swarmd_engine::ids::SessionId;
 use swarmd_engine::operator::SessionKind;
-use swarmd_engine::store::{SessionRecord, WriteOp};
+use swarmd_engine::store::SessionRecord;
 use swarmd_engine::{Engine, EngineError};
-use tokio::sync::oneshot;
 
 use super::delivery::Delivery;
 use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing};
@@ -172,9 +172,9 @@ impl Session {
             if self.is_closed() {
                 return Ok(());
             }
-            submit(engine, WriteOp::PutSession(Box::new(self.record())))
+            engine.persist_session(self.record())
         };
-        wait(done).await?;
+        done.await?;
         self.persisted_ms.fetch_max(last_seen, Ordering::Relaxed);
         self.delivery.persisted(done_through);
         Ok(())
@@ -192,38 +192,18 @@ impl Session {
             if self.closed.swap(true, Ordering::AcqRel) {
                 return Ok(());
             }
-            submit(engine, WriteOp::DeleteSession(self.sid))
+            engine.delete_session(self.sid)
         };
         self.outbox.close(reason);
         self.pending.clear();
-        wait(done).await
+        done.await
     }
 }
 
 /// Deletes the stored record of a session that is not in memory; nobody
 /// waits for the write.
 pub(super) fn forget_record(engine: &Engine, sid: SessionId) {
-    drop(submit(engine, WriteOp::DeleteSession(sid)));
-}
-
-type Done = oneshot::Receiver<Result<(), swarmd_output_store::StoreError>>;
-
-/// Queues one op in the store's ordered write path.
-fn submit(engine: &Engine, op: WriteOp) -> Done {
-    let (tx, rx) = oneshot::channel();
-    engine.store().submit(
-        vec![op],
-        Box::new(move |result| {
-            let _ = tx.send(result);
-        }),
-    );
-    rx
-}
-
-async fn wait(done: Done) -> Result<(), EngineError> {
-    done.await
-        .map_err(|_| EngineError::Store(swarmd_output_store::StoreError::Closed))?
-        .map_err(EngineError::Store)
+    drop(engine.delete_session(sid));
 }
 
 pub(super) fn hex(bytes: &[u8; 32]) -> String {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use swarmd_engine::clock::{Clock, ManualClock};
+use swarmd_engine::clock::ManualClock;
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::operator::{BridgeError, HookAck, HookRequest, SpawnFrame};
 use swarmd_engine::{SpawnError, WorkerCredential};
@@ -88,14 +88,7 @@ async fn bad_logins_are_refused() {
 async fn sessions_are_persisted_and_restored_with_their_token() {
     let harness = Harness::new().await;
     let login = harness.registry.login(roles(&["main-ai"])).await.unwrap();
-    let now = harness.engine.clock().now_secs();
-    let stored = harness
-        .engine
-        .store()
-        .load_live(now)
-        .await
-        .unwrap()
-        .sessions;
+    let stored = harness.engine.stored_sessions().await.unwrap();
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].sid, login.sid);
     assert!(
@@ -114,13 +107,7 @@ async fn sessions_are_persisted_and_restored_with_their_token() {
     assert_eq!(restarted.by_role("main-ai").unwrap().sid, login.sid);
 
     harness.registry.delete(&login.sid).await.unwrap();
-    let stored = harness
-        .engine
-        .store()
-        .load_live(now)
-        .await
-        .unwrap()
-        .sessions;
+    let stored = harness.engine.stored_sessions().await.unwrap();
     assert!(stored.is_empty(), "deletion reaches the store");
 }
 
@@ -152,14 +139,7 @@ async fn idle_sessions_expire_and_release_their_roles() {
     registry.login(roles(&["main-ai"])).await.unwrap();
 
     // The sweep wrote the busy session's activity back.
-    let now = clock.now_secs();
-    let stored = harness
-        .engine
-        .store()
-        .load_live(now)
-        .await
-        .unwrap()
-        .sessions;
+    let stored = harness.engine.stored_sessions().await.unwrap();
     let record = stored.iter().find(|r| r.sid == busy.sid).unwrap();
     assert_eq!(record.last_seen_ms, 1_700_000_059_000);
     assert!(stored.iter().all(|r| r.sid != idle.sid));
@@ -198,14 +178,7 @@ async fn sessions_that_expired_while_down_are_not_restored() {
     clock.advance_ms(30_000);
     let fresh = harness.registry.login(roles(&["senior"])).await.unwrap();
     clock.advance_ms(31_000);
-    let now = clock.now_secs();
-    let stored = harness
-        .engine
-        .store()
-        .load_live(now)
-        .await
-        .unwrap()
-        .sessions;
+    let stored = harness.engine.stored_sessions().await.unwrap();
     assert_eq!(stored.len(), 2);
 
     let restarted = SessionRegistry::new(SessionSettings {
@@ -221,13 +194,7 @@ async fn sessions_that_expired_while_down_are_not_restored() {
     // Its record is deleted too, so no later boot brings it back.
     let mut left = Vec::new();
     for _ in 0..100 {
-        left = harness
-            .engine
-            .store()
-            .load_live(now)
-            .await
-            .unwrap()
-            .sessions;
+        left = harness.engine.stored_sessions().await.unwrap();
         if left.len() == 1 {
             break;
         }

@@ -66,11 +66,16 @@ impl Engine {
         Ok(sweep)
     }
 
-    /// Runs `prune(keep)` every `every` until the engine shuts down.
-    pub fn spawn_retention(&self, keep: Duration, every: Duration) {
+    /// The retention loop: runs `prune(keep)` every `every` until the engine
+    /// shuts down. The caller spawns it where it tracks its background tasks.
+    pub fn retention_loop(
+        &self,
+        keep: Duration,
+        every: Duration,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let engine = self.clone();
         let shutdown = self.inner.shutdown.clone();
-        tokio::spawn(async move {
+        async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut swept_since_start = false;
@@ -94,7 +99,7 @@ impl Engine {
                     }
                 }
             }
-        });
+        }
     }
 }
 

@@ -102,6 +102,7 @@ pub async fn build(
     sessions.spawn_idle_sweep(shutdown.clone(), &tasks);
     tracing::info!(
         requeued = recovery.requeued,
+        decided = recovery.decided,
         interrupted = recovery.interrupted,
         retried = recovery.retried,
         resumed = recovery.resumed,
@@ -113,7 +114,7 @@ pub async fn build(
         StoreBackend::Memory => MEMORY_RETENTION_EVERY,
         StoreBackend::Sqlite => RETENTION_EVERY,
     };
-    engine.spawn_retention(keep, every);
+    tasks.spawn(engine.retention_loop(keep, every));
     let app = AppState::new(AppInner {
         engine,
         sessions,

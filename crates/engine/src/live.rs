@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ids::TaskId;
 use crate::outcome::Stopped;
-use crate::task::{SpawnerKind, Task};
+use crate::task::{AttemptRecord, SpawnerKind, Task};
 
 const SHARDS: usize = 64;
 
@@ -53,6 +53,21 @@ pub(crate) struct RunState {
 }
 
 impl RunState {
+    /// The attempt's durable record as it stands while the attempt is open.
+    pub(crate) fn open_record(&self, task_id: TaskId) -> AttemptRecord {
+        AttemptRecord {
+            task_id,
+            attempt: self.attempt,
+            started_ms: self.started_ms,
+            lease_deadline_ms: self.lease_deadline_ms,
+            spawner: self.spawner,
+            outcome: None,
+            reason: None,
+            finished_ms: None,
+            process_group: None,
+        }
+    }
+
     /// Pushes the lease deadline out to `lease_secs` from now.
     pub(crate) fn extend_lease(&mut self, now: Instant, now_ms: u64) {
         (self.lease_deadline, self.lease_deadline_ms) = lease_until(now, now_ms, self.lease_secs);

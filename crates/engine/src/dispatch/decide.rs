@@ -52,15 +52,8 @@ impl Engine {
             if let Some(run) = state.run.as_mut().filter(|r| r.attempt == p.attempt) {
                 run.open = false;
                 record = Some(AttemptRecord {
-                    task_id,
-                    attempt: p.attempt,
-                    started_ms: run.started_ms,
-                    lease_deadline_ms: run.lease_deadline_ms,
-                    spawner: run.spawner,
-                    outcome: None,
-                    reason: None,
                     finished_ms: Some(now_ms),
-                    process_group: None,
+                    ..run.open_record(task_id)
                 });
             }
             let already_terminal = state.task.status().is_terminal();

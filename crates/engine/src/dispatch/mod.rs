@@ -148,17 +148,7 @@ impl Engine {
             output_bytes: 0,
             stopped: None,
         };
-        let record = AttemptRecord {
-            task_id: state.task.id,
-            attempt,
-            started_ms: now_ms,
-            lease_deadline_ms: run.lease_deadline_ms,
-            spawner: kind,
-            outcome: None,
-            reason: None,
-            finished_ms: None,
-            process_group: None,
-        };
+        let record = run.open_record(state.task.id);
         let mut ops = Vec::with_capacity(3);
         let credential = match self.mint(state.task.id, attempt, &run.verbs) {
             Ok((credential, digest, handle)) => {
@@ -230,15 +220,8 @@ impl Engine {
             return;
         };
         let record = AttemptRecord {
-            task_id,
-            attempt,
-            started_ms: run.started_ms,
-            lease_deadline_ms: run.lease_deadline_ms,
-            spawner: run.spawner,
-            outcome: None,
-            reason: None,
-            finished_ms: None,
             process_group: Some(group),
+            ..run.open_record(task_id)
         };
         // Queued under the task's lock, so the attempt's end is written after it.
         self.inner

@@ -48,23 +48,22 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let reject =
+            |e: axum::extract::rejection::JsonRejection| rejection(e.status(), e.body_text());
         // A body not declared as JSON is left to axum's 415.
-        let req = if is_json(req.headers()) {
-            let headers = req.headers().clone();
-            let body = Bytes::from_request(req, state)
-                .await
-                .map_err(|e| rejection(e.status(), e.body_text()))?;
-            check_depth(&body)?;
-            let mut checked = Request::new(axum::body::Body::from(body));
-            *checked.headers_mut() = headers;
-            checked
-        } else {
-            req
-        };
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(Json(value)),
-            Err(e) => Err(rejection(e.status(), e.body_text())),
+        if !is_json(req.headers()) {
+            return match axum::Json::<T>::from_request(req, state).await {
+                Ok(axum::Json(value)) => Ok(Json(value)),
+                Err(e) => Err(reject(e)),
+            };
         }
+        let body = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| rejection(e.status(), e.body_text()))?;
+        check_depth(&body)?;
+        axum::Json::<T>::from_bytes(&body)
+            .map(|axum::Json(value)| Json(value))
+            .map_err(reject)
     }
 }
 

@@ -84,8 +84,8 @@ mod tests {
     use super::*;
     use crate::spawners::UnconfiguredAgent;
     use crate::testing::{
-        Act, FakeBackend, FakeDirectory, FinalSpawner, call_log, calls, engine_with_directory,
-        session, spawn_owned,
+        Act, CallLog, FakeBackend, FakeDirectory, FinalSpawner, call_log, calls,
+        engine_with_directory, session, spawn_owned,
     };
 
     /// A task of `agent` owned by `session` that names this layer.
@@ -111,8 +111,16 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn a_session_with_a_backend_gets_the_attempt_and_the_inner_spawner_is_bypassed() {
+    /// A MainAI session with an operator backend in a directory, and a
+    /// configured agent `known` behind the layer whose own spawner answers
+    /// "inner" into `log`.
+    fn main_ai_with_backend() -> (
+        Arc<FakeBackend>,
+        SessionId,
+        Arc<FakeDirectory>,
+        CallLog,
+        Arc<dyn SpawnerAdapter>,
+    ) {
         let backend = Arc::new(FakeBackend::default());
         let mut owner = session(SessionKind::MainAi);
         owner.backend = Some(backend.clone());
@@ -121,6 +129,12 @@ mod tests {
         directory.add(&[], owner);
         let log = call_log();
         let known = layer().wrap(FinalSpawner::arc(Act::Final(json!("inner"), true), &log));
+        (backend, sid, directory, log, known)
+    }
+
+    #[tokio::test]
+    async fn a_session_with_a_backend_gets_the_attempt_and_the_inner_spawner_is_bypassed() {
+        let (backend, sid, directory, log, known) = main_ai_with_backend();
         let unknown = layer().wrap(Arc::new(UnconfiguredAgent));
         let engine = engine_with_directory(
             vec![
@@ -211,18 +225,12 @@ mod tests {
                 .contains("no live operator session for `adhoc`")
         );
     }
+
     /// A process agent handed to the MainAI is recorded as an operator
     /// attempt: recovery must resume it, not fail it as interrupted.
     #[tokio::test]
     async fn a_delegated_attempt_is_recorded_where_it_runs() {
-        let backend = Arc::new(FakeBackend::default());
-        let mut owner = session(SessionKind::MainAi);
-        owner.backend = Some(backend.clone());
-        let sid = owner.sid;
-        let directory = Arc::new(FakeDirectory::default());
-        directory.add(&[], owner);
-        let log = call_log();
-        let known = layer().wrap(FinalSpawner::arc(Act::Final(json!("inner"), true), &log));
+        let (backend, sid, directory, _log, known) = main_ai_with_backend();
         let engine = engine_with_directory(vec![("known", SpawnerKind::Process, known)], directory);
 
         let delegated = spawn_delegating(&engine, "known", sid).await;

@@ -21,10 +21,9 @@ use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::event::{Event, EventRecord};
 use crate::handles::{HandleTable, RETIRED_KEEP};
-use crate::ids::{SessionId, TaskId};
+use crate::ids::{AttemptId, SessionId, TaskId};
 use crate::live::{LiveTasks, RunState, TaskCell};
 use crate::metrics::EngineStats;
-use crate::operator::OperatorDirectory;
 use crate::spawn::SpawnerResolver;
 use crate::store::{SessionRecord, TaskFilter, TaskStore, WriteOp};
 use crate::task::{AttemptRecord, Policy, Task};
@@ -70,7 +69,6 @@ pub struct EngineParts {
     pub outputs: Arc<dyn OutputStore>,
     pub tokens: Arc<TokenAuthority>,
     pub resolver: Arc<dyn SpawnerResolver>,
-    pub operators: Arc<dyn OperatorDirectory>,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -87,7 +85,6 @@ pub(crate) struct Inner {
     pub outputs: Arc<dyn OutputStore>,
     pub tokens: Arc<TokenAuthority>,
     pub resolver: Arc<dyn SpawnerResolver>,
-    pub operators: Arc<dyn OperatorDirectory>,
     pub clock: Arc<dyn Clock>,
     pub bus: EventBus,
     pub live: LiveTasks,
@@ -104,14 +101,6 @@ pub(crate) struct Inner {
     pub stats: EngineStats,
 }
 
-/// A task with its attempts, as `GET /v1/tasks/{id}` serves it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct TaskView {
-    #[serde(flatten)]
-    pub task: Task,
-    pub attempts: Vec<AttemptRecord>,
-}
-
 impl Engine {
     /// Builds the engine. Nothing runs until `recover` (at boot) or the
     /// first `spawn_task`.
@@ -125,7 +114,6 @@ impl Engine {
                 outputs: parts.outputs,
                 tokens: parts.tokens,
                 resolver: parts.resolver,
-                operators: parts.operators,
                 clock: parts.clock,
                 bus,
                 live: LiveTasks::new(),
@@ -148,10 +136,6 @@ impl Engine {
         self.inner.clock.clone()
     }
 
-    pub fn operators(&self) -> Arc<dyn OperatorDirectory> {
-        self.inner.operators.clone()
-    }
-
     pub fn tokens(&self) -> &Arc<TokenAuthority> {
         &self.inner.tokens
     }
@@ -172,13 +156,9 @@ impl Engine {
         Ok(self.inner.store.task(id).await?)
     }
 
-    /// The task with its attempt records.
-    pub async fn task_view(&self, id: TaskId) -> Result<Option<TaskView>, EngineError> {
-        let Some(task) = self.get_task(id).await? else {
-            return Ok(None);
-        };
-        let attempts = self.inner.store.attempts(id).await?;
-        Ok(Some(TaskView { task, attempts }))
+    /// The task's attempt records, oldest first.
+    pub async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, EngineError> {
+        Ok(self.inner.store.attempts(id).await?)
     }
 
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, EngineError> {
@@ -199,34 +179,32 @@ impl Engine {
 
     /// Appends output events on behalf of a spawner or layer (no credential),
     /// and publishes them. Refused once the attempt is decided or superseded.
-    pub async fn record_output(
+    pub(crate) async fn record_output(
         &self,
-        task_id: TaskId,
-        attempt: u32,
+        id: AttemptId,
         producer: &str,
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, EngineError> {
         let session = {
-            let cell = self.live_cell(task_id)?;
+            let cell = self.live_cell(id.task)?;
             let state = cell.lock();
-            crate::worker_api::check_open(&state, attempt)?;
+            crate::worker_api::check_open(&state, id.n)?;
             state.task.session
         };
-        self.append_and_publish(task_id, attempt, session, producer, events)
+        self.append_and_publish(id.task, id.n, session, producer, events)
             .await
     }
 
     /// The last Final of an attempt: the one that decides it.
-    pub async fn last_final(
+    pub(crate) async fn last_final(
         &self,
-        task_id: TaskId,
-        attempt: u32,
+        id: AttemptId,
     ) -> Result<Option<OutputRecord>, EngineError> {
-        let cached = self.inner.live.get(&task_id).and_then(|cell| {
+        let cached = self.inner.live.get(&id.task).and_then(|cell| {
             cell.lock()
                 .run
                 .as_ref()
-                .filter(|r| r.attempt == attempt)
+                .filter(|r| r.attempt == id.n)
                 .and_then(|r| r.last_final.clone())
         });
         if cached.is_some() {
@@ -235,20 +213,20 @@ impl Engine {
         Ok(self
             .inner
             .outputs
-            .last_final(task_id.as_uuid(), attempt)
+            .last_final(id.task.as_uuid(), id.n)
             .await?)
     }
 
     /// Resolves once a worker posted a Final for this attempt over HTTP, or
     /// at once if it already has or the attempt is no longer current.
-    pub async fn posted_final(&self, task_id: TaskId, attempt: u32) {
+    pub(crate) async fn posted_final(&self, id: AttemptId) {
         let rx = {
-            let Some(cell) = self.inner.live.get(&task_id) else {
+            let Some(cell) = self.inner.live.get(&id.task) else {
                 return;
             };
             let state = cell.lock();
             match state.run.as_ref() {
-                Some(run) if run.attempt == attempt => run.posted_tx.subscribe(),
+                Some(run) if run.attempt == id.n => run.posted_tx.subscribe(),
                 _ => return,
             }
         };
@@ -257,7 +235,7 @@ impl Engine {
     }
 
     /// Publishes an event (durable, then broadcast).
-    pub fn publish(&self, event: Event) {
+    pub(crate) fn publish(&self, event: Event) {
         let session = event
             .task_id()
             .and_then(|id| self.inner.live.get(&id))
@@ -275,7 +253,7 @@ impl Engine {
     }
 
     /// Writes a durable audit line.
-    pub fn audit(&self, record: AuditRecord) {
+    pub(crate) fn audit(&self, record: AuditRecord) {
         self.inner
             .bus
             .submit(vec![WriteOp::Audit(record)], Vec::new(), None);

@@ -1,4 +1,5 @@
-//! Identifier newtypes (docs/protocol.md): `TaskId`, `SessionId`, `WorkerId` and `ReqId`.
+//! Identifier newtypes (docs/protocol.md): `TaskId`, `SessionId`, `WorkerId`,
+//! `ReqId`, and `AttemptId`, one attempt of one task.
 //!
 //! Every id parses and validates its own form, so a value of one of these types
 //! is always well-formed. `T-`, `S-` and `W-` ids are a prefix plus exactly 32
@@ -259,6 +260,26 @@ impl WorkerId {
 impl Default for WorkerId {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// One attempt of one task: attempts are numbered from 1 within their task.
+/// Shown as `T-…#n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttemptId {
+    pub task: TaskId,
+    pub n: u32,
+}
+
+impl AttemptId {
+    pub fn new(task: TaskId, n: u32) -> AttemptId {
+        AttemptId { task, n }
+    }
+}
+
+impl fmt::Display for AttemptId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.task, self.n)
     }
 }
 

@@ -10,11 +10,11 @@
 //! each task's changes happen under that task's own lock, and every change is
 //! written to the `TaskStore` and published on the event bus from one place.
 //!
-//! The engine knows nothing of HTTP, WebSocket, axum or Lua: every error
-//! carries an `ErrorCode` (wire string and status number) that the server
-//! answers with, the rule that decides an attempt (`outcome`) is public for
-//! the layers that report it, and the spawner crate implements the traits in
-//! `spawn` and `operator`.
+//! The engine knows nothing of HTTP, WebSocket, axum, Lua or operator
+//! sessions: every error carries an `ErrorCode` (wire string and status
+//! number) that the server answers with, and the spawner crate implements
+//! the traits in `spawn`. A stack is handed an `Attempt`, whose
+//! `AttemptHost` (`host`) is all of the engine a layer or spawner can reach.
 
 mod admission;
 pub mod audit;
@@ -30,10 +30,10 @@ pub mod error_code;
 pub mod event;
 pub mod gate;
 mod handles;
+pub mod host;
 pub mod ids;
 mod live;
 pub mod metrics;
-pub mod operator;
 pub mod outcome;
 mod output;
 mod recovery;
@@ -45,12 +45,13 @@ pub mod task;
 pub mod testing;
 mod worker_api;
 
-pub use engine::{Engine, EngineConfig, EngineParts, TaskView};
+pub use engine::{Engine, EngineConfig, EngineParts};
 pub use error::EngineError;
 pub use error_code::ErrorCode;
+pub use host::AttemptHost;
 pub use recovery::RecoveryReport;
 pub use spawn::{
-    AgentProfile, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker, WorkerCredential,
-    WorkerError,
+    AgentProfile, Attempt, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker,
+    WorkerCredential, WorkerError,
 };
-pub use worker_api::{HeartbeatAck, PromptView, ResultAck, ResultPost, WorkerAuth, body_digest};
+pub use worker_api::{HeartbeatAck, Prompt, ResultAck, ResultPost, WorkerAuth, body_digest};

@@ -1,7 +1,7 @@
 //! The one rule that decides an attempt: how it ended, and the last Final in
 //! its tail, give its outcome, the task's result and a reason. Dispatch and
 //! recovery decide with it, and the spawner layers that report an outcome
-//! (audit, hooks, Lua middleware) read it through `Engine::attempt_end`, so
+//! (audit, hooks, Lua middleware) read it through `AttemptHost::verdict`, so
 //! they never tell another story than the task's.
 
 use serde_json::Value;
@@ -9,7 +9,7 @@ use swarmd_output_store::{ContentRef, OutputEvent, OutputRecord};
 
 use crate::Engine;
 use crate::error::EngineError;
-use crate::ids::TaskId;
+use crate::ids::AttemptId;
 use crate::spawn::WorkerError;
 use crate::task::{AttemptOutcome, TaskResult};
 
@@ -121,15 +121,14 @@ impl Engine {
     /// How an attempt whose worker's join returned `joined` ended: a worker
     /// that completed is judged by the tail's last Final, a worker the
     /// engine stopped by the reason it stopped it.
-    pub async fn attempt_end(
+    pub(crate) async fn attempt_end(
         &self,
-        task_id: TaskId,
-        attempt: u32,
+        id: AttemptId,
         joined: Result<(), WorkerError>,
     ) -> AttemptEnd {
         match joined {
-            Ok(()) => AttemptEnd::Finished(self.last_final(task_id, attempt).await),
-            Err(WorkerError::Cancelled) => match self.stopped(task_id, attempt) {
+            Ok(()) => AttemptEnd::Finished(self.last_final(id).await),
+            Err(WorkerError::Cancelled) => match self.stopped(id) {
                 Some(stopped) => stopped.end(),
                 None => AttemptEnd::WorkerFailed(WorkerError::Cancelled),
             },
@@ -138,13 +137,13 @@ impl Engine {
     }
 
     /// Why the engine stopped the worker of this live attempt, if it did.
-    fn stopped(&self, task_id: TaskId, attempt: u32) -> Option<Stopped> {
-        let cell = self.inner.live.get(&task_id)?;
+    fn stopped(&self, id: AttemptId) -> Option<Stopped> {
+        let cell = self.inner.live.get(&id.task)?;
         let state = cell.lock();
         state
             .run
             .as_ref()
-            .filter(|run| run.attempt == attempt)
+            .filter(|run| run.attempt == id.n)
             .and_then(|run| run.stopped)
     }
 }

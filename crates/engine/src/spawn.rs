@@ -1,6 +1,7 @@
-//! The seam between the engine and whatever runs an attempt (docs/tasks.md, Layers): the
-//! `SpawnerAdapter` and `Worker` traits, the per-attempt `Ctx`, the worker's
-//! credential, and the `SpawnerResolver` that resolves and links an agent.
+//! The seam between the engine and whatever runs an attempt (docs/tasks.md,
+//! Layers): the `SpawnerAdapter` and `Worker` traits, the `Attempt` a stack
+//! is handed (its `Ctx`, the worker's credential and its `AttemptHost`), and
+//! the `SpawnerResolver` that resolves and links an agent.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,30 +10,40 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::Engine;
-use crate::ids::{SessionId, TaskId, WorkerId};
-use crate::operator::OperatorInfo;
+use crate::host::AttemptHost;
+use crate::ids::{AttemptId, SessionId, WorkerId};
 use crate::task::{ProcessGroupMark, SpawnerKind};
 
-/// Per-attempt context handed down the stack. Layers may add to `meta`.
+/// What one attempt is, handed down the stack. Layers may add to `meta`;
+/// the worker's credential travels beside it in [`Attempt`], never in it.
 #[derive(Debug, Clone)]
 pub struct Ctx {
-    pub task_id: TaskId,
-    pub attempt: u32,
+    pub id: AttemptId,
     pub agent: String,
     /// Hint layers the task named (the agent's own come from its config).
     pub layers: Vec<String>,
+    /// The session that owns the task, if any.
     pub session: Option<SessionId>,
-    /// The owning session's hooks, senior bridge and backend, if it is live.
-    pub operator: Option<OperatorInfo>,
     /// The lease deadline when the attempt started (unix ms).
     pub deadline_ms: u64,
-    /// Whether the attempt goes back to the owning session's operator
-    /// backend (the `operator_delegate` layer) instead of the agent's base
-    /// spawner. Decided once, before the attempt is recorded, so that the
-    /// record names where it really runs; the layer follows it.
+    /// Whether the attempt goes back to the owning session (the
+    /// `operator_delegate` layer) instead of the agent's base spawner.
+    /// Decided once, by [`SpawnerResolver::delegated`], before the attempt
+    /// is recorded, so that the record names where it really runs; the layer
+    /// follows it.
     pub delegated: bool,
     pub meta: Map<String, Value>,
+}
+
+/// One attempt as the engine hands it to a spawner stack: what it is, the
+/// worker's credential, and the engine operations a layer or spawner may use
+/// on it. A layer reads or changes `ctx`, keeps what its post-step needs
+/// (usually a clone of `host`), and passes the attempt on.
+#[derive(Debug)]
+pub struct Attempt {
+    pub ctx: Ctx,
+    pub credential: WorkerCredential,
+    pub host: Arc<dyn AttemptHost>,
 }
 
 /// The worker token and its short handle, bound to one (task, attempt).
@@ -126,14 +137,7 @@ pub trait Worker: Send + fmt::Debug {
 /// Starts attempts. Layers implement it by wrapping an inner adapter.
 #[async_trait]
 pub trait SpawnerAdapter: Send + Sync + fmt::Debug {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError>;
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError>;
 }
 
 /// What admission and recovery need to know of an agent.
@@ -146,9 +150,6 @@ pub struct AgentProfile {
     pub allow_subtasks: bool,
 }
 
-/// The hint layer that hands an attempt back to the owning session.
-pub const OPERATOR_DELEGATE: &str = "operator_delegate";
-
 /// Stages 1 and 2 of the pipeline (resolve, link); the engine runs stage 3.
 pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     /// Resolves the agent with these hint layers, failing for unknown agents
@@ -156,12 +157,13 @@ pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     fn profile(&self, agent: &str, layers: &[String]) -> Result<AgentProfile, SpawnError>;
     /// The linked stack for the agent and layers (cached by the implementor).
     fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError>;
-    /// Whether the agent's stack with these hint layers hands an attempt to
-    /// the owning session's operator backend when the session has one. By
-    /// default, when the task names [`OPERATOR_DELEGATE`].
-    fn delegates(&self, agent: &str, layers: &[String]) -> bool {
-        let _ = agent;
-        layers.iter().any(|key| key == OPERATOR_DELEGATE)
+    /// Whether an attempt of the agent with these hint layers, owned by
+    /// `session`, goes back to that session instead of the agent's base
+    /// spawner. Asked once per attempt, before the attempt is recorded. By
+    /// default, never: the engine alone knows no sessions.
+    fn delegated(&self, agent: &str, layers: &[String], session: Option<SessionId>) -> bool {
+        let _ = (agent, layers, session);
+        false
     }
     /// Kills what is left of an interrupted attempt's process group, if its
     /// leader is still the process that was recorded. Recovery calls it

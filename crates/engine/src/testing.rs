@@ -14,11 +14,11 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{AuthorityConfig, Keyring, TokenAuthority};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::{Engine, EngineConfig, EngineParts};
+use crate::host::AttemptHost;
 use crate::ids::{TaskId, WorkerId};
-use crate::operator::NoOperators;
 use crate::spawn::{
-    AgentProfile, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker, WorkerCredential,
-    WorkerError,
+    AgentProfile, Attempt, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker,
+    WorkerCredential, WorkerError,
 };
 use crate::store::{MemoryTaskStore, TaskStore};
 use crate::task::SpawnerKind;
@@ -88,28 +88,20 @@ impl ScriptedSpawner {
 
 #[async_trait]
 impl SpawnerAdapter for ScriptedSpawner {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
-        let script = (self.script)(&ctx);
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
+        let script = (self.script)(&attempt.ctx);
         if let Script::SpawnError(reason) = script {
             return Err(SpawnError::Failed(reason));
         }
+        let id = attempt.ctx.id;
         self.spawned
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((task_id, attempt, token));
+            .push((id.task, id.n, attempt.credential));
         Ok(Box::new(ScriptedWorker {
             id: WorkerId::new(),
             cancel: CancellationToken::new(),
-            engine: engine.clone(),
-            task_id,
-            attempt,
+            host: attempt.host,
             script,
         }))
     }
@@ -119,21 +111,14 @@ impl SpawnerAdapter for ScriptedSpawner {
 struct ScriptedWorker {
     id: WorkerId,
     cancel: CancellationToken,
-    engine: Engine,
-    task_id: TaskId,
-    attempt: u32,
+    host: Arc<dyn AttemptHost>,
     script: Script,
 }
 
 impl ScriptedWorker {
     async fn append_final(&self, value: Value, ok: bool) -> Result<(), WorkerError> {
-        self.engine
-            .record_output(
-                self.task_id,
-                self.attempt,
-                "test",
-                vec![OutputEvent::inline_final(value, ok)],
-            )
+        self.host
+            .record_output("test", vec![OutputEvent::inline_final(value, ok)])
             .await
             .map(|_| ())
             .map_err(|e| WorkerError::Failed(e.to_string()))
@@ -164,7 +149,7 @@ impl Worker for ScriptedWorker {
             Script::SpawnError(reason) => Err(WorkerError::Failed(reason)),
             Script::AwaitPost => {
                 tokio::select! {
-                    _ = self.engine.posted_final(self.task_id, self.attempt) => Ok(()),
+                    _ = self.host.posted_final() => Ok(()),
                     _ = self.cancel.cancelled() => Err(WorkerError::Cancelled),
                 }
             }
@@ -252,7 +237,6 @@ pub fn engine_with(
         outputs,
         tokens: Arc::new(tokens),
         resolver,
-        operators: Arc::new(NoOperators),
         clock,
     })
 }
@@ -266,4 +250,13 @@ pub fn memory_engine(resolver: Arc<dyn SpawnerResolver>, config: EngineConfig) -
         config,
         Arc::new(SystemClock),
     )
+}
+
+/// The engine's own `AttemptHost` for `id`, for calling a stack directly,
+/// outside dispatch (benchmarks of the layers' own work).
+pub fn engine_host(engine: &Engine, id: crate::ids::AttemptId) -> Arc<dyn AttemptHost> {
+    Arc::new(crate::host::EngineHost {
+        engine: engine.clone(),
+        id,
+    })
 }

@@ -33,19 +33,15 @@ pub struct WorkerAuth {
     pub fingerprint: String,
 }
 
-/// `GET /v1/worker/prompt`.
-#[derive(Debug, Clone, Serialize)]
-pub struct PromptView {
-    pub task_id: TaskId,
-    pub attempt: u32,
+/// What a worker is asked to do: its task's prompt and the attempt's deadline.
+#[derive(Debug, Clone)]
+pub struct Prompt {
     pub agent: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
     pub prompt: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
     /// The lease deadline (unix ms).
-    pub deadline: u64,
+    pub deadline_ms: u64,
 }
 
 /// A result to post: `POST /v1/worker/result` or `/v1/worker/submit`.
@@ -215,20 +211,18 @@ impl Engine {
         &self,
         auth: &WorkerAuth,
         task: Option<TaskId>,
-    ) -> Result<PromptView, EngineError> {
+    ) -> Result<Prompt, EngineError> {
         let task_id = Self::bind(auth, task)?;
         if let Some(cell) = self.inner.live.get(&task_id) {
             let mut state = cell.lock();
             let deadline = self.touch(&mut state, auth.attempt);
             let t = &state.task;
-            return Ok(PromptView {
-                task_id,
-                attempt: auth.attempt,
+            return Ok(Prompt {
                 agent: t.agent.clone(),
                 system: t.system.clone(),
                 prompt: t.prompt.clone(),
                 input: t.input.clone(),
-                deadline,
+                deadline_ms: deadline,
             });
         }
         let t = self
@@ -237,14 +231,12 @@ impl Engine {
             .task(task_id)
             .await?
             .ok_or_else(|| EngineError::NotFound(format!("task {task_id}")))?;
-        Ok(PromptView {
-            task_id,
-            attempt: auth.attempt,
+        Ok(Prompt {
             agent: t.agent,
             system: t.system,
             prompt: t.prompt,
             input: t.input,
-            deadline: t.finished_ms.unwrap_or(t.updated_ms),
+            deadline_ms: t.finished_ms.unwrap_or(t.updated_ms),
         })
     }
 

@@ -16,6 +16,7 @@ use swarmd_output_store::{
     Synchronous,
 };
 use swarmd_spawner::layers::SeniorSettings;
+use swarmd_spawner::operator::{NoOperators, OperatorDirectory};
 use swarmd_spawner::process::{EnvVar, StdinMode, StreamMode};
 use swarmd_spawner::{
     AgentKind, AgentSpec, ConfigErrors, HostEnv, LuaAgentSpec, LuaLimits, LuaMiddlewareSpec,
@@ -79,27 +80,25 @@ pub async fn build(
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (store, outputs, db) = open_stores(&config, &state)?;
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
-    let resolver = Arc::new(resolver(&config, env, &base_url)?);
-    let sessions = SessionRegistry::new(SessionSettings::from_config(&config));
+    let sessions = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
+    let resolver = Arc::new(resolver(&config, env, &base_url, sessions.clone())?);
     let engine = Engine::new(EngineParts {
         config: engine_config(&config),
         store,
         outputs,
         tokens,
         resolver,
-        operators: sessions.clone(),
         clock,
     });
-    sessions.attach_engine(engine.clone());
     // Subscribed before recovery so that events recovery publishes reach
     // their sessions; it starts routing once the sessions are restored.
     let router = EventRouter::subscribe(&engine, sessions.clone());
     let mut recovery = engine.recover().await.map_err(BuildError::Recovery)?;
-    sessions.restore(std::mem::take(&mut recovery.sessions));
+    sessions.restore(&engine, std::mem::take(&mut recovery.sessions));
     let tasks = TaskTracker::new();
     router.spawn(shutdown.clone(), &tasks);
     engine.start_recovered();
-    sessions.spawn_idle_sweep(shutdown.clone(), &tasks);
+    sessions.spawn_idle_sweep(engine.clone(), shutdown.clone(), &tasks);
     tracing::info!(
         requeued = recovery.requeued,
         decided = recovery.decided,
@@ -202,13 +201,15 @@ pub fn engine_config(config: &Config) -> EngineConfig {
 /// # Errors
 /// `Agents` listing every problem; `Lua` if no Lua thread can start.
 pub fn link_agents(config: &Config, env: &Environment) -> Result<(), BuildError> {
-    resolver(config, env, &config.base_url(config.server.bind)).map(drop)
+    let base_url = config.base_url(config.server.bind);
+    resolver(config, env, &base_url, Arc::new(NoOperators)).map(drop)
 }
 
 fn resolver(
     config: &Config,
     env: &Environment,
     base_url: &str,
+    operators: Arc<dyn OperatorDirectory>,
 ) -> Result<StackResolver, BuildError> {
     let limits = LuaLimits {
         memory_limit_bytes: usize::try_from(config.lua.memory_limit_mb * 1024 * 1024)
@@ -234,7 +235,7 @@ fn resolver(
         })
         .collect();
     let agents = agent_specs(config);
-    StackResolver::from_config(&settings, &agents, &lua).map_err(BuildError::Agents)
+    StackResolver::from_config(&settings, &agents, &lua, operators).map_err(BuildError::Agents)
 }
 
 /// The spawner crate's view of `[agents.*]` and the agents directory.

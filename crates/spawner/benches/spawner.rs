@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use swarmd_engine::ids::{TaskId, WorkerId};
+use swarmd_engine::ids::{AttemptId, TaskId, WorkerId};
 use swarmd_engine::task::{SpawnerKind, TaskSpec, TaskStatus};
-use swarmd_engine::testing::memory_engine;
+use swarmd_engine::testing::{engine_host, memory_engine};
 use swarmd_engine::{
-    Ctx, Engine, EngineConfig, SpawnError, SpawnerAdapter, SpawnerResolver, Worker,
+    Attempt, Ctx, Engine, EngineConfig, SpawnError, SpawnerAdapter, SpawnerResolver, Worker,
     WorkerCredential, WorkerError,
 };
+use swarmd_spawner::operator::{NoOperators, OperatorDirectory};
 use swarmd_spawner::process::StdinMode;
 use swarmd_spawner::{
     AgentEntry, AgentKind, AgentSpec, HostEnv, LuaAgentSpec, LuaLimits, LuaPool, ProcessSpec,
@@ -123,7 +124,8 @@ async fn process_attempts(settings: &SpawnerSettings, lua: &LuaPool, n: usize) -
     let mut spec = ProcessSpec::new("/bin/true");
     spec.stdin = StdinMode::None;
     let agent = agent("true", AgentKind::Process(spec));
-    let resolver = StackResolver::from_config(settings, &[agent], lua).expect("config");
+    let resolver =
+        StackResolver::from_config(settings, &[agent], lua, no_operators()).expect("config");
     let engine = memory_engine(Arc::new(resolver), EngineConfig::default());
     run_tasks(&engine, "true", n / 10).await;
     run_tasks(&engine, "true", n).await
@@ -141,10 +143,15 @@ async fn lua_attempts(
             script: script.to_owned(),
         }),
     );
-    let resolver = StackResolver::from_config(settings, &[agent], lua).expect("config");
+    let resolver =
+        StackResolver::from_config(settings, &[agent], lua, no_operators()).expect("config");
     let engine = memory_engine(Arc::new(resolver), EngineConfig::default());
     run_tasks(&engine, "const", n / 10).await;
     run_tasks(&engine, "const", n).await
+}
+
+fn no_operators() -> Arc<dyn OperatorDirectory> {
+    Arc::new(NoOperators)
 }
 
 fn agent(name: &str, kind: AgentKind) -> AgentSpec {
@@ -162,7 +169,7 @@ fn agent(name: &str, kind: AgentKind) -> AgentSpec {
 /// only the layers' own work is measured.
 async fn stack_overhead(settings: &SpawnerSettings, lua: &LuaPool, n: u32) -> (f64, f64) {
     let noop: Arc<dyn SpawnerAdapter> = Arc::new(Noop);
-    let registry = standard_layers(settings, &[], lua).expect("layers");
+    let registry = standard_layers(settings, &[], lua, &no_operators()).expect("layers");
     let entry = AgentEntry {
         kind: SpawnerKind::InProcess,
         spawner: Arc::clone(&noop),
@@ -184,22 +191,22 @@ async fn per_attempt(engine: &Engine, stack: &Arc<dyn SpawnerAdapter>, n: u32) -
     let credential = WorkerCredential::new("swc1.k.p.t".into(), "wh-0".into(), u64::MAX);
     let started = Instant::now();
     for attempt in 1..=n {
-        let task_id = TaskId::new();
+        let id = AttemptId::new(TaskId::new(), attempt);
         let ctx = Ctx {
-            task_id,
-            attempt,
+            id,
             agent: "noop".into(),
             layers: Vec::new(),
             session: None,
-            operator: None,
             deadline_ms: u64::MAX,
             delegated: false,
             meta: serde_json::Map::new(),
         };
-        let worker = stack
-            .spawn(engine, ctx, task_id, attempt, credential.clone())
-            .await
-            .expect("spawned");
+        let attempt = Attempt {
+            ctx,
+            credential: credential.clone(),
+            host: engine_host(engine, id),
+        };
+        let worker = stack.spawn(attempt).await.expect("spawned");
         std::hint::black_box(worker.join().await.ok());
     }
     started.elapsed().as_secs_f64() * 1e6 / f64::from(n)
@@ -211,14 +218,7 @@ struct Noop;
 
 #[async_trait]
 impl SpawnerAdapter for Noop {
-    async fn spawn(
-        &self,
-        _engine: &Engine,
-        _ctx: Ctx,
-        _task_id: TaskId,
-        _attempt: u32,
-        _token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
+    async fn spawn(&self, _attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
         Ok(Box::new(NoopWorker(WorkerId::new())))
     }
 }

@@ -1,31 +1,34 @@
-//! Test support: recording layers and spawners, and an engine over memory
-//! stores that runs a given stack for one agent.
+//! Test support: recording layers and spawners, a recording `AttemptHost`
+//! to test a layer without an engine, and an engine over memory stores that
+//! runs a given stack for one agent.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use swarmd_engine::auth::{AuthorityConfig, Keyring, TokenAuthority};
-use swarmd_engine::clock::{Clock, SystemClock};
 use swarmd_engine::event::Event;
 use swarmd_engine::ids::{SessionId, TaskId, WorkerId};
-use swarmd_engine::operator::{
-    OperatorBackend, OperatorDirectory, OperatorInfo, SessionKind, SpawnFrame, SpawnReceipt,
-    SpawnReply,
-};
-use swarmd_engine::store::MemoryTaskStore;
+use swarmd_engine::store::SessionKind;
 use swarmd_engine::task::{PolicyOverrides, SpawnerKind, Task, TaskSpec};
 use swarmd_engine::testing::{StaticResolver, memory_engine};
 use swarmd_engine::{
-    Ctx, Engine, EngineConfig, EngineParts, SpawnError, SpawnerAdapter, Worker, WorkerCredential,
-    WorkerError,
+    AgentProfile, Attempt, AttemptHost, Ctx, Engine, EngineConfig, SpawnError, SpawnerAdapter,
+    SpawnerResolver, Worker, WorkerCredential, WorkerError,
 };
-use swarmd_output_store::{MemoryOutputStore, OutputEvent, OutputRecord};
+use swarmd_output_store::{OutputEvent, OutputRecord};
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::layers::OPERATOR_DELEGATE;
+use crate::operator::{
+    OperatorBackend, OperatorDirectory, OperatorInfo, SpawnFrame, SpawnReceipt, SpawnReply,
+};
 use crate::stack::{SpawnerLayer, wrap_join};
+
+mod mock_host;
+
+pub(crate) use mock_host::MockHost;
 
 /// A shared, ordered log of calls.
 pub(crate) type CallLog = Arc<Mutex<Vec<String>>>;
@@ -78,19 +81,9 @@ struct Recording {
 
 #[async_trait]
 impl SpawnerAdapter for Recording {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
         push(&self.log, format!("{} spawn", self.name));
-        let worker = self
-            .inner
-            .spawn(engine, ctx, task_id, attempt, token)
-            .await?;
+        let worker = self.inner.spawn(attempt).await?;
         let (log, name) = (Arc::clone(&self.log), self.name.clone());
         Ok(wrap_join(worker, move |joined| async move {
             push(&log, format!("{name} join"));
@@ -139,15 +132,8 @@ impl FinalSpawner {
 
 #[async_trait]
 impl SpawnerAdapter for FinalSpawner {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        _token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
-        self.seen.lock().unwrap().push(ctx);
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
+        self.seen.lock().unwrap().push(attempt.ctx);
         push(&self.log, "base spawn".into());
         if let Act::Refuse(reason) = &self.act {
             return Err(SpawnError::Failed(reason.clone()));
@@ -155,9 +141,7 @@ impl SpawnerAdapter for FinalSpawner {
         Ok(Box::new(ActWorker {
             id: WorkerId::new(),
             cancel: CancellationToken::new(),
-            engine: engine.clone(),
-            task_id,
-            attempt,
+            host: attempt.host,
             act: self.act.clone(),
             log: Arc::clone(&self.log),
         }))
@@ -168,9 +152,7 @@ impl SpawnerAdapter for FinalSpawner {
 struct ActWorker {
     id: WorkerId,
     cancel: CancellationToken,
-    engine: Engine,
-    task_id: TaskId,
-    attempt: u32,
+    host: Arc<dyn AttemptHost>,
     act: Act,
     log: CallLog,
 }
@@ -187,11 +169,9 @@ impl Worker for ActWorker {
 
     async fn join(self: Box<Self>) -> Result<(), WorkerError> {
         let result = match self.act.clone() {
-            Act::Final(value, ok) => {
-                append(&self.engine, self.task_id, self.attempt, value, ok).await
-            }
+            Act::Final(value, ok) => append(&*self.host, value, ok).await,
             Act::After(wait, value, ok) => tokio::select! {
-                () = tokio::time::sleep(wait) => append(&self.engine, self.task_id, self.attempt, value, ok).await,
+                () = tokio::time::sleep(wait) => append(&*self.host, value, ok).await,
                 () = self.cancel.cancelled() => Err(WorkerError::Cancelled),
             },
             Act::Nothing | Act::Refuse(_) => Ok(()),
@@ -202,23 +182,38 @@ impl Worker for ActWorker {
     }
 }
 
-async fn append(
-    engine: &Engine,
-    task_id: TaskId,
-    attempt: u32,
-    value: Value,
-    ok: bool,
-) -> Result<(), WorkerError> {
-    engine
-        .record_output(
-            task_id,
-            attempt,
-            "test",
-            vec![OutputEvent::inline_final(value, ok)],
-        )
+async fn append(host: &dyn AttemptHost, value: Value, ok: bool) -> Result<(), WorkerError> {
+    host.record_output("test", vec![OutputEvent::inline_final(value, ok)])
         .await
         .map(|_| ())
         .map_err(|e| WorkerError::Failed(e.to_string()))
+}
+
+/// An attempt of a fresh task of `agent`, hosted by a [`MockHost`]: a layer
+/// under test is handed it with no engine behind it.
+pub(crate) fn mock_attempt(agent: &str) -> (Attempt, Arc<MockHost>) {
+    let spec = TaskSpec {
+        agent: agent.to_owned(),
+        prompt: "do it".to_owned(),
+        ..TaskSpec::default()
+    };
+    let task = Task::new(TaskId::new(), spec, Default::default(), 0, 1_000);
+    let host = Arc::new(MockHost::new(task, 1));
+    let id = host.id();
+    let attempt = Attempt {
+        ctx: Ctx {
+            id,
+            agent: agent.to_owned(),
+            layers: Vec::new(),
+            session: None,
+            deadline_ms: 61_000,
+            delegated: false,
+            meta: serde_json::Map::new(),
+        },
+        credential: WorkerCredential::new("swc1.test".into(), "wh-test".into(), 61),
+        host: host.clone(),
+    };
+    (attempt, host)
 }
 
 /// An engine over memory stores whose agent `agent` runs `stack`.
@@ -305,32 +300,48 @@ pub(crate) fn session(kind: SessionKind) -> OperatorInfo {
     }
 }
 
-/// An engine over memory stores with a session directory; `agents` maps
-/// names to stacks.
+/// A fixed resolver that delegates as the daemon's does: when the task
+/// names `operator_delegate` and its session has an operator backend.
+#[derive(Debug)]
+struct DirectoryResolver {
+    inner: StaticResolver,
+    operators: Arc<dyn OperatorDirectory>,
+}
+
+impl SpawnerResolver for DirectoryResolver {
+    fn profile(&self, agent: &str, layers: &[String]) -> Result<AgentProfile, SpawnError> {
+        self.inner.profile(agent, layers)
+    }
+
+    fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError> {
+        self.inner.link(agent, layers)
+    }
+
+    fn delegated(&self, _agent: &str, layers: &[String], session: Option<SessionId>) -> bool {
+        layers.iter().any(|l| l == OPERATOR_DELEGATE)
+            && session
+                .and_then(|sid| self.operators.session(&sid))
+                .is_some_and(|s| s.backend.is_some())
+    }
+}
+
+/// An engine over memory stores whose resolver delegates through
+/// `directory`; `agents` maps names to stacks (built with the same
+/// directory).
 pub(crate) fn engine_with_directory(
     agents: Vec<(&str, SpawnerKind, Arc<dyn SpawnerAdapter>)>,
     directory: Arc<dyn OperatorDirectory>,
 ) -> Engine {
-    let resolver = agents
+    let inner = agents
         .into_iter()
         .fold(StaticResolver::new(), |r, (name, kind, stack)| {
             r.with(name, kind, None, stack)
         });
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let tokens = TokenAuthority::new(
-        Keyring::generate(),
-        clock.clone(),
-        AuthorityConfig::default(),
-    );
-    Engine::new(EngineParts {
-        config: EngineConfig::default(),
-        store: Arc::new(MemoryTaskStore::new()),
-        outputs: Arc::new(MemoryOutputStore::new()),
-        tokens: Arc::new(tokens),
-        resolver: Arc::new(resolver),
+    let resolver = DirectoryResolver {
+        inner,
         operators: directory,
-        clock,
-    })
+    };
+    memory_engine(Arc::new(resolver), EngineConfig::default())
 }
 
 /// Spawns a task owned by `session` and returns it at once.

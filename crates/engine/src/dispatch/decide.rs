@@ -21,9 +21,8 @@ impl Engine {
     /// retry or finish, and publish.
     pub(super) async fn decide(&self, cell: &Arc<TaskCell>, p: Prepared, joined: Joined) {
         let ended = Instant::now();
-        let task_id = p.ctx.task_id;
         let end = match joined {
-            Joined::Worker(joined) => self.attempt_end(task_id, p.attempt, joined).await,
+            Joined::Worker(joined) => self.attempt_end(p.ctx.id, joined).await,
             Joined::Stopped(stopped) => stopped.end(),
         };
         let Verdict {
@@ -43,13 +42,13 @@ impl Engine {
         result: Option<TaskResult>,
         reason: Option<String>,
     ) {
-        let task_id = p.ctx.task_id;
+        let task_id = p.ctx.id.task;
         let now_ms = self.inner.clock.now_ms();
         let elapsed_ms = p.started.elapsed().as_millis() as u64;
         let (agent, retry_after, terminal, done) = {
             let mut state = cell.lock();
             let mut record = None;
-            if let Some(run) = state.run.as_mut().filter(|r| r.attempt == p.attempt) {
+            if let Some(run) = state.run.as_mut().filter(|r| r.attempt == p.ctx.id.n) {
                 run.open = false;
                 record = Some(AttemptRecord {
                     finished_ms: Some(now_ms),
@@ -66,7 +65,7 @@ impl Engine {
                 session,
                 Event::AttemptFinished {
                     task_id,
-                    attempt: p.attempt,
+                    attempt: p.ctx.id.n,
                     outcome,
                     reason: reason.clone(),
                     elapsed_ms,
@@ -76,13 +75,13 @@ impl Engine {
             let retry = !already_terminal
                 && !self.is_draining()
                 && policy.retries(outcome)
-                && p.attempt < policy.max_attempts;
+                && p.ctx.id.n < policy.max_attempts;
             let mut retry_after = None;
             let mut terminal = false;
             if retry {
                 let jitter: f64 = rand::random();
                 retry_after = Some(Duration::from_millis(
-                    policy.backoff_ms(p.attempt + 1, jitter),
+                    policy.backoff_ms(p.ctx.id.n + 1, jitter),
                 ));
             } else if !already_terminal
                 && state
@@ -95,7 +94,7 @@ impl Engine {
                     session,
                     Event::TaskFinished {
                         task_id,
-                        attempt: p.attempt,
+                        attempt: p.ctx.id.n,
                         status: state.task.status(),
                         result,
                     },

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::Map;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -19,10 +19,11 @@ use tracing::{Instrument, Span};
 
 use crate::Engine;
 use crate::event::Event;
-use crate::ids::TaskId;
+use crate::host::EngineHost;
+use crate::ids::{AttemptId, TaskId};
 use crate::live::{RunState, TaskCell, lease_until};
 use crate::outcome::Stopped;
-use crate::spawn::{Ctx, SpawnerAdapter, Worker, WorkerCredential, WorkerError};
+use crate::spawn::{Attempt, Ctx, SpawnerAdapter, Worker, WorkerCredential, WorkerError};
 use crate::store::WriteOp;
 use crate::task::{AttemptOutcome, AttemptRecord, ProcessGroupMark, SpawnerKind, TaskStatus};
 
@@ -38,7 +39,6 @@ enum Joined {
 
 /// What the prepare phase hands to the later ones.
 struct Prepared {
-    attempt: u32,
     ctx: Ctx,
     cancel: CancellationToken,
     started: Instant,
@@ -188,7 +188,6 @@ impl Engine {
             .attempts_started
             .fetch_add(1, Ordering::Relaxed);
         let prepared = Prepared {
-            attempt,
             ctx,
             cancel,
             started: now,
@@ -207,21 +206,17 @@ impl Engine {
     /// that recovery can stop it if the daemon dies first. The write is
     /// queued, not awaited: it only matters after a crash, and a worker that
     /// started is recorded as soon as the store allows.
-    pub fn record_process_group(&self, task_id: TaskId, attempt: u32, group: ProcessGroupMark) {
-        let Some(cell) = self.inner.live.get(&task_id) else {
+    pub(crate) fn record_process_group(&self, id: AttemptId, group: ProcessGroupMark) {
+        let Some(cell) = self.inner.live.get(&id.task) else {
             return;
         };
         let state = cell.lock();
-        let Some(run) = state
-            .run
-            .as_ref()
-            .filter(|r| r.attempt == attempt && r.open)
-        else {
+        let Some(run) = state.run.as_ref().filter(|r| r.attempt == id.n && r.open) else {
             return;
         };
         let record = AttemptRecord {
             process_group: Some(group),
-            ..run.open_record(task_id)
+            ..run.open_record(id.task)
         };
         // Queued under the task's lock, so the attempt's end is written after it.
         self.inner
@@ -229,23 +224,19 @@ impl Engine {
             .submit(vec![WriteOp::PutAttempt(record)], Vec::new(), None);
     }
 
-    /// The context of one attempt, with the owning session's capabilities
-    /// resolved now (the session may have changed since the last attempt).
-    /// The attempt is delegated when the agent's stack hands attempts to the
-    /// owning session and that session has an operator backend.
+    /// The context of one attempt. Whether it goes back to the owning
+    /// session is asked of the resolver now: the session may have come or
+    /// gone since the last attempt.
     fn ctx_for(&self, task: &crate::task::Task, attempt: u32, deadline_ms: u64) -> Ctx {
-        let operator = task
-            .session
-            .and_then(|sid| self.inner.operators.session(&sid));
-        let delegated = operator.as_ref().is_some_and(|o| o.backend.is_some())
-            && self.inner.resolver.delegates(&task.agent, &task.layers);
+        let delegated = self
+            .inner
+            .resolver
+            .delegated(&task.agent, &task.layers, task.session);
         Ctx {
-            task_id: task.id,
-            attempt,
+            id: AttemptId::new(task.id, attempt),
             agent: task.agent.clone(),
             layers: task.layers.clone(),
             session: task.session,
-            operator,
             deadline_ms,
             delegated,
             meta: Map::new(),
@@ -276,7 +267,6 @@ impl Engine {
         minted: Minted,
         stack: Arc<dyn SpawnerAdapter>,
     ) -> Result<Box<dyn Worker>, Joined> {
-        let task_id = p.ctx.task_id;
         let credential = match minted.credential {
             Ok(c) => c,
             Err(reason) => return Err(Joined::Worker(Err(WorkerError::Failed(reason)))),
@@ -287,14 +277,19 @@ impl Engine {
             let reason = format!("could not record the attempt: {error}");
             return Err(Joined::Worker(Err(WorkerError::Failed(reason))));
         }
-        let mut ctx = p.ctx.clone();
-        ctx.meta
-            .insert("worker_handle".into(), Value::from(credential.handle()));
+        let attempt = Attempt {
+            ctx: p.ctx.clone(),
+            credential,
+            host: Arc::new(EngineHost {
+                engine: self.clone(),
+                id: p.ctx.id,
+            }),
+        };
         let spawned = tokio::select! {
             biased;
             _ = p.cancel.cancelled() => return Err(Joined::Stopped(Stopped::Cancelled)),
             _ = self.inner.shutdown.cancelled() => return Err(Joined::Stopped(Stopped::Interrupted)),
-            r = stack.spawn(self, ctx, task_id, p.attempt, credential) => r,
+            r = stack.spawn(attempt) => r,
         };
         self.inner
             .stats
@@ -309,7 +304,7 @@ impl Engine {
         tokio::pin!(join);
         let outcome = loop {
             let deadline = match cell.lock().run.as_ref() {
-                Some(run) if run.attempt == p.attempt => run.lease_deadline,
+                Some(run) if run.attempt == p.ctx.id.n => run.lease_deadline,
                 _ => break Joined::Stopped(Stopped::Cancelled),
             };
             tokio::select! {
@@ -332,14 +327,14 @@ impl Engine {
         // Stop the worker and wait for it, bounded, so nothing outlives the
         // attempt. The layers see only the cancel: keep the reason for them.
         if let Joined::Stopped(stopped) = &outcome
-            && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == p.attempt)
+            && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == p.ctx.id.n)
         {
             run.stopped = Some(*stopped);
         }
         worker_cancel.cancel();
         let grace = self.inner.config.kill_grace + Duration::from_secs(1);
         if tokio::time::timeout(grace, &mut join).await.is_err() {
-            tracing::warn!(task_id = %p.ctx.task_id, attempt = p.attempt, "worker did not stop within the grace period");
+            tracing::warn!(attempt = %p.ctx.id, "worker did not stop within the grace period");
         }
         outcome
     }

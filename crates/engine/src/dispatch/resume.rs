@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use super::{Joined, Minted, Prepared, attempt_span};
 use crate::Engine;
-use crate::ids::{TaskId, WorkerId};
+use crate::ids::{AttemptId, TaskId, WorkerId};
 use crate::live::TaskCell;
 use crate::outcome::Stopped;
 use crate::spawn::{Worker, WorkerCredential, WorkerError};
@@ -23,8 +23,7 @@ struct RemoteWorker {
     id: WorkerId,
     cancel: CancellationToken,
     engine: Engine,
-    task_id: TaskId,
-    attempt: u32,
+    attempt: AttemptId,
 }
 
 #[async_trait::async_trait]
@@ -39,7 +38,7 @@ impl Worker for RemoteWorker {
 
     async fn join(self: Box<Self>) -> Result<(), WorkerError> {
         tokio::select! {
-            _ = self.engine.posted_final(self.task_id, self.attempt) => Ok(()),
+            _ = self.engine.posted_final(self.attempt) => Ok(()),
             _ = self.cancel.cancelled() => Err(WorkerError::Cancelled),
         }
     }
@@ -72,7 +71,6 @@ impl Engine {
             (ctx, state.task.agent.clone(), state.task.layers.clone())
         };
         let p = Prepared {
-            attempt,
             ctx,
             cancel,
             started: Instant::now(),
@@ -83,7 +81,7 @@ impl Engine {
         // Without a stack, wait for the SubAgent's Final alone.
         let joined = match (
             self.inner.resolver.link(&agent, &layers),
-            self.reissue(&cell, p.ctx.task_id, attempt).await,
+            self.reissue(&cell, p.ctx.id.task, attempt).await,
         ) {
             (Ok(stack), Ok(credential)) => {
                 let minted = Minted {
@@ -94,17 +92,16 @@ impl Engine {
             }
             (link, credential) => {
                 if let Err(error) = link {
-                    tracing::warn!(task_id = %p.ctx.task_id, %error, "cannot relink a resumed attempt; waiting for its SubAgent");
+                    tracing::warn!(task_id = %p.ctx.id.task, %error, "cannot relink a resumed attempt; waiting for its SubAgent");
                 }
                 if let Err(error) = credential {
-                    tracing::warn!(task_id = %p.ctx.task_id, %error, "cannot reissue a credential; waiting for its SubAgent");
+                    tracing::warn!(task_id = %p.ctx.id.task, %error, "cannot reissue a credential; waiting for its SubAgent");
                 }
                 let worker = Box::new(RemoteWorker {
                     id: WorkerId::new(),
                     cancel: CancellationToken::new(),
                     engine: self.clone(),
-                    task_id: p.ctx.task_id,
-                    attempt,
+                    attempt: p.ctx.id,
                 });
                 self.join(&cell, &p, worker).await
             }

@@ -23,7 +23,6 @@ use crate::audit::AuditRecord;
 use crate::event::EventRecord;
 use crate::gate::Verb;
 use crate::ids::{SessionId, TaskId};
-use crate::operator::SessionKind;
 use crate::task::{AttemptRecord, Task, TaskStatus};
 
 /// What a worker handle stands for (docs/security.md, Worker handles); stored under
@@ -34,6 +33,23 @@ pub struct HandleRecord {
     pub attempt: u32,
     pub verbs: Vec<Verb>,
     pub exp_secs: u64,
+}
+
+/// What kind of client an operator session is (docs/protocol.md, Operator sessions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionKind {
+    #[default]
+    MainAi,
+    Automate,
+    Composite,
+}
+
+impl SessionKind {
+    /// Sessions that receive `hook_before` / `hook_after` (the `main_ai` layer).
+    pub fn takes_hooks(self) -> bool {
+        matches!(self, SessionKind::MainAi | SessionKind::Composite)
+    }
 }
 
 /// A persisted operator session (docs/protocol.md, Disconnects and parking). Only the token's

@@ -113,7 +113,7 @@ async fn final_ok_passes_and_events_are_gapless() {
 #[tokio::test(start_paused = true)]
 async fn final_not_ok_blocks_and_missing_final_fails() {
     let spawner = ScriptedSpawner::new(|ctx| match ctx.agent.as_str() {
-        _ if ctx.task_id.to_string().is_empty() => unreachable!(),
+        _ if ctx.id.task.to_string().is_empty() => unreachable!(),
         _ => Script::NoFinal,
     });
     let engine = engine_for(spawner, None);
@@ -136,11 +136,11 @@ async fn final_not_ok_blocks_and_missing_final_fails() {
 #[tokio::test(start_paused = true)]
 async fn retry_after_failure_then_pass() {
     let spawner = ScriptedSpawner::new(|ctx| {
-        if ctx.attempt == 1 {
+        if ctx.id.n == 1 {
             Script::Error("boom".into())
         } else {
             Script::Final {
-                value: json!(ctx.attempt),
+                value: json!(ctx.id.n),
                 ok: true,
             }
         }
@@ -156,20 +156,20 @@ async fn retry_after_failure_then_pass() {
     assert_eq!(t.status(), TaskStatus::Pass);
     assert_eq!(t.attempt, 2);
     assert_eq!(finished_attempt(&engine, t.id).await, 2);
-    let view = engine.task_view(t.id).await.unwrap().unwrap();
-    let outcomes: Vec<_> = view.attempts.iter().map(|a| a.outcome).collect();
+    let attempts = engine.attempts(t.id).await.unwrap();
+    let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome).collect();
     assert_eq!(
         outcomes,
         [Some(AttemptOutcome::Failed), Some(AttemptOutcome::Pass)]
     );
-    assert_eq!(view.attempts[0].reason.as_deref(), Some("boom"));
+    assert_eq!(attempts[0].reason.as_deref(), Some("boom"));
 }
 
 #[tokio::test(start_paused = true)]
 async fn blocked_is_retried_only_when_the_policy_says_so() {
     let spawner = ScriptedSpawner::new(|ctx| Script::Final {
-        value: json!(ctx.attempt),
-        ok: ctx.attempt > 1,
+        value: json!(ctx.id.n),
+        ok: ctx.id.n > 1,
     });
     let engine = engine_for(spawner, None);
     let mut s = spec("a");
@@ -249,8 +249,8 @@ async fn cancel_fences_the_attempt_and_late_results_get_410() {
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let view = engine.task_view(t.id).await.unwrap().unwrap();
-    assert_eq!(view.attempts[0].outcome, Some(AttemptOutcome::Cancelled));
+    let attempts = engine.attempts(t.id).await.unwrap();
+    assert_eq!(attempts[0].outcome, Some(AttemptOutcome::Cancelled));
     assert_eq!(engine.load(), (0, 0), "the slot was given back");
     assert_eq!(
         finished_attempt(&engine, t.id).await,
@@ -267,7 +267,7 @@ async fn cancel_fences_the_attempt_and_late_results_get_410() {
 #[tokio::test(start_paused = true)]
 async fn stale_token_after_retry_is_superseded() {
     let spawner = ScriptedSpawner::new(|ctx| {
-        if ctx.attempt == 1 {
+        if ctx.id.n == 1 {
             Script::Hang
         } else {
             Script::AwaitPost
@@ -309,9 +309,9 @@ async fn stale_token_after_retry_is_superseded() {
     let reader = engine
         .authenticate_worker(old.handle(), Verb::FetchPrompt)
         .unwrap();
-    let view = engine.fetch_prompt(&reader, None).await.unwrap();
-    assert_eq!(view.attempt, 1);
-    assert!(view.deadline <= engine.clock().now_ms());
+    assert_eq!(reader.attempt, 1);
+    let prompt = engine.fetch_prompt(&reader, None).await.unwrap();
+    assert!(prompt.deadline_ms <= engine.clock().now_ms());
 
     // A body naming the current attempt does not lend it to a stale
     // credential, and the error names the credential's attempt.

@@ -11,7 +11,7 @@ use swarmd_engine::audit::{AuditAction, AuditRecord};
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::{SessionId, TaskId};
-use swarmd_engine::operator::SessionKind;
+use swarmd_engine::store::SessionKind;
 use swarmd_engine::store::{
     HandleRecord, MemoryTaskStore, SessionRecord, SqliteTaskStore, TaskFilter, TaskStore, WriteOp,
     commit,

@@ -121,7 +121,6 @@ impl From<SessionError> for ApiError {
             SessionError::RoleTaken(_) => ApiError::coded(ErrorCode::RoleTaken, error.to_string()),
             SessionError::NotFound => ApiError::not_found("session"),
             SessionError::BadRequest(m) => ApiError::bad_request(m),
-            SessionError::NotReady => ApiError::coded(ErrorCode::NotReady, error.to_string()),
             SessionError::Engine(e) => e.into(),
         }
     }

@@ -17,6 +17,7 @@ mod events;
 mod ops;
 mod output;
 mod tasks;
+mod views;
 mod worker;
 
 use axum::Router;

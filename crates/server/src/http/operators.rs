@@ -77,7 +77,7 @@ async fn login(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("invalid login request: {e}")))?
     };
-    let response = state.sessions.login(request).await?;
+    let response = state.sessions.login(&state.engine, request).await?;
     Ok((StatusCode::CREATED, Json(response)))
 }
 
@@ -108,7 +108,7 @@ async fn remove(
     Path(sid): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let session = target(&state, &caller, &sid)?;
-    state.sessions.delete(&session.sid).await?;
+    state.sessions.delete(&state.engine, &session.sid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -18,10 +18,12 @@ use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
+use swarmd_engine::EngineError;
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::{EngineError, TaskView};
+
+use super::views::TaskView;
 use swarmd_output_store::{OutputEvent, OutputRecord, OutputStore};
 
 use crate::app::AppState;
@@ -96,9 +98,7 @@ async fn output(
     }
     // Subscribed before the task is read, so nothing published in between is lost.
     let rx = live.then(|| state.engine.subscribe());
-    let view = state
-        .engine
-        .task_view(id)
+    let view = TaskView::read(&state.engine, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("task {id}")))?;
     let cursor = start_cursor(

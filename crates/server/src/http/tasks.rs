@@ -17,12 +17,14 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use swarmd_engine::ErrorCode;
+use swarmd_engine::WorkerAuth;
 use swarmd_engine::auth::{looks_like_handle, looks_like_token};
 use swarmd_engine::gate::{Role, Verb};
 use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{PolicyOverrides, Task, TaskSpec, TaskStatus};
-use swarmd_engine::{TaskView, WorkerAuth};
+
+use super::views::TaskView;
 
 use crate::app::AppState;
 use crate::http::auth::{Caller, WorkerBearer, authenticate, authenticate_worker};
@@ -221,11 +223,7 @@ async fn wait_for(state: &AppState, id: TaskId, secs: u64) -> Result<Task, ApiEr
 }
 
 async fn view_of(state: &AppState, task: Task) -> Result<TaskView, ApiError> {
-    let id = task.id;
-    Ok(state.engine.task_view(id).await?.unwrap_or(TaskView {
-        task,
-        attempts: Vec::new(),
-    }))
+    Ok(TaskView::of(&state.engine, task).await?)
 }
 
 async fn list(
@@ -257,9 +255,7 @@ async fn get_task(
     Path(id): Path<TaskId>,
 ) -> Result<Json<TaskView>, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
-    let view = state
-        .engine
-        .task_view(id)
+    let view = TaskView::read(&state.engine, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("task {id}")))?;
     Ok(Json(view))

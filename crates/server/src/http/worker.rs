@@ -19,7 +19,9 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::{HeartbeatAck, PromptView, ResultAck, ResultPost, WorkerAuth, body_digest};
+use swarmd_engine::{HeartbeatAck, ResultAck, ResultPost, WorkerAuth, body_digest};
+
+use super::views::PromptView;
 use swarmd_output_store::OutputEvent;
 
 use crate::app::AppState;
@@ -97,12 +99,12 @@ async fn prompt(
     Query(query): Query<TaskQuery>,
 ) -> Result<Json<PromptView>, ApiError> {
     let auth = authenticate_worker(&state, &bearer, Verb::FetchPrompt)?;
-    let view = state
+    let prompt = state
         .engine
         .fetch_prompt(&auth, query.task_id)
         .await
         .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
-    Ok(Json(view))
+    Ok(Json(PromptView::new(&auth, prompt)))
 }
 
 async fn result(

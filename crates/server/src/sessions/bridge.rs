@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use swarmd_engine::SpawnError;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::operator::{
+use swarmd_spawner::operator::{
     BridgeError, HookAck, HookRequest, OperatorBackend, SeniorBridge, SpawnFrame, SpawnHook,
     SpawnReceipt,
 };

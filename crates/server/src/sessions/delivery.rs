@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use swarmd_engine::Engine;
+
 use super::outbox::OutboxFull;
 use super::{Session, SessionRegistry};
 use crate::ws::frames::ServerFrame;
@@ -123,10 +125,7 @@ impl SessionRegistry {
 
     /// Moves every session's watermark; writes those that delivered a
     /// `task_done` since their last write, or all that moved when `all`.
-    pub(super) async fn checkpoint_delivery(&self, all: bool) {
-        let Ok(engine) = self.engine() else {
-            return;
-        };
+    pub(super) async fn checkpoint_delivery(&self, engine: &Engine, all: bool) {
         let routed = self.routed_through();
         for session in self.all() {
             let delivery = &session.delivery;

@@ -10,8 +10,6 @@ pub enum SessionError {
     NotFound,
     #[error("bad request: {0}")]
     BadRequest(String),
-    #[error("the engine is not wired yet")]
-    NotReady,
     #[error(transparent)]
     Engine(#[from] EngineError),
 }

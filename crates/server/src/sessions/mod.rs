@@ -22,16 +22,18 @@ mod sweep;
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use swarmd_engine::Engine;
 use swarmd_engine::auth::SessionSecret;
+use swarmd_engine::clock::Clock;
 use swarmd_engine::ids::SessionId;
-use swarmd_engine::operator::{OperatorDirectory, OperatorInfo, SessionKind};
+use swarmd_engine::store::SessionKind;
 use swarmd_engine::store::SessionRecord;
+use swarmd_spawner::operator::{OperatorDirectory, OperatorInfo};
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
@@ -110,7 +112,7 @@ struct Maps {
 #[derive(Debug)]
 pub struct SessionRegistry {
     maps: Mutex<Maps>,
-    engine: OnceLock<Engine>,
+    clock: Arc<dyn Clock>,
     settings: SessionSettings,
     /// Open sockets, so a drain can wait for their close frames to go out.
     sockets: TaskTracker,
@@ -119,29 +121,22 @@ pub struct SessionRegistry {
 }
 
 impl SessionRegistry {
-    /// An empty registry; `SessionSettings::from_config` reads its settings.
-    pub fn new(settings: SessionSettings) -> Arc<Self> {
+    /// An empty registry; `SessionSettings::from_config` reads its
+    /// settings. It holds no engine: the operations that write a session
+    /// are handed it, so the engine's resolver can hold this registry as its
+    /// `OperatorDirectory` without a cycle.
+    pub fn new(settings: SessionSettings, clock: Arc<dyn Clock>) -> Arc<Self> {
         Arc::new(SessionRegistry {
             maps: Mutex::new(Maps::default()),
-            engine: OnceLock::new(),
+            clock,
             settings,
             sockets: TaskTracker::new(),
             routed: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
-    /// Wires the engine in once it exists (the engine needs this registry as
-    /// its `OperatorDirectory` first).
-    pub fn attach_engine(&self, engine: Engine) {
-        let _ = self.engine.set(engine);
-    }
-
     pub fn settings(&self) -> &SessionSettings {
         &self.settings
-    }
-
-    fn engine(&self) -> Result<&Engine, SessionError> {
-        self.engine.get().ok_or(SessionError::NotReady)
     }
 
     fn maps(&self) -> MutexGuard<'_, Maps> {
@@ -149,10 +144,13 @@ impl SessionRegistry {
     }
 
     /// Creates a session holding `roles` exclusively and persists it.
-    pub async fn login(&self, req: LoginRequest) -> Result<LoginResponse, SessionError> {
+    pub async fn login(
+        &self,
+        engine: &Engine,
+        req: LoginRequest,
+    ) -> Result<LoginResponse, SessionError> {
         validate_login(&req)?;
-        let engine = self.engine()?.clone();
-        let now = engine.clock().now_ms();
+        let now = self.clock.now_ms();
         let secret = SessionSecret::generate();
         let digest = secret.digest();
         let record = SessionRecord {
@@ -178,7 +176,7 @@ impl SessionRegistry {
             maps.by_digest.insert(digest, session.sid);
             maps.by_sid.insert(session.sid, session.clone());
         }
-        if let Err(error) = session.persist(&engine).await {
+        if let Err(error) = session.persist(engine).await {
             self.forget(session.sid);
             return Err(SessionError::Engine(error));
         }
@@ -201,8 +199,7 @@ impl SessionRegistry {
             let sid = maps.by_digest.get(&digest)?;
             maps.by_sid.get(sid)?.clone()
         };
-        let engine = self.engine.get()?;
-        let now = engine.clock().now_ms();
+        let now = self.clock.now_ms();
         if session.is_closed() || session.idle_at(now, self.settings.idle) {
             return None;
         }
@@ -230,11 +227,11 @@ impl SessionRegistry {
 
     /// Deletes a session: releases its roles, closes its socket, drops its
     /// pending requests and removes it from the store.
-    pub async fn delete(&self, sid: &SessionId) -> Result<(), SessionError> {
+    pub async fn delete(&self, engine: &Engine, sid: &SessionId) -> Result<(), SessionError> {
         let session = self.forget(*sid).ok_or(SessionError::NotFound)?;
         tracing::info!(%sid, "session deleted");
         session
-            .end(self.engine()?, CloseReason::Deleted)
+            .end(engine, CloseReason::Deleted)
             .await
             .map_err(SessionError::Engine)
     }
@@ -251,15 +248,12 @@ impl SessionRegistry {
     /// A stored role already held by a restored session is dropped. A
     /// session idle past `auth.session_idle_secs` (no socket survives a
     /// restart) is not restored: its record is deleted instead.
-    pub fn restore(&self, records: Vec<SessionRecord>) {
-        let engine = self.engine.get();
-        let now = engine.map(|e| e.clock().now_ms());
+    pub fn restore(&self, engine: &Engine, records: Vec<SessionRecord>) {
+        let now = self.clock.now_ms();
         let idle_ms = u64::try_from(self.settings.idle.as_millis()).unwrap_or(u64::MAX);
         let mut maps = self.maps();
         for mut record in records {
-            if let (Some(engine), Some(now)) = (engine, now)
-                && now.saturating_sub(record.last_seen_ms) >= idle_ms
-            {
+            if now.saturating_sub(record.last_seen_ms) >= idle_ms {
                 tracing::info!(sid = %record.sid, "not restoring a session that expired while the daemon was down");
                 session::forget_record(engine, record.sid);
                 continue;
@@ -321,10 +315,10 @@ impl SessionRegistry {
             hooks: session
                 .kind
                 .takes_hooks()
-                .then(|| session.clone() as Arc<dyn swarmd_engine::operator::SpawnHook>),
+                .then(|| session.clone() as Arc<dyn swarmd_spawner::operator::SpawnHook>),
             senior: session
                 .connected()
-                .then(|| session.clone() as Arc<dyn swarmd_engine::operator::SeniorBridge>),
+                .then(|| session.clone() as Arc<dyn swarmd_spawner::operator::SeniorBridge>),
             backend: Some(session.clone()),
         }
     }

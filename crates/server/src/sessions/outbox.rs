@@ -28,7 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use axum::extract::ws::Utf8Bytes;
 use swarmd_engine::WorkerCredential;
-use swarmd_engine::operator::SpawnFrame;
+use swarmd_spawner::operator::SpawnFrame;
 use tokio::sync::{Notify, watch};
 
 /// How a queued frame may be treated when the outbox is full.

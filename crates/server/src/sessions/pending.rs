@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
-use swarmd_engine::operator::{HookAck, SpawnReply};
+use swarmd_spawner::operator::{HookAck, SpawnReply};
 use tokio::sync::oneshot;
 
 const MIN_PRUNE_AT: usize = 64;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use serde_json::Value;
 use swarmd_engine::ids::SessionId;
-use swarmd_engine::operator::SessionKind;
+use swarmd_engine::store::SessionKind;
 use swarmd_engine::store::SessionRecord;
 use swarmd_engine::{Engine, EngineError};
 

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use swarmd_engine::Engine;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -21,11 +22,8 @@ const MAX_PERIOD: Duration = Duration::from_secs(60);
 impl SessionRegistry {
     /// One pass: expires idle sessions, persists fresh activity. Returns how
     /// many sessions expired.
-    pub async fn sweep(&self) -> usize {
-        let Ok(engine) = self.engine() else {
-            return 0;
-        };
-        let now = engine.clock().now_ms();
+    pub async fn sweep(&self, engine: &Engine) -> usize {
+        let now = self.clock.now_ms();
         let idle = self.settings.idle;
         let is_idle = |s: &super::Session| s.idle_at(now, idle);
         let mut expired = 0;
@@ -62,6 +60,7 @@ impl SessionRegistry {
     /// Runs `sweep` periodically on `tasks` until `shutdown` fires.
     pub fn spawn_idle_sweep(
         self: &Arc<Self>,
+        engine: Engine,
         shutdown: CancellationToken,
         tasks: &TaskTracker,
     ) -> JoinHandle<()> {
@@ -76,11 +75,11 @@ impl SessionRegistry {
                 tokio::select! {
                     () = shutdown.cancelled() => break,
                     _ = ticker.tick() => {
-                        registry.checkpoint_delivery(true).await;
-                        registry.sweep().await;
+                        registry.checkpoint_delivery(&engine, true).await;
+                        registry.sweep(&engine).await;
                     }
                     _ = checkpoint.tick() => {
-                        registry.checkpoint_delivery(false).await;
+                        registry.checkpoint_delivery(&engine, false).await;
                     }
                 }
             }

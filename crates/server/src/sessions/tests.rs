@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use swarmd_engine::clock::ManualClock;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::operator::{BridgeError, HookAck, HookRequest, SpawnFrame};
 use swarmd_engine::{SpawnError, WorkerCredential};
+use swarmd_spawner::operator::{BridgeError, HookAck, HookRequest, SpawnFrame};
 
 use super::*;
 use crate::ws::tests::support::{Harness, eventually};
@@ -47,12 +47,12 @@ async fn roles_are_exclusive_until_the_holder_is_deleted() {
     let harness = Harness::new().await;
     let registry = &harness.registry;
     let first = registry
-        .login(roles(&["main-ai", "senior", "main-ai"]))
+        .login(&harness.engine, roles(&["main-ai", "senior", "main-ai"]))
         .await
         .unwrap();
     assert_eq!(first.roles, ["main-ai", "senior"], "duplicates collapse");
     let taken = registry
-        .login(roles(&["worker-x", "senior"]))
+        .login(&harness.engine, roles(&["worker-x", "senior"]))
         .await
         .unwrap_err();
     assert!(
@@ -61,13 +61,16 @@ async fn roles_are_exclusive_until_the_holder_is_deleted() {
     );
     assert_eq!(registry.len(), 1, "a refused login leaves nothing behind");
 
-    registry.delete(&first.sid).await.unwrap();
+    registry.delete(&harness.engine, &first.sid).await.unwrap();
     assert!(registry.authenticate(&first.token).is_none());
     assert!(matches!(
-        registry.delete(&first.sid).await,
+        registry.delete(&harness.engine, &first.sid).await,
         Err(SessionError::NotFound)
     ));
-    let second = registry.login(roles(&["senior"])).await.unwrap();
+    let second = registry
+        .login(&harness.engine, roles(&["senior"]))
+        .await
+        .unwrap();
     assert_eq!(registry.by_role("senior").unwrap().sid, second.sid);
 }
 
@@ -75,7 +78,11 @@ async fn roles_are_exclusive_until_the_holder_is_deleted() {
 async fn bad_logins_are_refused() {
     let harness = Harness::new().await;
     for bad in [roles(&["Main"]), roles(&[""]), roles(&[&"r".repeat(65)])] {
-        let error = harness.registry.login(bad).await.unwrap_err();
+        let error = harness
+            .registry
+            .login(&harness.engine, bad)
+            .await
+            .unwrap_err();
         assert!(matches!(error, SessionError::BadRequest(_)), "{error}");
     }
     let parsed: LoginRequest =
@@ -87,7 +94,11 @@ async fn bad_logins_are_refused() {
 #[tokio::test]
 async fn sessions_are_persisted_and_restored_with_their_token() {
     let harness = Harness::new().await;
-    let login = harness.registry.login(roles(&["main-ai"])).await.unwrap();
+    let login = harness
+        .registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
     let stored = harness.engine.stored_sessions().await.unwrap();
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].sid, login.sid);
@@ -96,9 +107,8 @@ async fn sessions_are_persisted_and_restored_with_their_token() {
         "only the digest is stored"
     );
 
-    let restarted = SessionRegistry::new(SessionSettings::default());
-    restarted.attach_engine(harness.engine.clone());
-    restarted.restore(stored);
+    let restarted = SessionRegistry::new(SessionSettings::default(), harness.engine.clock());
+    restarted.restore(&harness.engine, stored);
     let session = restarted.authenticate(&login.token).unwrap();
     assert_eq!(
         (session.sid, session.roles.clone()),
@@ -106,7 +116,11 @@ async fn sessions_are_persisted_and_restored_with_their_token() {
     );
     assert_eq!(restarted.by_role("main-ai").unwrap().sid, login.sid);
 
-    harness.registry.delete(&login.sid).await.unwrap();
+    harness
+        .registry
+        .delete(&harness.engine, &login.sid)
+        .await
+        .unwrap();
     let stored = harness.engine.stored_sessions().await.unwrap();
     assert!(stored.is_empty(), "deletion reaches the store");
 }
@@ -115,16 +129,25 @@ async fn sessions_are_persisted_and_restored_with_their_token() {
 async fn idle_sessions_expire_and_release_their_roles() {
     let (harness, clock) = manual(60);
     let registry = &harness.registry;
-    let idle = registry.login(roles(&["main-ai"])).await.unwrap();
-    let busy = registry.login(roles(&["senior"])).await.unwrap();
-    let attached = registry.login(roles(&["observer-1"])).await.unwrap();
+    let idle = registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
+    let busy = registry
+        .login(&harness.engine, roles(&["senior"]))
+        .await
+        .unwrap();
+    let attached = registry
+        .login(&harness.engine, roles(&["observer-1"]))
+        .await
+        .unwrap();
     let socket = registry.get(&attached.sid).unwrap().outbox.attach();
 
     clock.advance_ms(59_000);
     assert!(registry.authenticate(&busy.token).is_some(), "activity");
-    assert_eq!(registry.sweep().await, 0);
+    assert_eq!(registry.sweep(&harness.engine).await, 0);
     clock.advance_ms(1_000);
-    assert_eq!(registry.sweep().await, 1);
+    assert_eq!(registry.sweep(&harness.engine).await, 1);
     assert!(registry.get(&idle.sid).is_none());
     assert!(
         registry.by_role("main-ai").is_none(),
@@ -136,7 +159,10 @@ async fn idle_sessions_expire_and_release_their_roles() {
         "a socket keeps a session alive"
     );
     assert_eq!(*socket.close.borrow(), None);
-    registry.login(roles(&["main-ai"])).await.unwrap();
+    registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
 
     // The sweep wrote the busy session's activity back.
     let stored = harness.engine.stored_sessions().await.unwrap();
@@ -149,8 +175,14 @@ async fn idle_sessions_expire_and_release_their_roles() {
 async fn a_request_never_revives_an_idle_session() {
     let (harness, clock) = manual(60);
     let registry = &harness.registry;
-    let idle = registry.login(roles(&["main-ai"])).await.unwrap();
-    let attached = registry.login(roles(&["senior"])).await.unwrap();
+    let idle = registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
+    let attached = registry
+        .login(&harness.engine, roles(&["senior"]))
+        .await
+        .unwrap();
     let _socket = registry.get(&attached.sid).unwrap().outbox.attach();
 
     clock.advance_ms(59_999);
@@ -168,25 +200,35 @@ async fn a_request_never_revives_an_idle_session() {
         registry.authenticate(&attached.token).is_some(),
         "a socket keeps a session alive"
     );
-    assert_eq!(registry.sweep().await, 1);
+    assert_eq!(registry.sweep(&harness.engine).await, 1);
 }
 
 #[tokio::test]
 async fn sessions_that_expired_while_down_are_not_restored() {
     let (harness, clock) = manual(60);
-    let stale = harness.registry.login(roles(&["main-ai"])).await.unwrap();
+    let stale = harness
+        .registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
     clock.advance_ms(30_000);
-    let fresh = harness.registry.login(roles(&["senior"])).await.unwrap();
+    let fresh = harness
+        .registry
+        .login(&harness.engine, roles(&["senior"]))
+        .await
+        .unwrap();
     clock.advance_ms(31_000);
     let stored = harness.engine.stored_sessions().await.unwrap();
     assert_eq!(stored.len(), 2);
 
-    let restarted = SessionRegistry::new(SessionSettings {
-        idle: Duration::from_secs(60),
-        ..SessionSettings::default()
-    });
-    restarted.attach_engine(harness.engine.clone());
-    restarted.restore(stored);
+    let restarted = SessionRegistry::new(
+        SessionSettings {
+            idle: Duration::from_secs(60),
+            ..SessionSettings::default()
+        },
+        harness.engine.clock(),
+    );
+    restarted.restore(&harness.engine, stored);
     assert!(restarted.get(&stale.sid).is_none());
     assert!(restarted.authenticate(&stale.token).is_none());
     assert!(restarted.by_role("main-ai").is_none(), "its role is free");
@@ -210,12 +252,18 @@ async fn sessions_that_expired_while_down_are_not_restored() {
 async fn the_directory_gives_hooks_to_main_ai_kinds_and_a_senior_while_connected() {
     let harness = Harness::new().await;
     let registry = &harness.registry;
-    let main = registry.login(roles(&["main-ai"])).await.unwrap();
+    let main = registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
     let automate = registry
-        .login(LoginRequest {
-            kind: SessionKind::Automate,
-            ..roles(&["bot"])
-        })
+        .login(
+            &harness.engine,
+            LoginRequest {
+                kind: SessionKind::Automate,
+                ..roles(&["bot"])
+            },
+        )
         .await
         .unwrap();
     let info = registry.session(&main.sid).unwrap();
@@ -233,7 +281,11 @@ async fn the_directory_gives_hooks_to_main_ai_kinds_and_a_senior_while_connected
 #[tokio::test]
 async fn bridge_requests_park_and_complete_by_req_id() {
     let harness = Harness::new().await;
-    let login = harness.registry.login(roles(&["main-ai"])).await.unwrap();
+    let login = harness
+        .registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
     let session = harness.registry.get(&login.sid).unwrap();
     let info = harness.registry.session(&login.sid).unwrap();
     let task_id = TaskId::new();
@@ -286,7 +338,11 @@ async fn bridge_requests_park_and_complete_by_req_id() {
 #[tokio::test]
 async fn a_deleted_session_closes_its_socket_and_fails_its_waiters() {
     let harness = Harness::new().await;
-    let login = harness.registry.login(roles(&["main-ai"])).await.unwrap();
+    let login = harness
+        .registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
     let session = harness.registry.get(&login.sid).unwrap();
     let socket = session.outbox.attach();
     let info = harness.registry.session(&login.sid).unwrap();
@@ -294,7 +350,11 @@ async fn a_deleted_session_closes_its_socket_and_fails_its_waiters() {
     let asking = tokio::spawn(async move { senior.ask(TaskId::new(), 1, json!("why?")).await });
     eventually("ask queued", || session.parked() == 1).await;
 
-    harness.registry.delete(&login.sid).await.unwrap();
+    harness
+        .registry
+        .delete(&harness.engine, &login.sid)
+        .await
+        .unwrap();
     assert_eq!(*socket.close.borrow(), Some(CloseReason::Deleted));
     assert_eq!(asking.await.unwrap(), Err(BridgeError::SessionGone));
     // Its bridges refuse new work.

@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 use swarmd_engine::ErrorCode;
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::ids::{ReqId, TaskId};
-use swarmd_engine::operator::SpawnFrame;
 use swarmd_engine::task::{PolicyOverrides, TaskStatus};
+use swarmd_spawner::operator::SpawnFrame;
 
 use crate::http::error::report_internal;
 

@@ -14,7 +14,7 @@ use futures_util::stream::SplitStream;
 use swarmd_engine::Engine;
 use swarmd_engine::ErrorCode;
 use swarmd_engine::ids::ReqId;
-use swarmd_engine::operator::{HookAck, SpawnReply};
+use swarmd_spawner::operator::{HookAck, SpawnReply};
 use tokio::sync::mpsc;
 
 use super::MAX_FRAME_BYTES;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::Value;
 use swarmd_engine::clock::ManualClock;
 use swarmd_engine::gate::Verb;
-use swarmd_engine::operator::{OperatorBackend, SpawnFrame};
 use swarmd_engine::task::TaskSpec;
+use swarmd_spawner::operator::{OperatorBackend, SpawnFrame};
 
 use super::*;
 use crate::config::Config;
@@ -46,7 +46,7 @@ async fn a_parked_spawn_near_expiry_is_reminted_at_delivery() {
     let engine = &harness.engine;
     let login = harness
         .registry
-        .login(LoginRequest::default())
+        .login(engine, LoginRequest::default())
         .await
         .unwrap();
     let session = harness.registry.get(&login.sid).unwrap();

@@ -7,8 +7,7 @@ use async_trait::async_trait;
 use serde_json::json;
 use swarmd_engine::audit::{AuditAction, AuditRecord};
 use swarmd_engine::auth::fingerprint;
-use swarmd_engine::ids::TaskId;
-use swarmd_engine::{Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+use swarmd_engine::{Attempt, AttemptHost, SpawnError, SpawnerAdapter, Worker};
 use tokio::time::Instant;
 
 use crate::stack::{Observed, SpawnerLayer, wrap_join};
@@ -33,59 +32,48 @@ pub struct Audit {
 
 #[async_trait]
 impl SpawnerAdapter for Audit {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
         // The record owed at completion carries no detail until then, so a
         // waiting attempt holds no JSON map.
+        let ctx = &attempt.ctx;
         let record = AuditRecord {
             id: 0,
             ts_ms: 0,
-            task_id,
-            attempt,
+            task_id: ctx.id.task,
+            attempt: ctx.id.n,
             agent: ctx.agent.clone(),
             session: ctx.session,
             action: AuditAction::Spawned,
             detail: serde_json::Value::Null,
         };
-        let token_fingerprint = fingerprint(token.token());
+        let token_fingerprint = fingerprint(attempt.credential.token());
+        let host = Arc::clone(&attempt.host);
         let started = Instant::now();
-        let worker = match self.inner.spawn(engine, ctx, task_id, attempt, token).await {
+        let worker = match self.inner.spawn(attempt).await {
             Ok(worker) => worker,
             Err(error) => {
-                write(
-                    engine,
-                    AuditRecord {
-                        action: AuditAction::SpawnFailed,
-                        detail: json!({
-                            "token_fingerprint": token_fingerprint,
-                            "error": error.to_string(),
-                        }),
-                        ..record
-                    },
-                );
+                host.audit(AuditRecord {
+                    action: AuditAction::SpawnFailed,
+                    detail: json!({
+                        "token_fingerprint": token_fingerprint,
+                        "error": error.to_string(),
+                    }),
+                    ..record
+                });
                 return Err(error);
             }
         };
-        write(
-            engine,
-            AuditRecord {
-                detail: json!({ "token_fingerprint": token_fingerprint }),
-                ..record.clone()
-            },
-        );
+        host.audit(AuditRecord {
+            detail: json!({ "token_fingerprint": token_fingerprint }),
+            ..record.clone()
+        });
         let mut pending = Pending {
-            engine: engine.clone(),
+            host,
             record: Some(record),
             started,
         };
         Ok(wrap_join(worker, move |joined| async move {
-            let observed = Observed::read(&pending.engine, task_id, attempt, &joined).await;
+            let observed = Observed::read(&*pending.host, &joined).await;
             pending.complete(json!({
                 "outcome": observed.outcome.as_str(),
                 "reason": observed.reason,
@@ -97,7 +85,7 @@ impl SpawnerAdapter for Audit {
 
 /// The completion record still owed; written as `abandoned` if dropped.
 struct Pending {
-    engine: Engine,
+    host: Arc<dyn AttemptHost>,
     record: Option<AuditRecord>,
     started: Instant,
 }
@@ -108,7 +96,7 @@ impl Pending {
             detail["elapsed_ms"] = json!(self.started.elapsed().as_millis() as u64);
             record.action = AuditAction::Completed;
             record.detail = detail;
-            write(&self.engine, record);
+            self.host.audit(record);
         }
     }
 }
@@ -119,16 +107,56 @@ impl Drop for Pending {
     }
 }
 
-fn write(engine: &Engine, mut record: AuditRecord) {
-    record.ts_ms = engine.clock().now_ms();
-    engine.audit(record);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{Act, FinalSpawner, call_log, engine_running, run_task};
+    use crate::testing::{Act, FinalSpawner, call_log, engine_running, mock_attempt, run_task};
     use swarmd_engine::task::{PolicyOverrides, TaskStatus};
+
+    /// The layer alone against a mock host: it records `spawned` with the
+    /// token's fingerprint before the worker runs, and `completed` with the
+    /// host's verdict once the worker's join passes back through it.
+    #[tokio::test]
+    async fn against_a_mock_host_it_records_the_spawn_then_the_verdict() {
+        let (attempt, host) = mock_attempt("a");
+        let id = attempt.ctx.id;
+        let base = FinalSpawner::arc(Act::Final(json!("done"), true), &call_log());
+        let worker = AuditLayer.wrap(base).spawn(attempt).await.unwrap();
+        {
+            let recorded = host.recorded();
+            assert_eq!(
+                recorded.audit.len(),
+                1,
+                "spawned is written before the join"
+            );
+            let spawned = &recorded.audit[0];
+            assert_eq!(spawned.action, AuditAction::Spawned);
+            assert_eq!((spawned.task_id, spawned.attempt), (id.task, id.n));
+            assert_eq!(
+                spawned.detail["token_fingerprint"],
+                json!(fingerprint("swc1.test"))
+            );
+        }
+        worker.join().await.unwrap();
+        let recorded = host.recorded();
+        let completed = &recorded.audit[1];
+        assert_eq!(completed.action, AuditAction::Completed);
+        assert_eq!(completed.detail["outcome"], "pass");
+        assert_eq!(completed.ts_ms, 1_000, "the host stamps the record");
+    }
+
+    /// A worker dropped before its join completes is recorded as abandoned.
+    #[tokio::test]
+    async fn against_a_mock_host_a_dropped_worker_is_abandoned() {
+        let (attempt, host) = mock_attempt("a");
+        let base = FinalSpawner::arc(Act::Final(json!(1), true), &call_log());
+        let worker = AuditLayer.wrap(base).spawn(attempt).await.unwrap();
+        drop(worker);
+        let recorded = host.recorded();
+        let actions: Vec<_> = recorded.audit.iter().map(|r| r.action).collect();
+        assert_eq!(actions, [AuditAction::Spawned, AuditAction::Completed]);
+        assert_eq!(recorded.audit[1].detail["outcome"], "abandoned");
+    }
 
     async fn audited(act: Act) -> (TaskStatus, Vec<AuditRecord>) {
         let base = FinalSpawner::arc(act, &call_log());

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use swarmd_engine::event::Event;
-use swarmd_engine::ids::TaskId;
-use swarmd_engine::{Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 use tokio::time::Instant;
 
 use crate::stack::{SpawnerLayer, around_join};
@@ -32,25 +31,15 @@ pub struct LongHold {
 
 #[async_trait]
 impl SpawnerAdapter for LongHold {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
         let started = Instant::now();
-        let worker = self
-            .inner
-            .spawn(engine, ctx, task_id, attempt, token)
-            .await?;
-        let engine = engine.clone();
+        let host = Arc::clone(&attempt.host);
+        let worker = self.inner.spawn(attempt).await?;
         Ok(around_join(worker, move |mut join| async move {
             // The threshold is read once the join is awaited, off the spawn path.
-            let threshold = match engine.get_task(task_id).await {
-                Ok(Some(task)) => task.policy.long_hold_warn_secs,
-                _ => 0,
+            let threshold = match host.task().await {
+                Ok(task) => task.policy.long_hold_warn_secs,
+                Err(_) => 0,
             };
             if threshold == 0 {
                 return join.await;
@@ -68,9 +57,10 @@ impl SpawnerAdapter for LongHold {
                     joined = &mut join => return joined,
                     () = tokio::time::sleep_until(next) => {
                         warned += 1;
-                        engine.publish(Event::LongHoldWarn {
-                            task_id,
-                            attempt,
+                        let id = host.id();
+                        host.publish(Event::LongHoldWarn {
+                            task_id: id.task,
+                            attempt: id.n,
                             elapsed_secs: threshold.saturating_mul(warned),
                         });
                     }

@@ -7,10 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use swarmd_engine::ids::TaskId;
-use swarmd_engine::{
-    Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential, WorkerError,
-};
+use swarmd_engine::{Attempt, Ctx, SpawnError, SpawnerAdapter, Worker, WorkerError};
 use swarmd_output_store::OutputEvent;
 
 use crate::lua::{BeforeDecision, LuaError, LuaPool, LuaScript, MiddlewareHooks};
@@ -61,42 +58,33 @@ pub struct LuaMiddleware {
 
 #[async_trait]
 impl SpawnerAdapter for LuaMiddleware {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        mut ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
+    async fn spawn(&self, mut attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
         let layer = &self.layer;
-        let script_ctx = script_ctx(&ctx);
+        let script_ctx = script_ctx(&attempt.ctx);
         if layer.hooks.before {
             match layer
                 .pool
                 .run_before(&layer.script, script_ctx.clone())
                 .await
             {
-                Ok(BeforeDecision::Proceed { meta }) => ctx.meta.extend(meta),
+                Ok(BeforeDecision::Proceed { meta }) => attempt.ctx.meta.extend(meta),
                 Ok(BeforeDecision::Reject(reason)) => {
                     return Err(SpawnError::Rejected(format!("{}: {reason}", layer.key)));
                 }
                 Err(e) => return Err(SpawnError::Rejected(format!("{}: {e}", layer.key))),
             }
         }
-        let worker = self
-            .inner
-            .spawn(engine, ctx, task_id, attempt, token)
-            .await?;
+        let host = Arc::clone(&attempt.host);
+        let worker = self.inner.spawn(attempt).await?;
         if !layer.hooks.after {
             return Ok(worker);
         }
-        let (engine, layer) = (engine.clone(), layer.clone());
+        let layer = layer.clone();
         Ok(wrap_join(worker, move |joined| async move {
             if joined == Err(WorkerError::Cancelled) {
                 return joined;
             }
-            let observed = Observed::read(&engine, task_id, attempt, &joined).await;
+            let observed = Observed::read(&*host, &joined).await;
             let over = match layer
                 .pool
                 .run_after(&layer.script, script_ctx, observed.to_json())
@@ -105,15 +93,12 @@ impl SpawnerAdapter for LuaMiddleware {
                 Ok(Some(over)) => over,
                 Ok(None) => return joined,
                 Err(e) => {
-                    tracing::warn!(%task_id, attempt, layer = %layer.key, error = %e, "after failed; the outcome stands");
+                    tracing::warn!(layer = %layer.key, error = %e, "after failed; the outcome stands");
                     return joined;
                 }
             };
             let event = OutputEvent::inline_final(over.value, over.ok);
-            match engine
-                .record_output(task_id, attempt, &layer.key, vec![event])
-                .await
-            {
+            match host.record_output(&layer.key, vec![event]).await {
                 // The override decides, even over a worker that failed.
                 Ok(_) => Ok(()),
                 Err(e) => Err(WorkerError::Failed(format!(
@@ -128,8 +113,8 @@ impl SpawnerAdapter for LuaMiddleware {
 /// The `ctx` table a script sees.
 fn script_ctx(ctx: &Ctx) -> Value {
     json!({
-        "task_id": ctx.task_id,
-        "attempt": ctx.attempt,
+        "task_id": ctx.id.task,
+        "attempt": ctx.id.n,
         "agent": ctx.agent,
         "layers": ctx.layers,
         "session": ctx.session,
@@ -183,8 +168,8 @@ mod tests {
         let ctx = &base.contexts()[0];
         assert_eq!(ctx.meta.get("tagged"), Some(&json!(1)));
         assert!(
-            ctx.meta.contains_key("worker_handle"),
-            "the engine's meta is kept"
+            !ctx.meta.contains_key("worker_handle"),
+            "no credential travels in the meta a script sees"
         );
     }
 

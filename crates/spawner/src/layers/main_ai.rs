@@ -6,16 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use swarmd_engine::ids::TaskId;
-use swarmd_engine::operator::{HookAck, HookRequest};
-use swarmd_engine::{Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 
+use crate::operator::{HookAck, HookRequest, OperatorDirectory};
 use crate::stack::{Observed, SpawnerLayer, wrap_join};
 
-/// Builds [`MainAi`] wrappers; `hook_timeout` bounds the wait for `hook_ack`.
-#[derive(Debug, Clone, Copy)]
+/// Builds [`MainAi`] wrappers; `hook_timeout` bounds the wait for `hook_ack`,
+/// `operators` finds the task's session.
+#[derive(Debug, Clone)]
 pub struct MainAiLayer {
     pub hook_timeout: Duration,
+    pub operators: Arc<dyn OperatorDirectory>,
 }
 
 impl SpawnerLayer for MainAiLayer {
@@ -23,6 +24,7 @@ impl SpawnerLayer for MainAiLayer {
         Arc::new(MainAi {
             inner,
             hook_timeout: self.hook_timeout,
+            operators: Arc::clone(&self.operators),
         })
     }
 }
@@ -33,30 +35,25 @@ impl SpawnerLayer for MainAiLayer {
 pub struct MainAi {
     inner: Arc<dyn SpawnerAdapter>,
     hook_timeout: Duration,
+    operators: Arc<dyn OperatorDirectory>,
 }
 
 #[async_trait]
 impl SpawnerAdapter for MainAi {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
-        let hooks = ctx
-            .operator
-            .as_ref()
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
+        let hooks = attempt
+            .ctx
+            .session
+            .and_then(|sid| self.operators.session(&sid))
             .filter(|session| session.kind.takes_hooks())
-            .and_then(|session| session.hooks.clone());
+            .and_then(|session| session.hooks);
         let Some(hooks) = hooks else {
-            return self.inner.spawn(engine, ctx, task_id, attempt, token).await;
+            return self.inner.spawn(attempt).await;
         };
         let request = HookRequest {
-            task_id,
-            agent: ctx.agent.clone(),
-            attempt,
+            task_id: attempt.ctx.id.task,
+            agent: attempt.ctx.agent.clone(),
+            attempt: attempt.ctx.id.n,
         };
         match tokio::time::timeout(self.hook_timeout, hooks.before(request.clone())).await {
             Ok(Ok(HookAck { ok: true, .. })) => {}
@@ -72,13 +69,10 @@ impl SpawnerAdapter for MainAi {
                 )));
             }
         }
-        let worker = self
-            .inner
-            .spawn(engine, ctx, task_id, attempt, token)
-            .await?;
-        let engine = engine.clone();
+        let host = Arc::clone(&attempt.host);
+        let worker = self.inner.spawn(attempt).await?;
         Ok(wrap_join(worker, move |joined| async move {
-            let observed = Observed::read(&engine, task_id, attempt, &joined).await;
+            let observed = Observed::read(&*host, &joined).await;
             hooks.after(request, observed.to_json());
             joined
         }))
@@ -90,7 +84,9 @@ mod tests {
     use std::sync::Mutex;
 
     use serde_json::{Value, json};
-    use swarmd_engine::operator::{BridgeError, SessionKind, SpawnHook};
+    use swarmd_engine::store::SessionKind;
+
+    use crate::operator::{BridgeError, SpawnHook};
     use swarmd_engine::task::{PolicyOverrides, SpawnerKind, TaskStatus};
 
     use super::*;
@@ -136,6 +132,7 @@ mod tests {
         let log = call_log();
         let layer = MainAiLayer {
             hook_timeout: Duration::from_secs(30),
+            operators: directory.clone(),
         };
         let stack = layer.wrap(FinalSpawner::arc(Act::Final(json!("v"), true), &log));
         let engine = engine_with_directory(vec![("a", SpawnerKind::InProcess, stack)], directory);

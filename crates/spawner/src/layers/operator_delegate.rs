@@ -1,15 +1,16 @@
-//! `operator_delegate` (hint layer, docs/tasks.md, Layers): when the engine placed the
-//! attempt with the task's own session (`Ctx::delegated`: the session has an
-//! operator backend), it goes back to it as a `spawn` frame and the inner
-//! spawner is bypassed; otherwise the inner spawner runs.
+//! `operator_delegate` (hint layer, docs/tasks.md, Layers): when the attempt
+//! was placed with the task's own session (`Ctx::delegated`, decided by the
+//! resolver when the session has an operator backend), it goes back to it as
+//! a `spawn` frame and the inner spawner is bypassed; otherwise the inner
+//! spawner runs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use swarmd_engine::ids::TaskId;
-use swarmd_engine::{Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 
+use crate::operator::OperatorDirectory;
 use crate::spawners::{OperatorTarget, delegate};
 use crate::stack::SpawnerLayer;
 
@@ -19,13 +20,19 @@ use crate::stack::SpawnerLayer;
 pub struct OperatorDelegateLayer {
     base_url: String,
     targets: Arc<HashMap<String, OperatorTarget>>,
+    operators: Arc<dyn OperatorDirectory>,
 }
 
 impl OperatorDelegateLayer {
-    pub fn new(base_url: &str, targets: HashMap<String, OperatorTarget>) -> OperatorDelegateLayer {
+    pub fn new(
+        base_url: &str,
+        targets: HashMap<String, OperatorTarget>,
+        operators: Arc<dyn OperatorDirectory>,
+    ) -> OperatorDelegateLayer {
         OperatorDelegateLayer {
             base_url: base_url.to_owned(),
             targets: Arc::new(targets),
+            operators,
         }
     }
 }
@@ -39,7 +46,7 @@ impl SpawnerLayer for OperatorDelegateLayer {
     }
 }
 
-/// Delegates to `ctx.operator`'s backend when the attempt was placed there.
+/// Delegates to the owning session's backend when the attempt was placed there.
 #[derive(Debug)]
 pub struct OperatorDelegate {
     inner: Arc<dyn SpawnerAdapter>,
@@ -48,19 +55,17 @@ pub struct OperatorDelegate {
 
 #[async_trait]
 impl SpawnerAdapter for OperatorDelegate {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
+        let ctx = &attempt.ctx;
         if !ctx.delegated {
-            return self.inner.spawn(engine, ctx, task_id, attempt, token).await;
+            return self.inner.spawn(attempt).await;
         }
-        let Some(backend) = ctx.operator.as_ref().and_then(|s| s.backend.clone()) else {
-            return Err(SpawnError::NoOperator(ctx.agent));
+        let backend = ctx
+            .session
+            .and_then(|sid| self.layer.operators.session(&sid))
+            .and_then(|s| s.backend);
+        let Some(backend) = backend else {
+            return Err(SpawnError::NoOperator(attempt.ctx.agent));
         };
         let target = self
             .layer
@@ -68,7 +73,7 @@ impl SpawnerAdapter for OperatorDelegate {
             .get(&ctx.agent)
             .cloned()
             .unwrap_or_default();
-        delegate(engine, backend, &target, &self.layer.base_url, &ctx, token).await
+        delegate(attempt, backend, &target, &self.layer.base_url).await
     }
 }
 
@@ -77,8 +82,11 @@ mod tests {
     use std::time::Duration;
 
     use serde_json::json;
+    use swarmd_engine::Engine;
     use swarmd_engine::ids::SessionId;
-    use swarmd_engine::operator::{SessionKind, SpawnReply};
+    use swarmd_engine::store::SessionKind;
+
+    use crate::operator::SpawnReply;
     use swarmd_engine::task::{PolicyOverrides, SpawnerKind, Task, TaskSpec, TaskStatus};
 
     use super::*;
@@ -100,7 +108,7 @@ mod tests {
         engine.spawn_task(spec).await.unwrap()
     }
 
-    fn layer() -> OperatorDelegateLayer {
+    fn layer(directory: &Arc<FakeDirectory>) -> OperatorDelegateLayer {
         let target = OperatorTarget {
             worker_binding: Some(json!({"subagent_type": "fixer"})),
             system_prompt: None,
@@ -108,6 +116,7 @@ mod tests {
         OperatorDelegateLayer::new(
             "http://127.0.0.1:9",
             HashMap::from([("known".to_owned(), target)]),
+            directory.clone(),
         )
     }
 
@@ -128,14 +137,15 @@ mod tests {
         let directory = Arc::new(FakeDirectory::default());
         directory.add(&[], owner);
         let log = call_log();
-        let known = layer().wrap(FinalSpawner::arc(Act::Final(json!("inner"), true), &log));
+        let known =
+            layer(&directory).wrap(FinalSpawner::arc(Act::Final(json!("inner"), true), &log));
         (backend, sid, directory, log, known)
     }
 
     #[tokio::test]
     async fn a_session_with_a_backend_gets_the_attempt_and_the_inner_spawner_is_bypassed() {
         let (backend, sid, directory, log, known) = main_ai_with_backend();
-        let unknown = layer().wrap(Arc::new(UnconfiguredAgent));
+        let unknown = layer(&directory).wrap(Arc::new(UnconfiguredAgent));
         let engine = engine_with_directory(
             vec![
                 ("known", SpawnerKind::Operator, known),
@@ -196,8 +206,9 @@ mod tests {
         let sid = owner.sid;
         directory.add(&[], owner);
         let log = call_log();
-        let known = layer().wrap(FinalSpawner::arc(Act::Final(json!("inner"), true), &log));
-        let adhoc = layer().wrap(Arc::new(UnconfiguredAgent));
+        let known =
+            layer(&directory).wrap(FinalSpawner::arc(Act::Final(json!("inner"), true), &log));
+        let adhoc = layer(&directory).wrap(Arc::new(UnconfiguredAgent));
         let engine = engine_with_directory(
             vec![
                 ("known", SpawnerKind::Operator, known),
@@ -235,8 +246,8 @@ mod tests {
 
         let delegated = spawn_delegating(&engine, "known", sid).await;
         backend.frame(0).await;
-        let view = engine.task_view(delegated.id).await.unwrap().unwrap();
-        assert_eq!(view.attempts[0].spawner, SpawnerKind::Operator);
+        let attempts = engine.attempts(delegated.id).await.unwrap();
+        assert_eq!(attempts[0].spawner, SpawnerKind::Operator);
 
         // Without the layer the same agent runs its own spawner, as a process.
         let own = spawn_owned(&engine, "known", Some(sid), PolicyOverrides::default()).await;
@@ -245,7 +256,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(done.result.unwrap().value, json!("inner"));
-        let view = engine.task_view(own.id).await.unwrap().unwrap();
-        assert_eq!(view.attempts[0].spawner, SpawnerKind::Process);
+        let attempts = engine.attempts(own.id).await.unwrap();
+        assert_eq!(attempts[0].spawner, SpawnerKind::Process);
     }
 }

@@ -16,6 +16,7 @@ use crate::layers::{
     OperatorDelegateLayer, SENIOR_ESCALATION, SeniorEscalationLayer,
 };
 use crate::lua::{LuaPool, LuaScript};
+use crate::operator::OperatorDirectory;
 use crate::process::ProcessRunner;
 use crate::spawners::{LuaAgentSpawner, OperatorSpawner, OperatorTarget, ProcessSpawner};
 use crate::stack::{BASE_KEYS, LayerRegistry};
@@ -31,6 +32,7 @@ impl StackResolver {
         settings: &SpawnerSettings,
         agents: &[AgentSpec],
         lua: &LuaPool,
+        operators: Arc<dyn OperatorDirectory>,
     ) -> Result<StackResolver, ConfigErrors> {
         let mut errors = Vec::new();
         let mut entries = HashMap::new();
@@ -41,7 +43,7 @@ impl StackResolver {
                 });
                 continue;
             }
-            match base_spawner(spec, settings, lua) {
+            match base_spawner(spec, settings, lua, &operators) {
                 Ok(entry) => {
                     entries.insert(spec.name.clone(), entry);
                 }
@@ -53,9 +55,9 @@ impl StackResolver {
             errors.push(ConfigError::UnknownSeniorAgent(senior.clone()));
         }
         // A broken middleware is reported; agents are still linked without it.
-        let (layers, more) = layers_and_errors(settings, agents, lua);
+        let (layers, more) = layers_and_errors(settings, agents, lua, &operators);
         errors.extend(more);
-        let resolver = StackResolver::new(entries, layers);
+        let resolver = StackResolver::new(entries, layers).with_operators(operators);
         if let Err(ConfigErrors(more)) = resolver.validate_all() {
             errors.extend(more);
         }
@@ -74,8 +76,9 @@ pub fn standard_layers(
     settings: &SpawnerSettings,
     agents: &[AgentSpec],
     lua: &LuaPool,
+    operators: &Arc<dyn OperatorDirectory>,
 ) -> Result<LayerRegistry, ConfigErrors> {
-    let (registry, errors) = layers_and_errors(settings, agents, lua);
+    let (registry, errors) = layers_and_errors(settings, agents, lua, operators);
     if errors.is_empty() {
         Ok(registry)
     } else {
@@ -87,6 +90,7 @@ fn layers_and_errors(
     settings: &SpawnerSettings,
     agents: &[AgentSpec],
     lua: &LuaPool,
+    operators: &Arc<dyn OperatorDirectory>,
 ) -> (LayerRegistry, Vec<ConfigError>) {
     let [audit, long_hold] = BASE_KEYS;
     let targets: HashMap<String, OperatorTarget> = agents
@@ -103,17 +107,23 @@ fn layers_and_errors(
             MAIN_AI,
             Arc::new(MainAiLayer {
                 hook_timeout: settings.hook_timeout,
+                operators: Arc::clone(operators),
             }),
         )
         .with_hint(
             SENIOR_ESCALATION,
             Arc::new(SeniorEscalationLayer {
                 settings: settings.senior.clone(),
+                operators: Arc::clone(operators),
             }),
         )
         .with_hint(
             OPERATOR_DELEGATE,
-            Arc::new(OperatorDelegateLayer::new(&settings.base_url, targets)),
+            Arc::new(OperatorDelegateLayer::new(
+                &settings.base_url,
+                targets,
+                Arc::clone(operators),
+            )),
         );
     let mut errors = Vec::new();
     for middleware in &settings.middleware {
@@ -138,6 +148,7 @@ fn base_spawner(
     spec: &AgentSpec,
     settings: &SpawnerSettings,
     lua: &LuaPool,
+    operators: &Arc<dyn OperatorDirectory>,
 ) -> Result<AgentEntry, ConfigError> {
     let agent = spec.name.clone();
     if spec.concurrency == Some(0) {
@@ -183,6 +194,7 @@ fn base_spawner(
                 &operator.operator_role,
                 target(operator),
                 &settings.base_url,
+                Arc::clone(operators),
             );
             (SpawnerKind::Operator, Arc::new(spawner))
         }

@@ -13,6 +13,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use swarmd_engine::ids::SessionId;
 use swarmd_engine::task::{ProcessGroupMark, SpawnerKind};
 use swarmd_engine::{AgentProfile, SpawnError, SpawnerAdapter, SpawnerResolver};
 
@@ -23,6 +24,7 @@ pub use spec::{
 };
 
 use crate::layers::OPERATOR_DELEGATE;
+use crate::operator::{NoOperators, OperatorDirectory};
 use crate::process::GroupIdentity;
 use crate::spawners::UnconfiguredAgent;
 use crate::stack::LayerRegistry;
@@ -48,19 +50,30 @@ type StackCache = HashMap<String, HashMap<Vec<String>, Arc<dyn SpawnerAdapter>>>
 pub struct StackResolver {
     agents: HashMap<String, AgentEntry>,
     layers: LayerRegistry,
+    /// Live sessions, for where an attempt runs.
+    operators: Arc<dyn OperatorDirectory>,
     /// std `Mutex`: held for a map lookup or insert, never across an await.
     cache: Mutex<StackCache>,
 }
 
 impl StackResolver {
-    /// A resolver over an agent registry and a layer registry; nothing is
-    /// checked until [`Self::validate_all`] or the first link.
+    /// A resolver over an agent registry and a layer registry, with no
+    /// sessions to delegate to; nothing is checked until
+    /// [`Self::validate_all`] or the first link.
     pub fn new(agents: HashMap<String, AgentEntry>, layers: LayerRegistry) -> StackResolver {
         StackResolver {
             agents,
             layers,
+            operators: Arc::new(NoOperators),
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The live sessions attempts may be delegated to (the same directory
+    /// the layers were built with).
+    pub fn with_operators(mut self, operators: Arc<dyn OperatorDirectory>) -> StackResolver {
+        self.operators = operators;
+        self
     }
 
     /// Links every agent with its own layers, so that a misconfigured agent
@@ -137,13 +150,19 @@ impl SpawnerResolver for StackResolver {
         }
     }
 
-    /// The agent's own layers count as well as the task's.
-    fn delegates(&self, agent: &str, layers: &[String]) -> bool {
-        delegates(layers)
+    /// When the agent's stack names `operator_delegate` (its own layers
+    /// count as well as the task's) and the owning session is live with an
+    /// operator backend.
+    fn delegated(&self, agent: &str, layers: &[String], session: Option<SessionId>) -> bool {
+        let stack_delegates = delegates(layers)
             || self
                 .agents
                 .get(agent)
-                .is_some_and(|entry| delegates(&entry.layers))
+                .is_some_and(|entry| delegates(&entry.layers));
+        stack_delegates
+            && session
+                .and_then(|sid| self.operators.session(&sid))
+                .is_some_and(|s| s.backend.is_some())
     }
 
     fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError> {

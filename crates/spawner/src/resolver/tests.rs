@@ -11,8 +11,13 @@ use swarmd_engine::testing::memory_engine;
 
 use super::*;
 use crate::lua::{LuaLimits, LuaPool};
+use crate::operator::NoOperators;
 use crate::process::{EnvVar, HostEnv, ProcessSpec};
 use crate::testing::run_task;
+
+fn no_operators() -> Arc<dyn OperatorDirectory> {
+    Arc::new(NoOperators)
+}
 
 fn keys(list: &[&str]) -> Vec<String> {
     list.iter().map(|k| (*k).to_owned()).collect()
@@ -103,7 +108,8 @@ fn every_misconfiguration_is_reported_at_startup_with_agent_and_reason() {
             &["senior_escalation"],
         ),
     ];
-    let errors = StackResolver::from_config(&settings, &agents, &pool()).unwrap_err();
+    let errors =
+        StackResolver::from_config(&settings, &agents, &pool(), no_operators()).unwrap_err();
     let text = errors.to_string();
     for expected in [
         "agent `no-program`: program `/opt/missing/claude` cannot be used",
@@ -133,8 +139,13 @@ fn profiles_resolve_known_agents_and_delegated_unknown_ones() {
         }),
         &["main_ai"],
     );
-    let resolver =
-        StackResolver::from_config(&settings(dir.path()), &[worker, operator], &pool()).unwrap();
+    let resolver = StackResolver::from_config(
+        &settings(dir.path()),
+        &[worker, operator],
+        &pool(),
+        no_operators(),
+    )
+    .unwrap();
     assert_eq!(resolver.agent_names(), ["reviewer", "worker"]);
     let profile = resolver.profile("worker", &[]).unwrap();
     assert_eq!(
@@ -173,6 +184,7 @@ fn linked_stacks_are_cached_per_agent_and_layer_set() {
         &settings(dir.path()),
         &[agent("w", process(dir.path(), "echo 1"), &[])],
         &pool(),
+        no_operators(),
     )
     .unwrap();
     let plain = resolver.link("w", &[]).unwrap();
@@ -188,7 +200,7 @@ fn linked_stacks_are_cached_per_agent_and_layer_set() {
 #[test]
 fn the_standard_stack_puts_base_layers_outside_hints_in_named_order() {
     let dir = tempfile::tempdir().unwrap();
-    let registry = standard_layers(&settings(dir.path()), &[], &pool()).unwrap();
+    let registry = standard_layers(&settings(dir.path()), &[], &pool(), &no_operators()).unwrap();
     let hints = registry
         .hint_keys(
             "a",
@@ -226,7 +238,9 @@ async fn configured_agents_run_through_the_linked_stack() {
             &[],
         ),
     ];
-    let resolver = StackResolver::from_config(&settings(dir.path()), &agents, &pool()).unwrap();
+    let resolver =
+        StackResolver::from_config(&settings(dir.path()), &agents, &pool(), no_operators())
+            .unwrap();
     let engine = memory_engine(Arc::new(resolver), EngineConfig::default());
 
     let task = run_task(&engine, "shell", PolicyOverrides::default()).await;

@@ -1,8 +1,7 @@
 //! Forwarding a worker's events into the attempt's tail as they arrive,
 //! batching whatever is already waiting into one append.
 
-use swarmd_engine::ids::TaskId;
-use swarmd_engine::{Engine, EngineError};
+use swarmd_engine::{AttemptHost, EngineError};
 use swarmd_output_store::OutputEvent;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -18,9 +17,7 @@ const MAX_BATCH: usize = 64;
 /// call, cannot hold the attempt open). On an append error the receiver is
 /// dropped, which stops the worker, and the error returned.
 pub(super) async fn forward(
-    engine: &Engine,
-    task_id: TaskId,
-    attempt: u32,
+    host: &dyn AttemptHost,
     producer: &str,
     mut events: mpsc::Receiver<OutputEvent>,
     done: &CancellationToken,
@@ -44,8 +41,6 @@ pub(super) async fn forward(
                 Err(_) => break,
             }
         }
-        engine
-            .record_output(task_id, attempt, producer, batch)
-            .await?;
+        host.record_output(producer, batch).await?;
     }
 }

@@ -3,10 +3,10 @@
 //! appended as the Final.
 
 use async_trait::async_trait;
-use swarmd_engine::ids::{TaskId, WorkerId};
-use swarmd_engine::{
-    Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential, WorkerError,
-};
+use std::sync::Arc;
+
+use swarmd_engine::ids::WorkerId;
+use swarmd_engine::{Attempt, AttemptHost, SpawnError, SpawnerAdapter, Worker, WorkerError};
 use swarmd_output_store::OutputEvent;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -32,18 +32,12 @@ impl LuaAgentSpawner {
 
 #[async_trait]
 impl SpawnerAdapter for LuaAgentSpawner {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        _token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
-        let task = task_of(engine, task_id).await?;
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
+        let Attempt { ctx, host, .. } = attempt;
+        let task = task_of(&*host).await?;
         let run = AgentRun {
-            task_id: task_id.to_string(),
-            attempt,
+            task_id: ctx.id.task.to_string(),
+            attempt: ctx.id.n,
             agent: ctx.agent,
             prompt: task.prompt,
             system: task.system,
@@ -52,9 +46,7 @@ impl SpawnerAdapter for LuaAgentSpawner {
         Ok(Box::new(LuaWorker {
             id: WorkerId::new(),
             cancel: CancellationToken::new(),
-            engine: engine.clone(),
-            task_id,
-            attempt,
+            host,
             run,
             script: self.script.clone(),
             pool: self.pool.clone(),
@@ -66,9 +58,7 @@ impl SpawnerAdapter for LuaAgentSpawner {
 struct LuaWorker {
     id: WorkerId,
     cancel: CancellationToken,
-    engine: Engine,
-    task_id: TaskId,
-    attempt: u32,
+    host: Arc<dyn AttemptHost>,
     run: AgentRun,
     script: LuaScript,
     pool: LuaPool,
@@ -95,17 +85,8 @@ impl Worker for LuaWorker {
             done.cancel();
             ran
         };
-        let (ran, forwarded) = tokio::join!(
-            running,
-            forward(
-                &self.engine,
-                self.task_id,
-                self.attempt,
-                PRODUCER,
-                received,
-                &done
-            )
-        );
+        let (ran, forwarded) =
+            tokio::join!(running, forward(&*self.host, PRODUCER, received, &done));
         if let Err(e) = forwarded {
             return Err(WorkerError::Failed(format!(
                 "recording the output failed: {e}"
@@ -116,10 +97,8 @@ impl Worker for LuaWorker {
             Err(LuaError::Cancelled) => return Err(WorkerError::Cancelled),
             Err(e) => return Err(WorkerError::Failed(e.to_string())),
         };
-        self.engine
+        self.host
             .record_output(
-                self.task_id,
-                self.attempt,
                 PRODUCER,
                 vec![OutputEvent::inline_final(done.value, done.ok)],
             )
@@ -133,6 +112,8 @@ impl Worker for LuaWorker {
 mod tests {
     use serde_json::json;
     use swarmd_engine::task::{PolicyOverrides, TaskStatus};
+
+    use swarmd_engine::Engine;
 
     use super::*;
     use crate::lua::LuaLimits;

@@ -12,18 +12,12 @@ pub use operator::{OperatorSpawner, OperatorTarget, delegate, render_directive};
 pub use process::ProcessSpawner;
 pub use unconfigured::UnconfiguredAgent;
 
-use swarmd_engine::Engine;
-use swarmd_engine::SpawnError;
-use swarmd_engine::ids::TaskId;
 use swarmd_engine::task::Task;
+use swarmd_engine::{AttemptHost, SpawnError};
 
 /// The task an attempt belongs to, read at spawn time.
-async fn task_of(engine: &Engine, task_id: TaskId) -> Result<Task, SpawnError> {
-    match engine.get_task(task_id).await {
-        Ok(Some(task)) => Ok(task),
-        Ok(None) => Err(SpawnError::Failed(format!("task {task_id} not found"))),
-        Err(e) => Err(SpawnError::Failed(format!(
-            "cannot read task {task_id}: {e}"
-        ))),
-    }
+async fn task_of(host: &dyn AttemptHost) -> Result<Task, SpawnError> {
+    host.task()
+        .await
+        .map_err(|e| SpawnError::Failed(format!("cannot read task {}: {e}", host.id().task)))
 }

@@ -5,11 +5,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use swarmd_engine::ids::{TaskId, WorkerId};
+use swarmd_engine::ids::WorkerId;
 use swarmd_engine::task::ProcessGroupMark;
-use swarmd_engine::{
-    Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential, WorkerError,
-};
+use swarmd_engine::{Attempt, AttemptHost, SpawnError, SpawnerAdapter, Worker, WorkerError};
 use swarmd_output_store::OutputEvent;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -40,21 +38,19 @@ impl ProcessSpawner {
 
 #[async_trait]
 impl SpawnerAdapter for ProcessSpawner {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
-        let task = task_of(engine, task_id).await?;
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
+        let Attempt {
+            ctx,
+            credential,
+            host,
+        } = attempt;
+        let task = task_of(&*host).await?;
         let vars = RunVars {
             base_url: self.base_url.clone(),
-            task_id: task_id.to_string(),
-            attempt,
+            task_id: ctx.id.task.to_string(),
+            attempt: ctx.id.n,
             agent: ctx.agent,
-            worker_handle: token.handle().to_owned(),
+            worker_handle: credential.handle().to_owned(),
             prompt: task.prompt,
         };
         let cancel = CancellationToken::new();
@@ -69,14 +65,12 @@ impl SpawnerAdapter for ProcessSpawner {
                 leader_start_ticks: group.leader_start_ticks,
                 boot_id: group.boot_id.clone(),
             };
-            engine.record_process_group(task_id, attempt, mark);
+            host.record_process_group(mark);
         }
         Ok(Box::new(ProcessWorker {
             id: WorkerId::new(),
             cancel,
-            engine: engine.clone(),
-            task_id,
-            attempt,
+            host,
             stream: self.runner.spec().stream,
             child,
         }))
@@ -87,9 +81,7 @@ impl SpawnerAdapter for ProcessSpawner {
 struct ProcessWorker {
     id: WorkerId,
     cancel: CancellationToken,
-    engine: Engine,
-    task_id: TaskId,
-    attempt: u32,
+    host: Arc<dyn AttemptHost>,
     stream: StreamMode,
     child: RunningChild,
 }
@@ -106,9 +98,7 @@ impl Worker for ProcessWorker {
 
     async fn join(self: Box<Self>) -> Result<(), WorkerError> {
         let ProcessWorker {
-            engine,
-            task_id,
-            attempt,
+            host,
             stream,
             child,
             ..
@@ -120,21 +110,14 @@ impl Worker for ProcessWorker {
             done.cancel();
             ran
         };
-        let (ran, forwarded) = tokio::join!(
-            running,
-            forward(&engine, task_id, attempt, PRODUCER, received, &done)
-        );
+        let (ran, forwarded) = tokio::join!(running, forward(&*host, PRODUCER, received, &done));
         if let Err(e) = forwarded {
             return Err(WorkerError::Failed(format!(
                 "recording the output failed: {e}"
             )));
         }
         let exited = ran.map_err(worker_error)?;
-        let verdict = Verdict {
-            engine: &engine,
-            task_id,
-            attempt,
-        };
+        let verdict = Verdict { host: &*host };
         match stream {
             StreamMode::None => verdict.plain(&exited).await,
             StreamMode::Ndjson => verdict.ndjson(&exited).await,
@@ -151,24 +134,22 @@ fn worker_error(e: ProcessError) -> WorkerError {
 
 /// Turns a child's exit into the attempt's Final.
 struct Verdict<'a> {
-    engine: &'a Engine,
-    task_id: TaskId,
-    attempt: u32,
+    host: &'a dyn AttemptHost,
 }
 
 impl Verdict<'_> {
     async fn last_final(&self) -> Result<Option<(OutputEvent, bool)>, WorkerError> {
         let record = self
-            .engine
-            .last_final(self.task_id, self.attempt)
+            .host
+            .last_final()
             .await
             .map_err(|e| WorkerError::Failed(format!("cannot read the final: {e}")))?;
         Ok(record.and_then(|r| r.event.final_ok().map(|ok| (r.event, ok))))
     }
 
     async fn append(&self, events: Vec<OutputEvent>) -> Result<(), WorkerError> {
-        self.engine
-            .record_output(self.task_id, self.attempt, PRODUCER, events)
+        self.host
+            .record_output(PRODUCER, events)
             .await
             .map(|_| ())
             .map_err(|e| WorkerError::Failed(format!("recording the final failed: {e}")))

@@ -4,9 +4,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use swarmd_engine::WorkerAuth;
 use swarmd_engine::gate::Verb;
 use swarmd_engine::task::{PolicyOverrides, Task, TaskSpec, TaskStatus};
+use swarmd_engine::{Engine, WorkerAuth};
 use swarmd_engine::{ResultPost, body_digest};
 use swarmd_output_store::OutputEvent;
 

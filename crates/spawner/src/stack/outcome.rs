@@ -4,10 +4,9 @@
 //! task's.
 
 use serde_json::{Value, json};
-use swarmd_engine::ids::TaskId;
 use swarmd_engine::outcome::Verdict;
 use swarmd_engine::task::AttemptOutcome;
-use swarmd_engine::{Engine, WorkerError};
+use swarmd_engine::{AttemptHost, WorkerError};
 
 /// The attempt's result as far as the layers can tell.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,17 +21,8 @@ pub struct Observed {
 impl Observed {
     /// The engine's verdict on `joined` and, when the worker completed, the
     /// tail's last Final.
-    pub async fn read(
-        engine: &Engine,
-        task_id: TaskId,
-        attempt: u32,
-        joined: &Result<(), WorkerError>,
-    ) -> Observed {
-        engine
-            .attempt_end(task_id, attempt, joined.clone())
-            .await
-            .verdict()
-            .into()
+    pub async fn read(host: &dyn AttemptHost, joined: &Result<(), WorkerError>) -> Observed {
+        host.verdict(joined).await.into()
     }
 
     /// `{outcome, ok, value, reason}` as handed to hooks and Lua middleware.
@@ -70,7 +60,7 @@ mod tests {
     use serde_json::json;
     use swarmd_engine::event::Event;
     use swarmd_engine::task::{PolicyOverrides, TaskSpec};
-    use swarmd_engine::{Ctx, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+    use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 
     use super::*;
     use crate::stack::wrap_join;
@@ -85,21 +75,12 @@ mod tests {
 
     #[async_trait]
     impl SpawnerAdapter for Observer {
-        async fn spawn(
-            &self,
-            engine: &Engine,
-            ctx: Ctx,
-            task_id: TaskId,
-            attempt: u32,
-            token: WorkerCredential,
-        ) -> Result<Box<dyn Worker>, SpawnError> {
-            let worker = self
-                .inner
-                .spawn(engine, ctx, task_id, attempt, token)
-                .await?;
-            let (engine, seen) = (engine.clone(), Arc::clone(&self.seen));
+        async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
+            let host = Arc::clone(&attempt.host);
+            let worker = self.inner.spawn(attempt).await?;
+            let seen = Arc::clone(&self.seen);
             Ok(wrap_join(worker, move |joined| async move {
-                let observed = Observed::read(&engine, task_id, attempt, &joined).await;
+                let observed = Observed::read(&*host, &joined).await;
                 seen.lock().unwrap().push(observed);
                 joined
             }))

@@ -72,7 +72,7 @@ impl Api {
         });
         let sub = ScriptedSpawner::new(|_| Script::AwaitPost);
         let hang = ScriptedSpawner::new(|_| Script::Hang);
-        let flaky = ScriptedSpawner::new(|ctx| match ctx.attempt {
+        let flaky = ScriptedSpawner::new(|ctx| match ctx.id.n {
             1 => Script::Error("first attempt fails".into()),
             _ => Script::AwaitPost,
         });
@@ -91,8 +91,7 @@ impl Api {
                 sub.clone(),
             );
         let engine = memory_engine(Arc::new(resolver), EngineConfig::default());
-        let sessions = SessionRegistry::new(SessionSettings::from_config(&config));
-        sessions.attach_engine(engine.clone());
+        let sessions = SessionRegistry::new(SessionSettings::from_config(&config), engine.clock());
         let admin = SessionSecret::generate();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -209,7 +208,7 @@ impl Api {
         let login = self
             .state
             .sessions
-            .login(LoginRequest::default())
+            .login(&self.state.engine, LoginRequest::default())
             .await
             .unwrap();
         (login.token, login.sid.to_string())

@@ -10,8 +10,8 @@ use swarmd_engine::body_digest;
 use swarmd_engine::event::Event;
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::operator::{HookAck, HookRequest, OperatorDirectory};
 use swarmd_engine::task::{TaskSpec, TaskStatus};
+use swarmd_spawner::operator::{HookAck, HookRequest, OperatorDirectory};
 
 use super::support::{Client, Server, eventually};
 

@@ -1,5 +1,5 @@
-//! Test support: an engine whose operator directory is a session registry,
-//! the `AppState` around them, the operator routes served on `127.0.0.1:0`
+//! Test support: an engine whose resolver delegates through a session
+//! registry (the daemon's `StackResolver`), the `AppState` around them, the operator routes served on `127.0.0.1:0`
 //! with the event router running, and a tokio-tungstenite client.
 //!
 //! Agents: `echo` finishes at once with `"echoed"`; `slow` hangs until
@@ -18,12 +18,12 @@ use swarmd_engine::clock::{Clock, SystemClock};
 use swarmd_engine::ids::SessionId;
 use swarmd_engine::store::MemoryTaskStore;
 use swarmd_engine::task::SpawnerKind;
-use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver};
-use swarmd_engine::{Engine, EngineConfig, EngineParts};
+use swarmd_engine::testing::{Script, ScriptedSpawner};
+use swarmd_engine::{Engine, EngineConfig, EngineParts, SpawnerAdapter};
 use swarmd_output_store::MemoryOutputStore;
-use swarmd_spawner::SpawnerLayer;
-use swarmd_spawner::layers::OperatorDelegateLayer;
+use swarmd_spawner::layers::{OPERATOR_DELEGATE, OperatorDelegateLayer};
 use swarmd_spawner::spawners::UnconfiguredAgent;
+use swarmd_spawner::{AgentEntry, LayerRegistry, StackResolver};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -63,22 +63,37 @@ impl Harness {
     }
 
     pub(crate) fn build(config: Config, clock: Arc<dyn Clock>, base_url: &str) -> Harness {
-        let registry = SessionRegistry::new(SessionSettings::from_config(&config));
+        let registry = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
         let slow = ScriptedSpawner::new(|_| Script::Hang);
         let echo = ScriptedSpawner::new(|_| Script::Final {
             value: json!("echoed"),
             ok: true,
         });
-        let delegate = OperatorDelegateLayer::new(base_url, HashMap::new());
-        let resolver = StaticResolver::new()
-            .with("echo", SpawnerKind::InProcess, None, echo)
-            .with("slow", SpawnerKind::InProcess, None, slow.clone())
-            .with(
-                "reviewer",
-                SpawnerKind::Operator,
-                None,
-                delegate.wrap(Arc::new(UnconfiguredAgent)),
-            );
+        let delegate = OperatorDelegateLayer::new(base_url, HashMap::new(), registry.clone());
+        let entry = |kind, spawner: Arc<dyn SpawnerAdapter>, layers: &[&str]| AgentEntry {
+            kind,
+            spawner,
+            layers: layers.iter().map(|l| (*l).to_owned()).collect(),
+            concurrency: None,
+            allow_subtasks: false,
+        };
+        let agents = HashMap::from([
+            ("echo".to_owned(), entry(SpawnerKind::InProcess, echo, &[])),
+            (
+                "slow".to_owned(),
+                entry(SpawnerKind::InProcess, slow.clone(), &[]),
+            ),
+            (
+                "reviewer".to_owned(),
+                entry(
+                    SpawnerKind::Operator,
+                    Arc::new(UnconfiguredAgent),
+                    &[OPERATOR_DELEGATE],
+                ),
+            ),
+        ]);
+        let layers = LayerRegistry::new().with_hint(OPERATOR_DELEGATE, Arc::new(delegate));
+        let resolver = StackResolver::new(agents, layers).with_operators(registry.clone());
         let tokens = TokenAuthority::new(
             Keyring::generate(),
             clock.clone(),
@@ -90,10 +105,8 @@ impl Harness {
             outputs: Arc::new(MemoryOutputStore::new()),
             tokens: Arc::new(tokens),
             resolver: Arc::new(resolver),
-            operators: registry.clone(),
             clock,
         });
-        registry.attach_engine(engine.clone());
         let admin = SessionSecret::generate();
         let state = AppState::new(AppInner {
             bound: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),

@@ -1,28 +1,31 @@
 //! The senior-agent bridge (docs/tasks.md, Senior): a senior question runs as a sub-task
 //! of the configured senior agent, and that sub-task's result is the answer.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
-use swarmd_engine::Engine;
+use swarmd_engine::AttemptHost;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::operator::{BridgeError, SeniorBridge};
 use swarmd_engine::task::{TaskSpec, TaskStatus};
 use tracing::Instrument;
 
-/// Asks by spawning a sub-task of `agent` under the blocked task.
+use crate::operator::{BridgeError, SeniorBridge};
+
+/// Asks by spawning a sub-task of `agent` under the blocked task, through
+/// the blocked attempt's host.
 #[derive(Debug, Clone)]
 pub struct SeniorAgentBridge {
-    engine: Engine,
+    host: Arc<dyn AttemptHost>,
     agent: String,
     timeout: Duration,
 }
 
 impl SeniorAgentBridge {
-    pub fn new(engine: Engine, agent: &str, timeout: Duration) -> SeniorAgentBridge {
+    pub fn new(host: Arc<dyn AttemptHost>, agent: &str, timeout: Duration) -> SeniorAgentBridge {
         SeniorAgentBridge {
-            engine,
+            host,
             agent: agent.to_owned(),
             timeout,
         }
@@ -51,18 +54,17 @@ impl SeniorBridge for SeniorAgentBridge {
             prompt: render_question(&question),
             input: Some(question),
             metadata: Some(metadata),
-            parent: Some(task_id),
             ..TaskSpec::default()
         };
-        let sub = self.engine.spawn_task(spec).await.map_err(|e| {
+        let sub = self.host.spawn_child(spec).await.map_err(|e| {
             BridgeError::Failed(format!("cannot ask senior agent `{}`: {e}", self.agent))
         })?;
         let mut pending = CancelOnDrop {
-            engine: self.engine.clone(),
+            host: Arc::clone(&self.host),
             task: Some(sub.id),
         };
         let done = self
-            .engine
+            .host
             .wait_task(sub.id, self.timeout)
             .await
             .map_err(|e| BridgeError::Failed(e.to_string()))?;
@@ -102,7 +104,7 @@ fn render_question(question: &Value) -> String {
 
 /// Cancels the sub-task when the question is dropped or left unanswered.
 struct CancelOnDrop {
-    engine: Engine,
+    host: Arc<dyn AttemptHost>,
     task: Option<TaskId>,
 }
 
@@ -112,10 +114,10 @@ impl Drop for CancelOnDrop {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let engine = self.engine.clone();
+        let host = Arc::clone(&self.host);
         let cancel = async move {
             let reason = Some("the senior question was abandoned".to_owned());
-            if let Err(e) = engine.cancel_task(task, reason).await {
+            if let Err(e) = host.cancel_task(task, reason).await {
                 tracing::debug!(task_id = %task, error = %e, "senior sub-task was not cancelled");
             }
         };

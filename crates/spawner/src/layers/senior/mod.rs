@@ -18,13 +18,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use swarmd_engine::event::Event;
-use swarmd_engine::ids::TaskId;
-use swarmd_engine::operator::SeniorBridge;
-use swarmd_engine::{Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+use swarmd_engine::{Attempt, AttemptHost, SpawnError, SpawnerAdapter, Worker};
 use swarmd_output_store::OutputEvent;
 
 pub use bridge::SeniorAgentBridge;
 
+use crate::operator::{OperatorDirectory, SeniorBridge};
 use crate::stack::{SpawnerLayer, content_value, wrap_join};
 
 /// Producer name of the override Final.
@@ -50,17 +49,19 @@ impl Default for SeniorSettings {
     }
 }
 
-/// Builds [`SeniorEscalation`] wrappers.
+/// Builds [`SeniorEscalation`] wrappers; `operators` finds the sessions
+/// that can answer.
 #[derive(Debug, Clone)]
 pub struct SeniorEscalationLayer {
     pub settings: SeniorSettings,
+    pub operators: Arc<dyn OperatorDirectory>,
 }
 
 impl SpawnerLayer for SeniorEscalationLayer {
     fn wrap(&self, inner: Arc<dyn SpawnerAdapter>) -> Arc<dyn SpawnerAdapter> {
         Arc::new(SeniorEscalation {
             inner,
-            settings: self.settings.clone(),
+            layer: self.clone(),
         })
     }
 }
@@ -69,39 +70,31 @@ impl SpawnerLayer for SeniorEscalationLayer {
 #[derive(Debug)]
 pub struct SeniorEscalation {
     inner: Arc<dyn SpawnerAdapter>,
-    settings: SeniorSettings,
+    layer: SeniorEscalationLayer,
 }
 
 #[async_trait]
 impl SpawnerAdapter for SeniorEscalation {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        task_id: TaskId,
-        attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
         // Sessions come and go while an attempt runs: the senior is chosen
         // when the question arises, from what the attempt was started with.
+        let ctx = &attempt.ctx;
+        let operators = &self.layer.operators;
         let asker = Asker {
             agent: ctx.agent.clone(),
-            owner: ctx.operator.as_ref().and_then(|s| s.senior.clone()),
-            settings: self.settings.clone(),
+            owner: ctx
+                .session
+                .and_then(|sid| operators.session(&sid))
+                .and_then(|s| s.senior),
+            settings: self.layer.settings.clone(),
+            operators: Arc::clone(operators),
         };
-        let worker = self
-            .inner
-            .spawn(engine, ctx, task_id, attempt, token)
-            .await?;
+        let host = Arc::clone(&attempt.host);
+        let worker = self.inner.spawn(attempt).await?;
         let cancel = worker.cancel_token();
-        let engine = engine.clone();
         Ok(wrap_join(worker, move |joined| async move {
             if joined.is_ok() {
-                let escalation = Escalation {
-                    engine: &engine,
-                    task_id,
-                    attempt,
-                };
+                let escalation = Escalation { host: &host };
                 tokio::select! {
                     () = escalation.run(&asker) => {}
                     () = cancel.cancelled() => {}
@@ -117,22 +110,19 @@ struct Asker {
     agent: String,
     owner: Option<Arc<dyn SeniorBridge>>,
     settings: SeniorSettings,
+    operators: Arc<dyn OperatorDirectory>,
 }
 
 impl Asker {
     /// The senior, in the order of docs/tasks.md, Senior. A task of the senior agent
     /// itself is not escalated to it.
-    fn choose(&self, engine: &Engine) -> Option<Arc<dyn SeniorBridge>> {
+    fn choose(&self, host: &Arc<dyn AttemptHost>) -> Option<Arc<dyn SeniorBridge>> {
         let settings = &self.settings;
         if let Some(agent) = settings.agent.as_deref().filter(|a| *a != self.agent) {
-            let bridge = SeniorAgentBridge::new(engine.clone(), agent, settings.timeout);
+            let bridge = SeniorAgentBridge::new(Arc::clone(host), agent, settings.timeout);
             return Some(Arc::new(bridge));
         }
-        if let Some(senior) = engine
-            .operators()
-            .by_role(SENIOR_ROLE)
-            .and_then(|s| s.senior)
-        {
+        if let Some(senior) = self.operators.by_role(SENIOR_ROLE).and_then(|s| s.senior) {
             return Some(senior);
         }
         self.owner.clone()
@@ -141,60 +131,57 @@ impl Asker {
 
 /// One escalation of one attempt.
 struct Escalation<'a> {
-    engine: &'a Engine,
-    task_id: TaskId,
-    attempt: u32,
+    host: &'a Arc<dyn AttemptHost>,
 }
 
 impl Escalation<'_> {
     async fn run(&self, asker: &Asker) {
-        let Ok(Some(record)) = self.engine.last_final(self.task_id, self.attempt).await else {
+        let Ok(Some(record)) = self.host.last_final().await else {
             return;
         };
         let OutputEvent::Final { content, ok: false } = record.event else {
             return;
         };
-        let Some(senior) = asker.choose(self.engine) else {
+        let Some(senior) = asker.choose(self.host) else {
             return;
         };
+        let id = self.host.id();
         let timeout = asker.settings.timeout;
         let original = content_value(content);
         let question = self.question(&original).await;
-        self.engine.publish(Event::SeniorAsked {
-            task_id: self.task_id,
-            attempt: self.attempt,
+        self.host.publish(Event::SeniorAsked {
+            task_id: id.task,
+            attempt: id.n,
             question: question.clone(),
         });
-        let asked = senior.ask(self.task_id, self.attempt, question);
+        let asked = senior.ask(id.task, id.n, question);
         let answer = match tokio::time::timeout(timeout, asked).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(e)) => {
-                tracing::info!(task_id = %self.task_id, attempt = self.attempt, error = %e, "no senior answer; the verdict stands");
+                tracing::info!(error = %e, "no senior answer; the verdict stands");
                 return;
             }
             Err(_) => {
-                tracing::info!(task_id = %self.task_id, attempt = self.attempt, "senior timed out; the verdict stands");
+                tracing::info!("senior timed out; the verdict stands");
                 return;
             }
         };
-        self.engine.publish(Event::SeniorAnswered {
-            task_id: self.task_id,
-            attempt: self.attempt,
+        self.host.publish(Event::SeniorAnswered {
+            task_id: id.task,
+            attempt: id.n,
             answer: answer.clone(),
         });
         let keep_blocked = answer.get("ok") == Some(&Value::Bool(false));
         let over = json!({ "original": original, "senior_answer": answer });
         let appended = self
-            .engine
+            .host
             .record_output(
-                self.task_id,
-                self.attempt,
                 PRODUCER,
                 vec![OutputEvent::inline_final(over, !keep_blocked)],
             )
             .await;
         if let Err(e) = appended {
-            tracing::warn!(task_id = %self.task_id, attempt = self.attempt, error = %e, "could not append the senior's override");
+            tracing::warn!(error = %e, "could not append the senior's override");
         }
     }
 
@@ -205,12 +192,13 @@ impl Escalation<'_> {
             .iter()
             .find_map(|key| value.get(key).and_then(Value::as_str))
             .unwrap_or("the worker's final result has ok=false");
-        let task = match self.engine.get_task(self.task_id).await {
-            Ok(Some(task)) => json!({
+        let id = self.host.id();
+        let task = match self.host.task().await {
+            Ok(task) => json!({
                 "id": task.id, "agent": task.agent, "prompt": task.prompt,
-                "system": task.system, "input": task.input, "attempt": self.attempt,
+                "system": task.system, "input": task.input, "attempt": id.n,
             }),
-            _ => json!({ "id": self.task_id, "attempt": self.attempt }),
+            Err(_) => json!({ "id": id.task, "attempt": id.n }),
         };
         json!({ "reason": reason, "value": value, "task": task })
     }

@@ -2,9 +2,13 @@
 
 use std::sync::Mutex;
 
+use swarmd_engine::Engine;
 use swarmd_engine::event::Event;
 use swarmd_engine::ids::SessionId;
-use swarmd_engine::operator::{BridgeError, SessionKind};
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::store::SessionKind;
+
+use crate::operator::BridgeError;
 use swarmd_engine::task::{PolicyOverrides, SpawnerKind, Task, TaskStatus};
 use swarmd_output_store::OutputRecord;
 
@@ -50,12 +54,13 @@ impl SeniorBridge for FakeSenior {
     }
 }
 
-fn layer(agent: Option<&str>) -> SeniorEscalationLayer {
+fn layer(agent: Option<&str>, directory: &Arc<FakeDirectory>) -> SeniorEscalationLayer {
     SeniorEscalationLayer {
         settings: SeniorSettings {
             agent: agent.map(str::to_owned),
             timeout: Duration::from_secs(60),
         },
+        operators: directory.clone(),
     }
 }
 
@@ -76,7 +81,7 @@ async fn escalate(
     owner.senior = own_senior.map(|s| s as Arc<dyn SeniorBridge>);
     let sid: SessionId = owner.sid;
     directory.add(&["main-ai"], owner);
-    let stack = layer(None).wrap(FinalSpawner::arc(act, &call_log()));
+    let stack = layer(None, &directory).wrap(FinalSpawner::arc(act, &call_log()));
     let engine = engine_with_directory(vec![("worker", SpawnerKind::InProcess, stack)], directory);
     let task = spawn_owned(&engine, "worker", Some(sid), PolicyOverrides::default()).await;
     let done = engine
@@ -179,7 +184,7 @@ async fn a_configured_senior_agent_answers_through_a_sub_task() {
         let directory = Arc::new(FakeDirectory::default());
         let log = call_log();
         let senior_base = FinalSpawner::arc(senior_act, &log);
-        let worker = layer(Some("senior-model"))
+        let worker = layer(Some("senior-model"), &directory)
             .wrap(FinalSpawner::arc(Act::Final(json!("stuck"), false), &log));
         let engine = engine_with_directory(
             vec![
@@ -195,7 +200,7 @@ async fn a_configured_senior_agent_answers_through_a_sub_task() {
             .unwrap();
         assert_eq!(done.status(), status);
         let sub_ctx = &senior_base.contexts()[0];
-        let sub = engine.get_task(sub_ctx.task_id).await.unwrap().unwrap();
+        let sub = engine.get_task(sub_ctx.id.task).await.unwrap().unwrap();
         assert_eq!(sub.parent, Some(task.id));
         assert_eq!(sub.input.as_ref().unwrap()["value"], "stuck");
         assert!(sub.prompt.contains("ok=false"));

@@ -14,10 +14,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use swarmd_engine::ids::{TaskId, WorkerId};
-use swarmd_engine::operator::{OperatorBackend, SpawnFrame};
-use swarmd_engine::{Ctx, Engine, SpawnError, SpawnerAdapter, Worker, WorkerCredential};
+use swarmd_engine::ids::WorkerId;
+use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 use tokio_util::sync::CancellationToken;
+
+use crate::operator::{OperatorBackend, OperatorDirectory, SpawnFrame};
 
 pub use directive::render_directive;
 use worker::OperatorWorker;
@@ -52,34 +53,34 @@ pub struct OperatorSpawner {
     role: String,
     target: OperatorTarget,
     base_url: String,
+    operators: Arc<dyn OperatorDirectory>,
 }
 
 impl OperatorSpawner {
-    pub fn new(role: &str, target: OperatorTarget, base_url: &str) -> OperatorSpawner {
+    pub fn new(
+        role: &str,
+        target: OperatorTarget,
+        base_url: &str,
+        operators: Arc<dyn OperatorDirectory>,
+    ) -> OperatorSpawner {
         OperatorSpawner {
             role: role.to_owned(),
             target,
             base_url: base_url.to_owned(),
+            operators,
         }
     }
 }
 
 #[async_trait]
 impl SpawnerAdapter for OperatorSpawner {
-    async fn spawn(
-        &self,
-        engine: &Engine,
-        ctx: Ctx,
-        _task_id: TaskId,
-        _attempt: u32,
-        token: WorkerCredential,
-    ) -> Result<Box<dyn Worker>, SpawnError> {
-        let backend = engine
-            .operators()
+    async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
+        let backend = self
+            .operators
             .by_role(&self.role)
             .and_then(|session| session.backend)
             .ok_or_else(|| SpawnError::NoOperator(self.role.clone()))?;
-        delegate(engine, backend, &self.target, &self.base_url, &ctx, token).await
+        delegate(attempt, backend, &self.target, &self.base_url).await
     }
 }
 
@@ -88,27 +89,30 @@ impl SpawnerAdapter for OperatorSpawner {
 /// `spawn_halt`, or cancellation (cancel and lease expiry; a `cancel` frame
 /// is sent).
 pub async fn delegate(
-    engine: &Engine,
+    attempt: Attempt,
     backend: Arc<dyn OperatorBackend>,
     target: &OperatorTarget,
     base_url: &str,
-    ctx: &Ctx,
-    token: WorkerCredential,
 ) -> Result<Box<dyn Worker>, SpawnError> {
+    let Attempt {
+        ctx,
+        credential,
+        host,
+    } = attempt;
     let binding = target.binding();
     let directive = render_directive(
         &ctx.agent,
         binding.as_ref(),
-        ctx.task_id,
-        ctx.attempt,
-        token.handle(),
+        ctx.id.task,
+        ctx.id.n,
+        credential.handle(),
         base_url,
     );
     let frame = SpawnFrame {
-        task_id: ctx.task_id,
-        attempt: ctx.attempt,
-        agent: ctx.agent.clone(),
-        credential: token,
+        task_id: ctx.id.task,
+        attempt: ctx.id.n,
+        agent: ctx.agent,
+        credential,
         worker_binding: binding,
         directive,
         base_url: base_url.trim_end_matches('/').to_owned(),
@@ -118,10 +122,8 @@ pub async fn delegate(
     Ok(Box::new(OperatorWorker {
         id: WorkerId::new(),
         cancel: CancellationToken::new(),
-        engine: engine.clone(),
+        host,
         backend,
-        task_id: ctx.task_id,
-        attempt: ctx.attempt,
         req_id: receipt.req_id,
         reply: receipt.reply,
     }))

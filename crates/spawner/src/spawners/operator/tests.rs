@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use serde_json::json;
-use swarmd_engine::operator::{SessionKind, SpawnReply};
+use swarmd_engine::Engine;
+use swarmd_engine::store::SessionKind;
+
+use crate::operator::SpawnReply;
 use swarmd_engine::task::{PolicyOverrides, SpawnerKind, Task, TaskStatus};
 
 use super::*;
@@ -29,11 +32,17 @@ fn setup() -> Setup {
         worker_binding: Some(json!({"subagent_type": "reviewer", "tools": ["Read"]})),
         system_prompt: Some("You review code.".into()),
     };
-    let spawner = Arc::new(OperatorSpawner::new("main-ai", target, BASE_URL));
+    let spawner = Arc::new(OperatorSpawner::new(
+        "main-ai",
+        target,
+        BASE_URL,
+        directory.clone(),
+    ));
     let orphan = Arc::new(OperatorSpawner::new(
         "nobody",
         OperatorTarget::default(),
         BASE_URL,
+        directory.clone(),
     ));
     let engine = engine_with_directory(
         vec![

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use swarmd_engine::ids::{TaskId, WorkerId};
-use swarmd_engine::operator::{OperatorBackend, SpawnReply};
-use swarmd_engine::{Engine, Worker, WorkerError};
+use swarmd_engine::ids::WorkerId;
+use swarmd_engine::{AttemptHost, Worker, WorkerError};
 use swarmd_output_store::OutputEvent;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+
+use crate::operator::{OperatorBackend, SpawnReply};
 
 const PRODUCER: &str = "operator";
 
@@ -18,10 +19,8 @@ const PRODUCER: &str = "operator";
 pub(super) struct OperatorWorker {
     pub id: WorkerId,
     pub cancel: CancellationToken,
-    pub engine: Engine,
+    pub host: Arc<dyn AttemptHost>,
     pub backend: Arc<dyn OperatorBackend>,
-    pub task_id: TaskId,
-    pub attempt: u32,
     pub req_id: String,
     pub reply: oneshot::Receiver<SpawnReply>,
 }
@@ -39,15 +38,14 @@ impl Worker for OperatorWorker {
     async fn join(self: Box<Self>) -> Result<(), WorkerError> {
         let OperatorWorker {
             cancel,
-            engine,
+            host,
             backend,
-            task_id,
-            attempt,
             req_id,
             mut reply,
             ..
         } = *self;
-        let posted = engine.posted_final(task_id, attempt);
+        let id = host.id();
+        let posted = host.posted_final();
         tokio::pin!(posted);
         // A session that goes away drops its reply sender; the SubAgent may
         // still post with its handle, so the wait goes on without the reply.
@@ -56,13 +54,13 @@ impl Worker for OperatorWorker {
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => {
-                    backend.cancel(&req_id, task_id, attempt, "cancelled");
+                    backend.cancel(&req_id, id.task, id.n, "cancelled");
                     return Err(WorkerError::Cancelled);
                 }
                 () = &mut posted => return Ok(()),
                 answer = &mut reply, if reply_open => match answer {
                     // Boxed: a waiting attempt need not hold room for it.
-                    Ok(answer) => return Box::pin(settle(&engine, task_id, attempt, answer)).await,
+                    Ok(answer) => return Box::pin(settle(&*host, answer)).await,
                     Err(_) => reply_open = false,
                 },
             }
@@ -71,14 +69,9 @@ impl Worker for OperatorWorker {
 }
 
 /// Turns the MainAI's reply into the Final, unless the SubAgent posted one.
-async fn settle(
-    engine: &Engine,
-    task_id: TaskId,
-    attempt: u32,
-    reply: SpawnReply,
-) -> Result<(), WorkerError> {
-    let posted = engine
-        .last_final(task_id, attempt)
+async fn settle(host: &dyn AttemptHost, reply: SpawnReply) -> Result<(), WorkerError> {
+    let posted = host
+        .last_final()
         .await
         .map_err(|e| WorkerError::Failed(format!("cannot read the final: {e}")))?;
     if posted.is_some() {
@@ -103,13 +96,7 @@ async fn settle(
             true,
         ),
     };
-    engine
-        .record_output(
-            task_id,
-            attempt,
-            PRODUCER,
-            vec![OutputEvent::inline_final(value, ok)],
-        )
+    host.record_output(PRODUCER, vec![OutputEvent::inline_final(value, ok)])
         .await
         .map(|_| ())
         .map_err(|e| WorkerError::Failed(format!("recording the final failed: {e}")))

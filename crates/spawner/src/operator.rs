@@ -1,7 +1,8 @@
-//! Operator sessions as the engine sees them: the session kind and the traits
-//! through which a connected MainAI hooks spawns, answers seniors and runs
-//! delegated attempts. The server implements them over WebSocket; the spawner
-//! crate's layers call them.
+//! Operator sessions as the layers see them: the traits through which a
+//! connected MainAI hooks attempts, answers seniors and runs delegated
+//! attempts, and the `OperatorDirectory` that finds a live session. The
+//! server implements them over WebSocket and hands the directory to the
+//! resolver, which gives it to the layers that need it when it builds them.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -11,25 +12,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::ids::{SessionId, TaskId};
-use crate::spawn::{SpawnError, WorkerCredential};
-
-/// What kind of client an operator session is (docs/protocol.md, Operator sessions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum SessionKind {
-    #[default]
-    MainAi,
-    Automate,
-    Composite,
-}
-
-impl SessionKind {
-    /// Sessions that receive `hook_before` / `hook_after` (the `main_ai` layer).
-    pub fn takes_hooks(self) -> bool {
-        matches!(self, SessionKind::MainAi | SessionKind::Composite)
-    }
-}
+use swarmd_engine::ids::{SessionId, TaskId};
+use swarmd_engine::store::SessionKind;
+use swarmd_engine::{SpawnError, WorkerCredential};
 
 /// The attempt a hook is about.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,7 +107,7 @@ pub trait OperatorBackend: Send + Sync + Debug {
     fn cancel(&self, req_id: &str, task_id: TaskId, attempt: u32, reason: &str);
 }
 
-/// One operator session's capabilities, resolved per attempt into `Ctx`.
+/// One live operator session's capabilities.
 #[derive(Clone, Debug)]
 pub struct OperatorInfo {
     pub sid: SessionId,

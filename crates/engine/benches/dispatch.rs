@@ -48,7 +48,7 @@ async fn run(engine: &Engine, total: usize, in_flight: usize) -> f64 {
                     prompt: "p".into(),
                     ..TaskSpec::default()
                 };
-                let task = engine.spawn_task(spec).await.expect("spawn");
+                let task = engine.create_task(spec).await.expect("spawn");
                 let done = engine
                     .wait_task(task.id, Duration::from_secs(60))
                     .await

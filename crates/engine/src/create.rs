@@ -23,7 +23,7 @@ const MAX_IDEMPOTENCY_KEY: usize = 256;
 impl Engine {
     /// Creates a task, makes it durable, and queues it. Returns once the
     /// task is acknowledged; its run never depends on the caller.
-    pub async fn spawn_task(&self, spec: TaskSpec) -> Result<Task, EngineError> {
+    pub async fn create_task(&self, spec: TaskSpec) -> Result<Task, EngineError> {
         if self.is_draining() {
             return Err(EngineError::Draining);
         }
@@ -45,7 +45,7 @@ impl Engine {
     /// writes (`task_terminal` once the task is over, `attempt_superseded`
     /// once another attempt runs). The sub-task is a child of the worker's
     /// task, owned by the same session, one level deeper.
-    pub async fn spawn_subtask(
+    pub async fn create_subtask(
         &self,
         parent: &WorkerAuth,
         mut spec: TaskSpec,
@@ -53,13 +53,13 @@ impl Engine {
         if self.is_draining() {
             return Err(EngineError::Draining);
         }
-        let cell = self.live_cell(parent.task_id)?;
+        let cell = self.live_cell(parent.attempt.task)?;
         let (session, depth) = {
             let state = cell.lock();
-            check_open(&state, parent.attempt)?;
+            check_open(&state, parent.attempt.n)?;
             (state.task.session, state.task.depth)
         };
-        spec.parent = Some(parent.task_id);
+        spec.parent = Some(parent.attempt.task);
         spec.session = session;
         self.create(spec, depth + 1).await
     }

@@ -103,7 +103,7 @@ pub(crate) struct Inner {
 
 impl Engine {
     /// Builds the engine. Nothing runs until `recover` (at boot) or the
-    /// first `spawn_task`.
+    /// first `create_task`.
     pub fn new(parts: EngineParts) -> Engine {
         let bus = EventBus::new(parts.store.clone(), parts.clock.clone(), 0);
         Engine {
@@ -191,8 +191,7 @@ impl Engine {
             crate::worker_api::check_open(&state, id.n)?;
             state.task.session
         };
-        self.append_and_publish(id.task, id.n, session, producer, events)
-            .await
+        self.append_and_publish(id, session, producer, events).await
     }
 
     /// The last Final of an attempt: the one that decides it.
@@ -413,7 +412,7 @@ impl Engine {
             let engine = self.clone();
             self.inner
                 .tracker
-                .spawn(async move { engine.run_attempt(id, agent).await });
+                .spawn(async move { engine.dispatch_attempt(id, agent).await });
         }
     }
 

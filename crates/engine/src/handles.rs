@@ -13,7 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::Engine;
-use crate::ids::TaskId;
+use crate::ids::{AttemptId, TaskId};
 use crate::store::HandleRecord;
 
 /// How many handles of retired tasks stay answerable: minutes of retries
@@ -59,7 +59,8 @@ impl HandleTable {
     }
 
     /// The digests of every handle of (task, attempt) still in the table.
-    pub(crate) fn digests_of(&self, task: TaskId, attempt: u32) -> Vec<[u8; 32]> {
+    pub(crate) fn digests_of(&self, id: AttemptId) -> Vec<[u8; 32]> {
+        let AttemptId { task, n: attempt } = id;
         self.by_task.get(&task).map_or_else(Vec::new, |digests| {
             digests
                 .iter()
@@ -156,7 +157,7 @@ mod tests {
             table.insert(digest(3 * n), record(task, 1));
             table.insert(digest(3 * n + 1), record(task, 2));
             table.insert(digest(3 * n + 2), record(task, 2));
-            assert_eq!(table.digests_of(task, 2).len(), 2);
+            assert_eq!(table.digests_of(AttemptId::new(task, 2)).len(), 2);
             table.retire_task(task);
         }
         assert_eq!(table.len(), 0);
@@ -177,7 +178,10 @@ mod tests {
         assert!(table.get(&digest(0)).is_none(), "the oldest is dropped");
         assert_eq!(table.get(&digest(2)).map(|r| r.task_id), Some(tasks[2]));
         assert_eq!(table.len(), 2);
-        assert!(table.digests_of(tasks[2], 1).is_empty(), "no longer live");
+        assert!(
+            table.digests_of(AttemptId::new(tasks[2], 1)).is_empty(),
+            "no longer live"
+        );
     }
 
     /// Through the engine: every finished task's handles leave the live
@@ -205,7 +209,7 @@ mod tests {
                 prompt: "p".into(),
                 ..TaskSpec::default()
             };
-            ids.push(engine.spawn_task(spec).await.unwrap().id);
+            ids.push(engine.create_task(spec).await.unwrap().id);
         }
         for id in ids {
             let task = engine.wait_task(id, Duration::from_secs(10)).await.unwrap();
@@ -233,11 +237,11 @@ mod tests {
         table.insert(digest(2), record(task, 2));
         table.insert(digest(3), record(task, 2));
         table.insert(digest(3), record(task, 2));
-        let mut of_two = table.digests_of(task, 2);
+        let mut of_two = table.digests_of(AttemptId::new(task, 2));
         of_two.sort_unstable();
         assert_eq!(of_two, vec![digest(2), digest(3)]);
         table.retain(|d, _| *d != digest(2));
-        assert_eq!(table.digests_of(task, 2), vec![digest(3)]);
+        assert_eq!(table.digests_of(AttemptId::new(task, 2)), vec![digest(3)]);
         table.retain(|_, _| false);
         assert!(table.tasks().is_empty());
         assert_eq!(table.len(), 0);

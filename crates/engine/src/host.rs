@@ -125,7 +125,7 @@ impl AttemptHost for EngineHost {
 
     async fn spawn_child(&self, mut spec: TaskSpec) -> Result<Task, EngineError> {
         spec.parent = Some(self.id.task);
-        self.engine.spawn_task(spec).await
+        self.engine.create_task(spec).await
     }
 
     async fn wait_task(&self, id: TaskId, timeout: Duration) -> Result<Task, EngineError> {

@@ -2,7 +2,7 @@
 //! attempts, dispatch, events and recovery.
 //!
 //! The engine owns every task's state. A task is created by
-//! `Engine::spawn_task`, made durable, queued by admission control, and driven
+//! `Engine::create_task`, made durable, queued by admission control, and driven
 //! attempt by attempt by `dispatch` through a `SpawnerAdapter` that the
 //! spawner crate links. Workers talk back through the worker-side operations
 //! (`fetch_prompt`, `worker_output`, `post_result`, `heartbeat`), which take a

@@ -20,7 +20,7 @@ use swarmd_output_store::{Durable, OutputEvent, OutputRecord};
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::event::Event;
-use crate::ids::{SessionId, TaskId};
+use crate::ids::{AttemptId, SessionId};
 use crate::live::RunState;
 use crate::worker_api::check_open;
 
@@ -29,15 +29,14 @@ impl Engine {
     /// resolves once they are durable.
     pub(crate) async fn append_and_publish(
         &self,
-        task_id: TaskId,
-        attempt: u32,
+        id: AttemptId,
         session: Option<SessionId>,
         producer: &str,
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, EngineError> {
         let started = Instant::now();
         let (records, durable) = self
-            .queue_output(task_id, attempt, session, producer, events, |_| {})
+            .queue_output(id, session, producer, events, |_| {})
             .await?;
         self.output_durable(started, durable).await?;
         Ok(records)
@@ -64,13 +63,16 @@ impl Engine {
     /// records and the future of their durability.
     pub(crate) async fn queue_output(
         &self,
-        task_id: TaskId,
-        attempt: u32,
+        id: AttemptId,
         session: Option<SessionId>,
         producer: &str,
         events: Vec<OutputEvent>,
         then: impl FnOnce(&mut RunState),
     ) -> Result<(Vec<OutputRecord>, Durable), EngineError> {
+        let AttemptId {
+            task: task_id,
+            n: attempt,
+        } = id;
         // Spilling large values may touch files: done before the lock.
         let prepared = self.inner.outputs.prepare(events).await?;
         let cell = self.live_cell(task_id)?;

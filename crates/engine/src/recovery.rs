@@ -290,7 +290,7 @@ impl Engine {
                 } => {
                     let engine = self.clone();
                     self.inner.tracker.spawn(async move {
-                        engine.run_resumed(cell, attempt, cancel).await;
+                        engine.dispatch_resumed(cell, attempt, cancel).await;
                     });
                 }
             }

@@ -137,14 +137,14 @@ mod tests {
             prompt: "p".into(),
             ..TaskSpec::default()
         };
-        let old = engine.spawn_task(spec.clone()).await.unwrap();
+        let old = engine.create_task(spec.clone()).await.unwrap();
         let old = engine
             .wait_task(old.id, std::time::Duration::from_secs(60))
             .await
             .unwrap();
         assert_eq!(old.status(), TaskStatus::Pass);
         clock.advance_ms(2 * 86_400_000);
-        let fresh = engine.spawn_task(spec).await.unwrap();
+        let fresh = engine.create_task(spec).await.unwrap();
         engine
             .wait_task(fresh.id, std::time::Duration::from_secs(60))
             .await

@@ -25,7 +25,7 @@ pub struct Ctx {
     /// The session that owns the task, if any.
     pub session: Option<SessionId>,
     /// The lease deadline when the attempt started (unix ms).
-    pub deadline_ms: u64,
+    pub lease_deadline_ms: u64,
     /// Whether the attempt goes back to the owning session (the
     /// `operator_delegate` layer) instead of the agent's base spawner.
     /// Decided once, by [`SpawnerResolver::delegated`], before the attempt

@@ -16,15 +16,15 @@ use crate::auth::{MAX_TOKEN_BYTES, TokenError, WorkerHandle, fingerprint, looks_
 use crate::error::EngineError;
 use crate::gate::{Role, Verb};
 use crate::handles::HandleTable;
-use crate::ids::TaskId;
+use crate::ids::{AttemptId, TaskId};
 use crate::live::{PostedFinal, TaskCell, TaskState};
 use crate::store::WriteOp;
 
 /// A verified worker credential: the (task, attempt) it is bound to.
 #[derive(Debug, Clone)]
 pub struct WorkerAuth {
-    pub task_id: TaskId,
-    pub attempt: u32,
+    /// The attempt the credential is bound to.
+    pub attempt: AttemptId,
     /// Unix seconds when the credential expires.
     pub exp_secs: u64,
     /// Whether the bearer was a `wh-` handle rather than a token.
@@ -41,7 +41,7 @@ pub struct Prompt {
     pub prompt: String,
     pub input: Option<Value>,
     /// The lease deadline (unix ms).
-    pub deadline_ms: u64,
+    pub lease_deadline_ms: u64,
 }
 
 /// A result to post: `POST /v1/worker/result` or `/v1/worker/submit`.
@@ -118,10 +118,13 @@ impl Engine {
     /// configured worker TTL.
     pub(crate) fn mint_worker_token(
         &self,
-        task_id: TaskId,
-        attempt: u32,
+        id: AttemptId,
         verbs: &[Verb],
     ) -> Result<(crate::auth::SecretToken, u64), EngineError> {
+        let AttemptId {
+            task: task_id,
+            n: attempt,
+        } = id;
         let iat = self.inner.clock.now_secs();
         let exp = iat.saturating_add(self.inner.config.worker_token_ttl_secs);
         let claims = crate::auth::Claims {
@@ -161,8 +164,7 @@ impl Engine {
             })?;
         match (claims.role, claims.task, claims.attempt) {
             (Role::Worker, Some(task_id), Some(attempt)) => Ok(WorkerAuth {
-                task_id,
-                attempt,
+                attempt: AttemptId::new(task_id, attempt),
                 exp_secs: claims.exp,
                 via_handle: false,
                 fingerprint: fingerprint(bearer),
@@ -186,8 +188,7 @@ impl Engine {
             return Err(EngineError::Forbidden);
         }
         Ok(WorkerAuth {
-            task_id: record.task_id,
-            attempt: record.attempt,
+            attempt: AttemptId::new(record.task_id, record.attempt),
             exp_secs: record.exp_secs,
             via_handle: true,
             fingerprint: handle.fingerprint(),
@@ -201,8 +202,8 @@ impl Engine {
     /// The task the request names must be the credential's (step 7).
     fn bind(auth: &WorkerAuth, requested: Option<TaskId>) -> Result<TaskId, EngineError> {
         match requested {
-            Some(t) if t != auth.task_id => Err(EngineError::TaskMismatch),
-            _ => Ok(auth.task_id),
+            Some(t) if t != auth.attempt.task => Err(EngineError::TaskMismatch),
+            _ => Ok(auth.attempt.task),
         }
     }
 
@@ -215,14 +216,14 @@ impl Engine {
         let task_id = Self::bind(auth, task)?;
         if let Some(cell) = self.inner.live.get(&task_id) {
             let mut state = cell.lock();
-            let deadline = self.touch(&mut state, auth.attempt);
+            let deadline = self.touch(&mut state, auth.attempt.n);
             let t = &state.task;
             return Ok(Prompt {
                 agent: t.agent.clone(),
                 system: t.system.clone(),
                 prompt: t.prompt.clone(),
                 input: t.input.clone(),
-                deadline_ms: deadline,
+                lease_deadline_ms: deadline,
             });
         }
         let t = self
@@ -236,7 +237,7 @@ impl Engine {
             system: t.system,
             prompt: t.prompt,
             input: t.input,
-            deadline_ms: t.finished_ms.unwrap_or(t.updated_ms),
+            lease_deadline_ms: t.finished_ms.unwrap_or(t.updated_ms),
         })
     }
 
@@ -283,9 +284,9 @@ impl Engine {
                 "file_ref content is created by the daemon only; post the value inline".into(),
             ));
         }
-        let session = self.open_for_write(task_id, auth.attempt)?;
+        let session = self.open_for_write(task_id, auth.attempt.n)?;
         let records = self
-            .append_and_publish(task_id, auth.attempt, session, "worker", events)
+            .append_and_publish(auth.attempt, session, "worker", events)
             .await?;
         Ok(records.last().map_or(0, |r| r.seq))
     }
@@ -332,12 +333,12 @@ impl Engine {
         post: ResultPost,
     ) -> Result<ResultAck, EngineError> {
         let task_id = Self::bind(auth, post.task_id)?;
-        if let Some(named) = post.attempt.filter(|a| *a != auth.attempt) {
-            return Err(self.attempt_mismatch(task_id, auth.attempt, named));
+        if let Some(named) = post.attempt.filter(|a| *a != auth.attempt.n) {
+            return Err(self.attempt_mismatch(task_id, auth.attempt.n, named));
         }
         let ack = ResultAck {
             task_id,
-            attempt: auth.attempt,
+            attempt: auth.attempt.n,
             accepted: true,
         };
         let mine = PostedFinal {
@@ -355,7 +356,7 @@ impl Engine {
             }
         };
         let claimed = match self.inner.live.get(&task_id) {
-            Some(cell) => self.claim_final(&cell, task_id, auth.attempt, &mine),
+            Some(cell) => self.claim_final(&cell, task_id, auth.attempt.n, &mine),
             None => Err(Claim::Closed(EngineError::TaskTerminal)),
         };
         let session = match claimed {
@@ -364,7 +365,12 @@ impl Engine {
             // A closed attempt may have accepted this very Final before: its
             // fingerprint is stored with it.
             Err(Claim::Closed(error)) => {
-                return match self.inner.store.posted_final(task_id, auth.attempt).await? {
+                return match self
+                    .inner
+                    .store
+                    .posted_final(task_id, auth.attempt.n)
+                    .await?
+                {
                     Some(first) => replay(&first),
                     None => Err(error),
                 };
@@ -379,16 +385,9 @@ impl Engine {
         // Final is durable.
         let started = std::time::Instant::now();
         let queued = self
-            .queue_output(
-                task_id,
-                auth.attempt,
-                session,
-                "worker",
-                vec![event],
-                |run| {
-                    run.posted_tx.send_replace(true);
-                },
-            )
+            .queue_output(auth.attempt, session, "worker", vec![event], |run| {
+                run.posted_tx.send_replace(true);
+            })
             .await;
         let stored = match queued {
             Ok((_, durable)) => self.output_durable(started, durable).await,
@@ -396,11 +395,11 @@ impl Engine {
         };
         if let Err(e) = stored {
             // Not stored: a retry may post again while the attempt is open.
-            self.with_run(task_id, auth.attempt, |run| run.posted = None);
+            self.with_run(task_id, auth.attempt.n, |run| run.posted = None);
             self.submit(
                 vec![WriteOp::DeletePostedFinal {
                     task_id,
-                    attempt: auth.attempt,
+                    attempt: auth.attempt.n,
                 }],
                 Vec::new(),
             );
@@ -460,8 +459,8 @@ impl Engine {
         let (deadline, current_exp, verbs) = {
             let cell = self.live_cell(task_id)?;
             let mut state = cell.lock();
-            check_open(&state, auth.attempt)?;
-            let deadline = self.touch(&mut state, auth.attempt);
+            check_open(&state, auth.attempt.n)?;
+            let deadline = self.touch(&mut state, auth.attempt.n);
             let run = state.run.as_ref().ok_or(EngineError::TaskTerminal)?;
             (
                 deadline,
@@ -477,9 +476,9 @@ impl Engine {
                 handle_expires: current_exp,
             });
         }
-        let (token, expires_secs) = self.mint_worker_token(task_id, auth.attempt, &verbs)?;
-        let ops = self.extend_handles(task_id, auth.attempt, expires_secs);
-        self.with_run(task_id, auth.attempt, |run| {
+        let (token, expires_secs) = self.mint_worker_token(auth.attempt, &verbs)?;
+        let ops = self.extend_handles(auth.attempt, expires_secs);
+        self.with_run(task_id, auth.attempt.n, |run| {
             run.token_exp_secs = expires_secs
         });
         self.submit_and_wait(ops, Vec::new()).await?;
@@ -495,10 +494,10 @@ impl Engine {
     /// Moves the expiry of every handle of the attempt to at least
     /// `exp_secs` (a SubAgent may hold one from before a restart as well as
     /// the one announced since); returns their writes.
-    fn extend_handles(&self, task_id: TaskId, attempt: u32, exp_secs: u64) -> Vec<WriteOp> {
+    fn extend_handles(&self, id: AttemptId, exp_secs: u64) -> Vec<WriteOp> {
         let mut handles = self.handles();
         handles
-            .digests_of(task_id, attempt)
+            .digests_of(id)
             .into_iter()
             .filter_map(|digest| {
                 let record = handles.get_mut(&digest)?;
@@ -516,10 +515,13 @@ impl Engine {
     /// delivery). Refused once the attempt is no longer the open one.
     pub async fn refresh_credential(
         &self,
-        task_id: TaskId,
-        attempt: u32,
+        id: AttemptId,
         old: &crate::spawn::WorkerCredential,
     ) -> Result<crate::spawn::WorkerCredential, EngineError> {
+        let AttemptId {
+            task: task_id,
+            n: attempt,
+        } = id;
         let verbs = {
             let cell = self.live_cell(task_id)?;
             let state = cell.lock();
@@ -538,8 +540,8 @@ impl Engine {
         if !known {
             return Err(EngineError::HandleExpired);
         }
-        let (token, expires_secs) = self.mint_worker_token(task_id, attempt, &verbs)?;
-        let ops = self.extend_handles(task_id, attempt, expires_secs);
+        let (token, expires_secs) = self.mint_worker_token(id, &verbs)?;
+        let ops = self.extend_handles(id, expires_secs);
         self.with_run(task_id, attempt, |run| run.token_exp_secs = expires_secs);
         self.submit_and_wait(ops, Vec::new()).await?;
         Ok(crate::spawn::WorkerCredential::new(

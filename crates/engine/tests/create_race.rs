@@ -44,7 +44,7 @@ async fn race(engine: Engine) {
                 let (engine, barrier, key) = (engine.clone(), barrier.clone(), key.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
-                    engine.spawn_task(spec(&key)).await
+                    engine.create_task(spec(&key)).await
                 })
             })
             .collect();

@@ -70,11 +70,11 @@ async fn reopened_store_resumes_delegated_work_and_keeps_finished_work() {
     );
 
     let (first, db) = open(dir.path(), resolver.clone());
-    let finished = first.spawn_task(spec("done")).await.unwrap();
+    let finished = first.create_task(spec("done")).await.unwrap();
     let finished = first.wait_task(finished.id, WAIT).await.unwrap();
     assert_eq!(finished.status(), TaskStatus::Pass);
-    let interrupted = first.spawn_task(spec("local")).await.unwrap();
-    let delegated = first.spawn_task(spec("remote")).await.unwrap();
+    let interrupted = first.create_task(spec("local")).await.unwrap();
+    let delegated = first.create_task(spec("remote")).await.unwrap();
     spawned(&local, interrupted.id, 1).await;
     spawned(&remote, delegated.id, 1).await;
     let old_handle = remote.credential(delegated.id).unwrap().handle().to_owned();

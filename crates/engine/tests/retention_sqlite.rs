@@ -55,7 +55,7 @@ async fn pruning_a_task_sweeps_the_blobs_only_it_referenced() {
         };
         let engine = engine.clone();
         async move {
-            let task = engine.spawn_task(spec).await.unwrap();
+            let task = engine.create_task(spec).await.unwrap();
             let task = engine.wait_task(task.id, WAIT).await.unwrap();
             assert_eq!(task.status(), TaskStatus::Pass);
             task.id

@@ -97,7 +97,7 @@ async fn an_unrecorded_task_is_refused_and_its_key_stays_free() {
     };
 
     store.failing.store(true, Ordering::SeqCst);
-    let refused = engine.spawn_task(spec.clone()).await;
+    let refused = engine.create_task(spec.clone()).await;
     assert!(matches!(refused, Err(EngineError::Store(_))), "{refused:?}");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(engine.live_tasks(), 0, "the task left memory");
@@ -105,7 +105,7 @@ async fn an_unrecorded_task_is_refused_and_its_key_stays_free() {
 
     // The disk is back: the same key creates a task that runs to the end.
     store.failing.store(false, Ordering::SeqCst);
-    let task = engine.spawn_task(spec).await.unwrap();
+    let task = engine.create_task(spec).await.unwrap();
     for _ in 0..1000 {
         if remote.credential(task.id).is_some() {
             break;

@@ -16,7 +16,7 @@ use swarmd_output_store::{
     Synchronous,
 };
 use swarmd_spawner::layers::SeniorSettings;
-use swarmd_spawner::operator::{NoOperators, OperatorDirectory};
+use swarmd_spawner::operator::{NoSessions, SessionDirectory};
 use swarmd_spawner::process::{EnvVar, StdinMode, StreamMode};
 use swarmd_spawner::{
     AgentKind, AgentSpec, ConfigErrors, HostEnv, LuaAgentSpec, LuaLimits, LuaMiddlewareSpec,
@@ -96,9 +96,9 @@ pub async fn build(
     let mut recovery = engine.recover().await.map_err(BuildError::Recovery)?;
     sessions.restore(&engine, std::mem::take(&mut recovery.sessions));
     let tasks = TaskTracker::new();
-    router.spawn(shutdown.clone(), &tasks);
+    router.start(shutdown.clone(), &tasks);
     engine.start_recovered();
-    sessions.spawn_idle_sweep(engine.clone(), shutdown.clone(), &tasks);
+    sessions.start_idle_sweep(engine.clone(), shutdown.clone(), &tasks);
     tracing::info!(
         requeued = recovery.requeued,
         decided = recovery.decided,
@@ -202,14 +202,14 @@ pub fn engine_config(config: &Config) -> EngineConfig {
 /// `Agents` listing every problem; `Lua` if no Lua thread can start.
 pub fn link_agents(config: &Config, env: &Environment) -> Result<(), BuildError> {
     let base_url = config.base_url(config.server.bind);
-    resolver(config, env, &base_url, Arc::new(NoOperators)).map(drop)
+    resolver(config, env, &base_url, Arc::new(NoSessions)).map(drop)
 }
 
 fn resolver(
     config: &Config,
     env: &Environment,
     base_url: &str,
-    operators: Arc<dyn OperatorDirectory>,
+    operators: Arc<dyn SessionDirectory>,
 ) -> Result<StackResolver, BuildError> {
     let limits = LuaLimits {
         memory_limit_bytes: usize::try_from(config.lua.memory_limit_mb * 1024 * 1024)

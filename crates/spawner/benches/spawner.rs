@@ -17,7 +17,7 @@ use swarmd_engine::{
     Attempt, Ctx, Engine, EngineConfig, SpawnError, SpawnerAdapter, SpawnerResolver, Worker,
     WorkerCredential, WorkerError,
 };
-use swarmd_spawner::operator::{NoOperators, OperatorDirectory};
+use swarmd_spawner::operator::{NoSessions, SessionDirectory};
 use swarmd_spawner::process::StdinMode;
 use swarmd_spawner::{
     AgentEntry, AgentKind, AgentSpec, HostEnv, LuaAgentSpec, LuaLimits, LuaPool, ProcessSpec,
@@ -100,7 +100,7 @@ async fn run_tasks(engine: &Engine, agent: &str, n: usize) -> f64 {
             ..TaskSpec::default()
         };
         running.spawn(async move {
-            let task = engine.spawn_task(spec).await.expect("spawned");
+            let task = engine.create_task(spec).await.expect("spawned");
             engine
                 .wait_task(task.id, Duration::from_secs(60))
                 .await
@@ -150,8 +150,8 @@ async fn lua_attempts(
     run_tasks(&engine, "const", n).await
 }
 
-fn no_operators() -> Arc<dyn OperatorDirectory> {
-    Arc::new(NoOperators)
+fn no_operators() -> Arc<dyn SessionDirectory> {
+    Arc::new(NoSessions)
 }
 
 fn agent(name: &str, kind: AgentKind) -> AgentSpec {
@@ -197,7 +197,7 @@ async fn per_attempt(engine: &Engine, stack: &Arc<dyn SpawnerAdapter>, n: u32) -
             agent: "noop".into(),
             layers: Vec::new(),
             session: None,
-            deadline_ms: u64::MAX,
+            lease_deadline_ms: u64::MAX,
             delegated: false,
             meta: serde_json::Map::new(),
         };

@@ -13,7 +13,7 @@
 //! Each worker owns its own resources: a process attempt owns its child's
 //! process group, a Lua attempt its fresh state on the [`LuaPool`]'s threads.
 //! Nothing here keeps global state: the Lua pool, the host environment, the
-//! base URL and the [`operator::OperatorDirectory`] of live sessions are built
+//! base URL and the [`operator::SessionDirectory`] of live sessions are built
 //! by the server and passed in.
 
 pub mod layers;

@@ -1,6 +1,6 @@
 //! Operator sessions as the layers see them: the traits through which a
 //! connected MainAI hooks attempts, answers seniors and runs delegated
-//! attempts, and the `OperatorDirectory` that finds a live session. The
+//! attempts, and the `SessionDirectory` that finds a live session. The
 //! server implements them over WebSocket and hands the directory to the
 //! resolver, which gives it to the layers that need it when it builds them.
 
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use swarmd_engine::ids::{SessionId, TaskId};
+use swarmd_engine::ids::{AttemptId, SessionId, TaskId};
 use swarmd_engine::store::SessionKind;
 use swarmd_engine::{SpawnError, WorkerCredential};
 
@@ -55,25 +55,19 @@ pub trait SpawnHook: Send + Sync + Debug {
 /// Asks a senior a question and waits for the answer (the caller bounds the wait).
 #[async_trait]
 pub trait SeniorBridge: Send + Sync + Debug {
-    async fn ask(
-        &self,
-        task_id: TaskId,
-        attempt: u32,
-        question: Value,
-    ) -> Result<Value, BridgeError>;
+    async fn ask(&self, attempt: AttemptId, question: Value) -> Result<Value, BridgeError>;
 }
 
 /// Everything a `spawn` frame carries (docs/protocol.md, Frames; The spawn directive).
 #[derive(Debug, Clone)]
 pub struct SpawnFrame {
-    pub task_id: TaskId,
-    pub attempt: u32,
+    pub attempt: AttemptId,
     pub agent: String,
     pub credential: WorkerCredential,
     pub worker_binding: Option<Value>,
     pub directive: String,
     pub base_url: String,
-    pub deadline_ms: u64,
+    pub lease_deadline_ms: u64,
 }
 
 /// A MainAI's reply to a `spawn` frame.
@@ -100,39 +94,39 @@ pub struct SpawnReceipt {
 
 /// Runs delegated attempts on a MainAI session (docs/tasks.md, Operator agents).
 #[async_trait]
-pub trait OperatorBackend: Send + Sync + Debug {
+pub trait SpawnChannel: Send + Sync + Debug {
     /// Sends the `spawn` frame now, or parks it while the session has no socket.
     async fn spawn(&self, frame: SpawnFrame) -> Result<SpawnReceipt, SpawnError>;
     /// Sends a `cancel` frame for a spawn; fire and forget.
-    fn cancel(&self, req_id: &str, task_id: TaskId, attempt: u32, reason: &str);
+    fn cancel(&self, req_id: &str, attempt: AttemptId, reason: &str);
 }
 
 /// One live operator session's capabilities.
 #[derive(Clone, Debug)]
-pub struct OperatorInfo {
+pub struct LiveSession {
     pub sid: SessionId,
     pub kind: SessionKind,
     pub hooks: Option<Arc<dyn SpawnHook>>,
     pub senior: Option<Arc<dyn SeniorBridge>>,
-    pub backend: Option<Arc<dyn OperatorBackend>>,
+    pub spawn_channel: Option<Arc<dyn SpawnChannel>>,
 }
 
 /// Finds live sessions: by id, or by a claimed role name (`main-ai`, `senior`).
-pub trait OperatorDirectory: Send + Sync + Debug {
-    fn session(&self, sid: &SessionId) -> Option<OperatorInfo>;
-    fn by_role(&self, role: &str) -> Option<OperatorInfo>;
+pub trait SessionDirectory: Send + Sync + Debug {
+    fn session(&self, sid: &SessionId) -> Option<LiveSession>;
+    fn by_role(&self, role: &str) -> Option<LiveSession>;
 }
 
 /// A directory with no sessions: the engine alone, tests, benchmarks.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct NoOperators;
+pub struct NoSessions;
 
-impl OperatorDirectory for NoOperators {
-    fn session(&self, _sid: &SessionId) -> Option<OperatorInfo> {
+impl SessionDirectory for NoSessions {
+    fn session(&self, _sid: &SessionId) -> Option<LiveSession> {
         None
     }
 
-    fn by_role(&self, _role: &str) -> Option<OperatorInfo> {
+    fn by_role(&self, _role: &str) -> Option<LiveSession> {
         None
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 use swarmd_engine::event::Event;
-use swarmd_engine::ids::{SessionId, TaskId, WorkerId};
+use swarmd_engine::ids::{AttemptId, SessionId, TaskId, WorkerId};
 use swarmd_engine::store::SessionKind;
 use swarmd_engine::task::{PolicyOverrides, SpawnerKind, Task, TaskSpec};
 use swarmd_engine::testing::{StaticResolver, memory_engine};
@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::layers::OPERATOR_DELEGATE;
 use crate::operator::{
-    OperatorBackend, OperatorDirectory, OperatorInfo, SpawnFrame, SpawnReceipt, SpawnReply,
+    LiveSession, SessionDirectory, SpawnChannel, SpawnFrame, SpawnReceipt, SpawnReply,
 };
 use crate::stack::{SpawnerLayer, wrap_join};
 
@@ -206,7 +206,7 @@ pub(crate) fn mock_attempt(agent: &str) -> (Attempt, Arc<MockHost>) {
             agent: agent.to_owned(),
             layers: Vec::new(),
             session: None,
-            deadline_ms: 61_000,
+            lease_deadline_ms: 61_000,
             delegated: false,
             meta: serde_json::Map::new(),
         },
@@ -230,7 +230,7 @@ pub(crate) async fn run_task(engine: &Engine, agent: &str, policy: PolicyOverrid
         policy,
         ..TaskSpec::default()
     };
-    let task = engine.spawn_task(spec).await.unwrap();
+    let task = engine.create_task(spec).await.unwrap();
     engine
         .wait_task(task.id, Duration::from_secs(3600))
         .await
@@ -260,19 +260,19 @@ pub(crate) async fn outputs(engine: &Engine, task: TaskId, attempt: u32) -> Vec<
 /// A directory of fake sessions, by id and by claimed role name.
 #[derive(Debug, Default)]
 pub(crate) struct FakeDirectory {
-    sessions: Mutex<Vec<(Vec<String>, OperatorInfo)>>,
+    sessions: Mutex<Vec<(Vec<String>, LiveSession)>>,
 }
 
 impl FakeDirectory {
     /// Adds a live session holding `roles`.
-    pub(crate) fn add(&self, roles: &[&str], info: OperatorInfo) {
+    pub(crate) fn add(&self, roles: &[&str], info: LiveSession) {
         let roles = roles.iter().map(|r| (*r).to_owned()).collect();
         self.sessions.lock().unwrap().push((roles, info));
     }
 }
 
-impl OperatorDirectory for FakeDirectory {
-    fn session(&self, sid: &SessionId) -> Option<OperatorInfo> {
+impl SessionDirectory for FakeDirectory {
+    fn session(&self, sid: &SessionId) -> Option<LiveSession> {
         let sessions = self.sessions.lock().unwrap();
         sessions
             .iter()
@@ -280,7 +280,7 @@ impl OperatorDirectory for FakeDirectory {
             .map(|(_, i)| i.clone())
     }
 
-    fn by_role(&self, role: &str) -> Option<OperatorInfo> {
+    fn by_role(&self, role: &str) -> Option<LiveSession> {
         let sessions = self.sessions.lock().unwrap();
         sessions
             .iter()
@@ -290,22 +290,22 @@ impl OperatorDirectory for FakeDirectory {
 }
 
 /// A session of `kind` with nothing attached.
-pub(crate) fn session(kind: SessionKind) -> OperatorInfo {
-    OperatorInfo {
+pub(crate) fn session(kind: SessionKind) -> LiveSession {
+    LiveSession {
         sid: SessionId::new(),
         kind,
         hooks: None,
         senior: None,
-        backend: None,
+        spawn_channel: None,
     }
 }
 
 /// A fixed resolver that delegates as the daemon's does: when the task
-/// names `operator_delegate` and its session has an operator backend.
+/// names `operator_delegate` and its session has a spawn channel.
 #[derive(Debug)]
 struct DirectoryResolver {
     inner: StaticResolver,
-    operators: Arc<dyn OperatorDirectory>,
+    sessions: Arc<dyn SessionDirectory>,
 }
 
 impl SpawnerResolver for DirectoryResolver {
@@ -320,8 +320,8 @@ impl SpawnerResolver for DirectoryResolver {
     fn delegated(&self, _agent: &str, layers: &[String], session: Option<SessionId>) -> bool {
         layers.iter().any(|l| l == OPERATOR_DELEGATE)
             && session
-                .and_then(|sid| self.operators.session(&sid))
-                .is_some_and(|s| s.backend.is_some())
+                .and_then(|sid| self.sessions.session(&sid))
+                .is_some_and(|s| s.spawn_channel.is_some())
     }
 }
 
@@ -330,7 +330,7 @@ impl SpawnerResolver for DirectoryResolver {
 /// directory).
 pub(crate) fn engine_with_directory(
     agents: Vec<(&str, SpawnerKind, Arc<dyn SpawnerAdapter>)>,
-    directory: Arc<dyn OperatorDirectory>,
+    directory: Arc<dyn SessionDirectory>,
 ) -> Engine {
     let inner = agents
         .into_iter()
@@ -339,7 +339,7 @@ pub(crate) fn engine_with_directory(
         });
     let resolver = DirectoryResolver {
         inner,
-        operators: directory,
+        sessions: directory,
     };
     memory_engine(Arc::new(resolver), EngineConfig::default())
 }
@@ -358,19 +358,19 @@ pub(crate) async fn spawn_owned(
         policy,
         ..TaskSpec::default()
     };
-    engine.spawn_task(spec).await.unwrap()
+    engine.create_task(spec).await.unwrap()
 }
 
-/// An operator backend that keeps every frame and the reply senders.
+/// An operator channel that keeps every frame and the reply senders.
 #[derive(Debug, Default)]
-pub(crate) struct FakeBackend {
+pub(crate) struct FakeChannel {
     pub frames: Mutex<Vec<SpawnFrame>>,
     pub replies: Mutex<Vec<Option<oneshot::Sender<SpawnReply>>>>,
     pub cancels: Mutex<Vec<(String, String)>>,
     arrived: Notify,
 }
 
-impl FakeBackend {
+impl FakeChannel {
     /// Waits for the `n`-th frame (from 0) and returns it.
     pub(crate) async fn frame(&self, n: usize) -> SpawnFrame {
         loop {
@@ -395,7 +395,7 @@ impl FakeBackend {
 }
 
 #[async_trait]
-impl OperatorBackend for FakeBackend {
+impl SpawnChannel for FakeChannel {
     async fn spawn(&self, frame: SpawnFrame) -> Result<SpawnReceipt, SpawnError> {
         let (tx, rx) = oneshot::channel();
         let req_id = {
@@ -408,7 +408,7 @@ impl OperatorBackend for FakeBackend {
         Ok(SpawnReceipt { req_id, reply: rx })
     }
 
-    fn cancel(&self, req_id: &str, _task_id: TaskId, _attempt: u32, reason: &str) {
+    fn cancel(&self, req_id: &str, _attempt: AttemptId, reason: &str) {
         self.cancels
             .lock()
             .unwrap()

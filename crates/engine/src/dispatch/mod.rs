@@ -60,7 +60,7 @@ fn attempt_span(task_id: TaskId, attempt: Option<u32>, agent: &str) -> Span {
 impl Engine {
     /// Runs the next attempt of `id`, which admission has given a slot,
     /// inside the attempt's span.
-    pub(crate) async fn run_attempt(&self, id: TaskId, agent: String) {
+    pub(crate) async fn dispatch_attempt(&self, id: TaskId, agent: String) {
         let span = attempt_span(id, None, &agent);
         self.attempt_pipeline(id, agent).instrument(span).await;
     }
@@ -150,7 +150,7 @@ impl Engine {
         };
         let record = run.open_record(state.task.id);
         let mut ops = Vec::with_capacity(3);
-        let credential = match self.mint(state.task.id, attempt, &run.verbs) {
+        let credential = match self.mint(AttemptId::new(state.task.id, attempt), &run.verbs) {
             Ok((credential, digest, handle)) => {
                 run.token_exp_secs = credential.expires_secs();
                 ops.push(WriteOp::PutHandle {
@@ -227,7 +227,7 @@ impl Engine {
     /// The context of one attempt. Whether it goes back to the owning
     /// session is asked of the resolver now: the session may have come or
     /// gone since the last attempt.
-    fn ctx_for(&self, task: &crate::task::Task, attempt: u32, deadline_ms: u64) -> Ctx {
+    fn ctx_for(&self, task: &crate::task::Task, attempt: u32, lease_deadline_ms: u64) -> Ctx {
         let delegated = self
             .inner
             .resolver
@@ -237,7 +237,7 @@ impl Engine {
             agent: task.agent.clone(),
             layers: task.layers.clone(),
             session: task.session,
-            deadline_ms,
+            lease_deadline_ms,
             delegated,
             meta: Map::new(),
         }
@@ -368,16 +368,15 @@ impl Engine {
     /// memory; the caller queues the handle's store write.
     fn mint(
         &self,
-        task_id: TaskId,
-        attempt: u32,
+        id: AttemptId,
         verbs: &[crate::gate::Verb],
     ) -> Result<(WorkerCredential, [u8; 32], crate::store::HandleRecord), crate::EngineError> {
-        let (token, expires_secs) = self.mint_worker_token(task_id, attempt, verbs)?;
+        let (token, expires_secs) = self.mint_worker_token(id, verbs)?;
         let handle = crate::auth::WorkerHandle::generate();
         let digest = handle.digest();
         let record = crate::store::HandleRecord {
-            task_id,
-            attempt,
+            task_id: id.task,
+            attempt: id.n,
             verbs: verbs.to_vec(),
             exp_secs: expires_secs,
         };
@@ -413,8 +412,8 @@ mod tests {
             crate::EngineConfig::default(),
             Arc::new(ManualClock::new(0)),
         );
-        let attempt = engine.run_attempt(crate::ids::TaskId::new(), "a".into());
+        let attempt = engine.dispatch_attempt(crate::ids::TaskId::new(), "a".into());
         let size = std::mem::size_of_val(&attempt);
-        assert!(size <= 1024, "run_attempt's future is {size} bytes");
+        assert!(size <= 1024, "dispatch_attempt's future is {size} bytes");
     }
 }

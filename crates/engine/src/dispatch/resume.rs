@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use super::{Joined, Minted, Prepared, attempt_span};
 use crate::Engine;
-use crate::ids::{AttemptId, TaskId, WorkerId};
+use crate::ids::{AttemptId, WorkerId};
 use crate::live::TaskCell;
 use crate::outcome::Stopped;
 use crate::spawn::{Worker, WorkerCredential, WorkerError};
@@ -48,7 +48,7 @@ impl Engine {
     /// Drives a delegated attempt resumed at recovery, inside the attempt's
     /// span: its worker is the SubAgent out there, whose Final arrives over
     /// HTTP.
-    pub(crate) async fn run_resumed(
+    pub(crate) async fn dispatch_resumed(
         &self,
         cell: Arc<TaskCell>,
         attempt: u32,
@@ -66,8 +66,8 @@ impl Engine {
     async fn resumed_pipeline(&self, cell: Arc<TaskCell>, attempt: u32, cancel: CancellationToken) {
         let (ctx, agent, layers) = {
             let state = cell.lock();
-            let deadline_ms = state.run.as_ref().map_or(0, |r| r.lease_deadline_ms);
-            let ctx = self.ctx_for(&state.task, attempt, deadline_ms);
+            let lease_deadline_ms = state.run.as_ref().map_or(0, |r| r.lease_deadline_ms);
+            let ctx = self.ctx_for(&state.task, attempt, lease_deadline_ms);
             (ctx, state.task.agent.clone(), state.task.layers.clone())
         };
         let p = Prepared {
@@ -81,7 +81,7 @@ impl Engine {
         // Without a stack, wait for the SubAgent's Final alone.
         let joined = match (
             self.inner.resolver.link(&agent, &layers),
-            self.reissue(&cell, p.ctx.id.task, attempt).await,
+            self.reissue(&cell, p.ctx.id).await,
         ) {
             (Ok(stack), Ok(credential)) => {
                 let minted = Minted {
@@ -117,8 +117,7 @@ impl Engine {
     async fn reissue(
         &self,
         cell: &Arc<TaskCell>,
-        task_id: TaskId,
-        attempt: u32,
+        id: AttemptId,
     ) -> Result<WorkerCredential, crate::EngineError> {
         let verbs = cell
             .lock()
@@ -126,8 +125,8 @@ impl Engine {
             .as_ref()
             .map(|r| r.verbs.clone())
             .unwrap_or_default();
-        let (credential, digest, record) = self.mint(task_id, attempt, &verbs)?;
-        if let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt) {
+        let (credential, digest, record) = self.mint(id, &verbs)?;
+        if let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == id.n) {
             run.token_exp_secs = credential.expires_secs();
         }
         self.submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())

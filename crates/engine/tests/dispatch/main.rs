@@ -79,7 +79,7 @@ async fn final_ok_passes_and_events_are_gapless() {
     });
     let engine = engine_for(spawner, None);
     let mut events = engine.subscribe();
-    let task = engine.spawn_task(spec("a")).await.unwrap();
+    let task = engine.create_task(spec("a")).await.unwrap();
     let done = engine.wait_task(task.id, WAIT).await.unwrap();
     assert_eq!(done.status(), TaskStatus::Pass);
     assert_eq!(done.result.unwrap().value, json!("done"));
@@ -117,7 +117,7 @@ async fn final_not_ok_blocks_and_missing_final_fails() {
         _ => Script::NoFinal,
     });
     let engine = engine_for(spawner, None);
-    let t = engine.spawn_task(spec("a")).await.unwrap();
+    let t = engine.create_task(spec("a")).await.unwrap();
     let t = engine.wait_task(t.id, WAIT).await.unwrap();
     assert_eq!(t.status(), TaskStatus::Failed);
     assert!(t.reason.unwrap().contains("without a final"));
@@ -127,7 +127,7 @@ async fn final_not_ok_blocks_and_missing_final_fails() {
         ok: false,
     });
     let engine = engine_for(spawner, None);
-    let t = engine.spawn_task(spec("a")).await.unwrap();
+    let t = engine.create_task(spec("a")).await.unwrap();
     let t = engine.wait_task(t.id, WAIT).await.unwrap();
     assert_eq!(t.status(), TaskStatus::Blocked);
     assert!(!t.result.unwrap().ok);
@@ -151,7 +151,7 @@ async fn retry_after_failure_then_pass() {
         max_attempts: Some(3),
         ..PolicyOverrides::default()
     };
-    let t = engine.spawn_task(s).await.unwrap();
+    let t = engine.create_task(s).await.unwrap();
     let t = engine.wait_task(t.id, WAIT).await.unwrap();
     assert_eq!(t.status(), TaskStatus::Pass);
     assert_eq!(t.attempt, 2);
@@ -174,12 +174,12 @@ async fn blocked_is_retried_only_when_the_policy_says_so() {
     let engine = engine_for(spawner, None);
     let mut s = spec("a");
     s.policy.max_attempts = Some(2);
-    let t = engine.spawn_task(s.clone()).await.unwrap();
+    let t = engine.create_task(s.clone()).await.unwrap();
     let t = engine.wait_task(t.id, WAIT).await.unwrap();
     assert_eq!((t.status(), t.attempt), (TaskStatus::Blocked, 1));
 
     s.policy.retry_on = Some(vec![RetryOn::Blocked]);
-    let t = engine.spawn_task(s).await.unwrap();
+    let t = engine.create_task(s).await.unwrap();
     let t = engine.wait_task(t.id, WAIT).await.unwrap();
     assert_eq!((t.status(), t.attempt), (TaskStatus::Pass, 2));
 }
@@ -190,7 +190,7 @@ async fn lease_expiry_fails_the_attempt() {
     let engine = engine_for(spawner, None);
     let mut s = spec("a");
     s.policy.attempt_timeout_secs = Some(5);
-    let t = engine.spawn_task(s).await.unwrap();
+    let t = engine.create_task(s).await.unwrap();
     let t = engine.wait_task(t.id, WAIT).await.unwrap();
     assert_eq!(t.status(), TaskStatus::Failed);
     assert_eq!(t.reason.as_deref(), Some("lease expired"));
@@ -202,7 +202,7 @@ async fn worker_activity_extends_the_lease() {
     let engine = engine_for(spawner.clone(), None);
     let mut s = spec("a");
     s.policy.attempt_timeout_secs = Some(10);
-    let t = engine.spawn_task(s).await.unwrap();
+    let t = engine.create_task(s).await.unwrap();
     spawned(&spawner, t.id, 1).await;
     let handle = spawner.credential(t.id).unwrap().handle().to_owned();
     let auth = engine
@@ -231,7 +231,7 @@ async fn worker_activity_extends_the_lease() {
 async fn cancel_fences_the_attempt_and_late_results_get_410() {
     let spawner = ScriptedSpawner::new(|_| Script::Hang);
     let engine = engine_for(spawner.clone(), None);
-    let t = engine.spawn_task(spec("a")).await.unwrap();
+    let t = engine.create_task(spec("a")).await.unwrap();
     spawned(&spawner, t.id, 1).await;
     let cred = spawner.credential(t.id).unwrap();
     let cancelled = engine.cancel_task(t.id, Some("stop".into())).await.unwrap();
@@ -277,7 +277,7 @@ async fn stale_token_after_retry_is_superseded() {
     let mut s = spec("a");
     s.policy.max_attempts = Some(2);
     s.policy.attempt_timeout_secs = Some(5);
-    let t = engine.spawn_task(s).await.unwrap();
+    let t = engine.create_task(s).await.unwrap();
     spawned(&spawner, t.id, 1).await;
     let old = spawner.credential(t.id).unwrap();
     spawned(&spawner, t.id, 2).await;
@@ -309,9 +309,9 @@ async fn stale_token_after_retry_is_superseded() {
     let reader = engine
         .authenticate_worker(old.handle(), Verb::FetchPrompt)
         .unwrap();
-    assert_eq!(reader.attempt, 1);
+    assert_eq!(reader.attempt.n, 1);
     let prompt = engine.fetch_prompt(&reader, None).await.unwrap();
-    assert!(prompt.deadline_ms <= engine.clock().now_ms());
+    assert!(prompt.lease_deadline_ms <= engine.clock().now_ms());
 
     // A body naming the current attempt does not lend it to a stale
     // credential, and the error names the credential's attempt.
@@ -343,7 +343,7 @@ async fn stale_token_after_retry_is_superseded() {
 async fn duplicate_results_conflict_unless_idempotent_replay() {
     let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
     let engine = engine_for(spawner.clone(), None);
-    let t = engine.spawn_task(spec("a")).await.unwrap();
+    let t = engine.create_task(spec("a")).await.unwrap();
     spawned(&spawner, t.id, 1).await;
     let cred = spawner.credential(t.id).unwrap();
     let auth = engine
@@ -390,8 +390,8 @@ async fn duplicate_results_conflict_unless_idempotent_replay() {
 async fn per_agent_concurrency_queues_fifo() {
     let spawner = ScriptedSpawner::new(|_| Script::Hang);
     let engine = engine_for(spawner.clone(), Some(1));
-    let a = engine.spawn_task(spec("a")).await.unwrap();
-    let b = engine.spawn_task(spec("a")).await.unwrap();
+    let a = engine.create_task(spec("a")).await.unwrap();
+    let b = engine.create_task(spec("a")).await.unwrap();
     spawned(&spawner, a.id, 1).await;
     assert_eq!(
         engine.get_task(b.id).await.unwrap().unwrap().status(),
@@ -410,10 +410,10 @@ async fn per_agent_concurrency_queues_fifo() {
 async fn queue_timeout_fails_a_task_that_never_started() {
     let spawner = ScriptedSpawner::new(|_| Script::Hang);
     let engine = engine_for(spawner.clone(), Some(1));
-    let _running = engine.spawn_task(spec("a")).await.unwrap();
+    let _running = engine.create_task(spec("a")).await.unwrap();
     let mut s = spec("a");
     s.policy.queue_timeout_secs = Some(2);
-    let waiting = engine.spawn_task(s).await.unwrap();
+    let waiting = engine.create_task(s).await.unwrap();
     let t = engine.wait_task(waiting.id, WAIT).await.unwrap();
     assert_eq!(t.status(), TaskStatus::Failed);
     assert_eq!(t.reason.as_deref(), Some("queue timeout"));
@@ -427,21 +427,21 @@ async fn spawn_is_idempotent_and_validates() {
     let engine = engine_for(spawner, None);
     let mut s = spec("a");
     s.idempotency_key = Some("key-1".into());
-    let one = engine.spawn_task(s.clone()).await.unwrap();
-    let two = engine.spawn_task(s.clone()).await.unwrap();
+    let one = engine.create_task(s.clone()).await.unwrap();
+    let two = engine.create_task(s.clone()).await.unwrap();
     assert_eq!(one.id, two.id);
     s.prompt = "something else".into();
-    let err = engine.spawn_task(s).await.unwrap_err();
+    let err = engine.create_task(s).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
 
-    let err = engine.spawn_task(spec("nobody")).await.unwrap_err();
+    let err = engine.create_task(spec("nobody")).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::NotFound);
-    let err = engine.spawn_task(spec("")).await.unwrap_err();
+    let err = engine.create_task(spec("")).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::BadRequest);
     let mut deep = spec("a");
     deep.parent = Some(TaskId::new());
     assert_eq!(
-        engine.spawn_task(deep).await.unwrap_err().code(),
+        engine.create_task(deep).await.unwrap_err().code(),
         ErrorCode::NotFound
     );
 }
@@ -455,14 +455,14 @@ async fn spawn_depth_is_limited() {
         ..EngineConfig::default()
     };
     let engine = memory_engine(Arc::new(resolver), config);
-    let root = engine.spawn_task(spec("a")).await.unwrap();
+    let root = engine.create_task(spec("a")).await.unwrap();
     let mut child = spec("a");
     child.parent = Some(root.id);
-    let child = engine.spawn_task(child).await.unwrap();
+    let child = engine.create_task(child).await.unwrap();
     assert_eq!(child.depth, 1);
     let mut grandchild = spec("a");
     grandchild.parent = Some(child.id);
-    let err = engine.spawn_task(grandchild).await.unwrap_err();
+    let err = engine.create_task(grandchild).await.unwrap_err();
     assert!(matches!(
         err,
         EngineError::DepthExceeded { depth: 2, limit: 1 }
@@ -473,8 +473,8 @@ async fn spawn_depth_is_limited() {
 async fn credentials_are_bound_to_their_task_and_verb() {
     let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
     let engine = engine_for(spawner.clone(), None);
-    let a = engine.spawn_task(spec("a")).await.unwrap();
-    let b = engine.spawn_task(spec("a")).await.unwrap();
+    let a = engine.create_task(spec("a")).await.unwrap();
+    let b = engine.create_task(spec("a")).await.unwrap();
     spawned(&spawner, a.id, 1).await;
     let cred = spawner.credential(a.id).unwrap();
 
@@ -542,7 +542,7 @@ async fn heartbeat_remints_near_expiry_and_handles_expire() {
     );
     let mut s = spec("a");
     s.policy.attempt_timeout_secs = Some(100_000);
-    let t = engine.spawn_task(s).await.unwrap();
+    let t = engine.create_task(s).await.unwrap();
     spawned(&spawner, t.id, 1).await;
     let cred = spawner.credential(t.id).unwrap();
     let auth = engine
@@ -596,15 +596,15 @@ async fn only_agents_that_allow_subtasks_get_spawn_task() {
         .with_profile("parent", parent, spawner.clone())
         .with_profile("leaf", leaf, spawner.clone());
     let engine = memory_engine(Arc::new(resolver), EngineConfig::default());
-    let parent = engine.spawn_task(spec("parent")).await.unwrap();
-    let leaf = engine.spawn_task(spec("leaf")).await.unwrap();
+    let parent = engine.create_task(spec("parent")).await.unwrap();
+    let leaf = engine.create_task(spec("leaf")).await.unwrap();
     spawned(&spawner, parent.id, 1).await;
     spawned(&spawner, leaf.id, 1).await;
 
     let cred = spawner.credential(parent.id).unwrap();
     for bearer in [cred.token(), cred.handle()] {
         let auth = engine.authenticate_worker(bearer, Verb::SpawnTask).unwrap();
-        assert_eq!(auth.task_id, parent.id);
+        assert_eq!(auth.attempt.task, parent.id);
     }
     let cred = spawner.credential(leaf.id).unwrap();
     for bearer in [cred.token(), cred.handle()] {
@@ -622,7 +622,7 @@ async fn only_agents_that_allow_subtasks_get_spawn_task() {
 async fn a_cancel_after_an_accepted_result_loses_and_is_told() {
     let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
     let engine = engine_for(spawner.clone(), None);
-    let t = engine.spawn_task(spec("a")).await.unwrap();
+    let t = engine.create_task(spec("a")).await.unwrap();
     spawned(&spawner, t.id, 1).await;
     let cred = spawner.credential(t.id).unwrap();
     let auth = engine
@@ -653,7 +653,7 @@ async fn a_replay_for_a_superseded_attempt_answers_its_first_answer() {
         retry_backoff_ms: Some(0),
         ..PolicyOverrides::default()
     };
-    let t = engine.spawn_task(s).await.unwrap();
+    let t = engine.create_task(s).await.unwrap();
     spawned(&spawner, t.id, 1).await;
     let cred = spawner.credential(t.id).unwrap();
     let auth = engine

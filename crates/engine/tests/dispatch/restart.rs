@@ -38,11 +38,11 @@ async fn recovery_fails_interrupted_work_and_resumes_delegated_attempts() {
         EngineConfig::default(),
         clock.clone(),
     );
-    let interrupted = first.spawn_task(spec("local")).await.unwrap();
+    let interrupted = first.create_task(spec("local")).await.unwrap();
     let mut retried = spec("local");
     retried.policy.max_attempts = Some(2);
-    let retried = first.spawn_task(retried).await.unwrap();
-    let delegated = first.spawn_task(spec("remote")).await.unwrap();
+    let retried = first.create_task(retried).await.unwrap();
+    let delegated = first.create_task(spec("remote")).await.unwrap();
     spawned(&local, interrupted.id, 1).await;
     spawned(&local, retried.id, 1).await;
     spawned(&remote, delegated.id, 1).await;
@@ -126,7 +126,7 @@ async fn after_a_restart_a_heartbeat_moves_every_handle_of_the_attempt() {
         config(),
         clock.clone(),
     );
-    let t = first.spawn_task(spec("remote")).await.unwrap();
+    let t = first.create_task(spec("remote")).await.unwrap();
     spawned(&remote, t.id, 1).await;
     let old = remote.credential(t.id).unwrap().handle().to_owned();
     drop(first);

@@ -47,7 +47,7 @@ impl ApiClient {
     ///
     /// # Errors
     /// `Request` on transport failure, `Status` for a refusal.
-    pub async fn spawn_task(&self, request: &SpawnRequest) -> Result<Value, ClientError> {
+    pub async fn create_task(&self, request: &SpawnRequest) -> Result<Value, ClientError> {
         let url = self.url("/v1/tasks");
         let timeout = REQUEST_TIMEOUT + Duration::from_secs(request.wait_secs.unwrap_or(0));
         let mut builder = self.post("/v1/tasks").json(request).timeout(timeout);

@@ -181,7 +181,7 @@ async fn task_calls_send_the_token_and_decode_errors() {
         wait_secs: Some(5),
         ..SpawnRequest::default()
     };
-    let answer = client.spawn_task(&request).await.unwrap();
+    let answer = client.create_task(&request).await.unwrap();
     assert_eq!(
         answer["echo"],
         json!({"agent": "echo", "prompt": "hi", "wait_secs": 5})
@@ -194,7 +194,7 @@ async fn task_calls_send_the_token_and_decode_errors() {
         idempotency_key: Some("k-1".into()),
         ..request
     };
-    let answer = client.spawn_task(&keyed).await.unwrap();
+    let answer = client.create_task(&keyed).await.unwrap();
     assert_eq!(
         answer["echo"],
         json!({"agent": "echo", "prompt": "hi", "wait_secs": 5,

@@ -39,7 +39,7 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
                 idempotency_key,
                 wait_secs: wait,
             };
-            client.spawn_task(&request).await?
+            client.create_task(&request).await?
         }
         TaskCommand::Get { id } => client.get_task(&id).await?,
         TaskCommand::Wait { id, timeout } => client.wait_task(&id, timeout).await?,

@@ -135,8 +135,8 @@ async fn spawn(
         idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
     };
     let task = match &origin.worker {
-        Some(worker) => state.engine.spawn_subtask(worker, spec).await?,
-        None => state.engine.spawn_task(spec).await?,
+        Some(worker) => state.engine.create_subtask(worker, spec).await?,
+        None => state.engine.create_task(spec).await?,
     };
     if let Some(secs) = body.wait_secs.filter(|s| *s > 0) {
         let waited = wait_for(&state, task.id, secs.min(MAX_WAIT_SECS)).await?;
@@ -176,7 +176,7 @@ fn spawner_of(state: &AppState, bearer: &WorkerBearer) -> Result<Origin, ApiErro
         let auth = authenticate_worker(state, bearer, Verb::SpawnTask)?;
         return Ok(Origin {
             session: None,
-            scope: format!("worker:{}", auth.task_id),
+            scope: format!("worker:{}", auth.attempt.task),
             worker: Some(auth),
         });
     }

@@ -50,13 +50,13 @@ impl PromptView {
     /// The prompt of the credential's attempt.
     pub(crate) fn new(auth: &WorkerAuth, prompt: Prompt) -> PromptView {
         PromptView {
-            task_id: auth.task_id,
-            attempt: auth.attempt,
+            task_id: auth.attempt.task,
+            attempt: auth.attempt.n,
             agent: prompt.agent,
             system: prompt.system,
             prompt: prompt.prompt,
             input: prompt.input,
-            deadline: prompt.deadline_ms,
+            deadline: prompt.lease_deadline_ms,
         }
     }
 }

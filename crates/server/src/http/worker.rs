@@ -187,8 +187,8 @@ async fn output(
         .await
         .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
     Ok(Json(OutputAck {
-        task_id: auth.task_id,
-        attempt: auth.attempt,
+        task_id: auth.attempt.task,
+        attempt: auth.attempt.n,
         seq,
     }))
 }

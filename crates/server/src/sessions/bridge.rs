@@ -1,6 +1,6 @@
 //! The engine's operator traits on a session (docs/tasks.md, Layers; Operator agents; Senior):
 //! `SpawnHook` (`hook_before` → `hook_ack`, `hook_after`), `SeniorBridge`
-//! (`ask` → `answer`) and `OperatorBackend` (`spawn` → `spawn_ack` /
+//! (`ask` → `answer`) and `SpawnChannel` (`spawn` → `spawn_ack` /
 //! `spawn_halt`, `cancel`). Each request registers its waiter first, then
 //! queues its frame in the outbox, so a reply can never overtake its waiter;
 //! a frame queued while no socket is attached is parked and delivered on
@@ -10,9 +10,9 @@
 use async_trait::async_trait;
 use serde_json::Value;
 use swarmd_engine::SpawnError;
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::AttemptId;
 use swarmd_spawner::operator::{
-    BridgeError, HookAck, HookRequest, OperatorBackend, SeniorBridge, SpawnFrame, SpawnHook,
+    BridgeError, HookAck, HookRequest, SeniorBridge, SpawnChannel, SpawnFrame, SpawnHook,
     SpawnReceipt,
 };
 use tokio::sync::oneshot;
@@ -90,28 +90,23 @@ impl SpawnHook for Session {
 
 #[async_trait]
 impl SeniorBridge for Session {
-    async fn ask(
-        &self,
-        task_id: TaskId,
-        attempt: u32,
-        question: Value,
-    ) -> Result<Value, BridgeError> {
+    async fn ask(&self, attempt: AttemptId, question: Value) -> Result<Value, BridgeError> {
         let (_, rx) = self.request("ask", Waiter::Ask, |req_id| {
             self.request_text(&ServerFrame::Ask {
                 req_id,
-                task_id,
+                task_id: attempt.task,
                 question,
             })
         })?;
-        tracing::debug!(sid = %self.sid, %task_id, attempt, "senior question sent");
+        tracing::debug!(sid = %self.sid, %attempt, "senior question sent");
         rx.await.map_err(|_| BridgeError::SessionGone)
     }
 }
 
 #[async_trait]
-impl OperatorBackend for Session {
+impl SpawnChannel for Session {
     async fn spawn(&self, frame: SpawnFrame) -> Result<SpawnReceipt, SpawnError> {
-        let task_id = frame.task_id;
+        let attempt = frame.attempt;
         let (req_id, reply) = self
             .request("spawn", Waiter::Spawn, |req_id| {
                 Outgoing::Spawn(Box::new(ParkedSpawn { req_id, frame }))
@@ -120,11 +115,11 @@ impl OperatorBackend for Session {
                 BridgeError::SessionGone => SpawnError::NoOperator(self.sid.to_string()),
                 other => SpawnError::Failed(other.to_string()),
             })?;
-        tracing::debug!(sid = %self.sid, %task_id, %req_id, parked = !self.connected(), "spawn queued");
+        tracing::debug!(sid = %self.sid, %attempt, %req_id, parked = !self.connected(), "spawn queued");
         Ok(SpawnReceipt { req_id, reply })
     }
 
-    fn cancel(&self, req_id: &str, task_id: TaskId, attempt: u32, reason: &str) {
+    fn cancel(&self, req_id: &str, attempt: AttemptId, reason: &str) {
         self.pending.remove(req_id);
         // A spawn never delivered needs no SubAgent stopped; the cancel still
         // goes out in case a writer is sending the spawn right now.
@@ -134,12 +129,12 @@ impl OperatorBackend for Session {
         }
         let frame = ServerFrame::Cancel {
             req_id: req_id.to_owned(),
-            task_id,
-            attempt,
+            task_id: attempt.task,
+            attempt: attempt.n,
             reason: reason.to_owned(),
         };
         if let Err(error) = self.notify(&frame) {
-            tracing::warn!(sid = %self.sid, %task_id, %error, "cancel frame dropped");
+            tracing::warn!(sid = %self.sid, %attempt, %error, "cancel frame dropped");
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Operator sessions (docs/protocol.md, Operator sessions; Disconnects and parking): login with
 //! exclusive role names, bearer-secret authentication by digest, persistence through the engine's
-//! store, idle expiry, and the engine's `OperatorDirectory` view of sessions,
-//! whose hooks, senior bridge and backend are the session itself
+//! store, idle expiry, and the engine's `SessionDirectory` view of sessions,
+//! whose hooks, senior bridge and channel are the session itself
 //! (`bridge`). Each `Session` owns its outbox of server frames (`outbox`)
 //! and its pending requests (`pending`); the WebSocket module attaches
 //! sockets to them.
@@ -33,7 +33,7 @@ use swarmd_engine::clock::Clock;
 use swarmd_engine::ids::SessionId;
 use swarmd_engine::store::SessionKind;
 use swarmd_engine::store::SessionRecord;
-use swarmd_spawner::operator::{OperatorDirectory, OperatorInfo};
+use swarmd_spawner::operator::{LiveSession, SessionDirectory};
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
@@ -124,7 +124,7 @@ impl SessionRegistry {
     /// An empty registry; `SessionSettings::from_config` reads its
     /// settings. It holds no engine: the operations that write a session
     /// are handed it, so the engine's resolver can hold this registry as its
-    /// `OperatorDirectory` without a cycle.
+    /// `SessionDirectory` without a cycle.
     pub fn new(settings: SessionSettings, clock: Arc<dyn Clock>) -> Arc<Self> {
         Arc::new(SessionRegistry {
             maps: Mutex::new(Maps::default()),
@@ -306,10 +306,10 @@ impl SessionRegistry {
     }
 
     /// The engine's view of a session. Hooks only for kinds that take them;
-    /// the backend always (frames park while disconnected); the
+    /// the channel always (frames park while disconnected); the
     /// senior bridge only while connected (docs/tasks.md, Senior).
-    fn info(session: &Arc<Session>) -> OperatorInfo {
-        OperatorInfo {
+    fn info(session: &Arc<Session>) -> LiveSession {
+        LiveSession {
             sid: session.sid,
             kind: session.kind,
             hooks: session
@@ -319,17 +319,17 @@ impl SessionRegistry {
             senior: session
                 .connected()
                 .then(|| session.clone() as Arc<dyn swarmd_spawner::operator::SeniorBridge>),
-            backend: Some(session.clone()),
+            spawn_channel: Some(session.clone()),
         }
     }
 }
 
-impl OperatorDirectory for SessionRegistry {
-    fn session(&self, sid: &SessionId) -> Option<OperatorInfo> {
+impl SessionDirectory for SessionRegistry {
+    fn session(&self, sid: &SessionId) -> Option<LiveSession> {
         self.get(sid).map(|s| Self::info(&s))
     }
 
-    fn by_role(&self, role: &str) -> Option<OperatorInfo> {
+    fn by_role(&self, role: &str) -> Option<LiveSession> {
         let session = {
             let maps = self.maps();
             let sid = maps.roles.get(role)?;

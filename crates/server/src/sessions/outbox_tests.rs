@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::{AttemptId, TaskId};
 
 use super::*;
 
@@ -18,14 +18,13 @@ fn spawn(req_id: &str) -> Outgoing {
     Outgoing::Spawn(Box::new(ParkedSpawn {
         req_id: req_id.to_owned(),
         frame: SpawnFrame {
-            task_id: TaskId::new(),
-            attempt: 1,
+            attempt: AttemptId::new(TaskId::new(), 1),
             agent: "a".into(),
             credential: WorkerCredential::new("swc1.x".into(), "wh-x".into(), 10),
             worker_binding: None,
             directive: String::new(),
             base_url: String::new(),
-            deadline_ms: 0,
+            lease_deadline_ms: 0,
         },
     }))
 }

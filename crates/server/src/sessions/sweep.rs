@@ -58,7 +58,7 @@ impl SessionRegistry {
     }
 
     /// Runs `sweep` periodically on `tasks` until `shutdown` fires.
-    pub fn spawn_idle_sweep(
+    pub fn start_idle_sweep(
         self: &Arc<Self>,
         engine: Engine,
         shutdown: CancellationToken,

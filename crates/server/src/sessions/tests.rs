@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use swarmd_engine::clock::ManualClock;
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::{AttemptId, TaskId};
 use swarmd_engine::{SpawnError, WorkerCredential};
 use swarmd_spawner::operator::{BridgeError, HookAck, HookRequest, SpawnFrame};
 
@@ -267,12 +267,12 @@ async fn the_directory_gives_hooks_to_main_ai_kinds_and_a_senior_while_connected
         .await
         .unwrap();
     let info = registry.session(&main.sid).unwrap();
-    assert!(info.hooks.is_some() && info.backend.is_some());
+    assert!(info.hooks.is_some() && info.spawn_channel.is_some());
     assert!(info.senior.is_none(), "not connected");
     let info = registry.by_role("bot").unwrap();
     assert_eq!(info.sid, automate.sid);
     assert!(info.hooks.is_none(), "automate sessions take no hooks");
-    assert!(info.backend.is_some());
+    assert!(info.spawn_channel.is_some());
     let _socket = registry.get(&main.sid).unwrap().outbox.attach();
     assert!(registry.session(&main.sid).unwrap().senior.is_some());
     assert_eq!(registry.connected(), 1);
@@ -311,19 +311,18 @@ async fn bridge_requests_park_and_complete_by_req_id() {
     assert_eq!(before.await.unwrap().unwrap(), ack);
 
     let frame = SpawnFrame {
-        task_id,
-        attempt: 1,
+        attempt: AttemptId::new(task_id, 1),
         agent: "a".into(),
         credential: WorkerCredential::new("swc1.t".into(), "wh-1".into(), u64::MAX),
         worker_binding: None,
         directive: String::new(),
         base_url: String::new(),
-        deadline_ms: 0,
+        lease_deadline_ms: 0,
     };
-    let backend = info.backend.clone().unwrap();
-    let receipt = backend.spawn(frame).await.unwrap();
+    let channel = info.spawn_channel.clone().unwrap();
+    let receipt = channel.spawn(frame).await.unwrap();
     assert!(receipt.req_id.starts_with("spawn-"));
-    backend.cancel(&receipt.req_id, task_id, 1, "cancelled");
+    channel.cancel(&receipt.req_id, AttemptId::new(task_id, 1), "cancelled");
     let frames = queued(&session);
     let kinds: Vec<_> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
     assert_eq!(
@@ -347,7 +346,11 @@ async fn a_deleted_session_closes_its_socket_and_fails_its_waiters() {
     let socket = session.outbox.attach();
     let info = harness.registry.session(&login.sid).unwrap();
     let senior = info.senior.clone().unwrap();
-    let asking = tokio::spawn(async move { senior.ask(TaskId::new(), 1, json!("why?")).await });
+    let asking = tokio::spawn(async move {
+        senior
+            .ask(AttemptId::new(TaskId::new(), 1), json!("why?"))
+            .await
+    });
     eventually("ask queued", || session.parked() == 1).await;
 
     harness
@@ -358,19 +361,18 @@ async fn a_deleted_session_closes_its_socket_and_fails_its_waiters() {
     assert_eq!(*socket.close.borrow(), Some(CloseReason::Deleted));
     assert_eq!(asking.await.unwrap(), Err(BridgeError::SessionGone));
     // Its bridges refuse new work.
-    let backend = info.backend.unwrap();
+    let channel = info.spawn_channel.unwrap();
     let frame = SpawnFrame {
-        task_id: TaskId::new(),
-        attempt: 1,
+        attempt: AttemptId::new(TaskId::new(), 1),
         agent: "a".into(),
         credential: WorkerCredential::new("swc1.t".into(), "wh-1".into(), u64::MAX),
         worker_binding: None,
         directive: String::new(),
         base_url: String::new(),
-        deadline_ms: 0,
+        lease_deadline_ms: 0,
     };
     assert!(matches!(
-        backend.spawn(frame).await,
+        channel.spawn(frame).await,
         Err(SpawnError::NoOperator(_))
     ));
 }

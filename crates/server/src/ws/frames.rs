@@ -168,15 +168,15 @@ impl ServerFrame {
     pub fn spawn(req_id: &str, frame: &SpawnFrame) -> ServerFrame {
         ServerFrame::Spawn {
             req_id: req_id.to_owned(),
-            task_id: frame.task_id,
+            task_id: frame.attempt.task,
             agent: frame.agent.clone(),
-            attempt: frame.attempt,
+            attempt: frame.attempt.n,
             capability_token: frame.credential.token().to_owned(),
             worker_handle: frame.credential.handle().to_owned(),
             worker: frame.worker_binding.clone(),
             directive: frame.directive.clone(),
             base_url: frame.base_url.clone(),
-            deadline: frame.deadline_ms,
+            deadline: frame.lease_deadline_ms,
         }
     }
 

@@ -4,6 +4,7 @@
 use serde_json::json;
 use swarmd_engine::ErrorCode;
 use swarmd_engine::WorkerCredential;
+use swarmd_engine::ids::AttemptId;
 
 use super::*;
 
@@ -282,14 +283,13 @@ fn decode_errors_say_what_is_wrong_and_keep_the_req_id() {
 #[test]
 fn the_spawn_frame_carries_the_credential_and_binding() {
     let frame = SpawnFrame {
-        task_id: task(),
-        attempt: 3,
+        attempt: AttemptId::new(task(), 3),
         agent: "fixer".into(),
         credential: WorkerCredential::new("swc1.a.b.c".into(), "wh-ab".into(), 99),
         worker_binding: None,
         directive: "do it".into(),
         base_url: "http://h:1".into(),
-        deadline_ms: 5,
+        lease_deadline_ms: 5,
     };
     let json = serde_json::to_value(ServerFrame::spawn("spawn-9", &frame)).unwrap();
     assert_eq!(

@@ -120,7 +120,7 @@ async fn spawn_task(
         session: Some(session.sid),
         idempotency_key: Some(idempotency_key(session, &frame.req_id)),
     };
-    match engine.spawn_task(spec).await {
+    match engine.create_task(spec).await {
         Ok(task) => {
             let accepted = ServerFrame::TaskAccepted {
                 req_id: frame.req_id,

@@ -57,7 +57,7 @@ impl EventRouter {
     /// Starts routing on `tasks` until `shutdown` fires or the bus closes.
     /// Start it after `SessionRegistry::restore`: events for sessions not
     /// known yet are dropped.
-    pub fn spawn(mut self, shutdown: CancellationToken, tasks: &TaskTracker) -> JoinHandle<()> {
+    pub fn start(mut self, shutdown: CancellationToken, tasks: &TaskTracker) -> JoinHandle<()> {
         // Restored sessions may have missed `task_done`s when the daemon
         // died: replay the log from the lowest of their watermarks.
         if let Some(seq) = self.registry.replay_from() {

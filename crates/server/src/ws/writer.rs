@@ -201,7 +201,7 @@ pub(crate) async fn prepare_spawn(
     let now = engine.clock().now_secs();
     if frame.credential.expires_secs() <= now + REMINT_WITHIN_SECS {
         match engine
-            .refresh_credential(frame.task_id, frame.attempt, &frame.credential)
+            .refresh_credential(frame.attempt, &frame.credential)
             .await
         {
             Ok(fresh) => {
@@ -214,12 +214,12 @@ pub(crate) async fn prepare_spawn(
                 | EngineError::HandleExpired
                 | EngineError::NotFound(_),
             ) => {
-                tracing::debug!(task_id = %frame.task_id, attempt = frame.attempt, "attempt over; parked spawn dropped");
+                tracing::debug!(attempt = %frame.attempt, "attempt over; parked spawn dropped");
                 session.pending.remove(&req_id);
                 return None;
             }
             Err(error) => {
-                tracing::warn!(task_id = %frame.task_id, %error, "cannot re-mint a parked spawn's token");
+                tracing::warn!(attempt = %frame.attempt, %error, "cannot re-mint a parked spawn's token");
             }
         }
     }

@@ -7,8 +7,9 @@ use std::time::Duration;
 use serde_json::Value;
 use swarmd_engine::clock::ManualClock;
 use swarmd_engine::gate::Verb;
+use swarmd_engine::ids::AttemptId;
 use swarmd_engine::task::TaskSpec;
-use swarmd_spawner::operator::{OperatorBackend, SpawnFrame};
+use swarmd_spawner::operator::{SpawnChannel, SpawnFrame};
 
 use super::*;
 use crate::config::Config;
@@ -55,25 +56,22 @@ async fn a_parked_spawn_near_expiry_is_reminted_at_delivery() {
         prompt: "p".into(),
         ..TaskSpec::default()
     };
-    let task = engine.spawn_task(spec).await.unwrap();
+    let task = engine.create_task(spec).await.unwrap();
     eventually("the attempt to start", || {
         harness.slow.credential(task.id).is_some()
     })
     .await;
     let credential = harness.slow.credential(task.id).unwrap();
     let frame = SpawnFrame {
-        task_id: task.id,
-        attempt: 1,
+        attempt: AttemptId::new(task.id, 1),
         agent: "slow".into(),
         credential: credential.clone(),
         worker_binding: None,
         directive: "launch".into(),
         base_url: "http://127.0.0.1:9".into(),
-        deadline_ms: 0,
+        lease_deadline_ms: 0,
     };
-    let receipt = OperatorBackend::spawn(session.as_ref(), frame)
-        .await
-        .unwrap();
+    let receipt = SpawnChannel::spawn(session.as_ref(), frame).await.unwrap();
     assert!(!session.connected());
     assert_eq!(session.parked(), 1, "no socket: the spawn is parked");
 
@@ -91,7 +89,7 @@ async fn a_parked_spawn_near_expiry_is_reminted_at_delivery() {
     let by_token = engine
         .authenticate_worker(fresh, Verb::FetchPrompt)
         .unwrap();
-    assert_eq!((by_token.task_id, by_token.attempt), (task.id, 1));
+    assert_eq!(by_token.attempt, AttemptId::new(task.id, 1));
     assert!(by_token.exp_secs > credential.expires_secs());
     let by_handle = engine
         .authenticate_worker(credential.handle(), Verb::PostResult)

@@ -8,15 +8,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 
-use crate::operator::{HookAck, HookRequest, OperatorDirectory};
+use crate::operator::{HookAck, HookRequest, SessionDirectory};
 use crate::stack::{Observed, SpawnerLayer, wrap_join};
 
 /// Builds [`MainAi`] wrappers; `hook_timeout` bounds the wait for `hook_ack`,
-/// `operators` finds the task's session.
+/// `sessions` finds the task's session.
 #[derive(Debug, Clone)]
 pub struct MainAiLayer {
     pub hook_timeout: Duration,
-    pub operators: Arc<dyn OperatorDirectory>,
+    pub sessions: Arc<dyn SessionDirectory>,
 }
 
 impl SpawnerLayer for MainAiLayer {
@@ -24,7 +24,7 @@ impl SpawnerLayer for MainAiLayer {
         Arc::new(MainAi {
             inner,
             hook_timeout: self.hook_timeout,
-            operators: Arc::clone(&self.operators),
+            sessions: Arc::clone(&self.sessions),
         })
     }
 }
@@ -35,7 +35,7 @@ impl SpawnerLayer for MainAiLayer {
 pub struct MainAi {
     inner: Arc<dyn SpawnerAdapter>,
     hook_timeout: Duration,
-    operators: Arc<dyn OperatorDirectory>,
+    sessions: Arc<dyn SessionDirectory>,
 }
 
 #[async_trait]
@@ -44,7 +44,7 @@ impl SpawnerAdapter for MainAi {
         let hooks = attempt
             .ctx
             .session
-            .and_then(|sid| self.operators.session(&sid))
+            .and_then(|sid| self.sessions.session(&sid))
             .filter(|session| session.kind.takes_hooks())
             .and_then(|session| session.hooks);
         let Some(hooks) = hooks else {
@@ -132,7 +132,7 @@ mod tests {
         let log = call_log();
         let layer = MainAiLayer {
             hook_timeout: Duration::from_secs(30),
-            operators: directory.clone(),
+            sessions: directory.clone(),
         };
         let stack = layer.wrap(FinalSpawner::arc(Act::Final(json!("v"), true), &log));
         let engine = engine_with_directory(vec![("a", SpawnerKind::InProcess, stack)], directory);

@@ -1,6 +1,6 @@
 //! `operator_delegate` (hint layer, docs/tasks.md, Layers): when the attempt
 //! was placed with the task's own session (`Ctx::delegated`, decided by the
-//! resolver when the session has an operator backend), it goes back to it as
+//! resolver when the session has a spawn channel), it goes back to it as
 //! a `spawn` frame and the inner spawner is bypassed; otherwise the inner
 //! spawner runs.
 
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 
-use crate::operator::OperatorDirectory;
+use crate::operator::SessionDirectory;
 use crate::spawners::{OperatorTarget, delegate};
 use crate::stack::SpawnerLayer;
 
@@ -20,19 +20,19 @@ use crate::stack::SpawnerLayer;
 pub struct OperatorDelegateLayer {
     base_url: String,
     targets: Arc<HashMap<String, OperatorTarget>>,
-    operators: Arc<dyn OperatorDirectory>,
+    sessions: Arc<dyn SessionDirectory>,
 }
 
 impl OperatorDelegateLayer {
     pub fn new(
         base_url: &str,
         targets: HashMap<String, OperatorTarget>,
-        operators: Arc<dyn OperatorDirectory>,
+        sessions: Arc<dyn SessionDirectory>,
     ) -> OperatorDelegateLayer {
         OperatorDelegateLayer {
             base_url: base_url.to_owned(),
             targets: Arc::new(targets),
-            operators,
+            sessions,
         }
     }
 }
@@ -46,7 +46,7 @@ impl SpawnerLayer for OperatorDelegateLayer {
     }
 }
 
-/// Delegates to the owning session's backend when the attempt was placed there.
+/// Delegates to the owning session's spawn channel when the attempt was placed there.
 #[derive(Debug)]
 pub struct OperatorDelegate {
     inner: Arc<dyn SpawnerAdapter>,
@@ -60,11 +60,11 @@ impl SpawnerAdapter for OperatorDelegate {
         if !ctx.delegated {
             return self.inner.spawn(attempt).await;
         }
-        let backend = ctx
+        let channel = ctx
             .session
-            .and_then(|sid| self.layer.operators.session(&sid))
-            .and_then(|s| s.backend);
-        let Some(backend) = backend else {
+            .and_then(|sid| self.layer.sessions.session(&sid))
+            .and_then(|s| s.spawn_channel);
+        let Some(channel) = channel else {
             return Err(SpawnError::NoOperator(attempt.ctx.agent));
         };
         let target = self
@@ -73,7 +73,7 @@ impl SpawnerAdapter for OperatorDelegate {
             .get(&ctx.agent)
             .cloned()
             .unwrap_or_default();
-        delegate(attempt, backend, &target, &self.layer.base_url).await
+        delegate(attempt, channel, &target, &self.layer.base_url).await
     }
 }
 
@@ -92,7 +92,7 @@ mod tests {
     use super::*;
     use crate::spawners::UnconfiguredAgent;
     use crate::testing::{
-        Act, CallLog, FakeBackend, FakeDirectory, FinalSpawner, call_log, calls,
+        Act, CallLog, FakeChannel, FakeDirectory, FinalSpawner, call_log, calls,
         engine_with_directory, session, spawn_owned,
     };
 
@@ -105,7 +105,7 @@ mod tests {
             layers: vec![crate::layers::OPERATOR_DELEGATE.to_owned()],
             ..TaskSpec::default()
         };
-        engine.spawn_task(spec).await.unwrap()
+        engine.create_task(spec).await.unwrap()
     }
 
     fn layer(directory: &Arc<FakeDirectory>) -> OperatorDelegateLayer {
@@ -120,31 +120,31 @@ mod tests {
         )
     }
 
-    /// A MainAI session with an operator backend in a directory, and a
+    /// A MainAI session with a spawn channel in a directory, and a
     /// configured agent `known` behind the layer whose own spawner answers
     /// "inner" into `log`.
-    fn main_ai_with_backend() -> (
-        Arc<FakeBackend>,
+    fn main_ai_with_channel() -> (
+        Arc<FakeChannel>,
         SessionId,
         Arc<FakeDirectory>,
         CallLog,
         Arc<dyn SpawnerAdapter>,
     ) {
-        let backend = Arc::new(FakeBackend::default());
+        let channel = Arc::new(FakeChannel::default());
         let mut owner = session(SessionKind::MainAi);
-        owner.backend = Some(backend.clone());
+        owner.spawn_channel = Some(channel.clone());
         let sid = owner.sid;
         let directory = Arc::new(FakeDirectory::default());
         directory.add(&[], owner);
         let log = call_log();
         let known =
             layer(&directory).wrap(FinalSpawner::arc(Act::Final(json!("inner"), true), &log));
-        (backend, sid, directory, log, known)
+        (channel, sid, directory, log, known)
     }
 
     #[tokio::test]
-    async fn a_session_with_a_backend_gets_the_attempt_and_the_inner_spawner_is_bypassed() {
-        let (backend, sid, directory, log, known) = main_ai_with_backend();
+    async fn a_session_with_a_spawn_channel_gets_the_attempt_and_the_inner_spawner_is_bypassed() {
+        let (channel, sid, directory, log, known) = main_ai_with_channel();
         let unknown = layer(&directory).wrap(Arc::new(UnconfiguredAgent));
         let engine = engine_with_directory(
             vec![
@@ -155,12 +155,12 @@ mod tests {
         );
 
         let task = spawn_delegating(&engine, "known", sid).await;
-        let frame = backend.frame(0).await;
+        let frame = channel.frame(0).await;
         assert_eq!(
             frame.worker_binding,
             Some(json!({"subagent_type": "fixer"}))
         );
-        backend.reply(
+        channel.reply(
             0,
             SpawnReply::Ack {
                 value: json!("from the MainAI"),
@@ -178,14 +178,14 @@ mod tests {
 
         // An agent that exists only by delegation is launched by its name.
         let task = spawn_delegating(&engine, "adhoc", sid).await;
-        let frame = backend.frame(1).await;
+        let frame = channel.frame(1).await;
         assert!(
             frame
                 .directive
                 .starts_with("Launch one SubAgent of type `adhoc`")
         );
         assert_eq!(frame.worker_binding, None);
-        backend.reply(
+        channel.reply(
             1,
             SpawnReply::Halt {
                 value: None,
@@ -200,7 +200,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn without_a_backend_the_inner_spawner_runs() {
+    async fn without_a_spawn_channel_the_inner_spawner_runs() {
         let directory = Arc::new(FakeDirectory::default());
         let owner = session(SessionKind::MainAi);
         let sid = owner.sid;
@@ -241,11 +241,11 @@ mod tests {
     /// attempt: recovery must resume it, not fail it as interrupted.
     #[tokio::test]
     async fn a_delegated_attempt_is_recorded_where_it_runs() {
-        let (backend, sid, directory, _log, known) = main_ai_with_backend();
+        let (channel, sid, directory, _log, known) = main_ai_with_channel();
         let engine = engine_with_directory(vec![("known", SpawnerKind::Process, known)], directory);
 
         let delegated = spawn_delegating(&engine, "known", sid).await;
-        backend.frame(0).await;
+        channel.frame(0).await;
         let attempts = engine.attempts(delegated.id).await.unwrap();
         assert_eq!(attempts[0].spawner, SpawnerKind::Operator);
 

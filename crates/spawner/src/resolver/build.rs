@@ -16,7 +16,7 @@ use crate::layers::{
     OperatorDelegateLayer, SENIOR_ESCALATION, SeniorEscalationLayer,
 };
 use crate::lua::{LuaPool, LuaScript};
-use crate::operator::OperatorDirectory;
+use crate::operator::SessionDirectory;
 use crate::process::ProcessRunner;
 use crate::spawners::{LuaAgentSpawner, OperatorSpawner, OperatorTarget, ProcessSpawner};
 use crate::stack::{BASE_KEYS, LayerRegistry};
@@ -32,7 +32,7 @@ impl StackResolver {
         settings: &SpawnerSettings,
         agents: &[AgentSpec],
         lua: &LuaPool,
-        operators: Arc<dyn OperatorDirectory>,
+        sessions: Arc<dyn SessionDirectory>,
     ) -> Result<StackResolver, ConfigErrors> {
         let mut errors = Vec::new();
         let mut entries = HashMap::new();
@@ -43,7 +43,7 @@ impl StackResolver {
                 });
                 continue;
             }
-            match base_spawner(spec, settings, lua, &operators) {
+            match base_spawner(spec, settings, lua, &sessions) {
                 Ok(entry) => {
                     entries.insert(spec.name.clone(), entry);
                 }
@@ -55,9 +55,9 @@ impl StackResolver {
             errors.push(ConfigError::UnknownSeniorAgent(senior.clone()));
         }
         // A broken middleware is reported; agents are still linked without it.
-        let (layers, more) = layers_and_errors(settings, agents, lua, &operators);
+        let (layers, more) = layers_and_errors(settings, agents, lua, &sessions);
         errors.extend(more);
-        let resolver = StackResolver::new(entries, layers).with_operators(operators);
+        let resolver = StackResolver::new(entries, layers).with_operators(sessions);
         if let Err(ConfigErrors(more)) = resolver.validate_all() {
             errors.extend(more);
         }
@@ -76,9 +76,9 @@ pub fn standard_layers(
     settings: &SpawnerSettings,
     agents: &[AgentSpec],
     lua: &LuaPool,
-    operators: &Arc<dyn OperatorDirectory>,
+    sessions: &Arc<dyn SessionDirectory>,
 ) -> Result<LayerRegistry, ConfigErrors> {
-    let (registry, errors) = layers_and_errors(settings, agents, lua, operators);
+    let (registry, errors) = layers_and_errors(settings, agents, lua, sessions);
     if errors.is_empty() {
         Ok(registry)
     } else {
@@ -90,7 +90,7 @@ fn layers_and_errors(
     settings: &SpawnerSettings,
     agents: &[AgentSpec],
     lua: &LuaPool,
-    operators: &Arc<dyn OperatorDirectory>,
+    sessions: &Arc<dyn SessionDirectory>,
 ) -> (LayerRegistry, Vec<ConfigError>) {
     let [audit, long_hold] = BASE_KEYS;
     let targets: HashMap<String, OperatorTarget> = agents
@@ -107,14 +107,14 @@ fn layers_and_errors(
             MAIN_AI,
             Arc::new(MainAiLayer {
                 hook_timeout: settings.hook_timeout,
-                operators: Arc::clone(operators),
+                sessions: Arc::clone(sessions),
             }),
         )
         .with_hint(
             SENIOR_ESCALATION,
             Arc::new(SeniorEscalationLayer {
                 settings: settings.senior.clone(),
-                operators: Arc::clone(operators),
+                sessions: Arc::clone(sessions),
             }),
         )
         .with_hint(
@@ -122,7 +122,7 @@ fn layers_and_errors(
             Arc::new(OperatorDelegateLayer::new(
                 &settings.base_url,
                 targets,
-                Arc::clone(operators),
+                Arc::clone(sessions),
             )),
         );
     let mut errors = Vec::new();
@@ -148,7 +148,7 @@ fn base_spawner(
     spec: &AgentSpec,
     settings: &SpawnerSettings,
     lua: &LuaPool,
-    operators: &Arc<dyn OperatorDirectory>,
+    sessions: &Arc<dyn SessionDirectory>,
 ) -> Result<AgentEntry, ConfigError> {
     let agent = spec.name.clone();
     if spec.concurrency == Some(0) {
@@ -194,7 +194,7 @@ fn base_spawner(
                 &operator.operator_role,
                 target(operator),
                 &settings.base_url,
-                Arc::clone(operators),
+                Arc::clone(sessions),
             );
             (SpawnerKind::Operator, Arc::new(spawner))
         }

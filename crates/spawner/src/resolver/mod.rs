@@ -24,7 +24,7 @@ pub use spec::{
 };
 
 use crate::layers::OPERATOR_DELEGATE;
-use crate::operator::{NoOperators, OperatorDirectory};
+use crate::operator::{NoSessions, SessionDirectory};
 use crate::process::GroupIdentity;
 use crate::spawners::UnconfiguredAgent;
 use crate::stack::LayerRegistry;
@@ -51,7 +51,7 @@ pub struct StackResolver {
     agents: HashMap<String, AgentEntry>,
     layers: LayerRegistry,
     /// Live sessions, for where an attempt runs.
-    operators: Arc<dyn OperatorDirectory>,
+    sessions: Arc<dyn SessionDirectory>,
     /// std `Mutex`: held for a map lookup or insert, never across an await.
     cache: Mutex<StackCache>,
 }
@@ -64,15 +64,15 @@ impl StackResolver {
         StackResolver {
             agents,
             layers,
-            operators: Arc::new(NoOperators),
+            sessions: Arc::new(NoSessions),
             cache: Mutex::new(HashMap::new()),
         }
     }
 
     /// The live sessions attempts may be delegated to (the same directory
     /// the layers were built with).
-    pub fn with_operators(mut self, operators: Arc<dyn OperatorDirectory>) -> StackResolver {
-        self.operators = operators;
+    pub fn with_operators(mut self, sessions: Arc<dyn SessionDirectory>) -> StackResolver {
+        self.sessions = sessions;
         self
     }
 
@@ -152,7 +152,7 @@ impl SpawnerResolver for StackResolver {
 
     /// When the agent's stack names `operator_delegate` (its own layers
     /// count as well as the task's) and the owning session is live with an
-    /// operator backend.
+    /// operator channel.
     fn delegated(&self, agent: &str, layers: &[String], session: Option<SessionId>) -> bool {
         let stack_delegates = delegates(layers)
             || self
@@ -161,8 +161,8 @@ impl SpawnerResolver for StackResolver {
                 .is_some_and(|entry| delegates(&entry.layers));
         stack_delegates
             && session
-                .and_then(|sid| self.operators.session(&sid))
-                .is_some_and(|s| s.backend.is_some())
+                .and_then(|sid| self.sessions.session(&sid))
+                .is_some_and(|s| s.spawn_channel.is_some())
     }
 
     fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError> {

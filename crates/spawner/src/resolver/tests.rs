@@ -11,12 +11,12 @@ use swarmd_engine::testing::memory_engine;
 
 use super::*;
 use crate::lua::{LuaLimits, LuaPool};
-use crate::operator::NoOperators;
+use crate::operator::NoSessions;
 use crate::process::{EnvVar, HostEnv, ProcessSpec};
 use crate::testing::run_task;
 
-fn no_operators() -> Arc<dyn OperatorDirectory> {
-    Arc::new(NoOperators)
+fn no_operators() -> Arc<dyn SessionDirectory> {
+    Arc::new(NoSessions)
 }
 
 fn keys(list: &[&str]) -> Vec<String> {

@@ -154,7 +154,7 @@ async fn a_final_the_child_posted_itself_decides_in_plain_mode() {
         prompt: "p".into(),
         ..TaskSpec::default()
     };
-    let task = engine.spawn_task(spec).await.unwrap();
+    let task = engine.create_task(spec).await.unwrap();
     let handle = loop {
         if let Ok(text) = std::fs::read_to_string(&handle_file) {
             break text.trim().to_owned();
@@ -202,7 +202,7 @@ async fn cancelling_the_task_kills_the_process_group() {
         prompt: "p".into(),
         ..TaskSpec::default()
     };
-    let task = engine.spawn_task(spec).await.unwrap();
+    let task = engine.create_task(spec).await.unwrap();
     let pid: i32 = loop {
         if let Ok(text) = std::fs::read_to_string(&pid_file) {
             break text.trim().parse().unwrap();

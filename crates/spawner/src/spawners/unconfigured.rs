@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 
-/// Refuses every spawn: the task's session had no operator backend to
+/// Refuses every spawn: the task's session had no operator channel to
 /// delegate to.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UnconfiguredAgent;

@@ -111,7 +111,7 @@ mod tests {
             policy,
             ..TaskSpec::default()
         };
-        let task = engine.spawn_task(spec).await.unwrap();
+        let task = engine.create_task(spec).await.unwrap();
         if let Some(after) = cancel_after {
             tokio::time::sleep(after).await;
             engine.cancel_task(task.id, None).await.unwrap();

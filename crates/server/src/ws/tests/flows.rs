@@ -9,9 +9,9 @@ use swarmd_engine::ResultPost;
 use swarmd_engine::body_digest;
 use swarmd_engine::event::Event;
 use swarmd_engine::gate::Verb;
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::{AttemptId, TaskId};
 use swarmd_engine::task::{TaskSpec, TaskStatus};
-use swarmd_spawner::operator::{HookAck, HookRequest, OperatorDirectory};
+use swarmd_spawner::operator::{HookAck, HookRequest, SessionDirectory};
 
 use super::support::{Client, Server, eventually};
 
@@ -230,7 +230,7 @@ async fn frames_park_while_disconnected_and_arrive_in_order_on_reconnect() {
         session: Some(login.sid),
         ..TaskSpec::default()
     };
-    let owned = server.engine().spawn_task(spec).await.unwrap();
+    let owned = server.engine().create_task(spec).await.unwrap();
     let finished = server
         .engine()
         .wait_task(owned.id, Duration::from_secs(10))
@@ -275,8 +275,11 @@ async fn ask_and_hook_before_are_answered_over_the_socket() {
     let task = TaskId::new();
 
     let senior = info.senior.clone().unwrap();
-    let asking =
-        tokio::spawn(async move { senior.ask(task, 2, json!({"reason": "tests fail"})).await });
+    let asking = tokio::spawn(async move {
+        senior
+            .ask(AttemptId::new(task, 2), json!({"reason": "tests fail"}))
+            .await
+    });
     let ask = client.recv_type("ask").await;
     assert_eq!(ask["question"], json!({"reason": "tests fail"}));
     assert_eq!(task_id(&ask), task);
@@ -329,7 +332,7 @@ async fn subscribe_replays_then_streams_until_the_task_finishes() {
         prompt: "p".into(),
         ..TaskSpec::default()
     };
-    let task = engine.spawn_task(spec).await.unwrap();
+    let task = engine.create_task(spec).await.unwrap();
     eventually("the attempt started", || {
         server.harness.slow.credential(task.id).is_some()
     })
@@ -400,7 +403,7 @@ async fn cancel_task_only_for_tasks_the_session_owns() {
         prompt: "p".into(),
         ..TaskSpec::default()
     };
-    let foreign = server.engine().spawn_task(spec).await.unwrap();
+    let foreign = server.engine().create_task(spec).await.unwrap();
     client
         .send(json!({"type": "cancel_task", "req_id": "c-3", "task_id": foreign.id}))
         .await;

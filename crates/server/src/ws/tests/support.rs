@@ -160,7 +160,7 @@ impl Server {
         let harness = Harness::build(config, Arc::new(SystemClock), &format!("http://{addr}"));
         let stop = CancellationToken::new();
         let router = EventRouter::subscribe(&harness.engine, harness.registry.clone());
-        let routing = router.spawn(stop.clone(), &harness.state.tasks);
+        let routing = router.start(stop.clone(), &harness.state.tasks);
         let app = crate::http::operators::routes().with_state(harness.state.clone());
         let serve = axum::serve(
             listener,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use swarmd_engine::AttemptHost;
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::{AttemptId, TaskId};
 use swarmd_engine::task::{TaskSpec, TaskStatus};
 use tracing::Instrument;
 
@@ -38,16 +38,11 @@ impl SeniorBridge for SeniorAgentBridge {
     /// `{"ok": false, "value": …}` (the verdict is confirmed); a failed or
     /// cancelled one gives no answer. A sub-task still running when the wait
     /// ends, or whose wait is abandoned, is cancelled.
-    async fn ask(
-        &self,
-        task_id: TaskId,
-        attempt: u32,
-        question: Value,
-    ) -> Result<Value, BridgeError> {
+    async fn ask(&self, attempt: AttemptId, question: Value) -> Result<Value, BridgeError> {
         let mut metadata = Map::new();
         metadata.insert(
             "senior_for".to_owned(),
-            json!({ "task_id": task_id, "attempt": attempt }),
+            json!({ "task_id": attempt.task, "attempt": attempt.n }),
         );
         let spec = TaskSpec {
             agent: self.agent.clone(),

@@ -23,7 +23,7 @@ use swarmd_output_store::OutputEvent;
 
 pub use bridge::SeniorAgentBridge;
 
-use crate::operator::{OperatorDirectory, SeniorBridge};
+use crate::operator::{SeniorBridge, SessionDirectory};
 use crate::stack::{SpawnerLayer, content_value, wrap_join};
 
 /// Producer name of the override Final.
@@ -49,12 +49,12 @@ impl Default for SeniorSettings {
     }
 }
 
-/// Builds [`SeniorEscalation`] wrappers; `operators` finds the sessions
+/// Builds [`SeniorEscalation`] wrappers; `sessions` finds the sessions
 /// that can answer.
 #[derive(Debug, Clone)]
 pub struct SeniorEscalationLayer {
     pub settings: SeniorSettings,
-    pub operators: Arc<dyn OperatorDirectory>,
+    pub sessions: Arc<dyn SessionDirectory>,
 }
 
 impl SpawnerLayer for SeniorEscalationLayer {
@@ -79,15 +79,15 @@ impl SpawnerAdapter for SeniorEscalation {
         // Sessions come and go while an attempt runs: the senior is chosen
         // when the question arises, from what the attempt was started with.
         let ctx = &attempt.ctx;
-        let operators = &self.layer.operators;
+        let sessions = &self.layer.sessions;
         let asker = Asker {
             agent: ctx.agent.clone(),
             owner: ctx
                 .session
-                .and_then(|sid| operators.session(&sid))
+                .and_then(|sid| sessions.session(&sid))
                 .and_then(|s| s.senior),
             settings: self.layer.settings.clone(),
-            operators: Arc::clone(operators),
+            sessions: Arc::clone(sessions),
         };
         let host = Arc::clone(&attempt.host);
         let worker = self.inner.spawn(attempt).await?;
@@ -110,7 +110,7 @@ struct Asker {
     agent: String,
     owner: Option<Arc<dyn SeniorBridge>>,
     settings: SeniorSettings,
-    operators: Arc<dyn OperatorDirectory>,
+    sessions: Arc<dyn SessionDirectory>,
 }
 
 impl Asker {
@@ -122,7 +122,7 @@ impl Asker {
             let bridge = SeniorAgentBridge::new(Arc::clone(host), agent, settings.timeout);
             return Some(Arc::new(bridge));
         }
-        if let Some(senior) = self.operators.by_role(SENIOR_ROLE).and_then(|s| s.senior) {
+        if let Some(senior) = self.sessions.by_role(SENIOR_ROLE).and_then(|s| s.senior) {
             return Some(senior);
         }
         self.owner.clone()
@@ -154,7 +154,7 @@ impl Escalation<'_> {
             attempt: id.n,
             question: question.clone(),
         });
-        let asked = senior.ask(id.task, id.n, question);
+        let asked = senior.ask(id, question);
         let answer = match tokio::time::timeout(timeout, asked).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(e)) => {

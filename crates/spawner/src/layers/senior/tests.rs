@@ -4,8 +4,8 @@ use std::sync::Mutex;
 
 use swarmd_engine::Engine;
 use swarmd_engine::event::Event;
+use swarmd_engine::ids::AttemptId;
 use swarmd_engine::ids::SessionId;
-use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::SessionKind;
 
 use crate::operator::BridgeError;
@@ -40,12 +40,7 @@ impl FakeSenior {
 
 #[async_trait]
 impl SeniorBridge for FakeSenior {
-    async fn ask(
-        &self,
-        _task: TaskId,
-        _attempt: u32,
-        question: Value,
-    ) -> Result<Value, BridgeError> {
+    async fn ask(&self, _attempt: AttemptId, question: Value) -> Result<Value, BridgeError> {
         self.questions.lock().unwrap().push(question);
         match &self.answer {
             Some(answer) => Ok(answer.clone()),
@@ -60,7 +55,7 @@ fn layer(agent: Option<&str>, directory: &Arc<FakeDirectory>) -> SeniorEscalatio
             agent: agent.map(str::to_owned),
             timeout: Duration::from_secs(60),
         },
-        operators: directory.clone(),
+        sessions: directory.clone(),
     }
 }
 

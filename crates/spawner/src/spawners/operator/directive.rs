@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use serde_json::Value;
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::AttemptId;
 
 /// Renders the directive. The SubAgent type comes from the binding's
 /// `subagent_type`, else the agent's name; `base_url` is the daemon's real
@@ -13,11 +13,14 @@ use swarmd_engine::ids::TaskId;
 pub fn render_directive(
     agent: &str,
     binding: Option<&Value>,
-    task_id: TaskId,
-    attempt: u32,
+    attempt: AttemptId,
     worker_handle: &str,
     base_url: &str,
 ) -> String {
+    let AttemptId {
+        task: task_id,
+        n: attempt,
+    } = attempt;
     let base_url = base_url.trim_end_matches('/');
     let subagent = binding
         .and_then(|b| b.get("subagent_type"))
@@ -60,6 +63,7 @@ pub fn render_directive(
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+    use swarmd_engine::ids::TaskId;
 
     use super::*;
 
@@ -70,8 +74,7 @@ mod tests {
         let text = render_directive(
             "review",
             Some(&binding),
-            task,
-            2,
+            AttemptId::new(task, 2),
             "wh-0f",
             "http://10.0.0.5:7700/",
         );
@@ -105,7 +108,13 @@ mod tests {
 
     #[test]
     fn without_a_binding_the_agent_name_is_the_type() {
-        let text = render_directive("researcher", None, TaskId::new(), 1, "wh-1", "http://h:1");
+        let text = render_directive(
+            "researcher",
+            None,
+            AttemptId::new(TaskId::new(), 1),
+            "wh-1",
+            "http://h:1",
+        );
         assert!(text.starts_with("Launch one SubAgent of type `researcher`"));
         assert!(!text.contains("tools"));
     }

@@ -1,7 +1,7 @@
 //! The operator spawner (docs/tasks.md, Operator agents): an attempt handed to a MainAI session
 //! as a `spawn` frame. Kind-`operator` agents route by `operator_role`; the
 //! `operator_delegate` layer routes to the task's own session through
-//! [`delegate`]. The backend parks frames for disconnected sessions; this
+//! [`delegate`]. The channel parks frames for disconnected sessions; this
 //! spawner parks nothing itself.
 
 mod directive;
@@ -18,7 +18,7 @@ use swarmd_engine::ids::WorkerId;
 use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 use tokio_util::sync::CancellationToken;
 
-use crate::operator::{OperatorBackend, OperatorDirectory, SpawnFrame};
+use crate::operator::{SessionDirectory, SpawnChannel, SpawnFrame};
 
 pub use directive::render_directive;
 use worker::OperatorWorker;
@@ -53,7 +53,7 @@ pub struct OperatorSpawner {
     role: String,
     target: OperatorTarget,
     base_url: String,
-    operators: Arc<dyn OperatorDirectory>,
+    sessions: Arc<dyn SessionDirectory>,
 }
 
 impl OperatorSpawner {
@@ -61,13 +61,13 @@ impl OperatorSpawner {
         role: &str,
         target: OperatorTarget,
         base_url: &str,
-        operators: Arc<dyn OperatorDirectory>,
+        sessions: Arc<dyn SessionDirectory>,
     ) -> OperatorSpawner {
         OperatorSpawner {
             role: role.to_owned(),
             target,
             base_url: base_url.to_owned(),
-            operators,
+            sessions,
         }
     }
 }
@@ -75,22 +75,22 @@ impl OperatorSpawner {
 #[async_trait]
 impl SpawnerAdapter for OperatorSpawner {
     async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
-        let backend = self
-            .operators
+        let channel = self
+            .sessions
             .by_role(&self.role)
-            .and_then(|session| session.backend)
+            .and_then(|session| session.spawn_channel)
             .ok_or_else(|| SpawnError::NoOperator(self.role.clone()))?;
-        delegate(attempt, backend, &self.target, &self.base_url).await
+        delegate(attempt, channel, &self.target, &self.base_url).await
     }
 }
 
-/// Sends the attempt's `spawn` frame to `backend` and returns a worker that
+/// Sends the attempt's `spawn` frame to `channel` and returns a worker that
 /// completes on the first of: a Final posted over HTTP, `spawn_ack`,
 /// `spawn_halt`, or cancellation (cancel and lease expiry; a `cancel` frame
 /// is sent).
 pub async fn delegate(
     attempt: Attempt,
-    backend: Arc<dyn OperatorBackend>,
+    channel: Arc<dyn SpawnChannel>,
     target: &OperatorTarget,
     base_url: &str,
 ) -> Result<Box<dyn Worker>, SpawnError> {
@@ -103,27 +103,25 @@ pub async fn delegate(
     let directive = render_directive(
         &ctx.agent,
         binding.as_ref(),
-        ctx.id.task,
-        ctx.id.n,
+        ctx.id,
         credential.handle(),
         base_url,
     );
     let frame = SpawnFrame {
-        task_id: ctx.id.task,
-        attempt: ctx.id.n,
+        attempt: ctx.id,
         agent: ctx.agent,
         credential,
         worker_binding: binding,
         directive,
         base_url: base_url.trim_end_matches('/').to_owned(),
-        deadline_ms: ctx.deadline_ms,
+        lease_deadline_ms: ctx.lease_deadline_ms,
     };
-    let receipt = backend.spawn(frame).await?;
+    let receipt = channel.spawn(frame).await?;
     Ok(Box::new(OperatorWorker {
         id: WorkerId::new(),
         cancel: CancellationToken::new(),
         host,
-        backend,
+        channel,
         req_id: receipt.req_id,
         reply: receipt.reply,
     }))

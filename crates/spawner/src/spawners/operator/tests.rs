@@ -1,10 +1,11 @@
-//! The operator spawner through the engine, with a fake backend: every way a
+//! The operator spawner through the engine, with a fake spawn channel: every way a
 //! delegated attempt can complete.
 
 use std::time::Duration;
 
 use serde_json::json;
 use swarmd_engine::Engine;
+use swarmd_engine::ids::AttemptId;
 use swarmd_engine::store::SessionKind;
 
 use crate::operator::SpawnReply;
@@ -12,21 +13,21 @@ use swarmd_engine::task::{PolicyOverrides, SpawnerKind, Task, TaskStatus};
 
 use super::*;
 use crate::testing::{
-    FakeBackend, FakeDirectory, engine_with_directory, post_with_handle, session, spawn_owned,
+    FakeChannel, FakeDirectory, engine_with_directory, post_with_handle, session, spawn_owned,
 };
 
 const BASE_URL: &str = "http://192.0.2.7:7700";
 
 struct Setup {
     engine: Engine,
-    backend: Arc<FakeBackend>,
+    channel: Arc<FakeChannel>,
 }
 
 fn setup() -> Setup {
-    let backend = Arc::new(FakeBackend::default());
+    let channel = Arc::new(FakeChannel::default());
     let directory = Arc::new(FakeDirectory::default());
     let mut info = session(SessionKind::MainAi);
-    info.backend = Some(backend.clone());
+    info.spawn_channel = Some(channel.clone());
     directory.add(&["main-ai"], info);
     let target = OperatorTarget {
         worker_binding: Some(json!({"subagent_type": "reviewer", "tools": ["Read"]})),
@@ -51,7 +52,7 @@ fn setup() -> Setup {
         ],
         directory,
     );
-    Setup { engine, backend }
+    Setup { engine, channel }
 }
 
 async fn start(s: &Setup, policy: PolicyOverrides) -> Task {
@@ -69,11 +70,11 @@ async fn finish(s: &Setup, task: &Task) -> Task {
 async fn the_frame_carries_credential_binding_and_a_real_directive() {
     let s = setup();
     let task = start(&s, PolicyOverrides::default()).await;
-    let frame = s.backend.frame(0).await;
-    assert_eq!((frame.task_id, frame.attempt), (task.id, 1));
+    let frame = s.channel.frame(0).await;
+    assert_eq!(frame.attempt, AttemptId::new(task.id, 1));
     assert_eq!(frame.agent, "review");
     assert_eq!(frame.base_url, BASE_URL);
-    assert!(frame.deadline_ms > 0);
+    assert!(frame.lease_deadline_ms > 0);
     assert_eq!(
         frame.worker_binding,
         Some(
@@ -107,8 +108,8 @@ async fn the_frame_carries_credential_binding_and_a_real_directive() {
 async fn an_ack_with_a_value_becomes_the_final() {
     let s = setup();
     let task = start(&s, PolicyOverrides::default()).await;
-    s.backend.frame(0).await;
-    s.backend.reply(
+    s.channel.frame(0).await;
+    s.channel.reply(
         0,
         SpawnReply::Ack {
             value: json!({"summary": "ok"}),
@@ -126,9 +127,9 @@ async fn an_ack_with_a_value_becomes_the_final() {
 async fn an_ack_after_a_posted_final_appends_nothing() {
     let s = setup();
     let task = start(&s, PolicyOverrides::default()).await;
-    let frame = s.backend.frame(0).await;
+    let frame = s.channel.frame(0).await;
     // The session goes quiet: the reply channel closes, the post still counts.
-    s.backend.drop_reply(0);
+    s.channel.drop_reply(0);
     post_with_handle(
         &s.engine,
         frame.credential.handle(),
@@ -144,8 +145,8 @@ async fn an_ack_after_a_posted_final_appends_nothing() {
 async fn an_empty_ack_fails_and_a_halt_is_a_graceful_pass() {
     let s = setup();
     let task = start(&s, PolicyOverrides::default()).await;
-    s.backend.frame(0).await;
-    s.backend.reply(
+    s.channel.frame(0).await;
+    s.channel.reply(
         0,
         SpawnReply::Ack {
             value: json!(null),
@@ -159,8 +160,8 @@ async fn an_empty_ack_fails_and_a_halt_is_a_graceful_pass() {
     assert!(done.reason.unwrap().contains("spawn_ack without a value"));
 
     let task = start(&s, PolicyOverrides::default()).await;
-    s.backend.frame(1).await;
-    s.backend.reply(
+    s.channel.frame(1).await;
+    s.channel.reply(
         1,
         SpawnReply::Halt {
             value: Some(json!(3)),
@@ -179,18 +180,18 @@ async fn an_empty_ack_fails_and_a_halt_is_a_graceful_pass() {
 async fn cancel_sends_a_cancel_frame_for_the_spawn() {
     let s = setup();
     let task = start(&s, PolicyOverrides::default()).await;
-    s.backend.frame(0).await;
+    s.channel.frame(0).await;
     s.engine.cancel_task(task.id, None).await.unwrap();
     let done = finish(&s, &task).await;
     assert_eq!(done.status(), TaskStatus::Cancelled);
     for _ in 0..100 {
-        if !s.backend.cancels.lock().unwrap().is_empty() {
+        if !s.channel.cancels.lock().unwrap().is_empty() {
             break;
         }
         tokio::task::yield_now().await;
     }
     assert_eq!(
-        *s.backend.cancels.lock().unwrap(),
+        *s.channel.cancels.lock().unwrap(),
         [("r-1".to_owned(), "cancelled".to_owned())]
     );
 }
@@ -206,7 +207,7 @@ async fn lease_expiry_cancels_the_spawn() {
     let done = finish(&s, &task).await;
     assert_eq!(done.status(), TaskStatus::Failed);
     assert_eq!(done.reason.as_deref(), Some("lease expired"));
-    assert_eq!(s.backend.cancels.lock().unwrap().len(), 1);
+    assert_eq!(s.channel.cancels.lock().unwrap().len(), 1);
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use swarmd_output_store::OutputEvent;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::operator::{OperatorBackend, SpawnReply};
+use crate::operator::{SpawnChannel, SpawnReply};
 
 const PRODUCER: &str = "operator";
 
@@ -20,7 +20,7 @@ pub(super) struct OperatorWorker {
     pub id: WorkerId,
     pub cancel: CancellationToken,
     pub host: Arc<dyn AttemptHost>,
-    pub backend: Arc<dyn OperatorBackend>,
+    pub channel: Arc<dyn SpawnChannel>,
     pub req_id: String,
     pub reply: oneshot::Receiver<SpawnReply>,
 }
@@ -39,12 +39,11 @@ impl Worker for OperatorWorker {
         let OperatorWorker {
             cancel,
             host,
-            backend,
+            channel,
             req_id,
             mut reply,
             ..
         } = *self;
-        let id = host.id();
         let posted = host.posted_final();
         tokio::pin!(posted);
         // A session that goes away drops its reply sender; the SubAgent may
@@ -54,7 +53,7 @@ impl Worker for OperatorWorker {
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => {
-                    backend.cancel(&req_id, id.task, id.n, "cancelled");
+                    channel.cancel(&req_id, host.id(), "cancelled");
                     return Err(WorkerError::Cancelled);
                 }
                 () = &mut posted => return Ok(()),

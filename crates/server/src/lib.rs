@@ -138,9 +138,11 @@ pub async fn run(
     if let Err(error) = notifier.notify_ready() {
         tracing::warn!(%error, "cannot notify systemd of readiness");
     }
-    let watchdog = startup
-        .systemd
-        .start_watchdog(self_check(addr, engine.clone()), shutdown.clone());
+    startup.systemd.start_watchdog(
+        self_check(addr, engine.clone()),
+        shutdown.clone(),
+        &app.tasks,
+    );
 
     shutdown.cancelled().await;
     tracing::info!("draining");
@@ -172,9 +174,6 @@ pub async fn run(
             left = app.tasks.len(),
             "background tasks did not stop in time"
         );
-    }
-    if let Some(watchdog) = watchdog {
-        watchdog.abort();
     }
     if let Some(db) = built.db
         && let Err(error) = db.close()

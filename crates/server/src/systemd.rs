@@ -17,6 +17,7 @@ use futures_util::future::BoxFuture;
 use sd_notify::NotifyState;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::environment::Environment;
 
@@ -61,18 +62,21 @@ impl Systemd {
         Systemd { notifier, watchdog }
     }
 
-    /// Starts the watchdog task when the watchdog is on; see `spawn_watchdog`.
+    /// Starts the watchdog task on `tasks` when the watchdog is on; see
+    /// `start_watchdog`.
     pub fn start_watchdog(
         &self,
         check: SelfCheck,
         shutdown: CancellationToken,
+        tasks: &TaskTracker,
     ) -> Option<JoinHandle<()>> {
         let interval = self.watchdog?;
-        Some(spawn_watchdog(
+        Some(start_watchdog(
             self.notifier.clone(),
             interval,
             check,
             shutdown,
+            tasks,
         ))
     }
 }
@@ -145,15 +149,18 @@ impl Notifier {
 }
 
 /// Every `interval`, runs `check` (bounded by `interval`) and sends
-/// `WATCHDOG=1` only when it returned `true`, until `shutdown` fires. A daemon
-/// whose check keeps failing stops pinging, and systemd restarts it.
-pub fn spawn_watchdog(
+/// `WATCHDOG=1` only when it returned `true`, until `shutdown` fires, on
+/// `tasks` so that shutdown awaits it like the daemon's other background
+/// tasks. A daemon whose check keeps failing stops pinging, and systemd
+/// restarts it.
+pub fn start_watchdog(
     notifier: Notifier,
     interval: Duration,
     check: SelfCheck,
     shutdown: CancellationToken,
+    tasks: &TaskTracker,
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -161,9 +168,11 @@ pub fn spawn_watchdog(
                 _ = shutdown.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            let healthy = tokio::time::timeout(interval, check())
-                .await
-                .unwrap_or(false);
+            let checked = tokio::time::timeout(interval, check());
+            let healthy = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                healthy = checked => healthy.unwrap_or(false),
+            };
             if !healthy {
                 tracing::warn!("self-check failed; watchdog ping withheld");
                 continue;
@@ -244,11 +253,13 @@ mod tests {
             })
         };
         let shutdown = CancellationToken::new();
-        let task = spawn_watchdog(
+        let tasks = TaskTracker::new();
+        let task = start_watchdog(
             Notifier::to_path(&path),
             Duration::from_secs(10),
             check,
             shutdown.clone(),
+            &tasks,
         );
         // The fourth check starts only after the third tick's ping was sent.
         for expected in 0..4 {

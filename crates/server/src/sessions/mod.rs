@@ -1,7 +1,7 @@
 //! Operator sessions (docs/protocol.md, Operator sessions; Disconnects and parking): login with
 //! exclusive role names, bearer-secret authentication by digest, persistence through the engine's
-//! store, idle expiry, and the engine's `SessionDirectory` view of sessions,
-//! whose hooks, senior bridge and channel are the session itself
+//! store, idle expiry, and the `SessionDirectory` the layers see sessions through,
+//! whose hooks, senior bridge and spawn channel are the session itself
 //! (`bridge`). Each `Session` owns its outbox of server frames (`outbox`)
 //! and its pending requests (`pending`); the WebSocket module attaches
 //! sockets to them.
@@ -305,8 +305,8 @@ impl SessionRegistry {
         let _ = tokio::time::timeout(grace, self.sockets.wait()).await;
     }
 
-    /// The engine's view of a session. Hooks only for kinds that take them;
-    /// the channel always (frames park while disconnected); the
+    /// What a layer sees of a session. Hooks only for kinds that take them;
+    /// the spawn channel always (frames park while disconnected); the
     /// senior bridge only while connected (docs/tasks.md, Senior).
     fn info(session: &Arc<Session>) -> LiveSession {
         LiveSession {

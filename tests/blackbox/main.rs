@@ -16,6 +16,7 @@ mod children;
 mod daemon;
 mod harness;
 mod http_api;
+mod input_schema;
 mod lifecycle;
 mod limits;
 mod logs;

@@ -67,6 +67,9 @@ impl Engine {
     async fn create(&self, spec: TaskSpec, depth: u32) -> Result<Task, EngineError> {
         validate_spec(&spec)?;
         let profile = self.inner.resolver.profile(&spec.agent, &spec.layers)?;
+        self.inner
+            .resolver
+            .check_input(&spec.agent, spec.input.as_ref())?;
         if depth > self.inner.config.max_spawn_depth {
             return Err(EngineError::DepthExceeded {
                 depth,

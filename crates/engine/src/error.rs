@@ -57,6 +57,7 @@ impl EngineError {
             EngineError::NotFound(_) => ErrorCode::NotFound,
             EngineError::Spawn(SpawnError::UnknownAgent(_)) => ErrorCode::NotFound,
             EngineError::Spawn(SpawnError::UnknownLayer { .. }) => ErrorCode::BadRequest,
+            EngineError::Spawn(SpawnError::InvalidInput { .. }) => ErrorCode::InvalidInput,
             EngineError::AttemptSuperseded { .. } => ErrorCode::AttemptSuperseded,
             EngineError::AlreadyFinal => ErrorCode::AlreadyFinal,
             EngineError::IdempotencyConflict => ErrorCode::IdempotencyConflict,

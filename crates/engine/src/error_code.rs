@@ -42,6 +42,8 @@ macro_rules! error_codes {
 error_codes! {
     /// Malformed JSON, a missing or bad field, a bad id.
     BadRequest = "bad_request" => 400,
+    /// A task's `input` does not match its agent's `input_schema`.
+    InvalidInput = "invalid_input" => 400,
     /// A credential missing or refused (the body never says why).
     Unauthorized = "unauthorized" => 401,
     /// An expired token.

@@ -101,6 +101,13 @@ pub enum SpawnError {
     Misconfigured { agent: String, reason: String },
     #[error("rejected: {0}")]
     Rejected(String),
+    #[error("input does not match agent `{agent}`'s input_schema at `{pointer}`: {reason}")]
+    InvalidInput {
+        agent: String,
+        /// JSON pointer of the first failing value; empty for the input itself.
+        pointer: String,
+        reason: String,
+    },
     #[error("no live operator session for `{0}`")]
     NoOperator(String),
     #[error("the engine is shutting down")]
@@ -164,6 +171,16 @@ pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     fn delegated(&self, agent: &str, layers: &[String], session: Option<SessionId>) -> bool {
         let _ = (agent, layers, session);
         false
+    }
+    /// Checks a new task's input against the agent's `input_schema`, if it
+    /// has one. By default, every input passes.
+    fn check_input(
+        &self,
+        agent: &str,
+        input: Option<&serde_json::Value>,
+    ) -> Result<(), SpawnError> {
+        let _ = (agent, input);
+        Ok(())
     }
     /// Kills what is left of an interrupted attempt's process group, if its
     /// leader is still the process that was recorded. Recovery calls it

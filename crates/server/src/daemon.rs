@@ -263,6 +263,7 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
             layers: agent.layers.clone(),
             concurrency: agent.concurrency.map(|c| c as usize),
             allow_subtasks: agent.allow_subtasks,
+            input_schema: agent.input_schema.clone(),
         })
         .collect()
 }

@@ -161,6 +161,7 @@ fn agent(name: &str, kind: AgentKind) -> AgentSpec {
         layers: Vec::new(),
         concurrency: None,
         allow_subtasks: false,
+        input_schema: None,
     }
 }
 
@@ -178,6 +179,7 @@ async fn stack_overhead(settings: &SpawnerSettings, lua: &LuaPool, n: u32) -> (f
             .to_vec(),
         concurrency: None,
         allow_subtasks: false,
+        input_schema: None,
     };
     let resolver = StackResolver::new(HashMap::from([("noop".to_owned(), entry)]), registry);
     let stack = resolver.link("noop", &[]).expect("linked");

@@ -30,7 +30,7 @@ mod testing;
 pub use lua::{LuaLimits, LuaPool};
 pub use process::{HostEnv, ProcessSpec};
 pub use resolver::{
-    AgentEntry, AgentKind, AgentSpec, ConfigError, ConfigErrors, LuaAgentSpec, LuaMiddlewareSpec,
-    OperatorSpec, SpawnerSettings, StackResolver, standard_layers,
+    AgentEntry, AgentKind, AgentSpec, ConfigError, ConfigErrors, InputSchema, LuaAgentSpec,
+    LuaMiddlewareSpec, OperatorSpec, SpawnerSettings, StackResolver, standard_layers,
 };
 pub use stack::{LayerRegistry, SpawnerLayer, SpawnerStack, around_join, wrap_join};

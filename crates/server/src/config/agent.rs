@@ -22,6 +22,8 @@ pub struct Agent {
     pub allow_subtasks: bool,
     /// What the agent does, for people and MainAIs.
     pub description: Option<String>,
+    /// A JSON Schema every task's `input` must match (docs/tasks.md, Agents).
+    pub input_schema: Option<serde_json::Value>,
     /// How the work is run.
     pub kind: AgentKind,
     /// The agents_dir file this agent was read from; `None` for `[agents.NAME]`.
@@ -234,6 +236,8 @@ struct RawAgent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    input_schema: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     program: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     args: Option<Vec<String>>,
@@ -357,6 +361,7 @@ impl TryFrom<RawAgent> for Agent {
             concurrency: raw.concurrency,
             allow_subtasks: raw.allow_subtasks,
             description: raw.description,
+            input_schema: raw.input_schema,
             kind,
             origin: None,
         })
@@ -370,6 +375,7 @@ impl From<Agent> for RawAgent {
             concurrency: agent.concurrency,
             allow_subtasks: agent.allow_subtasks,
             description: agent.description,
+            input_schema: agent.input_schema,
             ..RawAgent::default()
         };
         match agent.kind {

@@ -2,8 +2,9 @@
 //!
 //! Each `*.md` file in the directory is one operator agent: YAML front matter
 //! between `---` lines (`name`, `description`, `model`, `tools`,
-//! `worker_binding`, `operator_role`), then a Markdown body that is the
-//! SubAgent's system prompt. Other files and subdirectories are ignored; a
+//! `worker_binding`, `operator_role`, `input_schema`, and `color`, which
+//! Claude Code's agent files carry and swarmd ignores), then a Markdown body
+//! that is the SubAgent's system prompt. Other files and subdirectories are ignored; a
 //! malformed `.md` file refuses the whole configuration, naming the file.
 
 use std::path::{Path, PathBuf};
@@ -48,6 +49,11 @@ struct FrontMatter {
     worker_binding: Option<WorkerBinding>,
     #[serde(default)]
     operator_role: Option<String>,
+    #[serde(default)]
+    input_schema: Option<serde_json::Value>,
+    /// Claude Code's display color; accepted so its agent files load as is.
+    #[serde(default, rename = "color")]
+    _color: Option<String>,
 }
 
 /// `tools: [Read, Grep]` or `tools: Read, Grep`.
@@ -136,6 +142,7 @@ pub fn parse_agent_file(path: &Path, text: &str) -> Result<(String, Agent), Conf
         concurrency: None,
         allow_subtasks: false,
         description: front.description,
+        input_schema: front.input_schema,
         kind: AgentKind::Operator(OperatorAgent {
             operator_role: front
                 .operator_role

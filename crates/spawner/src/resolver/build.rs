@@ -9,7 +9,8 @@ use swarmd_engine::SpawnerAdapter;
 use swarmd_engine::task::SpawnerKind;
 
 use super::{
-    AgentEntry, AgentKind, AgentSpec, ConfigError, ConfigErrors, SpawnerSettings, StackResolver,
+    AgentEntry, AgentKind, AgentSpec, ConfigError, ConfigErrors, InputSchema, SpawnerSettings,
+    StackResolver,
 };
 use crate::layers::{
     AuditLayer, LongHoldLayer, LuaMiddlewareLayer, MAIN_AI, MainAiLayer, OPERATOR_DELEGATE,
@@ -199,12 +200,22 @@ fn base_spawner(
             (SpawnerKind::Operator, Arc::new(spawner))
         }
     };
+    let input_schema = match &spec.input_schema {
+        Some(schema) => Some(Arc::new(InputSchema::compile(schema).map_err(
+            |reason| ConfigError::InputSchema {
+                agent: spec.name.clone(),
+                reason,
+            },
+        )?)),
+        None => None,
+    };
     Ok(AgentEntry {
         kind,
         spawner,
         layers: spec.layers.clone(),
         concurrency: spec.concurrency,
         allow_subtasks: spec.allow_subtasks,
+        input_schema,
     })
 }
 

@@ -35,6 +35,8 @@ pub enum ConfigError {
         #[source]
         source: LuaError,
     },
+    #[error("agent `{agent}`: {reason}")]
+    InputSchema { agent: String, reason: String },
     #[error("senior.agent names `{0}`, which is not a configured agent")]
     UnknownSeniorAgent(String),
 }

@@ -5,6 +5,7 @@
 
 mod build;
 mod error;
+mod input;
 mod spec;
 
 #[cfg(test)]
@@ -19,6 +20,7 @@ use swarmd_engine::{AgentProfile, SpawnError, SpawnerAdapter, SpawnerResolver};
 
 pub use build::standard_layers;
 pub use error::{ConfigError, ConfigErrors};
+pub use input::InputSchema;
 pub use spec::{
     AgentKind, AgentSpec, LuaAgentSpec, LuaMiddlewareSpec, OperatorSpec, SpawnerSettings,
 };
@@ -41,6 +43,8 @@ pub struct AgentEntry {
     pub layers: Vec<String>,
     pub concurrency: Option<usize>,
     pub allow_subtasks: bool,
+    /// Checked against every new task's `input`.
+    pub input_schema: Option<Arc<InputSchema>>,
 }
 
 type StackCache = HashMap<String, HashMap<Vec<String>, Arc<dyn SpawnerAdapter>>>;
@@ -134,6 +138,17 @@ impl SpawnerResolver for StackResolver {
                 allow_subtasks: false,
             },
         })
+    }
+
+    fn check_input(
+        &self,
+        agent: &str,
+        input: Option<&serde_json::Value>,
+    ) -> Result<(), SpawnError> {
+        match self.agents.get(agent).and_then(|e| e.input_schema.as_ref()) {
+            Some(schema) => schema.check(agent, input),
+            None => Ok(()),
+        }
     }
 
     fn reap_leftover(&self, group: &ProcessGroupMark) {

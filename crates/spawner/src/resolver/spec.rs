@@ -18,6 +18,8 @@ pub struct AgentSpec {
     pub layers: Vec<String>,
     pub concurrency: Option<usize>,
     pub allow_subtasks: bool,
+    /// A JSON Schema every task's `input` must match.
+    pub input_schema: Option<Value>,
 }
 
 /// Which base spawner an agent resolves to.

@@ -30,6 +30,7 @@ fn agent(name: &str, kind: AgentKind, layers: &[&str]) -> AgentSpec {
         layers: keys(layers),
         concurrency: None,
         allow_subtasks: false,
+        input_schema: None,
     }
 }
 

@@ -76,6 +76,7 @@ impl Harness {
             layers: layers.iter().map(|l| (*l).to_owned()).collect(),
             concurrency: None,
             allow_subtasks: false,
+            input_schema: None,
         };
         let agents = HashMap::from([
             ("echo".to_owned(), entry(SpawnerKind::InProcess, echo, &[])),

@@ -22,6 +22,7 @@ mod limits;
 mod logs;
 mod outcome;
 mod recovery;
+mod routing;
 mod security;
 mod sse;
 mod ws_flow;

@@ -115,6 +115,10 @@ pub struct LiveSession {
 pub trait SessionDirectory: Send + Sync + Debug {
     fn session(&self, sid: &SessionId) -> Option<LiveSession>;
     fn by_role(&self, role: &str) -> Option<LiveSession>;
+    /// The MainAI session (kind `main_ai` or `composite`) with the fewest
+    /// requests in flight, preferring one with a socket; ties go to the
+    /// session seen last.
+    fn least_loaded_main_ai(&self) -> Option<LiveSession>;
 }
 
 /// A directory with no sessions: the engine alone, tests, benchmarks.
@@ -127,6 +131,10 @@ impl SessionDirectory for NoSessions {
     }
 
     fn by_role(&self, _role: &str) -> Option<LiveSession> {
+        None
+    }
+
+    fn least_loaded_main_ai(&self) -> Option<LiveSession> {
         None
     }
 }

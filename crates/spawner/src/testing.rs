@@ -287,6 +287,15 @@ impl SessionDirectory for FakeDirectory {
             .find(|(roles, _)| roles.iter().any(|r| r == role))
             .map(|(_, i)| i.clone())
     }
+
+    /// The first MainAI-kind session added.
+    fn least_loaded_main_ai(&self) -> Option<LiveSession> {
+        let sessions = self.sessions.lock().unwrap();
+        sessions
+            .iter()
+            .find(|(_, i)| i.kind.takes_hooks())
+            .map(|(_, i)| i.clone())
+    }
 }
 
 /// A session of `kind` with nothing attached.

@@ -80,8 +80,8 @@ pub struct LuaAgent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorAgent {
     /// The routing name a session claims at login to receive these spawns
-    /// (for example `main-ai`).
-    pub operator_role: String,
+    /// (for example `main-ai`); unset: the least loaded MainAI session.
+    pub operator_role: Option<String>,
     /// The SubAgent type and tools the MainAI should launch.
     pub worker_binding: Option<WorkerBinding>,
     /// System prompt for the SubAgent. Filled from `system_prompt_file` at load.
@@ -342,13 +342,7 @@ impl TryFrom<RawAgent> for Agent {
                     return Err(AgentShapeError::TwoSystemPrompts);
                 }
                 AgentKind::Operator(OperatorAgent {
-                    operator_role: raw
-                        .operator_role
-                        .take()
-                        .ok_or(AgentShapeError::MissingKey {
-                            kind: "operator",
-                            key: "operator_role",
-                        })?,
+                    operator_role: raw.operator_role.take(),
                     worker_binding: raw.worker_binding.take(),
                     system_prompt: raw.system_prompt.take(),
                     system_prompt_file: raw.system_prompt_file.take(),
@@ -396,7 +390,7 @@ impl From<Agent> for RawAgent {
             }
             AgentKind::Operator(operator) => {
                 raw.kind = Some(KindName::Operator);
-                raw.operator_role = Some(operator.operator_role);
+                raw.operator_role = operator.operator_role;
                 raw.worker_binding = operator.worker_binding;
                 // A prompt read from a file is shown as the file it came from.
                 if operator.system_prompt_file.is_some() {
@@ -444,9 +438,12 @@ mod tests {
     }
 
     #[test]
-    fn operator_needs_a_role() {
-        let error = parse("kind = \"operator\"").unwrap_err();
-        assert!(error.message().contains("needs `operator_role`"), "{error}");
+    fn an_operator_agent_without_a_role_goes_to_any_main_ai() {
+        let agent = parse("kind = \"operator\"").unwrap();
+        let AgentKind::Operator(operator) = agent.kind else {
+            panic!("{agent:?}");
+        };
+        assert_eq!(operator.operator_role, None);
     }
 
     #[test]

@@ -31,9 +31,6 @@ impl Default for AgentsDirConfig {
     }
 }
 
-/// The routing name an agent file's spawns go to when its front matter names none.
-pub const DEFAULT_OPERATOR_ROLE: &str = "main-ai";
-
 /// The YAML front matter of an agent file. Unknown keys are refused.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -144,9 +141,7 @@ pub fn parse_agent_file(path: &Path, text: &str) -> Result<(String, Agent), Conf
         description: front.description,
         input_schema: front.input_schema,
         kind: AgentKind::Operator(OperatorAgent {
-            operator_role: front
-                .operator_role
-                .unwrap_or_else(|| DEFAULT_OPERATOR_ROLE.to_owned()),
+            operator_role: front.operator_role,
             worker_binding: Some(worker_binding),
             system_prompt: (!body.is_empty()).then(|| body.to_owned()),
             system_prompt_file: None,
@@ -189,7 +184,7 @@ mod tests {
         let AgentKind::Operator(operator) = agent.kind else {
             panic!("expected an operator agent");
         };
-        assert_eq!(operator.operator_role, DEFAULT_OPERATOR_ROLE);
+        assert_eq!(operator.operator_role, None, "any MainAI session");
         assert_eq!(operator.system_prompt.as_deref(), Some("You review code."));
         assert_eq!(operator.model.as_deref(), Some("opus"));
         assert_eq!(
@@ -209,7 +204,7 @@ mod tests {
         let AgentKind::Operator(operator) = agent.kind else {
             panic!("expected an operator agent");
         };
-        assert_eq!(operator.operator_role, "senior-ai");
+        assert_eq!(operator.operator_role.as_deref(), Some("senior-ai"));
         let binding = operator.worker_binding.unwrap();
         assert_eq!(binding.subagent_type, "general-purpose");
         assert_eq!(binding.tools, ["Edit"]);

@@ -29,7 +29,7 @@ pub use agent::{
     Agent, AgentKind, AgentShapeError, DEFAULT_MAX_OUTPUT_BYTES, EnvSpec, EnvVars, LuaAgent,
     OperatorAgent, ProcessAgent, REDACTED, StdinMode, StreamMode, WorkerBinding,
 };
-pub use agents_dir::{AgentsDirConfig, DEFAULT_OPERATOR_ROLE, load_agents_dir, parse_agent_file};
+pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file};
 pub use error::ConfigError;
 pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
 pub use sections::{

@@ -202,7 +202,9 @@ fn validate_agent(config: &Config, name: &str, agent: &Agent) -> Result<(), Conf
         }
         AgentKind::Lua(lua) => readable(&key("script"), &lua.script)?,
         AgentKind::Operator(operator) => {
-            name_rule(&key("operator_role"), &operator.operator_role)?;
+            if let Some(role) = &operator.operator_role {
+                name_rule(&key("operator_role"), role)?;
+            }
             let binding = operator.worker_binding.as_ref();
             if binding.is_some_and(|binding| binding.subagent_type.trim().is_empty()) {
                 return Err(invalid(

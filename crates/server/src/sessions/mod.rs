@@ -337,6 +337,24 @@ impl SessionDirectory for SessionRegistry {
         };
         Some(Self::info(&session))
     }
+
+    /// Connected sessions first; among them the fewest pending requests and
+    /// parked frames; then the one seen last. A disconnected session is
+    /// chosen only when none is connected: its frame parks until it returns.
+    fn least_loaded_main_ai(&self) -> Option<LiveSession> {
+        let chosen = self
+            .all()
+            .into_iter()
+            .filter(|s| s.kind.takes_hooks() && !s.is_closed())
+            .min_by_key(|s| {
+                (
+                    !s.connected(),
+                    s.pending_requests() + s.parked(),
+                    std::cmp::Reverse(s.last_seen_ms()),
+                )
+            })?;
+        Some(Self::info(&chosen))
+    }
 }
 
 fn validate_login(req: &LoginRequest) -> Result<(), SessionError> {

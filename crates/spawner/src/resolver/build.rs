@@ -175,7 +175,11 @@ fn base_spawner(
             )
         }
         AgentKind::Operator(operator) => {
-            if operator.operator_role.trim().is_empty() {
+            if operator
+                .operator_role
+                .as_ref()
+                .is_some_and(|role| role.trim().is_empty())
+            {
                 return Err(ConfigError::Invalid {
                     agent,
                     reason: "operator_role is empty",
@@ -192,7 +196,7 @@ fn base_spawner(
                 });
             }
             let spawner = OperatorSpawner::new(
-                &operator.operator_role,
+                operator.operator_role.as_deref(),
                 target(operator),
                 &settings.base_url,
                 Arc::clone(sessions),

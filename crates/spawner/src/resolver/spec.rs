@@ -36,10 +36,11 @@ pub struct LuaAgentSpec {
     pub script: PathBuf,
 }
 
-/// `kind = "operator"`: a session that claimed `operator_role` launches it.
+/// `kind = "operator"`: the session that claimed `operator_role` launches
+/// it; without one, the least loaded MainAI session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OperatorSpec {
-    pub operator_role: String,
+    pub operator_role: Option<String>,
     /// `{subagent_type, tools, …}`; a table when present.
     pub worker_binding: Option<Value>,
     /// From `system_prompt` or `system_prompt_file`, already read.

@@ -134,7 +134,7 @@ fn profiles_resolve_known_agents_and_delegated_unknown_ones() {
     let operator = agent(
         "reviewer",
         AgentKind::Operator(OperatorSpec {
-            operator_role: "main-ai".into(),
+            operator_role: Some("main-ai".into()),
             worker_binding: Some(json!({"subagent_type": "r"})),
             system_prompt: None,
         }),

@@ -47,10 +47,11 @@ impl OperatorTarget {
     }
 }
 
-/// Spawns on the live session that claimed `operator_role`.
+/// Spawns on the live session that claimed `operator_role`, or, for an
+/// agent without one, on the least loaded MainAI session.
 #[derive(Debug)]
 pub struct OperatorSpawner {
-    role: String,
+    role: Option<String>,
     target: OperatorTarget,
     base_url: String,
     sessions: Arc<dyn SessionDirectory>,
@@ -58,13 +59,13 @@ pub struct OperatorSpawner {
 
 impl OperatorSpawner {
     pub fn new(
-        role: &str,
+        role: Option<&str>,
         target: OperatorTarget,
         base_url: &str,
         sessions: Arc<dyn SessionDirectory>,
     ) -> OperatorSpawner {
         OperatorSpawner {
-            role: role.to_owned(),
+            role: role.map(str::to_owned),
             target,
             base_url: base_url.to_owned(),
             sessions,
@@ -75,11 +76,19 @@ impl OperatorSpawner {
 #[async_trait]
 impl SpawnerAdapter for OperatorSpawner {
     async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
-        let channel = self
-            .sessions
-            .by_role(&self.role)
+        let session = match &self.role {
+            Some(role) => self.sessions.by_role(role),
+            None => self.sessions.least_loaded_main_ai(),
+        };
+        let channel = session
             .and_then(|session| session.spawn_channel)
-            .ok_or_else(|| SpawnError::NoOperator(self.role.clone()))?;
+            .ok_or_else(|| {
+                SpawnError::NoOperator(
+                    self.role
+                        .clone()
+                        .unwrap_or_else(|| "any MainAI session".to_owned()),
+                )
+            })?;
         delegate(attempt, channel, &self.target, &self.base_url).await
     }
 }

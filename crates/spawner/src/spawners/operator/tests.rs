@@ -34,13 +34,19 @@ fn setup() -> Setup {
         system_prompt: Some("You review code.".into()),
     };
     let spawner = Arc::new(OperatorSpawner::new(
-        "main-ai",
+        Some("main-ai"),
         target,
         BASE_URL,
         directory.clone(),
     ));
     let orphan = Arc::new(OperatorSpawner::new(
-        "nobody",
+        Some("nobody"),
+        OperatorTarget::default(),
+        BASE_URL,
+        directory.clone(),
+    ));
+    let anyone = Arc::new(OperatorSpawner::new(
+        None,
         OperatorTarget::default(),
         BASE_URL,
         directory.clone(),
@@ -49,6 +55,7 @@ fn setup() -> Setup {
         vec![
             ("review", SpawnerKind::Operator, spawner),
             ("orphan", SpawnerKind::Operator, orphan),
+            ("anyone", SpawnerKind::Operator, anyone),
         ],
         directory,
     );
@@ -220,5 +227,37 @@ async fn no_session_for_the_role_fails_the_spawn() {
         done.reason
             .unwrap()
             .contains("no live operator session for `nobody`")
+    );
+}
+
+#[tokio::test]
+async fn an_agent_without_a_role_goes_to_a_main_ai_session() {
+    let s = setup();
+    let task = spawn_owned(&s.engine, "anyone", None, PolicyOverrides::default()).await;
+    let frame = s.channel.frame(0).await;
+    assert_eq!(frame.attempt, AttemptId::new(task.id, 1));
+    assert_eq!(frame.agent, "anyone");
+}
+
+#[tokio::test]
+async fn without_a_main_ai_session_an_agent_without_a_role_fails_the_spawn() {
+    let directory = Arc::new(FakeDirectory::default());
+    directory.add(&["bot"], session(SessionKind::Automate));
+    let anyone = Arc::new(OperatorSpawner::new(
+        None,
+        OperatorTarget::default(),
+        BASE_URL,
+        directory.clone(),
+    ));
+    let engine = engine_with_directory(vec![("anyone", SpawnerKind::Operator, anyone)], directory);
+    let task = spawn_owned(&engine, "anyone", None, PolicyOverrides::default()).await;
+    let done = engine
+        .wait_task(task.id, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(done.status(), TaskStatus::Failed);
+    assert!(
+        done.reason.unwrap().contains("any MainAI session"),
+        "an automate session is not a MainAI"
     );
 }

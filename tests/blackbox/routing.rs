@@ -1,0 +1,79 @@
+//! Operator agents without `operator_role` (docs/tasks.md, Operator agents):
+//! their attempts go to the least loaded connected MainAI session, so
+//! several MainAIs share the work; an `automate` session never gets one.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::daemon::{Incoming, Swarmd};
+
+const AGENTS: &str = r#"
+[agents.helper]
+kind = "operator"
+worker_binding = { subagent_type = "general-purpose" }
+"#;
+
+#[tokio::test]
+async fn attempts_spread_over_main_ai_sessions_by_load() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let bot = sw.login(json!({"kind": "automate"})).await;
+    let mut bot_ws = sw.connect(&bot).await;
+    let first = sw.login(json!({})).await;
+    let mut first_ws = sw.connect(&first).await;
+    let second = sw.login(json!({"kind": "composite"})).await;
+    let mut second_ws = sw.connect(&second).await;
+
+    // Each spawn stays unanswered, so each counts as its session's load:
+    // the two tasks land on different sessions.
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let (status, body) = sw
+            .create(json!({"agent": "helper", "prompt": "help"}))
+            .await;
+        assert!(status == 200 || status == 201, "{status} {body}");
+        tasks.push(body["task_id"].as_str().unwrap().to_owned());
+    }
+    let one = first_ws.recv_type("spawn").await;
+    let two = second_ws.recv_type("spawn").await;
+    let mut got = vec![
+        one["task_id"].as_str().unwrap().to_owned(),
+        two["task_id"].as_str().unwrap().to_owned(),
+    ];
+    got.sort();
+    tasks.sort();
+    assert_eq!(got, tasks, "one task per MainAI session");
+    match bot_ws.next_within(Duration::from_millis(500)).await {
+        Incoming::Nothing => {}
+        Incoming::Frame(frame) => {
+            assert_ne!(frame["type"], "spawn", "an automate session got {frame}")
+        }
+        Incoming::Closed(frame) => panic!("the automate socket closed: {frame:?}"),
+    }
+
+    // The MainAI answers; the task passes with its value.
+    first_ws
+        .send(json!({"type": "spawn_ack", "req_id": one["req_id"], "value": "done", "ok": true}))
+        .await;
+    let done = sw.finished(one["task_id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "pass", "{done}");
+    assert_eq!(done["result"]["value"], "done", "{done}");
+}
+
+#[tokio::test]
+async fn without_a_main_ai_session_the_attempt_fails_naming_why() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let (status, body) = sw
+        .create(json!({"agent": "helper", "prompt": "help", "policy": {"max_attempts": 1}}))
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let done = sw.finished(body["task_id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(
+        done["reason"]
+            .as_str()
+            .unwrap()
+            .contains("any MainAI session"),
+        "{done}"
+    );
+}

@@ -1,6 +1,8 @@
 //! Operator agents without `operator_role` (docs/tasks.md, Operator agents):
 //! their attempts go to the least loaded connected MainAI session, so
 //! several MainAIs share the work; an `automate` session never gets one.
+//! With no session to take it, a task waits queued until one connects, up
+//! to its queue timeout or `spawner.session_wait_secs`.
 
 use std::time::Duration;
 
@@ -61,19 +63,55 @@ async fn attempts_spread_over_main_ai_sessions_by_load() {
 }
 
 #[tokio::test]
-async fn without_a_main_ai_session_the_attempt_fails_naming_why() {
+async fn without_a_main_ai_session_the_task_waits_queued_until_one_connects() {
     let sw = Swarmd::new(AGENTS).start().await;
     let (status, body) = sw
-        .create(json!({"agent": "helper", "prompt": "help", "policy": {"max_attempts": 1}}))
+        .create(json!({"agent": "helper", "prompt": "help"}))
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let task = body["task_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let waiting = sw.task(&task).await;
+    assert_eq!(waiting["status"], "queued", "{waiting}");
+    assert_eq!(waiting["attempts"], json!([]), "no attempt is opened");
+
+    let main = sw.login(json!({})).await;
+    let mut ws = sw.connect(&main).await;
+    let spawn = ws.recv_type("spawn").await;
+    assert_eq!(spawn["task_id"], task.as_str());
+    ws.send(json!({"type": "spawn_ack", "req_id": spawn["req_id"], "value": 42, "ok": true}))
+        .await;
+    let done = sw.finished(&task).await;
+    assert_eq!(done["status"], "pass", "{done}");
+}
+
+#[tokio::test]
+async fn a_wait_ends_at_the_queue_timeout() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let (status, body) = sw
+        .create(json!({"agent": "helper", "prompt": "help", "policy": {"queue_timeout_secs": 1}}))
         .await;
     assert!(status == 200 || status == 201, "{status} {body}");
     let done = sw.finished(body["task_id"].as_str().unwrap()).await;
     assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["reason"], "queue timeout", "{done}");
+}
+
+#[tokio::test]
+async fn a_wait_ends_at_spawner_session_wait_secs() {
+    let sw = Swarmd::new(&format!("session_wait_secs = 1\n{AGENTS}"))
+        .start()
+        .await;
+    let (status, body) = sw
+        .create(json!({"agent": "helper", "prompt": "help"}))
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let done = sw.finished(body["task_id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    let reason = done["reason"].as_str().unwrap();
     assert!(
-        done["reason"]
-            .as_str()
-            .unwrap()
-            .contains("any MainAI session"),
-        "{done}"
+        reason.contains("no live operator session for `any MainAI session`")
+            && reason.contains("waited"),
+        "{reason}"
     );
 }

@@ -46,6 +46,9 @@ pub struct EngineConfig {
     pub kill_grace: Duration,
     /// Bytes of output one attempt may store (records plus spilled blobs).
     pub max_output_bytes_per_attempt: u64,
+    /// How long a task may wait for somewhere to run (a session to take an
+    /// operator attempt) when its policy sets no `queue_timeout_secs`.
+    pub unavailable_wait: Duration,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +60,7 @@ impl Default for EngineConfig {
             worker_token_ttl_secs: 1800,
             kill_grace: Duration::from_secs(5),
             max_output_bytes_per_attempt: DEFAULT_MAX_OUTPUT_BYTES_PER_ATTEMPT,
+            unavailable_wait: Duration::from_secs(600),
         }
     }
 }

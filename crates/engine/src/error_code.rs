@@ -153,6 +153,7 @@ mod tests {
     fn the_spec_table_keeps_its_strings_and_statuses() {
         let table = [
             ("bad_request", 400),
+            ("invalid_input", 400),
             ("unauthorized", 401),
             ("token_expired", 401),
             ("forbidden", 403),

@@ -90,6 +90,9 @@ pub(crate) fn lease_until(now: Instant, now_ms: u64, secs: u64) -> (Instant, u64
 pub(crate) struct TaskState {
     pub task: Task,
     pub run: Option<RunState>,
+    /// When the task began waiting for somewhere to run (unix ms), while
+    /// the resolver says its next attempt cannot start.
+    pub waiting_since_ms: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -110,7 +113,11 @@ impl TaskCell {
     pub(crate) fn with_key(task: Task, key: Option<String>) -> Arc<Self> {
         let terminal = task.status().is_terminal();
         Arc::new(TaskCell {
-            state: Mutex::new(TaskState { task, run: None }),
+            state: Mutex::new(TaskState {
+                task,
+                run: None,
+                waiting_since_ms: None,
+            }),
             terminal: watch::Sender::new(terminal),
             key,
         })

@@ -172,6 +172,19 @@ pub trait SpawnerResolver: Send + Sync + fmt::Debug {
         let _ = (agent, layers, session);
         false
     }
+    /// Why an attempt of the agent cannot start now (the session that must
+    /// take it is not there), or `None` when it can. The engine then keeps
+    /// the task waiting without an attempt and asks again. By default,
+    /// every attempt can start.
+    fn unavailable(
+        &self,
+        agent: &str,
+        layers: &[String],
+        session: Option<SessionId>,
+    ) -> Option<String> {
+        let _ = (agent, layers, session);
+        None
+    }
     /// Checks a new task's input against the agent's `input_schema`, if it
     /// has one. By default, every input passes.
     fn check_input(

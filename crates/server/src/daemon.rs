@@ -190,6 +190,7 @@ pub fn engine_config(config: &Config) -> EngineConfig {
         worker_token_ttl_secs: config.auth.worker_token_ttl_secs,
         kill_grace: Duration::from_secs(config.spawner.kill_grace_secs),
         max_output_bytes_per_attempt: config.limits.max_output_bytes_per_attempt,
+        unavailable_wait: Duration::from_secs(config.spawner.session_wait_secs),
     }
 }
 

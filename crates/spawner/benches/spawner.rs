@@ -180,6 +180,7 @@ async fn stack_overhead(settings: &SpawnerSettings, lua: &LuaPool, n: u32) -> (f
         concurrency: None,
         allow_subtasks: false,
         input_schema: None,
+        route: None,
     };
     let resolver = StackResolver::new(HashMap::from([("noop".to_owned(), entry)]), registry);
     let stack = resolver.link("noop", &[]).expect("linked");

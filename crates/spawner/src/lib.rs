@@ -31,6 +31,7 @@ pub use lua::{LuaLimits, LuaPool};
 pub use process::{HostEnv, ProcessSpec};
 pub use resolver::{
     AgentEntry, AgentKind, AgentSpec, ConfigError, ConfigErrors, InputSchema, LuaAgentSpec,
-    LuaMiddlewareSpec, OperatorSpec, SpawnerSettings, StackResolver, standard_layers,
+    LuaMiddlewareSpec, OperatorRoute, OperatorSpec, SpawnerSettings, StackResolver,
+    standard_layers,
 };
 pub use stack::{LayerRegistry, SpawnerLayer, SpawnerStack, around_join, wrap_join};

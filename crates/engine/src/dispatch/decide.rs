@@ -125,7 +125,7 @@ impl Engine {
     }
 
     /// Waits the backoff, then queues the task for its next attempt.
-    async fn schedule_retry(&self, id: TaskId, after: Duration) {
+    pub(super) async fn schedule_retry(&self, id: TaskId, after: Duration) {
         tokio::select! {
             _ = tokio::time::sleep(after) => {}
             _ = self.inner.shutdown.cancelled() => return,

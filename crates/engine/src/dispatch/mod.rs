@@ -29,6 +29,7 @@ use crate::task::{AttemptOutcome, AttemptRecord, ProcessGroupMark, SpawnerKind, 
 
 mod decide;
 mod resume;
+mod wait;
 
 /// How the join phase ended: the worker's own end, or why the engine
 /// stopped it.
@@ -71,6 +72,19 @@ impl Engine {
             self.release_slot(&agent);
             return;
         };
+        match self.place(&cell) {
+            wait::Place::Ready => {}
+            wait::Place::Wait => {
+                self.release_slot(&agent);
+                Box::pin(self.schedule_retry(id, wait::RECHECK)).await;
+                return;
+            }
+            wait::Place::GaveUp(reason) => {
+                self.fail_unlinkable(&cell, reason);
+                self.release_slot(&agent);
+                return;
+            }
+        }
         let Some((prepared, minted, stack)) = self.prepare(&cell) else {
             self.release_slot(&agent);
             return;
@@ -339,7 +353,8 @@ impl Engine {
         outcome
     }
 
-    /// Fails a task whose agent cannot be linked (its config changed under it).
+    /// Fails a task that cannot run: its agent cannot be linked (its config
+    /// changed under it), or it waited too long for somewhere to run.
     fn fail_unlinkable(&self, cell: &Arc<TaskCell>, reason: String) {
         let now_ms = self.inner.clock.now_ms();
         let mut state = cell.lock();

@@ -290,6 +290,10 @@ pub struct SpawnerConfig {
     /// spawn; where systemd already stops the service's whole cgroup
     /// (`KillMode=mixed`, the shipped unit) it may be turned off.
     pub supervise: bool,
+    /// How long a task whose operator attempt has no session to take it
+    /// waits for one (kept queued) when its policy sets no
+    /// `queue_timeout_secs`.
+    pub session_wait_secs: u64,
 }
 
 impl Default for SpawnerConfig {
@@ -297,6 +301,7 @@ impl Default for SpawnerConfig {
         SpawnerConfig {
             kill_grace_secs: 5,
             supervise: true,
+            session_wait_secs: 600,
         }
     }
 }

@@ -85,6 +85,12 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
         0,
         300,
     )?;
+    range(
+        "spawner.session_wait_secs",
+        config.spawner.session_wait_secs,
+        0,
+        7 * 86_400,
+    )?;
     for (name, agent) in &config.agents {
         validate_agent(config, name, agent)?;
     }

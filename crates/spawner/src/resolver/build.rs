@@ -9,8 +9,8 @@ use swarmd_engine::SpawnerAdapter;
 use swarmd_engine::task::SpawnerKind;
 
 use super::{
-    AgentEntry, AgentKind, AgentSpec, ConfigError, ConfigErrors, InputSchema, SpawnerSettings,
-    StackResolver,
+    AgentEntry, AgentKind, AgentSpec, ConfigError, ConfigErrors, InputSchema, OperatorRoute,
+    SpawnerSettings, StackResolver,
 };
 use crate::layers::{
     AuditLayer, LongHoldLayer, LuaMiddlewareLayer, MAIN_AI, MainAiLayer, OPERATOR_DELEGATE,
@@ -158,6 +158,13 @@ fn base_spawner(
             reason: "concurrency must be at least 1",
         });
     }
+    let route = match &spec.kind {
+        AgentKind::Operator(operator) => Some(match &operator.operator_role {
+            Some(role) => OperatorRoute::Role(role.clone()),
+            None => OperatorRoute::AnyMainAi,
+        }),
+        _ => None,
+    };
     let (kind, spawner): (SpawnerKind, Arc<dyn SpawnerAdapter>) = match &spec.kind {
         AgentKind::Process(process) => {
             let runner = ProcessRunner::new(process.clone(), &settings.host_env)
@@ -220,6 +227,7 @@ fn base_spawner(
         concurrency: spec.concurrency,
         allow_subtasks: spec.allow_subtasks,
         input_schema,
+        route,
     })
 }
 

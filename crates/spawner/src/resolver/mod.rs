@@ -45,6 +45,18 @@ pub struct AgentEntry {
     pub allow_subtasks: bool,
     /// Checked against every new task's `input`.
     pub input_schema: Option<Arc<InputSchema>>,
+    /// For an operator agent, the session its attempts go to; an attempt
+    /// waits while there is none.
+    pub route: Option<OperatorRoute>,
+}
+
+/// Which session an operator agent's attempts go to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorRoute {
+    /// The session holding this role name.
+    Role(String),
+    /// The least loaded MainAI session.
+    AnyMainAi,
 }
 
 type StackCache = HashMap<String, HashMap<Vec<String>, Arc<dyn SpawnerAdapter>>>;
@@ -138,6 +150,30 @@ impl SpawnerResolver for StackResolver {
                 allow_subtasks: false,
             },
         })
+    }
+
+    /// An operator agent's attempt waits while no session can take it: no
+    /// holder of its role, or no MainAI session at all.
+    fn unavailable(
+        &self,
+        agent: &str,
+        layers: &[String],
+        session: Option<SessionId>,
+    ) -> Option<String> {
+        let route = self.agents.get(agent)?.route.as_ref()?;
+        if self.delegated(agent, layers, session) {
+            return None;
+        }
+        let (found, name) = match route {
+            OperatorRoute::Role(role) => (self.sessions.by_role(role), role.as_str()),
+            OperatorRoute::AnyMainAi => {
+                (self.sessions.least_loaded_main_ai(), "any MainAI session")
+            }
+        };
+        match found.and_then(|s| s.spawn_channel) {
+            Some(_) => None,
+            None => Some(SpawnError::NoOperator(name.to_owned()).to_string()),
+        }
     }
 
     fn check_input(

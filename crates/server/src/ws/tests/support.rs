@@ -77,6 +77,7 @@ impl Harness {
             concurrency: None,
             allow_subtasks: false,
             input_schema: None,
+            route: None,
         };
         let agents = HashMap::from([
             ("echo".to_owned(), entry(SpawnerKind::InProcess, echo, &[])),

@@ -1,0 +1,56 @@
+//! Waiting for somewhere to run (docs/tasks.md, Operator agents): when the
+//! resolver says a task's next attempt cannot start now (no session to take
+//! it), no attempt is opened. The task gives its slot back, keeps its status
+//! (`queued` before its first attempt), and asks again shortly, up to its
+//! `queue_timeout_secs`, or the engine's `unavailable_wait` when it sets
+//! none; then it fails with the resolver's reason.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::Engine;
+use crate::live::TaskCell;
+
+/// How often a waiting task asks again.
+pub(super) const RECHECK: Duration = Duration::from_millis(500);
+
+/// Whether the next attempt may start.
+pub(super) enum Place {
+    Ready,
+    Wait,
+    GaveUp(String),
+}
+
+impl Engine {
+    /// Asks the resolver whether the task's next attempt can start now, and
+    /// keeps the time the task began to wait.
+    pub(super) fn place(&self, cell: &Arc<TaskCell>) -> Place {
+        let now_ms = self.inner.clock.now_ms();
+        let mut state = cell.lock();
+        let task = &state.task;
+        if task.status().is_terminal() {
+            return Place::Ready;
+        }
+        let Some(reason) = self
+            .inner
+            .resolver
+            .unavailable(&task.agent, &task.layers, task.session)
+        else {
+            state.waiting_since_ms = None;
+            return Place::Ready;
+        };
+        let limit = task
+            .policy
+            .queue_timeout_secs
+            .map_or(self.inner.config.unavailable_wait, Duration::from_secs);
+        let since = *state.waiting_since_ms.get_or_insert_with(|| {
+            tracing::info!(%reason, "waiting for somewhere to run");
+            now_ms
+        });
+        let waited = Duration::from_millis(now_ms.saturating_sub(since));
+        if waited >= limit {
+            return Place::GaveUp(format!("{reason} (waited {} s)", waited.as_secs()));
+        }
+        Place::Wait
+    }
+}

@@ -115,3 +115,49 @@ async fn a_wait_ends_at_spawner_session_wait_secs() {
         "{reason}"
     );
 }
+
+#[tokio::test]
+async fn a_killed_main_ai_logs_in_again_and_gets_its_role_and_parked_spawns() {
+    let sw = Swarmd::new(
+        r#"
+[auth]
+role_takeover_secs = 1
+
+[agents.coder]
+kind = "operator"
+operator_role = "main-ai"
+"#,
+    )
+    .start()
+    .await;
+    let first = sw.login(json!({"roles": ["main-ai"]})).await;
+    let ws = sw.connect(&first).await;
+    // The MainAI dies: its socket goes, its session stays and holds the role.
+    drop(ws);
+    let (status, body) = sw
+        .create(json!({"agent": "coder", "prompt": "fix it"}))
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let task = body["task_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = sw
+        .post("/v1/operators", &sw.admin)
+        .json(&json!({"roles": ["main-ai"]}))
+        .send()
+        .await
+        .unwrap();
+    crate::harness::expect_error(refused, 409, "role_taken").await;
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let second = sw.login(json!({"roles": ["main-ai"]})).await;
+    assert_ne!(second.sid, first.sid);
+    let mut ws = sw.connect(&second).await;
+    let spawn = ws.recv_type("spawn").await;
+    assert_eq!(spawn["task_id"], task.as_str(), "the parked spawn moved");
+    ws.send(json!({"type": "spawn_ack", "req_id": spawn["req_id"], "value": "fixed", "ok": true}))
+        .await;
+    let done = sw.finished(&task).await;
+    assert_eq!(done["status"], "pass", "{done}");
+    let old = sw.dial(&first).await;
+    assert!(old.is_err(), "the old session is gone");
+}

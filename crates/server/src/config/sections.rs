@@ -101,6 +101,10 @@ pub struct AuthConfig {
     pub max_token_ttl_secs: u64,
     /// An operator session expires this many seconds after its last activity.
     pub session_idle_secs: u64,
+    /// A login may take over a role whose holder has had no socket and no
+    /// activity for this many seconds; the holder ends and its undelivered
+    /// `spawn` frames move to the new session.
+    pub role_takeover_secs: u64,
     /// Keyring file to use instead of `<state_dir>/keys.json` (created 0600 if
     /// missing). A systemd credential `swarmd-keys` wins over both.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -118,6 +122,7 @@ impl Default for AuthConfig {
             worker_token_ttl_secs: 1800,
             max_token_ttl_secs: 86_400,
             session_idle_secs: 86_400,
+            role_takeover_secs: 30,
             keys_file: None,
             admin_token_file: None,
         }

@@ -146,6 +146,12 @@ fn validate_auth(config: &Config) -> Result<(), ConfigError> {
         auth.session_idle_secs,
         MINUTE,
         365 * DAY,
+    )?;
+    range(
+        "auth.role_takeover_secs",
+        auth.role_takeover_secs,
+        1,
+        auth.session_idle_secs,
     )
 }
 

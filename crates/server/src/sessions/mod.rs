@@ -84,6 +84,9 @@ pub struct SessionSettings {
     /// `auth.session_idle_secs`: a session with no socket and no activity
     /// for this long expires.
     pub idle: Duration,
+    /// `auth.role_takeover_secs`: a login may take over a role whose holder
+    /// has had no socket and no activity for this long.
+    pub takeover: Duration,
 }
 
 impl SessionSettings {
@@ -91,6 +94,7 @@ impl SessionSettings {
         SessionSettings {
             park_max: usize::try_from(config.ws.park_max).unwrap_or(usize::MAX),
             idle: Duration::from_secs(config.auth.session_idle_secs),
+            takeover: Duration::from_secs(config.auth.role_takeover_secs),
         }
     }
 }
@@ -106,6 +110,15 @@ struct Maps {
     by_sid: HashMap<SessionId, Arc<Session>>,
     by_digest: HashMap<[u8; 32], SessionId>,
     roles: HashMap<String, SessionId>,
+}
+
+impl Maps {
+    /// Drops `session` and every role it holds.
+    fn remove(&mut self, session: &Session) {
+        self.by_sid.remove(&session.sid);
+        self.by_digest.remove(&session.token_digest);
+        self.roles.retain(|_, holder| *holder != session.sid);
+    }
 }
 
 /// All operator sessions of this daemon.
@@ -165,16 +178,25 @@ impl SessionRegistry {
             done_through: Some(self.routed_through()),
         };
         let session = Session::new(&record, digest, self.settings.park_max);
-        {
+        let stale = {
             let mut maps = self.maps();
-            if let Some(role) = session.roles.iter().find(|r| maps.roles.contains_key(*r)) {
-                return Err(SessionError::RoleTaken(role.clone()));
+            let stale = self.stale_holders(&maps, &session.roles, now)?;
+            for old in &stale {
+                maps.remove(old);
             }
             for role in &session.roles {
                 maps.roles.insert(role.clone(), session.sid);
             }
             maps.by_digest.insert(digest, session.sid);
             maps.by_sid.insert(session.sid, session.clone());
+            stale
+        };
+        for old in stale {
+            let moved = old.hand_over_spawns(&session);
+            tracing::info!(sid = %old.sid, by = %session.sid, moved, "a stale session's roles were taken over");
+            if let Err(error) = old.end(engine, CloseReason::Expired).await {
+                tracing::warn!(sid = %old.sid, %error, "cannot delete a taken-over session");
+            }
         }
         if let Err(error) = session.persist(engine).await {
             self.forget(session.sid);
@@ -238,10 +260,33 @@ impl SessionRegistry {
 
     fn forget(&self, sid: SessionId) -> Option<Arc<Session>> {
         let mut maps = self.maps();
-        let session = maps.by_sid.remove(&sid)?;
-        maps.by_digest.remove(&session.token_digest);
-        maps.roles.retain(|_, holder| *holder != sid);
+        let session = maps.by_sid.get(&sid)?.clone();
+        maps.remove(&session);
         Some(session)
+    }
+
+    /// The holders of `roles` a login may take them from: each must have had
+    /// no socket and no activity for `auth.role_takeover_secs`. A live
+    /// holder refuses the login.
+    fn stale_holders(
+        &self,
+        maps: &Maps,
+        roles: &[String],
+        now_ms: u64,
+    ) -> Result<Vec<Arc<Session>>, SessionError> {
+        let mut stale: Vec<Arc<Session>> = Vec::new();
+        for role in roles {
+            let Some(holder) = maps.roles.get(role).and_then(|sid| maps.by_sid.get(sid)) else {
+                continue;
+            };
+            if !holder.idle_at(now_ms, self.settings.takeover) {
+                return Err(SessionError::RoleTaken(role.clone()));
+            }
+            if !stale.iter().any(|s| s.sid == holder.sid) {
+                stale.push(holder.clone());
+            }
+        }
+        Ok(stale)
     }
 
     /// Restores persisted sessions at boot, before the server reports ready.

@@ -225,6 +225,20 @@ impl Outbox {
         }
     }
 
+    /// Takes every queued `spawn` that has not been delivered yet, in order.
+    pub fn take_spawns(&self) -> Vec<ParkedSpawn> {
+        let mut state = self.lock();
+        let mut spawns = Vec::new();
+        state.queue.retain(|(_, frame)| match frame {
+            Outgoing::Spawn(spawn) => {
+                spawns.push((**spawn).clone());
+                false
+            }
+            Outgoing::Text { .. } => true,
+        });
+        spawns
+    }
+
     /// Drops a queued `spawn` that has not been delivered yet.
     pub fn withdraw_spawn(&self, req_id: &str) -> bool {
         let mut state = self.lock();

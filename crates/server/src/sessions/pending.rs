@@ -131,6 +131,11 @@ impl Pending {
         Ok(())
     }
 
+    /// Takes a request's waiter out, to move it to another session.
+    pub(crate) fn take(&self, req_id: &str) -> Option<Waiter> {
+        self.lock().waiters.remove(req_id)
+    }
+
     /// Forgets a request; its caller sees the sender dropped.
     pub(crate) fn remove(&self, req_id: &str) {
         self.lock().waiters.remove(req_id);

@@ -200,6 +200,28 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Moves this session's undelivered `spawn` frames, with the requests
+    /// waiting for their replies, to `to` (a login that took its roles
+    /// over). Returns how many moved; one that finds `to`'s outbox full is
+    /// dropped, and its attempt waits for its SubAgent or its lease.
+    pub(super) fn hand_over_spawns(&self, to: &Session) -> usize {
+        let mut moved = 0;
+        for spawn in self.outbox.take_spawns() {
+            let req_id = spawn.req_id.clone();
+            let waiter = self.pending.take(&req_id);
+            if let Some(waiter) = waiter {
+                to.pending.insert(req_id.clone(), waiter);
+            }
+            match to.outbox.push(super::Outgoing::Spawn(Box::new(spawn))) {
+                Ok(_) => moved += 1,
+                Err(_) => to.pending.remove(&req_id),
+            }
+        }
+        moved
+    }
+}
+
 /// Deletes the stored record of a session that is not in memory; nobody
 /// waits for the write.
 pub(super) fn forget_record(engine: &Engine, sid: SessionId) {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use swarmd_engine::clock::ManualClock;
 use swarmd_engine::ids::{AttemptId, TaskId};
 use swarmd_engine::{SpawnError, WorkerCredential};
-use swarmd_spawner::operator::{BridgeError, HookAck, HookRequest, SpawnFrame};
+use swarmd_spawner::operator::{BridgeError, HookAck, HookRequest, SpawnFrame, SpawnReply};
 
 use super::*;
 use crate::ws::tests::support::{Harness, eventually};
@@ -375,4 +375,73 @@ async fn a_deleted_session_closes_its_socket_and_fails_its_waiters() {
         channel.spawn(frame).await,
         Err(SpawnError::NoOperator(_))
     ));
+}
+
+#[tokio::test]
+async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
+    let (harness, clock) = manual(3600);
+    let registry = &harness.registry;
+    let old = registry
+        .login(&harness.engine, roles(&["main-ai", "senior"]))
+        .await
+        .unwrap();
+    let old_session = registry.get(&old.sid).unwrap();
+    let frame = SpawnFrame {
+        attempt: AttemptId::new(TaskId::new(), 1),
+        agent: "a".into(),
+        credential: WorkerCredential::new("swc1.t".into(), "wh-1".into(), u64::MAX),
+        worker_binding: None,
+        directive: String::new(),
+        base_url: String::new(),
+        lease_deadline_ms: 0,
+    };
+    let channel = registry.session(&old.sid).unwrap().spawn_channel.unwrap();
+    let receipt = channel.spawn(frame).await.unwrap();
+
+    // Within the grace period, or while a socket is attached, the role stays.
+    clock.advance_ms(29_000);
+    let early = registry.login(&harness.engine, roles(&["main-ai"])).await;
+    assert!(
+        matches!(early, Err(SessionError::RoleTaken(_))),
+        "{early:?}"
+    );
+    let socket = old_session.outbox.attach();
+    clock.advance_ms(60_000);
+    let attached = registry.login(&harness.engine, roles(&["main-ai"])).await;
+    assert!(
+        matches!(attached, Err(SessionError::RoleTaken(_))),
+        "{attached:?}"
+    );
+    assert!(old_session.outbox.detach(socket.conn));
+
+    clock.advance_ms(31_000);
+    let new = registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
+    assert!(registry.get(&old.sid).is_none(), "the stale session ended");
+    assert!(registry.authenticate(&old.token).is_none());
+    assert_eq!(registry.by_role("main-ai").unwrap().sid, new.sid);
+    assert!(
+        registry.by_role("senior").is_none(),
+        "its other roles are free"
+    );
+    let stored = harness.engine.stored_sessions().await.unwrap();
+    assert_eq!(stored.iter().map(|s| s.sid).collect::<Vec<_>>(), [new.sid]);
+
+    // The parked spawn now waits in the new session, and its reply there
+    // reaches the attempt that sent it.
+    let new_session = registry.get(&new.sid).unwrap();
+    let frames = queued(&new_session);
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0]["req_id"], receipt.req_id.as_str());
+    let reply = SpawnReply::Halt {
+        value: None,
+        reason: Some("moved".into()),
+    };
+    new_session
+        .pending
+        .complete(&receipt.req_id, Reply::Spawn(reply.clone()))
+        .unwrap();
+    assert_eq!(receipt.reply.await.unwrap(), reply);
 }

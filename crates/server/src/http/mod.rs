@@ -15,8 +15,8 @@ pub mod sse;
 
 mod events;
 mod ops;
-mod output;
-mod tasks;
+pub(crate) mod output;
+pub(crate) mod tasks;
 mod worker;
 
 use axum::Router;

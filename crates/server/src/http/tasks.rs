@@ -86,11 +86,11 @@ struct ListQuery {
 }
 
 #[derive(Debug, Serialize)]
-struct TaskPage {
-    tasks: Vec<Task>,
+pub(crate) struct TaskPage {
+    pub(crate) tasks: Vec<Task>,
     /// Pass as `after` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
-    next: Option<TaskId>,
+    pub(crate) next: Option<TaskId>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,13 +114,8 @@ async fn spawn(
     Json(body): Json<SpawnBody>,
 ) -> Result<Response, ApiError> {
     let origin = spawner_of(&state, &bearer)?;
-    if state.engine.is_draining() {
-        return Err(ApiError::coded(
-            ErrorCode::Draining,
-            "the daemon is draining: no new tasks",
-        ));
-    }
-    let spec = TaskSpec {
+    let wait_secs = body.wait_secs;
+    let request = NewTask {
         agent: body.agent,
         prompt: body.prompt,
         system: body.system,
@@ -128,15 +123,9 @@ async fn spawn(
         metadata: body.metadata,
         layers: body.layers,
         policy: body.policy,
-        parent: None,
-        session: origin.session,
-        idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
     };
-    let task = match &origin.worker {
-        Some(worker) => state.engine.spawn_subtask(worker, spec).await?,
-        None => state.engine.spawn_task(spec).await?,
-    };
-    if let Some(secs) = body.wait_secs.filter(|s| *s > 0) {
+    let task = create(&state, &origin, request, key).await?;
+    if let Some(secs) = wait_secs.filter(|s| *s > 0) {
         let waited = wait_for(&state, task.id, secs.min(MAX_WAIT_SECS)).await?;
         if waited.status().is_terminal() {
             let view = view_of(&state, waited).await?;
@@ -147,8 +136,52 @@ async fn spawn(
     Ok(accepted(&task))
 }
 
+/// A task as a caller asks for it (`POST /v1/tasks`, MCP `spawn`).
+#[derive(Debug)]
+pub(crate) struct NewTask {
+    pub(crate) agent: String,
+    pub(crate) prompt: String,
+    pub(crate) system: Option<String>,
+    pub(crate) input: Option<Value>,
+    pub(crate) metadata: Option<Map<String, Value>>,
+    pub(crate) layers: Vec<String>,
+    pub(crate) policy: PolicyOverrides,
+}
+
+/// Creates a task for `origin`; a draining daemon refuses it.
+pub(crate) async fn create(
+    state: &AppState,
+    origin: &Origin,
+    request: NewTask,
+    key: Option<String>,
+) -> Result<Task, ApiError> {
+    if state.engine.is_draining() {
+        return Err(ApiError::coded(
+            ErrorCode::Draining,
+            "the daemon is draining: no new tasks",
+        ));
+    }
+    let spec = TaskSpec {
+        agent: request.agent,
+        prompt: request.prompt,
+        system: request.system,
+        input: request.input,
+        metadata: request.metadata,
+        layers: request.layers,
+        policy: request.policy,
+        parent: None,
+        session: origin.session,
+        idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
+    };
+    Ok(match &origin.worker {
+        Some(worker) => state.engine.spawn_subtask(worker, spec).await?,
+        None => state.engine.spawn_task(spec).await?,
+    })
+}
+
 /// Who creates a task.
-struct Origin {
+#[derive(Debug)]
+pub(crate) struct Origin {
     /// The session of a top-level task.
     session: Option<SessionId>,
     /// The worker whose attempt creates a sub-task of its task.
@@ -179,6 +212,11 @@ fn spawner_of(state: &AppState, bearer: &WorkerBearer) -> Result<Origin, ApiErro
         });
     }
     let caller = authenticate(state, token)?;
+    origin_of(state, &caller)
+}
+
+/// An admin or operator session creating a top-level task.
+pub(crate) fn origin_of(state: &AppState, caller: &Caller) -> Result<Origin, ApiError> {
     caller.check(state, Verb::SpawnTask)?;
     let sid = caller.session().map(|s| s.sid);
     Ok(Origin {
@@ -233,22 +271,29 @@ async fn list(
     caller: Caller,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<TaskPage>, ApiError> {
-    caller.check(&state, Verb::ReadTask)?;
-    let limit = query
-        .limit
-        .unwrap_or(DEFAULT_LIST_LIMIT)
-        .clamp(1, MAX_LIST_LIMIT);
     let filter = TaskFilter {
         status: query.status,
         agent: query.agent,
         before: query.after,
-        limit,
+        limit: query.limit.unwrap_or(DEFAULT_LIST_LIMIT),
     };
+    Ok(Json(page(&state, &caller, filter).await?))
+}
+
+/// One page of tasks, newest first, `filter.limit` clamped to 1–1000.
+pub(crate) async fn page(
+    state: &AppState,
+    caller: &Caller,
+    mut filter: TaskFilter,
+) -> Result<TaskPage, ApiError> {
+    caller.check(state, Verb::ReadTask)?;
+    let limit = filter.limit.clamp(1, MAX_LIST_LIMIT);
+    filter.limit = limit;
     let tasks = state.engine.list_tasks(&filter).await?;
     let next = (tasks.len() == limit)
         .then(|| tasks.last().map(|t| t.id))
         .flatten();
-    Ok(Json(TaskPage { tasks, next }))
+    Ok(TaskPage { tasks, next })
 }
 
 async fn get_task(
@@ -256,13 +301,21 @@ async fn get_task(
     caller: Caller,
     Path(id): Path<TaskId>,
 ) -> Result<Json<TaskView>, ApiError> {
-    caller.check(&state, Verb::ReadTask)?;
-    let view = state
+    Ok(Json(view(&state, &caller, id).await?))
+}
+
+/// A task with its attempts.
+pub(crate) async fn view(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+) -> Result<TaskView, ApiError> {
+    caller.check(state, Verb::ReadTask)?;
+    state
         .engine
         .task_view(id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("task {id}")))?;
-    Ok(Json(view))
+        .ok_or_else(|| ApiError::not_found(format!("task {id}")))
 }
 
 async fn wait(
@@ -293,15 +346,28 @@ async fn cancel(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?
     };
-    let who = match &caller {
+    cancel_by(&state, &caller, id, parsed.reason)
+        .await
+        .map(Json)
+}
+
+/// Cancels a task as `caller` (admin, or the session that owns it).
+pub(crate) async fn cancel_by(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+    reason: Option<String>,
+) -> Result<Task, ApiError> {
+    caller.check(state, Verb::CancelTask)?;
+    let who = match caller {
         Caller::Admin => Canceller::Admin,
         Caller::Operator(session) => Canceller::Session(session.sid),
         // The gate above refuses role tokens `cancel_task`.
         Caller::Token { .. } => return Err(ApiError::forbidden()),
     };
-    let reason = parsed.reason.or_else(|| Some(cancel_reason(&caller)));
+    let reason = reason.or_else(|| Some(cancel_reason(caller)));
     match cancel_as(&state.engine, who, id, reason).await {
-        Ok(task) => Ok(Json(task)),
+        Ok(task) => Ok(task),
         Err(error @ CancelError::NotOwner) => {
             Err(ApiError::coded(ErrorCode::Forbidden, error.to_string()))
         }

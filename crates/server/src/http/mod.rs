@@ -73,6 +73,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events::routes())
         .merge(ops::routes())
         .merge(operators::routes())
+        .merge(crate::mcp::routes(&state))
         .fallback(not_found)
         .layer(middleware)
         .layer(CatchPanicLayer::custom(layers::panic_response))

@@ -1,6 +1,6 @@
 //! swarmd's MCP server (docs/mcp.md): the tools a MainAI calls to fan work
 //! out to agents and collect it, served by the daemon over Streamable HTTP at
-//! `/mcp` (`route`).
+//! `/mcp` (`route`) and relayed on stdio by `swarmd mcp` (`proxy`).
 //!
 //! One `SwarmdTools` handler serves every MCP connection. It acts as the
 //! caller the `/mcp` route authenticated (the admin or an operator session),
@@ -12,6 +12,7 @@
 //! JSON-RPC errors are left to protocol faults.
 
 mod fanout;
+mod proxy;
 mod read;
 mod route;
 mod wait;
@@ -35,6 +36,7 @@ use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 
+pub use proxy::{ProxyError, serve_stdio};
 pub(crate) use route::routes;
 
 /// The tools of one MCP connection, acting for the caller of each request.

@@ -19,6 +19,7 @@ mod http_api;
 mod lifecycle;
 mod limits;
 mod logs;
+mod mcp;
 mod outcome;
 mod recovery;
 mod security;

@@ -451,3 +451,55 @@ async fn cancel_stops_a_task_and_a_cancelled_call_stops_its_wait() {
         }
     }
 }
+
+#[tokio::test]
+async fn wait_modes_and_its_timeout_return_what_they_have() {
+    let daemon = Daemon::start_with(EXTRA).await;
+    let admin = daemon.admin.as_str();
+    let spawn = |agent: &'static str| {
+        let daemon = &daemon;
+        async move {
+            let body = json!({"agent": agent, "prompt": "{\"k\": 1}"});
+            daemon.spawn(body).await
+        }
+    };
+    let quick = spawn("cat").await;
+    let sleepy = spawn("sleepy").await;
+
+    let started = tokio::time::Instant::now();
+    let args = json!({"task_ids": [&sleepy, &quick], "mode": "any", "timeout_secs": 20});
+    let any = call(&daemon, Via::Http, admin, "wait", args).await["structured"].clone();
+    assert_eq!(
+        (&any["done"], &any["finished"]),
+        (&json!(true), &json!(1)),
+        "{any}"
+    );
+    assert_eq!(any["tasks"][0]["status"], "running", "{any}");
+    assert_eq!(any["tasks"][1]["value"], json!({"k": 1}), "{any}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "any waited for both"
+    );
+
+    let args = json!({"task_ids": [&quick, &sleepy], "timeout_secs": 1});
+    let all = call(&daemon, Via::Stdio, admin, "wait", args).await["structured"].clone();
+    assert_eq!(
+        (&all["done"], &all["finished"]),
+        (&json!(false), &json!(1)),
+        "{all}"
+    );
+    assert_eq!(all["tasks"][1]["status"], "running", "{all}");
+
+    let args = json!({"task_ids": [&quick, &sleepy], "mode": "first", "n": 1, "timeout_secs": 5});
+    let first = call(&daemon, Via::Http, admin, "wait", args).await["structured"].clone();
+    assert_eq!(first["done"], true, "{first}");
+
+    let args = json!({"agent": "cat", "prompt": "x", "policy": {"max_attempts": 0}});
+    let refused = call(&daemon, Via::Http, admin, "spawn", args).await;
+    let error = tool_error(&refused);
+    assert_eq!(error["code"], "bad_request");
+    assert!(
+        error["error"].as_str().unwrap().contains("max_attempts"),
+        "{error}"
+    );
+}

@@ -503,3 +503,32 @@ async fn wait_modes_and_its_timeout_return_what_they_have() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn swarmd_mcp_fails_clearly_without_a_daemon_or_with_a_bad_token() {
+    let daemon = Daemon::start_with(EXTRA).await;
+    let forged = "sws-0000000000000000000000000000000000000000000000000000000000000000";
+    for (url, token) in [
+        ("http://127.0.0.1:1", daemon.admin.as_str()),
+        (daemon.base.as_str(), forged),
+    ] {
+        let run = Command::new(env!("CARGO_BIN_EXE_swarmd"))
+            .args(["mcp", "--url", url])
+            .env_clear()
+            .env("SWARMD_TOKEN", token)
+            .stdin(Stdio::null())
+            .output();
+        let output = tokio::time::timeout(PATIENCE, run).await.unwrap().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{url}: {stderr}");
+        assert!(output.stdout.is_empty(), "stdout carries only the protocol");
+        assert!(
+            stderr.contains("cannot reach the daemon's MCP endpoint"),
+            "{stderr}"
+        );
+        assert!(
+            !stderr.contains(token),
+            "the credential was logged: {stderr}"
+        );
+    }
+}

@@ -11,6 +11,11 @@ venv="${SWARMD_MCP_VENV:-${CARGO_TARGET_DIR:-target}/mcp-venv}"
 python="$venv/bin/python"
 stamp="$venv/.swarmd-mcp-$MCP_VERSION"
 
+# One installer at a time: test processes may call this at once.
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+command -v flock >/dev/null 2>&1 && flock 9
+
 if [ ! -f "$stamp" ]; then
     command -v python3 >/dev/null 2>&1 || {
         echo "mcp-client-env: python3 is not installed; the MCP black-box tests need it" >&2

@@ -332,6 +332,19 @@ async fn mcp_needs_the_admin_or_a_session_bearer() {
     .await;
     let answer = post(Some(&daemon.admin)).send().await.unwrap();
     assert_eq!(answer.status(), 200);
+    // Bodies are bounded like every route's (limits.max_body_bytes, 8 MiB).
+    let huge = vec![b' '; 9 << 20];
+    let answer = daemon
+        .http
+        .post(daemon.url("/mcp"))
+        .bearer_auth(&daemon.admin)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    expect_error(answer, 413, "payload_too_large").await;
 
     // The Python client without a bearer gets nowhere either.
     let script = repo_root().join("tests/blackbox/mcp/client.py");
@@ -465,6 +478,15 @@ async fn wait_modes_and_its_timeout_return_what_they_have() {
     };
     let quick = spawn("cat").await;
     let sleepy = spawn("sleepy").await;
+
+    let agents = call(&daemon, Via::Http, admin, "agents", json!({})).await;
+    let agents = agents["structured"]["agents"].as_array().unwrap().clone();
+    let counts = agents.iter().find(|a| a["name"] == "sleepy").unwrap();
+    assert_eq!(
+        (&counts["running"], &counts["queued"]),
+        (&json!(1), &json!(0)),
+        "{counts}"
+    );
 
     let started = tokio::time::Instant::now();
     let args = json!({"task_ids": [&sleepy, &quick], "mode": "any", "timeout_secs": 20});

@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
-use crate::daemon::repo_root;
+use crate::daemon::{Swarmd, repo_root};
 use crate::harness::{Daemon, PATIENCE, expect_error, parts};
 
 const MODERN: &str = "2026-07-28";
@@ -75,16 +75,40 @@ enum Via {
     Stdio,
 }
 
-fn transport(daemon: &Daemon, via: Via) -> String {
+/// A running daemon of either launcher.
+trait Served {
+    fn base(&self) -> &str;
+    fn log(&self) -> String;
+}
+
+impl Served for Daemon {
+    fn base(&self) -> &str {
+        &self.base
+    }
+    fn log(&self) -> String {
+        Daemon::log(self)
+    }
+}
+
+impl Served for Swarmd {
+    fn base(&self) -> &str {
+        &self.base
+    }
+    fn log(&self) -> String {
+        Swarmd::log(self)
+    }
+}
+
+fn transport(daemon: &impl Served, via: Via) -> String {
     match via {
-        Via::Http => format!("http:{}", daemon.base),
-        Via::Stdio => format!("stdio:{}:{}", env!("CARGO_BIN_EXE_swarmd"), daemon.base),
+        Via::Http => format!("http:{}", daemon.base()),
+        Via::Stdio => format!("stdio:{}:{}", env!("CARGO_BIN_EXE_swarmd"), daemon.base()),
     }
 }
 
 /// Runs one scenario of the client script and returns what it printed.
 async fn run(
-    daemon: &Daemon,
+    daemon: &impl Served,
     via: Via,
     mode: &str,
     scenario: &str,
@@ -118,7 +142,7 @@ async fn run(
 }
 
 /// One tool call through the client.
-async fn call(daemon: &Daemon, via: Via, token: &str, tool: &str, args: Value) -> Value {
+async fn call(daemon: &impl Served, via: Via, token: &str, tool: &str, args: Value) -> Value {
     let args = args.to_string();
     let env = [("MCP_TOOL", tool), ("MCP_ARGS", args.as_str())];
     run(daemon, via, MODERN, "call", token, &env).await
@@ -553,4 +577,39 @@ async fn swarmd_mcp_fails_clearly_without_a_daemon_or_with_a_bad_token() {
             "the credential was logged: {stderr}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_draining_daemon_ends_a_wait_with_what_it_has() {
+    let mut daemon = Swarmd::new(EXTRA).start().await;
+    let (status, body) = parts(
+        daemon
+            .post("/v1/tasks", &daemon.admin)
+            .json(&json!({"agent": "sleepy", "prompt": "z"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["task_id"].as_str().unwrap().to_owned();
+    let args = json!({"task_ids": [&id], "timeout_secs": 300});
+    let waiting = call(&daemon, Via::Http, &daemon.admin, "wait", args);
+    let stop = async {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !daemon.log().contains("wait started") {
+            assert!(tokio::time::Instant::now() < deadline, "{}", daemon.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        daemon.sigterm();
+    };
+    let (waited, ()) = tokio::join!(waiting, stop);
+    let waited = &waited["structured"];
+    assert_eq!(
+        (&waited["done"], &waited["finished"]),
+        (&json!(false), &json!(0)),
+        "{waited}"
+    );
+    assert_eq!(waited["tasks"][0]["status"], "running", "{waited}");
+    assert!(daemon.exited().await.success());
 }

@@ -9,6 +9,7 @@
 //! `limits.max_body_bytes` while streaming it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{FromRequestParts, Request, State};
@@ -17,10 +18,15 @@ use axum::response::Response;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
+use tokio_util::sync::CancellationToken;
+
 use super::{SwarmdTools, catalogue};
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
+
+/// How long MCP streams outlive the start of a drain.
+const STREAMS_GRACE: Duration = Duration::from_secs(1);
 
 /// The `/mcp` route.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
@@ -31,7 +37,7 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let config = StreamableHttpServerConfig::default()
         .disable_allowed_hosts()
         .with_max_request_body_bytes(limit)
-        .with_cancellation_token(state.shutdown.child_token());
+        .with_cancellation_token(closing(state));
     let tools = Arc::new(catalogue());
     let for_service = state.clone();
     let service = StreamableHttpService::new(
@@ -42,6 +48,20 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     Router::new()
         .route_service("/mcp", service)
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize))
+}
+
+/// Fires `STREAMS_GRACE` after the daemon starts draining: a waiting tool
+/// call ends at the drain and still sends what it has, then rmcp closes its
+/// sessions and streams so the HTTP server can stop.
+fn closing(state: &AppState) -> CancellationToken {
+    let token = CancellationToken::new();
+    let (shutdown, fire) = (state.shutdown.clone(), token.clone());
+    state.tasks.spawn(async move {
+        shutdown.cancelled().await;
+        tokio::time::sleep(STREAMS_GRACE).await;
+        fire.cancel();
+    });
+    token
 }
 
 /// Resolves the bearer as the HTTP routes do and hands the caller on.

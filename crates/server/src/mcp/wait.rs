@@ -194,6 +194,12 @@ pub(super) async fn wait(
         .meta
         .get_progress_token()
         .map(|token| Progress::new(token, context.peer.clone(), tasks.len(), target.timeout));
+    tracing::debug!(
+        tasks = tasks.len(),
+        finished,
+        needed = target.needed,
+        "wait started"
+    );
     let interval = Duration::from_millis(state.config.mcp.progress_ms);
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     let mut last: Option<usize> = None;

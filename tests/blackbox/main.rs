@@ -20,6 +20,7 @@ mod input_schema;
 mod lifecycle;
 mod limits;
 mod logs;
+mod mcp;
 mod outcome;
 mod recovery;
 mod routing;

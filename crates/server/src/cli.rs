@@ -70,6 +70,9 @@ pub enum Command {
     /// Run a command as a SubAgent: fetch the prompt, give it to CMD on stdin,
     /// submit CMD's stdout (ok = exit status 0), and exit with CMD's code.
     Worker(WorkerArgs),
+    /// Serve the daemon's MCP tools on stdio (for coding agents): a relay to
+    /// the running daemon's /mcp, with the connection flags of `task`.
+    Mcp(McpArgs),
     /// The leader of a process agent's group, started by the daemon: runs
     /// CMD and kills the group when the daemon dies.
     #[command(hide = true)]
@@ -145,6 +148,13 @@ pub struct TaskArgs {
     pub connection: ConnectionArgs,
     #[command(subcommand)]
     pub command: TaskCommand,
+}
+
+/// `swarmd mcp`.
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
 }
 
 /// How to reach and authenticate to the daemon.

@@ -15,6 +15,7 @@ pub mod config;
 pub mod daemon;
 pub mod environment;
 pub mod http;
+pub mod mcp;
 pub mod metrics;
 pub mod sessions;
 pub mod shutdown;

@@ -35,6 +35,8 @@ pub enum CommandError {
     Token(#[from] TokenError),
     #[error("cannot print the configuration: {0}")]
     Print(#[from] toml::ser::Error),
+    #[error(transparent)]
+    Mcp(#[from] crate::mcp::ProxyError),
     #[error("cannot {action}: {source}")]
     Io {
         action: &'static str,
@@ -75,6 +77,7 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::Token(TokenCommand::Mint(args)) => admin::mint_token(&args, env),
         Command::Task(args) => remote::task(*args, env).await,
         Command::Worker(args) => remote::worker(args).await,
+        Command::Mcp(args) => remote::mcp(args, env).await,
         // It needs a process with one thread: `main` runs it before the runtime.
         Command::Supervise(_) => Err(CommandError::Io {
             action: "supervise",

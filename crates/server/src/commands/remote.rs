@@ -1,8 +1,8 @@
-//! `swarmd task …` and `swarmd worker`: the commands that talk to a running
-//! daemon over HTTP.
+//! `swarmd task …`, `swarmd worker` and `swarmd mcp`: the commands that
+//! talk to a running daemon over HTTP.
 
 use super::{CommandError, print};
-use crate::cli::{ConnectionArgs, TaskArgs, TaskCommand, WorkerArgs, exit};
+use crate::cli::{ConnectionArgs, McpArgs, TaskArgs, TaskCommand, WorkerArgs, exit};
 use crate::client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
 use crate::config::Config;
 use crate::environment::Environment;
@@ -61,6 +61,13 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
     Ok(exit::OK)
 }
 
+/// Runs `swarmd mcp`: the daemon's MCP tools on stdio until stdin closes.
+pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandError> {
+    let (url, token) = endpoint(&args.connection, env)?;
+    crate::mcp::serve_stdio(&url, &token).await?;
+    Ok(exit::OK)
+}
+
 /// Runs `swarmd worker` and returns the command's exit code.
 pub(super) async fn worker(args: WorkerArgs) -> Result<u8, CommandError> {
     let options = WorkerOptions {
@@ -73,10 +80,19 @@ pub(super) async fn worker(args: WorkerArgs) -> Result<u8, CommandError> {
     Ok(run_worker(&options).await?)
 }
 
-/// A client from the flags, falling back to the configuration for the URL
-/// and to the admin token file for the credential. The configuration is read
-/// only when a flag is missing.
+/// A client from the flags (see `endpoint`).
 fn connect(args: &ConnectionArgs, env: &Environment) -> Result<ApiClient, CommandError> {
+    let (url, token) = endpoint(args, env)?;
+    Ok(ApiClient::new(&url, Bearer::new(&token))?)
+}
+
+/// The daemon's URL and the bearer credential from the flags, falling back to
+/// the configuration for the URL and to the admin token file for the
+/// credential. The configuration is read only when a flag is missing.
+pub(super) fn endpoint(
+    args: &ConnectionArgs,
+    env: &Environment,
+) -> Result<(String, String), CommandError> {
     let load = || Config::load(&args.config.config_path(), env, &args.config.overrides());
     let mut loaded = None;
     let url = match &args.url {
@@ -86,18 +102,18 @@ fn connect(args: &ConnectionArgs, env: &Environment) -> Result<ApiClient, Comman
             config.base_url(config.server.bind)
         }
     };
-    let bearer = match &args.token {
-        Some(token) => Bearer::new(token),
+    let token = match &args.token {
+        Some(token) => token.clone(),
         None => {
             let config = match loaded {
                 Some(config) => config,
                 None => load()?,
             };
             let source = SecretSource::for_admin_token(&config, env);
-            Bearer::new(read_admin_secret(source.path())?.expose())
+            read_admin_secret(source.path())?.expose().to_owned()
         }
     };
-    Ok(ApiClient::new(&url, bearer)?)
+    Ok((url, token))
 }
 
 async fn read_stdin() -> Result<String, CommandError> {

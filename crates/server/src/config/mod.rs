@@ -34,8 +34,8 @@ pub use error::ConfigError;
 pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
 pub use sections::{
     AuthConfig, DEFAULT_STATE_DIR, DefaultsConfig, LimitsConfig, LuaConfig, LuaMiddleware,
-    RetentionConfig, RetryOutcome, SeniorConfig, ServerConfig, SpawnerConfig, StoreBackend,
-    StoreConfig, Synchronous, WsConfig,
+    McpConfig, RetentionConfig, RetryOutcome, SeniorConfig, ServerConfig, SpawnerConfig,
+    StoreBackend, StoreConfig, Synchronous, WsConfig,
 };
 pub use validate::HINT_LAYERS;
 
@@ -58,6 +58,8 @@ pub struct Config {
     pub ws: WsConfig,
     /// `[senior]`: who answers escalations.
     pub senior: SeniorConfig,
+    /// `[mcp]`: the MCP server.
+    pub mcp: McpConfig,
     /// `[lua]`: Lua limits and middleware.
     pub lua: LuaConfig,
     /// `[agents.NAME]`, plus the operator agents read from `agents_dir`

@@ -216,6 +216,20 @@ impl Default for WsConfig {
     }
 }
 
+/// `[mcp]`: the MCP server (docs/mcp.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// Milliseconds between `notifications/progress` of a waiting tool call.
+    pub progress_ms: u64,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig { progress_ms: 5_000 }
+    }
+}
+
 /// `[senior]`: who answers escalations (docs/tasks.md, Senior).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -65,6 +65,8 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     )?;
     range("ws.ping_secs", config.ws.ping_secs, 1, 3600)?;
     range("ws.park_max", config.ws.park_max.into(), 1, 1_000_000)?;
+    // Clients drop a call silent for long: progress comes at least every 10 s.
+    range("mcp.progress_ms", config.mcp.progress_ms, 100, 10_000)?;
     range("senior.timeout_secs", config.senior.timeout_secs, 1, DAY)?;
     if let Some(agent) = config
         .senior

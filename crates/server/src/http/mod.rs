@@ -15,9 +15,9 @@ pub mod sse;
 
 mod events;
 mod ops;
-mod output;
-mod tasks;
-mod views;
+pub(crate) mod output;
+pub(crate) mod tasks;
+pub(crate) mod views;
 mod worker;
 
 use axum::Router;
@@ -74,6 +74,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events::routes())
         .merge(ops::routes())
         .merge(operators::routes())
+        .merge(crate::mcp::routes(&state))
         .fallback(not_found)
         .layer(middleware)
         .layer(CatchPanicLayer::custom(layers::panic_response))

@@ -52,7 +52,7 @@ struct OutputQuery {
 
 /// One output record as served (the task id is the route's).
 #[derive(Debug, Clone, Serialize)]
-pub(super) struct OutputItem {
+pub(crate) struct OutputItem {
     pub attempt: u32,
     pub seq: u64,
     pub ts_ms: u64,
@@ -74,14 +74,14 @@ impl From<OutputRecord> for OutputItem {
 
 /// The JSON page.
 #[derive(Debug, Serialize)]
-struct OutputPage {
-    task_id: TaskId,
-    records: Vec<OutputItem>,
+pub(crate) struct OutputPage {
+    pub(crate) task_id: TaskId,
+    pub(crate) records: Vec<OutputItem>,
     /// The id of the last record (resume with `Last-Event-ID`), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    next: Option<String>,
+    pub(crate) next: Option<String>,
     /// Whether more records may follow right now.
-    more: bool,
+    pub(crate) more: bool,
 }
 
 async fn output(
@@ -101,34 +101,67 @@ async fn output(
     let view = TaskView::read(&state.engine, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("task {id}")))?;
-    let cursor = start_cursor(
-        &view,
-        query.attempt,
-        query.after_seq,
-        last_event_id(&headers),
-    )?;
-    let mut follow = OutputFollow {
-        outputs: state.engine.outputs().clone(),
-        task: id,
-        only: query.attempt,
-        cursor,
-        page: sse::PAGE,
-    };
     if let Some(rx) = rx {
+        let cursor = start_cursor(
+            &view,
+            query.attempt,
+            query.after_seq,
+            last_event_id(&headers),
+        )?;
+        let follow = OutputFollow {
+            outputs: state.engine.outputs().clone(),
+            task: id,
+            only: query.attempt,
+            cursor,
+            page: sse::PAGE,
+        };
         let finished = source_finished(&view, query.attempt);
         return Ok(sse::stream(follow, rx, state.shutdown.clone(), finished));
     }
-    follow.page = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+    let cursor = PageCursor {
+        attempt: query.attempt,
+        after_seq: query.after_seq,
+        last_id: last_event_id(&headers),
+        limit: query.limit.unwrap_or(DEFAULT_LIMIT),
+    };
+    Ok(Json(page(&state, &view, cursor).await?).into_response())
+}
+
+/// Where a JSON page starts and how long it is (the route's query).
+#[derive(Debug)]
+pub(crate) struct PageCursor<'a> {
+    pub(crate) attempt: Option<u32>,
+    pub(crate) after_seq: Option<u64>,
+    pub(crate) last_id: Option<&'a str>,
+    /// Clamped to 1–10 000.
+    pub(crate) limit: usize,
+}
+
+/// One JSON page of a task's output records after a cursor; the caller has
+/// been checked for `read_output`.
+pub(crate) async fn page(
+    state: &AppState,
+    view: &TaskView,
+    cursor: PageCursor<'_>,
+) -> Result<OutputPage, ApiError> {
+    let id = view.task.id;
+    let start = start_cursor(view, cursor.attempt, cursor.after_seq, cursor.last_id)?;
+    let mut follow = OutputFollow {
+        outputs: state.engine.outputs().clone(),
+        task: id,
+        only: cursor.attempt,
+        cursor: start,
+        page: cursor.limit.clamp(1, MAX_LIMIT),
+    };
     let mut records = VecDeque::new();
     let more = follow.fill(&mut records).await?;
     let next = records.back().map(|r| follow.id_of(r));
-    Ok(Json(OutputPage {
+    Ok(OutputPage {
         task_id: id,
         records: records.into(),
         next,
         more,
     })
-    .into_response())
 }
 
 /// Where reading starts: the last (attempt, seq) already seen.

@@ -2,7 +2,7 @@
 //! list with cursor paging, get with attempts, long-poll wait, cancel.
 //!
 //! A task's run never belongs to the request that created it: the engine
-//! owns it once `spawn_task` returns, and a client that disconnects while
+//! owns it once `create_task` returns, and a client that disconnects while
 //! waiting only stops its own wait. Idempotency keys are scoped per caller
 //! (`http:<sid>:<key>` for a session, `http:admin:<key>` for the admin), so
 //! two callers never collide on a key.
@@ -88,11 +88,11 @@ struct ListQuery {
 }
 
 #[derive(Debug, Serialize)]
-struct TaskPage {
-    tasks: Vec<Task>,
+pub(crate) struct TaskPage {
+    pub(crate) tasks: Vec<Task>,
     /// Pass as `after` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
-    next: Option<TaskId>,
+    pub(crate) next: Option<TaskId>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,13 +116,8 @@ async fn spawn(
     Json(body): Json<SpawnBody>,
 ) -> Result<Response, ApiError> {
     let origin = spawner_of(&state, &bearer)?;
-    if state.engine.is_draining() {
-        return Err(ApiError::coded(
-            ErrorCode::Draining,
-            "the daemon is draining: no new tasks",
-        ));
-    }
-    let spec = TaskSpec {
+    let wait_secs = body.wait_secs;
+    let request = NewTask {
         agent: body.agent,
         prompt: body.prompt,
         system: body.system,
@@ -130,15 +125,9 @@ async fn spawn(
         metadata: body.metadata,
         layers: body.layers,
         policy: body.policy,
-        parent: None,
-        session: origin.session,
-        idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
     };
-    let task = match &origin.worker {
-        Some(worker) => state.engine.create_subtask(worker, spec).await?,
-        None => state.engine.create_task(spec).await?,
-    };
-    if let Some(secs) = body.wait_secs.filter(|s| *s > 0) {
+    let task = create(&state, &origin, request, key).await?;
+    if let Some(secs) = wait_secs.filter(|s| *s > 0) {
         let waited = wait_for(&state, task.id, secs.min(MAX_WAIT_SECS)).await?;
         if waited.status().is_terminal() {
             let view = view_of(&state, waited).await?;
@@ -149,8 +138,52 @@ async fn spawn(
     Ok(accepted(&task))
 }
 
+/// A task as a caller asks for it (`POST /v1/tasks`, MCP `spawn`).
+#[derive(Debug)]
+pub(crate) struct NewTask {
+    pub(crate) agent: String,
+    pub(crate) prompt: String,
+    pub(crate) system: Option<String>,
+    pub(crate) input: Option<Value>,
+    pub(crate) metadata: Option<Map<String, Value>>,
+    pub(crate) layers: Vec<String>,
+    pub(crate) policy: PolicyOverrides,
+}
+
+/// Creates a task for `origin`; a draining daemon refuses it.
+pub(crate) async fn create(
+    state: &AppState,
+    origin: &Origin,
+    request: NewTask,
+    key: Option<String>,
+) -> Result<Task, ApiError> {
+    if state.engine.is_draining() {
+        return Err(ApiError::coded(
+            ErrorCode::Draining,
+            "the daemon is draining: no new tasks",
+        ));
+    }
+    let spec = TaskSpec {
+        agent: request.agent,
+        prompt: request.prompt,
+        system: request.system,
+        input: request.input,
+        metadata: request.metadata,
+        layers: request.layers,
+        policy: request.policy,
+        parent: None,
+        session: origin.session,
+        idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
+    };
+    Ok(match &origin.worker {
+        Some(worker) => state.engine.create_subtask(worker, spec).await?,
+        None => state.engine.create_task(spec).await?,
+    })
+}
+
 /// Who creates a task.
-struct Origin {
+#[derive(Debug)]
+pub(crate) struct Origin {
     /// The session of a top-level task.
     session: Option<SessionId>,
     /// The worker whose attempt creates a sub-task of its task.
@@ -181,6 +214,11 @@ fn spawner_of(state: &AppState, bearer: &WorkerBearer) -> Result<Origin, ApiErro
         });
     }
     let caller = authenticate(state, token)?;
+    origin_of(state, &caller)
+}
+
+/// An admin or operator session creating a top-level task.
+pub(crate) fn origin_of(state: &AppState, caller: &Caller) -> Result<Origin, ApiError> {
     caller.check(state, Verb::SpawnTask)?;
     let sid = caller.session().map(|s| s.sid);
     Ok(Origin {
@@ -231,22 +269,29 @@ async fn list(
     caller: Caller,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<TaskPage>, ApiError> {
-    caller.check(&state, Verb::ReadTask)?;
-    let limit = query
-        .limit
-        .unwrap_or(DEFAULT_LIST_LIMIT)
-        .clamp(1, MAX_LIST_LIMIT);
     let filter = TaskFilter {
         status: query.status,
         agent: query.agent,
         before: query.after,
-        limit,
+        limit: query.limit.unwrap_or(DEFAULT_LIST_LIMIT),
     };
+    Ok(Json(page(&state, &caller, filter).await?))
+}
+
+/// One page of tasks, newest first, `filter.limit` clamped to 1–1000.
+pub(crate) async fn page(
+    state: &AppState,
+    caller: &Caller,
+    mut filter: TaskFilter,
+) -> Result<TaskPage, ApiError> {
+    caller.check(state, Verb::ReadTask)?;
+    let limit = filter.limit.clamp(1, MAX_LIST_LIMIT);
+    filter.limit = limit;
     let tasks = state.engine.list_tasks(&filter).await?;
     let next = (tasks.len() == limit)
         .then(|| tasks.last().map(|t| t.id))
         .flatten();
-    Ok(Json(TaskPage { tasks, next }))
+    Ok(TaskPage { tasks, next })
 }
 
 async fn get_task(
@@ -254,11 +299,19 @@ async fn get_task(
     caller: Caller,
     Path(id): Path<TaskId>,
 ) -> Result<Json<TaskView>, ApiError> {
-    caller.check(&state, Verb::ReadTask)?;
-    let view = TaskView::read(&state.engine, id)
+    Ok(Json(view(&state, &caller, id).await?))
+}
+
+/// A task with its attempts.
+pub(crate) async fn view(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+) -> Result<TaskView, ApiError> {
+    caller.check(state, Verb::ReadTask)?;
+    TaskView::read(&state.engine, id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("task {id}")))?;
-    Ok(Json(view))
+        .ok_or_else(|| ApiError::not_found(format!("task {id}")))
 }
 
 async fn wait(
@@ -289,15 +342,28 @@ async fn cancel(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?
     };
-    let who = match &caller {
+    cancel_by(&state, &caller, id, parsed.reason)
+        .await
+        .map(Json)
+}
+
+/// Cancels a task as `caller` (admin, or the session that owns it).
+pub(crate) async fn cancel_by(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+    reason: Option<String>,
+) -> Result<Task, ApiError> {
+    caller.check(state, Verb::CancelTask)?;
+    let who = match caller {
         Caller::Admin => Canceller::Admin,
         Caller::Operator(session) => Canceller::Session(session.sid),
         // The gate above refuses role tokens `cancel_task`.
         Caller::Token { .. } => return Err(ApiError::forbidden()),
     };
-    let reason = parsed.reason.or_else(|| Some(cancel_reason(&caller)));
+    let reason = reason.or_else(|| Some(cancel_reason(caller)));
     match cancel_as(&state.engine, who, id, reason).await {
-        Ok(task) => Ok(Json(task)),
+        Ok(task) => Ok(task),
         Err(error @ CancelError::NotOwner) => {
             Err(ApiError::coded(ErrorCode::Forbidden, error.to_string()))
         }

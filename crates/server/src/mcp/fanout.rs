@@ -1,0 +1,296 @@
+//! The tools that start and stop work: `agents`, `spawn`, `spawn_many` and
+//! `cancel`, each through the HTTP task routes' own functions.
+
+use std::collections::BTreeMap;
+
+use rmcp::model::{JsonObject, Tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use swarmd_engine::gate::Verb;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::store::TaskFilter;
+use swarmd_engine::task::{PolicyOverrides, TaskStatus};
+
+use super::{Outcome, arguments, structured, tool};
+use crate::app::AppState;
+use crate::config::AgentKind;
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+use crate::http::tasks::{self, NewTask};
+
+/// The most tasks one `spawn_many` call creates.
+pub(crate) const MAX_SPAWN_MANY: usize = 100;
+/// Live tasks of each status `agents` counts; past it the counts are lower bounds.
+const MAX_COUNTED: usize = 10_000;
+
+pub(super) fn tools() -> Vec<Tool> {
+    vec![
+        tool::<NoArgs, AgentList>(
+            "agents",
+            "List the agents tasks can be spawned for: name, kind (process, lua, operator), \
+             description, and how many of their tasks are running and queued now.",
+            true,
+        ),
+        tool::<SpawnArgs, Spawned>(
+            "spawn",
+            "Start one task on an agent with a prompt (and optional input, metadata, layers, \
+             policy). Returns its task_id at once; collect the result with `wait`.",
+            false,
+        ),
+        tool::<SpawnManyArgs, SpawnedMany>(
+            "spawn_many",
+            "Start up to 100 tasks in one call (fan-out). Each entry has the arguments of \
+             `spawn`; the results are in the same order, each a task_id or its own error.",
+            false,
+        ),
+        tool::<CancelArgs, Cancelled>(
+            "cancel",
+            "Cancel a task that is queued or running (only its owner or the admin may). \
+             Returns the task as it is after the cancel.",
+            false,
+        ),
+    ]
+}
+
+/// No arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct AgentList {
+    agents: Vec<AgentInfo>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct AgentInfo {
+    name: String,
+    /// `process`, `lua` or `operator`.
+    kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    /// The JSON Schema a task's `input` must match, when the agent has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_schema: Option<serde_json::Value>,
+    /// Tasks of this agent running now.
+    running: usize,
+    /// Tasks of this agent waiting for a slot.
+    queued: usize,
+}
+
+/// One task to start (the body of `POST /v1/tasks`).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SpawnArgs {
+    /// The agent to run (see `agents`).
+    agent: String,
+    /// What the agent is asked to do.
+    prompt: String,
+    /// A system prompt for the agent, if it takes one.
+    #[serde(default)]
+    system: Option<String>,
+    /// Structured input handed to the agent with the prompt.
+    #[serde(default)]
+    input: Option<Value>,
+    /// Free-form labels kept with the task.
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    /// Hint layers to add, in order.
+    #[serde(default)]
+    layers: Vec<String>,
+    /// Policy overrides: max_attempts, retry_on, retry_backoff_ms,
+    /// attempt_timeout_secs, queue_timeout_secs, long_hold_warn_secs.
+    #[serde(default)]
+    policy: Option<Map<String, Value>>,
+    /// Retrying with the same key returns the task the first call created.
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct Spawned {
+    task_id: String,
+    /// The task's status when the call returned (`queued` or `running`, or
+    /// already final).
+    status: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SpawnManyArgs {
+    /// The tasks to start: 1 to 100 entries, each with `spawn`'s arguments.
+    /// Each entry is decoded on its own, so one bad entry fails alone.
+    #[schemars(with = "Vec<SpawnArgs>")]
+    tasks: Vec<Value>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct SpawnedMany {
+    /// One entry per requested task, in order.
+    results: Vec<SpawnResult>,
+    /// How many were created.
+    created: usize,
+}
+
+/// A created task (`ok: true`, `task_id`, `status`) or why not (`ok: false`,
+/// `error`, `code`).
+#[derive(Debug, Serialize, JsonSchema)]
+struct SpawnResult {
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct CancelArgs {
+    /// The task to cancel (`T-…`).
+    task_id: String,
+    /// Why, kept as the task's reason.
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct Cancelled {
+    /// The task after the cancel (as `GET /v1/tasks/{id}` shows it).
+    task: Value,
+}
+
+/// A task id argument; a malformed one is a bad request.
+pub(super) fn task_id(text: &str) -> Result<TaskId, ApiError> {
+    text.parse()
+        .map_err(|e| ApiError::bad_request(format!("task_id `{text}`: {e}")))
+}
+
+pub(super) async fn agents(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
+    let NoArgs {} = arguments(args)?;
+    caller.check(state, Verb::ReadTask)?;
+    let running = count_by_agent(state, TaskStatus::Running).await?;
+    let queued = count_by_agent(state, TaskStatus::Queued).await?;
+    let agents = state
+        .config
+        .agents
+        .iter()
+        .map(|(name, agent)| AgentInfo {
+            name: name.clone(),
+            kind: match agent.kind {
+                AgentKind::Process(_) => "process",
+                AgentKind::Lua(_) => "lua",
+                AgentKind::Operator(_) => "operator",
+            }
+            .to_owned(),
+            description: agent.description.clone(),
+            input_schema: agent.input_schema.clone(),
+            running: running.get(name).copied().unwrap_or(0),
+            queued: queued.get(name).copied().unwrap_or(0),
+        })
+        .collect();
+    structured(&AgentList { agents })
+}
+
+/// Live tasks of `status` per agent, up to `MAX_COUNTED` tasks.
+async fn count_by_agent(
+    state: &AppState,
+    status: TaskStatus,
+) -> Result<BTreeMap<String, usize>, ApiError> {
+    let filter = TaskFilter {
+        status: Some(status),
+        agent: None,
+        before: None,
+        limit: MAX_COUNTED,
+    };
+    let mut counts = BTreeMap::new();
+    for task in state.engine.list_tasks(&filter).await? {
+        *counts.entry(task.agent).or_insert(0) += 1;
+    }
+    Ok(counts)
+}
+
+pub(super) async fn spawn(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
+    let args: SpawnArgs = arguments(args)?;
+    structured(&spawn_one(state, caller, args).await?)
+}
+
+async fn spawn_one(
+    state: &AppState,
+    caller: &Caller,
+    args: SpawnArgs,
+) -> Result<Spawned, ApiError> {
+    let origin = tasks::origin_of(state, caller)?;
+    let policy: PolicyOverrides = match args.policy {
+        None => PolicyOverrides::default(),
+        Some(map) => serde_json::from_value(Value::Object(map))
+            .map_err(|e| ApiError::bad_request(format!("invalid policy: {e}")))?,
+    };
+    let request = NewTask {
+        agent: args.agent,
+        prompt: args.prompt,
+        system: args.system,
+        input: args.input,
+        metadata: args.metadata,
+        layers: args.layers,
+        policy,
+    };
+    let task = tasks::create(state, &origin, request, args.idempotency_key).await?;
+    Ok(Spawned {
+        task_id: task.id.to_string(),
+        status: task.status().to_string(),
+    })
+}
+
+pub(super) async fn spawn_many(
+    state: &AppState,
+    caller: &Caller,
+    args: Option<JsonObject>,
+) -> Outcome {
+    let SpawnManyArgs { tasks } = arguments(args)?;
+    if tasks.is_empty() || tasks.len() > MAX_SPAWN_MANY {
+        return Err(ApiError::bad_request(format!(
+            "tasks must hold 1 to {MAX_SPAWN_MANY} entries, not {}",
+            tasks.len()
+        )));
+    }
+    let mut results = Vec::with_capacity(tasks.len());
+    for (index, entry) in tasks.into_iter().enumerate() {
+        let parsed = serde_json::from_value::<SpawnArgs>(entry)
+            .map_err(|e| ApiError::bad_request(format!("tasks[{index}]: invalid arguments: {e}")));
+        let outcome = match parsed {
+            Ok(args) => spawn_one(state, caller, args).await,
+            Err(error) => Err(error),
+        };
+        results.push(match outcome {
+            Ok(spawned) => SpawnResult {
+                ok: true,
+                task_id: Some(spawned.task_id),
+                status: Some(spawned.status),
+                error: None,
+                code: None,
+            },
+            Err(error) => SpawnResult {
+                ok: false,
+                task_id: None,
+                status: None,
+                error: Some(error.message().to_owned()),
+                code: Some(error.code().as_str().to_owned()),
+            },
+        });
+    }
+    let created = results.iter().filter(|r| r.ok).count();
+    structured(&SpawnedMany { results, created })
+}
+
+pub(super) async fn cancel(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
+    let args: CancelArgs = arguments(args)?;
+    let id = task_id(&args.task_id)?;
+    let task = tasks::cancel_by(state, caller, id, args.reason).await?;
+    let task = serde_json::to_value(task).map_err(|e| ApiError::internal(&e))?;
+    structured(&Cancelled { task })
+}

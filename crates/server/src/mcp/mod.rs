@@ -1,0 +1,199 @@
+//! swarmd's MCP server (docs/mcp.md): the tools a MainAI calls to fan work
+//! out to agents and collect it, served by the daemon over Streamable HTTP at
+//! `/mcp` (`route`) and relayed on stdio by `swarmd mcp` (`proxy`).
+//!
+//! One `SwarmdTools` handler serves every MCP connection. It acts as the
+//! caller the `/mcp` route authenticated (the admin or an operator session),
+//! through the same functions the HTTP routes use, so the rules (the gate,
+//! ownership, validation, bounds) are those of the HTTP API. Tools are grouped
+//! by verb: `fanout` (agents, spawn, spawn_many, cancel), `read` (task, tasks,
+//! output) and `wait`. A refused call is a tool result with `isError: true`
+//! and the daemon's `{error, code}` as its text, so a model can correct it;
+//! JSON-RPC errors are left to protocol faults.
+
+mod fanout;
+mod proxy;
+mod read;
+mod route;
+mod wait;
+
+use std::sync::Arc;
+
+use rmcp::handler::server::common::{schema_for_input, schema_for_output};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::app::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+
+pub use proxy::{ProxyError, serve_stdio};
+pub(crate) use route::routes;
+
+/// The tools of one MCP connection, acting for the caller of each request.
+#[derive(Debug, Clone)]
+pub(crate) struct SwarmdTools {
+    state: AppState,
+    catalogue: Arc<Vec<Tool>>,
+}
+
+impl SwarmdTools {
+    pub(crate) fn new(state: AppState, catalogue: Arc<Vec<Tool>>) -> Self {
+        SwarmdTools { state, catalogue }
+    }
+}
+
+/// The tools, in the order `tools/list` shows them.
+pub(crate) fn catalogue() -> Vec<Tool> {
+    let mut tools = fanout::tools();
+    tools.extend(wait::tools());
+    tools.extend(read::tools());
+    tools
+}
+
+/// A tool whose input is `I` and whose structured output is `O`.
+fn tool<I, O>(name: &'static str, description: &'static str, read_only: bool) -> Tool
+where
+    I: JsonSchema + 'static,
+    O: JsonSchema + 'static,
+{
+    // Our argument types derive their schemas; a failure is a bug caught by
+    // the catalogue test, so the fallback (any object) never ships.
+    let input = schema_for_input::<I>()
+        .unwrap_or_else(|_| Arc::new(JsonObject::from_iter([("type".into(), json!("object"))])));
+    Tool::new(name, description, input)
+        .with_raw_output_schema(schema_for_output::<O>())
+        .with_annotations(ToolAnnotations::new().read_only(read_only))
+}
+
+/// What one tool call produced: a structured result or the daemon's error.
+type Outcome = Result<Value, ApiError>;
+
+/// The structured result of a tool.
+fn structured<T: Serialize>(value: &T) -> Outcome {
+    serde_json::to_value(value).map_err(|e| ApiError::internal(&e))
+}
+
+/// A tool's arguments decoded into `T` (unknown fields refused); a bad
+/// shape is a `bad_request` the model can read.
+fn arguments<T: DeserializeOwned>(args: Option<JsonObject>) -> Result<T, ApiError> {
+    let value = Value::Object(args.unwrap_or_default());
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::bad_request(format!("invalid arguments: {e}")))
+}
+
+/// A refused call as the tool result a model reads: `{error, code}`.
+fn tool_error(error: &ApiError) -> CallToolResult {
+    let body = json!({ "error": error.message(), "code": error.code().as_str() });
+    CallToolResult::error(vec![ContentBlock::text(body.to_string())])
+}
+
+/// The caller the `/mcp` route authenticated for this request.
+fn caller_of(context: &RequestContext<RoleServer>) -> Option<Caller> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .cloned()
+}
+
+impl ServerHandler for SwarmdTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("swarmd", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "swarmd runs tasks on configured agents. `agents` lists them; `spawn` or \
+                 `spawn_many` start tasks; `wait` collects their results (with progress); \
+                 `task`, `output` and `tasks` inspect; `cancel` stops one.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.catalogue.to_vec()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(caller) = caller_of(&context) else {
+            return Err(ErrorData::internal_error("no authenticated caller", None));
+        };
+        let state = &self.state;
+        let args = request.arguments;
+        let outcome = match request.name.as_ref() {
+            "agents" => fanout::agents(state, &caller, args).await,
+            "spawn" => fanout::spawn(state, &caller, args).await,
+            "spawn_many" => fanout::spawn_many(state, &caller, args).await,
+            "cancel" => fanout::cancel(state, &caller, args).await,
+            "wait" => wait::wait(state, &caller, args, &context).await,
+            "task" => read::task(state, &caller, args).await,
+            "tasks" => read::tasks(state, &caller, args).await,
+            "output" => read::output(state, &caller, args).await,
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("no tool named `{other}`"),
+                    None,
+                ));
+            }
+        };
+        Ok(match outcome {
+            Ok(value) => CallToolResult::structured(value),
+            Err(error) => tool_error(&error),
+        }
+        .into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_has_object_schemas_for_input_and_output() {
+        let tools = catalogue();
+        let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "agents",
+                "spawn",
+                "spawn_many",
+                "cancel",
+                "wait",
+                "task",
+                "tasks",
+                "output"
+            ]
+        );
+        for tool in &tools {
+            assert_eq!(tool.input_schema.get("type"), Some(&json!("object")));
+            let output = tool.output_schema.as_ref().expect("an output schema");
+            assert_eq!(output.get("type"), Some(&json!("object")), "{}", tool.name);
+            assert!(tool.description.as_ref().is_some_and(|d| d.len() > 20));
+        }
+    }
+
+    #[test]
+    fn arguments_refuse_unknown_fields_with_a_bad_request() {
+        let args =
+            JsonObject::from_iter([("task_id".into(), json!("x")), ("bogus".into(), json!(1))]);
+        let error = arguments::<read::TaskArgs>(Some(args)).unwrap_err();
+        assert_eq!(error.code(), swarmd_engine::ErrorCode::BadRequest);
+        assert!(error.message().contains("bogus"), "{}", error.message());
+    }
+}

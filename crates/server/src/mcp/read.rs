@@ -1,0 +1,186 @@
+//! The tools that read: `task` (a task with its attempts), `tasks` (a page
+//! by status and agent) and `output` (a page of a task's output records),
+//! each through the HTTP routes' own functions and bounds.
+
+use rmcp::model::{JsonObject, Tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use swarmd_engine::gate::Verb;
+use swarmd_engine::store::TaskFilter;
+use swarmd_engine::task::TaskStatus;
+
+use super::fanout::task_id;
+use super::{Outcome, arguments, structured, tool};
+use crate::app::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+use crate::http::output::{self, PageCursor};
+use crate::http::tasks;
+
+/// The longest `tasks` page.
+const MAX_TASKS: usize = 200;
+const DEFAULT_TASKS: usize = 50;
+/// The longest `output` page.
+const MAX_RECORDS: usize = 1_000;
+const DEFAULT_RECORDS: usize = 200;
+
+pub(super) fn tools() -> Vec<Tool> {
+    vec![
+        tool::<TaskArgs, TaskSchema>(
+            "task",
+            "Get one task: its status, result ({value, ok}) once final, reason, policy, and \
+             every attempt with its outcome.",
+            true,
+        ),
+        tool::<TasksArgs, TaskPageSchema>(
+            "tasks",
+            "List tasks newest first, optionally by status (queued, running, pass, blocked, \
+             failed, cancelled) and agent; at most 200 a page, continue with `after`.",
+            true,
+        ),
+        tool::<OutputArgs, OutputPageSchema>(
+            "output",
+            "Read a task's output records (progress, logs, finals) after a seq, at most 1000 \
+             a page; continue with `after_seq` = the last record's seq while `more` is true.",
+            true,
+        ),
+    ]
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TaskArgs {
+    /// The task (`T-…`).
+    task_id: String,
+}
+
+/// A task as `GET /v1/tasks/{id}` shows it (the task's fields and `attempts`).
+#[derive(Debug, JsonSchema)]
+#[allow(dead_code, reason = "only its schema is used")]
+struct TaskSchema {
+    id: String,
+    agent: String,
+    /// queued, running, pass, blocked, failed or cancelled.
+    status: String,
+    /// `{value, ok}` of the deciding final, once the task is final.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    attempts: Vec<Value>,
+    #[schemars(flatten)]
+    rest: Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TasksArgs {
+    /// Only tasks in this status.
+    #[serde(default)]
+    status: Option<TaskStatusArg>,
+    /// Only tasks of this agent.
+    #[serde(default)]
+    agent: Option<String>,
+    /// Page length, 1 to 200 (default 50).
+    #[serde(default)]
+    limit: Option<usize>,
+    /// The `next` of the previous page.
+    #[serde(default)]
+    after: Option<String>,
+}
+
+/// A task status filter.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum TaskStatusArg {
+    Queued,
+    Running,
+    Pass,
+    Blocked,
+    Failed,
+    Cancelled,
+}
+
+impl From<TaskStatusArg> for TaskStatus {
+    fn from(status: TaskStatusArg) -> Self {
+        match status {
+            TaskStatusArg::Queued => TaskStatus::Queued,
+            TaskStatusArg::Running => TaskStatus::Running,
+            TaskStatusArg::Pass => TaskStatus::Pass,
+            TaskStatusArg::Blocked => TaskStatus::Blocked,
+            TaskStatusArg::Failed => TaskStatus::Failed,
+            TaskStatusArg::Cancelled => TaskStatus::Cancelled,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[allow(dead_code, reason = "only its schema is used")]
+struct TaskPageSchema {
+    tasks: Vec<Value>,
+    /// Pass as `after` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct OutputArgs {
+    /// The task (`T-…`).
+    task_id: String,
+    /// Only this attempt; unset: every attempt in order.
+    #[serde(default)]
+    attempt: Option<u32>,
+    /// Records after this seq (of `attempt`, else of the current attempt).
+    #[serde(default)]
+    after_seq: Option<u64>,
+    /// Page length, 1 to 1000 (default 200).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[allow(dead_code, reason = "only its schema is used")]
+struct OutputPageSchema {
+    task_id: String,
+    /// `{attempt, seq, ts_ms, producer, event}` each.
+    records: Vec<Value>,
+    /// The id of the last record, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+    /// Whether more records may follow right now.
+    more: bool,
+}
+
+pub(super) async fn task(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
+    let args: TaskArgs = arguments(args)?;
+    let id = task_id(&args.task_id)?;
+    structured(&tasks::view(state, caller, id).await?)
+}
+
+pub(super) async fn tasks(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
+    let args: TasksArgs = arguments(args)?;
+    let before = args.after.as_deref().map(task_id).transpose()?;
+    let filter = TaskFilter {
+        status: args.status.map(Into::into),
+        agent: args.agent,
+        before,
+        limit: args.limit.unwrap_or(DEFAULT_TASKS).clamp(1, MAX_TASKS),
+    };
+    structured(&tasks::page(state, caller, filter).await?)
+}
+
+pub(super) async fn output(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
+    let args: OutputArgs = arguments(args)?;
+    let id = task_id(&args.task_id)?;
+    caller.check(state, Verb::ReadOutput)?;
+    let view = crate::http::views::TaskView::read(&state.engine, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("task {id}")))?;
+    let cursor = PageCursor {
+        attempt: args.attempt,
+        after_seq: args.after_seq,
+        last_id: None,
+        limit: args.limit.unwrap_or(DEFAULT_RECORDS).clamp(1, MAX_RECORDS),
+    };
+    structured(&output::page(state, &view, cursor).await?)
+}

@@ -1,0 +1,81 @@
+//! `/mcp`: rmcp's Streamable HTTP service on the daemon's router, behind the
+//! bearer check of the other routes.
+//!
+//! Every request is authenticated on its own (the admin token or an operator
+//! session's `sws-` token; role tokens get 403) and the caller rides in the
+//! request's extensions to the tool handler, which acts with its rights. The
+//! router's middleware (body limit, sensitive `Authorization`, counts, JSON
+//! errors) applies as for any route; rmcp also cuts a body past
+//! `limits.max_body_bytes` while streaming it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+
+use tokio_util::sync::CancellationToken;
+
+use super::{SwarmdTools, catalogue};
+use crate::app::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+
+/// How long MCP streams outlive the start of a drain.
+const STREAMS_GRACE: Duration = Duration::from_secs(1);
+
+/// The `/mcp` route.
+pub(crate) fn routes(state: &AppState) -> Router<AppState> {
+    let limit = usize::try_from(state.config.limits.max_body_bytes).unwrap_or(usize::MAX);
+    // Requests carry a bearer, so a page rebinding a name to this address
+    // cannot call the tools: the Host allow-list (for credential-less local
+    // servers) would only refuse clients that reach us by another name.
+    let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .with_max_request_body_bytes(limit)
+        .with_cancellation_token(closing(state));
+    let tools = Arc::new(catalogue());
+    let for_service = state.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(SwarmdTools::new(for_service.clone(), tools.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .route_service("/mcp", service)
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize))
+}
+
+/// Fires `STREAMS_GRACE` after the daemon starts draining: a waiting tool
+/// call ends at the drain and still sends what it has, then rmcp closes its
+/// sessions and streams so the HTTP server can stop.
+fn closing(state: &AppState) -> CancellationToken {
+    let token = CancellationToken::new();
+    let (shutdown, fire) = (state.shutdown.clone(), token.clone());
+    state.tasks.spawn(async move {
+        shutdown.cancelled().await;
+        tokio::time::sleep(STREAMS_GRACE).await;
+        fire.cancel();
+    });
+    token
+}
+
+/// Resolves the bearer as the HTTP routes do and hands the caller on.
+async fn authorize(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let (mut parts, body) = request.into_parts();
+    let caller = Caller::from_request_parts(&mut parts, &state).await?;
+    if let Caller::Token { .. } = caller {
+        state.metrics.token_failure("forbidden");
+        return Err(ApiError::forbidden());
+    }
+    parts.extensions.insert(caller);
+    Ok(next.run(Request::from_parts(parts, body)).await)
+}

@@ -1,0 +1,318 @@
+//! The `wait` tool: waits for several tasks (all, any, or the first N) up to
+//! a bounded timeout and returns their statuses and results.
+//!
+//! While it waits it sends `notifications/progress` every `mcp.progress_ms`
+//! (when the client gave a progress token): coding-agent clients drop calls
+//! that go silent, and a notification resets their idle timers. It returns
+//! early when the client cancels the call (nothing is sent back then) or the
+//! daemon drains, and at its timeout with what it has.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use rmcp::model::{JsonObject, ProgressNotificationParam, ProgressToken, Tool};
+use rmcp::service::RequestContext;
+use rmcp::{Peer, RoleServer};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use swarmd_engine::gate::Verb;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::task::Task;
+
+use super::fanout::task_id;
+use super::{Outcome, arguments, structured, tool};
+use crate::app::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+
+/// The most tasks one `wait` covers.
+pub(crate) const MAX_WAIT_TASKS: usize = 100;
+/// The longest one `wait` lasts.
+pub(crate) const MAX_WAIT_SECS: u64 = 600;
+const DEFAULT_WAIT_SECS: u64 = 60;
+
+pub(super) fn tools() -> Vec<Tool> {
+    vec![tool::<WaitArgs, Waited>(
+        "wait",
+        "Wait for tasks to finish: all of them (default), any one, or the first n. Returns \
+         at the latest after timeout_secs (default 60, at most 600) with every task's status \
+         and, for finished ones, the result ({value, ok}); `done` says whether the mode was \
+         met. Sends progress notifications while it waits.",
+        true,
+    )]
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WaitArgs {
+    /// The tasks to wait for (1 to 100 ids, `T-…`).
+    task_ids: Vec<String>,
+    /// `all` (default), `any`, or `first` (then `n` says how many).
+    #[serde(default)]
+    mode: Mode,
+    /// With `first`: how many tasks must finish (1 to the number of ids).
+    #[serde(default)]
+    n: Option<usize>,
+    /// Seconds to wait at most: 1 to 600 (default 60).
+    #[serde(default)]
+    timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Mode {
+    #[default]
+    All,
+    Any,
+    First,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct Waited {
+    /// Whether the mode was met (false: the timeout came first, or the
+    /// daemon is draining).
+    done: bool,
+    /// How many of the tasks are final.
+    finished: usize,
+    /// Every task asked for, in the order asked: finished ones carry their result.
+    tasks: Vec<TaskState>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct TaskState {
+    task_id: String,
+    agent: String,
+    /// queued, running, pass, blocked, failed or cancelled.
+    status: String,
+    /// The deciding final's value, once the task is final (when it has one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<Value>,
+    /// The deciding final's `ok`, once the task is final (when it has one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ok: Option<bool>,
+    /// Why the task ended as it did, when the daemon says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+impl From<&Task> for TaskState {
+    fn from(task: &Task) -> Self {
+        TaskState {
+            task_id: task.id.to_string(),
+            agent: task.agent.clone(),
+            status: task.status().to_string(),
+            value: task.result.as_ref().map(|r| r.value.clone()),
+            ok: task.result.as_ref().map(|r| r.ok),
+            reason: task.reason.clone(),
+        }
+    }
+}
+
+/// What a wait is for: the ids, and how many must be final.
+#[derive(Debug)]
+struct Target {
+    ids: Vec<TaskId>,
+    needed: usize,
+    timeout: Duration,
+}
+
+fn target(args: WaitArgs) -> Result<Target, ApiError> {
+    let count = args.task_ids.len();
+    if count == 0 || count > MAX_WAIT_TASKS {
+        return Err(ApiError::bad_request(format!(
+            "task_ids must hold 1 to {MAX_WAIT_TASKS} ids, not {count}"
+        )));
+    }
+    let mut ids = Vec::with_capacity(count);
+    let mut seen = BTreeSet::new();
+    for text in &args.task_ids {
+        let id = task_id(text)?;
+        if seen.insert(id) {
+            ids.push(id);
+        }
+    }
+    let needed = match (args.mode, args.n) {
+        (Mode::All, None) => ids.len(),
+        (Mode::Any, None) => 1,
+        (Mode::First, Some(n)) if (1..=ids.len()).contains(&n) => n,
+        (Mode::First, Some(n)) => {
+            return Err(ApiError::bad_request(format!(
+                "n must be 1 to {} (the number of distinct ids), not {n}",
+                ids.len()
+            )));
+        }
+        (Mode::First, None) => return Err(ApiError::bad_request("mode `first` needs n")),
+        (_, Some(_)) => return Err(ApiError::bad_request("n goes with mode `first` only")),
+    };
+    let secs = args.timeout_secs.unwrap_or(DEFAULT_WAIT_SECS);
+    if !(1..=MAX_WAIT_SECS).contains(&secs) {
+        return Err(ApiError::bad_request(format!(
+            "timeout_secs must be 1 to {MAX_WAIT_SECS}, not {secs}"
+        )));
+    }
+    Ok(Target {
+        ids,
+        needed,
+        timeout: Duration::from_secs(secs),
+    })
+}
+
+pub(super) async fn wait(
+    state: &AppState,
+    caller: &Caller,
+    args: Option<JsonObject>,
+    context: &RequestContext<RoleServer>,
+) -> Outcome {
+    let target = target(arguments(args)?)?;
+    caller.check(state, Verb::ReadTask)?;
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + target.timeout;
+    let mut tasks = Vec::with_capacity(target.ids.len());
+    for &id in &target.ids {
+        let task = state
+            .engine
+            .get_task(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("task {id}")))?;
+        tasks.push(task);
+    }
+    let mut finished = tasks.iter().filter(|t| t.status().is_terminal()).count();
+    let mut pending: FuturesUnordered<_> = tasks
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !t.status().is_terminal())
+        .map(|(index, t)| {
+            let engine = state.engine.clone();
+            let (id, timeout) = (t.id, target.timeout);
+            async move { (index, engine.wait_task(id, timeout).await) }
+        })
+        .collect();
+    let progress = context
+        .meta
+        .get_progress_token()
+        .map(|token| Progress::new(token, context.peer.clone(), tasks.len(), target.timeout));
+    tracing::debug!(
+        tasks = tasks.len(),
+        finished,
+        needed = target.needed,
+        "wait started"
+    );
+    let interval = Duration::from_millis(state.config.mcp.progress_ms);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    let mut last: Option<usize> = None;
+    while finished < target.needed {
+        tokio::select! {
+            next = pending.next() => {
+                let Some((index, waited)) = next else { break };
+                let task = waited?;
+                if task.status().is_terminal() {
+                    finished += 1;
+                    last = Some(index);
+                }
+                tasks[index] = task;
+            }
+            _ = ticker.tick() => {
+                if let Some(progress) = &progress {
+                    let last = last.map(|i| &tasks[i]);
+                    progress.send(finished, last, started.elapsed()).await;
+                }
+            }
+            () = context.ct.cancelled() => {
+                tracing::debug!(tasks = tasks.len(), finished, "wait cancelled by its client");
+                return Err(ApiError::bad_request("the client cancelled the call"));
+            }
+            () = state.shutdown.cancelled() => break,
+            () = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    structured(&Waited {
+        done: finished >= target.needed,
+        finished,
+        tasks: tasks.iter().map(TaskState::from).collect(),
+    })
+}
+
+/// Where and how a wait reports progress.
+struct Progress {
+    token: ProgressToken,
+    peer: Peer<RoleServer>,
+    total: usize,
+    timeout: Duration,
+}
+
+impl Progress {
+    fn new(token: ProgressToken, peer: Peer<RoleServer>, total: usize, timeout: Duration) -> Self {
+        Progress {
+            token,
+            peer,
+            total,
+            timeout,
+        }
+    }
+
+    /// Sends one notification. `progress` is the number of finished tasks
+    /// plus the elapsed share of the timeout (below 1), so it grows with
+    /// every notification as the protocol asks, and its whole part is the
+    /// count. A failed send (the client went away) is not an error here:
+    /// the call ends through cancellation.
+    async fn send(&self, finished: usize, last: Option<&Task>, elapsed: Duration) {
+        let share = (elapsed.as_secs_f64() / self.timeout.as_secs_f64()).min(0.999);
+        let mut message = format!("{finished}/{} done", self.total);
+        if let Some(task) = last {
+            message.push_str(&format!(", last: {} {}", task.id, task.status()));
+        }
+        message.push_str(&format!(", {}s elapsed", elapsed.as_secs()));
+        let params = ProgressNotificationParam::new(self.token.clone(), finished as f64 + share)
+            .with_total(self.total as f64)
+            .with_message(message);
+        if let Err(error) = self.peer.notify_progress(params).await {
+            tracing::debug!(%error, "progress notification not sent");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(json: Value) -> WaitArgs {
+        serde_json::from_value(json).unwrap()
+    }
+
+    const A: &str = "T-0190f3c2a1b27c3d8e4f5a6b7c8d9e0f";
+    const B: &str = "T-0190f3c2a1b27c3d8e4f5a6b7c8d9e1f";
+
+    #[test]
+    fn modes_set_how_many_must_finish() {
+        let all = target(args(serde_json::json!({"task_ids": [A, B, A]}))).unwrap();
+        assert_eq!((all.ids.len(), all.needed), (2, 2));
+        let any = target(args(serde_json::json!({"task_ids": [A, B], "mode": "any"}))).unwrap();
+        assert_eq!(any.needed, 1);
+        let first = target(args(
+            serde_json::json!({"task_ids": [A, B], "mode": "first", "n": 2}),
+        ))
+        .unwrap();
+        assert_eq!(first.needed, 2);
+        assert_eq!(first.timeout, Duration::from_secs(DEFAULT_WAIT_SECS));
+    }
+
+    #[test]
+    fn bounds_are_refused_with_bad_request() {
+        for bad in [
+            serde_json::json!({"task_ids": []}),
+            serde_json::json!({"task_ids": [A], "mode": "first"}),
+            serde_json::json!({"task_ids": [A], "mode": "first", "n": 2}),
+            serde_json::json!({"task_ids": [A], "n": 1}),
+            serde_json::json!({"task_ids": [A], "timeout_secs": 601}),
+            serde_json::json!({"task_ids": [A], "timeout_secs": 0}),
+            serde_json::json!({"task_ids": ["T-nothex"]}),
+            serde_json::json!({"task_ids": vec![A; MAX_WAIT_TASKS + 1]}),
+        ] {
+            let error = target(args(bad.clone())).unwrap_err();
+            assert_eq!(error.code(), swarmd_engine::ErrorCode::BadRequest, "{bad}");
+        }
+    }
+}

@@ -161,3 +161,49 @@ operator_role = "main-ai"
     let old = sw.dial(&first).await;
     assert!(old.is_err(), "the old session is gone");
 }
+
+#[tokio::test]
+async fn operator_sid_pins_a_task_to_one_session() {
+    let sw = Swarmd::new(&format!(
+        "{AGENTS}\n[agents.coder]\nkind = \"operator\"\noperator_role = \"main-ai\"\n"
+    ))
+    .start()
+    .await;
+    let holder = sw.login(json!({"roles": ["main-ai"]})).await;
+    let mut holder_ws = sw.connect(&holder).await;
+    let pinned = sw.login(json!({})).await;
+    let mut pinned_ws = sw.connect(&pinned).await;
+
+    // Both the role holder and the least loaded rule are overridden.
+    for agent in ["coder", "helper"] {
+        let (status, body) = sw
+            .create(json!({"agent": agent, "prompt": "p", "operator_sid": pinned.sid}))
+            .await;
+        assert!(status == 200 || status == 201, "{status} {body}");
+        let spawn = pinned_ws.recv_type("spawn").await;
+        assert_eq!(spawn["task_id"], body["task_id"], "{agent}");
+        assert_eq!(
+            sw.task(body["task_id"].as_str().unwrap()).await["operator_sid"],
+            pinned.sid.as_str()
+        );
+    }
+    match holder_ws.next_within(Duration::from_millis(300)).await {
+        Incoming::Frame(frame) => assert_ne!(frame["type"], "spawn", "{frame}"),
+        Incoming::Nothing => {}
+        Incoming::Closed(frame) => panic!("closed: {frame:?}"),
+    }
+
+    let (status, body) = sw
+        .create(json!({"agent": "helper", "prompt": "p",
+                       "operator_sid": "S-00000000000000000000000000000000"}))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("bad_request")),
+        "{body}"
+    );
+    assert!(
+        body["error"].as_str().unwrap().contains("operator_sid"),
+        "{body}"
+    );
+}

@@ -208,6 +208,7 @@ fn same_request(task: &Task, retry: &Task) -> bool {
         && task.layers == retry.layers
         && task.parent == retry.parent
         && task.session == retry.session
+        && task.operator_sid == retry.operator_sid
         && task.policy == retry.policy
 }
 

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::host::AttemptHost;
 use crate::ids::{AttemptId, SessionId, WorkerId};
-use crate::task::{ProcessGroupMark, SpawnerKind};
+use crate::task::{ProcessGroupMark, SpawnerKind, Task};
 
 /// What one attempt is, handed down the stack. Layers may add to `meta`;
 /// the worker's credential travels beside it in [`Attempt`], never in it.
@@ -24,6 +24,8 @@ pub struct Ctx {
     pub layers: Vec<String>,
     /// The session that owns the task, if any.
     pub session: Option<SessionId>,
+    /// The session the task pins its operator attempts to, if any.
+    pub operator_sid: Option<SessionId>,
     /// The lease deadline when the attempt started (unix ms).
     pub lease_deadline_ms: u64,
     /// Whether the attempt goes back to the owning session (the
@@ -164,25 +166,20 @@ pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     fn profile(&self, agent: &str, layers: &[String]) -> Result<AgentProfile, SpawnError>;
     /// The linked stack for the agent and layers (cached by the implementor).
     fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError>;
-    /// Whether an attempt of the agent with these hint layers, owned by
-    /// `session`, goes back to that session instead of the agent's base
-    /// spawner. Asked once per attempt, before the attempt is recorded. By
-    /// default, never: the engine alone knows no sessions.
-    fn delegated(&self, agent: &str, layers: &[String], session: Option<SessionId>) -> bool {
-        let _ = (agent, layers, session);
+    /// Whether the next attempt of `task` goes back to the session that owns
+    /// it instead of its agent's base spawner. Asked once per attempt,
+    /// before the attempt is recorded. By default, never: the engine alone
+    /// knows no sessions.
+    fn delegated(&self, task: &Task) -> bool {
+        let _ = task;
         false
     }
-    /// Why an attempt of the agent cannot start now (the session that must
-    /// take it is not there), or `None` when it can. The engine then keeps
+    /// Why the next attempt of `task` cannot start now (the session that
+    /// must take it is not there), or `None` when it can. The engine then keeps
     /// the task waiting without an attempt and asks again. By default,
     /// every attempt can start.
-    fn unavailable(
-        &self,
-        agent: &str,
-        layers: &[String],
-        session: Option<SessionId>,
-    ) -> Option<String> {
-        let _ = (agent, layers, session);
+    fn unavailable(&self, task: &Task) -> Option<String> {
+        let _ = task;
         None
     }
     /// Checks a new task's input against the agent's `input_schema`, if it

@@ -296,6 +296,9 @@ pub struct TaskSpec {
     pub policy: PolicyOverrides,
     pub parent: Option<TaskId>,
     pub session: Option<SessionId>,
+    /// The session an operator agent's attempts must go to, instead of its
+    /// role holder or the least loaded MainAI.
+    pub operator_sid: Option<SessionId>,
     /// A retry with the same key returns the task the first call created.
     pub idempotency_key: Option<String>,
 }
@@ -320,6 +323,9 @@ pub struct Task {
     pub depth: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionId>,
+    /// The session its operator attempts are pinned to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_sid: Option<SessionId>,
     status: TaskStatus,
     /// The current attempt; 0 before the first.
     pub attempt: u32,
@@ -356,6 +362,7 @@ impl Task {
             parent: spec.parent,
             depth,
             session: spec.session,
+            operator_sid: spec.operator_sid,
             status: TaskStatus::Queued,
             attempt: 0,
             result: None,

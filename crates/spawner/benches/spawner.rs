@@ -200,6 +200,7 @@ async fn per_attempt(engine: &Engine, stack: &Arc<dyn SpawnerAdapter>, n: u32) -
             agent: "noop".into(),
             layers: Vec::new(),
             session: None,
+            operator_sid: None,
             lease_deadline_ms: u64::MAX,
             delegated: false,
             meta: serde_json::Map::new(),

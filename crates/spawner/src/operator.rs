@@ -121,6 +121,39 @@ pub trait SessionDirectory: Send + Sync + Debug {
     fn least_loaded_main_ai(&self) -> Option<LiveSession>;
 }
 
+/// Which session an operator agent's attempts go to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorRoute {
+    /// The session holding this role name.
+    Role(String),
+    /// The least loaded MainAI session.
+    AnyMainAi,
+}
+
+impl OperatorRoute {
+    /// The spawn channel an attempt goes to: the session its task pins
+    /// (`operator_sid`), else the route's. Without one, the refusal names
+    /// the session that was wanted.
+    pub fn find(
+        &self,
+        sessions: &dyn SessionDirectory,
+        pinned: Option<SessionId>,
+    ) -> Result<Arc<dyn SpawnChannel>, SpawnError> {
+        let found = match (pinned, self) {
+            (Some(sid), _) => sessions.session(&sid),
+            (None, OperatorRoute::Role(role)) => sessions.by_role(role),
+            (None, OperatorRoute::AnyMainAi) => sessions.least_loaded_main_ai(),
+        };
+        found.and_then(|s| s.spawn_channel).ok_or_else(|| {
+            SpawnError::NoOperator(match (pinned, self) {
+                (Some(sid), _) => format!("session {sid}"),
+                (None, OperatorRoute::Role(role)) => role.clone(),
+                (None, OperatorRoute::AnyMainAi) => "any MainAI session".to_owned(),
+            })
+        })
+    }
+}
+
 /// A directory with no sessions: the engine alone, tests, benchmarks.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoSessions;

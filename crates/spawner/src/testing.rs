@@ -206,6 +206,7 @@ pub(crate) fn mock_attempt(agent: &str) -> (Attempt, Arc<MockHost>) {
             agent: agent.to_owned(),
             layers: Vec::new(),
             session: None,
+            operator_sid: None,
             lease_deadline_ms: 61_000,
             delegated: false,
             meta: serde_json::Map::new(),
@@ -326,9 +327,10 @@ impl SpawnerResolver for DirectoryResolver {
         self.inner.link(agent, layers)
     }
 
-    fn delegated(&self, _agent: &str, layers: &[String], session: Option<SessionId>) -> bool {
-        layers.iter().any(|l| l == OPERATOR_DELEGATE)
-            && session
+    fn delegated(&self, task: &Task) -> bool {
+        task.layers.iter().any(|l| l == OPERATOR_DELEGATE)
+            && task
+                .session
                 .and_then(|sid| self.sessions.session(&sid))
                 .is_some_and(|s| s.spawn_channel.is_some())
     }

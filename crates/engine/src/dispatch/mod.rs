@@ -242,15 +242,13 @@ impl Engine {
     /// session is asked of the resolver now: the session may have come or
     /// gone since the last attempt.
     fn ctx_for(&self, task: &crate::task::Task, attempt: u32, lease_deadline_ms: u64) -> Ctx {
-        let delegated = self
-            .inner
-            .resolver
-            .delegated(&task.agent, &task.layers, task.session);
+        let delegated = self.inner.resolver.delegated(task);
         Ctx {
             id: AttemptId::new(task.id, attempt),
             agent: task.agent.clone(),
             layers: task.layers.clone(),
             session: task.session,
+            operator_sid: task.operator_sid,
             lease_deadline_ms,
             delegated,
             meta: Map::new(),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::Engine;
 use crate::live::TaskCell;
+use crate::task::TaskStatus;
 
 /// How often a waiting task asks again.
 pub(super) const RECHECK: Duration = Duration::from_millis(500);
@@ -31,22 +32,21 @@ impl Engine {
         if task.status().is_terminal() {
             return Place::Ready;
         }
-        let Some(reason) = self
-            .inner
-            .resolver
-            .unavailable(&task.agent, &task.layers, task.session)
-        else {
+        let Some(reason) = self.inner.resolver.unavailable(task) else {
             state.waiting_since_ms = None;
             return Place::Ready;
         };
-        let limit = task
-            .policy
-            .queue_timeout_secs
-            .map_or(self.inner.config.unavailable_wait, Duration::from_secs);
+        let queue_timeout = task.policy.queue_timeout_secs;
+        let never_started = task.status() == TaskStatus::Queued;
         let since = *state.waiting_since_ms.get_or_insert_with(|| {
             tracing::info!(%reason, "waiting for somewhere to run");
             now_ms
         });
+        if queue_timeout.is_some() && never_started {
+            // The queue timeout ends the wait of a task that never started.
+            return Place::Wait;
+        }
+        let limit = queue_timeout.map_or(self.inner.config.unavailable_wait, Duration::from_secs);
         let waited = Duration::from_millis(now_ms.saturating_sub(since));
         if waited >= limit {
             return Place::GaveUp(format!("{reason} (waited {} s)", waited.as_secs()));

@@ -62,6 +62,9 @@ struct SpawnBody {
     layers: Vec<String>,
     #[serde(default)]
     policy: PolicyOverrides,
+    /// Pins the task's operator attempts to this session.
+    #[serde(default)]
+    operator_sid: Option<SessionId>,
     #[serde(default)]
     wait_secs: Option<u64>,
 }
@@ -125,6 +128,7 @@ async fn spawn(
         metadata: body.metadata,
         layers: body.layers,
         policy: body.policy,
+        operator_sid: body.operator_sid,
     };
     let task = create(&state, &origin, request, key).await?;
     if let Some(secs) = wait_secs.filter(|s| *s > 0) {
@@ -148,6 +152,8 @@ pub(crate) struct NewTask {
     pub(crate) metadata: Option<Map<String, Value>>,
     pub(crate) layers: Vec<String>,
     pub(crate) policy: PolicyOverrides,
+    /// The session the task's operator attempts must go to; it must exist.
+    pub(crate) operator_sid: Option<SessionId>,
 }
 
 /// Creates a task for `origin`; a draining daemon refuses it.
@@ -163,6 +169,13 @@ pub(crate) async fn create(
             "the daemon is draining: no new tasks",
         ));
     }
+    if let Some(sid) = request.operator_sid
+        && state.sessions.get(&sid).is_none()
+    {
+        return Err(ApiError::bad_request(format!(
+            "operator_sid names no session: {sid}"
+        )));
+    }
     let spec = TaskSpec {
         agent: request.agent,
         prompt: request.prompt,
@@ -173,6 +186,7 @@ pub(crate) async fn create(
         policy: request.policy,
         parent: None,
         session: origin.session,
+        operator_sid: request.operator_sid,
         idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
     };
     Ok(match &origin.worker {

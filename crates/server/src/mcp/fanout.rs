@@ -106,6 +106,9 @@ pub(super) struct SpawnArgs {
     /// Retrying with the same key returns the task the first call created.
     #[serde(default)]
     idempotency_key: Option<String>,
+    /// Pins the task's operator attempts to this session (`S-…`).
+    #[serde(default)]
+    operator_sid: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -238,6 +241,11 @@ async fn spawn_one(
         metadata: args.metadata,
         layers: args.layers,
         policy,
+        operator_sid: args
+            .operator_sid
+            .map(|sid| sid.parse())
+            .transpose()
+            .map_err(|e| ApiError::bad_request(format!("invalid operator_sid: {e}")))?,
     };
     let task = tasks::create(state, &origin, request, args.idempotency_key).await?;
     Ok(Spawned {

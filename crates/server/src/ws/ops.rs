@@ -118,6 +118,7 @@ async fn spawn_task(
         policy: frame.policy.unwrap_or_default(),
         parent: None,
         session: Some(session.sid),
+        operator_sid: None,
         idempotency_key: Some(idempotency_key(session, &frame.req_id)),
     };
     match engine.create_task(spec).await {

@@ -14,8 +14,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use swarmd_engine::ids::SessionId;
-use swarmd_engine::task::{ProcessGroupMark, SpawnerKind};
+use swarmd_engine::task::{ProcessGroupMark, SpawnerKind, Task};
 use swarmd_engine::{AgentProfile, SpawnError, SpawnerAdapter, SpawnerResolver};
 
 pub use build::standard_layers;
@@ -26,6 +25,7 @@ pub use spec::{
 };
 
 use crate::layers::OPERATOR_DELEGATE;
+pub use crate::operator::OperatorRoute;
 use crate::operator::{NoSessions, SessionDirectory};
 use crate::process::GroupIdentity;
 use crate::spawners::UnconfiguredAgent;
@@ -48,15 +48,6 @@ pub struct AgentEntry {
     /// For an operator agent, the session its attempts go to; an attempt
     /// waits while there is none.
     pub route: Option<OperatorRoute>,
-}
-
-/// Which session an operator agent's attempts go to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OperatorRoute {
-    /// The session holding this role name.
-    Role(String),
-    /// The least loaded MainAI session.
-    AnyMainAi,
 }
 
 type StackCache = HashMap<String, HashMap<Vec<String>, Arc<dyn SpawnerAdapter>>>;
@@ -154,26 +145,13 @@ impl SpawnerResolver for StackResolver {
 
     /// An operator agent's attempt waits while no session can take it: no
     /// holder of its role, or no MainAI session at all.
-    fn unavailable(
-        &self,
-        agent: &str,
-        layers: &[String],
-        session: Option<SessionId>,
-    ) -> Option<String> {
-        let route = self.agents.get(agent)?.route.as_ref()?;
-        if self.delegated(agent, layers, session) {
+    fn unavailable(&self, task: &Task) -> Option<String> {
+        let route = self.agents.get(&task.agent)?.route.as_ref()?;
+        if self.delegated(task) {
             return None;
         }
-        let (found, name) = match route {
-            OperatorRoute::Role(role) => (self.sessions.by_role(role), role.as_str()),
-            OperatorRoute::AnyMainAi => {
-                (self.sessions.least_loaded_main_ai(), "any MainAI session")
-            }
-        };
-        match found.and_then(|s| s.spawn_channel) {
-            Some(_) => None,
-            None => Some(SpawnError::NoOperator(name.to_owned()).to_string()),
-        }
+        let found = route.find(&*self.sessions, task.operator_sid);
+        found.err().map(|refusal| refusal.to_string())
     }
 
     fn check_input(
@@ -204,14 +182,15 @@ impl SpawnerResolver for StackResolver {
     /// When the agent's stack names `operator_delegate` (its own layers
     /// count as well as the task's) and the owning session is live with an
     /// operator channel.
-    fn delegated(&self, agent: &str, layers: &[String], session: Option<SessionId>) -> bool {
-        let stack_delegates = delegates(layers)
+    fn delegated(&self, task: &Task) -> bool {
+        let stack_delegates = delegates(&task.layers)
             || self
                 .agents
-                .get(agent)
+                .get(&task.agent)
                 .is_some_and(|entry| delegates(&entry.layers));
         stack_delegates
-            && session
+            && task
+                .session
                 .and_then(|sid| self.sessions.session(&sid))
                 .is_some_and(|s| s.spawn_channel.is_some())
     }

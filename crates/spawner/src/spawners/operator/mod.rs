@@ -18,7 +18,7 @@ use swarmd_engine::ids::WorkerId;
 use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 use tokio_util::sync::CancellationToken;
 
-use crate::operator::{SessionDirectory, SpawnChannel, SpawnFrame};
+use crate::operator::{OperatorRoute, SessionDirectory, SpawnChannel, SpawnFrame};
 
 pub use directive::render_directive;
 use worker::OperatorWorker;
@@ -51,7 +51,7 @@ impl OperatorTarget {
 /// agent without one, on the least loaded MainAI session.
 #[derive(Debug)]
 pub struct OperatorSpawner {
-    role: Option<String>,
+    route: OperatorRoute,
     target: OperatorTarget,
     base_url: String,
     sessions: Arc<dyn SessionDirectory>,
@@ -65,7 +65,10 @@ impl OperatorSpawner {
         sessions: Arc<dyn SessionDirectory>,
     ) -> OperatorSpawner {
         OperatorSpawner {
-            role: role.map(str::to_owned),
+            route: match role {
+                Some(role) => OperatorRoute::Role(role.to_owned()),
+                None => OperatorRoute::AnyMainAi,
+            },
             target,
             base_url: base_url.to_owned(),
             sessions,
@@ -76,19 +79,7 @@ impl OperatorSpawner {
 #[async_trait]
 impl SpawnerAdapter for OperatorSpawner {
     async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
-        let session = match &self.role {
-            Some(role) => self.sessions.by_role(role),
-            None => self.sessions.least_loaded_main_ai(),
-        };
-        let channel = session
-            .and_then(|session| session.spawn_channel)
-            .ok_or_else(|| {
-                SpawnError::NoOperator(
-                    self.role
-                        .clone()
-                        .unwrap_or_else(|| "any MainAI session".to_owned()),
-                )
-            })?;
+        let channel = self.route.find(&*self.sessions, attempt.ctx.operator_sid)?;
         delegate(attempt, channel, &self.target, &self.base_url).await
     }
 }

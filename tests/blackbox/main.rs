@@ -26,4 +26,5 @@ mod recovery;
 mod routing;
 mod security;
 mod sse;
+mod upstream;
 mod ws_flow;

@@ -72,6 +72,10 @@ pub struct SessionRecord {
     /// session is sent `task_done` again for tasks that finished after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub done_through: Option<u64>,
+    /// The name of the wire dialect the server writes to the session
+    /// (server-defined; absent: the documented wire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dialect: Option<String>,
 }
 
 /// The fingerprint of a worker's accepted Final: enough to tell a replay

@@ -120,6 +120,7 @@ fn session(description: &str) -> SessionRecord {
         created_ms: 1,
         last_seen_ms: 2,
         done_through: Some(7),
+        dialect: Some("upstream".to_owned()),
     }
 }
 

@@ -12,7 +12,8 @@
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -30,6 +31,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::{
     IdempotencyKey, Json, Query, RawBody, check_depth, is_json, media_type,
 };
+use crate::ws::dialect::STEP_PREFIX;
 
 /// The worker routes, to be merged into the API router.
 pub(super) fn routes() -> Router<AppState> {
@@ -41,12 +43,37 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/worker/heartbeat", post(heartbeat))
 }
 
+/// A task as a worker names it: its id, or the upstream client's step id
+/// (`ST-` plus the same hex, docs/protocol.md, Upstream clients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NamedTask {
+    id: TaskId,
+    /// Named by its step id: the submit answer is the upstream one.
+    step: bool,
+}
+
+impl<'de> Deserialize<'de> for NamedTask {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let (id, step) = match text.strip_prefix(STEP_PREFIX) {
+            Some(hex) => (format!("T-{hex}").parse::<TaskId>(), true),
+            None => (text.parse::<TaskId>(), false),
+        };
+        id.map(|id| NamedTask { id, step })
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+fn id_of(task: Option<NamedTask>) -> Option<TaskId> {
+    task.map(|t| t.id)
+}
+
 /// `?task_id=`: optional; the credential names the task anyway.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TaskQuery {
     #[serde(default)]
-    task_id: Option<TaskId>,
+    task_id: Option<NamedTask>,
 }
 
 /// `POST /v1/worker/result` body.
@@ -54,7 +81,7 @@ struct TaskQuery {
 #[serde(deny_unknown_fields)]
 struct ResultBody {
     #[serde(default)]
-    task_id: Option<TaskId>,
+    task_id: Option<NamedTask>,
     value: Value,
     #[serde(default = "yes")]
     ok: bool,
@@ -69,7 +96,7 @@ struct SubmitQuery {
     #[serde(default = "yes")]
     ok: bool,
     #[serde(default)]
-    task_id: Option<TaskId>,
+    task_id: Option<NamedTask>,
 }
 
 /// `POST /v1/worker/heartbeat` body.
@@ -77,7 +104,7 @@ struct SubmitQuery {
 #[serde(deny_unknown_fields)]
 struct HeartbeatBody {
     #[serde(default)]
-    task_id: Option<TaskId>,
+    task_id: Option<NamedTask>,
 }
 
 /// `POST /v1/worker/output` answer.
@@ -101,7 +128,7 @@ async fn prompt(
     let auth = authenticate_worker(&state, &bearer, Verb::FetchPrompt)?;
     let prompt = state
         .engine
-        .fetch_prompt(&auth, query.task_id)
+        .fetch_prompt(&auth, id_of(query.task_id))
         .await
         .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
     Ok(Json(PromptView::new(&auth, prompt)))
@@ -116,7 +143,7 @@ async fn result(
     let auth = authenticate_worker(&state, &bearer, Verb::PostResult)?;
     let parsed: ResultBody = parse_json(&body)?;
     let post = ResultPost {
-        task_id: parsed.task_id,
+        task_id: id_of(parsed.task_id),
         attempt: parsed.attempt,
         value: parsed.value,
         ok: parsed.ok,
@@ -133,7 +160,7 @@ async fn submit(
     IdempotencyKey(key): IdempotencyKey,
     headers: HeaderMap,
     RawBody(body): RawBody,
-) -> Result<Json<ResultAck>, ApiError> {
+) -> Result<Response, ApiError> {
     let auth = authenticate_worker(&state, &bearer, Verb::PostResult)?;
     let value = submitted_value(&headers, &body)?;
     // `ok` is part of what a replay must repeat.
@@ -146,15 +173,22 @@ async fn submit(
         })
         .finalize()
         .into();
+    let step = query.task_id.is_some_and(|t| t.step);
     let post = ResultPost {
-        task_id: query.task_id,
+        task_id: id_of(query.task_id),
         attempt: None,
         value,
         ok: query.ok,
         idempotency_key: key,
         body_digest: digest,
     };
-    post_final(&state, &bearer, &auth, post).await
+    let ack = post_final(&state, &bearer, &auth, post).await?;
+    // The upstream client takes only `204` as success.
+    Ok(if step {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        ack.into_response()
+    })
 }
 
 /// Posts the attempt's Final: the common end of `result` and `submit`.
@@ -183,7 +217,7 @@ async fn output(
     let events = parse_events(&headers, &body)?;
     let seq = state
         .engine
-        .worker_output(&auth, query.task_id, events)
+        .worker_output(&auth, id_of(query.task_id), events)
         .await
         .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
     Ok(Json(OutputAck {
@@ -205,7 +239,7 @@ async fn heartbeat(
     } else {
         parse_json(&body)?
     };
-    let task = match (parsed.task_id, query.task_id) {
+    let task = match (id_of(parsed.task_id), id_of(query.task_id)) {
         (Some(a), Some(b)) if a != b => {
             return Err(ApiError::bad_request(
                 "task_id differs between body and query",

@@ -52,7 +52,7 @@ impl Session {
     fn request_text(&self, frame: &ServerFrame) -> Outgoing {
         Outgoing::Text {
             class: super::outbox::FrameClass::Request,
-            text: crate::ws::frames::encode(frame),
+            text: self.dialect.encode(frame),
         }
     }
 }

@@ -38,6 +38,7 @@ use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::config::Config;
+use crate::ws::dialect::Dialect;
 
 pub use cancel::{CancelError, Canceller, cancel_as};
 pub use delivery::Delivery;
@@ -54,7 +55,8 @@ const MAX_ROLE_LEN: usize = 64;
 const MAX_ROLES: usize = 16;
 const MAX_DESCRIPTION: usize = 4096;
 
-/// `POST /v1/operators` body. `desc` is accepted for `description`.
+/// `POST /v1/operators` body. `desc` is the upstream client's name for
+/// `description`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoginRequest {
@@ -62,10 +64,30 @@ pub struct LoginRequest {
     pub roles: Vec<String>,
     #[serde(default)]
     pub kind: SessionKind,
-    #[serde(default, alias = "desc")]
+    #[serde(default)]
     pub description: Option<String>,
     #[serde(default)]
+    pub desc: Option<String>,
+    #[serde(default)]
     pub capability_manifest: Option<Value>,
+    /// How frames to the session are written; by default the documented
+    /// wire, or the upstream dialect for a login shaped as the upstream
+    /// client's (`desc` and `capability_manifest`, no roles).
+    #[serde(default)]
+    pub dialect: Option<Dialect>,
+}
+
+impl LoginRequest {
+    /// The dialect asked for, or the one the login's shape implies.
+    fn dialect(&self) -> Dialect {
+        self.dialect.unwrap_or(
+            if self.roles.is_empty() && self.desc.is_some() && self.capability_manifest.is_some() {
+                Dialect::Upstream
+            } else {
+                Dialect::Standard
+            },
+        )
+    }
 }
 
 /// `POST /v1/operators` answer. The token is shown once, here.
@@ -166,16 +188,18 @@ impl SessionRegistry {
         let now = self.clock.now_ms();
         let secret = SessionSecret::generate();
         let digest = secret.digest();
+        let dialect = req.dialect();
         let record = SessionRecord {
             sid: SessionId::new(),
             token_digest: session::hex(&digest),
             roles: dedup(req.roles),
             kind: req.kind,
-            description: req.description,
+            description: req.description.or(req.desc),
             manifest: req.capability_manifest,
             created_ms: now,
             last_seen_ms: now,
             done_through: Some(self.routed_through()),
+            dialect: (dialect != Dialect::Standard).then(|| dialect.as_str().to_owned()),
         };
         let session = Session::new(&record, digest, self.settings.park_max);
         let stale = {
@@ -420,9 +444,15 @@ fn validate_login(req: &LoginRequest) -> Result<(), SessionError> {
             )));
         }
     }
+    if req.description.is_some() && req.desc.is_some() {
+        return Err(SessionError::BadRequest(
+            "give `description` or `desc`, not both".to_owned(),
+        ));
+    }
     if req
         .description
         .as_ref()
+        .or(req.desc.as_ref())
         .is_some_and(|d| d.len() > MAX_DESCRIPTION)
     {
         return Err(SessionError::BadRequest(format!(

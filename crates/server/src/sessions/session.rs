@@ -22,7 +22,8 @@ use swarmd_engine::{Engine, EngineError};
 use super::delivery::Delivery;
 use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing};
 use super::pending::Pending;
-use crate::ws::frames::{ServerFrame, encode};
+use crate::ws::dialect::Dialect;
+use crate::ws::frames::ServerFrame;
 
 /// One session as `GET /v1/operators` lists it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -56,6 +57,8 @@ pub struct Session {
     pub(crate) outbox: Outbox,
     pub(crate) pending: Pending,
     pub(crate) delivery: Delivery,
+    /// How frames to this session are written.
+    pub dialect: Dialect,
 }
 
 impl Session {
@@ -79,6 +82,7 @@ impl Session {
             outbox: Outbox::new(park_max),
             pending: Pending::default(),
             delivery: Delivery::new(record.done_through),
+            dialect: Dialect::from_stored(record.dialect.as_deref()),
         })
     }
 
@@ -129,7 +133,7 @@ impl Session {
         };
         self.outbox.push(Outgoing::Text {
             class,
-            text: encode(frame),
+            text: self.dialect.encode(frame),
         })
     }
 
@@ -144,6 +148,7 @@ impl Session {
             created_ms: self.created_ms,
             last_seen_ms: self.last_seen_ms(),
             done_through: Some(self.delivery.through()),
+            dialect: (self.dialect != Dialect::Standard).then(|| self.dialect.as_str().to_owned()),
         }
     }
 

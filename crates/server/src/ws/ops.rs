@@ -129,7 +129,7 @@ async fn spawn_task(
             };
             let queued = slot.fill(Outgoing::Text {
                 class: FrameClass::Notice,
-                text: encode(&accepted),
+                text: session.dialect.encode(&accepted),
             });
             if let Err(error) = queued {
                 tracing::warn!(task_id = %task.id, %error, "task_accepted dropped");

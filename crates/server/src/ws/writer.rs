@@ -223,7 +223,7 @@ pub(crate) async fn prepare_spawn(
             }
         }
     }
-    Some(encode(&ServerFrame::spawn(&req_id, &frame)))
+    Some(session.dialect.encode(&ServerFrame::spawn(&req_id, &frame)))
 }
 
 fn close_message(code: u16, reason: &'static str) -> Message {

@@ -87,8 +87,23 @@ async fn bad_logins_are_refused() {
     }
     let parsed: LoginRequest =
         serde_json::from_value(json!({"desc": "x", "capability_manifest": {"tools": []}})).unwrap();
-    assert_eq!(parsed.description.as_deref(), Some("x"));
+    assert_eq!(parsed.desc.as_deref(), Some("x"));
     assert_eq!(parsed.capability_manifest, Some(json!({"tools": []})));
+    assert_eq!(
+        parsed.dialect(),
+        Dialect::Upstream,
+        "the upstream login shape"
+    );
+    let named: LoginRequest = serde_json::from_value(
+        json!({"desc": "x", "capability_manifest": {}, "dialect": "standard"}),
+    )
+    .unwrap();
+    assert_eq!(named.dialect(), Dialect::Standard);
+    let with_roles: LoginRequest = serde_json::from_value(
+        json!({"desc": "x", "capability_manifest": {}, "roles": ["main-ai"]}),
+    )
+    .unwrap();
+    assert_eq!(with_roles.dialect(), Dialect::Standard);
 }
 
 #[tokio::test]

@@ -80,7 +80,7 @@ impl Engine {
                 return;
             }
             wait::Place::GaveUp(reason) => {
-                self.fail_unlinkable(&cell, reason);
+                self.fail_unrunnable(&cell, reason);
                 self.release_slot(&agent);
                 return;
             }
@@ -116,7 +116,7 @@ impl Engine {
                 // Nothing can run this task: fail it without an attempt.
                 let reason = format!("link failed: {error}");
                 drop(state);
-                self.fail_unlinkable(cell, reason);
+                self.fail_unrunnable(cell, reason);
                 return None;
             }
         };
@@ -353,7 +353,7 @@ impl Engine {
 
     /// Fails a task that cannot run: its agent cannot be linked (its config
     /// changed under it), or it waited too long for somewhere to run.
-    fn fail_unlinkable(&self, cell: &Arc<TaskCell>, reason: String) {
+    fn fail_unrunnable(&self, cell: &Arc<TaskCell>, reason: String) {
         let now_ms = self.inner.clock.now_ms();
         let mut state = cell.lock();
         let id = state.task.id;

@@ -33,9 +33,7 @@ impl SessionRegistry {
                     let mut maps = self.maps();
                     // Checked again under the lock: a login or attach may have raced.
                     if maps.by_sid.get(&session.sid).is_some_and(|s| is_idle(s)) {
-                        maps.by_sid.remove(&session.sid);
-                        maps.by_digest.remove(&session.token_digest);
-                        maps.roles.retain(|_, holder| *holder != session.sid);
+                        maps.remove(&session);
                         true
                     } else {
                         false

@@ -182,6 +182,15 @@ pub struct McpArgs {
         value_parser = clap::value_parser!(u64).range(1..=300)
     )]
     pub daemon_wait_secs: u64,
+    /// How often the relay pings the daemon's /mcp, in seconds (tests shorten it).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "SECS",
+        default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(1..=20)
+    )]
+    pub heartbeat_secs: u64,
     /// Log no session in: relay with the credential as given (the admin
     /// token acts as the admin, a session token as that session).
     #[arg(long, conflicts_with_all = ["roles", "description"])]

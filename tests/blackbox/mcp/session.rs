@@ -3,13 +3,16 @@
 //! closes; resumed from its 0600 state file with `--keep-session`; kept
 //! across a daemon restart, with a call made while the daemon is away
 //! waiting for it (or answering `unavailable` past `--daemon-wait-secs`);
-//! a role held by another live session refused with one clear line.
+//! a role held by another live session refused with one clear line; an
+//! idle relay's pings, and SIGTERM or SIGINT leaving the session.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -370,4 +373,125 @@ async fn a_role_held_by_a_live_session_fails_the_relay_with_one_clear_line() {
         "the refused relay left nothing behind"
     );
     assert!(!dir.path().join("relay.json").exists());
+}
+
+/// The last `last_seen` of the session holding `role`, once it exists.
+async fn last_seen(daemon: &Daemon, role: &str) -> u64 {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let listed = sessions(daemon).await;
+        let holder = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["roles"] == json!([role]));
+        if let Some(holder) = holder {
+            return holder["last_seen"].as_u64().unwrap();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no session for {role}: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_idle_relay_pings_the_daemon_and_a_signal_leaves_its_session() {
+    let daemon = Daemon::start_with(EXTRA).await;
+    for (signal, role) in [(Signal::SIGTERM, "term"), (Signal::SIGINT, "int")] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("relay.json");
+        let log = dir.path().join("relay.log");
+        // No MCP client ever speaks: stdin stays open and silent.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_swarmd"))
+            .args(["mcp", "--url", &daemon.base, "--roles", role])
+            .args(["--heartbeat-secs", "1", "--session-file"])
+            .arg(&file)
+            .env_clear()
+            .env("SWARMD_TOKEN", &daemon.admin)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let _stdin = child.stdin.take();
+        let first = last_seen(&daemon, role).await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let later = last_seen(&daemon, role).await;
+        assert!(
+            later >= first + 1000,
+            "{role}: the idle relay's pings keep the session seen ({first} then {later})"
+        );
+
+        let pid = i32::try_from(child.id().unwrap()).unwrap();
+        kill(Pid::from_raw(pid), signal).unwrap();
+        let status = tokio::time::timeout(PATIENCE, child.wait())
+            .await
+            .expect("the relay stopped on the signal")
+            .unwrap();
+        let stderr = std::fs::read_to_string(&log).unwrap();
+        assert!(status.success(), "{signal}: {stderr}");
+        assert!(!stderr.contains("ERROR"), "{signal}: {stderr}");
+        assert_eq!(sessions(&daemon).await, json!([]), "{signal}: {stderr}");
+        assert!(
+            !file.exists(),
+            "{signal}: the state file went with the session"
+        );
+    }
+}
+
+/// The children of process `pid` (from `/proc`).
+fn children(pid: u32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn sigterm_mid_session_leaves_the_session() {
+    let daemon = restartable().await;
+    let (mut child, _pause, _state) = pausing_client(&daemon, &["--roles", "mid"], &[]).await;
+    let (status, listed) = parts(
+        daemon
+            .get("/v1/operators", &daemon.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, listed.as_array().map(Vec::len)), (200, Some(1)));
+    // The client's only child is the relay, between two calls.
+    let relays = children(child.id().unwrap());
+    assert_eq!(relays.len(), 1, "{relays:?}");
+    kill(Pid::from_raw(relays[0]), Signal::SIGTERM).unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let (_, listed) = parts(
+            daemon
+                .get("/v1/operators", &daemon.admin)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        if listed == json!([]) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the session outlived SIGTERM: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill().await;
 }

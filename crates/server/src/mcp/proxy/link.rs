@@ -3,8 +3,9 @@
 //! (retrying with backoff), publishes the live peer, and when a call or the
 //! heartbeat reports that peer broken (the daemon restarted or went away),
 //! drops it and connects again with the same bearer. Callers wait a bounded
-//! time for a live peer. The heartbeat pings `/mcp` every `HEARTBEAT`, which
-//! also keeps the session present on the daemon.
+//! time for a live peer. The heartbeat pings `/mcp` (every 15 s by default,
+//! under the 20 s the daemon's presence needs), which keeps the session
+//! present on the daemon and finds a broken client between calls.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,8 +20,6 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// How often the relay pings `/mcp`: under the daemon's 20 s presence need.
-pub(super) const HEARTBEAT: Duration = Duration::from_secs(15);
 /// A ping not answered in this long counts as a broken link.
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// Reconnection backoff: first wait, and the most it grows to.
@@ -49,15 +48,40 @@ pub(super) struct Link {
     broken: Arc<watch::Sender<u64>>,
 }
 
+/// The keeper and heartbeat tasks; they run until `shutdown` (or drop).
+#[derive(Debug)]
+pub(super) struct Keeper {
+    stop: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Keeper {
+    /// Stops the tasks and waits (a bounded time) for the upstream client
+    /// to close.
+    pub(super) async fn shutdown(mut self) {
+        self.stop.cancel();
+        for task in std::mem::take(&mut self.tasks) {
+            let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
 /// Connects to `url` with `bearer`: the first connection is made here, so a
 /// daemon that is absent or refuses the bearer fails the start; later ones
-/// by the keeper task, until `stop` fires.
+/// by the keeper task.
 pub(super) async fn connect(
     url: &str,
     bearer: &str,
     forwards: Forwards,
-    stop: CancellationToken,
-) -> Result<(Link, Peer<RoleClient>), String> {
+    heartbeat: Duration,
+) -> Result<(Link, Peer<RoleClient>, Keeper), String> {
+    let stop = CancellationToken::new();
     let dial = Dial {
         url: url.to_owned(),
         bearer: bearer.to_owned(),
@@ -74,9 +98,11 @@ pub(super) async fn connect(
         current,
         broken: Arc::new(broken),
     };
-    tokio::spawn(keep(dial, client, current_tx, broken_rx, stop.clone()));
-    tokio::spawn(heartbeat(link.clone(), stop));
-    Ok((link, first))
+    let tasks = vec![
+        tokio::spawn(keep(dial, client, current_tx, broken_rx, stop.clone())),
+        tokio::spawn(ping(link.clone(), heartbeat, stop.clone())),
+    ];
+    Ok((link, first, Keeper { stop, tasks }))
 }
 
 impl Link {
@@ -173,9 +199,10 @@ async fn keep(
     let _ = client.close_with_timeout(Duration::from_secs(1)).await;
 }
 
-/// Pings the live peer every `HEARTBEAT`; a failed ping reports it broken.
-async fn heartbeat(link: Link, stop: CancellationToken) {
-    let mut ticks = tokio::time::interval(HEARTBEAT);
+/// Pings the live peer every `every`; a failed ping reports it broken.
+async fn ping(link: Link, every: Duration, stop: CancellationToken) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
     loop {
         tokio::select! {

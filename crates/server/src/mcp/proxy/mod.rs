@@ -5,7 +5,7 @@
 //! holds one operator session (`session`): resumed from its state file
 //! (`state_file`) or logged in with the credential, relayed with the
 //! session's own token, and left on exit (stdin closed, SIGINT, SIGTERM)
-//! unless kept. Its upstream client (`link`) pings `/mcp` on a heartbeat and
+//! unless kept. Its upstream client (`link`) pings `/mcp` every 15 s and
 //! is replaced when the daemon restarts; a call made meanwhile waits up to
 //! `--daemon-wait-secs`. It lists the daemon's tools, forwards each call, relays
 //! the daemon's progress notifications under the progress token the stdio
@@ -13,28 +13,21 @@
 //! stderr; stdout carries only the protocol; no credential is ever logged.
 
 mod link;
+mod relay;
 mod session;
 mod state_file;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult,
-    CancelledNotificationParam, ClientRequest, ContentBlock, ErrorCode, ListToolsResult,
-    PaginatedRequestParams, ResultType, ServerConfig, ServerResult,
-};
-use rmcp::service::{PeerRequestOptions, RequestContext, ServiceError};
-use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler, ServiceExt};
-use serde_json::json;
+use rmcp::ServiceExt;
+use rmcp::service::ServerInitializeError;
 use swarmd_engine::store::SessionKind;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::cli::{McpArgs, McpSessionKind};
 use crate::environment::Environment;
-use link::{Forwards, Link, never_reached};
+use link::Forwards;
+use relay::Relay;
 use session::{Operators, Seat, Secret, Wanted};
 use state_file::{StateFile, StateFileError};
 
@@ -73,6 +66,9 @@ pub async fn serve_stdio(
     credential: Option<&str>,
     env: &Environment,
 ) -> Result<(), ProxyError> {
+    // Listening from the start: a signal during the login or the handshake
+    // still leaves the session.
+    let mut signals = Signals::listen();
     let operators = Operators::new(base_url)?;
     let credential = credential.map(Secret::new);
     let seat = match (args.no_login, credential) {
@@ -91,8 +87,11 @@ pub async fn serve_stdio(
                 .await?
         }
     };
-    let patience = Duration::from_secs(args.daemon_wait_secs);
-    let ended = relay(&operators, &seat, patience).await;
+    let timing = Timing {
+        patience: Duration::from_secs(args.daemon_wait_secs),
+        heartbeat: Duration::from_secs(args.heartbeat_secs),
+    };
+    let ended = relay(&operators, &seat, timing, &mut signals).await;
     operators.leave(seat).await;
     ended
 }
@@ -134,270 +133,110 @@ fn state_file(
     }
 }
 
-/// Connects upstream as `seat` and serves stdio until it ends.
-async fn relay(operators: &Operators, seat: &Seat, patience: Duration) -> Result<(), ProxyError> {
+/// Connects upstream as `seat` and serves stdio until stdin closes or a
+/// signal comes.
+async fn relay(
+    operators: &Operators,
+    seat: &Seat,
+    timing: Timing,
+    signals: &mut Signals,
+) -> Result<(), ProxyError> {
     let url = format!("{}/mcp", operators.base());
-    let stop = CancellationToken::new();
-    let _stop_on_exit = stop.clone().drop_guard();
     let forwards = Forwards::default();
-    let (link, first) = link::connect(&url, seat.bearer().expose(), forwards.clone(), stop)
+    let bearer = seat.bearer().expose();
+    let (link, first, keeper) = link::connect(&url, bearer, forwards.clone(), timing.heartbeat)
         .await
         .map_err(|reason| ProxyError::Connect {
             url: url.clone(),
             reason,
         })?;
-    if let Seat::Own { sid, .. } = seat {
-        tracing::info!(url = %url, sid = %sid, "relaying the daemon's MCP tools on stdio");
-    } else {
-        tracing::info!(url = %url, "relaying the daemon's MCP tools on stdio");
+    match seat {
+        Seat::Own { sid, .. } => {
+            tracing::info!(url = %url, sid = %sid, "relaying the daemon's MCP tools on stdio");
+        }
+        Seat::Given(_) => tracing::info!(url = %url, "relaying the daemon's MCP tools on stdio"),
     }
-    let relay = Relay {
-        link,
-        forwards,
-        info: server_info(&first),
-        read_only: Arc::default(),
-        url: operators.base().to_owned(),
-        patience,
+    let relay = Relay::new(link, &first, forwards, operators.base(), timing.patience);
+    let served = tokio::select! {
+        served = relay.serve(rmcp::transport::stdio()) => match served {
+            Ok(served) => served,
+            Err(ServerInitializeError::ConnectionClosed(_)) => {
+                tracing::info!("stdin closed before the MCP handshake");
+                keeper.shutdown().await;
+                return Ok(());
+            }
+            Err(error) => {
+                keeper.shutdown().await;
+                return Err(ProxyError::Stdio(error.to_string()));
+            }
+        },
+        signal = signals.recv() => {
+            tracing::info!(signal, "stopping before the MCP handshake");
+            keeper.shutdown().await;
+            return Ok(());
+        }
     };
-    let served = relay
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| ProxyError::Stdio(e.to_string()))?;
     let cancel = served.cancellation_token();
     let waiting = served.waiting();
     tokio::pin!(waiting);
     let ended = tokio::select! {
         ended = &mut waiting => ended,
-        signal = shutdown_signal() => {
+        signal = signals.recv() => {
             tracing::info!(signal, "stopping");
             cancel.cancel();
             waiting.await
         }
     };
+    // The upstream client ends before the session may be left.
+    keeper.shutdown().await;
     ended
         .map(|_| ())
         .map_err(|e| ProxyError::Stdio(e.to_string()))
 }
 
-/// SIGINT or SIGTERM, by name; never, when they cannot be listened to.
-async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = interrupt.recv() => "SIGINT",
-        _ = terminate.recv() => "SIGTERM",
-    }
-}
-
-/// What the daemon says about itself, served as the relay's own.
-fn server_info(peer: &Peer<RoleClient>) -> ServerConfig {
-    peer.peer_info()
-        .map(|info| {
-            ServerConfig::new(info.capabilities.clone())
-                .with_server_info(info.server_info.clone().unwrap_or_default())
-                .with_instructions(info.instructions.clone().unwrap_or_default())
-        })
-        .unwrap_or_default()
-}
-
-/// The stdio side: serves what the daemon serves.
-#[derive(Debug)]
-struct Relay {
-    link: Link,
-    forwards: Forwards,
-    info: ServerConfig,
-    /// Tools the daemon marks read-only: a call of one that the daemon's
-    /// restart interrupted is sent again.
-    read_only: Arc<Mutex<HashSet<String>>>,
-    url: String,
+/// The relay's clocks, from the flags.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
     /// How long a call waits for an absent daemon.
     patience: Duration,
+    /// How often the relay pings `/mcp`.
+    heartbeat: Duration,
 }
 
-/// One try of a call on one upstream client.
-enum Try {
-    Done(Result<CallToolResponse, ErrorData>),
-    /// The client broke; `again` when sending the call again is safe.
-    Lost {
-        again: bool,
-    },
+/// SIGINT and SIGTERM, listened to from creation on.
+struct Signals {
+    interrupt: Option<Signal>,
+    terminate: Option<Signal>,
 }
 
-impl Relay {
-    fn forget(&self, token: &rmcp::model::ProgressToken) {
-        if let Ok(mut map) = self.forwards.lock() {
-            map.remove(token);
-        }
-    }
-
-    fn is_read_only(&self, name: &str) -> bool {
-        self.read_only.lock().is_ok_and(|set| set.contains(name))
-    }
-
-    /// The tool result a model reads when the daemon stays away.
-    fn unavailable(&self) -> CallToolResponse {
-        let body = json!({
-            "error": format!(
-                "the daemon at {} did not answer within {} s; try again later",
-                self.url,
-                self.patience.as_secs()
-            ),
-            "code": swarmd_engine::ErrorCode::Unavailable.as_str(),
-        });
-        let mut result = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
-        result.result_type.get_or_insert(ResultType::COMPLETE);
-        result.into()
-    }
-
-    /// Sends the call on `peer` and relays its progress and cancellation.
-    async fn try_call(
-        &self,
-        peer: &Peer<RoleClient>,
-        request: CallToolRequestParams,
-        context: &RequestContext<RoleServer>,
-    ) -> Try {
-        let read_only = self.is_read_only(&request.name);
-        let call = ClientRequest::CallToolRequest(CallToolRequest::new(request));
-        let handle = match peer
-            .send_cancellable_request(call, PeerRequestOptions::no_options())
-            .await
-        {
-            Ok(handle) => handle,
-            Err(ServiceError::McpError(error)) => return Try::Done(Err(error)),
-            // Not sent: the client is closed.
-            Err(_) => return Try::Lost { again: true },
+impl Signals {
+    fn listen() -> Signals {
+        let listen = |kind| {
+            signal(kind)
+                .inspect_err(|error| tracing::warn!(%error, "cannot listen to a signal"))
+                .ok()
         };
-        let upstream_token = handle.progress_token.clone();
-        let id = handle.id.clone();
-        if let (Some(token), Ok(mut map)) =
-            (context.meta.get_progress_token(), self.forwards.lock())
-        {
-            map.insert(upstream_token.clone(), (token, context.peer.clone()));
-        }
-        let answer = tokio::select! {
-            answer = handle.rx => answer,
-            () = context.ct.cancelled() => {
-                self.forget(&upstream_token);
-                let reason = Some("cancelled by the stdio client".to_owned());
-                let _ = peer
-                    .notify_cancelled(CancelledNotificationParam::new(Some(id), reason))
-                    .await;
-                return Try::Done(Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None)));
-            }
-        };
-        self.forget(&upstream_token);
-        match answer {
-            Ok(Ok(ServerResult::CallToolResult(mut result))) => {
-                result.result_type.get_or_insert(ResultType::COMPLETE);
-                Try::Done(Ok(result.into()))
-            }
-            Ok(Ok(_)) => Try::Done(Err(ErrorData::internal_error(
-                "the daemon answered tools/call with another result",
-                None,
-            ))),
-            Ok(Err(ServiceError::McpError(error))) => Try::Done(Err(error)),
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "a call lost its upstream");
-                Try::Lost {
-                    again: read_only || never_reached(&error),
-                }
-            }
-            Err(_) => Try::Lost { again: read_only },
+        Signals {
+            interrupt: listen(SignalKind::interrupt()),
+            terminate: listen(SignalKind::terminate()),
         }
     }
-}
 
-/// An upstream failure as the stdio client sees it: the daemon's own
-/// JSON-RPC error as is, a transport fault as an internal error.
-fn upstream_error(error: ServiceError) -> ErrorData {
-    match error {
-        ServiceError::McpError(error) => error,
-        other => ErrorData::new(
-            ErrorCode::INTERNAL_ERROR,
-            format!("the daemon's MCP endpoint failed: {other}"),
-            None,
-        ),
-    }
-}
-
-impl ServerHandler for Relay {
-    fn get_info(&self) -> ServerConfig {
-        self.info.clone()
-    }
-
-    async fn list_tools(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let deadline = Instant::now() + self.patience;
-        let mut after = 0;
-        let mut listed = loop {
-            let Some(live) = self.link.live_after(after, deadline).await else {
-                return Err(ErrorData::internal_error(
-                    format!("the daemon at {} is unavailable", self.url),
-                    None,
-                ));
-            };
-            match live.peer.list_tools(request.clone()).await {
-                Ok(listed) => break listed,
-                Err(ServiceError::McpError(error)) => return Err(error),
-                Err(error) => {
-                    tracing::debug!(%error, "tools/list lost its upstream");
-                    self.link.broken(live.generation);
-                    after = live.generation;
-                    if Instant::now() >= deadline {
-                        return Err(upstream_error(error));
+    /// The next signal, by name; never, for one that cannot be listened to.
+    async fn recv(&mut self) -> &'static str {
+        async fn next(signal: Option<&mut Signal>) {
+            match signal {
+                Some(signal) => {
+                    if signal.recv().await.is_none() {
+                        std::future::pending::<()>().await;
                     }
                 }
-            }
-        };
-        if let Ok(mut read_only) = self.read_only.lock() {
-            for tool in &listed.tools {
-                if tool.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true) {
-                    read_only.insert(tool.name.to_string());
-                }
+                None => std::future::pending().await,
             }
         }
-        // Marked for a stdio client on 2026-07-28; rmcp strips it for older ones.
-        listed.result_type.get_or_insert(ResultType::COMPLETE);
-        Ok(listed)
-    }
-
-    async fn call_tool(
-        &self,
-        mut request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        // The upstream request carries a progress token of its own.
-        request.meta = None;
-        let deadline = Instant::now() + self.patience;
-        let mut after = 0;
-        loop {
-            let live = tokio::select! {
-                live = self.link.live_after(after, deadline) => live,
-                () = context.ct.cancelled() => {
-                    return Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
-                }
-            };
-            let Some(live) = live else {
-                return Ok(self.unavailable());
-            };
-            match self.try_call(&live.peer, request.clone(), &context).await {
-                Try::Done(result) => return result,
-                Try::Lost { again } => {
-                    self.link.broken(live.generation);
-                    after = live.generation;
-                    if !again || Instant::now() >= deadline {
-                        return Ok(self.unavailable());
-                    }
-                }
-            }
+        tokio::select! {
+            () = next(self.interrupt.as_mut()) => "SIGINT",
+            () = next(self.terminate.as_mut()) => "SIGTERM",
         }
     }
 }

@@ -126,8 +126,13 @@ impl Operators {
         if let Some(saved) = file.as_ref().and_then(StateFile::read) {
             if saved.url != self.base {
                 tracing::info!("the session file names another daemon URL: not resumed");
-            } else if let Some(seat) = self.resume(saved, wanted, &file, keep).await? {
-                return Ok(seat.with_file(file));
+            } else if let Some((sid, token)) = self.resume(saved, wanted, file.as_ref()).await? {
+                return Ok(Seat::Own {
+                    sid,
+                    token,
+                    file,
+                    keep,
+                });
             }
         }
         let (sid, token) = self.login(credential, wanted).await?;
@@ -167,15 +172,15 @@ impl Operators {
         }
     }
 
-    /// The saved session if it is live and has the roles and kind asked
-    /// for; a live one that does not fit is left, since this relay made it.
+    /// The saved session's sid and token if it is live and has the roles
+    /// and kind asked for; a live one that does not fit is left, since a
+    /// relay made it.
     async fn resume(
         &self,
         saved: Saved,
         wanted: &Wanted,
-        file: &Option<StateFile>,
-        keep: bool,
-    ) -> Result<Option<Seat>, ProxyError> {
+        file: Option<&StateFile>,
+    ) -> Result<Option<(String, Secret)>, ProxyError> {
         let token = Secret::new(&saved.token);
         let path = format!("/v1/operators/{}", saved.sid);
         let (status, body) = self.send(self.get(&path, &token)).await?;
@@ -199,12 +204,7 @@ impl Operators {
             return Ok(None);
         }
         tracing::info!(sid = %saved.sid, "resumed the saved operator session");
-        Ok(Some(Seat::Own {
-            sid: saved.sid,
-            token,
-            file: None,
-            keep,
-        }))
+        Ok(Some((saved.sid, token)))
     }
 
     /// `POST /v1/operators`; the credential may be none (loopback login).
@@ -311,22 +311,6 @@ impl Operators {
             url: self.base.clone(),
             what,
             message,
-        }
-    }
-}
-
-impl Seat {
-    fn with_file(self, file: Option<StateFile>) -> Seat {
-        match self {
-            Seat::Own {
-                sid, token, keep, ..
-            } => Seat::Own {
-                sid,
-                token,
-                file,
-                keep,
-            },
-            given => given,
         }
     }
 }

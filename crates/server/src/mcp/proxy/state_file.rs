@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
+use swarmd_engine::ids::SessionId;
 
 use crate::environment::Environment;
 
@@ -145,8 +146,13 @@ impl StateFile {
             tracing::warn!(path = %self.path.display(), "session file too large, ignored");
             return None;
         }
-        match serde_json::from_str(&text) {
-            Ok(saved) => Some(saved),
+        match serde_json::from_str::<Saved>(&text) {
+            // The sid goes into a URL path: only an id's characters.
+            Ok(saved) if saved.sid.parse::<SessionId>().is_ok() => Some(saved),
+            Ok(_) => {
+                tracing::warn!(path = %self.path.display(), "session file names no sid, ignored");
+                None
+            }
             Err(error) => {
                 tracing::warn!(path = %self.path.display(), %error, "session file unreadable, ignored");
                 None
@@ -232,7 +238,7 @@ mod tests {
         assert!(file.read().is_none());
         let saved = Saved {
             url: "http://x".into(),
-            sid: "S-1".into(),
+            sid: "S-7a25e64e313c4196a12f9be96ca0778a".into(),
             token: "sws-secret".into(),
         };
         file.write(&saved).unwrap();
@@ -252,10 +258,13 @@ mod tests {
     }
 
     #[test]
-    fn a_malformed_file_reads_as_none() {
+    fn a_malformed_file_or_a_bad_sid_reads_as_none() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mcp.json");
         fs::write(&path, "{not json").unwrap();
+        assert!(StateFile::lock(&path).unwrap().read().is_none());
+        let odd = r#"{"url": "http://x", "sid": "../tasks", "token": "sws-x"}"#;
+        fs::write(&path, odd).unwrap();
         assert!(StateFile::lock(&path).unwrap().read().is_none());
     }
 }

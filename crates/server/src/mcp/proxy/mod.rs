@@ -44,6 +44,8 @@ pub enum ProxyError {
         what: &'static str,
         message: String,
     },
+    #[error("--no-login needs a credential: --token or SWARMD_TOKEN")]
+    NoCredential,
     #[error("no place for the session file: pass --session-file, or set XDG_STATE_HOME or HOME")]
     NoSessionFile,
     #[error("session file: {0}")]
@@ -73,13 +75,7 @@ pub async fn serve_stdio(
     let credential = credential.map(Secret::new);
     let seat = match (args.no_login, credential) {
         (true, Some(credential)) => Seat::Given(credential),
-        (true, None) => {
-            return Err(ProxyError::Refused {
-                url: operators.base().to_owned(),
-                what: "a relay without a credential",
-                message: "--no-login needs --token or SWARMD_TOKEN".to_owned(),
-            });
-        }
+        (true, None) => return Err(ProxyError::NoCredential),
         (false, credential) => {
             let file = || state_file(args, operators.base(), env);
             operators

@@ -22,17 +22,6 @@ use tokio::time::Instant;
 
 use super::link::{Forwards, Link, never_reached};
 
-/// What the daemon says about itself, served as the relay's own.
-fn server_info(peer: &Peer<RoleClient>) -> ServerConfig {
-    peer.peer_info()
-        .map(|info| {
-            ServerConfig::new(info.capabilities.clone())
-                .with_server_info(info.server_info.clone().unwrap_or_default())
-                .with_instructions(info.instructions.clone().unwrap_or_default())
-        })
-        .unwrap_or_default()
-}
-
 /// The stdio side: serves what the daemon serves.
 #[derive(Debug)]
 pub(super) struct Relay {
@@ -158,6 +147,17 @@ impl Relay {
             Err(_) => Try::Lost { again: read_only },
         }
     }
+}
+
+/// What the daemon says about itself, served as the relay's own.
+fn server_info(peer: &Peer<RoleClient>) -> ServerConfig {
+    peer.peer_info()
+        .map(|info| {
+            ServerConfig::new(info.capabilities.clone())
+                .with_server_info(info.server_info.clone().unwrap_or_default())
+                .with_instructions(info.instructions.clone().unwrap_or_default())
+        })
+        .unwrap_or_default()
 }
 
 /// An upstream failure as the stdio client sees it: the daemon's own

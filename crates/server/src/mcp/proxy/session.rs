@@ -149,6 +149,8 @@ impl Operators {
         }
         let path = file.as_ref().map(|f| f.path().display().to_string());
         tracing::info!(sid = %sid, roles = ?wanted.roles, file = ?path, "logged in an operator session");
+        // A session no file names could never be resumed: it is left.
+        let keep = keep && file.is_some();
         Ok(Seat::Own {
             sid,
             token,

@@ -204,6 +204,56 @@ async fn keep_session_resumes_one_session_from_a_private_state_file() {
     assert!(!file.exists(), "the state file went with the session");
 }
 
+#[tokio::test]
+async fn a_session_token_is_relayed_as_that_session_and_never_left() {
+    let daemon = Daemon::start_with(EXTRA).await;
+    let (status, own) = parts(
+        daemon
+            .post("/v1/operators", &daemon.admin)
+            .json(&json!({"roles": ["mine"]}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{own}");
+    let token = own["token"].as_str().unwrap();
+    let env = relay_env(&daemon.admin, &[]);
+    let seen = run(&daemon, Via::Stdio, MODERN, "session", token, &pairs(&env)).await;
+    assert_eq!(
+        only_session(&seen["operators"])["sid"],
+        own["sid"],
+        "{seen}"
+    );
+    let task_id = seen["spawned"]["structured"]["task_id"].as_str().unwrap();
+    let (_, task) = parts(
+        daemon
+            .get(&format!("/v1/tasks/{task_id}"), &daemon.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(task["session"], own["sid"], "{task}");
+    // The relay did not make that session: it is still there.
+    assert_eq!(only_session(&sessions(&daemon).await)["sid"], own["sid"]);
+}
+
+#[tokio::test]
+async fn without_a_credential_the_relay_logs_in_from_loopback_when_allowed() {
+    let config = format!("{EXTRA}\n[auth]\nloopback_login = true\n");
+    let daemon = Daemon::start_with(&config).await;
+    let env = relay_env(&daemon.admin, &["--roles", "local"]);
+    let seen = run(&daemon, Via::Stdio, MODERN, "session", "", &pairs(&env)).await;
+    assert_eq!(
+        only_session(&seen["operators"])["roles"],
+        json!(["local"]),
+        "{seen}"
+    );
+    assert_eq!(seen["spawned"]["is_error"], false, "{seen}");
+    assert_eq!(sessions(&daemon).await, json!([]));
+}
+
 /// A daemon with `cat`, restartable on the same port and state directory.
 async fn restartable() -> Swarmd {
     Swarmd::new(

@@ -72,7 +72,10 @@ pub async fn serve_stdio(
     // still leaves the session.
     let mut signals = Signals::listen();
     let operators = Operators::new(base_url)?;
-    let credential = credential.map(Secret::new);
+    // An empty credential (`SWARMD_TOKEN=`) is none.
+    let credential = credential
+        .map(Secret::new)
+        .filter(|c| !c.expose().is_empty());
     let seat = match (args.no_login, credential) {
         (true, Some(credential)) => Seat::Given(credential),
         (true, None) => return Err(ProxyError::NoCredential),

@@ -6,8 +6,9 @@
 //! (2025-11-25). The script prints what it saw as JSON; the tests assert on
 //! it: `flows` the tools at work (listing, fan-out, progress, modes, a
 //! drain), `access` who may call them and how refusals look, `session` the
-//! operator session `swarmd mcp` holds (login, leave, resume, a daemon
-//! restart, a role taken). This file holds what they share.
+//! operator session `swarmd mcp` holds (login, leave, resume, a role
+//! taken), `lifecycle` the relay over time (pings, a daemon restart,
+//! signals). This file holds what they share.
 //!
 //! Over stdio, every run gets a state directory of its own
 //! (`XDG_STATE_HOME`), so the relay's session file never outlives the test.
@@ -18,6 +19,7 @@
 
 mod access;
 mod flows;
+mod lifecycle;
 mod session;
 
 use std::path::PathBuf;

@@ -1,45 +1,39 @@
 //! The operator session `swarmd mcp` holds, seen from the daemon: logged in
 //! with the flags' roles while the relay runs and gone once its stdin
-//! closes; resumed from its 0600 state file with `--keep-session`; kept
-//! across a daemon restart, with a call made while the daemon is away
-//! waiting for it (or answering `unavailable` past `--daemon-wait-secs`);
-//! a role held by another live session refused with one clear line; an
-//! idle relay's pings, and SIGTERM or SIGINT leaving the session.
+//! closes; resumed from its 0600 state file with `--keep-session`; a
+//! session token relayed as that session and never left; a loopback login
+//! without a credential; a role held by another live session refused with
+//! one clear line. The helpers here serve `lifecycle` too.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
-use super::{EXTRA, MODERN, Via, client, printed, run, tool_error};
-use crate::daemon::{Swarmd, eventually};
+use super::{EXTRA, MODERN, Via, run};
 use crate::harness::{Daemon, PATIENCE, parts};
 
 /// The environment of a scenario that lists sessions, with the relay's flags.
-fn relay_env(admin: &str, args: &[&str]) -> Vec<(String, String)> {
+pub(super) fn relay_env(admin: &str, args: &[&str]) -> Vec<(String, String)> {
     vec![
         ("SWARMD_ADMIN".into(), admin.into()),
         ("SWARMD_MCP_ARGS".into(), json!(args).to_string()),
     ]
 }
 
-fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+pub(super) fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
 /// The one session a scenario listed: its summary.
-fn only_session(listed: &Value) -> &Value {
+pub(super) fn only_session(listed: &Value) -> &Value {
     let sessions = listed.as_array().expect("a session list");
     assert_eq!(sessions.len(), 1, "{listed}");
     &sessions[0]
 }
 
-async fn sessions(daemon: &Daemon) -> Value {
+pub(super) async fn sessions(daemon: &Daemon) -> Value {
     let (status, body) = parts(
         daemon
             .get("/v1/operators", &daemon.admin)
@@ -254,134 +248,6 @@ async fn without_a_credential_the_relay_logs_in_from_loopback_when_allowed() {
     assert_eq!(sessions(&daemon).await, json!([]));
 }
 
-/// A daemon with `cat`, restartable on the same port and state directory.
-async fn restartable() -> Swarmd {
-    Swarmd::new(
-        r#"
-[agents.cat]
-kind = "process"
-program = "/bin/cat"
-"#,
-    )
-    .start()
-    .await
-}
-
-/// Starts the `restart` scenario through `swarmd mcp` with `args` (and
-/// `more_env` for the client); the client, its pause directory and the
-/// relay's state directory, once the first call is done.
-async fn pausing_client(
-    daemon: &Swarmd,
-    args: &[&str],
-    more_env: &[(&str, &str)],
-) -> (tokio::process::Child, tempfile::TempDir, tempfile::TempDir) {
-    let pause = tempfile::tempdir().unwrap();
-    let mut env = relay_env(&daemon.admin, args);
-    env.push(("MCP_PAUSE".into(), pause.path().display().to_string()));
-    env.extend(
-        more_env
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
-    let (mut command, state) = client(
-        daemon,
-        Via::Stdio,
-        MODERN,
-        "restart",
-        &daemon.admin,
-        &pairs(&env),
-    );
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = pause.path().join("ready");
-    eventually("the client's first call", || ready.exists()).await;
-    (child, pause, state)
-}
-
-async fn finish(daemon: &Swarmd, child: tokio::process::Child) -> Value {
-    let output = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
-        .await
-        .expect("the MCP client finished in time")
-        .unwrap();
-    printed(daemon, "restart", &output)
-}
-
-fn go(pause: &Path) {
-    std::fs::write(pause.join("go"), b"").unwrap();
-}
-
-#[tokio::test]
-async fn a_call_made_while_the_daemon_restarts_waits_for_it_as_the_same_session() {
-    let mut daemon = restartable().await;
-    let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("relay.log");
-    let log_arg = log.display().to_string();
-    let (child, pause, _state) = pausing_client(
-        &daemon,
-        &["--roles", "survivor"],
-        &[("SWARMD_MCP_LOG", &log_arg)],
-    )
-    .await;
-    daemon.kill9().await;
-    // The client's next call reaches a relay whose daemon is away.
-    go(pause.path());
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    daemon.restart().await;
-    let seen = finish(&daemon, child).await;
-
-    assert_eq!(seen["before"]["is_error"], false, "{seen}");
-    assert_eq!(seen["after"]["is_error"], false, "{seen}");
-    let waited = &seen["waited"]["structured"];
-    assert_eq!(waited["tasks"][0]["status"], "pass", "{seen}");
-    assert_eq!(waited["tasks"][0]["value"], json!({"n": 2}), "{seen}");
-    let before = only_session(&seen["operators_before"]);
-    let after = only_session(&seen["operators_after"]);
-    assert_eq!(before["sid"], after["sid"], "{seen}");
-    assert_eq!(after["roles"], json!(["survivor"]), "{seen}");
-    let task = daemon
-        .task(seen["after"]["structured"]["task_id"].as_str().unwrap())
-        .await;
-    assert_eq!(task["session"], before["sid"], "{task}");
-    let relay_log = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        relay_log.contains("reconnected to the daemon's MCP endpoint"),
-        "{relay_log}"
-    );
-}
-
-#[tokio::test]
-async fn a_call_while_the_daemon_stays_away_answers_unavailable() {
-    let mut daemon = restartable().await;
-    let (child, pause, state) = pausing_client(&daemon, &["--daemon-wait-secs", "2"], &[]).await;
-    daemon.kill9().await;
-    go(pause.path());
-    let seen = finish(&daemon, child).await;
-
-    let body = tool_error(&seen["after"]);
-    assert_eq!(body["code"], "unavailable", "{seen}");
-    let waited = seen["after_secs"].as_f64().unwrap();
-    assert!((1.9..15.0).contains(&waited), "the call waited {waited} s");
-    assert!(
-        body["error"].as_str().unwrap().contains(&daemon.base),
-        "{body}"
-    );
-    // The relay could not leave the session: its state file stays, so the
-    // next run finds the session.
-    let files: Vec<_> = std::fs::read_dir(state.path().join("swarmd"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    assert!(
-        files
-            .iter()
-            .any(|f| f.starts_with("mcp-") && f.ends_with(".json")),
-        "{files:?}"
-    );
-}
-
 #[tokio::test]
 async fn a_role_held_by_a_live_session_fails_the_relay_with_one_clear_line() {
     let daemon = Daemon::start_with(EXTRA).await;
@@ -423,125 +289,4 @@ async fn a_role_held_by_a_live_session_fails_the_relay_with_one_clear_line() {
         "the refused relay left nothing behind"
     );
     assert!(!dir.path().join("relay.json").exists());
-}
-
-/// The last `last_seen` of the session holding `role`, once it exists.
-async fn last_seen(daemon: &Daemon, role: &str) -> u64 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let listed = sessions(daemon).await;
-        let holder = listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["roles"] == json!([role]));
-        if let Some(holder) = holder {
-            return holder["last_seen"].as_u64().unwrap();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no session for {role}: {listed}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-#[tokio::test]
-async fn an_idle_relay_pings_the_daemon_and_a_signal_leaves_its_session() {
-    let daemon = Daemon::start_with(EXTRA).await;
-    for (signal, role) in [(Signal::SIGTERM, "term"), (Signal::SIGINT, "int")] {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("relay.json");
-        let log = dir.path().join("relay.log");
-        // No MCP client ever speaks: stdin stays open and silent.
-        let mut child = Command::new(env!("CARGO_BIN_EXE_swarmd"))
-            .args(["mcp", "--url", &daemon.base, "--roles", role])
-            .args(["--heartbeat-secs", "1", "--session-file"])
-            .arg(&file)
-            .env_clear()
-            .env("SWARMD_TOKEN", &daemon.admin)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let _stdin = child.stdin.take();
-        let first = last_seen(&daemon, role).await;
-        tokio::time::sleep(Duration::from_millis(2500)).await;
-        let later = last_seen(&daemon, role).await;
-        assert!(
-            later >= first + 1000,
-            "{role}: the idle relay's pings keep the session seen ({first} then {later})"
-        );
-
-        let pid = i32::try_from(child.id().unwrap()).unwrap();
-        kill(Pid::from_raw(pid), signal).unwrap();
-        let status = tokio::time::timeout(PATIENCE, child.wait())
-            .await
-            .expect("the relay stopped on the signal")
-            .unwrap();
-        let stderr = std::fs::read_to_string(&log).unwrap();
-        assert!(status.success(), "{signal}: {stderr}");
-        assert!(!stderr.contains("ERROR"), "{signal}: {stderr}");
-        assert_eq!(sessions(&daemon).await, json!([]), "{signal}: {stderr}");
-        assert!(
-            !file.exists(),
-            "{signal}: the state file went with the session"
-        );
-    }
-}
-
-/// The children of process `pid` (from `/proc`).
-fn children(pid: u32) -> Vec<i32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
-        .flat_map(|list| {
-            list.split_whitespace()
-                .filter_map(|pid| pid.parse().ok())
-                .collect::<Vec<i32>>()
-        })
-        .collect()
-}
-
-#[tokio::test]
-async fn sigterm_mid_session_leaves_the_session() {
-    let daemon = restartable().await;
-    let (mut child, _pause, _state) = pausing_client(&daemon, &["--roles", "mid"], &[]).await;
-    let (status, listed) = parts(
-        daemon
-            .get("/v1/operators", &daemon.admin)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!((status, listed.as_array().map(Vec::len)), (200, Some(1)));
-    // The client's only child is the relay, between two calls.
-    let relays = children(child.id().unwrap());
-    assert_eq!(relays.len(), 1, "{relays:?}");
-    kill(Pid::from_raw(relays[0]), Signal::SIGTERM).unwrap();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let (_, listed) = parts(
-            daemon
-                .get("/v1/operators", &daemon.admin)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        if listed == json!([]) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the session outlived SIGTERM: {listed}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let _ = child.kill().await;
 }

@@ -128,9 +128,10 @@ async fn a_call_while_the_daemon_stays_away_answers_unavailable() {
     assert_eq!(body["code"], "unavailable", "{seen}");
     let waited = seen["after_secs"].as_f64().unwrap();
     assert!((1.9..15.0).contains(&waited), "the call waited {waited} s");
+    let message = body["error"].as_str().unwrap();
     assert!(
-        body["error"].as_str().unwrap().contains(&daemon.base),
-        "{body}"
+        message.contains(&daemon.base) && message.contains("(last: "),
+        "the message names the daemon and why it is away: {body}"
     );
     // The relay could not leave the session: its state file stays, so the
     // next run finds the session.

@@ -46,6 +46,8 @@ pub(super) struct Link {
     current: watch::Receiver<Option<Live>>,
     /// The generation a caller found broken; the keeper replaces it.
     broken: Arc<watch::Sender<u64>>,
+    /// Why the keeper's last attempt to reconnect failed, while it fails.
+    last_error: Arc<Mutex<Option<String>>>,
 }
 
 /// The keeper and heartbeat tasks; they run until `shutdown` (or drop).
@@ -97,9 +99,17 @@ pub(super) async fn connect(
     let link = Link {
         current,
         broken: Arc::new(broken),
+        last_error: Arc::default(),
     };
     let tasks = vec![
-        tokio::spawn(keep(dial, client, current_tx, broken_rx, stop.clone())),
+        tokio::spawn(keep(
+            dial,
+            client,
+            current_tx,
+            broken_rx,
+            link.last_error.clone(),
+            stop.clone(),
+        )),
         tokio::spawn(ping(link.clone(), heartbeat, stop.clone())),
     ];
     Ok((link, first, Keeper { stop, tasks }))
@@ -116,6 +126,11 @@ impl Link {
             Ok(Ok(live)) => live.clone(),
             _ => None,
         }
+    }
+
+    /// Why the daemon cannot be reached now, if the keeper knows.
+    pub(super) fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|last| last.clone())
     }
 
     /// Reports the client of `generation` broken (the keeper replaces it).
@@ -160,6 +175,7 @@ async fn keep(
     mut client: Client,
     current: watch::Sender<Option<Live>>,
     mut broken: watch::Receiver<u64>,
+    last_error: Arc<Mutex<Option<String>>>,
     stop: CancellationToken,
 ) {
     let mut generation = 1;
@@ -176,11 +192,19 @@ async fn keep(
         tracing::warn!("lost the daemon's MCP endpoint: reconnecting");
         let _ = client.close_with_timeout(Duration::from_secs(1)).await;
         let mut backoff = BACKOFF_FIRST;
+        let mut failures = 0_u32;
         client = loop {
             match dial.once().await {
                 Ok(client) => break client,
                 Err(error) => {
-                    tracing::debug!(%error, ?backoff, "reconnection failed");
+                    // Once at first, then about once a minute at full backoff.
+                    if failures.is_multiple_of(12) {
+                        tracing::warn!(%error, failures, "cannot reconnect yet");
+                    }
+                    failures += 1;
+                    if let Ok(mut last) = last_error.lock() {
+                        *last = Some(error);
+                    }
                 }
             }
             tokio::select! {
@@ -190,6 +214,9 @@ async fn keep(
             backoff = (backoff * 2).min(BACKOFF_MAX);
         };
         generation += 1;
+        if let Ok(mut last) = last_error.lock() {
+            *last = None;
+        }
         tracing::info!(generation, "reconnected to the daemon's MCP endpoint");
         current.send_replace(Some(Live {
             generation,

@@ -78,9 +78,14 @@ impl Relay {
 
     /// The tool result a model reads when the daemon stays away.
     fn unavailable(&self) -> CallToolResponse {
+        let cause = self
+            .link
+            .last_error()
+            .map(|reason| format!(" (last: {reason})"))
+            .unwrap_or_default();
         let body = json!({
             "error": format!(
-                "the daemon at {} did not answer within {} s; try again later",
+                "the daemon at {} did not answer within {} s{cause}; try again later",
                 self.url,
                 self.patience.as_secs()
             ),

@@ -295,3 +295,31 @@ pub(super) fn never_reached(error: &ServiceError) -> bool {
     let debug = format!("{:?}", error.error);
     debug.contains("ConnectError(") || debug.contains("ConnectionRefused")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use rmcp::transport::DynamicTransportError;
+
+    use super::*;
+
+    fn transport(error: io::Error) -> ServiceError {
+        ServiceError::TransportSend(DynamicTransportError::from_parts(
+            "test",
+            std::any::TypeId::of::<()>(),
+            Box::new(error),
+        ))
+    }
+
+    #[test]
+    fn only_a_connection_never_made_is_safe_to_send_again() {
+        let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+        assert!(never_reached(&transport(refused)));
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert!(!never_reached(&transport(reset)));
+        assert!(!never_reached(&ServiceError::TransportClosed));
+        let refused_by_daemon = rmcp::ErrorData::internal_error("ConnectionRefused", None);
+        assert!(!never_reached(&ServiceError::McpError(refused_by_daemon)));
+    }
+}

@@ -341,3 +341,19 @@ fn without_url(error: reqwest::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_compare_as_sets_and_secrets_stay_out_of_debug() {
+        let roles = |list: &[&str]| list.iter().map(|r| (*r).to_owned()).collect::<Vec<_>>();
+        assert!(same_roles(&roles(&["b", "a"]), &roles(&["a", "b", "a"])));
+        assert!(same_roles(&[], &[]));
+        assert!(!same_roles(&roles(&["a"]), &roles(&["a", "b"])));
+        let secret = Secret::new(" sws-abc\n");
+        assert_eq!(secret.expose(), "sws-abc");
+        assert!(!format!("{secret:?}").contains("abc"));
+    }
+}

@@ -13,6 +13,7 @@
 //! takes seconds.
 
 mod access;
+mod delegate;
 mod flows;
 
 use std::path::PathBuf;

@@ -66,6 +66,8 @@ error_codes! {
     RoleTaken = "role_taken" => 409,
     /// An idempotency key reused with a different request.
     IdempotencyConflict = "idempotency_conflict" => 409,
+    /// An MCP pop of a session whose frames go to its attached WebSocket.
+    SocketAttached = "socket_attached" => 409,
     /// The task is over.
     TaskTerminal = "task_terminal" => 410,
     /// A worker handle past its expiry.
@@ -165,6 +167,7 @@ mod tests {
             ("already_final", 409),
             ("role_taken", 409),
             ("idempotency_conflict", 409),
+            ("socket_attached", 409),
             ("task_terminal", 410),
             ("handle_expired", 410),
             ("payload_too_large", 413),

@@ -3,7 +3,8 @@
 //!
 //! Every request is authenticated on its own (the admin token or an operator
 //! session's `sws-` token; role tokens get 403) and the caller rides in the
-//! request's extensions to the tool handler, which acts with its rights. The
+//! request's extensions to the tool handler, which acts with its rights. A
+//! session's request also counts it present (`mcp.presence_secs`). The
 //! router's middleware (body limit, sensitive `Authorization`, counts, JSON
 //! errors) applies as for any route; rmcp also cuts a body past
 //! `limits.max_body_bytes` while streaming it.
@@ -72,9 +73,18 @@ async fn authorize(
 ) -> Result<Response, ApiError> {
     let (mut parts, body) = request.into_parts();
     let caller = Caller::from_request_parts(&mut parts, &state).await?;
-    if let Caller::Token { .. } = caller {
-        state.metrics.token_failure("forbidden");
-        return Err(ApiError::forbidden());
+    match &caller {
+        Caller::Token { .. } => {
+            state.metrics.token_failure("forbidden");
+            return Err(ApiError::forbidden());
+        }
+        // Any request (a tool call, a ping, the event stream) keeps the
+        // session present: MCP clients hold no socket (docs/mcp.md, Presence).
+        Caller::Operator(session) => {
+            session.touch(state.engine.clock().now_ms());
+            session.mark_present(Duration::from_secs(state.config.mcp.presence_secs));
+        }
+        Caller::Admin => {}
     }
     parts.extensions.insert(caller);
     Ok(next.run(Request::from_parts(parts, body)).await)

@@ -9,8 +9,11 @@
 //! across an `.await`), so a record written on detach can never land after
 //! the session's deletion and bring it back.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -59,6 +62,13 @@ pub struct Session {
     pub(crate) delivery: Delivery,
     /// How frames to this session are written.
     pub dialect: Dialect,
+    /// Until when the session counts as present through MCP (docs/mcp.md,
+    /// Presence) without a WebSocket.
+    present_until: Mutex<Option<Instant>>,
+    /// MCP calls popping this session's frames right now.
+    pollers: AtomicUsize,
+    /// Serializes MCP pops, so two calls never take the same frames.
+    pub(crate) pop_lock: tokio::sync::Mutex<()>,
 }
 
 impl Session {
@@ -83,6 +93,9 @@ impl Session {
             pending: Pending::default(),
             delivery: Delivery::new(record.done_through),
             dialect: Dialect::from_stored(record.dialect.as_deref()),
+            present_until: Mutex::new(None),
+            pollers: AtomicUsize::new(0),
+            pop_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -102,9 +115,35 @@ impl Session {
         !self.connected() && now_ms.saturating_sub(self.last_seen_ms()) >= idle_ms
     }
 
-    /// Whether a WebSocket is attached right now.
+    /// Whether the session can take frames now: a WebSocket is attached,
+    /// an MCP call is popping its frames, or an MCP request came within the
+    /// presence window.
     pub fn connected(&self) -> bool {
         self.outbox.is_attached()
+            || self.pollers.load(Ordering::Acquire) > 0
+            || self
+                .lock_presence()
+                .is_some_and(|until| until > Instant::now())
+    }
+
+    /// Counts the session present for `window` from now (an MCP request).
+    pub(crate) fn mark_present(&self, window: Duration) {
+        let until = Instant::now() + window;
+        let mut present = self.lock_presence();
+        if present.is_none_or(|old| old < until) {
+            *present = Some(until);
+        }
+    }
+
+    /// Counts the session connected while the returned guard lives (an MCP
+    /// call waiting for its frames).
+    pub(crate) fn polling(self: &Arc<Self>) -> Polling {
+        self.pollers.fetch_add(1, Ordering::AcqRel);
+        Polling(self.clone())
+    }
+
+    fn lock_presence(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.present_until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the session was deleted or expired.
@@ -247,4 +286,15 @@ pub(super) fn unhex(s: &str) -> Option<[u8; 32]> {
         out[i] = u8::from_str_radix(text, 16).ok()?;
     }
     Some(out)
+}
+
+/// An MCP call popping a session's frames; the session counts as connected
+/// while it lives.
+#[derive(Debug)]
+pub(crate) struct Polling(Arc<Session>);
+
+impl Drop for Polling {
+    fn drop(&mut self) {
+        self.0.pollers.fetch_sub(1, Ordering::AcqRel);
+    }
 }

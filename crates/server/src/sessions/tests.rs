@@ -460,3 +460,33 @@ async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
         .unwrap();
     assert_eq!(receipt.reply.await.unwrap(), reply);
 }
+
+#[tokio::test(start_paused = true)]
+async fn mcp_presence_counts_as_connected_for_its_window_and_while_polling() {
+    let harness = Harness::new().await;
+    let login = harness
+        .registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
+    let session = harness.registry.get(&login.sid).unwrap();
+    assert!(!session.connected(), "no socket, no MCP request");
+
+    session.mark_present(std::time::Duration::from_secs(60));
+    assert!(session.connected());
+    tokio::time::advance(std::time::Duration::from_secs(59)).await;
+    assert!(session.connected(), "inside the window");
+    tokio::time::advance(std::time::Duration::from_secs(2)).await;
+    assert!(!session.connected(), "the window lapsed");
+
+    let polling = session.polling();
+    assert!(session.connected(), "a pop in flight");
+    drop(polling);
+    assert!(!session.connected());
+
+    // A shorter window never cuts a longer one short.
+    session.mark_present(std::time::Duration::from_secs(60));
+    session.mark_present(std::time::Duration::from_secs(5));
+    tokio::time::advance(std::time::Duration::from_secs(30)).await;
+    assert!(session.connected());
+}

@@ -9,8 +9,9 @@
 //! across an `.await`), so a record written on detach can never land after
 //! the session's deletion and bring it back.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -69,6 +70,16 @@ pub struct Session {
     pollers: AtomicUsize,
     /// Serializes MCP pops, so two calls never take the same frames.
     pub(crate) pop_lock: tokio::sync::Mutex<()>,
+    /// The session this one's parked spawns moved to, with their `req_id`s:
+    /// a later cancel of one of them goes there.
+    moved_to: Mutex<Option<Moved>>,
+}
+
+/// Spawns handed over to another session.
+#[derive(Debug)]
+struct Moved {
+    to: Weak<Session>,
+    req_ids: HashSet<String>,
 }
 
 impl Session {
@@ -96,6 +107,7 @@ impl Session {
             present_until: Mutex::new(None),
             pollers: AtomicUsize::new(0),
             pop_lock: tokio::sync::Mutex::new(()),
+            moved_to: Mutex::new(None),
         })
     }
 
@@ -249,8 +261,8 @@ impl Session {
     /// waiting for their replies, to `to` (a login that took its roles
     /// over). Returns how many moved; one that finds `to`'s outbox full is
     /// dropped, and its attempt waits for its SubAgent or its lease.
-    pub(super) fn hand_over_spawns(&self, to: &Session) -> usize {
-        let mut moved = 0;
+    pub(super) fn hand_over_spawns(&self, to: &Arc<Session>) -> usize {
+        let mut moved = HashSet::new();
         for spawn in self.outbox.take_spawns() {
             let req_id = spawn.req_id.clone();
             let waiter = self.pending.take(&req_id);
@@ -258,11 +270,30 @@ impl Session {
                 to.pending.insert(req_id.clone(), waiter);
             }
             match to.outbox.push(super::Outgoing::Spawn(Box::new(spawn))) {
-                Ok(_) => moved += 1,
+                Ok(_) => {
+                    moved.insert(req_id);
+                }
                 Err(_) => to.pending.remove(&req_id),
             }
         }
+        let count = moved.len();
+        if count > 0 {
+            *self.moved_to.lock().unwrap_or_else(|e| e.into_inner()) = Some(Moved {
+                to: Arc::downgrade(to),
+                req_ids: moved,
+            });
+        }
+        count
+    }
+
+    /// The session the spawn `req_id` moved to, if it moved and that
+    /// session still exists.
+    pub(super) fn moved_spawn(&self, req_id: &str) -> Option<Arc<Session>> {
+        let moved = self.moved_to.lock().unwrap_or_else(|e| e.into_inner());
         moved
+            .as_ref()
+            .filter(|m| m.req_ids.contains(req_id))
+            .and_then(|m| m.to.upgrade())
     }
 }
 

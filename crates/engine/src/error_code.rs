@@ -78,6 +78,8 @@ error_codes! {
     OutputBudgetExceeded = "output_budget_exceeded" => 413,
     /// A body in a media type the route does not take.
     UnsupportedMediaType = "unsupported_media_type" => 415,
+    /// A new MCP session past `mcp.max_sessions`.
+    TooManySessions = "too_many_sessions" => 429,
     /// The daemon is shutting down.
     Draining = "draining" => 503,
     /// The store is unavailable.
@@ -173,6 +175,7 @@ mod tests {
             ("payload_too_large", 413),
             ("output_budget_exceeded", 413),
             ("unsupported_media_type", 415),
+            ("too_many_sessions", 429),
             ("draining", 503),
             ("not_ready", 503),
             ("frames_dropped", 503),

@@ -224,6 +224,8 @@ pub struct McpConfig {
     pub progress_ms: u64,
     /// Seconds an MCP request by a session counts it as connected.
     pub presence_secs: u64,
+    /// MCP sessions (of the initialize-era revisions) open at once.
+    pub max_sessions: u64,
 }
 
 impl Default for McpConfig {
@@ -231,6 +233,7 @@ impl Default for McpConfig {
         McpConfig {
             progress_ms: 5_000,
             presence_secs: 60,
+            max_sessions: 256,
         }
     }
 }

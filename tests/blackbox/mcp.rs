@@ -5,7 +5,8 @@
 //! current protocol revision (2026-07-28) and the initialize-era one
 //! (2025-11-25). The script prints what it saw as JSON; the tests assert on
 //! it: `flows` the tools at work (listing, fan-out, progress, modes, a
-//! drain), `access` who may call them and how refusals look, `session` the
+//! drain), `access` who may call them and how refusals look, `delegate`
+//! a MainAI acting on delegated work through MCP alone, `session` the
 //! operator session `swarmd mcp` holds (login, leave, resume, a role
 //! taken), `lifecycle` the relay over time (pings, a daemon restart,
 //! signals). This file holds what they share.
@@ -18,6 +19,7 @@
 //! takes seconds.
 
 mod access;
+mod delegate;
 mod flows;
 mod lifecycle;
 mod session;

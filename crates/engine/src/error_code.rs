@@ -66,6 +66,8 @@ error_codes! {
     RoleTaken = "role_taken" => 409,
     /// An idempotency key reused with a different request.
     IdempotencyConflict = "idempotency_conflict" => 409,
+    /// An MCP pop of a session whose frames go to its attached WebSocket.
+    SocketAttached = "socket_attached" => 409,
     /// The task is over.
     TaskTerminal = "task_terminal" => 410,
     /// A worker handle past its expiry.
@@ -76,6 +78,8 @@ error_codes! {
     OutputBudgetExceeded = "output_budget_exceeded" => 413,
     /// A body in a media type the route does not take.
     UnsupportedMediaType = "unsupported_media_type" => 415,
+    /// A new MCP session past `mcp.max_sessions`.
+    TooManySessions = "too_many_sessions" => 429,
     /// The daemon is shutting down.
     Draining = "draining" => 503,
     /// The store is unavailable.
@@ -168,11 +172,13 @@ mod tests {
             ("already_final", 409),
             ("role_taken", 409),
             ("idempotency_conflict", 409),
+            ("socket_attached", 409),
             ("task_terminal", 410),
             ("handle_expired", 410),
             ("payload_too_large", 413),
             ("output_budget_exceeded", 413),
             ("unsupported_media_type", 415),
+            ("too_many_sessions", 429),
             ("draining", 503),
             ("not_ready", 503),
             ("frames_dropped", 503),

@@ -45,7 +45,8 @@ pub enum TelemetryError {
 
 /// Libraries whose `debug`/`trace` output includes raw frames, headers or
 /// bodies (WebSocket frames with `spawn` credentials, `Authorization`
-/// headers): they never log below `info`.
+/// headers, MCP tool calls and results with worker handles): they never log
+/// below `info`.
 pub const CREDENTIAL_CAPS: &[&str] = &[
     "tungstenite",
     "tokio_tungstenite",
@@ -55,6 +56,7 @@ pub const CREDENTIAL_CAPS: &[&str] = &[
     "reqwest",
     "rustls",
     "tower_http",
+    "rmcp",
 ];
 
 /// Installs the global subscriber. `filter` is the value of `RUST_LOG`; the

@@ -263,3 +263,67 @@ async fn swarmd_mcp_fails_clearly_without_a_daemon_or_with_a_bad_token() {
         );
     }
 }
+
+#[tokio::test]
+async fn new_sessions_past_the_cap_are_refused_until_one_closes() {
+    let daemon = Daemon::start_with(&format!("{EXTRA}max_sessions = 2\n")).await;
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "0"}}
+    });
+    let open = || {
+        daemon
+            .http
+            .post(daemon.url("/mcp"))
+            .bearer_auth(&daemon.admin)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&initialize)
+            .send()
+    };
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let answer = open().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        let id = answer.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        ids.push(id);
+    }
+    expect_error(open().await.unwrap(), 429, "too_many_sessions").await;
+
+    // A request inside an open session still works at the cap.
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let answer = daemon
+        .http
+        .post(daemon.url("/mcp"))
+        .bearer_auth(&daemon.admin)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Mcp-Session-Id", &ids[0])
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .json(&ping)
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(answer.status(), 429);
+
+    let closed = daemon
+        .http
+        .delete(daemon.url("/mcp"))
+        .bearer_auth(&daemon.admin)
+        .header("Mcp-Session-Id", &ids[0])
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    let mut reopened = false;
+    for _ in 0..50 {
+        if open().await.unwrap().status() == 200 {
+            reopened = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reopened, "a closed session frees its place");
+}

@@ -29,12 +29,23 @@ async fn tools_are_listed_with_input_and_output_schemas_on_both_revisions() {
             [
                 "agents",
                 "cancel",
+                "frames",
+                "mse_ack",
+                "mse_operator_join",
+                "mse_operator_leave",
+                "mse_pending_wait",
+                "mse_worker_fetch",
+                "mse_worker_submit",
                 "output",
+                "reply",
                 "spawn",
                 "spawn_many",
                 "task",
                 "tasks",
-                "wait"
+                "wait",
+                "worker_progress",
+                "worker_prompt",
+                "worker_submit"
             ],
             "{via:?} {mode}"
         );

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 
 use super::session::{only_session, pairs, relay_env, sessions};
-use super::{EXTRA, MODERN, Via, client, printed, tool_error};
+use super::{MODERN, Via, client, printed, tool_error};
 use crate::daemon::{Swarmd, eventually};
 use crate::harness::{Daemon, PATIENCE, parts};
 
@@ -147,8 +147,8 @@ async fn a_call_while_the_daemon_stays_away_answers_unavailable() {
     );
 }
 
-/// The last `last_seen` of the session holding `role`, once it exists.
-async fn last_seen(daemon: &Daemon, role: &str) -> u64 {
+/// The summary of the session holding `role`, once it exists.
+async fn holder(daemon: &Daemon, role: &str) -> Value {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let listed = sessions(daemon).await;
@@ -158,7 +158,7 @@ async fn last_seen(daemon: &Daemon, role: &str) -> u64 {
             .iter()
             .find(|s| s["roles"] == json!([role]));
         if let Some(holder) = holder {
-            return holder["last_seen"].as_u64().unwrap();
+            return holder.clone();
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -170,8 +170,12 @@ async fn last_seen(daemon: &Daemon, role: &str) -> u64 {
 
 #[tokio::test]
 async fn an_idle_relay_pings_the_daemon_and_a_signal_leaves_its_session() {
-    let daemon = Daemon::start_with(EXTRA).await;
-    for (signal, role) in [(Signal::SIGTERM, "term"), (Signal::SIGINT, "int")] {
+    // Presence lasts 5 s after a request: only the pings keep it longer.
+    let daemon = Daemon::start_with("[mcp]\npresence_secs = 5\n").await;
+    for (signal, role, idle_ms) in [
+        (Signal::SIGTERM, "term", 6500),
+        (Signal::SIGINT, "int", 2500),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("relay.json");
         let log = dir.path().join("relay.log");
@@ -189,13 +193,15 @@ async fn an_idle_relay_pings_the_daemon_and_a_signal_leaves_its_session() {
             .spawn()
             .unwrap();
         let _stdin = child.stdin.take();
-        let first = last_seen(&daemon, role).await;
-        tokio::time::sleep(Duration::from_millis(2500)).await;
-        let later = last_seen(&daemon, role).await;
+        let first = holder(&daemon, role).await["last_seen"].as_u64().unwrap();
+        tokio::time::sleep(Duration::from_millis(idle_ms)).await;
+        let later = holder(&daemon, role).await;
+        let seen = later["last_seen"].as_u64().unwrap();
         assert!(
-            later >= first + 1000,
+            seen >= first + idle_ms - 1500,
             "{role}: the idle relay's pings keep the session seen ({first} then {later})"
         );
+        assert_eq!(later["connected"], true, "{role}: present: {later}");
 
         let pid = i32::try_from(child.id().unwrap()).unwrap();
         kill(Pid::from_raw(pid), signal).unwrap();

@@ -116,6 +116,10 @@ async fn the_relay_holds_a_session_with_its_roles_and_leaves_it_when_stdin_close
     assert_eq!(roles, ["mcp-test", "reviewer"], "{session}");
     assert_eq!(session["kind"], "automate", "{session}");
     assert_eq!(session["description"], "relay under test", "{session}");
+    assert_eq!(
+        session["connected"], true,
+        "present while it relays: {session}"
+    );
     let task_id = seen["spawned"]["structured"]["task_id"].as_str().unwrap();
     let (_, task) = parts(
         daemon

@@ -222,11 +222,19 @@ impl Default for WsConfig {
 pub struct McpConfig {
     /// Milliseconds between `notifications/progress` of a waiting tool call.
     pub progress_ms: u64,
+    /// Seconds an MCP request by a session counts it as connected.
+    pub presence_secs: u64,
+    /// MCP sessions (of the initialize-era revisions) open at once.
+    pub max_sessions: u64,
 }
 
 impl Default for McpConfig {
     fn default() -> Self {
-        McpConfig { progress_ms: 5_000 }
+        McpConfig {
+            progress_ms: 5_000,
+            presence_secs: 60,
+            max_sessions: 256,
+        }
     }
 }
 

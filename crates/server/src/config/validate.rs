@@ -67,6 +67,8 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     range("ws.park_max", config.ws.park_max.into(), 1, 1_000_000)?;
     // Clients drop a call silent for long: progress comes at least every 10 s.
     range("mcp.progress_ms", config.mcp.progress_ms, 100, 10_000)?;
+    range("mcp.presence_secs", config.mcp.presence_secs, 5, 3600)?;
+    range("mcp.max_sessions", config.mcp.max_sessions, 1, 100_000)?;
     range("senior.timeout_secs", config.senior.timeout_secs, 1, DAY)?;
     if let Some(agent) = config
         .senior

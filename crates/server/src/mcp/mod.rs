@@ -12,10 +12,13 @@
 //! JSON-RPC errors are left to protocol faults.
 
 mod fanout;
+mod frames;
 mod proxy;
 mod read;
 mod route;
+mod upstream;
 mod wait;
+mod worker;
 
 use std::sync::Arc;
 
@@ -57,6 +60,9 @@ pub(crate) fn catalogue() -> Vec<Tool> {
     let mut tools = fanout::tools();
     tools.extend(wait::tools());
     tools.extend(read::tools());
+    tools.extend(frames::tools());
+    tools.extend(worker::tools());
+    tools.extend(upstream::tools());
     tools
 }
 
@@ -144,6 +150,17 @@ impl ServerHandler for SwarmdTools {
             "task" => read::task(state, &caller, args).await,
             "tasks" => read::tasks(state, &caller, args).await,
             "output" => read::output(state, &caller, args).await,
+            "frames" => frames::frames(state, &caller, args, &context).await,
+            "reply" => frames::reply(state, &caller, args).await,
+            "worker_prompt" => worker::prompt(state, args).await,
+            "worker_progress" => worker::progress(state, args).await,
+            "worker_submit" => worker::submit(state, args).await,
+            "mse_operator_join" => upstream::join(state, &caller, args).await,
+            "mse_pending_wait" => upstream::pending_wait(state, &caller, args, &context).await,
+            "mse_ack" => upstream::ack(state, &caller, args).await,
+            "mse_operator_leave" => upstream::leave(state, &caller, args).await,
+            "mse_worker_fetch" => upstream::fetch(state, args).await,
+            "mse_worker_submit" => upstream::submit(state, args).await,
             other => {
                 return Err(ErrorData::invalid_params(
                     format!("no tool named `{other}`"),
@@ -177,7 +194,18 @@ mod tests {
                 "wait",
                 "task",
                 "tasks",
-                "output"
+                "output",
+                "frames",
+                "reply",
+                "worker_prompt",
+                "worker_progress",
+                "worker_submit",
+                "mse_operator_join",
+                "mse_pending_wait",
+                "mse_ack",
+                "mse_operator_leave",
+                "mse_worker_fetch",
+                "mse_worker_submit"
             ]
         );
         for tool in &tools {

@@ -120,6 +120,11 @@ impl SpawnChannel for Session {
     }
 
     fn cancel(&self, req_id: &str, attempt: AttemptId, reason: &str) {
+        // A spawn handed over to the session that took this one's roles is
+        // cancelled there.
+        if let Some(to) = self.moved_spawn(req_id) {
+            return to.cancel(req_id, attempt, reason);
+        }
         self.pending.remove(req_id);
         // A spawn never delivered needs no SubAgent stopped; the cancel still
         // goes out in case a writer is sending the spawn right now.

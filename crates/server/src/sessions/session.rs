@@ -9,8 +9,12 @@
 //! across an `.await`), so a record written on detach can never land after
 //! the session's deletion and bring it back.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -59,6 +63,23 @@ pub struct Session {
     pub(crate) delivery: Delivery,
     /// How frames to this session are written.
     pub dialect: Dialect,
+    /// Until when the session counts as present through MCP (docs/mcp.md,
+    /// Presence) without a WebSocket.
+    present_until: Mutex<Option<Instant>>,
+    /// MCP calls popping this session's frames right now.
+    pollers: AtomicUsize,
+    /// Serializes MCP pops, so two calls never take the same frames.
+    pub(crate) pop_lock: tokio::sync::Mutex<()>,
+    /// The session this one's parked spawns moved to, with their `req_id`s:
+    /// a later cancel of one of them goes there.
+    moved_to: Mutex<Option<Moved>>,
+}
+
+/// Spawns handed over to another session.
+#[derive(Debug)]
+struct Moved {
+    to: Weak<Session>,
+    req_ids: HashSet<String>,
 }
 
 impl Session {
@@ -83,6 +104,10 @@ impl Session {
             pending: Pending::default(),
             delivery: Delivery::new(record.done_through),
             dialect: Dialect::from_stored(record.dialect.as_deref()),
+            present_until: Mutex::new(None),
+            pollers: AtomicUsize::new(0),
+            pop_lock: tokio::sync::Mutex::new(()),
+            moved_to: Mutex::new(None),
         })
     }
 
@@ -102,9 +127,35 @@ impl Session {
         !self.connected() && now_ms.saturating_sub(self.last_seen_ms()) >= idle_ms
     }
 
-    /// Whether a WebSocket is attached right now.
+    /// Whether the session can take frames now: a WebSocket is attached,
+    /// an MCP call is popping its frames, or an MCP request came within the
+    /// presence window.
     pub fn connected(&self) -> bool {
         self.outbox.is_attached()
+            || self.pollers.load(Ordering::Acquire) > 0
+            || self
+                .lock_presence()
+                .is_some_and(|until| until > Instant::now())
+    }
+
+    /// Counts the session present for `window` from now (an MCP request).
+    pub(crate) fn mark_present(&self, window: Duration) {
+        let until = Instant::now() + window;
+        let mut present = self.lock_presence();
+        if present.is_none_or(|old| old < until) {
+            *present = Some(until);
+        }
+    }
+
+    /// Counts the session connected while the returned guard lives (an MCP
+    /// call waiting for its frames).
+    pub(crate) fn polling(self: &Arc<Self>) -> Polling {
+        self.pollers.fetch_add(1, Ordering::AcqRel);
+        Polling(self.clone())
+    }
+
+    fn lock_presence(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.present_until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the session was deleted or expired.
@@ -210,8 +261,8 @@ impl Session {
     /// waiting for their replies, to `to` (a login that took its roles
     /// over). Returns how many moved; one that finds `to`'s outbox full is
     /// dropped, and its attempt waits for its SubAgent or its lease.
-    pub(super) fn hand_over_spawns(&self, to: &Session) -> usize {
-        let mut moved = 0;
+    pub(super) fn hand_over_spawns(&self, to: &Arc<Session>) -> usize {
+        let mut moved = HashSet::new();
         for spawn in self.outbox.take_spawns() {
             let req_id = spawn.req_id.clone();
             let waiter = self.pending.take(&req_id);
@@ -219,11 +270,30 @@ impl Session {
                 to.pending.insert(req_id.clone(), waiter);
             }
             match to.outbox.push(super::Outgoing::Spawn(Box::new(spawn))) {
-                Ok(_) => moved += 1,
+                Ok(_) => {
+                    moved.insert(req_id);
+                }
                 Err(_) => to.pending.remove(&req_id),
             }
         }
+        let count = moved.len();
+        if count > 0 {
+            *self.moved_to.lock().unwrap_or_else(|e| e.into_inner()) = Some(Moved {
+                to: Arc::downgrade(to),
+                req_ids: moved,
+            });
+        }
+        count
+    }
+
+    /// The session the spawn `req_id` moved to, if it moved and that
+    /// session still exists.
+    pub(super) fn moved_spawn(&self, req_id: &str) -> Option<Arc<Session>> {
+        let moved = self.moved_to.lock().unwrap_or_else(|e| e.into_inner());
         moved
+            .as_ref()
+            .filter(|m| m.req_ids.contains(req_id))
+            .and_then(|m| m.to.upgrade())
     }
 }
 
@@ -247,4 +317,15 @@ pub(super) fn unhex(s: &str) -> Option<[u8; 32]> {
         out[i] = u8::from_str_radix(text, 16).ok()?;
     }
     Some(out)
+}
+
+/// An MCP call popping a session's frames; the session counts as connected
+/// while it lives.
+#[derive(Debug)]
+pub(crate) struct Polling(Arc<Session>);
+
+impl Drop for Polling {
+    fn drop(&mut self) {
+        self.0.pollers.fetch_sub(1, Ordering::AcqRel);
+    }
 }

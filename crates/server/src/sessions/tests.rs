@@ -459,4 +459,75 @@ async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
         .complete(&receipt.req_id, Reply::Spawn(reply.clone()))
         .unwrap();
     assert_eq!(receipt.reply.await.unwrap(), reply);
+
+    // A cancel through the channel the attempt holds (the old session's)
+    // reaches the session the spawn moved to.
+    let frame = SpawnFrame {
+        attempt: AttemptId::new(TaskId::new(), 1),
+        agent: "a".into(),
+        credential: WorkerCredential::new("swc1.t".into(), "wh-2".into(), u64::MAX),
+        worker_binding: None,
+        directive: String::new(),
+        base_url: String::new(),
+        lease_deadline_ms: 0,
+    };
+    let moving = registry
+        .login(&harness.engine, roles(&["mover"]))
+        .await
+        .unwrap();
+    let moving_session = registry.get(&moving.sid).unwrap();
+    let channel = registry
+        .session(&moving.sid)
+        .unwrap()
+        .spawn_channel
+        .unwrap();
+    let attempt = frame.attempt;
+    let receipt = channel.spawn(frame).await.unwrap();
+    clock.advance_ms(31_000);
+    let taker = registry
+        .login(&harness.engine, roles(&["mover"]))
+        .await
+        .unwrap();
+    let taker_session = registry.get(&taker.sid).unwrap();
+    assert!(moving_session.is_closed());
+    // The taker's socket took the spawn already: the cancel must follow it.
+    taker_session.outbox.ack(Some(u64::MAX), 0);
+    channel.cancel(&receipt.req_id, attempt, "stop");
+    let frames = queued(&taker_session);
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(
+        (&frames[0]["type"], &frames[0]["req_id"]),
+        (&json!("cancel"), &json!(receipt.req_id))
+    );
+    assert!(receipt.reply.await.is_err(), "the waiter is gone");
+}
+
+#[tokio::test(start_paused = true)]
+async fn mcp_presence_counts_as_connected_for_its_window_and_while_polling() {
+    let harness = Harness::new().await;
+    let login = harness
+        .registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
+    let session = harness.registry.get(&login.sid).unwrap();
+    assert!(!session.connected(), "no socket, no MCP request");
+
+    session.mark_present(std::time::Duration::from_secs(60));
+    assert!(session.connected());
+    tokio::time::advance(std::time::Duration::from_secs(59)).await;
+    assert!(session.connected(), "inside the window");
+    tokio::time::advance(std::time::Duration::from_secs(2)).await;
+    assert!(!session.connected(), "the window lapsed");
+
+    let polling = session.polling();
+    assert!(session.connected(), "a pop in flight");
+    drop(polling);
+    assert!(!session.connected());
+
+    // A shorter window never cuts a longer one short.
+    session.mark_present(std::time::Duration::from_secs(60));
+    session.mark_present(std::time::Duration::from_secs(5));
+    tokio::time::advance(std::time::Duration::from_secs(30)).await;
+    assert!(session.connected());
 }

@@ -28,6 +28,7 @@ pub(crate) mod tests;
 
 pub use connection::serve_socket;
 pub use router::EventRouter;
+pub(crate) use writer::prepare_spawn;
 pub use writer::{CLOSE_REPLACED, CLOSE_SESSION_ENDED};
 
 /// The largest client frame accepted; a larger one closes the socket with

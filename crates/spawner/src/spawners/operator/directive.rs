@@ -55,6 +55,8 @@ pub fn render_directive(
          (prompt, system, input);\n\
          2. POST {base_url}/v1/worker/submit?task_id={task_id} with its result as the body; \
          add `&ok=false` to the URL if it could not do the task.\n\
+         A SubAgent with swarmd's MCP tools may instead call `worker_prompt` and \
+         `worker_submit` with the worker_handle.\n\
          When the SubAgent has finished, reply `spawn_ack`; to stop it early, reply `spawn_halt`.\n"
     );
     text
@@ -101,6 +103,10 @@ mod tests {
         )));
         assert!(text.contains("`Authorization: Bearer wh-0f`"));
         assert!(
+            text.contains("`worker_prompt` and `worker_submit`"),
+            "{text}"
+        );
+        assert!(
             !text.contains("localhost") && !text.contains("<"),
             "no placeholder: {text}"
         );
@@ -116,6 +122,6 @@ mod tests {
             "http://h:1",
         );
         assert!(text.starts_with("Launch one SubAgent of type `researcher`"));
-        assert!(!text.contains("tools"));
+        assert!(!text.contains("Give it these tools"));
     }
 }

@@ -1,0 +1,364 @@
+//! The tools of a MainAI acting on delegated work without a WebSocket:
+//! `frames` pops the session's next frames (`spawn`, `ask`, `hook_before`,
+//! `cancel`, `task_done`, …) with a long-poll, and `reply` answers one
+//! (`spawn_ack`, `spawn_halt`, `answer`, `hook_ack`).
+//!
+//! Frames come from the session's outbox, the same queue a WebSocket writer
+//! drains, in the same order and in the session's dialect; a popped frame is
+//! acknowledged when the call returns it. While a WebSocket is attached its
+//! writer owns the queue and a pop is refused (`socket_attached`). Pops of
+//! one session run one at a time, and the session counts as connected while
+//! one waits (docs/mcp.md, Acting as the MainAI).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{JsonObject, ProgressNotificationParam, Tool};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, model::ProgressToken};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use swarmd_engine::ErrorCode;
+use swarmd_engine::ids::SessionId;
+use swarmd_spawner::operator::{HookAck, SpawnReply};
+
+use super::{Outcome, arguments, structured, tool};
+use crate::app::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+use crate::sessions::{Outgoing, Reply, ReplyError, Session};
+use crate::ws::frames::{ClientFrame, ServerFrame, decode, encode};
+use crate::ws::prepare_spawn;
+
+/// The longest a pop waits for a frame.
+pub(crate) const MAX_WAIT_SECS: u64 = 600;
+/// The most frames one pop returns.
+const MAX_FRAMES: usize = 50;
+
+pub(super) fn tools() -> Vec<Tool> {
+    vec![
+        tool::<FramesArgs, Popped>(
+            "frames",
+            "Act as the MainAI of delegated work: pop this session's next frames, waiting up \
+             to wait_secs for one. A `spawn` asks you to launch a SubAgent with its directive \
+             and worker_handle, then `reply` spawn_ack (or spawn_halt); an `ask` wants \
+             `reply` answer; a `hook_before` wants `reply` hook_ack; `cancel` and `task_done` \
+             need no reply. Sends progress notifications while it waits.",
+            false,
+        ),
+        tool::<ReplyArgs, Replied>(
+            "reply",
+            "Answer a frame popped with `frames`, by its req_id: type spawn_ack (value, ok, \
+             error, stats), spawn_halt (value, reason), answer (value) or hook_ack (ok, \
+             reason).",
+            false,
+        ),
+    ]
+}
+
+/// `frames` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FramesArgs {
+    /// Seconds to wait for a first frame (0 to 600, default 30).
+    #[serde(default = "default_wait")]
+    wait_secs: u64,
+    /// The most frames to return (1 to 50, default 10).
+    #[serde(default = "default_max")]
+    max: usize,
+    /// The session to pop for; only the admin names one, a session pops its own.
+    #[serde(default)]
+    sid: Option<String>,
+}
+
+fn default_wait() -> u64 {
+    30
+}
+
+fn default_max() -> usize {
+    10
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct Popped {
+    /// The frames, in order, as docs/protocol.md describes them.
+    frames: Vec<Value>,
+    /// Frames still queued after these.
+    queued: usize,
+}
+
+/// `reply` arguments: a reply frame of docs/protocol.md.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReplyArgs {
+    /// `spawn_ack`, `spawn_halt`, `answer` or `hook_ack`.
+    #[serde(rename = "type")]
+    kind: String,
+    /// The `req_id` of the frame answered.
+    req_id: String,
+    /// spawn_ack / spawn_halt / answer: the value.
+    #[serde(default)]
+    value: Option<Value>,
+    /// spawn_ack: whether the SubAgent succeeded; hook_ack: whether the spawn may go on.
+    #[serde(default)]
+    ok: Option<bool>,
+    /// spawn_ack: the error when not ok.
+    #[serde(default)]
+    error: Option<String>,
+    /// spawn_halt / hook_ack: why.
+    #[serde(default)]
+    reason: Option<String>,
+    /// spawn_ack: the SubAgent's usage (tokens, model, turns).
+    #[serde(default)]
+    stats: Option<Value>,
+    /// The session replying; only the admin names one.
+    #[serde(default)]
+    sid: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct Replied {
+    /// The reply reached the request waiting for it; false for a spawn
+    /// reply that came after its attempt ended (nothing waits any more).
+    delivered: bool,
+}
+
+/// The session a frame tool acts on: the caller's own, or for the admin the
+/// one named by `sid`.
+pub(super) fn session_of(
+    state: &AppState,
+    caller: &Caller,
+    sid: Option<&str>,
+) -> Result<Arc<Session>, ApiError> {
+    let named = sid
+        .map(|s| {
+            s.parse::<SessionId>()
+                .map_err(|e| ApiError::bad_request(format!("invalid sid: {e}")))
+        })
+        .transpose()?;
+    match (caller, named) {
+        (Caller::Operator(session), None) => Ok(session.clone()),
+        (Caller::Operator(session), Some(sid)) if sid == session.sid => Ok(session.clone()),
+        (Caller::Operator(_), Some(_)) => Err(ApiError::forbidden()),
+        (Caller::Admin, Some(sid)) => state
+            .sessions
+            .get(&sid)
+            .ok_or_else(|| ApiError::not_found(format!("session {sid}"))),
+        (Caller::Admin, None) => Err(ApiError::bad_request(
+            "the admin names the session: pass `sid` (or connect with the session's token)",
+        )),
+        (Caller::Token { .. }, _) => Err(ApiError::forbidden()),
+    }
+}
+
+pub(super) async fn frames(
+    state: &AppState,
+    caller: &Caller,
+    args: Option<JsonObject>,
+    context: &RequestContext<RoleServer>,
+) -> Outcome {
+    let args: FramesArgs = arguments(args)?;
+    if args.wait_secs > MAX_WAIT_SECS || !(1..=MAX_FRAMES).contains(&args.max) {
+        return Err(ApiError::bad_request(format!(
+            "wait_secs is 0 to {MAX_WAIT_SECS} and max 1 to {MAX_FRAMES}"
+        )));
+    }
+    let session = session_of(state, caller, args.sid.as_deref())?;
+    let frames = pop(
+        state,
+        &session,
+        args.max,
+        Duration::from_secs(args.wait_secs),
+        context,
+    )
+    .await?;
+    structured(&Popped {
+        frames,
+        queued: session.parked(),
+    })
+}
+
+/// Pops up to `max` frames of `session`, waiting up to `wait` for the first;
+/// an empty list at the wait's end, at the drain, or when the session ends.
+pub(super) async fn pop(
+    state: &AppState,
+    session: &Arc<Session>,
+    max: usize,
+    wait: Duration,
+    context: &RequestContext<RoleServer>,
+) -> Result<Vec<Value>, ApiError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let progress = context.meta.get_progress_token();
+    let _polling = session.polling();
+    let locked = tokio::select! {
+        guard = session.pop_lock.lock() => Some(guard),
+        () = tokio::time::sleep_until(deadline) => None,
+        () = context.ct.cancelled() => return Err(cancelled()),
+    };
+    let Some(_guard) = locked else {
+        return Ok(Vec::new());
+    };
+    if session.outbox.is_attached() {
+        return Err(ApiError::coded(
+            ErrorCode::SocketAttached,
+            "this session's frames go to its attached WebSocket",
+        ));
+    }
+    let interval = Duration::from_millis(state.config.mcp.progress_ms);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    let started = tokio::time::Instant::now();
+    let batch = loop {
+        tokio::select! {
+            batch = session.outbox.next_batch(max) => break batch,
+            _ = ticker.tick() => {
+                if let Some(token) = &progress {
+                    notify_waiting(context, token, started.elapsed(), wait).await;
+                }
+            }
+            () = context.ct.cancelled() => return Err(cancelled()),
+            () = state.shutdown.cancelled() => return Ok(Vec::new()),
+            () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+        }
+    };
+    let mut frames = Vec::with_capacity(batch.frames.len() + 1);
+    if batch.dropped > 0 {
+        let notice = ServerFrame::error(
+            None,
+            ErrorCode::FramesDropped,
+            format!(
+                "{} frames were dropped while the outbox was full",
+                batch.dropped
+            ),
+        );
+        frames.push(as_json(encode(&notice).as_str())?);
+    }
+    let mut last = None;
+    for (id, frame) in batch.frames {
+        let text = match frame {
+            Outgoing::Text { text, .. } => Some(text),
+            Outgoing::Spawn(spawn) => prepare_spawn(&state.engine, session, id, *spawn).await,
+        };
+        if let Some(text) = text {
+            frames.push(as_json(text.as_str())?);
+        }
+        last = Some(id);
+    }
+    session.outbox.ack(last, batch.dropped);
+    Ok(frames)
+}
+
+fn as_json(text: &str) -> Result<Value, ApiError> {
+    serde_json::from_str(text).map_err(|e| ApiError::internal(&e))
+}
+
+fn cancelled() -> ApiError {
+    ApiError::bad_request("the client cancelled the call")
+}
+
+/// A progress notification for a pop still waiting.
+async fn notify_waiting(
+    context: &RequestContext<RoleServer>,
+    token: &ProgressToken,
+    elapsed: Duration,
+    wait: Duration,
+) {
+    let params = ProgressNotificationParam::new(token.clone(), elapsed.as_secs_f64())
+        .with_total(wait.as_secs_f64())
+        .with_message(format!(
+            "waiting for frames, {}s of {}s",
+            elapsed.as_secs(),
+            wait.as_secs()
+        ));
+    if let Err(error) = context.peer.notify_progress(params).await {
+        tracing::debug!(%error, "progress notification not sent");
+    }
+}
+
+pub(super) async fn reply(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
+    let args: ReplyArgs = arguments(args)?;
+    let session = session_of(state, caller, args.sid.as_deref())?;
+    let mut frame = Map::new();
+    frame.insert("type".into(), json!(args.kind));
+    frame.insert("req_id".into(), json!(args.req_id));
+    let fields = [
+        ("value", args.value),
+        ("ok", args.ok.map(Value::Bool)),
+        ("error", args.error.map(Value::String)),
+        ("reason", args.reason.map(Value::String)),
+        ("stats", args.stats),
+    ];
+    for (name, value) in fields {
+        if let Some(value) = value {
+            frame.insert(name.into(), value);
+        }
+    }
+    let text = Value::Object(frame).to_string();
+    let decoded = decode(&text).map_err(|e| ApiError::bad_request(e.message))?;
+    let delivered = complete(&session, decoded)?;
+    structured(&Replied { delivered })
+}
+
+/// Completes the request a reply frame answers. A spawn reply for an
+/// attempt that already ended is not an error (nothing waits for it).
+pub(super) fn complete(session: &Session, frame: ClientFrame) -> Result<bool, ApiError> {
+    let (req_id, reply) = match frame {
+        ClientFrame::SpawnAck {
+            req_id,
+            value,
+            ok,
+            error,
+            stats,
+        } => (
+            req_id,
+            Reply::Spawn(SpawnReply::Ack {
+                value,
+                ok,
+                error,
+                stats,
+            }),
+        ),
+        ClientFrame::SpawnHalt {
+            req_id,
+            value,
+            reason,
+        } => (req_id, Reply::Spawn(SpawnReply::Halt { value, reason })),
+        ClientFrame::Answer { req_id, value } => (req_id, Reply::Answer(value)),
+        ClientFrame::HookAck { req_id, ok, reason } => {
+            (req_id, Reply::Hook(HookAck { ok, reason }))
+        }
+        ClientFrame::SpawnTask(_)
+        | ClientFrame::CancelTask { .. }
+        | ClientFrame::Subscribe { .. } => {
+            return Err(ApiError::bad_request(
+                "reply answers spawn_ack, spawn_halt, answer or hook_ack; use the spawn and \
+                 cancel tools to start and stop tasks",
+            ));
+        }
+    };
+    let spawn_reply = matches!(reply, Reply::Spawn(_));
+    match session.pending.complete(req_id.as_str(), reply) {
+        Ok(()) => Ok(true),
+        Err(ReplyError::Unknown(_)) if spawn_reply => Ok(false),
+        Err(error @ ReplyError::Unknown(_)) => Err(ApiError::coded(
+            ErrorCode::UnknownRequest,
+            error.to_string(),
+        )),
+        Err(error @ ReplyError::WrongKind { .. }) => Err(ApiError::bad_request(error.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pop_bounds_are_documented_in_the_schema() {
+        let tool = &tools()[0];
+        let schema = Value::Object((*tool.input_schema).clone()).to_string();
+        assert!(
+            schema.contains("wait_secs") && schema.contains("max"),
+            "{schema}"
+        );
+    }
+}

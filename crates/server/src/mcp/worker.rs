@@ -1,0 +1,215 @@
+//! The SubAgent's tools: `worker_prompt`, `worker_progress` and
+//! `worker_submit`, by `worker_handle`, so a SubAgent that inherited its
+//! MainAI's MCP connection needs no HTTP client. The handle is the
+//! credential, checked exactly as the worker routes check it (the gate,
+//! binding, fencing, late writes); the MCP caller's own rights play no part.
+
+use rmcp::model::{JsonObject, Tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use swarmd_engine::gate::Verb;
+use swarmd_engine::{ResultAck, ResultPost, WorkerAuth, body_digest};
+use swarmd_output_store::{ContentRef, OutputEvent};
+
+use super::{Outcome, arguments, structured, tool};
+use crate::app::AppState;
+use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
+use crate::http::error::ApiError;
+use crate::http::views::PromptView;
+
+/// The longest progress stage or note, in bytes.
+const MAX_NOTE_BYTES: usize = 4096;
+
+pub(super) fn tools() -> Vec<Tool> {
+    vec![
+        tool::<HandleArgs, PromptShape>(
+            "worker_prompt",
+            "SubAgent: fetch the prompt of the attempt a `spawn` frame handed you, by its \
+             worker_handle (`wh-…`): task_id, attempt, agent, system, prompt, input, deadline.",
+            true,
+        ),
+        tool::<ProgressArgs, Reported>(
+            "worker_progress",
+            "SubAgent: record progress on your attempt (a stage and an optional note) and/or \
+             a piece of partial text, by worker_handle. Stored in the task's output.",
+            false,
+        ),
+        tool::<SubmitArgs, AckShape>(
+            "worker_submit",
+            "SubAgent: submit your attempt's result by worker_handle: value (any JSON, text \
+             included) and ok (false marks the attempt failed). The first result decides the \
+             attempt; repeating the same one is harmless.",
+            false,
+        ),
+    ]
+}
+
+/// The schema of a fetched prompt (`PromptView`, as `GET /v1/worker/prompt`).
+#[derive(Debug, JsonSchema)]
+#[expect(
+    dead_code,
+    reason = "a schema only: prompts are serialized as PromptView"
+)]
+pub(super) struct PromptShape {
+    task_id: String,
+    attempt: u32,
+    agent: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<String>,
+    prompt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input: Option<Value>,
+    /// The lease deadline (unix ms).
+    deadline: u64,
+}
+
+/// The schema of a submit's answer (`ResultAck`, as `POST /v1/worker/result`).
+#[derive(Debug, JsonSchema)]
+#[expect(
+    dead_code,
+    reason = "a schema only: answers are serialized as ResultAck"
+)]
+struct AckShape {
+    task_id: String,
+    attempt: u32,
+    /// Whether this result decided the attempt (false: a replay of the first).
+    accepted: bool,
+}
+
+/// Only the handle.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct HandleArgs {
+    /// The `worker_handle` of the spawn frame (or its `capability_token`).
+    worker_handle: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ProgressArgs {
+    /// The `worker_handle` of the spawn frame.
+    worker_handle: String,
+    /// A short name of where the work is ("reading", "tests", …).
+    #[serde(default)]
+    stage: Option<String>,
+    /// A line about it.
+    #[serde(default)]
+    note: Option<String>,
+    /// Partial output text, appended to the task's stream.
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct Reported {
+    /// The output sequence number of the last event written.
+    seq: u64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SubmitArgs {
+    /// The `worker_handle` of the spawn frame.
+    worker_handle: String,
+    /// The result.
+    value: Value,
+    /// False marks the attempt failed (default true).
+    #[serde(default = "yes")]
+    ok: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The attempt a handle names, for `verb`.
+pub(super) fn authenticate(
+    state: &AppState,
+    handle: &str,
+    verb: Verb,
+) -> Result<(WorkerBearer, WorkerAuth), ApiError> {
+    let bearer = WorkerBearer(handle.to_owned());
+    let auth = authenticate_worker(state, &bearer, verb)?;
+    Ok((bearer, auth))
+}
+
+pub(super) async fn prompt(state: &AppState, args: Option<JsonObject>) -> Outcome {
+    let args: HandleArgs = arguments(args)?;
+    structured(&fetch(state, &args.worker_handle).await?)
+}
+
+/// The prompt of the attempt `handle` names.
+pub(super) async fn fetch(state: &AppState, handle: &str) -> Result<PromptView, ApiError> {
+    let (bearer, auth) = authenticate(state, handle, Verb::FetchPrompt)?;
+    let prompt = state
+        .engine
+        .fetch_prompt(&auth, None)
+        .await
+        .map_err(|e| worker_refusal(state, &bearer.0, e))?;
+    Ok(PromptView::new(&auth, prompt))
+}
+
+pub(super) async fn progress(state: &AppState, args: Option<JsonObject>) -> Outcome {
+    let args: ProgressArgs = arguments(args)?;
+    let mut events = Vec::with_capacity(2);
+    if args.stage.is_some() || args.note.is_some() {
+        let stage = args.stage.unwrap_or_else(|| "progress".to_owned());
+        for text in std::iter::once(&stage).chain(args.note.as_ref()) {
+            if text.len() > MAX_NOTE_BYTES {
+                return Err(ApiError::bad_request(format!(
+                    "stage and note are at most {MAX_NOTE_BYTES} bytes"
+                )));
+            }
+        }
+        events.push(OutputEvent::Progress {
+            stage,
+            note: args.note,
+        });
+    }
+    if let Some(text) = args.text {
+        events.push(OutputEvent::Partial {
+            chunk: ContentRef::Inline { value: json!(text) },
+        });
+    }
+    if events.is_empty() {
+        return Err(ApiError::bad_request("give a stage, a note or text"));
+    }
+    let (bearer, auth) = authenticate(state, &args.worker_handle, Verb::EmitOutput)?;
+    let seq = state
+        .engine
+        .worker_output(&auth, None, events)
+        .await
+        .map_err(|e| worker_refusal(state, &bearer.0, e))?;
+    structured(&Reported { seq })
+}
+
+pub(super) async fn submit(state: &AppState, args: Option<JsonObject>) -> Outcome {
+    let args: SubmitArgs = arguments(args)?;
+    structured(&post(state, &args.worker_handle, args.value, args.ok).await?)
+}
+
+/// Posts the attempt's Final. The digest covers the value and `ok`, so the
+/// same submit repeated replays the first answer.
+pub(super) async fn post(
+    state: &AppState,
+    handle: &str,
+    value: Value,
+    ok: bool,
+) -> Result<ResultAck, ApiError> {
+    let (bearer, auth) = authenticate(state, handle, Verb::PostResult)?;
+    let digest = body_digest(json!({ "value": value, "ok": ok }).to_string().as_bytes());
+    let post = ResultPost {
+        task_id: None,
+        attempt: None,
+        value,
+        ok,
+        idempotency_key: None,
+        body_digest: digest,
+    };
+    state
+        .engine
+        .post_result(&auth, post)
+        .await
+        .map_err(|e| worker_refusal(state, &bearer.0, e))
+}

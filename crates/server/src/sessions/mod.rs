@@ -227,6 +227,7 @@ impl SessionRegistry {
             return Err(SessionError::Engine(error));
         }
         tracing::info!(sid = %session.sid, roles = ?session.roles, kind = ?session.kind, "session created");
+        engine.wake_waiting();
         Ok(LoginResponse {
             sid: session.sid,
             token: secret.expose().to_owned(),

@@ -31,7 +31,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::{
     IdempotencyKey, Json, Query, RawBody, check_depth, is_json, media_type,
 };
-use crate::ws::dialect::STEP_PREFIX;
+use crate::ws::dialect::{STEP_PREFIX, step_id};
 
 /// The worker routes, to be merged into the API router.
 pub(super) fn routes() -> Router<AppState> {
@@ -124,14 +124,23 @@ async fn prompt(
     State(state): State<AppState>,
     bearer: WorkerBearer,
     Query(query): Query<TaskQuery>,
-) -> Result<Json<PromptView>, ApiError> {
+) -> Result<Response, ApiError> {
     let auth = authenticate_worker(&state, &bearer, Verb::FetchPrompt)?;
     let prompt = state
         .engine
         .fetch_prompt(&auth, id_of(query.task_id))
         .await
         .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
-    Ok(Json(PromptView::new(&auth, prompt)))
+    let view = PromptView::new(&auth, prompt);
+    // Asked by its step id, the prompt names the task the same way.
+    if query.task_id.is_some_and(|t| t.step)
+        && let Ok(Value::Object(mut fields)) = serde_json::to_value(&view)
+        && let Some(step) = step_id(&view.task_id.to_string())
+    {
+        fields.insert("task_id".to_owned(), Value::String(step));
+        return Ok(Json(Value::Object(fields)).into_response());
+    }
+    Ok(Json(view).into_response())
 }
 
 async fn result(
@@ -173,7 +182,13 @@ async fn submit(
         })
         .finalize()
         .into();
-    let step = query.task_id.is_some_and(|t| t.step);
+    // The upstream answer: for a submit naming its task by its step id, or
+    // naming none for an attempt whose `spawn` went to an upstream session
+    // (the upstream client's SubAgent names none).
+    let upstream = match query.task_id {
+        Some(task) => task.step,
+        None => state.upstream_attempts.contains(auth.attempt),
+    };
     let post = ResultPost {
         task_id: id_of(query.task_id),
         attempt: None,
@@ -184,7 +199,7 @@ async fn submit(
     };
     let ack = post_final(&state, &bearer, &auth, post).await?;
     // The upstream client takes only `204` as success.
-    Ok(if step {
+    Ok(if upstream {
         StatusCode::NO_CONTENT.into_response()
     } else {
         ack.into_response()

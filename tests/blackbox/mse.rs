@@ -1,0 +1,193 @@
+//! The upstream MainAI client, unchanged (docs/protocol.md, Upstream
+//! clients): the real `mse mcp` of mlua-swarm-cli 0.32.1, installed by
+//! `scripts/mse-env.sh` (a no-op once it is in the tools cache), runs as an
+//! MCP stdio server driven by the official Python SDK
+//! (`tests/blackbox/mcp/mse.py`, in the venv of `scripts/mcp-client-env.sh`),
+//! joined to a real swarmd that allows loopback login, as upstream's client
+//! logs in without a credential. If the install fails, the test fails and
+//! says why; it is never skipped.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::process::Command;
+
+use crate::daemon::{Swarmd, repo_root};
+
+const CONFIG: &str = r#"
+[auth]
+loopback_login = true
+
+[agents.helper]
+kind = "operator"
+description = "Any MainAI's SubAgent"
+"#;
+
+/// The `mse` binary, installed once per test run.
+fn mse() -> PathBuf {
+    static MSE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    MSE.get_or_init(|| {
+        let script = repo_root().join("scripts/mse-env.sh");
+        let output = std::process::Command::new("bash")
+            .arg(&script)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "{} failed:\n{}",
+                script.display(),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        Ok(PathBuf::from(
+            String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+        ))
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("the upstream client `mse` is not available: {e}"))
+}
+
+/// Runs one scenario of `mse.py` against `sw` and returns what it saw.
+async fn run(sw: &Swarmd, scenario: &str) -> Value {
+    let home = sw.dir().join("mse-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut command = Command::new(crate::mcp::python());
+    command
+        .arg(repo_root().join("tests/blackbox/mcp/mse.py"))
+        .arg(mse())
+        .args([sw.base.as_str(), scenario])
+        .env("SWARMD_TOKEN", &sw.admin)
+        .env("MSE_HOME", &home)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the mse scenario finished in time")
+        .expect("the mse scenario ran");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "mse.py {scenario} failed: {}\n{}\ndaemon:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        sw.log()
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// `ST-` and the hex of a `T-` task id.
+fn step(task: &Value) -> String {
+    let task = task.as_str().expect("a task id");
+    format!("ST-{}", task.strip_prefix("T-").expect("a T- id"))
+}
+
+fn listed(sessions: &Value, sid: &str) -> Option<Value> {
+    sessions
+        .as_array()
+        .expect("GET /v1/operators lists sessions")
+        .iter()
+        .find(|s| s["sid"] == sid)
+        .cloned()
+}
+
+#[tokio::test]
+async fn mse_mcp_joins_takes_a_spawn_through_its_subagent_tools_and_leaves() {
+    let sw = Swarmd::new(CONFIG).start().await;
+    let seen = run(&sw, "delegated").await;
+
+    let tools: Vec<&str> = seen["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "mse_ack",
+            "mse_operator_join",
+            "mse_operator_leave",
+            "mse_pending_wait",
+            "mse_worker_fetch",
+            "mse_worker_submit"
+        ]
+    );
+
+    // `mse_operator_join {desc}`: a MainAI session with no roles.
+    let sid = seen["joined"]["sid"].as_str().expect("a sid").to_owned();
+    let session = listed(&seen["operators_joined"], &sid).expect("the joined session is listed");
+    assert_eq!(session["description"], "swarmd black-box test", "{session}");
+    assert_eq!(session["roles"], serde_json::json!([]), "{session}");
+    assert_eq!(session["kind"], "main_ai", "{session}");
+    assert_eq!(session["connected"], true, "{session}");
+
+    // A task pinned to that session reaches `mse_pending_wait` as a spawn
+    // named by its step id.
+    let created = &seen["created"];
+    assert_eq!(created["status"], 201, "{created}");
+    let task = &created["body"]["task_id"];
+    let frame = &seen["frame"];
+    assert_eq!(frame["timed_out"], false, "{frame}");
+    assert_eq!(frame["type"], "spawn", "{frame}");
+    let payload = &frame["payload"];
+    assert_eq!(payload["task_id"], step(task), "{frame}");
+    assert_eq!(payload["agent"], "helper", "{frame}");
+    assert_eq!(payload["attempt"], 1, "{frame}");
+    let handle = payload["worker_handle"].as_str().unwrap();
+    assert!(handle.starts_with("wh-"), "{frame}");
+    let directive = payload["directive"].as_str().unwrap();
+    assert!(directive.contains(&step(task)), "{directive}");
+
+    // Its SubAgent tools fetch the prompt and submit by the handle alone.
+    let fetched = &seen["fetched"];
+    assert_eq!(fetched["prompt"], "count to three", "{fetched}");
+    assert_eq!(fetched["task_id"], step(task), "{fetched}");
+    assert_eq!(seen["submitted"], serde_json::json!({"submitted": true}));
+    assert_eq!(seen["acked"], serde_json::json!({"sent": true}));
+    let done = &seen["done"];
+    assert_eq!(done["status"], 200, "{done}");
+    assert_eq!(done["body"]["status"], "pass", "{done}");
+    assert_eq!(done["body"]["result"]["value"], "one two three", "{done}");
+    assert_eq!(done["body"]["result"]["ok"], true, "{done}");
+
+    // Without `operator_sid` the agent (no `operator_role`) goes to the
+    // least-loaded MainAI: the only one there is.
+    let unpinned = &seen["unpinned_frame"];
+    assert_eq!(unpinned["type"], "spawn", "{unpinned}");
+    assert_eq!(
+        unpinned["payload"]["task_id"],
+        step(&seen["unpinned"]["body"]["task_id"])
+    );
+    assert_eq!(seen["unpinned_submitted"]["submitted"], true, "{seen}");
+    let done = &seen["unpinned_done"]["body"];
+    assert_eq!(done["status"], "pass", "{done}");
+    assert_eq!(done["result"]["value"], "{\"n\": 2}", "{done}");
+
+    // A task cancelled after its spawn was popped: `mse` drops `cancel`
+    // frames, so its SubAgent learns it from the worker routes (410).
+    assert_eq!(seen["cancel"]["status"], 200, "{seen}");
+    for refused in ["cancelled_fetch", "cancelled_submit"] {
+        let error = seen[refused]["error"].as_str().unwrap_or_else(|| {
+            panic!("{refused} should fail: {}", seen[refused]);
+        });
+        assert!(error.contains("HTTP 410"), "{refused}: {error}");
+    }
+    assert_eq!(seen["cancelled_ack"], serde_json::json!({"sent": true}));
+    assert_eq!(seen["cancelled_done"]["body"]["status"], "cancelled");
+    assert_eq!(seen["after_cancel"]["timed_out"], true, "{seen}");
+
+    // `mse_operator_leave` ends the session.
+    assert_eq!(seen["left"], serde_json::json!({"removed": true}));
+    assert!(
+        listed(&seen["operators_left"], &sid).is_none(),
+        "{}",
+        seen["operators_left"]
+    );
+
+    let log = sw.log();
+    assert!(!log.contains(handle), "a worker handle was logged");
+    assert!(!log.contains("sws-"), "a session secret was logged");
+}

@@ -147,7 +147,10 @@ async fn the_upstream_subagent_submits_without_naming_its_task_and_gets_204() {
     let spawn = ws.recv_type("spawn").await;
     assert_eq!(spawn["task_id"], task.as_str());
     let submitted = sw
-        .post("/v1/worker/submit", spawn["worker_handle"].as_str().unwrap())
+        .post(
+            "/v1/worker/submit",
+            spawn["worker_handle"].as_str().unwrap(),
+        )
         .body("done")
         .send()
         .await
@@ -191,4 +194,34 @@ async fn an_upstream_session_names_its_tasks_by_step_id_in_its_own_frames() {
     let refused = ws.recv_type("error").await;
     assert_eq!(refused["code"], "bad_request", "{refused}");
     assert_eq!(refused["req_id"], "c-2", "{refused}");
+}
+
+#[tokio::test]
+async fn a_login_with_a_null_manifest_is_upstream_shaped_too() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    // What `mse_operator_join {desc}` sends when given no manifest.
+    let mse = sw
+        .login(json!({"desc": "mse without a manifest", "capability_manifest": null}))
+        .await;
+    let mut ws = sw.connect(&mse).await;
+    let (_, body) = sw
+        .create(json!({"agent": "helper", "prompt": "p", "operator_sid": mse.sid}))
+        .await;
+    let task = body["task_id"].as_str().unwrap().to_owned();
+    let spawn = ws.recv_type("spawn").await;
+    assert_eq!(spawn["task_id"], format!("ST-{}", &task[2..]), "{spawn}");
+
+    // `desc` alone, or with roles, stays on the documented wire.
+    for login in [
+        json!({"desc": "no manifest key"}),
+        json!({"desc": "a role", "capability_manifest": null, "roles": ["r"]}),
+    ] {
+        let main = sw.login(login).await;
+        let mut ws = sw.connect(&main).await;
+        let (_, body) = sw
+            .create(json!({"agent": "helper", "prompt": "p", "operator_sid": main.sid}))
+            .await;
+        let spawn = ws.recv_type("spawn").await;
+        assert_eq!(spawn["task_id"], body["task_id"], "{spawn}");
+    }
 }

@@ -7,7 +7,8 @@ joined to the swarmd at BASE_URL (its `MSE_HTTP`). The scenario also talks to
 swarmd over HTTP with the admin token in $SWARMD_TOKEN, to create tasks and
 read what became of them. Everything seen is printed as one JSON object on
 stdout; the black-box test (`tests/blackbox/mse.rs`) asserts on it. A tool
-call `mse` refuses is recorded as `{"error": <message>}`, never raised.
+call `mse` refuses is recorded as `{"error": <message>}`, never raised; a
+scenario that cannot go on records `exception` beside what it saw so far.
 """
 
 import asyncio
@@ -15,9 +16,11 @@ import json
 import os
 import sys
 
-import httpx
+import urllib.error
+import urllib.request
+
 from mcp import Client, StdioServerParameters
-from mcp.shared.exceptions import McpError
+from mcp.shared.exceptions import MCPError
 
 TOOLS = [
     "mse_operator_join",
@@ -30,32 +33,39 @@ TOOLS = [
 
 
 class Swarmd:
-    """swarmd's HTTP API as the admin."""
+    """swarmd's HTTP API as the admin (the standard library, off the event loop)."""
 
     def __init__(self, base: str) -> None:
-        token = os.environ["SWARMD_TOKEN"]
-        self.http = httpx.AsyncClient(
-            base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        )
+        self.base = base
+        self.token = os.environ["SWARMD_TOKEN"]
+
+    def _request(self, method: str, path: str, body) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.token}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return {"status": response.status, "body": json.load(response)}
+        except urllib.error.HTTPError as error:
+            return {"status": error.code, "body": json.load(error)}
 
     async def create(self, body: dict) -> dict:
-        response = await self.http.post("/v1/tasks", json=body)
-        return {"status": response.status_code, "body": response.json()}
+        return await asyncio.to_thread(self._request, "POST", "/v1/tasks", body)
 
     async def get(self, path: str) -> dict:
-        response = await self.http.get(path)
-        return {"status": response.status_code, "body": response.json()}
+        return await asyncio.to_thread(self._request, "GET", path, None)
 
     async def post(self, path: str, body: dict) -> dict:
-        response = await self.http.post(path, json=body)
-        return {"status": response.status_code, "body": response.json()}
+        return await asyncio.to_thread(self._request, "POST", path, body)
 
 
 async def call(client: Client, tool: str, args: dict) -> dict:
     """One tool call: the JSON `mse` answered with, or the error it raised."""
     try:
         result = await client.call_tool(tool, args)
-    except McpError as error:
+    except MCPError as error:
         return {"error": str(error)}
     text = [c.text for c in result.content if getattr(c, "type", None) == "text"]
     if result.is_error:
@@ -73,9 +83,8 @@ async def operators(swarmd: Swarmd) -> list:
     return listed["body"]
 
 
-async def delegated(client: Client, swarmd: Swarmd) -> dict:
+async def delegated(client: Client, swarmd: Swarmd, seen: dict) -> None:
     """Join, take one task's spawn through its SubAgent tools, ack, leave."""
-    seen = {}
     listed = await client.list_tools()
     names = {tool.name for tool in listed.tools}
     seen["tools"] = sorted(name for name in TOOLS if name in names)
@@ -125,7 +134,7 @@ async def delegated(client: Client, swarmd: Swarmd) -> dict:
     seen["unpinned_done"] = await swarmd.get(f"/v1/tasks/{task}/wait?timeout_secs=20")
 
     # Cancelled after its spawn was popped: `mse` does not take `cancel`
-    # frames, so the SubAgent learns it when it fetches or submits.
+    # frames, so the SubAgent learns it when it submits.
     third = await swarmd.create({"agent": "helper", "prompt": "never mind", "operator_sid": sid})
     frame = await pop(client, sid)
     seen["cancelled_frame"] = frame
@@ -146,7 +155,6 @@ async def delegated(client: Client, swarmd: Swarmd) -> dict:
 
     seen["left"] = await call(client, "mse_operator_leave", {"sid": sid})
     seen["operators_left"] = await operators(swarmd)
-    return seen
 
 
 SCENARIOS = {"delegated": delegated}
@@ -167,8 +175,12 @@ async def main() -> None:
         },
     )
     swarmd = Swarmd(base)
-    async with Client(params, mode="legacy") as client:
-        seen = await SCENARIOS[scenario](client, swarmd)
+    seen = {}
+    try:
+        async with Client(params, mode="legacy") as client:
+            await SCENARIOS[scenario](client, swarmd, seen)
+    except Exception as error:  # what was seen up to here is the evidence
+        seen["exception"] = repr(error)
     print(json.dumps(seen))
 
 

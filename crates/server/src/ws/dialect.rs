@@ -69,7 +69,11 @@ impl Dialect {
         let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(text) else {
             return Cow::Borrowed(text);
         };
-        let Some(task) = fields.get("task_id").and_then(Value::as_str).and_then(task_id) else {
+        let Some(task) = fields
+            .get("task_id")
+            .and_then(Value::as_str)
+            .and_then(task_id)
+        else {
             return Cow::Borrowed(text);
         };
         fields.insert("task_id".to_owned(), Value::String(task));

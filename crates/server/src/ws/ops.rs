@@ -82,7 +82,9 @@ pub(super) fn spawn_worker(
         }
         while let Some(refused) = running.next().await {
             if let Some(frame) = refused {
-                let _ = direct.send(Direct::Frame(session.dialect.encode(&frame))).await;
+                let _ = direct
+                    .send(Direct::Frame(session.dialect.encode(&frame)))
+                    .await;
             }
         }
     };

@@ -19,8 +19,8 @@ use swarmd_engine::ids::{ReqId, TaskId};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::feed::EventFeed;
 use super::dialect::Dialect;
+use super::feed::EventFeed;
 use super::frames::ServerFrame;
 use super::ops::engine_error;
 use super::writer::Direct;

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use crate::daemon::{Swarmd, repo_root};
@@ -50,37 +51,52 @@ fn mse() -> PathBuf {
     .unwrap_or_else(|e| panic!("the upstream client `mse` is not available: {e}"))
 }
 
-/// Runs one scenario of `mse.py` against `sw` and returns what it saw.
-async fn run(sw: &Swarmd, scenario: &str) -> Value {
+/// Runs one scenario of `mse.py` against `sw` and returns what it saw. A
+/// line `{"restart": …}` on its stdout asks for a restart of the daemon
+/// (SIGKILL, then the same address and state directory), answered with a
+/// line on its stdin once the daemon listens again.
+async fn run(sw: &mut Swarmd, scenario: &str) -> Value {
     let home = sw.dir().join("mse-home");
     std::fs::create_dir_all(&home).unwrap();
-    let mut command = Command::new(crate::mcp::python());
-    command
+    let mut child = Command::new(crate::mcp::python())
         .arg(repo_root().join("tests/blackbox/mcp/mse.py"))
         .arg(mse())
         .args([sw.base.as_str(), scenario])
         .env("SWARMD_TOKEN", &sw.admin)
         .env("MSE_HOME", &home)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
-        .await
-        .expect("the mse scenario finished in time")
-        .expect("the mse scenario ran");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the mse scenario starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    let seen = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let line = lines.next_line().await.unwrap().unwrap_or_default();
+            let said: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            if said.get("restart").is_none() {
+                return said;
+            }
+            sw.kill9().await;
+            sw.restart().await;
+            stdin.write_all(b"restarted\n").await.unwrap();
+        }
+    })
+    .await
+    .expect("the mse scenario finished in time");
+    let status = child.wait().await.unwrap();
+    let errors = errors.await.unwrap();
     assert!(
-        output.status.success(),
-        "mse.py {scenario} failed: {}\n{}\ndaemon:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr),
-        sw.log()
-    );
-    let seen: Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    assert!(
-        seen.get("exception").is_none(),
-        "mse.py {scenario} stopped: {seen:#}\nmse:\n{}\ndaemon:\n{}",
-        String::from_utf8_lossy(&output.stderr),
+        status.success() && seen.get("exception").is_none(),
+        "mse.py {scenario}: {status}, saw {seen:#}\nmse:\n{errors}\ndaemon:\n{}",
         sw.log()
     );
     seen
@@ -103,8 +119,8 @@ fn listed(sessions: &Value, sid: &str) -> Option<Value> {
 
 #[tokio::test]
 async fn mse_mcp_joins_takes_a_spawn_through_its_subagent_tools_and_leaves() {
-    let sw = Swarmd::new(CONFIG).start().await;
-    let seen = run(&sw, "delegated").await;
+    let mut sw = Swarmd::new(CONFIG).start().await;
+    let seen = run(&mut sw, "delegated").await;
 
     let tools: Vec<&str> = seen["tools"]
         .as_array()
@@ -199,4 +215,32 @@ async fn mse_mcp_joins_takes_a_spawn_through_its_subagent_tools_and_leaves() {
     let log = sw.log();
     assert!(!log.contains(handle), "a worker handle was logged");
     assert!(!log.contains("sws-"), "a session secret was logged");
+}
+
+#[tokio::test]
+async fn mse_mcp_keeps_its_session_through_a_daemon_restart() {
+    let mut sw = Swarmd::new(CONFIG).start().await;
+    let seen = run(&mut sw, "restart").await;
+    let sid = seen["joined"]["sid"].as_str().expect("a sid");
+    assert_eq!(seen["restarted"], "restarted");
+    // The session outlived the daemon: a task pinned to it is created, and
+    // the next `mse_pending_wait` reconnects the same sid and gets its spawn.
+    assert_eq!(seen["created"]["status"], 201, "{seen}");
+    let task = &seen["created"]["body"]["task_id"];
+    let frame = &seen["frame"];
+    assert_eq!(frame["type"], "spawn", "{frame}");
+    assert_eq!(frame["payload"]["task_id"], step(task), "{frame}");
+    assert_eq!(seen["submitted"]["submitted"], true, "{seen}");
+    let done = &seen["done"]["body"];
+    assert_eq!(done["status"], "pass", "{done}");
+    assert_eq!(done["result"]["value"], "after a restart", "{done}");
+    assert_eq!(seen["left"]["removed"], true, "{seen}");
+    let (status, _) = crate::harness::parts(
+        sw.get(&format!("/v1/operators/{sid}"), &sw.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404, "the session is gone after mse_operator_leave");
 }

@@ -157,7 +157,31 @@ async def delegated(client: Client, swarmd: Swarmd, seen: dict) -> None:
     seen["operators_left"] = await operators(swarmd)
 
 
-SCENARIOS = {"delegated": delegated}
+async def restart(client: Client, swarmd: Swarmd, seen: dict) -> None:
+    """Join, let the test restart swarmd, then take a spawn on the same sid."""
+    joined = await call(client, "mse_operator_join", {"desc": "through a restart"})
+    seen["joined"] = joined
+    sid = joined["sid"]
+    # The test restarts the daemon on the same address and state directory
+    # when it reads this line, and answers on stdin once it is back.
+    print(json.dumps({"restart": sid}), flush=True)
+    seen["restarted"] = (await asyncio.to_thread(sys.stdin.readline)).strip()
+
+    created = await swarmd.create({"agent": "helper", "prompt": "after", "operator_sid": sid})
+    seen["created"] = created
+    # The first call after the drop finds the socket gone and reconnects.
+    frame = await pop(client, sid)
+    seen["frame"] = frame
+    handle = frame["payload"]["worker_handle"]
+    seen["submitted"] = await call(
+        client, "mse_worker_submit", {"worker_handle": handle, "body": "after a restart"}
+    )
+    task = created["body"]["task_id"]
+    seen["done"] = await swarmd.get(f"/v1/tasks/{task}/wait?timeout_secs=20")
+    seen["left"] = await call(client, "mse_operator_leave", {"sid": sid})
+
+
+SCENARIOS = {"delegated": delegated, "restart": restart}
 
 
 async def main() -> None:

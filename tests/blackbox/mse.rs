@@ -204,6 +204,25 @@ async fn mse_mcp_joins_takes_a_spawn_through_its_subagent_tools_and_leaves() {
     assert_eq!(seen["cancelled_done"]["body"]["status"], "cancelled");
     assert_eq!(seen["after_cancel"]["timed_out"], true, "{seen}");
 
+    // `spawn_halt` through `mse_ack` is a graceful stop: its Final passes.
+    assert_eq!(seen["halted_ack"], serde_json::json!({"sent": true}));
+    let done = &seen["halted_done"]["body"];
+    assert_eq!(done["status"], "pass", "{done}");
+    assert_eq!(
+        done["result"]["value"],
+        serde_json::json!({"halted": true, "reason": "enough", "value": {"partial": 1}}),
+        "{done}"
+    );
+    // `mse_worker_submit {ok: false}` blocks the task with the body.
+    assert_eq!(
+        seen["failed_submit"],
+        serde_json::json!({"submitted": true})
+    );
+    let done = &seen["failed_done"]["body"];
+    assert_eq!(done["status"], "blocked", "{done}");
+    assert_eq!(done["result"]["value"], "it broke", "{done}");
+    assert_eq!(done["result"]["ok"], false, "{done}");
+
     // `mse_operator_leave` ends the session.
     assert_eq!(seen["left"], serde_json::json!({"removed": true}));
     assert!(

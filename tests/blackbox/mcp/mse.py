@@ -153,6 +153,35 @@ async def delegated(client: Client, swarmd: Swarmd, seen: dict) -> None:
     seen["cancelled_done"] = await swarmd.get(f"/v1/tasks/{task}")
     seen["after_cancel"] = await call(client, "mse_pending_wait", {"sid": sid, "timeout_ms": 500})
 
+    # `spawn_halt` through `mse_ack`: a graceful stop.
+    fourth = await swarmd.create({"agent": "helper", "prompt": "stop early", "operator_sid": sid})
+    frame = await pop(client, sid)
+    seen["halted_ack"] = await call(
+        client,
+        "mse_ack",
+        {
+            "sid": sid,
+            "req_id": frame["req_id"],
+            "kind": "spawn_halt",
+            "value": {"partial": 1},
+            "error": "enough",
+        },
+    )
+    task = fourth["body"]["task_id"]
+    seen["halted_done"] = await swarmd.get(f"/v1/tasks/{task}/wait?timeout_secs=20")
+
+    # A failed attempt: `mse_worker_submit {ok: false}`.
+    fifth = await swarmd.create({"agent": "helper", "prompt": "fail", "operator_sid": sid})
+    frame = await pop(client, sid)
+    handle = frame["payload"]["worker_handle"]
+    seen["failed_submit"] = await call(
+        client,
+        "mse_worker_submit",
+        {"worker_handle": handle, "body": "it broke", "ok": False},
+    )
+    task = fifth["body"]["task_id"]
+    seen["failed_done"] = await swarmd.get(f"/v1/tasks/{task}/wait?timeout_secs=20")
+
     seen["left"] = await call(client, "mse_operator_leave", {"sid": sid})
     seen["operators_left"] = await operators(swarmd)
 

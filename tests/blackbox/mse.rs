@@ -169,6 +169,18 @@ async fn mse_mcp_joins_takes_a_spawn_through_its_subagent_tools_and_leaves() {
     let fetched = &seen["fetched"];
     assert_eq!(fetched["prompt"], "count to three", "{fetched}");
     assert_eq!(fetched["task_id"], step(task), "{fetched}");
+    // A named part (`name`) is an `artifact` output event of the attempt.
+    assert_eq!(seen["part"], serde_json::json!({"submitted": true}));
+    let records = seen["output"]["body"]["records"].as_array().unwrap();
+    let artifact = records
+        .iter()
+        .find(|r| r["event"]["type"] == "artifact")
+        .unwrap_or_else(|| panic!("no artifact in {records:?}"));
+    assert_eq!(artifact["event"]["name"], "plan.md", "{artifact}");
+    assert_eq!(
+        artifact["event"]["content"]["value"], "# one two three",
+        "{artifact}"
+    );
     assert_eq!(seen["submitted"], serde_json::json!({"submitted": true}));
     assert_eq!(seen["acked"], serde_json::json!({"sent": true}));
     let done = &seen["done"];

@@ -225,3 +225,38 @@ async fn a_login_with_a_null_manifest_is_upstream_shaped_too() {
         assert_eq!(spawn["task_id"], body["task_id"], "{spawn}");
     }
 }
+
+#[tokio::test]
+async fn a_named_part_is_an_artifact_and_a_bad_name_is_refused() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let mse = sw.login(mse_login()).await;
+    let mut ws = sw.connect(&mse).await;
+    let (_, body) = sw.create(json!({"agent": "helper", "prompt": "p"})).await;
+    let task = body["task_id"].as_str().unwrap().to_owned();
+    let spawn = ws.recv_type("spawn").await;
+    let handle = spawn["worker_handle"].as_str().unwrap();
+    let long = "n".repeat(257);
+    for query in ["", "?name=", &format!("?name={long}")] {
+        let refused = sw
+            .post(&format!("/v1/worker/artifact{query}"), handle)
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        crate::harness::expect_error(refused, 400, "bad_request").await;
+    }
+    let stored = sw
+        .post("/v1/worker/artifact?name=a.json", handle)
+        .header("content-type", "application/json")
+        .body(r#"{"k": 1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stored.status(), 204);
+    let records = sw.output(&task).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        records[0]["event"],
+        json!({"type": "artifact", "name": "a.json", "content": {"kind": "inline", "value": {"k": 1}}})
+    );
+}

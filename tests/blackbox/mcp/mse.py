@@ -104,6 +104,11 @@ async def delegated(client: Client, swarmd: Swarmd, seen: dict) -> None:
     seen["frame"] = frame
     handle = frame["payload"]["worker_handle"]
     seen["fetched"] = await call(client, "mse_worker_fetch", {"worker_handle": handle})
+    seen["part"] = await call(
+        client,
+        "mse_worker_submit",
+        {"worker_handle": handle, "body": "# one two three", "name": "plan.md"},
+    )
     seen["submitted"] = await call(
         client, "mse_worker_submit", {"worker_handle": handle, "body": "one two three\n"}
     )
@@ -119,6 +124,7 @@ async def delegated(client: Client, swarmd: Swarmd, seen: dict) -> None:
         },
     )
     seen["done"] = await swarmd.get(f"/v1/tasks/{task}/wait?timeout_secs=20")
+    seen["output"] = await swarmd.get(f"/v1/tasks/{task}/output")
 
     # A second task with no `operator_sid`: the least-loaded MainAI is this
     # one, the only session there is.

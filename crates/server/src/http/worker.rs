@@ -1,6 +1,6 @@
 //! Worker routes (docs/protocol.md, Worker routes): what a SubAgent does with its token or `wh-`
-//! handle — fetch its prompt, stream output, post or submit its result,
-//! heartbeat.
+//! handle — fetch its prompt, stream output or post a named artifact, post
+//! or submit its result, heartbeat.
 //!
 //! The engine verifies the bearer for each route's verb and enforces binding,
 //! fencing and the late-write rules (docs/security.md, Verification step 7; docs/tasks.md, Late
@@ -23,7 +23,7 @@ use swarmd_engine::ids::TaskId;
 use swarmd_engine::{HeartbeatAck, ResultAck, ResultPost, WorkerAuth, body_digest};
 
 use super::views::PromptView;
-use swarmd_output_store::OutputEvent;
+use swarmd_output_store::{ContentRef, OutputEvent};
 
 use crate::app::AppState;
 use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
@@ -40,6 +40,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/worker/result", post(result))
         .route("/v1/worker/submit", post(submit))
         .route("/v1/worker/output", post(output))
+        .route("/v1/worker/artifact", post(artifact))
         .route("/v1/worker/heartbeat", post(heartbeat))
 }
 
@@ -95,6 +96,18 @@ struct ResultBody {
 struct SubmitQuery {
     #[serde(default = "yes")]
     ok: bool,
+    #[serde(default)]
+    task_id: Option<NamedTask>,
+}
+
+/// The longest artifact name `POST /v1/worker/artifact` takes, in bytes.
+const MAX_ARTIFACT_NAME: usize = 256;
+
+/// `POST /v1/worker/artifact` query: the upstream client's named part.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ArtifactQuery {
+    name: String,
     #[serde(default)]
     task_id: Option<NamedTask>,
 }
@@ -240,6 +253,34 @@ async fn output(
         attempt: auth.attempt.n,
         seq,
     }))
+}
+
+/// The body as one `artifact` output event named `?name=`, read as `submit`
+/// reads its body; answered `204` (the upstream client's named part).
+async fn artifact(
+    State(state): State<AppState>,
+    bearer: WorkerBearer,
+    Query(query): Query<ArtifactQuery>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<StatusCode, ApiError> {
+    let auth = authenticate_worker(&state, &bearer, Verb::EmitOutput)?;
+    if query.name.is_empty() || query.name.len() > MAX_ARTIFACT_NAME {
+        return Err(ApiError::bad_request(format!(
+            "`name` must be 1 to {MAX_ARTIFACT_NAME} bytes"
+        )));
+    }
+    let value = submitted_value(&headers, &body)?;
+    let event = OutputEvent::Artifact {
+        name: query.name,
+        content: ContentRef::Inline { value },
+    };
+    state
+        .engine
+        .worker_output(&auth, id_of(query.task_id), vec![event])
+        .await
+        .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn heartbeat(

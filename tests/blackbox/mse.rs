@@ -181,6 +181,13 @@ async fn mse_mcp_joins_takes_a_spawn_through_its_subagent_tools_and_leaves() {
         artifact["event"]["content"]["value"], "# one two three",
         "{artifact}"
     );
+    // So are the `degradations` and `stats` it posts before the result.
+    let stages: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["event"]["type"] == "progress")
+        .map(|r| &r["event"]["stage"])
+        .collect();
+    assert_eq!(stages, ["degradation", "stats"], "{records:?}");
     assert_eq!(seen["submitted"], serde_json::json!({"submitted": true}));
     assert_eq!(seen["acked"], serde_json::json!({"sent": true}));
     let done = &seen["done"];

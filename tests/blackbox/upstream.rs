@@ -227,7 +227,7 @@ async fn a_login_with_a_null_manifest_is_upstream_shaped_too() {
 }
 
 #[tokio::test]
-async fn a_named_part_is_an_artifact_and_a_bad_name_is_refused() {
+async fn named_parts_and_reports_are_output_events_and_bad_ones_are_refused() {
     let sw = Swarmd::new(AGENTS).start().await;
     let mse = sw.login(mse_login()).await;
     let mut ws = sw.connect(&mse).await;
@@ -253,10 +253,37 @@ async fn a_named_part_is_an_artifact_and_a_bad_name_is_refused() {
         .await
         .unwrap();
     assert_eq!(stored.status(), 204);
+    for (route, body) in [
+        ("stats", r#"{"usage": {"total_tokens": 12}}"#),
+        ("degradation", r#"{"tool": "grep", "error": "timeout"}"#),
+    ] {
+        let stored = sw
+            .post(&format!("/v1/worker/{route}"), handle)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stored.status(), 204, "{route}");
+        let huge = format!(r#"{{"pad": "{}"}}"#, "x".repeat(64 << 10));
+        for bad in ["not json", huge.as_str()] {
+            let refused = sw
+                .post(&format!("/v1/worker/{route}"), handle)
+                .body(bad.to_owned())
+                .send()
+                .await
+                .unwrap();
+            crate::harness::expect_error(refused, 400, "bad_request").await;
+        }
+    }
     let records = sw.output(&task).await;
-    assert_eq!(records.len(), 1, "{records:?}");
+    let events: Vec<&serde_json::Value> = records.iter().map(|r| &r["event"]).collect();
     assert_eq!(
-        records[0]["event"],
-        json!({"type": "artifact", "name": "a.json", "content": {"kind": "inline", "value": {"k": 1}}})
+        events,
+        [
+            &json!({"type": "artifact", "name": "a.json", "content": {"kind": "inline", "value": {"k": 1}}}),
+            &json!({"type": "progress", "stage": "stats", "note": r#"{"usage":{"total_tokens":12}}"#}),
+            &json!({"type": "progress", "stage": "degradation", "note": r#"{"error":"timeout","tool":"grep"}"#}),
+        ]
     );
 }

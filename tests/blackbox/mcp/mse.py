@@ -110,7 +110,14 @@ async def delegated(client: Client, swarmd: Swarmd, seen: dict) -> None:
         {"worker_handle": handle, "body": "# one two three", "name": "plan.md"},
     )
     seen["submitted"] = await call(
-        client, "mse_worker_submit", {"worker_handle": handle, "body": "one two three\n"}
+        client,
+        "mse_worker_submit",
+        {
+            "worker_handle": handle,
+            "body": "one two three\n",
+            "stats": {"usage": {"total_tokens": 42}, "model": "m"},
+            "degradations": [{"tool": "grep", "error": "timeout", "fallback": "read"}],
+        },
     )
     seen["acked"] = await call(
         client,

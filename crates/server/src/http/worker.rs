@@ -1,6 +1,7 @@
 //! Worker routes (docs/protocol.md, Worker routes): what a SubAgent does with its token or `wh-`
-//! handle — fetch its prompt, stream output or post a named artifact, post
-//! or submit its result, heartbeat.
+//! handle — fetch its prompt, stream output, post or submit its result,
+//! heartbeat — and, in `upstream`, the routes the upstream client's SubAgent
+//! tools use besides.
 //!
 //! The engine verifies the bearer for each route's verb and enforces binding,
 //! fencing and the late-write rules (docs/security.md, Verification step 7; docs/tasks.md, Late
@@ -23,7 +24,7 @@ use swarmd_engine::ids::TaskId;
 use swarmd_engine::{HeartbeatAck, ResultAck, ResultPost, WorkerAuth, body_digest};
 
 use super::views::PromptView;
-use swarmd_output_store::{ContentRef, OutputEvent};
+use swarmd_output_store::OutputEvent;
 
 use crate::app::AppState;
 use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
@@ -33,6 +34,8 @@ use crate::http::extract::{
 };
 use crate::ws::dialect::{STEP_PREFIX, step_id};
 
+mod upstream;
+
 /// The worker routes, to be merged into the API router.
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -40,14 +43,14 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/worker/result", post(result))
         .route("/v1/worker/submit", post(submit))
         .route("/v1/worker/output", post(output))
-        .route("/v1/worker/artifact", post(artifact))
         .route("/v1/worker/heartbeat", post(heartbeat))
+        .merge(upstream::routes())
 }
 
 /// A task as a worker names it: its id, or the upstream client's step id
 /// (`ST-` plus the same hex, docs/protocol.md, Upstream clients).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct NamedTask {
+pub(super) struct NamedTask {
     id: TaskId,
     /// Named by its step id: the submit answer is the upstream one.
     step: bool,
@@ -65,7 +68,7 @@ impl<'de> Deserialize<'de> for NamedTask {
     }
 }
 
-fn id_of(task: Option<NamedTask>) -> Option<TaskId> {
+pub(super) fn id_of(task: Option<NamedTask>) -> Option<TaskId> {
     task.map(|t| t.id)
 }
 
@@ -96,18 +99,6 @@ struct ResultBody {
 struct SubmitQuery {
     #[serde(default = "yes")]
     ok: bool,
-    #[serde(default)]
-    task_id: Option<NamedTask>,
-}
-
-/// The longest artifact name `POST /v1/worker/artifact` takes, in bytes.
-const MAX_ARTIFACT_NAME: usize = 256;
-
-/// `POST /v1/worker/artifact` query: the upstream client's named part.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ArtifactQuery {
-    name: String,
     #[serde(default)]
     task_id: Option<NamedTask>,
 }
@@ -255,34 +246,6 @@ async fn output(
     }))
 }
 
-/// The body as one `artifact` output event named `?name=`, read as `submit`
-/// reads its body; answered `204` (the upstream client's named part).
-async fn artifact(
-    State(state): State<AppState>,
-    bearer: WorkerBearer,
-    Query(query): Query<ArtifactQuery>,
-    headers: HeaderMap,
-    RawBody(body): RawBody,
-) -> Result<StatusCode, ApiError> {
-    let auth = authenticate_worker(&state, &bearer, Verb::EmitOutput)?;
-    if query.name.is_empty() || query.name.len() > MAX_ARTIFACT_NAME {
-        return Err(ApiError::bad_request(format!(
-            "`name` must be 1 to {MAX_ARTIFACT_NAME} bytes"
-        )));
-    }
-    let value = submitted_value(&headers, &body)?;
-    let event = OutputEvent::Artifact {
-        name: query.name,
-        content: ContentRef::Inline { value },
-    };
-    state
-        .engine
-        .worker_output(&auth, id_of(query.task_id), vec![event])
-        .await
-        .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
 async fn heartbeat(
     State(state): State<AppState>,
     bearer: WorkerBearer,
@@ -311,7 +274,7 @@ async fn heartbeat(
     Ok(Json(ack))
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(super) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     check_depth(body)?;
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
@@ -319,7 +282,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 
 /// The value `submit` stores: the parsed body when it is declared JSON and
 /// parses, else the text with trailing whitespace trimmed.
-fn submitted_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+pub(super) fn submitted_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     if is_json(headers) {
         check_depth(body)?;
     }

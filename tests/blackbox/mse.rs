@@ -282,3 +282,35 @@ async fn mse_mcp_keeps_its_session_through_a_daemon_restart() {
     .await;
     assert_eq!(status, 404, "the session is gone after mse_operator_leave");
 }
+
+#[tokio::test]
+async fn two_mse_sessions_share_unpinned_operator_tasks() {
+    let mut sw = Swarmd::new(CONFIG).start().await;
+    let seen = run(&mut sw, "pool").await;
+    let sids: Vec<&str> = seen["sids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(sids.len(), 2, "{seen}");
+    // The first task went to either; the second, created while the first
+    // waited for its answer, to the other one (least loaded).
+    let mut all = Vec::new();
+    for sid in &sids {
+        let got = seen["got"][sid].as_array().unwrap();
+        assert_eq!(got.len(), 1, "{sid} got {got:?}; {seen:#}");
+        all.push(got[0].as_str().unwrap().to_owned());
+    }
+    let mut expected: Vec<String> = seen["tasks"].as_array().unwrap().iter().map(step).collect();
+    all.sort();
+    expected.sort();
+    assert_eq!(all, expected);
+    // Each task passed with the sid of the session that took it.
+    for done in seen["done"].as_array().unwrap() {
+        assert_eq!(done["status"], "pass", "{done}");
+        let by = done["result"]["value"].as_str().unwrap();
+        let step = step(&done["id"]);
+        assert_eq!(seen["got"][by][0], step.as_str(), "{seen:#}");
+    }
+}

@@ -223,7 +223,48 @@ async def restart(client: Client, swarmd: Swarmd, seen: dict) -> None:
     seen["left"] = await call(client, "mse_operator_leave", {"sid": sid})
 
 
-SCENARIOS = {"delegated": delegated, "restart": restart}
+async def pool(client: Client, swarmd: Swarmd, seen: dict) -> None:
+    """Two sessions of one `mse`: unpinned tasks go to the least loaded."""
+    sids = []
+    for desc in ["pool one", "pool two"]:
+        sids.append((await call(client, "mse_operator_join", {"desc": desc}))["sid"])
+    seen["sids"] = sids
+    got = {sid: [] for sid in sids}
+    tasks = []
+
+    async def take(sid: str, wait_ms: int) -> bool:
+        frame = await call(client, "mse_pending_wait", {"sid": sid, "timeout_ms": wait_ms})
+        if frame.get("timed_out", True):
+            return False
+        got[sid].append(frame)
+        return True
+
+    first = await swarmd.create({"agent": "helper", "prompt": "part 0"})
+    tasks.append(first["body"]["task_id"])
+    # Find the session that took it; its spawn stays unanswered (its load).
+    for _ in range(40):
+        if any([await take(sid, 250) for sid in sids]):
+            break
+    busy = next(sid for sid in sids if got[sid])
+    idle = next(sid for sid in sids if sid != busy)
+    second = await swarmd.create({"agent": "helper", "prompt": "part 1"})
+    tasks.append(second["body"]["task_id"])
+    await take(idle, 20000)
+    await take(busy, 500)
+    seen["tasks"] = tasks
+    seen["got"] = {sid: [f["payload"]["task_id"] for f in frames] for sid, frames in got.items()}
+    for sid, frames in got.items():
+        for frame in frames:
+            handle = frame["payload"]["worker_handle"]
+            await call(client, "mse_worker_submit", {"worker_handle": handle, "body": sid})
+    seen["done"] = [
+        (await swarmd.get(f"/v1/tasks/{task}/wait?timeout_secs=20"))["body"] for task in tasks
+    ]
+    for sid in sids:
+        await call(client, "mse_operator_leave", {"sid": sid})
+
+
+SCENARIOS = {"delegated": delegated, "restart": restart, "pool": pool}
 
 
 async def main() -> None:

@@ -1,6 +1,6 @@
 """Drives the upstream MainAI client `mse mcp` (mlua-swarm-cli) against swarmd.
 
-usage: mse.py MSE_BINARY BASE_URL SCENARIO
+usage: mse.py MSE_BINARY BASE_URL SCENARIO   (delegated, restart or pool)
 
 `mse mcp` runs as an MCP stdio server (the official Python SDK is its client)
 joined to the swarmd at BASE_URL (its `MSE_HTTP`). The scenario also talks to
@@ -9,13 +9,14 @@ read what became of them. Everything seen is printed as one JSON object on
 stdout; the black-box test (`tests/blackbox/mse.rs`) asserts on it. A tool
 call `mse` refuses is recorded as `{"error": <message>}`, never raised; a
 scenario that cannot go on records `exception` beside what it saw so far.
+The `restart` scenario prints `{"restart": sid}` on a line of its own and
+waits for a line on stdin: the test restarts swarmd in between.
 """
 
 import asyncio
 import json
 import os
 import sys
-
 import urllib.error
 import urllib.request
 

@@ -68,6 +68,7 @@ pub async fn serve_socket(state: AppState, session: Arc<Session>, socket: WebSoc
         let writer = Writer {
             engine,
             session: &session,
+            upstream: &state.upstream_attempts,
             liveness: &liveness,
             ping_every,
         };

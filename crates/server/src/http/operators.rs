@@ -30,7 +30,6 @@ use crate::app::AppState;
 use crate::http::auth::{Caller, authenticate, bearer};
 use crate::http::error::ApiError;
 use crate::sessions::{LoginRequest, LoginResponse, Session, SessionSummary};
-use crate::ws::dialect::Dialect;
 use crate::ws::{MAX_FRAME_BYTES, READ_CHUNK_BYTES, serve_socket};
 
 /// The session routes (docs/protocol.md, Operator sessions), to be merged into the main router.
@@ -72,31 +71,14 @@ async fn login(
     _auth: LoginAuth,
     body: Bytes,
 ) -> Result<(StatusCode, Json<LoginResponse>), ApiError> {
-    let mut request = if body.iter().all(u8::is_ascii_whitespace) {
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
         LoginRequest::default()
     } else {
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("invalid login request: {e}")))?
     };
-    // The upstream client sends `"capability_manifest": null` when it has
-    // no manifest: the key itself marks its login's shape (docs/protocol.md,
-    // Upstream clients), which a null read as absent would lose.
-    if request.dialect.is_none()
-        && request.capability_manifest.is_none()
-        && request.desc.is_some()
-        && request.roles.is_empty()
-        && names_a_manifest(&body)
-    {
-        request.dialect = Some(Dialect::Upstream);
-    }
     let response = state.sessions.login(&state.engine, request).await?;
     Ok((StatusCode::CREATED, Json(response)))
-}
-
-/// Whether the login body has a `capability_manifest` key, null or not.
-fn names_a_manifest(body: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body)
-        .is_ok_and(|fields| fields.contains_key("capability_manifest"))
 }
 
 /// `GET /v1/operators` (admin).

@@ -36,6 +36,8 @@ use crate::ws::dialect::{STEP_PREFIX, step_id};
 
 mod upstream;
 
+pub(crate) use upstream::report_event;
+
 /// The worker routes, to be merged into the API router.
 pub(super) fn routes() -> Router<AppState> {
     Router::new()

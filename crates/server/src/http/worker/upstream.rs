@@ -106,19 +106,33 @@ async fn report(
 ) -> Result<StatusCode, ApiError> {
     let auth = authenticate_worker(&state, &bearer, Verb::EmitOutput)?;
     if body.len() > MAX_REPORT_BYTES {
-        return Err(ApiError::bad_request(format!(
-            "a {stage} report is at most {MAX_REPORT_BYTES} bytes"
-        )));
+        return Err(report_too_large(stage));
     }
     let value: Value = parse_json(&body)?;
-    let event = OutputEvent::Progress {
-        stage: stage.to_owned(),
-        note: Some(value.to_string()),
-    };
+    let event = report_event(stage, &value)?;
     state
         .engine
         .worker_output(&auth, id_of(query.task_id), vec![event])
         .await
         .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// A `stats` or `degradation` report as the `progress` event it is kept as
+/// (also for the MCP alias `mse_worker_submit`).
+pub(crate) fn report_event(stage: &str, report: &Value) -> Result<OutputEvent, ApiError> {
+    let note = report.to_string();
+    if note.len() > MAX_REPORT_BYTES {
+        return Err(report_too_large(stage));
+    }
+    Ok(OutputEvent::Progress {
+        stage: stage.to_owned(),
+        note: Some(note),
+    })
+}
+
+fn report_too_large(stage: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "a {stage} report is at most {MAX_REPORT_BYTES} bytes"
+    ))
 }

@@ -11,6 +11,7 @@
 //! and the daemon's `{error, code}` as its text, so a model can correct it;
 //! JSON-RPC errors are left to protocol faults.
 
+mod agent_tools;
 mod fanout;
 mod frames;
 mod proxy;
@@ -39,6 +40,7 @@ use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 
+pub(crate) use agent_tools::check_tool_name;
 pub use proxy::{ProxyError, serve_stdio};
 pub(crate) use route::routes;
 
@@ -128,7 +130,9 @@ impl ServerHandler for SwarmdTools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.catalogue.to_vec()))
+        let mut tools = self.catalogue.to_vec();
+        tools.extend(agent_tools::tools(&self.state.config));
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -161,12 +165,15 @@ impl ServerHandler for SwarmdTools {
             "mse_operator_leave" => upstream::leave(state, &caller, args).await,
             "mse_worker_fetch" => upstream::fetch(state, args).await,
             "mse_worker_submit" => upstream::submit(state, args).await,
-            other => {
-                return Err(ErrorData::invalid_params(
-                    format!("no tool named `{other}`"),
-                    None,
-                ));
-            }
+            other => match agent_tools::call(state, &caller, other, args, &context).await {
+                Some(outcome) => outcome,
+                None => {
+                    return Err(ErrorData::invalid_params(
+                        format!("no tool named `{other}`"),
+                        None,
+                    ));
+                }
+            },
         };
         Ok(match outcome {
             Ok(value) => CallToolResult::structured(value),

@@ -15,6 +15,7 @@
 mod access;
 mod delegate;
 mod flows;
+mod rmcp_client;
 
 use std::path::PathBuf;
 use std::process::Stdio;

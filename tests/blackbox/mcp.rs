@@ -15,6 +15,7 @@
 mod access;
 mod delegate;
 mod flows;
+mod long_wait;
 mod rmcp_client;
 
 use std::path::PathBuf;

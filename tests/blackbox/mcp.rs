@@ -13,6 +13,7 @@
 //! takes seconds.
 
 mod access;
+mod agent_tools;
 mod delegate;
 mod flows;
 mod long_wait;

@@ -1,7 +1,8 @@
 //! The MCP server driven by rmcp's client (the official Rust SDK; we wrote
 //! the server side only): `swarmd mcp` as a child over its stdin and
-//! stdout, and `/mcp` over Streamable HTTP. Both run the same flow:
-//! initialize, the listing with the exposed agents' tools and schemas, a
+//! stdout, and `/mcp` over Streamable HTTP, each on the current revision
+//! (`server/discover`) and on 2025-11-25 (`initialize`). All run one flow:
+//! connect, the listing with the exposed agents' tools and schemas, a
 //! fan-out of 20 process tasks collected with `wait`, the agent tools
 //! called (result, timeout with progress, a cancelled call cancelling its
 //! task), and bad arguments as `isError` results with the daemon's code.
@@ -14,13 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest, JsonObject,
-    ProgressNotificationParam,
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientConfig,
+    ClientRequest, JsonObject, ProgressNotificationParam, ProtocolVersion,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -62,13 +63,38 @@ expose_as_tool = true
 progress_ms = 200
 "#;
 
-/// Records the progress notifications the daemon sends.
-#[derive(Debug, Clone, Default)]
+/// Speaks `version` and records the progress notifications the daemon sends.
+#[derive(Debug, Clone)]
 struct Observer {
+    version: ProtocolVersion,
     progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
 }
 
+impl Observer {
+    fn new(version: ProtocolVersion) -> Self {
+        Observer {
+            version,
+            progress: Arc::default(),
+        }
+    }
+
+    /// `server/discover` for a revision without `initialize`, else the handshake.
+    fn lifecycle(&self) -> ClientLifecycleMode {
+        if self.version.has_initialize() {
+            ClientLifecycleMode::Initialize
+        } else {
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![self.version.clone()],
+            }
+        }
+    }
+}
+
 impl ClientHandler for Observer {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default().with_protocol_version(self.version.clone())
+    }
+
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
@@ -104,6 +130,7 @@ fn refusal(result: &Value) -> Value {
 async fn flow(daemon: &Daemon, client: Client, observer: &Observer) {
     let info = client.peer_info().expect("initialized");
     assert_eq!(info.server_info.as_ref().unwrap().name, "swarmd");
+    assert_eq!(info.protocol_version, observer.version);
 
     // The listing: the exposed agents with their schemas, the others not.
     let tools = client.list_all_tools().await.unwrap();
@@ -265,25 +292,25 @@ async fn cancelled_call_cancels_its_task(daemon: &Daemon, client: &Client) {
     assert!(reason.contains("`doze` tool was cancelled"), "{finished}");
 }
 
-#[tokio::test]
-async fn rmcp_client_over_http() {
+async fn over_http(version: ProtocolVersion) {
     let daemon = Daemon::start_with(AGENT_TOOLS).await;
     let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", daemon.base))
         .auth_header(daemon.admin.clone());
-    let observer = Observer::default();
+    let observer = Observer::new(version);
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let lifecycle = observer.lifecycle();
     let client = observer
         .clone()
-        .serve(StreamableHttpClientTransport::from_config(config))
+        .serve_with_lifecycle(transport, lifecycle)
         .await
         .unwrap();
     flow(&daemon, client, &observer).await;
 }
 
-#[tokio::test]
-async fn rmcp_client_over_stdio() {
+async fn over_stdio(version: ProtocolVersion) {
     let daemon = Daemon::start_with(AGENT_TOOLS).await;
     let home = tempfile::tempdir().unwrap();
-    let stderr = std::fs::File::create(home.path().join("mcp.log")).unwrap();
+    let log = home.path().join("mcp.log");
     let mut child = Command::new(env!("CARGO_BIN_EXE_swarmd"))
         .args(["mcp", "--url", &daemon.base])
         .env_clear()
@@ -292,17 +319,22 @@ async fn rmcp_client_over_stdio() {
         .env("SWARMD_TOKEN", &daemon.admin)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(stderr)
+        .stderr(std::fs::File::create(&log).unwrap())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
     let pipes = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
-    let observer = Observer::default();
-    let client = match observer.clone().serve(pipes).await {
+    let observer = Observer::new(version);
+    let lifecycle = observer.lifecycle();
+    let client = match observer
+        .clone()
+        .serve_with_lifecycle(pipes, lifecycle)
+        .await
+    {
         Ok(client) => client,
         Err(error) => panic!(
             "{error}\nswarmd mcp:\n{}",
-            std::fs::read_to_string(home.path().join("mcp.log")).unwrap_or_default()
+            std::fs::read_to_string(&log).unwrap_or_default()
         ),
     };
     flow(&daemon, client, &observer).await;
@@ -311,4 +343,24 @@ async fn rmcp_client_over_stdio() {
         exited.is_ok_and(|status| status.is_ok_and(|s| s.success())),
         "swarmd mcp exits when its client closes stdin"
     );
+}
+
+#[tokio::test]
+async fn rmcp_client_over_http() {
+    over_http(ProtocolVersion::LATEST).await;
+}
+
+#[tokio::test]
+async fn rmcp_client_over_http_on_2025_11_25() {
+    over_http(ProtocolVersion::V_2025_11_25).await;
+}
+
+#[tokio::test]
+async fn rmcp_client_over_stdio() {
+    over_stdio(ProtocolVersion::LATEST).await;
+}
+
+#[tokio::test]
+async fn rmcp_client_over_stdio_on_2025_11_25() {
+    over_stdio(ProtocolVersion::V_2025_11_25).await;
 }

@@ -40,7 +40,8 @@ async fn a_minute_of_waiting_is_a_minute_of_progress(via: Via, mode: &str) {
     assert!((59.5..75.0).contains(&elapsed), "{elapsed}");
 
     let progress = seen["progress"].as_array().unwrap();
-    assert!(progress.len() >= 10, "{progress:?}");
+    // One every 5 s: 11 or 12 in a minute, give or take a late one.
+    assert!((10..=13).contains(&progress.len()), "{progress:?}");
     let mut last = (0.0, 0.0);
     for note in progress {
         let message = note["message"].as_str().unwrap_or_default();
@@ -52,8 +53,7 @@ async fn a_minute_of_waiting_is_a_minute_of_progress(via: Via, mode: &str) {
             note["progress"].as_f64().unwrap(),
         );
         assert!(value > last.1 && value < 1.0, "{progress:?}");
-        // One every 5 s: never two close together, never a 10 s silence.
-        assert!(at - last.0 > 2.5 && at - last.0 < 10.0, "{progress:?}");
+        assert!(at - last.0 < 10.0, "a 10 s silence: {progress:?}");
         last = (at, value);
     }
     assert!(

@@ -83,6 +83,17 @@ async fn exposed_agents_are_tools_with_their_schemas_on_both_revisions() {
 async fn an_agent_tool_call_returns_the_result_or_the_task_still_waiting() {
     let sw = started().await;
     let admin = sw.admin.as_str();
+    // An operator agent with no MainAI connected (first, before a relay of
+    // `swarmd mcp` has logged in): queued at the timeout.
+    let queued = call(&sw, Via::Http, admin, "reviewer", json!({"diff": "+x"})).await;
+    let result = &queued["structured"];
+    assert_eq!(
+        (&result["status"], &result["done"]),
+        (&json!("queued"), &json!(false))
+    );
+    let task = sw.task(result["task_id"].as_str().unwrap()).await;
+    assert_eq!(task["prompt"], "{\"diff\":\"+x\"}", "{task}");
+
     let args = json!({"files": ["a.rs", "b.rs"]});
     let done = call(&sw, Via::Stdio, admin, "summarize", args).await;
     assert_eq!(done["is_error"], false, "{done}");
@@ -108,16 +119,6 @@ async fn an_agent_tool_call_returns_the_result_or_the_task_still_waiting() {
         error["error"].as_str().unwrap().contains("/files"),
         "{error}"
     );
-
-    // An operator agent with no MainAI connected: queued at the timeout.
-    let queued = call(&sw, Via::Http, admin, "reviewer", json!({"diff": "+x"})).await;
-    let result = &queued["structured"];
-    assert_eq!(
-        (&result["status"], &result["done"]),
-        (&json!("queued"), &json!(false))
-    );
-    let task = sw.task(result["task_id"].as_str().unwrap()).await;
-    assert_eq!(task["prompt"], "{\"diff\":\"+x\"}", "{task}");
 }
 
 async fn check_config(sw: &Swarmd) -> (bool, String) {

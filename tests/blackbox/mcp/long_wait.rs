@@ -1,8 +1,8 @@
 //! The 60 s wait: the Python SDK waits 60 s for a task that runs
 //! longer, at the default `mcp.progress_ms` (5 s), and receives a progress
 //! notification with a message about every 5 s, then the answer at the
-//! timeout with the task still running. Each test costs a minute of wall
-//! time and little CPU; libtest runs them beside the others.
+//! timeout with the task still running. It costs a minute of wall time
+//! and little CPU; libtest runs it beside the others.
 
 use std::time::Duration;
 
@@ -62,12 +62,12 @@ async fn a_minute_of_waiting_is_a_minute_of_progress(via: Via, mode: &str) {
     );
 }
 
+/// Both transports at once, in one test: a minute of one libtest thread
+/// (they default to one per CPU) instead of two.
 #[tokio::test]
-async fn a_60s_wait_over_http_gets_progress_every_5s() {
-    a_minute_of_waiting_is_a_minute_of_progress(Via::Http, MODERN).await;
-}
-
-#[tokio::test]
-async fn a_60s_wait_over_stdio_gets_progress_every_5s() {
-    a_minute_of_waiting_is_a_minute_of_progress(Via::Stdio, LEGACY).await;
+async fn a_60s_wait_gets_progress_every_5s_over_http_and_stdio() {
+    tokio::join!(
+        a_minute_of_waiting_is_a_minute_of_progress(Via::Http, MODERN),
+        a_minute_of_waiting_is_a_minute_of_progress(Via::Stdio, LEGACY),
+    );
 }

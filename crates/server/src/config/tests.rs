@@ -435,6 +435,18 @@ fn agents_exposed_as_tools_need_a_tool_name_and_an_object_schema() {
     let reviewer = &config.agents["reviewer"];
     assert!(reviewer.expose_as_tool);
     assert_eq!(reviewer.tool_timeout_secs, Some(90));
+
+    // The printed form keeps the keys of an `[agents.NAME]` tool.
+    let text = format!("[agents.t]\n{process}expose_as_tool = true\ntool_timeout_secs = 7\n");
+    let config = Fixture::new(&text)
+        .load(&[], &Overrides::default())
+        .unwrap();
+    let printed = config.to_toml_redacted().unwrap();
+    let reloaded = Fixture::new(&printed)
+        .load(&[], &Overrides::default())
+        .unwrap();
+    assert_eq!(reloaded.agents["t"], config.agents["t"], "{printed}");
+    assert!(reloaded.agents["t"].expose_as_tool, "{printed}");
     fixture.write(
         "agents/spawn.md",
         "---\nname: spawn\nexpose_as_tool: true\n---\nX\n",

@@ -13,8 +13,11 @@
 //! takes seconds.
 
 mod access;
+mod agent_tools;
 mod delegate;
 mod flows;
+mod long_wait;
+mod rmcp_client;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -21,6 +21,7 @@ mod lifecycle;
 mod limits;
 mod logs;
 mod mcp;
+mod mse;
 mod outcome;
 mod recovery;
 mod routing;

@@ -6,10 +6,11 @@
 //! (2025-11-25). The script prints what it saw as JSON; the tests assert on
 //! it: `flows` the tools at work (listing, fan-out, progress, modes, a
 //! drain), `access` who may call them and how refusals look, `delegate`
-//! a MainAI acting on delegated work through MCP alone, `session` the
-//! operator session `swarmd mcp` holds (login, leave, resume, a role
-//! taken), `lifecycle` the relay over time (pings, a daemon restart,
-//! signals). This file holds what they share.
+//! a MainAI acting on delegated work through MCP alone, `agent_tools` and
+//! `long_wait` agents as tools and a 60 s wait, `rmcp_client` rmcp's own
+//! client, `session` the operator session `swarmd mcp` holds (login,
+//! leave, resume, a role taken), `lifecycle` the relay over time (pings,
+//! a daemon restart, signals). This file holds what they share.
 //!
 //! Over stdio, every run gets a state directory of its own
 //! (`XDG_STATE_HOME`), so the relay's session file never outlives the test.
@@ -19,9 +20,12 @@
 //! takes seconds.
 
 mod access;
+mod agent_tools;
 mod delegate;
 mod flows;
 mod lifecycle;
+mod long_wait;
+mod rmcp_client;
 mod session;
 
 use std::path::PathBuf;

@@ -103,6 +103,8 @@ pub(crate) struct Inner {
     pub shutdown: CancellationToken,
     pub draining: AtomicBool,
     pub stats: EngineStats,
+    /// Fired when somewhere to run may have appeared (`wake_waiting`).
+    pub place_changed: tokio::sync::Notify,
 }
 
 impl Engine {
@@ -128,6 +130,7 @@ impl Engine {
                 shutdown: CancellationToken::new(),
                 draining: AtomicBool::new(false),
                 stats: EngineStats::default(),
+                place_changed: tokio::sync::Notify::new(),
             }),
         }
     }

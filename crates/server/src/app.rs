@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::sessions::SessionRegistry;
 use crate::state::AdminTokenDigest;
+use crate::ws::dialect::UpstreamAttempts;
 
 /// A cheap-to-clone handle on the daemon's state (axum `State`).
 #[derive(Debug, Clone)]
@@ -37,6 +38,9 @@ pub struct AppInner {
     pub tasks: TaskTracker,
     /// HTTP-side metrics; `GET /metrics` adds the engine's at scrape time.
     pub metrics: Metrics,
+    /// The attempts whose `spawn` went to an upstream-dialect session
+    /// (docs/protocol.md, Upstream clients): their `submit` answers `204`.
+    pub upstream_attempts: UpstreamAttempts,
 }
 
 impl AppState {

@@ -125,6 +125,7 @@ pub async fn build(
         tasks,
         config,
         metrics: Metrics::new().with_store(db.clone()),
+        upstream_attempts: Default::default(),
     });
     Ok(Daemon { app, db, recovery })
 }

@@ -111,6 +111,27 @@ async def progress(client: Client) -> dict:
     return {"task_id": task_id, "waited": waited, "progress": seen}
 
 
+async def long_wait(client: Client) -> dict:
+    """A 60 s `wait` on a task that runs longer, timing every progress notification."""
+    spawned = outcome(await client.call_tool("spawn", {"agent": "long", "prompt": "zz"}))
+    task_id = spawned["structured"]["task_id"]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    seen = []
+
+    async def on_progress(value, total, message):
+        seen.append({"at": loop.time() - started, "progress": value, "total": total, "message": message})
+
+    waited = outcome(
+        await client.call_tool(
+            "wait",
+            {"task_ids": [task_id], "timeout_secs": 60},
+            progress_callback=on_progress,
+        )
+    )
+    return {"task_id": task_id, "waited": waited, "progress": seen, "elapsed": loop.time() - started}
+
+
 async def errors(client: Client) -> dict:
     calls = {
         "unknown_agent": ("spawn", {"agent": "nope", "prompt": "x"}),
@@ -214,6 +235,7 @@ SCENARIOS = {
     "tools": tools,
     "fanout": fanout,
     "progress": progress,
+    "long_wait": long_wait,
     "errors": errors,
     "cancel": cancel,
     "abandon": abandon,

@@ -130,6 +130,11 @@ impl Engine {
             _ = tokio::time::sleep(after) => {}
             _ = self.inner.shutdown.cancelled() => return,
         }
+        self.readmit(id);
+    }
+
+    /// Queues a live, unfinished task for its next attempt.
+    pub(super) fn readmit(&self, id: TaskId) {
         let Some(cell) = self.inner.live.get(&id) else {
             return;
         };

@@ -76,7 +76,7 @@ impl Engine {
             wait::Place::Ready => {}
             wait::Place::Wait => {
                 self.release_slot(&agent);
-                Box::pin(self.schedule_retry(id, wait::RECHECK)).await;
+                Box::pin(self.recheck_place(id)).await;
                 return;
             }
             wait::Place::GaveUp(reason) => {

@@ -3,12 +3,15 @@
 //! it), no attempt is opened. The task gives its slot back, keeps its status
 //! (`queued` before its first attempt), and asks again shortly, up to its
 //! `queue_timeout_secs`, or the engine's `unavailable_wait` when it sets
-//! none; then it fails with the resolver's reason.
+//! none; then it fails with the resolver's reason. It asks again every
+//! [`RECHECK`], and at once when the server says somewhere to run may have
+//! appeared (`Engine::wake_waiting`: a session logged in or connected).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Engine;
+use crate::ids::TaskId;
 use crate::live::TaskCell;
 use crate::task::TaskStatus;
 
@@ -23,6 +26,21 @@ pub(super) enum Place {
 }
 
 impl Engine {
+    /// Tells every task waiting for somewhere to run to ask again now.
+    pub fn wake_waiting(&self) {
+        self.inner.place_changed.notify_waiters();
+    }
+
+    /// Asks again after [`RECHECK`], or as soon as `wake_waiting` fires.
+    pub(super) async fn recheck_place(&self, id: TaskId) {
+        tokio::select! {
+            () = tokio::time::sleep(RECHECK) => {}
+            () = self.inner.place_changed.notified() => {}
+            () = self.inner.shutdown.cancelled() => return,
+        }
+        self.readmit(id);
+    }
+
     /// Asks the resolver whether the task's next attempt can start now, and
     /// keeps the time the task began to wait.
     pub(super) fn place(&self, cell: &Arc<TaskCell>) -> Place {

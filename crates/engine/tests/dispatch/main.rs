@@ -3,6 +3,7 @@
 //! recovery (`restart`). Timers run on paused tokio time.
 
 mod restart;
+mod waiting;
 
 use std::sync::Arc;
 use std::time::Duration;

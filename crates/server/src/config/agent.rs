@@ -24,6 +24,12 @@ pub struct Agent {
     pub description: Option<String>,
     /// A JSON Schema every task's `input` must match (docs/tasks.md, Agents).
     pub input_schema: Option<serde_json::Value>,
+    /// Whether MCP clients see this agent as a tool of its own (docs/mcp.md,
+    /// Agents as tools).
+    pub expose_as_tool: bool,
+    /// How long a call of the agent's tool waits for the task, in seconds;
+    /// unset: `MAX_TOOL_TIMEOUT_SECS`.
+    pub tool_timeout_secs: Option<u64>,
     /// How the work is run.
     pub kind: AgentKind,
     /// The agents_dir file this agent was read from; `None` for `[agents.NAME]`.
@@ -65,6 +71,10 @@ pub struct ProcessAgent {
     /// Stdout beyond this many bytes is cut and the attempt fails.
     pub max_output_bytes: u64,
 }
+
+/// How long a call of an agent's tool waits when `tool_timeout_secs` is
+/// unset, and the most it may be set to: the longest `wait`.
+pub const MAX_TOOL_TIMEOUT_SECS: u64 = 600;
 
 /// Default for `max_output_bytes`: 16 MiB.
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 16 * 1024 * 1024;
@@ -237,6 +247,10 @@ struct RawAgent {
     description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     input_schema: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    expose_as_tool: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool_timeout_secs: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     program: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -356,6 +370,8 @@ impl TryFrom<RawAgent> for Agent {
             allow_subtasks: raw.allow_subtasks,
             description: raw.description,
             input_schema: raw.input_schema,
+            expose_as_tool: raw.expose_as_tool,
+            tool_timeout_secs: raw.tool_timeout_secs,
             kind,
             origin: None,
         })
@@ -370,6 +386,8 @@ impl From<Agent> for RawAgent {
             allow_subtasks: agent.allow_subtasks,
             description: agent.description,
             input_schema: agent.input_schema,
+            expose_as_tool: agent.expose_as_tool,
+            tool_timeout_secs: agent.tool_timeout_secs,
             ..RawAgent::default()
         };
         match agent.kind {

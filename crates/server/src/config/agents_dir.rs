@@ -2,7 +2,8 @@
 //!
 //! Each `*.md` file in the directory is one operator agent: YAML front matter
 //! between `---` lines (`name`, `description`, `model`, `tools`,
-//! `worker_binding`, `operator_role`, `input_schema`, and `color`, which
+//! `worker_binding`, `operator_role`, `input_schema`, `expose_as_tool`,
+//! `tool_timeout_secs`, and `color`, which
 //! Claude Code's agent files carry and swarmd ignores), then a Markdown body
 //! that is the SubAgent's system prompt. Other files and subdirectories are ignored; a
 //! malformed `.md` file refuses the whole configuration, naming the file.
@@ -48,6 +49,10 @@ struct FrontMatter {
     operator_role: Option<String>,
     #[serde(default)]
     input_schema: Option<serde_json::Value>,
+    #[serde(default)]
+    expose_as_tool: bool,
+    #[serde(default)]
+    tool_timeout_secs: Option<u64>,
     /// Claude Code's display color; accepted so its agent files load as is.
     #[serde(default, rename = "color")]
     _color: Option<String>,
@@ -140,6 +145,8 @@ pub fn parse_agent_file(path: &Path, text: &str) -> Result<(String, Agent), Conf
         allow_subtasks: false,
         description: front.description,
         input_schema: front.input_schema,
+        expose_as_tool: front.expose_as_tool,
+        tool_timeout_secs: front.tool_timeout_secs,
         kind: AgentKind::Operator(OperatorAgent {
             operator_role: front.operator_role,
             worker_binding: Some(worker_binding),

@@ -364,3 +364,93 @@ fn base_url_is_derived_from_the_bound_address() {
     config.server.base_url = Some("https://swarm.example".into());
     assert_eq!(config.base_url(addr("0.0.0.0:1")), "https://swarm.example");
 }
+
+#[test]
+fn agents_exposed_as_tools_need_a_tool_name_and_an_object_schema() {
+    let process = "kind = \"process\"\nprogram = \"cat\"\n";
+    let cases = [
+        (
+            "a.b",
+            "expose_as_tool = true\n",
+            "agents.a.b.expose_as_tool",
+            "no dots",
+        ),
+        (
+            "wait",
+            "expose_as_tool = true\n",
+            "agents.wait.expose_as_tool",
+            "built-in",
+        ),
+        (
+            "mse_ack",
+            "expose_as_tool = true\n",
+            "agents.mse_ack.expose_as_tool",
+            "mse_",
+        ),
+        (
+            "t",
+            "expose_as_tool = true\ninput_schema = { type = \"string\" }\n",
+            "agents.t.input_schema",
+            "type = \"object\"",
+        ),
+        (
+            "t",
+            "tool_timeout_secs = 5\n",
+            "agents.t.tool_timeout_secs",
+            "only",
+        ),
+        (
+            "t",
+            "expose_as_tool = true\ntool_timeout_secs = 601\n",
+            "agents.t.tool_timeout_secs",
+            "601",
+        ),
+    ];
+    for (name, keys, key, says) in cases {
+        let text = format!("[agents.\"{name}\"]\n{process}{keys}");
+        let error = Fixture::new(&text)
+            .load(&[], &Overrides::default())
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains(key), "{name}: {message}");
+        assert!(message.contains(says), "{name}: {message}");
+    }
+    // `wait` stays a fine name for an agent that is not a tool.
+    let text = format!("[agents.wait]\n{process}");
+    Fixture::new(&text)
+        .load(&[], &Overrides::default())
+        .unwrap();
+
+    // The keys read the same from an agent file's front matter.
+    let fixture = Fixture::new("");
+    fixture.write(
+        "agents/reviewer.md",
+        "---\nname: reviewer\nexpose_as_tool: true\ntool_timeout_secs: 90\n\
+         input_schema: {type: object}\n---\nReview.\n",
+    );
+    let agents = fixture.dir.path().join("agents");
+    let text = format!("[agents_dir]\npath = \"{}\"\n", agents.display());
+    std::fs::write(fixture.path(), &text).unwrap();
+    let config = fixture.load(&[], &Overrides::default()).unwrap();
+    let reviewer = &config.agents["reviewer"];
+    assert!(reviewer.expose_as_tool);
+    assert_eq!(reviewer.tool_timeout_secs, Some(90));
+
+    // The printed form keeps the keys of an `[agents.NAME]` tool.
+    let text = format!("[agents.t]\n{process}expose_as_tool = true\ntool_timeout_secs = 7\n");
+    let config = Fixture::new(&text)
+        .load(&[], &Overrides::default())
+        .unwrap();
+    let printed = config.to_toml_redacted().unwrap();
+    let reloaded = Fixture::new(&printed)
+        .load(&[], &Overrides::default())
+        .unwrap();
+    assert_eq!(reloaded.agents["t"], config.agents["t"], "{printed}");
+    assert!(reloaded.agents["t"].expose_as_tool, "{printed}");
+    fixture.write(
+        "agents/spawn.md",
+        "---\nname: spawn\nexpose_as_tool: true\n---\nX\n",
+    );
+    let error = fixture.load(&[], &Overrides::default()).unwrap_err();
+    assert!(error.to_string().contains("built-in"), "{error}");
+}

@@ -9,7 +9,7 @@ use std::path::Path;
 use swarmd_engine::task::{MAX_ATTEMPTS, MAX_POLICY_SECS};
 
 use super::Config;
-use super::agent::{Agent, AgentKind};
+use super::agent::{Agent, AgentKind, MAX_TOOL_TIMEOUT_SECS};
 use super::error::ConfigError;
 
 /// Hint layers an agent may name, besides `lua:<name>`. The base layers
@@ -194,6 +194,7 @@ fn validate_agent(config: &Config, name: &str, agent: &Agent) -> Result<(), Conf
             });
         }
     }
+    validate_tool(name, agent)?;
     match &agent.kind {
         AgentKind::Process(process) => {
             // A bare name is looked up in PATH when spawned; a path is checked now.
@@ -229,6 +230,37 @@ fn validate_agent(config: &Config, name: &str, agent: &Agent) -> Result<(), Conf
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// `expose_as_tool` and `tool_timeout_secs` (docs/mcp.md, Agents as tools):
+/// the name must be a tool name every client takes and no built-in tool's,
+/// and the schema must describe the object a tool call's arguments are.
+fn validate_tool(name: &str, agent: &Agent) -> Result<(), ConfigError> {
+    let key = |field: &str| format!("agents.{name}.{field}");
+    if let Some(secs) = agent.tool_timeout_secs {
+        if !agent.expose_as_tool {
+            return Err(invalid(
+                &key("tool_timeout_secs"),
+                "applies only to an agent with expose_as_tool = true",
+            ));
+        }
+        range(&key("tool_timeout_secs"), secs, 1, MAX_TOOL_TIMEOUT_SECS)?;
+    }
+    if !agent.expose_as_tool {
+        return Ok(());
+    }
+    crate::mcp::check_tool_name(name).map_err(|reason| invalid(&key("expose_as_tool"), reason))?;
+    let object = Some(&serde_json::Value::from("object"));
+    if let Some(schema) = &agent.input_schema
+        && schema.get("type") != object
+    {
+        return Err(invalid(
+            &key("input_schema"),
+            "an agent exposed as a tool needs `type = \"object\"` at the top of its \
+             input_schema: MCP tool arguments are an object",
+        ));
     }
     Ok(())
 }

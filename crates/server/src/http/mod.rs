@@ -18,7 +18,7 @@ mod ops;
 pub(crate) mod output;
 pub(crate) mod tasks;
 pub(crate) mod views;
-mod worker;
+pub(crate) mod worker;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

@@ -1,5 +1,7 @@
 //! Operations routes (docs/operations.md, Observing): `/healthz` (alive), `/readyz` (store
 //! writable and not draining), `/metrics` (Prometheus text) and `/v1/status`.
+//! `/v1/healthz` is `/healthz` where the upstream `mse` client probes before
+//! it reconnects its socket (docs/protocol.md, Upstream clients).
 
 use std::time::Duration;
 
@@ -25,6 +27,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(5);
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/v1/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/status", get(status))

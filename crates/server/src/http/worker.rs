@@ -1,6 +1,7 @@
 //! Worker routes (docs/protocol.md, Worker routes): what a SubAgent does with its token or `wh-`
 //! handle — fetch its prompt, stream output, post or submit its result,
-//! heartbeat.
+//! heartbeat — and, in `upstream`, the routes the upstream client's SubAgent
+//! tools use besides.
 //!
 //! The engine verifies the bearer for each route's verb and enforces binding,
 //! fencing and the late-write rules (docs/security.md, Verification step 7; docs/tasks.md, Late
@@ -31,7 +32,11 @@ use crate::http::error::ApiError;
 use crate::http::extract::{
     IdempotencyKey, Json, Query, RawBody, check_depth, is_json, media_type,
 };
-use crate::ws::dialect::STEP_PREFIX;
+use crate::ws::dialect::{STEP_PREFIX, step_id};
+
+mod upstream;
+
+pub(crate) use upstream::report_event;
 
 /// The worker routes, to be merged into the API router.
 pub(super) fn routes() -> Router<AppState> {
@@ -41,12 +46,13 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/worker/submit", post(submit))
         .route("/v1/worker/output", post(output))
         .route("/v1/worker/heartbeat", post(heartbeat))
+        .merge(upstream::routes())
 }
 
 /// A task as a worker names it: its id, or the upstream client's step id
 /// (`ST-` plus the same hex, docs/protocol.md, Upstream clients).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct NamedTask {
+pub(super) struct NamedTask {
     id: TaskId,
     /// Named by its step id: the submit answer is the upstream one.
     step: bool,
@@ -64,7 +70,7 @@ impl<'de> Deserialize<'de> for NamedTask {
     }
 }
 
-fn id_of(task: Option<NamedTask>) -> Option<TaskId> {
+pub(super) fn id_of(task: Option<NamedTask>) -> Option<TaskId> {
     task.map(|t| t.id)
 }
 
@@ -124,14 +130,23 @@ async fn prompt(
     State(state): State<AppState>,
     bearer: WorkerBearer,
     Query(query): Query<TaskQuery>,
-) -> Result<Json<PromptView>, ApiError> {
+) -> Result<Response, ApiError> {
     let auth = authenticate_worker(&state, &bearer, Verb::FetchPrompt)?;
     let prompt = state
         .engine
         .fetch_prompt(&auth, id_of(query.task_id))
         .await
         .map_err(|e| worker_refusal(&state, &bearer.0, e))?;
-    Ok(Json(PromptView::new(&auth, prompt)))
+    let view = PromptView::new(&auth, prompt);
+    // Asked by its step id, the prompt names the task the same way.
+    if query.task_id.is_some_and(|t| t.step)
+        && let Ok(Value::Object(mut fields)) = serde_json::to_value(&view)
+        && let Some(step) = step_id(&view.task_id.to_string())
+    {
+        fields.insert("task_id".to_owned(), Value::String(step));
+        return Ok(Json(Value::Object(fields)).into_response());
+    }
+    Ok(Json(view).into_response())
 }
 
 async fn result(
@@ -173,7 +188,13 @@ async fn submit(
         })
         .finalize()
         .into();
-    let step = query.task_id.is_some_and(|t| t.step);
+    // The upstream answer: for a submit naming its task by its step id, or
+    // naming none for an attempt whose `spawn` went to an upstream session
+    // (the upstream client's SubAgent names none).
+    let upstream = match query.task_id {
+        Some(task) => task.step,
+        None => state.upstream_attempts.contains(auth.attempt),
+    };
     let post = ResultPost {
         task_id: id_of(query.task_id),
         attempt: None,
@@ -184,7 +205,7 @@ async fn submit(
     };
     let ack = post_final(&state, &bearer, &auth, post).await?;
     // The upstream client takes only `204` as success.
-    Ok(if step {
+    Ok(if upstream {
         StatusCode::NO_CONTENT.into_response()
     } else {
         ack.into_response()
@@ -255,7 +276,7 @@ async fn heartbeat(
     Ok(Json(ack))
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(super) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     check_depth(body)?;
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
@@ -263,7 +284,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 
 /// The value `submit` stores: the parsed body when it is declared JSON and
 /// parses, else the text with trailing whitespace trimmed.
-fn submitted_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+pub(super) fn submitted_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     if is_json(headers) {
         check_depth(body)?;
     }
@@ -317,116 +338,5 @@ fn parse_events(headers: &HeaderMap, body: &[u8]) -> Result<Vec<OutputEvent>, Ap
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use axum::http::header::CONTENT_TYPE;
-    use swarmd_engine::ErrorCode;
-
-    fn headers(content_type: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(CONTENT_TYPE, content_type.parse().unwrap());
-        h
-    }
-
-    #[test]
-    fn submit_keeps_json_only_when_declared_and_valid() {
-        let json = headers("application/json; charset=utf-8");
-        assert_eq!(
-            submitted_value(&json, b"{\"a\":1}").unwrap(),
-            serde_json::json!({"a": 1})
-        );
-        assert_eq!(
-            submitted_value(&json, b"not json \n").unwrap(),
-            Value::from("not json")
-        );
-        let text = headers("text/plain");
-        assert_eq!(
-            submitted_value(&text, b"{\"a\":1}\n\n").unwrap(),
-            Value::from("{\"a\":1}")
-        );
-        assert_eq!(
-            submitted_value(&HeaderMap::new(), b"  hi  ").unwrap(),
-            Value::from("  hi")
-        );
-        assert_eq!(
-            submitted_value(&text, &[0xff, 0xfe]).unwrap_err().code(),
-            ErrorCode::BadRequest
-        );
-    }
-
-    #[test]
-    fn output_bodies_single_or_ndjson() {
-        let progress = r#"{"type":"progress","stage":"a"}"#;
-        let one = parse_events(&HeaderMap::new(), progress.as_bytes()).unwrap();
-        assert_eq!(one.len(), 1);
-        let many = format!("{progress}\n\n{progress}\r\n");
-        assert_eq!(
-            parse_events(&HeaderMap::new(), many.as_bytes())
-                .unwrap()
-                .len(),
-            2
-        );
-        let declared = headers("application/x-ndjson");
-        assert_eq!(
-            parse_events(&declared, progress.as_bytes()).unwrap().len(),
-            1
-        );
-        let bad = format!("{progress}\n{{\"type\":\"nope\"}}\n");
-        let error = parse_events(&HeaderMap::new(), bad.as_bytes()).unwrap_err();
-        assert_eq!(error.code(), ErrorCode::BadRequest);
-        assert!(error.message().contains("line 2"), "{}", error.message());
-        assert!(parse_events(&HeaderMap::new(), b"\n\n").is_err());
-    }
-
-    fn bodies() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
-        use proptest::prelude::*;
-        prop_oneof![
-            prop::collection::vec(any::<u8>(), 0..300),
-            "\\PC{0,200}".prop_map(String::into_bytes),
-            r#"[\[\]{}",:a-z_0-9\\ \n]{0,200}"#.prop_map(String::into_bytes),
-            (0usize..300, 0usize..3).prop_map(|(depth, shape)| {
-                let value = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
-                match shape {
-                    0 => format!(r#"{{"value":{value}}}"#),
-                    1 => format!(
-                        r#"{{"type":"partial","chunk":{{"kind":"inline","value":{value}}}}}"#
-                    ),
-                    _ => value,
-                }
-                .into_bytes()
-            }),
-        ]
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
-
-        /// Worker bodies never panic; what they refuse is a 4xx, and what
-        /// they accept is within the depth bound.
-        #[test]
-        fn worker_bodies_are_parsed_or_refused_with_a_4xx(body in bodies()) {
-            let within = |value: &Value| swarmd_output_store::check_value_depth(value).is_ok();
-            for headers in [HeaderMap::new(), headers("application/json")] {
-                match parse_json::<ResultBody>(&body) {
-                    Ok(parsed) => proptest::prop_assert!(within(&parsed.value)),
-                    Err(e) => proptest::prop_assert!(e.status().is_client_error()),
-                }
-                match submitted_value(&headers, &body) {
-                    Ok(value) => proptest::prop_assert!(within(&value)),
-                    Err(e) => proptest::prop_assert!(e.status().is_client_error()),
-                }
-                match parse_events(&headers, &body) {
-                    Ok(events) => {
-                        for event in events {
-                            let text = serde_json::to_vec(&event).unwrap();
-                            proptest::prop_assert!(
-                                swarmd_output_store::check_text_depth(&text).is_ok()
-                            );
-                        }
-                    }
-                    Err(e) => proptest::prop_assert!(e.status().is_client_error()),
-                }
-            }
-        }
-    }
-}
+#[path = "worker_tests.rs"]
+mod tests;

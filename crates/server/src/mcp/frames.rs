@@ -237,7 +237,10 @@ pub(super) async fn pop(
     for (id, frame) in batch.frames {
         let text = match frame {
             Outgoing::Text { text, .. } => Some(text),
-            Outgoing::Spawn(spawn) => prepare_spawn(&state.engine, session, id, *spawn).await,
+            Outgoing::Spawn(spawn) => {
+                let upstream = &state.upstream_attempts;
+                prepare_spawn(&state.engine, session, upstream, id, *spawn).await
+            }
         };
         if let Some(text) = text {
             frames.push(as_json(text.as_str())?);

@@ -7,10 +7,14 @@
 //! through the same functions the HTTP routes use, so the rules (the gate,
 //! ownership, validation, bounds) are those of the HTTP API. Tools are grouped
 //! by verb: `fanout` (agents, spawn, spawn_many, cancel), `read` (task, tasks,
-//! output) and `wait`. A refused call is a tool result with `isError: true`
+//! output), `wait`, `frames` (frames, reply), `worker` (the SubAgent's
+//! worker_prompt, worker_progress, worker_submit), `upstream` (the `mse_*`
+//! aliases) and `agent_tools` (agents exposed as tools, listed after the
+//! built-in ones). A refused call is a tool result with `isError: true`
 //! and the daemon's `{error, code}` as its text, so a model can correct it;
 //! JSON-RPC errors are left to protocol faults.
 
+mod agent_tools;
 mod fanout;
 mod frames;
 mod proxy;
@@ -39,6 +43,7 @@ use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 
+pub(crate) use agent_tools::check_tool_name;
 pub use proxy::{ProxyError, serve_stdio};
 pub(crate) use route::routes;
 
@@ -128,7 +133,9 @@ impl ServerHandler for SwarmdTools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.catalogue.to_vec()))
+        let mut tools = self.catalogue.to_vec();
+        tools.extend(agent_tools::tools(&self.state.config));
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -161,12 +168,15 @@ impl ServerHandler for SwarmdTools {
             "mse_operator_leave" => upstream::leave(state, &caller, args).await,
             "mse_worker_fetch" => upstream::fetch(state, args).await,
             "mse_worker_submit" => upstream::submit(state, args).await,
-            other => {
-                return Err(ErrorData::invalid_params(
-                    format!("no tool named `{other}`"),
-                    None,
-                ));
-            }
+            other => match agent_tools::call(state, &caller, other, args, &context).await {
+                Some(outcome) => outcome,
+                None => {
+                    return Err(ErrorData::invalid_params(
+                        format!("no tool named `{other}`"),
+                        None,
+                    ));
+                }
+            },
         };
         Ok(match outcome {
             Ok(value) => CallToolResult::structured(value),

@@ -112,8 +112,12 @@ async fn authorize(
         // Any request (a tool call, a ping, the event stream) keeps the
         // session present: MCP clients hold no socket (docs/mcp.md, Presence).
         Caller::Operator(session) => {
+            let arrived = !session.connected();
             session.touch(state.engine.clock().now_ms());
             session.mark_present(Duration::from_secs(state.config.mcp.presence_secs));
+            if arrived {
+                state.engine.wake_waiting();
+            }
         }
         Caller::Admin => {}
     }

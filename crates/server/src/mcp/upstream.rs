@@ -6,6 +6,8 @@
 //!
 //! Arguments that only make sense in upstream's own process (`base_url`,
 //! `system_ref_path`) are accepted and ignored: the daemon is the server.
+//! Reports (`degradations`, `stats`) are kept as the worker routes keep
+//! them (`http::worker::report_event`).
 
 use std::time::Duration;
 
@@ -25,6 +27,7 @@ use super::{Outcome, arguments, structured, tool};
 use crate::app::AppState;
 use crate::http::auth::{Caller, worker_refusal};
 use crate::http::error::ApiError;
+use crate::http::worker::report_event;
 use crate::sessions::LoginRequest;
 use crate::ws::dialect::{Dialect, STEP_PREFIX};
 use crate::ws::frames::ClientFrame;
@@ -183,22 +186,14 @@ pub(super) struct SubmitArgs {
     /// Stage a named artifact instead of completing the attempt.
     #[serde(default)]
     name: Option<String>,
-    /// Fallbacks the worker took: {tool, error, fallback, note?} each.
+    /// Fallbacks the worker took ({tool, error, fallback, note?} each), kept
+    /// as `progress` events of stage `degradation`.
     #[serde(default)]
-    degradations: Option<Vec<Degradation>>,
-    /// Accepted; swarmd records usage from the MainAI's spawn_ack stats.
+    degradations: Option<Vec<Value>>,
+    /// The attempt's usage as the worker saw it, kept as a `progress` event
+    /// of stage `stats`.
     #[serde(default)]
     stats: Option<Value>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct Degradation {
-    tool: String,
-    error: String,
-    fallback: String,
-    #[serde(default)]
-    note: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -338,23 +333,21 @@ pub(super) async fn fetch(state: &AppState, args: Option<JsonObject>) -> Outcome
 
 pub(super) async fn submit(state: &AppState, args: Option<JsonObject>) -> Outcome {
     let args: SubmitArgs = arguments(args)?;
-    let _ = (args.base_url, args.stats);
+    let _ = args.base_url;
     let degradations = args.degradations.unwrap_or_default();
     if degradations.len() > MAX_DEGRADATIONS {
         return Err(ApiError::bad_request(format!(
             "at most {MAX_DEGRADATIONS} degradations"
         )));
     }
-    let mut events: Vec<OutputEvent> = degradations
-        .into_iter()
-        .map(|d| OutputEvent::Progress {
-            stage: "degradation".to_owned(),
-            note: Some(match d.note {
-                Some(note) => format!("{}: {} → {} ({note})", d.tool, d.error, d.fallback),
-                None => format!("{}: {} → {}", d.tool, d.error, d.fallback),
-            }),
-        })
-        .collect();
+    // Reports first, as upstream posts them before its result.
+    let mut events = degradations
+        .iter()
+        .map(|d| report_event("degradation", d))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(stats) = &args.stats {
+        events.push(report_event("stats", stats)?);
+    }
     let text = Value::String(args.body.trim_end().to_owned());
     if let Some(name) = args.name {
         if args.ok == Some(false) {

@@ -71,31 +71,31 @@ enum Mode {
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
-struct Waited {
+pub(super) struct Waited {
     /// Whether the mode was met (false: the timeout came first, or the
     /// daemon is draining).
-    done: bool,
+    pub(super) done: bool,
     /// How many of the tasks are final.
-    finished: usize,
+    pub(super) finished: usize,
     /// Every task asked for, in the order asked: finished ones carry their result.
-    tasks: Vec<TaskState>,
+    pub(super) tasks: Vec<TaskState>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
-struct TaskState {
-    task_id: String,
+pub(super) struct TaskState {
+    pub(super) task_id: String,
     agent: String,
     /// queued, running, pass, blocked, failed or cancelled.
-    status: String,
+    pub(super) status: String,
     /// The deciding final's value, once the task is final (when it has one).
     #[serde(skip_serializing_if = "Option::is_none")]
-    value: Option<Value>,
+    pub(super) value: Option<Value>,
     /// The deciding final's `ok`, once the task is final (when it has one).
     #[serde(skip_serializing_if = "Option::is_none")]
-    ok: Option<bool>,
+    pub(super) ok: Option<bool>,
     /// Why the task ended as it did, when the daemon says.
     #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
+    pub(super) reason: Option<String>,
 }
 
 impl From<&Task> for TaskState {
@@ -113,10 +113,10 @@ impl From<&Task> for TaskState {
 
 /// What a wait is for: the ids, and how many must be final.
 #[derive(Debug)]
-struct Target {
-    ids: Vec<TaskId>,
-    needed: usize,
-    timeout: Duration,
+pub(super) struct Target {
+    pub(super) ids: Vec<TaskId>,
+    pub(super) needed: usize,
+    pub(super) timeout: Duration,
 }
 
 fn target(args: WaitArgs) -> Result<Target, ApiError> {
@@ -168,6 +168,17 @@ pub(super) async fn wait(
 ) -> Outcome {
     let target = target(arguments(args)?)?;
     caller.check(state, Verb::ReadTask)?;
+    structured(&collect(state, target, context).await?)
+}
+
+/// Waits for `target` as `wait` does, with its progress notifications. A
+/// client's cancellation of the call ends it with an error (the call
+/// answers nothing then); the timeout and a drain end it with what it has.
+pub(super) async fn collect(
+    state: &AppState,
+    target: Target,
+    context: &RequestContext<RoleServer>,
+) -> Result<Waited, ApiError> {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + target.timeout;
     let mut tasks = Vec::with_capacity(target.ids.len());
@@ -228,7 +239,7 @@ pub(super) async fn wait(
             () = tokio::time::sleep_until(deadline) => break,
         }
     }
-    structured(&Waited {
+    Ok(Waited {
         done: finished >= target.needed,
         finished,
         tasks: tasks.iter().map(TaskState::from).collect(),

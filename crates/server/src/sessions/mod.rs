@@ -68,13 +68,21 @@ pub struct LoginRequest {
     pub description: Option<String>,
     #[serde(default)]
     pub desc: Option<String>,
-    #[serde(default)]
+    /// Present even when null: the upstream client sends
+    /// `"capability_manifest": null` when it has none, and the key itself
+    /// marks its login's shape (docs/protocol.md, Upstream clients).
+    #[serde(default, deserialize_with = "present")]
     pub capability_manifest: Option<Value>,
     /// How frames to the session are written; by default the documented
     /// wire, or the upstream dialect for a login shaped as the upstream
     /// client's (`desc` and `capability_manifest`, no roles).
     #[serde(default)]
     pub dialect: Option<Dialect>,
+}
+
+/// A field that is `Some` whenever its key is there, `null` included.
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
 }
 
 impl LoginRequest {
@@ -195,7 +203,7 @@ impl SessionRegistry {
             roles: dedup(req.roles),
             kind: req.kind,
             description: req.description.or(req.desc),
-            manifest: req.capability_manifest,
+            manifest: req.capability_manifest.filter(|m| !m.is_null()),
             created_ms: now,
             last_seen_ms: now,
             done_through: Some(self.routed_through()),
@@ -227,6 +235,7 @@ impl SessionRegistry {
             return Err(SessionError::Engine(error));
         }
         tracing::info!(sid = %session.sid, roles = ?session.roles, kind = ?session.kind, "session created");
+        engine.wake_waiting();
         Ok(LoginResponse {
             sid: session.sid,
             token: secret.expose().to_owned(),

@@ -46,6 +46,7 @@ pub async fn serve_socket(state: AppState, session: Arc<Session>, socket: WebSoc
             tracing::warn!(%error, "cannot persist the session on attach");
         }
         tracing::info!(parked = session.parked(), "socket attached");
+        engine.wake_waiting();
 
         let ping_every = Duration::from_secs(state.config.ws.ping_secs.max(1));
         let liveness = Liveness::new(ping_every * DEAD_AFTER_PINGS);
@@ -67,6 +68,7 @@ pub async fn serve_socket(state: AppState, session: Arc<Session>, socket: WebSoc
         let writer = Writer {
             engine,
             session: &session,
+            upstream: &state.upstream_attempts,
             liveness: &liveness,
             ping_every,
         };

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::frames::{ServerFrame, SpawnTaskFrame, encode};
+use super::frames::{ServerFrame, SpawnTaskFrame};
 use super::writer::Direct;
 use crate::http::error::describe;
 use crate::sessions::{
@@ -75,14 +75,16 @@ pub(super) fn spawn_worker(
                 }
                 Some(refused) = running.next(), if !running.is_empty() => {
                     if let Some(frame) = refused {
-                        let _ = direct.send(Direct::Frame(encode(&frame))).await;
+                        let _ = direct.send(Direct::Frame(session.dialect.encode(&frame))).await;
                     }
                 }
             }
         }
         while let Some(refused) = running.next().await {
             if let Some(frame) = refused {
-                let _ = direct.send(Direct::Frame(encode(&frame))).await;
+                let _ = direct
+                    .send(Direct::Frame(session.dialect.encode(&frame)))
+                    .await;
             }
         }
     };

@@ -4,7 +4,8 @@
 //! order, and never cut off half-way); `subscribe` starts a stream owned by
 //! this reader. A frame that cannot be used is answered with an `error`
 //! frame and the connection stays up; a frame over the size limit closes it
-//! with a policy-violation code.
+//! with a policy-violation code. A session of the upstream dialect may name
+//! a task by its step id (`dialect`).
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use swarmd_spawner::operator::{HookAck, SpawnReply};
 use tokio::sync::mpsc;
 
 use super::MAX_FRAME_BYTES;
-use super::frames::{ClientFrame, ServerFrame, decode, encode};
+use super::frames::{ClientFrame, ServerFrame, decode};
 use super::ops::Op;
 use super::subscribe::Subscriptions;
 use super::writer::{Direct, Liveness};
@@ -83,7 +84,7 @@ impl Reader<'_> {
     }
 
     async fn handle(&self, subscriptions: &mut Subscriptions, text: &str) {
-        let frame = match decode(text) {
+        let frame = match decode(&self.session.dialect.inbound(text)) {
             Ok(frame) => frame,
             Err(error) => {
                 let frame = ServerFrame::error(error.req_id, ErrorCode::BadRequest, error.message);
@@ -134,6 +135,7 @@ impl Reader<'_> {
                 let started = subscriptions.start(
                     self.engine,
                     &self.direct,
+                    self.session.dialect,
                     req_id.clone(),
                     task_id,
                     after_seq,
@@ -174,6 +176,7 @@ impl Reader<'_> {
 
     /// Sends a frame to this connection only (never parked).
     async fn reply(&self, frame: &ServerFrame) {
-        let _ = self.direct.send(Direct::Frame(encode(frame))).await;
+        let text = self.session.dialect.encode(frame);
+        let _ = self.direct.send(Direct::Frame(text)).await;
     }
 }

@@ -19,8 +19,9 @@ use swarmd_engine::ids::{ReqId, TaskId};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
+use super::dialect::Dialect;
 use super::feed::EventFeed;
-use super::frames::{ServerFrame, encode};
+use super::frames::ServerFrame;
 use super::ops::engine_error;
 use super::writer::Direct;
 
@@ -41,6 +42,7 @@ impl Subscriptions {
         &mut self,
         engine: &Engine,
         direct: &mpsc::Sender<Direct>,
+        dialect: Dialect,
         req_id: ReqId,
         task_id: TaskId,
         after_seq: Option<u64>,
@@ -64,6 +66,7 @@ impl Subscriptions {
         let stream = Stream {
             engine: engine.clone(),
             direct: direct.clone(),
+            dialect,
             req_id,
             task_id,
             after_seq,
@@ -77,6 +80,7 @@ impl Subscriptions {
 struct Stream {
     engine: Engine,
     direct: mpsc::Sender<Direct>,
+    dialect: Dialect,
     req_id: ReqId,
     task_id: TaskId,
     after_seq: Option<u64>,
@@ -135,6 +139,7 @@ impl Stream {
     }
 
     async fn send(&self, frame: &ServerFrame) -> bool {
-        self.direct.send(Direct::Frame(encode(frame))).await.is_ok()
+        let text = self.dialect.encode(frame);
+        self.direct.send(Direct::Frame(text)).await.is_ok()
     }
 }

@@ -19,6 +19,7 @@ use swarmd_engine::{Engine, EngineError};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::dialect::{Dialect, UpstreamAttempts};
 use super::frames::{ServerFrame, encode};
 use crate::sessions::{Batch, CloseReason, Outgoing, ParkedSpawn, Session};
 
@@ -86,6 +87,7 @@ pub(super) enum WriterEnd {
 pub(super) struct Writer<'a> {
     pub engine: &'a Engine,
     pub session: &'a Session,
+    pub upstream: &'a UpstreamAttempts,
     pub liveness: &'a Liveness,
     pub ping_every: Duration,
 }
@@ -167,7 +169,7 @@ impl Writer<'_> {
                 let text = match frame {
                     Outgoing::Text { text, .. } => Some(text),
                     Outgoing::Spawn(spawn) => {
-                        prepare_spawn(self.engine, self.session, id, *spawn).await
+                        prepare_spawn(self.engine, self.session, self.upstream, id, *spawn).await
                     }
                 };
                 if let Some(text) = text {
@@ -190,10 +192,12 @@ impl Writer<'_> {
 
 /// The text of a `spawn` about to go out. A token expiring within
 /// [`REMINT_WITHIN_SECS`] is re-minted first (and the queued copy updated);
-/// a spawn whose attempt is over is dropped with its waiter.
+/// a spawn whose attempt is over is dropped with its waiter. A spawn to an
+/// upstream session is recorded in `upstream`.
 pub(crate) async fn prepare_spawn(
     engine: &Engine,
     session: &Session,
+    upstream: &UpstreamAttempts,
     id: u64,
     spawn: ParkedSpawn,
 ) -> Option<Utf8Bytes> {
@@ -222,6 +226,9 @@ pub(crate) async fn prepare_spawn(
                 tracing::warn!(attempt = %frame.attempt, %error, "cannot re-mint a parked spawn's token");
             }
         }
+    }
+    if session.dialect == Dialect::Upstream {
+        upstream.record(frame.attempt);
     }
     Some(session.dialect.encode(&ServerFrame::spawn(&req_id, &frame)))
 }

@@ -36,7 +36,8 @@ async fn deliver(harness: &Harness, session: &Session) -> Option<Value> {
     let Outgoing::Spawn(spawn) = frame else {
         panic!("not a spawn");
     };
-    let text = prepare_spawn(&harness.engine, session, id, *spawn).await?;
+    let upstream = &harness.state.upstream_attempts;
+    let text = prepare_spawn(&harness.engine, session, upstream, id, *spawn).await?;
     Some(serde_json::from_str(text.as_str()).unwrap())
 }
 

@@ -121,6 +121,7 @@ impl Harness {
             shutdown: CancellationToken::new(),
             tasks: tokio_util::task::TaskTracker::new(),
             metrics: Metrics::new(),
+            upstream_attempts: Default::default(),
         });
         Harness {
             engine,

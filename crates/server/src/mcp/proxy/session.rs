@@ -136,17 +136,17 @@ impl Operators {
             }
         }
         let (sid, token) = self.login(credential, wanted).await?;
-        if let Some(file) = &file {
-            let saved = Saved {
-                url: self.base.clone(),
-                sid: sid.clone(),
-                token: token.expose().to_owned(),
-            };
-            if let Err(error) = file.write(&saved) {
-                // The session works without its file; it is only not resumable.
-                tracing::warn!(%error, "the session will not be resumable");
-            }
-        }
+        let saved = Saved {
+            url: self.base.clone(),
+            sid: sid.clone(),
+            token: token.expose().to_owned(),
+        };
+        // The session works without its file; it is only not resumable.
+        let file = file.filter(|file| {
+            file.write(&saved)
+                .inspect_err(|error| tracing::warn!(%error, "the session will not be resumable"))
+                .is_ok()
+        });
         let path = file.as_ref().map(|f| f.path().display().to_string());
         tracing::info!(sid = %sid, roles = ?wanted.roles, file = ?path, "logged in an operator session");
         // A session no file names could never be resumed: it is left.

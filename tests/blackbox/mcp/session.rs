@@ -2,8 +2,9 @@
 //! with the flags' roles while the relay runs and gone once its stdin
 //! closes; resumed from its 0600 state file with `--keep-session`; a
 //! session token relayed as that session and never left; a loopback login
-//! without a credential; a role held by another live session refused with
-//! one clear line. The helpers here serve `lifecycle` too.
+//! without a credential; a role held by another live session, or a bad
+//! role name, refused with one clear line. The helpers here serve
+//! `lifecycle` too.
 
 use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
@@ -252,8 +253,27 @@ async fn without_a_credential_the_relay_logs_in_from_loopback_when_allowed() {
     assert_eq!(sessions(&daemon).await, json!([]));
 }
 
+/// `swarmd mcp` with `flags` and the admin token, stdin closed at once:
+/// its exit code and stderr.
+async fn refused_relay(daemon: &Daemon, flags: &[&str], file: &std::path::Path) -> (i32, String) {
+    let run = Command::new(env!("CARGO_BIN_EXE_swarmd"))
+        .args(["mcp", "--url", &daemon.base])
+        .args(flags)
+        .arg("--session-file")
+        .arg(file)
+        .env_clear()
+        .env("SWARMD_TOKEN", &daemon.admin)
+        .stdin(Stdio::null())
+        .output();
+    let output = tokio::time::timeout(PATIENCE, run).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.stdout.is_empty(), "stdout carries only the protocol");
+    assert!(!stderr.contains(&daemon.admin), "{stderr}");
+    (output.status.code().unwrap_or(-1), stderr)
+}
+
 #[tokio::test]
-async fn a_role_held_by_a_live_session_fails_the_relay_with_one_clear_line() {
+async fn a_role_held_by_a_live_session_or_a_bad_role_fails_the_relay_with_one_clear_line() {
     let daemon = Daemon::start_with(EXTRA).await;
     let (status, holder) = parts(
         daemon
@@ -266,31 +286,30 @@ async fn a_role_held_by_a_live_session_fails_the_relay_with_one_clear_line() {
     .await;
     assert_eq!(status, 201, "{holder}");
     let dir = tempfile::tempdir().unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_swarmd"))
-        .args(["mcp", "--url", &daemon.base, "--roles", "main-ai"])
-        .arg("--session-file")
-        .arg(dir.path().join("relay.json"))
-        .env_clear()
-        .env("SWARMD_TOKEN", &daemon.admin)
-        .stdin(Stdio::null())
-        .output();
-    let output = tokio::time::timeout(PATIENCE, run).await.unwrap().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(output.stdout.is_empty(), "stdout carries only the protocol");
-    let last = stderr.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with("swarmd: the daemon at")
-            && last.contains("refused the login")
-            && last.contains("main-ai")
-            && last.ends_with("(role_taken)"),
-        "{stderr}"
-    );
-    assert!(!stderr.contains(&daemon.admin), "{stderr}");
+    let file = dir.path().join("relay.json");
+    for (flags, name, code) in [
+        (&["--roles", "main-ai"][..], "main-ai", "(role_taken)"),
+        (
+            &["--roles", "Not A Role"][..],
+            "Not A Role",
+            "(bad_request)",
+        ),
+    ] {
+        let (exit, stderr) = refused_relay(&daemon, flags, &file).await;
+        assert_eq!(exit, 1, "{stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("swarmd: the daemon at")
+                && last.contains("refused the login")
+                && last.contains(name)
+                && last.ends_with(code),
+            "{stderr}"
+        );
+    }
     assert_eq!(
         only_session(&sessions(&daemon).await)["sid"],
         holder["sid"],
-        "the refused relay left nothing behind"
+        "the refused relays left nothing behind"
     );
-    assert!(!dir.path().join("relay.json").exists());
+    assert!(!file.exists());
 }

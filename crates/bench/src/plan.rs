@@ -13,7 +13,7 @@ use crate::cli::{
 use crate::config::Capacity;
 use crate::daemon::{SpawnedDaemon, Target};
 use crate::report::{RunReport, markdown};
-use crate::{http_load, idle, machine, ws_delegated};
+use crate::{http_load, idle, machine, mcp, ws_delegated};
 
 /// Runs the command; returns how many errors the runs saw.
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<u64> {
@@ -30,6 +30,13 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<u64> {
             let daemon = Running::open(&cli.target, first_store).await?;
             let result = http_load::run(&daemon.target, &http, &args).await;
             finish_runs(daemon, result.map(|r| vec![r])).await
+        }
+        Command::Mcp(args) => {
+            let daemon = Running::open(&cli.target, first_store).await?;
+            let result = mcp::run(&daemon.target, &http, &args).await;
+            let report = daemon.close(result).await?;
+            println!("{}\n\n{}", machine::description(), report.markdown());
+            Ok(report.error_count())
         }
         Command::IdleCapacity(args) => {
             let mut target = cli.target.clone();

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::cli::McpArgs;
 use crate::daemon::Target;
+use crate::measure::Sampler;
 use client::McpClient;
 use report::{FanoutRow, PathRow};
 
@@ -36,6 +37,16 @@ impl McpReport {
         let paths = self.round_trips.iter().flat_map(|r| r.errors.values());
         let fanouts = self.fanouts.iter().flat_map(|r| r.errors.values());
         paths.chain(fanouts).sum()
+    }
+
+    /// Whether every path made all its round trips and every fan-out
+    /// passed all its tasks.
+    pub(crate) fn finished_all(&self, args: &McpArgs) -> bool {
+        let paths = self
+            .round_trips
+            .iter()
+            .all(|row| row.spread.map_or(0, |s| s.count) == args.round_trips);
+        paths && self.fanouts.iter().all(|row| row.passed == row.tasks)
     }
 
     /// Both tables, with what they ran against.
@@ -78,10 +89,16 @@ pub(crate) async fn run(
     let mut fanouts = Vec::new();
     if args.fanout > 0 {
         let batch = usize::from(args.batch);
-        fanouts.push(fanout::sequential(&mcp, &args.agent, args.fanout, batch).await);
+        let sampler = Sampler::begin(target.pid);
+        let mut row = fanout::sequential(&mcp, &args.agent, args.fanout, batch).await;
+        row.server_cpu = sampler.end().server_cpu;
+        fanouts.push(row);
         if args.concurrent > 0 {
+            let sampler = Sampler::begin(target.pid);
             let run = fanout::concurrent(&mcp, &args.agent, args.fanout, args.concurrent);
-            fanouts.push(run.await);
+            let mut row = run.await;
+            row.server_cpu = sampler.end().server_cpu;
+            fanouts.push(row);
         }
     }
     mcp.close().await;

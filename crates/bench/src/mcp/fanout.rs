@@ -85,6 +85,7 @@ impl Calls {
             wait_time: self.wait_time,
             slowest: self.slowest,
             errors: self.errors,
+            server_cpu: None,
         }
     }
 }

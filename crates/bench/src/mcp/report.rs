@@ -68,9 +68,17 @@ pub(crate) struct FanoutRow {
     /// The slowest call and its tool.
     pub slowest: (Duration, &'static str),
     pub errors: BTreeMap<String, u64>,
+    /// Daemon CPU seconds (user + system) over the run, with `--pid` or a
+    /// started daemon.
+    pub server_cpu: Option<f64>,
 }
 
 impl FanoutRow {
+    /// Daemon CPU milliseconds per task.
+    pub(crate) fn server_cpu_per_task(&self) -> Option<f64> {
+        (self.tasks > 0).then_some(self.server_cpu? * 1000.0 / self.tasks as f64)
+    }
+
     /// Tasks passed per second of wall time.
     pub(crate) fn tasks_per_sec(&self) -> f64 {
         let secs = self.wall.as_secs_f64();
@@ -126,13 +134,14 @@ pub(crate) fn round_trips(rows: &[PathRow]) -> String {
 /// The fan-out table.
 pub(crate) fn fanouts(rows: &[FanoutRow]) -> String {
     let mut out = String::from(
-        "| fan-out | tasks | passed | calls | wall s | tasks/s | spawn_many s | wait s \
-         | slowest call ms | errors |\n|---|--:|--:|--:|--:|--:|--:|--:|---|---|\n",
+        "| fan-out | tasks | passed | calls | wall s | tasks/s | spawn calls s | wait calls s \
+         | slowest call ms | srv CPU ms/task | errors |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n",
     );
     for row in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.3} | {:.0} | {:.3} | {:.3} | {} ({}) | {} |",
+            "| {} | {} | {} | {} | {:.3} | {:.0} | {:.3} | {:.3} | {} ({}) | {} | {} |",
             row.shape,
             row.tasks,
             row.passed,
@@ -143,6 +152,8 @@ pub(crate) fn fanouts(rows: &[FanoutRow]) -> String {
             row.wait_time.as_secs_f64(),
             ms(row.slowest.0),
             row.slowest.1,
+            row.server_cpu_per_task()
+                .map_or("-".to_owned(), |ms| format!("{ms:.3}")),
             errors_text(&row.errors),
         );
     }
@@ -224,11 +235,12 @@ mod tests {
             wait_time: Duration::from_millis(300),
             slowest: (Duration::from_millis(40), "wait"),
             errors: BTreeMap::new(),
+            server_cpu: Some(0.25),
         };
         assert!((row.tasks_per_sec() - 2000.0).abs() < 1e-9);
         let table = fanouts(&[row]);
         assert!(
-            table.contains("| sequential | 1000 | 1000 | 20 | 0.500 | 2000 | 0.200 | 0.300 | 40.00 (wait) | 0 |"),
+            table.contains("| sequential | 1000 | 1000 | 20 | 0.500 | 2000 | 0.200 | 0.300 | 40.00 (wait) | 0.250 | 0 |"),
             "{table}"
         );
     }

@@ -25,6 +25,13 @@ loopback_login = true
 [agents.helper]
 kind = "operator"
 description = "Any MainAI's SubAgent"
+
+[agents.doubtful]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", "printf '{\"reason\":\"tests fail\"}'; exit 1"]
+stdin = "none"
+layers = ["senior_escalation"]
 "#;
 
 /// The `mse` binary, installed once per test run.
@@ -313,4 +320,21 @@ async fn two_mse_sessions_share_unpinned_operator_tasks() {
         let step = step(&done["id"]);
         assert_eq!(seen["got"][by][0], step.as_str(), "{seen:#}");
     }
+}
+
+#[tokio::test]
+async fn mse_mcp_answers_the_ask_of_a_task_pinned_to_its_session() {
+    let mut sw = Swarmd::new(CONFIG).start().await;
+    let seen = run(&mut sw, "ask").await;
+    let frame = &seen["frame"];
+    assert_eq!(frame["type"], "ask", "{seen:#}");
+    assert_eq!(frame["payload"]["task_id"], step(&seen["task"]).as_str());
+    assert_eq!(
+        frame["payload"]["question"]["reason"], "tests fail",
+        "{seen:#}"
+    );
+    assert_eq!(seen["ack"]["sent"], true, "{seen:#}");
+    let done = &seen["done"];
+    assert_eq!(done["status"], "pass", "{seen:#}");
+    assert_eq!(done["result"]["value"]["senior_answer"], "accept: flaky");
 }

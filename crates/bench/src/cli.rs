@@ -89,6 +89,11 @@ pub(crate) enum Command {
     WsDelegated(WsArgs),
     /// POST /v1/tasks with wait_secs for a process or Lua agent.
     Http(HttpArgs),
+    /// MCP on the daemon's `/mcp` (rmcp client): the round trip of one Lua
+    /// task through `spawn` + `wait` against WebSocket and HTTP, then N
+    /// tasks fanned out with `spawn_many` and collected with `wait` on one
+    /// MCP session.
+    Mcp(McpArgs),
     /// Holds N delegated tasks whose SubAgents never answer, reports the
     /// daemon's RSS at each checkpoint, then cancels them.
     IdleCapacity(IdleArgs),
@@ -152,6 +157,46 @@ pub(crate) struct HttpArgs {
     /// Write every finished task as `done_ms,latency_us` to this file.
     #[arg(long, value_name = "PATH")]
     pub latency_csv: Option<PathBuf>,
+}
+
+/// `mcp`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct McpArgs {
+    /// Agent of every task (the generated config's `lua` returns its prompt).
+    #[arg(long, default_value = "lua")]
+    pub agent: String,
+    /// Sequential round trips per path (MCP, WebSocket, HTTP), interleaved.
+    #[arg(long, short = 'n', default_value_t = 200)]
+    pub round_trips: usize,
+    /// Round trips per path before measuring (connections, first Lua run).
+    #[arg(long, default_value_t = 10)]
+    pub warmup: usize,
+    /// Tasks of the fan-out through one MCP session (0: none).
+    #[arg(long, default_value_t = 1000)]
+    pub fanout: usize,
+    /// Tasks per `spawn_many` and per `wait` call (1 to 100).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub batch: u16,
+    /// Also run C concurrent spawn + wait loops on the one MCP session, the
+    /// fan-out's tasks split among them (0: none).
+    #[arg(long, short = 'c', default_value_t = 0)]
+    pub concurrent: usize,
+    /// MCP protocol revision the client asks for.
+    #[arg(long, value_enum, default_value = "latest")]
+    pub revision: Revision,
+    /// Call MCP with an operator session's `sws-` token instead of the
+    /// admin token.
+    #[arg(long)]
+    pub session_token: bool,
+}
+
+/// The MCP revisions the daemon speaks, as the client asks for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Revision {
+    /// `2026-07-28`: stateless requests, no `Mcp-Session-Id`.
+    Latest,
+    /// `2025-11-25`: `initialize` and an `Mcp-Session-Id` session.
+    Initialize,
 }
 
 /// `idle-capacity`.

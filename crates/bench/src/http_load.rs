@@ -84,7 +84,7 @@ impl Worker {
             if let Some(quota) = self.quota.as_mut() {
                 *quota -= 1;
             }
-            match self.spawn_and_wait(&body).await {
+            match spawn_and_wait(&self.http, &self.url, &self.admin, &body).await {
                 Ok(()) => {
                     let done = Instant::now();
                     tally.record(self.clock.start, done, done - now);
@@ -94,27 +94,32 @@ impl Worker {
         }
         tally
     }
+}
 
-    /// One task; the error code when it did not pass.
-    async fn spawn_and_wait(&self, body: &Value) -> Result<(), String> {
-        let response = self
-            .http
-            .post(&self.url)
-            .bearer_auth(&self.admin)
-            .json(body)
-            .send()
-            .await
-            .map_err(|_| "transport".to_owned())?;
-        let status = response.status().as_u16();
-        let bytes = response.bytes().await.map_err(|_| "transport".to_owned())?;
-        if status != 201 {
-            return Err(error_code(status, &bytes));
-        }
-        let answer: Value = serde_json::from_slice(&bytes).map_err(|_| "bad_answer".to_owned())?;
-        match answer["status"].as_str() {
-            Some("pass") => Ok(()),
-            Some(other) => Err(format!("task_{other}")),
-            None => Err("bad_answer".to_owned()),
-        }
+/// `POST /v1/tasks` with `body` (which carries `wait_secs`) as the admin:
+/// `Ok` when the task passed, else the error code.
+pub(crate) async fn spawn_and_wait(
+    http: &reqwest::Client,
+    url: &str,
+    admin: &str,
+    body: &Value,
+) -> Result<(), String> {
+    let response = http
+        .post(url)
+        .bearer_auth(admin)
+        .json(body)
+        .send()
+        .await
+        .map_err(|_| "transport".to_owned())?;
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await.map_err(|_| "transport".to_owned())?;
+    if status != 201 {
+        return Err(error_code(status, &bytes));
+    }
+    let answer: Value = serde_json::from_slice(&bytes).map_err(|_| "bad_answer".to_owned())?;
+    match answer["status"].as_str() {
+        Some("pass") => Ok(()),
+        Some(other) => Err(format!("task_{other}")),
+        None => Err("bad_answer".to_owned()),
     }
 }

@@ -1,5 +1,5 @@
 //! `swarmd-bench`: the load generator of the swarmd benchmark. It talks to
-//! the daemon over HTTP and WebSocket only (never links the server), reads
+//! the daemon over HTTP, WebSocket and MCP only (never links the server), reads
 //! the daemon's CPU time and RSS from `/proc`, and prints Markdown tables
 //! for `docs/benchmarks.md`. Exit status: 0 when every run finished without
 //! an error, 1 when a run saw errors, 2 when the benchmark itself failed.
@@ -10,6 +10,7 @@ mod daemon;
 mod http_load;
 mod idle;
 mod machine;
+mod mcp;
 mod measure;
 mod pacer;
 mod plan;

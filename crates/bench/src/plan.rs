@@ -8,12 +8,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use crate::cli::{
-    Bound, Cli, Command, HttpArgs, IdleArgs, MatrixArgs, StoreKind, TargetArgs, WsArgs,
+    Bound, Cli, Command, HttpArgs, IdleArgs, MatrixArgs, McpArgs, Revision, StoreKind, TargetArgs,
+    WsArgs,
 };
 use crate::config::Capacity;
 use crate::daemon::{SpawnedDaemon, Target};
 use crate::report::{RunReport, markdown};
-use crate::{http_load, idle, machine, ws_delegated};
+use crate::{http_load, idle, machine, mcp, ws_delegated};
 
 /// Runs the command; returns how many errors the runs saw.
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<u64> {
@@ -30,6 +31,13 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<u64> {
             let daemon = Running::open(&cli.target, first_store).await?;
             let result = http_load::run(&daemon.target, &http, &args).await;
             finish_runs(daemon, result.map(|r| vec![r])).await
+        }
+        Command::Mcp(args) => {
+            let daemon = Running::open(&cli.target, first_store).await?;
+            let result = mcp::run(&daemon.target, &http, &args).await;
+            let report = daemon.close(result).await?;
+            println!("{}\n\n{}", machine::description(), report.markdown());
+            Ok(report.error_count())
         }
         Command::IdleCapacity(args) => {
             let mut target = cli.target.clone();
@@ -186,8 +194,32 @@ async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<R
     for report in &reports {
         eprintln!("{}", report.one_line());
     }
+    let mcp_errors = smoke_mcp(target, http).await?;
     let idle_errors = smoke_idle(target, http, false).await?;
-    Ok((reports, idle_errors))
+    Ok((reports, idle_errors + mcp_errors))
+}
+
+/// The smoke run's MCP stage: a few round trips per path, 100 tasks fanned
+/// out in calls of 50, then over two loops. Returns the errors seen; fails
+/// if a measurement finished fewer tasks than it was given.
+async fn smoke_mcp(target: &Target, http: &reqwest::Client) -> anyhow::Result<u64> {
+    let args = McpArgs {
+        agent: "lua".to_owned(),
+        round_trips: 5,
+        warmup: 1,
+        fanout: 100,
+        batch: 50,
+        concurrent: 2,
+        revision: Revision::Latest,
+        session_token: false,
+    };
+    let report = mcp::run(target, http, &args).await?;
+    eprintln!("{}", report.markdown());
+    let errors = report.error_count();
+    if errors == 0 && !report.finished_all(&args) {
+        bail!("mcp: a measurement finished fewer tasks than it was given");
+    }
+    Ok(errors)
 }
 
 /// The smoke run's idle-capacity stages (50, then 100 tasks held): waiting

@@ -214,7 +214,7 @@ pub(crate) fn errors_text(errors: &BTreeMap<String, u64>) -> String {
 }
 
 /// Nearest-rank percentile of sorted values (µs).
-fn percentile(sorted: &[u64], pct: f64) -> Option<Duration> {
+pub(crate) fn percentile(sorted: &[u64], pct: f64) -> Option<Duration> {
     if sorted.is_empty() {
         return None;
     }

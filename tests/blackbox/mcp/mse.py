@@ -265,7 +265,24 @@ async def pool(client: Client, swarmd: Swarmd, seen: dict) -> None:
         await call(client, "mse_operator_leave", {"sid": sid})
 
 
-SCENARIOS = {"delegated": delegated, "restart": restart, "pool": pool}
+async def ask(client: Client, swarmd: Swarmd, seen: dict) -> None:
+    """A blocked verdict of a task pinned to the session is asked there; mse answers."""
+    sid = (await call(client, "mse_operator_join", {"desc": "answers questions"}))["sid"]
+    created = await swarmd.create({"agent": "doubtful", "prompt": "done?", "operator_sid": sid})
+    seen["task"] = created["body"]["task_id"]
+    frame = await pop(client, sid)
+    seen["frame"] = frame
+    if frame.get("type") == "ask":
+        seen["ack"] = await call(
+            client,
+            "mse_ack",
+            {"sid": sid, "req_id": frame["req_id"], "kind": "answer", "value": "accept: flaky"},
+        )
+    seen["done"] = (await swarmd.get(f"/v1/tasks/{seen['task']}/wait?timeout_secs=20"))["body"]
+    await call(client, "mse_operator_leave", {"sid": sid})
+
+
+SCENARIOS = {"delegated": delegated, "restart": restart, "pool": pool, "ask": ask}
 
 
 async def main() -> None:

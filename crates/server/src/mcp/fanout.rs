@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use futures_util::{StreamExt, stream};
 use rmcp::model::{JsonObject, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -21,6 +22,8 @@ use crate::http::tasks::{self, NewTask};
 
 /// The most tasks one `spawn_many` call creates.
 pub(crate) const MAX_SPAWN_MANY: usize = 100;
+/// Creations of one `spawn_many` call in flight at once.
+const CREATE_CONCURRENCY: usize = 32;
 /// Live tasks of each status `agents` counts; past it the counts are lower bounds.
 const MAX_COUNTED: usize = 10_000;
 
@@ -266,15 +269,23 @@ pub(super) async fn spawn_many(
             tasks.len()
         )));
     }
-    let mut results = Vec::with_capacity(tasks.len());
-    for (index, entry) in tasks.into_iter().enumerate() {
+    // Creations run side by side (each waits for its store commit, and the
+    // store commits them together), started and answered in list order.
+    let creations = tasks.into_iter().enumerate().map(|(index, entry)| async move {
         let parsed = serde_json::from_value::<SpawnArgs>(entry)
             .map_err(|e| ApiError::bad_request(format!("tasks[{index}]: invalid arguments: {e}")));
-        let outcome = match parsed {
+        match parsed {
             Ok(args) => spawn_one(state, caller, args).await,
             Err(error) => Err(error),
-        };
-        results.push(match outcome {
+        }
+    });
+    let outcomes: Vec<_> = stream::iter(creations)
+        .buffered(CREATE_CONCURRENCY)
+        .collect()
+        .await;
+    let results: Vec<SpawnResult> = outcomes
+        .into_iter()
+        .map(|outcome| match outcome {
             Ok(spawned) => SpawnResult {
                 ok: true,
                 task_id: Some(spawned.task_id),
@@ -289,8 +300,8 @@ pub(super) async fn spawn_many(
                 error: Some(error.message().to_owned()),
                 code: Some(error.code().as_str().to_owned()),
             },
-        });
-    }
+        })
+        .collect();
     let created = results.iter().filter(|r| r.ok).count();
     structured(&SpawnedMany { results, created })
 }

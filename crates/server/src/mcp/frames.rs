@@ -21,13 +21,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use swarmd_engine::ErrorCode;
 use swarmd_engine::ids::SessionId;
-use swarmd_spawner::operator::{HookAck, SpawnReply};
 
 use super::{Outcome, arguments, structured, tool};
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
-use crate::sessions::{Outgoing, Reply, ReplyError, Session};
+use crate::sessions::{Outgoing, ReplyError, Session};
 use crate::ws::frames::{ClientFrame, ServerFrame, decode, encode};
 use crate::ws::prepare_spawn;
 
@@ -302,53 +301,21 @@ pub(super) async fn reply(state: &AppState, caller: &Caller, args: Option<JsonOb
     structured(&Replied { delivered })
 }
 
-/// Completes the request a reply frame answers. A spawn reply for an
-/// attempt that already ended is not an error (nothing waits for it).
+/// Completes the request a reply frame answers; false for a spawn reply
+/// that came after its attempt ended (nothing waits for it).
 pub(super) fn complete(session: &Session, frame: ClientFrame) -> Result<bool, ApiError> {
-    let (req_id, reply) = match frame {
-        ClientFrame::SpawnAck {
-            req_id,
-            value,
-            ok,
-            error,
-            stats,
-        } => (
-            req_id,
-            Reply::Spawn(SpawnReply::Ack {
-                value,
-                ok,
-                error,
-                stats,
-            }),
-        ),
-        ClientFrame::SpawnHalt {
-            req_id,
-            value,
-            reason,
-        } => (req_id, Reply::Spawn(SpawnReply::Halt { value, reason })),
-        ClientFrame::Answer { req_id, value } => (req_id, Reply::Answer(value)),
-        ClientFrame::HookAck { req_id, ok, reason } => {
-            (req_id, Reply::Hook(HookAck { ok, reason }))
-        }
-        ClientFrame::SpawnTask(_)
-        | ClientFrame::CancelTask { .. }
-        | ClientFrame::Subscribe { .. } => {
-            return Err(ApiError::bad_request(
-                "reply answers spawn_ack, spawn_halt, answer or hook_ack; use the spawn and \
-                 cancel tools to start and stop tasks",
-            ));
-        }
+    let Ok((req_id, reply)) = frame.into_reply() else {
+        return Err(ApiError::bad_request(
+            "reply answers spawn_ack, spawn_halt, answer or hook_ack; use the spawn and \
+             cancel tools to start and stop tasks",
+        ));
     };
-    let spawn_reply = matches!(reply, Reply::Spawn(_));
-    match session.pending.complete(req_id.as_str(), reply) {
-        Ok(()) => Ok(true),
-        Err(ReplyError::Unknown(_)) if spawn_reply => Ok(false),
-        Err(error @ ReplyError::Unknown(_)) => Err(ApiError::coded(
-            ErrorCode::UnknownRequest,
-            error.to_string(),
-        )),
-        Err(error @ ReplyError::WrongKind { .. }) => Err(ApiError::bad_request(error.to_string())),
-    }
+    session
+        .answer(req_id.as_str(), reply)
+        .map_err(|error| match error {
+            ReplyError::Unknown(_) => ApiError::coded(ErrorCode::UnknownRequest, error.to_string()),
+            ReplyError::WrongKind { .. } => ApiError::bad_request(error.to_string()),
+        })
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use swarmd_engine::{Engine, EngineError};
 
 use super::delivery::Delivery;
 use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing};
-use super::pending::Pending;
+use super::pending::{Pending, Reply, ReplyError};
 use crate::ws::dialect::Dialect;
 use crate::ws::frames::ServerFrame;
 
@@ -171,6 +171,22 @@ impl Session {
     /// Server requests (`spawn`, `ask`, `hook_before`) waiting for a reply.
     pub fn pending_requests(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Completes the request `req_id` with a client's reply. `Ok(false)` is
+    /// a spawn reply that came after its attempt ended (its Final was
+    /// posted, or it was cancelled or timed out): normal, since nothing
+    /// waits for it any more.
+    pub(crate) fn answer(&self, req_id: &str, reply: Reply) -> Result<bool, ReplyError> {
+        let spawn_reply = matches!(reply, Reply::Spawn(_));
+        match self.pending.complete(req_id, reply) {
+            Ok(()) => Ok(true),
+            Err(ReplyError::Unknown(_)) if spawn_reply => {
+                tracing::debug!(req_id, "late spawn reply ignored");
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Queues a frame that needs no reply; returns its outbox id.

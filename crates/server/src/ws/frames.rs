@@ -10,7 +10,9 @@ use swarmd_engine::ErrorCode;
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::ids::{ReqId, TaskId};
 use swarmd_engine::task::{PolicyOverrides, TaskStatus};
-use swarmd_spawner::operator::SpawnFrame;
+use swarmd_spawner::operator::{HookAck, SpawnFrame, SpawnReply};
+
+use crate::sessions::Reply;
 
 use crate::http::error::report_internal;
 
@@ -135,6 +137,40 @@ pub enum ClientFrame {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         after_seq: Option<u64>,
     },
+}
+
+impl ClientFrame {
+    /// A reply to a server request as the request's id and the reply its
+    /// waiter takes; any other frame is handed back.
+    pub fn into_reply(self) -> Result<(ReqId, Reply), Box<ClientFrame>> {
+        Ok(match self {
+            ClientFrame::SpawnAck {
+                req_id,
+                value,
+                ok,
+                error,
+                stats,
+            } => {
+                let ack = SpawnReply::Ack {
+                    value,
+                    ok,
+                    error,
+                    stats,
+                };
+                (req_id, Reply::Spawn(ack))
+            }
+            ClientFrame::SpawnHalt {
+                req_id,
+                value,
+                reason,
+            } => (req_id, Reply::Spawn(SpawnReply::Halt { value, reason })),
+            ClientFrame::Answer { req_id, value } => (req_id, Reply::Answer(value)),
+            ClientFrame::HookAck { req_id, ok, reason } => {
+                (req_id, Reply::Hook(HookAck { ok, reason }))
+            }
+            other => return Err(Box::new(other)),
+        })
+    }
 }
 
 /// The body of a `spawn_task` frame.

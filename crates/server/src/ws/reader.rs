@@ -15,7 +15,6 @@ use futures_util::stream::SplitStream;
 use swarmd_engine::Engine;
 use swarmd_engine::ErrorCode;
 use swarmd_engine::ids::ReqId;
-use swarmd_spawner::operator::{HookAck, SpawnReply};
 use tokio::sync::mpsc;
 
 use super::MAX_FRAME_BYTES;
@@ -92,37 +91,11 @@ impl Reader<'_> {
                 return;
             }
         };
+        let frame = match frame.into_reply() {
+            Ok((req_id, reply)) => return self.complete(req_id, reply).await,
+            Err(frame) => *frame,
+        };
         match frame {
-            ClientFrame::SpawnAck {
-                req_id,
-                value,
-                ok,
-                error,
-                stats,
-            } => {
-                let reply = SpawnReply::Ack {
-                    value,
-                    ok,
-                    error,
-                    stats,
-                };
-                self.complete(req_id, Reply::Spawn(reply)).await;
-            }
-            ClientFrame::SpawnHalt {
-                req_id,
-                value,
-                reason,
-            } => {
-                let reply = SpawnReply::Halt { value, reason };
-                self.complete(req_id, Reply::Spawn(reply)).await;
-            }
-            ClientFrame::Answer { req_id, value } => {
-                self.complete(req_id, Reply::Answer(value)).await;
-            }
-            ClientFrame::HookAck { req_id, ok, reason } => {
-                self.complete(req_id, Reply::Hook(HookAck { ok, reason }))
-                    .await;
-            }
             ClientFrame::SpawnTask(spawn) => self.forward(Op::Spawn(Box::new(spawn))).await,
             ClientFrame::CancelTask { req_id, task_id } => {
                 self.forward(Op::Cancel { req_id, task_id }).await;
@@ -145,20 +118,17 @@ impl Reader<'_> {
                     self.reply(&frame).await;
                 }
             }
+            // Replies were taken above.
+            ClientFrame::SpawnAck { .. }
+            | ClientFrame::SpawnHalt { .. }
+            | ClientFrame::Answer { .. }
+            | ClientFrame::HookAck { .. } => {}
         }
     }
 
     async fn complete(&self, req_id: ReqId, reply: Reply) {
-        let late_spawn_reply = matches!(reply, Reply::Spawn(_));
-        if let Err(error) = self.session.pending.complete(req_id.as_str(), reply) {
+        if let Err(error) = self.session.answer(req_id.as_str(), reply) {
             let code = match error {
-                // An ack or halt for a spawn whose attempt already ended (its
-                // Final was posted, or it was cancelled or timed out) is
-                // normal: the attempt no longer waits for it.
-                ReplyError::Unknown(_) if late_spawn_reply => {
-                    tracing::debug!(req_id = req_id.as_str(), "late spawn reply ignored");
-                    return;
-                }
                 ReplyError::Unknown(_) => ErrorCode::UnknownRequest,
                 ReplyError::WrongKind { .. } => ErrorCode::BadRequest,
             };

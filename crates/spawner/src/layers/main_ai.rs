@@ -41,9 +41,12 @@ pub struct MainAi {
 #[async_trait]
 impl SpawnerAdapter for MainAi {
     async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
-        let hooks = attempt
-            .ctx
+        // The owner's hooks; a task nobody owns answers to the session it
+        // is pinned to (`operator_sid`), the MainAI driving it.
+        let ctx = &attempt.ctx;
+        let hooks = ctx
             .session
+            .or(ctx.operator_sid)
             .and_then(|sid| self.sessions.session(&sid))
             .filter(|session| session.kind.takes_hooks())
             .and_then(|session| session.hooks);
@@ -120,6 +123,16 @@ mod tests {
         kind: SessionKind,
         ack: Option<HookAck>,
     ) -> (TaskStatus, Option<String>, Arc<FakeHook>, Vec<String>) {
+        hooked_by(kind, ack, false).await
+    }
+
+    /// As `hooked`; with `pinned`, the task is not owned but pinned to the
+    /// session (`operator_sid`).
+    async fn hooked_by(
+        kind: SessionKind,
+        ack: Option<HookAck>,
+        pinned: bool,
+    ) -> (TaskStatus, Option<String>, Arc<FakeHook>, Vec<String>) {
         let hook = Arc::new(FakeHook {
             ack,
             afters: Mutex::new(Vec::new()),
@@ -136,7 +149,17 @@ mod tests {
         };
         let stack = layer.wrap(FinalSpawner::arc(Act::Final(json!("v"), true), &log));
         let engine = engine_with_directory(vec![("a", SpawnerKind::InProcess, stack)], directory);
-        let task = spawn_owned(&engine, "a", Some(sid), PolicyOverrides::default()).await;
+        let task = if pinned {
+            let spec = swarmd_engine::task::TaskSpec {
+                agent: "a".into(),
+                prompt: "do it".into(),
+                operator_sid: Some(sid),
+                ..Default::default()
+            };
+            engine.create_task(spec).await.unwrap()
+        } else {
+            spawn_owned(&engine, "a", Some(sid), PolicyOverrides::default()).await
+        };
         let done = engine
             .wait_task(task.id, Duration::from_secs(3600))
             .await
@@ -182,6 +205,18 @@ mod tests {
         assert_eq!(status, TaskStatus::Failed);
         assert_eq!(reason.as_deref(), Some("rejected: no hook_ack within 30s"));
         assert!(calls.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_task_nobody_owns_hooks_the_session_it_is_pinned_to() {
+        let ack = HookAck {
+            ok: false,
+            reason: Some("not now".into()),
+        };
+        let (status, reason, _, calls) = hooked_by(SessionKind::MainAi, Some(ack), true).await;
+        assert_eq!(status, TaskStatus::Failed);
+        assert!(reason.unwrap().contains("not now"));
+        assert!(calls.is_empty(), "refused before spawning");
     }
 
     #[tokio::test]

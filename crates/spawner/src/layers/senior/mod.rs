@@ -84,6 +84,7 @@ impl SpawnerAdapter for SeniorEscalation {
             agent: ctx.agent.clone(),
             owner: ctx
                 .session
+                .or(ctx.operator_sid)
                 .and_then(|sid| sessions.session(&sid))
                 .and_then(|s| s.senior),
             settings: self.layer.settings.clone(),

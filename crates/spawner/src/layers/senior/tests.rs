@@ -206,3 +206,32 @@ async fn a_configured_senior_agent_answers_through_a_sub_task() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_task_nobody_owns_asks_the_session_it_is_pinned_to() {
+    let directory = Arc::new(FakeDirectory::default());
+    let pinned_senior = FakeSenior::arc(Some(json!("from the pinned MainAI")));
+    let mut pinned = session(SessionKind::MainAi);
+    pinned.senior = Some(pinned_senior.clone());
+    let sid: SessionId = pinned.sid;
+    directory.add(&[], pinned);
+    let stack =
+        layer(None, &directory).wrap(FinalSpawner::arc(Act::Final(json!(1), false), &call_log()));
+    let engine = engine_with_directory(vec![("worker", SpawnerKind::InProcess, stack)], directory);
+    let spec = swarmd_engine::task::TaskSpec {
+        agent: "worker".into(),
+        prompt: "do it".into(),
+        operator_sid: Some(sid),
+        ..Default::default()
+    };
+    let task = engine.create_task(spec).await.unwrap();
+    let done = engine
+        .wait_task(task.id, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(pinned_senior.asked().len(), 1);
+    assert_eq!(
+        done.result.unwrap().value["senior_answer"],
+        "from the pinned MainAI"
+    );
+}

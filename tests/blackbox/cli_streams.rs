@@ -9,11 +9,16 @@ use serde_json::{Value, json};
 
 use crate::daemon::{Swarmd, repo_root};
 
-/// One stand-in: `$0` is the CLI's name, `$1` the arguments it must get,
-/// the rest the arguments it got. Transcripts named `*noauth*` or `*error*`
-/// exit 1, as the real CLIs do after such a run.
+/// One stand-in, `$0` the CLI's name: it refuses arguments other than
+/// those docs/agents-cli.md gives that CLI, reads the transcript's name on
+/// stdin and replays it. Transcripts named `*noauth*` or `*error*` exit 1,
+/// as the real CLIs do after such a run.
 const STAND_IN: &str = r#"
-want="$1"; shift
+case "$0" in
+  claude) want="-p --output-format stream-json --verbose" ;;
+  codex) want="exec --json" ;;
+  gemini) want="--output-format stream-json" ;;
+esac
 [ "$*" = "$want" ] || { echo "$0: unexpected arguments: $*" >&2; exit 64; }
 name=$(cat)
 cat "@FIXTURES@/$name" || exit 66
@@ -23,22 +28,20 @@ case "$name" in *noauth*|*error*) exit 1 ;; esac
 fn agents() -> String {
     let fixtures = repo_root().join("tests/fixtures/cli-streams");
     let script = STAND_IN.replace("@FIXTURES@", &fixtures.display().to_string());
-    let agent = |name: &str, flags: &str| {
+    let agent = |name: &str, args: &str| {
         format!(
             "[agents.{name}]\nkind = \"process\"\nprogram = \"/bin/sh\"\n\
-             args = [\"-c\", '''{script}''', \"{name}\", \"{flags}\", {args}]\n\
-             stream = \"{name}\"\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n\n",
-            args = flags
-                .split(' ')
-                .map(|a| format!("\"{a}\""))
-                .collect::<Vec<_>>()
-                .join(", "),
+             args = [\"-c\", '''{script}''', \"{name}\", {args}]\n\
+             stream = \"{name}\"\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n\n"
         )
     };
     [
-        agent("claude", "-p --output-format stream-json --verbose"),
-        agent("codex", "exec --json"),
-        agent("gemini", "--output-format stream-json"),
+        agent(
+            "claude",
+            r#""-p", "--output-format", "stream-json", "--verbose""#,
+        ),
+        agent("codex", r#""exec", "--json""#),
+        agent("gemini", r#""--output-format", "stream-json""#),
     ]
     .concat()
 }

@@ -3,7 +3,7 @@
 //! stdin, and replays a recorded transcript (tests/fixtures/cli-streams,
 //! named by the prompt) as a process agent with `stream = "claude"`,
 //! `"codex"` or `"gemini"`; the task's output and result are read back over
-//! HTTP.
+//! HTTP. Where a CLI is installed, its help must still list those flags.
 
 use serde_json::{Value, json};
 
@@ -169,4 +169,57 @@ async fn each_cli_transcript_ends_with_its_final_partials_and_progress() {
 
     let (view, _) = replay(&sw, "gemini", "gemini-error.jsonl").await;
     assert_eq!(view["status"], "blocked", "{view}");
+}
+
+/// The flags docs/agents-cli.md gives each CLI, and the help that lists them.
+const FLAGS: [(&str, &[&str], &[&str]); 3] = [
+    (
+        "claude",
+        &["--help"],
+        &["-p, --print", "--output-format", "stream-json", "--verbose"],
+    ),
+    ("codex", &["exec", "--help"], &["--json"]),
+    ("gemini", &["--help"], &["--output-format", "stream-json"]),
+];
+
+/// Where a CLI is installed (on the test's `PATH`), its help still lists the
+/// flags the docs give it. A CLI that is not installed is skipped, by name.
+#[tokio::test]
+async fn installed_clis_still_take_the_documented_flags() {
+    let home = tempfile::tempdir().unwrap();
+    for (cli, args, flags) in FLAGS {
+        let Some(program) = on_path(cli) else {
+            eprintln!("{cli} is not on PATH: its flags are not checked");
+            continue;
+        };
+        let run = tokio::process::Command::new(&program)
+            .args(args)
+            .env("HOME", home.path())
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(std::time::Duration::from_secs(60), run)
+            .await
+            .unwrap_or_else(|_| panic!("{cli} {args:?} did not answer within 60 s"))
+            .unwrap();
+        let help = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for flag in flags {
+            assert!(
+                help.contains(flag),
+                "{} {args:?} no longer lists {flag}:\n{help}",
+                program.display()
+            );
+        }
+    }
+}
+
+fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
 }

@@ -11,7 +11,7 @@ use swarmd_output_store::OutputEvent;
 
 use super::usage::{ModelUsage, Usage};
 use super::{CliFormat, Unmapped, bounded, content_text, partial, progress, shape, summarize};
-use super::{NOTE_CHARS, preview};
+use super::{NOTE_CHARS, preview, required_str};
 
 /// What the stream has shown so far.
 #[derive(Debug, Default)]
@@ -19,11 +19,6 @@ pub(super) struct Claude {
     /// `stream_event` lines (`--include-partial-messages`), counted: the
     /// `assistant` messages repeat their text whole.
     stream_events: u64,
-}
-
-#[derive(Deserialize)]
-struct System {
-    subtype: String,
 }
 
 #[derive(Deserialize)]
@@ -84,7 +79,7 @@ struct ToolResult {
 }
 
 #[derive(Deserialize)]
-struct Result {
+struct TurnResult {
     subtype: String,
     is_error: bool,
     session_id: String,
@@ -129,7 +124,7 @@ impl Claude {
         kind: &str,
         line: Value,
         out: &mut Vec<OutputEvent>,
-    ) -> std::result::Result<(), Unmapped> {
+    ) -> Result<(), Unmapped> {
         match kind {
             "system" => system(line, out),
             "assistant" => assistant(shape(line)?, out),
@@ -158,8 +153,8 @@ impl Claude {
 }
 
 /// `init` names the session and model; other subtypes are kept as notes.
-fn system(line: Value, out: &mut Vec<OutputEvent>) -> std::result::Result<(), Unmapped> {
-    let System { subtype } = shape(line.clone())?;
+fn system(line: Value, out: &mut Vec<OutputEvent>) -> Result<(), Unmapped> {
+    let subtype = required_str(&line, "subtype")?;
     if subtype == "init" {
         let init: Init = shape(line)?;
         out.push(progress(
@@ -181,7 +176,7 @@ fn system(line: Value, out: &mut Vec<OutputEvent>) -> std::result::Result<(), Un
 }
 
 /// Text blocks become `partial`, tool calls a note named after the tool.
-fn assistant(message: Assistant, out: &mut Vec<OutputEvent>) -> std::result::Result<(), Unmapped> {
+fn assistant(message: Assistant, out: &mut Vec<OutputEvent>) -> Result<(), Unmapped> {
     let mut events = Vec::with_capacity(message.message.content.len() + 1);
     if let Some(error) = &message.error {
         events.push(progress("error", bounded(error, NOTE_CHARS)));
@@ -213,7 +208,7 @@ fn assistant(message: Assistant, out: &mut Vec<OutputEvent>) -> std::result::Res
 }
 
 /// Tool results (and any text a user message carries) become notes.
-fn user(message: User, out: &mut Vec<OutputEvent>) -> std::result::Result<(), Unmapped> {
+fn user(message: User, out: &mut Vec<OutputEvent>) -> Result<(), Unmapped> {
     let blocks = match message.message.content {
         Value::String(text) => {
             out.push(progress("user", bounded(&text, NOTE_CHARS)));
@@ -260,7 +255,7 @@ fn user(message: User, out: &mut Vec<OutputEvent>) -> std::result::Result<(), Un
 /// The turn's end: the `usage` note, then the Final. A successful turn's
 /// value is its structured output when it has one, else its text; a failed
 /// turn's is its error text (the `errors`, else the subtype).
-fn result(result: Result, out: &mut Vec<OutputEvent>) {
+fn result(result: TurnResult, out: &mut Vec<OutputEvent>) {
     let mut usage = Usage::new(CliFormat::Claude, Some(&result.session_id));
     usage.turns = Some(result.num_turns);
     usage.cost_usd = Some(result.total_cost_usd);
@@ -306,7 +301,7 @@ fn result(result: Result, out: &mut Vec<OutputEvent>) {
 }
 
 /// The `type` of a content block.
-fn block_kind(block: &Value) -> std::result::Result<String, Unmapped> {
+fn block_kind(block: &Value) -> Result<String, Unmapped> {
     block
         .get("type")
         .and_then(Value::as_str)

@@ -11,7 +11,8 @@ use swarmd_output_store::OutputEvent;
 
 use super::usage::Usage;
 use super::{
-    CliFormat, NOTE_CHARS, Unmapped, bounded, partial, preview, progress, shape, summarize,
+    CliFormat, NOTE_CHARS, Unmapped, bounded, partial, preview, progress, required_str, shape,
+    summarize,
 };
 
 /// What the stream has shown so far.
@@ -58,14 +59,6 @@ struct Message {
 #[derive(Deserialize)]
 struct ItemEvent {
     item: Value,
-}
-
-#[derive(Deserialize)]
-struct ItemHead {
-    #[serde(rename = "id")]
-    _id: String,
-    #[serde(rename = "type")]
-    kind: String,
 }
 
 #[derive(Deserialize)]
@@ -189,7 +182,8 @@ impl Codex {
         item: Value,
         out: &mut Vec<OutputEvent>,
     ) -> Result<(), Unmapped> {
-        let ItemHead { kind, .. } = shape(item.clone())?;
+        required_str(&item, "id")?;
+        let kind = required_str(&item, "type")?.to_owned();
         let event = match kind.as_str() {
             "agent_message" => {
                 let Text { text } = shape(item)?;

@@ -150,6 +150,15 @@ fn shape<T: DeserializeOwned>(value: Value) -> Result<T, Unmapped> {
     serde_json::from_value(value).map_err(|e| Unmapped::Malformed(e.to_string()))
 }
 
+/// A string field the line's type requires.
+fn required_str<'a>(value: &'a Value, field: &str) -> Result<&'a str, Unmapped> {
+    match value.get(field) {
+        Some(Value::String(text)) => Ok(text),
+        Some(_) => Err(Unmapped::Malformed(format!("`{field}` is not a string"))),
+        None => Err(Unmapped::Malformed(format!("missing field `{field}`"))),
+    }
+}
+
 /// A `progress` event; `stage` is bounded, `note` is taken as given.
 fn progress(stage: &str, note: String) -> OutputEvent {
     OutputEvent::Progress {

@@ -35,6 +35,9 @@ struct Assistant {
     _session_id: String,
     #[serde(default)]
     error: Option<String>,
+    /// Set on a sub-agent's messages: the tool call that started it.
+    #[serde(default)]
+    parent_tool_use_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -175,7 +178,8 @@ fn system(line: Value, out: &mut Vec<OutputEvent>) -> Result<(), Unmapped> {
     Ok(())
 }
 
-/// Text blocks become `partial`, tool calls a note named after the tool.
+/// Text blocks become `partial` (a sub-agent's, a `subagent` note), tool
+/// calls a note named after the tool.
 fn assistant(message: Assistant, out: &mut Vec<OutputEvent>) -> Result<(), Unmapped> {
     let mut events = Vec::with_capacity(message.message.content.len() + 1);
     if let Some(error) = &message.error {
@@ -184,7 +188,14 @@ fn assistant(message: Assistant, out: &mut Vec<OutputEvent>) -> Result<(), Unmap
     for block in message.message.content {
         let kind = block_kind(&block)?;
         match kind.as_str() {
-            "text" => events.push(partial(&shape::<Text>(block)?.text)),
+            "text" => {
+                let Text { text } = shape(block)?;
+                // A sub-agent's text is not the answer being written.
+                events.push(match &message.parent_tool_use_id {
+                    None => partial(&text),
+                    Some(_) => progress("subagent", bounded(&text, NOTE_CHARS)),
+                });
+            }
             "tool_use" | "server_tool_use" | "mcp_tool_use" => {
                 let call: ToolUse = shape(block)?;
                 events.push(progress(&call.name, summarize(&call.input)));

@@ -217,3 +217,12 @@ async fn the_reader_routes_a_cli_stream_through_its_adapter() {
     }
     assert_eq!(received, run(CliFormat::Claude, transcript));
 }
+
+#[test]
+fn claude_sub_agent_text_is_a_note_not_the_answer() {
+    let line = r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Found 3 callers."},{"type":"tool_use","id":"t","name":"Grep","input":{"pattern":"sum("}}]},"parent_tool_use_id":"toolu_07","session_id":"s"}"#;
+    assert_eq!(
+        run(CliFormat::Claude, line),
+        ["P subagent | Found 3 callers.", "P Grep | sum("]
+    );
+}

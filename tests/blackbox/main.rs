@@ -13,6 +13,7 @@ mod blobs;
 mod budget;
 mod chaos;
 mod children;
+mod cli_streams;
 mod daemon;
 mod harness;
 mod http_api;

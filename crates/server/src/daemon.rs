@@ -17,7 +17,7 @@ use swarmd_output_store::{
 };
 use swarmd_spawner::layers::SeniorSettings;
 use swarmd_spawner::operator::{NoSessions, SessionDirectory};
-use swarmd_spawner::process::{EnvVar, StdinMode, StreamMode};
+use swarmd_spawner::process::{CliFormat, EnvVar, StdinMode, StreamMode};
 use swarmd_spawner::{
     AgentKind, AgentSpec, ConfigErrors, HostEnv, LuaAgentSpec, LuaLimits, LuaMiddlewareSpec,
     LuaPool, OperatorSpec, ProcessSpec, SpawnerSettings, StackResolver,
@@ -290,6 +290,9 @@ fn process_spec(p: &config::ProcessAgent, kill_grace: Duration) -> ProcessSpec {
         stream: match p.stream {
             config::StreamMode::None => StreamMode::None,
             config::StreamMode::Ndjson => StreamMode::Ndjson,
+            config::StreamMode::Claude => StreamMode::Cli(CliFormat::Claude),
+            config::StreamMode::Codex => StreamMode::Cli(CliFormat::Codex),
+            config::StreamMode::Gemini => StreamMode::Cli(CliFormat::Gemini),
         },
         timeout: p.timeout_secs.map(Duration::from_secs),
         max_output_bytes: p.max_output_bytes,

@@ -59,6 +59,35 @@ fn invalid_configuration_exits_78_with_one_line() {
     );
 }
 
+#[test]
+fn check_config_takes_the_cli_stream_names_and_refuses_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("swarmd.toml");
+    let agents: String = ["claude", "codex", "gemini"]
+        .iter()
+        .map(|cli| {
+            format!(
+                "[agents.{cli}]\nkind = \"process\"\nprogram = \"/bin/cat\"\nstream = \"{cli}\"\n"
+            )
+        })
+        .collect();
+    std::fs::write(&path, &agents).unwrap();
+    let output = swarmd(&["check-config", "--config", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let printed = text(&output.stdout);
+    for cli in ["claude", "codex", "gemini"] {
+        assert!(
+            printed.contains(&format!("stream = \"{cli}\"")),
+            "{printed}"
+        );
+    }
+    std::fs::write(&path, agents.replace("\"gemini\"\n", "\"aider\"\n")).unwrap();
+    let output = swarmd(&["check-config", "--config", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(78));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("unknown variant `aider`"), "{stderr}");
+}
+
 /// An agent that cannot be linked is a configuration error for
 /// `check-config` and `serve` alike: status 78 and one line naming it.
 #[test]

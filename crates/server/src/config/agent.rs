@@ -133,6 +133,13 @@ pub enum StreamMode {
     None,
     /// One OutputEvent per line, appended as it arrives.
     Ndjson,
+    /// Claude Code's `stream-json` lines, mapped to output events
+    /// (docs/agents-cli.md).
+    Claude,
+    /// Codex CLI's `exec --json` lines, mapped to output events.
+    Codex,
+    /// Gemini CLI's `stream-json` lines, mapped to output events.
+    Gemini,
 }
 
 /// `env` of a process agent, as written.
@@ -442,6 +449,27 @@ mod tests {
         assert_eq!(process.stream, StreamMode::None);
         assert_eq!(process.max_output_bytes, DEFAULT_MAX_OUTPUT_BYTES);
         assert!(!agent.allow_subtasks);
+    }
+
+    #[test]
+    fn stream_names_the_cli_whose_lines_are_read() {
+        for (name, mode) in [
+            ("ndjson", StreamMode::Ndjson),
+            ("claude", StreamMode::Claude),
+            ("codex", StreamMode::Codex),
+            ("gemini", StreamMode::Gemini),
+        ] {
+            let text = format!("kind = \"process\"\nprogram = \"x\"\nstream = \"{name}\"");
+            let AgentKind::Process(process) = parse(&text).unwrap().kind else {
+                panic!("expected a process agent");
+            };
+            assert_eq!(process.stream, mode);
+        }
+        let error = parse("kind = \"process\"\nprogram = \"x\"\nstream = \"aider\"").unwrap_err();
+        assert!(
+            error.message().contains("unknown variant `aider`"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! signal means the daemon's death. The group's [`GroupIdentity`] lets
 //! recovery kill a group that outlived the daemon anyway.
 
+mod adapters;
 mod child;
 mod env;
 mod launch;
@@ -29,6 +30,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use adapters::CliFormat;
 pub use child::{ProcessRunner, RunningChild};
 pub use env::{EnvVar, HostEnv};
 pub use launch::Supervisor;
@@ -96,6 +98,8 @@ pub enum StreamMode {
     None,
     /// One OutputEvent per line, forwarded as it arrives.
     Ndjson,
+    /// One LLM CLI's JSON lines, mapped to OutputEvents as they arrive.
+    Cli(CliFormat),
 }
 
 /// What a child learns about its attempt, as `SWARM_*` variables (and stdin).

@@ -1,12 +1,13 @@
 //! Reading a child's pipes: stdout whole (plain mode) or line by line as
-//! OutputEvents (NDJSON mode), both under the output cap; stderr as a bounded
-//! tail.
+//! OutputEvents (NDJSON mode, or a CLI's lines through its adapter), all
+//! under the output cap; stderr as a bounded tail.
 
 use serde_json::Value;
 use swarmd_output_store::{ContentRef, OutputEvent};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
+use super::adapters::{Adapter, LineKind};
 use super::{ProcessError, STDERR_TAIL_BYTES, StreamMode};
 
 const CHUNK: usize = 8192;
@@ -44,6 +45,10 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
     let mut total: u64 = 0;
     let mut line_no: u64 = 0;
     let mut chunk = vec![0u8; CHUNK];
+    let mut adapter = match mode {
+        StreamMode::Cli(format) => Some(Adapter::new(format)),
+        StreamMode::None | StreamMode::Ndjson => None,
+    };
     loop {
         let n = out.read(&mut chunk).await.map_err(ProcessError::Io)?;
         if n == 0 {
@@ -55,12 +60,12 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
         total = total.saturating_add(kept.len() as u64);
         match mode {
             StreamMode::None => summary.bytes.extend_from_slice(kept),
-            StreamMode::Ndjson => {
+            StreamMode::Ndjson | StreamMode::Cli(_) => {
                 pending.extend_from_slice(kept);
                 while let Some(pos) = pending.iter().position(|&b| b == b'\n') {
                     let line: Vec<u8> = pending.drain(..=pos).collect();
                     line_no += 1;
-                    forward_line(&line, line_no, events, &mut summary).await?;
+                    forward_line(&line, line_no, adapter.as_mut(), events, &mut summary).await?;
                 }
             }
         }
@@ -68,8 +73,22 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
             return Err(ProcessError::OutputTooLarge { limit });
         }
     }
-    if mode == StreamMode::Ndjson && !pending.is_empty() {
-        forward_line(&pending, line_no + 1, events, &mut summary).await?;
+    if mode != StreamMode::None && !pending.is_empty() {
+        forward_line(
+            &pending,
+            line_no + 1,
+            adapter.as_mut(),
+            events,
+            &mut summary,
+        )
+        .await?;
+    }
+    if let Some(adapter) = adapter.as_mut() {
+        let mut owed = Vec::new();
+        adapter.finish(&mut owed);
+        for event in owed {
+            send(events, event).await?;
+        }
     }
     if summary.unrecorded_invalid > 0 {
         let note = OutputEvent::Progress {
@@ -87,9 +106,13 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
 async fn forward_line(
     line: &[u8],
     line_no: u64,
+    adapter: Option<&mut Adapter>,
     events: &mpsc::Sender<OutputEvent>,
     summary: &mut StdoutSummary,
 ) -> Result<(), ProcessError> {
+    if let Some(adapter) = adapter {
+        return forward_adapted(adapter, line, line_no, events, summary).await;
+    }
     let event = match parse_line(line, line_no) {
         Parsed::Blank => return Ok(()),
         Parsed::Event(event) => event,
@@ -102,11 +125,39 @@ async fn forward_line(
             note
         }
     };
-    if let OutputEvent::Final { ok, .. } = &event {
+    note_final(&event, summary);
+    send(events, event).await
+}
+
+/// A CLI's line through its adapter: the events it maps to, or its note. An
+/// invalid line counts toward the same flood bound as in NDJSON mode.
+async fn forward_adapted(
+    adapter: &mut Adapter,
+    line: &[u8],
+    line_no: u64,
+    events: &mpsc::Sender<OutputEvent>,
+    summary: &mut StdoutSummary,
+) -> Result<(), ProcessError> {
+    let mut mapped = Vec::new();
+    if adapter.line(line, line_no, &mut mapped) == LineKind::Invalid {
+        summary.invalid += 1;
+        if summary.invalid > MAX_INVALID_NOTES {
+            summary.unrecorded_invalid += 1;
+            return Ok(());
+        }
+    }
+    for event in mapped {
+        note_final(&event, summary);
+        send(events, event).await?;
+    }
+    Ok(())
+}
+
+fn note_final(event: &OutputEvent, summary: &mut StdoutSummary) {
+    if let OutputEvent::Final { ok, .. } = event {
         summary.finals += 1;
         summary.last_final_ok = Some(*ok);
     }
-    send(events, event).await
 }
 
 async fn send(events: &mpsc::Sender<OutputEvent>, event: OutputEvent) -> Result<(), ProcessError> {

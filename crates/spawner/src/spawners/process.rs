@@ -120,7 +120,7 @@ impl Worker for ProcessWorker {
         let verdict = Verdict { host: &*host };
         match stream {
             StreamMode::None => verdict.plain(&exited).await,
-            StreamMode::Ndjson => verdict.ndjson(&exited).await,
+            StreamMode::Ndjson | StreamMode::Cli(_) => verdict.ndjson(&exited).await,
         }
     }
 }

@@ -19,6 +19,8 @@ mod session;
 mod sweep;
 
 #[cfg(test)]
+mod takeover_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;

@@ -8,19 +8,19 @@ use serde_json::{Value, json};
 use swarmd_engine::clock::ManualClock;
 use swarmd_engine::ids::{AttemptId, TaskId};
 use swarmd_engine::{SpawnError, WorkerCredential};
-use swarmd_spawner::operator::{BridgeError, HookAck, HookRequest, SpawnFrame, SpawnReply};
+use swarmd_spawner::operator::{BridgeError, HookAck, HookRequest, SpawnFrame};
 
 use super::*;
 use crate::ws::tests::support::{Harness, eventually};
 
-fn roles(names: &[&str]) -> LoginRequest {
+pub(super) fn roles(names: &[&str]) -> LoginRequest {
     LoginRequest {
         roles: names.iter().map(|r| (*r).to_owned()).collect(),
         ..LoginRequest::default()
     }
 }
 
-fn manual(idle_secs: u64) -> (Harness, Arc<ManualClock>) {
+pub(super) fn manual(idle_secs: u64) -> (Harness, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let mut config = Config::default();
     config.auth.session_idle_secs = idle_secs;
@@ -29,7 +29,7 @@ fn manual(idle_secs: u64) -> (Harness, Arc<ManualClock>) {
 }
 
 /// The texts of the frames queued in a session's outbox, as JSON.
-fn queued(session: &Session) -> Vec<Value> {
+pub(super) fn queued(session: &Session) -> Vec<Value> {
     session
         .outbox
         .peek(usize::MAX)
@@ -390,144 +390,4 @@ async fn a_deleted_session_closes_its_socket_and_fails_its_waiters() {
         channel.spawn(frame).await,
         Err(SpawnError::NoOperator(_))
     ));
-}
-
-#[tokio::test]
-async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
-    let (harness, clock) = manual(3600);
-    let registry = &harness.registry;
-    let old = registry
-        .login(&harness.engine, roles(&["main-ai", "senior"]))
-        .await
-        .unwrap();
-    let old_session = registry.get(&old.sid).unwrap();
-    let frame = SpawnFrame {
-        attempt: AttemptId::new(TaskId::new(), 1),
-        agent: "a".into(),
-        credential: WorkerCredential::new("swc1.t".into(), "wh-1".into(), u64::MAX),
-        worker_binding: None,
-        directive: String::new(),
-        base_url: String::new(),
-        lease_deadline_ms: 0,
-    };
-    let channel = registry.session(&old.sid).unwrap().spawn_channel.unwrap();
-    let receipt = channel.spawn(frame).await.unwrap();
-
-    // Within the grace period, or while a socket is attached, the role stays.
-    clock.advance_ms(29_000);
-    let early = registry.login(&harness.engine, roles(&["main-ai"])).await;
-    assert!(
-        matches!(early, Err(SessionError::RoleTaken(_))),
-        "{early:?}"
-    );
-    let socket = old_session.outbox.attach();
-    clock.advance_ms(60_000);
-    let attached = registry.login(&harness.engine, roles(&["main-ai"])).await;
-    assert!(
-        matches!(attached, Err(SessionError::RoleTaken(_))),
-        "{attached:?}"
-    );
-    assert!(old_session.outbox.detach(socket.conn));
-
-    clock.advance_ms(31_000);
-    let new = registry
-        .login(&harness.engine, roles(&["main-ai"]))
-        .await
-        .unwrap();
-    assert!(registry.get(&old.sid).is_none(), "the stale session ended");
-    assert!(registry.authenticate(&old.token).is_none());
-    assert_eq!(registry.by_role("main-ai").unwrap().sid, new.sid);
-    assert!(
-        registry.by_role("senior").is_none(),
-        "its other roles are free"
-    );
-    let stored = harness.engine.stored_sessions().await.unwrap();
-    assert_eq!(stored.iter().map(|s| s.sid).collect::<Vec<_>>(), [new.sid]);
-
-    // The parked spawn now waits in the new session, and its reply there
-    // reaches the attempt that sent it.
-    let new_session = registry.get(&new.sid).unwrap();
-    let frames = queued(&new_session);
-    assert_eq!(frames.len(), 1, "{frames:?}");
-    assert_eq!(frames[0]["req_id"], receipt.req_id.as_str());
-    let reply = SpawnReply::Halt {
-        value: None,
-        reason: Some("moved".into()),
-    };
-    new_session
-        .pending
-        .complete(&receipt.req_id, Reply::Spawn(reply.clone()))
-        .unwrap();
-    assert_eq!(receipt.reply.await.unwrap(), reply);
-
-    // A cancel through the channel the attempt holds (the old session's)
-    // reaches the session the spawn moved to.
-    let frame = SpawnFrame {
-        attempt: AttemptId::new(TaskId::new(), 1),
-        agent: "a".into(),
-        credential: WorkerCredential::new("swc1.t".into(), "wh-2".into(), u64::MAX),
-        worker_binding: None,
-        directive: String::new(),
-        base_url: String::new(),
-        lease_deadline_ms: 0,
-    };
-    let moving = registry
-        .login(&harness.engine, roles(&["mover"]))
-        .await
-        .unwrap();
-    let moving_session = registry.get(&moving.sid).unwrap();
-    let channel = registry
-        .session(&moving.sid)
-        .unwrap()
-        .spawn_channel
-        .unwrap();
-    let attempt = frame.attempt;
-    let receipt = channel.spawn(frame).await.unwrap();
-    clock.advance_ms(31_000);
-    let taker = registry
-        .login(&harness.engine, roles(&["mover"]))
-        .await
-        .unwrap();
-    let taker_session = registry.get(&taker.sid).unwrap();
-    assert!(moving_session.is_closed());
-    // The taker's socket took the spawn already: the cancel must follow it.
-    taker_session.outbox.ack(Some(u64::MAX), 0);
-    channel.cancel(&receipt.req_id, attempt, "stop");
-    let frames = queued(&taker_session);
-    assert_eq!(frames.len(), 1, "{frames:?}");
-    assert_eq!(
-        (&frames[0]["type"], &frames[0]["req_id"]),
-        (&json!("cancel"), &json!(receipt.req_id))
-    );
-    assert!(receipt.reply.await.is_err(), "the waiter is gone");
-}
-
-#[tokio::test(start_paused = true)]
-async fn mcp_presence_counts_as_connected_for_its_window_and_while_polling() {
-    let harness = Harness::new().await;
-    let login = harness
-        .registry
-        .login(&harness.engine, roles(&["main-ai"]))
-        .await
-        .unwrap();
-    let session = harness.registry.get(&login.sid).unwrap();
-    assert!(!session.connected(), "no socket, no MCP request");
-
-    session.mark_present(std::time::Duration::from_secs(60));
-    assert!(session.connected());
-    tokio::time::advance(std::time::Duration::from_secs(59)).await;
-    assert!(session.connected(), "inside the window");
-    tokio::time::advance(std::time::Duration::from_secs(2)).await;
-    assert!(!session.connected(), "the window lapsed");
-
-    let polling = session.polling();
-    assert!(session.connected(), "a pop in flight");
-    drop(polling);
-    assert!(!session.connected());
-
-    // A shorter window never cuts a longer one short.
-    session.mark_present(std::time::Duration::from_secs(60));
-    session.mark_present(std::time::Duration::from_secs(5));
-    tokio::time::advance(std::time::Duration::from_secs(30)).await;
-    assert!(session.connected());
 }

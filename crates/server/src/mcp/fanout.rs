@@ -271,14 +271,18 @@ pub(super) async fn spawn_many(
     }
     // Creations run side by side (each waits for its store commit, and the
     // store commits them together), started and answered in list order.
-    let creations = tasks.into_iter().enumerate().map(|(index, entry)| async move {
-        let parsed = serde_json::from_value::<SpawnArgs>(entry)
-            .map_err(|e| ApiError::bad_request(format!("tasks[{index}]: invalid arguments: {e}")));
-        match parsed {
-            Ok(args) => spawn_one(state, caller, args).await,
-            Err(error) => Err(error),
-        }
-    });
+    let creations = tasks
+        .into_iter()
+        .enumerate()
+        .map(|(index, entry)| async move {
+            let parsed = serde_json::from_value::<SpawnArgs>(entry).map_err(|e| {
+                ApiError::bad_request(format!("tasks[{index}]: invalid arguments: {e}"))
+            });
+            match parsed {
+                Ok(args) => spawn_one(state, caller, args).await,
+                Err(error) => Err(error),
+            }
+        });
     let outcomes: Vec<_> = stream::iter(creations)
         .buffered(CREATE_CONCURRENCY)
         .collect()

@@ -16,6 +16,7 @@
 //! Git runs as a child process (`git`), never as a library: the user's own
 //! git, its configuration and its repository format apply unchanged.
 
+mod attempt;
 mod git;
 mod lifecycle;
 
@@ -31,6 +32,7 @@ use serde::Serialize;
 use crate::process::HostEnv;
 use git::Git;
 
+pub use attempt::AttemptWorktree;
 pub use lifecycle::{RecoveredCheckout, keep_name, keep_rule};
 
 /// Name of the artifact that records an attempt's worktree.

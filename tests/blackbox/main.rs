@@ -28,4 +28,5 @@ mod routing;
 mod security;
 mod sse;
 mod upstream;
+mod worktrees;
 mod ws_flow;

@@ -80,7 +80,6 @@ pub async fn build(
     let base_url = config.base_url(bound);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (store, outputs, db) = open_stores(&config, &state)?;
-    recover_worktrees(&config, env).await;
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
     let sessions = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
     let resolver = Arc::new(resolver(&config, env, &base_url, sessions.clone())?);
@@ -96,6 +95,9 @@ pub async fn build(
     // their sessions; it starts routing once the sessions are restored.
     let router = EventRouter::subscribe(&engine, sessions.clone());
     let mut recovery = engine.recover().await.map_err(BuildError::Recovery)?;
+    // After the engine's recovery killed the process groups that outlived
+    // the old daemon, before any attempt starts again.
+    recover_worktrees(&config, env).await;
     sessions.restore(&engine, std::mem::take(&mut recovery.sessions));
     let tasks = TaskTracker::new();
     router.start(shutdown.clone(), &tasks);

@@ -232,10 +232,12 @@ async fn worktrees_of_a_killed_daemon_are_committed_and_pruned_at_the_next_start
     assert_eq!(sw.finished(&task).await["status"], "failed");
 }
 
-#[tokio::test]
-async fn check_config_refuses_a_repo_that_is_not_a_git_repository() {
-    let sw = Swarmd::new(&AGENTS.replace("@DIR@/repo", "@DIR@/plain"));
+/// `swarmd check-config` on the agents of `body`: its stderr, after
+/// checking that it refused them.
+async fn refused(body: &str) -> String {
+    let sw = Swarmd::new(body);
     std::fs::create_dir(sw.dir().join("plain")).unwrap();
+    make_repo(sw.dir());
     let output = Command::new(BINARY)
         .args(["check-config", "--config"])
         .arg(sw.dir().join("swarmd.toml"))
@@ -244,10 +246,21 @@ async fn check_config_refuses_a_repo_that_is_not_a_git_repository() {
         .output()
         .await
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(!output.status.success(), "{stderr}");
+    stderr
+}
+
+#[tokio::test]
+async fn check_config_refuses_a_repo_that_is_not_a_git_repository_or_a_missing_base() {
+    let stderr = refused(&AGENTS.replace("@DIR@/repo", "@DIR@/plain")).await;
     assert!(
         stderr.contains("agent `coder`") && stderr.contains("is not a git repository"),
+        "{stderr}"
+    );
+    let stderr = refused(&AGENTS.replace("base = \"main\"", "base = \"no-such\"")).await;
+    assert!(
+        stderr.contains("agent `coder`") && stderr.contains("`no-such` names no commit"),
         "{stderr}"
     );
 }

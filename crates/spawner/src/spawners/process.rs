@@ -232,3 +232,7 @@ impl Verdict<'_> {
 #[cfg(test)]
 #[path = "process_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "process_worktree_tests.rs"]
+mod worktree_tests;

@@ -2,14 +2,18 @@
 //! starts, and ended once the worker has: leftovers committed, the
 //! `worktree` artifact recorded, the directory released per `keep`.
 //!
-//! The end runs in a tokio task of its own and the worker's join awaits it:
-//! the engine waits for a stopped worker only so long, and dropping the join
-//! must not leave a worktree half-released.
+//! The opening and the end each run in a tokio task of their own, awaited by
+//! the spawn and the join: the engine drops a spawn that is cancelled and
+//! waits for a stopped worker only so long, and neither drop may leave a
+//! worktree half-made or half-released. One that is dropped unended (its
+//! spawn or worker abandoned) has its leftovers committed and is released
+//! as a failed attempt, without an artifact.
 
 use std::sync::Arc;
 
 use swarmd_engine::{AttemptHost, WorkerError};
 use swarmd_output_store::{ContentRef, OutputEvent};
+use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::{ARTIFACT, Checkout, WorktreeError, WorktreeSpec, Worktrees};
@@ -22,6 +26,9 @@ const PRODUCER: &str = "worktree";
 pub struct AttemptWorktree {
     trees: Arc<Worktrees>,
     checkout: Checkout,
+    /// Whether dropping this releases the worktree: until `end` or
+    /// `abandon` takes it over.
+    armed: bool,
 }
 
 impl AttemptWorktree {
@@ -35,9 +42,31 @@ impl AttemptWorktree {
         task_id: &str,
         attempt: u32,
     ) -> Result<AttemptWorktree, WorktreeError> {
-        let checkout = trees.create(spec, task_id, attempt).await?;
-        tracing::debug!(branch = %checkout.branch, base = %checkout.base, "worktree added");
-        Ok(AttemptWorktree { trees, checkout })
+        let (made, opened) = oneshot::channel();
+        let spec = spec.clone();
+        let task_id = task_id.to_owned();
+        let opening = async move {
+            let worktree = trees
+                .create(&spec, &task_id, attempt)
+                .await
+                .map(|checkout| AttemptWorktree {
+                    trees,
+                    checkout,
+                    armed: true,
+                });
+            // Nobody waits any more: dropping it releases it.
+            drop(made.send(worktree));
+        };
+        tokio::spawn(opening.in_current_span());
+        let worktree = opened.await.map_err(|_| WorktreeError::Spawn {
+            source: std::io::Error::other("the worktree's opening did not finish"),
+        })??;
+        tracing::debug!(
+            branch = %worktree.checkout.branch,
+            base = %worktree.checkout.base,
+            "worktree added"
+        );
+        Ok(worktree)
     }
 
     pub fn checkout(&self) -> &Checkout {
@@ -50,10 +79,12 @@ impl AttemptWorktree {
     /// the branch all the same), then releases the directory; an attempt
     /// passed when it joined cleanly and its last Final is ok. Failures are
     /// logged, never turned into the attempt's verdict.
-    pub async fn end(self, host: Arc<dyn AttemptHost>, joined: &Result<(), WorkerError>) {
+    pub async fn end(mut self, host: Arc<dyn AttemptHost>, joined: &Result<(), WorkerError>) {
+        self.armed = false;
         let clean = joined.is_ok();
+        let (trees, checkout) = (Arc::clone(&self.trees), self.checkout.clone());
         let ending = async move {
-            match self.trees.conclude(&self.checkout).await {
+            match trees.conclude(&checkout).await {
                 Ok(report) => {
                     let artifact = OutputEvent::Artifact {
                         name: ARTIFACT.to_owned(),
@@ -72,7 +103,7 @@ impl AttemptWorktree {
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(branch = %self.checkout.branch, %error, "worktree not described");
+                    tracing::warn!(branch = %checkout.branch, %error, "worktree not described");
                 }
             }
             let passed = clean
@@ -83,8 +114,8 @@ impl AttemptWorktree {
                     .flatten()
                     .and_then(|r| r.event.final_ok())
                     .unwrap_or(false);
-            if let Err(error) = self.trees.release(&self.checkout, passed).await {
-                tracing::warn!(branch = %self.checkout.branch, %error, "worktree not released");
+            if let Err(error) = trees.release(&checkout, passed).await {
+                tracing::warn!(branch = %checkout.branch, %error, "worktree not released");
             }
         };
         let task = tokio::spawn(ending.in_current_span());
@@ -94,9 +125,33 @@ impl AttemptWorktree {
     }
 
     /// Releases a worktree whose worker never started.
-    pub async fn abandon(self) {
-        if let Err(error) = self.trees.release(&self.checkout, false).await {
-            tracing::warn!(branch = %self.checkout.branch, %error, "worktree not released");
+    pub async fn abandon(mut self) {
+        self.armed = false;
+        release_failed(Arc::clone(&self.trees), self.checkout.clone()).await;
+    }
+}
+
+impl Drop for AttemptWorktree {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
         }
+        let release = release_failed(Arc::clone(&self.trees), self.checkout.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(release.in_current_span())),
+            // Without a runtime, recovery at the next start ends it.
+            Err(_) => tracing::warn!(branch = %self.checkout.branch, "worktree left for recovery"),
+        }
+    }
+}
+
+/// Commits what is left in `checkout` and releases it as the worktree of an
+/// attempt that did not pass; nothing is recorded.
+async fn release_failed(trees: Arc<Worktrees>, checkout: Checkout) {
+    if let Err(error) = trees.conclude(&checkout).await {
+        tracing::warn!(branch = %checkout.branch, %error, "worktree not described");
+    }
+    if let Err(error) = trees.release(&checkout, false).await {
+        tracing::warn!(branch = %checkout.branch, %error, "worktree not released");
     }
 }

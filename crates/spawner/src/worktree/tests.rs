@@ -310,6 +310,28 @@ async fn recovery_commits_and_removes_what_a_dead_process_left() {
     assert!(Worktrees::new(&root, &host()).recover().await.is_empty());
 }
 
+#[tokio::test]
+async fn an_attempt_worktree_dropped_unended_is_committed_and_released() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    let trees = Arc::new(Worktrees::new(temp.path().join("worktrees"), &host()));
+    let worktree = AttemptWorktree::open(trees, &spec(&repo, KeepRule::Never), "T-drop", 1)
+        .await
+        .unwrap();
+    let dir = worktree.checkout().dir.clone();
+    std::fs::write(dir.join("notes.txt"), "first\nabandoned\n").unwrap();
+    drop(worktree);
+    for _ in 0..200 {
+        if !dir.exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(!dir.exists());
+    let diff = git(&repo, &["diff", "HEAD", "swarmd/T-drop-1"]);
+    assert!(diff.contains("+abandoned"), "{diff}");
+}
+
 /// docs/benchmarks.md, Worktrees: creation + cleanup cost per attempt on a
 /// repository of 10 000 files. Run with
 /// `cargo test --release -p swarmd-spawner --lib worktree_cost -- --ignored --nocapture`.

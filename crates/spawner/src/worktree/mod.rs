@@ -150,10 +150,12 @@ pub struct Worktrees {
 
 impl Worktrees {
     /// Worktrees under `root` (`<state_dir>/worktrees`), git run with the
-    /// host's `PATH` and `HOME`.
+    /// host's `PATH` and `HOME`. A relative root is made absolute here: git
+    /// reads paths relative to the repository it runs in.
     pub fn new(root: impl Into<PathBuf>, host: &HostEnv) -> Worktrees {
+        let root = root.into();
         Worktrees {
-            root: root.into(),
+            root: std::path::absolute(&root).unwrap_or(root),
             git: Git::new(host),
             diff_max_bytes: DEFAULT_DIFF_MAX_BYTES,
             locks: Mutex::new(HashMap::new()),

@@ -1,6 +1,6 @@
 //! Running `git` as a child process: a cleared environment (the host's
 //! `PATH` and `HOME`, `LC_ALL=C` so messages can be matched, no prompt, no
-//! hooks), bounded output, and a short retry when another `git` holds one of
+//! hooks, no fsmonitor), bounded output, and a short retry when another `git` holds one of
 //! the repository's lock files.
 
 use std::path::{Path, PathBuf};
@@ -57,6 +57,8 @@ impl Git {
             .args([
                 "-c",
                 "core.hooksPath=/dev/null",
+                "-c",
+                "core.fsmonitor=false",
                 "-c",
                 "commit.gpgsign=false",
             ])

@@ -38,9 +38,19 @@ fn make_repo(dir: &Path) -> PathBuf {
 }
 
 fn spawner(dir: &Path, repo: &Path, body: &str) -> Arc<ProcessSpawner> {
+    spawner_with(dir, repo, body, None)
+}
+
+fn spawner_with(
+    dir: &Path,
+    repo: &Path,
+    body: &str,
+    timeout: Option<Duration>,
+) -> Arc<ProcessSpawner> {
     let script = dir.join("child.sh");
     std::fs::write(&script, body).unwrap();
     let mut spec = ProcessSpec::new("/bin/sh");
+    spec.timeout = timeout;
     spec.args = vec![script.display().to_string()];
     spec.env = vec![EnvVar::Pass("PATH".into())];
     spec.kill_grace = Duration::from_millis(200);
@@ -115,5 +125,44 @@ async fn a_repository_gone_since_the_check_fails_the_attempt_naming_it() {
     assert!(
         reason.contains("worktree: worktree.repo") && reason.contains("is not a git repository"),
         "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn a_timed_out_attempt_still_records_what_it_left() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = make_repo(temp.path());
+    let body = "echo late >> notes.txt; touch ready; sleep 30";
+    let spawner = spawner_with(temp.path(), &repo, body, Some(Duration::from_millis(500)));
+    let engine = engine_running("proc", spawner);
+    let policy = PolicyOverrides {
+        max_attempts: Some(1),
+        ..PolicyOverrides::default()
+    };
+    let task = run_task(&engine, "proc", policy).await;
+    assert_eq!(task.status(), TaskStatus::Failed);
+    assert!(
+        task.reason.clone().unwrap().contains("timed out"),
+        "{task:?}"
+    );
+    let tail = outputs(&engine, task.id, 1).await;
+    let value = tail
+        .iter()
+        .find_map(|r| match &r.event {
+            OutputEvent::Artifact {
+                name,
+                content: ContentRef::Inline { value },
+            } if name == "worktree" => Some(value.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no worktree artifact: {tail:?}"));
+    assert_eq!(value["committed_leftovers"], true);
+    assert_eq!(value["files"], serde_json::json!(["notes.txt", "ready"]));
+    assert!(
+        !temp
+            .path()
+            .join("worktrees")
+            .join(format!("{}-1", task.id))
+            .exists()
     );
 }

@@ -7,7 +7,7 @@
 # that cache, removed once the binary is installed, so it never touches the
 # project's. Idempotent and fast when the binary is there; prints its path
 # on stdout (everything else goes to stderr). A cold install compiles about
-# 330 crates: see docs/mcp.md, Upstream clients, for how long it takes.
+# 330 crates: see docs/mcp.md, Upstream client, for how long it takes.
 set -euo pipefail
 
 MSE_VERSION="0.32.1"

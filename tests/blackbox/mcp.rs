@@ -5,8 +5,15 @@
 //! current protocol revision (2026-07-28) and the initialize-era one
 //! (2025-11-25). The script prints what it saw as JSON; the tests assert on
 //! it: `flows` the tools at work (listing, fan-out, progress, modes, a
-//! drain), `access` who may call them and how refusals look. This file
-//! holds what both share.
+//! drain), `access` who may call them and how refusals look, `delegate`
+//! a MainAI acting on delegated work through MCP alone, `agent_tools` and
+//! `long_wait` agents as tools and a 60 s wait, `rmcp_client` rmcp's own
+//! client, `session` the operator session `swarmd mcp` holds (login,
+//! leave, resume, a role taken), `lifecycle` the relay over time (pings,
+//! a daemon restart, signals). This file holds what they share.
+//!
+//! Over stdio, every run gets a state directory of its own
+//! (`XDG_STATE_HOME`), so the relay's session file never outlives the test.
 //!
 //! The test config adds `slow` (answers after 1.5 s), `sleepy` (runs 30 s)
 //! and `mcp.progress_ms = 200`, so a wait longer than the progress interval
@@ -16,11 +23,13 @@ mod access;
 mod agent_tools;
 mod delegate;
 mod flows;
+mod lifecycle;
 mod long_wait;
 mod rmcp_client;
+mod session;
 
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -116,6 +125,33 @@ pub(super) fn transport(daemon: &impl Served, via: Via) -> String {
     }
 }
 
+/// The client script running one scenario; `env` is added last. The
+/// returned directory is the relay's `XDG_STATE_HOME`: keep it alive.
+pub(super) fn client(
+    daemon: &impl Served,
+    via: Via,
+    mode: &str,
+    scenario: &str,
+    token: &str,
+    env: &[(&str, &str)],
+) -> (Command, tempfile::TempDir) {
+    let script = repo_root().join("tests/blackbox/mcp/client.py");
+    let state = tempfile::tempdir().unwrap();
+    let mut command = Command::new(python());
+    command
+        .arg(script)
+        .args([transport(daemon, via).as_str(), mode, scenario])
+        .env("SWARMD_TOKEN", token)
+        .env("XDG_STATE_HOME", state.path())
+        .env("SWARMD_BASE", daemon.base())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    (command, state)
+}
+
 /// Runs one scenario of the client script and returns what it printed.
 pub(super) async fn run(
     daemon: &impl Served,
@@ -125,21 +161,16 @@ pub(super) async fn run(
     token: &str,
     env: &[(&str, &str)],
 ) -> Value {
-    let script = repo_root().join("tests/blackbox/mcp/client.py");
-    let mut command = Command::new(python());
-    command
-        .arg(script)
-        .args([transport(daemon, via).as_str(), mode, scenario])
-        .env("SWARMD_TOKEN", token)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    for (key, value) in env {
-        command.env(key, value);
-    }
+    let (mut command, _state) = client(daemon, via, mode, scenario, token, env);
     let output = tokio::time::timeout(Duration::from_secs(90), command.output())
         .await
         .expect("the MCP client finished in time")
         .expect("the MCP client ran");
+    printed(daemon, scenario, &output)
+}
+
+/// What a finished client printed; fails with its stderr unless it succeeded.
+pub(super) fn printed(daemon: &impl Served, scenario: &str, output: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

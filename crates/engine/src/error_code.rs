@@ -87,6 +87,9 @@ error_codes! {
     /// Frames were dropped from a full outbox (WebSocket): the daemon could
     /// not keep up, hence the status of an overloaded service.
     FramesDropped = "frames_dropped" => 503,
+    /// The daemon cannot be reached: `swarmd mcp` answers a call with it
+    /// when the daemon stays away longer than the call may wait.
+    Unavailable = "unavailable" => 503,
     /// A bug: logged once with a correlation id that the answer repeats.
     Internal = "internal" => 500,
 }
@@ -179,6 +182,7 @@ mod tests {
             ("draining", 503),
             ("not_ready", 503),
             ("frames_dropped", 503),
+            ("unavailable", 503),
             ("internal", 500),
         ];
         assert_eq!(table.len(), ErrorCode::ALL.len());

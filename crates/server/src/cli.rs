@@ -71,7 +71,8 @@ pub enum Command {
     /// submit CMD's stdout (ok = exit status 0), and exit with CMD's code.
     Worker(WorkerArgs),
     /// Serve the daemon's MCP tools on stdio (for coding agents): a relay to
-    /// the running daemon's /mcp, with the connection flags of `task`.
+    /// the running daemon's /mcp that holds its own operator session, with
+    /// the connection flags of `task`.
     Mcp(McpArgs),
     /// The leader of a process agent's group, started by the daemon: runs
     /// CMD and kills the group when the daemon dies.
@@ -150,11 +151,59 @@ pub struct TaskArgs {
     pub command: TaskCommand,
 }
 
-/// `swarmd mcp`.
+/// `swarmd mcp`: by default it logs in (or resumes) one operator session and
+/// relays with that session's token; the credential only authorizes the login.
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
     #[command(flatten)]
     pub connection: ConnectionArgs,
+    /// Role names the session claims (repeatable, or a comma list).
+    #[arg(long = "roles", value_name = "ROLE", value_delimiter = ',')]
+    pub roles: Vec<String>,
+    /// What kind of client the session is.
+    #[arg(long, value_enum, default_value = "main_ai")]
+    pub kind: McpSessionKind,
+    /// The session's description, shown by `GET /v1/operators`.
+    #[arg(long = "desc", value_name = "TEXT")]
+    pub description: Option<String>,
+    /// Do not leave the session on exit: the next run resumes it.
+    #[arg(long, conflicts_with = "no_login")]
+    pub keep_session: bool,
+    /// Where the session's sid and token are kept (mode 0600) [default:
+    /// $XDG_STATE_HOME/swarmd/, else ~/.local/state/swarmd/, one file per URL].
+    #[arg(long, value_name = "PATH", conflicts_with = "no_login")]
+    pub session_file: Option<PathBuf>,
+    /// How long a tool call waits for an absent daemon (restarting, say)
+    /// before it answers `unavailable`, in seconds.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=300)
+    )]
+    pub daemon_wait_secs: u64,
+    /// How often the relay pings the daemon's /mcp, in seconds (tests shorten it).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "SECS",
+        default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(1..=20)
+    )]
+    pub heartbeat_secs: u64,
+    /// Log no session in: relay with the credential as given (the admin
+    /// token acts as the admin, a session token as that session).
+    #[arg(long, conflicts_with_all = ["roles", "description"])]
+    pub no_login: bool,
+}
+
+/// `--kind` of `swarmd mcp` (the wire's `kind` of a login).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum McpSessionKind {
+    MainAi,
+    Automate,
+    Composite,
 }
 
 /// How to reach and authenticate to the daemon.

@@ -52,7 +52,14 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILURE);
         }
     };
-    match runtime.block_on(commands::execute(command, &env)) {
+    let relay = matches!(command, Command::Mcp(_));
+    let outcome = runtime.block_on(commands::execute(command, &env));
+    if relay {
+        // `swarmd mcp` reads stdin on a blocking thread that nothing can
+        // interrupt: a relay stopped by a signal does not wait for it.
+        runtime.shutdown_background();
+    }
+    match outcome {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             // One line: an invalid configuration must print exactly one.

@@ -216,24 +216,47 @@ async fn cancel_stops_a_task_and_a_cancelled_call_stops_its_wait() {
 async fn swarmd_mcp_fails_clearly_without_a_daemon_or_with_a_bad_token() {
     let daemon = Daemon::start_with(EXTRA).await;
     let forged = "sws-0000000000000000000000000000000000000000000000000000000000000000";
-    for (url, token) in [
-        ("http://127.0.0.1:1", daemon.admin.as_str()),
-        (daemon.base.as_str(), forged),
+    let absent = "http://127.0.0.1:1";
+    // The plain relay meets the MCP endpoint first; the default relay the
+    // login routes.
+    for (url, token, flags, expected) in [
+        (
+            absent,
+            daemon.admin.as_str(),
+            &["--no-login"][..],
+            "cannot reach the daemon's MCP endpoint",
+        ),
+        (
+            daemon.base.as_str(),
+            forged,
+            &["--no-login"][..],
+            "cannot reach the daemon's MCP endpoint",
+        ),
+        (
+            absent,
+            daemon.admin.as_str(),
+            &[][..],
+            "cannot reach the daemon at http://127.0.0.1:1",
+        ),
+        (
+            daemon.base.as_str(),
+            forged,
+            &[][..],
+            "refused the credential",
+        ),
     ] {
         let run = Command::new(env!("CARGO_BIN_EXE_swarmd"))
             .args(["mcp", "--url", url])
+            .args(flags)
             .env_clear()
             .env("SWARMD_TOKEN", token)
             .stdin(Stdio::null())
             .output();
         let output = tokio::time::timeout(PATIENCE, run).await.unwrap().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(1), "{url}: {stderr}");
+        assert_eq!(output.status.code(), Some(1), "{url} {flags:?}: {stderr}");
         assert!(output.stdout.is_empty(), "stdout carries only the protocol");
-        assert!(
-            stderr.contains("cannot reach the daemon's MCP endpoint"),
-            "{stderr}"
-        );
+        assert!(stderr.contains(expected), "{flags:?}: {stderr}");
         assert!(
             !stderr.contains(token),
             "the credential was logged: {stderr}"

@@ -4,7 +4,9 @@ usage: client.py TRANSPORT MODE SCENARIO
 
 TRANSPORT is `http:<base url>` (Streamable HTTP at <base url>/mcp, bearer from
 $SWARMD_TOKEN, none when it is empty) or `stdio:<swarmd binary>:<base url>`
-(`swarmd mcp --url <base url>` as a child, credential in $SWARMD_TOKEN). MODE
+(`swarmd mcp --url <base url>` as a child, credential in $SWARMD_TOKEN, more
+flags as a JSON list in $SWARMD_MCP_ARGS, its stderr appended to the file
+$SWARMD_MCP_LOG names, $XDG_STATE_HOME and $RUST_LOG passed on). MODE
 is the SDK's connect mode: `legacy` (the initialize handshake) or a modern
 revision such as `2026-07-28`. The scenario's observations are printed as one
 JSON object on stdout; the black-box test asserts on them.
@@ -14,6 +16,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -28,11 +31,17 @@ def connect(transport: str, mode: str) -> Client:
         http = create_mcp_http_client(headers=headers)
         return Client(streamable_http_client(f"{rest}/mcp", http_client=http), mode=mode)
     binary, _, url = rest.partition(":")
-    params = StdioServerParameters(
-        command=binary,
-        args=["mcp", "--url", url],
-        env={"SWARMD_TOKEN": token, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-    )
+    args = ["mcp", "--url", url, *json.loads(os.environ.get("SWARMD_MCP_ARGS", "[]"))]
+    env = {"SWARMD_TOKEN": token, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    for key in ("XDG_STATE_HOME", "RUST_LOG", "SWARMD_MCP_LOG"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    command = binary
+    if "SWARMD_MCP_LOG" in os.environ:
+        # The relay's stderr, kept for the test to read.
+        command = "/bin/sh"
+        args = ["-c", 'exec "$0" "$@" 2>>"$SWARMD_MCP_LOG"', binary, *args]
+    params = StdioServerParameters(command=command, args=args, env=env)
     return Client(params, mode=mode)
 
 
@@ -170,7 +179,58 @@ async def call(client: Client) -> dict:
     return outcome(await client.call_tool(os.environ["MCP_TOOL"], args))
 
 
+async def operators() -> list:
+    """The daemon's sessions, listed with the admin token in $SWARMD_ADMIN."""
+    base = os.environ["SWARMD_BASE"]
+    headers = {"Authorization": f"Bearer {os.environ['SWARMD_ADMIN']}"}
+    async with create_mcp_http_client(headers=headers) as http:
+        answer = await http.get(f"{base}/v1/operators")
+        answer.raise_for_status()
+        return answer.json()
+
+
+async def session(client: Client) -> dict:
+    """Spawns a `cat` task through the relay and lists the sessions meanwhile."""
+    spawned = outcome(await client.call_tool("spawn", {"agent": "cat", "prompt": "{}"}))
+    return {"spawned": spawned, "operators": await operators()}
+
+
+async def restart(client: Client) -> dict:
+    """A call, then a pause the test fills with a daemon restart, then calls again.
+
+    The script writes $MCP_PAUSE/ready and waits for $MCP_PAUSE/go; the test
+    kills the daemon, writes `go`, and starts the daemon again a little later,
+    so the second call is made while the daemon is away."""
+    pause = os.environ["MCP_PAUSE"]
+    before = outcome(await client.call_tool("spawn", {"agent": "cat", "prompt": "{\"n\": 1}"}))
+    listed_before = await operators()
+    open(os.path.join(pause, "ready"), "w").close()
+    while not os.path.exists(os.path.join(pause, "go")):
+        await asyncio.sleep(0.05)
+    started = time.monotonic()
+    after = outcome(await client.call_tool("spawn", {"agent": "cat", "prompt": "{\"n\": 2}"}))
+    after_secs = time.monotonic() - started
+    task_id = after["structured"]["task_id"] if not after["is_error"] else None
+    waited = None
+    if task_id:
+        waited = outcome(await client.call_tool("wait", {"task_ids": [task_id], "timeout_secs": 20}))
+    try:
+        listed_after = await operators()
+    except Exception as error:  # the daemon stayed away
+        listed_after = repr(error)
+    return {
+        "before": before,
+        "after": after,
+        "after_secs": after_secs,
+        "waited": waited,
+        "operators_before": listed_before,
+        "operators_after": listed_after,
+    }
+
+
 SCENARIOS = {
+    "session": session,
+    "restart": restart,
     "call": call,
     "tools": tools,
     "fanout": fanout,

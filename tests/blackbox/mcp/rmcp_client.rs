@@ -210,9 +210,11 @@ async fn flow(daemon: &Daemon, client: Client, observer: &Observer) {
     let before = observer.progress.lock().unwrap().len();
     let napped = call(&client, "nap", json!({"prompt": "zz"})).await;
     let napped = &napped["structuredContent"];
-    assert_eq!(
-        (&napped["status"], &napped["done"]),
-        (&json!("running"), &json!(false))
+    // Running, or still starting on a loaded machine: not finished.
+    assert_eq!(napped["done"], json!(false), "{napped}");
+    assert!(
+        napped["status"] == "running" || napped["status"] == "queued",
+        "{napped}"
     );
     let notes: Vec<_> = observer.progress.lock().unwrap()[before..].to_vec();
     assert!(notes.len() >= 3, "{notes:?}");
@@ -230,7 +232,8 @@ async fn flow(daemon: &Daemon, client: Client, observer: &Observer) {
         json!({"task_ids": [id], "timeout_secs": 1}),
     )
     .await;
-    assert_eq!(later["structuredContent"]["tasks"][0]["status"], "running");
+    let status = &later["structuredContent"]["tasks"][0]["status"];
+    assert!(status == "running" || status == "queued", "{later}");
 
     // Bad arguments are isError results with the daemon's code.
     let bad = call(&client, "echo", json!({"files": ["a.rs", 7]})).await;

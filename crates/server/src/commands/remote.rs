@@ -62,9 +62,23 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
 }
 
 /// Runs `swarmd mcp`: the daemon's MCP tools on stdio until stdin closes.
+/// With `--no-login` the credential is required as for `task`; otherwise a
+/// missing one is no error: the login is then a loopback login.
 pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandError> {
-    let (url, token) = endpoint(&args.connection, env)?;
-    crate::mcp::serve_stdio(&url, &token).await?;
+    let (url, token) = if args.no_login {
+        let (url, token) = endpoint(&args.connection, env)?;
+        (url, Some(token))
+    } else {
+        match endpoint(&args.connection, env) {
+            Ok((url, token)) => (url, Some(token)),
+            Err(CommandError::State(error)) => {
+                tracing::debug!(%error, "no admin token: trying a loopback login");
+                (url_only(&args.connection, env)?, None)
+            }
+            Err(error) => return Err(error),
+        }
+    };
+    crate::mcp::serve_stdio(&args, &url, token.as_deref(), env).await?;
     Ok(exit::OK)
 }
 
@@ -114,6 +128,15 @@ pub(super) fn endpoint(
         }
     };
     Ok((url, token))
+}
+
+/// The daemon's URL from the flags, else from the configuration.
+fn url_only(args: &ConnectionArgs, env: &Environment) -> Result<String, CommandError> {
+    if let Some(url) = &args.url {
+        return Ok(url.clone());
+    }
+    let config = Config::load(&args.config.config_path(), env, &args.config.overrides())?;
+    Ok(config.base_url(config.server.bind))
 }
 
 async fn read_stdin() -> Result<String, CommandError> {

@@ -222,14 +222,7 @@ pub(super) async fn pop(
     };
     let mut frames = Vec::with_capacity(batch.frames.len() + 1);
     if batch.dropped > 0 {
-        let notice = ServerFrame::error(
-            None,
-            ErrorCode::FramesDropped,
-            format!(
-                "{} frames were dropped while the outbox was full",
-                batch.dropped
-            ),
-        );
+        let notice = ServerFrame::frames_dropped(batch.dropped);
         frames.push(as_json(encode(&notice).as_str())?);
     }
     let mut last = None;

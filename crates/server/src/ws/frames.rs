@@ -234,6 +234,19 @@ impl ServerFrame {
             error: error.into(),
         }
     }
+
+    /// The notice that `dropped` frames were evicted from a full outbox,
+    /// sent before the next batch (docs/protocol.md, Disconnects and parking).
+    pub fn frames_dropped(dropped: u64) -> ServerFrame {
+        ServerFrame::error(
+            None,
+            ErrorCode::FramesDropped,
+            format!(
+                "{dropped} frames were dropped while the outbox was full; resume task events \
+                 with subscribe after_seq"
+            ),
+        )
+    }
 }
 
 /// A frame as the text of a WebSocket message.

@@ -14,7 +14,6 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use bytes::Bytes;
 use futures_util::SinkExt;
 use futures_util::stream::SplitSink;
-use swarmd_engine::ErrorCode;
 use swarmd_engine::{Engine, EngineError};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -155,14 +154,7 @@ impl Writer<'_> {
         let write = async {
             let mut last = None;
             if batch.dropped > 0 {
-                let notice = ServerFrame::error(
-                    None,
-                    ErrorCode::FramesDropped,
-                    format!(
-                        "{} frames were dropped while the outbox was full; resume task events with subscribe after_seq",
-                        batch.dropped
-                    ),
-                );
+                let notice = ServerFrame::frames_dropped(batch.dropped);
                 sink.feed(Message::Text(encode(&notice))).await?;
             }
             for (id, frame) in batch.frames {

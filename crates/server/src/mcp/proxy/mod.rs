@@ -1,0 +1,241 @@
+//! `swarmd mcp`: the daemon's MCP tools on stdio, relayed to its `/mcp`.
+//!
+//! The tools have one implementation, the daemon's. This process is an MCP
+//! server on stdin/stdout and an rmcp client of `<url>/mcp`. By default it
+//! holds one operator session (`session`): resumed from its state file
+//! (`state_file`) or logged in with the credential, relayed with the
+//! session's own token, and left on exit (stdin closed, SIGINT, SIGTERM)
+//! unless kept. Its upstream client (`link`) pings `/mcp` every 15 s and
+//! is replaced when the daemon restarts; a call made meanwhile waits up to
+//! `--daemon-wait-secs`. It lists the daemon's tools, forwards each call, relays
+//! the daemon's progress notifications under the progress token the stdio
+//! client chose, and forwards a cancellation of a call upstream. Logs go to
+//! stderr; stdout carries only the protocol; no credential is ever logged.
+
+mod link;
+mod relay;
+mod session;
+mod state_file;
+
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::service::ServerInitializeError;
+use swarmd_engine::store::SessionKind;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::cli::{McpArgs, McpSessionKind};
+use crate::environment::Environment;
+use link::Forwards;
+use relay::Relay;
+use session::{Operators, Seat, Secret, Wanted};
+use state_file::{StateFile, StateFileError};
+
+/// Why `swarmd mcp` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("cannot reach the daemon's MCP endpoint {url}: {reason}")]
+    Connect { url: String, reason: String },
+    #[error("cannot reach the daemon at {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("the daemon at {url} refused {what}: {message}")]
+    Refused {
+        url: String,
+        what: &'static str,
+        message: String,
+    },
+    #[error("--no-login needs a credential: --token or SWARMD_TOKEN")]
+    NoCredential,
+    #[error("no place for the session file: pass --session-file, or set XDG_STATE_HOME or HOME")]
+    NoSessionFile,
+    #[error("session file: {0}")]
+    SessionFile(String),
+    #[error("MCP on stdio: {0}")]
+    Stdio(String),
+}
+
+/// Serves the daemon's tools on stdio until stdin closes or a signal.
+///
+/// `credential` authorizes the login (none: a loopback login); with
+/// `--no-login` it is the bearer of every `/mcp` request instead.
+///
+/// # Errors
+/// When the daemon cannot be reached or refuses the login or the
+/// credential, when the session file cannot be used, or when stdio fails.
+pub async fn serve_stdio(
+    args: &McpArgs,
+    base_url: &str,
+    credential: Option<&str>,
+    env: &Environment,
+) -> Result<(), ProxyError> {
+    // Listening from the start: a signal during the login or the handshake
+    // still leaves the session.
+    let mut signals = Signals::listen();
+    let operators = Operators::new(base_url)?;
+    // An empty credential (`SWARMD_TOKEN=`) is none.
+    let credential = credential
+        .map(Secret::new)
+        .filter(|c| !c.expose().is_empty());
+    let seat = match (args.no_login, credential) {
+        (true, Some(credential)) => Seat::Given(credential),
+        (true, None) => return Err(ProxyError::NoCredential),
+        (false, credential) => {
+            let file = || state_file(args, operators.base(), env);
+            operators
+                .open(credential.as_ref(), &wanted(args), file, args.keep_session)
+                .await?
+        }
+    };
+    let timing = Timing {
+        patience: Duration::from_secs(args.daemon_wait_secs),
+        heartbeat: Duration::from_secs(args.heartbeat_secs),
+    };
+    let ended = relay(&operators, &seat, timing, &mut signals).await;
+    operators.leave(seat).await;
+    ended
+}
+
+/// The session the flags ask for.
+fn wanted(args: &McpArgs) -> Wanted {
+    Wanted {
+        roles: args.roles.clone(),
+        kind: match args.kind {
+            McpSessionKind::MainAi => SessionKind::MainAi,
+            McpSessionKind::Automate => SessionKind::Automate,
+            McpSessionKind::Composite => SessionKind::Composite,
+        },
+        description: args.description.clone(),
+    }
+}
+
+/// The locked state file; none when another relay holds it (this relay's
+/// session is then not resumable, and says so).
+fn state_file(
+    args: &McpArgs,
+    base: &str,
+    env: &Environment,
+) -> Result<Option<StateFile>, ProxyError> {
+    let path = match &args.session_file {
+        Some(path) => path.clone(),
+        None => state_file::default_path(env, base).ok_or(ProxyError::NoSessionFile)?,
+    };
+    match StateFile::lock(&path) {
+        Ok(file) => Ok(Some(file)),
+        Err(StateFileError::Busy(path)) => {
+            tracing::warn!(
+                path = %path.display(),
+                "another swarmd mcp uses this session file: logging in a session of our own, not resumable"
+            );
+            Ok(None)
+        }
+        Err(error) => Err(ProxyError::SessionFile(error.to_string())),
+    }
+}
+
+/// Connects upstream as `seat` and serves stdio until stdin closes or a
+/// signal comes.
+async fn relay(
+    operators: &Operators,
+    seat: &Seat,
+    timing: Timing,
+    signals: &mut Signals,
+) -> Result<(), ProxyError> {
+    let url = format!("{}/mcp", operators.base());
+    let forwards = Forwards::default();
+    let bearer = seat.bearer().expose();
+    let (link, first, keeper) = link::connect(&url, bearer, forwards.clone(), timing.heartbeat)
+        .await
+        .map_err(|reason| ProxyError::Connect {
+            url: url.clone(),
+            reason,
+        })?;
+    match seat {
+        Seat::Own { sid, .. } => {
+            tracing::info!(url = %url, sid = %sid, "relaying the daemon's MCP tools on stdio");
+        }
+        Seat::Given(_) => tracing::info!(url = %url, "relaying the daemon's MCP tools on stdio"),
+    }
+    let relay = Relay::new(link, &first, forwards, operators.base(), timing.patience);
+    let served = tokio::select! {
+        served = relay.serve(rmcp::transport::stdio()) => match served {
+            Ok(served) => served,
+            Err(ServerInitializeError::ConnectionClosed(_)) => {
+                tracing::info!("stdin closed before the MCP handshake");
+                keeper.shutdown().await;
+                return Ok(());
+            }
+            Err(error) => {
+                keeper.shutdown().await;
+                return Err(ProxyError::Stdio(error.to_string()));
+            }
+        },
+        signal = signals.recv() => {
+            tracing::info!(signal, "stopping before the MCP handshake");
+            keeper.shutdown().await;
+            return Ok(());
+        }
+    };
+    let cancel = served.cancellation_token();
+    let waiting = served.waiting();
+    tokio::pin!(waiting);
+    let ended = tokio::select! {
+        ended = &mut waiting => ended,
+        signal = signals.recv() => {
+            tracing::info!(signal, "stopping");
+            cancel.cancel();
+            waiting.await
+        }
+    };
+    // The upstream client ends before the session may be left.
+    keeper.shutdown().await;
+    ended
+        .map(|_| ())
+        .map_err(|e| ProxyError::Stdio(e.to_string()))
+}
+
+/// The relay's clocks, from the flags.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    /// How long a call waits for an absent daemon.
+    patience: Duration,
+    /// How often the relay pings `/mcp`.
+    heartbeat: Duration,
+}
+
+/// SIGINT and SIGTERM, listened to from creation on.
+struct Signals {
+    interrupt: Option<Signal>,
+    terminate: Option<Signal>,
+}
+
+impl Signals {
+    fn listen() -> Signals {
+        let listen = |kind| {
+            signal(kind)
+                .inspect_err(|error| tracing::warn!(%error, "cannot listen to a signal"))
+                .ok()
+        };
+        Signals {
+            interrupt: listen(SignalKind::interrupt()),
+            terminate: listen(SignalKind::terminate()),
+        }
+    }
+
+    /// The next signal, by name; never, for one that cannot be listened to.
+    async fn recv(&mut self) -> &'static str {
+        async fn next(signal: Option<&mut Signal>) {
+            match signal {
+                Some(signal) => {
+                    if signal.recv().await.is_none() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = next(self.interrupt.as_mut()) => "SIGINT",
+            () = next(self.terminate.as_mut()) => "SIGTERM",
+        }
+    }
+}

@@ -7,11 +7,12 @@
 //! that swarmd's own `git worktree add`/`remove`/`prune` on one repository
 //! never race each other (git's lock files would refuse the loser).
 //! [`Worktrees::create`] makes an attempt's [`Checkout`];
-//! [`Worktrees::finish`] commits what the worker left uncommitted, describes
-//! the branch against its base as a [`WorktreeReport`] (the attempt's
-//! `worktree` artifact), and removes the directory unless `keep` says
-//! otherwise. [`Worktrees::recover`] does the same at startup for the
-//! checkouts of attempts that died with the previous process.
+//! [`Worktrees::conclude`] commits what the worker left uncommitted and
+//! describes the branch against its base as a [`WorktreeReport`] (the
+//! attempt's `worktree` artifact); [`Worktrees::release`] removes the
+//! directory unless `keep` says otherwise. [`Worktrees::recover`] does both
+//! at startup for the checkouts of attempts that died with the previous
+//! process. [`AttemptWorktree`] is how the process spawner drives one.
 //!
 //! Git runs as a child process (`git`), never as a library: the user's own
 //! git, its configuration and its repository format apply unchanged.

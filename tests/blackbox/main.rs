@@ -29,4 +29,5 @@ mod routing;
 mod security;
 mod sse;
 mod upstream;
+mod worktrees;
 mod ws_flow;

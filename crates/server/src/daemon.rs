@@ -18,6 +18,7 @@ use swarmd_output_store::{
 use swarmd_spawner::layers::SeniorSettings;
 use swarmd_spawner::operator::{NoSessions, SessionDirectory};
 use swarmd_spawner::process::{CliFormat, EnvVar, StdinMode, StreamMode};
+use swarmd_spawner::worktree::{KeepRule, WorktreeSpec, Worktrees};
 use swarmd_spawner::{
     AgentKind, AgentSpec, ConfigErrors, HostEnv, LuaAgentSpec, LuaLimits, LuaMiddlewareSpec,
     LuaPool, OperatorSpec, ProcessSpec, SpawnerSettings, StackResolver,
@@ -94,6 +95,9 @@ pub async fn build(
     // their sessions; it starts routing once the sessions are restored.
     let router = EventRouter::subscribe(&engine, sessions.clone());
     let mut recovery = engine.recover().await.map_err(BuildError::Recovery)?;
+    // After the engine's recovery killed the process groups that outlived
+    // the old daemon, before any attempt starts again.
+    recover_worktrees(&config, env).await;
     sessions.restore(&engine, std::mem::take(&mut recovery.sessions));
     let tasks = TaskTracker::new();
     router.start(shutdown.clone(), &tasks);
@@ -223,6 +227,10 @@ fn resolver(
     let host_env = HostEnv::from_pairs(env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
     let mut settings = SpawnerSettings::new(base_url, host_env);
     settings.supervisor = config.spawner.supervise.then(crate::commands::supervisor);
+    settings.worktrees = Some(Arc::new(Worktrees::new(
+        worktrees_root(config),
+        &settings.host_env,
+    )));
     settings.senior = SeniorSettings {
         agent: config.senior.agent.clone(),
         timeout: Duration::from_secs(config.senior.timeout_secs),
@@ -266,8 +274,56 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
             concurrency: agent.concurrency.map(|c| c as usize),
             allow_subtasks: agent.allow_subtasks,
             input_schema: agent.input_schema.clone(),
+            worktree: match &agent.kind {
+                config::AgentKind::Process(p) => p.worktree.as_ref().map(worktree_spec),
+                _ => None,
+            },
         })
         .collect()
+}
+
+/// `<state_dir>/worktrees`: where attempts' worktrees are added.
+fn worktrees_root(config: &Config) -> std::path::PathBuf {
+    config.store.state_dir.join("worktrees")
+}
+
+fn worktree_spec(w: &config::WorktreeConfig) -> WorktreeSpec {
+    WorktreeSpec {
+        repo: w.repo.clone(),
+        base: w.base.clone(),
+        keep: match w.keep {
+            config::KeepWorktree::Never => KeepRule::Never,
+            config::KeepWorktree::OnFailure => KeepRule::OnFailure,
+            config::KeepWorktree::Always => KeepRule::Always,
+        },
+    }
+}
+
+/// Ends the worktrees of attempts that died with the previous process:
+/// leftovers committed on their branches, directories removed (per `keep`,
+/// as failed attempts), `git worktree prune` run on their repositories.
+async fn recover_worktrees(config: &Config, env: &Environment) {
+    let host_env = HostEnv::from_pairs(env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
+    for found in Worktrees::new(worktrees_root(config), &host_env)
+        .recover()
+        .await
+    {
+        match found.report {
+            Ok(report) => tracing::info!(
+                worktree = %found.name,
+                branch = %report.branch,
+                head = %report.head,
+                files = report.files.len(),
+                committed_leftovers = report.committed_leftovers,
+                "recovered the worktree of an attempt that died with the previous process"
+            ),
+            Err(error) => tracing::warn!(
+                worktree = %found.name,
+                %error,
+                "could not describe the worktree of an attempt that died with the previous process"
+            ),
+        }
+    }
 }
 
 fn process_spec(p: &config::ProcessAgent, kill_grace: Duration) -> ProcessSpec {

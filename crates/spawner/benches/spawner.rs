@@ -162,6 +162,7 @@ fn agent(name: &str, kind: AgentKind) -> AgentSpec {
         concurrency: None,
         allow_subtasks: false,
         input_schema: None,
+        worktree: None,
     }
 }
 

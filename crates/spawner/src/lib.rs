@@ -23,6 +23,7 @@ pub mod process;
 pub mod resolver;
 pub mod spawners;
 pub mod stack;
+pub mod worktree;
 
 #[cfg(test)]
 mod testing;

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize, Serializer};
 
+use super::WorktreeConfig;
+
 /// One agent: the keys shared by every kind, and the kind's own settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "RawAgent", into = "RawAgent")]
@@ -70,6 +72,8 @@ pub struct ProcessAgent {
     pub timeout_secs: Option<u64>,
     /// Stdout beyond this many bytes is cut and the attempt fails.
     pub max_output_bytes: u64,
+    /// Each attempt runs in a git worktree of its own when set.
+    pub worktree: Option<WorktreeConfig>,
 }
 
 /// How long a call of an agent's tool waits when `tool_timeout_secs` is
@@ -275,6 +279,8 @@ struct RawAgent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_output_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    worktree: Option<WorktreeConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     script: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     operator_role: Option<String>,
@@ -291,7 +297,7 @@ struct RawAgent {
 impl RawAgent {
     /// Refuses every key set here that `kind` does not own.
     fn refuse_foreign(&self, kind: &'static str) -> Result<(), AgentShapeError> {
-        let owners: [(&'static str, bool, &'static str); 14] = [
+        let owners: [(&'static str, bool, &'static str); 15] = [
             ("program", self.program.is_some(), "process"),
             ("args", self.args.is_some(), "process"),
             ("env", self.env.is_some(), "process"),
@@ -304,6 +310,7 @@ impl RawAgent {
                 self.max_output_bytes.is_some(),
                 "process",
             ),
+            ("worktree", self.worktree.is_some(), "process"),
             ("script", self.script.is_some(), "lua"),
             ("operator_role", self.operator_role.is_some(), "operator"),
             ("worker_binding", self.worker_binding.is_some(), "operator"),
@@ -346,6 +353,7 @@ impl TryFrom<RawAgent> for Agent {
                     stream: raw.stream.unwrap_or_default(),
                     timeout_secs: raw.timeout_secs,
                     max_output_bytes: raw.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+                    worktree: raw.worktree.take(),
                 })
             }
             KindName::Lua => {
@@ -408,6 +416,7 @@ impl From<Agent> for RawAgent {
                 raw.stream = Some(process.stream);
                 raw.timeout_secs = process.timeout_secs;
                 raw.max_output_bytes = Some(process.max_output_bytes);
+                raw.worktree = process.worktree;
             }
             AgentKind::Lua(lua) => {
                 raw.kind = Some(KindName::Lua);

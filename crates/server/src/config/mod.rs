@@ -18,6 +18,7 @@ mod load;
 mod print;
 mod sections;
 mod validate;
+mod worktree;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -39,6 +40,7 @@ pub use sections::{
     StoreBackend, StoreConfig, Synchronous, WsConfig,
 };
 pub use validate::HINT_LAYERS;
+pub use worktree::{KeepWorktree, WorktreeConfig};
 
 /// The whole configuration (docs/configuration.md). Built by `Config::load`; every
 /// section has defaults, so an empty file is a valid configuration.

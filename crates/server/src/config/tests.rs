@@ -454,3 +454,36 @@ fn agents_exposed_as_tools_need_a_tool_name_and_an_object_schema() {
     let error = fixture.load(&[], &Overrides::default()).unwrap_err();
     assert!(error.to_string().contains("built-in"), "{error}");
 }
+
+#[test]
+fn a_process_agent_s_worktree_loads_prints_back_and_belongs_to_process_agents_only() {
+    let fixture = Fixture::new(
+        "[agents.p]\nkind = \"process\"\nprogram = \"cat\"\n\
+         worktree = { repo = \"/srv/app\", keep = \"on_failure\" }\n",
+    );
+    let config = fixture.load(&[], &Overrides::default()).unwrap();
+    let AgentKind::Process(process) = &config.agents["p"].kind else {
+        panic!("{config:?}");
+    };
+    let worktree = process.worktree.as_ref().unwrap();
+    assert_eq!(worktree.repo, PathBuf::from("/srv/app"));
+    assert_eq!(worktree.base, "HEAD");
+    assert_eq!(worktree.keep, KeepWorktree::OnFailure);
+    let printed = config.to_toml_redacted().unwrap();
+    let reloaded = Fixture::new(&printed)
+        .load(&[], &Overrides::default())
+        .unwrap();
+    assert_eq!(reloaded.agents["p"], config.agents["p"]);
+
+    let lua = Fixture::new(
+        "[agents.l]\nkind = \"lua\"\nscript = \"a.lua\"\nworktree = { repo = \"/srv/app\" }\n",
+    );
+    let error = lua
+        .load(&[], &Overrides::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("key `worktree` is not valid for an agent of kind lua"),
+        "{error}"
+    );
+}

@@ -16,6 +16,7 @@ use super::env::{base_env, run_env};
 use super::launch::{self, Supervisor};
 use super::leftover::GroupIdentity;
 use super::{HostEnv, ProcessError, ProcessSpec, RunVars, StdinMode};
+use crate::worktree::Checkout;
 
 /// A process agent ready to run: its program resolved to a path and the fixed
 /// part of its environment computed. Cheap to share behind an `Arc`.
@@ -87,6 +88,18 @@ impl ProcessRunner {
         vars: &RunVars,
         cancel: CancellationToken,
     ) -> Result<RunningChild, ProcessError> {
+        self.start_in(vars, None, cancel)
+    }
+
+    /// Starts one child as [`ProcessRunner::start`] does, in `checkout`'s
+    /// worktree (its `cwd`, and the `SWARM_WORKTREE`, `SWARM_BRANCH`,
+    /// `SWARM_BASE` variables) when there is one.
+    pub fn start_in(
+        &self,
+        vars: &RunVars,
+        checkout: Option<&Checkout>,
+        cancel: CancellationToken,
+    ) -> Result<RunningChild, ProcessError> {
         let mut command = match &self.supervisor {
             Some(supervisor) => {
                 let mut command = Command::new(&supervisor.program);
@@ -110,6 +123,9 @@ impl ProcessRunner {
             .kill_on_drop(true);
         if let Some(cwd) = &self.spec.cwd {
             command.current_dir(cwd);
+        }
+        if let Some(checkout) = checkout {
+            command.current_dir(&checkout.dir).envs(checkout.env());
         }
         let start_error = |source| ProcessError::Start {
             program: self.program.display().to_string(),

@@ -21,6 +21,7 @@ use crate::operator::SessionDirectory;
 use crate::process::ProcessRunner;
 use crate::spawners::{LuaAgentSpawner, OperatorSpawner, OperatorTarget, ProcessSpawner};
 use crate::stack::{BASE_KEYS, LayerRegistry};
+use crate::worktree::{WorktreeSpec, Worktrees};
 
 impl StackResolver {
     /// Builds the resolver the daemon runs with and links every agent once.
@@ -158,6 +159,12 @@ fn base_spawner(
             reason: "concurrency must be at least 1",
         });
     }
+    if spec.worktree.is_some() && !matches!(spec.kind, AgentKind::Process(_)) {
+        return Err(ConfigError::Invalid {
+            agent,
+            reason: "worktree is supported for process agents only",
+        });
+    }
     let route = match &spec.kind {
         AgentKind::Operator(operator) => Some(match &operator.operator_role {
             Some(role) => OperatorRoute::Role(role.clone()),
@@ -170,7 +177,11 @@ fn base_spawner(
             let runner = ProcessRunner::new(process.clone(), &settings.host_env)
                 .map_err(|source| ConfigError::Process { agent, source })?
                 .supervised_by(settings.supervisor.clone());
-            let spawner = ProcessSpawner::new(runner, &settings.base_url);
+            let mut spawner = ProcessSpawner::new(runner, &settings.base_url);
+            if let Some(worktree) = &spec.worktree {
+                spawner =
+                    spawner.with_worktree(worktrees(spec, worktree, settings)?, worktree.clone());
+            }
             (SpawnerKind::Process, Arc::new(spawner))
         }
         AgentKind::Lua(script) => {
@@ -229,6 +240,24 @@ fn base_spawner(
         input_schema,
         route,
     })
+}
+
+/// The daemon's worktrees for an agent whose `worktree` checks out: an
+/// absolute path to a git repository, and a base naming a commit in it.
+fn worktrees(
+    spec: &AgentSpec,
+    worktree: &WorktreeSpec,
+    settings: &SpawnerSettings,
+) -> Result<Arc<Worktrees>, ConfigError> {
+    let refuse = |reason: String| ConfigError::Worktree {
+        agent: spec.name.clone(),
+        reason,
+    };
+    crate::worktree::check(worktree, &settings.host_env).map_err(refuse)?;
+    settings
+        .worktrees
+        .clone()
+        .ok_or_else(|| refuse("worktrees are not available in this daemon".to_owned()))
 }
 
 fn target(spec: &super::OperatorSpec) -> OperatorTarget {

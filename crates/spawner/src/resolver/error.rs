@@ -37,6 +37,8 @@ pub enum ConfigError {
     },
     #[error("agent `{agent}`: {reason}")]
     InputSchema { agent: String, reason: String },
+    #[error("agent `{agent}`: {reason}")]
+    Worktree { agent: String, reason: String },
     #[error("senior.agent names `{0}`, which is not a configured agent")]
     UnknownSeniorAgent(String),
 }

@@ -2,12 +2,14 @@
 //! (`[agents.NAME]`, `[lua.middleware.NAME]`, `[senior]`, …) onto these.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::layers::SeniorSettings;
 use crate::process::{HostEnv, ProcessSpec, Supervisor};
+use crate::worktree::{WorktreeSpec, Worktrees};
 
 /// One configured agent.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +22,8 @@ pub struct AgentSpec {
     pub allow_subtasks: bool,
     /// A JSON Schema every task's `input` must match.
     pub input_schema: Option<Value>,
+    /// Each attempt runs in a worktree of its own (process agents only).
+    pub worktree: Option<WorktreeSpec>,
 }
 
 /// Which base spawner an agent resolves to.
@@ -67,6 +71,9 @@ pub struct SpawnerSettings {
     pub middleware: Vec<LuaMiddlewareSpec>,
     /// Process agents' children start under it when set.
     pub supervisor: Option<Supervisor>,
+    /// Where agents with `worktree` get theirs; such agents are refused
+    /// without it.
+    pub worktrees: Option<Arc<Worktrees>>,
 }
 
 impl SpawnerSettings {
@@ -79,6 +86,7 @@ impl SpawnerSettings {
             senior: SeniorSettings::default(),
             middleware: Vec::new(),
             supervisor: None,
+            worktrees: None,
         }
     }
 }

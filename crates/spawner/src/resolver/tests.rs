@@ -31,6 +31,7 @@ fn agent(name: &str, kind: AgentKind, layers: &[&str]) -> AgentSpec {
         concurrency: None,
         allow_subtasks: false,
         input_schema: None,
+        worktree: None,
     }
 }
 

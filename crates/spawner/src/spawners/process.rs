@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::forward::{CHANNEL, forward};
 use super::task_of;
 use crate::process::{Exited, ProcessError, ProcessRunner, RunVars, RunningChild, StreamMode};
+use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees};
 
 /// Producer name of the events this spawner appends.
 const PRODUCER: &str = "process";
@@ -25,6 +26,9 @@ const PRODUCER: &str = "process";
 pub struct ProcessSpawner {
     runner: Arc<ProcessRunner>,
     base_url: String,
+    /// Each attempt runs in a worktree of its own when set (docs/tasks.md,
+    /// Worktrees).
+    worktree: Option<(Arc<Worktrees>, WorktreeSpec)>,
 }
 
 impl ProcessSpawner {
@@ -32,7 +36,14 @@ impl ProcessSpawner {
         ProcessSpawner {
             runner: Arc::new(runner),
             base_url: base_url.to_owned(),
+            worktree: None,
         }
+    }
+
+    /// Runs each attempt in a fresh worktree made by `trees` per `spec`.
+    pub fn with_worktree(mut self, trees: Arc<Worktrees>, spec: WorktreeSpec) -> ProcessSpawner {
+        self.worktree = Some((trees, spec));
+        self
     }
 }
 
@@ -53,11 +64,25 @@ impl SpawnerAdapter for ProcessSpawner {
             worker_handle: credential.handle().to_owned(),
             prompt: task.prompt,
         };
+        let worktree = match &self.worktree {
+            Some((trees, spec)) => Some(
+                AttemptWorktree::open(Arc::clone(trees), spec, &vars.task_id, vars.attempt)
+                    .await
+                    .map_err(|e| SpawnError::Failed(format!("worktree: {e}")))?,
+            ),
+            None => None,
+        };
         let cancel = CancellationToken::new();
-        let child = self
-            .runner
-            .start(&vars, cancel.clone())
-            .map_err(|e| SpawnError::Failed(e.to_string()))?;
+        let checkout = worktree.as_ref().map(AttemptWorktree::checkout);
+        let child = match self.runner.start_in(&vars, checkout, cancel.clone()) {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(worktree) = worktree {
+                    worktree.abandon().await;
+                }
+                return Err(SpawnError::Failed(e.to_string()));
+            }
+        };
         tracing::debug!(pgid = child.pgid(), "process agent started");
         if let Some(group) = child.identity() {
             let mark = ProcessGroupMark {
@@ -73,6 +98,7 @@ impl SpawnerAdapter for ProcessSpawner {
             host,
             stream: self.runner.spec().stream,
             child,
+            worktree,
         }))
     }
 }
@@ -84,6 +110,7 @@ struct ProcessWorker {
     host: Arc<dyn AttemptHost>,
     stream: StreamMode,
     child: RunningChild,
+    worktree: Option<AttemptWorktree>,
 }
 
 #[async_trait]
@@ -101,27 +128,41 @@ impl Worker for ProcessWorker {
             host,
             stream,
             child,
+            worktree,
             ..
         } = *self;
-        let (events, received) = mpsc::channel(CHANNEL);
-        let done = CancellationToken::new();
-        let running = async {
-            let ran = child.wait(events).await;
-            done.cancel();
-            ran
-        };
-        let (ran, forwarded) = tokio::join!(running, forward(&*host, PRODUCER, received, &done));
-        if let Err(e) = forwarded {
-            return Err(WorkerError::Failed(format!(
-                "recording the output failed: {e}"
-            )));
+        let joined = run(&*host, stream, child).await;
+        if let Some(worktree) = worktree {
+            worktree.end(host, &joined).await;
         }
-        let exited = ran.map_err(worker_error)?;
-        let verdict = Verdict { host: &*host };
-        match stream {
-            StreamMode::None => verdict.plain(&exited).await,
-            StreamMode::Ndjson | StreamMode::Cli(_) => verdict.ndjson(&exited).await,
-        }
+        joined
+    }
+}
+
+/// Waits for the child, forwarding its events, and decides its Final.
+async fn run(
+    host: &dyn AttemptHost,
+    stream: StreamMode,
+    child: RunningChild,
+) -> Result<(), WorkerError> {
+    let (events, received) = mpsc::channel(CHANNEL);
+    let done = CancellationToken::new();
+    let running = async {
+        let ran = child.wait(events).await;
+        done.cancel();
+        ran
+    };
+    let (ran, forwarded) = tokio::join!(running, forward(host, PRODUCER, received, &done));
+    if let Err(e) = forwarded {
+        return Err(WorkerError::Failed(format!(
+            "recording the output failed: {e}"
+        )));
+    }
+    let exited = ran.map_err(worker_error)?;
+    let verdict = Verdict { host };
+    match stream {
+        StreamMode::None => verdict.plain(&exited).await,
+        StreamMode::Ndjson | StreamMode::Cli(_) => verdict.ndjson(&exited).await,
     }
 }
 
@@ -191,3 +232,7 @@ impl Verdict<'_> {
 #[cfg(test)]
 #[path = "process_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "process_worktree_tests.rs"]
+mod worktree_tests;

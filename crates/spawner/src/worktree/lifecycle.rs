@@ -1,0 +1,317 @@
+//! An attempt's worktree from start to end: `create` adds it on a new branch
+//! at the resolved base, `conclude` commits what the worker left and
+//! describes the branch, `release` removes the directory (per `keep`) and a
+//! branch with nothing on it, and `recover` does all three for the
+//! checkouts a previous process left behind.
+//!
+//! Each checkout has a small JSON note beside its directory
+//! (`<root>/<name>.json`: repo, branch, base, keep), written before the
+//! worktree is added and removed once it is released, so recovery knows what
+//! to do with a directory it finds.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::git::{AUTHOR_EMAIL, AUTHOR_NAME};
+use super::{Checkout, KeepRule, WorktreeError, WorktreeReport, WorktreeSpec, Worktrees};
+
+/// The note kept beside a checkout's directory while it exists.
+#[derive(Debug, Serialize, Deserialize)]
+struct Note {
+    repo: PathBuf,
+    branch: String,
+    base: String,
+    keep: String,
+}
+
+/// A checkout found at startup: the attempt it belonged to and what it
+/// left (or why that could not be told).
+#[derive(Debug)]
+pub struct RecoveredCheckout {
+    /// The directory's name: `<task_id>-<attempt>`.
+    pub name: String,
+    pub report: Result<WorktreeReport, WorktreeError>,
+}
+
+impl Worktrees {
+    /// Adds a worktree of `spec.repo` at `spec.base` on the new branch
+    /// `swarmd/<task>-<attempt>`, in `<root>/<task>-<attempt>`.
+    ///
+    /// # Errors
+    /// The repository is gone or not one, the base names no commit, the
+    /// root cannot be made, or git refuses (the branch or directory exists).
+    pub async fn create(
+        &self,
+        spec: &WorktreeSpec,
+        task_id: &str,
+        attempt: u32,
+    ) -> Result<Checkout, WorktreeError> {
+        let repo = &spec.repo;
+        if !repo.is_dir()
+            || self
+                .git
+                .run(repo, &["rev-parse", "--is-inside-work-tree"])
+                .await
+                .is_err()
+        {
+            return Err(WorktreeError::NotARepository(repo.clone()));
+        }
+        let unknown = || WorktreeError::UnknownBase {
+            repo: repo.clone(),
+            base: spec.base.clone(),
+        };
+        let wanted = format!("{}^{{commit}}", spec.base);
+        let base = self
+            .git
+            .run(repo, &["rev-parse", "--verify", "--quiet", &wanted])
+            .await
+            .map_err(|_| unknown())?;
+        let name = format!("{task_id}-{attempt}");
+        let checkout = Checkout {
+            repo: repo.clone(),
+            dir: self.root.join(&name),
+            branch: format!("swarmd/{name}"),
+            base,
+            keep: spec.keep,
+        };
+        self.write_note(&checkout).await?;
+        let dir = checkout.dir.display().to_string();
+        let lock = self.lock_of(repo);
+        let added = {
+            let _serial = lock.lock().await;
+            self.git
+                .run(
+                    repo,
+                    &[
+                        "worktree",
+                        "add",
+                        "--quiet",
+                        "-b",
+                        &checkout.branch,
+                        &dir,
+                        &checkout.base,
+                    ],
+                )
+                .await
+        };
+        if let Err(error) = added {
+            let _ = tokio::fs::remove_file(self.note_path(&checkout.dir)).await;
+            return Err(error);
+        }
+        Ok(checkout)
+    }
+
+    /// Commits whatever the worker left uncommitted in the checkout (as
+    /// swarmd), then describes its branch against the base.
+    ///
+    /// # Errors
+    /// A git command failed; the checkout is left as it is.
+    pub async fn conclude(&self, checkout: &Checkout) -> Result<WorktreeReport, WorktreeError> {
+        let committed_leftovers = if checkout.dir.is_dir() {
+            self.commit_leftovers(&checkout.dir, &checkout.branch)
+                .await?
+        } else {
+            false
+        };
+        let repo = &checkout.repo;
+        let reference = format!("refs/heads/{}", checkout.branch);
+        let head = self
+            .git
+            .run(repo, &["rev-parse", "--verify", &reference])
+            .await?;
+        let range = [checkout.base.as_str(), head.as_str()];
+        let names = self
+            .git
+            .run(
+                repo,
+                &[&["diff", "--no-ext-diff", "--name-only", "-z"][..], &range].concat(),
+            )
+            .await?;
+        let files = names
+            .split('\0')
+            .filter(|f| !f.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let (diff, diff_truncated) = self
+            .git
+            .run_capped(
+                repo,
+                &[&["diff", "--no-color", "--no-ext-diff"][..], &range].concat(),
+                self.diff_max_bytes,
+            )
+            .await?;
+        Ok(WorktreeReport {
+            branch: checkout.branch.clone(),
+            base: checkout.base.clone(),
+            head,
+            committed_leftovers,
+            files,
+            diff: String::from_utf8_lossy(&diff).into_owned(),
+            diff_truncated,
+        })
+    }
+
+    /// Removes the checkout's directory unless `keep` keeps it for an
+    /// attempt that `passed` or not, and deletes its branch when it has no
+    /// commit beyond the base and no directory any more. Returns whether the
+    /// directory was kept.
+    ///
+    /// # Errors
+    /// Git refused to remove the worktree or the branch.
+    pub async fn release(&self, checkout: &Checkout, passed: bool) -> Result<bool, WorktreeError> {
+        let keep = checkout.keep.keeps(passed);
+        if !keep {
+            let repo = &checkout.repo;
+            let dir = checkout.dir.display().to_string();
+            let lock = self.lock_of(repo);
+            let _serial = lock.lock().await;
+            if checkout.dir.exists() {
+                self.git
+                    .run(repo, &["worktree", "remove", "--force", &dir])
+                    .await?;
+            } else {
+                self.git.run(repo, &["worktree", "prune"]).await?;
+            }
+            let reference = format!("refs/heads/{}", checkout.branch);
+            let head = self
+                .git
+                .run(repo, &["rev-parse", "--verify", &reference])
+                .await;
+            if head.is_ok_and(|head| head == checkout.base) {
+                self.git
+                    .run(repo, &["branch", "-D", "--quiet", &checkout.branch])
+                    .await?;
+            }
+        }
+        let _ = tokio::fs::remove_file(self.note_path(&checkout.dir)).await;
+        Ok(keep)
+    }
+
+    /// Concludes and releases every checkout a previous process left under
+    /// the root (as a failed attempt: `keep = "on_failure"` keeps its
+    /// directory), then prunes each repository's worktree list.
+    pub async fn recover(&self) -> Vec<RecoveredCheckout> {
+        let mut found = Vec::new();
+        let Ok(mut entries) = tokio::fs::read_dir(&self.root).await else {
+            return found;
+        };
+        let mut repos = BTreeSet::new();
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let Some(checkout) = self.read_note(&path).await else {
+                tracing::warn!(note = %path.display(), "unreadable worktree note; left in place");
+                continue;
+            };
+            repos.insert(checkout.repo.clone());
+            let name = checkout
+                .dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let report = self.conclude(&checkout).await;
+            if let Err(error) = self.release(&checkout, false).await {
+                tracing::warn!(worktree = %name, %error, "recovered worktree not removed");
+            }
+            found.push(RecoveredCheckout { name, report });
+        }
+        for repo in repos {
+            let lock = self.lock_of(&repo);
+            let _serial = lock.lock().await;
+            if let Err(error) = self.git.run(&repo, &["worktree", "prune"]).await {
+                tracing::warn!(repo = %repo.display(), %error, "git worktree prune failed");
+            }
+        }
+        found
+    }
+
+    /// `git add -A` and a commit by swarmd when the checkout has changes.
+    async fn commit_leftovers(&self, dir: &Path, branch: &str) -> Result<bool, WorktreeError> {
+        let status = self.git.run(dir, &["status", "--porcelain"]).await?;
+        if status.is_empty() {
+            return Ok(false);
+        }
+        self.git.run(dir, &["add", "-A"]).await?;
+        let name = format!("user.name={AUTHOR_NAME}");
+        let email = format!("user.email={AUTHOR_EMAIL}");
+        let message = format!("swarmd: changes left uncommitted on {branch}");
+        self.git
+            .run(
+                dir,
+                &[
+                    "-c",
+                    &name,
+                    "-c",
+                    &email,
+                    "commit",
+                    "--quiet",
+                    "--no-verify",
+                    "-m",
+                    &message,
+                ],
+            )
+            .await?;
+        Ok(true)
+    }
+
+    fn note_path(&self, dir: &Path) -> PathBuf {
+        let mut name = dir.file_name().unwrap_or_default().to_os_string();
+        name.push(".json");
+        dir.with_file_name(name)
+    }
+
+    async fn write_note(&self, checkout: &Checkout) -> Result<(), WorktreeError> {
+        let trouble = |source| WorktreeError::Directory {
+            dir: self.root.clone(),
+            source,
+        };
+        tokio::fs::create_dir_all(&self.root)
+            .await
+            .map_err(trouble)?;
+        let note = Note {
+            repo: checkout.repo.clone(),
+            branch: checkout.branch.clone(),
+            base: checkout.base.clone(),
+            keep: keep_name(checkout.keep).to_owned(),
+        };
+        let bytes = serde_json::to_vec(&note).map_err(|e| trouble(std::io::Error::other(e)))?;
+        tokio::fs::write(self.note_path(&checkout.dir), bytes)
+            .await
+            .map_err(trouble)
+    }
+
+    async fn read_note(&self, path: &Path) -> Option<Checkout> {
+        let bytes = tokio::fs::read(path).await.ok()?;
+        let note: Note = serde_json::from_slice(&bytes).ok()?;
+        Some(Checkout {
+            repo: note.repo,
+            dir: path.with_file_name(path.file_stem()?),
+            branch: note.branch,
+            base: note.base,
+            keep: keep_rule(&note.keep)?,
+        })
+    }
+}
+
+/// The configuration's name of a keep rule.
+pub fn keep_name(keep: KeepRule) -> &'static str {
+    match keep {
+        KeepRule::Never => "never",
+        KeepRule::OnFailure => "on_failure",
+        KeepRule::Always => "always",
+    }
+}
+
+/// The keep rule a configuration name means.
+pub fn keep_rule(name: &str) -> Option<KeepRule> {
+    match name {
+        "never" => Some(KeepRule::Never),
+        "on_failure" => Some(KeepRule::OnFailure),
+        "always" => Some(KeepRule::Always),
+        _ => None,
+    }
+}

@@ -214,21 +214,6 @@ fn read_token(path: &Path) -> anyhow::Result<String> {
     Ok(text.trim().to_owned())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_address_is_read_from_the_listening_line() {
-        assert_eq!(
-            listening_address("listening on http://127.0.0.1:40123\n"),
-            Some("127.0.0.1:40123".to_owned())
-        );
-        assert_eq!(listening_address("2025 INFO listening addr=..."), None);
-        assert_eq!(listening_address("listening on http://"), None);
-    }
-}
-
 /// A git repository at `dir` with one commit of `files` small files, spread
 /// over directories of 100, for the `worktree` agent.
 async fn make_repo(dir: &Path, files: u32) -> anyhow::Result<PathBuf> {
@@ -266,4 +251,19 @@ async fn make_repo(dir: &Path, files: u32) -> anyhow::Result<PathBuf> {
     git(&["add", "-A"]).await?;
     git(&["commit", "-q", "-m", "bench repository"]).await?;
     Ok(dir.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_address_is_read_from_the_listening_line() {
+        assert_eq!(
+            listening_address("listening on http://127.0.0.1:40123\n"),
+            Some("127.0.0.1:40123".to_owned())
+        );
+        assert_eq!(listening_address("2025 INFO listening addr=..."), None);
+        assert_eq!(listening_address("listening on http://"), None);
+    }
 }

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use swarmd_engine::ids::AttemptId;
 
 use super::git::{AUTHOR_EMAIL, AUTHOR_NAME};
 use super::{Checkout, KeepRule, WorktreeError, WorktreeReport, WorktreeSpec, Worktrees};
@@ -33,6 +34,14 @@ pub struct RecoveredCheckout {
     /// The directory's name: `<task_id>-<attempt>`.
     pub name: String,
     pub report: Result<WorktreeReport, WorktreeError>,
+}
+
+impl RecoveredCheckout {
+    /// The attempt the checkout belonged to, read from its name.
+    pub fn attempt(&self) -> Option<AttemptId> {
+        let (task, n) = self.name.rsplit_once('-')?;
+        Some(AttemptId::new(task.parse().ok()?, n.parse().ok()?))
+    }
 }
 
 impl Worktrees {

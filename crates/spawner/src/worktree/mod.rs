@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
+use swarmd_output_store::{ContentRef, OutputEvent};
 
 use crate::process::HostEnv;
 use git::Git;
@@ -38,6 +39,8 @@ pub use lifecycle::{RecoveredCheckout, keep_name, keep_rule};
 
 /// Name of the artifact that records an attempt's worktree.
 pub const ARTIFACT: &str = "worktree";
+/// Producer name of the `worktree` artifact.
+pub const PRODUCER: &str = "worktree";
 /// Default cap of the diff kept in the artifact; beyond it, `diff_truncated`.
 pub const DEFAULT_DIFF_MAX_BYTES: usize = 1024 * 1024;
 
@@ -109,6 +112,18 @@ pub struct WorktreeReport {
     /// `git diff base head`, cut at the cap.
     pub diff: String,
     pub diff_truncated: bool,
+}
+
+impl WorktreeReport {
+    /// The `worktree` artifact that records it.
+    pub fn artifact(&self) -> OutputEvent {
+        OutputEvent::Artifact {
+            name: ARTIFACT.to_owned(),
+            content: ContentRef::Inline {
+                value: serde_json::to_value(self).unwrap_or_default(),
+            },
+        }
+    }
 }
 
 /// Why a worktree could not be made, described or removed.

@@ -46,7 +46,8 @@ impl RecoveredCheckout {
 
 impl Worktrees {
     /// Adds a worktree of `spec.repo` at `spec.base` on the new branch
-    /// `swarmd/<task>-<attempt>`, in `<root>/<task>-<attempt>`.
+    /// `swarmd/<task>-<attempt>`, in `<root>/<task>-<attempt>`; when that
+    /// branch exists already (the attempt resumed after a restart), on it.
     ///
     /// # Errors
     /// The repository is gone or not one, the base names no commit, the
@@ -78,32 +79,43 @@ impl Worktrees {
             .await
             .map_err(|_| unknown())?;
         let name = format!("{task_id}-{attempt}");
+        let branch = format!("swarmd/{name}");
+        // The branch exists when the attempt was resumed after a restart (a
+        // delegated SubAgent outlives the daemon): its checkout is added
+        // back on it, at the base it forked from.
+        let reference = format!("refs/heads/{branch}");
+        let resumed = self
+            .git
+            .run(repo, &["rev-parse", "--verify", "--quiet", &reference])
+            .await
+            .is_ok();
+        let base = if resumed {
+            self.git
+                .run(repo, &["merge-base", &base, &reference])
+                .await
+                .unwrap_or(base)
+        } else {
+            base
+        };
         let checkout = Checkout {
             repo: repo.clone(),
             dir: self.root.join(&name),
-            branch: format!("swarmd/{name}"),
+            branch,
             base,
             keep: spec.keep,
         };
         self.write_note(&checkout).await?;
         let dir = checkout.dir.display().to_string();
+        let mut args = vec!["worktree", "add", "--quiet"];
+        if resumed {
+            args.extend([dir.as_str(), checkout.branch.as_str()]);
+        } else {
+            args.extend(["-b", &checkout.branch, &dir, &checkout.base]);
+        }
         let lock = self.lock_of(repo);
         let added = {
             let _serial = lock.lock().await;
-            self.git
-                .run(
-                    repo,
-                    &[
-                        "worktree",
-                        "add",
-                        "--quiet",
-                        "-b",
-                        &checkout.branch,
-                        &dir,
-                        &checkout.base,
-                    ],
-                )
-                .await
+            self.git.run(repo, &args).await
         };
         if let Err(error) = added {
             let _ = tokio::fs::remove_file(self.note_path(&checkout.dir)).await;

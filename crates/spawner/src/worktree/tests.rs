@@ -334,3 +334,56 @@ async fn an_attempt_worktree_dropped_unended_is_committed_and_released() {
     let diff = git(&repo, &["diff", "HEAD", "swarmd/T-drop-1"]);
     assert!(diff.contains("+abandoned"), "{diff}");
 }
+
+#[tokio::test]
+async fn a_resumed_attempt_gets_its_branch_back_at_the_base_it_forked_from() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    let forked = git(&repo, &["rev-parse", "HEAD"]);
+    let trees = Worktrees::new(temp.path().join("worktrees"), &host());
+    let first = trees
+        .create(&spec(&repo, KeepRule::Never), "T-res", 1)
+        .await
+        .unwrap();
+    std::fs::write(first.dir.join("notes.txt"), "first\nbefore the restart\n").unwrap();
+    let report = trees.conclude(&first).await.unwrap();
+    trees.release(&first, false).await.unwrap();
+    assert!(!first.dir.exists());
+    // The base moves on while the daemon is down.
+    std::fs::write(repo.join("other.txt"), "x\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "later"]);
+
+    let again = trees
+        .create(&spec(&repo, KeepRule::Never), "T-res", 1)
+        .await
+        .unwrap();
+    assert_eq!((&again.dir, &again.branch), (&first.dir, &first.branch));
+    assert_eq!(again.base, forked, "the base it forked from");
+    assert_eq!(git(&again.dir, &["rev-parse", "HEAD"]), report.head);
+    assert_eq!(
+        std::fs::read_to_string(again.dir.join("notes.txt")).unwrap(),
+        "first\nbefore the restart\n"
+    );
+    assert!(!again.dir.join("other.txt").exists());
+}
+
+#[test]
+fn a_recovered_checkout_names_its_attempt() {
+    let task = swarmd_engine::ids::TaskId::new();
+    let named = |name: String| RecoveredCheckout {
+        name,
+        report: Err(WorktreeError::NotARepository(PathBuf::new())),
+    };
+    assert_eq!(
+        named(format!("{task}-3")).attempt(),
+        Some(swarmd_engine::ids::AttemptId::new(task, 3))
+    );
+    for name in [
+        "T-dead-1".to_owned(),
+        format!("{task}"),
+        format!("{task}-x"),
+    ] {
+        assert_eq!(named(name.clone()).attempt(), None, "{name}");
+    }
+}

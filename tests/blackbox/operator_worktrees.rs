@@ -3,13 +3,14 @@
 //! and its directive name the attempt's checkout, the SubAgent works and
 //! commits there and submits with its handle, and the attempt's `worktree`
 //! artifact lists what it changed; a cancelled operator attempt has its
-//! worktree concluded all the same.
+//! worktree concluded all the same; and a SubAgent that outlives a kill -9
+//! finds its checkout again, on its branch, once recovery recorded it.
 
 use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::daemon::{Swarmd, eventually};
+use crate::daemon::{Login, Swarmd, Ws, eventually};
 use crate::harness::parts;
 use crate::worktrees::{git, make_repo, recorded_artifact, worktrees_dir};
 
@@ -23,7 +24,7 @@ worktree = { repo = "@DIR@/repo", base = "main" }
 
 /// A daemon with `coder`, a MainAI holding `main-ai` on its socket, and a
 /// task of `coder` whose `spawn` frame has arrived.
-async fn spawned() -> (Swarmd, crate::daemon::Ws, String, Value) {
+async fn spawned() -> (Swarmd, Login, Ws, String, Value) {
     let sw = Swarmd::new(AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");
     make_repo(sw.dir());
     let sw = sw.start().await;
@@ -36,7 +37,7 @@ async fn spawned() -> (Swarmd, crate::daemon::Ws, String, Value) {
     let task = created["task_id"].as_str().unwrap().to_owned();
     let spawn = ws.recv_type("spawn").await;
     assert_eq!(spawn["task_id"], task.as_str(), "{spawn}");
-    (sw, ws, task, spawn)
+    (sw, login, ws, task, spawn)
 }
 
 /// What the SubAgent does in its worktree: a new file it commits, and a
@@ -50,7 +51,7 @@ fn work_in(dir: &Path) {
 
 #[tokio::test]
 async fn the_subagent_works_in_the_worktree_its_spawn_frame_names() {
-    let (sw, _ws, task, spawn) = spawned().await;
+    let (sw, _login, _ws, task, spawn) = spawned().await;
     let repo = sw.dir().join("repo");
     let base = git(&repo, &["rev-parse", "main"]);
     let dir = worktrees_dir(&sw).join(format!("{task}-1"));
@@ -119,7 +120,7 @@ async fn the_subagent_works_in_the_worktree_its_spawn_frame_names() {
 
 #[tokio::test]
 async fn a_cancelled_operator_attempt_has_its_worktree_concluded() {
-    let (sw, mut ws, task, spawn) = spawned().await;
+    let (sw, _login, mut ws, task, spawn) = spawned().await;
     let repo = sw.dir().join("repo");
     let dir = std::path::PathBuf::from(spawn["worktree"]["path"].as_str().unwrap());
     let branch = format!("swarmd/{task}-1");
@@ -144,4 +145,69 @@ async fn a_cancelled_operator_attempt_has_its_worktree_concluded() {
     assert_eq!(value["head"], git(&repo, &["rev-parse", &branch]).as_str());
     eventually("the worktree to be removed", || !dir.exists()).await;
     assert_eq!(sw.task(&task).await["status"], "cancelled");
+}
+
+/// Every `worktree` artifact of the task, oldest first.
+async fn artifacts(sw: &Swarmd, task: &str) -> Vec<Value> {
+    sw.output(task)
+        .await
+        .into_iter()
+        .filter(|r| r["event"]["type"] == "artifact" && r["event"]["name"] == "worktree")
+        .map(|r| r["event"]["content"]["value"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_subagent_outliving_a_kill_9_finds_its_worktree_again() {
+    let (mut sw, login, ws, task, spawn) = spawned().await;
+    let repo = sw.dir().join("repo");
+    let dir = std::path::PathBuf::from(spawn["worktree"]["path"].as_str().unwrap());
+    let branch = format!("swarmd/{task}-1");
+    std::fs::write(dir.join("half.txt"), "before the crash\n").unwrap();
+    drop(ws);
+    sw.kill9().await;
+    sw.restart().await;
+
+    // Recovery committed what the checkout held and recorded it.
+    let value = recorded_artifact(&sw, &task).await;
+    assert_eq!(value["files"], json!(["half.txt"]), "{value}");
+    assert_eq!(value["committed_leftovers"], true, "{value}");
+
+    // The attempt is announced again, in the same checkout on its branch.
+    let mut ws = sw.connect(&login).await;
+    let again = ws.recv_type("spawn").await;
+    assert_eq!(again["task_id"], task.as_str(), "{again}");
+    assert_eq!(again["worktree"], spawn["worktree"], "{again}");
+    assert_eq!(git(&dir, &["rev-parse", "--abbrev-ref", "HEAD"]), branch);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("half.txt")).unwrap(),
+        "before the crash\n"
+    );
+
+    std::fs::write(dir.join("more.txt"), "after the restart\n").unwrap();
+    let handle = again["worker_handle"].as_str().unwrap();
+    let (status, body) = parts(
+        reqwest::Client::new()
+            .post(sw.url(&format!("/v1/worker/submit?task_id={task}")))
+            .bearer_auth(handle)
+            .json(&json!("done"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(status == 200 || status == 204, "{status} {body}");
+    assert_eq!(sw.finished(&task).await["status"], "pass", "{}", sw.log());
+    let mut all = Vec::new();
+    for _ in 0..200 {
+        all = artifacts(&sw, &task).await;
+        if all.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(all.len(), 2, "{all:#?}");
+    assert_eq!(all[1]["files"], json!(["half.txt", "more.txt"]), "{all:#?}");
+    assert_eq!(all[1]["head"], git(&repo, &["rev-parse", &branch]).as_str());
+    eventually("the worktree to be removed", || !dir.exists()).await;
 }

@@ -11,6 +11,8 @@ mod worker;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod worktree_tests;
 
 use std::sync::Arc;
 

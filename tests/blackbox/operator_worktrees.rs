@@ -4,7 +4,8 @@
 //! commits there and submits with its handle, and the attempt's `worktree`
 //! artifact lists what it changed; a cancelled operator attempt has its
 //! worktree concluded all the same; and a SubAgent that outlives a kill -9
-//! finds its checkout again, on its branch, once recovery recorded it.
+//! finds its checkout again, on its branch, once recovery recorded it;
+//! `check-config` checks an operator agent's `repo` as a process agent's.
 
 use std::path::Path;
 
@@ -12,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::daemon::{Login, Swarmd, Ws, eventually};
 use crate::harness::parts;
-use crate::worktrees::{git, make_repo, recorded_artifact, worktrees_dir};
+use crate::worktrees::{git, make_repo, recorded_artifact, refused, worktrees_dir};
 
 const AGENTS: &str = r#"
 [agents.coder]
@@ -210,4 +211,13 @@ async fn a_subagent_outliving_a_kill_9_finds_its_worktree_again() {
     assert_eq!(all[1]["files"], json!(["half.txt", "more.txt"]), "{all:#?}");
     assert_eq!(all[1]["head"], git(&repo, &["rev-parse", &branch]).as_str());
     eventually("the worktree to be removed", || !dir.exists()).await;
+}
+
+#[tokio::test]
+async fn check_config_refuses_an_operator_agent_s_repo_that_is_not_a_git_repository() {
+    let stderr = refused(&AGENTS.replace("@DIR@/repo", "@DIR@/plain")).await;
+    assert!(
+        stderr.contains("agent `coder`") && stderr.contains("is not a git repository"),
+        "{stderr}"
+    );
 }

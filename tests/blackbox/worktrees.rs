@@ -271,7 +271,7 @@ async fn worktrees_of_a_killed_daemon_are_committed_and_pruned_at_the_next_start
 
 /// `swarmd check-config` on the agents of `body`: its stderr, after
 /// checking that it refused them.
-async fn refused(body: &str) -> String {
+pub(crate) async fn refused(body: &str) -> String {
     let sw = Swarmd::new(body);
     std::fs::create_dir(sw.dir().join("plain")).unwrap();
     make_repo(sw.dir());

@@ -5,7 +5,8 @@
 //! artifact lists what it changed; a cancelled operator attempt has its
 //! worktree concluded all the same; and a SubAgent that outlives a kill -9
 //! finds its checkout again, on its branch, once recovery recorded it;
-//! `check-config` checks an operator agent's `repo` as a process agent's.
+//! `check-config` checks an operator agent's `repo` as a process agent's;
+//! and the upstream client `mse` takes such a `spawn` as it is.
 
 use std::path::Path;
 
@@ -220,4 +221,51 @@ async fn check_config_refuses_an_operator_agent_s_repo_that_is_not_a_git_reposit
         stderr.contains("agent `coder`") && stderr.contains("is not a git repository"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn the_upstream_client_takes_a_spawn_with_its_worktree_named_as_on_disk() {
+    let config = r#"
+[auth]
+loopback_login = true
+
+[agents.helper]
+kind = "operator"
+description = "Any MainAI's SubAgent"
+worktree = { repo = "@DIR@/repo", base = "main" }
+"#;
+    let sw = Swarmd::new(config).env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    make_repo(sw.dir());
+    let mut sw = sw.start().await;
+    let seen = crate::mse::run(&mut sw, "delegated").await;
+
+    let task = seen["created"]["body"]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let step = format!("ST-{}", task.strip_prefix("T-").unwrap());
+    let payload = &seen["frame"]["payload"];
+    assert_eq!(payload["task_id"], step.as_str(), "{payload}");
+    let path = worktrees_dir(&sw).join(format!("{task}-1"));
+    let path = path.display().to_string();
+    let branch = format!("swarmd/{task}-1");
+    assert_eq!(payload["worktree"]["path"], path.as_str(), "{payload}");
+    assert_eq!(payload["worktree"]["branch"], branch.as_str(), "{payload}");
+    let directive = payload["directive"].as_str().unwrap();
+    assert!(
+        directive.contains(&format!("task_id: {step}"))
+            && directive.contains(&format!("make {path} its working directory"))
+            && directive.contains(&format!("on the branch {branch}")),
+        "{directive}"
+    );
+    assert_eq!(seen["done"]["body"]["status"], "pass", "{seen:#}");
+    // The SubAgent changed nothing: the artifact says so, and no branch is left.
+    let value = recorded_artifact(&sw, &task).await;
+    assert_eq!(value["files"], json!([]), "{value}");
+    assert_eq!(value["committed_leftovers"], false, "{value}");
+    let repo = sw.dir().join("repo");
+    eventually("the empty branch to be deleted", || {
+        git(&repo, &["branch", "--list", &branch]).is_empty()
+    })
+    .await;
 }

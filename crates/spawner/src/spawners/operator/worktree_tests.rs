@@ -1,7 +1,8 @@
 //! The operator spawner with a worktree, through the engine with a fake
 //! spawn channel and real `git`: the frame names the checkout, and every
-//! end (a posted Final, an ack, a cancel) records its `worktree` artifact
-//! and releases the directory.
+//! end (a posted Final, an ack, a cancel, a lease that runs out after the
+//! session is gone) records its `worktree` artifact and releases the
+//! directory.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -170,4 +171,25 @@ async fn an_ack_and_a_cancel_each_end_the_worktree_too() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(!dir.exists(), "released");
+}
+
+#[tokio::test]
+async fn a_lost_session_s_attempt_ends_its_worktree_when_the_lease_runs_out() {
+    let s = setup();
+    let policy = PolicyOverrides {
+        max_attempts: Some(1),
+        attempt_timeout_secs: Some(1),
+        ..PolicyOverrides::default()
+    };
+    let task = spawn_owned(&s.engine, "coder", None, policy).await;
+    let frame = s.channel.frame(0).await;
+    let dir = PathBuf::from(frame.worktree.unwrap().path);
+    std::fs::write(dir.join("lost.txt"), "x\n").unwrap();
+    // The session goes away: its reply sender is dropped, nobody posts.
+    s.channel.drop_reply(0);
+    let done = finish(&s.engine, &task).await;
+    assert_eq!(done.status(), TaskStatus::Failed, "{done:?}");
+    let value = artifact(&s.engine, &task).await;
+    assert_eq!(value["files"], json!(["lost.txt"]), "{value}");
+    assert_eq!(value["committed_leftovers"], true, "{value}");
 }

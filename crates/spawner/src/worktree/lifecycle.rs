@@ -143,18 +143,24 @@ impl Worktrees {
             .run(repo, &["rev-parse", "--verify", &reference])
             .await?;
         let range = [checkout.base.as_str(), head.as_str()];
-        let names = self
+        // The names a worker's changes make are bounded like the diff.
+        let (names, files_truncated) = self
             .git
-            .run(
+            .run_capped(
                 repo,
                 &[&["diff", "--no-ext-diff", "--name-only", "-z"][..], &range].concat(),
+                self.diff_max_bytes,
             )
             .await?;
-        let files = names
-            .split('\0')
+        let mut files: Vec<String> = names
+            .split(|b| *b == 0)
             .filter(|f| !f.is_empty())
-            .map(str::to_owned)
+            .map(|f| String::from_utf8_lossy(f).into_owned())
             .collect();
+        if files_truncated && !names.ends_with(&[0]) {
+            // The last name was cut in the middle.
+            files.pop();
+        }
         let (diff, diff_truncated) = self
             .git
             .run_capped(
@@ -169,6 +175,7 @@ impl Worktrees {
             head,
             committed_leftovers,
             files,
+            files_truncated,
             diff: String::from_utf8_lossy(&diff).into_owned(),
             diff_truncated,
         })
@@ -252,7 +259,12 @@ impl Worktrees {
 
     /// `git add -A` and a commit by swarmd when the checkout has changes.
     async fn commit_leftovers(&self, dir: &Path, branch: &str) -> Result<bool, WorktreeError> {
-        let status = self.git.run(dir, &["status", "--porcelain"]).await?;
+        // One byte tells whether there is anything: the list is not read,
+        // and git is stopped holding no lock (`--no-optional-locks`).
+        let (status, _) = self
+            .git
+            .run_capped(dir, &["--no-optional-locks", "status", "--porcelain"], 1)
+            .await?;
         if status.is_empty() {
             return Ok(false);
         }

@@ -41,7 +41,8 @@ pub use lifecycle::{RecoveredCheckout, keep_name, keep_rule};
 pub const ARTIFACT: &str = "worktree";
 /// Producer name of the `worktree` artifact.
 pub const PRODUCER: &str = "worktree";
-/// Default cap of the diff kept in the artifact; beyond it, `diff_truncated`.
+/// Default cap of the diff kept in the artifact, and of its list of
+/// changed paths; beyond it, `diff_truncated` and `files_truncated`.
 pub const DEFAULT_DIFF_MAX_BYTES: usize = 1024 * 1024;
 
 /// `worktree = { repo, base, keep }` of an agent.
@@ -107,8 +108,10 @@ pub struct WorktreeReport {
     pub head: String,
     /// Whether swarmd committed changes the worker left uncommitted.
     pub committed_leftovers: bool,
-    /// Paths changed between `base` and `head`.
+    /// Paths changed between `base` and `head`, as many as fit the cap.
     pub files: Vec<String>,
+    /// Whether more paths changed than `files` lists.
+    pub files_truncated: bool,
     /// `git diff base head`, cut at the cap.
     pub diff: String,
     pub diff_truncated: bool,

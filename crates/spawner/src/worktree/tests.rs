@@ -195,6 +195,35 @@ async fn a_large_diff_is_cut_at_the_cap_and_says_so() {
     assert!(report.diff_truncated);
     assert_eq!(report.diff.len(), 200);
     assert_eq!(report.files, ["big.txt"]);
+    assert!(!report.files_truncated);
+    trees.release(&checkout, true).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_long_list_of_changed_paths_is_cut_at_the_cap_and_says_so() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    let trees = Worktrees::new(temp.path().join("worktrees"), &host()).with_diff_max_bytes(100);
+    let checkout = trees
+        .create(&spec(&repo, KeepRule::Never), "T-many", 1)
+        .await
+        .unwrap();
+    for i in 0..50 {
+        std::fs::write(checkout.dir.join(format!("file-{i:02}.txt")), "x\n").unwrap();
+    }
+    let report = trees.conclude(&checkout).await.unwrap();
+    assert!(report.files_truncated);
+    // Eight names of 11 bytes, each with its NUL, fit in 100 bytes; the
+    // ninth is cut and left out.
+    let names: Vec<String> = (0..8).map(|i| format!("file-{i:02}.txt")).collect();
+    assert_eq!(report.files, names);
+    assert_eq!(
+        git(&repo, &["diff", "--name-only", &report.base, &report.head])
+            .lines()
+            .count(),
+        50,
+        "the branch has them all"
+    );
     trees.release(&checkout, true).await.unwrap();
 }
 

@@ -182,6 +182,6 @@ async fn delegate_in(
         channel,
         req_id: receipt.req_id,
         reply: receipt.reply,
-        worktree,
+        worktree: worktree.map(Box::new),
     }))
 }

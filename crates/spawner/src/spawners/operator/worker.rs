@@ -25,8 +25,9 @@ pub(super) struct OperatorWorker {
     pub channel: Arc<dyn SpawnChannel>,
     pub req_id: String,
     pub reply: oneshot::Receiver<SpawnReply>,
-    /// The attempt's worktree, ended when the worker is.
-    pub worktree: Option<AttemptWorktree>,
+    /// The attempt's worktree, ended when the worker is. Boxed: most
+    /// delegated attempts have none, and each waiting one holds this.
+    pub worktree: Option<Box<AttemptWorktree>>,
 }
 
 #[async_trait]
@@ -51,7 +52,7 @@ impl Worker for OperatorWorker {
         } = *self;
         let joined = wait(&cancel, &host, &*channel, &req_id, reply).await;
         if let Some(worktree) = worktree {
-            worktree.end(host, &joined).await;
+            Box::pin((*worktree).end(host, &joined)).await;
         }
         joined
     }

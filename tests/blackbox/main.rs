@@ -23,6 +23,7 @@ mod limits;
 mod logs;
 mod mcp;
 mod mse;
+mod operator_worktrees;
 mod outcome;
 mod recovery;
 mod routing;

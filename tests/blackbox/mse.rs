@@ -62,7 +62,7 @@ fn mse() -> PathBuf {
 /// line `{"restart": …}` on its stdout asks for a restart of the daemon
 /// (SIGKILL, then the same address and state directory), answered with a
 /// line on its stdin once the daemon listens again.
-async fn run(sw: &mut Swarmd, scenario: &str) -> Value {
+pub(crate) async fn run(sw: &mut Swarmd, scenario: &str) -> Value {
     let home = sw.dir().join("mse-home");
     std::fs::create_dir_all(&home).unwrap();
     let mut child = Command::new(crate::mcp::python())

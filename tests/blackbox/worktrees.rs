@@ -1,9 +1,10 @@
 //! Worktree isolation of process agents (docs/tasks.md, Worktrees) with the
 //! real binary and real `git`: parallel attempts each end on a branch of
 //! their own with their diff recorded as a `worktree` artifact; a cancel
-//! mid-run still keeps the change on the branch and removes the directory;
-//! a kill -9 leaves worktrees that the next start commits and prunes; and
-//! `check-config` refuses a `repo` that is not a git repository.
+//! mid-run still keeps the change on the branch, records the artifact and
+//! removes the directory; a kill -9 leaves worktrees that the next start
+//! commits, records on the dead attempt and prunes; and `check-config`
+//! refuses a `repo` that is not a git repository.
 
 use std::path::{Path, PathBuf};
 use std::process::Command as StdCommand;
@@ -45,7 +46,7 @@ worktree = { repo = "@DIR@/repo", base = "main" }
 "#;
 
 /// `git -C dir args…`; panics on failure.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = StdCommand::new("git")
         .arg("-C")
         .arg(dir)
@@ -62,7 +63,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// `<dir>/repo` with one commit on `main` holding `notes.txt`.
-fn make_repo(dir: &Path) -> PathBuf {
+pub(crate) fn make_repo(dir: &Path) -> PathBuf {
     let repo = dir.join("repo");
     std::fs::create_dir(&repo).unwrap();
     git(&repo, &["init", "-q", "-b", "main"]);
@@ -86,6 +87,23 @@ async fn spawn(sw: &Swarmd, prompt: &str) -> String {
     body["task_id"].as_str().unwrap().to_owned()
 }
 
+/// The value of the task's `worktree` artifact, once it is recorded: an
+/// attempt that was stopped records it after the task is over.
+pub(crate) async fn recorded_artifact(sw: &Swarmd, task: &str) -> Value {
+    for _ in 0..200 {
+        let found = sw
+            .output(task)
+            .await
+            .into_iter()
+            .any(|r| r["event"]["type"] == "artifact" && r["event"]["name"] == "worktree");
+        if found {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    artifact(sw, task).await
+}
+
 /// The value of the task's `worktree` artifact.
 async fn artifact(sw: &Swarmd, task: &str) -> Value {
     let records = sw.output(task).await;
@@ -98,7 +116,7 @@ async fn artifact(sw: &Swarmd, task: &str) -> Value {
     found["content"]["value"].clone()
 }
 
-fn worktrees_dir(sw: &Swarmd) -> PathBuf {
+pub(crate) fn worktrees_dir(sw: &Swarmd) -> PathBuf {
     sw.dir().join("state/worktrees")
 }
 
@@ -203,6 +221,19 @@ async fn a_cancelled_attempt_keeps_its_change_on_the_branch_and_loses_its_direct
         git(&repo, &["worktree", "list"]).lines().count() == 1
     })
     .await;
+
+    // The cancelled attempt records what it left, after its Final-less end.
+    let value = recorded_artifact(&sw, &task).await;
+    assert_eq!(value["branch"], branch.as_str(), "{value}");
+    assert_eq!(value["head"], git(&repo, &["rev-parse", &branch]).as_str());
+    assert_eq!(value["files"], json!(["notes.txt"]), "{value}");
+    assert_eq!(value["committed_leftovers"], true, "{value}");
+    let records = sw.output(&task).await;
+    assert!(
+        records.iter().all(|r| r["event"]["type"] != "final"),
+        "no Final was made up: {records:#?}"
+    );
+    assert_eq!(sw.task(&task).await["status"], "cancelled");
 }
 
 #[tokio::test]
@@ -230,11 +261,17 @@ async fn worktrees_of_a_killed_daemon_are_committed_and_pruned_at_the_next_start
     );
     // The task failed as interrupted with max_attempts 1.
     assert_eq!(sw.finished(&task).await["status"], "failed");
+    // The dead attempt's artifact is on its own tail.
+    let value = recorded_artifact(&sw, &task).await;
+    assert_eq!(value["branch"], branch.as_str(), "{value}");
+    assert_eq!(value["head"], git(&repo, &["rev-parse", &branch]).as_str());
+    assert_eq!(value["files"], json!(["notes.txt"]), "{value}");
+    assert_eq!(value["committed_leftovers"], true, "{value}");
 }
 
 /// `swarmd check-config` on the agents of `body`: its stderr, after
 /// checking that it refused them.
-async fn refused(body: &str) -> String {
+pub(crate) async fn refused(body: &str) -> String {
     let sw = Swarmd::new(body);
     std::fs::create_dir(sw.dir().join("plain")).unwrap();
     make_repo(sw.dir());

@@ -37,6 +37,16 @@ pub trait AttemptHost: Send + Sync + fmt::Debug {
         producer: &str,
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, EngineError>;
+    /// Appends `events`, none of them a Final, to the attempt's tail even
+    /// once it is closed (`epilogue`): what the attempt left behind, such as
+    /// its `worktree` artifact. By default, as `record_output`.
+    async fn record_epilogue(
+        &self,
+        producer: &str,
+        events: Vec<OutputEvent>,
+    ) -> Result<Vec<OutputRecord>, EngineError> {
+        self.record_output(producer, events).await
+    }
     /// The tail's last Final so far: the one that decides the attempt.
     async fn last_final(&self) -> Result<Option<OutputRecord>, EngineError>;
     /// Resolves once a worker posted a Final for the attempt over the worker
@@ -93,6 +103,14 @@ impl AttemptHost for EngineHost {
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, EngineError> {
         self.engine.record_output(self.id, producer, events).await
+    }
+
+    async fn record_epilogue(
+        &self,
+        producer: &str,
+        events: Vec<OutputEvent>,
+    ) -> Result<Vec<OutputRecord>, EngineError> {
+        self.engine.record_epilogue(self.id, producer, events).await
     }
 
     async fn last_final(&self) -> Result<Option<OutputRecord>, EngineError> {

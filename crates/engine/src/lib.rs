@@ -25,6 +25,7 @@ pub mod clock;
 mod create;
 mod dispatch;
 mod engine;
+mod epilogue;
 pub mod error;
 pub mod error_code;
 pub mod event;

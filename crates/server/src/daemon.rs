@@ -18,7 +18,7 @@ use swarmd_output_store::{
 use swarmd_spawner::layers::SeniorSettings;
 use swarmd_spawner::operator::{NoSessions, SessionDirectory};
 use swarmd_spawner::process::{CliFormat, EnvVar, StdinMode, StreamMode};
-use swarmd_spawner::worktree::{KeepRule, WorktreeSpec, Worktrees};
+use swarmd_spawner::worktree::{self, KeepRule, WorktreeSpec, Worktrees};
 use swarmd_spawner::{
     AgentKind, AgentSpec, ConfigErrors, HostEnv, LuaAgentSpec, LuaLimits, LuaMiddlewareSpec,
     LuaPool, OperatorSpec, ProcessSpec, SpawnerSettings, StackResolver,
@@ -97,7 +97,7 @@ pub async fn build(
     let mut recovery = engine.recover().await.map_err(BuildError::Recovery)?;
     // After the engine's recovery killed the process groups that outlived
     // the old daemon, before any attempt starts again.
-    recover_worktrees(&config, env).await;
+    recover_worktrees(&config, env, &engine).await;
     sessions.restore(&engine, std::mem::take(&mut recovery.sessions));
     let tasks = TaskTracker::new();
     router.start(shutdown.clone(), &tasks);
@@ -276,7 +276,8 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
             input_schema: agent.input_schema.clone(),
             worktree: match &agent.kind {
                 config::AgentKind::Process(p) => p.worktree.as_ref().map(worktree_spec),
-                _ => None,
+                config::AgentKind::Operator(o) => o.worktree.as_ref().map(worktree_spec),
+                config::AgentKind::Lua(_) => None,
             },
         })
         .collect()
@@ -300,23 +301,42 @@ fn worktree_spec(w: &config::WorktreeConfig) -> WorktreeSpec {
 }
 
 /// Ends the worktrees of attempts that died with the previous process:
-/// leftovers committed on their branches, directories removed (per `keep`,
-/// as failed attempts), `git worktree prune` run on their repositories.
-async fn recover_worktrees(config: &Config, env: &Environment) {
+/// leftovers committed on their branches, the `worktree` artifact appended
+/// to the attempt each belonged to (as its epilogue), directories removed
+/// (per `keep`, as failed attempts), `git worktree prune` run on their
+/// repositories. Runs after the engine's recovery decided those attempts.
+async fn recover_worktrees(config: &Config, env: &Environment, engine: &Engine) {
     let host_env = HostEnv::from_pairs(env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
     for found in Worktrees::new(worktrees_root(config), &host_env)
         .recover()
         .await
     {
-        match found.report {
-            Ok(report) => tracing::info!(
-                worktree = %found.name,
-                branch = %report.branch,
-                head = %report.head,
-                files = report.files.len(),
-                committed_leftovers = report.committed_leftovers,
-                "recovered the worktree of an attempt that died with the previous process"
-            ),
+        match &found.report {
+            Ok(report) => {
+                tracing::info!(
+                    worktree = %found.name,
+                    branch = %report.branch,
+                    head = %report.head,
+                    files = report.files.len(),
+                    committed_leftovers = report.committed_leftovers,
+                    "recovered the worktree of an attempt that died with the previous process"
+                );
+                let recorded = match found.attempt() {
+                    Some(attempt) => engine
+                        .record_epilogue(attempt, worktree::PRODUCER, vec![report.artifact()])
+                        .await
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                    None => Err("its name names no attempt".to_owned()),
+                };
+                if let Err(error) = recorded {
+                    tracing::warn!(
+                        worktree = %found.name,
+                        %error,
+                        "the recovered worktree's artifact was not recorded; the work is on its branch"
+                    );
+                }
+            }
             Err(error) => tracing::warn!(
                 worktree = %found.name,
                 %error,

@@ -68,6 +68,19 @@ pub struct SpawnFrame {
     pub directive: String,
     pub base_url: String,
     pub lease_deadline_ms: u64,
+    /// The attempt's worktree, when its agent has one.
+    pub worktree: Option<SpawnWorktree>,
+}
+
+/// The `worktree` of a `spawn` frame: where the SubAgent works and commits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnWorktree {
+    /// The checkout's absolute path.
+    pub path: String,
+    /// The attempt's branch, checked out there.
+    pub branch: String,
+    /// The commit the branch starts from.
+    pub base: String,
 }
 
 /// A MainAI's reply to a `spawn` frame.

@@ -108,6 +108,8 @@ pub struct OperatorAgent {
     pub system_prompt_file: Option<PathBuf>,
     /// Model the SubAgent should use, passed through to the MainAI.
     pub model: Option<String>,
+    /// Each attempt's SubAgent works in a git worktree of its own when set.
+    pub worktree: Option<WorktreeConfig>,
 }
 
 /// `worker_binding = { subagent_type, tools }`.
@@ -303,7 +305,13 @@ struct RawAgent {
 impl RawAgent {
     /// Refuses every key set here that `kind` does not own.
     fn refuse_foreign(&self, kind: &'static str) -> Result<(), AgentShapeError> {
-        let owners: [(&'static str, bool, &'static str); 15] = [
+        if self.worktree.is_some() && kind == "lua" {
+            return Err(AgentShapeError::KeyNotForKind {
+                kind,
+                key: "worktree",
+            });
+        }
+        let owners: [(&'static str, bool, &'static str); 14] = [
             ("program", self.program.is_some(), "process"),
             ("args", self.args.is_some(), "process"),
             ("env", self.env.is_some(), "process"),
@@ -316,7 +324,6 @@ impl RawAgent {
                 self.max_output_bytes.is_some(),
                 "process",
             ),
-            ("worktree", self.worktree.is_some(), "process"),
             ("script", self.script.is_some(), "lua"),
             ("operator_role", self.operator_role.is_some(), "operator"),
             ("worker_binding", self.worker_binding.is_some(), "operator"),
@@ -382,6 +389,7 @@ impl TryFrom<RawAgent> for Agent {
                     system_prompt: raw.system_prompt.take(),
                     system_prompt_file: raw.system_prompt_file.take(),
                     model: raw.model.take(),
+                    worktree: raw.worktree.take(),
                 })
             }
         };
@@ -441,6 +449,7 @@ impl From<Agent> for RawAgent {
                     raw.system_prompt = operator.system_prompt;
                 }
                 raw.model = operator.model;
+                raw.worktree = operator.worktree;
             }
         }
         raw

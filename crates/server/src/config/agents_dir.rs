@@ -3,7 +3,7 @@
 //! Each `*.md` file in the directory is one operator agent: YAML front matter
 //! between `---` lines (`name`, `description`, `model`, `tools`,
 //! `worker_binding`, `operator_role`, `input_schema`, `expose_as_tool`,
-//! `tool_timeout_secs`, and `color`, which
+//! `tool_timeout_secs`, `worktree`, and `color`, which
 //! Claude Code's agent files carry and swarmd ignores), then a Markdown body
 //! that is the SubAgent's system prompt. Other files and subdirectories are ignored; a
 //! malformed `.md` file refuses the whole configuration, naming the file.
@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::agent::{Agent, AgentKind, OperatorAgent, WorkerBinding};
 use super::error::ConfigError;
+use super::worktree::WorktreeConfig;
 
 /// `[agents_dir]`: where Markdown agent files are read from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +54,9 @@ struct FrontMatter {
     expose_as_tool: bool,
     #[serde(default)]
     tool_timeout_secs: Option<u64>,
+    /// `{repo, base, keep}`: each attempt's SubAgent works in a worktree.
+    #[serde(default)]
+    worktree: Option<WorktreeConfig>,
     /// Claude Code's display color; accepted so its agent files load as is.
     #[serde(default, rename = "color")]
     _color: Option<String>,
@@ -154,6 +158,7 @@ pub fn parse_agent_file(path: &Path, text: &str) -> Result<(String, Agent), Conf
             system_prompt: (!body.is_empty()).then(|| body.to_owned()),
             system_prompt_file: None,
             model: front.model,
+            worktree: front.worktree,
         }),
         origin: Some(path.to_owned()),
     };
@@ -216,6 +221,22 @@ mod tests {
         let binding = operator.worker_binding.unwrap();
         assert_eq!(binding.subagent_type, "general-purpose");
         assert_eq!(binding.tools, ["Edit"]);
+    }
+
+    #[test]
+    fn front_matter_worktree_gives_the_agent_a_worktree() {
+        let text = "---\nname: coder\nworktree: {repo: /srv/app, keep: on_failure}\n---\nCode.\n";
+        let (_, agent) = parse_agent_file(Path::new("coder.md"), text).unwrap();
+        let AgentKind::Operator(operator) = agent.kind else {
+            panic!("operator expected");
+        };
+        let worktree = operator.worktree.expect("a worktree");
+        assert_eq!(worktree.repo, PathBuf::from("/srv/app"));
+        assert_eq!(worktree.base, "HEAD");
+        assert_eq!(worktree.keep, super::super::KeepWorktree::OnFailure);
+        let text = "---\nname: coder\nworktree: {repo: /srv/app, kep: always}\n---\n";
+        let error = parse_agent_file(Path::new("coder.md"), text).unwrap_err();
+        assert!(error.to_string().contains("unknown field `kep`"), "{error}");
     }
 
     #[test]

@@ -456,7 +456,7 @@ fn agents_exposed_as_tools_need_a_tool_name_and_an_object_schema() {
 }
 
 #[test]
-fn a_process_agent_s_worktree_loads_prints_back_and_belongs_to_process_agents_only() {
+fn a_worktree_loads_prints_back_and_belongs_to_process_and_operator_agents() {
     let fixture = Fixture::new(
         "[agents.p]\nkind = \"process\"\nprogram = \"cat\"\n\
          worktree = { repo = \"/srv/app\", keep = \"on_failure\" }\n",
@@ -474,6 +474,23 @@ fn a_process_agent_s_worktree_loads_prints_back_and_belongs_to_process_agents_on
         .load(&[], &Overrides::default())
         .unwrap();
     assert_eq!(reloaded.agents["p"], config.agents["p"]);
+
+    let operator = Fixture::new(
+        "[agents.o]\nkind = \"operator\"\n\
+         worktree = { repo = \"/srv/app\", base = \"main\", keep = \"always\" }\n",
+    );
+    let config = operator.load(&[], &Overrides::default()).unwrap();
+    let AgentKind::Operator(agent) = &config.agents["o"].kind else {
+        panic!("{config:?}");
+    };
+    let worktree = agent.worktree.as_ref().unwrap();
+    assert_eq!(worktree.base, "main");
+    assert_eq!(worktree.keep, KeepWorktree::Always);
+    let printed = config.to_toml_redacted().unwrap();
+    let reloaded = Fixture::new(&printed)
+        .load(&[], &Overrides::default())
+        .unwrap();
+    assert_eq!(reloaded.agents["o"], config.agents["o"]);
 
     let lua = Fixture::new(
         "[agents.l]\nkind = \"lua\"\nscript = \"a.lua\"\nworktree = { repo = \"/srv/app\" }\n",

@@ -25,6 +25,7 @@ fn spawn(req_id: &str) -> Outgoing {
             directive: String::new(),
             base_url: String::new(),
             lease_deadline_ms: 0,
+            worktree: None,
         },
     }))
 }

@@ -82,14 +82,25 @@ impl Dialect {
 }
 
 /// The frame with its `task_id` as a step id; in a `spawn` frame the
-/// directive names the step id too. `None` when there is nothing to change.
+/// directive names the step id too, except in the worktree's path and
+/// branch, which are names on disk. `None` when there is nothing to change.
 fn upstream(frame: &ServerFrame) -> Option<Utf8Bytes> {
     let mut value = serde_json::to_value(frame).ok()?;
     let fields = value.as_object_mut()?;
     let task = fields.get("task_id")?.as_str()?.to_owned();
     let step = step_id(&task)?;
+    let on_disk: Vec<String> = match fields.get("worktree") {
+        Some(Value::Object(worktree)) => ["path", "branch"]
+            .iter()
+            .filter_map(|key| worktree.get(*key)?.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    };
     if let Some(Value::String(directive)) = fields.get_mut("directive") {
         *directive = directive.replace(&task, &step);
+        for name in &on_disk {
+            *directive = directive.replace(&name.replace(&task, &step), name);
+        }
     }
     fields.insert("task_id".to_owned(), Value::String(step));
     serde_json::to_string(&value).ok().map(Utf8Bytes::from)
@@ -176,6 +187,39 @@ mod tests {
         let hex = task.to_string()[2..].to_owned();
         assert_eq!(upstream["task_id"], format!("ST-{hex}"));
         assert_eq!(upstream["req_id"], "r-1");
+    }
+
+    #[test]
+    fn an_upstream_spawn_keeps_the_worktree_path_and_branch_as_they_are_on_disk() {
+        let task = TaskId::new();
+        let path = format!("/state/worktrees/{task}-1");
+        let branch = format!("swarmd/{task}-1");
+        let frame = ServerFrame::Spawn {
+            req_id: "s-1".into(),
+            task_id: task,
+            agent: "coder".into(),
+            attempt: 1,
+            capability_token: "swc1.t".into(),
+            worker_handle: "wh-1".into(),
+            worker: None,
+            directive: format!("task_id: {task}\nwork in {path} on {branch}\n"),
+            base_url: "http://h:1".into(),
+            deadline: 1,
+            worktree: Some(swarmd_spawner::operator::SpawnWorktree {
+                path: path.clone(),
+                branch: branch.clone(),
+                base: "abc".into(),
+            }),
+        };
+        let upstream: Value =
+            serde_json::from_str(Dialect::Upstream.encode(&frame).as_str()).unwrap();
+        let step = step_id(&task.to_string()).unwrap();
+        assert_eq!(
+            upstream["directive"],
+            format!("task_id: {step}\nwork in {path} on {branch}\n")
+        );
+        assert_eq!(upstream["worktree"]["path"], path.as_str());
+        assert_eq!(upstream["worktree"]["branch"], branch.as_str());
     }
 
     #[test]

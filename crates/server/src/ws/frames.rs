@@ -10,7 +10,7 @@ use swarmd_engine::ErrorCode;
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::ids::{ReqId, TaskId};
 use swarmd_engine::task::{PolicyOverrides, TaskStatus};
-use swarmd_spawner::operator::{HookAck, SpawnFrame, SpawnReply};
+use swarmd_spawner::operator::{HookAck, SpawnFrame, SpawnReply, SpawnWorktree};
 
 use crate::sessions::Reply;
 
@@ -36,6 +36,9 @@ pub enum ServerFrame {
         base_url: String,
         /// The attempt's lease deadline (unix ms).
         deadline: u64,
+        /// The attempt's git worktree, when its agent has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worktree: Option<SpawnWorktree>,
     },
     /// A senior question; answered by `answer`.
     Ask {
@@ -213,6 +216,7 @@ impl ServerFrame {
             directive: frame.directive.clone(),
             base_url: frame.base_url.clone(),
             deadline: frame.lease_deadline_ms,
+            worktree: frame.worktree.clone(),
         }
     }
 

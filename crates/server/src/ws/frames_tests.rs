@@ -33,11 +33,37 @@ fn server_snapshots() -> Vec<(ServerFrame, Value)> {
                 directive: "Launch one SubAgent".into(),
                 base_url: "http://127.0.0.1:7700".into(),
                 deadline: 1_700_000_000_000,
+                worktree: None,
             },
             json!({"type": "spawn", "req_id": "spawn-1", "task_id": TASK, "agent": "reviewer",
                    "attempt": 1, "capability_token": "swc1.k.p.t", "worker_handle": "wh-00",
                    "worker": {"subagent_type": "code-reviewer"}, "directive": "Launch one SubAgent",
                    "base_url": "http://127.0.0.1:7700", "deadline": 1_700_000_000_000u64}),
+        ),
+        (
+            ServerFrame::Spawn {
+                req_id: "spawn-2".into(),
+                task_id: task(),
+                agent: "coder".into(),
+                attempt: 2,
+                capability_token: "swc1.k.p.t".into(),
+                worker_handle: "wh-01".into(),
+                worker: None,
+                directive: "Launch one SubAgent".into(),
+                base_url: "http://127.0.0.1:7700".into(),
+                deadline: 1_700_000_000_000,
+                worktree: Some(SpawnWorktree {
+                    path: "/var/lib/swarmd/worktrees/T-1-2".into(),
+                    branch: "swarmd/T-1-2".into(),
+                    base: "0123abcd".into(),
+                }),
+            },
+            json!({"type": "spawn", "req_id": "spawn-2", "task_id": TASK, "agent": "coder",
+                   "attempt": 2, "capability_token": "swc1.k.p.t", "worker_handle": "wh-01",
+                   "directive": "Launch one SubAgent", "base_url": "http://127.0.0.1:7700",
+                   "deadline": 1_700_000_000_000u64,
+                   "worktree": {"path": "/var/lib/swarmd/worktrees/T-1-2",
+                                "branch": "swarmd/T-1-2", "base": "0123abcd"}}),
         ),
         (
             ServerFrame::Ask {
@@ -290,6 +316,7 @@ fn the_spawn_frame_carries_the_credential_and_binding() {
         directive: "do it".into(),
         base_url: "http://h:1".into(),
         lease_deadline_ms: 5,
+        worktree: None,
     };
     let json = serde_json::to_value(ServerFrame::spawn("spawn-9", &frame)).unwrap();
     assert_eq!(

@@ -159,10 +159,10 @@ fn base_spawner(
             reason: "concurrency must be at least 1",
         });
     }
-    if spec.worktree.is_some() && !matches!(spec.kind, AgentKind::Process(_)) {
+    if spec.worktree.is_some() && matches!(spec.kind, AgentKind::Lua(_)) {
         return Err(ConfigError::Invalid {
             agent,
-            reason: "worktree is supported for process agents only",
+            reason: "worktree is supported for process and operator agents only",
         });
     }
     let route = match &spec.kind {
@@ -213,12 +213,16 @@ fn base_spawner(
                     reason: "worker_binding must be a table",
                 });
             }
-            let spawner = OperatorSpawner::new(
+            let mut spawner = OperatorSpawner::new(
                 operator.operator_role.as_deref(),
                 target(operator),
                 &settings.base_url,
                 Arc::clone(sessions),
             );
+            if let Some(worktree) = &spec.worktree {
+                spawner =
+                    spawner.with_worktree(worktrees(spec, worktree, settings)?, worktree.clone());
+            }
             (SpawnerKind::Operator, Arc::new(spawner))
         }
     };

@@ -22,7 +22,8 @@ pub struct AgentSpec {
     pub allow_subtasks: bool,
     /// A JSON Schema every task's `input` must match.
     pub input_schema: Option<Value>,
-    /// Each attempt runs in a worktree of its own (process agents only).
+    /// Each attempt runs in a worktree of its own (process and operator
+    /// agents).
     pub worktree: Option<WorktreeSpec>,
 }
 

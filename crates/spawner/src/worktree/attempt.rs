@@ -12,14 +12,10 @@
 use std::sync::Arc;
 
 use swarmd_engine::{AttemptHost, WorkerError};
-use swarmd_output_store::{ContentRef, OutputEvent};
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::{ARTIFACT, Checkout, WorktreeError, WorktreeSpec, Worktrees};
-
-/// Producer name of the `worktree` artifact.
-const PRODUCER: &str = "worktree";
+use super::{Checkout, PRODUCER, WorktreeError, WorktreeSpec, Worktrees};
 
 /// An attempt's open worktree.
 #[derive(Debug)]
@@ -74,9 +70,9 @@ impl AttemptWorktree {
     }
 
     /// Ends the attempt's worktree after its worker ended with `joined`:
-    /// commits leftovers, records the `worktree` artifact (an attempt the
-    /// engine already closed, a cancelled one, refuses it: the work is on
-    /// the branch all the same), then releases the directory; an attempt
+    /// commits leftovers, records the `worktree` artifact as the attempt's
+    /// epilogue (so a cancelled attempt has it too), then releases the
+    /// directory; an attempt
     /// passed when it joined cleanly and its last Final is ok. Failures are
     /// logged, never turned into the attempt's verdict.
     pub async fn end(mut self, host: Arc<dyn AttemptHost>, joined: &Result<(), WorkerError>) {
@@ -86,13 +82,8 @@ impl AttemptWorktree {
         let ending = async move {
             match trees.conclude(&checkout).await {
                 Ok(report) => {
-                    let artifact = OutputEvent::Artifact {
-                        name: ARTIFACT.to_owned(),
-                        content: ContentRef::Inline {
-                            value: serde_json::to_value(&report).unwrap_or_default(),
-                        },
-                    };
-                    if let Err(error) = host.record_output(PRODUCER, vec![artifact]).await {
+                    let artifact = report.artifact();
+                    if let Err(error) = host.record_epilogue(PRODUCER, vec![artifact]).await {
                         tracing::info!(
                             branch = %report.branch,
                             head = %report.head,

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use swarmd_engine::ids::AttemptId;
 
 use super::git::{AUTHOR_EMAIL, AUTHOR_NAME};
 use super::{Checkout, KeepRule, WorktreeError, WorktreeReport, WorktreeSpec, Worktrees};
@@ -35,9 +36,18 @@ pub struct RecoveredCheckout {
     pub report: Result<WorktreeReport, WorktreeError>,
 }
 
+impl RecoveredCheckout {
+    /// The attempt the checkout belonged to, read from its name.
+    pub fn attempt(&self) -> Option<AttemptId> {
+        let (task, n) = self.name.rsplit_once('-')?;
+        Some(AttemptId::new(task.parse().ok()?, n.parse().ok()?))
+    }
+}
+
 impl Worktrees {
     /// Adds a worktree of `spec.repo` at `spec.base` on the new branch
-    /// `swarmd/<task>-<attempt>`, in `<root>/<task>-<attempt>`.
+    /// `swarmd/<task>-<attempt>`, in `<root>/<task>-<attempt>`; when that
+    /// branch exists already (the attempt resumed after a restart), on it.
     ///
     /// # Errors
     /// The repository is gone or not one, the base names no commit, the
@@ -69,32 +79,43 @@ impl Worktrees {
             .await
             .map_err(|_| unknown())?;
         let name = format!("{task_id}-{attempt}");
+        let branch = format!("swarmd/{name}");
+        // The branch exists when the attempt was resumed after a restart (a
+        // delegated SubAgent outlives the daemon): its checkout is added
+        // back on it, at the base it forked from.
+        let reference = format!("refs/heads/{branch}");
+        let resumed = self
+            .git
+            .run(repo, &["rev-parse", "--verify", "--quiet", &reference])
+            .await
+            .is_ok();
+        let base = if resumed {
+            self.git
+                .run(repo, &["merge-base", &base, &reference])
+                .await
+                .unwrap_or(base)
+        } else {
+            base
+        };
         let checkout = Checkout {
             repo: repo.clone(),
             dir: self.root.join(&name),
-            branch: format!("swarmd/{name}"),
+            branch,
             base,
             keep: spec.keep,
         };
         self.write_note(&checkout).await?;
         let dir = checkout.dir.display().to_string();
+        let mut args = vec!["worktree", "add", "--quiet"];
+        if resumed {
+            args.extend([dir.as_str(), checkout.branch.as_str()]);
+        } else {
+            args.extend(["-b", &checkout.branch, &dir, &checkout.base]);
+        }
         let lock = self.lock_of(repo);
         let added = {
             let _serial = lock.lock().await;
-            self.git
-                .run(
-                    repo,
-                    &[
-                        "worktree",
-                        "add",
-                        "--quiet",
-                        "-b",
-                        &checkout.branch,
-                        &dir,
-                        &checkout.base,
-                    ],
-                )
-                .await
+            self.git.run(repo, &args).await
         };
         if let Err(error) = added {
             let _ = tokio::fs::remove_file(self.note_path(&checkout.dir)).await;
@@ -122,18 +143,24 @@ impl Worktrees {
             .run(repo, &["rev-parse", "--verify", &reference])
             .await?;
         let range = [checkout.base.as_str(), head.as_str()];
-        let names = self
+        // The names a worker's changes make are bounded like the diff.
+        let (names, files_truncated) = self
             .git
-            .run(
+            .run_capped(
                 repo,
                 &[&["diff", "--no-ext-diff", "--name-only", "-z"][..], &range].concat(),
+                self.diff_max_bytes,
             )
             .await?;
-        let files = names
-            .split('\0')
+        let mut files: Vec<String> = names
+            .split(|b| *b == 0)
             .filter(|f| !f.is_empty())
-            .map(str::to_owned)
+            .map(|f| String::from_utf8_lossy(f).into_owned())
             .collect();
+        if files_truncated && !names.ends_with(&[0]) {
+            // The last name was cut in the middle.
+            files.pop();
+        }
         let (diff, diff_truncated) = self
             .git
             .run_capped(
@@ -148,6 +175,7 @@ impl Worktrees {
             head,
             committed_leftovers,
             files,
+            files_truncated,
             diff: String::from_utf8_lossy(&diff).into_owned(),
             diff_truncated,
         })
@@ -231,7 +259,12 @@ impl Worktrees {
 
     /// `git add -A` and a commit by swarmd when the checkout has changes.
     async fn commit_leftovers(&self, dir: &Path, branch: &str) -> Result<bool, WorktreeError> {
-        let status = self.git.run(dir, &["status", "--porcelain"]).await?;
+        // One byte tells whether there is anything: the list is not read,
+        // and git is stopped holding no lock (`--no-optional-locks`).
+        let (status, _) = self
+            .git
+            .run_capped(dir, &["--no-optional-locks", "status", "--porcelain"], 1)
+            .await?;
         if status.is_empty() {
             return Ok(false);
         }

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
+use swarmd_output_store::{ContentRef, OutputEvent};
 
 use crate::process::HostEnv;
 use git::Git;
@@ -38,7 +39,10 @@ pub use lifecycle::{RecoveredCheckout, keep_name, keep_rule};
 
 /// Name of the artifact that records an attempt's worktree.
 pub const ARTIFACT: &str = "worktree";
-/// Default cap of the diff kept in the artifact; beyond it, `diff_truncated`.
+/// Producer name of the `worktree` artifact.
+pub const PRODUCER: &str = "worktree";
+/// Default cap of the diff kept in the artifact, and of its list of
+/// changed paths; beyond it, `diff_truncated` and `files_truncated`.
 pub const DEFAULT_DIFF_MAX_BYTES: usize = 1024 * 1024;
 
 /// `worktree = { repo, base, keep }` of an agent.
@@ -104,11 +108,25 @@ pub struct WorktreeReport {
     pub head: String,
     /// Whether swarmd committed changes the worker left uncommitted.
     pub committed_leftovers: bool,
-    /// Paths changed between `base` and `head`.
+    /// Paths changed between `base` and `head`, as many as fit the cap.
     pub files: Vec<String>,
+    /// Whether more paths changed than `files` lists.
+    pub files_truncated: bool,
     /// `git diff base head`, cut at the cap.
     pub diff: String,
     pub diff_truncated: bool,
+}
+
+impl WorktreeReport {
+    /// The `worktree` artifact that records it.
+    pub fn artifact(&self) -> OutputEvent {
+        OutputEvent::Artifact {
+            name: ARTIFACT.to_owned(),
+            content: ContentRef::Inline {
+                value: serde_json::to_value(self).unwrap_or_default(),
+            },
+        }
+    }
 }
 
 /// Why a worktree could not be made, described or removed.

@@ -195,6 +195,35 @@ async fn a_large_diff_is_cut_at_the_cap_and_says_so() {
     assert!(report.diff_truncated);
     assert_eq!(report.diff.len(), 200);
     assert_eq!(report.files, ["big.txt"]);
+    assert!(!report.files_truncated);
+    trees.release(&checkout, true).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_long_list_of_changed_paths_is_cut_at_the_cap_and_says_so() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    let trees = Worktrees::new(temp.path().join("worktrees"), &host()).with_diff_max_bytes(100);
+    let checkout = trees
+        .create(&spec(&repo, KeepRule::Never), "T-many", 1)
+        .await
+        .unwrap();
+    for i in 0..50 {
+        std::fs::write(checkout.dir.join(format!("file-{i:02}.txt")), "x\n").unwrap();
+    }
+    let report = trees.conclude(&checkout).await.unwrap();
+    assert!(report.files_truncated);
+    // Eight names of 11 bytes, each with its NUL, fit in 100 bytes; the
+    // ninth is cut and left out.
+    let names: Vec<String> = (0..8).map(|i| format!("file-{i:02}.txt")).collect();
+    assert_eq!(report.files, names);
+    assert_eq!(
+        git(&repo, &["diff", "--name-only", &report.base, &report.head])
+            .lines()
+            .count(),
+        50,
+        "the branch has them all"
+    );
     trees.release(&checkout, true).await.unwrap();
 }
 
@@ -333,4 +362,57 @@ async fn an_attempt_worktree_dropped_unended_is_committed_and_released() {
     assert!(!dir.exists());
     let diff = git(&repo, &["diff", "HEAD", "swarmd/T-drop-1"]);
     assert!(diff.contains("+abandoned"), "{diff}");
+}
+
+#[tokio::test]
+async fn a_resumed_attempt_gets_its_branch_back_at_the_base_it_forked_from() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    let forked = git(&repo, &["rev-parse", "HEAD"]);
+    let trees = Worktrees::new(temp.path().join("worktrees"), &host());
+    let first = trees
+        .create(&spec(&repo, KeepRule::Never), "T-res", 1)
+        .await
+        .unwrap();
+    std::fs::write(first.dir.join("notes.txt"), "first\nbefore the restart\n").unwrap();
+    let report = trees.conclude(&first).await.unwrap();
+    trees.release(&first, false).await.unwrap();
+    assert!(!first.dir.exists());
+    // The base moves on while the daemon is down.
+    std::fs::write(repo.join("other.txt"), "x\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "later"]);
+
+    let again = trees
+        .create(&spec(&repo, KeepRule::Never), "T-res", 1)
+        .await
+        .unwrap();
+    assert_eq!((&again.dir, &again.branch), (&first.dir, &first.branch));
+    assert_eq!(again.base, forked, "the base it forked from");
+    assert_eq!(git(&again.dir, &["rev-parse", "HEAD"]), report.head);
+    assert_eq!(
+        std::fs::read_to_string(again.dir.join("notes.txt")).unwrap(),
+        "first\nbefore the restart\n"
+    );
+    assert!(!again.dir.join("other.txt").exists());
+}
+
+#[test]
+fn a_recovered_checkout_names_its_attempt() {
+    let task = swarmd_engine::ids::TaskId::new();
+    let named = |name: String| RecoveredCheckout {
+        name,
+        report: Err(WorktreeError::NotARepository(PathBuf::new())),
+    };
+    assert_eq!(
+        named(format!("{task}-3")).attempt(),
+        Some(swarmd_engine::ids::AttemptId::new(task, 3))
+    );
+    for name in [
+        "T-dead-1".to_owned(),
+        format!("{task}"),
+        format!("{task}-x"),
+    ] {
+        assert_eq!(named(name.clone()).attempt(), None, "{name}");
+    }
 }

@@ -7,6 +7,8 @@ use std::fmt::Write;
 use serde_json::Value;
 use swarmd_engine::ids::AttemptId;
 
+use crate::operator::SpawnWorktree;
+
 /// Renders the directive. The SubAgent type comes from the binding's
 /// `subagent_type`, else the agent's name; `base_url` is the daemon's real
 /// one, passed in from configuration.
@@ -16,6 +18,7 @@ pub fn render_directive(
     attempt: AttemptId,
     worker_handle: &str,
     base_url: &str,
+    worktree: Option<&SpawnWorktree>,
 ) -> String {
     let AttemptId {
         task: task_id,
@@ -59,6 +62,19 @@ pub fn render_directive(
          `worker_submit` with the worker_handle.\n\
          When the SubAgent has finished, reply `spawn_ack`; to stop it early, reply `spawn_halt`.\n"
     );
+    if let Some(worktree) = worktree {
+        let _ = write!(
+            text,
+            "\n\
+             The SubAgent works in its own git worktree and nowhere else: tell it to make \
+             {path} its working directory, to change files only there, and to commit its \
+             work on the branch {branch} checked out there (it starts at {base}). \
+             What it leaves uncommitted is committed for it when the attempt ends.\n",
+            path = worktree.path,
+            branch = worktree.branch,
+            base = worktree.base,
+        );
+    }
     text
 }
 
@@ -79,6 +95,7 @@ mod tests {
             AttemptId::new(task, 2),
             "wh-0f",
             "http://10.0.0.5:7700/",
+            None,
         );
         assert!(
             text.starts_with("Launch one SubAgent of type `code-reviewer`"),
@@ -120,8 +137,34 @@ mod tests {
             AttemptId::new(TaskId::new(), 1),
             "wh-1",
             "http://h:1",
+            None,
         );
         assert!(text.starts_with("Launch one SubAgent of type `researcher`"));
         assert!(!text.contains("Give it these tools"));
+        assert!(!text.contains("worktree"), "{text}");
+    }
+
+    #[test]
+    fn a_worktree_is_named_as_the_subagent_s_working_directory_and_branch() {
+        let worktree = SpawnWorktree {
+            path: "/state/worktrees/T-1-1".into(),
+            branch: "swarmd/T-1-1".into(),
+            base: "0123abc".into(),
+        };
+        let text = render_directive(
+            "coder",
+            None,
+            AttemptId::new(TaskId::new(), 1),
+            "wh-1",
+            "http://h:1",
+            Some(&worktree),
+        );
+        assert!(
+            text.contains("make /state/worktrees/T-1-1 its working directory"),
+            "{text}"
+        );
+        assert!(text.contains("on the branch swarmd/T-1-1"), "{text}");
+        assert!(text.contains("(it starts at 0123abc)"), "{text}");
+        assert!(text.ends_with('\n'));
     }
 }

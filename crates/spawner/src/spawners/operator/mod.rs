@@ -2,13 +2,17 @@
 //! as a `spawn` frame. Kind-`operator` agents route by `operator_role`; the
 //! `operator_delegate` layer routes to the task's own session through
 //! [`delegate`]. The channel parks frames for disconnected sessions; this
-//! spawner parks nothing itself.
+//! spawner parks nothing itself. An agent with `worktree` gets a checkout
+//! per attempt, named in the frame and its directive, and ended with the
+//! attempt's worker; attempts delegated by the layer get none.
 
 mod directive;
 mod worker;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod worktree_tests;
 
 use std::sync::Arc;
 
@@ -18,7 +22,8 @@ use swarmd_engine::ids::WorkerId;
 use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 use tokio_util::sync::CancellationToken;
 
-use crate::operator::{OperatorRoute, SessionDirectory, SpawnChannel, SpawnFrame};
+use crate::operator::{OperatorRoute, SessionDirectory, SpawnChannel, SpawnFrame, SpawnWorktree};
+use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees};
 
 pub use directive::render_directive;
 use worker::OperatorWorker;
@@ -55,6 +60,9 @@ pub struct OperatorSpawner {
     target: OperatorTarget,
     base_url: String,
     sessions: Arc<dyn SessionDirectory>,
+    /// Each attempt gets a worktree of its own when set (docs/tasks.md,
+    /// Worktrees).
+    worktree: Option<(Arc<Worktrees>, WorktreeSpec)>,
 }
 
 impl OperatorSpawner {
@@ -72,7 +80,14 @@ impl OperatorSpawner {
             target,
             base_url: base_url.to_owned(),
             sessions,
+            worktree: None,
         }
+    }
+
+    /// Gives each attempt a fresh worktree made by `trees` per `spec`.
+    pub fn with_worktree(mut self, trees: Arc<Worktrees>, spec: WorktreeSpec) -> OperatorSpawner {
+        self.worktree = Some((trees, spec));
+        self
     }
 }
 
@@ -80,7 +95,20 @@ impl OperatorSpawner {
 impl SpawnerAdapter for OperatorSpawner {
     async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
         let channel = self.route.find(&*self.sessions, attempt.ctx.operator_sid)?;
-        delegate(attempt, channel, &self.target, &self.base_url).await
+        let worktree = match &self.worktree {
+            Some((trees, spec)) => Some(
+                AttemptWorktree::open(
+                    Arc::clone(trees),
+                    spec,
+                    &attempt.ctx.id.task.to_string(),
+                    attempt.ctx.id.n,
+                )
+                .await
+                .map_err(|e| SpawnError::Failed(format!("worktree: {e}")))?,
+            ),
+            None => None,
+        };
+        delegate_in(attempt, channel, &self.target, &self.base_url, worktree).await
     }
 }
 
@@ -94,18 +122,39 @@ pub async fn delegate(
     target: &OperatorTarget,
     base_url: &str,
 ) -> Result<Box<dyn Worker>, SpawnError> {
+    delegate_in(attempt, channel, target, base_url, None).await
+}
+
+/// [`delegate`], the SubAgent told to work in `worktree` when there is one;
+/// the worker ends it. A spawn that fails releases it.
+async fn delegate_in(
+    attempt: Attempt,
+    channel: Arc<dyn SpawnChannel>,
+    target: &OperatorTarget,
+    base_url: &str,
+    worktree: Option<AttemptWorktree>,
+) -> Result<Box<dyn Worker>, SpawnError> {
     let Attempt {
         ctx,
         credential,
         host,
     } = attempt;
     let binding = target.binding();
+    let checkout = worktree.as_ref().map(|w| {
+        let checkout = w.checkout();
+        SpawnWorktree {
+            path: checkout.dir.display().to_string(),
+            branch: checkout.branch.clone(),
+            base: checkout.base.clone(),
+        }
+    });
     let directive = render_directive(
         &ctx.agent,
         binding.as_ref(),
         ctx.id,
         credential.handle(),
         base_url,
+        checkout.as_ref(),
     );
     let frame = SpawnFrame {
         attempt: ctx.id,
@@ -115,8 +164,17 @@ pub async fn delegate(
         directive,
         base_url: base_url.trim_end_matches('/').to_owned(),
         lease_deadline_ms: ctx.lease_deadline_ms,
+        worktree: checkout,
     };
-    let receipt = channel.spawn(frame).await?;
+    let receipt = match channel.spawn(frame).await {
+        Ok(receipt) => receipt,
+        Err(error) => {
+            if let Some(worktree) = worktree {
+                worktree.abandon().await;
+            }
+            return Err(error);
+        }
+    };
     Ok(Box::new(OperatorWorker {
         id: WorkerId::new(),
         cancel: CancellationToken::new(),
@@ -124,5 +182,6 @@ pub async fn delegate(
         channel,
         req_id: receipt.req_id,
         reply: receipt.reply,
+        worktree: worktree.map(Box::new),
     }))
 }

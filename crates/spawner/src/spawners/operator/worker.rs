@@ -1,5 +1,6 @@
 //! A delegated attempt's worker: waits for whichever of the SubAgent's posted
-//! Final, the MainAI's reply, or cancellation comes first.
+//! Final, the MainAI's reply, or cancellation comes first, then ends the
+//! attempt's worktree, if it has one.
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::operator::{SpawnChannel, SpawnReply};
+use crate::worktree::AttemptWorktree;
 
 const PRODUCER: &str = "operator";
 
@@ -23,6 +25,9 @@ pub(super) struct OperatorWorker {
     pub channel: Arc<dyn SpawnChannel>,
     pub req_id: String,
     pub reply: oneshot::Receiver<SpawnReply>,
+    /// The attempt's worktree, ended when the worker is. Boxed: most
+    /// delegated attempts have none, and each waiting one holds this.
+    pub worktree: Option<Box<AttemptWorktree>>,
 }
 
 #[async_trait]
@@ -41,28 +46,45 @@ impl Worker for OperatorWorker {
             host,
             channel,
             req_id,
-            mut reply,
+            reply,
+            worktree,
             ..
         } = *self;
-        let posted = host.posted_final();
-        tokio::pin!(posted);
-        // A session that goes away drops its reply sender; the SubAgent may
-        // still post with its handle, so the wait goes on without the reply.
-        let mut reply_open = true;
-        loop {
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => {
-                    channel.cancel(&req_id, host.id(), "cancelled");
-                    return Err(WorkerError::Cancelled);
-                }
-                () = &mut posted => return Ok(()),
-                answer = &mut reply, if reply_open => match answer {
-                    // Boxed: a waiting attempt need not hold room for it.
-                    Ok(answer) => return Box::pin(settle(&*host, answer)).await,
-                    Err(_) => reply_open = false,
-                },
+        let joined = wait(&cancel, &host, &*channel, &req_id, reply).await;
+        if let Some(worktree) = worktree {
+            Box::pin((*worktree).end(host, &joined)).await;
+        }
+        joined
+    }
+}
+
+/// Waits for the first of a posted Final, the MainAI's reply, and
+/// cancellation, which sends the session a `cancel` frame.
+async fn wait(
+    cancel: &CancellationToken,
+    host: &Arc<dyn AttemptHost>,
+    channel: &dyn SpawnChannel,
+    req_id: &str,
+    mut reply: oneshot::Receiver<SpawnReply>,
+) -> Result<(), WorkerError> {
+    let posted = host.posted_final();
+    tokio::pin!(posted);
+    // A session that goes away drops its reply sender; the SubAgent may
+    // still post with its handle, so the wait goes on without the reply.
+    let mut reply_open = true;
+    loop {
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => {
+                channel.cancel(req_id, host.id(), "cancelled");
+                return Err(WorkerError::Cancelled);
             }
+            () = &mut posted => return Ok(()),
+            answer = &mut reply, if reply_open => match answer {
+                // Boxed: a waiting attempt need not hold room for it.
+                Ok(answer) => return Box::pin(settle(&**host, answer)).await,
+                Err(_) => reply_open = false,
+            },
         }
     }
 }

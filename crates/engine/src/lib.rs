@@ -19,6 +19,7 @@
 mod admission;
 pub mod audit;
 pub mod auth;
+pub mod budget;
 mod bus;
 mod cancel;
 pub mod clock;
@@ -41,6 +42,7 @@ mod retention;
 pub mod spawn;
 pub mod store;
 pub mod task;
+pub mod usage;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 mod worker_api;

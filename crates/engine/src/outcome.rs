@@ -26,6 +26,8 @@ pub enum AttemptEnd {
     LeaseExpired,
     /// The daemon stopped while the attempt ran.
     Interrupted,
+    /// The task passed a budget while the attempt ran.
+    OverBudget,
 }
 
 /// Why the engine stopped an attempt's worker.
@@ -34,6 +36,7 @@ pub(crate) enum Stopped {
     Cancelled,
     LeaseExpired,
     Interrupted,
+    OverBudget,
 }
 
 impl Stopped {
@@ -43,6 +46,7 @@ impl Stopped {
             Stopped::Cancelled => AttemptEnd::Cancelled,
             Stopped::LeaseExpired => AttemptEnd::LeaseExpired,
             Stopped::Interrupted => AttemptEnd::Interrupted,
+            Stopped::OverBudget => AttemptEnd::OverBudget,
         }
     }
 }
@@ -104,6 +108,9 @@ impl AttemptEnd {
             }
             AttemptEnd::Interrupted => {
                 without_final(AttemptOutcome::Failed, "interrupted".to_owned())
+            }
+            AttemptEnd::OverBudget => {
+                without_final(AttemptOutcome::Failed, "budget_exceeded".to_owned())
             }
         }
     }
@@ -264,6 +271,11 @@ mod tests {
                 AttemptEnd::Interrupted,
                 AttemptOutcome::Failed,
                 "interrupted",
+            ),
+            (
+                AttemptEnd::OverBudget,
+                AttemptOutcome::Failed,
+                "budget_exceeded",
             ),
         ];
         for (end, outcome, reason) in cases {

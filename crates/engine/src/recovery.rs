@@ -158,13 +158,20 @@ impl Engine {
         &self,
         mut task: Task,
         mut attempt: AttemptRecord,
-        outcome: AttemptOutcome,
-        result: Option<TaskResult>,
-        reason: Option<String>,
+        mut outcome: AttemptOutcome,
+        mut result: Option<TaskResult>,
+        mut reason: Option<String>,
     ) -> Result<bool, EngineError> {
         // A worker that outlived the old daemon must not run beside a retry.
         if let Some(group) = &attempt.process_group {
             self.inner.resolver.reap_leftover(group);
+        }
+        task.usage.add(&attempt.usage.totals);
+        let over_budget = task.policy.over_budget(&task.usage);
+        if let Some(over) = &over_budget {
+            // The attempt passed a budget before the crash: it fails so.
+            self.inner.stats.usage.budget_stop(over.limit);
+            (outcome, result, reason) = (AttemptOutcome::Failed, None, Some(over.reason.clone()));
         }
         let now_ms = self.inner.clock.now_ms();
         attempt.outcome = Some(outcome);
@@ -180,7 +187,9 @@ impl Engine {
                 elapsed_ms: now_ms.saturating_sub(attempt.started_ms),
             },
         )];
-        let retry = task.policy.retries(outcome) && attempt.attempt < task.policy.max_attempts;
+        let retry = over_budget.is_none()
+            && task.policy.retries(outcome)
+            && attempt.attempt < task.policy.max_attempts;
         if !retry {
             task.finish(outcome, result.clone(), reason, now_ms)?;
             events.push((
@@ -248,6 +257,9 @@ impl Engine {
             next_seq: last_seq + 1,
             output_bytes: 0,
             stopped: None,
+            process_group: attempt.process_group.clone(),
+            usage: attempt.usage.clone(),
+            over_budget: None,
         });
         self.inner.live.insert(cell.clone());
         // The resumed attempt holds a running slot like any other.

@@ -42,9 +42,9 @@ mod retention;
 pub mod spawn;
 pub mod store;
 pub mod task;
-pub mod usage;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod usage;
 mod worker_api;
 
 pub use engine::{Engine, EngineConfig, EngineParts};

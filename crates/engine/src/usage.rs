@@ -374,7 +374,10 @@ mod tests {
             BudgetLimit::Tokens
         );
         assert_eq!(policy.budget_spent(&spent(60, 39, 0, 0.49)), None);
-        assert_eq!(Policy::default().over_budget(&spent(u64::MAX, 1, 0, 1e9)), None);
+        assert_eq!(
+            Policy::default().over_budget(&spent(u64::MAX, 1, 0, 1e9)),
+            None
+        );
     }
 
     #[test]

@@ -66,7 +66,8 @@ impl Engine {
                 outcome = AttemptOutcome::Cancelled;
             } else if let Some(over) = &over_budget {
                 // Past a budget the attempt fails, whatever its worker did.
-                (outcome, result, reason) = (AttemptOutcome::Failed, None, Some(over.reason.clone()));
+                (outcome, result, reason) =
+                    (AttemptOutcome::Failed, None, Some(over.reason.clone()));
             }
             let mut events = Vec::new();
             let session = state.task.session;

@@ -20,12 +20,20 @@ fn usage(note: &str) -> Vec<OutputEvent> {
     }]
 }
 
-async fn report(engine: &swarmd_engine::Engine, spawner: &ScriptedSpawner, task: TaskId, note: &str) {
+async fn report(
+    engine: &swarmd_engine::Engine,
+    spawner: &ScriptedSpawner,
+    task: TaskId,
+    note: &str,
+) {
     let credential = spawner.credential(task).unwrap();
     let auth = engine
         .authenticate_worker(credential.handle(), Verb::EmitOutput)
         .unwrap();
-    engine.worker_output(&auth, None, usage(note)).await.unwrap();
+    engine
+        .worker_output(&auth, None, usage(note))
+        .await
+        .unwrap();
 }
 
 fn retried_policy() -> PolicyOverrides {
@@ -54,7 +62,13 @@ async fn passing_the_token_budget_stops_the_attempt_and_is_not_retried() {
     let running = engine.get_task(t.id).await.unwrap().unwrap();
     assert_eq!(running.status(), TaskStatus::Running, "60 of 100 tokens");
     // The next note is a running total: 70 + 31 tokens, one past the budget.
-    report(&engine, &spawner, t.id, r#"{"input_tokens":70,"output_tokens":31,"turns":2}"#).await;
+    report(
+        &engine,
+        &spawner,
+        t.id,
+        r#"{"input_tokens":70,"output_tokens":31,"turns":2}"#,
+    )
+    .await;
 
     let t = engine.wait_task(t.id, WAIT).await.unwrap();
     assert_eq!(t.status(), TaskStatus::Failed);
@@ -79,7 +93,11 @@ async fn passing_the_token_budget_stops_the_attempt_and_is_not_retried() {
     let by_model = meter.by_agent_model();
     assert_eq!(by_model.len(), 1);
     assert_eq!(by_model[0].0, ("a".to_owned(), "m-1".to_owned()));
-    assert_eq!(by_model[0].1.tokens(), 101, "running totals are not counted twice");
+    assert_eq!(
+        by_model[0].1.tokens(),
+        101,
+        "running totals are not counted twice"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -100,10 +118,17 @@ async fn passing_the_cost_budget_fails_the_attempt() {
     assert_eq!(t.status(), TaskStatus::Failed);
     assert_eq!(t.result, None);
     let reason = t.reason.unwrap();
-    assert!(reason.starts_with("budget_exceeded: $0.7500 spent"), "{reason}");
+    assert!(
+        reason.starts_with("budget_exceeded: $0.7500 spent"),
+        "{reason}"
+    );
     assert!(reason.contains("policy.max_cost_usd is 0.5"), "{reason}");
     assert_eq!(spawner.spawned().len(), 1);
-    let stops = engine.stats().usage.budget_stops_cost.load(Ordering::Relaxed);
+    let stops = engine
+        .stats()
+        .usage
+        .budget_stops_cost
+        .load(Ordering::Relaxed);
     assert_eq!(stops, 1);
 }
 

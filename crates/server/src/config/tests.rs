@@ -224,6 +224,10 @@ fn invalid_values_are_refused_with_the_key() {
             "store.memory_keep_finished",
         ),
         ("[defaults]\nmax_attempts = 0\n", "defaults.max_attempts"),
+        ("[defaults]\nmax_tokens = 0\n", "defaults.max_tokens"),
+        ("[defaults]\nmax_cost_usd = 0.0\n", "defaults.max_cost_usd"),
+        ("[defaults]\nmax_cost_usd = -2.5\n", "defaults.max_cost_usd"),
+        ("[defaults]\nmax_cost_usd = nan\n", "defaults.max_cost_usd"),
         ("[server]\nbase_url = \"ftp://x\"\n", "server.base_url"),
         ("[senior]\nagent = \"ghost\"\n", "senior.agent"),
         (

@@ -158,3 +158,76 @@ async fn a_task_whose_attempts_spent_the_budget_does_not_start_again() {
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0].reason.as_deref(), Some("lease expired"));
 }
+
+/// The open record keeps the attempt's process group when its usage is
+/// written again, and a crash after a note past the budget (before the
+/// attempt was settled) fails the task at recovery without a retry.
+#[tokio::test(start_paused = true)]
+async fn recovery_fails_an_attempt_past_its_budget_without_a_retry() {
+    use std::sync::Arc;
+
+    use swarmd_engine::EngineConfig;
+    use swarmd_engine::store::{MemoryTaskStore, TaskStore, WriteOp, commit};
+    use swarmd_engine::task::{ProcessGroupMark, SpawnerKind};
+    use swarmd_engine::testing::{StaticResolver, engine_host, engine_with};
+    use swarmd_output_store::{MemoryOutputStore, OutputStore};
+
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new());
+    let outputs: Arc<dyn OutputStore> = Arc::new(MemoryOutputStore::new());
+    let clock = Arc::new(swarmd_engine::clock::SystemClock);
+    let spawner = ScriptedSpawner::new(|_| Script::Hang);
+    let engine = || {
+        let resolver = StaticResolver::new().with("a", SpawnerKind::Process, None, spawner.clone());
+        engine_with(
+            Arc::new(resolver),
+            store.clone(),
+            outputs.clone(),
+            EngineConfig::default(),
+            clock.clone(),
+        )
+    };
+    let first = engine();
+    let mut s = spec("a");
+    s.policy = PolicyOverrides {
+        max_tokens: Some(100),
+        ..retried_policy()
+    };
+    let t = first.create_task(s).await.unwrap();
+    spawned(&spawner, t.id, 1).await;
+    let id = swarmd_engine::ids::AttemptId::new(t.id, 1);
+    let group = ProcessGroupMark {
+        pgid: i32::MAX,
+        leader_start_ticks: 1,
+        boot_id: "not-this-boot".into(),
+    };
+    engine_host(&first, id).record_process_group(group.clone());
+    report(&first, &spawner, t.id, r#"{"input_tokens":60}"#).await;
+    let open = first.attempts(t.id).await.unwrap().remove(0);
+    assert_eq!(
+        open.process_group,
+        Some(group),
+        "the group survives a usage write"
+    );
+    assert_eq!(open.usage.totals.input_tokens, 60);
+    drop(first);
+    // The crash came after a note past the budget was stored, before the
+    // attempt was settled.
+    let mut past = open;
+    past.usage.totals.output_tokens = 41;
+    commit(store.as_ref(), vec![WriteOp::PutAttempt(past)])
+        .await
+        .unwrap();
+
+    let second = engine();
+    second.recover().await.unwrap();
+    second.start_recovered();
+    let t = second.wait_task(t.id, WAIT).await.unwrap();
+    assert_eq!(t.status(), TaskStatus::Failed);
+    assert_eq!(
+        t.reason.as_deref(),
+        Some("budget_exceeded: 101 tokens used, policy.max_tokens is 100")
+    );
+    assert_eq!(t.usage.tokens(), 101);
+    assert_eq!(second.attempts(t.id).await.unwrap().len(), 1);
+    assert_eq!(spawner.spawned().len(), 1, "no retry after recovery");
+}

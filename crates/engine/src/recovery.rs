@@ -35,6 +35,14 @@ pub struct RecoveryReport {
     pub delegated: Vec<(TaskId, u32)>,
 }
 
+/// Whether the task's closed attempts and this open one used more than a
+/// budget.
+fn past_budget(task: &Task, attempt: &AttemptRecord) -> bool {
+    let mut spent = task.usage;
+    spent.add(&attempt.usage.totals);
+    task.policy.over_budget(&spent).is_some()
+}
+
 /// Work recovery found but does not start until `start_recovered`.
 #[derive(Debug)]
 pub(crate) enum Pending {
@@ -120,7 +128,11 @@ impl Engine {
                     report.retried += 1;
                 }
             }
-            (TaskStatus::Running, Some(attempt), None) if attempt.spawner.survives_restart() => {
+            // A delegated attempt past its budget is not resumed: it is
+            // closed below, and fails `budget_exceeded` there.
+            (TaskStatus::Running, Some(attempt), None)
+                if attempt.spawner.survives_restart() && !past_budget(&task, &attempt) =>
+            {
                 report.resumed += 1;
                 report.delegated.push((id, attempt.attempt));
                 self.resume_delegated(task, attempt).await?;
@@ -143,8 +155,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Records an interrupted in-process attempt as failed; queues a retry
-    /// when the policy allows one. Returns whether it did.
+    /// Records an interrupted in-process attempt (or a delegated one past
+    /// its budget) as failed; queues a retry when the policy allows one.
+    /// Returns whether it did.
     async fn interrupt(&self, task: Task, attempt: AttemptRecord) -> Result<bool, EngineError> {
         let reason = Some("interrupted".to_owned());
         self.close_recovered(task, attempt, AttemptOutcome::Failed, None, reason)

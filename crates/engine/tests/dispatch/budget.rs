@@ -161,23 +161,31 @@ async fn a_task_whose_attempts_spent_the_budget_does_not_start_again() {
 
 /// The open record keeps the attempt's process group when its usage is
 /// written again, and a crash after a note past the budget (before the
-/// attempt was settled) fails the task at recovery without a retry.
+/// attempt was settled) fails the task at recovery without a retry, an
+/// in-process attempt and a delegated one alike (the latter not resumed).
 #[tokio::test(start_paused = true)]
 async fn recovery_fails_an_attempt_past_its_budget_without_a_retry() {
+    use swarmd_engine::task::SpawnerKind;
+
+    recover_past_budget(SpawnerKind::Process, Script::Hang).await;
+    recover_past_budget(SpawnerKind::Operator, Script::AwaitPost).await;
+}
+
+async fn recover_past_budget(kind: swarmd_engine::task::SpawnerKind, script: Script) {
     use std::sync::Arc;
 
     use swarmd_engine::EngineConfig;
     use swarmd_engine::store::{MemoryTaskStore, TaskStore, WriteOp, commit};
-    use swarmd_engine::task::{ProcessGroupMark, SpawnerKind};
+    use swarmd_engine::task::ProcessGroupMark;
     use swarmd_engine::testing::{StaticResolver, engine_host, engine_with};
     use swarmd_output_store::{MemoryOutputStore, OutputStore};
 
     let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new());
     let outputs: Arc<dyn OutputStore> = Arc::new(MemoryOutputStore::new());
     let clock = Arc::new(swarmd_engine::clock::SystemClock);
-    let spawner = ScriptedSpawner::new(|_| Script::Hang);
+    let spawner = ScriptedSpawner::new(move |_| script.clone());
     let engine = || {
-        let resolver = StaticResolver::new().with("a", SpawnerKind::Process, None, spawner.clone());
+        let resolver = StaticResolver::new().with("a", kind, None, spawner.clone());
         engine_with(
             Arc::new(resolver),
             store.clone(),
@@ -219,15 +227,20 @@ async fn recovery_fails_an_attempt_past_its_budget_without_a_retry() {
         .unwrap();
 
     let second = engine();
-    second.recover().await.unwrap();
+    let recovered = second.recover().await.unwrap();
+    assert!(recovered.delegated.is_empty(), "{kind:?}: not resumed");
     second.start_recovered();
     let t = second.wait_task(t.id, WAIT).await.unwrap();
-    assert_eq!(t.status(), TaskStatus::Failed);
+    assert_eq!(t.status(), TaskStatus::Failed, "{kind:?}");
     assert_eq!(
         t.reason.as_deref(),
         Some("budget_exceeded: 101 tokens used, policy.max_tokens is 100")
     );
     assert_eq!(t.usage.tokens(), 101);
     assert_eq!(second.attempts(t.id).await.unwrap().len(), 1);
-    assert_eq!(spawner.spawned().len(), 1, "no retry after recovery");
+    assert_eq!(
+        spawner.spawned().len(),
+        1,
+        "{kind:?}: no retry after recovery"
+    );
 }

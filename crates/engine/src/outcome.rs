@@ -127,12 +127,16 @@ pub fn content_value(content: ContentRef) -> Value {
 impl Engine {
     /// How an attempt whose worker's join returned `joined` ended: a worker
     /// that completed is judged by the tail's last Final, a worker the
-    /// engine stopped by the reason it stopped it.
+    /// engine stopped by the reason it stopped it. Past a budget, the
+    /// attempt fails whatever its worker did.
     pub(crate) async fn attempt_end(
         &self,
         id: AttemptId,
         joined: Result<(), WorkerError>,
     ) -> AttemptEnd {
+        if self.stopped(id) == Some(Stopped::OverBudget) {
+            return AttemptEnd::OverBudget;
+        }
         match joined {
             Ok(()) => AttemptEnd::Finished(self.last_final(id).await),
             Err(WorkerError::Cancelled) => match self.stopped(id) {

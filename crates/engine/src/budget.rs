@@ -1,7 +1,8 @@
-//! Usage of open attempts (docs/tasks.md, Budgets): the usage notes among an
-//! attempt's outputs are folded into its usage under the task's lock, as
-//! they are numbered, counted in the usage meter, and checked against the
-//! task's budgets. A task past a budget has its attempt's worker stopped as
+//! Budgets (docs/tasks.md, Budgets): the rule that says whether a task's
+//! usage is past `policy.max_tokens` or `policy.max_cost_usd`, and its use
+//! on open attempts: the usage notes among an attempt's outputs are folded
+//! into its usage under the task's lock, as they are numbered, counted in
+//! the usage meter, and checked against the task's budgets. A task past a budget has its attempt's worker stopped as
 //! a cancel stops it; the attempt then fails `budget_exceeded` and is not
 //! retried. The meter keeps totals by agent and model for `/metrics` and
 //! `/v1/status`, with at most [`MAX_METERED_MODELS`] model names.
@@ -15,7 +16,90 @@ use swarmd_output_store::{OutputEvent, OutputRecord};
 use crate::live::TaskState;
 use crate::outcome::Stopped;
 use crate::store::WriteOp;
-use crate::usage::{BudgetLimit, USAGE_STAGE, UsageTotals};
+use crate::task::Policy;
+use crate::usage::{USAGE_STAGE, UsageTotals};
+
+/// Which budget a task passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetLimit {
+    Tokens,
+    Cost,
+}
+
+impl BudgetLimit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetLimit::Tokens => "tokens",
+            BudgetLimit::Cost => "cost",
+        }
+    }
+}
+
+/// A task's usage past one of its budgets, with the reason its attempt
+/// fails with (`budget_exceeded: …`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverBudget {
+    pub limit: BudgetLimit,
+    pub reason: String,
+}
+
+impl Policy {
+    /// Whether `spent` (the task's closed attempts plus the open one) is
+    /// past a budget: more than `max_tokens` tokens, or more than
+    /// `max_cost_usd` dollars. Tokens are checked first.
+    pub fn over_budget(&self, spent: &UsageTotals) -> Option<OverBudget> {
+        if let Some(max) = self.max_tokens
+            && spent.tokens() > max
+        {
+            return Some(OverBudget {
+                limit: BudgetLimit::Tokens,
+                reason: format!(
+                    "budget_exceeded: {} tokens used, policy.max_tokens is {max}",
+                    spent.tokens()
+                ),
+            });
+        }
+        if let Some(max) = self.max_cost_usd
+            && spent.cost_usd > max
+        {
+            return Some(OverBudget {
+                limit: BudgetLimit::Cost,
+                reason: format!(
+                    "budget_exceeded: ${:.4} spent, policy.max_cost_usd is {max}",
+                    spent.cost_usd
+                ),
+            });
+        }
+        None
+    }
+
+    /// Whether `spent` leaves nothing of a budget, so no attempt starts.
+    pub fn budget_spent(&self, spent: &UsageTotals) -> Option<OverBudget> {
+        if let Some(max) = self.max_tokens
+            && spent.tokens() >= max
+        {
+            return Some(OverBudget {
+                limit: BudgetLimit::Tokens,
+                reason: format!(
+                    "budget_exceeded: {} tokens used before this attempt, policy.max_tokens is {max}",
+                    spent.tokens()
+                ),
+            });
+        }
+        if let Some(max) = self.max_cost_usd
+            && spent.cost_usd >= max
+        {
+            return Some(OverBudget {
+                limit: BudgetLimit::Cost,
+                reason: format!(
+                    "budget_exceeded: ${:.4} spent before this attempt, policy.max_cost_usd is {max}",
+                    spent.cost_usd
+                ),
+            });
+        }
+        None
+    }
+}
 
 /// Distinct model names the meter keeps; usage of any further model is
 /// counted under [`OTHER_MODEL`].
@@ -153,6 +237,42 @@ mod tests {
             input_tokens: n,
             ..UsageTotals::default()
         }
+    }
+
+    #[test]
+    fn budgets_count_input_and_output_tokens_and_the_cost() {
+        let policy = Policy {
+            max_tokens: Some(100),
+            max_cost_usd: Some(0.5),
+            ..Policy::default()
+        };
+        let spent = |input, output, cache, cost| UsageTotals {
+            input_tokens: input,
+            output_tokens: output,
+            cache_read_tokens: cache,
+            cache_write_tokens: cache,
+            cost_usd: cost,
+        };
+        assert_eq!(policy.over_budget(&spent(60, 40, 10_000, 0.5)), None);
+        let over = policy.over_budget(&spent(60, 41, 0, 0.0)).unwrap();
+        assert_eq!(over.limit, BudgetLimit::Tokens);
+        assert_eq!(
+            over.reason,
+            "budget_exceeded: 101 tokens used, policy.max_tokens is 100"
+        );
+        let over = policy.over_budget(&spent(1, 1, 0, 0.75)).unwrap();
+        assert_eq!(over.limit, BudgetLimit::Cost);
+        assert!(over.reason.starts_with("budget_exceeded: $0.7500 spent"));
+        // Exactly the budget stops nothing running, but starts nothing new.
+        assert_eq!(
+            policy.budget_spent(&spent(60, 40, 0, 0.0)).unwrap().limit,
+            BudgetLimit::Tokens
+        );
+        assert_eq!(policy.budget_spent(&spent(60, 39, 0, 0.49)), None);
+        assert_eq!(
+            Policy::default().over_budget(&spent(u64::MAX, 1, 0, 1e9)),
+            None
+        );
     }
 
     #[test]

@@ -13,10 +13,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::OverBudget;
 use crate::ids::TaskId;
 use crate::outcome::Stopped;
 use crate::task::{AttemptRecord, ProcessGroupMark, SpawnerKind, Task};
-use crate::usage::{AttemptUsage, OverBudget};
+use crate::usage::AttemptUsage;
 
 const SHARDS: usize = 64;
 

@@ -4,13 +4,12 @@
 //! attempt's usage so far, so the attempt keeps, per field, the largest
 //! value any of its notes reported, and a note that says less changes
 //! nothing. The task adds up its closed attempts; `policy.max_tokens` and
-//! `policy.max_cost_usd` bound that sum plus the open attempt's usage.
+//! `policy.max_cost_usd` bound that sum plus the open attempt's usage
+//! (`budget`).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-
-use crate::task::Policy;
 
 /// The progress stage a usage note has.
 pub const USAGE_STAGE: &str = "usage";
@@ -190,88 +189,6 @@ fn raise_cost(kept: &mut f64, reported: Option<f64>) {
     }
 }
 
-/// Which budget a task passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BudgetLimit {
-    Tokens,
-    Cost,
-}
-
-impl BudgetLimit {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BudgetLimit::Tokens => "tokens",
-            BudgetLimit::Cost => "cost",
-        }
-    }
-}
-
-/// A task's usage past one of its budgets, with the reason its attempt
-/// fails with (`budget_exceeded: …`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct OverBudget {
-    pub limit: BudgetLimit,
-    pub reason: String,
-}
-
-impl Policy {
-    /// Whether `spent` (the task's closed attempts plus the open one) is
-    /// past a budget: more than `max_tokens` tokens, or more than
-    /// `max_cost_usd` dollars. Tokens are checked first.
-    pub fn over_budget(&self, spent: &UsageTotals) -> Option<OverBudget> {
-        if let Some(max) = self.max_tokens
-            && spent.tokens() > max
-        {
-            return Some(OverBudget {
-                limit: BudgetLimit::Tokens,
-                reason: format!(
-                    "budget_exceeded: {} tokens used, policy.max_tokens is {max}",
-                    spent.tokens()
-                ),
-            });
-        }
-        if let Some(max) = self.max_cost_usd
-            && spent.cost_usd > max
-        {
-            return Some(OverBudget {
-                limit: BudgetLimit::Cost,
-                reason: format!(
-                    "budget_exceeded: ${:.4} spent, policy.max_cost_usd is {max}",
-                    spent.cost_usd
-                ),
-            });
-        }
-        None
-    }
-
-    /// Whether `spent` leaves nothing of a budget, so no attempt starts.
-    pub fn budget_spent(&self, spent: &UsageTotals) -> Option<OverBudget> {
-        if let Some(max) = self.max_tokens
-            && spent.tokens() >= max
-        {
-            return Some(OverBudget {
-                limit: BudgetLimit::Tokens,
-                reason: format!(
-                    "budget_exceeded: {} tokens used before this attempt, policy.max_tokens is {max}",
-                    spent.tokens()
-                ),
-            });
-        }
-        if let Some(max) = self.max_cost_usd
-            && spent.cost_usd >= max
-        {
-            return Some(OverBudget {
-                limit: BudgetLimit::Cost,
-                reason: format!(
-                    "budget_exceeded: ${:.4} spent before this attempt, policy.max_cost_usd is {max}",
-                    spent.cost_usd
-                ),
-            });
-        }
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,40 +261,33 @@ mod tests {
         assert_eq!(usage.main_model(), "m00");
     }
 
-    #[test]
-    fn budgets_count_input_and_output_tokens_and_the_cost() {
-        let policy = Policy {
-            max_tokens: Some(100),
-            max_cost_usd: Some(0.5),
-            ..Policy::default()
-        };
-        let spent = |input, output, cache, cost| UsageTotals {
-            input_tokens: input,
-            output_tokens: output,
-            cache_read_tokens: cache,
-            cache_write_tokens: cache,
-            cost_usd: cost,
-        };
-        assert_eq!(policy.over_budget(&spent(60, 40, 10_000, 0.5)), None);
-        let over = policy.over_budget(&spent(60, 41, 0, 0.0)).unwrap();
-        assert_eq!(over.limit, BudgetLimit::Tokens);
-        assert_eq!(
-            over.reason,
-            "budget_exceeded: 101 tokens used, policy.max_tokens is 100"
-        );
-        let over = policy.over_budget(&spent(1, 1, 0, 0.75)).unwrap();
-        assert_eq!(over.limit, BudgetLimit::Cost);
-        assert!(over.reason.starts_with("budget_exceeded: $0.7500 spent"));
-        // Exactly the budget stops nothing running, but starts nothing new.
-        assert_eq!(
-            policy.budget_spent(&spent(60, 40, 0, 0.0)).unwrap().limit,
-            BudgetLimit::Tokens
-        );
-        assert_eq!(policy.budget_spent(&spent(60, 39, 0, 0.49)), None);
-        assert_eq!(
-            Policy::default().over_budget(&spent(u64::MAX, 1, 0, 1e9)),
-            None
-        );
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Whatever a worker writes as a note, folding it never panics and
+        /// never lowers what the attempt already counted.
+        #[test]
+        fn any_note_folds_without_lowering_the_usage(
+            input in proptest::option::of(proptest::prelude::any::<u64>()),
+            output in proptest::option::of(proptest::prelude::any::<i64>()),
+            cost in proptest::option::of(proptest::prelude::any::<f64>()),
+            noise in "\\PC{0,60}",
+        ) {
+            let mut usage = AttemptUsage::default();
+            usage.fold_note(r#"{"input_tokens": 5, "output_tokens": 5, "cost_usd": 0.5}"#);
+            let before = usage.totals;
+            let note = serde_json::json!({
+                "input_tokens": input, "output_tokens": output, "cost_usd": cost,
+                "models": {noise.clone(): {"output_tokens": input}},
+            });
+            usage.fold_note(&note.to_string());
+            usage.fold_note(&noise);
+            proptest::prop_assert!(usage.totals.input_tokens >= before.input_tokens);
+            proptest::prop_assert!(usage.totals.output_tokens >= before.output_tokens);
+            proptest::prop_assert!(usage.totals.cost_usd >= before.cost_usd);
+            proptest::prop_assert!(usage.totals.cost_usd.is_finite());
+            proptest::prop_assert!(usage.models.len() <= MAX_MODELS);
+        }
     }
 
     #[test]

@@ -19,9 +19,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use swarmd_engine::Engine;
+use swarmd_engine::budget::BudgetLimit;
 use swarmd_engine::metrics::Histogram;
 use swarmd_engine::task::{AttemptOutcome, TaskStatus};
-use swarmd_engine::usage::{BudgetLimit, UsageTotals};
+use swarmd_engine::usage::UsageTotals;
 use swarmd_output_store::SqliteDb;
 
 /// Every metric name starts with this.

@@ -30,5 +30,6 @@ mod routing;
 mod security;
 mod sse;
 mod upstream;
+mod usage;
 mod worktrees;
 mod ws_flow;

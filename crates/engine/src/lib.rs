@@ -19,6 +19,7 @@
 mod admission;
 pub mod audit;
 pub mod auth;
+pub mod budget;
 mod bus;
 mod cancel;
 pub mod clock;
@@ -44,6 +45,7 @@ pub mod store;
 pub mod task;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod usage;
 mod worker_api;
 
 pub use engine::{Engine, EngineConfig, EngineParts};

@@ -13,9 +13,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::OverBudget;
 use crate::ids::TaskId;
 use crate::outcome::Stopped;
-use crate::task::{AttemptRecord, SpawnerKind, Task};
+use crate::task::{AttemptRecord, ProcessGroupMark, SpawnerKind, Task};
+use crate::usage::AttemptUsage;
 
 const SHARDS: usize = 64;
 
@@ -50,6 +52,13 @@ pub(crate) struct RunState {
     /// Why the engine stopped the worker, once it did: the layers see only
     /// the worker's cancel and read the reason here (`outcome`).
     pub stopped: Option<Stopped>,
+    /// The host process group its worker runs in, once recorded, so that
+    /// later writes of the open record keep it.
+    pub process_group: Option<ProcessGroupMark>,
+    /// What the attempt's worker reported it used so far (`usage`).
+    pub usage: AttemptUsage,
+    /// The budget the task passed during this attempt, once it did.
+    pub over_budget: Option<OverBudget>,
 }
 
 impl RunState {
@@ -64,7 +73,8 @@ impl RunState {
             outcome: None,
             reason: None,
             finished_ms: None,
-            process_group: None,
+            process_group: self.process_group.clone(),
+            usage: self.usage.clone(),
         }
     }
 

@@ -26,6 +26,8 @@ pub struct EngineStats {
     pub blob_bytes_swept: AtomicU64,
     /// Output writes refused because their attempt's budget was spent.
     pub output_budget_refusals: AtomicU64,
+    /// Tokens and cost reported by workers, and budget stops.
+    pub usage: crate::budget::UsageMeter,
 }
 
 impl EngineStats {

@@ -26,6 +26,8 @@ pub enum AttemptEnd {
     LeaseExpired,
     /// The daemon stopped while the attempt ran.
     Interrupted,
+    /// The task passed a budget while the attempt ran.
+    OverBudget,
 }
 
 /// Why the engine stopped an attempt's worker.
@@ -34,6 +36,7 @@ pub(crate) enum Stopped {
     Cancelled,
     LeaseExpired,
     Interrupted,
+    OverBudget,
 }
 
 impl Stopped {
@@ -43,6 +46,7 @@ impl Stopped {
             Stopped::Cancelled => AttemptEnd::Cancelled,
             Stopped::LeaseExpired => AttemptEnd::LeaseExpired,
             Stopped::Interrupted => AttemptEnd::Interrupted,
+            Stopped::OverBudget => AttemptEnd::OverBudget,
         }
     }
 }
@@ -105,6 +109,9 @@ impl AttemptEnd {
             AttemptEnd::Interrupted => {
                 without_final(AttemptOutcome::Failed, "interrupted".to_owned())
             }
+            AttemptEnd::OverBudget => {
+                without_final(AttemptOutcome::Failed, "budget_exceeded".to_owned())
+            }
         }
     }
 }
@@ -120,12 +127,16 @@ pub fn content_value(content: ContentRef) -> Value {
 impl Engine {
     /// How an attempt whose worker's join returned `joined` ended: a worker
     /// that completed is judged by the tail's last Final, a worker the
-    /// engine stopped by the reason it stopped it.
+    /// engine stopped by the reason it stopped it. Past a budget, the
+    /// attempt fails whatever its worker did.
     pub(crate) async fn attempt_end(
         &self,
         id: AttemptId,
         joined: Result<(), WorkerError>,
     ) -> AttemptEnd {
+        if self.stopped(id) == Some(Stopped::OverBudget) {
+            return AttemptEnd::OverBudget;
+        }
         match joined {
             Ok(()) => AttemptEnd::Finished(self.last_final(id).await),
             Err(WorkerError::Cancelled) => match self.stopped(id) {
@@ -264,6 +275,11 @@ mod tests {
                 AttemptEnd::Interrupted,
                 AttemptOutcome::Failed,
                 "interrupted",
+            ),
+            (
+                AttemptEnd::OverBudget,
+                AttemptOutcome::Failed,
+                "budget_exceeded",
             ),
         ];
         for (end, outcome, reason) in cases {

@@ -101,6 +101,7 @@ impl Engine {
             run.last_final = Some(last.clone());
         }
         then(run);
+        let usage_write = self.fold_usage(&mut state, &records);
         let published = records
             .iter()
             .map(|r| {
@@ -115,7 +116,9 @@ impl Engine {
                 )
             })
             .collect();
-        self.inner.bus.submit(Vec::new(), published, None);
+        self.inner
+            .bus
+            .submit(usage_write.into_iter().collect(), published, None);
         drop(state);
         Ok((records, durable))
     }

@@ -35,6 +35,14 @@ pub struct RecoveryReport {
     pub delegated: Vec<(TaskId, u32)>,
 }
 
+/// Whether the task's closed attempts and this open one used more than a
+/// budget.
+fn past_budget(task: &Task, attempt: &AttemptRecord) -> bool {
+    let mut spent = task.usage;
+    spent.add(&attempt.usage.totals);
+    task.policy.over_budget(&spent).is_some()
+}
+
 /// Work recovery found but does not start until `start_recovered`.
 #[derive(Debug)]
 pub(crate) enum Pending {
@@ -120,7 +128,11 @@ impl Engine {
                     report.retried += 1;
                 }
             }
-            (TaskStatus::Running, Some(attempt), None) if attempt.spawner.survives_restart() => {
+            // A delegated attempt past its budget is not resumed: it is
+            // closed below, and fails `budget_exceeded` there.
+            (TaskStatus::Running, Some(attempt), None)
+                if attempt.spawner.survives_restart() && !past_budget(&task, &attempt) =>
+            {
                 report.resumed += 1;
                 report.delegated.push((id, attempt.attempt));
                 self.resume_delegated(task, attempt).await?;
@@ -143,8 +155,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Records an interrupted in-process attempt as failed; queues a retry
-    /// when the policy allows one. Returns whether it did.
+    /// Records an interrupted in-process attempt (or a delegated one past
+    /// its budget) as failed; queues a retry when the policy allows one.
+    /// Returns whether it did.
     async fn interrupt(&self, task: Task, attempt: AttemptRecord) -> Result<bool, EngineError> {
         let reason = Some("interrupted".to_owned());
         self.close_recovered(task, attempt, AttemptOutcome::Failed, None, reason)
@@ -158,13 +171,20 @@ impl Engine {
         &self,
         mut task: Task,
         mut attempt: AttemptRecord,
-        outcome: AttemptOutcome,
-        result: Option<TaskResult>,
-        reason: Option<String>,
+        mut outcome: AttemptOutcome,
+        mut result: Option<TaskResult>,
+        mut reason: Option<String>,
     ) -> Result<bool, EngineError> {
         // A worker that outlived the old daemon must not run beside a retry.
         if let Some(group) = &attempt.process_group {
             self.inner.resolver.reap_leftover(group);
+        }
+        task.usage.add(&attempt.usage.totals);
+        let over_budget = task.policy.over_budget(&task.usage);
+        if let Some(over) = &over_budget {
+            // The attempt passed a budget before the crash: it fails so.
+            self.inner.stats.usage.budget_stop(over.limit);
+            (outcome, result, reason) = (AttemptOutcome::Failed, None, Some(over.reason.clone()));
         }
         let now_ms = self.inner.clock.now_ms();
         attempt.outcome = Some(outcome);
@@ -180,7 +200,9 @@ impl Engine {
                 elapsed_ms: now_ms.saturating_sub(attempt.started_ms),
             },
         )];
-        let retry = task.policy.retries(outcome) && attempt.attempt < task.policy.max_attempts;
+        let retry = over_budget.is_none()
+            && task.policy.retries(outcome)
+            && attempt.attempt < task.policy.max_attempts;
         if !retry {
             task.finish(outcome, result.clone(), reason, now_ms)?;
             events.push((
@@ -248,6 +270,9 @@ impl Engine {
             next_seq: last_seq + 1,
             output_bytes: 0,
             stopped: None,
+            process_group: attempt.process_group.clone(),
+            usage: attempt.usage.clone(),
+            over_budget: None,
         });
         self.inner.live.insert(cell.clone());
         // The resumed attempt holds a running slot like any other.

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ids::{SessionId, TaskId};
+use crate::usage::{AttemptUsage, UsageTotals};
 
 /// Where a task stands. Terminal states never change again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -148,6 +149,12 @@ pub struct Policy {
     pub attempt_timeout_secs: u64,
     pub queue_timeout_secs: Option<u64>,
     pub long_hold_warn_secs: u64,
+    /// The task's token budget across attempts (`usage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// The task's cost budget in US dollars across attempts (`usage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
 }
 
 impl Default for Policy {
@@ -159,6 +166,8 @@ impl Default for Policy {
             attempt_timeout_secs: 1800,
             queue_timeout_secs: None,
             long_hold_warn_secs: 600,
+            max_tokens: None,
+            max_cost_usd: None,
         }
     }
 }
@@ -172,6 +181,9 @@ pub const MAX_ATTEMPTS: u32 = 100;
 /// Upper bound of a policy's durations in seconds (attempt timeout, queue
 /// timeout, long-hold warning): seven days.
 pub const MAX_POLICY_SECS: u64 = 7 * 86_400;
+
+/// Upper bound of a cost budget in US dollars.
+pub const MAX_COST_USD: f64 = 1_000_000.0;
 
 impl Policy {
     /// Fills the fields a request left out from `defaults`.
@@ -196,6 +208,8 @@ impl Policy {
             long_hold_warn_secs: overrides
                 .long_hold_warn_secs
                 .unwrap_or(defaults.long_hold_warn_secs),
+            max_tokens: overrides.max_tokens.or(defaults.max_tokens),
+            max_cost_usd: overrides.max_cost_usd.or(defaults.max_cost_usd),
         }
     }
 
@@ -233,6 +247,10 @@ pub struct PolicyOverrides {
     pub queue_timeout_secs: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub long_hold_warn_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
 }
 
 impl PolicyOverrides {
@@ -270,6 +288,14 @@ impl PolicyOverrides {
             0,
             MAX_POLICY_SECS,
         )?;
+        check("max_tokens", self.max_tokens, 1, u64::MAX)?;
+        if let Some(cost) = self.max_cost_usd
+            && !(cost > 0.0 && cost <= MAX_COST_USD)
+        {
+            return Err(format!(
+                "policy.max_cost_usd must be more than 0 and at most {MAX_COST_USD}, not {cost}"
+            ));
+        }
         if self.retry_on.as_ref().is_some_and(|on| on.len() > 2) {
             return Err("policy.retry_on lists at most failed and blocked".to_owned());
         }
@@ -333,6 +359,9 @@ pub struct Task {
     pub result: Option<TaskResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the task's closed attempts used, added up (`usage`).
+    #[serde(default, skip_serializing_if = "UsageTotals::is_zero")]
+    pub usage: UsageTotals,
     pub created_ms: u64,
     pub updated_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -367,6 +396,7 @@ impl Task {
             attempt: 0,
             result: None,
             reason: None,
+            usage: UsageTotals::default(),
             created_ms: now_ms,
             updated_ms: now_ms,
             finished_ms: None,
@@ -444,6 +474,9 @@ pub struct AttemptRecord {
     /// started, so that recovery can stop what is left of it after a crash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_group: Option<ProcessGroupMark>,
+    /// What the attempt's worker reported it used (`usage`).
+    #[serde(default, skip_serializing_if = "AttemptUsage::is_empty")]
+    pub usage: AttemptUsage,
 }
 
 /// A process group as recorded with its attempt: its id, its leader's start
@@ -497,6 +530,8 @@ mod tests {
             attempt_timeout_secs: Some(MAX_POLICY_SECS),
             queue_timeout_secs: Some(1),
             long_hold_warn_secs: Some(0),
+            max_tokens: Some(u64::MAX),
+            max_cost_usd: Some(MAX_COST_USD),
         };
         assert!(at_the_bounds.validate().is_ok());
         let too_long = PolicyOverrides {
@@ -526,8 +561,20 @@ mod tests {
                 retry_on: Some(vec![RetryOn::Failed; 3]),
                 ..PolicyOverrides::default()
             },
+            PolicyOverrides {
+                max_tokens: Some(0),
+                ..PolicyOverrides::default()
+            },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        for cost in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_COST_USD * 2.0] {
+            let bad = PolicyOverrides {
+                max_cost_usd: Some(cost),
+                ..PolicyOverrides::default()
+            };
+            let message = bad.validate().unwrap_err();
+            assert!(message.starts_with("policy.max_cost_usd"), "{message}");
         }
     }
 
@@ -660,6 +707,8 @@ mod tests {
                 attempt_timeout_secs: attempt,
                 queue_timeout_secs: queue,
                 long_hold_warn_secs: warn,
+                max_tokens: None,
+                max_cost_usd: None,
             };
             match overrides.validate() {
                 Ok(()) => {

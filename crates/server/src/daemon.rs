@@ -188,6 +188,8 @@ pub fn engine_config(config: &Config) -> EngineConfig {
                 .collect(),
             attempt_timeout_secs: d.attempt_timeout_secs,
             long_hold_warn_secs: d.long_hold_warn_secs,
+            max_tokens: d.max_tokens,
+            max_cost_usd: d.max_cost_usd,
             ..Policy::default()
         },
         max_running: config.limits.max_running as usize,

@@ -19,8 +19,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use swarmd_engine::Engine;
+use swarmd_engine::budget::BudgetLimit;
 use swarmd_engine::metrics::Histogram;
 use swarmd_engine::task::{AttemptOutcome, TaskStatus};
+use swarmd_engine::usage::UsageTotals;
 use swarmd_output_store::SqliteDb;
 
 /// Every metric name starts with this.
@@ -125,6 +127,9 @@ struct EngineSnapshot {
     blobs_swept: u64,
     blob_bytes_swept: u64,
     output_budget_refusals: u64,
+    /// Tokens and cost workers reported, by (agent, model).
+    usage: Vec<((String, String), UsageTotals)>,
+    budget_stops: [(BudgetLimit, u64); 2],
     queued: usize,
     running: usize,
     live: usize,
@@ -148,12 +153,75 @@ impl EngineSnapshot {
             blobs_swept: stats.blobs_swept.load(Relaxed),
             blob_bytes_swept: stats.blob_bytes_swept.load(Relaxed),
             output_budget_refusals: stats.output_budget_refusals.load(Relaxed),
+            usage: stats.usage.by_agent_model(),
+            budget_stops: [
+                (
+                    BudgetLimit::Tokens,
+                    stats.usage.budget_stops_tokens.load(Relaxed),
+                ),
+                (
+                    BudgetLimit::Cost,
+                    stats.usage.budget_stops_cost.load(Relaxed),
+                ),
+            ],
             queued,
             running,
             live: engine.live_tasks(),
             sessions_connected,
             draining: engine.is_draining(),
         }
+    }
+}
+
+impl EngineSnapshot {
+    /// Tokens by kind and cost by agent and model, and budget stops.
+    fn encode_usage(&self, encoder: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+        {
+            let mut family = encoder.encode_descriptor(
+                "tokens",
+                "Tokens workers reported since start, by agent, model and kind (input, output, cache_read, cache_write)",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((agent, model), totals) in &self.usage {
+                for (kind, value) in [
+                    ("input", totals.input_tokens),
+                    ("output", totals.output_tokens),
+                    ("cache_read", totals.cache_read_tokens),
+                    ("cache_write", totals.cache_write_tokens),
+                ] {
+                    let labels = [
+                        ("agent", agent.as_str()),
+                        ("model", model.as_str()),
+                        ("kind", kind),
+                    ];
+                    ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+                }
+            }
+        }
+        {
+            let mut family = encoder.encode_descriptor(
+                "cost_usd",
+                "Cost in US dollars workers reported since start, by agent and model",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((agent, model), totals) in &self.usage {
+                let labels = [("agent", agent.as_str()), ("model", model.as_str())];
+                ConstCounter::new(totals.cost_usd).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "budget_stops",
+            "Attempts stopped, or tasks not started again, because the task passed policy.max_tokens (tokens) or policy.max_cost_usd (cost)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (limit, count) in self.budget_stops {
+            let labels = [("limit", limit.as_str())];
+            ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -338,6 +406,7 @@ impl Collector for EngineSnapshot {
             "Output writes refused because their attempt's output budget was spent",
             self.output_budget_refusals,
         )?;
+        self.encode_usage(&mut encoder)?;
         histogram(
             &mut encoder,
             "dispatch_latency_seconds",

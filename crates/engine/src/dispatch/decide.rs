@@ -39,8 +39,8 @@ impl Engine {
         cell: &Arc<TaskCell>,
         p: Prepared,
         mut outcome: AttemptOutcome,
-        result: Option<TaskResult>,
-        reason: Option<String>,
+        mut result: Option<TaskResult>,
+        mut reason: Option<String>,
     ) {
         let task_id = p.ctx.id.task;
         let now_ms = self.inner.clock.now_ms();
@@ -48,16 +48,26 @@ impl Engine {
         let (agent, retry_after, terminal, done) = {
             let mut state = cell.lock();
             let mut record = None;
+            let mut over_budget = None;
             if let Some(run) = state.run.as_mut().filter(|r| r.attempt == p.ctx.id.n) {
                 run.open = false;
+                over_budget = run.over_budget.take();
                 record = Some(AttemptRecord {
                     finished_ms: Some(now_ms),
+                    process_group: None,
                     ..run.open_record(task_id)
                 });
+            }
+            if let Some(rec) = &record {
+                state.task.usage.add(&rec.usage.totals);
             }
             let already_terminal = state.task.status().is_terminal();
             if already_terminal {
                 outcome = AttemptOutcome::Cancelled;
+            } else if let Some(over) = &over_budget {
+                // Past a budget the attempt fails, whatever its worker did.
+                (outcome, result, reason) =
+                    (AttemptOutcome::Failed, None, Some(over.reason.clone()));
             }
             let mut events = Vec::new();
             let session = state.task.session;
@@ -73,6 +83,7 @@ impl Engine {
             ));
             let policy = &state.task.policy;
             let retry = !already_terminal
+                && over_budget.is_none()
                 && !self.is_draining()
                 && policy.retries(outcome)
                 && p.ctx.id.n < policy.max_attempts;

@@ -25,7 +25,7 @@ use crate::live::{RunState, TaskCell, lease_until};
 use crate::outcome::Stopped;
 use crate::spawn::{Attempt, Ctx, SpawnerAdapter, Worker, WorkerCredential, WorkerError};
 use crate::store::WriteOp;
-use crate::task::{AttemptOutcome, AttemptRecord, ProcessGroupMark, SpawnerKind, TaskStatus};
+use crate::task::{AttemptOutcome, ProcessGroupMark, SpawnerKind, TaskStatus};
 
 mod decide;
 mod resume;
@@ -128,6 +128,13 @@ impl Engine {
                 (p.kind, p.allow_subtasks)
             });
         let verbs = crate::worker_api::worker_verbs(allow_subtasks);
+        if let Some(over) = state.task.policy.budget_spent(&state.task.usage) {
+            // Earlier attempts spent the budget: no attempt starts again.
+            drop(state);
+            self.inner.stats.usage.budget_stop(over.limit);
+            self.fail_unrunnable(cell, over.reason);
+            return None;
+        }
         let attempt = match state.task.start_attempt(now_ms) {
             Ok(a) => a,
             Err(_) => return None,
@@ -161,6 +168,9 @@ impl Engine {
             next_seq: 1,
             output_bytes: 0,
             stopped: None,
+            process_group: None,
+            usage: Default::default(),
+            over_budget: None,
         };
         let record = run.open_record(state.task.id);
         let mut ops = Vec::with_capacity(3);
@@ -224,14 +234,12 @@ impl Engine {
         let Some(cell) = self.inner.live.get(&id.task) else {
             return;
         };
-        let state = cell.lock();
-        let Some(run) = state.run.as_ref().filter(|r| r.attempt == id.n && r.open) else {
+        let mut state = cell.lock();
+        let Some(run) = state.run.as_mut().filter(|r| r.attempt == id.n && r.open) else {
             return;
         };
-        let record = AttemptRecord {
-            process_group: Some(group),
-            ..run.open_record(id.task)
-        };
+        run.process_group = Some(group);
+        let record = run.open_record(id.task);
         // Queued under the task's lock, so the attempt's end is written after it.
         self.inner
             .bus
@@ -338,9 +346,14 @@ impl Engine {
         };
         // Stop the worker and wait for it, bounded, so nothing outlives the
         // attempt. The layers see only the cancel: keep the reason for them.
-        if let Joined::Stopped(stopped) = &outcome
+        let mut outcome = outcome;
+        if let Joined::Stopped(stopped) = &mut outcome
             && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == p.ctx.id.n)
         {
+            if run.over_budget.is_some() {
+                // The engine cancelled the attempt itself, over budget.
+                *stopped = Stopped::OverBudget;
+            }
             run.stopped = Some(*stopped);
         }
         worker_cancel.cancel();

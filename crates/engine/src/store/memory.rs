@@ -371,6 +371,7 @@ mod tests {
             reason: None,
             finished_ms: None,
             process_group: None,
+            usage: Default::default(),
         };
         write(
             store,

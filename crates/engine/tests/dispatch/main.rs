@@ -2,6 +2,7 @@
 //! stores: outcomes, retries, leases, cancel, queueing, late writes and
 //! recovery (`restart`). Timers run on paused tokio time.
 
+mod budget;
 mod restart;
 mod waiting;
 

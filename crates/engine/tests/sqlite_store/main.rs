@@ -62,6 +62,7 @@ fn attempt(task_id: TaskId, attempt: u32, outcome: Option<AttemptOutcome>) -> At
         reason: outcome.map(|o| format!("ended {}", o.as_str())),
         finished_ms: outcome.map(|_| 10 * u64::from(attempt) + 5),
         process_group: None,
+        usage: Default::default(),
     }
 }
 

@@ -44,7 +44,7 @@ pub use worktree::{KeepWorktree, WorktreeConfig};
 
 /// The whole configuration (docs/configuration.md). Built by `Config::load`; every
 /// section has defaults, so an empty file is a valid configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// `[server]`: the listener.

@@ -172,7 +172,7 @@ pub enum RetryOutcome {
 }
 
 /// `[defaults]`: the task policy used where a task does not set its own.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DefaultsConfig {
     /// Attempts per task, the first included.
@@ -184,6 +184,13 @@ pub struct DefaultsConfig {
     /// Seconds after which a running attempt emits `long_hold_warn` (and again
     /// at each further multiple).
     pub long_hold_warn_secs: u64,
+    /// A task's token budget across its attempts (input plus output); none
+    /// when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// A task's cost budget in US dollars across its attempts; none when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
 }
 
 impl Default for DefaultsConfig {
@@ -193,6 +200,8 @@ impl Default for DefaultsConfig {
             retry_on: vec![RetryOutcome::Failed],
             attempt_timeout_secs: 1800,
             long_hold_warn_secs: 600,
+            max_tokens: None,
+            max_cost_usd: None,
         }
     }
 }

@@ -114,6 +114,22 @@ fn file_then_env_then_flags_later_wins() {
     assert_eq!(config.store.backend, StoreBackend::Memory);
 }
 
+/// Budgets in `[defaults]` (or the environment) become the engine's
+/// default policy; unset, tasks have none.
+#[test]
+fn budget_defaults_reach_the_engine_policy() {
+    let fixture = Fixture::new("[defaults]\nmax_tokens = 5000\n");
+    let env = [("SWARMD_DEFAULTS__MAX_COST_USD", "2.5")];
+    let config = fixture.load(&env, &Overrides::default()).unwrap();
+    let policy = crate::daemon::engine_config(&config).defaults;
+    assert_eq!(
+        (policy.max_tokens, policy.max_cost_usd),
+        (Some(5000), Some(2.5))
+    );
+    let unset = crate::daemon::engine_config(&Config::default()).defaults;
+    assert_eq!((unset.max_tokens, unset.max_cost_usd), (None, None));
+}
+
 #[test]
 fn state_directory_is_the_default_state_dir_first_path_only() {
     let env = Environment::from_pairs([("STATE_DIRECTORY", "/var/lib/swarmd:/var/lib/other")]);
@@ -224,6 +240,10 @@ fn invalid_values_are_refused_with_the_key() {
             "store.memory_keep_finished",
         ),
         ("[defaults]\nmax_attempts = 0\n", "defaults.max_attempts"),
+        ("[defaults]\nmax_tokens = 0\n", "defaults.max_tokens"),
+        ("[defaults]\nmax_cost_usd = 0.0\n", "defaults.max_cost_usd"),
+        ("[defaults]\nmax_cost_usd = -2.5\n", "defaults.max_cost_usd"),
+        ("[defaults]\nmax_cost_usd = nan\n", "defaults.max_cost_usd"),
         ("[server]\nbase_url = \"ftp://x\"\n", "server.base_url"),
         ("[senior]\nagent = \"ghost\"\n", "senior.agent"),
         (

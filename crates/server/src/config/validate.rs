@@ -6,7 +6,7 @@ use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use swarmd_engine::task::{MAX_ATTEMPTS, MAX_POLICY_SECS};
+use swarmd_engine::task::{MAX_ATTEMPTS, MAX_COST_USD, MAX_POLICY_SECS};
 
 use super::Config;
 use super::agent::{Agent, AgentKind, MAX_TOOL_TIMEOUT_SECS};
@@ -63,6 +63,17 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
         1,
         MAX_POLICY_SECS,
     )?;
+    if let Some(tokens) = defaults.max_tokens {
+        range("defaults.max_tokens", tokens, 1, u64::MAX)?;
+    }
+    if let Some(cost) = defaults.max_cost_usd
+        && !(cost > 0.0 && cost <= MAX_COST_USD)
+    {
+        return Err(invalid(
+            "defaults.max_cost_usd",
+            format!("must be more than 0 and at most {MAX_COST_USD}, not {cost}"),
+        ));
+    }
     range("ws.ping_secs", config.ws.ping_secs, 1, 3600)?;
     range("ws.park_max", config.ws.park_max.into(), 1, 1_000_000)?;
     // Clients drop a call silent for long: progress comes at least every 10 s.

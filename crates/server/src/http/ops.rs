@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use swarmd_engine::ErrorCode;
 use swarmd_engine::gate::Verb;
+use swarmd_engine::usage::UsageTotals;
 
 use crate::app::AppState;
 use crate::http::auth::Caller;
@@ -81,6 +82,8 @@ struct Status {
     store: StoreStatus,
     draining: bool,
     counts: Counts,
+    /// Tokens and cost workers reported since start, by agent.
+    usage: std::collections::BTreeMap<String, UsageTotals>,
 }
 
 #[derive(Debug, Serialize)]
@@ -134,5 +137,6 @@ async fn status(State(state): State<AppState>, caller: Caller) -> Result<Json<St
                 .load(std::sync::atomic::Ordering::Relaxed),
             tasks_finished: Value::Object(finished),
         },
+        usage: stats.usage.by_agent(),
     }))
 }

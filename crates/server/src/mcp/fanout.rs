@@ -103,7 +103,8 @@ pub(super) struct SpawnArgs {
     #[serde(default)]
     layers: Vec<String>,
     /// Policy overrides: max_attempts, retry_on, retry_backoff_ms,
-    /// attempt_timeout_secs, queue_timeout_secs, long_hold_warn_secs.
+    /// attempt_timeout_secs, queue_timeout_secs, long_hold_warn_secs,
+    /// max_tokens, max_cost_usd.
     #[serde(default)]
     policy: Option<Map<String, Value>>,
     /// Retrying with the same key returns the task the first call created.

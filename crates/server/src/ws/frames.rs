@@ -129,8 +129,8 @@ pub enum ClientFrame {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
-    /// Creates a task owned by this session.
-    SpawnTask(SpawnTaskFrame),
+    /// Creates a task owned by this session (boxed: the largest frame).
+    SpawnTask(Box<SpawnTaskFrame>),
     /// Cancels a task this session owns.
     CancelTask { req_id: ReqId, task_id: TaskId },
     /// Streams a task's events from `after_seq` (absent: from now on).

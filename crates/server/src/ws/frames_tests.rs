@@ -178,7 +178,7 @@ fn client_snapshots() -> Vec<(ClientFrame, Value)> {
             json!({"type": "hook_ack", "req_id": "hook-1", "ok": false, "reason": "not now"}),
         ),
         (
-            ClientFrame::SpawnTask(SpawnTaskFrame {
+            ClientFrame::SpawnTask(Box::new(SpawnTaskFrame {
                 req_id: req("c-1"),
                 agent: "echo".into(),
                 prompt: "hi".into(),
@@ -191,7 +191,7 @@ fn client_snapshots() -> Vec<(ClientFrame, Value)> {
                     ..PolicyOverrides::default()
                 }),
                 delegate: true,
-            }),
+            })),
             json!({"type": "spawn_task", "req_id": "c-1", "agent": "echo", "prompt": "hi",
                    "system": "be brief", "input": [1], "metadata": {"k": "v"}, "layers": ["main_ai"],
                    "policy": {"max_attempts": 2}, "delegate": true}),

@@ -96,7 +96,7 @@ impl Reader<'_> {
             Err(frame) => *frame,
         };
         match frame {
-            ClientFrame::SpawnTask(spawn) => self.forward(Op::Spawn(Box::new(spawn))).await,
+            ClientFrame::SpawnTask(spawn) => self.forward(Op::Spawn(spawn)).await,
             ClientFrame::CancelTask { req_id, task_id } => {
                 self.forward(Op::Cancel { req_id, task_id }).await;
             }

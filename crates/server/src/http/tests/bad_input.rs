@@ -340,3 +340,44 @@ async fn arbitrary_task_bodies_are_accepted_or_refused_with_a_4xx() {
     }
     still_alive(&api).await;
 }
+
+/// Budgets are positive: a zero, negative, huge or mistyped `max_tokens` or
+/// `max_cost_usd` is a 400 naming the field, and a valid one is kept.
+#[tokio::test]
+async fn budget_policy_fields_are_bounded() {
+    let api = Api::start().await;
+    let post = |policy: serde_json::Value| {
+        let body = json!({"agent": "echo", "prompt": "p", "policy": policy});
+        api.post("/v1/tasks", &api.admin).json(&body).send()
+    };
+    for (policy, field) in [
+        (json!({"max_tokens": 0}), "max_tokens"),
+        (json!({"max_tokens": -1}), "max_tokens"),
+        (json!({"max_tokens": "many"}), "max_tokens"),
+        (json!({"max_cost_usd": 0}), "max_cost_usd"),
+        (json!({"max_cost_usd": -0.5}), "max_cost_usd"),
+        (json!({"max_cost_usd": 1e300}), "max_cost_usd"),
+        (json!({"max_cost_usd": "1.0"}), "max_cost_usd"),
+    ] {
+        let body = expect_error(post(policy.clone()).await.unwrap(), 400, "bad_request").await;
+        let message = body["error"].as_str().unwrap_or_default();
+        assert!(message.contains(field), "{policy}: {body}");
+    }
+    let response = post(json!({"max_tokens": 5000, "max_cost_usd": 0.25}))
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let created: serde_json::Value = response.json().await.unwrap();
+    let path = format!("/v1/tasks/{}", created["task_id"].as_str().unwrap());
+    let task: serde_json::Value = api
+        .get(&path, &api.admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(task["policy"]["max_tokens"], 5000, "{task}");
+    assert_eq!(task["policy"]["max_cost_usd"], 0.25, "{task}");
+    still_alive(&api).await;
+}

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use swarmd_output_store::OutputEvent;
 
-use super::usage::{ModelUsage, Usage};
+use super::usage::{ModelUsage, Tally, Tokens, Usage};
 use super::{CliFormat, Unmapped, bounded, content_text, partial, progress, shape, summarize};
 use super::{NOTE_CHARS, preview, required_str};
 
@@ -19,6 +19,8 @@ pub(super) struct Claude {
     /// `stream_event` lines (`--include-partial-messages`), counted: the
     /// `assistant` messages repeat their text whole.
     stream_events: u64,
+    /// Tokens of the `assistant` messages so far, for running usage notes.
+    tally: Tally,
 }
 
 #[derive(Deserialize)]
@@ -31,8 +33,7 @@ struct Init {
 #[derive(Deserialize)]
 struct Assistant {
     message: AssistantMessage,
-    #[serde(rename = "session_id")]
-    _session_id: String,
+    session_id: String,
     #[serde(default)]
     error: Option<String>,
     /// Set on a sub-agent's messages: the tool call that started it.
@@ -43,6 +44,13 @@ struct Assistant {
 #[derive(Deserialize)]
 struct AssistantMessage {
     content: Vec<Value>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    /// Read apart, so a usage of another shape costs only the running note.
+    #[serde(default)]
+    usage: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -130,7 +138,13 @@ impl Claude {
     ) -> Result<(), Unmapped> {
         match kind {
             "system" => system(line, out),
-            "assistant" => assistant(shape(line)?, out),
+            "assistant" => {
+                let message: Assistant = shape(line)?;
+                let running = self.count(&message);
+                assistant(message, out)?;
+                out.extend(running);
+                Ok(())
+            }
             "user" => user(shape(line)?, out),
             "result" => {
                 result(shape(line)?, out);
@@ -142,6 +156,24 @@ impl Claude {
             }
             other => Err(Unmapped::Unknown(other.to_owned())),
         }
+    }
+
+    /// Counts the message's usage; a running `usage` note when it grew.
+    fn count(&mut self, message: &Assistant) -> Option<OutputEvent> {
+        let m = &message.message;
+        let id = m.id.as_deref()?;
+        let usage: TokenUsage = serde_json::from_value(m.usage.clone()?).ok()?;
+        let tokens = Tokens {
+            input: usage.input_tokens,
+            output: usage.output_tokens,
+            cache_read: usage.cache_read_input_tokens.unwrap_or(0),
+            cache_write: usage.cache_creation_input_tokens.unwrap_or(0),
+        };
+        let model = m.model.as_deref().unwrap_or("unknown");
+        self.tally.count(id, model, tokens).then(|| {
+            self.tally
+                .event(CliFormat::Claude, Some(&message.session_id))
+        })
     }
 
     pub(super) fn finish(&mut self, out: &mut Vec<OutputEvent>) {

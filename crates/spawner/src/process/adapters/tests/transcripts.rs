@@ -12,22 +12,32 @@ use crate::process::output::read_stdout;
 #[test]
 fn claude_run_maps_text_tools_usage_and_result() {
     let events = run(CliFormat::Claude, fixture!("claude-tool-run.jsonl"));
+    // Running notes: each assistant message once, at its largest usage.
+    let running = |input: u64, output: u64| {
+        format!(
+            r#"P usage | {{"cli":"claude","session_id":"5b0c2f9e-8f7a-4d0e-9a51-2d7c7c1b9e10","input_tokens":{input},"output_tokens":{output},"cache_read_tokens":0,"cache_write_tokens":0,"models":{{"claude-sonnet-4-5":{{"input_tokens":{input},"output_tokens":{output}}}}}}}"#
+        )
+    };
     let usage = r#"{"cli":"claude","session_id":"5b0c2f9e-8f7a-4d0e-9a51-2d7c7c1b9e10","turns":3,"input_tokens":3202,"output_tokens":144,"cache_read_tokens":1800,"cache_write_tokens":0,"cost_usd":0.0421,"duration_ms":18342,"models":{"claude-haiku-4-5":{"input_tokens":300,"output_tokens":20,"cost_usd":0.003},"claude-sonnet-4-5":{"input_tokens":2902,"output_tokens":124,"cost_usd":0.0391}}}"#;
     assert_eq!(
         events,
         vec![
             "P init | session 5b0c2f9e-8f7a-4d0e-9a51-2d7c7c1b9e10, model claude-sonnet-4-5, claude code 2.1.197".to_owned(),
             "T I'll run the tests first.".to_owned(),
+            running(812, 9),
             "P Bash | cargo test -p demo".to_owned(),
+            running(812, 41),
             "P tool_result | ok: test sum::adds ... FAILED\ntest result: FAILED. 1 passed; 1 failed".to_owned(),
             "P thinking | The loop stops one short of the end.".to_owned(),
             "P Edit | /srv/repo/src/lib.rs".to_owned(),
+            running(1802, 101),
             "P tool_result | ok: The file /srv/repo/src/lib.rs has been updated.".to_owned(),
             format!(
                 "P unknown:rate_limit_event | {}",
                 bounded(fixture!("claude-tool-run.jsonl").lines().nth(6).unwrap(), 200)
             ),
             "T Fixed the off-by-one in `sum`; both tests pass.".to_owned(),
+            running(2902, 115),
             format!("P usage | {usage}"),
             "F true \"Fixed the off-by-one in `sum`; both tests pass.\"".to_owned(),
         ]
@@ -53,13 +63,14 @@ fn claude_without_a_login_ends_with_a_failed_final() {
 #[test]
 fn claude_error_subtypes_fail_with_their_errors() {
     let events = run(CliFormat::Claude, fixture!("claude-max-turns.jsonl"));
+    assert!(events[2].starts_with(r#"P usage | {"cli":"claude","session_id":"9e1d0a55-1111-4c3b-8a00-5f7e6d5c4b3a","input_tokens":700,"output_tokens":20,"#));
     assert_eq!(
-        events[2],
+        events[3],
         "P tool_result | error: make: *** No rule to make target 'check'.  Stop."
     );
-    assert!(events[3].starts_with(r#"P usage | {"cli":"claude","session_id":"9e1d0a55-1111-4c3b-8a00-5f7e6d5c4b3a","turns":1,"input_tokens":700,"output_tokens":20,"#));
-    assert_eq!(events[4], "F false \"Reached maximum number of turns (1)\"");
-    assert_eq!(events.len(), 5);
+    assert!(events[4].starts_with(r#"P usage | {"cli":"claude","session_id":"9e1d0a55-1111-4c3b-8a00-5f7e6d5c4b3a","turns":1,"input_tokens":700,"output_tokens":20,"#));
+    assert_eq!(events[5], "F false \"Reached maximum number of turns (1)\"");
+    assert_eq!(events.len(), 6);
 }
 
 #[test]

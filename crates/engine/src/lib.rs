@@ -22,6 +22,7 @@ pub mod auth;
 mod bus;
 mod cancel;
 pub mod clock;
+pub mod continuation;
 mod create;
 mod dispatch;
 mod engine;

@@ -230,9 +230,14 @@ pub struct ConnectionArgs {
 pub enum TaskCommand {
     /// Create a task and print the answer as JSON.
     Spawn {
-        /// The agent to run.
-        #[arg(long)]
-        agent: String,
+        /// The agent to run; with `--continue-from`, the previous task's
+        /// when left out.
+        #[arg(long, required_unless_present = "continue_from")]
+        agent: Option<String>,
+        /// A finished task (T-…) of the same agent to continue: the new
+        /// task resumes its CLI session and starts from its worktree branch.
+        #[arg(long, value_name = "TASK_ID")]
+        continue_from: Option<TaskId>,
         /// The prompt; `-` reads it from stdin.
         #[arg(long)]
         prompt: String,

@@ -14,6 +14,7 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
     let answer = match args.command {
         TaskCommand::Spawn {
             agent,
+            continue_from,
             prompt,
             system,
             input,
@@ -29,7 +30,8 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
                 prompt
             };
             let request = SpawnRequest {
-                agent,
+                agent: agent.unwrap_or_default(),
+                continue_from,
                 prompt,
                 system,
                 input,

@@ -177,6 +177,8 @@ impl ClientFrame {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpawnTaskFrame {
     pub req_id: ReqId,
+    /// May be left out with `continue_from`: the previous task's agent.
+    #[serde(default)]
     pub agent: String,
     pub prompt: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -193,6 +195,9 @@ pub struct SpawnTaskFrame {
     /// session as a `spawn` frame.
     #[serde(default)]
     pub delegate: bool,
+    /// The finished task this one continues (docs/tasks.md, Continuations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continue_from: Option<TaskId>,
 }
 
 fn yes() -> bool {

@@ -165,10 +165,12 @@ fn client_snapshots() -> Vec<(ClientFrame, Value)> {
                     ..PolicyOverrides::default()
                 }),
                 delegate: true,
+                continue_from: Some(task()),
             }),
             json!({"type": "spawn_task", "req_id": "c-1", "agent": "echo", "prompt": "hi",
                    "system": "be brief", "input": [1], "metadata": {"k": "v"}, "layers": ["main_ai"],
-                   "policy": {"max_attempts": 2}, "delegate": true}),
+                   "policy": {"max_attempts": 2}, "delegate": true,
+                   "continue_from": task().to_string()}),
         ),
         (
             ClientFrame::CancelTask {

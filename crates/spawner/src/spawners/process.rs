@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use swarmd_engine::continuation::Resume;
 use swarmd_engine::ids::WorkerId;
-use swarmd_engine::task::ProcessGroupMark;
+use swarmd_engine::task::{ProcessGroupMark, Task};
 use swarmd_engine::{Attempt, AttemptHost, SpawnError, SpawnerAdapter, Worker, WorkerError};
 use swarmd_output_store::OutputEvent;
 use tokio::sync::mpsc;
@@ -15,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 use super::forward::{CHANNEL, forward};
 use super::task_of;
 use crate::process::{Exited, ProcessError, ProcessRunner, RunVars, RunningChild, StreamMode};
-use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees};
+use crate::worktree::{
+    AttemptWorktree, PriorWork, WorktreeError, WorktreeSpec, Worktrees, open_continued,
+};
 
 /// Producer name of the events this spawner appends.
 const PRODUCER: &str = "process";
@@ -56,6 +59,7 @@ impl SpawnerAdapter for ProcessSpawner {
             host,
         } = attempt;
         let task = task_of(&*host).await?;
+        let prior = prior_work(&task);
         let vars = RunVars {
             base_url: self.base_url.clone(),
             task_id: ctx.id.task.to_string(),
@@ -63,10 +67,12 @@ impl SpawnerAdapter for ProcessSpawner {
             agent: ctx.agent,
             worker_handle: credential.handle().to_owned(),
             prompt: task.prompt,
+            continued_from: task.continued_from.map(|id| id.to_string()),
+            resume_session: task.resume.and_then(|resume| resume.session_id),
         };
         let worktree = match &self.worktree {
             Some((trees, spec)) => Some(
-                AttemptWorktree::open(Arc::clone(trees), spec, &vars.task_id, vars.attempt)
+                self.open_worktree(&*host, trees, spec, &vars, prior.as_ref())
                     .await
                     .map_err(|e| SpawnError::Failed(format!("worktree: {e}")))?,
             ),
@@ -101,6 +107,54 @@ impl SpawnerAdapter for ProcessSpawner {
             worktree,
         }))
     }
+}
+
+impl ProcessSpawner {
+    /// The attempt's worktree: from `base`, or for a continuation from the
+    /// continued task's branch, with a progress note when that is gone.
+    async fn open_worktree(
+        &self,
+        host: &dyn AttemptHost,
+        trees: &Arc<Worktrees>,
+        spec: &WorktreeSpec,
+        vars: &RunVars,
+        prior: Option<&PriorWork>,
+    ) -> Result<AttemptWorktree, WorktreeError> {
+        let trees = Arc::clone(trees);
+        let Some(prior) = prior else {
+            return AttemptWorktree::open(trees, spec, &vars.task_id, vars.attempt).await;
+        };
+        let (worktree, fell_back) =
+            open_continued(trees, spec, &vars.task_id, vars.attempt, prior).await?;
+        if let Some(note) = fell_back {
+            let note = OutputEvent::Progress {
+                stage: "worktree".to_owned(),
+                note: Some(note),
+            };
+            if let Err(error) = host.record_output(PRODUCER, vec![note]).await {
+                tracing::debug!(%error, "worktree note not recorded");
+            }
+        }
+        Ok(worktree)
+    }
+}
+
+/// Where a continuation's worktree starts: the continued task's last
+/// attempt's branch (named by its `worktree` artifact, else by the rule
+/// every attempt's branch is named by).
+fn prior_work(task: &Task) -> Option<PriorWork> {
+    let from = task.continued_from?;
+    let resume = task.resume.as_ref()?;
+    if resume.attempt == 0 {
+        return None;
+    }
+    Some(PriorWork {
+        branch: resume
+            .branch
+            .clone()
+            .unwrap_or_else(|| Resume::branch_of(from, resume.attempt)),
+        head: resume.head.clone(),
+    })
 }
 
 #[derive(Debug)]

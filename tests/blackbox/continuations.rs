@@ -2,8 +2,9 @@
 //! real `git`: a stand-in Claude CLI with a worktree commits a file and
 //! reports its session; a task continuing it gets the session in its
 //! environment and argv, starts on the first task's head, and shows the
-//! chain. The CLI and the MCP `spawn` tool take `continue_from` too, and
-//! bad continuations are refused with their codes.
+//! chain. The CLI and the MCP `spawn` tool take `continue_from` too, bad
+//! continuations are refused with their codes, and a delegated
+//! continuation's `spawn` frame names the SubAgent session to resume.
 
 use std::path::Path;
 use std::process::{Command as StdCommand, Stdio};
@@ -15,7 +16,8 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Value, json};
 use tokio::process::Command;
 
-use crate::daemon::{Swarmd, repo_root};
+use crate::daemon::{Swarmd, delegate_frame, repo_root};
+use crate::harness::parts;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
@@ -287,4 +289,59 @@ async fn the_cli_and_the_mcp_spawn_tool_take_continue_from() {
         serde_json::from_str(refused["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(body["code"], "bad_request", "{body}");
     client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_delegated_continuation_names_the_subagent_session_in_its_spawn_frame() {
+    let sw = Swarmd::new("").start().await;
+    let main_ai = sw.login(json!({"roles": ["main-ai"]})).await;
+    let mut ws = sw.connect(&main_ai).await;
+    ws.send(delegate_frame("r-1", "researcher", "look")).await;
+    let spawn = ws.recv_type("spawn").await;
+    assert!(spawn.get("continued_from").is_none(), "{spawn}");
+    let first = spawn["task_id"].as_str().unwrap().to_owned();
+    let handle = spawn["worker_handle"].as_str().unwrap().to_owned();
+    // The SubAgent reports its session as a CLI adapter's usage note would.
+    let usage = json!({"type": "progress", "stage": "usage",
+                       "note": r#"{"session_id":"agent-7f3a"}"#});
+    for (path, body) in [
+        (
+            format!("/v1/worker/output?task_id={first}"),
+            usage.to_string(),
+        ),
+        (
+            format!("/v1/worker/submit?task_id={first}"),
+            "\"found it\"".into(),
+        ),
+    ] {
+        let (status, answer) = parts(
+            sw.http
+                .post(sw.url(&path))
+                .bearer_auth(&handle)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{path}: {answer}");
+    }
+    assert_eq!(sw.finished(&first).await["status"], "pass");
+
+    ws.send(
+        json!({"type": "spawn_task", "req_id": "r-2", "continue_from": first,
+                   "prompt": "now the tests", "delegate": true}),
+    )
+    .await;
+    let spawn = ws.recv_type("spawn").await;
+    assert_eq!(spawn["agent"], "researcher", "{spawn}");
+    assert_eq!(spawn["continued_from"], first.as_str(), "{spawn}");
+    assert_eq!(spawn["resume_session"], "agent-7f3a", "{spawn}");
+    let directive = spawn["directive"].as_str().unwrap();
+    assert!(
+        directive.contains(&format!("continues swarmd task {first}"))
+            && directive.contains("`agent-7f3a`"),
+        "{directive}"
+    );
 }

@@ -68,6 +68,10 @@ pub struct SpawnFrame {
     pub directive: String,
     pub base_url: String,
     pub lease_deadline_ms: u64,
+    /// The finished task the attempt's task continues, and the session it
+    /// resumes (docs/tasks.md, Continuations).
+    pub continued_from: Option<TaskId>,
+    pub resume_session: Option<String>,
 }
 
 /// A MainAI's reply to a `spawn` frame.

@@ -25,6 +25,8 @@ fn spawn(req_id: &str) -> Outgoing {
             directive: String::new(),
             base_url: String::new(),
             lease_deadline_ms: 0,
+            continued_from: None,
+            resume_session: None,
         },
     }))
 }

@@ -28,6 +28,8 @@ async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
         directive: String::new(),
         base_url: String::new(),
         lease_deadline_ms: 0,
+        continued_from: None,
+        resume_session: None,
     };
     let channel = registry.session(&old.sid).unwrap().spawn_channel.unwrap();
     let receipt = channel.spawn(frame).await.unwrap();
@@ -89,6 +91,8 @@ async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
         directive: String::new(),
         base_url: String::new(),
         lease_deadline_ms: 0,
+        continued_from: None,
+        resume_session: None,
     };
     let moving = registry
         .login(&harness.engine, roles(&["mover"]))

@@ -333,6 +333,8 @@ async fn bridge_requests_park_and_complete_by_req_id() {
         directive: String::new(),
         base_url: String::new(),
         lease_deadline_ms: 0,
+        continued_from: None,
+        resume_session: None,
     };
     let channel = info.spawn_channel.clone().unwrap();
     let receipt = channel.spawn(frame).await.unwrap();
@@ -385,6 +387,8 @@ async fn a_deleted_session_closes_its_socket_and_fails_its_waiters() {
         directive: String::new(),
         base_url: String::new(),
         lease_deadline_ms: 0,
+        continued_from: None,
+        resume_session: None,
     };
     assert!(matches!(
         channel.spawn(frame).await,

@@ -36,6 +36,12 @@ pub enum ServerFrame {
         base_url: String,
         /// The attempt's lease deadline (unix ms).
         deadline: u64,
+        /// The finished task this attempt's task continues.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        continued_from: Option<TaskId>,
+        /// The SubAgent session to resume, read from that task's last attempt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume_session: Option<String>,
     },
     /// A senior question; answered by `answer`.
     Ask {
@@ -218,6 +224,8 @@ impl ServerFrame {
             directive: frame.directive.clone(),
             base_url: frame.base_url.clone(),
             deadline: frame.lease_deadline_ms,
+            continued_from: frame.continued_from,
+            resume_session: frame.resume_session.clone(),
         }
     }
 

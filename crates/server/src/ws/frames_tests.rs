@@ -33,11 +33,14 @@ fn server_snapshots() -> Vec<(ServerFrame, Value)> {
                 directive: "Launch one SubAgent".into(),
                 base_url: "http://127.0.0.1:7700".into(),
                 deadline: 1_700_000_000_000,
+                continued_from: Some(task()),
+                resume_session: Some("sess-1".into()),
             },
             json!({"type": "spawn", "req_id": "spawn-1", "task_id": TASK, "agent": "reviewer",
                    "attempt": 1, "capability_token": "swc1.k.p.t", "worker_handle": "wh-00",
                    "worker": {"subagent_type": "code-reviewer"}, "directive": "Launch one SubAgent",
-                   "base_url": "http://127.0.0.1:7700", "deadline": 1_700_000_000_000u64}),
+                   "base_url": "http://127.0.0.1:7700", "deadline": 1_700_000_000_000u64,
+                   "continued_from": TASK, "resume_session": "sess-1"}),
         ),
         (
             ServerFrame::Ask {
@@ -292,6 +295,8 @@ fn the_spawn_frame_carries_the_credential_and_binding() {
         directive: "do it".into(),
         base_url: "http://h:1".into(),
         lease_deadline_ms: 5,
+        continued_from: None,
+        resume_session: None,
     };
     let json = serde_json::to_value(ServerFrame::spawn("spawn-9", &frame)).unwrap();
     assert_eq!(

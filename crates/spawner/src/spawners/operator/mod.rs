@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::operator::{OperatorRoute, SessionDirectory, SpawnChannel, SpawnFrame};
 
+use directive::continuation_line;
 pub use directive::render_directive;
 use worker::OperatorWorker;
 
@@ -100,13 +101,21 @@ pub async fn delegate(
         host,
     } = attempt;
     let binding = target.binding();
-    let directive = render_directive(
+    let mut directive = render_directive(
         &ctx.agent,
         binding.as_ref(),
         ctx.id,
         credential.handle(),
         base_url,
     );
+    let task = host
+        .task()
+        .await
+        .map_err(|e| SpawnError::Failed(format!("cannot read the task: {e}")))?;
+    let resume_session = task.resume.and_then(|resume| resume.session_id);
+    if let Some(from) = task.continued_from {
+        directive.push_str(&continuation_line(from, resume_session.as_deref()));
+    }
     let frame = SpawnFrame {
         attempt: ctx.id,
         agent: ctx.agent,
@@ -115,6 +124,8 @@ pub async fn delegate(
         directive,
         base_url: base_url.trim_end_matches('/').to_owned(),
         lease_deadline_ms: ctx.lease_deadline_ms,
+        continued_from: task.continued_from,
+        resume_session,
     };
     let receipt = channel.spawn(frame).await?;
     Ok(Box::new(OperatorWorker {

@@ -36,7 +36,7 @@ pub use child::{ProcessRunner, RunningChild};
 pub use env::{EnvVar, HostEnv};
 pub use launch::Supervisor;
 pub use leftover::GroupIdentity;
-pub use resume::RESUME_SESSION;
+pub use resume::{RESUME_ARGS, RESUME_SESSION};
 pub use supervise::Exited;
 
 /// Default cap on a child's stdout (docs/tasks.md, Process agents).

@@ -1,30 +1,41 @@
 //! What a continuation's child is told (docs/tasks.md, Continuations): its
-//! arguments with `{resume_session}` filled in, and the
+//! arguments with `{resume_session}` filled in and `resume_args` added, and the
 //! `SWARM_CONTINUED_FROM` and `SWARM_RESUME_SESSION` variables.
 
 use super::{ProcessSpec, RunVars};
 
 /// The placeholder an argument names the resumed session with.
 pub const RESUME_SESSION: &str = "{resume_session}";
+/// An argument that is exactly this stands for `resume_args`.
+pub const RESUME_ARGS: &str = "{resume_args}";
 
-/// The child's arguments: `args` with the placeholder replaced by the
-/// session, then `resume_args` likewise; without a session, every argument
-/// of `args` holding the placeholder is left out and `resume_args` are not
-/// added.
+/// The child's arguments. With a session: `args` with the placeholder
+/// replaced by it, `resume_args` (likewise) spliced in where an argument
+/// `{resume_args}` stands, else appended. Without one: `args` less every
+/// argument holding the placeholder and the `{resume_args}` one.
 pub(super) fn args_of(spec: &ProcessSpec, vars: &RunVars) -> Vec<String> {
-    match &vars.resume_session {
-        Some(session) => spec
+    let Some(session) = &vars.resume_session else {
+        return spec
             .args
             .iter()
-            .chain(&spec.resume_args)
-            .map(|arg| arg.replace(RESUME_SESSION, session))
-            .collect(),
-        None => spec
-            .args
-            .iter()
-            .filter(|arg| !arg.contains(RESUME_SESSION))
+            .filter(|arg| !arg.contains(RESUME_SESSION) && *arg != RESUME_ARGS)
             .cloned()
-            .collect(),
+            .collect();
+    };
+    let fill = |arg: &String| arg.replace(RESUME_SESSION, session);
+    let resume = spec.resume_args.iter().map(fill);
+    if spec.args.iter().any(|arg| arg == RESUME_ARGS) {
+        let mut args = Vec::with_capacity(spec.args.len() + spec.resume_args.len());
+        for arg in &spec.args {
+            if arg == RESUME_ARGS {
+                args.extend(resume.clone());
+            } else {
+                args.push(fill(arg));
+            }
+        }
+        args
+    } else {
+        spec.args.iter().map(fill).chain(resume).collect()
     }
 }
 
@@ -77,6 +88,18 @@ mod tests {
                 ("SWARM_RESUME_SESSION", "S-1".to_owned())
             ]
         );
+    }
+
+    #[test]
+    fn resume_args_go_where_their_placeholder_stands() {
+        let mut codex = ProcessSpec::new("codex");
+        codex.args = vec!["exec".into(), RESUME_ARGS.into(), "--json".into()];
+        codex.resume_args = vec!["resume".into(), RESUME_SESSION.into(), "-".into()];
+        assert_eq!(
+            args_of(&codex, &vars(Some("th-1"))),
+            ["exec", "resume", "th-1", "-", "--json"]
+        );
+        assert_eq!(args_of(&codex, &vars(None)), ["exec", "--json"]);
     }
 
     #[test]

@@ -176,6 +176,7 @@ mod tests {
             ("idempotency_conflict", 409),
             ("socket_attached", 409),
             ("task_terminal", 410),
+            ("task_not_finished", 409),
             ("handle_expired", 410),
             ("payload_too_large", 413),
             ("output_budget_exceeded", 413),

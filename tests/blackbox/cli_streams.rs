@@ -3,7 +3,11 @@
 //! stdin, and replays a recorded transcript (tests/fixtures/cli-streams,
 //! named by the prompt) as a process agent with `stream = "claude"`,
 //! `"codex"` or `"gemini"`; the task's output and result are read back over
-//! HTTP. Where a CLI is installed, its help must still list those flags.
+//! HTTP. The real CLIs, installed by `scripts/llm-clis-env.sh`, must still
+//! take every argument the shipped example agents pass them.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
@@ -171,55 +175,92 @@ async fn each_cli_transcript_ends_with_its_final_partials_and_progress() {
     assert_eq!(view["status"], "blocked", "{view}");
 }
 
-/// The flags docs/agents-cli.md gives each CLI, and the help that lists them.
-const FLAGS: [(&str, &[&str], &[&str]); 3] = [
-    (
-        "claude",
-        &["--help"],
-        &["-p, --print", "--output-format", "stream-json", "--verbose"],
-    ),
-    ("codex", &["exec", "--help"], &["--json"]),
-    ("gemini", &["--help"], &["--output-format", "stream-json"]),
-];
+/// The real CLIs at the versions the adapters were written against,
+/// installed once per test run by `scripts/llm-clis-env.sh` (a no-op once
+/// they are in the tools cache): the directory holding their executables.
+/// If the install fails, the test fails and says why; it is never skipped.
+fn installed_clis() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let script = repo_root().join("scripts/llm-clis-env.sh");
+        let output = std::process::Command::new("bash")
+            .arg(&script)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "{} failed:\n{}",
+                script.display(),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        Ok(PathBuf::from(
+            String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+        ))
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("the LLM CLIs are not available: {e}"))
+}
 
-/// Where a CLI is installed (on the test's `PATH`), its help still lists the
-/// flags the docs give it. A CLI that is not installed is skipped, by name.
+/// The shipped example agent of each CLI (config/swarmd.toml): its program
+/// is the real CLI, and every argument it passes, flag or value, is still in
+/// the help of that CLI (of its subcommand, for `codex exec`), so a person
+/// who switches the example on gets a command line the CLI takes.
 #[tokio::test]
-async fn installed_clis_still_take_the_documented_flags() {
+async fn the_example_agents_flags_exist_in_the_real_clis() {
+    let bin = installed_clis();
+    let text = std::fs::read_to_string(repo_root().join("config/swarmd.toml")).unwrap();
+    let config: toml::Table = toml::from_str(&text).unwrap();
     let home = tempfile::tempdir().unwrap();
-    for (cli, args, flags) in FLAGS {
-        let Some(program) = on_path(cli) else {
-            eprintln!("{cli} is not on PATH: its flags are not checked");
-            continue;
-        };
-        let run = tokio::process::Command::new(&program)
-            .args(args)
+    for cli in ["claude", "codex", "gemini"] {
+        let agent = &config["agents"][cli];
+        assert_eq!(agent["program"].as_str(), Some(cli), "{agent}");
+        assert_eq!(agent["stream"].as_str(), Some(cli), "{agent}");
+        assert_eq!(agent["enabled"].as_bool(), Some(false), "{agent}");
+        let args: Vec<&str> = agent["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        // Leading words name a subcommand, whose own help lists its flags.
+        let subcommand: Vec<&str> = args
+            .iter()
+            .copied()
+            .take_while(|a| !a.starts_with('-'))
+            .collect();
+        let run = tokio::process::Command::new(bin.join(cli))
+            .args(&subcommand)
+            .arg("--help")
             .env("HOME", home.path())
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)
             .output();
         let out = tokio::time::timeout(std::time::Duration::from_secs(60), run)
             .await
-            .unwrap_or_else(|_| panic!("{cli} {args:?} did not answer within 60 s"))
+            .unwrap_or_else(|_| panic!("{cli} {subcommand:?} --help did not answer within 60 s"))
             .unwrap();
+        assert!(out.status.success(), "{cli} {subcommand:?} --help: {out:?}");
         let help = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        for flag in flags {
+        for arg in &args[subcommand.len()..] {
             assert!(
-                help.contains(flag),
-                "{} {args:?} no longer lists {flag}:\n{help}",
-                program.display()
+                help.contains(arg),
+                "{cli} {subcommand:?} --help no longer lists {arg}:\n{help}"
             );
         }
+        // The stand-in above replays the adapter's transcripts with the
+        // streaming flags; the example passes the same ones.
+        let streaming: &[&str] = match cli {
+            "claude" => &["-p", "--output-format", "stream-json", "--verbose"],
+            "codex" => &["exec", "--json"],
+            _ => &["--output-format", "stream-json"],
+        };
+        for flag in streaming {
+            assert!(args.contains(flag), "{cli} example lacks {flag}: {args:?}");
+        }
     }
-}
-
-fn on_path(name: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
 }

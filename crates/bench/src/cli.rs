@@ -45,6 +45,12 @@ pub(crate) struct TargetArgs {
     /// --capacity (`idle-capacity --queued` sets it to 1).
     #[arg(skip)]
     pub max_running: Option<u32>,
+    /// Give the spawned daemon a process agent `worktree` that runs each
+    /// attempt in a git worktree of a generated repository of N files (and
+    /// writes one file there, which swarmd commits at the attempt's end):
+    /// `http --agent worktree` then measures worktree attempts end to end.
+    #[arg(long, value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub worktree_files: Option<u32>,
     /// RUST_LOG of the spawned daemon.
     #[arg(long, value_name = "FILTER", global = true, default_value = "warn")]
     pub daemon_log: String,

@@ -25,7 +25,12 @@ pub(crate) struct Capacity {
 
 /// The TOML for a daemon whose files live under `dir` (its state in
 /// `dir/state`, its Lua script in `dir/echo.lua`).
-pub(crate) fn daemon_config(dir: &Path, store: StoreKind, capacity: Capacity) -> String {
+pub(crate) fn daemon_config(
+    dir: &Path,
+    store: StoreKind,
+    capacity: Capacity,
+    worktree_repo: Option<&Path>,
+) -> String {
     let Capacity {
         max_running,
         park_max,
@@ -37,6 +42,20 @@ pub(crate) fn daemon_config(dir: &Path, store: StoreKind, capacity: Capacity) ->
     };
     let state = toml_string(&dir.join("state").display().to_string());
     let script = toml_string(&dir.join(LUA_SCRIPT_FILE).display().to_string());
+    let worktree = match worktree_repo {
+        Some(repo) => format!(
+            r#"
+[agents.worktree]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", "echo \"$SWARM_TASK_ID\" > bench.txt"]
+stdin = "none"
+worktree = {{ repo = {}, base = "HEAD", keep = "never" }}
+"#,
+            toml_string(&repo.display().to_string())
+        ),
+        None => String::new(),
+    };
     format!(
         r#"# Written by swarmd-bench.
 [server]
@@ -69,7 +88,7 @@ program = "/bin/cat"
 [agents.lua]
 kind = "lua"
 script = {script}
-"#
+{worktree}"#
     )
 }
 
@@ -92,6 +111,7 @@ mod tests {
                 max_running: 123_456,
                 park_max: 654_321,
             },
+            Some(Path::new("/tmp/repo")),
         );
         assert!(text.contains("backend = \"sqlite\""), "{text}");
         assert!(text.contains("synchronous = \"normal\""), "{text}");
@@ -108,7 +128,18 @@ mod tests {
                 max_running: 1,
                 park_max: 1,
             },
+            None,
         );
         assert!(memory.contains("backend = \"memory\""), "{memory}");
+        assert!(!memory.contains("[agents.worktree]"), "{memory}");
+        // The worktree agent's table parses, with the repository given.
+        let parsed: toml::Table = toml::from_str(&text).unwrap();
+        let agent = &parsed["agents"]["worktree"];
+        assert_eq!(
+            agent["worktree"]["repo"].as_str(),
+            Some("/tmp/repo"),
+            "{text}"
+        );
+        assert_eq!(agent["program"].as_str(), Some("/bin/sh"), "{text}");
     }
 }

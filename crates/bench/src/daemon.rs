@@ -81,6 +81,7 @@ impl SpawnedDaemon {
         binary: &Path,
         store: StoreKind,
         capacity: Capacity,
+        worktree_files: Option<u32>,
         log_filter: &str,
     ) -> anyhow::Result<SpawnedDaemon> {
         let dir = tempfile::Builder::new()
@@ -88,7 +89,14 @@ impl SpawnedDaemon {
             .tempdir()
             .context("cannot create a temp directory")?;
         let config = dir.path().join("swarmd.toml");
-        std::fs::write(&config, daemon_config(dir.path(), store, capacity))?;
+        let repo = match worktree_files {
+            Some(files) => Some(make_repo(&dir.path().join("repo"), files).await?),
+            None => None,
+        };
+        std::fs::write(
+            &config,
+            daemon_config(dir.path(), store, capacity, repo.as_deref()),
+        )?;
         std::fs::write(dir.path().join(LUA_SCRIPT_FILE), LUA_SCRIPT)?;
 
         #[allow(
@@ -204,6 +212,45 @@ fn read_token(path: &Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the admin token {}", path.display()))?;
     Ok(text.trim().to_owned())
+}
+
+/// A git repository at `dir` with one commit of `files` small files, spread
+/// over directories of 100, for the `worktree` agent.
+async fn make_repo(dir: &Path, files: u32) -> anyhow::Result<PathBuf> {
+    for n in 0..files {
+        let sub = dir.join(format!("d{:04}", n / 100));
+        if n % 100 == 0 {
+            std::fs::create_dir_all(&sub)?;
+        }
+        std::fs::write(sub.join(format!("f{n}.txt")), format!("file {n}\n"))?;
+    }
+    let git = |args: &'static [&'static str]| {
+        let dir = dir.to_owned();
+        async move {
+            let out = Command::new("git")
+                .args([
+                    "-c",
+                    "user.name=bench",
+                    "-c",
+                    "user.email=bench@swarmd.invalid",
+                ])
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .await
+                .context("cannot run git")?;
+            anyhow::ensure!(
+                out.status.success(),
+                "git {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            anyhow::Ok(())
+        }
+    };
+    git(&["init", "-q", "-b", "main"]).await?;
+    git(&["add", "-A"]).await?;
+    git(&["commit", "-q", "-m", "bench repository"]).await?;
+    Ok(dir.to_owned())
 }
 
 #[cfg(test)]

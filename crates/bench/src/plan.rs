@@ -266,8 +266,14 @@ impl Running {
                     max_running: args.max_running.unwrap_or(args.capacity),
                     park_max: args.capacity,
                 };
-                let daemon =
-                    SpawnedDaemon::start(binary, store, capacity, &args.daemon_log).await?;
+                let daemon = SpawnedDaemon::start(
+                    binary,
+                    store,
+                    capacity,
+                    args.worktree_files,
+                    &args.daemon_log,
+                )
+                .await?;
                 eprintln!(
                     "swarmd-bench: started {} [{}] at {}, pid {}, admin token {}",
                     binary.display(),

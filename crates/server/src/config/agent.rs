@@ -32,6 +32,10 @@ pub struct Agent {
     /// How long a call of the agent's tool waits for the task, in seconds;
     /// unset: `MAX_TOOL_TIMEOUT_SECS`.
     pub tool_timeout_secs: Option<u64>,
+    /// Whether the daemon runs this agent. A disabled agent is parsed, so a
+    /// mistyped key is still an error, and then dropped before the agent's
+    /// program, script or repository is checked (docs/configuration.md).
+    pub enabled: bool,
     /// How the work is run.
     pub kind: AgentKind,
     /// The agents_dir file this agent was read from; `None` for `[agents.NAME]`.
@@ -253,6 +257,8 @@ enum KindName {
 #[serde(deny_unknown_fields)]
 struct RawAgent {
     kind: Option<KindName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    enabled: Option<bool>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     layers: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -396,6 +402,7 @@ impl TryFrom<RawAgent> for Agent {
             input_schema: raw.input_schema,
             expose_as_tool: raw.expose_as_tool,
             tool_timeout_secs: raw.tool_timeout_secs,
+            enabled: raw.enabled.unwrap_or(true),
             kind,
             origin: None,
         })
@@ -412,6 +419,7 @@ impl From<Agent> for RawAgent {
             input_schema: agent.input_schema,
             expose_as_tool: agent.expose_as_tool,
             tool_timeout_secs: agent.tool_timeout_secs,
+            enabled: Some(false).filter(|_| !agent.enabled),
             ..RawAgent::default()
         };
         match agent.kind {

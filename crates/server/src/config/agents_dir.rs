@@ -147,6 +147,7 @@ pub fn parse_agent_file(path: &Path, text: &str) -> Result<(String, Agent), Conf
         input_schema: front.input_schema,
         expose_as_tool: front.expose_as_tool,
         tool_timeout_secs: front.tool_timeout_secs,
+        enabled: true,
         kind: AgentKind::Operator(OperatorAgent {
             operator_role: front.operator_role,
             worker_binding: Some(worker_binding),

@@ -250,6 +250,7 @@ fn resolve(config: &mut Config, env: &Environment) -> Result<(), ConfigError> {
             config.agents.insert(name, agent);
         }
     }
+    config.agents.retain(|_, agent| agent.enabled);
     for (name, agent) in &mut config.agents {
         match &mut agent.kind {
             AgentKind::Process(process) => {

@@ -517,3 +517,30 @@ fn resume_args_load_print_back_and_belong_to_process_agents_only() {
         "{error}"
     );
 }
+
+#[test]
+fn a_disabled_agent_is_parsed_then_dropped_before_its_checks() {
+    let text = "[agents.off]\nenabled = false\nkind = \"process\"\n\
+                program = \"/nonexistent/cli\"\n\n\
+                [agents.on]\nkind = \"process\"\nprogram = \"/bin/sh\"\n";
+    let fixture = Fixture::new(text);
+    let config = fixture.load(&[], &Overrides::default()).unwrap();
+    assert!(!config.agents.contains_key("off"));
+    assert!(config.agents["on"].enabled);
+
+    // Switched on from the environment, its program is checked again.
+    let err = fixture
+        .load(
+            &[("SWARMD_AGENTS__OFF__ENABLED", "true")],
+            &Overrides::default(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/cli"), "{err}");
+
+    // A mistyped key is refused even in a disabled agent.
+    let typo = Fixture::new(
+        "[agents.off]\nenabled = false\nkind = \"process\"\nprogram = \"x\"\nprogam = \"y\"\n",
+    );
+    let err = typo.load(&[], &Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("progam"), "{err}");
+}

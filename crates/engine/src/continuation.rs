@@ -8,9 +8,8 @@
 //! last `usage` progress note (a JSON object with `session_id`), else from
 //! the first `init` note (`session <id>, …` or `thread <id>`); the branch
 //! and head from the `worktree` artifact the worktree module records. Only
-//! the last [`SCAN`] records are searched for the first two and the first
-//! [`SCAN`] for the `init` note, so the read is bounded whatever the
-//! attempt wrote.
+//! the last 64 records are searched for the first two and the first 64 for
+//! the `init` note, so the read is bounded whatever the attempt wrote.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

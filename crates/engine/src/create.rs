@@ -1,6 +1,6 @@
 //! Task creation (docs/tasks.md, Tasks): validation, the parent's depth, sub-tasks of
-//! a worker behind its attempt's fence, idempotency keys, the durable
-//! record, and admission.
+//! a worker behind its attempt's fence, continuations (`continuation`),
+//! idempotency keys, the durable record, and admission.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

@@ -1,8 +1,9 @@
 //! Continuations (docs/tasks.md, Continuations) with the real binary and
 //! real `git`: a stand-in Claude CLI with a worktree commits a file and
 //! reports its session; a task continuing it gets the session in its
-//! environment and argv, starts on the first task's head, and shows the
-//! chain. The CLI and the MCP `spawn` tool take `continue_from` too, bad
+//! environment and argv, starts on the first task's head (its branch, or
+//! the head recorded in its artifact once the branch is deleted), and
+//! shows the chain. The CLI and the MCP `spawn` tool take `continue_from` too, bad
 //! continuations are refused with their codes, and a delegated
 //! continuation's `spawn` frame names the SubAgent session to resume.
 
@@ -180,6 +181,36 @@ async fn a_continuation_resumes_the_session_on_the_previous_branch() {
         .find(|t| t["id"] == second.as_str())
         .expect("the continuation is listed");
     assert_eq!(row["continued_from"], first.as_str(), "{row}");
+}
+
+#[tokio::test]
+async fn with_its_branch_deleted_a_continuation_starts_from_the_recorded_head() {
+    let sw = daemon().await;
+    let first = first_task(&sw).await;
+    let repo = sw.dir().join("repo");
+    let branch = format!("swarmd/{first}-1");
+    let head = git(&repo, &["rev-parse", &branch]);
+    git(&repo, &["branch", "-D", "-q", &branch]);
+
+    let second = spawn(&sw, json!({"continue_from": first, "prompt": "second"})).await;
+    let done = sw.finished(&second).await;
+    assert_eq!(done["status"], "pass", "{done}\n{}", sw.log());
+    let saw = seen(&sw, &second);
+    assert_eq!(
+        (saw[3].as_str(), saw[4].as_str()),
+        ("first=yes", format!("base={head}").as_str()),
+        "{saw:?}"
+    );
+    let notes: Vec<Value> = sw
+        .output(&second)
+        .await
+        .into_iter()
+        .filter(|r| r["event"]["stage"] == "worktree")
+        .collect();
+    assert!(
+        notes.is_empty(),
+        "the head was there: no fallback note {notes:?}"
+    );
 }
 
 #[tokio::test]

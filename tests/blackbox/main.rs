@@ -14,6 +14,7 @@ mod budget;
 mod chaos;
 mod children;
 mod cli_streams;
+mod continuations;
 mod daemon;
 mod harness;
 mod http_api;

@@ -1,6 +1,6 @@
 //! Task creation (docs/tasks.md, Tasks): validation, the parent's depth, sub-tasks of
-//! a worker behind its attempt's fence, idempotency keys, the durable
-//! record, and admission.
+//! a worker behind its attempt's fence, continuations (`continuation`),
+//! idempotency keys, the durable record, and admission.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -8,6 +8,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use crate::Engine;
+use crate::continuation::Resume;
 use crate::engine::wait_commit;
 use crate::error::EngineError;
 use crate::event::Event;
@@ -23,10 +24,11 @@ const MAX_IDEMPOTENCY_KEY: usize = 256;
 impl Engine {
     /// Creates a task, makes it durable, and queues it. Returns once the
     /// task is acknowledged; its run never depends on the caller.
-    pub async fn create_task(&self, spec: TaskSpec) -> Result<Task, EngineError> {
+    pub async fn create_task(&self, mut spec: TaskSpec) -> Result<Task, EngineError> {
         if self.is_draining() {
             return Err(EngineError::Draining);
         }
+        let resume = self.continuing(&mut spec, None).await?;
         let depth = match spec.parent {
             Some(parent) => {
                 let parent = self
@@ -37,7 +39,7 @@ impl Engine {
             }
             None => 0,
         };
-        self.create(spec, depth).await
+        self.create(spec, depth, resume).await
     }
 
     /// Creates a sub-task for the worker `parent` authenticates: a write of
@@ -61,10 +63,18 @@ impl Engine {
         };
         spec.parent = Some(parent.attempt.task);
         spec.session = session;
-        self.create(spec, depth + 1).await
+        let resume = self
+            .continuing(&mut spec, Some(parent.attempt.task))
+            .await?;
+        self.create(spec, depth + 1, resume).await
     }
 
-    async fn create(&self, spec: TaskSpec, depth: u32) -> Result<Task, EngineError> {
+    async fn create(
+        &self,
+        spec: TaskSpec,
+        depth: u32,
+        resume: Option<Resume>,
+    ) -> Result<Task, EngineError> {
         validate_spec(&spec)?;
         let profile = self.inner.resolver.profile(&spec.agent, &spec.layers)?;
         self.inner
@@ -80,7 +90,8 @@ impl Engine {
         let policy = Policy::resolve(&spec.policy, &self.inner.config.defaults);
         let now = self.inner.clock.now_ms();
         let key = spec.idempotency_key.clone();
-        let task = Task::new(id, spec, policy, depth, now);
+        let mut task = Task::new(id, spec, policy, depth, now);
+        task.resume = resume;
         let cell = TaskCell::with_key(task.clone(), key.clone());
         match &key {
             Some(key) => {
@@ -209,11 +220,17 @@ fn same_request(task: &Task, retry: &Task) -> bool {
         && task.parent == retry.parent
         && task.session == retry.session
         && task.operator_sid == retry.operator_sid
+        && task.continued_from == retry.continued_from
         && task.policy == retry.policy
 }
 
 fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {
-    if spec.agent.is_empty() || spec.agent.len() > MAX_AGENT_NAME {
+    if spec.agent.is_empty() {
+        return Err(EngineError::BadRequest(
+            "agent is required unless continue_from names a task".into(),
+        ));
+    }
+    if spec.agent.len() > MAX_AGENT_NAME {
         return Err(EngineError::BadRequest(format!(
             "agent must be 1 to {MAX_AGENT_NAME} bytes"
         )));

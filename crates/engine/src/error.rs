@@ -30,6 +30,11 @@ pub enum EngineError {
     IdempotencyConflict,
     #[error("task is terminal")]
     TaskTerminal,
+    #[error("task {task} is {status}: only a finished task can be continued")]
+    TaskNotFinished {
+        task: crate::ids::TaskId,
+        status: crate::task::TaskStatus,
+    },
     #[error("worker handle expired")]
     HandleExpired,
     #[error("spawn depth {depth} exceeds the limit {limit}")]
@@ -63,6 +68,7 @@ impl EngineError {
             EngineError::IdempotencyConflict => ErrorCode::IdempotencyConflict,
             EngineError::TaskTerminal | EngineError::Transition(_) => ErrorCode::TaskTerminal,
             EngineError::HandleExpired => ErrorCode::HandleExpired,
+            EngineError::TaskNotFinished { .. } => ErrorCode::TaskNotFinished,
             EngineError::Draining => ErrorCode::Draining,
             EngineError::OutputBudgetExceeded { .. } => ErrorCode::OutputBudgetExceeded,
             EngineError::Spawn(_) | EngineError::Store(_) => ErrorCode::Internal,

@@ -70,6 +70,8 @@ error_codes! {
     SocketAttached = "socket_attached" => 409,
     /// The task is over.
     TaskTerminal = "task_terminal" => 410,
+    /// `continue_from` names a task that is not finished yet.
+    TaskNotFinished = "task_not_finished" => 409,
     /// A worker handle past its expiry.
     HandleExpired = "handle_expired" => 410,
     /// A body over `limits.max_body_bytes`.
@@ -174,6 +176,7 @@ mod tests {
             ("idempotency_conflict", 409),
             ("socket_attached", 409),
             ("task_terminal", 410),
+            ("task_not_finished", 409),
             ("handle_expired", 410),
             ("payload_too_large", 413),
             ("output_budget_exceeded", 413),

@@ -23,6 +23,7 @@ pub mod budget;
 mod bus;
 mod cancel;
 pub mod clock;
+pub mod continuation;
 mod create;
 mod dispatch;
 mod engine;

@@ -327,6 +327,9 @@ pub struct TaskSpec {
     pub operator_sid: Option<SessionId>,
     /// A retry with the same key returns the task the first call created.
     pub idempotency_key: Option<String>,
+    /// The finished task this one continues (docs/tasks.md, Continuations);
+    /// `agent` may then be empty, meaning that task's.
+    pub continue_from: Option<TaskId>,
 }
 
 /// A task as stored and served.
@@ -352,6 +355,12 @@ pub struct Task {
     /// The session its operator attempts are pinned to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_sid: Option<SessionId>,
+    /// The finished task this one continues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_from: Option<TaskId>,
+    /// What its attempts resume from `continued_from`, read at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<crate::continuation::Resume>,
     status: TaskStatus,
     /// The current attempt; 0 before the first.
     pub attempt: u32,
@@ -392,6 +401,8 @@ impl Task {
             depth,
             session: spec.session,
             operator_sid: spec.operator_sid,
+            continued_from: spec.continue_from,
+            resume: None,
             status: TaskStatus::Queued,
             attempt: 0,
             result: None,

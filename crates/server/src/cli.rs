@@ -225,41 +225,51 @@ pub struct ConnectionArgs {
     pub config: ConfigArgs,
 }
 
+/// `swarmd task spawn`'s flags, boxed in [`TaskCommand`] so the enum stays
+/// small.
+#[derive(Debug, Clone, Args)]
+pub struct SpawnArgs {
+    /// The agent to run; with `--continue-from`, the previous task's
+    /// when left out.
+    #[arg(long, required_unless_present = "continue_from")]
+    pub agent: Option<String>,
+    /// A finished task (T-…) of the same agent to continue: the new
+    /// task resumes its CLI session and starts from its worktree branch.
+    #[arg(long, value_name = "TASK_ID")]
+    pub continue_from: Option<TaskId>,
+    /// The prompt; `-` reads it from stdin.
+    #[arg(long)]
+    pub prompt: String,
+    /// A system prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Structured input, as JSON.
+    #[arg(long, value_name = "JSON", value_parser = parse_json)]
+    pub input: Option<Value>,
+    /// A hint layer for this task (repeatable).
+    #[arg(long = "layer", value_name = "LAYER")]
+    pub layers: Vec<String>,
+    /// Free-form metadata kept with the task, as JSON.
+    #[arg(long, value_name = "JSON", value_parser = parse_json)]
+    pub metadata: Option<Value>,
+    /// Policy fields that override the configured defaults, as JSON
+    /// (e.g. `{"max_attempts": 3, "attempt_timeout_secs": 600}`).
+    #[arg(long, value_name = "JSON", value_parser = parse_json)]
+    pub policy: Option<Value>,
+    /// Sent as `Idempotency-Key`: running the command again with the same
+    /// key and request answers with the same task.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// Wait up to SECS for the task to finish and print the finished task.
+    #[arg(long, value_name = "SECS")]
+    pub wait: Option<u64>,
+}
+
 /// The task verbs.
 #[derive(Debug, Clone, Subcommand)]
 pub enum TaskCommand {
     /// Create a task and print the answer as JSON.
-    Spawn {
-        /// The agent to run.
-        #[arg(long)]
-        agent: String,
-        /// The prompt; `-` reads it from stdin.
-        #[arg(long)]
-        prompt: String,
-        /// A system prompt.
-        #[arg(long)]
-        system: Option<String>,
-        /// Structured input, as JSON.
-        #[arg(long, value_name = "JSON", value_parser = parse_json)]
-        input: Option<Value>,
-        /// A hint layer for this task (repeatable).
-        #[arg(long = "layer", value_name = "LAYER")]
-        layers: Vec<String>,
-        /// Free-form metadata kept with the task, as JSON.
-        #[arg(long, value_name = "JSON", value_parser = parse_json)]
-        metadata: Option<Value>,
-        /// Policy fields that override the configured defaults, as JSON
-        /// (e.g. `{"max_attempts": 3, "attempt_timeout_secs": 600}`).
-        #[arg(long, value_name = "JSON", value_parser = parse_json)]
-        policy: Option<Value>,
-        /// Sent as `Idempotency-Key`: running the command again with the same
-        /// key and request answers with the same task.
-        #[arg(long, value_name = "KEY")]
-        idempotency_key: Option<String>,
-        /// Wait up to SECS for the task to finish and print the finished task.
-        #[arg(long, value_name = "SECS")]
-        wait: Option<u64>,
-    },
+    Spawn(Box<SpawnArgs>),
     /// Print a task with its attempts, as JSON.
     Get {
         /// The task id (T-…).

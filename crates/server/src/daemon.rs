@@ -359,6 +359,7 @@ fn process_spec(p: &config::ProcessAgent, kill_grace: Duration) -> ProcessSpec {
     ProcessSpec {
         program: p.program.clone(),
         args: p.args.clone(),
+        resume_args: p.resume_args.clone(),
         env,
         cwd: p.cwd.clone(),
         stdin: match p.stdin {

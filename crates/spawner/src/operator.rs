@@ -70,6 +70,10 @@ pub struct SpawnFrame {
     pub lease_deadline_ms: u64,
     /// The attempt's worktree, when its agent has one.
     pub worktree: Option<SpawnWorktree>,
+    /// The finished task the attempt's task continues, and the session it
+    /// resumes (docs/tasks.md, Continuations).
+    pub continued_from: Option<TaskId>,
+    pub resume_session: Option<String>,
 }
 
 /// The `worktree` of a `spawn` frame: where the SubAgent works and commits.

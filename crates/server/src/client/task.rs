@@ -14,8 +14,13 @@ const WAIT_MARGIN: Duration = Duration::from_secs(30);
 /// The body of `POST /v1/tasks`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SpawnRequest {
-    /// The configured agent to run.
+    /// The configured agent to run; empty with `continue_from` means the
+    /// previous task's.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub agent: String,
+    /// The finished task this one continues.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continue_from: Option<TaskId>,
     /// The task's prompt.
     pub prompt: String,
     /// Optional system prompt.

@@ -2,7 +2,7 @@
 //! talk to a running daemon over HTTP.
 
 use super::{CommandError, print};
-use crate::cli::{ConnectionArgs, McpArgs, TaskArgs, TaskCommand, WorkerArgs, exit};
+use crate::cli::{ConnectionArgs, McpArgs, SpawnArgs, TaskArgs, TaskCommand, WorkerArgs, exit};
 use crate::client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
 use crate::config::Config;
 use crate::environment::Environment;
@@ -12,24 +12,27 @@ use crate::state::{SecretSource, read_admin_secret};
 pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, CommandError> {
     let client = connect(&args.connection, env)?;
     let answer = match args.command {
-        TaskCommand::Spawn {
-            agent,
-            prompt,
-            system,
-            input,
-            layers,
-            metadata,
-            policy,
-            idempotency_key,
-            wait,
-        } => {
+        TaskCommand::Spawn(spawn) => {
+            let SpawnArgs {
+                agent,
+                continue_from,
+                prompt,
+                system,
+                input,
+                layers,
+                metadata,
+                policy,
+                idempotency_key,
+                wait,
+            } = *spawn;
             let prompt = if prompt == "-" {
                 read_stdin().await?
             } else {
                 prompt
             };
             let request = SpawnRequest {
-                agent,
+                agent: agent.unwrap_or_default(),
+                continue_from,
                 prompt,
                 system,
                 input,

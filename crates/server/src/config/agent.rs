@@ -58,8 +58,13 @@ pub enum AgentKind {
 pub struct ProcessAgent {
     /// The program to run: a path, or a name looked up in swarmd's `PATH`.
     pub program: PathBuf,
-    /// Arguments passed to the program.
+    /// Arguments passed to the program; `{resume_session}` in one is the
+    /// session a continuation resumes, and an argument holding it is left
+    /// out when there is none (docs/tasks.md, Continuations).
     pub args: Vec<String>,
+    /// Appended to `args` only when the attempt has a session to resume,
+    /// `{resume_session}` replaced by it.
+    pub resume_args: Vec<String>,
     /// The child's environment as configured: names passed through from
     /// swarmd's environment, or explicit values.
     pub env: EnvSpec,
@@ -275,6 +280,8 @@ struct RawAgent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     args: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    resume_args: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     env: Option<EnvSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cwd: Option<PathBuf>,
@@ -311,9 +318,10 @@ impl RawAgent {
                 key: "worktree",
             });
         }
-        let owners: [(&'static str, bool, &'static str); 14] = [
+        let owners: [(&'static str, bool, &'static str); 15] = [
             ("program", self.program.is_some(), "process"),
             ("args", self.args.is_some(), "process"),
+            ("resume_args", self.resume_args.is_some(), "process"),
             ("env", self.env.is_some(), "process"),
             ("cwd", self.cwd.is_some(), "process"),
             ("stdin", self.stdin.is_some(), "process"),
@@ -359,6 +367,7 @@ impl TryFrom<RawAgent> for Agent {
                         key: "program",
                     })?,
                     args: raw.args.take().unwrap_or_default(),
+                    resume_args: raw.resume_args.take().unwrap_or_default(),
                     env: raw.env.take().unwrap_or_default(),
                     resolved_env: EnvVars::default(),
                     cwd: raw.cwd.take(),
@@ -426,6 +435,7 @@ impl From<Agent> for RawAgent {
                 raw.kind = Some(KindName::Process);
                 raw.program = Some(process.program);
                 raw.args = Some(process.args).filter(|args| !args.is_empty());
+                raw.resume_args = Some(process.resume_args).filter(|args| !args.is_empty());
                 raw.env = Some(process.env).filter(|env| *env != EnvSpec::default());
                 raw.cwd = process.cwd;
                 raw.stdin = Some(process.stdin);

@@ -526,6 +526,36 @@ fn a_worktree_loads_prints_back_and_belongs_to_process_and_operator_agents() {
 }
 
 #[test]
+fn resume_args_load_print_back_and_belong_to_process_agents_only() {
+    let fixture = Fixture::new(
+        "[agents.c]\nkind = \"process\"\nprogram = \"cat\"\nargs = [\"-p\"]\n\
+         resume_args = [\"--resume\", \"{resume_session}\"]\n",
+    );
+    let config = fixture.load(&[], &Overrides::default()).unwrap();
+    let AgentKind::Process(process) = &config.agents["c"].kind else {
+        panic!("{config:?}");
+    };
+    assert_eq!(process.resume_args, ["--resume", "{resume_session}"]);
+    let printed = config.to_toml_redacted().unwrap();
+    assert!(printed.contains("resume_args"), "{printed}");
+    let reloaded = Fixture::new(&printed)
+        .load(&[], &Overrides::default())
+        .unwrap();
+    assert_eq!(reloaded.agents["c"], config.agents["c"]);
+
+    let lua =
+        Fixture::new("[agents.l]\nkind = \"lua\"\nscript = \"a.lua\"\nresume_args = [\"-r\"]\n");
+    let error = lua
+        .load(&[], &Overrides::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("key `resume_args` is not valid for an agent of kind lua"),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_disabled_agent_is_parsed_then_dropped_before_its_checks() {
     let text = "[agents.off]\nenabled = false\nkind = \"process\"\n\
                 program = \"/nonexistent/cli\"\n\n\

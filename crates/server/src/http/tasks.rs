@@ -50,6 +50,8 @@ pub(super) fn routes() -> Router<AppState> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SpawnBody {
+    /// May be left out with `continue_from`: the previous task's agent.
+    #[serde(default)]
     agent: String,
     prompt: String,
     #[serde(default)]
@@ -65,6 +67,9 @@ struct SpawnBody {
     /// Pins the task's operator attempts to this session.
     #[serde(default)]
     operator_sid: Option<SessionId>,
+    /// The finished task this one continues (docs/tasks.md, Continuations).
+    #[serde(default)]
+    continue_from: Option<TaskId>,
     #[serde(default)]
     wait_secs: Option<u64>,
 }
@@ -129,6 +134,7 @@ async fn spawn(
         layers: body.layers,
         policy: body.policy,
         operator_sid: body.operator_sid,
+        continue_from: body.continue_from,
     };
     let task = create(&state, &origin, request, key).await?;
     if let Some(secs) = wait_secs.filter(|s| *s > 0) {
@@ -154,6 +160,8 @@ pub(crate) struct NewTask {
     pub(crate) policy: PolicyOverrides,
     /// The session the task's operator attempts must go to; it must exist.
     pub(crate) operator_sid: Option<SessionId>,
+    /// The finished task this one continues; `agent` may then be empty.
+    pub(crate) continue_from: Option<TaskId>,
 }
 
 /// Creates a task for `origin`; a draining daemon refuses it.
@@ -188,6 +196,7 @@ pub(crate) async fn create(
         session: origin.session,
         operator_sid: request.operator_sid,
         idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
+        continue_from: request.continue_from,
     };
     Ok(match &origin.worker {
         Some(worker) => state.engine.create_subtask(worker, spec).await?,

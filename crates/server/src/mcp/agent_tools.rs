@@ -169,6 +169,7 @@ async fn run(
         layers: Vec::new(),
         policy: Default::default(),
         operator_sid: None,
+        continue_from: None,
     };
     let task = tasks::create(state, &origin, request, None).await?;
     tracing::debug!(agent = name, task = %task.id, "agent tool spawned its task");

@@ -38,7 +38,9 @@ pub(super) fn tools() -> Vec<Tool> {
         tool::<SpawnArgs, Spawned>(
             "spawn",
             "Start one task on an agent with a prompt (and optional input, metadata, layers, \
-             policy). Returns its task_id at once; collect the result with `wait`.",
+             policy). With continue_from = a finished task's id, the task continues that one \
+             (same agent, its session and worktree branch). Returns its task_id at once; \
+             collect the result with `wait`.",
             false,
         ),
         tool::<SpawnManyArgs, SpawnedMany>(
@@ -86,7 +88,9 @@ struct AgentInfo {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SpawnArgs {
-    /// The agent to run (see `agents`).
+    /// The agent to run (see `agents`); may be left out with
+    /// `continue_from`, meaning that task's agent.
+    #[serde(default)]
     agent: String,
     /// What the agent is asked to do.
     prompt: String,
@@ -113,6 +117,10 @@ pub(super) struct SpawnArgs {
     /// Pins the task's operator attempts to this session (`S-…`).
     #[serde(default)]
     operator_sid: Option<String>,
+    /// A finished task (`T-…`) of the same agent to continue: the new task
+    /// resumes its CLI session and starts from its worktree branch.
+    #[serde(default)]
+    continue_from: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -250,6 +258,11 @@ async fn spawn_one(
             .map(|sid| sid.parse())
             .transpose()
             .map_err(|e| ApiError::bad_request(format!("invalid operator_sid: {e}")))?,
+        continue_from: args
+            .continue_from
+            .map(|id| id.parse())
+            .transpose()
+            .map_err(|e| ApiError::bad_request(format!("invalid continue_from: {e}")))?,
     };
     let task = tasks::create(state, &origin, request, args.idempotency_key).await?;
     Ok(Spawned {

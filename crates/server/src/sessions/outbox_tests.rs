@@ -26,6 +26,8 @@ fn spawn(req_id: &str) -> Outgoing {
             base_url: String::new(),
             lease_deadline_ms: 0,
             worktree: None,
+            continued_from: None,
+            resume_session: None,
         },
     }))
 }

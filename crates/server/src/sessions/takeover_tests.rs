@@ -29,6 +29,8 @@ async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
         base_url: String::new(),
         lease_deadline_ms: 0,
         worktree: None,
+        continued_from: None,
+        resume_session: None,
     };
     let channel = registry.session(&old.sid).unwrap().spawn_channel.unwrap();
     let receipt = channel.spawn(frame).await.unwrap();
@@ -91,6 +93,8 @@ async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
         base_url: String::new(),
         lease_deadline_ms: 0,
         worktree: None,
+        continued_from: None,
+        resume_session: None,
     };
     let moving = registry
         .login(&harness.engine, roles(&["mover"]))

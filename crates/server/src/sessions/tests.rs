@@ -334,6 +334,8 @@ async fn bridge_requests_park_and_complete_by_req_id() {
         base_url: String::new(),
         lease_deadline_ms: 0,
         worktree: None,
+        continued_from: None,
+        resume_session: None,
     };
     let channel = info.spawn_channel.clone().unwrap();
     let receipt = channel.spawn(frame).await.unwrap();
@@ -387,6 +389,8 @@ async fn a_deleted_session_closes_its_socket_and_fails_its_waiters() {
         base_url: String::new(),
         lease_deadline_ms: 0,
         worktree: None,
+        continued_from: None,
+        resume_session: None,
     };
     assert!(matches!(
         channel.spawn(frame).await,

@@ -210,6 +210,8 @@ mod tests {
                 branch: branch.clone(),
                 base: "abc".into(),
             }),
+            continued_from: None,
+            resume_session: None,
         };
         let upstream: Value =
             serde_json::from_str(Dialect::Upstream.encode(&frame).as_str()).unwrap();

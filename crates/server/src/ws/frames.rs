@@ -39,6 +39,12 @@ pub enum ServerFrame {
         /// The attempt's git worktree, when its agent has one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         worktree: Option<SpawnWorktree>,
+        /// The finished task this attempt's task continues.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        continued_from: Option<TaskId>,
+        /// The SubAgent session to resume, read from that task's last attempt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume_session: Option<String>,
     },
     /// A senior question; answered by `answer`.
     Ask {
@@ -180,6 +186,8 @@ impl ClientFrame {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpawnTaskFrame {
     pub req_id: ReqId,
+    /// May be left out with `continue_from`: the previous task's agent.
+    #[serde(default)]
     pub agent: String,
     pub prompt: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,6 +204,9 @@ pub struct SpawnTaskFrame {
     /// session as a `spawn` frame.
     #[serde(default)]
     pub delegate: bool,
+    /// The finished task this one continues (docs/tasks.md, Continuations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continue_from: Option<TaskId>,
 }
 
 fn yes() -> bool {
@@ -217,6 +228,8 @@ impl ServerFrame {
             base_url: frame.base_url.clone(),
             deadline: frame.lease_deadline_ms,
             worktree: frame.worktree.clone(),
+            continued_from: frame.continued_from,
+            resume_session: frame.resume_session.clone(),
         }
     }
 

@@ -34,11 +34,14 @@ fn server_snapshots() -> Vec<(ServerFrame, Value)> {
                 base_url: "http://127.0.0.1:7700".into(),
                 deadline: 1_700_000_000_000,
                 worktree: None,
+                continued_from: Some(task()),
+                resume_session: Some("sess-1".into()),
             },
             json!({"type": "spawn", "req_id": "spawn-1", "task_id": TASK, "agent": "reviewer",
                    "attempt": 1, "capability_token": "swc1.k.p.t", "worker_handle": "wh-00",
                    "worker": {"subagent_type": "code-reviewer"}, "directive": "Launch one SubAgent",
-                   "base_url": "http://127.0.0.1:7700", "deadline": 1_700_000_000_000u64}),
+                   "base_url": "http://127.0.0.1:7700", "deadline": 1_700_000_000_000u64,
+                   "continued_from": TASK, "resume_session": "sess-1"}),
         ),
         (
             ServerFrame::Spawn {
@@ -57,6 +60,8 @@ fn server_snapshots() -> Vec<(ServerFrame, Value)> {
                     branch: "swarmd/T-1-2".into(),
                     base: "0123abcd".into(),
                 }),
+                continued_from: None,
+                resume_session: None,
             },
             json!({"type": "spawn", "req_id": "spawn-2", "task_id": TASK, "agent": "coder",
                    "attempt": 2, "capability_token": "swc1.k.p.t", "worker_handle": "wh-01",
@@ -191,10 +196,12 @@ fn client_snapshots() -> Vec<(ClientFrame, Value)> {
                     ..PolicyOverrides::default()
                 }),
                 delegate: true,
+                continue_from: Some(task()),
             })),
             json!({"type": "spawn_task", "req_id": "c-1", "agent": "echo", "prompt": "hi",
                    "system": "be brief", "input": [1], "metadata": {"k": "v"}, "layers": ["main_ai"],
-                   "policy": {"max_attempts": 2}, "delegate": true}),
+                   "policy": {"max_attempts": 2}, "delegate": true,
+                   "continue_from": task().to_string()}),
         ),
         (
             ClientFrame::CancelTask {
@@ -317,6 +324,8 @@ fn the_spawn_frame_carries_the_credential_and_binding() {
         base_url: "http://h:1".into(),
         lease_deadline_ms: 5,
         worktree: None,
+        continued_from: None,
+        resume_session: None,
     };
     let json = serde_json::to_value(ServerFrame::spawn("spawn-9", &frame)).unwrap();
     assert_eq!(

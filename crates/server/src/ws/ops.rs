@@ -122,6 +122,7 @@ async fn spawn_task(
         session: Some(session.sid),
         operator_sid: None,
         idempotency_key: Some(idempotency_key(session, &frame.req_id)),
+        continue_from: frame.continue_from,
     };
     match engine.create_task(spec).await {
         Ok(task) => {

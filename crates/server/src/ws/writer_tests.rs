@@ -72,6 +72,8 @@ async fn a_parked_spawn_near_expiry_is_reminted_at_delivery() {
         base_url: "http://127.0.0.1:9".into(),
         lease_deadline_ms: 0,
         worktree: None,
+        continued_from: None,
+        resume_session: None,
     };
     let receipt = SpawnChannel::spawn(session.as_ref(), frame).await.unwrap();
     assert!(!session.connected());

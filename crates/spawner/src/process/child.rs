@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::env::{base_env, run_env};
 use super::launch::{self, Supervisor};
 use super::leftover::GroupIdentity;
+use super::resume::{args_of, resume_env};
 use super::{HostEnv, ProcessError, ProcessSpec, RunVars, StdinMode};
 use crate::worktree::Checkout;
 
@@ -109,10 +110,11 @@ impl ProcessRunner {
             None => Command::new(&self.program),
         };
         command
-            .args(&self.spec.args)
+            .args(args_of(&self.spec, vars))
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .envs(run_env(vars))
+            .envs(resume_env(vars))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .stdin(match self.spec.stdin {

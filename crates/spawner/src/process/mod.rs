@@ -21,6 +21,7 @@ mod env;
 mod launch;
 mod leftover;
 mod output;
+mod resume;
 mod supervise;
 
 #[cfg(test)]
@@ -35,6 +36,7 @@ pub use child::{ProcessRunner, RunningChild};
 pub use env::{EnvVar, HostEnv};
 pub use launch::Supervisor;
 pub use leftover::GroupIdentity;
+pub use resume::{RESUME_ARGS, RESUME_SESSION};
 pub use supervise::Exited;
 
 /// Default cap on a child's stdout (docs/tasks.md, Process agents).
@@ -49,7 +51,12 @@ pub const STDERR_TAIL_BYTES: usize = 4096;
 pub struct ProcessSpec {
     /// A path (containing `/`) or a bare name looked up in the host `PATH`.
     pub program: PathBuf,
+    /// `{resume_session}` in an argument is replaced by the session the
+    /// attempt resumes; an argument holding it is left out without one.
     pub args: Vec<String>,
+    /// Appended to `args` only when the attempt resumes a session, with
+    /// `{resume_session}` replaced.
+    pub resume_args: Vec<String>,
     /// The only variables the child gets besides the `SWARM_*` ones.
     pub env: Vec<EnvVar>,
     /// Working directory of the child; the daemon's own when unset.
@@ -69,6 +76,7 @@ impl ProcessSpec {
         ProcessSpec {
             program: program.into(),
             args: Vec::new(),
+            resume_args: Vec::new(),
             env: Vec::new(),
             cwd: None,
             stdin: StdinMode::Prompt,
@@ -112,6 +120,10 @@ pub struct RunVars {
     pub worker_handle: String,
     /// Written to stdin in [`StdinMode::Prompt`].
     pub prompt: String,
+    /// The task a continuation continues (`SWARM_CONTINUED_FROM`).
+    pub continued_from: Option<String>,
+    /// The CLI session it resumes (`SWARM_RESUME_SESSION`, `{resume_session}`).
+    pub resume_session: Option<String>,
 }
 
 /// Why a process could not be configured, started or finished with a result.

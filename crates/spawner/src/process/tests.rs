@@ -30,6 +30,8 @@ fn vars() -> RunVars {
         agent: "echo".into(),
         worker_handle: "wh-abc".into(),
         prompt: "the prompt".into(),
+        continued_from: None,
+        resume_session: None,
     }
 }
 

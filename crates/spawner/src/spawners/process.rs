@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::forward::{CHANNEL, forward};
 use super::task_of;
 use crate::process::{Exited, ProcessError, ProcessRunner, RunVars, RunningChild, StreamMode};
-use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees};
+use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees, open_for_task};
 
 /// Producer name of the events this spawner appends.
 const PRODUCER: &str = "process";
@@ -56,6 +56,14 @@ impl SpawnerAdapter for ProcessSpawner {
             host,
         } = attempt;
         let task = task_of(&*host).await?;
+        let worktree = match &self.worktree {
+            Some((trees, spec)) => Some(
+                open_for_task(&*host, Arc::clone(trees), spec, &task, ctx.id.n)
+                    .await
+                    .map_err(|e| SpawnError::Failed(format!("worktree: {e}")))?,
+            ),
+            None => None,
+        };
         let vars = RunVars {
             base_url: self.base_url.clone(),
             task_id: ctx.id.task.to_string(),
@@ -63,14 +71,8 @@ impl SpawnerAdapter for ProcessSpawner {
             agent: ctx.agent,
             worker_handle: credential.handle().to_owned(),
             prompt: task.prompt,
-        };
-        let worktree = match &self.worktree {
-            Some((trees, spec)) => Some(
-                AttemptWorktree::open(Arc::clone(trees), spec, &vars.task_id, vars.attempt)
-                    .await
-                    .map_err(|e| SpawnError::Failed(format!("worktree: {e}")))?,
-            ),
-            None => None,
+            continued_from: task.continued_from.map(|id| id.to_string()),
+            resume_session: task.resume.and_then(|resume| resume.session_id),
         };
         let cancel = CancellationToken::new();
         let checkout = worktree.as_ref().map(AttemptWorktree::checkout);

@@ -18,6 +18,7 @@
 //! git, its configuration and its repository format apply unchanged.
 
 mod attempt;
+mod continued;
 mod git;
 mod lifecycle;
 
@@ -35,6 +36,7 @@ use crate::process::HostEnv;
 use git::Git;
 
 pub use attempt::AttemptWorktree;
+pub use continued::{PriorWork, open_continued, open_for_task};
 pub use lifecycle::{RecoveredCheckout, keep_name, keep_rule};
 
 /// Name of the artifact that records an attempt's worktree.

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use serde_json::Value;
-use swarmd_engine::ids::AttemptId;
+use swarmd_engine::ids::{AttemptId, TaskId};
 
 use crate::operator::SpawnWorktree;
 
@@ -76,6 +76,20 @@ pub fn render_directive(
         );
     }
     text
+}
+
+/// The directive's last sentence for a continuation: which task it
+/// continues and, when known, the SubAgent session to resume.
+pub(super) fn continuation_line(from: TaskId, session: Option<&str>) -> String {
+    match session {
+        Some(session) => format!(
+            "This task continues swarmd task {from}: resume the SubAgent session `{session}` \
+             (the frame's resume_session) instead of starting a new one.\n"
+        ),
+        None => format!(
+            "This task continues swarmd task {from}; its SubAgent reported no session to resume.\n"
+        ),
+    }
 }
 
 #[cfg(test)]

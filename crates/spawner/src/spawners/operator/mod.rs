@@ -23,8 +23,9 @@ use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 use tokio_util::sync::CancellationToken;
 
 use crate::operator::{OperatorRoute, SessionDirectory, SpawnChannel, SpawnFrame, SpawnWorktree};
-use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees};
+use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees, open_for_task};
 
+use directive::continuation_line;
 pub use directive::render_directive;
 use worker::OperatorWorker;
 
@@ -96,16 +97,21 @@ impl SpawnerAdapter for OperatorSpawner {
     async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
         let channel = self.route.find(&*self.sessions, attempt.ctx.operator_sid)?;
         let worktree = match &self.worktree {
-            Some((trees, spec)) => Some(
-                AttemptWorktree::open(
+            Some((trees, spec)) => {
+                let task = super::task_of(&*attempt.host).await?;
+                let opened = open_for_task(
+                    &*attempt.host,
                     Arc::clone(trees),
                     spec,
-                    &attempt.ctx.id.task.to_string(),
+                    &task,
                     attempt.ctx.id.n,
+                );
+                Some(
+                    opened
+                        .await
+                        .map_err(|e| SpawnError::Failed(format!("worktree: {e}")))?,
                 )
-                .await
-                .map_err(|e| SpawnError::Failed(format!("worktree: {e}")))?,
-            ),
+            }
             None => None,
         };
         delegate_in(attempt, channel, &self.target, &self.base_url, worktree).await
@@ -140,6 +146,15 @@ async fn delegate_in(
         host,
     } = attempt;
     let binding = target.binding();
+    let task = match host.task().await {
+        Ok(task) => task,
+        Err(e) => {
+            if let Some(worktree) = worktree {
+                worktree.abandon().await;
+            }
+            return Err(SpawnError::Failed(format!("cannot read the task: {e}")));
+        }
+    };
     let checkout = worktree.as_ref().map(|w| {
         let checkout = w.checkout();
         SpawnWorktree {
@@ -148,7 +163,7 @@ async fn delegate_in(
             base: checkout.base.clone(),
         }
     });
-    let directive = render_directive(
+    let mut directive = render_directive(
         &ctx.agent,
         binding.as_ref(),
         ctx.id,
@@ -156,6 +171,10 @@ async fn delegate_in(
         base_url,
         checkout.as_ref(),
     );
+    let resume_session = task.resume.and_then(|resume| resume.session_id);
+    if let Some(from) = task.continued_from {
+        directive.push_str(&continuation_line(from, resume_session.as_deref()));
+    }
     let frame = SpawnFrame {
         attempt: ctx.id,
         agent: ctx.agent,
@@ -165,6 +184,8 @@ async fn delegate_in(
         base_url: base_url.trim_end_matches('/').to_owned(),
         lease_deadline_ms: ctx.lease_deadline_ms,
         worktree: checkout,
+        continued_from: task.continued_from,
+        resume_session,
     };
     let receipt = match channel.spawn(frame).await {
         Ok(receipt) => receipt,

@@ -1,0 +1,215 @@
+//! Continuation rules at creation, and what is read from the previous
+//! task's last attempt.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use swarmd_output_store::{ContentRef, OutputEvent};
+
+use super::*;
+use crate::ErrorCode;
+use crate::engine::EngineConfig;
+use crate::task::{SpawnerKind, TaskStatus};
+use crate::testing::{Script, ScriptedSpawner, StaticResolver, memory_engine};
+
+const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn engine() -> Engine {
+    let spawner = ScriptedSpawner::new(|ctx| {
+        if ctx.agent == "slow" {
+            Script::Hang
+        } else {
+            Script::Final {
+                value: json!("done"),
+                ok: true,
+            }
+        }
+    });
+    let resolver = StaticResolver::new()
+        .with("coder", SpawnerKind::InProcess, None, spawner.clone())
+        .with("other", SpawnerKind::InProcess, None, spawner.clone())
+        .with("slow", SpawnerKind::InProcess, None, spawner);
+    memory_engine(Arc::new(resolver), EngineConfig::default())
+}
+
+fn spec(agent: &str, continue_from: Option<TaskId>) -> TaskSpec {
+    TaskSpec {
+        agent: agent.into(),
+        prompt: "p".into(),
+        continue_from,
+        ..TaskSpec::default()
+    }
+}
+
+async fn finished(engine: &Engine, agent: &str) -> Task {
+    let task = engine.create_task(spec(agent, None)).await.unwrap();
+    let task = engine
+        .wait_task(task.id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(task.status().is_terminal(), "{task:?}");
+    task
+}
+
+/// Appends to the task's last attempt as a worker and the worktree module would.
+async fn emit(engine: &Engine, task: &Task, producer: &str, events: Vec<OutputEvent>) {
+    engine
+        .outputs()
+        .append(task.id.as_uuid(), task.attempt, producer, events)
+        .await
+        .unwrap();
+}
+
+fn note(stage: &str, note: &str) -> OutputEvent {
+    OutputEvent::Progress {
+        stage: stage.into(),
+        note: Some(note.into()),
+    }
+}
+
+fn worktree(head: &str) -> OutputEvent {
+    OutputEvent::Artifact {
+        name: WORKTREE_ARTIFACT.into(),
+        content: ContentRef::Inline {
+            value: json!({"branch": "swarmd/x-1", "head": head}),
+        },
+    }
+}
+
+#[tokio::test]
+async fn a_continuation_takes_the_agent_session_and_branch_of_the_last_attempt() {
+    let engine = engine();
+    let first = finished(&engine, "coder").await;
+    emit(
+        &engine,
+        &first,
+        "process",
+        vec![
+            note("init", "session old-session, model m"),
+            note("usage", r#"{"cli":"claude","session_id":"S-1234"}"#),
+        ],
+    )
+    .await;
+    // A worker's own "worktree" artifact names no branch: only the module's does.
+    emit(&engine, &first, "worker", vec![worktree(&"f".repeat(40))]).await;
+    emit(&engine, &first, WORKTREE_PRODUCER, vec![worktree(HEAD)]).await;
+
+    let next = engine.create_task(spec("", Some(first.id))).await.unwrap();
+    assert_eq!(
+        next.agent, "coder",
+        "the agent defaults to the previous task's"
+    );
+    assert_eq!(next.continued_from, Some(first.id));
+    assert_eq!(next.parent, None, "a continuation is no sub-task");
+    let resume = next.resume.clone().unwrap();
+    assert_eq!(resume.attempt, 1);
+    assert_eq!(resume.session_id.as_deref(), Some("S-1234"));
+    assert_eq!(resume.branch, Some(format!("swarmd/{}-1", first.id)));
+    assert_eq!(resume.head.as_deref(), Some(HEAD));
+    let stored = engine.get_task(next.id).await.unwrap().unwrap();
+    assert_eq!(stored.continued_from, Some(first.id));
+    assert_eq!(stored.resume, Some(resume));
+}
+
+#[tokio::test]
+async fn the_init_note_names_the_session_when_no_usage_note_does() {
+    let engine = engine();
+    let first = finished(&engine, "coder").await;
+    emit(
+        &engine,
+        &first,
+        "process",
+        vec![note("init", "thread th-9")],
+    )
+    .await;
+    let next = engine
+        .create_task(spec("coder", Some(first.id)))
+        .await
+        .unwrap();
+    let resume = next.resume.unwrap();
+    assert_eq!(resume.session_id.as_deref(), Some("th-9"));
+    assert_eq!(resume.branch, None, "no worktree artifact, no branch");
+}
+
+#[tokio::test]
+async fn a_session_id_that_could_pass_for_an_option_is_not_passed_on() {
+    let engine = engine();
+    let first = finished(&engine, "coder").await;
+    emit(
+        &engine,
+        &first,
+        "process",
+        vec![
+            note("init", "session --dangerously-skip-permissions, model m"),
+            note("usage", r#"{"session_id":"a b"}"#),
+        ],
+    )
+    .await;
+    let next = engine
+        .create_task(spec("coder", Some(first.id)))
+        .await
+        .unwrap();
+    assert_eq!(next.resume.unwrap().session_id, None);
+    assert!(valid_session_id("0199a213-81c0-7800-8aa1-bbab2a035a53"));
+    assert!(!valid_session_id(&"a".repeat(MAX_SESSION_ID + 1)));
+    assert!(!valid_session_id(""));
+}
+
+#[tokio::test]
+async fn bad_continuations_are_refused_with_their_codes() {
+    let engine = engine();
+    let unknown = engine
+        .create_task(spec("coder", Some(TaskId::new())))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), ErrorCode::NotFound, "{unknown}");
+
+    let running = engine.create_task(spec("slow", None)).await.unwrap();
+    let early = engine
+        .create_task(spec("slow", Some(running.id)))
+        .await
+        .unwrap_err();
+    assert_eq!(early.code(), ErrorCode::TaskNotFinished, "{early}");
+    assert_eq!(ErrorCode::TaskNotFinished.http_status(), 409);
+
+    let first = finished(&engine, "coder").await;
+    let other = engine
+        .create_task(spec("other", Some(first.id)))
+        .await
+        .unwrap_err();
+    assert_eq!(other.code(), ErrorCode::BadRequest);
+    assert!(other.to_string().contains("agent `coder`"), "{other}");
+
+    let nameless = engine.create_task(spec("", None)).await.unwrap_err();
+    assert_eq!(nameless.code(), ErrorCode::BadRequest);
+    assert!(nameless.to_string().contains("continue_from"), "{nameless}");
+
+    // A worker may continue only its own sub-tasks.
+    let mut by_worker = spec("coder", Some(first.id));
+    let refused = engine
+        .continuing(&mut by_worker, Some(running.id))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), ErrorCode::Forbidden);
+    engine.cancel_task(running.id, None).await.unwrap();
+    assert_eq!(
+        engine.get_task(running.id).await.unwrap().unwrap().status(),
+        TaskStatus::Cancelled
+    );
+}
+
+#[tokio::test]
+async fn a_retried_continuation_with_its_key_is_the_same_task() {
+    let engine = engine();
+    let first = finished(&engine, "coder").await;
+    let keyed = |from| TaskSpec {
+        idempotency_key: Some("k".into()),
+        ..spec("coder", from)
+    };
+    let a = engine.create_task(keyed(Some(first.id))).await.unwrap();
+    let b = engine.create_task(keyed(Some(first.id))).await.unwrap();
+    assert_eq!(a.id, b.id);
+    let conflict = engine.create_task(keyed(None)).await.unwrap_err();
+    assert_eq!(conflict.code(), ErrorCode::IdempotencyConflict);
+}

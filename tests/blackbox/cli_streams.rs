@@ -252,6 +252,19 @@ async fn the_example_agents_flags_exist_in_the_real_clis() {
                 "{cli} {subcommand:?} --help no longer lists {arg}:\n{help}"
             );
         }
+        // What a continuation adds: its flags and subcommands, not the
+        // placeholder or `-` (stdin), are in the same help.
+        let resume_args = agent.get("resume_args").and_then(|a| a.as_array());
+        for arg in resume_args.into_iter().flatten() {
+            let arg = arg.as_str().unwrap();
+            if arg.contains("{resume_session}") || arg == "-" {
+                continue;
+            }
+            assert!(
+                help.contains(arg),
+                "{cli} {subcommand:?} --help no longer lists {arg} of resume_args:\n{help}"
+            );
+        }
         // The stand-in above replays the adapter's transcripts with the
         // streaming flags; the example passes the same ones.
         let streaming: &[&str] = match cli {

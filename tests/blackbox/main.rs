@@ -28,6 +28,7 @@ mod recovery;
 mod routing;
 mod security;
 mod sse;
+mod ui;
 mod upstream;
 mod worktrees;
 mod ws_flow;

@@ -17,6 +17,7 @@ mod events;
 mod ops;
 pub(crate) mod output;
 pub(crate) mod tasks;
+pub(crate) mod ui;
 pub(crate) mod views;
 pub(crate) mod worker;
 
@@ -74,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events::routes())
         .merge(ops::routes())
         .merge(operators::routes())
+        .merge(ui::routes())
         .merge(crate::mcp::routes(&state))
         .fallback(not_found)
         .layer(middleware)

@@ -1,0 +1,175 @@
+// One task: prompt, input, policy, attempts, its live output (progress,
+// partial text appended as it arrives, artifacts, the Final), audit
+// records, and cancel for the admin and the owning session. Output comes
+// from the task's own SSE stream, resumed by `<attempt>:<seq>`; the task's
+// state is read again when the event feed says it changed.
+
+import * as api from './api.js';
+import { onEvent, session } from './app.js';
+import { duration, h, replace, show, time } from './dom.js';
+
+const TERMINAL = new Set(['pass', 'blocked', 'failed', 'cancelled']);
+
+export function taskView(root, id) {
+  const summary = h('div', { id: 'task-summary' });
+  const attempts = h('div', { id: 'attempts' });
+  const output = h('div', { id: 'output' });
+  const audit = h('div', { id: 'audit' });
+  const error = h('p', { class: 'error', role: 'alert', id: 'task-error' });
+  const actions = h('p', { class: 'actions' });
+  replace(root,
+    h('p', {}, h('a', { href: '#/tasks' }, '« tasks')),
+    h('h1', {}, 'Task ', h('code', { id: 'task-id' }, id)),
+    actions, error, summary,
+    h('h2', {}, 'Attempts'), attempts,
+    h('h2', {}, 'Output'), output,
+    h('h2', {}, 'Audit'), audit);
+
+  let task = null;
+  let stream = null;
+  let stopped = false;
+
+  // Output, one block per attempt; records are keyed `<attempt>:<seq>`.
+  const seen = new Set();
+  let last = null;
+  const blocks = new Map();
+  function block(attempt) {
+    let entry = blocks.get(attempt);
+    if (!entry) {
+      entry = {
+        progress: h('ul', { class: 'progress' }),
+        partial: h('pre', { class: 'partial' }),
+        artifacts: h('ul', { class: 'artifacts' }),
+        final: h('div', { class: 'final' }),
+      };
+      output.append(h('section', { class: 'attempt-output', dataset: { attempt } },
+        h('h3', {}, `Attempt ${attempt}`), entry.progress, entry.partial, entry.artifacts, entry.final));
+      blocks.set(attempt, entry);
+    }
+    return entry;
+  }
+
+  function content(ref) {
+    if (!ref) return '';
+    if (ref.kind === 'inline') return show(ref.value);
+    return `(stored as a blob: ${ref.size} bytes, sha256 ${ref.sha256})`;
+  }
+
+  function record(rec) {
+    const key = `${rec.attempt}:${rec.seq}`;
+    if (seen.has(key)) return;
+    seen.add(key);
+    last = key;
+    const entry = block(rec.attempt);
+    const event = rec.event;
+    if (event.type === 'progress') {
+      entry.progress.append(h('li', {}, h('span', { class: 'stage' }, event.stage || ''), ' ', event.note || ''));
+    } else if (event.type === 'partial') {
+      entry.partial.append(content(event.chunk));
+    } else if (event.type === 'artifact') {
+      const text = content(event.content);
+      entry.artifacts.append(h('li', {},
+        h('span', { class: 'name' }, event.name), ' ',
+        h('button', { type: 'button', onclick: () => download(event.name, text) }, 'download'),
+        h('pre', {}, text)));
+    } else if (event.type === 'final') {
+      replace(entry.final, h('strong', {}, event.ok === false ? 'Final (not ok)' : 'Final'),
+        h('pre', { class: 'final-value' }, content(event.content)));
+    }
+  }
+
+  function followOutput() {
+    stream = api.follow(`/v1/tasks/${id}/output`, {
+      lastId: () => last,
+      onEvent: (_id, data) => record(JSON.parse(data)),
+      finished: async () => {
+        await load();
+        return TERMINAL.has(task.status);
+      },
+    });
+  }
+
+  function renderSummary() {
+    const fields = [
+      ['status', h('span', { class: 'status', id: 'task-status', dataset: { status: task.status } }, task.status)],
+      ['agent', task.agent],
+      ['attempt', String(task.attempt)],
+      ['created', time(task.created_ms)],
+      ['finished', time(task.finished_ms)],
+      ['session', task.session],
+      ['parent', task.parent && h('a', { href: `#/task/${task.parent}` }, task.parent)],
+      ['reason', task.reason],
+      ['layers', task.layers && task.layers.length ? task.layers.join(', ') : null],
+    ];
+    replace(summary,
+      h('dl', {}, fields.filter(([, v]) => v).map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
+      h('h2', {}, 'Prompt'), h('pre', { id: 'task-prompt' }, task.prompt),
+      task.system ? [h('h2', {}, 'System'), h('pre', {}, task.system)] : null,
+      task.input !== undefined ? [h('h2', {}, 'Input'), h('pre', {}, show(task.input))] : null,
+      task.metadata ? [h('h2', {}, 'Metadata'), h('pre', {}, show(task.metadata))] : null,
+      h('h2', {}, 'Policy'), h('pre', {}, show(task.policy)),
+      task.result ? [h('h2', {}, 'Result'), h('pre', { id: 'task-result' }, show(task.result))] : null);
+    replace(attempts, h('table', {},
+      h('thead', {}, h('tr', {}, ['#', 'spawner', 'started', 'duration', 'outcome', 'reason', 'process group'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, task.attempts.map((a) => h('tr', {},
+        h('td', { class: 'num' }, String(a.attempt)),
+        h('td', {}, a.spawner),
+        h('td', {}, time(a.started_ms)),
+        h('td', {}, a.finished_ms ? duration(a.finished_ms - a.started_ms) : 'running'),
+        h('td', { class: 'status', dataset: { status: a.outcome || 'running' } }, a.outcome || ''),
+        h('td', {}, a.reason || ''),
+        h('td', {}, a.process_group ? String(a.process_group.pgid) : ''))))));
+    const caller = session.caller || {};
+    const mayCancel = caller.role === 'admin' || (caller.sid && caller.sid === task.session);
+    replace(actions, mayCancel && !TERMINAL.has(task.status)
+      ? h('button', { id: 'cancel', type: 'button', class: 'danger', onclick: cancel }, 'Cancel task')
+      : null);
+  }
+
+  async function cancel() {
+    try {
+      await api.post(`/v1/tasks/${id}/cancel`, { reason: 'cancelled from the dashboard' });
+      await load();
+    } catch (e) {
+      error.textContent = e.message;
+    }
+  }
+
+  async function load() {
+    task = await api.get(`/v1/tasks/${id}`);
+    if (stopped) return;
+    renderSummary();
+    const records = await api.get(`/v1/audit?task_id=${id}&limit=100`);
+    replace(audit, records.records.length
+      ? h('pre', {}, records.records.map((r) => show(r)).join('\n'))
+      : h('p', { class: 'muted' }, 'none'));
+  }
+
+  // Task events change the summary: read it again, at most once per 200 ms.
+  let timer = null;
+  const unsubscribe = onEvent((rec) => {
+    if (rec.event.task_id !== id || rec.event.kind === 'output' || timer) return;
+    timer = setTimeout(() => {
+      timer = null;
+      load().catch((e) => (error.textContent = e.message));
+    }, 200);
+  });
+
+  load().then(followOutput).catch((e) => (error.textContent = e.message));
+
+  return () => {
+    stopped = true;
+    unsubscribe();
+    if (timer) clearTimeout(timer);
+    if (stream) stream.stop();
+  };
+}
+
+function download(name, text) {
+  const url = URL.createObjectURL(new Blob([text], { type: 'application/octet-stream' }));
+  const a = h('a', { href: url, download: name });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}

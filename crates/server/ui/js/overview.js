@@ -8,6 +8,8 @@ import * as api from './api.js';
 import { h, replace } from './dom.js';
 
 const SAMPLE_MS = 5000;
+/** The second sample comes sooner, so rates show within a second. */
+const FIRST_SAMPLE_MS = 1000;
 /** Samples kept: five minutes' worth. */
 const WINDOW = 60;
 
@@ -68,6 +70,7 @@ export function overviewView(root) {
     const finished = (s) => sum(s.values, 'swarmd_tasks_finished_total');
     const created = (s) => s.values.get('swarmd_tasks_created_total') || 0;
     const rate = (f) => (span > 0 ? ((f(last) - f(first)) / span).toFixed(1) + '/s' : '–');
+    // Finished counts are since the daemon started; queued and running are now.
     const byStatus = { ...status.counts.tasks_finished, queued: status.counts.queued, running: status.counts.running };
     const store = last.values.has('swarmd_store_sync_seconds_count')
       ? seconds(quantile(first.values, last.values, 'swarmd_store_sync_seconds', 0.99))
@@ -79,7 +82,7 @@ export function overviewView(root) {
         card('queued now', status.counts.queued, 'ov-queued'),
         card('sessions connected', `${status.counts.sessions_connected} of ${status.counts.sessions}`, 'ov-sessions'),
         card('draining', status.draining ? 'yes' : 'no', 'ov-draining')),
-      h('h2', {}, 'Tasks by status'),
+      h('h2', {}, 'Tasks by status (finished since the daemon started)'),
       h('table', { class: 'narrow', id: 'ov-status' },
         h('tbody', {}, Object.entries(byStatus).map(([k, v]) =>
           h('tr', {}, h('td', { class: 'status', dataset: { status: k } }, k), h('td', { class: 'num' }, String(v)))))),
@@ -113,7 +116,7 @@ export function overviewView(root) {
     } catch (e) {
       error.textContent = e.message;
     }
-    if (!stopped) timer = setTimeout(sample, SAMPLE_MS);
+    if (!stopped) timer = setTimeout(sample, samples.length === 1 ? FIRST_SAMPLE_MS : SAMPLE_MS);
   }
   sample();
   return () => {

@@ -12,6 +12,7 @@ const TERMINAL = new Set(['pass', 'blocked', 'failed', 'cancelled']);
 
 export function taskView(root, id) {
   const summary = h('div', { id: 'task-summary' });
+  const details = h('div', { id: 'task-details' });
   const attempts = h('div', { id: 'attempts' });
   const output = h('div', { id: 'output' });
   const audit = h('div', { id: 'audit' });
@@ -21,8 +22,9 @@ export function taskView(root, id) {
     h('p', {}, h('a', { href: '#/tasks' }, '« tasks')),
     h('h1', {}, 'Task ', h('code', { id: 'task-id' }, id)),
     actions, error, summary,
-    h('h2', {}, 'Attempts'), attempts,
     h('h2', {}, 'Output'), output,
+    h('h2', {}, 'Attempts'), attempts,
+    details,
     h('h2', {}, 'Audit'), audit);
 
   let task = null;
@@ -104,11 +106,12 @@ export function taskView(root, id) {
     replace(summary,
       h('dl', {}, fields.filter(([, v]) => v).map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
       h('h2', {}, 'Prompt'), h('pre', { id: 'task-prompt' }, task.prompt),
+      task.result ? [h('h2', {}, 'Result'), h('pre', { id: 'task-result' }, show(task.result))] : null);
+    replace(details,
       task.system ? [h('h2', {}, 'System'), h('pre', {}, task.system)] : null,
       task.input !== undefined ? [h('h2', {}, 'Input'), h('pre', {}, show(task.input))] : null,
       task.metadata ? [h('h2', {}, 'Metadata'), h('pre', {}, show(task.metadata))] : null,
-      h('h2', {}, 'Policy'), h('pre', {}, show(task.policy)),
-      task.result ? [h('h2', {}, 'Result'), h('pre', { id: 'task-result' }, show(task.result))] : null);
+      h('h2', {}, 'Policy'), h('pre', {}, show(task.policy)));
     replace(attempts, h('table', {},
       h('thead', {}, h('tr', {}, ['#', 'spawner', 'started', 'duration', 'outcome', 'reason', 'process group'].map((c) => h('th', {}, c)))),
       h('tbody', {}, task.attempts.map((a) => h('tr', {},

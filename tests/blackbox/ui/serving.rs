@@ -2,7 +2,10 @@
 //! `/ui/` with the strict CSP, nosniff and no framing, revalidated by ETag,
 //! compressed when asked, and no data without a token.
 
-use crate::harness::Daemon;
+use serde_json::{Value, json};
+
+use crate::harness::{Daemon, parts};
+use crate::sse::Sse;
 
 #[tokio::test]
 async fn the_dashboard_is_served_with_a_strict_policy_and_an_etag() {
@@ -99,4 +102,88 @@ async fn the_dashboard_is_served_with_a_strict_policy_and_an_etag() {
         .await
         .unwrap();
     assert_eq!(status.status(), 401);
+}
+
+/// What the dashboard's feed asks for: the event log without `output`
+/// events, paged and live, the cursor stepping over what it skips.
+#[tokio::test]
+async fn the_event_log_sends_only_the_kinds_asked_for() {
+    let daemon = Daemon::start().await;
+    let create = |prompt: &'static str| {
+        daemon
+            .post("/v1/tasks", &daemon.admin)
+            .json(&json!({"agent": "cat", "prompt": prompt, "wait_secs": 10}))
+            .send()
+    };
+    for prompt in ["one", "two"] {
+        let (status, body) = parts(create(prompt).await.unwrap()).await;
+        assert_eq!((status, &body["status"]), (201, &json!("pass")), "{body}");
+    }
+    let (status, all) = parts(
+        daemon
+            .get("/v1/events?limit=1000", &daemon.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{all}");
+    let last = all["next_seq"].as_u64().unwrap();
+    let kinds_of = |page: &Value| -> Vec<String> {
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["event"]["kind"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(kinds_of(&all).contains(&"output".to_owned()), "{all}");
+
+    let path = "/v1/events?limit=1000&kinds=task_created,task_finished";
+    let (status, page) = parts(daemon.get(path, &daemon.admin).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(
+        kinds_of(&page),
+        [
+            "task_created",
+            "task_finished",
+            "task_created",
+            "task_finished"
+        ]
+    );
+    // The cursor is past everything read, not only what was sent.
+    assert_eq!(page["next_seq"], last);
+
+    // Live: stored ones first, then new ones, never another kind.
+    let mut sse = Sse::open(&daemon, "/v1/events?kinds=task_created", None).await;
+    for _ in 0..2 {
+        assert_eq!(sse.data().await.1["kind"], "task_created");
+    }
+    let (status, body) = parts(create("three").await.unwrap()).await;
+    assert_eq!(status, 201, "{body}");
+    let (id, event) = sse.data().await;
+    assert_eq!(event["kind"], "task_created");
+    assert_eq!(event["task_id"], body["task_id"]);
+    assert!(id.parse::<u64>().unwrap() > last);
+
+    for bad in ["kinds=nope", "kinds=task_created,,output", "kinds="] {
+        let (status, body) = parts(
+            daemon
+                .get(&format!("/v1/events?{bad}"), &daemon.admin)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        if bad == "kinds=" {
+            // Empty means absent, as for every query parameter.
+            assert_eq!(status, 200, "{bad}: {body}");
+        } else {
+            assert_eq!(
+                (status, &body["code"]),
+                (400, &json!("bad_request")),
+                "{bad}: {body}"
+            );
+        }
+    }
 }

@@ -15,7 +15,11 @@ const $ = (id) => document.getElementById(id);
 export const session = { caller: null };
 
 // The event feed: one `/v1/events` stream for the page, resumed from the
-// last seq seen; views subscribe to what they show.
+// last seq seen; views subscribe to what they show. It asks for every kind
+// but `output` (the bulk of the log): a task's output comes from that
+// task's own stream, only while its page is open.
+const FEED_KINDS = ['task_created', 'task_queued', 'attempt_started', 'attempt_finished',
+  'task_finished', 'task_cancelled', 'long_hold_warn', 'session_attached', 'session_detached'];
 const listeners = new Set();
 let feed = null;
 let lastSeq = 0;
@@ -35,7 +39,7 @@ export function setLive(state) {
 
 function startFeed(afterSeq) {
   lastSeq = afterSeq;
-  feed = api.follow('/v1/events', {
+  feed = api.follow(`/v1/events?kinds=${FEED_KINDS.join(',')}`, {
     lastId: () => lastSeq,
     onState: setLive,
     onEvent: (_id, data) => {

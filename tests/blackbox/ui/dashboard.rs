@@ -112,6 +112,35 @@ async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
         json!("same page")
     );
 
+    // Filters live in the URL: text in the prompt, and the filtered page
+    // still takes new matching tasks live, and only those.
+    browser.show("#/tasks?q=bulk%2017").await;
+    browser
+        .until(
+            "the one matching row",
+            "const rows = document.querySelectorAll('#task-rows tr'); return rows.length === 1 && rows[0].dataset.id",
+        )
+        .await;
+    assert_eq!(rows(&browser).await, [created[17].clone()]);
+    assert_eq!(
+        browser
+            .js("return document.getElementById('filter-q').value")
+            .await,
+        json!("bulk 17")
+    );
+    let again = create(&sw, "cat", "bulk 17 again").await;
+    let other = create(&sw, "cat", "bulk 18 again").await;
+    browser
+        .until(
+            "the new matching row",
+            "return document.querySelectorAll('#task-rows tr').length === 2",
+        )
+        .await;
+    // The other task's own refresh has been and gone by the time it finished.
+    sw.finished(&other).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(rows(&browser).await, [again, created[17].clone()]);
+
     // Worker output and a prompt carrying a script render as text.
     let evil = create(&sw, "cat", PAYLOAD).await;
     let done = sw.finished(&evil).await;

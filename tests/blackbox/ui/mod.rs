@@ -6,6 +6,7 @@
 //! ETag, the CSP) without a browser; `dashboard` drives the pages.
 
 mod dashboard;
+mod list_filters;
 mod screenshots;
 mod serving;
 

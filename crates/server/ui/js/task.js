@@ -16,6 +16,7 @@ export function taskView(root, id) {
   const attempts = h('div', { id: 'attempts' });
   const output = h('div', { id: 'output' });
   const audit = h('div', { id: 'audit' });
+  const children = h('div', { id: 'subtasks' });
   const error = h('p', { class: 'error', role: 'alert', id: 'task-error' });
   const actions = h('p', { class: 'actions' });
   replace(root,
@@ -24,6 +25,7 @@ export function taskView(root, id) {
     actions, error, summary,
     h('h2', {}, 'Output'), output,
     h('h2', {}, 'Attempts'), attempts,
+    h('h2', {}, 'Sub-tasks'), children,
     details,
     h('h2', {}, 'Audit'), audit);
 
@@ -142,6 +144,13 @@ export function taskView(root, id) {
     task = await api.get(`/v1/tasks/${id}`);
     if (stopped) return;
     renderSummary();
+    const subtasks = await api.get(`/v1/tasks?parent=${id}&limit=100`);
+    replace(children, subtasks.tasks.length
+      ? h('ul', {}, subtasks.tasks.map((t) => h('li', {},
+        h('a', { href: `#/task/${t.id}` }, t.id), ' ', t.agent, ' ',
+        h('span', { class: 'status', dataset: { status: t.status } }, t.status))),
+      subtasks.next ? h('a', { href: `#/tasks?parent=${id}` }, 'all sub-tasks') : null)
+      : h('p', { class: 'muted' }, 'none'));
     const records = await api.get(`/v1/audit?task_id=${id}&limit=100`);
     replace(audit, records.records.length
       ? h('pre', {}, records.records.map((r) => show(r)).join('\n'))

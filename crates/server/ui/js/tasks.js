@@ -1,6 +1,7 @@
 // The task list: filters and the page cursor live in the URL
-// (`#/tasks?status=&agent=&limit=&after=`); the first page takes new tasks
-// live from the event feed, and every listed row follows its status.
+// (`#/tasks?status=&agent=&session=&parent=&q=&since=&until=&limit=&after=`,
+// times as local `YYYY-MM-DDTHH:MM`); the first page takes new tasks live
+// from the event feed, and every listed row follows its status.
 
 import * as api from './api.js';
 import { onEvent } from './app.js';
@@ -21,12 +22,10 @@ function link(params) {
 }
 
 export function tasksView(root, params) {
-  const filter = {
-    status: params.get('status') || '',
-    agent: params.get('agent') || '',
-    limit: params.get('limit') || '',
-    after: params.get('after') || '',
-  };
+  const filter = {};
+  for (const key of ['status', 'agent', 'session', 'parent', 'q', 'since', 'until', 'limit', 'after']) {
+    filter[key] = params.get(key) || '';
+  }
   const rows = new Map();
   const body = h('tbody', { id: 'task-rows' });
   const count = h('span', { id: 'task-count', class: 'muted' });
@@ -35,14 +34,26 @@ export function tasksView(root, params) {
 
   const status = h('select', { id: 'filter-status', name: 'status' },
     STATUSES.map((s) => h('option', { value: s, selected: s === filter.status }, s || 'any status')));
-  const agent = h('input', { id: 'filter-agent', name: 'agent', placeholder: 'agent', value: filter.agent });
+  const input = (name, placeholder, type = 'text') =>
+    h('input', { id: `filter-${name}`, name, placeholder, type, value: filter[name], title: placeholder });
+  const fields = {
+    agent: input('agent', 'agent'),
+    session: input('session', 'session S-…'),
+    parent: input('parent', 'parent T-…'),
+    q: input('q', 'text in prompt'),
+    since: input('since', 'created from', 'datetime-local'),
+    until: input('until', 'created before', 'datetime-local'),
+  };
   const form = h('form', {
     class: 'filters',
     onsubmit: (event) => {
       event.preventDefault();
-      location.hash = link({ status: status.value, agent: agent.value.trim(), limit: filter.limit });
+      const chosen = { status: status.value, limit: filter.limit };
+      for (const [key, field] of Object.entries(fields)) chosen[key] = field.value.trim();
+      location.hash = link(chosen);
     },
-  }, status, agent, h('button', { type: 'submit' }, 'Filter'));
+  }, status, Object.values(fields), h('button', { type: 'submit' }, 'Filter'),
+  h('a', { href: '#/tasks' }, 'clear'));
 
   replace(root,
     h('h1', {}, 'Tasks ', count),
@@ -73,14 +84,11 @@ export function tasksView(root, params) {
     if (attempt !== undefined) entry.cells.attempt.textContent = String(attempt);
   }
 
-  function matches(task) {
-    return (!filter.status || task.status === filter.status) && (!filter.agent || task.agent === filter.agent);
-  }
-
   // Newest first: ids are time-ordered, so a new row goes before the first
   // row with a smaller id.
   function insert(task) {
-    if (rows.has(task.id) || !matches(task)) return;
+    // The daemon filtered the list; a row only changes status after that.
+    if (rows.has(task.id)) return;
     const entry = row(task);
     rows.set(task.id, entry);
     let before = null;
@@ -102,11 +110,16 @@ export function tasksView(root, params) {
     count.textContent = `(${rows.size} shown)`;
   }
 
+  // The API's query: the same filters, times as unix milliseconds.
   const query = () => {
     const q = new URLSearchParams();
-    if (filter.status) q.set('status', filter.status);
-    if (filter.agent) q.set('agent', filter.agent);
-    if (filter.limit) q.set('limit', filter.limit);
+    for (const key of ['status', 'agent', 'session', 'parent', 'q', 'limit']) {
+      if (filter[key]) q.set(key, filter[key]);
+    }
+    for (const [key, name] of [['since', 'since_ms'], ['until', 'until_ms']]) {
+      const ms = filter[key] ? new Date(filter[key]).getTime() : NaN;
+      if (!Number.isNaN(ms)) q.set(name, String(ms));
+    }
     return q;
   };
 

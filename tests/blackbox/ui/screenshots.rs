@@ -56,7 +56,7 @@ async fn capture(browser: &Browser, name: &str) {
 #[tokio::test]
 async fn every_view_renders_with_real_data_and_is_captured() {
     let sw = Swarmd::new(AGENTS).start().await;
-    let _main_ai = sw
+    let main_ai = sw
         .login(json!({"roles": ["main-ai"], "description": "Claude Code on the billing repo"}))
         .await;
     for (agent, prompt) in [
@@ -70,6 +70,16 @@ async fn every_view_renders_with_real_data_and_is_captured() {
             .await;
         assert_eq!(status, 201, "{body}");
     }
+    // A task the session owns: its `task_done` parks, as no socket is attached.
+    let (status, body) = crate::harness::parts(
+        sw.post("/v1/tasks", &main_ai.token)
+            .json(&json!({"agent": "echo", "prompt": "Review PR 42", "wait_secs": 10}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
     let (status, body) = sw
         .create(
             json!({"agent": "coder", "prompt": "Add retries to the HTTP client",
@@ -104,8 +114,8 @@ async fn every_view_renders_with_real_data_and_is_captured() {
     browser.show("#/tasks").await;
     browser
         .until(
-            "five rows",
-            "return document.querySelectorAll('#task-rows tr').length === 5",
+            "six rows",
+            "return document.querySelectorAll('#task-rows tr').length === 6",
         )
         .await;
     capture(&browser, "dashboard-tasks").await;
@@ -123,7 +133,21 @@ async fn every_view_renders_with_real_data_and_is_captured() {
     browser.show("#/sessions").await;
     let roles = browser.text("#session-rows tr td:nth-child(3)").await;
     assert_eq!(roles, "main-ai");
+    browser
+        .until(
+            "the parked task_done",
+            "return document.querySelector('#session-rows .parked')?.textContent === '1'",
+        )
+        .await;
     capture(&browser, "dashboard-sessions").await;
+    // Its tasks link lists the one task it owns.
+    browser.click("#session-rows a").await;
+    browser
+        .until(
+            "the session's tasks",
+            "const rows = document.querySelectorAll('#task-rows tr'); return rows.length === 1 && location.hash.includes('session=S-')",
+        )
+        .await;
 
     let (status, body) = crate::harness::parts(
         sw.post(&format!("/v1/tasks/{running}/cancel"), &sw.admin)

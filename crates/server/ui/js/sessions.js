@@ -1,5 +1,5 @@
-// MainAI sessions: kind, role names, connected, last seen, description,
-// from `GET /v1/operators` (admin only: observers are told so). Refreshed
+// MainAI sessions: kind, role names, connected, last seen, parked frames,
+// description and a link to the tasks each owns, from `GET /v1/operators` (admin only: observers are told so). Refreshed
 // when a socket comes or goes (`session_attached`/`session_detached`).
 
 import * as api from './api.js';
@@ -20,13 +20,15 @@ export function sessionsView(root) {
     replace(body, list.length === 0
       ? h('p', { class: 'muted' }, 'No sessions.')
       : h('table', {},
-        h('thead', {}, h('tr', {}, ['session', 'kind', 'roles', 'connected', 'last seen', 'description'].map((c) => h('th', {}, c)))),
+        h('thead', {}, h('tr', {}, ['session', 'kind', 'roles', 'connected', 'last seen', 'parked frames', 'tasks', 'description'].map((c) => h('th', {}, c)))),
         h('tbody', { id: 'session-rows' }, list.map((s) => h('tr', { dataset: { sid: s.sid } },
           h('td', { class: 'id' }, s.sid),
           h('td', {}, s.kind),
           h('td', {}, s.roles.join(', ')),
           h('td', { class: 'connected' }, s.connected ? 'yes' : 'no'),
           h('td', { class: 'time' }, time(s.last_seen)),
+          h('td', { class: 'num parked' }, String(s.parked)),
+          h('td', {}, h('a', { href: `#/tasks?session=${s.sid}` }, 'tasks')),
           h('td', {}, s.description || ''))))));
   }
 

@@ -149,6 +149,26 @@ async fn every_view_renders_with_real_data_and_is_captured() {
         )
         .await;
 
+    // Agents: the running coder, the lint that was blocked, echo's passes.
+    browser.show("#/agents").await;
+    browser
+        .until(
+            "the agents table",
+            "return document.querySelector('#agent-rows tr[data-agent=coder] .running')?.textContent === '1'",
+        )
+        .await;
+    assert_eq!(
+        browser.text("#agent-rows tr[data-agent=echo] .pass").await,
+        "4"
+    );
+    assert_eq!(
+        browser
+            .text("#agent-rows tr[data-agent=lint] .blocked")
+            .await,
+        "1"
+    );
+    capture(&browser, "dashboard-agents").await;
+
     let (status, body) = crate::harness::parts(
         sw.post(&format!("/v1/tasks/{running}/cancel"), &sw.admin)
             .send()

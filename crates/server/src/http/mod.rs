@@ -6,6 +6,7 @@
 //! the one place errors become status + `{error, code}`, and `extract` makes
 //! bad input land there too.
 
+mod agents;
 pub mod auth;
 pub mod error;
 pub mod extract;
@@ -75,6 +76,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events::routes())
         .merge(ops::routes())
         .merge(operators::routes())
+        .merge(agents::routes())
         .merge(ui::routes())
         .merge(crate::mcp::routes(&state))
         .fallback(not_found)

@@ -1,5 +1,5 @@
 // The dashboard's entry: sign-in, the hash router (`#/overview`,
-// `#/tasks?…`, `#/task/T-…`, `#/sessions`), and the one live feed of the daemon's event log that
+// `#/tasks?…`, `#/task/T-…`, `#/sessions`, `#/agents`), and the one live feed of the daemon's event log that
 // every view listens to.
 
 import * as api from './api.js';
@@ -8,6 +8,7 @@ import { tasksView } from './tasks.js';
 import { taskView } from './task.js';
 import { overviewView } from './overview.js';
 import { sessionsView } from './sessions.js';
+import { agentsView } from './agents.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -66,6 +67,7 @@ function route() {
   if (task) teardown = taskView(view, task[1]);
   else if (path === '/tasks') teardown = tasksView(view, params);
   else if (path === '/sessions') teardown = sessionsView(view);
+  else if (path === '/agents') teardown = agentsView(view);
   else teardown = overviewView(view);
   for (const a of document.querySelectorAll('#nav a')) {
     a.classList.toggle('current', path.startsWith('/' + a.dataset.view));

@@ -138,6 +138,18 @@ async fn the_event_log_sends_only_the_kinds_asked_for() {
             .collect()
     };
     assert!(kinds_of(&all).contains(&"output".to_owned()), "{all}");
+    // `/v1/status` names the last durable event, where a follower starts.
+    let (status, body) = parts(
+        daemon
+            .get("/v1/status", &daemon.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["event_seq"], last, "{body}");
+    assert_eq!(body["caller"], json!({"role": "admin"}));
 
     let path = "/v1/events?limit=1000&kinds=task_created,task_finished";
     let (status, page) = parts(daemon.get(path, &daemon.admin).send().await.unwrap()).await;

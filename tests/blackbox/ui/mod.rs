@@ -115,7 +115,12 @@ impl Browser {
     pub(crate) async fn until(&self, what: &str, script: &str) -> Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
-            let value = self.js(script).await;
+            // A script run while the page navigates fails: poll again.
+            let value = self
+                .client
+                .execute(script, Vec::new())
+                .await
+                .unwrap_or(Value::Null);
             let truthy = match &value {
                 Value::Null => false,
                 Value::Bool(b) => *b,

@@ -106,6 +106,12 @@ function showSignIn(message = '') {
 
 async function boot() {
   setLive('off');
+  // A page being left closes its streams at once: a browser holds six
+  // connections per host, and a reloaded tab must not wait for old ones.
+  window.addEventListener('pagehide', () => {
+    if (feed) feed.stop();
+    if (teardown) teardown();
+  });
   api.whenUnauthorized(() => {
     api.setToken(null);
     if (feed) feed.stop();

@@ -20,6 +20,7 @@ sleep 0.2
 printf '{"type":"progress","stage":"edit","note":"3 of 7 files"}\n'
 printf '{"type":"partial","chunk":{"kind":"inline","value":"editing src/lib.rs, "}}\n'
 printf '{"type":"artifact","name":"plan.md","content":{"kind":"inline","value":"1. read\\\\n2. edit\\\\n3. test"}}\n'
+printf '%s\n' '{"type":"progress","stage":"usage","note":"{\\\"cli\\\":\\\"claude\\\",\\\"input_tokens\\\":1200,\\\"output_tokens\\\":340,\\\"turns\\\":3,\\\"cost_usd\\\":0.0123}"}'
 sleep 30
 """]
 stdin = "none"
@@ -128,6 +129,11 @@ async fn every_view_renders_with_real_data_and_is_captured() {
         )
         .await;
     assert_eq!(browser.text("#task-status").await, "running");
+    let usage = browser.text("#output .usage").await;
+    assert_eq!(
+        usage,
+        "Usage: claude · 1200 tokens in · 340 out · 3 turns · $0.0123"
+    );
     capture(&browser, "dashboard-task").await;
 
     browser.show("#/sessions").await;

@@ -41,13 +41,14 @@ export function taskView(root, id) {
     let entry = blocks.get(attempt);
     if (!entry) {
       entry = {
+        usage: h('p', { class: 'usage' }),
         progress: h('ul', { class: 'progress' }),
         partial: h('pre', { class: 'partial' }),
         artifacts: h('ul', { class: 'artifacts' }),
         final: h('div', { class: 'final' }),
       };
       output.append(h('section', { class: 'attempt-output', dataset: { attempt } },
-        h('h3', {}, `Attempt ${attempt}`), entry.progress, entry.partial, entry.artifacts, entry.final));
+        h('h3', {}, `Attempt ${attempt}`), entry.usage, entry.progress, entry.partial, entry.artifacts, entry.final));
       blocks.set(attempt, entry);
     }
     return entry;
@@ -66,7 +67,9 @@ export function taskView(root, id) {
     last = key;
     const entry = block(rec.attempt);
     const event = rec.event;
-    if (event.type === 'progress') {
+    if (event.type === 'progress' && event.stage === 'usage' && usage(entry.usage, event.note)) {
+      // Shown as the attempt's usage line rather than as a note.
+    } else if (event.type === 'progress') {
       entry.progress.append(h('li', {}, h('span', { class: 'stage' }, event.stage || ''), ' ', event.note || ''));
     } else if (event.type === 'partial') {
       entry.partial.append(content(event.chunk));
@@ -80,6 +83,26 @@ export function taskView(root, id) {
       replace(entry.final, h('strong', {}, event.ok === false ? 'Final (not ok)' : 'Final'),
         h('pre', { class: 'final-value' }, content(event.content)));
     }
+  }
+
+  // A CLI agent's `usage` note (docs/agents-cli.md): tokens, turns, cost.
+  function usage(node, note) {
+    let u;
+    try {
+      u = JSON.parse(note);
+    } catch {
+      return false;
+    }
+    if (!u || typeof u !== 'object') return false;
+    const parts = [];
+    if (u.cli) parts.push(String(u.cli));
+    if (u.input_tokens !== undefined) parts.push(`${u.input_tokens} tokens in`);
+    if (u.output_tokens !== undefined) parts.push(`${u.output_tokens} out`);
+    if (u.total_tokens !== undefined) parts.push(`${u.total_tokens} total`);
+    if (u.turns !== undefined) parts.push(`${u.turns} turns`);
+    if (typeof u.cost_usd === 'number') parts.push(`$${u.cost_usd.toFixed(4)}`);
+    replace(node, h('strong', {}, 'Usage: '), parts.join(' · '));
+    return true;
   }
 
   function followOutput() {
@@ -115,20 +138,28 @@ export function taskView(root, id) {
       task.metadata ? [h('h2', {}, 'Metadata'), h('pre', {}, show(task.metadata))] : null,
       h('h2', {}, 'Policy'), h('pre', {}, show(task.policy)));
     replace(attempts, h('table', {},
-      h('thead', {}, h('tr', {}, ['#', 'spawner', 'started', 'duration', 'outcome', 'reason', 'process group'].map((c) => h('th', {}, c)))),
-      h('tbody', {}, task.attempts.map((a) => h('tr', {},
+      h('thead', {}, h('tr', {}, ['#', 'held by', 'waited', 'started', 'duration', 'outcome', 'reason'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, task.attempts.map((a, i) => h('tr', {},
         h('td', { class: 'num' }, String(a.attempt)),
-        h('td', {}, a.spawner),
+        h('td', {}, holder(a)),
+        // Queued before the first attempt; the retry backoff before a later one.
+        h('td', {}, duration(a.started_ms - (i === 0 ? task.created_ms : task.attempts[i - 1].finished_ms || a.started_ms))),
         h('td', {}, time(a.started_ms)),
         h('td', {}, a.finished_ms ? duration(a.finished_ms - a.started_ms) : 'running'),
         h('td', { class: 'status', dataset: { status: a.outcome || 'running' } }, a.outcome || ''),
-        h('td', {}, a.reason || ''),
-        h('td', {}, a.process_group ? String(a.process_group.pgid) : ''))))));
+        h('td', {}, a.reason || ''))))));
     const caller = session.caller || {};
     const mayCancel = caller.role === 'admin' || (caller.sid && caller.sid === task.session);
     replace(actions, mayCancel && !TERMINAL.has(task.status)
       ? h('button', { id: 'cancel', type: 'button', class: 'danger', onclick: cancel }, 'Cancel task')
       : null);
+  }
+
+  // Who ran an attempt: a process group, the Lua runtime, or a session.
+  function holder(a) {
+    if (a.spawner === 'process') return a.process_group ? `process group ${a.process_group.pgid}` : 'process';
+    if (a.spawner === 'operator') return `session ${task.operator_sid || task.session || '(any)'}`;
+    return a.spawner;
   }
 
   async function cancel() {

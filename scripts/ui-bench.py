@@ -12,6 +12,8 @@
       SECONDS, e.g. while swarmd-bench measures the daemon's CPU per task.
 """
 import json
+import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -34,7 +36,8 @@ class Driver:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         sock.close()
-        self.proc = subprocess.Popen(["chromedriver", f"--port={port}"],
+        # A session of its own, which Chromium joins: killed whole at the end.
+        self.proc = subprocess.Popen(["chromedriver", f"--port={port}"], start_new_session=True,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.base = f"http://127.0.0.1:{port}"
         for _ in range(100):
@@ -93,7 +96,7 @@ def main():
         else:
             raise SystemExit(__doc__)
     finally:
-        driver.proc.kill()
+        os.killpg(driver.proc.pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

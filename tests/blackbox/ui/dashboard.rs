@@ -279,7 +279,7 @@ async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    browser.client.close().await.unwrap();
+    browser.client.clone().close().await.unwrap();
 }
 
 /// `swarmd token mint --role observer` against the daemon's keys.

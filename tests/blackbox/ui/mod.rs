@@ -16,6 +16,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
@@ -47,10 +49,19 @@ fn chromedriver() -> PathBuf {
         .unwrap_or_else(|e| panic!("headless Chromium is not available: {e}"))
 }
 
-/// A headless Chromium session; chromedriver is killed when it is dropped.
+/// A headless Chromium session. chromedriver runs in a process group of
+/// its own, which Chromium joins; the whole group is killed when this is
+/// dropped, so a failing test leaves no browser behind.
 pub(crate) struct Browser {
     pub client: Client,
     _driver: Child,
+    group: i32,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = killpg(Pid::from_raw(self.group), Signal::SIGKILL);
+    }
 }
 
 impl std::fmt::Debug for Browser {
@@ -70,9 +81,11 @@ impl Browser {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("chromedriver does not start");
+        let group = i32::try_from(driver.id().expect("chromedriver's pid")).unwrap();
         let mut caps = serde_json::Map::new();
         caps.insert(
             "goog:chromeOptions".into(),
@@ -99,6 +112,7 @@ impl Browser {
         Browser {
             client,
             _driver: driver,
+            group,
         }
     }
 

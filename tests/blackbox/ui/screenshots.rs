@@ -183,5 +183,5 @@ async fn every_view_renders_with_real_data_and_is_captured() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    browser.client.close().await.unwrap();
+    browser.client.clone().close().await.unwrap();
 }

@@ -30,6 +30,7 @@ mod recovery;
 mod routing;
 mod security;
 mod sse;
+mod ui;
 mod upstream;
 mod usage;
 mod worktrees;

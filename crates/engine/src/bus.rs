@@ -6,6 +6,7 @@
 //! store's commit callback, which runs in submission order, so subscribers
 //! see every event exactly when and in the order it became durable.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
@@ -22,6 +23,9 @@ pub(crate) const BROADCAST_CAPACITY: usize = 8192;
 #[derive(Debug)]
 pub(crate) struct EventBus {
     next_seq: Mutex<u64>,
+    /// The highest seq that is durable (and broadcast): a reader that lists
+    /// tasks after reading it and then follows the log from it misses nothing.
+    durable_seq: Arc<AtomicU64>,
     tx: broadcast::Sender<Arc<EventRecord>>,
     store: Arc<dyn TaskStore>,
     clock: Arc<dyn Clock>,
@@ -32,6 +36,7 @@ impl EventBus {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
         EventBus {
             next_seq: Mutex::new(last_seq + 1),
+            durable_seq: Arc::new(AtomicU64::new(last_seq)),
             tx,
             store,
             clock,
@@ -46,6 +51,12 @@ impl EventBus {
     pub(crate) fn resume_after(&self, last_seq: u64) {
         let mut next = self.next_seq.lock().unwrap_or_else(|e| e.into_inner());
         *next = (*next).max(last_seq + 1);
+        self.durable_seq.fetch_max(last_seq, Ordering::Relaxed);
+    }
+
+    /// The seq of the last durable event (0 when the log is empty).
+    pub(crate) fn durable_seq(&self) -> u64 {
+        self.durable_seq.load(Ordering::Acquire)
     }
 
     /// Queues `ops` plus `events` as one atomic batch. Once it is durable the
@@ -80,10 +91,14 @@ impl EventBus {
             records.iter().map(|r| EventRecord::clone(r)).collect(),
         ));
         let tx = self.tx.clone();
+        let durable_seq = self.durable_seq.clone();
         self.store.submit(
             ops,
             Box::new(move |res| {
                 if res.is_ok() {
+                    if let Some(last) = records.last() {
+                        durable_seq.fetch_max(last.seq, Ordering::Release);
+                    }
                     for record in records {
                         // No subscribers is fine: the log has it.
                         let _ = tx.send(record);

@@ -273,6 +273,13 @@ impl Engine {
         Ok(self.inner.store.audit(task, limit).await?)
     }
 
+    /// The seq of the last durable event: every task row written with an
+    /// event up to it is readable, so a list read after this, followed by
+    /// the log after it, sees every task once.
+    pub fn last_event_seq(&self) -> u64 {
+        self.inner.bus.durable_seq()
+    }
+
     /// Live events from now on. A receiver that lags resumes with `events_after`.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<EventRecord>> {
         self.inner.bus.subscribe()

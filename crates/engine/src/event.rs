@@ -113,6 +113,22 @@ impl Event {
         }
     }
 
+    /// Every `kind()`, for clients that name kinds (`/v1/events?kinds=`).
+    pub const KINDS: [&'static str; 12] = [
+        "task_created",
+        "task_queued",
+        "attempt_started",
+        "output",
+        "long_hold_warn",
+        "senior_asked",
+        "senior_answered",
+        "attempt_finished",
+        "task_finished",
+        "task_cancelled",
+        "session_attached",
+        "session_detached",
+    ];
+
     /// The snake_case `kind` tag, for metrics and logs.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -173,6 +189,37 @@ mod tests {
             let back: Event = serde_json::from_value(json).unwrap();
             assert_eq!(back, e);
         }
+    }
+
+    #[test]
+    fn kinds_lists_every_serde_tag_once() {
+        // A tag serde does not know fails to decode; every listed one decodes
+        // as far as its missing fields.
+        for kind in Event::KINDS {
+            let error = serde_json::from_value::<Event>(serde_json::json!({ "kind": kind }))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("missing field"), "{kind}: {error}");
+        }
+        let unique: std::collections::HashSet<_> = Event::KINDS.iter().collect();
+        assert_eq!(unique.len(), Event::KINDS.len());
+        let error = serde_json::from_value::<Event>(serde_json::json!({ "kind": "nope" }))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("unknown variant"), "{error}");
+        // Serde's own list of variants is the same set: "unknown variant
+        // `nope`, expected one of `a`, `b`, …".
+        for kind in Event::KINDS {
+            assert!(
+                error.contains(kind),
+                "{kind} missing from serde's tags: {error}"
+            );
+        }
+        assert_eq!(
+            error.matches('`').count(),
+            2 + 2 * Event::KINDS.len(),
+            "{error}"
+        );
     }
 
     #[test]

@@ -229,6 +229,18 @@ impl TaskId {
     pub fn new() -> Self {
         Self(Uuid::now_v7())
     }
+
+    /// The smallest id of a task created at unix millisecond `ms` or later
+    /// (a UUIDv7 starts with its 48-bit millisecond), so a range of ids is a
+    /// range of creation times; `None` past the 48 bits.
+    pub fn first_at(ms: u64) -> Option<Self> {
+        if ms >> 48 != 0 {
+            return None;
+        }
+        let mut bytes = [0u8; 16];
+        bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+        Some(Self(Uuid::from_bytes(bytes)))
+    }
 }
 
 impl Default for TaskId {
@@ -338,6 +350,23 @@ mod tests {
     use super::*;
 
     const HEX: &str = "0190f5a2c3d47e8f9a0b1c2d3e4f5a6b";
+
+    #[test]
+    fn first_at_bounds_the_ids_of_a_millisecond() {
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let id = TaskId::new();
+        let bound = TaskId::first_at(before).unwrap();
+        assert!(bound <= id, "{bound} > {id}");
+        assert!(TaskId::first_at(before + 60_000).unwrap() > id);
+        assert_eq!(
+            TaskId::first_at(0x0190_f5a2_c3d4).unwrap().to_string(),
+            "T-0190f5a2c3d400000000000000000000"
+        );
+        assert_eq!(TaskId::first_at(1 << 48), None);
+    }
 
     #[test]
     fn task_id_round_trips_through_string_and_serde() {

@@ -218,13 +218,21 @@ impl TaskStore for MemoryTaskStore {
             Some(before) => std::ops::Bound::Excluded(before),
             None => std::ops::Bound::Unbounded,
         };
+        let lower = match filter.since {
+            Some(since) => std::ops::Bound::Included(since),
+            None => std::ops::Bound::Unbounded,
+        };
+        if let (Some(since), Some(before)) = (filter.since, filter.before)
+            && since >= before
+        {
+            return Ok(Vec::new());
+        }
         Ok(state
             .tasks
-            .range((std::ops::Bound::Unbounded, upper))
+            .range((lower, upper))
             .rev()
             .map(|(_, t)| t)
-            .filter(|t| filter.status.is_none_or(|s| t.status() == s))
-            .filter(|t| filter.agent.as_deref().is_none_or(|a| t.agent == a))
+            .filter(|t| filter.matches(t))
             .take(filter.limit)
             .cloned()
             .collect())

@@ -123,13 +123,37 @@ pub enum WriteOp {
 /// Called once a batch is durable (or failed), in submission order.
 pub type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
-/// Which tasks `list_tasks` returns: newest first, strictly older than `before`.
+/// Which tasks `list_tasks` returns: newest first, strictly older than
+/// `before`, not older than `since` (ids are time-ordered, so these two are
+/// also a creation-time range), and matching every other field given.
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {
     pub status: Option<TaskStatus>,
     pub agent: Option<String>,
     pub before: Option<TaskId>,
+    pub since: Option<TaskId>,
+    /// Tasks owned by this session.
+    pub session: Option<SessionId>,
+    /// Sub-tasks of this task.
+    pub parent: Option<TaskId>,
+    /// Tasks whose prompt contains this text, ASCII letters in either case.
+    pub prompt_contains: Option<String>,
     pub limit: usize,
+}
+
+impl TaskFilter {
+    /// Whether `task` passes every field but the id range and the limit.
+    pub fn matches(&self, task: &Task) -> bool {
+        self.status.is_none_or(|s| task.status() == s)
+            && self.agent.as_deref().is_none_or(|a| task.agent == a)
+            && self.session.is_none_or(|s| task.session == Some(s))
+            && self.parent.is_none_or(|p| task.parent == Some(p))
+            && self.prompt_contains.as_deref().is_none_or(|text| {
+                task.prompt
+                    .to_ascii_lowercase()
+                    .contains(&text.to_ascii_lowercase())
+            })
+    }
 }
 
 /// Everything recovery needs at boot.

@@ -135,6 +135,7 @@ fn all(status: Option<TaskStatus>, agent: Option<&str>, before: Option<TaskId>) 
         agent: agent.map(str::to_owned),
         before,
         limit: usize::MAX,
+        ..TaskFilter::default()
     }
 }
 
@@ -197,6 +198,7 @@ conformance!(
     attempts_upsert_and_sort_by_attempt,
     list_tasks_pages_newest_first,
     list_tasks_filters_by_status_and_agent,
+    list_tasks_filters_by_session_parent_prompt_and_since,
     idempotency_keys_resolve_to_tasks,
     events_after_is_ascending_and_paged,
     audit_is_newest_first_with_assigned_ids,
@@ -354,6 +356,7 @@ async fn list_tasks_filters_by_status_and_agent(store: Arc<dyn TaskStore>) {
             agent: Some("a".into()),
             before: Some(a_running.id),
             limit: 1,
+            ..TaskFilter::default()
         })
         .await
         .unwrap();
@@ -385,6 +388,74 @@ async fn list_tasks_filters_by_status_and_agent(store: Arc<dyn TaskStore>) {
         .await
         .unwrap();
     assert_eq!(ids(&running_a), vec![a_running.id, moved.id]);
+}
+
+async fn list_tasks_filters_by_session_parent_prompt_and_since(store: Arc<dyn TaskStore>) {
+    let sid = SessionId::new();
+    let mut owned = new_task("a", 1);
+    owned.session = Some(sid);
+    owned.prompt = "Fix the FLAKY test".into();
+    let mut child = new_task("a", 2);
+    child.parent = Some(owned.id);
+    child.session = Some(sid);
+    let other = new_task("b", 3);
+    apply(&*store, [&owned, &child, &other].map(put).to_vec()).await;
+    let list = |filter: TaskFilter| {
+        let store = store.clone();
+        async move {
+            let filter = TaskFilter {
+                limit: 100,
+                ..filter
+            };
+            ids(&store.list_tasks(&filter).await.unwrap())
+        }
+    };
+
+    let by_session = list(TaskFilter {
+        session: Some(sid),
+        ..TaskFilter::default()
+    });
+    assert_eq!(by_session.await, vec![child.id, owned.id]);
+    let by_parent = list(TaskFilter {
+        parent: Some(owned.id),
+        ..TaskFilter::default()
+    });
+    assert_eq!(by_parent.await, vec![child.id]);
+    // ASCII letters match in either case.
+    let by_text = list(TaskFilter {
+        prompt_contains: Some("flaky TEST".into()),
+        ..TaskFilter::default()
+    });
+    assert_eq!(by_text.await, vec![owned.id]);
+    let no_text = list(TaskFilter {
+        prompt_contains: Some("nowhere".into()),
+        ..TaskFilter::default()
+    });
+    assert!(no_text.await.is_empty());
+    // `since` is inclusive, `before` exclusive: a range of ids, so of times.
+    let since = list(TaskFilter {
+        since: Some(child.id),
+        ..TaskFilter::default()
+    });
+    assert_eq!(since.await, vec![other.id, child.id]);
+    let window = list(TaskFilter {
+        since: Some(owned.id),
+        before: Some(other.id),
+        ..TaskFilter::default()
+    });
+    assert_eq!(window.await, vec![child.id, owned.id]);
+    let empty = list(TaskFilter {
+        since: Some(other.id),
+        before: Some(owned.id),
+        ..TaskFilter::default()
+    });
+    assert!(empty.await.is_empty());
+    let both = list(TaskFilter {
+        session: Some(sid),
+        prompt_contains: Some("prompt for".into()),
+        ..TaskFilter::default()
+    });
+    assert_eq!(both.await, vec![child.id]);
 }
 
 async fn idempotency_keys_resolve_to_tasks(store: Arc<dyn TaskStore>) {

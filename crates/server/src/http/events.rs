@@ -1,5 +1,6 @@
 //! `GET /v1/events` (the durable event log, admin and observer only; JSON page
-//! or live SSE with `id: <seq>`) and `GET /v1/audit` (audit records).
+//! or live SSE with `id: <seq>`, optionally only some `kinds`) and
+//! `GET /v1/audit` (audit records).
 
 use std::collections::VecDeque;
 
@@ -11,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 use swarmd_engine::audit::AuditRecord;
-use swarmd_engine::event::EventRecord;
+use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::gate::{Role, Verb};
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::{Engine, EngineError};
@@ -20,7 +21,7 @@ use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Json, Query, empty_as_none};
-use crate::http::sse::{self, Follow, Wake, last_event_id, wants_sse};
+use crate::http::sse::{self, Follow, Live, Wake, last_event_id, wants_sse};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
@@ -38,12 +39,16 @@ struct EventsQuery {
     after_seq: Option<u64>,
     #[serde(default, deserialize_with = "empty_as_none")]
     limit: Option<usize>,
+    /// Comma-separated event kinds; absent: every kind.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    kinds: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
 struct EventsPage {
     events: Vec<EventRecord>,
-    /// Pass as `after_seq` to get the next page.
+    /// Pass as `after_seq` to get the next page (with `kinds`, the last seq
+    /// read, which may be past the last event returned).
     next_seq: u64,
 }
 
@@ -72,6 +77,7 @@ async fn events(
         return Err(ApiError::forbidden());
     }
     caller.check(&state, Verb::Subscribe)?;
+    let kinds = query.kinds.as_deref().map(parse_kinds).transpose()?;
     let after = match last_event_id(&headers) {
         Some(id) => id
             .parse::<u64>()
@@ -84,13 +90,31 @@ async fn events(
             engine: state.engine.clone(),
             cursor: after,
             page: sse::PAGE,
+            kinds,
         };
         return Ok(sse::stream(follow, rx, state.shutdown.clone(), false));
     }
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-    let events = state.engine.events_after(after, limit).await?;
+    let mut events = state.engine.events_after(after, limit).await?;
     let next_seq = events.last().map_or(after, |e| e.seq);
+    if let Some(kinds) = &kinds {
+        events.retain(|e| kinds.contains(&e.event.kind()));
+    }
     Ok(Json(EventsPage { events, next_seq }).into_response())
+}
+
+/// `kinds=a,b`: each a known event kind, at most one of each.
+fn parse_kinds(text: &str) -> Result<Vec<&'static str>, ApiError> {
+    let mut kinds = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        let kind = Event::KINDS.iter().find(|k| **k == name).ok_or_else(|| {
+            ApiError::bad_request(format!("unknown event kind in kinds: {name:?}"))
+        })?;
+        if !kinds.contains(kind) {
+            kinds.push(*kind);
+        }
+    }
+    Ok(kinds)
 }
 
 async fn audit(
@@ -104,12 +128,22 @@ async fn audit(
     Ok(Json(AuditPage { records }))
 }
 
-/// Follows the event log from a sequence number.
+/// Follows the event log from a sequence number, sending only `kinds`
+/// when set (the cursor still steps over the others).
 #[derive(Debug)]
 struct EventFollow {
     engine: Engine,
     cursor: u64,
     page: usize,
+    kinds: Option<Vec<&'static str>>,
+}
+
+impl EventFollow {
+    fn wanted(&self, record: &EventRecord) -> bool {
+        self.kinds
+            .as_ref()
+            .is_none_or(|kinds| kinds.contains(&record.event.kind()))
+    }
 }
 
 impl Follow for EventFollow {
@@ -120,7 +154,9 @@ impl Follow for EventFollow {
         let full = events.len() >= self.page;
         for event in events {
             self.cursor = self.cursor.max(event.seq);
-            out.push_back(event);
+            if self.wanted(&event) {
+                out.push_back(event);
+            }
         }
         Ok(full)
     }
@@ -133,12 +169,17 @@ impl Follow for EventFollow {
         }
     }
 
-    fn take_live(&mut self, record: &EventRecord) -> Option<EventRecord> {
+    fn take_live(&mut self, record: &EventRecord) -> Live<EventRecord> {
         // The broadcast record is the stored one: no read needed when it is next.
-        (record.seq == self.cursor + 1).then(|| {
-            self.cursor = record.seq;
-            record.clone()
-        })
+        if record.seq != self.cursor + 1 {
+            return Live::Read;
+        }
+        self.cursor = record.seq;
+        if self.wanted(record) {
+            Live::Send(record.clone())
+        } else {
+            Live::Skip
+        }
     }
 
     fn render(&self, item: EventRecord) -> SseEvent {

@@ -6,6 +6,7 @@
 //! the one place errors become status + `{error, code}`, and `extract` makes
 //! bad input land there too.
 
+mod agents;
 pub mod auth;
 pub mod error;
 pub mod extract;
@@ -17,6 +18,7 @@ mod events;
 mod ops;
 pub(crate) mod output;
 pub(crate) mod tasks;
+pub(crate) mod ui;
 pub(crate) mod views;
 pub(crate) mod worker;
 
@@ -74,6 +76,8 @@ pub fn router(state: AppState) -> Router {
         .merge(events::routes())
         .merge(ops::routes())
         .merge(operators::routes())
+        .merge(agents::routes())
+        .merge(ui::routes())
         .merge(crate::mcp::routes(&state))
         .fallback(not_found)
         .layer(middleware)

@@ -81,9 +81,21 @@ struct Status {
     base_url: String,
     store: StoreStatus,
     draining: bool,
+    /// The seq of the last durable event: list tasks after reading it, then
+    /// follow `/v1/events` from it, and nothing is missed or seen twice.
+    event_seq: u64,
+    /// Who the credential is (the dashboard shows cancel only where allowed).
+    caller: CallerStatus,
     counts: Counts,
     /// Tokens and cost workers reported since start, by agent.
     usage: std::collections::BTreeMap<String, UsageTotals>,
+}
+
+#[derive(Debug, Serialize)]
+struct CallerStatus {
+    role: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sid: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -126,6 +138,11 @@ async fn status(State(state): State<AppState>, caller: Caller) -> Result<Json<St
             state_dir: state.config.store.state_dir.display().to_string(),
         },
         draining: state.engine.is_draining(),
+        event_seq: state.engine.last_event_seq(),
+        caller: CallerStatus {
+            role: caller.role().to_string(),
+            sid: caller.session().map(|s| s.sid.to_string()),
+        },
         counts: Counts {
             queued,
             running,

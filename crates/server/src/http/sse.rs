@@ -60,6 +60,17 @@ pub enum Wake {
     Finished,
 }
 
+/// What a stream does with a live event that is exactly its next record.
+#[derive(Debug)]
+pub enum Live<T> {
+    /// Send it, no store read needed.
+    Send(T),
+    /// Step past it: it is not for this stream (the cursor moved).
+    Skip,
+    /// Read the store instead.
+    Read,
+}
+
 /// A resumable stream over stored records.
 pub trait Follow: Send + 'static {
     /// What the stream sends per record.
@@ -76,9 +87,9 @@ pub trait Follow: Send + 'static {
     fn wake(&self, record: &EventRecord) -> Wake;
 
     /// Takes a live event directly when it is exactly the next record (no
-    /// store read needed); `None` makes the driver read the store instead.
-    fn take_live(&mut self, _record: &EventRecord) -> Option<Self::Item> {
-        None
+    /// store read needed); `Live::Read` makes the driver read the store.
+    fn take_live(&mut self, _record: &EventRecord) -> Live<Self::Item> {
+        Live::Read
     }
 
     /// The SSE event for one item.
@@ -143,8 +154,9 @@ impl<F: Follow> Driver<F> {
             Ok(record) => match self.follow.wake(&record) {
                 Wake::Ignore => {}
                 Wake::Behind if !self.behind => match self.follow.take_live(&record) {
-                    Some(item) => self.pending.push_back(item),
-                    None => self.behind = true,
+                    Live::Send(item) => self.pending.push_back(item),
+                    Live::Skip => {}
+                    Live::Read => self.behind = true,
                 },
                 Wake::Behind => {}
                 Wake::Finished => {

@@ -93,7 +93,25 @@ struct ListQuery {
     /// The last task id of the previous page.
     #[serde(default, deserialize_with = "empty_as_none")]
     after: Option<TaskId>,
+    /// Tasks owned by this session.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    session: Option<SessionId>,
+    /// Sub-tasks of this task.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    parent: Option<TaskId>,
+    /// Text the prompt contains (ASCII letters in either case).
+    #[serde(default, deserialize_with = "empty_as_none")]
+    q: Option<String>,
+    /// Created at or after this unix millisecond.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    since_ms: Option<u64>,
+    /// Created before this unix millisecond.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    until_ms: Option<u64>,
 }
+
+/// The longest prompt text a list may search for.
+const MAX_QUERY_CHARS: usize = 256;
 
 #[derive(Debug, Serialize)]
 pub(crate) struct TaskPage {
@@ -292,10 +310,36 @@ async fn list(
     caller: Caller,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<TaskPage>, ApiError> {
+    if query
+        .q
+        .as_ref()
+        .is_some_and(|q| q.chars().count() > MAX_QUERY_CHARS)
+    {
+        return Err(ApiError::bad_request(format!(
+            "q is longer than {MAX_QUERY_CHARS} characters"
+        )));
+    }
+    let first_at = |name: &str, ms: Option<u64>| {
+        ms.map(|ms| {
+            TaskId::first_at(ms)
+                .ok_or_else(|| ApiError::bad_request(format!("{name} is out of range")))
+        })
+        .transpose()
+    };
+    let since = first_at("since_ms", query.since_ms)?;
+    // The earlier of the page cursor and the end of the time range.
+    let before = match (query.after, first_at("until_ms", query.until_ms)?) {
+        (Some(after), Some(until)) => Some(after.min(until)),
+        (after, until) => after.or(until),
+    };
     let filter = TaskFilter {
         status: query.status,
         agent: query.agent,
-        before: query.after,
+        before,
+        since,
+        session: query.session,
+        parent: query.parent,
+        prompt_contains: query.q,
         limit: query.limit.unwrap_or(DEFAULT_LIST_LIMIT),
     };
     Ok(Json(page(&state, &caller, filter).await?))

@@ -221,6 +221,7 @@ async fn count_by_agent(
         agent: None,
         before: None,
         limit: MAX_COUNTED,
+        ..TaskFilter::default()
     };
     let mut counts = BTreeMap::new();
     for task in state.engine.list_tasks(&filter).await? {

@@ -165,6 +165,7 @@ pub(super) async fn tasks(state: &AppState, caller: &Caller, args: Option<JsonOb
         agent: args.agent,
         before,
         limit: args.limit.unwrap_or(DEFAULT_TASKS).clamp(1, MAX_TASKS),
+        ..TaskFilter::default()
     };
     structured(&tasks::page(state, caller, filter).await?)
 }

@@ -38,6 +38,8 @@ pub struct SessionSummary {
     pub connected: bool,
     /// Last activity, unix ms.
     pub last_seen: u64,
+    /// Frames in the outbox, waiting for a socket to flush them.
+    pub parked: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 }
@@ -226,6 +228,7 @@ impl Session {
             kind: self.kind,
             connected: self.connected(),
             last_seen: self.last_seen_ms(),
+            parked: self.parked(),
             description: self.description.clone(),
         }
     }

@@ -151,7 +151,7 @@ pub(super) fn attempts(conn: &Connection, id: TaskId) -> Result<Vec<AttemptRecor
 /// Newest first; each combination of filters is its own cached statement.
 pub(super) fn list_tasks(conn: &Connection, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
     let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE 1");
-    let mut args: Vec<SqlValue> = Vec::with_capacity(4);
+    let mut args: Vec<SqlValue> = Vec::with_capacity(8);
     if let Some(status) = filter.status {
         sql.push_str(" AND status = ?");
         args.push(SqlValue::Text(status.as_str().to_owned()));
@@ -163,6 +163,24 @@ pub(super) fn list_tasks(conn: &Connection, filter: &TaskFilter) -> Result<Vec<T
     if let Some(before) = filter.before {
         sql.push_str(" AND id < ?");
         args.push(SqlValue::Blob(task_key(before).to_vec()));
+    }
+    if let Some(since) = filter.since {
+        sql.push_str(" AND id >= ?");
+        args.push(SqlValue::Blob(task_key(since).to_vec()));
+    }
+    // These read the body: a scan in id order that stops at `limit` matches.
+    if let Some(session) = filter.session {
+        sql.push_str(" AND json_extract(body, '$.session') = ?");
+        args.push(SqlValue::Text(session.to_string()));
+    }
+    if let Some(parent) = filter.parent {
+        sql.push_str(" AND json_extract(body, '$.parent') = ?");
+        args.push(SqlValue::Text(parent.to_string()));
+    }
+    if let Some(text) = &filter.prompt_contains {
+        // SQLite's lower() folds ASCII only, as `TaskFilter::matches` does.
+        sql.push_str(" AND instr(lower(json_extract(body, '$.prompt')), lower(?)) > 0");
+        args.push(SqlValue::Text(text.clone()));
     }
     sql.push_str(" ORDER BY id DESC LIMIT ?");
     args.push(SqlValue::Integer(sql_limit(filter.limit)));

@@ -1,0 +1,160 @@
+// The API client: the token lives in sessionStorage (this tab only) and goes
+// in `Authorization: Bearer`, never in a URL. Event streams are read with
+// fetch() and a stream reader (EventSource cannot send headers), resumed
+// with `Last-Event-ID` after a dropped connection or a daemon restart.
+
+const KEY = 'swarmd.token';
+
+export function token() {
+  return sessionStorage.getItem(KEY);
+}
+
+export function setToken(value) {
+  if (value) sessionStorage.setItem(KEY, value);
+  else sessionStorage.removeItem(KEY);
+}
+
+/** An error answer: its status and the daemon's `{error, code}`. */
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+let onUnauthorized = () => {};
+
+/** What to do when the daemon says the token is no good. */
+export function whenUnauthorized(handler) {
+  onUnauthorized = handler;
+}
+
+function headers(extra = {}) {
+  return { Authorization: `Bearer ${token()}`, ...extra };
+}
+
+async function failure(response) {
+  let body = {};
+  try {
+    body = await response.json();
+  } catch {
+    // Not JSON: the status says enough.
+  }
+  if (response.status === 401) onUnauthorized();
+  return new ApiError(response.status, body.code || 'http_' + response.status,
+    body.error || response.statusText);
+}
+
+/** GET a JSON route. */
+export async function get(path) {
+  const response = await fetch(path, { headers: headers() });
+  if (!response.ok) throw await failure(response);
+  return response.json();
+}
+
+/** POST JSON to a route. */
+export async function post(path, body) {
+  const response = await fetch(path, {
+    method: 'POST',
+    headers: headers({ 'Content-Type': 'application/json' }),
+    body: JSON.stringify(body ?? {}),
+  });
+  if (!response.ok) throw await failure(response);
+  return response.json();
+}
+
+/** GET text (the Prometheus page). */
+export async function text(path) {
+  const response = await fetch(path, { headers: headers() });
+  if (!response.ok) throw await failure(response);
+  return response.text();
+}
+
+const RETRY_MS = [250, 500, 1000, 2000];
+
+/**
+ * Follows an SSE route until `stop()`: `onEvent(id, data)` per event,
+ * `onState('live' | 'retrying' | 'ended')` as the connection comes and
+ * goes. `lastId()` is asked before every (re)connect and sent as
+ * `Last-Event-ID`, so the daemon resumes strictly after what was seen.
+ * When the daemon ends the stream, `finished()` says whether that was the
+ * end (a finished task's output) or a drop to resume from (a restart).
+ */
+export function follow(path, { lastId, onEvent, onState = () => {}, finished = async () => false }) {
+  const controller = new AbortController();
+  let stopped = false;
+  (async () => {
+    let failures = 0;
+    while (!stopped) {
+      let ended = false;
+      try {
+        const extra = { Accept: 'text/event-stream' };
+        const id = lastId();
+        if (id !== undefined && id !== null && id !== '') extra['Last-Event-ID'] = String(id);
+        const response = await fetch(path, { headers: headers(extra), signal: controller.signal });
+        if (!response.ok) throw await failure(response);
+        onState('live');
+        failures = 0;
+        await readEvents(response.body, onEvent);
+        ended = true;
+      } catch (error) {
+        if (stopped) return;
+        if (error instanceof ApiError && error.status === 401) return;
+      }
+      if (ended) {
+        let over = false;
+        try {
+          over = await finished();
+        } catch {
+          // Unknown (the daemon is away): resume.
+        }
+        if (over) {
+          onState('ended');
+          return;
+        }
+      }
+      onState('retrying');
+      await new Promise((resolve) => setTimeout(resolve, RETRY_MS[Math.min(failures, RETRY_MS.length - 1)]));
+      failures += 1;
+    }
+  })();
+  return {
+    stop() {
+      stopped = true;
+      controller.abort();
+    },
+  };
+}
+
+/** Parses a text/event-stream body, calling `onEvent(id, data)` per event. */
+async function readEvents(body, onEvent) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  let id = null;
+  let data = [];
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let newline;
+    while ((newline = buffer.indexOf('\n')) >= 0) {
+      const line = buffer.slice(0, newline).replace(/\r$/, '');
+      buffer = buffer.slice(newline + 1);
+      if (line === '') {
+        if (data.length) onEvent(id, data.join('\n'));
+        id = null;
+        data = [];
+      } else if (line.startsWith(':')) {
+        // A keep-alive comment.
+      } else {
+        const colon = line.indexOf(':');
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let rest = colon < 0 ? '' : line.slice(colon + 1);
+        if (rest.startsWith(' ')) rest = rest.slice(1);
+        if (field === 'id') id = rest;
+        else if (field === 'data') data.push(rest);
+      }
+    }
+  }
+}

@@ -1,0 +1,140 @@
+// The dashboard's entry: sign-in, the hash router (`#/overview`,
+// `#/tasks?…`, `#/task/T-…`, `#/sessions`, `#/agents`), and the one live feed of the daemon's event log that
+// every view listens to.
+
+import * as api from './api.js';
+import { replace } from './dom.js';
+import { tasksView } from './tasks.js';
+import { taskView } from './task.js';
+import { overviewView } from './overview.js';
+import { sessionsView } from './sessions.js';
+import { agentsView } from './agents.js';
+
+const $ = (id) => document.getElementById(id);
+
+/** What the signed-in credential is: `{role, sid?}` from /v1/status. */
+export const session = { caller: null };
+
+// The event feed: one `/v1/events` stream for the page, resumed from the
+// last seq seen; views subscribe to what they show. It asks for every kind
+// but `output` (the bulk of the log): a task's output comes from that
+// task's own stream, only while its page is open.
+const FEED_KINDS = ['task_created', 'task_queued', 'attempt_started', 'attempt_finished',
+  'task_finished', 'task_cancelled', 'long_hold_warn', 'session_attached', 'session_detached'];
+const listeners = new Set();
+let feed = null;
+let lastSeq = 0;
+
+/** Calls `listener(record)` for every new event record until the view goes. */
+export function onEvent(listener) {
+  listeners.add(listener);
+  return () => listeners.delete(listener);
+}
+
+/** Marks the live badge. */
+export function setLive(state) {
+  const badge = $('live');
+  badge.dataset.state = state;
+  badge.textContent = { live: 'live', retrying: 'reconnecting…', off: 'offline' }[state] || state;
+}
+
+function startFeed(afterSeq) {
+  lastSeq = afterSeq;
+  feed = api.follow(`/v1/events?kinds=${FEED_KINDS.join(',')}`, {
+    lastId: () => lastSeq,
+    onState: setLive,
+    onEvent: (_id, data) => {
+      const record = JSON.parse(data);
+      // Resumed streams start strictly after lastSeq; this guards a repeat anyway.
+      if (record.seq <= lastSeq) return;
+      lastSeq = record.seq;
+      for (const listener of listeners) listener(record);
+    },
+  });
+}
+
+let teardown = null;
+
+function route() {
+  if (teardown) teardown();
+  teardown = null;
+  const view = $('view');
+  replace(view);
+  const hash = location.hash.replace(/^#/, '') || '/overview';
+  const [path, query = ''] = hash.split('?');
+  const params = new URLSearchParams(query);
+  const task = path.match(/^\/task\/(T-[0-9a-f]{32})$/);
+  if (task) teardown = taskView(view, task[1]);
+  else if (path === '/tasks') teardown = tasksView(view, params);
+  else if (path === '/sessions') teardown = sessionsView(view);
+  else if (path === '/agents') teardown = agentsView(view);
+  else teardown = overviewView(view);
+  for (const a of document.querySelectorAll('#nav a')) {
+    a.classList.toggle('current', path.startsWith('/' + a.dataset.view));
+  }
+}
+
+async function signedIn() {
+  const status = await api.get('/v1/status');
+  if (!['admin', 'observer'].includes(status.caller.role)) {
+    throw new api.ApiError(403, 'forbidden',
+      'the dashboard needs the admin token or an observer token');
+  }
+  session.caller = status.caller;
+  $('signin').hidden = true;
+  $('nav').hidden = false;
+  $('signout').hidden = false;
+  $('who').textContent = status.caller.role;
+  startFeed(status.event_seq);
+  window.addEventListener('hashchange', route);
+  route();
+}
+
+function signOut() {
+  api.setToken(null);
+  if (feed) feed.stop();
+  location.hash = '';
+  location.reload();
+}
+
+function showSignIn(message = '') {
+  $('signin').hidden = false;
+  $('nav').hidden = true;
+  $('signin-error').textContent = message;
+  $('token').focus();
+}
+
+async function boot() {
+  setLive('off');
+  // A page being left closes its streams at once: a browser holds six
+  // connections per host, and a reloaded tab must not wait for old ones.
+  window.addEventListener('pagehide', () => {
+    if (feed) feed.stop();
+    if (teardown) teardown();
+  });
+  api.whenUnauthorized(() => {
+    api.setToken(null);
+    if (feed) feed.stop();
+    showSignIn('The daemon refused the token; sign in again.');
+  });
+  $('signout').addEventListener('click', signOut);
+  $('signin-form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    api.setToken($('token').value.trim());
+    $('token').value = '';
+    try {
+      await signedIn();
+    } catch (error) {
+      api.setToken(null);
+      showSignIn(error.message);
+    }
+  });
+  if (!api.token()) return showSignIn();
+  try {
+    await signedIn();
+  } catch (error) {
+    showSignIn(error.message);
+  }
+}
+
+boot();

@@ -1,0 +1,220 @@
+// One task: prompt, input, policy, attempts, its live output (progress,
+// partial text appended as it arrives, artifacts, the Final), audit
+// records, and cancel for the admin and the owning session. Output comes
+// from the task's own SSE stream, resumed by `<attempt>:<seq>`; the task's
+// state is read again when the event feed says it changed.
+
+import * as api from './api.js';
+import { onEvent, session } from './app.js';
+import { duration, h, replace, show, time } from './dom.js';
+
+const TERMINAL = new Set(['pass', 'blocked', 'failed', 'cancelled']);
+
+export function taskView(root, id) {
+  const summary = h('div', { id: 'task-summary' });
+  const details = h('div', { id: 'task-details' });
+  const attempts = h('div', { id: 'attempts' });
+  const output = h('div', { id: 'output' });
+  const audit = h('div', { id: 'audit' });
+  const children = h('div', { id: 'subtasks' });
+  const error = h('p', { class: 'error', role: 'alert', id: 'task-error' });
+  const actions = h('p', { class: 'actions' });
+  replace(root,
+    h('p', {}, h('a', { href: '#/tasks' }, '« tasks')),
+    h('h1', {}, 'Task ', h('code', { id: 'task-id' }, id)),
+    actions, error, summary,
+    h('h2', {}, 'Output'), output,
+    h('h2', {}, 'Attempts'), attempts,
+    h('h2', {}, 'Sub-tasks'), children,
+    details,
+    h('h2', {}, 'Audit'), audit);
+
+  let task = null;
+  let stream = null;
+  let stopped = false;
+
+  // Output, one block per attempt; records are keyed `<attempt>:<seq>`.
+  const seen = new Set();
+  let last = null;
+  const blocks = new Map();
+  function block(attempt) {
+    let entry = blocks.get(attempt);
+    if (!entry) {
+      entry = {
+        usage: h('p', { class: 'usage' }),
+        progress: h('ul', { class: 'progress' }),
+        partial: h('pre', { class: 'partial' }),
+        artifacts: h('ul', { class: 'artifacts' }),
+        final: h('div', { class: 'final' }),
+      };
+      output.append(h('section', { class: 'attempt-output', dataset: { attempt } },
+        h('h3', {}, `Attempt ${attempt}`), entry.usage, entry.progress, entry.partial, entry.artifacts, entry.final));
+      blocks.set(attempt, entry);
+    }
+    return entry;
+  }
+
+  function content(ref) {
+    if (!ref) return '';
+    if (ref.kind === 'inline') return show(ref.value);
+    return `(stored as a blob: ${ref.size} bytes, sha256 ${ref.sha256})`;
+  }
+
+  function record(rec) {
+    const key = `${rec.attempt}:${rec.seq}`;
+    if (seen.has(key)) return;
+    seen.add(key);
+    last = key;
+    const entry = block(rec.attempt);
+    const event = rec.event;
+    if (event.type === 'progress' && event.stage === 'usage' && usage(entry.usage, event.note)) {
+      // Shown as the attempt's usage line rather than as a note.
+    } else if (event.type === 'progress') {
+      entry.progress.append(h('li', {}, h('span', { class: 'stage' }, event.stage || ''), ' ', event.note || ''));
+    } else if (event.type === 'partial') {
+      entry.partial.append(content(event.chunk));
+    } else if (event.type === 'artifact') {
+      const text = content(event.content);
+      entry.artifacts.append(h('li', {},
+        h('span', { class: 'name' }, event.name), ' ',
+        h('button', { type: 'button', onclick: () => download(event.name, text) }, 'download'),
+        h('pre', {}, text)));
+    } else if (event.type === 'final') {
+      replace(entry.final, h('strong', {}, event.ok === false ? 'Final (not ok)' : 'Final'),
+        h('pre', { class: 'final-value' }, content(event.content)));
+    }
+  }
+
+  // A CLI agent's `usage` note (docs/agents-cli.md): tokens, turns, cost.
+  function usage(node, note) {
+    let u;
+    try {
+      u = JSON.parse(note);
+    } catch {
+      return false;
+    }
+    if (!u || typeof u !== 'object') return false;
+    const parts = [];
+    if (u.cli) parts.push(String(u.cli));
+    if (u.input_tokens !== undefined) parts.push(`${u.input_tokens} tokens in`);
+    if (u.output_tokens !== undefined) parts.push(`${u.output_tokens} out`);
+    if (u.total_tokens !== undefined) parts.push(`${u.total_tokens} total`);
+    if (u.turns !== undefined) parts.push(`${u.turns} turns`);
+    if (typeof u.cost_usd === 'number') parts.push(`$${u.cost_usd.toFixed(4)}`);
+    replace(node, h('strong', {}, 'Usage: '), parts.join(' · '));
+    return true;
+  }
+
+  function followOutput() {
+    stream = api.follow(`/v1/tasks/${id}/output`, {
+      lastId: () => last,
+      onEvent: (_id, data) => record(JSON.parse(data)),
+      finished: async () => {
+        await load();
+        return TERMINAL.has(task.status);
+      },
+    });
+  }
+
+  function renderSummary() {
+    const fields = [
+      ['status', h('span', { class: 'status', id: 'task-status', dataset: { status: task.status } }, task.status)],
+      ['agent', task.agent],
+      ['attempt', String(task.attempt)],
+      ['created', time(task.created_ms)],
+      ['finished', time(task.finished_ms)],
+      ['session', task.session],
+      ['parent', task.parent && h('a', { href: `#/task/${task.parent}` }, task.parent)],
+      ['continues', task.continued_from && h('a', { href: `#/task/${task.continued_from}` }, task.continued_from)],
+      ['resumes session', task.resume && task.resume.session_id],
+      ['reason', task.reason],
+      ['layers', task.layers && task.layers.length ? task.layers.join(', ') : null],
+    ];
+    replace(summary,
+      h('dl', {}, fields.filter(([, v]) => v).map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
+      h('h2', {}, 'Prompt'), h('pre', { id: 'task-prompt' }, task.prompt),
+      task.result ? [h('h2', {}, 'Result'), h('pre', { id: 'task-result' }, show(task.result))] : null);
+    replace(details,
+      task.system ? [h('h2', {}, 'System'), h('pre', {}, task.system)] : null,
+      task.input !== undefined ? [h('h2', {}, 'Input'), h('pre', {}, show(task.input))] : null,
+      task.metadata ? [h('h2', {}, 'Metadata'), h('pre', {}, show(task.metadata))] : null,
+      h('h2', {}, 'Policy'), h('pre', {}, show(task.policy)));
+    replace(attempts, h('table', {},
+      h('thead', {}, h('tr', {}, ['#', 'held by', 'waited', 'started', 'duration', 'outcome', 'reason'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, task.attempts.map((a, i) => h('tr', {},
+        h('td', { class: 'num' }, String(a.attempt)),
+        h('td', {}, holder(a)),
+        // Queued before the first attempt; the retry backoff before a later one.
+        h('td', {}, duration(a.started_ms - (i === 0 ? task.created_ms : task.attempts[i - 1].finished_ms || a.started_ms))),
+        h('td', {}, time(a.started_ms)),
+        h('td', {}, a.finished_ms ? duration(a.finished_ms - a.started_ms) : 'running'),
+        h('td', { class: 'status', dataset: { status: a.outcome || 'running' } }, a.outcome || ''),
+        h('td', {}, a.reason || ''))))));
+    const caller = session.caller || {};
+    const mayCancel = caller.role === 'admin' || (caller.sid && caller.sid === task.session);
+    replace(actions, mayCancel && !TERMINAL.has(task.status)
+      ? h('button', { id: 'cancel', type: 'button', class: 'danger', onclick: cancel }, 'Cancel task')
+      : null);
+  }
+
+  // Who ran an attempt: a process group, the Lua runtime, or a session.
+  function holder(a) {
+    if (a.spawner === 'process') return a.process_group ? `process group ${a.process_group.pgid}` : 'process';
+    if (a.spawner === 'operator') return `session ${task.operator_sid || task.session || '(any)'}`;
+    return a.spawner;
+  }
+
+  async function cancel() {
+    try {
+      await api.post(`/v1/tasks/${id}/cancel`, { reason: 'cancelled from the dashboard' });
+      await load();
+    } catch (e) {
+      error.textContent = e.message;
+    }
+  }
+
+  async function load() {
+    task = await api.get(`/v1/tasks/${id}`);
+    if (stopped) return;
+    renderSummary();
+    const subtasks = await api.get(`/v1/tasks?parent=${id}&limit=100`);
+    replace(children, subtasks.tasks.length
+      ? h('ul', {}, subtasks.tasks.map((t) => h('li', {},
+        h('a', { href: `#/task/${t.id}` }, t.id), ' ', t.agent, ' ',
+        h('span', { class: 'status', dataset: { status: t.status } }, t.status))),
+      subtasks.next ? h('a', { href: `#/tasks?parent=${id}` }, 'all sub-tasks') : null)
+      : h('p', { class: 'muted' }, 'none'));
+    const records = await api.get(`/v1/audit?task_id=${id}&limit=100`);
+    replace(audit, records.records.length
+      ? h('pre', {}, records.records.map((r) => show(r)).join('\n'))
+      : h('p', { class: 'muted' }, 'none'));
+  }
+
+  // Task events change the summary: read it again, at most once per 200 ms.
+  let timer = null;
+  const unsubscribe = onEvent((rec) => {
+    if (rec.event.task_id !== id || rec.event.kind === 'output' || timer) return;
+    timer = setTimeout(() => {
+      timer = null;
+      load().catch((e) => (error.textContent = e.message));
+    }, 200);
+  });
+
+  load().then(followOutput).catch((e) => (error.textContent = e.message));
+
+  return () => {
+    stopped = true;
+    unsubscribe();
+    if (timer) clearTimeout(timer);
+    if (stream) stream.stop();
+  };
+}
+
+function download(name, text) {
+  const url = URL.createObjectURL(new Blob([text], { type: 'application/octet-stream' }));
+  const a = h('a', { href: url, download: name });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}

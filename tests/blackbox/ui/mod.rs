@@ -1,0 +1,202 @@
+//! The dashboard (docs/dashboard.md) in a real browser: Debian's headless
+//! Chromium driven over WebDriver (chromedriver, through `fantoccini`)
+//! against the real daemon on loopback. `scripts/browser-env.sh` installs
+//! Chromium and chromedriver when they are missing; a test that cannot get
+//! them fails saying why. `serving` checks the HTTP side (embedded assets,
+//! ETag, the CSP) without a browser; `dashboard` drives the pages.
+
+mod dashboard;
+mod list_filters;
+mod screenshots;
+mod serving;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+use crate::daemon::repo_root;
+use crate::harness::PATIENCE;
+
+/// chromedriver's path, installed once per test run.
+fn chromedriver() -> PathBuf {
+    static DRIVER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DRIVER
+        .get_or_init(|| {
+            let script = repo_root().join("scripts/browser-env.sh");
+            let output = std::process::Command::new("bash")
+                .arg(&script)
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+            if !output.status.success() {
+                return Err(format!(
+                    "{} failed:\n{}",
+                    script.display(),
+                    String::from_utf8_lossy(&output.stderr)
+                ));
+            }
+            Ok(PathBuf::from(
+                String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+            ))
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("headless Chromium is not available: {e}"))
+}
+
+/// A headless Chromium session. chromedriver runs in a process group of
+/// its own, which Chromium joins; the whole group is killed when this is
+/// dropped, so a failing test leaves no browser behind.
+pub(crate) struct Browser {
+    pub client: Client,
+    _driver: Child,
+    group: i32,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = killpg(Pid::from_raw(self.group), Signal::SIGKILL);
+    }
+}
+
+impl std::fmt::Debug for Browser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Browser")
+    }
+}
+
+impl Browser {
+    pub(crate) async fn start() -> Browser {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let driver = Command::new(chromedriver())
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver does not start");
+        let group = i32::try_from(driver.id().expect("chromedriver's pid")).unwrap();
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                            "--disable-dev-shm-usage", "--window-size=1280,900"]}),
+        );
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + PATIENCE;
+        let client = loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(caps.clone())
+                .connect(&url)
+                .await
+            {
+                Ok(client) => break client,
+                Err(error) if Instant::now() < deadline => {
+                    let _ = error;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => panic!("no WebDriver session from chromedriver: {error}"),
+            }
+        };
+        Browser {
+            client,
+            _driver: driver,
+            group,
+        }
+    }
+
+    /// Runs `script` (a function body) in the page and returns its value.
+    pub(crate) async fn js(&self, script: &str) -> Value {
+        self.client
+            .execute(script, Vec::new())
+            .await
+            .unwrap_or_else(|e| panic!("script failed: {e}\n{script}"))
+    }
+
+    /// Waits until `script` (a function body) returns something truthy,
+    /// and returns it; fails after `PATIENCE` with `what` and the last value.
+    pub(crate) async fn until(&self, what: &str, script: &str) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            // A script run while the page navigates fails: poll again.
+            let value = self
+                .client
+                .execute(script, Vec::new())
+                .await
+                .unwrap_or(Value::Null);
+            let truthy = match &value {
+                Value::Null => false,
+                Value::Bool(b) => *b,
+                Value::Number(n) => n.as_f64() != Some(0.0),
+                Value::String(s) => !s.is_empty(),
+                _ => true,
+            };
+            if truthy {
+                return value;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last value {value}; page:\n{}",
+                self.js("return document.body.innerText").await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The text (`textContent`) of the element matching `css`, once there.
+    pub(crate) async fn text(&self, css: &str) -> String {
+        let script = format!(
+            "const e = document.querySelector({}); return e && [e.textContent]",
+            json!(css)
+        );
+        let found = self.until(&format!("an element {css}"), &script).await;
+        found[0].as_str().unwrap().to_owned()
+    }
+
+    /// Clicks the element matching `css`, once there.
+    pub(crate) async fn click(&self, css: &str) {
+        let element = self
+            .client
+            .wait()
+            .at_most(PATIENCE)
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no element {css}: {e}"));
+        element.click().await.unwrap();
+    }
+
+    /// Signs in on the sign-in form and waits until the feed is live.
+    pub(crate) async fn sign_in(&self, token: &str) {
+        let input = self
+            .client
+            .wait()
+            .at_most(PATIENCE)
+            .for_element(Locator::Id("token"))
+            .await
+            .unwrap();
+        input.send_keys(token).await.unwrap();
+        self.click("#signin-form button").await;
+        self.until(
+            "the live feed",
+            "return document.getElementById('live').dataset.state === 'live'",
+        )
+        .await;
+    }
+
+    /// Moves to a view without reloading the page.
+    pub(crate) async fn show(&self, hash: &str) {
+        self.js(&format!("location.hash = {}; return true", json!(hash)))
+            .await;
+    }
+}

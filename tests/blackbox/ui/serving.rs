@@ -1,0 +1,201 @@
+//! The dashboard's assets over plain HTTP: served from the binary under
+//! `/ui/` with the strict CSP, nosniff and no framing, revalidated by ETag,
+//! compressed when asked, and no data without a token.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Daemon, parts};
+use crate::sse::Sse;
+
+#[tokio::test]
+async fn the_dashboard_is_served_with_a_strict_policy_and_an_etag() {
+    let daemon = Daemon::start().await;
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let slash = no_redirects.get(daemon.url("/ui/")).send().await.unwrap();
+    assert_eq!(slash.status(), 308);
+    assert_eq!(slash.headers()["location"], "/ui");
+    let page = daemon.http.get(daemon.url("/ui")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let headers = page.headers().clone();
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    for directive in [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "frame-ancestors 'none'",
+        "object-src 'none'",
+        "require-trusted-types-for 'script'",
+    ] {
+        assert!(csp.contains(directive), "{directive} missing from {csp}");
+    }
+    assert!(!csp.contains("unsafe"), "{csp}");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let html = page.text().await.unwrap();
+    // No inline script or style: every script is a module from /ui/.
+    assert!(html.contains(r#"<script type="module" src="/ui/js/app.js"></script>"#));
+    assert_eq!(html.matches("<script").count(), 1, "{html}");
+    assert!(!html.contains("style="), "{html}");
+    let handler = html
+        .split(|c: char| c.is_whitespace() || c == '<')
+        .find(|word| word.starts_with("on") && word.contains('='));
+    assert_eq!(handler, None, "an inline handler in {html}");
+
+    // A module: its type, its ETag, a 304 for the same ETag.
+    let js = daemon
+        .http
+        .get(daemon.url("/ui/js/app.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(js.status(), 200);
+    assert!(
+        js.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .contains("javascript")
+    );
+    assert!(js.headers().contains_key("content-security-policy"));
+    let etag = js.headers()["etag"].clone();
+    let again = daemon
+        .http
+        .get(daemon.url("/ui/js/app.js"))
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+
+    // Compressed when the client asks.
+    let gz = daemon
+        .http
+        .get(daemon.url("/ui/js/task.js"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gz.status(), 200);
+    assert_eq!(gz.headers()["content-encoding"], "gzip");
+
+    // An unknown asset is a 404 with the API's error body.
+    let missing = daemon
+        .http
+        .get(daemon.url("/ui/nope.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    // The data behind the page still needs a token.
+    let status = daemon
+        .http
+        .get(daemon.url("/v1/status"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status.status(), 401);
+}
+
+/// What the dashboard's feed asks for: the event log without `output`
+/// events, paged and live, the cursor stepping over what it skips.
+#[tokio::test]
+async fn the_event_log_sends_only_the_kinds_asked_for() {
+    let daemon = Daemon::start().await;
+    let create = |prompt: &'static str| {
+        daemon
+            .post("/v1/tasks", &daemon.admin)
+            .json(&json!({"agent": "cat", "prompt": prompt, "wait_secs": 10}))
+            .send()
+    };
+    for prompt in ["one", "two"] {
+        let (status, body) = parts(create(prompt).await.unwrap()).await;
+        assert_eq!((status, &body["status"]), (201, &json!("pass")), "{body}");
+    }
+    let (status, all) = parts(
+        daemon
+            .get("/v1/events?limit=1000", &daemon.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{all}");
+    let last = all["next_seq"].as_u64().unwrap();
+    let kinds_of = |page: &Value| -> Vec<String> {
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["event"]["kind"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(kinds_of(&all).contains(&"output".to_owned()), "{all}");
+    // `/v1/status` names the last durable event, where a follower starts.
+    let (status, body) = parts(
+        daemon
+            .get("/v1/status", &daemon.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["event_seq"], last, "{body}");
+    assert_eq!(body["caller"], json!({"role": "admin"}));
+
+    let path = "/v1/events?limit=1000&kinds=task_created,task_finished";
+    let (status, page) = parts(daemon.get(path, &daemon.admin).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(
+        kinds_of(&page),
+        [
+            "task_created",
+            "task_finished",
+            "task_created",
+            "task_finished"
+        ]
+    );
+    // The cursor is past everything read, not only what was sent.
+    assert_eq!(page["next_seq"], last);
+
+    // Live: stored ones first, then new ones, never another kind.
+    let mut sse = Sse::open(&daemon, "/v1/events?kinds=task_created", None).await;
+    for _ in 0..2 {
+        assert_eq!(sse.data().await.1["kind"], "task_created");
+    }
+    let (status, body) = parts(create("three").await.unwrap()).await;
+    assert_eq!(status, 201, "{body}");
+    let (id, event) = sse.data().await;
+    assert_eq!(event["kind"], "task_created");
+    assert_eq!(event["task_id"], body["task_id"]);
+    assert!(id.parse::<u64>().unwrap() > last);
+
+    for bad in ["kinds=nope", "kinds=task_created,,output", "kinds="] {
+        let (status, body) = parts(
+            daemon
+                .get(&format!("/v1/events?{bad}"), &daemon.admin)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        if bad == "kinds=" {
+            // Empty means absent, as for every query parameter.
+            assert_eq!(status, 200, "{bad}: {body}");
+        } else {
+            assert_eq!(
+                (status, &body["code"]),
+                (400, &json!("bad_request")),
+                "{bad}: {body}"
+            );
+        }
+    }
+}

@@ -181,25 +181,7 @@ async fn each_cli_transcript_ends_with_its_final_partials_and_progress() {
 /// If the install fails, the test fails and says why; it is never skipped.
 fn installed_clis() -> PathBuf {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let script = repo_root().join("scripts/llm-clis-env.sh");
-        let output = std::process::Command::new("bash")
-            .arg(&script)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !output.status.success() {
-            return Err(format!(
-                "{} failed:\n{}",
-                script.display(),
-                String::from_utf8_lossy(&output.stderr)
-            ));
-        }
-        Ok(PathBuf::from(
-            String::from_utf8_lossy(&output.stdout).trim().to_owned(),
-        ))
-    })
-    .clone()
-    .unwrap_or_else(|e| panic!("the LLM CLIs are not available: {e}"))
+    crate::tools::installed(&BIN, "scripts/llm-clis-env.sh", "the LLM CLIs")
 }
 
 /// The shipped example agent of each CLI (config/swarmd.toml): its program

@@ -30,6 +30,7 @@ mod recovery;
 mod routing;
 mod security;
 mod sse;
+mod tools;
 mod ui;
 mod upstream;
 mod usage;

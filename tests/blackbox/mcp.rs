@@ -66,25 +66,11 @@ progress_ms = 200
 /// failed install fails the test that needs it, with the script's message.
 pub(super) fn python() -> PathBuf {
     static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PYTHON
-        .get_or_init(|| {
-            let script = repo_root().join("scripts/mcp-client-env.sh");
-            let output = std::process::Command::new("bash")
-                .arg(&script)
-                .output()
-                .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-            if !output.status.success() {
-                return Err(format!(
-                    "{} failed:\n{}",
-                    script.display(),
-                    String::from_utf8_lossy(&output.stderr)
-                ));
-            }
-            let path = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-            Ok(PathBuf::from(path))
-        })
-        .clone()
-        .unwrap_or_else(|e| panic!("the Python MCP client is not available: {e}"))
+    crate::tools::installed(
+        &PYTHON,
+        "scripts/mcp-client-env.sh",
+        "the Python MCP client",
+    )
 }
 
 /// How the client reaches the daemon.

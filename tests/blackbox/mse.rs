@@ -37,25 +37,7 @@ layers = ["senior_escalation"]
 /// The `mse` binary, installed once per test run.
 fn mse() -> PathBuf {
     static MSE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    MSE.get_or_init(|| {
-        let script = repo_root().join("scripts/mse-env.sh");
-        let output = std::process::Command::new("bash")
-            .arg(&script)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !output.status.success() {
-            return Err(format!(
-                "{} failed:\n{}",
-                script.display(),
-                String::from_utf8_lossy(&output.stderr)
-            ));
-        }
-        Ok(PathBuf::from(
-            String::from_utf8_lossy(&output.stdout).trim().to_owned(),
-        ))
-    })
-    .clone()
-    .unwrap_or_else(|e| panic!("the upstream client `mse` is not available: {e}"))
+    crate::tools::installed(&MSE, "scripts/mse-env.sh", "the upstream client `mse`")
 }
 
 /// Runs one scenario of `mse.py` against `sw` and returns what it saw. A

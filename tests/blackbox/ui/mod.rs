@@ -21,32 +21,12 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-use crate::daemon::repo_root;
 use crate::harness::PATIENCE;
 
 /// chromedriver's path, installed once per test run.
 fn chromedriver() -> PathBuf {
     static DRIVER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DRIVER
-        .get_or_init(|| {
-            let script = repo_root().join("scripts/browser-env.sh");
-            let output = std::process::Command::new("bash")
-                .arg(&script)
-                .output()
-                .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-            if !output.status.success() {
-                return Err(format!(
-                    "{} failed:\n{}",
-                    script.display(),
-                    String::from_utf8_lossy(&output.stderr)
-                ));
-            }
-            Ok(PathBuf::from(
-                String::from_utf8_lossy(&output.stdout).trim().to_owned(),
-            ))
-        })
-        .clone()
-        .unwrap_or_else(|e| panic!("headless Chromium is not available: {e}"))
+    crate::tools::installed(&DRIVER, "scripts/browser-env.sh", "headless Chromium")
 }
 
 /// A headless Chromium session. chromedriver runs in a process group of

@@ -3,8 +3,7 @@
 //! lands in the attempt's tail, and a repository gone since the
 //! configuration was checked fails the attempt naming it.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use swarmd_engine::task::{PolicyOverrides, TaskStatus};
@@ -12,30 +11,9 @@ use swarmd_output_store::{ContentRef, OutputEvent};
 
 use super::*;
 use crate::process::{EnvVar, HostEnv, ProcessSpec};
+use crate::testing::git::{git, repo};
 use crate::testing::{engine_running, outputs, run_task};
 use crate::worktree::KeepRule;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn make_repo(dir: &Path) -> PathBuf {
-    let repo = dir.join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("notes.txt"), "first\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "start"]);
-    repo
-}
 
 fn spawner(dir: &Path, repo: &Path, body: &str) -> Arc<ProcessSpawner> {
     spawner_with(dir, repo, body, None)
@@ -68,7 +46,7 @@ fn spawner_with(
 #[tokio::test]
 async fn the_child_runs_in_its_worktree_and_the_artifact_follows_the_final() {
     let temp = tempfile::tempdir().unwrap();
-    let repo = make_repo(temp.path());
+    let repo = repo(temp.path());
     let body = r#"echo more >> notes.txt
 printf '{"pwd": "%s", "branch": "%s", "base": "%s"}' "$(pwd)" "$SWARM_BRANCH" "$SWARM_BASE""#;
     let engine = engine_running("proc", spawner(temp.path(), &repo, body));
@@ -111,7 +89,7 @@ printf '{"pwd": "%s", "branch": "%s", "base": "%s"}' "$(pwd)" "$SWARM_BRANCH" "$
 #[tokio::test]
 async fn a_repository_gone_since_the_check_fails_the_attempt_naming_it() {
     let temp = tempfile::tempdir().unwrap();
-    let repo = make_repo(temp.path());
+    let repo = repo(temp.path());
     let spawner = spawner(temp.path(), &repo, "echo never");
     std::fs::remove_dir_all(&repo).unwrap();
     let engine = engine_running("proc", spawner);
@@ -131,7 +109,7 @@ async fn a_repository_gone_since_the_check_fails_the_attempt_naming_it() {
 #[tokio::test]
 async fn a_timed_out_attempt_still_records_what_it_left() {
     let temp = tempfile::tempdir().unwrap();
-    let repo = make_repo(temp.path());
+    let repo = repo(temp.path());
     let body = "echo late >> notes.txt; touch ready; sleep 30";
     let spawner = spawner_with(temp.path(), &repo, body, Some(Duration::from_millis(500)));
     let engine = engine_running("proc", spawner);

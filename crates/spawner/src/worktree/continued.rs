@@ -104,34 +104,10 @@ pub async fn open_continued(
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
-    use std::process::Command;
-
     use super::*;
     use crate::process::HostEnv;
+    use crate::testing::git::{git, repo};
     use crate::worktree::KeepRule;
-
-    fn git(dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}");
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-
-    fn repo(dir: &Path) -> PathBuf {
-        let repo = dir.join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
-        std::fs::write(repo.join("a.txt"), "a\n").unwrap();
-        git(&repo, &["add", "-A"]);
-        git(&repo, &["commit", "-q", "-m", "start"]);
-        repo
-    }
 
     #[test]
     fn the_artifact_name_is_the_one_the_engine_reads() {

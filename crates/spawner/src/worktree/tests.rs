@@ -1,7 +1,6 @@
 //! The worktree lifecycle against real `git` on temporary repositories.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use super::*;
@@ -9,36 +8,10 @@ use super::*;
 #[path = "measure.rs"]
 mod measure;
 
+use crate::testing::git::{git, repo};
+
 fn host() -> HostEnv {
     HostEnv::from_pairs([("PATH", "/usr/local/bin:/usr/bin:/bin")])
-}
-
-/// `git -C dir args…` for the test's own setup; panics on failure.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// A repository with one commit holding `notes.txt`.
-fn repo(dir: &Path) -> PathBuf {
-    let repo = dir.join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("notes.txt"), "first\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "start"]);
-    repo
 }
 
 fn spec(repo: &Path, keep: KeepRule) -> WorktreeSpec {

@@ -4,8 +4,7 @@
 //! session is gone) records its `worktree` artifact and releases the
 //! directory.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -16,23 +15,12 @@ use swarmd_engine::task::{PolicyOverrides, SpawnerKind, Task, TaskStatus};
 use super::*;
 use crate::operator::SpawnReply;
 use crate::process::HostEnv;
+use crate::testing::git::{git, repo};
 use crate::testing::{
     FakeChannel, FakeDirectory, engine_with_directory, post_with_handle, session, spawn_owned,
 };
 use crate::worktree::KeepRule;
 use swarmd_output_store::{ContentRef, OutputEvent};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 struct Setup {
     engine: Engine,
@@ -43,12 +31,7 @@ struct Setup {
 
 fn setup() -> Setup {
     let temp = tempfile::tempdir().unwrap();
-    let repo = temp.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("notes.txt"), "first\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "start"]);
+    let repo = repo(temp.path());
     let host = HostEnv::from_pairs([("PATH", "/usr/local/bin:/usr/bin:/bin")]);
     let trees = Arc::new(Worktrees::new(temp.path().join("worktrees"), &host));
     let spec = WorktreeSpec {

@@ -181,6 +181,34 @@ async fn a_continuation_resumes_the_session_on_the_previous_branch() {
         .find(|t| t["id"] == second.as_str())
         .expect("the continuation is listed");
     assert_eq!(row["continued_from"], first.as_str(), "{row}");
+
+    // The first task's continuations are one query away; the second has none.
+    for (of, expected) in [
+        (first.as_str(), vec![second.as_str()]),
+        (second.as_str(), vec![]),
+    ] {
+        let successors = sw
+            .get(&format!("/v1/tasks?continued_from={of}"), &sw.admin)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap();
+        let ids: Vec<&str> = successors["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, expected, "{successors}");
+    }
+    let bad = sw
+        .get("/v1/tasks?continued_from=nope", &sw.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
 }
 
 #[tokio::test]

@@ -136,6 +136,8 @@ pub struct TaskFilter {
     pub session: Option<SessionId>,
     /// Sub-tasks of this task.
     pub parent: Option<TaskId>,
+    /// Continuations of this task (`continue_from`).
+    pub continued_from: Option<TaskId>,
     /// Tasks whose prompt contains this text, ASCII letters in either case.
     pub prompt_contains: Option<String>,
     pub limit: usize,
@@ -148,6 +150,9 @@ impl TaskFilter {
             && self.agent.as_deref().is_none_or(|a| task.agent == a)
             && self.session.is_none_or(|s| task.session == Some(s))
             && self.parent.is_none_or(|p| task.parent == Some(p))
+            && self
+                .continued_from
+                .is_none_or(|c| task.continued_from == Some(c))
             && self.prompt_contains.as_deref().is_none_or(|text| {
                 task.prompt
                     .to_ascii_lowercase()

@@ -398,7 +398,8 @@ async fn list_tasks_filters_by_session_parent_prompt_and_since(store: Arc<dyn Ta
     let mut child = new_task("a", 2);
     child.parent = Some(owned.id);
     child.session = Some(sid);
-    let other = new_task("b", 3);
+    let mut other = new_task("b", 3);
+    other.continued_from = Some(owned.id);
     apply(&*store, [&owned, &child, &other].map(put).to_vec()).await;
     let list = |filter: TaskFilter| {
         let store = store.clone();
@@ -421,6 +422,11 @@ async fn list_tasks_filters_by_session_parent_prompt_and_since(store: Arc<dyn Ta
         ..TaskFilter::default()
     });
     assert_eq!(by_parent.await, vec![child.id]);
+    let continuations = list(TaskFilter {
+        continued_from: Some(owned.id),
+        ..TaskFilter::default()
+    });
+    assert_eq!(continuations.await, vec![other.id]);
     // ASCII letters match in either case.
     let by_text = list(TaskFilter {
         prompt_contains: Some("flaky TEST".into()),

@@ -99,6 +99,9 @@ struct ListQuery {
     /// Sub-tasks of this task.
     #[serde(default, deserialize_with = "empty_as_none")]
     parent: Option<TaskId>,
+    /// Continuations of this task.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    continued_from: Option<TaskId>,
     /// Text the prompt contains (ASCII letters in either case).
     #[serde(default, deserialize_with = "empty_as_none")]
     q: Option<String>,
@@ -339,6 +342,7 @@ async fn list(
         since,
         session: query.session,
         parent: query.parent,
+        continued_from: query.continued_from,
         prompt_contains: query.q,
         limit: query.limit.unwrap_or(DEFAULT_LIST_LIMIT),
     };

@@ -30,6 +30,8 @@ export function taskView(root, id) {
     h('h2', {}, 'Audit'), audit);
 
   let task = null;
+  // The tasks that continue this one (`continue_from`), newest first.
+  let successors = [];
   let stream = null;
   let stopped = false;
 
@@ -127,6 +129,9 @@ export function taskView(root, id) {
       ['parent', task.parent && h('a', { href: `#/task/${task.parent}` }, task.parent)],
       ['continues', task.continued_from && h('a', { href: `#/task/${task.continued_from}` }, task.continued_from)],
       ['resumes session', task.resume && task.resume.session_id],
+      ['continued by', successors.length
+        ? successors.flatMap((t, i) => [i ? ' ' : null, h('a', { href: `#/task/${t.id}` }, t.id)])
+        : null],
       ['reason', task.reason],
       ['layers', task.layers && task.layers.length ? task.layers.join(', ') : null],
     ];
@@ -175,6 +180,8 @@ export function taskView(root, id) {
 
   async function load() {
     task = await api.get(`/v1/tasks/${id}`);
+    if (stopped) return;
+    successors = (await api.get(`/v1/tasks?continued_from=${id}&limit=20`)).tasks;
     if (stopped) return;
     renderSummary();
     const subtasks = await api.get(`/v1/tasks?parent=${id}&limit=100`);

@@ -177,6 +177,10 @@ pub(super) fn list_tasks(conn: &Connection, filter: &TaskFilter) -> Result<Vec<T
         sql.push_str(" AND json_extract(body, '$.parent') = ?");
         args.push(SqlValue::Text(parent.to_string()));
     }
+    if let Some(from) = filter.continued_from {
+        sql.push_str(" AND json_extract(body, '$.continued_from') = ?");
+        args.push(SqlValue::Text(from.to_string()));
+    }
     if let Some(text) = &filter.prompt_contains {
         // SQLite's lower() folds ASCII only, as `TaskFilter::matches` does.
         sql.push_str(" AND instr(lower(json_extract(body, '$.prompt')), lower(?)) > 0");

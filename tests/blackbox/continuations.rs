@@ -7,8 +7,7 @@
 //! continuations are refused with their codes, and a delegated
 //! continuation's `spawn` frame names the SubAgent session to resume.
 
-use std::path::Path;
-use std::process::{Command as StdCommand, Stdio};
+use std::process::Stdio;
 
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
@@ -19,6 +18,7 @@ use tokio::process::Command;
 
 use crate::daemon::{Swarmd, delegate_frame, repo_root};
 use crate::harness::parts;
+use crate::worktrees::{git, make_repo};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
@@ -67,32 +67,11 @@ kind = "process"
 program = "/bin/cat"
 "#;
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = StdCommand::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 async fn daemon() -> Swarmd {
     let fixtures = repo_root().join("tests/fixtures/cli-streams");
     let agents = AGENTS.replace("@FIXTURES@", &fixtures.display().to_string());
     let sw = Swarmd::new(&agents).env("PATH", "/usr/local/bin:/usr/bin:/bin");
-    let repo = sw.dir().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("notes.txt"), "start\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "start"]);
+    make_repo(sw.dir());
     sw.start().await
 }
 

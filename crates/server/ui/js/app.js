@@ -16,7 +16,8 @@ const $ = (id) => document.getElementById(id);
 export const session = { caller: null };
 
 // The event feed: one `/v1/events` stream for the page, resumed from the
-// last seq seen; views subscribe to what they show. It asks for every kind
+// last seq seen; views subscribe to what they show. For an operator
+// session the daemon sends only its own tasks' and session's events. It asks for every kind
 // but `output` (the bulk of the log): a task's output comes from that
 // task's own stream, only while its page is open.
 const FEED_KINDS = ['task_created', 'task_queued', 'attempt_started', 'attempt_finished',
@@ -76,15 +77,16 @@ function route() {
 
 async function signedIn() {
   const status = await api.get('/v1/status');
-  if (!['admin', 'observer'].includes(status.caller.role)) {
+  if (!['admin', 'observer', 'operator'].includes(status.caller.role)) {
     throw new api.ApiError(403, 'forbidden',
-      'the dashboard needs the admin token or an observer token');
+      'the dashboard needs the admin token, an observer token or a session token');
   }
   session.caller = status.caller;
   $('signin').hidden = true;
   $('nav').hidden = false;
   $('signout').hidden = false;
-  $('who').textContent = status.caller.role;
+  // An operator session is named by its id: it sees and cancels its own tasks.
+  $('who').textContent = status.caller.sid ? `session ${status.caller.sid}` : status.caller.role;
   startFeed(status.event_seq);
   window.addEventListener('hashchange', route);
   route();

@@ -9,6 +9,7 @@ mod counts;
 mod dashboard;
 mod list_filters;
 mod owners;
+mod reload;
 mod screenshots;
 mod serving;
 

@@ -98,6 +98,7 @@ async fn events(
         let follow = EventFollow {
             engine: state.engine.clone(),
             cursor: after,
+            reported: after,
             page: sse::PAGE,
             scope,
         };
@@ -157,11 +158,14 @@ impl Scope {
 }
 
 /// Follows the event log from a sequence number, sending only what `scope`
-/// wants (the cursor still steps over the others).
+/// wants (the cursor still steps over the others, and the client hears
+/// how far as a progress id).
 #[derive(Debug)]
 struct EventFollow {
     engine: Engine,
     cursor: u64,
+    /// The highest seq the client got: sent, or reported by a progress id.
+    reported: u64,
     page: usize,
     scope: Scope,
 }
@@ -175,6 +179,7 @@ impl Follow for EventFollow {
         for event in events {
             self.cursor = self.cursor.max(event.seq);
             if self.scope.wants(&event) {
+                self.reported = event.seq;
                 out.push_back(event);
             }
         }
@@ -196,10 +201,18 @@ impl Follow for EventFollow {
         }
         self.cursor = record.seq;
         if self.scope.wants(record) {
+            self.reported = record.seq;
             Live::Send(record.clone())
         } else {
             Live::Skip
         }
+    }
+
+    fn progress_id(&mut self) -> Option<String> {
+        (self.cursor > self.reported).then(|| {
+            self.reported = self.cursor;
+            self.cursor.to_string()
+        })
     }
 
     fn render(&self, item: EventRecord) -> SseEvent {

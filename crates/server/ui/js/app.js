@@ -17,13 +17,20 @@ export const session = { caller: null };
 
 // The event feed: one `/v1/events` stream for the page, resumed from the
 // last seq seen; views subscribe to what they show. For an operator
-// session the daemon sends only its own tasks' and session's events. It asks for every kind
-// but `output` (the bulk of the log): a task's output comes from that
-// task's own stream, only while its page is open.
-const FEED_KINDS = ['task_created', 'task_queued', 'attempt_started', 'attempt_finished',
+// session the daemon sends only its own tasks' and session's events.
+// The feed asks only for the kinds the current view shows: the task
+// views every kind but `output` (the bulk of the log: a task's output
+// comes from that task's own stream, only while its page is open), the
+// overview and agents views (which read the daemon's own history and
+// counters) only the sessions' comings and goings. A change of kinds
+// starts the feed again from the daemon's `event_seq`, read before the
+// new view reads its data, so the view's reads and the feed still join.
+const TASK_KINDS = ['task_created', 'task_queued', 'attempt_started', 'attempt_finished',
   'task_finished', 'task_cancelled', 'long_hold_warn', 'session_attached', 'session_detached'];
+const SESSION_KINDS = ['session_attached', 'session_detached'];
 const listeners = new Set();
 let feed = null;
+let feedKinds = '';
 let lastSeq = 0;
 
 /** Calls `listener(record)` for every new event record until the view goes. */
@@ -39,11 +46,16 @@ export function setLive(state) {
   badge.textContent = { live: 'live', retrying: 'reconnecting…', off: 'offline' }[state] || state;
 }
 
-function startFeed(afterSeq) {
+function startFeed(afterSeq, kinds) {
   lastSeq = afterSeq;
-  feed = api.follow(`/v1/events?kinds=${FEED_KINDS.join(',')}`, {
+  feedKinds = kinds.join(',');
+  feed = api.follow(`/v1/events?kinds=${feedKinds}`, {
     lastId: () => lastSeq,
     onState: setLive,
+    // The daemon read past events of other kinds: resume after them.
+    onProgress: (id) => {
+      lastSeq = Math.max(lastSeq, Number(id) || 0);
+    },
     onEvent: (_id, data) => {
       const record = JSON.parse(data);
       // Resumed streams start strictly after lastSeq; this guards a repeat anyway.
@@ -54,9 +66,42 @@ function startFeed(afterSeq) {
   });
 }
 
-let teardown = null;
+function stopFeed() {
+  if (feed) feed.stop();
+  feed = null;
+}
 
-function route() {
+let feedChange = Promise.resolve();
+
+/**
+ * Follows `kinds`, from `knownSeq` or a fresh `event_seq` when they change;
+ * one change at a time, so quick hash changes never open two streams.
+ */
+function ensureFeed(kinds, knownSeq) {
+  feedChange = feedChange.then(() => switchFeed(kinds, knownSeq));
+  return feedChange;
+}
+
+async function switchFeed(kinds, knownSeq) {
+  if (feed && feedKinds === kinds.join(',')) return;
+  stopFeed();
+  let seq = knownSeq;
+  if (seq === undefined) {
+    try {
+      seq = (await api.get('/v1/status')).event_seq;
+    } catch {
+      // The daemon is away: resume from the last seq seen.
+      seq = lastSeq;
+    }
+  }
+  startFeed(seq, kinds);
+}
+
+let teardown = null;
+let routes = 0;
+
+async function route(knownSeq) {
+  const mine = ++routes;
   if (teardown) teardown();
   teardown = null;
   const view = $('view');
@@ -65,6 +110,10 @@ function route() {
   const [path, query = ''] = hash.split('?');
   const params = new URLSearchParams(query);
   const task = path.match(/^\/task\/(T-[0-9a-f]{32})$/);
+  const counters = path === '/agents' || !(task || path === '/tasks' || path === '/sessions');
+  await ensureFeed(counters ? SESSION_KINDS : TASK_KINDS, knownSeq);
+  // A later hash change took over while the feed started.
+  if (mine !== routes) return;
   if (task) teardown = taskView(view, task[1]);
   else if (path === '/tasks') teardown = tasksView(view, params);
   else if (path === '/sessions') teardown = sessionsView(view);
@@ -87,14 +136,13 @@ async function signedIn() {
   $('signout').hidden = false;
   // An operator session is named by its id: it sees and cancels its own tasks.
   $('who').textContent = status.caller.sid ? `session ${status.caller.sid}` : status.caller.role;
-  startFeed(status.event_seq);
-  window.addEventListener('hashchange', route);
-  route();
+  window.addEventListener('hashchange', () => route());
+  await route(status.event_seq);
 }
 
 function signOut() {
   api.setToken(null);
-  if (feed) feed.stop();
+  stopFeed();
   location.hash = '';
   location.reload();
 }
@@ -111,12 +159,12 @@ async function boot() {
   // A page being left closes its streams at once: a browser holds six
   // connections per host, and a reloaded tab must not wait for old ones.
   window.addEventListener('pagehide', () => {
-    if (feed) feed.stop();
+    stopFeed();
     if (teardown) teardown();
   });
   api.whenUnauthorized(() => {
     api.setToken(null);
-    if (feed) feed.stop();
+    stopFeed();
     showSignIn('The daemon refused the token; sign in again.');
   });
   $('signout').addEventListener('click', signOut);

@@ -63,6 +63,11 @@ impl Default for AgentCounters {
 }
 
 impl AgentCounters {
+    fn add(&self, idx: usize, took: std::time::Duration) {
+        self.by_status[idx].fetch_add(1, Ordering::Relaxed);
+        self.durations.observe(took);
+    }
+
     /// Finished tasks by status: pass, blocked, failed, cancelled.
     pub fn by_status(&self) -> [u64; 4] {
         self.by_status.each_ref().map(|c| c.load(Ordering::Relaxed))
@@ -79,24 +84,19 @@ pub struct AgentStats {
 
 impl AgentStats {
     fn count(&self, agent: &str, idx: usize, duration_ms: u64) {
-        let counters = {
+        let took = std::time::Duration::from_millis(duration_ms);
+        {
             let map = self.by_agent.read().unwrap_or_else(|e| e.into_inner());
-            map.get(agent).cloned()
-        };
-        let counters = match counters {
-            Some(counters) => counters,
-            None => {
-                let mut map = self.by_agent.write().unwrap_or_else(|e| e.into_inner());
-                if !map.contains_key(agent) && map.len() >= MAX_COUNTED_AGENTS {
-                    return;
-                }
-                map.entry(agent.to_owned()).or_default().clone()
+            if let Some(counters) = map.get(agent) {
+                counters.add(idx, took);
+                return;
             }
-        };
-        counters.by_status[idx].fetch_add(1, Ordering::Relaxed);
-        counters
-            .durations
-            .observe(std::time::Duration::from_millis(duration_ms));
+        }
+        let mut map = self.by_agent.write().unwrap_or_else(|e| e.into_inner());
+        if !map.contains_key(agent) && map.len() >= MAX_COUNTED_AGENTS {
+            return;
+        }
+        map.entry(agent.to_owned()).or_default().add(idx, took);
     }
 
     /// The counters of `agent`, if it finished a task since start.

@@ -167,5 +167,27 @@ async fn an_overview_opened_later_shows_the_minutes_before_it() {
         .js("return document.querySelectorAll('#ov-spark rect').length")
         .await;
     assert!(bars.as_u64().unwrap() >= 1, "{bars}");
+    // The overview follows only the sessions' comings and goings, not the
+    // task events it does not show (its badge's tooltip names what the feed
+    // asked for); the task list follows those.
+    assert_eq!(
+        browser
+            .js("return document.getElementById('live').title")
+            .await,
+        json!("following session_attached, session_detached")
+    );
+    browser.show("#/tasks").await;
+    browser
+        .until(
+            "the task list's feed",
+            "return document.getElementById('live').title.includes('task_created')",
+        )
+        .await;
+    browser
+        .until(
+            "the live task list",
+            "return document.getElementById('live').dataset.state === 'live'",
+        )
+        .await;
     browser.client.clone().close().await.unwrap();
 }

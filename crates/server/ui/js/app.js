@@ -49,6 +49,8 @@ export function setLive(state) {
 function startFeed(afterSeq, kinds) {
   lastSeq = afterSeq;
   feedKinds = kinds.join(',');
+  // The badge's tooltip says what the page follows.
+  $('live').title = `following ${kinds.join(', ')}`;
   feed = api.follow(`/v1/events?kinds=${feedKinds}`, {
     lastId: () => lastSeq,
     onState: setLive,

@@ -233,6 +233,21 @@ async fn read_only_and_worker_credentials_stay_in_their_lane() {
         "{page}"
     );
     assert!(page["next_seq"].as_u64().unwrap() > 0, "{page}");
+    // A senior token reads tasks but not the event log.
+    let senior = api
+        .engine
+        .tokens()
+        .mint_role(swarmd_engine::gate::Role::Senior, 600, None)
+        .unwrap();
+    expect_error(
+        api.get("/v1/events", senior.token.expose())
+            .send()
+            .await
+            .unwrap(),
+        403,
+        "forbidden",
+    )
+    .await;
     assert_eq!(
         api.get("/v1/events", &observer)
             .send()

@@ -9,7 +9,9 @@
       in the DOM, median and max over ROUNDS (default 5).
   ui-bench.py hold URL TOKEN_FILE VIEW SECONDS
       keeps one dashboard open on VIEW (`#/tasks`, `#/overview`) for
-      SECONDS, e.g. while swarmd-bench measures the daemon's CPU per task.
+      SECONDS, e.g. while swarmd-bench measures the daemon's CPU per task,
+      and prints the CPU seconds the browser (chromedriver and every
+      Chromium process) spent over those SECONDS.
 """
 import json
 import os
@@ -28,6 +30,26 @@ VIEWS = {
     "overview": ("#/overview", "document.getElementById('ov-running')"),
     "tasks": ("#/tasks", "document.querySelectorAll('#task-rows tr').length >= 50"),
 }
+
+
+def session_cpu_secs(sid):
+    """CPU seconds (user + system, reaped children included) of every
+    live process in session `sid`."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command: state is fields[0], session fields[3], utime
+        # fields[11], stime, cutime, cstime.
+        if int(fields[3]) == sid:
+            total += sum(int(x) for x in fields[11:15])
+    return total / tick
 
 
 class Driver:
@@ -91,8 +113,12 @@ def main():
             print(json.dumps(out))
         elif mode == "hold":
             sid = driver.open(url, token, sys.argv[4])
+            before = session_cpu_secs(driver.proc.pid)
             time.sleep(float(sys.argv[5]))
+            spent = session_cpu_secs(driver.proc.pid) - before
             driver.call("DELETE", f"/session/{sid}")
+            print(json.dumps({"view": sys.argv[4], "seconds": float(sys.argv[5]),
+                              "browser_cpu_secs": round(spent, 2)}))
         else:
             raise SystemExit(__doc__)
     finally:

@@ -84,7 +84,9 @@ impl Engine {
             (task, done)
         };
         wait_commit(done).await?;
-        self.inner.stats.finished(TaskStatus::Cancelled);
+        self.inner
+            .stats
+            .finished(&task.agent, TaskStatus::Cancelled, task.duration_ms());
         self.retire(&cell, id);
         Ok(task)
     }
@@ -109,12 +111,18 @@ impl Engine {
                 return;
             }
             self.admission().remove(&state.task.agent, id);
-            self.submit_failed(state.task.clone())
+            let took = state.task.duration_ms();
+            (
+                self.submit_failed(state.task.clone()),
+                state.task.agent.clone(),
+                took,
+            )
         };
+        let (done, agent, took) = done;
         if let Err(error) = wait_commit(done).await {
             tracing::error!(task_id = %id, %error, "could not record queue timeout");
         }
-        self.inner.stats.finished(TaskStatus::Failed);
+        self.inner.stats.finished(&agent, TaskStatus::Failed, took);
         self.retire(&cell, id);
     }
 

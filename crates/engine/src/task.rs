@@ -418,6 +418,12 @@ impl Task {
         self.status
     }
 
+    /// From creation to finish in milliseconds; 0 while not finished.
+    pub fn duration_ms(&self) -> u64 {
+        self.finished_ms
+            .map_or(0, |end| end.saturating_sub(self.created_ms))
+    }
+
     fn move_to(&mut self, next: TaskStatus, now_ms: u64) -> Result<(), IllegalTransition> {
         if !self.status.can_move_to(next) {
             return Err(IllegalTransition {

@@ -14,6 +14,7 @@ pub mod commands;
 pub mod config;
 pub mod daemon;
 pub mod environment;
+mod history;
 pub mod http;
 pub mod mcp;
 pub mod metrics;
@@ -118,6 +119,17 @@ pub async fn run(
     .await?;
     let app = built.app;
     let engine = app.engine.clone();
+    app.tasks.spawn({
+        let app = app.clone();
+        async move {
+            let clock = app.engine.clock();
+            let read = || history::Totals::read(&app.engine, app.metrics.store());
+            let history = app.metrics.history();
+            history
+                .sample(app.shutdown.clone(), || clock.now_ms(), read)
+                .await;
+        }
+    });
     tracing::info!(%addr, %base_url, "listening");
     eprintln!("listening on http://{addr}");
 

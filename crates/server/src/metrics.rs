@@ -25,6 +25,8 @@ use swarmd_engine::task::{AttemptOutcome, TaskStatus};
 use swarmd_engine::usage::UsageTotals;
 use swarmd_output_store::SqliteDb;
 
+use crate::history::History;
+
 /// Every metric name starts with this.
 pub const PREFIX: &str = "swarmd";
 
@@ -42,6 +44,8 @@ pub struct Metrics {
     http_requests: Family<HttpLabels, Counter>,
     /// The SQLite database, whose writer counters are read at each scrape.
     db: Option<SqliteDb>,
+    /// The overview's recent samples (`history`).
+    history: History,
 }
 
 impl Default for Metrics {
@@ -71,6 +75,7 @@ impl Metrics {
             token_failures,
             http_requests,
             db: None,
+            history: History::default(),
         }
     }
 
@@ -78,6 +83,16 @@ impl Metrics {
     pub fn with_store(mut self, db: Option<SqliteDb>) -> Metrics {
         self.db = db;
         self
+    }
+
+    /// The SQLite database, when the store is one.
+    pub(crate) fn store(&self) -> Option<&SqliteDb> {
+        self.db.as_ref()
+    }
+
+    /// The samples of the last minutes (`GET /v1/metrics/history`).
+    pub(crate) fn history(&self) -> &History {
+        &self.history
     }
 
     /// Counts a refused credential; `reason` is a `TokenError::reason()` or

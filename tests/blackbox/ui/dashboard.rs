@@ -14,7 +14,7 @@ use crate::ui::Browser;
 
 /// `ticker`: writes its pid, then prints a progress line and a partial
 /// chunk every 100 ms (at most 60 s) as NDJSON; `cat` prints its prompt.
-const AGENTS: &str = r#"
+pub(super) const AGENTS: &str = r#"
 [agents.ticker]
 kind = "process"
 program = "/bin/sh"
@@ -283,7 +283,7 @@ async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
 }
 
 /// `swarmd token mint --role observer` against the daemon's keys.
-async fn observer_token(sw: &Swarmd) -> String {
+pub(super) async fn observer_token(sw: &Swarmd) -> String {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
         .args([
             "token", "mint", "--role", "observer", "--ttl", "600", "--config",

@@ -5,8 +5,11 @@
 //! them fails saying why. `serving` checks the HTTP side (embedded assets,
 //! ETag, the CSP) without a browser; `dashboard` drives the pages.
 
+mod counts;
 mod dashboard;
 mod list_filters;
+mod owners;
+mod reload;
 mod screenshots;
 mod serving;
 

@@ -103,7 +103,7 @@ async fn every_view_renders_with_real_data_and_is_captured() {
         )
         .await;
     assert_eq!(browser.text("#ov-sessions").await, "0 of 1");
-    // The second sample, a second later, gives the rates.
+    // The daemon's first sample of its history (5 s after start) gives the rates.
     browser
         .until(
             "the overview's rates",

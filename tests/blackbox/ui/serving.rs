@@ -2,6 +2,7 @@
 //! `/ui/` with the strict CSP, nosniff and no framing, revalidated by ETag,
 //! compressed when asked, and no data without a token.
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use crate::harness::{Daemon, parts};
@@ -176,7 +177,53 @@ async fn the_event_log_sends_only_the_kinds_asked_for() {
     let (id, event) = sse.data().await;
     assert_eq!(event["kind"], "task_created");
     assert_eq!(event["task_id"], body["task_id"]);
-    assert!(id.parse::<u64>().unwrap() > last);
+    let three_seq = id.parse::<u64>().unwrap();
+    assert!(three_seq > last);
+
+    // A stream that steps over events it does not send says how far it
+    // read, as an `id:`-only event at most once a second, so a client
+    // resumes from there; it sends no data of the other kinds.
+    let response = daemon
+        .get("/v1/events?kinds=senior_asked", &daemon.admin)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let traffic = {
+        let (url, admin) = (daemon.url("/v1/tasks"), daemon.admin.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            loop {
+                let _ = http
+                    .post(&url)
+                    .bearer_auth(&admin)
+                    .json(&json!({"agent": "cat", "prompt": "more"}))
+                    .send()
+                    .await;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let mut text = String::new();
+    let progress = loop {
+        let chunk = tokio::time::timeout(crate::harness::PATIENCE, body.next())
+            .await
+            .expect("no progress id in time")
+            .expect("the stream ended")
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        let id = text
+            .lines()
+            .find_map(|line| line.strip_prefix("id: ").or(line.strip_prefix("id:")));
+        if let Some(id) = id {
+            break id.trim().parse::<u64>().unwrap();
+        }
+    };
+    traffic.abort();
+    assert!(progress > three_seq, "{progress} {text:?}");
+    assert!(!text.contains("data:"), "{text:?}");
 
     for bad in ["kinds=nope", "kinds=task_created,,output", "kinds="] {
         let (status, body) = parts(

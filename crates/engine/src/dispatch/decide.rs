@@ -126,8 +126,11 @@ impl Engine {
             tracing::error!(task_id = %task_id, %error, "could not record the attempt's end");
         }
         if terminal {
-            let status = cell.lock().task.status();
-            self.inner.stats.finished(status);
+            let (status, took) = {
+                let state = cell.lock();
+                (state.task.status(), state.task.duration_ms())
+            };
+            self.inner.stats.finished(&agent, status, took);
             self.retire(cell, task_id);
         }
         if let Some(after) = retry_after {

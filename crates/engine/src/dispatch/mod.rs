@@ -380,8 +380,11 @@ impl Engine {
         let task = state.task.clone();
         drop(state);
         // Nobody waits for this write; the task leaves memory either way.
+        let took = task.duration_ms();
+        self.inner
+            .stats
+            .finished(&task.agent, TaskStatus::Failed, took);
         drop(self.submit_failed(task));
-        self.inner.stats.finished(TaskStatus::Failed);
         self.retire(cell, id);
     }
 

@@ -1,11 +1,12 @@
 //! `GET /v1/agents`: each configured agent's kind and concurrency, its tasks
-//! running and queued now, and its outcomes and durations over its most
-//! recent tasks (docs/protocol.md, Agents), for the dashboard's agents view.
+//! running and queued now, and its outcomes and durations since the daemon
+//! started (docs/protocol.md, Agents), for the dashboard's agents view.
 //!
-//! Everything is read from the task store, bounded: one list of running and
-//! one of queued tasks (at most `WINDOW` each, counted by agent), then one
-//! list of each agent's newest `WINDOW` tasks. So the numbers survive a
-//! restart, and a count at `WINDOW` means "at least".
+//! Running and queued are read from the task store, bounded: one list of
+//! running and one of queued tasks (at most `WINDOW` each, counted by
+//! agent; a count at `WINDOW` means "at least"). Outcomes and durations
+//! are the engine's own counters (`EngineStats::agents`), kept as tasks
+//! finish: exact since start, and zero again after a restart.
 
 use std::collections::HashMap;
 
@@ -14,6 +15,7 @@ use axum::extract::State;
 use axum::routing::get;
 use serde::Serialize;
 use swarmd_engine::gate::Verb;
+use swarmd_engine::metrics::AgentCounters;
 use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{Task, TaskStatus};
 
@@ -35,7 +37,8 @@ pub(super) fn routes() -> Router<AppState> {
 #[derive(Debug, Serialize)]
 struct AgentsPage {
     agents: Vec<AgentView>,
-    /// Tasks read per list; a count equal to it means at least that many.
+    /// Tasks read per list of running and of queued tasks; a count equal to
+    /// it means at least that many.
     window: usize,
     truncated: bool,
 }
@@ -49,53 +52,59 @@ struct AgentView {
     enabled: bool,
     running: usize,
     queued: usize,
-    /// Over the agent's newest `window` tasks that are finished.
-    recent: Recent,
+    /// Its tasks finished since the daemon started.
+    since_start: SinceStart,
 }
 
 #[derive(Debug, Default, Serialize)]
-struct Recent {
-    finished: usize,
-    pass: usize,
-    blocked: usize,
-    failed: usize,
-    cancelled: usize,
-    /// From creation to finish, in milliseconds.
+struct SinceStart {
+    finished: u64,
+    pass: u64,
+    blocked: u64,
+    failed: u64,
+    cancelled: u64,
+    /// From creation to finish: the upper bound, in milliseconds, of the
+    /// histogram bucket (`TASK_BUCKETS`) that holds the quantile; absent
+    /// when nothing finished or when it is past the last bound (an hour).
     #[serde(skip_serializing_if = "Option::is_none")]
-    p50_ms: Option<u64>,
+    p50_le_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    p99_ms: Option<u64>,
+    p99_le_ms: Option<u64>,
 }
 
-impl Recent {
-    fn of(tasks: &[Task]) -> Recent {
-        let mut recent = Recent::default();
-        let mut durations = Vec::new();
-        for task in tasks {
-            let slot = match task.status() {
-                TaskStatus::Pass => &mut recent.pass,
-                TaskStatus::Blocked => &mut recent.blocked,
-                TaskStatus::Failed => &mut recent.failed,
-                TaskStatus::Cancelled => &mut recent.cancelled,
-                TaskStatus::Queued | TaskStatus::Running => continue,
-            };
-            *slot += 1;
-            recent.finished += 1;
-            if let Some(end) = task.finished_ms {
-                durations.push(end.saturating_sub(task.created_ms));
-            }
+impl SinceStart {
+    fn of(counters: Option<&AgentCounters>) -> SinceStart {
+        let Some(counters) = counters else {
+            return SinceStart::default();
+        };
+        let [pass, blocked, failed, cancelled] = counters.by_status();
+        let counts = counters.durations.counts();
+        let bounds = counters.durations.bounds();
+        SinceStart {
+            finished: pass + blocked + failed + cancelled,
+            pass,
+            blocked,
+            failed,
+            cancelled,
+            p50_le_ms: bucket_bound_ms(bounds, &counts, 50),
+            p99_le_ms: bucket_bound_ms(bounds, &counts, 99),
         }
-        durations.sort_unstable();
-        recent.p50_ms = quantile(&durations, 50);
-        recent.p99_ms = quantile(&durations, 99);
-        recent
     }
 }
 
-/// The nearest-rank `pct`th percentile of sorted values.
-fn quantile(sorted: &[u64], pct: usize) -> Option<u64> {
-    let rank = (sorted.len() * pct).div_ceil(100).max(1);
-    sorted.get(rank - 1).copied()
+/// The upper bound (ms) of the bucket holding the nearest-rank `pct`th
+/// percentile of per-bucket `counts` (+Inf last, which has no bound).
+fn bucket_bound_ms(bounds: &[f64], counts: &[u64], pct: u64) -> Option<u64> {
+    let total: u64 = counts.iter().sum();
+    let rank = (total * pct).div_ceil(100).max(1);
+    let mut seen = 0;
+    for (i, count) in counts.iter().enumerate() {
+        seen += count;
+        if seen >= rank && total > 0 {
+            return bounds.get(i).map(|secs| (secs * 1000.0).round() as u64);
+        }
+    }
+    None
 }
 
 async fn agents(
@@ -110,26 +119,16 @@ async fn agents(
         }
         counts
     };
-    let list = |status: Option<TaskStatus>, agent: Option<String>| TaskFilter {
+    let list = |status: Option<TaskStatus>| TaskFilter {
         status,
-        agent,
         limit: WINDOW,
         ..TaskFilter::default()
     };
     let engine = &state.engine;
-    let running = by_agent(
-        engine
-            .list_tasks(&list(Some(TaskStatus::Running), None))
-            .await?,
-    );
-    let queued = by_agent(
-        engine
-            .list_tasks(&list(Some(TaskStatus::Queued), None))
-            .await?,
-    );
+    let running = by_agent(engine.list_tasks(&list(Some(TaskStatus::Running))).await?);
+    let queued = by_agent(engine.list_tasks(&list(Some(TaskStatus::Queued))).await?);
     let mut agents = Vec::new();
     for (name, agent) in state.config.agents.iter().take(MAX_AGENTS) {
-        let newest = engine.list_tasks(&list(None, Some(name.clone()))).await?;
         agents.push(AgentView {
             name: name.clone(),
             kind: match agent.kind {
@@ -141,7 +140,7 @@ async fn agents(
             enabled: agent.enabled,
             running: running.get(name).copied().unwrap_or(0),
             queued: queued.get(name).copied().unwrap_or(0),
-            recent: Recent::of(&newest),
+            since_start: SinceStart::of(engine.stats().agents.get(name).as_deref()),
         });
     }
     Ok(Json(AgentsPage {
@@ -153,16 +152,18 @@ async fn agents(
 
 #[cfg(test)]
 mod tests {
-    use super::quantile;
+    use super::bucket_bound_ms;
 
     #[test]
-    fn nearest_rank_quantiles() {
-        assert_eq!(quantile(&[], 50), None);
-        assert_eq!(quantile(&[7], 99), Some(7));
-        let hundred: Vec<u64> = (1..=100).collect();
-        assert_eq!(quantile(&hundred, 50), Some(50));
-        assert_eq!(quantile(&hundred, 99), Some(99));
-        assert_eq!(quantile(&[1, 2, 3], 50), Some(2));
-        assert_eq!(quantile(&[1, 2, 3], 99), Some(3));
+    fn quantiles_are_the_bound_of_their_bucket() {
+        let bounds = [0.001, 0.01, 0.1];
+        assert_eq!(bucket_bound_ms(&bounds, &[0, 0, 0, 0], 50), None);
+        assert_eq!(bucket_bound_ms(&bounds, &[0, 1, 0, 0], 99), Some(10));
+        // 98 fast, 2 slow: p50 and p99 fast; with 3 slow the p99 is slow.
+        assert_eq!(bucket_bound_ms(&bounds, &[98, 0, 2, 0], 50), Some(1));
+        assert_eq!(bucket_bound_ms(&bounds, &[98, 0, 2, 0], 99), Some(100));
+        assert_eq!(bucket_bound_ms(&bounds, &[99, 0, 1, 0], 99), Some(1));
+        // Past the last bound: no bound to give.
+        assert_eq!(bucket_bound_ms(&bounds, &[0, 0, 0, 5], 50), None);
     }
 }

@@ -1,6 +1,7 @@
-//! `GET /v1/events` (the durable event log, admin and observer only; JSON page
-//! or live SSE with `id: <seq>`, optionally only some `kinds`) and
-//! `GET /v1/audit` (audit records).
+//! `GET /v1/events` (the durable event log: whole for the admin and
+//! observers, only its own tasks' and its own session's events for an
+//! operator session; JSON page or live SSE with `id: <seq>`, optionally only
+//! some `kinds`) and `GET /v1/audit` (audit records).
 
 use std::collections::VecDeque;
 
@@ -14,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::gate::{Role, Verb};
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::{Engine, EngineError};
 
 use crate::app::AppState;
@@ -72,12 +73,20 @@ async fn events(
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    if !matches!(caller.role(), Role::Admin | Role::Observer) {
-        state.metrics.token_failure("forbidden");
-        return Err(ApiError::forbidden());
-    }
+    // An operator session reads its own part of the log; senior tokens none.
+    let owner = match (&caller, caller.role()) {
+        (Caller::Operator(session), _) => Some(session.sid),
+        (_, Role::Admin | Role::Observer) => None,
+        _ => {
+            state.metrics.token_failure("forbidden");
+            return Err(ApiError::forbidden());
+        }
+    };
     caller.check(&state, Verb::Subscribe)?;
-    let kinds = query.kinds.as_deref().map(parse_kinds).transpose()?;
+    let scope = Scope {
+        kinds: query.kinds.as_deref().map(parse_kinds).transpose()?,
+        owner,
+    };
     let after = match last_event_id(&headers) {
         Some(id) => id
             .parse::<u64>()
@@ -89,17 +98,16 @@ async fn events(
         let follow = EventFollow {
             engine: state.engine.clone(),
             cursor: after,
+            reported: after,
             page: sse::PAGE,
-            kinds,
+            scope,
         };
         return Ok(sse::stream(follow, rx, state.shutdown.clone(), false));
     }
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let mut events = state.engine.events_after(after, limit).await?;
     let next_seq = events.last().map_or(after, |e| e.seq);
-    if let Some(kinds) = &kinds {
-        events.retain(|e| kinds.contains(&e.event.kind()));
-    }
+    events.retain(|e| scope.wants(e));
     Ok(Json(EventsPage { events, next_seq }).into_response())
 }
 
@@ -128,22 +136,38 @@ async fn audit(
     Ok(Json(AuditPage { records }))
 }
 
-/// Follows the event log from a sequence number, sending only `kinds`
-/// when set (the cursor still steps over the others).
+/// Which events a reader gets: only `kinds` when set, and for an operator
+/// session (`owner`) only the records that name it: its tasks' events (a
+/// record carries the session that owns its task; sub-tasks inherit it)
+/// and its own `session_attached`/`session_detached`. One comparison per
+/// record, no read.
+#[derive(Debug)]
+struct Scope {
+    kinds: Option<Vec<&'static str>>,
+    owner: Option<SessionId>,
+}
+
+impl Scope {
+    fn wants(&self, record: &EventRecord) -> bool {
+        self.owner.is_none_or(|sid| record.session == Some(sid))
+            && self
+                .kinds
+                .as_ref()
+                .is_none_or(|kinds| kinds.contains(&record.event.kind()))
+    }
+}
+
+/// Follows the event log from a sequence number, sending only what `scope`
+/// wants (the cursor still steps over the others, and the client hears
+/// how far as a progress id).
 #[derive(Debug)]
 struct EventFollow {
     engine: Engine,
     cursor: u64,
+    /// The highest seq the client got: sent, or reported by a progress id.
+    reported: u64,
     page: usize,
-    kinds: Option<Vec<&'static str>>,
-}
-
-impl EventFollow {
-    fn wanted(&self, record: &EventRecord) -> bool {
-        self.kinds
-            .as_ref()
-            .is_none_or(|kinds| kinds.contains(&record.event.kind()))
-    }
+    scope: Scope,
 }
 
 impl Follow for EventFollow {
@@ -154,7 +178,8 @@ impl Follow for EventFollow {
         let full = events.len() >= self.page;
         for event in events {
             self.cursor = self.cursor.max(event.seq);
-            if self.wanted(&event) {
+            if self.scope.wants(&event) {
+                self.reported = event.seq;
                 out.push_back(event);
             }
         }
@@ -175,11 +200,19 @@ impl Follow for EventFollow {
             return Live::Read;
         }
         self.cursor = record.seq;
-        if self.wanted(record) {
+        if self.scope.wants(record) {
+            self.reported = record.seq;
             Live::Send(record.clone())
         } else {
             Live::Skip
         }
+    }
+
+    fn progress_id(&mut self) -> Option<String> {
+        (self.cursor > self.reported).then(|| {
+            self.reported = self.cursor;
+            self.cursor.to_string()
+        })
     }
 
     fn render(&self, item: EventRecord) -> SseEvent {

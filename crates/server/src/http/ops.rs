@@ -1,5 +1,6 @@
 //! Operations routes (docs/operations.md, Observing): `/healthz` (alive), `/readyz` (store
 //! writable and not draining), `/metrics` (Prometheus text) and `/v1/status`.
+//! `/v1/metrics/history` serves the overview's samples of the last minutes.
 //! `/v1/healthz` is `/healthz` where the upstream `mse` client probes before
 //! it reconnects its socket (docs/protocol.md, Upstream clients).
 
@@ -17,6 +18,7 @@ use swarmd_engine::gate::Verb;
 use swarmd_engine::usage::UsageTotals;
 
 use crate::app::AppState;
+use crate::history::HistoryPage;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::Json;
@@ -32,6 +34,17 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/status", get(status))
+        .route("/v1/metrics/history", get(history))
+}
+
+/// The overview's samples of the last minutes (docs/protocol.md, Metrics
+/// history).
+async fn history(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<HistoryPage>, ApiError> {
+    caller.check(&state, Verb::ReadTask)?;
+    Ok(Json(state.metrics.history().page()))
 }
 
 async fn healthz() -> &'static str {

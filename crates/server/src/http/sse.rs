@@ -30,6 +30,10 @@ pub const PAGE: usize = 256;
 const DRAIN_MAX: usize = 1024;
 /// A comment line is sent this often on an idle stream.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// A stream that steps over records it does not send says how far it got
+/// (an `id:`-only event) at most this often, so a client resumes from there
+/// and not from the last record it was sent.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// Whether the client asked for `text/event-stream`.
 pub fn wants_sse(headers: &HeaderMap) -> bool {
@@ -94,6 +98,14 @@ pub trait Follow: Send + 'static {
 
     /// The SSE event for one item.
     fn render(&self, item: Self::Item) -> SseEvent;
+
+    /// The `Last-Event-ID` that resumes right after the cursor, when the
+    /// cursor has moved past the last id the client got (a stream that
+    /// steps over records it does not send); `None` otherwise, and always
+    /// for a stream that sends every record (the default).
+    fn progress_id(&mut self) -> Option<String> {
+        None
+    }
 }
 
 struct Driver<F: Follow> {
@@ -103,14 +115,31 @@ struct Driver<F: Follow> {
     pending: VecDeque<F::Item>,
     behind: bool,
     finishing: bool,
+    /// When the client last got an id.
+    progress_at: tokio::time::Instant,
 }
 
 impl<F: Follow> Driver<F> {
+    /// An `id:`-only event when records were stepped over since the last
+    /// id the client got, and that went out `PROGRESS_EVERY` ago or more.
+    fn progress(&mut self) -> Option<SseEvent> {
+        if self.progress_at.elapsed() < PROGRESS_EVERY {
+            return None;
+        }
+        let id = self.follow.progress_id()?;
+        self.progress_at = tokio::time::Instant::now();
+        Some(SseEvent::default().id(id))
+    }
+
     /// The next event to send, or `None` when the stream is over.
     async fn next(&mut self) -> Option<SseEvent> {
         loop {
             if let Some(item) = self.pending.pop_front() {
+                self.progress_at = tokio::time::Instant::now();
                 return Some(self.follow.render(item));
+            }
+            if let Some(progress) = self.progress() {
+                return Some(progress);
             }
             if self.behind {
                 match self.follow.fill(&mut self.pending).await {
@@ -190,6 +219,7 @@ pub fn stream<F: Follow>(
         pending: VecDeque::new(),
         behind: true,
         finishing: finished,
+        progress_at: tokio::time::Instant::now(),
     };
     Sse::new(events(driver))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))

@@ -1,9 +1,15 @@
 // Agents: kind, concurrency, running and queued now, and outcomes and
-// p50/p99 durations over each agent's newest tasks, from `GET /v1/agents`,
-// read again every REFRESH_MS while the view is open.
+// p50/p99 durations since the daemon started, from `GET /v1/agents`, read
+// again every REFRESH_MS while the view is open.
 
 import * as api from './api.js';
 import { duration, h, replace } from './dom.js';
+
+/** A quantile's bucket bound: "≤ 50 ms"; "> 1 h" past the last one. */
+function bound(ms, finished) {
+  if (!finished) return '–';
+  return ms === undefined ? '> 1 h' : `≤ ${duration(ms)}`;
+}
 
 const REFRESH_MS = 5000;
 
@@ -26,13 +32,14 @@ export function agentsView(root) {
         h('td', { class: 'num' }, a.concurrency === null || a.concurrency === undefined ? 'unlimited' : String(a.concurrency)),
         h('td', { class: 'num running' }, count(a.running, w)),
         h('td', { class: 'num queued' }, count(a.queued, w)),
-        h('td', { class: 'num pass' }, String(a.recent.pass)),
-        h('td', { class: 'num blocked' }, String(a.recent.blocked)),
-        h('td', { class: 'num failed' }, String(a.recent.failed)),
-        h('td', { class: 'num cancelled' }, String(a.recent.cancelled)),
-        h('td', { class: 'num' }, duration(a.recent.p50_ms)),
-        h('td', { class: 'num' }, duration(a.recent.p99_ms)))))));
-    note.textContent = `Outcomes and durations (creation to finish) over each agent's newest ${w} tasks.`
+        h('td', { class: 'num pass' }, String(a.since_start.pass)),
+        h('td', { class: 'num blocked' }, String(a.since_start.blocked)),
+        h('td', { class: 'num failed' }, String(a.since_start.failed)),
+        h('td', { class: 'num cancelled' }, String(a.since_start.cancelled)),
+        h('td', { class: 'num' }, bound(a.since_start.p50_le_ms, a.since_start.finished)),
+        h('td', { class: 'num' }, bound(a.since_start.p99_le_ms, a.since_start.finished)))))));
+    note.textContent = 'Outcomes and durations (creation to finish) since the daemon started;'
+      + ' a duration is the bound of its histogram bucket.'
       + (page.truncated ? ' Only the first agents by name are shown.' : '');
   }
 

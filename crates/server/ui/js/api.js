@@ -80,8 +80,10 @@ const RETRY_MS = [250, 500, 1000, 2000];
  * `Last-Event-ID`, so the daemon resumes strictly after what was seen.
  * When the daemon ends the stream, `finished()` says whether that was the
  * end (a finished task's output) or a drop to resume from (a restart).
+ * `onProgress(id)` gets the `id:`-only events a filtered stream sends to
+ * say how far it read past what it sent.
  */
-export function follow(path, { lastId, onEvent, onState = () => {}, finished = async () => false }) {
+export function follow(path, { lastId, onEvent, onProgress = () => {}, onState = () => {}, finished = async () => false }) {
   const controller = new AbortController();
   let stopped = false;
   (async () => {
@@ -96,7 +98,7 @@ export function follow(path, { lastId, onEvent, onState = () => {}, finished = a
         if (!response.ok) throw await failure(response);
         onState('live');
         failures = 0;
-        await readEvents(response.body, onEvent);
+        await readEvents(response.body, onEvent, onProgress);
         ended = true;
       } catch (error) {
         if (stopped) return;
@@ -127,8 +129,11 @@ export function follow(path, { lastId, onEvent, onState = () => {}, finished = a
   };
 }
 
-/** Parses a text/event-stream body, calling `onEvent(id, data)` per event. */
-async function readEvents(body, onEvent) {
+/**
+ * Parses a text/event-stream body, calling `onEvent(id, data)` per event
+ * and `onProgress(id)` per event with an id and no data.
+ */
+async function readEvents(body, onEvent, onProgress) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   let id = null;
@@ -143,6 +148,7 @@ async function readEvents(body, onEvent) {
       buffer = buffer.slice(newline + 1);
       if (line === '') {
         if (data.length) onEvent(id, data.join('\n'));
+        else if (id !== null) onProgress(id);
         id = null;
         data = [];
       } else if (line.startsWith(':')) {

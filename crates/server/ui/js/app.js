@@ -16,13 +16,21 @@ const $ = (id) => document.getElementById(id);
 export const session = { caller: null };
 
 // The event feed: one `/v1/events` stream for the page, resumed from the
-// last seq seen; views subscribe to what they show. It asks for every kind
-// but `output` (the bulk of the log): a task's output comes from that
-// task's own stream, only while its page is open.
-const FEED_KINDS = ['task_created', 'task_queued', 'attempt_started', 'attempt_finished',
+// last seq seen; views subscribe to what they show. For an operator
+// session the daemon sends only its own tasks' and session's events.
+// The feed asks only for the kinds the current view shows: the task
+// views every kind but `output` (the bulk of the log: a task's output
+// comes from that task's own stream, only while its page is open), the
+// overview and agents views (which read the daemon's own history and
+// counters) only the sessions' comings and goings. A change of kinds
+// starts the feed again from the daemon's `event_seq`, read before the
+// new view reads its data, so the view's reads and the feed still join.
+const TASK_KINDS = ['task_created', 'task_queued', 'attempt_started', 'attempt_finished',
   'task_finished', 'task_cancelled', 'long_hold_warn', 'session_attached', 'session_detached'];
+const SESSION_KINDS = ['session_attached', 'session_detached'];
 const listeners = new Set();
 let feed = null;
+let feedKinds = '';
 let lastSeq = 0;
 
 /** Calls `listener(record)` for every new event record until the view goes. */
@@ -38,11 +46,18 @@ export function setLive(state) {
   badge.textContent = { live: 'live', retrying: 'reconnecting…', off: 'offline' }[state] || state;
 }
 
-function startFeed(afterSeq) {
+function startFeed(afterSeq, kinds) {
   lastSeq = afterSeq;
-  feed = api.follow(`/v1/events?kinds=${FEED_KINDS.join(',')}`, {
+  feedKinds = kinds.join(',');
+  // The badge's tooltip says what the page follows.
+  $('live').title = `following ${kinds.join(', ')}`;
+  feed = api.follow(`/v1/events?kinds=${feedKinds}`, {
     lastId: () => lastSeq,
     onState: setLive,
+    // The daemon read past events of other kinds: resume after them.
+    onProgress: (id) => {
+      lastSeq = Math.max(lastSeq, Number(id) || 0);
+    },
     onEvent: (_id, data) => {
       const record = JSON.parse(data);
       // Resumed streams start strictly after lastSeq; this guards a repeat anyway.
@@ -53,9 +68,42 @@ function startFeed(afterSeq) {
   });
 }
 
-let teardown = null;
+function stopFeed() {
+  if (feed) feed.stop();
+  feed = null;
+}
 
-function route() {
+let feedChange = Promise.resolve();
+
+/**
+ * Follows `kinds`, from `knownSeq` or a fresh `event_seq` when they change;
+ * one change at a time, so quick hash changes never open two streams.
+ */
+function ensureFeed(kinds, knownSeq) {
+  feedChange = feedChange.then(() => switchFeed(kinds, knownSeq));
+  return feedChange;
+}
+
+async function switchFeed(kinds, knownSeq) {
+  if (feed && feedKinds === kinds.join(',')) return;
+  stopFeed();
+  let seq = knownSeq;
+  if (seq === undefined) {
+    try {
+      seq = (await api.get('/v1/status')).event_seq;
+    } catch {
+      // The daemon is away: resume from the last seq seen.
+      seq = lastSeq;
+    }
+  }
+  startFeed(seq, kinds);
+}
+
+let teardown = null;
+let routes = 0;
+
+async function route(knownSeq) {
+  const mine = ++routes;
   if (teardown) teardown();
   teardown = null;
   const view = $('view');
@@ -64,6 +112,10 @@ function route() {
   const [path, query = ''] = hash.split('?');
   const params = new URLSearchParams(query);
   const task = path.match(/^\/task\/(T-[0-9a-f]{32})$/);
+  const counters = path === '/agents' || !(task || path === '/tasks' || path === '/sessions');
+  await ensureFeed(counters ? SESSION_KINDS : TASK_KINDS, knownSeq);
+  // A later hash change took over while the feed started.
+  if (mine !== routes) return;
   if (task) teardown = taskView(view, task[1]);
   else if (path === '/tasks') teardown = tasksView(view, params);
   else if (path === '/sessions') teardown = sessionsView(view);
@@ -76,23 +128,23 @@ function route() {
 
 async function signedIn() {
   const status = await api.get('/v1/status');
-  if (!['admin', 'observer'].includes(status.caller.role)) {
+  if (!['admin', 'observer', 'operator'].includes(status.caller.role)) {
     throw new api.ApiError(403, 'forbidden',
-      'the dashboard needs the admin token or an observer token');
+      'the dashboard needs the admin token, an observer token or a session token');
   }
   session.caller = status.caller;
   $('signin').hidden = true;
   $('nav').hidden = false;
   $('signout').hidden = false;
-  $('who').textContent = status.caller.role;
-  startFeed(status.event_seq);
-  window.addEventListener('hashchange', route);
-  route();
+  // An operator session is named by its id: it sees and cancels its own tasks.
+  $('who').textContent = status.caller.sid ? `session ${status.caller.sid}` : status.caller.role;
+  window.addEventListener('hashchange', () => route());
+  await route(status.event_seq);
 }
 
 function signOut() {
   api.setToken(null);
-  if (feed) feed.stop();
+  stopFeed();
   location.hash = '';
   location.reload();
 }
@@ -109,12 +161,12 @@ async function boot() {
   // A page being left closes its streams at once: a browser holds six
   // connections per host, and a reloaded tab must not wait for old ones.
   window.addEventListener('pagehide', () => {
-    if (feed) feed.stop();
+    stopFeed();
     if (teardown) teardown();
   });
   api.whenUnauthorized(() => {
     api.setToken(null);
-    if (feed) feed.stop();
+    stopFeed();
     showSignIn('The daemon refused the token; sign in again.');
   });
   $('signout').addEventListener('click', signOut);

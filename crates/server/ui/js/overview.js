@@ -1,54 +1,38 @@
 // The overview: tasks by status, running and queued now, throughput and
 // dispatch latency over the last minutes, connected sessions, store health
-// and draining. It samples `/metrics` and `/v1/status` every SAMPLE_MS and
-// computes rates and quantiles from the differences between samples, so it
-// costs the daemon two small reads per interval whatever the load.
+// and draining. The daemon keeps a sample of its own counters every 5 s
+// for 15 minutes (`GET /v1/metrics/history`), so the page shows the last
+// minutes as soon as it opens; it reads that and `/v1/status` again every
+// REFRESH_MS, two small reads whatever the load.
 
 import * as api from './api.js';
 import { h, replace } from './dom.js';
 
-const SAMPLE_MS = 5000;
-/** The second sample comes sooner, so rates show within a second. */
-const FIRST_SAMPLE_MS = 1000;
-/** Samples kept: five minutes' worth. */
-const WINDOW = 60;
+const REFRESH_MS = 5000;
+/** The window the rates and quantiles cover: the newest samples. */
+const WINDOW_MS = 5 * 60 * 1000;
 
-/** Parses Prometheus text into `name{labels}` → number. */
-export function parseMetrics(text) {
-  const values = new Map();
-  for (const line of text.split('\n')) {
-    if (!line || line.startsWith('#')) continue;
-    const space = line.lastIndexOf(' ');
-    values.set(line.slice(0, space), Number(line.slice(space + 1)));
-  }
-  return values;
+/** Adds per-bucket counts. */
+function addBuckets(into, counts) {
+  counts.forEach((n, i) => {
+    into[i] = (into[i] || 0) + n;
+  });
+  return into;
 }
 
-function sum(values, prefix) {
-  let total = 0;
-  for (const [key, value] of values) if (key.startsWith(prefix)) total += value;
-  return total;
-}
-
-/** Histogram buckets `[le, cumulative count]` of `name`, ascending. */
-function buckets(values, name) {
-  const out = [];
-  for (const [key, value] of values) {
-    const m = key.match(new RegExp(`^${name}_bucket\\{le="([^"]+)"\\}$`));
-    if (m) out.push([m[1] === '+Inf' ? Infinity : Number(m[1]), value]);
-  }
-  return out.sort((a, b) => a[0] - b[0]);
-}
-
-/** The q-quantile's bucket bound of what was observed between two samples. */
-export function quantile(older, newer, name, q) {
-  const now = buckets(newer, name);
-  const then = new Map(buckets(older, name));
-  const deltas = now.map(([le, count]) => [le, count - (then.get(le) || 0)]);
-  const total = deltas.length ? deltas[deltas.length - 1][1] : 0;
+/**
+ * The bound (seconds) of the bucket holding the q-quantile of per-bucket
+ * `counts` (+Inf last); null when nothing was observed.
+ */
+export function quantile(bounds, counts, q) {
+  const total = counts.reduce((a, b) => a + b, 0);
   if (total <= 0) return null;
   const rank = q * total;
-  for (const [le, count] of deltas) if (count >= rank) return le;
+  let seen = 0;
+  for (let i = 0; i < counts.length; i += 1) {
+    seen += counts[i];
+    if (seen >= rank) return i < bounds.length ? bounds[i] : Infinity;
+  }
   return Infinity;
 }
 
@@ -59,23 +43,24 @@ function seconds(value) {
 }
 
 export function overviewView(root) {
-  const samples = [];
   const body = h('div', { id: 'overview' });
   const error = h('p', { class: 'error', role: 'alert' });
   replace(root, h('h1', {}, 'Overview'), error, body);
 
-  function render(status) {
-    const [first, last] = [samples[0], samples[samples.length - 1]];
-    const span = (last.at - first.at) / 1000;
-    const finished = (s) => sum(s.values, 'swarmd_tasks_finished_total');
-    const created = (s) => s.values.get('swarmd_tasks_created_total') || 0;
-    const rate = (f) => (span > 0 ? ((f(last) - f(first)) / span).toFixed(1) + '/s' : '–');
+  function render(status, history) {
+    const newest = history.samples.length ? history.samples[history.samples.length - 1].at_ms : 0;
+    const samples = history.samples.filter((s) => s.at_ms > newest - WINDOW_MS);
+    const spanMs = samples.reduce((t, s) => t + s.span_ms, 0);
+    const total = (key) => samples.reduce((t, s) => t + s[key], 0);
+    const rate = (key) => (spanMs > 0 ? (total(key) / (spanMs / 1000)).toFixed(1) + '/s' : '–');
+    const dispatch = samples.reduce((acc, s) => addBuckets(acc, s.dispatch), []);
+    const sync = samples.reduce((acc, s) => addBuckets(acc, s.sync), []);
     // Finished counts are since the daemon started; queued and running are now.
     const byStatus = { ...status.counts.tasks_finished, queued: status.counts.queued, running: status.counts.running };
-    const store = last.values.has('swarmd_store_sync_seconds_count')
-      ? seconds(quantile(first.values, last.values, 'swarmd_store_sync_seconds', 0.99))
+    const store = sync.length
+      ? seconds(quantile(history.sync_bounds, sync, 0.99))
       : 'no WAL syncs (memory store or synchronous = normal)';
-    const window = span > 0 ? `last ${Math.round(span)} s` : 'since the page opened';
+    const window = spanMs > 0 ? `last ${Math.round(spanMs / 1000)} s` : 'no sample yet: the daemon takes one every 5 s';
     replace(body,
       h('div', { class: 'cards' },
         card('running now', status.counts.running, 'ov-running'),
@@ -86,15 +71,16 @@ export function overviewView(root) {
       h('table', { class: 'narrow', id: 'ov-status' },
         h('tbody', {}, Object.entries(byStatus).map(([k, v]) =>
           h('tr', {}, h('td', { class: 'status', dataset: { status: k } }, k), h('td', { class: 'num' }, String(v)))))),
-      h('h2', {}, `Throughput and latency (${window})`),
+      h('h2', { id: 'ov-window' }, `Throughput and latency (${window})`),
       h('table', { class: 'narrow', id: 'ov-rates' }, h('tbody', {},
-        h('tr', {}, h('td', {}, 'created'), h('td', { class: 'num' }, rate(created))),
-        h('tr', {}, h('td', {}, 'finished'), h('td', { class: 'num' }, rate(finished))),
+        h('tr', {}, h('td', {}, 'created'), h('td', { class: 'num', id: 'ov-created' }, rate('created'))),
+        h('tr', {}, h('td', {}, 'finished'), h('td', { class: 'num', id: 'ov-finished' }, rate('finished'))),
         h('tr', {}, h('td', {}, 'dispatch latency p50'),
-          h('td', { class: 'num' }, seconds(quantile(first.values, last.values, 'swarmd_dispatch_latency_seconds', 0.5)))),
+          h('td', { class: 'num' }, seconds(quantile(history.dispatch_bounds, dispatch, 0.5)))),
         h('tr', {}, h('td', {}, 'dispatch latency p99'),
-          h('td', { class: 'num' }, seconds(quantile(first.values, last.values, 'swarmd_dispatch_latency_seconds', 0.99)))),
+          h('td', { class: 'num' }, seconds(quantile(history.dispatch_bounds, dispatch, 0.99)))),
         h('tr', {}, h('td', {}, 'store WAL sync p99'), h('td', { class: 'num' }, store)))),
+      sparkline(samples),
       h('h2', {}, 'Daemon'),
       h('dl', {},
         h('dt', {}, 'version'), h('dd', {}, status.version),
@@ -105,24 +91,48 @@ export function overviewView(root) {
 
   let timer = null;
   let stopped = false;
-  async function sample() {
+  async function refresh() {
     try {
-      const [text, status] = await Promise.all([api.text('/metrics'), api.get('/v1/status')]);
+      const [status, history] = await Promise.all([api.get('/v1/status'), api.get('/v1/metrics/history')]);
       if (stopped) return;
-      samples.push({ at: Date.now(), values: parseMetrics(text) });
-      if (samples.length > WINDOW) samples.shift();
       error.textContent = '';
-      render(status);
+      render(status, history);
     } catch (e) {
       error.textContent = e.message;
     }
-    if (!stopped) timer = setTimeout(sample, samples.length === 1 ? FIRST_SAMPLE_MS : SAMPLE_MS);
+    if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
   }
-  sample();
+  refresh();
   return () => {
     stopped = true;
     clearTimeout(timer);
   };
+}
+
+/** Tasks finished per sample as a row of bars, oldest left, as text-free SVG. */
+function sparkline(samples) {
+  const NS = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(NS, 'svg');
+  const width = 360;
+  const height = 40;
+  svg.setAttribute('id', 'ov-spark');
+  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+  svg.setAttribute('width', String(width));
+  svg.setAttribute('height', String(height));
+  svg.setAttribute('role', 'img');
+  svg.setAttribute('aria-label', 'tasks finished per 5 s');
+  const most = Math.max(1, ...samples.map((s) => s.finished));
+  const step = width / 60;
+  samples.slice(-60).forEach((s, i) => {
+    const bar = document.createElementNS(NS, 'rect');
+    const tall = Math.max(s.finished > 0 ? 1 : 0, Math.round((s.finished / most) * height));
+    bar.setAttribute('x', String(i * step));
+    bar.setAttribute('y', String(height - tall));
+    bar.setAttribute('width', String(Math.max(1, step - 1)));
+    bar.setAttribute('height', String(tall));
+    svg.appendChild(bar);
+  });
+  return h('figure', { class: 'spark' }, svg, h('figcaption', { class: 'muted' }, 'tasks finished per 5 s'));
 }
 
 function card(label, value, id) {

@@ -1,6 +1,8 @@
 // MainAI sessions: kind, role names, connected, last seen, parked frames,
-// description and a link to the tasks each owns, from `GET /v1/operators` (admin only: observers are told so). Refreshed
-// when a socket comes or goes (`session_attached`/`session_detached`).
+// description and a link to the tasks each owns, from `GET /v1/operators`
+// for the admin; an operator session sees its own (`GET /v1/operators/S-…`)
+// and observers are told the list is the admin's. Refreshed when a socket
+// comes or goes (`session_attached`/`session_detached`).
 
 import * as api from './api.js';
 import { onEvent, session } from './app.js';
@@ -10,13 +12,16 @@ export function sessionsView(root) {
   const body = h('div', { id: 'sessions' });
   const error = h('p', { class: 'error', role: 'alert' });
   replace(root, h('h1', {}, 'Sessions'), error, body);
-  if ((session.caller || {}).role !== 'admin') {
+  const caller = session.caller || {};
+  if (caller.role !== 'admin' && !caller.sid) {
     replace(body, h('p', { class: 'muted', id: 'sessions-admin-only' }, 'The session list is for the admin only.'));
     return () => {};
   }
 
   async function load() {
-    const list = await api.get('/v1/operators');
+    const list = caller.sid
+      ? [await api.get(`/v1/operators/${encodeURIComponent(caller.sid)}`)]
+      : await api.get('/v1/operators');
     replace(body, list.length === 0
       ? h('p', { class: 'muted' }, 'No sessions.')
       : h('table', {},

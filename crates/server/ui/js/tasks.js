@@ -1,10 +1,12 @@
 // The task list: filters and the page cursor live in the URL
 // (`#/tasks?status=&agent=&session=&parent=&q=&since=&until=&limit=&after=`,
 // times as local `YYYY-MM-DDTHH:MM`); the first page takes new tasks live
-// from the event feed, and every listed row follows its status.
+// from the event feed, and every listed row follows its status. An
+// operator session sees its own tasks only: the session filter is pinned
+// to it.
 
 import * as api from './api.js';
-import { onEvent } from './app.js';
+import { onEvent, session } from './app.js';
 import { h, replace, time } from './dom.js';
 
 const STATUSES = ['', 'queued', 'running', 'pass', 'blocked', 'failed', 'cancelled'];
@@ -26,6 +28,8 @@ export function tasksView(root, params) {
   for (const key of ['status', 'agent', 'session', 'parent', 'q', 'since', 'until', 'limit', 'after']) {
     filter[key] = params.get(key) || '';
   }
+  const owner = (session.caller || {}).sid;
+  if (owner) filter.session = owner;
   const rows = new Map();
   const body = h('tbody', { id: 'task-rows' });
   const count = h('span', { id: 'task-count', class: 'muted' });
@@ -38,7 +42,7 @@ export function tasksView(root, params) {
     h('input', { id: `filter-${name}`, name, placeholder, type, value: filter[name], title: placeholder });
   const fields = {
     agent: input('agent', 'agent'),
-    session: input('session', 'session S-…'),
+    session: owner ? null : input('session', 'session S-…'),
     parent: input('parent', 'parent T-…'),
     q: input('q', 'text in prompt'),
     since: input('since', 'created from', 'datetime-local'),
@@ -49,10 +53,10 @@ export function tasksView(root, params) {
     onsubmit: (event) => {
       event.preventDefault();
       const chosen = { status: status.value, limit: filter.limit };
-      for (const [key, field] of Object.entries(fields)) chosen[key] = field.value.trim();
+      for (const [key, field] of Object.entries(fields)) if (field) chosen[key] = field.value.trim();
       location.hash = link(chosen);
     },
-  }, status, Object.values(fields), h('button', { type: 'submit' }, 'Filter'),
+  }, status, Object.values(fields).filter(Boolean), h('button', { type: 'submit' }, 'Filter'),
   h('a', { href: '#/tasks' }, 'clear'));
 
   replace(root,

@@ -216,10 +216,34 @@ async fn read_only_and_worker_credentials_stay_in_their_lane() {
     let response = api.get("/v1/tasks", cred.handle()).send().await.unwrap();
     expect_error(response, 401, "unauthorized").await;
 
-    // An operator session may not read the global event log.
-    let (session, _) = api.session().await;
+    // An operator session reads only its own part of the event log: not
+    // the events of a task the admin created.
+    let (session, sid) = api.session().await;
+    let (status, page) = parts(api.get("/v1/events", &session).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{page}");
+    let events = page["events"].as_array().unwrap();
+    assert!(
+        events.iter().all(|e| e["session"] == sid.as_str()),
+        "{page}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["event"]["task_id"] == task.to_string()),
+        "{page}"
+    );
+    assert!(page["next_seq"].as_u64().unwrap() > 0, "{page}");
+    // A senior token reads tasks but not the event log.
+    let senior = api
+        .engine
+        .tokens()
+        .mint_role(swarmd_engine::gate::Role::Senior, 600, None)
+        .unwrap();
     expect_error(
-        api.get("/v1/events", &session).send().await.unwrap(),
+        api.get("/v1/events", senior.token.expose())
+            .send()
+            .await
+            .unwrap(),
         403,
         "forbidden",
     )

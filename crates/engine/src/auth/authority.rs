@@ -155,6 +155,35 @@ impl TokenAuthority {
         self.mint_minted(claims)
     }
 
+    /// A `worker_pool` token bound to `agents` (docs/security.md, Worker pools): it
+    /// carries the role's verbs, and its sub is `worker_pool:` and the agent
+    /// names joined by `,` (read back by [`pool_agents`]).
+    ///
+    /// Errors: `Claims` when the names do not fit a sub (empty, a `,` in a
+    /// name, too long), `TtlTooLong`.
+    pub fn mint_pool(&self, agents: &[String], ttl_secs: u64) -> Result<MintedToken, TokenError> {
+        let bad = agents.is_empty()
+            || agents
+                .iter()
+                .any(|a| a.is_empty() || a.contains(',') || a.contains(':'));
+        if bad {
+            return Err(TokenError::NotMintable(Role::WorkerPool));
+        }
+        let iat = self.clock.now_secs();
+        let claims = Claims {
+            sub: format!("{POOL_SUB_PREFIX}{}", agents.join(",")),
+            role: Role::WorkerPool,
+            verbs: gate::verbs_for(Role::WorkerPool).collect(),
+            task: None,
+            attempt: None,
+            sid: None,
+            iat,
+            exp: iat.saturating_add(ttl_secs),
+            jti: Claims::random_jti(),
+        };
+        self.mint_minted(claims)
+    }
+
     fn mint_minted(&self, claims: Claims) -> Result<MintedToken, TokenError> {
         let token = self.mint(&claims)?;
         Ok(MintedToken {
@@ -194,6 +223,22 @@ impl TokenAuthority {
         claims.check_verb(verb)?;
         Ok(claims)
     }
+}
+
+/// How a `worker_pool` token's sub begins; the agent names follow.
+pub const POOL_SUB_PREFIX: &str = "worker_pool:";
+
+/// The agents a `worker_pool` token's sub binds it to; empty for any other sub.
+pub fn pool_agents(sub: &str) -> Vec<String> {
+    sub.strip_prefix(POOL_SUB_PREFIX)
+        .map(|names| {
+            names
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

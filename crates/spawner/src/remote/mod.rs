@@ -16,11 +16,13 @@
 mod tests;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use swarmd_engine::WorkerCredential;
 use swarmd_engine::ids::AttemptId;
+use swarmd_engine::metrics::Histogram;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
@@ -89,7 +91,7 @@ struct Queued {
 /// One attempt a pool holds.
 #[derive(Debug)]
 struct Held {
-    agent: String,
+    job: Arc<RemoteJob>,
     pool: String,
     ended: oneshot::Sender<PoolEnd>,
 }
@@ -108,6 +110,10 @@ pub struct RemotePools {
     /// std `Mutex`: held for map work only, never across an await.
     state: Mutex<State>,
     generation: watch::Sender<u64>,
+    /// Attempts claimed since start.
+    claimed: AtomicU64,
+    /// How long each claimed attempt waited in its queue.
+    claim_wait: Histogram,
 }
 
 impl Default for RemotePools {
@@ -121,6 +127,8 @@ impl RemotePools {
         RemotePools {
             state: Mutex::new(State::default()),
             generation: watch::Sender::new(0),
+            claimed: AtomicU64::new(0),
+            claim_wait: Histogram::default(),
         }
     }
 
@@ -185,22 +193,28 @@ impl RemotePools {
                 state.held.insert(
                     queued.job.attempt,
                     Held {
-                        agent: agent.to_owned(),
+                        job: Arc::clone(&queued.job),
                         pool: pool.to_owned(),
                         ended: queued.ended,
                     },
                 );
+                let waited = now.saturating_duration_since(queued.since);
+                self.claimed.fetch_add(1, Ordering::Relaxed);
+                self.claim_wait.observe(waited);
                 Claimed {
-                    waited: now.saturating_duration_since(queued.since),
+                    waited,
                     job: queued.job,
                 }
             })
             .collect()
     }
 
-    /// The agent of a held attempt, when one holds it.
-    pub fn held_agent(&self, attempt: AttemptId) -> Option<String> {
-        self.state().held.get(&attempt).map(|h| h.agent.clone())
+    /// A held attempt's job and the pool holding it.
+    pub fn held(&self, attempt: AttemptId) -> Option<(Arc<RemoteJob>, String)> {
+        self.state()
+            .held
+            .get(&attempt)
+            .map(|h| (Arc::clone(&h.job), h.pool.clone()))
     }
 
     /// Which of `attempts` `pool` no longer holds, waiting up to `wait` for
@@ -277,6 +291,16 @@ impl RemotePools {
             .values()
             .filter(|at| now.saturating_duration_since(**at) < POOL_SEEN_WINDOW)
             .count()
+    }
+
+    /// Attempts claimed by pools since start.
+    pub fn claimed_total(&self) -> u64 {
+        self.claimed.load(Ordering::Relaxed)
+    }
+
+    /// How long claimed attempts waited in their queue.
+    pub fn claim_wait(&self) -> &Histogram {
+        &self.claim_wait
     }
 
     /// Attempts queued for `agent`, not yet claimed.

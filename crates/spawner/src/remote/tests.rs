@@ -71,6 +71,8 @@ async fn the_wait_in_the_queue_is_reported_with_the_claim() {
     tokio::time::sleep(Duration::from_millis(250)).await;
     let claimed = pools.claim("a", "p1", 1, Duration::ZERO).await;
     assert_eq!(claimed[0].waited, Duration::from_millis(250));
+    assert_eq!(pools.claimed_total(), 1);
+    assert_eq!(pools.claim_wait().counts().iter().sum::<u64>(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -110,7 +112,8 @@ async fn a_held_attempt_is_not_gone_and_another_pools_is() {
     assert_eq!(started.elapsed(), Duration::from_secs(2));
     // The same attempt named by a pool that does not hold it is gone for it.
     assert_eq!(pools.wait_gone("p2", &[id], Duration::ZERO).await, vec![id]);
-    assert_eq!(pools.held_agent(id).as_deref(), Some("a"));
+    let (held, by) = pools.held(id).unwrap();
+    assert_eq!((held.agent.as_str(), by.as_str()), ("a", "p1"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -126,7 +129,7 @@ async fn only_the_holding_pool_can_report_an_end() {
     );
     pools.report("p1", id, end.clone()).unwrap();
     assert_eq!(ended.await.unwrap(), end);
-    assert_eq!(pools.held_agent(id), None);
+    assert!(pools.held(id).is_none());
     assert_eq!(
         pools.report("p1", id, end),
         Err(ReportError::NotHeld),

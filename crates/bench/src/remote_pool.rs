@@ -32,20 +32,24 @@ struct Samples {
     errors: BTreeMap<String, u64>,
 }
 
+/// One agent's row: its dispatch and end-to-end spreads, and its errors.
+#[derive(Debug)]
+struct Row {
+    agent: String,
+    dispatch: Option<Spread>,
+    end_to_end: Option<Spread>,
+    errors: BTreeMap<String, u64>,
+}
+
 /// The report: a row per agent and the overhead.
 #[derive(Debug)]
 pub(crate) struct RemoteReport {
-    rows: Vec<(
-        String,
-        Option<Spread>,
-        Option<Spread>,
-        BTreeMap<String, u64>,
-    )>,
+    rows: Vec<Row>,
 }
 
 impl RemoteReport {
     pub(crate) fn error_count(&self) -> u64 {
-        self.rows.iter().flat_map(|r| r.3.values()).sum()
+        self.rows.iter().flat_map(|r| r.errors.values()).sum()
     }
 
     pub(crate) fn markdown(&self) -> String {
@@ -53,8 +57,14 @@ impl RemoteReport {
         let mut out = String::from(
             "| agent | n | dispatch p50 ms | dispatch p99 ms | end-to-end p50 ms | end-to-end p99 ms | errors |\n|---|---|---|---|---|---|---|\n",
         );
-        for (agent, dispatch, e2e, errors) in &self.rows {
-            let (Some(d), Some(e)) = (dispatch, e2e) else {
+        for row in &self.rows {
+            let Row {
+                agent,
+                dispatch,
+                end_to_end,
+                errors,
+            } = row;
+            let (Some(d), Some(e)) = (dispatch, end_to_end) else {
                 out.push_str(&format!("| {agent} | 0 | – | – | – | – | {errors:?} |\n"));
                 continue;
             };
@@ -68,7 +78,14 @@ impl RemoteReport {
                 errors.values().sum::<u64>()
             ));
         }
-        if let [(_, Some(ld), Some(le), _), (_, Some(rd), Some(re), _)] = &self.rows[..] {
+        if let [local, remote] = &self.rows[..]
+            && let (Some(ld), Some(le), Some(rd), Some(re)) = (
+                &local.dispatch,
+                &local.end_to_end,
+                &remote.dispatch,
+                &remote.end_to_end,
+            )
+        {
             let excess = |r: Duration, l: Duration| {
                 format!("{:+.2}", (r.as_secs_f64() - l.as_secs_f64()) * 1000.0)
             };
@@ -165,13 +182,11 @@ pub(crate) async fn run(
         rows: AGENTS
             .iter()
             .zip(samples)
-            .map(|(agent, s)| {
-                (
-                    (*agent).to_owned(),
-                    Spread::of(&s.dispatch),
-                    Spread::of(&s.end_to_end),
-                    s.errors,
-                )
+            .map(|(agent, s)| Row {
+                agent: (*agent).to_owned(),
+                dispatch: Spread::of(&s.dispatch),
+                end_to_end: Spread::of(&s.end_to_end),
+                errors: s.errors,
             })
             .collect(),
     })

@@ -90,24 +90,22 @@ enum FileKind {
 impl FrontMatter {
     /// The first key set here that `kind` does not take.
     fn foreign_key(&self) -> Option<&'static str> {
-        let (operator_only, remote_only): (&[(&str, bool)], &[(&str, bool)]) = (
-            &[
-                ("model", self.model.is_some()),
-                ("tools", self.tools.is_some()),
-                ("worker_binding", self.worker_binding.is_some()),
-                ("operator_role", self.operator_role.is_some()),
-                ("worktree", self.worktree.is_some()),
-            ],
-            &[
-                ("stdin", self.stdin.is_some()),
-                ("stream", self.stream.is_some()),
-                ("timeout_secs", self.timeout_secs.is_some()),
-                ("max_output_bytes", self.max_output_bytes.is_some()),
-            ],
-        );
-        let foreign = match self.kind {
-            FileKind::Operator => remote_only,
-            FileKind::Remote => operator_only,
+        let operator_only = [
+            ("model", self.model.is_some()),
+            ("tools", self.tools.is_some()),
+            ("worker_binding", self.worker_binding.is_some()),
+            ("operator_role", self.operator_role.is_some()),
+            ("worktree", self.worktree.is_some()),
+        ];
+        let remote_only = [
+            ("stdin", self.stdin.is_some()),
+            ("stream", self.stream.is_some()),
+            ("timeout_secs", self.timeout_secs.is_some()),
+            ("max_output_bytes", self.max_output_bytes.is_some()),
+        ];
+        let foreign: &[(&str, bool)] = match self.kind {
+            FileKind::Operator => &remote_only,
+            FileKind::Remote => &operator_only,
         };
         foreign.iter().find(|(_, set)| *set).map(|(key, _)| *key)
     }

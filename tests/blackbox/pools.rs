@@ -323,6 +323,11 @@ async fn a_superseded_attempts_late_writes_are_refused_and_change_nothing() {
         .filter(|r| r["attempt"] == 1 && r["event"]["type"] == "final")
         .count();
     assert_eq!(late_finals, 0, "attempt 1 never got a Final");
+    // At debug level, neither the pool nor the daemon logs a credential.
+    for (who, log) in [("pool", pool.log()), ("daemon", sw.log())] {
+        assert!(!log.contains(handle), "the {who} logged a handle");
+        assert!(!log.contains(&token), "the {who} logged the pool token");
+    }
 }
 
 #[tokio::test]

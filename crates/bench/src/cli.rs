@@ -210,8 +210,9 @@ pub(crate) struct RemoteArgs {
     /// Unmeasured round trips per agent first.
     #[arg(long, default_value_t = 20)]
     pub warmup: usize,
-    /// `--concurrency` of the pool.
-    #[arg(long, default_value_t = 1)]
+    /// `--concurrency` of the pool: above 1, a claim is always waiting
+    /// when a task arrives, as a busy pool's would be.
+    #[arg(long, default_value_t = 4)]
     pub concurrency: u32,
 }
 

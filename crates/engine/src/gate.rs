@@ -241,17 +241,17 @@ mod tests {
     /// The gate of docs/security.md, written out by hand: one line per verb, `x` where allowed.
     const SPEC_MATRIX: &str = "\
 verb             admin operator worker observer senior worker_pool
-manage_operators x     .        .      .        .
-spawn_task       x     x        x      .        .
-read_task        x     x        .      x        x
-read_output      x     x        .      x        x
-subscribe        x     x        .      x        x
-cancel_task      x     x        .      .        .
-answer           x     x        .      .        x
-fetch_prompt     .     .        x      .        .
-emit_output      .     .        x      .        .
-post_result      .     .        x      .        .
-heartbeat        .     .        x      .        .
+manage_operators x     .        .      .        .      .
+spawn_task       x     x        x      .        .      .
+read_task        x     x        .      x        x      .
+read_output      x     x        .      x        x      .
+subscribe        x     x        .      x        x      .
+cancel_task      x     x        .      .        .      .
+answer           x     x        .      .        x      .
+fetch_prompt     .     .        x      .        .      .
+emit_output      .     .        x      .        .      .
+post_result      .     .        x      .        .      .
+heartbeat        .     .        x      .        .      .
 claim_attempts   .     .        .      .        .      x
 renew_leases     .     .        .      .        .      x
 ";

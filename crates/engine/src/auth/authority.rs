@@ -252,6 +252,25 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_token_names_its_agents_and_carries_only_the_pool_verbs() {
+        let auth = authority(Arc::new(ManualClock::at_secs(5_000)));
+        let agents = vec!["builder".to_owned(), "tester".to_owned()];
+        let minted = auth.mint_pool(&agents, 600).unwrap();
+        let claims = auth.verify(minted.token.expose()).unwrap();
+        assert_eq!(claims.role, Role::WorkerPool);
+        assert_eq!(pool_agents(&claims.sub), agents);
+        assert_eq!(
+            claims.verbs,
+            gate::verbs_for(Role::WorkerPool).collect::<Vec<_>>()
+        );
+        assert!(pool_agents("observer").is_empty());
+        for bad in [vec![], vec![String::new()], vec!["a,b".to_owned()]] {
+            assert!(auth.mint_pool(&bad, 600).is_err(), "{bad:?}");
+        }
+        assert!(auth.mint_role(Role::WorkerPool, 600, None).is_err());
+    }
+
+    #[test]
     fn worker_token_verifies_and_is_gated() {
         let clock = Arc::new(ManualClock::at_secs(1_000_000));
         let auth = authority(clock.clone());

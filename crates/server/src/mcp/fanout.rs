@@ -30,7 +30,7 @@ pub(super) fn tools() -> Vec<Tool> {
     vec![
         tool::<NoArgs, AgentList>(
             "agents",
-            "List the agents tasks can be spawned for: name, kind (process, lua, operator), \
+            "List the agents tasks can be spawned for: name, kind (process, lua, operator, remote), \
              description, and how many of their tasks are running and queued now.",
             true,
         ),

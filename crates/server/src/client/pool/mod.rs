@@ -119,6 +119,9 @@ pub(crate) async fn run_pool(
     kill: CancellationToken,
 ) -> Result<(), PoolError> {
     let client = ApiClient::new(&options.server, options.token.clone())?;
+    // The attempts' writes go over connections of their own: a long-poll
+    // dropped mid-flight (a heartbeat replaced) never holds one up.
+    let writes = ApiClient::new(&options.server, options.token.clone())?;
     let options = Arc::new(options);
     let host_env = Arc::new(host_env);
     let shared = Arc::new(Shared::default());
@@ -130,7 +133,15 @@ pub(crate) async fn run_pool(
         Arc::clone(&shared),
         beating.clone(),
     ));
-    let claimed = claim_loop(&client, &options, &host_env, &shared, &attempts, &stop).await;
+    let loops = Loops {
+        client: &client,
+        writes: &writes,
+        options: &options,
+        host_env: &host_env,
+        shared: &shared,
+        attempts: &attempts,
+    };
+    let claimed = claim_loop(&loops, &stop).await;
     attempts.close();
     tokio::select! {
         () = attempts.wait() => {}
@@ -159,15 +170,26 @@ fn hand_back(shared: &Shared) {
     }
 }
 
+/// What the claim loop hands each attempt it starts.
+struct Loops<'a> {
+    /// Claims and heartbeats, with the pool's token.
+    client: &'a ApiClient,
+    /// The attempts' writes, each with its own handle.
+    writes: &'a ApiClient,
+    options: &'a Arc<PoolOptions>,
+    host_env: &'a Arc<HostEnv>,
+    shared: &'a Arc<Shared>,
+    attempts: &'a TaskTracker,
+}
+
 /// Claims while there is a free slot, until `stop`.
-async fn claim_loop(
-    client: &ApiClient,
-    options: &Arc<PoolOptions>,
-    host_env: &Arc<HostEnv>,
-    shared: &Arc<Shared>,
-    attempts: &TaskTracker,
-    stop: &CancellationToken,
-) -> Result<(), PoolError> {
+async fn claim_loop(loops: &Loops<'_>, stop: &CancellationToken) -> Result<(), PoolError> {
+    let Loops {
+        client,
+        options,
+        shared,
+        ..
+    } = *loops;
     let mut backoff = FIRST_BACKOFF;
     while !stop.is_cancelled() {
         let held = u32::try_from(shared.running().len()).unwrap_or(u32::MAX);
@@ -187,7 +209,7 @@ async fn claim_loop(
             Ok(claimed) => {
                 backoff = FIRST_BACKOFF;
                 for attempt in claimed {
-                    start(client, options, host_env, shared, attempts, attempt);
+                    start(loops, attempt);
                 }
             }
             Err(error) if refused(&error) => return Err(PoolError::Refused(error)),
@@ -246,14 +268,15 @@ fn decode<T: serde::de::DeserializeOwned>(
 }
 
 /// Runs one claimed attempt on its own tokio task.
-fn start(
-    client: &ApiClient,
-    options: &Arc<PoolOptions>,
-    host_env: &Arc<HostEnv>,
-    shared: &Arc<Shared>,
-    attempts: &TaskTracker,
-    attempt: ClaimedAttempt,
-) {
+fn start(loops: &Loops<'_>, attempt: ClaimedAttempt) {
+    let Loops {
+        writes,
+        options,
+        host_env,
+        shared,
+        attempts,
+        ..
+    } = *loops;
     let at = AttemptRef {
         task_id: attempt.task_id,
         attempt: attempt.attempt,
@@ -268,7 +291,7 @@ fn start(
     );
     shared.changed.notify_one();
     let (client, options, host_env, shared) = (
-        client.clone(),
+        writes.clone(),
         Arc::clone(options),
         Arc::clone(host_env),
         Arc::clone(shared),

@@ -14,6 +14,7 @@
 //! and hands them back, reported as failed so the daemon retries them per
 //! policy at once instead of waiting out their leases.
 
+mod heartbeat;
 pub(crate) mod run;
 
 use std::collections::HashMap;
@@ -27,9 +28,9 @@ use tokio_util::task::TaskTracker;
 
 use super::{ApiClient, Bearer, ClientError};
 use crate::http::pool::wire::{
-    AttemptRef, ClaimAnswer, ClaimRequest, ClaimedAttempt, EndedAttempt, HeartbeatAnswer,
-    HeartbeatRequest, MAX_CLAIM, MAX_REASON,
+    AttemptRef, ClaimAnswer, ClaimRequest, ClaimedAttempt, EndedAttempt, MAX_CLAIM, MAX_REASON,
 };
+use heartbeat::{flush_ended, heartbeat_loop};
 use run::Ran;
 
 /// How long one claim waits for an attempt.
@@ -307,110 +308,4 @@ fn start(loops: &Loops<'_>, attempt: ClaimedAttempt) {
         shared.changed.notify_one();
         shared.freed.notify_one();
     });
-}
-
-/// Keeps one heartbeat in flight while the pool holds attempts or has
-/// ends to report, until `beating` is cancelled.
-async fn heartbeat_loop(
-    client: ApiClient,
-    options: Arc<PoolOptions>,
-    shared: Arc<Shared>,
-    beating: CancellationToken,
-) {
-    let mut backoff = FIRST_BACKOFF;
-    while !beating.is_cancelled() {
-        let (held, wait_ms) = held(&shared);
-        let ended = std::mem::take(&mut *shared.ended());
-        if held.is_empty() && ended.is_empty() {
-            tokio::select! {
-                () = shared.changed.notified() => {}
-                () = beating.cancelled() => break,
-            }
-            continue;
-        }
-        let beat = heartbeat(&client, &options, held, ended.clone(), wait_ms);
-        let answer = tokio::select! {
-            answer = beat => answer,
-            () = shared.changed.notified() => {
-                // The held set changed: ask again with the new one.
-                shared.ended().extend(ended);
-                continue;
-            }
-            () = beating.cancelled() => {
-                shared.ended().extend(ended);
-                break;
-            }
-        };
-        match answer {
-            Ok(answer) => {
-                backoff = FIRST_BACKOFF;
-                let running = shared.running();
-                for gone in answer.gone {
-                    if let Some(r) = running.get(&gone) {
-                        tracing::info!(task_id = %gone.task_id, attempt = gone.attempt, "attempt gone: stopping it");
-                        r.cancel.cancel();
-                    }
-                }
-            }
-            Err(error) => {
-                shared.ended().extend(ended);
-                tracing::warn!(%error, retry_in_ms = backoff.as_millis(), "heartbeat failed");
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    () = beating.cancelled() => break,
-                }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-            }
-        }
-    }
-}
-
-/// The held attempts and how long a heartbeat may wait: a third of the
-/// shortest lease, within bounds.
-fn held(shared: &Shared) -> (Vec<AttemptRef>, u64) {
-    let running = shared.running();
-    let shortest = running
-        .values()
-        .map(|r| r.lease_ms)
-        .min()
-        .unwrap_or(MAX_HEARTBEAT_WAIT_MS * 3);
-    let wait = (shortest / 3).clamp(MIN_HEARTBEAT_WAIT_MS, MAX_HEARTBEAT_WAIT_MS);
-    (running.keys().copied().collect(), wait)
-}
-
-async fn heartbeat(
-    client: &ApiClient,
-    options: &PoolOptions,
-    held: Vec<AttemptRef>,
-    ended: Vec<EndedAttempt>,
-    wait_ms: u64,
-) -> Result<HeartbeatAnswer, ClientError> {
-    let path = "/v1/pool/heartbeat";
-    let url = client.url(path);
-    let body = HeartbeatRequest {
-        pool: options.pool_id.clone(),
-        held,
-        ended,
-        wait_ms,
-    };
-    let request = client
-        .post(path)
-        .json(&body)
-        .timeout(Duration::from_millis(wait_ms) + POLL_SLACK);
-    decode(&url, client.send_json(request, &url).await?)
-}
-
-/// Sends what is left to report, with nothing held and no wait.
-async fn flush_ended(
-    client: &ApiClient,
-    options: &PoolOptions,
-    shared: &Shared,
-) -> Result<(), ClientError> {
-    let ended = std::mem::take(&mut *shared.ended());
-    if ended.is_empty() {
-        return Ok(());
-    }
-    heartbeat(client, options, Vec::new(), ended, 0)
-        .await
-        .map(drop)
 }

@@ -18,10 +18,13 @@ use tokio::process::{Child, Command};
 use crate::daemon::{Swarmd, eventually, process_gone, read_pid};
 use crate::harness::parts;
 
+mod access;
+mod lifecycle;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
 /// `remote` and `other` are remote agents; `local` runs in the daemon.
-const AGENTS: &str = r#"
+pub(super) const AGENTS: &str = r#"
 [agents.remote]
 kind = "remote"
 stream = "ndjson"
@@ -53,13 +56,19 @@ printf '{"type":"final","content":{"kind":"inline","value":{"pool":"%s","attempt
 "#;
 
 /// A `swarmd worker pool` process; killed when dropped.
-struct Pool {
-    child: Child,
+pub(super) struct Pool {
+    pub(super) child: Child,
     log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Pool {
-    async fn start(sw: &Swarmd, token: &str, agent: &str, name: &str, concurrency: u32) -> Pool {
+    pub(super) async fn start(
+        sw: &Swarmd,
+        token: &str,
+        agent: &str,
+        name: &str,
+        concurrency: u32,
+    ) -> Pool {
         let script = CHILD.replace("@DIR@", &sw.dir().display().to_string());
         let mut child = Command::new(BINARY)
             .args(["worker", "pool", "--server", &sw.base, "--agent", agent])
@@ -95,17 +104,17 @@ impl Pool {
         Pool { child, log }
     }
 
-    fn pid(&self) -> i32 {
+    pub(super) fn pid(&self) -> i32 {
         i32::try_from(self.child.id().expect("running")).unwrap()
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 }
 
 /// `swarmd token mint --role worker-pool` for `agents`, as an operator would.
-fn mint(sw: &Swarmd, agents: &[&str]) -> String {
+pub(super) fn mint(sw: &Swarmd, agents: &[&str]) -> String {
     let mut command = std::process::Command::new(BINARY);
     command
         .args(["token", "mint", "--role", "worker-pool", "--config"])
@@ -122,13 +131,13 @@ fn mint(sw: &Swarmd, agents: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-async fn create(sw: &Swarmd, body: Value) -> String {
+pub(super) async fn create(sw: &Swarmd, body: Value) -> String {
     let (status, answer) = sw.create(body).await;
     assert_eq!(status, 201, "{answer}\n{}", sw.log());
     answer["task_id"].as_str().unwrap().to_owned()
 }
 
-fn file(sw: &Swarmd, task: &str, attempt: u32, ext: &str) -> std::path::PathBuf {
+pub(super) fn file(sw: &Swarmd, task: &str, attempt: u32, ext: &str) -> std::path::PathBuf {
     sw.dir().join(format!("{task}.{attempt}.{ext}"))
 }
 
@@ -328,137 +337,4 @@ async fn a_superseded_attempts_late_writes_are_refused_and_change_nothing() {
         assert!(!log.contains(handle), "the {who} logged a handle");
         assert!(!log.contains(&token), "the {who} logged the pool token");
     }
-}
-
-#[tokio::test]
-async fn a_pool_token_can_do_nothing_else() {
-    let sw = Swarmd::new(AGENTS).start().await;
-    let token = mint(&sw, &["remote"]);
-    let claim = |agent: &str, max: u32, wait_ms: u64| json!({"pool": "p", "agent": agent, "max": max, "wait_ms": wait_ms});
-    // Its own agent, nothing queued: an empty answer after the wait.
-    let (status, body) = parts(
-        sw.post("/v1/pool/claim", &token)
-            .json(&claim("remote", 1, 10))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!((status, &body["attempts"]), (200, &json!([])), "{body}");
-
-    // Another remote agent's attempts, the task API, admin routes, worker routes.
-    let other = create(&sw, json!({"agent": "other", "prompt": "x"})).await;
-    let refused = [
-        sw.post("/v1/pool/claim", &token)
-            .json(&claim("other", 1, 0)),
-        sw.post("/v1/tasks", &token)
-            .json(&json!({"agent": "remote", "prompt": "x"})),
-        sw.get("/v1/tasks", &token),
-        sw.get(&format!("/v1/tasks/{other}"), &token),
-        sw.post(&format!("/v1/tasks/{other}/cancel"), &token),
-        sw.get("/v1/agents", &token),
-        sw.post("/v1/operators", &token).json(&json!({"roles": []})),
-        sw.get("/v1/worker/prompt", &token),
-        sw.post("/v1/worker/result", &token)
-            .json(&json!({"value": 1})),
-    ];
-    for request in refused {
-        let (status, body) = parts(request.send().await.unwrap()).await;
-        assert_eq!(status, 403, "{body}");
-        assert_eq!(body["code"], "forbidden", "{body}");
-    }
-    // The admin cannot claim either: the route is the pool role's alone.
-    let (status, _) = parts(
-        sw.post("/v1/pool/claim", &sw.admin)
-            .json(&claim("remote", 1, 0))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 403);
-
-    // Bad input: a clear 400 with its code, never a hang or a panic.
-    for bad in [
-        claim("remote", 0, 0),
-        claim("remote", 65, 0),
-        claim("remote", 1, 30_001),
-        json!({"pool": "a b", "agent": "remote", "max": 1}),
-        json!({"pool": "p", "agent": "remote", "max": 1, "extra": true}),
-    ] {
-        let (status, body) = parts(
-            sw.post("/v1/pool/claim", &token)
-                .json(&bad)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        assert_eq!(
-            (status, body["code"].as_str()),
-            (400, Some("bad_request")),
-            "{bad}: {body}"
-        );
-    }
-    let too_many: Vec<Value> = (0..1025)
-        .map(|n| json!({"task_id": other, "attempt": n}))
-        .collect();
-    let (status, body) = parts(
-        sw.post("/v1/pool/heartbeat", &token)
-            .json(&json!({"pool": "p", "held": too_many}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 400, "{body}");
-    assert!(!sw.log().contains(&token), "the pool token reached the log");
-}
-
-#[tokio::test]
-async fn a_pool_reconnects_when_the_daemon_restarts() {
-    let mut sw = Swarmd::new(AGENTS).start().await;
-    let token = mint(&sw, &["remote"]);
-    let pool = Pool::start(&sw, &token, "remote", "pool-a", 1).await;
-    let before = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
-    assert_eq!(sw.finished(&before).await["status"], "pass");
-
-    sw.kill9().await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    sw.restart().await;
-    let after = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
-    let view = sw.finished(&after).await;
-    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
-    assert_eq!(view["result"]["value"]["pool"], "pool-a");
-}
-
-#[tokio::test]
-async fn sigterm_drains_a_pool_its_running_attempt_finishes_and_it_exits_0() {
-    let sw = Swarmd::new(AGENTS).start().await;
-    let token = mint(&sw, &["remote"]);
-    let mut pool = Pool::start(&sw, &token, "remote", "pool-a", 1).await;
-    let task = create(&sw, json!({"agent": "remote", "prompt": "hold"})).await;
-    read_pid(&file(&sw, &task, 1, "pid")).await;
-
-    kill(Pid::from_raw(pool.pid()), Signal::SIGTERM).unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        pool.child.try_wait().unwrap().is_none(),
-        "it waits for its attempt"
-    );
-    // Draining, it claims nothing more.
-    let queued = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
-    std::fs::write(file(&sw, &task, 1, "go"), "").unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(10), pool.child.wait())
-        .await
-        .expect("the pool exits once drained")
-        .unwrap();
-    assert!(status.success(), "{status}\n{}", pool.log());
-    assert_eq!(sw.finished(&task).await["status"], "pass");
-    assert_eq!(
-        sw.task(&queued).await["status"],
-        "running",
-        "still waiting for a pool"
-    );
-    assert!(!file(&sw, &queued, 1, "pid").exists());
 }

@@ -107,6 +107,11 @@ pub(crate) enum Command {
     /// --rate, and http for the `true` and `lua` agents, for every --store;
     /// prints one Markdown table.
     Matrix(MatrixArgs),
+    /// The dispatch overhead of a worker pool: a remote agent run by a real
+    /// `swarmd worker pool` against a local process agent running the same
+    /// command (`/bin/date +%s%N`), N sequential tasks each, interleaved.
+    /// Needs --spawn-daemon (its binary also runs the pool).
+    RemotePool(RemoteArgs),
     /// A few seconds of every workload with small counts, asserting zero
     /// errors (not speed): for CI.
     Smoke,
@@ -194,6 +199,21 @@ pub(crate) struct McpArgs {
     /// admin token.
     #[arg(long)]
     pub session_token: bool,
+}
+
+/// `remote-pool`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct RemoteArgs {
+    /// Measured round trips per agent.
+    #[arg(long, short = 'n', default_value_t = 500)]
+    pub round_trips: usize,
+    /// Unmeasured round trips per agent first.
+    #[arg(long, default_value_t = 20)]
+    pub warmup: usize,
+    /// `--concurrency` of the pool: above 1, a claim is always waiting
+    /// when a task arrives, as a busy pool's would be.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: u32,
 }
 
 /// The MCP revisions the daemon speaks, as the client asks for them.

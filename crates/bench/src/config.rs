@@ -88,6 +88,16 @@ program = "/bin/cat"
 [agents.lua]
 kind = "lua"
 script = {script}
+
+[agents.stamp]
+kind = "process"
+program = "/bin/date"
+args = ["+%s%N"]
+stdin = "none"
+
+[agents.remote]
+kind = "remote"
+stdin = "none"
 {worktree}"#
     )
 }

@@ -163,6 +163,11 @@ impl SpawnedDaemon {
         Ok(daemon)
     }
 
+    /// The directory holding its configuration (`swarmd.toml`) and state.
+    pub(crate) fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+
     /// The daemon's state directory.
     pub(crate) fn state_dir(&self) -> PathBuf {
         self._dir.path().join("state")

@@ -15,6 +15,7 @@ mod measure;
 mod pacer;
 mod plan;
 mod procfs;
+mod remote_pool;
 mod report;
 mod session;
 mod stats;

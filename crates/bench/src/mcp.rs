@@ -8,7 +8,7 @@
 mod client;
 mod fanout;
 mod overhead;
-mod report;
+pub(crate) mod report;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};

@@ -14,7 +14,7 @@ use crate::cli::{
 use crate::config::Capacity;
 use crate::daemon::{SpawnedDaemon, Target};
 use crate::report::{RunReport, markdown};
-use crate::{http_load, idle, machine, mcp, ws_delegated};
+use crate::{http_load, idle, machine, mcp, remote_pool, ws_delegated};
 
 /// Runs the command; returns how many errors the runs saw.
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<u64> {
@@ -68,6 +68,17 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<u64> {
             }
             println!("{}\n{}", machine::description(), markdown(&reports));
             Ok(reports.iter().map(|r| r.summary.error_count()).sum())
+        }
+        Command::RemotePool(args) => {
+            let Some(binary) = cli.target.spawn_daemon.clone() else {
+                bail!("remote-pool starts its own daemon and pool: give --spawn-daemon PATH");
+            };
+            let daemon = Running::open(&cli.target, first_store).await?;
+            let spawned = daemon.spawned.as_ref().context("no spawned daemon")?;
+            let result = remote_pool::run(&binary, spawned, &http, &args).await;
+            let report = daemon.close(result).await?;
+            println!("{}\n\n{}", machine::description(), report.markdown());
+            Ok(report.error_count())
         }
         Command::Smoke => {
             let daemon = Running::open(&cli.target, first_store).await?;

@@ -21,6 +21,9 @@ pub enum Role {
     Worker,
     Observer,
     Senior,
+    /// A worker pool on another machine: claims the attempts of the agents
+    /// its token names and renews their leases (docs/protocol.md, Worker pools).
+    WorkerPool,
 }
 
 /// What a request does. Every route and WebSocket frame maps to one verb.
@@ -38,6 +41,8 @@ pub enum Verb {
     EmitOutput,
     PostResult,
     Heartbeat,
+    ClaimAttempts,
+    RenewLeases,
 }
 
 /// A gate refusal, or a role/verb name that does not exist.
@@ -47,12 +52,14 @@ pub enum GateError {
     VerbNotGranted { verb: Verb },
     #[error("role `{role}` may not `{verb}`")]
     RoleNotAllowed { role: Role, verb: Verb },
-    #[error("unknown role `{given}`, expected one of: admin, operator, worker, observer, senior")]
+    #[error(
+        "unknown role `{given}`, expected one of: admin, operator, worker, observer, senior, worker_pool"
+    )]
     UnknownRole { given: String },
     #[error(
         "unknown verb `{given}`, expected one of: manage_operators, spawn_task, read_task, \
          read_output, subscribe, cancel_task, answer, fetch_prompt, emit_output, post_result, \
-         heartbeat"
+         heartbeat, claim_attempts, renew_leases"
     )]
     UnknownVerb { given: String },
 }
@@ -70,21 +77,23 @@ const Y: bool = true;
 const N: bool = false;
 
 /// The gate, one row per verb in declaration order, columns in `Role::ALL`
-/// order: admin, operator, worker, observer, senior.
+/// order: admin, operator, worker, observer, senior, worker_pool.
 #[rustfmt::skip]
 const GATE: [(Verb, [bool; Role::COUNT]); Verb::COUNT] = [
-    //                        admin operator worker observer senior
-    (Verb::ManageOperators,  [Y,    N,       N,     N,       N]),
-    (Verb::SpawnTask,        [Y,    Y,       Y,     N,       N]),
-    (Verb::ReadTask,         [Y,    Y,       N,     Y,       Y]),
-    (Verb::ReadOutput,       [Y,    Y,       N,     Y,       Y]),
-    (Verb::Subscribe,        [Y,    Y,       N,     Y,       Y]),
-    (Verb::CancelTask,       [Y,    Y,       N,     N,       N]),
-    (Verb::Answer,           [Y,    Y,       N,     N,       Y]),
-    (Verb::FetchPrompt,      [N,    N,       Y,     N,       N]),
-    (Verb::EmitOutput,       [N,    N,       Y,     N,       N]),
-    (Verb::PostResult,       [N,    N,       Y,     N,       N]),
-    (Verb::Heartbeat,        [N,    N,       Y,     N,       N]),
+    //                        admin operator worker observer senior worker_pool
+    (Verb::ManageOperators,  [Y,    N,       N,     N,       N,     N]),
+    (Verb::SpawnTask,        [Y,    Y,       Y,     N,       N,     N]),
+    (Verb::ReadTask,         [Y,    Y,       N,     Y,       Y,     N]),
+    (Verb::ReadOutput,       [Y,    Y,       N,     Y,       Y,     N]),
+    (Verb::Subscribe,        [Y,    Y,       N,     Y,       Y,     N]),
+    (Verb::CancelTask,       [Y,    Y,       N,     N,       N,     N]),
+    (Verb::Answer,           [Y,    Y,       N,     N,       Y,     N]),
+    (Verb::FetchPrompt,      [N,    N,       Y,     N,       N,     N]),
+    (Verb::EmitOutput,       [N,    N,       Y,     N,       N,     N]),
+    (Verb::PostResult,       [N,    N,       Y,     N,       N,     N]),
+    (Verb::Heartbeat,        [N,    N,       Y,     N,       N,     N]),
+    (Verb::ClaimAttempts,    [N,    N,       N,     N,       N,     Y]),
+    (Verb::RenewLeases,      [N,    N,       N,     N,       N,     Y]),
 ];
 
 // Rows must be in `Verb` discriminant order, so that `GATE[verb as usize]` is
@@ -124,7 +133,7 @@ pub fn check(role: Role, granted: &[Verb], verb: Verb) -> Result<(), GateError> 
 }
 
 impl Role {
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
     /// Every role, in table column order.
     pub const ALL: [Role; Role::COUNT] = [
         Role::Admin,
@@ -132,6 +141,7 @@ impl Role {
         Role::Worker,
         Role::Observer,
         Role::Senior,
+        Role::WorkerPool,
     ];
 
     /// The wire name (snake_case).
@@ -142,12 +152,13 @@ impl Role {
             Role::Worker => "worker",
             Role::Observer => "observer",
             Role::Senior => "senior",
+            Role::WorkerPool => "worker_pool",
         }
     }
 }
 
 impl Verb {
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 13;
     /// Every verb, in table row order.
     pub const ALL: [Verb; Verb::COUNT] = [
         Verb::ManageOperators,
@@ -161,6 +172,8 @@ impl Verb {
         Verb::EmitOutput,
         Verb::PostResult,
         Verb::Heartbeat,
+        Verb::ClaimAttempts,
+        Verb::RenewLeases,
     ];
 
     /// The wire name (snake_case).
@@ -177,6 +190,8 @@ impl Verb {
             Verb::EmitOutput => "emit_output",
             Verb::PostResult => "post_result",
             Verb::Heartbeat => "heartbeat",
+            Verb::ClaimAttempts => "claim_attempts",
+            Verb::RenewLeases => "renew_leases",
         }
     }
 }
@@ -225,18 +240,20 @@ mod tests {
 
     /// The gate of docs/security.md, written out by hand: one line per verb, `x` where allowed.
     const SPEC_MATRIX: &str = "\
-verb             admin operator worker observer senior
-manage_operators x     .        .      .        .
-spawn_task       x     x        x      .        .
-read_task        x     x        .      x        x
-read_output      x     x        .      x        x
-subscribe        x     x        .      x        x
-cancel_task      x     x        .      .        .
-answer           x     x        .      .        x
-fetch_prompt     .     .        x      .        .
-emit_output      .     .        x      .        .
-post_result      .     .        x      .        .
-heartbeat        .     .        x      .        .
+verb             admin operator worker observer senior worker_pool
+manage_operators x     .        .      .        .      .
+spawn_task       x     x        x      .        .      .
+read_task        x     x        .      x        x      .
+read_output      x     x        .      x        x      .
+subscribe        x     x        .      x        x      .
+cancel_task      x     x        .      .        .      .
+answer           x     x        .      .        x      .
+fetch_prompt     .     .        x      .        .      .
+emit_output      .     .        x      .        .      .
+post_result      .     .        x      .        .      .
+heartbeat        .     .        x      .        .      .
+claim_attempts   .     .        .      .        .      x
+renew_leases     .     .        .      .        .      x
 ";
 
     /// Renders the gate in the layout of `SPEC_MATRIX`, from `allowed` only.
@@ -271,7 +288,13 @@ heartbeat        .     .        x      .        .
     fn worker_leaf_verbs_are_exactly_the_worker_only_verbs() {
         for verb in WORKER_LEAF_VERBS {
             assert!(allowed(Role::Worker, verb));
-            for role in [Role::Admin, Role::Operator, Role::Observer, Role::Senior] {
+            for role in [
+                Role::Admin,
+                Role::Operator,
+                Role::Observer,
+                Role::Senior,
+                Role::WorkerPool,
+            ] {
                 assert!(!allowed(role, verb), "{role} {verb}");
             }
         }

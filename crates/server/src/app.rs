@@ -41,6 +41,9 @@ pub struct AppInner {
     /// The attempts whose `spawn` went to an upstream-dialect session
     /// (docs/protocol.md, Upstream clients): their `submit` answers `204`.
     pub upstream_attempts: UpstreamAttempts,
+    /// Remote agents' attempts, queued for and held by worker pools
+    /// (docs/protocol.md, Worker pools).
+    pub remote: Arc<swarmd_spawner::remote::RemotePools>,
 }
 
 impl AppState {

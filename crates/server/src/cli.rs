@@ -69,6 +69,7 @@ pub enum Command {
     Task(Box<TaskArgs>),
     /// Run a command as a SubAgent: fetch the prompt, give it to CMD on stdin,
     /// submit CMD's stdout (ok = exit status 0), and exit with CMD's code.
+    /// `swarmd worker pool` runs a worker pool for a remote agent instead.
     Worker(WorkerArgs),
     /// Serve the daemon's MCP tools on stdio (for coding agents): a relay to
     /// the running daemon's /mcp that holds its own operator session, with
@@ -116,7 +117,7 @@ pub enum KeysCommand {
 /// `swarmd token …`.
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
-    /// Mint an observer or senior capability token (swc1) and print it.
+    /// Mint an observer, senior or worker-pool capability token (swc1) and print it.
     Mint(MintArgs),
 }
 
@@ -131,6 +132,10 @@ pub struct MintArgs {
     /// Lifetime in seconds (at most auth.max_token_ttl_secs).
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub ttl: u64,
+    /// A remote agent a worker-pool token may claim attempts of (repeatable;
+    /// required with --role worker-pool, refused otherwise).
+    #[arg(long = "agent", value_name = "NAME")]
+    pub agents: Vec<String>,
 }
 
 /// Roles `token mint` can mint.
@@ -140,6 +145,8 @@ pub enum MintRole {
     Observer,
     /// Reads, and answers escalations.
     Senior,
+    /// Claims and runs the attempts of the remote agents named by --agent.
+    WorkerPool,
 }
 
 /// `swarmd task …`: flags shared by every verb, then the verb.
@@ -303,19 +310,23 @@ pub enum TaskCommand {
 
 /// Flags of `swarmd worker`.
 #[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct WorkerArgs {
+    #[command(subcommand)]
+    pub pool: Option<WorkerCommand>,
     /// The worker handle (wh-…) or token. Prefer the environment variable: a
     /// flag shows in the process list. It is never passed on to CMD.
     #[arg(
         long,
         value_name = "HANDLE",
         env = "SWARM_WORKER_HANDLE",
-        hide_env_values = true
+        hide_env_values = true,
+        required = true
     )]
-    pub handle: String,
+    pub handle: Option<String>,
     /// The daemon's base URL.
-    #[arg(long, value_name = "URL", env = "SWARM_BASE_URL")]
-    pub base_url: String,
+    #[arg(long, value_name = "URL", env = "SWARM_BASE_URL", required = true)]
+    pub base_url: Option<String>,
     /// The task the handle belongs to [default: taken from the handle].
     #[arg(long, value_name = "ID", env = "SWARM_TASK_ID")]
     pub task_id: Option<TaskId>,
@@ -323,6 +334,54 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub heartbeat_secs: u64,
     /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `swarmd worker …` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum WorkerCommand {
+    /// Run a worker pool for a remote agent: claim its attempts from the
+    /// daemon and run each as CMD ARGS… like a local process agent (prompt
+    /// on stdin, SWARM_* variables, its own process group). The first
+    /// SIGTERM or SIGINT stops claiming and drains; a second stops at once.
+    Pool(PoolArgs),
+}
+
+/// Flags of `swarmd worker pool`.
+#[derive(Debug, Clone, Args)]
+pub struct PoolArgs {
+    /// The daemon's URL (http://host:port).
+    #[arg(long, value_name = "URL")]
+    pub server: String,
+    /// The remote agent whose attempts this pool runs.
+    #[arg(long, value_name = "NAME")]
+    pub agent: String,
+    /// Attempts run at once (1 to 64).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub concurrency: u32,
+    /// File holding the worker_pool token [default: $SWARMD_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// This pool's id, in the daemon's view [default: HOSTNAME-PID].
+    #[arg(long, value_name = "ID")]
+    pub pool_id: Option<String>,
+    /// A variable of the pool's environment passed on to CMD (repeatable);
+    /// CMD gets nothing else but the SWARM_* variables.
+    #[arg(long = "env", value_name = "NAME")]
+    pub env: Vec<String>,
+    /// CMD's working directory [default: the pool's].
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Seconds running attempts get to finish after SIGTERM before they are
+    /// killed and handed back.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub drain_secs: u64,
+    /// Seconds between SIGTERM and SIGKILL when an attempt is stopped.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub kill_grace_secs: u64,
+    /// The command to run per attempt, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }

@@ -18,6 +18,7 @@ use swarmd_output_store::{
 use swarmd_spawner::layers::SeniorSettings;
 use swarmd_spawner::operator::{NoSessions, SessionDirectory};
 use swarmd_spawner::process::{CliFormat, EnvVar, StdinMode, StreamMode};
+use swarmd_spawner::remote::{RemotePools, RemoteRun};
 use swarmd_spawner::worktree::{self, KeepRule, WorktreeSpec, Worktrees};
 use swarmd_spawner::{
     AgentKind, AgentSpec, ConfigErrors, HostEnv, LuaAgentSpec, LuaLimits, LuaMiddlewareSpec,
@@ -82,7 +83,14 @@ pub async fn build(
     let (store, outputs, db) = open_stores(&config, &state)?;
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
     let sessions = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
-    let resolver = Arc::new(resolver(&config, env, &base_url, sessions.clone())?);
+    let remote = Arc::new(RemotePools::new());
+    let resolver = Arc::new(resolver(
+        &config,
+        env,
+        &base_url,
+        sessions.clone(),
+        Arc::clone(&remote),
+    )?);
     let engine = Engine::new(EngineParts {
         config: engine_config(&config),
         store,
@@ -128,8 +136,11 @@ pub async fn build(
         shutdown,
         tasks,
         config,
-        metrics: Metrics::new().with_store(db.clone()),
+        metrics: Metrics::new()
+            .with_store(db.clone())
+            .with_pools(Arc::clone(&remote)),
         upstream_attempts: Default::default(),
+        remote,
     });
     Ok(Daemon { app, db, recovery })
 }
@@ -210,7 +221,8 @@ pub fn engine_config(config: &Config) -> EngineConfig {
 /// `Agents` listing every problem; `Lua` if no Lua thread can start.
 pub fn link_agents(config: &Config, env: &Environment) -> Result<(), BuildError> {
     let base_url = config.base_url(config.server.bind);
-    resolver(config, env, &base_url, Arc::new(NoSessions)).map(drop)
+    let remote = Arc::new(RemotePools::new());
+    resolver(config, env, &base_url, Arc::new(NoSessions), remote).map(drop)
 }
 
 fn resolver(
@@ -218,6 +230,7 @@ fn resolver(
     env: &Environment,
     base_url: &str,
     operators: Arc<dyn SessionDirectory>,
+    remote: Arc<RemotePools>,
 ) -> Result<StackResolver, BuildError> {
     let limits = LuaLimits {
         memory_limit_bytes: usize::try_from(config.lua.memory_limit_mb * 1024 * 1024)
@@ -229,6 +242,7 @@ fn resolver(
     let host_env = HostEnv::from_pairs(env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
     let mut settings = SpawnerSettings::new(base_url, host_env);
     settings.supervisor = config.spawner.supervise.then(crate::commands::supervisor);
+    settings.remote = remote;
     settings.worktrees = Some(Arc::new(Worktrees::new(
         worktrees_root(config),
         &settings.host_env,
@@ -263,6 +277,7 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
                 config::AgentKind::Lua(l) => AgentKind::Lua(LuaAgentSpec {
                     script: l.script.clone(),
                 }),
+                config::AgentKind::Remote(r) => AgentKind::Remote(remote_run(r)),
                 config::AgentKind::Operator(o) => AgentKind::Operator(OperatorSpec {
                     operator_role: o.operator_role.clone(),
                     worker_binding: o
@@ -279,10 +294,20 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
             worktree: match &agent.kind {
                 config::AgentKind::Process(p) => p.worktree.as_ref().map(worktree_spec),
                 config::AgentKind::Operator(o) => o.worktree.as_ref().map(worktree_spec),
-                config::AgentKind::Lua(_) => None,
+                config::AgentKind::Lua(_) | config::AgentKind::Remote(_) => None,
             },
         })
         .collect()
+}
+
+/// What a pool is told about how to run a remote agent's attempts.
+fn remote_run(r: &config::RemoteAgent) -> RemoteRun {
+    RemoteRun {
+        stdin: stdin_mode(r.stdin),
+        stream: stream_mode(r.stream),
+        timeout: r.timeout_secs.map(Duration::from_secs),
+        max_output_bytes: r.max_output_bytes,
+    }
 }
 
 /// `<state_dir>/worktrees`: where attempts' worktrees are added.
@@ -362,19 +387,27 @@ fn process_spec(p: &config::ProcessAgent, kill_grace: Duration) -> ProcessSpec {
         resume_args: p.resume_args.clone(),
         env,
         cwd: p.cwd.clone(),
-        stdin: match p.stdin {
-            config::StdinMode::Prompt => StdinMode::Prompt,
-            config::StdinMode::None => StdinMode::None,
-        },
-        stream: match p.stream {
-            config::StreamMode::None => StreamMode::None,
-            config::StreamMode::Ndjson => StreamMode::Ndjson,
-            config::StreamMode::Claude => StreamMode::Cli(CliFormat::Claude),
-            config::StreamMode::Codex => StreamMode::Cli(CliFormat::Codex),
-            config::StreamMode::Gemini => StreamMode::Cli(CliFormat::Gemini),
-        },
+        stdin: stdin_mode(p.stdin),
+        stream: stream_mode(p.stream),
         timeout: p.timeout_secs.map(Duration::from_secs),
         max_output_bytes: p.max_output_bytes,
         kill_grace,
+    }
+}
+
+fn stdin_mode(stdin: config::StdinMode) -> StdinMode {
+    match stdin {
+        config::StdinMode::Prompt => StdinMode::Prompt,
+        config::StdinMode::None => StdinMode::None,
+    }
+}
+
+fn stream_mode(stream: config::StreamMode) -> StreamMode {
+    match stream {
+        config::StreamMode::None => StreamMode::None,
+        config::StreamMode::Ndjson => StreamMode::Ndjson,
+        config::StreamMode::Claude => StreamMode::Cli(CliFormat::Claude),
+        config::StreamMode::Codex => StreamMode::Cli(CliFormat::Codex),
+        config::StreamMode::Gemini => StreamMode::Cli(CliFormat::Gemini),
     }
 }

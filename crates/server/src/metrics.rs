@@ -10,6 +10,7 @@
 //! scrapes and the engine never depends on this crate.
 
 use std::fmt;
+use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, text};
@@ -24,6 +25,7 @@ use swarmd_engine::metrics::Histogram;
 use swarmd_engine::task::{AttemptOutcome, TaskStatus};
 use swarmd_engine::usage::UsageTotals;
 use swarmd_output_store::SqliteDb;
+use swarmd_spawner::remote::RemotePools;
 
 use crate::history::History;
 
@@ -46,6 +48,8 @@ pub struct Metrics {
     db: Option<SqliteDb>,
     /// The overview's recent samples (`history`).
     history: History,
+    /// Remote agents' attempts and their pools, read at each scrape.
+    pools: Option<Arc<RemotePools>>,
 }
 
 impl Default for Metrics {
@@ -76,6 +80,7 @@ impl Metrics {
             http_requests,
             db: None,
             history: History::default(),
+            pools: None,
         }
     }
 
@@ -93,6 +98,12 @@ impl Metrics {
     /// The samples of the last minutes (`GET /v1/metrics/history`).
     pub(crate) fn history(&self) -> &History {
         &self.history
+    }
+
+    /// Also reports the worker pools of `pools`.
+    pub fn with_pools(mut self, pools: Arc<RemotePools>) -> Metrics {
+        self.pools = Some(pools);
+        self
     }
 
     /// Counts a refused credential; `reason` is a `TokenError::reason()` or
@@ -120,6 +131,9 @@ impl Metrics {
         scrape.register_collector(Box::new(EngineSnapshot::take(engine, sessions_connected)));
         if let Some(db) = &self.db {
             scrape.register_collector(Box::new(StoreSnapshot::take(db)));
+        }
+        if let Some(pools) = &self.pools {
+            scrape.register_collector(Box::new(PoolSnapshot::take(pools)));
         }
         let mut out = String::with_capacity(4096);
         text::encode_registry(&mut out, &scrape)?;
@@ -321,6 +335,48 @@ impl Collector for StoreSnapshot {
             "store_commit_seconds",
             "Time of each group commit's COMMIT on the writer thread (WAL page writes, and a WAL-restart checkpoint when due); writes queued meanwhile wait",
             &self.commit,
+        )
+    }
+}
+
+/// The worker pools' numbers at one instant.
+#[derive(Debug)]
+struct PoolSnapshot {
+    connected: usize,
+    claimed: u64,
+    claim_wait: HistogramSnapshot,
+}
+
+impl PoolSnapshot {
+    fn take(pools: &RemotePools) -> PoolSnapshot {
+        PoolSnapshot {
+            connected: pools.connected_pools(),
+            claimed: pools.claimed_total(),
+            claim_wait: HistogramSnapshot::take(pools.claim_wait()),
+        }
+    }
+}
+
+impl Collector for PoolSnapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let gauge = ConstGauge::new(i64::try_from(self.connected).unwrap_or(i64::MAX));
+        gauge.encode(encoder.encode_descriptor(
+            "pools_connected",
+            "Worker pools that claimed or heartbeat in the last 30 seconds",
+            None,
+            gauge.metric_type(),
+        )?)?;
+        counter(
+            &mut encoder,
+            "remote_attempts_claimed",
+            "Remote agents' attempts claimed by worker pools since start",
+            self.claimed,
+        )?;
+        histogram(
+            &mut encoder,
+            "pool_claim_wait_seconds",
+            "Time a remote attempt waited in its agent's queue before a pool claimed it",
+            &self.claim_wait,
         )
     }
 }

@@ -20,6 +20,7 @@ pub mod layers;
 pub mod lua;
 pub mod operator;
 pub mod process;
+pub mod remote;
 pub mod resolver;
 pub mod spawners;
 pub mod stack;

@@ -155,6 +155,35 @@ impl TokenAuthority {
         self.mint_minted(claims)
     }
 
+    /// A `worker_pool` token bound to `agents` (docs/security.md, Worker pools): it
+    /// carries the role's verbs, and its sub is `worker_pool:` and the agent
+    /// names joined by `,` (read back by [`pool_agents`]).
+    ///
+    /// Errors: `Claims` when the names do not fit a sub (empty, a `,` in a
+    /// name, too long), `TtlTooLong`.
+    pub fn mint_pool(&self, agents: &[String], ttl_secs: u64) -> Result<MintedToken, TokenError> {
+        let bad = agents.is_empty()
+            || agents
+                .iter()
+                .any(|a| a.is_empty() || a.contains(',') || a.contains(':'));
+        if bad {
+            return Err(TokenError::NotMintable(Role::WorkerPool));
+        }
+        let iat = self.clock.now_secs();
+        let claims = Claims {
+            sub: format!("{POOL_SUB_PREFIX}{}", agents.join(",")),
+            role: Role::WorkerPool,
+            verbs: gate::verbs_for(Role::WorkerPool).collect(),
+            task: None,
+            attempt: None,
+            sid: None,
+            iat,
+            exp: iat.saturating_add(ttl_secs),
+            jti: Claims::random_jti(),
+        };
+        self.mint_minted(claims)
+    }
+
     fn mint_minted(&self, claims: Claims) -> Result<MintedToken, TokenError> {
         let token = self.mint(&claims)?;
         Ok(MintedToken {
@@ -196,6 +225,22 @@ impl TokenAuthority {
     }
 }
 
+/// How a `worker_pool` token's sub begins; the agent names follow.
+pub const POOL_SUB_PREFIX: &str = "worker_pool:";
+
+/// The agents a `worker_pool` token's sub binds it to; empty for any other sub.
+pub fn pool_agents(sub: &str) -> Vec<String> {
+    sub.strip_prefix(POOL_SUB_PREFIX)
+        .map(|names| {
+            names
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +249,25 @@ mod tests {
 
     fn authority(clock: Arc<ManualClock>) -> TokenAuthority {
         TokenAuthority::new(Keyring::generate(), clock, AuthorityConfig::default())
+    }
+
+    #[test]
+    fn a_pool_token_names_its_agents_and_carries_only_the_pool_verbs() {
+        let auth = authority(Arc::new(ManualClock::at_secs(5_000)));
+        let agents = vec!["builder".to_owned(), "tester".to_owned()];
+        let minted = auth.mint_pool(&agents, 600).unwrap();
+        let claims = auth.verify(minted.token.expose()).unwrap();
+        assert_eq!(claims.role, Role::WorkerPool);
+        assert_eq!(pool_agents(&claims.sub), agents);
+        assert_eq!(
+            claims.verbs,
+            gate::verbs_for(Role::WorkerPool).collect::<Vec<_>>()
+        );
+        assert!(pool_agents("observer").is_empty());
+        for bad in [vec![], vec![String::new()], vec!["a,b".to_owned()]] {
+            assert!(auth.mint_pool(&bad, 600).is_err(), "{bad:?}");
+        }
+        assert!(auth.mint_role(Role::WorkerPool, 600, None).is_err());
     }
 
     #[test]

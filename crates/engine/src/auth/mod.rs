@@ -21,7 +21,9 @@ mod handle;
 mod keyring;
 pub mod token;
 
-pub use authority::{AuthorityConfig, MAX_LEEWAY_SECS, MintedToken, TokenAuthority};
+pub use authority::{
+    AuthorityConfig, MAX_LEEWAY_SECS, MintedToken, POOL_SUB_PREFIX, TokenAuthority, pool_agents,
+};
 pub use claims::{Claims, ClaimsError, JTI_HEX_LEN, MAX_SUB_BYTES, MAX_VERBS};
 pub use error::{KeyringError, TokenError};
 pub use fingerprint::fingerprint;

@@ -6,6 +6,7 @@
 //! group adds its calls in its own file. Server errors arrive as
 //! `{"error", "code"}` bodies and become `ClientError::Status`.
 
+pub(crate) mod pool;
 mod tail;
 mod task;
 mod worker;
@@ -106,6 +107,16 @@ impl ApiClient {
             base_url: base_url.to_owned(),
             bearer: Arc::new(RwLock::new(bearer)),
         })
+    }
+
+    /// A client of the same daemon over the same connections, sending
+    /// `bearer` instead (a pool writes each attempt with its own handle).
+    pub(crate) fn with_bearer(&self, bearer: Bearer) -> ApiClient {
+        ApiClient {
+            http: self.http.clone(),
+            base_url: self.base_url.clone(),
+            bearer: Arc::new(RwLock::new(bearer)),
+        }
     }
 
     /// Replaces the credential this client and all its clones send.

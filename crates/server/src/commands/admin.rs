@@ -33,7 +33,7 @@ pub(super) fn admin_token(args: &ConfigArgs, env: &Environment) -> Result<u8, Co
     Ok(exit::OK)
 }
 
-/// Mints an observer or senior token with the daemon's keyring and prints it.
+/// Mints an observer, senior or worker-pool token with the daemon's keyring and prints it.
 pub(super) fn mint_token(args: &MintArgs, env: &Environment) -> Result<u8, CommandError> {
     let config = load(&args.config, env)?;
     let max_secs = config.auth.max_token_ttl_secs;
@@ -52,11 +52,55 @@ pub(super) fn mint_token(args: &MintArgs, env: &Environment) -> Result<u8, Comma
             max_ttl_secs: config.auth.max_token_ttl_secs,
         },
     );
-    let role = match args.role {
-        MintRole::Observer => Role::Observer,
-        MintRole::Senior => Role::Senior,
+    let minted = match args.role {
+        MintRole::WorkerPool => {
+            check_pool_agents(&config, &args.agents)?;
+            authority.mint_pool(&args.agents, args.ttl)?
+        }
+        _ if !args.agents.is_empty() => {
+            return Err(mint_usage(
+                "--agent is for --role worker-pool only".to_owned(),
+            ));
+        }
+        MintRole::Observer => authority.mint_role(Role::Observer, args.ttl, None)?,
+        MintRole::Senior => authority.mint_role(Role::Senior, args.ttl, None)?,
     };
-    let minted = authority.mint_role(role, args.ttl, None)?;
     print(minted.token.expose())?;
     Ok(exit::OK)
+}
+
+/// A worker-pool token names at least one agent, each a configured remote
+/// agent, and fits a token's sub.
+fn check_pool_agents(config: &Config, agents: &[String]) -> Result<(), CommandError> {
+    if agents.is_empty() {
+        return Err(mint_usage(
+            "--role worker-pool needs at least one --agent".to_owned(),
+        ));
+    }
+    for agent in agents {
+        let remote = config
+            .agents
+            .get(agent)
+            .is_some_and(|a| a.kind.name() == "remote");
+        if !remote {
+            return Err(mint_usage(format!(
+                "agent `{agent}` is not a configured agent of kind remote"
+            )));
+        }
+    }
+    let sub_len = swarmd_engine::auth::POOL_SUB_PREFIX.len()
+        + agents.iter().map(|a| a.len() + 1).sum::<usize>();
+    if sub_len > swarmd_engine::auth::MAX_SUB_BYTES {
+        return Err(mint_usage(
+            "the agents' names are too long for one token: mint one per agent".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+fn mint_usage(message: String) -> CommandError {
+    CommandError::Io {
+        action: "mint the token",
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, message),
+    }
 }

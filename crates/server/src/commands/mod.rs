@@ -2,6 +2,7 @@
 //! result on stdout. `serve` holds the daemon's wiring.
 
 mod admin;
+mod pool;
 mod remote;
 mod serve;
 mod supervise;
@@ -11,7 +12,7 @@ use std::io::{self, Write};
 use swarmd_engine::auth::TokenError;
 
 use crate::ServeError;
-use crate::cli::{Command, KeysCommand, TokenCommand, exit};
+use crate::cli::{Command, KeysCommand, TokenCommand, WorkerArgs, WorkerCommand, exit};
 use crate::client::ClientError;
 use crate::config::{Config, ConfigError};
 use crate::daemon::BuildError;
@@ -76,6 +77,10 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::AdminToken(args) => admin::admin_token(&args, env),
         Command::Token(TokenCommand::Mint(args)) => admin::mint_token(&args, env),
         Command::Task(args) => remote::task(*args, env).await,
+        Command::Worker(WorkerArgs {
+            pool: Some(WorkerCommand::Pool(args)),
+            ..
+        }) => pool::pool(args, env).await,
         Command::Worker(args) => remote::worker(args).await,
         Command::Mcp(args) => remote::mcp(args, env).await,
         // It needs a process with one thread: `main` runs it before the runtime.

@@ -87,9 +87,16 @@ pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandE
 
 /// Runs `swarmd worker` and returns the command's exit code.
 pub(super) async fn worker(args: WorkerArgs) -> Result<u8, CommandError> {
+    // Both are required by the parser unless a subcommand is given.
+    let (Some(base_url), Some(handle)) = (args.base_url, args.handle) else {
+        return Err(CommandError::Io {
+            action: "run the worker",
+            source: std::io::Error::other("--handle and --base-url are required"),
+        });
+    };
     let options = WorkerOptions {
-        base_url: args.base_url,
-        handle: Bearer::new(&args.handle),
+        base_url,
+        handle: Bearer::new(&handle),
         task_id: args.task_id,
         heartbeat_secs: args.heartbeat_secs,
         command: args.command,

@@ -51,6 +51,21 @@ pub enum AgentKind {
     Lua(LuaAgent),
     /// Delegated to a connected MainAI session (docs/tasks.md, Operator agents).
     Operator(OperatorAgent),
+    /// Pulled by worker pools on other machines (docs/tasks.md, Remote agents).
+    Remote(RemoteAgent),
+}
+
+/// `kind = "remote"`: how a pool runs each attempt; the program is the pool's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteAgent {
+    /// What the pool's child reads on stdin.
+    pub stdin: StdinMode,
+    /// How the pool reads its child's stdout.
+    pub stream: StreamMode,
+    /// The pool kills the attempt after this many seconds; unset: only the lease applies.
+    pub timeout_secs: Option<u64>,
+    /// The pool cuts stdout beyond this many bytes and fails the attempt.
+    pub max_output_bytes: u64,
 }
 
 /// `kind = "process"`.
@@ -223,6 +238,7 @@ impl AgentKind {
             AgentKind::Process(_) => "process",
             AgentKind::Lua(_) => "lua",
             AgentKind::Operator(_) => "operator",
+            AgentKind::Remote(_) => "remote",
         }
     }
 }
@@ -240,7 +256,7 @@ pub enum AgentShapeError {
         kind: &'static str,
         key: &'static str,
     },
-    #[error("an agent needs `kind` = \"process\", \"lua\" or \"operator\"")]
+    #[error("an agent needs `kind` = \"process\", \"lua\", \"operator\" or \"remote\"")]
     MissingKind,
     #[error("set `system_prompt` or `system_prompt_file`, not both")]
     TwoSystemPrompts,
@@ -252,6 +268,7 @@ enum KindName {
     Process,
     Lua,
     Operator,
+    Remote,
 }
 
 /// The file form of an agent: every key of every kind, checked per kind.
@@ -312,40 +329,40 @@ struct RawAgent {
 impl RawAgent {
     /// Refuses every key set here that `kind` does not own.
     fn refuse_foreign(&self, kind: &'static str) -> Result<(), AgentShapeError> {
-        if self.worktree.is_some() && kind == "lua" {
+        if self.worktree.is_some() && matches!(kind, "lua" | "remote") {
             return Err(AgentShapeError::KeyNotForKind {
                 kind,
                 key: "worktree",
             });
         }
-        let owners: [(&'static str, bool, &'static str); 15] = [
-            ("program", self.program.is_some(), "process"),
-            ("args", self.args.is_some(), "process"),
-            ("resume_args", self.resume_args.is_some(), "process"),
-            ("env", self.env.is_some(), "process"),
-            ("cwd", self.cwd.is_some(), "process"),
-            ("stdin", self.stdin.is_some(), "process"),
-            ("stream", self.stream.is_some(), "process"),
-            ("timeout_secs", self.timeout_secs.is_some(), "process"),
-            (
-                "max_output_bytes",
-                self.max_output_bytes.is_some(),
-                "process",
-            ),
-            ("script", self.script.is_some(), "lua"),
-            ("operator_role", self.operator_role.is_some(), "operator"),
-            ("worker_binding", self.worker_binding.is_some(), "operator"),
-            ("system_prompt", self.system_prompt.is_some(), "operator"),
+        const PROCESS: &[&str] = &["process"];
+        const RUN: &[&str] = &["process", "remote"];
+        const LUA: &[&str] = &["lua"];
+        const OPERATOR: &[&str] = &["operator"];
+        let owners: [(&'static str, bool, &[&str]); 15] = [
+            ("program", self.program.is_some(), PROCESS),
+            ("args", self.args.is_some(), PROCESS),
+            ("resume_args", self.resume_args.is_some(), PROCESS),
+            ("env", self.env.is_some(), PROCESS),
+            ("cwd", self.cwd.is_some(), PROCESS),
+            ("stdin", self.stdin.is_some(), RUN),
+            ("stream", self.stream.is_some(), RUN),
+            ("timeout_secs", self.timeout_secs.is_some(), RUN),
+            ("max_output_bytes", self.max_output_bytes.is_some(), RUN),
+            ("script", self.script.is_some(), LUA),
+            ("operator_role", self.operator_role.is_some(), OPERATOR),
+            ("worker_binding", self.worker_binding.is_some(), OPERATOR),
+            ("system_prompt", self.system_prompt.is_some(), OPERATOR),
             (
                 "system_prompt_file",
                 self.system_prompt_file.is_some(),
-                "operator",
+                OPERATOR,
             ),
-            ("model", self.model.is_some(), "operator"),
+            ("model", self.model.is_some(), OPERATOR),
         ];
         let foreign = owners
             .into_iter()
-            .find(|(_, set, owner)| *set && *owner != kind);
+            .find(|(_, set, owners)| *set && !owners.contains(&kind));
         match foreign {
             Some((key, _, _)) => Err(AgentShapeError::KeyNotForKind { kind, key }),
             None => Ok(()),
@@ -385,6 +402,15 @@ impl TryFrom<RawAgent> for Agent {
                         kind: "lua",
                         key: "script",
                     })?,
+                })
+            }
+            KindName::Remote => {
+                raw.refuse_foreign("remote")?;
+                AgentKind::Remote(RemoteAgent {
+                    stdin: raw.stdin.unwrap_or_default(),
+                    stream: raw.stream.unwrap_or_default(),
+                    timeout_secs: raw.timeout_secs,
+                    max_output_bytes: raw.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
                 })
             }
             KindName::Operator => {
@@ -443,6 +469,13 @@ impl From<Agent> for RawAgent {
                 raw.timeout_secs = process.timeout_secs;
                 raw.max_output_bytes = Some(process.max_output_bytes);
                 raw.worktree = process.worktree;
+            }
+            AgentKind::Remote(remote) => {
+                raw.kind = Some(KindName::Remote);
+                raw.stdin = Some(remote.stdin);
+                raw.stream = Some(remote.stream);
+                raw.timeout_secs = remote.timeout_secs;
+                raw.max_output_bytes = Some(remote.max_output_bytes);
             }
             AgentKind::Lua(lua) => {
                 raw.kind = Some(KindName::Lua);
@@ -517,6 +550,28 @@ mod tests {
                 .contains("key `script` is not valid for an agent of kind process"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_remote_agent_takes_the_run_keys_and_no_program() {
+        let agent = parse("kind = \"remote\"\nstream = \"claude\"\ntimeout_secs = 30").unwrap();
+        let AgentKind::Remote(remote) = &agent.kind else {
+            panic!("{agent:?}");
+        };
+        assert_eq!(remote.stream, StreamMode::Claude);
+        assert_eq!(remote.timeout_secs, Some(30));
+        assert_eq!(remote.max_output_bytes, DEFAULT_MAX_OUTPUT_BYTES);
+        for key in ["program = \"x\"", "worktree = { repo = \"/r\" }"] {
+            let error = parse(&format!("kind = \"remote\"\n{key}")).unwrap_err();
+            assert!(
+                error
+                    .message()
+                    .contains("is not valid for an agent of kind remote"),
+                "{error}"
+            );
+        }
+        let printed = toml::to_string(&agent).unwrap();
+        assert_eq!(parse(&printed).unwrap(), agent);
     }
 
     #[test]

@@ -5,14 +5,19 @@
 //! `worker_binding`, `operator_role`, `input_schema`, `expose_as_tool`,
 //! `tool_timeout_secs`, `worktree`, and `color`, which
 //! Claude Code's agent files carry and swarmd ignores), then a Markdown body
-//! that is the SubAgent's system prompt. Other files and subdirectories are ignored; a
+//! that is the SubAgent's system prompt. With `kind: remote` the file is a
+//! remote agent instead: it takes `stdin`, `stream`, `timeout_secs` and
+//! `max_output_bytes` besides the keys of every kind, and no body. Other files and subdirectories are ignored; a
 //! malformed `.md` file refuses the whole configuration, naming the file.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::agent::{Agent, AgentKind, OperatorAgent, WorkerBinding};
+use super::agent::{
+    Agent, AgentKind, DEFAULT_MAX_OUTPUT_BYTES, OperatorAgent, RemoteAgent, StdinMode, StreamMode,
+    WorkerBinding,
+};
 use super::error::ConfigError;
 use super::worktree::WorktreeConfig;
 
@@ -60,6 +65,50 @@ struct FrontMatter {
     /// Claude Code's display color; accepted so its agent files load as is.
     #[serde(default, rename = "color")]
     _color: Option<String>,
+    /// `operator` (the default) or `remote`.
+    #[serde(default)]
+    kind: FileKind,
+    #[serde(default)]
+    stdin: Option<StdinMode>,
+    #[serde(default)]
+    stream: Option<StreamMode>,
+    #[serde(default)]
+    timeout_secs: Option<u64>,
+    #[serde(default)]
+    max_output_bytes: Option<u64>,
+}
+
+/// The kinds an agent file can be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum FileKind {
+    #[default]
+    Operator,
+    Remote,
+}
+
+impl FrontMatter {
+    /// The first key set here that `kind` does not take.
+    fn foreign_key(&self) -> Option<&'static str> {
+        let operator_only = [
+            ("model", self.model.is_some()),
+            ("tools", self.tools.is_some()),
+            ("worker_binding", self.worker_binding.is_some()),
+            ("operator_role", self.operator_role.is_some()),
+            ("worktree", self.worktree.is_some()),
+        ];
+        let remote_only = [
+            ("stdin", self.stdin.is_some()),
+            ("stream", self.stream.is_some()),
+            ("timeout_secs", self.timeout_secs.is_some()),
+            ("max_output_bytes", self.max_output_bytes.is_some()),
+        ];
+        let foreign: &[(&str, bool)] = match self.kind {
+            FileKind::Operator => &remote_only,
+            FileKind::Remote => &operator_only,
+        };
+        foreign.iter().find(|(_, set)| *set).map(|(key, _)| *key)
+    }
 }
 
 /// `tools: [Read, Grep]` or `tools: Read, Grep`.
@@ -129,6 +178,40 @@ pub fn parse_agent_file(path: &Path, text: &str) -> Result<(String, Agent), Conf
     // The leading newline makes YAML error line numbers match the file's.
     let front: FrontMatter = serde_norway::from_str(&format!("\n{yaml}"))
         .map_err(|error| refuse(format!("front matter: {error}")))?;
+    if let Some(key) = front.foreign_key() {
+        let kind = match front.kind {
+            FileKind::Operator => "operator",
+            FileKind::Remote => "remote",
+        };
+        return Err(refuse(format!(
+            "key `{key}` is not valid for an agent of kind {kind}"
+        )));
+    }
+    if front.kind == FileKind::Remote {
+        if !body.trim().is_empty() {
+            return Err(refuse(
+                "a remote agent's file has no body: its pool's command does the work".to_owned(),
+            ));
+        }
+        let agent = Agent {
+            layers: Vec::new(),
+            concurrency: None,
+            allow_subtasks: false,
+            description: front.description,
+            input_schema: front.input_schema,
+            expose_as_tool: front.expose_as_tool,
+            tool_timeout_secs: front.tool_timeout_secs,
+            enabled: true,
+            kind: AgentKind::Remote(RemoteAgent {
+                stdin: front.stdin.unwrap_or_default(),
+                stream: front.stream.unwrap_or_default(),
+                timeout_secs: front.timeout_secs,
+                max_output_bytes: front.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+            }),
+            origin: Some(path.to_owned()),
+        };
+        return Ok((front.name, agent));
+    }
     let tools = front.tools.map(Tools::into_vec).unwrap_or_default();
     let worker_binding = match front.worker_binding {
         Some(mut binding) => {
@@ -237,6 +320,28 @@ mod tests {
         let text = "---\nname: coder\nworktree: {repo: /srv/app, kep: always}\n---\n";
         let error = parse_agent_file(Path::new("coder.md"), text).unwrap_err();
         assert!(error.to_string().contains("unknown field `kep`"), "{error}");
+    }
+
+    #[test]
+    fn kind_remote_makes_a_remote_agent_and_refuses_operator_keys() {
+        let text = "---\nname: builder\nkind: remote\nstream: codex\ntimeout_secs: 60\n---\n";
+        let (name, agent) = parse_agent_file(Path::new("builder.md"), text).unwrap();
+        assert_eq!(name, "builder");
+        let AgentKind::Remote(remote) = agent.kind else {
+            panic!("{agent:?}");
+        };
+        assert_eq!(remote.stream, StreamMode::Codex);
+        assert_eq!(remote.timeout_secs, Some(60));
+
+        let refused = [
+            ("---\nname: b\nkind: remote\nmodel: m\n---\n", "key `model`"),
+            ("---\nname: b\nkind: remote\n---\nprompt", "no body"),
+            ("---\nname: b\nstream: ndjson\n---\n", "kind operator"),
+        ];
+        for (text, expected) in refused {
+            let error = parse_agent_file(Path::new("b.md"), text).unwrap_err();
+            assert!(error.to_string().contains(expected), "{error}");
+        }
     }
 
     #[test]

@@ -271,7 +271,7 @@ fn resolve(config: &mut Config, env: &Environment) -> Result<(), ConfigError> {
                     operator.system_prompt = Some(text);
                 }
             }
-            AgentKind::Lua(_) => {}
+            AgentKind::Lua(_) | AgentKind::Remote(_) => {}
         }
     }
     Ok(())

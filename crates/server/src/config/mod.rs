@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize, Serializer};
 
 pub use agent::{
     Agent, AgentKind, AgentShapeError, DEFAULT_MAX_OUTPUT_BYTES, EnvSpec, EnvVars, LuaAgent,
-    MAX_TOOL_TIMEOUT_SECS, OperatorAgent, ProcessAgent, REDACTED, StdinMode, StreamMode,
-    WorkerBinding,
+    MAX_TOOL_TIMEOUT_SECS, OperatorAgent, ProcessAgent, REDACTED, RemoteAgent, StdinMode,
+    StreamMode, WorkerBinding,
 };
 pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file};
 pub use error::ConfigError;

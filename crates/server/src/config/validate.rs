@@ -229,6 +229,17 @@ fn validate_agent(config: &Config, name: &str, agent: &Agent) -> Result<(), Conf
             )?;
         }
         AgentKind::Lua(lua) => readable(&key("script"), &lua.script)?,
+        AgentKind::Remote(remote) => {
+            if let Some(timeout) = remote.timeout_secs {
+                range(&key("timeout_secs"), timeout, 1, 7 * DAY)?;
+            }
+            range(
+                &key("max_output_bytes"),
+                remote.max_output_bytes,
+                1,
+                4 * GIB,
+            )?;
+        }
         AgentKind::Operator(operator) => {
             if let Some(role) = &operator.operator_role {
                 name_rule(&key("operator_role"), role)?;

@@ -20,7 +20,6 @@ use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{Task, TaskStatus};
 
 use crate::app::AppState;
-use crate::config::AgentKind;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::Json;
@@ -131,11 +130,7 @@ async fn agents(
     for (name, agent) in state.config.agents.iter().take(MAX_AGENTS) {
         agents.push(AgentView {
             name: name.clone(),
-            kind: match agent.kind {
-                AgentKind::Process(_) => "process",
-                AgentKind::Lua(_) => "lua",
-                AgentKind::Operator(_) => "operator",
-            },
+            kind: agent.kind.name(),
             concurrency: agent.concurrency,
             enabled: agent.enabled,
             running: running.get(name).copied().unwrap_or(0),

@@ -1,5 +1,6 @@
 //! Who is calling: the bearer of `Authorization` resolved to the admin, an
-//! operator session, or a role token (observer, senior). Worker routes take
+//! operator session, or a role token (observer, senior); pool routes take a
+//! worker pool's token (`PoolCaller`). Worker routes take
 //! the raw bearer instead and let the engine verify it for the route's verb.
 //!
 //! The header is capped at 2048 bytes before anything decodes it (docs/security.md, Verification),
@@ -230,5 +231,56 @@ impl FromRequestParts<AppState> for WorkerBearer {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let token = counted_bearer(parts, state)?;
         Ok(WorkerBearer(token.to_owned()))
+    }
+}
+
+/// A worker pool's `swc1` token (docs/security.md, Worker pools): the agents it
+/// is bound to and the verbs it carries. Any other credential is refused
+/// with 403 (a valid one) or 401.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolCaller {
+    pub(crate) agents: Vec<String>,
+    pub(crate) verbs: Vec<Verb>,
+}
+
+impl PoolCaller {
+    /// The gate for `verb`, and the binding to `agent`: 403 otherwise.
+    pub(crate) fn check(&self, state: &AppState, verb: Verb, agent: &str) -> Result<(), ApiError> {
+        let allowed = gate::check(Role::WorkerPool, &self.verbs, verb).is_ok()
+            && self.agents.iter().any(|a| a == agent);
+        if allowed {
+            Ok(())
+        } else {
+            state.metrics.token_failure("forbidden");
+            Err(ApiError::forbidden())
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for PoolCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let token = counted_bearer(parts, state)?;
+        if !looks_like_token(token) {
+            return match authenticate(state, token) {
+                Ok(_) => {
+                    state.metrics.token_failure("forbidden");
+                    Err(ApiError::forbidden())
+                }
+                Err(error) => Err(error),
+            };
+        }
+        match state.engine.tokens().verify(token) {
+            Ok(claims) if claims.role == Role::WorkerPool => Ok(PoolCaller {
+                agents: swarmd_engine::auth::pool_agents(&claims.sub),
+                verbs: claims.verbs,
+            }),
+            Ok(_) => {
+                state.metrics.token_failure("forbidden");
+                Err(ApiError::forbidden())
+            }
+            Err(error) => Err(refused(state, token, error.reason(), error.public_code())),
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The HTTP API (docs/protocol.md): routes, authentication, extractors, middleware
 //! and error mapping, assembled by `router`.
 //!
-//! Route groups live in their own files (`worker`, `tasks`, `output`,
+//! Route groups live in their own files (`worker`, `pool`, `tasks`, `output`,
 //! `events`, `ops`, and the operator sessions in `operators`); `error` is
 //! the one place errors become status + `{error, code}`, and `extract` makes
 //! bad input land there too.
@@ -17,6 +17,7 @@ pub mod sse;
 mod events;
 mod ops;
 pub(crate) mod output;
+pub(crate) mod pool;
 pub(crate) mod tasks;
 pub(crate) mod ui;
 pub(crate) mod views;
@@ -71,6 +72,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(extractor_limit));
     Router::new()
         .merge(worker::routes())
+        .merge(pool::routes())
         .merge(tasks::routes())
         .merge(output::routes())
         .merge(events::routes())

@@ -15,7 +15,6 @@ use swarmd_engine::task::{PolicyOverrides, TaskStatus};
 
 use super::{Outcome, arguments, structured, tool};
 use crate::app::AppState;
-use crate::config::AgentKind;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::tasks::{self, NewTask};
@@ -31,7 +30,7 @@ pub(super) fn tools() -> Vec<Tool> {
     vec![
         tool::<NoArgs, AgentList>(
             "agents",
-            "List the agents tasks can be spawned for: name, kind (process, lua, operator), \
+            "List the agents tasks can be spawned for: name, kind (process, lua, operator, remote), \
              description, and how many of their tasks are running and queued now.",
             true,
         ),
@@ -196,12 +195,7 @@ pub(super) async fn agents(state: &AppState, caller: &Caller, args: Option<JsonO
         .iter()
         .map(|(name, agent)| AgentInfo {
             name: name.clone(),
-            kind: match agent.kind {
-                AgentKind::Process(_) => "process",
-                AgentKind::Lua(_) => "lua",
-                AgentKind::Operator(_) => "operator",
-            }
-            .to_owned(),
+            kind: agent.kind.name().to_owned(),
             description: agent.description.clone(),
             input_schema: agent.input_schema.clone(),
             running: running.get(name).copied().unwrap_or(0),

@@ -19,7 +19,9 @@ use crate::layers::{
 use crate::lua::{LuaPool, LuaScript};
 use crate::operator::SessionDirectory;
 use crate::process::ProcessRunner;
-use crate::spawners::{LuaAgentSpawner, OperatorSpawner, OperatorTarget, ProcessSpawner};
+use crate::spawners::{
+    LuaAgentSpawner, OperatorSpawner, OperatorTarget, ProcessSpawner, RemoteSpawner,
+};
 use crate::stack::{BASE_KEYS, LayerRegistry};
 use crate::worktree::{WorktreeSpec, Worktrees};
 
@@ -159,7 +161,7 @@ fn base_spawner(
             reason: "concurrency must be at least 1",
         });
     }
-    if spec.worktree.is_some() && matches!(spec.kind, AgentKind::Lua(_)) {
+    if spec.worktree.is_some() && matches!(spec.kind, AgentKind::Lua(_) | AgentKind::Remote(_)) {
         return Err(ConfigError::Invalid {
             agent,
             reason: "worktree is supported for process and operator agents only",
@@ -184,6 +186,12 @@ fn base_spawner(
             }
             (SpawnerKind::Process, Arc::new(spawner))
         }
+        AgentKind::Remote(run) => (
+            // A remote attempt open at a restart is interrupted and
+            // retried, as a process agent's is.
+            SpawnerKind::Process,
+            Arc::new(RemoteSpawner::new(Arc::clone(&settings.remote), *run)),
+        ),
         AgentKind::Lua(script) => {
             let script = LuaScript::from_file(&spec.name, &script.script)
                 .map_err(|source| ConfigError::Lua { agent, source })?;

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::layers::SeniorSettings;
 use crate::process::{HostEnv, ProcessSpec, Supervisor};
+use crate::remote::{RemotePools, RemoteRun};
 use crate::worktree::{WorktreeSpec, Worktrees};
 
 /// One configured agent.
@@ -33,6 +34,8 @@ pub enum AgentKind {
     Process(ProcessSpec),
     Lua(LuaAgentSpec),
     Operator(OperatorSpec),
+    /// `kind = "remote"`: queued for worker pools, run with these settings.
+    Remote(RemoteRun),
 }
 
 /// `kind = "lua"`: the agent is this script.
@@ -75,6 +78,8 @@ pub struct SpawnerSettings {
     /// Where agents with `worktree` get theirs; such agents are refused
     /// without it.
     pub worktrees: Option<Arc<Worktrees>>,
+    /// Where remote agents' attempts wait for their worker pools.
+    pub remote: Arc<RemotePools>,
 }
 
 impl SpawnerSettings {
@@ -88,6 +93,7 @@ impl SpawnerSettings {
             middleware: Vec::new(),
             supervisor: None,
             worktrees: None,
+            remote: Arc::new(RemotePools::new()),
         }
     }
 }

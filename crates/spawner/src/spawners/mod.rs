@@ -5,11 +5,13 @@ mod forward;
 mod lua_agent;
 mod operator;
 mod process;
+mod remote;
 mod unconfigured;
 
 pub use lua_agent::LuaAgentSpawner;
 pub use operator::{OperatorSpawner, OperatorTarget, delegate, render_directive};
 pub use process::ProcessSpawner;
+pub use remote::RemoteSpawner;
 pub use unconfigured::UnconfiguredAgent;
 
 use swarmd_engine::task::Task;

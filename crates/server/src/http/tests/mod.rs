@@ -107,6 +107,7 @@ impl Api {
             tasks: tokio_util::task::TaskTracker::new(),
             metrics: Metrics::new(),
             upstream_attempts: Default::default(),
+            remote: Default::default(),
         });
         let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
         let server = tokio::spawn(async move {

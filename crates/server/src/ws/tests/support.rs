@@ -122,6 +122,7 @@ impl Harness {
             tasks: tokio_util::task::TaskTracker::new(),
             metrics: Metrics::new(),
             upstream_attempts: Default::default(),
+            remote: Default::default(),
         });
         Harness {
             engine,

@@ -1,0 +1,133 @@
+//! `swarmd worker pool …`: reads the pool's token (a file, or `SWARMD_TOKEN`), names the pool,
+//! installs its signal handlers and runs `client::pool` until it drained.
+
+use std::io;
+use std::time::Duration;
+
+use swarmd_spawner::process::HostEnv;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use super::CommandError;
+use crate::cli::{PoolArgs, exit};
+use crate::client::Bearer;
+use crate::client::pool::run::Command;
+use crate::client::pool::{PoolError, PoolOptions, run_pool};
+use crate::environment::Environment;
+use crate::http::pool::wire::{MAX_POOL_ID, valid_pool_id};
+
+/// Environment variable holding the pool's token when no file is given.
+const TOKEN_VAR: &str = "SWARMD_TOKEN";
+
+/// Runs the pool; exits 0 once drained after a signal.
+pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, CommandError> {
+    let token = match &args.token_file {
+        Some(file) => std::fs::read_to_string(file).map_err(|source| CommandError::Io {
+            action: "read the token file",
+            source,
+        })?,
+        None => env.get(TOKEN_VAR).map(str::to_owned).ok_or_else(|| {
+            usage(format!(
+                "give the pool's token with --token-file or {TOKEN_VAR}"
+            ))
+        })?,
+    };
+    let pool_id = match args.pool_id {
+        Some(id) if valid_pool_id(&id) => id,
+        Some(_) => {
+            return Err(usage(format!(
+                "--pool-id must be 1 to {MAX_POOL_ID} ASCII letters, digits, '-' or '_'"
+            )));
+        }
+        None => default_pool_id(),
+    };
+    let Some((program, program_args)) = args.command.split_first() else {
+        return Err(usage("no command after `--`".to_owned()));
+    };
+    let options = PoolOptions {
+        server: args.server,
+        token: Bearer::new(token),
+        agent: args.agent,
+        concurrency: args.concurrency,
+        pool_id,
+        command: Command {
+            program: program.clone(),
+            args: program_args.to_vec(),
+            env: args.env,
+            cwd: args.cwd,
+            kill_grace: Duration::from_secs(args.kill_grace_secs),
+            supervisor: Some(super::supervisor()),
+        },
+        drain: Duration::from_secs(args.drain_secs),
+    };
+    let host_env = HostEnv::from_pairs(env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
+    let (stop, kill) = (CancellationToken::new(), CancellationToken::new());
+    watch_signals(stop.clone(), kill.clone())?;
+    tracing::info!(pool = %options.pool_id, agent = %options.agent, concurrency = options.concurrency, "worker pool started");
+    match run_pool(options, host_env, stop, kill).await {
+        Ok(()) => Ok(exit::OK),
+        Err(PoolError::Client(e)) => Err(e.into()),
+        Err(PoolError::Refused(e)) => Err(CommandError::Io {
+            action: "run the pool (the daemon refused it)",
+            source: io::Error::other(e.to_string()),
+        }),
+    }
+}
+
+fn usage(message: String) -> CommandError {
+    CommandError::Io {
+        action: "start the pool",
+        source: io::Error::new(io::ErrorKind::InvalidInput, message),
+    }
+}
+
+/// `HOSTNAME-PID`, cut to the characters and length a pool id allows.
+fn default_pool_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(MAX_POOL_ID - 12)
+        .collect();
+    let host = if host.is_empty() {
+        "pool".to_owned()
+    } else {
+        host
+    };
+    format!("{host}-{}", std::process::id())
+}
+
+/// The first SIGTERM or SIGINT fires `stop`, the next `kill`.
+fn watch_signals(stop: CancellationToken, kill: CancellationToken) -> Result<(), CommandError> {
+    let io = |source| CommandError::Io {
+        action: "install the signal handlers",
+        source,
+    };
+    let mut term = signal(SignalKind::terminate()).map_err(io)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(io)?;
+    tokio::spawn(async move {
+        for token in [stop, kill] {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            tracing::info!(
+                "signal received: {}",
+                if token.is_cancelled() {
+                    "again"
+                } else {
+                    "draining"
+                }
+            );
+            token.cancel();
+        }
+    });
+    Ok(())
+}

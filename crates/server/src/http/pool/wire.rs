@@ -1,0 +1,210 @@
+//! The pool routes' bodies (docs/protocol.md, Worker pools), shared by the routes and by
+//! `swarmd worker pool`, with the bounds the daemon enforces on them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use swarmd_engine::ids::TaskId;
+use swarmd_spawner::process::{CliFormat, StdinMode, StreamMode};
+
+/// Most attempts one claim may ask for.
+pub(crate) const MAX_CLAIM: u32 = 64;
+/// Longest a claim or a heartbeat may wait, in milliseconds.
+pub(crate) const MAX_WAIT_MS: u64 = 30_000;
+/// Most attempts one heartbeat may name (held plus ended).
+pub(crate) const MAX_HELD: usize = 1024;
+/// Longest pool id, in bytes; ids are ASCII letters, digits, `-` and `_`.
+pub(crate) const MAX_POOL_ID: usize = 64;
+/// Longest reason a pool may give for an attempt it ended, in bytes.
+pub(crate) const MAX_REASON: usize = 1024;
+
+/// `POST /v1/pool/claim`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClaimRequest {
+    /// The pool's own id, the same on every call of one pool process.
+    pub(crate) pool: String,
+    pub(crate) agent: String,
+    /// 1 to [`MAX_CLAIM`].
+    pub(crate) max: u32,
+    /// 0 to [`MAX_WAIT_MS`]: how long to wait for the first attempt.
+    #[serde(default)]
+    pub(crate) wait_ms: u64,
+}
+
+/// The answer to a claim: possibly none.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ClaimAnswer {
+    pub(crate) attempts: Vec<ClaimedAttempt>,
+}
+
+/// One claimed attempt: all a pool needs to run it like a local process
+/// agent. `handle` is the attempt's own `wh-` credential.
+#[derive(Clone, Serialize, Deserialize)]
+pub(crate) struct ClaimedAttempt {
+    pub(crate) task_id: TaskId,
+    pub(crate) attempt: u32,
+    pub(crate) agent: String,
+    pub(crate) handle: String,
+    pub(crate) prompt: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) system: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) input: Option<Value>,
+    /// `prompt` or `none`.
+    pub(crate) stdin: String,
+    /// `none`, `ndjson`, `claude`, `codex` or `gemini`.
+    pub(crate) stream: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) timeout_ms: Option<u64>,
+    pub(crate) max_output_bytes: u64,
+    /// The lease as renewed by the claim: heartbeat well within it.
+    pub(crate) lease_ms: u64,
+    pub(crate) lease_deadline_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) continued_from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) resume_session: Option<String>,
+}
+
+impl std::fmt::Debug for ClaimedAttempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimedAttempt")
+            .field("task_id", &self.task_id)
+            .field("attempt", &self.attempt)
+            .field("agent", &self.agent)
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One attempt named by a heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AttemptRef {
+    pub(crate) task_id: TaskId,
+    pub(crate) attempt: u32,
+}
+
+/// An attempt the pool ended without a Final, and why.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EndedAttempt {
+    pub(crate) task_id: TaskId,
+    pub(crate) attempt: u32,
+    pub(crate) reason: String,
+}
+
+/// `POST /v1/pool/heartbeat`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HeartbeatRequest {
+    pub(crate) pool: String,
+    /// Attempts the pool is running: their leases are renewed.
+    #[serde(default)]
+    pub(crate) held: Vec<AttemptRef>,
+    /// Attempts the pool ended without a Final.
+    #[serde(default)]
+    pub(crate) ended: Vec<EndedAttempt>,
+    /// 0 to [`MAX_WAIT_MS`]: how long to wait for one of `held` to go.
+    #[serde(default)]
+    pub(crate) wait_ms: u64,
+}
+
+/// The attempts of `held` the pool must stop: cancelled, superseded,
+/// decided, or unknown to the daemon (it restarted).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct HeartbeatAnswer {
+    pub(crate) gone: Vec<AttemptRef>,
+}
+
+/// Whether `id` is a valid pool id.
+pub(crate) fn valid_pool_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_POOL_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+pub(crate) fn stdin_name(stdin: StdinMode) -> &'static str {
+    match stdin {
+        StdinMode::Prompt => "prompt",
+        StdinMode::None => "none",
+    }
+}
+
+pub(crate) fn parse_stdin(name: &str) -> Option<StdinMode> {
+    match name {
+        "prompt" => Some(StdinMode::Prompt),
+        "none" => Some(StdinMode::None),
+        _ => None,
+    }
+}
+
+pub(crate) fn stream_name(stream: StreamMode) -> &'static str {
+    match stream {
+        StreamMode::None => "none",
+        StreamMode::Ndjson => "ndjson",
+        StreamMode::Cli(CliFormat::Claude) => "claude",
+        StreamMode::Cli(CliFormat::Codex) => "codex",
+        StreamMode::Cli(CliFormat::Gemini) => "gemini",
+    }
+}
+
+pub(crate) fn parse_stream(name: &str) -> Option<StreamMode> {
+    [
+        StreamMode::None,
+        StreamMode::Ndjson,
+        StreamMode::Cli(CliFormat::Claude),
+        StreamMode::Cli(CliFormat::Codex),
+        StreamMode::Cli(CliFormat::Gemini),
+    ]
+    .into_iter()
+    .find(|mode| stream_name(*mode) == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_modes_round_trip_through_their_wire_names() {
+        for name in ["none", "ndjson", "claude", "codex", "gemini"] {
+            assert_eq!(parse_stream(name).map(stream_name), Some(name));
+        }
+        for name in ["prompt", "none"] {
+            assert_eq!(parse_stdin(name).map(stdin_name), Some(name));
+        }
+        assert_eq!(parse_stream("aider"), None);
+    }
+
+    #[test]
+    fn pool_ids_are_short_and_plain() {
+        assert!(valid_pool_id("host-1_a"));
+        assert!(!valid_pool_id(""));
+        assert!(!valid_pool_id("a b"));
+        assert!(!valid_pool_id(&"x".repeat(MAX_POOL_ID + 1)));
+    }
+
+    #[test]
+    fn a_claimed_attempts_debug_never_shows_its_handle() {
+        let claimed = ClaimedAttempt {
+            task_id: TaskId::new(),
+            attempt: 1,
+            agent: "a".into(),
+            handle: "wh-secret".into(),
+            prompt: "p".into(),
+            system: None,
+            input: None,
+            stdin: "prompt".into(),
+            stream: "ndjson".into(),
+            timeout_ms: None,
+            max_output_bytes: 1,
+            lease_ms: 1,
+            lease_deadline_ms: 1,
+            continued_from: None,
+            resume_session: None,
+        };
+        assert!(!format!("{claimed:?}").contains("wh-secret"));
+    }
+}

@@ -1,0 +1,58 @@
+//! A worker pool across the daemon's restart (it reconnects) and its own SIGTERM (it drains).
+
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::json;
+
+use super::{AGENTS, Pool, create, file, mint};
+use crate::daemon::{Swarmd, read_pid};
+
+#[tokio::test]
+async fn a_pool_reconnects_when_the_daemon_restarts() {
+    let mut sw = Swarmd::new(AGENTS).start().await;
+    let token = mint(&sw, &["remote"]);
+    let pool = Pool::start(&sw, &token, "remote", "pool-a", 1).await;
+    let before = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
+    assert_eq!(sw.finished(&before).await["status"], "pass");
+
+    sw.kill9().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sw.restart().await;
+    let after = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
+    let view = sw.finished(&after).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+    assert_eq!(view["result"]["value"]["pool"], "pool-a");
+}
+
+#[tokio::test]
+async fn sigterm_drains_a_pool_its_running_attempt_finishes_and_it_exits_0() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let token = mint(&sw, &["remote"]);
+    let mut pool = Pool::start(&sw, &token, "remote", "pool-a", 1).await;
+    let task = create(&sw, json!({"agent": "remote", "prompt": "hold"})).await;
+    read_pid(&file(&sw, &task, 1, "pid")).await;
+
+    kill(Pid::from_raw(pool.pid()), Signal::SIGTERM).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        pool.child.try_wait().unwrap().is_none(),
+        "it waits for its attempt"
+    );
+    // Draining, it claims nothing more.
+    let queued = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
+    std::fs::write(file(&sw, &task, 1, "go"), "").unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), pool.child.wait())
+        .await
+        .expect("the pool exits once drained")
+        .unwrap();
+    assert!(status.success(), "{status}\n{}", pool.log());
+    assert_eq!(sw.finished(&task).await["status"], "pass");
+    assert_eq!(
+        sw.task(&queued).await["status"],
+        "running",
+        "still waiting for a pool"
+    );
+    assert!(!file(&sw, &queued, 1, "pid").exists());
+}

@@ -128,3 +128,28 @@ pub async fn fresh_database() -> TestDatabase {
         cluster,
     }
 }
+
+impl crate::PgDb {
+    /// Runs `sql` on a pooled connection (test setup); panics on error.
+    pub async fn execute_sql(&self, sql: &str) {
+        self.reader()
+            .await
+            .expect("a pooled connection")
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// The first column of every row of `sql`, as integers (test checks).
+    pub async fn query_i32(&self, sql: &str) -> Vec<i32> {
+        self.reader()
+            .await
+            .expect("a pooled connection")
+            .query(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    }
+}

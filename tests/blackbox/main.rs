@@ -26,6 +26,7 @@ mod mcp;
 mod mse;
 mod operator_worktrees;
 mod outcome;
+mod postgres;
 mod recovery;
 mod routing;
 mod security;

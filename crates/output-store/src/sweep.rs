@@ -111,6 +111,38 @@ fn is_blob_name(name: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+impl BlobSpill {
+    /// One whole sweep for a store whose references `referenced` collects
+    /// (the mark phase, the store's job): the stale blobs are listed first,
+    /// then the referenced ones, then the stale unreferenced ones deleted.
+    pub async fn sweep<F>(
+        &self,
+        grace: std::time::Duration,
+        referenced: F,
+    ) -> Result<BlobSweep, crate::StoreError>
+    where
+        F: Future<Output = Result<HashSet<String>, crate::StoreError>>,
+    {
+        let cutoff = SystemTime::now()
+            .checked_sub(grace)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let spill = self.clone();
+        let stale = tokio::task::spawn_blocking(move || spill.stale_blobs(cutoff))
+            .await
+            .map_err(|_| crate::StoreError::Panicked)??;
+        if stale.is_empty() {
+            return Ok(BlobSweep::default());
+        }
+        let referenced = referenced.await?;
+        let spill = self.clone();
+        Ok(tokio::task::spawn_blocking(move || {
+            spill.remove_unreferenced(stale, &referenced, cutoff)
+        })
+        .await
+        .map_err(|_| crate::StoreError::Panicked)??)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -210,37 +242,5 @@ mod tests {
         assert_eq!(referenced_blob(&file_ref("blobs/../x".to_owned())), None);
         let inline = OutputEvent::inline_final(json!(format!("blobs/{name}")), true);
         assert_eq!(referenced_blob(&inline), None);
-    }
-}
-
-impl BlobSpill {
-    /// One whole sweep for a store whose references `referenced` collects
-    /// (the mark phase, the store's job): the stale blobs are listed first,
-    /// then the referenced ones, then the stale unreferenced ones deleted.
-    pub async fn sweep<F>(
-        &self,
-        grace: std::time::Duration,
-        referenced: F,
-    ) -> Result<BlobSweep, crate::StoreError>
-    where
-        F: Future<Output = Result<HashSet<String>, crate::StoreError>>,
-    {
-        let cutoff = SystemTime::now()
-            .checked_sub(grace)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        let spill = self.clone();
-        let stale = tokio::task::spawn_blocking(move || spill.stale_blobs(cutoff))
-            .await
-            .map_err(|_| crate::StoreError::Panicked)??;
-        if stale.is_empty() {
-            return Ok(BlobSweep::default());
-        }
-        let referenced = referenced.await?;
-        let spill = self.clone();
-        Ok(tokio::task::spawn_blocking(move || {
-            spill.remove_unreferenced(stale, &referenced, cutoff)
-        })
-        .await
-        .map_err(|_| crate::StoreError::Panicked)??)
     }
 }

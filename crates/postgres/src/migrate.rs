@@ -20,7 +20,7 @@ pub const SCHEMA_VERSION: i32 = 1;
 
 /// The advisory lock key of migrations: "swarmd" in ASCII, so another
 /// application's locks are unlikely to collide.
-const MIGRATION_LOCK: i64 = 0x73_77_61_72_6d_64;
+const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
 
 /// Step `n` (1-based) brings the schema from version `n - 1` to `n`.
 ///

@@ -348,10 +348,13 @@ impl<'a> Group<'a> {
 
 /// A group's rows as one array per column, in the statements' order.
 #[derive(Default)]
+#[allow(
+    clippy::type_complexity,
+    reason = "one tuple field per statement, one array per bound column"
+)]
 struct Columns<'a> {
     deleted_sessions: Vec<Uuid>,
     deleted_posted: (Vec<Uuid>, Vec<i64>),
-    #[allow(clippy::type_complexity)]
     tasks: (
         Vec<Uuid>,
         Vec<&'a str>,
@@ -369,7 +372,6 @@ struct Columns<'a> {
     posted: (Vec<Uuid>, Vec<i64>, Vec<Option<&'a str>>, Vec<&'a [u8]>),
     events: (Vec<i64>, Vec<i64>, Vec<Option<Uuid>>, Vec<&'a str>),
     audit: (Vec<i64>, Vec<Uuid>, Vec<&'a str>),
-    #[allow(clippy::type_complexity)]
     outputs: (
         Vec<Uuid>,
         Vec<i64>,

@@ -45,6 +45,10 @@ pub fn cluster() -> Cluster {
         .unwrap_or_else(|error| panic!("the PostgreSQL test cluster is not available: {error}"))
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a test finds its cluster through the environment CI sets"
+)]
 fn find_cluster() -> Result<Cluster, String> {
     let (url, password_file) = match (
         std::env::var("SWARMD_TEST_PG_URL"),

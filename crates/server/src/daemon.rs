@@ -87,7 +87,7 @@ pub async fn build(
         outputs,
         sqlite: db,
         postgres: pg,
-    } = open_stores(&config, &state).await?;
+    } = open_stores(&config, &state, env).await?;
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
     let sessions = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
     let resolver = Arc::new(resolver(&config, env, &base_url, sessions.clone())?);
@@ -156,7 +156,11 @@ struct Stores {
     postgres: Option<PgDb>,
 }
 
-async fn open_stores(config: &Config, state: &PreparedState) -> Result<Stores, BuildError> {
+async fn open_stores(
+    config: &Config,
+    state: &PreparedState,
+    env: &Environment,
+) -> Result<Stores, BuildError> {
     let inline_max = usize::try_from(config.limits.inline_max_bytes).unwrap_or(usize::MAX);
     match config.store.backend {
         StoreBackend::Memory => Ok(Stores {
@@ -174,7 +178,7 @@ async fn open_stores(config: &Config, state: &PreparedState) -> Result<Stores, B
                 source,
             };
             let mut opts = PgOptions::new(url.0.clone());
-            opts.password = pg_password(config).map_err(err)?;
+            opts.password = pg_password(config, env).map_err(err)?;
             opts.pool_size = config.store.pg_pool as usize;
             let db = PgDb::open(opts).await.map_err(err)?;
             let outputs =
@@ -218,9 +222,9 @@ pub const PG_PASSWORD_CREDENTIAL: &str = "swarmd-pg-password";
 /// The PostgreSQL password: from `store.password_file`, else from the
 /// systemd credential when it exists, else none. Trailing newlines are not
 /// part of it. Errors name the file, never its contents.
-fn pg_password(config: &Config) -> Result<Option<String>, StoreError> {
+fn pg_password(config: &Config, env: &Environment) -> Result<Option<String>, StoreError> {
     let file = config.store.password_file.clone().or_else(|| {
-        let dir = std::env::var_os("CREDENTIALS_DIRECTORY")?;
+        let dir = env.get("CREDENTIALS_DIRECTORY")?;
         let file = std::path::Path::new(&dir).join(PG_PASSWORD_CREDENTIAL);
         file.exists().then_some(file)
     });

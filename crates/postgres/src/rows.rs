@@ -15,7 +15,7 @@ use std::hash::Hash;
 
 use futures_util::future::try_join_all;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Statement, Transaction};
+use tokio_postgres::{Client, Statement};
 use uuid::Uuid;
 
 /// One row to store.
@@ -93,6 +93,8 @@ pub(crate) struct OutputRow {
 /// The writer's prepared statements, one per folded table operation.
 #[derive(Debug)]
 pub(crate) struct Statements {
+    begin: Statement,
+    commit: Statement,
     tasks: Statement,
     attempts: Statement,
     handles: Statement,
@@ -161,6 +163,8 @@ impl Statements {
     ) -> Result<Statements, tokio_postgres::Error> {
         let all = try_join_all(
             [
+                "BEGIN",
+                "COMMIT",
                 TASKS,
                 ATTEMPTS,
                 HANDLES,
@@ -180,6 +184,8 @@ impl Statements {
         let mut all = all.into_iter();
         let mut next = || all.next().expect("one statement per query");
         Ok(Statements {
+            begin: next(),
+            commit: next(),
             tasks: next(),
             attempts: next(),
             handles: next(),
@@ -281,15 +287,20 @@ impl<'a> Group<'a> {
         self.outputs.push(output);
     }
 
-    /// Sends one statement per non-empty table, pipelined on the
-    /// connection (deletes first), and waits for them all.
-    pub(crate) async fn flush(
+    /// Commits the group as one transaction: `BEGIN`, one statement per
+    /// non-empty table (deletes first) and `COMMIT`, all sent pipelined on
+    /// the connection before any answer is awaited, so a group costs one
+    /// round trip plus the server's WAL flush. A statement that fails
+    /// aborts the transaction, which turns its `COMMIT` into a rollback;
+    /// the caller sees the statement's error.
+    pub(crate) async fn commit(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Client,
         statements: &Statements,
     ) -> Result<(), tokio_postgres::Error> {
         let c = Columns::of(self);
-        let mut sends = Vec::new();
+        let none: Vec<&(dyn ToSql + Sync)> = Vec::new();
+        let mut sends = vec![tx.execute_raw(&statements.begin, none.clone())];
         macro_rules! send {
             ($statement:expr, $($column:expr),+ $(,)?) => {
                 sends.push(tx.execute_raw(
@@ -342,6 +353,7 @@ impl<'a> Group<'a> {
             let o = &c.outputs;
             send!(statements.outputs, o.0, o.1, o.2, o.3, o.4, o.5, o.6);
         }
+        sends.push(tx.execute_raw(&statements.commit, none));
         try_join_all(sends).await.map(drop)
     }
 }

@@ -197,9 +197,13 @@ impl Writer {
     }
 
     /// One transaction holding every op; returns each op's first seq.
+    ///
+    /// The last seqs `AppendNext` numbers after are read before the
+    /// transaction: only this writer adds outputs, so nothing can commit
+    /// one in between.
     async fn commit_group(&mut self, ops: &[&Op]) -> Result<Vec<u64>, StoreError> {
         let started = std::time::Instant::now();
-        let tx = self.client.transaction().await.map_err(db_error)?;
+        let tx = &self.client;
         let mut group = Group::default();
         let mut firsts = vec![0u64; ops.len()];
         // Rows of `AppendNext` jobs, numbered here; they live until the flush.
@@ -258,8 +262,12 @@ impl Writer {
                 Op::Ping => {}
             }
         }
-        group.flush(&tx, &self.statements).await.map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
+        if let Err(error) = group.commit(tx, &self.statements).await {
+            // The failed statement's COMMIT rolled back; this makes sure no
+            // transaction is left open whatever failed (a warning if none is).
+            let _ = tx.batch_execute("ROLLBACK").await;
+            return Err(db_error(error));
+        }
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         self.stats.commit_latency.observe(started.elapsed());
         Ok(firsts)

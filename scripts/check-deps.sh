@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
-# server -> spawner -> engine -> output-store, and that the engine knows no
-# HTTP, WebSocket or Lua crate.
+# server -> spawner -> engine -> output-store, with the PostgreSQL backend
+# (swarmd-postgres) between the server and the engine; that the engine
+# knows no HTTP, WebSocket or Lua crate; and that only swarmd-postgres (and
+# the bench, which makes its databases) reach the PostgreSQL driver.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,9 +21,10 @@ forbid() {
     done
 }
 
-forbid swarmd-output-store swarmd-engine swarmd-spawner swarmd-server axum mlua tokio-tungstenite hyper
-forbid swarmd-engine swarmd-spawner swarmd-server axum mlua tokio-tungstenite hyper tower reqwest
-forbid swarmd-spawner swarmd-server axum tokio-tungstenite hyper reqwest
+forbid swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio-tungstenite hyper tokio-postgres
+forbid swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
+forbid swarmd-postgres swarmd-spawner swarmd-server axum mlua tokio-tungstenite hyper reqwest
+forbid swarmd-spawner swarmd-server swarmd-postgres axum tokio-tungstenite hyper reqwest tokio-postgres
 
 if [ "$fail" -ne 0 ]; then
     exit 1

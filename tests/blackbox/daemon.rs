@@ -73,6 +73,23 @@ impl Swarmd {
     /// head plus `body` (agents, `[defaults]`, `[senior]`, …); `@DIR@` in
     /// `body` is replaced by the temp directory. Not started yet.
     pub(crate) fn new(body: &str) -> Swarmd {
+        Swarmd::with_store(body, "backend = \"sqlite\"")
+    }
+
+    /// Like `new`, on a fresh PostgreSQL database of the test cluster
+    /// (`scripts/pg-env.sh`), the password read from the cluster's file.
+    pub(crate) async fn on_postgres(body: &str) -> Swarmd {
+        let database = swarmd_postgres::testing::fresh_database().await;
+        let store = format!(
+            "backend = \"postgres\"\nurl = \"{}\"\npassword_file = \"{}\"",
+            database.url,
+            database.cluster.password_file.display()
+        );
+        Swarmd::with_store(body, &store)
+    }
+
+    /// A daemon whose `[store]` table holds `store` plus the state directory.
+    fn with_store(body: &str, store: &str) -> Swarmd {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().display().to_string();
         let text = format!(
@@ -82,7 +99,7 @@ bind = "127.0.0.1:0"
 shutdown_grace_secs = 3
 
 [store]
-backend = "sqlite"
+{store}
 state_dir = "{root}/state"
 
 [spawner]

@@ -27,6 +27,7 @@ mod mse;
 mod operator_worktrees;
 mod outcome;
 mod pools;
+mod postgres;
 mod recovery;
 mod routing;
 mod security;

@@ -51,6 +51,20 @@ pub(crate) struct TargetArgs {
     /// `http --agent worktree` then measures worktree attempts end to end.
     #[arg(long, value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub worktree_files: Option<u32>,
+    /// With `--store postgres`: the cluster, as a URL to any database the
+    /// user may connect to (`postgres://swarmd@127.0.0.1:5432/postgres`,
+    /// what scripts/pg-env.sh prints); each spawned daemon gets a new
+    /// database there.
+    #[arg(long, value_name = "URL", global = true, env = "SWARMD_BENCH_PG_URL")]
+    pub pg_url: Option<String>,
+    /// With `--store postgres`: the file holding the password.
+    #[arg(
+        long,
+        value_name = "PATH",
+        global = true,
+        env = "SWARMD_BENCH_PG_PASSWORD_FILE"
+    )]
+    pub pg_password_file: Option<PathBuf>,
     /// RUST_LOG of the spawned daemon.
     #[arg(long, value_name = "FILTER", global = true, default_value = "warn")]
     pub daemon_log: String,
@@ -74,6 +88,9 @@ pub(crate) enum StoreKind {
     SqliteNormal,
     /// In memory.
     Memory,
+    /// PostgreSQL (`synchronous_commit` as the server has it, `on` by
+    /// default): a fresh database per daemon on the cluster of --pg-url.
+    Postgres,
 }
 
 impl StoreKind {
@@ -83,6 +100,7 @@ impl StoreKind {
             StoreKind::Sqlite => "sqlite (full)",
             StoreKind::SqliteNormal => "sqlite (normal)",
             StoreKind::Memory => "memory",
+            StoreKind::Postgres => "postgres",
         }
     }
 }

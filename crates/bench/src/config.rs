@@ -23,6 +23,13 @@ pub(crate) struct Capacity {
     pub park_max: u32,
 }
 
+/// The database a `postgres` daemon uses.
+#[derive(Debug, Clone)]
+pub(crate) struct PgTarget {
+    pub url: String,
+    pub password_file: std::path::PathBuf,
+}
+
 /// The TOML for a daemon whose files live under `dir` (its state in
 /// `dir/state`, its Lua script in `dir/echo.lua`).
 pub(crate) fn daemon_config(
@@ -30,6 +37,7 @@ pub(crate) fn daemon_config(
     store: StoreKind,
     capacity: Capacity,
     worktree_repo: Option<&Path>,
+    postgres: Option<&PgTarget>,
 ) -> String {
     let Capacity {
         max_running,
@@ -39,6 +47,15 @@ pub(crate) fn daemon_config(
         StoreKind::Sqlite => ("sqlite", "full"),
         StoreKind::SqliteNormal => ("sqlite", "normal"),
         StoreKind::Memory => ("memory", "full"),
+        StoreKind::Postgres => ("postgres", "full"),
+    };
+    let postgres = match postgres {
+        Some(pg) => format!(
+            "url = {}\npassword_file = {}\n",
+            toml_string(&pg.url),
+            toml_string(&pg.password_file.display().to_string())
+        ),
+        None => String::new(),
     };
     let state = toml_string(&dir.join("state").display().to_string());
     let script = toml_string(&dir.join(LUA_SCRIPT_FILE).display().to_string());
@@ -66,7 +83,7 @@ shutdown_grace_secs = 2
 backend = "{backend}"
 state_dir = {state}
 synchronous = "{synchronous}"
-
+{postgres}
 [limits]
 max_running = {max_running}
 
@@ -122,6 +139,7 @@ mod tests {
                 park_max: 654_321,
             },
             Some(Path::new("/tmp/repo")),
+            None,
         );
         assert!(text.contains("backend = \"sqlite\""), "{text}");
         assert!(text.contains("synchronous = \"normal\""), "{text}");
@@ -138,6 +156,7 @@ mod tests {
                 max_running: 1,
                 park_max: 1,
             },
+            None,
             None,
         );
         assert!(memory.contains("backend = \"memory\""), "{memory}");

@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::cli::{StoreKind, TargetArgs};
-use crate::config::{Capacity, LUA_SCRIPT, LUA_SCRIPT_FILE, daemon_config};
+use crate::config::{Capacity, LUA_SCRIPT, LUA_SCRIPT_FILE, PgTarget, daemon_config};
 
 /// How long a started daemon may take to report its address.
 const STARTUP: Duration = Duration::from_secs(30);
@@ -83,6 +83,7 @@ impl SpawnedDaemon {
         capacity: Capacity,
         worktree_files: Option<u32>,
         log_filter: &str,
+        postgres: Option<(&str, &Path)>,
     ) -> anyhow::Result<SpawnedDaemon> {
         let dir = tempfile::Builder::new()
             .prefix("swarmd-bench-")
@@ -93,9 +94,20 @@ impl SpawnedDaemon {
             Some(files) => Some(make_repo(&dir.path().join("repo"), files).await?),
             None => None,
         };
+        let pg = match (store, postgres) {
+            (StoreKind::Postgres, Some((url, password_file))) => {
+                Some(fresh_database(url, password_file).await?)
+            }
+            (StoreKind::Postgres, None) => {
+                bail!(
+                    "--store postgres needs --pg-url and --pg-password-file (scripts/pg-env.sh prints both)"
+                )
+            }
+            _ => None,
+        };
         std::fs::write(
             &config,
-            daemon_config(dir.path(), store, capacity, repo.as_deref()),
+            daemon_config(dir.path(), store, capacity, repo.as_deref(), pg.as_ref()),
         )?;
         std::fs::write(dir.path().join(LUA_SCRIPT_FILE), LUA_SCRIPT)?;
 
@@ -205,6 +217,37 @@ impl SpawnedDaemon {
             }
         }
     }
+}
+
+/// Creates a database with a new name on the cluster of `url` and returns
+/// how to reach it. It is left there: the cluster is a throwaway one.
+async fn fresh_database(url: &str, password_file: &Path) -> anyhow::Result<PgTarget> {
+    let password = std::fs::read_to_string(password_file)
+        .with_context(|| format!("cannot read {}", password_file.display()))?;
+    let mut config: tokio_postgres::Config =
+        url.parse().context("--pg-url is not a PostgreSQL URL")?;
+    config.password(password.trim_end());
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .context("cannot connect to --pg-url")?;
+    tokio::spawn(connection);
+    let name = format!(
+        "swarmd_bench_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    );
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .with_context(|| format!("cannot create database {name}"))?;
+    let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
+    Ok(PgTarget {
+        url: format!("{base}/{name}"),
+        password_file: password_file.to_owned(),
+    })
 }
 
 /// The address of a `listening on http://ADDR` line.

@@ -283,6 +283,7 @@ impl Running {
                     capacity,
                     args.worktree_files,
                     &args.daemon_log,
+                    args.pg_url.as_deref().zip(args.pg_password_file.as_deref()),
                 )
                 .await?;
                 eprintln!(

@@ -11,7 +11,7 @@ use crate::{ContentRef, ManualClock, OutputEvent, OutputStore};
 /// Runs every check on a fresh store whose records are stamped by `clock`.
 ///
 /// Retention runs first: it counts every record in the store.
-pub(crate) async fn run_all(store: Arc<dyn OutputStore>, clock: &ManualClock) {
+pub async fn run_all(store: Arc<dyn OutputStore>, clock: &ManualClock) {
     prune_and_forget_remove_whole_tasks(&*store, clock).await;
     seq_is_per_stream_and_dense(&*store).await;
     tail_pages_by_after_seq_and_limit(&*store).await;

@@ -15,8 +15,8 @@
 //! status or lifecycle: deciding which tasks to `forget` is the engine's job.
 
 mod clock;
-#[cfg(test)]
-mod conformance;
+#[cfg(any(test, feature = "testing"))]
+pub mod conformance;
 mod event;
 pub mod histogram;
 mod memory;
@@ -33,7 +33,8 @@ use uuid::Uuid;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{ContentRef, OutputEvent, OutputRecord};
 pub use nesting::{DepthError, MAX_JSON_DEPTH, check_text_depth, check_value_depth};
-pub use sweep::BlobSweep;
+pub use spill::{BlobSpill, EncodedEvent};
+pub use sweep::{BlobSweep, REFERENCE_MARK, referenced_blob};
 
 /// The records `append_at` stores for `prepared`, numbered from `first_seq`.
 fn records_at(
@@ -68,6 +69,14 @@ pub enum StoreError {
     /// SQLite reported an error for this operation.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// Another database backend (PostgreSQL, in its own crate) reported an
+    /// error for this operation; the message never carries a credential.
+    #[error("database: {0}")]
+    Database(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The database holds a schema this build cannot use (written by a newer
+    /// swarmd, or not swarmd's at all).
+    #[error("schema: {0}")]
+    Schema(String),
     /// A file system operation failed (database directory, blob files).
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -108,6 +117,27 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// Events in stored form with their JSON encodings, one per event (what
+    /// [`BlobSpill::encode`] produced), for backends outside this crate.
+    pub fn new(encoded: Vec<EncodedEvent>) -> Prepared {
+        let (events, encoded) = encoded
+            .into_iter()
+            .map(|encoded| (encoded.event, encoded.json))
+            .unzip();
+        Prepared { events, encoded }
+    }
+
+    /// The JSON encodings of the events, in order (empty where the backend
+    /// keeps none).
+    pub fn encoded(&self) -> &[String] {
+        &self.encoded
+    }
+
+    /// Takes the events and their encodings apart.
+    pub fn into_parts(self) -> (Vec<OutputEvent>, Vec<String>) {
+        (self.events, self.encoded)
+    }
+
     /// The events in stored form.
     pub fn events(&self) -> &[OutputEvent] {
         &self.events

@@ -19,7 +19,7 @@ pub(crate) const BLOB_PATH_PREFIX: &str = "blobs/";
 
 /// An event ready for storage: its stored form and that form's JSON text.
 #[derive(Debug)]
-pub(crate) struct EncodedEvent {
+pub struct EncodedEvent {
     pub event: OutputEvent,
     pub json: String,
 }
@@ -36,7 +36,7 @@ pub(crate) struct EncodedEvent {
 /// deletes: a blob claimed since the sweep's cutoff is never deleted, so a
 /// record that is about to reference it finds it there.
 #[derive(Debug, Clone)]
-pub(crate) struct BlobSpill {
+pub struct BlobSpill {
     pub(crate) dir: PathBuf,
     inline_max_bytes: usize,
     claims: Arc<Mutex<()>>,
@@ -44,7 +44,7 @@ pub(crate) struct BlobSpill {
 
 impl BlobSpill {
     /// Creates the blob directory and removes temporary files a crash left behind.
-    pub(crate) fn open(dir: PathBuf, inline_max_bytes: usize) -> Result<BlobSpill, StoreError> {
+    pub fn open(dir: PathBuf, inline_max_bytes: usize) -> Result<BlobSpill, StoreError> {
         fs::create_dir_all(&dir)?;
         for entry in fs::read_dir(&dir)? {
             let entry = entry?;
@@ -70,10 +70,7 @@ impl BlobSpill {
     /// only binds text. File work (hashing, fsync) runs on the blocking pool,
     /// and only for events whose whole JSON exceeds the limit: a value can only
     /// be over the limit if its event is.
-    pub(crate) async fn encode(
-        &self,
-        events: Vec<OutputEvent>,
-    ) -> Result<Vec<EncodedEvent>, StoreError> {
+    pub async fn encode(&self, events: Vec<OutputEvent>) -> Result<Vec<EncodedEvent>, StoreError> {
         let mut encoded = Vec::with_capacity(events.len());
         let mut oversized = false;
         for event in events {

@@ -91,7 +91,7 @@ impl BlobSpill {
 
 /// The blob a stored event references, if any: `None` for inline content and
 /// for file references outside the blob directory (a SubAgent's own files).
-pub(crate) fn referenced_blob(event: &OutputEvent) -> Option<&str> {
+pub fn referenced_blob(event: &OutputEvent) -> Option<&str> {
     match event.content()? {
         ContentRef::FileRef { path, .. } => path
             .strip_prefix(BLOB_PATH_PREFIX)
@@ -102,13 +102,45 @@ pub(crate) fn referenced_blob(event: &OutputEvent) -> Option<&str> {
 
 /// A quick test on an event's stored JSON: only text containing this can
 /// reference a blob, so only such rows need decoding.
-pub(crate) const REFERENCE_MARK: &str = BLOB_PATH_PREFIX;
+pub const REFERENCE_MARK: &str = BLOB_PATH_PREFIX;
 
 fn is_blob_name(name: &str) -> bool {
     name.len() == 64
         && name
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+impl BlobSpill {
+    /// One whole sweep for a store whose references `referenced` collects
+    /// (the mark phase, the store's job): the stale blobs are listed first,
+    /// then the referenced ones, then the stale unreferenced ones deleted.
+    pub async fn sweep<F>(
+        &self,
+        grace: std::time::Duration,
+        referenced: F,
+    ) -> Result<BlobSweep, crate::StoreError>
+    where
+        F: Future<Output = Result<HashSet<String>, crate::StoreError>>,
+    {
+        let cutoff = SystemTime::now()
+            .checked_sub(grace)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let spill = self.clone();
+        let stale = tokio::task::spawn_blocking(move || spill.stale_blobs(cutoff))
+            .await
+            .map_err(|_| crate::StoreError::Panicked)??;
+        if stale.is_empty() {
+            return Ok(BlobSweep::default());
+        }
+        let referenced = referenced.await?;
+        let spill = self.clone();
+        Ok(tokio::task::spawn_blocking(move || {
+            spill.remove_unreferenced(stale, &referenced, cutoff)
+        })
+        .await
+        .map_err(|_| crate::StoreError::Panicked)??)
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use swarmd_output_store::{
     MemoryOutputStore, OutputStore, SqliteDb, SqliteOptions, SqliteOutputStore, StoreError,
     Synchronous,
 };
+use swarmd_postgres::{PgDb, PgOptions, PgOutputStore, PgTaskStore};
 use swarmd_spawner::layers::SeniorSettings;
 use swarmd_spawner::operator::{NoSessions, SessionDirectory};
 use swarmd_spawner::process::{CliFormat, EnvVar, StdinMode, StreamMode};
@@ -67,6 +68,8 @@ pub struct Daemon {
     pub app: AppState,
     /// The shared SQLite handle, closed (flushed) at shutdown.
     pub db: Option<SqliteDb>,
+    /// The shared PostgreSQL handle, closed (flushed) at shutdown.
+    pub pg: Option<PgDb>,
     pub recovery: RecoveryReport,
 }
 
@@ -80,7 +83,12 @@ pub async fn build(
 ) -> Result<Daemon, BuildError> {
     let base_url = config.base_url(bound);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let (store, outputs, db) = open_stores(&config, &state)?;
+    let Stores {
+        tasks: store,
+        outputs,
+        sqlite: db,
+        postgres: pg,
+    } = open_stores(&config, &state, env).await?;
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
     let sessions = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
     let remote = Arc::new(RemotePools::new());
@@ -123,7 +131,7 @@ pub async fn build(
     let keep = Duration::from_secs(u64::from(config.retention.days) * 86_400);
     let every = match config.store.backend {
         StoreBackend::Memory => MEMORY_RETENTION_EVERY,
-        StoreBackend::Sqlite => RETENTION_EVERY,
+        StoreBackend::Sqlite | StoreBackend::Postgres => RETENTION_EVERY,
     };
     tasks.spawn(engine.retention_loop(keep, every));
     let app = AppState::new(AppInner {
@@ -142,37 +150,105 @@ pub async fn build(
         upstream_attempts: Default::default(),
         remote,
     });
-    Ok(Daemon { app, db, recovery })
+    Ok(Daemon {
+        app,
+        db,
+        pg,
+        recovery,
+    })
 }
 
-type Stores = (Arc<dyn TaskStore>, Arc<dyn OutputStore>, Option<SqliteDb>);
+/// The stores the engine is built over, and the database handle to close
+/// at shutdown.
+struct Stores {
+    tasks: Arc<dyn TaskStore>,
+    outputs: Arc<dyn OutputStore>,
+    sqlite: Option<SqliteDb>,
+    postgres: Option<PgDb>,
+}
 
-fn open_stores(config: &Config, state: &PreparedState) -> Result<Stores, BuildError> {
-    if config.store.backend == StoreBackend::Memory {
-        return Ok((
-            Arc::new(MemoryTaskStore::keeping(
+async fn open_stores(
+    config: &Config,
+    state: &PreparedState,
+    env: &Environment,
+) -> Result<Stores, BuildError> {
+    let inline_max = usize::try_from(config.limits.inline_max_bytes).unwrap_or(usize::MAX);
+    match config.store.backend {
+        StoreBackend::Memory => Ok(Stores {
+            tasks: Arc::new(MemoryTaskStore::keeping(
                 usize::try_from(config.store.memory_keep_finished).unwrap_or(usize::MAX),
             )),
-            Arc::new(MemoryOutputStore::new()),
-            None,
-        ));
+            outputs: Arc::new(MemoryOutputStore::new()),
+            sqlite: None,
+            postgres: None,
+        }),
+        StoreBackend::Postgres => {
+            let url = config.store.url.clone().unwrap_or_default();
+            let err = |source| BuildError::Store {
+                path: swarmd_postgres::redact_url(&url.0),
+                source,
+            };
+            let mut opts = PgOptions::new(url.0.clone());
+            opts.password = pg_password(config, env).map_err(err)?;
+            opts.pool_size = config.store.pg_pool as usize;
+            let db = PgDb::open(opts).await.map_err(err)?;
+            let outputs =
+                PgOutputStore::open(db.clone(), state.dir.blobs(), inline_max).map_err(err)?;
+            Ok(Stores {
+                tasks: Arc::new(PgTaskStore::new(db.clone())),
+                outputs: Arc::new(outputs),
+                sqlite: None,
+                postgres: Some(db),
+            })
+        }
+        StoreBackend::Sqlite => {
+            let path = state.dir.database();
+            let err = |source| BuildError::Store {
+                path: path.display().to_string(),
+                source,
+            };
+            let mut opts = SqliteOptions::new(&path);
+            opts.synchronous = match config.store.synchronous {
+                config::Synchronous::Full => Synchronous::Full,
+                config::Synchronous::Normal => Synchronous::Normal,
+            };
+            let db = SqliteDb::open(opts).map_err(err)?;
+            let tasks = SqliteTaskStore::open(db.clone()).map_err(err)?;
+            let outputs =
+                SqliteOutputStore::open(db.clone(), state.dir.blobs(), inline_max).map_err(err)?;
+            Ok(Stores {
+                tasks: Arc::new(tasks),
+                outputs: Arc::new(outputs),
+                sqlite: Some(db),
+                postgres: None,
+            })
+        }
     }
-    let path = state.dir.database();
-    let err = |source| BuildError::Store {
-        path: path.display().to_string(),
-        source,
+}
+
+/// systemd's credential name for the PostgreSQL password
+/// (`LoadCredential=swarmd-pg-password:…`).
+pub const PG_PASSWORD_CREDENTIAL: &str = "swarmd-pg-password";
+
+/// The PostgreSQL password: from `store.password_file`, else from the
+/// systemd credential when it exists, else none. Trailing newlines are not
+/// part of it. Errors name the file, never its contents.
+fn pg_password(config: &Config, env: &Environment) -> Result<Option<String>, StoreError> {
+    let file = config.store.password_file.clone().or_else(|| {
+        let dir = env.get("CREDENTIALS_DIRECTORY")?;
+        let file = std::path::Path::new(&dir).join(PG_PASSWORD_CREDENTIAL);
+        file.exists().then_some(file)
+    });
+    let Some(file) = file else {
+        return Ok(None);
     };
-    let mut opts = SqliteOptions::new(&path);
-    opts.synchronous = match config.store.synchronous {
-        config::Synchronous::Full => Synchronous::Full,
-        config::Synchronous::Normal => Synchronous::Normal,
-    };
-    let db = SqliteDb::open(opts).map_err(err)?;
-    let tasks = SqliteTaskStore::open(db.clone()).map_err(err)?;
-    let inline_max = usize::try_from(config.limits.inline_max_bytes).unwrap_or(usize::MAX);
-    let outputs =
-        SqliteOutputStore::open(db.clone(), state.dir.blobs(), inline_max).map_err(err)?;
-    Ok((Arc::new(tasks), Arc::new(outputs), Some(db)))
+    let text = std::fs::read_to_string(&file).map_err(|error| {
+        StoreError::Io(std::io::Error::new(
+            error.kind(),
+            format!("store.password_file {}: {error}", file.display()),
+        ))
+    })?;
+    Ok(Some(text.trim_end_matches(['\r', '\n']).to_owned()))
 }
 
 fn token_authority(config: &Config, keyring: Keyring, clock: Arc<dyn Clock>) -> TokenAuthority {

@@ -193,6 +193,9 @@ pub async fn run(
     {
         tracing::error!(%error, "could not flush the store");
     }
+    if let Some(db) = built.pg {
+        db.close().await;
+    }
     tracing::info!("stopped");
     served.map_err(ServeError::Serve)
 }

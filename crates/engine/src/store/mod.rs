@@ -5,6 +5,8 @@
 //! order is commit order) and acknowledged through a callback once durable;
 //! the callbacks run in submission order. Reads are async.
 
+#[cfg(any(test, feature = "test-util"))]
+pub mod conformance;
 mod memory;
 mod sqlite;
 

@@ -44,6 +44,28 @@ pub enum StoreBackend {
     Sqlite,
     /// In memory: everything is lost at exit (tests, `--ephemeral`).
     Memory,
+    /// PostgreSQL at `store.url`: tasks, attempts, handles, events, audit,
+    /// sessions and outputs in the database; spilled blobs stay in
+    /// `<state_dir>/blobs`.
+    Postgres,
+}
+
+/// A PostgreSQL connection string (URL or key=value). It may carry a
+/// password, so it is shown and serialized with any password redacted.
+#[derive(Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(transparent)]
+pub struct PgUrl(pub String);
+
+impl std::fmt::Debug for PgUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&swarmd_postgres::redact_url(&self.0))
+    }
+}
+
+impl Serialize for PgUrl {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&swarmd_postgres::redact_url(&self.0))
+    }
 }
 
 /// SQLite `PRAGMA synchronous` for the store.
@@ -61,8 +83,21 @@ pub enum Synchronous {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
-    /// `sqlite` (default) or `memory`.
+    /// `sqlite` (default), `postgres` or `memory`.
     pub backend: StoreBackend,
+    /// With `postgres`: the database, as a libpq-style URL
+    /// (`postgres://swarmd@db.internal:5432/swarmd`) or key=value string.
+    /// Keep the password out of it: see `password_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<PgUrl>,
+    /// With `postgres`: a file holding the login password (trailing
+    /// newlines ignored). Default: `$CREDENTIALS_DIRECTORY/swarmd-pg-password`
+    /// when that file exists (systemd's `LoadCredential=`), else none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// With `postgres`: read connections in the pool (the writer has one
+    /// more of its own).
+    pub pg_pool: u32,
     /// The state directory (docs/operations.md, State directory). Default: the first path of
     /// `$STATE_DIRECTORY` (set by systemd's `StateDirectory=`), else
     /// `./swarmd-state`.
@@ -82,6 +117,9 @@ impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             backend: StoreBackend::Sqlite,
+            url: None,
+            password_file: None,
+            pg_pool: swarmd_postgres::DEFAULT_POOL_SIZE as u32,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             synchronous: Synchronous::Full,
             memory_keep_finished: swarmd_engine::store::DEFAULT_KEEP_FINISHED as u64,

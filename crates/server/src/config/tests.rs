@@ -239,6 +239,12 @@ fn invalid_values_are_refused_with_the_key() {
             "[store]\nmemory_keep_finished = 0\n",
             "store.memory_keep_finished",
         ),
+        ("[store]\nbackend = \"postgres\"\n", "store.url"),
+        (
+            "[store]\nbackend = \"postgres\"\nurl = \" \"\n",
+            "store.url",
+        ),
+        ("[store]\npg_pool = 0\n", "store.pg_pool"),
         ("[defaults]\nmax_attempts = 0\n", "defaults.max_attempts"),
         ("[defaults]\nmax_tokens = 0\n", "defaults.max_tokens"),
         ("[defaults]\nmax_cost_usd = 0.0\n", "defaults.max_cost_usd"),
@@ -346,6 +352,29 @@ fn system_prompt_file_and_inherited_env_are_resolved_once() {
     };
     let vars: Vec<_> = process.resolved_env.iter().collect();
     assert_eq!(vars, [("API_KEY", "sk-1")]);
+}
+
+#[test]
+fn a_postgres_store_is_read_and_its_url_printed_without_a_password() {
+    let fixture = Fixture::new(
+        "[store]\nbackend = \"postgres\"\n\
+         url = \"postgres://swarmd:inline-pw@db.internal:5432/swarmd\"\n\
+         password_file = \"/run/pg-password\"\npg_pool = 3\n",
+    );
+    let config = fixture.load(&[], &Overrides::default()).unwrap();
+    assert_eq!(config.store.backend, StoreBackend::Postgres);
+    assert_eq!(config.store.pg_pool, 3);
+    assert_eq!(
+        config.store.password_file.as_deref(),
+        Some(Path::new("/run/pg-password"))
+    );
+    let printed = config.to_toml_redacted().unwrap();
+    assert!(!printed.contains("inline-pw"), "{printed}");
+    assert!(
+        printed.contains("postgres://swarmd:<redacted>@db.internal:5432/swarmd"),
+        "{printed}"
+    );
+    assert!(!format!("{config:?}").contains("inline-pw"));
 }
 
 #[test]

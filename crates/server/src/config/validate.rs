@@ -8,9 +8,9 @@ use std::path::Path;
 
 use swarmd_engine::task::{MAX_ATTEMPTS, MAX_COST_USD, MAX_POLICY_SECS};
 
-use super::Config;
 use super::agent::{Agent, AgentKind, MAX_TOOL_TIMEOUT_SECS};
 use super::error::ConfigError;
+use super::{Config, StoreBackend};
 
 /// Hint layers an agent may name, besides `lua:<name>`. The base layers
 /// (`audit`, `long_hold`) always apply and are not named.
@@ -139,6 +139,19 @@ fn validate_server(config: &Config) -> Result<(), ConfigError> {
         1,
         100_000_000,
     )?;
+    range("store.pg_pool", u64::from(config.store.pg_pool), 1, 256)?;
+    if config.store.backend == StoreBackend::Postgres
+        && config
+            .store
+            .url
+            .as_ref()
+            .is_none_or(|url| url.0.trim().is_empty())
+    {
+        return Err(invalid(
+            "store.url",
+            "must name the database when store.backend = \"postgres\"",
+        ));
+    }
     Ok(())
 }
 

@@ -1,9 +1,9 @@
 //! `TaskStore::list_tasks` conformance: paging newest first, and every
-//! filter a list may combine, on both backends.
+//! filter a list may combine.
 
 use super::*;
 
-pub(super) async fn list_tasks_pages_newest_first(store: Arc<dyn TaskStore>) {
+pub async fn list_tasks_pages_newest_first(store: Arc<dyn TaskStore>) {
     let tasks: Vec<Task> = (0..7).map(|i| new_task("a", i)).collect();
     // Insertion order must not matter: ids carry creation order.
     let mut shuffled: Vec<WriteOp> = tasks.iter().rev().map(put).collect();
@@ -57,7 +57,7 @@ pub(super) async fn list_tasks_pages_newest_first(store: Arc<dyn TaskStore>) {
     assert!(store.list_tasks(&nothing).await.unwrap().is_empty());
 }
 
-pub(super) async fn list_tasks_filters_by_status_and_agent(store: Arc<dyn TaskStore>) {
+pub async fn list_tasks_filters_by_status_and_agent(store: Arc<dyn TaskStore>) {
     let a_queued = new_task("a", 1);
     let b_running = running("b", 2);
     let a_pass = finished("a", AttemptOutcome::Pass, 30);
@@ -124,9 +124,7 @@ pub(super) async fn list_tasks_filters_by_status_and_agent(store: Arc<dyn TaskSt
     assert_eq!(ids(&running_a), vec![a_running.id, moved.id]);
 }
 
-pub(super) async fn list_tasks_filters_by_session_parent_prompt_and_since(
-    store: Arc<dyn TaskStore>,
-) {
+pub async fn list_tasks_filters_by_session_parent_prompt_and_since(store: Arc<dyn TaskStore>) {
     let sid = SessionId::new();
     let mut owned = new_task("a", 1);
     owned.session = Some(sid);

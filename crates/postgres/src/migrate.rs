@@ -1,0 +1,170 @@
+//! The schema and its versioned migrations, applied at open under a
+//! PostgreSQL advisory lock.
+//!
+//! `schema_version` holds one row per migration applied. A node takes
+//! `pg_advisory_lock(MIGRATION_LOCK)` (session-level, so it blocks other
+//! nodes until released), reads the highest version, applies each missing
+//! step in its own transaction together with its `schema_version` row, and
+//! releases the lock. Nodes starting together on an empty database
+//! therefore apply every step exactly once; the others wait and find the
+//! schema done. A database whose version is newer than this build's is
+//! refused rather than misread.
+
+use swarmd_output_store::StoreError;
+use tokio_postgres::Client;
+
+use crate::connect::db_error;
+
+/// The schema this build writes.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The advisory lock key of migrations: "swarmd" in ASCII, so another
+/// application's locks are unlikely to collide.
+const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
+
+/// Step `n` (1-based) brings the schema from version `n - 1` to `n`.
+///
+/// Ids are UUIDs (v7 for tasks, so `ORDER BY id` is creation order);
+/// bodies are the records' JSON as text, as in SQLite, so both backends
+/// decode the same bytes. The columns a listing filters on (`session`,
+/// `parent`, `continued_from`) are columns with partial indexes instead of
+/// JSON paths. Events are keyed by the seq the writer commits them under;
+/// audit ids come from an identity column the single writer draws in
+/// commit order. Outputs carry `is_final` so `last_final` is one index walk.
+const STEPS: [&str; 1] = ["
+CREATE TABLE tasks (
+    id             uuid   PRIMARY KEY,
+    status         text   NOT NULL,
+    agent          text   NOT NULL,
+    finished_ms    bigint,
+    session        uuid,
+    parent         uuid,
+    continued_from uuid,
+    body           text   NOT NULL
+);
+CREATE INDEX tasks_status ON tasks (status, id);
+CREATE INDEX tasks_agent ON tasks (agent, id);
+CREATE INDEX tasks_finished ON tasks (finished_ms) WHERE finished_ms IS NOT NULL;
+CREATE INDEX tasks_session ON tasks (session, id) WHERE session IS NOT NULL;
+CREATE INDEX tasks_parent ON tasks (parent, id) WHERE parent IS NOT NULL;
+CREATE INDEX tasks_continued_from ON tasks (continued_from, id) WHERE continued_from IS NOT NULL;
+
+CREATE TABLE attempts (
+    task    uuid   NOT NULL,
+    attempt bigint NOT NULL,
+    body    text   NOT NULL,
+    PRIMARY KEY (task, attempt)
+);
+
+CREATE TABLE handles (
+    task     uuid   NOT NULL,
+    attempt  bigint NOT NULL,
+    digest   bytea  NOT NULL,
+    exp_secs bigint NOT NULL,
+    body     text   NOT NULL,
+    PRIMARY KEY (task, attempt, digest)
+);
+
+CREATE TABLE idem_keys (
+    key  text PRIMARY KEY,
+    task uuid NOT NULL
+);
+CREATE INDEX idem_keys_task ON idem_keys (task);
+
+CREATE TABLE events (
+    seq   bigint PRIMARY KEY,
+    ts_ms bigint NOT NULL,
+    task  uuid,
+    body  text   NOT NULL
+);
+
+CREATE TABLE audit (
+    id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    ts_ms bigint NOT NULL,
+    task  uuid   NOT NULL,
+    body  text   NOT NULL
+);
+CREATE INDEX audit_task ON audit (task, id);
+
+CREATE TABLE posted_finals (
+    task    uuid   NOT NULL,
+    attempt bigint NOT NULL,
+    key     text,
+    digest  bytea  NOT NULL,
+    PRIMARY KEY (task, attempt)
+);
+
+CREATE TABLE sessions (
+    sid  uuid PRIMARY KEY,
+    body text NOT NULL
+);
+
+CREATE TABLE task_store_meta (
+    name  text   PRIMARY KEY,
+    value bigint NOT NULL
+);
+
+CREATE TABLE outputs (
+    task     uuid    NOT NULL,
+    attempt  bigint  NOT NULL,
+    seq      bigint  NOT NULL,
+    ts_ms    bigint  NOT NULL,
+    producer text    NOT NULL,
+    is_final boolean NOT NULL,
+    event    text    NOT NULL,
+    PRIMARY KEY (task, attempt, seq)
+);
+CREATE INDEX outputs_finals ON outputs (task, attempt, seq) WHERE is_final;
+"];
+
+/// Applies the missing steps under the advisory lock.
+pub(crate) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(db_error)?;
+    let outcome = apply_missing(client).await;
+    // Released whatever happened; closing the connection would release it too.
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(db_error);
+    outcome.and(unlocked.map(drop))
+}
+
+async fn apply_missing(client: &mut Client) -> Result<(), StoreError> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (
+                version    integer PRIMARY KEY,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )",
+        )
+        .await
+        .map_err(db_error)?;
+    let found: i32 = client
+        .query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[])
+        .await
+        .map_err(db_error)?
+        .get(0);
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::Schema(format!(
+            "the database has swarmd schema version {found}, newer than version \
+             {SCHEMA_VERSION} that this swarmd understands; refusing to use it"
+        )));
+    }
+    for (index, step) in STEPS.iter().enumerate().skip(found as usize) {
+        let version = index as i32 + 1;
+        let tx = client.transaction().await.map_err(db_error)?;
+        tx.batch_execute(step).await.map_err(db_error)?;
+        tx.execute(
+            "INSERT INTO schema_version (version) VALUES ($1)",
+            &[&version],
+        )
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        tracing::info!(version, "postgres schema migrated");
+    }
+    Ok(())
+}

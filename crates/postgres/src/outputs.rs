@@ -1,0 +1,320 @@
+//! `PgOutputStore`: the durable `OutputStore` on the `outputs` table.
+//!
+//! Writes go through the shared writer with the task store's, so
+//! `append_at` is queued before it returns and commits in call order with
+//! every other write of the daemon. `append` is numbered by the writer:
+//! after the stream's last committed seq and any rows of the same stream
+//! pending in the group. Values too large to keep inline are spilled to
+//! the node's local blob directory (`<state_dir>/blobs`) before the row
+//! that names them is queued, as on SQLite.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use swarmd_output_store::{
+    BlobSpill, BlobSweep, Clock, Durable, OutputEvent, OutputRecord, OutputStore, Prepared,
+    REFERENCE_MARK, StoreError, SystemClock, nesting, referenced_blob,
+};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use crate::PgDb;
+use crate::connect::db_error;
+use crate::rows::{OutputRow, Row};
+use crate::tasks::int;
+use crate::writer::Op;
+
+/// The progress stage of an output read back in place of an unreadable one
+/// (the same as SQLite's).
+const UNREADABLE_STAGE: &str = "unreadable_output";
+
+/// Output streams in PostgreSQL, with large inline values spilled to blob files.
+#[derive(Debug, Clone)]
+pub struct PgOutputStore {
+    db: PgDb,
+    spill: BlobSpill,
+    clock: Arc<dyn Clock>,
+}
+
+impl PgOutputStore {
+    /// Values whose JSON exceeds `inline_max_bytes` go to `blob_dir`
+    /// (expected: `<state_dir>/blobs`).
+    pub fn open(
+        db: PgDb,
+        blob_dir: PathBuf,
+        inline_max_bytes: usize,
+    ) -> Result<PgOutputStore, StoreError> {
+        PgOutputStore::with_clock(db, blob_dir, inline_max_bytes, Arc::new(SystemClock))
+    }
+
+    /// Like `open`, stamping records with `clock`.
+    pub fn with_clock(
+        db: PgDb,
+        blob_dir: PathBuf,
+        inline_max_bytes: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Result<PgOutputStore, StoreError> {
+        let spill = BlobSpill::open(blob_dir, inline_max_bytes)?;
+        Ok(PgOutputStore { db, spill, clock })
+    }
+}
+
+fn records_at(
+    task: Uuid,
+    attempt: u32,
+    first_seq: u64,
+    ts_ms: u64,
+    producer: &str,
+    events: Vec<OutputEvent>,
+) -> Vec<OutputRecord> {
+    events
+        .into_iter()
+        .zip(first_seq..)
+        .map(|(event, seq)| OutputRecord {
+            task,
+            attempt,
+            seq,
+            ts_ms,
+            producer: producer.to_owned(),
+            event,
+        })
+        .collect()
+}
+
+fn is_final(event: &OutputEvent) -> bool {
+    matches!(event, OutputEvent::Final { .. })
+}
+
+/// The JSON of each prepared event (encoding it when the preparer kept none).
+fn jsons(prepared: &Prepared) -> Result<Vec<String>, StoreError> {
+    if prepared.encoded().len() == prepared.len() {
+        return Ok(prepared.encoded().to_vec());
+    }
+    prepared
+        .events()
+        .iter()
+        .map(|event| serde_json::to_string(event).map_err(StoreError::from))
+        .collect()
+}
+
+fn decode_row(task: Uuid, attempt: u32, row: &tokio_postgres::Row) -> OutputRecord {
+    let seq: i64 = row.get(0);
+    let key = format!("{task}/{attempt}/{seq}");
+    let text: &str = row.get(3);
+    let event =
+        nesting::decode_stored("outputs", &key, text).unwrap_or_else(|_| OutputEvent::Progress {
+            stage: UNREADABLE_STAGE.to_owned(),
+            note: Some(format!("output {key} is stored but cannot be read")),
+        });
+    OutputRecord {
+        task,
+        attempt,
+        seq: seq as u64,
+        ts_ms: row.get::<_, i64>(1) as u64,
+        producer: row.get(2),
+        event,
+    }
+}
+
+#[async_trait]
+impl OutputStore for PgOutputStore {
+    async fn prepare(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
+        Ok(Prepared::new(self.spill.encode(events).await?))
+    }
+
+    fn append_at(
+        &self,
+        task: Uuid,
+        attempt: u32,
+        first_seq: u64,
+        producer: &str,
+        prepared: Prepared,
+    ) -> (Vec<OutputRecord>, Durable) {
+        let ts_ms = self.clock.now_ms();
+        let (events, encoded) = match jsons(&prepared) {
+            Ok(encoded) => (prepared.into_parts().0, encoded),
+            Err(error) => return (Vec::new(), Box::pin(async move { Err(error) })),
+        };
+        let rows = events
+            .iter()
+            .zip(encoded)
+            .zip(first_seq..)
+            .map(|((event, json), seq)| {
+                Row::Output(OutputRow {
+                    task,
+                    attempt: i64::from(attempt),
+                    seq: int(seq),
+                    ts_ms: int(ts_ms),
+                    producer: producer.to_owned(),
+                    is_final: is_final(event),
+                    event: json,
+                })
+            })
+            .collect();
+        let (sender, receiver) = oneshot::channel();
+        self.db.submit(
+            Op::Rows(rows),
+            Box::new(move |outcome| {
+                let _ = sender.send(outcome.map(drop));
+            }),
+        );
+        let records = records_at(task, attempt, first_seq, ts_ms, producer, events);
+        let durable = async move { receiver.await.unwrap_or(Err(StoreError::Closed)) };
+        (records, Box::pin(durable))
+    }
+
+    async fn last_seq(&self, task: Uuid, attempt: u32) -> Result<u64, StoreError> {
+        let client = self.db.reader().await?;
+        let statement = client
+            .prepare_cached(crate::rows::LAST_OUTPUT_SEQ)
+            .await
+            .map_err(db_error)?;
+        let row = client
+            .query_opt(&statement, &[&task, &i64::from(attempt)])
+            .await
+            .map_err(db_error)?;
+        Ok(row.map_or(0, |row| row.get::<_, i64>(0) as u64))
+    }
+
+    async fn append(
+        &self,
+        task: Uuid,
+        attempt: u32,
+        producer: &str,
+        events: Vec<OutputEvent>,
+    ) -> Result<Vec<OutputRecord>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let prepared = self.prepare(events).await?;
+        let encoded = jsons(&prepared)?;
+        let events = prepared.into_parts().0;
+        let ts_ms = self.clock.now_ms();
+        let first = self
+            .db
+            .write(Op::AppendNext {
+                task,
+                attempt: i64::from(attempt),
+                ts_ms: int(ts_ms),
+                producer: producer.to_owned(),
+                events: events.iter().map(is_final).zip(encoded).collect(),
+            })
+            .await?;
+        Ok(records_at(task, attempt, first, ts_ms, producer, events))
+    }
+
+    async fn tail(
+        &self,
+        task: Uuid,
+        attempt: u32,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<OutputRecord>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let client = self.db.reader().await?;
+        let statement = client
+            .prepare_cached(
+                "SELECT seq, ts_ms, producer, event FROM outputs
+                 WHERE task = $1 AND attempt = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+            )
+            .await
+            .map_err(db_error)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = client
+            .query(
+                &statement,
+                &[&task, &i64::from(attempt), &int(after_seq), &limit],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|row| decode_row(task, attempt, row))
+            .collect())
+    }
+
+    async fn last_final(
+        &self,
+        task: Uuid,
+        attempt: u32,
+    ) -> Result<Option<OutputRecord>, StoreError> {
+        let client = self.db.reader().await?;
+        let statement = client
+            .prepare_cached(
+                "SELECT seq, ts_ms, producer, event FROM outputs
+                 WHERE task = $1 AND attempt = $2 AND is_final ORDER BY seq DESC LIMIT 1",
+            )
+            .await
+            .map_err(db_error)?;
+        let row = client
+            .query_opt(&statement, &[&task, &i64::from(attempt)])
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(|row| decode_row(task, attempt, &row)))
+    }
+
+    async fn list_attempts(&self, task: Uuid) -> Result<Vec<u32>, StoreError> {
+        let client = self.db.reader().await?;
+        let statement = client
+            .prepare_cached("SELECT DISTINCT attempt FROM outputs WHERE task = $1 ORDER BY attempt")
+            .await
+            .map_err(db_error)?;
+        let rows = client.query(&statement, &[&task]).await.map_err(db_error)?;
+        Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u32).collect())
+    }
+
+    async fn prune(&self, before_ms: u64) -> Result<u64, StoreError> {
+        let client = self.db.reader().await?;
+        client
+            .execute(
+                "DELETE FROM outputs WHERE task IN
+                     (SELECT task FROM outputs GROUP BY task HAVING MAX(ts_ms) < $1)",
+                &[&int(before_ms)],
+            )
+            .await
+            .map_err(db_error)
+    }
+
+    async fn forget(&self, tasks: &[Uuid]) -> Result<u64, StoreError> {
+        if tasks.is_empty() {
+            return Ok(0);
+        }
+        let client = self.db.reader().await?;
+        client
+            .execute("DELETE FROM outputs WHERE task = ANY($1)", &[&tasks])
+            .await
+            .map_err(db_error)
+    }
+
+    async fn sweep_blobs(&self, grace: Duration) -> Result<BlobSweep, StoreError> {
+        self.spill.sweep(grace, referenced_blobs(&self.db)).await
+    }
+}
+
+/// The names of the blobs that rows of `outputs` reference: only rows whose
+/// text carries the mark are read whole.
+async fn referenced_blobs(db: &PgDb) -> Result<HashSet<String>, StoreError> {
+    let client = db.reader().await?;
+    let rows = client
+        .query(
+            "SELECT event FROM outputs WHERE strpos(event, $1) > 0",
+            &[&REFERENCE_MARK],
+        )
+        .await
+        .map_err(db_error)?;
+    let mut referenced = HashSet::new();
+    for row in rows {
+        let text: &str = row.get(0);
+        if let Ok(event) = serde_json::from_str::<OutputEvent>(text)
+            && let Some(name) = referenced_blob(&event)
+        {
+            referenced.insert(name.to_owned());
+        }
+    }
+    Ok(referenced)
+}

@@ -1,0 +1,361 @@
+//! The rows a write stores, and how a group commit folds the rows of many
+//! jobs into one multi-row statement per table.
+//!
+//! Every row is an upsert that replaces the whole row, a plain insert, or
+//! a delete by key. Folding keeps the group's effect equal to running its
+//! rows one by one in queue order: an upsert replaces an earlier pending
+//! upsert of the same key in place, a delete withdraws the pending upsert
+//! of its key, and a group's deletes run before its upserts (so a row put
+//! after a delete in the same group stands). Inserts are never folded: a
+//! duplicate key fails the statement, and so the group, which the writer
+//! then retries job by job so that only the guilty job fails.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+mod columns;
+
+use futures_util::future::try_join_all;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Statement};
+use uuid::Uuid;
+
+/// One row to store.
+#[derive(Debug)]
+pub(crate) enum Row {
+    Task {
+        id: Uuid,
+        status: &'static str,
+        agent: String,
+        finished_ms: Option<i64>,
+        session: Option<Uuid>,
+        parent: Option<Uuid>,
+        continued_from: Option<Uuid>,
+        body: String,
+    },
+    Attempt {
+        task: Uuid,
+        attempt: i64,
+        body: String,
+    },
+    Handle {
+        task: Uuid,
+        attempt: i64,
+        digest: [u8; 32],
+        exp_secs: i64,
+        body: String,
+    },
+    Key {
+        key: String,
+        task: Uuid,
+    },
+    Event {
+        seq: i64,
+        ts_ms: i64,
+        task: Option<Uuid>,
+        body: String,
+    },
+    Audit {
+        ts_ms: i64,
+        task: Uuid,
+        body: String,
+    },
+    PutSession {
+        sid: Uuid,
+        body: String,
+    },
+    DeleteSession {
+        sid: Uuid,
+    },
+    PutPosted {
+        task: Uuid,
+        attempt: i64,
+        key: Option<String>,
+        digest: [u8; 32],
+    },
+    DeletePosted {
+        task: Uuid,
+        attempt: i64,
+    },
+    Output(OutputRow),
+}
+
+/// One output record's row.
+#[derive(Debug)]
+pub(crate) struct OutputRow {
+    pub(crate) task: Uuid,
+    pub(crate) attempt: i64,
+    pub(crate) seq: i64,
+    pub(crate) ts_ms: i64,
+    pub(crate) producer: String,
+    pub(crate) is_final: bool,
+    pub(crate) event: String,
+}
+
+/// The writer's prepared statements, one per folded table operation.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    begin: Statement,
+    commit: Statement,
+    tasks: Statement,
+    attempts: Statement,
+    handles: Statement,
+    keys: Statement,
+    events: Statement,
+    audit: Statement,
+    put_sessions: Statement,
+    delete_sessions: Statement,
+    put_posted: Statement,
+    delete_posted: Statement,
+    outputs: Statement,
+    pub(crate) last_output_seq: Statement,
+}
+
+const TASKS: &str = "
+INSERT INTO tasks (id, status, agent, finished_ms, session, parent, continued_from, body)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::uuid[], $6::uuid[],
+                     $7::uuid[], $8::text[])
+ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
+    session = excluded.session, body = excluded.body";
+const ATTEMPTS: &str = "
+INSERT INTO attempts (task, attempt, body)
+SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[])
+ON CONFLICT (task, attempt) DO UPDATE SET body = excluded.body";
+const HANDLES: &str = "
+INSERT INTO handles (task, attempt, digest, exp_secs, body)
+SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bytea[], $4::bigint[], $5::text[])
+ON CONFLICT (task, attempt, digest) DO UPDATE SET exp_secs = excluded.exp_secs,
+    body = excluded.body";
+const KEYS: &str = "
+INSERT INTO idem_keys (key, task) SELECT * FROM unnest($1::text[], $2::uuid[])
+ON CONFLICT (key) DO UPDATE SET task = excluded.task";
+/// A seq already stored fails the statement: the log never silently
+/// replaces an event subscribers may have seen.
+const EVENTS: &str = "
+INSERT INTO events (seq, ts_ms, task, body)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::text[])";
+/// Identity values are drawn in the order the rows are inserted: queue order.
+const AUDIT: &str = "
+INSERT INTO audit (ts_ms, task, body)
+SELECT ts_ms, task, body FROM unnest($1::bigint[], $2::uuid[], $3::text[])
+    WITH ORDINALITY AS row (ts_ms, task, body, n) ORDER BY n";
+const PUT_SESSIONS: &str = "
+INSERT INTO sessions (sid, body) SELECT * FROM unnest($1::uuid[], $2::text[])
+ON CONFLICT (sid) DO UPDATE SET body = excluded.body";
+const DELETE_SESSIONS: &str = "DELETE FROM sessions WHERE sid = ANY($1::uuid[])";
+const PUT_POSTED: &str = "
+INSERT INTO posted_finals (task, attempt, key, digest)
+SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::bytea[])
+ON CONFLICT (task, attempt) DO UPDATE SET key = excluded.key, digest = excluded.digest";
+const DELETE_POSTED: &str = "
+DELETE FROM posted_finals p USING unnest($1::uuid[], $2::bigint[]) AS gone (task, attempt)
+WHERE p.task = gone.task AND p.attempt = gone.attempt";
+/// A seq already taken fails the statement (the primary key).
+const OUTPUTS: &str = "
+INSERT INTO outputs (task, attempt, seq, ts_ms, producer, is_final, event)
+SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
+                     $6::boolean[], $7::text[])";
+pub(crate) const LAST_OUTPUT_SEQ: &str =
+    "SELECT seq FROM outputs WHERE task = $1 AND attempt = $2 ORDER BY seq DESC LIMIT 1";
+
+impl Statements {
+    /// Prepares every statement on the writer's connection.
+    pub(crate) async fn prepare(
+        client: &tokio_postgres::Client,
+    ) -> Result<Statements, tokio_postgres::Error> {
+        let all = try_join_all(
+            [
+                "BEGIN",
+                "COMMIT",
+                TASKS,
+                ATTEMPTS,
+                HANDLES,
+                KEYS,
+                EVENTS,
+                AUDIT,
+                PUT_SESSIONS,
+                DELETE_SESSIONS,
+                PUT_POSTED,
+                DELETE_POSTED,
+                OUTPUTS,
+                LAST_OUTPUT_SEQ,
+            ]
+            .map(|sql| client.prepare(sql)),
+        )
+        .await?;
+        let mut all = all.into_iter();
+        let mut next = || all.next().expect("one statement per query");
+        Ok(Statements {
+            begin: next(),
+            commit: next(),
+            tasks: next(),
+            attempts: next(),
+            handles: next(),
+            keys: next(),
+            events: next(),
+            audit: next(),
+            put_sessions: next(),
+            delete_sessions: next(),
+            put_posted: next(),
+            delete_posted: next(),
+            outputs: next(),
+            last_output_seq: next(),
+        })
+    }
+}
+
+/// Keyed upserts: the last row per key, in first-seen key order.
+struct Upserts<'a, K> {
+    index: HashMap<K, usize>,
+    rows: Vec<Option<&'a Row>>,
+}
+
+impl<K> Default for Upserts<'_, K> {
+    fn default() -> Self {
+        Upserts {
+            index: HashMap::new(),
+            rows: Vec::new(),
+        }
+    }
+}
+
+impl<'a, K: Hash + Eq> Upserts<'a, K> {
+    fn put(&mut self, key: K, row: &'a Row) {
+        match self.index.get(&key) {
+            Some(&at) => self.rows[at] = Some(row),
+            None => {
+                self.index.insert(key, self.rows.len());
+                self.rows.push(Some(row));
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &K) {
+        if let Some(at) = self.index.remove(key) {
+            self.rows[at] = None;
+        }
+    }
+
+    fn rows(&self) -> impl Iterator<Item = &'a Row> + '_ {
+        self.rows.iter().flatten().copied()
+    }
+}
+
+/// The rows of one group commit, folded per table.
+#[derive(Default)]
+pub(crate) struct Group<'a> {
+    tasks: Upserts<'a, Uuid>,
+    attempts: Upserts<'a, (Uuid, i64)>,
+    handles: Upserts<'a, (Uuid, i64, [u8; 32])>,
+    keys: Upserts<'a, &'a str>,
+    sessions: Upserts<'a, Uuid>,
+    deleted_sessions: Vec<Uuid>,
+    posted: Upserts<'a, (Uuid, i64)>,
+    deleted_posted: Vec<(Uuid, i64)>,
+    events: Vec<&'a Row>,
+    audit: Vec<&'a Row>,
+    outputs: Vec<&'a OutputRow>,
+}
+
+impl<'a> Group<'a> {
+    pub(crate) fn add(&mut self, row: &'a Row) {
+        match row {
+            Row::Task { id, .. } => self.tasks.put(*id, row),
+            Row::Attempt { task, attempt, .. } => self.attempts.put((*task, *attempt), row),
+            Row::Handle {
+                task,
+                attempt,
+                digest,
+                ..
+            } => self.handles.put((*task, *attempt, *digest), row),
+            Row::Key { key, .. } => self.keys.put(key.as_str(), row),
+            Row::Event { .. } => self.events.push(row),
+            Row::Audit { .. } => self.audit.push(row),
+            Row::PutSession { sid, .. } => self.sessions.put(*sid, row),
+            Row::DeleteSession { sid } => {
+                self.sessions.remove(sid);
+                self.deleted_sessions.push(*sid);
+            }
+            Row::PutPosted { task, attempt, .. } => self.posted.put((*task, *attempt), row),
+            Row::DeletePosted { task, attempt } => {
+                self.posted.remove(&(*task, *attempt));
+                self.deleted_posted.push((*task, *attempt));
+            }
+            Row::Output(output) => self.add_output(output),
+        }
+    }
+
+    pub(crate) fn add_output(&mut self, output: &'a OutputRow) {
+        self.outputs.push(output);
+    }
+
+    /// Commits the group as one transaction: `BEGIN`, one statement per
+    /// non-empty table (deletes first) and `COMMIT`, all sent pipelined on
+    /// the connection before any answer is awaited, so a group costs one
+    /// round trip plus the server's WAL flush. A statement that fails
+    /// aborts the transaction, which turns its `COMMIT` into a rollback;
+    /// the caller sees the statement's error.
+    pub(crate) async fn commit(
+        &self,
+        tx: &Client,
+        statements: &Statements,
+    ) -> Result<(), tokio_postgres::Error> {
+        let c = columns::Columns::of(self);
+        let none: Vec<&(dyn ToSql + Sync)> = Vec::new();
+        let mut sends = vec![tx.execute_raw(&statements.begin, none.clone())];
+        macro_rules! send {
+            ($statement:expr, $($column:expr),+ $(,)?) => {
+                sends.push(tx.execute_raw(
+                    &$statement,
+                    vec![$(&$column as &(dyn ToSql + Sync)),+],
+                ))
+            };
+        }
+        if !c.deleted_sessions.is_empty() {
+            send!(statements.delete_sessions, c.deleted_sessions);
+        }
+        if !c.deleted_posted.0.is_empty() {
+            send!(
+                statements.delete_posted,
+                c.deleted_posted.0,
+                c.deleted_posted.1
+            );
+        }
+        if !c.tasks.0.is_empty() {
+            let t = &c.tasks;
+            send!(statements.tasks, t.0, t.1, t.2, t.3, t.4, t.5, t.6, t.7);
+        }
+        if !c.attempts.0.is_empty() {
+            let a = &c.attempts;
+            send!(statements.attempts, a.0, a.1, a.2);
+        }
+        if !c.handles.0.is_empty() {
+            let h = &c.handles;
+            send!(statements.handles, h.0, h.1, h.2, h.3, h.4);
+        }
+        if !c.keys.0.is_empty() {
+            send!(statements.keys, c.keys.0, c.keys.1);
+        }
+        if !c.sessions.0.is_empty() {
+            send!(statements.put_sessions, c.sessions.0, c.sessions.1);
+        }
+        if !c.posted.0.is_empty() {
+            let p = &c.posted;
+            send!(statements.put_posted, p.0, p.1, p.2, p.3);
+        }
+        if !c.events.0.is_empty() {
+            let e = &c.events;
+            send!(statements.events, e.0, e.1, e.2, e.3);
+        }
+        if !c.audit.0.is_empty() {
+            let a = &c.audit;
+            send!(statements.audit, a.0, a.1, a.2);
+        }
+        if !c.outputs.0.is_empty() {
+            let o = &c.outputs;
+            send!(statements.outputs, o.0, o.1, o.2, o.3, o.4, o.5, o.6);
+        }
+        sends.push(tx.execute_raw(&statements.commit, none));
+        try_join_all(sends).await.map(drop)
+    }
+}

@@ -1,0 +1,201 @@
+//! `PgTaskStore`: the engine's `TaskStore` on PostgreSQL.
+//!
+//! `submit` encodes its batch into rows on the caller's thread and queues
+//! exactly one writer job for it, so a batch commits atomically, batches
+//! commit in submission order, and `done` runs on the writer task right
+//! after the commit that holds its batch, in submission order. Event seqs
+//! arrive stamped by the engine's bus (under its mutex, in submission
+//! order) and are committed by the one writer in that order, so a seq is
+//! visible only once every lower one is: a subscriber resuming after seq N
+//! (`events_after`) can never miss an event that commits later with a
+//! lower seq. Reads run on pooled connections; `prune` runs there too, in
+//! bounded transactions of its own.
+
+use async_trait::async_trait;
+use swarmd_engine::audit::AuditRecord;
+use swarmd_engine::event::EventRecord;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::store::{Done, LiveSnapshot, PostedFinal, TaskFilter, TaskStore, WriteOp};
+use swarmd_engine::task::{AttemptRecord, Task};
+use swarmd_output_store::StoreError;
+
+use crate::PgDb;
+use crate::rows::Row;
+use crate::tasks_read as read;
+use crate::writer::Op;
+
+/// A `TaskStore` on the shared PostgreSQL handle. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PgTaskStore {
+    db: PgDb,
+}
+
+impl PgTaskStore {
+    /// The store over `db` (whose schema `PgDb::open` migrated).
+    pub fn new(db: PgDb) -> PgTaskStore {
+        PgTaskStore { db }
+    }
+
+    /// The shared database handle.
+    pub fn db(&self) -> &PgDb {
+        &self.db
+    }
+}
+
+/// Stored integers are signed; no stamp or count reaches `i64::MAX`.
+pub(crate) fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Encodes a batch in order; `WriteOp::Events` becomes one row per event.
+fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
+    let mut rows = Vec::with_capacity(batch.len() + 4);
+    for op in batch {
+        match op {
+            WriteOp::PutTask(task) => {
+                let body = serde_json::to_string(&*task)?;
+                let status = task.status().as_str();
+                let task = *task;
+                rows.push(Row::Task {
+                    id: task.id.as_uuid(),
+                    status,
+                    agent: task.agent,
+                    finished_ms: task.finished_ms.map(int),
+                    session: task.session.map(|sid| sid.as_uuid()),
+                    parent: task.parent.map(|id| id.as_uuid()),
+                    continued_from: task.continued_from.map(|id| id.as_uuid()),
+                    body,
+                });
+            }
+            WriteOp::PutAttempt(record) => rows.push(Row::Attempt {
+                task: record.task_id.as_uuid(),
+                attempt: i64::from(record.attempt),
+                body: serde_json::to_string(&record)?,
+            }),
+            WriteOp::PutHandle { digest, record } => rows.push(Row::Handle {
+                task: record.task_id.as_uuid(),
+                attempt: i64::from(record.attempt),
+                digest,
+                exp_secs: int(record.exp_secs),
+                body: serde_json::to_string(&record)?,
+            }),
+            WriteOp::IdempotencyKey { key, task_id } => rows.push(Row::Key {
+                key,
+                task: task_id.as_uuid(),
+            }),
+            WriteOp::Events(events) => {
+                rows.reserve(events.len());
+                for event in events {
+                    rows.push(Row::Event {
+                        seq: int(event.seq),
+                        ts_ms: int(event.ts_ms),
+                        task: event.event.task_id().map(|id| id.as_uuid()),
+                        body: serde_json::to_string(&event)?,
+                    });
+                }
+            }
+            // The body keeps `id: 0`; reads take the id from the row.
+            WriteOp::Audit(record) => rows.push(Row::Audit {
+                ts_ms: int(record.ts_ms),
+                task: record.task_id.as_uuid(),
+                body: serde_json::to_string(&record)?,
+            }),
+            WriteOp::PutSession(record) => rows.push(Row::PutSession {
+                sid: record.sid.as_uuid(),
+                body: serde_json::to_string(&*record)?,
+            }),
+            WriteOp::DeleteSession(sid) => rows.push(Row::DeleteSession { sid: sid.as_uuid() }),
+            WriteOp::PutPostedFinal {
+                task_id,
+                attempt,
+                posted,
+            } => rows.push(Row::PutPosted {
+                task: task_id.as_uuid(),
+                attempt: i64::from(attempt),
+                key: posted.idempotency_key,
+                digest: posted.body_digest,
+            }),
+            WriteOp::DeletePostedFinal { task_id, attempt } => rows.push(Row::DeletePosted {
+                task: task_id.as_uuid(),
+                attempt: i64::from(attempt),
+            }),
+        }
+    }
+    Ok(rows)
+}
+
+#[async_trait]
+impl TaskStore for PgTaskStore {
+    fn submit(&self, batch: Vec<WriteOp>, done: Done) {
+        match encode(batch) {
+            Ok(rows) => self.db.submit(
+                Op::Rows(rows),
+                Box::new(move |outcome| done(outcome.map(drop))),
+            ),
+            // The error still travels through the writer queue so that
+            // `done` runs in submission order.
+            Err(error) => {
+                let error = std::sync::Mutex::new(Some(error));
+                self.db.submit(
+                    Op::Ping,
+                    Box::new(move |_| {
+                        let error = error.lock().ok().and_then(|mut e| e.take());
+                        done(Err(error.unwrap_or(StoreError::Closed)));
+                    }),
+                );
+            }
+        }
+    }
+
+    async fn task(&self, id: TaskId) -> Result<Option<Task>, StoreError> {
+        read::task(&self.db, id).await
+    }
+
+    async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
+        read::attempts(&self.db, id).await
+    }
+
+    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
+        read::list_tasks(&self.db, filter).await
+    }
+
+    async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
+        read::task_for_key(&self.db, key).await
+    }
+
+    async fn posted_final(
+        &self,
+        task: TaskId,
+        attempt: u32,
+    ) -> Result<Option<PostedFinal>, StoreError> {
+        read::posted_final(&self.db, task, attempt).await
+    }
+
+    async fn events_after(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        read::events_after(&self.db, after_seq, limit).await
+    }
+
+    async fn audit(
+        &self,
+        task: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        read::audit(&self.db, task, limit).await
+    }
+
+    async fn load_live(&self, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
+        read::load_live(&self.db, now_secs).await
+    }
+
+    async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError> {
+        read::prune(&self.db, finished_before_ms).await
+    }
+
+    async fn healthcheck(&self) -> Result<(), StoreError> {
+        self.db.healthcheck().await
+    }
+}

@@ -1,0 +1,392 @@
+//! The read side of `PgTaskStore`, and its retention: queries on pooled
+//! connections, and the decoding of stored rows back into records.
+
+use serde::de::DeserializeOwned;
+use swarmd_engine::audit::AuditRecord;
+use swarmd_engine::event::EventRecord;
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::store::{LiveSnapshot, PostedFinal, TaskFilter};
+use swarmd_engine::task::{AttemptRecord, Task, TaskStatus};
+use swarmd_output_store::{StoreError, nesting};
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use crate::PgDb;
+use crate::connect::db_error;
+use crate::tasks::int;
+
+/// Tasks deleted per retention transaction.
+const TASK_CHUNK: i64 = 256;
+/// Events deleted per retention transaction.
+const EVENT_CHUNK: i64 = 4096;
+/// `task_store_meta` row holding the highest event seq ever pruned, so the
+/// sequence never restarts below it once old events are gone.
+const PRUNED_EVENT_SEQ: &str = "pruned_event_seq";
+
+/// The statuses that are (or are not) terminal, as a SQL array.
+fn statuses(terminal: bool) -> Vec<&'static str> {
+    TaskStatus::ALL
+        .into_iter()
+        .filter(|status| status.is_terminal() == terminal)
+        .map(TaskStatus::as_str)
+        .collect()
+}
+
+/// Decodes a stored JSON body; one deeper than the decoder takes comes back
+/// with its deep parts replaced (`nesting::decode_stored`).
+fn decode<T: DeserializeOwned>(table: &str, key: &str, text: &str) -> Result<T, StoreError> {
+    match serde_json::from_str(text) {
+        Ok(decoded) => Ok(decoded),
+        Err(_) => Ok(nesting::decode_stored(table, &key, text)?),
+    }
+}
+
+async fn task_rows(
+    db: &PgDb,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Task>, StoreError> {
+    let client = db.reader().await?;
+    let statement = client.prepare_cached(sql).await.map_err(db_error)?;
+    let rows = client.query(&statement, params).await.map_err(db_error)?;
+    rows.iter()
+        .map(|row| {
+            let id: Uuid = row.get(1);
+            decode("tasks", &id.to_string(), row.get(0))
+        })
+        .collect()
+}
+
+pub(crate) async fn task(db: &PgDb, id: TaskId) -> Result<Option<Task>, StoreError> {
+    let id = id.as_uuid();
+    Ok(
+        task_rows(db, "SELECT body, id FROM tasks WHERE id = $1", &[&id])
+            .await?
+            .pop(),
+    )
+}
+
+pub(crate) async fn attempts(db: &PgDb, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
+    let client = db.reader().await?;
+    let statement = client
+        .prepare_cached("SELECT body FROM attempts WHERE task = $1 ORDER BY attempt")
+        .await
+        .map_err(db_error)?;
+    let rows = client
+        .query(&statement, &[&id.as_uuid()])
+        .await
+        .map_err(db_error)?;
+    rows.iter()
+        .map(|row| decode("attempts", &id.to_string(), row.get(0)))
+        .collect()
+}
+
+/// Newest first; each combination of filters is its own cached statement.
+pub(crate) async fn list_tasks(db: &PgDb, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
+    let mut sql = "SELECT body, id FROM tasks WHERE true".to_owned();
+    let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::with_capacity(8);
+    let mut arg = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync + Send>| {
+        args.push(value);
+        sql.push_str(&clause.replace('?', &format!("${}", args.len())));
+    };
+    if let Some(status) = filter.status {
+        arg(&mut sql, " AND status = ?", Box::new(status.as_str()));
+    }
+    if let Some(agent) = &filter.agent {
+        arg(&mut sql, " AND agent = ?", Box::new(agent.clone()));
+    }
+    if let Some(before) = filter.before {
+        arg(&mut sql, " AND id < ?", Box::new(before.as_uuid()));
+    }
+    if let Some(since) = filter.since {
+        arg(&mut sql, " AND id >= ?", Box::new(since.as_uuid()));
+    }
+    if let Some(session) = filter.session {
+        arg(&mut sql, " AND session = ?", Box::new(session.as_uuid()));
+    }
+    if let Some(parent) = filter.parent {
+        arg(&mut sql, " AND parent = ?", Box::new(parent.as_uuid()));
+    }
+    if let Some(from) = filter.continued_from {
+        arg(
+            &mut sql,
+            " AND continued_from = ?",
+            Box::new(from.as_uuid()),
+        );
+    }
+    if let Some(text) = &filter.prompt_contains {
+        // Folds ASCII letters only, as `TaskFilter::matches` does.
+        arg(
+            &mut sql,
+            " AND strpos(translate((body::json ->> 'prompt'), 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', \
+             'abcdefghijklmnopqrstuvwxyz'), translate(?, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', \
+             'abcdefghijklmnopqrstuvwxyz')) > 0",
+            Box::new(text.clone()),
+        );
+    }
+    arg(
+        &mut sql,
+        " ORDER BY id DESC LIMIT ?",
+        Box::new(sql_limit(filter.limit)),
+    );
+    let params: Vec<&(dyn ToSql + Sync)> = args
+        .iter()
+        .map(|arg| &**arg as &(dyn ToSql + Sync))
+        .collect();
+    task_rows(db, &sql, &params).await
+}
+
+/// Row counts as SQL integers; a `usize` beyond `i64` means "all".
+fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+pub(crate) async fn task_for_key(db: &PgDb, key: &str) -> Result<Option<TaskId>, StoreError> {
+    let client = db.reader().await?;
+    let statement = client
+        .prepare_cached("SELECT task FROM idem_keys WHERE key = $1")
+        .await
+        .map_err(db_error)?;
+    let row = client
+        .query_opt(&statement, &[&key])
+        .await
+        .map_err(db_error)?;
+    Ok(row.map(|row| TaskId::from_uuid(row.get(0))))
+}
+
+pub(crate) async fn posted_final(
+    db: &PgDb,
+    task: TaskId,
+    attempt: u32,
+) -> Result<Option<PostedFinal>, StoreError> {
+    let client = db.reader().await?;
+    let statement = client
+        .prepare_cached("SELECT key, digest FROM posted_finals WHERE task = $1 AND attempt = $2")
+        .await
+        .map_err(db_error)?;
+    let row = client
+        .query_opt(&statement, &[&task.as_uuid(), &i64::from(attempt)])
+        .await
+        .map_err(db_error)?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let digest: &[u8] = row.get(1);
+    let body_digest = <[u8; 32]>::try_from(digest)
+        .map_err(|_| StoreError::Schema("a posted-Final digest is not 32 bytes".to_owned()))?;
+    Ok(Some(PostedFinal {
+        idempotency_key: row.get(0),
+        body_digest,
+    }))
+}
+
+pub(crate) async fn events_after(
+    db: &PgDb,
+    after_seq: u64,
+    limit: usize,
+) -> Result<Vec<EventRecord>, StoreError> {
+    // A cursor beyond i64 is past every stored seq.
+    let Ok(after) = i64::try_from(after_seq) else {
+        return Ok(Vec::new());
+    };
+    let client = db.reader().await?;
+    let statement = client
+        .prepare_cached("SELECT body, seq FROM events WHERE seq > $1 ORDER BY seq LIMIT $2")
+        .await
+        .map_err(db_error)?;
+    let rows = client
+        .query(&statement, &[&after, &sql_limit(limit)])
+        .await
+        .map_err(db_error)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let seq: i64 = row.get(1);
+        // An event has no stand-in form; an undecodable one is left out.
+        match decode("events", &format!("seq:{seq}"), row.get(0)) {
+            Ok(record) => out.push(record),
+            Err(StoreError::Json(_)) => {}
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(out)
+}
+
+/// Newest first; the record's `id` is the one the store assigned.
+pub(crate) async fn audit(
+    db: &PgDb,
+    task: Option<TaskId>,
+    limit: usize,
+) -> Result<Vec<AuditRecord>, StoreError> {
+    let client = db.reader().await?;
+    let limit = sql_limit(limit);
+    let rows = match task {
+        Some(task) => {
+            let statement = client
+                .prepare_cached(
+                    "SELECT id, body FROM audit WHERE task = $1 ORDER BY id DESC LIMIT $2",
+                )
+                .await
+                .map_err(db_error)?;
+            client.query(&statement, &[&task.as_uuid(), &limit]).await
+        }
+        None => {
+            let statement = client
+                .prepare_cached("SELECT id, body FROM audit ORDER BY id DESC LIMIT $1")
+                .await
+                .map_err(db_error)?;
+            client.query(&statement, &[&limit]).await
+        }
+    }
+    .map_err(db_error)?;
+    rows.iter()
+        .map(|row| {
+            let id: i64 = row.get(0);
+            let mut record: AuditRecord = decode("audit", &format!("id:{id}"), row.get(1))?;
+            record.id = id as u64;
+            Ok(record)
+        })
+        .collect()
+}
+
+/// Reads the snapshot in one repeatable-read transaction, so every part of
+/// it comes from the same commit.
+pub(crate) async fn load_live(db: &PgDb, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
+    let mut client = db.reader().await?;
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(db_error)?;
+    let live = statuses(false);
+    let mut snap = LiveSnapshot::default();
+    for row in tx
+        .query(
+            "SELECT body, id FROM tasks WHERE status = ANY($1) ORDER BY id",
+            &[&live],
+        )
+        .await
+        .map_err(db_error)?
+    {
+        let id: Uuid = row.get(1);
+        snap.tasks
+            .push(decode("tasks", &id.to_string(), row.get(0))?);
+    }
+    for row in tx
+        .query(
+            "SELECT DISTINCT ON (a.task) a.body FROM attempts a JOIN tasks t ON t.id = a.task
+             WHERE t.status = ANY($1) ORDER BY a.task, a.attempt DESC",
+            &[&live],
+        )
+        .await
+        .map_err(db_error)?
+    {
+        snap.attempts
+            .push(decode("attempts", "latest", row.get(0))?);
+    }
+    for row in tx
+        .query(
+            "SELECT digest, body FROM handles WHERE exp_secs > $1 ORDER BY digest",
+            &[&int(now_secs)],
+        )
+        .await
+        .map_err(db_error)?
+    {
+        let digest: &[u8] = row.get(0);
+        let Ok(digest) = <[u8; 32]>::try_from(digest) else {
+            continue;
+        };
+        snap.handles
+            .push((digest, decode("handles", "handle", row.get(1))?));
+    }
+    for row in tx
+        .query("SELECT body FROM sessions ORDER BY sid", &[])
+        .await
+        .map_err(db_error)?
+    {
+        snap.sessions
+            .push(decode("sessions", "session", row.get(0))?);
+    }
+    let row = tx
+        .query_one(
+            "SELECT GREATEST(COALESCE((SELECT MAX(seq) FROM events), 0),
+                             COALESCE((SELECT value FROM task_store_meta WHERE name = $1), 0))",
+            &[&PRUNED_EVENT_SEQ],
+        )
+        .await
+        .map_err(db_error)?;
+    snap.last_event_seq = row.get::<_, i64>(0).max(0) as u64;
+    tx.commit().await.map_err(db_error)?;
+    Ok(snap)
+}
+
+/// Deletes terminal tasks finished before `cutoff_ms` (with their attempts,
+/// handles, posted-Final fingerprints and idempotency keys) and events
+/// stamped before it, in bounded transactions beside the writer (the rows
+/// are final: nothing writes a terminal task again); returns the deleted
+/// task ids in ascending (creation) order.
+pub(crate) async fn prune(db: &PgDb, cutoff_ms: u64) -> Result<Vec<TaskId>, StoreError> {
+    let cutoff = int(cutoff_ms);
+    let terminal = statuses(true);
+    let mut client = db.reader().await?;
+    let mut gone = Vec::new();
+    loop {
+        let tx = client.transaction().await.map_err(db_error)?;
+        let ids: Vec<Uuid> = tx
+            .query(
+                "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks
+                     WHERE finished_ms < $1 AND status = ANY($2) LIMIT $3)
+                 RETURNING id",
+                &[&cutoff, &terminal, &TASK_CHUNK],
+            )
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        for table in ["attempts", "handles", "posted_finals", "idem_keys"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE task = ANY($1)"),
+                &[&ids],
+            )
+            .await
+            .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        let last = (ids.len() as i64) < TASK_CHUNK;
+        gone.extend(ids.into_iter().map(TaskId::from_uuid));
+        if last {
+            break;
+        }
+    }
+    loop {
+        let tx = client.transaction().await.map_err(db_error)?;
+        // The mark first, so `load_live` never hands out a used seq again.
+        tx.execute(
+            "INSERT INTO task_store_meta (name, value)
+             SELECT $1, MAX(seq) FROM events HAVING MAX(seq) IS NOT NULL
+             ON CONFLICT (name) DO UPDATE
+                 SET value = GREATEST(task_store_meta.value, excluded.value)",
+            &[&PRUNED_EVENT_SEQ],
+        )
+        .await
+        .map_err(db_error)?;
+        // Events are committed in seq order with nondecreasing stamps, so
+        // the old ones are the leading run of the seq order.
+        let deleted = tx
+            .execute(
+                "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE ts_ms < $1
+                     ORDER BY seq LIMIT $2)",
+                &[&cutoff, &EVENT_CHUNK],
+            )
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        if (deleted as i64) < EVENT_CHUNK {
+            break;
+        }
+    }
+    gone.sort_unstable();
+    Ok(gone)
+}

@@ -5,6 +5,8 @@
 //! running attempts recovered per policy as on SQLite. The password never
 //! reaches the log, even at trace level.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::daemon::{Swarmd, delegate_frame};
@@ -113,6 +115,30 @@ async fn tasks_complete_on_postgres_and_survive_a_sigterm_and_a_kill_9() {
     let done = ws.done(&delegated).await;
     assert_eq!(done["status"], "pass", "{done}");
 
+    // The PostgreSQL writer's group commits are in /metrics, with none of
+    // SQLite's WAL syncs.
+    let metrics = sw
+        .http
+        .get(sw.url("/metrics"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let commits: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("swarmd_store_commits_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no store_commits in {metrics}"));
+    assert!(commits > 0, "{metrics}");
+    assert!(
+        metrics.contains("swarmd_store_commit_seconds_count "),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("swarmd_store_syncs_total"), "{metrics}");
+
     // The event log is gapless from 1.
     let seqs = event_seqs(&sw).await;
     assert!(!seqs.is_empty());
@@ -153,7 +179,7 @@ async fn tasks_complete_on_postgres_and_survive_a_sigterm_and_a_kill_9() {
         if sw.task(&slow).await["status"] == "running" {
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     sw.kill9().await;
     drop(ws);

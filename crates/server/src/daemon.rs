@@ -146,6 +146,7 @@ pub async fn build(
         config,
         metrics: Metrics::new()
             .with_store(db.clone())
+            .with_postgres(pg.clone())
             .with_pools(Arc::clone(&remote)),
         upstream_attempts: Default::default(),
         remote,

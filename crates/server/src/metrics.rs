@@ -25,6 +25,7 @@ use swarmd_engine::metrics::Histogram;
 use swarmd_engine::task::{AttemptOutcome, TaskStatus};
 use swarmd_engine::usage::UsageTotals;
 use swarmd_output_store::SqliteDb;
+use swarmd_postgres::PgDb;
 use swarmd_spawner::remote::RemotePools;
 
 use crate::history::History;
@@ -46,6 +47,8 @@ pub struct Metrics {
     http_requests: Family<HttpLabels, Counter>,
     /// The SQLite database, whose writer counters are read at each scrape.
     db: Option<SqliteDb>,
+    /// The PostgreSQL database, whose writer counters are read at each scrape.
+    pg: Option<PgDb>,
     /// The overview's recent samples (`history`).
     history: History,
     /// Remote agents' attempts and their pools, read at each scrape.
@@ -79,6 +82,7 @@ impl Metrics {
             token_failures,
             http_requests,
             db: None,
+            pg: None,
             history: History::default(),
             pools: None,
         }
@@ -87,6 +91,12 @@ impl Metrics {
     /// Also reports the group commits and WAL syncs of `db`.
     pub fn with_store(mut self, db: Option<SqliteDb>) -> Metrics {
         self.db = db;
+        self
+    }
+
+    /// Also reports the group commits of the PostgreSQL writer of `pg`.
+    pub fn with_postgres(mut self, pg: Option<PgDb>) -> Metrics {
+        self.pg = pg;
         self
     }
 
@@ -131,6 +141,9 @@ impl Metrics {
         scrape.register_collector(Box::new(EngineSnapshot::take(engine, sessions_connected)));
         if let Some(db) = &self.db {
             scrape.register_collector(Box::new(StoreSnapshot::take(db)));
+        }
+        if let Some(pg) = &self.pg {
+            scrape.register_collector(Box::new(PgStoreSnapshot::take(pg)));
         }
         if let Some(pools) = &self.pools {
             scrape.register_collector(Box::new(PoolSnapshot::take(pools)));
@@ -334,6 +347,60 @@ impl Collector for StoreSnapshot {
             &mut encoder,
             "store_commit_seconds",
             "Time of each group commit's COMMIT on the writer thread (WAL page writes, and a WAL-restart checkpoint when due); writes queued meanwhile wait",
+            &self.commit,
+        )
+    }
+}
+
+/// The PostgreSQL writer's counters at one instant. The server's own WAL
+/// flushes are PostgreSQL's to report (`pg_stat_wal`), so there is no
+/// `store_syncs` here.
+#[derive(Debug)]
+struct PgStoreSnapshot {
+    commits: u64,
+    jobs: u64,
+    failed_groups: u64,
+    commit: HistogramSnapshot,
+}
+
+impl PgStoreSnapshot {
+    fn take(pg: &PgDb) -> PgStoreSnapshot {
+        let stats = pg.stats();
+        PgStoreSnapshot {
+            commits: stats.commits(),
+            jobs: stats.jobs(),
+            failed_groups: stats.failed_groups(),
+            commit: HistogramSnapshot::take(stats.commit_latency()),
+        }
+    }
+}
+
+impl Collector for PgStoreSnapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let counters = [
+            (
+                "store_commits",
+                "PostgreSQL group commits since start",
+                self.commits,
+            ),
+            (
+                "store_write_jobs",
+                "Write jobs run by the PostgreSQL writer since start",
+                self.jobs,
+            ),
+            (
+                "store_failed_write_groups",
+                "Group commits that failed and were retried job by job since start",
+                self.failed_groups,
+            ),
+        ];
+        for (name, help, value) in counters {
+            counter(&mut encoder, name, help, value)?;
+        }
+        histogram(
+            &mut encoder,
+            "store_commit_seconds",
+            "Time of each group commit from BEGIN to the answer of its COMMIT (synchronous_commit = on: includes the server's WAL flush); writes queued meanwhile wait",
             &self.commit,
         )
     }

@@ -73,6 +73,37 @@ async fn event_seqs(sw: &Swarmd) -> Vec<u64> {
         .collect()
 }
 
+/// The overview's history counts the writer's group commits as the store's
+/// share of an acknowledgement (one sample every 5 s).
+async fn store_commits_reach_the_history(sw: &Swarmd) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = parts(
+            sw.get("/v1/metrics/history", &sw.admin)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let commits: u64 = body["samples"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no samples in {body}"))
+            .iter()
+            .flat_map(|sample| sample["sync"].as_array().cloned().unwrap_or_default())
+            .filter_map(|count| count.as_u64())
+            .sum();
+        if commits > 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no commits in the history: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Everything a restart must keep of a finished task.
 async fn snapshot(sw: &Swarmd, task: &str) -> (Value, Vec<Value>) {
     let view = sw.finished(task).await;
@@ -138,6 +169,7 @@ async fn tasks_complete_on_postgres_and_survive_a_sigterm_and_a_kill_9() {
         "{metrics}"
     );
     assert!(!metrics.contains("swarmd_store_syncs_total"), "{metrics}");
+    store_commits_reach_the_history(&sw).await;
 
     // The event log is gapless from 1.
     let seqs = event_seqs(&sw).await;

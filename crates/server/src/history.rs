@@ -15,6 +15,7 @@ use serde::Serialize;
 use swarmd_engine::Engine;
 use swarmd_output_store::SqliteDb;
 use swarmd_output_store::histogram::{LATENCY_BUCKETS, SYNC_BUCKETS};
+use swarmd_postgres::PgDb;
 use tokio_util::sync::CancellationToken;
 
 /// How often a sample is taken.
@@ -29,21 +30,26 @@ pub(crate) struct Totals {
     pub finished: u64,
     /// Per-bucket counts of `LATENCY_BUCKETS`, then +Inf.
     pub dispatch: Vec<u64>,
-    /// Per-bucket counts of `SYNC_BUCKETS`, then +Inf; empty without a WAL.
+    /// Per-bucket counts of `SYNC_BUCKETS`, then +Inf: SQLite's WAL syncs,
+    /// or PostgreSQL's group commits; empty with neither.
     pub sync: Vec<u64>,
 }
 
 impl Totals {
-    /// The engine's counters and, with a SQLite store, its WAL syncs.
-    pub(crate) fn read(engine: &Engine, db: Option<&SqliteDb>) -> Totals {
+    /// The engine's counters and the durable store's share of an
+    /// acknowledgement: SQLite's WAL syncs, or PostgreSQL's group commits
+    /// (`BEGIN` to the answer of `COMMIT`, the server's WAL flush included).
+    pub(crate) fn read(engine: &Engine, db: Option<&SqliteDb>, pg: Option<&PgDb>) -> Totals {
         let stats = engine.stats();
         Totals {
             created: stats.tasks_created.load(Relaxed),
             finished: stats.tasks_finished().iter().map(|(_, n)| n).sum(),
             dispatch: stats.dispatch_latency.counts(),
-            sync: db
-                .map(|db| db.stats().sync_latency().counts())
-                .unwrap_or_default(),
+            sync: match (db, pg) {
+                (Some(db), _) => db.stats().sync_latency().counts(),
+                (None, Some(pg)) => pg.stats().commit_latency().counts(),
+                (None, None) => Vec::new(),
+            },
         }
     }
 }

@@ -123,7 +123,8 @@ pub async fn run(
         let app = app.clone();
         async move {
             let clock = app.engine.clock();
-            let read = || history::Totals::read(&app.engine, app.metrics.store());
+            let read =
+                || history::Totals::read(&app.engine, app.metrics.store(), app.metrics.postgres());
             let history = app.metrics.history();
             history
                 .sample(app.shutdown.clone(), || clock.now_ms(), read)

@@ -105,6 +105,11 @@ impl Metrics {
         self.db.as_ref()
     }
 
+    /// The PostgreSQL database, when the store is one.
+    pub(crate) fn postgres(&self) -> Option<&PgDb> {
+        self.pg.as_ref()
+    }
+
     /// The samples of the last minutes (`GET /v1/metrics/history`).
     pub(crate) fn history(&self) -> &History {
         &self.history

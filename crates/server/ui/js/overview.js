@@ -57,6 +57,7 @@ export function overviewView(root) {
     const sync = samples.reduce((acc, s) => addBuckets(acc, s.sync), []);
     // Finished counts are since the daemon started; queued and running are now.
     const byStatus = { ...status.counts.tasks_finished, queued: status.counts.queued, running: status.counts.running };
+    const onPostgres = status.store.backend === 'postgres';
     const store = sync.length
       ? seconds(quantile(history.sync_bounds, sync, 0.99))
       : 'no WAL syncs (memory store or synchronous = normal)';
@@ -79,7 +80,7 @@ export function overviewView(root) {
           h('td', { class: 'num' }, seconds(quantile(history.dispatch_bounds, dispatch, 0.5)))),
         h('tr', {}, h('td', {}, 'dispatch latency p99'),
           h('td', { class: 'num' }, seconds(quantile(history.dispatch_bounds, dispatch, 0.99)))),
-        h('tr', {}, h('td', {}, 'store WAL sync p99'), h('td', { class: 'num' }, store)))),
+        h('tr', {}, h('td', {}, onPostgres ? 'store commit p99' : 'store WAL sync p99'), h('td', { class: 'num' }, store)))),
       sparkline(samples),
       h('h2', {}, 'Daemon'),
       h('dl', {},

@@ -36,8 +36,9 @@ pub use nesting::{DepthError, MAX_JSON_DEPTH, check_text_depth, check_value_dept
 pub use spill::{BlobSpill, EncodedEvent};
 pub use sweep::{BlobSweep, REFERENCE_MARK, referenced_blob};
 
-/// The records `append_at` stores for `prepared`, numbered from `first_seq`.
-fn records_at(
+/// The records an `append_at` stores for `events`, numbered from
+/// `first_seq`: what every backend hands back before the write is durable.
+pub fn records_at(
     task: Uuid,
     attempt: u32,
     first_seq: u64,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use swarmd_output_store::{
     BlobSpill, BlobSweep, Clock, Durable, OutputEvent, OutputRecord, OutputStore, Prepared,
-    REFERENCE_MARK, StoreError, SystemClock, nesting, referenced_blob,
+    REFERENCE_MARK, StoreError, SystemClock, nesting, records_at, referenced_blob,
 };
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -60,28 +60,6 @@ impl PgOutputStore {
         let spill = BlobSpill::open(blob_dir, inline_max_bytes)?;
         Ok(PgOutputStore { db, spill, clock })
     }
-}
-
-fn records_at(
-    task: Uuid,
-    attempt: u32,
-    first_seq: u64,
-    ts_ms: u64,
-    producer: &str,
-    events: Vec<OutputEvent>,
-) -> Vec<OutputRecord> {
-    events
-        .into_iter()
-        .zip(first_seq..)
-        .map(|(event, seq)| OutputRecord {
-            task,
-            attempt,
-            seq,
-            ts_ms,
-            producer: producer.to_owned(),
-            event,
-        })
-        .collect()
 }
 
 fn is_final(event: &OutputEvent) -> bool {

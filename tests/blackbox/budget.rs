@@ -4,8 +4,6 @@
 //! (its result too), a Lua agent that keeps emitting fails its attempt, and
 //! every refusal is counted in `/metrics`.
 
-use std::time::Duration;
-
 use serde_json::json;
 
 use crate::daemon::{Swarmd, delegate_frame};
@@ -100,16 +98,7 @@ async fn output_past_the_attempt_budget_is_refused_for_every_agent_kind() {
     );
 
     // Every refusal is counted.
-    let metrics = sw
-        .http
-        .get(sw.url("/metrics"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = sw.metrics().await;
     let refusals: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("swarmd_output_budget_refusals_total "))

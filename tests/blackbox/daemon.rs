@@ -266,6 +266,18 @@ kill_grace_secs = 1
         self.http.get(self.url(path)).bearer_auth(bearer)
     }
 
+    /// The `/metrics` scrape as text; panics unless it answers 200.
+    pub(crate) async fn metrics(&self) -> String {
+        let response = self
+            .get("/metrics", &self.admin)
+            .timeout(std::time::Duration::from_secs(10))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "GET /metrics");
+        response.text().await.unwrap()
+    }
+
     pub(crate) fn post(&self, path: &str, bearer: &str) -> RequestBuilder {
         self.http.post(self.url(path)).bearer_auth(bearer)
     }

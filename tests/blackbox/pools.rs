@@ -184,14 +184,7 @@ async fn two_pools_share_a_remote_agents_load() {
         .cloned()
         .unwrap_or_default();
     assert_eq!(remote["kind"], "remote", "{agents}");
-    let metrics = sw
-        .get("/metrics", &sw.admin)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = sw.metrics().await;
     assert!(metrics.contains("swarmd_pools_connected 2"), "{metrics}");
     assert!(
         metrics.contains("swarmd_remote_attempts_claimed_total 4"),

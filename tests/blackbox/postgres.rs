@@ -148,16 +148,7 @@ async fn tasks_complete_on_postgres_and_survive_a_sigterm_and_a_kill_9() {
 
     // The PostgreSQL writer's group commits are in /metrics, with none of
     // SQLite's WAL syncs.
-    let metrics = sw
-        .http
-        .get(sw.url("/metrics"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = sw.metrics().await;
     let commits: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("swarmd_store_commits_total "))

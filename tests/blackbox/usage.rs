@@ -97,11 +97,7 @@ async fn running_usage_past_max_tokens_kills_the_group_and_fails_once() {
         "the task's total: {view}"
     );
 
-    let (status, metrics) = {
-        let response = sw.get("/metrics", &sw.admin).send().await.unwrap();
-        (response.status().as_u16(), response.text().await.unwrap())
-    };
-    assert_eq!(status, 200);
+    let metrics = sw.metrics().await;
     let tokens = |kind: &str| {
         sample(
             &metrics,

@@ -48,14 +48,6 @@ async fn create(sw: &Swarmd, agent: &str, prompt: &str) -> String {
     body["task_id"].as_str().unwrap().to_owned()
 }
 
-/// The ids of the task list's rows, in page order.
-async fn rows(browser: &Browser) -> Vec<String> {
-    let value = browser
-        .js("return [...document.querySelectorAll('#task-rows tr')].map((tr) => tr.dataset.id)")
-        .await;
-    serde_json::from_value(value).unwrap()
-}
-
 #[tokio::test]
 async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
     let mut sw = Swarmd::new(AGENTS).start().await;
@@ -101,7 +93,7 @@ async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
             "return document.querySelectorAll('#task-rows tr').length >= 50",
         )
         .await;
-    let shown = rows(&browser).await;
+    let shown = browser.rows().await;
     let unique: HashSet<&String> = shown.iter().collect();
     assert_eq!(unique.len(), shown.len(), "a row repeats: {shown:?}");
     for id in &created {
@@ -121,7 +113,7 @@ async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
             "const rows = document.querySelectorAll('#task-rows tr'); return rows.length === 1 && rows[0].dataset.id",
         )
         .await;
-    assert_eq!(rows(&browser).await, [created[17].clone()]);
+    assert_eq!(browser.rows().await, [created[17].clone()]);
     assert_eq!(
         browser
             .js("return document.getElementById('filter-q').value")
@@ -139,7 +131,7 @@ async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
     // The other task's own refresh has been and gone by the time it finished.
     sw.finished(&other).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(rows(&browser).await, [again, created[17].clone()]);
+    assert_eq!(browser.rows().await, [again, created[17].clone()]);
 
     // Worker output and a prompt carrying a script render as text.
     let evil = create(&sw, "cat", PAYLOAD).await;
@@ -208,7 +200,7 @@ async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
             "return document.querySelectorAll('#task-rows tr').length >= 50",
         )
         .await;
-    let before = rows(&browser).await;
+    let before = browser.rows().await;
     sw.kill9().await;
     browser
         .until(
@@ -234,7 +226,7 @@ async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
             &format!("return document.querySelectorAll('#task-rows tr').length >= {expected}"),
         )
         .await;
-    let shown = rows(&browser).await;
+    let shown = browser.rows().await;
     let unique: HashSet<&String> = shown.iter().collect();
     assert_eq!(unique.len(), shown.len(), "a row repeats: {shown:?}");
     assert_eq!(shown.len(), expected, "{shown:?}");

@@ -138,6 +138,14 @@ impl Browser {
     }
 
     /// The text (`textContent`) of the element matching `css`, once there.
+    /// The ids of the task list's rows, in page order.
+    pub(crate) async fn rows(&self) -> Vec<String> {
+        let value = self
+            .js("return [...document.querySelectorAll('#task-rows tr')].map((tr) => tr.dataset.id)")
+            .await;
+        serde_json::from_value(value).unwrap()
+    }
+
     pub(crate) async fn text(&self, css: &str) -> String {
         let script = format!(
             "const e = document.querySelector({}); return e && [e.textContent]",

@@ -25,14 +25,6 @@ async fn create_as(sw: &Swarmd, login: &Login, prompt: &str) -> String {
     body["task_id"].as_str().unwrap().to_owned()
 }
 
-/// The ids of the task list's rows.
-async fn rows(browser: &Browser) -> Vec<String> {
-    let value = browser
-        .js("return [...document.querySelectorAll('#task-rows tr')].map((tr) => tr.dataset.id)")
-        .await;
-    serde_json::from_value(value).unwrap()
-}
-
 #[tokio::test]
 async fn an_owner_sees_and_cancels_its_own_tasks_and_an_observer_cannot_cancel() {
     let sw = Swarmd::new(AGENTS).start().await;
@@ -59,7 +51,7 @@ async fn an_owner_sees_and_cancels_its_own_tasks_and_an_observer_cannot_cancel()
             &format!("return document.querySelector('#task-rows tr[data-id=\"{mine}\"]') !== null"),
         )
         .await;
-    assert_eq!(rows(&browser).await, std::slice::from_ref(&mine));
+    assert_eq!(browser.rows().await, std::slice::from_ref(&mine));
     assert_eq!(
         browser
             .js("return document.getElementById('filter-session')")
@@ -78,7 +70,7 @@ async fn an_owner_sees_and_cancels_its_own_tasks_and_an_observer_cannot_cancel()
             ),
         )
         .await;
-    let shown = rows(&browser).await;
+    let shown = browser.rows().await;
     assert!(
         !shown.contains(&theirs) && !shown.contains(&theirs_later),
         "{shown:?}"

@@ -1,15 +1,26 @@
-//! The event bus: the one place that stamps events with the global sequence
+//! The event bus: the one place that numbers events with the global sequence
 //! number, appends them to the durable log, and broadcasts them.
 //!
-//! Sequence numbers are assigned and the write is queued under one short
-//! std `Mutex`, so log order is seq order; the broadcast happens in the
-//! store's commit callback, which runs in submission order, so subscribers
-//! see every event exactly when and in the order it became durable.
+//! On a store that takes the seqs it is given (memory, SQLite), seqs are
+//! assigned and the write is queued under one short std `Mutex`, so log
+//! order is seq order; the broadcast happens in the store's commit
+//! callback, which runs in submission order, so subscribers see every event
+//! exactly when and in the order it became durable.
+//!
+//! On a store that numbers events at commit (PostgreSQL, shared by the
+//! nodes of a cluster), the bus hands events unnumbered and learns their
+//! first seq in the commit callback. The log then holds other nodes' events
+//! between this node's, so broadcasting goes through a `Sequencer`: it
+//! broadcasts strictly in seq order, without gaps; this node's committed
+//! events are offered by the callback, everything else by the event pump
+//! (the server's, following the committed log), which the sequencer wakes
+//! when it holds events past a gap.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 
 use crate::clock::Clock;
 use crate::event::{Event, EventRecord};
@@ -23,40 +34,114 @@ pub(crate) const BROADCAST_CAPACITY: usize = 8192;
 #[derive(Debug)]
 pub(crate) struct EventBus {
     next_seq: Mutex<u64>,
-    /// The highest seq that is durable (and broadcast): a reader that lists
-    /// tasks after reading it and then follows the log from it misses nothing.
-    durable_seq: Arc<AtomicU64>,
-    tx: broadcast::Sender<Arc<EventRecord>>,
+    sequencer: Arc<Sequencer>,
     store: Arc<dyn TaskStore>,
     clock: Arc<dyn Clock>,
 }
 
+/// Broadcasts committed events in seq order without gaps, whoever offers them.
+#[derive(Debug)]
+pub(crate) struct Sequencer {
+    state: Mutex<Pending>,
+    /// The highest seq that is durable and broadcast: a reader that lists
+    /// tasks after reading it and then follows the log from it misses nothing.
+    durable_seq: AtomicU64,
+    tx: broadcast::Sender<Arc<EventRecord>>,
+    /// Fired when events wait past a gap that only the log can fill.
+    gap: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    /// The seq to broadcast next.
+    next: u64,
+    /// Committed events after a gap, by seq.
+    waiting: BTreeMap<u64, Arc<EventRecord>>,
+}
+
+impl Sequencer {
+    fn new(last_seq: u64) -> Sequencer {
+        let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
+        Sequencer {
+            state: Mutex::new(Pending {
+                next: last_seq + 1,
+                waiting: BTreeMap::new(),
+            }),
+            durable_seq: AtomicU64::new(last_seq),
+            tx,
+            gap: Notify::new(),
+        }
+    }
+
+    /// Broadcasts `records` (committed events, any order, seen before or
+    /// not) once every lower seq has been: the ones at or below the last
+    /// broadcast are dropped, the ones after a gap wait for it.
+    pub(crate) fn offer(&self, records: impl IntoIterator<Item = Arc<EventRecord>>) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for record in records {
+            if record.seq >= state.next {
+                state.waiting.insert(record.seq, record);
+            }
+        }
+        let state = &mut *state;
+        let first = state.next;
+        while let Some(record) = state.waiting.remove(&state.next) {
+            state.next += 1;
+            // No subscribers is fine: the log has it.
+            let _ = self.tx.send(record);
+        }
+        if state.next != first {
+            self.durable_seq.store(state.next - 1, Ordering::Release);
+        }
+        if !state.waiting.is_empty() {
+            self.gap.notify_one();
+        }
+    }
+
+    /// Moves past `last_seq` (recovery, before anything is published).
+    fn resume_after(&self, last_seq: u64) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.next = state.next.max(last_seq + 1);
+        let next = state.next;
+        state.waiting.retain(|seq, _| *seq >= next);
+        self.durable_seq.fetch_max(last_seq, Ordering::Release);
+    }
+}
+
 impl EventBus {
     pub(crate) fn new(store: Arc<dyn TaskStore>, clock: Arc<dyn Clock>, last_seq: u64) -> Self {
-        let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
         EventBus {
             next_seq: Mutex::new(last_seq + 1),
-            durable_seq: Arc::new(AtomicU64::new(last_seq)),
-            tx,
+            sequencer: Arc::new(Sequencer::new(last_seq)),
             store,
             clock,
         }
     }
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<EventRecord>> {
-        self.tx.subscribe()
+        self.sequencer.tx.subscribe()
     }
 
     /// Resets the next sequence number (recovery, before anything is published).
     pub(crate) fn resume_after(&self, last_seq: u64) {
         let mut next = self.next_seq.lock().unwrap_or_else(|e| e.into_inner());
         *next = (*next).max(last_seq + 1);
-        self.durable_seq.fetch_max(last_seq, Ordering::Relaxed);
+        self.sequencer.resume_after(last_seq);
     }
 
     /// The seq of the last durable event (0 when the log is empty).
     pub(crate) fn durable_seq(&self) -> u64 {
-        self.durable_seq.load(Ordering::Acquire)
+        self.sequencer.durable_seq.load(Ordering::Acquire)
+    }
+
+    /// Events committed by anyone, for the sequencer to broadcast in order.
+    pub(crate) fn offer(&self, records: Vec<EventRecord>) {
+        self.sequencer.offer(records.into_iter().map(Arc::new));
+    }
+
+    /// Resolves when committed events wait past a gap in the log.
+    pub(crate) async fn gap(&self) {
+        self.sequencer.gap.notified().await;
     }
 
     /// Queues `ops` plus `events` as one atomic batch. Once it is durable the
@@ -73,6 +158,10 @@ impl EventBus {
             return;
         }
         let ts_ms = self.clock.now_ms();
+        if self.store.numbers_events() {
+            self.submit_numbered(ops, events, ts_ms, done);
+            return;
+        }
         let mut next = self.next_seq.lock().unwrap_or_else(|e| e.into_inner());
         let records: Vec<Arc<EventRecord>> = events
             .into_iter()
@@ -90,19 +179,12 @@ impl EventBus {
         ops.push(WriteOp::Events(
             records.iter().map(|r| EventRecord::clone(r)).collect(),
         ));
-        let tx = self.tx.clone();
-        let durable_seq = self.durable_seq.clone();
+        let sequencer = Arc::clone(&self.sequencer);
         self.store.submit(
             ops,
             Box::new(move |res| {
                 if res.is_ok() {
-                    if let Some(last) = records.last() {
-                        durable_seq.fetch_max(last.seq, Ordering::Release);
-                    }
-                    for record in records {
-                        // No subscribers is fine: the log has it.
-                        let _ = tx.send(record);
-                    }
+                    sequencer.offer(records);
                 }
                 match done {
                     Some(done) => done(res),
@@ -112,10 +194,96 @@ impl EventBus {
         );
         drop(next);
     }
+
+    /// The events go unnumbered (seq 0); the commit gives them their seqs.
+    fn submit_numbered(
+        &self,
+        mut ops: Vec<WriteOp>,
+        events: Vec<(Option<SessionId>, Event)>,
+        ts_ms: u64,
+        done: Option<Done>,
+    ) {
+        let records: Vec<EventRecord> = events
+            .into_iter()
+            .map(|(session, event)| EventRecord {
+                seq: 0,
+                ts_ms,
+                session,
+                event,
+            })
+            .collect();
+        ops.push(WriteOp::Events(records.clone()));
+        let sequencer = Arc::clone(&self.sequencer);
+        self.store.submit_numbered(
+            ops,
+            Box::new(move |res| {
+                let res = res.map(|first| {
+                    sequencer.offer(records.into_iter().zip(first..).map(|(mut record, seq)| {
+                        record.seq = seq;
+                        Arc::new(record)
+                    }));
+                });
+                match done {
+                    Some(done) => done(res),
+                    None => log_failure(res),
+                }
+            }),
+        );
+    }
 }
 
 fn log_failure(res: Result<(), swarmd_output_store::StoreError>) {
     if let Err(error) = res {
         tracing::error!(%error, "store write failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::TaskId;
+
+    fn record(seq: u64) -> Arc<EventRecord> {
+        Arc::new(EventRecord {
+            seq,
+            ts_ms: seq,
+            session: None,
+            event: Event::TaskQueued {
+                task_id: TaskId::new(),
+            },
+        })
+    }
+
+    fn drain(rx: &mut broadcast::Receiver<Arc<EventRecord>>) -> Vec<u64> {
+        std::iter::from_fn(|| rx.try_recv().ok().map(|r| r.seq)).collect()
+    }
+
+    #[tokio::test]
+    async fn the_sequencer_broadcasts_in_seq_order_once_gaps_fill() {
+        let sequencer = Sequencer::new(10);
+        let mut rx = sequencer.tx.subscribe();
+        // This node's events after another node's: they wait, and the pump
+        // is woken to fill the gap.
+        sequencer.offer([record(13), record(14)]);
+        assert!(drain(&mut rx).is_empty());
+        assert_eq!(sequencer.durable_seq.load(Ordering::Acquire), 10);
+        tokio::time::timeout(std::time::Duration::from_secs(1), sequencer.gap.notified())
+            .await
+            .expect("a gap wakes the pump");
+        // The pump reads the log from 11 on: what it finds again is dropped.
+        sequencer.offer([record(11), record(12), record(13), record(14)]);
+        assert_eq!(drain(&mut rx), [11, 12, 13, 14]);
+        assert_eq!(sequencer.durable_seq.load(Ordering::Acquire), 14);
+        sequencer.offer([record(12), record(15)]);
+        assert_eq!(drain(&mut rx), [15]);
+    }
+
+    #[test]
+    fn recovery_moves_the_sequencer_past_the_stored_log() {
+        let sequencer = Sequencer::new(0);
+        let mut rx = sequencer.tx.subscribe();
+        sequencer.resume_after(7);
+        sequencer.offer([record(7), record(8)]);
+        assert_eq!(drain(&mut rx), [8]);
     }
 }

@@ -285,6 +285,19 @@ impl Engine {
         self.inner.bus.subscribe()
     }
 
+    /// Committed events read from the log (the cluster's event pump):
+    /// broadcast in seq order once every lower seq is, the ones already
+    /// broadcast dropped.
+    pub fn offer_events(&self, records: Vec<EventRecord>) {
+        self.inner.bus.offer(records);
+    }
+
+    /// Resolves when this node's committed events wait behind events it
+    /// has not seen (another node's): the pump then reads the log.
+    pub async fn event_gap(&self) {
+        self.inner.bus.gap().await;
+    }
+
     pub async fn events_after(
         &self,
         after_seq: u64,

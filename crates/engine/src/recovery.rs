@@ -3,6 +3,10 @@
 //! other in-process attempts that died with the old process fail as
 //! `interrupted` (and retry if the policy allows); other delegated attempts
 //! keep running with their lease re-armed; queued tasks are queued again.
+//!
+//! A node of a cluster applies the same rules at run time to the live
+//! tasks it takes over from a dead node (`adopt`), except that it leaves
+//! the dead node's process groups alone: they are another host's.
 
 use std::sync::Arc;
 
@@ -16,7 +20,7 @@ use crate::event::Event;
 use crate::ids::TaskId;
 use crate::live::{RunState, TaskCell, lease_until};
 use crate::outcome::AttemptEnd;
-use crate::store::{SessionRecord, WriteOp};
+use crate::store::{LiveSnapshot, SessionRecord, WriteOp};
 use crate::task::{AttemptOutcome, AttemptRecord, Task, TaskResult, TaskStatus};
 
 /// What recovery did, for the boot log.
@@ -41,6 +45,15 @@ fn past_budget(task: &Task, attempt: &AttemptRecord) -> bool {
     let mut spent = task.usage;
     spent.add(&attempt.usage.totals);
     task.policy.over_budget(&spent).is_some()
+}
+
+/// Whose live tasks recovery reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// This daemon's own, at start.
+    Restart,
+    /// A dead node's, taken over at run time.
+    Takeover,
 }
 
 /// Work recovery found but does not start until `start_recovered`.
@@ -69,6 +82,28 @@ impl Engine {
         let now_secs = self.inner.clock.now_secs();
         let snapshot = self.inner.store.load_live(now_secs).await?;
         self.inner.bus.resume_after(snapshot.last_event_seq);
+        self.recover_snapshot(snapshot, Origin::Restart).await
+    }
+
+    /// Takes over the live tasks of a dead node of the cluster, read from
+    /// the store once they are this node's (`snapshot`): the rules of
+    /// recovery at start, at run time, and what they found is started at
+    /// once. Tasks already in memory are left as they are.
+    pub async fn adopt(&self, mut snapshot: LiveSnapshot) -> Result<RecoveryReport, EngineError> {
+        snapshot
+            .tasks
+            .retain(|task| self.inner.live.get(&task.id).is_none());
+        snapshot.sessions.clear();
+        let report = self.recover_snapshot(snapshot, Origin::Takeover).await?;
+        self.start_recovered();
+        Ok(report)
+    }
+
+    async fn recover_snapshot(
+        &self,
+        snapshot: LiveSnapshot,
+        origin: Origin,
+    ) -> Result<RecoveryReport, EngineError> {
         let mut report = RecoveryReport {
             handles: snapshot.handles.len(),
             sessions: snapshot.sessions,
@@ -86,7 +121,7 @@ impl Engine {
                 .iter()
                 .find(|a| a.task_id == task.id && a.attempt == task.attempt)
                 .cloned();
-            self.recover_task(task, latest, &mut report).await?;
+            self.recover_task(task, latest, origin, &mut report).await?;
         }
         self.retire_handles_of_finished();
         Ok(report)
@@ -96,6 +131,7 @@ impl Engine {
         &self,
         task: Task,
         latest: Option<AttemptRecord>,
+        origin: Origin,
         report: &mut RecoveryReport,
     ) -> Result<(), EngineError> {
         let id = task.id;
@@ -119,9 +155,8 @@ impl Engine {
                     .close_recovered(
                         task,
                         attempt,
-                        verdict.outcome,
-                        verdict.result,
-                        verdict.reason,
+                        origin,
+                        (verdict.outcome, verdict.result, verdict.reason),
                     )
                     .await?
                 {
@@ -139,7 +174,7 @@ impl Engine {
             }
             (TaskStatus::Running, Some(attempt), None) => {
                 report.interrupted += 1;
-                if self.interrupt(task, attempt).await? {
+                if self.interrupt(task, attempt, origin).await? {
                     report.retried += 1;
                 }
             }
@@ -158,10 +193,20 @@ impl Engine {
     /// Records an interrupted in-process attempt (or a delegated one past
     /// its budget) as failed; queues a retry when the policy allows one.
     /// Returns whether it did.
-    async fn interrupt(&self, task: Task, attempt: AttemptRecord) -> Result<bool, EngineError> {
+    async fn interrupt(
+        &self,
+        task: Task,
+        attempt: AttemptRecord,
+        origin: Origin,
+    ) -> Result<bool, EngineError> {
         let reason = Some("interrupted".to_owned());
-        self.close_recovered(task, attempt, AttemptOutcome::Failed, None, reason)
-            .await
+        self.close_recovered(
+            task,
+            attempt,
+            origin,
+            (AttemptOutcome::Failed, None, reason),
+        )
+        .await
     }
 
     /// Records the end of an attempt that was open at the crash, durably,
@@ -171,12 +216,15 @@ impl Engine {
         &self,
         mut task: Task,
         mut attempt: AttemptRecord,
-        mut outcome: AttemptOutcome,
-        mut result: Option<TaskResult>,
-        mut reason: Option<String>,
+        origin: Origin,
+        end: (AttemptOutcome, Option<TaskResult>, Option<String>),
     ) -> Result<bool, EngineError> {
+        let (mut outcome, mut result, mut reason) = end;
         // A worker that outlived the old daemon must not run beside a retry.
-        if let Some(group) = &attempt.process_group {
+        // A dead node's workers ran on its own host, and die with it.
+        if let Some(group) = &attempt.process_group
+            && origin == Origin::Restart
+        {
             self.inner.resolver.reap_leftover(group);
         }
         task.usage.add(&attempt.usage.totals);

@@ -92,6 +92,11 @@ pub enum StoreError {
     /// back together with the rest of its batch.
     #[error("group commit failed: {0}")]
     Batch(#[source] Arc<StoreError>),
+    /// This node of a cluster was declared dead (its lease ran out and
+    /// another node took its tasks over): the write was refused, nothing
+    /// of it was stored.
+    #[error("this node was fenced: another node took its tasks over")]
+    Fenced,
     /// A job panicked; its writes were rolled back and the store keeps running.
     #[error("a store job panicked")]
     Panicked,
@@ -106,6 +111,18 @@ pub enum StoreError {
         path: std::path::PathBuf,
         mode: String,
     },
+}
+
+impl StoreError {
+    /// Whether the write was refused because this node was fenced (also
+    /// when that failed the group commit holding it).
+    pub fn is_fenced(&self) -> bool {
+        match self {
+            StoreError::Fenced => true,
+            StoreError::Batch(inner) => inner.is_fenced(),
+            _ => false,
+        }
+    }
 }
 
 /// Events made ready for [`OutputStore::append_at`]: in their stored form

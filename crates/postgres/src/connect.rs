@@ -113,8 +113,16 @@ fn redact_pairs(text: &str, sep: char) -> String {
         .join(&sep.to_string())
 }
 
+/// The SQLSTATE `swarmd_fence` raises when the node's row is not alive
+/// with its epoch (migrate.rs).
+pub(crate) const FENCED_SQLSTATE: &str = "SW410";
+
 /// A driver error as a store error.
+/// The dedicated SQLSTATE `swarmd_fence` raises becomes `StoreError::Fenced`.
 pub(crate) fn db_error(error: tokio_postgres::Error) -> StoreError {
+    if error.code().map(tokio_postgres::error::SqlState::code) == Some(FENCED_SQLSTATE) {
+        return StoreError::Fenced;
+    }
     StoreError::Database(Box::new(error))
 }
 

@@ -15,6 +15,7 @@
 
 mod connect;
 mod migrate;
+mod nodes;
 mod outputs;
 mod rows;
 mod tasks;
@@ -30,6 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use connect::{DEFAULT_MAX_BATCH, DEFAULT_POOL_SIZE, PgOptions, redact_url};
 pub use migrate::SCHEMA_VERSION;
+pub use nodes::{EventWake, NodeId, Registration, Takeover};
 pub use outputs::PgOutputStore;
 pub use tasks::PgTaskStore;
 pub use writer::WriterStats;
@@ -46,6 +48,8 @@ struct Inner {
     pool: deadpool_postgres::Pool,
     jobs: mpsc::UnboundedSender<writer::Command>,
     stats: Arc<WriterStats>,
+    fence: Arc<writer::Fence>,
+    config: tokio_postgres::Config,
 }
 
 impl std::fmt::Debug for PgDb {
@@ -73,10 +77,23 @@ impl PgDb {
         let pool = connect::pool(config.clone(), opts.pool_size)?;
         let stats = Arc::new(WriterStats::default());
         let (jobs, receiver) = mpsc::unbounded_channel();
-        let writer = writer::Writer::new(config, client, Arc::clone(&stats)).await?;
+        let fence = Arc::new(writer::Fence::default());
+        let writer = writer::Writer::new(
+            config.clone(),
+            client,
+            Arc::clone(&stats),
+            Arc::clone(&fence),
+        )
+        .await?;
         tokio::spawn(writer.run(receiver, opts.max_batch.max(1)));
         Ok(PgDb {
-            inner: Arc::new(Inner { pool, jobs, stats }),
+            inner: Arc::new(Inner {
+                pool,
+                jobs,
+                stats,
+                fence,
+                config,
+            }),
         })
     }
 

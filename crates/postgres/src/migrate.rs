@@ -16,7 +16,7 @@ use tokio_postgres::Client;
 use crate::connect::db_error;
 
 /// The schema this build writes.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The advisory lock key of migrations: "swarmd" in ASCII, so another
 /// application's locks are unlikely to collide.
@@ -31,7 +31,8 @@ const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
 /// JSON paths. Events are keyed by the seq the writer commits them under;
 /// audit ids come from an identity column the single writer draws in
 /// commit order. Outputs carry `is_final` so `last_final` is one index walk.
-const STEPS: [&str; 1] = ["
+const STEPS: [&str; 2] = [
+    "
 CREATE TABLE tasks (
     id             uuid   PRIMARY KEY,
     status         text   NOT NULL,
@@ -115,7 +116,54 @@ CREATE TABLE outputs (
     PRIMARY KEY (task, attempt, seq)
 );
 CREATE INDEX outputs_finals ON outputs (task, attempt, seq) WHERE is_final;
-"];
+",
+    CLUSTER,
+];
+
+/// Step 2: several nodes on one database (docs/decisions.md, Cluster).
+///
+/// `event_head` is the one row every write group that carries events
+/// updates last before `COMMIT`: its row lock orders the groups of all
+/// nodes, so seqs are gapless and commit order is seq order. `nodes` holds
+/// each node's incarnation (`epoch`, from `node_epochs`), lease
+/// (`heartbeat_at`, compared with the database's `now()` only) and state;
+/// `tasks.owner_node` is the node that holds a live task in memory.
+/// `swarmd_fence` is the first statement of every write group of a node:
+/// it share-locks the node's row while the node is alive with its epoch
+/// and raises SQLSTATE `SW410` otherwise, so a takeover (which updates the
+/// row) and a late group serialize.
+const CLUSTER: &str = "
+CREATE TABLE event_head (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    seq bigint  NOT NULL
+);
+INSERT INTO event_head (seq)
+SELECT GREATEST(COALESCE((SELECT MAX(seq) FROM events), 0),
+                COALESCE((SELECT value FROM task_store_meta WHERE name = 'pruned_event_seq'), 0));
+
+CREATE SEQUENCE node_epochs;
+CREATE TABLE nodes (
+    id            uuid        PRIMARY KEY,
+    epoch         bigint      NOT NULL,
+    advertise_url text        NOT NULL,
+    state         text        NOT NULL,
+    started_at    timestamptz NOT NULL,
+    heartbeat_at  timestamptz NOT NULL
+);
+
+ALTER TABLE tasks ADD COLUMN owner_node uuid;
+CREATE INDEX tasks_owner_live ON tasks (owner_node) WHERE finished_ms IS NULL;
+
+CREATE FUNCTION swarmd_fence(node uuid, node_epoch bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM nodes WHERE id = node AND epoch = node_epoch AND state = 'alive' FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'swarmd node % (epoch %) is fenced', node, node_epoch
+            USING ERRCODE = 'SW410';
+    END IF;
+END $$;
+";
 
 /// Applies the missing steps under the advisory lock.
 pub(crate) async fn migrate(client: &mut Client) -> Result<(), StoreError> {

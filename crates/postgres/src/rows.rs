@@ -49,8 +49,8 @@ pub(crate) enum Row {
         key: String,
         task: Uuid,
     },
+    /// Numbered at commit (`EVENTS`).
     Event {
-        seq: i64,
         ts_ms: i64,
         task: Option<Uuid>,
         body: String,
@@ -108,13 +108,17 @@ pub(crate) struct Statements {
     put_posted: Statement,
     delete_posted: Statement,
     outputs: Statement,
+    fence: Statement,
     pub(crate) last_output_seq: Statement,
 }
 
+/// A new task is owned by the writing node (`$9`, NULL outside a
+/// cluster); an update keeps the owner (a takeover moves it).
 const TASKS: &str = "
-INSERT INTO tasks (id, status, agent, finished_ms, session, parent, continued_from, body)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::uuid[], $6::uuid[],
-                     $7::uuid[], $8::text[])
+INSERT INTO tasks (id, status, agent, finished_ms, session, parent, continued_from, body,
+                   owner_node)
+SELECT *, $9::uuid FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::uuid[],
+                               $6::uuid[], $7::uuid[], $8::text[])
 ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
     session = excluded.session, body = excluded.body";
 const ATTEMPTS: &str = "
@@ -129,11 +133,23 @@ ON CONFLICT (task, attempt, digest) DO UPDATE SET exp_secs = excluded.exp_secs,
 const KEYS: &str = "
 INSERT INTO idem_keys (key, task) SELECT * FROM unnest($1::text[], $2::uuid[])
 ON CONFLICT (key) DO UPDATE SET task = excluded.task";
-/// A seq already stored fails the statement: the log never silently
-/// replaces an event subscribers may have seen.
+/// Numbers the group's events at commit: takes `event_head`'s row lock
+/// (held until `COMMIT`, so groups of every node commit in seq order),
+/// stores the events after the head in queue order, wakes the other
+/// nodes' event pumps (`NOTIFY` is delivered at commit, and only then) and
+/// returns the group's first seq. Sent last before `COMMIT`, so the lock
+/// is held for as short as possible.
 const EVENTS: &str = "
-INSERT INTO events (seq, ts_ms, task, body)
-SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::text[])";
+WITH head AS (
+    UPDATE event_head SET seq = seq + cardinality($1::bigint[]) RETURNING seq
+), stored AS (
+    INSERT INTO events (seq, ts_ms, task, body)
+    SELECT head.seq - cardinality($1::bigint[]) + e.n, e.ts_ms, e.task, e.body
+    FROM head, unnest($1::bigint[], $2::uuid[], $3::text[]) WITH ORDINALITY AS e (ts_ms, task, body, n)
+)
+SELECT seq - cardinality($1::bigint[]) + 1, pg_notify('swarmd_events', seq::text) FROM head";
+/// Shares the node's row while the group runs, or raises `SW410`.
+const FENCE: &str = "SELECT swarmd_fence($1, $2)";
 /// Identity values are drawn in the order the rows are inserted: queue order.
 const AUDIT: &str = "
 INSERT INTO audit (ts_ms, task, body)
@@ -178,6 +194,7 @@ impl Statements {
                 PUT_POSTED,
                 DELETE_POSTED,
                 OUTPUTS,
+                FENCE,
                 LAST_OUTPUT_SEQ,
             ]
             .map(|sql| client.prepare(sql)),
@@ -199,6 +216,7 @@ impl Statements {
             put_posted: next(),
             delete_posted: next(),
             outputs: next(),
+            fence: next(),
             last_output_seq: next(),
         })
     }
@@ -289,20 +307,36 @@ impl<'a> Group<'a> {
         self.outputs.push(output);
     }
 
-    /// Commits the group as one transaction: `BEGIN`, one statement per
-    /// non-empty table (deletes first) and `COMMIT`, all sent pipelined on
-    /// the connection before any answer is awaited, so a group costs one
-    /// round trip plus the server's WAL flush. A statement that fails
-    /// aborts the transaction, which turns its `COMMIT` into a rollback;
-    /// the caller sees the statement's error.
+    /// How many events the group stores.
+    pub(crate) fn event_count(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Commits the group as one transaction: `BEGIN`, the node's fence (in
+    /// a cluster), one statement per non-empty table (deletes first), the
+    /// events numbered at commit, and `COMMIT`, all sent pipelined on the
+    /// connection before any answer is awaited, so a group costs one round
+    /// trip plus the server's WAL flush. A statement that fails aborts the
+    /// transaction, which turns its `COMMIT` into a rollback; the caller
+    /// sees the statement's error. Returns the first event seq (0 when the
+    /// group has no events).
     pub(crate) async fn commit(
         &self,
         tx: &Client,
         statements: &Statements,
-    ) -> Result<(), tokio_postgres::Error> {
+        fence: Option<(Uuid, i64)>,
+    ) -> Result<i64, tokio_postgres::Error> {
         let c = columns::Columns::of(self);
+        let (node, epoch) = fence.unwrap_or_default();
+        let owner = fence.map(|(node, _)| node);
         let none: Vec<&(dyn ToSql + Sync)> = Vec::new();
         let mut sends = vec![tx.execute_raw(&statements.begin, none.clone())];
+        if fence.is_some() {
+            sends.push(tx.execute_raw(
+                &statements.fence,
+                vec![&node as &(dyn ToSql + Sync), &epoch],
+            ));
+        }
         macro_rules! send {
             ($statement:expr, $($column:expr),+ $(,)?) => {
                 sends.push(tx.execute_raw(
@@ -323,7 +357,18 @@ impl<'a> Group<'a> {
         }
         if !c.tasks.0.is_empty() {
             let t = &c.tasks;
-            send!(statements.tasks, t.0, t.1, t.2, t.3, t.4, t.5, t.6, t.7);
+            send!(
+                statements.tasks,
+                t.0,
+                t.1,
+                t.2,
+                t.3,
+                t.4,
+                t.5,
+                t.6,
+                t.7,
+                owner
+            );
         }
         if !c.attempts.0.is_empty() {
             let a = &c.attempts;
@@ -343,10 +388,6 @@ impl<'a> Group<'a> {
             let p = &c.posted;
             send!(statements.put_posted, p.0, p.1, p.2, p.3);
         }
-        if !c.events.0.is_empty() {
-            let e = &c.events;
-            send!(statements.events, e.0, e.1, e.2, e.3);
-        }
         if !c.audit.0.is_empty() {
             let a = &c.audit;
             send!(statements.audit, a.0, a.1, a.2);
@@ -355,7 +396,21 @@ impl<'a> Group<'a> {
             let o = &c.outputs;
             send!(statements.outputs, o.0, o.1, o.2, o.3, o.4, o.5, o.6);
         }
-        sends.push(tx.execute_raw(&statements.commit, none));
-        try_join_all(sends).await.map(drop)
+        let e = &c.events;
+        let events = async {
+            if e.0.is_empty() {
+                return Ok(0);
+            }
+            let params: [&(dyn ToSql + Sync); 3] = [&e.0, &e.1, &e.2];
+            let row = tx.query_one(&statements.events, &params).await?;
+            Ok(row.get::<_, i64>(0))
+        };
+        let commit = tx.execute_raw(&statements.commit, none);
+        // Polled in this order, so sent in this order.
+        let (sent, first, committed) = futures_util::join!(try_join_all(sends), events, commit);
+        sent?;
+        let first = first?;
+        committed?;
+        Ok(first)
     }
 }

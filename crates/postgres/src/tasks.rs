@@ -4,18 +4,20 @@
 //! exactly one writer job for it, so a batch commits atomically, batches
 //! commit in submission order, and `done` runs on the writer task right
 //! after the commit that holds its batch, in submission order. Event seqs
-//! arrive stamped by the engine's bus (under its mutex, in submission
-//! order) and are committed by the one writer in that order, so a seq is
+//! are given at commit from `event_head` (`numbers_events`), whose row lock
+//! orders the groups of every node sharing the database, so a seq is
 //! visible only once every lower one is: a subscriber resuming after seq N
 //! (`events_after`) can never miss an event that commits later with a
-//! lower seq. Reads run on pooled connections; `prune` runs there too, in
+//! lower seq, and a group that rolls back takes no seq. Reads run on pooled connections; `prune` runs there too, in
 //! bounded transactions of its own.
 
 use async_trait::async_trait;
 use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::EventRecord;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::store::{Done, LiveSnapshot, PostedFinal, TaskFilter, TaskStore, WriteOp};
+use swarmd_engine::store::{
+    Done, LiveSnapshot, NumberedDone, PostedFinal, TaskFilter, TaskStore, WriteOp,
+};
 use swarmd_engine::task::{AttemptRecord, Task};
 use swarmd_output_store::StoreError;
 
@@ -86,8 +88,8 @@ fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
             WriteOp::Events(events) => {
                 rows.reserve(events.len());
                 for event in events {
+                    // The seq is given at commit (`rows::EVENTS`).
                     rows.push(Row::Event {
-                        seq: int(event.seq),
                         ts_ms: int(event.ts_ms),
                         task: event.event.task_id().map(|id| id.as_uuid()),
                         body: serde_json::to_string(&event)?,
@@ -127,11 +129,16 @@ fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
 #[async_trait]
 impl TaskStore for PgTaskStore {
     fn submit(&self, batch: Vec<WriteOp>, done: Done) {
+        self.submit_numbered(batch, Box::new(move |outcome| done(outcome.map(drop))));
+    }
+
+    fn numbers_events(&self) -> bool {
+        true
+    }
+
+    fn submit_numbered(&self, batch: Vec<WriteOp>, done: NumberedDone) {
         match encode(batch) {
-            Ok(rows) => self.db.submit(
-                Op::Rows(rows),
-                Box::new(move |outcome| done(outcome.map(drop))),
-            ),
+            Ok(rows) => self.db.submit(Op::Rows(rows), done),
             // The error still travels through the writer queue so that
             // `done` runs in submission order.
             Err(error) => {
@@ -188,7 +195,13 @@ impl TaskStore for PgTaskStore {
     }
 
     async fn load_live(&self, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
-        read::load_live(&self.db, now_secs).await
+        // A node of a cluster recovers the tasks it owns; the others are
+        // its peers' (or taken over when a peer dies).
+        let scope = match self.db.fence().node() {
+            Some((node, _)) => read::Scope::Owner(node),
+            None => read::Scope::All,
+        };
+        read::load_live(&self.db, now_secs, scope).await
     }
 
     async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError> {

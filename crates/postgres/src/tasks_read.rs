@@ -202,8 +202,13 @@ pub(crate) async fn events_after(
     for row in rows {
         let seq: i64 = row.get(1);
         // An event has no stand-in form; an undecodable one is left out.
-        match decode("events", &format!("seq:{seq}"), row.get(0)) {
-            Ok(record) => out.push(record),
+        // The body was encoded before the commit numbered it: the column
+        // holds the seq.
+        match decode::<EventRecord>("events", &format!("seq:{seq}"), row.get(0)) {
+            Ok(mut record) => {
+                record.seq = seq.max(0) as u64;
+                out.push(record);
+            }
             Err(StoreError::Json(_)) => {}
             Err(other) => return Err(other),
         }
@@ -250,7 +255,33 @@ pub(crate) async fn audit(
 
 /// Reads the snapshot in one repeatable-read transaction, so every part of
 /// it comes from the same commit.
-pub(crate) async fn load_live(db: &PgDb, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
+/// Which live tasks a snapshot holds.
+#[derive(Debug, Clone)]
+pub(crate) enum Scope {
+    /// Every live task (a database outside a cluster).
+    All,
+    /// The live tasks this node owns, with the sessions (at boot).
+    Owner(Uuid),
+    /// These tasks, just taken over: no sessions, no event seq.
+    Tasks(Vec<Uuid>),
+}
+
+impl Scope {
+    /// The condition on `tasks` (aliased `t`) after `$1`/`$2`, and its parameter.
+    fn condition(&self) -> (&'static str, Option<&(dyn ToSql + Sync)>) {
+        match self {
+            Scope::All => ("true", None),
+            Scope::Owner(node) => ("t.owner_node = $3", Some(node)),
+            Scope::Tasks(ids) => ("t.id = ANY($3)", Some(ids)),
+        }
+    }
+}
+
+pub(crate) async fn load_live(
+    db: &PgDb,
+    now_secs: u64,
+    scope: Scope,
+) -> Result<LiveSnapshot, StoreError> {
     let mut client = db.reader().await?;
     let tx = client
         .build_transaction()
@@ -260,11 +291,18 @@ pub(crate) async fn load_live(db: &PgDb, now_secs: u64) -> Result<LiveSnapshot, 
         .await
         .map_err(db_error)?;
     let live = statuses(false);
+    let now = int(now_secs);
+    let (condition, param) = scope.condition();
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&live, &now];
+    params.extend(param);
     let mut snap = LiveSnapshot::default();
     for row in tx
         .query(
-            "SELECT body, id FROM tasks WHERE status = ANY($1) ORDER BY id",
-            &[&live],
+            &format!(
+                "SELECT t.body, t.id FROM tasks t WHERE t.status = ANY($1) AND $2::bigint >= 0
+                 AND {condition} ORDER BY t.id"
+            ),
+            &params,
         )
         .await
         .map_err(db_error)?
@@ -275,9 +313,12 @@ pub(crate) async fn load_live(db: &PgDb, now_secs: u64) -> Result<LiveSnapshot, 
     }
     for row in tx
         .query(
-            "SELECT DISTINCT ON (a.task) a.body FROM attempts a JOIN tasks t ON t.id = a.task
-             WHERE t.status = ANY($1) ORDER BY a.task, a.attempt DESC",
-            &[&live],
+            &format!(
+                "SELECT DISTINCT ON (a.task) a.body FROM attempts a JOIN tasks t ON t.id = a.task
+                 WHERE t.status = ANY($1) AND $2::bigint >= 0 AND {condition}
+                 ORDER BY a.task, a.attempt DESC"
+            ),
+            &params,
         )
         .await
         .map_err(db_error)?
@@ -285,20 +326,29 @@ pub(crate) async fn load_live(db: &PgDb, now_secs: u64) -> Result<LiveSnapshot, 
         snap.attempts
             .push(decode("attempts", "latest", row.get(0))?);
     }
-    for row in tx
-        .query(
-            "SELECT digest, body FROM handles WHERE exp_secs > $1 ORDER BY digest",
-            &[&int(now_secs)],
-        )
-        .await
-        .map_err(db_error)?
-    {
+    // Outside a cluster every unexpired handle; in one, those of the
+    // scope's tasks, live or not.
+    let handles = match scope {
+        Scope::All => "SELECT h.digest, h.body FROM handles h
+             WHERE h.exp_secs > $2 AND cardinality($1::text[]) >= 0 ORDER BY h.digest"
+            .to_owned(),
+        _ => format!(
+            "SELECT h.digest, h.body FROM handles h JOIN tasks t ON t.id = h.task
+             WHERE h.exp_secs > $2 AND cardinality($1::text[]) >= 0 AND {condition}
+             ORDER BY h.digest"
+        ),
+    };
+    for row in tx.query(&handles, &params).await.map_err(db_error)? {
         let digest: &[u8] = row.get(0);
         let Ok(digest) = <[u8; 32]>::try_from(digest) else {
             continue;
         };
         snap.handles
             .push((digest, decode("handles", "handle", row.get(1))?));
+    }
+    if let Scope::Tasks(_) = scope {
+        tx.commit().await.map_err(db_error)?;
+        return Ok(snap);
     }
     for row in tx
         .query("SELECT body FROM sessions ORDER BY sid", &[])
@@ -311,7 +361,8 @@ pub(crate) async fn load_live(db: &PgDb, now_secs: u64) -> Result<LiveSnapshot, 
     let row = tx
         .query_one(
             "SELECT GREATEST(COALESCE((SELECT MAX(seq) FROM events), 0),
-                             COALESCE((SELECT value FROM task_store_meta WHERE name = $1), 0))",
+                             COALESCE((SELECT value FROM task_store_meta WHERE name = $1), 0),
+                             (SELECT seq FROM event_head))",
             &[&PRUNED_EVENT_SEQ],
         )
         .await

@@ -29,8 +29,9 @@ use uuid::Uuid;
 use crate::connect::{self, Connection, db_error};
 use crate::rows::{Group, OutputRow, Row, Statements};
 
-/// Called once with a job's outcome: for `Op::AppendNext` the first seq it
-/// was given, otherwise 0.
+/// Called once with a job's outcome: for `Op::AppendNext` the first output
+/// seq it was given, for `Op::Rows` holding events the first event seq they
+/// were given at commit, otherwise 0.
 pub(crate) type Done = Box<dyn FnOnce(Result<u64, StoreError>) + Send>;
 
 /// What a job writes.
@@ -104,11 +105,40 @@ impl WriterStats {
     }
 }
 
+/// This node's place in a cluster, as the writer sees it: set once the
+/// node is registered (`nodes::register`), and marked fenced for good once
+/// a group finds the node's row no longer alive with its epoch.
+#[derive(Debug, Default)]
+pub(crate) struct Fence {
+    node: std::sync::OnceLock<(Uuid, i64)>,
+    fenced: std::sync::atomic::AtomicBool,
+}
+
+impl Fence {
+    /// The node and epoch every group checks, once registered.
+    pub(crate) fn node(&self) -> Option<(Uuid, i64)> {
+        self.node.get().copied()
+    }
+
+    pub(crate) fn set(&self, node: Uuid, epoch: i64) {
+        let _ = self.node.set((node, epoch));
+    }
+
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_fenced(&self) {
+        self.fenced.store(true, Ordering::Release);
+    }
+}
+
 pub(crate) struct Writer {
     config: Config,
     client: Client,
     statements: Statements,
     stats: Arc<WriterStats>,
+    fence: Arc<Fence>,
 }
 
 impl Writer {
@@ -118,6 +148,7 @@ impl Writer {
         config: Config,
         client: Client,
         stats: Arc<WriterStats>,
+        fence: Arc<Fence>,
     ) -> Result<Writer, StoreError> {
         let statements = Statements::prepare(&client).await.map_err(db_error)?;
         Ok(Writer {
@@ -125,6 +156,7 @@ impl Writer {
             client,
             statements,
             stats,
+            fence,
         })
     }
 
@@ -163,6 +195,13 @@ impl Writer {
         self.stats
             .jobs
             .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        // A fenced node writes nothing more, and need not ask to know it.
+        if self.fence.is_fenced() {
+            for job in jobs {
+                (job.done)(Err(StoreError::Fenced));
+            }
+            return;
+        }
         if let Err(error) = self.reconnect_if_lost().await {
             let error = Arc::new(error);
             for job in jobs {
@@ -175,6 +214,13 @@ impl Writer {
             Ok(firsts) => {
                 for (job, first) in jobs.into_iter().zip(firsts) {
                     (job.done)(Ok(first));
+                }
+            }
+            Err(error) if error.is_fenced() => {
+                self.fence.mark_fenced();
+                tracing::error!("this node was fenced: its write group was refused");
+                for job in jobs {
+                    (job.done)(Err(StoreError::Fenced));
                 }
             }
             Err(error) if jobs.len() == 1 => {
@@ -251,7 +297,10 @@ impl Writer {
             }
         }
         let mut numbered = numbered.iter().peekable();
+        // Each job's events: the group numbers them in queue order.
+        let mut events_before = vec![0usize; ops.len()];
         for (index, op) in ops.iter().enumerate() {
+            events_before[index] = group.event_count();
             match op {
                 Op::Rows(rows) => rows.iter().for_each(|row| group.add(row)),
                 Op::AppendNext { .. } => {
@@ -262,11 +311,21 @@ impl Writer {
                 Op::Ping => {}
             }
         }
-        if let Err(error) = group.commit(tx, &self.statements).await {
-            // The failed statement's COMMIT rolled back; this makes sure no
-            // transaction is left open whatever failed (a warning if none is).
-            let _ = tx.batch_execute("ROLLBACK").await;
-            return Err(db_error(error));
+        let first_event = match group.commit(tx, &self.statements, self.fence.node()).await {
+            Ok(first) => first,
+            Err(error) => {
+                // The failed statement's COMMIT rolled back; this makes sure no
+                // transaction is left open whatever failed (a warning if none is).
+                let _ = tx.batch_execute("ROLLBACK").await;
+                return Err(db_error(error));
+            }
+        };
+        for (index, op) in ops.iter().enumerate() {
+            let has_events =
+                matches!(op, Op::Rows(rows) if rows.iter().any(|r| matches!(r, Row::Event { .. })));
+            if has_events {
+                firsts[index] = (first_event + events_before[index] as i64) as u64;
+            }
         }
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         self.stats.commit_latency.observe(started.elapsed());

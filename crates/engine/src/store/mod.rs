@@ -125,6 +125,10 @@ pub enum WriteOp {
 /// Called once a batch is durable (or failed), in submission order.
 pub type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
+/// Like `Done`, for a store that numbers events at commit: the first seq
+/// the batch's events were given (their seqs run on from it, in order).
+pub type NumberedDone = Box<dyn FnOnce(Result<u64, StoreError>) + Send>;
+
 /// Which tasks `list_tasks` returns: newest first, strictly older than
 /// `before`, not older than `since` (ids are time-ordered, so these two are
 /// also a creation-time range), and matching every other field given.
@@ -182,6 +186,18 @@ pub struct LiveSnapshot {
 pub trait TaskStore: Send + Sync + Debug + 'static {
     /// Queues `batch` now; `done` runs once it is durable.
     fn submit(&self, batch: Vec<WriteOp>, done: Done);
+    /// Whether the store numbers events itself, at commit (several nodes
+    /// share its log, docs/decisions.md, Cluster): the seqs of
+    /// `WriteOp::Events` are then ignored and `submit_numbered` tells the
+    /// first seq given. Stores that do not take the seqs they are given.
+    fn numbers_events(&self) -> bool {
+        false
+    }
+    /// Like `submit`; `done` gets the first seq the store gave the batch's
+    /// events (only meaningful when `numbers_events`).
+    fn submit_numbered(&self, batch: Vec<WriteOp>, done: NumberedDone) {
+        self.submit(batch, Box::new(move |res| done(res.map(|()| 0))));
+    }
     async fn task(&self, id: TaskId) -> Result<Option<Task>, StoreError>;
     async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError>;
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError>;

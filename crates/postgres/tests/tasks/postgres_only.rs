@@ -118,14 +118,16 @@ async fn a_failing_batch_fails_alone_and_order_holds() {
     let outcomes = Arc::new(Mutex::new(Vec::new()));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let before = new_task("a", 2);
-    let doomed = new_task("a", 3);
+    let mut doomed = new_task("a", 3);
+    doomed.agent = "a\0".to_owned();
     let after = new_task("a", 4);
     let batches = vec![
         (
             "before",
             vec![put(&before), WriteOp::Events(vec![event(2, before.id)])],
         ),
-        // Seq 1 is taken: this batch fails, and nothing of it is stored.
+        // PostgreSQL text cannot hold a NUL: this batch fails, nothing of
+        // it is stored, and its event takes no seq.
         (
             "doomed",
             vec![put(&doomed), WriteOp::Events(vec![event(1, doomed.id)])],
@@ -156,6 +158,23 @@ async fn a_failing_batch_fails_alone_and_order_holds() {
     assert!(store.task(doomed.id).await.unwrap().is_none());
     assert!(store.task(before.id).await.unwrap().is_some());
     assert!(store.task(after.id).await.unwrap().is_some());
+    // The store numbers events at commit, whatever seq they carried: the
+    // log stays gapless.
+    let logged: Vec<(u64, Option<TaskId>)> = store
+        .events_after(0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, e.event.task_id()))
+        .collect();
+    assert_eq!(
+        logged,
+        [
+            (1, Some(first.id)),
+            (2, Some(before.id)),
+            (3, Some(after.id))
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +186,10 @@ async fn state_survives_close_and_reopen() {
         let store = PgTaskStore::new(db.clone());
         commit(
             &store,
-            vec![put(&task), WriteOp::Events(vec![event(7, task.id)])],
+            vec![
+                put(&task),
+                WriteOp::Events(vec![event(7, task.id), event(7, task.id)]),
+            ],
         )
         .await
         .unwrap();
@@ -179,6 +201,7 @@ async fn state_survives_close_and_reopen() {
     let store = PgTaskStore::new(db);
     assert_eq!(store.task(task.id).await.unwrap().unwrap(), task);
     let live = store.load_live(0).await.unwrap();
-    assert_eq!(live.last_event_seq, 7);
+    // Numbered at commit: the seqs given are ignored.
+    assert_eq!(live.last_event_seq, 2);
     assert_eq!(live.tasks.len(), 1);
 }

@@ -1,0 +1,297 @@
+//! The cluster's rows: a node registers (a new epoch), heartbeats, takes
+//! over the live tasks of a node whose lease ran out, and leaves; and the
+//! `LISTEN` connection that wakes a node's event pump.
+//!
+//! Every lease comparison uses the database's `now()`, never a node's
+//! clock. A node's epoch comes from the `node_epochs` sequence, so a
+//! restarted node fences its own previous incarnation: that one's groups
+//! call `swarmd_fence` with the old epoch and fail.
+
+use std::time::Duration;
+
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::store::LiveSnapshot;
+use swarmd_output_store::StoreError;
+use tokio::sync::mpsc;
+use tokio_postgres::AsyncMessage;
+use uuid::Uuid;
+
+use crate::PgDb;
+use crate::connect::{self, db_error};
+use crate::tasks_read::{self, Scope};
+
+/// A node's stable id (`<state_dir>/node_id` or `cluster.node_id`).
+pub type NodeId = Uuid;
+
+/// This node's incarnation, once registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registration {
+    pub node: NodeId,
+    pub epoch: i64,
+    /// Live tasks nobody owned (written before the cluster schema) that
+    /// this node adopted at registration.
+    pub adopted: u64,
+}
+
+/// A dead node's live tasks, now this node's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Takeover {
+    pub node: NodeId,
+    pub epoch: i64,
+    pub tasks: Vec<TaskId>,
+}
+
+/// Wakes the event pump whenever a node may have committed events.
+#[derive(Debug)]
+pub struct EventWake {
+    woken: mpsc::Receiver<()>,
+    /// Keeps the listening connection open.
+    _client: tokio_postgres::Client,
+}
+
+impl EventWake {
+    /// The next wake-up; `None` once the listening connection is lost.
+    pub async fn recv(&mut self) -> Option<()> {
+        self.woken.recv().await
+    }
+}
+
+/// The `NOTIFY` channel the writer signals in every group with events.
+const EVENTS_CHANNEL: &str = "swarmd_events";
+
+fn secs(lease: Duration) -> f64 {
+    lease.as_secs_f64()
+}
+
+impl PgDb {
+    /// The writer's view of this node (set by `register_node`).
+    pub(crate) fn fence(&self) -> &crate::writer::Fence {
+        &self.inner.fence
+    }
+
+    /// Registers this node with a new epoch (fencing its previous
+    /// incarnation, whose tasks it keeps and recovers), marks it alive,
+    /// and adopts live tasks nobody owns. From then on every write group
+    /// checks the node is still alive with this epoch. Call once, before
+    /// the engine's recovery.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Database` when the database refuses.
+    pub async fn register_node(
+        &self,
+        node: NodeId,
+        advertise_url: &str,
+    ) -> Result<Registration, StoreError> {
+        let mut client = self.reader().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let epoch: i64 = tx
+            .query_one(
+                "INSERT INTO nodes (id, epoch, advertise_url, state, started_at, heartbeat_at)
+                 VALUES ($1, nextval('node_epochs'), $2, 'alive', now(), now())
+                 ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch,
+                     advertise_url = excluded.advertise_url, state = 'alive',
+                     started_at = now(), heartbeat_at = now()
+                 RETURNING epoch",
+                &[&node, &advertise_url],
+            )
+            .await
+            .map_err(db_error)?
+            .get(0);
+        let adopted = tx
+            .execute(
+                "UPDATE tasks SET owner_node = $1 WHERE owner_node IS NULL AND finished_ms IS NULL",
+                &[&node],
+            )
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        self.fence().set(node, epoch);
+        Ok(Registration {
+            node,
+            epoch,
+            adopted,
+        })
+    }
+
+    /// Renews this node's lease. `Ok(false)` when its row is no longer
+    /// alive with its epoch: the node was declared dead (or restarted
+    /// elsewhere) and must stop at once.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Database` when the database cannot be reached.
+    pub async fn heartbeat(&self) -> Result<bool, StoreError> {
+        let Some((node, epoch)) = self.fence().node() else {
+            return Ok(true);
+        };
+        let client = self.reader().await?;
+        let renewed = client
+            .execute(
+                "UPDATE nodes SET heartbeat_at = now()
+                 WHERE id = $1 AND epoch = $2 AND state = 'alive'",
+                &[&node, &epoch],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(renewed == 1)
+    }
+
+    /// Whether a write group found this node fenced (or `mark_fenced` was
+    /// called): every later write fails with `StoreError::Fenced`.
+    pub fn is_fenced(&self) -> bool {
+        self.fence().is_fenced()
+    }
+
+    /// Refuses every later write with `StoreError::Fenced`, without asking
+    /// the database.
+    pub fn mark_fenced(&self) {
+        self.fence().mark_fenced();
+    }
+
+    /// Takes over every node whose lease ran out (`heartbeat_at` older
+    /// than `lease` by the database's clock) or that left with live tasks:
+    /// for each, in one transaction that first checks this node is alive,
+    /// marks it dead (only if it still is what was read) and moves its
+    /// live tasks to this node. Returns what was taken, one entry per node.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Fenced` when this node itself is no longer alive;
+    /// `StoreError::Database` otherwise.
+    pub async fn take_over_expired(&self, lease: Duration) -> Result<Vec<Takeover>, StoreError> {
+        let Some((me, my_epoch)) = self.fence().node() else {
+            return Ok(Vec::new());
+        };
+        let mut client = self.reader().await?;
+        let candidates: Vec<(Uuid, i64)> = client
+            .query(
+                "SELECT n.id, n.epoch FROM nodes n
+                 WHERE n.id <> $1 AND (
+                     (n.state = 'alive' AND n.heartbeat_at < now() - make_interval(secs => $2))
+                     OR (n.state <> 'alive' AND EXISTS (SELECT 1 FROM tasks t
+                         WHERE t.owner_node = n.id AND t.finished_ms IS NULL)))
+                 ORDER BY n.id",
+                &[&me, &secs(lease)],
+            )
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        let mut taken = Vec::new();
+        for (node, epoch) in candidates {
+            let tx = client.transaction().await.map_err(db_error)?;
+            tx.execute("SELECT swarmd_fence($1, $2)", &[&me, &my_epoch])
+                .await
+                .map_err(db_error)?;
+            // Waits for the dead node's write group in flight (it shares
+            // the row), so the tasks below are read after it.
+            let claimed = tx
+                .execute(
+                    "UPDATE nodes SET state = 'dead' WHERE id = $1 AND epoch = $2 AND (
+                         state <> 'alive' OR heartbeat_at < now() - make_interval(secs => $3))",
+                    &[&node, &epoch, &secs(lease)],
+                )
+                .await
+                .map_err(db_error)?;
+            if claimed == 0 {
+                // It heartbeat or restarted meanwhile.
+                tx.rollback().await.map_err(db_error)?;
+                continue;
+            }
+            let tasks = tx
+                .query(
+                    "UPDATE tasks SET owner_node = $1
+                     WHERE owner_node = $2 AND finished_ms IS NULL RETURNING id",
+                    &[&me, &node],
+                )
+                .await
+                .map_err(db_error)?
+                .iter()
+                .map(|row| TaskId::from_uuid(row.get(0)))
+                .collect();
+            tx.commit().await.map_err(db_error)?;
+            taken.push(Takeover { node, epoch, tasks });
+        }
+        Ok(taken)
+    }
+
+    /// The live state of `tasks` (just taken over), for the engine to
+    /// adopt: the tasks, their latest attempts and their unexpired handles.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Database` when the read fails.
+    pub async fn load_taken(
+        &self,
+        tasks: &[TaskId],
+        now_secs: u64,
+    ) -> Result<LiveSnapshot, StoreError> {
+        let ids = tasks.iter().map(|id| id.as_uuid()).collect();
+        tasks_read::load_live(self, now_secs, Scope::Tasks(ids)).await
+    }
+
+    /// Marks this node as left (a clean shutdown): the others take its
+    /// live tasks over at their next check, without waiting for the lease.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Database` when the database refuses.
+    pub async fn leave(&self) -> Result<(), StoreError> {
+        let Some((node, epoch)) = self.fence().node() else {
+            return Ok(());
+        };
+        let client = self.reader().await?;
+        client
+            .execute(
+                "UPDATE nodes SET state = 'left' WHERE id = $1 AND epoch = $2 AND state = 'alive'",
+                &[&node, &epoch],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// A connection of its own that `LISTEN`s to the writer's event
+    /// channel: the receiver gets a wake-up per notification (coalesced)
+    /// and closes when the connection is lost. Notifications are only a
+    /// wake-up: one sent while nobody listened is lost, so the pump polls
+    /// too.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Database` when the connection or the `LISTEN` fails.
+    pub async fn listen_events(&self) -> Result<EventWake, StoreError> {
+        let (client, mut connection) = connect::connect(&self.inner.config).await?;
+        let (wake, woken) = mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                let message = std::future::poll_fn(|cx| connection.poll_message(cx)).await;
+                match message {
+                    Some(Ok(AsyncMessage::Notification(_))) => {
+                        // A full channel already holds a wake-up.
+                        let _ = wake.try_send(());
+                        if wake.is_closed() {
+                            return;
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "postgres event listener connection lost");
+                        return;
+                    }
+                    None => return,
+                }
+            }
+        });
+        client
+            .batch_execute(&format!("LISTEN {EVENTS_CHANNEL}"))
+            .await
+            .map_err(db_error)?;
+        Ok(EventWake {
+            woken,
+            _client: client,
+        })
+    }
+}

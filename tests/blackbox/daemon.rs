@@ -52,6 +52,9 @@ pub(crate) struct Swarmd {
     dir: tempfile::TempDir,
     source: Source,
     env: Vec<(String, String)>,
+    /// Where the admin token is read from (`auth.admin_token_file` set by
+    /// the test); unset: `<state>/admin.token`.
+    admin_file: Option<PathBuf>,
     child: Option<Child>,
     /// `http://127.0.0.1:PORT` of the running (or last) child.
     pub base: String,
@@ -89,7 +92,7 @@ impl Swarmd {
     }
 
     /// A daemon whose `[store]` table holds `store` plus the state directory.
-    fn with_store(body: &str, store: &str) -> Swarmd {
+    pub(crate) fn with_store(body: &str, store: &str) -> Swarmd {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().display().to_string();
         let text = format!(
@@ -123,6 +126,7 @@ kill_grace_secs = 1
             dir,
             source,
             env: Vec::new(),
+            admin_file: None,
             child: None,
             base: String::new(),
             admin: String::new(),
@@ -134,6 +138,12 @@ kill_grace_secs = 1
     /// Adds a variable to the daemon's (otherwise cleared) environment.
     pub(crate) fn env(mut self, key: &str, value: &str) -> Swarmd {
         self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Reads the admin token from `path` (the test's `auth.admin_token_file`).
+    pub(crate) fn admin_token_file(mut self, path: &Path) -> Swarmd {
+        self.admin_file = Some(path.to_owned());
         self
     }
 
@@ -210,10 +220,11 @@ kill_grace_secs = 1
             _ => panic!("swarmd did not report its address; stderr:\n{}", self.log()),
         };
         self.base = format!("http://{addr}");
-        self.admin = std::fs::read_to_string(state.join("admin.token"))
-            .unwrap()
-            .trim()
-            .to_owned();
+        let admin = self
+            .admin_file
+            .clone()
+            .unwrap_or_else(|| state.join("admin.token"));
+        self.admin = std::fs::read_to_string(admin).unwrap().trim().to_owned();
     }
 
     /// The running child's pid.

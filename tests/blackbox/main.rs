@@ -14,6 +14,7 @@ mod budget;
 mod chaos;
 mod children;
 mod cli_streams;
+mod cluster;
 mod continuations;
 mod daemon;
 mod harness;

@@ -71,6 +71,7 @@ impl EngineError {
             EngineError::TaskNotFinished { .. } => ErrorCode::TaskNotFinished,
             EngineError::Draining => ErrorCode::Draining,
             EngineError::OutputBudgetExceeded { .. } => ErrorCode::OutputBudgetExceeded,
+            EngineError::Store(error) if error.is_fenced() => ErrorCode::NodeFenced,
             EngineError::Spawn(_) | EngineError::Store(_) => ErrorCode::Internal,
         }
     }

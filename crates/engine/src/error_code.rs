@@ -74,6 +74,9 @@ error_codes! {
     TaskNotFinished = "task_not_finished" => 409,
     /// A worker handle past its expiry.
     HandleExpired = "handle_expired" => 410,
+    /// A write to a cluster node that was declared dead: another node owns
+    /// the task now, and this one refuses every write until it exits.
+    NodeFenced = "node_fenced" => 410,
     /// A body over `limits.max_body_bytes`.
     PayloadTooLarge = "payload_too_large" => 413,
     /// An output past the attempt's output budget.

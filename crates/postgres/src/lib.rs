@@ -146,11 +146,16 @@ impl PgDb {
     }
 
     /// Commits what is queued and stops the writer; later writes fail with
-    /// `StoreError::Closed`. Calling it again is a no-op.
+    /// `StoreError::Closed`. A registered node then leaves the cluster, so
+    /// its peers take its live tasks over at once. Calling it again is a
+    /// no-op.
     pub async fn close(&self) {
         let (ack, acked) = oneshot::channel();
         if self.inner.jobs.send(writer::Command::Close(ack)).is_ok() {
             let _ = acked.await;
+            if let Err(error) = self.leave().await {
+                tracing::warn!(%error, "could not mark this node as left");
+            }
         }
         self.inner.pool.close();
     }

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::app::{AppInner, AppState};
+use crate::cluster;
 use crate::config::{self, Config, StoreBackend};
 use crate::environment::Environment;
 use crate::metrics::Metrics;
@@ -60,6 +61,8 @@ pub enum BuildError {
     Agents(ConfigErrors),
     #[error("recovery failed: {0}")]
     Recovery(#[source] swarmd_engine::EngineError),
+    #[error("cluster: {0}")]
+    Cluster(String),
 }
 
 /// The assembled daemon, recovered and ready to serve.
@@ -71,6 +74,9 @@ pub struct Daemon {
     /// The shared PostgreSQL handle, closed (flushed) at shutdown.
     pub pg: Option<PgDb>,
     pub recovery: RecoveryReport,
+    /// Stops the cluster node's heartbeat and event pump (on PostgreSQL),
+    /// once the engine has drained.
+    pub cluster_stop: CancellationToken,
 }
 
 /// Builds every part from `config` and recovers the engine's state.
@@ -89,6 +95,17 @@ pub async fn build(
         sqlite: db,
         postgres: pg,
     } = open_stores(&config, &state, env).await?;
+    // On PostgreSQL this daemon is a node: registered (a new epoch) before
+    // recovery, which then reads the live tasks it owns.
+    let cluster = cluster::settings(&config);
+    if let Some(db) = &pg {
+        let node = cluster::node_id(&cluster, &config.store.state_dir)
+            .map_err(|e| BuildError::Cluster(e.to_string()))?;
+        let advertise = cluster.advertise_url.as_deref().unwrap_or(&base_url);
+        cluster::register(db, node, advertise)
+            .await
+            .map_err(|e| BuildError::Cluster(e.to_string()))?;
+    }
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
     let sessions = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
     let remote = Arc::new(RemotePools::new());
@@ -118,6 +135,12 @@ pub async fn build(
     let tasks = TaskTracker::new();
     router.start(shutdown.clone(), &tasks);
     engine.start_recovered();
+    // The node heartbeats until the engine has drained, not just until
+    // draining starts: its peers must not take over what it still finishes.
+    let cluster_stop = CancellationToken::new();
+    if let Some(db) = &pg {
+        cluster::start(&engine, db, &cluster, &cluster_stop, &tasks);
+    }
     sessions.start_idle_sweep(engine.clone(), shutdown.clone(), &tasks);
     tracing::info!(
         requeued = recovery.requeued,
@@ -156,6 +179,7 @@ pub async fn build(
         db,
         pg,
         recovery,
+        cluster_stop,
     })
 }
 

@@ -10,6 +10,7 @@
 pub mod app;
 pub mod cli;
 pub mod client;
+mod cluster;
 pub mod commands;
 pub mod config;
 pub mod daemon;
@@ -166,6 +167,7 @@ pub async fn run(
     }
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     engine.shutdown(grace).await;
+    built.cluster_stop.cancel();
     app.sessions.close_sockets();
     app.sessions.wait_sockets(Duration::from_secs(2)).await;
     http_stop.cancel();

@@ -35,9 +35,9 @@ pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file};
 pub use error::ConfigError;
 pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
 pub use sections::{
-    AuthConfig, DEFAULT_STATE_DIR, DefaultsConfig, LimitsConfig, LuaConfig, LuaMiddleware,
-    McpConfig, RetentionConfig, RetryOutcome, SeniorConfig, ServerConfig, SpawnerConfig,
-    StoreBackend, StoreConfig, Synchronous, WsConfig,
+    AuthConfig, ClusterConfig, DEFAULT_NODE_LEASE_SECS, DEFAULT_STATE_DIR, DefaultsConfig,
+    LimitsConfig, LuaConfig, LuaMiddleware, McpConfig, RetentionConfig, RetryOutcome, SeniorConfig,
+    ServerConfig, SpawnerConfig, StoreBackend, StoreConfig, Synchronous, WsConfig,
 };
 pub use validate::HINT_LAYERS;
 pub use worktree::{KeepWorktree, WorktreeConfig};
@@ -76,6 +76,10 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// `[spawner]`: process worker settings.
     pub spawner: SpawnerConfig,
+    /// `[cluster]`: this node among several on PostgreSQL; only with that
+    /// backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterConfig>,
     /// The file this configuration was read from, if any.
     #[serde(skip)]
     pub source: Option<PathBuf>,

@@ -339,6 +339,39 @@ pub struct LuaMiddleware {
     pub script: PathBuf,
 }
 
+/// `[cluster]`: this node among several on one PostgreSQL database
+/// (docs/configuration.md, `[cluster]`; docs/operations.md, Several nodes).
+/// Only with `store.backend = "postgres"`; without the section such a
+/// daemon is a cluster of one with these defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The node's stable id (a UUID); unset: generated once and kept in
+    /// `<state_dir>/node_id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// The URL other nodes and clients reach this node at; unset: the
+    /// daemon's base URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertise_url: Option<String>,
+    /// Seconds without a heartbeat after which the other nodes take this
+    /// node's tasks over; it heartbeats every third of it.
+    pub node_lease_secs: u64,
+}
+
+/// Default of `cluster.node_lease_secs`.
+pub const DEFAULT_NODE_LEASE_SECS: u64 = 10;
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            node_id: None,
+            advertise_url: None,
+            node_lease_secs: DEFAULT_NODE_LEASE_SECS,
+        }
+    }
+}
+
 /// `[retention]`: pruning of finished work.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -152,6 +152,29 @@ fn validate_server(config: &Config) -> Result<(), ConfigError> {
             "must name the database when store.backend = \"postgres\"",
         ));
     }
+    if let Some(cluster) = &config.cluster {
+        if config.store.backend != StoreBackend::Postgres {
+            return Err(invalid(
+                "cluster",
+                "several nodes share one PostgreSQL database: [cluster] needs \
+                 store.backend = \"postgres\"",
+            ));
+        }
+        range("cluster.node_lease_secs", cluster.node_lease_secs, 1, 300)?;
+        if let Some(id) = &cluster.node_id
+            && uuid::Uuid::parse_str(id).is_err()
+        {
+            return Err(invalid("cluster.node_id", "must be a UUID"));
+        }
+        if let Some(url) = &cluster.advertise_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(invalid(
+                "cluster.advertise_url",
+                "must be an http:// or https:// URL",
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -1,0 +1,73 @@
+//! The event pump: follows the committed event log of the shared database
+//! and offers what it reads to the engine's bus, so this node's
+//! subscribers (`/v1/events`, WebSocket feeds, the dashboard) see every
+//! node's events, in seq order, without gaps.
+//!
+//! It reads the log after the last seq broadcast whenever a `NOTIFY` from
+//! any node's writer arrives, whenever the bus holds this node's events
+//! behind a gap, and at least every `POLL` (a notification sent while the
+//! listening connection was down is lost). A lost listening connection is
+//! opened again on the next poll.
+
+use std::time::Duration;
+
+use swarmd_engine::Engine;
+use swarmd_postgres::{EventWake, PgDb};
+use tokio_util::sync::CancellationToken;
+
+/// The longest the pump goes without reading the log.
+pub(crate) const POLL: Duration = Duration::from_millis(250);
+/// Events read per query; a full page is followed by the next at once.
+const PAGE: usize = 1024;
+
+/// Runs until `stop`.
+pub(crate) async fn run(engine: Engine, db: PgDb, stop: CancellationToken) {
+    let mut wake: Option<EventWake> = None;
+    let mut poll = tokio::time::interval(POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if wake.is_none() {
+            match db.listen_events().await {
+                Ok(listening) => wake = Some(listening),
+                Err(error) => tracing::warn!(%error, "cannot listen for events; polling"),
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            woken = async {
+                match wake.as_mut() {
+                    Some(wake) => wake.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if woken.is_none() {
+                    tracing::warn!("the event listener connection closed; polling until it is back");
+                    wake = None;
+                }
+            }
+            () = engine.event_gap() => {}
+            _ = poll.tick() => {}
+        }
+        catch_up(&engine).await;
+    }
+}
+
+/// Reads the log after the last broadcast seq until a page is not full.
+async fn catch_up(engine: &Engine) {
+    loop {
+        let after = engine.last_event_seq();
+        match engine.events_after(after, PAGE).await {
+            Ok(records) => {
+                let full = records.len() == PAGE;
+                engine.offer_events(records);
+                if !full || engine.last_event_seq() == after {
+                    return;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the event pump cannot read the log");
+                return;
+            }
+        }
+    }
+}

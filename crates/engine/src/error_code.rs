@@ -181,6 +181,7 @@ mod tests {
             ("task_terminal", 410),
             ("task_not_finished", 409),
             ("handle_expired", 410),
+            ("node_fenced", 410),
             ("payload_too_large", 413),
             ("output_budget_exceeded", 413),
             ("unsupported_media_type", 415),

@@ -85,9 +85,9 @@ now_ms() { date +%s%3N; }
 
 config a
 config b
-start a
 start b
 b_base=$base
+start a
 admin=$(cat "$work/admin.token")
 node_a=$(cat "$work/a/state/node_id")
 samples=()
@@ -110,7 +110,13 @@ for kill in $(seq "$kills"); do
     sleep "0.$((RANDOM % 9))"
     t0=$(now_ms)
     kill -9 "$a_pid"
+    disown "$a_pid" 2>/dev/null || true
     until [ "$(sql "SELECT count(*) FROM attempts WHERE attempt = 2 AND task IN ($list)")" = "$tasks" ]; do
+        if [ $(( $(now_ms) - t0 )) -gt 60000 ]; then
+            echo "no takeover within 60 s; node B's log:" >&2
+            tail -40 "$work/b/log" >&2
+            exit 1
+        fi
         sleep "$(printf '0.%03d' "$poll_ms")"
     done
     t1=$(now_ms)

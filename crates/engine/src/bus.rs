@@ -98,13 +98,17 @@ impl Sequencer {
         }
     }
 
-    /// Moves past `last_seq` (recovery, before anything is published).
+    /// Moves past `last_seq` (recovery, before anything is published; or
+    /// events the log cannot give), then broadcasts what waited behind it.
     fn resume_after(&self, last_seq: u64) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.next = state.next.max(last_seq + 1);
-        let next = state.next;
-        state.waiting.retain(|seq, _| *seq >= next);
-        self.durable_seq.fetch_max(last_seq, Ordering::Release);
+        {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.next = state.next.max(last_seq + 1);
+            let next = state.next;
+            state.waiting.retain(|seq, _| *seq >= next);
+            self.durable_seq.fetch_max(last_seq, Ordering::Release);
+        }
+        self.offer(std::iter::empty());
     }
 }
 
@@ -285,5 +289,16 @@ mod tests {
         sequencer.resume_after(7);
         sequencer.offer([record(7), record(8)]);
         assert_eq!(drain(&mut rx), [8]);
+    }
+
+    #[test]
+    fn events_the_log_cannot_give_are_skipped_and_the_rest_flows() {
+        let sequencer = Sequencer::new(3);
+        let mut rx = sequencer.tx.subscribe();
+        sequencer.offer([record(6), record(7)]);
+        assert!(drain(&mut rx).is_empty());
+        sequencer.resume_after(5);
+        assert_eq!(drain(&mut rx), [6, 7]);
+        assert_eq!(sequencer.durable_seq.load(Ordering::Acquire), 7);
     }
 }

@@ -292,6 +292,12 @@ impl Engine {
         self.inner.bus.offer(records);
     }
 
+    /// Gives up on the events before `seq` that were never broadcast (the
+    /// log cannot give them: unreadable or pruned), so later ones flow.
+    pub fn skip_events_before(&self, seq: u64) {
+        self.inner.bus.resume_after(seq.saturating_sub(1));
+    }
+
     /// Resolves when this node's committed events wait behind events it
     /// has not seen (another node's): the pump then reads the log.
     pub async fn event_gap(&self) {

@@ -253,8 +253,9 @@ impl PgDb {
         Ok(())
     }
 
-    /// A connection of its own that `LISTEN`s to the writer's event
-    /// channel: the receiver gets a wake-up per notification (coalesced)
+    /// A connection of its own that `LISTEN`s to the writers' event
+    /// channel: the receiver gets a wake-up per other node's notification
+    /// (coalesced)
     /// and closes when the connection is lost. Notifications are only a
     /// wake-up: one sent while nobody listened is lost, so the pump polls
     /// too.
@@ -265,10 +266,17 @@ impl PgDb {
     pub async fn listen_events(&self) -> Result<EventWake, StoreError> {
         let (client, mut connection) = connect::connect(&self.inner.config).await?;
         let (wake, woken) = mpsc::channel(1);
+        let own = self
+            .fence()
+            .node()
+            .map(|(node, _)| node.to_string())
+            .unwrap_or_default();
         tokio::spawn(async move {
             loop {
                 let message = std::future::poll_fn(|cx| connection.poll_message(cx)).await;
                 match message {
+                    // This node's own commits reach its bus directly.
+                    Some(Ok(AsyncMessage::Notification(note))) if note.payload() == own => {}
                     Some(Ok(AsyncMessage::Notification(_))) => {
                         // A full channel already holds a wake-up.
                         let _ = wake.try_send(());

@@ -136,7 +136,8 @@ ON CONFLICT (key) DO UPDATE SET task = excluded.task";
 /// Numbers the group's events at commit: takes `event_head`'s row lock
 /// (held until `COMMIT`, so groups of every node commit in seq order),
 /// stores the events after the head in queue order, wakes the other
-/// nodes' event pumps (`NOTIFY` is delivered at commit, and only then) and
+/// nodes' event pumps (`NOTIFY` is delivered at commit, and only then; the
+/// payload names the writing node, whose own pump ignores it) and
 /// returns the group's first seq. Sent last before `COMMIT`, so the lock
 /// is held for as short as possible.
 const EVENTS: &str = "
@@ -147,7 +148,7 @@ WITH head AS (
     SELECT head.seq - cardinality($1::bigint[]) + e.n, e.ts_ms, e.task, e.body
     FROM head, unnest($1::bigint[], $2::uuid[], $3::text[]) WITH ORDINALITY AS e (ts_ms, task, body, n)
 )
-SELECT seq - cardinality($1::bigint[]) + 1, pg_notify('swarmd_events', seq::text) FROM head";
+SELECT seq - cardinality($1::bigint[]) + 1, pg_notify('swarmd_events', $4::text) FROM head";
 /// Shares the node's row while the group runs, or raises `SW410`.
 const FENCE: &str = "SELECT swarmd_fence($1, $2)";
 /// Identity values are drawn in the order the rows are inserted: queue order.
@@ -401,7 +402,8 @@ impl<'a> Group<'a> {
             if e.0.is_empty() {
                 return Ok(0);
             }
-            let params: [&(dyn ToSql + Sync); 3] = [&e.0, &e.1, &e.2];
+            let origin = fence.map(|(node, _)| node.to_string()).unwrap_or_default();
+            let params: [&(dyn ToSql + Sync); 4] = [&e.0, &e.1, &e.2, &origin];
             let row = tx.query_one(&statements.events, &params).await?;
             Ok(row.get::<_, i64>(0))
         };

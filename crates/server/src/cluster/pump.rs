@@ -58,6 +58,18 @@ async fn catch_up(engine: &Engine) {
         let after = engine.last_event_seq();
         match engine.events_after(after, PAGE).await {
             Ok(records) => {
+                // The log is gapless at commit: a seq missing right after
+                // `after` is unreadable or was pruned, and never comes.
+                if let Some(first) = records.first()
+                    && first.seq > after + 1
+                {
+                    tracing::warn!(
+                        after,
+                        next = first.seq,
+                        "events missing from the log (unreadable or pruned); going on after them"
+                    );
+                    engine.skip_events_before(first.seq);
+                }
                 let full = records.len() == PAGE;
                 engine.offer_events(records);
                 if !full || engine.last_event_seq() == after {

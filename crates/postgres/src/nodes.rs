@@ -182,6 +182,15 @@ impl PgDb {
         let mut taken = Vec::new();
         for (node, epoch) in candidates {
             let tx = client.transaction().await.map_err(db_error)?;
+            // A dead node paused inside a write group holds its row: give
+            // up for this round rather than hold this node's own row (and
+            // so its heartbeat) behind it.
+            tx.batch_execute(&format!(
+                "SET LOCAL lock_timeout = {}",
+                (lease / 3).as_millis().max(100)
+            ))
+            .await
+            .map_err(db_error)?;
             tx.execute("SELECT swarmd_fence($1, $2)", &[&me, &my_epoch])
                 .await
                 .map_err(db_error)?;

@@ -8,6 +8,7 @@ use swarmd_engine::store::TaskStore;
 use swarmd_postgres::testing::{TestDatabase, fresh_database};
 use swarmd_postgres::{PgDb, PgTaskStore};
 
+mod cluster;
 mod postgres_only;
 
 /// A fresh database and a task store on it.

@@ -12,7 +12,7 @@ use swarmd_output_store::StoreError;
 use swarmd_postgres::testing::fresh_database;
 use swarmd_postgres::{PgDb, PgTaskStore, SCHEMA_VERSION};
 
-fn event(seq: u64, task_id: TaskId) -> EventRecord {
+pub(crate) fn event(seq: u64, task_id: TaskId) -> EventRecord {
     EventRecord {
         seq,
         ts_ms: seq,

@@ -89,7 +89,7 @@ async fn a_node_past_its_lease_is_taken_over_and_fenced() {
     assert_eq!((taken[0].node, taken[0].epoch), (a_id, a_reg.epoch));
     assert_eq!(taken[0].tasks, [on_a.id]);
     let snapshot = b_db.load_taken(&taken[0].tasks, 0).await.unwrap();
-    assert_eq!(snapshot.tasks, [on_a.clone()]);
+    assert_eq!(snapshot.tasks, std::slice::from_ref(&on_a));
     assert!(b_db.take_over_expired(LEASE).await.unwrap().is_empty());
 
     // Node A learns it at its heartbeat, and its late writes change nothing.
@@ -134,7 +134,10 @@ async fn a_restarted_node_fences_its_previous_incarnation_and_keeps_its_tasks() 
     let new_reg = new_db.register_node(id, "http://a").await.unwrap();
     assert!(new_reg.epoch > old_reg.epoch);
     let new = PgTaskStore::new(new_db.clone());
-    assert_eq!(new.load_live(0).await.unwrap().tasks, [task.clone()]);
+    assert_eq!(
+        new.load_live(0).await.unwrap().tasks,
+        std::slice::from_ref(&task)
+    );
 
     let refused = commit(&old, vec![put(&task)]).await.unwrap_err();
     assert!(refused.is_fenced(), "{refused}");

@@ -14,6 +14,7 @@
 //! empty database apply it once.
 
 mod connect;
+mod live;
 mod migrate;
 mod nodes;
 mod outputs;

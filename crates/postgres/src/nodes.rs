@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::PgDb;
 use crate::connect::{self, db_error};
-use crate::tasks_read::{self, Scope};
+use crate::live::{self, Scope};
 
 /// A node's stable id (`<state_dir>/node_id` or `cluster.node_id`).
 pub type NodeId = Uuid;
@@ -238,7 +238,7 @@ impl PgDb {
         now_secs: u64,
     ) -> Result<LiveSnapshot, StoreError> {
         let ids = tasks.iter().map(|id| id.as_uuid()).collect();
-        tasks_read::load_live(self, now_secs, Scope::Tasks(ids)).await
+        live::load_live(self, now_secs, Scope::Tasks(ids)).await
     }
 
     /// Marks this node as left (a clean shutdown): the others take its

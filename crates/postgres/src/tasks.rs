@@ -22,6 +22,7 @@ use swarmd_engine::task::{AttemptRecord, Task};
 use swarmd_output_store::StoreError;
 
 use crate::PgDb;
+use crate::live;
 use crate::rows::Row;
 use crate::tasks_read as read;
 use crate::writer::Op;
@@ -198,10 +199,10 @@ impl TaskStore for PgTaskStore {
         // A node of a cluster recovers the tasks it owns; the others are
         // its peers' (or taken over when a peer dies).
         let scope = match self.db.fence().node() {
-            Some((node, _)) => read::Scope::Owner(node),
-            None => read::Scope::All,
+            Some((node, _)) => live::Scope::Owner(node),
+            None => live::Scope::All,
         };
-        read::load_live(&self.db, now_secs, scope).await
+        live::load_live(&self.db, now_secs, scope).await
     }
 
     async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError> {

@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::EventRecord;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::store::{LiveSnapshot, PostedFinal, TaskFilter};
+use swarmd_engine::store::{PostedFinal, TaskFilter};
 use swarmd_engine::task::{AttemptRecord, Task, TaskStatus};
 use swarmd_output_store::{StoreError, nesting};
 use tokio_postgres::types::ToSql;
@@ -21,10 +21,10 @@ const TASK_CHUNK: i64 = 256;
 const EVENT_CHUNK: i64 = 4096;
 /// `task_store_meta` row holding the highest event seq ever pruned, so the
 /// sequence never restarts below it once old events are gone.
-const PRUNED_EVENT_SEQ: &str = "pruned_event_seq";
+pub(crate) const PRUNED_EVENT_SEQ: &str = "pruned_event_seq";
 
 /// The statuses that are (or are not) terminal, as a SQL array.
-fn statuses(terminal: bool) -> Vec<&'static str> {
+pub(crate) fn statuses(terminal: bool) -> Vec<&'static str> {
     TaskStatus::ALL
         .into_iter()
         .filter(|status| status.is_terminal() == terminal)
@@ -34,7 +34,11 @@ fn statuses(terminal: bool) -> Vec<&'static str> {
 
 /// Decodes a stored JSON body; one deeper than the decoder takes comes back
 /// with its deep parts replaced (`nesting::decode_stored`).
-fn decode<T: DeserializeOwned>(table: &str, key: &str, text: &str) -> Result<T, StoreError> {
+pub(crate) fn decode<T: DeserializeOwned>(
+    table: &str,
+    key: &str,
+    text: &str,
+) -> Result<T, StoreError> {
     match serde_json::from_str(text) {
         Ok(decoded) => Ok(decoded),
         Err(_) => Ok(nesting::decode_stored(table, &key, text)?),
@@ -255,123 +259,6 @@ pub(crate) async fn audit(
 
 /// Reads the snapshot in one repeatable-read transaction, so every part of
 /// it comes from the same commit.
-/// Which live tasks a snapshot holds.
-#[derive(Debug, Clone)]
-pub(crate) enum Scope {
-    /// Every live task (a database outside a cluster).
-    All,
-    /// The live tasks this node owns, with the sessions (at boot).
-    Owner(Uuid),
-    /// These tasks, just taken over: no sessions, no event seq.
-    Tasks(Vec<Uuid>),
-}
-
-impl Scope {
-    /// The condition on `tasks` (aliased `t`) after `$1`/`$2`, and its parameter.
-    fn condition(&self) -> (&'static str, Option<&(dyn ToSql + Sync)>) {
-        match self {
-            Scope::All => ("true", None),
-            Scope::Owner(node) => ("t.owner_node = $3", Some(node)),
-            Scope::Tasks(ids) => ("t.id = ANY($3)", Some(ids)),
-        }
-    }
-}
-
-pub(crate) async fn load_live(
-    db: &PgDb,
-    now_secs: u64,
-    scope: Scope,
-) -> Result<LiveSnapshot, StoreError> {
-    let mut client = db.reader().await?;
-    let tx = client
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await
-        .map_err(db_error)?;
-    let live = statuses(false);
-    let now = int(now_secs);
-    let (condition, param) = scope.condition();
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&live, &now];
-    params.extend(param);
-    let mut snap = LiveSnapshot::default();
-    for row in tx
-        .query(
-            &format!(
-                "SELECT t.body, t.id FROM tasks t WHERE t.status = ANY($1) AND $2::bigint >= 0
-                 AND {condition} ORDER BY t.id"
-            ),
-            &params,
-        )
-        .await
-        .map_err(db_error)?
-    {
-        let id: Uuid = row.get(1);
-        snap.tasks
-            .push(decode("tasks", &id.to_string(), row.get(0))?);
-    }
-    for row in tx
-        .query(
-            &format!(
-                "SELECT DISTINCT ON (a.task) a.body FROM attempts a JOIN tasks t ON t.id = a.task
-                 WHERE t.status = ANY($1) AND $2::bigint >= 0 AND {condition}
-                 ORDER BY a.task, a.attempt DESC"
-            ),
-            &params,
-        )
-        .await
-        .map_err(db_error)?
-    {
-        snap.attempts
-            .push(decode("attempts", "latest", row.get(0))?);
-    }
-    // Outside a cluster every unexpired handle; in one, those of the
-    // scope's tasks, live or not.
-    let handles = match scope {
-        Scope::All => "SELECT h.digest, h.body FROM handles h
-             WHERE h.exp_secs > $2 AND cardinality($1::text[]) >= 0 ORDER BY h.digest"
-            .to_owned(),
-        _ => format!(
-            "SELECT h.digest, h.body FROM handles h JOIN tasks t ON t.id = h.task
-             WHERE h.exp_secs > $2 AND cardinality($1::text[]) >= 0 AND {condition}
-             ORDER BY h.digest"
-        ),
-    };
-    for row in tx.query(&handles, &params).await.map_err(db_error)? {
-        let digest: &[u8] = row.get(0);
-        let Ok(digest) = <[u8; 32]>::try_from(digest) else {
-            continue;
-        };
-        snap.handles
-            .push((digest, decode("handles", "handle", row.get(1))?));
-    }
-    if let Scope::Tasks(_) = scope {
-        tx.commit().await.map_err(db_error)?;
-        return Ok(snap);
-    }
-    for row in tx
-        .query("SELECT body FROM sessions ORDER BY sid", &[])
-        .await
-        .map_err(db_error)?
-    {
-        snap.sessions
-            .push(decode("sessions", "session", row.get(0))?);
-    }
-    let row = tx
-        .query_one(
-            "SELECT GREATEST(COALESCE((SELECT MAX(seq) FROM events), 0),
-                             COALESCE((SELECT value FROM task_store_meta WHERE name = $1), 0),
-                             (SELECT seq FROM event_head))",
-            &[&PRUNED_EVENT_SEQ],
-        )
-        .await
-        .map_err(db_error)?;
-    snap.last_event_seq = row.get::<_, i64>(0).max(0) as u64;
-    tx.commit().await.map_err(db_error)?;
-    Ok(snap)
-}
-
 /// Deletes terminal tasks finished before `cutoff_ms` (with their attempts,
 /// handles, posted-Final fingerprints and idempotency keys) and events
 /// stamped before it, in bounded transactions beside the writer (the rows

@@ -1,0 +1,136 @@
+//! The writer's statements: one per folded table operation, the fence,
+//! and the events numbered at commit, prepared once per connection.
+
+use futures_util::future::try_join_all;
+use tokio_postgres::Statement;
+
+/// The writer's prepared statements, one per folded table operation.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(super) begin: Statement,
+    pub(super) commit: Statement,
+    pub(super) tasks: Statement,
+    pub(super) attempts: Statement,
+    pub(super) handles: Statement,
+    pub(super) keys: Statement,
+    pub(super) events: Statement,
+    pub(super) audit: Statement,
+    pub(super) put_sessions: Statement,
+    pub(super) delete_sessions: Statement,
+    pub(super) put_posted: Statement,
+    pub(super) delete_posted: Statement,
+    pub(super) outputs: Statement,
+    pub(super) fence: Statement,
+    pub(crate) last_output_seq: Statement,
+}
+
+/// A new task is owned by the writing node (`$9`, NULL outside a
+/// cluster); an update keeps the owner (a takeover moves it).
+const TASKS: &str = "
+INSERT INTO tasks (id, status, agent, finished_ms, session, parent, continued_from, body,
+                   owner_node)
+SELECT *, $9::uuid FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::uuid[],
+                               $6::uuid[], $7::uuid[], $8::text[])
+ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
+    session = excluded.session, body = excluded.body";
+const ATTEMPTS: &str = "
+INSERT INTO attempts (task, attempt, body)
+SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[])
+ON CONFLICT (task, attempt) DO UPDATE SET body = excluded.body";
+const HANDLES: &str = "
+INSERT INTO handles (task, attempt, digest, exp_secs, body)
+SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bytea[], $4::bigint[], $5::text[])
+ON CONFLICT (task, attempt, digest) DO UPDATE SET exp_secs = excluded.exp_secs,
+    body = excluded.body";
+const KEYS: &str = "
+INSERT INTO idem_keys (key, task) SELECT * FROM unnest($1::text[], $2::uuid[])
+ON CONFLICT (key) DO UPDATE SET task = excluded.task";
+/// Numbers the group's events at commit: takes `event_head`'s row lock
+/// (held until `COMMIT`, so groups of every node commit in seq order),
+/// stores the events after the head in queue order, wakes the other
+/// nodes' event pumps (`NOTIFY` is delivered at commit, and only then; the
+/// payload names the writing node, whose own pump ignores it) and
+/// returns the group's first seq. Sent last before `COMMIT`, so the lock
+/// is held for as short as possible.
+const EVENTS: &str = "
+WITH head AS (
+    UPDATE event_head SET seq = seq + cardinality($1::bigint[]) RETURNING seq
+), stored AS (
+    INSERT INTO events (seq, ts_ms, task, body)
+    SELECT head.seq - cardinality($1::bigint[]) + e.n, e.ts_ms, e.task, e.body
+    FROM head, unnest($1::bigint[], $2::uuid[], $3::text[]) WITH ORDINALITY AS e (ts_ms, task, body, n)
+)
+SELECT seq - cardinality($1::bigint[]) + 1, pg_notify('swarmd_events', $4::text) FROM head";
+/// Shares the node's row while the group runs, or raises `SW410`.
+const FENCE: &str = "SELECT swarmd_fence($1, $2)";
+/// Identity values are drawn in the order the rows are inserted: queue order.
+const AUDIT: &str = "
+INSERT INTO audit (ts_ms, task, body)
+SELECT ts_ms, task, body FROM unnest($1::bigint[], $2::uuid[], $3::text[])
+    WITH ORDINALITY AS row (ts_ms, task, body, n) ORDER BY n";
+const PUT_SESSIONS: &str = "
+INSERT INTO sessions (sid, body) SELECT * FROM unnest($1::uuid[], $2::text[])
+ON CONFLICT (sid) DO UPDATE SET body = excluded.body";
+const DELETE_SESSIONS: &str = "DELETE FROM sessions WHERE sid = ANY($1::uuid[])";
+const PUT_POSTED: &str = "
+INSERT INTO posted_finals (task, attempt, key, digest)
+SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::bytea[])
+ON CONFLICT (task, attempt) DO UPDATE SET key = excluded.key, digest = excluded.digest";
+const DELETE_POSTED: &str = "
+DELETE FROM posted_finals p USING unnest($1::uuid[], $2::bigint[]) AS gone (task, attempt)
+WHERE p.task = gone.task AND p.attempt = gone.attempt";
+/// A seq already taken fails the statement (the primary key).
+const OUTPUTS: &str = "
+INSERT INTO outputs (task, attempt, seq, ts_ms, producer, is_final, event)
+SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
+                     $6::boolean[], $7::text[])";
+pub(crate) const LAST_OUTPUT_SEQ: &str =
+    "SELECT seq FROM outputs WHERE task = $1 AND attempt = $2 ORDER BY seq DESC LIMIT 1";
+
+impl Statements {
+    /// Prepares every statement on the writer's connection.
+    pub(crate) async fn prepare(
+        client: &tokio_postgres::Client,
+    ) -> Result<Statements, tokio_postgres::Error> {
+        let all = try_join_all(
+            [
+                "BEGIN",
+                "COMMIT",
+                TASKS,
+                ATTEMPTS,
+                HANDLES,
+                KEYS,
+                EVENTS,
+                AUDIT,
+                PUT_SESSIONS,
+                DELETE_SESSIONS,
+                PUT_POSTED,
+                DELETE_POSTED,
+                OUTPUTS,
+                FENCE,
+                LAST_OUTPUT_SEQ,
+            ]
+            .map(|sql| client.prepare(sql)),
+        )
+        .await?;
+        let mut all = all.into_iter();
+        let mut next = || all.next().expect("one statement per query");
+        Ok(Statements {
+            begin: next(),
+            commit: next(),
+            tasks: next(),
+            attempts: next(),
+            handles: next(),
+            keys: next(),
+            events: next(),
+            audit: next(),
+            put_sessions: next(),
+            delete_sessions: next(),
+            put_posted: next(),
+            delete_posted: next(),
+            outputs: next(),
+            fence: next(),
+            last_output_seq: next(),
+        })
+    }
+}

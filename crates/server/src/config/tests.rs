@@ -245,6 +245,22 @@ fn invalid_values_are_refused_with_the_key() {
             "store.url",
         ),
         ("[store]\npg_pool = 0\n", "store.pg_pool"),
+        ("[cluster]\n", "cluster"),
+        (
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://h/d\"\n\
+             [cluster]\nnode_lease_secs = 0\n",
+            "cluster.node_lease_secs",
+        ),
+        (
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://h/d\"\n\
+             [cluster]\nnode_id = \"node-1\"\n",
+            "cluster.node_id",
+        ),
+        (
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://h/d\"\n\
+             [cluster]\nadvertise_url = \"node-a:7070\"\n",
+            "cluster.advertise_url",
+        ),
         ("[defaults]\nmax_attempts = 0\n", "defaults.max_attempts"),
         ("[defaults]\nmax_tokens = 0\n", "defaults.max_tokens"),
         ("[defaults]\nmax_cost_usd = 0.0\n", "defaults.max_cost_usd"),
@@ -352,6 +368,23 @@ fn system_prompt_file_and_inherited_env_are_resolved_once() {
     };
     let vars: Vec<_> = process.resolved_env.iter().collect();
     assert_eq!(vars, [("API_KEY", "sk-1")]);
+}
+
+#[test]
+fn a_cluster_section_is_read_on_postgres() {
+    let fixture = Fixture::new(
+        "[store]\nbackend = \"postgres\"\nurl = \"postgres://db.internal/swarmd\"\n\
+         [cluster]\nnode_lease_secs = 4\n\
+         node_id = \"0b6c6c8e-4f5c-4b8e-9d43-2f1f2d6f8a11\"\n",
+    );
+    let config = fixture.load(&[], &Overrides::default()).unwrap();
+    let cluster = config.cluster.clone().unwrap();
+    assert_eq!(cluster.node_lease_secs, 4);
+    assert_eq!(cluster.advertise_url, None);
+    assert!(config.to_toml_redacted().unwrap().contains("[cluster]"));
+    let defaults = Fixture::new("").load(&[], &Overrides::default()).unwrap();
+    assert_eq!(defaults.cluster, None);
+    assert_eq!(ClusterConfig::default().node_lease_secs, 10);
 }
 
 #[test]

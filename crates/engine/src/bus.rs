@@ -5,7 +5,8 @@
 //! assigned and the write is queued under one short std `Mutex`, so log
 //! order is seq order; the broadcast happens in the store's commit
 //! callback, which runs in submission order, so subscribers see every event
-//! exactly when and in the order it became durable.
+//! exactly when and in the order it became durable. A batch that fails
+//! leaves its seqs unused, and the broadcast goes on after them.
 //!
 //! On a store that numbers events at commit (PostgreSQL, shared by the
 //! nodes of a cluster), the bus hands events unnumbered and learns their
@@ -187,8 +188,12 @@ impl EventBus {
         self.store.submit(
             ops,
             Box::new(move |res| {
-                if res.is_ok() {
-                    sequencer.offer(records);
+                match (&res, records.last()) {
+                    (Ok(()), _) => sequencer.offer(records),
+                    // The batch's seqs stay unused: a hole the log never
+                    // fills, so the events after it must not wait for it.
+                    (Err(_), Some(last)) => sequencer.resume_after(last.seq),
+                    (Err(_), None) => {}
                 }
                 match done {
                     Some(done) => done(res),
@@ -289,6 +294,17 @@ mod tests {
         sequencer.resume_after(7);
         sequencer.offer([record(7), record(8)]);
         assert_eq!(drain(&mut rx), [8]);
+    }
+
+    #[test]
+    fn a_failed_batch_leaves_a_hole_the_broadcast_steps_over() {
+        let sequencer = Sequencer::new(0);
+        let mut rx = sequencer.tx.subscribe();
+        sequencer.offer([record(1)]);
+        // Seqs 2 and 3 were stamped for a batch that failed.
+        sequencer.resume_after(3);
+        sequencer.offer([record(4)]);
+        assert_eq!(drain(&mut rx), [1, 4]);
     }
 
     #[test]

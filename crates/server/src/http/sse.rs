@@ -106,6 +106,23 @@ pub trait Follow: Send + 'static {
     fn progress_id(&mut self) -> Option<String> {
         None
     }
+
+    /// How often the stream may send its coalesced summary frame, if it
+    /// has one (the event log's `tick` of new tasks).
+    fn tick_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether the summary has something to say.
+    fn tick_pending(&self) -> bool {
+        false
+    }
+
+    /// The summary frame, resetting what it summarises; `None` when there
+    /// is nothing to say. It carries the id that resumes after the cursor.
+    fn tick(&mut self) -> Option<SseEvent> {
+        None
+    }
 }
 
 struct Driver<F: Follow> {
@@ -117,6 +134,8 @@ struct Driver<F: Follow> {
     finishing: bool,
     /// When the client last got an id.
     progress_at: tokio::time::Instant,
+    /// When the last summary frame went out (the stream's start at first).
+    tick_at: tokio::time::Instant,
 }
 
 impl<F: Follow> Driver<F> {
@@ -131,12 +150,33 @@ impl<F: Follow> Driver<F> {
         Some(SseEvent::default().id(id))
     }
 
+    /// When a pending summary frame is due, if one is pending.
+    fn tick_due(&self) -> Option<tokio::time::Instant> {
+        let every = self.follow.tick_every()?;
+        self.follow.tick_pending().then_some(self.tick_at + every)
+    }
+
+    /// The summary frame, when one is pending and its interval has passed.
+    fn tick(&mut self) -> Option<SseEvent> {
+        let now = tokio::time::Instant::now();
+        if self.tick_due()? > now {
+            return None;
+        }
+        let tick = self.follow.tick()?;
+        self.tick_at = now;
+        self.progress_at = now;
+        Some(tick)
+    }
+
     /// The next event to send, or `None` when the stream is over.
     async fn next(&mut self) -> Option<SseEvent> {
         loop {
             if let Some(item) = self.pending.pop_front() {
                 self.progress_at = tokio::time::Instant::now();
                 return Some(self.follow.render(item));
+            }
+            if let Some(tick) = self.tick() {
+                return Some(tick);
             }
             if let Some(progress) = self.progress() {
                 return Some(progress);
@@ -154,8 +194,11 @@ impl<F: Follow> Driver<F> {
             if self.finishing {
                 return None;
             }
+            // A pending summary wakes the stream when it falls due.
+            let due = self.tick_due();
             let received = tokio::select! {
                 () = self.shutdown.cancelled() => return None,
+                () = sleep_until_some(due) => continue,
                 received = self.rx.recv() => received,
             };
             self.absorb(received);
@@ -220,10 +263,19 @@ pub fn stream<F: Follow>(
         behind: true,
         finishing: finished,
         progress_at: tokio::time::Instant::now(),
+        tick_at: tokio::time::Instant::now(),
     };
     Sse::new(events(driver))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
         .into_response()
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn events<F: Follow>(driver: Driver<F>) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send {

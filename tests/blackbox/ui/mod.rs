@@ -8,6 +8,7 @@
 mod counts;
 mod dashboard;
 mod list_filters;
+mod live_scope;
 mod owners;
 mod reload;
 mod screenshots;

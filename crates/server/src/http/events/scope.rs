@@ -69,7 +69,8 @@ pub(crate) fn parse_kinds(text: &str) -> Result<Vec<&'static str>, ApiError> {
 }
 
 /// `tasks=T-…,T-…`: task ids, at most `MAX_TASKS` once repeats are
-/// dropped; returned sorted for a binary search per record.
+/// dropped; returned sorted for a binary search per record. (An empty
+/// `tasks=` is absent, as every empty query parameter is.)
 pub(crate) fn parse_tasks(text: &str) -> Result<Vec<TaskId>, ApiError> {
     let mut tasks = Vec::new();
     for item in text.split(',').map(str::trim) {
@@ -222,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_bad_task_id_is_a_400_naming_it() {
-        for bad in ["", "T-1", "S-0123456789abcdef0123456789abcdef", "x,,y"] {
+        for bad in ["", "T-1", "S-0123456789abcdef0123456789abcdef", "x,,y", ","] {
             let error = parse_tasks(bad).unwrap_err();
             assert_eq!(error.status(), 400, "{bad}");
             assert!(error.message().starts_with("tasks: "), "{error:?}");

@@ -1,0 +1,331 @@
+//! The live task list follows only what it shows: `/v1/events?tasks=`
+//! carries only the named tasks' events (never widening an operator
+//! session's part), `tick_ms` adds one coalesced frame of matching new
+//! tasks per interval, bad scopes are `400 bad_request`; and in the
+//! browser, a list filtered to one agent receives nothing while another
+//! agent's tasks flow, yet its running row turns to its final status and
+//! a new matching task appears, live.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::daemon::{Login, Swarmd};
+use crate::harness::{PATIENCE, expect_error, parts};
+use crate::ui::Browser;
+
+/// `hold` runs until the file `release-<task id>` appears in the test's
+/// directory; `cat` passes at once.
+const AGENTS: &str = r#"
+[agents.hold]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", "while [ ! -e \"@DIR@/release-$SWARM_TASK_ID\" ]; do sleep 0.05; done; echo released"]
+stdin = "none"
+env = { PATH = "/usr/bin:/bin" }
+
+[agents.cat]
+kind = "process"
+program = "/bin/cat"
+"#;
+
+async fn create(sw: &Swarmd, bearer: &str, agent: &str, prompt: &str) -> String {
+    let (status, body) = parts(
+        sw.post("/v1/tasks", bearer)
+            .json(&json!({"agent": agent, "prompt": prompt}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    body["task_id"].as_str().unwrap().to_owned()
+}
+
+fn release(sw: &Swarmd, task: &str) {
+    std::fs::write(sw.dir().join(format!("release-{task}")), "").unwrap();
+}
+
+async fn event_seq(sw: &Swarmd) -> u64 {
+    let (status, body) = parts(sw.get("/v1/status", &sw.admin).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    body["event_seq"].as_u64().unwrap()
+}
+
+/// One SSE frame with data: its id, event name and parsed data.
+#[derive(Debug)]
+struct Frame {
+    id: Option<String>,
+    name: String,
+    data: Value,
+}
+
+/// An open `/v1/events` stream, read frame by frame.
+struct Stream {
+    body: futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    text: String,
+}
+
+impl Stream {
+    async fn open(sw: &Swarmd, query: &str, bearer: &str, after: u64) -> Stream {
+        let response = sw
+            .get(&format!("/v1/events?{query}"), bearer)
+            .header("accept", "text/event-stream")
+            .header("last-event-id", after.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        Stream {
+            body: response.bytes_stream().boxed(),
+            text: String::new(),
+        }
+    }
+
+    /// The next frame with data, or `None` when none comes within `wait`.
+    async fn next_within(&mut self, wait: Duration) -> Option<Frame> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            while let Some(end) = self.text.find("\n\n") {
+                let block: String = self.text.drain(..end + 2).collect();
+                let (mut id, mut name, mut data) = (None, "message".to_owned(), String::new());
+                for line in block.lines() {
+                    if let Some(rest) = line.strip_prefix("id:") {
+                        id = Some(rest.trim().to_owned());
+                    } else if let Some(rest) = line.strip_prefix("event:") {
+                        rest.trim().clone_into(&mut name);
+                    } else if let Some(rest) = line.strip_prefix("data:") {
+                        data.push_str(rest.trim());
+                    }
+                }
+                if !data.is_empty() {
+                    let data = serde_json::from_str(&data).unwrap();
+                    return Some(Frame { id, name, data });
+                }
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.body.next())
+                .await
+                .ok()?;
+            let chunk = chunk.expect("the stream ended").unwrap();
+            self.text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    async fn next(&mut self) -> Frame {
+        self.next_within(PATIENCE).await.expect("no frame in time")
+    }
+}
+
+#[tokio::test]
+async fn the_event_feed_narrows_to_named_tasks_and_ticks_new_ones() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let many: Vec<String> = (0..101)
+        .map(|i| {
+            format!(
+                "T-{:032x}",
+                0x0190_0000_0000_7000_8000_0000_0000_0000_u128 + i
+            )
+        })
+        .collect();
+    for bad in [
+        "tasks=nope".to_owned(),
+        format!("tasks={},,{}", many[0], many[1]),
+        format!("tasks={}", many.join(",")),
+        "tick_ms=100".to_owned(),
+        "tick_ms=60001".to_owned(),
+        "tick_agent=cat".to_owned(),
+        "tick_ms=1000&tick_session=S-1".to_owned(),
+        // A tick needs a stream: a JSON page has none.
+        "tick_ms=1000".to_owned(),
+    ] {
+        let response = sw
+            .get(&format!("/v1/events?{bad}"), &sw.admin)
+            .send()
+            .await
+            .unwrap();
+        expect_error(response, 400, "bad_request").await;
+    }
+    // 100 ids, one repeated, is within the bound.
+    let (status, body) = parts(
+        sw.get(
+            &format!("/v1/events?tasks={},{}", many[..100].join(","), many[0]),
+            &sw.admin,
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!((status, &body["events"]), (200, &json!([])), "{body}");
+
+    // A stream scoped to one held task and ticking new `cat` tasks: five
+    // `cat` tasks run to the end and a `hold` task starts, and the stream
+    // carries none of their events, only ticks counting the five; then
+    // the held task's own finish.
+    let held = create(&sw, &sw.admin, "hold", "held").await;
+    let start = event_seq(&sw).await;
+    let mut stream = Stream::open(
+        &sw,
+        &format!("kinds=task_finished&tasks={held}&tick_ms=250&tick_agent=cat"),
+        &sw.admin,
+        start,
+    )
+    .await;
+    for i in 0..5 {
+        let cat = create(&sw, &sw.admin, "cat", &format!("cat {i}")).await;
+        sw.finished(&cat).await;
+    }
+    create(&sw, &sw.admin, "hold", "not followed").await;
+    let mut created = 0;
+    let mut ticks = 0;
+    while created < 5 {
+        let frame = stream.next().await;
+        assert_eq!(frame.name, "tick", "{frame:?}");
+        assert_eq!(frame.id, Some(frame.data["seq"].to_string()), "{frame:?}");
+        created += frame.data["created"].as_u64().unwrap();
+        ticks += 1;
+    }
+    assert_eq!(created, 5);
+    assert!(ticks <= 5, "{ticks} ticks for five tasks");
+    release(&sw, &held);
+    let frame = stream.next().await;
+    assert_eq!(
+        (frame.name.as_str(), &frame.data["event"]["task_id"]),
+        ("task_finished", &json!(held)),
+        "{frame:?}"
+    );
+    // Nothing else: no tick for the unfollowed `hold` task, no other event.
+    assert!(
+        stream
+            .next_within(Duration::from_millis(600))
+            .await
+            .is_none(),
+        "{:?}",
+        stream.text
+    );
+
+    // An operator session naming the admin's task gets none of its
+    // events, and its ticks count its own new tasks only.
+    let owner: Login = sw.login(json!({"roles": ["main-ai"]})).await;
+    let theirs = create(&sw, &sw.admin, "hold", "the admin's").await;
+    let start = event_seq(&sw).await;
+    let mut mine = Stream::open(
+        &sw,
+        &format!("tasks={theirs}&tick_ms=250"),
+        &owner.token,
+        start,
+    )
+    .await;
+    let admins = create(&sw, &sw.admin, "cat", "not the owner's").await;
+    sw.finished(&admins).await;
+    release(&sw, &theirs);
+    sw.finished(&theirs).await;
+    let own = create(&sw, &owner.token, "cat", "the owner's").await;
+    sw.finished(&own).await;
+    let frame = mine.next().await;
+    assert_eq!(
+        (frame.name.as_str(), &frame.data["created"]),
+        ("tick", &json!(1)),
+        "{frame:?}"
+    );
+    assert!(
+        mine.next_within(Duration::from_millis(600)).await.is_none(),
+        "{:?}",
+        mine.text
+    );
+}
+
+/// The page's count of data frames its feed received (`#live`'s `data-frames`).
+async fn frames(browser: &Browser) -> u64 {
+    browser
+        .js("return Number(document.getElementById('live').dataset.frames || 0)")
+        .await
+        .as_u64()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_live_list_receives_only_its_rows_events_and_its_new_tasks() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let browser = Browser::start().await;
+    browser.client.goto(&sw.url("/ui")).await.unwrap();
+    browser.sign_in(&sw.admin).await;
+    browser.show("#/tasks?agent=hold").await;
+    browser
+        .until(
+            "the empty list",
+            "return document.getElementById('task-rows') !== null",
+        )
+        .await;
+
+    // A held task appears live and shows it runs.
+    let held = create(&sw, &sw.admin, "hold", "held").await;
+    let row_status = |id: &str| {
+        format!(
+            "return document.querySelector('#task-rows tr[data-id=\"{id}\"] .status')?.textContent"
+        )
+    };
+    browser
+        .until(
+            "the held task running",
+            &format!("{} === 'running'", row_status(&held)),
+        )
+        .await;
+    // Let the feed settle after its last scope change.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = frames(&browser).await;
+
+    // 100 tasks of another agent run to the end: the page hears nothing
+    // of them (a feed of every task event would bring about 300 frames).
+    let mut others = Vec::new();
+    for i in 0..100 {
+        others.push(create(&sw, &sw.admin, "cat", &format!("other {i}")).await);
+    }
+    for task in &others {
+        sw.finished(task).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = frames(&browser).await;
+    assert_eq!(after, before, "the page received other agents' events");
+    assert_eq!(browser.rows().await, std::slice::from_ref(&held));
+    let title = browser
+        .js("return document.getElementById('live').title")
+        .await;
+    assert!(
+        title.as_str().unwrap().contains("of 1 unfinished rows"),
+        "{title}"
+    );
+
+    // The visible running row turns to its final status live, and a new
+    // task of the agent shown appears on top.
+    release(&sw, &held);
+    browser
+        .until(
+            "the held task passed",
+            &format!("{} === 'pass'", row_status(&held)),
+        )
+        .await;
+    let next = create(&sw, &sw.admin, "hold", "next").await;
+    browser
+        .until(
+            "the new held task",
+            &format!(
+                "return document.querySelector('#task-rows tr')?.dataset.id === {}",
+                json!(next)
+            ),
+        )
+        .await;
+    assert_eq!(browser.rows().await, [next.clone(), held.clone()]);
+    // Two frames or so (a tick, the new row's status changes), not hundreds.
+    let total = frames(&browser).await - before;
+    assert!((1..=10).contains(&total), "{total} frames");
+    release(&sw, &next);
+    browser
+        .until(
+            "the next task passed",
+            &format!("{} === 'pass'", row_status(&next)),
+        )
+        .await;
+    browser.client.clone().close().await.unwrap();
+}

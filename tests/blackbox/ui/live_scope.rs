@@ -1,7 +1,8 @@
 //! The live task list follows only what it shows: `/v1/events?tasks=`
 //! carries only the named tasks' events (never widening an operator
 //! session's part), `tick_ms` adds one coalesced frame of matching new
-//! tasks per interval, bad scopes are `400 bad_request`; and in the
+//! tasks per interval, bad scopes are `400 bad_request`, an operator
+//! session's stream ends once the session is deleted; and in the
 //! browser, a list filtered to one agent receives nothing while another
 //! agent's tasks flow, yet its running row turns to its final status and
 //! a new matching task appears, live.
@@ -234,6 +235,51 @@ async fn the_event_feed_narrows_to_named_tasks_and_ticks_new_ones() {
         "{:?}",
         mine.text
     );
+}
+
+#[tokio::test]
+async fn a_deleted_sessions_event_stream_ends_promptly() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let owner: Login = sw.login(json!({"roles": ["main-ai"]})).await;
+    // Only ticks: the one task named is none of the session's.
+    let query = "tasks=T-01900000000070008000000000000000&tick_ms=250";
+    let mut stream = Stream::open(&sw, query, &owner.token, 0).await;
+    // The stream is open and live: the session's own new task is ticked.
+    let own = create(&sw, &owner.token, "cat", "the owner's").await;
+    assert_eq!(stream.next().await.data["created"], json!(1));
+    sw.finished(&own).await;
+    let (status, body) = parts(
+        sw.http
+            .delete(sw.url(&format!("/v1/operators/{}", owner.sid)))
+            .bearer_auth(&sw.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
+    let deleted = tokio::time::Instant::now();
+    // Idle from here on: nothing but the deletion can end it.
+    let end = tokio::time::timeout(PATIENCE, async {
+        while let Some(chunk) = stream.body.next().await {
+            chunk.unwrap();
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the stream outlived its session");
+    assert!(
+        deleted.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        deleted.elapsed()
+    );
+    // Its token no longer opens one.
+    let response = sw
+        .get("/v1/events", &owner.token)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
 }
 
 /// The page's count of data frames its feed received (`#live`'s `data-frames`).

@@ -2,11 +2,13 @@
 //! observers, only its own tasks' and its own session's events for an
 //! operator session; JSON page or live SSE with `id: <seq>`, optionally only
 //! some `kinds` and some `tasks`, and on SSE a coalesced `tick` of new
-//! tasks) and `GET /v1/audit` (audit records).
+//! tasks; an operator session's stream ends once the session does) and
+//! `GET /v1/audit` (audit records).
 
 mod scope;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
@@ -26,6 +28,7 @@ use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Json, Query, empty_as_none};
 use crate::http::sse::{self, Follow, Live, Wake, last_event_id, wants_sse};
+use crate::sessions::Session;
 use scope::{Scope, Tick, TickQuery, parse_kinds, parse_tasks};
 
 const DEFAULT_LIMIT: usize = 100;
@@ -91,7 +94,7 @@ async fn events(
 ) -> Result<Response, ApiError> {
     // An operator session reads its own part of the log; senior tokens none.
     let owner = match (&caller, caller.role()) {
-        (Caller::Operator(session), _) => Some(session.sid),
+        (Caller::Operator(session), _) => Some(session.clone()),
         (_, Role::Admin | Role::Observer) => None,
         _ => {
             state.metrics.token_failure("forbidden");
@@ -101,7 +104,7 @@ async fn events(
     caller.check(&state, Verb::Subscribe)?;
     let scope = Scope {
         kinds: query.kinds.as_deref().map(parse_kinds).transpose()?,
-        owner,
+        owner: owner.as_ref().map(|session| session.sid),
         tasks: query.tasks.as_deref().map(parse_tasks).transpose()?,
     };
     let tick = Tick::parse(TickQuery {
@@ -125,6 +128,7 @@ async fn events(
             page: sse::PAGE,
             scope,
             tick,
+            session: owner,
         };
         return Ok(sse::stream(follow, rx, state.shutdown.clone(), false));
     }
@@ -163,6 +167,8 @@ struct EventFollow {
     page: usize,
     scope: Scope,
     tick: Option<Tick>,
+    /// The operator session reading, whose stream ends when it does.
+    session: Option<Arc<Session>>,
 }
 
 impl EventFollow {
@@ -247,6 +253,14 @@ impl Follow for EventFollow {
                 .event("tick")
                 .data(data.to_string()),
         )
+    }
+
+    fn may_end(&self) -> bool {
+        self.session.is_some()
+    }
+
+    fn ended(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.is_closed())
     }
 
     fn render(&self, item: EventRecord) -> SseEvent {

@@ -34,6 +34,8 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// (an `id:`-only event) at most this often, so a client resumes from there
 /// and not from the last record it was sent.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// A stream that may end on its own (`Follow::may_end`) checks this often.
+pub const END_CHECK: Duration = Duration::from_millis(500);
 
 /// Whether the client asked for `text/event-stream`.
 pub fn wants_sse(headers: &HeaderMap) -> bool {
@@ -123,6 +125,19 @@ pub trait Follow: Send + 'static {
     fn tick(&mut self) -> Option<SseEvent> {
         None
     }
+
+    /// Whether the stream may end on its own before its source does (the
+    /// event log of an operator session that can be deleted); such a
+    /// stream asks `ended` every `END_CHECK`.
+    fn may_end(&self) -> bool {
+        false
+    }
+
+    /// Whether the stream is over now (its session was deleted or
+    /// expired): it ends without sending anything more.
+    fn ended(&self) -> bool {
+        false
+    }
 }
 
 struct Driver<F: Follow> {
@@ -136,6 +151,8 @@ struct Driver<F: Follow> {
     progress_at: tokio::time::Instant,
     /// When the last summary frame went out (the stream's start at first).
     tick_at: tokio::time::Instant,
+    /// Wakes a stream that may end on its own to ask whether it has.
+    end_check: Option<tokio::time::Interval>,
 }
 
 impl<F: Follow> Driver<F> {
@@ -171,6 +188,9 @@ impl<F: Follow> Driver<F> {
     /// The next event to send, or `None` when the stream is over.
     async fn next(&mut self) -> Option<SseEvent> {
         loop {
+            if self.follow.ended() {
+                return None;
+            }
             if let Some(item) = self.pending.pop_front() {
                 self.progress_at = tokio::time::Instant::now();
                 return Some(self.follow.render(item));
@@ -199,6 +219,7 @@ impl<F: Follow> Driver<F> {
             let received = tokio::select! {
                 () = self.shutdown.cancelled() => return None,
                 () = sleep_until_some(due) => continue,
+                () = tick_some(self.end_check.as_mut()) => continue,
                 received = self.rx.recv() => received,
             };
             self.absorb(received);
@@ -255,7 +276,13 @@ pub fn stream<F: Follow>(
     shutdown: CancellationToken,
     finished: bool,
 ) -> Response {
+    let end_check = follow.may_end().then(|| {
+        let mut check = tokio::time::interval(END_CHECK);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        check
+    });
     let driver = Driver {
+        end_check,
         follow,
         rx,
         shutdown,
@@ -274,6 +301,16 @@ pub fn stream<F: Follow>(
 async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for the interval's next tick, or forever without one.
+async fn tick_some(interval: Option<&mut tokio::time::Interval>) {
+    match interval {
+        Some(interval) => {
+            interval.tick().await;
+        }
         None => std::future::pending().await,
     }
 }

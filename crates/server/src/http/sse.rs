@@ -156,6 +156,30 @@ struct Driver<F: Follow> {
 }
 
 impl<F: Follow> Driver<F> {
+    fn new(
+        follow: F,
+        rx: broadcast::Receiver<Arc<EventRecord>>,
+        shutdown: CancellationToken,
+        finished: bool,
+    ) -> Self {
+        let end_check = follow.may_end().then(|| {
+            let mut check = tokio::time::interval(END_CHECK);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            check
+        });
+        Driver {
+            end_check,
+            follow,
+            rx,
+            shutdown,
+            pending: VecDeque::new(),
+            behind: true,
+            finishing: finished,
+            progress_at: tokio::time::Instant::now(),
+            tick_at: tokio::time::Instant::now(),
+        }
+    }
+
     /// An `id:`-only event when records were stepped over since the last
     /// id the client got, and that went out `PROGRESS_EVERY` ago or more.
     fn progress(&mut self) -> Option<SseEvent> {
@@ -276,22 +300,7 @@ pub fn stream<F: Follow>(
     shutdown: CancellationToken,
     finished: bool,
 ) -> Response {
-    let end_check = follow.may_end().then(|| {
-        let mut check = tokio::time::interval(END_CHECK);
-        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        check
-    });
-    let driver = Driver {
-        end_check,
-        follow,
-        rx,
-        shutdown,
-        pending: VecDeque::new(),
-        behind: true,
-        finishing: finished,
-        progress_at: tokio::time::Instant::now(),
-        tick_at: tokio::time::Instant::now(),
-    };
+    let driver = Driver::new(follow, rx, shutdown, finished);
     Sse::new(events(driver))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
         .into_response()
@@ -321,6 +330,9 @@ fn events<F: Follow>(driver: Driver<F>) -> impl Stream<Item = Result<SseEvent, I
         Some((Ok(event), driver))
     })
 }
+
+#[cfg(test)]
+mod driver_tests;
 
 #[cfg(test)]
 mod tests {

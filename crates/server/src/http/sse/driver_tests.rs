@@ -94,7 +94,7 @@ async fn ticks_come_at_most_once_per_interval_and_only_with_news() {
     });
     let mut ticks = Vec::new();
     while ticks.len() < 3 {
-        driver.next().await.expect("the stream ended");
+        let _tick = driver.next().await.expect("the stream ended");
         ticks.push(start.elapsed());
     }
     // Due at 1 s and 2 s, and the last records' tick at 3 s: never closer

@@ -179,8 +179,9 @@ export function tasksView(root, params, seq) {
       } catch (e) {
         error.textContent = e.message;
       }
-      // The read failed (the daemon is away): follow the rows as they were,
-      // from the same seq; the next tick reads again.
+      // Follows the rows shown (as read, or as they were when the read
+      // failed: the daemon is away, and the next tick reads again) from
+      // the tick's seq.
       follow(from);
     }
     reading = false;

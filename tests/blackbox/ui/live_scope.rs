@@ -10,11 +10,12 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::daemon::{Login, Swarmd};
 use crate::harness::{PATIENCE, expect_error, parts};
 use crate::ui::Browser;
+use crate::ui::stream::Stream;
 
 /// `hold` runs until the file `release-<task id>` appears in the test's
 /// directory; `cat` passes at once.
@@ -52,70 +53,6 @@ async fn event_seq(sw: &Swarmd) -> u64 {
     let (status, body) = parts(sw.get("/v1/status", &sw.admin).send().await.unwrap()).await;
     assert_eq!(status, 200, "{body}");
     body["event_seq"].as_u64().unwrap()
-}
-
-/// One SSE frame with data: its id, event name and parsed data.
-#[derive(Debug)]
-struct Frame {
-    id: Option<String>,
-    name: String,
-    data: Value,
-}
-
-/// An open `/v1/events` stream, read frame by frame.
-struct Stream {
-    body: futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-    text: String,
-}
-
-impl Stream {
-    async fn open(sw: &Swarmd, query: &str, bearer: &str, after: u64) -> Stream {
-        let response = sw
-            .get(&format!("/v1/events?{query}"), bearer)
-            .header("accept", "text/event-stream")
-            .header("last-event-id", after.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        Stream {
-            body: response.bytes_stream().boxed(),
-            text: String::new(),
-        }
-    }
-
-    /// The next frame with data, or `None` when none comes within `wait`.
-    async fn next_within(&mut self, wait: Duration) -> Option<Frame> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            while let Some(end) = self.text.find("\n\n") {
-                let block: String = self.text.drain(..end + 2).collect();
-                let (mut id, mut name, mut data) = (None, "message".to_owned(), String::new());
-                for line in block.lines() {
-                    if let Some(rest) = line.strip_prefix("id:") {
-                        id = Some(rest.trim().to_owned());
-                    } else if let Some(rest) = line.strip_prefix("event:") {
-                        rest.trim().clone_into(&mut name);
-                    } else if let Some(rest) = line.strip_prefix("data:") {
-                        data.push_str(rest.trim());
-                    }
-                }
-                if !data.is_empty() {
-                    let data = serde_json::from_str(&data).unwrap();
-                    return Some(Frame { id, name, data });
-                }
-            }
-            let chunk = tokio::time::timeout_at(deadline, self.body.next())
-                .await
-                .ok()?;
-            let chunk = chunk.expect("the stream ended").unwrap();
-            self.text.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    }
-
-    async fn next(&mut self) -> Frame {
-        self.next_within(PATIENCE).await.expect("no frame in time")
-    }
 }
 
 #[tokio::test]
@@ -235,6 +172,59 @@ async fn the_event_feed_narrows_to_named_tasks_and_ticks_new_ones() {
         "{:?}",
         mine.text
     );
+}
+
+#[tokio::test]
+async fn new_tasks_not_yet_ticked_hold_back_the_progress_id() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let start = event_seq(&sw).await;
+    // A tick a minute away, and a task named that never exists: the
+    // stream sends no data while three tasks run.
+    let query = "tasks=T-01900000000070008000000000000000&tick_ms=60000";
+    let mut stream = Stream::open(&sw, query, &sw.admin, start).await;
+    for i in 0..3 {
+        let cat = create(&sw, &sw.admin, "cat", &format!("cat {i}")).await;
+        sw.finished(&cat).await;
+    }
+    // Past the progress interval (1 s): a progress id now would let a
+    // resumed stream skip the three new tasks it has not ticked.
+    assert!(
+        stream
+            .next_within(Duration::from_millis(2500))
+            .await
+            .is_none(),
+        "{:?}",
+        stream.text
+    );
+    assert_eq!(stream.progress, Vec::<String>::new());
+    assert!(!stream.text.contains("id:"), "{:?}", stream.text);
+    drop(stream);
+    // Resumed from the last id it got (its start), it counts them again.
+    let query = "tasks=T-01900000000070008000000000000000&tick_ms=250&tick_agent=cat";
+    let mut resumed = Stream::open(&sw, query, &sw.admin, start).await;
+    let tick = resumed.next().await;
+    assert_eq!(
+        (tick.name.as_str(), &tick.data["created"]),
+        ("tick", &json!(3)),
+        "{tick:?}"
+    );
+    // With nothing counted (`hold` tasks are not), the stream reports how
+    // far it read at its next wake a second or more after its last id.
+    for _ in 0..20 {
+        let held = create(&sw, &sw.admin, "hold", "not counted").await;
+        release(&sw, &held);
+        sw.finished(&held).await;
+        assert!(
+            resumed
+                .next_within(Duration::from_millis(300))
+                .await
+                .is_none()
+        );
+        if !resumed.progress.is_empty() {
+            break;
+        }
+    }
+    assert!(!resumed.progress.is_empty(), "no progress id");
 }
 
 #[tokio::test]

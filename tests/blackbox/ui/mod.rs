@@ -13,6 +13,7 @@ mod owners;
 mod reload;
 mod screenshots;
 mod serving;
+mod stream;
 
 use std::path::PathBuf;
 use std::process::Stdio;

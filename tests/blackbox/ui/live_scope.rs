@@ -186,8 +186,13 @@ async fn new_tasks_not_yet_ticked_hold_back_the_progress_id() {
         let cat = create(&sw, &sw.admin, "cat", &format!("cat {i}")).await;
         sw.finished(&cat).await;
     }
-    // Past the progress interval (1 s): a progress id now would let a
-    // resumed stream skip the three new tasks it has not ticked.
+    // Past the progress interval (1 s), a task's events wake the stream:
+    // a progress id now would let a resumed stream skip the three new
+    // tasks it has not ticked.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let held = create(&sw, &sw.admin, "hold", "a wake").await;
+    release(&sw, &held);
+    sw.finished(&held).await;
     assert!(
         stream
             .next_within(Duration::from_millis(2500))

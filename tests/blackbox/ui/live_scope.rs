@@ -1,8 +1,9 @@
 //! The live task list follows only what it shows: `/v1/events?tasks=`
 //! carries only the named tasks' events (never widening an operator
 //! session's part), `tick_ms` adds one coalesced frame of matching new
-//! tasks per interval, bad scopes are `400 bad_request`, an operator
-//! session's stream ends once the session is deleted; and in the
+//! tasks per interval and holds back progress ids while new tasks are
+//! uncounted, bad scopes are `400 bad_request`, an operator session's
+//! stream ends once the session is deleted; and in the
 //! browser, a list filtered to one agent receives nothing while another
 //! agent's tasks flow, yet its running row turns to its final status and
 //! a new matching task appears, live.

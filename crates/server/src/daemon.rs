@@ -193,8 +193,7 @@ async fn open_stores(
             opts.password = pg_password(config, env).map_err(err)?;
             opts.pool_size = config.store.pg_pool as usize;
             let db = PgDb::open(opts).await.map_err(err)?;
-            let outputs =
-                PgOutputStore::open(db.clone(), state.dir.blobs(), inline_max).map_err(err)?;
+            let outputs = PgOutputStore::open(db.clone(), inline_max);
             Ok(Stores {
                 tasks: Arc::new(PgTaskStore::new(db.clone())),
                 outputs: Arc::new(outputs),

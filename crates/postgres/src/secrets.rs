@@ -128,16 +128,31 @@ impl PgSecrets {
     /// the stored value is not an `sws-` secret (never quoted).
     pub async fn admin_secret(&mut self) -> Result<SessionSecret, StoreError> {
         self.ensure_admin().await?;
+        self.existing_admin_secret()
+            .await?
+            .ok_or_else(|| StoreError::Schema("admin_token has no row".into()))
+    }
+
+    /// The admin token if the database has one; never creates it.
+    ///
+    /// # Errors
+    /// As `admin_secret`.
+    pub async fn existing_admin_secret(&mut self) -> Result<Option<SessionSecret>, StoreError> {
         let row = self
             .client
-            .query_one("SELECT secret FROM admin_token", &[])
+            .query_opt("SELECT secret FROM admin_token", &[])
             .await
             .map_err(db_error)?;
-        SessionSecret::parse(row.get::<_, &str>(0)).map_err(|_| {
-            StoreError::Schema(
-                "admin_token.secret is not `sws-` followed by 64 lowercase hex digits".into(),
-            )
-        })
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        SessionSecret::parse(row.get::<_, &str>(0))
+            .map(Some)
+            .map_err(|_| {
+                StoreError::Schema(
+                    "admin_token.secret is not `sws-` followed by 64 lowercase hex digits".into(),
+                )
+            })
     }
 
     /// Creates the admin token unless there is one.

@@ -233,7 +233,10 @@ pub const PG_PASSWORD_CREDENTIAL: &str = "swarmd-pg-password";
 /// The PostgreSQL password: from `store.password_file`, else from the
 /// systemd credential when it exists, else none. Trailing newlines are not
 /// part of it. Errors name the file, never its contents.
-fn pg_password(config: &Config, env: &Environment) -> Result<Option<String>, StoreError> {
+pub(crate) fn pg_password(
+    config: &Config,
+    env: &Environment,
+) -> Result<Option<String>, StoreError> {
     let file = config.store.password_file.clone().or_else(|| {
         let dir = env.get("CREDENTIALS_DIRECTORY")?;
         let file = std::path::Path::new(&dir).join(PG_PASSWORD_CREDENTIAL);

@@ -3,8 +3,12 @@
 //! (`--spawn-daemon`): a temp directory with the generated config,
 //! `swarmd serve` as a child, its address read from the `listening on
 //! http://ADDR` line of its stderr, its admin token from the state
-//! directory. A started daemon gets SIGTERM at the end (SIGKILL if it does
+//! directory (on PostgreSQL, from `swarmd admin-token`, as the database
+//! holds it). A started daemon gets SIGTERM at the end (SIGKILL if it does
 //! not exit within a few seconds), and is killed if the generator drops it.
+//! A PostgreSQL daemon's `swarmd_bench_*` database is dropped once the
+//! daemon has stopped, and by `drop_databases_on_ctrl_c` when the run is
+//! interrupted, so repeated runs do not fill the cluster.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -71,6 +75,8 @@ pub(crate) struct SpawnedDaemon {
     child: Child,
     pub target: Target,
     log: Arc<Mutex<VecDeque<String>>>,
+    /// Its PostgreSQL database, dropped after it stops.
+    database: Option<BenchDatabase>,
     /// Holds the config and the state; removed on drop.
     _dir: tempfile::TempDir,
 }
@@ -94,9 +100,9 @@ impl SpawnedDaemon {
             Some(files) => Some(make_repo(&dir.path().join("repo"), files).await?),
             None => None,
         };
-        let pg = match (store, postgres) {
+        let database = match (store, postgres) {
             (StoreKind::Postgres, Some((url, password_file))) => {
-                Some(fresh_database(url, password_file).await?)
+                Some(BenchDatabase::create(url, password_file).await?)
             }
             (StoreKind::Postgres, None) => {
                 bail!(
@@ -105,6 +111,7 @@ impl SpawnedDaemon {
             }
             _ => None,
         };
+        let pg = database.as_ref().map(BenchDatabase::target);
         std::fs::write(
             &config,
             daemon_config(dir.path(), store, capacity, repo.as_deref(), pg.as_ref()),
@@ -132,6 +139,9 @@ impl SpawnedDaemon {
             .spawn()
             .with_context(|| format!("cannot start {}", binary.display()))?;
         let pid = child.id();
+        if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+            SPAWNED.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+        }
         let stderr = child.stderr.take().context("no stderr pipe")?;
         let log = Arc::new(Mutex::new(VecDeque::new()));
         let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
@@ -161,6 +171,7 @@ impl SpawnedDaemon {
                 store_label: store.label().to_owned(),
             },
             log,
+            database,
             _dir: dir,
         };
         let addr = match tokio::time::timeout(STARTUP, addr_rx).await {
@@ -171,7 +182,10 @@ impl SpawnedDaemon {
             ),
         };
         daemon.target.base = format!("http://{addr}");
-        daemon.target.admin_token = read_token(&daemon.state_dir().join("admin.token"))?;
+        daemon.target.admin_token = match daemon.database {
+            None => read_token(&daemon.state_dir().join("admin.token"))?,
+            Some(_) => admin_token_command(binary, &config).await?,
+        };
         Ok(daemon)
     }
 
@@ -192,8 +206,25 @@ impl SpawnedDaemon {
     }
 
     /// SIGTERM, then SIGKILL after a grace period; fails if the daemon had
-    /// already died or did not exit cleanly.
+    /// already died or did not exit cleanly. Its database is dropped either
+    /// way.
     pub(crate) async fn stop(mut self) -> anyhow::Result<()> {
+        let stopped = self.stop_child().await;
+        if let Some(pid) = self.target.pid.and_then(|p| i32::try_from(p).ok()) {
+            SPAWNED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|spawned| *spawned != pid);
+        }
+        if let Some(database) = self.database.take() {
+            let dropped = database.drop_database().await;
+            stopped?;
+            return dropped;
+        }
+        stopped
+    }
+
+    async fn stop_child(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {
             bail!(
                 "swarmd exited early ({status}); its stderr:\n{}",
@@ -219,35 +250,133 @@ impl SpawnedDaemon {
     }
 }
 
-/// Creates a database with a new name on the cluster of `url` and returns
-/// how to reach it. It is left there: the cluster is a throwaway one.
-async fn fresh_database(url: &str, password_file: &Path) -> anyhow::Result<PgTarget> {
-    let password = std::fs::read_to_string(password_file)
-        .with_context(|| format!("cannot read {}", password_file.display()))?;
-    let mut config: tokio_postgres::Config =
-        url.parse().context("--pg-url is not a PostgreSQL URL")?;
-    config.password(password.trim_end());
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
+/// Databases this process created and has not dropped yet, for the
+/// Ctrl-C handler.
+static CREATED: Mutex<Vec<BenchDatabase>> = Mutex::new(Vec::new());
+
+/// Daemons this process started and has not stopped yet, for the Ctrl-C
+/// handler (`kill_on_drop` does not run on `exit`).
+static SPAWNED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// A database the generator created on the cluster of `--pg-url` for one
+/// daemon.
+#[derive(Debug, Clone)]
+pub(crate) struct BenchDatabase {
+    /// The cluster's URL as given (its maintenance database).
+    cluster_url: String,
+    password_file: PathBuf,
+    name: String,
+}
+
+impl BenchDatabase {
+    /// Creates a database with a new name, `swarmd_bench_<pid>_<µs>`.
+    async fn create(url: &str, password_file: &Path) -> anyhow::Result<BenchDatabase> {
+        let database = BenchDatabase {
+            cluster_url: url.to_owned(),
+            password_file: password_file.to_owned(),
+            name: format!(
+                "swarmd_bench_{}_{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros())
+            ),
+        };
+        let client = database.connect().await?;
+        client
+            .batch_execute(&format!("CREATE DATABASE {}", database.name))
+            .await
+            .with_context(|| format!("cannot create database {}", database.name))?;
+        CREATED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(database.clone());
+        Ok(database)
+    }
+
+    /// How the daemon reaches it.
+    fn target(&self) -> PgTarget {
+        let url = &self.cluster_url;
+        let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
+        PgTarget {
+            url: format!("{base}/{}", self.name),
+            password_file: self.password_file.clone(),
+        }
+    }
+
+    /// A connection to the cluster's maintenance database.
+    async fn connect(&self) -> anyhow::Result<tokio_postgres::Client> {
+        let password = std::fs::read_to_string(&self.password_file)
+            .with_context(|| format!("cannot read {}", self.password_file.display()))?;
+        let mut config: tokio_postgres::Config = self
+            .cluster_url
+            .parse()
+            .context("--pg-url is not a PostgreSQL URL")?;
+        config.password(password.trim_end());
+        let (client, connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .context("cannot connect to --pg-url")?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+
+    /// Drops the database, ending any connection still open to it.
+    pub(crate) async fn drop_database(self) -> anyhow::Result<()> {
+        let client = self.connect().await?;
+        client
+            .batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .await
+            .with_context(|| format!("cannot drop database {}", self.name))?;
+        CREATED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|created| created.name != self.name);
+        Ok(())
+    }
+}
+
+/// Waits for Ctrl-C, kills the daemons this process started, drops the
+/// databases it created, and exits with 130 (as a shell reports a run
+/// ended by SIGINT).
+pub(crate) async fn drop_databases_on_ctrl_c() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        return;
+    }
+    for pid in std::mem::take(&mut *SPAWNED.lock().unwrap_or_else(|p| p.into_inner())) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let created = std::mem::take(&mut *CREATED.lock().unwrap_or_else(|p| p.into_inner()));
+    for database in created {
+        let name = database.name.clone();
+        match database.drop_database().await {
+            Ok(()) => eprintln!("swarmd-bench: interrupted; dropped database {name}"),
+            Err(error) => eprintln!("swarmd-bench: interrupted; {error:#}"),
+        }
+    }
+    std::process::exit(130);
+}
+
+/// The admin token a daemon on PostgreSQL keeps in its database, as
+/// `swarmd admin-token` prints it.
+async fn admin_token_command(binary: &Path, config: &Path) -> anyhow::Result<String> {
+    let output = Command::new(binary)
+        .args(["admin-token", "--config"])
+        .arg(config)
+        .env_clear()
+        .stdin(Stdio::null())
+        .output()
         .await
-        .context("cannot connect to --pg-url")?;
-    tokio::spawn(connection);
-    let name = format!(
-        "swarmd_bench_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros())
+        .with_context(|| format!("cannot run {} admin-token", binary.display()))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "swarmd admin-token failed: {}",
+        String::from_utf8_lossy(&output.stderr)
     );
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .with_context(|| format!("cannot create database {name}"))?;
-    let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
-    Ok(PgTarget {
-        url: format!("{base}/{name}"),
-        password_file: password_file.to_owned(),
-    })
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// The address of a `listening on http://ADDR` line.

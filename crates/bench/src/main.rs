@@ -49,6 +49,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Ctrl-C drops the PostgreSQL databases the run created, then exits.
+    runtime.spawn(daemon::drop_databases_on_ctrl_c());
     match runtime.block_on(plan::run(cli)) {
         Ok(0) => ExitCode::SUCCESS,
         Ok(errors) => {

@@ -257,6 +257,27 @@ mod tests {
         assert_eq!(encoded[0].event, event);
     }
 
+    #[tokio::test]
+    async fn a_spilled_value_reads_back_by_its_name_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = BlobSpill::open(dir.path().join("blobs"), 16).unwrap();
+        let value = json!("y".repeat(100));
+        let stored = spill
+            .encode(vec![OutputEvent::inline_final(value.clone(), true)])
+            .await
+            .unwrap();
+        let Some(ContentRef::FileRef { sha256, .. }) = stored[0].event.content() else {
+            panic!("not spilled: {:?}", stored[0].event);
+        };
+        let bytes = spill.read(sha256).await.unwrap().unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap(),
+            value
+        );
+        assert_eq!(spill.read(&"0".repeat(64)).await.unwrap(), None);
+        assert_eq!(spill.read("../blobs").await.unwrap(), None);
+    }
+
     #[test]
     fn open_removes_stale_temp_files_only() {
         let dir = tempfile::tempdir().unwrap();

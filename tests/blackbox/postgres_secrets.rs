@@ -3,7 +3,8 @@
 //! database end with one keyring and one admin token, kept in the database
 //! and not in their state directories; the CLI reads and rotates them
 //! there; a rotated key reaches a node when it restarts; no secret reaches
-//! the log at trace level or `check-config`'s output.
+//! the log at trace level or `check-config`'s output, and a database that
+//! cannot be reached fails those commands naming it without its password.
 
 use serde_json::json;
 use swarmd_postgres::PgDb;
@@ -154,5 +155,48 @@ async fn no_secret_reaches_the_log_at_trace_level_or_check_config() {
             !checked.contains(secret.as_str()),
             "a secret is in check-config"
         );
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_database_fails_the_secret_commands_without_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    // A loopback port nothing listens on, and a password in the URL.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.path().join("swarmd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://swarmd:hunter2@127.0.0.1:{port}/x\"\n\
+             state_dir = \"{}\"\n",
+            dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
+    for args in [
+        &["admin-token"][..],
+        &["keys", "rotate"],
+        &["token", "mint", "--role", "observer", "--ttl", "60"],
+    ] {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env_clear()
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+        assert!(
+            stderr.contains(&format!("postgres://swarmd:<redacted>@127.0.0.1:{port}/x")),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("hunter2"), "{args:?}: {stderr}");
     }
 }

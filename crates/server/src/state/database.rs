@@ -14,15 +14,25 @@ use crate::environment::Environment;
 ///
 /// # Errors
 /// `Database` naming the URL without its password.
-pub(crate) async fn connect(config: &Config, env: &Environment) -> Result<PgSecrets, StateError> {
-    let url = config.store.url.clone().unwrap_or_default().0;
-    let failed = |source| StateError::Database {
-        url: swarmd_postgres::redact_url(&url),
+async fn connect(config: &Config, env: &Environment) -> Result<PgSecrets, StateError> {
+    let mut opts = PgOptions::new(store_url(config));
+    opts.password =
+        crate::daemon::pg_password(config, env).map_err(|error| failed(config, error))?;
+    PgSecrets::connect(&opts)
+        .await
+        .map_err(|error| failed(config, error))
+}
+
+fn store_url(config: &Config) -> String {
+    config.store.url.clone().unwrap_or_default().0
+}
+
+/// A store error as a state error naming the database, without its password.
+fn failed(config: &Config, source: swarmd_output_store::StoreError) -> StateError {
+    StateError::Database {
+        url: swarmd_postgres::redact_url(&store_url(config)),
         source,
-    };
-    let mut opts = PgOptions::new(url.clone());
-    opts.password = crate::daemon::pg_password(config, env).map_err(failed)?;
-    PgSecrets::connect(&opts).await.map_err(failed)
+    }
 }
 
 /// Secrets a node or a command reads, through one connection opened the
@@ -50,20 +60,12 @@ impl<'a> Secrets<'a> {
         Ok(self.db.insert(db))
     }
 
-    fn failed(&self, source: swarmd_output_store::StoreError) -> StateError {
-        let url = self.config.store.url.clone().unwrap_or_default().0;
-        StateError::Database {
-            url: swarmd_postgres::redact_url(&url),
-            source,
-        }
-    }
-
     /// The keyring from `source`, created where swarmd may create it.
     pub(crate) async fn keyring(&mut self, source: &SecretSource) -> Result<Keyring, StateError> {
         match source {
             SecretSource::Database => {
                 let loaded = self.db().await?.keyring().await;
-                loaded.map_err(|error| self.failed(error))
+                loaded.map_err(|error| failed(self.config, error))
             }
             file => load_keyring(file),
         }
@@ -74,7 +76,7 @@ impl<'a> Secrets<'a> {
         match source {
             SecretSource::Database => {
                 let rotated = self.db().await?.rotate().await;
-                rotated.map_err(|error| self.failed(error))
+                rotated.map_err(|error| failed(self.config, error))
             }
             file => super::rotate_keys(file),
         }
@@ -91,7 +93,7 @@ impl<'a> Secrets<'a> {
                 let digest = self.db().await?.admin_digest().await;
                 digest
                     .map(AdminTokenDigest::from_bytes)
-                    .map_err(|error| self.failed(error))
+                    .map_err(|error| failed(self.config, error))
             }
             file => super::load_or_create_admin_secret(file).map(|s| AdminTokenDigest::of(&s)),
         }
@@ -106,7 +108,7 @@ impl<'a> Secrets<'a> {
         match source {
             SecretSource::Database => {
                 let secret = self.db().await?.admin_secret().await;
-                secret.map_err(|error| self.failed(error))
+                secret.map_err(|error| failed(self.config, error))
             }
             file => super::load_or_create_admin_secret(file),
         }
@@ -122,7 +124,7 @@ impl<'a> Secrets<'a> {
             SecretSource::Database => {
                 let secret = self.db().await?.existing_admin_secret().await;
                 secret
-                    .map_err(|error| self.failed(error))?
+                    .map_err(|error| failed(self.config, error))?
                     .ok_or(StateError::NoAdminTokenInDatabase)
             }
             SecretSource::Credential(path)

@@ -76,6 +76,15 @@ async fn two_nodes_share_one_keyring_and_admin_token_in_the_database() {
         [1]
     );
 
+    // The CLI's default credential is the database's admin token too.
+    let spawned = a
+        .cli(&[
+            "task", "spawn", "--url", &b.base, "--agent", "echo", "--prompt", "hi", "--wait", "10",
+        ])
+        .await;
+    let spawned: serde_json::Value = serde_json::from_str(&spawned).unwrap();
+    assert_eq!(spawned["status"], "pass", "{spawned}");
+
     // A token minted from the database's keyring is good on both nodes.
     let before = a
         .cli(&["token", "mint", "--role", "observer", "--ttl", "600"])

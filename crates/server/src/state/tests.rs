@@ -200,3 +200,61 @@ fn file_operations_refuse_the_database_source() {
         Err(StateError::InDatabase)
     ));
 }
+
+/// A postgres configuration whose database cannot be reached (nothing
+/// listens on port 1), with a password in its URL, plus `extra` TOML.
+fn unreachable_postgres(dir: &Path, extra: &str) -> Config {
+    let file = dir.join("swarmd.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://swarmd:hunter2@127.0.0.1:1/swarmd\"\n\
+             state_dir = \"{}\"\n{extra}",
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    Config::load(
+        &crate::config::ConfigPath::Explicit(file),
+        &Environment::default(),
+        &crate::config::Overrides::default(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn on_postgres_explicit_files_are_used_without_the_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = unreachable_postgres(
+        tmp.path(),
+        &format!(
+            "[auth]\nkeys_file = \"{}\"\nadmin_token_file = \"{}\"\n",
+            tmp.path().join("keys.json").display(),
+            tmp.path().join("admin.token").display()
+        ),
+    );
+    let prepared = PreparedState::prepare(&config, &Environment::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        prepared.keys_source,
+        SecretSource::ConfigFile(tmp.path().join("keys.json"))
+    );
+    assert_eq!(mode(&tmp.path().join("admin.token")), 0o600);
+}
+
+#[tokio::test]
+async fn on_postgres_an_unreachable_database_stops_the_start_without_its_password() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = unreachable_postgres(tmp.path(), "");
+    let error = PreparedState::prepare(&config, &Environment::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StateError::Database { .. }), "{error}");
+    let shown = error.to_string();
+    assert!(
+        shown.contains("postgres://swarmd:<redacted>@127.0.0.1:1/swarmd"),
+        "{shown}"
+    );
+    assert!(!shown.contains("hunter2"), "{shown}");
+}

@@ -3,7 +3,9 @@
 //! complete, their outputs and the event log read back, and a SIGTERM
 //! restart and a kill -9 lose no acknowledged task, result or output, with
 //! running attempts recovered per policy as on SQLite. The password never
-//! reaches the log, even at trace level.
+//! reaches the log, even at trace level. A value one node spilled is served
+//! by another, and blob files an earlier swarmd spilled move into the
+//! database.
 
 use std::time::Duration;
 
@@ -276,6 +278,11 @@ stdin = "none"
 env = { PATH = "/usr/bin:/bin" }
 "#;
 
+/// SHA-256 of `bytes` in lowercase hex, as a blob is named.
+fn sha256_hex(bytes: &[u8]) -> String {
+    swarmd_output_store::blob_name(bytes)
+}
+
 /// `GET /v1/blobs/{name}` with the admin token: status and body.
 async fn blob(sw: &Swarmd, name: &str) -> (u16, String) {
     let response = sw
@@ -318,8 +325,19 @@ async fn a_value_one_node_spilled_is_served_by_another() {
     one.sigterm();
     assert!(one.exited().await.success(), "{}", one.log());
 
-    // Another node, with a state directory of its own, serves the value.
-    let other = Swarmd::on_database(BIG, &database).start().await;
+    // Another node, with a state directory of its own, serves the value;
+    // a blob file an earlier swarmd spilled there moves into the database.
+    let other = Swarmd::on_database(BIG, &database);
+    let legacy = br#""spilled by an earlier swarmd""#;
+    let legacy_name = sha256_hex(legacy);
+    let legacy_dir = other.dir().join("state/blobs");
+    std::fs::create_dir_all(&legacy_dir).unwrap();
+    std::fs::write(legacy_dir.join(&legacy_name), legacy).unwrap();
+    let other = other.start().await;
+    assert_eq!(
+        blob(&other, &legacy_name).await,
+        (200, String::from_utf8(legacy.to_vec()).unwrap())
+    );
     let (status, body) = blob(&other, &name).await;
     assert_eq!(status, 200, "{body}\n{}", other.log());
     assert_eq!(

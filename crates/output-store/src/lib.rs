@@ -33,7 +33,7 @@ use uuid::Uuid;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{ContentRef, OutputEvent, OutputRecord};
 pub use nesting::{DepthError, MAX_JSON_DEPTH, check_text_depth, check_value_depth};
-pub use spill::{BlobSpill, EncodedEvent, SpilledValue, encode_events, spill_values};
+pub use spill::{BlobSpill, EncodedEvent, SpilledValue, blob_name, encode_events, spill_values};
 pub use sweep::{BlobSweep, REFERENCE_MARK, is_blob_name, referenced_blob};
 
 /// The records an `append_at` stores for `events`, numbered from

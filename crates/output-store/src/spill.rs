@@ -144,6 +144,11 @@ pub struct SpilledValue {
     pub bytes: Vec<u8>,
 }
 
+/// The name of the blob holding `bytes`: their SHA-256 in lowercase hex.
+pub fn blob_name(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
 /// Serializes `events`; the flag says whether any event's JSON exceeds
 /// `inline_max_bytes` (only such an event can hold a value to spill).
 pub fn encode_events(
@@ -182,7 +187,7 @@ pub fn spill_values(
         if bytes.len() <= inline_max_bytes {
             continue;
         }
-        let sha256 = hex(&Sha256::digest(&bytes));
+        let sha256 = blob_name(&bytes);
         *content = ContentRef::FileRef {
             path: format!("{BLOB_PATH_PREFIX}{sha256}"),
             mime: Some("application/json".to_owned()),

@@ -15,11 +15,12 @@
 //! inserts it again.
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use swarmd_output_store::{
-    BlobSweep, EncodedEvent, OutputEvent, REFERENCE_MARK, SpilledValue, StoreError, encode_events,
-    is_blob_name, referenced_blob, spill_values,
+    BlobSweep, EncodedEvent, OutputEvent, REFERENCE_MARK, SpilledValue, StoreError, blob_name,
+    encode_events, is_blob_name, referenced_blob, spill_values,
 };
 use uuid::Uuid;
 
@@ -95,6 +96,42 @@ impl PgBlobs {
             .await
             .map_err(db_error)?;
         Ok(())
+    }
+
+    /// Moves the blob files an earlier swarmd spilled to `dir` (a node's
+    /// `<state_dir>/blobs`) into the table: each file whose bytes match its
+    /// name is stored (a claim, as a spill is) and then deleted; any other
+    /// file is left. Returns how many moved.
+    pub(crate) async fn import_dir(&self, dir: &Path) -> Result<u64, StoreError> {
+        let mut entries = match tokio::fs::read_dir(dir).await {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(error) => return Err(error.into()),
+        };
+        let mut moved = 0;
+        while let Some(entry) = entries.next_entry().await? {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if !is_blob_name(&name) {
+                continue;
+            }
+            let bytes = tokio::fs::read(entry.path()).await?;
+            let (sha256, bytes) = tokio::task::spawn_blocking(move || (blob_name(&bytes), bytes))
+                .await
+                .map_err(|_| StoreError::Panicked)?;
+            if sha256 != name {
+                tracing::warn!(blob = %name, "a blob file's bytes do not match its name; left where it is");
+                continue;
+            }
+            self.claim(&SpilledValue { sha256, bytes }).await?;
+            tokio::fs::remove_file(entry.path()).await?;
+            moved += 1;
+        }
+        if moved > 0 {
+            tracing::info!(moved, dir = %dir.display(), "moved spilled blobs from the state directory into PostgreSQL");
+        }
+        Ok(moved)
     }
 
     /// The bytes of blob `sha256`, `None` when there is none.

@@ -45,6 +45,17 @@ impl PgOutputStore {
         PgOutputStore::with_clock(db, inline_max_bytes, Arc::new(SystemClock))
     }
 
+    /// Moves the blob files an earlier swarmd spilled to the node's
+    /// `<state_dir>/blobs` into the database, so every node reads them;
+    /// returns how many moved.
+    ///
+    /// # Errors
+    /// `StoreError::Io` when the directory or a file cannot be read;
+    /// `StoreError::Database` when a blob cannot be stored.
+    pub async fn import_blob_files(&self, dir: &std::path::Path) -> Result<u64, StoreError> {
+        self.blobs.import_dir(dir).await
+    }
+
     /// Like `open`, stamping records with `clock`.
     pub fn with_clock(db: PgDb, inline_max_bytes: usize, clock: Arc<dyn Clock>) -> PgOutputStore {
         let blobs = PgBlobs::new(db.clone(), inline_max_bytes);

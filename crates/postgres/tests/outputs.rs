@@ -183,3 +183,30 @@ async fn spilled_values_survive_a_reopen() {
     );
     db.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blob_files_of_an_earlier_swarmd_move_into_the_database() {
+    let database = fresh_database().await;
+    let db = PgDb::open(database.options()).await.unwrap();
+    let store = PgOutputStore::open(db.clone(), 1024);
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = serde_json::to_vec(&json!("f".repeat(2048))).unwrap();
+    let name = swarmd_output_store::blob_name(&bytes);
+    std::fs::write(dir.path().join(&name), &bytes).unwrap();
+    // A file whose bytes do not match its name, and one that is no blob.
+    let damaged = "ab".repeat(32);
+    std::fs::write(dir.path().join(&damaged), b"\"not its bytes\"").unwrap();
+    std::fs::write(dir.path().join("notes.txt"), b"kept").unwrap();
+
+    assert_eq!(store.import_blob_files(dir.path()).await.unwrap(), 1);
+    assert_eq!(store.read_blob(&name).await.unwrap(), Some(bytes));
+    assert!(!dir.path().join(&name).exists());
+    assert!(dir.path().join(&damaged).exists());
+    assert!(dir.path().join("notes.txt").exists());
+    assert_eq!(store.read_blob(&damaged).await.unwrap(), None);
+    // Again: nothing left to move; a missing directory is nothing too.
+    assert_eq!(store.import_blob_files(dir.path()).await.unwrap(), 0);
+    let missing = dir.path().join("missing");
+    assert_eq!(store.import_blob_files(&missing).await.unwrap(), 0);
+    db.close().await;
+}

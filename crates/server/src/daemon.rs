@@ -194,6 +194,10 @@ async fn open_stores(
             opts.pool_size = config.store.pg_pool as usize;
             let db = PgDb::open(opts).await.map_err(err)?;
             let outputs = PgOutputStore::open(db.clone(), inline_max);
+            outputs
+                .import_blob_files(&state.dir.blobs())
+                .await
+                .map_err(err)?;
             Ok(Stores {
                 tasks: Arc::new(PgTaskStore::new(db.clone())),
                 outputs: Arc::new(outputs),

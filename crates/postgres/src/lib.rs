@@ -13,10 +13,12 @@
 //! PostgreSQL advisory lock (`migrate`), so nodes starting together on an
 //! empty database apply it once.
 
+mod blobs;
 mod connect;
 mod migrate;
 mod outputs;
 mod rows;
+mod secrets;
 mod tasks;
 mod tasks_read;
 #[cfg(feature = "testing")]
@@ -31,6 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use connect::{DEFAULT_MAX_BATCH, DEFAULT_POOL_SIZE, PgOptions, redact_url};
 pub use migrate::SCHEMA_VERSION;
 pub use outputs::PgOutputStore;
+pub use secrets::PgSecrets;
 pub use tasks::PgTaskStore;
 pub use writer::WriterStats;
 

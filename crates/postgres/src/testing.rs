@@ -144,6 +144,19 @@ impl crate::PgDb {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    /// The first column of every row of `sql`, as text (test checks).
+    pub async fn query_strings(&self, sql: &str) -> Vec<String> {
+        self.reader()
+            .await
+            .expect("a pooled connection")
+            .query(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    }
+
     /// The first column of every row of `sql`, as integers (test checks).
     pub async fn query_i32(&self, sql: &str) -> Vec<i32> {
         self.reader()

@@ -11,7 +11,8 @@
       keeps one dashboard open on VIEW (`#/tasks`, `#/overview`) for
       SECONDS, e.g. while swarmd-bench measures the daemon's CPU per task,
       and prints the CPU seconds the browser (chromedriver and every
-      Chromium process) spent over those SECONDS.
+      Chromium process) spent over those SECONDS, the data frames the
+      page's event feed received over them and what the feed follows.
 """
 import json
 import os
@@ -88,6 +89,12 @@ class Driver:
         self.call("POST", f"/session/{sid}/url", {"url": url + "/ui?fresh=1" + hash_})
         return sid
 
+    def frames(self, sid):
+        """The data frames the page's feed has received (`#live`'s `data-frames`)."""
+        return int(self.call("POST", f"/session/{sid}/execute/sync", {
+            "script": "return Number(document.getElementById('live').dataset.frames || 0)",
+            "args": []}))
+
     def first_render_ms(self, sid, check):
         return self.call("POST", f"/session/{sid}/execute/async", {"script": """
             const done = arguments[arguments.length - 1];
@@ -114,11 +121,16 @@ def main():
         elif mode == "hold":
             sid = driver.open(url, token, sys.argv[4])
             before = session_cpu_secs(driver.proc.pid)
+            frames_before = driver.frames(sid)
             time.sleep(float(sys.argv[5]))
             spent = session_cpu_secs(driver.proc.pid) - before
+            frames = driver.frames(sid) - frames_before
+            feed = driver.call("POST", f"/session/{sid}/execute/sync", {
+                "script": "return document.getElementById('live').title", "args": []})
             driver.call("DELETE", f"/session/{sid}")
             print(json.dumps({"view": sys.argv[4], "seconds": float(sys.argv[5]),
-                              "browser_cpu_secs": round(spent, 2)}))
+                              "browser_cpu_secs": round(spent, 2),
+                              "feed_frames": frames, "feed": feed}))
         else:
             raise SystemExit(__doc__)
     finally:

@@ -1,6 +1,7 @@
 //! Spilled blobs across a restart (docs/tasks.md, Output and retention): a blob a stored output
 //! references survives; one that no record references (its append cut off by
-//! a crash) is swept by the retention job at the next start.
+//! a crash) is swept by the retention job at the next start; a stored one
+//! reads back through `GET /v1/blobs/{sha256}`.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -54,6 +55,15 @@ async fn a_restart_sweeps_orphaned_blobs_and_keeps_referenced_ones() {
     assert!(kept.exists(), "a referenced blob is never swept");
     let after = sw.output(&task).await;
     assert_eq!(after.last().unwrap()["event"]["content"], *content);
+    // The value reads back by its name; the swept one is gone.
+    let read = |name: String| sw.get(&format!("/v1/blobs/{name}"), &sw.admin).send();
+    let kept_value = read(content["sha256"].as_str().unwrap().to_owned())
+        .await
+        .unwrap();
+    assert_eq!(kept_value.status(), 200);
+    let value: serde_json::Value = kept_value.json().await.unwrap();
+    assert_eq!(value["raw"], "0".repeat(200));
+    assert_eq!(read("ab".repeat(32)).await.unwrap().status(), 404);
     assert!(
         sw.log().contains("swept unreferenced blobs"),
         "{}",

@@ -83,6 +83,15 @@ impl Swarmd {
     /// (`scripts/pg-env.sh`), the password read from the cluster's file.
     pub(crate) async fn on_postgres(body: &str) -> Swarmd {
         let database = swarmd_postgres::testing::fresh_database().await;
+        Swarmd::on_database(body, &database)
+    }
+
+    /// Like `new`, on the test database `database` (shared by every daemon
+    /// built on it), with a state directory of its own.
+    pub(crate) fn on_database(
+        body: &str,
+        database: &swarmd_postgres::testing::TestDatabase,
+    ) -> Swarmd {
         let store = format!(
             "backend = \"postgres\"\nurl = \"{}\"\npassword_file = \"{}\"",
             database.url,
@@ -224,7 +233,32 @@ kill_grace_secs = 1
             .admin_file
             .clone()
             .unwrap_or_else(|| state.join("admin.token"));
-        self.admin = std::fs::read_to_string(admin).unwrap().trim().to_owned();
+        self.admin = match std::fs::read_to_string(admin) {
+            Ok(token) => token.trim().to_owned(),
+            // On PostgreSQL the admin token is in the database.
+            Err(_) => self.cli(&["admin-token"]).await,
+        };
+    }
+
+    /// Runs `swarmd <args> --config <the test's swarmd.toml>` and returns
+    /// its stdout, trimmed; panics with its stderr when it fails.
+    pub(crate) async fn cli(&self, args: &[&str]) -> String {
+        let output = Command::new(BINARY)
+            .args(args)
+            .arg("--config")
+            .arg(self.dir.path().join("swarmd.toml"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "swarmd {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
     }
 
     /// The running child's pid.

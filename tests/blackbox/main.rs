@@ -29,6 +29,7 @@ mod operator_worktrees;
 mod outcome;
 mod pools;
 mod postgres;
+mod postgres_secrets;
 mod recovery;
 mod routing;
 mod security;

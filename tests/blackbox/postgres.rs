@@ -3,7 +3,9 @@
 //! complete, their outputs and the event log read back, and a SIGTERM
 //! restart and a kill -9 lose no acknowledged task, result or output, with
 //! running attempts recovered per policy as on SQLite. The password never
-//! reaches the log, even at trace level.
+//! reaches the log, even at trace level. A value one node spilled is served
+//! by another, and blob files an earlier swarmd spilled move into the
+//! database.
 
 use std::time::Duration;
 
@@ -254,9 +256,98 @@ async fn the_password_never_reaches_the_log_even_at_trace_level() {
     assert!(sw.exited().await.success());
     let password = swarmd_postgres::testing::cluster().password;
     let log = sw.log();
-    assert!(log.lines().count() > 50, "trace logging was on:\n{log}");
+    // The PostgreSQL driver is capped at info whatever RUST_LOG says.
+    assert!(log.contains(" DEBUG "), "trace logging was on:\n{log}");
+    assert!(!log.contains("tokio_postgres::query"), "{log}");
     assert!(
         !log.contains(&password),
         "the database password appears in the log"
     );
+}
+
+/// `big` prints a 200-byte Final: it spills to the `blobs` table.
+const BIG: &str = r#"
+[limits]
+inline_max_bytes = 64
+
+[agents.big]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", "printf '%0200d' 0"]
+stdin = "none"
+env = { PATH = "/usr/bin:/bin" }
+"#;
+
+/// SHA-256 of `bytes` in lowercase hex, as a blob is named.
+fn sha256_hex(bytes: &[u8]) -> String {
+    swarmd_output_store::blob_name(bytes)
+}
+
+/// `GET /v1/blobs/{name}` with the admin token: status and body.
+async fn blob(sw: &Swarmd, name: &str) -> (u16, String) {
+    let response = sw
+        .get(&format!("/v1/blobs/{name}"), &sw.admin)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_value_one_node_spilled_is_served_by_another() {
+    let database = swarmd_postgres::testing::fresh_database().await;
+    let mut one = Swarmd::on_database(BIG, &database).start().await;
+    let (status, done) = one
+        .create(json!({"agent": "big", "prompt": "p", "wait_secs": 10}))
+        .await;
+    assert_eq!((status, &done["status"]), (201, &json!("pass")), "{done}");
+    let task = text(&done, "task_id").to_owned();
+    let records = one.output(&task).await;
+    let content = &records.last().unwrap()["event"]["content"];
+    assert_eq!(content["kind"], "file_ref", "{content}");
+    let name = text(content, "sha256").to_owned();
+    let expected = "0".repeat(200);
+    // A process agent's plain stdout is its value's `raw`.
+    let (status, body) = blob(&one, &name).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["raw"],
+        json!(expected)
+    );
+    let (status, body) = blob(&one, "not-a-blob").await;
+    assert_eq!(
+        (status, body.contains("bad_request")),
+        (400, true),
+        "{body}"
+    );
+    let (status, body) = blob(&one, &"0".repeat(64)).await;
+    assert_eq!((status, body.contains("not_found")), (404, true), "{body}");
+    one.sigterm();
+    assert!(one.exited().await.success(), "{}", one.log());
+
+    // Another node, with a state directory of its own, serves the value;
+    // a blob file an earlier swarmd spilled there moves into the database.
+    let other = Swarmd::on_database(BIG, &database);
+    let legacy = br#""spilled by an earlier swarmd""#;
+    let legacy_name = sha256_hex(legacy);
+    let legacy_dir = other.dir().join("state/blobs");
+    std::fs::create_dir_all(&legacy_dir).unwrap();
+    std::fs::write(legacy_dir.join(&legacy_name), legacy).unwrap();
+    let other = other.start().await;
+    assert_eq!(
+        blob(&other, &legacy_name).await,
+        (200, String::from_utf8(legacy.to_vec()).unwrap())
+    );
+    let (status, body) = blob(&other, &name).await;
+    assert_eq!(status, 200, "{body}\n{}", other.log());
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["raw"],
+        json!(expected)
+    );
+    for node in [&one, &other] {
+        let files = std::fs::read_dir(node.dir().join("state/blobs"))
+            .map(|dir| dir.count())
+            .unwrap_or(0);
+        assert_eq!(files, 0, "no blob is written to a node's disk");
+    }
 }

@@ -89,7 +89,8 @@ pub(crate) enum StoreKind {
     /// In memory.
     Memory,
     /// PostgreSQL (`synchronous_commit` as the server has it, `on` by
-    /// default): a fresh database per daemon on the cluster of --pg-url.
+    /// default): a fresh database per daemon on the cluster of --pg-url,
+    /// dropped when the run ends or is interrupted.
     Postgres,
 }
 

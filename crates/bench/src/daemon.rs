@@ -3,8 +3,11 @@
 //! (`--spawn-daemon`): a temp directory with the generated config,
 //! `swarmd serve` as a child, its address read from the `listening on
 //! http://ADDR` line of its stderr, its admin token from the state
-//! directory. A started daemon gets SIGTERM at the end (SIGKILL if it does
+//! directory (on PostgreSQL, from `swarmd admin-token`, as the database
+//! holds it). A started daemon gets SIGTERM at the end (SIGKILL if it does
 //! not exit within a few seconds), and is killed if the generator drops it.
+//! A PostgreSQL daemon's `swarmd_bench_*` database is dropped once the
+//! daemon has stopped (`cleanup`).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -18,8 +21,9 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::cleanup::{self, BenchDatabase};
 use crate::cli::{StoreKind, TargetArgs};
-use crate::config::{Capacity, LUA_SCRIPT, LUA_SCRIPT_FILE, PgTarget, daemon_config};
+use crate::config::{Capacity, LUA_SCRIPT, LUA_SCRIPT_FILE, daemon_config};
 
 /// How long a started daemon may take to report its address.
 const STARTUP: Duration = Duration::from_secs(30);
@@ -71,6 +75,8 @@ pub(crate) struct SpawnedDaemon {
     child: Child,
     pub target: Target,
     log: Arc<Mutex<VecDeque<String>>>,
+    /// Its PostgreSQL database, dropped after it stops.
+    database: Option<BenchDatabase>,
     /// Holds the config and the state; removed on drop.
     _dir: tempfile::TempDir,
 }
@@ -94,9 +100,9 @@ impl SpawnedDaemon {
             Some(files) => Some(make_repo(&dir.path().join("repo"), files).await?),
             None => None,
         };
-        let pg = match (store, postgres) {
+        let database = match (store, postgres) {
             (StoreKind::Postgres, Some((url, password_file))) => {
-                Some(fresh_database(url, password_file).await?)
+                Some(BenchDatabase::create(url, password_file).await?)
             }
             (StoreKind::Postgres, None) => {
                 bail!(
@@ -105,6 +111,7 @@ impl SpawnedDaemon {
             }
             _ => None,
         };
+        let pg = database.as_ref().map(BenchDatabase::target);
         std::fs::write(
             &config,
             daemon_config(dir.path(), store, capacity, repo.as_deref(), pg.as_ref()),
@@ -132,6 +139,9 @@ impl SpawnedDaemon {
             .spawn()
             .with_context(|| format!("cannot start {}", binary.display()))?;
         let pid = child.id();
+        if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+            cleanup::spawned(pid);
+        }
         let stderr = child.stderr.take().context("no stderr pipe")?;
         let log = Arc::new(Mutex::new(VecDeque::new()));
         let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
@@ -161,6 +171,7 @@ impl SpawnedDaemon {
                 store_label: store.label().to_owned(),
             },
             log,
+            database,
             _dir: dir,
         };
         let addr = match tokio::time::timeout(STARTUP, addr_rx).await {
@@ -171,7 +182,10 @@ impl SpawnedDaemon {
             ),
         };
         daemon.target.base = format!("http://{addr}");
-        daemon.target.admin_token = read_token(&daemon.state_dir().join("admin.token"))?;
+        daemon.target.admin_token = match daemon.database {
+            None => read_token(&daemon.state_dir().join("admin.token"))?,
+            Some(_) => admin_token_command(binary, &config).await?,
+        };
         Ok(daemon)
     }
 
@@ -192,8 +206,22 @@ impl SpawnedDaemon {
     }
 
     /// SIGTERM, then SIGKILL after a grace period; fails if the daemon had
-    /// already died or did not exit cleanly.
+    /// already died or did not exit cleanly. Its database is dropped either
+    /// way.
     pub(crate) async fn stop(mut self) -> anyhow::Result<()> {
+        let stopped = self.stop_child().await;
+        if let Some(pid) = self.target.pid.and_then(|p| i32::try_from(p).ok()) {
+            cleanup::stopped(pid);
+        }
+        if let Some(database) = self.database.take() {
+            let dropped = database.drop_database().await;
+            stopped?;
+            return dropped;
+        }
+        stopped
+    }
+
+    async fn stop_child(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {
             bail!(
                 "swarmd exited early ({status}); its stderr:\n{}",
@@ -219,35 +247,23 @@ impl SpawnedDaemon {
     }
 }
 
-/// Creates a database with a new name on the cluster of `url` and returns
-/// how to reach it. It is left there: the cluster is a throwaway one.
-async fn fresh_database(url: &str, password_file: &Path) -> anyhow::Result<PgTarget> {
-    let password = std::fs::read_to_string(password_file)
-        .with_context(|| format!("cannot read {}", password_file.display()))?;
-    let mut config: tokio_postgres::Config =
-        url.parse().context("--pg-url is not a PostgreSQL URL")?;
-    config.password(password.trim_end());
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
+/// The admin token a daemon on PostgreSQL keeps in its database, as
+/// `swarmd admin-token` prints it.
+async fn admin_token_command(binary: &Path, config: &Path) -> anyhow::Result<String> {
+    let output = Command::new(binary)
+        .args(["admin-token", "--config"])
+        .arg(config)
+        .env_clear()
+        .stdin(Stdio::null())
+        .output()
         .await
-        .context("cannot connect to --pg-url")?;
-    tokio::spawn(connection);
-    let name = format!(
-        "swarmd_bench_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros())
+        .with_context(|| format!("cannot run {} admin-token", binary.display()))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "swarmd admin-token failed: {}",
+        String::from_utf8_lossy(&output.stderr)
     );
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .with_context(|| format!("cannot create database {name}"))?;
-    let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
-    Ok(PgTarget {
-        url: format!("{base}/{name}"),
-        password_file: password_file.to_owned(),
-    })
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// The address of a `listening on http://ADDR` line.

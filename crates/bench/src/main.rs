@@ -4,6 +4,7 @@
 //! for `docs/benchmarks.md`. Exit status: 0 when every run finished without
 //! an error, 1 when a run saw errors, 2 when the benchmark itself failed.
 
+mod cleanup;
 mod cli;
 mod config;
 mod daemon;
@@ -49,6 +50,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Ctrl-C drops the PostgreSQL databases the run created, then exits.
+    runtime.spawn(cleanup::drop_databases_on_ctrl_c());
     match runtime.block_on(plan::run(cli)) {
         Ok(0) => ExitCode::SUCCESS,
         Ok(errors) => {

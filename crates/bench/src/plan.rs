@@ -287,12 +287,12 @@ impl Running {
                 )
                 .await?;
                 eprintln!(
-                    "swarmd-bench: started {} [{}] at {}, pid {}, admin token {}",
+                    "swarmd-bench: started {} [{}] at {}, pid {}, config {}",
                     binary.display(),
                     store.label(),
                     daemon.target.base,
                     daemon.target.pid.map_or("?".to_owned(), |p| p.to_string()),
-                    daemon.state_dir().join("admin.token").display(),
+                    daemon.dir().join("swarmd.toml").display(),
                 );
                 Ok(Running {
                     target: daemon.target.clone(),

@@ -33,8 +33,8 @@ use uuid::Uuid;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{ContentRef, OutputEvent, OutputRecord};
 pub use nesting::{DepthError, MAX_JSON_DEPTH, check_text_depth, check_value_depth};
-pub use spill::{BlobSpill, EncodedEvent};
-pub use sweep::{BlobSweep, REFERENCE_MARK, referenced_blob};
+pub use spill::{BlobSpill, EncodedEvent, SpilledValue, blob_name, encode_events, spill_values};
+pub use sweep::{BlobSweep, REFERENCE_MARK, is_blob_name, referenced_blob};
 
 /// The records an `append_at` stores for `events`, numbered from
 /// `first_seq`: what every backend hands back before the write is durable.
@@ -284,5 +284,13 @@ pub trait OutputStore: Send + Sync + std::fmt::Debug + 'static {
     async fn sweep_blobs(&self, grace: std::time::Duration) -> Result<BlobSweep, StoreError> {
         let _ = grace;
         Ok(BlobSweep::default())
+    }
+
+    /// The bytes of the spilled blob named `sha256` (what a `file_ref`'s
+    /// `blobs/<sha256>` names), `None` when the store holds none by that
+    /// name. Stores that never spill hold none.
+    async fn read_blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let _ = sha256;
+        Ok(None)
     }
 }

@@ -71,13 +71,7 @@ impl BlobSpill {
     /// and only for events whose whole JSON exceeds the limit: a value can only
     /// be over the limit if its event is.
     pub async fn encode(&self, events: Vec<OutputEvent>) -> Result<Vec<EncodedEvent>, StoreError> {
-        let mut encoded = Vec::with_capacity(events.len());
-        let mut oversized = false;
-        for event in events {
-            let json = serde_json::to_string(&event)?;
-            oversized |= json.len() > self.inline_max_bytes;
-            encoded.push(EncodedEvent { event, json });
-        }
+        let (encoded, oversized) = encode_events(events, self.inline_max_bytes)?;
         if !oversized {
             return Ok(encoded);
         }
@@ -87,47 +81,47 @@ impl BlobSpill {
             .map_err(|_| StoreError::Panicked)?
     }
 
+    /// The bytes of blob `sha256`, `None` when there is no such blob (or the
+    /// name is not a blob's).
+    pub async fn read(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        if !crate::is_blob_name(sha256) {
+            return Ok(None);
+        }
+        match tokio::fs::read(self.dir.join(sha256)).await {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error.into()),
+        }
+    }
+
     fn spill_all(&self, mut encoded: Vec<EncodedEvent>) -> Result<Vec<EncodedEvent>, StoreError> {
-        for item in encoded
-            .iter_mut()
-            .filter(|item| item.json.len() > self.inline_max_bytes)
-        {
-            let Some(content) = item.event.content_mut() else {
-                continue;
-            };
-            let ContentRef::Inline { value } = content else {
-                continue;
-            };
-            let bytes = serde_json::to_vec(value)?;
-            if bytes.len() <= self.inline_max_bytes {
-                continue;
-            }
-            *content = self.write_blob(&bytes)?;
-            item.json = serde_json::to_string(&item.event)?;
+        for value in spill_values(&mut encoded, self.inline_max_bytes)? {
+            self.write_blob(&value)?;
         }
         Ok(encoded)
     }
 
-    /// Makes `bytes` durable at `<dir>/<sha256>` and returns the reference to it.
+    /// Makes `value` durable at `<dir>/<sha256>`.
     ///
     /// Write to a unique temp file, fsync, rename, fsync the directory: the
     /// final name only ever holds complete content, so an existing file with
     /// the same hash is reused (and its mtime renewed, see the type). The
     /// directory fsync runs in that case too, as a rename another writer made
     /// may not be durable yet.
-    fn write_blob(&self, bytes: &[u8]) -> Result<ContentRef, StoreError> {
-        let sha256 = hex(&Sha256::digest(bytes));
-        let target = self.dir.join(&sha256);
-        let size = bytes.len() as u64;
+    fn write_blob(&self, value: &SpilledValue) -> Result<(), StoreError> {
+        let target = self.dir.join(&value.sha256);
+        let size = value.bytes.len() as u64;
         let reused = {
             let _claims = self.lock_claims();
             reuse(&target, size)
         };
         if !reused {
-            let temp = self
-                .dir
-                .join(format!("{TEMP_PREFIX}{sha256}-{}", Uuid::new_v4().simple()));
-            let placed = write_synced(&temp, bytes).and_then(|()| {
+            let temp = self.dir.join(format!(
+                "{TEMP_PREFIX}{}-{}",
+                value.sha256,
+                Uuid::new_v4().simple()
+            ));
+            let placed = write_synced(&temp, &value.bytes).and_then(|()| {
                 let _claims = self.lock_claims();
                 fs::rename(&temp, &target)
             });
@@ -138,13 +132,72 @@ impl BlobSpill {
             }
         }
         File::open(&self.dir)?.sync_all()?;
-        Ok(ContentRef::FileRef {
+        Ok(())
+    }
+}
+
+/// An inline value taken out of its event, to be stored as a blob under
+/// its name (the SHA-256 of `bytes`, in hex) before any row naming it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpilledValue {
+    pub sha256: String,
+    pub bytes: Vec<u8>,
+}
+
+/// The name of the blob holding `bytes`: their SHA-256 in lowercase hex.
+pub fn blob_name(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Serializes `events`; the flag says whether any event's JSON exceeds
+/// `inline_max_bytes` (only such an event can hold a value to spill).
+pub fn encode_events(
+    events: Vec<OutputEvent>,
+    inline_max_bytes: usize,
+) -> Result<(Vec<EncodedEvent>, bool), StoreError> {
+    let mut encoded = Vec::with_capacity(events.len());
+    let mut oversized = false;
+    for event in events {
+        let json = serde_json::to_string(&event)?;
+        oversized |= json.len() > inline_max_bytes;
+        encoded.push(EncodedEvent { event, json });
+    }
+    Ok((encoded, oversized))
+}
+
+/// Replaces every inline value over `inline_max_bytes` by a `file_ref` to
+/// `blobs/<sha256>` (re-encoding its event) and returns the values to store
+/// under those names. Hashes: run it off the async executor for big values.
+pub fn spill_values(
+    encoded: &mut [EncodedEvent],
+    inline_max_bytes: usize,
+) -> Result<Vec<SpilledValue>, StoreError> {
+    let mut spilled = Vec::new();
+    for item in encoded
+        .iter_mut()
+        .filter(|item| item.json.len() > inline_max_bytes)
+    {
+        let Some(content) = item.event.content_mut() else {
+            continue;
+        };
+        let ContentRef::Inline { value } = content else {
+            continue;
+        };
+        let bytes = serde_json::to_vec(value)?;
+        if bytes.len() <= inline_max_bytes {
+            continue;
+        }
+        let sha256 = blob_name(&bytes);
+        *content = ContentRef::FileRef {
             path: format!("{BLOB_PATH_PREFIX}{sha256}"),
             mime: Some("application/json".to_owned()),
-            size,
-            sha256,
-        })
+            size: bytes.len() as u64,
+            sha256: sha256.clone(),
+        };
+        item.json = serde_json::to_string(&item.event)?;
+        spilled.push(SpilledValue { sha256, bytes });
     }
+    Ok(spilled)
 }
 
 /// Whether a complete blob is at `target`; if so, its mtime becomes now. A
@@ -207,6 +260,27 @@ mod tests {
         };
         let encoded = spill.encode(vec![event.clone()]).await.unwrap();
         assert_eq!(encoded[0].event, event);
+    }
+
+    #[tokio::test]
+    async fn a_spilled_value_reads_back_by_its_name_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = BlobSpill::open(dir.path().join("blobs"), 16).unwrap();
+        let value = json!("y".repeat(100));
+        let stored = spill
+            .encode(vec![OutputEvent::inline_final(value.clone(), true)])
+            .await
+            .unwrap();
+        let Some(ContentRef::FileRef { sha256, .. }) = stored[0].event.content() else {
+            panic!("not spilled: {:?}", stored[0].event);
+        };
+        let bytes = spill.read(sha256).await.unwrap().unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap(),
+            value
+        );
+        assert_eq!(spill.read(&"0".repeat(64)).await.unwrap(), None);
+        assert_eq!(spill.read("../blobs").await.unwrap(), None);
     }
 
     #[test]

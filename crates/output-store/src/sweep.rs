@@ -104,7 +104,8 @@ pub fn referenced_blob(event: &OutputEvent) -> Option<&str> {
 /// reference a blob, so only such rows need decoding.
 pub const REFERENCE_MARK: &str = BLOB_PATH_PREFIX;
 
-fn is_blob_name(name: &str) -> bool {
+/// Whether `name` can name a blob: 64 lowercase hex digits.
+pub fn is_blob_name(name: &str) -> bool {
     name.len() == 64
         && name
             .bytes()

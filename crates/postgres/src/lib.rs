@@ -13,12 +13,14 @@
 //! PostgreSQL advisory lock (`migrate`), so nodes starting together on an
 //! empty database apply it once.
 
+mod blobs;
 mod connect;
 mod live;
 mod migrate;
 mod nodes;
 mod outputs;
 mod rows;
+mod secrets;
 mod tasks;
 mod tasks_read;
 #[cfg(feature = "testing")]
@@ -34,6 +36,7 @@ pub use connect::{DEFAULT_MAX_BATCH, DEFAULT_POOL_SIZE, PgOptions, redact_url};
 pub use migrate::SCHEMA_VERSION;
 pub use nodes::{EventWake, NodeId, Registration, Takeover};
 pub use outputs::PgOutputStore;
+pub use secrets::PgSecrets;
 pub use tasks::PgTaskStore;
 pub use writer::WriterStats;
 

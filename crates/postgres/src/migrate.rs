@@ -16,7 +16,7 @@ use tokio_postgres::Client;
 use crate::connect::db_error;
 
 /// The schema this build writes.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = STEPS.len() as i32;
 
 /// The advisory lock key of migrations: "swarmd" in ASCII, so another
 /// application's locks are unlikely to collide.
@@ -31,7 +31,15 @@ const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
 /// JSON paths. Events are keyed by the seq the writer commits them under;
 /// audit ids come from an identity column the single writer draws in
 /// commit order. Outputs carry `is_final` so `last_final` is one index walk.
-const STEPS: [&str; 2] = [
+///
+/// Step 2 is the cluster's (`CLUSTER`). Step 3 holds what a node kept on
+/// its disk before, so that every node shares it: the signing keyring (`signing_keys`: at most one `current`
+/// key, the others verify-only, newest first by `id`), the admin token
+/// (`admin_token`, one row: the secret, for `swarmd admin-token`, and its
+/// SHA-256, the only column a node reads) and spilled output values
+/// (`blobs`, content-addressed; `claimed_at` comes from the database's
+/// clock, so every node's sweep agrees on a blob's age).
+const STEPS: [&str; 3] = [
     "
 CREATE TABLE tasks (
     id             uuid   PRIMARY KEY,
@@ -118,6 +126,31 @@ CREATE TABLE outputs (
 CREATE INDEX outputs_finals ON outputs (task, attempt, seq) WHERE is_final;
 ",
     CLUSTER,
+    "
+CREATE TABLE signing_keys (
+    id         bigint      GENERATED ALWAYS AS IDENTITY UNIQUE,
+    kid        text        PRIMARY KEY,
+    secret     bytea       NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    current    boolean     NOT NULL
+);
+CREATE UNIQUE INDEX signing_keys_current ON signing_keys (current) WHERE current;
+
+CREATE TABLE admin_token (
+    singleton  boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+    secret     text        NOT NULL,
+    digest     bytea       NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE blobs (
+    sha256     text        PRIMARY KEY,
+    bytes      bytea       NOT NULL,
+    size       bigint      NOT NULL,
+    claimed_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX blobs_claimed ON blobs (claimed_at);
+",
 ];
 
 /// Step 2: several nodes on one database (docs/decisions.md, Cluster).

@@ -5,23 +5,22 @@
 //! every other write of the daemon. `append` is numbered by the writer:
 //! after the stream's last committed seq and any rows of the same stream
 //! pending in the group. Values too large to keep inline are spilled to
-//! the node's local blob directory (`<state_dir>/blobs`) before the row
-//! that names them is queued, as on SQLite.
+//! the `blobs` table (`blobs`), durable before the row that names them is
+//! queued, so any node reads them.
 
-use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use swarmd_output_store::{
-    BlobSpill, BlobSweep, Clock, Durable, OutputEvent, OutputRecord, OutputStore, Prepared,
-    REFERENCE_MARK, StoreError, SystemClock, nesting, records_at, referenced_blob,
+    BlobSweep, Clock, Durable, OutputEvent, OutputRecord, OutputStore, Prepared, StoreError,
+    SystemClock, nesting, records_at,
 };
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::PgDb;
+use crate::blobs::PgBlobs;
 use crate::connect::db_error;
 use crate::rows::{OutputRow, Row};
 use crate::tasks::int;
@@ -31,34 +30,36 @@ use crate::writer::Op;
 /// (the same as SQLite's).
 const UNREADABLE_STAGE: &str = "unreadable_output";
 
-/// Output streams in PostgreSQL, with large inline values spilled to blob files.
+/// Output streams in PostgreSQL, with large inline values spilled to the
+/// `blobs` table.
 #[derive(Debug, Clone)]
 pub struct PgOutputStore {
     db: PgDb,
-    spill: BlobSpill,
+    blobs: PgBlobs,
     clock: Arc<dyn Clock>,
 }
 
 impl PgOutputStore {
-    /// Values whose JSON exceeds `inline_max_bytes` go to `blob_dir`
-    /// (expected: `<state_dir>/blobs`).
-    pub fn open(
-        db: PgDb,
-        blob_dir: PathBuf,
-        inline_max_bytes: usize,
-    ) -> Result<PgOutputStore, StoreError> {
-        PgOutputStore::with_clock(db, blob_dir, inline_max_bytes, Arc::new(SystemClock))
+    /// Values whose JSON exceeds `inline_max_bytes` go to the `blobs` table.
+    pub fn open(db: PgDb, inline_max_bytes: usize) -> PgOutputStore {
+        PgOutputStore::with_clock(db, inline_max_bytes, Arc::new(SystemClock))
+    }
+
+    /// Moves the blob files an earlier swarmd spilled to the node's
+    /// `<state_dir>/blobs` into the database, so every node reads them;
+    /// returns how many moved.
+    ///
+    /// # Errors
+    /// `StoreError::Io` when the directory or a file cannot be read;
+    /// `StoreError::Database` when a blob cannot be stored.
+    pub async fn import_blob_files(&self, dir: &std::path::Path) -> Result<u64, StoreError> {
+        self.blobs.import_dir(dir).await
     }
 
     /// Like `open`, stamping records with `clock`.
-    pub fn with_clock(
-        db: PgDb,
-        blob_dir: PathBuf,
-        inline_max_bytes: usize,
-        clock: Arc<dyn Clock>,
-    ) -> Result<PgOutputStore, StoreError> {
-        let spill = BlobSpill::open(blob_dir, inline_max_bytes)?;
-        Ok(PgOutputStore { db, spill, clock })
+    pub fn with_clock(db: PgDb, inline_max_bytes: usize, clock: Arc<dyn Clock>) -> PgOutputStore {
+        let blobs = PgBlobs::new(db.clone(), inline_max_bytes);
+        PgOutputStore { db, blobs, clock }
     }
 }
 
@@ -100,7 +101,7 @@ fn decode_row(task: Uuid, attempt: u32, row: &tokio_postgres::Row) -> OutputReco
 #[async_trait]
 impl OutputStore for PgOutputStore {
     async fn prepare(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
-        Ok(Prepared::new(self.spill.encode(events).await?))
+        Ok(Prepared::new(self.blobs.encode(events).await?))
     }
 
     fn append_at(
@@ -270,29 +271,10 @@ impl OutputStore for PgOutputStore {
     }
 
     async fn sweep_blobs(&self, grace: Duration) -> Result<BlobSweep, StoreError> {
-        self.spill.sweep(grace, referenced_blobs(&self.db)).await
+        self.blobs.sweep(grace).await
     }
-}
 
-/// The names of the blobs that rows of `outputs` reference: only rows whose
-/// text carries the mark are read whole.
-async fn referenced_blobs(db: &PgDb) -> Result<HashSet<String>, StoreError> {
-    let client = db.reader().await?;
-    let rows = client
-        .query(
-            "SELECT event FROM outputs WHERE strpos(event, $1) > 0",
-            &[&REFERENCE_MARK],
-        )
-        .await
-        .map_err(db_error)?;
-    let mut referenced = HashSet::new();
-    for row in rows {
-        let text: &str = row.get(0);
-        if let Ok(event) = serde_json::from_str::<OutputEvent>(text)
-            && let Some(name) = referenced_blob(&event)
-        {
-            referenced.insert(name.to_owned());
-        }
+    async fn read_blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.blobs.read(sha256).await
     }
-    Ok(referenced)
 }

@@ -217,8 +217,11 @@ async fn open_stores(
             opts.password = pg_password(config, env).map_err(err)?;
             opts.pool_size = config.store.pg_pool as usize;
             let db = PgDb::open(opts).await.map_err(err)?;
-            let outputs =
-                PgOutputStore::open(db.clone(), state.dir.blobs(), inline_max).map_err(err)?;
+            let outputs = PgOutputStore::open(db.clone(), inline_max);
+            outputs
+                .import_blob_files(&state.dir.blobs())
+                .await
+                .map_err(err)?;
             Ok(Stores {
                 tasks: Arc::new(PgTaskStore::new(db.clone())),
                 outputs: Arc::new(outputs),
@@ -258,7 +261,10 @@ pub const PG_PASSWORD_CREDENTIAL: &str = "swarmd-pg-password";
 /// The PostgreSQL password: from `store.password_file`, else from the
 /// systemd credential when it exists, else none. Trailing newlines are not
 /// part of it. Errors name the file, never its contents.
-fn pg_password(config: &Config, env: &Environment) -> Result<Option<String>, StoreError> {
+pub(crate) fn pg_password(
+    config: &Config,
+    env: &Environment,
+) -> Result<Option<String>, StoreError> {
     let file = config.store.password_file.clone().or_else(|| {
         let dir = env.get("CREDENTIALS_DIRECTORY")?;
         let file = std::path::Path::new(&dir).join(PG_PASSWORD_CREDENTIAL);

@@ -45,8 +45,9 @@ pub enum TelemetryError {
 
 /// Libraries whose `debug`/`trace` output includes raw frames, headers or
 /// bodies (WebSocket frames with `spawn` credentials, `Authorization`
-/// headers, MCP tool calls and results with worker handles): they never log
-/// below `info`.
+/// headers, MCP tool calls and results with worker handles, PostgreSQL
+/// statements' parameters with the signing keys and the admin token): they
+/// never log below `info`.
 pub const CREDENTIAL_CAPS: &[&str] = &[
     "tungstenite",
     "tokio_tungstenite",
@@ -57,6 +58,9 @@ pub const CREDENTIAL_CAPS: &[&str] = &[
     "rustls",
     "tower_http",
     "rmcp",
+    "tokio_postgres",
+    "postgres_protocol",
+    "deadpool_postgres",
 ];
 
 /// Installs the global subscriber. `filter` is the value of `RUST_LOG`; the
@@ -127,6 +131,7 @@ mod tests {
             "tungstenite::protocol",
             "hyper::proto::h1",
             "reqwest::connect",
+            "tokio_postgres::query",
         ] {
             assert!(caps.would_enable(target, &Level::INFO), "{target}");
             assert!(!caps.would_enable(target, &Level::DEBUG), "{target}");

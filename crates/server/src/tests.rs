@@ -23,7 +23,9 @@ async fn serves_healthz_notifies_and_stops_on_shutdown() {
     let mut config = Config::default();
     config.store.state_dir = tmp.path().join("state");
     config.server.bind = "127.0.0.1:0".parse().unwrap();
-    let state = PreparedState::prepare(&config, &Environment::default()).unwrap();
+    let state = PreparedState::prepare(&config, &Environment::default())
+        .await
+        .unwrap();
     let startup = Startup {
         config: Arc::new(config),
         state,

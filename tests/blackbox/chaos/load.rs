@@ -147,7 +147,9 @@ pub(super) async fn canceller(ctx: Arc<Ctx>) {
             (200, _) if answer["status"] == "cancelled" => {
                 ctx.ledger.with(|r| r.cancels.insert(task.clone()));
             }
-            (410, Some("task_terminal")) | (503, _) => {}
+            // A cancel loses to a result the attempt already accepted
+            // (docs/protocol.md): the window is the result's commit.
+            (410, Some("task_terminal")) | (409, Some("already_final")) | (503, _) => {}
             _ => ctx
                 .ledger
                 .unexpected(format!("cancel {task}: {status} {answer}")),

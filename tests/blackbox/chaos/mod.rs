@@ -6,14 +6,17 @@
 //! through a MainAI session whose SubAgents the test plays (`main_ai`), with
 //! heartbeats, output and cancels.
 //!
-//! Short by default (CI); `SWARMD_CHAOS_KILLS=200` runs the long mode and
-//! `SWARMD_CHAOS_SEED` repeats a run's random choices (not its timing). See
-//! `docs/benchmarks.md`, "Crash chaos".
+//! The same run goes against SQLite and against PostgreSQL (`postgres`, a
+//! fresh database of the test cluster); after it, each store's own
+//! integrity is checked too. Short by default (CI); `SWARMD_CHAOS_KILLS=200`
+//! runs the long mode and `SWARMD_CHAOS_SEED` repeats a run's random choices
+//! (not its timing). See `docs/benchmarks.md`, "Crash chaos".
 
 mod checks;
 mod ledger;
 mod load;
 mod main_ai;
+mod postgres;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -29,7 +32,7 @@ use crate::daemon::Swarmd;
 use crate::harness::PATIENCE;
 
 /// `proc` takes a moment, so that kills find it running; `lua` echoes.
-const AGENTS: &str = r#"
+pub(super) const AGENTS: &str = r#"
 [agents.proc]
 kind = "process"
 program = "/bin/sh"
@@ -57,13 +60,38 @@ const DONE_GRACE: Duration = Duration::from_secs(15);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_mixed_load_loses_nothing_acknowledged() {
     let kills = env_number("SWARMD_CHAOS_KILLS").unwrap_or(SHORT_KILLS);
+    let sw = Swarmd::new(AGENTS);
+    let db = sw.dir().join("state/swarmd.db");
+    run(sw, kills, Backend::Sqlite(db)).await;
+}
+
+/// The store a run's daemon is on, for what only it can check.
+enum Backend {
+    /// The database file.
+    Sqlite(std::path::PathBuf),
+    /// The test database.
+    Postgres(swarmd_postgres::testing::TestDatabase),
+}
+
+impl Backend {
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+}
+
+/// One chaos run of `kills` kills on the daemon `sw` (not started yet) on
+/// `backend`, whose own integrity is checked once the daemon has stopped.
+async fn run(sw: Swarmd, kills: u64, backend: Backend) {
+    let store = backend.name();
     let seed = env_number("SWARMD_CHAOS_SEED").unwrap_or_else(|| {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
         u64::try_from(now.as_nanos() % u128::from(u64::MAX)).unwrap()
     });
-    eprintln!("chaos: {kills} kills, SWARMD_CHAOS_SEED={seed}");
+    eprintln!("chaos: {store}, {kills} kills, SWARMD_CHAOS_SEED={seed}");
 
-    let sw = Swarmd::new(AGENTS);
     std::fs::write(sw.dir().join("echo.lua"), ECHO_LUA).unwrap();
     let mut sw = sw.start().await;
     ready(&sw).await;
@@ -124,7 +152,10 @@ async fn sigkill_under_mixed_load_loses_nothing_acknowledged() {
     main_ai.await.unwrap();
 
     let records = ctx.ledger.with(std::mem::take);
-    let stored = checks::fetch(&ctx, &records).await;
+    let mut stored = checks::fetch(&ctx, &records).await;
+    if let Backend::Postgres(database) = &backend {
+        postgres::resolve_blobs(database, &mut stored).await;
+    }
     let mut report = checks::run(&records, &stored, &login.sid);
     sw.sigterm();
     let status = sw.exited().await;
@@ -136,7 +167,10 @@ async fn sigkill_under_mixed_load_loses_nothing_acknowledged() {
             vec![format!("SIGTERM after the run: {status}")]
         },
     });
-    report.push(checks::integrity(&sw.dir().join("state/swarmd.db")));
+    report.push(match backend {
+        Backend::Sqlite(db) => checks::integrity(&db),
+        Backend::Postgres(database) => postgres::integrity(database).await,
+    });
     let log = sw.log();
     report.push(checks::secrets_in_log(&log));
 
@@ -146,7 +180,7 @@ async fn sigkill_under_mixed_load_loses_nothing_acknowledged() {
         .map(|c| format!("{}={}", c.name, c.offenders.len()))
         .collect();
     eprintln!(
-        "chaos summary: seed={seed} kills={kills} (after result {}, after creation {}, random {}) \
+        "chaos summary: store={store} seed={seed} kills={kills} (after result {}, after creation {}, random {}) \
          load={:.1}s total={:.1}s tasks={} acked_keys={acked_tasks} results_acked={} \
          results_refused={} probes={} cancels_acked={} replays={} retries={} spawns={} \
          respawns={} spawns_after_ack={} task_done={} connections={} | {}",
@@ -190,7 +224,7 @@ async fn sigkill_under_mixed_load_loses_nothing_acknowledged() {
     }
 }
 
-fn env_number(name: &str) -> Option<u64> {
+pub(super) fn env_number(name: &str) -> Option<u64> {
     let text = std::env::var(name).ok()?;
     Some(
         text.trim()

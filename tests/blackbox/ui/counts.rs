@@ -169,7 +169,8 @@ async fn an_overview_opened_later_shows_the_minutes_before_it() {
     assert!(bars.as_u64().unwrap() >= 1, "{bars}");
     // The overview follows only the sessions' comings and goings, not the
     // task events it does not show (its badge's tooltip names what the feed
-    // asked for); the task list follows those.
+    // asked for); the task list follows its unfinished rows (none: every
+    // task here has finished) and a tick of new tasks.
     assert_eq!(
         browser
             .js("return document.getElementById('live').title")
@@ -180,7 +181,7 @@ async fn an_overview_opened_later_shows_the_minutes_before_it() {
     browser
         .until(
             "the task list's feed",
-            "return document.getElementById('live').title.includes('task_created')",
+            "return document.getElementById('live').title === 'following no unfinished row; new tasks once a second'",
         )
         .await;
     browser

@@ -8,10 +8,12 @@
 mod counts;
 mod dashboard;
 mod list_filters;
+mod live_scope;
 mod owners;
 mod reload;
 mod screenshots;
 mod serving;
+mod stream;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -1,5 +1,6 @@
 //! Every view renders with real data and is captured: the overview, the
-//! task list, a running task's detail and the sessions. The PNGs are
+//! task list, a running task's detail, the sessions, the agents and an
+//! operator session's own task list (the owner's view). The PNGs are
 //! checked here; with `SWARMD_UI_SCREENSHOTS=<dir>` they are also written
 //! there (`scripts/ui-screenshots.sh` writes `docs/img/`).
 
@@ -174,6 +175,28 @@ async fn every_view_renders_with_real_data_and_is_captured() {
         "1"
     );
     capture(&browser, "dashboard-agents").await;
+
+    // The owner's view: the MainAI's own token sees its own task only.
+    browser.click("#signout").await;
+    browser
+        .until(
+            "the sign-in form after signing out",
+            "return !document.getElementById('signin').hidden && sessionStorage.getItem('swarmd.token') === null",
+        )
+        .await;
+    browser.sign_in(&main_ai.token).await;
+    assert_eq!(
+        browser.text("#who").await,
+        format!("session {}", main_ai.sid)
+    );
+    browser.show("#/tasks").await;
+    browser
+        .until(
+            "the owner's one task",
+            "const rows = document.querySelectorAll('#task-rows tr'); return rows.length === 1 && rows[0].textContent.includes('Review PR 42')",
+        )
+        .await;
+    capture(&browser, "dashboard-owner").await;
 
     let (status, body) = crate::harness::parts(
         sw.post(&format!("/v1/tasks/{running}/cancel"), &sw.admin)

@@ -227,6 +227,10 @@ impl OutputStore for SqliteOutputStore {
         .await
     }
 
+    async fn read_blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.spill.read(sha256).await
+    }
+
     async fn sweep_blobs(&self, grace: Duration) -> Result<BlobSweep, StoreError> {
         let cutoff = SystemTime::now()
             .checked_sub(grace)

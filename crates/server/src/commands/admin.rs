@@ -1,5 +1,6 @@
 //! `swarmd keys rotate`, `swarmd admin-token` and `swarmd token mint`: local
-//! operations on the secrets next to the state directory.
+//! operations on the secrets the daemon would load (files next to the state
+//! directory, or the PostgreSQL database).
 
 use std::sync::Arc;
 
@@ -11,30 +12,35 @@ use super::{CommandError, print};
 use crate::cli::{ConfigArgs, MintArgs, MintRole, exit};
 use crate::config::Config;
 use crate::environment::Environment;
-use crate::state::{SecretSource, load_keyring, load_or_create_admin_secret};
+use crate::state::SecretSource;
+use crate::state::database::Secrets;
 
 fn load(args: &ConfigArgs, env: &Environment) -> Result<Config, CommandError> {
     Ok(Config::load(&args.config_path(), env, &args.overrides())?)
 }
 
 /// Rotates the keyring the daemon would load and prints the new key id.
-pub(super) fn rotate_keys(args: &ConfigArgs, env: &Environment) -> Result<u8, CommandError> {
+pub(super) async fn rotate_keys(args: &ConfigArgs, env: &Environment) -> Result<u8, CommandError> {
     let config = load(args, env)?;
-    let kid = crate::state::rotate_keys(&SecretSource::for_keys(&config, env))?;
+    let kid = Secrets::new(&config, env)
+        .rotate(&SecretSource::for_keys(&config, env))
+        .await?;
     print(&kid)?;
     Ok(exit::OK)
 }
 
 /// Prints the admin token, creating it when missing.
-pub(super) fn admin_token(args: &ConfigArgs, env: &Environment) -> Result<u8, CommandError> {
+pub(super) async fn admin_token(args: &ConfigArgs, env: &Environment) -> Result<u8, CommandError> {
     let config = load(args, env)?;
-    let secret = load_or_create_admin_secret(&SecretSource::for_admin_token(&config, env))?;
+    let secret = Secrets::new(&config, env)
+        .admin_secret(&SecretSource::for_admin_token(&config, env))
+        .await?;
     print(secret.expose())?;
     Ok(exit::OK)
 }
 
 /// Mints an observer, senior or worker-pool token with the daemon's keyring and prints it.
-pub(super) fn mint_token(args: &MintArgs, env: &Environment) -> Result<u8, CommandError> {
+pub(super) async fn mint_token(args: &MintArgs, env: &Environment) -> Result<u8, CommandError> {
     let config = load(&args.config, env)?;
     let max_secs = config.auth.max_token_ttl_secs;
     if args.ttl == 0 || args.ttl > max_secs {
@@ -43,7 +49,9 @@ pub(super) fn mint_token(args: &MintArgs, env: &Environment) -> Result<u8, Comma
             max_secs,
         });
     }
-    let keyring = load_keyring(&SecretSource::for_keys(&config, env))?;
+    let keyring = Secrets::new(&config, env)
+        .keyring(&SecretSource::for_keys(&config, env))
+        .await?;
     let authority = TokenAuthority::new(
         keyring,
         Arc::new(SystemClock),

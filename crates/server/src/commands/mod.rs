@@ -73,9 +73,9 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
             print(config.to_toml_redacted()?.trim_end())?;
             Ok(exit::OK)
         }
-        Command::Keys(KeysCommand::Rotate(args)) => admin::rotate_keys(&args, env),
-        Command::AdminToken(args) => admin::admin_token(&args, env),
-        Command::Token(TokenCommand::Mint(args)) => admin::mint_token(&args, env),
+        Command::Keys(KeysCommand::Rotate(args)) => admin::rotate_keys(&args, env).await,
+        Command::AdminToken(args) => admin::admin_token(&args, env).await,
+        Command::Token(TokenCommand::Mint(args)) => admin::mint_token(&args, env).await,
         Command::Task(args) => remote::task(*args, env).await,
         Command::Worker(WorkerArgs {
             pool: Some(WorkerCommand::Pool(args)),

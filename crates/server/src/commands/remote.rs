@@ -6,11 +6,12 @@ use crate::cli::{ConnectionArgs, McpArgs, SpawnArgs, TaskArgs, TaskCommand, Work
 use crate::client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
 use crate::config::Config;
 use crate::environment::Environment;
-use crate::state::{SecretSource, read_admin_secret};
+use crate::state::SecretSource;
+use crate::state::database::Secrets;
 
 /// Runs one task verb and prints the daemon's JSON answer.
 pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, CommandError> {
-    let client = connect(&args.connection, env)?;
+    let client = connect(&args.connection, env).await?;
     let answer = match args.command {
         TaskCommand::Spawn(spawn) => {
             let SpawnArgs {
@@ -69,10 +70,10 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
 /// missing one is no error: the login is then a loopback login.
 pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandError> {
     let (url, token) = if args.no_login {
-        let (url, token) = endpoint(&args.connection, env)?;
+        let (url, token) = endpoint(&args.connection, env).await?;
         (url, Some(token))
     } else {
-        match endpoint(&args.connection, env) {
+        match endpoint(&args.connection, env).await {
             Ok((url, token)) => (url, Some(token)),
             Err(CommandError::State(error)) => {
                 tracing::debug!(%error, "no admin token: trying a loopback login");
@@ -105,15 +106,16 @@ pub(super) async fn worker(args: WorkerArgs) -> Result<u8, CommandError> {
 }
 
 /// A client from the flags (see `endpoint`).
-fn connect(args: &ConnectionArgs, env: &Environment) -> Result<ApiClient, CommandError> {
-    let (url, token) = endpoint(args, env)?;
+async fn connect(args: &ConnectionArgs, env: &Environment) -> Result<ApiClient, CommandError> {
+    let (url, token) = endpoint(args, env).await?;
     Ok(ApiClient::new(&url, Bearer::new(&token))?)
 }
 
 /// The daemon's URL and the bearer credential from the flags, falling back to
-/// the configuration for the URL and to the admin token file for the
-/// credential. The configuration is read only when a flag is missing.
-pub(super) fn endpoint(
+/// the configuration for the URL and to the admin token (its file, or the
+/// database on PostgreSQL) for the credential. The configuration is read
+/// only when a flag is missing.
+pub(super) async fn endpoint(
     args: &ConnectionArgs,
     env: &Environment,
 ) -> Result<(String, String), CommandError> {
@@ -134,7 +136,11 @@ pub(super) fn endpoint(
                 None => load()?,
             };
             let source = SecretSource::for_admin_token(&config, env);
-            read_admin_secret(source.path())?.expose().to_owned()
+            Secrets::new(&config, env)
+                .existing_admin_secret(&source)
+                .await?
+                .expose()
+                .to_owned()
         }
     };
     Ok((url, token))

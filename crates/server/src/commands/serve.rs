@@ -15,7 +15,7 @@ use crate::{Startup, bind, run, shutdown};
 pub(super) async fn serve(args: &ServeArgs, env: &Environment) -> Result<(), CommandError> {
     let config = Config::load(&args.config.config_path(), env, &args.overrides())?;
     let config = Arc::new(config);
-    let state = PreparedState::prepare(&config, env)?;
+    let state = PreparedState::prepare(&config, env).await?;
     let systemd = Systemd::from_env(env);
     let shutdown = shutdown::install().map_err(|source| CommandError::Io {
         action: "install signal handlers",

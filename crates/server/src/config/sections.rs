@@ -45,8 +45,8 @@ pub enum StoreBackend {
     /// In memory: everything is lost at exit (tests, `--ephemeral`).
     Memory,
     /// PostgreSQL at `store.url`: tasks, attempts, handles, events, audit,
-    /// sessions and outputs in the database; spilled blobs stay in
-    /// `<state_dir>/blobs`.
+    /// sessions, outputs, spilled values, the keyring and the admin token
+    /// in the database, shared by every node on it.
     Postgres,
 }
 

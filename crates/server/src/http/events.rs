@@ -1,9 +1,14 @@
 //! `GET /v1/events` (the durable event log: whole for the admin and
 //! observers, only its own tasks' and its own session's events for an
 //! operator session; JSON page or live SSE with `id: <seq>`, optionally only
-//! some `kinds`) and `GET /v1/audit` (audit records).
+//! some `kinds` and some `tasks`, and on SSE a coalesced `tick` of new
+//! tasks; an operator session's stream ends once the session does) and
+//! `GET /v1/audit` (audit records).
+
+mod scope;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
@@ -13,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 use swarmd_engine::audit::AuditRecord;
-use swarmd_engine::event::{Event, EventRecord};
+use swarmd_engine::event::EventRecord;
 use swarmd_engine::gate::{Role, Verb};
 use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::{Engine, EngineError};
@@ -23,6 +28,8 @@ use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Json, Query, empty_as_none};
 use crate::http::sse::{self, Follow, Live, Wake, last_event_id, wants_sse};
+use crate::sessions::Session;
+use scope::{Scope, Tick, TickQuery, parse_kinds, parse_tasks};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
@@ -43,6 +50,18 @@ struct EventsQuery {
     /// Comma-separated event kinds; absent: every kind.
     #[serde(default, deserialize_with = "empty_as_none")]
     kinds: Option<String>,
+    /// Comma-separated task ids (at most 100); absent: every task.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    tasks: Option<String>,
+    /// SSE only: send a `tick` of new tasks at most this often.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    tick_ms: Option<u64>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    tick_agent: Option<String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    tick_session: Option<SessionId>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    tick_parent: Option<TaskId>,
 }
 
 #[derive(Debug, Serialize)]
@@ -75,7 +94,7 @@ async fn events(
 ) -> Result<Response, ApiError> {
     // An operator session reads its own part of the log; senior tokens none.
     let owner = match (&caller, caller.role()) {
-        (Caller::Operator(session), _) => Some(session.sid),
+        (Caller::Operator(session), _) => Some(session.clone()),
         (_, Role::Admin | Role::Observer) => None,
         _ => {
             state.metrics.token_failure("forbidden");
@@ -85,8 +104,15 @@ async fn events(
     caller.check(&state, Verb::Subscribe)?;
     let scope = Scope {
         kinds: query.kinds.as_deref().map(parse_kinds).transpose()?,
-        owner,
+        owner: owner.as_ref().map(|session| session.sid),
+        tasks: query.tasks.as_deref().map(parse_tasks).transpose()?,
     };
+    let tick = Tick::parse(TickQuery {
+        ms: query.tick_ms,
+        agent: query.tick_agent,
+        session: query.tick_session,
+        parent: query.tick_parent,
+    })?;
     let after = match last_event_id(&headers) {
         Some(id) => id
             .parse::<u64>()
@@ -101,28 +127,21 @@ async fn events(
             reported: after,
             page: sse::PAGE,
             scope,
+            tick,
+            session: owner,
         };
         return Ok(sse::stream(follow, rx, state.shutdown.clone(), false));
+    }
+    if tick.is_some() {
+        return Err(ApiError::bad_request(
+            "tick_ms needs a stream (Accept: text/event-stream)",
+        ));
     }
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let mut events = state.engine.events_after(after, limit).await?;
     let next_seq = events.last().map_or(after, |e| e.seq);
     events.retain(|e| scope.wants(e));
     Ok(Json(EventsPage { events, next_seq }).into_response())
-}
-
-/// `kinds=a,b`: each a known event kind, at most one of each.
-fn parse_kinds(text: &str) -> Result<Vec<&'static str>, ApiError> {
-    let mut kinds = Vec::new();
-    for name in text.split(',').map(str::trim) {
-        let kind = Event::KINDS.iter().find(|k| **k == name).ok_or_else(|| {
-            ApiError::bad_request(format!("unknown event kind in kinds: {name:?}"))
-        })?;
-        if !kinds.contains(kind) {
-            kinds.push(*kind);
-        }
-    }
-    Ok(kinds)
 }
 
 async fn audit(
@@ -136,30 +155,9 @@ async fn audit(
     Ok(Json(AuditPage { records }))
 }
 
-/// Which events a reader gets: only `kinds` when set, and for an operator
-/// session (`owner`) only the records that name it: its tasks' events (a
-/// record carries the session that owns its task; sub-tasks inherit it)
-/// and its own `session_attached`/`session_detached`. One comparison per
-/// record, no read.
-#[derive(Debug)]
-struct Scope {
-    kinds: Option<Vec<&'static str>>,
-    owner: Option<SessionId>,
-}
-
-impl Scope {
-    fn wants(&self, record: &EventRecord) -> bool {
-        self.owner.is_none_or(|sid| record.session == Some(sid))
-            && self
-                .kinds
-                .as_ref()
-                .is_none_or(|kinds| kinds.contains(&record.event.kind()))
-    }
-}
-
 /// Follows the event log from a sequence number, sending only what `scope`
 /// wants (the cursor still steps over the others, and the client hears
-/// how far as a progress id).
+/// how far as a progress id), and counting the new tasks `tick` asks for.
 #[derive(Debug)]
 struct EventFollow {
     engine: Engine,
@@ -168,6 +166,26 @@ struct EventFollow {
     reported: u64,
     page: usize,
     scope: Scope,
+    tick: Option<Tick>,
+    /// The operator session reading, whose stream ends when it does.
+    session: Option<Arc<Session>>,
+}
+
+impl EventFollow {
+    /// Steps the cursor over `record`; whether the reader gets it.
+    fn step(&mut self, record: &EventRecord) -> bool {
+        self.cursor = self.cursor.max(record.seq);
+        if let Some(tick) = &mut self.tick
+            && self.scope.owned(record)
+        {
+            tick.count(record);
+        }
+        let wanted = self.scope.wants(record);
+        if wanted {
+            self.reported = record.seq;
+        }
+        wanted
+    }
 }
 
 impl Follow for EventFollow {
@@ -177,9 +195,7 @@ impl Follow for EventFollow {
         let events = self.engine.events_after(self.cursor, self.page).await?;
         let full = events.len() >= self.page;
         for event in events {
-            self.cursor = self.cursor.max(event.seq);
-            if self.scope.wants(&event) {
-                self.reported = event.seq;
+            if self.step(&event) {
                 out.push_back(event);
             }
         }
@@ -199,9 +215,7 @@ impl Follow for EventFollow {
         if record.seq != self.cursor + 1 {
             return Live::Read;
         }
-        self.cursor = record.seq;
-        if self.scope.wants(record) {
-            self.reported = record.seq;
+        if self.step(record) {
             Live::Send(record.clone())
         } else {
             Live::Skip
@@ -209,10 +223,44 @@ impl Follow for EventFollow {
     }
 
     fn progress_id(&mut self) -> Option<String> {
+        // New tasks counted and not yet ticked: the tick carries the id, so
+        // a client resuming in between counts them again.
+        if self.tick.as_ref().is_some_and(|t| t.created > 0) {
+            return None;
+        }
         (self.cursor > self.reported).then(|| {
             self.reported = self.cursor;
             self.cursor.to_string()
         })
+    }
+
+    fn tick_every(&self) -> Option<std::time::Duration> {
+        self.tick.as_ref().map(|t| t.every)
+    }
+
+    fn tick_pending(&self) -> bool {
+        self.tick.as_ref().is_some_and(|t| t.created > 0)
+    }
+
+    fn tick(&mut self) -> Option<SseEvent> {
+        let tick = self.tick.as_mut().filter(|t| t.created > 0)?;
+        let created = std::mem::take(&mut tick.created);
+        self.reported = self.cursor;
+        let data = serde_json::json!({ "seq": self.cursor, "created": created });
+        Some(
+            SseEvent::default()
+                .id(self.cursor.to_string())
+                .event("tick")
+                .data(data.to_string()),
+        )
+    }
+
+    fn may_end(&self) -> bool {
+        self.session.is_some()
+    }
+
+    fn ended(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.is_closed())
     }
 
     fn render(&self, item: EventRecord) -> SseEvent {

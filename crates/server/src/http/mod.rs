@@ -8,6 +8,7 @@
 
 mod agents;
 pub mod auth;
+mod blobs;
 pub mod error;
 pub mod extract;
 pub mod layers;
@@ -75,6 +76,7 @@ pub fn router(state: AppState) -> Router {
         .merge(pool::routes())
         .merge(tasks::routes())
         .merge(output::routes())
+        .merge(blobs::routes())
         .merge(events::routes())
         .merge(ops::routes())
         .merge(operators::routes())

@@ -34,6 +34,8 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// (an `id:`-only event) at most this often, so a client resumes from there
 /// and not from the last record it was sent.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// A stream that may end on its own (`Follow::may_end`) checks this often.
+pub const END_CHECK: Duration = Duration::from_millis(500);
 
 /// Whether the client asked for `text/event-stream`.
 pub fn wants_sse(headers: &HeaderMap) -> bool {
@@ -106,6 +108,36 @@ pub trait Follow: Send + 'static {
     fn progress_id(&mut self) -> Option<String> {
         None
     }
+
+    /// How often the stream may send its coalesced summary frame, if it
+    /// has one (the event log's `tick` of new tasks).
+    fn tick_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether the summary has something to say.
+    fn tick_pending(&self) -> bool {
+        false
+    }
+
+    /// The summary frame, resetting what it summarises; `None` when there
+    /// is nothing to say. It carries the id that resumes after the cursor.
+    fn tick(&mut self) -> Option<SseEvent> {
+        None
+    }
+
+    /// Whether the stream may end on its own before its source does (the
+    /// event log of an operator session that can be deleted); such a
+    /// stream asks `ended` every `END_CHECK`.
+    fn may_end(&self) -> bool {
+        false
+    }
+
+    /// Whether the stream is over now (its session was deleted or
+    /// expired): it ends without sending anything more.
+    fn ended(&self) -> bool {
+        false
+    }
 }
 
 struct Driver<F: Follow> {
@@ -117,9 +149,37 @@ struct Driver<F: Follow> {
     finishing: bool,
     /// When the client last got an id.
     progress_at: tokio::time::Instant,
+    /// When the last summary frame went out (the stream's start at first).
+    tick_at: tokio::time::Instant,
+    /// Wakes a stream that may end on its own to ask whether it has.
+    end_check: Option<tokio::time::Interval>,
 }
 
 impl<F: Follow> Driver<F> {
+    fn new(
+        follow: F,
+        rx: broadcast::Receiver<Arc<EventRecord>>,
+        shutdown: CancellationToken,
+        finished: bool,
+    ) -> Self {
+        let end_check = follow.may_end().then(|| {
+            let mut check = tokio::time::interval(END_CHECK);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            check
+        });
+        Driver {
+            end_check,
+            follow,
+            rx,
+            shutdown,
+            pending: VecDeque::new(),
+            behind: true,
+            finishing: finished,
+            progress_at: tokio::time::Instant::now(),
+            tick_at: tokio::time::Instant::now(),
+        }
+    }
+
     /// An `id:`-only event when records were stepped over since the last
     /// id the client got, and that went out `PROGRESS_EVERY` ago or more.
     fn progress(&mut self) -> Option<SseEvent> {
@@ -131,12 +191,36 @@ impl<F: Follow> Driver<F> {
         Some(SseEvent::default().id(id))
     }
 
+    /// When a pending summary frame is due, if one is pending.
+    fn tick_due(&self) -> Option<tokio::time::Instant> {
+        let every = self.follow.tick_every()?;
+        self.follow.tick_pending().then_some(self.tick_at + every)
+    }
+
+    /// The summary frame, when one is pending and its interval has passed.
+    fn tick(&mut self) -> Option<SseEvent> {
+        let now = tokio::time::Instant::now();
+        if self.tick_due()? > now {
+            return None;
+        }
+        let tick = self.follow.tick()?;
+        self.tick_at = now;
+        self.progress_at = now;
+        Some(tick)
+    }
+
     /// The next event to send, or `None` when the stream is over.
     async fn next(&mut self) -> Option<SseEvent> {
         loop {
+            if self.follow.ended() {
+                return None;
+            }
             if let Some(item) = self.pending.pop_front() {
                 self.progress_at = tokio::time::Instant::now();
                 return Some(self.follow.render(item));
+            }
+            if let Some(tick) = self.tick() {
+                return Some(tick);
             }
             if let Some(progress) = self.progress() {
                 return Some(progress);
@@ -154,8 +238,12 @@ impl<F: Follow> Driver<F> {
             if self.finishing {
                 return None;
             }
+            // A pending summary wakes the stream when it falls due.
+            let due = self.tick_due();
             let received = tokio::select! {
                 () = self.shutdown.cancelled() => return None,
+                () = sleep_until_some(due) => continue,
+                () = tick_some(self.end_check.as_mut()) => continue,
                 received = self.rx.recv() => received,
             };
             self.absorb(received);
@@ -212,18 +300,28 @@ pub fn stream<F: Follow>(
     shutdown: CancellationToken,
     finished: bool,
 ) -> Response {
-    let driver = Driver {
-        follow,
-        rx,
-        shutdown,
-        pending: VecDeque::new(),
-        behind: true,
-        finishing: finished,
-        progress_at: tokio::time::Instant::now(),
-    };
+    let driver = Driver::new(follow, rx, shutdown, finished);
     Sse::new(events(driver))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
         .into_response()
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for the interval's next tick, or forever without one.
+async fn tick_some(interval: Option<&mut tokio::time::Interval>) {
+    match interval {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 fn events<F: Follow>(driver: Driver<F>) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send {
@@ -232,6 +330,9 @@ fn events<F: Follow>(driver: Driver<F>) -> impl Stream<Item = Result<SseEvent, I
         Some((Ok(event), driver))
     })
 }
+
+#[cfg(test)]
+mod driver_tests;
 
 #[cfg(test)]
 mod tests {

@@ -22,6 +22,11 @@ impl AdminTokenDigest {
         AdminTokenDigest(secret.digest())
     }
 
+    /// A digest stored elsewhere (the database's `admin_token.digest`).
+    pub fn from_bytes(digest: [u8; 32]) -> AdminTokenDigest {
+        AdminTokenDigest(digest)
+    }
+
     /// The raw digest, for a constant-time comparison elsewhere.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
@@ -46,7 +51,9 @@ impl fmt::Debug for AdminTokenDigest {
 /// `ReadAdminToken`/`WriteAdminToken` on I/O failure, `BadAdminToken` when
 /// the file does not hold an `sws-` secret.
 pub fn load_or_create_admin_secret(source: &SecretSource) -> Result<SessionSecret, StateError> {
-    let path = source.path();
+    let Some(path) = source.path() else {
+        return Err(StateError::InDatabase);
+    };
     match read_admin_secret(path) {
         Err(StateError::ReadAdminToken { source: error, .. })
             if error.kind() == io::ErrorKind::NotFound

@@ -10,8 +10,8 @@ use swarmd_engine::auth::Keyring;
 
 use super::{SecretSource, StateDir, StateError};
 
-/// Loads the keyring from `source`, creating it (0600) when a writable source
-/// does not exist yet. A state-directory keyring that others can read is set
+/// Loads the keyring from a file `source`, creating it (0600) when a writable
+/// source does not exist yet (the database's is `database::Secrets`). A state-directory keyring that others can read is set
 /// back to 0600; other sources are only warned about.
 ///
 /// # Errors
@@ -26,8 +26,11 @@ pub fn load_keyring(source: &SecretSource) -> Result<Keyring, StateError> {
             tighten_secret_file(path);
             keyring
         }
+        SecretSource::Database => return Err(StateError::InDatabase),
     };
-    warn_if_shared(source.path());
+    if let Some(path) = source.path() {
+        warn_if_shared(path);
+    }
     Ok(keyring)
 }
 
@@ -36,7 +39,8 @@ pub fn load_keyring(source: &SecretSource) -> Result<Keyring, StateError> {
 /// current key id.
 ///
 /// A running daemon keeps verifying with the keyring it loaded; it picks up
-/// the new key when restarted.
+/// the new key when restarted. The database's keyring rotates through
+/// `database::Secrets`.
 ///
 /// # Errors
 /// `ReadOnlyCredential` for a systemd credential; `Keyring` when the file
@@ -51,6 +55,7 @@ pub fn rotate_keys(source: &SecretSource) -> Result<String, StateError> {
             ensure_parent(path)?;
             path
         }
+        SecretSource::Database => return Err(StateError::InDatabase),
     };
     if !path.exists() {
         let keyring = Keyring::load_or_create(path)?;

@@ -5,10 +5,12 @@
 //! and `blobs/` (0700), loads or creates the keyring, and loads or creates the
 //! admin token, of which only the SHA-256 digest is kept. Secrets come from,
 //! in order of preference: a systemd credential (read-only, never written), a
-//! file named by `auth.*_file` (created 0600 if missing), the default file in
-//! the state directory (created 0600 if missing).
+//! file named by `auth.*_file` (created 0600 if missing), the database on
+//! `store.backend = "postgres"` (created by the first node, `database`), the
+//! default file in the state directory (created 0600 if missing).
 
 mod admin_token;
+pub(crate) mod database;
 mod dir;
 mod keys;
 
@@ -20,7 +22,7 @@ pub use dir::{BLOBS_DIR, DATABASE_FILE, StateDir};
 pub use keys::{load_keyring, rotate_keys};
 use swarmd_engine::auth::{Keyring, KeyringError};
 
-use crate::config::Config;
+use crate::config::{Config, StoreBackend};
 use crate::environment::Environment;
 
 /// systemd credential name (`LoadCredential=swarmd-keys:…`) for the keyring.
@@ -41,21 +43,26 @@ pub enum SecretSource {
     ConfigFile(PathBuf),
     /// The default file in the state directory: created 0600 when missing.
     StateDir(PathBuf),
+    /// The PostgreSQL database of `store.url`, shared by every node: created
+    /// by the first node to start.
+    Database,
 }
 
 impl SecretSource {
-    /// The file holding the secret.
-    pub fn path(&self) -> &Path {
+    /// The file holding the secret; `None` for the database.
+    pub fn path(&self) -> Option<&Path> {
         match self {
             SecretSource::Credential(path)
             | SecretSource::ConfigFile(path)
-            | SecretSource::StateDir(path) => path,
+            | SecretSource::StateDir(path) => Some(path),
+            SecretSource::Database => None,
         }
     }
 
     /// Where the keyring comes from for `config` and `env`.
     pub fn for_keys(config: &Config, env: &Environment) -> SecretSource {
         Self::resolve(
+            config,
             env,
             KEYS_CREDENTIAL,
             config.auth.keys_file.as_deref(),
@@ -66,6 +73,7 @@ impl SecretSource {
     /// Where the admin token comes from for `config` and `env`.
     pub fn for_admin_token(config: &Config, env: &Environment) -> SecretSource {
         Self::resolve(
+            config,
             env,
             ADMIN_TOKEN_CREDENTIAL,
             config.auth.admin_token_file.as_deref(),
@@ -74,6 +82,7 @@ impl SecretSource {
     }
 
     fn resolve(
+        config: &Config,
         env: &Environment,
         credential: &str,
         configured: Option<&Path>,
@@ -83,10 +92,20 @@ impl SecretSource {
             .get("CREDENTIALS_DIRECTORY")
             .map(|dir| Path::new(dir).join(credential))
             .filter(|path| path.exists());
-        match (from_systemd, configured) {
-            (Some(path), _) => SecretSource::Credential(path),
-            (None, Some(path)) => SecretSource::ConfigFile(path.to_owned()),
-            (None, None) => SecretSource::StateDir(default.to_owned()),
+        match (from_systemd, configured, &config.store.backend) {
+            (Some(path), _, _) => SecretSource::Credential(path),
+            (None, Some(path), _) => SecretSource::ConfigFile(path.to_owned()),
+            (None, None, StoreBackend::Postgres) => SecretSource::Database,
+            (None, None, _) => SecretSource::StateDir(default.to_owned()),
+        }
+    }
+}
+
+impl std::fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.path() {
+            Some(path) => write!(f, "{}", path.display()),
+            None => f.write_str("the PostgreSQL database"),
         }
     }
 }
@@ -131,6 +150,20 @@ pub enum StateError {
     BadAdminToken { path: PathBuf },
     #[error("{} is a systemd credential and is never written; change its source file instead", path.display())]
     ReadOnlyCredential { path: PathBuf },
+    #[error(
+        "cannot read or write the keyring or admin token in the PostgreSQL database {url}: {source}"
+    )]
+    Database {
+        url: String,
+        #[source]
+        source: swarmd_output_store::StoreError,
+    },
+    #[error(
+        "the PostgreSQL database has no admin token yet: start swarmd or run `swarmd admin-token` first"
+    )]
+    NoAdminTokenInDatabase,
+    #[error("this secret is kept in the PostgreSQL database, not in a file")]
+    InDatabase,
 }
 
 /// Everything startup needs from the state directory.
@@ -148,21 +181,23 @@ pub struct PreparedState {
 
 impl PreparedState {
     /// Creates the state directory and loads (or creates) the keyring and the
-    /// admin token.
+    /// admin token, from the database when that is their source.
     ///
     /// # Errors
-    /// A `StateError` naming the path that could not be created, read or parsed.
-    pub fn prepare(config: &Config, env: &Environment) -> Result<PreparedState, StateError> {
+    /// A `StateError` naming the path (or the database, without its
+    /// password) that could not be created, read or parsed.
+    pub async fn prepare(config: &Config, env: &Environment) -> Result<PreparedState, StateError> {
         let dir = StateDir::prepare(&config.store.state_dir)?;
+        let mut secrets = database::Secrets::new(config, env);
         let keys_source = SecretSource::for_keys(config, env);
-        let keyring = load_keyring(&keys_source)?;
+        let keyring = secrets.keyring(&keys_source).await?;
         let admin_source = SecretSource::for_admin_token(config, env);
-        let admin_token = AdminTokenDigest::of(&load_or_create_admin_secret(&admin_source)?);
+        let admin_token = secrets.admin_digest(&admin_source).await?;
         tracing::info!(
             state_dir = %dir.root().display(),
-            keys = %keys_source.path().display(),
+            keys = %keys_source,
             kid = keyring.current_kid(),
-            admin_token = %admin_source.path().display(),
+            admin_token = %admin_source,
             "state directory ready"
         );
         Ok(PreparedState {

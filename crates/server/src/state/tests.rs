@@ -18,12 +18,14 @@ fn config_at(state_dir: &Path) -> Config {
     config
 }
 
-#[test]
-fn prepare_creates_private_dirs_and_secret_files() {
+#[tokio::test]
+async fn prepare_creates_private_dirs_and_secret_files() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("nested/state");
     let config = config_at(&root);
-    let prepared = PreparedState::prepare(&config, &Environment::default()).unwrap();
+    let prepared = PreparedState::prepare(&config, &Environment::default())
+        .await
+        .unwrap();
 
     assert_eq!(mode(&root), 0o700);
     assert_eq!(mode(&root.join(BLOBS_DIR)), 0o700);
@@ -41,29 +43,37 @@ fn prepare_creates_private_dirs_and_secret_files() {
     assert!(!format!("{prepared:?}").contains(secret.expose()));
 }
 
-#[test]
-fn second_start_reuses_keys_and_admin_token() {
+#[tokio::test]
+async fn second_start_reuses_keys_and_admin_token() {
     let tmp = tempfile::tempdir().unwrap();
     let config = config_at(tmp.path());
-    let first = PreparedState::prepare(&config, &Environment::default()).unwrap();
-    let second = PreparedState::prepare(&config, &Environment::default()).unwrap();
+    let first = PreparedState::prepare(&config, &Environment::default())
+        .await
+        .unwrap();
+    let second = PreparedState::prepare(&config, &Environment::default())
+        .await
+        .unwrap();
     assert_eq!(first.keyring.current_kid(), second.keyring.current_kid());
     assert_eq!(first.admin_token, second.admin_token);
 }
 
-#[test]
-fn loose_secret_files_in_the_state_dir_are_tightened() {
+#[tokio::test]
+async fn loose_secret_files_in_the_state_dir_are_tightened() {
     let tmp = tempfile::tempdir().unwrap();
     let config = config_at(tmp.path());
-    PreparedState::prepare(&config, &Environment::default()).unwrap();
+    PreparedState::prepare(&config, &Environment::default())
+        .await
+        .unwrap();
     let token = tmp.path().join(ADMIN_TOKEN_FILE);
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
-    PreparedState::prepare(&config, &Environment::default()).unwrap();
+    PreparedState::prepare(&config, &Environment::default())
+        .await
+        .unwrap();
     assert_eq!(mode(&token), 0o600);
 }
 
-#[test]
-fn credentials_win_and_are_never_written() {
+#[tokio::test]
+async fn credentials_win_and_are_never_written() {
     let tmp = tempfile::tempdir().unwrap();
     let credentials = tmp.path().join("credentials");
     std::fs::create_dir(&credentials).unwrap();
@@ -77,7 +87,7 @@ fn credentials_win_and_are_never_written() {
     let mut config = config_at(&tmp.path().join("state"));
     config.auth.keys_file = Some(tmp.path().join("ignored-keys.json"));
     let env = Environment::from_pairs([("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap())]);
-    let prepared = PreparedState::prepare(&config, &env).unwrap();
+    let prepared = PreparedState::prepare(&config, &env).await.unwrap();
     assert_eq!(prepared.keys_source, SecretSource::Credential(keys.clone()));
     assert!(prepared.admin_token.matches(&secret));
     assert!(!tmp.path().join("ignored-keys.json").exists());
@@ -88,8 +98,8 @@ fn credentials_win_and_are_never_written() {
     std::fs::set_permissions(&credentials, std::fs::Permissions::from_mode(0o700)).unwrap();
 }
 
-#[test]
-fn missing_credential_falls_back_to_configured_files() {
+#[tokio::test]
+async fn missing_credential_falls_back_to_configured_files() {
     let tmp = tempfile::tempdir().unwrap();
     let mut config = config_at(&tmp.path().join("state"));
     let keys = tmp.path().join("keys.json");
@@ -100,7 +110,7 @@ fn missing_credential_falls_back_to_configured_files() {
         "CREDENTIALS_DIRECTORY",
         tmp.path().join("none").to_str().unwrap(),
     )]);
-    let prepared = PreparedState::prepare(&config, &env).unwrap();
+    let prepared = PreparedState::prepare(&config, &env).await.unwrap();
     assert_eq!(prepared.keys_source, SecretSource::ConfigFile(keys.clone()));
     assert_eq!(mode(&keys), 0o600);
     assert_eq!(mode(&token), 0o600);
@@ -121,14 +131,130 @@ fn rotate_adds_a_current_key_and_keeps_the_old_one() {
     let tmp = tempfile::tempdir().unwrap();
     let source = SecretSource::StateDir(tmp.path().join("state").join(KEYS_FILE));
     let first = rotate_keys(&source).unwrap();
-    assert_eq!(mode(source.path()), 0o600);
+    assert_eq!(mode(source.path().unwrap()), 0o600);
     let second = rotate_keys(&source).unwrap();
     assert_ne!(first, second);
-    let keyring = Keyring::load(source.path()).unwrap();
+    let keyring = Keyring::load(source.path().unwrap()).unwrap();
     assert_eq!(keyring.current_kid(), second);
     assert_eq!(
         keyring.previous_kids().collect::<Vec<_>>(),
         [first.as_str()]
     );
-    assert_eq!(mode(source.path()), 0o600);
+    assert_eq!(mode(source.path().unwrap()), 0o600);
+}
+
+#[test]
+fn on_postgres_the_database_holds_the_secrets_unless_a_file_or_credential_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = config_at(&tmp.path().join("state"));
+    config.store.backend = crate::config::StoreBackend::Postgres;
+    let none = Environment::default();
+    assert_eq!(
+        SecretSource::for_keys(&config, &none),
+        SecretSource::Database
+    );
+    assert_eq!(
+        SecretSource::for_admin_token(&config, &none),
+        SecretSource::Database
+    );
+    assert_eq!(
+        SecretSource::Database.to_string(),
+        "the PostgreSQL database"
+    );
+
+    // An explicit file wins over the database, for that secret only.
+    let keys = tmp.path().join("keys.json");
+    config.auth.keys_file = Some(keys.clone());
+    assert_eq!(
+        SecretSource::for_keys(&config, &none),
+        SecretSource::ConfigFile(keys)
+    );
+    assert_eq!(
+        SecretSource::for_admin_token(&config, &none),
+        SecretSource::Database
+    );
+
+    // A systemd credential wins over both.
+    let credentials = tmp.path().join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    std::fs::write(credentials.join(ADMIN_TOKEN_CREDENTIAL), "x").unwrap();
+    let env = Environment::from_pairs([("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap())]);
+    assert_eq!(
+        SecretSource::for_admin_token(&config, &env),
+        SecretSource::Credential(credentials.join(ADMIN_TOKEN_CREDENTIAL))
+    );
+}
+
+#[test]
+fn file_operations_refuse_the_database_source() {
+    assert!(matches!(
+        load_keyring(&SecretSource::Database),
+        Err(StateError::InDatabase)
+    ));
+    assert!(matches!(
+        rotate_keys(&SecretSource::Database),
+        Err(StateError::InDatabase)
+    ));
+    assert!(matches!(
+        load_or_create_admin_secret(&SecretSource::Database),
+        Err(StateError::InDatabase)
+    ));
+}
+
+/// A postgres configuration whose database cannot be reached (nothing
+/// listens on port 1), with a password in its URL, plus `extra` TOML.
+fn unreachable_postgres(dir: &Path, extra: &str) -> Config {
+    let file = dir.join("swarmd.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://swarmd:hunter2@127.0.0.1:1/swarmd\"\n\
+             state_dir = \"{}\"\n{extra}",
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    Config::load(
+        &crate::config::ConfigPath::Explicit(file),
+        &Environment::default(),
+        &crate::config::Overrides::default(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn on_postgres_explicit_files_are_used_without_the_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = unreachable_postgres(
+        tmp.path(),
+        &format!(
+            "[auth]\nkeys_file = \"{}\"\nadmin_token_file = \"{}\"\n",
+            tmp.path().join("keys.json").display(),
+            tmp.path().join("admin.token").display()
+        ),
+    );
+    let prepared = PreparedState::prepare(&config, &Environment::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        prepared.keys_source,
+        SecretSource::ConfigFile(tmp.path().join("keys.json"))
+    );
+    assert_eq!(mode(&tmp.path().join("admin.token")), 0o600);
+}
+
+#[tokio::test]
+async fn on_postgres_an_unreachable_database_stops_the_start_without_its_password() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = unreachable_postgres(tmp.path(), "");
+    let error = PreparedState::prepare(&config, &Environment::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StateError::Database { .. }), "{error}");
+    let shown = error.to_string();
+    assert!(
+        shown.contains("postgres://swarmd:<redacted>@127.0.0.1:1/swarmd"),
+        "{shown}"
+    );
+    assert!(!shown.contains("hunter2"), "{shown}");
 }

@@ -81,7 +81,8 @@ const RETRY_MS = [250, 500, 1000, 2000];
  * When the daemon ends the stream, `finished()` says whether that was the
  * end (a finished task's output) or a drop to resume from (a restart).
  * `onProgress(id)` gets the `id:`-only events a filtered stream sends to
- * say how far it read past what it sent.
+ * say how far it read past what it sent. `onEvent` gets the event's name
+ * (`event:`, `message` without one) as its third argument.
  */
 export function follow(path, { lastId, onEvent, onProgress = () => {}, onState = () => {}, finished = async () => false }) {
   const controller = new AbortController();
@@ -130,13 +131,14 @@ export function follow(path, { lastId, onEvent, onProgress = () => {}, onState =
 }
 
 /**
- * Parses a text/event-stream body, calling `onEvent(id, data)` per event
- * and `onProgress(id)` per event with an id and no data.
+ * Parses a text/event-stream body, calling `onEvent(id, data, name)` per
+ * event and `onProgress(id)` per event with an id and no data.
  */
 async function readEvents(body, onEvent, onProgress) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   let id = null;
+  let name = 'message';
   let data = [];
   for (;;) {
     const { value, done } = await reader.read();
@@ -147,9 +149,10 @@ async function readEvents(body, onEvent, onProgress) {
       const line = buffer.slice(0, newline).replace(/\r$/, '');
       buffer = buffer.slice(newline + 1);
       if (line === '') {
-        if (data.length) onEvent(id, data.join('\n'));
+        if (data.length) onEvent(id, data.join('\n'), name);
         else if (id !== null) onProgress(id);
         id = null;
+        name = 'message';
         data = [];
       } else if (line.startsWith(':')) {
         // A keep-alive comment.
@@ -160,6 +163,7 @@ async function readEvents(body, onEvent, onProgress) {
         if (rest.startsWith(' ')) rest = rest.slice(1);
         if (field === 'id') id = rest;
         else if (field === 'data') data.push(rest);
+        else if (field === 'event') name = rest;
       }
     }
   }

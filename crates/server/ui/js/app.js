@@ -18,25 +18,35 @@ export const session = { caller: null };
 // The event feed: one `/v1/events` stream for the page, resumed from the
 // last seq seen; views subscribe to what they show. For an operator
 // session the daemon sends only its own tasks' and session's events.
-// The feed asks only for the kinds the current view shows: the task
-// views every kind but `output` (the bulk of the log: a task's output
-// comes from that task's own stream, only while its page is open), the
-// overview and agents views (which read the daemon's own history and
-// counters) only the sessions' comings and goings. A change of kinds
-// starts the feed again from the daemon's `event_seq`, read before the
-// new view reads its data, so the view's reads and the feed still join.
+// Each view asks for no more than it shows: the overview, agents and
+// sessions views (which read the daemon's own history and counters) only
+// the sessions' comings and goings; a task's page its own task's events
+// but `output` (its output comes from the task's own stream); the task
+// list the status changes of its unfinished rows (`tasks=`) and, on a
+// live first page, a coalesced `tick` of new matching tasks at most once
+// a second. A change of scope starts the feed again from a seq read
+// before the view read its data, so the view's reads and the feed join.
 const TASK_KINDS = ['task_created', 'task_queued', 'attempt_started', 'attempt_finished',
-  'task_finished', 'task_cancelled', 'long_hold_warn', 'session_attached', 'session_detached'];
+  'task_finished', 'task_cancelled', 'long_hold_warn'];
 const SESSION_KINDS = ['session_attached', 'session_detached'];
 const listeners = new Set();
+const tickListeners = new Set();
 let feed = null;
-let feedKinds = '';
+let feedQuery = '';
 let lastSeq = 0;
+/** Data frames the feed received since the page loaded (`#live`'s `data-frames`). */
+let frames = 0;
 
 /** Calls `listener(record)` for every new event record until the view goes. */
 export function onEvent(listener) {
   listeners.add(listener);
   return () => listeners.delete(listener);
+}
+
+/** Calls `listener({seq, created})` for every tick of new tasks until the view goes. */
+export function onTick(listener) {
+  tickListeners.add(listener);
+  return () => tickListeners.delete(listener);
 }
 
 /** Marks the live badge. */
@@ -46,19 +56,27 @@ export function setLive(state) {
   badge.textContent = { live: 'live', retrying: 'reconnecting…', off: 'offline' }[state] || state;
 }
 
-function startFeed(afterSeq, kinds) {
+function startFeed(afterSeq, query, about) {
   lastSeq = afterSeq;
-  feedKinds = kinds.join(',');
+  feedQuery = query;
   // The badge's tooltip says what the page follows.
-  $('live').title = `following ${kinds.join(', ')}`;
-  feed = api.follow(`/v1/events?kinds=${feedKinds}`, {
+  $('live').title = `following ${about}`;
+  feed = api.follow(`/v1/events?${query}`, {
     lastId: () => lastSeq,
     onState: setLive,
-    // The daemon read past events of other kinds: resume after them.
+    // The daemon read past events this feed does not take: resume after them.
     onProgress: (id) => {
       lastSeq = Math.max(lastSeq, Number(id) || 0);
     },
-    onEvent: (_id, data) => {
+    onEvent: (_id, data, name) => {
+      frames += 1;
+      $('live').dataset.frames = String(frames);
+      if (name === 'tick') {
+        const tick = JSON.parse(data);
+        lastSeq = Math.max(lastSeq, tick.seq);
+        for (const listener of tickListeners) listener(tick);
+        return;
+      }
       const record = JSON.parse(data);
       // Resumed streams start strictly after lastSeq; this guards a repeat anyway.
       if (record.seq <= lastSeq) return;
@@ -71,32 +89,57 @@ function startFeed(afterSeq, kinds) {
 function stopFeed() {
   if (feed) feed.stop();
   feed = null;
+  feedQuery = '';
 }
 
 let feedChange = Promise.resolve();
 
+/** The daemon's `event_seq`, or the last seq seen when it is away. */
+async function freshSeq() {
+  try {
+    return (await api.get('/v1/status')).event_seq;
+  } catch {
+    return lastSeq;
+  }
+}
+
 /**
- * Follows `kinds`, from `knownSeq` or a fresh `event_seq` when they change;
- * one change at a time, so quick hash changes never open two streams.
+ * Follows `query` (`about` describes it), from `knownSeq` or a fresh
+ * `event_seq` when it changes; one change at a time, so quick hash
+ * changes never open two streams.
  */
-function ensureFeed(kinds, knownSeq) {
-  feedChange = feedChange.then(() => switchFeed(kinds, knownSeq));
+function ensureFeed(query, about, knownSeq) {
+  feedChange = feedChange.then(async () => {
+    if (feed && feedQuery === query) return;
+    stopFeed();
+    startFeed(knownSeq ?? await freshSeq(), query, about);
+  });
   return feedChange;
 }
 
-async function switchFeed(kinds, knownSeq) {
-  if (feed && feedKinds === kinds.join(',')) return;
-  stopFeed();
-  let seq = knownSeq;
-  if (seq === undefined) {
-    try {
-      seq = (await api.get('/v1/status')).event_seq;
-    } catch {
-      // The daemon is away: resume from the last seq seen.
-      seq = lastSeq;
-    }
-  }
-  startFeed(seq, kinds);
+/**
+ * For a view that scopes the feed itself: stops it and answers the seq
+ * its data must be read after (`knownSeq`, or a fresh `event_seq`).
+ */
+function pauseFeed(knownSeq) {
+  const seq = feedChange.then(async () => {
+    stopFeed();
+    return knownSeq ?? await freshSeq();
+  });
+  feedChange = seq.then(() => undefined);
+  return seq;
+}
+
+/**
+ * Follows `/v1/events?query` from `seq` (strictly after), replacing the
+ * feed whatever it followed: the task list's scope after each read.
+ */
+export function scopeFeed(query, about, seq) {
+  feedChange = feedChange.then(() => {
+    stopFeed();
+    startFeed(seq, query, about);
+  });
+  return feedChange;
 }
 
 let teardown = null;
@@ -112,12 +155,16 @@ async function route(knownSeq) {
   const [path, query = ''] = hash.split('?');
   const params = new URLSearchParams(query);
   const task = path.match(/^\/task\/(T-[0-9a-f]{32})$/);
-  const counters = path === '/agents' || !(task || path === '/tasks' || path === '/sessions');
-  await ensureFeed(counters ? SESSION_KINDS : TASK_KINDS, knownSeq);
+  let seq;
+  if (path === '/tasks') seq = await pauseFeed(knownSeq);
+  else if (task) {
+    await ensureFeed(`kinds=${TASK_KINDS.join(',')}&tasks=${task[1]}`,
+      `${TASK_KINDS.join(', ')} of ${task[1]}`, knownSeq);
+  } else await ensureFeed(`kinds=${SESSION_KINDS.join(',')}`, SESSION_KINDS.join(', '), knownSeq);
   // A later hash change took over while the feed started.
   if (mine !== routes) return;
   if (task) teardown = taskView(view, task[1]);
-  else if (path === '/tasks') teardown = tasksView(view, params);
+  else if (path === '/tasks') teardown = tasksView(view, params, seq);
   else if (path === '/sessions') teardown = sessionsView(view);
   else if (path === '/agents') teardown = agentsView(view);
   else teardown = overviewView(view);

@@ -1,20 +1,24 @@
 // The task list: filters and the page cursor live in the URL
 // (`#/tasks?status=&agent=&session=&parent=&q=&since=&until=&limit=&after=`,
-// times as local `YYYY-MM-DDTHH:MM`); the first page takes new tasks live
-// from the event feed, and every listed row follows its status. An
-// operator session sees its own tasks only: the session filter is pinned
-// to it.
+// times as local `YYYY-MM-DDTHH:MM`). The feed follows only what the list
+// shows: the status changes of its unfinished rows (`tasks=`, the newest
+// MAX_FOLLOWED), and on the first page a tick of new tasks matching the
+// agent, session and parent filters at most once per TICK_MS, on which
+// the page reads its first page again. An operator session sees its own
+// tasks only: the session filter is pinned to it.
 
 import * as api from './api.js';
-import { onEvent, session } from './app.js';
+import { onEvent, onTick, scopeFeed, session } from './app.js';
 import { h, replace, time } from './dom.js';
 
 const STATUSES = ['', 'queued', 'running', 'pass', 'blocked', 'failed', 'cancelled'];
 const TERMINAL = new Set(['pass', 'blocked', 'failed', 'cancelled']);
-/** A live first page keeps at most this many rows. */
-const MAX_ROWS = 1000;
-/** New tasks are fetched at most this often, in one list request. */
-const REFRESH_MS = 250;
+/** The event kinds that change a row. */
+const ROW_KINDS = ['task_queued', 'attempt_started', 'task_finished'];
+/** At most this many unfinished rows are followed (the daemon's bound on `tasks=`). */
+const MAX_FOLLOWED = 100;
+/** A live first page hears of new tasks at most this often. */
+const TICK_MS = 1000;
 
 function link(params) {
   const query = new URLSearchParams();
@@ -23,7 +27,11 @@ function link(params) {
   return '#/tasks' + (text ? '?' + text : '');
 }
 
-export function tasksView(root, params) {
+/**
+ * The list view. `seq` is the event seq its first read joins: the feed
+ * starts strictly after it.
+ */
+export function tasksView(root, params, seq) {
   const filter = {};
   for (const key of ['status', 'agent', 'session', 'parent', 'q', 'since', 'until', 'limit', 'after']) {
     filter[key] = params.get(key) || '';
@@ -88,29 +96,20 @@ export function tasksView(root, params) {
     if (attempt !== undefined) entry.cells.attempt.textContent = String(attempt);
   }
 
-  // Newest first: ids are time-ordered, so a new row goes before the first
-  // row with a smaller id.
-  function insert(task) {
-    // The daemon filtered the list; a row only changes status after that.
-    if (rows.has(task.id)) return;
-    const entry = row(task);
-    rows.set(task.id, entry);
-    let before = null;
-    for (const tr of body.children) {
-      if (tr.dataset.id < task.id) {
-        before = tr;
-        break;
-      }
+  // Shows `tasks` (newest first, as read), keeping the row of a task
+  // already shown; a row the page saw finish stays finished.
+  function show(tasks) {
+    const kept = new Map();
+    for (const task of tasks) {
+      let entry = rows.get(task.id);
+      if (entry) {
+        if (!TERMINAL.has(entry.cells.status.textContent)) setStatus(entry, task.status, task.attempt);
+      } else entry = row(task);
+      kept.set(task.id, entry);
     }
-    body.insertBefore(entry.tr, before);
-    while (body.children.length > MAX_ROWS) {
-      const last = body.lastElementChild;
-      rows.delete(last.dataset.id);
-      last.remove();
-    }
-  }
-
-  function showCount() {
+    rows.clear();
+    for (const [id, entry] of kept) rows.set(id, entry);
+    body.replaceChildren(...[...kept.values()].map((entry) => entry.tr));
     count.textContent = `(${rows.size} shown)`;
   }
 
@@ -127,56 +126,90 @@ export function tasksView(root, params) {
     return q;
   };
 
+  const live = !filter.after;
+  let gone = false;
+
+  // The feed's scope: the rows' status changes, and the tick on a live
+  // first page. With no unfinished row it takes the sessions' comings and
+  // goings (rare, and no row's), since an empty `tasks=` means every task.
+  function follow(from) {
+    if (gone) return;
+    const open = [...rows.values()]
+      .filter((entry) => !TERMINAL.has(entry.cells.status.textContent))
+      .slice(0, MAX_FOLLOWED)
+      .map((entry) => entry.task.id);
+    const q = new URLSearchParams(open.length
+      ? { kinds: ROW_KINDS.join(','), tasks: open.join(',') }
+      : { kinds: 'session_attached,session_detached' });
+    let about = open.length ? `${ROW_KINDS.join(', ')} of ${open.length} unfinished rows` : 'no unfinished row';
+    if (live) {
+      q.set('tick_ms', String(TICK_MS));
+      for (const key of ['agent', 'session', 'parent']) {
+        if (filter[key]) q.set('tick_' + key, filter[key]);
+      }
+      about += '; new tasks once a second';
+    }
+    scopeFeed(q.toString(), about, from);
+  }
+
   async function load() {
     const q = query();
     if (filter.after) q.set('after', filter.after);
     const page = await api.get('/v1/tasks?' + q);
-    for (const task of page.tasks) insert(task);
-    showCount();
+    show(page.tasks);
     replace(pager,
       filter.after ? h('a', { href: link({ ...filter, after: '' }) }, '« newest') : null,
       page.next ? h('a', { id: 'next-page', href: link({ ...filter, after: page.next }) }, 'older »') : null);
   }
 
-  // New tasks arrive as ids; their rows come from one list read per
-  // REFRESH_MS, merged by id, so a burst costs one request.
-  let pending = false;
-  let timer = null;
-  async function refresh() {
-    timer = null;
-    pending = false;
-    try {
-      const page = await api.get('/v1/tasks?' + query());
-      for (const task of page.tasks) insert(task);
-      showCount();
-    } catch (e) {
-      error.textContent = e.message;
+  // A tick says matching tasks were created up to its seq: read the first
+  // page again (state at or after that seq) and follow its rows from the
+  // seq, so every change after it arrives, whatever the read showed. One
+  // read at a time; ticks during a read make one more.
+  let reading = false;
+  let tickSeq = null;
+  async function reread() {
+    reading = true;
+    while (tickSeq !== null && !gone) {
+      const from = tickSeq;
+      tickSeq = null;
+      try {
+        show((await api.get('/v1/tasks?' + query())).tasks);
+        error.textContent = '';
+      } catch (e) {
+        error.textContent = e.message;
+      }
+      // Follows the rows shown (as read, or as they were when the read
+      // failed: the daemon is away, and the next tick reads again) from
+      // the tick's seq.
+      follow(from);
     }
+    reading = false;
   }
 
-  const live = !filter.after;
+  const unsubscribeTick = onTick((tick) => {
+    if (!live) return;
+    tickSeq = tick.seq;
+    if (!reading) reread();
+  });
   const unsubscribe = onEvent((record) => {
     const event = record.event;
-    if (event.kind === 'task_created' && live) {
-      if (!pending) {
-        pending = true;
-        timer = setTimeout(refresh, REFRESH_MS);
-      }
-      return;
-    }
     const entry = rows.get(event.task_id);
-    if (!entry) return;
+    // A finished task never changes again: a later event is a replay.
+    if (!entry || TERMINAL.has(entry.cells.status.textContent)) return;
     if (event.kind === 'attempt_started') setStatus(entry, 'running', event.attempt);
-    else if (event.kind === 'task_queued' && !TERMINAL.has(entry.cells.status.textContent)) setStatus(entry, 'queued');
+    else if (event.kind === 'task_queued') setStatus(entry, 'queued');
     else if (event.kind === 'task_finished') setStatus(entry, event.status);
   });
 
-  load().catch((e) => {
+  load().then(() => follow(seq), (e) => {
     error.textContent = e.message;
+    follow(seq);
   });
 
   return () => {
+    gone = true;
     unsubscribe();
-    if (timer) clearTimeout(timer);
+    unsubscribeTick();
   };
 }

@@ -1,0 +1,211 @@
+//! The keyring and the admin token on PostgreSQL (docs/security.md,
+//! Secrets on PostgreSQL): two daemons starting together on one empty
+//! database end with one keyring and one admin token, kept in the database
+//! and not in their state directories; the CLI reads and rotates them
+//! there; a rotated key reaches a node when it restarts; no secret reaches
+//! the log at trace level or `check-config`'s output, and a database that
+//! cannot be reached fails those commands naming it without its password.
+
+use serde_json::json;
+use swarmd_postgres::PgDb;
+use swarmd_postgres::testing::{TestDatabase, fresh_database};
+
+use crate::daemon::Swarmd;
+use crate::harness::parts;
+
+const AGENTS: &str = r#"
+[agents.echo]
+kind = "process"
+program = "/bin/cat"
+"#;
+
+/// The status `GET /v1/tasks` answers `bearer` with.
+async fn tasks_status(sw: &Swarmd, bearer: &str) -> u16 {
+    parts(sw.get("/v1/tasks?limit=1", bearer).send().await.unwrap())
+        .await
+        .0
+}
+
+/// Every form a key's bytes could take in a log: hex, base64 (standard
+/// and URL-safe without padding, as in `keys.json`) and a byte list as
+/// `Debug` prints one.
+async fn key_secrets(database: &TestDatabase) -> Vec<String> {
+    let db = PgDb::open(database.options()).await.unwrap();
+    let forms = db
+        .query_text(
+            "SELECT encode(secret, 'hex') FROM signing_keys
+             UNION ALL SELECT rtrim(encode(secret, 'base64'), '=') FROM signing_keys
+             UNION ALL SELECT translate(rtrim(encode(secret, 'base64'), '='), '+/', '-_')
+                       FROM signing_keys
+             UNION ALL SELECT array_to_string(ARRAY(
+                           SELECT get_byte(secret, i) FROM generate_series(0, 7) AS i), ', ')
+                       FROM signing_keys",
+        )
+        .await;
+    db.close().await;
+    assert!(!forms.is_empty());
+    forms
+}
+
+#[tokio::test]
+async fn two_nodes_share_one_keyring_and_admin_token_in_the_database() {
+    let database = fresh_database().await;
+    let (a, b) = tokio::join!(
+        Swarmd::on_database(AGENTS, &database).start(),
+        Swarmd::on_database(AGENTS, &database).start(),
+    );
+    let (mut a, b) = (a, b);
+    // One admin token, whichever node's configuration the CLI reads.
+    assert_eq!(a.admin, b.admin);
+    assert!(a.admin.starts_with("sws-"), "{}", a.admin);
+    assert_eq!(tasks_status(&a, &b.admin).await, 200);
+    assert_eq!(tasks_status(&b, &a.admin).await, 200);
+    assert_eq!(tasks_status(&b, "sws-0000").await, 401);
+    for node in [&a, &b] {
+        let state = node.dir().join("state");
+        assert!(!state.join("admin.token").exists());
+        assert!(!state.join("keys.json").exists());
+    }
+    let db = PgDb::open(database.options()).await.unwrap();
+    assert_eq!(
+        db.query_i32("SELECT count(*)::int FROM signing_keys").await,
+        [1]
+    );
+    assert_eq!(
+        db.query_i32("SELECT count(*)::int FROM admin_token").await,
+        [1]
+    );
+
+    // The CLI's default credential is the database's admin token too.
+    let spawned = a
+        .cli(&[
+            "task", "spawn", "--url", &b.base, "--agent", "echo", "--prompt", "hi", "--wait", "10",
+        ])
+        .await;
+    let spawned: serde_json::Value = serde_json::from_str(&spawned).unwrap();
+    assert_eq!(spawned["status"], "pass", "{spawned}");
+
+    // A token minted from the database's keyring is good on both nodes.
+    let before = a
+        .cli(&["token", "mint", "--role", "observer", "--ttl", "600"])
+        .await;
+    assert_eq!(tasks_status(&a, &before).await, 200);
+    assert_eq!(tasks_status(&b, &before).await, 200);
+
+    // `keys rotate` rotates the database's keyring; a node picks the new
+    // key up when it restarts, and the old key keeps verifying there.
+    let kid = b.cli(&["keys", "rotate"]).await;
+    let current: Vec<String> = db
+        .query_text("SELECT kid FROM signing_keys WHERE current")
+        .await;
+    assert_eq!(current, [kid.as_str()]);
+    let after = a
+        .cli(&["token", "mint", "--role", "observer", "--ttl", "600"])
+        .await;
+    assert!(
+        after.contains(&format!(".{kid}.")),
+        "minted with {kid}: {after}"
+    );
+    assert_eq!(
+        tasks_status(&b, &after).await,
+        401,
+        "a node verifies with the keyring it loaded at its start"
+    );
+    a.sigterm();
+    assert!(a.exited().await.success(), "{}", a.log());
+    a.restart().await;
+    assert_eq!(tasks_status(&a, &after).await, 200, "{}", a.log());
+    assert_eq!(tasks_status(&a, &before).await, 200);
+    assert_eq!(tasks_status(&a, &b.admin).await, 200);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn no_secret_reaches_the_log_at_trace_level_or_check_config() {
+    let database = fresh_database().await;
+    let mut sw = Swarmd::on_database(AGENTS, &database)
+        .env("RUST_LOG", "trace")
+        .start()
+        .await;
+    let (status, created) = sw
+        .create(json!({"agent": "echo", "prompt": "hi", "wait_secs": 10}))
+        .await;
+    assert_eq!(
+        (status, &created["status"]),
+        (201, &json!("pass")),
+        "{created}"
+    );
+    let observer = sw
+        .cli(&["token", "mint", "--role", "observer", "--ttl", "600"])
+        .await;
+    assert_eq!(tasks_status(&sw, &observer).await, 200);
+    let kid = sw.cli(&["keys", "rotate"]).await;
+    sw.sigterm();
+    assert!(sw.exited().await.success());
+    sw.restart().await;
+    assert_eq!(tasks_status(&sw, &sw.admin).await, 200);
+    sw.sigterm();
+    assert!(sw.exited().await.success());
+
+    let log = sw.log();
+    assert!(log.contains(" DEBUG "), "trace logging was on:\n{log}");
+    assert!(log.contains(&kid), "the key id is logged: {log}");
+    let mut secrets = key_secrets(&database).await;
+    secrets.push(sw.admin.clone());
+    secrets.push(sw.admin.trim_start_matches("sws-").to_owned());
+    secrets.push(swarmd_postgres::testing::cluster().password);
+    let checked = sw.cli(&["check-config"]).await;
+    for (index, secret) in secrets.iter().enumerate() {
+        if let Some(line) = log.lines().find(|line| line.contains(secret.as_str())) {
+            let at = line.find(secret.as_str()).unwrap_or(0);
+            panic!("secret {index} is in the log: {}", &line[..at.min(300)]);
+        }
+        assert!(
+            !checked.contains(secret.as_str()),
+            "a secret is in check-config"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_database_fails_the_secret_commands_without_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    // A loopback port nothing listens on, and a password in the URL.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.path().join("swarmd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://swarmd:hunter2@127.0.0.1:{port}/x\"\n\
+             state_dir = \"{}\"\n",
+            dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
+    for args in [
+        &["admin-token"][..],
+        &["keys", "rotate"],
+        &["token", "mint", "--role", "observer", "--ttl", "60"],
+    ] {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env_clear()
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+        assert!(
+            stderr.contains(&format!("postgres://swarmd:<redacted>@127.0.0.1:{port}/x")),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("hunter2"), "{args:?}: {stderr}");
+    }
+}

@@ -79,13 +79,22 @@ impl Sequencer {
     /// broadcast are dropped, the ones after a gap wait for it.
     pub(crate) fn offer(&self, records: impl IntoIterator<Item = Arc<EventRecord>>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = &mut *state;
+        let first = state.next;
         for record in records {
-            if record.seq >= state.next {
+            if record.seq < state.next {
+                continue;
+            }
+            // The common case, a node's own events in order with nothing
+            // waiting, goes straight out without the map.
+            if record.seq == state.next && state.waiting.is_empty() {
+                state.next += 1;
+                // No subscribers is fine: the log has it.
+                let _ = self.tx.send(record);
+            } else {
                 state.waiting.insert(record.seq, record);
             }
         }
-        let state = &mut *state;
-        let first = state.next;
         while let Some(record) = state.waiting.remove(&state.next) {
             state.next += 1;
             // No subscribers is fine: the log has it.

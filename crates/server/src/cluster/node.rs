@@ -25,6 +25,9 @@ pub(crate) async fn run(engine: Engine, db: PgDb, lease_length: Duration, stop: 
     let mut lease = Lease::new(lease_length, Instant::now());
     let mut ticks = tokio::time::interval(lease.tick());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Takeovers whose tasks could not be read yet: the rows are this node's,
+    // so they are read again at every tick until they load.
+    let mut unread: Vec<Takeover> = Vec::new();
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -43,10 +46,13 @@ pub(crate) async fn run(engine: Engine, db: PgDb, lease_length: Duration, stop: 
         if db.is_fenced() {
             fence(&db, "a write of this node was fenced").await;
         }
+        for takeover in std::mem::take(&mut unread) {
+            unread.extend(adopt(&engine, &db, takeover).await);
+        }
         match db.take_over_expired(lease_length).await {
             Ok(taken) => {
                 for takeover in taken {
-                    adopt(&engine, &db, takeover).await;
+                    unread.extend(adopt(&engine, &db, takeover).await);
                 }
             }
             Err(error) if error.is_fenced() => {
@@ -57,18 +63,26 @@ pub(crate) async fn run(engine: Engine, db: PgDb, lease_length: Duration, stop: 
     }
 }
 
-/// Loads a dead node's tasks, now this node's, into the engine.
-async fn adopt(engine: &Engine, db: &PgDb, takeover: Takeover) {
-    let Takeover { node, epoch, tasks } = takeover;
+/// Loads a dead node's tasks, now this node's, into the engine; gives the
+/// takeover back when its tasks could not be read, to try again.
+async fn adopt(engine: &Engine, db: &PgDb, takeover: Takeover) -> Option<Takeover> {
     let started = Instant::now();
-    let snapshot = match db.load_taken(&tasks, engine.clock().now_secs()).await {
+    let snapshot = match db
+        .load_taken(&takeover.tasks, engine.clock().now_secs())
+        .await
+    {
         Ok(snapshot) => snapshot,
         Err(error) => {
-            // The rows are ours now: only a restart of this node reads them.
-            tracing::error!(%error, %node, tasks = tasks.len(), "cannot read the tasks taken over");
-            return;
+            tracing::error!(
+                %error,
+                node = %takeover.node,
+                tasks = takeover.tasks.len(),
+                "cannot read the tasks taken over; trying again at the next tick"
+            );
+            return Some(takeover);
         }
     };
+    let Takeover { node, epoch, tasks } = takeover;
     match engine.adopt(snapshot).await {
         Ok(report) => tracing::warn!(
             %node,
@@ -84,6 +98,7 @@ async fn adopt(engine: &Engine, db: &PgDb, takeover: Takeover) {
         ),
         Err(error) => tracing::error!(%error, %node, "taking over a dead node's tasks failed"),
     }
+    None
 }
 
 /// Stops this node at once: every write is refused from now on, requests

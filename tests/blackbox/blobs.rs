@@ -10,8 +10,9 @@ use serde_json::json;
 
 use crate::daemon::{Swarmd, eventually};
 
-/// `big` prints 200 bytes: its Final spills to a blob.
-const AGENTS: &str = r#"
+/// `big` prints 200 bytes: its Final spills to a blob (here and on
+/// PostgreSQL, `postgres.rs`).
+pub(crate) const AGENTS: &str = r#"
 [limits]
 inline_max_bytes = 64
 

@@ -265,19 +265,6 @@ async fn the_password_never_reaches_the_log_even_at_trace_level() {
     );
 }
 
-/// `big` prints a 200-byte Final: it spills to the `blobs` table.
-const BIG: &str = r#"
-[limits]
-inline_max_bytes = 64
-
-[agents.big]
-kind = "process"
-program = "/bin/sh"
-args = ["-c", "printf '%0200d' 0"]
-stdin = "none"
-env = { PATH = "/usr/bin:/bin" }
-"#;
-
 /// SHA-256 of `bytes` in lowercase hex, as a blob is named.
 fn sha256_hex(bytes: &[u8]) -> String {
     swarmd_output_store::blob_name(bytes)
@@ -296,7 +283,9 @@ async fn blob(sw: &Swarmd, name: &str) -> (u16, String) {
 #[tokio::test]
 async fn a_value_one_node_spilled_is_served_by_another() {
     let database = swarmd_postgres::testing::fresh_database().await;
-    let mut one = Swarmd::on_database(BIG, &database).start().await;
+    let mut one = Swarmd::on_database(crate::blobs::AGENTS, &database)
+        .start()
+        .await;
     let (status, done) = one
         .create(json!({"agent": "big", "prompt": "p", "wait_secs": 10}))
         .await;
@@ -327,7 +316,7 @@ async fn a_value_one_node_spilled_is_served_by_another() {
 
     // Another node, with a state directory of its own, serves the value;
     // a blob file an earlier swarmd spilled there moves into the database.
-    let other = Swarmd::on_database(BIG, &database);
+    let other = Swarmd::on_database(crate::blobs::AGENTS, &database);
     let legacy = br#""spilled by an earlier swarmd""#;
     let legacy_name = sha256_hex(legacy);
     let legacy_dir = other.dir().join("state/blobs");

@@ -147,19 +147,22 @@ impl crate::PgDb {
     /// The first column of every row of `sql`, as text (test checks: cast
     /// in the query, `NULL` reads as an empty string).
     pub async fn query_text(&self, sql: &str) -> Vec<String> {
-        self.reader()
+        self.first_column::<Option<String>>(sql)
             .await
-            .expect("a pooled connection")
-            .query(sql, &[])
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .iter()
-            .map(|row| row.get::<_, Option<String>>(0).unwrap_or_default())
+            .into_iter()
+            .map(Option::unwrap_or_default)
             .collect()
     }
 
     /// The first column of every row of `sql`, as integers (test checks).
     pub async fn query_i32(&self, sql: &str) -> Vec<i32> {
+        self.first_column(sql).await
+    }
+
+    async fn first_column<T>(&self, sql: &str) -> Vec<T>
+    where
+        T: for<'a> tokio_postgres::types::FromSql<'a>,
+    {
         self.reader()
             .await
             .expect("a pooled connection")

@@ -249,14 +249,7 @@ async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
     // An observer reads a running task but is offered no cancel.
     let observer = observer_token(&sw).await;
     let running = create(&sw, "ticker", "watch").await;
-    browser.click("#signout").await;
-    // Signing out reloads the page; the old page never shows the form.
-    browser
-        .until(
-            "the sign-in form after signing out",
-            "return !document.getElementById('signin').hidden && sessionStorage.getItem('swarmd.token') === null",
-        )
-        .await;
+    browser.sign_out().await;
     browser.sign_in(&observer).await;
     assert_eq!(browser.text("#who").await, "observer");
     browser.show(&format!("#/task/{running}")).await;

@@ -169,6 +169,17 @@ impl Browser {
         element.click().await.unwrap();
     }
 
+    /// Signs out and waits for the sign-in form with the token forgotten
+    /// (signing out reloads the page; the old page never shows the form).
+    pub(crate) async fn sign_out(&self) {
+        self.click("#signout").await;
+        self.until(
+            "the sign-in form after signing out",
+            "return !document.getElementById('signin').hidden && sessionStorage.getItem('swarmd.token') === null",
+        )
+        .await;
+    }
+
     /// Signs in on the sign-in form and waits until the feed is live.
     pub(crate) async fn sign_in(&self, token: &str) {
         let input = self

@@ -130,13 +130,7 @@ async fn an_owner_sees_and_cancels_its_own_tasks_and_an_observer_cannot_cancel()
     // An observer reads the other session's running task, has no cancel
     // button, and a cancel forged from its page is refused.
     let observer = observer_token(&sw).await;
-    browser.click("#signout").await;
-    browser
-        .until(
-            "the sign-in form after signing out",
-            "return !document.getElementById('signin').hidden && sessionStorage.getItem('swarmd.token') === null",
-        )
-        .await;
+    browser.sign_out().await;
     browser.sign_in(&observer).await;
     browser.show(&format!("#/task/{theirs}")).await;
     browser

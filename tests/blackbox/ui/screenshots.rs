@@ -177,13 +177,7 @@ async fn every_view_renders_with_real_data_and_is_captured() {
     capture(&browser, "dashboard-agents").await;
 
     // The owner's view: the MainAI's own token sees its own task only.
-    browser.click("#signout").await;
-    browser
-        .until(
-            "the sign-in form after signing out",
-            "return !document.getElementById('signin').hidden && sessionStorage.getItem('swarmd.token') === null",
-        )
-        .await;
+    browser.sign_out().await;
     browser.sign_in(&main_ai.token).await;
     assert_eq!(
         browser.text("#who").await,

@@ -51,13 +51,7 @@ async fn a_node_past_its_lease_is_taken_over_and_fenced() {
     )
     .await
     .unwrap();
-    let log: Vec<u64> = b
-        .events_after(0, 10)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
+    let log = seqs(&b).await;
     assert_eq!(log, [1, 2, 3, 4]);
     let owners = a_db
         .query_text(&format!(
@@ -110,13 +104,7 @@ async fn a_node_past_its_lease_is_taken_over_and_fenced() {
     commit(&b, vec![WriteOp::Events(vec![event(0, on_a.id)])])
         .await
         .unwrap();
-    let log: Vec<u64> = b
-        .events_after(0, 10)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
+    let log = seqs(&b).await;
     assert_eq!(log, [1, 2, 3, 4, 5]);
 }
 
@@ -144,4 +132,10 @@ async fn a_restarted_node_fences_its_previous_incarnation_and_keeps_its_tasks() 
     assert!(!old_db.heartbeat().await.unwrap());
     commit(&new, vec![put(&task)]).await.unwrap();
     assert!(new_db.heartbeat().await.unwrap());
+}
+
+/// The seqs of the first ten events in `store`'s log.
+async fn seqs(store: &PgTaskStore) -> Vec<u64> {
+    let events = store.events_after(0, 10).await.unwrap();
+    events.iter().map(|e| e.seq).collect()
 }

@@ -62,7 +62,7 @@ pub(crate) fn node_id(settings: &ClusterConfig, state_dir: &Path) -> Result<Node
             .map_err(|_| ClusterError::BadNodeId { path: shown() }),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let id = uuid::Uuid::new_v4();
-            std::fs::write(&path, format!("{id}\n")).map_err(|source| {
+            write_private(&path, &format!("{id}\n")).map_err(|source| {
                 ClusterError::NodeIdFile {
                     path: shown(),
                     source,
@@ -75,6 +75,19 @@ pub(crate) fn node_id(settings: &ClusterConfig, state_dir: &Path) -> Result<Node
             source,
         }),
     }
+}
+
+/// Creates `path` with `text`, 0600 like every file of the state directory.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()
 }
 
 /// Registers this node (a new epoch) before recovery.
@@ -114,4 +127,24 @@ pub(crate) fn start(
     );
     tasks.spawn(node::run(engine.clone(), db.clone(), lease, stop.clone()));
     tasks.spawn(pump::run(engine.clone(), db.clone(), stop.clone()));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn the_node_id_is_kept_0600_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = ClusterConfig::default();
+        let first = node_id(&settings, dir.path()).unwrap();
+        let mode = std::fs::metadata(dir.path().join(NODE_ID_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(node_id(&settings, dir.path()).unwrap(), first);
+    }
 }

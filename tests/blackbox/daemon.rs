@@ -370,8 +370,19 @@ kill_grace_secs = 1
 
     /// Creates a task as the admin; the status and the answer.
     pub(crate) async fn create(&self, body: Value) -> (u16, Value) {
+        self.create_with(&self.admin, body).await
+    }
+
+    /// Creates a task with `bearer`, which must be accepted; its id.
+    pub(crate) async fn create_as(&self, bearer: &str, body: Value) -> String {
+        let (status, answer) = self.create_with(bearer, body).await;
+        assert_eq!(status, 201, "{answer}");
+        answer["task_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn create_with(&self, bearer: &str, body: Value) -> (u16, Value) {
         parts(
-            self.post("/v1/tasks", &self.admin)
+            self.post("/v1/tasks", bearer)
                 .json(&body)
                 .send()
                 .await

@@ -128,16 +128,8 @@ async fn http_cancel(sw: &Swarmd, bearer: &str, task: &str) -> (u16, Value) {
 
 /// A task created by `login` over HTTP that runs until cancelled.
 async fn owned_task(sw: &Swarmd, login: &Login) -> String {
-    let (status, body) = parts(
-        sw.post("/v1/tasks", &login.token)
-            .json(&json!({"agent": "planner", "prompt": "hold"}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    body["task_id"].as_str().unwrap().to_owned()
+    sw.create_as(&login.token, json!({"agent": "planner", "prompt": "hold"}))
+        .await
 }
 
 #[tokio::test]

@@ -43,9 +43,8 @@ const PAYLOAD: &str =
     r#"<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">"#;
 
 async fn create(sw: &Swarmd, agent: &str, prompt: &str) -> String {
-    let (status, body) = sw.create(json!({"agent": agent, "prompt": prompt})).await;
-    assert_eq!(status, 201, "{body}");
-    body["task_id"].as_str().unwrap().to_owned()
+    sw.create_as(&sw.admin, json!({"agent": agent, "prompt": prompt}))
+        .await
 }
 
 #[tokio::test]

@@ -34,16 +34,8 @@ program = "/bin/cat"
 "#;
 
 async fn create(sw: &Swarmd, bearer: &str, agent: &str, prompt: &str) -> String {
-    let (status, body) = parts(
-        sw.post("/v1/tasks", bearer)
-            .json(&json!({"agent": agent, "prompt": prompt}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    body["task_id"].as_str().unwrap().to_owned()
+    sw.create_as(bearer, json!({"agent": agent, "prompt": prompt}))
+        .await
 }
 
 fn release(sw: &Swarmd, task: &str) {

@@ -13,16 +13,8 @@ use crate::ui::dashboard::{AGENTS, observer_token};
 
 /// A `ticker` task created with the session's token: the session owns it.
 async fn create_as(sw: &Swarmd, login: &Login, prompt: &str) -> String {
-    let (status, body) = parts(
-        sw.post("/v1/tasks", &login.token)
-            .json(&json!({"agent": "ticker", "prompt": prompt}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    body["task_id"].as_str().unwrap().to_owned()
+    sw.create_as(&login.token, json!({"agent": "ticker", "prompt": prompt}))
+        .await
 }
 
 #[tokio::test]

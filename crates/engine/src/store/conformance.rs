@@ -148,6 +148,12 @@ pub fn audit(task_id: TaskId, ts_ms: u64, action: AuditAction) -> AuditRecord {
     }
 }
 
+/// The seqs of the first `limit` events in `store`'s log.
+pub async fn event_seqs(store: &dyn TaskStore, limit: usize) -> Vec<u64> {
+    let events = store.events_after(0, limit).await.unwrap();
+    events.iter().map(|e| e.seq).collect()
+}
+
 pub fn session(description: &str) -> SessionRecord {
     SessionRecord {
         sid: SessionId::new(),
@@ -580,13 +586,7 @@ pub async fn done_runs_in_submission_order_under_concurrent_submitters(store: Ar
     assert_eq!(acked, (0..total).map(|t| (t, true)).collect::<Vec<_>>());
     let stored = store.list_tasks(&all(None, None, None)).await.unwrap();
     assert_eq!(stored.len() as u64, total);
-    let seqs: Vec<u64> = store
-        .events_after(0, usize::MAX)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
+    let seqs = event_seqs(&*store, usize::MAX).await;
     assert_eq!(seqs, (1..=total).collect::<Vec<_>>());
 }
 

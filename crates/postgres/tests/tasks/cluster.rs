@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use swarmd_engine::store::conformance::{new_task, put};
+use swarmd_engine::store::conformance::{event_seqs, new_task, put};
 use swarmd_engine::store::{TaskStore, WriteOp, commit};
 use swarmd_postgres::testing::fresh_database;
 use swarmd_postgres::{PgDb, PgTaskStore};
@@ -51,7 +51,7 @@ async fn a_node_past_its_lease_is_taken_over_and_fenced() {
     )
     .await
     .unwrap();
-    let log = seqs(&b).await;
+    let log = event_seqs(&b, 10).await;
     assert_eq!(log, [1, 2, 3, 4]);
     let owners = a_db
         .query_text(&format!(
@@ -104,7 +104,7 @@ async fn a_node_past_its_lease_is_taken_over_and_fenced() {
     commit(&b, vec![WriteOp::Events(vec![event(0, on_a.id)])])
         .await
         .unwrap();
-    let log = seqs(&b).await;
+    let log = event_seqs(&b, 10).await;
     assert_eq!(log, [1, 2, 3, 4, 5]);
 }
 
@@ -132,10 +132,4 @@ async fn a_restarted_node_fences_its_previous_incarnation_and_keeps_its_tasks() 
     assert!(!old_db.heartbeat().await.unwrap());
     commit(&new, vec![put(&task)]).await.unwrap();
     assert!(new_db.heartbeat().await.unwrap());
-}
-
-/// The seqs of the first ten events in `store`'s log.
-async fn seqs(store: &PgTaskStore) -> Vec<u64> {
-    let events = store.events_after(0, 10).await.unwrap();
-    events.iter().map(|e| e.seq).collect()
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::store::conformance::{apply, new_task, put};
+use swarmd_engine::store::conformance::{apply, event_seqs, new_task, put};
 use swarmd_engine::store::{TaskStore, WriteOp, commit};
 use swarmd_output_store::StoreError;
 use swarmd_postgres::testing::fresh_database;
@@ -98,13 +98,7 @@ async fn concurrent_batches_share_group_commits_in_submission_order() {
         stats.commits(),
         stats.jobs()
     );
-    let seqs: Vec<u64> = store
-        .events_after(0, usize::MAX)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
+    let seqs = event_seqs(&*store, usize::MAX).await;
     assert_eq!(seqs, (1..=total).collect::<Vec<_>>());
 }
 

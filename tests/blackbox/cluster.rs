@@ -8,6 +8,7 @@
 
 mod events;
 mod fencing;
+mod idempotency;
 mod takeover;
 
 use std::time::{Duration, Instant};

@@ -39,7 +39,7 @@ const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
 /// SHA-256, the only column a node reads) and spilled output values
 /// (`blobs`, content-addressed; `claimed_at` comes from the database's
 /// clock, so every node's sweep agrees on a blob's age).
-const STEPS: [&str; 3] = [
+const STEPS: [&str; 4] = [
     "
 CREATE TABLE tasks (
     id             uuid   PRIMARY KEY,
@@ -151,7 +151,15 @@ CREATE TABLE blobs (
 );
 CREATE INDEX blobs_claimed ON blobs (claimed_at);
 ",
+    KEY_CLAIMS,
 ];
+
+/// Step 4: an idempotency key is claimed before its task is recorded
+/// (`keys`), by a node incarnation, so a claim whose claimant died before
+/// recording its task can be taken over.
+const KEY_CLAIMS: &str = "
+ALTER TABLE idem_keys ADD COLUMN node uuid, ADD COLUMN epoch bigint;
+";
 
 /// Step 2: several nodes on one database (docs/decisions.md, Cluster).
 ///

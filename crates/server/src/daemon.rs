@@ -34,7 +34,7 @@ use crate::config::{self, Config, StoreBackend};
 use crate::environment::Environment;
 use crate::metrics::Metrics;
 use crate::sessions::{SessionRegistry, SessionSettings};
-use crate::state::PreparedState;
+use crate::state::{PreparedState, SecretSource};
 use crate::ws::EventRouter;
 
 /// Lua runs on its own small pool of OS threads, never on the async executor.
@@ -139,7 +139,15 @@ pub async fn build(
     // draining starts: its peers must not take over what it still finishes.
     let cluster_stop = CancellationToken::new();
     if let Some(db) = &pg {
-        cluster::start(&engine, db, &cluster, &cluster_stop, &tasks);
+        let keyring_in_database = matches!(state.keys_source, SecretSource::Database);
+        cluster::start(
+            &engine,
+            db,
+            &cluster,
+            keyring_in_database,
+            &cluster_stop,
+            &tasks,
+        );
     }
     sessions.start_idle_sweep(engine.clone(), shutdown.clone(), &tasks);
     tracing::info!(

@@ -1,8 +1,9 @@
 //! Several swarmd nodes on one PostgreSQL database (docs/operations.md,
 //! Several nodes; docs/decisions.md, Cluster): this node's identity and
 //! registration, its heartbeat and takeover loop (`node`), the lease
-//! arithmetic (`lease`) and the event pump that follows the shared log
-//! (`pump`).
+//! arithmetic (`lease`), the event pump that follows the shared log
+//! (`pump`), and the keyring follower that brings a rotated signing key to
+//! a running node (`keys`).
 //!
 //! On `store.backend = "postgres"` a daemon is always a node, a cluster of
 //! one without `[cluster]`: it registers before recovery (a new epoch, which
@@ -10,6 +11,7 @@
 //! from then on heartbeats, takes over dead peers' tasks and broadcasts
 //! every node's events.
 
+mod keys;
 mod lease;
 mod node;
 mod pump;
@@ -110,11 +112,13 @@ pub(crate) async fn register(
     Ok(registration)
 }
 
-/// Starts the heartbeat and takeover loop and the event pump, after recovery.
+/// Starts the heartbeat and takeover loop and the event pump, after
+/// recovery, and the keyring follower when the database holds the keyring.
 pub(crate) fn start(
     engine: &Engine,
     db: &PgDb,
     settings: &ClusterConfig,
+    keyring_in_database: bool,
     stop: &CancellationToken,
     tasks: &TaskTracker,
 ) {
@@ -127,6 +131,9 @@ pub(crate) fn start(
     );
     tasks.spawn(node::run(engine.clone(), db.clone(), lease, stop.clone()));
     tasks.spawn(pump::run(engine.clone(), db.clone(), stop.clone()));
+    if keyring_in_database {
+        tasks.spawn(keys::run(engine.clone(), db.clone(), stop.clone()));
+    }
 }
 
 #[cfg(test)]

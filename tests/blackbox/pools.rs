@@ -21,6 +21,7 @@ use crate::harness::parts;
 mod access;
 mod lifecycle;
 mod tls;
+mod worktrees;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
@@ -56,6 +57,19 @@ fi
 printf '{"type":"final","content":{"kind":"inline","value":{"pool":"%s","attempt":%s}},"ok":true}\n' "$0" "$SWARM_ATTEMPT"
 "#;
 
+/// How a test pool is started, beyond its agent and name.
+#[derive(Default)]
+pub(super) struct Setup<'a> {
+    /// The daemon's URL [default: the daemon's own].
+    pub(super) server: Option<&'a str>,
+    /// Added to the pool's environment.
+    pub(super) env: Vec<(&'a str, &'a std::path::Path)>,
+    /// More flags before `--`.
+    pub(super) args: Vec<String>,
+    /// The child's script (`@DIR@`: the daemon's directory) [default: `CHILD`].
+    pub(super) script: Option<&'a str>,
+}
+
 /// A `swarmd worker pool` process; killed when dropped.
 pub(super) struct Pool {
     pub(super) child: Child,
@@ -70,21 +84,23 @@ impl Pool {
         name: &str,
         concurrency: u32,
     ) -> Pool {
-        Pool::start_at(sw, &sw.base, &[], token, agent, name, concurrency).await
+        Pool::start_with(sw, token, agent, name, concurrency, Setup::default()).await
     }
 
-    /// A pool of `sw`'s agent reaching the daemon at `server`, with `env`
-    /// added to its environment.
-    pub(super) async fn start_at(
+    /// A pool of `sw`'s agent started as `setup` says.
+    pub(super) async fn start_with(
         sw: &Swarmd,
-        server: &str,
-        env: &[(&str, &std::path::Path)],
         token: &str,
         agent: &str,
         name: &str,
         concurrency: u32,
+        setup: Setup<'_>,
     ) -> Pool {
-        let script = CHILD.replace("@DIR@", &sw.dir().display().to_string());
+        let script = setup
+            .script
+            .unwrap_or(CHILD)
+            .replace("@DIR@", &sw.dir().display().to_string());
+        let server = setup.server.unwrap_or(&sw.base);
         let mut child = Command::new(BINARY)
             .args(["worker", "pool", "--server", server, "--agent", agent])
             .args(["--concurrency", &concurrency.to_string(), "--pool-id", name])
@@ -96,12 +112,13 @@ impl Pool {
                 "--drain-secs",
                 "5",
             ])
+            .args(&setup.args)
             .args(["--", "/bin/sh", "-c", &script, name])
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("SWARMD_TOKEN", token)
             .env("RUST_LOG", "debug")
-            .envs(env.iter().copied())
+            .envs(setup.env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -381,6 +381,29 @@ pub struct PoolArgs {
     /// Seconds between SIGTERM and SIGKILL when an attempt is stopped.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     pub kill_grace_secs: u64,
+    /// Runs each attempt in a git worktree of this repository (on the
+    /// pool's machine), on the branch swarmd/<task>-<attempt>.
+    #[arg(long, value_name = "DIR")]
+    pub worktree_repo: Option<PathBuf>,
+    /// What each attempt's branch starts from: a commit, branch or tag.
+    #[arg(
+        long,
+        value_name = "REF",
+        default_value = "HEAD",
+        requires = "worktree_repo"
+    )]
+    pub worktree_base: String,
+    /// When an attempt's worktree is left in place: never, on_failure or always.
+    #[arg(
+        long,
+        value_name = "RULE",
+        default_value = "never",
+        requires = "worktree_repo"
+    )]
+    pub worktree_keep: String,
+    /// Where the worktrees are made [default: ./swarmd-worktrees].
+    #[arg(long, value_name = "DIR", requires = "worktree_repo")]
+    pub worktree_dir: Option<PathBuf>,
     /// The command to run per attempt, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

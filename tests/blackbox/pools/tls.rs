@@ -12,7 +12,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::{AGENTS, Pool, create, file, mint};
+use super::{AGENTS, Pool, Setup, create, file, mint};
 use crate::daemon::{Swarmd, read_pid};
 use crate::harness::PATIENCE;
 
@@ -123,6 +123,15 @@ async fn relay(sw: &Swarmd, dir: &Path, port: Option<u16>) -> (Child, String) {
     (child, format!("https://127.0.0.1:{listening}"))
 }
 
+/// A pool reaching `url` with `ca` as its roots.
+fn trusting<'a>(url: &'a str, ca: &'a Path) -> Setup<'a> {
+    Setup {
+        server: Some(url),
+        env: vec![("SSL_CERT_FILE", ca)],
+        ..Setup::default()
+    }
+}
+
 #[tokio::test]
 async fn a_pool_reaches_the_daemon_through_tls_and_checks_its_certificate() {
     let sw = Swarmd::new(AGENTS).start().await;
@@ -134,14 +143,17 @@ async fn a_pool_reaches_the_daemon_through_tls_and_checks_its_certificate() {
     // Without the proxy's CA among its roots, the pool refuses the
     // certificate: it claims nothing and says why.
     let system_roots = Path::new("/etc/ssl/certs/ca-certificates.crt");
-    let untrusting = Pool::start_at(
+    let untrusting = Pool::start_with(
         &sw,
-        &url,
-        &[("SSL_CERT_FILE", system_roots)],
         &token,
         "remote",
         "pool-untrusting",
         1,
+        Setup {
+            server: Some(&url),
+            env: vec![("SSL_CERT_FILE", system_roots)],
+            ..Setup::default()
+        },
     )
     .await;
     let waiting = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
@@ -164,16 +176,7 @@ async fn a_pool_reaches_the_daemon_through_tls_and_checks_its_certificate() {
     // With it, the pool claims over TLS and posts the attempt's outputs and
     // result through the proxy.
     let ca = certs.path().join("ca.pem");
-    let pool = Pool::start_at(
-        &sw,
-        &url,
-        &[("SSL_CERT_FILE", &ca)],
-        &token,
-        "remote",
-        "pool-tls",
-        1,
-    )
-    .await;
+    let pool = Pool::start_with(&sw, &token, "remote", "pool-tls", 1, trusting(&url, &ca)).await;
     let view = sw.finished(&waiting).await;
     assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
     assert_eq!(view["result"]["value"]["pool"], "pool-tls");
@@ -195,16 +198,7 @@ async fn a_final_posted_while_the_proxy_restarts_is_sent_again() {
     let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
     let token = mint(&sw, &["remote"]);
     let ca = certs.path().join("ca.pem");
-    let pool = Pool::start_at(
-        &sw,
-        &url,
-        &[("SSL_CERT_FILE", &ca)],
-        &token,
-        "remote",
-        "pool-tls",
-        1,
-    )
-    .await;
+    let pool = Pool::start_with(&sw, &token, "remote", "pool-tls", 1, trusting(&url, &ca)).await;
     let task = create(&sw, json!({"agent": "remote", "prompt": "hold"})).await;
     read_pid(&file(&sw, &task, 1, "pid")).await;
 

@@ -2,9 +2,11 @@
 //! installs its signal handlers and runs `client::pool` until it drained.
 
 use std::io;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use swarmd_spawner::process::HostEnv;
+use swarmd_spawner::worktree::keep_rule;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -12,12 +14,16 @@ use super::CommandError;
 use crate::cli::{PoolArgs, exit};
 use crate::client::Bearer;
 use crate::client::pool::run::Command;
+use crate::client::pool::worktree::PoolWorktree;
 use crate::client::pool::{PoolError, PoolOptions, run_pool};
 use crate::environment::Environment;
 use crate::http::pool::wire::{MAX_POOL_ID, valid_pool_id};
 
 /// Environment variable holding the pool's token when no file is given.
 const TOKEN_VAR: &str = "SWARMD_TOKEN";
+/// Where attempts' worktrees go without `--worktree-dir`, under the pool's
+/// working directory.
+const WORKTREE_DIR: &str = "swarmd-worktrees";
 
 /// Runs the pool; exits 0 once drained after a signal.
 pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, CommandError> {
@@ -44,6 +50,21 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
     let Some((program, program_args)) = args.command.split_first() else {
         return Err(usage("no command after `--`".to_owned()));
     };
+    let host_env = HostEnv::from_pairs(env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
+    let worktree = match args.worktree_repo {
+        Some(repo) => {
+            let keep = keep_rule(&args.worktree_keep).ok_or_else(|| {
+                usage("--worktree-keep must be never, on_failure or always".to_owned())
+            })?;
+            let root = args
+                .worktree_dir
+                .unwrap_or_else(|| PathBuf::from(WORKTREE_DIR));
+            let prepared =
+                PoolWorktree::prepare(repo, args.worktree_base, keep, root, &host_env).await;
+            Some(prepared.map_err(|reason| usage(format!("--worktree-repo: {reason}")))?)
+        }
+        None => None,
+    };
     let options = PoolOptions {
         server: args.server,
         token: Bearer::new(token),
@@ -57,10 +78,10 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
             cwd: args.cwd,
             kill_grace: Duration::from_secs(args.kill_grace_secs),
             supervisor: Some(super::supervisor()),
+            worktree,
         },
         drain: Duration::from_secs(args.drain_secs),
     };
-    let host_env = HostEnv::from_pairs(env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
     let (stop, kill) = (CancellationToken::new(), CancellationToken::new());
     watch_signals(stop.clone(), kill.clone())?;
     tracing::info!(pool = %options.pool_id, agent = %options.agent, concurrency = options.concurrency, "worker pool started");

@@ -16,6 +16,7 @@
 
 mod heartbeat;
 pub(crate) mod run;
+pub(crate) mod worktree;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -25,10 +25,12 @@ use swarmd_spawner::process::{
     EnvVar, Exited, HostEnv, ProcessError, ProcessRunner, ProcessSpec, RunVars, StreamMode,
     Supervisor,
 };
+use swarmd_spawner::worktree::Checkout;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::super::{ApiClient, Bearer, ClientError};
+use super::worktree::PoolWorktree;
 use crate::http::pool::wire::{self, ClaimedAttempt};
 
 /// Events in flight between the child and the daemon; a full channel makes
@@ -47,6 +49,8 @@ pub(crate) struct Command {
     pub(crate) cwd: Option<std::path::PathBuf>,
     pub(crate) kill_grace: Duration,
     pub(crate) supervisor: Option<Supervisor>,
+    /// Each attempt in a worktree of its own (`--worktree-repo`).
+    pub(crate) worktree: Option<PoolWorktree>,
 }
 
 /// How an attempt ended on the pool.
@@ -60,7 +64,8 @@ pub(crate) enum Ran {
     Failed(String),
 }
 
-/// Runs `attempt` to its end; `cancel` stops it (process-group kill).
+/// Runs `attempt` to its end, in a worktree of its own when the pool has
+/// `--worktree-repo`; `cancel` stops it (process-group kill).
 pub(crate) async fn run(
     daemon: &ApiClient,
     command: &Command,
@@ -72,6 +77,34 @@ pub(crate) async fn run(
         Ok(runner) => runner,
         Err(reason) => return Ran::Failed(reason),
     };
+    let Some(worktree) = &command.worktree else {
+        return run_child(daemon, &runner, attempt, cancel, None).await.0;
+    };
+    let checkout = match worktree.open(attempt).await {
+        Ok(checkout) => checkout,
+        Err(reason) => return Ran::Failed(reason),
+    };
+    let (ran, passed) = run_child(
+        daemon,
+        &runner,
+        attempt,
+        cancel,
+        Some((worktree, &checkout)),
+    )
+    .await;
+    worktree.release(&checkout, passed).await;
+    ran
+}
+
+/// Runs the child (in `checkout` when given) and posts what it emits; how
+/// it ended, and whether it passed (for the worktree's keep rule).
+async fn run_child(
+    daemon: &ApiClient,
+    runner: &ProcessRunner,
+    attempt: &ClaimedAttempt,
+    cancel: CancellationToken,
+    checkout: Option<(&PoolWorktree, &Checkout)>,
+) -> (Ran, bool) {
     let vars = RunVars {
         base_url: daemon.base_url().to_owned(),
         task_id: attempt.task_id.to_string(),
@@ -82,9 +115,14 @@ pub(crate) async fn run(
         continued_from: attempt.continued_from.clone(),
         resume_session: attempt.resume_session.clone(),
     };
-    let child = match runner.start_in(&vars, None, cancel.clone()) {
+    let child = match runner.start_in(&vars, checkout.map(|(_, c)| c), cancel.clone()) {
         Ok(child) => child,
-        Err(e) => return Ran::Failed(format!("the pool could not start the child: {e}")),
+        Err(e) => {
+            return (
+                Ran::Failed(format!("the pool could not start the child: {e}")),
+                false,
+            );
+        }
     };
     let writer = Poster {
         client: daemon.with_bearer(Bearer::new(&attempt.handle)),
@@ -96,28 +134,47 @@ pub(crate) async fn run(
     let last_final = match forwarded {
         Ok(last_final) => last_final,
         // A write refused as superseded or decided: the attempt is over here.
-        Err(_) if cancel.is_cancelled() => return Ran::Cancelled,
-        Err(e) => return Ran::Failed(format!("posting the output failed: {e}")),
+        Err(_) if cancel.is_cancelled() => return (Ran::Cancelled, false),
+        Err(e) => {
+            return (
+                Ran::Failed(format!("posting the output failed: {e}")),
+                false,
+            );
+        }
     };
     let exited = match ran {
         Ok(exited) => exited,
-        Err(ProcessError::Cancelled) => return Ran::Cancelled,
-        Err(e) => return Ran::Failed(e.to_string()),
+        Err(ProcessError::Cancelled) => return (Ran::Cancelled, false),
+        Err(e) => return (Ran::Failed(e.to_string()), false),
     };
+    // The branch is described before the Final, so the artifact is part of
+    // the attempt its Final decides.
+    if let Some((worktree, checkout)) = checkout
+        && let Some(artifact) = worktree.conclude(checkout).await
+        && let Err(e) = post_events(&writer, &[artifact]).await
+    {
+        return (
+            Ran::Failed(format!("posting the worktree artifact failed: {e}")),
+            false,
+        );
+    }
     let stream = runner.spec().stream;
     match decide(stream, &exited, last_final) {
         Decided::Post { note, value, ok } => {
             if let Some(note) = note
                 && let Err(e) = post_events(&writer, &[note]).await
             {
-                return Ran::Failed(format!("posting the exit note failed: {e}"));
+                return (
+                    Ran::Failed(format!("posting the exit note failed: {e}")),
+                    false,
+                );
             }
             match post_result(&writer, value, ok).await {
-                Ok(()) => Ran::Posted,
-                Err(e) => Ran::Failed(format!("posting the final failed: {e}")),
+                Ok(()) => (Ran::Posted, ok),
+                Err(e) => (Ran::Failed(format!("posting the final failed: {e}")), false),
             }
         }
-        Decided::Fail(reason) => Ran::Failed(reason),
+        Decided::Fail(reason) => (Ran::Failed(reason), false),
     }
 }
 

@@ -1,0 +1,87 @@
+//! A pool's attempts in git worktrees of a repository on the pool's own
+//! machine (`--worktree-repo`, docs/tasks.md, Remote agents): each attempt
+//! runs in a fresh worktree on the branch `swarmd/<task>-<attempt>`, made
+//! from `--worktree-base`, as a local process agent's does. When the child
+//! has exited, what it left uncommitted is committed, the branch is
+//! described in a `worktree` artifact posted before the Final, and the
+//! directory is removed unless `--worktree-keep` keeps it. Checkouts a
+//! previous run of the pool left are concluded and released at start.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use swarmd_output_store::OutputEvent;
+use swarmd_spawner::process::HostEnv;
+use swarmd_spawner::worktree::{self, Checkout, KeepRule, WorktreeSpec, Worktrees};
+
+use crate::http::pool::wire::ClaimedAttempt;
+
+/// The pool's worktree settings and the worktrees it made.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolWorktree {
+    trees: Arc<Worktrees>,
+    spec: WorktreeSpec,
+}
+
+impl PoolWorktree {
+    /// Checks the repository and base, and cleans up what a previous run of
+    /// the pool left under `root`.
+    ///
+    /// # Errors
+    /// The repository or base is unusable, in words.
+    pub(crate) async fn prepare(
+        repo: PathBuf,
+        base: String,
+        keep: KeepRule,
+        root: PathBuf,
+        host: &HostEnv,
+    ) -> Result<PoolWorktree, String> {
+        let repo = std::path::absolute(&repo).unwrap_or(repo);
+        let spec = WorktreeSpec { repo, base, keep };
+        let checked = spec.clone();
+        let check_host = host.clone();
+        tokio::task::spawn_blocking(move || worktree::check(&checked, &check_host))
+            .await
+            .map_err(|e| e.to_string())??;
+        let trees = Arc::new(Worktrees::new(root, host));
+        let left = trees.recover().await;
+        if !left.is_empty() {
+            tracing::info!(
+                checkouts = left.len(),
+                "released worktrees a previous run of the pool left"
+            );
+        }
+        Ok(PoolWorktree { trees, spec })
+    }
+
+    /// Adds the attempt's worktree.
+    ///
+    /// # Errors
+    /// Why git could not add it, for the attempt's failure reason.
+    pub(crate) async fn open(&self, attempt: &ClaimedAttempt) -> Result<Checkout, String> {
+        self.trees
+            .create(&self.spec, &attempt.task_id.to_string(), attempt.attempt)
+            .await
+            .map_err(|e| format!("the pool could not add the attempt's worktree: {e}"))
+    }
+
+    /// Commits what the child left uncommitted and describes the branch:
+    /// the `worktree` artifact, or `None` (logged) when git failed.
+    pub(crate) async fn conclude(&self, checkout: &Checkout) -> Option<OutputEvent> {
+        match self.trees.conclude(checkout).await {
+            Ok(report) => Some(report.artifact()),
+            Err(error) => {
+                tracing::warn!(%error, branch = %checkout.branch, "cannot describe the attempt's worktree");
+                None
+            }
+        }
+    }
+
+    /// Removes the worktree unless the keep rule keeps it for an attempt
+    /// that `passed` or not.
+    pub(crate) async fn release(&self, checkout: &Checkout, passed: bool) {
+        if let Err(error) = self.trees.release(checkout, passed).await {
+            tracing::warn!(%error, branch = %checkout.branch, "cannot remove the attempt's worktree");
+        }
+    }
+}

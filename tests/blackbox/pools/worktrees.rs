@@ -1,0 +1,121 @@
+//! A pool with `--worktree-repo` runs each attempt in a git worktree of a
+//! repository on its own machine (docs/tasks.md, Remote agents): the child
+//! works there on its own branch, what it left uncommitted is committed,
+//! the branch is described in a `worktree` artifact before the Final, and
+//! the directory is removed (`--worktree-keep never`), the branch kept.
+
+use serde_json::{Value, json};
+
+use super::{AGENTS, Pool, Setup, create, mint};
+use crate::daemon::Swarmd;
+use crate::worktrees::{git, make_repo};
+
+/// Adds a line to `notes.txt` in its working directory, commits nothing,
+/// and reports where it ran.
+const CODER: &str = r#"
+cat > /dev/null
+echo "line from $SWARM_TASK_ID" >> notes.txt
+printf '{"type":"final","content":{"kind":"inline","value":{"pwd":"%s","worktree":"%s","branch":"%s"}},"ok":true}\n' \
+  "$(pwd)" "$SWARM_WORKTREE" "$SWARM_BRANCH"
+"#;
+
+#[tokio::test]
+async fn a_pools_attempts_run_in_worktrees_of_its_own_repository() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let machine = tempfile::tempdir().unwrap();
+    let repo = make_repo(machine.path());
+    let trees = machine.path().join("trees");
+    let token = mint(&sw, &["remote"]);
+    let pool = Pool::start_with(
+        &sw,
+        &token,
+        "remote",
+        "pool-git",
+        2,
+        Setup {
+            args: vec![
+                "--worktree-repo".into(),
+                repo.display().to_string(),
+                "--worktree-base".into(),
+                "main".into(),
+                "--worktree-dir".into(),
+                trees.display().to_string(),
+            ],
+            script: Some(CODER),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let mut tasks = Vec::new();
+    for n in 0..2 {
+        tasks.push(create(&sw, json!({"agent": "remote", "prompt": format!("p{n}")})).await);
+    }
+    for task in &tasks {
+        let view = sw.finished(task).await;
+        assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+        let ran = &view["result"]["value"];
+        let branch = format!("swarmd/{task}-1");
+        assert_eq!(ran["branch"], branch.as_str(), "{ran}");
+        assert_eq!(ran["pwd"], ran["worktree"], "{ran}");
+        assert!(
+            ran["pwd"]
+                .as_str()
+                .is_some_and(|p| p.starts_with(&trees.display().to_string())),
+            "{ran}"
+        );
+
+        // The artifact describes the branch; it came before the Final.
+        let outputs = sw.output(task).await;
+        let kinds: Vec<&str> = outputs
+            .iter()
+            .map(|r| r["event"]["type"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(kinds, ["artifact", "final"], "{outputs:?}");
+        let report: &Value = &outputs[0]["event"]["content"]["value"];
+        assert_eq!(outputs[0]["event"]["name"], "worktree");
+        assert_eq!(report["branch"], branch.as_str(), "{report}");
+        assert_eq!(report["committed_leftovers"], true, "{report}");
+        assert_eq!(report["files"], json!(["notes.txt"]), "{report}");
+        assert!(
+            report["diff"]
+                .as_str()
+                .is_some_and(|d| d.contains(&format!("+line from {task}"))),
+            "{report}"
+        );
+
+        // The branch holds the change; the directory is gone.
+        let notes = git(&repo, &["show", &format!("{branch}:notes.txt")]);
+        assert_eq!(notes, format!("first\nline from {task}"));
+        assert!(!std::path::Path::new(ran["pwd"].as_str().unwrap()).exists());
+    }
+    // The repository's own checkout is untouched.
+    assert_eq!(
+        std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
+        "first\n"
+    );
+}
+
+#[tokio::test]
+async fn a_pool_refuses_a_worktree_repo_that_is_not_a_repository() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let token = mint(&sw, &["remote"]);
+    let plain = tempfile::tempdir().unwrap();
+    let mut pool = Pool::start_with(
+        &sw,
+        &token,
+        "remote",
+        "pool-bad",
+        1,
+        Setup {
+            args: vec!["--worktree-repo".into(), plain.path().display().to_string()],
+            ..Setup::default()
+        },
+    )
+    .await;
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), pool.child.wait())
+        .await
+        .expect("the pool exits")
+        .unwrap();
+    assert!(!status.success());
+    assert!(pool.log().contains("--worktree-repo"), "{}", pool.log());
+}

@@ -13,6 +13,7 @@
 //! (not its timing). See `docs/benchmarks.md`, "Crash chaos".
 
 mod checks;
+mod cluster;
 mod ledger;
 mod load;
 mod main_ai;
@@ -44,7 +45,7 @@ kind = "lua"
 script = "@DIR@/echo.lua"
 "#;
 
-const ECHO_LUA: &str =
+pub(super) const ECHO_LUA: &str =
     "emit_progress(\"echo\", \"running\")\nreturn { value = prompt, ok = true }\n";
 
 /// Kills in the short mode.
@@ -62,7 +63,18 @@ async fn sigkill_under_mixed_load_loses_nothing_acknowledged() {
     let kills = env_number("SWARMD_CHAOS_KILLS").unwrap_or(SHORT_KILLS);
     let sw = Swarmd::new(AGENTS);
     let db = sw.dir().join("state/swarmd.db");
-    run(sw, kills, Backend::Sqlite(db)).await;
+    run(sw, kills, Backend::Sqlite(db), Beside::default()).await;
+}
+
+/// What a run has beside the daemon it kills.
+#[derive(Default)]
+struct Beside {
+    /// A second node on the same database, never killed, which takes the
+    /// killed node's tasks over when it stays down past its lease.
+    peer: Option<cluster::Peer>,
+    /// Whether the load leaves out delegated tasks (the MainAI still logs
+    /// in and hears about its tasks).
+    no_delegated: bool,
 }
 
 /// The store a run's daemon is on, for what only it can check.
@@ -84,7 +96,7 @@ impl Backend {
 
 /// One chaos run of `kills` kills on the daemon `sw` (not started yet) on
 /// `backend`, whose own integrity is checked once the daemon has stopped.
-async fn run(sw: Swarmd, kills: u64, backend: Backend) {
+async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
     let store = backend.name();
     let seed = env_number("SWARMD_CHAOS_SEED").unwrap_or_else(|| {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
@@ -115,12 +127,14 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend) {
     let mut producers = JoinSet::new();
     producers.spawn(load::http_producer(ctx.clone(), 0));
     producers.spawn(load::http_producer(ctx.clone(), 1));
-    producers.spawn(load::delegated_producer(ctx.clone(), requests));
+    if !beside.no_delegated {
+        producers.spawn(load::delegated_producer(ctx.clone(), requests));
+    }
     producers.spawn(load::canceller(ctx.clone()));
 
     let started = Instant::now();
-    let mut modes = [0u64; 3];
-    for _ in 0..kills {
+    let mut modes = [0u64; 4];
+    for kill in 0..kills {
         let mode = match ctx.rng.below(100) {
             0..50 => 0,
             50..65 => 1,
@@ -134,6 +148,14 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend) {
         }
         ctx.up.send_replace(false);
         sw.kill9().await;
+        if let Some(peer) = &beside.peer
+            && kill % 3 == 2
+        {
+            // Every third kill stays down past the lease: the peer takes
+            // the tasks over first.
+            modes[3] += 1;
+            tokio::time::sleep(peer.lease * 2 + Duration::from_millis(500)).await;
+        }
         sw.restart().await;
         ready(&sw).await;
         ctx.up.send_replace(true);
@@ -157,6 +179,9 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend) {
         postgres::resolve_blobs(database, &mut stored).await;
     }
     let mut report = checks::run(&records, &stored, &login.sid);
+    if let Some(peer) = beside.peer {
+        report.extend(peer.checks(&ctx).await);
+    }
     sw.sigterm();
     let status = sw.exited().await;
     report.push(Check {
@@ -180,13 +205,14 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend) {
         .map(|c| format!("{}={}", c.name, c.offenders.len()))
         .collect();
     eprintln!(
-        "chaos summary: store={store} seed={seed} kills={kills} (after result {}, after creation {}, random {}) \
+        "chaos summary: store={store} seed={seed} kills={kills} (after result {}, after creation {}, random {}, down past the lease {}) \
          load={:.1}s total={:.1}s tasks={} acked_keys={acked_tasks} results_acked={} \
          results_refused={} probes={} cancels_acked={} replays={} retries={} spawns={} \
          respawns={} spawns_after_ack={} task_done={} connections={} | {}",
         modes[0],
         modes[1],
         modes[2],
+        modes[3],
         load_time.as_secs_f64(),
         started.elapsed().as_secs_f64(),
         stored.listed.len(),

@@ -9,7 +9,7 @@ use swarmd_postgres::PgDb;
 use swarmd_postgres::testing::{TestDatabase, fresh_database};
 
 use crate::chaos::checks::{Check, Stored};
-use crate::chaos::{AGENTS, Backend, env_number, run};
+use crate::chaos::{AGENTS, Backend, Beside, env_number, run};
 use crate::daemon::Swarmd;
 
 /// Kills in the short mode: a run stays under about 40 s.
@@ -23,7 +23,7 @@ async fn sigkill_on_postgres_loses_nothing_acknowledged() {
     let kills = env_number("SWARMD_CHAOS_KILLS").unwrap_or(SHORT_KILLS);
     let database = fresh_database().await;
     let sw = Swarmd::on_database(&format!("{SPILL}{AGENTS}"), &database);
-    run(sw, kills, Backend::Postgres(database)).await;
+    run(sw, kills, Backend::Postgres(database), Beside::default()).await;
 }
 
 /// Replaces every `file_ref` to a spilled blob in the fetched outputs and

@@ -7,16 +7,24 @@
 //! recorded yet is being recorded by its claimant, waited for while that
 //! claimant is alive, and taken over once it is not (its late writes are
 //! fenced, so the task it was recording never appears).
+//!
+//! Claims go over one connection of their own, pipelined, with
+//! `synchronous_commit = off`: a claim is visible to every node as soon as
+//! it commits, and losing one in a crash of the server loses nothing,
+//! since the task's record writes its key again in the same transaction.
+//! So a claim costs a round trip, not a WAL flush.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::KeyClaim;
 use swarmd_output_store::StoreError;
+use tokio_postgres::{Client, Statement};
 use uuid::Uuid;
 
 use crate::PgDb;
-use crate::connect::db_error;
+use crate::connect::{self, db_error};
 
 /// How long a claim whose task a live node is still recording is waited
 /// for: recording takes one group commit, so this is only reached when
@@ -48,28 +56,78 @@ const RELEASE: &str = "
 DELETE FROM idem_keys k WHERE k.key = $1 AND k.task = $2
     AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = k.task)";
 
+/// The claims connection and its prepared statements.
+pub(crate) struct Claims {
+    client: Client,
+    claim: Statement,
+    holder: Statement,
+    steal: Statement,
+    release: Statement,
+}
+
+/// The claims connection of a handle, opened on first use and again when
+/// it closed. Racing openers each connect; the last one's is kept.
+#[derive(Default)]
+pub(crate) struct ClaimsSlot(Mutex<Option<Arc<Claims>>>);
+
+impl ClaimsSlot {
+    async fn get(&self, db: &PgDb) -> Result<Arc<Claims>, StoreError> {
+        if let Some(claims) = self.current() {
+            return Ok(claims);
+        }
+        let (client, connection) = connect::connect(db.config()).await?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::warn!(%error, "the idempotency key claims connection closed; reopened at the next claim");
+            }
+        });
+        client
+            .batch_execute("SET synchronous_commit = off")
+            .await
+            .map_err(db_error)?;
+        let claims = Arc::new(Claims {
+            claim: client.prepare(CLAIM).await.map_err(db_error)?,
+            holder: client.prepare(HOLDER).await.map_err(db_error)?,
+            steal: client.prepare(STEAL).await.map_err(db_error)?,
+            release: client.prepare(RELEASE).await.map_err(db_error)?,
+            client,
+        });
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&claims));
+        Ok(claims)
+    }
+
+    fn current(&self) -> Option<Arc<Claims>> {
+        let slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .filter(|claims| !claims.client.is_closed())
+            .map(Arc::clone)
+    }
+}
+
 /// Claims `key` for `task`, or names the recorded task holding it.
 pub(crate) async fn claim(db: &PgDb, key: &str, task: TaskId) -> Result<KeyClaim, StoreError> {
     let (node, epoch) = match db.fence().node() {
         Some((node, epoch)) => (Some(node), Some(epoch)),
         None => (None, None),
     };
-    let client = db.reader().await?;
-    let claim = client.prepare_cached(CLAIM).await.map_err(db_error)?;
-    let holder = client.prepare_cached(HOLDER).await.map_err(db_error)?;
-    let steal = client.prepare_cached(STEAL).await.map_err(db_error)?;
+    let claims = db.claims().get(db).await?;
+    let client = &claims.client;
     let task = task.as_uuid();
     let deadline = tokio::time::Instant::now() + RECORDING_PATIENCE;
     loop {
         if client
-            .execute(&claim, &[&key, &task, &node, &epoch])
+            .execute(&claims.claim, &[&key, &task, &node, &epoch])
             .await
             .map_err(db_error)?
             == 1
         {
             return Ok(KeyClaim::Claimed);
         }
-        let Some(row) = client.query_opt(&holder, &[&key]).await.map_err(db_error)? else {
+        let Some(row) = client
+            .query_opt(&claims.holder, &[&key])
+            .await
+            .map_err(db_error)?
+        else {
             // Released between the two statements: claim again.
             continue;
         };
@@ -80,7 +138,7 @@ pub(crate) async fn claim(db: &PgDb, key: &str, task: TaskId) -> Result<KeyClaim
         }
         if !claimant_alive {
             let stolen = client
-                .execute(&steal, &[&key, &task, &node, &epoch, &holder])
+                .execute(&claims.steal, &[&key, &task, &node, &epoch, &holder])
                 .await
                 .map_err(db_error)?;
             if stolen == 1 {
@@ -99,10 +157,10 @@ pub(crate) async fn claim(db: &PgDb, key: &str, task: TaskId) -> Result<KeyClaim
 
 /// Deletes `task`'s claim of `key` unless its task got recorded after all.
 pub(crate) async fn release(db: &PgDb, key: &str, task: TaskId) -> Result<(), StoreError> {
-    let client = db.reader().await?;
-    let release = client.prepare_cached(RELEASE).await.map_err(db_error)?;
-    client
-        .execute(&release, &[&key, &task.as_uuid()])
+    let claims = db.claims().get(db).await?;
+    claims
+        .client
+        .execute(&claims.release, &[&key, &task.as_uuid()])
         .await
         .map_err(db_error)?;
     Ok(())

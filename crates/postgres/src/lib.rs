@@ -55,6 +55,8 @@ struct Inner {
     stats: Arc<WriterStats>,
     fence: Arc<writer::Fence>,
     config: tokio_postgres::Config,
+    /// The idempotency key claims' own connection (`keys`).
+    claims: keys::ClaimsSlot,
 }
 
 impl std::fmt::Debug for PgDb {
@@ -98,6 +100,7 @@ impl PgDb {
                 stats,
                 fence,
                 config,
+                claims: keys::ClaimsSlot::default(),
             }),
         })
     }
@@ -127,6 +130,16 @@ impl PgDb {
             }),
         );
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// The driver's configuration every connection of this handle uses.
+    pub(crate) fn config(&self) -> &tokio_postgres::Config {
+        &self.inner.config
+    }
+
+    /// The idempotency key claims' connection slot.
+    pub(crate) fn claims(&self) -> &keys::ClaimsSlot {
+        &self.inner.claims
     }
 
     /// A pooled read connection.

@@ -348,6 +348,12 @@ impl Engine {
         self.inner.live.len()
     }
 
+    /// Whether task `id` is live in this engine's memory: on a cluster
+    /// node, whether this node holds it.
+    pub fn holds_task(&self, id: TaskId) -> bool {
+        self.inner.live.get(&id).is_some()
+    }
+
     pub fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::Acquire)
     }

@@ -38,8 +38,10 @@ const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
 /// (`admin_token`, one row: the secret, for `swarmd admin-token`, and its
 /// SHA-256, the only column a node reads) and spilled output values
 /// (`blobs`, content-addressed; `claimed_at` comes from the database's
-/// clock, so every node's sweep agrees on a blob's age).
-const STEPS: [&str; 3] = [
+/// clock, so every node's sweep agrees on a blob's age). Step 4 indexes
+/// handles by digest, so a node routes a `wh-` handle it does not hold to
+/// the node that does (`owners`).
+const STEPS: [&str; 4] = [
     "
 CREATE TABLE tasks (
     id             uuid   PRIMARY KEY,
@@ -151,6 +153,7 @@ CREATE TABLE blobs (
 );
 CREATE INDEX blobs_claimed ON blobs (claimed_at);
 ",
+    "CREATE INDEX handles_digest ON handles (digest);",
 ];
 
 /// Step 2: several nodes on one database (docs/decisions.md, Cluster).

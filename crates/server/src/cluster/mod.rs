@@ -1,8 +1,9 @@
 //! Several swarmd nodes on one PostgreSQL database (docs/operations.md,
 //! Several nodes; docs/decisions.md, Cluster): this node's identity and
 //! registration, its heartbeat and takeover loop (`node`), the lease
-//! arithmetic (`lease`) and the event pump that follows the shared log
-//! (`pump`).
+//! arithmetic (`lease`), the event pump that follows the shared log
+//! (`pump`), and the forwarding of a request about a live task to the node
+//! that holds it (`route` decides, `forward` proxies).
 //!
 //! On `store.backend = "postgres"` a daemon is always a node, a cluster of
 //! one without `[cluster]`: it registers before recovery (a new epoch, which
@@ -10,9 +11,13 @@
 //! from then on heartbeats, takes over dead peers' tasks and broadcasts
 //! every node's events.
 
+mod forward;
 mod lease;
 mod node;
 mod pump;
+mod route;
+
+pub(crate) use forward::{Forwarder, forward};
 
 use std::path::Path;
 use std::time::Duration;

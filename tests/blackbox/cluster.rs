@@ -4,10 +4,13 @@
 //! live feed in one gapless order (`events`); a node killed with SIGKILL
 //! under load is taken over within two leases and nothing acknowledged is
 //! lost or run twice (`takeover`); a node paused past its lease finds its
-//! late writes fenced and exits (`fencing`).
+//! late writes fenced and exits (`fencing`); a request about a live task
+//! sent to a node that does not hold it is forwarded to the one that does,
+//! once (`forwarding`).
 
 mod events;
 mod fencing;
+mod forwarding;
 mod takeover;
 
 use std::time::{Duration, Instant};

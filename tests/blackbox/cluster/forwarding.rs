@@ -1,0 +1,242 @@
+//! Any node serves any request about a live task: a worker of a task node
+//! A holds fetches its prompt, streams output, creates a sub-task and
+//! submits through node B; a cancel and a wait sent to B act on A's task;
+//! a request forwarded once is never forwarded again; while the owner is
+//! dead B answers `503 owner_unavailable`, and once B has taken the task
+//! over it serves it itself.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Cluster, QUICK, create, finished};
+use crate::daemon::Swarmd;
+use crate::harness::{PATIENCE, expect_error, parts};
+
+/// The hop header a forwarded request carries.
+const FORWARDED_BY: &str = "x-swarmd-forwarded-by";
+/// The header that names the node that served a forwarded request.
+const FORWARDED_TO: &str = "x-swarmd-forwarded-to";
+
+/// A worker that talks only to the peer whose URL is in `@DIR@/peer`, with
+/// its own handle: prompt, heartbeat, output, a sub-task, then its result.
+const VIA_PEER: &str = r#"
+[agents.via_peer]
+kind = "process"
+program = "/bin/sh"
+allow_subtasks = true
+args = ["-c", """
+peer=$(cat @DIR@/peer)
+printf '%s' "$SWARM_WORKER_HANDLE" > @DIR@/handle
+auth="Authorization: Bearer $SWARM_WORKER_HANDLE"
+json="Content-Type: application/json"
+curl -sSf -H "$auth" "$peer/v1/worker/prompt" > @DIR@/prompt.json || exit 3
+curl -sSf -X POST -H "$auth" "$peer/v1/worker/heartbeat" > /dev/null || exit 4
+curl -sSf -H "$auth" -H "$json" -d '{"type":"progress","stage":"via-peer"}' \
+  "$peer/v1/worker/output" > /dev/null || exit 5
+curl -sSf -H "$auth" -H "$json" -d '{"agent":"quick","prompt":"child"}' \
+  "$peer/v1/tasks" > @DIR@/child.json || exit 6
+curl -sSf -D @DIR@/submit.headers -H "$auth" -H "$json" -d '{"answer":42}' \
+  "$peer/v1/worker/submit" > /dev/null || exit 7
+"""]
+stdin = "none"
+stream = "ndjson"
+env = { PATH = "/usr/bin:/bin" }
+"#;
+
+/// Runs until cancelled (or the node dies), then passes on a retry.
+const SLEEPY: &str = r#"
+[agents.sleepy]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", """
+if [ "$SWARM_ATTEMPT" = 1 ]; then /bin/sleep 60; fi
+printf '{"type":"final","content":{"kind":"inline","value":"retried"},"ok":true}\n'
+"""]
+stdin = "none"
+stream = "ndjson"
+env = { PATH = "/usr/bin:/bin" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_talking_to_another_node_completes_its_task() {
+    let cluster = Cluster::start(2, &format!("{QUICK}{VIA_PEER}")).await;
+    let owner = cluster.node_id(0);
+    let shared = cluster.shared();
+    std::fs::write(shared.join("peer"), cluster.nodes[1].url("")).unwrap();
+
+    let task = create(
+        &cluster.nodes[0],
+        json!({"agent": "via_peer", "prompt": "ask the other node"}),
+    )
+    .await;
+    let view = finished(&cluster.nodes[1], &task).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", cluster.nodes[0].log());
+    assert_eq!(view["result"]["value"], json!({"answer": 42}), "{view}");
+
+    // Each call went through node B to node A, which holds the task.
+    let prompt: Value =
+        serde_json::from_str(&std::fs::read_to_string(shared.join("prompt.json")).unwrap())
+            .unwrap();
+    assert_eq!(prompt["prompt"], "ask the other node", "{prompt}");
+    assert_eq!(prompt["task_id"], task.as_str(), "{prompt}");
+    let headers = std::fs::read_to_string(shared.join("submit.headers")).unwrap();
+    assert!(
+        headers
+            .to_ascii_lowercase()
+            .contains(&format!("{FORWARDED_TO}: {owner}")),
+        "{headers}"
+    );
+    let stages: Vec<Value> = cluster.nodes[1]
+        .output(&task)
+        .await
+        .iter()
+        .map(|r| r["event"]["stage"].clone())
+        .collect();
+    assert!(stages.contains(&json!("via-peer")), "{stages:?}");
+
+    // The sub-task is the worker's task's child, created on its node.
+    let child: Value =
+        serde_json::from_str(&std::fs::read_to_string(shared.join("child.json")).unwrap()).unwrap();
+    let child = child["task_id"].as_str().unwrap().to_owned();
+    let child_view = finished(&cluster.nodes[1], &child).await;
+    assert_eq!(child_view["status"], "pass", "{child_view}");
+    assert_eq!(child_view["parent"], task.as_str(), "{child_view}");
+    assert_eq!(cluster.owner(&child).await, owner);
+
+    // Neither node logged the handle it forwarded or served.
+    let handle = std::fs::read_to_string(shared.join("handle")).unwrap();
+    assert!(handle.starts_with("wh-"));
+    for node in &cluster.nodes {
+        assert!(!node.log().contains(&handle));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_wait_sent_to_another_node_act_on_the_owners_task() {
+    let cluster = Cluster::start(2, &format!("{QUICK}{SLEEPY}")).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let owner = cluster.node_id(0);
+    let task = create(a, json!({"agent": "sleepy", "prompt": "p"})).await;
+    running(a, &task).await;
+
+    // A wait at B waits on A's live task instead of answering at once.
+    let waiting = {
+        let request = b.get(&format!("/v1/tasks/{task}/wait?timeout_secs=60"), &b.admin);
+        tokio::spawn(async move { request.send().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the wait answered before the cancel"
+    );
+
+    let response = b
+        .post(&format!("/v1/tasks/{task}/cancel"), &b.admin)
+        .json(&json!({"reason": "from node B"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()[FORWARDED_TO], owner.as_str());
+    let (status, body) = parts(response).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "cancelled", "{body}");
+
+    let waited = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(waited.headers()[FORWARDED_TO], owner.as_str());
+    let (status, view) = parts(waited).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["status"], "cancelled", "{view}");
+    assert_eq!(finished(a, &task).await["status"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_request_is_never_forwarded_again() {
+    let cluster = Cluster::start(2, SLEEPY).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let task = create(a, json!({"agent": "sleepy", "prompt": "p"})).await;
+    running(a, &task).await;
+    let wait = format!("/v1/tasks/{task}/wait?timeout_secs=0");
+
+    // Marked as forwarded, B does not hold the task and does not pass it on.
+    let response = b
+        .get(&wait, &b.admin)
+        .header(FORWARDED_BY, cluster.node_id(0))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert!(response.headers().get(FORWARDED_TO).is_none());
+    expect_error(response, 503, "owner_unavailable").await;
+
+    // A holds it and serves it, marked or not; B forwards an unmarked one.
+    let response = a
+        .get(&wait, &a.admin)
+        .header(FORWARDED_BY, cluster.node_id(1))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.headers().get(FORWARDED_TO).is_none());
+    assert_eq!(parts(response).await.1["status"], "running");
+    let response = b.get(&wait, &b.admin).send().await.unwrap();
+    assert_eq!(
+        response.headers()[FORWARDED_TO],
+        cluster.node_id(0).as_str()
+    );
+    assert_eq!(parts(response).await.1["status"], "running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_owner_is_503_until_the_survivor_serves_its_task_itself() {
+    let mut cluster = Cluster::start(2, SLEEPY).await;
+    let dead = cluster.node_id(0);
+    let task = create(
+        &cluster.nodes[0],
+        json!({"agent": "sleepy", "prompt": "p", "policy": {"max_attempts": 2}}),
+    )
+    .await;
+    running(&cluster.nodes[0], &task).await;
+    let quick_wait = format!("/v1/tasks/{task}/wait?timeout_secs=0");
+
+    cluster.nodes[0].kill9().await;
+    let b = &cluster.nodes[1];
+    let response = b.get(&quick_wait, &b.admin).send().await.unwrap();
+    assert_eq!(response.headers()["retry-after"], "1");
+    expect_error(response, 503, "owner_unavailable").await;
+
+    cluster.until_none_owned_by(&dead).await;
+    // B owns the task; until it has loaded it, B still answers 503. Then B
+    // holds it: its retry passes and B answers alone.
+    let started = Instant::now();
+    let view = loop {
+        let wait = format!("/v1/tasks/{task}/wait?timeout_secs=5");
+        let (status, body) = parts(b.get(&wait, &b.admin).send().await.unwrap()).await;
+        match status {
+            200 if body["status"] == "pass" => break body,
+            200 => {}
+            503 => assert_eq!(body["code"], "owner_unavailable", "{body}"),
+            _ => panic!("{status} {body}"),
+        }
+        assert!(started.elapsed() < PATIENCE, "{body}\n{}", b.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(view["result"]["value"], "retried", "{view}");
+    let response = b.get(&quick_wait, &b.admin).send().await.unwrap();
+    assert!(response.headers().get(FORWARDED_TO).is_none());
+    assert_eq!(parts(response).await.0, 200);
+}
+
+/// Waits until `task`'s first attempt runs on `node`.
+async fn running(node: &Swarmd, task: &str) {
+    let started = Instant::now();
+    loop {
+        if node.task(task).await["status"] == "running" {
+            return;
+        }
+        assert!(started.elapsed() < PATIENCE, "{task} never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

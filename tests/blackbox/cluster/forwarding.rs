@@ -1,9 +1,10 @@
 //! Any node serves any request about a live task: a worker of a task node
 //! A holds fetches its prompt, streams output, creates a sub-task and
-//! submits through node B; a cancel and a wait sent to B act on A's task;
-//! a request forwarded once is never forwarded again; while the owner is
-//! dead B answers `503 owner_unavailable`, and once B has taken the task
-//! over it serves it itself.
+//! submits through node B; a cancel sent to B is forwarded to A, and a
+//! wait at B waits on A's task without being forwarded; a request
+//! forwarded once is never forwarded again; while the owner is dead B
+//! answers `503 owner_unavailable` (a wait goes on), and once B has taken
+//! the task over it serves it itself.
 
 use std::time::{Duration, Instant};
 
@@ -44,18 +45,13 @@ stream = "ndjson"
 env = { PATH = "/usr/bin:/bin" }
 "#;
 
-/// Runs until cancelled (or the node dies), then passes on a retry.
-const SLEEPY: &str = r#"
-[agents.sleepy]
+/// Runs until cancelled, at every attempt.
+const ENDLESS: &str = r#"
+[agents.endless]
 kind = "process"
-program = "/bin/sh"
-args = ["-c", """
-if [ "$SWARM_ATTEMPT" = 1 ]; then /bin/sleep 60; fi
-printf '{"type":"final","content":{"kind":"inline","value":"retried"},"ok":true}\n'
-"""]
+program = "/bin/sleep"
+args = ["60"]
 stdin = "none"
-stream = "ndjson"
-env = { PATH = "/usr/bin:/bin" }
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,14 +109,14 @@ async fn a_worker_talking_to_another_node_completes_its_task() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_and_wait_sent_to_another_node_act_on_the_owners_task() {
-    let cluster = Cluster::start(2, &format!("{QUICK}{SLEEPY}")).await;
+async fn a_cancel_sent_to_another_node_stops_the_owners_task_while_it_waits_there() {
+    let cluster = Cluster::start(2, ENDLESS).await;
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
     let owner = cluster.node_id(0);
-    let task = create(a, json!({"agent": "sleepy", "prompt": "p"})).await;
+    let task = create(a, json!({"agent": "endless", "prompt": "p"})).await;
     running(a, &task).await;
 
-    // A wait at B waits on A's live task instead of answering at once.
+    // A wait at B waits on A's live task, on B's own event feed.
     let waiting = {
         let request = b.get(&format!("/v1/tasks/{task}/wait?timeout_secs=60"), &b.admin);
         tokio::spawn(async move { request.send().await.unwrap() })
@@ -146,7 +142,7 @@ async fn cancel_and_wait_sent_to_another_node_act_on_the_owners_task() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(waited.headers()[FORWARDED_TO], owner.as_str());
+    assert!(waited.headers().get(FORWARDED_TO).is_none());
     let (status, view) = parts(waited).await;
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["status"], "cancelled", "{view}");
@@ -155,15 +151,15 @@ async fn cancel_and_wait_sent_to_another_node_act_on_the_owners_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forwarded_request_is_never_forwarded_again() {
-    let cluster = Cluster::start(2, SLEEPY).await;
+    let cluster = Cluster::start(2, ENDLESS).await;
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
-    let task = create(a, json!({"agent": "sleepy", "prompt": "p"})).await;
+    let task = create(a, json!({"agent": "endless", "prompt": "p"})).await;
     running(a, &task).await;
-    let wait = format!("/v1/tasks/{task}/wait?timeout_secs=0");
+    let cancel = format!("/v1/tasks/{task}/cancel");
 
     // Marked as forwarded, B does not hold the task and does not pass it on.
     let response = b
-        .get(&wait, &b.admin)
+        .post(&cancel, &b.admin)
         .header(FORWARDED_BY, cluster.node_id(0))
         .send()
         .await
@@ -171,62 +167,80 @@ async fn a_forwarded_request_is_never_forwarded_again() {
     assert_eq!(response.headers()["retry-after"], "1");
     assert!(response.headers().get(FORWARDED_TO).is_none());
     expect_error(response, 503, "owner_unavailable").await;
+    assert_eq!(a.task(&task).await["status"], "running");
 
-    // A holds it and serves it, marked or not; B forwards an unmarked one.
+    // Unmarked, B forwards it; A serves a marked one it holds.
+    let response = b.post(&cancel, &b.admin).send().await.unwrap();
+    assert_eq!(
+        response.headers()[FORWARDED_TO],
+        cluster.node_id(0).as_str()
+    );
+    assert_eq!(parts(response).await.1["status"], "cancelled");
+    let other = create(a, json!({"agent": "endless", "prompt": "q"})).await;
+    running(a, &other).await;
     let response = a
-        .get(&wait, &a.admin)
+        .post(&format!("/v1/tasks/{other}/cancel"), &a.admin)
         .header(FORWARDED_BY, cluster.node_id(1))
         .send()
         .await
         .unwrap();
     assert!(response.headers().get(FORWARDED_TO).is_none());
-    assert_eq!(parts(response).await.1["status"], "running");
-    let response = b.get(&wait, &b.admin).send().await.unwrap();
-    assert_eq!(
-        response.headers()[FORWARDED_TO],
-        cluster.node_id(0).as_str()
-    );
-    assert_eq!(parts(response).await.1["status"], "running");
+    assert_eq!(parts(response).await.1["status"], "cancelled");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_owner_is_503_until_the_survivor_serves_its_task_itself() {
-    let mut cluster = Cluster::start(2, SLEEPY).await;
+    let mut cluster = Cluster::start(2, ENDLESS).await;
     let dead = cluster.node_id(0);
     let task = create(
         &cluster.nodes[0],
-        json!({"agent": "sleepy", "prompt": "p", "policy": {"max_attempts": 2}}),
+        json!({"agent": "endless", "prompt": "p", "policy": {"max_attempts": 2}}),
     )
     .await;
     running(&cluster.nodes[0], &task).await;
-    let quick_wait = format!("/v1/tasks/{task}/wait?timeout_secs=0");
+    let cancel = format!("/v1/tasks/{task}/cancel");
+    let waiting = {
+        let b = &cluster.nodes[1];
+        let request = b.get(&format!("/v1/tasks/{task}/wait?timeout_secs=60"), &b.admin);
+        tokio::spawn(async move { request.send().await.unwrap() })
+    };
 
     cluster.nodes[0].kill9().await;
     let b = &cluster.nodes[1];
-    let response = b.get(&quick_wait, &b.admin).send().await.unwrap();
+    let response = b.post(&cancel, &b.admin).send().await.unwrap();
     assert_eq!(response.headers()["retry-after"], "1");
     expect_error(response, 503, "owner_unavailable").await;
 
+    // B owns the task; until it has loaded it B still answers 503, then it
+    // holds the retried attempt and cancels it itself.
     cluster.until_none_owned_by(&dead).await;
-    // B owns the task; until it has loaded it, B still answers 503. Then B
-    // holds it: its retry passes and B answers alone.
     let started = Instant::now();
-    let view = loop {
-        let wait = format!("/v1/tasks/{task}/wait?timeout_secs=5");
-        let (status, body) = parts(b.get(&wait, &b.admin).send().await.unwrap()).await;
+    let cancelled = loop {
+        let response = b.post(&cancel, &b.admin).send().await.unwrap();
+        assert!(response.headers().get(FORWARDED_TO).is_none());
+        let (status, body) = parts(response).await;
         match status {
-            200 if body["status"] == "pass" => break body,
-            200 => {}
+            200 => break body,
             503 => assert_eq!(body["code"], "owner_unavailable", "{body}"),
             _ => panic!("{status} {body}"),
         }
         assert!(started.elapsed() < PATIENCE, "{body}\n{}", b.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(view["result"]["value"], "retried", "{view}");
-    let response = b.get(&quick_wait, &b.admin).send().await.unwrap();
-    assert!(response.headers().get(FORWARDED_TO).is_none());
-    assert_eq!(parts(response).await.0, 200);
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled["attempt"], 2, "{cancelled}");
+
+    // The wait begun at B before the kill saw it through.
+    let waited = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    let (status, view) = parts(waited).await;
+    assert_eq!(
+        (status, &view["status"]),
+        (200, &json!("cancelled")),
+        "{view}"
+    );
 }
 
 /// Waits until `task`'s first attempt runs on `node`.

@@ -19,10 +19,10 @@ use axum::http::header::{self, HeaderName, HeaderValue};
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use swarmd_engine::ErrorCode;
+use swarmd_engine::{Engine, ErrorCode};
 use swarmd_postgres::{NodeId, PgDb, TaskOwner};
 
-use super::route::{self, Route};
+use super::route::{self, Route, Subject};
 use crate::app::AppState;
 use crate::http::MAX_WAIT_SECS;
 use crate::http::error::ApiError;
@@ -74,6 +74,46 @@ impl Forwarder {
             .build()?;
         Ok(Forwarder { db, node, client })
     }
+
+    /// Where a request about `subject` is served (`route::decide`); a
+    /// task this node holds is served here without asking the database.
+    pub(crate) async fn route(&self, engine: &Engine, subject: &Subject, forwarded: bool) -> Route {
+        let Some(key) = route::remote_key(engine, subject) else {
+            return Route::Local;
+        };
+        match self.db.live_owner(key).await {
+            Ok(owner) => route::decide(owner, self.node, forwarded),
+            Err(error) => {
+                tracing::warn!(%error, "cannot read which node holds the task");
+                Route::Unavailable("cannot read which node holds the task; retry")
+            }
+        }
+    }
+
+    /// A request to a peer, marked as forwarded by this node.
+    pub(crate) fn to_peer(
+        &self,
+        method: Method,
+        owner: &TaskOwner,
+        path_and_query: &str,
+        mut headers: HeaderMap,
+    ) -> reqwest::RequestBuilder {
+        let url = format!(
+            "{}{path_and_query}",
+            owner.advertise_url.trim_end_matches('/')
+        );
+        if let Some(value) = headers.get_mut(header::AUTHORIZATION) {
+            value.set_sensitive(true);
+        }
+        if let Ok(me) = HeaderValue::from_str(&self.node.to_string()) {
+            headers.insert(HeaderName::from_static(FORWARDED_BY), me);
+        }
+        let path = path_and_query.split('?').next().unwrap_or_default();
+        self.client
+            .request(method.clone(), url)
+            .headers(headers)
+            .timeout(timeout_of(&method, path))
+    }
 }
 
 /// The middleware: serves here, forwards, or answers 503 (see `route`).
@@ -89,18 +129,8 @@ pub(crate) async fn forward(
     else {
         return next.run(request).await;
     };
-    let Some(key) = route::remote_key(&state.engine, &subject) else {
-        return next.run(request).await;
-    };
     let forwarded = request.headers().contains_key(FORWARDED_BY);
-    let owner = match forwarder.db.live_owner(key).await {
-        Ok(owner) => owner,
-        Err(error) => {
-            tracing::warn!(%error, "cannot read which node holds the task");
-            return unavailable("cannot read which node holds the task; retry");
-        }
-    };
-    match route::decide(owner, forwarder.node, forwarded) {
+    match forwarder.route(&state.engine, &subject, forwarded).await {
         Route::Local => next.run(request).await,
         Route::Unavailable(why) => unavailable(why),
         Route::Forward(owner) => {
@@ -122,19 +152,13 @@ async fn relay(forwarder: &Forwarder, owner: &TaskOwner, request: Request, limit
         .into_response();
     };
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("{}{path}", owner.advertise_url.trim_end_matches('/'));
-    let mut headers = end_to_end(&parts.headers);
-    if let Some(value) = headers.get_mut(header::AUTHORIZATION) {
-        value.set_sensitive(true);
-    }
-    if let Ok(me) = HeaderValue::from_str(&forwarder.node.to_string()) {
-        headers.insert(HeaderName::from_static(FORWARDED_BY), me);
-    }
     let sent = forwarder
-        .client
-        .request(parts.method.clone(), url)
-        .headers(headers)
-        .timeout(timeout_of(&parts.method, parts.uri.path()))
+        .to_peer(
+            parts.method.clone(),
+            owner,
+            path,
+            end_to_end(&parts.headers),
+        )
         .body(body)
         .send()
         .await;
@@ -165,12 +189,10 @@ async fn relay(forwarder: &Forwarder, owner: &TaskOwner, request: Request, limit
         .unwrap_or_else(|error| ApiError::internal(&error).into_response())
 }
 
-/// How long a forwarded request may take: a wait and a spawn that waits
-/// may hold the whole of `MAX_WAIT_SECS`.
+/// How long a forwarded request may take: a sub-task's spawn may wait
+/// the whole of `MAX_WAIT_SECS` (`wait_secs`).
 fn timeout_of(method: &Method, path: &str) -> Duration {
-    let long = (method == Method::GET && path.ends_with("/wait"))
-        || (method == Method::POST && path == "/v1/tasks");
-    if long {
+    if method == Method::POST && path == "/v1/tasks" {
         Duration::from_secs(MAX_WAIT_SECS) + REQUEST_TIMEOUT
     } else {
         REQUEST_TIMEOUT
@@ -202,7 +224,7 @@ fn end_to_end(headers: &HeaderMap) -> HeaderMap {
 }
 
 /// `503 owner_unavailable` with `Retry-After`.
-fn unavailable(why: &str) -> Response {
+pub(crate) fn unavailable(why: &str) -> Response {
     let mut response = ApiError::coded(ErrorCode::OwnerUnavailable, why).into_response();
     response.headers_mut().insert(
         header::RETRY_AFTER,
@@ -243,11 +265,7 @@ mod tests {
     }
 
     #[test]
-    fn waits_may_take_the_longest_wait_and_the_rest_are_short() {
-        assert_eq!(
-            timeout_of(&Method::GET, "/v1/tasks/T-1/wait"),
-            Duration::from_secs(MAX_WAIT_SECS) + REQUEST_TIMEOUT
-        );
+    fn a_spawn_may_take_the_longest_wait_and_the_rest_are_short() {
         assert_eq!(
             timeout_of(&Method::POST, "/v1/tasks"),
             Duration::from_secs(MAX_WAIT_SECS) + REQUEST_TIMEOUT

@@ -3,7 +3,8 @@
 //! registration, its heartbeat and takeover loop (`node`), the lease
 //! arithmetic (`lease`), the event pump that follows the shared log
 //! (`pump`), and the forwarding of a request about a live task to the node
-//! that holds it (`route` decides, `forward` proxies).
+//! that holds it (`route` decides, `forward` proxies a request, `call`
+//! calls the owner's route for an MCP tool).
 //!
 //! On `store.backend = "postgres"` a daemon is always a node, a cluster of
 //! one without `[cluster]`: it registers before recovery (a new epoch, which
@@ -11,13 +12,16 @@
 //! from then on heartbeats, takes over dead peers' tasks and broadcasts
 //! every node's events.
 
+mod call;
 mod forward;
 mod lease;
 mod node;
 mod pump;
 mod route;
 
+pub(crate) use call::{PeerCall, call_owner};
 pub(crate) use forward::{Forwarder, forward};
+pub(crate) use route::{Subject, worker_subject};
 
 use std::path::Path;
 use std::time::Duration;

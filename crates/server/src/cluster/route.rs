@@ -5,9 +5,11 @@
 //! A request is about a live task when it is a worker route (by its
 //! credential: a `swc1` token's claims, read without verifying, or a `wh-`
 //! handle), a sub-task created with a worker credential (`POST /v1/tasks`),
-//! or a cancel or wait naming the task in its path. A task this node holds,
-//! a finished or unknown task, and every other request are served here;
-//! only a live task another node holds is forwarded.
+//! or a cancel naming the task in its path. A task this node holds, a
+//! finished or unknown task, and every other request are served here; only
+//! a live task another node holds is forwarded. A wait is served here too:
+//! the engine waits on the bus for the `task_finished` every node's events
+//! bring (`Engine::wait_task`), so it outlives a dead owner's takeover.
 
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, Method};
@@ -41,21 +43,25 @@ pub(crate) fn subject(method: &Method, path: &str, headers: &HeaderMap) -> Optio
     if path.starts_with("/v1/worker/") || (method == Method::POST && path == "/v1/tasks") {
         return credential(headers);
     }
-    let rest = path.strip_prefix("/v1/tasks/")?;
-    let (id, verb) = rest.split_once('/')?;
-    let named =
-        (verb == "cancel" && method == Method::POST) || (verb == "wait" && method == Method::GET);
-    named.then(|| id.parse().ok().map(Subject::Task)).flatten()
+    let id = path.strip_prefix("/v1/tasks/")?.strip_suffix("/cancel")?;
+    (method == Method::POST)
+        .then(|| id.parse().ok().map(Subject::Task))
+        .flatten()
 }
 
-/// The task a worker credential is bound to; `None` for other bearers
-/// (which `POST /v1/tasks` serves here) and for malformed ones (refused here).
+/// The task the worker credential of `Authorization` is bound to.
 fn credential(headers: &HeaderMap) -> Option<Subject> {
     let text = headers.get(AUTHORIZATION)?.to_str().ok()?;
     let bearer = text
         .strip_prefix("Bearer ")
         .or_else(|| text.strip_prefix("bearer "))?
         .trim();
+    worker_subject(bearer)
+}
+
+/// The task a worker credential is bound to; `None` for other bearers
+/// (which `POST /v1/tasks` serves here) and for malformed ones (refused here).
+pub(crate) fn worker_subject(bearer: &str) -> Option<Subject> {
     if looks_like_handle(bearer) {
         return Some(Subject::Handle(bearer.to_owned()));
     }
@@ -116,26 +122,28 @@ mod tests {
     }
 
     #[test]
-    fn cancel_and_wait_are_routed_by_their_path() {
+    fn cancel_is_routed_by_its_path() {
         let task: TaskId = TASK.parse().unwrap();
         let none = HeaderMap::new();
         let cancel = format!("/v1/tasks/{TASK}/cancel");
-        let wait = format!("/v1/tasks/{TASK}/wait");
         assert_eq!(
             subject(&Method::POST, &cancel, &none),
             Some(Subject::Task(task))
         );
-        assert_eq!(
-            subject(&Method::GET, &wait, &none),
-            Some(Subject::Task(task))
-        );
-        // Other verbs and reads of a task are served where they arrive.
+        // Other verbs, waits and reads of a task are served where they arrive.
         assert_eq!(subject(&Method::GET, &cancel, &none), None);
+        assert_eq!(
+            subject(&Method::GET, &format!("/v1/tasks/{TASK}/wait"), &none),
+            None
+        );
+        assert_eq!(
+            subject(&Method::POST, "/v1/tasks/T-nope/cancel", &none),
+            None
+        );
         assert_eq!(
             subject(&Method::GET, &format!("/v1/tasks/{TASK}"), &none),
             None
         );
-        assert_eq!(subject(&Method::GET, "/v1/tasks/T-nope/wait", &none), None);
         assert_eq!(subject(&Method::GET, "/v1/events", &none), None);
     }
 

@@ -6,11 +6,13 @@
 //! lost or run twice (`takeover`); a node paused past its lease finds its
 //! late writes fenced and exits (`fencing`); a request about a live task
 //! sent to a node that does not hold it is forwarded to the one that does,
-//! once (`forwarding`).
+//! once (`forwarding`), and an MCP tool about it calls that node's route
+//! (`mcp`).
 
 mod events;
 mod fencing;
 mod forwarding;
+mod mcp;
 mod takeover;
 
 use std::time::{Duration, Instant};

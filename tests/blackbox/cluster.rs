@@ -13,6 +13,7 @@ mod events;
 mod fencing;
 mod forwarding;
 mod mcp;
+mod overhead;
 mod takeover;
 
 use std::time::{Duration, Instant};

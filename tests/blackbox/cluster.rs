@@ -181,9 +181,8 @@ pub(crate) fn seqs(events: &[Value]) -> Vec<u64> {
     events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
 }
 
-/// Waits until `task` is terminal as `node` serves it (a node answers a
-/// wait for a task it does not hold yet from the store at once, so this
-/// asks again until it does); the task's view.
+/// Waits until `task` is terminal as `node` serves it, asking again after
+/// each wait's timeout; the task's view.
 pub(crate) async fn finished(node: &Swarmd, task: &str) -> Value {
     let started = Instant::now();
     loop {

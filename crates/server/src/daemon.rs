@@ -103,6 +103,13 @@ pub async fn build(
         let node = cluster::node_id(&cluster, &config.store.state_dir)
             .map_err(|e| BuildError::Cluster(e.to_string()))?;
         let advertise = cluster.advertise_url.as_deref().unwrap_or(&base_url);
+        if !advertise.starts_with("http://") {
+            tracing::warn!(
+                advertise_url = advertise,
+                "peers forward requests over plain HTTP only: requests about this node's \
+                 tasks sent to another node will answer 503 owner_unavailable"
+            );
+        }
         cluster::register(db, node, advertise)
             .await
             .map_err(|e| BuildError::Cluster(e.to_string()))?;

@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use serde_json::Value;
 use swarmd_engine::ErrorCode;
 
+use super::forward::{FORWARDED, UNAVAILABLE};
 use super::route::{Route, Subject};
 use crate::app::AppState;
 use crate::http::error::ApiError;
@@ -41,6 +42,7 @@ pub(crate) async fn call_owner(
     let owner = match forwarder.route(&state.engine, subject, false).await {
         Route::Local => return None,
         Route::Unavailable(why) => {
+            state.metrics.forwarded(UNAVAILABLE);
             return Some(Err(ApiError::coded(ErrorCode::OwnerUnavailable, why)));
         }
         Route::Forward(owner) => owner,
@@ -55,6 +57,7 @@ pub(crate) async fn call_owner(
         request = request.header(CONTENT_TYPE, "application/json").body(body);
     }
     let unreachable = |error: reqwest::Error| {
+        state.metrics.forwarded(UNAVAILABLE);
         tracing::warn!(
             owner = %owner.node,
             error = %error.without_url(),
@@ -83,6 +86,7 @@ pub(crate) async fn call_owner(
             Err(error) => return Some(Err(unreachable(error))),
         }
     }
+    state.metrics.forwarded(FORWARDED);
     Some(answer_of(status, &bytes))
 }
 

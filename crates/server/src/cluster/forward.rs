@@ -33,6 +33,10 @@ pub(crate) const FORWARDED_BY: &str = "x-swarmd-forwarded-by";
 /// Names, on a relayed answer, the node that served it.
 pub(crate) const FORWARDED_TO: &str = "x-swarmd-forwarded-to";
 
+/// The outcomes `swarmd_cluster_forwarded_requests_total` counts.
+pub(crate) const FORWARDED: &str = "forwarded";
+pub(crate) const UNAVAILABLE: &str = "unavailable";
+
 /// How long a connection to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a forwarded request may take, except the long ones below.
@@ -132,10 +136,18 @@ pub(crate) async fn forward(
     let forwarded = request.headers().contains_key(FORWARDED_BY);
     match forwarder.route(&state.engine, &subject, forwarded).await {
         Route::Local => next.run(request).await,
-        Route::Unavailable(why) => unavailable(why),
+        Route::Unavailable(why) => {
+            state.metrics.forwarded(UNAVAILABLE);
+            unavailable(why)
+        }
         Route::Forward(owner) => {
             let limit = state.config.limits.max_body_bytes;
-            relay(forwarder, &owner, request, limit).await
+            let answer = relay(forwarder, &owner, request, limit).await;
+            let forwarded = answer.headers().contains_key(FORWARDED_TO);
+            state
+                .metrics
+                .forwarded(if forwarded { FORWARDED } else { UNAVAILABLE });
+            answer
         }
     }
 }
@@ -165,8 +177,8 @@ async fn relay(forwarder: &Forwarder, owner: &TaskOwner, request: Request, limit
     let answer = match sent {
         Ok(answer) => answer,
         Err(error) => {
-            // The error names the URL: the owner's address and the route,
-            // never a header; the query is dropped.
+            // Logged without its URL: the route is the path alone, never
+            // the query or a header.
             tracing::warn!(
                 owner = %owner.node,
                 route = parts.uri.path(),

@@ -165,7 +165,7 @@ pub(super) async fn fetch(state: &AppState, handle: &str) -> Result<Value, ApiEr
 
 /// The answer of the node that holds the task `handle` is bound to, when
 /// that is another node.
-async fn on_owner(
+pub(super) async fn on_owner(
     state: &AppState,
     handle: &str,
     call: PeerCall<'_>,
@@ -199,11 +199,22 @@ pub(super) async fn progress(state: &AppState, args: Option<JsonObject>) -> Outc
     if events.is_empty() {
         return Err(ApiError::bad_request("give a stage, a note or text"));
     }
+    let seq = emit(state, &args.worker_handle, events).await?;
+    structured(&Reported { seq })
+}
+
+/// Writes output events for the attempt `handle` names (on the node that
+/// holds its task, as NDJSON to its output route); the last event's seq.
+pub(super) async fn emit(
+    state: &AppState,
+    handle: &str,
+    events: Vec<OutputEvent>,
+) -> Result<u64, ApiError> {
     let lines: Result<Vec<String>, _> = events.iter().map(serde_json::to_string).collect();
     let call = PeerCall {
         method: Method::POST,
         path: "/v1/worker/output".to_owned(),
-        bearer: &args.worker_handle,
+        bearer: handle,
         body: Some(
             lines
                 .map_err(|e| ApiError::internal(&e))?
@@ -211,17 +222,15 @@ pub(super) async fn progress(state: &AppState, args: Option<JsonObject>) -> Outc
                 .into_bytes(),
         ),
     };
-    if let Some(answer) = on_owner(state, &args.worker_handle, call).await {
-        let seq = answer?["seq"].as_u64().unwrap_or_default();
-        return structured(&Reported { seq });
+    if let Some(answer) = on_owner(state, handle, call).await {
+        return Ok(answer?["seq"].as_u64().unwrap_or_default());
     }
-    let (bearer, auth) = authenticate(state, &args.worker_handle, Verb::EmitOutput)?;
-    let seq = state
+    let (bearer, auth) = authenticate(state, handle, Verb::EmitOutput)?;
+    state
         .engine
         .worker_output(&auth, None, events)
         .await
-        .map_err(|e| worker_refusal(state, &bearer.0, e))?;
-    structured(&Reported { seq })
+        .map_err(|e| worker_refusal(state, &bearer.0, e))
 }
 
 pub(super) async fn submit(state: &AppState, args: Option<JsonObject>) -> Outcome {

@@ -12,6 +12,7 @@
 mod events;
 mod fencing;
 mod forwarding;
+mod idempotency;
 mod mcp;
 mod overhead;
 mod takeover;

@@ -20,6 +20,7 @@ use crate::harness::parts;
 
 mod access;
 mod lifecycle;
+mod tls;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
@@ -69,9 +70,23 @@ impl Pool {
         name: &str,
         concurrency: u32,
     ) -> Pool {
+        Pool::start_at(sw, &sw.base, &[], token, agent, name, concurrency).await
+    }
+
+    /// A pool of `sw`'s agent reaching the daemon at `server`, with `env`
+    /// added to its environment.
+    pub(super) async fn start_at(
+        sw: &Swarmd,
+        server: &str,
+        env: &[(&str, &std::path::Path)],
+        token: &str,
+        agent: &str,
+        name: &str,
+        concurrency: u32,
+    ) -> Pool {
         let script = CHILD.replace("@DIR@", &sw.dir().display().to_string());
         let mut child = Command::new(BINARY)
-            .args(["worker", "pool", "--server", &sw.base, "--agent", agent])
+            .args(["worker", "pool", "--server", server, "--agent", agent])
             .args(["--concurrency", &concurrency.to_string(), "--pool-id", name])
             .args([
                 "--env",
@@ -86,6 +101,7 @@ impl Pool {
             .env("PATH", "/usr/bin:/bin")
             .env("SWARMD_TOKEN", token)
             .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

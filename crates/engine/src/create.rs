@@ -14,7 +14,7 @@ use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::TaskId;
 use crate::live::TaskCell;
-use crate::store::WriteOp;
+use crate::store::{KeyClaim, WriteOp};
 use crate::task::{Policy, Task, TaskSpec};
 use crate::worker_api::{WorkerAuth, check_open};
 
@@ -149,8 +149,18 @@ impl Engine {
         }
         if let Some(key) = key {
             self.keys().remove(key);
+            self.release_claim(key, id).await;
         }
         self.inner.live.remove(&id);
+    }
+
+    /// Gives a task's key claim back to the store; a claim left behind
+    /// names a task that was never recorded, which the store's claim rule
+    /// sees through once its claimant is gone.
+    async fn release_claim(&self, key: &str, id: TaskId) {
+        if let Err(error) = self.inner.store.release_key(key, id).await {
+            tracing::warn!(task_id = %id, %error, "could not release an idempotency key claim");
+        }
     }
 
     /// Returns the task an idempotency key already names, or claims the key
@@ -165,16 +175,28 @@ impl Engine {
         if let Some(existing) = self.keys().get(key).copied() {
             return Ok(Some(existing));
         }
-        if let Some(existing) = self.inner.store.task_for_key(key).await? {
-            return Ok(Some(existing));
-        }
-        let mut keys = self.keys();
-        if let Some(existing) = keys.get(key).copied() {
-            return Ok(Some(existing));
-        }
         let id = cell.lock().task.id;
-        self.inner.live.insert(cell);
-        keys.insert(key.to_owned(), id);
+        if let KeyClaim::Taken(existing) = self.inner.store.claim_key(key, id).await? {
+            return Ok(Some(existing));
+        }
+        let raced = {
+            let mut keys = self.keys();
+            match keys.get(key).copied() {
+                Some(existing) => Some(existing),
+                None => {
+                    self.inner.live.insert(cell);
+                    keys.insert(key.to_owned(), id);
+                    None
+                }
+            }
+        };
+        if let Some(existing) = raced {
+            // A creation of this process with the same key won the key map
+            // meanwhile (only a store this process alone writes lets both
+            // through its claim); this task's claim is given back.
+            self.release_claim(key, id).await;
+            return Ok(Some(existing));
+        }
         Ok(None)
     }
 

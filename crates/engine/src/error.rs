@@ -72,6 +72,7 @@ impl EngineError {
             EngineError::Draining => ErrorCode::Draining,
             EngineError::OutputBudgetExceeded { .. } => ErrorCode::OutputBudgetExceeded,
             EngineError::Store(error) if error.is_fenced() => ErrorCode::NodeFenced,
+            EngineError::Store(error) if error.is_busy() => ErrorCode::Unavailable,
             EngineError::Spawn(_) | EngineError::Store(_) => ErrorCode::Internal,
         }
     }

@@ -97,6 +97,11 @@ pub enum StoreError {
     /// of it was stored.
     #[error("this node was fenced: another node took its tasks over")]
     Fenced,
+    /// What the operation needs is held by another live process for longer
+    /// than the store waits (an idempotency key whose task another node is
+    /// still recording); retrying later succeeds.
+    #[error("busy: {0}")]
+    Busy(String),
     /// A job panicked; its writes were rolled back and the store keeps running.
     #[error("a store job panicked")]
     Panicked,
@@ -122,6 +127,11 @@ impl StoreError {
             StoreError::Batch(inner) => inner.is_fenced(),
             _ => false,
         }
+    }
+
+    /// Whether the operation may succeed if retried later.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, StoreError::Busy(_))
     }
 }
 

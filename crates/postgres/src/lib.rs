@@ -15,6 +15,7 @@
 
 mod blobs;
 mod connect;
+mod keys;
 mod live;
 mod migrate;
 mod nodes;

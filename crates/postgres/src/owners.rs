@@ -1,6 +1,6 @@
 //! Which node holds a live task, for a node that is asked about a task it
 //! does not hold (the server's `cluster::route`): by the task's id, or by
-//! the digest of one of its `wh-` handles (`handles_digest`, schema step 4).
+//! the digest of one of its `wh-` handles (`handles_digest`, schema step 5).
 
 use swarmd_engine::ids::TaskId;
 use swarmd_output_store::StoreError;

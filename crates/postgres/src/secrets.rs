@@ -185,40 +185,47 @@ impl PgSecrets {
     /// The stored keyring, current key first, the others newest first;
     /// `None` when there is no key.
     async fn read_keyring(&self) -> Result<Option<Keyring>, StoreError> {
-        let rows = self
-            .client
-            .query(
-                "SELECT kid, secret, current FROM signing_keys ORDER BY current DESC, id DESC",
-                &[],
-            )
-            .await
-            .map_err(db_error)?;
-        let mut keys = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let kid: &str = row.get(0);
-            let stored: &[u8] = row.get(1);
-            let current: bool = row.get(2);
-            let mut secret: [u8; KEY_BYTES] = stored.try_into().map_err(|_| {
-                StoreError::Schema(format!("signing key {kid} is not {KEY_BYTES} bytes"))
-            })?;
-            let key = SigningKey::new(kid, secret);
-            secret.fill(0);
-            let key = key.map_err(|error| StoreError::Schema(error.to_string()))?;
-            keys.push((current, key));
-        }
-        let mut keys = keys.into_iter();
-        let Some((current, first)) = keys.next() else {
-            return Ok(None);
-        };
-        if !current {
-            return Err(StoreError::Schema(
-                "signing_keys has keys but none is current; run `swarmd keys rotate`".into(),
-            ));
-        }
-        Keyring::new(first, keys.map(|(_, key)| key).collect())
-            .map(Some)
-            .map_err(|error| StoreError::Schema(error.to_string()))
+        stored_keyring(&self.client).await
     }
+}
+
+/// The keyring the database holds, current key first; `None` when it has
+/// no key.
+pub(crate) async fn stored_keyring(
+    client: &impl tokio_postgres::GenericClient,
+) -> Result<Option<Keyring>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT kid, secret, current FROM signing_keys ORDER BY current DESC, id DESC",
+            &[],
+        )
+        .await
+        .map_err(db_error)?;
+    let mut keys = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let kid: &str = row.get(0);
+        let stored: &[u8] = row.get(1);
+        let current: bool = row.get(2);
+        let mut secret: [u8; KEY_BYTES] = stored.try_into().map_err(|_| {
+            StoreError::Schema(format!("signing key {kid} is not {KEY_BYTES} bytes"))
+        })?;
+        let key = SigningKey::new(kid, secret);
+        secret.fill(0);
+        let key = key.map_err(|error| StoreError::Schema(error.to_string()))?;
+        keys.push((current, key));
+    }
+    let mut keys = keys.into_iter();
+    let Some((current, first)) = keys.next() else {
+        return Ok(None);
+    };
+    if !current {
+        return Err(StoreError::Schema(
+            "signing_keys has keys but none is current; run `swarmd keys rotate`".into(),
+        ));
+    }
+    Keyring::new(first, keys.map(|(_, key)| key).collect())
+        .map(Some)
+        .map_err(|error| StoreError::Schema(error.to_string()))
 }
 
 /// Inserts a fresh current key whose random id `k` + 8 hex digits is not in
@@ -247,4 +254,33 @@ async fn insert_fresh_key(
     secret.fill(0);
     inserted?;
     Ok(kid)
+}
+
+impl crate::PgDb {
+    /// What changes whenever the keyring does (a rotation adds a key with
+    /// a higher id): the highest key id and the number of keys.
+    ///
+    /// # Errors
+    /// `StoreError::Database` on a failed query.
+    pub async fn keyring_stamp(&self) -> Result<(i64, i64), StoreError> {
+        let client = self.reader().await?;
+        let row = client
+            .query_one(
+                "SELECT COALESCE(MAX(id), 0)::bigint, COUNT(*)::bigint FROM signing_keys",
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok((row.get(0), row.get(1)))
+    }
+
+    /// The keyring the database holds (`None` when it has no key), read
+    /// through the pool.
+    ///
+    /// # Errors
+    /// As `PgSecrets::keyring`, without creating a key.
+    pub async fn stored_keyring(&self) -> Result<Option<Keyring>, StoreError> {
+        let client = self.reader().await?;
+        stored_keyring(&**client).await
+    }
 }

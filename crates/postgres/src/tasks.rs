@@ -16,12 +16,13 @@ use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::EventRecord;
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::{
-    Done, LiveSnapshot, NumberedDone, PostedFinal, TaskFilter, TaskStore, WriteOp,
+    Done, KeyClaim, LiveSnapshot, NumberedDone, PostedFinal, TaskFilter, TaskStore, WriteOp,
 };
 use swarmd_engine::task::{AttemptRecord, Task};
 use swarmd_output_store::StoreError;
 
 use crate::PgDb;
+use crate::keys;
 use crate::live;
 use crate::rows::Row;
 use crate::tasks_read as read;
@@ -169,6 +170,14 @@ impl TaskStore for PgTaskStore {
 
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
         read::task_for_key(&self.db, key).await
+    }
+
+    async fn claim_key(&self, key: &str, task: TaskId) -> Result<KeyClaim, StoreError> {
+        keys::claim(&self.db, key, task).await
+    }
+
+    async fn release_key(&self, key: &str, task: TaskId) -> Result<(), StoreError> {
+        keys::release(&self.db, key, task).await
     }
 
     async fn posted_final(

@@ -351,7 +351,7 @@ pub enum WorkerCommand {
 /// Flags of `swarmd worker pool`.
 #[derive(Debug, Clone, Args)]
 pub struct PoolArgs {
-    /// The daemon's URL (http://host:port).
+    /// The daemon's URL (http://host:port, or https://host:port behind a TLS-terminating proxy).
     #[arg(long, value_name = "URL")]
     pub server: String,
     /// The remote agent whose attempts this pool runs.

@@ -34,7 +34,7 @@ use crate::config::{self, Config, StoreBackend};
 use crate::environment::Environment;
 use crate::metrics::Metrics;
 use crate::sessions::{SessionRegistry, SessionSettings};
-use crate::state::PreparedState;
+use crate::state::{PreparedState, SecretSource};
 use crate::ws::EventRouter;
 
 /// Lua runs on its own small pool of OS threads, never on the async executor.
@@ -103,13 +103,6 @@ pub async fn build(
         let node = cluster::node_id(&cluster, &config.store.state_dir)
             .map_err(|e| BuildError::Cluster(e.to_string()))?;
         let advertise = cluster.advertise_url.as_deref().unwrap_or(&base_url);
-        if !advertise.starts_with("http://") {
-            tracing::warn!(
-                advertise_url = advertise,
-                "peers forward requests over plain HTTP only: requests about this node's \
-                 tasks sent to another node will answer 503 owner_unavailable"
-            );
-        }
         cluster::register(db, node, advertise)
             .await
             .map_err(|e| BuildError::Cluster(e.to_string()))?;
@@ -151,7 +144,15 @@ pub async fn build(
     // draining starts: its peers must not take over what it still finishes.
     let cluster_stop = CancellationToken::new();
     if let Some(db) = &pg {
-        cluster::start(&engine, db, &cluster, &cluster_stop, &tasks);
+        let keyring_in_database = matches!(state.keys_source, SecretSource::Database);
+        cluster::start(
+            &engine,
+            db,
+            &cluster,
+            keyring_in_database,
+            &cluster_stop,
+            &tasks,
+        );
     }
     sessions.start_idle_sweep(engine.clone(), shutdown.clone(), &tasks);
     tracing::info!(

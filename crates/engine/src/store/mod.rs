@@ -181,6 +181,15 @@ pub struct LiveSnapshot {
     pub last_event_seq: u64,
 }
 
+/// What `TaskStore::claim_key` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyClaim {
+    /// The key is the given task's now.
+    Claimed,
+    /// Another task holds the key, and its record is written.
+    Taken(TaskId),
+}
+
 /// The engine's durable state.
 #[async_trait]
 pub trait TaskStore: Send + Sync + Debug + 'static {
@@ -202,6 +211,23 @@ pub trait TaskStore: Send + Sync + Debug + 'static {
     async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError>;
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError>;
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError>;
+    /// Claims an idempotency key for `task` before the task's record is
+    /// written, or names the task that holds it. A store several processes
+    /// write claims atomically, so two of them given one key at once create
+    /// one task (docs/decisions.md, Cluster); a store only this process
+    /// writes looks the key up, the engine's key map being the claim.
+    async fn claim_key(&self, key: &str, _task: TaskId) -> Result<KeyClaim, StoreError> {
+        Ok(match self.task_for_key(key).await? {
+            Some(existing) => KeyClaim::Taken(existing),
+            None => KeyClaim::Claimed,
+        })
+    }
+    /// Gives up the claim of `key` by `task`, whose record could not be
+    /// written; a claim another task holds stays.
+    async fn release_key(&self, key: &str, task: TaskId) -> Result<(), StoreError> {
+        let _ = (key, task);
+        Ok(())
+    }
     /// The fingerprint of the Final a worker posted for (task, attempt).
     async fn posted_final(
         &self,

@@ -9,6 +9,7 @@ use swarmd_postgres::testing::{TestDatabase, fresh_database};
 use swarmd_postgres::{PgDb, PgTaskStore};
 
 mod cluster;
+mod keys;
 mod postgres_only;
 
 /// A fresh database and a task store on it.

@@ -64,7 +64,7 @@ pub struct ApiClient {
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("invalid URL `{url}`: expected http://host:port")]
+    #[error("invalid URL `{url}`: expected http://host:port or https://host:port")]
     BadUrl { url: String },
     #[error("request to {url} failed: {reason}")]
     Request { url: String, reason: String },
@@ -86,13 +86,19 @@ pub enum ClientError {
 }
 
 impl ApiClient {
-    /// A client for the daemon at `base_url` (`http://host:port`, no TLS).
+    /// A client for the daemon at `base_url`: `http://host:port`, or
+    /// `https://host:port` (a TLS-terminating proxy in front of it), whose
+    /// certificate is checked against the system's roots (`SSL_CERT_FILE`
+    /// and `SSL_CERT_DIR` name others).
     ///
     /// # Errors
-    /// `BadUrl` unless `base_url` is an `http://` URL.
+    /// `BadUrl` unless `base_url` is an `http://` or `https://` URL.
     pub fn new(base_url: &str, bearer: Bearer) -> Result<ApiClient, ClientError> {
         let base_url = base_url.trim_end_matches('/');
-        let host = base_url.strip_prefix("http://").unwrap_or_default();
+        let host = base_url
+            .strip_prefix("http://")
+            .or_else(|| base_url.strip_prefix("https://"))
+            .unwrap_or_default();
         if host.is_empty() || host.contains(char::is_whitespace) {
             return Err(ClientError::BadUrl {
                 url: base_url.to_owned(),

@@ -238,11 +238,17 @@ async fn tail_prints_each_event_as_one_json_line() {
 }
 
 #[test]
-fn only_http_urls_are_accepted_and_bearer_is_hidden() {
-    assert!(matches!(
-        ApiClient::new("https://x", Bearer::new("t")),
-        Err(ClientError::BadUrl { .. })
-    ));
+fn only_http_and_https_urls_are_accepted_and_bearer_is_hidden() {
+    for bad in ["ftp://x", "x:1", "https://", "http:// x"] {
+        assert!(
+            matches!(
+                ApiClient::new(bad, Bearer::new("t")),
+                Err(ClientError::BadUrl { .. })
+            ),
+            "{bad}"
+        );
+    }
     assert!(ApiClient::new("http://127.0.0.1:7700/", Bearer::new("t")).is_ok());
+    assert!(ApiClient::new("https://swarmd.example:443", Bearer::new("t")).is_ok());
     assert!(!format!("{:?}", Bearer::new("sws-secret")).contains("secret"));
 }

@@ -2,9 +2,10 @@
 //! Several nodes; docs/decisions.md, Cluster): this node's identity and
 //! registration, its heartbeat and takeover loop (`node`), the lease
 //! arithmetic (`lease`), the event pump that follows the shared log
-//! (`pump`), and the forwarding of a request about a live task to the node
-//! that holds it (`route` decides, `forward` proxies a request, `call`
-//! calls the owner's route for an MCP tool).
+//! (`pump`), the keyring follower that brings a rotated signing key to a
+//! running node (`keys`), and the forwarding of a request about a live
+//! task to the node that holds it (`route` decides, `forward` proxies a
+//! request, `call` calls the owner's route for an MCP tool).
 //!
 //! On `store.backend = "postgres"` a daemon is always a node, a cluster of
 //! one without `[cluster]`: it registers before recovery (a new epoch, which
@@ -14,6 +15,7 @@
 
 mod call;
 mod forward;
+mod keys;
 mod lease;
 mod node;
 mod pump;
@@ -119,11 +121,13 @@ pub(crate) async fn register(
     Ok(registration)
 }
 
-/// Starts the heartbeat and takeover loop and the event pump, after recovery.
+/// Starts the heartbeat and takeover loop and the event pump, after
+/// recovery, and the keyring follower when the database holds the keyring.
 pub(crate) fn start(
     engine: &Engine,
     db: &PgDb,
     settings: &ClusterConfig,
+    keyring_in_database: bool,
     stop: &CancellationToken,
     tasks: &TaskTracker,
 ) {
@@ -136,6 +140,9 @@ pub(crate) fn start(
     );
     tasks.spawn(node::run(engine.clone(), db.clone(), lease, stop.clone()));
     tasks.spawn(pump::run(engine.clone(), db.clone(), stop.clone()));
+    if keyring_in_database {
+        tasks.spawn(keys::run(engine.clone(), db.clone(), stop.clone()));
+    }
 }
 
 #[cfg(test)]

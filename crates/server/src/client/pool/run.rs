@@ -6,6 +6,15 @@
 //! events as they arrive, the Final once the child exited, by the same rule
 //! as the process spawner's (a plain child's stdout is its Final; an
 //! NDJSON child's last Final decides, demoted to not ok by a non-zero exit).
+//!
+//! A post that fails in a way that may pass (the connection refused or
+//! broken, `502`, `503`, `504`: the daemon restarting, a proxy reloading,
+//! a peer node taking the task over) is sent again with backoff, from
+//! 100 ms doubling to 5 s, for up to the attempt's lease and while the
+//! attempt is not cancelled. A batch of events whose connection broke
+//! after the daemon read it may so be stored twice; a Final sent again
+//! finds itself already there (`409 already_final`), which counts as
+//! posted.
 
 use std::time::Duration;
 
@@ -77,7 +86,11 @@ pub(crate) async fn run(
         Ok(child) => child,
         Err(e) => return Ran::Failed(format!("the pool could not start the child: {e}")),
     };
-    let writer = daemon.with_bearer(Bearer::new(&attempt.handle));
+    let writer = Poster {
+        client: daemon.with_bearer(Bearer::new(&attempt.handle)),
+        patience: Duration::from_millis(attempt.lease_ms),
+        cancel: cancel.clone(),
+    };
     let (events, received) = mpsc::channel(CHANNEL);
     let (ran, forwarded) = tokio::join!(child.wait(events), forward(&writer, received));
     let last_final = match forwarded {
@@ -135,10 +148,63 @@ fn runner(
         .map_err(|e| format!("the pool cannot run its command: {e}"))
 }
 
+/// Where an attempt's posts go: the daemon, with the attempt's own handle.
+struct Poster {
+    client: ApiClient,
+    /// How long a post that may pass is sent again.
+    patience: Duration,
+    /// The attempt's cancel: a cancelled attempt's posts are not retried.
+    cancel: CancellationToken,
+}
+
+impl Poster {
+    /// Sends the request `build` makes until it succeeds, fails for good,
+    /// the patience runs out or the attempt is cancelled.
+    async fn send(
+        &self,
+        path: &str,
+        build: impl Fn(&ApiClient) -> reqwest::RequestBuilder,
+    ) -> Result<(), ClientError> {
+        let url = self.client.url(path);
+        let deadline = tokio::time::Instant::now() + self.patience;
+        let mut backoff = RETRY_FIRST;
+        loop {
+            let error = match self.client.send(build(&self.client), &url).await {
+                Ok(_) => return Ok(()),
+                Err(error) => error,
+            };
+            let wait = backoff.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            if !may_pass(&error) || wait.is_zero() || self.cancel.is_cancelled() {
+                return Err(error);
+            }
+            tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "posting failed; retrying");
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.cancel.cancelled() => return Err(error),
+            }
+            backoff = (backoff * 2).min(RETRY_MAX);
+        }
+    }
+}
+
+/// First and longest wait before a post is sent again.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Whether a failed post may succeed if sent again: the connection failed,
+/// or a proxy or the daemon said it cannot answer now.
+fn may_pass(error: &ClientError) -> bool {
+    match error {
+        ClientError::Request { .. } => true,
+        ClientError::Status { status, .. } => matches!(status, 502..=504),
+        _ => false,
+    }
+}
+
 /// Posts every event but Finals as it arrives, batching what is waiting;
 /// returns the last Final, which is posted once the child has exited.
 async fn forward(
-    writer: &ApiClient,
+    writer: &Poster,
     mut events: mpsc::Receiver<OutputEvent>,
 ) -> Result<Option<OutputEvent>, ClientError> {
     let mut last_final = None;
@@ -204,7 +270,7 @@ fn decide(stream: StreamMode, exited: &Exited, last_final: Option<OutputEvent>) 
     }
 }
 
-async fn post_events(writer: &ApiClient, events: &[OutputEvent]) -> Result<(), ClientError> {
+async fn post_events(writer: &Poster, events: &[OutputEvent]) -> Result<(), ClientError> {
     let mut body = Vec::new();
     for event in events {
         serde_json::to_writer(&mut body, event).map_err(|e| ClientError::Decode {
@@ -213,27 +279,32 @@ async fn post_events(writer: &ApiClient, events: &[OutputEvent]) -> Result<(), C
         })?;
         body.push(b'\n');
     }
+    let body = bytes::Bytes::from(body);
     let path = "/v1/worker/output";
-    let url = writer.url(path);
-    let request = writer
-        .post(path)
-        .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
-        .body(body);
-    writer.send(request, &url).await.map(drop)
+    writer
+        .send(path, |client| {
+            client
+                .post(path)
+                .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
+                .body(body.clone())
+        })
+        .await
 }
 
 /// Posts the Final; a Final already there (the child posted its own with
 /// its handle) is left to decide.
 async fn post_result(
-    writer: &ApiClient,
+    writer: &Poster,
     value: serde_json::Value,
     ok: bool,
 ) -> Result<(), ClientError> {
     let path = "/v1/worker/result";
-    let url = writer.url(path);
-    let request = writer.post(path).json(&json!({ "value": value, "ok": ok }));
-    match writer.send(request, &url).await {
-        Ok(_) => Ok(()),
+    let body = json!({ "value": value, "ok": ok });
+    match writer
+        .send(path, |client| client.post(path).json(&body))
+        .await
+    {
+        Ok(()) => Ok(()),
         Err(ClientError::Status { code, .. }) if code.as_deref() == Some("already_final") => Ok(()),
         Err(e) => Err(e),
     }
@@ -280,6 +351,33 @@ mod tests {
         };
         assert!(!ok);
         assert!(matches!(note, Some(OutputEvent::Progress { .. })));
+    }
+
+    #[test]
+    fn only_failures_that_may_pass_are_posted_again() {
+        let status = |status: u16, code: &str| ClientError::Status {
+            url: "u".into(),
+            status,
+            code: Some(code.into()),
+            message: String::new(),
+        };
+        let refused = ClientError::Request {
+            url: "u".into(),
+            reason: "connection refused".into(),
+        };
+        assert!(may_pass(&refused));
+        for (code, name) in [(502, "bad_gateway"), (503, "unavailable"), (504, "timeout")] {
+            assert!(may_pass(&status(code, name)), "{code}");
+        }
+        for (code, name) in [
+            (409, "attempt_superseded"),
+            (410, "task_terminal"),
+            (401, "unauthorized"),
+            (400, "bad_request"),
+            (500, "internal"),
+        ] {
+            assert!(!may_pass(&status(code, name)), "{code}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Any node serves any request about a live task: a worker of a task node
 //! A holds fetches its prompt, streams output, creates a sub-task and
-//! submits through node B; a cancel sent to B is forwarded to A, and a
+//! submits through node B, and a SubAgent of a task A delegated to its
+//! MainAI does the same with its capability token; a cancel sent to B is forwarded to A, and a
 //! wait at B waits on A's task without being forwarded; a request
 //! forwarded once is never forwarded again; while the owner is dead B
 //! answers `503 owner_unavailable` (a wait goes on), and once B has taken
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{Cluster, QUICK, create, finished};
-use crate::daemon::Swarmd;
+use crate::daemon::{Swarmd, delegate_frame};
 use crate::harness::{PATIENCE, expect_error, parts};
 
 /// The hop header a forwarded request carries.
@@ -43,6 +44,13 @@ curl -sSf -D @DIR@/submit.headers -H "$auth" -H "$json" -d '{"answer":42}' \
 stdin = "none"
 stream = "ndjson"
 env = { PATH = "/usr/bin:/bin" }
+"#;
+
+/// Delegated to the session holding `main-ai`.
+const CODER: &str = r#"
+[agents.coder]
+kind = "operator"
+operator_role = "main-ai"
 "#;
 
 /// Runs until cancelled, at every attempt.
@@ -106,6 +114,67 @@ async fn a_worker_talking_to_another_node_completes_its_task() {
     for node in &cluster.nodes {
         assert!(!node.log().contains(&handle));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_completes_a_delegated_task_through_another_node_with_its_token() {
+    let cluster = Cluster::start(2, CODER).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let owner = cluster.node_id(0);
+    let login = a.login(json!({"roles": ["main-ai"]})).await;
+    let mut ws = a.connect(&login).await;
+    ws.send(delegate_frame("r-1", "coder", "fix it")).await;
+    let accepted = ws.recv().await;
+    assert_eq!(accepted["type"], "task_accepted", "{accepted}");
+    let task = accepted["task_id"].as_str().unwrap().to_owned();
+    let spawn = ws.recv_type("spawn").await;
+    let token = spawn["capability_token"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("swc1."), "{spawn}");
+
+    // The SubAgent talks to node B only, with its token.
+    let response = b.get("/v1/worker/prompt", &token).send().await.unwrap();
+    assert_eq!(response.headers()[FORWARDED_TO], owner.as_str());
+    let (status, prompt) = parts(response).await;
+    assert_eq!(
+        (status, &prompt["prompt"]),
+        (200, &json!("fix it")),
+        "{prompt}"
+    );
+    let response = b
+        .post("/v1/worker/output", &token)
+        .json(&json!({"type": "progress", "stage": "editing"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let response = b
+        .post("/v1/worker/result", &token)
+        .json(&json!({"value": "fixed"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()[FORWARDED_TO], owner.as_str());
+    let (status, ack) = parts(response).await;
+    assert_eq!(
+        (status, ack),
+        (
+            200,
+            json!({"task_id": task, "attempt": 1, "accepted": true})
+        )
+    );
+
+    let done = ws.done(&task).await;
+    assert_eq!(
+        (&done["status"], &done["value"]),
+        (&json!("pass"), &json!("fixed"))
+    );
+    let stages: Vec<Value> = b
+        .output(&task)
+        .await
+        .iter()
+        .map(|r| r["event"]["stage"].clone())
+        .collect();
+    assert!(stages.contains(&json!("editing")), "{stages:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,11 +4,17 @@
 //! live feed in one gapless order (`events`); a node killed with SIGKILL
 //! under load is taken over within two leases and nothing acknowledged is
 //! lost or run twice (`takeover`); a node paused past its lease finds its
-//! late writes fenced and exits (`fencing`).
+//! late writes fenced and exits (`fencing`); a request about a live task
+//! sent to a node that does not hold it is forwarded to the one that does,
+//! once (`forwarding`), and an MCP tool about it calls that node's route
+//! (`mcp`).
 
 mod events;
 mod fencing;
+mod forwarding;
 mod idempotency;
+mod mcp;
+mod overhead;
 mod takeover;
 
 use std::time::{Duration, Instant};
@@ -176,9 +182,8 @@ pub(crate) fn seqs(events: &[Value]) -> Vec<u64> {
     events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
 }
 
-/// Waits until `task` is terminal as `node` serves it (a node answers a
-/// wait for a task it does not hold yet from the store at once, so this
-/// asks again until it does); the task's view.
+/// Waits until `task` is terminal as `node` serves it, asking again after
+/// each wait's timeout; the task's view.
 pub(crate) async fn finished(node: &Swarmd, task: &str) -> Value {
     let started = Instant::now();
     loop {

@@ -173,15 +173,52 @@ impl Engine {
     }
 
     /// Waits until the task is terminal or `timeout` passes; returns it either way.
+    ///
+    /// A task live in another cluster node's memory (or taken over and not
+    /// loaded here yet) is waited for on the bus, which the event pump
+    /// feeds with every node's events: its `task_finished` is broadcast
+    /// once the terminal write is durable, and the store then reads it.
     pub async fn wait_task(&self, id: TaskId, timeout: Duration) -> Result<Task, EngineError> {
         if let Some(cell) = self.inner.live.get(&id) {
             let mut rx = cell.terminal.subscribe();
             let _ = tokio::time::timeout(timeout, rx.wait_for(|t| *t)).await;
             return Ok(cell.lock().task.clone());
         }
-        self.get_task(id)
-            .await?
-            .ok_or_else(|| EngineError::NotFound(format!("task {id}")))
+        // Subscribed before the read, so an end between the two is seen.
+        let mut events = self.subscribe();
+        let read = || async {
+            self.get_task(id)
+                .await?
+                .ok_or_else(|| EngineError::NotFound(format!("task {id}")))
+        };
+        let task = read().await?;
+        if task.status().is_terminal() || timeout.is_zero() {
+            return Ok(task);
+        }
+        let ended = async {
+            loop {
+                match events.recv().await {
+                    Ok(record) => {
+                        if matches!(&record.event, Event::TaskFinished { task_id, .. } if *task_id == id)
+                        {
+                            return;
+                        }
+                    }
+                    // Missed events: the store says whether it ended.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if read().await.is_ok_and(|t| t.status().is_terminal()) {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(timeout, ended).await;
+        if let Some(cell) = self.inner.live.get(&id) {
+            return Ok(cell.lock().task.clone());
+        }
+        read().await
     }
 
     /// Appends output events on behalf of a spawner or layer (no credential),
@@ -346,6 +383,12 @@ impl Engine {
     /// Number of tasks held in memory (not yet terminal).
     pub fn live_tasks(&self) -> usize {
         self.inner.live.len()
+    }
+
+    /// Whether task `id` is live in this engine's memory: on a cluster
+    /// node, whether this node holds it.
+    pub fn holds_task(&self, id: TaskId) -> bool {
+        self.inner.live.get(&id).is_some()
     }
 
     pub fn is_draining(&self) -> bool {

@@ -95,6 +95,9 @@ error_codes! {
     /// The daemon cannot be reached: `swarmd mcp` answers a call with it
     /// when the daemon stays away longer than the call may wait.
     Unavailable = "unavailable" => 503,
+    /// A cluster node cannot reach the node that holds the task live (dead,
+    /// unreachable or being taken over); the answer carries `Retry-After`.
+    OwnerUnavailable = "owner_unavailable" => 503,
     /// A bug: logged once with a correlation id that the answer repeats.
     Internal = "internal" => 500,
 }
@@ -190,6 +193,7 @@ mod tests {
             ("not_ready", 503),
             ("frames_dropped", 503),
             ("unavailable", 503),
+            ("owner_unavailable", 503),
             ("internal", 500),
         ];
         assert_eq!(table.len(), ErrorCode::ALL.len());

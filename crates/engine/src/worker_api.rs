@@ -195,6 +195,14 @@ impl Engine {
         })
     }
 
+    /// The task of a `wh-` handle this engine holds, for routing only:
+    /// nothing about the handle (expiry, verbs) is checked. `None` for a
+    /// malformed or unknown handle.
+    pub fn handle_task(&self, bearer: &str) -> Option<TaskId> {
+        let handle = WorkerHandle::parse(bearer).ok()?;
+        self.handles().get(&handle.digest()).map(|r| r.task_id)
+    }
+
     pub(crate) fn handles(&self) -> MutexGuard<'_, HandleTable> {
         self.inner.handles.lock().unwrap_or_else(|e| e.into_inner())
     }

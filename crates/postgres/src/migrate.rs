@@ -38,8 +38,10 @@ const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
 /// (`admin_token`, one row: the secret, for `swarmd admin-token`, and its
 /// SHA-256, the only column a node reads) and spilled output values
 /// (`blobs`, content-addressed; `claimed_at` comes from the database's
-/// clock, so every node's sweep agrees on a blob's age).
-const STEPS: [&str; 4] = [
+/// clock, so every node's sweep agrees on a blob's age). Step 5 indexes
+/// handles by digest, so a node routes a `wh-` handle it does not hold to
+/// the node that does (`owners`).
+const STEPS: [&str; 5] = [
     "
 CREATE TABLE tasks (
     id             uuid   PRIMARY KEY,
@@ -152,6 +154,7 @@ CREATE TABLE blobs (
 CREATE INDEX blobs_claimed ON blobs (claimed_at);
 ",
     KEY_CLAIMS,
+    "CREATE INDEX handles_digest ON handles (digest);",
 ];
 
 /// Step 4: an idempotency key is claimed before its task is recorded

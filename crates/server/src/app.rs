@@ -44,6 +44,9 @@ pub struct AppInner {
     /// Remote agents' attempts, queued for and held by worker pools
     /// (docs/protocol.md, Worker pools).
     pub remote: Arc<swarmd_spawner::remote::RemotePools>,
+    /// On PostgreSQL: forwards a request about a live task another node
+    /// holds to that node (docs/decisions.md, Cluster).
+    pub(crate) cluster: Option<crate::cluster::Forwarder>,
 }
 
 impl AppState {

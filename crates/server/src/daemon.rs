@@ -98,6 +98,7 @@ pub async fn build(
     // On PostgreSQL this daemon is a node: registered (a new epoch) before
     // recovery, which then reads the live tasks it owns.
     let cluster = cluster::settings(&config);
+    let mut forwarder = None;
     if let Some(db) = &pg {
         let node = cluster::node_id(&cluster, &config.store.state_dir)
             .map_err(|e| BuildError::Cluster(e.to_string()))?;
@@ -105,6 +106,10 @@ pub async fn build(
         cluster::register(db, node, advertise)
             .await
             .map_err(|e| BuildError::Cluster(e.to_string()))?;
+        forwarder = Some(
+            cluster::Forwarder::new(db.clone(), node)
+                .map_err(|e| BuildError::Cluster(format!("cannot build the peer client: {e}")))?,
+        );
     }
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
     let sessions = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
@@ -181,6 +186,7 @@ pub async fn build(
             .with_pools(Arc::clone(&remote)),
         upstream_attempts: Default::default(),
         remote,
+        cluster: forwarder,
     });
     Ok(Daemon {
         app,

@@ -37,6 +37,7 @@ pub const PREFIX: &str = "swarmd";
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 type ReasonLabel = [(&'static str, &'static str); 1];
+type OutcomeLabel = [(&'static str, &'static str); 1];
 type HttpLabels = [(&'static str, String); 2];
 
 /// The daemon's own metrics; one per daemon, in `AppState`.
@@ -45,6 +46,7 @@ pub struct Metrics {
     registry: Registry,
     token_failures: Family<ReasonLabel, Counter>,
     http_requests: Family<HttpLabels, Counter>,
+    forwarded: Family<OutcomeLabel, Counter>,
     /// The SQLite database, whose writer counters are read at each scrape.
     db: Option<SqliteDb>,
     /// The PostgreSQL database, whose writer counters are read at each scrape.
@@ -77,10 +79,18 @@ impl Metrics {
             "HTTP requests answered, by route template and status",
             http_requests.clone(),
         );
+        let forwarded = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "cluster_forwarded_requests",
+            "Requests about a live task another cluster node holds: relayed from it \
+             (forwarded) or answered 503 owner_unavailable (unavailable)",
+            forwarded.clone(),
+        );
         Metrics {
             registry,
             token_failures,
             http_requests,
+            forwarded,
             db: None,
             pg: None,
             history: History::default(),
@@ -128,6 +138,12 @@ impl Metrics {
         self.token_failures
             .get_or_create(&[("reason", reason)])
             .inc();
+    }
+
+    /// Counts a request or MCP call about a task another node holds;
+    /// `outcome` is `forwarded` or `unavailable`.
+    pub fn forwarded(&self, outcome: &'static str) {
+        self.forwarded.get_or_create(&[("outcome", outcome)]).inc();
     }
 
     /// Counts one answered request; `route` is the matched route template.

@@ -1,6 +1,7 @@
 //! The engine's `TaskStore` conformance cases against `PgTaskStore`, each
 //! on a fresh database of the test cluster, then what only PostgreSQL
-//! shows: migrations under the advisory lock, group commits, reopening.
+//! shows: migrations under the advisory lock, group commits, reopening,
+//! and which node holds a live task (`owners`).
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use swarmd_postgres::{PgDb, PgTaskStore};
 
 mod cluster;
 mod keys;
+mod owners;
 mod postgres_only;
 
 /// A fresh database and a task store on it.

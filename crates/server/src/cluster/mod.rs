@@ -2,8 +2,10 @@
 //! Several nodes; docs/decisions.md, Cluster): this node's identity and
 //! registration, its heartbeat and takeover loop (`node`), the lease
 //! arithmetic (`lease`), the event pump that follows the shared log
-//! (`pump`), and the keyring follower that brings a rotated signing key to
-//! a running node (`keys`).
+//! (`pump`), the keyring follower that brings a rotated signing key to a
+//! running node (`keys`), and the forwarding of a request about a live
+//! task to the node that holds it (`route` decides, `forward` proxies a
+//! request, `call` calls the owner's route for an MCP tool).
 //!
 //! On `store.backend = "postgres"` a daemon is always a node, a cluster of
 //! one without `[cluster]`: it registers before recovery (a new epoch, which
@@ -11,10 +13,17 @@
 //! from then on heartbeats, takes over dead peers' tasks and broadcasts
 //! every node's events.
 
+mod call;
+mod forward;
 mod keys;
 mod lease;
 mod node;
 mod pump;
+mod route;
+
+pub(crate) use call::{PeerCall, call_owner};
+pub(crate) use forward::{Forwarder, forward};
+pub(crate) use route::{Subject, worker_subject};
 
 use std::path::Path;
 use std::time::Duration;

@@ -50,7 +50,9 @@ pub use tasks::MAX_WAIT_SECS;
 /// 5. any error answer without a JSON body gets `{error, code}`;
 /// 6. a declared body over `limits.max_body_bytes` answers 413 before any
 ///    handler sees it; `DefaultBodyLimit` cuts undeclared ones in the
-///    extractors.
+///    extractors;
+/// 7. on a cluster node, a request about a live task another node holds is
+///    forwarded to it (`cluster::forward`).
 ///
 /// Operator login from loopback needs the peer address: serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`.
@@ -70,7 +72,11 @@ pub fn router(state: AppState) -> Router {
             limit,
             layers::declared_length,
         ))
-        .layer(DefaultBodyLimit::max(extractor_limit));
+        .layer(DefaultBodyLimit::max(extractor_limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::cluster::forward,
+        ));
     Router::new()
         .merge(worker::routes())
         .merge(pool::routes())

@@ -1,13 +1,15 @@
 //! The tools that start and stop work: `agents`, `spawn`, `spawn_many` and
-//! `cancel`, each through the HTTP task routes' own functions.
+//! `cancel`, each through the HTTP task routes' own functions (a cancel of
+//! a task another cluster node holds through that node's route).
 
 use std::collections::BTreeMap;
 
+use axum::http::Method;
 use futures_util::{StreamExt, stream};
 use rmcp::model::{JsonObject, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::TaskFilter;
@@ -15,6 +17,7 @@ use swarmd_engine::task::{PolicyOverrides, TaskStatus};
 
 use super::{Outcome, arguments, structured, tool};
 use crate::app::AppState;
+use crate::cluster::{self, PeerCall, Subject};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::tasks::{self, NewTask};
@@ -319,9 +322,28 @@ pub(super) async fn spawn_many(
     structured(&SpawnedMany { results, created })
 }
 
-pub(super) async fn cancel(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
+/// Cancels a task; one another cluster node holds through that node's
+/// cancel route, with the caller's own bearer.
+pub(super) async fn cancel(
+    state: &AppState,
+    caller: &Caller,
+    bearer: Option<&str>,
+    args: Option<JsonObject>,
+) -> Outcome {
     let args: CancelArgs = arguments(args)?;
     let id = task_id(&args.task_id)?;
+    caller.check(state, Verb::CancelTask)?;
+    if let Some(bearer) = bearer {
+        let call = PeerCall {
+            method: Method::POST,
+            path: format!("/v1/tasks/{id}/cancel"),
+            bearer,
+            body: Some(json!({ "reason": args.reason }).to_string().into_bytes()),
+        };
+        if let Some(answer) = cluster::call_owner(state, &Subject::Task(id), call).await {
+            return structured(&Cancelled { task: answer? });
+        }
+    }
     let task = tasks::cancel_by(state, caller, id, args.reason).await?;
     let task = serde_json::to_value(task).map_err(|e| ApiError::internal(&e))?;
     structured(&Cancelled { task })

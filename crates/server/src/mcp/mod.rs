@@ -24,6 +24,7 @@ mod upstream;
 mod wait;
 mod worker;
 
+use axum::http::header::AUTHORIZATION;
 use std::sync::Arc;
 
 use rmcp::handler::server::common::{schema_for_input, schema_for_output};
@@ -117,6 +118,16 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Option<Caller> {
         .cloned()
 }
 
+/// The bearer the `/mcp` request carried (already authenticated), for a
+/// call another cluster node serves.
+fn bearer_of(context: &RequestContext<RoleServer>) -> Option<&str> {
+    let parts = context.extensions.get::<axum::http::request::Parts>()?;
+    let text = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
+    text.strip_prefix("Bearer ")
+        .or_else(|| text.strip_prefix("bearer "))
+        .map(str::trim)
+}
+
 impl ServerHandler for SwarmdTools {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -152,7 +163,7 @@ impl ServerHandler for SwarmdTools {
             "agents" => fanout::agents(state, &caller, args).await,
             "spawn" => fanout::spawn(state, &caller, args).await,
             "spawn_many" => fanout::spawn_many(state, &caller, args).await,
-            "cancel" => fanout::cancel(state, &caller, args).await,
+            "cancel" => fanout::cancel(state, &caller, bearer_of(&context), args).await,
             "wait" => wait::wait(state, &caller, args, &context).await,
             "task" => read::task(state, &caller, args).await,
             "tasks" => read::tasks(state, &caller, args).await,

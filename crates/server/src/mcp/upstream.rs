@@ -7,10 +7,12 @@
 //! Arguments that only make sense in upstream's own process (`base_url`,
 //! `system_ref_path`) are accepted and ignored: the daemon is the server.
 //! Reports (`degradations`, `stats`) are kept as the worker routes keep
-//! them (`http::worker::report_event`).
+//! them (`http::worker::report_event`). Like the `worker_*` tools, these
+//! reach the node that holds the handle's task when it is another one.
 
 use std::time::Duration;
 
+use axum::http::Method;
 use rmcp::RoleServer;
 use rmcp::model::{JsonObject, Tool};
 use rmcp::service::RequestContext;
@@ -25,6 +27,7 @@ use super::frames::{self, MAX_WAIT_SECS, session_of};
 use super::worker::{self, PromptShape, authenticate};
 use super::{Outcome, arguments, structured, tool};
 use crate::app::AppState;
+use crate::cluster::PeerCall;
 use crate::http::auth::{Caller, worker_refusal};
 use crate::http::error::ApiError;
 use crate::http::worker::report_event;
@@ -322,6 +325,15 @@ pub(super) async fn fetch(state: &AppState, args: Option<JsonObject>) -> Outcome
         return structured(&worker::fetch(state, &args.worker_handle).await?);
     };
     let task = step_or_task(&named)?;
+    let call = PeerCall {
+        method: Method::GET,
+        path: format!("/v1/worker/prompt?task_id={task}"),
+        bearer: &args.worker_handle,
+        body: None,
+    };
+    if let Some(answer) = worker::on_owner(state, &args.worker_handle, call).await {
+        return structured(&answer?);
+    }
     let (bearer, auth) = authenticate(state, &args.worker_handle, Verb::FetchPrompt)?;
     let prompt = state
         .engine
@@ -359,24 +371,14 @@ pub(super) async fn submit(state: &AppState, args: Option<JsonObject>) -> Outcom
             name,
             content: ContentRef::Inline { value: text },
         });
-        write(state, &args.worker_handle, events).await?;
+        worker::emit(state, &args.worker_handle, events).await?;
         return structured(&Submitted { submitted: true });
     }
     if !events.is_empty() {
-        write(state, &args.worker_handle, events).await?;
+        worker::emit(state, &args.worker_handle, events).await?;
     }
     worker::post(state, &args.worker_handle, text, args.ok.unwrap_or(true)).await?;
     structured(&Submitted { submitted: true })
-}
-
-/// Writes output events for the attempt `handle` names.
-async fn write(state: &AppState, handle: &str, events: Vec<OutputEvent>) -> Result<u64, ApiError> {
-    let (bearer, auth) = authenticate(state, handle, Verb::EmitOutput)?;
-    state
-        .engine
-        .worker_output(&auth, None, events)
-        .await
-        .map_err(|e| worker_refusal(state, &bearer.0, e))
 }
 
 /// A task named by its id or by its upstream step id.

@@ -3,17 +3,21 @@
 //! MainAI's MCP connection needs no HTTP client. The handle is the
 //! credential, checked exactly as the worker routes check it (the gate,
 //! binding, fencing, late writes); the MCP caller's own rights play no part.
+//! When another cluster node holds the handle's task, each tool calls that
+//! node's worker route with the handle (`cluster::call_owner`).
 
+use axum::http::Method;
 use rmcp::model::{JsonObject, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use swarmd_engine::gate::Verb;
-use swarmd_engine::{ResultAck, ResultPost, WorkerAuth, body_digest};
+use swarmd_engine::{ResultPost, WorkerAuth, body_digest};
 use swarmd_output_store::{ContentRef, OutputEvent};
 
 use super::{Outcome, arguments, structured, tool};
 use crate::app::AppState;
+use crate::cluster::{self, PeerCall};
 use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
 use crate::http::error::ApiError;
 use crate::http::views::PromptView;
@@ -140,14 +144,34 @@ pub(super) async fn prompt(state: &AppState, args: Option<JsonObject>) -> Outcom
 }
 
 /// The prompt of the attempt `handle` names.
-pub(super) async fn fetch(state: &AppState, handle: &str) -> Result<PromptView, ApiError> {
+pub(super) async fn fetch(state: &AppState, handle: &str) -> Result<Value, ApiError> {
+    let call = PeerCall {
+        method: Method::GET,
+        path: "/v1/worker/prompt".to_owned(),
+        bearer: handle,
+        body: None,
+    };
+    if let Some(answer) = on_owner(state, handle, call).await {
+        return answer;
+    }
     let (bearer, auth) = authenticate(state, handle, Verb::FetchPrompt)?;
     let prompt = state
         .engine
         .fetch_prompt(&auth, None)
         .await
         .map_err(|e| worker_refusal(state, &bearer.0, e))?;
-    Ok(PromptView::new(&auth, prompt))
+    serde_json::to_value(PromptView::new(&auth, prompt)).map_err(|e| ApiError::internal(&e))
+}
+
+/// The answer of the node that holds the task `handle` is bound to, when
+/// that is another node.
+pub(super) async fn on_owner(
+    state: &AppState,
+    handle: &str,
+    call: PeerCall<'_>,
+) -> Option<Result<Value, ApiError>> {
+    let subject = cluster::worker_subject(handle)?;
+    cluster::call_owner(state, &subject, call).await
 }
 
 pub(super) async fn progress(state: &AppState, args: Option<JsonObject>) -> Outcome {
@@ -175,13 +199,38 @@ pub(super) async fn progress(state: &AppState, args: Option<JsonObject>) -> Outc
     if events.is_empty() {
         return Err(ApiError::bad_request("give a stage, a note or text"));
     }
-    let (bearer, auth) = authenticate(state, &args.worker_handle, Verb::EmitOutput)?;
-    let seq = state
+    let seq = emit(state, &args.worker_handle, events).await?;
+    structured(&Reported { seq })
+}
+
+/// Writes output events for the attempt `handle` names (on the node that
+/// holds its task, as NDJSON to its output route); the last event's seq.
+pub(super) async fn emit(
+    state: &AppState,
+    handle: &str,
+    events: Vec<OutputEvent>,
+) -> Result<u64, ApiError> {
+    let lines: Result<Vec<String>, _> = events.iter().map(serde_json::to_string).collect();
+    let call = PeerCall {
+        method: Method::POST,
+        path: "/v1/worker/output".to_owned(),
+        bearer: handle,
+        body: Some(
+            lines
+                .map_err(|e| ApiError::internal(&e))?
+                .join("\n")
+                .into_bytes(),
+        ),
+    };
+    if let Some(answer) = on_owner(state, handle, call).await {
+        return Ok(answer?["seq"].as_u64().unwrap_or_default());
+    }
+    let (bearer, auth) = authenticate(state, handle, Verb::EmitOutput)?;
+    state
         .engine
         .worker_output(&auth, None, events)
         .await
-        .map_err(|e| worker_refusal(state, &bearer.0, e))?;
-    structured(&Reported { seq })
+        .map_err(|e| worker_refusal(state, &bearer.0, e))
 }
 
 pub(super) async fn submit(state: &AppState, args: Option<JsonObject>) -> Outcome {
@@ -196,9 +245,20 @@ pub(super) async fn post(
     handle: &str,
     value: Value,
     ok: bool,
-) -> Result<ResultAck, ApiError> {
+) -> Result<Value, ApiError> {
+    // The result route's body, so its digest is the same on either node.
+    let body = json!({ "value": value, "ok": ok }).to_string();
+    let call = PeerCall {
+        method: Method::POST,
+        path: "/v1/worker/result".to_owned(),
+        bearer: handle,
+        body: Some(body.clone().into_bytes()),
+    };
+    if let Some(answer) = on_owner(state, handle, call).await {
+        return answer;
+    }
     let (bearer, auth) = authenticate(state, handle, Verb::PostResult)?;
-    let digest = body_digest(json!({ "value": value, "ok": ok }).to_string().as_bytes());
+    let digest = body_digest(body.as_bytes());
     let post = ResultPost {
         task_id: None,
         attempt: None,
@@ -207,9 +267,10 @@ pub(super) async fn post(
         idempotency_key: None,
         body_digest: digest,
     };
-    state
+    let ack = state
         .engine
         .post_result(&auth, post)
         .await
-        .map_err(|e| worker_refusal(state, &bearer.0, e))
+        .map_err(|e| worker_refusal(state, &bearer.0, e))?;
+    serde_json::to_value(ack).map_err(|e| ApiError::internal(&e))
 }

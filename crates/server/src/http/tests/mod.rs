@@ -108,6 +108,7 @@ impl Api {
             metrics: Metrics::new(),
             upstream_attempts: Default::default(),
             remote: Default::default(),
+            cluster: None,
         });
         let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
         let server = tokio::spawn(async move {

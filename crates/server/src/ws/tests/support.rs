@@ -123,6 +123,7 @@ impl Harness {
             metrics: Metrics::new(),
             upstream_attempts: Default::default(),
             remote: Default::default(),
+            cluster: None,
         });
         Harness {
             engine,

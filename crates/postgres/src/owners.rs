@@ -1,0 +1,66 @@
+//! Which node holds a live task, for a node that is asked about a task it
+//! does not hold (the server's `cluster::route`): by the task's id, or by
+//! the digest of one of its `wh-` handles (`handles_digest`, schema step 5).
+
+use swarmd_engine::ids::TaskId;
+use swarmd_output_store::StoreError;
+
+use crate::PgDb;
+use crate::connect::db_error;
+use crate::nodes::NodeId;
+
+/// What names the task a request is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerKey {
+    Task(TaskId),
+    /// The SHA-256 digest of a `wh-` handle.
+    Handle([u8; 32]),
+}
+
+/// The node that holds a live task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskOwner {
+    pub task: TaskId,
+    pub node: NodeId,
+    /// Where its peers reach it (`cluster.advertise_url`).
+    pub advertise_url: String,
+    /// Whether its row is `alive`: a node killed moments ago still is
+    /// until a survivor declares it dead.
+    pub alive: bool,
+}
+
+const COLUMNS: &str = "SELECT t.id, t.owner_node, n.advertise_url, n.state = 'alive'
+     FROM tasks t JOIN nodes n ON n.id = t.owner_node
+     WHERE t.finished_ms IS NULL AND ";
+
+impl PgDb {
+    /// The owner of the live task `key` names; `None` when the task is
+    /// finished, unknown, or owned by no node.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Database` when the read fails.
+    pub async fn live_owner(&self, key: OwnerKey) -> Result<Option<TaskOwner>, StoreError> {
+        let client = self.reader().await?;
+        let row = match key {
+            OwnerKey::Task(id) => {
+                let sql = format!("{COLUMNS}t.id = $1");
+                let statement = client.prepare_cached(&sql).await.map_err(db_error)?;
+                client.query_opt(&statement, &[&id.as_uuid()]).await
+            }
+            OwnerKey::Handle(digest) => {
+                let sql =
+                    format!("{COLUMNS}t.id = (SELECT task FROM handles WHERE digest = $1 LIMIT 1)");
+                let statement = client.prepare_cached(&sql).await.map_err(db_error)?;
+                client.query_opt(&statement, &[&&digest[..]]).await
+            }
+        }
+        .map_err(db_error)?;
+        Ok(row.map(|row| TaskOwner {
+            task: TaskId::from_uuid(row.get(0)),
+            node: row.get(1),
+            advertise_url: row.get(2),
+            alive: row.get(3),
+        }))
+    }
+}

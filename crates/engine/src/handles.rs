@@ -70,6 +70,22 @@ impl HandleTable {
         })
     }
 
+    /// Registers the handle of a task that is not live here, straight into
+    /// the retired window (so it is bounded like the others); a handle
+    /// already in the table is left as it is.
+    pub(crate) fn insert_retired(&mut self, digest: [u8; 32], record: HandleRecord) {
+        if self.by_digest.contains_key(&digest) {
+            return;
+        }
+        self.by_digest.insert(digest, record);
+        self.retired.push_back(digest);
+        while self.retired.len() > self.retired_keep {
+            if let Some(old) = self.retired.pop_front() {
+                self.by_digest.remove(&old);
+            }
+        }
+    }
+
     /// Moves a task's handles to the retired window, dropping the oldest
     /// retired handles beyond its capacity.
     pub(crate) fn retire_task(&mut self, task: TaskId) {
@@ -107,6 +123,18 @@ impl HandleTable {
 }
 
 impl Engine {
+    /// Learns the handle of a task this engine does not hold, read from the
+    /// shared store (a task another node of a cluster held, now finished),
+    /// so that its worker gets the fence's answer (`410 task_terminal`, or
+    /// its result's replay) here rather than `401`. It joins the retired
+    /// window; a handle of a task this engine holds is never replaced.
+    pub fn learn_retired_handle(&self, digest: [u8; 32], record: HandleRecord) {
+        if self.holds_task(record.task_id) {
+            return;
+        }
+        self.handles().insert_retired(digest, record);
+    }
+
     /// Worker handles held in memory: those of live tasks plus the retired
     /// window.
     pub fn handle_count(&self) -> usize {

@@ -371,16 +371,20 @@ impl Engine {
             Ok(session) => session,
             Err(Claim::Replay(first)) => return replay(&first),
             // A closed attempt may have accepted this very Final before: its
-            // fingerprint is stored with it.
+            // fingerprint is stored with it. The fingerprint is written
+            // first, so it alone proves nothing: the Final's write may have
+            // failed after it (a node fenced between the two, a crash), and
+            // the worker was then never told yes. Only a Final that is
+            // stored too is replayed.
             Err(Claim::Closed(error)) => {
-                return match self
+                let first = self
                     .inner
                     .store
                     .posted_final(task_id, auth.attempt.n)
-                    .await?
-                {
-                    Some(first) => replay(&first),
-                    None => Err(error),
+                    .await?;
+                return match first {
+                    Some(first) if self.last_final(auth.attempt).await?.is_some() => replay(&first),
+                    _ => Err(error),
                 };
             }
         };

@@ -3,6 +3,7 @@
 //! the digest of one of its `wh-` handles (`handles_digest`, schema step 5).
 
 use swarmd_engine::ids::TaskId;
+use swarmd_engine::store::HandleRecord;
 use swarmd_output_store::StoreError;
 
 use crate::PgDb;
@@ -62,5 +63,34 @@ impl PgDb {
             advertise_url: row.get(2),
             alive: row.get(3),
         }))
+    }
+
+    /// The record of the unexpired handle with `digest` (at `now_secs`),
+    /// whatever its task's state: a node asked about a handle of a task it
+    /// never held learns it here.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Database` when the read fails, `StoreError::Json` when
+    /// the stored record cannot be read.
+    pub async fn handle_record(
+        &self,
+        digest: [u8; 32],
+        now_secs: u64,
+    ) -> Result<Option<HandleRecord>, StoreError> {
+        let client = self.reader().await?;
+        let statement = client
+            .prepare_cached("SELECT body FROM handles WHERE digest = $1 AND exp_secs > $2 LIMIT 1")
+            .await
+            .map_err(db_error)?;
+        let now = i64::try_from(now_secs).unwrap_or(i64::MAX);
+        let row = client
+            .query_opt(&statement, &[&&digest[..], &now])
+            .await
+            .map_err(db_error)?;
+        match row {
+            Some(row) => Ok(Some(serde_json::from_str(row.get(0))?)),
+            None => Ok(None),
+        }
     }
 }

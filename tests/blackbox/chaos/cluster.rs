@@ -1,9 +1,10 @@
 //! Crash chaos on two nodes of one PostgreSQL database (docs/benchmarks.md,
 //! Crash chaos): the run of `chaos` against node A while node B runs
 //! beside it. Every third kill keeps A down past its lease, so B takes A's
-//! live tasks over before A comes back; then B's log and exit are checked
-//! too, that B did take tasks over,
-//! with the database's integrity and the event log's attempt order: no
+//! live tasks over before A comes back. The MainAI and every client talk
+//! to A only, so what B holds they reach through A's forwarding. Then B's
+//! log and exit are checked too, that B did take tasks over, with the
+//! database's integrity and the event log's attempt order: no
 //! attempt of a task starts while another of it is open (run twice at
 //! once), and no attempt starts twice.
 
@@ -45,10 +46,7 @@ async fn sigkill_of_one_of_two_nodes_loses_nothing_and_runs_nothing_twice() {
         node: b,
         lease: LEASE,
     };
-    let beside = Beside {
-        peer: Some(peer),
-        no_delegated: true,
-    };
+    let beside = Beside { peer: Some(peer) };
     run(a, kills, Backend::Postgres(database), beside).await;
 }
 
@@ -61,7 +59,8 @@ pub(super) struct Peer {
 impl Peer {
     /// What only a cluster run checks: the attempt order in the shared
     /// log, B's clean exit, and no secret in B's log.
-    pub(super) async fn checks(mut self, ctx: &Ctx) -> Vec<Check> {
+    /// B's log comes back too, for the run to save when a check failed.
+    pub(super) async fn checks(mut self, ctx: &Ctx) -> (Vec<Check>, String) {
         let log = event_log(ctx).await;
         let order = attempt_order(&log);
         self.node.sigterm();
@@ -91,7 +90,7 @@ impl Peer {
                 vec!["node B never took a live task over".to_owned()]
             },
         };
-        vec![order, exit, secrets, takeover]
+        (vec![order, exit, secrets, takeover], node_log)
     }
 }
 

@@ -72,9 +72,6 @@ struct Beside {
     /// A second node on the same database, never killed, which takes the
     /// killed node's tasks over when it stays down past its lease.
     peer: Option<cluster::Peer>,
-    /// Whether the load leaves out delegated tasks (the MainAI still logs
-    /// in and hears about its tasks).
-    no_delegated: bool,
 }
 
 /// The store a run's daemon is on, for what only it can check.
@@ -127,9 +124,7 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
     let mut producers = JoinSet::new();
     producers.spawn(load::http_producer(ctx.clone(), 0));
     producers.spawn(load::http_producer(ctx.clone(), 1));
-    if !beside.no_delegated {
-        producers.spawn(load::delegated_producer(ctx.clone(), requests));
-    }
+    producers.spawn(load::delegated_producer(ctx.clone(), requests));
     producers.spawn(load::canceller(ctx.clone()));
 
     let started = Instant::now();
@@ -179,8 +174,11 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
         postgres::resolve_blobs(database, &mut stored).await;
     }
     let mut report = checks::run(&records, &stored, &login.sid);
+    let mut peer_log = None;
     if let Some(peer) = beside.peer {
-        report.extend(peer.checks(&ctx).await);
+        let (checks, log) = peer.checks(&ctx).await;
+        report.extend(checks);
+        peer_log = Some(log);
     }
     sw.sigterm();
     let status = sw.exited().await;
@@ -234,6 +232,10 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
     if !failed.is_empty() {
         let saved = std::env::temp_dir().join(format!("swarmd-chaos-{seed}.log"));
         std::fs::write(&saved, &log).unwrap();
+        if let Some(peer_log) = &peer_log {
+            let saved = std::env::temp_dir().join(format!("swarmd-chaos-{seed}-peer.log"));
+            std::fs::write(saved, peer_log).unwrap();
+        }
         let details: Vec<String> = failed
             .iter()
             .map(|c| {

@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use swarmd_engine::{Engine, ErrorCode};
-use swarmd_postgres::{NodeId, PgDb, TaskOwner};
+use swarmd_postgres::{NodeId, OwnerKey, PgDb, TaskOwner};
 
 use super::route::{self, Route, Subject};
 use crate::app::AppState;
@@ -86,11 +86,33 @@ impl Forwarder {
             return Route::Local;
         };
         match self.db.live_owner(key).await {
+            Ok(None) => {
+                if let OwnerKey::Handle(digest) = key {
+                    self.learn_handle(engine, digest).await;
+                }
+                Route::Local
+            }
             Ok(owner) => route::decide(owner, self.node, forwarded),
             Err(error) => {
                 tracing::warn!(%error, "cannot read which node holds the task");
                 Route::Unavailable("cannot read which node holds the task; retry")
             }
+        }
+    }
+
+    /// Reads the handle of a task no node holds any more (finished, often
+    /// by another node) into the engine, so its worker gets the answer it
+    /// would get from the node that held the task (`410 task_terminal`, or
+    /// its result's replay) instead of `401`.
+    async fn learn_handle(&self, engine: &Engine, digest: [u8; 32]) {
+        match self
+            .db
+            .handle_record(digest, engine.clock().now_secs())
+            .await
+        {
+            Ok(Some(record)) => engine.learn_retired_handle(digest, record),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "cannot read a worker handle from the database"),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Server → client requests waiting for their reply, keyed by `req_id`:
 //! `spawn` (→ `spawn_ack`/`spawn_halt`), `ask` (→ `answer`), `hook_before`
-//! (→ `hook_ack`). A reply completes the waiter's oneshot; a reply nobody
+//! (→ `hook_ack`). A reply completes the waiter's oneshot, or, for a request
+//! another node relayed, goes back to that node as mail; a reply nobody
 //! waits for is an error the client is told about.
 //!
 //! Waiters whose caller gave up (its receiver is gone) are pruned when the
@@ -22,6 +23,26 @@ pub enum Waiter {
     Spawn(oneshot::Sender<SpawnReply>),
     Ask(oneshot::Sender<Value>),
     Hook(oneshot::Sender<HookAck>),
+    /// A request another node sent through the mailbox: the reply goes
+    /// back there as mail.
+    Relay(Relayed),
+}
+
+/// Which reply a relayed request expects, and where it goes.
+#[derive(Debug)]
+pub struct Relayed {
+    pub(crate) expects: Expects,
+    pub(crate) sid: swarmd_engine::ids::SessionId,
+    pub(crate) reply_to: swarmd_postgres::NodeId,
+    pub(crate) post: super::homes::Postbox,
+}
+
+/// The kind of reply a request expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expects {
+    Spawn,
+    Answer,
+    Hook,
 }
 
 impl Waiter {
@@ -30,14 +51,24 @@ impl Waiter {
             Waiter::Spawn(tx) => tx.is_closed(),
             Waiter::Ask(tx) => tx.is_closed(),
             Waiter::Hook(tx) => tx.is_closed(),
+            Waiter::Relay(relayed) => relayed.post.is_closed(),
+        }
+    }
+
+    fn kind(&self) -> Expects {
+        match self {
+            Waiter::Spawn(_) => Expects::Spawn,
+            Waiter::Ask(_) => Expects::Answer,
+            Waiter::Hook(_) => Expects::Hook,
+            Waiter::Relay(relayed) => relayed.expects,
         }
     }
 
     fn expects(&self) -> &'static str {
-        match self {
-            Waiter::Spawn(_) => "spawn_ack or spawn_halt",
-            Waiter::Ask(_) => "answer",
-            Waiter::Hook(_) => "hook_ack",
+        match self.kind() {
+            Expects::Spawn => "spawn_ack or spawn_halt",
+            Expects::Answer => "answer",
+            Expects::Hook => "hook_ack",
         }
     }
 }
@@ -107,10 +138,10 @@ impl Pending {
                 return Err(ReplyError::Unknown(req_id.to_owned()));
             };
             let matches = matches!(
-                (&waiter, &reply),
-                (Waiter::Spawn(_), Reply::Spawn(_))
-                    | (Waiter::Ask(_), Reply::Answer(_))
-                    | (Waiter::Hook(_), Reply::Hook(_))
+                (waiter.kind(), &reply),
+                (Expects::Spawn, Reply::Spawn(_))
+                    | (Expects::Answer, Reply::Answer(_))
+                    | (Expects::Hook, Reply::Hook(_))
             );
             if !matches {
                 let expects = waiter.expects();
@@ -126,6 +157,7 @@ impl Pending {
             (Waiter::Spawn(tx), Reply::Spawn(r)) => drop(tx.send(r)),
             (Waiter::Ask(tx), Reply::Answer(v)) => drop(tx.send(v)),
             (Waiter::Hook(tx), Reply::Hook(a)) => drop(tx.send(a)),
+            (Waiter::Relay(relayed), reply) => relayed.post.reply(&relayed, req_id, &reply),
             _ => {}
         }
         Ok(())

@@ -100,7 +100,9 @@ impl EventRouter {
         ) {
             return;
         }
-        let Some(session) = self.registry.get(&sid) else {
+        // Only the session's home delivers its frames; a move hands over
+        // what it had not delivered.
+        let Some(session) = self.registry.get(&sid).filter(|s| s.is_home()) else {
             return;
         };
         if session.delivery.delivered_before_restart(record.seq) {

@@ -4,10 +4,13 @@
 //! live feed in one gapless order (`events`); a node killed with SIGKILL
 //! under load is taken over within two leases and nothing acknowledged is
 //! lost or run twice (`takeover`); a node paused past its lease finds its
-//! late writes fenced and exits (`fencing`).
+//! late writes fenced and exits (`fencing`); a MainAI connected to one
+//! node is sent the frames of attempts another node dispatched, and
+//! resumes on another node where it left off (`sessions`).
 
 mod events;
 mod fencing;
+mod sessions;
 mod takeover;
 
 use std::time::{Duration, Instant};
@@ -49,6 +52,11 @@ impl Cluster {
     /// keyring and admin token), each with `agents` (`@DIR@`: the test's
     /// shared directory).
     pub(crate) async fn start(n: usize, agents: &str) -> Cluster {
+        Cluster::start_with_auth(n, "", agents).await
+    }
+
+    /// Like `start`, with more `[auth]` lines.
+    pub(crate) async fn start_with_auth(n: usize, auth: &str, agents: &str) -> Cluster {
         let database = fresh_database().await;
         let shared = tempfile::tempdir().unwrap();
         let root = shared.path().display().to_string();
@@ -58,6 +66,7 @@ impl Cluster {
 [auth]
 keys_file = "{root}/keys"
 admin_token_file = "{root}/admin.token"
+{auth}
 
 [cluster]
 node_lease_secs = {lease}

@@ -1,0 +1,258 @@
+//! A MainAI's session across nodes: connected to node A, it is sent the
+//! `spawn` and `cancel` frames of attempts node B dispatched, its
+//! `spawn_ack` on A completes B's attempt, and every `task_done` reaches
+//! it; reconnecting to node B moves the session there, B delivers what A
+//! had parked and the old socket closes with 4000. Delivered mail leaves
+//! the mailbox.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Cluster, QUICK};
+use crate::daemon::{Incoming, Login, Swarmd, Ws};
+use crate::harness::{PATIENCE, parts};
+
+/// A delegated task of `agent quick` owned by `login`, created on `node`.
+async fn delegated(node: &Swarmd, login: &Login, prompt: &str) -> String {
+    node.create_as(
+        &login.token,
+        json!({"agent": "quick", "prompt": prompt, "layers": ["operator_delegate"]}),
+    )
+    .await
+}
+
+/// The SubAgent's result, posted with its handle to `node`.
+async fn post_result(node: &Swarmd, spawn: &Value, value: Value) {
+    let task = spawn["task_id"].as_str().unwrap();
+    let handle = spawn["worker_handle"].as_str().unwrap();
+    let (status, body) = parts(
+        node.http
+            .post(node.url(&format!("/v1/worker/result?task_id={task}")))
+            .bearer_auth(handle)
+            .json(&json!({"value": value, "ok": true}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Frames until `enough` holds of all of them; all of them, in order.
+async fn frames_until(ws: &mut Ws, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let mut frames = Vec::new();
+    while !enough(&frames) {
+        frames.push(ws.recv().await);
+    }
+    frames
+}
+
+fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    frames.iter().filter(|f| f["type"] == kind).collect()
+}
+
+fn task_ids(frames: &[&Value]) -> BTreeSet<String> {
+    frames
+        .iter()
+        .map(|f| f["task_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Waits until the mailbox is empty: everything delivered was deleted.
+async fn until_mailbox_empty(cluster: &Cluster) {
+    let started = Instant::now();
+    loop {
+        let left = cluster
+            .db
+            .query_i32("SELECT count(*)::int FROM session_mail")
+            .await;
+        if left == [0] {
+            return;
+        }
+        assert!(started.elapsed() < PATIENCE, "{left:?} mail rows left");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The node a session is homed on, as the database says.
+async fn home(cluster: &Cluster, login: &Login) -> String {
+    let sid = login.sid.trim_start_matches("S-");
+    cluster
+        .db
+        .query_text(&format!(
+            "SELECT home_node::text FROM sessions WHERE sid = '{sid}'"
+        ))
+        .await
+        .pop()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_main_ai_on_node_a_gets_the_spawn_frames_of_attempts_node_b_dispatched() {
+    let cluster = Cluster::start(2, QUICK).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
+    let mut ws = a.connect(&main_ai).await;
+
+    // Node B knows the session by its token and its sid.
+    let (status, seen) = parts(
+        b.get(&format!("/v1/operators/{}", main_ai.sid), &main_ai.token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{seen}");
+    assert_eq!(seen["sid"], main_ai.sid.as_str());
+
+    // Three delegated tasks made on node B, which owns and dispatches them.
+    let mut tasks = Vec::new();
+    for n in 0..3 {
+        tasks.push(delegated(b, &main_ai, &format!("p{n}")).await);
+    }
+    for task in &tasks {
+        assert_eq!(cluster.owner(task).await, cluster.node_id(1));
+    }
+
+    // Their spawn frames reach the socket on node A.
+    let frames = frames_until(&mut ws, |f| of_type(f, "spawn").len() == 3).await;
+    let spawns: HashMap<String, Value> = of_type(&frames, "spawn")
+        .into_iter()
+        .map(|f| (f["task_id"].as_str().unwrap().to_owned(), f.clone()))
+        .collect();
+    assert_eq!(
+        spawns.keys().cloned().collect::<BTreeSet<_>>(),
+        tasks.iter().cloned().collect::<BTreeSet<_>>()
+    );
+
+    // The first SubAgent posts its result to node B; the second is
+    // answered by the MainAI's spawn_ack on node A; the third is
+    // cancelled on node B, and its cancel frame reaches node A.
+    post_result(b, &spawns[&tasks[0]], json!("posted")).await;
+    ws.send(
+        json!({"type": "spawn_ack", "req_id": spawns[&tasks[1]]["req_id"],
+                   "value": {"acked": 1}, "ok": true}),
+    )
+    .await;
+    let (status, body) = parts(
+        b.post(&format!("/v1/tasks/{}/cancel", tasks[2]), &b.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+
+    let frames = frames_until(&mut ws, |f| {
+        of_type(f, "task_done").len() == 3 && !of_type(f, "cancel").is_empty()
+    })
+    .await;
+    let cancel = of_type(&frames, "cancel")[0];
+    assert_eq!(cancel["req_id"], spawns[&tasks[2]]["req_id"], "{cancel}");
+    assert_eq!(
+        task_ids(&of_type(&frames, "task_done")),
+        tasks.iter().cloned().collect()
+    );
+    let first = super::finished(b, &tasks[0]).await;
+    assert_eq!(
+        (&first["status"], &first["result"]["value"]),
+        (&json!("pass"), &json!("posted"))
+    );
+    let second = super::finished(b, &tasks[1]).await;
+    assert_eq!(
+        (&second["status"], &second["result"]["value"]),
+        (&json!("pass"), &json!({"acked": 1})),
+        "{second}"
+    );
+    assert_eq!(super::finished(b, &tasks[2]).await["status"], "cancelled");
+
+    // Delivered mail leaves the mailbox; the session stayed homed on A.
+    until_mailbox_empty(&cluster).await;
+    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_reconnecting_to_another_node_resumes_where_it_left_off() {
+    let cluster = Cluster::start(2, QUICK).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
+
+    // With no socket, node A parks the spawns of the tasks it dispatches.
+    let parked = [
+        delegated(a, &main_ai, "one").await,
+        delegated(a, &main_ai, "two").await,
+    ];
+    let started = Instant::now();
+    loop {
+        let (_, summary) = parts(
+            a.get(&format!("/v1/operators/{}", main_ai.sid), &a.admin)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        if summary["parked"] == 2 {
+            break;
+        }
+        assert!(started.elapsed() < PATIENCE, "{summary}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Connecting to node B moves the session there; B delivers them.
+    let mut ws_b = b.connect(&main_ai).await;
+    let frames = frames_until(&mut ws_b, |f| of_type(f, "spawn").len() == 2).await;
+    let spawns = of_type(&frames, "spawn");
+    assert_eq!(task_ids(&spawns), parked.iter().cloned().collect());
+    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(1));
+
+    // The MainAI answers one on node B, which completes it on node A (its
+    // owner); the other's SubAgent posts to node A.
+    let (acked, posted) = if spawns[0]["task_id"] == parked[0].as_str() {
+        (spawns[0], spawns[1])
+    } else {
+        (spawns[1], spawns[0])
+    };
+    ws_b.send(json!({"type": "spawn_ack", "req_id": acked["req_id"],
+                     "value": "acked on B", "ok": true}))
+        .await;
+    post_result(a, posted, json!("posted to A")).await;
+    let frames = frames_until(&mut ws_b, |f| of_type(f, "task_done").len() == 2).await;
+    assert_eq!(
+        task_ids(&of_type(&frames, "task_done")),
+        parked.iter().cloned().collect()
+    );
+    assert_eq!(
+        super::finished(a, &parked[0]).await["result"]["value"],
+        "acked on B"
+    );
+    assert_eq!(
+        super::finished(a, &parked[1]).await["result"]["value"],
+        "posted to A"
+    );
+
+    // A task node A dispatches now goes to the session on node B.
+    let later = delegated(a, &main_ai, "three").await;
+    let spawn = ws_b.recv_type("spawn").await;
+    assert_eq!(spawn["task_id"], later.as_str());
+    post_result(a, &spawn, json!("three")).await;
+    assert_eq!(ws_b.done(&later).await["status"], "pass");
+
+    // Connecting to node A again moves it back: B's socket closes with 4000.
+    let _ws_a = a.connect(&main_ai).await;
+    let started = Instant::now();
+    loop {
+        match ws_b.next_within(PATIENCE).await {
+            Incoming::Closed(Some(close)) => {
+                assert_eq!(u16::from(close.code), 4000, "{close:?}");
+                break;
+            }
+            Incoming::Frame(_) => {}
+            other => panic!("node B's socket did not close with 4000: {other:?}"),
+        }
+        assert!(started.elapsed() < PATIENCE);
+    }
+    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(0));
+    until_mailbox_empty(&cluster).await;
+}

@@ -118,6 +118,13 @@ impl Postbox {
         Postbox { tx }
     }
 
+    /// A postbox whose mail is read from the receiver (tests).
+    #[cfg(test)]
+    pub(crate) fn channel() -> (Postbox, mpsc::UnboundedReceiver<NewMail>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Postbox { tx }, rx)
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }

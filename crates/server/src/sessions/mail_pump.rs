@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::SessionRegistry;
-use super::homes::SessionCluster;
+use super::homes::{Postbox, SessionCluster};
 use super::mail::{self, AskBody, CancelBody, HookAfterBody, TextBody};
 use super::outbox::{Outgoing, ParkedSpawn};
 use super::pending::{Expects, Relayed, Waiter};
@@ -118,7 +118,7 @@ impl SessionRegistry {
         };
         // The mailbox says this node is the session's home.
         session.set_elsewhere(None);
-        match deliver(cluster, &session, mail) {
+        match deliver(&cluster.post, &session, mail) {
             Some(outbox_id) => {
                 cluster.track(mail.id, session.sid, outbox_id);
                 false
@@ -166,14 +166,14 @@ impl SessionRegistry {
 
 /// Puts session mail into the outbox of its home (this node); the outbox
 /// id of the frame to wait for, or `None` when nothing waits for delivery.
-fn deliver(cluster: &SessionCluster, session: &Arc<Session>, mail: &Mail) -> Option<u64> {
+pub(super) fn deliver(post: &Postbox, session: &Arc<Session>, mail: &Mail) -> Option<u64> {
     let relayed = |expects| {
         mail.reply_to.map(|reply_to| {
             Waiter::Relay(Relayed {
                 expects,
                 sid: session.sid,
                 reply_to,
-                post: cluster.post.clone(),
+                post: post.clone(),
             })
         })
     };

@@ -23,6 +23,8 @@ mod session;
 mod sweep;
 
 #[cfg(test)]
+mod homes_tests;
+#[cfg(test)]
 mod takeover_tests;
 #[cfg(test)]
 mod tests;

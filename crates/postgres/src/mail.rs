@@ -102,6 +102,29 @@ impl PgDb {
         row.as_ref().map(homed).transpose()
     }
 
+    /// The stored sessions holding any of `roles`.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Database` when the read fails.
+    pub async fn sessions_with_roles(
+        &self,
+        roles: &[String],
+    ) -> Result<Vec<HomedSession>, StoreError> {
+        if roles.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.reader().await?;
+        let rows = client
+            .query(
+                "SELECT body, home_node FROM sessions WHERE ((body::jsonb) -> 'roles') ?| $1::text[]",
+                &[&roles],
+            )
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(homed).collect()
+    }
+
     /// Every stored session's home (at start).
     ///
     /// # Errors

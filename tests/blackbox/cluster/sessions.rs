@@ -1,9 +1,11 @@
-//! A MainAI's session across nodes: connected to node A, it is sent the
+//! A MainAI's session across nodes: its role name is taken on every node;
+//! connected to node A, it is sent the
 //! `spawn` and `cancel` frames of attempts node B dispatched, its
 //! `spawn_ack` on A completes B's attempt, and every `task_done` reaches
 //! it; reconnecting to node B moves the session there, B delivers what A
 //! had parked and the old socket closes with 4000. Delivered mail leaves
-//! the mailbox.
+//! the mailbox. Only its home expires it; a delete on another node ends
+//! it on its home.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -95,6 +97,18 @@ async fn a_main_ai_on_node_a_gets_the_spawn_frames_of_attempts_node_b_dispatched
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
     let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
     let mut ws = a.connect(&main_ai).await;
+
+    // Its role name is taken on node B too.
+    let (status, refused) = parts(
+        b.post("/v1/operators", &b.admin)
+            .json(&json!({"roles": ["main-ai"]}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["code"], "role_taken");
 
     // Node B knows the session by its token and its sid.
     let (status, seen) = parts(
@@ -255,4 +269,53 @@ async fn a_session_reconnecting_to_another_node_resumes_where_it_left_off() {
     }
     assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(0));
     until_mailbox_empty(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_home_node_expires_a_session_and_a_delete_anywhere_ends_it() {
+    let cluster = Cluster::start_with_auth(2, "session_idle_secs = 60", QUICK).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
+    let mut ws = a.connect(&main_ai).await;
+    let on_b = |bearer: &str| {
+        let request = b.get(&format!("/v1/operators/{}", main_ai.sid), bearer);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(on_b(&main_ai.token).await, 200, "node B finds it");
+
+    // Past the idle time (and node B's sweep at a quarter of it), the
+    // session, whose socket is on node A, is still alive on both nodes.
+    // Reading the socket all along answers the server's pings.
+    let until = Instant::now() + Duration::from_secs(80);
+    while Instant::now() < until {
+        match ws.next_within(Duration::from_secs(1)).await {
+            Incoming::Nothing | Incoming::Frame(_) => {}
+            closed => panic!("node A's socket closed: {closed:?}"),
+        }
+    }
+    assert_eq!(on_b(&main_ai.token).await, 200, "node B did not expire it");
+    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(0));
+
+    // Deleted on node B, it ends on node A, its home: the socket closes
+    // with 4001 and the record is gone.
+    let status = b
+        .http
+        .delete(b.url(&format!("/v1/operators/{}", main_ai.sid)))
+        .bearer_auth(&main_ai.token)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 204);
+    match ws.next_within(PATIENCE).await {
+        Incoming::Closed(Some(close)) => assert_eq!(u16::from(close.code), 4001, "{close:?}"),
+        other => panic!("node A's socket did not close with 4001: {other:?}"),
+    }
+    let started = Instant::now();
+    while !home(&cluster, &main_ai).await.is_empty() {
+        assert!(started.elapsed() < PATIENCE, "the record is still there");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(on_b(&main_ai.token).await, 401);
+    assert_eq!(on_b(&a.admin).await, 404);
 }

@@ -9,9 +9,9 @@ use swarmd_engine::ids::{AttemptId, TaskId};
 use swarmd_postgres::Mail;
 use swarmd_spawner::operator::{SpawnFrame, SpawnReply};
 
-use super::homes::Postbox;
 use super::mail::{self, CancelBody, TextBody};
 use super::mail_pump::deliver;
+use super::postbox::Postbox;
 use super::tests::{manual, queued, roles};
 use super::*;
 use crate::ws::tests::support::Harness;

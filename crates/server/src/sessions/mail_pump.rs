@@ -18,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::SessionRegistry;
-use super::homes::{Postbox, SessionCluster};
 use super::mail::{self, AskBody, CancelBody, HookAfterBody, TextBody};
 use super::outbox::{Outgoing, ParkedSpawn};
 use super::pending::{Expects, Relayed, Waiter};
+use super::postbox::{Postbox, SessionCluster};
 use super::session::Session;
 use crate::ws::frames::ServerFrame;
 

@@ -18,6 +18,7 @@ mod mail;
 mod mail_pump;
 mod outbox;
 mod pending;
+mod postbox;
 mod relay;
 mod session;
 mod sweep;
@@ -170,7 +171,7 @@ pub struct SessionRegistry {
     /// The seq of the last event the router routed (see `delivery`).
     routed: std::sync::atomic::AtomicU64,
     /// This node's part in a cluster's sessions (`homes`), on PostgreSQL.
-    cluster: OnceLock<Arc<homes::SessionCluster>>,
+    cluster: OnceLock<Arc<postbox::SessionCluster>>,
 }
 
 impl SessionRegistry {
@@ -221,6 +222,7 @@ impl SessionRegistry {
             dialect: (dialect != Dialect::Standard).then(|| dialect.as_str().to_owned()),
         };
         let session = Session::new(&record, digest, self.settings.park_max);
+        self.load_role_holders(&session.roles).await?;
         let stale = {
             let mut maps = self.maps();
             let stale = self.stale_holders(&maps, &session.roles, now)?;
@@ -318,7 +320,8 @@ impl SessionRegistry {
 
     /// The holders of `roles` a login may take them from: each must have had
     /// no socket and no activity for `auth.role_takeover_secs`. A live
-    /// holder refuses the login.
+    /// holder refuses the login, and so does one homed on another node
+    /// (only its home knows whether it is live).
     fn stale_holders(
         &self,
         maps: &Maps,
@@ -330,7 +333,7 @@ impl SessionRegistry {
             let Some(holder) = maps.roles.get(role).and_then(|sid| maps.by_sid.get(sid)) else {
                 continue;
             };
-            if !holder.idle_at(now_ms, self.settings.takeover) {
+            if !holder.is_home() || !holder.idle_at(now_ms, self.settings.takeover) {
                 return Err(SessionError::RoleTaken(role.clone()));
             }
             if !stale.iter().any(|s| s.sid == holder.sid) {
@@ -410,21 +413,8 @@ impl SessionRegistry {
     /// session homed on another node is reached through the mailbox
     /// (`relay`), its senior bridge whether connected or not.
     fn info(&self, session: &Arc<Session>) -> LiveSession {
-        if let (false, Some(cluster)) = (session.is_home(), self.cluster()) {
-            let relay = Arc::new(relay::Relay {
-                session: session.clone(),
-                cluster: cluster.clone(),
-            });
-            return LiveSession {
-                sid: session.sid,
-                kind: session.kind,
-                hooks: session
-                    .kind
-                    .takes_hooks()
-                    .then(|| relay.clone() as Arc<dyn swarmd_spawner::operator::SpawnHook>),
-                senior: Some(relay.clone()),
-                spawn_channel: Some(relay),
-            };
+        if let Some(relayed) = self.relayed(session) {
+            return relayed;
         }
         LiveSession {
             sid: session.sid,

@@ -13,15 +13,16 @@ use swarmd_engine::SpawnError;
 use swarmd_engine::ids::AttemptId;
 use swarmd_postgres::NewMail;
 use swarmd_spawner::operator::{
-    BridgeError, HookAck, HookRequest, SeniorBridge, SpawnChannel, SpawnFrame, SpawnHook,
-    SpawnReceipt,
+    BridgeError, HookAck, HookRequest, LiveSession, SeniorBridge, SpawnChannel, SpawnFrame,
+    SpawnHook, SpawnReceipt,
 };
 use tokio::sync::oneshot;
 
+use super::SessionRegistry;
 use super::bridge::req_id;
-use super::homes::SessionCluster;
 use super::mail;
 use super::pending::Waiter;
+use super::postbox::SessionCluster;
 use super::session::Session;
 
 /// Requests to a session homed elsewhere, through the mailbox.
@@ -125,5 +126,29 @@ impl SeniorBridge for Relay {
         });
         let (_, rx) = self.request(mail::ASK, Waiter::Ask, body).await?;
         rx.await.map_err(|_| BridgeError::SessionGone)
+    }
+}
+
+impl SessionRegistry {
+    /// What a layer sees of a session homed on another node: the relay as
+    /// its spawn channel, its hooks (for kinds that take them) and its
+    /// senior bridge, connected or not (its home knows). `None` for a
+    /// session homed here.
+    pub(super) fn relayed(&self, session: &Arc<Session>) -> Option<LiveSession> {
+        let cluster = self.cluster().filter(|_| !session.is_home())?;
+        let relay = Arc::new(Relay {
+            session: session.clone(),
+            cluster: cluster.clone(),
+        });
+        Some(LiveSession {
+            sid: session.sid,
+            kind: session.kind,
+            hooks: session
+                .kind
+                .takes_hooks()
+                .then(|| relay.clone() as Arc<dyn SpawnHook>),
+            senior: Some(relay.clone()),
+            spawn_channel: Some(relay),
+        })
     }
 }

@@ -143,13 +143,22 @@ impl PgDb {
     }
 
     /// Homes on `node` every session with no home or a home that is not
-    /// alive; returns them.
+    /// alive, and drops the mail addressed to a node that is not alive
+    /// (its waiters died with it); returns the sessions.
     ///
     /// # Errors
     ///
     /// `StoreError::Database` when the write fails.
     pub async fn adopt_orphan_sessions(&self, node: NodeId) -> Result<Vec<SessionId>, StoreError> {
         let client = self.reader().await?;
+        client
+            .execute(
+                "DELETE FROM session_mail WHERE to_node IN
+                     (SELECT id FROM nodes WHERE state <> 'alive' AND id <> $1)",
+                &[&node],
+            )
+            .await
+            .map_err(db_error)?;
         let rows = client
             .query(
                 "UPDATE sessions SET home_node = $1

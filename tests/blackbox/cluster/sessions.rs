@@ -319,3 +319,42 @@ async fn only_the_home_node_expires_a_session_and_a_delete_anywhere_ends_it() {
     assert_eq!(on_b(&main_ai.token).await, 401);
     assert_eq!(on_b(&a.admin).await, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_done_parked_on_a_node_that_died_reaches_the_session_on_another() {
+    let mut cluster = Cluster::start(2, QUICK).await;
+    let main_ai = cluster.nodes[0].login(json!({"roles": ["main-ai"]})).await;
+
+    // With no socket, node A parks the task_done of a task of the session.
+    let task = cluster.nodes[0]
+        .create_as(&main_ai.token, json!({"agent": "quick", "prompt": "p"}))
+        .await;
+    assert_eq!(
+        super::finished(&cluster.nodes[0], &task).await["status"],
+        "pass"
+    );
+    let started = Instant::now();
+    loop {
+        let (_, summary) = parts(
+            cluster.nodes[0]
+                .get(&format!("/v1/operators/{}", main_ai.sid), &main_ai.token)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        if summary["parked"] == 1 {
+            break;
+        }
+        assert!(started.elapsed() < PATIENCE, "{summary}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Node A dies with it in memory; the session connects to node B,
+    // which routes its events after its watermark again.
+    cluster.nodes[0].kill9().await;
+    let mut ws = cluster.nodes[1].connect(&main_ai).await;
+    let done = ws.done(&task).await;
+    assert_eq!(done["status"], "pass", "{done}");
+    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(1));
+}

@@ -42,9 +42,27 @@ impl SessionRegistry {
             inflight: Mutex::default(),
             homes: Mutex::new(homes),
             wake: Notify::new(),
+            catch_ups: Mutex::default(),
+            catch_up_wake: Notify::new(),
         };
         let _ = self.cluster.set(Arc::new(cluster));
         Ok(())
+    }
+
+    /// Waits until a session moved here (never outside a cluster).
+    pub async fn catch_up_wanted(&self) {
+        match self.cluster() {
+            Some(cluster) => cluster.catch_up_wake.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The sessions that moved here since the last call, each with the
+    /// seq after which the router routes their events again.
+    pub fn take_catch_ups(&self) -> Vec<(SessionId, u64)> {
+        self.cluster().map_or_else(Vec::new, |cluster| {
+            std::mem::take(&mut *cluster.catch_ups.lock().unwrap_or_else(|e| e.into_inner()))
+        })
     }
 
     /// The other node a restored session is homed on (read at `join_cluster`).
@@ -155,6 +173,15 @@ impl SessionRegistry {
             Ok(Some(previous)) => {
                 session.set_elsewhere(None);
                 tracing::info!(sid = %session.sid, "session moved to this node");
+                // An event the previous home routed after it stopped being
+                // the home, and this node before it became it, reached
+                // neither: the router routes the session's events again.
+                cluster
+                    .catch_ups
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((session.sid, session.delivery.through()));
+                cluster.catch_up_wake.notify_one();
                 if let Some(previous) = previous.filter(|p| *p != cluster.node) {
                     cluster.post.send(NewMail {
                         sid: session.sid,

@@ -32,6 +32,11 @@ pub(crate) struct SessionCluster {
     pub(super) homes: Mutex<HashMap<SessionId, Option<NodeId>>>,
     /// Wakes the mail pump (a session just moved here).
     pub(crate) wake: Notify,
+    /// Sessions that just moved here, with the event seq their `task_done`s
+    /// were delivered through: the event router routes their events after
+    /// it again (`catch_ups`).
+    pub(super) catch_ups: Mutex<Vec<(SessionId, u64)>>,
+    pub(super) catch_up_wake: Notify,
 }
 
 impl SessionCluster {

@@ -358,3 +358,54 @@ async fn a_task_done_parked_on_a_node_that_died_reaches_the_session_on_another()
     assert_eq!(done["status"], "pass", "{done}");
     assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_from_another_node_arrive_in_the_order_it_sent_them() {
+    let cluster = Cluster::start(2, QUICK).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
+    let mut ws = a.connect(&main_ai).await;
+
+    // Node B sends each attempt's spawn, then its cancel right behind it.
+    let mut tasks = Vec::new();
+    for n in 0..6 {
+        let task = delegated(b, &main_ai, &format!("p{n}")).await;
+        let status = b
+            .post(&format!("/v1/tasks/{task}/cancel"), &b.admin)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert!(status.is_success(), "{status}");
+        tasks.push(task);
+    }
+    let frames = frames_until(&mut ws, |f| of_type(f, "task_done").len() == tasks.len()).await;
+    for task in &tasks {
+        assert_eq!(super::finished(b, task).await["status"], "cancelled");
+    }
+    // Whatever reached node A before the end: never a spawn after its
+    // cancel (a SubAgent launched for a cancelled attempt).
+    let mut frames = frames;
+    while let Incoming::Frame(frame) = ws.next_within(Duration::from_millis(500)).await {
+        frames.push(frame);
+    }
+    let mut cancelled = BTreeSet::new();
+    for frame in &frames {
+        let req_id = frame["req_id"].as_str().unwrap_or_default().to_owned();
+        match frame["type"].as_str() {
+            Some("cancel") => {
+                cancelled.insert(req_id);
+            }
+            Some("spawn") => assert!(
+                !cancelled.contains(&req_id),
+                "spawn after its cancel: {frames:#?}"
+            ),
+            _ => {}
+        }
+    }
+    assert!(
+        !cancelled.is_empty(),
+        "no spawn was relayed before its cancel: the order went untested"
+    );
+    until_mailbox_empty(&cluster).await;
+}

@@ -364,12 +364,30 @@ async fn frames_from_another_node_arrive_in_the_order_it_sent_them() {
     let cluster = Cluster::start(2, QUICK).await;
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
     let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
-    let mut ws = a.connect(&main_ai).await;
 
-    // Node B sends each attempt's spawn, then its cancel right behind it.
+    // With no socket on node A, node B's spawns wait in the mailbox (their
+    // rows stay until a socket takes them).
     let mut tasks = Vec::new();
-    for n in 0..6 {
-        let task = delegated(b, &main_ai, &format!("p{n}")).await;
+    for n in 0..4 {
+        tasks.push(delegated(b, &main_ai, &format!("p{n}")).await);
+    }
+    let started = Instant::now();
+    loop {
+        let spawns = cluster
+            .db
+            .query_i32("SELECT count(*)::int FROM session_mail WHERE kind = 'spawn'")
+            .await;
+        if spawns == [4] {
+            break;
+        }
+        assert!(started.elapsed() < PATIENCE, "{spawns:?} spawns relayed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Cancelled on node B, each cancel follows its spawn: node A withdraws
+    // the parked spawn, and the socket gets the cancels and no spawn (a
+    // cancel read before its spawn would leave the spawn to go out).
+    for task in &tasks {
         let status = b
             .post(&format!("/v1/tasks/{task}/cancel"), &b.admin)
             .send()
@@ -377,35 +395,57 @@ async fn frames_from_another_node_arrive_in_the_order_it_sent_them() {
             .unwrap()
             .status();
         assert!(status.is_success(), "{status}");
-        tasks.push(task);
-    }
-    let frames = frames_until(&mut ws, |f| of_type(f, "task_done").len() == tasks.len()).await;
-    for task in &tasks {
         assert_eq!(super::finished(b, task).await["status"], "cancelled");
     }
-    // Whatever reached node A before the end: never a spawn after its
-    // cancel (a SubAgent launched for a cancelled attempt).
+    until_mailbox_empty(&cluster).await;
+    let mut ws = a.connect(&main_ai).await;
+    let frames = frames_until(&mut ws, |f| of_type(f, "task_done").len() == tasks.len()).await;
     let mut frames = frames;
     while let Incoming::Frame(frame) = ws.next_within(Duration::from_millis(500)).await {
         frames.push(frame);
     }
-    let mut cancelled = BTreeSet::new();
-    for frame in &frames {
-        let req_id = frame["req_id"].as_str().unwrap_or_default().to_owned();
-        match frame["type"].as_str() {
-            Some("cancel") => {
-                cancelled.insert(req_id);
-            }
-            Some("spawn") => assert!(
-                !cancelled.contains(&req_id),
-                "spawn after its cancel: {frames:#?}"
-            ),
-            _ => {}
-        }
+    assert_eq!(of_type(&frames, "cancel").len(), tasks.len(), "{frames:#?}");
+    assert!(of_type(&frames, "spawn").is_empty(), "{frames:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_sent_after_a_move_reaches_the_node_that_waits_for_it() {
+    let cluster = Cluster::start(2, QUICK).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
+
+    // Node A delivers the spawns of its own attempt and of one node B
+    // relayed; the MainAI has not answered either when it moves to B.
+    let mut ws_a = a.connect(&main_ai).await;
+    let on_a = delegated(a, &main_ai, "mine").await;
+    let on_b = delegated(b, &main_ai, "relayed").await;
+    let frames = frames_until(&mut ws_a, |f| of_type(f, "spawn").len() == 2).await;
+    let spawns: HashMap<String, Value> = of_type(&frames, "spawn")
+        .into_iter()
+        .map(|f| (f["task_id"].as_str().unwrap().to_owned(), f.clone()))
+        .collect();
+    let mut ws_b = b.connect(&main_ai).await;
+    assert!(matches!(
+        ws_a.next_within(PATIENCE).await,
+        Incoming::Closed(Some(_))
+    ));
+
+    // Its replies on node B reach both waiting nodes.
+    for (task, value) in [(&on_a, "from B for A"), (&on_b, "from B for B")] {
+        ws_b.send(
+            json!({"type": "spawn_ack", "req_id": spawns[task]["req_id"],
+                         "value": value, "ok": true}),
+        )
+        .await;
     }
-    assert!(
-        !cancelled.is_empty(),
-        "no spawn was relayed before its cancel: the order went untested"
+    let a_view = super::finished(a, &on_a).await;
+    assert_eq!(a_view["result"]["value"], "from B for A", "{a_view}");
+    let b_view = super::finished(b, &on_b).await;
+    assert_eq!(b_view["result"]["value"], "from B for B", "{b_view}");
+    let frames = frames_until(&mut ws_b, |f| of_type(f, "task_done").len() >= 2).await;
+    assert_eq!(
+        task_ids(&of_type(&frames, "task_done")),
+        [on_a.clone(), on_b.clone()].into_iter().collect()
     );
     until_mailbox_empty(&cluster).await;
 }

@@ -201,8 +201,9 @@ impl SessionRegistry {
 
     /// The session moved to `to`: its socket here closes, the frames that
     /// came as mail stay in the mailbox for the new home, and the others
-    /// are handed over as mail, in order (replies to the spawns among them
-    /// come back here, where their waiters stay).
+    /// are handed over as mail, in order, then where each pending
+    /// request's reply goes (this node's own waiters stay here; relayed
+    /// ones go with their node).
     pub(super) fn moved_away(&self, session: &Session, to: NodeId) {
         let Some(cluster) = self.cluster() else {
             return;
@@ -211,7 +212,6 @@ impl SessionRegistry {
             return;
         }
         session.set_elsewhere(Some(to));
-        session.outbox.close(CloseReason::Replaced);
         let from_mail = cluster.untrack(session.sid);
         let mut moved = 0;
         for (id, frame) in session.outbox.take_all() {
@@ -243,6 +243,19 @@ impl SessionRegistry {
             });
             moved += 1;
         }
+        // Requests already delivered: their replies now come to the new
+        // home, which sends each where it is awaited.
+        for (req_id, expects, reply_to) in session.pending.hand_over(cluster.node) {
+            cluster.post.send(NewMail {
+                sid: session.sid,
+                to_node: None,
+                reply_to: Some(reply_to),
+                kind: mail::WAITER.to_owned(),
+                req_id: Some(req_id),
+                body: mail::encode(&expects),
+            });
+        }
+        session.outbox.close(CloseReason::Replaced);
         tracing::info!(sid = %session.sid, moved, "session moved to another node");
     }
 

@@ -24,6 +24,9 @@ pub(crate) const TEXT: &str = "text";
 pub(crate) const REPLY: &str = "reply";
 /// To the previous home: the session moved to `reply_to`.
 pub(crate) const MOVED: &str = "moved";
+/// To the session's new home: where the reply to a request it sent
+/// before the move goes (`reply_to`).
+pub(crate) const WAITER: &str = "waiter";
 /// To the home: the session was deleted on another node.
 pub(crate) const ENDED: &str = "ended";
 

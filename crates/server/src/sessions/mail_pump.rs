@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use swarmd_engine::Engine;
 use swarmd_engine::ids::AttemptId;
-use swarmd_postgres::{EventWake, Mail};
+use swarmd_postgres::{EventWake, Mail, NodeId};
 use swarmd_spawner::operator::{HookRequest, SpawnChannel, SpawnHook};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -118,7 +118,14 @@ impl SessionRegistry {
         };
         // The mailbox says this node is the session's home.
         session.set_elsewhere(None);
-        match deliver(&cluster.post, &session, mail) {
+        // A cancelled spawn leaves the mailbox with its cancel, so a later
+        // move does not send it again.
+        if let (mail::CANCEL, Some(req_id)) = (mail.kind.as_str(), mail.req_id.as_deref())
+            && let Err(error) = cluster.db.withdraw_mail(session.sid, req_id).await
+        {
+            tracing::warn!(sid = %session.sid, %error, "cannot withdraw a cancelled spawn's mail");
+        }
+        match deliver(&cluster.post, cluster.node, &session, mail) {
             Some(outbox_id) => {
                 cluster.track(mail.id, session.sid, outbox_id);
                 false
@@ -166,9 +173,16 @@ impl SessionRegistry {
 
 /// Puts session mail into the outbox of its home (this node); the outbox
 /// id of the frame to wait for, or `None` when nothing waits for delivery.
-pub(super) fn deliver(post: &Postbox, session: &Arc<Session>, mail: &Mail) -> Option<u64> {
+pub(super) fn deliver(
+    post: &Postbox,
+    here: NodeId,
+    session: &Arc<Session>,
+    mail: &Mail,
+) -> Option<u64> {
+    // A request this node sent itself (handed back to it by a move) keeps
+    // its own waiter.
     let relayed = |expects| {
-        mail.reply_to.map(|reply_to| {
+        mail.reply_to.filter(|to| *to != here).map(|reply_to| {
             Waiter::Relay(Relayed {
                 expects,
                 sid: session.sid,
@@ -218,6 +232,14 @@ pub(super) fn deliver(post: &Postbox, session: &Arc<Session>, mail: &Mail) -> Op
                 attempt: body.attempt,
             });
             request(req_id, Expects::Hook, frame)
+        }
+        (mail::WAITER, Some(req_id)) => {
+            // Its reply may have come already, on this node's socket.
+            let expects: Expects = mail::decode(&mail.body)?;
+            session
+                .pending
+                .insert_or_complete(req_id.to_owned(), relayed(expects));
+            None
         }
         (mail::HOOK_AFTER, _) => {
             let body: HookAfterBody = mail::decode(&mail.body)?;

@@ -6,10 +6,12 @@
 //! lost or run twice (`takeover`); a node paused past its lease finds its
 //! late writes fenced and exits (`fencing`); a MainAI connected to one
 //! node is sent the frames of attempts another node dispatched, and
-//! resumes on another node where it left off (`sessions`).
+//! resumes on another node where it left off (`sessions`,
+//! `session_moves`).
 
 mod events;
 mod fencing;
+mod session_moves;
 mod sessions;
 mod takeover;
 

@@ -1,11 +1,10 @@
 //! A MainAI's session across nodes: its role name is taken on every node;
-//! connected to node A, it is sent the
-//! `spawn` and `cancel` frames of attempts node B dispatched, its
-//! `spawn_ack` on A completes B's attempt, and every `task_done` reaches
-//! it; reconnecting to node B moves the session there, B delivers what A
-//! had parked and the old socket closes with 4000. Delivered mail leaves
-//! the mailbox. Only its home expires it; a delete on another node ends
-//! it on its home.
+//! connected to node A, it is sent the `spawn`, `cancel`, `hook_before`
+//! and `hook_after` frames of attempts node B runs, in the order B sent
+//! them, its replies on A decide B's attempts, and every `task_done`
+//! reaches it. Delivered mail leaves the mailbox. Only its home expires
+//! it; a delete on another node ends it on its home. Moves are in
+//! `session_moves`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use crate::daemon::{Incoming, Login, Swarmd, Ws};
 use crate::harness::{PATIENCE, parts};
 
 /// A delegated task of `agent quick` owned by `login`, created on `node`.
-async fn delegated(node: &Swarmd, login: &Login, prompt: &str) -> String {
+pub(super) async fn delegated(node: &Swarmd, login: &Login, prompt: &str) -> String {
     node.create_as(
         &login.token,
         json!({"agent": "quick", "prompt": prompt, "layers": ["operator_delegate"]}),
@@ -26,7 +25,7 @@ async fn delegated(node: &Swarmd, login: &Login, prompt: &str) -> String {
 }
 
 /// The SubAgent's result, posted with its handle to `node`.
-async fn post_result(node: &Swarmd, spawn: &Value, value: Value) {
+pub(super) async fn post_result(node: &Swarmd, spawn: &Value, value: Value) {
     let task = spawn["task_id"].as_str().unwrap();
     let handle = spawn["worker_handle"].as_str().unwrap();
     let (status, body) = parts(
@@ -43,7 +42,7 @@ async fn post_result(node: &Swarmd, spawn: &Value, value: Value) {
 }
 
 /// Frames until `enough` holds of all of them; all of them, in order.
-async fn frames_until(ws: &mut Ws, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+pub(super) async fn frames_until(ws: &mut Ws, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let mut frames = Vec::new();
     while !enough(&frames) {
         frames.push(ws.recv().await);
@@ -51,11 +50,11 @@ async fn frames_until(ws: &mut Ws, enough: impl Fn(&[Value]) -> bool) -> Vec<Val
     frames
 }
 
-fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub(super) fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
     frames.iter().filter(|f| f["type"] == kind).collect()
 }
 
-fn task_ids(frames: &[&Value]) -> BTreeSet<String> {
+pub(super) fn task_ids(frames: &[&Value]) -> BTreeSet<String> {
     frames
         .iter()
         .map(|f| f["task_id"].as_str().unwrap().to_owned())
@@ -63,7 +62,7 @@ fn task_ids(frames: &[&Value]) -> BTreeSet<String> {
 }
 
 /// Waits until the mailbox is empty: everything delivered was deleted.
-async fn until_mailbox_empty(cluster: &Cluster) {
+pub(super) async fn until_mailbox_empty(cluster: &Cluster) {
     let started = Instant::now();
     loop {
         let left = cluster
@@ -79,7 +78,7 @@ async fn until_mailbox_empty(cluster: &Cluster) {
 }
 
 /// The node a session is homed on, as the database says.
-async fn home(cluster: &Cluster, login: &Login) -> String {
+pub(super) async fn home(cluster: &Cluster, login: &Login) -> String {
     let sid = login.sid.trim_start_matches("S-");
     cluster
         .db
@@ -188,90 +187,6 @@ async fn a_main_ai_on_node_a_gets_the_spawn_frames_of_attempts_node_b_dispatched
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_reconnecting_to_another_node_resumes_where_it_left_off() {
-    let cluster = Cluster::start(2, QUICK).await;
-    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
-    let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
-
-    // With no socket, node A parks the spawns of the tasks it dispatches.
-    let parked = [
-        delegated(a, &main_ai, "one").await,
-        delegated(a, &main_ai, "two").await,
-    ];
-    let started = Instant::now();
-    loop {
-        let (_, summary) = parts(
-            a.get(&format!("/v1/operators/{}", main_ai.sid), &a.admin)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        if summary["parked"] == 2 {
-            break;
-        }
-        assert!(started.elapsed() < PATIENCE, "{summary}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
-    // Connecting to node B moves the session there; B delivers them.
-    let mut ws_b = b.connect(&main_ai).await;
-    let frames = frames_until(&mut ws_b, |f| of_type(f, "spawn").len() == 2).await;
-    let spawns = of_type(&frames, "spawn");
-    assert_eq!(task_ids(&spawns), parked.iter().cloned().collect());
-    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(1));
-
-    // The MainAI answers one on node B, which completes it on node A (its
-    // owner); the other's SubAgent posts to node A.
-    let (acked, posted) = if spawns[0]["task_id"] == parked[0].as_str() {
-        (spawns[0], spawns[1])
-    } else {
-        (spawns[1], spawns[0])
-    };
-    ws_b.send(json!({"type": "spawn_ack", "req_id": acked["req_id"],
-                     "value": "acked on B", "ok": true}))
-        .await;
-    post_result(a, posted, json!("posted to A")).await;
-    let frames = frames_until(&mut ws_b, |f| of_type(f, "task_done").len() == 2).await;
-    assert_eq!(
-        task_ids(&of_type(&frames, "task_done")),
-        parked.iter().cloned().collect()
-    );
-    assert_eq!(
-        super::finished(a, &parked[0]).await["result"]["value"],
-        "acked on B"
-    );
-    assert_eq!(
-        super::finished(a, &parked[1]).await["result"]["value"],
-        "posted to A"
-    );
-
-    // A task node A dispatches now goes to the session on node B.
-    let later = delegated(a, &main_ai, "three").await;
-    let spawn = ws_b.recv_type("spawn").await;
-    assert_eq!(spawn["task_id"], later.as_str());
-    post_result(a, &spawn, json!("three")).await;
-    assert_eq!(ws_b.done(&later).await["status"], "pass");
-
-    // Connecting to node A again moves it back: B's socket closes with 4000.
-    let _ws_a = a.connect(&main_ai).await;
-    let started = Instant::now();
-    loop {
-        match ws_b.next_within(PATIENCE).await {
-            Incoming::Closed(Some(close)) => {
-                assert_eq!(u16::from(close.code), 4000, "{close:?}");
-                break;
-            }
-            Incoming::Frame(_) => {}
-            other => panic!("node B's socket did not close with 4000: {other:?}"),
-        }
-        assert!(started.elapsed() < PATIENCE);
-    }
-    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(0));
-    until_mailbox_empty(&cluster).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_home_node_expires_a_session_and_a_delete_anywhere_ends_it() {
     let cluster = Cluster::start_with_auth(2, "session_idle_secs = 60", QUICK).await;
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
@@ -318,45 +233,6 @@ async fn only_the_home_node_expires_a_session_and_a_delete_anywhere_ends_it() {
     }
     assert_eq!(on_b(&main_ai.token).await, 401);
     assert_eq!(on_b(&a.admin).await, 404);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_done_parked_on_a_node_that_died_reaches_the_session_on_another() {
-    let mut cluster = Cluster::start(2, QUICK).await;
-    let main_ai = cluster.nodes[0].login(json!({"roles": ["main-ai"]})).await;
-
-    // With no socket, node A parks the task_done of a task of the session.
-    let task = cluster.nodes[0]
-        .create_as(&main_ai.token, json!({"agent": "quick", "prompt": "p"}))
-        .await;
-    assert_eq!(
-        super::finished(&cluster.nodes[0], &task).await["status"],
-        "pass"
-    );
-    let started = Instant::now();
-    loop {
-        let (_, summary) = parts(
-            cluster.nodes[0]
-                .get(&format!("/v1/operators/{}", main_ai.sid), &main_ai.token)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        if summary["parked"] == 1 {
-            break;
-        }
-        assert!(started.elapsed() < PATIENCE, "{summary}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
-    // Node A dies with it in memory; the session connects to node B,
-    // which routes its events after its watermark again.
-    cluster.nodes[0].kill9().await;
-    let mut ws = cluster.nodes[1].connect(&main_ai).await;
-    let done = ws.done(&task).await;
-    assert_eq!(done["status"], "pass", "{done}");
-    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,43 +285,42 @@ async fn frames_from_another_node_arrive_in_the_order_it_sent_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reply_sent_after_a_move_reaches_the_node_that_waits_for_it() {
+async fn hooks_of_attempts_another_node_runs_reach_the_main_ai_and_its_answer_decides() {
     let cluster = Cluster::start(2, QUICK).await;
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
-    let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
+    let main_ai = a.login(json!({"kind": "main_ai"})).await;
+    let mut ws = a.connect(&main_ai).await;
+    let hooked = |prompt: &str| json!({"agent": "quick", "prompt": prompt, "layers": ["main_ai"]});
 
-    // Node A delivers the spawns of its own attempt and of one node B
-    // relayed; the MainAI has not answered either when it moves to B.
-    let mut ws_a = a.connect(&main_ai).await;
-    let on_a = delegated(a, &main_ai, "mine").await;
-    let on_b = delegated(b, &main_ai, "relayed").await;
-    let frames = frames_until(&mut ws_a, |f| of_type(f, "spawn").len() == 2).await;
-    let spawns: HashMap<String, Value> = of_type(&frames, "spawn")
-        .into_iter()
-        .map(|f| (f["task_id"].as_str().unwrap().to_owned(), f.clone()))
-        .collect();
-    let mut ws_b = b.connect(&main_ai).await;
-    assert!(matches!(
-        ws_a.next_within(PATIENCE).await,
-        Incoming::Closed(Some(_))
-    ));
+    // Refused on node A, node B's attempt fails with the reason.
+    let refused = b.create_as(&main_ai.token, hooked("no")).await;
+    let hook = ws.recv_type("hook_before").await;
+    assert_eq!(hook["task_id"], refused.as_str());
+    ws.send(
+        json!({"type": "hook_ack", "req_id": hook["req_id"], "ok": false,
+                   "reason": "not on a Friday"}),
+    )
+    .await;
+    let view = super::finished(b, &refused).await;
+    assert_eq!(view["status"], "failed", "{view}");
+    let reason = view["attempts"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("not on a Friday"), "{view}");
 
-    // Its replies on node B reach both waiting nodes.
-    for (task, value) in [(&on_a, "from B for A"), (&on_b, "from B for B")] {
-        ws_b.send(
-            json!({"type": "spawn_ack", "req_id": spawns[task]["req_id"],
-                         "value": value, "ok": true}),
-        )
+    // Approved, node B runs it, and its hook_after reaches node A.
+    let approved = b.create_as(&main_ai.token, hooked("yes")).await;
+    let hook = ws.recv_type("hook_before").await;
+    assert_eq!(hook["task_id"], approved.as_str());
+    ws.send(json!({"type": "hook_ack", "req_id": hook["req_id"], "ok": true}))
         .await;
-    }
-    let a_view = super::finished(a, &on_a).await;
-    assert_eq!(a_view["result"]["value"], "from B for A", "{a_view}");
-    let b_view = super::finished(b, &on_b).await;
-    assert_eq!(b_view["result"]["value"], "from B for B", "{b_view}");
-    let frames = frames_until(&mut ws_b, |f| of_type(f, "task_done").len() >= 2).await;
-    assert_eq!(
-        task_ids(&of_type(&frames, "task_done")),
-        [on_a.clone(), on_b.clone()].into_iter().collect()
-    );
+    let frames = frames_until(&mut ws, |f| {
+        f.iter()
+            .any(|f| f["type"] == "hook_after" && f["task_id"] == approved.as_str())
+            && f.iter()
+                .any(|f| f["type"] == "task_done" && f["task_id"] == approved.as_str())
+    })
+    .await;
+    let after = frames.iter().find(|f| f["type"] == "hook_after").unwrap();
+    assert_eq!(after["task_id"], approved.as_str(), "{after}");
+    assert_eq!(super::finished(b, &approved).await["status"], "pass");
     until_mailbox_empty(&cluster).await;
 }

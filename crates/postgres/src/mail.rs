@@ -200,14 +200,15 @@ impl PgDb {
     }
 
     /// Sends `mail` in order and wakes every node's mail pump. Mail for a
-    /// session that no longer exists is dropped.
+    /// session that no longer exists is dropped; returns how many were
+    /// sent.
     ///
     /// # Errors
     ///
     /// `StoreError::Database` when the write fails.
-    pub async fn send_mail(&self, mail: &[NewMail]) -> Result<(), StoreError> {
+    pub async fn send_mail(&self, mail: &[NewMail]) -> Result<u64, StoreError> {
         if mail.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let sids: Vec<Uuid> = mail.iter().map(|m| m.sid.as_uuid()).collect();
         let to: Vec<Option<Uuid>> = mail.iter().map(|m| m.to_node).collect();
@@ -216,8 +217,8 @@ impl PgDb {
         let req_ids: Vec<Option<&str>> = mail.iter().map(|m| m.req_id.as_deref()).collect();
         let bodies: Vec<&str> = mail.iter().map(|m| m.body.as_str()).collect();
         let client = self.reader().await?;
-        client
-            .execute(
+        let sent = client
+            .query_opt(
                 "WITH sent AS (
                      INSERT INTO session_mail (sid, to_node, reply_to, kind, req_id, body)
                      SELECT m.sid, m.to_node, m.reply_to, m.kind, m.req_id, m.body
@@ -228,7 +229,8 @@ impl PgDb {
                      ORDER BY m.n
                      RETURNING 1
                  )
-                 SELECT pg_notify($7, '') WHERE EXISTS (SELECT 1 FROM sent)",
+                 SELECT count(*), pg_notify($7, '') FROM sent
+                 GROUP BY () HAVING count(*) > 0",
                 &[
                     &sids,
                     &to,
@@ -241,7 +243,7 @@ impl PgDb {
             )
             .await
             .map_err(db_error)?;
-        Ok(())
+        Ok(sent.map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)))
     }
 
     /// Up to `limit` pieces of mail for `node` after `after` (its own and

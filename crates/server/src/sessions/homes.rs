@@ -275,7 +275,7 @@ impl SessionRegistry {
             body: "{}".to_owned(),
         };
         match cluster.db.send_mail(&[ended]).await {
-            Ok(()) => true,
+            Ok(sent) => sent > 0,
             Err(error) => {
                 tracing::warn!(sid = %session.sid, %error, "cannot tell a session's home it was deleted");
                 false

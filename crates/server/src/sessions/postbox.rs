@@ -105,7 +105,7 @@ impl Postbox {
                 }
                 for attempt in 1..=SEND_TRIES {
                     match db.send_mail(&batch).await {
-                        Ok(()) => break,
+                        Ok(_) => break,
                         Err(error) if attempt == SEND_TRIES => {
                             tracing::warn!(%error, dropped = batch.len(), "cannot send session mail");
                         }

@@ -63,11 +63,19 @@ impl Relay {
             .db
             .send_mail(&[self.mail(kind, Some(id.clone()), body)])
             .await;
-        if let Err(error) = sent {
-            self.session.pending.remove(&id);
-            return Err(BridgeError::Failed(format!(
-                "cannot reach the session's node: {error}"
-            )));
+        match sent {
+            Ok(0) => {
+                // Its record is gone: the session ended on its home.
+                self.session.pending.remove(&id);
+                return Err(BridgeError::SessionGone);
+            }
+            Ok(_) => {}
+            Err(error) => {
+                self.session.pending.remove(&id);
+                return Err(BridgeError::Failed(format!(
+                    "cannot reach the session's node: {error}"
+                )));
+            }
         }
         tracing::debug!(sid = %self.session.sid, kind, req_id = %id, "request relayed to the session's node");
         Ok((id, rx))

@@ -102,6 +102,28 @@ impl PgDb {
         row.as_ref().map(homed).transpose()
     }
 
+    /// The stored sessions created (by their record's `created_ms`) after
+    /// `after_ms`, so a node learns of logins on the others.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Database` when the read fails.
+    pub async fn sessions_created_after(
+        &self,
+        after_ms: i64,
+    ) -> Result<Vec<HomedSession>, StoreError> {
+        let client = self.reader().await?;
+        let rows = client
+            .query(
+                "SELECT body, home_node FROM sessions
+                 WHERE ((body::jsonb) ->> 'created_ms')::bigint > $1",
+                &[&after_ms],
+            )
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(homed).collect()
+    }
+
     /// The stored sessions holding any of `roles`.
     ///
     /// # Errors

@@ -324,3 +324,40 @@ async fn hooks_of_attempts_another_node_runs_reach_the_main_ai_and_its_answer_de
     assert_eq!(super::finished(b, &approved).await["status"], "pass");
     until_mailbox_empty(&cluster).await;
 }
+
+/// `doubtful` finishes blocked with a reason and escalates to the senior.
+const DOUBTFUL: &str = r#"
+[agents.doubtful]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", "printf '{\"reason\":\"tests fail\",\"failing\":3}'; exit 1"]
+stdin = "none"
+layers = ["senior_escalation"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_senior_on_node_a_answers_the_escalation_of_an_attempt_node_b_runs() {
+    let cluster = Cluster::start(2, DOUBTFUL).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let senior = a
+        .login(json!({"roles": ["senior"], "kind": "automate"}))
+        .await;
+    let mut ws = a.connect(&senior).await;
+
+    // Node B learns of the login on its own, and escalates to it.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (status, created) = b
+        .create(json!({"agent": "doubtful", "prompt": "is it done?"}))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let task = created["task_id"].as_str().unwrap().to_owned();
+    let ask = ws.recv_type("ask").await;
+    assert_eq!(ask["task_id"], task.as_str(), "{ask}");
+    assert_eq!(ask["question"]["reason"], "tests fail", "{ask}");
+    ws.send(json!({"type": "answer", "req_id": ask["req_id"], "value": "accept: flaky"}))
+        .await;
+    let view = super::finished(b, &task).await;
+    assert_eq!(view["status"], "pass", "{view}");
+    assert_eq!(view["result"]["value"]["senior_answer"], "accept: flaky");
+    until_mailbox_empty(&cluster).await;
+}

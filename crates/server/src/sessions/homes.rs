@@ -19,6 +19,9 @@ use super::postbox::{Postbox, SessionCluster};
 use super::session::{self, Session};
 use super::{SessionError, SessionRegistry};
 
+/// How far apart the nodes' clocks may be when they stamp `created_ms`.
+const CLOCK_MARGIN_MS: u64 = 60_000;
+
 impl SessionRegistry {
     pub(crate) fn cluster(&self) -> Option<&Arc<SessionCluster>> {
         self.cluster.get()
@@ -44,6 +47,7 @@ impl SessionRegistry {
             wake: Notify::new(),
             catch_ups: Mutex::default(),
             catch_up_wake: Notify::new(),
+            synced_ms: std::sync::atomic::AtomicU64::new(self.clock.now_ms()),
         };
         let _ = self.cluster.set(Arc::new(cluster));
         Ok(())
@@ -153,6 +157,33 @@ impl SessionRegistry {
         maps.by_digest.insert(digest, session.sid);
         maps.by_sid.insert(session.sid, session.clone());
         Some(session)
+    }
+
+    /// Keeps copies of the sessions other nodes logged in since the last
+    /// call, so a layer here finds them by role (reads sessions created in
+    /// the last `CLOCK_MARGIN_MS` again: the nodes' clocks differ).
+    pub(super) async fn sync_new_sessions(&self) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let since = cluster.synced_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let after = i64::try_from(since.saturating_sub(CLOCK_MARGIN_MS)).unwrap_or(i64::MAX);
+        match cluster.db.sessions_created_after(after).await {
+            Ok(found) => {
+                let newest = found.iter().map(|h| h.record.created_ms).max();
+                for homed in found {
+                    if self.get(&homed.record.sid).is_none() {
+                        self.adopt_copy(homed);
+                    }
+                }
+                if let Some(newest) = newest {
+                    cluster
+                        .synced_ms
+                        .fetch_max(newest, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot read new sessions"),
+        }
     }
 
     /// Makes this node the session's home (a socket attaches, an MCP pop

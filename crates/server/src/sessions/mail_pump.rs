@@ -5,7 +5,8 @@
 //! waiter sends the reply back as mail) and its row goes once the outbox
 //! acknowledged the frame: at least once, in order. Replies complete the
 //! waiter of this node's copy of the session; a `moved` hands the
-//! session over to its new home.
+//! session over to its new home. Every `SESSION_SYNC` it also keeps copies
+//! of the sessions other nodes logged in, so layers here find them by role.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,8 @@ use crate::ws::frames::ServerFrame;
 
 /// The longest the pump goes without reading its mail.
 pub(crate) const POLL: Duration = Duration::from_millis(250);
+/// How often a node looks for sessions other nodes logged in.
+const SESSION_SYNC: Duration = Duration::from_secs(1);
 /// Mail read per query; a full page is followed by the next at once.
 const PAGE: i64 = 256;
 
@@ -46,6 +49,8 @@ impl SessionRegistry {
             let mut wake: Option<EventWake> = None;
             let mut poll = tokio::time::interval(POLL);
             poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut sync = tokio::time::interval(SESSION_SYNC);
+            sync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 if wake.is_none() {
                     match cluster.db.listen_mail().await {
@@ -69,6 +74,10 @@ impl SessionRegistry {
                     }
                     () = cluster.wake.notified() => {}
                     _ = poll.tick() => {}
+                    _ = sync.tick() => {
+                        registry.sync_new_sessions().await;
+                        continue;
+                    }
                 }
                 registry.pump_mail(&engine, &cluster).await;
             }

@@ -37,6 +37,9 @@ pub(crate) struct SessionCluster {
     /// it again (`catch_ups`).
     pub(super) catch_ups: Mutex<Vec<(SessionId, u64)>>,
     pub(super) catch_up_wake: Notify,
+    /// Sessions created after this (unix ms, less a margin for the nodes'
+    /// clocks) are looked for at every `SESSION_SYNC`.
+    pub(super) synced_ms: std::sync::atomic::AtomicU64,
 }
 
 impl SessionCluster {

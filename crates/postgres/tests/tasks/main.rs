@@ -1,6 +1,7 @@
 //! The engine's `TaskStore` conformance cases against `PgTaskStore`, each
 //! on a fresh database of the test cluster, then what only PostgreSQL
-//! shows: migrations under the advisory lock, group commits, reopening.
+//! shows: migrations under the advisory lock, group commits, reopening,
+//! and sessions and their mail across nodes (`mail`).
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use swarmd_postgres::testing::{TestDatabase, fresh_database};
 use swarmd_postgres::{PgDb, PgTaskStore};
 
 mod cluster;
+mod mail;
 mod postgres_only;
 
 /// A fresh database and a task store on it.

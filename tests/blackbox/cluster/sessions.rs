@@ -361,3 +361,36 @@ async fn a_senior_on_node_a_answers_the_escalation_of_an_attempt_node_b_runs() {
     assert_eq!(view["result"]["value"]["senior_answer"], "accept: flaky");
     until_mailbox_empty(&cluster).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_on_another_node_takes_over_a_stale_holders_role() {
+    let cluster = Cluster::start_with_auth(2, "role_takeover_secs = 1", QUICK).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let old = a.login(json!({"roles": ["main-ai"]})).await;
+
+    // No socket and no activity past the takeover time: node A ends it
+    // when node B's login asks, and B's login gets the role.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let new = b.login(json!({"roles": ["main-ai"]})).await;
+    assert_ne!(new.sid, old.sid);
+    let status = a
+        .get(&format!("/v1/operators/{}", old.sid), &a.admin)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 404, "the stale holder ended on its home");
+
+    // A live holder keeps it.
+    let _ws = b.connect(&new).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (status, refused) = parts(
+        a.post("/v1/operators", &a.admin)
+            .json(&json!({"roles": ["main-ai"]}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+}

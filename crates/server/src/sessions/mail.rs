@@ -27,6 +27,9 @@ pub(crate) const MOVED: &str = "moved";
 /// To the session's new home: where the reply to a request it sent
 /// before the move goes (`reply_to`).
 pub(crate) const WAITER: &str = "waiter";
+/// To the home: end the session if it is stale (a login on another node
+/// takes its roles).
+pub(crate) const RELEASE: &str = "release";
 /// To the home: the session was deleted on another node.
 pub(crate) const ENDED: &str = "ended";
 

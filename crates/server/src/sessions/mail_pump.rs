@@ -166,6 +166,7 @@ impl SessionRegistry {
                     self.moved_away(&session, to);
                 }
             }
+            mail::RELEASE => self.release_if_stale(engine, &session).await,
             mail::ENDED => {
                 if self.forget(session.sid).is_some() {
                     tracing::info!(sid = %session.sid, "session deleted on another node");

@@ -20,6 +20,7 @@ mod outbox;
 mod pending;
 mod postbox;
 mod relay;
+mod release;
 mod session;
 mod sweep;
 

@@ -7,7 +7,10 @@
 //! late writes fenced and exits (`fencing`); a request about a live task
 //! sent to a node that does not hold it is forwarded to the one that does,
 //! once (`forwarding`), and an MCP tool about it calls that node's route
-//! (`mcp`).
+//! (`mcp`); one idempotency key sent to two nodes at once makes one task
+//! (`idempotency`); a MainAI connected to one node is sent the frames of
+//! attempts another node dispatched, and resumes on another node where it
+//! left off (`sessions`, `session_moves`).
 
 mod events;
 mod fencing;
@@ -15,6 +18,8 @@ mod forwarding;
 mod idempotency;
 mod mcp;
 mod overhead;
+mod session_moves;
+mod sessions;
 mod takeover;
 
 use std::time::{Duration, Instant};
@@ -56,6 +61,11 @@ impl Cluster {
     /// keyring and admin token), each with `agents` (`@DIR@`: the test's
     /// shared directory).
     pub(crate) async fn start(n: usize, agents: &str) -> Cluster {
+        Cluster::start_with_auth(n, "", agents).await
+    }
+
+    /// Like `start`, with more `[auth]` lines.
+    pub(crate) async fn start_with_auth(n: usize, auth: &str, agents: &str) -> Cluster {
         let database = fresh_database().await;
         let shared = tempfile::tempdir().unwrap();
         let root = shared.path().display().to_string();
@@ -65,6 +75,7 @@ impl Cluster {
 [auth]
 keys_file = "{root}/keys"
 admin_token_file = "{root}/admin.token"
+{auth}
 
 [cluster]
 node_lease_secs = {lease}

@@ -17,6 +17,7 @@ mod blobs;
 mod connect;
 mod keys;
 mod live;
+mod mail;
 mod migrate;
 mod nodes;
 mod outputs;
@@ -35,6 +36,7 @@ use swarmd_output_store::StoreError;
 use tokio::sync::{mpsc, oneshot};
 
 pub use connect::{DEFAULT_MAX_BATCH, DEFAULT_POOL_SIZE, PgOptions, redact_url};
+pub use mail::{HomedSession, Mail, NewMail};
 pub use migrate::SCHEMA_VERSION;
 pub use nodes::{EventWake, NodeId, Registration, Takeover};
 pub use outputs::PgOutputStore;

@@ -38,10 +38,12 @@ const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
 /// (`admin_token`, one row: the secret, for `swarmd admin-token`, and its
 /// SHA-256, the only column a node reads) and spilled output values
 /// (`blobs`, content-addressed; `claimed_at` comes from the database's
-/// clock, so every node's sweep agrees on a blob's age). Step 5 indexes
-/// handles by digest, so a node routes a `wh-` handle it does not hold to
-/// the node that does (`owners`).
-const STEPS: [&str; 5] = [
+/// clock, so every node's sweep agrees on a blob's age). Step 4 claims
+/// idempotency keys across nodes (`KEY_CLAIMS`). Step 5 indexes handles by
+/// digest, so a node routes a `wh-` handle it does not hold to the node
+/// that does (`owners`). Step 6 carries sessions across nodes
+/// (`SESSION_MAIL`).
+const STEPS: [&str; 6] = [
     "
 CREATE TABLE tasks (
     id             uuid   PRIMARY KEY,
@@ -155,6 +157,7 @@ CREATE INDEX blobs_claimed ON blobs (claimed_at);
 ",
     KEY_CLAIMS,
     "CREATE INDEX handles_digest ON handles (digest);",
+    SESSION_MAIL,
 ];
 
 /// Step 4: an idempotency key is claimed before its task is recorded
@@ -162,6 +165,34 @@ CREATE INDEX blobs_claimed ON blobs (claimed_at);
 /// recording its task can be taken over.
 const KEY_CLAIMS: &str = "
 ALTER TABLE idem_keys ADD COLUMN node uuid, ADD COLUMN epoch bigint;
+";
+
+/// Step 6: operator sessions across nodes (docs/decisions.md, Cluster).
+///
+/// `sessions.home_node` is the node that holds a session's socket (or its
+/// MCP pops) and alone expires it; the writer stamps it on insert, a move
+/// updates it. `session_mail` carries what one node sends a session homed
+/// on another (`to_node` NULL: read by whichever node is the session's home
+/// then) and the replies to the node waiting for them (`to_node`), read in
+/// `id` order; a row goes once its frame was sent or its reply handed over.
+/// Rows go with their session.
+const SESSION_MAIL: &str = "
+ALTER TABLE sessions ADD COLUMN home_node uuid;
+CREATE INDEX sessions_home ON sessions (home_node);
+CREATE INDEX sessions_digest ON sessions (((body::jsonb) ->> 'token_digest'));
+
+CREATE TABLE session_mail (
+    id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    sid        uuid        NOT NULL REFERENCES sessions (sid) ON DELETE CASCADE,
+    to_node    uuid,
+    reply_to   uuid,
+    kind       text        NOT NULL,
+    req_id     text,
+    body       text        NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX session_mail_sid ON session_mail (sid, id);
+CREATE INDEX session_mail_to ON session_mail (to_node, id) WHERE to_node IS NOT NULL;
 ";
 
 /// Step 2: several nodes on one database (docs/decisions.md, Cluster).

@@ -273,19 +273,30 @@ impl PgDb {
     ///
     /// `StoreError::Database` when the connection or the `LISTEN` fails.
     pub async fn listen_events(&self) -> Result<EventWake, StoreError> {
-        let (client, mut connection) = connect::connect(&self.inner.config).await?;
-        let (wake, woken) = mpsc::channel(1);
         let own = self
             .fence()
             .node()
             .map(|(node, _)| node.to_string())
             .unwrap_or_default();
+        self.listen(EVENTS_CHANNEL, Some(own)).await
+    }
+
+    /// A connection of its own that `LISTEN`s to `channel`, ignoring
+    /// notifications whose payload is `own`.
+    pub(crate) async fn listen(
+        &self,
+        channel: &str,
+        own: Option<String>,
+    ) -> Result<EventWake, StoreError> {
+        let (client, mut connection) = connect::connect(&self.inner.config).await?;
+        let (wake, woken) = mpsc::channel(1);
         tokio::spawn(async move {
             loop {
                 let message = std::future::poll_fn(|cx| connection.poll_message(cx)).await;
                 match message {
                     // This node's own commits reach its bus directly.
-                    Some(Ok(AsyncMessage::Notification(note))) if note.payload() == own => {}
+                    Some(Ok(AsyncMessage::Notification(note)))
+                        if own.as_deref() == Some(note.payload()) => {}
                     Some(Ok(AsyncMessage::Notification(_))) => {
                         // A full channel already holds a wake-up.
                         let _ = wake.try_send(());
@@ -295,7 +306,7 @@ impl PgDb {
                     }
                     Some(Ok(_)) => {}
                     Some(Err(error)) => {
-                        tracing::warn!(%error, "postgres event listener connection lost");
+                        tracing::warn!(%error, "postgres listener connection lost");
                         return;
                     }
                     None => return,
@@ -303,7 +314,7 @@ impl PgDb {
             }
         });
         client
-            .batch_execute(&format!("LISTEN {EVENTS_CHANNEL}"))
+            .batch_execute(&format!("LISTEN {channel}"))
             .await
             .map_err(db_error)?;
         Ok(EventWake {

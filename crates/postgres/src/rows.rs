@@ -255,7 +255,7 @@ impl<'a> Group<'a> {
             send!(statements.keys, c.keys.0, c.keys.1);
         }
         if !c.sessions.0.is_empty() {
-            send!(statements.put_sessions, c.sessions.0, c.sessions.1);
+            send!(statements.put_sessions, c.sessions.0, c.sessions.1, owner);
         }
         if !c.posted.0.is_empty() {
             let p = &c.posted;

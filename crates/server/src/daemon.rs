@@ -99,17 +99,19 @@ pub async fn build(
     // recovery, which then reads the live tasks it owns.
     let cluster = cluster::settings(&config);
     let mut forwarder = None;
+    let mut node = None;
     if let Some(db) = &pg {
-        let node = cluster::node_id(&cluster, &config.store.state_dir)
+        let id = cluster::node_id(&cluster, &config.store.state_dir)
             .map_err(|e| BuildError::Cluster(e.to_string()))?;
         let advertise = cluster.advertise_url.as_deref().unwrap_or(&base_url);
-        cluster::register(db, node, advertise)
+        cluster::register(db, id, advertise)
             .await
             .map_err(|e| BuildError::Cluster(e.to_string()))?;
         forwarder = Some(
-            cluster::Forwarder::new(db.clone(), node)
+            cluster::Forwarder::new(db.clone(), id)
                 .map_err(|e| BuildError::Cluster(format!("cannot build the peer client: {e}")))?,
         );
+        node = Some(id);
     }
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
     let sessions = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
@@ -136,6 +138,13 @@ pub async fn build(
     // After the engine's recovery killed the process groups that outlived
     // the old daemon, before any attempt starts again.
     recover_worktrees(&config, env, &engine).await;
+    // Sessions homed on other nodes are restored as copies (sessions/homes).
+    if let (Some(db), Some(node)) = (&pg, node) {
+        sessions
+            .join_cluster(db.clone(), node)
+            .await
+            .map_err(|e| BuildError::Cluster(e.to_string()))?;
+    }
     sessions.restore(&engine, std::mem::take(&mut recovery.sessions));
     let tasks = TaskTracker::new();
     router.start(shutdown.clone(), &tasks);
@@ -155,6 +164,7 @@ pub async fn build(
         );
     }
     sessions.start_idle_sweep(engine.clone(), shutdown.clone(), &tasks);
+    sessions.start_mail_pump(engine.clone(), shutdown.clone(), &tasks);
     tracing::info!(
         requeued = recovery.requeued,
         decided = recovery.decided,

@@ -68,8 +68,10 @@ const AUDIT: &str = "
 INSERT INTO audit (ts_ms, task, body)
 SELECT ts_ms, task, body FROM unnest($1::bigint[], $2::uuid[], $3::text[])
     WITH ORDINALITY AS row (ts_ms, task, body, n) ORDER BY n";
+/// A new session is homed on the writing node (`$3`); an update keeps its
+/// home (a move sets it).
 const PUT_SESSIONS: &str = "
-INSERT INTO sessions (sid, body) SELECT * FROM unnest($1::uuid[], $2::text[])
+INSERT INTO sessions (sid, body, home_node) SELECT *, $3::uuid FROM unnest($1::uuid[], $2::text[])
 ON CONFLICT (sid) DO UPDATE SET body = excluded.body";
 const DELETE_SESSIONS: &str = "DELETE FROM sessions WHERE sid = ANY($1::uuid[])";
 const PUT_POSTED: &str = "

@@ -1,7 +1,8 @@
 //! The engine's `TaskStore` conformance cases against `PgTaskStore`, each
 //! on a fresh database of the test cluster, then what only PostgreSQL
 //! shows: migrations under the advisory lock, group commits, reopening,
-//! and which node holds a live task (`owners`).
+//! which node holds a live task (`owners`), and sessions and their mail
+//! across nodes (`mail`).
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use swarmd_postgres::{PgDb, PgTaskStore};
 
 mod cluster;
 mod keys;
+mod mail;
 mod owners;
 mod postgres_only;
 

@@ -210,6 +210,7 @@ impl FromRequestParts<AppState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let token = counted_bearer(parts, state)?;
+        state.sessions.load_bearer(token).await;
         authenticate(state, token)
     }
 }
@@ -230,6 +231,8 @@ impl FromRequestParts<AppState> for WorkerBearer {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let token = counted_bearer(parts, state)?;
+        // `POST /v1/tasks` takes a session's secret here too.
+        state.sessions.load_bearer(token).await;
         Ok(WorkerBearer(token.to_owned()))
     }
 }

@@ -96,7 +96,7 @@ async fn show(
     caller: Caller,
     Path(sid): Path<String>,
 ) -> Result<Json<SessionSummary>, ApiError> {
-    let session = target(&state, &caller, &sid)?;
+    let session = target(&state, &caller, &sid).await?;
     Ok(Json(session.summary()))
 }
 
@@ -107,13 +107,13 @@ async fn remove(
     caller: Caller,
     Path(sid): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let session = target(&state, &caller, &sid)?;
+    let session = target(&state, &caller, &sid).await?;
     state.sessions.delete(&state.engine, &session.sid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// The session `sid` names, if the caller may act on it.
-fn target(state: &AppState, caller: &Caller, sid: &str) -> Result<Arc<Session>, ApiError> {
+async fn target(state: &AppState, caller: &Caller, sid: &str) -> Result<Arc<Session>, ApiError> {
     let sid = parse_sid(sid)?;
     let own = caller.session().is_some_and(|s| s.sid == sid);
     if !own {
@@ -121,7 +121,8 @@ fn target(state: &AppState, caller: &Caller, sid: &str) -> Result<Arc<Session>, 
     }
     state
         .sessions
-        .get(&sid)
+        .find(&sid)
+        .await
         .ok_or_else(|| ApiError::not_found("session"))
 }
 
@@ -162,15 +163,19 @@ async fn upgrade(
 ) -> Result<Response, ApiError> {
     let sid = parse_sid(&sid)?;
     let token = token.ok_or_else(|| ApiError::unauthorized(ErrorCode::Unauthorized))?;
+    state.sessions.load_bearer(&token).await;
     let caller = authenticate(&state, &token)?;
     let session = state
         .sessions
-        .get(&sid)
+        .find(&sid)
+        .await
         .ok_or_else(|| ApiError::not_found("session"))?;
     let own = caller.session().is_some_and(|s| s.sid == sid);
     if !own {
         return Err(ApiError::forbidden());
     }
+    // The socket attaches here: this node becomes the session's home.
+    state.sessions.claim_home(&session).await;
     let upgrade =
         upgrade.map_err(|e| ApiError::bad_request(format!("not a WebSocket upgrade: {e}")))?;
     Ok(upgrade

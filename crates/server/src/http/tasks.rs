@@ -199,7 +199,7 @@ pub(crate) async fn create(
         ));
     }
     if let Some(sid) = request.operator_sid
-        && state.sessions.get(&sid).is_none()
+        && state.sessions.find(&sid).await.is_none()
     {
         return Err(ApiError::bad_request(format!(
             "operator_sid names no session: {sid}"

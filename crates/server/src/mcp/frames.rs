@@ -164,6 +164,8 @@ pub(super) async fn frames(
         )));
     }
     let session = session_of(state, caller, args.sid.as_deref())?;
+    // A pop takes the session's frames here: this node becomes its home.
+    state.sessions.claim_home(&session).await;
     let frames = pop(
         state,
         &session,

@@ -23,7 +23,7 @@ use super::session::Session;
 use crate::ws::frames::ServerFrame;
 
 /// A fresh server-side `req_id`: `<kind>-` + 32 hex.
-fn req_id(kind: &str) -> String {
+pub(super) fn req_id(kind: &str) -> String {
     format!("{kind}-{}", uuid::Uuid::new_v4().simple())
 }
 
@@ -49,7 +49,7 @@ impl Session {
         Ok((id, rx))
     }
 
-    fn request_text(&self, frame: &ServerFrame) -> Outgoing {
+    pub(super) fn request_text(&self, frame: &ServerFrame) -> Outgoing {
         Outgoing::Text {
             class: super::outbox::FrameClass::Request,
             text: self.dialect.encode(frame),

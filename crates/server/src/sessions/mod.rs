@@ -13,18 +13,26 @@ mod bridge;
 mod cancel;
 mod delivery;
 mod error;
+mod homes;
+mod mail;
+mod mail_pump;
 mod outbox;
 mod pending;
+mod postbox;
+mod relay;
+mod release;
 mod session;
 mod sweep;
 
+#[cfg(test)]
+mod homes_tests;
 #[cfg(test)]
 mod takeover_tests;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -49,7 +57,7 @@ pub use outbox::{
     Attachment, Batch, CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn,
     Reservation,
 };
-pub use pending::{Reply, ReplyError, Waiter};
+pub use pending::{Expects, Relayed, Reply, ReplyError, Waiter};
 pub use session::{Session, SessionSummary};
 
 /// Role names are routing names (`main-ai`, `senior`): short and plain.
@@ -163,6 +171,8 @@ pub struct SessionRegistry {
     sockets: TaskTracker,
     /// The seq of the last event the router routed (see `delivery`).
     routed: std::sync::atomic::AtomicU64,
+    /// This node's part in a cluster's sessions (`homes`), on PostgreSQL.
+    cluster: OnceLock<Arc<postbox::SessionCluster>>,
 }
 
 impl SessionRegistry {
@@ -177,6 +187,7 @@ impl SessionRegistry {
             settings,
             sockets: TaskTracker::new(),
             routed: std::sync::atomic::AtomicU64::new(0),
+            cluster: OnceLock::new(),
         })
     }
 
@@ -212,6 +223,7 @@ impl SessionRegistry {
             dialect: (dialect != Dialect::Standard).then(|| dialect.as_str().to_owned()),
         };
         let session = Session::new(&record, digest, self.settings.park_max);
+        self.load_role_holders(&session.roles).await?;
         let stale = {
             let mut maps = self.maps();
             let stale = self.stale_holders(&maps, &session.roles, now)?;
@@ -247,7 +259,9 @@ impl SessionRegistry {
 
     /// The session a bearer secret belongs to, touched as active. A session
     /// idle past `auth.session_idle_secs` is refused even before the sweep
-    /// removes it: a request never revives an expired session.
+    /// removes it: a request never revives an expired session. A copy of a
+    /// session homed on another node is judged by its home, which deletes
+    /// its record when it expires.
     pub fn authenticate(&self, bearer: &str) -> Option<Arc<Session>> {
         let secret = SessionSecret::parse(bearer).ok()?;
         let digest = secret.digest();
@@ -257,7 +271,7 @@ impl SessionRegistry {
             maps.by_sid.get(sid)?.clone()
         };
         let now = self.clock.now_ms();
-        if session.is_closed() || session.idle_at(now, self.settings.idle) {
+        if session.is_closed() || (session.is_home() && session.idle_at(now, self.settings.idle)) {
             return None;
         }
         session.touch(now);
@@ -287,6 +301,11 @@ impl SessionRegistry {
     pub async fn delete(&self, engine: &Engine, sid: &SessionId) -> Result<(), SessionError> {
         let session = self.forget(*sid).ok_or(SessionError::NotFound)?;
         tracing::info!(%sid, "session deleted");
+        if self.tell_home_ended(&session).await {
+            session.outbox.close(CloseReason::Deleted);
+            session.pending.clear();
+            return Ok(());
+        }
         session
             .end(engine, CloseReason::Deleted)
             .await
@@ -302,7 +321,8 @@ impl SessionRegistry {
 
     /// The holders of `roles` a login may take them from: each must have had
     /// no socket and no activity for `auth.role_takeover_secs`. A live
-    /// holder refuses the login.
+    /// holder refuses the login, and so does one homed on another node
+    /// (only its home knows whether it is live).
     fn stale_holders(
         &self,
         maps: &Maps,
@@ -314,7 +334,7 @@ impl SessionRegistry {
             let Some(holder) = maps.roles.get(role).and_then(|sid| maps.by_sid.get(sid)) else {
                 continue;
             };
-            if !holder.idle_at(now_ms, self.settings.takeover) {
+            if !holder.is_home() || !holder.idle_at(now_ms, self.settings.takeover) {
                 return Err(SessionError::RoleTaken(role.clone()));
             }
             if !stale.iter().any(|s| s.sid == holder.sid) {
@@ -327,13 +347,15 @@ impl SessionRegistry {
     /// Restores persisted sessions at boot, before the server reports ready.
     /// A stored role already held by a restored session is dropped. A
     /// session idle past `auth.session_idle_secs` (no socket survives a
-    /// restart) is not restored: its record is deleted instead.
+    /// restart) is not restored: its record is deleted instead, unless it
+    /// is homed on another node, which judges it (`homes`).
     pub fn restore(&self, engine: &Engine, records: Vec<SessionRecord>) {
         let now = self.clock.now_ms();
         let idle_ms = u64::try_from(self.settings.idle.as_millis()).unwrap_or(u64::MAX);
         let mut maps = self.maps();
         for mut record in records {
-            if now.saturating_sub(record.last_seen_ms) >= idle_ms {
+            let elsewhere = self.restored_home(&record.sid);
+            if elsewhere.is_none() && now.saturating_sub(record.last_seen_ms) >= idle_ms {
                 tracing::info!(sid = %record.sid, "not restoring a session that expired while the daemon was down");
                 session::forget_record(engine, record.sid);
                 continue;
@@ -344,6 +366,7 @@ impl SessionRegistry {
             };
             record.roles.retain(|role| !maps.roles.contains_key(role));
             let session = Session::new(&record, digest, self.settings.park_max);
+            session.set_elsewhere(elsewhere);
             for role in &session.roles {
                 maps.roles.insert(role.clone(), session.sid);
             }
@@ -387,8 +410,13 @@ impl SessionRegistry {
 
     /// What a layer sees of a session. Hooks only for kinds that take them;
     /// the spawn channel always (frames park while disconnected); the
-    /// senior bridge only while connected (docs/tasks.md, Senior).
-    fn info(session: &Arc<Session>) -> LiveSession {
+    /// senior bridge only while connected (docs/tasks.md, Senior). A
+    /// session homed on another node is reached through the mailbox
+    /// (`relay`), its senior bridge whether connected or not.
+    fn info(&self, session: &Arc<Session>) -> LiveSession {
+        if let Some(relayed) = self.relayed(session) {
+            return relayed;
+        }
         LiveSession {
             sid: session.sid,
             kind: session.kind,
@@ -406,7 +434,7 @@ impl SessionRegistry {
 
 impl SessionDirectory for SessionRegistry {
     fn session(&self, sid: &SessionId) -> Option<LiveSession> {
-        self.get(sid).map(|s| Self::info(&s))
+        self.get(sid).map(|s| self.info(&s))
     }
 
     fn by_role(&self, role: &str) -> Option<LiveSession> {
@@ -415,7 +443,7 @@ impl SessionDirectory for SessionRegistry {
             let sid = maps.roles.get(role)?;
             maps.by_sid.get(sid).cloned()?
         };
-        Some(Self::info(&session))
+        Some(self.info(&session))
     }
 
     /// Connected sessions first; among them the fewest pending requests and
@@ -433,7 +461,7 @@ impl SessionDirectory for SessionRegistry {
                     std::cmp::Reverse(s.last_seen_ms()),
                 )
             })?;
-        Some(Self::info(&chosen))
+        Some(self.info(&chosen))
     }
 }
 

@@ -239,6 +239,12 @@ impl Outbox {
         spawns
     }
 
+    /// Takes every queued frame, in order (the session moved to another
+    /// node, which delivers them).
+    pub fn take_all(&self) -> Vec<(u64, Outgoing)> {
+        std::mem::take(&mut self.lock().queue).into_iter().collect()
+    }
+
     /// Drops a queued `spawn` that has not been delivered yet.
     pub fn withdraw_spawn(&self, req_id: &str) -> bool {
         let mut state = self.lock();

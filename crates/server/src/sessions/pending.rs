@@ -1,6 +1,7 @@
 //! Server → client requests waiting for their reply, keyed by `req_id`:
 //! `spawn` (→ `spawn_ack`/`spawn_halt`), `ask` (→ `answer`), `hook_before`
-//! (→ `hook_ack`). A reply completes the waiter's oneshot; a reply nobody
+//! (→ `hook_ack`). A reply completes the waiter's oneshot, or, for a request
+//! another node relayed, goes back to that node as mail; a reply nobody
 //! waits for is an error the client is told about.
 //!
 //! Waiters whose caller gave up (its receiver is gone) are pruned when the
@@ -22,6 +23,27 @@ pub enum Waiter {
     Spawn(oneshot::Sender<SpawnReply>),
     Ask(oneshot::Sender<Value>),
     Hook(oneshot::Sender<HookAck>),
+    /// A request another node sent through the mailbox: the reply goes
+    /// back there as mail.
+    Relay(Relayed),
+}
+
+/// Which reply a relayed request expects, and where it goes.
+#[derive(Debug)]
+pub struct Relayed {
+    pub(crate) expects: Expects,
+    pub(crate) sid: swarmd_engine::ids::SessionId,
+    pub(crate) reply_to: swarmd_postgres::NodeId,
+    pub(crate) post: super::postbox::Postbox,
+}
+
+/// The kind of reply a request expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expects {
+    Spawn,
+    Answer,
+    Hook,
 }
 
 impl Waiter {
@@ -30,14 +52,24 @@ impl Waiter {
             Waiter::Spawn(tx) => tx.is_closed(),
             Waiter::Ask(tx) => tx.is_closed(),
             Waiter::Hook(tx) => tx.is_closed(),
+            Waiter::Relay(relayed) => relayed.post.is_closed(),
+        }
+    }
+
+    fn kind(&self) -> Expects {
+        match self {
+            Waiter::Spawn(_) => Expects::Spawn,
+            Waiter::Ask(_) => Expects::Answer,
+            Waiter::Hook(_) => Expects::Hook,
+            Waiter::Relay(relayed) => relayed.expects,
         }
     }
 
     fn expects(&self) -> &'static str {
-        match self {
-            Waiter::Spawn(_) => "spawn_ack or spawn_halt",
-            Waiter::Ask(_) => "answer",
-            Waiter::Hook(_) => "hook_ack",
+        match self.kind() {
+            Expects::Spawn => "spawn_ack or spawn_halt",
+            Expects::Answer => "answer",
+            Expects::Hook => "hook_ack",
         }
     }
 }
@@ -71,7 +103,15 @@ pub(crate) struct Pending {
 struct Table {
     waiters: HashMap<String, Waiter>,
     prune_at: usize,
+    /// Replies that found no waiter, newest last, kept a while: on a
+    /// cluster the waiter of a request sent before the session moved here
+    /// may be registered just after its reply (`insert_or_complete`).
+    orphans: std::collections::VecDeque<(String, Reply, std::time::Instant)>,
 }
+
+/// Replies kept without a waiter, and for how long.
+const MAX_ORPHANS: usize = 64;
+const ORPHAN_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Default for Pending {
     fn default() -> Self {
@@ -79,6 +119,7 @@ impl Default for Pending {
             table: Mutex::new(Table {
                 waiters: HashMap::new(),
                 prune_at: MIN_PRUNE_AT,
+                orphans: std::collections::VecDeque::new(),
             }),
         }
     }
@@ -104,13 +145,18 @@ impl Pending {
         let waiter = {
             let mut table = self.lock();
             let Some(waiter) = table.waiters.remove(req_id) else {
+                if table.orphans.len() >= MAX_ORPHANS {
+                    table.orphans.pop_front();
+                }
+                let now = std::time::Instant::now();
+                table.orphans.push_back((req_id.to_owned(), reply, now));
                 return Err(ReplyError::Unknown(req_id.to_owned()));
             };
             let matches = matches!(
-                (&waiter, &reply),
-                (Waiter::Spawn(_), Reply::Spawn(_))
-                    | (Waiter::Ask(_), Reply::Answer(_))
-                    | (Waiter::Hook(_), Reply::Hook(_))
+                (waiter.kind(), &reply),
+                (Expects::Spawn, Reply::Spawn(_))
+                    | (Expects::Answer, Reply::Answer(_))
+                    | (Expects::Hook, Reply::Hook(_))
             );
             if !matches {
                 let expects = waiter.expects();
@@ -126,14 +172,57 @@ impl Pending {
             (Waiter::Spawn(tx), Reply::Spawn(r)) => drop(tx.send(r)),
             (Waiter::Ask(tx), Reply::Answer(v)) => drop(tx.send(v)),
             (Waiter::Hook(tx), Reply::Hook(a)) => drop(tx.send(a)),
+            (Waiter::Relay(relayed), reply) => relayed.post.reply(&relayed, req_id, &reply),
             _ => {}
         }
         Ok(())
     }
 
+    /// Registers a waiter, or completes it at once with a reply that came
+    /// without a waiter in the last `ORPHAN_TTL`.
+    /// `None` keeps the waiter registered already (this node's own).
+    pub(crate) fn insert_or_complete(&self, req_id: String, waiter: Option<Waiter>) {
+        let orphan = {
+            let mut table = self.lock();
+            table.orphans.retain(|(_, _, at)| at.elapsed() < ORPHAN_TTL);
+            let found = table.orphans.iter().position(|(id, _, _)| *id == req_id);
+            found.and_then(|index| table.orphans.remove(index))
+        };
+        if let Some(waiter) = waiter {
+            self.insert(req_id.clone(), waiter);
+        }
+        if let Some((_, reply, _)) = orphan {
+            let _ = self.complete(&req_id, reply);
+        }
+    }
+
     /// Takes a request's waiter out, to move it to another session.
     pub(crate) fn take(&self, req_id: &str) -> Option<Waiter> {
         self.lock().waiters.remove(req_id)
+    }
+
+    /// Where the reply to each request goes once the session moved to
+    /// another node: `here` for this node's own waiters, which stay; the
+    /// relayed ones leave with their node.
+    pub(crate) fn hand_over(
+        &self,
+        here: swarmd_postgres::NodeId,
+    ) -> Vec<(String, Expects, swarmd_postgres::NodeId)> {
+        let mut table = self.lock();
+        let routes: Vec<_> = table
+            .waiters
+            .iter()
+            .filter(|(_, w)| !w.is_closed())
+            .map(|(id, w)| {
+                let to = match w {
+                    Waiter::Relay(relayed) => relayed.reply_to,
+                    _ => here,
+                };
+                (id.clone(), w.kind(), to)
+            })
+            .collect();
+        table.waiters.retain(|_, w| !matches!(w, Waiter::Relay(_)));
+        routes
     }
 
     /// Forgets a request; its caller sees the sender dropped.

@@ -75,6 +75,10 @@ pub struct Session {
     /// The session this one's parked spawns moved to, with their `req_id`s:
     /// a later cancel of one of them goes there.
     moved_to: Mutex<Option<Moved>>,
+    /// The node this session is homed on when that is not this one (on a
+    /// cluster, `homes`): this node holds a copy, reaches the session
+    /// through the mailbox, and neither expires nor writes it.
+    elsewhere: Mutex<Option<swarmd_postgres::NodeId>>,
 }
 
 /// Spawns handed over to another session.
@@ -110,7 +114,22 @@ impl Session {
             pollers: AtomicUsize::new(0),
             pop_lock: tokio::sync::Mutex::new(()),
             moved_to: Mutex::new(None),
+            elsewhere: Mutex::new(None),
         })
+    }
+
+    /// The other node this session is homed on; `None`: this one.
+    pub(crate) fn elsewhere(&self) -> Option<swarmd_postgres::NodeId> {
+        *self.elsewhere.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this node is the session's home.
+    pub(crate) fn is_home(&self) -> bool {
+        self.elsewhere().is_none()
+    }
+
+    pub(super) fn set_elsewhere(&self, node: Option<swarmd_postgres::NodeId>) {
+        *self.elsewhere.lock().unwrap_or_else(|e| e.into_inner()) = node;
     }
 
     pub fn last_seen_ms(&self) -> u64 {
@@ -238,8 +257,12 @@ impl Session {
         self.last_seen_ms() > self.persisted_ms.load(Ordering::Relaxed)
     }
 
-    /// Writes the session's record, unless it is closed already.
+    /// Writes the session's record, unless it is closed already or homed
+    /// on another node (which writes it).
     pub async fn persist(&self, engine: &Engine) -> Result<(), EngineError> {
+        if !self.is_home() {
+            return Ok(());
+        }
         let last_seen = self.last_seen_ms();
         let done_through = self.delivery.through();
         let done = {

@@ -1,5 +1,7 @@
 //! The idle sweep (docs/security.md, Session and admin secrets): a session with no socket and no activity for
-//! `auth.session_idle_secs` expires and releases its roles. The same pass
+//! `auth.session_idle_secs` expires and releases its roles. On a cluster
+//! only the session's home node expires it; the others drop their copy
+//! once its record is gone (`homes`). The same pass
 //! writes back the last activity of sessions that were active since their
 //! record was written, so a restart restores a recent `last_seen`, and the
 //! `task_done` watermarks of every session (see `delivery`); a one-second
@@ -25,7 +27,9 @@ impl SessionRegistry {
     pub async fn sweep(&self, engine: &Engine) -> usize {
         let now = self.clock.now_ms();
         let idle = self.settings.idle;
-        let is_idle = |s: &super::Session| s.idle_at(now, idle);
+        // Only a session's home expires it (`homes`).
+        let is_idle = |s: &super::Session| s.is_home() && s.idle_at(now, idle);
+        self.sweep_copies().await;
         let mut expired = 0;
         for session in self.all() {
             if is_idle(&session) {

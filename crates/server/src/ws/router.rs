@@ -8,7 +8,9 @@
 //!
 //! Every `task_done` reaches its session at least once across restarts:
 //! sessions keep a delivery watermark (`sessions::Delivery`) and the router
-//! starts by replaying the durable log from the lowest restored one.
+//! starts by replaying the durable log from the lowest restored one. On a
+//! cluster it routes only to sessions homed on this node, and a session
+//! that moves here has its events after its watermark routed again.
 //!
 //! `task_done` takes its attempt from `task_finished`. Only an event with
 //! attempt 0 makes the router read the task: it is either a task that ended
@@ -33,6 +35,9 @@ use crate::sessions::SessionRegistry;
 
 /// How long the router waits before retrying after a failed log read.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Events read per page, and at most, when a session moves to this node.
+const CATCH_UP_PAGE: usize = 1024;
+const CATCH_UP_MAX: usize = 65_536;
 
 /// Routes engine events to the sessions that own their tasks.
 #[derive(Debug)]
@@ -68,6 +73,10 @@ impl EventRouter {
             loop {
                 let next = tokio::select! {
                     () = shutdown.cancelled() => break,
+                    () = self.registry.catch_up_wanted() => {
+                        self.catch_up().await;
+                        continue;
+                    }
                     next = self.feed.next() => next,
                 };
                 match next {
@@ -90,6 +99,36 @@ impl EventRouter {
         tasks.spawn(run.instrument(tracing::info_span!("event_router")))
     }
 
+    /// Routes again, for each session that just moved to this node, its
+    /// events after its watermark up to what was routed already (at most
+    /// `CATCH_UP_MAX` events read): the previous home may have stopped
+    /// routing them before this node started. A repeat is dropped by the
+    /// client, as after a restart.
+    async fn catch_up(&self) {
+        for (sid, from) in self.registry.take_catch_ups() {
+            let through = self.registry.routed_through();
+            let mut after = from;
+            let mut read = 0;
+            while after < through && read < CATCH_UP_MAX {
+                let batch = match self.engine.events_after(after, CATCH_UP_PAGE).await {
+                    Ok(batch) => batch,
+                    Err(error) => {
+                        tracing::warn!(%sid, %error, "cannot read the log for a moved session");
+                        break;
+                    }
+                };
+                let Some(last) = batch.last() else { break };
+                after = last.seq;
+                read += batch.len();
+                for record in batch.iter().filter(|r| r.seq <= through) {
+                    if record.session == Some(sid) {
+                        self.route(record).await;
+                    }
+                }
+            }
+        }
+    }
+
     async fn route(&self, record: &EventRecord) {
         let (Some(sid), Some(task_id)) = (record.session, record.event.task_id()) else {
             return;
@@ -100,7 +139,9 @@ impl EventRouter {
         ) {
             return;
         }
-        let Some(session) = self.registry.get(&sid) else {
+        // Only the session's home delivers its frames; a move hands over
+        // what it had not delivered.
+        let Some(session) = self.registry.get(&sid).filter(|s| s.is_home()) else {
             return;
         };
         if session.delivery.delivered_before_restart(record.seq) {

@@ -1,0 +1,137 @@
+//! Sessions across nodes, through the database alone: a session written by
+//! a node is homed there and found by sid, token digest and role; mail
+//! for a session is read by whichever node is its home, in order, and
+//! replies by the node they are for; a move returns the previous home;
+//! mail for a session that is gone is not written.
+
+use swarmd_engine::ids::SessionId;
+use swarmd_engine::store::conformance::apply;
+use swarmd_engine::store::{SessionKind, SessionRecord, WriteOp};
+use swarmd_postgres::testing::fresh_database;
+use swarmd_postgres::{NewMail, PgDb, PgTaskStore};
+use uuid::Uuid;
+
+fn record(digest: &str, roles: &[&str]) -> SessionRecord {
+    SessionRecord {
+        sid: SessionId::new(),
+        token_digest: digest.to_owned(),
+        roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+        kind: SessionKind::MainAi,
+        description: None,
+        manifest: None,
+        created_ms: 5,
+        last_seen_ms: 5,
+        done_through: None,
+        dialect: None,
+    }
+}
+
+fn frame(sid: SessionId, n: usize) -> NewMail {
+    NewMail {
+        sid,
+        to_node: None,
+        reply_to: None,
+        kind: "text".into(),
+        req_id: Some(format!("r-{n}")),
+        body: format!("{n}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_follows_the_session_home_in_order() {
+    let database = fresh_database().await;
+    let (a_id, b_id) = (Uuid::new_v4(), Uuid::new_v4());
+    let a_db = PgDb::open(database.options()).await.unwrap();
+    let b_db = PgDb::open(database.options()).await.unwrap();
+    a_db.register_node(a_id, "http://a").await.unwrap();
+    b_db.register_node(b_id, "http://b").await.unwrap();
+
+    // Written by node A, the session is homed on A, and B finds it.
+    let session = record(&"ab".repeat(32), &["main-ai"]);
+    let sid = session.sid;
+    apply(
+        &PgTaskStore::new(a_db.clone()),
+        vec![WriteOp::PutSession(Box::new(session.clone()))],
+    )
+    .await;
+    let found = b_db.session_by_sid(sid).await.unwrap().unwrap();
+    assert_eq!((found.record, found.home), (session.clone(), Some(a_id)));
+    let by_digest = b_db.session_by_digest(&"ab".repeat(32)).await.unwrap();
+    assert_eq!(by_digest.map(|h| h.record.sid), Some(sid));
+    assert!(
+        b_db.session_by_digest(&"cd".repeat(32))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let holders = b_db
+        .sessions_with_roles(&["senior".into(), "main-ai".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        holders.iter().map(|h| h.record.sid).collect::<Vec<_>>(),
+        [sid]
+    );
+    assert_eq!(
+        b_db.sessions_created_after(4).await.unwrap().len(),
+        1,
+        "a login is seen by its created_ms"
+    );
+    assert!(b_db.sessions_created_after(5).await.unwrap().is_empty());
+
+    // Frames from B wait for the session's home, A, in order; a reply
+    // waits for the node it is for.
+    let sent = b_db
+        .send_mail(&[frame(sid, 1), frame(sid, 2), frame(sid, 3)])
+        .await
+        .unwrap();
+    assert_eq!(sent, 3);
+    let reply = NewMail {
+        to_node: Some(b_id),
+        kind: "reply".into(),
+        ..frame(sid, 9)
+    };
+    a_db.send_mail(&[reply]).await.unwrap();
+    let bodies = |mail: Vec<swarmd_postgres::Mail>| -> Vec<String> {
+        mail.into_iter().map(|m| m.body).collect()
+    };
+    assert_eq!(
+        bodies(a_db.mail_for(a_id, 0, 100).await.unwrap()),
+        ["1", "2", "3"]
+    );
+    assert_eq!(bodies(b_db.mail_for(b_id, 0, 100).await.unwrap()), ["9"]);
+    let page = a_db.mail_for(a_id, 0, 2).await.unwrap();
+    let after = page.last().unwrap().id;
+    assert_eq!(bodies(a_db.mail_for(a_id, after, 2).await.unwrap()), ["3"]);
+
+    // The session moves to B: its frames follow it.
+    assert_eq!(
+        b_db.move_session_home(sid, b_id).await.unwrap(),
+        Some(Some(a_id))
+    );
+    assert!(a_db.mail_for(a_id, 0, 100).await.unwrap().is_empty());
+    let on_b = b_db.mail_for(b_id, 0, 100).await.unwrap();
+    assert_eq!(bodies(on_b.clone()), ["1", "2", "3", "9"]);
+
+    // Delivered and withdrawn mail goes; a session that is gone gets none.
+    b_db.delete_mail(&[on_b[0].id]).await.unwrap();
+    assert!(b_db.withdraw_mail(sid, "r-2").await.unwrap());
+    assert_eq!(
+        bodies(b_db.mail_for(b_id, 0, 100).await.unwrap()),
+        ["3", "9"]
+    );
+    let gone = SessionId::new();
+    assert_eq!(b_db.send_mail(&[frame(gone, 1)]).await.unwrap(), 0);
+    assert_eq!(b_db.move_session_home(gone, b_id).await.unwrap(), None);
+    apply(
+        &PgTaskStore::new(b_db.clone()),
+        vec![WriteOp::DeleteSession(sid)],
+    )
+    .await;
+    assert_eq!(
+        a_db.query_i32("SELECT count(*)::int FROM session_mail")
+            .await,
+        [0],
+        "mail goes with its session"
+    );
+}

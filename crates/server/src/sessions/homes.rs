@@ -1,0 +1,339 @@
+//! Sessions across cluster nodes (docs/decisions.md, Cluster): every
+//! session has a home, the node it logged in on, moved to the node its
+//! socket attaches to (or an MCP pop arrives at). Only the home delivers
+//! its frames, expires it and writes its record; another node holds a copy
+//! found in PostgreSQL by sid or token digest, and reaches the session
+//! through the mailbox (`relay`, `mail_pump`).
+
+use std::sync::{Arc, Mutex};
+
+use swarmd_engine::auth::SessionSecret;
+use swarmd_engine::ids::SessionId;
+use swarmd_output_store::StoreError;
+use swarmd_postgres::{HomedSession, NewMail, NodeId, PgDb};
+use tokio::sync::Notify;
+
+use super::SessionRegistry;
+use super::mail;
+use super::outbox::{CloseReason, Outgoing};
+use super::postbox::{Postbox, SessionCluster};
+use super::session::{self, Session};
+
+/// How far apart the nodes' clocks may be when they stamp `created_ms`.
+const CLOCK_MARGIN_MS: u64 = 60_000;
+
+impl SessionRegistry {
+    pub(crate) fn cluster(&self) -> Option<&Arc<SessionCluster>> {
+        self.cluster.get()
+    }
+
+    /// Joins the cluster as `node`, before `restore`: homes here the
+    /// sessions with no live home, and reads every session's home.
+    pub async fn join_cluster(&self, db: PgDb, node: NodeId) -> Result<(), StoreError> {
+        let adopted = db.adopt_orphan_sessions(node).await?;
+        if !adopted.is_empty() {
+            tracing::info!(
+                sessions = adopted.len(),
+                "homed sessions whose node is gone"
+            );
+        }
+        let homes = db.session_homes().await?.into_iter().collect();
+        let cluster = SessionCluster {
+            post: Postbox::start(db.clone()),
+            db,
+            node,
+            inflight: Mutex::default(),
+            homes: Mutex::new(homes),
+            wake: Notify::new(),
+            catch_ups: Mutex::default(),
+            catch_up_wake: Notify::new(),
+            synced_ms: std::sync::atomic::AtomicU64::new(self.clock.now_ms()),
+        };
+        let _ = self.cluster.set(Arc::new(cluster));
+        Ok(())
+    }
+
+    /// Waits until a session moved here (never outside a cluster).
+    pub async fn catch_up_wanted(&self) {
+        match self.cluster() {
+            Some(cluster) => cluster.catch_up_wake.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The sessions that moved here since the last call, each with the
+    /// seq after which the router routes their events again.
+    pub fn take_catch_ups(&self) -> Vec<(SessionId, u64)> {
+        self.cluster().map_or_else(Vec::new, |cluster| {
+            std::mem::take(&mut *cluster.catch_ups.lock().unwrap_or_else(|e| e.into_inner()))
+        })
+    }
+
+    /// The other node a restored session is homed on (read at `join_cluster`).
+    pub(super) fn restored_home(&self, sid: &SessionId) -> Option<NodeId> {
+        let cluster = self.cluster()?;
+        let home = cluster
+            .homes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(sid)
+            .flatten()?;
+        (home != cluster.node).then_some(home)
+    }
+
+    /// The session `sid`, from this node's memory or, on a cluster, from
+    /// PostgreSQL (kept here as a copy).
+    pub async fn find(&self, sid: &SessionId) -> Option<Arc<Session>> {
+        if let Some(session) = self.get(sid) {
+            return Some(session);
+        }
+        let cluster = self.cluster()?;
+        match cluster.db.session_by_sid(*sid).await {
+            Ok(found) => found.and_then(|homed| self.adopt_copy(homed)),
+            Err(error) => {
+                tracing::warn!(%sid, %error, "cannot look a session up");
+                None
+            }
+        }
+    }
+
+    /// Makes sure the session a bearer secret belongs to is in memory when
+    /// it is stored (on a cluster), so `authenticate` finds it.
+    pub async fn load_bearer(&self, bearer: &str) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let Ok(secret) = SessionSecret::parse(bearer) else {
+            return;
+        };
+        let digest = secret.digest();
+        if self.maps().by_digest.contains_key(&digest) {
+            return;
+        }
+        match cluster.db.session_by_digest(&session::hex(&digest)).await {
+            Ok(Some(homed)) => {
+                self.adopt_copy(homed);
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "cannot look a session token up"),
+        }
+    }
+
+    /// Keeps a stored session in memory; its roles only where nobody here
+    /// holds them.
+    pub(super) fn adopt_copy(&self, homed: HomedSession) -> Option<Arc<Session>> {
+        let cluster = self.cluster()?;
+        let digest = session::unhex(&homed.record.token_digest)?;
+        let mut record = homed.record;
+        let mut maps = self.maps();
+        if let Some(session) = maps.by_sid.get(&record.sid) {
+            return Some(session.clone());
+        }
+        record.roles.retain(|role| !maps.roles.contains_key(role));
+        let session = Session::new(&record, digest, self.settings.park_max);
+        session.set_elsewhere(homed.home.filter(|home| *home != cluster.node));
+        for role in &session.roles {
+            maps.roles.insert(role.clone(), session.sid);
+        }
+        maps.by_digest.insert(digest, session.sid);
+        maps.by_sid.insert(session.sid, session.clone());
+        Some(session)
+    }
+
+    /// Keeps copies of the sessions other nodes logged in since the last
+    /// call, so a layer here finds them by role (reads sessions created in
+    /// the last `CLOCK_MARGIN_MS` again: the nodes' clocks differ).
+    pub(super) async fn sync_new_sessions(&self) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let since = cluster.synced_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let after = i64::try_from(since.saturating_sub(CLOCK_MARGIN_MS)).unwrap_or(i64::MAX);
+        match cluster.db.sessions_created_after(after).await {
+            Ok(found) => {
+                let newest = found.iter().map(|h| h.record.created_ms).max();
+                for homed in found {
+                    if self.get(&homed.record.sid).is_none() {
+                        self.adopt_copy(homed);
+                    }
+                }
+                if let Some(newest) = newest {
+                    cluster
+                        .synced_ms
+                        .fetch_max(newest, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot read new sessions"),
+        }
+    }
+
+    /// Makes this node the session's home (a socket attaches, an MCP pop
+    /// arrives): the previous home is told, closes its socket and hands
+    /// over what it had not delivered.
+    pub async fn claim_home(&self, session: &Arc<Session>) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        if session.is_home() {
+            return;
+        }
+        match cluster
+            .db
+            .move_session_home(session.sid, cluster.node)
+            .await
+        {
+            Ok(Some(previous)) => {
+                session.set_elsewhere(None);
+                tracing::info!(sid = %session.sid, "session moved to this node");
+                // An event the previous home routed after it stopped being
+                // the home, and this node before it became it, reached
+                // neither: the router routes the session's events again.
+                cluster
+                    .catch_ups
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((session.sid, session.delivery.through()));
+                cluster.catch_up_wake.notify_one();
+                if let Some(previous) = previous.filter(|p| *p != cluster.node) {
+                    cluster.post.send(NewMail {
+                        sid: session.sid,
+                        to_node: Some(previous),
+                        reply_to: Some(cluster.node),
+                        kind: mail::MOVED.to_owned(),
+                        req_id: None,
+                        body: "{}".to_owned(),
+                    });
+                }
+                cluster.wake.notify_one();
+            }
+            Ok(None) => tracing::debug!(sid = %session.sid, "a session to move is gone"),
+            Err(error) => tracing::warn!(sid = %session.sid, %error, "cannot move a session here"),
+        }
+    }
+
+    /// The session moved to `to`: its socket here closes, the frames that
+    /// came as mail stay in the mailbox for the new home, and the others
+    /// are handed over as mail, in order, then where each pending
+    /// request's reply goes (this node's own waiters stay here; relayed
+    /// ones go with their node).
+    pub(super) fn moved_away(&self, session: &Session, to: NodeId) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        if session.elsewhere() == Some(to) {
+            return;
+        }
+        session.set_elsewhere(Some(to));
+        let from_mail = cluster.untrack(session.sid);
+        let mut moved = 0;
+        for (id, frame) in session.outbox.take_all() {
+            if from_mail.contains(&id) {
+                continue;
+            }
+            let (kind, req_id, body) = match frame {
+                Outgoing::Spawn(spawn) => (
+                    mail::SPAWN,
+                    Some(spawn.req_id.clone()),
+                    mail::encode_spawn(&spawn.frame),
+                ),
+                Outgoing::Text { class, text } => (
+                    mail::TEXT,
+                    None,
+                    mail::encode(&mail::TextBody {
+                        class: class.into(),
+                        text: text.as_str().to_owned(),
+                    }),
+                ),
+            };
+            cluster.post.send(NewMail {
+                sid: session.sid,
+                to_node: None,
+                reply_to: Some(cluster.node),
+                kind: kind.to_owned(),
+                req_id,
+                body,
+            });
+            moved += 1;
+        }
+        // Requests already delivered: their replies now come to the new
+        // home, which sends each where it is awaited.
+        for (req_id, expects, reply_to) in session.pending.hand_over(cluster.node) {
+            cluster.post.send(NewMail {
+                sid: session.sid,
+                to_node: None,
+                reply_to: Some(reply_to),
+                kind: mail::WAITER.to_owned(),
+                req_id: Some(req_id),
+                body: mail::encode(&expects),
+            });
+        }
+        session.outbox.close(CloseReason::Replaced);
+        tracing::info!(sid = %session.sid, moved, "session moved to another node");
+    }
+
+    /// Tells the home of a session deleted here (a copy) to end it and
+    /// delete its record: its socket is there, and a record deleted here
+    /// would be written again by it. Whether the home was told.
+    pub(super) async fn tell_home_ended(&self, session: &Session) -> bool {
+        let (Some(cluster), Some(home)) = (self.cluster(), session.elsewhere()) else {
+            return false;
+        };
+        let ended = NewMail {
+            sid: session.sid,
+            to_node: Some(home),
+            reply_to: None,
+            kind: mail::ENDED.to_owned(),
+            req_id: None,
+            body: "{}".to_owned(),
+        };
+        match cluster.db.send_mail(&[ended]).await {
+            Ok(sent) => sent > 0,
+            Err(error) => {
+                tracing::warn!(sid = %session.sid, %error, "cannot tell a session's home it was deleted");
+                false
+            }
+        }
+    }
+
+    /// On a cluster, one sweep step for the copies of sessions homed
+    /// elsewhere: a copy whose record is gone (its home expired or deleted
+    /// it) is dropped; sessions whose home is no longer alive are homed
+    /// here.
+    pub(super) async fn sweep_copies(&self) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        match cluster.db.adopt_orphan_sessions(cluster.node).await {
+            Ok(adopted) => {
+                for sid in adopted {
+                    if let Some(session) = self.get(&sid) {
+                        tracing::info!(%sid, "homed a session whose node is gone");
+                        session.set_elsewhere(None);
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot adopt orphan sessions"),
+        }
+        for session in self.all() {
+            if session.is_home() {
+                continue;
+            }
+            match cluster.db.session_by_sid(session.sid).await {
+                Ok(Some(homed)) => {
+                    let home = homed.home.filter(|h| *h != cluster.node);
+                    if home.is_some() {
+                        session.set_elsewhere(home);
+                    }
+                }
+                Ok(None) => {
+                    if self.forget(session.sid).is_some() {
+                        tracing::debug!(sid = %session.sid, "dropped the copy of an ended session");
+                        session.outbox.close(CloseReason::Expired);
+                        session.pending.clear();
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "cannot check a session copy"),
+            }
+        }
+    }
+}

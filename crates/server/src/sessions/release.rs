@@ -1,0 +1,97 @@
+//! Role names across nodes (docs/decisions.md, Cluster): a login sees the
+//! holders of its roles on every node, and takes a role over from a holder
+//! homed on another node only when that home, asked through the mailbox,
+//! finds it stale by `auth.role_takeover_secs` and ends it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use swarmd_engine::Engine;
+use swarmd_engine::ids::SessionId;
+use swarmd_postgres::{NewMail, NodeId};
+
+use super::mail;
+use super::outbox::CloseReason;
+use super::postbox::SessionCluster;
+use super::session::Session;
+use super::{SessionError, SessionRegistry};
+
+/// How long a login waits for another node to release a stale holder.
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
+const RELEASE_POLL: Duration = Duration::from_millis(50);
+
+impl SessionRegistry {
+    /// On a cluster, keeps in memory the stored sessions holding any of
+    /// `roles`, so a login sees holders on every node, and asks the home
+    /// of each one homed elsewhere to end it if it is stale by
+    /// `auth.role_takeover_secs` (only its home knows): a holder its home
+    /// ended is forgotten here, and the login takes the role.
+    pub(super) async fn load_role_holders(&self, roles: &[String]) -> Result<(), SessionError> {
+        let Some(cluster) = self.cluster() else {
+            return Ok(());
+        };
+        let holders = cluster
+            .db
+            .sessions_with_roles(roles)
+            .await
+            .map_err(|e| SessionError::Engine(e.into()))?;
+        for holder in holders {
+            let sid = holder.record.sid;
+            let Some(copy) = self.get(&sid).or_else(|| self.adopt_copy(holder)) else {
+                continue;
+            };
+            let Some(home) = copy.elsewhere() else {
+                continue;
+            };
+            if self.release_elsewhere(cluster, sid, home).await {
+                self.forget(sid);
+                copy.outbox.close(CloseReason::Expired);
+                copy.pending.clear();
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks `home` to end its session `sid` if stale; whether its record
+    /// went within `RELEASE_WAIT`.
+    async fn release_elsewhere(
+        &self,
+        cluster: &SessionCluster,
+        sid: SessionId,
+        home: NodeId,
+    ) -> bool {
+        let ask = NewMail {
+            sid,
+            to_node: Some(home),
+            reply_to: Some(cluster.node),
+            kind: mail::RELEASE.to_owned(),
+            req_id: None,
+            body: "{}".to_owned(),
+        };
+        if cluster.db.send_mail(&[ask]).await.unwrap_or(0) == 0 {
+            return false;
+        }
+        let until = tokio::time::Instant::now() + RELEASE_WAIT;
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(RELEASE_POLL).await;
+            if let Ok(None) = cluster.db.session_by_sid(sid).await {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The home's side of `release_elsewhere`: ends the session if it has
+    /// had no socket and no activity for `auth.role_takeover_secs`.
+    pub(super) async fn release_if_stale(&self, engine: &Engine, session: &Arc<Session>) {
+        if !session.is_home() || !session.idle_at(self.clock.now_ms(), self.settings.takeover) {
+            return;
+        }
+        if self.forget(session.sid).is_some() {
+            tracing::info!(sid = %session.sid, "a stale session's roles were taken over on another node");
+            if let Err(error) = session.end(engine, CloseReason::Expired).await {
+                tracing::warn!(sid = %session.sid, %error, "cannot delete a taken-over session");
+            }
+        }
+    }
+}

@@ -28,28 +28,34 @@ use crate::connect::{self, db_error};
 
 /// How long a claim whose task a live node is still recording is waited
 /// for: recording takes one group commit, so this is only reached when
-/// that node is stuck.
+/// that node is stuck. An unrecorded claim 30 s old (`HOLDER`) is taken
+/// over whoever made it.
 const RECORDING_PATIENCE: Duration = Duration::from_secs(10);
-/// How often such a claim is looked at again.
+/// How often such a claim is looked at again, at first; the wait doubles
+/// up to `RECHECK_MAX`.
 const RECHECK: Duration = Duration::from_millis(10);
+const RECHECK_MAX: Duration = Duration::from_millis(200);
 
 const CLAIM: &str = "
 INSERT INTO idem_keys (key, task, node, epoch) VALUES ($1, $2, $3, $4)
 ON CONFLICT (key) DO NOTHING";
 
 /// The holder of a key: its task, whether that task is recorded, and
-/// whether its claimant may still record it (alive with the claim's
-/// epoch, or a claim written with its task in one group, without a node).
+/// whether its claimant may still record it: alive with the claim's epoch
+/// and claimed less than 30 s ago (recording takes one group
+/// commit; a claim that old was given up, its creation dropped before it
+/// recorded anything or its release lost), or a claim written with its
+/// task in one group, without a node.
 const HOLDER: &str = "
 SELECT k.task,
        EXISTS (SELECT 1 FROM tasks t WHERE t.id = k.task),
-       k.node IS NULL OR EXISTS (
+       k.node IS NULL OR (k.claimed_at > now() - interval '30 seconds' AND EXISTS (
            SELECT 1 FROM nodes n
-           WHERE n.id = k.node AND n.epoch = k.epoch AND n.state = 'alive')
+           WHERE n.id = k.node AND n.epoch = k.epoch AND n.state = 'alive'))
 FROM idem_keys k WHERE k.key = $1";
 
 const STEAL: &str = "
-UPDATE idem_keys SET task = $2, node = $3, epoch = $4
+UPDATE idem_keys SET task = $2, node = $3, epoch = $4, claimed_at = now()
 WHERE key = $1 AND task = $5";
 
 const RELEASE: &str = "
@@ -114,6 +120,7 @@ pub(crate) async fn claim(db: &PgDb, key: &str, task: TaskId) -> Result<KeyClaim
     let client = &claims.client;
     let task = task.as_uuid();
     let deadline = tokio::time::Instant::now() + RECORDING_PATIENCE;
+    let mut recheck = RECHECK;
     loop {
         if client
             .execute(&claims.claim, &[&key, &task, &node, &epoch])
@@ -151,7 +158,8 @@ pub(crate) async fn claim(db: &PgDb, key: &str, task: TaskId) -> Result<KeyClaim
                 "another node is still recording the task of this idempotency key".into(),
             ));
         }
-        tokio::time::sleep(RECHECK).await;
+        tokio::time::sleep(recheck).await;
+        recheck = (recheck * 2).min(RECHECK_MAX);
     }
 }
 

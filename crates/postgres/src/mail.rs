@@ -30,8 +30,9 @@ pub struct HomedSession {
     pub home: Option<NodeId>,
 }
 
-/// One piece of mail to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One piece of mail to send. `Debug` leaves the body out: a relayed
+/// `spawn` carries a worker credential.
+#[derive(Clone, PartialEq, Eq)]
 pub struct NewMail {
     pub sid: SessionId,
     /// The node it is for; `None`: the session's home, whichever node that is when it is read.
@@ -43,8 +44,8 @@ pub struct NewMail {
     pub body: String,
 }
 
-/// One piece of mail read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One piece of mail read. `Debug` leaves the body out, as `NewMail`'s.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Mail {
     pub id: i64,
     pub sid: SessionId,
@@ -54,6 +55,33 @@ pub struct Mail {
     pub kind: String,
     pub req_id: Option<String>,
     pub body: String,
+}
+
+impl std::fmt::Debug for NewMail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewMail")
+            .field("sid", &self.sid)
+            .field("to_node", &self.to_node)
+            .field("reply_to", &self.reply_to)
+            .field("kind", &self.kind)
+            .field("req_id", &self.req_id)
+            .field("body", &format_args!("<{} bytes>", self.body.len()))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Mail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mail")
+            .field("id", &self.id)
+            .field("sid", &self.sid)
+            .field("to_node", &self.to_node)
+            .field("reply_to", &self.reply_to)
+            .field("kind", &self.kind)
+            .field("req_id", &self.req_id)
+            .field("body", &format_args!("<{} bytes>", self.body.len()))
+            .finish()
+    }
 }
 
 fn homed(row: &tokio_postgres::Row) -> Result<HomedSession, StoreError> {

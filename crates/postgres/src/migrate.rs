@@ -161,10 +161,11 @@ CREATE INDEX blobs_claimed ON blobs (claimed_at);
 ];
 
 /// Step 4: an idempotency key is claimed before its task is recorded
-/// (`keys`), by a node incarnation, so a claim whose claimant died before
-/// recording its task can be taken over.
+/// (`keys`), by a node incarnation at a time, so a claim whose claimant
+/// died, or gave up, before recording its task can be taken over.
 const KEY_CLAIMS: &str = "
-ALTER TABLE idem_keys ADD COLUMN node uuid, ADD COLUMN epoch bigint;
+ALTER TABLE idem_keys ADD COLUMN node uuid, ADD COLUMN epoch bigint,
+    ADD COLUMN claimed_at timestamptz NOT NULL DEFAULT now();
 ";
 
 /// Step 6: operator sessions across nodes (docs/decisions.md, Cluster).

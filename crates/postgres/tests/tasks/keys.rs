@@ -1,7 +1,7 @@
 //! Idempotency key claims between two nodes, through the store alone: one
 //! winner when both claim at once, a claimant's unrecorded claim waited
-//! for while it lives and taken over once it is fenced, and a released
-//! claim free again.
+//! for while it lives and taken over once it is fenced or the claim is
+//! 30 s old, and a released claim free again.
 
 use std::time::{Duration, Instant};
 
@@ -143,5 +143,29 @@ async fn a_released_claim_frees_its_key_but_a_recorded_one_stays() {
     assert_eq!(
         a.claim_key("k", new_task("a", 2).id).await.unwrap(),
         KeyClaim::Taken(next.id)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecorded_claim_left_by_a_live_node_is_taken_after_30_seconds() {
+    let (_database, (a_db, a), (_, b)) = two_nodes().await;
+    let dropped = new_task("a", 1);
+    assert_eq!(
+        a.claim_key("k", dropped.id).await.unwrap(),
+        KeyClaim::Claimed
+    );
+    // A's creation was dropped before it recorded anything, and A lives on:
+    // once the claim is 30 s old, another claim takes it.
+    a_db.execute_sql("UPDATE idem_keys SET claimed_at = now() - interval '31 seconds'")
+        .await;
+    let retried = new_task("b", 1);
+    assert_eq!(
+        b.claim_key("k", retried.id).await.unwrap(),
+        KeyClaim::Claimed
+    );
+    commit(&b, vec![put(&retried)]).await.unwrap();
+    assert_eq!(
+        a.claim_key("k", new_task("a", 2).id).await.unwrap(),
+        KeyClaim::Taken(retried.id)
     );
 }

@@ -309,6 +309,14 @@ impl SessionRegistry {
                     if let Some(session) = self.get(&sid) {
                         tracing::info!(%sid, "homed a session whose node is gone");
                         session.set_elsewhere(None);
+                        // The dead home may have held `task_done`s in memory:
+                        // the router routes the session's events again.
+                        cluster
+                            .catch_ups
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((session.sid, session.delivery.through()));
+                        cluster.catch_up_wake.notify_one();
                     }
                 }
             }

@@ -33,8 +33,8 @@ pub(crate) const RELEASE: &str = "release";
 /// To the home: the session was deleted on another node.
 pub(crate) const ENDED: &str = "ended";
 
-/// A `spawn` frame's contents, credential included.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A `spawn` frame's contents, credential included (so no `Debug`).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 struct SpawnBody {
     task: TaskId,
     attempt: u32,

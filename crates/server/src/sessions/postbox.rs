@@ -15,9 +15,10 @@ use super::SessionRegistry;
 use super::mail::{self, REPLY};
 use super::pending::{Relayed, Reply};
 
-/// How many times a queued mail write is tried before it is dropped.
-const SEND_TRIES: u32 = 3;
-const SEND_RETRY: Duration = Duration::from_millis(200);
+/// The first and the longest wait before a failed mail write is tried
+/// again; it is tried until it goes.
+const SEND_RETRY: Duration = Duration::from_millis(100);
+const SEND_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// This node's part in the sessions of a cluster.
 #[derive(Debug)]
@@ -106,14 +107,18 @@ impl Postbox {
                 while let Ok(next) = rx.try_recv() {
                     batch.push(next);
                 }
-                for attempt in 1..=SEND_TRIES {
-                    match db.send_mail(&batch).await {
-                        Ok(_) => break,
-                        Err(error) if attempt == SEND_TRIES => {
-                            tracing::warn!(%error, dropped = batch.len(), "cannot send session mail");
-                        }
-                        Err(_) => tokio::time::sleep(SEND_RETRY).await,
-                    }
+                // Sent again until it goes: a reply or a hand-over dropped
+                // here would leave its attempt waiting out its lease.
+                let mut wait = SEND_RETRY;
+                while let Err(error) = db.send_mail(&batch).await {
+                    tracing::warn!(
+                        %error,
+                        mails = batch.len(),
+                        retry_in_ms = wait.as_millis() as u64,
+                        "cannot send session mail; retrying"
+                    );
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(SEND_RETRY_MAX);
                 }
             }
         });

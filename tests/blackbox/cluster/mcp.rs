@@ -27,7 +27,7 @@ kind = "process"
 program = "/bin/sh"
 args = ["-c", """
 p=$(cat)
-printf '%s' "$SWARM_WORKER_HANDLE" > @DIR@/handle.tmp && mv @DIR@/handle.tmp "@DIR@/handle.$p"
+printf '%s' "$SWARM_WORKER_HANDLE" > "@DIR@/handle.$p.tmp" && mv "@DIR@/handle.$p.tmp" "@DIR@/handle.$p"
 while [ ! -e "@DIR@/done.$p" ]; do sleep 0.05; done
 """]
 env = { PATH = "/usr/bin:/bin" }

@@ -86,7 +86,16 @@ async fn a_pools_attempts_run_in_worktrees_of_its_own_repository() {
         // The branch holds the change; the directory is gone.
         let notes = git(&repo, &["show", &format!("{branch}:notes.txt")]);
         assert_eq!(notes, format!("first\nline from {task}"));
-        assert!(!std::path::Path::new(ran["pwd"].as_str().unwrap()).exists());
+        // The pool removes it just after posting the Final.
+        let dir = std::path::PathBuf::from(ran["pwd"].as_str().unwrap());
+        let started = std::time::Instant::now();
+        while dir.exists() {
+            assert!(
+                started.elapsed() < crate::harness::PATIENCE,
+                "{dir:?} stayed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
     // The repository's own checkout is untouched.
     assert_eq!(

@@ -35,7 +35,8 @@ pub(crate) struct RunState {
     pub lease_secs: u64,
     pub spawner: SpawnerKind,
     pub started_ms: u64,
-    pub posted: Option<PostedFinal>,
+    /// The Final a worker posted over HTTP, once one claimed it.
+    pub posted: Option<crate::worker_api::PostedClaim>,
     /// Flips to true when a worker posts a Final over HTTP.
     pub posted_tx: watch::Sender<bool>,
     pub token_exp_secs: u64,

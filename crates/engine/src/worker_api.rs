@@ -17,8 +17,12 @@ use crate::error::EngineError;
 use crate::gate::{Role, Verb};
 use crate::handles::HandleTable;
 use crate::ids::{AttemptId, TaskId};
-use crate::live::{PostedFinal, TaskCell, TaskState};
+use crate::live::TaskState;
 use crate::store::WriteOp;
+
+mod post_result;
+
+pub(crate) use post_result::PostedClaim;
 
 /// A verified worker credential: the (task, attempt) it is bound to.
 #[derive(Debug, Clone)]
@@ -89,14 +93,6 @@ pub(crate) fn worker_verbs(allow_subtasks: bool) -> Vec<Verb> {
 /// SHA-256 of a request body.
 pub fn body_digest(body: &[u8]) -> [u8; 32] {
     Sha256::digest(body).into()
-}
-
-/// Why a posted Final was not claimed.
-enum Claim {
-    /// The attempt already accepted a Final: this one replays it or conflicts.
-    Replay(PostedFinal),
-    /// The attempt is not open (superseded, decided, or the task is over).
-    Closed(EngineError),
 }
 
 /// Refuses writes to an attempt that is not the task's open, current one.
@@ -330,131 +326,6 @@ impl Engine {
                 current,
             }
         }
-    }
-
-    /// Posts the attempt's Final (docs/tasks.md, Late writes): once per attempt; a retry with
-    /// the same `Idempotency-Key` and body replays the first answer for as
-    /// long as the task is retained, across restarts too.
-    pub async fn post_result(
-        &self,
-        auth: &WorkerAuth,
-        post: ResultPost,
-    ) -> Result<ResultAck, EngineError> {
-        let task_id = Self::bind(auth, post.task_id)?;
-        if let Some(named) = post.attempt.filter(|a| *a != auth.attempt.n) {
-            return Err(self.attempt_mismatch(task_id, auth.attempt.n, named));
-        }
-        let ack = ResultAck {
-            task_id,
-            attempt: auth.attempt.n,
-            accepted: true,
-        };
-        let mine = PostedFinal {
-            idempotency_key: post.idempotency_key.clone(),
-            body_digest: post.body_digest,
-        };
-        let replay = |first: &PostedFinal| -> Result<ResultAck, EngineError> {
-            match (&first.idempotency_key, &mine.idempotency_key) {
-                (Some(a), Some(b)) if a == b && first.body_digest == mine.body_digest => {
-                    Ok(ack.clone())
-                }
-                // Anything but the same key *and* body is a
-                // second result, a reused key with another body included.
-                _ => Err(EngineError::AlreadyFinal),
-            }
-        };
-        let claimed = match self.inner.live.get(&task_id) {
-            Some(cell) => self.claim_final(&cell, task_id, auth.attempt.n, &mine),
-            None => Err(Claim::Closed(EngineError::TaskTerminal)),
-        };
-        let session = match claimed {
-            Ok(session) => session,
-            Err(Claim::Replay(first)) => return replay(&first),
-            // A closed attempt may have accepted this very Final before: its
-            // fingerprint is stored with it. The fingerprint is written
-            // first, so it alone proves nothing: the Final's write may have
-            // failed after it (a node fenced between the two, a crash), and
-            // the worker was then never told yes. Only a Final that is
-            // stored too is replayed.
-            Err(Claim::Closed(error)) => {
-                let first = self
-                    .inner
-                    .store
-                    .posted_final(task_id, auth.attempt.n)
-                    .await?;
-                return match first {
-                    Some(first) if self.last_final(auth.attempt).await?.is_some() => replay(&first),
-                    _ => Err(error),
-                };
-            }
-        };
-        let event = OutputEvent::Final {
-            content: ContentRef::Inline { value: post.value },
-            ok: post.ok,
-        };
-        // The attempt is decided as soon as its Final is queued (its
-        // terminal writes queue behind it); the worker hears back once the
-        // Final is durable.
-        let started = std::time::Instant::now();
-        let queued = self
-            .queue_output(auth.attempt, session, "worker", vec![event], |run| {
-                run.posted_tx.send_replace(true);
-            })
-            .await;
-        let stored = match queued {
-            Ok((_, durable)) => self.output_durable(started, durable).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = stored {
-            // Not stored: a retry may post again while the attempt is open.
-            self.with_run(task_id, auth.attempt.n, |run| run.posted = None);
-            self.submit(
-                vec![WriteOp::DeletePostedFinal {
-                    task_id,
-                    attempt: auth.attempt.n,
-                }],
-                Vec::new(),
-            );
-            return Err(e);
-        }
-        Ok(ack)
-    }
-
-    /// Claims the open attempt's one Final for `mine`, under the task's
-    /// lock: from here on a cancel loses to it (`AlreadyFinal`). Queues the
-    /// fingerprint's write before the Final's, so it is durable whenever the
-    /// Final is. Returns the task's session.
-    fn claim_final(
-        &self,
-        cell: &TaskCell,
-        task_id: TaskId,
-        attempt: u32,
-        mine: &PostedFinal,
-    ) -> Result<Option<crate::ids::SessionId>, Claim> {
-        let mut state = cell.lock();
-        if let Some(first) = state
-            .run
-            .as_ref()
-            .filter(|r| r.attempt == attempt)
-            .and_then(|r| r.posted.as_ref())
-        {
-            return Err(Claim::Replay(first.clone()));
-        }
-        check_open(&state, attempt).map_err(Claim::Closed)?;
-        self.touch(&mut state, attempt);
-        if let Some(run) = state.run.as_mut() {
-            run.posted = Some(mine.clone());
-        }
-        self.inner.bus.submit(
-            vec![WriteOp::PutPostedFinal {
-                task_id,
-                attempt,
-                posted: mine.clone(),
-            }],
-            Vec::new(),
-            None,
-        );
-        Ok(state.task.session)
     }
 
     /// Extends the lease; re-mints the token (and moves the expiry of every

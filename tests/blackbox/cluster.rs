@@ -10,7 +10,9 @@
 //! (`mcp`); one idempotency key sent to two nodes at once makes one task
 //! (`idempotency`); a MainAI connected to one node is sent the frames of
 //! attempts another node dispatched, and resumes on another node where it
-//! left off (`sessions`, `session_moves`).
+//! left off (`sessions`, `session_moves`); one worker pool given every node runs
+//! the remote attempts of each, and a dead node's retried through the
+//! survivor (`pools`).
 
 mod events;
 mod fencing;
@@ -18,6 +20,7 @@ mod forwarding;
 mod idempotency;
 mod mcp;
 mod overhead;
+mod pools;
 mod session_moves;
 mod sessions;
 mod takeover;

@@ -351,9 +351,11 @@ pub enum WorkerCommand {
 /// Flags of `swarmd worker pool`.
 #[derive(Debug, Clone, Args)]
 pub struct PoolArgs {
-    /// The daemon's URL (http://host:port, or https://host:port behind a TLS-terminating proxy).
-    #[arg(long, value_name = "URL")]
-    pub server: String,
+    /// A daemon's URL (http://host:port, or https://host:port behind a
+    /// TLS-terminating proxy); repeat it for every node of a cluster, up to
+    /// 16: the pool claims from each.
+    #[arg(long, value_name = "URL", required = true)]
+    pub server: Vec<String>,
     /// The remote agent whose attempts this pool runs.
     #[arg(long, value_name = "NAME")]
     pub agent: String,

@@ -15,7 +15,7 @@ use crate::cli::{PoolArgs, exit};
 use crate::client::Bearer;
 use crate::client::pool::run::Command;
 use crate::client::pool::worktree::PoolWorktree;
-use crate::client::pool::{PoolError, PoolOptions, run_pool};
+use crate::client::pool::{MAX_SERVERS, PoolError, PoolOptions, run_pool};
 use crate::environment::Environment;
 use crate::http::pool::wire::{MAX_POOL_ID, valid_pool_id};
 
@@ -47,6 +47,7 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
         }
         None => default_pool_id(),
     };
+    check_servers(&args.server)?;
     let Some((program, program_args)) = args.command.split_first() else {
         return Err(usage("no command after `--`".to_owned()));
     };
@@ -66,7 +67,7 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
         None => None,
     };
     let options = PoolOptions {
-        server: args.server,
+        servers: args.server,
         token: Bearer::new(token),
         agent: args.agent,
         concurrency: args.concurrency,
@@ -84,7 +85,7 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
     };
     let (stop, kill) = (CancellationToken::new(), CancellationToken::new());
     watch_signals(stop.clone(), kill.clone())?;
-    tracing::info!(pool = %options.pool_id, agent = %options.agent, concurrency = options.concurrency, "worker pool started");
+    tracing::info!(pool = %options.pool_id, agent = %options.agent, concurrency = options.concurrency, servers = options.servers.len(), "worker pool started");
     match run_pool(options, host_env, stop, kill).await {
         Ok(()) => Ok(exit::OK),
         Err(PoolError::Client(e)) => Err(e.into()),
@@ -93,6 +94,21 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
             source: io::Error::other(e.to_string()),
         }),
     }
+}
+
+/// At most [`MAX_SERVERS`] daemons, each named once.
+fn check_servers(servers: &[String]) -> Result<(), CommandError> {
+    if servers.len() > MAX_SERVERS {
+        return Err(usage(format!(
+            "--server is given at most {MAX_SERVERS} times"
+        )));
+    }
+    let trimmed = |url: &String| url.trim_end_matches('/').to_owned();
+    let distinct: std::collections::HashSet<String> = servers.iter().map(trimmed).collect();
+    if distinct.len() != servers.len() {
+        return Err(usage("--server names a daemon twice".to_owned()));
+    }
+    Ok(())
 }
 
 fn usage(message: String) -> CommandError {

@@ -1,0 +1,184 @@
+//! A pool's claim loops, one per daemon: each long-polls `POST /v1/pool/claim` while the pool
+//! has room, and runs every attempt it is handed on a tokio task of its own,
+//! which waits for one of the pool's slots before it starts the child.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use swarmd_spawner::process::HostEnv;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::run::{self, Ran};
+use super::{
+    Daemon, FIRST_BACKOFF, MAX_BACKOFF, POLL_SLACK, PoolError, PoolOptions, Running, Shared, decode,
+};
+use crate::client::ClientError;
+use crate::http::pool::wire::{AttemptRef, ClaimAnswer, ClaimRequest, ClaimedAttempt, MAX_CLAIM};
+
+/// How long one claim waits for an attempt.
+const CLAIM_WAIT_MS: u64 = 25_000;
+
+/// What every claim loop shares, and hands each attempt it starts.
+pub(super) struct Pool<'a> {
+    pub(super) options: &'a Arc<PoolOptions>,
+    pub(super) host_env: &'a Arc<HostEnv>,
+    pub(super) shared: &'a Arc<Shared>,
+    pub(super) attempts: &'a TaskTracker,
+}
+
+/// Claims from every daemon until `stop`; a daemon that refuses the pool
+/// stops every loop.
+pub(super) async fn claim_all(
+    pool: &Pool<'_>,
+    daemons: &[Daemon],
+    stop: &CancellationToken,
+) -> Result<(), PoolError> {
+    let loops = stop.child_token();
+    let runs = daemons.iter().map(|daemon| {
+        let loops = &loops;
+        async move {
+            let ended = claim_loop(pool, daemon, loops).await;
+            if ended.is_err() {
+                loops.cancel();
+            }
+            ended
+        }
+    });
+    join_all(runs).await.into_iter().collect()
+}
+
+/// Claims from `daemon` while the pool has room, until `stop`.
+async fn claim_loop(
+    pool: &Pool<'_>,
+    daemon: &Daemon,
+    stop: &CancellationToken,
+) -> Result<(), PoolError> {
+    let shared = pool.shared;
+    let mut backoff = FIRST_BACKOFF;
+    let mut freed = shared.freed.subscribe();
+    while !stop.is_cancelled() {
+        freed.mark_unchanged();
+        let Some(max) = ask(shared, pool.options.concurrency) else {
+            tokio::select! {
+                _ = freed.changed() => {}
+                () = stop.cancelled() => break,
+            }
+            continue;
+        };
+        let answer = tokio::select! {
+            answer = claim(daemon, pool.options, max) => answer,
+            () = stop.cancelled() => Ok(Vec::new()),
+        };
+        let answer = answer.map(|claimed| {
+            for attempt in claimed {
+                start(pool, daemon, attempt);
+            }
+        });
+        // Released once what came is counted as held, so no other loop
+        // sees the slots free in between.
+        *shared.asked() -= max;
+        match answer {
+            Ok(_) => backoff = FIRST_BACKOFF,
+            Err(error) if refused(&error) => return Err(PoolError::Refused(error)),
+            Err(error) => {
+                tracing::warn!(%error, retry_in_ms = backoff.as_millis(), "claim failed");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = stop.cancelled() => break,
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How many attempts one claim asks for, counted as asked until it
+/// answers: the free slots no other claim asks for, and at least one
+/// while any slot is free, so a loop never waits out another daemon's
+/// long-poll. `None` when every slot is held.
+fn ask(shared: &Shared, concurrency: u32) -> Option<u32> {
+    let held = u32::try_from(shared.running().len()).unwrap_or(u32::MAX);
+    let free = concurrency.checked_sub(held).filter(|f| *f > 0)?;
+    let mut asked = shared.asked();
+    let max = free.saturating_sub(*asked).clamp(1, MAX_CLAIM);
+    *asked += max;
+    Some(max)
+}
+
+fn refused(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Status {
+            status: 401 | 403 | 404,
+            ..
+        }
+    )
+}
+
+async fn claim(
+    daemon: &Daemon,
+    options: &PoolOptions,
+    max: u32,
+) -> Result<Vec<ClaimedAttempt>, ClientError> {
+    let path = "/v1/pool/claim";
+    let client = &daemon.client;
+    let url = client.url(path);
+    let body = ClaimRequest {
+        pool: options.pool_id.clone(),
+        agent: options.agent.clone(),
+        max,
+        wait_ms: CLAIM_WAIT_MS,
+    };
+    let request = client
+        .post(path)
+        .json(&body)
+        .timeout(Duration::from_millis(CLAIM_WAIT_MS) + POLL_SLACK);
+    let answer: ClaimAnswer = decode(&url, client.send_json(request, &url).await?)?;
+    Ok(answer.attempts)
+}
+
+/// Holds one claimed attempt and runs it on its own tokio task once a slot
+/// is free; a cancel while it waits ends it unstarted.
+fn start(pool: &Pool<'_>, daemon: &Daemon, attempt: ClaimedAttempt) {
+    let at = AttemptRef {
+        task_id: attempt.task_id,
+        attempt: attempt.attempt,
+    };
+    let link = daemon.link;
+    let cancel = CancellationToken::new();
+    pool.shared.running().insert(
+        at,
+        Running {
+            cancel: cancel.clone(),
+            lease_ms: attempt.lease_ms,
+            link,
+            renewed: tokio::time::Instant::now(),
+        },
+    );
+    pool.shared.links[link].changed.notify_one();
+    let (client, options, host_env, shared) = (
+        daemon.writes.clone(),
+        Arc::clone(pool.options),
+        Arc::clone(pool.host_env),
+        Arc::clone(pool.shared),
+    );
+    pool.attempts.spawn(async move {
+        tracing::debug!(task_id = %at.task_id, attempt = at.attempt, "attempt claimed");
+        let slot = tokio::select! {
+            slot = Arc::clone(&shared.slots).acquire_owned() => slot.ok(),
+            () = cancel.cancelled() => None,
+        };
+        let ran = match slot {
+            Some(_slot) => run::run(&client, &options.command, &host_env, &attempt, cancel).await,
+            None => Ran::Cancelled,
+        };
+        if let Ran::Failed(reason) = ran {
+            tracing::info!(task_id = %at.task_id, attempt = at.attempt, %reason, "attempt failed");
+            shared.end(link, at, reason);
+        }
+        shared.forget(link, at);
+    });
+}

@@ -1,0 +1,149 @@
+//! A worker pool given every node of a cluster (`--server` once per node): it runs the remote
+//! attempts each node queues within its one `--concurrency`, an attempt
+//! claimed beyond its slots waits with its lease renewed, and when a node
+//! dies the retry its survivor queues reaches the same pool, whose child
+//! of the dead node's attempt is stopped once that attempt's lease ran out.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{Cluster, create, finished};
+use crate::daemon::{eventually, process_gone, read_pid};
+use crate::harness::PATIENCE;
+use crate::pools::{Pool, Setup, file, mint};
+
+/// A remote agent on every node.
+const REMOTE: &str = r#"
+[agents.remote]
+kind = "remote"
+stream = "ndjson"
+"#;
+
+/// Starts a pool of `remote` on both nodes, its files in node A's directory.
+async fn pool_of_both(cluster: &Cluster, name: &str, concurrency: u32) -> Pool {
+    let token = mint(&cluster.nodes[0], &["remote"]);
+    let setup = Setup {
+        args: vec!["--server".to_owned(), cluster.nodes[1].base.clone()],
+        ..Setup::default()
+    };
+    Pool::start_with(
+        &cluster.nodes[0],
+        &token,
+        "remote",
+        name,
+        concurrency,
+        setup,
+    )
+    .await
+}
+
+/// Waits until every node counts the pool connected: its claims are in
+/// flight on each.
+async fn connected(cluster: &Cluster, pool: &Pool) {
+    for node in &cluster.nodes {
+        let until = Instant::now() + PATIENCE;
+        while !node.metrics().await.contains("swarmd_pools_connected 1") {
+            assert!(Instant::now() < until, "{}", pool.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Which of `tasks`' first attempts have started a child.
+fn started(cluster: &Cluster, tasks: &[String]) -> Vec<String> {
+    tasks
+        .iter()
+        .filter(|t| file(&cluster.nodes[0], t, 1, "pid").exists())
+        .cloned()
+        .collect()
+}
+
+/// Waits until `n` of `tasks` have started a child; those.
+async fn until_started(cluster: &Cluster, pool: &Pool, tasks: &[String], n: usize) -> Vec<String> {
+    let until = Instant::now() + PATIENCE;
+    loop {
+        let started = started(cluster, tasks);
+        if started.len() >= n {
+            return started;
+        }
+        assert!(Instant::now() < until, "{}", pool.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pool_runs_every_nodes_remote_attempts_within_its_slots() {
+    let cluster = Cluster::start(2, REMOTE).await;
+    let pool = pool_of_both(&cluster, "pool-ab", 1).await;
+    connected(&cluster, &pool).await;
+    // One task on each node, with a lease short enough that an attempt
+    // left unrenewed would fail: both are handed to the pool's claims in
+    // flight, and it has one slot.
+    let policy = json!({"max_attempts": 1, "attempt_timeout_secs": 3});
+    let mut tasks = Vec::new();
+    for node in &cluster.nodes {
+        let body = json!({"agent": "remote", "prompt": "hold", "policy": policy});
+        tasks.push(create(node, body).await);
+    }
+    let first = until_started(&cluster, &pool, &tasks, 1).await;
+    // Past a whole lease, still one child: the pool runs no more than its
+    // slots, and the attempt it holds beyond them keeps its lease.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(started(&cluster, &tasks), first, "{}", pool.log());
+    std::fs::write(file(&cluster.nodes[0], &first[0], 1, "go"), "").unwrap();
+    let both = until_started(&cluster, &pool, &tasks, 2).await;
+    let second = both.iter().find(|t| **t != first[0]).unwrap();
+    std::fs::write(file(&cluster.nodes[0], second, 1, "go"), "").unwrap();
+    for (task, node) in tasks.iter().zip(&cluster.nodes) {
+        let view = finished(node, task).await;
+        assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+        assert_eq!(
+            view["result"]["value"],
+            json!({"pool": "pool-ab", "attempt": 1})
+        );
+    }
+    for node in &cluster.nodes {
+        let metrics = node.metrics().await;
+        assert!(
+            metrics.contains("swarmd_remote_attempts_claimed_total 1"),
+            "each node handed out its own: {metrics}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_remote_attempt_is_retried_through_the_survivor_on_the_same_pool() {
+    let mut cluster = Cluster::start(2, REMOTE).await;
+    let pool = pool_of_both(&cluster, "pool-ab", 2).await;
+    connected(&cluster, &pool).await;
+    let policy = json!({"max_attempts": 2, "attempt_timeout_secs": 3});
+    let task = create(
+        &cluster.nodes[0],
+        json!({"agent": "remote", "prompt": "hold", "policy": policy}),
+    )
+    .await;
+    let first = read_pid(&file(&cluster.nodes[0], &task, 1, "pid")).await;
+
+    cluster.nodes[0].kill9().await;
+    // Node B takes the task over and queues its retry; the pool claims it
+    // from B.
+    let second = read_pid(&file(&cluster.nodes[0], &task, 2, "pid")).await;
+    assert!(!process_gone(second));
+    std::fs::write(file(&cluster.nodes[0], &task, 2, "go"), "").unwrap();
+    let view = finished(&cluster.nodes[1], &task).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+    assert_eq!(
+        view["result"]["value"],
+        json!({"pool": "pool-ab", "attempt": 2})
+    );
+    // The first attempt's child, whose node is gone, is stopped once its
+    // lease ran out unrenewed.
+    eventually("the dead node's child is stopped", || process_gone(first)).await;
+    assert!(
+        pool.log()
+            .contains("lease ran out with no heartbeat answered"),
+        "{}",
+        pool.log()
+    );
+}

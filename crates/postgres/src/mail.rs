@@ -7,7 +7,9 @@
 //! Mail rows are written on a pooled connection, not through the ordered
 //! writer: they are not the engine's state, and one node's mail keeps its
 //! order because the server sends it from one queue. Bodies may carry a
-//! worker credential; they are never logged.
+//! worker credential; they are never logged. What a node writes here on
+//! behalf of the cluster (mail, a session's home) is fenced as its write
+//! groups are: a node declared dead writes none of it.
 
 use swarmd_engine::ids::SessionId;
 use swarmd_engine::store::SessionRecord;
@@ -198,18 +200,19 @@ impl PgDb {
     ///
     /// # Errors
     ///
-    /// `StoreError::Database` when the write fails.
+    /// `StoreError::Fenced` when this node is fenced; `StoreError::Database`
+    /// when the write fails.
     pub async fn adopt_orphan_sessions(&self, node: NodeId) -> Result<Vec<SessionId>, StoreError> {
-        let client = self.reader().await?;
-        client
-            .execute(
-                "DELETE FROM session_mail WHERE to_node IN
-                     (SELECT id FROM nodes WHERE state <> 'alive' AND id <> $1)",
-                &[&node],
-            )
-            .await
-            .map_err(db_error)?;
-        let rows = client
+        let mut client = self.reader().await?;
+        let tx = self.fenced(&mut client).await?;
+        tx.execute(
+            "DELETE FROM session_mail WHERE to_node IN
+                 (SELECT id FROM nodes WHERE state <> 'alive' AND id <> $1)",
+            &[&node],
+        )
+        .await
+        .map_err(db_error)?;
+        let rows = tx
             .query(
                 "UPDATE sessions SET home_node = $1
                  WHERE home_node IS NULL OR home_node IN
@@ -219,6 +222,7 @@ impl PgDb {
             )
             .await
             .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
         Ok(rows
             .iter()
             .map(|row| SessionId::from_uuid(row.get(0)))
@@ -230,14 +234,16 @@ impl PgDb {
     ///
     /// # Errors
     ///
-    /// `StoreError::Database` when the write fails.
+    /// `StoreError::Fenced` when this node is fenced; `StoreError::Database`
+    /// when the write fails.
     pub async fn move_session_home(
         &self,
         sid: SessionId,
         node: NodeId,
     ) -> Result<Option<Option<NodeId>>, StoreError> {
-        let client = self.reader().await?;
-        let row = client
+        let mut client = self.reader().await?;
+        let tx = self.fenced(&mut client).await?;
+        let row = tx
             .query_opt(
                 "UPDATE sessions s SET home_node = $2
                  FROM (SELECT sid, home_node AS old FROM sessions WHERE sid = $1 FOR UPDATE) o
@@ -246,6 +252,7 @@ impl PgDb {
             )
             .await
             .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
         Ok(row.map(|row| row.get(0)))
     }
 
@@ -255,7 +262,8 @@ impl PgDb {
     ///
     /// # Errors
     ///
-    /// `StoreError::Database` when the write fails.
+    /// `StoreError::Fenced` when this node is fenced; `StoreError::Database`
+    /// when the write fails.
     pub async fn send_mail(&self, mail: &[NewMail]) -> Result<u64, StoreError> {
         if mail.is_empty() {
             return Ok(0);
@@ -266,8 +274,9 @@ impl PgDb {
         let kinds: Vec<&str> = mail.iter().map(|m| m.kind.as_str()).collect();
         let req_ids: Vec<Option<&str>> = mail.iter().map(|m| m.req_id.as_deref()).collect();
         let bodies: Vec<&str> = mail.iter().map(|m| m.body.as_str()).collect();
-        let client = self.reader().await?;
-        let sent = client
+        let mut client = self.reader().await?;
+        let tx = self.fenced(&mut client).await?;
+        let sent = tx
             .query_opt(
                 "WITH sent AS (
                      INSERT INTO session_mail (sid, to_node, reply_to, kind, req_id, body)
@@ -293,7 +302,32 @@ impl PgDb {
             )
             .await
             .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
         Ok(sent.map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)))
+    }
+
+    /// A transaction on `client` that starts with this node's fence once
+    /// the node is registered, so what it writes commits only while the
+    /// node is alive with its epoch (and a takeover waits for it).
+    /// `StoreError::Fenced`, and the node marked fenced, otherwise.
+    async fn fenced<'c>(
+        &self,
+        client: &'c mut deadpool_postgres::Object,
+    ) -> Result<deadpool_postgres::Transaction<'c>, StoreError> {
+        let tx = client.transaction().await.map_err(db_error)?;
+        if let Some((node, epoch)) = self.fence().node() {
+            let fenced = tx
+                .execute("SELECT swarmd_fence($1, $2)", &[&node, &epoch])
+                .await
+                .map_err(db_error);
+            if let Err(error) = fenced {
+                if error.is_fenced() {
+                    self.mark_fenced();
+                }
+                return Err(error);
+            }
+        }
+        Ok(tx)
     }
 
     /// Up to `limit` pieces of mail for `node` after `after` (its own and

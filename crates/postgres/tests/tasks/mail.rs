@@ -2,7 +2,8 @@
 //! a node is homed there and found by sid, token digest and role; mail
 //! for a session is read by whichever node is its home, in order, and
 //! replies by the node they are for; a move returns the previous home;
-//! mail for a session that is gone is not written.
+//! mail for a session that is gone is not written; a fenced node moves no
+//! session and sends no mail.
 
 use swarmd_engine::ids::SessionId;
 use swarmd_engine::store::conformance::apply;
@@ -133,5 +134,60 @@ async fn mail_follows_the_session_home_in_order() {
             .await,
         [0],
         "mail goes with its session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_node_neither_moves_a_session_nor_sends_mail() {
+    let database = fresh_database().await;
+    let (a_id, b_id) = (Uuid::new_v4(), Uuid::new_v4());
+    let a_db = PgDb::open(database.options()).await.unwrap();
+    let b_db = PgDb::open(database.options()).await.unwrap();
+    a_db.register_node(a_id, "http://a").await.unwrap();
+    b_db.register_node(b_id, "http://b").await.unwrap();
+    let session = record(&"cd".repeat(32), &[]);
+    let sid = session.sid;
+    apply(
+        &PgTaskStore::new(b_db.clone()),
+        vec![WriteOp::PutSession(Box::new(session))],
+    )
+    .await;
+    // Alive, A may take the session home and send it mail.
+    assert_eq!(
+        a_db.move_session_home(sid, a_id).await.unwrap(),
+        Some(Some(b_id))
+    );
+    assert_eq!(a_db.send_mail(&[frame(sid, 1)]).await.unwrap(), 1);
+
+    // A's lease runs out and B takes it over: A is fenced.
+    a_db.execute_sql(&format!(
+        "UPDATE nodes SET heartbeat_at = now() - interval '1 minute' WHERE id = '{a_id}'"
+    ))
+    .await;
+    assert_eq!(
+        b_db.take_over_expired(std::time::Duration::from_secs(2))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let moved = b_db.move_session_home(sid, b_id).await.unwrap();
+    assert_eq!(moved, Some(Some(a_id)));
+
+    let refused = a_db.move_session_home(sid, a_id).await.unwrap_err();
+    assert!(refused.is_fenced(), "{refused}");
+    assert!(a_db.is_fenced());
+    let refused = a_db.send_mail(&[frame(sid, 2)]).await.unwrap_err();
+    assert!(refused.is_fenced(), "{refused}");
+    let refused = a_db.adopt_orphan_sessions(a_id).await.unwrap_err();
+    assert!(refused.is_fenced(), "{refused}");
+    // Nothing of A's late writes is there: the session stays on B, and
+    // only the mail A sent while alive waits for it.
+    let found = b_db.session_by_sid(sid).await.unwrap().unwrap();
+    assert_eq!(found.home, Some(b_id));
+    let mail = b_db.mail_for(b_id, 0, 10).await.unwrap();
+    assert_eq!(
+        mail.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
+        ["1"]
     );
 }

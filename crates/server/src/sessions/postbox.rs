@@ -111,6 +111,15 @@ impl Postbox {
                 // here would leave its attempt waiting out its lease.
                 let mut wait = SEND_RETRY;
                 while let Err(error) = db.send_mail(&batch).await {
+                    if error.is_fenced() {
+                        // Declared dead: nothing this node sends counts
+                        // any more, and it is on its way out.
+                        tracing::warn!(
+                            mails = batch.len(),
+                            "this node is fenced: session mail dropped"
+                        );
+                        break;
+                    }
                     tracing::warn!(
                         %error,
                         mails = batch.len(),

@@ -77,6 +77,9 @@ pub enum ServeError {
 /// How long the shutdown waits for the daemon's background tasks (event
 /// router, idle sweep, ops workers) once the sockets are closed.
 const TASKS_GRACE: Duration = Duration::from_secs(5);
+/// How long the shutdown waits for the session mail still queued on a
+/// cluster node (replies, hand-overs) to be written.
+const MAIL_GRACE: Duration = Duration::from_secs(5);
 
 /// Binds the listener for `addr` (port 0 picks a free port).
 ///
@@ -97,7 +100,8 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 ///    finish while the HTTP API keeps serving their workers;
 /// 3. then the engine stops what is left (recovery picks it up at the next
 ///    start), sockets close, the HTTP server stops, the background tasks
-///    end (bounded by `TASKS_GRACE`), the store is flushed.
+///    end (bounded by `TASKS_GRACE`), a cluster node's queued session mail
+///    is written (bounded by `MAIL_GRACE`), the store is flushed.
 ///
 /// # Errors
 /// `LocalAddr` if the listener is unusable, `Build` if the daemon cannot be
@@ -190,6 +194,14 @@ pub async fn run(
             left = app.tasks.len(),
             "background tasks did not stop in time"
         );
+    }
+    // Replies and hand-overs still queued for other nodes go out before
+    // the database is closed: a dropped reply leaves its attempt waiting
+    // out its lease.
+    if let Some(cluster) = app.sessions.cluster()
+        && !cluster.post.flush(MAIL_GRACE).await
+    {
+        tracing::warn!("session mail still queued was not written in time");
     }
     if let Some(db) = built.db
         && let Err(error) = db.close()

@@ -6,12 +6,12 @@
 use serde_json::json;
 use swarmd_engine::WorkerCredential;
 use swarmd_engine::ids::{AttemptId, TaskId};
-use swarmd_postgres::Mail;
+use swarmd_postgres::{Mail, NewMail};
 use swarmd_spawner::operator::{SpawnFrame, SpawnReply};
 
 use super::mail::{self, CancelBody, TextBody};
 use super::mail_pump::deliver;
-use super::postbox::Postbox;
+use super::postbox::{Postbox, Posted};
 use super::tests::{manual, queued, roles};
 use super::*;
 use crate::ws::tests::support::Harness;
@@ -120,7 +120,7 @@ async fn a_relayed_spawn_is_queued_here_and_its_reply_goes_back_as_mail() {
         session.answer("spawn-1", Reply::Spawn(ack.clone())),
         Ok(true)
     );
-    let reply = sent.try_recv().expect("the reply is mailed back");
+    let reply = mailed(sent.try_recv().expect("the reply is mailed back"));
     assert_eq!(reply.to_node, Some(elsewhere()));
     assert_eq!(reply.kind, mail::REPLY);
     assert_eq!(reply.req_id.as_deref(), Some("spawn-1"));
@@ -248,7 +248,7 @@ async fn a_reply_that_came_before_its_handed_over_waiter_still_reaches_it() {
     let expects = mail::encode(&Expects::Answer);
     let waiter = mail(1, login.sid, mail::WAITER, Some("ask-1"), expects.clone());
     assert_eq!(deliver(&post, here(), &session, &waiter), None);
-    let reply = sent.try_recv().expect("the kept reply goes to its node");
+    let reply = mailed(sent.try_recv().expect("the kept reply goes to its node"));
     assert_eq!(reply.to_node, Some(elsewhere()));
     assert_eq!(
         mail::decode_reply(&reply.body),
@@ -267,4 +267,12 @@ async fn a_reply_that_came_before_its_handed_over_waiter_still_reaches_it() {
         sent.try_recv().is_err(),
         "nothing mailed for its own waiter"
     );
+}
+
+/// The mail a postbox was handed.
+fn mailed(posted: Posted) -> NewMail {
+    match posted {
+        Posted::Mail(mail) => mail,
+        Posted::Flush(_) => panic!("a flush, not mail"),
+    }
 }

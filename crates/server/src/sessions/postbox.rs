@@ -7,9 +7,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use swarmd_engine::ids::SessionId;
+use swarmd_output_store::StoreError;
 use swarmd_postgres::{NewMail, NodeId, PgDb};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::SessionRegistry;
 use super::mail::{self, REPLY};
@@ -95,39 +97,50 @@ impl SessionCluster {
 /// hand-overs), written in order by one task.
 #[derive(Debug, Clone)]
 pub(crate) struct Postbox {
-    tx: mpsc::UnboundedSender<NewMail>,
+    tx: mpsc::UnboundedSender<Posted>,
 }
+
+/// What goes through the queue: mail, or a flush waiting for everything
+/// queued before it.
+#[derive(Debug)]
+pub(crate) enum Posted {
+    Mail(NewMail),
+    Flush(oneshot::Sender<()>),
+}
+
+/// How the postbox's task writes a batch of mail (the database's
+/// `send_mail`, or a test's stand-in).
+pub(crate) type SendMail =
+    Box<dyn Fn(Vec<NewMail>) -> BoxFuture<'static, Result<u64, StoreError>> + Send + Sync>;
 
 impl Postbox {
     pub(super) fn start(db: PgDb) -> Postbox {
-        let (tx, mut rx) = mpsc::unbounded_channel::<NewMail>();
+        Postbox::start_with(Box::new(move |batch| {
+            let db = db.clone();
+            Box::pin(async move { db.send_mail(&batch).await })
+        }))
+    }
+
+    /// A postbox whose task writes with `send`.
+    pub(crate) fn start_with(send: SendMail) -> Postbox {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Posted>();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
+                let mut batch = Vec::new();
+                let mut flushes = Vec::new();
+                let mut take = |posted| match posted {
+                    Posted::Mail(mail) => batch.push(mail),
+                    Posted::Flush(done) => flushes.push(done),
+                };
+                take(first);
                 while let Ok(next) = rx.try_recv() {
-                    batch.push(next);
+                    take(next);
                 }
-                // Sent again until it goes: a reply or a hand-over dropped
-                // here would leave its attempt waiting out its lease.
-                let mut wait = SEND_RETRY;
-                while let Err(error) = db.send_mail(&batch).await {
-                    if error.is_fenced() {
-                        // Declared dead: nothing this node sends counts
-                        // any more, and it is on its way out.
-                        tracing::warn!(
-                            mails = batch.len(),
-                            "this node is fenced: session mail dropped"
-                        );
-                        break;
-                    }
-                    tracing::warn!(
-                        %error,
-                        mails = batch.len(),
-                        retry_in_ms = wait.as_millis() as u64,
-                        "cannot send session mail; retrying"
-                    );
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(SEND_RETRY_MAX);
+                if !batch.is_empty() {
+                    send_until_sent(&send, batch).await;
+                }
+                for done in flushes {
+                    let _ = done.send(());
                 }
             }
         });
@@ -136,9 +149,19 @@ impl Postbox {
 
     /// A postbox whose mail is read from the receiver (tests).
     #[cfg(test)]
-    pub(crate) fn channel() -> (Postbox, mpsc::UnboundedReceiver<NewMail>) {
+    pub(crate) fn channel() -> (Postbox, mpsc::UnboundedReceiver<Posted>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (Postbox { tx }, rx)
+    }
+
+    /// Waits up to `wait` until everything queued so far was written (or
+    /// dropped by a fenced node); whether it was.
+    pub(crate) async fn flush(&self, wait: Duration) -> bool {
+        let (done, flushed) = oneshot::channel();
+        if self.tx.send(Posted::Flush(done)).is_err() {
+            return true;
+        }
+        matches!(tokio::time::timeout(wait, flushed).await, Ok(Ok(())))
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -146,7 +169,7 @@ impl Postbox {
     }
 
     pub(crate) fn send(&self, mail: NewMail) {
-        if self.tx.send(mail).is_err() {
+        if self.tx.send(Posted::Mail(mail)).is_err() {
             tracing::warn!("the session mail queue is closed; mail dropped");
         }
     }
@@ -161,5 +184,104 @@ impl Postbox {
             req_id: Some(req_id.to_owned()),
             body: mail::encode_reply(reply),
         });
+    }
+}
+
+/// Writes `batch`, again until it goes: a reply or a hand-over dropped here
+/// would leave its attempt waiting out its lease. A fenced node drops it.
+async fn send_until_sent(send: &SendMail, batch: Vec<NewMail>) {
+    let mut wait = SEND_RETRY;
+    while let Err(error) = send(batch.clone()).await {
+        if error.is_fenced() {
+            // Declared dead: nothing this node sends counts any more, and
+            // it is on its way out.
+            tracing::warn!(
+                mails = batch.len(),
+                "this node is fenced: session mail dropped"
+            );
+            return;
+        }
+        tracing::warn!(
+            %error,
+            mails = batch.len(),
+            retry_in_ms = wait.as_millis() as u64,
+            "cannot send session mail; retrying"
+        );
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(SEND_RETRY_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use swarmd_engine::ids::SessionId;
+
+    use super::*;
+
+    fn mail(n: u32) -> NewMail {
+        NewMail {
+            sid: SessionId::new(),
+            to_node: None,
+            reply_to: None,
+            kind: "text".into(),
+            req_id: None,
+            body: n.to_string(),
+        }
+    }
+
+    /// A sender that answers each call with the next of `answers` (then
+    /// `Ok`), recording every batch it was handed.
+    fn scripted(answers: Vec<Result<u64, StoreError>>) -> (SendMail, Arc<Mutex<Vec<Vec<String>>>>) {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let answers = Arc::new(Mutex::new(answers.into_iter()));
+        let seen = Arc::clone(&calls);
+        let send: SendMail = Box::new(move |batch: Vec<NewMail>| {
+            seen.lock()
+                .unwrap()
+                .push(batch.iter().map(|m| m.body.clone()).collect());
+            let answer = answers.lock().unwrap().next().unwrap_or(Ok(0));
+            Box::pin(async move { answer })
+        });
+        (send, calls)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flush_returns_once_the_mail_before_it_is_written_retries_included() {
+        let busy = || Err(StoreError::Busy("the database restarts".into()));
+        let (send, calls) = scripted(vec![busy(), busy()]);
+        let post = Postbox::start_with(send);
+        for n in 1..=3 {
+            post.send(mail(n));
+        }
+        assert!(post.flush(Duration::from_secs(10)).await);
+        let calls = calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 3, "written again until it went: {calls:?}");
+        assert_eq!(calls.last().unwrap(), &["1", "2", "3"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fenced_node_drops_its_mail_instead_of_retrying() {
+        let (send, calls) = scripted(vec![Err(StoreError::Fenced)]);
+        let post = Postbox::start_with(send);
+        post.send(mail(1));
+        assert!(post.flush(Duration::from_secs(10)).await);
+        assert_eq!(calls.lock().unwrap().len(), 1);
+        // Later mail is still written.
+        post.send(mail(2));
+        assert!(post.flush(Duration::from_secs(10)).await);
+        assert_eq!(calls.lock().unwrap().last().unwrap(), &["2"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flush_gives_up_after_its_wait_while_the_database_is_down() {
+        let down = (0..100)
+            .map(|_| Err(StoreError::Busy("down".into())))
+            .collect();
+        let (send, _calls) = scripted(down);
+        let post = Postbox::start_with(send);
+        post.send(mail(1));
+        assert!(!post.flush(Duration::from_secs(2)).await);
     }
 }

@@ -12,7 +12,8 @@
 //! attempts another node dispatched, and resumes on another node where it
 //! left off (`sessions`, `session_moves`); one worker pool given every node runs
 //! the remote attempts of each, and a dead node's retried through the
-//! survivor (`pools`).
+//! survivor (`pools`); logins of one role name on two nodes at once end
+//! with one holder (`roles`).
 
 mod events;
 mod fencing;
@@ -21,6 +22,7 @@ mod idempotency;
 mod mcp;
 mod overhead;
 mod pools;
+mod roles;
 mod session_moves;
 mod sessions;
 mod takeover;

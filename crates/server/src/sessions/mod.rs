@@ -223,6 +223,9 @@ impl SessionRegistry {
             dialect: (dialect != Dialect::Standard).then(|| dialect.as_str().to_owned()),
         };
         let session = Session::new(&record, digest, self.settings.park_max);
+        // On a cluster, held until the session is stored: a login of the
+        // same role on another node waits, then sees this holder.
+        let role_lock = self.lock_roles(&session.roles).await?;
         self.load_role_holders(&session.roles).await?;
         let stale = {
             let mut maps = self.maps();
@@ -247,6 +250,9 @@ impl SessionRegistry {
         if let Err(error) = session.persist(engine).await {
             self.forget(session.sid);
             return Err(SessionError::Engine(error));
+        }
+        if let Some(lock) = role_lock {
+            lock.release().await;
         }
         tracing::info!(sid = %session.sid, roles = ?session.roles, kind = ?session.kind, "session created");
         engine.wake_waiting();

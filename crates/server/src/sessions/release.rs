@@ -1,14 +1,17 @@
 //! Role names across nodes (docs/decisions.md, Cluster): a login sees the
 //! holders of its roles on every node, and takes a role over from a holder
 //! homed on another node only when that home, asked through the mailbox,
-//! finds it stale by `auth.role_takeover_secs` and ends it.
+//! finds it stale by `auth.role_takeover_secs` and ends it. A login holds
+//! its role names' locks in the database from before it reads their
+//! holders until its session is stored, so logins of one name on two nodes
+//! are judged one after the other.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use swarmd_engine::Engine;
 use swarmd_engine::ids::SessionId;
-use swarmd_postgres::{NewMail, NodeId};
+use swarmd_postgres::{NewMail, NodeId, RoleLock};
 
 use super::mail;
 use super::outbox::CloseReason;
@@ -21,6 +24,23 @@ const RELEASE_WAIT: Duration = Duration::from_secs(2);
 const RELEASE_POLL: Duration = Duration::from_millis(50);
 
 impl SessionRegistry {
+    /// On a cluster, locks `roles` across nodes for one login (none for a
+    /// login without roles).
+    pub(super) async fn lock_roles(
+        &self,
+        roles: &[String],
+    ) -> Result<Option<RoleLock>, SessionError> {
+        let Some(cluster) = self.cluster().filter(|_| !roles.is_empty()) else {
+            return Ok(None);
+        };
+        let lock = cluster
+            .db
+            .lock_roles(roles)
+            .await
+            .map_err(|e| SessionError::Engine(e.into()))?;
+        Ok(Some(lock))
+    }
+
     /// On a cluster, keeps in memory the stored sessions holding any of
     /// `roles`, so a login sees holders on every node, and asks the home
     /// of each one homed elsewhere to end it if it is stale by

@@ -46,13 +46,7 @@ async fn sigkill_of_one_of_two_nodes_loses_nothing_and_runs_nothing_twice() {
         node: b,
         lease: LEASE,
     };
-    // Delegated load only when asked: with it, a result retried on a
-    // fenced node can still be acknowledged without its Final (an open
-    // defect, docs/decisions.md, Cluster, "Known gaps").
-    let beside = Beside {
-        peer: Some(peer),
-        no_delegated: std::env::var_os("SWARMD_CHAOS_CLUSTER_DELEGATED").is_none(),
-    };
+    let beside = Beside { peer: Some(peer) };
     run(a, kills, Backend::Postgres(database), beside).await;
 }
 

@@ -72,8 +72,6 @@ struct Beside {
     /// A second node on the same database, never killed, which takes the
     /// killed node's tasks over when it stays down past its lease.
     peer: Option<cluster::Peer>,
-    /// Whether the load leaves delegated tasks out.
-    no_delegated: bool,
 }
 
 /// The store a run's daemon is on, for what only it can check.
@@ -126,9 +124,7 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
     let mut producers = JoinSet::new();
     producers.spawn(load::http_producer(ctx.clone(), 0));
     producers.spawn(load::http_producer(ctx.clone(), 1));
-    if !beside.no_delegated {
-        producers.spawn(load::delegated_producer(ctx.clone(), requests));
-    }
+    producers.spawn(load::delegated_producer(ctx.clone(), requests));
     producers.spawn(load::canceller(ctx.clone()));
 
     let started = Instant::now();

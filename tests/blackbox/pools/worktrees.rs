@@ -2,7 +2,8 @@
 //! repository on its own machine (docs/tasks.md, Remote agents): the child
 //! works there on its own branch, what it left uncommitted is committed,
 //! the branch is described in a `worktree` artifact before the Final, and
-//! the directory is removed (`--worktree-keep never`), the branch kept.
+//! the directory is removed (`--worktree-keep never`), the branch kept; a
+//! continuation starts from the continued attempt's branch.
 
 use serde_json::{Value, json};
 
@@ -127,4 +128,82 @@ async fn a_pool_refuses_a_worktree_repo_that_is_not_a_repository() {
         .unwrap();
     assert!(!status.success());
     assert!(pool.log().contains("--worktree-repo"), "{}", pool.log());
+}
+
+#[tokio::test]
+async fn a_continuation_on_a_pool_starts_from_the_continued_attempts_branch() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let machine = tempfile::tempdir().unwrap();
+    let repo = make_repo(machine.path());
+    let token = mint(&sw, &["remote"]);
+    let pool = Pool::start_with(
+        &sw,
+        &token,
+        "remote",
+        "pool-git",
+        1,
+        Setup {
+            args: vec![
+                "--worktree-repo".into(),
+                repo.display().to_string(),
+                "--worktree-base".into(),
+                "main".into(),
+                "--worktree-dir".into(),
+                machine.path().join("trees").display().to_string(),
+            ],
+            script: Some(CODER),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let first = create(&sw, json!({"agent": "remote", "prompt": "one"})).await;
+    assert_eq!(sw.finished(&first).await["status"], "pass");
+    let next = create(
+        &sw,
+        json!({"agent": "remote", "prompt": "two", "continue_from": first}),
+    )
+    .await;
+    let view = sw.finished(&next).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+
+    // The continuation's branch holds the first task's line, then its own.
+    let notes = git(&repo, &["show", &format!("swarmd/{next}-1:notes.txt")]);
+    assert_eq!(
+        notes,
+        format!("first\nline from {first}\nline from {next}"),
+        "{}",
+        pool.log()
+    );
+    let stages: Vec<Value> = sw
+        .output(&next)
+        .await
+        .iter()
+        .filter_map(|r| r["event"]["stage"].as_str().map(Value::from))
+        .collect();
+    assert!(stages.is_empty(), "no fallback note: {stages:?}");
+
+    // A continuation whose branch and head this pool's repository does not
+    // have starts from the base, and says so.
+    git(&repo, &["branch", "-D", &format!("swarmd/{next}-1")]);
+    git(&repo, &["reflog", "expire", "--expire=now", "--all"]);
+    git(&repo, &["gc", "-q", "--prune=now"]);
+    let after = create(
+        &sw,
+        json!({"agent": "remote", "prompt": "three", "continue_from": next}),
+    )
+    .await;
+    assert_eq!(sw.finished(&after).await["status"], "pass");
+    let notes = git(&repo, &["show", &format!("swarmd/{after}-1:notes.txt")]);
+    assert_eq!(notes, format!("first\nline from {after}"));
+    let outputs = sw.output(&after).await;
+    let note = outputs
+        .iter()
+        .find(|r| r["event"]["stage"] == "worktree")
+        .map(|r| r["event"]["note"].clone());
+    assert!(
+        note.as_ref()
+            .and_then(Value::as_str)
+            .is_some_and(|n| n.contains("starting from base main")),
+        "{outputs:?}"
+    );
 }

@@ -27,6 +27,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::process::{StdinMode, StreamMode};
+use crate::worktree::PriorWork;
 
 /// How long a pool counts as connected after its last claim or heartbeat.
 pub const POOL_SEEN_WINDOW: Duration = Duration::from_secs(30);
@@ -48,6 +49,9 @@ pub struct RemoteJob {
     /// The task a continuation continues, and the CLI session it resumes.
     pub continued_from: Option<String>,
     pub resume_session: Option<String>,
+    /// Where a continuation's worktree starts: the continued attempt's
+    /// branch and head, for a pool with worktrees.
+    pub resume_from: Option<PriorWork>,
 }
 
 /// The agent's run settings the pool applies (`[agents.NAME]` of kind remote).

@@ -26,6 +26,7 @@ fn job(agent: &str, n: u32) -> (AttemptId, RemoteJob) {
         },
         continued_from: None,
         resume_session: None,
+        resume_from: None,
     };
     (attempt, job)
 }

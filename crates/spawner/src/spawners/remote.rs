@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::task_of;
 use crate::remote::{PoolEnd, RemoteJob, RemotePools, RemoteRun};
+use crate::worktree::prior_work;
 
 /// Queues each attempt of one remote agent on the daemon's [`RemotePools`].
 #[derive(Debug)]
@@ -38,6 +39,7 @@ impl SpawnerAdapter for RemoteSpawner {
             host,
         } = attempt;
         let task = task_of(&*host).await?;
+        let resume_from = prior_work(&task);
         let job = RemoteJob {
             attempt: ctx.id,
             agent: ctx.agent.clone(),
@@ -46,6 +48,7 @@ impl SpawnerAdapter for RemoteSpawner {
             system: task.system,
             input: task.input,
             run: self.run,
+            resume_from,
             continued_from: task.continued_from.map(|id| id.to_string()),
             resume_session: task.resume.and_then(|resume| resume.session_id),
         };

@@ -45,7 +45,7 @@ pub async fn open_for_task(
 /// Where a continuation's worktree starts: the continued task's last
 /// attempt's branch (named by its `worktree` artifact, else by the rule
 /// every attempt's branch is named by).
-fn prior_work(task: &Task) -> Option<PriorWork> {
+pub fn prior_work(task: &Task) -> Option<PriorWork> {
     let from = task.continued_from?;
     let resume = task.resume.as_ref()?;
     if resume.attempt == 0 {

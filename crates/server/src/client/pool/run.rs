@@ -78,10 +78,12 @@ pub(crate) async fn run(
         Err(reason) => return Ran::Failed(reason),
     };
     let Some(worktree) = &command.worktree else {
-        return run_child(daemon, &runner, attempt, cancel, None).await.0;
+        return run_child(daemon, &runner, attempt, cancel, None, None)
+            .await
+            .0;
     };
-    let checkout = match worktree.open(attempt).await {
-        Ok(checkout) => checkout,
+    let (checkout, fell_back) = match worktree.open(attempt).await {
+        Ok(opened) => opened,
         Err(reason) => return Ran::Failed(reason),
     };
     let (ran, passed) = run_child(
@@ -90,20 +92,24 @@ pub(crate) async fn run(
         attempt,
         cancel,
         Some((worktree, &checkout)),
+        fell_back,
     )
     .await;
     worktree.release(&checkout, passed).await;
     ran
 }
 
-/// Runs the child (in `checkout` when given) and posts what it emits; how
-/// it ended, and whether it passed (for the worktree's keep rule).
+/// Runs the child (in `checkout` when given) and posts what it emits,
+/// after a `worktree` progress note when a continuation's worktree fell
+/// back to the base; how it ended, and whether it passed (for the
+/// worktree's keep rule).
 async fn run_child(
     daemon: &ApiClient,
     runner: &ProcessRunner,
     attempt: &ClaimedAttempt,
     cancel: CancellationToken,
     checkout: Option<(&PoolWorktree, &Checkout)>,
+    fell_back: Option<String>,
 ) -> (Ran, bool) {
     let vars = RunVars {
         base_url: daemon.base_url().to_owned(),
@@ -129,6 +135,15 @@ async fn run_child(
         patience: Duration::from_millis(attempt.lease_ms),
         cancel: cancel.clone(),
     };
+    if let Some(note) = fell_back {
+        let note = OutputEvent::Progress {
+            stage: "worktree".to_owned(),
+            note: Some(note),
+        };
+        if let Err(e) = post_events(&writer, &[note]).await {
+            tracing::debug!(error = %e, "worktree note not posted");
+        }
+    }
     let (events, received) = mpsc::channel(CHANNEL);
     let (ran, forwarded) = tokio::join!(child.wait(events), forward(&writer, received));
     let last_final = match forwarded {

@@ -1,7 +1,9 @@
 //! A pool's attempts in git worktrees of a repository on the pool's own
 //! machine (`--worktree-repo`, docs/tasks.md, Remote agents): each attempt
 //! runs in a fresh worktree on the branch `swarmd/<task>-<attempt>`, made
-//! from `--worktree-base`, as a local process agent's does. When the child
+//! from `--worktree-base` (a continuation's from the continued attempt's
+//! branch when this pool's repository has it), as a local process agent's
+//! does. When the child
 //! has exited, what it left uncommitted is committed, the branch is
 //! described in a `worktree` artifact posted before the Final, and the
 //! directory is removed unless `--worktree-keep` keeps it. Checkouts a
@@ -12,7 +14,7 @@ use std::sync::Arc;
 
 use swarmd_output_store::OutputEvent;
 use swarmd_spawner::process::HostEnv;
-use swarmd_spawner::worktree::{self, Checkout, KeepRule, WorktreeSpec, Worktrees};
+use swarmd_spawner::worktree::{self, Checkout, KeepRule, WorktreeError, WorktreeSpec, Worktrees};
 
 use crate::http::pool::wire::ClaimedAttempt;
 
@@ -54,15 +56,46 @@ impl PoolWorktree {
         Ok(PoolWorktree { trees, spec })
     }
 
-    /// Adds the attempt's worktree.
+    /// Adds the attempt's worktree: from `--worktree-base`, or for a
+    /// continuation from the continued attempt's branch as it is in this
+    /// pool's repository, else from the head it was recorded at, else from
+    /// the base, with a sentence saying so.
     ///
     /// # Errors
     /// Why git could not add it, for the attempt's failure reason.
-    pub(crate) async fn open(&self, attempt: &ClaimedAttempt) -> Result<Checkout, String> {
+    pub(crate) async fn open(
+        &self,
+        attempt: &ClaimedAttempt,
+    ) -> Result<(Checkout, Option<String>), String> {
+        let task = attempt.task_id.to_string();
+        let failed =
+            |e: WorktreeError| format!("the pool could not add the attempt's worktree: {e}");
+        let branch = attempt.resume_branch.as_ref();
+        let starts = branch
+            .map(|b| format!("refs/heads/{b}"))
+            .into_iter()
+            .chain(attempt.resume_head.clone());
+        for start in starts {
+            let from = WorktreeSpec {
+                base: start,
+                ..self.spec.clone()
+            };
+            match self.trees.create(&from, &task, attempt.attempt).await {
+                Err(WorktreeError::UnknownBase { .. }) => continue,
+                opened => return opened.map(|c| (c, None)).map_err(failed),
+            }
+        }
+        let note = branch.map(|b| {
+            format!(
+                "branch {b} of the continued task is not in this pool's repository; starting from base {}",
+                self.spec.base
+            )
+        });
         self.trees
-            .create(&self.spec, &attempt.task_id.to_string(), attempt.attempt)
+            .create(&self.spec, &task, attempt.attempt)
             .await
-            .map_err(|e| format!("the pool could not add the attempt's worktree: {e}"))
+            .map(|c| (c, note))
+            .map_err(failed)
     }
 
     /// Commits what the child left uncommitted and describes the branch:

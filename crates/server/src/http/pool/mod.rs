@@ -123,6 +123,8 @@ async fn renewed(state: &AppState, claimed: Claimed) -> Option<ClaimedAttempt> {
         lease_deadline_ms: deadline,
         continued_from: job.continued_from.clone(),
         resume_session: job.resume_session.clone(),
+        resume_branch: job.resume_from.as_ref().map(|p| p.branch.clone()),
+        resume_head: job.resume_from.as_ref().and_then(|p| p.head.clone()),
     })
 }
 

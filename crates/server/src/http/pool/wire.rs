@@ -64,6 +64,13 @@ pub(crate) struct ClaimedAttempt {
     pub(crate) continued_from: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) resume_session: Option<String>,
+    /// A continuation's starting point for a pool with worktrees: the
+    /// continued attempt's branch, and the head its `worktree` artifact
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) resume_branch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) resume_head: Option<String>,
 }
 
 impl std::fmt::Debug for ClaimedAttempt {
@@ -204,6 +211,8 @@ mod tests {
             lease_deadline_ms: 1,
             continued_from: None,
             resume_session: None,
+            resume_branch: None,
+            resume_head: None,
         };
         assert!(!format!("{claimed:?}").contains("wh-secret"));
     }

@@ -192,6 +192,13 @@ async fn only_the_home_node_expires_a_session_and_a_delete_anywhere_ends_it() {
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
     let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
     let mut ws = a.connect(&main_ai).await;
+    // A session with no socket, homed on node A, used only on node B.
+    let busy = a.login(json!({"roles": ["busy"]})).await;
+    let status = |node: &'static str, login: &Login| {
+        let node = if node == "a" { a } else { b };
+        let request = node.get(&format!("/v1/operators/{}", login.sid), &login.token);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
     let on_b = |bearer: &str| {
         let request = b.get(&format!("/v1/operators/{}", main_ai.sid), bearer);
         async move { request.send().await.unwrap().status().as_u16() }
@@ -200,16 +207,24 @@ async fn only_the_home_node_expires_a_session_and_a_delete_anywhere_ends_it() {
 
     // Past the idle time (and node B's sweep at a quarter of it), the
     // session, whose socket is on node A, is still alive on both nodes.
-    // Reading the socket all along answers the server's pings.
+    // Reading the socket all along answers the server's pings. The other
+    // one, active on node B all along, is kept alive by its home too.
     let until = Instant::now() + Duration::from_secs(80);
     while Instant::now() < until {
         match ws.next_within(Duration::from_secs(1)).await {
             Incoming::Nothing | Incoming::Frame(_) => {}
             closed => panic!("node A's socket closed: {closed:?}"),
         }
+        assert_eq!(status("b", &busy).await, 200, "used on node B");
     }
     assert_eq!(on_b(&main_ai.token).await, 200, "node B did not expire it");
     assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(0));
+    assert_eq!(
+        status("a", &busy).await,
+        200,
+        "its home heard of its activity on node B"
+    );
+    assert_eq!(home(&cluster, &busy).await, cluster.node_id(0));
 
     // Deleted on node B, it ends on node A, its home: the socket closes
     // with 4001 and the record is gone.

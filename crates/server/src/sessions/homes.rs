@@ -298,7 +298,8 @@ impl SessionRegistry {
     /// On a cluster, one sweep step for the copies of sessions homed
     /// elsewhere: a copy whose record is gone (its home expired or deleted
     /// it) is dropped; sessions whose home is no longer alive are homed
-    /// here.
+    /// here; a copy used here since the last sweep has its activity mailed
+    /// to its home.
     pub(super) async fn sweep_copies(&self) {
         let Some(cluster) = self.cluster() else {
             return;
@@ -322,9 +323,26 @@ impl SessionRegistry {
             }
             Err(error) => tracing::warn!(%error, "cannot adopt orphan sessions"),
         }
+        let mut seen = Vec::new();
         for session in self.all() {
             if session.is_home() {
                 continue;
+            }
+            // Activity here since the last report goes to the home, which
+            // alone expires the session.
+            if let Some(home) = session.elsewhere()
+                && session.dirty()
+            {
+                let at = session.last_seen_ms();
+                seen.push(NewMail {
+                    sid: session.sid,
+                    to_node: Some(home),
+                    reply_to: None,
+                    kind: mail::SEEN.to_owned(),
+                    req_id: None,
+                    body: at.to_string(),
+                });
+                session.reported(at);
             }
             match cluster.db.session_by_sid(session.sid).await {
                 Ok(Some(homed)) => {
@@ -342,6 +360,9 @@ impl SessionRegistry {
                 }
                 Err(error) => tracing::warn!(%error, "cannot check a session copy"),
             }
+        }
+        for mail in seen {
+            cluster.post.send(mail);
         }
     }
 }

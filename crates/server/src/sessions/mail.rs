@@ -32,6 +32,9 @@ pub(crate) const WAITER: &str = "waiter";
 pub(crate) const RELEASE: &str = "release";
 /// To the home: the session was deleted on another node.
 pub(crate) const ENDED: &str = "ended";
+/// To the home: the session was active on another node, last at the unix
+/// ms in the body.
+pub(crate) const SEEN: &str = "seen";
 
 /// A `spawn` frame's contents, credential included (so no `Debug`).
 #[derive(Clone, PartialEq, Serialize, Deserialize)]

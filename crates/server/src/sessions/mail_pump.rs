@@ -167,6 +167,11 @@ impl SessionRegistry {
                 }
             }
             mail::RELEASE => self.release_if_stale(engine, &session).await,
+            mail::SEEN => {
+                if let Ok(seen_ms) = mail.body.parse::<u64>() {
+                    session.touch(seen_ms.min(self.clock.now_ms()));
+                }
+            }
             mail::ENDED => {
                 if self.forget(session.sid).is_some() {
                     tracing::info!(sid = %session.sid, "session deleted on another node");

@@ -257,6 +257,11 @@ impl Session {
         self.last_seen_ms() > self.persisted_ms.load(Ordering::Relaxed)
     }
 
+    /// A copy's activity up to `seen_ms` was reported to its home.
+    pub(super) fn reported(&self, seen_ms: u64) {
+        self.persisted_ms.fetch_max(seen_ms, Ordering::Relaxed);
+    }
+
     /// Writes the session's record, unless it is closed already or homed
     /// on another node (which writes it).
     pub async fn persist(&self, engine: &Engine) -> Result<(), EngineError> {

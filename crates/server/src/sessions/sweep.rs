@@ -1,11 +1,12 @@
 //! The idle sweep (docs/security.md, Session and admin secrets): a session with no socket and no activity for
 //! `auth.session_idle_secs` expires and releases its roles. On a cluster
 //! only the session's home node expires it; the others drop their copy
-//! once its record is gone (`homes`). The same pass
-//! writes back the last activity of sessions that were active since their
-//! record was written, so a restart restores a recent `last_seen`, and the
-//! `task_done` watermarks of every session (see `delivery`); a one-second
-//! tick writes those of sessions that delivered a `task_done`.
+//! once its record is gone, and mail its home the activity the copy saw
+//! (`homes`). The same pass writes back the last activity of sessions that
+//! were active since their record was written, so a restart restores a
+//! recent `last_seen`, and the `task_done` watermarks of every session
+//! (see `delivery`); a one-second tick writes the watermarks of sessions
+//! that delivered a `task_done`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,6 +5,8 @@
 //! the directory is removed (`--worktree-keep never`), the branch kept; a
 //! continuation starts from the continued attempt's branch.
 
+use std::path::Path;
+
 use serde_json::{Value, json};
 
 use super::{AGENTS, Pool, Setup, create, mint};
@@ -20,6 +22,23 @@ printf '{"type":"final","content":{"kind":"inline","value":{"pwd":"%s","worktree
   "$(pwd)" "$SWARM_WORKTREE" "$SWARM_BRANCH"
 "#;
 
+/// A pool running `CODER` in worktrees of `repo` (from `main`) under `trees`.
+async fn coder_pool(sw: &Swarmd, token: &str, repo: &Path, trees: &Path, concurrency: u32) -> Pool {
+    let setup = Setup {
+        args: vec![
+            "--worktree-repo".into(),
+            repo.display().to_string(),
+            "--worktree-base".into(),
+            "main".into(),
+            "--worktree-dir".into(),
+            trees.display().to_string(),
+        ],
+        script: Some(CODER),
+        ..Setup::default()
+    };
+    Pool::start_with(sw, token, "remote", "pool-git", concurrency, setup).await
+}
+
 #[tokio::test]
 async fn a_pools_attempts_run_in_worktrees_of_its_own_repository() {
     let sw = Swarmd::new(AGENTS).start().await;
@@ -27,26 +46,7 @@ async fn a_pools_attempts_run_in_worktrees_of_its_own_repository() {
     let repo = make_repo(machine.path());
     let trees = machine.path().join("trees");
     let token = mint(&sw, &["remote"]);
-    let pool = Pool::start_with(
-        &sw,
-        &token,
-        "remote",
-        "pool-git",
-        2,
-        Setup {
-            args: vec![
-                "--worktree-repo".into(),
-                repo.display().to_string(),
-                "--worktree-base".into(),
-                "main".into(),
-                "--worktree-dir".into(),
-                trees.display().to_string(),
-            ],
-            script: Some(CODER),
-            ..Setup::default()
-        },
-    )
-    .await;
+    let pool = coder_pool(&sw, &token, &repo, &trees, 2).await;
     let mut tasks = Vec::new();
     for n in 0..2 {
         tasks.push(create(&sw, json!({"agent": "remote", "prompt": format!("p{n}")})).await);
@@ -136,26 +136,7 @@ async fn a_continuation_on_a_pool_starts_from_the_continued_attempts_branch() {
     let machine = tempfile::tempdir().unwrap();
     let repo = make_repo(machine.path());
     let token = mint(&sw, &["remote"]);
-    let pool = Pool::start_with(
-        &sw,
-        &token,
-        "remote",
-        "pool-git",
-        1,
-        Setup {
-            args: vec![
-                "--worktree-repo".into(),
-                repo.display().to_string(),
-                "--worktree-base".into(),
-                "main".into(),
-                "--worktree-dir".into(),
-                machine.path().join("trees").display().to_string(),
-            ],
-            script: Some(CODER),
-            ..Setup::default()
-        },
-    )
-    .await;
+    let pool = coder_pool(&sw, &token, &repo, &machine.path().join("trees"), 1).await;
     let first = create(&sw, json!({"agent": "remote", "prompt": "one"})).await;
     assert_eq!(sw.finished(&first).await["status"], "pass");
     let next = create(

@@ -2,7 +2,8 @@
 //! it there, B delivers what A had parked and A's socket closes with 4000;
 //! replies sent on B after the move reach the nodes that wait for them;
 //! a `task_done` parked on a node that died reaches the session on
-//! another, routed again from the log.
+//! another, routed again from the log; a reconnect to B and straight back
+//! to A keeps A's new socket open.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -179,4 +180,35 @@ async fn a_reply_sent_after_a_move_reaches_the_node_that_waits_for_it() {
         [on_a.clone(), on_b.clone()].into_iter().collect()
     );
     until_mailbox_empty(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_back_on_its_first_node_at_once_keeps_its_new_socket() {
+    let cluster = Cluster::start(2, QUICK).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    for round in 0..5 {
+        let main_ai = a
+            .login(json!({"roles": [format!("main-ai-{round}")]}))
+            .await;
+        let ws_a = a.connect(&main_ai).await;
+        // To node B and straight back to A, well within the mail pump's
+        // 250 ms: B's word to A that the session moved to B is still on
+        // its way when A takes it back.
+        let ws_b = b.connect(&main_ai).await;
+        drop(ws_a);
+        let mut back = a.connect(&main_ai).await;
+        drop(ws_b);
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            match back.next_within(Duration::from_millis(100)).await {
+                Incoming::Nothing | Incoming::Frame(_) => {}
+                closed => panic!("round {round}: A's new socket closed: {closed:?}"),
+            }
+        }
+        assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(0));
+        // Node A serves it: a task it dispatches reaches this socket.
+        let task = delegated(a, &main_ai, "back").await;
+        let spawn = back.recv_type("spawn").await;
+        assert_eq!(spawn["task_id"], task.as_str());
+    }
 }

@@ -175,7 +175,7 @@ async fn upgrade(
         return Err(ApiError::forbidden());
     }
     // The socket attaches here: this node becomes the session's home.
-    state.sessions.claim_home(&session).await;
+    state.sessions.attach_home(&session).await;
     let upgrade =
         upgrade.map_err(|e| ApiError::bad_request(format!("not a WebSocket upgrade: {e}")))?;
     Ok(upgrade

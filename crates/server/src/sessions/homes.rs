@@ -167,21 +167,35 @@ impl SessionRegistry {
         }
     }
 
-    /// Makes this node the session's home (a socket attaches, an MCP pop
-    /// arrives): the previous home is told, closes its socket and hands
-    /// over what it had not delivered.
+    /// Makes this node the session's home for an MCP pop: the previous
+    /// home is told, closes its socket and hands over what it had not
+    /// delivered. A node that believes itself the home asks nothing.
     pub async fn claim_home(&self, session: &Arc<Session>) {
-        let Some(cluster) = self.cluster() else {
-            return;
-        };
         if session.is_home() {
             return;
         }
+        self.take_home(session).await;
+    }
+
+    /// Makes this node the session's home for a socket, asking the
+    /// database even when this node believes itself the home: a move to
+    /// another node may be on its way here as mail (a reconnect to B and
+    /// straight back), and only the database knows.
+    pub async fn attach_home(&self, session: &Arc<Session>) {
+        self.take_home(session).await;
+    }
+
+    async fn take_home(&self, session: &Arc<Session>) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
         match cluster
             .db
             .move_session_home(session.sid, cluster.node)
             .await
         {
+            // It was home here already.
+            Ok(Some(Some(previous))) if previous == cluster.node => session.set_elsewhere(None),
             Ok(Some(previous)) => {
                 session.set_elsewhere(None);
                 tracing::info!(sid = %session.sid, "session moved to this node");
@@ -208,6 +222,26 @@ impl SessionRegistry {
             }
             Ok(None) => tracing::debug!(sid = %session.sid, "a session to move is gone"),
             Err(error) => tracing::warn!(sid = %session.sid, %error, "cannot move a session here"),
+        }
+    }
+
+    /// Whether a `moved` mail about `session` is stale: this node took the
+    /// session back after the move it reports, and the database names this
+    /// node its home again.
+    pub(super) async fn home_again(&self, session: &Session) -> bool {
+        let Some(cluster) = self.cluster() else {
+            return false;
+        };
+        if !session.is_home() {
+            return false;
+        }
+        match cluster.db.session_by_sid(session.sid).await {
+            Ok(Some(homed)) => homed.home == Some(cluster.node),
+            Ok(None) => false,
+            Err(error) => {
+                tracing::warn!(sid = %session.sid, %error, "cannot read a session's home");
+                false
+            }
         }
     }
 

@@ -162,7 +162,9 @@ impl SessionRegistry {
                 }
             }
             mail::MOVED => {
-                if let Some(to) = mail.reply_to {
+                if let Some(to) = mail.reply_to
+                    && !self.home_again(&session).await
+                {
                     self.moved_away(&session, to);
                 }
             }

@@ -39,7 +39,7 @@ impl PgDb {
     /// # Errors
     ///
     /// `StoreError::Busy` when another login held one of them for
-    /// [`LOCK_PATIENCE`]; `StoreError::Database` when the database fails.
+    /// 10 s; `StoreError::Database` when the database fails.
     pub async fn lock_roles(&self, roles: &[String]) -> Result<RoleLock, StoreError> {
         let mut names: Vec<&str> = roles.iter().map(String::as_str).collect();
         names.sort_unstable();

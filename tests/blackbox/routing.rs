@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::daemon::{Incoming, Swarmd};
+use crate::harness::parts;
 
 const AGENTS: &str = r#"
 [agents.helper]
@@ -133,7 +134,20 @@ operator_role = "main-ai"
     let first = sw.login(json!({"roles": ["main-ai"]})).await;
     let ws = sw.connect(&first).await;
     // The MainAI dies: its socket goes, its session stays and holds the role.
+    // The task comes once the daemon saw the socket go, so its spawn is
+    // parked (a spawn written into a socket in its last moments is a gap
+    // of its own, docs/decisions.md, Sessions and WebSocket).
     drop(ws);
+    let summary = format!("/v1/operators/{}", first.sid);
+    let started = std::time::Instant::now();
+    loop {
+        let (_, seen) = parts(sw.get(&summary, &sw.admin).send().await.unwrap()).await;
+        if seen["connected"] == false {
+            break;
+        }
+        assert!(started.elapsed() < crate::harness::PATIENCE, "{seen}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (status, body) = sw
         .create(json!({"agent": "coder", "prompt": "fix it"}))
         .await;

@@ -83,7 +83,7 @@ async fn claim_loop(
             Ok(_) => backoff = FIRST_BACKOFF,
             Err(error) if refused(&error) => return Err(PoolError::Refused(error)),
             Err(error) => {
-                tracing::warn!(%error, retry_in_ms = backoff.as_millis(), "claim failed");
+                tracing::warn!(%error, server = daemon.client.base_url(), retry_in_ms = backoff.as_millis(), "claim failed");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
                     () = stop.cancelled() => break,

@@ -241,7 +241,7 @@ pub(super) async fn pop(
         }
         last = Some(id);
     }
-    session.outbox.ack(last, batch.dropped);
+    session.ack_sent(last, batch.dropped);
     Ok(frames)
 }
 

@@ -241,7 +241,7 @@ pub(super) async fn pop(
         }
         last = Some(id);
     }
-    session.ack_sent(last, batch.dropped);
+    session.outbox.ack(last, batch.dropped);
     Ok(frames)
 }
 

@@ -109,9 +109,6 @@ pub struct Attachment {
     pub close: watch::Receiver<Option<CloseReason>>,
 }
 
-/// The fewest sent spawns worth a prune.
-const SENT_PRUNE_MIN: usize = 64;
-
 #[derive(Debug)]
 pub struct Outbox {
     state: Mutex<State>,
@@ -125,10 +122,6 @@ struct State {
     /// Spawns a writer sent that no reply or withdrawal has ended yet,
     /// oldest first.
     sent: VecDeque<(u64, ParkedSpawn)>,
-    /// `sent`'s length at which its spawns whose attempts ended are next
-    /// pruned (`sent_to_prune`): twice what a prune left, at least
-    /// `SENT_PRUNE_MIN`, so pruning costs O(1) per spawn amortized.
-    sent_prune_at: usize,
     /// The highest id acknowledged by a writer.
     acked: u64,
     next_id: u64,
@@ -261,22 +254,6 @@ impl Outbox {
     /// node, which delivers them).
     pub fn take_all(&self) -> Vec<(u64, Outgoing)> {
         std::mem::take(&mut self.lock().queue).into_iter().collect()
-    }
-
-    /// The `req_id`s of the sent spawns, when enough came since the last
-    /// prune to check which still wait for a reply (`retain_sent`).
-    pub fn sent_to_prune(&self) -> Option<Vec<String>> {
-        let state = self.lock();
-        (state.sent.len() >= state.sent_prune_at.max(SENT_PRUNE_MIN))
-            .then(|| state.sent.iter().map(|(_, s)| s.req_id.clone()).collect())
-    }
-
-    /// Keeps the sent spawns whose `req_id` `keep` holds (their attempts
-    /// still wait); the next prune comes at twice as many.
-    pub fn retain_sent(&self, keep: &std::collections::HashSet<String>) {
-        let mut state = self.lock();
-        state.sent.retain(|(_, s)| keep.contains(&s.req_id));
-        state.sent_prune_at = (state.sent.len() * 2).max(SENT_PRUNE_MIN);
     }
 
     /// Takes every sent `spawn` not answered yet, oldest first.

@@ -214,27 +214,3 @@ fn a_sent_spawn_is_kept_until_answered_or_withdrawn() {
         .collect();
     assert_eq!(sent, ["t-1"], "bounded by the limit, oldest out first");
 }
-
-#[test]
-fn sent_spawns_are_offered_for_pruning_once_enough_piled_up() {
-    let outbox = Outbox::new(1_000);
-    let next = std::cell::Cell::new(0);
-    let send = |n: usize| {
-        for _ in 0..n {
-            next.set(next.get() + 1);
-            outbox.push(spawn(&format!("p-{}", next.get()))).unwrap();
-        }
-        let batch = outbox.peek(usize::MAX);
-        outbox.ack(batch.frames.last().map(|(id, _)| *id), 0);
-    };
-    send(63);
-    assert!(outbox.sent_to_prune().is_none(), "too few to bother");
-    send(1);
-    let sent = outbox.sent_to_prune().expect("64 sent");
-    assert_eq!(sent.len(), 64);
-    // Forty still wait for a reply: the next prune comes at eighty.
-    let waiting = sent.into_iter().take(40).collect();
-    outbox.retain_sent(&waiting);
-    assert_eq!(outbox.take_sent_spawns().len(), 40);
-    assert!(outbox.sent_to_prune().is_none());
-}

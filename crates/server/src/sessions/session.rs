@@ -307,20 +307,6 @@ impl Session {
 }
 
 impl Session {
-    /// Acknowledges what a writer sent (`Outbox::ack`), and forgets the
-    /// sent spawns whose attempts no longer wait for a reply (their
-    /// SubAgent posted, their lease ran out) once enough piled up.
-    pub(crate) fn ack_sent(&self, through: Option<u64>, reported: u64) {
-        self.outbox.ack(through, reported);
-        if let Some(sent) = self.outbox.sent_to_prune() {
-            let waiting = sent
-                .into_iter()
-                .filter(|req_id| self.pending.contains(req_id))
-                .collect();
-            self.outbox.retain_sent(&waiting);
-        }
-    }
-
     /// Moves this session's unanswered `spawn` frames (sent or not), with
     /// the requests waiting for their replies, to `to` (a login that took
     /// its roles over). Returns how many moved; one that finds `to`'s outbox full is

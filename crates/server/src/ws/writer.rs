@@ -174,7 +174,7 @@ impl Writer<'_> {
         };
         match tokio::time::timeout(self.liveness.limit, write).await {
             Ok(Ok(last)) => {
-                self.session.ack_sent(last, batch.dropped);
+                self.session.outbox.ack(last, batch.dropped);
                 true
             }
             _ => false,

@@ -135,8 +135,8 @@ operator_role = "main-ai"
     let ws = sw.connect(&first).await;
     // The MainAI dies: its socket goes, its session stays and holds the role.
     // The task comes once the daemon saw the socket go, so its spawn is
-    // parked (a spawn written into the socket in its last moments is sent,
-    // and handed over as such: the next test).
+    // parked (a spawn written into a socket in its last moments is a gap
+    // of its own, docs/decisions.md, Sessions and WebSocket).
     drop(ws);
     let summary = format!("/v1/operators/{}", first.sid);
     let started = std::time::Instant::now();
@@ -174,48 +174,6 @@ operator_role = "main-ai"
     assert_eq!(done["status"], "pass", "{done}");
     let old = sw.dial(&first).await;
     assert!(old.is_err(), "the old session is gone");
-}
-
-#[tokio::test]
-async fn a_spawn_a_killed_main_ai_received_but_never_answered_goes_to_its_successor() {
-    let sw = Swarmd::new(
-        r#"
-[auth]
-role_takeover_secs = 2
-
-[agents.coder]
-kind = "operator"
-operator_role = "main-ai"
-"#,
-    )
-    .start()
-    .await;
-    let first = sw.login(json!({"roles": ["main-ai"]})).await;
-    let mut ws = sw.connect(&first).await;
-    let (status, body) = sw
-        .create(json!({"agent": "coder", "prompt": "fix it"}))
-        .await;
-    assert!(status == 200 || status == 201, "{status} {body}");
-    let task = body["task_id"].as_str().unwrap().to_owned();
-    // The MainAI reads the spawn and dies before it answers.
-    let spawn = ws.recv_type("spawn").await;
-    assert_eq!(spawn["task_id"], task.as_str());
-    drop(ws);
-
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let second = sw.login(json!({"roles": ["main-ai"]})).await;
-    let mut ws = sw.connect(&second).await;
-    let again = ws.recv_type("spawn").await;
-    assert_eq!(
-        again["task_id"],
-        task.as_str(),
-        "the unanswered spawn moved"
-    );
-    assert_eq!(again["req_id"], spawn["req_id"]);
-    ws.send(json!({"type": "spawn_ack", "req_id": again["req_id"], "value": "fixed", "ok": true}))
-        .await;
-    let done = sw.finished(&task).await;
-    assert_eq!(done["status"], "pass", "{done}");
 }
 
 #[tokio::test]

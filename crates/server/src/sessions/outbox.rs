@@ -5,10 +5,7 @@
 //! A frame leaves the queue only when a writer acknowledges it after sending,
 //! so a socket that dies mid-batch loses nothing: the next socket gets the
 //! unacknowledged frames again (delivery is at least once; frames with a
-//! `seq` or a `req_id` let the client drop repeats). A sent `spawn` is kept
-//! aside until it is answered or withdrawn (at most `park_max` of them): a
-//! socket whose client was already gone took it, and a session that takes
-//! this one's roles over is handed it with the unsent ones.
+//! `seq` or a `req_id` let the client drop repeats).
 //!
 //! Bound: at most `park_max` frames. A full outbox evicts the oldest
 //! `task_event` first (resumable with `subscribe … after_seq`), then the
@@ -119,9 +116,6 @@ pub struct Outbox {
 #[derive(Debug, Default)]
 struct State {
     queue: VecDeque<(u64, Outgoing)>,
-    /// Spawns a writer sent that no reply or withdrawal has ended yet,
-    /// oldest first.
-    sent: VecDeque<(u64, ParkedSpawn)>,
     /// The highest id acknowledged by a writer.
     acked: u64,
     next_id: u64,
@@ -210,12 +204,7 @@ impl Outbox {
         let mut state = self.lock();
         if let Some(through) = through {
             while state.queue.front().is_some_and(|(id, _)| *id <= through) {
-                if let Some((id, Outgoing::Spawn(spawn))) = state.queue.pop_front() {
-                    state.sent.push_back((id, *spawn));
-                    if state.sent.len() > self.limit {
-                        state.sent.pop_front();
-                    }
-                }
+                state.queue.pop_front();
             }
             state.acked = state.acked.max(through);
         }
@@ -256,24 +245,9 @@ impl Outbox {
         std::mem::take(&mut self.lock().queue).into_iter().collect()
     }
 
-    /// Takes every sent `spawn` not answered yet, oldest first.
-    pub fn take_sent_spawns(&self) -> Vec<ParkedSpawn> {
-        std::mem::take(&mut self.lock().sent)
-            .into_iter()
-            .map(|(_, spawn)| spawn)
-            .collect()
-    }
-
-    /// Forgets the sent `spawn` `req_id`: it was answered.
-    pub fn answered(&self, req_id: &str) {
-        self.lock().sent.retain(|(_, s)| s.req_id != req_id);
-    }
-
-    /// Drops a queued `spawn` that has not been delivered yet (and forgets
-    /// it if it was sent); whether it was still queued.
+    /// Drops a queued `spawn` that has not been delivered yet.
     pub fn withdraw_spawn(&self, req_id: &str) -> bool {
         let mut state = self.lock();
-        state.sent.retain(|(_, s)| s.req_id != req_id);
         let before = state.queue.len();
         state
             .queue

@@ -1,6 +1,5 @@
 //! Outbox tests: order, the bound and its eviction order, reservations,
-//! acknowledgement, sent spawns kept until answered, and socket
-//! replacement.
+//! acknowledgement and socket replacement.
 
 use std::time::Duration;
 
@@ -178,39 +177,4 @@ async fn a_waiting_writer_wakes_on_push_and_on_fill() {
     assert!(!waiter.is_finished(), "blocked behind the open slot");
     slot.fill(text(FrameClass::Notice, "z")).unwrap();
     assert_eq!(waiter.await.unwrap(), 2);
-}
-
-#[test]
-fn a_sent_spawn_is_kept_until_answered_or_withdrawn() {
-    let outbox = Outbox::new(2);
-    outbox.push(spawn("s-1")).unwrap();
-    outbox.push(text(FrameClass::Notice, "n")).unwrap();
-    outbox.push(spawn("s-2")).unwrap();
-    let batch = outbox.peek(usize::MAX);
-    outbox.ack(batch.frames.last().map(|(id, _)| *id), 0);
-    assert!(bodies(&outbox).is_empty(), "all sent");
-    assert!(outbox.take_spawns().is_empty(), "nothing unsent");
-
-    // Answered or withdrawn, a sent spawn is forgotten; the rest is taken.
-    outbox.answered("s-1");
-    let sent: Vec<String> = outbox
-        .take_sent_spawns()
-        .into_iter()
-        .map(|s| s.req_id)
-        .collect();
-    assert_eq!(sent, ["s-2"]);
-    assert!(outbox.take_sent_spawns().is_empty(), "taken once");
-
-    for n in 0..3 {
-        outbox.push(spawn(&format!("t-{n}"))).unwrap();
-        let batch = outbox.peek(usize::MAX);
-        outbox.ack(batch.frames.last().map(|(id, _)| *id), 0);
-    }
-    outbox.withdraw_spawn("t-2");
-    let sent: Vec<String> = outbox
-        .take_sent_spawns()
-        .into_iter()
-        .map(|s| s.req_id)
-        .collect();
-    assert_eq!(sent, ["t-1"], "bounded by the limit, oldest out first");
 }

@@ -196,14 +196,6 @@ impl Pending {
         }
     }
 
-    /// Whether someone still waits for the reply to `req_id`.
-    pub(crate) fn contains(&self, req_id: &str) -> bool {
-        self.lock()
-            .waiters
-            .get(req_id)
-            .is_some_and(|w| !w.is_closed())
-    }
-
     /// Takes a request's waiter out, to move it to another session.
     pub(crate) fn take(&self, req_id: &str) -> Option<Waiter> {
         self.lock().waiters.remove(req_id)

@@ -200,9 +200,6 @@ impl Session {
     /// waits for it any more.
     pub(crate) fn answer(&self, req_id: &str, reply: Reply) -> Result<bool, ReplyError> {
         let spawn_reply = matches!(reply, Reply::Spawn(_));
-        if spawn_reply {
-            self.outbox.answered(req_id);
-        }
         match self.pending.complete(req_id, reply) {
             Ok(()) => Ok(true),
             Err(ReplyError::Unknown(_)) if spawn_reply => {
@@ -307,20 +304,13 @@ impl Session {
 }
 
 impl Session {
-    /// Moves this session's unanswered `spawn` frames (sent or not), with
-    /// the requests waiting for their replies, to `to` (a login that took
-    /// its roles over). Returns how many moved; one that finds `to`'s outbox full is
+    /// Moves this session's undelivered `spawn` frames, with the requests
+    /// waiting for their replies, to `to` (a login that took its roles
+    /// over). Returns how many moved; one that finds `to`'s outbox full is
     /// dropped, and its attempt waits for its SubAgent or its lease.
     pub(super) fn hand_over_spawns(&self, to: &Arc<Session>) -> usize {
         let mut moved = HashSet::new();
-        // Sent ones first (they are older): this session's client may never
-        // have read them. One whose attempt no longer waits stays behind.
-        let sent = self
-            .outbox
-            .take_sent_spawns()
-            .into_iter()
-            .filter(|spawn| self.pending.contains(&spawn.req_id));
-        for spawn in sent.chain(self.outbox.take_spawns()) {
+        for spawn in self.outbox.take_spawns() {
             let req_id = spawn.req_id.clone();
             let waiter = self.pending.take(&req_id);
             if let Some(waiter) = waiter {

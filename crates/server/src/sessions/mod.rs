@@ -226,6 +226,31 @@ impl SessionRegistry {
         // On a cluster, held until the session is stored: a login of the
         // same role on another node waits, then sees this holder.
         let role_lock = self.lock_roles(&session.roles).await?;
+        let admitted = self.admit(engine, &session, digest, now).await;
+        // Released on a refusal too, so the lock's connection goes back to
+        // the pool.
+        if let Some(lock) = role_lock {
+            lock.release().await;
+        }
+        admitted?;
+        tracing::info!(sid = %session.sid, roles = ?session.roles, kind = ?session.kind, "session created");
+        engine.wake_waiting();
+        Ok(LoginResponse {
+            sid: session.sid,
+            token: secret.expose().to_owned(),
+            roles: session.roles.clone(),
+        })
+    }
+
+    /// Gives `session` its roles (taking them from stale holders) and
+    /// stores it; refused when a live holder has one of them.
+    async fn admit(
+        &self,
+        engine: &Engine,
+        session: &Arc<Session>,
+        digest: [u8; 32],
+        now: u64,
+    ) -> Result<(), SessionError> {
         self.load_role_holders(&session.roles).await?;
         let stale = {
             let mut maps = self.maps();
@@ -241,7 +266,7 @@ impl SessionRegistry {
             stale
         };
         for old in stale {
-            let moved = old.hand_over_spawns(&session);
+            let moved = old.hand_over_spawns(session);
             tracing::info!(sid = %old.sid, by = %session.sid, moved, "a stale session's roles were taken over");
             if let Err(error) = old.end(engine, CloseReason::Expired).await {
                 tracing::warn!(sid = %old.sid, %error, "cannot delete a taken-over session");
@@ -251,16 +276,7 @@ impl SessionRegistry {
             self.forget(session.sid);
             return Err(SessionError::Engine(error));
         }
-        if let Some(lock) = role_lock {
-            lock.release().await;
-        }
-        tracing::info!(sid = %session.sid, roles = ?session.roles, kind = ?session.kind, "session created");
-        engine.wake_waiting();
-        Ok(LoginResponse {
-            sid: session.sid,
-            token: secret.expose().to_owned(),
-            roles: session.roles.clone(),
-        })
+        Ok(())
     }
 
     /// The session a bearer secret belongs to, touched as active. A session

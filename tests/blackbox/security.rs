@@ -145,7 +145,13 @@ async fn only_the_owner_or_the_admin_cancels_a_task_over_http() {
         (403, &json!("forbidden")),
         "{body}"
     );
-    assert_eq!(sw.task(&task).await["status"], "running");
+    // The refused cancel changed nothing (the task may still be queued on
+    // a loaded machine).
+    let view = sw.task(&task).await;
+    assert!(
+        matches!(view["status"].as_str(), Some("running" | "queued")),
+        "{view}"
+    );
     let (status, body) = http_cancel(&sw, &other.token, "T-00000000000000000000000000").await;
     assert!(matches!(status, 400 | 404), "{status} {body}");
     let observer = sw_observer(&sw).await;

@@ -165,16 +165,18 @@ fn post(engine: &Engine, remote: &ScriptedSpawner, task: TaskId) -> JoinHandle<P
 
 type PostAnswer = Result<ResultAck, EngineError>;
 
-/// Lets the spawned posts run until they block.
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(50)).await;
+/// A waiting task whose first post's Final is queued and held.
+struct InFlight {
+    outputs: Arc<GatedFinals>,
+    engine: Engine,
+    task: TaskId,
+    remote: Arc<ScriptedSpawner>,
+    first: JoinHandle<PostAnswer>,
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_retry_during_the_first_write_shares_its_failure() {
+async fn first_post_in_flight() -> InFlight {
     let outputs = Arc::new(GatedFinals::new());
     let (engine, task, remote) = waiting_task(outputs.clone()).await;
-
     let first = post(&engine, &remote, task);
     outputs
         .queued
@@ -182,6 +184,29 @@ async fn a_retry_during_the_first_write_shares_its_failure() {
         .wait_for(|n| *n == 1)
         .await
         .unwrap();
+    InFlight {
+        outputs,
+        engine,
+        task,
+        remote,
+        first,
+    }
+}
+
+/// Lets the spawned posts run until they block.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_during_the_first_write_shares_its_failure() {
+    let InFlight {
+        outputs,
+        engine,
+        task,
+        remote,
+        first,
+    } = first_post_in_flight().await;
     let retry = post(&engine, &remote, task);
     settle().await;
     assert!(!first.is_finished(), "the first post waits for its write");
@@ -203,16 +228,13 @@ async fn a_retry_during_the_first_write_shares_its_failure() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_during_the_first_write_replays_its_success() {
-    let outputs = Arc::new(GatedFinals::new());
-    let (engine, task, remote) = waiting_task(outputs.clone()).await;
-
-    let first = post(&engine, &remote, task);
-    outputs
-        .queued
-        .subscribe()
-        .wait_for(|n| *n == 1)
-        .await
-        .unwrap();
+    let InFlight {
+        outputs,
+        engine,
+        task,
+        remote,
+        first,
+    } = first_post_in_flight().await;
     let retry = post(&engine, &remote, task);
     settle().await;
     assert!(!retry.is_finished());
@@ -226,16 +248,13 @@ async fn a_retry_during_the_first_write_replays_its_success() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_outlives_a_first_request_that_went_away() {
-    let outputs = Arc::new(GatedFinals::new());
-    let (engine, task, remote) = waiting_task(outputs.clone()).await;
-
-    let first = post(&engine, &remote, task);
-    outputs
-        .queued
-        .subscribe()
-        .wait_for(|n| *n == 1)
-        .await
-        .unwrap();
+    let InFlight {
+        outputs,
+        engine,
+        task,
+        remote,
+        first,
+    } = first_post_in_flight().await;
     // The first client hangs up: its request's future is dropped while its
     // Final is being written.
     first.abort();

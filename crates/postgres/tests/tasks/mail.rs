@@ -8,7 +8,7 @@
 use swarmd_engine::ids::SessionId;
 use swarmd_engine::store::conformance::apply;
 use swarmd_engine::store::{SessionKind, SessionRecord, WriteOp};
-use swarmd_postgres::testing::fresh_database;
+use swarmd_postgres::testing::{TestDatabase, fresh_database};
 use swarmd_postgres::{NewMail, PgDb, PgTaskStore};
 use uuid::Uuid;
 
@@ -38,14 +38,24 @@ fn frame(sid: SessionId, n: usize) -> NewMail {
     }
 }
 
+/// Two registered nodes on a fresh database (kept while it is held).
+async fn two_nodes() -> (TestDatabase, (Uuid, PgDb), (Uuid, PgDb)) {
+    let database = fresh_database().await;
+    let mut nodes = Vec::new();
+    for url in ["http://a", "http://b"] {
+        let id = Uuid::new_v4();
+        let db = PgDb::open(database.options()).await.unwrap();
+        db.register_node(id, url).await.unwrap();
+        nodes.push((id, db));
+    }
+    let b = nodes.pop().unwrap();
+    let a = nodes.pop().unwrap();
+    (database, a, b)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mail_follows_the_session_home_in_order() {
-    let database = fresh_database().await;
-    let (a_id, b_id) = (Uuid::new_v4(), Uuid::new_v4());
-    let a_db = PgDb::open(database.options()).await.unwrap();
-    let b_db = PgDb::open(database.options()).await.unwrap();
-    a_db.register_node(a_id, "http://a").await.unwrap();
-    b_db.register_node(b_id, "http://b").await.unwrap();
+    let (_database, (a_id, a_db), (b_id, b_db)) = two_nodes().await;
 
     // Written by node A, the session is homed on A, and B finds it.
     let session = record(&"ab".repeat(32), &["main-ai"]);
@@ -139,12 +149,7 @@ async fn mail_follows_the_session_home_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_node_neither_moves_a_session_nor_sends_mail() {
-    let database = fresh_database().await;
-    let (a_id, b_id) = (Uuid::new_v4(), Uuid::new_v4());
-    let a_db = PgDb::open(database.options()).await.unwrap();
-    let b_db = PgDb::open(database.options()).await.unwrap();
-    a_db.register_node(a_id, "http://a").await.unwrap();
-    b_db.register_node(b_id, "http://b").await.unwrap();
+    let (_database, (a_id, a_db), (b_id, b_db)) = two_nodes().await;
     let session = record(&"cd".repeat(32), &[]);
     let sid = session.sid;
     apply(

@@ -174,7 +174,7 @@ impl SessionRegistry {
         if session.is_home() {
             return;
         }
-        self.take_home(session).await;
+        self.attach_home(session).await;
     }
 
     /// Makes this node the session's home for a socket, asking the
@@ -182,10 +182,6 @@ impl SessionRegistry {
     /// another node may be on its way here as mail (a reconnect to B and
     /// straight back), and only the database knows.
     pub async fn attach_home(&self, session: &Arc<Session>) {
-        self.take_home(session).await;
-    }
-
-    async fn take_home(&self, session: &Arc<Session>) {
         let Some(cluster) = self.cluster() else {
             return;
         };

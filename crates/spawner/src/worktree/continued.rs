@@ -82,13 +82,38 @@ pub async fn open_continued(
     attempt: u32,
     prior: &PriorWork,
 ) -> Result<(AttemptWorktree, Option<String>), WorktreeError> {
+    open_from_prior(spec, prior, |from| {
+        let trees = Arc::clone(&trees);
+        async move { AttemptWorktree::open(trees, &from, task_id, attempt).await }
+    })
+    .await
+}
+
+/// Opens with `open` from `prior`'s branch as it is now, else from the
+/// head it was recorded at, else from `spec.base`; with a sentence saying
+/// so when it fell back to `spec.base`. The rule [`open_continued`] opens
+/// an attempt's worktree by, for callers that open theirs another way (a
+/// worker pool, over [`Worktrees::create`]).
+///
+/// # Errors
+/// What `open` answers from `spec.base`, or anything but an unknown base
+/// before.
+pub async fn open_from_prior<T, Open, Opening>(
+    spec: &WorktreeSpec,
+    prior: &PriorWork,
+    open: Open,
+) -> Result<(T, Option<String>), WorktreeError>
+where
+    Open: Fn(WorktreeSpec) -> Opening,
+    Opening: std::future::Future<Output = Result<T, WorktreeError>>,
+{
     let branch = format!("refs/heads/{}", prior.branch);
     for start in std::iter::once(branch).chain(prior.head.clone()) {
         let from = WorktreeSpec {
             base: start,
             ..spec.clone()
         };
-        match AttemptWorktree::open(Arc::clone(&trees), &from, task_id, attempt).await {
+        match open(from).await {
             Err(WorktreeError::UnknownBase { .. }) => continue,
             opened => return opened.map(|worktree| (worktree, None)),
         }
@@ -97,7 +122,7 @@ pub async fn open_continued(
         "branch {} of the continued task is gone; starting from base {}",
         prior.branch, spec.base
     );
-    AttemptWorktree::open(trees, spec, task_id, attempt)
+    open(spec.clone())
         .await
         .map(|worktree| (worktree, Some(note)))
 }

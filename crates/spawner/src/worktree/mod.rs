@@ -36,7 +36,7 @@ use crate::process::HostEnv;
 use git::Git;
 
 pub use attempt::AttemptWorktree;
-pub use continued::{PriorWork, open_continued, open_for_task, prior_work};
+pub use continued::{PriorWork, open_continued, open_for_task, open_from_prior, prior_work};
 pub use lifecycle::{RecoveredCheckout, keep_name, keep_rule};
 
 /// Name of the artifact that records an attempt's worktree.

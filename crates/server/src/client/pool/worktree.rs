@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use swarmd_output_store::OutputEvent;
 use swarmd_spawner::process::HostEnv;
-use swarmd_spawner::worktree::{self, Checkout, KeepRule, WorktreeError, WorktreeSpec, Worktrees};
+use swarmd_spawner::worktree::{self, Checkout, KeepRule, PriorWork, WorktreeSpec, Worktrees};
 
 use crate::http::pool::wire::ClaimedAttempt;
 
@@ -68,34 +68,21 @@ impl PoolWorktree {
         attempt: &ClaimedAttempt,
     ) -> Result<(Checkout, Option<String>), String> {
         let task = attempt.task_id.to_string();
-        let failed =
-            |e: WorktreeError| format!("the pool could not add the attempt's worktree: {e}");
-        let branch = attempt.resume_branch.as_ref();
-        let starts = branch
-            .map(|b| format!("refs/heads/{b}"))
-            .into_iter()
-            .chain(attempt.resume_head.clone());
-        for start in starts {
-            let from = WorktreeSpec {
-                base: start,
-                ..self.spec.clone()
-            };
-            match self.trees.create(&from, &task, attempt.attempt).await {
-                Err(WorktreeError::UnknownBase { .. }) => continue,
-                opened => return opened.map(|c| (c, None)).map_err(failed),
+        let create = |from: WorktreeSpec| {
+            let task = &task;
+            async move { self.trees.create(&from, task, attempt.attempt).await }
+        };
+        let opened = match &attempt.resume_branch {
+            Some(branch) => {
+                let prior = PriorWork {
+                    branch: branch.clone(),
+                    head: attempt.resume_head.clone(),
+                };
+                worktree::open_from_prior(&self.spec, &prior, create).await
             }
-        }
-        let note = branch.map(|b| {
-            format!(
-                "branch {b} of the continued task is not in this pool's repository; starting from base {}",
-                self.spec.base
-            )
-        });
-        self.trees
-            .create(&self.spec, &task, attempt.attempt)
-            .await
-            .map(|c| (c, note))
-            .map_err(failed)
+            None => create(self.spec.clone()).await.map(|c| (c, None)),
+        };
+        opened.map_err(|e| format!("the pool could not add the attempt's worktree: {e}"))
     }
 
     /// Commits what the child left uncommitted and describes the branch:

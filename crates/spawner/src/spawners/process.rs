@@ -134,10 +134,10 @@ impl Worker for ProcessWorker {
             ..
         } = *self;
         let joined = run(&*host, stream, child).await;
-        if let Some(worktree) = worktree {
-            worktree.end(host, &joined).await;
+        match worktree {
+            Some(worktree) => worktree.end(host, joined).await,
+            None => joined,
         }
-        joined
     }
 }
 

@@ -2,6 +2,9 @@
 //! starts, and ended once the worker has: leftovers committed, the
 //! `worktree` artifact recorded, the directory released per `keep`.
 //!
+//! A checkout whose `.git` no longer names its git directory (its worker
+//! replaced it) has no git run in it: its attempt fails with that reason.
+//!
 //! The opening and the end each run in a tokio task of their own, awaited by
 //! the spawn and the join: the engine drops a spawn that is cancelled and
 //! waits for a stopped worker only so long, and neither drop may leave a
@@ -12,6 +15,7 @@
 use std::sync::Arc;
 
 use swarmd_engine::{AttemptHost, WorkerError};
+use swarmd_output_store::OutputEvent;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
@@ -72,14 +76,22 @@ impl AttemptWorktree {
     /// Ends the attempt's worktree after its worker ended with `joined`:
     /// commits leftovers, records the `worktree` artifact as the attempt's
     /// epilogue (so a cancelled attempt has it too), then releases the
-    /// directory; an attempt
-    /// passed when it joined cleanly and its last Final is ok. Failures are
-    /// logged, never turned into the attempt's verdict.
-    pub async fn end(mut self, host: Arc<dyn AttemptHost>, joined: &Result<(), WorkerError>) {
+    /// directory; an attempt passed when it joined cleanly and its last
+    /// Final is ok. Returns how the attempt ended: `joined`, except that a
+    /// checkout whose `.git` no longer names its git directory fails an
+    /// attempt that was not cancelled, with the refusal as its reason (also
+    /// recorded as a `worktree` progress note). Other failures are logged,
+    /// never turned into the attempt's verdict.
+    pub async fn end(
+        mut self,
+        host: Arc<dyn AttemptHost>,
+        joined: Result<(), WorkerError>,
+    ) -> Result<(), WorkerError> {
         self.armed = false;
-        let clean = joined.is_ok();
         let (trees, checkout) = (Arc::clone(&self.trees), self.checkout.clone());
+        let unfinished = joined.clone();
         let ending = async move {
+            let mut refused = None;
             match trees.conclude(&checkout).await {
                 Ok(report) => {
                     let artifact = report.artifact();
@@ -93,11 +105,25 @@ impl AttemptWorktree {
                         );
                     }
                 }
+                Err(
+                    error @ (WorktreeError::Tampered { .. } | WorktreeError::Unregistered { .. }),
+                ) => {
+                    tracing::warn!(branch = %checkout.branch, %error, "worktree refused");
+                    let note = OutputEvent::Progress {
+                        stage: PRODUCER.to_owned(),
+                        note: Some(error.to_string()),
+                    };
+                    if let Err(error) = host.record_epilogue(PRODUCER, vec![note]).await {
+                        tracing::info!(%error, "worktree refusal not recorded");
+                    }
+                    refused = Some(error.to_string());
+                }
                 Err(error) => {
                     tracing::warn!(branch = %checkout.branch, %error, "worktree not described");
                 }
             }
-            let passed = clean
+            let passed = refused.is_none()
+                && joined.is_ok()
                 && host
                     .last_final()
                     .await
@@ -108,10 +134,18 @@ impl AttemptWorktree {
             if let Err(error) = trees.release(&checkout, passed).await {
                 tracing::warn!(branch = %checkout.branch, %error, "worktree not released");
             }
+            match (joined, refused) {
+                (Err(WorkerError::Cancelled), _) => Err(WorkerError::Cancelled),
+                (_, Some(reason)) => Err(WorkerError::Failed(reason)),
+                (joined, None) => joined,
+            }
         };
-        let task = tokio::spawn(ending.in_current_span());
-        if let Err(error) = task.await {
-            tracing::warn!(%error, "the worktree's end did not finish");
+        match tokio::spawn(ending.in_current_span()).await {
+            Ok(ended) => ended,
+            Err(error) => {
+                tracing::warn!(%error, "the worktree's end did not finish");
+                unfinished
+            }
         }
     }
 

@@ -2,9 +2,17 @@
 //! `PATH` and `HOME`, `LC_ALL=C` so messages can be matched, no prompt, no
 //! hooks, no fsmonitor), bounded output, and a short retry when another `git` holds one of
 //! the repository's lock files.
+//!
+//! In an attempt's checkout git runs [`At::Checkout`]: with `GIT_DIR`,
+//! `GIT_COMMON_DIR` and `GIT_WORK_TREE` from swarmd's own records, so the
+//! checkout's `.git` (which its worker can rewrite) is never read, and with
+//! `--attr-source` at the checkout's base when this git has it (2.40 and
+//! later), so no `.gitattributes` the worker wrote selects a filter or
+//! driver (docs/security.md, Worktrees).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -26,6 +34,55 @@ pub(super) const AUTHOR_EMAIL: &str = "swarmd@localhost";
 #[derive(Debug, Clone)]
 pub(super) struct Git {
     env: Vec<(&'static str, String)>,
+    /// Whether this git has `--attr-source`, asked once.
+    attr_source: Arc<tokio::sync::OnceCell<bool>>,
+}
+
+/// Where a command runs.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum At<'a> {
+    /// The configured repository, found as git finds it from there.
+    Repo(&'a Path),
+    /// An attempt's checkout, by swarmd's records.
+    Checkout(&'a Bound<'a>),
+}
+
+impl At<'_> {
+    fn dir(&self) -> &Path {
+        match self {
+            At::Repo(dir) => dir,
+            At::Checkout(bound) => bound.work_tree,
+        }
+    }
+}
+
+impl<'a> From<&'a Path> for At<'a> {
+    fn from(dir: &'a Path) -> At<'a> {
+        At::Repo(dir)
+    }
+}
+
+impl<'a> From<&'a PathBuf> for At<'a> {
+    fn from(dir: &'a PathBuf) -> At<'a> {
+        At::Repo(dir)
+    }
+}
+
+impl<'a> From<&'a Bound<'a>> for At<'a> {
+    fn from(bound: &'a Bound<'a>) -> At<'a> {
+        At::Checkout(bound)
+    }
+}
+
+/// An attempt's checkout as swarmd recorded it: its git directory under the
+/// repository's `worktrees/`, the repository's common directory, the
+/// directory itself, and the commit whose `.gitattributes` apply.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bound<'a> {
+    pub(super) git_dir: &'a Path,
+    pub(super) common_dir: &'a Path,
+    pub(super) work_tree: &'a Path,
+    pub(super) attributes: &'a str,
 }
 
 impl Git {
@@ -43,16 +100,59 @@ impl Git {
         if let Some(home) = host.get("HOME") {
             env.push(("HOME", home.to_owned()));
         }
-        Git { env }
+        Git {
+            env,
+            attr_source: Arc::default(),
+        }
     }
 
-    fn command(&self, dir: &Path, args: &[&str]) -> Command {
+    /// Whether this git reads attributes from a tree (`--attr-source`, git
+    /// 2.40): an older one refuses the option as unknown.
+    pub(super) async fn has_attr_source(&self) -> bool {
+        *self
+            .attr_source
+            .get_or_init(|| async {
+                let mut probe = Command::new("git");
+                probe
+                    .env_clear()
+                    .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
+                    .args(["--attr-source=HEAD", "version"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .kill_on_drop(true);
+                let has = probe.status().await.is_ok_and(|s| s.success());
+                if !has {
+                    tracing::info!(
+                        "git has no --attr-source (2.40 or later): a checkout's own .gitattributes apply to swarmd's commits"
+                    );
+                }
+                has
+            })
+            .await
+    }
+
+    async fn command(&self, at: At<'_>, args: &[&str]) -> Command {
         let mut command = Command::new("git");
         command
             .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
-            .arg("-C")
-            .arg(dir)
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
+        match at {
+            At::Repo(dir) => {
+                command.arg("-C").arg(dir);
+            }
+            At::Checkout(bound) => {
+                command
+                    .current_dir(bound.work_tree)
+                    .env("GIT_DIR", bound.git_dir)
+                    .env("GIT_COMMON_DIR", bound.common_dir)
+                    .env("GIT_WORK_TREE", bound.work_tree);
+                if self.has_attr_source().await {
+                    command.arg(format!("--attr-source={}", bound.attributes));
+                }
+            }
+        }
+        command
             // No hook of the user's repository runs for swarmd's own commands.
             .args([
                 "-c",
@@ -70,16 +170,22 @@ impl Git {
         command
     }
 
-    /// Runs `git -C dir args…` and returns its stdout, trimmed at the end.
+    /// Runs `git args…` at `at` and returns its stdout, trimmed at the end.
     ///
     /// # Errors
     /// `Git` with git's own message when it exits non-zero.
-    pub(super) async fn run(&self, dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
+    pub(super) async fn run<'a>(
+        &self,
+        at: impl Into<At<'a>>,
+        args: &[&str],
+    ) -> Result<String, WorktreeError> {
+        let at = at.into();
         let mut pause = LOCK_BACKOFF;
         let mut retries = 0;
         loop {
             let output = self
-                .command(dir, args)
+                .command(at, args)
+                .await
                 .output()
                 .await
                 .map_err(|source| WorktreeError::Spawn { source })?;
@@ -94,23 +200,25 @@ impl Git {
                 retries += 1;
                 continue;
             }
-            return Err(failed(dir, args, &message));
+            return Err(failed(at.dir(), args, &message));
         }
     }
 
-    /// Runs `git -C dir args…` and keeps at most `cap` bytes of its stdout;
+    /// Runs `git args…` at `at` and keeps at most `cap` bytes of its stdout;
     /// the flag says whether more was cut.
     ///
     /// # Errors
     /// `Git` when it exits non-zero.
-    pub(super) async fn run_capped(
+    pub(super) async fn run_capped<'a>(
         &self,
-        dir: &Path,
+        at: impl Into<At<'a>>,
         args: &[&str],
         cap: usize,
     ) -> Result<(Vec<u8>, bool), WorktreeError> {
+        let at = at.into();
         let mut child = self
-            .command(dir, args)
+            .command(at, args)
+            .await
             .stderr(Stdio::null())
             .spawn()
             .map_err(|source| WorktreeError::Spawn { source })?;
@@ -137,7 +245,7 @@ impl Git {
             .await
             .map_err(|source| WorktreeError::Spawn { source })?;
         if !status.success() {
-            return Err(failed(dir, args, &format!("exited with {status}")));
+            return Err(failed(at.dir(), args, &format!("exited with {status}")));
         }
         Ok((kept, false))
     }

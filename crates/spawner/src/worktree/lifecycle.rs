@@ -4,6 +4,11 @@
 //! branch with nothing on it, and `recover` does all three for the
 //! checkouts a previous process left behind.
 //!
+//! Git runs in a checkout only by the repository's records of it
+//! (`bound.rs`): a checkout whose `.git` no longer names the git directory
+//! the records name is refused (`Tampered`), nothing in it committed, and
+//! removed without git.
+//!
 //! Each checkout has a small JSON note beside its directory
 //! (`<root>/<name>.json`: repo, branch, base, keep), written before the
 //! worktree is added and removed once it is released, so recovery knows what
@@ -15,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use swarmd_engine::ids::AttemptId;
 
-use super::git::{AUTHOR_EMAIL, AUTHOR_NAME};
+use super::git::{AUTHOR_EMAIL, AUTHOR_NAME, Bound};
 use super::{Checkout, KeepRule, WorktreeError, WorktreeReport, WorktreeSpec, Worktrees};
 
 /// The note kept beside a checkout's directory while it exists.
@@ -97,12 +102,13 @@ impl Worktrees {
         } else {
             base
         };
-        let checkout = Checkout {
+        let mut checkout = Checkout {
             repo: repo.clone(),
             dir: self.root.join(&name),
             branch,
             base,
             keep: spec.keep,
+            git_dir: None,
         };
         self.write_note(&checkout).await?;
         let dir = checkout.dir.display().to_string();
@@ -121,6 +127,17 @@ impl Worktrees {
             let _ = tokio::fs::remove_file(self.note_path(&checkout.dir)).await;
             return Err(error);
         }
+        checkout.git_dir = self.registered_git_dir(repo, &checkout.dir).await;
+        if checkout.git_dir.is_none() {
+            let unregistered = WorktreeError::Unregistered {
+                dir: checkout.dir.clone(),
+                repo: repo.clone(),
+            };
+            if let Err(error) = self.release(&checkout, false).await {
+                tracing::warn!(branch = %checkout.branch, %error, "worktree not released");
+            }
+            return Err(unregistered);
+        }
         Ok(checkout)
     }
 
@@ -128,11 +145,13 @@ impl Worktrees {
     /// swarmd), then describes its branch against the base.
     ///
     /// # Errors
-    /// A git command failed; the checkout is left as it is.
+    /// `Tampered` (or `Unregistered`) when the checkout's `.git` no longer
+    /// names its git directory: no git ran in it. Else a git command failed;
+    /// the checkout is left as it is.
     pub async fn conclude(&self, checkout: &Checkout) -> Result<WorktreeReport, WorktreeError> {
         let committed_leftovers = if checkout.dir.is_dir() {
-            self.commit_leftovers(&checkout.dir, &checkout.branch)
-                .await?
+            let bound = self.bound(checkout)?;
+            self.commit_leftovers(&bound, &checkout.branch).await?
         } else {
             false
         };
@@ -195,11 +214,22 @@ impl Worktrees {
             let dir = checkout.dir.display().to_string();
             let lock = self.lock_of(repo);
             let _serial = lock.lock().await;
-            if checkout.dir.exists() {
+            let intact = checkout.dir.exists() && self.bound(checkout).is_ok();
+            if intact {
                 self.git
                     .run(repo, &["worktree", "remove", "--force", &dir])
                     .await?;
             } else {
+                // A checkout git cannot be trusted in is removed without it;
+                // its registration then names nothing and is pruned.
+                if let Err(source) = tokio::fs::remove_dir_all(&checkout.dir).await
+                    && source.kind() != std::io::ErrorKind::NotFound
+                {
+                    return Err(WorktreeError::Directory {
+                        dir: checkout.dir.clone(),
+                        source,
+                    });
+                }
                 self.git.run(repo, &["worktree", "prune"]).await?;
             }
             let reference = format!("refs/heads/{}", checkout.branch);
@@ -258,23 +288,34 @@ impl Worktrees {
     }
 
     /// `git add -A` and a commit by swarmd when the checkout has changes.
-    async fn commit_leftovers(&self, dir: &Path, branch: &str) -> Result<bool, WorktreeError> {
+    /// Git is not run in nested repositories (`--ignore-submodules=all`):
+    /// their configuration is the worker's.
+    async fn commit_leftovers(&self, at: &Bound<'_>, branch: &str) -> Result<bool, WorktreeError> {
         // One byte tells whether there is anything: the list is not read,
         // and git is stopped holding no lock (`--no-optional-locks`).
         let (status, _) = self
             .git
-            .run_capped(dir, &["--no-optional-locks", "status", "--porcelain"], 1)
+            .run_capped(
+                at,
+                &[
+                    "--no-optional-locks",
+                    "status",
+                    "--porcelain",
+                    "--ignore-submodules=all",
+                ],
+                1,
+            )
             .await?;
         if status.is_empty() {
             return Ok(false);
         }
-        self.git.run(dir, &["add", "-A"]).await?;
+        self.git.run(at, &["add", "-A"]).await?;
         let name = format!("user.name={AUTHOR_NAME}");
         let email = format!("user.email={AUTHOR_EMAIL}");
         let message = format!("swarmd: changes left uncommitted on {branch}");
         self.git
             .run(
-                dir,
+                at,
                 &[
                     "-c",
                     &name,
@@ -320,12 +361,15 @@ impl Worktrees {
     async fn read_note(&self, path: &Path) -> Option<Checkout> {
         let bytes = tokio::fs::read(path).await.ok()?;
         let note: Note = serde_json::from_slice(&bytes).ok()?;
+        let dir = path.with_file_name(path.file_stem()?);
+        let git_dir = self.registered_git_dir(&note.repo, &dir).await;
         Some(Checkout {
             repo: note.repo,
-            dir: path.with_file_name(path.file_stem()?),
+            dir,
             branch: note.branch,
             base: note.base,
             keep: keep_rule(&note.keep)?,
+            git_dir,
         })
     }
 }

@@ -18,6 +18,7 @@
 //! git, its configuration and its repository format apply unchanged.
 
 mod attempt;
+mod bound;
 mod continued;
 mod git;
 mod lifecycle;
@@ -88,6 +89,11 @@ pub struct Checkout {
     /// The commit `base` resolved to when the worktree was added.
     pub base: String,
     pub keep: KeepRule,
+    /// The checkout's git directory (`<common dir>/worktrees/<name>`,
+    /// canonical), found in the repository's records once git added it:
+    /// the only one swarmd's git uses there, whatever the checkout's own
+    /// `.git` says. `None` while (or when) git has not added it.
+    pub git_dir: Option<PathBuf>,
 }
 
 impl Checkout {
@@ -149,6 +155,17 @@ pub enum WorktreeError {
     NotARepository(PathBuf),
     #[error("worktree.base `{base}` names no commit in `{}`", .repo.display())]
     UnknownBase { repo: PathBuf, base: String },
+    #[error(
+        "the worktree's `.git` no longer names its git directory (something in it replaced it): swarmd ran no git in {} and committed nothing left there",
+        .dir.display()
+    )]
+    Tampered { dir: PathBuf },
+    #[error(
+        "{} is no worktree of `{}` by the repository's records: swarmd ran no git in it",
+        .dir.display(),
+        .repo.display()
+    )]
+    Unregistered { dir: PathBuf, repo: PathBuf },
     #[error("cannot prepare {}: {source}", .dir.display())]
     Directory {
         dir: PathBuf,

@@ -7,6 +7,8 @@ use super::*;
 
 #[path = "measure.rs"]
 mod measure;
+#[path = "planted.rs"]
+mod planted;
 
 use crate::testing::git::{git, repo};
 

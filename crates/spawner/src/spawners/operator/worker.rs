@@ -51,10 +51,10 @@ impl Worker for OperatorWorker {
             ..
         } = *self;
         let joined = wait(&cancel, &host, &*channel, &req_id, reply).await;
-        if let Some(worktree) = worktree {
-            Box::pin((*worktree).end(host, &joined)).await;
+        match worktree {
+            Some(worktree) => Box::pin((*worktree).end(host, joined)).await,
+            None => joined,
         }
-        joined
     }
 }
 

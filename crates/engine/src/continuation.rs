@@ -61,14 +61,18 @@ impl Resume {
 
 impl Engine {
     /// Checks a `continue_from` request against the task it names and
-    /// completes `spec`: the agent defaults to the previous task's. `worker`
-    /// is the task of the worker creating a sub-task: it may continue only
-    /// its own sub-tasks, the only tasks it knows of.
+    /// completes `spec`: the agent defaults to the previous task's. A task
+    /// a session owns (`spec.session`) continues only that session's tasks:
+    /// another session's is answered as an unknown task, so no session
+    /// resumes another's CLI conversation or branch, or learns that the
+    /// task exists; a task no session owns (the admin's) may continue any.
+    /// `worker` is the task of the worker creating a sub-task: it may
+    /// continue only its own sub-tasks, the only tasks it knows of.
     ///
     /// # Errors
-    /// `NotFound` for an unknown task; `TaskNotFinished` for one not
-    /// terminal; `BadRequest` for another agent's task; `Forbidden` for a
-    /// worker continuing a task that is not its sub-task.
+    /// `NotFound` for an unknown task or another session's; `TaskNotFinished`
+    /// for one not terminal; `BadRequest` for another agent's task;
+    /// `Forbidden` for a worker continuing a task that is not its sub-task.
     pub(crate) async fn continuing(
         &self,
         spec: &mut TaskSpec,
@@ -80,6 +84,7 @@ impl Engine {
         let previous = self
             .get_task(from)
             .await?
+            .filter(|previous| spec.session.is_none() || previous.session == spec.session)
             .ok_or_else(|| EngineError::NotFound(format!("task {from} (continue_from)")))?;
         if worker.is_some() && previous.parent != worker {
             return Err(EngineError::Forbidden);

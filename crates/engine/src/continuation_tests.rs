@@ -10,6 +10,7 @@ use swarmd_output_store::{ContentRef, OutputEvent};
 use super::*;
 use crate::ErrorCode;
 use crate::engine::EngineConfig;
+use crate::ids::SessionId;
 use crate::task::{SpawnerKind, TaskStatus};
 use crate::testing::{Script, ScriptedSpawner, StaticResolver, memory_engine};
 
@@ -212,4 +213,51 @@ async fn a_retried_continuation_with_its_key_is_the_same_task() {
     assert_eq!(a.id, b.id);
     let conflict = engine.create_task(keyed(None)).await.unwrap_err();
     assert_eq!(conflict.code(), ErrorCode::IdempotencyConflict);
+}
+
+#[tokio::test]
+async fn a_session_continues_only_its_own_tasks_and_the_admin_any() {
+    let engine = engine();
+    let (owner, other) = (SessionId::new(), SessionId::new());
+    let owned = |session, from| TaskSpec {
+        session,
+        ..spec("coder", from)
+    };
+    let first = engine.create_task(owned(Some(owner), None)).await.unwrap();
+    let first = engine
+        .wait_task(first.id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(first.status().is_terminal(), "{first:?}");
+
+    // Another session's task is an unknown task, word for word.
+    let foreign = engine
+        .create_task(owned(Some(other), Some(first.id)))
+        .await
+        .unwrap_err();
+    let absent = TaskId::new();
+    let unknown = engine
+        .create_task(owned(Some(other), Some(absent)))
+        .await
+        .unwrap_err();
+    assert_eq!(foreign.code(), ErrorCode::NotFound, "{foreign}");
+    assert_eq!(
+        foreign.to_string().replace(&first.id.to_string(), "ID"),
+        unknown.to_string().replace(&absent.to_string(), "ID")
+    );
+    // The owner continues it, and so does a task no session owns.
+    for session in [Some(owner), None] {
+        let next = engine
+            .create_task(owned(session, Some(first.id)))
+            .await
+            .unwrap();
+        assert_eq!(next.continued_from, Some(first.id));
+    }
+    // A task no session owns is no session's to continue.
+    let admins = finished(&engine, "coder").await;
+    let refused = engine
+        .create_task(owned(Some(owner), Some(admins.id)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), ErrorCode::NotFound, "{refused}");
 }

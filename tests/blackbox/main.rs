@@ -18,6 +18,7 @@ mod cluster;
 mod continuations;
 mod daemon;
 mod harness;
+mod hostile;
 mod http_api;
 mod input_schema;
 mod lifecycle;

@@ -85,6 +85,21 @@ error_codes! {
     UnsupportedMediaType = "unsupported_media_type" => 415,
     /// A new MCP session past `mcp.max_sessions`.
     TooManySessions = "too_many_sessions" => 429,
+    /// A write past the credential's rate (`limits.write_rate_per_sec`) or
+    /// a login past the peer's (`limits.login_rate_per_min`); the answer
+    /// carries `Retry-After`.
+    RateLimited = "rate_limited" => 429,
+    /// A request whose `Host` is not one the daemon answers to
+    /// (`server.allowed_hosts`): the guard against DNS rebinding.
+    HostNotAllowed = "host_not_allowed" => 421,
+    /// A request from a browser page of a foreign origin
+    /// (`server.allowed_origins`).
+    OriginNotAllowed = "origin_not_allowed" => 403,
+    /// A request body that did not arrive within `server.body_timeout_secs`.
+    RequestTimeout = "request_timeout" => 408,
+    /// A connection over `server.max_connections` or
+    /// `server.max_connections_per_peer`, answered at accept and closed.
+    TooManyConnections = "too_many_connections" => 503,
     /// The daemon is shutting down.
     Draining = "draining" => 503,
     /// The store is unavailable.
@@ -189,6 +204,11 @@ mod tests {
             ("output_budget_exceeded", 413),
             ("unsupported_media_type", 415),
             ("too_many_sessions", 429),
+            ("rate_limited", 429),
+            ("host_not_allowed", 421),
+            ("origin_not_allowed", 403),
+            ("request_timeout", 408),
+            ("too_many_connections", 503),
             ("draining", 503),
             ("not_ready", 503),
             ("frames_dropped", 503),

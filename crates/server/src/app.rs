@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
+use crate::http::guard::Guards;
 use crate::metrics::Metrics;
 use crate::sessions::SessionRegistry;
 use crate::state::AdminTokenDigest;
@@ -38,6 +39,9 @@ pub struct AppInner {
     pub tasks: TaskTracker,
     /// HTTP-side metrics; `GET /metrics` adds the engine's at scrape time.
     pub metrics: Metrics,
+    /// The checks every request passes before its handler: `Host`,
+    /// `Origin`, rates, the body's deadline.
+    pub guards: Guards,
     /// The attempts whose `spawn` went to an upstream-dialect session
     /// (docs/protocol.md, Upstream clients): their `submit` answers `204`.
     pub upstream_attempts: UpstreamAttempts,

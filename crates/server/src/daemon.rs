@@ -32,6 +32,7 @@ use crate::app::{AppInner, AppState};
 use crate::cluster;
 use crate::config::{self, Config, StoreBackend};
 use crate::environment::Environment;
+use crate::http::guard::Guards;
 use crate::metrics::Metrics;
 use crate::sessions::{SessionRegistry, SessionSettings};
 use crate::state::{PreparedState, SecretSource};
@@ -180,6 +181,11 @@ pub async fn build(
         StoreBackend::Sqlite | StoreBackend::Postgres => RETENTION_EVERY,
     };
     tasks.spawn(engine.retention_loop(keep, every));
+    let metrics = Metrics::new()
+        .with_store(db.clone())
+        .with_postgres(pg.clone())
+        .with_pools(Arc::clone(&remote));
+    let guards = Guards::new(&config, metrics.guards());
     let app = AppState::new(AppInner {
         engine,
         sessions,
@@ -190,10 +196,8 @@ pub async fn build(
         shutdown,
         tasks,
         config,
-        metrics: Metrics::new()
-            .with_store(db.clone())
-            .with_postgres(pg.clone())
-            .with_pools(Arc::clone(&remote)),
+        metrics,
+        guards,
         upstream_attempts: Default::default(),
         remote,
         cluster: forwarder,

@@ -7,6 +7,7 @@
 //! the process environment or installs a global subscriber. The tests in
 //! `tests.rs` call `run` with a listener on `127.0.0.1:0`.
 
+mod accept;
 pub mod app;
 pub mod cli;
 pub mod client;
@@ -26,9 +27,6 @@ pub mod systemd;
 pub mod telemetry;
 pub mod ws;
 
-use std::future::IntoFuture;
-
-use axum::serve::ListenerExt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,7 +35,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, local_url};
+use crate::config::Config;
 use crate::environment::Environment;
 use crate::state::PreparedState;
 use crate::systemd::{SelfCheck, Systemd};
@@ -140,25 +138,37 @@ pub async fn run(
     eprintln!("listening on http://{addr}");
 
     let http_stop = CancellationToken::new();
-    let service = http::router(app.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    // Small request/response pairs and WebSocket frames must not wait for
-    // delayed ACKs (Nagle): that costs ~40 ms per exchange on loopback.
-    let listener = listener.tap_io(|stream| {
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "cannot set TCP_NODELAY");
-        }
+    let router = http::router(app.clone());
+    let limits = accept::ConnLimits::resolve(
+        &config.server,
+        config.limits.max_running,
+        accept::raise_nofile(),
+    );
+    tracing::debug!(
+        max = limits.max,
+        per_peer = limits.per_peer,
+        "connection caps"
+    );
+    let accepting = accept::Accepting::default();
+    let serving = tokio::spawn(accept::serve(
+        listener,
+        router.clone(),
+        limits,
+        app.metrics.guards(),
+        accepting.clone(),
+        http_stop.clone(),
+    ));
+    app.tasks.spawn({
+        let app = app.clone();
+        async move { sweep_rates(&app).await }
     });
-    let serve = axum::serve(listener, service)
-        .with_graceful_shutdown(http_stop.clone().cancelled_owned())
-        .into_future();
-    let serving = tokio::spawn(serve);
 
     let notifier = &startup.systemd.notifier;
     if let Err(error) = notifier.notify_ready() {
         tracing::warn!(%error, "cannot notify systemd of readiness");
     }
     startup.systemd.start_watchdog(
-        self_check(addr, engine.clone()),
+        self_check(router, accepting, engine.clone()),
         shutdown.clone(),
         &app.tasks,
     );
@@ -176,7 +186,7 @@ pub async fn run(
     app.sessions.wait_sockets(Duration::from_secs(2)).await;
     http_stop.cancel();
     let served = match tokio::time::timeout(Duration::from_secs(5), serving).await {
-        Ok(Ok(result)) => result,
+        Ok(Ok(())) => Ok(()),
         Ok(Err(join)) => Err(io::Error::other(join)),
         Err(_) => {
             tracing::warn!("open connections did not close; dropping them");
@@ -215,38 +225,59 @@ pub async fn run(
     served.map_err(ServeError::Serve)
 }
 
-/// The watchdog's self-check: the store answers a write round-trip, and a
-/// fresh `/healthz` request goes through accept and the router.
-fn self_check(addr: SocketAddr, engine: swarmd_engine::Engine) -> SelfCheck {
-    let http = healthz_check(addr);
+/// How often keys of full rate buckets are forgotten.
+const RATE_SWEEP: Duration = Duration::from_secs(10);
+
+/// Forgets idle rate-limit keys until the daemon drains.
+async fn sweep_rates(app: &app::AppState) {
+    let mut every = tokio::time::interval(RATE_SWEEP);
+    loop {
+        tokio::select! {
+            () = app.shutdown.cancelled() => return,
+            _ = every.tick() => app.guards.rates().sweep(),
+        }
+    }
+}
+
+/// The watchdog's self-check: the store answers a write round-trip, the
+/// accept loop runs, and the router answers `/healthz` in-process.
+///
+/// The check does not connect through the listener: a flood of sockets
+/// that fills the connection caps is refused at accept and must not read
+/// as a hang and get the daemon restarted. A stalled runtime stops the
+/// watchdog itself; a wedged store or router fails the check.
+fn self_check(
+    router: axum::Router,
+    accepting: accept::Accepting,
+    engine: swarmd_engine::Engine,
+) -> SelfCheck {
     Arc::new(move || {
-        let http = http();
+        let router = router.clone();
+        let accepting = accepting.clone();
         let engine = engine.clone();
-        Box::pin(async move { engine.healthcheck().await.is_ok() && http.await })
+        Box::pin(async move {
+            engine.healthcheck().await.is_ok() && accepting.get() && healthz(router).await
+        })
     })
 }
 
-/// A self-check that fetches `/healthz` through the listener: it proves the
-/// runtime schedules, the socket accepts and the router answers.
-fn healthz_check(addr: SocketAddr) -> SelfCheck {
-    let url = format!("{}/healthz", local_url(addr));
-    // No pooled connections: every check must go through accept.
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap_or_default();
-    Arc::new(move || {
-        let request = http.get(&url).timeout(Duration::from_secs(5));
-        Box::pin(async move {
-            match request.send().await {
-                Ok(response) => response.status().is_success(),
-                Err(error) => {
-                    tracing::warn!(%error, "self-check request failed");
-                    false
-                }
-            }
-        })
-    })
+/// Whether the router answers `GET /healthz` with a success within 5 s.
+async fn healthz(router: axum::Router) -> bool {
+    use tower::ServiceExt;
+    let request = axum::http::Request::get("/healthz")
+        .header(axum::http::header::HOST, "localhost")
+        .body(axum::body::Body::empty());
+    let Ok(request) = request else {
+        return false;
+    };
+    match tokio::time::timeout(Duration::from_secs(5), router.oneshot(request)).await {
+        Ok(Ok(response)) => response.status().is_success(),
+        Ok(Err(never)) => match never {},
+        Err(_) => {
+            tracing::warn!("self-check: the router did not answer /healthz in 5 s");
+            false
+        }
+    }
 }
 
 #[cfg(test)]

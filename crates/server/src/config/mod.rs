@@ -14,6 +14,7 @@
 mod agent;
 mod agents_dir;
 mod error;
+mod hosts;
 mod load;
 mod print;
 mod sections;
@@ -33,6 +34,7 @@ pub use agent::{
 };
 pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file};
 pub use error::ConfigError;
+pub use hosts::{HostRules, Origin, parse_origin};
 pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
 pub use sections::{
     AuthConfig, ClusterConfig, DEFAULT_NODE_LEASE_SECS, DEFAULT_STATE_DIR, DefaultsConfig,

@@ -23,6 +23,26 @@ pub struct ServerConfig {
     /// Seconds running attempts get to finish after SIGTERM/SIGINT before
     /// their workers are stopped and left to recovery.
     pub shutdown_grace_secs: u64,
+    /// HTTP connections open at once, over all peers; clamped at start to
+    /// the descriptor limit less a reserve for children and the store.
+    pub max_connections: u64,
+    /// HTTP connections open at once from one peer address.
+    pub max_connections_per_peer: u64,
+    /// Seconds a connection has to send a request's headers, counted from
+    /// its start or its previous response (so an idle keep-alive connection
+    /// closes after it).
+    pub header_timeout_secs: u64,
+    /// Seconds a request's body may take to arrive, in total (408 after).
+    pub body_timeout_secs: u64,
+    /// Host names requests may carry in `Host` besides IP literals,
+    /// `localhost` and the hosts of `base_url` and `cluster.advertise_url`
+    /// (a reverse proxy's public name, say). Guards against DNS rebinding.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`scheme://host[:port]`) whose browser pages may call the
+    /// API besides the daemon's own; any other `Origin` is refused.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -31,6 +51,12 @@ impl Default for ServerConfig {
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 7700)),
             base_url: None,
             shutdown_grace_secs: 30,
+            max_connections: 4096,
+            max_connections_per_peer: 512,
+            header_timeout_secs: 30,
+            body_timeout_secs: 60,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -185,6 +211,15 @@ pub struct LimitsConfig {
     /// spilled blobs); a write past it is refused (413 over HTTP, a failed
     /// attempt for a process or Lua agent).
     pub max_output_bytes_per_attempt: u64,
+    /// Writes (HTTP requests other than GET and HEAD, and WebSocket
+    /// frames) one credential may make per second, sustained; 0 turns the
+    /// limit off. Past it: 429 `rate_limited` with `Retry-After`.
+    pub write_rate_per_sec: u32,
+    /// Writes one credential may make in a burst above the sustained rate.
+    pub write_burst: u32,
+    /// Logins (`POST /v1/operators`) one peer address may make per minute;
+    /// 0 turns the limit off.
+    pub login_rate_per_min: u32,
 }
 
 impl Default for LimitsConfig {
@@ -195,6 +230,9 @@ impl Default for LimitsConfig {
             inline_max_bytes: 256 * 1024,
             max_spawn_depth: 4,
             max_output_bytes_per_attempt: 64 * MIB,
+            write_rate_per_sec: 1000,
+            write_burst: 2000,
+            login_rate_per_min: 60,
         }
     }
 }
@@ -271,7 +309,8 @@ pub struct McpConfig {
     pub progress_ms: u64,
     /// Seconds an MCP request by a session counts it as connected.
     pub presence_secs: u64,
-    /// MCP sessions (of the initialize-era revisions) open at once.
+    /// MCP sessions (of the initialize-era revisions) the operator
+    /// sessions hold at once, all together.
     pub max_sessions: u64,
 }
 

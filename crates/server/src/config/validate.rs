@@ -39,6 +39,24 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
         1024 * GIB,
     )?;
     range(
+        "limits.write_rate_per_sec",
+        limits.write_rate_per_sec.into(),
+        0,
+        1_000_000,
+    )?;
+    range(
+        "limits.write_burst",
+        limits.write_burst.into(),
+        1,
+        10_000_000,
+    )?;
+    range(
+        "limits.login_rate_per_min",
+        limits.login_rate_per_min.into(),
+        0,
+        1_000_000,
+    )?;
+    range(
         "limits.max_spawn_depth",
         limits.max_spawn_depth.into(),
         0,
@@ -125,6 +143,47 @@ fn validate_server(config: &Config) -> Result<(), ConfigError> {
             .or_else(|| url.strip_prefix("https://"));
         if host.is_none_or(|host| host.is_empty() || host.contains(char::is_whitespace)) {
             return Err(invalid(
+    let server = &config.server;
+    range(
+        "server.max_connections",
+        server.max_connections,
+        16,
+        1_000_000,
+    )?;
+    range(
+        "server.max_connections_per_peer",
+        server.max_connections_per_peer,
+        1,
+        1_000_000,
+    )?;
+    range(
+        "server.header_timeout_secs",
+        server.header_timeout_secs,
+        1,
+        3600,
+    )?;
+    range(
+        "server.body_timeout_secs",
+        server.body_timeout_secs,
+        1,
+        86_400,
+    )?;
+    for host in &server.allowed_hosts {
+        if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '/') {
+            return Err(invalid(
+                "server.allowed_hosts",
+                format!("`{host}` is not a host name"),
+            ));
+        }
+    }
+    for origin in &server.allowed_origins {
+        if super::hosts::parse_origin(origin).is_none() {
+            return Err(invalid(
+                "server.allowed_origins",
+                format!("`{origin}` is not an origin (scheme://host[:port])"),
+            ));
+        }
+    }
                 "server.base_url",
                 format!("`{url}` is not an http:// or https:// URL"),
             ));

@@ -32,6 +32,9 @@ pub fn rejection(status: StatusCode, text: String) -> ApiError {
         StatusCode::UNSUPPORTED_MEDIA_TYPE => {
             ApiError::coded(ErrorCode::UnsupportedMediaType, text)
         }
+        _ if text.contains(crate::http::guard::BODY_TIMEOUT_MESSAGE) => {
+            ApiError::coded(ErrorCode::RequestTimeout, text)
+        }
         _ => ApiError::bad_request(text),
     }
 }

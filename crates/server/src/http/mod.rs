@@ -11,6 +11,7 @@ pub mod auth;
 mod blobs;
 pub mod error;
 pub mod extract;
+pub mod guard;
 pub mod layers;
 pub mod operators;
 pub mod sse;
@@ -48,10 +49,12 @@ pub use tasks::MAX_WAIT_SECS;
 ///    and latency logged at debug level when it answers;
 /// 4. request counts by route and status;
 /// 5. any error answer without a JSON body gets `{error, code}`;
-/// 6. a declared body over `limits.max_body_bytes` answers 413 before any
+/// 6. the guards (`guard`): `Host`, `Origin`, the write rate, the body's
+///    deadline;
+/// 7. a declared body over `limits.max_body_bytes` answers 413 before any
 ///    handler sees it; `DefaultBodyLimit` cuts undeclared ones in the
 ///    extractors;
-/// 7. on a cluster node, a request about a live task another node holds is
+/// 8. on a cluster node, a request about a live task another node holds is
 ///    forwarded to it (`cluster::forward`).
 ///
 /// Operator login from loopback needs the peer address: serve with
@@ -68,6 +71,7 @@ pub fn router(state: AppState) -> Router {
             layers::count_requests,
         ))
         .layer(middleware::map_response(layers::json_errors))
+        .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         .layer(middleware::from_fn_with_state(
             limit,
             layers::declared_length,

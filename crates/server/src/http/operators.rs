@@ -3,9 +3,11 @@
 //!
 //! Login needs the admin token — or no credential at all from a loopback
 //! peer when `auth.loopback_login = true` (the peer address comes from
-//! `ConnectInfo`, so the router must be served with
-//! `into_make_service_with_connect_info::<SocketAddr>()`; without it no peer
-//! counts as loopback). A session may read, delete and attach to itself only;
+//! `ConnectInfo`, which the accept loop sets; without it no peer counts as
+//! loopback). A credential-less login must declare `Content-Type:
+//! application/json` (a browser cannot send that cross-site without a
+//! preflight the daemon never grants) and is limited per peer address by
+//! `limits.login_rate_per_min`. A session may read, delete and attach to itself only;
 //! the admin may read and delete any session but attach to none.
 
 use std::net::SocketAddr;
@@ -46,23 +48,47 @@ pub fn routes() -> Router<AppState> {
 struct LoginAuth;
 
 impl FromRequestParts<AppState> for LoginAuth {
-    type Rejection = ApiError;
+    type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        if let Some(token) = bearer(parts)? {
-            authenticate(state, token)?.require(Verb::ManageOperators)?;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let refuse = |error: ApiError| error.into_response();
+        if let Some(token) = bearer(parts).map_err(refuse)? {
+            authenticate(state, token)
+                .and_then(|caller| caller.require(Verb::ManageOperators))
+                .map_err(refuse)?;
             return Ok(LoginAuth);
         }
-        let loopback = parts
+        let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
-            .is_some_and(|ConnectInfo(peer)| peer.ip().is_loopback());
-        if state.config.auth.loopback_login && loopback {
-            Ok(LoginAuth)
-        } else {
-            Err(ApiError::unauthorized(ErrorCode::Unauthorized))
+            .map(|ConnectInfo(peer)| peer.ip())
+            .filter(std::net::IpAddr::is_loopback);
+        let Some(peer) = peer.filter(|_| state.config.auth.loopback_login) else {
+            return Err(refuse(ApiError::unauthorized(ErrorCode::Unauthorized)));
+        };
+        if !declares_json(parts) {
+            state.guards.refused("content_type");
+            return Err(refuse(ApiError::coded(
+                ErrorCode::UnsupportedMediaType,
+                "a login without a credential must be sent as Content-Type: application/json",
+            )));
         }
+        if let Err(wait) = state.guards.rates().check_login(peer) {
+            return Err(state.guards.limited("login", wait));
+        }
+        Ok(LoginAuth)
     }
+}
+
+/// Whether the request declares a JSON body (`application/json`, any
+/// parameters).
+fn declares_json(parts: &Parts) -> bool {
+    parts
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// `POST /v1/operators`: an empty body is a login with every default.

@@ -60,6 +60,7 @@ pub async fn serve_socket(state: AppState, session: Arc<Session>, socket: WebSoc
         let (sink, stream) = socket.split();
         let reader = Reader {
             engine,
+            guards: &state.guards,
             session: &session,
             liveness: &liveness,
             direct: direct_tx.clone(),

@@ -5,7 +5,9 @@
 //! this reader. A frame that cannot be used is answered with an `error`
 //! frame and the connection stays up; a frame over the size limit closes it
 //! with a policy-violation code. A session of the upstream dialect may name
-//! a task by its step id (`dialect`).
+//! a task by its step id (`dialect`). Text frames count against the
+//! session's write rate (`limits.write_rate_per_sec`): one past it is
+//! answered with a `rate_limited` error frame and not acted on.
 
 use std::sync::Arc;
 
@@ -22,6 +24,7 @@ use super::frames::{ClientFrame, ServerFrame, decode};
 use super::ops::Op;
 use super::subscribe::Subscriptions;
 use super::writer::{Direct, Liveness};
+use crate::http::guard::{Guards, RateKey};
 use crate::sessions::{Reply, ReplyError, Session};
 
 /// Why the reader stopped.
@@ -35,6 +38,7 @@ pub(super) enum ReaderEnd {
 
 pub(super) struct Reader<'a> {
     pub engine: &'a Engine,
+    pub guards: &'a Guards,
     pub session: &'a Arc<Session>,
     pub liveness: &'a Liveness,
     pub direct: mpsc::Sender<Direct>,
@@ -61,6 +65,19 @@ impl Reader<'_> {
                         return ReaderEnd::Close(close_code::POLICY, "frame larger than 1 MiB");
                     }
                     self.session.touch(self.engine.clock().now_ms());
+                    if let Err(wait) = self.within_rate() {
+                        let error = ServerFrame::error(
+                            None,
+                            ErrorCode::RateLimited,
+                            format!(
+                                "too many frames for this session (limits.write_rate_per_sec); \
+                                 this one was dropped, retry in {} ms",
+                                wait.as_millis().max(1)
+                            ),
+                        );
+                        self.reply(&error).await;
+                        continue;
+                    }
                     self.handle(&mut subscriptions, text.as_str()).await;
                 }
                 Message::Binary(data) => {
@@ -80,6 +97,15 @@ impl Reader<'_> {
             }
         }
         ReaderEnd::Gone
+    }
+
+    /// Takes a place in the session's frame rate, or says how long to wait.
+    fn within_rate(&self) -> Result<(), std::time::Duration> {
+        let key = RateKey::session(&self.session.sid.to_string());
+        self.guards
+            .rates()
+            .check_write(&key)
+            .inspect_err(|_| self.guards.count_limited("ws"))
     }
 
     async fn handle(&self, subscriptions: &mut Subscriptions, text: &str) {

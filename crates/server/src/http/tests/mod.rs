@@ -95,6 +95,8 @@ impl Api {
         let admin = SessionSecret::generate();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let metrics = Metrics::new();
+        let guards = crate::http::guard::Guards::new(&config, metrics.guards());
         let state = AppState::new(AppInner {
             bound: addr,
             engine: engine.clone(),
@@ -105,7 +107,8 @@ impl Api {
             started: Instant::now(),
             shutdown: CancellationToken::new(),
             tasks: tokio_util::task::TaskTracker::new(),
-            metrics: Metrics::new(),
+            metrics,
+            guards,
             upstream_attempts: Default::default(),
             remote: Default::default(),
             cluster: None,

@@ -110,6 +110,8 @@ impl Harness {
             clock,
         });
         let admin = SessionSecret::generate();
+        let metrics = Metrics::new();
+        let guards = crate::http::guard::Guards::new(&config, metrics.guards());
         let state = AppState::new(AppInner {
             bound: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             engine: engine.clone(),
@@ -120,7 +122,8 @@ impl Harness {
             started: Instant::now(),
             shutdown: CancellationToken::new(),
             tasks: tokio_util::task::TaskTracker::new(),
-            metrics: Metrics::new(),
+            metrics,
+            guards,
             upstream_attempts: Default::default(),
             remote: Default::default(),
             cluster: None,

@@ -1,0 +1,1 @@
+//! Hostile clients: escapes (see mod.rs).

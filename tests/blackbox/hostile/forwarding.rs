@@ -1,0 +1,1 @@
+//! Hostile clients: forwarding (see mod.rs).

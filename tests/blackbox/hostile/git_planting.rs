@@ -1,0 +1,1 @@
+//! Hostile clients: git_planting (see mod.rs).

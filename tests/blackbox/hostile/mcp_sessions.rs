@@ -1,0 +1,1 @@
+//! Hostile clients: mcp_sessions (see mod.rs).

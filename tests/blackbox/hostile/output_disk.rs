@@ -1,0 +1,1 @@
+//! Hostile clients: output_disk (see mod.rs).

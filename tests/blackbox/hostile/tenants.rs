@@ -1,0 +1,1 @@
+//! Hostile clients: tenants (see mod.rs).

@@ -1,10 +1,12 @@
 //! Request forwarding (docs/decisions.md, Cluster): a request about a live
 //! task another node holds is proxied to that node's `advertise_url` and
-//! its answer relayed; `route` decides which requests.
+//! its answer relayed; `route` decides which requests, and verifies their
+//! credential before it looks an owner up.
 //!
-//! The request goes out as it came (method, path and query, end-to-end
-//! headers, the body read whole up to `limits.max_body_bytes`) with
-//! `x-swarmd-forwarded-by: <this node>`; a request carrying that header is
+//! The request goes out with its method, its route's own path (rebuilt
+//! from the route template, never the path that arrived) and its query,
+//! end-to-end headers and the body read whole up to
+//! `limits.max_body_bytes`, with `x-swarmd-forwarded-by: <this node>`; a request carrying that header is
 //! never forwarded again. The answer comes back with its status, end-to-end
 //! headers and body (streamed), plus `x-swarmd-forwarded-to: <owner node>`.
 //! An owner that cannot be reached answers `503 owner_unavailable` with
@@ -14,11 +16,12 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::{self, HeaderName, HeaderValue};
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use swarmd_engine::auth::SessionSecret;
 use swarmd_engine::{Engine, ErrorCode};
 use swarmd_postgres::{NodeId, OwnerKey, PgDb, TaskOwner};
 
@@ -142,7 +145,8 @@ impl Forwarder {
     }
 }
 
-/// The middleware: serves here, forwards, or answers 503 (see `route`).
+/// The middleware: serves here, forwards, or answers 503 (see `route`);
+/// a forwardable route on a path that is not its own answers 400.
 pub(crate) async fn forward(
     State(state): State<AppState>,
     request: Request,
@@ -151,12 +155,29 @@ pub(crate) async fn forward(
     let Some(forwarder) = state.cluster.as_ref() else {
         return next.run(request).await;
     };
-    let Some(subject) = route::subject(request.method(), request.uri().path(), request.headers())
-    else {
-        return next.run(request).await;
+    let template = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    let asked = match route::asked(
+        request.method(),
+        template,
+        request.uri().path(),
+        request.headers(),
+    ) {
+        Ok(Some(asked)) => asked,
+        Ok(None) => return next.run(request).await,
+        Err(why) => return ApiError::bad_request(why).into_response(),
     };
+    if asked.needs_caller && !caller_verified(&state, request.headers()).await {
+        // Refused here, by the route's own authentication.
+        return next.run(request).await;
+    }
     let forwarded = request.headers().contains_key(FORWARDED_BY);
-    match forwarder.route(&state.engine, &subject, forwarded).await {
+    match forwarder
+        .route(&state.engine, &asked.subject, forwarded)
+        .await
+    {
         Route::Local => next.run(request).await,
         Route::Unavailable(why) => {
             state.metrics.forwarded(UNAVAILABLE);
@@ -164,7 +185,7 @@ pub(crate) async fn forward(
         }
         Route::Forward(owner) => {
             let limit = state.config.limits.max_body_bytes;
-            let answer = relay(forwarder, &owner, request, limit).await;
+            let answer = relay(forwarder, &owner, request, &asked.path, limit).await;
             let forwarded = answer.headers().contains_key(FORWARDED_TO);
             state
                 .metrics
@@ -174,8 +195,32 @@ pub(crate) async fn forward(
     }
 }
 
-/// Proxies `request` to `owner` and relays its answer.
-async fn relay(forwarder: &Forwarder, owner: &TaskOwner, request: Request, limit: u64) -> Response {
+/// Whether the bearer is the admin token or the secret of a session this
+/// node knows (read from the database by its digest, as the routes' own
+/// authentication does): the callers a cancel serves.
+async fn caller_verified(state: &AppState, headers: &HeaderMap) -> bool {
+    let Some(bearer) = route::bearer(headers) else {
+        return false;
+    };
+    let Ok(secret) = SessionSecret::parse(bearer) else {
+        return false;
+    };
+    if state.admin.matches(&secret) {
+        return true;
+    }
+    state.sessions.load_bearer(bearer).await;
+    state.sessions.authenticate(bearer).is_some()
+}
+
+/// Proxies `request` to `owner` on `path` (its route's own path) with the
+/// request's query, and relays the answer.
+async fn relay(
+    forwarder: &Forwarder,
+    owner: &TaskOwner,
+    request: Request,
+    path: &str,
+    limit: u64,
+) -> Response {
     let (parts, body) = request.into_parts();
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let Ok(body) = axum::body::to_bytes(body, limit).await else {
@@ -185,12 +230,15 @@ async fn relay(forwarder: &Forwarder, owner: &TaskOwner, request: Request, limit
         )
         .into_response();
     };
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let path_and_query = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    };
     let sent = forwarder
         .to_peer(
             parts.method.clone(),
             owner,
-            path,
+            &path_and_query,
             end_to_end(&parts.headers),
         )
         .body(body)
@@ -203,14 +251,14 @@ async fn relay(forwarder: &Forwarder, owner: &TaskOwner, request: Request, limit
             // the query or a header.
             tracing::warn!(
                 owner = %owner.node,
-                route = parts.uri.path(),
+                route = path,
                 error = %error.without_url(),
                 "cannot reach the node that holds the task"
             );
             return unavailable("the node that holds the task cannot be reached; retry");
         }
     };
-    tracing::debug!(owner = %owner.node, route = parts.uri.path(), status = answer.status().as_u16(), "forwarded");
+    tracing::debug!(owner = %owner.node, route = path, status = answer.status().as_u16(), "forwarded");
     let mut response = Response::builder().status(answer.status());
     if let Some(out) = response.headers_mut() {
         *out = end_to_end(answer.headers());

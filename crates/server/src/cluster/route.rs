@@ -2,28 +2,45 @@
 //! is about, and whether this node serves it, forwards it to the node that
 //! holds the task, or answers `503 owner_unavailable`.
 //!
+//! Only the exact routes of `FORWARDED_ROUTES` are forwarded, matched by
+//! the router's route template on the path as it arrived: a path that
+//! only names a route once normalised (`/v1/worker/%2e%2e/tasks`,
+//! `/v1/worker/./prompt`) matches no template and is answered here, and a
+//! forwardable route whose path is not the one the task id spells
+//! (`/v1/tasks/%54-…/cancel`) is refused with 400. A forwarded request
+//! goes out on the path rebuilt from its template, never the path that
+//! arrived.
+//!
 //! A request is about a live task when it is a worker route (by its
-//! credential: a `swc1` token's claims, read without verifying, or a `wh-`
-//! handle), a sub-task created with a worker credential (`POST /v1/tasks`),
-//! or a cancel naming the task in its path. A task this node holds, a
-//! finished or unknown task, and every other request are served here; only
-//! a live task another node holds is forwarded. A wait is served here too:
-//! the engine waits on the bus for the `task_finished` every node's events
-//! bring (`Engine::wait_task`), so it outlives a dead owner's takeover.
+//! credential: a `swc1` token whose signature and lifetime this node
+//! verified, or a `wh-` handle), a sub-task created with a worker
+//! credential (`POST /v1/tasks`), or a cancel naming the task in its path
+//! (by an admin or session credential this node verified). A credential
+//! this node cannot verify is never the reason for a lookup: the request is
+//! served, and refused, here. A handle is a random secret known by its
+//! digest alone, so the one indexed read that finds its owner is the same
+//! read that verifies it (as `learn_handle` does for the local routes).
+//! A task this node holds, a finished or unknown task, and every other
+//! request are served here; only a live task another node holds is
+//! forwarded. A wait is served here too: the engine waits on the bus for
+//! the `task_finished` every node's events bring (`Engine::wait_task`), so
+//! it outlives a dead owner's takeover.
 
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, Method};
 use swarmd_engine::Engine;
-use swarmd_engine::auth::token::peek_binding;
-use swarmd_engine::auth::{WorkerHandle, looks_like_handle};
+use swarmd_engine::auth::{WorkerHandle, looks_like_handle, looks_like_token};
 use swarmd_engine::ids::TaskId;
 use swarmd_postgres::{NodeId, OwnerKey, TaskOwner};
 
 /// What names the task a request is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Subject {
-    /// Named by id: the path's `{id}`, or a token's claims.
+    /// Named by id: the path's `{id}` of a request whose credential was
+    /// verified.
     Task(TaskId),
+    /// Named by a `swc1` token's claims, once this node verified it.
+    Token(String),
     /// Named by a `wh-` handle (the bearer).
     Handle(String),
 }
@@ -37,50 +54,129 @@ pub(crate) enum Route {
     Unavailable(&'static str),
 }
 
-/// The live task `method path` with `headers` is about, if the request is
-/// one a node forwards.
-pub(crate) fn subject(method: &Method, path: &str, headers: &HeaderMap) -> Option<Subject> {
-    if path.starts_with("/v1/worker/") || (method == Method::POST && path == "/v1/tasks") {
-        return credential(headers);
-    }
-    let id = path.strip_prefix("/v1/tasks/")?.strip_suffix("/cancel")?;
-    (method == Method::POST)
-        .then(|| id.parse().ok().map(Subject::Task))
-        .flatten()
+/// How a forwardable route names its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    /// By the worker credential of `Authorization`.
+    Credential,
+    /// By the `{id}` of the path; the caller is an admin or a session.
+    PathId,
 }
 
-/// The task the worker credential of `Authorization` is bound to.
-fn credential(headers: &HeaderMap) -> Option<Subject> {
+/// The routes a node forwards: method, route template, how it names its
+/// task. No other request ever leaves the node it reached.
+const FORWARDED_ROUTES: [(Method, &str, Named); 7] = [
+    (Method::GET, "/v1/worker/prompt", Named::Credential),
+    (Method::POST, "/v1/worker/result", Named::Credential),
+    (Method::POST, "/v1/worker/submit", Named::Credential),
+    (Method::POST, "/v1/worker/output", Named::Credential),
+    (Method::POST, "/v1/worker/heartbeat", Named::Credential),
+    (Method::POST, "/v1/tasks", Named::Credential),
+    (Method::POST, "/v1/tasks/{id}/cancel", Named::PathId),
+];
+
+/// A request a node would forward if another node holds its task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Asked {
+    pub(crate) subject: Subject,
+    /// The path rebuilt from the route template: what goes to the owner.
+    pub(crate) path: String,
+    /// Whether the caller's admin or session credential must be verified
+    /// before the owner is looked up (a cancel).
+    pub(crate) needs_caller: bool,
+}
+
+/// Why a request to a forwardable route is refused outright.
+pub(crate) const NOT_CANONICAL: &str =
+    "the path must name its route exactly (no encoded characters or dot segments)";
+
+/// The live task `method path` (matched to the route `template`) with
+/// `headers` is about, if it is a request a node forwards; `Err` for a
+/// forwardable route whose path is not the exact one it names.
+pub(crate) fn asked(
+    method: &Method,
+    template: Option<&str>,
+    path: &str,
+    headers: &HeaderMap,
+) -> Result<Option<Asked>, &'static str> {
+    let Some(template) = template else {
+        return Ok(None);
+    };
+    let Some((_, _, named)) = FORWARDED_ROUTES
+        .iter()
+        .find(|(m, t, _)| m == method && *t == template)
+    else {
+        return Ok(None);
+    };
+    match named {
+        Named::Credential => {
+            if path != template {
+                return Err(NOT_CANONICAL);
+            }
+            Ok(credential(headers).map(|subject| Asked {
+                subject,
+                path: template.to_owned(),
+                needs_caller: false,
+            }))
+        }
+        Named::PathId => {
+            let id: TaskId = path
+                .strip_prefix("/v1/tasks/")
+                .and_then(|rest| rest.strip_suffix("/cancel"))
+                .and_then(|id| id.parse().ok())
+                .ok_or(NOT_CANONICAL)?;
+            let canonical = format!("/v1/tasks/{id}/cancel");
+            if canonical != path {
+                return Err(NOT_CANONICAL);
+            }
+            Ok(Some(Asked {
+                subject: Subject::Task(id),
+                path: canonical,
+                needs_caller: true,
+            }))
+        }
+    }
+}
+
+/// The bearer of `Authorization`, if it has one.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let text = headers.get(AUTHORIZATION)?.to_str().ok()?;
     let bearer = text
         .strip_prefix("Bearer ")
-        .or_else(|| text.strip_prefix("bearer "))?
-        .trim();
-    worker_subject(bearer)
+        .or_else(|| text.strip_prefix("bearer "))?;
+    Some(bearer.trim())
 }
 
-/// The task a worker credential is bound to; `None` for other bearers
-/// (which `POST /v1/tasks` serves here) and for malformed ones (refused here).
+/// The task the worker credential of `Authorization` may be bound to.
+fn credential(headers: &HeaderMap) -> Option<Subject> {
+    worker_subject(bearer(headers)?)
+}
+
+/// What a worker credential may name; `None` for other bearers (which
+/// `POST /v1/tasks` serves here) and for malformed ones (refused here).
 pub(crate) fn worker_subject(bearer: &str) -> Option<Subject> {
     if looks_like_handle(bearer) {
         return Some(Subject::Handle(bearer.to_owned()));
     }
-    peek_binding(bearer).map(|(task, _)| Subject::Task(task))
+    looks_like_token(bearer).then(|| Subject::Token(bearer.to_owned()))
 }
 
-/// What to look the owner up by; `None` when this node holds the task (or
-/// the handle cannot be one), so the request is served here at no cost.
+/// What to look the owner up by; `None` when this node holds the task, or
+/// the credential does not verify here (so the request is served, and
+/// refused, here at no cost).
 pub(crate) fn remote_key(engine: &Engine, subject: &Subject) -> Option<OwnerKey> {
-    match subject {
-        Subject::Task(id) => (!engine.holds_task(*id)).then_some(OwnerKey::Task(*id)),
+    let task = match subject {
+        Subject::Task(id) => *id,
+        Subject::Token(bearer) => engine.tokens().verify(bearer).ok()?.task?,
         Subject::Handle(bearer) => {
             if engine.handle_task(bearer).is_some() {
                 return None;
             }
             let handle = WorkerHandle::parse(bearer).ok()?;
-            Some(OwnerKey::Handle(handle.digest()))
+            return Some(OwnerKey::Handle(handle.digest()));
         }
-    }
+    };
+    (!engine.holds_task(task)).then_some(OwnerKey::Task(task))
 }
 
 /// The rule, given the owner the database names for a task this node does
@@ -112,7 +208,7 @@ mod tests {
 
     const TASK: &str = "T-0190f5a2c3d400000000000000000000";
 
-    fn bearer(value: &str) -> HeaderMap {
+    fn bearer_map(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert(
             AUTHORIZATION,
@@ -121,51 +217,140 @@ mod tests {
         headers
     }
 
+    fn asked_at(method: Method, template: &str, path: &str, headers: &HeaderMap) -> Option<Asked> {
+        asked(&method, Some(template), path, headers).unwrap()
+    }
+
     #[test]
-    fn cancel_is_routed_by_its_path() {
+    fn a_cancel_is_routed_by_its_path_once_its_caller_is_verified() {
         let task: TaskId = TASK.parse().unwrap();
         let none = HeaderMap::new();
         let cancel = format!("/v1/tasks/{TASK}/cancel");
+        let template = "/v1/tasks/{id}/cancel";
         assert_eq!(
-            subject(&Method::POST, &cancel, &none),
-            Some(Subject::Task(task))
+            asked_at(Method::POST, template, &cancel, &none),
+            Some(Asked {
+                subject: Subject::Task(task),
+                path: cancel.clone(),
+                needs_caller: true,
+            })
         );
         // Other verbs, waits and reads of a task are served where they arrive.
-        assert_eq!(subject(&Method::GET, &cancel, &none), None);
+        assert_eq!(asked_at(Method::GET, template, &cancel, &none), None);
+        let wait = format!("/v1/tasks/{TASK}/wait");
         assert_eq!(
-            subject(&Method::GET, &format!("/v1/tasks/{TASK}/wait"), &none),
+            asked_at(Method::GET, "/v1/tasks/{id}/wait", &wait, &none),
             None
         );
         assert_eq!(
-            subject(&Method::POST, "/v1/tasks/T-nope/cancel", &none),
+            asked_at(
+                Method::GET,
+                "/v1/tasks/{id}",
+                &format!("/v1/tasks/{TASK}"),
+                &none
+            ),
             None
         );
         assert_eq!(
-            subject(&Method::GET, &format!("/v1/tasks/{TASK}"), &none),
+            asked_at(Method::GET, "/v1/events", "/v1/events", &none),
             None
         );
-        assert_eq!(subject(&Method::GET, "/v1/events", &none), None);
+        // A request that matched no route is never forwarded.
+        assert_eq!(
+            asked(&Method::POST, None, "/v1/worker/%2e%2e/tasks", &none),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn a_path_that_is_not_the_one_its_route_spells_is_refused() {
+        let handle = bearer_map("wh-abc");
+        let template = "/v1/tasks/{id}/cancel";
+        let hex = TASK.trim_start_matches("T-");
+        for path in [
+            format!("/v1/tasks/%54-{hex}/cancel"),
+            format!("/v1/tasks/T-{}/cancel", hex.to_uppercase()),
+            "/v1/tasks/T-nope/cancel".to_owned(),
+            "/v1/tasks/%2e%2e/cancel".to_owned(),
+        ] {
+            assert_eq!(
+                asked(&Method::POST, Some(template), &path, &handle),
+                Err(NOT_CANONICAL),
+                "{path}"
+            );
+        }
+        assert_eq!(
+            asked(
+                &Method::POST,
+                Some("/v1/worker/result"),
+                "/v1/worker/./result",
+                &handle
+            ),
+            Err(NOT_CANONICAL)
+        );
     }
 
     #[test]
     fn worker_routes_are_routed_by_their_credential() {
-        let handle = bearer("wh-abc");
-        assert_eq!(
-            subject(&Method::POST, "/v1/worker/output", &handle),
-            Some(Subject::Handle("wh-abc".into()))
+        let handle = bearer_map("wh-abc");
+        let output = asked_at(
+            Method::POST,
+            "/v1/worker/output",
+            "/v1/worker/output",
+            &handle,
         );
         assert_eq!(
-            subject(&Method::POST, "/v1/tasks", &handle),
+            output.map(|a| (a.subject, a.path, a.needs_caller)),
+            Some((
+                Subject::Handle("wh-abc".into()),
+                "/v1/worker/output".to_owned(),
+                false
+            ))
+        );
+        assert_eq!(
+            asked_at(Method::POST, "/v1/tasks", "/v1/tasks", &handle).map(|a| a.subject),
             Some(Subject::Handle("wh-abc".into()))
+        );
+        let token = bearer_map("swc1.k.p.t");
+        assert_eq!(
+            asked_at(
+                Method::GET,
+                "/v1/worker/prompt",
+                "/v1/worker/prompt",
+                &token
+            )
+            .map(|a| a.subject),
+            Some(Subject::Token("swc1.k.p.t".into()))
         );
         // An operator's secret creates its tasks on the node it reached.
-        let secret = bearer(&format!("sws-{}", "0".repeat(64)));
-        assert_eq!(subject(&Method::POST, "/v1/tasks", &secret), None);
+        let secret = bearer_map(&format!("sws-{}", "0".repeat(64)));
         assert_eq!(
-            subject(&Method::GET, "/v1/worker/prompt", &HeaderMap::new()),
+            asked_at(Method::POST, "/v1/tasks", "/v1/tasks", &secret),
             None
         );
-        assert_eq!(subject(&Method::POST, "/v1/worker/output", &secret), None);
+        assert_eq!(
+            asked_at(
+                Method::GET,
+                "/v1/worker/prompt",
+                "/v1/worker/prompt",
+                &HeaderMap::new()
+            ),
+            None
+        );
+        assert_eq!(
+            asked_at(
+                Method::POST,
+                "/v1/worker/output",
+                "/v1/worker/output",
+                &secret
+            ),
+            None
+        );
+        // Listing tasks is never forwarded, whatever the credential.
+        assert_eq!(
+            asked_at(Method::GET, "/v1/tasks", "/v1/tasks", &handle),
+            None
+        );
     }
 
     fn owner(node: NodeId, alive: bool) -> TaskOwner {

@@ -37,7 +37,7 @@ use swarmd_output_store::StoreError;
 use tokio::sync::{mpsc, oneshot};
 
 pub use connect::{DEFAULT_MAX_BATCH, DEFAULT_POOL_SIZE, PgOptions, redact_url};
-pub use mail::{HomedSession, Mail, NewMail};
+pub use mail::{Homed, HomedSession, Mail, NewMail};
 pub use migrate::SCHEMA_VERSION;
 pub use nodes::{EventWake, NodeId, Registration, Takeover};
 pub use outputs::PgOutputStore;

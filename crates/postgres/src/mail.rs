@@ -86,6 +86,22 @@ impl std::fmt::Debug for Mail {
     }
 }
 
+/// A session just homed on a node: where it was homed before, and the
+/// `task_done` watermark its stored record holds, from which the new home
+/// routes its events again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Homed {
+    pub sid: SessionId,
+    pub previous: Option<NodeId>,
+    /// `None` for a record written without one.
+    pub done_through: Option<u64>,
+}
+
+/// A stored watermark (never negative when swarmd wrote it).
+fn watermark(stored: Option<i64>) -> Option<u64> {
+    stored.and_then(|seq| u64::try_from(seq).ok())
+}
+
 fn homed(row: &tokio_postgres::Row) -> Result<HomedSession, StoreError> {
     Ok(HomedSession {
         record: decode("sessions", "session", row.get(0))?,
@@ -196,13 +212,15 @@ impl PgDb {
 
     /// Homes on `node` every session with no home or a home that is not
     /// alive, and drops the mail addressed to a node that is not alive
-    /// (its waiters died with it); returns the sessions.
+    /// (its waiters died with it); returns the sessions, each with the
+    /// `task_done` watermark its record holds (the one its dead home
+    /// stored).
     ///
     /// # Errors
     ///
     /// `StoreError::Fenced` when this node is fenced; `StoreError::Database`
     /// when the write fails.
-    pub async fn adopt_orphan_sessions(&self, node: NodeId) -> Result<Vec<SessionId>, StoreError> {
+    pub async fn adopt_orphan_sessions(&self, node: NodeId) -> Result<Vec<Homed>, StoreError> {
         let mut client = self.reader().await?;
         let tx = self.fenced(&mut client).await?;
         tx.execute(
@@ -214,10 +232,13 @@ impl PgDb {
         .map_err(db_error)?;
         let rows = tx
             .query(
-                "UPDATE sessions SET home_node = $1
-                 WHERE home_node IS NULL OR home_node IN
-                     (SELECT id FROM nodes WHERE state <> 'alive' AND id <> $1)
-                 RETURNING sid",
+                "UPDATE sessions s SET home_node = $1
+                 FROM (SELECT sid, home_node AS old FROM sessions
+                       WHERE home_node IS NULL OR home_node IN
+                           (SELECT id FROM nodes WHERE state <> 'alive' AND id <> $1)
+                       FOR UPDATE) o
+                 WHERE s.sid = o.sid
+                 RETURNING s.sid, o.old, ((s.body::jsonb) ->> 'done_through')::bigint",
                 &[&node],
             )
             .await
@@ -225,12 +246,17 @@ impl PgDb {
         tx.commit().await.map_err(db_error)?;
         Ok(rows
             .iter()
-            .map(|row| SessionId::from_uuid(row.get(0)))
+            .map(|row| Homed {
+                sid: SessionId::from_uuid(row.get(0)),
+                previous: row.get(1),
+                done_through: watermark(row.get(2)),
+            })
             .collect())
     }
 
     /// Homes session `sid` on `node`. `Ok(None)`: no such session;
-    /// otherwise its previous home.
+    /// otherwise its previous home and the `task_done` watermark its record
+    /// holds (the one its previous home stored).
     ///
     /// # Errors
     ///
@@ -240,20 +266,25 @@ impl PgDb {
         &self,
         sid: SessionId,
         node: NodeId,
-    ) -> Result<Option<Option<NodeId>>, StoreError> {
+    ) -> Result<Option<Homed>, StoreError> {
         let mut client = self.reader().await?;
         let tx = self.fenced(&mut client).await?;
         let row = tx
             .query_opt(
                 "UPDATE sessions s SET home_node = $2
                  FROM (SELECT sid, home_node AS old FROM sessions WHERE sid = $1 FOR UPDATE) o
-                 WHERE s.sid = o.sid RETURNING o.old",
+                 WHERE s.sid = o.sid
+                 RETURNING o.old, ((s.body::jsonb) ->> 'done_through')::bigint",
                 &[&sid.as_uuid(), &node],
             )
             .await
             .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
-        Ok(row.map(|row| row.get(0)))
+        Ok(row.map(|row| Homed {
+            sid,
+            previous: row.get(0),
+            done_through: watermark(row.get(1)),
+        }))
     }
 
     /// Sends `mail` in order and wakes every node's mail pump. Mail for a

@@ -1,8 +1,12 @@
 //! Crash chaos on two nodes of one PostgreSQL database (docs/benchmarks.md,
 //! Crash chaos): the run of `chaos` against node A while node B runs
 //! beside it. Every third kill keeps A down past its lease, so B takes A's
-//! live tasks over before A comes back. The MainAI and every client talk
-//! to A only, so what B holds they reach through A's forwarding. Then B's
+//! live tasks over and homes the MainAI's session before A comes back;
+//! each of those kills comes 0–5 ms after a result of one of the session's
+//! tasks was acknowledged, so its `task_done` may die with A and must reach
+//! the MainAI from B or from A once it is back (`task_done_missing`). The
+//! MainAI and every client talk to A only, so what B holds they reach
+//! through A's forwarding. Then B's
 //! log and exit are checked too, that B did take tasks over, with the
 //! database's integrity and the event log's attempt order: no
 //! attempt of a task starts while another of it is open (run twice at

@@ -2,8 +2,9 @@
 //! it there, B delivers what A had parked and A's socket closes with 4000;
 //! replies sent on B after the move reach the nodes that wait for them;
 //! a `task_done` parked on a node that died reaches the session on
-//! another, routed again from the log; a reconnect to B and straight back
-//! to A keeps A's new socket open.
+//! another, routed again from the log from the watermark the dead node
+//! stored, even once the other node's copy of the session has routed past
+//! it; a reconnect to B and straight back to A keeps A's new socket open.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -211,4 +212,58 @@ async fn a_session_back_on_its_first_node_at_once_keeps_its_new_socket() {
         let spawn = back.recv_type("spawn").await;
         assert_eq!(spawn["task_id"], task.as_str());
     }
+}
+
+/// How long node B takes to move the `task_done` watermarks it keeps at
+/// least twice (`sessions::delivery`, a one-second checkpoint). No request
+/// shows a node's watermarks, so the test waits that long.
+const TWO_CHECKPOINTS: Duration = Duration::from_millis(2500);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_done_lost_with_its_home_is_routed_again_from_the_watermark_the_home_stored() {
+    let mut cluster = Cluster::start(2, QUICK).await;
+    let main_ai = cluster.nodes[0].login(json!({"roles": ["main-ai"]})).await;
+    // Node B holds a copy of the session (found by its token).
+    let (status, seen) = parts(
+        cluster.nodes[1]
+            .get(&format!("/v1/operators/{}", main_ai.sid), &main_ai.token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{seen}");
+
+    // With no socket, node A parks the task_done of a task of the session.
+    let task = cluster.nodes[0]
+        .create_as(&main_ai.token, json!({"agent": "quick", "prompt": "p"}))
+        .await;
+    assert_eq!(
+        super::finished(&cluster.nodes[0], &task).await["status"],
+        "pass"
+    );
+    // Node B has the task's `task_finished` in its log and routes past it
+    // (to nobody: the session is homed on A), then checkpoints twice.
+    let started = Instant::now();
+    while !super::events_after(&cluster.nodes[1], 0)
+        .await
+        .iter()
+        .any(|e| e["event"]["kind"] == "task_finished" && e["event"]["task_id"] == task.as_str())
+    {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "node B never saw the task end"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(TWO_CHECKPOINTS).await;
+
+    // Node A dies with the frame in memory. The session moves to node B,
+    // which must route its events again from the watermark A stored, not
+    // from where B's own copy had got to.
+    cluster.nodes[0].kill9().await;
+    let mut ws = cluster.nodes[1].connect(&main_ai).await;
+    let done = ws.done(&task).await;
+    assert_eq!(done["status"], "pass", "{done}");
+    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(1));
 }

@@ -1,7 +1,8 @@
 //! Sessions across nodes, through the database alone: a session written by
 //! a node is homed there and found by sid, token digest and role; mail
 //! for a session is read by whichever node is its home, in order, and
-//! replies by the node they are for; a move returns the previous home;
+//! replies by the node they are for; a move or an adoption returns the
+//! previous home and the `task_done` watermark the record holds;
 //! mail for a session that is gone is not written; a fenced node moves no
 //! session and sends no mail.
 
@@ -116,10 +117,8 @@ async fn mail_follows_the_session_home_in_order() {
     assert_eq!(bodies(a_db.mail_for(a_id, after, 2).await.unwrap()), ["3"]);
 
     // The session moves to B: its frames follow it.
-    assert_eq!(
-        b_db.move_session_home(sid, b_id).await.unwrap(),
-        Some(Some(a_id))
-    );
+    let moved = b_db.move_session_home(sid, b_id).await.unwrap().unwrap();
+    assert_eq!((moved.sid, moved.previous), (sid, Some(a_id)));
     assert!(a_db.mail_for(a_id, 0, 100).await.unwrap().is_empty());
     let on_b = b_db.mail_for(b_id, 0, 100).await.unwrap();
     assert_eq!(bodies(on_b.clone()), ["1", "2", "3", "9"]);
@@ -158,10 +157,8 @@ async fn a_fenced_node_neither_moves_a_session_nor_sends_mail() {
     )
     .await;
     // Alive, A may take the session home and send it mail.
-    assert_eq!(
-        a_db.move_session_home(sid, a_id).await.unwrap(),
-        Some(Some(b_id))
-    );
+    let moved = a_db.move_session_home(sid, a_id).await.unwrap().unwrap();
+    assert_eq!(moved.previous, Some(b_id));
     assert_eq!(a_db.send_mail(&[frame(sid, 1)]).await.unwrap(), 1);
 
     // A's lease runs out and B takes it over: A is fenced.
@@ -177,7 +174,7 @@ async fn a_fenced_node_neither_moves_a_session_nor_sends_mail() {
         1
     );
     let moved = b_db.move_session_home(sid, b_id).await.unwrap();
-    assert_eq!(moved, Some(Some(a_id)));
+    assert_eq!(moved.map(|m| m.previous), Some(Some(a_id)));
 
     let refused = a_db.move_session_home(sid, a_id).await.unwrap_err();
     assert!(refused.is_fenced(), "{refused}");
@@ -195,4 +192,52 @@ async fn a_fenced_node_neither_moves_a_session_nor_sends_mail() {
         mail.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
         ["1"]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_home_reads_the_watermark_the_previous_home_stored() {
+    let (_database, (a_id, a_db), (b_id, b_db)) = two_nodes().await;
+    let mut session = record(&"ef".repeat(32), &[]);
+    session.done_through = Some(41);
+    let sid = session.sid;
+    let store = PgTaskStore::new(a_db.clone());
+    apply(&store, vec![WriteOp::PutSession(Box::new(session.clone()))]).await;
+    let moved = b_db.move_session_home(sid, b_id).await.unwrap().unwrap();
+    assert_eq!((moved.previous, moved.done_through), (Some(a_id), Some(41)));
+
+    // B dies; A adopts the session with the watermark B's record holds.
+    let mut later = session;
+    later.done_through = Some(57);
+    apply(
+        &PgTaskStore::new(b_db.clone()),
+        vec![WriteOp::PutSession(Box::new(later))],
+    )
+    .await;
+    b_db.execute_sql(&format!(
+        "UPDATE nodes SET heartbeat_at = now() - interval '1 minute' WHERE id = '{b_id}'"
+    ))
+    .await;
+    a_db.take_over_expired(std::time::Duration::from_secs(2))
+        .await
+        .unwrap();
+    let adopted = a_db.adopt_orphan_sessions(a_id).await.unwrap();
+    assert_eq!(
+        adopted,
+        [swarmd_postgres::Homed {
+            sid,
+            previous: Some(b_id),
+            done_through: Some(57),
+        }]
+    );
+    // A record without one reads as none.
+    let bare = record(&"01".repeat(32), &[]);
+    apply(&store, vec![WriteOp::PutSession(Box::new(bare.clone()))]).await;
+    let moved = b_db.move_session_home(bare.sid, b_id).await;
+    assert!(moved.unwrap_err().is_fenced(), "B was declared dead");
+    let moved = a_db
+        .move_session_home(bare.sid, a_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.done_through, None);
 }

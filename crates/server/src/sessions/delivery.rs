@@ -10,6 +10,15 @@
 //! outbox, or, with none there, the router's position: every event up to it
 //! was routed and nothing for this session is waiting. Active sessions write
 //! it every second; the idle sweep writes the others.
+//!
+//! On a cluster only a session's home moves and writes its watermark: a
+//! node that holds a copy of a session homed elsewhere routes none of its
+//! events, so its router's position says nothing about what reached the
+//! session. A session that moves to this node (its socket attached here,
+//! or its home died and this node adopted it) takes the watermark its
+//! stored record holds, the one its previous home wrote (`rewind`), and
+//! the router routes its events after it again; the watermark stays there
+//! until that catch-up has queued them (`CatchUps`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,9 +49,14 @@ pub struct Delivery {
 
 #[derive(Debug)]
 struct State {
-    /// (outbox queue id, event seq) of each `task_done` not yet acknowledged.
+    /// (outbox queue id, event seq) of each `task_done` not yet
+    /// acknowledged, in queue order (a catch-up queues older seqs after
+    /// newer ones).
     pending: VecDeque<(u64, u64)>,
     through: u64,
+    /// Catch-ups of this session the router has not finished: while there
+    /// is one, the watermark does not move.
+    catching_up: usize,
 }
 
 impl Delivery {
@@ -52,6 +66,7 @@ impl Delivery {
             state: Mutex::new(State {
                 pending: VecDeque::new(),
                 through,
+                catching_up: 0,
             }),
             restored,
             persisted: AtomicU64::new(through),
@@ -82,12 +97,36 @@ impl Delivery {
             state.pending.pop_front();
             self.delivered.store(true, Ordering::Relaxed);
         }
-        let now = match state.pending.front() {
-            Some((_, seq)) => seq.saturating_sub(1),
+        if state.catching_up > 0 {
+            return state.through;
+        }
+        let now = match state.pending.iter().map(|(_, seq)| *seq).min() {
+            Some(seq) => seq.saturating_sub(1),
             None => routed,
         };
         state.through = state.through.max(now);
         state.through
+    }
+
+    /// The session just moved to this node: its watermark becomes `stored`,
+    /// the one its record holds (this node's own when the record has none),
+    /// and stays there until `caught_up`. What this node still tracked
+    /// from an earlier stay is dropped: the catch-up routes it again.
+    /// Returns where the catch-up starts.
+    pub(super) fn rewind(&self, stored: Option<u64>) -> u64 {
+        let mut state = self.lock();
+        let from = stored.unwrap_or(state.through);
+        state.through = from;
+        state.pending.clear();
+        state.catching_up += 1;
+        self.persisted.store(from, Ordering::Relaxed);
+        from
+    }
+
+    /// The router queued what one catch-up of the session routed again.
+    pub(super) fn caught_up(&self) {
+        let mut state = self.lock();
+        state.catching_up = state.catching_up.saturating_sub(1);
     }
 
     /// Records that the watermark `through` is stored.
@@ -123,11 +162,16 @@ impl SessionRegistry {
         self.all().iter().filter_map(|s| s.delivery.restored).min()
     }
 
-    /// Moves every session's watermark; writes those that delivered a
-    /// `task_done` since their last write, or all that moved when `all`.
+    /// Moves the watermark of every session homed here; writes those that
+    /// delivered a `task_done` since their last write, or all that moved
+    /// when `all`. A copy of a session homed elsewhere keeps the watermark
+    /// it was read with: this node routed none of its events.
     pub(super) async fn checkpoint_delivery(&self, engine: &Engine, all: bool) {
         let routed = self.routed_through();
         for session in self.all() {
+            if !session.is_home() {
+                continue;
+            }
             let delivery = &session.delivery;
             let through = delivery.advance(session.outbox.acked_through(), routed);
             let moved = through > delivery.persisted.load(Ordering::Relaxed);
@@ -153,6 +197,35 @@ mod tests {
         assert_eq!(delivery.advance(3, 20), 13);
         assert_eq!(delivery.advance(9, 20), 20);
         assert!(delivery.delivered.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_task_done_queued_out_of_seq_order_holds_the_watermark_below_it() {
+        let delivery = Delivery::new(Some(0));
+        // A catch-up queued seq 10 after the live router queued seq 14.
+        delivery.lock().pending.extend([(3, 14), (5, 10)]);
+        assert_eq!(delivery.advance(3, 20), 9);
+        assert_eq!(delivery.advance(5, 20), 20);
+    }
+
+    #[test]
+    fn a_move_here_takes_the_stored_watermark_and_holds_it_until_caught_up() {
+        let delivery = Delivery::new(Some(5));
+        assert_eq!(delivery.advance(0, 40), 40);
+        delivery.lock().pending.push_back((2, 41));
+        // The previous home stored 12: the catch-up starts there, and no
+        // checkpoint moves past it while the catch-up runs.
+        assert_eq!(delivery.rewind(Some(12)), 12);
+        assert_eq!(delivery.through(), 12);
+        assert_eq!(delivery.advance(9, 60), 12);
+        delivery.lock().pending.push_back((10, 30));
+        delivery.caught_up();
+        assert_eq!(delivery.advance(9, 60), 29);
+        assert_eq!(delivery.advance(10, 60), 60);
+        // A record without a watermark: the catch-up starts from this
+        // node's own.
+        assert_eq!(delivery.rewind(None), 60);
+        delivery.caught_up();
     }
 
     #[test]

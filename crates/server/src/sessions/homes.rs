@@ -62,11 +62,30 @@ impl SessionRegistry {
     }
 
     /// The sessions that moved here since the last call, each with the
-    /// seq after which the router routes their events again.
-    pub fn take_catch_ups(&self) -> Vec<(SessionId, u64)> {
-        self.cluster().map_or_else(Vec::new, |cluster| {
+    /// seq after which the router routes their events again. Each one's
+    /// watermark stays at that seq until the returned `CatchUps` is
+    /// dropped, once the router has queued what it routed again.
+    pub fn take_catch_ups(&self) -> CatchUps {
+        let taken = self.cluster().map_or_else(Vec::new, |cluster| {
             std::mem::take(&mut *cluster.catch_ups.lock().unwrap_or_else(|e| e.into_inner()))
-        })
+        });
+        CatchUps {
+            pending: taken.iter().map(|(s, from)| (s.sid, *from)).collect(),
+            sessions: taken.into_iter().map(|(s, _)| s).collect(),
+        }
+    }
+
+    /// `session` just became homed here: its watermark becomes `stored`
+    /// (what its record holds, written by its previous home; see
+    /// `delivery`), and the router routes its events after it again.
+    fn catch_up(&self, cluster: &SessionCluster, session: &Arc<Session>, stored: Option<u64>) {
+        let from = session.delivery.rewind(stored);
+        cluster
+            .catch_ups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((session.clone(), from));
+        cluster.catch_up_wake.notify_one();
     }
 
     /// The other node a restored session is homed on (read at `join_cluster`).
@@ -191,20 +210,17 @@ impl SessionRegistry {
             .await
         {
             // It was home here already.
-            Ok(Some(Some(previous))) if previous == cluster.node => session.set_elsewhere(None),
-            Ok(Some(previous)) => {
+            Ok(Some(homed)) if homed.previous == Some(cluster.node) => session.set_elsewhere(None),
+            Ok(Some(homed)) => {
                 session.set_elsewhere(None);
                 tracing::info!(sid = %session.sid, "session moved to this node");
                 // An event the previous home routed after it stopped being
                 // the home, and this node before it became it, reached
-                // neither: the router routes the session's events again.
-                cluster
-                    .catch_ups
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((session.sid, session.delivery.through()));
-                cluster.catch_up_wake.notify_one();
-                if let Some(previous) = previous.filter(|p| *p != cluster.node) {
+                // neither; one the previous home held when it died reached
+                // nobody: the router routes the session's events again
+                // from the watermark the previous home stored.
+                self.catch_up(cluster, session, homed.done_through);
+                if let Some(previous) = homed.previous.filter(|p| *p != cluster.node) {
                     cluster.post.send(NewMail {
                         sid: session.sid,
                         to_node: Some(previous),
@@ -336,18 +352,14 @@ impl SessionRegistry {
         };
         match cluster.db.adopt_orphan_sessions(cluster.node).await {
             Ok(adopted) => {
-                for sid in adopted {
-                    if let Some(session) = self.get(&sid) {
-                        tracing::info!(%sid, "homed a session whose node is gone");
+                for homed in adopted {
+                    if let Some(session) = self.get(&homed.sid) {
+                        tracing::info!(sid = %homed.sid, "homed a session whose node is gone");
                         session.set_elsewhere(None);
                         // The dead home may have held `task_done`s in memory:
-                        // the router routes the session's events again.
-                        cluster
-                            .catch_ups
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push((session.sid, session.delivery.through()));
-                        cluster.catch_up_wake.notify_one();
+                        // the router routes the session's events again from
+                        // the watermark it stored.
+                        self.catch_up(cluster, &session, homed.done_through);
                     }
                 }
             }
@@ -393,6 +405,31 @@ impl SessionRegistry {
         }
         for mail in seen {
             cluster.post.send(mail);
+        }
+    }
+}
+
+/// The sessions that moved here, as the router takes them: each yields its
+/// sid and the seq its catch-up starts after. Dropping it (once the router
+/// has queued what it routed again) lets their watermarks move again.
+#[derive(Debug)]
+pub struct CatchUps {
+    pending: std::collections::VecDeque<(SessionId, u64)>,
+    sessions: Vec<Arc<Session>>,
+}
+
+impl Iterator for CatchUps {
+    type Item = (SessionId, u64);
+
+    fn next(&mut self) -> Option<(SessionId, u64)> {
+        self.pending.pop_front()
+    }
+}
+
+impl Drop for CatchUps {
+    fn drop(&mut self) {
+        for session in &self.sessions {
+            session.delivery.caught_up();
         }
     }
 }

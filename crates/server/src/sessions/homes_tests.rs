@@ -1,7 +1,8 @@
 //! Sessions across nodes, without a database: a copy of a session homed
 //! elsewhere is neither expired nor written by this node, mail becomes
 //! frames in the home's outbox whose replies go back as mail, a cancel
-//! withdraws its spawn, and a move hands the undelivered frames over.
+//! withdraws its spawn, a move hands the undelivered frames over, and a
+//! copy's `task_done` watermark stays where it was read.
 
 use serde_json::json;
 use swarmd_engine::WorkerCredential;
@@ -81,6 +82,31 @@ async fn only_the_home_node_expires_or_writes_a_session() {
     clock.advance_ms(60_000);
     assert_eq!(registry.sweep(&harness.engine).await, 1);
     assert!(registry.get(&login.sid).is_none());
+}
+
+#[tokio::test]
+async fn a_copy_keeps_the_watermark_it_was_read_with_while_its_home_routes() {
+    let harness = Harness::new().await;
+    let registry = &harness.registry;
+    let login = registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
+    let session = registry.get(&login.sid).unwrap();
+    let read_with = session.delivery.through();
+    session.set_elsewhere(Some(elsewhere()));
+
+    // This node routes past events of the session's tasks (to nobody: its
+    // home delivers them): its checkpoints leave the copy's watermark.
+    registry.routed(read_with + 50);
+    registry.checkpoint_delivery(&harness.engine, true).await;
+    registry.checkpoint_delivery(&harness.engine, false).await;
+    assert_eq!(session.delivery.through(), read_with);
+
+    // Homed here, the same session's watermark follows the router.
+    session.set_elsewhere(None);
+    registry.checkpoint_delivery(&harness.engine, true).await;
+    assert_eq!(session.delivery.through(), read_with + 50);
 }
 
 #[tokio::test]

@@ -53,6 +53,7 @@ use crate::ws::dialect::Dialect;
 pub use cancel::{CancelError, Canceller, cancel_as};
 pub use delivery::Delivery;
 pub use error::SessionError;
+pub use homes::CatchUps;
 pub use outbox::{
     Attachment, Batch, CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn,
     Reservation,

@@ -4,7 +4,7 @@
 //! fire-and-forget mail leaves through (`Postbox`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -13,9 +13,9 @@ use swarmd_output_store::StoreError;
 use swarmd_postgres::{NewMail, NodeId, PgDb};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use super::SessionRegistry;
 use super::mail::{self, REPLY};
 use super::pending::{Relayed, Reply};
+use super::{Session, SessionRegistry};
 
 /// The first and the longest wait before a failed mail write is tried
 /// again; it is tried until it goes.
@@ -36,9 +36,9 @@ pub(crate) struct SessionCluster {
     /// Wakes the mail pump (a session just moved here).
     pub(crate) wake: Notify,
     /// Sessions that just moved here, with the event seq their `task_done`s
-    /// were delivered through: the event router routes their events after
-    /// it again (`catch_ups`).
-    pub(super) catch_ups: Mutex<Vec<(SessionId, u64)>>,
+    /// were delivered through (the watermark their record holds): the event
+    /// router routes their events after it again (`take_catch_ups`).
+    pub(super) catch_ups: Mutex<Vec<(Arc<Session>, u64)>>,
     pub(super) catch_up_wake: Notify,
     /// Sessions created after this (unix ms, less a margin for the nodes'
     /// clocks) are looked for at every `SESSION_SYNC`.

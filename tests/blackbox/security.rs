@@ -139,10 +139,11 @@ async fn only_the_owner_or_the_admin_cancels_a_task_over_http() {
     let other = sw.login(json!({"roles": ["other"]})).await;
 
     let task = owned_task(&sw, &owner).await;
+    // Another session's task is an unknown task to it.
     let (status, body) = http_cancel(&sw, &other.token, &task).await;
     assert_eq!(
         (status, &body["code"]),
-        (403, &json!("forbidden")),
+        (404, &json!("not_found")),
         "{body}"
     );
     // The refused cancel changed nothing (the task may still be queued on
@@ -203,7 +204,7 @@ async fn only_the_owner_cancels_a_task_over_the_socket() {
     let refused = other_ws.recv_type("error").await;
     assert_eq!(
         (&refused["code"], &refused["req_id"]),
-        (&json!("forbidden"), &json!("x-1")),
+        (&json!("not_found"), &json!("x-1")),
         "{refused}"
     );
     assert_eq!(sw.task(&task).await["status"], "running");

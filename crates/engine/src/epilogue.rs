@@ -70,11 +70,13 @@ impl Engine {
             .filter(|task| id.n >= 1 && id.n <= task.attempt)
             .ok_or_else(|| EngineError::NotFound(format!("attempt {id}")))?;
         let started = Instant::now();
-        let prepared = self.inner.outputs.prepare(events).await?;
+        // Checked before any blob is stored: a refused epilogue leaves none.
+        let prepared = self.inner.outputs.encode(events).await?;
         let limit = self.inner.config.max_output_bytes_per_attempt;
         if prepared.stored_bytes() > limit {
             return Err(EngineError::OutputBudgetExceeded { limit });
         }
+        let prepared = self.inner.outputs.store_blobs(prepared).await?;
         let records = self
             .inner
             .outputs

@@ -18,6 +18,7 @@ pub async fn run_all(store: Arc<dyn OutputStore>, clock: &ManualClock) {
     last_final_is_the_last_final(&*store).await;
     list_attempts_is_sorted_and_exact(&*store).await;
     append_at_takes_the_callers_seqs_and_refuses_a_taken_one(&*store).await;
+    a_refused_write_leaves_no_blob_behind(&*store).await;
     concurrent_appends_keep_seqs_dense_and_unique(store).await;
 }
 
@@ -125,6 +126,68 @@ async fn append_at_takes_the_callers_seqs_and_refuses_a_taken_one(store: &dyn Ou
         .await
         .unwrap();
     assert_eq!(seqs(&next), [4]);
+}
+
+/// A value over every backend's inline limit (the suites run at 256 KiB
+/// or less), unlike any other.
+fn big_value() -> serde_json::Value {
+    json!(format!("{}:{}", Uuid::new_v4(), "b".repeat(300 * 1024)))
+}
+
+/// `encode` stores nothing yet tells what the events take; a write whose
+/// blobs were stored and that is refused after all deletes them, unless
+/// another write claimed the same blob meanwhile.
+async fn a_refused_write_leaves_no_blob_behind(store: &dyn OutputStore) {
+    let value = big_value();
+    let encoded = store.encode(vec![partial(value.clone())]).await.unwrap();
+    let spilled = match encoded.events()[0].content() {
+        Some(ContentRef::FileRef { sha256, size, .. }) => Some((sha256.clone(), *size)),
+        _ => None,
+    };
+    let Some((sha256, size)) = spilled else {
+        // A store that keeps every value inline stores no blob to leave.
+        let stored = store.prepare(vec![partial(value)]).await.unwrap();
+        assert_eq!(encoded.stored_bytes(), stored.stored_bytes());
+        return;
+    };
+    assert!(size > 300 * 1024 && encoded.stored_bytes() > size);
+    assert_eq!(
+        store.read_blob(&sha256).await.unwrap(),
+        None,
+        "encode stores nothing"
+    );
+    let bytes = encoded.stored_bytes();
+    let stored = store.store_blobs(encoded).await.unwrap();
+    assert_eq!(stored.stored_bytes(), bytes);
+    assert!(store.read_blob(&sha256).await.unwrap().is_some());
+    assert_eq!(store.discard_blobs(stored).await.unwrap(), 1);
+    assert_eq!(store.read_blob(&sha256).await.unwrap(), None, "discarded");
+
+    // Another write claims the blob the refused one created: it stays.
+    let shared = big_value();
+    let refused = store.encode(vec![partial(shared.clone())]).await.unwrap();
+    let refused = store.store_blobs(refused).await.unwrap();
+    let kept = store.prepare(vec![partial(shared.clone())]).await.unwrap();
+    let Some(ContentRef::FileRef { sha256, .. }) = kept.events()[0].content().cloned() else {
+        panic!("spilled once, spilled again");
+    };
+    assert_eq!(store.discard_blobs(refused).await.unwrap(), 0);
+    let task = Uuid::new_v4();
+    let (_, durable) = store.append_at(task, 1, 1, "w", kept);
+    durable.await.unwrap();
+    assert!(
+        store.read_blob(&sha256).await.unwrap().is_some(),
+        "claimed twice"
+    );
+
+    // A write whose blob was there already created none to discard.
+    let reused = store.encode(vec![partial(shared)]).await.unwrap();
+    let reused = store.store_blobs(reused).await.unwrap();
+    assert_eq!(store.discard_blobs(reused).await.unwrap(), 0);
+    assert!(
+        store.read_blob(&sha256).await.unwrap().is_some(),
+        "still named"
+    );
 }
 
 async fn tail_pages_by_after_seq_and_limit(store: &dyn OutputStore) {

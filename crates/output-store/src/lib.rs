@@ -33,7 +33,9 @@ use uuid::Uuid;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{ContentRef, OutputEvent, OutputRecord};
 pub use nesting::{DepthError, MAX_JSON_DEPTH, check_text_depth, check_value_depth};
-pub use spill::{BlobSpill, EncodedEvent, SpilledValue, blob_name, encode_events, spill_values};
+pub use spill::{
+    BlobSpill, CreatedBlob, EncodedEvent, SpilledValue, blob_name, encode_events, spill_values,
+};
 pub use sweep::{BlobSweep, REFERENCE_MARK, is_blob_name, referenced_blob};
 
 /// The records an `append_at` stores for `events`, numbered from
@@ -136,23 +138,63 @@ impl StoreError {
 }
 
 /// Events made ready for [`OutputStore::append_at`]: in their stored form
-/// (large inline values already spilled), each with its encoding where the
-/// backend stores one.
+/// (large inline values replaced by `file_ref`s to their blobs), each with
+/// its encoding where the backend stores one.
+///
+/// Made by [`OutputStore::prepare`], its blobs are stored. Made by
+/// [`OutputStore::encode`], they wait in it (`pending`) until
+/// [`OutputStore::store_blobs`], so that what the events take
+/// ([`Prepared::stored_bytes`]) is known before anything is stored; the
+/// blobs that call created (`created`) are what
+/// [`OutputStore::discard_blobs`] deletes when the write is refused after
+/// all. Dropped any other way, it leaves its blobs to the sweep.
 #[derive(Debug)]
 pub struct Prepared {
     events: Vec<OutputEvent>,
     encoded: Vec<String>,
+    pending: Vec<SpilledValue>,
+    created: Vec<CreatedBlob>,
 }
 
 impl Prepared {
     /// Events in stored form with their JSON encodings, one per event (what
     /// [`BlobSpill::encode`] produced), for backends outside this crate.
     pub fn new(encoded: Vec<EncodedEvent>) -> Prepared {
+        Prepared::with_pending(encoded, Vec::new())
+    }
+
+    /// Like `new`, for events naming the blobs of `pending`, not stored yet.
+    pub fn with_pending(encoded: Vec<EncodedEvent>, pending: Vec<SpilledValue>) -> Prepared {
         let (events, encoded) = encoded
             .into_iter()
             .map(|encoded| (encoded.event, encoded.json))
             .unzip();
-        Prepared { events, encoded }
+        Prepared {
+            events,
+            encoded,
+            pending,
+            created: Vec::new(),
+        }
+    }
+
+    /// Whether some blob its events name is not stored yet.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Takes the values of the blobs not stored yet, for the store to store.
+    pub fn take_pending(&mut self) -> Vec<SpilledValue> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Records blobs that storing its pending values created.
+    pub fn add_created(&mut self, created: impl IntoIterator<Item = CreatedBlob>) {
+        self.created.extend(created);
+    }
+
+    /// Takes the blobs storing its values created, for the store to discard.
+    pub fn take_created(&mut self) -> Vec<CreatedBlob> {
+        std::mem::take(&mut self.created)
     }
 
     /// The JSON encodings of the events, in order (empty where the backend
@@ -245,6 +287,32 @@ pub trait OutputStore: Send + Sync + std::fmt::Debug + 'static {
     /// Makes events ready for [`OutputStore::append_at`] (spills large inline
     /// values; may do file I/O).
     async fn prepare(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError>;
+
+    /// Like `prepare`, but stores nothing: the values to spill wait in the
+    /// `Prepared` for [`OutputStore::store_blobs`], so a caller can check
+    /// what the events take before anything is stored, and refuse a write
+    /// past a budget with nothing left behind. Stores that store nothing
+    /// in `prepare` keep this default.
+    async fn encode(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
+        self.prepare(events).await
+    }
+
+    /// Stores the blobs an [`OutputStore::encode`] left pending, durable
+    /// when this returns, and records in the `Prepared` those this call
+    /// created (none that were there or that another write stored at the
+    /// same time). On an error, the blobs it created are deleted again.
+    async fn store_blobs(&self, prepared: Prepared) -> Result<Prepared, StoreError> {
+        Ok(prepared)
+    }
+
+    /// Deletes the blobs [`OutputStore::store_blobs`] created for a write
+    /// that is refused after all (its attempt closed meanwhile), unless
+    /// another write claimed them since: a refused write leaves nothing
+    /// behind. Returns how many it deleted.
+    async fn discard_blobs(&self, prepared: Prepared) -> Result<u64, StoreError> {
+        let _ = prepared;
+        Ok(0)
+    }
 
     /// Appends prepared events under seqs `first_seq..` chosen by the caller,
     /// who must own the stream (the engine, for a live attempt) and hand out

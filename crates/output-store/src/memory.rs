@@ -60,6 +60,8 @@ impl OutputStore for MemoryOutputStore {
         Ok(Prepared {
             events,
             encoded: Vec::new(),
+            pending: Vec::new(),
+            created: Vec::new(),
         })
     }
 
@@ -72,7 +74,14 @@ impl OutputStore for MemoryOutputStore {
         prepared: Prepared,
     ) -> (Vec<OutputRecord>, Durable) {
         let ts_ms = self.clock.now_ms();
-        let records = records_at(task, attempt, first_seq, ts_ms, producer, prepared.events);
+        let records = records_at(
+            task,
+            attempt,
+            first_seq,
+            ts_ms,
+            producer,
+            prepared.into_parts().0,
+        );
         let mut streams = self.lock();
         let stream = streams.entry(task).or_default().entry(attempt).or_default();
         let outcome = if stream.len() as u64 + 1 == first_seq {

@@ -1,5 +1,6 @@
 //! Blob spill: inline values too large for a row move to content-addressed files under `blobs/`.
 
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,11 +36,80 @@ pub struct EncodedEvent {
 /// place) sets its mtime to now, under the lock the sweep holds while it
 /// deletes: a blob claimed since the sweep's cutoff is never deleted, so a
 /// record that is about to reference it finds it there.
+///
+/// A write that renamed a new blob into place holds it as *fresh* (a
+/// [`CreatedBlob`]) until its record is queued or the write is refused:
+/// refused, it deletes the blob at once ([`BlobSpill::discard`]) unless
+/// another write claimed the same blob meanwhile, which takes the blob out
+/// of the fresh ones for good.
 #[derive(Debug, Clone)]
 pub struct BlobSpill {
     pub(crate) dir: PathBuf,
     inline_max_bytes: usize,
-    claims: Arc<Mutex<()>>,
+    claims: Arc<Mutex<Claims>>,
+}
+
+/// What the claims lock guards: the fresh blobs, each with the mark of the
+/// write that created it.
+#[derive(Debug, Default)]
+pub(crate) struct Claims {
+    last_mark: u64,
+    fresh: HashMap<String, u64>,
+}
+
+impl Claims {
+    /// Records `sha256` as fresh, created by the write this mark names.
+    fn created(&mut self, sha256: &str) -> u64 {
+        self.last_mark += 1;
+        self.fresh.insert(sha256.to_owned(), self.last_mark);
+        self.last_mark
+    }
+
+    /// Whether `sha256` is still fresh from the write marked `mark`; it is
+    /// not fresh from then on.
+    fn settle(&mut self, sha256: &str, mark: u64) -> bool {
+        let mine = self.fresh.get(sha256) == Some(&mark);
+        if mine {
+            self.fresh.remove(sha256);
+        }
+        mine
+    }
+}
+
+/// A blob a write created and no other write claimed since, as far as the
+/// store knows: what discarding that write deletes. Dropped, it is settled:
+/// the blob stays, for the records that name it or else for the sweep.
+#[derive(Debug)]
+pub struct CreatedBlob {
+    /// The blob's name.
+    pub sha256: String,
+    /// What tells this write's creation from a later claim (the store's
+    /// own: a counter for files, the row version for a database).
+    pub mark: u64,
+    fresh: Option<Arc<Mutex<Claims>>>,
+}
+
+impl CreatedBlob {
+    /// A created blob whose store keeps no fresh set of its own (a
+    /// database table, whose rows carry the mark).
+    pub fn new(sha256: String, mark: u64) -> CreatedBlob {
+        CreatedBlob {
+            sha256,
+            mark,
+            fresh: None,
+        }
+    }
+}
+
+impl Drop for CreatedBlob {
+    fn drop(&mut self) {
+        if let Some(claims) = self.fresh.take() {
+            claims
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .settle(&self.sha256, self.mark);
+        }
+    }
 }
 
 impl BlobSpill {
@@ -60,25 +130,88 @@ impl BlobSpill {
     }
 
     /// Held while a blob is claimed or deleted.
-    pub(crate) fn lock_claims(&self) -> MutexGuard<'_, ()> {
+    pub(crate) fn lock_claims(&self) -> MutexGuard<'_, Claims> {
         self.claims.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Serializes `events`, spilling oversized inline values to blob files first.
+    pub async fn encode(&self, events: Vec<OutputEvent>) -> Result<Vec<EncodedEvent>, StoreError> {
+        let (encoded, pending) = self.encode_pending(events).await?;
+        // The write goes on: its blobs are settled as they are dropped.
+        self.store(pending).await?;
+        Ok(encoded)
+    }
+
+    /// Serializes `events` and takes oversized inline values out of them,
+    /// writing nothing: the values come back to be stored (`store`) before
+    /// any row naming them.
     ///
     /// The JSON is produced on the calling task so the single writer thread
-    /// only binds text. File work (hashing, fsync) runs on the blocking pool,
-    /// and only for events whose whole JSON exceeds the limit: a value can only
-    /// be over the limit if its event is.
-    pub async fn encode(&self, events: Vec<OutputEvent>) -> Result<Vec<EncodedEvent>, StoreError> {
-        let (encoded, oversized) = encode_events(events, self.inline_max_bytes)?;
+    /// only binds text. Hashing runs on the blocking pool, and only for
+    /// events whose whole JSON exceeds the limit: a value can only be over
+    /// the limit if its event is.
+    pub async fn encode_pending(
+        &self,
+        events: Vec<OutputEvent>,
+    ) -> Result<(Vec<EncodedEvent>, Vec<SpilledValue>), StoreError> {
+        let (mut encoded, oversized) = encode_events(events, self.inline_max_bytes)?;
         if !oversized {
-            return Ok(encoded);
+            return Ok((encoded, Vec::new()));
+        }
+        let limit = self.inline_max_bytes;
+        tokio::task::spawn_blocking(move || {
+            spill_values(&mut encoded, limit).map(|values| (encoded, values))
+        })
+        .await
+        .map_err(|_| StoreError::Panicked)?
+    }
+
+    /// Makes `values` durable blobs (file work on the blocking pool);
+    /// returns the ones this call created. On an error, those are deleted
+    /// again.
+    pub async fn store(&self, values: Vec<SpilledValue>) -> Result<Vec<CreatedBlob>, StoreError> {
+        if values.is_empty() {
+            return Ok(Vec::new());
         }
         let spill = self.clone();
-        tokio::task::spawn_blocking(move || spill.spill_all(encoded))
-            .await
-            .map_err(|_| StoreError::Panicked)?
+        tokio::task::spawn_blocking(move || {
+            let mut created = Vec::new();
+            for value in &values {
+                match spill.write_blob(value) {
+                    Ok(blob) => created.extend(blob),
+                    Err(error) => {
+                        spill.discard(created);
+                        return Err(error);
+                    }
+                }
+            }
+            Ok(created)
+        })
+        .await
+        .map_err(|_| StoreError::Panicked)?
+    }
+
+    /// Deletes each of `blobs` that is still fresh from the write that
+    /// created it; returns how many it deleted. Blocking file work.
+    pub fn discard(&self, blobs: Vec<CreatedBlob>) -> u64 {
+        let mut removed = 0;
+        for mut blob in blobs {
+            let path = self.dir.join(&blob.sha256);
+            let mut claims = self.lock_claims();
+            blob.fresh = None;
+            if !claims.settle(&blob.sha256, blob.mark) {
+                continue;
+            }
+            match fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                // Gone already (a sweep with a tiny grace): nothing is left.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    tracing::warn!(blob = %blob.sha256, %error, "could not delete a refused write's blob; the sweep will");
+                }
+            }
+        }
+        removed
     }
 
     /// The bytes of blob `sha256`, `None` when there is no such blob (or the
@@ -94,27 +227,27 @@ impl BlobSpill {
         }
     }
 
-    fn spill_all(&self, mut encoded: Vec<EncodedEvent>) -> Result<Vec<EncodedEvent>, StoreError> {
-        for value in spill_values(&mut encoded, self.inline_max_bytes)? {
-            self.write_blob(&value)?;
-        }
-        Ok(encoded)
-    }
-
-    /// Makes `value` durable at `<dir>/<sha256>`.
+    /// Makes `value` durable at `<dir>/<sha256>`; the blob when this call
+    /// created it.
     ///
     /// Write to a unique temp file, fsync, rename, fsync the directory: the
     /// final name only ever holds complete content, so an existing file with
     /// the same hash is reused (and its mtime renewed, see the type). The
     /// directory fsync runs in that case too, as a rename another writer made
-    /// may not be durable yet.
-    fn write_blob(&self, value: &SpilledValue) -> Result<(), StoreError> {
+    /// may not be durable yet. Reusing a blob, or renaming over one another
+    /// writer placed meanwhile, claims it: it is no longer fresh.
+    fn write_blob(&self, value: &SpilledValue) -> Result<Option<CreatedBlob>, StoreError> {
         let target = self.dir.join(&value.sha256);
         let size = value.bytes.len() as u64;
         let reused = {
-            let _claims = self.lock_claims();
-            reuse(&target, size)
+            let mut claims = self.lock_claims();
+            let reused = reuse(&target, size);
+            if reused {
+                claims.fresh.remove(&value.sha256);
+            }
+            reused
         };
+        let mut created = None;
         if !reused {
             let temp = self.dir.join(format!(
                 "{TEMP_PREFIX}{}-{}",
@@ -122,17 +255,36 @@ impl BlobSpill {
                 Uuid::new_v4().simple()
             ));
             let placed = write_synced(&temp, &value.bytes).and_then(|()| {
-                let _claims = self.lock_claims();
-                fs::rename(&temp, &target)
+                let mut claims = self.lock_claims();
+                let there = fs::symlink_metadata(&target).is_ok();
+                fs::rename(&temp, &target)?;
+                Ok(if there {
+                    claims.fresh.remove(&value.sha256);
+                    None
+                } else {
+                    Some(claims.created(&value.sha256))
+                })
             });
-            if let Err(error) = placed {
-                // Best effort: the temp file is garbage either way and removed at next open.
-                let _ = fs::remove_file(&temp);
-                return Err(error.into());
+            match placed {
+                Ok(mark) => {
+                    created = mark.map(|mark| CreatedBlob {
+                        sha256: value.sha256.clone(),
+                        mark,
+                        fresh: Some(Arc::clone(&self.claims)),
+                    });
+                }
+                Err(error) => {
+                    // Best effort: the temp file is garbage either way and removed at next open.
+                    let _ = fs::remove_file(&temp);
+                    return Err(error.into());
+                }
             }
         }
-        File::open(&self.dir)?.sync_all()?;
-        Ok(())
+        if let Err(error) = File::open(&self.dir).and_then(|dir| dir.sync_all()) {
+            self.discard(created.into_iter().collect());
+            return Err(error.into());
+        }
+        Ok(created)
     }
 }
 
@@ -281,6 +433,34 @@ mod tests {
         );
         assert_eq!(spill.read(&"0".repeat(64)).await.unwrap(), None);
         assert_eq!(spill.read("../blobs").await.unwrap(), None);
+    }
+
+    fn value(text: &str) -> SpilledValue {
+        let bytes = serde_json::to_vec(&json!(text)).unwrap();
+        SpilledValue {
+            sha256: blob_name(&bytes),
+            bytes,
+        }
+    }
+
+    #[tokio::test]
+    async fn discard_deletes_a_blob_only_while_its_writer_alone_claimed_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = BlobSpill::open(dir.path().join("blobs"), 16).unwrap();
+        let alone = spill.store(vec![value("alone")]).await.unwrap();
+        assert_eq!(alone.len(), 1);
+        assert_eq!(spill.discard(alone), 1);
+        assert_eq!(spill.read(&value("alone").sha256).await.unwrap(), None);
+
+        let first = spill.store(vec![value("shared")]).await.unwrap();
+        let second = spill.store(vec![value("shared")]).await.unwrap();
+        assert!(second.is_empty(), "the second write reused the blob");
+        assert_eq!(spill.discard(first), 0);
+        assert!(spill.read(&value("shared").sha256).await.unwrap().is_some());
+
+        // A created blob dropped (its record queued) is settled for good.
+        drop(spill.store(vec![value("kept")]).await.unwrap());
+        assert!(spill.lock_claims().fresh.is_empty());
     }
 
     #[test]

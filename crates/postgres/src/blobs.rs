@@ -19,8 +19,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use swarmd_output_store::{
-    BlobSweep, EncodedEvent, OutputEvent, REFERENCE_MARK, SpilledValue, StoreError, blob_name,
-    encode_events, is_blob_name, referenced_blob, spill_values,
+    BlobSweep, CreatedBlob, EncodedEvent, OutputEvent, REFERENCE_MARK, SpilledValue, StoreError,
+    blob_name, encode_events, is_blob_name, referenced_blob, spill_values,
 };
 use uuid::Uuid;
 
@@ -48,33 +48,85 @@ impl PgBlobs {
     }
 
     /// Serializes `events`; values over the limit become `file_ref`s to
-    /// blobs that are durable when this returns. Hashing runs on the
-    /// blocking pool, and only for events whose whole JSON is over the
-    /// limit.
+    /// blobs that are durable when this returns.
     pub(crate) async fn encode(
         &self,
         events: Vec<OutputEvent>,
     ) -> Result<Vec<EncodedEvent>, StoreError> {
+        let (encoded, values) = self.encode_pending(events).await?;
+        self.store(values).await?;
+        Ok(encoded)
+    }
+
+    /// Serializes `events`; values over the limit become `file_ref`s to
+    /// blobs, whose bytes come back to be stored (`store`), nothing stored
+    /// yet. Hashing runs on the blocking pool, and only for events whose
+    /// whole JSON is over the limit.
+    pub(crate) async fn encode_pending(
+        &self,
+        events: Vec<OutputEvent>,
+    ) -> Result<(Vec<EncodedEvent>, Vec<SpilledValue>), StoreError> {
         let (encoded, oversized) = encode_events(events, self.inline_max_bytes)?;
         if !oversized {
-            return Ok(encoded);
+            return Ok((encoded, Vec::new()));
         }
         let limit = self.inline_max_bytes;
-        let (encoded, values) = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let mut encoded = encoded;
             spill_values(&mut encoded, limit).map(|values| (encoded, values))
         })
         .await
-        .map_err(|_| StoreError::Panicked)??;
-        for value in &values {
-            self.claim(value).await?;
-        }
-        Ok(encoded)
+        .map_err(|_| StoreError::Panicked)?
     }
 
-    /// Makes `value` durable under its name and renews its claim. A blob
-    /// that is there is only touched; its bytes are sent when it is not.
-    async fn claim(&self, value: &SpilledValue) -> Result<(), StoreError> {
+    /// Stores `values` (claims, see `claim`); returns the blobs this call
+    /// inserted. On an error, those are deleted again.
+    pub(crate) async fn store(
+        &self,
+        values: Vec<SpilledValue>,
+    ) -> Result<Vec<CreatedBlob>, StoreError> {
+        let mut created = Vec::new();
+        for value in &values {
+            match self.claim(value).await {
+                Ok(blob) => created.extend(blob),
+                Err(error) => {
+                    // Best effort: what is left is the sweep's.
+                    let _ = self.discard(created).await;
+                    return Err(error);
+                }
+            }
+        }
+        Ok(created)
+    }
+
+    /// Deletes each of `blobs` whose row is still the version its write
+    /// inserted: any claim since (an `UPDATE` of `claimed_at`, here or on
+    /// another node) made a new row version, and keeps it. Returns how
+    /// many it deleted.
+    pub(crate) async fn discard(&self, blobs: Vec<CreatedBlob>) -> Result<u64, StoreError> {
+        if blobs.is_empty() {
+            return Ok(0);
+        }
+        let client = self.db.reader().await?;
+        let mut removed = 0;
+        for blob in &blobs {
+            let mark = i64::try_from(blob.mark).unwrap_or(i64::MAX);
+            removed += client
+                .execute(
+                    "DELETE FROM blobs WHERE sha256 = $1 AND xmin::text::bigint = $2",
+                    &[&blob.sha256, &mark],
+                )
+                .await
+                .map_err(db_error)?;
+        }
+        Ok(removed)
+    }
+
+    /// Makes `value` durable under its name and renews its claim; the blob
+    /// when this call inserted its row (marked with the row version's
+    /// `xmin`). A blob that is there is only touched; its bytes are sent
+    /// when it is not.
+    async fn claim(&self, value: &SpilledValue) -> Result<Option<CreatedBlob>, StoreError> {
         let client = self.db.reader().await?;
         let touched = client
             .execute(
@@ -84,18 +136,21 @@ impl PgBlobs {
             .await
             .map_err(db_error)?;
         if touched == 1 {
-            return Ok(());
+            return Ok(None);
         }
         let size = i64::try_from(value.bytes.len()).unwrap_or(i64::MAX);
-        client
-            .execute(
+        let row = client
+            .query_one(
                 "INSERT INTO blobs (sha256, bytes, size) VALUES ($1, $2, $3)
-                 ON CONFLICT (sha256) DO UPDATE SET claimed_at = now()",
+                 ON CONFLICT (sha256) DO UPDATE SET claimed_at = now()
+                 RETURNING xmax::text = '0', xmin::text::bigint",
                 &[&value.sha256, &value.bytes, &size],
             )
             .await
             .map_err(db_error)?;
-        Ok(())
+        let inserted: bool = row.get(0);
+        let mark: i64 = row.get(1);
+        Ok(inserted.then(|| CreatedBlob::new(value.sha256.clone(), mark.unsigned_abs())))
     }
 
     /// Moves the blob files an earlier swarmd spilled to `dir` (a node's

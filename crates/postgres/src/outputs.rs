@@ -104,6 +104,21 @@ impl OutputStore for PgOutputStore {
         Ok(Prepared::new(self.blobs.encode(events).await?))
     }
 
+    async fn encode(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
+        let (encoded, pending) = self.blobs.encode_pending(events).await?;
+        Ok(Prepared::with_pending(encoded, pending))
+    }
+
+    async fn store_blobs(&self, mut prepared: Prepared) -> Result<Prepared, StoreError> {
+        let created = self.blobs.store(prepared.take_pending()).await?;
+        prepared.add_created(created);
+        Ok(prepared)
+    }
+
+    async fn discard_blobs(&self, mut prepared: Prepared) -> Result<u64, StoreError> {
+        self.blobs.discard(prepared.take_created()).await
+    }
+
     fn append_at(
         &self,
         task: Uuid,

@@ -82,14 +82,29 @@ impl SqliteOutputStore {
 #[async_trait]
 impl OutputStore for SqliteOutputStore {
     async fn prepare(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
-        let (events, encoded) = self
-            .spill
-            .encode(events)
-            .await?
-            .into_iter()
-            .map(|encoded| (encoded.event, encoded.json))
-            .unzip();
-        Ok(Prepared { events, encoded })
+        Ok(Prepared::new(self.spill.encode(events).await?))
+    }
+
+    async fn encode(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
+        let (encoded, pending) = self.spill.encode_pending(events).await?;
+        Ok(Prepared::with_pending(encoded, pending))
+    }
+
+    async fn store_blobs(&self, mut prepared: Prepared) -> Result<Prepared, StoreError> {
+        let created = self.spill.store(prepared.take_pending()).await?;
+        prepared.add_created(created);
+        Ok(prepared)
+    }
+
+    async fn discard_blobs(&self, mut prepared: Prepared) -> Result<u64, StoreError> {
+        let created = prepared.take_created();
+        if created.is_empty() {
+            return Ok(0);
+        }
+        let spill = self.spill.clone();
+        tokio::task::spawn_blocking(move || spill.discard(created))
+            .await
+            .map_err(|_| StoreError::Panicked)
     }
 
     fn append_at(
@@ -101,12 +116,13 @@ impl OutputStore for SqliteOutputStore {
         prepared: Prepared,
     ) -> (Vec<OutputRecord>, Durable) {
         let ts_ms = self.clock.now_ms();
-        let jsons = prepared.encoded;
+        // Its blobs are settled here: the rows naming them are queued.
+        let (events, jsons) = prepared.into_parts();
         let row_producer = producer.to_owned();
         let ticket = self.db.write(move |tx| {
             insert_rows(tx, task, attempt, first_seq, ts_ms, &row_producer, &jsons)
         });
-        let records = records_at(task, attempt, first_seq, ts_ms, producer, prepared.events);
+        let records = records_at(task, attempt, first_seq, ts_ms, producer, events);
         (records, Box::pin(ticket))
     }
 
@@ -126,10 +142,7 @@ impl OutputStore for SqliteOutputStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let Prepared {
-            events,
-            encoded: jsons,
-        } = self.prepare(events).await?;
+        let (events, jsons) = self.prepare(events).await?.into_parts();
         let clock = Arc::clone(&self.clock);
         let row_producer = producer.to_owned();
         let (first_seq, ts_ms) = self

@@ -3,7 +3,7 @@
 //! operator session; JSON page or live SSE with `id: <seq>`, optionally only
 //! some `kinds` and some `tasks`, and on SSE a coalesced `tick` of new
 //! tasks; an operator session's stream ends once the session does) and
-//! `GET /v1/audit` (audit records).
+//! `GET /v1/audit` (audit records; an operator session's own tasks' only).
 
 mod scope;
 
@@ -28,6 +28,7 @@ use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Json, Query, empty_as_none};
 use crate::http::sse::{self, Follow, Live, Wake, last_event_id, wants_sse};
+use crate::http::views::Reader;
 use crate::sessions::Session;
 use scope::{Scope, Tick, TickQuery, parse_kinds, parse_tasks};
 
@@ -104,7 +105,7 @@ async fn events(
     caller.check(&state, Verb::Subscribe)?;
     let scope = Scope {
         kinds: query.kinds.as_deref().map(parse_kinds).transpose()?,
-        owner: owner.as_ref().map(|session| session.sid),
+        reader: Reader::of(&caller),
         tasks: query.tasks.as_deref().map(parse_tasks).transpose()?,
     };
     let tick = Tick::parse(TickQuery {
@@ -151,7 +152,10 @@ async fn audit(
 ) -> Result<Json<AuditPage>, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-    let records = state.engine.audit_records(query.task_id, limit).await?;
+    let mut records = state.engine.audit_records(query.task_id, limit).await?;
+    // A session reads the records of its own tasks among them.
+    let reader = Reader::of(&caller);
+    records.retain(|record| reader.sees(record.session));
     Ok(Json(AuditPage { records }))
 }
 

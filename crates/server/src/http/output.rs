@@ -7,7 +7,8 @@
 //! form) wins over `after_seq`, and `after_seq` without `attempt` applies to
 //! the task's current attempt, skipping earlier ones. The stream sends the
 //! stored records first, then live ones, and ends once the attempt (or the
-//! whole task) is finished and everything stored has been sent.
+//! whole task) is finished and everything stored has been sent. A task
+//! outside the caller's part (`views::Reader`) is unknown.
 
 use std::collections::VecDeque;
 
@@ -23,7 +24,7 @@ use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
 
-use super::views::TaskView;
+use super::views::{Reader, TaskView};
 use swarmd_output_store::{OutputEvent, OutputRecord, OutputStore};
 
 use crate::app::AppState;
@@ -98,9 +99,9 @@ async fn output(
     }
     // Subscribed before the task is read, so nothing published in between is lost.
     let rx = live.then(|| state.engine.subscribe());
-    let view = TaskView::read(&state.engine, id)
+    let view = TaskView::read(&state.engine, Reader::of(&caller), id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("task {id}")))?;
+        .ok_or_else(|| crate::http::tasks::unknown(id))?;
     if let Some(rx) = rx {
         let cursor = start_cursor(
             &view,

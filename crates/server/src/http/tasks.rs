@@ -6,6 +6,11 @@
 //! waiting only stops its own wait. Idempotency keys are scoped per caller
 //! (`http:<sid>:<key>` for a session, `http:admin:<key>` for the admin), so
 //! two callers never collide on a key.
+//!
+//! Every read goes through `views::Reader`: an operator session reads,
+//! waits for and cancels only the tasks it owns, and another session's task
+//! is answered as an unknown one. Only the admin pins a task to any session
+//! (`operator_sid`); a session pins only to itself (`check_pin`).
 
 use std::time::Duration;
 
@@ -24,7 +29,7 @@ use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{PolicyOverrides, Task, TaskSpec, TaskStatus};
 
-use super::views::TaskView;
+use super::views::{Reader, TaskView};
 
 use crate::app::AppState;
 use crate::http::auth::{Caller, WorkerBearer, authenticate, authenticate_worker};
@@ -198,12 +203,8 @@ pub(crate) async fn create(
             "the daemon is draining: no new tasks",
         ));
     }
-    if let Some(sid) = request.operator_sid
-        && state.sessions.find(&sid).await.is_none()
-    {
-        return Err(ApiError::bad_request(format!(
-            "operator_sid names no session: {sid}"
-        )));
+    if let Some(sid) = request.operator_sid {
+        check_pin(state, origin, sid).await?;
     }
     let spec = TaskSpec {
         agent: request.agent,
@@ -225,10 +226,40 @@ pub(crate) async fn create(
     })
 }
 
+/// Whether `origin` may pin its task to session `pin`: the admin may name
+/// any session; an operator session only itself; a worker only the session
+/// that owns its task (which its sub-task inherits). Anyone else is refused
+/// `403` before the session is looked up, so a refusal says nothing of which
+/// sessions exist; a pin allowed but naming no session is `400`.
+async fn check_pin(state: &AppState, origin: &Origin, pin: SessionId) -> Result<(), ApiError> {
+    let own = match (&origin.worker, origin.session) {
+        (Some(worker), _) => state
+            .engine
+            .get_task(worker.attempt.task)
+            .await?
+            .and_then(|task| task.session),
+        (None, Some(sid)) => Some(sid),
+        (None, None) => Some(pin),
+    };
+    if own != Some(pin) {
+        state.metrics.token_failure("forbidden");
+        return Err(ApiError::coded(
+            ErrorCode::Forbidden,
+            "operator_sid may name only the session that owns the task",
+        ));
+    }
+    if state.sessions.find(&pin).await.is_none() {
+        return Err(ApiError::bad_request(format!(
+            "operator_sid names no session: {pin}"
+        )));
+    }
+    Ok(())
+}
+
 /// Who creates a task.
 #[derive(Debug)]
 pub(crate) struct Origin {
-    /// The session of a top-level task.
+    /// The session of a top-level task; `None` with no `worker`: the admin.
     session: Option<SessionId>,
     /// The worker whose attempt creates a sub-task of its task.
     worker: Option<WorkerAuth>,
@@ -300,7 +331,7 @@ async fn wait_for(state: &AppState, id: TaskId, secs: u64) -> Result<Task, ApiEr
             .engine
             .get_task(id)
             .await?
-            .ok_or_else(|| ApiError::not_found(format!("task {id}"))),
+            .ok_or_else(|| unknown(id)),
     }
 }
 
@@ -349,13 +380,20 @@ async fn list(
     Ok(Json(page(&state, &caller, filter).await?))
 }
 
-/// One page of tasks, newest first, `filter.limit` clamped to 1–1000.
+/// One page of the caller's tasks (`Reader`), newest first,
+/// `filter.limit` clamped to 1–1000.
 pub(crate) async fn page(
     state: &AppState,
     caller: &Caller,
     mut filter: TaskFilter,
 ) -> Result<TaskPage, ApiError> {
     caller.check(state, Verb::ReadTask)?;
+    if !Reader::of(caller).narrow(&mut filter) {
+        return Ok(TaskPage {
+            tasks: Vec::new(),
+            next: None,
+        });
+    }
     let limit = filter.limit.clamp(1, MAX_LIST_LIMIT);
     filter.limit = limit;
     let tasks = state.engine.list_tasks(&filter).await?;
@@ -373,16 +411,21 @@ async fn get_task(
     Ok(Json(view(&state, &caller, id).await?))
 }
 
-/// A task with its attempts.
+/// A task with its attempts; one outside the caller's part is unknown.
 pub(crate) async fn view(
     state: &AppState,
     caller: &Caller,
     id: TaskId,
 ) -> Result<TaskView, ApiError> {
     caller.check(state, Verb::ReadTask)?;
-    TaskView::read(&state.engine, id)
+    TaskView::read(&state.engine, Reader::of(caller), id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("task {id}")))
+        .ok_or_else(|| unknown(id))
+}
+
+/// The answer for a task that does not exist or is outside the caller's part.
+pub(crate) fn unknown(id: TaskId) -> ApiError {
+    ApiError::not_found(format!("task {id}"))
 }
 
 async fn wait(
@@ -392,6 +435,9 @@ async fn wait(
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<TaskView>, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
+    if Reader::of(&caller).read(&state.engine, id).await?.is_none() {
+        return Err(unknown(id));
+    }
     let secs = query
         .timeout_secs
         .unwrap_or(DEFAULT_WAIT_SECS)
@@ -418,7 +464,8 @@ async fn cancel(
         .map(Json)
 }
 
-/// Cancels a task as `caller` (admin, or the session that owns it).
+/// Cancels a task as `caller` (admin, or the session that owns it); to a
+/// session, another session's task is unknown (`Reader`).
 pub(crate) async fn cancel_by(
     state: &AppState,
     caller: &Caller,
@@ -435,9 +482,7 @@ pub(crate) async fn cancel_by(
     let reason = reason.or_else(|| Some(cancel_reason(caller)));
     match cancel_as(&state.engine, who, id, reason).await {
         Ok(task) => Ok(task),
-        Err(error @ CancelError::NotOwner) => {
-            Err(ApiError::coded(ErrorCode::Forbidden, error.to_string()))
-        }
+        Err(CancelError::NotOwner) => Err(unknown(id)),
         Err(CancelError::Engine(error)) => Err(error.into()),
     }
 }

@@ -1,6 +1,7 @@
 //! The tools that read: `task` (a task with its attempts), `tasks` (a page
 //! by status and agent) and `output` (a page of a task's output records),
-//! each through the HTTP routes' own functions and bounds.
+//! each through the HTTP routes' own functions, bounds and reader's part
+//! (`views::Reader`: a session reads only its own tasks).
 
 use rmcp::model::{JsonObject, Tool};
 use schemars::JsonSchema;
@@ -14,9 +15,9 @@ use super::fanout::task_id;
 use super::{Outcome, arguments, structured, tool};
 use crate::app::AppState;
 use crate::http::auth::Caller;
-use crate::http::error::ApiError;
 use crate::http::output::{self, PageCursor};
 use crate::http::tasks;
+use crate::http::views::{Reader, TaskView};
 
 /// The longest `tasks` page.
 const MAX_TASKS: usize = 200;
@@ -174,9 +175,9 @@ pub(super) async fn output(state: &AppState, caller: &Caller, args: Option<JsonO
     let args: OutputArgs = arguments(args)?;
     let id = task_id(&args.task_id)?;
     caller.check(state, Verb::ReadOutput)?;
-    let view = crate::http::views::TaskView::read(&state.engine, id)
+    let view = TaskView::read(&state.engine, Reader::of(caller), id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("task {id}")))?;
+        .ok_or_else(|| tasks::unknown(id))?;
     let cursor = PageCursor {
         attempt: args.attempt,
         after_seq: args.after_seq,

@@ -1,5 +1,6 @@
 //! The `wait` tool: waits for several tasks (all, any, or the first N) up to
-//! a bounded timeout and returns their statuses and results.
+//! a bounded timeout and returns their statuses and results. A task outside
+//! the caller's part (`http::views::Reader`) is unknown.
 //!
 //! While it waits it sends `notifications/progress` every `mcp.progress_ms`
 //! (when the client gave a progress token): coding-agent clients drop calls
@@ -27,6 +28,8 @@ use super::{Outcome, arguments, structured, tool};
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
+use crate::http::tasks;
+use crate::http::views::Reader;
 
 /// The most tasks one `wait` covers.
 pub(crate) const MAX_WAIT_TASKS: usize = 100;
@@ -168,6 +171,12 @@ pub(super) async fn wait(
 ) -> Outcome {
     let target = target(arguments(args)?)?;
     caller.check(state, Verb::ReadTask)?;
+    let reader = Reader::of(caller);
+    for &id in &target.ids {
+        if reader.read(&state.engine, id).await?.is_none() {
+            return Err(tasks::unknown(id));
+        }
+    }
     structured(&collect(state, target, context).await?)
 }
 

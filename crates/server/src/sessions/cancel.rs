@@ -5,8 +5,9 @@
 //! Observer and senior tokens never reach this far: the gate refuses them
 //! `cancel_task`.
 //!
-//! Another session's task is refused `403 forbidden`, not hidden behind a
-//! 404: any operator may read any task, so its existence is no secret.
+//! Another session's task is `NotOwner`, which every surface answers as an
+//! unknown task (`404 not_found`): a session reads only its own tasks
+//! (`http::views::Reader`), so it does not learn that another's exists.
 
 use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::task::Task;

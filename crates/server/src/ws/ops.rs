@@ -147,8 +147,9 @@ async fn spawn_task(
 }
 
 /// Cancels a task this session owns (`sessions::cancel_as`); returns the
-/// error frame when refused. Success has no reply: the task's `task_done`
-/// follows.
+/// error frame when refused, another session's task answered as an unknown
+/// one (`http::views::Reader`). Success has no reply: the task's
+/// `task_done` follows.
 async fn cancel_task(
     engine: &Engine,
     session: &Session,
@@ -157,10 +158,10 @@ async fn cancel_task(
 ) -> Option<ServerFrame> {
     match cancel_as(engine, Canceller::Session(session.sid), task_id, None).await {
         Ok(_) => None,
-        Err(error @ CancelError::NotOwner) => Some(ServerFrame::error(
+        Err(CancelError::NotOwner) => Some(ServerFrame::error(
             Some(req_id),
-            ErrorCode::Forbidden,
-            error.to_string(),
+            ErrorCode::NotFound,
+            format!("task {task_id} not found"),
         )),
         Err(CancelError::Engine(error)) => Some(engine_error(req_id, &error)),
     }

@@ -134,7 +134,7 @@ impl Reader<'_> {
                 let started = subscriptions.start(
                     self.engine,
                     &self.direct,
-                    self.session.dialect,
+                    self.session,
                     req_id.clone(),
                     task_id,
                     after_seq,

@@ -3,7 +3,8 @@
 //! without gaps or repeats — until the task's `task_finished`. Without
 //! `after_seq` the stream starts now (pass `0` for the whole history; that
 //! reads the whole event log). A task already terminal gets its logged
-//! events after `after_seq` and the stream ends.
+//! events after `after_seq` and the stream ends. Another session's task is
+//! answered as an unknown one (`http::views::Reader`).
 //!
 //! Streams belong to the connection: they stop with it, and the client
 //! resumes on its next socket with the last `seq` it saw. A task's events
@@ -24,6 +25,8 @@ use super::feed::EventFeed;
 use super::frames::ServerFrame;
 use super::ops::engine_error;
 use super::writer::Direct;
+use crate::http::views::Reader;
+use crate::sessions::Session;
 
 /// Streams one connection may run at once.
 pub(super) const MAX_SUBSCRIPTIONS: usize = 64;
@@ -36,13 +39,13 @@ pub(super) struct Subscriptions {
 }
 
 impl Subscriptions {
-    /// Starts a stream for `task_id`, replacing an earlier one for the same
-    /// task. Refuses past [`MAX_SUBSCRIPTIONS`].
+    /// Starts a stream for `task_id` on `session`'s connection, replacing
+    /// an earlier one for the same task. Refuses past [`MAX_SUBSCRIPTIONS`].
     pub(super) fn start(
         &mut self,
         engine: &Engine,
         direct: &mpsc::Sender<Direct>,
-        dialect: Dialect,
+        session: &Session,
         req_id: ReqId,
         task_id: TaskId,
         after_seq: Option<u64>,
@@ -66,7 +69,8 @@ impl Subscriptions {
         let stream = Stream {
             engine: engine.clone(),
             direct: direct.clone(),
-            dialect,
+            dialect: session.dialect,
+            reader: Reader::session(session.sid),
             req_id,
             task_id,
             after_seq,
@@ -81,6 +85,7 @@ struct Stream {
     engine: Engine,
     direct: mpsc::Sender<Direct>,
     dialect: Dialect,
+    reader: Reader,
     req_id: ReqId,
     task_id: TaskId,
     after_seq: Option<u64>,
@@ -88,7 +93,7 @@ struct Stream {
 
 impl Stream {
     async fn run(self, live: EventFeed) {
-        let task = match self.engine.get_task(self.task_id).await {
+        let task = match self.reader.read(&self.engine, self.task_id).await {
             Ok(Some(task)) => task,
             Ok(None) => {
                 let message = format!("task {} not found", self.task_id);

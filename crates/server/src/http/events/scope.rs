@@ -9,6 +9,7 @@ use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::ids::{SessionId, TaskId};
 
 use crate::http::error::ApiError;
+use crate::http::views::Reader;
 
 /// At most this many ids in `tasks=`.
 pub(crate) const MAX_TASKS: usize = 100;
@@ -20,15 +21,16 @@ pub(crate) const TICK_MAX: Duration = Duration::from_secs(60);
 const MAX_AGENT_LEN: usize = 256;
 
 /// Which events a reader gets: only `kinds` when set, only the events of
-/// `tasks` when set, and for an operator session (`owner`) only the
-/// records that name it: its tasks' events (a record carries the session
-/// that owns its task; sub-tasks inherit it) and its own
+/// `tasks` when set, and only the records in the `reader`'s part
+/// (`views::Reader`, the rule every task read follows): for an operator
+/// session the records that name it, its tasks' events (a record carries
+/// the session that owns its task; sub-tasks inherit it) and its own
 /// `session_attached`/`session_detached`. Every condition narrows; none
 /// widens another. One comparison per condition and record, no read.
 #[derive(Debug)]
 pub(crate) struct Scope {
     pub(crate) kinds: Option<Vec<&'static str>>,
-    pub(crate) owner: Option<SessionId>,
+    pub(crate) reader: Reader,
     /// Sorted, without repeats, at most `MAX_TASKS`.
     pub(crate) tasks: Option<Vec<TaskId>>,
 }
@@ -50,7 +52,7 @@ impl Scope {
 
     /// Whether the record is in the caller's part of the log.
     pub(crate) fn owned(&self, record: &EventRecord) -> bool {
-        self.owner.is_none_or(|sid| record.session == Some(sid))
+        self.reader.sees(record.session)
     }
 }
 
@@ -240,7 +242,7 @@ mod tests {
         let other = TaskId::new();
         let scope = Scope {
             kinds: Some(vec!["task_finished"]),
-            owner: Some(mine),
+            reader: Reader::session(mine),
             tasks: Some(vec![task]),
         };
         let finished = |task_id| Event::TaskFinished {
@@ -257,7 +259,7 @@ mod tests {
         assert!(!scope.wants(&record(None, finished(task))));
         let attached = Scope {
             kinds: None,
-            owner: None,
+            reader: Reader::of(&crate::http::auth::Caller::Admin),
             tasks: Some(vec![task]),
         };
         assert!(!attached.wants(&record(None, Event::SessionAttached { sid: mine })));

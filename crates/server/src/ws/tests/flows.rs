@@ -410,7 +410,7 @@ async fn cancel_task_only_for_tasks_the_session_owns() {
     let error = client.recv_type("error").await;
     assert_eq!(
         (error["req_id"].clone(), error["code"].clone()),
-        (json!("c-3"), json!("forbidden"))
+        (json!("c-3"), json!("not_found"))
     );
     let still = server.engine().get_task(foreign.id).await.unwrap().unwrap();
     assert!(!still.status().is_terminal());

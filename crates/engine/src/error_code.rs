@@ -83,7 +83,9 @@ error_codes! {
     OutputBudgetExceeded = "output_budget_exceeded" => 413,
     /// A body in a media type the route does not take.
     UnsupportedMediaType = "unsupported_media_type" => 415,
-    /// A new MCP session past `mcp.max_sessions`.
+    /// A new MCP session past the credential's share
+    /// (`mcp.max_sessions_per_credential`) or the operators' table
+    /// (`mcp.max_sessions`); the answer carries `Retry-After`.
     TooManySessions = "too_many_sessions" => 429,
     /// A write past the credential's rate (`limits.write_rate_per_sec`) or
     /// a login past the peer's (`limits.login_rate_per_min`); the answer

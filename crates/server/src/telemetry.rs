@@ -63,6 +63,11 @@ pub const CREDENTIAL_CAPS: &[&str] = &[
     "deadpool_postgres",
 ];
 
+/// Targets that name every MCP session id at `info` (rmcp's session table
+/// logs each new one, and each session runs in a span carrying its id):
+/// they log at `warn` at most, so ids stay out of the log.
+pub const SESSION_ID_CAPS: &[&str] = &["rmcp::transport::streamable_http_server"];
+
 /// Installs the global subscriber. `filter` is the value of `RUST_LOG`; the
 /// `CREDENTIAL_CAPS` apply on top of it.
 ///
@@ -87,12 +92,16 @@ pub fn init(format: LogFormat, filter: Option<&str>) -> Result<(), TelemetryErro
         .map_err(|_| TelemetryError::AlreadyInstalled)
 }
 
-/// Every target at any level, but the `CREDENTIAL_CAPS` at `info` at most.
+/// Every target at any level, but the `CREDENTIAL_CAPS` at `info` at most
+/// and the `SESSION_ID_CAPS` at `warn`.
 fn credential_caps() -> Targets {
-    CREDENTIAL_CAPS.iter().fold(
+    let caps = CREDENTIAL_CAPS.iter().fold(
         Targets::new().with_default(LevelFilter::TRACE),
         |caps, target| caps.with_target(*target, LevelFilter::INFO),
-    )
+    );
+    SESSION_ID_CAPS.iter().fold(caps, |caps, target| {
+        caps.with_target(*target, LevelFilter::WARN)
+    })
 }
 
 fn build_filter(filter: Option<&str>) -> Result<EnvFilter, TelemetryError> {
@@ -138,5 +147,9 @@ mod tests {
             assert!(!caps.would_enable(target, &Level::TRACE), "{target}");
         }
         assert!(caps.would_enable("swarmd_server::ws", &Level::TRACE));
+        let sessions = "rmcp::transport::streamable_http_server::session::local";
+        assert!(caps.would_enable(sessions, &Level::WARN));
+        assert!(!caps.would_enable(sessions, &Level::INFO));
+        assert!(caps.would_enable("rmcp::service", &Level::INFO));
     }
 }

@@ -266,7 +266,7 @@ async fn swarmd_mcp_fails_clearly_without_a_daemon_or_with_a_bad_token() {
 
 #[tokio::test]
 async fn new_sessions_past_the_cap_are_refused_until_one_closes() {
-    let daemon = Daemon::start_with(&format!("{EXTRA}max_sessions = 2\n")).await;
+    let daemon = Daemon::start_with(&format!("{EXTRA}max_sessions_per_credential = 2\n")).await;
     let initialize = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},

@@ -312,6 +312,9 @@ pub struct McpConfig {
     /// MCP sessions (of the initialize-era revisions) the operator
     /// sessions hold at once, all together.
     pub max_sessions: u64,
+    /// MCP sessions one credential (the admin token, one operator session)
+    /// holds at once; the admin's count only against this share.
+    pub max_sessions_per_credential: u64,
 }
 
 impl Default for McpConfig {
@@ -320,6 +323,7 @@ impl Default for McpConfig {
             progress_ms: 5_000,
             presence_secs: 60,
             max_sessions: 256,
+            max_sessions_per_credential: 32,
         }
     }
 }

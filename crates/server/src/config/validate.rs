@@ -98,6 +98,12 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     range("mcp.progress_ms", config.mcp.progress_ms, 100, 10_000)?;
     range("mcp.presence_secs", config.mcp.presence_secs, 5, 3600)?;
     range("mcp.max_sessions", config.mcp.max_sessions, 1, 100_000)?;
+    range(
+        "mcp.max_sessions_per_credential",
+        config.mcp.max_sessions_per_credential,
+        1,
+        100_000,
+    )?;
     range("senior.timeout_secs", config.senior.timeout_secs, 1, DAY)?;
     if let Some(agent) = config
         .senior

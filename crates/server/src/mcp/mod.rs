@@ -17,6 +17,7 @@
 mod agent_tools;
 mod fanout;
 mod frames;
+mod ledger;
 mod proxy;
 mod read;
 mod route;
@@ -103,6 +104,22 @@ fn arguments<T: DeserializeOwned>(args: Option<JsonObject>) -> Result<T, ApiErro
         .map_err(|e| ApiError::bad_request(format!("invalid arguments: {e}")))
 }
 
+/// The arguments of a call, refused when nested past the bound of every
+/// intake (`MAX_JSON_DEPTH`): the arguments object stands where the body of
+/// the matching HTTP route does, so both take the same documents.
+fn within_depth(args: Option<JsonObject>) -> Result<Option<JsonObject>, ApiError> {
+    let Some(args) = args else {
+        return Ok(None);
+    };
+    let value = Value::Object(args);
+    swarmd_output_store::check_value_depth(&value)
+        .map_err(|e| ApiError::bad_request(format!("the arguments are refused: {e}")))?;
+    match value {
+        Value::Object(args) => Ok(Some(args)),
+        _ => Ok(None),
+    }
+}
+
 /// A refused call as the tool result a model reads: `{error, code}`.
 fn tool_error(error: &ApiError) -> CallToolResult {
     let body = json!({ "error": error.message(), "code": error.code().as_str() });
@@ -158,7 +175,10 @@ impl ServerHandler for SwarmdTools {
             return Err(ErrorData::internal_error("no authenticated caller", None));
         };
         let state = &self.state;
-        let args = request.arguments;
+        let args = match within_depth(request.arguments) {
+            Ok(args) => args,
+            Err(error) => return Ok(tool_error(&error).into()),
+        };
         let outcome = match request.name.as_ref() {
             "agents" => fanout::agents(state, &caller, args).await,
             "spawn" => fanout::spawn(state, &caller, args).await,
@@ -235,6 +255,18 @@ mod tests {
             assert_eq!(output.get("type"), Some(&json!("object")), "{}", tool.name);
             assert!(tool.description.as_ref().is_some_and(|d| d.len() > 20));
         }
+    }
+
+    #[test]
+    fn arguments_nest_as_deep_as_an_http_body_and_no_deeper() {
+        let nested = |depth: usize| (0..depth).fold(json!(1), |inner, _| json!([inner]));
+        let args = |depth| Some(JsonObject::from_iter([("input".into(), nested(depth))]));
+        let kept = within_depth(args(63)).unwrap().unwrap();
+        assert_eq!(kept["input"], nested(63));
+        let error = within_depth(args(64)).unwrap_err();
+        assert_eq!(error.code(), swarmd_engine::ErrorCode::BadRequest);
+        assert!(error.message().contains("64"), "{}", error.message());
+        assert!(within_depth(None).unwrap().is_none());
     }
 
     #[test]

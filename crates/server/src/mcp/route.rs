@@ -1,46 +1,58 @@
 //! `/mcp`: rmcp's Streamable HTTP service on the daemon's router, behind the
-//! bearer check of the other routes.
+//! bearer check of the other routes and the session ledger.
 //!
 //! Every request is authenticated on its own (the admin token or an operator
 //! session's `sws-` token; role tokens get 403) and the caller rides in the
 //! request's extensions to the tool handler, which acts with its rights. A
-//! session's request also counts it present (`mcp.presence_secs`). The
-//! router's middleware (body limit, sensitive `Authorization`, counts, JSON
-//! errors) applies as for any route; rmcp also cuts a body past
-//! `limits.max_body_bytes` while streaming it.
+//! session's request also counts it present (`mcp.presence_secs`). A request
+//! naming an MCP session is let through only for the credential that opened
+//! it, and one that may open a session takes a place in that credential's
+//! share first (`ledger`). rmcp answers only the `Host` names the daemon is
+//! reached by and browser pages of its own origins. The router's middleware
+//! (body limit, sensitive `Authorization`, counts, JSON errors) applies as
+//! for any route; rmcp also cuts a body past `limits.max_body_bytes` while
+//! streaming it.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{FromRequestParts, Request, State};
-use axum::http::Method;
-use axum::http::request::Parts;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
-use axum::response::Response;
-use rmcp::transport::common::http_header::{HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use serde::Deserialize;
 use swarmd_engine::ErrorCode;
-
 use tokio_util::sync::CancellationToken;
 
+use super::ledger::{Credential, Ledger, Refusal, Slot};
 use super::{SwarmdTools, catalogue};
 use crate::app::AppState;
+use crate::config::Config;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 
 /// How long MCP streams outlive the start of a drain.
 const STREAMS_GRACE: Duration = Duration::from_secs(1);
 
+/// The `Retry-After` of a refused new session, in seconds: sessions close
+/// when their client deletes them or after five idle minutes, so a place
+/// may free at any time.
+const RETRY_AFTER_SECS: &str = "30";
+
 /// The `/mcp` route.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let limit = usize::try_from(state.config.limits.max_body_bytes).unwrap_or(usize::MAX);
-    // Requests carry a bearer, so a page rebinding a name to this address
-    // cannot call the tools: the Host allow-list (for credential-less local
-    // servers) would only refuse clients that reach us by another name.
     let config = StreamableHttpServerConfig::default()
-        .disable_allowed_hosts()
+        .with_allowed_hosts(allowed_hosts(&state.config, state.bound, &state.base_url))
+        .with_allowed_origins(allowed_origins(&state.config, &state.base_url))
         .with_max_request_body_bytes(limit)
         .with_cancellation_token(closing(state));
     let tools = Arc::new(catalogue());
@@ -51,13 +63,64 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         sessions.clone(),
         config,
     );
+    let mcp = &state.config.mcp;
     let gate = Gate {
         state: state.clone(),
         sessions,
+        ledger: Ledger::new(
+            usize::try_from(mcp.max_sessions).unwrap_or(usize::MAX),
+            usize::try_from(mcp.max_sessions_per_credential).unwrap_or(usize::MAX),
+        ),
     };
     Router::new()
         .route_service("/mcp", service)
         .route_layer(middleware::from_fn_with_state(gate, authorize))
+}
+
+/// The `Host` names rmcp answers (a page rebinding its own name to this
+/// address is refused): the loopback names, the bound address, and the
+/// hosts of the base URL (`server.base_url` or the one derived from the
+/// bound address), `cluster.advertise_url` and `server.allowed_hosts`. An
+/// entry without a port matches any port.
+fn allowed_hosts(config: &Config, bound: SocketAddr, base_url: &str) -> Vec<String> {
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).into();
+    if !bound.ip().is_unspecified() {
+        hosts.push(bound.ip().to_string());
+    }
+    let advertised = config.cluster.as_ref();
+    let urls = [
+        Some(base_url),
+        advertised.and_then(|cluster| cluster.advertise_url.as_deref()),
+    ];
+    hosts.extend(urls.into_iter().flatten().filter_map(url_host));
+    hosts.extend(config.server.allowed_hosts.iter().cloned());
+    hosts
+}
+
+/// The origins whose browser pages rmcp answers (a request without `Origin`
+/// is not a page's): loopback pages on any port, the origin of the base
+/// URL, and `server.allowed_origins`.
+fn allowed_origins(config: &Config, base_url: &str) -> Vec<String> {
+    let mut origins: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
+        .iter()
+        .flat_map(|host| [format!("http://{host}:*"), format!("https://{host}:*")])
+        .collect();
+    if let Ok(base) = base_url.parse::<Uri>()
+        && let (Some(scheme), Some(authority)) = (base.scheme_str(), base.authority())
+    {
+        let port = authority
+            .port_u16()
+            .unwrap_or(if scheme == "https" { 443 } else { 80 });
+        origins.push(format!("{scheme}://{}:{port}", authority.host()));
+    }
+    origins.extend(config.server.allowed_origins.iter().cloned());
+    origins
+}
+
+/// The host of a configured URL.
+fn url_host(url: &str) -> Option<String> {
+    let uri = url.parse::<Uri>().ok()?;
+    uri.host().map(str::to_owned)
 }
 
 /// What the middleware in front of rmcp needs.
@@ -65,18 +128,15 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
 struct Gate {
     state: AppState,
     sessions: Arc<LocalSessionManager>,
+    ledger: Arc<Ledger>,
 }
 
 impl Gate {
-    /// Whether the request would open a session past `mcp.max_sessions`:
-    /// one that names no session and no protocol revision (an
-    /// initialize-era `initialize`) while the table is full.
-    async fn over_capacity(&self, parts: &Parts) -> bool {
-        let opens = parts.method == Method::POST
-            && !parts.headers.contains_key(HEADER_SESSION_ID)
-            && !parts.headers.contains_key(HEADER_MCP_PROTOCOL_VERSION);
-        let max = usize::try_from(self.state.config.mcp.max_sessions).unwrap_or(usize::MAX);
-        opens && self.sessions.sessions.read().await.len() >= max
+    /// A place for one more session of `credential`, after forgetting the
+    /// sessions rmcp has closed.
+    async fn reserve(&self, credential: Credential) -> Result<Slot, Refusal> {
+        let open = self.sessions.sessions.read().await;
+        self.ledger.reserve(credential, |id| open.contains_key(id))
     }
 }
 
@@ -94,17 +154,41 @@ fn closing(state: &AppState) -> CancellationToken {
     token
 }
 
-/// Resolves the bearer as the HTTP routes do and hands the caller on;
-/// refuses a new session past `mcp.max_sessions`.
+/// Resolves the bearer as the HTTP routes do and hands the caller on; lets
+/// a request naming a session through only for its opener; refuses a new
+/// session past the credential's share or the operators' table.
 async fn authorize(
     State(gate): State<Gate>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
+    let response = admit(&gate, request, next).await?;
+    Ok(explained(response).await)
+}
+
+/// rmcp refuses a foreign `Host` or `Origin` with a plain-text 403: the
+/// answer keeps its reason in the `{error, code}` body.
+async fn explained(response: Response) -> Response {
+    let plain = !response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/json"));
+    if response.status() != StatusCode::FORBIDDEN || !plain {
+        return response;
+    }
+    let text = axum::body::to_bytes(response.into_body(), 512)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    ApiError::coded(ErrorCode::Forbidden, text).into_response()
+}
+
+async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, ApiError> {
     let state = &gate.state;
     let (mut parts, body) = request.into_parts();
     let caller = Caller::from_request_parts(&mut parts, state).await?;
-    match &caller {
+    let credential = match &caller {
         Caller::Token { .. } => {
             state.metrics.token_failure("forbidden");
             return Err(ApiError::forbidden());
@@ -118,18 +202,147 @@ async fn authorize(
             if arrived {
                 state.engine.wake_waiting();
             }
+            Credential::Operator(session.sid)
         }
-        Caller::Admin => {}
+        Caller::Admin => Credential::Admin,
+    };
+    parts.extensions.insert(caller);
+
+    // rmcp reads a session id only as text; any other value names none.
+    let named = parts
+        .headers
+        .get(HEADER_SESSION_ID)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = named {
+        // Another credential's session answers as one that does not exist.
+        if !gate.ledger.opened_by(&id, &credential) {
+            return Err(ApiError::not_found("MCP session"));
+        }
+        let deletes = parts.method == Method::DELETE;
+        let response = next.run(Request::from_parts(parts, body)).await;
+        if deletes && response.status().is_success() {
+            gate.ledger.closed(&id);
+        }
+        return Ok(response);
     }
-    if gate.over_capacity(&parts).await {
-        return Err(ApiError::coded(
-            ErrorCode::TooManySessions,
-            format!(
-                "{} MCP sessions are open; close one or wait for idle ones to expire",
-                state.config.mcp.max_sessions
-            ),
+    if parts.method != Method::POST {
+        return Ok(next.run(Request::from_parts(parts, body)).await);
+    }
+    let limit = usize::try_from(state.config.limits.max_body_bytes).unwrap_or(usize::MAX);
+    let body = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::coded(
+            ErrorCode::PayloadTooLarge,
+            "request body is larger than limits.max_body_bytes",
+        )
+    })?;
+    if !may_open_a_session(&body) {
+        return Ok(next.run(Request::from_parts(parts, Body::from(body))).await);
+    }
+    let slot = match gate.reserve(credential).await {
+        Ok(slot) => slot,
+        Err(refusal) => return Ok(refused(state, refusal)),
+    };
+    // Run to the answer even if the client goes away meanwhile: a session
+    // rmcp opens is always bound to its opener and counted.
+    let request = Request::from_parts(parts, Body::from(body));
+    let opening = state.tasks.spawn(async move {
+        let response = next.run(request).await;
+        let opened = response
+            .headers()
+            .get(HEADER_SESSION_ID)
+            .and_then(|value| value.to_str().ok());
+        if let Some(id) = opened {
+            slot.bind(id.to_owned());
+        }
+        response
+    });
+    opening.await.map_err(|e| ApiError::internal(&e))
+}
+
+/// Whether a POST that names no session may open one: only an `initialize`
+/// does, so anything but a JSON object naming another method may (what
+/// cannot be read here is counted rather than let through uncounted).
+fn may_open_a_session(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_slice::<Message>(body).map_or(true, |message| {
+        message.method.as_deref() == Some("initialize")
+    })
+}
+
+/// The 429 of a new session past a cap, counted.
+fn refused(state: &AppState, refusal: Refusal) -> Response {
+    state.metrics.mcp_session_refused(refusal.reason());
+    let message = match refusal {
+        Refusal::Credential => format!(
+            "this credential holds {} MCP sessions (mcp.max_sessions_per_credential); \
+             close one or wait for idle ones to expire",
+            state.config.mcp.max_sessions_per_credential
+        ),
+        Refusal::Total => format!(
+            "{} MCP sessions are open (mcp.max_sessions); \
+             close one or wait for idle ones to expire",
+            state.config.mcp.max_sessions
+        ),
+    };
+    let mut response = ApiError::coded(ErrorCode::TooManySessions, message).into_response();
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_may_be_an_initialize_may_open_a_session() {
+        let initialize = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+        assert!(may_open_a_session(initialize));
+        // What cannot be told apart is counted too.
+        assert!(may_open_a_session(b"not json"));
+        assert!(may_open_a_session(br#"[{"method":"initialize"}]"#));
+        let call = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}"#;
+        assert!(!may_open_a_session(call));
+        assert!(!may_open_a_session(
+            br#"{"jsonrpc":"2.0","id":3,"result":{}}"#
         ));
     }
-    parts.extensions.insert(caller);
-    Ok(next.run(Request::from_parts(parts, body)).await)
+
+    #[test]
+    fn rmcp_answers_loopback_the_bound_address_and_the_configured_names() {
+        let mut config = Config::default();
+        config.server.allowed_hosts = vec!["proxy.example".into()];
+        config.server.allowed_origins = vec!["https://ui.example".into()];
+        let bound: SocketAddr = "10.0.0.7:7700".parse().unwrap();
+        let hosts = allowed_hosts(&config, bound, "https://swarm.example/base");
+        for host in [
+            "localhost",
+            "127.0.0.1",
+            "::1",
+            "10.0.0.7",
+            "swarm.example",
+            "proxy.example",
+        ] {
+            assert!(hosts.iter().any(|h| h == host), "{host}: {hosts:?}");
+        }
+        let unspecified: SocketAddr = "0.0.0.0:7700".parse().unwrap();
+        let hosts = allowed_hosts(&config, unspecified, "http://127.0.0.1:7700");
+        assert!(!hosts.iter().any(|h| h == "0.0.0.0"), "{hosts:?}");
+
+        let origins = allowed_origins(&config, "https://swarm.example/base");
+        for origin in [
+            "http://localhost:*",
+            "http://127.0.0.1:*",
+            "https://swarm.example:443",
+            "https://ui.example",
+        ] {
+            assert!(origins.iter().any(|o| o == origin), "{origin}: {origins:?}");
+        }
+    }
 }

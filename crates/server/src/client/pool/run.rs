@@ -164,14 +164,28 @@ async fn run_child(
     };
     // The branch is described before the Final, so the artifact is part of
     // the attempt its Final decides.
-    if let Some((worktree, checkout)) = checkout
-        && let Some(artifact) = worktree.conclude(checkout).await
-        && let Err(e) = post_events(&writer, &[artifact]).await
-    {
-        return (
-            Ran::Failed(format!("posting the worktree artifact failed: {e}")),
-            false,
-        );
+    if let Some((worktree, checkout)) = checkout {
+        let artifact = match worktree.conclude(checkout).await {
+            Ok(artifact) => artifact,
+            Err(refused) => {
+                let note = OutputEvent::Progress {
+                    stage: "worktree".to_owned(),
+                    note: Some(refused.clone()),
+                };
+                if let Err(e) = post_events(&writer, &[note]).await {
+                    tracing::debug!(error = %e, "worktree refusal not posted");
+                }
+                return (Ran::Failed(refused), false);
+            }
+        };
+        if let Some(artifact) = artifact
+            && let Err(e) = post_events(&writer, &[artifact]).await
+        {
+            return (
+                Ran::Failed(format!("posting the worktree artifact failed: {e}")),
+                false,
+            );
+        }
     }
     let stream = runner.spec().stream;
     match decide(stream, &exited, last_final) {

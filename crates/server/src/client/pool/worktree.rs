@@ -6,7 +6,9 @@
 //! does. When the child
 //! has exited, what it left uncommitted is committed, the branch is
 //! described in a `worktree` artifact posted before the Final, and the
-//! directory is removed unless `--worktree-keep` keeps it. Checkouts a
+//! directory is removed unless `--worktree-keep` keeps it. A checkout
+//! whose `.git` no longer names its git directory has no git run in it and
+//! fails its attempt (docs/security.md, Children's environment). Checkouts a
 //! previous run of the pool left are concluded and released at start.
 
 use std::path::PathBuf;
@@ -14,7 +16,9 @@ use std::sync::Arc;
 
 use swarmd_output_store::OutputEvent;
 use swarmd_spawner::process::HostEnv;
-use swarmd_spawner::worktree::{self, Checkout, KeepRule, PriorWork, WorktreeSpec, Worktrees};
+use swarmd_spawner::worktree::{
+    self, Checkout, KeepRule, PriorWork, WorktreeError, WorktreeSpec, Worktrees,
+};
 
 use crate::http::pool::wire::ClaimedAttempt;
 
@@ -87,12 +91,23 @@ impl PoolWorktree {
 
     /// Commits what the child left uncommitted and describes the branch:
     /// the `worktree` artifact, or `None` (logged) when git failed.
-    pub(crate) async fn conclude(&self, checkout: &Checkout) -> Option<OutputEvent> {
+    ///
+    /// # Errors
+    /// The refusal, in words, when the checkout's `.git` no longer names its
+    /// git directory: no git ran in it, and the attempt fails.
+    pub(crate) async fn conclude(
+        &self,
+        checkout: &Checkout,
+    ) -> Result<Option<OutputEvent>, String> {
         match self.trees.conclude(checkout).await {
-            Ok(report) => Some(report.artifact()),
+            Ok(report) => Ok(Some(report.artifact())),
+            Err(error @ (WorktreeError::Tampered { .. } | WorktreeError::Unregistered { .. })) => {
+                tracing::warn!(%error, branch = %checkout.branch, "the attempt's worktree is refused");
+                Err(error.to_string())
+            }
             Err(error) => {
                 tracing::warn!(%error, branch = %checkout.branch, "cannot describe the attempt's worktree");
-                None
+                Ok(None)
             }
         }
     }

@@ -50,7 +50,7 @@ export function agentsView(root) {
       await load();
       error.textContent = '';
     } catch (e) {
-      error.textContent = e.message;
+      replace(error, e.message);
     }
     if (!stopped) timer = setTimeout(tick, REFRESH_MS);
   }

@@ -184,7 +184,7 @@ async function signedIn() {
   $('nav').hidden = false;
   $('signout').hidden = false;
   // An operator session is named by its id: it sees and cancels its own tasks.
-  $('who').textContent = status.caller.sid ? `session ${status.caller.sid}` : status.caller.role;
+  replace($('who'), status.caller.sid ? `session ${status.caller.sid}` : status.caller.role);
   window.addEventListener('hashchange', () => route());
   await route(status.event_seq);
 }
@@ -199,7 +199,7 @@ function signOut() {
 function showSignIn(message = '') {
   $('signin').hidden = false;
   $('nav').hidden = true;
-  $('signin-error').textContent = message;
+  replace($('signin-error'), message);
   $('token').focus();
 }
 

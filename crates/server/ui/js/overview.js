@@ -99,7 +99,7 @@ export function overviewView(root) {
       error.textContent = '';
       render(status, history);
     } catch (e) {
-      error.textContent = e.message;
+      replace(error, e.message);
     }
     if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
   }

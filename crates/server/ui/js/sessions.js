@@ -42,13 +42,13 @@ export function sessionsView(root) {
     if (timer) return;
     timer = setTimeout(() => {
       timer = null;
-      load().catch((e) => (error.textContent = e.message));
+      load().catch((e) => replace(error, e.message));
     }, 200);
   };
   const unsubscribe = onEvent((rec) => {
     if (rec.event.kind === 'session_attached' || rec.event.kind === 'session_detached') reload();
   });
-  load().catch((e) => (error.textContent = e.message));
+  load().catch((e) => replace(error, e.message));
   return () => {
     unsubscribe();
     if (timer) clearTimeout(timer);

@@ -6,7 +6,7 @@
 
 import * as api from './api.js';
 import { onEvent, session } from './app.js';
-import { duration, h, replace, show, time } from './dom.js';
+import { append, duration, h, replace, show, time } from './dom.js';
 
 const TERMINAL = new Set(['pass', 'blocked', 'failed', 'cancelled']);
 
@@ -74,7 +74,7 @@ export function taskView(root, id) {
     } else if (event.type === 'progress') {
       entry.progress.append(h('li', {}, h('span', { class: 'stage' }, event.stage || ''), ' ', event.note || ''));
     } else if (event.type === 'partial') {
-      entry.partial.append(content(event.chunk));
+      append(entry.partial, content(event.chunk));
     } else if (event.type === 'artifact') {
       const text = content(event.content);
       entry.artifacts.append(h('li', {},
@@ -174,7 +174,7 @@ export function taskView(root, id) {
       await api.post(`/v1/tasks/${id}/cancel`, { reason: 'cancelled from the dashboard' });
       await load();
     } catch (e) {
-      error.textContent = e.message;
+      replace(error, e.message);
     }
   }
 
@@ -203,11 +203,11 @@ export function taskView(root, id) {
     if (rec.event.task_id !== id || rec.event.kind === 'output' || timer) return;
     timer = setTimeout(() => {
       timer = null;
-      load().catch((e) => (error.textContent = e.message));
+      load().catch((e) => replace(error, e.message));
     }, 200);
   });
 
-  load().then(followOutput).catch((e) => (error.textContent = e.message));
+  load().then(followOutput).catch((e) => replace(error, e.message));
 
   return () => {
     stopped = true;

@@ -177,7 +177,7 @@ export function tasksView(root, params, seq) {
         show((await api.get('/v1/tasks?' + query())).tasks);
         error.textContent = '';
       } catch (e) {
-        error.textContent = e.message;
+        replace(error, e.message);
       }
       // Follows the rows shown (as read, or as they were when the read
       // failed: the daemon is away, and the next tick reads again) from
@@ -203,7 +203,7 @@ export function tasksView(root, params, seq) {
   });
 
   load().then(() => follow(seq), (e) => {
-    error.textContent = e.message;
+    replace(error, e.message);
     follow(seq);
   });
 

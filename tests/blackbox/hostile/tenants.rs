@@ -316,7 +316,10 @@ async fn a_session_reads_continues_and_cancels_only_its_own_tasks() {
         let ids = listed(&sw, &path, &other.token).await;
         assert!(!ids.contains(&theirs), "{path}: {ids:?}");
     }
-    assert_eq!(listed(&sw, "/v1/tasks", &other.token).await, [mine.clone()]);
+    assert_eq!(
+        listed(&sw, "/v1/tasks", &other.token).await,
+        std::slice::from_ref(&mine)
+    );
     assert!(
         listed(&sw, "/v1/tasks", &owner.token)
             .await

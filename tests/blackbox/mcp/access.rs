@@ -161,7 +161,8 @@ async fn a_session_owns_what_it_spawns_and_only_it_cancels() {
         json!({"task_id": id}),
     )
     .await;
-    assert_eq!(tool_error(&refused)["code"], "forbidden");
+    // Sessions are isolated: another session's task is unknown to it.
+    assert_eq!(tool_error(&refused)["code"], "not_found");
     let cancelled = call(
         &daemon,
         Via::Stdio,

@@ -194,7 +194,15 @@ async fn wait_modes_and_its_timeout_return_what_they_have() {
     );
 
     let args = json!({"task_ids": [&quick, &sleepy], "timeout_secs": 1});
-    let all = call(&daemon, Via::Stdio, admin, "wait", args).await["structured"].clone();
+    // The relay acts as the admin itself (`--no-login`): a session it
+    // logged in would not see the admin's tasks.
+    let args = args.to_string();
+    let env = [
+        ("MCP_TOOL", "wait"),
+        ("MCP_ARGS", args.as_str()),
+        ("SWARMD_MCP_ARGS", r#"["--no-login"]"#),
+    ];
+    let all = run(&daemon, Via::Stdio, MODERN, "call", admin, &env).await["structured"].clone();
     assert_eq!(
         (&all["done"], &all["finished"]),
         (&json!(false), &json!(1)),

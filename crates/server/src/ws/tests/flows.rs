@@ -327,9 +327,11 @@ async fn subscribe_replays_then_streams_until_the_task_finishes() {
     let login = server.login(json!({})).await;
     let mut client = server.connect(&login).await;
     let engine = server.engine();
+    // A session follows its own tasks (another's is unknown to it).
     let spec = TaskSpec {
         agent: "slow".into(),
         prompt: "p".into(),
+        session: Some(login.sid),
         ..TaskSpec::default()
     };
     let task = engine.create_task(spec).await.unwrap();

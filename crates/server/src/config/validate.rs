@@ -143,12 +143,6 @@ fn validate_server(config: &Config) -> Result<(), ConfigError> {
         0,
         3600,
     )?;
-    if let Some(url) = &config.server.base_url {
-        let host = url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"));
-        if host.is_none_or(|host| host.is_empty() || host.contains(char::is_whitespace)) {
-            return Err(invalid(
     let server = &config.server;
     range(
         "server.max_connections",
@@ -190,6 +184,12 @@ fn validate_server(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    if let Some(url) = &config.server.base_url {
+        let host = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"));
+        if host.is_none_or(|host| host.is_empty() || host.contains(char::is_whitespace)) {
+            return Err(invalid(
                 "server.base_url",
                 format!("`{url}` is not an http:// or https:// URL"),
             ));

@@ -222,6 +222,7 @@ pub(crate) async fn serve(
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "cannot set TCP_NODELAY");
         }
+        tracing::trace!(%peer, "connection accepted");
         let service = connection_service(router.clone(), peer);
         let connection = builder
             .serve_connection(TokioIo::new(stream), service)

@@ -22,7 +22,6 @@ use crate::auth::error::TokenError;
 use crate::auth::fingerprint::fingerprint;
 use crate::auth::keyring::{Keyring, is_valid_kid};
 use crate::auth::wipe_string;
-use crate::ids::TaskId;
 
 /// The fixed first field: format version and algorithm (HMAC-SHA256) in one.
 pub const TOKEN_PREFIX: &str = "swc1";
@@ -185,35 +184,6 @@ pub fn decode(token: &[u8], keyring: &Keyring) -> Result<Claims, TokenError> {
     Ok(claims)
 }
 
-/// The task and attempt a token's claims name, read without verifying its
-/// tag or anything else: a cluster node routes a worker's request by it to
-/// the node that holds the task, which verifies the token. Never grants
-/// anything. `None` for anything that is not a `swc1` token naming both.
-pub fn peek_binding(token: &str) -> Option<(TaskId, u32)> {
-    #[derive(serde::Deserialize)]
-    struct Binding {
-        task: Option<TaskId>,
-        attempt: Option<u32>,
-    }
-    if token.len() > MAX_TOKEN_BYTES {
-        return None;
-    }
-    let mut fields = token.split('.');
-    let (Some(TOKEN_PREFIX), Some(_kid), Some(payload), Some(_tag), None) = (
-        fields.next(),
-        fields.next(),
-        fields.next(),
-        fields.next(),
-        fields.next(),
-    ) else {
-        return None;
-    };
-    let mut buf = [0u8; PAYLOAD_BUF_BYTES];
-    let len = BASE64.decode_slice(payload, &mut buf).ok()?;
-    let binding: Binding = serde_json::from_slice(&buf[..len]).ok()?;
-    Some((binding.task?, binding.attempt?))
-}
-
 /// Verification step 5 and the lifetime bound: `now < exp + leeway`, then
 /// `exp - iat <= max_ttl`.
 ///
@@ -254,30 +224,6 @@ mod tests {
             iat: 100,
             exp: 200,
             jti: "0123456789abcdef0123456789abcdef".into(),
-        }
-    }
-
-    #[test]
-    fn peek_binding_reads_task_and_attempt_without_the_key() {
-        let task: TaskId = "T-0190f5a2c3d400000000000000000000".parse().unwrap();
-        let bound = Claims {
-            sub: format!("worker-of-{task}"),
-            role: Role::Worker,
-            verbs: vec![Verb::EmitOutput],
-            task: Some(task),
-            attempt: Some(3),
-            ..claims()
-        };
-        let token = encode(&ring(), &bound).unwrap();
-        assert_eq!(peek_binding(token.expose()), Some((task, 3)));
-        // A tag nobody can check here still routes; the owner verifies it.
-        let mut forged: Vec<&str> = token.expose().split('.').collect();
-        forged[3] = "AAAA";
-        assert_eq!(peek_binding(&forged.join(".")), Some((task, 3)));
-        let unbound = encode(&ring(), &claims()).unwrap();
-        assert_eq!(peek_binding(unbound.expose()), None);
-        for junk in ["", "swc1", "swc1.t1.!!.x", "wh-abc", "swc2.t1.e30.x"] {
-            assert_eq!(peek_binding(junk), None, "{junk}");
         }
     }
 

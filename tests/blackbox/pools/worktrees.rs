@@ -164,7 +164,14 @@ async fn a_continuation_on_a_pool_starts_from_the_continued_attempts_branch() {
     assert!(stages.is_empty(), "no fallback note: {stages:?}");
 
     // A continuation whose branch and head this pool's repository does not
-    // have starts from the base, and says so.
+    // have starts from the base, and says so. The pool removes the
+    // continuation's worktree after its Final, so the branch is free once
+    // git no longer lists it.
+    let deadline = std::time::Instant::now() + crate::harness::PATIENCE;
+    while git(&repo, &["worktree", "list", "--porcelain"]).contains(next.as_str()) {
+        assert!(std::time::Instant::now() < deadline, "the worktree of {next} stays");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     git(&repo, &["branch", "-D", &format!("swarmd/{next}-1")]);
     git(&repo, &["reflog", "expire", "--expire=now", "--all"]);
     git(&repo, &["gc", "-q", "--prune=now"]);

@@ -17,6 +17,7 @@ mod cli_streams;
 mod cluster;
 mod continuations;
 mod daemon;
+mod first_run;
 mod harness;
 mod hostile;
 mod http_api;

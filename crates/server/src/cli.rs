@@ -11,7 +11,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 use swarmd_engine::ids::TaskId;
 
-use crate::config::{ConfigPath, DEFAULT_CONFIG_PATH, Overrides};
+use crate::config::{ConfigPath, Overrides};
+use crate::environment::Environment;
 use crate::telemetry::LogFormat;
 
 /// Process exit codes (sysexits.h where one fits).
@@ -30,13 +31,16 @@ pub mod exit {
 /// Lua scripts or its own delegates) under engine control, with per-attempt
 /// capability tokens and a durable output store.
 ///
-/// Configuration: a TOML file (--config, default /etc/swarmd/swarmd.toml when
-/// present), then SWARMD_SECTION__KEY environment variables (for example
-/// SWARMD_SERVER__BIND=0.0.0.0:7700), then flags; later wins.
+/// Configuration: a TOML file (--config, default the first that exists of
+/// $XDG_CONFIG_HOME/swarmd/swarmd.toml, ~/.config/swarmd/swarmd.toml and
+/// /etc/swarmd/swarmd.toml), then SWARMD_SECTION__KEY environment variables
+/// (for example SWARMD_SERVER__BIND=0.0.0.0:7700), then flags; later wins.
+/// State lives in $XDG_STATE_HOME/swarmd (~/.local/state/swarmd) by default.
 #[derive(Debug, Parser)]
 #[command(name = "swarmd", version, max_term_width = 100)]
 pub struct Cli {
-    /// Log line format on stderr; RUST_LOG sets the filter (default: info).
+    /// Log line format on stderr; RUST_LOG sets the filter (default: info;
+    /// warn for the asset server and the MCP library).
     #[arg(
         long,
         value_enum,
@@ -84,10 +88,12 @@ pub enum Command {
 /// Where the configuration comes from.
 #[derive(Debug, Clone, Args)]
 pub struct ConfigArgs {
-    /// Configuration file [default: /etc/swarmd/swarmd.toml when it exists].
+    /// Configuration file [default: the first that exists of
+    /// $XDG_CONFIG_HOME/swarmd/swarmd.toml (~/.config/…) and /etc/swarmd/swarmd.toml].
     #[arg(long, value_name = "PATH", env = "SWARMD_CONFIG", global = true)]
     pub config: Option<PathBuf>,
-    /// State directory (overrides store.state_dir).
+    /// State directory (overrides store.state_dir) [default:
+    /// $STATE_DIRECTORY, else $XDG_STATE_HOME/swarmd, else ~/.local/state/swarmd].
     #[arg(long, value_name = "DIR", global = true)]
     pub state_dir: Option<PathBuf>,
 }
@@ -423,12 +429,10 @@ pub struct SuperviseArgs {
 }
 
 impl ConfigArgs {
-    /// The configuration file to read.
-    pub fn config_path(&self) -> ConfigPath {
-        match &self.config {
-            Some(path) => ConfigPath::Explicit(path.clone()),
-            None => ConfigPath::IfPresent(PathBuf::from(DEFAULT_CONFIG_PATH)),
-        }
+    /// The configuration file to read: `--config`, else the first of the
+    /// default places that exists (`ConfigPath::search`).
+    pub fn config_path(&self, env: &Environment) -> ConfigPath {
+        ConfigPath::search(self.config.as_deref(), env)
     }
 
     /// The flags that override configuration keys.

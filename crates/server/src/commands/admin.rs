@@ -16,7 +16,11 @@ use crate::state::SecretSource;
 use crate::state::database::Secrets;
 
 fn load(args: &ConfigArgs, env: &Environment) -> Result<Config, CommandError> {
-    Ok(Config::load(&args.config_path(), env, &args.overrides())?)
+    Ok(Config::load(
+        &args.config_path(env),
+        env,
+        &args.overrides(),
+    )?)
 }
 
 /// Rotates the keyring the daemon would load and prints the new key id.

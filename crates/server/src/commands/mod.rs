@@ -26,6 +26,12 @@ pub enum CommandError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     State(#[from] StateError),
+    #[error(
+        "no credential for the daemon: {reason} (configuration: {config}); pass --token or \
+         set SWARMD_TOKEN, or name the daemon's configuration with --config (SWARMD_CONFIG) \
+         or its state directory with --state-dir"
+    )]
+    NoCredential { reason: String, config: String },
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error(transparent)]
@@ -68,7 +74,7 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
     match command {
         Command::Serve(args) => serve::serve(&args, env).await.map(|()| exit::OK),
         Command::CheckConfig(args) => {
-            let config = Config::load(&args.config.config_path(), env, &args.overrides())?;
+            let config = Config::load(&args.config.config_path(env), env, &args.overrides())?;
             crate::daemon::link_agents(&config, env).map_err(ServeError::Build)?;
             print(config.to_toml_redacted()?.trim_end())?;
             Ok(exit::OK)

@@ -4,10 +4,11 @@
 use super::{CommandError, print};
 use crate::cli::{ConnectionArgs, McpArgs, SpawnArgs, TaskArgs, TaskCommand, WorkerArgs, exit};
 use crate::client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
-use crate::config::Config;
+use crate::config::{Config, config_candidates};
 use crate::environment::Environment;
-use crate::state::SecretSource;
+use crate::mcp::ProxyError;
 use crate::state::database::Secrets;
+use crate::state::{SecretSource, StateError};
 
 /// Runs one task verb and prints the daemon's JSON answer.
 pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, CommandError> {
@@ -69,21 +70,26 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
 /// With `--no-login` the credential is required as for `task`; otherwise a
 /// missing one is no error: the login is then a loopback login.
 pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandError> {
-    let (url, token) = if args.no_login {
+    let (url, token, missing) = if args.no_login {
         let (url, token) = endpoint(&args.connection, env).await?;
-        (url, Some(token))
+        (url, Some(token), None)
     } else {
         match endpoint(&args.connection, env).await {
-            Ok((url, token)) => (url, Some(token)),
-            Err(CommandError::State(error)) => {
+            Ok((url, token)) => (url, Some(token), None),
+            Err(error @ CommandError::NoCredential { .. }) => {
                 tracing::debug!(%error, "no admin token: trying a loopback login");
-                (url_only(&args.connection, env)?, None)
+                (url_only(&args.connection, env)?, None, Some(error))
             }
             Err(error) => return Err(error),
         }
     };
-    crate::mcp::serve_stdio(&args, &url, token.as_deref(), env).await?;
-    Ok(exit::OK)
+    let served = crate::mcp::serve_stdio(&args, &url, token.as_deref(), env).await;
+    match (served, missing) {
+        (Ok(()), _) => Ok(exit::OK),
+        // A refused loopback login: say where the credential was looked for.
+        (Err(ProxyError::Refused { .. }), Some(missing)) => Err(missing),
+        (Err(error), _) => Err(error.into()),
+    }
 }
 
 /// Runs `swarmd worker` and returns the command's exit code.
@@ -119,7 +125,7 @@ pub(super) async fn endpoint(
     args: &ConnectionArgs,
     env: &Environment,
 ) -> Result<(String, String), CommandError> {
-    let load = || Config::load(&args.config.config_path(), env, &args.config.overrides());
+    let load = || Config::load(&args.config.config_path(env), env, &args.config.overrides());
     let mut loaded = None;
     let url = match &args.url {
         Some(url) => url.clone(),
@@ -136,14 +142,35 @@ pub(super) async fn endpoint(
                 None => load()?,
             };
             let source = SecretSource::for_admin_token(&config, env);
-            Secrets::new(&config, env)
+            match Secrets::new(&config, env)
                 .existing_admin_secret(&source)
-                .await?
-                .expose()
-                .to_owned()
+                .await
+            {
+                Ok(secret) => secret.expose().to_owned(),
+                Err(error) => return Err(no_credential(&error, &config, env)),
+            }
         }
     };
     Ok((url, token))
+}
+
+/// The admin token could not be read: say where it was looked for and which
+/// configuration named that place.
+fn no_credential(error: &StateError, config: &Config, env: &Environment) -> CommandError {
+    let config = match &config.source {
+        Some(path) => path.display().to_string(),
+        None => {
+            let candidates: Vec<String> = config_candidates(env)
+                .iter()
+                .map(|path| path.display().to_string())
+                .collect();
+            format!("no file, looked for {}", candidates.join(" and "))
+        }
+    };
+    CommandError::NoCredential {
+        reason: error.to_string(),
+        config,
+    }
 }
 
 /// The daemon's URL from the flags, else from the configuration.
@@ -151,7 +178,7 @@ fn url_only(args: &ConnectionArgs, env: &Environment) -> Result<String, CommandE
     if let Some(url) = &args.url {
         return Ok(url.clone());
     }
-    let config = Config::load(&args.config.config_path(), env, &args.config.overrides())?;
+    let config = Config::load(&args.config.config_path(env), env, &args.config.overrides())?;
     Ok(config.base_url(config.server.bind))
 }
 

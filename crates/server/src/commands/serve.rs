@@ -13,7 +13,7 @@ use crate::{Startup, bind, run, shutdown};
 
 /// Runs the daemon until SIGTERM/SIGINT and its drain are over.
 pub(super) async fn serve(args: &ServeArgs, env: &Environment) -> Result<(), CommandError> {
-    let config = Config::load(&args.config.config_path(), env, &args.overrides())?;
+    let config = Config::load(&args.config.config_path(env), env, &args.overrides())?;
     let config = Arc::new(config);
     let state = PreparedState::prepare(&config, env).await?;
     let systemd = Systemd::from_env(env);

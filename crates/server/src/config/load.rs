@@ -18,11 +18,13 @@ use serde::Deserialize;
 use super::agent::{AgentKind, EnvSpec, EnvVars};
 use super::agents_dir::load_agents_dir;
 use super::error::ConfigError;
+use super::locations::default_state_dir;
 use super::sections::StoreBackend;
 use super::{Config, validate};
 use crate::environment::Environment;
 
-/// The configuration file read when `--config` is not given, if it exists.
+/// The system-wide configuration file, read when `--config` is not given, it
+/// exists and no per-user file does (`locations::config_candidates`).
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/swarmd/swarmd.toml";
 
 /// Prefix of configuration environment variables.
@@ -41,7 +43,7 @@ pub const CLI_ENV_VARS: [&str; 4] = [
 pub enum ConfigPath {
     /// `--config PATH`: must exist.
     Explicit(PathBuf),
-    /// Read when it exists, else run on defaults (`DEFAULT_CONFIG_PATH`).
+    /// Read when it exists, else run on defaults (`ConfigPath::search`).
     IfPresent(PathBuf),
     /// No file: defaults, environment and flags only.
     None,
@@ -106,16 +108,13 @@ impl Overrides {
     }
 }
 
-/// The defaults that come from the environment: `store.state_dir` from the
-/// first path of systemd's `$STATE_DIRECTORY`.
+/// The defaults that come from the environment: `store.state_dir` (see
+/// `locations::default_state_dir`).
 fn defaults_from_env(env: &Environment) -> toml::Table {
     let mut table = toml::Table::new();
-    if let Some(first) = env
-        .get("STATE_DIRECTORY")
-        .and_then(|dirs| dirs.split(':').find(|dir| !dir.is_empty()))
-    {
+    if let Some(dir) = default_state_dir(env).and_then(|dir| dir.to_str().map(str::to_owned)) {
         let mut store = toml::Table::new();
-        store.insert("state_dir".into(), toml::Value::String(first.to_owned()));
+        store.insert("state_dir".into(), toml::Value::String(dir));
         table.insert("store".into(), toml::Value::Table(store));
     }
     table

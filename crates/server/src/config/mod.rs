@@ -2,7 +2,7 @@
 //! (docs/configuration.md).
 //!
 //! Sources, later wins: built-in defaults (the state directory defaults to
-//! `$STATE_DIRECTORY`), the TOML file, `SWARMD_SECTION__KEY` environment
+//! `$STATE_DIRECTORY`, else the per-user XDG state directory), the TOML file, `SWARMD_SECTION__KEY` environment
 //! variables, then CLI flags (`Overrides`). `Config::load` merges them,
 //! resolves what needs the file system once (agents_dir, system prompt files,
 //! inherited child environment) and validates; after that the struct is plain
@@ -16,6 +16,7 @@ mod agents_dir;
 mod error;
 mod hosts;
 mod load;
+mod locations;
 mod print;
 mod sections;
 mod validate;
@@ -36,6 +37,7 @@ pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file};
 pub use error::ConfigError;
 pub use hosts::{HostRules, Origin, parse_origin};
 pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
+pub use locations::{config_candidates, default_state_dir};
 pub use sections::{
     AuthConfig, ClusterConfig, DEFAULT_NODE_LEASE_SECS, DEFAULT_STATE_DIR, DefaultsConfig,
     LimitsConfig, LuaConfig, LuaMiddleware, McpConfig, RetentionConfig, RetryOutcome, SeniorConfig,

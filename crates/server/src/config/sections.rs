@@ -126,6 +126,7 @@ pub struct StoreConfig {
     pub pg_pool: u32,
     /// The state directory (docs/operations.md, State directory). Default: the first path of
     /// `$STATE_DIRECTORY` (set by systemd's `StateDirectory=`), else
+    /// `$XDG_STATE_HOME/swarmd`, else `$HOME/.local/state/swarmd`, else
     /// `./swarmd-state`.
     pub state_dir: PathBuf,
     /// SQLite durability: `full` (default) or `normal`.
@@ -136,7 +137,8 @@ pub struct StoreConfig {
     pub memory_keep_finished: u64,
 }
 
-/// The state directory used when neither the config nor systemd names one.
+/// The state directory used when neither the config nor the environment
+/// (systemd, XDG, HOME) names one.
 pub const DEFAULT_STATE_DIR: &str = "./swarmd-state";
 
 impl Default for StoreConfig {

@@ -89,6 +89,18 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
+/// The lines after `listening on`: where the dashboard is and how to get the
+/// admin token to sign in with (the same configuration file as this daemon).
+fn start_hint(base_url: &str, config: Option<&std::path::Path>) -> String {
+    let flag = config.map_or(String::new(), |path| {
+        format!(" --config {}", path.display())
+    });
+    format!(
+        "dashboard: {}/ui\nsign in with the admin token: swarmd admin-token{flag}",
+        base_url.trim_end_matches('/')
+    )
+}
+
 /// Assembles the daemon, recovers, serves on `listener` until `shutdown`
 /// fires, then drains (docs/operations.md):
 ///
@@ -136,6 +148,7 @@ pub async fn run(
     });
     tracing::info!(%addr, %base_url, "listening");
     eprintln!("listening on http://{addr}");
+    eprintln!("{}", start_hint(&base_url, config.source.as_deref()));
 
     let http_stop = CancellationToken::new();
     let router = http::router(app.clone());

@@ -1,5 +1,5 @@
 //! Logging: a `tracing` subscriber writing to stderr (journald captures it),
-//! as text or JSON lines, filtered by `RUST_LOG` (default `info`). Colours
+//! as text or JSON lines, filtered by `RUST_LOG` (default `DEFAULT_FILTER`). Colours
 //! only when stderr is a terminal.
 //!
 //! Whatever `RUST_LOG` says, the protocol libraries are capped at `info`
@@ -17,8 +17,10 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-/// The filter used when `RUST_LOG` is unset.
-pub const DEFAULT_FILTER: &str = "info";
+/// The filter used when `RUST_LOG` is unset: `info`, but `warn` for the
+/// embedded asset server (a line per asset route at start) and the MCP
+/// library (the whole peer description at each handshake).
+pub const DEFAULT_FILTER: &str = "info,memory_serve=warn,rmcp=warn";
 
 /// Output format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -118,7 +120,10 @@ mod tests {
 
     #[test]
     fn filter_defaults_to_info_and_rejects_garbage() {
-        assert_eq!(build_filter(None).unwrap().to_string(), "info");
+        let default = build_filter(None).unwrap().to_string();
+        for directive in ["info", "memory_serve=warn", "rmcp=warn"] {
+            assert!(default.split(',').any(|d| d == directive), "{default}");
+        }
         assert_eq!(
             build_filter(Some("swarmd_server=debug"))
                 .unwrap()

@@ -93,6 +93,8 @@ async fn serve_and_task_find_the_per_user_places_from_any_directory() {
     let (mut daemon, base, start) = serve(&daemon_cwd, &env).await;
     let start = start.join("\n");
     assert!(start.contains(&format!("{base}/ui")), "{start}");
+    // The per-user file is found by default: no --config to repeat.
+    assert!(!start.contains("--config"), "{start}");
     let state = xdg_state.join("swarmd");
     assert!(state.join("admin.token").is_file(), "{start}");
     assert!(!daemon_cwd.join("swarmd-state").exists());
@@ -146,5 +148,16 @@ async fn serve_and_task_find_the_per_user_places_from_any_directory() {
     ] {
         assert!(stderr.contains(needle), "{needle} in {stderr}");
     }
+    // The stdio MCP relay falls back to a loopback login, which the daemon
+    // refuses by default: the same error.
+    let mcp = swarmd(&project, &[("HOME", stranger.as_path())])
+        .args(["mcp", "--url", &base])
+        .output()
+        .await
+        .unwrap();
+    let (_, stderr) = text(&mcp);
+    assert_eq!(mcp.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(looked.to_str().unwrap()), "{stderr}");
+    assert!(stderr.contains("--token or set SWARMD_TOKEN"), "{stderr}");
     daemon.kill().await.unwrap();
 }

@@ -90,11 +90,16 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 }
 
 /// The lines after `listening on`: where the dashboard is and how to get the
-/// admin token to sign in with (the same configuration file as this daemon).
-fn start_hint(base_url: &str, config: Option<&std::path::Path>) -> String {
-    let flag = config.map_or(String::new(), |path| {
-        format!(" --config {}", path.display())
-    });
+/// admin token to sign in with (`--config` when this daemon's file is not
+/// the one found by default).
+fn start_hint(base_url: &str, config: Option<&std::path::Path>, env: &Environment) -> String {
+    let found = config::ConfigPath::search(None, env);
+    let flag = match config {
+        Some(path) if found != config::ConfigPath::IfPresent(path.to_owned()) => {
+            format!(" --config {}", path.display())
+        }
+        _ => String::new(),
+    };
     format!(
         "dashboard: {}/ui\nsign in with the admin token: swarmd admin-token{flag}",
         base_url.trim_end_matches('/')
@@ -148,7 +153,10 @@ pub async fn run(
     });
     tracing::info!(%addr, %base_url, "listening");
     eprintln!("listening on http://{addr}");
-    eprintln!("{}", start_hint(&base_url, config.source.as_deref()));
+    eprintln!(
+        "{}",
+        start_hint(&base_url, config.source.as_deref(), &startup.env)
+    );
 
     let http_stop = CancellationToken::new();
     let router = http::router(app.clone());

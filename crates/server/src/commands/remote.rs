@@ -86,8 +86,13 @@ pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandE
     let served = crate::mcp::serve_stdio(&args, &url, token.as_deref(), env).await;
     match (served, missing) {
         (Ok(()), _) => Ok(exit::OK),
-        // A refused loopback login: say where the credential was looked for.
-        (Err(ProxyError::Refused { .. }), Some(missing)) => Err(missing),
+        // A loopback login refused for want of a credential: say where the
+        // credential was looked for. Other refusals (a role taken) stand.
+        (Err(ProxyError::Refused { message, .. }), Some(missing))
+            if message.ends_with("(unauthorized)") =>
+        {
+            Err(missing)
+        }
         (Err(error), _) => Err(error.into()),
     }
 }

@@ -169,7 +169,10 @@ async fn a_continuation_on_a_pool_starts_from_the_continued_attempts_branch() {
     // git no longer lists it.
     let deadline = std::time::Instant::now() + crate::harness::PATIENCE;
     while git(&repo, &["worktree", "list", "--porcelain"]).contains(next.as_str()) {
-        assert!(std::time::Instant::now() < deadline, "the worktree of {next} stays");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worktree of {next} stays"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     git(&repo, &["branch", "-D", &format!("swarmd/{next}-1")]);

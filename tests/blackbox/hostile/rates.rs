@@ -110,13 +110,15 @@ async fn writes_past_a_credentials_rate_get_429_with_retry_after() {
     let (status, _) = sw.create(json!({"agent": "cat", "prompt": "admin"})).await;
     assert_eq!(status, 201);
     tokio::time::sleep(Duration::from_secs(wait)).await;
-    sw.create_as(&flooder.token, json!({"agent": "cat", "prompt": "later"}))
+    let own = sw
+        .create_as(&flooder.token, json!({"agent": "cat", "prompt": "later"}))
         .await;
 
-    // Its socket's frames count against the same kind of limit.
+    // Its socket's writes (here cancels of its own finished task) count
+    // against the same kind of limit.
     let mut ws = sw.connect(&flooder).await;
     for i in 0..30 {
-        ws.send(json!({"type": "cancel_task", "req_id": format!("c{i}"), "task_id": "T-0"}))
+        ws.send(json!({"type": "cancel_task", "req_id": format!("c{i}"), "task_id": own}))
             .await;
     }
     let limited = ws

@@ -213,9 +213,10 @@ pub struct LimitsConfig {
     /// spilled blobs); a write past it is refused (413 over HTTP, a failed
     /// attempt for a process or Lua agent).
     pub max_output_bytes_per_attempt: u64,
-    /// Writes (HTTP requests other than GET and HEAD, and WebSocket
-    /// frames) one credential may make per second, sustained; 0 turns the
-    /// limit off. Past it: 429 `rate_limited` with `Retry-After`.
+    /// Writes (HTTP requests other than GET, HEAD and OPTIONS, and a
+    /// session's `spawn_task` and `cancel_task` frames) one credential may
+    /// make per second, sustained; 0 turns the limit off. Past it: 429
+    /// `rate_limited` with `Retry-After`.
     pub write_rate_per_sec: u32,
     /// Writes one credential may make in a burst above the sustained rate.
     pub write_burst: u32,
@@ -232,8 +233,8 @@ impl Default for LimitsConfig {
             inline_max_bytes: 256 * 1024,
             max_spawn_depth: 4,
             max_output_bytes_per_attempt: 64 * MIB,
-            write_rate_per_sec: 1000,
-            write_burst: 2000,
+            write_rate_per_sec: 20_000,
+            write_burst: 40_000,
             login_rate_per_min: 60,
         }
     }

@@ -5,9 +5,12 @@
 //! this reader. A frame that cannot be used is answered with an `error`
 //! frame and the connection stays up; a frame over the size limit closes it
 //! with a policy-violation code. A session of the upstream dialect may name
-//! a task by its step id (`dialect`). Text frames count against the
-//! session's write rate (`limits.write_rate_per_sec`): one past it is
-//! answered with a `rate_limited` error frame and not acted on.
+//! a task by its step id (`dialect`). The writes (`spawn_task`,
+//! `cancel_task`) count against the session's write rate
+//! (`limits.write_rate_per_sec`): one past it is answered with a
+//! `rate_limited` error frame naming its `req_id` and not acted on.
+//! Replies to the daemon's own requests and subscriptions are bounded by
+//! those requests and by the subscription cap instead.
 
 use std::sync::Arc;
 
@@ -65,19 +68,6 @@ impl Reader<'_> {
                         return ReaderEnd::Close(close_code::POLICY, "frame larger than 1 MiB");
                     }
                     self.session.touch(self.engine.clock().now_ms());
-                    if let Err(wait) = self.within_rate() {
-                        let error = ServerFrame::error(
-                            None,
-                            ErrorCode::RateLimited,
-                            format!(
-                                "too many frames for this session (limits.write_rate_per_sec); \
-                                 this one was dropped, retry in {} ms",
-                                wait.as_millis().max(1)
-                            ),
-                        );
-                        self.reply(&error).await;
-                        continue;
-                    }
                     self.handle(&mut subscriptions, text.as_str()).await;
                 }
                 Message::Binary(data) => {
@@ -99,13 +89,26 @@ impl Reader<'_> {
         ReaderEnd::Gone
     }
 
-    /// Takes a place in the session's frame rate, or says how long to wait.
-    fn within_rate(&self) -> Result<(), std::time::Duration> {
+    /// Takes a place in the session's write rate for the write `req_id`
+    /// names; when there is none, answers it with a `rate_limited` error
+    /// frame and says so (the frame is then not acted on).
+    async fn within_rate(&self, req_id: &ReqId) -> bool {
         let key = RateKey::session(&self.session.sid.to_string());
-        self.guards
-            .rates()
-            .check_write(&key)
-            .inspect_err(|_| self.guards.count_limited("ws"))
+        let Err(wait) = self.guards.rates().check_write(&key) else {
+            return true;
+        };
+        self.guards.count_limited("ws");
+        let error = ServerFrame::error(
+            Some(req_id.clone()),
+            ErrorCode::RateLimited,
+            format!(
+                "too many writes for this session (limits.write_rate_per_sec); \
+                 this one was dropped, retry in {} ms",
+                wait.as_millis().max(1)
+            ),
+        );
+        self.reply(&error).await;
+        false
     }
 
     async fn handle(&self, subscriptions: &mut Subscriptions, text: &str) {
@@ -122,9 +125,15 @@ impl Reader<'_> {
             Err(frame) => *frame,
         };
         match frame {
-            ClientFrame::SpawnTask(spawn) => self.forward(Op::Spawn(spawn)).await,
+            ClientFrame::SpawnTask(spawn) => {
+                if self.within_rate(&spawn.req_id).await {
+                    self.forward(Op::Spawn(spawn)).await;
+                }
+            }
             ClientFrame::CancelTask { req_id, task_id } => {
-                self.forward(Op::Cancel { req_id, task_id }).await;
+                if self.within_rate(&req_id).await {
+                    self.forward(Op::Cancel { req_id, task_id }).await;
+                }
             }
             ClientFrame::Subscribe {
                 req_id,

@@ -424,3 +424,74 @@ async fn the_example_configuration_runs_its_process_lua_and_ndjson_agents() {
     assert_eq!(stored["metadata"], json!({"ticket": 42}), "{stored}");
     assert_eq!(stored["policy"]["max_attempts"], 2, "{stored}");
 }
+
+/// `task wait` and `task spawn --wait` exit by the task's outcome: 0 when it
+/// passed, 2 when it finished otherwise, 3 when it had not finished in time.
+#[tokio::test]
+async fn task_wait_exits_by_the_outcome() {
+    let sw = Swarmd::new(
+        r#"
+[defaults]
+max_attempts = 1
+
+[agents.yes]
+kind = "process"
+program = "/bin/cat"
+
+[agents.no]
+kind = "process"
+program = "/bin/false"
+
+[agents.slow]
+kind = "process"
+program = "/bin/sleep"
+args = ["30"]
+"#,
+    )
+    .start()
+    .await;
+    let run = |args: Vec<String>| {
+        let base = sw.base.clone();
+        let admin = sw.admin.clone();
+        async move {
+            let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
+                .args(["task", "--url", &base, "--token", &admin])
+                .args(&args)
+                .env_clear()
+                .output()
+                .await
+                .unwrap();
+            let printed: Value = serde_json::from_slice(&output.stdout)
+                .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&output.stderr)));
+            (output.status.code(), printed)
+        }
+    };
+    let spawn = |agent: &str, wait: &str| {
+        ["spawn", "--agent", agent, "--prompt", "p", "--wait", wait]
+            .map(String::from)
+            .to_vec()
+    };
+    let (code, passed) = run(spawn("yes", "10")).await;
+    assert_eq!(
+        (code, &passed["status"]),
+        (Some(0), &json!("pass")),
+        "{passed}"
+    );
+    let (code, failed) = run(spawn("no", "10")).await;
+    assert_eq!(code, Some(2), "{failed}");
+    let (code, slow) = run(spawn("slow", "1")).await;
+    assert_eq!(code, Some(3), "{slow}");
+    let id = slow["task_id"].as_str().unwrap().to_owned();
+    let (code, _) = run(["wait".into(), id.clone(), "--timeout".into(), "1".into()].to_vec()).await;
+    assert_eq!(code, Some(3));
+    let (code, got) = run(["get".into(), id.clone()].to_vec()).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "get exits 0 whatever the task's state: {got}"
+    );
+    run(["cancel".into(), id.clone()].to_vec()).await;
+    let (code, cancelled) =
+        run(["wait".into(), id, "--timeout".into(), "10".into()].to_vec()).await;
+    assert_eq!((code, &cancelled["status"]), (Some(2), &json!("cancelled")));
+}

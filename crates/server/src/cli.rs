@@ -21,6 +21,12 @@ pub mod exit {
     pub const OK: u8 = 0;
     /// Any other failure.
     pub const FAILURE: u8 = 1;
+    /// `task wait`, `task spawn --wait`: the task finished without passing
+    /// (`blocked`, `failed` or `cancelled`).
+    pub const TASK_NOT_PASSED: u8 = 2;
+    /// `task wait`, `task spawn --wait`: the task had not finished when the
+    /// wait ran out.
+    pub const TASK_NOT_FINISHED: u8 = 3;
     /// Command-line usage error (`EX_USAGE`).
     pub const USAGE: u8 = 64;
     /// Invalid configuration (`EX_CONFIG`).
@@ -273,7 +279,9 @@ pub struct SpawnArgs {
     /// key and request answers with the same task.
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
-    /// Wait up to SECS for the task to finish and print the finished task.
+    /// Wait up to SECS for the task to finish and print the finished task;
+    /// the exit status is then that of `task wait` (0 pass, 2 finished
+    /// otherwise, 3 not finished in time).
     #[arg(long, value_name = "SECS")]
     pub wait: Option<u64>,
 }
@@ -288,7 +296,9 @@ pub enum TaskCommand {
         /// The task id (T-…).
         id: TaskId,
     },
-    /// Wait until the task is finished or the timeout passes; print it either way.
+    /// Wait until the task is finished or the timeout passes; print it either
+    /// way. Exits 0 when it passed, 2 when it finished otherwise (blocked,
+    /// failed, cancelled), 3 when it had not finished in time.
     Wait {
         /// The task id (T-…).
         id: TaskId,

@@ -10,9 +10,11 @@ use crate::mcp::ProxyError;
 use crate::state::database::Secrets;
 use crate::state::{SecretSource, StateError};
 
-/// Runs one task verb and prints the daemon's JSON answer.
+/// Runs one task verb and prints the daemon's JSON answer. A verb that
+/// waits for the task exits by its outcome (`outcome`).
 pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, CommandError> {
     let client = connect(&args.connection, env).await?;
+    let mut waited = false;
     let answer = match args.command {
         TaskCommand::Spawn(spawn) => {
             let SpawnArgs {
@@ -32,6 +34,7 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
             } else {
                 prompt
             };
+            waited = wait.is_some();
             let request = SpawnRequest {
                 agent: agent.unwrap_or_default(),
                 continue_from,
@@ -47,7 +50,10 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
             client.create_task(&request).await?
         }
         TaskCommand::Get { id } => client.get_task(&id).await?,
-        TaskCommand::Wait { id, timeout } => client.wait_task(&id, timeout).await?,
+        TaskCommand::Wait { id, timeout } => {
+            waited = true;
+            client.wait_task(&id, timeout).await?
+        }
         TaskCommand::Cancel { id } => client.cancel_task(&id).await?,
         TaskCommand::Tail {
             id,
@@ -63,7 +69,18 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
     if !answer.is_null() {
         print(&answer.to_string())?;
     }
-    Ok(exit::OK)
+    Ok(if waited { outcome(&answer) } else { exit::OK })
+}
+
+/// The exit status of a command that waited for a task: 0 when it passed,
+/// `TASK_NOT_PASSED` when it finished otherwise, `TASK_NOT_FINISHED` when
+/// it was still queued or running.
+fn outcome(task: &serde_json::Value) -> u8 {
+    match task["status"].as_str() {
+        Some("pass") => exit::OK,
+        Some("blocked" | "failed" | "cancelled") => exit::TASK_NOT_PASSED,
+        _ => exit::TASK_NOT_FINISHED,
+    }
 }
 
 /// Runs `swarmd mcp`: the daemon's MCP tools on stdio until stdin closes.

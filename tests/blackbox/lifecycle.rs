@@ -495,3 +495,36 @@ args = ["30"]
         run(["wait".into(), id, "--timeout".into(), "10".into()].to_vec()).await;
     assert_eq!((code, &cancelled["status"]), (Some(2), &json!("cancelled")));
 }
+
+/// `swarmd task … | head`: a reader that closed stdout ends the command
+/// quietly, with the status of a process SIGPIPE ended, not an error line.
+#[tokio::test]
+async fn a_closed_stdout_ends_a_task_command_quietly() {
+    let sw = Swarmd::new("[agents.yes]\nkind = \"process\"\nprogram = \"/bin/cat\"\n")
+        .start()
+        .await;
+    let id = sw
+        .create_as(&sw.admin, json!({"agent": "yes", "prompt": "p"}))
+        .await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
+        .args(["task", "--url", &sw.base, "--token", &sw.admin, "get", &id])
+        .env_clear()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before the answer is printed.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().await.unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(141),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -31,6 +31,9 @@ pub mod exit {
     pub const USAGE: u8 = 64;
     /// Invalid configuration (`EX_CONFIG`).
     pub const CONFIG: u8 = 78;
+    /// Stdout was closed by its reader (`swarmd task … | head`): the
+    /// command stops quietly with the status of a process SIGPIPE ended.
+    pub const BROKEN_PIPE: u8 = 141;
 }
 
 /// swarmd: a swarm engine daemon. A MainAI hands tasks to SubAgents (processes,

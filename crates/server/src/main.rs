@@ -61,6 +61,8 @@ fn main() -> ExitCode {
     }
     match outcome {
         Ok(code) => ExitCode::from(code),
+        // `swarmd task … | head`: the reader has all it wanted.
+        Err(error) if error.is_broken_pipe() => ExitCode::from(exit::BROKEN_PIPE),
         Err(error) => {
             // One line: an invalid configuration must print exactly one.
             eprintln!("swarmd: {}", error.to_string().replace(['\n', '\r'], " "));

@@ -53,6 +53,22 @@ pub enum CommandError {
 }
 
 impl CommandError {
+    /// Whether the command stopped because its stdout's reader went away
+    /// (`| head`): nothing went wrong that a person needs to read about.
+    pub fn is_broken_pipe(&self) -> bool {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(error) = cause {
+            if error
+                .downcast_ref::<io::Error>()
+                .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+            {
+                return true;
+            }
+            cause = error.source();
+        }
+        false
+    }
+
     /// The process exit status for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -106,4 +122,29 @@ fn print(text: &str) -> Result<(), CommandError> {
             action: "write to stdout",
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_stdout_is_told_from_other_failures_at_any_depth() {
+        let pipe = || io::Error::from(io::ErrorKind::BrokenPipe);
+        let direct = CommandError::Io {
+            action: "write to stdout",
+            source: pipe(),
+        };
+        assert!(direct.is_broken_pipe());
+        let through_client = CommandError::Client(ClientError::Io {
+            action: "write to stdout",
+            source: pipe(),
+        });
+        assert!(through_client.is_broken_pipe());
+        let other = CommandError::Io {
+            action: "write to stdout",
+            source: io::Error::from(io::ErrorKind::PermissionDenied),
+        };
+        assert!(!other.is_broken_pipe());
+    }
 }

@@ -93,7 +93,7 @@ impl Reader<'_> {
     /// names; when there is none, answers it with a `rate_limited` error
     /// frame and says so (the frame is then not acted on).
     async fn within_rate(&self, req_id: &ReqId) -> bool {
-        let key = RateKey::session(&self.session.sid.to_string());
+        let key = RateKey::session(&self.session.sid);
         let Err(wait) = self.guards.rates().check_write(&key) else {
             return true;
         };

@@ -17,6 +17,7 @@ use std::time::Duration;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use sha2::{Digest, Sha256};
+use swarmd_engine::ids::SessionId;
 
 use crate::config::LimitsConfig;
 
@@ -46,9 +47,9 @@ impl RateKey {
         RateKey::tagged(b"peer", ip.to_string().as_bytes())
     }
 
-    /// The bucket of a MainAI session's WebSocket frames.
-    pub fn session(sid: &str) -> RateKey {
-        RateKey::tagged(b"session", sid.as_bytes())
+    /// The bucket of a MainAI session's WebSocket writes.
+    pub fn session(sid: &SessionId) -> RateKey {
+        RateKey::tagged(b"session", sid.as_uuid().as_bytes())
     }
 }
 
@@ -180,7 +181,7 @@ mod tests {
     #[test]
     fn keys_are_digests_not_credentials() {
         let a = RateKey::credential("sws-secret");
-        assert_ne!(a, RateKey::session("sws-secret"));
+        assert_ne!(a, RateKey::session(&SessionId::new()));
         assert!(!format!("{a:?}").contains("secret"));
     }
 }

@@ -64,9 +64,14 @@ pub(crate) struct Swarmd {
 }
 
 impl Drop for Swarmd {
+    /// Kills the daemon; a failing test also gets the end of its log, so a
+    /// failure seen only in CI can be read there.
     fn drop(&mut self) {
         if let Some(child) = &mut self.child {
             let _ = child.start_kill();
+        }
+        if std::thread::panicking() {
+            eprintln!("{}", crate::harness::log_tail(&self.log()));
         }
     }
 }

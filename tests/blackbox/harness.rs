@@ -40,9 +40,28 @@ pub(crate) struct Daemon {
 }
 
 impl Drop for Daemon {
+    /// Kills the daemon; a failing test also gets the end of its log.
     fn drop(&mut self) {
         let _ = self.child.start_kill();
+        if std::thread::panicking() {
+            eprintln!("{}", log_tail(&self.log()));
+        }
     }
+}
+
+/// Lines of a daemon's log a failing test prints.
+const LOG_TAIL_LINES: usize = 400;
+
+/// The last [`LOG_TAIL_LINES`] lines of `log`, headed for a failure report.
+pub(crate) fn log_tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    let start = lines.len().saturating_sub(LOG_TAIL_LINES);
+    format!(
+        "--- the daemon's log, last {} of {} lines:\n{}",
+        lines.len() - start,
+        lines.len(),
+        lines[start..].join("\n")
+    )
 }
 
 impl Daemon {

@@ -16,6 +16,7 @@ mod children;
 mod cli_streams;
 mod cluster;
 mod continuations;
+mod daily;
 mod daemon;
 mod first_run;
 mod harness;

@@ -7,6 +7,7 @@
 
 mod counts;
 mod dashboard;
+mod diffs;
 mod list_filters;
 mod live_scope;
 mod owners;

@@ -1,0 +1,1 @@
+//! Placeholder: tests for `agent_files` (issue 28) land here.

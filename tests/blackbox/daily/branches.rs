@@ -1,0 +1,1 @@
+//! Placeholder: tests for `branches` (issue 28) land here.

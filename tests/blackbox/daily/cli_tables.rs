@@ -1,0 +1,1 @@
+//! Placeholder: tests for `cli_tables` (issue 28) land here.

@@ -1,0 +1,1 @@
+//! Placeholder: tests for `interrupted` (issue 28) land here.

@@ -1,0 +1,1 @@
+//! Placeholder: tests for `mcp_surface` (issue 28) land here.

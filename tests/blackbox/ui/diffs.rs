@@ -1,0 +1,1 @@
+//! Placeholder: the dashboard renders diffs and charts (issue 28).

@@ -1,4 +1,8 @@
-//! `[agents_dir]`: operator agents written as Markdown files.
+//! `[agents_dir]`: agents written as files, one agent per file.
+//!
+//! Each `*.toml` file is one agent of any kind, named by its file name
+//! without `.toml`: the keys of an `[agents.NAME]` table, with the same
+//! defaults (docs/configuration.md, Agent files).
 //!
 //! Each `*.md` file in the directory is one operator agent: YAML front matter
 //! between `---` lines (`name`, `description`, `model`, `tools`,
@@ -15,17 +19,17 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::agent::{
-    Agent, AgentKind, DEFAULT_MAX_OUTPUT_BYTES, OperatorAgent, RemoteAgent, StdinMode, StreamMode,
-    WorkerBinding,
+    Agent, AgentKind, AgentOrigin, DEFAULT_MAX_OUTPUT_BYTES, OperatorAgent, RemoteAgent, StdinMode,
+    StreamMode, WorkerBinding,
 };
 use super::error::ConfigError;
 use super::worktree::WorktreeConfig;
 
-/// `[agents_dir]`: where Markdown agent files are read from.
+/// `[agents_dir]`: where agent files are read from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentsDirConfig {
-    /// Directory of `*.md` agent files; relative paths resolve against the
+    /// Directory of `*.toml` and `*.md` agent files; relative paths resolve against the
     /// working directory.
     pub path: PathBuf,
 }
@@ -133,7 +137,7 @@ impl Tools {
     }
 }
 
-/// Reads every `*.md` file of `dir`, in file name order.
+/// Reads every `*.toml` and `*.md` file of `dir`, in file name order.
 ///
 /// # Errors
 /// `Unreadable` if the directory cannot be listed; `AgentFile` naming the
@@ -147,7 +151,11 @@ pub fn load_agents_dir(dir: &Path) -> Result<Vec<(String, Agent)>, ConfigError> 
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(unreadable)? {
         let path = entry.map_err(unreadable)?.path();
-        if path.extension().is_some_and(|ext| ext == "md") && path.is_file() {
+        if path
+            .extension()
+            .is_some_and(|ext| ext == "md" || ext == "toml")
+            && path.is_file()
+        {
             files.push(path);
         }
     }
@@ -159,9 +167,41 @@ pub fn load_agents_dir(dir: &Path) -> Result<Vec<(String, Agent)>, ConfigError> 
                 path: path.clone(),
                 reason: error.to_string(),
             })?;
-            parse_agent_file(path, &text)
+            if path.extension().is_some_and(|ext| ext == "toml") {
+                parse_toml_agent_file(path, &text)
+            } else {
+                parse_agent_file(path, &text)
+            }
         })
         .collect()
+}
+
+/// Parses one `*.toml` agent file: the keys of `[agents.NAME]`, named by the
+/// file name without `.toml`.
+///
+/// # Errors
+/// `AgentFile` naming `path` (and the line) when a key is unknown, of the
+/// wrong type or not for the agent's kind, or the file name is not UTF-8.
+pub fn parse_toml_agent_file(path: &Path, text: &str) -> Result<(String, Agent), ConfigError> {
+    let refuse = |reason: String| ConfigError::AgentFile {
+        path: path.to_owned(),
+        reason,
+    };
+    let name = path
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .ok_or_else(|| refuse("the file name (the agent's name) is not UTF-8".to_owned()))?;
+    let mut agent: Agent = toml::from_str(text).map_err(|error| {
+        let line = error
+            .span()
+            .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+        let at = line
+            .map(|line| format!("line {line}: "))
+            .unwrap_or_default();
+        refuse(format!("{at}{}", error.message().replace('\n', " ")))
+    })?;
+    agent.origin = AgentOrigin::AgentFile(path.to_owned());
+    Ok((name.to_owned(), agent))
 }
 
 /// Parses one agent file into its name and an operator agent.
@@ -208,7 +248,7 @@ pub fn parse_agent_file(path: &Path, text: &str) -> Result<(String, Agent), Conf
                 timeout_secs: front.timeout_secs,
                 max_output_bytes: front.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
             }),
-            origin: Some(path.to_owned()),
+            origin: AgentOrigin::AgentFile(path.to_owned()),
         };
         return Ok((front.name, agent));
     }
@@ -243,7 +283,7 @@ pub fn parse_agent_file(path: &Path, text: &str) -> Result<(String, Agent), Conf
             model: front.model,
             worktree: front.worktree,
         }),
-        origin: Some(path.to_owned()),
+        origin: AgentOrigin::AgentFile(path.to_owned()),
     };
     Ok((front.name, agent))
 }
@@ -276,7 +316,10 @@ mod tests {
         let (name, agent) = parse_agent_file(Path::new("reviewer.md"), REVIEWER).unwrap();
         assert_eq!(name, "reviewer");
         assert_eq!(agent.description.as_deref(), Some("Reviews diffs"));
-        assert_eq!(agent.origin.as_deref(), Some(Path::new("reviewer.md")));
+        assert_eq!(
+            agent.origin,
+            AgentOrigin::AgentFile(PathBuf::from("reviewer.md"))
+        );
         let AgentKind::Operator(operator) = agent.kind else {
             panic!("expected an operator agent");
         };

@@ -70,22 +70,32 @@ pub enum ConfigError {
     UnknownLayer { agent: String, layer: String },
     #[error("invalid agent file {}: {reason}", path.display())]
     AgentFile { path: PathBuf, reason: String },
-    #[error("agent `{name}` from {} is already defined{}", path.display(), elsewhere(other))]
+    #[error("agent `{name}` is defined twice: by {first} and by {second}")]
     DuplicateAgent {
         name: String,
-        path: PathBuf,
-        other: Option<PathBuf>,
+        first: String,
+        second: String,
     },
+    /// A problem with a value whose source is known: the configuration
+    /// file, an environment variable, or an agent file.
+    #[error("{error} (from {origin})")]
+    Sourced {
+        origin: String,
+        error: Box<ConfigError>,
+    },
+}
+
+impl ConfigError {
+    /// The problem itself, without the source `Sourced` adds.
+    pub fn root(&self) -> &ConfigError {
+        match self {
+            ConfigError::Sourced { error, .. } => error.root(),
+            error => error,
+        }
+    }
 }
 
 fn at_line(line: Option<usize>) -> String {
     line.map(|line| format!(" at line {line}"))
         .unwrap_or_default()
-}
-
-fn elsewhere(other: &Option<PathBuf>) -> String {
-    match other {
-        Some(path) => format!(" in {}", path.display()),
-        None => " in [agents]".to_owned(),
-    }
 }

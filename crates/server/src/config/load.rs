@@ -1,5 +1,7 @@
-//! Loading: defaults < file < `SWARMD_*` environment < CLI flags, then
-//! resolution of the parts that read files, then validation.
+//! Loading: defaults < file < `SWARMD_*` environment < CLI flags, merged
+//! before anything is checked; then resolution of the parts that read files
+//! (agent files join here), then one validation of the whole. An error names
+//! the source of the value it is about (`sources`).
 //!
 //! Environment scheme: `SWARMD_` + the key path in upper case, sections
 //! joined by a double underscore: `SWARMD_SERVER__BIND=0.0.0.0:7700`,
@@ -15,12 +17,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::agent::{AgentKind, EnvSpec, EnvVars};
+use super::agent::{Agent, AgentKind, EnvSpec, EnvVars};
 use super::agents_dir::load_agents_dir;
 use super::error::ConfigError;
 use super::locations::default_state_dir;
 use super::sections::StoreBackend;
-use super::{Config, validate};
+use super::{Config, sources, validate};
 use crate::environment::Environment;
 
 /// The system-wide configuration file, read when `--config` is not given, it
@@ -72,14 +74,15 @@ impl Config {
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
         let mut table = defaults_from_env(env);
-        let source = match read_file(path)? {
+        let (source, file, file_error) = match read_file(path)? {
             Some((path, text)) => {
-                merge(&mut table, parse_file(&path, &text)?);
-                Some(path)
+                let (file, file_error) = parse_file(&path, &text)?;
+                merge(&mut table, file.clone());
+                (Some(path), file, file_error)
             }
-            None => None,
+            None => (None, toml::Table::new(), None),
         };
-        apply_env(&mut table, env)?;
+        let env_keys = sources::apply_env(&mut table, env, file_error)?;
         let mut config = Config::deserialize(toml::Value::Table(table)).map_err(|error| {
             ConfigError::Invalid {
                 key: "configuration".to_owned(),
@@ -87,9 +90,11 @@ impl Config {
             }
         })?;
         config.source = source;
+        sources::mark_env_agents(&mut config, &file);
         overrides.apply(&mut config);
-        resolve(&mut config, env)?;
-        validate::validate(&config)?;
+        resolve(&mut config, env)
+            .and_then(|()| validate::validate(&config))
+            .map_err(|error| sources::attribute(error, &config, &file, &env_keys))?;
         Ok(config)
     }
 }
@@ -136,9 +141,12 @@ fn read_file(path: &ConfigPath) -> Result<Option<(PathBuf, String)>, ConfigError
     }
 }
 
-/// Parses the file twice: typed, so errors carry the line of the offending
-/// key, then as a table to merge with the other sources.
-fn parse_file(path: &Path, text: &str) -> Result<toml::Table, ConfigError> {
+/// Parses the file as a table to merge with the other sources, and typed,
+/// so an error carries the line of the offending key. A syntax error
+/// refuses the file; the typed refusal is returned beside the table, to be
+/// reported only when the merged configuration is refused too (environment
+/// variables may complete what the file leaves out).
+fn parse_file(path: &Path, text: &str) -> Result<(toml::Table, Option<ConfigError>), ConfigError> {
     let file_error = |error: toml::de::Error| {
         let line = error
             .span()
@@ -156,8 +164,9 @@ fn parse_file(path: &Path, text: &str) -> Result<toml::Table, ConfigError> {
             },
         }
     };
-    toml::from_str::<Config>(text).map_err(file_error)?;
-    toml::from_str::<toml::Table>(text).map_err(file_error)
+    let table = toml::from_str::<toml::Table>(text).map_err(file_error)?;
+    let typed = toml::from_str::<Config>(text).err().map(file_error);
+    Ok((table, typed))
 }
 
 /// The key of serde's "unknown field `x`, expected ..." message.
@@ -178,58 +187,6 @@ fn merge(base: &mut toml::Table, top: toml::Table) {
     }
 }
 
-/// Applies every configuration variable in name order, checking after each
-/// one so an error names the variable that caused it.
-fn apply_env(table: &mut toml::Table, env: &Environment) -> Result<(), ConfigError> {
-    for (var, raw) in env.with_prefix(ENV_PREFIX) {
-        if CLI_ENV_VARS.contains(&var) {
-            continue;
-        }
-        let env_error = |message: String| ConfigError::Env {
-            var: var.to_owned(),
-            message,
-        };
-        let key = &var[ENV_PREFIX.len()..];
-        if !key.contains("__") {
-            return Err(ConfigError::UnknownEnvVar {
-                var: var.to_owned(),
-            });
-        }
-        let path: Vec<String> = key.split("__").map(str::to_lowercase).collect();
-        if path.iter().any(String::is_empty) {
-            return Err(env_error("empty key segment".to_owned()));
-        }
-        insert_path(table, &path, env_value(raw)).map_err(env_error)?;
-        Config::deserialize(toml::Value::Table(table.clone()))
-            .map_err(|error| env_error(error.message().replace('\n', " ")))?;
-    }
-    Ok(())
-}
-
-/// A TOML value when `raw` is one, else `raw` as a string.
-fn env_value(raw: &str) -> toml::Value {
-    toml::from_str::<toml::Table>(&format!("value = {raw}"))
-        .ok()
-        .and_then(|mut parsed| parsed.remove("value"))
-        .unwrap_or_else(|| toml::Value::String(raw.to_owned()))
-}
-
-fn insert_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
-    let Some((last, parents)) = path.split_last() else {
-        return Err("empty key".to_owned());
-    };
-    let mut current = table;
-    for (depth, segment) in parents.iter().enumerate() {
-        current = current
-            .entry(segment.clone())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-            .as_table_mut()
-            .ok_or_else(|| format!("`{}` is not a table", path[..=depth].join(".")))?;
-    }
-    current.insert(last.clone(), value);
-    Ok(())
-}
-
 /// Reads what the configuration points at, once: agents_dir files, system
 /// prompt files, and inherited child environment variables.
 fn resolve(config: &mut Config, env: &Environment) -> Result<(), ConfigError> {
@@ -240,10 +197,12 @@ fn resolve(config: &mut Config, env: &Environment) -> Result<(), ConfigError> {
     if let Some(dir) = &config.agents_dir {
         for (name, agent) in load_agents_dir(&dir.path)? {
             if let Some(existing) = config.agents.get(&name) {
+                let describe =
+                    |agent: &Agent| agent.origin.describe(&name, config.source.as_deref());
                 return Err(ConfigError::DuplicateAgent {
+                    first: describe(existing),
+                    second: describe(&agent),
                     name,
-                    path: agent.origin.unwrap_or_default(),
-                    other: existing.origin.clone(),
                 });
             }
             config.agents.insert(name, agent);

@@ -19,6 +19,7 @@ mod load;
 mod locations;
 mod print;
 mod sections;
+mod sources;
 mod validate;
 mod worktree;
 
@@ -29,11 +30,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize, Serializer};
 
 pub use agent::{
-    Agent, AgentKind, AgentShapeError, DEFAULT_MAX_OUTPUT_BYTES, EnvSpec, EnvVars, LuaAgent,
-    MAX_TOOL_TIMEOUT_SECS, OperatorAgent, ProcessAgent, REDACTED, RemoteAgent, StdinMode,
+    Agent, AgentKind, AgentOrigin, AgentShapeError, DEFAULT_MAX_OUTPUT_BYTES, EnvSpec, EnvVars,
+    LuaAgent, MAX_TOOL_TIMEOUT_SECS, OperatorAgent, ProcessAgent, REDACTED, RemoteAgent, StdinMode,
     StreamMode, WorkerBinding,
 };
-pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file};
+pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file, parse_toml_agent_file};
 pub use error::ConfigError;
 pub use hosts::{HostRules, Origin, parse_origin};
 pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
@@ -69,11 +70,11 @@ pub struct Config {
     pub mcp: McpConfig,
     /// `[lua]`: Lua limits and middleware.
     pub lua: LuaConfig,
-    /// `[agents.NAME]`, plus the operator agents read from `agents_dir`
-    /// (those have `origin` set).
+    /// `[agents.NAME]` (from the file or environment variables), plus the
+    /// agents read from `agents_dir`; each agent's `origin` says which.
     #[serde(serialize_with = "serialize_configured_agents")]
     pub agents: BTreeMap<String, Agent>,
-    /// `[agents_dir]`: Markdown operator agents; unset: none are read.
+    /// `[agents_dir]`: agent files (TOML or Markdown); unset: none are read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agents_dir: Option<AgentsDirConfig>,
     /// `[retention]`: pruning of finished tasks.
@@ -117,8 +118,14 @@ fn serialize_configured_agents<S: Serializer>(
     agents: &BTreeMap<String, Agent>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    serializer.collect_map(agents.iter().filter(|(_, agent)| agent.origin.is_none()))
+    serializer.collect_map(
+        agents
+            .iter()
+            .filter(|(_, agent)| !agent.origin.is_agent_file()),
+    )
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sources;

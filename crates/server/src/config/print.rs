@@ -5,11 +5,11 @@
 
 use std::fmt::Write as _;
 
-use super::Config;
+use super::{AgentOrigin, Config};
 
 impl Config {
     /// The effective configuration as TOML, preceded by comment lines naming
-    /// the source file and the agents read from `agents_dir`.
+    /// the source file and where each agent came from.
     ///
     /// # Errors
     /// Only if TOML serialization fails, which the types here do not cause.
@@ -21,9 +21,11 @@ impl Config {
         }
         .ok();
         for (name, agent) in &self.agents {
-            if let Some(origin) = &agent.origin {
-                writeln!(out, "# agent `{name}` from {}", origin.display()).ok();
-            }
+            let from = match &agent.origin {
+                AgentOrigin::AgentFile(path) => path.display().to_string(),
+                origin => origin.describe(name, self.source.as_deref()),
+            };
+            writeln!(out, "# agent `{name}` from {from}").ok();
         }
         out.push('\n');
         out.push_str(&toml::to_string(self)?);

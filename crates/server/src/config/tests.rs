@@ -8,29 +8,33 @@ use super::*;
 use crate::environment::Environment;
 
 /// A temporary directory holding `swarmd.toml` with `text`.
-struct Fixture {
-    dir: tempfile::TempDir,
+pub(super) struct Fixture {
+    pub(super) dir: tempfile::TempDir,
 }
 
 impl Fixture {
-    fn new(text: &str) -> Fixture {
+    pub(super) fn new(text: &str) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("swarmd.toml"), text).unwrap();
         Fixture { dir }
     }
 
-    fn path(&self) -> PathBuf {
+    pub(super) fn path(&self) -> PathBuf {
         self.dir.path().join("swarmd.toml")
     }
 
-    fn write(&self, name: &str, text: &str) -> PathBuf {
+    pub(super) fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.dir.path().join(name);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, text).unwrap();
         path
     }
 
-    fn load(&self, env: &[(&str, &str)], overrides: &Overrides) -> Result<Config, ConfigError> {
+    pub(super) fn load(
+        &self,
+        env: &[(&str, &str)],
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
         let env = Environment::from_pairs(env.iter().copied());
         Config::load(&ConfigPath::Explicit(self.path()), &env, overrides)
     }
@@ -318,7 +322,9 @@ fn layers_must_be_known_hints_or_configured_lua_middleware() {
 
     std::fs::write(fixture.path(), text.replace("lua:guard", "lua:other")).unwrap();
     let error = fixture.load(&[], &Overrides::default()).unwrap_err();
-    assert!(matches!(error, ConfigError::UnknownLayer { layer, .. } if layer == "lua:other"));
+    assert!(
+        matches!(error.root(), ConfigError::UnknownLayer { layer, .. } if layer == "lua:other")
+    );
 }
 
 #[test]

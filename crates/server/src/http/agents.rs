@@ -1,4 +1,5 @@
-//! `GET /v1/agents`: each configured agent's kind and concurrency, its tasks
+//! `GET /v1/agents`: each configured agent's kind, concurrency and source
+//! (the file or environment it was defined in), its tasks
 //! running and queued now, and its outcomes and durations since the daemon
 //! started (docs/protocol.md, Agents), for the dashboard's agents view.
 //!
@@ -9,6 +10,7 @@
 //! finish: exact since start, and zero again after a restart.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use axum::Router;
 use axum::extract::State;
@@ -20,6 +22,7 @@ use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{Task, TaskStatus};
 
 use crate::app::AppState;
+use crate::config::AgentOrigin;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::Json;
@@ -46,9 +49,17 @@ struct AgentsPage {
 struct AgentView {
     name: String,
     kind: &'static str,
+    /// What the agent does (`description`), when configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
     /// Attempts at once; `None` is unlimited.
     concurrency: Option<u32>,
     enabled: bool,
+    /// Where the agent was defined: the agent file's path, the
+    /// configuration file's path, or `environment`.
+    source: String,
+    /// `agent_file`, `config_file` or `environment`.
+    source_kind: &'static str,
     running: usize,
     queued: usize,
     /// Its tasks finished since the daemon started.
@@ -88,6 +99,15 @@ impl SinceStart {
             p50_le_ms: bucket_bound_ms(bounds, &counts, 50),
             p99_le_ms: bucket_bound_ms(bounds, &counts, 99),
         }
+    }
+}
+
+/// Where an agent was defined, as `source` shows it.
+fn source_of(origin: &AgentOrigin, config_file: Option<&Path>) -> String {
+    match (origin, config_file) {
+        (AgentOrigin::AgentFile(path), _) => path.display().to_string(),
+        (AgentOrigin::ConfigFile, Some(path)) => path.display().to_string(),
+        (AgentOrigin::ConfigFile, None) | (AgentOrigin::Env, _) => "environment".to_owned(),
     }
 }
 
@@ -131,8 +151,11 @@ async fn agents(
         agents.push(AgentView {
             name: name.clone(),
             kind: agent.kind.name(),
+            description: agent.description.clone(),
             concurrency: agent.concurrency,
             enabled: agent.enabled,
+            source: source_of(&agent.origin, state.config.source.as_deref()),
+            source_kind: agent.origin.kind(),
             running: running.get(name).copied().unwrap_or(0),
             queued: queued.get(name).copied().unwrap_or(0),
             since_start: SinceStart::of(engine.stats().agents.get(name).as_deref()),

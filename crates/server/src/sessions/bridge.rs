@@ -7,6 +7,8 @@
 //! reconnect. Callers bound their waits; a session that ends drops every
 //! waiter, which its callers see as `SessionGone`.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde_json::Value;
 use swarmd_engine::SpawnError;
@@ -28,6 +30,19 @@ pub(super) fn req_id(kind: &str) -> String {
 }
 
 impl Session {
+    /// Queues `frame` in `to`, the session that took this one over, and
+    /// remembers its `req_id` here so the attempt's cancel follows it.
+    async fn forward_spawn(
+        &self,
+        to: &Arc<Session>,
+        frame: SpawnFrame,
+    ) -> Result<SpawnReceipt, SpawnError> {
+        tracing::debug!(sid = %self.sid, by = %to.sid, attempt = %frame.attempt, "spawn follows a takeover");
+        let receipt = Box::pin(to.spawn(frame)).await?;
+        self.note_moved(receipt.req_id.clone());
+        Ok(receipt)
+    }
+
     /// Registers a waiter under a new `req_id`, then queues the frame built
     /// for that id. On a full outbox the waiter is withdrawn again.
     fn request<T>(
@@ -105,16 +120,37 @@ impl SeniorBridge for Session {
 
 #[async_trait]
 impl SpawnChannel for Session {
+    /// Queues the spawn here, or in the session that took this one's roles
+    /// over: a dispatch that found this session just before a takeover
+    /// (while it read the task or opened a worktree) would otherwise leave
+    /// its spawn in a session nobody will attach to again.
     async fn spawn(&self, frame: SpawnFrame) -> Result<SpawnReceipt, SpawnError> {
+        if let Some(to) = self.taken_over_by() {
+            return self.forward_spawn(&to, frame).await;
+        }
         let attempt = frame.attempt;
-        let (req_id, reply) = self
-            .request("spawn", Waiter::Spawn, |req_id| {
-                Outgoing::Spawn(Box::new(ParkedSpawn { req_id, frame }))
-            })
-            .map_err(|error| match error {
-                BridgeError::SessionGone => SpawnError::NoOperator(self.sid.to_string()),
-                other => SpawnError::Failed(other.to_string()),
-            })?;
+        let queued = self.request("spawn", Waiter::Spawn, |req_id| {
+            Outgoing::Spawn(Box::new(ParkedSpawn {
+                req_id,
+                frame: frame.clone(),
+            }))
+        });
+        let (req_id, reply) = match queued {
+            Ok(queued) => queued,
+            Err(BridgeError::SessionGone) => match self.taken_over_by() {
+                Some(to) => return self.forward_spawn(&to, frame).await,
+                None => return Err(SpawnError::NoOperator(self.sid.to_string())),
+            },
+            Err(other) => return Err(SpawnError::Failed(other.to_string())),
+        };
+        // Taken over between the check and the push, after the takeover
+        // emptied the outbox: the spawn follows the roles.
+        if let Some(to) = self.taken_over_by()
+            && self.outbox.withdraw_spawn(&req_id)
+        {
+            self.pending.remove(&req_id);
+            return self.forward_spawn(&to, frame).await;
+        }
         tracing::debug!(sid = %self.sid, %attempt, %req_id, parked = !self.connected(), "spawn queued");
         Ok(SpawnReceipt { req_id, reply })
     }

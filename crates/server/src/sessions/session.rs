@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -308,8 +308,16 @@ impl Session {
     /// waiting for their replies, to `to` (a login that took its roles
     /// over). Returns how many moved; one that finds `to`'s outbox full is
     /// dropped, and its attempt waits for its SubAgent or its lease.
+    ///
+    /// The session is marked taken over before its outbox is emptied, so a
+    /// spawn queued here while this runs is seen by its sender, which moves
+    /// it itself (`Session::spawn`).
     pub(super) fn hand_over_spawns(&self, to: &Arc<Session>) -> usize {
-        let mut moved = HashSet::new();
+        self.lock_moved().get_or_insert_with(|| Moved {
+            to: Arc::downgrade(to),
+            req_ids: HashSet::new(),
+        });
+        let mut count = 0;
         for spawn in self.outbox.take_spawns() {
             let req_id = spawn.req_id.clone();
             let waiter = self.pending.take(&req_id);
@@ -318,26 +326,36 @@ impl Session {
             }
             match to.outbox.push(super::Outgoing::Spawn(Box::new(spawn))) {
                 Ok(_) => {
-                    moved.insert(req_id);
+                    self.note_moved(req_id);
+                    count += 1;
                 }
                 Err(_) => to.pending.remove(&req_id),
             }
         }
-        let count = moved.len();
-        if count > 0 {
-            *self.moved_to.lock().unwrap_or_else(|e| e.into_inner()) = Some(Moved {
-                to: Arc::downgrade(to),
-                req_ids: moved,
-            });
-        }
         count
+    }
+
+    fn lock_moved(&self) -> MutexGuard<'_, Option<Moved>> {
+        self.moved_to.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session that took this one's roles over, while it exists.
+    pub(super) fn taken_over_by(&self) -> Option<Arc<Session>> {
+        self.lock_moved().as_ref().and_then(|m| m.to.upgrade())
+    }
+
+    /// Records that the spawn `req_id` now lives in the session that took
+    /// this one over, so its cancel follows it there.
+    pub(super) fn note_moved(&self, req_id: String) {
+        if let Some(moved) = self.lock_moved().as_mut() {
+            moved.req_ids.insert(req_id);
+        }
     }
 
     /// The session the spawn `req_id` moved to, if it moved and that
     /// session still exists.
     pub(super) fn moved_spawn(&self, req_id: &str) -> Option<Arc<Session>> {
-        let moved = self.moved_to.lock().unwrap_or_else(|e| e.into_inner());
-        moved
+        self.lock_moved()
             .as_ref()
             .filter(|m| m.req_ids.contains(req_id))
             .and_then(|m| m.to.upgrade())

@@ -20,18 +20,7 @@ async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
         .await
         .unwrap();
     let old_session = registry.get(&old.sid).unwrap();
-    let frame = SpawnFrame {
-        attempt: AttemptId::new(TaskId::new(), 1),
-        agent: "a".into(),
-        credential: WorkerCredential::new("swc1.t".into(), "wh-1".into(), u64::MAX),
-        worker_binding: None,
-        directive: String::new(),
-        base_url: String::new(),
-        lease_deadline_ms: 0,
-        worktree: None,
-        continued_from: None,
-        resume_session: None,
-    };
+    let frame = spawn_frame("wh-1");
     let channel = registry.session(&old.sid).unwrap().spawn_channel.unwrap();
     let receipt = channel.spawn(frame).await.unwrap();
 
@@ -84,18 +73,7 @@ async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
 
     // A cancel through the channel the attempt holds (the old session's)
     // reaches the session the spawn moved to.
-    let frame = SpawnFrame {
-        attempt: AttemptId::new(TaskId::new(), 1),
-        agent: "a".into(),
-        credential: WorkerCredential::new("swc1.t".into(), "wh-2".into(), u64::MAX),
-        worker_binding: None,
-        directive: String::new(),
-        base_url: String::new(),
-        lease_deadline_ms: 0,
-        worktree: None,
-        continued_from: None,
-        resume_session: None,
-    };
+    let frame = spawn_frame("wh-2");
     let moving = registry
         .login(&harness.engine, roles(&["mover"]))
         .await
@@ -120,6 +98,58 @@ async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {
     channel.cancel(&receipt.req_id, attempt, "stop");
     let frames = queued(&taker_session);
     assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(
+        (&frames[0]["type"], &frames[0]["req_id"]),
+        (&json!("cancel"), &json!(receipt.req_id))
+    );
+    assert!(receipt.reply.await.is_err(), "the waiter is gone");
+}
+
+fn spawn_frame(handle: &str) -> SpawnFrame {
+    SpawnFrame {
+        attempt: AttemptId::new(TaskId::new(), 1),
+        agent: "a".into(),
+        credential: WorkerCredential::new("swc1.t".into(), handle.into(), u64::MAX),
+        worker_binding: None,
+        directive: String::new(),
+        base_url: String::new(),
+        lease_deadline_ms: 0,
+        worktree: None,
+        continued_from: None,
+        resume_session: None,
+    }
+}
+
+#[tokio::test]
+async fn a_spawn_sent_to_a_session_just_taken_over_follows_the_roles() {
+    let (harness, clock) = manual(3600);
+    let registry = &harness.registry;
+    let old = registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
+    // A dispatch found the holder, then read its task while the role was
+    // taken over: it sends on the channel it found.
+    let channel = registry.session(&old.sid).unwrap().spawn_channel.unwrap();
+    clock.advance_ms(31_000);
+    let new = registry
+        .login(&harness.engine, roles(&["main-ai"]))
+        .await
+        .unwrap();
+    let new_session = registry.get(&new.sid).unwrap();
+    assert!(queued(&new_session).is_empty());
+
+    let late = spawn_frame("wh-late");
+    let attempt = late.attempt;
+    let receipt = channel.spawn(late).await.unwrap();
+    let frames = queued(&new_session);
+    assert_eq!(frames.len(), 1, "the spawn waits for the new holder");
+    assert_eq!(frames[0]["req_id"], receipt.req_id.as_str());
+
+    // Its cancel, sent on the old channel, follows it too.
+    new_session.outbox.ack(Some(u64::MAX), 0);
+    channel.cancel(&receipt.req_id, attempt, "stop");
+    let frames = queued(&new_session);
     assert_eq!(
         (&frames[0]["type"], &frames[0]["req_id"]),
         (&json!("cancel"), &json!(receipt.req_id))

@@ -36,8 +36,11 @@ use swarmd_postgres::testing::{TestDatabase, fresh_database};
 use crate::daemon::Swarmd;
 use crate::harness::PATIENCE;
 
-/// The node lease of every test: short, so a takeover takes seconds.
-pub(crate) const LEASE: Duration = Duration::from_secs(2);
+/// The node lease of every test: short, so a takeover takes seconds, and
+/// long enough that a node starved of CPU by the rest of the suite on a
+/// 2-core machine still renews it (at 2 s, a starved node fenced itself
+/// and exited mid-test).
+pub(crate) const LEASE: Duration = Duration::from_secs(4);
 
 /// A process agent that passes at once with one progress note.
 pub(crate) const QUICK: &str = r#"

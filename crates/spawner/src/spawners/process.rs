@@ -57,11 +57,12 @@ impl SpawnerAdapter for ProcessSpawner {
         } = attempt;
         let task = task_of(&*host).await?;
         let worktree = match &self.worktree {
-            Some((trees, spec)) => Some(
+            Some((trees, spec)) => Some({
+                trees.name_task(&task.id.to_string(), &task.prompt);
                 open_for_task(&*host, Arc::clone(trees), spec, &task, ctx.id.n)
                     .await
-                    .map_err(|e| SpawnError::Failed(format!("worktree: {e}")))?,
-            ),
+                    .map_err(|e| SpawnError::Failed(format!("worktree: {e}")))?
+            }),
             None => None,
         };
         let vars = RunVars {

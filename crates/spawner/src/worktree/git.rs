@@ -204,6 +204,38 @@ impl Git {
         }
     }
 
+    /// Runs `git args…` at `at` and returns whether it exited 0 with its
+    /// stdout (trimmed at the end), for commands whose non-zero exit is an
+    /// answer (`merge-tree` with conflicts, `merge-base --is-ancestor`).
+    ///
+    /// # Errors
+    /// `Spawn` when git cannot run; `Git` when it exits with another status
+    /// than 0 or 1 (a fault, not an answer).
+    pub(super) async fn run_answer<'a>(
+        &self,
+        at: impl Into<At<'a>>,
+        args: &[&str],
+    ) -> Result<(bool, String), WorktreeError> {
+        let at = at.into();
+        let output = self
+            .command(at, args)
+            .await
+            .output()
+            .await
+            .map_err(|source| WorktreeError::Spawn { source })?;
+        let text = String::from_utf8_lossy(&output.stdout)
+            .trim_end()
+            .to_owned();
+        match output.status.code() {
+            Some(0) => Ok((true, text)),
+            Some(1) => Ok((false, text)),
+            _ => {
+                let message = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+                Err(failed(at.dir(), args, &message))
+            }
+        }
+    }
+
     /// Runs `git args…` at `at` and keeps at most `cap` bytes of its stdout;
     /// the flag says whether more was cut.
     ///

@@ -10,7 +10,7 @@
 //! removed without git.
 //!
 //! Each checkout has a small JSON note beside its directory
-//! (`<root>/<name>.json`: repo, branch, base, keep), written before the
+//! (`<root>/<name>.json`: repo, branch, base, keep, title), written before the
 //! worktree is added and removed once it is released, so recovery knows what
 //! to do with a directory it finds.
 
@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use swarmd_engine::ids::AttemptId;
 
 use super::git::{AUTHOR_EMAIL, AUTHOR_NAME, Bound};
+use super::naming;
 use super::{Checkout, KeepRule, WorktreeError, WorktreeReport, WorktreeSpec, Worktrees};
 
 /// The note kept beside a checkout's directory while it exists.
@@ -30,6 +31,8 @@ struct Note {
     branch: String,
     base: String,
     keep: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    title: Option<String>,
 }
 
 /// A checkout found at startup: the attempt it belonged to and what it
@@ -51,8 +54,10 @@ impl RecoveredCheckout {
 
 impl Worktrees {
     /// Adds a worktree of `spec.repo` at `spec.base` on the new branch
-    /// `swarmd/<task>-<attempt>`, in `<root>/<task>-<attempt>`; when that
-    /// branch exists already (the attempt resumed after a restart), on it.
+    /// `swarmd/t-<short id>-<slug>/<attempt>` (`naming`; the id-only
+    /// `swarmd/<task>-<attempt>` when the task's prompt was not told), in
+    /// `<root>/<task>-<attempt>`; when that branch exists already (the
+    /// attempt resumed after a restart), on it.
     ///
     /// # Errors
     /// The repository is gone or not one, the base names no commit, the
@@ -77,14 +82,13 @@ impl Worktrees {
             repo: repo.clone(),
             base: spec.base.clone(),
         };
-        let wanted = format!("{}^{{commit}}", spec.base);
         let base = self
-            .git
-            .run(repo, &["rev-parse", "--verify", "--quiet", &wanted])
+            .resolve_start(repo, &spec.base)
             .await
-            .map_err(|_| unknown())?;
+            .ok_or_else(unknown)?;
         let name = format!("{task_id}-{attempt}");
-        let branch = format!("swarmd/{name}");
+        let title = self.title_of(task_id);
+        let branch = naming::branch_name(task_id, attempt, title.as_deref());
         // The branch exists when the attempt was resumed after a restart (a
         // delegated SubAgent outlives the daemon): its checkout is added
         // back on it, at the base it forked from.
@@ -109,6 +113,7 @@ impl Worktrees {
             base,
             keep: spec.keep,
             git_dir: None,
+            title,
         };
         self.write_note(&checkout).await?;
         let dir = checkout.dir.display().to_string();
@@ -151,7 +156,7 @@ impl Worktrees {
     pub async fn conclude(&self, checkout: &Checkout) -> Result<WorktreeReport, WorktreeError> {
         let committed_leftovers = if checkout.dir.is_dir() {
             let bound = self.bound(checkout)?;
-            self.commit_leftovers(&bound, &checkout.branch).await?
+            self.commit_leftovers(&bound, checkout).await?
         } else {
             false
         };
@@ -244,6 +249,7 @@ impl Worktrees {
             }
         }
         let _ = tokio::fs::remove_file(self.note_path(&checkout.dir)).await;
+        self.forget_title(&checkout.dir);
         Ok(keep)
     }
 
@@ -290,7 +296,11 @@ impl Worktrees {
     /// `git add -A` and a commit by swarmd when the checkout has changes.
     /// Git is not run in nested repositories (`--ignore-submodules=all`):
     /// their configuration is the worker's.
-    async fn commit_leftovers(&self, at: &Bound<'_>, branch: &str) -> Result<bool, WorktreeError> {
+    async fn commit_leftovers(
+        &self,
+        at: &Bound<'_>,
+        checkout: &Checkout,
+    ) -> Result<bool, WorktreeError> {
         // One byte tells whether there is anything: the list is not read,
         // and git is stopped holding no lock (`--no-optional-locks`).
         let (status, _) = self
@@ -312,7 +322,17 @@ impl Worktrees {
         self.git.run(at, &["add", "-A"]).await?;
         let name = format!("user.name={AUTHOR_NAME}");
         let email = format!("user.email={AUTHOR_EMAIL}");
-        let message = format!("swarmd: changes left uncommitted on {branch}");
+        let dir_name = checkout
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (task, attempt) = match dir_name.rsplit_once('-') {
+            Some((task, n)) => (task, n.parse().ok()),
+            None => (dir_name.as_str(), None),
+        };
+        let message =
+            naming::leftovers_message(task, attempt, &checkout.branch, checkout.title.as_deref());
         self.git
             .run(
                 at,
@@ -351,6 +371,7 @@ impl Worktrees {
             branch: checkout.branch.clone(),
             base: checkout.base.clone(),
             keep: keep_name(checkout.keep).to_owned(),
+            title: checkout.title.clone(),
         };
         let bytes = serde_json::to_vec(&note).map_err(|e| trouble(std::io::Error::other(e)))?;
         tokio::fs::write(self.note_path(&checkout.dir), bytes)
@@ -370,6 +391,7 @@ impl Worktrees {
             base: note.base,
             keep: keep_rule(&note.keep)?,
             git_dir,
+            title: note.title,
         })
     }
 }

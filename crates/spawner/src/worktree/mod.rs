@@ -19,9 +19,11 @@
 
 mod attempt;
 mod bound;
+pub mod branches;
 mod continued;
 mod git;
 mod lifecycle;
+pub mod naming;
 
 #[cfg(test)]
 mod tests;
@@ -94,6 +96,10 @@ pub struct Checkout {
     /// the only one swarmd's git uses there, whatever the checkout's own
     /// `.git` says. `None` while (or when) git has not added it.
     pub git_dir: Option<PathBuf>,
+    /// The task's prompt's first line, when the worktrees were told it
+    /// ([`Worktrees::name_task`]): what the branch and swarmd's commit on it
+    /// are named after.
+    pub title: Option<String>,
 }
 
 impl Checkout {
@@ -184,6 +190,9 @@ pub struct Worktrees {
     /// One async mutex per repository (by its path as configured). The std
     /// mutex guards only the map and is never held across an `.await`.
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    /// Each task's prompt's first line, by task id, from [`Worktrees::name_task`]
+    /// until its checkout is released.
+    titles: Mutex<HashMap<String, String>>,
 }
 
 impl Worktrees {
@@ -197,6 +206,7 @@ impl Worktrees {
             git: Git::new(host),
             diff_max_bytes: DEFAULT_DIFF_MAX_BYTES,
             locks: Mutex::new(HashMap::new()),
+            titles: Mutex::new(HashMap::new()),
         }
     }
 

@@ -1,6 +1,7 @@
 //! A pool's attempts in git worktrees of a repository on the pool's own
 //! machine (`--worktree-repo`, docs/tasks.md, Remote agents): each attempt
-//! runs in a fresh worktree on the branch `swarmd/<task>-<attempt>`, made
+//! runs in a fresh worktree on a branch of its own, named after the task's
+//! short id and prompt (`swarmd/t-<short id>-<slug>/<attempt>`), made
 //! from `--worktree-base` (a continuation's from the continued attempt's
 //! branch when this pool's repository has it), as a local process agent's
 //! does. When the child
@@ -72,6 +73,7 @@ impl PoolWorktree {
         attempt: &ClaimedAttempt,
     ) -> Result<(Checkout, Option<String>), String> {
         let task = attempt.task_id.to_string();
+        self.trees.name_task(&task, &attempt.prompt);
         let create = |from: WorktreeSpec| {
             let task = &task;
             async move { self.trees.create(&from, task, attempt.attempt).await }

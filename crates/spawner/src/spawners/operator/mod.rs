@@ -99,6 +99,7 @@ impl SpawnerAdapter for OperatorSpawner {
         let worktree = match &self.worktree {
             Some((trees, spec)) => {
                 let task = super::task_of(&*attempt.host).await?;
+                trees.name_task(&task.id.to_string(), &task.prompt);
                 let opened = open_for_task(
                     &*attempt.host,
                     Arc::clone(trees),

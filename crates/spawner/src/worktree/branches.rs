@@ -1,0 +1,518 @@
+//! Acting on the branches attempts leave (docs/branches.md): list them with
+//! how far they are ahead of a base and whether it holds them, apply one to
+//! a branch the user names (fast-forward or merge commit), delete one.
+//!
+//! Git runs in the repository as swarmd's git always does (`git.rs`: no
+//! hooks, no prompt, the host's `PATH` and `HOME` only), and never in an
+//! attempt's checkout. A merge is computed with `git merge-tree
+//! --write-tree` (git 2.38 or later), which writes objects only: a conflict
+//! changes no branch and no file. A branch is moved with `update-ref` given
+//! the value it was read at, so a move that raced another fails rather than
+//! losing a commit. The branch the user has checked out is left alone unless
+//! the caller asks, and then only when its worktree has no uncommitted
+//! change to a tracked file: it is fast-forwarded there to the result.
+
+use std::path::{Path, PathBuf};
+
+use super::git::{AUTHOR_EMAIL, AUTHOR_NAME, Git};
+use super::naming::{self, BranchTask};
+use super::{WorktreeError, Worktrees};
+use crate::process::HostEnv;
+
+/// The most swarmd branches one repository's listing reads.
+pub const MAX_LISTED: usize = 1000;
+
+/// Git on a repository's branches.
+#[derive(Debug, Clone)]
+pub struct Branches {
+    git: Git,
+}
+
+/// One swarmd branch as the repository has it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BranchState {
+    pub name: String,
+    /// The task the name names (its full id or short id).
+    pub task: BranchTask,
+    pub attempt: u32,
+    pub head: String,
+    /// Commits on it that the base does not have.
+    pub ahead: u64,
+    /// Whether the base holds its head.
+    pub merged: bool,
+    /// Its head's committer time, unix milliseconds.
+    pub committed_ms: u64,
+}
+
+/// How a branch is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApplyMode {
+    /// A fast-forward when the target is behind, else a merge commit.
+    #[default]
+    Auto,
+    /// Only a fast-forward; anything else is refused.
+    FastForward,
+    /// Always a merge commit (unless the target already holds the branch).
+    Merge,
+}
+
+/// What to apply where.
+#[derive(Debug, Clone)]
+pub struct ApplyRequest {
+    /// The swarmd branch applied.
+    pub branch: String,
+    /// The branch it is applied to; made at the branch's head when missing.
+    pub into: String,
+    pub mode: ApplyMode,
+    /// Whether `into` may be updated where it is checked out.
+    pub checked_out: bool,
+    /// The merge commit's message.
+    pub message: String,
+}
+
+/// What applying did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub outcome: AppliedHow,
+    /// `into`'s head before, when it existed.
+    pub before: Option<String>,
+    /// `into`'s head now.
+    pub head: String,
+    /// The worktree `into` is checked out in, when it was updated there.
+    pub worktree: Option<PathBuf>,
+}
+
+/// How `into` moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppliedHow {
+    Created,
+    FastForward,
+    Merge,
+    UpToDate,
+}
+
+impl AppliedHow {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AppliedHow::Created => "created",
+            AppliedHow::FastForward => "fast_forward",
+            AppliedHow::Merge => "merge",
+            AppliedHow::UpToDate => "up_to_date",
+        }
+    }
+}
+
+/// Why a branch was not applied or deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum BranchError {
+    #[error("no branch `{0}` in the repository")]
+    NoBranch(String),
+    #[error("`{0}` is not a branch name git accepts")]
+    BadName(String),
+    #[error("`{0}` is a branch swarmd names for an attempt; apply into another")]
+    SwarmdTarget(String),
+    #[error("merging {branch} into {into} conflicts in: {}", .files.join(", "))]
+    Conflict {
+        branch: String,
+        into: String,
+        files: Vec<String>,
+    },
+    #[error("{into} has commits {branch} lacks: it cannot be fast-forwarded to it")]
+    NotFastForward { branch: String, into: String },
+    #[error(
+        "{into} is checked out in {}; pass checked_out to update it there",
+        .worktree.display()
+    )]
+    CheckedOut { into: String, worktree: PathBuf },
+    #[error(
+        "{into} is checked out in {} with uncommitted changes; commit or stash them first",
+        .worktree.display()
+    )]
+    Dirty { into: String, worktree: PathBuf },
+    #[error("{0} moved while it was being updated; nothing was changed, try again")]
+    Raced(String),
+    #[error(transparent)]
+    Git(#[from] WorktreeError),
+}
+
+impl Default for Branches {
+    /// Git found on the default `PATH`, without `HOME`.
+    fn default() -> Branches {
+        Branches::new(&HostEnv::default())
+    }
+}
+
+impl Branches {
+    /// Git run with the host's `PATH` and `HOME`.
+    pub fn new(host: &HostEnv) -> Branches {
+        Branches {
+            git: Git::new(host),
+        }
+    }
+
+    /// The swarmd branches of `repo` (at most [`MAX_LISTED`], by name), each
+    /// against `base` (a commit, branch or tag).
+    ///
+    /// # Errors
+    /// `UnknownBase` when `base` names no commit; a git failure.
+    pub async fn list(&self, repo: &Path, base: &str) -> Result<Vec<BranchState>, WorktreeError> {
+        let wanted = format!("{base}^{{commit}}");
+        let base_head = self
+            .git
+            .run(repo, &["rev-parse", "--verify", "--quiet", &wanted])
+            .await
+            .map_err(|_| WorktreeError::UnknownBase {
+                repo: repo.to_owned(),
+                base: base.to_owned(),
+            })?;
+        let count = format!("--count={MAX_LISTED}");
+        let listed = self
+            .git
+            .run(
+                repo,
+                &[
+                    "for-each-ref",
+                    &count,
+                    "--format=%(refname:lstrip=2)%09%(objectname)%09%(committerdate:unix)",
+                    "refs/heads/swarmd/",
+                ],
+            )
+            .await?;
+        let merged = self
+            .git
+            .run(
+                repo,
+                &[
+                    "for-each-ref",
+                    "--format=%(refname:lstrip=2)",
+                    "--merged",
+                    &base_head,
+                    "refs/heads/swarmd/",
+                ],
+            )
+            .await?;
+        let merged: std::collections::HashSet<&str> = merged.lines().collect();
+        let mut branches = Vec::new();
+        for line in listed.lines() {
+            let mut fields = line.split('\t');
+            let (Some(name), Some(head), Some(time)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            let Some((task, attempt)) = naming::parse_branch(name) else {
+                continue;
+            };
+            let is_merged = merged.contains(name);
+            let ahead = if is_merged {
+                0
+            } else {
+                let range = format!("{base_head}..{head}");
+                self.git
+                    .run(repo, &["rev-list", "--count", &range])
+                    .await?
+                    .parse()
+                    .unwrap_or(0)
+            };
+            branches.push(BranchState {
+                name: name.to_owned(),
+                task,
+                attempt,
+                head: head.to_owned(),
+                ahead,
+                merged: is_merged,
+                committed_ms: time.parse::<u64>().unwrap_or(0).saturating_mul(1000),
+            });
+        }
+        Ok(branches)
+    }
+
+    /// The commit `branch` is at, when it exists.
+    pub async fn head_of(&self, repo: &Path, branch: &str) -> Option<String> {
+        head_of(&self.git, repo, branch).await
+    }
+
+    /// The branches checked out in `repo`'s worktrees, with where.
+    ///
+    /// # Errors
+    /// A git failure.
+    pub async fn checked_out(&self, repo: &Path) -> Result<Vec<(String, PathBuf)>, WorktreeError> {
+        let listed = self
+            .git
+            .run(repo, &["worktree", "list", "--porcelain", "-z"])
+            .await?;
+        let mut found = Vec::new();
+        let mut path = None;
+        for field in listed.split('\0') {
+            if let Some(dir) = field.strip_prefix("worktree ") {
+                path = Some(PathBuf::from(dir));
+            } else if let Some(branch) = field.strip_prefix("branch refs/heads/")
+                && let Some(dir) = &path
+            {
+                found.push((branch.to_owned(), dir.clone()));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Applies `request.branch` to `request.into` (see the module's rules).
+    ///
+    /// # Errors
+    /// Each refusal as a [`BranchError`]; nothing is changed by any.
+    pub async fn apply(&self, repo: &Path, request: &ApplyRequest) -> Result<Applied, BranchError> {
+        let git = &self.git;
+        let into = request.into.as_str();
+        let (valid, _) = git
+            .run_answer(repo, &["check-ref-format", "--branch", into])
+            .await?;
+        if !valid || into.starts_with('-') {
+            return Err(BranchError::BadName(into.to_owned()));
+        }
+        if into.starts_with("swarmd/") {
+            return Err(BranchError::SwarmdTarget(into.to_owned()));
+        }
+        let head = head_of(git, repo, &request.branch)
+            .await
+            .ok_or_else(|| BranchError::NoBranch(request.branch.clone()))?;
+        let reference = format!("refs/heads/{into}");
+        let Some(before) = head_of(git, repo, into).await else {
+            git.run(repo, &["update-ref", &reference, &head, ""])
+                .await
+                .map_err(|_| BranchError::Raced(into.to_owned()))?;
+            return Ok(Applied {
+                outcome: AppliedHow::Created,
+                before: None,
+                head,
+                worktree: None,
+            });
+        };
+        if before == head || is_ancestor(git, repo, &head, &before).await? {
+            return Ok(Applied {
+                outcome: AppliedHow::UpToDate,
+                before: Some(before.clone()),
+                head: before,
+                worktree: None,
+            });
+        }
+        let fast_forward = is_ancestor(git, repo, &before, &head).await?;
+        let (outcome, after) = match request.mode {
+            ApplyMode::Auto | ApplyMode::FastForward if fast_forward => {
+                (AppliedHow::FastForward, head.clone())
+            }
+            ApplyMode::FastForward => {
+                return Err(BranchError::NotFastForward {
+                    branch: request.branch.clone(),
+                    into: into.to_owned(),
+                });
+            }
+            ApplyMode::Auto | ApplyMode::Merge => {
+                let merged = self.merge_commit(repo, request, &before, &head).await?;
+                (AppliedHow::Merge, merged)
+            }
+        };
+        let worktree = self
+            .checked_out(repo)
+            .await?
+            .into_iter()
+            .find_map(|(branch, dir)| (branch == into).then_some(dir));
+        match &worktree {
+            None => {
+                git.run(repo, &["update-ref", &reference, &after, &before])
+                    .await
+                    .map_err(|_| BranchError::Raced(into.to_owned()))?;
+            }
+            Some(dir) if !request.checked_out => {
+                return Err(BranchError::CheckedOut {
+                    into: into.to_owned(),
+                    worktree: dir.clone(),
+                });
+            }
+            Some(dir) => {
+                let status = git
+                    .run(
+                        dir,
+                        &[
+                            "--no-optional-locks",
+                            "status",
+                            "--porcelain",
+                            "--untracked-files=no",
+                        ],
+                    )
+                    .await?;
+                if !status.is_empty() {
+                    return Err(BranchError::Dirty {
+                        into: into.to_owned(),
+                        worktree: dir.clone(),
+                    });
+                }
+                // The result's first parent is `before`: a fast-forward
+                // there moves the branch, its index and its files together.
+                git.run(dir, &["merge", "--ff-only", "--quiet", &after])
+                    .await?;
+            }
+        }
+        Ok(Applied {
+            outcome,
+            before: Some(before),
+            head: after,
+            worktree,
+        })
+    }
+
+    /// The merge commit of `head` into `before`, written without touching
+    /// any branch or file.
+    async fn merge_commit(
+        &self,
+        repo: &Path,
+        request: &ApplyRequest,
+        before: &str,
+        head: &str,
+    ) -> Result<String, BranchError> {
+        let git = &self.git;
+        let (clean, out) = git
+            .run_answer(
+                repo,
+                &[
+                    "merge-tree",
+                    "--write-tree",
+                    "--name-only",
+                    "--no-messages",
+                    before,
+                    head,
+                ],
+            )
+            .await?;
+        let mut lines = out.lines();
+        let tree = lines.next().unwrap_or_default().to_owned();
+        if !clean {
+            let mut files: Vec<String> =
+                lines.filter(|l| !l.is_empty()).map(str::to_owned).collect();
+            files.dedup();
+            return Err(BranchError::Conflict {
+                branch: request.branch.clone(),
+                into: request.into.clone(),
+                files,
+            });
+        }
+        let name = format!("user.name={AUTHOR_NAME}");
+        let email = format!("user.email={AUTHOR_EMAIL}");
+        Ok(git
+            .run(
+                repo,
+                &[
+                    "-c",
+                    &name,
+                    "-c",
+                    &email,
+                    "commit-tree",
+                    &tree,
+                    "-p",
+                    before,
+                    "-p",
+                    head,
+                    "-m",
+                    &request.message,
+                ],
+            )
+            .await?)
+    }
+
+    /// Deletes the swarmd branch `branch` if it is still at `head` and
+    /// checked out nowhere.
+    ///
+    /// # Errors
+    /// `CheckedOut`, `Raced` (it moved), `BadName` for a name swarmd does
+    /// not make.
+    pub async fn delete(&self, repo: &Path, branch: &str, head: &str) -> Result<(), BranchError> {
+        if !naming::is_swarmd_branch(branch) {
+            return Err(BranchError::BadName(branch.to_owned()));
+        }
+        if let Some((_, dir)) = self
+            .checked_out(repo)
+            .await?
+            .into_iter()
+            .find(|(b, _)| b == branch)
+        {
+            return Err(BranchError::CheckedOut {
+                into: branch.to_owned(),
+                worktree: dir,
+            });
+        }
+        let reference = format!("refs/heads/{branch}");
+        self.git
+            .run(repo, &["update-ref", "-d", &reference, head])
+            .await
+            .map_err(|_| BranchError::Raced(branch.to_owned()))?;
+        Ok(())
+    }
+}
+
+impl Worktrees {
+    /// The commit an attempt's branch starts from: what `base` names, or,
+    /// for `refs/heads/swarmd/<task>-<attempt>` (the id-only name a
+    /// continuation may be given) that does not exist, the readable branch
+    /// of that task's attempt when the repository has exactly one.
+    pub(super) async fn resolve_start(&self, repo: &Path, base: &str) -> Option<String> {
+        let wanted = format!("{base}^{{commit}}");
+        if let Ok(commit) = self
+            .git
+            .run(repo, &["rev-parse", "--verify", "--quiet", &wanted])
+            .await
+        {
+            return Some(commit);
+        }
+        let name = base.strip_prefix("refs/heads/")?;
+        let (BranchTask::Full(task), attempt) = naming::parse_branch(name)? else {
+            return None;
+        };
+        let branch = find_branch(&self.git, repo, &task, attempt).await?;
+        head_of(&self.git, repo, &branch).await
+    }
+}
+
+/// The readable branch of attempt `attempt` of `task_id` in `repo`, when
+/// exactly one name there carries its short id and attempt.
+async fn find_branch(git: &Git, repo: &Path, task_id: &str, attempt: u32) -> Option<String> {
+    let listed = git
+        .run(
+            repo,
+            &[
+                "for-each-ref",
+                "--format=%(refname:lstrip=2)",
+                "refs/heads/swarmd/",
+            ],
+        )
+        .await
+        .ok()?;
+    let mut found = listed.lines().filter(|name| {
+        matches!(naming::parse_branch(name),
+            Some((task @ BranchTask::Short(_), n)) if n == attempt && task.is(task_id))
+    });
+    let first = found.next()?;
+    found.next().is_none().then(|| first.to_owned())
+}
+
+/// The commit `branch` is at, when it exists.
+async fn head_of(git: &Git, repo: &Path, branch: &str) -> Option<String> {
+    let wanted = format!("refs/heads/{branch}^{{commit}}");
+    git.run(repo, &["rev-parse", "--verify", "--quiet", &wanted])
+        .await
+        .ok()
+}
+
+/// Whether `ancestor` is an ancestor of (or is) `of`.
+async fn is_ancestor(
+    git: &Git,
+    repo: &Path,
+    ancestor: &str,
+    of: &str,
+) -> Result<bool, WorktreeError> {
+    Ok(git
+        .run_answer(repo, &["merge-base", "--is-ancestor", ancestor, of])
+        .await?
+        .0)
+}
+
+#[cfg(test)]
+#[path = "branches_tests.rs"]
+mod tests;

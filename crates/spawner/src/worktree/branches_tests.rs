@@ -1,0 +1,177 @@
+//! Branches against real `git`: a told prompt names the branch and
+//! swarmd's commit; listing, applying (create, fast-forward, merge,
+//! conflict, checked out) and deleting.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::testing::git::{git, repo};
+use crate::worktree::{KeepRule, WorktreeSpec};
+
+fn host() -> HostEnv {
+    HostEnv::from_pairs([("PATH", "/usr/local/bin:/usr/bin:/bin")])
+}
+
+const TASK: &str = "T-0190f2a81b2c7d3e8f90a1b2c3d4e5f6";
+
+/// A passed attempt of `TASK` that changed `notes.txt` to `text`, left
+/// uncommitted; its branch.
+async fn attempt_branch(trees: &Worktrees, repo: &Path, text: &str) -> String {
+    trees.name_task(TASK, "Fix the login bug\nin detail");
+    let spec = WorktreeSpec {
+        repo: repo.to_owned(),
+        base: "main".into(),
+        keep: KeepRule::Never,
+    };
+    let checkout = trees.create(&spec, TASK, 1).await.unwrap();
+    std::fs::write(checkout.dir.join("notes.txt"), text).unwrap();
+    let report = trees.conclude(&checkout).await.unwrap();
+    assert!(report.committed_leftovers);
+    trees.release(&checkout, true).await.unwrap();
+    checkout.branch
+}
+
+fn request(branch: &str, into: &str) -> ApplyRequest {
+    ApplyRequest {
+        branch: branch.into(),
+        into: into.into(),
+        mode: ApplyMode::Auto,
+        checked_out: false,
+        message: "merge it".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_told_prompt_names_the_branch_and_the_commit() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    let trees = Worktrees::new(temp.path().join("worktrees"), &host());
+    let branch = attempt_branch(&trees, &repo, "first\nmore\n").await;
+    assert_eq!(branch, "swarmd/t-c3d4e5f6-fix-the-login-bug/1");
+    let message = git(&repo, &["log", "-1", "--format=%B", &branch]);
+    assert!(message.starts_with("Fix the login bug\n"), "{message}");
+    assert!(
+        message.contains(&format!("Swarmd-Task: {TASK}")),
+        "{message}"
+    );
+    assert!(message.contains("Swarmd-Attempt: 1"), "{message}");
+    // A continuation handed the id-only name finds the readable branch.
+    let legacy = format!("refs/heads/swarmd/{TASK}-1");
+    let start = trees.resolve_start(&repo, &legacy).await;
+    assert_eq!(start, Some(git(&repo, &["rev-parse", &branch])));
+    assert_eq!(
+        trees.resolve_start(&repo, "refs/heads/swarmd/T-1-1").await,
+        None
+    );
+}
+
+#[tokio::test]
+async fn branches_are_listed_applied_and_deleted() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    let trees = Arc::new(Worktrees::new(temp.path().join("worktrees"), &host()));
+    let branch = attempt_branch(&trees, &repo, "first\nmore\n").await;
+    let branches = Branches::new(&host());
+
+    let listed = branches.list(&repo, "main").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].ahead, listed[0].merged), (1, false));
+    assert!(listed[0].task.is(TASK));
+
+    // Into a new branch: made at the head; main and its files untouched.
+    let main = git(&repo, &["rev-parse", "main"]);
+    let applied = branches
+        .apply(&repo, &request(&branch, "feature"))
+        .await
+        .unwrap();
+    assert_eq!(applied.outcome, AppliedHow::Created);
+    assert_eq!(git(&repo, &["rev-parse", "feature"]), listed[0].head);
+    assert_eq!(git(&repo, &["rev-parse", "main"]), main);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
+        "first\n"
+    );
+    let again = branches
+        .apply(&repo, &request(&branch, "feature"))
+        .await
+        .unwrap();
+    assert_eq!(again.outcome, AppliedHow::UpToDate);
+
+    // Into the checked-out `main`: refused unless asked, then fast-forwarded.
+    let refused = branches
+        .apply(&repo, &request(&branch, "main"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, BranchError::CheckedOut { .. }),
+        "{refused}"
+    );
+    std::fs::write(repo.join("notes.txt"), "dirty\n").unwrap();
+    let mut asked = request(&branch, "main");
+    asked.checked_out = true;
+    let dirty = branches.apply(&repo, &asked).await.unwrap_err();
+    assert!(matches!(dirty, BranchError::Dirty { .. }), "{dirty}");
+    git(&repo, &["checkout", "-q", "--", "notes.txt"]);
+    let applied = branches.apply(&repo, &asked).await.unwrap();
+    assert_eq!(applied.outcome, AppliedHow::FastForward);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
+        "first\nmore\n"
+    );
+
+    // A diverged target gets a merge commit, or a conflict that changes nothing.
+    git(&repo, &["checkout", "-q", "-b", "other", &main]);
+    std::fs::write(repo.join("other.txt"), "x\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "other"]);
+    git(&repo, &["checkout", "-q", "main"]);
+    let merged = branches
+        .apply(&repo, &request(&branch, "other"))
+        .await
+        .unwrap();
+    assert_eq!(merged.outcome, AppliedHow::Merge);
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", "other"]),
+        "merge it"
+    );
+    git(&repo, &["branch", "clash", &main]);
+    git(&repo, &["checkout", "-q", "clash"]);
+    std::fs::write(repo.join("notes.txt"), "first\nclash\n").unwrap();
+    git(&repo, &["commit", "-q", "-am", "clash"]);
+    git(&repo, &["checkout", "-q", "main"]);
+    let clash = git(&repo, &["rev-parse", "clash"]);
+    let conflict = branches
+        .apply(&repo, &request(&branch, "clash"))
+        .await
+        .unwrap_err();
+    match conflict {
+        BranchError::Conflict { files, .. } => assert_eq!(files, ["notes.txt"]),
+        other => panic!("{other}"),
+    }
+    assert_eq!(git(&repo, &["rev-parse", "clash"]), clash);
+    let mut ff = request(&branch, "clash");
+    ff.mode = ApplyMode::FastForward;
+    assert!(matches!(
+        branches.apply(&repo, &ff).await.unwrap_err(),
+        BranchError::NotFastForward { .. }
+    ));
+    for bad in ["-x", "a..b", "swarmd/t-1/1"] {
+        assert!(
+            branches.apply(&repo, &request(&branch, bad)).await.is_err(),
+            "{bad}"
+        );
+    }
+
+    // Deleted only at the head it was read at.
+    let listed = branches.list(&repo, "main").await.unwrap();
+    assert!(listed[0].merged);
+    assert!(matches!(
+        branches.delete(&repo, &branch, &main).await.unwrap_err(),
+        BranchError::Raced(_)
+    ));
+    branches
+        .delete(&repo, &branch, &listed[0].head)
+        .await
+        .unwrap();
+    assert!(branches.list(&repo, "main").await.unwrap().is_empty());
+}

@@ -60,6 +60,7 @@ env = { PATH = "/usr/bin:/bin" }
 
 [mcp]
 progress_ms = 200
+upstream_aliases = true
 "#;
 
 /// The venv's python, prepared once per test run; a missing python3 or a

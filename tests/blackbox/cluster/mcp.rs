@@ -37,6 +37,9 @@ kind = "process"
 program = "/bin/sleep"
 args = ["60"]
 stdin = "none"
+
+[mcp]
+upstream_aliases = true
 "#;
 
 type Client = RunningService<RoleClient, ()>;

@@ -10,6 +10,9 @@ use super::{Via, call, tool_error};
 use crate::daemon::{Login, Swarmd};
 
 const AGENTS: &str = r#"
+[mcp]
+upstream_aliases = true
+
 [agents.helper]
 kind = "operator"
 worker_binding = { subagent_type = "general-purpose" }

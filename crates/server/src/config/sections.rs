@@ -318,6 +318,9 @@ pub struct McpConfig {
     /// MCP sessions one credential (the admin token, one operator session)
     /// holds at once; the admin's count only against this share.
     pub max_sessions_per_credential: u64,
+    /// Whether `tools/list` carries the upstream `mse_*` tool names as
+    /// aliases (off: they are unknown tools).
+    pub upstream_aliases: bool,
 }
 
 impl Default for McpConfig {
@@ -327,6 +330,7 @@ impl Default for McpConfig {
             presence_secs: 60,
             max_sessions: 256,
             max_sessions_per_credential: 32,
+            upstream_aliases: false,
         }
     }
 }

@@ -60,7 +60,7 @@ pub(crate) fn check_tool_name(name: &str) -> Result<(), String> {
              the upstream tool names swarmd mcp accepts; rename the agent"
         ));
     }
-    if super::catalogue().iter().any(|tool| tool.name == name) {
+    if super::catalogue(true).iter().any(|tool| tool.name == name) {
         return Err(format!(
             "`{name}` is the name of a built-in MCP tool, which the agent's tool would \
              hide; rename the agent"
@@ -116,7 +116,9 @@ pub(super) fn tools(config: &Config) -> Vec<Tool> {
                 timeout_of(agent).as_secs()
             );
             Tool::new(name.clone(), description, input_schema_of(agent))
-                .with_raw_output_schema(schema_for_output::<AgentCalled>())
+                .with_raw_output_schema(
+                    super::schema::standard(&schema_for_output::<AgentCalled>()),
+                )
                 .with_annotations(ToolAnnotations::new().read_only(false))
         })
         .collect()

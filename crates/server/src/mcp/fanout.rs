@@ -108,10 +108,10 @@ pub(super) struct SpawnArgs {
     /// Hint layers to add, in order.
     #[serde(default)]
     layers: Vec<String>,
-    /// Policy overrides: max_attempts, retry_on, retry_backoff_ms,
-    /// attempt_timeout_secs, queue_timeout_secs, long_hold_warn_secs,
-    /// max_tokens, max_cost_usd.
+    /// Policy overrides (decoded and checked as the engine's
+    /// `PolicyOverrides`, so a bad one is refused with its reason).
     #[serde(default)]
+    #[schemars(with = "Option<super::schema::PolicySchema>")]
     policy: Option<Map<String, Value>>,
     /// Retrying with the same key returns the task the first call created.
     #[serde(default)]

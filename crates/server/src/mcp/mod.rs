@@ -15,12 +15,15 @@
 //! JSON-RPC errors are left to protocol faults.
 
 mod agent_tools;
+mod changes;
 mod fanout;
 mod frames;
 mod ledger;
 mod proxy;
 mod read;
 mod route;
+mod schema;
+mod session_file;
 mod upstream;
 mod wait;
 mod worker;
@@ -62,14 +65,17 @@ impl SwarmdTools {
     }
 }
 
-/// The tools, in the order `tools/list` shows them.
-pub(crate) fn catalogue() -> Vec<Tool> {
+/// The tools, in the order `tools/list` shows them; the upstream `mse_*`
+/// aliases only when `mcp.upstream_aliases` is on.
+pub(crate) fn catalogue(upstream_aliases: bool) -> Vec<Tool> {
     let mut tools = fanout::tools();
     tools.extend(wait::tools());
     tools.extend(read::tools());
     tools.extend(frames::tools());
     tools.extend(worker::tools());
-    tools.extend(upstream::tools());
+    if upstream_aliases {
+        tools.extend(upstream::tools());
+    }
     tools
 }
 
@@ -83,8 +89,8 @@ where
     // the catalogue test, so the fallback (any object) never ships.
     let input = schema_for_input::<I>()
         .unwrap_or_else(|_| Arc::new(JsonObject::from_iter([("type".into(), json!("object"))])));
-    Tool::new(name, description, input)
-        .with_raw_output_schema(schema_for_output::<O>())
+    Tool::new(name, description, schema::standard(&input))
+        .with_raw_output_schema(schema::standard(&schema_for_output::<O>()))
         .with_annotations(ToolAnnotations::new().read_only(read_only))
 }
 
@@ -175,6 +181,7 @@ impl ServerHandler for SwarmdTools {
             return Err(ErrorData::internal_error("no authenticated caller", None));
         };
         let state = &self.state;
+        let aliases = state.config.mcp.upstream_aliases;
         let args = match within_depth(request.arguments) {
             Ok(args) => args,
             Err(error) => return Ok(tool_error(&error).into()),
@@ -193,12 +200,14 @@ impl ServerHandler for SwarmdTools {
             "worker_prompt" => worker::prompt(state, args).await,
             "worker_progress" => worker::progress(state, args).await,
             "worker_submit" => worker::submit(state, args).await,
-            "mse_operator_join" => upstream::join(state, &caller, args).await,
-            "mse_pending_wait" => upstream::pending_wait(state, &caller, args, &context).await,
-            "mse_ack" => upstream::ack(state, &caller, args).await,
-            "mse_operator_leave" => upstream::leave(state, &caller, args).await,
-            "mse_worker_fetch" => upstream::fetch(state, args).await,
-            "mse_worker_submit" => upstream::submit(state, args).await,
+            "mse_operator_join" if aliases => upstream::join(state, &caller, args).await,
+            "mse_pending_wait" if aliases => {
+                upstream::pending_wait(state, &caller, args, &context).await
+            }
+            "mse_ack" if aliases => upstream::ack(state, &caller, args).await,
+            "mse_operator_leave" if aliases => upstream::leave(state, &caller, args).await,
+            "mse_worker_fetch" if aliases => upstream::fetch(state, args).await,
+            "mse_worker_submit" if aliases => upstream::submit(state, args).await,
             other => match agent_tools::call(state, &caller, other, args, &context).await {
                 Some(outcome) => outcome,
                 None => {
@@ -223,7 +232,7 @@ mod tests {
 
     #[test]
     fn every_tool_has_object_schemas_for_input_and_output() {
-        let tools = catalogue();
+        let tools = catalogue(true);
         let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
         assert_eq!(
             names,

@@ -11,10 +11,12 @@ use swarmd_engine::gate::Verb;
 use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::TaskStatus;
 
+use super::changes;
 use super::fanout::task_id;
 use super::{Outcome, arguments, structured, tool};
 use crate::app::AppState;
 use crate::http::auth::Caller;
+use crate::http::error::ApiError;
 use crate::http::output::{self, PageCursor};
 use crate::http::tasks;
 use crate::http::views::{Reader, TaskView};
@@ -30,8 +32,10 @@ pub(super) fn tools() -> Vec<Tool> {
     vec![
         tool::<TaskArgs, TaskSchema>(
             "task",
-            "Get one task: its status, result ({value, ok}) once final, reason, policy, and \
-             every attempt with its outcome.",
+            "Get one task: its status, result ({value, ok}) once final, reason, policy, \
+             every attempt with its outcome, and for a coding task `changes`: the branch, \
+             base, head, files, line counts and diff (at most 64 KiB) its latest attempt \
+             left.",
             true,
         ),
         tool::<TasksArgs, TaskPageSchema>(
@@ -68,6 +72,9 @@ struct TaskSchema {
     #[serde(skip_serializing_if = "Option::is_none")]
     result: Option<Value>,
     attempts: Vec<Value>,
+    /// What the latest attempt that ran in a worktree left on its branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changes: Option<super::changes::Changes>,
     #[schemars(flatten)]
     rest: Map<String, Value>,
 }
@@ -155,7 +162,14 @@ struct OutputPageSchema {
 pub(super) async fn task(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
     let args: TaskArgs = arguments(args)?;
     let id = task_id(&args.task_id)?;
-    structured(&tasks::view(state, caller, id).await?)
+    let view = tasks::view(state, caller, id).await?;
+    let mut value = serde_json::to_value(&view).map_err(|e| ApiError::internal(&e))?;
+    // The diff is output: shown only to a caller who may read output.
+    if caller.check(state, Verb::ReadOutput).is_ok() {
+        let found = changes::of(state, id, view.task.attempt).await;
+        changes::attach(&mut value, found);
+    }
+    Ok(value)
 }
 
 pub(super) async fn tasks(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {

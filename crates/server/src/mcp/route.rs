@@ -7,7 +7,10 @@
 //! session's request also counts it present (`mcp.presence_secs`). A request
 //! naming an MCP session is let through only for the credential that opened
 //! it, and one that may open a session takes a place in that credential's
-//! share first (`ledger`). rmcp answers only the `Host` names the daemon is
+//! share first (`ledger`). A session opened before a restart (or closed
+//! idle) comes back for its opener from the session file (`session_file`).
+//! A DELETE that closes a session is answered `200`, as the official SDKs
+//! expect. rmcp answers only the `Host` names the daemon is
 //! reached by and browser pages of its own origins. The router's middleware
 //! (body limit, sensitive `Authorization`, counts, JSON errors) applies as
 //! for any route; rmcp also cuts a body past `limits.max_body_bytes` while
@@ -33,6 +36,7 @@ use swarmd_engine::ErrorCode;
 use tokio_util::sync::CancellationToken;
 
 use super::ledger::{Credential, Ledger, Refusal, Slot};
+use super::session_file::SessionFile;
 use super::{SwarmdTools, catalogue};
 use crate::app::AppState;
 use crate::config::Config;
@@ -50,12 +54,22 @@ const RETRY_AFTER_SECS: &str = "30";
 /// The `/mcp` route.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let limit = usize::try_from(state.config.limits.max_body_bytes).unwrap_or(usize::MAX);
-    let config = StreamableHttpServerConfig::default()
+    let mcp = &state.config.mcp;
+    let (total, per_credential) = (
+        usize::try_from(mcp.max_sessions).unwrap_or(usize::MAX),
+        usize::try_from(mcp.max_sessions_per_credential).unwrap_or(usize::MAX),
+    );
+    let file = Arc::new(SessionFile::open(
+        &state.config.store.state_dir,
+        total.saturating_add(per_credential),
+    ));
+    let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts(&state.config, state.bound, &state.base_url))
         .with_allowed_origins(allowed_origins(&state.config, &state.base_url))
         .with_max_request_body_bytes(limit)
         .with_cancellation_token(closing(state));
-    let tools = Arc::new(catalogue());
+    config.session_store = Some(file.clone());
+    let tools = Arc::new(catalogue(state.config.mcp.upstream_aliases));
     let for_service = state.clone();
     let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
@@ -63,14 +77,11 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         sessions.clone(),
         config,
     );
-    let mcp = &state.config.mcp;
     let gate = Gate {
         state: state.clone(),
         sessions,
-        ledger: Ledger::new(
-            usize::try_from(mcp.max_sessions).unwrap_or(usize::MAX),
-            usize::try_from(mcp.max_sessions_per_credential).unwrap_or(usize::MAX),
-        ),
+        ledger: Ledger::new(total, per_credential),
+        file,
     };
     Router::new()
         .route_service("/mcp", service)
@@ -129,6 +140,18 @@ struct Gate {
     state: AppState,
     sessions: Arc<LocalSessionManager>,
     ledger: Arc<Ledger>,
+    file: Arc<SessionFile>,
+}
+
+/// What became of a request naming a session this daemon does not hold.
+enum Revival {
+    /// The file records it for this credential: it is the credential's
+    /// again, and rmcp restores it from the file.
+    Revived,
+    /// No such session for this credential.
+    Unknown,
+    /// The credential (or the operators) hold their whole share.
+    Refused(Refusal),
 }
 
 impl Gate {
@@ -137,6 +160,21 @@ impl Gate {
     async fn reserve(&self, credential: Credential) -> Result<Slot, Refusal> {
         let open = self.sessions.sessions.read().await;
         self.ledger.reserve(credential, |id| open.contains_key(id))
+    }
+
+    /// Takes back session `id` for `credential` when the file records it as
+    /// that credential's: a place in its share, bound to the id.
+    async fn revive(&self, id: &str, credential: &Credential) -> Revival {
+        if self.file.owner(id).as_ref() != Some(credential) {
+            return Revival::Unknown;
+        }
+        match self.reserve(credential.clone()).await {
+            Ok(slot) => {
+                slot.bind(id.to_owned());
+                Revival::Revived
+            }
+            Err(refusal) => Revival::Refused(refusal),
+        }
     }
 }
 
@@ -217,12 +255,19 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
     if let Some(id) = named {
         // Another credential's session answers as one that does not exist.
         if !gate.ledger.opened_by(&id, &credential) {
-            return Err(ApiError::not_found("MCP session"));
+            match gate.revive(&id, &credential).await {
+                Revival::Revived => {}
+                Revival::Unknown => return Err(ApiError::not_found("MCP session")),
+                Revival::Refused(refusal) => return Ok(refused(state, refusal)),
+            }
         }
         let deletes = parts.method == Method::DELETE;
         let response = next.run(Request::from_parts(parts, body)).await;
         if deletes && response.status().is_success() {
             gate.ledger.closed(&id);
+            // The official clients take 200 or 204 (the Python SDK warns
+            // `Session termination failed: 202` on anything else).
+            return Ok(StatusCode::OK.into_response());
         }
         return Ok(response);
     }
@@ -239,13 +284,14 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
     if !may_open_a_session(&body) {
         return Ok(next.run(Request::from_parts(parts, Body::from(body))).await);
     }
-    let slot = match gate.reserve(credential).await {
+    let slot = match gate.reserve(credential.clone()).await {
         Ok(slot) => slot,
         Err(refusal) => return Ok(refused(state, refusal)),
     };
     // Run to the answer even if the client goes away meanwhile: a session
     // rmcp opens is always bound to its opener and counted.
     let request = Request::from_parts(parts, Body::from(body));
+    let file = gate.file.clone();
     let opening = state.tasks.spawn(async move {
         let response = next.run(request).await;
         let opened = response
@@ -254,6 +300,7 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
             .and_then(|value| value.to_str().ok());
         if let Some(id) = opened {
             slot.bind(id.to_owned());
+            file.opened(id, &credential);
         }
         response
     });

@@ -163,10 +163,10 @@ async fn an_overview_opened_later_shows_the_minutes_before_it() {
     assert!(rates.contains("dispatch latency p50≤"), "{rates}");
     let window = browser.text("#ov-window").await;
     assert!(window.contains("last "), "{window}");
-    let bars = browser
-        .js("return document.querySelectorAll('#ov-spark rect').length")
+    let points = browser
+        .js("return document.querySelectorAll('#ov-throughput .series circle').length")
         .await;
-    assert!(bars.as_u64().unwrap() >= 1, "{bars}");
+    assert!(points.as_u64().unwrap() >= 1, "{points}");
     // The overview follows only the sessions' comings and goings, not the
     // task events it does not show (its badge's tooltip names what the feed
     // asked for); the task list follows its unfinished rows (none: every

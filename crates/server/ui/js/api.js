@@ -1,9 +1,59 @@
-// The API client: the token lives in sessionStorage (this tab only) and goes
-// in `Authorization: Bearer`, never in a URL. Event streams are read with
-// fetch() and a stream reader (EventSource cannot send headers), resumed
-// with `Last-Event-ID` after a dropped connection or a daemon restart.
+// The API client: the token lives in sessionStorage (the tab's, never on
+// disk) and goes in `Authorization: Bearer`, never in a URL. A tab opened
+// with no token asks the other tabs of this origin for theirs over a
+// BroadcastChannel, and a sign-out in one tab signs every tab out (see
+// docs/decisions.md, The dashboard shows what changed). Event streams are
+// read with fetch() and a stream reader (EventSource cannot send headers),
+// resumed with `Last-Event-ID` after a dropped connection or a daemon
+// restart.
 
 const KEY = 'swarmd.token';
+/** How long a new tab waits for a signed-in tab to answer. */
+const ASK_MS = 400;
+const channel = typeof BroadcastChannel === 'function' ? new BroadcastChannel('swarmd.auth') : null;
+let onSignedOutElsewhere = () => {};
+
+if (channel) {
+  channel.addEventListener('message', (event) => {
+    const message = event.data || {};
+    // A signed-in tab answers a new tab's question with its token.
+    if (message.type === 'ask' && token()) channel.postMessage({ type: 'token', token: token() });
+    else if (message.type === 'signout') onSignedOutElsewhere();
+  });
+}
+
+/**
+ * The token of another signed-in tab of this origin, or null when none
+ * answers within ASK_MS.
+ */
+export function askOtherTabs() {
+  if (!channel) return Promise.resolve(null);
+  return new Promise((resolve) => {
+    const answer = (event) => {
+      const message = event.data || {};
+      if (message.type !== 'token' || typeof message.token !== 'string' || !message.token) return;
+      done(message.token);
+    };
+    const timer = setTimeout(() => done(null), ASK_MS);
+    function done(value) {
+      clearTimeout(timer);
+      channel.removeEventListener('message', answer);
+      resolve(value);
+    }
+    channel.addEventListener('message', answer);
+    channel.postMessage({ type: 'ask' });
+  });
+}
+
+/** Tells every other tab of this origin to forget the token. */
+export function signOutEverywhere() {
+  if (channel) channel.postMessage({ type: 'signout' });
+}
+
+/** What to do when another tab signs out. */
+export function whenSignedOutElsewhere(handler) {
+  onSignedOutElsewhere = handler;
+}
 
 export function token() {
   return sessionStorage.getItem(KEY);

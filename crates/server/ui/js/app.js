@@ -53,7 +53,9 @@ export function onTick(listener) {
 export function setLive(state) {
   const badge = $('live');
   badge.dataset.state = state;
-  badge.textContent = { live: 'live', retrying: 'reconnecting…', off: 'offline' }[state] || state;
+  badge.textContent = {
+    live: 'live', retrying: 'reconnecting…', connecting: 'connecting…', signedout: 'not signed in',
+  }[state] || state;
 }
 
 function startFeed(afterSeq, query, about) {
@@ -180,6 +182,7 @@ async function signedIn() {
       'the dashboard needs the admin token, an observer token or a session token');
   }
   session.caller = status.caller;
+  setLive('connecting');
   $('signin').hidden = true;
   $('nav').hidden = false;
   $('signout').hidden = false;
@@ -189,22 +192,28 @@ async function signedIn() {
   await route(status.event_seq);
 }
 
-function signOut() {
+/** Signs this tab out: every other tab of this origin too when `everywhere`. */
+function signOut(everywhere) {
   api.setToken(null);
+  if (everywhere) api.signOutEverywhere();
   stopFeed();
   location.hash = '';
   location.reload();
 }
 
 function showSignIn(message = '') {
+  setLive('signedout');
   $('signin').hidden = false;
   $('nav').hidden = true;
   replace($('signin-error'), message);
   $('token').focus();
 }
 
+/** Whether a token was typed on this page's form. */
+let submitted = false;
+
 async function boot() {
-  setLive('off');
+  setLive('signedout');
   // A page being left closes its streams at once: a browser holds six
   // connections per host, and a reloaded tab must not wait for old ones.
   window.addEventListener('pagehide', () => {
@@ -216,9 +225,13 @@ async function boot() {
     stopFeed();
     showSignIn('The daemon refused the token; sign in again.');
   });
-  $('signout').addEventListener('click', signOut);
+  $('signout').addEventListener('click', () => signOut(true));
+  api.whenSignedOutElsewhere(() => {
+    if (api.token()) signOut(false);
+  });
   $('signin-form').addEventListener('submit', async (event) => {
     event.preventDefault();
+    submitted = true;
     api.setToken($('token').value.trim());
     $('token').value = '';
     try {
@@ -228,7 +241,14 @@ async function boot() {
       showSignIn(error.message);
     }
   });
-  if (!api.token()) return showSignIn();
+  // A new tab shows the form at once and takes the token of a signed-in
+  // tab of this origin if one answers before a token is typed.
+  if (!api.token()) {
+    showSignIn();
+    const shared = await api.askOtherTabs();
+    if (!shared || submitted) return;
+    api.setToken(shared);
+  }
   try {
     await signedIn();
   } catch (error) {

@@ -1,12 +1,13 @@
 // The overview: tasks by status, running and queued now, throughput and
-// dispatch latency over the last minutes, connected sessions, store health
-// and draining. The daemon keeps a sample of its own counters every 5 s
+// dispatch latency over the last minutes (figures, and charts with a time
+// axis drawn by chart.js), connected sessions, store health and draining. The daemon keeps a sample of its own counters every 5 s
 // for 15 minutes (`GET /v1/metrics/history`), so the page shows the last
 // minutes as soon as it opens; it reads that and `/v1/status` again every
 // REFRESH_MS, two small reads whatever the load.
 
 import * as api from './api.js';
 import { h, replace } from './dom.js';
+import { lineChart } from './chart.js';
 
 const REFRESH_MS = 5000;
 /** The window the rates and quantiles cover: the newest samples. */
@@ -81,7 +82,9 @@ export function overviewView(root) {
         h('tr', {}, h('td', {}, 'dispatch latency p99'),
           h('td', { class: 'num' }, seconds(quantile(history.dispatch_bounds, dispatch, 0.99)))),
         h('tr', {}, h('td', {}, onPostgres ? 'store commit p99' : 'store WAL sync p99'), h('td', { class: 'num' }, store)))),
-      sparkline(samples),
+      h('div', { class: 'charts' },
+        throughputChart(samples, newest || Date.now()),
+        latencyChart(samples, newest || Date.now(), history.dispatch_bounds)),
       h('h2', {}, 'Daemon'),
       h('dl', {},
         h('dt', {}, 'version'), h('dd', {}, status.version),
@@ -110,30 +113,40 @@ export function overviewView(root) {
   };
 }
 
-/** Tasks finished per sample as a row of bars, oldest left, as text-free SVG. */
-function sparkline(samples) {
-  const NS = 'http://www.w3.org/2000/svg';
-  const svg = document.createElementNS(NS, 'svg');
-  const width = 360;
-  const height = 40;
-  svg.setAttribute('id', 'ov-spark');
-  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
-  svg.setAttribute('width', String(width));
-  svg.setAttribute('height', String(height));
-  svg.setAttribute('role', 'img');
-  svg.setAttribute('aria-label', 'tasks finished per 5 s');
-  const most = Math.max(1, ...samples.map((s) => s.finished));
-  const step = width / 60;
-  samples.slice(-60).forEach((s, i) => {
-    const bar = document.createElementNS(NS, 'rect');
-    const tall = Math.max(s.finished > 0 ? 1 : 0, Math.round((s.finished / most) * height));
-    bar.setAttribute('x', String(i * step));
-    bar.setAttribute('y', String(height - tall));
-    bar.setAttribute('width', String(Math.max(1, step - 1)));
-    bar.setAttribute('height', String(tall));
-    svg.appendChild(bar);
+/** Tasks created and finished per sample (5 s) over the window. */
+function throughputChart(samples, newest) {
+  return lineChart({
+    id: 'ov-throughput',
+    caption: 'Tasks per 5 s:',
+    from: newest - WINDOW_MS,
+    to: newest,
+    series: [
+      { name: 'created', cls: 'created', points: samples.map((s) => [s.at_ms, s.created]) },
+      { name: 'finished', cls: 'finished', points: samples.map((s) => [s.at_ms, s.finished]) },
+    ],
   });
-  return h('figure', { class: 'spark' }, svg, h('figcaption', { class: 'muted' }, 'tasks finished per 5 s'));
+}
+
+/** Dispatch latency p50 and p99 per sample (the bound of its bucket), in ms. */
+function latencyChart(samples, newest, bounds) {
+  const largest = bounds.length ? bounds[bounds.length - 1] : 0;
+  const at = (q) => samples.map((s) => {
+    const v = quantile(bounds, s.dispatch, q);
+    // Past the largest bucket is drawn at it.
+    return [s.at_ms, v === null ? null : Math.min(v, largest) * 1000];
+  });
+  return lineChart({
+    id: 'ov-latency',
+    caption: 'Dispatch latency, ms (bucket bound):',
+    from: newest - WINDOW_MS,
+    to: newest,
+    minMax: 1,
+    format: (v) => (v < 10 ? String(Number(v.toFixed(2))) : String(Math.round(v))),
+    series: [
+      { name: 'p50', cls: 'p50', points: at(0.5) },
+      { name: 'p99', cls: 'p99', points: at(0.99) },
+    ],
+  });
 }
 
 function card(label, value, id) {

@@ -1,12 +1,14 @@
 // One task: prompt, input, policy, attempts, its live output (progress,
-// partial text appended as it arrives, artifacts, the Final), audit
-// records, and cancel for the admin and the owning session. Output comes
+// partial text appended as it arrives, artifacts, the Final; a `worktree`
+// artifact as a diff), audit records, and cancel for the admin and the
+// owning session. Raw JSON (policy, metadata, audit) is folded shut. Output comes
 // from the task's own SSE stream, resumed by `<attempt>:<seq>`; the task's
 // state is read again when the event feed says it changed.
 
 import * as api from './api.js';
 import { onEvent, session } from './app.js';
 import { append, duration, h, replace, show, time } from './dom.js';
+import { isWorktreeReport, renderWorktree } from './diff.js';
 
 const TERMINAL = new Set(['pass', 'blocked', 'failed', 'cancelled']);
 
@@ -27,7 +29,7 @@ export function taskView(root, id) {
     h('h2', {}, 'Attempts'), attempts,
     h('h2', {}, 'Sub-tasks'), children,
     details,
-    h('h2', {}, 'Audit'), audit);
+    audit);
 
   let task = null;
   // The tasks that continue this one (`continue_from`), newest first.
@@ -76,6 +78,15 @@ export function taskView(root, id) {
     } else if (event.type === 'partial') {
       append(entry.partial, content(event.chunk));
     } else if (event.type === 'artifact') {
+      const value = event.content && event.content.kind === 'inline' ? event.content.value : undefined;
+      if (event.name === 'worktree' && isWorktreeReport(value)) {
+        // A coding worker's branch: its diff as a diff, downloadable as a patch.
+        entry.artifacts.append(h('li', { class: 'worktree' },
+          h('span', { class: 'name' }, event.name), ' ',
+          h('button', { type: 'button', onclick: () => download('worktree.diff', value.diff) }, 'download diff'),
+          renderWorktree(value)));
+        return;
+      }
       const text = content(event.content);
       entry.artifacts.append(h('li', {},
         h('span', { class: 'name' }, event.name), ' ',
@@ -142,8 +153,8 @@ export function taskView(root, id) {
     replace(details,
       task.system ? [h('h2', {}, 'System'), h('pre', {}, task.system)] : null,
       task.input !== undefined ? [h('h2', {}, 'Input'), h('pre', {}, show(task.input))] : null,
-      task.metadata ? [h('h2', {}, 'Metadata'), h('pre', {}, show(task.metadata))] : null,
-      h('h2', {}, 'Policy'), h('pre', {}, show(task.policy)));
+      task.metadata ? raw('Metadata', show(task.metadata)) : null,
+      raw('Policy', show(task.policy)));
     replace(attempts, h('table', {},
       h('thead', {}, h('tr', {}, ['#', 'held by', 'waited', 'started', 'duration', 'outcome', 'reason'].map((c) => h('th', {}, c)))),
       h('tbody', {}, task.attempts.map((a, i) => h('tr', {},
@@ -192,9 +203,9 @@ export function taskView(root, id) {
       subtasks.next ? h('a', { href: `#/tasks?parent=${id}` }, 'all sub-tasks') : null)
       : h('p', { class: 'muted' }, 'none'));
     const records = await api.get(`/v1/audit?task_id=${id}&limit=100`);
-    replace(audit, records.records.length
-      ? h('pre', {}, records.records.map((r) => show(r)).join('\n'))
-      : h('p', { class: 'muted' }, 'none'));
+    const n = records.records.length;
+    replace(audit, raw(`Audit (${n}${records.next ? '+' : ''} record${n === 1 ? '' : 's'})`,
+      n ? records.records.map((r) => show(r)).join('\n') : 'none'));
   }
 
   // Task events change the summary: read it again, at most once per 200 ms.
@@ -215,6 +226,11 @@ export function taskView(root, id) {
     if (timer) clearTimeout(timer);
     if (stream) stream.stop();
   };
+}
+
+/** Raw JSON folded shut under a heading-like summary. */
+function raw(title, text) {
+  return h('details', { class: 'raw' }, h('summary', {}, title), h('pre', {}, text));
 }
 
 function download(name, text) {

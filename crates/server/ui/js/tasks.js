@@ -5,20 +5,32 @@
 // MAX_FOLLOWED), and on the first page a tick of new tasks matching the
 // agent, session and parent filters at most once per TICK_MS, on which
 // the page reads its first page again. An operator session sees its own
-// tasks only: the session filter is pinned to it.
+// tasks only: the session filter is pinned to it. Each row shows its
+// duration (creation to finish, or so far), tokens and cost (the task's
+// `usage`: its closed attempts) and the reason of a task that did not
+// pass; a row that finishes while shown is read once to fill them.
 
 import * as api from './api.js';
 import { onEvent, onTick, scopeFeed, session } from './app.js';
+import * as dom from './dom.js';
 import { h, replace, time } from './dom.js';
 
 const STATUSES = ['', 'queued', 'running', 'pass', 'blocked', 'failed', 'cancelled'];
 const TERMINAL = new Set(['pass', 'blocked', 'failed', 'cancelled']);
+const COLUMNS = ['task', 'agent', 'status', 'attempt', 'prompt', 'created', 'duration', 'tokens', 'cost', 'reason'];
 /** The event kinds that change a row. */
 const ROW_KINDS = ['task_queued', 'attempt_started', 'task_finished'];
 /** At most this many unfinished rows are followed (the daemon's bound on `tasks=`). */
 const MAX_FOLLOWED = 100;
 /** A live first page hears of new tasks at most this often. */
 const TICK_MS = 1000;
+
+/** A count, short: 1540, 12.3k, 4.56M. */
+function compact(n) {
+  if (n < 10000) return String(n);
+  if (n < 1e6) return `${(n / 1000).toFixed(n < 1e5 ? 1 : 0)}k`;
+  return `${(n / 1e6).toFixed(2)}M`;
+}
 
 function link(params) {
   const query = new URLSearchParams();
@@ -71,7 +83,7 @@ export function tasksView(root, params, seq) {
     h('h1', {}, 'Tasks ', count),
     form, error,
     h('table', { class: 'tasks' },
-      h('thead', {}, h('tr', {}, ['task', 'agent', 'status', 'attempt', 'prompt', 'created'].map((c) => h('th', {}, c)))),
+      h('thead', {}, h('tr', {}, COLUMNS.map((c) => h('th', {}, c)))),
       body),
     pager);
 
@@ -79,6 +91,10 @@ export function tasksView(root, params, seq) {
     const cells = {
       status: h('td', { class: 'status', dataset: { status: task.status } }, task.status),
       attempt: h('td', { class: 'num' }, String(task.attempt)),
+      duration: h('td', { class: 'duration num' }),
+      tokens: h('td', { class: 'tokens num' }),
+      cost: h('td', { class: 'cost num' }),
+      reason: h('td', { class: 'reason' }),
     };
     const tr = h('tr', { dataset: { id: task.id } },
       h('td', { class: 'id' }, h('a', { href: `#/task/${task.id}` }, task.id)),
@@ -86,8 +102,38 @@ export function tasksView(root, params, seq) {
       cells.status,
       cells.attempt,
       h('td', { class: 'prompt' }, task.prompt.length > 120 ? task.prompt.slice(0, 120) + '…' : task.prompt),
-      h('td', { class: 'time' }, time(task.created_ms)));
-    return { tr, cells, task };
+      h('td', { class: 'time' }, time(task.created_ms)),
+      cells.duration, cells.tokens, cells.cost, cells.reason);
+    const entry = { tr, cells, task };
+    fill(entry, task);
+    return entry;
+  }
+
+  // The columns read from the task itself: duration, usage, reason.
+  function fill(entry, task) {
+    entry.task = task;
+    const { cells } = entry;
+    const end = task.finished_ms || (TERMINAL.has(task.status) ? task.updated_ms : Date.now());
+    cells.duration.textContent = task.created_ms ? dom.duration(Math.max(0, end - task.created_ms)) : '';
+    cells.duration.title = task.finished_ms ? 'creation to finish' : 'so far';
+    const u = task.usage || {};
+    const tokens = (u.input_tokens || 0) + (u.output_tokens || 0);
+    cells.tokens.textContent = tokens ? compact(tokens) : '';
+    cells.tokens.title = tokens
+      ? `${u.input_tokens || 0} in, ${u.output_tokens || 0} out, cache ${u.cache_read_tokens || 0} read, ${u.cache_write_tokens || 0} written`
+      : '';
+    cells.cost.textContent = typeof u.cost_usd === 'number' && u.cost_usd > 0 ? `$${u.cost_usd.toFixed(4)}` : '';
+    replace(cells.reason, task.status !== 'pass' && task.reason ? task.reason : '');
+  }
+
+  // A finished row is read once more for its duration, usage and reason.
+  async function refill(entry) {
+    try {
+      const task = await api.get(`/v1/tasks/${entry.task.id}`);
+      if (!gone) fill(entry, task);
+    } catch {
+      // The next read of the page fills it.
+    }
   }
 
   function setStatus(entry, value, attempt) {
@@ -103,7 +149,10 @@ export function tasksView(root, params, seq) {
     for (const task of tasks) {
       let entry = rows.get(task.id);
       if (entry) {
-        if (!TERMINAL.has(entry.cells.status.textContent)) setStatus(entry, task.status, task.attempt);
+        if (!TERMINAL.has(entry.cells.status.textContent)) {
+          setStatus(entry, task.status, task.attempt);
+          fill(entry, task);
+        }
       } else entry = row(task);
       kept.set(task.id, entry);
     }
@@ -199,7 +248,10 @@ export function tasksView(root, params, seq) {
     if (!entry || TERMINAL.has(entry.cells.status.textContent)) return;
     if (event.kind === 'attempt_started') setStatus(entry, 'running', event.attempt);
     else if (event.kind === 'task_queued') setStatus(entry, 'queued');
-    else if (event.kind === 'task_finished') setStatus(entry, event.status);
+    else if (event.kind === 'task_finished') {
+      setStatus(entry, event.status);
+      refill(entry);
+    }
   });
 
   load().then(() => follow(seq), (e) => {

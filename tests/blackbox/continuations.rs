@@ -273,7 +273,9 @@ async fn the_cli_and_the_mcp_spawn_tool_take_continue_from() {
             "--prompt",
             "again",
         ])
-        .args(["--wait", "15", "--url", &sw.base, "--token", &sw.admin])
+        .args([
+            "--wait", "15", "--url", &sw.base, "--token", &sw.admin, "-o", "json",
+        ])
         .env_clear()
         .stdin(Stdio::null())
         .output()

@@ -109,7 +109,7 @@ async fn serve_and_task_find_the_per_user_places_from_any_directory() {
     client_env.push(("SWARMD_URL", url));
     let spawn = swarmd(&project, &client_env)
         .args([
-            "task", "spawn", "--agent", "echo", "--prompt", "hello", "--wait", "20",
+            "task", "spawn", "-o", "json", "--agent", "echo", "--prompt", "hello", "--wait", "20",
         ])
         .output()
         .await

@@ -380,7 +380,9 @@ async fn the_example_configuration_runs_its_process_lua_and_ndjson_agents() {
     // The README's CLI quickstart against the same daemon.
     let spawned = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
         .current_dir(repo_root())
-        .args(["task", "--url", &sw.base, "--token", &sw.admin])
+        .args([
+            "task", "-o", "json", "--url", &sw.base, "--token", &sw.admin,
+        ])
         .args([
             "spawn",
             "--agent",
@@ -407,7 +409,9 @@ async fn the_example_configuration_runs_its_process_lua_and_ndjson_agents() {
     let keyed = || {
         tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
             .current_dir(repo_root())
-            .args(["task", "--url", &sw.base, "--token", &sw.admin])
+            .args([
+                "task", "-o", "json", "--url", &sw.base, "--token", &sw.admin,
+            ])
             .args([
                 "spawn", "--agent", "echo", "--prompt", "once", "--wait", "10",
             ])
@@ -455,7 +459,7 @@ args = ["30"]
         let admin = sw.admin.clone();
         async move {
             let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
-                .args(["task", "--url", &base, "--token", &admin])
+                .args(["task", "-o", "json", "--url", &base, "--token", &admin])
                 .args(&args)
                 .env_clear()
                 .output()

@@ -80,7 +80,8 @@ async fn two_nodes_share_one_keyring_and_admin_token_in_the_database() {
     // The CLI's default credential is the database's admin token too.
     let spawned = a
         .cli(&[
-            "task", "spawn", "--url", &b.base, "--agent", "echo", "--prompt", "hi", "--wait", "10",
+            "task", "spawn", "-o", "json", "--url", &b.base, "--agent", "echo", "--prompt", "hi",
+            "--wait", "10",
         ])
         .await;
     let spawned: serde_json::Value = serde_json::from_str(&spawned).unwrap();
@@ -126,8 +127,8 @@ async fn two_nodes_share_one_keyring_and_admin_token_in_the_database() {
     // B mints its workers' credentials with the new key: its tasks still run.
     let spawned = a
         .cli(&[
-            "task", "spawn", "--url", &b.base, "--agent", "echo", "--prompt", "again", "--wait",
-            "10",
+            "task", "spawn", "-o", "json", "--url", &b.base, "--agent", "echo", "--prompt",
+            "again", "--wait", "10",
         ])
         .await;
     let spawned: serde_json::Value = serde_json::from_str(&spawned).unwrap();

@@ -55,12 +55,20 @@ pub struct Cli {
         value_enum,
         global = true,
         env = "SWARMD_LOG_FORMAT",
-        default_value = "text"
+        default_value = "text",
+        help_heading = GLOBAL_OPTIONS
     )]
     pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The help heading of the flags every command takes.
+const GLOBAL_OPTIONS: &str = "Global options";
+/// The help heading of the flags that say how to reach the daemon.
+const CONNECTION_OPTIONS: &str = "Connection options";
+/// The help heading of the flags that say where the configuration is.
+const CONFIGURATION_OPTIONS: &str = "Configuration options";
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
@@ -78,8 +86,12 @@ pub enum Command {
     /// Mint capability tokens.
     #[command(subcommand)]
     Token(TokenCommand),
-    /// Create, inspect, wait for, cancel and follow tasks on a running daemon.
+    /// List, create, inspect, wait for, cancel and follow tasks on a running daemon.
     Task(Box<TaskArgs>),
+    /// List the running daemon's configured agents (name, kind, description, load).
+    Agents(ListingArgs),
+    /// List the running daemon's operator sessions (admin only).
+    Sessions(ListingArgs),
     /// Run a command as a SubAgent: fetch the prompt, give it to CMD on stdin,
     /// submit CMD's stdout (ok = exit status 0), and exit with CMD's code.
     /// `swarmd worker pool` runs a worker pool for a remote agent instead.
@@ -99,11 +111,22 @@ pub enum Command {
 pub struct ConfigArgs {
     /// Configuration file [default: the first that exists of
     /// $XDG_CONFIG_HOME/swarmd/swarmd.toml (~/.config/…) and /etc/swarmd/swarmd.toml].
-    #[arg(long, value_name = "PATH", env = "SWARMD_CONFIG", global = true)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "SWARMD_CONFIG",
+        global = true,
+        help_heading = CONFIGURATION_OPTIONS
+    )]
     pub config: Option<PathBuf>,
     /// State directory (overrides store.state_dir) [default:
     /// $STATE_DIRECTORY, else $XDG_STATE_HOME/swarmd, else ~/.local/state/swarmd].
-    #[arg(long, value_name = "DIR", global = true)]
+    #[arg(
+        long,
+        value_name = "DIR",
+        global = true,
+        help_heading = CONFIGURATION_OPTIONS
+    )]
     pub state_dir: Option<PathBuf>,
 }
 
@@ -167,10 +190,106 @@ pub enum MintRole {
 /// `swarmd task …`: flags shared by every verb, then the verb.
 #[derive(Debug, Clone, Args)]
 pub struct TaskArgs {
+    /// How answers are printed (`task tail` prints JSON lines either way).
+    #[arg(
+        short = 'o',
+        long,
+        value_enum,
+        value_name = "FORMAT",
+        default_value = "table",
+        global = true,
+        display_order = 900
+    )]
+    pub output: OutputFormat,
     #[command(flatten)]
     pub connection: ConnectionArgs,
     #[command(subcommand)]
     pub command: TaskCommand,
+}
+
+/// `-o`: how a client command prints the daemon's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Tables and key/value blocks for people: relative times, short ids.
+    Table,
+    /// The daemon's answer as one JSON document on one line, for scripts.
+    Json,
+}
+
+/// Flags of `swarmd agents` and `swarmd sessions`.
+#[derive(Debug, Clone, Args)]
+pub struct ListingArgs {
+    /// How the list is printed.
+    #[arg(
+        short = 'o',
+        long,
+        value_enum,
+        value_name = "FORMAT",
+        default_value = "table"
+    )]
+    pub output: OutputFormat,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+}
+
+/// `swarmd task list`'s flags (`GET /v1/tasks`), newest first.
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    /// Only tasks in this state.
+    #[arg(long, value_enum)]
+    pub status: Option<StatusFilter>,
+    /// Only tasks of this agent.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+    /// Only the sub-tasks of this task.
+    #[arg(long, value_name = "TASK_ID")]
+    pub parent: Option<TaskId>,
+    /// Only the tasks this operator session owns.
+    #[arg(long, value_name = "SID")]
+    pub session: Option<String>,
+    /// Only tasks created within this long: a number and a unit, s, m, h,
+    /// d or w (`90s`, `15m`, `2h`, `7d`).
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub since: Option<std::time::Duration>,
+    /// Only tasks whose prompt contains this text (ASCII letters in either case).
+    #[arg(long, value_name = "TEXT")]
+    pub contains: Option<String>,
+    /// Tasks per page (1 to 1000).
+    #[arg(long, value_name = "N", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+    /// The page after this task: the `next` of the previous page.
+    #[arg(long, value_name = "TASK_ID")]
+    pub after: Option<TaskId>,
+    /// Full task ids in the table (they are shortened to their last 8 hex
+    /// digits by default).
+    #[arg(long)]
+    pub wide: bool,
+}
+
+/// `--status` of `task list`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusFilter {
+    Queued,
+    Running,
+    Pass,
+    Blocked,
+    Failed,
+    Cancelled,
+}
+
+impl StatusFilter {
+    /// The wire name.
+    pub fn name(self) -> &'static str {
+        match self {
+            StatusFilter::Queued => "queued",
+            StatusFilter::Running => "running",
+            StatusFilter::Pass => "pass",
+            StatusFilter::Blocked => "blocked",
+            StatusFilter::Failed => "failed",
+            StatusFilter::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// `swarmd mcp`: by default it logs in (or resumes) one operator session and
@@ -228,21 +347,41 @@ pub enum McpSessionKind {
     Composite,
 }
 
-/// How to reach and authenticate to the daemon.
+/// How to reach and authenticate to the daemon. Each comes from the flag,
+/// else the environment, else the configuration (`--config`, else the
+/// per-user file): see `commands::remote::endpoint`.
 #[derive(Debug, Clone, Args)]
 pub struct ConnectionArgs {
-    /// Daemon URL [default: server.base_url, else http://<server.bind>, from the configuration].
-    #[arg(long, value_name = "URL", env = "SWARMD_URL", global = true)]
+    /// Daemon URL [default: $SWARMD_URL, else server.base_url, else
+    /// http://<server.bind>, of the configuration].
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "SWARMD_URL",
+        global = true,
+        help_heading = CONNECTION_OPTIONS
+    )]
     pub url: Option<String>,
-    /// Bearer credential [default: the admin token from the state directory].
+    /// Bearer credential; a flag shows in the process list, so prefer
+    /// --token-file or the environment [default: $SWARMD_TOKEN, else the
+    /// file $SWARMD_TOKEN_FILE names, else the admin token of the
+    /// configuration's state directory].
     #[arg(
         long,
         value_name = "TOKEN",
-        env = "SWARMD_TOKEN",
-        hide_env_values = true,
-        global = true
+        global = true,
+        help_heading = CONNECTION_OPTIONS
     )]
     pub token: Option<String>,
+    /// File holding the bearer credential (surrounding whitespace ignored).
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        conflicts_with = "token",
+        help_heading = CONNECTION_OPTIONS
+    )]
+    pub token_file: Option<PathBuf>,
     #[command(flatten)]
     pub config: ConfigArgs,
 }
@@ -292,9 +431,12 @@ pub struct SpawnArgs {
 /// The task verbs.
 #[derive(Debug, Clone, Subcommand)]
 pub enum TaskCommand {
-    /// Create a task and print the answer as JSON.
+    /// List tasks, newest first, with filters (`-o json`: the daemon's page,
+    /// `{tasks, next?}`).
+    List(Box<ListArgs>),
+    /// Create a task and print the answer.
     Spawn(Box<SpawnArgs>),
-    /// Print a task with its attempts, as JSON.
+    /// Print a task with its attempts.
     Get {
         /// The task id (T-…).
         id: TaskId,
@@ -472,6 +614,29 @@ fn parse_json(text: &str) -> Result<Value, serde_json::Error> {
     serde_json::from_str(text)
 }
 
+/// An age such as `90s`, `15m`, `2h`, `7d` or `1w`.
+pub(crate) fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let unit_secs: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => return Err("expected a number and a unit, s, m, h, d or w (e.g. 15m)".to_owned()),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit_secs))
+        .filter(|secs| *secs <= 100 * 365 * 86_400)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| "expected a number of at most 100 years before the unit".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -525,6 +690,29 @@ mod tests {
         assert_eq!(task.connection.url.as_deref(), Some("http://x:1"));
         assert!(matches!(task.command, TaskCommand::Wait { id: got, timeout: 5 } if got == id));
         assert!(Cli::try_parse_from(["swarmd", "task", "get", "../etc"]).is_err());
+    }
+
+    #[test]
+    fn list_ages_have_a_unit_and_a_bound() {
+        assert_eq!(parse_age("90s"), Ok(std::time::Duration::from_secs(90)));
+        assert_eq!(parse_age("2h"), Ok(std::time::Duration::from_secs(7200)));
+        assert_eq!(parse_age("1w"), Ok(std::time::Duration::from_secs(604_800)));
+        for bad in ["", "h", "15", "1.5h", "-1d", "99999999999999999999w", "1y"] {
+            assert!(parse_age(bad).is_err(), "{bad}");
+        }
+        let cli = Cli::try_parse_from([
+            "swarmd", "task", "list", "--status", "running", "-o", "json",
+        ])
+        .unwrap();
+        let Command::Task(task) = cli.command else {
+            panic!("expected task");
+        };
+        assert_eq!(task.output, OutputFormat::Json);
+        assert!(matches!(task.command, TaskCommand::List(list)
+            if list.status == Some(StatusFilter::Running) && list.limit == 50));
+        assert!(Cli::try_parse_from(["swarmd", "task", "list", "--limit", "0"]).is_err());
+        let both = ["swarmd", "agents", "--token", "t", "--token-file", "f"];
+        assert!(Cli::try_parse_from(both).is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! `{"error", "code"}` bodies and become `ClientError::Status`.
 
 pub(crate) mod pool;
+pub mod render;
 mod tail;
 mod task;
 mod worker;
@@ -22,7 +23,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub use tail::{SseEvent, SseParser, TailOptions};
-pub use task::SpawnRequest;
+pub use task::{SpawnRequest, TaskQuery};
 pub use worker::{WorkerOptions, run_worker};
 
 /// Timeout for requests that do not wait server-side.

@@ -1,4 +1,4 @@
-//! `swarmd task spawn|get|wait|cancel`: the task routes (docs/protocol.md, Task routes).
+//! `swarmd task list|spawn|get|wait|cancel`: the task routes (docs/protocol.md, Task routes).
 
 use std::time::Duration;
 
@@ -46,7 +46,61 @@ pub struct SpawnRequest {
     pub wait_secs: Option<u64>,
 }
 
+/// The query of `GET /v1/tasks`; an absent field is no filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TaskQuery {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<TaskId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Created at or after this unix millisecond.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+    /// Text the prompt contains.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// The last task of the previous page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<TaskId>,
+}
+
 impl ApiClient {
+    /// `GET /v1/tasks`: a page of tasks, newest first, `{tasks, next?}`.
+    ///
+    /// # Errors
+    /// `Request` on transport failure, `Status` for a refusal.
+    pub async fn list_tasks(&self, query: &TaskQuery) -> Result<Value, ClientError> {
+        let url = self.url("/v1/tasks");
+        let request = self.get("/v1/tasks").query(query).timeout(REQUEST_TIMEOUT);
+        self.send_json(request, &url).await
+    }
+
+    /// `GET /v1/agents`: the configured agents, `{agents, window, truncated}`.
+    ///
+    /// # Errors
+    /// As `list_tasks`.
+    pub async fn list_agents(&self) -> Result<Value, ClientError> {
+        let url = self.url("/v1/agents");
+        self.send_json(self.get("/v1/agents").timeout(REQUEST_TIMEOUT), &url)
+            .await
+    }
+
+    /// `GET /v1/operators`: the operator sessions (admin only).
+    ///
+    /// # Errors
+    /// As `list_tasks`.
+    pub async fn list_sessions(&self) -> Result<Value, ClientError> {
+        let url = self.url("/v1/operators");
+        self.send_json(self.get("/v1/operators").timeout(REQUEST_TIMEOUT), &url)
+            .await
+    }
+
     /// `POST /v1/tasks`: creates a task; with `wait_secs`, the answer is the
     /// finished task if it finished in time.
     ///

@@ -2,6 +2,7 @@
 //! result on stdout. `serve` holds the daemon's wiring.
 
 mod admin;
+mod listing;
 mod pool;
 mod remote;
 mod serve;
@@ -28,10 +29,17 @@ pub enum CommandError {
     State(#[from] StateError),
     #[error(
         "no credential for the daemon: {reason} (configuration: {config}); pass --token or \
-         set SWARMD_TOKEN, or name the daemon's configuration with --config (SWARMD_CONFIG) \
-         or its state directory with --state-dir"
+         set SWARMD_TOKEN (or the file of one: --token-file, SWARMD_TOKEN_FILE), or name the \
+         daemon's configuration with --config (SWARMD_CONFIG) or its state directory with \
+         --state-dir"
     )]
     NoCredential { reason: String, config: String },
+    #[error("cannot read the credential file {path} named by {source_name}: {reason}")]
+    TokenFile {
+        source_name: &'static str,
+        path: String,
+        reason: String,
+    },
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error(transparent)]
@@ -99,6 +107,8 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::AdminToken(args) => admin::admin_token(&args, env).await,
         Command::Token(TokenCommand::Mint(args)) => admin::mint_token(&args, env).await,
         Command::Task(args) => remote::task(*args, env).await,
+        Command::Agents(args) => listing::agents(&args, env).await,
+        Command::Sessions(args) => listing::sessions(&args, env).await,
         Command::Worker(WorkerArgs {
             pool: Some(WorkerCommand::Pool(args)),
             ..

@@ -1,8 +1,15 @@
 //! `swarmd task …`, `swarmd worker` and `swarmd mcp`: the commands that
 //! talk to a running daemon over HTTP.
 
-use super::{CommandError, print};
-use crate::cli::{ConnectionArgs, McpArgs, SpawnArgs, TaskArgs, TaskCommand, WorkerArgs, exit};
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::{CommandError, listing, print};
+use crate::cli::{
+    ConnectionArgs, McpArgs, OutputFormat, SpawnArgs, TaskArgs, TaskCommand, WorkerArgs, exit,
+};
+use crate::client::render::{self, now_ms};
 use crate::client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
 use crate::config::{Config, config_candidates};
 use crate::environment::Environment;
@@ -10,12 +17,15 @@ use crate::mcp::ProxyError;
 use crate::state::database::Secrets;
 use crate::state::{SecretSource, StateError};
 
-/// Runs one task verb and prints the daemon's JSON answer. A verb that
-/// waits for the task exits by its outcome (`outcome`).
+/// Runs one task verb and prints the daemon's answer as `-o` asks. A verb
+/// that waits for the task exits by its outcome (`outcome`).
 pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, CommandError> {
     let client = connect(&args.connection, env).await?;
     let mut waited = false;
     let answer = match args.command {
+        TaskCommand::List(list) => {
+            return listing::tasks(&client, &list, args.output).await;
+        }
         TaskCommand::Spawn(spawn) => {
             let SpawnArgs {
                 agent,
@@ -67,9 +77,22 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
         }
     };
     if !answer.is_null() {
-        print(&answer.to_string())?;
+        print(&task_text(&answer, args.output))?;
     }
     Ok(if waited { outcome(&answer) } else { exit::OK })
+}
+
+/// A task verb's answer as `output` asks: the JSON as the daemon sent it,
+/// or a key/value block (a spawn that did not wait answers only its id and
+/// status).
+fn task_text(answer: &Value, output: OutputFormat) -> String {
+    match output {
+        OutputFormat::Json => answer.to_string(),
+        OutputFormat::Table if answer.get("created_ms").is_some() => {
+            render::task_block(answer, now_ms())
+        }
+        OutputFormat::Table => render::accepted(answer),
+    }
 }
 
 /// The exit status of a command that waited for a task: 0 when it passed,
@@ -134,15 +157,21 @@ pub(super) async fn worker(args: WorkerArgs) -> Result<u8, CommandError> {
 }
 
 /// A client from the flags (see `endpoint`).
-async fn connect(args: &ConnectionArgs, env: &Environment) -> Result<ApiClient, CommandError> {
+pub(super) async fn connect(
+    args: &ConnectionArgs,
+    env: &Environment,
+) -> Result<ApiClient, CommandError> {
     let (url, token) = endpoint(args, env).await?;
     Ok(ApiClient::new(&url, Bearer::new(&token))?)
 }
 
-/// The daemon's URL and the bearer credential from the flags, falling back to
-/// the configuration for the URL and to the admin token (its file, or the
-/// database on PostgreSQL) for the credential. The configuration is read
-/// only when a flag is missing.
+/// The daemon's URL and the bearer credential. The URL: `--url`, else
+/// `SWARMD_URL` (both read by the parser), else the configuration's. The
+/// credential: `--token`, else the file `--token-file` names, else
+/// `SWARMD_TOKEN`, else the file `SWARMD_TOKEN_FILE` names, else the admin
+/// token (its file, or the database on PostgreSQL) of the configuration's
+/// state directory. The configuration (`--config`, else the per-user file,
+/// else /etc) is read only when one of them is missing there.
 pub(super) async fn endpoint(
     args: &ConnectionArgs,
     env: &Environment,
@@ -156,8 +185,17 @@ pub(super) async fn endpoint(
             config.base_url(config.server.bind)
         }
     };
-    let token = match &args.token {
-        Some(token) => token.clone(),
+    let given = match (&args.token, &args.token_file) {
+        (Some(token), _) => Some(token.clone()),
+        (None, Some(path)) => Some(read_token(path, "--token-file")?),
+        (None, None) => match (env.get("SWARMD_TOKEN"), env.get("SWARMD_TOKEN_FILE")) {
+            (Some(token), _) => Some(token.to_owned()),
+            (None, Some(path)) => Some(read_token(Path::new(path), "SWARMD_TOKEN_FILE")?),
+            (None, None) => None,
+        },
+    };
+    let token = match given {
+        Some(token) => token,
         None => {
             let config = match loaded {
                 Some(config) => config,
@@ -174,6 +212,23 @@ pub(super) async fn endpoint(
         }
     };
     Ok((url, token))
+}
+
+/// The credential in the file at `path`, trimmed; `source` (the flag or
+/// variable that named it) and the path are in the error, never the file's
+/// content.
+fn read_token(path: &Path, source: &'static str) -> Result<String, CommandError> {
+    let unreadable = |reason: String| CommandError::TokenFile {
+        source_name: source,
+        path: path.display().to_string(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|error| unreadable(error.to_string()))?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        return Err(unreadable("it holds no single credential".to_owned()));
+    }
+    Ok(token.to_owned())
 }
 
 /// The admin token could not be read: say where it was looked for and which
@@ -213,4 +268,65 @@ async fn read_stdin() -> Result<String, CommandError> {
         action: "read the prompt from stdin",
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::cli::ConfigArgs;
+
+    fn args(token: Option<&str>, token_file: Option<PathBuf>) -> ConnectionArgs {
+        ConnectionArgs {
+            url: Some("http://127.0.0.1:1".to_owned()),
+            token: token.map(str::to_owned),
+            token_file,
+            config: ConfigArgs {
+                config: None,
+                state_dir: None,
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn the_credential_is_flag_then_file_flag_then_variable_then_file_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let flag_file = file("flag", "from-flag-file\n");
+        let env_file = file("env", "  from-env-file  ");
+        let env_path = env_file.to_str().unwrap();
+        let both = Environment::from_pairs([
+            ("SWARMD_TOKEN", "from-env"),
+            ("SWARMD_TOKEN_FILE", env_path),
+        ]);
+        let file_only = Environment::from_pairs([("SWARMD_TOKEN_FILE", env_path)]);
+        let token = |args: ConnectionArgs, env: Environment| async move {
+            endpoint(&args, &env).await.map(|(_, token)| token)
+        };
+        let got = token(
+            args(Some("from-flag"), Some(flag_file.clone())),
+            both.clone(),
+        );
+        assert_eq!(got.await.unwrap(), "from-flag");
+        let got = token(args(None, Some(flag_file)), both.clone());
+        assert_eq!(got.await.unwrap(), "from-flag-file");
+        assert_eq!(token(args(None, None), both).await.unwrap(), "from-env");
+        assert_eq!(
+            token(args(None, None), file_only).await.unwrap(),
+            "from-env-file"
+        );
+
+        let empty = file("empty", " \n");
+        let refused = token(args(None, Some(empty.clone())), Environment::default()).await;
+        let message = refused.unwrap_err().to_string();
+        assert!(message.contains("--token-file") && message.contains(empty.to_str().unwrap()));
+        let two = file("two", "sws-a sws-b");
+        let refused = token(args(None, Some(two)), Environment::default()).await;
+        assert!(!refused.unwrap_err().to_string().contains("sws-a"));
+    }
 }

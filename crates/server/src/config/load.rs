@@ -33,10 +33,11 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/swarmd/swarmd.toml";
 pub const ENV_PREFIX: &str = "SWARMD_";
 
 /// `SWARMD_*` variables that stand in for CLI flags rather than config keys.
-pub const CLI_ENV_VARS: [&str; 4] = [
+pub const CLI_ENV_VARS: [&str; 5] = [
     "SWARMD_CONFIG",
     "SWARMD_URL",
     "SWARMD_TOKEN",
+    "SWARMD_TOKEN_FILE",
     "SWARMD_LOG_FORMAT",
 ];
 

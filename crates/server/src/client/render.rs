@@ -1,0 +1,389 @@
+//! The CLI's human output: tables of tasks, agents and sessions, and a task
+//! as a key/value block, from the daemon's JSON answers.
+//!
+//! Times are relative to the caller's clock ("3m ago"), durations short
+//! ("1m 05s"), ids shortened to their last 8 hex digits (the leading ones
+//! are the creation time and repeat between tasks made together). Every
+//! value is cleaned of control characters before it reaches the terminal:
+//! a reason or description written by a worker cannot move the cursor or
+//! recolour the screen. Missing values print as `-`.
+
+use comfy_table::{Cell, Table, presets};
+use serde_json::Value;
+
+/// The longest reason, description or prompt line a table cell shows.
+const CELL_CHARS: usize = 60;
+/// Spaces between two columns.
+const GUTTER: u16 = 2;
+
+/// Text with each control character replaced by a space, cut to `max`
+/// characters (with `…` when cut).
+pub fn clean(text: &str, max: usize) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(max)
+        .collect();
+    if text.chars().count() > max {
+        out.pop();
+        out.push('…');
+    }
+    out
+}
+
+/// `ms_ago` as a relative time: `just now`, `42s ago`, `3m ago`, `5h ago`,
+/// `2d ago`.
+pub fn ago(ms_ago: u64) -> String {
+    let secs = ms_ago / 1000;
+    match secs {
+        0 => "just now".to_owned(),
+        1..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        3600..86_400 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
+    }
+}
+
+/// A duration in two units at most: `850ms`, `12.3s`, `4m 05s`, `2h 07m`,
+/// `3d 04h`.
+pub fn duration(ms: u64) -> String {
+    let secs = ms / 1000;
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{}.{}s", secs, (ms % 1000) / 100),
+        60_000..3_600_000 => format!("{}m {:02}s", secs / 60, secs % 60),
+        3_600_000..86_400_000 => format!("{}h {:02}m", secs / 3600, (secs % 3600) / 60),
+        _ => format!("{}d {:02}h", secs / 86_400, (secs % 86_400) / 3600),
+    }
+}
+
+/// A cost in US dollars, `-` when none was reported.
+pub fn cost(usd: Option<f64>) -> String {
+    match usd {
+        Some(usd) if usd > 0.0 && usd < 0.01 => format!("${usd:.4}"),
+        Some(usd) if usd > 0.0 => format!("${usd:.2}"),
+        _ => "-".to_owned(),
+    }
+}
+
+/// A task id as the tables show it: `…` and its last 8 hex digits.
+pub fn short_id(id: &str) -> String {
+    let tail: String = id
+        .chars()
+        .rev()
+        .take(8)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    if tail.len() < id.len() {
+        format!("…{tail}")
+    } else {
+        tail
+    }
+}
+
+/// The current time in unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+fn text(value: &Value, max: usize) -> String {
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(text) if text.is_empty() => "-".to_owned(),
+        Value::String(text) => clean(text, max),
+        other => clean(&other.to_string(), max),
+    }
+}
+
+fn since(value: &Value, now_ms: u64) -> String {
+    value
+        .as_u64()
+        .map_or_else(|| "-".to_owned(), |ms| ago(now_ms.saturating_sub(ms)))
+}
+
+/// How long a task or attempt took: to its finish, or so far while it runs.
+fn took(start: &Value, finish: &Value, running: bool, now_ms: u64) -> String {
+    match (start.as_u64(), finish.as_u64()) {
+        (Some(start), Some(finish)) => duration(finish.saturating_sub(start)),
+        (Some(start), None) if running => duration(now_ms.saturating_sub(start)),
+        _ => "-".to_owned(),
+    }
+}
+
+/// A borderless table: a header of capitals, columns two spaces apart, no
+/// trailing spaces.
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut table = Table::new();
+    table.load_style(presets::NOTHING);
+    table.set_header(header.iter().map(|title| Cell::new(*title)));
+    for row in rows {
+        table.add_row(row);
+    }
+    let last = header.len().saturating_sub(1);
+    for (index, column) in table.column_iter_mut().enumerate() {
+        column.set_padding((0, if index == last { 0 } else { GUTTER }));
+    }
+    table
+        .lines()
+        .map(|line| line.trim_end().to_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `GET /v1/tasks`'s page as a table: id, status, agent, age, duration,
+/// cost, reason; full ids with `wide`.
+pub fn task_table(page: &Value, now_ms: u64, wide: bool) -> String {
+    let empty = Vec::new();
+    let tasks = page["tasks"].as_array().unwrap_or(&empty);
+    let rows = tasks
+        .iter()
+        .map(|task| {
+            let id = task["id"].as_str().unwrap_or("-");
+            let status = task["status"].as_str().unwrap_or("-");
+            vec![
+                if wide { clean(id, 40) } else { short_id(id) },
+                clean(status, 20),
+                text(&task["agent"], CELL_CHARS),
+                since(&task["created_ms"], now_ms),
+                took(
+                    &task["created_ms"],
+                    &task["finished_ms"],
+                    status == "running",
+                    now_ms,
+                ),
+                cost(task["usage"]["cost_usd"].as_f64()),
+                text(&task["reason"], CELL_CHARS),
+            ]
+        })
+        .collect();
+    let header = ["ID", "STATUS", "AGENT", "AGE", "DURATION", "COST", "REASON"];
+    table(&header, rows)
+}
+
+/// One task (`GET /v1/tasks/{id}`, a waited or finished spawn) as a
+/// key/value block, then its attempts as a table.
+pub fn task_block(task: &Value, now_ms: u64) -> String {
+    let status = task["status"].as_str().unwrap_or("-");
+    let created = &task["created_ms"];
+    let usage = &task["usage"];
+    let tokens = match (
+        usage["input_tokens"].as_u64(),
+        usage["output_tokens"].as_u64(),
+    ) {
+        (Some(input), Some(output)) => format!("{input} in, {output} out"),
+        _ => "-".to_owned(),
+    };
+    let id = task.get("id").or_else(|| task.get("task_id"));
+    let first_line = task["prompt"]
+        .as_str()
+        .map(|p| p.lines().next().unwrap_or(""));
+    let mut pairs = vec![
+        ("id", text(id.unwrap_or(&Value::Null), 40)),
+        ("status", clean(status, 20)),
+        ("agent", text(&task["agent"], CELL_CHARS)),
+        ("created", since(created, now_ms)),
+        ("finished", since(&task["finished_ms"], now_ms)),
+        (
+            "duration",
+            took(created, &task["finished_ms"], status == "running", now_ms),
+        ),
+        ("attempt", text(&task["attempt"], 10)),
+        ("cost", cost(usage["cost_usd"].as_f64())),
+        ("tokens", tokens),
+        ("reason", text(&task["reason"], 200)),
+        (
+            "prompt",
+            first_line.map_or_else(|| "-".to_owned(), |line| clean(line, CELL_CHARS)),
+        ),
+    ];
+    for (key, field) in [
+        ("parent", "parent"),
+        ("session", "session"),
+        ("continued from", "continued_from"),
+    ] {
+        if !task[field].is_null() {
+            pairs.push((key, text(&task[field], 40)));
+        }
+    }
+    if !task["result"].is_null() {
+        pairs.push(("result", text(&task["result"], 200)));
+    }
+    let width = pairs.iter().map(|(key, _)| key.len()).max().unwrap_or(0);
+    let mut block: Vec<String> = pairs
+        .iter()
+        .map(|(key, value)| format!("{key:width$}  {value}"))
+        .collect();
+    if let Some(attempts) = task["attempts"].as_array().filter(|a| !a.is_empty()) {
+        block.push(String::new());
+        block.push(attempt_table(attempts, status, now_ms));
+    }
+    block.join("\n")
+}
+
+fn attempt_table(attempts: &[Value], task_status: &str, now_ms: u64) -> String {
+    let rows = attempts
+        .iter()
+        .map(|attempt| {
+            let open = attempt["outcome"].is_null();
+            vec![
+                text(&attempt["attempt"], 10),
+                if open {
+                    clean(task_status, 20)
+                } else {
+                    text(&attempt["outcome"], 20)
+                },
+                since(&attempt["started_ms"], now_ms),
+                took(
+                    &attempt["started_ms"],
+                    &attempt["finished_ms"],
+                    open && task_status == "running",
+                    now_ms,
+                ),
+                cost(attempt["usage"]["cost_usd"].as_f64()),
+                text(&attempt["reason"], CELL_CHARS),
+            ]
+        })
+        .collect();
+    let header = [
+        "ATTEMPT", "OUTCOME", "STARTED", "DURATION", "COST", "REASON",
+    ];
+    table(&header, rows)
+}
+
+/// A spawn that did not wait (`{task_id, status}`) as a key/value block.
+pub fn accepted(answer: &Value) -> String {
+    format!(
+        "id      {}\nstatus  {}",
+        text(&answer["task_id"], 40),
+        text(&answer["status"], 20)
+    )
+}
+
+/// `GET /v1/agents` as a table: name, kind, description, running, queued.
+pub fn agent_table(page: &Value) -> String {
+    let empty = Vec::new();
+    let agents = page["agents"].as_array().unwrap_or(&empty);
+    let rows = agents
+        .iter()
+        .map(|agent| {
+            let enabled = agent["enabled"].as_bool() != Some(false);
+            vec![
+                text(&agent["name"], CELL_CHARS),
+                if enabled {
+                    text(&agent["kind"], 20)
+                } else {
+                    format!("{} (disabled)", text(&agent["kind"], 20))
+                },
+                text(&agent["description"], CELL_CHARS),
+                text(&agent["running"], 10),
+                text(&agent["queued"], 10),
+            ]
+        })
+        .collect();
+    let header = ["NAME", "KIND", "DESCRIPTION", "RUNNING", "QUEUED"];
+    table(&header, rows)
+}
+
+/// `GET /v1/operators` as a table: sid, kind, roles, connected, last seen,
+/// description.
+pub fn session_table(sessions: &Value, now_ms: u64) -> String {
+    let empty = Vec::new();
+    let rows = sessions
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|session| {
+            let roles: Vec<String> = session["roles"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .map(|role| text(role, 40))
+                .collect();
+            vec![
+                text(&session["sid"], 40),
+                text(&session["kind"], 20),
+                if roles.is_empty() {
+                    "-".to_owned()
+                } else {
+                    roles.join(",")
+                },
+                match session["connected"].as_bool() {
+                    Some(true) => "yes".to_owned(),
+                    Some(false) => "no".to_owned(),
+                    None => "-".to_owned(),
+                },
+                since(&session["last_seen"], now_ms),
+                text(&session["description"], CELL_CHARS),
+            ]
+        })
+        .collect();
+    let header = [
+        "SID",
+        "KIND",
+        "ROLES",
+        "CONNECTED",
+        "LAST SEEN",
+        "DESCRIPTION",
+    ];
+    table(&header, rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn times_durations_and_costs_are_short() {
+        assert_eq!(ago(400), "just now");
+        assert_eq!(ago(42_000), "42s ago");
+        assert_eq!(ago(3 * 60_000 + 59_000), "3m ago");
+        assert_eq!(ago(5 * 3_600_000), "5h ago");
+        assert_eq!(ago(2 * 86_400_000), "2d ago");
+        assert_eq!(duration(850), "850ms");
+        assert_eq!(duration(12_345), "12.3s");
+        assert_eq!(duration(245_000), "4m 05s");
+        assert_eq!(duration(2 * 3_600_000 + 7 * 60_000), "2h 07m");
+        assert_eq!(duration(3 * 86_400_000 + 4 * 3_600_000), "3d 04h");
+        assert_eq!(cost(None), "-");
+        assert_eq!(cost(Some(0.0)), "-");
+        assert_eq!(cost(Some(0.0042)), "$0.0042");
+        assert_eq!(cost(Some(1.5)), "$1.50");
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        assert_eq!(clean("a\u{1b}[31mred\nline", 100), "a [31mred line");
+        assert_eq!(clean("abcdef", 4), "abc…");
+        assert_eq!(short_id("T-0190f3c2a1b27c3d8e4f5a6b7c8d9e0f"), "…7c8d9e0f");
+        assert_eq!(short_id("abc"), "abc");
+    }
+
+    #[test]
+    fn a_task_table_has_one_aligned_row_per_task() {
+        let now = 1_000_000_000;
+        let page = json!({"tasks": [
+            {"id": "T-0190f3c2a1b27c3d8e4f5a6b7c8d9e0f", "status": "running",
+             "agent": "coder", "created_ms": now - 65_000},
+            {"id": "T-0190f3c2a1b27c3d8e4f5a6b7c8d0000", "status": "failed",
+             "agent": "a", "created_ms": now - 7_200_000, "finished_ms": now - 7_000_000,
+             "reason": "exit\n1", "usage": {"cost_usd": 0.25}},
+        ]});
+        let table = task_table(&page, now, false);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(lines[0].starts_with("ID "), "{table}");
+        assert!(lines[1].starts_with("…7c8d9e0f  running  coder  1m ago  1m 05s"));
+        assert!(lines[2].contains("2h ago") && lines[2].contains("$0.25"));
+        assert!(lines[2].ends_with("exit 1"), "{table}");
+        assert_eq!(lines[1].find("running"), lines[2].find("failed"), "{table}");
+        assert!(lines.iter().all(|line| !line.ends_with(' ')));
+    }
+}

@@ -1,0 +1,69 @@
+//! `swarmd task list`, `swarmd agents` and `swarmd sessions`: the daemon's
+//! lists, printed as a table for people or as the daemon's JSON answer
+//! (`-o json`) for scripts.
+
+use std::time::Duration;
+
+use super::{CommandError, print, remote};
+use crate::cli::{ListArgs, ListingArgs, OutputFormat, exit};
+use crate::client::render::{self, now_ms};
+use crate::client::{ApiClient, TaskQuery};
+use crate::environment::Environment;
+
+/// `swarmd task list`: one page of `GET /v1/tasks`. In a table, a further
+/// page is named on stderr, so that stdout stays the table.
+pub(super) async fn tasks(
+    client: &ApiClient,
+    args: &ListArgs,
+    output: OutputFormat,
+) -> Result<u8, CommandError> {
+    let now = now_ms();
+    let query = TaskQuery {
+        status: args.status.map(|status| status.name()),
+        agent: args.agent.clone(),
+        parent: args.parent,
+        session: args.session.clone(),
+        since_ms: args.since.map(|age| now.saturating_sub(millis(age))),
+        q: args.contains.clone(),
+        limit: Some(args.limit),
+        after: args.after,
+    };
+    let page = client.list_tasks(&query).await?;
+    match output {
+        OutputFormat::Json => print(&page.to_string())?,
+        OutputFormat::Table => {
+            print(&render::task_table(&page, now, args.wide))?;
+            if let Some(next) = page["next"].as_str() {
+                let next = render::clean(next, 40);
+                eprintln!("more: swarmd task list --after {next} (with the same filters)");
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// `swarmd agents`: `GET /v1/agents`.
+pub(super) async fn agents(args: &ListingArgs, env: &Environment) -> Result<u8, CommandError> {
+    let client = remote::connect(&args.connection, env).await?;
+    let agents = client.list_agents().await?;
+    print(&match args.output {
+        OutputFormat::Json => agents.to_string(),
+        OutputFormat::Table => render::agent_table(&agents),
+    })?;
+    Ok(exit::OK)
+}
+
+/// `swarmd sessions`: `GET /v1/operators` (the admin's credential).
+pub(super) async fn sessions(args: &ListingArgs, env: &Environment) -> Result<u8, CommandError> {
+    let client = remote::connect(&args.connection, env).await?;
+    let sessions = client.list_sessions().await?;
+    print(&match args.output {
+        OutputFormat::Json => sessions.to_string(),
+        OutputFormat::Table => render::session_table(&sessions, now_ms()),
+    })?;
+    Ok(exit::OK)
+}
+
+fn millis(age: Duration) -> u64 {
+    u64::try_from(age.as_millis()).unwrap_or(u64::MAX)
+}

@@ -68,6 +68,10 @@ error_codes! {
     IdempotencyConflict = "idempotency_conflict" => 409,
     /// An MCP pop of a session whose frames go to its attached WebSocket.
     SocketAttached = "socket_attached" => 409,
+    /// A task's branch that cannot be applied as asked: it conflicts with
+    /// the target, the target is checked out (or has uncommitted changes),
+    /// or it moved meanwhile.
+    BranchConflict = "branch_conflict" => 409,
     /// The task is over.
     TaskTerminal = "task_terminal" => 410,
     /// `continue_from` names a task that is not finished yet.
@@ -198,6 +202,7 @@ mod tests {
             ("role_taken", 409),
             ("idempotency_conflict", 409),
             ("socket_attached", 409),
+            ("branch_conflict", 409),
             ("task_terminal", 410),
             ("task_not_finished", 409),
             ("handle_expired", 410),

@@ -51,6 +51,9 @@ pub struct AppInner {
     /// On PostgreSQL: forwards a request about a live task another node
     /// holds to that node (docs/decisions.md, Cluster).
     pub(crate) cluster: Option<crate::cluster::Forwarder>,
+    /// Git on the branches coding tasks leave (`http::branches`), run with
+    /// the daemon's `PATH` and `HOME`.
+    pub branches: swarmd_spawner::worktree::branches::Branches,
 }
 
 impl AppState {

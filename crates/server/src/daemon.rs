@@ -201,6 +201,9 @@ pub async fn build(
         upstream_attempts: Default::default(),
         remote,
         cluster: forwarder,
+        branches: swarmd_spawner::worktree::branches::Branches::new(&HostEnv::from_pairs(
+            env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())),
+        )),
     });
     Ok(Daemon {
         app,

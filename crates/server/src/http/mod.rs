@@ -9,6 +9,7 @@
 mod agents;
 pub mod auth;
 mod blobs;
+pub(crate) mod branches;
 pub mod error;
 pub mod extract;
 pub mod guard;
@@ -91,6 +92,7 @@ pub fn router(state: AppState) -> Router {
         .merge(ops::routes())
         .merge(operators::routes())
         .merge(agents::routes())
+        .merge(branches::routes())
         .merge(ui::routes())
         .merge(crate::mcp::routes(&state))
         .fallback(not_found)

@@ -15,6 +15,7 @@
 //! JSON-RPC errors are left to protocol faults.
 
 mod agent_tools;
+mod branches;
 mod changes;
 mod fanout;
 mod frames;
@@ -73,6 +74,7 @@ pub(crate) fn catalogue(upstream_aliases: bool) -> Vec<Tool> {
     tools.extend(read::tools());
     tools.extend(frames::tools());
     tools.extend(worker::tools());
+    tools.extend(branches::tools());
     if upstream_aliases {
         tools.extend(upstream::tools());
     }
@@ -200,6 +202,9 @@ impl ServerHandler for SwarmdTools {
             "worker_prompt" => worker::prompt(state, args).await,
             "worker_progress" => worker::progress(state, args).await,
             "worker_submit" => worker::submit(state, args).await,
+            "branches" => branches::list(state, &caller, args).await,
+            "diff" => branches::diff(state, &caller, args).await,
+            "apply" => branches::apply(state, &caller, args).await,
             "mse_operator_join" if aliases => upstream::join(state, &caller, args).await,
             "mse_pending_wait" if aliases => {
                 upstream::pending_wait(state, &caller, args, &context).await
@@ -250,6 +255,9 @@ mod tests {
                 "worker_prompt",
                 "worker_progress",
                 "worker_submit",
+                "branches",
+                "diff",
+                "apply",
                 "mse_operator_join",
                 "mse_pending_wait",
                 "mse_ack",

@@ -112,6 +112,7 @@ impl Api {
             upstream_attempts: Default::default(),
             remote: Default::default(),
             cluster: None,
+            branches: Default::default(),
         });
         let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
         let server = tokio::spawn(async move {

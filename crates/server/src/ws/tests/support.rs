@@ -127,6 +127,7 @@ impl Harness {
             upstream_attempts: Default::default(),
             remote: Default::default(),
             cluster: None,
+            branches: Default::default(),
         });
         Harness {
             engine,

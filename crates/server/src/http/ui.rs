@@ -3,8 +3,9 @@
 //! brotli), each answer with a strict Content-Security-Policy.
 //!
 //! The assets hold no data and no secret: the page signs in with a token it
-//! keeps in `sessionStorage` and calls the API like any client, with
-//! `Authorization: Bearer`. The policy allows scripts, styles and
+//! keeps in `sessionStorage` (handed to new tabs of the origin over a
+//! `BroadcastChannel`, never written to disk) and calls the API like any
+//! client, with `Authorization: Bearer`. The policy allows scripts, styles and
 //! connections to this origin only, no inline script or style, no framing,
 //! and Trusted Types with no policy, so assigning a string to an HTML sink
 //! (`innerHTML`) throws: every worker or prompt string reaches the page as

@@ -3,7 +3,8 @@
 //! `mse_*` aliases are opt-in) with typed, standard JSON Schemas; closing a
 //! session is answered as the SDK expects (no `Session termination failed`);
 //! a client keeps its session across a daemon restart on the same state
-//! directory; and `task` shows a coding task's branch and diff.
+//! directory (for its opener only, and not once deleted); and `task` shows
+//! a coding task's branch and diff.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -235,6 +236,72 @@ async fn an_http_client_keeps_its_session_across_a_daemon_restart() {
     assert_eq!(waited["tasks"][0]["value"], json!({"n": 2}), "{seen}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("Session terminated"), "{stderr}");
+}
+
+/// `POST /mcp` of `message` with `bearer`, naming session `id` when given:
+/// the status and the body's text.
+async fn post_mcp(sw: &Swarmd, bearer: &str, id: Option<&str>, message: &Value) -> (u16, String) {
+    let mut request = sw
+        .post("/mcp", bearer)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(message);
+    if let Some(id) = id {
+        request = request.header("mcp-session-id", id);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let header = response
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let text = response.text().await.unwrap();
+    (status, header.unwrap_or(text))
+}
+
+#[tokio::test]
+async fn a_session_comes_back_after_a_restart_for_its_opener_only() {
+    let mut sw = Swarmd::new(CAT).start().await;
+    let other = sw.login(json!({"roles": ["main-ai"]})).await;
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}
+    });
+    let (status, id) = post_mcp(&sw, &sw.admin, None, &initialize).await;
+    assert_eq!(status, 200, "{id}");
+    let file = sw.dir().join("state/mcp-sessions.json");
+    let meta = std::fs::metadata(&file).expect("the session is recorded");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
+
+    sw.kill9().await;
+    sw.restart().await;
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    // Another credential naming the id learns nothing.
+    let (status, body) = post_mcp(&sw, &other.token, Some(&id), &list).await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = post_mcp(&sw, &sw.admin, Some(&id), &list).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"spawn\""), "{body}");
+
+    // A deleted session stays gone, across a restart too.
+    let closed = sw
+        .http
+        .delete(sw.url("/mcp"))
+        .bearer_auth(&sw.admin)
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), 200);
+    sw.kill9().await;
+    sw.restart().await;
+    let (status, body) = post_mcp(&sw, &sw.admin, Some(&id), &list).await;
+    assert_eq!(status, 404, "{body}");
 }
 
 /// `coder` adds a line to `notes.txt` in its worktree and exits; swarmd

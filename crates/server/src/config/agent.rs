@@ -6,11 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::WorktreeConfig;
+pub use super::origin::AgentOrigin;
 
 /// One agent: the keys shared by every kind, and the kind's own settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,53 +42,6 @@ pub struct Agent {
     /// Where the agent was defined: the configuration file, environment
     /// variables, or a file of `agents_dir`.
     pub origin: AgentOrigin,
-}
-
-/// Where an agent was defined (docs/configuration.md, Agent files).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum AgentOrigin {
-    /// `[agents.NAME]` in the configuration file (environment variables may
-    /// override some of its keys).
-    #[default]
-    ConfigFile,
-    /// Only `SWARMD_AGENTS__NAME__*` environment variables.
-    Env,
-    /// A file of `agents_dir`.
-    AgentFile(PathBuf),
-}
-
-impl AgentOrigin {
-    /// The kind of source, as `GET /v1/agents` names it: `config_file`,
-    /// `environment` or `agent_file`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            AgentOrigin::ConfigFile => "config_file",
-            AgentOrigin::Env => "environment",
-            AgentOrigin::AgentFile(_) => "agent_file",
-        }
-    }
-
-    /// The source of agent `name` for people: the file it is in, or the
-    /// variables that define it. `config_file` is the configuration file read.
-    pub fn describe(&self, name: &str, config_file: Option<&Path>) -> String {
-        match (self, config_file) {
-            (AgentOrigin::ConfigFile, Some(path)) => {
-                format!("[agents.{name}] in {}", path.display())
-            }
-            (AgentOrigin::ConfigFile, None) => format!("[agents.{name}]"),
-            (AgentOrigin::Env, _) => format!(
-                "environment variables {}{}__*",
-                super::load::ENV_PREFIX,
-                format!("agents__{name}").to_uppercase()
-            ),
-            (AgentOrigin::AgentFile(path), _) => format!("agent file {}", path.display()),
-        }
-    }
-
-    /// Whether the agent came from a file of `agents_dir`.
-    pub fn is_agent_file(&self) -> bool {
-        matches!(self, AgentOrigin::AgentFile(_))
-    }
 }
 
 /// How an agent's work is run.

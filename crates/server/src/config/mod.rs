@@ -17,6 +17,7 @@ mod error;
 mod hosts;
 mod load;
 mod locations;
+mod origin;
 mod print;
 mod sections;
 mod sources;

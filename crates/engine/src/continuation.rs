@@ -10,6 +10,10 @@
 //! and head from the `worktree` artifact the worktree module records. Only
 //! the last 64 records are searched for the first two and the first 64 for
 //! the `init` note, so the read is bounded whatever the attempt wrote.
+//!
+//! The same read tells what an attempt a restart interrupted left
+//! ([`Restart`], docs/tasks.md, Restarts): the attempt after it resumes
+//! that session in that checkout, on that branch.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,7 +22,7 @@ use swarmd_output_store::{ContentRef, OutputEvent, OutputRecord};
 use crate::Engine;
 use crate::error::EngineError;
 use crate::ids::TaskId;
-use crate::task::{Task, TaskSpec};
+use crate::task::{AttemptRecord, Task, TaskSpec};
 
 /// Name and producer of the artifact that records an attempt's worktree
 /// (the spawner's `worktree::ARTIFACT`).
@@ -52,11 +56,63 @@ pub struct Resume {
 }
 
 impl Resume {
-    /// The branch an attempt of `task` numbered `attempt` runs on
+    /// The branch an attempt of `task` numbered `attempt` ran on when its
+    /// `worktree` artifact does not name it: the id-only name
     /// (docs/tasks.md, Worktrees).
     pub fn branch_of(task: TaskId, attempt: u32) -> String {
         format!("swarmd/{task}-{attempt}")
     }
+}
+
+/// What the attempt after one a restart interrupted resumes (docs/tasks.md,
+/// Restarts): read from the interrupted attempt when the daemon starts
+/// again, and kept on its task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restart {
+    /// The interrupted attempt; the attempt after it resumes it.
+    pub attempt: u32,
+    /// The attempt whose checkout it ran in, and the next one runs in
+    /// again: itself, or the one an attempt resumed after an earlier
+    /// restart ran in.
+    pub worktree: u32,
+    /// The CLI session it reported.
+    pub session_id: String,
+    /// The branch of its checkout, as its `worktree` artifact names it.
+    pub branch: String,
+    /// The commit that branch was at when the attempt was interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+}
+
+impl Task {
+    /// The restart attempt `attempt` resumes: set only for the attempt
+    /// right after the one a restart interrupted.
+    pub fn restart_for(&self, attempt: u32) -> Option<&Restart> {
+        self.restart
+            .as_ref()
+            .filter(|restart| restart.attempt.checked_add(1) == Some(attempt))
+    }
+
+    /// The CLI session attempt `attempt` resumes: after a restart the
+    /// interrupted attempt's, else the continued task's.
+    pub fn resume_session(&self, attempt: u32) -> Option<String> {
+        match self.restart_for(attempt) {
+            Some(restart) => Some(restart.session_id.clone()),
+            None => self.resume.as_ref()?.session_id.clone(),
+        }
+    }
+
+    /// How many of attempts 1 to `attempt` count against
+    /// `policy.max_attempts`: those a restart interrupted and the next
+    /// attempt resumed do not.
+    pub fn counted_attempts(&self, attempt: u32) -> u32 {
+        attempt.saturating_sub(self.restarts)
+    }
+}
+
+/// Whether a task's count of restarts is left out of its JSON (none yet).
+pub(crate) fn no_restarts(restarts: &u32) -> bool {
+    *restarts == 0
 }
 
 impl Engine {
@@ -108,7 +164,12 @@ impl Engine {
 
     /// What `previous` (terminal) left for a continuation to resume.
     async fn resume_of(&self, previous: &Task) -> Result<Resume, EngineError> {
-        let attempt = previous.attempt;
+        self.left_by(previous.id, previous.attempt).await
+    }
+
+    /// What attempt `attempt` of `task` left: the session it reported, the
+    /// branch and head its `worktree` artifact names.
+    async fn left_by(&self, id: TaskId, attempt: u32) -> Result<Resume, EngineError> {
         let mut resume = Resume {
             attempt,
             ..Resume::default()
@@ -116,13 +177,13 @@ impl Engine {
         if attempt == 0 {
             return Ok(resume);
         }
-        let task = previous.id.as_uuid();
+        let task = id.as_uuid();
         let outputs = &self.inner.outputs;
         let last = outputs.last_seq(task, attempt).await?;
         let tail = outputs
             .tail(task, attempt, last.saturating_sub(SCAN as u64), SCAN)
             .await?;
-        read_tail(&tail, previous.id, &mut resume);
+        read_tail(&tail, id, &mut resume);
         if resume.session_id.is_none() && last > SCAN as u64 {
             let head = outputs.tail(task, attempt, 0, SCAN).await?;
             resume.session_id = head.iter().find_map(init_session);
@@ -130,6 +191,51 @@ impl Engine {
             resume.session_id = tail.iter().find_map(init_session);
         }
         Ok(resume)
+    }
+
+    /// The CLI session `attempt` of `task` reported, from its output, else
+    /// from the usage recorded with it.
+    pub(crate) async fn session_of(
+        &self,
+        task: &Task,
+        attempt: &AttemptRecord,
+    ) -> Result<Option<String>, EngineError> {
+        let left = self.left_by(task.id, attempt.attempt).await?;
+        Ok(left.session_id.or_else(|| {
+            attempt
+                .usage
+                .session_id
+                .clone()
+                .filter(|id| valid_session_id(id))
+        }))
+    }
+
+    /// What the attempt after `attempt` of `task`, which a restart
+    /// interrupted, resumes: its session and its checkout's branch. `None`
+    /// when it reported no session or recorded no `worktree` artifact (its
+    /// own, or for an attempt resumed in an earlier attempt's checkout,
+    /// that checkout's, which recovery records on the earlier attempt).
+    pub(crate) async fn restart_of(
+        &self,
+        task: &Task,
+        attempt: &AttemptRecord,
+    ) -> Result<Option<Restart>, EngineError> {
+        let n = attempt.attempt;
+        let worktree = task.restart_for(n).map_or(n, |restart| restart.worktree);
+        let Some(session_id) = self.session_of(task, attempt).await? else {
+            return Ok(None);
+        };
+        let mut left = self.left_by(task.id, n).await?;
+        if left.branch.is_none() && worktree != n {
+            left = self.left_by(task.id, worktree).await?;
+        }
+        Ok(left.branch.map(|branch| Restart {
+            attempt: n,
+            worktree,
+            session_id,
+            branch,
+            head: left.head,
+        }))
     }
 }
 
@@ -151,14 +257,20 @@ fn read_tail(tail: &[OutputRecord], task: TaskId, resume: &mut Resume) {
                     && record.producer == WORKTREE_PRODUCER
                     && resume.branch.is_none() =>
             {
-                resume.branch = Some(Resume::branch_of(task, resume.attempt));
-                if let ContentRef::Inline { value } = content {
-                    resume.head = value
-                        .get("head")
-                        .and_then(Value::as_str)
-                        .filter(|head| is_commit(head))
-                        .map(str::to_owned);
-                }
+                let value = match content {
+                    ContentRef::Inline { value } => Some(value),
+                    _ => None,
+                };
+                let named = value
+                    .and_then(|value| value.get("branch")?.as_str())
+                    .filter(|branch| valid_branch(branch));
+                resume.branch = Some(
+                    named.map_or_else(|| Resume::branch_of(task, resume.attempt), str::to_owned),
+                );
+                resume.head = value
+                    .and_then(|value| value.get("head")?.as_str())
+                    .filter(|head| is_commit(head))
+                    .map(str::to_owned);
             }
             _ => {}
         }
@@ -196,6 +308,15 @@ pub fn valid_session_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
+/// A branch name as the worktree module makes them: 1 to 255 bytes of
+/// printable ASCII without spaces, not starting with `-`.
+fn valid_branch(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('-')
+        && name.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// A full commit id, SHA-1 or SHA-256, in lowercase hex.

@@ -1,5 +1,6 @@
 //! Continuation rules at creation, and what is read from the previous
-//! task's last attempt.
+//! task's last attempt; what the attempt after one a restart interrupted
+//! resumes, and how that counts against `max_attempts`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +12,9 @@ use super::*;
 use crate::ErrorCode;
 use crate::engine::EngineConfig;
 use crate::ids::SessionId;
+use crate::store::{MemoryTaskStore, TaskStore};
 use crate::task::{SpawnerKind, TaskStatus};
-use crate::testing::{Script, ScriptedSpawner, StaticResolver, memory_engine};
+use crate::testing::{Script, ScriptedSpawner, StaticResolver, engine_with, memory_engine};
 
 const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -106,7 +108,11 @@ async fn a_continuation_takes_the_agent_session_and_branch_of_the_last_attempt()
     let resume = next.resume.clone().unwrap();
     assert_eq!(resume.attempt, 1);
     assert_eq!(resume.session_id.as_deref(), Some("S-1234"));
-    assert_eq!(resume.branch, Some(format!("swarmd/{}-1", first.id)));
+    assert_eq!(
+        resume.branch.as_deref(),
+        Some("swarmd/x-1"),
+        "the branch the module's artifact names"
+    );
     assert_eq!(resume.head.as_deref(), Some(HEAD));
     let stored = engine.get_task(next.id).await.unwrap().unwrap();
     assert_eq!(stored.continued_from, Some(first.id));
@@ -260,4 +266,159 @@ async fn a_session_continues_only_its_own_tasks_and_the_admin_any() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), ErrorCode::NotFound, "{refused}");
+}
+
+/// An engine on `store` and `outputs` whose `coder` hangs in attempt 1
+/// and in later ones passes (`ok`) or fails, as the daemon's process
+/// after a restart.
+fn restarted_engine(
+    store: &Arc<dyn TaskStore>,
+    outputs: &Arc<dyn swarmd_output_store::OutputStore>,
+    ok: bool,
+) -> (Engine, Arc<ScriptedSpawner>) {
+    let spawner = ScriptedSpawner::new(move |ctx| {
+        if ctx.id.n == 1 {
+            Script::Hang
+        } else if ok {
+            Script::Final {
+                value: json!("resumed"),
+                ok,
+            }
+        } else {
+            Script::Error("broke".into())
+        }
+    });
+    let resolver = StaticResolver::new().with("coder", SpawnerKind::Process, None, spawner.clone());
+    let engine = engine_with(
+        Arc::new(resolver),
+        Arc::clone(store),
+        Arc::clone(outputs),
+        EngineConfig::default(),
+        Arc::new(crate::clock::SystemClock),
+    );
+    (engine, spawner)
+}
+
+/// Starts a task on a first engine that hangs in attempt 1, records what
+/// the attempt left (`events` as the worker and the worktree module
+/// would), drops that engine as a crash does, and recovers a second one.
+async fn interrupted_then_restarted(
+    policy_attempts: u32,
+    events: Vec<(&str, OutputEvent)>,
+    ok: bool,
+) -> (Engine, Arc<ScriptedSpawner>, TaskId, crate::RecoveryReport) {
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new());
+    let outputs: Arc<dyn swarmd_output_store::OutputStore> =
+        Arc::new(swarmd_output_store::MemoryOutputStore::new());
+    let (first, spawner) = restarted_engine(&store, &outputs, ok);
+    let mut task = spec("coder", None);
+    task.policy.max_attempts = Some(policy_attempts);
+    task.policy.retry_backoff_ms = Some(0);
+    let task = first.create_task(task).await.unwrap();
+    for _ in 0..5_000 {
+        if !spawner.spawned().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(spawner.spawned().len(), 1, "attempt 1 started");
+    for (producer, event) in events {
+        outputs
+            .append(task.id.as_uuid(), 1, producer, vec![event])
+            .await
+            .unwrap();
+    }
+    drop(first);
+    let (second, spawner) = restarted_engine(&store, &outputs, ok);
+    let mut report = second.recover().await.unwrap();
+    second.resume_interrupted(&mut report).await.unwrap();
+    second.start_recovered();
+    (second, spawner, task.id, report)
+}
+
+#[tokio::test]
+async fn an_interrupted_attempt_with_a_session_and_a_branch_is_resumed_uncounted() {
+    let (engine, spawner, id, report) = interrupted_then_restarted(
+        1,
+        vec![
+            ("process", note("init", "session S-1, model m")),
+            (WORKTREE_PRODUCER, worktree(HEAD)),
+        ],
+        true,
+    )
+    .await;
+    assert_eq!((report.interrupted, report.continued), (1, 1), "{report:?}");
+    let done = engine.wait_task(id, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Pass, "{done:?}");
+    assert_eq!(done.attempt, 2);
+    assert_eq!(done.restarts, 1);
+    let restart = done.restart.clone().unwrap();
+    assert_eq!(
+        restart,
+        Restart {
+            attempt: 1,
+            worktree: 1,
+            session_id: "S-1".into(),
+            branch: "swarmd/x-1".into(),
+            head: Some(HEAD.into()),
+        }
+    );
+    assert_eq!(done.restart_for(2), Some(&restart));
+    assert_eq!(done.restart_for(3), None, "only the attempt right after");
+    assert_eq!(done.resume_session(2).as_deref(), Some("S-1"));
+    assert_eq!(done.resume_session(3), None);
+    assert_eq!(
+        spawner.spawned().len(),
+        1,
+        "attempt 2 ran on the second engine"
+    );
+    let attempts = engine.attempts(id).await.unwrap();
+    assert_eq!(
+        attempts[0].outcome,
+        Some(crate::task::AttemptOutcome::Failed)
+    );
+    assert_eq!(
+        attempts[0].reason.as_deref(),
+        Some(crate::recovery::RESUMED_REASON)
+    );
+}
+
+#[tokio::test]
+async fn a_failing_resumed_attempt_retries_within_the_user_budget() {
+    // max_attempts 2: the resumed attempt is not counted, so after it
+    // fails one retry is left, which starts over.
+    let (engine, _, id, _) = interrupted_then_restarted(
+        2,
+        vec![
+            ("process", note("usage", r#"{"session_id":"S-2"}"#)),
+            (WORKTREE_PRODUCER, worktree(HEAD)),
+        ],
+        false,
+    )
+    .await;
+    let done = engine.wait_task(id, Duration::from_secs(15)).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Failed, "{done:?}");
+    assert_eq!(done.attempt, 3, "{done:?}");
+    assert_eq!(done.counted_attempts(done.attempt), 2);
+}
+
+#[tokio::test]
+async fn without_a_session_or_a_branch_an_interrupted_attempt_fails_as_before() {
+    for events in [
+        vec![(WORKTREE_PRODUCER, worktree(HEAD))],
+        vec![("process", note("init", "session S-3, model m"))],
+        // A worker's own artifact names no branch.
+        vec![
+            ("process", note("init", "session S-3, model m")),
+            ("worker", worktree(HEAD)),
+        ],
+    ] {
+        let (engine, spawner, id, report) = interrupted_then_restarted(1, events, true).await;
+        assert_eq!(report.continued, 0, "{report:?}");
+        let done = engine.wait_task(id, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(done.status(), TaskStatus::Failed, "{done:?}");
+        assert_eq!(done.reason.as_deref(), Some("interrupted"));
+        assert_eq!(done.restart, None);
+        assert!(spawner.spawned().is_empty());
+    }
 }

@@ -1,8 +1,12 @@
 //! Recovery at start (docs/tasks.md, Recovery), run before the daemon reports ready: an
 //! open attempt whose Final was stored before the crash is decided by it;
-//! other in-process attempts that died with the old process fail as
-//! `interrupted` (and retry if the policy allows); other delegated attempts
-//! keep running with their lease re-armed; queued tasks are queued again.
+//! an in-process attempt that died with the old process and can resume (it
+//! reported a CLI session and recorded a `worktree` artifact) is closed and
+//! the attempt after it resumes that session in its checkout
+//! (`resume_interrupted`; docs/tasks.md, Restarts); other in-process
+//! attempts fail as `interrupted` (and retry if the policy allows); other
+//! delegated attempts keep running with their lease re-armed; queued tasks
+//! are queued again.
 //!
 //! A node of a cluster applies the same rules at run time to the live
 //! tasks it takes over from a dead node (`adopt`), except that it leaves
@@ -15,6 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::Engine;
+use crate::continuation::Restart;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::TaskId;
@@ -30,6 +35,8 @@ pub struct RecoveryReport {
     /// Open attempts decided by a Final stored before the crash.
     pub decided: usize,
     pub interrupted: usize,
+    /// Interrupted attempts whose next attempt resumes them.
+    pub continued: usize,
     pub retried: usize,
     pub resumed: usize,
     pub handles: usize,
@@ -38,6 +45,14 @@ pub struct RecoveryReport {
     /// Delegated attempts that are waiting on an external SubAgent again.
     pub delegated: Vec<(TaskId, u32)>,
 }
+
+/// The reason an attempt a restart interrupted is closed with when the
+/// attempt after it resumes it.
+pub(crate) const RESUMED_REASON: &str = "interrupted; resumed after restart";
+
+/// How many times a task's attempts may be resumed after a restart: a
+/// daemon that keeps dying while the task runs ends it `interrupted`.
+pub(crate) const MAX_RESTARTS: u32 = 3;
 
 /// Whether the task's closed attempts and this open one used more than a
 /// budget.
@@ -68,6 +83,12 @@ pub(crate) enum Pending {
         cell: Arc<TaskCell>,
         attempt: u32,
         cancel: CancellationToken,
+    },
+    /// An in-process attempt that died with the old process and reported a
+    /// CLI session: `resume_interrupted` resumes or fails it.
+    Interrupted {
+        task: Box<Task>,
+        attempt: Box<AttemptRecord>,
     },
 }
 
@@ -171,6 +192,24 @@ impl Engine {
                 report.resumed += 1;
                 report.delegated.push((id, attempt.attempt));
                 self.resume_delegated(task, attempt).await?;
+            }
+            (TaskStatus::Running, Some(attempt), None)
+                if origin == Origin::Restart
+                    && !attempt.spawner.survives_restart()
+                    && task.restarts < MAX_RESTARTS
+                    && !past_budget(&task, &attempt)
+                    && self.session_of(&task, &attempt).await?.is_some() =>
+            {
+                report.interrupted += 1;
+                // Stopped now, before the worktrees of the old process are
+                // concluded; decided once they are (`resume_interrupted`).
+                if let Some(group) = &attempt.process_group {
+                    self.inner.resolver.reap_leftover(group);
+                }
+                self.defer(Pending::Interrupted {
+                    task: Box::new(task),
+                    attempt: Box::new(attempt),
+                });
             }
             (TaskStatus::Running, Some(attempt), None) => {
                 report.interrupted += 1;
@@ -278,6 +317,97 @@ impl Engine {
         Ok(retry)
     }
 
+    /// Decides the attempts a restart interrupted that reported a CLI
+    /// session: one whose `worktree` artifact names its branch is closed
+    /// ([`RESUMED_REASON`]) and its task queued for the attempt that resumes
+    /// it; the others fail `interrupted` as any interrupted attempt does.
+    /// Call after the previous process's worktrees are recovered (their
+    /// artifacts name the branches) and before `start_recovered`, which
+    /// otherwise does this itself, after the daemon is up.
+    pub async fn resume_interrupted(&self, report: &mut RecoveryReport) -> Result<(), EngineError> {
+        for (task, attempt) in self.take_interrupted() {
+            match self.restart_of(&task, &attempt).await? {
+                Some(restart) => {
+                    report.continued += 1;
+                    self.close_resumed(task, attempt, restart).await?;
+                }
+                None => {
+                    if self.interrupt(task, attempt, Origin::Restart).await? {
+                        report.retried += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The interrupted attempts `recover` left for `resume_interrupted`.
+    fn take_interrupted(&self) -> Vec<(Task, AttemptRecord)> {
+        let mut recovered = self
+            .inner
+            .recovered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (interrupted, rest) = std::mem::take(&mut *recovered)
+            .into_iter()
+            .partition::<Vec<_>, _>(|p| matches!(p, Pending::Interrupted { .. }));
+        *recovered = rest;
+        interrupted
+            .into_iter()
+            .filter_map(|p| match p {
+                Pending::Interrupted { task, attempt } => Some((*task, *attempt)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Closes an attempt a restart interrupted, durably, and queues its
+    /// task for the attempt that resumes it: that attempt is not counted
+    /// against `policy.max_attempts` (`Task::restarts`).
+    async fn close_resumed(
+        &self,
+        mut task: Task,
+        mut attempt: AttemptRecord,
+        restart: Restart,
+    ) -> Result<(), EngineError> {
+        task.usage.add(&attempt.usage.totals);
+        let now_ms = self.inner.clock.now_ms();
+        let outcome = AttemptOutcome::Failed;
+        let reason = Some(RESUMED_REASON.to_owned());
+        attempt.outcome = Some(outcome);
+        attempt.reason.clone_from(&reason);
+        attempt.finished_ms = Some(now_ms);
+        tracing::info!(
+            task_id = %task.id,
+            attempt = attempt.attempt,
+            branch = %restart.branch,
+            "resuming an attempt the restart interrupted"
+        );
+        task.restart = Some(restart);
+        task.restarts += 1;
+        let events = vec![(
+            task.session,
+            Event::AttemptFinished {
+                task_id: task.id,
+                attempt: attempt.attempt,
+                outcome,
+                reason,
+                elapsed_ms: now_ms.saturating_sub(attempt.started_ms),
+            },
+        )];
+        let ops = vec![
+            WriteOp::PutTask(Box::new(task.clone())),
+            WriteOp::PutAttempt(attempt),
+        ];
+        self.submit_and_wait(ops, events).await?;
+        let id = task.id;
+        let agent = task.agent.clone();
+        let limit = self.agent_limit(&task);
+        self.inner.live.insert(TaskCell::new(task));
+        self.defer(Pending::Admit { agent, limit, id });
+        Ok(())
+    }
+
     /// Puts a delegated attempt back in memory with a fresh lease and waits
     /// for its SubAgent's Final, a cancel, or the lease, like a live attempt.
     async fn resume_delegated(
@@ -344,7 +474,9 @@ impl Engine {
 
     /// Starts what `recover` found: queued tasks enter admission, delegated
     /// attempts are announced again to their sessions (with a fresh handle;
-    /// the old one stays valid) and wait for their SubAgent.
+    /// the old one stays valid) and wait for their SubAgent; interrupted
+    /// attempts not yet decided are decided (`resume_interrupted`) in the
+    /// background, and what that queues starts then.
     pub fn start_recovered(&self) {
         let pending = std::mem::take(
             &mut *self
@@ -353,8 +485,10 @@ impl Engine {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()),
         );
+        let mut undecided = Vec::new();
         for item in pending {
             match item {
+                Pending::Interrupted { .. } => undecided.push(item),
                 Pending::Admit { agent, limit, id } => self.admit(&agent, limit, id),
                 Pending::Resume {
                     cell,
@@ -367,6 +501,19 @@ impl Engine {
                     });
                 }
             }
+        }
+        if !undecided.is_empty() {
+            for item in undecided {
+                self.defer(item);
+            }
+            let engine = self.clone();
+            self.inner.tracker.spawn(async move {
+                let mut report = RecoveryReport::default();
+                if let Err(error) = engine.resume_interrupted(&mut report).await {
+                    tracing::warn!(%error, "interrupted attempts were not decided");
+                }
+                engine.start_recovered();
+            });
         }
     }
 }

@@ -361,6 +361,14 @@ pub struct Task {
     /// What its attempts resume from `continued_from`, read at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<crate::continuation::Resume>,
+    /// The attempt a restart interrupted last, which the attempt after it
+    /// resumed (docs/tasks.md, Restarts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<crate::continuation::Restart>,
+    /// How many of its attempts a restart interrupted and the next one
+    /// resumed; they do not count against `policy.max_attempts`.
+    #[serde(default, skip_serializing_if = "crate::continuation::no_restarts")]
+    pub restarts: u32,
     status: TaskStatus,
     /// The current attempt; 0 before the first.
     pub attempt: u32,
@@ -403,6 +411,8 @@ impl Task {
             operator_sid: spec.operator_sid,
             continued_from: spec.continue_from,
             resume: None,
+            restart: None,
+            restarts: 0,
             status: TaskStatus::Queued,
             attempt: 0,
             result: None,

@@ -139,6 +139,12 @@ pub async fn build(
     // After the engine's recovery killed the process groups that outlived
     // the old daemon, before any attempt starts again.
     recover_worktrees(&config, env, &engine).await;
+    // Once the worktrees' artifacts name the branches: the attempts the
+    // stop interrupted that can resume their CLI session go on.
+    engine
+        .resume_interrupted(&mut recovery)
+        .await
+        .map_err(BuildError::Recovery)?;
     // Sessions homed on other nodes are restored as copies (sessions/homes).
     if let (Some(db), Some(node)) = (&pg, node) {
         sessions
@@ -170,6 +176,7 @@ pub async fn build(
         requeued = recovery.requeued,
         decided = recovery.decided,
         interrupted = recovery.interrupted,
+        continued = recovery.continued,
         retried = recovery.retried,
         resumed = recovery.resumed,
         handles = recovery.handles,

@@ -153,6 +153,12 @@ pub async fn run(
     });
     tracing::info!(%addr, %base_url, "listening");
     eprintln!("listening on http://{addr}");
+    if built.recovery.continued > 0 {
+        eprintln!(
+            "resuming {} coding attempt(s) the last stop interrupted, in their sessions and on their branches",
+            built.recovery.continued
+        );
+    }
     eprintln!(
         "{}",
         start_hint(&base_url, config.source.as_deref(), &startup.env)
@@ -201,7 +207,15 @@ pub async fn run(
         tracing::warn!(%error, "cannot notify systemd of stopping");
     }
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+    let (_, running) = engine.load();
+    eprintln!(
+        "{}",
+        shutdown::drain_notice(running, app.sessions.connected(), grace)
+    );
     engine.shutdown(grace).await;
+    if let Some(notice) = shutdown::drained_notice(engine.live_tasks()) {
+        eprintln!("{notice}");
+    }
     built.cluster_stop.cancel();
     app.sessions.close_sockets();
     app.sessions.wait_sockets(Duration::from_secs(2)).await;

@@ -2,7 +2,11 @@
 //!
 //! Every long-lived task holds a clone (or a child token) and stops at its
 //! next safe point when it fires. A second signal while draining means the
-//! operator does not want to wait: the process exits at once with status 130.
+//! operator does not want to wait: the process exits at once with status 130,
+//! saying so on the terminal. What the drain waits for is said there too
+//! ([`drain_notice`]).
+
+use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -29,7 +33,8 @@ pub fn install() -> std::io::Result<CancellationToken> {
     tokio::spawn(async move {
         let received = |signal: StopSignal| {
             if fired.is_cancelled() {
-                tracing::error!(?signal, "second stop signal: exiting without draining");
+                tracing::warn!(?signal, "second stop signal: exiting without draining");
+                eprintln!("{FORCED}");
                 std::process::exit(130);
             }
             tracing::info!(?signal, "stop signal: draining");
@@ -46,6 +51,51 @@ pub fn install() -> std::io::Result<CancellationToken> {
     Ok(token)
 }
 
+/// What the terminal is told when a second signal stops the daemon at once.
+const FORCED: &str = "stopped at once: attempts still running were interrupted; \
+the next start resumes those that can resume (docs/tasks.md, Restarts)";
+
+/// What the terminal is told when the drain starts: how many running
+/// attempts it waits for and how long, the session sockets it closes
+/// then, and that a second signal stops the daemon at once.
+pub fn drain_notice(attempts: usize, sockets: usize, grace: Duration) -> String {
+    let plural = |n: usize, what: &str| {
+        if n == 1 {
+            format!("1 {what}")
+        } else {
+            format!("{n} {what}s")
+        }
+    };
+    let closing = (sockets > 0).then(|| format!("closing {}", plural(sockets, "session socket")));
+    if attempts == 0 {
+        return match closing {
+            Some(closing) => format!("stopping: {closing}"),
+            None => "stopping".to_owned(),
+        };
+    }
+    let then = closing.map(|c| format!(", then {c}")).unwrap_or_default();
+    format!(
+        "stopping: waiting up to {}s for {} to finish{then}; press Ctrl-C again \
+         (or send the stop signal again) to stop at once. Attempts still \
+         running then are interrupted; the next start resumes those that can \
+         resume (docs/tasks.md, Restarts)",
+        grace.as_secs(),
+        plural(attempts, "running attempt"),
+    )
+}
+
+/// What the terminal is told once the drain is over: the tasks left
+/// unfinished, which the next start picks up.
+pub fn drained_notice(unfinished: usize) -> Option<String> {
+    match unfinished {
+        0 => None,
+        1 => Some("stopped: 1 unfinished task is picked up at the next start".to_owned()),
+        n => Some(format!(
+            "stopped: {n} unfinished tasks are picked up at the next start"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -53,6 +103,33 @@ mod tests {
     use nix::sys::signal::{Signal, raise};
 
     use super::*;
+
+    #[test]
+    fn the_drain_says_what_it_waits_for() {
+        let grace = Duration::from_secs(30);
+        let notice = drain_notice(2, 1, grace);
+        assert!(
+            notice.starts_with(
+                "stopping: waiting up to 30s for 2 running attempts to finish, then closing 1 session socket; press Ctrl-C again"
+            ),
+            "{notice}"
+        );
+        assert_eq!(
+            drain_notice(0, 3, grace),
+            "stopping: closing 3 session sockets"
+        );
+        assert!(
+            drain_notice(1, 0, grace).contains("for 1 running attempt to finish"),
+            "{}",
+            drain_notice(1, 0, grace)
+        );
+        assert_eq!(drain_notice(0, 0, grace), "stopping");
+        assert_eq!(drained_notice(0), None);
+        assert_eq!(
+            drained_notice(2).as_deref(),
+            Some("stopped: 2 unfinished tasks are picked up at the next start")
+        );
+    }
 
     #[tokio::test]
     async fn sigterm_cancels_the_token() {

@@ -86,7 +86,7 @@ impl Engine {
                 && over_budget.is_none()
                 && !self.is_draining()
                 && policy.retries(outcome)
-                && p.ctx.id.n < policy.max_attempts;
+                && state.task.counted_attempts(p.ctx.id.n) < policy.max_attempts;
             let mut retry_after = None;
             let mut terminal = false;
             if retry {

@@ -65,6 +65,7 @@ impl SpawnerAdapter for ProcessSpawner {
             }),
             None => None,
         };
+        let resume_session = task.resume_session(ctx.id.n);
         let vars = RunVars {
             base_url: self.base_url.clone(),
             task_id: ctx.id.task.to_string(),
@@ -73,7 +74,7 @@ impl SpawnerAdapter for ProcessSpawner {
             worker_handle: credential.handle().to_owned(),
             prompt: task.prompt,
             continued_from: task.continued_from.map(|id| id.to_string()),
-            resume_session: task.resume.and_then(|resume| resume.session_id),
+            resume_session,
         };
         let cancel = CancellationToken::new();
         let checkout = worktree.as_ref().map(AttemptWorktree::checkout);

@@ -24,6 +24,8 @@ forbid() {
 forbid swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio-tungstenite hyper tokio-postgres
 forbid swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
 forbid swarmd-postgres swarmd-spawner swarmd-server axum mlua tokio-tungstenite hyper reqwest
+# The flow IR is data: no swarmd crate, no transport, no interpreter.
+forbid swarmd-flow swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio tokio-tungstenite hyper reqwest tokio-postgres
 forbid swarmd-spawner swarmd-server swarmd-postgres axum tokio-tungstenite hyper reqwest tokio-postgres
 
 if [ "$fail" -ne 0 ]; then

@@ -1,0 +1,291 @@
+//! The flow IR: one JSON document per flow. Nodes are tagged by `kind`,
+//! expressions by `op`; unknown fields are refused so a typo never passes
+//! silently. Upstream Blueprint flows (mlua-swarm's `step`, `seq`,
+//! `branch`, `fanout`, `loop`, `try` and `assign`, which swarmd also spells
+//! `let`) parse unchanged; `wait` and `call`, per-step `retry` and
+//! timeouts, and fan-out `concurrency` are swarmd's additions.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::expr::Expr;
+
+/// A declared flow: its name, its typed input and its graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Flow {
+    /// The name a run, a `call` node and the MCP tool use (`[a-z0-9_-]`, at
+    /// most 64 characters).
+    pub name: String,
+    /// One line for people and for the MCP tool list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// JSON Schema of the run's input, available to the graph as `$.input`.
+    /// A run whose input does not match is refused before it starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+    /// The run's result, read when the graph ends; the whole context when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Expr>,
+    /// Bounds checked before a run starts; the daemon's own limits cap them.
+    #[serde(default)]
+    pub limits: Limits,
+    /// The graph.
+    pub body: Node,
+}
+
+/// Bounds of one run, checked by `lint` before it starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Steps (tasks) one run may start, loops and fan-outs included.
+    pub max_steps: u32,
+    /// Items one fan-out may run.
+    pub max_fanout: u32,
+    /// Nesting depth of the graph.
+    pub max_depth: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_steps: 1_000,
+            max_fanout: 100,
+            max_depth: 32,
+        }
+    }
+}
+
+/// One node of the graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Node {
+    /// Runs agent `ref` as an ordinary task with input `in`; its result is
+    /// written to `out`.
+    Step {
+        /// The agent.
+        #[serde(rename = "ref")]
+        agent: String,
+        /// The task's input (a string is its prompt).
+        #[serde(rename = "in")]
+        input: Expr,
+        /// Where the result goes (a `$.name` path).
+        out: Expr,
+        /// A name for people and for the run view; unique in the flow.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        /// Retries of this step on top of the task's own.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry: Option<Retry>,
+        /// Seconds the step's task may wait in the queue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue_timeout_secs: Option<u32>,
+        /// Seconds the step's task may run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_secs: Option<u32>,
+    },
+    /// Runs its children in order.
+    Seq {
+        /// The children.
+        children: Vec<Node>,
+    },
+    /// Runs `then` when `cond` is true, else `else`.
+    Branch {
+        /// A boolean expression.
+        cond: Expr,
+        /// Taken when `cond` is true.
+        #[serde(rename = "then")]
+        then_branch: Box<Node>,
+        /// Taken when `cond` is false.
+        #[serde(rename = "else")]
+        else_branch: Box<Node>,
+    },
+    /// Runs `body` once per item of `items`, each with the item at `bind`,
+    /// and writes the joined results to `out`.
+    Fanout {
+        /// An expression giving an array.
+        items: Expr,
+        /// Where each branch finds its item (a `$.name` path).
+        bind: Expr,
+        /// The node each item runs.
+        body: Box<Node>,
+        /// How the branches' results are joined.
+        join: JoinMode,
+        /// Where the joined result goes.
+        out: Expr,
+        /// Branches running at once; all of them when absent (still bounded
+        /// by `limits.max_fanout`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        concurrency: Option<u32>,
+    },
+    /// Runs `body` while `cond` holds, at most `max` times, counting in
+    /// `counter`.
+    Loop {
+        /// Where the iteration count is written (a `$.name` path).
+        counter: Expr,
+        /// Tested before each iteration.
+        cond: Expr,
+        /// The node each iteration runs.
+        body: Box<Node>,
+        /// The most iterations; lint refuses a loop without it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max: Option<u32>,
+    },
+    /// Runs `body`; when it fails, undoes its writes and runs `catch` with
+    /// the error at `err_at`.
+    Try {
+        /// The node tried.
+        body: Box<Node>,
+        /// The node run on failure.
+        catch: Box<Node>,
+        /// Where the failure's message goes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        err_at: Option<Expr>,
+    },
+    /// Writes `value` to `at` (upstream's `assign`).
+    #[serde(alias = "assign")]
+    Let {
+        /// Where the value goes (a `$.name` path).
+        at: Expr,
+        /// The value.
+        value: Expr,
+    },
+    /// Waits for an answer from a person or a program: the run pauses
+    /// until the wait is answered (with a token scoped to it) or times out.
+    Wait {
+        /// The wait's name, unique in the flow.
+        name: String,
+        /// What the person is asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt: Option<Expr>,
+        /// JSON Schema the answer must match.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        schema: Option<Value>,
+        /// Seconds before the wait fails; it waits for ever when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_secs: Option<u32>,
+        /// Where the answer goes.
+        out: Expr,
+    },
+    /// Runs the flow named `flow` as a sub-run with input `in`.
+    Call {
+        /// The sub-flow's name.
+        flow: String,
+        /// Its input.
+        #[serde(rename = "in")]
+        input: Expr,
+        /// Where its result goes.
+        out: Expr,
+    },
+}
+
+/// How a fan-out joins its branches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinMode {
+    /// Every branch must pass; the result is the array of their contexts.
+    /// The first failure cancels the others and fails the fan-out.
+    All,
+    /// The first branch to pass wins and the others are cancelled; the
+    /// fan-out fails only when all fail.
+    Any,
+    /// The first branch to end decides, pass or fail; the others are
+    /// cancelled.
+    Race,
+    /// Every branch runs to its end; the result records each one's
+    /// `{status, value | reason}`; never fails.
+    AllSettled,
+}
+
+/// A step's retries: attempts, backoff, and the reasons never retried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Retry {
+    /// Tries in all, the first included (at least 1).
+    pub attempts: u32,
+    /// Seconds before the first retry; doubled for each one after.
+    #[serde(default)]
+    pub backoff_secs: u32,
+    /// Failure reasons (as a task reports them) that end the step at once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub non_retryable: Vec<String>,
+}
+
+impl Node {
+    /// The node's children, in evaluation order.
+    pub fn children(&self) -> Vec<(&'static str, &Node)> {
+        match self {
+            Node::Seq { children } => children.iter().map(|c| ("children", c)).collect(),
+            Node::Branch {
+                then_branch,
+                else_branch,
+                ..
+            } => vec![("then", then_branch), ("else", else_branch)],
+            Node::Fanout { body, .. } | Node::Loop { body, .. } => vec![("body", body)],
+            Node::Try { body, catch, .. } => vec![("body", body), ("catch", catch)],
+            Node::Step { .. } | Node::Let { .. } | Node::Wait { .. } | Node::Call { .. } => {
+                Vec::new()
+            }
+        }
+    }
+
+    /// The kind as written in the IR.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Node::Step { .. } => "step",
+            Node::Seq { .. } => "seq",
+            Node::Branch { .. } => "branch",
+            Node::Fanout { .. } => "fanout",
+            Node::Loop { .. } => "loop",
+            Node::Try { .. } => "try",
+            Node::Let { .. } => "let",
+            Node::Wait { .. } => "wait",
+            Node::Call { .. } => "call",
+        }
+    }
+}
+
+impl Flow {
+    /// Parses a flow from JSON; the error names the place.
+    pub fn from_json(text: &str) -> Result<Flow, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The published JSON Schema of the IR: standard keywords only (the
+    /// numeric `format`s schemars adds, such as `uint32`, are not JSON
+    /// Schema's and are left out; `minimum` carries the bound), and
+    /// upstream's `assign` accepted where `let` is.
+    pub fn json_schema() -> Value {
+        let mut schema = serde_json::to_value(schemars::schema_for!(Flow)).unwrap_or(Value::Null);
+        normalise_schema(&mut schema);
+        schema
+    }
+}
+
+fn normalise_schema(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("const") == Some(&Value::from("let")) {
+                map.remove("const");
+                map.insert("enum".into(), serde_json::json!(["let", "assign"]));
+            }
+            let numeric = map.get("format").and_then(Value::as_str).is_some_and(|f| {
+                ["int", "uint", "float", "double"]
+                    .iter()
+                    .any(|p| f.starts_with(p))
+            });
+            if numeric {
+                map.remove("format");
+            }
+            map.values_mut().for_each(normalise_schema);
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalise_schema),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+#[path = "ir_tests.rs"]
+mod tests;

@@ -1,0 +1,486 @@
+//! Lint: every problem of a flow at once, each with the JSON pointer of
+//! the place in the IR, a stable code and a hint, so a model that wrote
+//! the flow can fix all of them in one pass. Bounds (nesting depth,
+//! fan-out width, steps per run) are checked here, before a run starts.
+
+use std::collections::{BTreeSet, HashSet};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::expr::Expr;
+use crate::ir::{Flow, Limits, Node};
+use crate::path::WritePath;
+
+/// What a flow may refer to, and the daemon's caps on its limits.
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    /// Agent names.
+    pub agents: BTreeSet<String>,
+    /// Flow names (`call`).
+    pub flows: BTreeSet<String>,
+    /// The daemon's caps; a flow's `limits` may not exceed them.
+    pub caps: Limits,
+}
+
+/// One problem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// RFC 6901 pointer into the flow's JSON, e.g. `/body/children/2/ref`.
+    pub pointer: String,
+    /// Stable code, e.g. `unknown_agent`.
+    pub code: &'static str,
+    pub message: String,
+    /// How to fix it.
+    pub hint: String,
+}
+
+/// Every problem of `flow` against `known`; empty when it may run.
+pub fn lint(flow: &Flow, known: &Known) -> Vec<Problem> {
+    let mut lint = Lint {
+        known,
+        limits: &flow.limits,
+        name: &flow.name,
+        problems: Vec::new(),
+        names: HashSet::new(),
+    };
+    lint.flow(flow);
+    lint.problems
+}
+
+struct Lint<'a> {
+    known: &'a Known,
+    limits: &'a Limits,
+    name: &'a str,
+    problems: Vec<Problem>,
+    /// Step and wait names seen so far.
+    names: HashSet<String>,
+}
+
+/// The variables bound at a point of the graph (`input` always is).
+type Scope = BTreeSet<String>;
+
+impl Lint<'_> {
+    fn report(&mut self, pointer: &str, code: &'static str, message: String, hint: &str) {
+        self.problems.push(Problem {
+            pointer: pointer.to_owned(),
+            code,
+            message,
+            hint: hint.to_owned(),
+        });
+    }
+
+    fn flow(&mut self, flow: &Flow) {
+        let valid_name = !flow.name.is_empty()
+            && flow.name.len() <= 64
+            && flow
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+        if !valid_name {
+            self.report(
+                "/name",
+                "bad_name",
+                format!("the flow's name `{}` is not a valid name", flow.name),
+                "use 1 to 64 of a-z, 0-9, `_` and `-`",
+            );
+        }
+        self.limits(&flow.limits);
+        if let Some(schema) = &flow.input_schema {
+            self.schema("/input_schema", schema);
+        }
+        let mut scope: Scope = BTreeSet::from(["input".to_owned()]);
+        self.node(&flow.body, "/body", 1, &mut scope);
+        if let Some(output) = &flow.output {
+            self.reads("/output", output, &scope);
+        }
+        let steps = steps_bound(&flow.body, &flow.limits);
+        if steps > u64::from(flow.limits.max_steps) {
+            self.report(
+                "/body",
+                "too_many_steps",
+                format!(
+                    "the flow may start {steps} steps, more than limits.max_steps ({})",
+                    flow.limits.max_steps
+                ),
+                "lower a loop's `max` or a fan-out's width, or raise limits.max_steps",
+            );
+        }
+    }
+
+    fn limits(&mut self, limits: &Limits) {
+        let caps = &self.known.caps;
+        for (field, value, cap) in [
+            ("max_steps", limits.max_steps, caps.max_steps),
+            ("max_fanout", limits.max_fanout, caps.max_fanout),
+            ("max_depth", limits.max_depth, caps.max_depth),
+        ] {
+            if value > cap {
+                self.report(
+                    &format!("/limits/{field}"),
+                    "limit_too_high",
+                    format!("limits.{field} is {value}; this daemon allows at most {cap}"),
+                    "lower it, or ask the operator to raise the daemon's flow limits",
+                );
+            }
+        }
+    }
+
+    fn schema(&mut self, pointer: &str, schema: &Value) {
+        if let Err(error) = jsonschema::validator_for(schema) {
+            self.report(
+                pointer,
+                "bad_schema",
+                format!("not a valid JSON Schema: {error}"),
+                "write a JSON Schema (draft 2020-12), e.g. {\"type\": \"object\", \"properties\": {…}}",
+            );
+        }
+    }
+
+    fn node(&mut self, node: &Node, at: &str, depth: u32, scope: &mut Scope) {
+        if depth > self.limits.max_depth {
+            self.report(
+                at,
+                "too_deep",
+                format!(
+                    "nested {depth} deep, more than limits.max_depth ({})",
+                    self.limits.max_depth
+                ),
+                "flatten the graph or move a part into a flow of its own (`call`)",
+            );
+            return;
+        }
+        match node {
+            Node::Step {
+                agent,
+                input,
+                out,
+                name,
+                retry,
+                ..
+            } => {
+                if !self.known.agents.contains(agent) {
+                    let known: Vec<&str> = self.known.agents.iter().map(String::as_str).collect();
+                    self.report(
+                        &format!("{at}/ref"),
+                        "unknown_agent",
+                        format!("no agent is named `{agent}`"),
+                        &format!("use one of: {}", known.join(", ")),
+                    );
+                }
+                if let Some(name) = name {
+                    self.unique_name(&format!("{at}/name"), name);
+                }
+                if let Some(retry) = retry
+                    && retry.attempts == 0
+                {
+                    self.report(
+                        &format!("{at}/retry/attempts"),
+                        "bad_retry",
+                        "retry.attempts is 0".to_owned(),
+                        "count the first try: 1 means no retry",
+                    );
+                }
+                self.reads(&format!("{at}/in"), input, scope);
+                self.write(&format!("{at}/out"), out, scope);
+            }
+            Node::Seq { children } => {
+                for (i, child) in children.iter().enumerate() {
+                    self.node(child, &format!("{at}/children/{i}"), depth + 1, scope);
+                }
+            }
+            Node::Branch {
+                cond,
+                then_branch,
+                else_branch,
+            } => {
+                self.reads(&format!("{at}/cond"), cond, scope);
+                if let Expr::Lit { value } = cond {
+                    let dead = if value == &Value::Bool(true) {
+                        "else"
+                    } else {
+                        "then"
+                    };
+                    self.report(
+                        &format!("{at}/{dead}"),
+                        "unreachable",
+                        format!("the condition is the literal {value}, so `{dead}` never runs"),
+                        "test a variable, or replace the branch by the node that runs",
+                    );
+                }
+                // A variable is bound after a branch only when both sides bind it.
+                let mut then_scope = scope.clone();
+                self.node(
+                    then_branch,
+                    &format!("{at}/then"),
+                    depth + 1,
+                    &mut then_scope,
+                );
+                let mut else_scope = scope.clone();
+                self.node(
+                    else_branch,
+                    &format!("{at}/else"),
+                    depth + 1,
+                    &mut else_scope,
+                );
+                scope.extend(then_scope.intersection(&else_scope).cloned());
+            }
+            Node::Fanout {
+                items,
+                bind,
+                body,
+                out,
+                concurrency,
+                ..
+            } => {
+                self.reads(&format!("{at}/items"), items, scope);
+                if let Expr::Lit { value } = items {
+                    match value.as_array() {
+                        Some(list) if list.len() > self.limits.max_fanout as usize => self.report(
+                            &format!("{at}/items"),
+                            "fanout_too_wide",
+                            format!(
+                                "{} items, more than limits.max_fanout ({})",
+                                list.len(),
+                                self.limits.max_fanout
+                            ),
+                            "split the items or raise limits.max_fanout",
+                        ),
+                        Some(_) => {}
+                        None => self.report(
+                            &format!("{at}/items"),
+                            "not_an_array",
+                            "a fan-out's items must be an array".to_owned(),
+                            "give an array, or a `select` of one",
+                        ),
+                    }
+                }
+                match concurrency {
+                    None => self.report(
+                        &format!("{at}/concurrency"),
+                        "unbounded_fanout",
+                        "the fan-out does not say how many branches run at once".to_owned(),
+                        "add `concurrency`: the branches running at once (e.g. 5)",
+                    ),
+                    Some(0) => self.report(
+                        &format!("{at}/concurrency"),
+                        "unbounded_fanout",
+                        "concurrency is 0: no branch could run".to_owned(),
+                        "give at least 1",
+                    ),
+                    Some(_) => {}
+                }
+                let mut inner = scope.clone();
+                self.write(&format!("{at}/bind"), bind, &mut inner);
+                self.node(body, &format!("{at}/body"), depth + 1, &mut inner);
+                self.write(&format!("{at}/out"), out, scope);
+            }
+            Node::Loop {
+                counter,
+                cond,
+                body,
+                max,
+            } => {
+                if max.is_none_or(|m| m == 0) {
+                    self.report(
+                        &format!("{at}/max"),
+                        "loop_without_max",
+                        "a loop needs `max`, the most iterations (at least 1)".to_owned(),
+                        "add `max`, e.g. 5",
+                    );
+                }
+                self.write(&format!("{at}/counter"), counter, scope);
+                self.reads(&format!("{at}/cond"), cond, scope);
+                self.node(body, &format!("{at}/body"), depth + 1, scope);
+            }
+            Node::Try {
+                body,
+                catch,
+                err_at,
+            } => {
+                // The catch sees only what held before the body: its writes
+                // are undone.
+                let mut body_scope = scope.clone();
+                self.node(body, &format!("{at}/body"), depth + 1, &mut body_scope);
+                let mut catch_scope = scope.clone();
+                if let Some(err_at) = err_at {
+                    self.write(&format!("{at}/err_at"), err_at, &mut catch_scope);
+                }
+                self.node(catch, &format!("{at}/catch"), depth + 1, &mut catch_scope);
+                scope.extend(body_scope.intersection(&catch_scope).cloned());
+            }
+            Node::Let { at: target, value } => {
+                self.reads(&format!("{at}/value"), value, scope);
+                self.write(&format!("{at}/at"), target, scope);
+            }
+            Node::Wait {
+                name,
+                prompt,
+                schema,
+                out,
+                ..
+            } => {
+                self.unique_name(&format!("{at}/name"), name);
+                if let Some(prompt) = prompt {
+                    self.reads(&format!("{at}/prompt"), prompt, scope);
+                }
+                if let Some(schema) = schema {
+                    self.schema(&format!("{at}/schema"), schema);
+                }
+                self.write(&format!("{at}/out"), out, scope);
+            }
+            Node::Call { flow, input, out } => {
+                if flow == self.name {
+                    self.report(
+                        &format!("{at}/flow"),
+                        "recursive_call",
+                        format!("the flow calls itself (`{flow}`)"),
+                        "use a `loop` with a `max` instead",
+                    );
+                } else if !self.known.flows.contains(flow) {
+                    self.report(
+                        &format!("{at}/flow"),
+                        "unknown_flow",
+                        format!("no flow is named `{flow}`"),
+                        "declare it in the flows directory, or fix the name",
+                    );
+                }
+                self.reads(&format!("{at}/in"), input, scope);
+                self.write(&format!("{at}/out"), out, scope);
+            }
+        }
+    }
+
+    fn unique_name(&mut self, pointer: &str, name: &str) {
+        if !self.names.insert(name.to_owned()) {
+            self.report(
+                pointer,
+                "duplicate_name",
+                format!("the name `{name}` is used twice"),
+                "give every step and wait a name of its own",
+            );
+        }
+    }
+
+    /// Checks an expression and that every variable it reads is bound.
+    fn reads(&mut self, pointer: &str, expr: &Expr, scope: &Scope) {
+        if let Err(error) = expr.check() {
+            self.report(
+                pointer,
+                "bad_expression",
+                error.to_string(),
+                "see docs/flows.md, Expressions",
+            );
+            return;
+        }
+        for variable in read_variables(expr) {
+            if !scope.contains(&variable) {
+                let bound: Vec<&str> = scope.iter().map(String::as_str).collect();
+                self.report(
+                    pointer,
+                    "unbound_variable",
+                    format!("`{variable}` is read before any node writes it"),
+                    &format!("bound here: {}", bound.join(", ")),
+                );
+            }
+        }
+    }
+
+    /// Checks a write target (`path` with a plain `$.name…`) and binds it.
+    fn write(&mut self, pointer: &str, target: &Expr, scope: &mut Scope) {
+        let parsed = match target {
+            Expr::Path { at } => WritePath::parse(at).map_err(|e| e.to_string()),
+            other => Err(format!("a write target must be a `path`, not {other:?}")),
+        };
+        match parsed {
+            Ok(path) => {
+                scope.insert(path.variable().to_owned());
+            }
+            Err(message) => self.report(
+                pointer,
+                "bad_write_path",
+                message,
+                "write to {\"op\": \"path\", \"at\": \"$.name\"}",
+            ),
+        }
+    }
+}
+
+/// The top-level variables an expression reads: the first name of each
+/// query, and a template's undeclared variables.
+fn read_variables(expr: &Expr) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    collect_variables(expr, &mut out);
+    out
+}
+
+fn collect_variables(expr: &Expr, out: &mut BTreeSet<String>) {
+    if let Expr::Template { text } = expr {
+        let env = minijinja::Environment::new();
+        if let Ok(template) = env.template_from_str(text) {
+            out.extend(template.undeclared_variables(false));
+        }
+        return;
+    }
+    for at in expr.reads() {
+        if let Some(name) = first_name(at) {
+            out.insert(name);
+        }
+    }
+    match expr {
+        Expr::Eq { lhs, rhs }
+        | Expr::Ne { lhs, rhs }
+        | Expr::Lt { lhs, rhs }
+        | Expr::Gt { lhs, rhs } => {
+            collect_variables(lhs, out);
+            collect_variables(rhs, out);
+        }
+        Expr::And { args } | Expr::Or { args } => {
+            args.iter().for_each(|a| collect_variables(a, out))
+        }
+        Expr::Not { arg } | Expr::Len { arg } => collect_variables(arg, out),
+        _ => {}
+    }
+}
+
+/// `plan` of `$.plan.steps[0]` or `$['plan']…`; none for `$` or `$..x`.
+fn first_name(at: &str) -> Option<String> {
+    if let Some(rest) = at.strip_prefix("$.") {
+        let end = rest.find(['.', '[']).unwrap_or(rest.len());
+        return (!rest.is_empty() && !rest.starts_with('.')).then(|| rest[..end].to_owned());
+    }
+    let rest = at.strip_prefix("$['")?;
+    rest.find('\'').map(|end| rest[..end].to_owned())
+}
+
+/// The most steps the graph can start (loops at `max`, fan-outs at their
+/// literal width or `limits.max_fanout`).
+fn steps_bound(node: &Node, limits: &Limits) -> u64 {
+    match node {
+        Node::Step { .. } | Node::Call { .. } => 1,
+        Node::Let { .. } | Node::Wait { .. } => 0,
+        Node::Seq { children } => children.iter().map(|c| steps_bound(c, limits)).sum(),
+        Node::Branch {
+            then_branch,
+            else_branch,
+            ..
+        } => steps_bound(then_branch, limits).max(steps_bound(else_branch, limits)),
+        Node::Fanout { items, body, .. } => {
+            let width = match items {
+                Expr::Lit { value } => value.as_array().map_or(0, Vec::len) as u64,
+                _ => u64::from(limits.max_fanout),
+            };
+            width.saturating_mul(steps_bound(body, limits))
+        }
+        Node::Loop { body, max, .. } => {
+            u64::from(max.unwrap_or(0)).saturating_mul(steps_bound(body, limits))
+        }
+        Node::Try { body, catch, .. } => {
+            steps_bound(body, limits).saturating_add(steps_bound(catch, limits))
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "lint_tests.rs"]
+mod tests;

@@ -1,0 +1,138 @@
+//! Lint tests: each problem a model can make is reported with its pointer,
+//! all of them at once, and a sound flow has none.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn known() -> Known {
+    Known {
+        agents: ["coder", "tester", "judge"].map(String::from).into(),
+        flows: ["ship"].map(String::from).into(),
+        caps: Limits {
+            max_steps: 10_000,
+            max_fanout: 1_000,
+            max_depth: 64,
+        },
+    }
+}
+
+fn run(flow: Value) -> Vec<(String, &'static str)> {
+    let flow: Flow = serde_json::from_value(flow).unwrap();
+    lint(&flow, &known())
+        .into_iter()
+        .map(|p| (p.pointer, p.code))
+        .collect()
+}
+
+fn path(at: &str) -> Value {
+    json!({"op": "path", "at": at})
+}
+
+#[test]
+fn a_sound_fanout_judge_flow_has_no_problem() {
+    let flow = json!({"name": "best-of-3",
+    "input_schema": {"type": "object", "required": ["task"]},
+    "output": path("$.verdict"),
+    "body": {"kind": "seq", "children": [
+        {"kind": "fanout", "items": {"op": "lit", "value": [1, 2, 3]}, "bind": path("$.n"),
+         "concurrency": 3, "join": "all_settled", "out": path("$.tries"),
+         "body": {"kind": "step", "ref": "coder", "name": "try",
+            "in": {"op": "template", "text": "{{ input.task }} (try {{ n }})"}, "out": path("$.change")}},
+        {"kind": "step", "ref": "judge", "in": {"op": "select", "at": "$.tries[*].value.change"},
+         "out": path("$.verdict")}
+    ]}});
+    assert_eq!(run(flow), []);
+}
+
+#[test]
+fn every_problem_is_reported_at_once_with_its_pointer() {
+    let flow = json!({"name": "Bad Name",
+    "limits": {"max_steps": 20_000},
+    "body": {"kind": "seq", "children": [
+        {"kind": "step", "ref": "codr", "in": path("$.plan"), "out": path("$.a[0]")},
+        {"kind": "loop", "counter": path("$.i"), "cond": {"op": "lit", "value": true},
+         "body": {"kind": "step", "ref": "tester", "in": path("$.input"), "out": path("$.t")}},
+        {"kind": "fanout", "items": {"op": "lit", "value": "x"}, "bind": path("$.item"),
+         "join": "all", "out": path("$.all"),
+         "body": {"kind": "step", "ref": "tester", "in": path("$.item"), "out": path("$.r")}},
+        {"kind": "branch", "cond": {"op": "lit", "value": true},
+         "then": {"kind": "seq", "children": []}, "else": {"kind": "seq", "children": []}},
+        {"kind": "call", "flow": "Bad Name", "in": path("$.input"), "out": path("$.me")},
+        {"kind": "call", "flow": "nope", "in": {"op": "path", "at": "$.x[?"}, "out": path("$.c")},
+        {"kind": "wait", "name": "w", "schema": {"type": 12}, "out": path("$.w")},
+        {"kind": "wait", "name": "w", "out": path("$.w2")}
+    ]}});
+    let codes = run(flow);
+    let expected = [
+        ("/name", "bad_name"),
+        ("/limits/max_steps", "limit_too_high"),
+        ("/body/children/0/ref", "unknown_agent"),
+        ("/body/children/0/in", "unbound_variable"),
+        ("/body/children/0/out", "bad_write_path"),
+        ("/body/children/1/max", "loop_without_max"),
+        ("/body/children/2/items", "not_an_array"),
+        ("/body/children/2/concurrency", "unbounded_fanout"),
+        ("/body/children/3/else", "unreachable"),
+        ("/body/children/4/flow", "recursive_call"),
+        ("/body/children/5/flow", "unknown_flow"),
+        ("/body/children/5/in", "bad_expression"),
+        ("/body/children/6/schema", "bad_schema"),
+        ("/body/children/7/name", "duplicate_name"),
+    ];
+    for (pointer, code) in expected {
+        assert!(
+            codes.contains(&(pointer.to_owned(), code)),
+            "{code} at {pointer} missing from {codes:#?}"
+        );
+    }
+    assert_eq!(codes.len(), expected.len(), "{codes:#?}");
+}
+
+#[test]
+fn a_variable_bound_on_one_side_of_a_branch_or_in_a_try_body_is_unbound_after() {
+    let flow = json!({"name": "scopes", "body": {"kind": "seq", "children": [
+        {"kind": "branch", "cond": {"op": "exists", "at": "$.input.x"},
+         "then": {"kind": "let", "at": path("$.both"), "value": {"op": "lit", "value": 1}},
+         "else": {"kind": "seq", "children": [
+            {"kind": "let", "at": path("$.both"), "value": {"op": "lit", "value": 2}},
+            {"kind": "let", "at": path("$.one"), "value": {"op": "lit", "value": 3}}]}},
+        {"kind": "try",
+         "body": {"kind": "let", "at": path("$.tried"), "value": {"op": "lit", "value": 1}},
+         "catch": {"kind": "let", "at": path("$.caught"), "value": path("$.err")},
+         "err_at": path("$.err")},
+        {"kind": "let", "at": path("$.out"), "value": {"op": "and", "args": [
+            {"op": "exists", "at": "$.both"}, {"op": "exists", "at": "$.one"},
+            {"op": "exists", "at": "$.tried"}]}}
+    ]}});
+    let codes = run(flow);
+    assert_eq!(
+        codes,
+        vec![("/body/children/2/value".to_owned(), "unbound_variable"); 2],
+        "`one` and `tried` are unbound; `both` and `err` are bound"
+    );
+}
+
+#[test]
+fn depth_width_and_steps_are_bounded_before_a_run() {
+    let mut deep = json!({"kind": "seq", "children": []});
+    for _ in 0..40 {
+        deep = json!({"kind": "seq", "children": [deep]});
+    }
+    let codes = run(json!({"name": "deep", "body": deep}));
+    assert_eq!(
+        codes,
+        [("/body".to_owned() + &"/children/0".repeat(32), "too_deep")]
+    );
+
+    let wide = json!({"name": "wide", "body": {"kind": "fanout",
+        "items": {"op": "lit", "value": vec![0; 101]}, "bind": path("$.i"), "concurrency": 4,
+        "join": "all", "out": path("$.o"),
+        "body": {"kind": "step", "ref": "coder", "in": path("$.i"), "out": path("$.r")}}});
+    assert_eq!(run(wide), [("/body/items".to_owned(), "fanout_too_wide")]);
+
+    let many = json!({"name": "many", "body": {"kind": "loop", "counter": path("$.i"),
+        "cond": {"op": "lt", "lhs": path("$.i"), "rhs": {"op": "lit", "value": 5000}}, "max": 5000,
+        "body": {"kind": "step", "ref": "coder", "in": path("$.i"), "out": path("$.r")}}});
+    assert_eq!(run(many), [("/body".to_owned(), "too_many_steps")]);
+}

@@ -88,6 +88,8 @@ pub enum Command {
     Token(TokenCommand),
     /// List, create, inspect, wait for, cancel and follow tasks on a running daemon.
     Task(Box<TaskArgs>),
+    /// List, show, apply and prune the git branches coding tasks leave.
+    Branch(Box<crate::commands::branch::BranchArgs>),
     /// List the running daemon's configured agents (name, kind, description, load).
     Agents(ListingArgs),
     /// List the running daemon's operator sessions (admin only).

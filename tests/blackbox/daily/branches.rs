@@ -1,1 +1,309 @@
-//! Placeholder: tests for `branches` (issue 28) land here.
+//! The branches coding tasks leave, acted on with the real binary and real
+//! git: a task's branch is named after its short id and prompt and swarmd's
+//! commit on it carries the prompt and the task; `branch list` shows it,
+//! `branch show` prints its diff; `branch apply --into` a new branch makes
+//! it at the task's head and leaves the checked-out branch and the working
+//! tree as they were, while applying into the checked-out branch is refused
+//! unless asked; a conflicting apply answers 409 naming the file and
+//! changes nothing; `branch prune --dry-run` lists and `prune` deletes what
+//! the base holds; the MCP tools `branches`, `diff` and `apply` answer; and
+//! continuing a passed task whose worktree directory is gone starts from
+//! its readable branch.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+use crate::daemon::Swarmd;
+use crate::harness::parts;
+use crate::mcp::{Via, call, tool_error};
+use crate::worktrees::{git, make_repo};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
+
+/// `coder` appends a line naming its task to `notes.txt`, or with a prompt
+/// containing `clash` rewrites its first line; it commits nothing itself.
+const AGENTS: &str = r#"
+[agents.coder]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", """
+prompt=$(cat)
+case "$prompt" in
+  *clash*) printf 'worker line\nworker two\n' > notes.txt ;;
+  *) echo "added by $SWARM_TASK_ID" >> notes.txt ;;
+esac
+echo '{"done": true}'
+"""]
+env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
+worktree = { repo = "@DIR@/repo", base = "main" }
+"#;
+
+async fn daemon() -> (Swarmd, std::path::PathBuf) {
+    let sw = Swarmd::new(AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let repo = make_repo(sw.dir());
+    (sw.start().await, repo)
+}
+
+/// A passed task of `coder` with `prompt`; its id.
+async fn passed(sw: &Swarmd, prompt: &str) -> String {
+    let (status, body) = sw
+        .create(json!({"agent": "coder", "prompt": prompt, "policy": {"max_attempts": 1}}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["task_id"].as_str().unwrap().to_owned();
+    let done = sw.finished(&id).await;
+    assert_eq!(done["status"], "pass", "{done}\n{}", sw.log());
+    id
+}
+
+/// `swarmd branch <args>` against the daemon, from an empty directory.
+async fn branch(sw: &Swarmd, args: &[&str]) -> Output {
+    let cwd = tempfile::tempdir().unwrap();
+    Command::new(BINARY)
+        .arg("branch")
+        .args(args)
+        .args(["--url", &sw.base, "--token", &sw.admin])
+        .current_dir(cwd.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .await
+        .unwrap()
+}
+
+/// `branch` that must succeed; its stdout.
+async fn branch_ok(sw: &Swarmd, args: &[&str]) -> String {
+    let out = branch(sw, args).await;
+    assert!(
+        out.status.success(),
+        "swarmd branch {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+async fn apply(sw: &Swarmd, task: &str, body: Value) -> (u16, Value) {
+    let path = format!("/v1/tasks/{task}/apply");
+    parts(sw.post(&path, &sw.admin).json(&body).send().await.unwrap()).await
+}
+
+/// What a user's repository looks like: branch heads, status, a file.
+fn snapshot(repo: &Path) -> (String, String, String, String) {
+    (
+        git(repo, &["rev-parse", "--abbrev-ref", "HEAD"]),
+        git(repo, &["rev-parse", "main"]),
+        git(repo, &["status", "--porcelain", "--untracked-files=all"]),
+        std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn a_task_branch_is_readable_listed_shown_applied_and_pruned() {
+    let (sw, repo) = daemon().await;
+    let task = passed(&sw, "Fix the login bug!\nAnd say why.").await;
+    let short = &task[task.len() - 8..];
+    let name = format!("swarmd/t-{short}-fix-the-login-bug/1");
+
+    // The name, and swarmd's commit of the worker's leftovers.
+    let head = git(&repo, &["rev-parse", &name]);
+    let message = git(&repo, &["log", "-1", "--format=%B", &name]);
+    assert!(message.starts_with("Fix the login bug!\n"), "{message}");
+    assert!(
+        message.contains(&format!("Swarmd-Task: {task}")),
+        "{message}"
+    );
+    assert!(message.contains("Swarmd-Attempt: 1"), "{message}");
+
+    // Listed as a table and as JSON.
+    let table = branch_ok(&sw, &["list"]).await;
+    let row = table
+        .lines()
+        .find(|l| l.contains(&name))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        row.contains(short) && row.contains("pass") && row.contains("Fix the login bug!"),
+        "{row}"
+    );
+    let listed: Value =
+        serde_json::from_str(&branch_ok(&sw, &["list", "--agent", "coder", "-o", "json"]).await)
+            .unwrap();
+    let entry = &listed["branches"][0];
+    assert_eq!(entry["name"], name.as_str(), "{listed}");
+    assert_eq!(entry["task_id"], task.as_str());
+    assert_eq!(
+        (entry["ahead"].as_u64(), entry["merged"].as_bool()),
+        (Some(1), Some(false))
+    );
+    assert_eq!(entry["head"], head.as_str());
+
+    // `show` prints the diff.
+    let diff = branch_ok(&sw, &["show", &task]).await;
+    assert!(
+        diff.starts_with("diff --git a/notes.txt b/notes.txt"),
+        "{diff}"
+    );
+    assert!(diff.contains(&format!("+added by {task}")), "{diff}");
+
+    // Into a new branch: made at the task's head; the user's checkout,
+    // untracked file included, is as it was.
+    std::fs::write(repo.join("mine.txt"), "the user's own\n").unwrap();
+    let before = snapshot(&repo);
+    let applied = branch_ok(&sw, &["apply", &task, "--into", "feature/login"]).await;
+    assert!(
+        applied.starts_with(&format!("created: {name} into feature/login")),
+        "{applied}"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "feature/login"]), head);
+    assert_eq!(snapshot(&repo), before);
+
+    // Into the checked-out `main`: refused unless asked.
+    let (status, body) = apply(&sw, &task, json!({"into": "main"})).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("branch_conflict")),
+        "{body}"
+    );
+    assert!(
+        body["error"].as_str().unwrap().contains("checked out"),
+        "{body}"
+    );
+    let out = branch(&sw, &["apply", &task, "--into", "main"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(snapshot(&repo), before);
+
+    // A conflicting apply names the file and changes nothing.
+    let clash = passed(&sw, "clash with main").await;
+    let (status, body) = apply(&sw, &clash, json!({"into": "feature/login"})).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("branch_conflict")),
+        "{body}"
+    );
+    assert_eq!(body["files"], json!(["notes.txt"]), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("notes.txt"),
+        "{body}"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "feature/login"]), head);
+    assert_eq!(snapshot(&repo), before);
+
+    // The user merges the first by hand: prune lists it dry, then deletes it.
+    git(&repo, &["merge", "--ff-only", "-q", &name]);
+    let dry: Value =
+        serde_json::from_str(&branch_ok(&sw, &["prune", "--dry-run", "-o", "json"]).await).unwrap();
+    let names: Vec<&str> = dry["pruned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [name.as_str()], "{dry}");
+    assert_eq!(git(&repo, &["rev-parse", &name]), head, "a dry run deleted");
+    branch_ok(&sw, &["prune"]).await;
+    assert_eq!(git(&repo, &["branch", "--list", &name]), "");
+    let left: Value = serde_json::from_str(&branch_ok(&sw, &["list", "-o", "json"]).await).unwrap();
+    assert_eq!(left["branches"].as_array().unwrap().len(), 1, "{left}");
+    assert_eq!(left["branches"][0]["task_id"], clash.as_str());
+}
+
+#[tokio::test]
+async fn the_branch_tools_answer_over_mcp() {
+    let (sw, repo) = daemon().await;
+    let task = passed(&sw, "Add a line").await;
+    let clash = passed(&sw, "clash").await;
+    let admin = sw.admin.clone();
+
+    let listed = call(
+        &sw,
+        Via::Http,
+        &admin,
+        "branches",
+        json!({"agent": "coder"}),
+    )
+    .await;
+    assert_eq!(listed["is_error"], false, "{listed}");
+    let branches = listed["structured"]["branches"].as_array().unwrap();
+    assert_eq!(branches.len(), 2, "{listed}");
+    assert!(
+        branches
+            .iter()
+            .all(|b| b["name"].as_str().unwrap().starts_with("swarmd/t-"))
+    );
+
+    let diff = call(&sw, Via::Http, &admin, "diff", json!({"task_id": task})).await;
+    assert_eq!(diff["structured"]["files"], json!(["notes.txt"]), "{diff}");
+    assert!(
+        diff["structured"]["diff"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("+added by {task}"))
+    );
+
+    let applied = call(
+        &sw,
+        Via::Http,
+        &admin,
+        "apply",
+        json!({"task_id": task, "into": "from-mcp"}),
+    )
+    .await;
+    assert_eq!(applied["structured"]["outcome"], "created", "{applied}");
+    let branch = applied["structured"]["branch"].as_str().unwrap();
+    assert_eq!(
+        git(&repo, &["rev-parse", "from-mcp"]),
+        git(&repo, &["rev-parse", branch])
+    );
+
+    let refused = call(
+        &sw,
+        Via::Http,
+        &admin,
+        "apply",
+        json!({"task_id": clash, "into": "from-mcp"}),
+    )
+    .await;
+    let error = tool_error(&refused);
+    assert_eq!(error["code"], "branch_conflict", "{error}");
+    assert!(
+        error["error"].as_str().unwrap().contains("notes.txt"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn continuing_passed_work_starts_from_its_readable_branch_with_its_directory_gone() {
+    let (sw, repo) = daemon().await;
+    let first = passed(&sw, "Write the first line").await;
+    let short = &first[first.len() - 8..];
+    let name = format!("swarmd/t-{short}-write-the-first-line/1");
+    let head = git(&repo, &["rev-parse", &name]);
+    // `keep` is `never`: the passed attempt's directory is gone, its branch stays.
+    assert!(!sw.dir().join(format!("state/worktrees/{first}-1")).exists());
+
+    let (status, body) = sw
+        .create(json!({"continue_from": first, "prompt": "Then a second", "policy": {"max_attempts": 1}}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let second = body["task_id"].as_str().unwrap().to_owned();
+    let done = sw.finished(&second).await;
+    assert_eq!(done["status"], "pass", "{done}\n{}", sw.log());
+    let diff = branch_ok(&sw, &["show", &second, "-o", "json"]).await;
+    let diff: Value = serde_json::from_str(&diff).unwrap();
+    assert_eq!(diff["base"], head.as_str(), "{diff}");
+    let short = &second[second.len() - 8..];
+    assert_eq!(
+        diff["branch"],
+        format!("swarmd/t-{short}-then-a-second/1").as_str()
+    );
+    let notes = git(
+        &repo,
+        &[
+            "show",
+            &format!("{}:notes.txt", diff["branch"].as_str().unwrap()),
+        ],
+    );
+    assert_eq!(notes, format!("first\nadded by {first}\nadded by {second}"));
+}

@@ -6,6 +6,7 @@
 //! group adds its calls in its own file. Server errors arrive as
 //! `{"error", "code"}` bodies and become `ClientError::Status`.
 
+mod branch;
 pub(crate) mod pool;
 pub mod render;
 mod tail;
@@ -22,6 +23,7 @@ use reqwest::{RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use branch::branch_table;
 pub use tail::{SseEvent, SseParser, TailOptions};
 pub use task::{SpawnRequest, TaskQuery};
 pub use worker::{WorkerOptions, run_worker};

@@ -2,6 +2,7 @@
 //! result on stdout. `serve` holds the daemon's wiring.
 
 mod admin;
+pub mod branch;
 mod listing;
 mod pool;
 mod remote;
@@ -107,6 +108,7 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::AdminToken(args) => admin::admin_token(&args, env).await,
         Command::Token(TokenCommand::Mint(args)) => admin::mint_token(&args, env).await,
         Command::Task(args) => remote::task(*args, env).await,
+        Command::Branch(args) => branch::run(*args, env).await,
         Command::Agents(args) => listing::agents(&args, env).await,
         Command::Sessions(args) => listing::sessions(&args, env).await,
         Command::Worker(WorkerArgs {

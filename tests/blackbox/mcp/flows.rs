@@ -28,7 +28,10 @@ async fn tools_are_listed_with_input_and_output_schemas_on_both_revisions() {
             names,
             [
                 "agents",
+                "apply",
+                "branches",
                 "cancel",
+                "diff",
                 "frames",
                 "mse_ack",
                 "mse_operator_join",

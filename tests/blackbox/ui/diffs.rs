@@ -3,7 +3,8 @@
 //! the `worktree` artifact as a diff (files with their counts, hunks,
 //! added, removed and context lines, branch, base and head as fields; a
 //! hostile line and a terminal escape from the worker stay text and
-//! markers), the raw policy and audit JSON folded shut; the task list has
+//! markers), a report spilled to a blob shown the same way, the raw
+//! policy and audit JSON folded shut; the task list has
 //! duration, tokens, cost and failure reason columns; the page says "not
 //! signed in" before sign-in, a sign-in reaches a second tab of the same
 //! origin and a sign-out ends both; and the overview draws its charts with
@@ -18,8 +19,9 @@ use crate::worktrees::{git, make_repo, recorded_artifact};
 
 /// `coder` rewrites `notes.txt` (`first` becomes `second`, `third` is
 /// added) and adds `src/new.rs` with a line of markup and a terminal
-/// escape, commits, reports usage and passes; `broken` fails at once with
-/// a message on stderr.
+/// escape, commits, reports usage and passes; `bigcoder` commits a
+/// 1 000-line file, a report over the inline limit below (so it is stored
+/// as a blob); `broken` fails at once with a message on stderr.
 const AGENTS: &str = r#"
 [agents.coder]
 kind = "process"
@@ -38,6 +40,14 @@ stream = "ndjson"
 env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
 worktree = { repo = "@DIR@/repo", base = "main" }
 
+[agents.bigcoder]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", "seq 1 1000 > big.txt && git add -A && git -c user.name=w -c user.email=w@w commit -qm big"]
+stdin = "none"
+env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
+worktree = { repo = "@DIR@/repo", base = "main" }
+
 [agents.broken]
 kind = "process"
 program = "/bin/sh"
@@ -45,6 +55,12 @@ args = ["-c", "echo 'no Cargo.toml here' >&2; exit 3"]
 stdin = "none"
 stream = "ndjson"
 "#;
+
+/// Output values over 4 KiB are spilled to blobs.
+const LIMITS: &str = "
+[limits]
+inline_max_bytes = 4096
+";
 
 /// `echo` prints its prompt.
 const ECHO: &str = r#"
@@ -73,9 +89,25 @@ async fn run(sw: &Swarmd, agent: &str, prompt: &str) -> Value {
     sw.finished(&id).await
 }
 
+/// Waits for the task's `worktree` artifact and checks it was spilled: a
+/// `file_ref`, not an inline value.
+async fn recorded_artifact_ref(sw: &Swarmd, task: &str) {
+    for _ in 0..200 {
+        let spilled = sw.output(task).await.iter().any(|r| {
+            r["event"]["name"] == "worktree" && r["event"]["content"]["kind"] == "file_ref"
+        });
+        if spilled {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("no spilled worktree artifact: {:#?}", sw.output(task).await);
+}
+
 #[tokio::test]
 async fn a_worktree_diff_renders_as_files_and_hunks_and_the_list_has_its_costs() {
-    let sw = Swarmd::new(&format!("{AGENTS}{ECHO}")).env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let sw =
+        Swarmd::new(&format!("{AGENTS}{ECHO}{LIMITS}")).env("PATH", "/usr/local/bin:/usr/bin:/bin");
     let repo = make_repo(sw.dir());
     let sw = sw.start().await;
     let coded = run(&sw, "coder", "Rewrite the notes and add src/new.rs").await;
@@ -170,13 +202,30 @@ async fn a_worktree_diff_renders_as_files_and_hunks_and_the_list_has_its_costs()
     }
     capture(&browser, "dashboard-diff").await;
 
+    // A report spilled to a blob is read back and shown as a diff too.
+    let big = run(&sw, "bigcoder", "Write a big file").await;
+    assert_eq!(big["status"], "pass", "{big}");
+    let big = big["id"].as_str().unwrap().to_owned();
+    recorded_artifact_ref(&sw, &big).await;
+    browser.show(&format!("#/task/{big}")).await;
+    let spilled = browser
+        .until(
+            "the spilled diff",
+            "const f = document.querySelector('#output .diff-file');
+             return f && [f.querySelector('.diff-path').textContent,
+                          f.querySelector('.diff-added').textContent,
+                          f.querySelectorAll('.line[data-kind=add]').length]",
+        )
+        .await;
+    assert_eq!(spilled, json!(["big.txt", "+1000", 1000]));
+
     // The list: duration, tokens, cost and the failure's reason.
     run(&sw, "echo", "Say hello").await;
     browser.show("#/tasks").await;
     browser
         .until(
-            "three rows",
-            "return document.querySelectorAll('#task-rows tr').length === 3",
+            "four rows",
+            "return document.querySelectorAll('#task-rows tr').length === 4",
         )
         .await;
     let heads = browser

@@ -11,6 +11,8 @@ import { append, duration, h, replace, show, time } from './dom.js';
 import { isWorktreeReport, renderWorktree } from './diff.js';
 
 const TERMINAL = new Set(['pass', 'blocked', 'failed', 'cancelled']);
+/** A spilled worktree report up to this size is read back and shown as a diff. */
+const MAX_BLOB_DIFF = 8 * 1024 * 1024;
 
 export function taskView(root, id) {
   const summary = h('div', { id: 'task-summary' });
@@ -80,11 +82,20 @@ export function taskView(root, id) {
     } else if (event.type === 'artifact') {
       const value = event.content && event.content.kind === 'inline' ? event.content.value : undefined;
       if (event.name === 'worktree' && isWorktreeReport(value)) {
-        // A coding worker's branch: its diff as a diff, downloadable as a patch.
-        entry.artifacts.append(h('li', { class: 'worktree' },
-          h('span', { class: 'name' }, event.name), ' ',
-          h('button', { type: 'button', onclick: () => download('worktree.diff', value.diff) }, 'download diff'),
-          renderWorktree(value)));
+        entry.artifacts.append(worktreeItem(value));
+        return;
+      }
+      if (event.name === 'worktree' && event.content && event.content.kind === 'file_ref'
+          && event.content.size <= MAX_BLOB_DIFF) {
+        // A diff over the inline limit was spilled to a blob: read it back.
+        const item = h('li', { class: 'worktree' }, h('span', { class: 'name' }, event.name), ' ',
+          h('span', { class: 'muted' }, `reading its ${event.content.size} bytes…`));
+        entry.artifacts.append(item);
+        api.get(`/v1/blobs/${event.content.sha256}`).then((report) => {
+          item.replaceWith(isWorktreeReport(report)
+            ? worktreeItem(report)
+            : h('li', {}, h('span', { class: 'name' }, event.name), h('pre', {}, show(report))));
+        }, (e) => replace(item, h('span', { class: 'name' }, event.name), ' ', h('span', { class: 'error' }, e.message)));
         return;
       }
       const text = content(event.content);
@@ -96,6 +107,14 @@ export function taskView(root, id) {
       replace(entry.final, h('strong', {}, event.ok === false ? 'Final (not ok)' : 'Final'),
         h('pre', { class: 'final-value' }, content(event.content)));
     }
+  }
+
+  // A coding worker's branch: its diff as a diff, downloadable as a patch.
+  function worktreeItem(report) {
+    return h('li', { class: 'worktree' },
+      h('span', { class: 'name' }, 'worktree'), ' ',
+      h('button', { type: 'button', onclick: () => download('worktree.diff', report.diff) }, 'download diff'),
+      renderWorktree(report));
   }
 
   // A CLI agent's `usage` note (docs/agents-cli.md): tokens, turns, cost.

@@ -547,7 +547,7 @@ pub struct PoolArgs {
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     pub kill_grace_secs: u64,
     /// Runs each attempt in a git worktree of this repository (on the
-    /// pool's machine), on the branch `swarmd/<task>-<attempt>`.
+    /// pool's machine), on a branch of its own (`swarmd/t-<short id>-<slug>/<attempt>`).
     #[arg(long, value_name = "DIR")]
     pub worktree_repo: Option<PathBuf>,
     /// What each attempt's branch starts from: a commit, branch or tag.

@@ -1,7 +1,8 @@
 //! Restarts that keep the work (docs/tasks.md, Restarts), with the real
 //! binary and real `git`: a stand-in Claude CLI on a worktree reports its
 //! session, commits, and hangs; the daemon is stopped with SIGTERM (its
-//! terminal says what the drain waits for, and it logs no ERROR) or killed
+//! terminal says what the drain waits for, a second signal stops it at
+//! once, and a drain logs no ERROR, with an MCP `wait` pending) or killed
 //! with SIGKILL, then started again. The task's next attempt runs on the
 //! same branch, in the same checkout, with `--resume <session>` in its
 //! argv, and passes; the task records the restart. An attempt that
@@ -10,9 +11,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::json;
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
 
-use crate::daemon::{Swarmd, repo_root};
+use crate::daemon::{Swarmd, eventually, repo_root};
 use crate::worktrees::{git, make_repo};
 
 /// The session the replayed transcript reports.
@@ -197,7 +202,25 @@ async fn an_attempt_killed_with_the_daemon_resumes_its_session_on_its_branch() {
 #[tokio::test]
 async fn the_drain_says_what_it_waits_for_and_logs_no_error() {
     let mut sw = daemon().await;
-    hanging(&sw, "plain").await;
+    let task = hanging(&sw, "plain").await;
+    // A MainAI waits on the task over MCP while the daemon drains.
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", sw.base))
+        .auth_header(sw.admin.clone());
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    let Value::Object(args) = json!({"task_ids": [task], "timeout_secs": 60}) else {
+        unreachable!("arguments are an object")
+    };
+    let waiting = tokio::spawn(async move {
+        let waited = client
+            .call_tool(CallToolRequestParams::new("wait").with_arguments(args))
+            .await;
+        (waited.is_ok(), client)
+    });
+    eventually("the MCP wait to start", || {
+        sw.log().contains("wait started")
+    })
+    .await;
+    assert!(!waiting.is_finished(), "the MCP wait is pending");
     sw.sigterm();
     let status = sw.exited().await;
     assert!(status.success(), "{status:?}");
@@ -212,6 +235,7 @@ async fn the_drain_says_what_it_waits_for_and_logs_no_error() {
         errors.is_empty(),
         "a normal drain logs no ERROR: {errors:#?}"
     );
+    drop(waiting.await);
 }
 
 #[tokio::test]
@@ -230,4 +254,26 @@ async fn an_attempt_without_a_session_fails_interrupted_as_before() {
         !sw.dir().join(format!("seen-{task}-2")).exists(),
         "no second attempt ran"
     );
+}
+
+#[tokio::test]
+async fn a_second_stop_signal_stops_at_once_and_the_next_start_resumes() {
+    let mut sw = daemon().await;
+    let task = hanging(&sw, "resumable").await;
+    sw.sigterm();
+    eventually("the drain notice", || {
+        sw.log().contains("stopping: waiting")
+    })
+    .await;
+    sw.sigterm();
+    let status = sw.exited().await;
+    assert_eq!(status.code(), Some(130), "{status:?}\n{}", sw.log());
+    assert!(sw.log().contains("stopped at once"), "{}", sw.log());
+    sw.restart().await;
+    eventually("the terminal to say what resumes", || {
+        sw.log().contains("resuming 1 coding attempt(s)")
+    })
+    .await;
+    let done = sw.finished(&task).await;
+    assert_eq!(done["status"], "pass", "{done}\n{}", sw.log());
 }

@@ -18,7 +18,7 @@ use tokio::process::Command;
 
 use crate::daemon::{Swarmd, delegate_frame, repo_root};
 use crate::harness::parts;
-use crate::worktrees::{git, make_repo};
+use crate::worktrees::{git, make_repo, recorded_artifact, recorded_branch};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
@@ -95,6 +95,11 @@ async fn first_task(sw: &Swarmd) -> String {
     first
 }
 
+/// The branch `task`'s first attempt worked on, as its artifact records.
+async fn branch_of(sw: &Swarmd, task: &str) -> String {
+    recorded_branch(&recorded_artifact(sw, task).await, task)
+}
+
 #[tokio::test]
 async fn a_continuation_resumes_the_session_on_the_previous_branch() {
     let sw = daemon().await;
@@ -111,10 +116,8 @@ async fn a_continuation_resumes_the_session_on_the_previous_branch() {
         ],
         "a first task resumes nothing and gets no resume_args"
     );
-    let head = git(
-        &sw.dir().join("repo"),
-        &["rev-parse", &format!("swarmd/{first}-1")],
-    );
+    let branch = branch_of(&sw, &first).await;
+    let head = git(&sw.dir().join("repo"), &["rev-parse", &branch]);
     assert_ne!(head, base, "task 1 committed on its branch");
 
     // No agent: the continued task's.
@@ -142,7 +145,7 @@ async fn a_continuation_resumes_the_session_on_the_previous_branch() {
     assert_eq!(
         view["resume"],
         json!({"attempt": 1, "session_id": SESSION,
-               "branch": format!("swarmd/{first}-1"), "head": head}),
+               "branch": branch, "head": head}),
         "{view}"
     );
     let listed = sw
@@ -195,7 +198,7 @@ async fn with_its_branch_deleted_a_continuation_starts_from_the_recorded_head() 
     let sw = daemon().await;
     let first = first_task(&sw).await;
     let repo = sw.dir().join("repo");
-    let branch = format!("swarmd/{first}-1");
+    let branch = branch_of(&sw, &first).await;
     let head = git(&repo, &["rev-parse", &branch]);
     git(&repo, &["branch", "-D", "-q", &branch]);
 

@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 
 use crate::daemon::{Login, Swarmd, Ws, eventually};
 use crate::harness::parts;
-use crate::worktrees::{git, make_repo, recorded_artifact, refused, worktrees_dir};
+use crate::worktrees::{
+    git, make_repo, recorded_artifact, recorded_branch, refused, worktrees_dir,
+};
 
 const AGENTS: &str = r#"
 [agents.coder]
@@ -57,7 +59,7 @@ async fn the_subagent_works_in_the_worktree_its_spawn_frame_names() {
     let repo = sw.dir().join("repo");
     let base = git(&repo, &["rev-parse", "main"]);
     let dir = worktrees_dir(&sw).join(format!("{task}-1"));
-    let branch = format!("swarmd/{task}-1");
+    let branch = recorded_branch(&spawn["worktree"], &task);
     assert_eq!(
         spawn["worktree"],
         json!({"path": dir.display().to_string(), "branch": branch, "base": base}),
@@ -106,15 +108,23 @@ async fn the_subagent_works_in_the_worktree_its_spawn_frame_names() {
         value["diff"].as_str().unwrap().contains("+the feature"),
         "{value}"
     );
-    // The SubAgent's own commit is on the branch, under swarmd's.
+    // The SubAgent's own commit is on the branch, under swarmd's, whose
+    // subject is the prompt's first line and whose trailers name the task.
     let log = git(&repo, &["log", "--format=%s", &format!("main..{branch}")]);
     assert_eq!(
         log.lines().collect::<Vec<_>>(),
-        [
-            format!("swarmd: changes left uncommitted on {branch}").as_str(),
-            "the SubAgent's commit"
-        ]
+        ["add a feature", "the SubAgent's commit"]
     );
+    let trailers = git(
+        &repo,
+        &["log", "-1", "--format=%(trailers:only,unfold)", &branch],
+    );
+    assert_eq!(
+        trailers.lines().collect::<Vec<_>>(),
+        [format!("Swarmd-Task: {task}").as_str(), "Swarmd-Attempt: 1"]
+    );
+    let author = git(&repo, &["log", "-1", "--format=%an", &branch]);
+    assert_eq!(author, "swarmd");
     eventually("the worktree to be removed", || !dir.exists()).await;
     assert_eq!(git(&repo, &["worktree", "list"]).lines().count(), 1);
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
@@ -125,7 +135,7 @@ async fn a_cancelled_operator_attempt_has_its_worktree_concluded() {
     let (sw, _login, mut ws, task, spawn) = spawned().await;
     let repo = sw.dir().join("repo");
     let dir = std::path::PathBuf::from(spawn["worktree"]["path"].as_str().unwrap());
-    let branch = format!("swarmd/{task}-1");
+    let branch = recorded_branch(&spawn["worktree"], &task);
     std::fs::write(dir.join("half.txt"), "half done\n").unwrap();
 
     let (status, body) = parts(
@@ -164,7 +174,7 @@ async fn a_subagent_outliving_a_kill_9_finds_its_worktree_again() {
     let (mut sw, login, ws, task, spawn) = spawned().await;
     let repo = sw.dir().join("repo");
     let dir = std::path::PathBuf::from(spawn["worktree"]["path"].as_str().unwrap());
-    let branch = format!("swarmd/{task}-1");
+    let branch = recorded_branch(&spawn["worktree"], &task);
     std::fs::write(dir.join("half.txt"), "before the crash\n").unwrap();
     drop(ws);
     sw.kill9().await;
@@ -172,6 +182,7 @@ async fn a_subagent_outliving_a_kill_9_finds_its_worktree_again() {
 
     // Recovery committed what the checkout held and recorded it.
     let value = recorded_artifact(&sw, &task).await;
+    assert_eq!(value["branch"], branch.as_str(), "{value}");
     assert_eq!(value["files"], json!(["half.txt"]), "{value}");
     assert_eq!(value["committed_leftovers"], true, "{value}");
 
@@ -248,9 +259,8 @@ worktree = { repo = "@DIR@/repo", base = "main" }
     assert_eq!(payload["task_id"], step.as_str(), "{payload}");
     let path = worktrees_dir(&sw).join(format!("{task}-1"));
     let path = path.display().to_string();
-    let branch = format!("swarmd/{task}-1");
+    let branch = recorded_branch(&payload["worktree"], &task);
     assert_eq!(payload["worktree"]["path"], path.as_str(), "{payload}");
-    assert_eq!(payload["worktree"]["branch"], branch.as_str(), "{payload}");
     let directive = payload["directive"].as_str().unwrap();
     assert!(
         directive.contains(&format!("task_id: {step}"))
@@ -261,6 +271,7 @@ worktree = { repo = "@DIR@/repo", base = "main" }
     assert_eq!(seen["done"]["body"]["status"], "pass", "{seen:#}");
     // The SubAgent changed nothing: the artifact says so, and no branch is left.
     let value = recorded_artifact(&sw, &task).await;
+    assert_eq!(value["branch"], branch.as_str(), "{value}");
     assert_eq!(value["files"], json!([]), "{value}");
     assert_eq!(value["committed_leftovers"], false, "{value}");
     let repo = sw.dir().join("repo");

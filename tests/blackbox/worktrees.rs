@@ -104,6 +104,22 @@ pub(crate) async fn recorded_artifact(sw: &Swarmd, task: &str) -> Value {
     artifact(sw, task).await
 }
 
+/// The branch a `worktree` artifact (or a `spawn` frame's `worktree`) of
+/// attempt 1 of `task` records: where the attempt works, named as
+/// docs/branches.md says
+/// (`swarmd/t-<last 8 hex digits of the id>[-<slug>]/1`).
+pub(crate) fn recorded_branch(value: &Value, task: &str) -> String {
+    let branch = value["branch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no branch in {value}"));
+    let short = task[task.len() - 8..].to_ascii_lowercase();
+    assert!(
+        branch.starts_with(&format!("swarmd/t-{short}")) && branch.ends_with("/1"),
+        "{branch} is not the branch of attempt 1 of {task}"
+    );
+    branch.to_owned()
+}
+
 /// The value of the task's `worktree` artifact.
 async fn artifact(sw: &Swarmd, task: &str) -> Value {
     let records = sw.output(task).await;
@@ -137,24 +153,26 @@ async fn parallel_attempts_end_on_their_own_branches_with_their_diffs() {
     let base = git(&repo, &["rev-parse", "main"]);
     let prompts = ["commit", "leave", "commit", "leave"];
     let mut tasks = Vec::new();
+    let mut branches = std::collections::HashSet::new();
     for prompt in prompts {
         tasks.push(spawn(&sw, prompt).await);
     }
     for (task, prompt) in tasks.iter().zip(prompts) {
         let done = sw.finished(task).await;
         assert_eq!(done["status"], "pass", "{done}\n{}", sw.log());
-        let branch = format!("swarmd/{task}-1");
+        let value = artifact(&sw, task).await;
+        let branch = recorded_branch(&value, task);
+        assert!(branches.insert(branch.clone()), "{branch} is reused");
         let dir = worktrees_dir(&sw).join(format!("{task}-1"));
 
-        // The child ran in its worktree and was told where it was.
+        // The child ran in its worktree and was told where it was: on the
+        // branch the artifact records.
         let ran = &done["result"]["value"];
         assert_eq!(ran["branch"], branch.as_str(), "{ran}");
         assert_eq!(ran["base"], base.as_str(), "{ran}");
         assert_eq!(ran["worktree"], dir.display().to_string(), "{ran}");
         assert_eq!(ran["pwd"], dir.display().to_string(), "{ran}");
 
-        let value = artifact(&sw, task).await;
-        assert_eq!(value["branch"], branch.as_str(), "{value}");
         assert_eq!(value["base"], base.as_str(), "{value}");
         assert_eq!(value["head"], git(&repo, &["rev-parse", &branch]).as_str());
         assert_eq!(value["files"], json!(["notes.txt"]), "{value}");
@@ -173,12 +191,11 @@ async fn parallel_attempts_end_on_their_own_branches_with_their_diffs() {
         );
         assert!(!dir.exists(), "{} is left", dir.display());
     }
-    assert_eq!(
-        git(&repo, &["branch", "--list", "swarmd/*"])
-            .lines()
-            .count(),
-        4
-    );
+    let listed: std::collections::HashSet<String> = git(&repo, &["branch", "--list", "swarmd/*"])
+        .lines()
+        .map(|l| l.trim_start_matches(['*', '+', ' ']).to_owned())
+        .collect();
+    assert_eq!(listed, branches);
     // The user's checkout is untouched and lists no worktree but its own.
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]), base);
@@ -206,7 +223,9 @@ async fn a_cancelled_attempt_keeps_its_change_on_the_branch_and_loses_its_direct
     assert_eq!(status, 200, "{body}");
     assert_eq!(sw.finished(&task).await["status"], "cancelled");
 
-    let branch = format!("swarmd/{task}-1");
+    // The cancelled attempt records what it left, after its Final-less end.
+    let value = recorded_artifact(&sw, &task).await;
+    let branch = recorded_branch(&value, &task);
     let dir = worktrees_dir(&sw).join(format!("{task}-1"));
     eventually("the worktree to be removed", || !dir.exists()).await;
     eventually("the leftovers to be committed", || {
@@ -222,9 +241,6 @@ async fn a_cancelled_attempt_keeps_its_change_on_the_branch_and_loses_its_direct
     })
     .await;
 
-    // The cancelled attempt records what it left, after its Final-less end.
-    let value = recorded_artifact(&sw, &task).await;
-    assert_eq!(value["branch"], branch.as_str(), "{value}");
     assert_eq!(value["head"], git(&repo, &["rev-parse", &branch]).as_str());
     assert_eq!(value["files"], json!(["notes.txt"]), "{value}");
     assert_eq!(value["committed_leftovers"], true, "{value}");
@@ -249,8 +265,10 @@ async fn worktrees_of_a_killed_daemon_are_committed_and_pruned_at_the_next_start
     std::fs::write(sw.dir().join(format!("{task}.go")), "").unwrap();
 
     sw.restart().await;
-    let branch = format!("swarmd/{task}-1");
     eventually("the old worktree to be removed", || !dir.exists()).await;
+    // The dead attempt's artifact is on its own tail.
+    let value = recorded_artifact(&sw, &task).await;
+    let branch = recorded_branch(&value, &task);
     let diff = git(&repo, &["diff", "main", &branch]);
     assert!(diff.contains(&format!("+line from {task}")), "{diff}");
     assert_eq!(git(&repo, &["worktree", "list"]).lines().count(), 1);
@@ -261,9 +279,6 @@ async fn worktrees_of_a_killed_daemon_are_committed_and_pruned_at_the_next_start
     );
     // The task failed as interrupted with max_attempts 1.
     assert_eq!(sw.finished(&task).await["status"], "failed");
-    // The dead attempt's artifact is on its own tail.
-    let value = recorded_artifact(&sw, &task).await;
-    assert_eq!(value["branch"], branch.as_str(), "{value}");
     assert_eq!(value["head"], git(&repo, &["rev-parse", &branch]).as_str());
     assert_eq!(value["files"], json!(["notes.txt"]), "{value}");
     assert_eq!(value["committed_leftovers"], true, "{value}");

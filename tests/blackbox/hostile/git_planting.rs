@@ -14,9 +14,11 @@ use serde_json::{Value, json};
 
 use crate::daemon::{Swarmd, eventually};
 use crate::pools::{self, Pool, Setup};
-use crate::worktrees::{git, make_repo, worktrees_dir};
+use crate::worktrees::{git, make_repo, recorded_branch, worktrees_dir};
 
-/// `planter` edits `notes.txt`, then plants per its prompt:
+/// `planter` writes the branch it was given and the one checked out in its
+/// worktree to `@DIR@/<task>.branch`, edits `notes.txt`, then plants per
+/// its prompt:
 /// - `pointer`: a git directory `.planted` with a filter `x` that makes
 ///   `@DIR@/MARKER`, `* filter=x` in `.gitattributes`, and `.git` rewritten
 ///   to name `.planted`;
@@ -32,6 +34,7 @@ program = "/bin/sh"
 args = ["-c", """
 set -e
 prompt=$(cat)
+echo "$SWARM_BRANCH $(git rev-parse --abbrev-ref HEAD)" > "@DIR@/$SWARM_TASK_ID.branch"
 echo "changed" >> notes.txt
 plant() {
   git config -f "$1" "filter.$2.clean" "touch @DIR@/MARKER && cat"
@@ -98,6 +101,18 @@ async fn worktree_notes(sw: &Swarmd, task: &str) -> Vec<String> {
         .collect()
 }
 
+/// The branch the task's worker worked on, as it wrote it down: the one it
+/// was told (`SWARM_BRANCH`), which must be the one checked out in its
+/// worktree and attempt 1's readable name.
+fn told_branch(sw: &Swarmd, task: &str) -> String {
+    let path = sw.dir().join(format!("{task}.branch"));
+    let written =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (told, checked_out) = written.trim().split_once(' ').unwrap_or_default();
+    assert_eq!(told, checked_out, "{written}");
+    recorded_branch(&json!({"branch": told}), task)
+}
+
 fn branch_exists(repo: &Path, branch: &str) -> bool {
     std::process::Command::new("git")
         .arg("-C")
@@ -136,7 +151,7 @@ async fn a_planted_git_directory_is_refused_and_its_filter_never_runs() {
         );
 
         // Nothing it left was committed, and its checkout is gone.
-        let branch = format!("swarmd/{task}-1");
+        let branch = told_branch(&sw, &task);
         assert!(
             !branch_exists(&repo, &branch)
                 || git(&repo, &["rev-parse", &branch]) == git(&repo, &["rev-parse", "main"]),
@@ -162,7 +177,7 @@ async fn attributes_select_no_filter_a_worker_defined() {
     // The pointer is intact: the attempt is judged by its Final, and what it
     // left is committed as it is, without any filter.
     assert_eq!(done["status"], "pass", "{done}\n{}", sw.log());
-    let branch = format!("swarmd/{task}-1");
+    let branch = told_branch(&sw, &task);
     let notes = git(&repo, &["show", &format!("{branch}:notes.txt")]);
     assert_eq!(notes, "first\nchanged");
     let attributes = git(&repo, &["show", &format!("{branch}:.gitattributes")]);
@@ -183,10 +198,12 @@ async fn recorded_files(sw: &Swarmd, task: &str) -> Value {
 }
 
 /// A pool's child that plants a git directory and points `.git` at it, as
-/// `planter` does for `pointer`, then posts an ok Final.
+/// `planter` does for `pointer` (writing down its branch first), then
+/// posts an ok Final.
 const POOL_PLANTER: &str = r#"
 cat > /dev/null
 set -e
+echo "$SWARM_BRANCH $(git rev-parse --abbrev-ref HEAD)" > "@DIR@/$SWARM_TASK_ID.branch"
 echo "changed" >> notes.txt
 git init -q "$PWD/.planted-src"
 mv .planted-src/.git .planted
@@ -231,6 +248,6 @@ async fn a_pools_planted_git_directory_is_refused_on_its_machine() {
     );
     let dir = trees.join(format!("{task}-1"));
     eventually("the tampered checkout to be removed", || !dir.exists()).await;
-    assert!(!branch_exists(&repo, &format!("swarmd/{task}-1")));
+    assert!(!branch_exists(&repo, &told_branch(&sw, &task)));
     assert!(!marker(&sw), "the planted filter ran\n{}", pool.log());
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::{AGENTS, Pool, Setup, create, mint};
 use crate::daemon::Swarmd;
-use crate::worktrees::{git, make_repo};
+use crate::worktrees::{git, make_repo, recorded_artifact, recorded_branch};
 
 /// Adds a line to `notes.txt` in its working directory, commits nothing,
 /// and reports where it ran.
@@ -55,15 +55,6 @@ async fn a_pools_attempts_run_in_worktrees_of_its_own_repository() {
         let view = sw.finished(task).await;
         assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
         let ran = &view["result"]["value"];
-        let branch = format!("swarmd/{task}-1");
-        assert_eq!(ran["branch"], branch.as_str(), "{ran}");
-        assert_eq!(ran["pwd"], ran["worktree"], "{ran}");
-        assert!(
-            ran["pwd"]
-                .as_str()
-                .is_some_and(|p| p.starts_with(&trees.display().to_string())),
-            "{ran}"
-        );
 
         // The artifact describes the branch; it came before the Final.
         let outputs = sw.output(task).await;
@@ -74,7 +65,17 @@ async fn a_pools_attempts_run_in_worktrees_of_its_own_repository() {
         assert_eq!(kinds, ["artifact", "final"], "{outputs:?}");
         let report: &Value = &outputs[0]["event"]["content"]["value"];
         assert_eq!(outputs[0]["event"]["name"], "worktree");
-        assert_eq!(report["branch"], branch.as_str(), "{report}");
+        let branch = recorded_branch(report, task);
+
+        // The child worked on that branch, in a worktree under `trees`.
+        assert_eq!(ran["branch"], branch.as_str(), "{ran}");
+        assert_eq!(ran["pwd"], ran["worktree"], "{ran}");
+        assert!(
+            ran["pwd"]
+                .as_str()
+                .is_some_and(|p| p.starts_with(&trees.display().to_string())),
+            "{ran}"
+        );
         assert_eq!(report["committed_leftovers"], true, "{report}");
         assert_eq!(report["files"], json!(["notes.txt"]), "{report}");
         assert!(
@@ -148,7 +149,8 @@ async fn a_continuation_on_a_pool_starts_from_the_continued_attempts_branch() {
     assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
 
     // The continuation's branch holds the first task's line, then its own.
-    let notes = git(&repo, &["show", &format!("swarmd/{next}-1:notes.txt")]);
+    let branch = recorded_branch(&recorded_artifact(&sw, &next).await, &next);
+    let notes = git(&repo, &["show", &format!("{branch}:notes.txt")]);
     assert_eq!(
         notes,
         format!("first\nline from {first}\nline from {next}"),
@@ -175,7 +177,7 @@ async fn a_continuation_on_a_pool_starts_from_the_continued_attempts_branch() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    git(&repo, &["branch", "-D", &format!("swarmd/{next}-1")]);
+    git(&repo, &["branch", "-D", &branch]);
     git(&repo, &["reflog", "expire", "--expire=now", "--all"]);
     git(&repo, &["gc", "-q", "--prune=now"]);
     let after = create(
@@ -184,7 +186,8 @@ async fn a_continuation_on_a_pool_starts_from_the_continued_attempts_branch() {
     )
     .await;
     assert_eq!(sw.finished(&after).await["status"], "pass");
-    let notes = git(&repo, &["show", &format!("swarmd/{after}-1:notes.txt")]);
+    let branch = recorded_branch(&recorded_artifact(&sw, &after).await, &after);
+    let notes = git(&repo, &["show", &format!("{branch}:notes.txt")]);
     assert_eq!(notes, format!("first\nline from {after}"));
     let outputs = sw.output(&after).await;
     let note = outputs

@@ -14,6 +14,7 @@ use crate::process::{EnvVar, HostEnv, ProcessSpec};
 use crate::testing::git::{git, repo};
 use crate::testing::{engine_running, outputs, run_task};
 use crate::worktree::KeepRule;
+use crate::worktree::naming::branch_name;
 
 fn spawner(dir: &Path, repo: &Path, body: &str) -> Arc<ProcessSpawner> {
     spawner_with(dir, repo, body, None)
@@ -52,11 +53,11 @@ printf '{"pwd": "%s", "branch": "%s", "base": "%s"}' "$(pwd)" "$SWARM_BRANCH" "$
     let engine = engine_running("proc", spawner(temp.path(), &repo, body));
     let task = run_task(&engine, "proc", PolicyOverrides::default()).await;
     assert_eq!(task.status(), TaskStatus::Pass, "{task:?}");
-    let name = format!("{}-1", task.id);
-    let dir = temp.path().join("worktrees").join(&name);
+    let dir = temp.path().join("worktrees").join(format!("{}-1", task.id));
+    let branch = branch_name(&task.id.to_string(), 1, Some(&task.prompt));
     let value = task.result.clone().unwrap().value;
     assert_eq!(value["pwd"], dir.display().to_string());
-    assert_eq!(value["branch"], format!("swarmd/{name}"));
+    assert_eq!(value["branch"], branch);
     assert_eq!(value["base"], git(&repo, &["rev-parse", "main"]));
 
     let tail = outputs(&engine, task.id, 1).await;
@@ -81,7 +82,7 @@ printf '{"pwd": "%s", "branch": "%s", "base": "%s"}' "$(pwd)" "$SWARM_BRANCH" "$
     assert!(value["diff"].as_str().unwrap().contains("+more"), "{value}");
     assert!(!dir.exists());
     assert_eq!(
-        git(&repo, &["rev-parse", &format!("swarmd/{name}")]),
+        git(&repo, &["rev-parse", &branch]),
         value["head"].as_str().unwrap()
     );
 }

@@ -20,6 +20,7 @@ use crate::testing::{
     FakeChannel, FakeDirectory, engine_with_directory, post_with_handle, session, spawn_owned,
 };
 use crate::worktree::KeepRule;
+use crate::worktree::naming::branch_name;
 use swarmd_output_store::{ContentRef, OutputEvent};
 
 struct Setup {
@@ -100,7 +101,10 @@ async fn a_posted_final_ends_the_worktree_the_frame_named() {
         .clone()
         .expect("the frame names the worktree");
     let dir = PathBuf::from(&worktree.path);
-    assert_eq!(worktree.branch, format!("swarmd/{}-1", task.id));
+    assert_eq!(
+        worktree.branch,
+        branch_name(&task.id.to_string(), 1, Some(&task.prompt))
+    );
     assert_eq!(worktree.base, git(&s.repo, &["rev-parse", "main"]));
     assert!(
         frame.directive.contains(&worktree.path),

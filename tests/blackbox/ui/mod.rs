@@ -5,6 +5,7 @@
 //! them fails saying why. `serving` checks the HTTP side (embedded assets,
 //! ETag, the CSP) without a browser; `dashboard` drives the pages.
 
+mod branches;
 mod counts;
 mod dashboard;
 mod diffs;

@@ -64,12 +64,14 @@ export function setToken(value) {
   else sessionStorage.removeItem(KEY);
 }
 
-/** An error answer: its status and the daemon's `{error, code}`. */
+/** An error answer: its status, the daemon's `{error, code}`, and the
+ * paths a `branch_conflict` names (`files`, else empty). */
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, files = []) {
     super(message);
     this.status = status;
     this.code = code;
+    this.files = files;
   }
 }
 
@@ -92,8 +94,9 @@ async function failure(response) {
     // Not JSON: the status says enough.
   }
   if (response.status === 401) onUnauthorized();
+  const files = Array.isArray(body.files) ? body.files.map(String) : [];
   return new ApiError(response.status, body.code || 'http_' + response.status,
-    body.error || response.statusText);
+    body.error || response.statusText, files);
 }
 
 /** GET a JSON route. */

@@ -1,5 +1,5 @@
 // The dashboard's entry: sign-in, the hash router (`#/overview`,
-// `#/tasks?…`, `#/task/T-…`, `#/sessions`, `#/agents`), and the one live feed of the daemon's event log that
+// `#/tasks?…`, `#/task/T-…`, `#/sessions`, `#/agents`, `#/branches?…`), and the one live feed of the daemon's event log that
 // every view listens to.
 
 import * as api from './api.js';
@@ -9,6 +9,7 @@ import { taskView } from './task.js';
 import { overviewView } from './overview.js';
 import { sessionsView } from './sessions.js';
 import { agentsView } from './agents.js';
+import { branchesView } from './branches.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -169,6 +170,7 @@ async function route(knownSeq) {
   else if (path === '/tasks') teardown = tasksView(view, params, seq);
   else if (path === '/sessions') teardown = sessionsView(view);
   else if (path === '/agents') teardown = agentsView(view);
+  else if (path === '/branches') teardown = branchesView(view, params);
   else teardown = overviewView(view);
   for (const a of document.querySelectorAll('#nav a')) {
     a.classList.toggle('current', path.startsWith('/' + a.dataset.view));

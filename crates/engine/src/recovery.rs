@@ -319,7 +319,7 @@ impl Engine {
 
     /// Decides the attempts a restart interrupted that reported a CLI
     /// session: one whose `worktree` artifact names its branch is closed
-    /// ([`RESUMED_REASON`]) and its task queued for the attempt that resumes
+    /// (`RESUMED_REASON`) and its task queued for the attempt that resumes
     /// it; the others fail `interrupted` as any interrupted attempt does.
     /// Call after the previous process's worktrees are recovered (their
     /// artifacts name the branches) and before `start_recovered`, which

@@ -19,7 +19,7 @@ use super::{
 /// Opens attempt `attempt` of `task`'s worktree, as the process and
 /// operator spawners do: from `spec.base`, or for a continuation from the
 /// continued attempt's branch ([`open_continued`]), or after a restart in
-/// the interrupted attempt's checkout ([`open_restarted`]); when that fell
+/// the interrupted attempt's checkout (`open_restarted`); when that fell
 /// back to another start, a `worktree` progress note says so.
 ///
 /// # Errors

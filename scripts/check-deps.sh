@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
-# server -> spawner -> engine -> output-store, with the PostgreSQL backend
+# server -> client -> spawner -> engine -> output-store, with the PostgreSQL backend
 # (swarmd-postgres) between the server and the engine; that the engine
 # knows no HTTP, WebSocket or Lua crate; and that only swarmd-postgres (and
 # the bench, which makes its databases) reach the PostgreSQL driver.
@@ -24,6 +24,9 @@ forbid() {
 forbid swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio-tungstenite hyper tokio-postgres
 forbid swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
 forbid swarmd-postgres swarmd-spawner swarmd-server axum mlua tokio-tungstenite hyper reqwest
+# The client speaks HTTP to a daemon: it never links the daemon, its stores
+# or its servers.
+forbid swarmd-client swarmd-server swarmd-postgres axum tokio-postgres tokio-tungstenite
 # The flow IR is data: no swarmd crate, no transport, no interpreter.
 forbid swarmd-flow swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio tokio-tungstenite hyper reqwest tokio-postgres
 forbid swarmd-spawner swarmd-server swarmd-postgres axum tokio-tungstenite hyper reqwest tokio-postgres

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use futures_util::StreamExt;
 use serde_json::Value;
-use swarmd_server::client::{SseEvent, SseParser};
+use swarmd_client::{SseEvent, SseParser};
 
 use crate::harness::{Daemon, PATIENCE};
 

@@ -10,7 +10,7 @@
 mod accept;
 pub mod app;
 pub mod cli;
-pub mod client;
+
 mod cluster;
 pub mod commands;
 pub mod config;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use futures_util::StreamExt;
 use serde_json::json;
-use swarmd_server::client::SseParser;
+use swarmd_client::SseParser;
 
 use super::{Cluster, QUICK, create, events_after, seqs};
 use crate::harness::PATIENCE;

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::{CommandError, print, remote};
 use crate::cli::{ListArgs, ListingArgs, OutputFormat, exit};
-use crate::client::render::{self, now_ms};
-use crate::client::{ApiClient, TaskQuery};
 use crate::environment::Environment;
+use swarmd_client::render::{self, now_ms};
+use swarmd_client::{ApiClient, TaskQuery};
 
 /// `swarmd task list`: one page of `GET /v1/tasks`. In a table, a further
 /// page is named on stderr, so that stdout stays the table.

@@ -1,5 +1,5 @@
 //! `swarmd worker pool …`: reads the pool's token (a file, or `SWARMD_TOKEN`), names the pool,
-//! installs its signal handlers and runs `client::pool` until it drained.
+//! installs its signal handlers and runs `swarmd_client::pool` until it drained.
 
 use std::io;
 use std::path::PathBuf;
@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::CommandError;
 use crate::cli::{PoolArgs, exit};
-use crate::client::Bearer;
-use crate::client::pool::run::Command;
-use crate::client::pool::worktree::PoolWorktree;
-use crate::client::pool::{MAX_SERVERS, PoolError, PoolOptions, run_pool};
 use crate::environment::Environment;
-use crate::http::pool::wire::{MAX_POOL_ID, valid_pool_id};
+use swarmd_client::Bearer;
+use swarmd_client::pool::run::Command;
+use swarmd_client::pool::worktree::PoolWorktree;
+use swarmd_client::pool::{MAX_SERVERS, PoolError, PoolOptions, run_pool};
+use swarmd_client::wire::{MAX_POOL_ID, valid_pool_id};
 
 /// Environment variable holding the pool's token when no file is given.
 const TOKEN_VAR: &str = "SWARMD_TOKEN";

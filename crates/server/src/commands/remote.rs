@@ -9,13 +9,13 @@ use super::{CommandError, listing, print};
 use crate::cli::{
     ConnectionArgs, McpArgs, OutputFormat, SpawnArgs, TaskArgs, TaskCommand, WorkerArgs, exit,
 };
-use crate::client::render::{self, now_ms};
-use crate::client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
 use crate::config::{Config, config_candidates};
 use crate::environment::Environment;
 use crate::mcp::ProxyError;
 use crate::state::database::Secrets;
 use crate::state::{SecretSource, StateError};
+use swarmd_client::render::{self, now_ms};
+use swarmd_client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
 
 /// Runs one task verb and prints the daemon's answer as `-o` asks. A verb
 /// that waits for the task exits by its outcome (`outcome`).

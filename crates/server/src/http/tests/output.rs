@@ -7,7 +7,7 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use super::{Api, PATIENCE, parts};
-use crate::client::{SseEvent, SseParser};
+use swarmd_client::{SseEvent, SseParser};
 
 /// An open SSE response, parsed event by event.
 struct Stream {

@@ -7,70 +7,70 @@ use swarmd_engine::ids::TaskId;
 use swarmd_spawner::process::{CliFormat, StdinMode, StreamMode};
 
 /// Most attempts one claim may ask for.
-pub(crate) const MAX_CLAIM: u32 = 64;
+pub const MAX_CLAIM: u32 = 64;
 /// Longest a claim or a heartbeat may wait, in milliseconds.
-pub(crate) const MAX_WAIT_MS: u64 = 30_000;
+pub const MAX_WAIT_MS: u64 = 30_000;
 /// Most attempts one heartbeat may name (held plus ended).
-pub(crate) const MAX_HELD: usize = 1024;
+pub const MAX_HELD: usize = 1024;
 /// Longest pool id, in bytes; ids are ASCII letters, digits, `-` and `_`.
-pub(crate) const MAX_POOL_ID: usize = 64;
+pub const MAX_POOL_ID: usize = 64;
 /// Longest reason a pool may give for an attempt it ended, in bytes.
-pub(crate) const MAX_REASON: usize = 1024;
+pub const MAX_REASON: usize = 1024;
 
 /// `POST /v1/pool/claim`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ClaimRequest {
+pub struct ClaimRequest {
     /// The pool's own id, the same on every call of one pool process.
-    pub(crate) pool: String,
-    pub(crate) agent: String,
+    pub pool: String,
+    pub agent: String,
     /// 1 to [`MAX_CLAIM`].
-    pub(crate) max: u32,
+    pub max: u32,
     /// 0 to [`MAX_WAIT_MS`]: how long to wait for the first attempt.
     #[serde(default)]
-    pub(crate) wait_ms: u64,
+    pub wait_ms: u64,
 }
 
 /// The answer to a claim: possibly none.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ClaimAnswer {
-    pub(crate) attempts: Vec<ClaimedAttempt>,
+pub struct ClaimAnswer {
+    pub attempts: Vec<ClaimedAttempt>,
 }
 
 /// One claimed attempt: all a pool needs to run it like a local process
 /// agent. `handle` is the attempt's own `wh-` credential.
 #[derive(Clone, Serialize, Deserialize)]
-pub(crate) struct ClaimedAttempt {
-    pub(crate) task_id: TaskId,
-    pub(crate) attempt: u32,
-    pub(crate) agent: String,
-    pub(crate) handle: String,
-    pub(crate) prompt: String,
+pub struct ClaimedAttempt {
+    pub task_id: TaskId,
+    pub attempt: u32,
+    pub agent: String,
+    pub handle: String,
+    pub prompt: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) system: Option<String>,
+    pub system: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) input: Option<Value>,
+    pub input: Option<Value>,
     /// `prompt` or `none`.
-    pub(crate) stdin: String,
+    pub stdin: String,
     /// `none`, `ndjson`, `claude`, `codex` or `gemini`.
-    pub(crate) stream: String,
+    pub stream: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) timeout_ms: Option<u64>,
-    pub(crate) max_output_bytes: u64,
+    pub timeout_ms: Option<u64>,
+    pub max_output_bytes: u64,
     /// The lease as renewed by the claim: heartbeat well within it.
-    pub(crate) lease_ms: u64,
-    pub(crate) lease_deadline_ms: u64,
+    pub lease_ms: u64,
+    pub lease_deadline_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) continued_from: Option<String>,
+    pub continued_from: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) resume_session: Option<String>,
+    pub resume_session: Option<String>,
     /// A continuation's starting point for a pool with worktrees: the
     /// continued attempt's branch, and the head its `worktree` artifact
     /// recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) resume_branch: Option<String>,
+    pub resume_branch: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) resume_head: Option<String>,
+    pub resume_head: Option<String>,
 }
 
 impl std::fmt::Debug for ClaimedAttempt {
@@ -87,45 +87,45 @@ impl std::fmt::Debug for ClaimedAttempt {
 /// One attempt named by a heartbeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct AttemptRef {
-    pub(crate) task_id: TaskId,
-    pub(crate) attempt: u32,
+pub struct AttemptRef {
+    pub task_id: TaskId,
+    pub attempt: u32,
 }
 
 /// An attempt the pool ended without a Final, and why.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct EndedAttempt {
-    pub(crate) task_id: TaskId,
-    pub(crate) attempt: u32,
-    pub(crate) reason: String,
+pub struct EndedAttempt {
+    pub task_id: TaskId,
+    pub attempt: u32,
+    pub reason: String,
 }
 
 /// `POST /v1/pool/heartbeat`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct HeartbeatRequest {
-    pub(crate) pool: String,
+pub struct HeartbeatRequest {
+    pub pool: String,
     /// Attempts the pool is running: their leases are renewed.
     #[serde(default)]
-    pub(crate) held: Vec<AttemptRef>,
+    pub held: Vec<AttemptRef>,
     /// Attempts the pool ended without a Final.
     #[serde(default)]
-    pub(crate) ended: Vec<EndedAttempt>,
+    pub ended: Vec<EndedAttempt>,
     /// 0 to [`MAX_WAIT_MS`]: how long to wait for one of `held` to go.
     #[serde(default)]
-    pub(crate) wait_ms: u64,
+    pub wait_ms: u64,
 }
 
 /// The attempts of `held` the pool must stop: cancelled, superseded,
 /// decided, or unknown to the daemon (it restarted).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct HeartbeatAnswer {
-    pub(crate) gone: Vec<AttemptRef>,
+pub struct HeartbeatAnswer {
+    pub gone: Vec<AttemptRef>,
 }
 
 /// Whether `id` is a valid pool id.
-pub(crate) fn valid_pool_id(id: &str) -> bool {
+pub fn valid_pool_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_POOL_ID
         && id
@@ -133,14 +133,14 @@ pub(crate) fn valid_pool_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-pub(crate) fn stdin_name(stdin: StdinMode) -> &'static str {
+pub fn stdin_name(stdin: StdinMode) -> &'static str {
     match stdin {
         StdinMode::Prompt => "prompt",
         StdinMode::None => "none",
     }
 }
 
-pub(crate) fn parse_stdin(name: &str) -> Option<StdinMode> {
+pub fn parse_stdin(name: &str) -> Option<StdinMode> {
     match name {
         "prompt" => Some(StdinMode::Prompt),
         "none" => Some(StdinMode::None),
@@ -148,7 +148,7 @@ pub(crate) fn parse_stdin(name: &str) -> Option<StdinMode> {
     }
 }
 
-pub(crate) fn stream_name(stream: StreamMode) -> &'static str {
+pub fn stream_name(stream: StreamMode) -> &'static str {
     match stream {
         StreamMode::None => "none",
         StreamMode::Ndjson => "ndjson",
@@ -158,7 +158,7 @@ pub(crate) fn stream_name(stream: StreamMode) -> &'static str {
     }
 }
 
-pub(crate) fn parse_stream(name: &str) -> Option<StreamMode> {
+pub fn parse_stream(name: &str) -> Option<StreamMode> {
     [
         StreamMode::None,
         StreamMode::Ndjson,

@@ -21,11 +21,11 @@ use swarmd_spawner::worktree::{
     self, Checkout, KeepRule, PriorWork, WorktreeError, WorktreeSpec, Worktrees,
 };
 
-use crate::http::pool::wire::ClaimedAttempt;
+use crate::wire::ClaimedAttempt;
 
 /// The pool's worktree settings and the worktrees it made.
 #[derive(Debug, Clone)]
-pub(crate) struct PoolWorktree {
+pub struct PoolWorktree {
     trees: Arc<Worktrees>,
     spec: WorktreeSpec,
 }
@@ -36,7 +36,7 @@ impl PoolWorktree {
     ///
     /// # Errors
     /// The repository or base is unusable, in words.
-    pub(crate) async fn prepare(
+    pub async fn prepare(
         repo: PathBuf,
         base: String,
         keep: KeepRule,
@@ -68,7 +68,7 @@ impl PoolWorktree {
     ///
     /// # Errors
     /// Why git could not add it, for the attempt's failure reason.
-    pub(crate) async fn open(
+    pub async fn open(
         &self,
         attempt: &ClaimedAttempt,
     ) -> Result<(Checkout, Option<String>), String> {
@@ -97,10 +97,7 @@ impl PoolWorktree {
     /// # Errors
     /// The refusal, in words, when the checkout's `.git` no longer names its
     /// git directory: no git ran in it, and the attempt fails.
-    pub(crate) async fn conclude(
-        &self,
-        checkout: &Checkout,
-    ) -> Result<Option<OutputEvent>, String> {
+    pub async fn conclude(&self, checkout: &Checkout) -> Result<Option<OutputEvent>, String> {
         match self.trees.conclude(checkout).await {
             Ok(report) => Ok(Some(report.artifact())),
             Err(error @ (WorktreeError::Tampered { .. } | WorktreeError::Unregistered { .. })) => {
@@ -116,7 +113,7 @@ impl PoolWorktree {
 
     /// Removes the worktree unless the keep rule keeps it for an attempt
     /// that `passed` or not.
-    pub(crate) async fn release(&self, checkout: &Checkout, passed: bool) {
+    pub async fn release(&self, checkout: &Checkout, passed: bool) {
         if let Err(error) = self.trees.release(checkout, passed).await {
             tracing::warn!(%error, branch = %checkout.branch, "cannot remove the attempt's worktree");
         }

@@ -1,5 +1,9 @@
-//! HTTP clients behind the CLI: `swarmd task …` against the task routes and
-//! `swarmd worker` against the worker routes (docs/protocol.md).
+//! `swarmd-client`: a Rust client of the swarmd daemon, the code behind
+//! the CLI's remote commands and usable by other programs: the task routes
+//! (`swarmd task …`, `branch`), the worker routes and the worker wrapper
+//! (`swarmd worker`), worker pools (`swarmd worker pool`, `pool`), the
+//! pool routes' bodies shared with the daemon (`wire`), and the human
+//! tables (`render`), all against docs/protocol.md.
 //!
 //! One `ApiClient` holds the base URL and the bearer credential (replaceable,
 //! for a worker that adopts a fresh token); every verb
@@ -7,10 +11,11 @@
 //! `{"error", "code"}` bodies and become `ClientError::Status`.
 
 mod branch;
-pub(crate) mod pool;
+pub mod pool;
 pub mod render;
 mod tail;
 mod task;
+pub mod wire;
 mod worker;
 
 use std::error::Error as _;

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::{ApiClient, Bearer, ClientError};
 use super::worktree::PoolWorktree;
-use crate::http::pool::wire::{self, ClaimedAttempt};
+use crate::wire::{self, ClaimedAttempt};
 
 /// Events in flight between the child and the daemon; a full channel makes
 /// the child wait on its pipe.
@@ -41,21 +41,21 @@ const MAX_BATCH: usize = 64;
 
 /// What every attempt of one pool runs.
 #[derive(Debug, Clone)]
-pub(crate) struct Command {
-    pub(crate) program: String,
-    pub(crate) args: Vec<String>,
+pub struct Command {
+    pub program: String,
+    pub args: Vec<String>,
     /// Variables passed through from the pool's environment.
-    pub(crate) env: Vec<String>,
-    pub(crate) cwd: Option<std::path::PathBuf>,
-    pub(crate) kill_grace: Duration,
-    pub(crate) supervisor: Option<Supervisor>,
+    pub env: Vec<String>,
+    pub cwd: Option<std::path::PathBuf>,
+    pub kill_grace: Duration,
+    pub supervisor: Option<Supervisor>,
     /// Each attempt in a worktree of its own (`--worktree-repo`).
-    pub(crate) worktree: Option<PoolWorktree>,
+    pub worktree: Option<PoolWorktree>,
 }
 
 /// How an attempt ended on the pool.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Ran {
+pub enum Ran {
     /// Its Final is posted (or the child posted one itself).
     Posted,
     /// Stopped by its cancel: nothing more is written for it.
@@ -66,7 +66,7 @@ pub(crate) enum Ran {
 
 /// Runs `attempt` to its end, in a worktree of its own when the pool has
 /// `--worktree-repo`; `cancel` stops it (process-group kill).
-pub(crate) async fn run(
+pub async fn run(
     daemon: &ApiClient,
     command: &Command,
     host_env: &HostEnv,

@@ -9,8 +9,6 @@
 //! decided attempt is refused exactly as its SubAgent would be, and it is
 //! reported `gone`.
 
-pub(crate) mod wire;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -26,8 +24,8 @@ use crate::http::auth::PoolCaller;
 use crate::http::error::ApiError;
 use crate::http::extract::RawBody;
 use crate::http::worker::parse_json;
-use wire::{
-    AttemptRef, ClaimAnswer, ClaimRequest, ClaimedAttempt, HeartbeatAnswer, HeartbeatRequest,
+use swarmd_client::wire::{
+    self, AttemptRef, ClaimAnswer, ClaimRequest, ClaimedAttempt, HeartbeatAnswer, HeartbeatRequest,
     MAX_CLAIM, MAX_HELD, MAX_REASON, MAX_WAIT_MS,
 };
 

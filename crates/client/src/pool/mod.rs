@@ -24,8 +24,8 @@
 
 mod claim;
 mod heartbeat;
-pub(crate) mod run;
-pub(crate) mod worktree;
+pub mod run;
+pub mod worktree;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,11 +38,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{ApiClient, Bearer, ClientError};
-use crate::http::pool::wire::{AttemptRef, EndedAttempt, MAX_REASON};
+use crate::wire::{AttemptRef, EndedAttempt, MAX_REASON};
 use heartbeat::{flush_ended, heartbeat_loop};
 
 /// Most daemons one pool claims from.
-pub(crate) const MAX_SERVERS: usize = 16;
+pub const MAX_SERVERS: usize = 16;
 /// Longest a heartbeat waits; shorter when a lease is shorter (a third of it).
 const MAX_HEARTBEAT_WAIT_MS: u64 = 10_000;
 const MIN_HEARTBEAT_WAIT_MS: u64 = 100;
@@ -53,21 +53,21 @@ const POLL_SLACK: Duration = Duration::from_secs(10);
 
 /// What `swarmd worker pool` runs.
 #[derive(Debug, Clone)]
-pub(crate) struct PoolOptions {
+pub struct PoolOptions {
     /// The daemons claimed from (1 to [`MAX_SERVERS`], distinct).
-    pub(crate) servers: Vec<String>,
-    pub(crate) token: Bearer,
-    pub(crate) agent: String,
-    pub(crate) concurrency: u32,
-    pub(crate) pool_id: String,
-    pub(crate) command: run::Command,
+    pub servers: Vec<String>,
+    pub token: Bearer,
+    pub agent: String,
+    pub concurrency: u32,
+    pub pool_id: String,
+    pub command: run::Command,
     /// How long running attempts may finish after the first signal.
-    pub(crate) drain: Duration,
+    pub drain: Duration,
 }
 
 /// Why the pool stopped on its own.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum PoolError {
+pub enum PoolError {
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error("the daemon refused the pool: {0}")]
@@ -172,7 +172,7 @@ struct Daemon {
 /// # Errors
 /// `Refused` when a daemon refuses the token or the agent (401, 403, 404);
 /// `Client` when a URL is invalid.
-pub(crate) async fn run_pool(
+pub async fn run_pool(
     options: PoolOptions,
     host_env: HostEnv,
     stop: CancellationToken,

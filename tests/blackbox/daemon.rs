@@ -61,7 +61,13 @@ pub(crate) struct Swarmd {
     pub admin: String,
     pub http: reqwest::Client,
     log: Arc<Mutex<Vec<String>>>,
+    /// The task copying the running child's stderr into `log`.
+    reader: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// How long an exited child's last lines may take to reach `log` (a
+/// process the daemon started may hold its stderr open longer).
+const LOG_DRAIN: Duration = Duration::from_secs(2);
 
 impl Drop for Swarmd {
     /// Kills the daemon; a failing test also gets the end of its log, so a
@@ -146,6 +152,7 @@ kill_grace_secs = 1
             admin: String::new(),
             http: reqwest::Client::new(),
             log: Arc::new(Mutex::new(Vec::new())),
+            reader: None,
         }
     }
 
@@ -216,7 +223,7 @@ kill_grace_secs = 1
         log.lock()
             .unwrap()
             .push(format!("--- swarmd serve --bind {bind}"));
-        tokio::spawn(async move {
+        self.reader = Some(tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             let mut addr_tx = Some(addr_tx);
             while let Ok(Some(line)) = lines.next_line().await {
@@ -227,7 +234,7 @@ kill_grace_secs = 1
                 }
                 log.lock().unwrap().push(line);
             }
-        });
+        }));
         self.child = Some(child);
         let addr = match tokio::time::timeout(PATIENCE, addr_rx).await {
             Ok(Ok(addr)) => addr,
@@ -300,6 +307,11 @@ kill_grace_secs = 1
             .unwrap_or_else(|_| panic!("the daemon did not exit in time\n{}", self.log()))
             .unwrap();
         self.child = None;
+        // Its last lines (what it printed on the way out) are in the log
+        // once the reader saw the end of its stderr.
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(LOG_DRAIN, reader).await;
+        }
         status
     }
 

@@ -2,8 +2,9 @@
 //! the CLI's remote commands and usable by other programs: the task routes
 //! (`swarmd task …`, `branch`), the worker routes and the worker wrapper
 //! (`swarmd worker`), worker pools (`swarmd worker pool`, `pool`), the
-//! pool routes' bodies shared with the daemon (`wire`), and the human
-//! tables (`render`), all against docs/protocol.md.
+//! pool routes' bodies shared with the daemon (`wire`), the stdio MCP
+//! relay (`swarmd mcp`, `mcp`), and the human tables (`render`), all
+//! against docs/protocol.md and docs/mcp.md.
 //!
 //! One `ApiClient` holds the base URL and the bearer credential (replaceable,
 //! for a worker that adopts a fresh token); every verb
@@ -11,6 +12,7 @@
 //! `{"error", "code"}` bodies and become `ClientError::Status`.
 
 mod branch;
+pub mod mcp;
 pub mod pool;
 pub mod render;
 mod tail;

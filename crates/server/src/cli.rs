@@ -340,6 +340,24 @@ pub struct McpArgs {
     pub no_login: bool,
 }
 
+impl McpArgs {
+    /// The relay's options: these flags, and the per-user state directory
+    /// for its default session file.
+    pub fn relay_options(&self, state_dir: Option<PathBuf>) -> swarmd_client::mcp::RelayOptions {
+        swarmd_client::mcp::RelayOptions {
+            roles: self.roles.clone(),
+            kind: self.kind.into(),
+            description: self.description.clone(),
+            keep_session: self.keep_session,
+            session_file: self.session_file.clone(),
+            state_dir,
+            daemon_wait_secs: self.daemon_wait_secs,
+            heartbeat_secs: self.heartbeat_secs,
+            no_login: self.no_login,
+        }
+    }
+}
+
 /// `--kind` of `swarmd mcp` (the wire's `kind` of a login).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "snake_case")]
@@ -347,6 +365,16 @@ pub enum McpSessionKind {
     MainAi,
     Automate,
     Composite,
+}
+
+impl From<McpSessionKind> for swarmd_engine::store::SessionKind {
+    fn from(kind: McpSessionKind) -> Self {
+        match kind {
+            McpSessionKind::MainAi => Self::MainAi,
+            McpSessionKind::Automate => Self::Automate,
+            McpSessionKind::Composite => Self::Composite,
+        }
+    }
 }
 
 /// How to reach and authenticate to the daemon. Each comes from the flag,

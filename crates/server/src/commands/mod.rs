@@ -52,7 +52,7 @@ pub enum CommandError {
     #[error("cannot print the configuration: {0}")]
     Print(#[from] toml::ser::Error),
     #[error(transparent)]
-    Mcp(#[from] crate::mcp::ProxyError),
+    Mcp(#[from] swarmd_client::mcp::ProxyError),
     #[error("cannot {action}: {source}")]
     Io {
         action: &'static str,

@@ -11,9 +11,9 @@ use crate::cli::{
 };
 use crate::config::{Config, config_candidates};
 use crate::environment::Environment;
-use crate::mcp::ProxyError;
 use crate::state::database::Secrets;
 use crate::state::{SecretSource, StateError};
+use swarmd_client::mcp::ProxyError;
 use swarmd_client::render::{self, now_ms};
 use swarmd_client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
 
@@ -123,7 +123,8 @@ pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandE
             Err(error) => return Err(error),
         }
     };
-    let served = crate::mcp::serve_stdio(&args, &url, token.as_deref(), env).await;
+    let options = args.relay_options(crate::config::user_state_dir(env));
+    let served = swarmd_client::mcp::serve_stdio(&options, &url, token.as_deref()).await;
     match (served, missing) {
         (Ok(()), _) => Ok(exit::OK),
         // A loopback login refused for want of a credential: say where the

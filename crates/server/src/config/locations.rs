@@ -33,6 +33,13 @@ pub fn default_state_dir(env: &Environment) -> Option<PathBuf> {
     Some(xdg_base(env, "XDG_STATE_HOME", ".local/state")?.join("swarmd"))
 }
 
+/// The per-user state directory, `$XDG_STATE_HOME/swarmd`, else
+/// `~/.local/state/swarmd` (a service's `STATE_DIRECTORY` aside): where
+/// `swarmd mcp` keeps its session files.
+pub fn user_state_dir(env: &Environment) -> Option<PathBuf> {
+    Some(xdg_base(env, "XDG_STATE_HOME", ".local/state")?.join("swarmd"))
+}
+
 /// The configuration files tried when none is named, in order.
 pub fn config_candidates(env: &Environment) -> Vec<PathBuf> {
     let user = xdg_base(env, "XDG_CONFIG_HOME", ".config")

@@ -39,7 +39,7 @@ pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file, parse_t
 pub use error::ConfigError;
 pub use hosts::{HostRules, Origin, parse_origin};
 pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
-pub use locations::{config_candidates, default_state_dir};
+pub use locations::{config_candidates, default_state_dir, user_state_dir};
 pub use sections::{
     AuthConfig, ClusterConfig, DEFAULT_NODE_LEASE_SECS, DEFAULT_STATE_DIR, DefaultsConfig,
     LimitsConfig, LuaConfig, LuaMiddleware, McpConfig, RetentionConfig, RetryOutcome, SeniorConfig,

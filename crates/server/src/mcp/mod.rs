@@ -1,6 +1,6 @@
 //! swarmd's MCP server (docs/mcp.md): the tools a MainAI calls to fan work
 //! out to agents and collect it, served by the daemon over Streamable HTTP at
-//! `/mcp` (`route`) and relayed on stdio by `swarmd mcp` (`proxy`).
+//! `/mcp` (`route`) and relayed on stdio by `swarmd mcp` (`swarmd_client::mcp`).
 //!
 //! One `SwarmdTools` handler serves every MCP connection. It acts as the
 //! caller the `/mcp` route authenticated (the admin or an operator session),
@@ -20,7 +20,6 @@ mod changes;
 mod fanout;
 mod frames;
 mod ledger;
-mod proxy;
 mod read;
 mod route;
 mod schema;
@@ -50,7 +49,6 @@ use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 
 pub(crate) use agent_tools::check_tool_name;
-pub use proxy::{ProxyError, serve_stdio};
 pub(crate) use route::routes;
 
 /// The tools of one MCP connection, acting for the caller of each request.

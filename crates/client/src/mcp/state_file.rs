@@ -15,8 +15,6 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use swarmd_engine::ids::SessionId;
 
-use crate::environment::Environment;
-
 /// A state file larger than this is not ours: it is ignored.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
 /// File names keep at most this much of the URL.
@@ -39,14 +37,10 @@ impl fmt::Debug for Saved {
     }
 }
 
-/// The default file for `url`: `$XDG_STATE_HOME/swarmd/`, else
-/// `$HOME/.local/state/swarmd/`, named after the URL.
-pub(crate) fn default_path(env: &Environment, url: &str) -> Option<PathBuf> {
-    let dir = match env.get("XDG_STATE_HOME") {
-        Some(state) if Path::new(state).is_absolute() => PathBuf::from(state),
-        _ => Path::new(env.get("HOME")?).join(".local/state"),
-    };
-    Some(dir.join("swarmd").join(file_name(url)))
+/// The default file for `url` in the per-user state directory `dir`,
+/// named after the URL.
+pub(crate) fn default_path(dir: &Path, url: &str) -> PathBuf {
+    dir.join(file_name(url))
 }
 
 /// `mcp-<url with every character outside [A-Za-z0-9.-] as _>.json`; the
@@ -213,20 +207,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_path_follows_xdg_then_home_and_names_the_url() {
-        let env = Environment::from_pairs([("XDG_STATE_HOME", "/x/state"), ("HOME", "/h")]);
+    fn the_default_path_names_the_url_in_the_state_directory() {
+        let dir = Path::new("/x/state/swarmd");
         assert_eq!(
-            default_path(&env, "http://127.0.0.1:7700/"),
-            Some(PathBuf::from("/x/state/swarmd/mcp-127.0.0.1_7700.json"))
+            default_path(dir, "http://127.0.0.1:7700/"),
+            PathBuf::from("/x/state/swarmd/mcp-127.0.0.1_7700.json")
         );
-        let env = Environment::from_pairs([("XDG_STATE_HOME", "relative"), ("HOME", "/h")]);
         assert_eq!(
-            default_path(&env, "http://[::1]:80"),
-            Some(PathBuf::from("/h/.local/state/swarmd/mcp-___1__80.json"))
+            default_path(dir, "http://[::1]:80"),
+            PathBuf::from("/x/state/swarmd/mcp-___1__80.json")
         );
-        assert_eq!(default_path(&Environment::default(), "http://a"), None);
         let long = format!("http://{}", "a".repeat(500));
-        let path = default_path(&env, &long).unwrap();
+        let path = default_path(dir, &long);
         assert!(path.file_name().unwrap().len() < 120, "{path:?}");
     }
 

@@ -1,4 +1,5 @@
-//! `swarmd mcp`: the daemon's MCP tools on stdio, relayed to its `/mcp`.
+//! The stdio MCP relay (`swarmd mcp`): the daemon's MCP tools on stdio,
+//! relayed to its `/mcp`.
 //!
 //! The tools have one implementation, the daemon's. This process is an MCP
 //! server on stdin/stdout and an rmcp client of `<url>/mcp`. By default it
@@ -24,12 +25,36 @@ use rmcp::service::ServerInitializeError;
 use swarmd_engine::store::SessionKind;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::cli::{McpArgs, McpSessionKind};
-use crate::environment::Environment;
+use std::path::PathBuf;
+
 use link::Forwards;
 use relay::Relay;
 use session::{Operators, Seat, Secret, Wanted};
 use state_file::{StateFile, StateFileError};
+
+/// What the relay is asked for (the flags of `swarmd mcp`).
+#[derive(Debug, Clone)]
+pub struct RelayOptions {
+    /// Role names the relay's session asks for.
+    pub roles: Vec<String>,
+    /// The session's kind.
+    pub kind: SessionKind,
+    /// The session's description.
+    pub description: Option<String>,
+    /// Leave the session in place on exit, to be resumed next time.
+    pub keep_session: bool,
+    /// The session file; `state_dir` names the default.
+    pub session_file: Option<PathBuf>,
+    /// The per-user state directory (`$XDG_STATE_HOME/swarmd`, else
+    /// `~/.local/state/swarmd`) holding the default session files.
+    pub state_dir: Option<PathBuf>,
+    /// How long a call waits for a restarting daemon.
+    pub daemon_wait_secs: u64,
+    /// The upstream ping interval.
+    pub heartbeat_secs: u64,
+    /// Relay with the given credential instead of a session of its own.
+    pub no_login: bool,
+}
 
 /// Why `swarmd mcp` stopped.
 #[derive(Debug, thiserror::Error)]
@@ -63,10 +88,9 @@ pub enum ProxyError {
 /// When the daemon cannot be reached or refuses the login or the
 /// credential, when the session file cannot be used, or when stdio fails.
 pub async fn serve_stdio(
-    args: &McpArgs,
+    args: &RelayOptions,
     base_url: &str,
     credential: Option<&str>,
-    env: &Environment,
 ) -> Result<(), ProxyError> {
     // Listening from the start: a signal during the login or the handshake
     // still leaves the session.
@@ -80,7 +104,7 @@ pub async fn serve_stdio(
         (true, Some(credential)) => Seat::Given(credential),
         (true, None) => return Err(ProxyError::NoCredential),
         (false, credential) => {
-            let file = || state_file(args, operators.base(), env);
+            let file = || state_file(args, operators.base());
             operators
                 .open(credential.as_ref(), &wanted(args), file, args.keep_session)
                 .await?
@@ -96,28 +120,21 @@ pub async fn serve_stdio(
 }
 
 /// The session the flags ask for.
-fn wanted(args: &McpArgs) -> Wanted {
+fn wanted(args: &RelayOptions) -> Wanted {
     Wanted {
         roles: args.roles.clone(),
-        kind: match args.kind {
-            McpSessionKind::MainAi => SessionKind::MainAi,
-            McpSessionKind::Automate => SessionKind::Automate,
-            McpSessionKind::Composite => SessionKind::Composite,
-        },
+        kind: args.kind,
         description: args.description.clone(),
     }
 }
 
 /// The locked state file; none when another relay holds it (this relay's
 /// session is then not resumable, and says so).
-fn state_file(
-    args: &McpArgs,
-    base: &str,
-    env: &Environment,
-) -> Result<Option<StateFile>, ProxyError> {
-    let path = match &args.session_file {
-        Some(path) => path.clone(),
-        None => state_file::default_path(env, base).ok_or(ProxyError::NoSessionFile)?,
+fn state_file(args: &RelayOptions, base: &str) -> Result<Option<StateFile>, ProxyError> {
+    let path = match (&args.session_file, &args.state_dir) {
+        (Some(path), _) => path.clone(),
+        (None, Some(dir)) => state_file::default_path(dir, base),
+        (None, None) => return Err(ProxyError::NoSessionFile),
     };
     match StateFile::lock(&path) {
         Ok(file) => Ok(Some(file)),

@@ -24,7 +24,9 @@ use crate::worktrees::{git, make_repo};
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
 /// `coder` appends a line naming its task to `notes.txt`, or with a prompt
-/// containing `clash` rewrites its first line; it commits nothing itself.
+/// containing `clash` rewrites its first line; it commits nothing itself
+/// (swarmd commits either). The dashboard's branch view uses it too
+/// (`daemon`, `passed`).
 const AGENTS: &str = r#"
 [agents.coder]
 kind = "process"
@@ -41,14 +43,15 @@ env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
 worktree = { repo = "@DIR@/repo", base = "main" }
 "#;
 
-async fn daemon() -> (Swarmd, std::path::PathBuf) {
+/// A daemon with `coder` on a fresh repository; the repository's path.
+pub(crate) async fn daemon() -> (Swarmd, std::path::PathBuf) {
     let sw = Swarmd::new(AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");
     let repo = make_repo(sw.dir());
     (sw.start().await, repo)
 }
 
 /// A passed task of `coder` with `prompt`; its id.
-async fn passed(sw: &Swarmd, prompt: &str) -> String {
+pub(crate) async fn passed(sw: &Swarmd, prompt: &str) -> String {
     let (status, body) = sw
         .create(json!({"agent": "coder", "prompt": prompt, "policy": {"max_attempts": 1}}))
         .await;

@@ -12,7 +12,7 @@
 //! - `branches`: readable branch names and the commands that act on them.
 
 mod agent_files;
-mod branches;
+pub(crate) mod branches;
 mod cli_tables;
 mod interrupted;
 mod mcp_surface;

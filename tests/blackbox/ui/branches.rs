@@ -11,40 +11,10 @@
 
 use serde_json::{Value, json};
 
-use crate::daemon::Swarmd;
+use crate::daily::branches::{daemon, passed};
 use crate::ui::Browser;
 use crate::ui::dashboard::observer_token;
-use crate::worktrees::{git, make_repo};
-
-/// `coder` appends a line naming its task to `notes.txt`, or with a prompt
-/// containing `clash` rewrites its first line; swarmd commits either.
-const AGENTS: &str = r#"
-[agents.coder]
-kind = "process"
-program = "/bin/sh"
-args = ["-c", """
-prompt=$(cat)
-case "$prompt" in
-  *clash*) printf 'worker line\nworker two\n' > notes.txt ;;
-  *) echo "added by $SWARM_TASK_ID" >> notes.txt ;;
-esac
-echo '{"done": true}'
-"""]
-env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
-worktree = { repo = "@DIR@/repo", base = "main" }
-"#;
-
-/// A passed task of `coder` with `prompt`; its id.
-async fn passed(sw: &Swarmd, prompt: &str) -> String {
-    let (status, body) = sw
-        .create(json!({"agent": "coder", "prompt": prompt, "policy": {"max_attempts": 1}}))
-        .await;
-    assert_eq!(status, 201, "{body}");
-    let id = body["task_id"].as_str().unwrap().to_owned();
-    let done = sw.finished(&id).await;
-    assert_eq!(done["status"], "pass", "{done}\n{}", sw.log());
-    id
-}
+use crate::worktrees::git;
 
 /// The screenshot of the current page, checked to be a PNG, and written
 /// to `$SWARMD_UI_SCREENSHOTS/<name>.png` when that is set.
@@ -107,9 +77,7 @@ async fn answer(browser: &Browser) -> Value {
 
 #[tokio::test]
 async fn the_branches_view_lists_applies_and_prunes_a_tasks_branch() {
-    let sw = Swarmd::new(AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");
-    let repo = make_repo(sw.dir());
-    let sw = sw.start().await;
+    let (sw, repo) = daemon().await;
     let task = passed(&sw, "Fix the login bug\nAnd say why.").await;
     let clash = passed(&sw, "clash with main").await;
     let name = format!("swarmd/t-{}-fix-the-login-bug/1", &task[task.len() - 8..]);

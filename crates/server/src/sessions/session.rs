@@ -75,6 +75,9 @@ pub struct Session {
     /// The session this one's parked spawns moved to, with their `req_id`s:
     /// a later cancel of one of them goes there.
     moved_to: Mutex<Option<Moved>>,
+    /// Set once `moved_to` is: a spawn on a session never taken over (the
+    /// delegated hot path) reads this flag and takes no lock.
+    taken_over: AtomicBool,
     /// The node this session is homed on when that is not this one (on a
     /// cluster, `homes`): this node holds a copy, reaches the session
     /// through the mailbox, and neither expires nor writes it.
@@ -114,6 +117,7 @@ impl Session {
             pollers: AtomicUsize::new(0),
             pop_lock: tokio::sync::Mutex::new(()),
             moved_to: Mutex::new(None),
+            taken_over: AtomicBool::new(false),
             elsewhere: Mutex::new(None),
         })
     }
@@ -317,6 +321,7 @@ impl Session {
             to: Arc::downgrade(to),
             req_ids: HashSet::new(),
         });
+        self.taken_over.store(true, Ordering::Release);
         let mut count = 0;
         for spawn in self.outbox.take_spawns() {
             let req_id = spawn.req_id.clone();
@@ -341,6 +346,9 @@ impl Session {
 
     /// The session that took this one's roles over, while it exists.
     pub(super) fn taken_over_by(&self) -> Option<Arc<Session>> {
+        if !self.taken_over.load(Ordering::Acquire) {
+            return None;
+        }
         self.lock_moved().as_ref().and_then(|m| m.to.upgrade())
     }
 

@@ -10,6 +10,7 @@ pub mod hash;
 pub mod ir;
 pub mod lint;
 pub mod path;
+pub mod run;
 
 pub use expr::{Expr, ExprError};
 pub use hash::content_hash;

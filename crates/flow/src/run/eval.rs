@@ -1,0 +1,642 @@
+//! Evaluation: the pinned flow replayed over its journal. Every node is
+//! evaluated from the start each time; a step or wait the journal has an
+//! outcome for gives that outcome, one it has no entry for is asked to
+//! start, and evaluation of that path stops there. Nothing else is read
+//! (no clock, no randomness), so the same flow and journal always give the
+//! same context, the same branches taken and the same steps to start: a
+//! finished step never runs again and no branch is taken twice.
+//!
+//! Keys name node instances: the node's JSON pointer in its flow, then one
+//! index per enclosing fan-out item (`[i]`) and loop iteration (`#i`); a
+//! step's retries add `~n` (n ≥ 2); a sub-flow's nodes are keyed under the
+//! key of its `call`, then `>name`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::journal::{Journal, Outcome};
+use crate::expr::Expr;
+use crate::ir::{Flow, Node, Retry};
+use crate::path::WritePath;
+
+/// Nesting of `call`s past which a run fails (lint refuses a flow calling
+/// itself; this bounds longer cycles).
+pub const MAX_CALL_DEPTH: u32 = 8;
+/// Iterations of a loop without `max` (lint refuses one; this bounds an
+/// inline flow that was not linted).
+pub const MAX_LOOP_ITERATIONS: u32 = 10_000;
+
+/// What the run needs now, computed from its flow and journal.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Evaluation {
+    pub progress: Progress,
+    /// Step tries to start (no journal entry yet).
+    pub starts: Vec<StepStart>,
+    /// Waits to open (no journal entry yet).
+    pub waits: Vec<WaitOpen>,
+    /// Step and wait keys the run still needs: open ones and those to
+    /// start. An open step not in it is no longer wanted (a fan-out's
+    /// loser) and is cancelled.
+    pub live: BTreeSet<String>,
+    /// Every node instance evaluated, by key.
+    pub nodes: BTreeMap<String, NodeState>,
+}
+
+/// Where the run is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Progress {
+    /// A step runs or is to start.
+    #[default]
+    Running,
+    /// Only waits are open.
+    Waiting,
+    /// The graph ended; the run's result.
+    Passed { result: Value },
+    /// The graph failed.
+    Failed { reason: String },
+}
+
+/// A step try to start as a task.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepStart {
+    pub key: String,
+    pub agent: String,
+    /// The step's `in`: a string is the prompt.
+    pub input: Value,
+    /// The step's name in the flow, if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Not before this time (a retry's backoff), in ms since the epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_timeout_secs: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u32>,
+}
+
+/// A wait to open.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitOpen {
+    pub key: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u32>,
+}
+
+/// One node instance's state, for the run view.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeState {
+    /// The node's pointer in its flow (a sub-flow's nodes: in that flow).
+    pub pointer: String,
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub status: NodeStatus,
+    /// A step's tries, in order (journal keys).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tries: Vec<String>,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A node instance's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStatus {
+    Running,
+    Waiting,
+    Passed,
+    Failed,
+    /// A fan-out's loser, stopped once the join was decided.
+    Cancelled,
+}
+
+/// How a node instance's evaluation ended.
+pub(super) enum Res {
+    /// It ended; the context after it, and the latest outcome it read.
+    Done { ctx: Value, seq: u64 },
+    /// It failed; why, and the outcome that decided it.
+    Failed { reason: String, seq: u64 },
+    /// It waits for a step or a wait.
+    Blocked,
+}
+
+/// Evaluates `flow` (its sub-flows in `called`, by name) with `input` over
+/// `journal`.
+pub fn evaluate(
+    flow: &Flow,
+    called: &BTreeMap<String, Flow>,
+    input: &Value,
+    journal: &Journal,
+) -> Evaluation {
+    let mut eval = Eval {
+        journal,
+        called,
+        max_steps: flow.limits.max_steps as usize,
+        max_fanout: flow.limits.max_fanout as usize,
+        out: Evaluation::default(),
+        touched: 0,
+        planned: 0,
+    };
+    let ctx = json!({ "input": input });
+    let res = eval.node(&flow.body, &Place::root("/body"), ctx);
+    let mut out = eval.out;
+    out.progress = match res {
+        Res::Done { ctx, .. } => match &flow.output {
+            Some(expr) => match expr.eval(&ctx) {
+                Ok(result) => Progress::Passed { result },
+                Err(e) => Progress::Failed {
+                    reason: format!("output: {e}"),
+                },
+            },
+            None => Progress::Passed { result: ctx },
+        },
+        Res::Failed { reason, .. } => Progress::Failed { reason },
+        Res::Blocked => {
+            let is_wait =
+                |k: &String| journal.waits.contains_key(k) || out.waits.iter().any(|w| &w.key == k);
+            if out.starts.is_empty() && !out.live.is_empty() && out.live.iter().all(is_wait) {
+                Progress::Waiting
+            } else {
+                Progress::Running
+            }
+        }
+    };
+    if matches!(
+        out.progress,
+        Progress::Passed { .. } | Progress::Failed { .. }
+    ) {
+        out.starts.clear();
+        out.waits.clear();
+        out.live.clear();
+    }
+    out
+}
+
+impl Evaluation {
+    /// Open step tries the run no longer needs: (key, task).
+    pub fn to_cancel<'j>(&self, journal: &'j Journal) -> Vec<(&'j str, &'j str)> {
+        journal
+            .open_steps()
+            .filter(|(key, _)| !self.live.contains(*key))
+            .collect()
+    }
+}
+
+/// Where a node instance is: its key's scope (a sub-flow's call), its
+/// pointer in its flow, and its instance indices.
+#[derive(Debug, Clone)]
+pub(super) struct Place {
+    pub(super) scope: String,
+    pub pointer: String,
+    pub inst: String,
+    pub call_depth: u32,
+}
+
+impl Place {
+    fn root(pointer: &str) -> Place {
+        Place {
+            scope: String::new(),
+            pointer: pointer.to_owned(),
+            inst: String::new(),
+            call_depth: 0,
+        }
+    }
+
+    pub(super) fn key(&self) -> String {
+        format!("{}{}{}", self.scope, self.pointer, self.inst)
+    }
+
+    pub(super) fn child(&self, field: &str) -> Place {
+        Place {
+            pointer: format!("{}/{field}", self.pointer),
+            ..self.clone()
+        }
+    }
+
+    pub(super) fn instance(&self, suffix: String) -> Place {
+        Place {
+            inst: format!("{}{suffix}", self.inst),
+            ..self.clone()
+        }
+    }
+}
+
+pub(super) struct Eval<'a> {
+    pub journal: &'a Journal,
+    called: &'a BTreeMap<String, Flow>,
+    max_steps: usize,
+    pub max_fanout: usize,
+    pub out: Evaluation,
+    /// Journal entries read so far; a subtree that read none has not
+    /// started.
+    pub touched: u64,
+    /// Step tries asked to start so far (a fan-out takes back those of
+    /// branches it does not start).
+    pub planned: usize,
+}
+
+impl Eval<'_> {
+    /// Evaluates one node instance and records its state.
+    pub(super) fn node(&mut self, node: &Node, at: &Place, ctx: Value) -> Res {
+        let (res, tries) = match node {
+            Node::Step {
+                agent,
+                input,
+                out,
+                name,
+                retry,
+                queue_timeout_secs,
+                timeout_secs,
+            } => {
+                let step = StepNode {
+                    agent,
+                    input,
+                    out,
+                    name,
+                    retry: retry.as_ref(),
+                    queue_timeout_secs: *queue_timeout_secs,
+                    timeout_secs: *timeout_secs,
+                };
+                self.step(&step, at, ctx)
+            }
+            Node::Seq { children } => (self.seq(children, at, ctx), Vec::new()),
+            Node::Branch {
+                cond,
+                then_branch,
+                else_branch,
+            } => (
+                match cond.test(&ctx) {
+                    Ok(true) => self.node(then_branch, &at.child("then"), ctx),
+                    Ok(false) => self.node(else_branch, &at.child("else"), ctx),
+                    Err(e) => failed(format!("{}/cond: {e}", at.pointer)),
+                },
+                Vec::new(),
+            ),
+            Node::Fanout {
+                items,
+                bind,
+                body,
+                join,
+                out,
+                concurrency,
+            } => {
+                let fanout = super::fanout::FanoutNode {
+                    items,
+                    bind,
+                    body,
+                    join: *join,
+                    out,
+                    concurrency: *concurrency,
+                };
+                (self.fanout(&fanout, at, ctx), Vec::new())
+            }
+            Node::Loop {
+                counter,
+                cond,
+                body,
+                max,
+            } => (self.looped(counter, cond, body, *max, at, ctx), Vec::new()),
+            Node::Try {
+                body,
+                catch,
+                err_at,
+            } => (
+                self.tried(body, catch, err_at.as_ref(), at, ctx),
+                Vec::new(),
+            ),
+            Node::Let { at: target, value } => (
+                match value
+                    .eval(&ctx)
+                    .map_err(|e| format!("{}/value: {e}", at.pointer))
+                    .and_then(|v| write(target, ctx, v))
+                {
+                    Ok(ctx) => Res::Done { ctx, seq: 0 },
+                    Err(reason) => failed(reason),
+                },
+                Vec::new(),
+            ),
+            Node::Wait {
+                name,
+                prompt,
+                schema,
+                timeout_secs,
+                out,
+            } => {
+                let wait = WaitOpen {
+                    key: at.key(),
+                    name: name.clone(),
+                    prompt: None,
+                    schema: schema.clone(),
+                    timeout_secs: *timeout_secs,
+                };
+                (self.wait(wait, prompt.as_ref(), out, ctx), Vec::new())
+            }
+            Node::Call { flow, input, out } => (self.call(flow, input, out, at, ctx), Vec::new()),
+        };
+        let (status, reason) = match &res {
+            Res::Done { .. } => (NodeStatus::Passed, None),
+            Res::Failed { reason, .. } => (NodeStatus::Failed, Some(reason.clone())),
+            Res::Blocked if matches!(node, Node::Wait { .. }) => (NodeStatus::Waiting, None),
+            Res::Blocked => (NodeStatus::Running, None),
+        };
+        let name = match node {
+            Node::Step { name, .. } => name.clone(),
+            Node::Wait { name, .. } => Some(name.clone()),
+            Node::Call { flow, .. } => Some(flow.clone()),
+            _ => None,
+        };
+        self.out.nodes.insert(
+            at.key(),
+            NodeState {
+                pointer: at.pointer.clone(),
+                kind: node.kind(),
+                name,
+                status,
+                tries,
+                reason,
+            },
+        );
+        res
+    }
+
+    fn seq(&mut self, children: &[Node], at: &Place, mut ctx: Value) -> Res {
+        let mut latest = 0;
+        for (i, child) in children.iter().enumerate() {
+            match self.node(child, &at.child(&format!("children/{i}")), ctx) {
+                Res::Done { ctx: next, seq } => {
+                    ctx = next;
+                    latest = latest.max(seq);
+                }
+                other => return other,
+            }
+        }
+        Res::Done { ctx, seq: latest }
+    }
+
+    fn step(&mut self, step: &StepNode<'_>, at: &Place, ctx: Value) -> (Res, Vec<String>) {
+        let base = at.key();
+        let attempts = step.retry.map_or(1, |r| r.attempts.max(1));
+        let mut tries = Vec::new();
+        let mut not_before_ms = None;
+        for n in 1..=attempts {
+            let key = if n == 1 {
+                base.clone()
+            } else {
+                format!("{base}~{n}")
+            };
+            tries.push(key.clone());
+            let Some(entry) = self.journal.steps.get(&key) else {
+                return (self.start(step, key, not_before_ms, at, &ctx), tries);
+            };
+            self.touched += 1;
+            match &entry.outcome {
+                None => {
+                    self.out.live.insert(key);
+                    return (Res::Blocked, tries);
+                }
+                Some(Outcome::Passed { value, seq, .. }) => {
+                    let res = match write(step.out, ctx, value.clone()) {
+                        Ok(ctx) => Res::Done { ctx, seq: *seq },
+                        Err(reason) => Res::Failed { reason, seq: *seq },
+                    };
+                    return (res, tries);
+                }
+                Some(Outcome::Failed { reason, seq, at_ms }) => {
+                    let retryable = step
+                        .retry
+                        .is_none_or(|r| !r.non_retryable.iter().any(|nr| reason.starts_with(nr)));
+                    if n == attempts || !retryable {
+                        let reason = match step.name {
+                            Some(name) => format!("step {name}: {reason}"),
+                            None => format!("step {}: {reason}", at.pointer),
+                        };
+                        return (Res::Failed { reason, seq: *seq }, tries);
+                    }
+                    let backoff = step.retry.map_or(0, |r| u64::from(r.backoff_secs));
+                    let factor = 1u64 << (n - 1).min(16);
+                    not_before_ms = Some(at_ms.saturating_add(backoff * factor * 1000));
+                }
+            }
+        }
+        unreachable_failed(tries)
+    }
+
+    fn start(
+        &mut self,
+        step: &StepNode<'_>,
+        key: String,
+        not_before_ms: Option<u64>,
+        at: &Place,
+        ctx: &Value,
+    ) -> Res {
+        if self.journal.steps.len() + self.planned >= self.max_steps {
+            return failed(format!(
+                "the run reached its limit of {} steps (limits.max_steps)",
+                self.max_steps
+            ));
+        }
+        let input = match step.input.eval(ctx) {
+            Ok(v) => v,
+            Err(e) => return failed(format!("{}/in: {e}", at.pointer)),
+        };
+        self.planned += 1;
+        self.out.live.insert(key.clone());
+        self.out.starts.push(StepStart {
+            key,
+            agent: step.agent.clone(),
+            input,
+            name: step.name.clone(),
+            not_before_ms,
+            queue_timeout_secs: step.queue_timeout_secs,
+            timeout_secs: step.timeout_secs,
+        });
+        Res::Blocked
+    }
+
+    fn wait(&mut self, mut open: WaitOpen, prompt: Option<&Expr>, out: &Expr, ctx: Value) -> Res {
+        let Some(entry) = self.journal.waits.get(&open.key) else {
+            if let Some(prompt) = prompt {
+                match prompt.eval(&ctx) {
+                    Ok(v) => open.prompt = Some(v),
+                    Err(e) => return failed(format!("wait {}: prompt: {e}", open.name)),
+                }
+            }
+            self.out.live.insert(open.key.clone());
+            self.out.waits.push(open);
+            return Res::Blocked;
+        };
+        self.touched += 1;
+        match &entry.outcome {
+            None => {
+                self.out.live.insert(open.key);
+                Res::Blocked
+            }
+            Some(Outcome::Passed { value, seq, .. }) => match write(out, ctx, value.clone()) {
+                Ok(ctx) => Res::Done { ctx, seq: *seq },
+                Err(reason) => Res::Failed { reason, seq: *seq },
+            },
+            Some(Outcome::Failed { reason, seq, .. }) => Res::Failed {
+                reason: format!("wait {}: {reason}", open.name),
+                seq: *seq,
+            },
+        }
+    }
+
+    fn looped(
+        &mut self,
+        counter: &Expr,
+        cond: &Expr,
+        body: &Node,
+        max: Option<u32>,
+        at: &Place,
+        mut ctx: Value,
+    ) -> Res {
+        let mut latest = 0;
+        let bound = max.unwrap_or(MAX_LOOP_ITERATIONS);
+        for i in 0..=bound {
+            ctx = match write(counter, ctx, Value::from(i)) {
+                Ok(ctx) => ctx,
+                Err(reason) => return failed(reason),
+            };
+            match cond.test(&ctx) {
+                Ok(false) => break,
+                Ok(true) if i == bound && max.is_some() => break,
+                Ok(true) if i == bound => {
+                    return failed(format!(
+                        "{}: the loop ran {bound} times without ending",
+                        at.pointer
+                    ));
+                }
+                Ok(true) => {}
+                Err(e) => return failed(format!("{}/cond: {e}", at.pointer)),
+            }
+            match self.node(body, &at.child("body").instance(format!("#{i}")), ctx) {
+                Res::Done { ctx: next, seq } => {
+                    ctx = next;
+                    latest = latest.max(seq);
+                }
+                other => return other,
+            }
+        }
+        Res::Done { ctx, seq: latest }
+    }
+
+    fn tried(
+        &mut self,
+        body: &Node,
+        catch: &Node,
+        err_at: Option<&Expr>,
+        at: &Place,
+        ctx: Value,
+    ) -> Res {
+        let before = ctx.clone();
+        match self.node(body, &at.child("body"), ctx) {
+            Res::Failed { reason, seq } => {
+                let ctx = match err_at {
+                    Some(target) => match write(target, before, Value::String(reason)) {
+                        Ok(ctx) => ctx,
+                        Err(reason) => return failed(reason),
+                    },
+                    None => before,
+                };
+                match self.node(catch, &at.child("catch"), ctx) {
+                    Res::Done { ctx, seq: later } => Res::Done {
+                        ctx,
+                        seq: seq.max(later),
+                    },
+                    other => other,
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn call(&mut self, flow: &str, input: &Expr, out: &Expr, at: &Place, ctx: Value) -> Res {
+        if at.call_depth >= MAX_CALL_DEPTH {
+            return failed(format!(
+                "{}: calls nest deeper than {MAX_CALL_DEPTH}",
+                at.pointer
+            ));
+        }
+        let Some(callee) = self.called.get(flow) else {
+            return failed(format!("{}: no flow named {flow}", at.pointer));
+        };
+        let input = match input.eval(&ctx) {
+            Ok(v) => v,
+            Err(e) => return failed(format!("{}/in: {e}", at.pointer)),
+        };
+        let inner = Place {
+            scope: format!("{}>{flow}", at.key()),
+            pointer: "/body".into(),
+            inst: String::new(),
+            call_depth: at.call_depth + 1,
+        };
+        match self.node(&callee.body, &inner, json!({ "input": input })) {
+            Res::Done { ctx: sub, seq } => {
+                let result = match &callee.output {
+                    Some(expr) => match expr.eval(&sub) {
+                        Ok(v) => v,
+                        Err(e) => return failed(format!("flow {flow}: output: {e}")),
+                    },
+                    None => sub,
+                };
+                match write(out, ctx, result) {
+                    Ok(ctx) => Res::Done { ctx, seq },
+                    Err(reason) => Res::Failed { reason, seq },
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// A step's fields, borrowed from its node.
+struct StepNode<'a> {
+    agent: &'a String,
+    input: &'a Expr,
+    out: &'a Expr,
+    name: &'a Option<String>,
+    retry: Option<&'a Retry>,
+    queue_timeout_secs: Option<u32>,
+    timeout_secs: Option<u32>,
+}
+
+pub(super) fn failed(reason: String) -> Res {
+    Res::Failed { reason, seq: 0 }
+}
+
+fn unreachable_failed(tries: Vec<String>) -> (Res, Vec<String>) {
+    (failed("a step has no tries".into()), tries)
+}
+
+/// Writes `value` at the write path `target` (a `path` expression).
+pub(super) fn write(target: &Expr, mut ctx: Value, value: Value) -> Result<Value, String> {
+    let Expr::Path { at } = target else {
+        return Err("a write target must be a `path` expression".into());
+    };
+    let path = WritePath::parse(at).map_err(|e| e.to_string())?;
+    path.write(&mut ctx, value);
+    Ok(ctx)
+}
+
+/// The variables `child` has that `parent` has not, or has otherwise.
+pub(super) fn overlay(parent: &Value, child: Value) -> Value {
+    let Value::Object(child) = child else {
+        return child;
+    };
+    let fields: Map<String, Value> = child
+        .into_iter()
+        .filter(|(k, v)| parent.get(k) != Some(v))
+        .collect();
+    Value::Object(fields)
+}

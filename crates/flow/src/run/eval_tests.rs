@@ -1,0 +1,364 @@
+//! Evaluation driven as the runner drives it: start what it asks, record
+//! outcomes, evaluate again.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::ir::Flow;
+
+fn flow(body: Value) -> Flow {
+    serde_json::from_value(json!({"name": "t", "body": body})).unwrap()
+}
+
+fn step(agent: &str, input: Value, out: &str) -> Value {
+    json!({"kind": "step", "ref": agent, "in": input, "out": {"op": "path", "at": out}})
+}
+
+fn tmpl(text: &str) -> Value {
+    json!({"op": "template", "text": text})
+}
+
+fn lit(value: Value) -> Value {
+    json!({"op": "lit", "value": value})
+}
+
+/// A run under test: its flow, journal and the tasks started so far.
+struct Sim {
+    flow: Flow,
+    called: BTreeMap<String, Flow>,
+    input: Value,
+    journal: Journal,
+    now: u64,
+    started: Vec<StepStart>,
+}
+
+impl Sim {
+    fn new(flow: Flow, input: Value) -> Sim {
+        Sim {
+            flow,
+            called: BTreeMap::new(),
+            input,
+            journal: Journal::default(),
+            now: 1_000,
+            started: Vec::new(),
+        }
+    }
+
+    fn eval(&self) -> Evaluation {
+        evaluate(&self.flow, &self.called, &self.input, &self.journal)
+    }
+
+    /// Evaluates and starts every step asked for (whatever its backoff),
+    /// opens every wait; returns the evaluation.
+    fn tick(&mut self) -> Evaluation {
+        let ev = self.eval();
+        for start in &ev.starts {
+            self.journal
+                .start_step(&start.key, format!("task-{}", start.key), self.now);
+            self.started.push(start.clone());
+        }
+        for wait in &ev.waits {
+            self.journal.open_wait(
+                &wait.key,
+                WaitEntry {
+                    name: wait.name.clone(),
+                    opened_ms: self.now,
+                    deadline_ms: None,
+                    token_digest: String::new(),
+                    outcome: None,
+                },
+            );
+        }
+        ev
+    }
+
+    fn end(&mut self, key: &str, result: Result<Value, &str>) {
+        self.now += 10;
+        self.journal
+            .end_step(key, result.map_err(str::to_owned), self.now)
+            .unwrap();
+    }
+
+    /// Runs to the end, answering every step with `world`.
+    fn run(&mut self, mut world: impl FnMut(&StepStart) -> Result<Value, String>) -> Progress {
+        for _ in 0..1_000 {
+            let ev = self.tick();
+            if matches!(
+                ev.progress,
+                Progress::Passed { .. } | Progress::Failed { .. }
+            ) {
+                return ev.progress;
+            }
+            let open: Vec<String> = self.journal.open_steps().map(|(k, _)| k.into()).collect();
+            assert!(!open.is_empty(), "blocked with nothing running: {ev:?}");
+            let key = &open[0];
+            let start = self.started.iter().find(|s| &s.key == key).unwrap().clone();
+            let result = world(&start);
+            self.now += 10;
+            self.journal.end_step(key, result, self.now).unwrap();
+        }
+        panic!("did not end");
+    }
+}
+
+fn result(progress: Progress) -> Value {
+    match progress {
+        Progress::Passed { result } => result,
+        other => panic!("not passed: {other:?}"),
+    }
+}
+
+#[test]
+fn a_sequence_passes_values_from_step_to_step_and_starts_each_once() {
+    let f = flow(json!({"kind": "seq", "children": [
+        step("a", tmpl("plan {{ input.topic }}"), "$.plan"),
+        step("b", tmpl("do {{ plan }}"), "$.done"),
+    ]}));
+    let mut sim = Sim::new(f, json!({"topic": "x"}));
+    let out = result(sim.run(|s| Ok(json!(format!("<{}>", s.input.as_str().unwrap())))));
+    assert_eq!(out["done"], json!("<do <plan x>>"));
+    let inputs: Vec<_> = sim.started.iter().map(|s| s.input.clone()).collect();
+    assert_eq!(inputs, vec![json!("plan x"), json!("do <plan x>")]);
+    // Evaluating the finished journal again starts nothing.
+    let again = sim.eval();
+    assert!(again.starts.is_empty() && again.live.is_empty());
+}
+
+#[test]
+fn a_branch_takes_one_side_and_never_starts_the_other() {
+    let f = flow(json!({"kind": "branch",
+        "cond": {"op": "gt", "lhs": {"op": "path", "at": "$.input.n"}, "rhs": lit(json!(2))},
+        "then": step("big", lit(json!("big")), "$.r"),
+        "else": step("small", lit(json!("small")), "$.r")}));
+    let mut sim = Sim::new(f, json!({"n": 1}));
+    let out = result(sim.run(|s| Ok(json!(s.agent))));
+    assert_eq!(out["r"], json!("small"));
+    assert_eq!(sim.started.len(), 1);
+    assert_eq!(sim.started[0].key, "/body/else");
+}
+
+fn fanout(join: &str, concurrency: u32, n: usize) -> Flow {
+    let items: Vec<usize> = (0..n).collect();
+    flow(json!({"kind": "fanout", "items": lit(json!(items)),
+        "bind": {"op": "path", "at": "$.i"}, "join": join, "concurrency": concurrency,
+        "out": {"op": "path", "at": "$.all"},
+        "body": step("w", tmpl("item {{ i }}"), "$.r")}))
+}
+
+#[test]
+fn a_fanout_runs_at_most_its_concurrency_and_joins_in_item_order() {
+    let mut sim = Sim::new(fanout("all", 2, 5), json!({}));
+    let ev = sim.tick();
+    assert_eq!(ev.starts.len(), 2, "{ev:?}");
+    // End them out of order: item 1 first.
+    sim.end("/body/body[1]", Ok(json!("one")));
+    let ev = sim.tick();
+    assert_eq!(ev.starts.len(), 1);
+    assert_eq!(ev.starts[0].key, "/body/body[2]");
+    assert_eq!(sim.journal.open_steps().count(), 2);
+    let out = result(sim.run(|s| Ok(s.input.clone())));
+    let all = out["all"].as_array().unwrap();
+    assert_eq!(all.len(), 5);
+    assert_eq!(all[1], json!({"i": 1, "r": "one"}));
+    assert_eq!(all[4], json!({"i": 4, "r": "item 4"}));
+}
+
+#[test]
+fn all_fails_at_the_first_failure_and_drops_the_running_branches() {
+    let mut sim = Sim::new(fanout("all", 3, 3), json!({}));
+    sim.tick();
+    sim.end("/body/body[2]", Err("boom"));
+    let ev = sim.tick();
+    assert!(matches!(&ev.progress, Progress::Failed { reason } if reason.contains("boom")));
+    let cancel: Vec<_> = ev
+        .to_cancel(&sim.journal)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(cancel, vec!["/body/body[0]", "/body/body[1]"]);
+}
+
+#[test]
+fn any_takes_the_first_pass_and_a_late_loser_changes_nothing() {
+    let mut sim = Sim::new(fanout("any", 3, 3), json!({}));
+    sim.tick();
+    sim.end("/body/body[0]", Err("no"));
+    assert!(matches!(sim.tick().progress, Progress::Running));
+    sim.end("/body/body[2]", Ok(json!("win")));
+    let ev = sim.tick();
+    assert_eq!(
+        result(ev.progress.clone())["all"],
+        json!({"i": 2, "r": "win"})
+    );
+    assert_eq!(
+        ev.to_cancel(&sim.journal),
+        vec![("/body/body[1]", "task-/body/body[1]")]
+    );
+    assert_eq!(ev.nodes["/body/body[1]"].status, NodeStatus::Cancelled);
+    // The loser's own outcome arrives after the decision.
+    sim.end("/body/body[1]", Ok(json!("late")));
+    assert_eq!(result(sim.eval().progress)["all"]["r"], json!("win"));
+}
+
+#[test]
+fn race_is_decided_by_the_first_to_end_even_a_failure() {
+    let mut sim = Sim::new(fanout("race", 2, 2), json!({}));
+    sim.tick();
+    sim.end("/body/body[1]", Err("fast failure"));
+    sim.end("/body/body[0]", Ok(json!("slow pass")));
+    assert!(
+        matches!(sim.eval().progress, Progress::Failed { reason } if reason.contains("fast failure"))
+    );
+}
+
+#[test]
+fn all_settled_records_every_branch_and_never_fails() {
+    let mut sim = Sim::new(fanout("all_settled", 2, 3), json!({}));
+    let out = result(sim.run(|s| {
+        if s.key.ends_with("[1]") {
+            Err("bad".into())
+        } else {
+            Ok(json!("ok"))
+        }
+    }));
+    assert_eq!(
+        out["all"][1],
+        json!({"status": "failed", "reason": "step /body/body: bad"})
+    );
+    assert_eq!(out["all"][2]["value"]["r"], json!("ok"));
+}
+
+#[test]
+fn a_loop_counts_tests_its_condition_and_stops_at_max() {
+    let f = flow(
+        json!({"kind": "loop", "counter": {"op": "path", "at": "$.n"}, "max": 3,
+        "cond": {"op": "ne", "lhs": {"op": "select", "at": "$.r"}, "rhs": lit(json!(["stop"]))},
+        "body": step("w", tmpl("{{ n }}"), "$.r")}),
+    );
+    let mut sim = Sim::new(f.clone(), json!({}));
+    let out = result(sim.run(|s| Ok(s.input.clone())));
+    assert_eq!(sim.started.len(), 3);
+    assert_eq!(sim.started[2].key, "/body/body#2");
+    assert_eq!(out["r"], json!("2"));
+    let mut sim = Sim::new(f, json!({}));
+    result(sim.run(|_| Ok(json!("stop"))));
+    assert_eq!(sim.started.len(), 1);
+}
+
+#[test]
+fn try_undoes_the_body_writes_and_hands_the_error_to_catch() {
+    let f = flow(
+        json!({"kind": "try", "err_at": {"op": "path", "at": "$.err"},
+        "body": {"kind": "seq", "children": [
+            {"kind": "let", "at": {"op": "path", "at": "$.half"}, "value": lit(json!(1))},
+            step("w", lit(json!("x")), "$.r")]},
+        "catch": step("fix", tmpl("fix {{ err }}"), "$.fixed")}),
+    );
+    let mut sim = Sim::new(f, json!({}));
+    let out = result(sim.run(|s| {
+        if s.agent == "w" {
+            Err("broke".into())
+        } else {
+            Ok(s.input.clone())
+        }
+    }));
+    assert!(out.get("half").is_none(), "{out}");
+    assert_eq!(out["fixed"], json!("fix step /body/body/children/1: broke"));
+}
+
+#[test]
+fn a_step_retries_with_backoff_and_not_for_a_non_retryable_reason() {
+    let f = flow(json!({"kind": "step", "ref": "w", "in": lit(json!("x")),
+        "out": {"op": "path", "at": "$.r"},
+        "retry": {"attempts": 3, "backoff_secs": 2, "non_retryable": ["fatal"]}}));
+    let mut sim = Sim::new(f.clone(), json!({}));
+    sim.tick();
+    sim.end("/body", Err("flaky"));
+    let ev = sim.tick();
+    assert_eq!(ev.starts[0].key, "/body~2");
+    assert_eq!(ev.starts[0].not_before_ms, Some(sim.now + 2_000));
+    sim.end("/body~2", Err("flaky"));
+    let ev = sim.tick();
+    assert_eq!(ev.starts[0].not_before_ms, Some(sim.now + 4_000));
+    sim.end("/body~3", Ok(json!("third")));
+    assert_eq!(result(sim.eval().progress)["r"], json!("third"));
+
+    let mut sim = Sim::new(f, json!({}));
+    sim.tick();
+    sim.end("/body", Err("fatal: no credit"));
+    assert!(matches!(sim.tick().progress, Progress::Failed { .. }));
+    assert_eq!(sim.started.len(), 1);
+}
+
+#[test]
+fn a_wait_pauses_the_run_until_answered_and_fails_on_timeout() {
+    let f = flow(json!({"kind": "seq", "children": [
+        {"kind": "wait", "name": "ok", "prompt": tmpl("ship {{ input.v }}?"),
+         "out": {"op": "path", "at": "$.answer"}},
+        step("w", tmpl("{{ answer.go }}"), "$.r")]}));
+    let mut sim = Sim::new(f.clone(), json!({"v": 2}));
+    let ev = sim.tick();
+    assert_eq!(ev.progress, Progress::Waiting);
+    assert_eq!(ev.waits[0].prompt, Some(json!("ship 2?")));
+    assert_eq!(sim.tick().progress, Progress::Waiting);
+    sim.journal
+        .end_wait("/body/children/0", Ok(json!({"go": "yes"})), 5)
+        .unwrap();
+    let out = result(sim.run(|s| Ok(s.input.clone())));
+    assert_eq!(out["r"], json!("yes"));
+
+    let mut sim = Sim::new(f, json!({"v": 2}));
+    sim.tick();
+    sim.journal
+        .end_wait("/body/children/0", Err("timed out".into()), 5)
+        .unwrap();
+    assert!(
+        matches!(sim.eval().progress, Progress::Failed { reason } if reason == "wait ok: timed out")
+    );
+}
+
+#[test]
+fn a_call_runs_the_sub_flow_under_the_call_key_and_writes_its_output() {
+    let f = flow(
+        json!({"kind": "call", "flow": "sub", "in": lit(json!({"x": 5})),
+        "out": {"op": "path", "at": "$.got"}}),
+    );
+    let sub: Flow = serde_json::from_value(json!({"name": "sub",
+        "output": {"op": "path", "at": "$.r"},
+        "body": step("w", tmpl("{{ input.x }}"), "$.r")}))
+    .unwrap();
+    let mut sim = Sim::new(f, json!({}));
+    sim.called.insert("sub".into(), sub);
+    let out = result(sim.run(|s| Ok(s.input.clone())));
+    assert_eq!(out["got"], json!("5"));
+    assert_eq!(sim.started[0].key, "/body>sub/body");
+}
+
+#[test]
+fn a_run_stops_at_its_step_limit() {
+    let mut f = fanout("all", 10, 5);
+    f.limits.max_steps = 3;
+    let mut sim = Sim::new(f, json!({}));
+    let ev = sim.tick();
+    assert!(
+        matches!(&ev.progress, Progress::Failed { reason } if reason.contains("max_steps")),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn the_journal_round_trips_and_evaluation_is_the_same_after() {
+    let mut sim = Sim::new(fanout("all", 2, 4), json!({}));
+    sim.tick();
+    sim.end("/body/body[0]", Ok(json!(1)));
+    sim.tick();
+    let text = serde_json::to_string(&sim.journal).unwrap();
+    let back: Journal = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, sim.journal);
+    let a = sim.eval();
+    let b = evaluate(&sim.flow, &sim.called, &sim.input, &back);
+    assert_eq!(a, b);
+    assert!(a.starts.is_empty(), "both running slots are taken: {a:?}");
+}

@@ -1,0 +1,19 @@
+//! Running a flow, without I/O: a run's durable state is its `Journal`;
+//! `evaluate` replays the pinned flow over it and says what the run needs
+//! now (steps to start, waits to open, steps no longer wanted) and where it
+//! is. The daemon's runner records outcomes in the journal, commits it, and
+//! does what the evaluation asks; nothing here knows tasks or stores.
+
+mod eval;
+mod fanout;
+mod journal;
+
+pub use eval::{
+    Evaluation, MAX_CALL_DEPTH, MAX_LOOP_ITERATIONS, NodeState, NodeStatus, Progress, StepStart,
+    WaitOpen, evaluate,
+};
+pub use journal::{Journal, Outcome, RecordError, StepEntry, WaitEntry};
+
+#[cfg(test)]
+#[path = "eval_tests.rs"]
+mod tests;

@@ -1,6 +1,7 @@
 //! `swarmd-client`: a Rust client of the swarmd daemon, the code behind
 //! the CLI's remote commands and usable by other programs: the task routes
-//! (`swarmd task …`, `branch`), the worker routes and the worker wrapper
+//! (`swarmd task …`, `branch`), the flow and run routes (`swarmd flow …`,
+//! `flow`), the worker routes and the worker wrapper
 //! (`swarmd worker`), worker pools (`swarmd worker pool`, `pool`), the
 //! pool routes' bodies shared with the daemon (`wire`), the stdio MCP
 //! relay (`swarmd mcp`, `mcp`), and the human tables (`render`), all
@@ -12,6 +13,7 @@
 //! `{"error", "code"}` bodies and become `ClientError::Status`.
 
 mod branch;
+pub mod flow;
 pub mod mcp;
 pub mod pool;
 pub mod render;
@@ -31,6 +33,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub use branch::branch_table;
+pub use flow::{LintProblem, RunQuery, RunRequest, RunStart};
 pub use tail::{SseEvent, SseParser, TailOptions};
 pub use task::{SpawnRequest, TaskQuery};
 pub use worker::{WorkerOptions, run_worker};

@@ -12,7 +12,7 @@ use crate::continuation::Resume;
 use crate::engine::wait_commit;
 use crate::error::EngineError;
 use crate::event::Event;
-use crate::ids::TaskId;
+use crate::ids::{SessionId, TaskId};
 use crate::live::TaskCell;
 use crate::store::{KeyClaim, WriteOp};
 use crate::task::{Policy, Task, TaskSpec};
@@ -21,10 +21,38 @@ use crate::worker_api::{WorkerAuth, check_open};
 const MAX_AGENT_NAME: usize = 128;
 const MAX_IDEMPOTENCY_KEY: usize = 256;
 
+/// Writes and events that commit with a task's record (`create_task_with`).
+pub type RunWrites = (Vec<WriteOp>, Vec<(Option<SessionId>, Event)>);
+
+/// Builds the writes that commit with a task, given the task.
+type Extra<'a> = Box<dyn FnOnce(&Task) -> RunWrites + Send + 'a>;
+
+fn no_extra<'a>() -> Extra<'a> {
+    Box::new(|_| RunWrites::default())
+}
+
 impl Engine {
     /// Creates a task, makes it durable, and queues it. Returns once the
     /// task is acknowledged; its run never depends on the caller.
-    pub async fn create_task(&self, mut spec: TaskSpec) -> Result<Task, EngineError> {
+    pub async fn create_task(&self, spec: TaskSpec) -> Result<Task, EngineError> {
+        self.create_task_with(spec, |_| RunWrites::default()).await
+    }
+
+    /// Creates a task exactly as `create_task` does, committing the ops and
+    /// events `extra` builds from the new task in the same write batch as
+    /// the task's record. When the spec's idempotency key already names a
+    /// task (a replay), `extra` is given that task and its ops and events
+    /// are committed in a batch of their own before the task is returned.
+    /// The ops may only be `PutRun` and `PutFlow` (else `BadRequest`, and
+    /// nothing is written).
+    pub async fn create_task_with<F>(
+        &self,
+        mut spec: TaskSpec,
+        extra: F,
+    ) -> Result<Task, EngineError>
+    where
+        F: FnOnce(&Task) -> RunWrites + Send,
+    {
         if self.is_draining() {
             return Err(EngineError::Draining);
         }
@@ -39,7 +67,7 @@ impl Engine {
             }
             None => 0,
         };
-        self.create(spec, depth, resume).await
+        self.create(spec, depth, resume, Box::new(extra)).await
     }
 
     /// Creates a sub-task for the worker `parent` authenticates: a write of
@@ -66,14 +94,17 @@ impl Engine {
         let resume = self
             .continuing(&mut spec, Some(parent.attempt.task))
             .await?;
-        self.create(spec, depth + 1, resume).await
+        self.create(spec, depth + 1, resume, no_extra()).await
     }
 
+    /// The one creation path; `extra` rides in the task's write batch, or
+    /// in a batch of its own when the task is a replay.
     async fn create(
         &self,
         spec: TaskSpec,
         depth: u32,
         resume: Option<Resume>,
+        extra: Extra<'_>,
     ) -> Result<Task, EngineError> {
         validate_spec(&spec)?;
         let profile = self.inner.resolver.profile(&spec.agent, &spec.layers)?;
@@ -96,17 +127,34 @@ impl Engine {
         match &key {
             Some(key) => {
                 if let Some(existing) = self.claim_key(key, cell).await? {
-                    return self.replay(existing, &task).await;
+                    let replayed = self.replay(existing, &task).await?;
+                    let (ops, events) = extra(&replayed);
+                    check_run_ops(&ops)?;
+                    if !ops.is_empty() || !events.is_empty() {
+                        self.submit_and_wait(ops, events).await?;
+                    }
+                    return Ok(replayed);
                 }
             }
             None => self.inner.live.insert(cell),
         }
-        let mut ops = vec![WriteOp::PutTask(Box::new(task.clone()))];
         let task_key = key.clone();
+        let mut ops = vec![WriteOp::PutTask(Box::new(task.clone()))];
         if let Some(key) = key {
             ops.push(WriteOp::IdempotencyKey { key, task_id: id });
         }
-        let events = vec![
+        let (extra_ops, extra_events) = extra(&task);
+        if let Err(refused) = check_run_ops(&extra_ops) {
+            // Nothing was submitted: the task only goes back out of memory.
+            if let Some(key) = &task_key {
+                self.keys().remove(key);
+                self.release_claim(key, id).await;
+            }
+            self.inner.live.remove(&id);
+            return Err(refused);
+        }
+        ops.extend(extra_ops);
+        let mut events = vec![
             (
                 task.session,
                 Event::TaskCreated {
@@ -117,6 +165,7 @@ impl Engine {
             ),
             (task.session, Event::TaskQueued { task_id: id }),
         ];
+        events.extend(extra_events);
         // The task is admitted as soon as its record is queued, not once it
         // is durable: its attempt's writes queue behind this batch, so they
         // commit in the same group commit or a later one, and nothing about
@@ -244,6 +293,21 @@ fn same_request(task: &Task, retry: &Task) -> bool {
         && task.operator_sid == retry.operator_sid
         && task.continued_from == retry.continued_from
         && task.policy == retry.policy
+}
+
+/// Refuses any op but a flow run's or a flow document's: every other
+/// record is written by the engine's own paths, under their locks.
+pub(crate) fn check_run_ops(ops: &[WriteOp]) -> Result<(), EngineError> {
+    if ops
+        .iter()
+        .all(|op| matches!(op, WriteOp::PutRun(_) | WriteOp::PutFlow(_)))
+    {
+        Ok(())
+    } else {
+        Err(EngineError::BadRequest(
+            "only PutRun and PutFlow ops ride with a run's write".to_owned(),
+        ))
+    }
 }
 
 fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use swarmd_output_store::OutputEvent;
 
-use crate::ids::{SessionId, TaskId};
+use crate::ids::{RunId, SessionId, TaskId};
+use crate::run::RunStatus;
 use crate::task::{AttemptOutcome, TaskResult, TaskStatus};
 
 /// Every state change the engine makes public.
@@ -79,6 +80,17 @@ pub enum Event {
     SessionDetached {
         sid: SessionId,
     },
+    /// A flow run's record changed; `node` and `node_status` name the step
+    /// whose change it was, if one.
+    RunChanged {
+        run_id: RunId,
+        flow: String,
+        status: RunStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node_status: Option<String>,
+    },
 }
 
 impl Event {
@@ -95,7 +107,9 @@ impl Event {
             | Event::AttemptFinished { task_id, .. }
             | Event::TaskFinished { task_id, .. }
             | Event::TaskCancelled { task_id, .. } => Some(*task_id),
-            Event::SessionAttached { .. } | Event::SessionDetached { .. } => None,
+            Event::SessionAttached { .. }
+            | Event::SessionDetached { .. }
+            | Event::RunChanged { .. } => None,
         }
     }
 
@@ -114,7 +128,7 @@ impl Event {
     }
 
     /// Every `kind()`, for clients that name kinds (`/v1/events?kinds=`).
-    pub const KINDS: [&'static str; 12] = [
+    pub const KINDS: [&'static str; 13] = [
         "task_created",
         "task_queued",
         "attempt_started",
@@ -127,6 +141,7 @@ impl Event {
         "task_cancelled",
         "session_attached",
         "session_detached",
+        "run_changed",
     ];
 
     /// The snake_case `kind` tag, for metrics and logs.
@@ -144,6 +159,7 @@ impl Event {
             Event::TaskCancelled { .. } => "task_cancelled",
             Event::SessionAttached { .. } => "session_attached",
             Event::SessionDetached { .. } => "session_detached",
+            Event::RunChanged { .. } => "run_changed",
         }
     }
 }
@@ -182,10 +198,18 @@ mod tests {
                     ok: true,
                 }),
             },
+            Event::RunChanged {
+                run_id: RunId::new(),
+                flow: "review".to_owned(),
+                status: RunStatus::Waiting,
+                node: Some("lint".to_owned()),
+                node_status: None,
+            },
         ];
         for e in events {
             let json = serde_json::to_value(&e).unwrap();
             assert_eq!(json["kind"], e.kind());
+            assert!(json.get("node_status").is_none(), "{json}");
             let back: Event = serde_json::from_value(json).unwrap();
             assert_eq!(back, e);
         }

@@ -1,8 +1,8 @@
 //! Identifier newtypes (docs/protocol.md): `TaskId`, `SessionId`, `WorkerId`,
-//! `ReqId`, and `AttemptId`, one attempt of one task.
+//! `RunId` (one flow run), `ReqId`, and `AttemptId`, one attempt of one task.
 //!
 //! Every id parses and validates its own form, so a value of one of these types
-//! is always well-formed. `T-`, `S-` and `W-` ids are a prefix plus exactly 32
+//! is always well-formed. `T-`, `S-`, `W-` and `R-` ids are a prefix plus exactly 32
 //! lowercase hex digits; uppercase is refused so that every id has one spelling
 //! and string comparison, hashing and ordering agree with the byte form. Their
 //! parse does not check the UUID version bits: ids stay readable across
@@ -224,6 +224,14 @@ hex_id!(
     "worker id"
 );
 
+hex_id!(
+    /// One run of a flow: `R-` + 32 lowercase hex of a UUIDv7, so ids sort by
+    /// creation time. Not a secret.
+    RunId,
+    "R-",
+    "run id"
+);
+
 impl TaskId {
     /// A fresh, time-ordered task id (UUIDv7).
     pub fn new() -> Self {
@@ -244,6 +252,19 @@ impl TaskId {
 }
 
 impl Default for TaskId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunId {
+    /// A fresh, time-ordered run id (UUIDv7).
+    pub fn new() -> Self {
+        Self(Uuid::now_v7())
+    }
+}
+
+impl Default for RunId {
     fn default() -> Self {
         Self::new()
     }
@@ -389,6 +410,25 @@ mod tests {
         assert!(a < b, "{a} !< {b}");
         assert!(a.to_string() < b.to_string());
         assert_eq!(TaskId::from_uuid(a.as_uuid()), a);
+    }
+
+    #[test]
+    fn run_id_is_time_ordered_and_round_trips() {
+        let a = RunId::new();
+        let b = RunId::new();
+        assert_eq!(a.as_uuid().get_version_num(), 7);
+        assert!(a < b, "{a} !< {b}");
+        let text = a.to_string();
+        assert!(text.starts_with("R-"));
+        assert_eq!(text.len(), 34);
+        assert_eq!(text.parse::<RunId>(), Ok(a));
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(serde_json::from_str::<RunId>(&json).unwrap(), a);
+        assert!(matches!(
+            format!("T-{HEX}").parse::<RunId>(),
+            Err(IdError::MissingPrefix { kind: "run id", .. })
+        ));
+        assert!(serde_json::from_str::<RunId>("\"R-ABC\"").is_err());
     }
 
     #[test]

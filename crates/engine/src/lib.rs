@@ -9,6 +9,8 @@
 //! credential and enforce its verification (docs/security.md). Only the engine mutates task state;
 //! each task's changes happen under that task's own lock, and every change is
 //! written to the `TaskStore` and published on the event bus from one place.
+//! Flow runs' records and pinned flow documents (`run`) are written through
+//! the same batches (`Engine::write_run`, `Engine::create_task_with`).
 //!
 //! The engine knows nothing of HTTP, WebSocket, axum, Lua or operator
 //! sessions: every error carries an `ErrorCode` (wire string and status
@@ -41,6 +43,8 @@ pub mod outcome;
 mod output;
 mod recovery;
 mod retention;
+pub mod run;
+mod runs;
 pub mod spawn;
 pub mod store;
 pub mod task;
@@ -49,13 +53,19 @@ pub mod testing;
 pub mod usage;
 mod worker_api;
 
+pub use create::RunWrites;
 pub use engine::{Engine, EngineConfig, EngineParts};
 pub use error::EngineError;
 pub use error_code::ErrorCode;
+pub use event::Event;
 pub use host::AttemptHost;
+pub use ids::RunId;
 pub use recovery::RecoveryReport;
+pub use run::{FlowDoc, RunFilter, RunRecord, RunStatus};
 pub use spawn::{
     AgentProfile, Attempt, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker,
     WorkerCredential, WorkerError,
 };
+pub use store::WriteOp;
+pub use task::{Task, TaskSpec, TaskStatus};
 pub use worker_api::{HeartbeatAck, Prompt, ResultAck, ResultPost, WorkerAuth, body_digest};

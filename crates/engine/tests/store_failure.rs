@@ -10,7 +10,8 @@ use serde_json::json;
 use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::EventRecord;
 use swarmd_engine::gate::Verb;
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::{RunId, TaskId};
+use swarmd_engine::run::{FlowDoc, RunFilter, RunRecord};
 use swarmd_engine::store::{
     Done, LiveSnapshot, MemoryTaskStore, PostedFinal, TaskFilter, TaskStore, WriteOp,
 };
@@ -67,6 +68,21 @@ impl TaskStore for FlakyStore {
     }
     async fn load_live(&self, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
         self.inner.load_live(now_secs).await
+    }
+    async fn run(&self, id: RunId) -> Result<Option<RunRecord>, StoreError> {
+        self.inner.run(id).await
+    }
+    async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, StoreError> {
+        self.inner.run_for_key(key).await
+    }
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.list_runs(filter).await
+    }
+    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.open_runs().await
+    }
+    async fn flow_doc(&self, hash: &str) -> Result<Option<FlowDoc>, StoreError> {
+        self.inner.flow_doc(hash).await
     }
     async fn prune(&self, before_ms: u64) -> Result<Vec<TaskId>, StoreError> {
         self.inner.prune(before_ms).await

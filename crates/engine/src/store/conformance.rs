@@ -5,6 +5,7 @@
 //! are public for backend-specific tests.
 
 mod list;
+mod runs;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,11 @@ use serde_json::json;
 pub use list::{
     list_tasks_filters_by_session_parent_prompt_and_since, list_tasks_filters_by_status_and_agent,
     list_tasks_pages_newest_first,
+};
+pub use runs::{
+    flow_docs_are_inserted_once, list_runs_filters_and_pages_newest_first,
+    open_runs_excludes_terminal_ones, prune_removes_old_terminal_runs, put_run,
+    run_keys_resolve_to_the_first_writer, run_record, runs_round_trip_and_overwrite,
 };
 
 use crate::audit::{AuditAction, AuditRecord};
@@ -47,6 +53,12 @@ macro_rules! task_store_conformance {
             prune_works_through_large_backlogs,
             done_runs_in_submission_order_under_concurrent_submitters,
             healthcheck_answers,
+            runs_round_trip_and_overwrite,
+            run_keys_resolve_to_the_first_writer,
+            list_runs_filters_and_pages_newest_first,
+            open_runs_excludes_terminal_ones,
+            flow_docs_are_inserted_once,
+            prune_removes_old_terminal_runs,
         );
     };
     (@cases $fresh:expr; $($case:ident),* $(,)?) => {

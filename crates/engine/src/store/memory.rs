@@ -8,7 +8,8 @@
 //! ones finish), as are the newest [`EVENT_WINDOW`] events and
 //! [`AUDIT_WINDOW`] audit lines. Evicted tasks are reported by the next
 //! `prune`, so that their outputs and handles go too; the daemon runs
-//! retention every few seconds on this store.
+//! retention every few seconds on this store. Flow runs are kept until
+//! `prune` finds them terminal and old; flow documents are kept for good.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -21,7 +22,8 @@ use super::{
 };
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
-use crate::ids::{SessionId, TaskId};
+use crate::ids::{RunId, SessionId, TaskId};
+use crate::run::{FlowDoc, RunFilter, RunRecord};
 use crate::task::{AttemptRecord, Task};
 
 /// The event log keeps at most this many events; older ones fall off (an
@@ -67,6 +69,9 @@ struct State {
     audit: VecDeque<AuditRecord>,
     next_audit_id: u64,
     sessions: BTreeMap<SessionId, SessionRecord>,
+    runs: BTreeMap<RunId, RunRecord>,
+    run_keys: HashMap<String, RunId>,
+    flows: HashMap<String, FlowDoc>,
 }
 
 impl MemoryTaskStore {
@@ -163,6 +168,15 @@ impl State {
                 if let Some(by_attempt) = self.posted.get_mut(&task_id) {
                     by_attempt.remove(&attempt);
                 }
+            }
+            WriteOp::PutRun(run) => {
+                if let Some(key) = &run.idempotency_key {
+                    self.run_keys.entry(key.clone()).or_insert(run.id);
+                }
+                self.runs.insert(run.id, *run);
+            }
+            WriteOp::PutFlow(doc) => {
+                self.flows.entry(doc.hash.clone()).or_insert(*doc);
             }
         }
     }
@@ -318,10 +332,49 @@ impl TaskStore for MemoryTaskStore {
         })
     }
 
+    async fn run(&self, id: RunId) -> Result<Option<RunRecord>, StoreError> {
+        Ok(self.lock().runs.get(&id).cloned())
+    }
+
+    async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, StoreError> {
+        Ok(self.lock().run_keys.get(key).copied())
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let state = self.lock();
+        let upper = match filter.before {
+            Some(before) => std::ops::Bound::Excluded(before),
+            None => std::ops::Bound::Unbounded,
+        };
+        Ok(state
+            .runs
+            .range((std::ops::Bound::Unbounded, upper))
+            .rev()
+            .map(|(_, r)| r)
+            .filter(|r| filter.matches(r))
+            .take(filter.limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(self
+            .lock()
+            .runs
+            .values()
+            .filter(|r| !r.status.is_terminal())
+            .cloned()
+            .collect())
+    }
+
+    async fn flow_doc(&self, hash: &str) -> Result<Option<FlowDoc>, StoreError> {
+        Ok(self.lock().flows.get(hash).cloned())
+    }
+
     async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError> {
         // Tasks sit in `finished` in the order they finished, and events in
         // seq order, so what expired is a prefix of each: this costs what it
-        // removes, not what the store holds.
+        // removes, not what the store holds. Runs are fewer and scanned whole.
         let mut state = self.lock();
         let mut gone = std::mem::take(&mut state.evicted);
         while let Some(&id) = state.finished.front() {
@@ -335,6 +388,20 @@ impl TaskStore for MemoryTaskStore {
             state.finished.pop_front();
             state.forget_task(id);
             gone.push(id);
+        }
+        let old_runs: Vec<RunId> = state
+            .runs
+            .values()
+            .filter(|r| r.status.is_terminal() && r.updated_ms < finished_before_ms)
+            .map(|r| r.id)
+            .collect();
+        for id in old_runs {
+            if let Some(run) = state.runs.remove(&id)
+                && let Some(key) = run.idempotency_key
+                && state.run_keys.get(&key) == Some(&id)
+            {
+                state.run_keys.remove(&key);
+            }
         }
         while state
             .events

@@ -1,5 +1,6 @@
-//! The durable record of tasks, attempts, handles, events, audit lines and
-//! operator sessions: the `TaskStore` trait and its memory and SQLite backends.
+//! The durable record of tasks, attempts, handles, events, audit lines,
+//! operator sessions, flow runs and pinned flow documents: the `TaskStore`
+//! trait and its memory and SQLite backends.
 //!
 //! Writes are batches of `WriteOp`s submitted synchronously (so submission
 //! order is commit order) and acknowledged through a callback once durable;
@@ -24,7 +25,8 @@ use tokio::sync::oneshot;
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
 use crate::gate::Verb;
-use crate::ids::{SessionId, TaskId};
+use crate::ids::{RunId, SessionId, TaskId};
+use crate::run::{FlowDoc, RunFilter, RunRecord};
 use crate::task::{AttemptRecord, Task, TaskStatus};
 
 /// What a worker handle stands for (docs/security.md, Worker handles); stored under
@@ -120,6 +122,13 @@ pub enum WriteOp {
         task_id: TaskId,
         attempt: u32,
     },
+    /// Stores a flow run's record, replacing the one with its id. A record
+    /// with an idempotency key also makes the key name the run, unless the
+    /// key already names another (the first writer keeps it).
+    PutRun(Box<RunRecord>),
+    /// Stores a flow document under its hash unless one is stored there
+    /// (content-addressed: a stored document never changes).
+    PutFlow(Box<FlowDoc>),
 }
 
 /// Called once a batch is durable (or failed), in submission order.
@@ -245,8 +254,19 @@ pub trait TaskStore: Send + Sync + Debug + 'static {
         limit: usize,
     ) -> Result<Vec<AuditRecord>, StoreError>;
     async fn load_live(&self, now_secs: u64) -> Result<LiveSnapshot, StoreError>;
+    async fn run(&self, id: RunId) -> Result<Option<RunRecord>, StoreError>;
+    /// The run an idempotency key names.
+    async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, StoreError>;
+    /// Newest id first, strictly older than `filter.before`, at most
+    /// `filter.limit`, matching every other field given.
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
+    /// Every run not terminal, oldest first (recovery at boot).
+    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
+    async fn flow_doc(&self, hash: &str) -> Result<Option<FlowDoc>, StoreError>;
     /// Deletes terminal tasks finished before the cutoff, with their attempts,
-    /// handles and keys, and events older than it; returns the deleted task ids.
+    /// handles and keys, terminal runs last updated before it, with their
+    /// keys, and events older than it; returns the deleted task ids. Flow
+    /// documents stay.
     async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError>;
     /// A cheap write round-trip, for readiness.
     async fn healthcheck(&self) -> Result<(), StoreError>;

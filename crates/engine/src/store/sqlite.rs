@@ -1,5 +1,6 @@
 //! The SQLite `TaskStore`: tasks, attempts, worker handles, posted-Final
-//! fingerprints, idempotency keys, events, audit lines and operator sessions in the shared `swarmd.db`.
+//! fingerprints, idempotency keys, events, audit lines, operator sessions,
+//! flow runs and flow documents in the shared `swarmd.db`.
 //!
 //! Concurrency: every write goes through the one writer thread of
 //! `SqliteDb`, shared with the output store, so all durable state of the
@@ -14,6 +15,7 @@ mod keys;
 mod posted;
 mod prune;
 mod read;
+mod runs;
 mod schema;
 mod write;
 
@@ -25,7 +27,8 @@ use swarmd_output_store::{SqliteDb, StoreError};
 use super::{Done, LiveSnapshot, PostedFinal, TaskFilter, TaskStore, WriteOp};
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
-use crate::ids::TaskId;
+use crate::ids::{RunId, TaskId};
+use crate::run::{FlowDoc, RunFilter, RunRecord};
 use crate::task::{AttemptRecord, Task};
 
 /// A `TaskStore` on the shared SQLite database. Cheap to clone.
@@ -139,8 +142,42 @@ impl TaskStore for SqliteTaskStore {
             .await
     }
 
+    async fn run(&self, id: RunId) -> Result<Option<RunRecord>, StoreError> {
+        self.db.read(move |conn| runs::run(conn, id)).await
+    }
+
+    async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, StoreError> {
+        let key = key.to_owned();
+        self.db
+            .read(move |conn| runs::run_for_key(conn, &key))
+            .await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let filter = filter.clone();
+        self.db
+            .read(move |conn| runs::list_runs(conn, &filter))
+            .await
+    }
+
+    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.db.read(runs::open_runs).await
+    }
+
+    async fn flow_doc(&self, hash: &str) -> Result<Option<FlowDoc>, StoreError> {
+        let hash = hash.to_owned();
+        self.db.read(move |conn| runs::flow_doc(conn, &hash)).await
+    }
+
     async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError> {
-        prune::prune(&self.db, &self.keys, finished_before_ms).await
+        let gone = prune::prune(&self.db, &self.keys, finished_before_ms).await?;
+        // Nothing is stamped at or beyond i64::MAX ms, so the cutoff saturates.
+        runs::prune(
+            &self.db,
+            i64::try_from(finished_before_ms).unwrap_or(i64::MAX),
+        )
+        .await?;
+        Ok(gone)
     }
 
     async fn healthcheck(&self) -> Result<(), StoreError> {

@@ -10,7 +10,7 @@ use super::keys::KeyIndex;
 
 /// The schema this build writes. A file stamped with a higher version was
 /// written by a newer swarmd and is refused rather than misread.
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 4;
 
 /// Ids are the 16 bytes of the UUID, so `ORDER BY id` is creation order
 /// (UUIDv7). Secondary indexes end in `id` so that filtered listings walk one
@@ -23,6 +23,9 @@ pub(super) const SCHEMA_VERSION: i64 = 3;
 /// Each index costs a page write per group commit. Audit ids are rowids
 /// without AUTOINCREMENT (which costs a `sqlite_sequence` write per insert):
 /// audit lines are never deleted, so an id is never handed out twice.
+/// Flow runs keep their record as JSON text beside the columns listings
+/// filter on; `idem_key` is unique where set (the first run to write a key
+/// keeps it). Flow documents are keyed by their content hash.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tasks (
     id          BLOB    PRIMARY KEY,
@@ -85,14 +88,32 @@ CREATE TABLE IF NOT EXISTS sessions (
     body TEXT NOT NULL
 ) WITHOUT ROWID;
 
+CREATE TABLE IF NOT EXISTS flow_runs (
+    id         BLOB    PRIMARY KEY,
+    flow       TEXT    NOT NULL,
+    status     TEXT    NOT NULL,
+    session    BLOB,
+    idem_key   TEXT    UNIQUE,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    record     TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS flow_runs_status ON flow_runs (status, id);
+
+CREATE TABLE IF NOT EXISTS flow_docs (
+    hash TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    doc  TEXT NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS task_store_meta (
     name  TEXT    PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";
 
-/// Version 2 to 3 adds `posted_finals`, which `SCHEMA` creates: no step of
-/// its own.
+/// Version 3 to 4 adds `flow_runs` and `flow_docs`, and version 2 to 3
+/// adds `posted_finals`, which `SCHEMA` creates: no steps of their own.
 ///
 /// Version 1 to 2, before `SCHEMA`: handles are to be keyed by task instead
 /// of digest, so the old table steps aside for `SCHEMA` to create the new

@@ -65,6 +65,21 @@ pub(super) enum Row {
         task: [u8; 16],
         attempt: u32,
     },
+    Run {
+        id: [u8; 16],
+        flow: String,
+        status: &'static str,
+        session: Option<[u8; 16]>,
+        key: Option<String>,
+        created_ms: u64,
+        updated_ms: u64,
+        record: String,
+    },
+    Flow {
+        hash: String,
+        name: String,
+        doc: String,
+    },
 }
 
 pub(super) fn task_key(id: TaskId) -> [u8; 16] {
@@ -146,13 +161,36 @@ pub(super) fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
                 task: task_key(task_id),
                 attempt,
             }),
+            WriteOp::PutRun(run) => {
+                let record = serde_json::to_string(&*run)?;
+                let run = *run;
+                rows.push(Row::Run {
+                    id: run.id.as_uuid().into_bytes(),
+                    flow: run.flow,
+                    status: run.status.as_str(),
+                    session: run.session.map(session_key),
+                    key: run.idempotency_key,
+                    created_ms: run.created_ms,
+                    updated_ms: run.updated_ms,
+                    record,
+                });
+            }
+            WriteOp::PutFlow(doc) => {
+                let text = serde_json::to_string(&doc.doc)?;
+                let doc = *doc;
+                rows.push(Row::Flow {
+                    hash: doc.hash,
+                    name: doc.name,
+                    doc: text,
+                });
+            }
         }
     }
     Ok(rows)
 }
 
 /// The statement of each `Row` kind, indexed by `Row::statement`.
-const STATEMENTS: [&str; 10] = [
+const STATEMENTS: [&str; 12] = [
     // A task's agent is fixed at creation, so the upsert leaves the `agent`
     // column (and its index) alone.
     "INSERT INTO tasks (id, status, agent, finished_ms, body) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -175,6 +213,17 @@ const STATEMENTS: [&str; 10] = [
     "INSERT INTO posted_finals (task, attempt, key, digest) VALUES (?1, ?2, ?3, ?4)
      ON CONFLICT (task, attempt) DO UPDATE SET key = excluded.key, digest = excluded.digest",
     "DELETE FROM posted_finals WHERE task = ?1 AND attempt = ?2",
+    // A key another run holds is left to it (the first writer keeps a key),
+    // and a run keeps the key it got.
+    "INSERT INTO flow_runs (id, flow, status, session, idem_key, created_ms, updated_ms, record)
+     VALUES (?1, ?2, ?3, ?4,
+         CASE WHEN EXISTS (SELECT 1 FROM flow_runs WHERE idem_key = ?5 AND id <> ?1)
+             THEN NULL ELSE ?5 END,
+         ?6, ?7, ?8)
+     ON CONFLICT (id) DO UPDATE SET flow = excluded.flow, status = excluded.status,
+         session = excluded.session, idem_key = coalesce(flow_runs.idem_key, excluded.idem_key),
+         updated_ms = excluded.updated_ms, record = excluded.record",
+    "INSERT INTO flow_docs (hash, name, doc) VALUES (?1, ?2, ?3) ON CONFLICT (hash) DO NOTHING",
 ];
 
 impl Row {
@@ -190,6 +239,8 @@ impl Row {
             Row::DeleteSession { .. } => 7,
             Row::PutPosted { .. } => 8,
             Row::DeletePosted { .. } => 9,
+            Row::Run { .. } => 10,
+            Row::Flow { .. } => 11,
         }
     }
 }
@@ -243,6 +294,19 @@ pub(super) fn apply(tx: &Transaction<'_>, rows: Vec<Row>) -> Result<(), StoreErr
                 digest,
             } => stmt.execute(params![task, attempt, key, digest])?,
             Row::DeletePosted { task, attempt } => stmt.execute(params![task, attempt])?,
+            Row::Run {
+                id,
+                flow,
+                status,
+                session,
+                key,
+                created_ms,
+                updated_ms,
+                record,
+            } => stmt.execute(params![
+                id, flow, status, session, key, created_ms, updated_ms, record
+            ])?,
+            Row::Flow { hash, name, doc } => stmt.execute(params![hash, name, doc])?,
         };
     }
     Ok(())

@@ -24,6 +24,7 @@ mod outputs;
 mod owners;
 mod roles;
 mod rows;
+mod runs;
 mod secrets;
 mod tasks;
 mod tasks_read;

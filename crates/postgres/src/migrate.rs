@@ -42,8 +42,9 @@ const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
 /// idempotency keys across nodes (`KEY_CLAIMS`). Step 5 indexes handles by
 /// digest, so a node routes a `wh-` handle it does not hold to the node
 /// that does (`owners`). Step 6 carries sessions across nodes
-/// (`SESSION_MAIL`).
-const STEPS: [&str; 6] = [
+/// (`SESSION_MAIL`). Step 7 stores flow runs and pinned flow documents
+/// (`FLOW_RUNS`).
+const STEPS: [&str; 7] = [
     "
 CREATE TABLE tasks (
     id             uuid   PRIMARY KEY,
@@ -158,7 +159,32 @@ CREATE INDEX blobs_claimed ON blobs (claimed_at);
     KEY_CLAIMS,
     "CREATE INDEX handles_digest ON handles (digest);",
     SESSION_MAIL,
+    FLOW_RUNS,
 ];
+
+/// Step 7: flow runs (docs/flows.md). A run's record is JSON beside the
+/// columns listings filter on; `idem_key` is unique where set (the first
+/// run to write a key keeps it). Flow documents are keyed by their content
+/// hash and never change.
+const FLOW_RUNS: &str = "
+CREATE TABLE flow_runs (
+    id         uuid   PRIMARY KEY,
+    flow       text   NOT NULL,
+    status     text   NOT NULL,
+    session    uuid,
+    idem_key   text   UNIQUE,
+    created_ms bigint NOT NULL,
+    updated_ms bigint NOT NULL,
+    record     jsonb  NOT NULL
+);
+CREATE INDEX flow_runs_status ON flow_runs (status, id);
+
+CREATE TABLE flow_docs (
+    hash text  PRIMARY KEY,
+    name text  NOT NULL,
+    doc  jsonb NOT NULL
+);
+";
 
 /// Step 4: an idempotency key is claimed before its task is recorded
 /// (`keys`), by a node incarnation at a time, so a claim whose claimant

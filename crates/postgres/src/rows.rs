@@ -81,6 +81,23 @@ pub(crate) enum Row {
         attempt: i64,
     },
     Output(OutputRow),
+    /// A flow run; `key` is left to a run of the group that wrote it first.
+    Run {
+        id: Uuid,
+        flow: String,
+        status: &'static str,
+        session: Option<Uuid>,
+        key: Option<String>,
+        created_ms: i64,
+        updated_ms: i64,
+        record: String,
+    },
+    /// A flow document, stored unless its hash is.
+    Flow {
+        hash: String,
+        name: String,
+        doc: String,
+    },
 }
 
 /// One output record's row.
@@ -146,6 +163,9 @@ pub(crate) struct Group<'a> {
     events: Vec<&'a Row>,
     audit: Vec<&'a Row>,
     outputs: Vec<&'a OutputRow>,
+    runs: Upserts<'a, Uuid>,
+    /// The first document of each hash.
+    flows: Upserts<'a, &'a str>,
 }
 
 impl<'a> Group<'a> {
@@ -173,6 +193,12 @@ impl<'a> Group<'a> {
                 self.deleted_posted.push((*task, *attempt));
             }
             Row::Output(output) => self.add_output(output),
+            Row::Run { id, .. } => self.runs.put(*id, row),
+            Row::Flow { hash, .. } => {
+                if !self.flows.index.contains_key(hash.as_str()) {
+                    self.flows.put(hash.as_str(), row);
+                }
+            }
         }
     }
 
@@ -268,6 +294,14 @@ impl<'a> Group<'a> {
         if !c.outputs.0.is_empty() {
             let o = &c.outputs;
             send!(statements.outputs, o.0, o.1, o.2, o.3, o.4, o.5, o.6);
+        }
+        if !c.runs.0.is_empty() {
+            let r = &c.runs;
+            send!(statements.runs, r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7);
+        }
+        if !c.flows.0.is_empty() {
+            let f = &c.flows;
+            send!(statements.flows, f.0, f.1, f.2);
         }
         let e = &c.events;
         let events = async {

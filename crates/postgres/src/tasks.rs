@@ -14,7 +14,8 @@
 use async_trait::async_trait;
 use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::EventRecord;
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::{RunId, TaskId};
+use swarmd_engine::run::{FlowDoc, RunFilter, RunRecord};
 use swarmd_engine::store::{
     Done, KeyClaim, LiveSnapshot, NumberedDone, PostedFinal, TaskFilter, TaskStore, WriteOp,
 };
@@ -25,6 +26,7 @@ use crate::PgDb;
 use crate::keys;
 use crate::live;
 use crate::rows::Row;
+use crate::runs;
 use crate::tasks_read as read;
 use crate::writer::Op;
 
@@ -123,6 +125,29 @@ fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
                 task: task_id.as_uuid(),
                 attempt: i64::from(attempt),
             }),
+            WriteOp::PutRun(run) => {
+                let record = serde_json::to_string(&*run)?;
+                let run = *run;
+                rows.push(Row::Run {
+                    id: run.id.as_uuid(),
+                    flow: run.flow,
+                    status: run.status.as_str(),
+                    session: run.session.map(|sid| sid.as_uuid()),
+                    key: run.idempotency_key,
+                    created_ms: int(run.created_ms),
+                    updated_ms: int(run.updated_ms),
+                    record,
+                });
+            }
+            WriteOp::PutFlow(doc) => {
+                let text = serde_json::to_string(&doc.doc)?;
+                let doc = *doc;
+                rows.push(Row::Flow {
+                    hash: doc.hash,
+                    name: doc.name,
+                    doc: text,
+                });
+            }
         }
     }
     Ok(rows)
@@ -214,8 +239,30 @@ impl TaskStore for PgTaskStore {
         live::load_live(&self.db, now_secs, scope).await
     }
 
+    async fn run(&self, id: RunId) -> Result<Option<RunRecord>, StoreError> {
+        runs::run(&self.db, id).await
+    }
+
+    async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, StoreError> {
+        runs::run_for_key(&self.db, key).await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        runs::list_runs(&self.db, filter).await
+    }
+
+    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        runs::open_runs(&self.db).await
+    }
+
+    async fn flow_doc(&self, hash: &str) -> Result<Option<FlowDoc>, StoreError> {
+        runs::flow_doc(&self.db, hash).await
+    }
+
     async fn prune(&self, finished_before_ms: u64) -> Result<Vec<TaskId>, StoreError> {
-        read::prune(&self.db, finished_before_ms).await
+        let gone = read::prune(&self.db, finished_before_ms).await?;
+        runs::prune(&self.db, finished_before_ms).await?;
+        Ok(gone)
     }
 
     async fn healthcheck(&self) -> Result<(), StoreError> {

@@ -1,6 +1,8 @@
 //! A group's rows as one array per column of each folded statement: what
 //! `Group::commit` binds.
 
+use std::collections::HashMap;
+
 use uuid::Uuid;
 
 use super::{Group, Row};
@@ -40,6 +42,17 @@ pub(super) struct Columns<'a> {
         Vec<bool>,
         Vec<&'a str>,
     ),
+    pub(super) runs: (
+        Vec<Uuid>,
+        Vec<&'a str>,
+        Vec<&'a str>,
+        Vec<Option<Uuid>>,
+        Vec<Option<&'a str>>,
+        Vec<i64>,
+        Vec<i64>,
+        Vec<&'a str>,
+    ),
+    pub(super) flows: (Vec<&'a str>, Vec<&'a str>, Vec<&'a str>),
 }
 
 impl<'a> Columns<'a> {
@@ -64,6 +77,41 @@ impl<'a> Columns<'a> {
             .chain(group.audit.iter().copied());
         for row in rows {
             c.push(row);
+        }
+        // A key written by two runs of the group stays with the first.
+        let mut run_keys: HashMap<&'a str, Uuid> = HashMap::new();
+        for row in group.runs.rows() {
+            if let Row::Run {
+                id,
+                flow,
+                status,
+                session,
+                key,
+                created_ms,
+                updated_ms,
+                record,
+            } = row
+            {
+                let key = key
+                    .as_deref()
+                    .filter(|key| *run_keys.entry(key).or_insert(*id) == *id);
+                let r = &mut c.runs;
+                r.0.push(*id);
+                r.1.push(flow);
+                r.2.push(status);
+                r.3.push(*session);
+                r.4.push(key);
+                r.5.push(*created_ms);
+                r.6.push(*updated_ms);
+                r.7.push(record);
+            }
+        }
+        for row in group.flows.rows() {
+            if let Row::Flow { hash, name, doc } = row {
+                c.flows.0.push(hash);
+                c.flows.1.push(name);
+                c.flows.2.push(doc);
+            }
         }
         for o in &group.outputs {
             c.outputs.0.push(o.task);
@@ -153,8 +201,12 @@ impl<'a> Columns<'a> {
                 self.audit.1.push(*task);
                 self.audit.2.push(body);
             }
-            // Deletes and outputs are gathered apart.
-            Row::DeleteSession { .. } | Row::DeletePosted { .. } | Row::Output(_) => {}
+            // Deletes, outputs, runs and documents are gathered apart.
+            Row::DeleteSession { .. }
+            | Row::DeletePosted { .. }
+            | Row::Output(_)
+            | Row::Run { .. }
+            | Row::Flow { .. } => {}
         }
     }
 }

@@ -20,6 +20,8 @@ pub(crate) struct Statements {
     pub(super) put_posted: Statement,
     pub(super) delete_posted: Statement,
     pub(super) outputs: Statement,
+    pub(super) runs: Statement,
+    pub(super) flows: Statement,
     pub(super) fence: Statement,
     pub(crate) last_output_seq: Statement,
 }
@@ -86,6 +88,26 @@ const OUTPUTS: &str = "
 INSERT INTO outputs (task, attempt, seq, ts_ms, producer, is_final, event)
 SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
                      $6::boolean[], $7::text[])";
+/// A key another run holds is left to it (the first writer keeps a key),
+/// and a run keeps the key it got.
+const RUNS: &str = "
+INSERT INTO flow_runs (id, flow, status, session, idem_key, created_ms, updated_ms, record)
+SELECT r.id, r.flow, r.status, r.session,
+       CASE WHEN EXISTS (SELECT 1 FROM flow_runs f WHERE f.idem_key = r.key AND f.id <> r.id)
+            THEN NULL ELSE r.key END,
+       r.created_ms, r.updated_ms, r.record::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[], $6::bigint[],
+            $7::bigint[], $8::text[])
+    AS r (id, flow, status, session, key, created_ms, updated_ms, record)
+ON CONFLICT (id) DO UPDATE SET flow = excluded.flow, status = excluded.status,
+    session = excluded.session, idem_key = COALESCE(flow_runs.idem_key, excluded.idem_key),
+    updated_ms = excluded.updated_ms, record = excluded.record";
+/// Content-addressed: a stored document stays as it is.
+const FLOWS: &str = "
+INSERT INTO flow_docs (hash, name, doc)
+SELECT f.hash, f.name, f.doc::jsonb FROM unnest($1::text[], $2::text[], $3::text[])
+    AS f (hash, name, doc)
+ON CONFLICT (hash) DO NOTHING";
 pub(crate) const LAST_OUTPUT_SEQ: &str =
     "SELECT seq FROM outputs WHERE task = $1 AND attempt = $2 ORDER BY seq DESC LIMIT 1";
 
@@ -109,6 +131,8 @@ impl Statements {
                 PUT_POSTED,
                 DELETE_POSTED,
                 OUTPUTS,
+                RUNS,
+                FLOWS,
                 FENCE,
                 LAST_OUTPUT_SEQ,
             ]
@@ -131,6 +155,8 @@ impl Statements {
             put_posted: next(),
             delete_posted: next(),
             outputs: next(),
+            runs: next(),
+            flows: next(),
             fence: next(),
             last_output_seq: next(),
         })

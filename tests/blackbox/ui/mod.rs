@@ -13,6 +13,7 @@ mod list_filters;
 mod live_scope;
 mod owners;
 mod reload;
+mod runs;
 mod screenshots;
 mod serving;
 mod stream;

@@ -1,6 +1,7 @@
 // The dashboard's entry: sign-in, the hash router (`#/overview`,
-// `#/tasks?…`, `#/task/T-…`, `#/sessions`, `#/agents`, `#/branches?…`), and the one live feed of the daemon's event log that
-// every view listens to.
+// `#/tasks?…`, `#/task/T-…`, `#/sessions`, `#/agents`, `#/branches?…`,
+// `#/runs?…`, `#/run/R-…`), and the one live feed of the daemon's event
+// log that every view listens to.
 
 import * as api from './api.js';
 import { replace } from './dom.js';
@@ -10,6 +11,7 @@ import { overviewView } from './overview.js';
 import { sessionsView } from './sessions.js';
 import { agentsView } from './agents.js';
 import { branchesView } from './branches.js';
+import { runView, runsView } from './runs.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -21,7 +23,8 @@ export const session = { caller: null };
 // session the daemon sends only its own tasks' and session's events.
 // Each view asks for no more than it shows: the overview, agents and
 // sessions views (which read the daemon's own history and counters) only
-// the sessions' comings and goings; a task's page its own task's events
+// the sessions' comings and goings; the run list and a run's page the
+// runs' changes (`run_changed`); a task's page its own task's events
 // but `output` (its output comes from the task's own stream); the task
 // list the status changes of its unfinished rows (`tasks=`) and, on a
 // live first page, a coalesced `tick` of new matching tasks at most once
@@ -30,6 +33,7 @@ export const session = { caller: null };
 const TASK_KINDS = ['task_created', 'task_queued', 'attempt_started', 'attempt_finished',
   'task_finished', 'task_cancelled', 'long_hold_warn'];
 const SESSION_KINDS = ['session_attached', 'session_detached'];
+const RUN_KINDS = ['run_changed'];
 const listeners = new Set();
 const tickListeners = new Set();
 let feed = null;
@@ -158,8 +162,10 @@ async function route(knownSeq) {
   const [path, query = ''] = hash.split('?');
   const params = new URLSearchParams(query);
   const task = path.match(/^\/task\/(T-[0-9a-f]{32})$/);
+  const run = path.match(/^\/run\/(R-[0-9a-f]{32})$/);
   let seq;
   if (path === '/tasks') seq = await pauseFeed(knownSeq);
+  else if (run || path === '/runs') await ensureFeed(`kinds=${RUN_KINDS.join(',')}`, RUN_KINDS.join(', '), knownSeq);
   else if (task) {
     await ensureFeed(`kinds=${TASK_KINDS.join(',')}&tasks=${task[1]}`,
       `${TASK_KINDS.join(', ')} of ${task[1]}`, knownSeq);
@@ -167,6 +173,8 @@ async function route(knownSeq) {
   // A later hash change took over while the feed started.
   if (mine !== routes) return;
   if (task) teardown = taskView(view, task[1]);
+  else if (run) teardown = runView(view, run[1]);
+  else if (path === '/runs') teardown = runsView(view, params);
   else if (path === '/tasks') teardown = tasksView(view, params, seq);
   else if (path === '/sessions') teardown = sessionsView(view);
   else if (path === '/agents') teardown = agentsView(view);

@@ -19,6 +19,7 @@ mod continuations;
 mod daemon;
 mod daily;
 mod first_run;
+mod flows;
 mod harness;
 mod hostile;
 mod http_api;

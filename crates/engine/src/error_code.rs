@@ -72,6 +72,12 @@ error_codes! {
     /// the target, the target is checked out (or has uncommitted changes),
     /// or it moved meanwhile.
     BranchConflict = "branch_conflict" => 409,
+    /// A flow that does not pass lint; the body lists every problem.
+    InvalidFlow = "invalid_flow" => 400,
+    /// A flow run that already ended (cancel, answer).
+    RunTerminal = "run_terminal" => 409,
+    /// No open wait of that name in the run, or several.
+    WaitNotOpen = "wait_not_open" => 409,
     /// The task is over.
     TaskTerminal = "task_terminal" => 410,
     /// `continue_from` names a task that is not finished yet.
@@ -203,6 +209,9 @@ mod tests {
             ("idempotency_conflict", 409),
             ("socket_attached", 409),
             ("branch_conflict", 409),
+            ("invalid_flow", 400),
+            ("run_terminal", 409),
+            ("wait_not_open", 409),
             ("task_terminal", 410),
             ("task_not_finished", 409),
             ("handle_expired", 410),

@@ -48,6 +48,8 @@ pub struct AppInner {
     /// Remote agents' attempts, queued for and held by worker pools
     /// (docs/protocol.md, Worker pools).
     pub remote: Arc<swarmd_spawner::remote::RemotePools>,
+    /// Flow runs (docs/flows.md): the flows offered and the runs in flight.
+    pub runner: swarmd_flow_run::Runner,
     /// On PostgreSQL: forwards a request about a live task another node
     /// holds to that node (docs/decisions.md, Cluster).
     pub(crate) cluster: Option<crate::cluster::Forwarder>,

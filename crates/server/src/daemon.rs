@@ -64,6 +64,8 @@ pub enum BuildError {
     Recovery(#[source] swarmd_engine::EngineError),
     #[error("cluster: {0}")]
     Cluster(String),
+    #[error("invalid flows:\n  {}", .0.join("\n  "))]
+    Flows(Vec<String>),
 }
 
 /// The assembled daemon, recovered and ready to serve.
@@ -114,6 +116,8 @@ pub async fn build(
         );
         node = Some(id);
     }
+    let catalog = load_flows(&config)?;
+    let wait_secret = state.keyring.current().derive("flow wait tokens");
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
     let sessions = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
     let remote = Arc::new(RemotePools::new());
@@ -170,6 +174,14 @@ pub async fn build(
             &tasks,
         );
     }
+    let runner = swarmd_flow_run::Runner::new(
+        engine.clone(),
+        catalog,
+        config.agents.keys().cloned().collect(),
+        swarmd_flow::Limits::default(),
+        wait_secret,
+    );
+    tasks.spawn(runner.clone().run());
     sessions.start_idle_sweep(engine.clone(), shutdown.clone(), &tasks);
     sessions.start_mail_pump(engine.clone(), shutdown.clone(), &tasks);
     tracing::info!(
@@ -207,6 +219,7 @@ pub async fn build(
         guards,
         upstream_attempts: Default::default(),
         remote,
+        runner,
         cluster: forwarder,
         branches: swarmd_spawner::worktree::branches::Branches::new(&HostEnv::from_pairs(
             env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())),
@@ -554,5 +567,33 @@ fn stream_mode(stream: config::StreamMode) -> StreamMode {
         config::StreamMode::Claude => StreamMode::Cli(CliFormat::Claude),
         config::StreamMode::Codex => StreamMode::Cli(CliFormat::Codex),
         config::StreamMode::Gemini => StreamMode::Cli(CliFormat::Gemini),
+    }
+}
+
+/// The flows of `[flows_dir]`, each linted against the configured agents
+/// and the other flows: a flow that could never run stops the start, every
+/// problem named with its file and pointer.
+fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
+    let Some(dir) = &config.flows_dir else {
+        return Ok(swarmd_flow_run::Catalog::default());
+    };
+    let catalog = swarmd_flow_run::Catalog::load_dir(&dir.path).map_err(BuildError::Flows)?;
+    let known = swarmd_flow::lint::Known {
+        agents: config.agents.keys().cloned().collect(),
+        flows: catalog.names().cloned().collect(),
+        caps: swarmd_flow::Limits::default(),
+    };
+    let problems: Vec<String> = catalog
+        .entries()
+        .flat_map(|entry| {
+            swarmd_flow::lint(&entry.flow, &known)
+                .into_iter()
+                .map(move |p| format!("{} {}: {} ({})", entry.source, p.pointer, p.message, p.hint))
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(catalog)
+    } else {
+        Err(BuildError::Flows(problems))
     }
 }

@@ -113,6 +113,17 @@ impl SigningKey {
         &self.kid
     }
 
+    /// A key for another use, derived from this one under `label` (HMAC of
+    /// the label), so no second secret has to be stored: wait tokens are
+    /// keyed with `derive("flow wait tokens")`.
+    pub fn derive(&self, label: &str) -> [u8; 32] {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.secret.0)
+            .expect("HMAC takes any key length");
+        mac.update(b"swarmd derived key\0");
+        mac.update(label.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
     /// The MAC state for one token: it has absorbed everything before the
     /// payload, so the caller feeds only the payload.
     pub(crate) fn mac(&self) -> Hmac<Sha256> {

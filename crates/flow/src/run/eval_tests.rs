@@ -67,6 +67,8 @@ impl Sim {
                     opened_ms: self.now,
                     deadline_ms: None,
                     token_digest: String::new(),
+                    prompt: wait.prompt.clone(),
+                    schema: wait.schema.clone(),
                     outcome: None,
                 },
             );

@@ -77,6 +77,12 @@ pub struct WaitEntry {
     pub deadline_ms: Option<u64>,
     /// Hex SHA-256 of the wait's answer token.
     pub token_digest: String,
+    /// What the person is asked, rendered when the wait opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<Value>,
+    /// JSON Schema the answer must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
 }

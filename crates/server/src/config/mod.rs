@@ -13,6 +13,7 @@
 
 mod agent;
 mod agents_dir;
+mod flows_dir;
 mod error;
 mod hosts;
 mod load;
@@ -36,6 +37,7 @@ pub use agent::{
     StreamMode, WorkerBinding,
 };
 pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file, parse_toml_agent_file};
+pub use flows_dir::FlowsDirConfig;
 pub use error::ConfigError;
 pub use hosts::{HostRules, Origin, parse_origin};
 pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
@@ -78,6 +80,9 @@ pub struct Config {
     /// `[agents_dir]`: agent files (TOML or Markdown); unset: none are read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agents_dir: Option<AgentsDirConfig>,
+    /// `[flows_dir]`: flow files (JSON or TOML IR); unset: none are read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flows_dir: Option<FlowsDirConfig>,
     /// `[retention]`: pruning of finished tasks.
     pub retention: RetentionConfig,
     /// `[spawner]`: process worker settings.

@@ -12,6 +12,7 @@ mod blobs;
 pub(crate) mod branches;
 pub mod error;
 pub mod extract;
+pub(crate) mod flows;
 pub mod guard;
 pub mod layers;
 pub mod operators;
@@ -93,6 +94,7 @@ pub fn router(state: AppState) -> Router {
         .merge(operators::routes())
         .merge(agents::routes())
         .merge(branches::routes())
+        .merge(flows::routes())
         .merge(ui::routes())
         .merge(crate::mcp::routes(&state))
         .fallback(not_found)

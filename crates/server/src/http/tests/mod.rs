@@ -111,6 +111,7 @@ impl Api {
             guards,
             upstream_attempts: Default::default(),
             remote: Default::default(),
+            runner: swarmd_flow_run::Runner::for_tests(engine.clone()),
             cluster: None,
             branches: Default::default(),
         });

@@ -1,0 +1,400 @@
+//! Moving a run on: evaluate its journal, open the waits and start the
+//! steps it asks for (each task's record committed with the journal that
+//! names it), cancel the steps no longer wanted, end the run when the graph
+//! ends, and arm a timer for the next deadline (a retry's backoff, a wait's
+//! timeout). Callers hold the run's lock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::{EngineError, RunRecord, RunStatus, Task, TaskSpec, WriteOp};
+use swarmd_flow::Flow;
+use swarmd_flow::run::{Progress, StepStart, WaitEntry, evaluate};
+
+use crate::{RunError, Runner, State, now_ms, run_event, token};
+
+/// Passes of one `advance` before it yields (a flow of instant steps
+/// could otherwise hold its lock for long).
+const MAX_PASSES: usize = 1_000;
+
+/// An open run in memory.
+pub(crate) struct Live {
+    pub record: RunRecord,
+    pub state: State,
+    pub flow: Arc<Flow>,
+    pub called: Arc<BTreeMap<String, Flow>>,
+    /// Set when the journal changed since the record was last written:
+    /// the key of the node that changed.
+    pub dirty: Option<String>,
+    timer: Option<tokio::task::AbortHandle>,
+}
+
+impl Live {
+    pub(crate) fn new(
+        record: RunRecord,
+        state: State,
+        flow: Arc<Flow>,
+        called: Arc<BTreeMap<String, Flow>>,
+    ) -> Live {
+        Live {
+            record,
+            state,
+            flow,
+            called,
+            dirty: None,
+            timer: None,
+        }
+    }
+
+    /// The record with the current journal, one version on.
+    fn next_record(&self, now: u64) -> RunRecord {
+        let mut record = self.record.clone();
+        record.state = serde_json::to_value(&self.state).unwrap_or(Value::Null);
+        record.version += 1;
+        record.updated_ms = now;
+        record
+    }
+}
+
+impl Runner {
+    /// Moves the run on as far as it goes now. Errors are logged: the run
+    /// stays open and is moved on again by the next outcome, timer or
+    /// restart.
+    pub(crate) async fn advance(&self, live: &mut Live) {
+        for _ in 0..MAX_PASSES {
+            match self.pass(live).await {
+                Ok(true) => continue,
+                Ok(false) => return,
+                Err(error) => {
+                    tracing::warn!(run_id = %live.record.id, %error, "a flow run could not move on");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One evaluation and what it asks; `true` when another pass may find
+    /// more to do.
+    async fn pass(&self, live: &mut Live) -> Result<bool, RunError> {
+        if live.record.status.is_terminal() {
+            return Ok(false);
+        }
+        let now = now_ms();
+        self.expire_waits(live, now);
+        let ev = evaluate(
+            &live.flow,
+            &live.called,
+            &live.record.input,
+            &live.state.journal,
+        );
+        match ev.progress {
+            Progress::Passed { result } => {
+                self.finish(live, RunStatus::Passed, Some(result), None)
+                    .await?;
+                return Ok(false);
+            }
+            Progress::Failed { reason } => {
+                self.finish(live, RunStatus::Failed, None, Some(reason))
+                    .await?;
+                return Ok(false);
+            }
+            Progress::Running | Progress::Waiting => {}
+        }
+        for (key, task) in ev.to_cancel(&live.state.journal) {
+            self.cancel_step(key, task);
+        }
+        let id = live.record.id.to_string();
+        for wait in &ev.waits {
+            let token = token::wait_token(&self.inner.secret, &id, &wait.key);
+            live.state.journal.open_wait(
+                &wait.key,
+                WaitEntry {
+                    name: wait.name.clone(),
+                    opened_ms: now,
+                    deadline_ms: wait
+                        .timeout_secs
+                        .map(|s| now.saturating_add(u64::from(s) * 1000)),
+                    token_digest: token::digest(&token),
+                    prompt: wait.prompt.clone(),
+                    schema: wait.schema.clone(),
+                    outcome: None,
+                },
+            );
+            live.dirty = Some(wait.key.clone());
+        }
+        let status = match ev.progress {
+            Progress::Waiting => RunStatus::Waiting,
+            _ => RunStatus::Running,
+        };
+        if status != live.record.status {
+            live.record.status = status;
+            live.dirty.get_or_insert_with(String::new);
+        }
+        let due: Vec<&StepStart> = ev
+            .starts
+            .iter()
+            .filter(|s| s.not_before_ms.is_none_or(|t| t <= now))
+            .collect();
+        if due.is_empty() {
+            if let Some(node) = live.dirty.take() {
+                self.write(live, node, now).await?;
+            }
+            let next = ev
+                .starts
+                .iter()
+                .filter_map(|s| s.not_before_ms)
+                .chain(
+                    live.state
+                        .journal
+                        .open_waits()
+                        .filter_map(|(_, w)| w.deadline_ms),
+                )
+                .min();
+            self.arm(live, next);
+            return Ok(false);
+        }
+        for start in due {
+            self.start_step(live, start).await?;
+        }
+        Ok(true)
+    }
+
+    /// Starts one step try as a task whose record commits with the journal
+    /// that names it, recording its outcome when it is already known.
+    async fn start_step(&self, live: &mut Live, start: &StepStart) -> Result<(), RunError> {
+        let now = now_ms();
+        let run_id = live.record.id;
+        let spec = step_spec(live, start);
+        let key = start.key.clone();
+        let mut state = live.state.clone();
+        let record = live.record.clone();
+        let (commit_key, commit_now) = (key.clone(), now);
+        let created = self
+            .engine()
+            .create_task_with(spec, move |task: &Task| {
+                state
+                    .journal
+                    .start_step(&commit_key, task.id.to_string(), commit_now);
+                let mut record = record;
+                record.state = serde_json::to_value(&state).unwrap_or(Value::Null);
+                record.version += 1;
+                record.updated_ms = commit_now;
+                let event = run_event(&record, Some((commit_key.clone(), "running")));
+                (vec![WriteOp::PutRun(Box::new(record))], vec![event])
+            })
+            .await;
+        match created {
+            Ok(task) => {
+                live.state
+                    .journal
+                    .start_step(&key, task.id.to_string(), now);
+                live.record = live.next_record(now);
+                live.dirty = None;
+                self.task_map().insert(task.id, run_id);
+                self.inner.changed.notify_waiters();
+                if task.status().is_terminal() {
+                    self.record_outcome(live, &task);
+                } else if let Some(later) = self.engine().get_task(task.id).await?
+                    && later.status().is_terminal()
+                {
+                    self.record_outcome(live, &later);
+                }
+                Ok(())
+            }
+            Err(EngineError::Draining) => Err(RunError::Engine(EngineError::Draining)),
+            Err(error) => {
+                // The task could not be created (its agent refused the
+                // input, say): the try fails, which retry and try handle.
+                live.state.journal.start_step(&key, String::new(), now);
+                let _ =
+                    live.state
+                        .journal
+                        .end_step(&key, Err(format!("not started: {error}")), now);
+                live.dirty = Some(key);
+                Ok(())
+            }
+        }
+    }
+
+    /// Records how a step's task ended, if it is one of this run's open
+    /// tries.
+    pub(crate) fn record_outcome(&self, live: &mut Live, task: &Task) {
+        let id = task.id.to_string();
+        let Some(key) = live.state.journal.step_of_task(&id).map(str::to_owned) else {
+            return;
+        };
+        let result = match (task.status(), &task.result) {
+            (swarmd_engine::TaskStatus::Pass, Some(result)) if result.ok => {
+                Ok(result.value.clone())
+            }
+            (swarmd_engine::TaskStatus::Pass, None) => Ok(Value::Null),
+            (status, result) => Err(task.reason.clone().unwrap_or_else(|| match result {
+                Some(r) => format!("{status}: {}", r.value),
+                None => status.to_string(),
+            })),
+        };
+        let now = task.finished_ms.unwrap_or_else(now_ms);
+        if live.state.journal.end_step(&key, result, now).is_ok() {
+            live.dirty = Some(key);
+        }
+        self.task_map().remove(&task.id);
+    }
+
+    /// Ends the run: its status, result or error, durable; every step it
+    /// still runs is cancelled.
+    pub(crate) async fn finish(
+        &self,
+        live: &mut Live,
+        status: RunStatus,
+        result: Option<Value>,
+        error: Option<String>,
+    ) -> Result<(), RunError> {
+        let now = now_ms();
+        let mut record = live.next_record(now);
+        record.status = status;
+        record.result = result;
+        record.error = error;
+        let event = run_event(&record, None);
+        self.engine()
+            .write_run(vec![WriteOp::PutRun(Box::new(record.clone()))], vec![event])
+            .await?;
+        live.record = record;
+        live.dirty = None;
+        if let Some(timer) = live.timer.take() {
+            timer.abort();
+        }
+        let open: Vec<(String, String)> = live
+            .state
+            .journal
+            .open_steps()
+            .map(|(k, t)| (k.to_owned(), t.to_owned()))
+            .collect();
+        for (key, task) in &open {
+            self.cancel_step(key, task);
+        }
+        {
+            let mut tasks = self.task_map();
+            for (_, task) in &open {
+                if let Ok(id) = task.parse::<TaskId>() {
+                    tasks.remove(&id);
+                }
+            }
+        }
+        self.open_runs().remove(&live.record.id);
+        self.inner.changed.notify_waiters();
+        tracing::info!(run_id = %live.record.id, flow = %live.record.flow, status = status.as_str(), "flow run ended");
+        Ok(())
+    }
+
+    /// Writes the record with the current journal.
+    async fn write(&self, live: &mut Live, node: String, now: u64) -> Result<(), RunError> {
+        let record = live.next_record(now);
+        let node = (!node.is_empty()).then(|| (node, node_status(live, &record)));
+        let event = run_event(&record, node);
+        self.engine()
+            .write_run(vec![WriteOp::PutRun(Box::new(record.clone()))], vec![event])
+            .await?;
+        live.record = record;
+        self.inner.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// Fails every open wait whose deadline passed.
+    fn expire_waits(&self, live: &mut Live, now: u64) {
+        let expired: Vec<(String, u64)> = live
+            .state
+            .journal
+            .open_waits()
+            .filter_map(|(k, w)| {
+                w.deadline_ms
+                    .filter(|d| *d <= now)
+                    .map(|_| (k.to_owned(), w.opened_ms))
+            })
+            .collect();
+        for (key, opened) in expired {
+            let secs = now.saturating_sub(opened) / 1000;
+            let _ =
+                live.state
+                    .journal
+                    .end_wait(&key, Err(format!("timed out after {secs} s")), now);
+            live.dirty = Some(key);
+        }
+    }
+
+    fn cancel_step(&self, key: &str, task: &str) {
+        let Ok(id) = task.parse::<TaskId>() else {
+            return;
+        };
+        let engine = self.engine().clone();
+        let reason = format!("the flow no longer needs step {key}");
+        tokio::spawn(async move {
+            if let Err(error) = engine.cancel_task(id, Some(reason)).await {
+                tracing::debug!(task_id = %id, %error, "could not cancel a flow step");
+            }
+        });
+    }
+
+    /// Moves the run on again at `at_ms` (ms since the epoch).
+    fn arm(&self, live: &mut Live, at_ms: Option<u64>) {
+        if let Some(timer) = live.timer.take() {
+            timer.abort();
+        }
+        let Some(at_ms) = at_ms else {
+            return;
+        };
+        let delay = Duration::from_millis(at_ms.saturating_sub(now_ms()) + 1);
+        let runner = self.clone();
+        let id = live.record.id;
+        let handle = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            runner.poke(id).await;
+        });
+        live.timer = Some(handle.abort_handle());
+    }
+
+    /// Moves run `id` on, if it is open.
+    pub(crate) async fn poke(&self, id: swarmd_engine::RunId) {
+        let cell = self.open_runs().get(&id).cloned();
+        if let Some(cell) = cell {
+            let mut live = cell.lock().await;
+            self.advance(&mut live).await;
+        }
+    }
+}
+
+fn node_status(live: &Live, _record: &RunRecord) -> &'static str {
+    match live.record.status {
+        RunStatus::Waiting => "waiting",
+        _ => "changed",
+    }
+}
+
+/// The task a step try runs as: a string `in` is its prompt, anything else
+/// its input (the prompt then its JSON text); keyed so that starting it
+/// again finds the same task.
+fn step_spec(live: &Live, start: &StepStart) -> TaskSpec {
+    let (prompt, input) = match &start.input {
+        Value::String(text) => (text.clone(), None),
+        other => (other.to_string(), Some(other.clone())),
+    };
+    let mut metadata = Map::new();
+    metadata.insert(
+        "flow_run".into(),
+        json!({"run": live.record.id.to_string(), "flow": live.record.flow, "step": start.key}),
+    );
+    let mut spec = TaskSpec {
+        agent: start.agent.clone(),
+        prompt,
+        input,
+        metadata: Some(metadata),
+        session: live.record.session,
+        idempotency_key: Some(format!("flow:{}:{}", live.record.id, start.key)),
+        ..TaskSpec::default()
+    };
+    spec.policy.queue_timeout_secs = start.queue_timeout_secs.map(u64::from);
+    spec.policy.attempt_timeout_secs = start.timeout_secs.map(u64::from);
+    spec
+}

@@ -1,0 +1,213 @@
+//! The flows a daemon offers by name: loaded once at start from the flows
+//! directory (`*.json` and `*.toml` files, each one flow IR), each checked
+//! against the IR and given its content hash. A run pins the hashes of its
+//! flow and of every flow it calls, so editing a file never disturbs a run
+//! in flight.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use swarmd_flow::{Flow, Node, content_hash};
+
+/// Longest flow file read, in bytes.
+pub const MAX_FLOW_FILE_BYTES: u64 = 1024 * 1024;
+/// Most flow files in the directory.
+pub const MAX_FLOW_FILES: usize = 1_000;
+
+/// One flow the daemon offers.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub flow: Arc<Flow>,
+    pub hash: String,
+    /// Where it came from (`file:<path>`, or `inline`).
+    pub source: String,
+}
+
+/// Flows by name.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    flows: BTreeMap<String, Entry>,
+}
+
+impl Catalog {
+    /// Every `*.json` and `*.toml` flow in `dir` (none when it does not
+    /// exist). Every problem is reported at once, each naming its file.
+    pub fn load_dir(dir: &Path) -> Result<Catalog, Vec<String>> {
+        let mut catalog = Catalog::default();
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(catalog),
+            Err(e) => return Err(vec![format!("{}: {e}", dir.display())]),
+        };
+        let mut paths: Vec<_> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("json" | "toml")
+                )
+            })
+            .collect();
+        paths.sort();
+        let mut problems = Vec::new();
+        if paths.len() > MAX_FLOW_FILES {
+            problems.push(format!(
+                "{}: {} flow files, at most {MAX_FLOW_FILES} are read",
+                dir.display(),
+                paths.len()
+            ));
+            paths.truncate(MAX_FLOW_FILES);
+        }
+        for path in paths {
+            match read_flow(&path) {
+                Ok(flow) => {
+                    let source = format!("file:{}", path.display());
+                    if let Some(other) = catalog.flows.get(&flow.name) {
+                        problems.push(format!(
+                            "{}: flow {} is also defined in {}",
+                            path.display(),
+                            flow.name,
+                            other.source
+                        ));
+                        continue;
+                    }
+                    catalog.insert(flow, source);
+                }
+                Err(e) => problems.push(format!("{}: {e}", path.display())),
+            }
+        }
+        if problems.is_empty() {
+            Ok(catalog)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Adds (or replaces) a flow.
+    pub fn insert(&mut self, flow: Flow, source: String) {
+        let hash = content_hash(&flow);
+        self.flows.insert(
+            flow.name.clone(),
+            Entry {
+                flow: Arc::new(flow),
+                hash,
+                source,
+            },
+        );
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        self.flows.get(name)
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.flows.values()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &String> {
+        self.flows.keys()
+    }
+
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+
+    /// Every flow `flow` calls, directly or through others, by name; the
+    /// name of the first one missing when one is.
+    pub fn called_by(&self, flow: &Flow) -> Result<BTreeMap<String, Entry>, String> {
+        let mut found = BTreeMap::new();
+        let mut todo = calls(&flow.body);
+        while let Some(name) = todo.pop() {
+            if found.contains_key(&name) {
+                continue;
+            }
+            let entry = self.flows.get(&name).ok_or_else(|| name.clone())?;
+            todo.extend(calls(&entry.flow.body));
+            found.insert(name, entry.clone());
+        }
+        Ok(found)
+    }
+}
+
+/// The flow names a graph's `call` nodes name.
+fn calls(node: &Node) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Node::Call { flow, .. } = node {
+        out.push(flow.clone());
+    }
+    for (_, child) in node.children() {
+        out.extend(calls(child));
+    }
+    out
+}
+
+fn read_flow(path: &Path) -> Result<Flow, String> {
+    let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    if size > MAX_FLOW_FILE_BYTES {
+        return Err(format!(
+            "{size} bytes, at most {MAX_FLOW_FILE_BYTES} are read"
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    if path.extension().and_then(|e| e.to_str()) == Some("toml") {
+        let value: toml::Value = toml::from_str(&text).map_err(|e| e.to_string())?;
+        let json = serde_json::to_value(value).map_err(|e| e.to_string())?;
+        serde_json::from_value(json).map_err(|e| e.to_string())
+    } else {
+        Flow::from_json(&text).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_of_json_and_toml_flows_loads_with_every_problem_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("a.json"),
+            r#"{"name": "a", "body": {"kind": "call", "flow": "b",
+                "in": {"op": "lit", "value": 1}, "out": {"op": "path", "at": "$.r"}}}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("b.toml"),
+            "name = \"b\"\n[body]\nkind = \"let\"\nat = { op = \"path\", at = \"$.x\" }\nvalue = { op = \"lit\", value = 2 }\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        let catalog = Catalog::load_dir(dir.path()).unwrap();
+        assert_eq!(catalog.names().collect::<Vec<_>>(), ["a", "b"]);
+        let a = catalog.get("a").unwrap();
+        assert!(a.hash.starts_with("sha256:"));
+        let called = catalog.called_by(&a.flow).unwrap();
+        assert_eq!(called.keys().collect::<Vec<_>>(), ["b"]);
+
+        std::fs::write(dir.path().join("c.json"), r#"{"name": "c", "bodyy": 1}"#).unwrap();
+        std::fs::write(
+            dir.path().join("d.json"),
+            r#"{"name": "a", "body": {"kind": "seq", "children": []}}"#,
+        )
+        .unwrap();
+        let problems = Catalog::load_dir(dir.path()).unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("c.json"), "{problems:?}");
+        assert!(problems[1].contains("also defined"), "{problems:?}");
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_empty_catalog() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            Catalog::load_dir(&dir.path().join("none"))
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,476 @@
+//! The flow runner: durable runs of flows, every step an ordinary engine
+//! task. It sits above the engine as the spawner stack does and writes
+//! nothing itself: a run's record (its journal, `swarmd_flow::run`) is
+//! written through the engine's batches, in the same commit as the task a
+//! step starts, and the runner follows the engine's event bus to record
+//! each step's outcome. After a restart `recover` reads every open run back
+//! and continues it: a finished step is never started again (the journal
+//! has its outcome), a step whose task was created but not yet journaled is
+//! found again by its idempotency key, a wait keeps waiting and a timer
+//! keeps its deadline.
+
+mod advance;
+pub mod catalog;
+mod error;
+mod listen;
+pub mod token;
+mod view;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use swarmd_engine::ids::{SessionId, TaskId};
+use swarmd_engine::{Engine, Event, FlowDoc, RunFilter, RunId, RunRecord, RunStatus, WriteOp};
+use swarmd_flow::run::Journal;
+use swarmd_flow::{Flow, Limits, content_hash, lint};
+
+pub use catalog::Catalog;
+pub use error::RunError;
+pub use view::{NodeView, RunView, TryView, WaitView};
+
+/// A run's durable state as the runner writes it into `RunRecord::state`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct State {
+    #[serde(default)]
+    pub journal: Journal,
+    /// The hash of every flow the run calls, pinned at its start.
+    #[serde(default)]
+    pub calls: BTreeMap<String, String>,
+}
+
+/// Which flow a run runs.
+#[derive(Debug, Clone)]
+pub enum FlowRef {
+    /// A flow of the catalog.
+    Named(String),
+    /// A flow given with the request (linted like any other).
+    Inline(Box<Flow>),
+}
+
+/// A request to start a run.
+#[derive(Debug, Clone)]
+pub struct StartRun {
+    pub flow: FlowRef,
+    pub input: Value,
+    /// A retry with the same key (and the same flow and input) returns the
+    /// run the first call started.
+    pub idempotency_key: Option<String>,
+    /// The MainAI session that owns the run (it gets `run_done`).
+    pub session: Option<SessionId>,
+    /// Who started it: only they and the admin may cancel it or answer
+    /// its waits without a wait token.
+    pub owner: Option<String>,
+}
+
+/// The runner.
+#[derive(Clone)]
+pub struct Runner {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("flows", &self.inner.catalog.len())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner {
+    pub engine: Engine,
+    pub catalog: Catalog,
+    pub agents: BTreeSet<String>,
+    pub caps: Limits,
+    pub secret: [u8; 32],
+    /// Open runs, each behind its own lock (one verb at a time per run).
+    pub open: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<advance::Live>>>>,
+    /// Open step tasks and the run each belongs to.
+    pub tasks: Mutex<HashMap<TaskId, RunId>>,
+    /// Flows by hash, as pinned runs read them.
+    pub flows: Mutex<HashMap<String, Arc<Flow>>>,
+    /// Woken on every run write (`wait_for`).
+    pub changed: tokio::sync::Notify,
+}
+
+impl Runner {
+    /// A runner over `engine` offering the flows of `catalog`; steps may
+    /// name the agents in `agents`; `caps` bounds every flow's limits;
+    /// `secret` keys the wait tokens.
+    pub fn new(
+        engine: Engine,
+        catalog: Catalog,
+        agents: BTreeSet<String>,
+        caps: Limits,
+        secret: [u8; 32],
+    ) -> Runner {
+        Runner {
+            inner: Arc::new(Inner {
+                engine,
+                catalog,
+                agents,
+                caps,
+                secret,
+                open: Mutex::new(HashMap::new()),
+                tasks: Mutex::new(HashMap::new()),
+                flows: Mutex::new(HashMap::new()),
+                changed: tokio::sync::Notify::new(),
+            }),
+        }
+    }
+
+    /// A runner with no flows, every agent name accepted by nothing, and a
+    /// fixed key: for tests of code that needs one but runs no flow.
+    pub fn for_tests(engine: Engine) -> Runner {
+        Runner::new(
+            engine,
+            Catalog::default(),
+            BTreeSet::new(),
+            Limits::default(),
+            [0; 32],
+        )
+    }
+
+    /// The flows offered by name.
+    pub fn catalog(&self) -> &Catalog {
+        &self.inner.catalog
+    }
+
+    /// Every problem of `flow` against the agents and flows this daemon
+    /// has and its caps.
+    pub fn lint(&self, flow: &Flow) -> Vec<swarmd_flow::Problem> {
+        let known = swarmd_flow::lint::Known {
+            agents: self.inner.agents.clone(),
+            flows: self.inner.catalog.names().cloned().collect(),
+            caps: self.inner.caps.clone(),
+        };
+        lint(flow, &known)
+    }
+
+    /// Starts a run (or, for a key seen before, returns the run it
+    /// started); `true` when this call started it.
+    pub async fn start(&self, request: StartRun) -> Result<(RunRecord, bool), RunError> {
+        let engine = &self.inner.engine;
+        if engine.is_draining() {
+            return Err(RunError::Engine(swarmd_engine::EngineError::Draining));
+        }
+        let (flow, hash) = match request.flow {
+            FlowRef::Named(name) => {
+                let entry = self.inner.catalog.get(&name).ok_or_else(|| {
+                    RunError::NotFound(format!("no flow named {name} (GET /v1/flows lists them)"))
+                })?;
+                (entry.flow.clone(), entry.hash.clone())
+            }
+            FlowRef::Inline(flow) => {
+                let hash = content_hash(&flow);
+                (Arc::new(*flow), hash)
+            }
+        };
+        let problems = self.lint(&flow);
+        if !problems.is_empty() {
+            return Err(RunError::InvalidFlow { problems });
+        }
+        check_schema(flow.input_schema.as_ref(), &request.input, "input")?;
+        if let Some(key) = &request.idempotency_key
+            && let Some(id) = engine.run_for_key(key).await?
+        {
+            let run = engine
+                .get_run(id)
+                .await?
+                .ok_or_else(|| RunError::NotFound(format!("run {id}")))?;
+            if run.flow_hash != hash || run.input != request.input {
+                return Err(RunError::KeyConflict(
+                    "idempotency key reused with another flow or input".into(),
+                ));
+            }
+            return Ok((run, false));
+        }
+        let called = self
+            .inner
+            .catalog
+            .called_by(&flow)
+            .map_err(|name| RunError::NotFound(format!("no flow named {name} (called)")))?;
+        let now = now_ms();
+        let state = State {
+            journal: Journal::default(),
+            calls: called
+                .iter()
+                .map(|(name, e)| (name.clone(), e.hash.clone()))
+                .collect(),
+        };
+        let record = RunRecord {
+            id: RunId::new(),
+            flow: flow.name.clone(),
+            flow_hash: hash.clone(),
+            status: RunStatus::Running,
+            session: request.session,
+            owner: request.owner,
+            idempotency_key: request.idempotency_key,
+            input: request.input,
+            created_ms: now,
+            updated_ms: now,
+            version: 1,
+            state: serde_json::to_value(&state).unwrap_or(Value::Null),
+            result: None,
+            error: None,
+        };
+        let mut ops = vec![flow_doc(&flow, &hash)];
+        for entry in called.values() {
+            ops.push(flow_doc(&entry.flow, &entry.hash));
+        }
+        ops.push(WriteOp::PutRun(Box::new(record.clone())));
+        let event = run_event(&record, None);
+        engine.write_run(ops, vec![event]).await?;
+        let called_flows: BTreeMap<String, Flow> = called
+            .into_iter()
+            .map(|(name, e)| (name, (*e.flow).clone()))
+            .collect();
+        self.remember(&hash, flow.clone());
+        let live = advance::Live::new(record, state, flow, Arc::new(called_flows));
+        let id = live.record.id;
+        let cell = Arc::new(tokio::sync::Mutex::new(live));
+        self.open_runs().insert(id, cell.clone());
+        let record = {
+            let mut live = cell.lock().await;
+            self.advance(&mut live).await;
+            live.record.clone()
+        };
+        Ok((record, true))
+    }
+
+    /// A run's record.
+    pub async fn record(&self, id: RunId) -> Result<RunRecord, RunError> {
+        let cell = self.open_runs().get(&id).cloned();
+        match cell {
+            Some(cell) => Ok(cell.lock().await.record.clone()),
+            None => self
+                .inner
+                .engine
+                .get_run(id)
+                .await?
+                .ok_or_else(|| RunError::NotFound(format!("run {id}"))),
+        }
+    }
+
+    /// A run with every node's state; `tokens` adds the open waits'
+    /// answer tokens (for the run's owner and the admin only).
+    pub async fn view(&self, id: RunId, tokens: bool) -> Result<RunView, RunError> {
+        let record = self.record(id).await?;
+        view::build(self, record, tokens).await
+    }
+
+    /// Runs, newest first.
+    pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, RunError> {
+        Ok(self.inner.engine.list_runs(filter).await?)
+    }
+
+    /// Cancels a run and every step it has running.
+    pub async fn cancel(&self, id: RunId, reason: Option<String>) -> Result<RunRecord, RunError> {
+        let Some(cell) = self.open_runs().get(&id).cloned() else {
+            let run = self.record(id).await?;
+            return Err(RunError::Terminal(format!(
+                "run {id} already ended ({})",
+                run.status.as_str()
+            )));
+        };
+        let mut live = cell.lock().await;
+        if live.record.status.is_terminal() {
+            return Err(RunError::Terminal(format!("run {id} already ended")));
+        }
+        let reason = reason.unwrap_or_else(|| "cancelled".into());
+        self.finish(&mut live, RunStatus::Cancelled, None, Some(reason))
+            .await?;
+        Ok(live.record.clone())
+    }
+
+    /// Answers wait `wait` (its name, or its key when several instances
+    /// of it are open) of run `id`. `token`, when given, must be that
+    /// wait's token; without one the caller must already be allowed (the
+    /// run's owner or the admin).
+    pub async fn answer(
+        &self,
+        id: RunId,
+        wait: &str,
+        value: Value,
+        token: Option<&str>,
+    ) -> Result<RunRecord, RunError> {
+        let Some(cell) = self.open_runs().get(&id).cloned() else {
+            self.record(id).await?;
+            return Err(RunError::Terminal(format!("run {id} already ended")));
+        };
+        let mut live = cell.lock().await;
+        if live.record.status.is_terminal() {
+            return Err(RunError::Terminal(format!("run {id} already ended")));
+        }
+        let open: Vec<(String, Option<Value>)> = live
+            .state
+            .journal
+            .open_waits()
+            .filter(|(key, entry)| entry.name == wait || *key == wait)
+            .map(|(key, entry)| (key.to_owned(), entry.schema.clone()))
+            .collect();
+        let (key, schema) = match open.as_slice() {
+            [one] => one.clone(),
+            [] => {
+                return Err(RunError::WaitNotOpen(format!(
+                    "run {id} has no open wait {wait}"
+                )));
+            }
+            many => {
+                let keys: Vec<&str> = many.iter().map(|(k, _)| k.as_str()).collect();
+                return Err(RunError::WaitNotOpen(format!(
+                    "{} waits named {wait} are open; answer one by its key: {}",
+                    many.len(),
+                    keys.join(", ")
+                )));
+            }
+        };
+        if let Some(token) = token
+            && !token::verify(&self.inner.secret, &id.to_string(), &key, token)
+        {
+            return Err(RunError::Forbidden(
+                "that token does not answer this wait".into(),
+            ));
+        }
+        check_schema(schema.as_ref(), &value, "answer")?;
+        let now = now_ms();
+        live.state
+            .journal
+            .end_wait(&key, Ok(value), now)
+            .map_err(|e| RunError::WaitNotOpen(e.to_string()))?;
+        live.dirty = Some(key);
+        self.advance(&mut live).await;
+        Ok(live.record.clone())
+    }
+
+    /// Waits until run `id` ends or `timeout` passes; its record then.
+    pub async fn wait_for(&self, id: RunId, timeout: Duration) -> Result<RunRecord, RunError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.inner.changed.notified();
+            let record = self.record(id).await?;
+            if record.status.is_terminal() {
+                return Ok(record);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Ok(record);
+            }
+        }
+    }
+
+    /// The token of the wait `key` of run `id`.
+    pub fn wait_token(&self, id: RunId, key: &str) -> String {
+        self.wait_token_str(&id.to_string(), key)
+    }
+
+    pub(crate) fn wait_token_str(&self, id: &str, key: &str) -> String {
+        token::wait_token(&self.inner.secret, id, key)
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    pub(crate) fn open_runs(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<RunId, Arc<tokio::sync::Mutex<advance::Live>>>> {
+        self.inner.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn task_map(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, RunId>> {
+        self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn remember(&self, hash: &str, flow: Arc<Flow>) {
+        self.inner
+            .flows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(hash.to_owned(), flow);
+    }
+
+    /// The flow pinned under `hash`.
+    pub(crate) async fn pinned(&self, hash: &str) -> Result<Arc<Flow>, RunError> {
+        if let Some(flow) = self
+            .inner
+            .flows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(hash)
+        {
+            return Ok(flow.clone());
+        }
+        let doc = self
+            .inner
+            .engine
+            .flow_doc(hash)
+            .await?
+            .ok_or_else(|| RunError::NotFound(format!("flow {hash}")))?;
+        let flow: Flow = serde_json::from_value(doc.doc)
+            .map_err(|e| RunError::NotFound(format!("flow {hash} does not parse: {e}")))?;
+        let flow = Arc::new(flow);
+        self.remember(hash, flow.clone());
+        Ok(flow)
+    }
+}
+
+fn flow_doc(flow: &Flow, hash: &str) -> WriteOp {
+    WriteOp::PutFlow(Box::new(FlowDoc {
+        hash: hash.to_owned(),
+        name: flow.name.clone(),
+        doc: serde_json::to_value(flow).unwrap_or(Value::Null),
+    }))
+}
+
+/// The event of a run write: its status and the node that changed.
+pub(crate) fn run_event(
+    record: &RunRecord,
+    node: Option<(String, &'static str)>,
+) -> (Option<SessionId>, Event) {
+    let (node, node_status) = match node {
+        Some((key, status)) => (Some(key), Some(status.to_owned())),
+        None => (None, None),
+    };
+    (
+        record.session,
+        Event::RunChanged {
+            run_id: record.id,
+            flow: record.flow.clone(),
+            status: record.status,
+            node,
+            node_status,
+        },
+    )
+}
+
+/// Checks `value` against `schema`; the error names the first failing
+/// field by its JSON pointer.
+fn check_schema(schema: Option<&Value>, value: &Value, what: &str) -> Result<(), RunError> {
+    let Some(schema) = schema else {
+        return Ok(());
+    };
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|e| RunError::InvalidInput(format!("the {what} schema is not valid: {e}")))?;
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .take(10)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            let at = if at.is_empty() { "/".to_owned() } else { at };
+            format!("{what} at {at}: {e}")
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(RunError::InvalidInput(errors.join("; ")))
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

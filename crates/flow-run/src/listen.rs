@@ -1,0 +1,124 @@
+//! Following the engine: every step task that ends is recorded in its
+//! run's journal and the run moved on; at start every open run is read
+//! back, its open steps' tasks looked up (an outcome missed while the
+//! daemon was down is recorded then) and moved on.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use swarmd_engine::ids::TaskId;
+use swarmd_engine::{Event, RunId};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::advance::Live;
+use crate::{RunError, Runner, State};
+
+impl Runner {
+    /// Reads back every open run, then follows the engine's events until
+    /// the engine's bus closes. Spawn it once, after the engine recovered.
+    pub async fn run(self) {
+        let mut events = self.engine().subscribe();
+        if let Err(error) = self.recover().await {
+            tracing::error!(%error, "flow runs could not be read back");
+        }
+        loop {
+            match events.recv().await {
+                Ok(record) => {
+                    if let Event::TaskFinished { task_id, .. } = &record.event {
+                        self.task_ended(*task_id).await;
+                    }
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(
+                        missed,
+                        "the flow runner fell behind the event bus; checking every open step"
+                    );
+                    let tasks: Vec<TaskId> = self.task_map().keys().copied().collect();
+                    for task in tasks {
+                        self.task_ended(task).await;
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Records how task `id` ended in its run, if it is a step of one.
+    async fn task_ended(&self, id: TaskId) {
+        let Some(run) = self.task_map().get(&id).copied() else {
+            return;
+        };
+        let cell = self.open_runs().get(&run).cloned();
+        let Some(cell) = cell else {
+            self.task_map().remove(&id);
+            return;
+        };
+        let task = match self.engine().get_task(id).await {
+            Ok(Some(task)) if task.status().is_terminal() => task,
+            Ok(_) => return,
+            Err(error) => {
+                tracing::warn!(task_id = %id, %error, "could not read a flow step's task");
+                return;
+            }
+        };
+        let mut live = cell.lock().await;
+        self.record_outcome(&mut live, &task);
+        self.advance(&mut live).await;
+    }
+
+    /// Reads back every open run and moves each on.
+    pub async fn recover(&self) -> Result<usize, RunError> {
+        let runs = self.engine().open_runs().await?;
+        let count = runs.len();
+        for record in runs {
+            let id = record.id;
+            if self.open_runs().contains_key(&id) {
+                continue;
+            }
+            let state: State = match serde_json::from_value(record.state.clone()) {
+                Ok(state) => state,
+                Err(error) => {
+                    tracing::error!(run_id = %id, %error, "a flow run's journal does not parse; it is left as it is");
+                    continue;
+                }
+            };
+            let flow = self.pinned(&record.flow_hash).await?;
+            let mut called = BTreeMap::new();
+            for (name, hash) in &state.calls {
+                called.insert(name.clone(), (*self.pinned(hash).await?).clone());
+            }
+            let open: Vec<TaskId> = state
+                .journal
+                .open_steps()
+                .filter_map(|(_, t)| t.parse().ok())
+                .collect();
+            let live = Live::new(record, state, flow, Arc::new(called));
+            let cell = Arc::new(tokio::sync::Mutex::new(live));
+            self.open_runs().insert(id, cell.clone());
+            {
+                let mut tasks = self.task_map();
+                for task in &open {
+                    tasks.insert(*task, id);
+                }
+            }
+            let mut live = cell.lock().await;
+            for task in open {
+                if let Ok(Some(task)) = self.engine().get_task(task).await
+                    && task.status().is_terminal()
+                {
+                    self.record_outcome(&mut live, &task);
+                }
+            }
+            self.advance(&mut live).await;
+        }
+        if count > 0 {
+            tracing::info!(runs = count, "flow runs read back");
+        }
+        Ok(count)
+    }
+
+    /// Whether run `id` is open in this runner.
+    pub fn is_open(&self, id: RunId) -> bool {
+        self.open_runs().contains_key(&id)
+    }
+}

@@ -1,0 +1,184 @@
+//! A run as people and programs read it: the record without its raw
+//! journal, every node instance's state (from evaluating the journal), each
+//! step try's task and outcome, and the waits.
+
+use serde::Serialize;
+use serde_json::Value;
+use swarmd_engine::RunRecord;
+use swarmd_flow::run::{NodeStatus, Outcome, evaluate};
+
+use crate::{RunError, Runner, State};
+
+/// A run with its graph's state.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunView {
+    pub id: String,
+    pub flow: String,
+    pub flow_hash: String,
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    pub input: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub version: u64,
+    /// Node instances reached so far, in key order.
+    pub nodes: Vec<NodeView>,
+    pub waits: Vec<WaitView>,
+    /// The flow as pinned, for drawing the graph.
+    pub graph: Value,
+}
+
+/// One node instance.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeView {
+    pub key: String,
+    pub pointer: String,
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub status: NodeStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A step's tries.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tries: Vec<TryView>,
+}
+
+/// One try of a step.
+#[derive(Debug, Clone, Serialize)]
+pub struct TryView {
+    pub key: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub task_id: String,
+    pub started_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One wait.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaitView {
+    pub key: String,
+    pub name: String,
+    pub open: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    pub opened_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The token that answers it (open waits, for the run's owner).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+pub(crate) async fn build(
+    runner: &Runner,
+    record: RunRecord,
+    tokens: bool,
+) -> Result<RunView, RunError> {
+    let state: State = serde_json::from_value(record.state.clone()).unwrap_or_default();
+    let flow = runner.pinned(&record.flow_hash).await?;
+    let mut called = std::collections::BTreeMap::new();
+    for (name, hash) in &state.calls {
+        called.insert(name.clone(), (*runner.pinned(hash).await?).clone());
+    }
+    let ev = evaluate(&flow, &called, &record.input, &state.journal);
+    let journal = &state.journal;
+    let terminal = record.status.is_terminal();
+    let nodes = ev
+        .nodes
+        .into_iter()
+        .map(|(key, node)| {
+            let tries = node
+                .tries
+                .iter()
+                .filter_map(|k| journal.steps.get(k).map(|e| (k, e)))
+                .map(|(k, e)| {
+                    let (output, reason) = match &e.outcome {
+                        Some(Outcome::Passed { value, .. }) => (Some(value.clone()), None),
+                        Some(Outcome::Failed { reason, .. }) => (None, Some(reason.clone())),
+                        None => (None, None),
+                    };
+                    TryView {
+                        key: k.clone(),
+                        task_id: e.task.clone(),
+                        started_ms: e.started_ms,
+                        ended_ms: e.outcome.as_ref().map(Outcome::at_ms),
+                        output,
+                        reason,
+                    }
+                })
+                .collect();
+            // A run that ended leaves nothing running.
+            let status = match node.status {
+                NodeStatus::Running | NodeStatus::Waiting if terminal => NodeStatus::Cancelled,
+                other => other,
+            };
+            NodeView {
+                key,
+                pointer: node.pointer,
+                kind: node.kind,
+                name: node.name,
+                status,
+                reason: node.reason,
+                tries,
+            }
+        })
+        .collect();
+    let id = record.id.to_string();
+    let waits = journal
+        .waits
+        .iter()
+        .map(|(key, w)| {
+            let (answer, reason) = match &w.outcome {
+                Some(Outcome::Passed { value, .. }) => (Some(value.clone()), None),
+                Some(Outcome::Failed { reason, .. }) => (None, Some(reason.clone())),
+                None => (None, None),
+            };
+            let open = w.outcome.is_none() && !terminal;
+            WaitView {
+                key: key.clone(),
+                name: w.name.clone(),
+                open,
+                prompt: w.prompt.clone(),
+                schema: w.schema.clone(),
+                opened_ms: w.opened_ms,
+                deadline_ms: w.deadline_ms,
+                answer,
+                reason,
+                token: (open && tokens).then(|| runner.wait_token_str(&id, key)),
+            }
+        })
+        .collect();
+    Ok(RunView {
+        id,
+        flow: record.flow,
+        flow_hash: record.flow_hash,
+        status: record.status.as_str(),
+        session: record.session.map(|s| s.to_string()),
+        input: record.input,
+        result: record.result,
+        error: record.error,
+        created_ms: record.created_ms,
+        updated_ms: record.updated_ms,
+        version: record.version,
+        nodes,
+        waits,
+        graph: serde_json::to_value(&*flow).unwrap_or(Value::Null),
+    })
+}

@@ -15,6 +15,10 @@ use crate::config::{ConfigPath, Overrides};
 use crate::environment::Environment;
 use crate::telemetry::LogFormat;
 
+mod flow;
+
+pub use flow::{FlowArgs, FlowCommand, FlowRunArgs, FlowRunsArgs, RunStatusFilter};
+
 /// Process exit codes (sysexits.h where one fits).
 pub mod exit {
     /// Success.
@@ -88,6 +92,8 @@ pub enum Command {
     Token(TokenCommand),
     /// List, create, inspect, wait for, cancel and follow tasks on a running daemon.
     Task(Box<TaskArgs>),
+    /// List and lint flows; start, list, show, answer and cancel their runs.
+    Flow(Box<FlowArgs>),
     /// List, show, apply and prune the git branches coding tasks leave.
     Branch(Box<crate::commands::branch::BranchArgs>),
     /// List the running daemon's configured agents (name, kind, description, load).

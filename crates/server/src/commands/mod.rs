@@ -3,6 +3,7 @@
 
 mod admin;
 pub mod branch;
+mod flow;
 mod listing;
 mod pool;
 mod remote;
@@ -108,6 +109,7 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::AdminToken(args) => admin::admin_token(&args, env).await,
         Command::Token(TokenCommand::Mint(args)) => admin::mint_token(&args, env).await,
         Command::Task(args) => remote::task(*args, env).await,
+        Command::Flow(args) => flow::run(*args, env).await,
         Command::Branch(args) => branch::run(*args, env).await,
         Command::Agents(args) => listing::agents(&args, env).await,
         Command::Sessions(args) => listing::sessions(&args, env).await,

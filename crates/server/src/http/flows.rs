@@ -275,15 +275,15 @@ async fn get_run(
 ) -> Result<Response, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
     let record = visible(&state, &caller, id).await?;
-    if let Some(secs) = query.wait.filter(|s| *s > 0) {
-        if !record.status.is_terminal() {
-            let wait = state
-                .runner
-                .wait_for(id, Duration::from_secs(secs.min(MAX_WAIT_SECS)));
-            tokio::select! {
-                waited = wait => { waited.map_err(to_api)?; }
-                () = state.shutdown.cancelled() => {}
-            }
+    if let Some(secs) = query.wait.filter(|s| *s > 0)
+        && !record.status.is_terminal()
+    {
+        let wait = state
+            .runner
+            .wait_for(id, Duration::from_secs(secs.min(MAX_WAIT_SECS)));
+        tokio::select! {
+            waited = wait => { waited.map_err(to_api)?; }
+            () = state.shutdown.cancelled() => {}
         }
     }
     let owner = may_act(&caller, &record);

@@ -20,6 +20,7 @@ mod daemon;
 mod daily;
 mod first_run;
 mod flows;
+mod flows_cli;
 mod harness;
 mod hostile;
 mod http_api;

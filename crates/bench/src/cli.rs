@@ -131,6 +131,12 @@ pub(crate) enum Command {
     /// command (`/bin/date +%s%N`), N sequential tasks each, interleaved.
     /// Needs --spawn-daemon (its binary also runs the pool).
     RemotePool(RemoteArgs),
+    /// Flow runs end to end over the `lua` agent (`seq3`: 3 steps in
+    /// sequence; `fan5`: 5 at once, joined, then 1), against the same steps
+    /// as plain tasks in the same daemon (the flow's overhead in time and
+    /// server CPU); then runs held on a wait across a kill -9 and a restart
+    /// of a spawned daemon (the time to read them back and finish them).
+    Flows(FlowArgs),
     /// A few seconds of every workload with small counts, asserting zero
     /// errors (not speed): for CI.
     Smoke,
@@ -218,6 +224,53 @@ pub(crate) struct McpArgs {
     /// admin token.
     #[arg(long)]
     pub session_token: bool,
+}
+
+/// `flows`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct FlowArgs {
+    /// Measured runs per shape and mode (flow, plain tasks).
+    #[arg(long, short = 'n', default_value_t = 2000)]
+    pub runs: u64,
+    /// Runs in flight (closed loop).
+    #[arg(long, short = 'c', default_value_t = 32)]
+    pub in_flight: usize,
+    /// Unmeasured runs of each shape and mode first.
+    #[arg(long, default_value_t = 200)]
+    pub warmup: u64,
+    /// Measurements of each shape, flow and plain alternating.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
+    /// Runs held across the kill -9 and restart (0: none; needs
+    /// --spawn-daemon).
+    #[arg(long, default_value_t = 1000)]
+    pub recovery: usize,
+    /// CI sizes: 40 runs, 8 in flight, 10 warm-up runs, 50 held.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+impl FlowArgs {
+    /// The arguments `--quick` stands for.
+    pub(crate) fn effective(&self) -> FlowArgs {
+        if self.quick {
+            FlowArgs::quick()
+        } else {
+            self.clone()
+        }
+    }
+
+    /// The CI sizes.
+    pub(crate) fn quick() -> FlowArgs {
+        FlowArgs {
+            runs: 40,
+            in_flight: 8,
+            warmup: 10,
+            rounds: 1,
+            recovery: 50,
+            quick: true,
+        }
+    }
 }
 
 /// `remote-pool`.
@@ -323,5 +376,26 @@ mod tests {
         assert_eq!(ws.in_flight, 8);
         assert_eq!(ws.bound.duration, Duration::from_millis(2500));
         assert!(parse_secs("-1").is_err() && parse_secs("x").is_err());
+    }
+
+    #[test]
+    fn quick_flows_are_small() {
+        let cli = Cli::try_parse_from(["swarmd-bench", "flows", "--quick", "-n", "5000"])
+            .expect("valid flags");
+        let Command::Flows(flows) = cli.command else {
+            panic!("not flows");
+        };
+        assert_eq!(flows.runs, 5000);
+        let quick = flows.effective();
+        assert_eq!((quick.runs, quick.in_flight, quick.recovery), (40, 8, 50));
+        let full = Cli::try_parse_from(["swarmd-bench", "flows"]).expect("valid flags");
+        let Command::Flows(flows) = full.command else {
+            panic!("not flows");
+        };
+        let flows = flows.effective();
+        assert_eq!(
+            (flows.runs, flows.in_flight, flows.recovery),
+            (2000, 32, 1000)
+        );
     }
 }

@@ -2,11 +2,13 @@
 //! on a free port, the chosen store, room for the idle-capacity workload
 //! (`limits.max_running`, `ws.park_max`; see `Capacity`), and the agents of the http
 //! workload — `true` (/bin/true), `cat` (/bin/cat, the prompt on stdin) and
-//! `lua` (a script returning its prompt).
+//! `lua` (a script returning its prompt) — and the flows of the `flows`
+//! workload, read from `dir/flows` (`flow_defs`).
 
 use std::path::Path;
 
 use crate::cli::StoreKind;
+use crate::flow_defs::FLOWS_DIR;
 
 /// The Lua agent's script.
 pub(crate) const LUA_SCRIPT: &str = "return { value = prompt, ok = true }\n";
@@ -31,7 +33,8 @@ pub(crate) struct PgTarget {
 }
 
 /// The TOML for a daemon whose files live under `dir` (its state in
-/// `dir/state`, its Lua script in `dir/echo.lua`).
+/// `dir/state`, its Lua script in `dir/echo.lua`, its flows in
+/// `dir/flows`).
 pub(crate) fn daemon_config(
     dir: &Path,
     store: StoreKind,
@@ -59,6 +62,7 @@ pub(crate) fn daemon_config(
     };
     let state = toml_string(&dir.join("state").display().to_string());
     let script = toml_string(&dir.join(LUA_SCRIPT_FILE).display().to_string());
+    let flows = toml_string(&dir.join(FLOWS_DIR).display().to_string());
     let worktree = match worktree_repo {
         Some(repo) => format!(
             r#"
@@ -92,6 +96,9 @@ park_max = {park_max}
 
 [spawner]
 kill_grace_secs = 1
+
+[flows_dir]
+path = {flows}
 
 [agents.true]
 kind = "process"
@@ -145,6 +152,13 @@ mod tests {
         assert!(text.contains("synchronous = \"normal\""), "{text}");
         assert!(text.contains("max_running = 123456"), "{text}");
         assert!(text.contains("park_max = 654321"), "{text}");
+        assert!(
+            text.contains(
+                r#"[flows_dir]
+path = "/tmp/bench \"x\"/flows""#
+            ),
+            "{text}"
+        );
         assert!(
             text.contains(r#"state_dir = "/tmp/bench \"x\"/state""#),
             "{text}"

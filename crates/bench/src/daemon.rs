@@ -5,7 +5,8 @@
 //! http://ADDR` line of its stderr, its admin token from the state
 //! directory (on PostgreSQL, from `swarmd admin-token`, as the database
 //! holds it). A started daemon gets SIGTERM at the end (SIGKILL if it does
-//! not exit within a few seconds), and is killed if the generator drops it.
+//! not exit within a few seconds), and is killed if the generator drops it;
+//! `kill_hard` SIGKILLs it and `restart` starts it again on the same state.
 //! A PostgreSQL daemon's `swarmd_bench_*` database is dropped once the
 //! daemon has stopped (`cleanup`).
 
@@ -24,6 +25,7 @@ use tokio::process::{Child, Command};
 use crate::cleanup::{self, BenchDatabase};
 use crate::cli::{StoreKind, TargetArgs};
 use crate::config::{Capacity, LUA_SCRIPT, LUA_SCRIPT_FILE, daemon_config};
+use crate::flow_defs::{self, FLOWS_DIR};
 
 /// How long a started daemon may take to report its address.
 const STARTUP: Duration = Duration::from_secs(30);
@@ -77,6 +79,9 @@ pub(crate) struct SpawnedDaemon {
     log: Arc<Mutex<VecDeque<String>>>,
     /// Its PostgreSQL database, dropped after it stops.
     database: Option<BenchDatabase>,
+    /// What `kill_and_restart` starts again.
+    binary: PathBuf,
+    log_filter: String,
     /// Holds the config and the state; removed on drop.
     _dir: tempfile::TempDir,
 }
@@ -117,76 +122,69 @@ impl SpawnedDaemon {
             daemon_config(dir.path(), store, capacity, repo.as_deref(), pg.as_ref()),
         )?;
         std::fs::write(dir.path().join(LUA_SCRIPT_FILE), LUA_SCRIPT)?;
-
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "the daemon starts from a cleared environment plus this client's PATH"
-        )]
-        let mut child = Command::new(binary)
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .env_clear()
-            .env(
-                "PATH",
-                std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
-            )
-            .env("RUST_LOG", log_filter)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("cannot start {}", binary.display()))?;
-        let pid = child.id();
-        if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-            cleanup::spawned(pid);
+        let flows = dir.path().join(FLOWS_DIR);
+        std::fs::create_dir_all(&flows)?;
+        for (name, text) in flow_defs::files() {
+            std::fs::write(flows.join(name), text)?;
         }
-        let stderr = child.stderr.take().context("no stderr pipe")?;
-        let log = Arc::new(Mutex::new(VecDeque::new()));
-        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-        let lines_log = log.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            let mut addr_tx = Some(addr_tx);
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(addr) = listening_address(&line)
-                    && let Some(tx) = addr_tx.take()
-                {
-                    let _ = tx.send(addr);
-                }
-                let mut log = lines_log.lock().unwrap_or_else(|p| p.into_inner());
-                if log.len() == LOG_LINES {
-                    log.pop_front();
-                }
-                log.push_back(line);
-            }
-        });
+        let serving = serve(binary, &config, log_filter)?;
         let mut daemon = SpawnedDaemon {
-            child,
+            child: serving.child,
             target: Target {
                 base: String::new(),
                 admin_token: String::new(),
-                pid,
+                pid: serving.pid,
                 store_label: store.label().to_owned(),
             },
-            log,
+            log: serving.log,
             database,
+            binary: binary.to_owned(),
+            log_filter: log_filter.to_owned(),
             _dir: dir,
         };
-        let addr = match tokio::time::timeout(STARTUP, addr_rx).await {
-            Ok(Ok(addr)) => addr,
-            _ => bail!(
-                "swarmd did not report its address; its stderr:\n{}",
-                daemon.log()
-            ),
-        };
-        daemon.target.base = format!("http://{addr}");
+        daemon.target.base = daemon.address(serving.addr).await?;
         daemon.target.admin_token = match daemon.database {
             None => read_token(&daemon.state_dir().join("admin.token"))?,
             Some(_) => admin_token_command(binary, &config).await?,
         };
         Ok(daemon)
+    }
+
+    /// Kills the daemon with SIGKILL (no shutdown of any kind) and reaps it.
+    pub(crate) async fn kill_hard(&mut self) -> anyhow::Result<()> {
+        if let Some(pid) = self.target.pid.and_then(|p| i32::try_from(p).ok()) {
+            kill(Pid::from_raw(pid), Signal::SIGKILL).context("cannot SIGKILL the daemon")?;
+            cleanup::stopped(pid);
+        }
+        self.child.wait().await?;
+        Ok(())
+    }
+
+    /// Starts the daemon again on the same configuration and state (after
+    /// `kill_hard`); returns once the new process reports its address (a
+    /// new port), which `target` then holds.
+    pub(crate) async fn restart(&mut self) -> anyhow::Result<()> {
+        let config = self.dir().join("swarmd.toml");
+        let serving = serve(&self.binary, &config, &self.log_filter)?;
+        self.child = serving.child;
+        self.log = serving.log;
+        self.target.pid = serving.pid;
+        self.target.base = self.address(serving.addr).await?;
+        Ok(())
+    }
+
+    /// `http://ADDR` once the daemon reports it.
+    async fn address(
+        &self,
+        addr: tokio::sync::oneshot::Receiver<String>,
+    ) -> anyhow::Result<String> {
+        match tokio::time::timeout(STARTUP, addr).await {
+            Ok(Ok(addr)) => Ok(format!("http://{addr}")),
+            _ => bail!(
+                "swarmd did not report its address; its stderr:\n{}",
+                self.log()
+            ),
+        }
     }
 
     /// The directory holding its configuration (`swarmd.toml`) and state.
@@ -245,6 +243,69 @@ impl SpawnedDaemon {
             }
         }
     }
+}
+
+/// A started `swarmd serve`: the child, its stderr's last lines, and the
+/// address it reports.
+struct Serving {
+    child: Child,
+    pid: Option<u32>,
+    log: Arc<Mutex<VecDeque<String>>>,
+    addr: tokio::sync::oneshot::Receiver<String>,
+}
+
+/// Starts `binary serve --config CONFIG` and follows its stderr.
+fn serve(binary: &Path, config: &Path, log_filter: &str) -> anyhow::Result<Serving> {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the daemon starts from a cleared environment plus this client's PATH"
+    )]
+    let mut child = Command::new(binary)
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .env_clear()
+        .env(
+            "PATH",
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
+        )
+        .env("RUST_LOG", log_filter)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {}", binary.display()))?;
+    let pid = child.id();
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        cleanup::spawned(pid);
+    }
+    let stderr = child.stderr.take().context("no stderr pipe")?;
+    let log = Arc::new(Mutex::new(VecDeque::new()));
+    let (addr_tx, addr) = tokio::sync::oneshot::channel();
+    let lines_log = log.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut addr_tx = Some(addr_tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(addr) = listening_address(&line)
+                && let Some(tx) = addr_tx.take()
+            {
+                let _ = tx.send(addr);
+            }
+            let mut log = lines_log.lock().unwrap_or_else(|p| p.into_inner());
+            if log.len() == LOG_LINES {
+                log.pop_front();
+            }
+            log.push_back(line);
+        }
+    });
+    Ok(Serving {
+        child,
+        pid,
+        log,
+        addr,
+    })
 }
 
 /// The admin token a daemon on PostgreSQL keeps in its database, as

@@ -1,20 +1,24 @@
 //! What a command runs: one workload against one daemon, the matrix (every
 //! store × every C, the open loop and the http agents, one daemon per
-//! store), or the smoke run (every workload with small counts, asserting
-//! that each finished everything it started without an error).
+//! store), the flows workload (flow runs against the same steps as plain
+//! tasks, then recovery across a kill -9), or the smoke run (every workload
+//! with small counts, asserting that each finished everything it started
+//! without an error).
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
 use crate::cli::{
-    Bound, Cli, Command, HttpArgs, IdleArgs, MatrixArgs, McpArgs, Revision, StoreKind, TargetArgs,
-    WsArgs,
+    Bound, Cli, Command, FlowArgs, HttpArgs, IdleArgs, MatrixArgs, McpArgs, Revision, StoreKind,
+    TargetArgs, WsArgs,
 };
 use crate::config::Capacity;
 use crate::daemon::{SpawnedDaemon, Target};
+use crate::flow_defs::Shape;
+use crate::flow_load::{FlowSource, Mode};
 use crate::report::{RunReport, markdown};
-use crate::{http_load, idle, machine, mcp, remote_pool, ws_delegated};
+use crate::{flow_load, flow_recovery, http_load, idle, machine, mcp, remote_pool, ws_delegated};
 
 /// Runs the command; returns how many errors the runs saw.
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<u64> {
@@ -80,6 +84,12 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<u64> {
             println!("{}\n\n{}", machine::description(), report.markdown());
             Ok(report.error_count())
         }
+        Command::Flows(args) => {
+            let mut daemon = Running::open(&cli.target, first_store).await?;
+            println!("{}\n", machine::description());
+            let result = flows(&mut daemon, &http, &args.effective()).await;
+            daemon.close(result).await
+        }
         Command::Smoke => {
             let daemon = Running::open(&cli.target, first_store).await?;
             let result = smoke(&daemon.target, &http).await;
@@ -96,9 +106,14 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<u64> {
             } else {
                 0
             };
+            // The flows on a daemon of their own: its recovery kills it.
+            let mut daemon = Running::open(&cli.target, first_store).await?;
+            let result = flows(&mut daemon, &http, &FlowArgs::quick()).await;
+            let flow_errors = daemon.close(result).await?;
             Ok(reports.iter().map(|r| r.summary.error_count()).sum::<u64>()
                 + idle_errors
-                + queued_errors)
+                + queued_errors
+                + flow_errors)
         }
     }
 }
@@ -208,6 +223,85 @@ async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<R
     let mcp_errors = smoke_mcp(target, http).await?;
     let idle_errors = smoke_idle(target, http, false).await?;
     Ok((reports, idle_errors + mcp_errors))
+}
+
+/// The flows workload: per shape, warm-up runs, then `rounds` of flow runs
+/// and the same steps as plain tasks; then, on a spawned daemon, the
+/// recovery. Prints the tables; returns the errors seen; fails if a
+/// measurement finished fewer runs than it was given.
+async fn flows(
+    daemon: &mut Running,
+    http: &reqwest::Client,
+    args: &FlowArgs,
+) -> anyhow::Result<u64> {
+    let source = match daemon.spawned {
+        Some(_) => FlowSource::Named,
+        None => FlowSource::Inline,
+    };
+    let target = daemon.target.clone();
+    let mut rows = Vec::new();
+    let mut errors = 0;
+    for shape in [Shape::Seq3, Shape::Fan5] {
+        for mode in [Mode::Flow, Mode::Plain] {
+            if args.warmup > 0 {
+                let warm = flow_load::measure(
+                    &target,
+                    http,
+                    shape,
+                    mode,
+                    source,
+                    args.warmup,
+                    args.in_flight,
+                )
+                .await?;
+                errors += warm.summary.error_count();
+            }
+        }
+        for _ in 0..args.rounds {
+            for mode in [Mode::Flow, Mode::Plain] {
+                let measured = flow_load::measure(
+                    &target,
+                    http,
+                    shape,
+                    mode,
+                    source,
+                    args.runs,
+                    args.in_flight,
+                )
+                .await?;
+                eprintln!("{}", measured.one_line());
+                let (done, failed) = (measured.summary.completed, measured.summary.error_count());
+                if done + failed != args.runs {
+                    bail!(
+                        "{}: {done} of {} runs finished",
+                        measured.one_line(),
+                        args.runs
+                    );
+                }
+                errors += failed;
+                rows.push(measured);
+            }
+        }
+    }
+    println!("{}", flow_load::markdown(&rows, &target.store_label));
+    if args.recovery > 0 {
+        match daemon.spawned.as_mut() {
+            Some(spawned) => {
+                let recovery =
+                    flow_recovery::run(spawned, http, args.recovery, args.in_flight).await?;
+                daemon.target = spawned.target.clone();
+                eprintln!(
+                    "flows recovery: {} runs held, passed {:.2} s after the restart",
+                    recovery.runs,
+                    recovery.passed.as_secs_f64()
+                );
+                println!("{}", recovery.markdown());
+                errors += recovery.error_count();
+            }
+            None => eprintln!("swarmd-bench: the flows' recovery needs --spawn-daemon; skipped"),
+        }
+    }
+    Ok(errors)
 }
 
 /// The smoke run's MCP stage: a few round trips per path, 100 tasks fanned

@@ -71,6 +71,18 @@ fn the_smoke_run_finishes_every_workload_without_errors() {
     for workload in ["ws-delegated", "http true", "http cat", "http lua"] {
         assert!(stdout.contains(workload), "no {workload} row:\n{stdout}");
     }
+    for flow_row in [
+        "| seq3 | flow |",
+        "| seq3 | tasks |",
+        "| fan5 | flow |",
+        "| fan5 | tasks |",
+    ] {
+        assert!(stdout.contains(flow_row), "no {flow_row} row:\n{stdout}");
+    }
+    assert!(
+        stderr.contains("flows recovery: 50 runs held"),
+        "no flows recovery:\n{stderr}"
+    );
     for held in ["waiting", "queued"] {
         assert!(
             stderr.contains(&format!("idle-capacity: 100 {held}")),

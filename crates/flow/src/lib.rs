@@ -7,6 +7,7 @@
 
 pub mod expr;
 pub mod hash;
+pub mod import;
 pub mod ir;
 pub mod lint;
 pub mod path;

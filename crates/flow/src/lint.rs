@@ -43,9 +43,26 @@ pub fn lint(flow: &Flow, known: &Known) -> Vec<Problem> {
         name: &flow.name,
         problems: Vec::new(),
         names: HashSet::new(),
+        unbound: BTreeSet::new(),
     };
     lint.flow(flow);
     lint.problems
+}
+
+/// The variables `flow` reads somewhere before any node writes them on
+/// every path (those `lint` reports as `unbound_variable`).
+pub(crate) fn unbound_variables(flow: &Flow) -> BTreeSet<String> {
+    let known = Known::default();
+    let mut lint = Lint {
+        known: &known,
+        limits: &flow.limits,
+        name: &flow.name,
+        problems: Vec::new(),
+        names: HashSet::new(),
+        unbound: BTreeSet::new(),
+    };
+    lint.flow(flow);
+    lint.unbound
 }
 
 struct Lint<'a> {
@@ -55,6 +72,8 @@ struct Lint<'a> {
     problems: Vec<Problem>,
     /// Step and wait names seen so far.
     names: HashSet<String>,
+    /// Variables read before they are bound.
+    unbound: BTreeSet<String>,
 }
 
 /// The variables bound at a point of the graph (`input` always is).
@@ -375,6 +394,7 @@ impl Lint<'_> {
         }
         for variable in read_variables(expr) {
             if !scope.contains(&variable) {
+                self.unbound.insert(variable.clone());
                 let bound: Vec<&str> = scope.iter().map(String::as_str).collect();
                 self.report(
                     pointer,

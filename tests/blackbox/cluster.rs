@@ -17,6 +17,7 @@
 
 mod events;
 mod fencing;
+mod flows;
 mod forwarding;
 mod idempotency;
 mod mcp;

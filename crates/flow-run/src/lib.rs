@@ -93,6 +93,11 @@ pub(crate) struct Inner {
     pub flows: Mutex<HashMap<String, Arc<Flow>>>,
     /// Woken on every run write (`wait_for`).
     pub changed: tokio::sync::Notify,
+    /// Woken when this node took over runs of a dead node.
+    pub adopt: tokio::sync::Notify,
+    /// Held while open runs are read back, so two readings never load
+    /// one run twice.
+    pub reading: tokio::sync::Mutex<()>,
 }
 
 impl Runner {
@@ -117,6 +122,8 @@ impl Runner {
                 tasks: Mutex::new(HashMap::new()),
                 flows: Mutex::new(HashMap::new()),
                 changed: tokio::sync::Notify::new(),
+                adopt: tokio::sync::Notify::new(),
+                reading: tokio::sync::Mutex::new(()),
             }),
         }
     }
@@ -222,22 +229,24 @@ impl Runner {
         }
         ops.push(WriteOp::PutRun(Box::new(record.clone())));
         let event = run_event(&record, None);
-        engine.write_run(ops, vec![event]).await?;
         let called_flows: BTreeMap<String, Flow> = called
             .into_iter()
             .map(|(name, e)| (name, (*e.flow).clone()))
             .collect();
         self.remember(&hash, flow.clone());
+        let id = record.id;
         let live = advance::Live::new(record, state, flow, Arc::new(called_flows));
-        let id = live.record.id;
+        // Open (and locked) before its record exists, so a reading of the
+        // store's open runs never loads it a second time.
         let cell = Arc::new(tokio::sync::Mutex::new(live));
-        self.open_runs().insert(id, cell.clone());
-        let record = {
-            let mut live = cell.lock().await;
-            self.advance(&mut live).await;
-            live.record.clone()
-        };
-        Ok((record, true))
+        let mut live = cell.clone().lock_owned().await;
+        self.open_runs().insert(id, cell);
+        if let Err(error) = engine.write_run(ops, vec![event]).await {
+            self.open_runs().remove(&id);
+            return Err(error.into());
+        }
+        self.advance(&mut live).await;
+        Ok((live.record.clone(), true))
     }
 
     /// A run's record.
@@ -358,6 +367,11 @@ impl Runner {
                 return Ok(record);
             }
         }
+    }
+
+    /// Reads back, soon, the runs this node took over from a dead one.
+    pub fn adopt_soon(&self) {
+        self.inner.adopt.notify_one();
     }
 
     /// The token of the wait `key` of run `id`.

@@ -22,7 +22,17 @@ impl Runner {
             tracing::error!(%error, "flow runs could not be read back");
         }
         loop {
-            match events.recv().await {
+            let received = tokio::select! {
+                received = events.recv() => received,
+                () = self.inner.adopt.notified() => {
+                    match self.recover().await {
+                        Ok(count) => tracing::info!(runs = count, "flow runs taken over"),
+                        Err(error) => tracing::error!(%error, "flow runs taken over could not be read"),
+                    }
+                    continue;
+                }
+            };
+            match received {
                 Ok(record) => {
                     if let Event::TaskFinished { task_id, .. } = &record.event {
                         self.task_ended(*task_id).await;
@@ -66,15 +76,18 @@ impl Runner {
         self.advance(&mut live).await;
     }
 
-    /// Reads back every open run and moves each on.
+    /// Reads back every open run not open here yet and moves each on;
+    /// how many it read.
     pub async fn recover(&self) -> Result<usize, RunError> {
+        let _reading = self.inner.reading.lock().await;
         let runs = self.engine().open_runs().await?;
-        let count = runs.len();
+        let mut count = 0;
         for record in runs {
             let id = record.id;
             if self.open_runs().contains_key(&id) {
                 continue;
             }
+            count += 1;
             let state: State = match serde_json::from_value(record.state.clone()) {
                 Ok(state) => state,
                 Err(error) => {

@@ -163,7 +163,8 @@ CREATE INDEX blobs_claimed ON blobs (claimed_at);
 ];
 
 /// Step 7: flow runs (docs/flows.md). A run's record is JSON beside the
-/// columns listings filter on; `idem_key` is unique where set (the first
+/// columns listings filter on; `owner_node` is the node that drives it
+/// (the last to write it; a takeover moves a dead node's open runs); `idem_key` is unique where set (the first
 /// run to write a key keeps it). Flow documents are keyed by their content
 /// hash and never change.
 const FLOW_RUNS: &str = "
@@ -175,9 +176,11 @@ CREATE TABLE flow_runs (
     idem_key   text   UNIQUE,
     created_ms bigint NOT NULL,
     updated_ms bigint NOT NULL,
-    record     jsonb  NOT NULL
+    record     jsonb  NOT NULL,
+    owner_node uuid
 );
 CREATE INDEX flow_runs_status ON flow_runs (status, id);
+CREATE INDEX flow_runs_owner ON flow_runs (owner_node, status);
 
 CREATE TABLE flow_docs (
     hash text  PRIMARY KEY,

@@ -39,6 +39,8 @@ pub struct Takeover {
     pub node: NodeId,
     pub epoch: i64,
     pub tasks: Vec<TaskId>,
+    /// How many open flow runs moved with the node's tasks.
+    pub runs: u64,
 }
 
 /// Wakes the event pump whenever a node may have committed events.
@@ -153,7 +155,7 @@ impl PgDb {
     /// than `lease` by the database's clock) or that left with live tasks:
     /// for each, in one transaction that first checks this node is alive,
     /// marks it dead (only if it still is what was read) and moves its
-    /// live tasks to this node. Returns what was taken, one entry per node.
+    /// live tasks and open flow runs to this node. Returns what was taken, one entry per node.
     ///
     /// # Errors
     ///
@@ -169,10 +171,12 @@ impl PgDb {
                 "SELECT n.id, n.epoch FROM nodes n
                  WHERE n.id <> $1 AND (
                      (n.state = 'alive' AND n.heartbeat_at < now() - make_interval(secs => $2))
-                     OR (n.state <> 'alive' AND EXISTS (SELECT 1 FROM tasks t
-                         WHERE t.owner_node = n.id AND t.finished_ms IS NULL)))
+                     OR (n.state <> 'alive' AND (EXISTS (SELECT 1 FROM tasks t
+                         WHERE t.owner_node = n.id AND t.finished_ms IS NULL)
+                         OR EXISTS (SELECT 1 FROM flow_runs r
+                         WHERE r.owner_node = n.id AND r.status = ANY($3)))))
                  ORDER BY n.id",
-                &[&me, &secs(lease)],
+                &[&me, &secs(lease), &crate::runs::open_statuses()],
             )
             .await
             .map_err(db_error)?
@@ -220,8 +224,22 @@ impl PgDb {
                 .iter()
                 .map(|row| TaskId::from_uuid(row.get(0)))
                 .collect();
+            let open = crate::runs::open_statuses();
+            let runs = tx
+                .execute(
+                    "UPDATE flow_runs SET owner_node = $1
+                     WHERE owner_node = $2 AND status = ANY($3)",
+                    &[&me, &node, &open],
+                )
+                .await
+                .map_err(db_error)?;
             tx.commit().await.map_err(db_error)?;
-            taken.push(Takeover { node, epoch, tasks });
+            taken.push(Takeover {
+                node,
+                epoch,
+                tasks,
+                runs,
+            });
         }
         Ok(taken)
     }

@@ -1,8 +1,9 @@
-//! Which node holds a live task, for a node that is asked about a task it
-//! does not hold (the server's `cluster::route`): by the task's id, or by
-//! the digest of one of its `wh-` handles (`handles_digest`, schema step 5).
+//! Which node holds a live task or drives an open flow run, for a node that
+//! is asked about one it does not hold (the server's `cluster::route`): by
+//! the task's id, by the digest of one of its `wh-` handles
+//! (`handles_digest`, schema step 5), or by the run's id.
 
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::{RunId, TaskId};
 use swarmd_engine::store::HandleRecord;
 use swarmd_output_store::StoreError;
 
@@ -16,12 +17,15 @@ pub enum OwnerKey {
     Task(TaskId),
     /// The SHA-256 digest of a `wh-` handle.
     Handle([u8; 32]),
+    /// An open flow run.
+    Run(RunId),
 }
 
-/// The node that holds a live task.
+/// The node that holds a live task (or drives an open run).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskOwner {
-    pub task: TaskId,
+    /// The task; `None` for a run.
+    pub task: Option<TaskId>,
     pub node: NodeId,
     /// Where its peers reach it (`cluster.advertise_url`).
     pub advertise_url: String,
@@ -49,6 +53,18 @@ impl PgDb {
                 let statement = client.prepare_cached(&sql).await.map_err(db_error)?;
                 client.query_opt(&statement, &[&id.as_uuid()]).await
             }
+            OwnerKey::Run(id) => {
+                let statement = client
+                    .prepare_cached(
+                        "SELECT NULL::uuid, r.owner_node, n.advertise_url, n.state = 'alive'
+                         FROM flow_runs r JOIN nodes n ON n.id = r.owner_node
+                         WHERE r.id = $1 AND r.status = ANY($2)",
+                    )
+                    .await
+                    .map_err(db_error)?;
+                let open = crate::runs::open_statuses();
+                client.query_opt(&statement, &[&id.as_uuid(), &open]).await
+            }
             OwnerKey::Handle(digest) => {
                 let sql =
                     format!("{COLUMNS}t.id = (SELECT task FROM handles WHERE digest = $1 LIMIT 1)");
@@ -58,7 +74,7 @@ impl PgDb {
         }
         .map_err(db_error)?;
         Ok(row.map(|row| TaskOwner {
-            task: TaskId::from_uuid(row.get(0)),
+            task: row.get::<_, Option<uuid::Uuid>>(0).map(TaskId::from_uuid),
             node: row.get(1),
             advertise_url: row.get(2),
             alive: row.get(3),

@@ -297,7 +297,18 @@ impl<'a> Group<'a> {
         }
         if !c.runs.0.is_empty() {
             let r = &c.runs;
-            send!(statements.runs, r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7);
+            send!(
+                statements.runs,
+                r.0,
+                r.1,
+                r.2,
+                r.3,
+                r.4,
+                r.5,
+                r.6,
+                r.7,
+                owner
+            );
         }
         if !c.flows.0.is_empty() {
             let f = &c.flows;

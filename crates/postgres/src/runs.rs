@@ -102,14 +102,35 @@ pub(crate) async fn list_runs(db: &PgDb, filter: &RunFilter) -> Result<Vec<RunRe
     run_rows(db, &sql, &params).await
 }
 
+/// Every open run; on a cluster node, only those it drives (a takeover
+/// moves a dead node's runs to the node that took it over).
 pub(crate) async fn open_runs(db: &PgDb) -> Result<Vec<RunRecord>, StoreError> {
     let open = run_statuses(false);
-    run_rows(
-        db,
-        "SELECT record::text, id FROM flow_runs WHERE status = ANY($1) ORDER BY id",
-        &[&open],
-    )
-    .await
+    match db.fence().node() {
+        Some((me, _)) => {
+            run_rows(
+                db,
+                "SELECT record::text, id FROM flow_runs
+                 WHERE status = ANY($1) AND (owner_node = $2 OR owner_node IS NULL) ORDER BY id",
+                &[&open, &me],
+            )
+            .await
+        }
+        None => {
+            run_rows(
+                db,
+                "SELECT record::text, id FROM flow_runs WHERE status = ANY($1) ORDER BY id",
+                &[&open],
+            )
+            .await
+        }
+    }
+}
+
+/// The open runs of a dead node become `me`'s, in the takeover's
+/// transaction.
+pub(crate) fn open_statuses() -> Vec<&'static str> {
+    run_statuses(false)
 }
 
 pub(crate) async fn flow_doc(db: &PgDb, hash: &str) -> Result<Option<FlowDoc>, StoreError> {

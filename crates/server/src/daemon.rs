@@ -160,20 +160,6 @@ pub async fn build(
     let tasks = TaskTracker::new();
     router.start(shutdown.clone(), &tasks);
     engine.start_recovered();
-    // The node heartbeats until the engine has drained, not just until
-    // draining starts: its peers must not take over what it still finishes.
-    let cluster_stop = CancellationToken::new();
-    if let Some(db) = &pg {
-        let keyring_in_database = matches!(state.keys_source, SecretSource::Database);
-        cluster::start(
-            &engine,
-            db,
-            &cluster,
-            keyring_in_database,
-            &cluster_stop,
-            &tasks,
-        );
-    }
     let runner = swarmd_flow_run::Runner::new(
         engine.clone(),
         catalog,
@@ -182,6 +168,21 @@ pub async fn build(
         wait_secret,
     );
     tasks.spawn(runner.clone().run());
+    // The node heartbeats until the engine has drained, not just until
+    // draining starts: its peers must not take over what it still finishes.
+    let cluster_stop = CancellationToken::new();
+    if let Some(db) = &pg {
+        let keyring_in_database = matches!(state.keys_source, SecretSource::Database);
+        cluster::start(
+            &engine,
+            &runner,
+            db,
+            &cluster,
+            keyring_in_database,
+            &cluster_stop,
+            &tasks,
+        );
+    }
     sessions.start_idle_sweep(engine.clone(), shutdown.clone(), &tasks);
     sessions.start_mail_pump(engine.clone(), shutdown.clone(), &tasks);
     tracing::info!(

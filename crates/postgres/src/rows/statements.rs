@@ -89,19 +89,23 @@ INSERT INTO outputs (task, attempt, seq, ts_ms, producer, is_final, event)
 SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
                      $6::boolean[], $7::text[])";
 /// A key another run holds is left to it (the first writer keeps a key),
-/// and a run keeps the key it got.
+/// and a run keeps the key it got. The writing node (`$9`, NULL outside a
+/// cluster) drives the run: only the node that owns a run writes it, and a
+/// fenced node writes nothing, so the last writer is the owner.
 const RUNS: &str = "
-INSERT INTO flow_runs (id, flow, status, session, idem_key, created_ms, updated_ms, record)
+INSERT INTO flow_runs (id, flow, status, session, idem_key, created_ms, updated_ms, record,
+                       owner_node)
 SELECT r.id, r.flow, r.status, r.session,
        CASE WHEN EXISTS (SELECT 1 FROM flow_runs f WHERE f.idem_key = r.key AND f.id <> r.id)
             THEN NULL ELSE r.key END,
-       r.created_ms, r.updated_ms, r.record::jsonb
+       r.created_ms, r.updated_ms, r.record::jsonb, $9::uuid
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[], $6::bigint[],
             $7::bigint[], $8::text[])
     AS r (id, flow, status, session, key, created_ms, updated_ms, record)
 ON CONFLICT (id) DO UPDATE SET flow = excluded.flow, status = excluded.status,
     session = excluded.session, idem_key = COALESCE(flow_runs.idem_key, excluded.idem_key),
-    updated_ms = excluded.updated_ms, record = excluded.record";
+    updated_ms = excluded.updated_ms, record = excluded.record,
+    owner_node = COALESCE(excluded.owner_node, flow_runs.owner_node)";
 /// Content-addressed: a stored document stays as it is.
 const FLOWS: &str = "
 INSERT INTO flow_docs (hash, name, doc)

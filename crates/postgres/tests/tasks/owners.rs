@@ -32,7 +32,7 @@ async fn the_owner_of_a_live_task_is_found_by_id_and_by_handle_digest() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(by_id.task, task.id);
+    assert_eq!(by_id.task, Some(task.id));
     assert_eq!(by_id.node, node);
     assert_eq!(by_id.advertise_url, "http://node-a:7070");
     assert!(by_id.alive);

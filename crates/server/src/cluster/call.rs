@@ -39,7 +39,10 @@ pub(crate) async fn call_owner(
     call: PeerCall<'_>,
 ) -> Option<Result<Value, ApiError>> {
     let forwarder = state.cluster.as_ref()?;
-    let owner = match forwarder.route(&state.engine, subject, false).await {
+    let owner = match forwarder
+        .route(&state.engine, &state.runner, subject, false)
+        .await
+    {
         Route::Local => return None,
         Route::Unavailable(why) => {
             state.metrics.forwarded(UNAVAILABLE);

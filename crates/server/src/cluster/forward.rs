@@ -84,7 +84,18 @@ impl Forwarder {
 
     /// Where a request about `subject` is served (`route::decide`); a
     /// task this node holds is served here without asking the database.
-    pub(crate) async fn route(&self, engine: &Engine, subject: &Subject, forwarded: bool) -> Route {
+    pub(crate) async fn route(
+        &self,
+        engine: &Engine,
+        runner: &swarmd_flow_run::Runner,
+        subject: &Subject,
+        forwarded: bool,
+    ) -> Route {
+        if let Subject::Run(id) = subject
+            && runner.is_open(*id)
+        {
+            return Route::Local;
+        }
         let Some(key) = route::remote_key(engine, subject) else {
             return Route::Local;
         };
@@ -175,7 +186,7 @@ pub(crate) async fn forward(
     }
     let forwarded = request.headers().contains_key(FORWARDED_BY);
     match forwarder
-        .route(&state.engine, &asked.subject, forwarded)
+        .route(&state.engine, &state.runner, &asked.subject, forwarded)
         .await
     {
         Route::Local => next.run(request).await,

@@ -125,6 +125,7 @@ pub(crate) async fn register(
 /// recovery, and the keyring follower when the database holds the keyring.
 pub(crate) fn start(
     engine: &Engine,
+    runner: &swarmd_flow_run::Runner,
     db: &PgDb,
     settings: &ClusterConfig,
     keyring_in_database: bool,
@@ -138,7 +139,13 @@ pub(crate) fn start(
         takeover_within_ms = bound.as_millis() as u64,
         "cluster node started"
     );
-    tasks.spawn(node::run(engine.clone(), db.clone(), lease, stop.clone()));
+    tasks.spawn(node::run(
+        engine.clone(),
+        runner.clone(),
+        db.clone(),
+        lease,
+        stop.clone(),
+    ));
     tasks.spawn(pump::run(engine.clone(), db.clone(), stop.clone()));
     if keyring_in_database {
         tasks.spawn(keys::run(engine.clone(), db.clone(), stop.clone()));

@@ -21,7 +21,13 @@ pub(crate) const FENCED_EXIT: i32 = 75;
 const FENCED_LINGER: Duration = Duration::from_millis(1500);
 
 /// Runs until `stop`, or exits the process when the node is fenced.
-pub(crate) async fn run(engine: Engine, db: PgDb, lease_length: Duration, stop: CancellationToken) {
+pub(crate) async fn run(
+    engine: Engine,
+    runner: swarmd_flow_run::Runner,
+    db: PgDb,
+    lease_length: Duration,
+    stop: CancellationToken,
+) {
     let mut lease = Lease::new(lease_length, Instant::now());
     let mut ticks = tokio::time::interval(lease.tick());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -51,8 +57,13 @@ pub(crate) async fn run(engine: Engine, db: PgDb, lease_length: Duration, stop: 
         }
         match db.take_over_expired(lease_length).await {
             Ok(taken) => {
+                let runs: u64 = taken.iter().map(|t| t.runs).sum();
                 for takeover in taken {
                     unread.extend(adopt(&engine, &db, takeover).await);
+                }
+                if runs > 0 {
+                    // The runs are this node's now: the runner reads them back.
+                    runner.adopt_soon();
                 }
             }
             Err(error) if error.is_fenced() => {
@@ -82,12 +93,18 @@ async fn adopt(engine: &Engine, db: &PgDb, takeover: Takeover) -> Option<Takeove
             return Some(takeover);
         }
     };
-    let Takeover { node, epoch, tasks } = takeover;
+    let Takeover {
+        node,
+        epoch,
+        tasks,
+        runs,
+    } = takeover;
     match engine.adopt(snapshot).await {
         Ok(report) => tracing::warn!(
             %node,
             epoch,
             tasks = tasks.len(),
+            runs,
             requeued = report.requeued,
             decided = report.decided,
             interrupted = report.interrupted,

@@ -30,7 +30,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, Method};
 use swarmd_engine::Engine;
 use swarmd_engine::auth::{WorkerHandle, looks_like_handle, looks_like_token};
-use swarmd_engine::ids::TaskId;
+use swarmd_engine::ids::{RunId, TaskId};
 use swarmd_postgres::{NodeId, OwnerKey, TaskOwner};
 
 /// What names the task a request is about.
@@ -43,6 +43,9 @@ pub(crate) enum Subject {
     Token(String),
     /// Named by a `wh-` handle (the bearer).
     Handle(String),
+    /// An open flow run, named by the path's `{id}` (a cancel or a wait's
+    /// answer).
+    Run(RunId),
 }
 
 /// Where a request is served.
@@ -61,11 +64,15 @@ enum Named {
     Credential,
     /// By the `{id}` of the path; the caller is an admin or a session.
     PathId,
+    /// A flow run by the `{id}` of `/v1/runs/{id}/…`; the caller is an
+    /// admin or a session, or (answering a wait) the bearer of a wait
+    /// token, which only the run's owner can check.
+    RunPathId,
 }
 
 /// The routes a node forwards: method, route template, how it names its
 /// task. No other request ever leaves the node it reached.
-const FORWARDED_ROUTES: [(Method, &str, Named); 7] = [
+const FORWARDED_ROUTES: [(Method, &str, Named); 9] = [
     (Method::GET, "/v1/worker/prompt", Named::Credential),
     (Method::POST, "/v1/worker/result", Named::Credential),
     (Method::POST, "/v1/worker/submit", Named::Credential),
@@ -73,6 +80,8 @@ const FORWARDED_ROUTES: [(Method, &str, Named); 7] = [
     (Method::POST, "/v1/worker/heartbeat", Named::Credential),
     (Method::POST, "/v1/tasks", Named::Credential),
     (Method::POST, "/v1/tasks/{id}/cancel", Named::PathId),
+    (Method::POST, "/v1/runs/{id}/cancel", Named::RunPathId),
+    (Method::POST, "/v1/runs/{id}/waits/{wait}", Named::RunPathId),
 ];
 
 /// A request a node would forward if another node holds its task.
@@ -135,6 +144,25 @@ pub(crate) fn asked(
                 needs_caller: true,
             }))
         }
+        Named::RunPathId => {
+            let rest = path.strip_prefix("/v1/runs/").ok_or(NOT_CANONICAL)?;
+            let (id, tail) = rest.split_once('/').ok_or(NOT_CANONICAL)?;
+            let id: RunId = id.parse().map_err(|_| NOT_CANONICAL)?;
+            let well_formed = tail == "cancel"
+                || tail.strip_prefix("waits/").is_some_and(|wait| {
+                    !wait.is_empty() && !wait.contains('/') && wait != "." && wait != ".."
+                });
+            if !well_formed || format!("/v1/runs/{id}/{tail}") != path {
+                return Err(NOT_CANONICAL);
+            }
+            let wait_token = tail != "cancel"
+                && bearer(headers).is_some_and(|b| b.starts_with(swarmd_flow_run::token::PREFIX));
+            Ok(Some(Asked {
+                subject: Subject::Run(id),
+                path: path.to_owned(),
+                needs_caller: !wait_token,
+            }))
+        }
     }
 }
 
@@ -166,6 +194,7 @@ pub(crate) fn worker_subject(bearer: &str) -> Option<Subject> {
 /// refused, here at no cost).
 pub(crate) fn remote_key(engine: &Engine, subject: &Subject) -> Option<OwnerKey> {
     let task = match subject {
+        Subject::Run(id) => return Some(OwnerKey::Run(*id)),
         Subject::Task(id) => *id,
         Subject::Token(bearer) => engine.tokens().verify(bearer).ok()?.task?,
         Subject::Handle(bearer) => {
@@ -219,6 +248,52 @@ mod tests {
 
     fn asked_at(method: Method, template: &str, path: &str, headers: &HeaderMap) -> Option<Asked> {
         asked(&method, Some(template), path, headers).unwrap()
+    }
+
+    #[test]
+    fn a_run_is_routed_by_its_path_and_a_wait_token_needs_no_caller() {
+        const RUN: &str = "R-0190f5a2c3d400000000000000000000";
+        let run: RunId = RUN.parse().unwrap();
+        let none = HeaderMap::new();
+        let cancel = format!("/v1/runs/{RUN}/cancel");
+        let by_caller = asked_at(Method::POST, "/v1/runs/{id}/cancel", &cancel, &none).unwrap();
+        assert_eq!(by_caller.subject, Subject::Run(run));
+        assert!(by_caller.needs_caller);
+        let answer = format!("/v1/runs/{RUN}/waits/ok");
+        let template = "/v1/runs/{id}/waits/{wait}";
+        let by_token = asked_at(Method::POST, template, &answer, &bearer_map("swt1.abc")).unwrap();
+        assert_eq!(by_token.path, answer);
+        assert!(!by_token.needs_caller);
+        assert!(
+            asked_at(Method::POST, template, &answer, &none)
+                .unwrap()
+                .needs_caller
+        );
+        // Reads of a run are served where they arrive; odd paths are refused.
+        assert_eq!(
+            asked_at(
+                Method::GET,
+                "/v1/runs/{id}",
+                &format!("/v1/runs/{RUN}"),
+                &none
+            ),
+            None
+        );
+        for bad in [
+            format!("/v1/runs/{RUN}/waits/.."),
+            "/v1/runs/R-X/cancel".to_owned(),
+            format!("/v1/runs/{}/cancel", RUN.to_uppercase()),
+        ] {
+            let template = if bad.ends_with("cancel") {
+                "/v1/runs/{id}/cancel"
+            } else {
+                template
+            };
+            assert!(
+                asked(&Method::POST, Some(template), &bad, &none).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
@@ -355,7 +430,7 @@ mod tests {
 
     fn owner(node: NodeId, alive: bool) -> TaskOwner {
         TaskOwner {
-            task: TASK.parse().unwrap(),
+            task: Some(TASK.parse().unwrap()),
             node,
             advertise_url: "http://127.0.0.1:1".into(),
             alive,

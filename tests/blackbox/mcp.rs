@@ -22,6 +22,7 @@
 mod access;
 mod agent_tools;
 mod delegate;
+mod flow_tools;
 mod flows;
 mod lifecycle;
 mod long_wait;

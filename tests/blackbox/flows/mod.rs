@@ -5,6 +5,7 @@
 
 mod http;
 mod restart;
+mod run_done;
 
 use std::path::Path;
 use std::time::Duration;

@@ -122,7 +122,7 @@ async fn lint_flow(
     .into_response())
 }
 
-fn parse_flow(value: Value) -> Result<Flow, ApiError> {
+pub(crate) fn parse_flow(value: Value) -> Result<Flow, ApiError> {
     serde_json::from_value(value).map_err(|e| {
         ApiError::coded(
             ErrorCode::InvalidFlow,
@@ -154,30 +154,8 @@ async fn start_run(
     Json(request): Json<StartRequest>,
 ) -> Result<Response, ApiError> {
     caller.check(&state, Verb::SpawnTask)?;
-    let flow = match request.flow {
-        Value::String(name) => FlowRef::Named(name),
-        value @ Value::Object(_) => FlowRef::Inline(Box::new(parse_flow(value)?)),
-        _ => {
-            return Err(ApiError::bad_request(
-                "`flow` is a flow's name or a flow's IR (an object)",
-            ));
-        }
-    };
-    let sid = caller.session().map(|s| s.sid);
-    let scope = sid.map_or_else(|| "admin".to_owned(), |s| s.to_string());
     let key = header_key.or(request.idempotency_key);
-    if key.as_ref().is_some_and(|k| k.len() > 200) {
-        return Err(ApiError::bad_request(
-            "idempotency_key is at most 200 bytes",
-        ));
-    }
-    let start = StartRun {
-        flow,
-        input: request.input,
-        idempotency_key: key.map(|k| format!("run:{scope}:{k}")),
-        session: sid,
-        owner: Some(scope),
-    };
+    let start = start_request(&caller, request.flow, request.input, key)?;
     let (record, created) = match state.runner.start(start).await {
         Ok(done) => done,
         Err(e) => return Ok(run_error(e)),
@@ -192,6 +170,42 @@ async fn start_run(
         StatusCode::OK
     };
     Ok((status, axum::Json(view)).into_response())
+}
+
+/// The runner's request for a run `caller` starts: `flow` is a flow's
+/// name or its IR; the idempotency key is scoped to the caller (its
+/// session, or the admin) and the caller's session owns the run. The HTTP
+/// route and the MCP tools start runs through it, so a key is shared
+/// between them.
+pub(crate) fn start_request(
+    caller: &Caller,
+    flow: Value,
+    input: Value,
+    key: Option<String>,
+) -> Result<StartRun, ApiError> {
+    let flow = match flow {
+        Value::String(name) => FlowRef::Named(name),
+        value @ Value::Object(_) => FlowRef::Inline(Box::new(parse_flow(value)?)),
+        _ => {
+            return Err(ApiError::bad_request(
+                "`flow` is a flow's name or a flow's IR (an object)",
+            ));
+        }
+    };
+    let sid = caller.session().map(|s| s.sid);
+    let scope = sid.map_or_else(|| "admin".to_owned(), |s| s.to_string());
+    if key.as_ref().is_some_and(|k| k.len() > 200) {
+        return Err(ApiError::bad_request(
+            "idempotency_key is at most 200 bytes",
+        ));
+    }
+    Ok(StartRun {
+        flow,
+        input,
+        idempotency_key: key.map(|k| format!("run:{scope}:{k}")),
+        session: sid,
+        owner: Some(scope),
+    })
 }
 
 /// `GET /v1/runs` query.
@@ -252,7 +266,7 @@ pub(crate) fn summary(run: &RunRecord) -> Value {
     })
 }
 
-fn to_api(error: RunError) -> ApiError {
+pub(crate) fn to_api(error: RunError) -> ApiError {
     match error {
         RunError::Engine(e) => ApiError::from(e),
         other => ApiError::coded(other.code(), other.to_string()),
@@ -295,7 +309,11 @@ async fn get_run(
 
 /// Run `id` when the caller may read it; otherwise the same 404 as a run
 /// that does not exist.
-async fn visible(state: &AppState, caller: &Caller, id: RunId) -> Result<RunRecord, ApiError> {
+pub(crate) async fn visible(
+    state: &AppState,
+    caller: &Caller,
+    id: RunId,
+) -> Result<RunRecord, ApiError> {
     let unknown = || ApiError::not_found(format!("run {id}"));
     let record = match state.runner.record(id).await {
         Ok(record) => record,
@@ -310,7 +328,7 @@ async fn visible(state: &AppState, caller: &Caller, id: RunId) -> Result<RunReco
 }
 
 /// The run's owner (the session that started it) or the admin.
-fn may_act(caller: &Caller, record: &RunRecord) -> bool {
+pub(crate) fn may_act(caller: &Caller, record: &RunRecord) -> bool {
     match caller {
         Caller::Admin => true,
         Caller::Operator(session) => record.session == Some(session.sid),

@@ -40,7 +40,7 @@ const MAX_TOOL_NAME: usize = 64;
 /// `[A-Za-z0-9_.-]`, 1 to 128 characters, but model APIs (Anthropic,
 /// OpenAI) take function names of `[A-Za-z0-9_-]`, at most 64, and clients
 /// pass MCP tool names on to them; a built-in tool's name (or an upstream
-/// alias's) would hide that tool.
+/// alias's, or a flow's `flow_<name>`) would hide that tool.
 ///
 /// # Errors
 /// The reason, for `check-config` to print.
@@ -58,6 +58,13 @@ pub(crate) fn check_tool_name(name: &str) -> Result<(), String> {
         return Err(format!(
             "`{name}` cannot be an MCP tool name: names starting `{UPSTREAM_PREFIX}` are \
              the upstream tool names swarmd mcp accepts; rename the agent"
+        ));
+    }
+    if name.starts_with(super::flow_as_tool::PREFIX) {
+        return Err(format!(
+            "`{name}` cannot be an MCP tool name: names starting `{}` are the tools \
+             of the flows; rename the agent",
+            super::flow_as_tool::PREFIX
         ));
     }
     if super::catalogue(true).iter().any(|tool| tool.name == name) {
@@ -242,6 +249,8 @@ mod tests {
             "spawn",
             "wait",
             "mse_worker_fetch",
+            "flow_review",
+            "start_run",
         ] {
             let reason = check_tool_name(bad).unwrap_err();
             assert!(reason.contains("rename the agent"), "{bad}: {reason}");

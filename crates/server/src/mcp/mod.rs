@@ -8,9 +8,11 @@
 //! ownership, validation, bounds) are those of the HTTP API. Tools are grouped
 //! by verb: `fanout` (agents, spawn, spawn_many, cancel), `read` (task, tasks,
 //! output), `wait`, `frames` (frames, reply), `worker` (the SubAgent's
-//! worker_prompt, worker_progress, worker_submit), `upstream` (the `mse_*`
-//! aliases) and `agent_tools` (agents exposed as tools, listed after the
-//! built-in ones). A refused call is a tool result with `isError: true`
+//! worker_prompt, worker_progress, worker_submit), `flow_tools` (flows,
+//! lint_flow, start_run, run, answer_wait, cancel_run), `upstream` (the
+//! `mse_*` aliases), `agent_tools` (agents exposed as tools, listed after
+//! the built-in ones) and `flow_as_tool` (each flow as a tool
+//! `flow_<name>`, listed last). A refused call is a tool result with `isError: true`
 //! and the daemon's `{error, code}` as its text, so a model can correct it;
 //! JSON-RPC errors are left to protocol faults.
 
@@ -18,6 +20,8 @@ mod agent_tools;
 mod branches;
 mod changes;
 mod fanout;
+mod flow_as_tool;
+mod flow_tools;
 mod frames;
 mod ledger;
 mod read;
@@ -73,6 +77,7 @@ pub(crate) fn catalogue(upstream_aliases: bool) -> Vec<Tool> {
     tools.extend(frames::tools());
     tools.extend(worker::tools());
     tools.extend(branches::tools());
+    tools.extend(flow_tools::tools());
     if upstream_aliases {
         tools.extend(upstream::tools());
     }
@@ -158,7 +163,9 @@ impl ServerHandler for SwarmdTools {
             .with_instructions(
                 "swarmd runs tasks on configured agents. `agents` lists them; `spawn` or \
                  `spawn_many` start tasks; `wait` collects their results (with progress); \
-                 `task`, `output` and `tasks` inspect; `cancel` stops one.",
+                 `task`, `output` and `tasks` inspect; `cancel` stops one. `flows` lists \
+                 the flows; `start_run` (or a flow's own `flow_<name>` tool) runs one and \
+                 `run` follows it.",
             )
     }
 
@@ -169,6 +176,7 @@ impl ServerHandler for SwarmdTools {
     ) -> Result<ListToolsResult, ErrorData> {
         let mut tools = self.catalogue.to_vec();
         tools.extend(agent_tools::tools(&self.state.config));
+        tools.extend(flow_as_tool::tools(self.state.runner.catalog()));
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -203,6 +211,12 @@ impl ServerHandler for SwarmdTools {
             "branches" => branches::list(state, &caller, args).await,
             "diff" => branches::diff(state, &caller, args).await,
             "apply" => branches::apply(state, &caller, args).await,
+            "flows" => flow_tools::flows(state, &caller, args).await,
+            "lint_flow" => flow_tools::lint_flow(state, &caller, args).await,
+            "start_run" => flow_tools::start_run(state, &caller, args).await,
+            "run" => flow_tools::run(state, &caller, args, &context).await,
+            "answer_wait" => flow_tools::answer_wait(state, &caller, args).await,
+            "cancel_run" => flow_tools::cancel_run(state, &caller, args).await,
             "mse_operator_join" if aliases => upstream::join(state, &caller, args).await,
             "mse_pending_wait" if aliases => {
                 upstream::pending_wait(state, &caller, args, &context).await
@@ -211,14 +225,15 @@ impl ServerHandler for SwarmdTools {
             "mse_operator_leave" if aliases => upstream::leave(state, &caller, args).await,
             "mse_worker_fetch" if aliases => upstream::fetch(state, args).await,
             "mse_worker_submit" if aliases => upstream::submit(state, args).await,
+            other if other.starts_with(flow_as_tool::PREFIX) => {
+                match flow_as_tool::call(state, &caller, other, args, &context).await {
+                    Some(outcome) => outcome,
+                    None => return Err(no_tool(other)),
+                }
+            }
             other => match agent_tools::call(state, &caller, other, args, &context).await {
                 Some(outcome) => outcome,
-                None => {
-                    return Err(ErrorData::invalid_params(
-                        format!("no tool named `{other}`"),
-                        None,
-                    ));
-                }
+                None => return Err(no_tool(other)),
             },
         };
         Ok(match outcome {
@@ -227,6 +242,11 @@ impl ServerHandler for SwarmdTools {
         }
         .into())
     }
+}
+
+/// The protocol error of a call naming no tool.
+fn no_tool(name: &str) -> ErrorData {
+    ErrorData::invalid_params(format!("no tool named `{name}`"), None)
 }
 
 #[cfg(test)]
@@ -256,6 +276,12 @@ mod tests {
                 "branches",
                 "diff",
                 "apply",
+                "flows",
+                "lint_flow",
+                "start_run",
+                "run",
+                "answer_wait",
+                "cancel_run",
                 "mse_operator_join",
                 "mse_pending_wait",
                 "mse_ack",

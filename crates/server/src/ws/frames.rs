@@ -6,10 +6,10 @@
 use axum::extract::ws::Utf8Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use swarmd_engine::ErrorCode;
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::ids::{ReqId, TaskId};
 use swarmd_engine::task::{PolicyOverrides, TaskStatus};
+use swarmd_engine::{ErrorCode, RunId, RunStatus};
 use swarmd_spawner::operator::{HookAck, SpawnFrame, SpawnReply, SpawnWorktree};
 
 use crate::sessions::Reply;
@@ -92,6 +92,17 @@ pub enum ServerFrame {
         status: TaskStatus,
         ok: bool,
         value: Value,
+    },
+    /// A flow run this session owns ended (passed, failed or cancelled):
+    /// its `result` when it passed, its `error` otherwise.
+    RunDone {
+        run_id: RunId,
+        flow: String,
+        status: RunStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
     /// A client frame was refused; the connection stays up.
     Error {

@@ -9,6 +9,7 @@ use swarmd_engine::ids::AttemptId;
 use super::*;
 
 const TASK: &str = "T-0190f5a2c3d47e8f9a0b1c2d3e4f5a6b";
+const RUN: &str = "R-0190f5a2c3d47e8f9a0b1c2d3e4f5a6b";
 
 fn task() -> TaskId {
     TASK.parse().unwrap()
@@ -133,6 +134,28 @@ fn server_snapshots() -> Vec<(ServerFrame, Value)> {
                 value: json!("done"),
             },
             json!({"type": "task_done", "task_id": TASK, "attempt": 1, "status": "pass", "ok": true, "value": "done"}),
+        ),
+        (
+            ServerFrame::RunDone {
+                run_id: RUN.parse().unwrap(),
+                flow: "review".into(),
+                status: RunStatus::Passed,
+                result: Some(json!({"ok": 1})),
+                error: None,
+            },
+            json!({"type": "run_done", "run_id": RUN, "flow": "review", "status": "passed",
+                   "result": {"ok": 1}}),
+        ),
+        (
+            ServerFrame::RunDone {
+                run_id: RUN.parse().unwrap(),
+                flow: "review".into(),
+                status: RunStatus::Failed,
+                result: None,
+                error: Some("step failed".into()),
+            },
+            json!({"type": "run_done", "run_id": RUN, "flow": "review", "status": "failed",
+                   "error": "step failed"}),
         ),
         (
             ServerFrame::error(Some(req("c-2")), ErrorCode::BadRequest, "no"),

@@ -1,16 +1,22 @@
 //! The event router: one task subscribed to the engine's bus that hands the
 //! events a session must hear about the tasks it owns (`EventRecord.session`)
-//! to that session's outbox: `task_finished` as `task_done`, and
-//! `long_hold_warn` as a `task_event` (docs/protocol.md, Frames: both go to
-//! the owning session). A session without a socket gets them parked. Every other event
+//! to that session's outbox: `task_finished` as `task_done`,
+//! `long_hold_warn` as a `task_event`, and the `run_changed` that ends a
+//! flow run as `run_done` (docs/protocol.md, Frames: all go to the owning
+//! session). A session without a socket gets them parked. Every other event
 //! reaches a client only through `subscribe`, so a MainAI pays for the
 //! streams it asks for and nothing else.
 //!
-//! Every `task_done` reaches its session at least once across restarts:
+//! Every `task_done` and `run_done` reaches its session at least once
+//! across restarts:
 //! sessions keep a delivery watermark (`sessions::Delivery`) and the router
 //! starts by replaying the durable log from the lowest restored one. On a
 //! cluster it routes only to sessions homed on this node, and a session
 //! that moves here has its events after its watermark routed again.
+//!
+//! `run_done` reads the run's result and error from its stored record: the
+//! event is published once the record that ended the run is durable, and
+//! the router takes no lock of the runner's.
 //!
 //! `task_done` takes its attempt from `task_finished`. Only an event with
 //! attempt 0 makes the router read the task: it is either a task that ended
@@ -21,9 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use swarmd_engine::Engine;
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::ids::TaskId;
+use swarmd_engine::{Engine, RunId, RunStatus};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -130,6 +136,18 @@ impl EventRouter {
     }
 
     async fn route(&self, record: &EventRecord) {
+        if let Event::RunChanged {
+            run_id,
+            flow,
+            status,
+            ..
+        } = &record.event
+        {
+            if status.is_terminal() {
+                self.route_run_done(record, *run_id, flow, *status).await;
+            }
+            return;
+        }
         let (Some(sid), Some(task_id)) = (record.session, record.event.task_id()) else {
             return;
         };
@@ -178,6 +196,44 @@ impl EventRouter {
         }
     }
 
+    /// The `run_done` of a run's terminal `run_changed`, to the session
+    /// that owns the run, tracked for delivery as a `task_done` is.
+    async fn route_run_done(
+        &self,
+        record: &EventRecord,
+        run_id: RunId,
+        flow: &str,
+        status: RunStatus,
+    ) {
+        let Some(sid) = record.session else {
+            return;
+        };
+        let Some(session) = self.registry.get(&sid).filter(|s| s.is_home()) else {
+            return;
+        };
+        if session.delivery.delivered_before_restart(record.seq) {
+            return;
+        }
+        let (result, error) = match self.engine.get_run(run_id).await {
+            Ok(Some(run)) => (run.result, run.error),
+            Ok(None) => (None, None),
+            Err(error) => {
+                tracing::warn!(%run_id, %error, "cannot read an ended run's result");
+                (None, None)
+            }
+        };
+        let frame = ServerFrame::RunDone {
+            run_id,
+            flow: flow.to_owned(),
+            status,
+            result,
+            error,
+        };
+        if let Err(error) = session.notify_done(&frame, record.seq) {
+            tracing::debug!(%sid, %run_id, %error, "run_done dropped");
+        }
+    }
+
     /// The attempt of a task whose `task_finished` says 0: the task's own
     /// (0 for a task that never started; the real one for an event logged
     /// before `task_finished` carried it).
@@ -192,3 +248,7 @@ impl EventRouter {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "router_tests.rs"]
+mod tests;

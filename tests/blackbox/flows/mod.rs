@@ -4,6 +4,7 @@
 //! a kill -9.
 
 mod http;
+mod import;
 mod restart;
 mod run_done;
 

@@ -67,6 +67,17 @@ pub enum FlowCommand {
         #[arg(value_name = "JSON", value_parser = parse_json)]
         value: Value,
     },
+    /// Convert an upstream mlua-swarm Blueprint (JSON, or TOML when the
+    /// file ends in `.toml`; the whole Blueprint or its `flow` node) into
+    /// swarmd flow IR and print it; needs no daemon. Parts left out are
+    /// listed on stderr; exits 1, naming every one, when it cannot convert.
+    Import {
+        /// The Blueprint file.
+        file: PathBuf,
+        /// The flow's name [default: the Blueprint's].
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+    },
     /// Cancel a run and print it.
     Cancel {
         /// The run id (R-…).

@@ -19,6 +19,9 @@ use crate::environment::Environment;
 
 /// Runs one flow verb and prints the daemon's answer as `-o` asks.
 pub(super) async fn run(args: FlowArgs, env: &Environment) -> Result<u8, CommandError> {
+    if let FlowCommand::Import { file, name } = &args.command {
+        return import(file, name.as_deref());
+    }
     let client = remote::connect(&args.connection, env).await?;
     let output = args.output;
     match args.command {
@@ -81,6 +84,7 @@ pub(super) async fn run(args: FlowArgs, env: &Environment) -> Result<u8, Command
             print_view(&view, output)?;
             Ok(exit::OK)
         }
+        FlowCommand::Import { .. } => unreachable!("handled before connecting"),
         FlowCommand::Cancel { run, reason } => {
             let view = client.cancel_run(&run, reason.as_deref()).await?;
             print_view(&view, output)?;
@@ -177,6 +181,38 @@ fn is_file(arg: &str) -> bool {
 }
 
 /// A flow's IR from `path`: TOML when the name ends in `.toml`, else JSON.
+/// `swarmd flow import`: the Blueprint as swarmd IR on stdout, what was
+/// left out on stderr.
+fn import(file: &Path, name: Option<&str>) -> Result<u8, CommandError> {
+    let blueprint = read_flow(file)?;
+    match swarmd_flow::import::import_blueprint(&blueprint) {
+        Ok(mut imported) => {
+            if let Some(name) = name {
+                imported.flow.name = name.to_owned();
+            }
+            for problem in &imported.dropped {
+                eprintln!("left out {}: {}", problem.pointer, problem.message);
+            }
+            let text =
+                serde_json::to_string_pretty(&imported.flow).map_err(|e| CommandError::Io {
+                    action: "print the flow",
+                    source: io::Error::other(e),
+                })?;
+            print(&text)?;
+            Ok(exit::OK)
+        }
+        Err(problems) => {
+            for problem in problems {
+                eprintln!(
+                    "{}  {}  {}  ({})",
+                    problem.pointer, problem.code, problem.message, problem.hint
+                );
+            }
+            Ok(exit::FAILURE)
+        }
+    }
+}
+
 fn read_flow(path: &Path) -> Result<Value, CommandError> {
     if path.extension().is_some_and(|ext| ext == "toml") {
         let text = read(path, "read the flow file")?;

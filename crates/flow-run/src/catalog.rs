@@ -1,5 +1,6 @@
 //! The flows a daemon offers by name: loaded once at start from the flows
-//! directory (`*.json` and `*.toml` files, each one flow IR), each checked
+//! directory (`*.json` and `*.toml` files, each one flow IR, and `*.lua`
+//! scripts producing one when the caller brings a Lua loader), each checked
 //! against the IR and given its content hash. A run pins the hashes of its
 //! flow and of every flow it calls, so editing a file never disturbs a run
 //! in flight.
@@ -8,12 +9,17 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use serde_json::Value;
+
 use swarmd_flow::{Flow, Node, content_hash};
 
 /// Longest flow file read, in bytes.
 pub const MAX_FLOW_FILE_BYTES: u64 = 1024 * 1024;
 /// Most flow files in the directory.
 pub const MAX_FLOW_FILES: usize = 1_000;
+
+/// Turns a flow script (its path and text) into flow IR, or says why not.
+pub type LuaLoader<'a> = dyn Fn(&Path, &str) -> Result<Value, String> + 'a;
 
 /// One flow the daemon offers.
 #[derive(Debug, Clone)]
@@ -34,6 +40,17 @@ impl Catalog {
     /// Every `*.json` and `*.toml` flow in `dir` (none when it does not
     /// exist). Every problem is reported at once, each naming its file.
     pub fn load_dir(dir: &Path) -> Result<Catalog, Vec<String>> {
+        Catalog::load(dir, None)
+    }
+
+    /// Like [`Catalog::load_dir`], and every `*.lua` file too: `lua` gets its
+    /// path and text and returns the flow IR the script produces, or the
+    /// message of why it produced none.
+    pub fn load_dir_with(dir: &Path, lua: &LuaLoader<'_>) -> Result<Catalog, Vec<String>> {
+        Catalog::load(dir, Some(lua))
+    }
+
+    fn load(dir: &Path, lua: Option<&LuaLoader<'_>>) -> Result<Catalog, Vec<String>> {
         let mut catalog = Catalog::default();
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
@@ -42,11 +59,10 @@ impl Catalog {
         };
         let mut paths: Vec<_> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("json" | "toml")
-                )
+            .filter(|p| match p.extension().and_then(|e| e.to_str()) {
+                Some("json" | "toml") => true,
+                Some("lua") => lua.is_some(),
+                _ => false,
             })
             .collect();
         paths.sort();
@@ -60,7 +76,7 @@ impl Catalog {
             paths.truncate(MAX_FLOW_FILES);
         }
         for path in paths {
-            match read_flow(&path) {
+            match read_flow(&path, lua) {
                 Ok(flow) => {
                     let source = format!("file:{}", path.display());
                     if let Some(other) = catalog.flows.get(&flow.name) {
@@ -146,7 +162,7 @@ fn calls(node: &Node) -> Vec<String> {
     out
 }
 
-fn read_flow(path: &Path) -> Result<Flow, String> {
+fn read_flow(path: &Path, lua: Option<&LuaLoader<'_>>) -> Result<Flow, String> {
     let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
     if size > MAX_FLOW_FILE_BYTES {
         return Err(format!(
@@ -154,12 +170,18 @@ fn read_flow(path: &Path) -> Result<Flow, String> {
         ));
     }
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    if path.extension().and_then(|e| e.to_str()) == Some("toml") {
-        let value: toml::Value = toml::from_str(&text).map_err(|e| e.to_string())?;
-        let json = serde_json::to_value(value).map_err(|e| e.to_string())?;
-        serde_json::from_value(json).map_err(|e| e.to_string())
-    } else {
-        Flow::from_json(&text).map_err(|e| e.to_string())
+    match (path.extension().and_then(|e| e.to_str()), lua) {
+        (Some("toml"), _) => {
+            let value: toml::Value = toml::from_str(&text).map_err(|e| e.to_string())?;
+            let json = serde_json::to_value(value).map_err(|e| e.to_string())?;
+            serde_json::from_value(json).map_err(|e| e.to_string())
+        }
+        (Some("lua"), Some(lua)) => {
+            let json = lua(path, &text)?;
+            serde_json::from_value(json)
+                .map_err(|e| format!("the script's table is not a flow: {e}"))
+        }
+        _ => Flow::from_json(&text).map_err(|e| e.to_string()),
     }
 }
 
@@ -199,6 +221,43 @@ mod tests {
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("c.json"), "{problems:?}");
         assert!(problems[1].contains("also defined"), "{problems:?}");
+    }
+
+    #[test]
+    fn lua_files_load_through_the_loader_with_their_problems_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("good.lua"), "good").unwrap();
+        std::fs::write(dir.path().join("bad.lua"), "bad").unwrap();
+        std::fs::write(dir.path().join("odd.lua"), "odd").unwrap();
+        // Without a loader, scripts are not flow files.
+        assert!(Catalog::load_dir(dir.path()).unwrap().is_empty());
+
+        let loader = |path: &Path, text: &str| -> Result<Value, String> {
+            assert!(path.ends_with(format!("{text}.lua")));
+            match text {
+                "good" => Ok(serde_json::json!({"name": "g", "body":
+                    {"kind": "seq", "children": []}})),
+                "odd" => Ok(serde_json::json!({"name": "o", "bodyy": {}})),
+                _ => Err("lua error: bad.lua:1: boom".into()),
+            }
+        };
+        let problems = Catalog::load_dir_with(dir.path(), &loader).unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].ends_with("bad.lua: lua error: bad.lua:1: boom"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1]
+                .contains("odd.lua: the script's table is not a flow: unknown field `bodyy`"),
+            "{problems:?}"
+        );
+
+        std::fs::remove_file(dir.path().join("bad.lua")).unwrap();
+        std::fs::remove_file(dir.path().join("odd.lua")).unwrap();
+        let catalog = Catalog::load_dir_with(dir.path(), &loader).unwrap();
+        let entry = catalog.get("g").unwrap();
+        assert!(entry.source.ends_with("good.lua"), "{}", entry.source);
     }
 
     #[test]

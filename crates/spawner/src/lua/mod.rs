@@ -1,6 +1,6 @@
 //! Sandboxed Lua (docs/tasks.md, Lua agents): the pool of dedicated OS threads that runs it,
-//! the sandbox every run gets, and the two script kinds — agents and
-//! middleware.
+//! the sandbox every run gets, and the three script kinds — agents,
+//! middleware, and flow scripts run once at load.
 //!
 //! Every run builds a fresh state with only `string`, `table`, `math`, `utf8`
 //! and a `json` helper; `io`, `os`, `require`, `debug`, `load`, `dofile`,
@@ -12,6 +12,7 @@
 
 mod agent;
 mod convert;
+mod flow_script;
 mod middleware;
 mod pool;
 mod sandbox;
@@ -23,6 +24,7 @@ mod tests;
 use std::time::Duration;
 
 pub use agent::{AgentRun, LuaFinal};
+pub use flow_script::{FLOW_SCRIPT_LIMITS, flow_ir};
 pub use middleware::{BeforeDecision, MiddlewareHooks};
 pub use pool::LuaPool;
 pub use script::LuaScript;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
-# server -> client -> spawner -> engine -> output-store, with the PostgreSQL backend
+# server -> client -> spawner -> engine -> output-store, server -> flow-run ->
+# engine and flow, with the PostgreSQL backend
 # (swarmd-postgres) between the server and the engine; that the engine
 # knows no HTTP, WebSocket or Lua crate; and that only swarmd-postgres (and
 # the bench, which makes its databases) reach the PostgreSQL driver.
@@ -30,6 +31,10 @@ forbid swarmd-client swarmd-server swarmd-postgres axum tokio-postgres tokio-tun
 # The flow IR is data: no swarmd crate, no transport, no interpreter.
 forbid swarmd-flow swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio tokio-tungstenite hyper reqwest tokio-postgres
 forbid swarmd-spawner swarmd-server swarmd-postgres axum tokio-tungstenite hyper reqwest tokio-postgres
+# The flow runner is a client of the engine, like the spawner stack: no
+# transport, no store driver, no interpreter (Lua flows are evaluated by
+# the daemon and handed over as IR).
+forbid swarmd-flow-run swarmd-spawner swarmd-server swarmd-postgres swarmd-client axum mlua tokio-tungstenite hyper reqwest tokio-postgres
 
 if [ "$fail" -ne 0 ]; then
     exit 1

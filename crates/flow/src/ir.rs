@@ -1,9 +1,11 @@
 //! The flow IR: one JSON document per flow. Nodes are tagged by `kind`,
 //! expressions by `op`; unknown fields are refused so a typo never passes
-//! silently. Upstream Blueprint flows (mlua-swarm's `step`, `seq`,
-//! `branch`, `fanout`, `loop`, `try` and `assign`, which swarmd also spells
-//! `let`) parse unchanged; `wait` and `call`, per-step `retry` and
-//! timeouts, and fan-out `concurrency` are swarmd's additions.
+//! silently. The node shapes of upstream Blueprint flows (mlua-swarm's
+//! `step`, `seq`, `branch`, `fanout`, `loop`, `try` and `assign`, which
+//! swarmd also spells `let`) parse here; where upstream's operators or
+//! meanings differ, `import` converts a Blueprint. `wait` and `call`,
+//! per-step `retry` and timeouts, and fan-out `concurrency` are swarmd's
+//! additions.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -18,6 +18,7 @@
 
 pub mod layers;
 pub mod lua;
+pub mod merge;
 pub mod operator;
 pub mod process;
 pub mod remote;

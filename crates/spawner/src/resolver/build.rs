@@ -17,6 +17,7 @@ use crate::layers::{
     OperatorDelegateLayer, SENIOR_ESCALATION, SeniorEscalationLayer,
 };
 use crate::lua::{LuaPool, LuaScript};
+use crate::merge::MergeSpawner;
 use crate::operator::SessionDirectory;
 use crate::process::ProcessRunner;
 use crate::spawners::{
@@ -161,7 +162,12 @@ fn base_spawner(
             reason: "concurrency must be at least 1",
         });
     }
-    if spec.worktree.is_some() && matches!(spec.kind, AgentKind::Lua(_) | AgentKind::Remote(_)) {
+    if spec.worktree.is_some()
+        && matches!(
+            spec.kind,
+            AgentKind::Lua(_) | AgentKind::Remote(_) | AgentKind::Merge(_)
+        )
+    {
         return Err(ConfigError::Invalid {
             agent,
             reason: "worktree is supported for process and operator agents only",
@@ -192,6 +198,20 @@ fn base_spawner(
             SpawnerKind::Process,
             Arc::new(RemoteSpawner::new(Arc::clone(&settings.remote), *run)),
         ),
+        AgentKind::Merge(merge) => {
+            crate::merge::check(merge, &settings.host_env).map_err(|reason| {
+                ConfigError::Worktree {
+                    agent: spec.name.clone(),
+                    reason,
+                }
+            })?;
+            (
+                // Runs in the daemon's process; an attempt open at a
+                // restart is retried, as a process agent's is.
+                SpawnerKind::InProcess,
+                Arc::new(MergeSpawner::new(merge.clone(), &settings.host_env)),
+            )
+        }
         AgentKind::Lua(script) => {
             let script = LuaScript::from_file(&spec.name, &script.script)
                 .map_err(|source| ConfigError::Lua { agent, source })?;

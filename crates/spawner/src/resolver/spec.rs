@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::layers::SeniorSettings;
+use crate::merge::MergeSpec;
 use crate::process::{HostEnv, ProcessSpec, Supervisor};
 use crate::remote::{RemotePools, RemoteRun};
 use crate::worktree::{WorktreeSpec, Worktrees};
@@ -36,6 +37,8 @@ pub enum AgentKind {
     Operator(OperatorSpec),
     /// `kind = "remote"`: queued for worker pools, run with these settings.
     Remote(RemoteRun),
+    /// `kind = "merge"`: branches merged into a new one in this repository.
+    Merge(MergeSpec),
 }
 
 /// `kind = "lua"`: the agent is this script.

@@ -14,7 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::git::{AUTHOR_EMAIL, AUTHOR_NAME, Git};
+// The merge agent (`crate::merge`) runs its git the same way.
+pub(crate) use super::git::{AUTHOR_EMAIL, AUTHOR_NAME, Git};
 use super::naming::{self, BranchTask};
 use super::{WorktreeError, Worktrees};
 use crate::process::HostEnv;

@@ -27,12 +27,12 @@ const LOCK_RETRIES: u32 = 20;
 const LOCK_BACKOFF: Duration = Duration::from_millis(25);
 
 /// Identity of the commits swarmd makes on an attempt's branch.
-pub(super) const AUTHOR_NAME: &str = "swarmd";
-pub(super) const AUTHOR_EMAIL: &str = "swarmd@localhost";
+pub(crate) const AUTHOR_NAME: &str = "swarmd";
+pub(crate) const AUTHOR_EMAIL: &str = "swarmd@localhost";
 
 /// How `git` is run: the few host variables it needs, nothing else.
 #[derive(Debug, Clone)]
-pub(super) struct Git {
+pub(crate) struct Git {
     env: Vec<(&'static str, String)>,
     /// Whether this git has `--attr-source`, asked once.
     attr_source: Arc<tokio::sync::OnceCell<bool>>,
@@ -40,7 +40,7 @@ pub(super) struct Git {
 
 /// Where a command runs.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum At<'a> {
+pub(crate) enum At<'a> {
     /// The configured repository, found as git finds it from there.
     Repo(&'a Path),
     /// An attempt's checkout, by swarmd's records.
@@ -78,7 +78,7 @@ impl<'a> From<&'a Bound<'a>> for At<'a> {
 /// repository's `worktrees/`, the repository's common directory, the
 /// directory itself, and the commit whose `.gitattributes` apply.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Bound<'a> {
+pub(crate) struct Bound<'a> {
     pub(super) git_dir: &'a Path,
     pub(super) common_dir: &'a Path,
     pub(super) work_tree: &'a Path,
@@ -86,7 +86,7 @@ pub(super) struct Bound<'a> {
 }
 
 impl Git {
-    pub(super) fn new(host: &HostEnv) -> Git {
+    pub(crate) fn new(host: &HostEnv) -> Git {
         let mut env = vec![
             ("LC_ALL", "C".to_owned()),
             ("GIT_TERMINAL_PROMPT", "0".to_owned()),
@@ -104,6 +104,17 @@ impl Git {
             env,
             attr_source: Arc::default(),
         }
+    }
+
+    /// This git with the author and committer date of every commit it
+    /// makes fixed to `date` (git's `@<unix seconds> +0000` form), so the
+    /// same commit made twice has the same id.
+    pub(crate) fn with_date(&self, date: &str) -> Git {
+        let mut git = self.clone();
+        git.env.retain(|(name, _)| !name.ends_with("_DATE"));
+        git.env.push(("GIT_AUTHOR_DATE", date.to_owned()));
+        git.env.push(("GIT_COMMITTER_DATE", date.to_owned()));
+        git
     }
 
     /// Whether this git reads attributes from a tree (`--attr-source`, git
@@ -174,7 +185,7 @@ impl Git {
     ///
     /// # Errors
     /// `Git` with git's own message when it exits non-zero.
-    pub(super) async fn run<'a>(
+    pub(crate) async fn run<'a>(
         &self,
         at: impl Into<At<'a>>,
         args: &[&str],
@@ -211,7 +222,7 @@ impl Git {
     /// # Errors
     /// `Spawn` when git cannot run; `Git` when it exits with another status
     /// than 0 or 1 (a fault, not an answer).
-    pub(super) async fn run_answer<'a>(
+    pub(crate) async fn run_answer<'a>(
         &self,
         at: impl Into<At<'a>>,
         args: &[&str],

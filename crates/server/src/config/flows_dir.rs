@@ -1,8 +1,9 @@
 //! `[flows_dir]`: where the flows the daemon offers by name are read from
 //! (docs/flows.md, Declaring): `*.json` and `*.toml` files, one flow IR
-//! each, read and linted once at start.
+//! each, and `*.lua` scripts that produce one (docs/flows.md, Flows in
+//! Lua), read and linted once at start.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -20,5 +21,53 @@ impl Default for FlowsDirConfig {
         FlowsDirConfig {
             path: PathBuf::from("flows/"),
         }
+    }
+}
+
+impl FlowsDirConfig {
+    /// Every flow of the directory: JSON and TOML IR, and the IR each Lua
+    /// script returns when run once in the Lua sandbox under
+    /// [`swarmd_spawner::lua::FLOW_SCRIPT_LIMITS`]. Every problem is
+    /// reported at once, each naming its file.
+    pub fn load(&self) -> Result<swarmd_flow_run::Catalog, Vec<String>> {
+        swarmd_flow_run::Catalog::load_dir_with(&self.path, &lua_flow)
+    }
+}
+
+fn lua_flow(path: &Path, source: &str) -> Result<serde_json::Value, String> {
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    swarmd_spawner::lua::flow_ir(&name, source, &swarmd_spawner::lua::FLOW_SCRIPT_LIMITS)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lua_script_is_a_flow_and_its_error_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("shout.lua"),
+            "return {name = 'shout', body = step('echo', '{{ input.text }}', '$.out')}",
+        )
+        .unwrap();
+        let config = FlowsDirConfig {
+            path: dir.path().to_owned(),
+        };
+        let catalog = config.load().unwrap();
+        let entry = catalog.get("shout").unwrap();
+        assert!(entry.source.ends_with("shout.lua"), "{}", entry.source);
+
+        std::fs::write(dir.path().join("spin.lua"), "while true do end").unwrap();
+        let problems = config.load().unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("spin.lua: instruction budget"),
+            "{problems:?}"
+        );
     }
 }

@@ -437,6 +437,15 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
                     script: l.script.clone(),
                 }),
                 config::AgentKind::Remote(r) => AgentKind::Remote(remote_run(r)),
+                config::AgentKind::Merge(m) => AgentKind::Merge(swarmd_spawner::merge::MergeSpec {
+                    repo: m.repo.clone(),
+                    base: m
+                        .base
+                        .clone()
+                        .unwrap_or_else(|| swarmd_spawner::merge::DEFAULT_BASE.to_owned()),
+                    fast_forward: m.fast_forward.clone(),
+                    max_branches: usize::try_from(m.max_branches).unwrap_or(usize::MAX),
+                }),
                 config::AgentKind::Operator(o) => AgentKind::Operator(OperatorSpec {
                     operator_role: o.operator_role.clone(),
                     worker_binding: o
@@ -453,7 +462,9 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
             worktree: match &agent.kind {
                 config::AgentKind::Process(p) => p.worktree.as_ref().map(worktree_spec),
                 config::AgentKind::Operator(o) => o.worktree.as_ref().map(worktree_spec),
-                config::AgentKind::Lua(_) | config::AgentKind::Remote(_) => None,
+                config::AgentKind::Lua(_)
+                | config::AgentKind::Remote(_)
+                | config::AgentKind::Merge(_) => None,
             },
         })
         .collect()
@@ -578,7 +589,7 @@ fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
     let Some(dir) = &config.flows_dir else {
         return Ok(swarmd_flow_run::Catalog::default());
     };
-    let catalog = dir.load().map_err(BuildError::Flows)?;
+    let catalog = swarmd_flow_run::Catalog::load_dir(&dir.path).map_err(BuildError::Flows)?;
     let known = swarmd_flow::lint::Known {
         agents: config.agents.keys().cloned().collect(),
         flows: catalog.names().cloned().collect(),

@@ -55,7 +55,27 @@ pub enum AgentKind {
     Operator(OperatorAgent),
     /// Pulled by worker pools on other machines (docs/tasks.md, Remote agents).
     Remote(RemoteAgent),
+    /// Merges branches into a new one, in-process (docs/branches.md,
+    /// Merging branches).
+    Merge(MergeAgent),
 }
+
+/// `kind = "merge"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeAgent {
+    /// The repository whose branches are merged; absolute.
+    pub repo: PathBuf,
+    /// What a merge starts from unless its task names a base; unset: `HEAD`.
+    pub base: Option<String>,
+    /// The one branch this agent may move, only by fast-forward and only
+    /// when a task asks.
+    pub fast_forward: Option<String>,
+    /// The most branches one task may merge.
+    pub max_branches: u32,
+}
+
+/// Default for `max_branches`.
+pub(crate) const DEFAULT_MAX_BRANCHES: u32 = 16;
 
 /// `kind = "remote"`: how a pool runs each attempt; the program is the pool's.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,6 +261,7 @@ impl AgentKind {
             AgentKind::Lua(_) => "lua",
             AgentKind::Operator(_) => "operator",
             AgentKind::Remote(_) => "remote",
+            AgentKind::Merge(_) => "merge",
         }
     }
 }
@@ -258,7 +279,7 @@ pub enum AgentShapeError {
         kind: &'static str,
         key: &'static str,
     },
-    #[error("an agent needs `kind` = \"process\", \"lua\", \"operator\" or \"remote\"")]
+    #[error("an agent needs `kind` = \"process\", \"lua\", \"operator\", \"remote\" or \"merge\"")]
     MissingKind,
     #[error("set `system_prompt` or `system_prompt_file`, not both")]
     TwoSystemPrompts,
@@ -271,6 +292,7 @@ enum KindName {
     Lua,
     Operator,
     Remote,
+    Merge,
 }
 
 /// The file form of an agent: every key of every kind, checked per kind.
@@ -326,12 +348,20 @@ struct RawAgent {
     system_prompt_file: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    repo: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    base: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fast_forward: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_branches: Option<u32>,
 }
 
 impl RawAgent {
     /// Refuses every key set here that `kind` does not own.
     fn refuse_foreign(&self, kind: &'static str) -> Result<(), AgentShapeError> {
-        if self.worktree.is_some() && matches!(kind, "lua" | "remote") {
+        if self.worktree.is_some() && matches!(kind, "lua" | "remote" | "merge") {
             return Err(AgentShapeError::KeyNotForKind {
                 kind,
                 key: "worktree",
@@ -341,7 +371,8 @@ impl RawAgent {
         const RUN: &[&str] = &["process", "remote"];
         const LUA: &[&str] = &["lua"];
         const OPERATOR: &[&str] = &["operator"];
-        let owners: [(&'static str, bool, &[&str]); 15] = [
+        const MERGE: &[&str] = &["merge"];
+        let owners: [(&'static str, bool, &[&str]); 19] = [
             ("program", self.program.is_some(), PROCESS),
             ("args", self.args.is_some(), PROCESS),
             ("resume_args", self.resume_args.is_some(), PROCESS),
@@ -361,6 +392,10 @@ impl RawAgent {
                 OPERATOR,
             ),
             ("model", self.model.is_some(), OPERATOR),
+            ("repo", self.repo.is_some(), MERGE),
+            ("base", self.base.is_some(), MERGE),
+            ("fast_forward", self.fast_forward.is_some(), MERGE),
+            ("max_branches", self.max_branches.is_some(), MERGE),
         ];
         let foreign = owners
             .into_iter()
@@ -413,6 +448,18 @@ impl TryFrom<RawAgent> for Agent {
                     stream: raw.stream.unwrap_or_default(),
                     timeout_secs: raw.timeout_secs,
                     max_output_bytes: raw.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+                })
+            }
+            KindName::Merge => {
+                raw.refuse_foreign("merge")?;
+                AgentKind::Merge(MergeAgent {
+                    repo: raw.repo.take().ok_or(AgentShapeError::MissingKey {
+                        kind: "merge",
+                        key: "repo",
+                    })?,
+                    base: raw.base.take(),
+                    fast_forward: raw.fast_forward.take(),
+                    max_branches: raw.max_branches.unwrap_or(DEFAULT_MAX_BRANCHES),
                 })
             }
             KindName::Operator => {
@@ -478,6 +525,13 @@ impl From<Agent> for RawAgent {
                 raw.stream = Some(remote.stream);
                 raw.timeout_secs = remote.timeout_secs;
                 raw.max_output_bytes = Some(remote.max_output_bytes);
+            }
+            AgentKind::Merge(merge) => {
+                raw.kind = Some(KindName::Merge);
+                raw.repo = Some(merge.repo);
+                raw.base = merge.base;
+                raw.fast_forward = merge.fast_forward;
+                raw.max_branches = Some(merge.max_branches);
             }
             AgentKind::Lua(lua) => {
                 raw.kind = Some(KindName::Lua);
@@ -574,6 +628,38 @@ mod tests {
         }
         let printed = toml::to_string(&agent).unwrap();
         assert_eq!(parse(&printed).unwrap(), agent);
+    }
+
+    #[test]
+    fn a_merge_agent_needs_a_repo_and_owns_its_keys() {
+        let agent = parse("kind = \"merge\"\nrepo = \"/r\"\nfast_forward = \"main\"").unwrap();
+        let AgentKind::Merge(merge) = &agent.kind else {
+            panic!("{agent:?}");
+        };
+        assert_eq!(merge.repo, PathBuf::from("/r"));
+        assert_eq!(merge.base, None);
+        assert_eq!(merge.fast_forward.as_deref(), Some("main"));
+        assert_eq!(merge.max_branches, DEFAULT_MAX_BRANCHES);
+        let printed = toml::to_string(&agent).unwrap();
+        assert_eq!(parse(&printed).unwrap(), agent);
+        let error = parse("kind = \"merge\"").unwrap_err();
+        assert!(error.message().contains("needs `repo`"), "{error}");
+        for key in ["program = \"x\"", "worktree = { repo = \"/r\" }"] {
+            let error = parse(&format!("kind = \"merge\"\nrepo = \"/r\"\n{key}")).unwrap_err();
+            assert!(
+                error
+                    .message()
+                    .contains("is not valid for an agent of kind merge"),
+                "{error}"
+            );
+        }
+        let error = parse("kind = \"process\"\nprogram = \"x\"\nrepo = \"/r\"").unwrap_err();
+        assert!(
+            error
+                .message()
+                .contains("key `repo` is not valid for an agent of kind process"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -230,7 +230,7 @@ fn resolve(config: &mut Config, env: &Environment) -> Result<(), ConfigError> {
                     operator.system_prompt = Some(text);
                 }
             }
-            AgentKind::Lua(_) | AgentKind::Remote(_) => {}
+            AgentKind::Lua(_) | AgentKind::Remote(_) | AgentKind::Merge(_) => {}
         }
     }
     Ok(())

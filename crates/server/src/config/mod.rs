@@ -33,8 +33,8 @@ use serde::{Deserialize, Serialize, Serializer};
 
 pub use agent::{
     Agent, AgentKind, AgentOrigin, AgentShapeError, DEFAULT_MAX_OUTPUT_BYTES, EnvSpec, EnvVars,
-    LuaAgent, MAX_TOOL_TIMEOUT_SECS, OperatorAgent, ProcessAgent, REDACTED, RemoteAgent, StdinMode,
-    StreamMode, WorkerBinding,
+    LuaAgent, MAX_TOOL_TIMEOUT_SECS, MergeAgent, OperatorAgent, ProcessAgent, REDACTED, RemoteAgent,
+    StdinMode, StreamMode, WorkerBinding,
 };
 pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file, parse_toml_agent_file};
 pub use flows_dir::FlowsDirConfig;

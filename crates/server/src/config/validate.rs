@@ -341,6 +341,14 @@ fn validate_agent(config: &Config, name: &str, agent: &Agent) -> Result<(), Conf
                 4 * GIB,
             )?;
         }
+        AgentKind::Merge(merge) => {
+            // The repository and names are checked with git when the
+            // spawner is linked (swarmd_spawner::merge::check).
+            if !merge.repo.is_absolute() {
+                return Err(invalid(&key("repo"), "must be an absolute path"));
+            }
+            range(&key("max_branches"), merge.max_branches.into(), 1, 1_000)?;
+        }
         AgentKind::Operator(operator) => {
             if let Some(role) = &operator.operator_role {
                 name_rule(&key("operator_role"), role)?;

@@ -188,7 +188,7 @@ fn local_agents(
     let local = |kind: &AgentKind| match kind {
         AgentKind::Process(p) => p.worktree.clone(),
         AgentKind::Operator(o) => o.worktree.clone(),
-        AgentKind::Lua(_) | AgentKind::Remote(_) => None,
+        AgentKind::Lua(_) | AgentKind::Remote(_) | AgentKind::Merge(_) => None,
     };
     let agents = &state.config.agents;
     if let Some(name) = agent {

@@ -589,7 +589,7 @@ fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
     let Some(dir) = &config.flows_dir else {
         return Ok(swarmd_flow_run::Catalog::default());
     };
-    let catalog = swarmd_flow_run::Catalog::load_dir(&dir.path).map_err(BuildError::Flows)?;
+    let catalog = dir.load().map_err(BuildError::Flows)?;
     let known = swarmd_flow::lint::Known {
         agents: config.agents.keys().cloned().collect(),
         flows: catalog.names().cloned().collect(),

@@ -5,6 +5,7 @@
 
 mod http;
 mod import;
+mod lua_flows;
 mod merge;
 mod restart;
 mod run_done;

@@ -15,6 +15,8 @@ use tokio::sync::oneshot;
 use swarmd_engine::ids::{AttemptId, SessionId, TaskId};
 use swarmd_engine::store::SessionKind;
 use swarmd_engine::{SpawnError, WorkerCredential};
+/// The `worktree` of a `spawn` frame is a wire type.
+pub use swarmd_wire::SpawnWorktree;
 
 /// The attempt a hook is about.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,17 +76,6 @@ pub struct SpawnFrame {
     /// resumes (docs/tasks.md, Continuations).
     pub continued_from: Option<TaskId>,
     pub resume_session: Option<String>,
-}
-
-/// The `worktree` of a `spawn` frame: where the SubAgent works and commits.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpawnWorktree {
-    /// The checkout's absolute path.
-    pub path: String,
-    /// The attempt's branch, checked out there.
-    pub branch: String,
-    /// The commit the branch starts from.
-    pub base: String,
 }
 
 /// A MainAI's reply to a `spawn` frame.

@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use swarmd_engine::ErrorCode;
 use swarmd_engine::error::EngineError;
 use swarmd_engine::gate::Verb;
@@ -34,6 +34,7 @@ use swarmd_engine::task::Task;
 use swarmd_output_store::{ContentRef, OutputEvent};
 use swarmd_spawner::worktree::branches::{ApplyMode, ApplyRequest, BranchError, BranchState};
 use swarmd_spawner::worktree::{self, naming};
+use swarmd_wire::ErrorBody;
 
 use super::tasks::{page, unknown};
 use super::views::Reader;
@@ -384,11 +385,8 @@ impl IntoResponse for Refused {
         if self.files.is_empty() {
             return self.error.into_response();
         }
-        let body = json!({
-            "error": self.error.message(),
-            "code": self.error.code().as_str(),
-            "files": self.files,
-        });
+        let body: ErrorBody =
+            ErrorBody::new(self.error.code(), self.error.message()).with_files(self.files);
         (self.error.status(), Json(body)).into_response()
     }
 }

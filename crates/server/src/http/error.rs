@@ -7,8 +7,8 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use swarmd_engine::{EngineError, ErrorCode};
+use swarmd_wire::ErrorBody;
 
 use crate::sessions::SessionError;
 
@@ -128,13 +128,15 @@ impl From<SessionError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({ "error": self.message, "code": self.code.as_str() }));
-        (self.status, body).into_response()
+        let body: ErrorBody = ErrorBody::new(self.code, self.message);
+        (self.status, Json(body)).into_response()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

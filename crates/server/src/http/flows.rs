@@ -21,6 +21,7 @@ use swarmd_engine::gate::Verb;
 use swarmd_engine::{ErrorCode, RunFilter, RunId, RunRecord, RunStatus};
 use swarmd_flow::Flow;
 use swarmd_flow_run::{FlowRef, RunError, StartRun, token};
+use swarmd_wire::ErrorBody;
 
 use super::views::Reader;
 use crate::app::AppState;
@@ -46,17 +47,14 @@ pub(crate) fn routes() -> Router<AppState> {
 /// A runner error as an answer; a flow that fails lint lists every
 /// problem in `problems`.
 pub(crate) fn run_error(error: RunError) -> Response {
-    if let RunError::InvalidFlow { problems } = &error {
-        let body = json!({
-            "error": error.to_string(),
-            "code": ErrorCode::InvalidFlow,
-            "problems": problems,
-        });
-        return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
-    }
+    let message = error.to_string();
     match error {
+        RunError::InvalidFlow { problems } => {
+            let body = ErrorBody::new(ErrorCode::InvalidFlow, message).with_problems(problems);
+            (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+        }
         RunError::Engine(e) => ApiError::from(e).into_response(),
-        other => ApiError::coded(other.code(), other.to_string()).into_response(),
+        other => ApiError::coded(other.code(), message).into_response(),
     }
 }
 

@@ -27,7 +27,7 @@ use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::sessions::{Outgoing, ReplyError, Session};
-use crate::ws::frames::{ClientFrame, ServerFrame, decode, encode};
+use crate::ws::frames::{ClientFrame, ServerFrame, decode, encode, into_reply};
 use crate::ws::prepare_spawn;
 
 /// The longest a pop waits for a frame.
@@ -299,7 +299,7 @@ pub(super) async fn reply(state: &AppState, caller: &Caller, args: Option<JsonOb
 /// Completes the request a reply frame answers; false for a spawn reply
 /// that came after its attempt ended (nothing waits for it).
 pub(super) fn complete(session: &Session, frame: ClientFrame) -> Result<bool, ApiError> {
-    let Ok((req_id, reply)) = frame.into_reply() else {
+    let Ok((req_id, reply)) = into_reply(frame) else {
         return Err(ApiError::bad_request(
             "reply answers spawn_ack, spawn_halt, answer or hook_ack; use the spawn and \
              cancel tools to start and stop tasks",

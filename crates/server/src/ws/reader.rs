@@ -23,7 +23,7 @@ use swarmd_engine::ids::ReqId;
 use tokio::sync::mpsc;
 
 use super::MAX_FRAME_BYTES;
-use super::frames::{ClientFrame, ServerFrame, decode};
+use super::frames::{ClientFrame, ServerFrame, decode, into_reply};
 use super::ops::Op;
 use super::subscribe::Subscriptions;
 use super::writer::{Direct, Liveness};
@@ -120,7 +120,7 @@ impl Reader<'_> {
                 return;
             }
         };
-        let frame = match frame.into_reply() {
+        let frame = match into_reply(frame) {
             Ok((req_id, reply)) => return self.complete(req_id, reply).await,
             Err(frame) => *frame,
         };

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::dialect::{Dialect, UpstreamAttempts};
-use super::frames::{ServerFrame, encode};
+use super::frames::{self, ServerFrame, encode};
 use crate::sessions::{Batch, CloseReason, Outgoing, ParkedSpawn, Session};
 
 /// Frames taken from the outbox per flush.
@@ -222,7 +222,7 @@ pub(crate) async fn prepare_spawn(
     if session.dialect == Dialect::Upstream {
         upstream.record(frame.attempt);
     }
-    Some(session.dialect.encode(&ServerFrame::spawn(&req_id, &frame)))
+    Some(session.dialect.encode(&frames::spawn(&req_id, &frame)))
 }
 
 fn close_message(code: u16, reason: &'static str) -> Message {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
 # server -> client -> spawner -> engine -> output-store, server -> flow-run ->
-# engine and flow, with the PostgreSQL backend
+# engine and flow, server and spawner -> wire -> engine, with the PostgreSQL backend
 # (swarmd-postgres) between the server and the engine; that the engine
 # knows no HTTP, WebSocket or Lua crate; and that only swarmd-postgres (and
 # the bench, which makes its databases) reach the PostgreSQL driver.
@@ -22,6 +22,20 @@ forbid() {
     done
 }
 
+# Like `forbid`, for the crate's own (direct) dependencies only.
+forbid_direct() {
+    local crate=$1
+    shift
+    local tree
+    tree=$(cargo tree --locked -p "$crate" -e normal,build --depth 1 --prefix none --format '{p}' | awk '{print $1}' | sort -u)
+    for bad in "$@"; do
+        if grep -qx "$bad" <<<"$tree"; then
+            echo "dependency direction violated: $crate depends directly on $bad" >&2
+            fail=1
+        fi
+    done
+}
+
 forbid swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio-tungstenite hyper tokio-postgres
 forbid swarmd-engine swarmd-spawner swarmd-server swarmd-postgres axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
 forbid swarmd-postgres swarmd-spawner swarmd-server axum mlua tokio-tungstenite hyper reqwest
@@ -35,6 +49,13 @@ forbid swarmd-spawner swarmd-server swarmd-postgres axum tokio-tungstenite hyper
 # transport, no store driver, no interpreter (Lua flows are evaluated by
 # the daemon and handed over as IR).
 forbid swarmd-flow-run swarmd-spawner swarmd-server swarmd-postgres swarmd-client axum mlua tokio-tungstenite hyper reqwest tokio-postgres
+# The wire is plain serde data: no transport, no crate above the engine. It
+# links the engine for the ids, statuses and events its frames carry, and so
+# tokio through it, but uses no runtime itself.
+forbid swarmd-wire swarmd-spawner swarmd-server swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
+forbid_direct swarmd-wire tokio tokio-util futures-util
+# The bench measures the protocol as any client sees it: no swarmd crate.
+forbid swarmd-bench swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run swarmd-wire
 
 if [ "$fail" -ne 0 ]; then
     exit 1

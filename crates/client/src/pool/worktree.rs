@@ -44,7 +44,12 @@ impl PoolWorktree {
         host: &HostEnv,
     ) -> Result<PoolWorktree, String> {
         let repo = std::path::absolute(&repo).unwrap_or(repo);
-        let spec = WorktreeSpec { repo, base, keep };
+        let spec = WorktreeSpec {
+            repo,
+            base,
+            keep,
+            bootstrap: Default::default(),
+        };
         let checked = spec.clone();
         let check_host = host.clone();
         tokio::task::spawn_blocking(move || worktree::check(&checked, &check_host))

@@ -82,6 +82,17 @@ impl ProcessRunner {
         &self.program
     }
 
+    /// The environment a command run for this agent gets in `checkout` (a
+    /// worktree's setup command): the agent's allow-list and the
+    /// worktree's `SWARM_*` variables, without the attempt's own (no
+    /// worker credential, no prompt).
+    pub fn checkout_env(&self, checkout: &Checkout) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        env.extend(checkout.env().map(|(k, v)| (k.to_owned(), v)));
+        env.extend(checkout.port_env());
+        env
+    }
+
     /// Starts one child. `cancel` stops it (SIGTERM to its group, SIGKILL
     /// after the grace) while [`RunningChild::wait`] runs.
     pub fn start(
@@ -127,7 +138,10 @@ impl ProcessRunner {
             command.current_dir(cwd);
         }
         if let Some(checkout) = checkout {
-            command.current_dir(&checkout.dir).envs(checkout.env());
+            command
+                .current_dir(&checkout.dir)
+                .envs(checkout.env())
+                .envs(checkout.port_env());
         }
         let start_error = |source| ProcessError::Start {
             program: self.program.display().to_string(),

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::forward::{CHANNEL, forward};
 use super::task_of;
 use crate::process::{Exited, ProcessError, ProcessRunner, RunVars, RunningChild, StreamMode};
-use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees, open_for_task};
+use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees, open_for_task, setup};
 
 /// Producer name of the events this spawner appends.
 const PRODUCER: &str = "process";
@@ -65,6 +65,21 @@ impl SpawnerAdapter for ProcessSpawner {
             }),
             None => None,
         };
+        // The setup command runs in the new worktree before the agent; its
+        // failure fails the attempt, the agent never started.
+        if let (Some(opened), Some((_, spec))) = (&worktree, &self.worktree)
+            && let Some(setup) = &spec.bootstrap.setup
+        {
+            let checkout = opened.checkout();
+            let env = self.runner.checkout_env(checkout);
+            let ran = setup::run_recorded(&*host, setup, &checkout.dir, &env).await;
+            if let Err(error) = ran {
+                if let Some(worktree) = worktree {
+                    worktree.abandon().await;
+                }
+                return Err(SpawnError::Failed(error.to_string()));
+            }
+        }
         let resume_session = task.resume_session(ctx.id.n);
         let vars = RunVars {
             base_url: self.base_url.clone(),

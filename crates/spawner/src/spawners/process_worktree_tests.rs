@@ -40,6 +40,7 @@ fn spawner_with(
         repo: repo.to_owned(),
         base: "main".to_owned(),
         keep: KeepRule::Never,
+        bootstrap: Default::default(),
     };
     Arc::new(ProcessSpawner::new(runner, "http://127.0.0.1:7700").with_worktree(trees, worktree))
 }

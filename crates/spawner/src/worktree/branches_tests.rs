@@ -22,6 +22,7 @@ async fn attempt_branch(trees: &Worktrees, repo: &Path, text: &str) -> String {
         repo: repo.to_owned(),
         base: "main".into(),
         keep: KeepRule::Never,
+        bootstrap: Default::default(),
     };
     let checkout = trees.create(&spec, TASK, 1).await.unwrap();
     std::fs::write(checkout.dir.join("notes.txt"), text).unwrap();

@@ -129,6 +129,8 @@ impl Worktrees {
             base: String::new(),
             keep: KeepRule::Never,
             title: None,
+            ports: Vec::new(),
+            placed: Vec::new(),
         };
         if let Err(error) = self.release(&checkout, false).await {
             tracing::warn!(%branch, %error, "the kept checkout of an interrupted attempt was not removed");
@@ -265,6 +267,7 @@ mod tests {
             repo: repo.clone(),
             base: "main".into(),
             keep: KeepRule::Always,
+            bootstrap: Default::default(),
         };
         let spec_of = TaskSpec {
             agent: "coder".into(),
@@ -342,6 +345,7 @@ mod tests {
             repo: repo.clone(),
             base: "main".into(),
             keep: KeepRule::Always,
+            bootstrap: Default::default(),
         };
         let mut prior = PriorWork {
             branch: "swarmd/T-1-1".into(),

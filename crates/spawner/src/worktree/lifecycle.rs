@@ -33,6 +33,9 @@ struct Note {
     keep: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     title: Option<String>,
+    /// What the bootstrap placed in the checkout, kept out of its commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    placed: Vec<PathBuf>,
 }
 
 /// A checkout found at startup: the attempt it belonged to and what it
@@ -114,6 +117,8 @@ impl Worktrees {
             keep: spec.keep,
             git_dir: None,
             title,
+            ports: Vec::new(),
+            placed: Vec::new(),
         };
         self.write_note(&checkout).await?;
         let dir = checkout.dir.display().to_string();
@@ -143,7 +148,50 @@ impl Worktrees {
             }
             return Err(unregistered);
         }
+        if let Err(error) = self.bootstrap(spec, &mut checkout).await {
+            if let Err(error) = self.release(&checkout, false).await {
+                tracing::warn!(branch = %checkout.branch, %error, "worktree not released");
+            }
+            return Err(error);
+        }
         Ok(checkout)
+    }
+
+    /// Copies and links the bootstrap's files into a new checkout and gives
+    /// it its ports; the setup command is the spawner's (it needs the
+    /// agent's environment).
+    async fn bootstrap(
+        &self,
+        spec: &WorktreeSpec,
+        checkout: &mut Checkout,
+    ) -> Result<(), WorktreeError> {
+        let bootstrap = &spec.bootstrap;
+        if bootstrap.places_files() {
+            let (repo, dir) = (checkout.repo.clone(), checkout.dir.clone());
+            let files = bootstrap.clone();
+            let placed = tokio::task::spawn_blocking(move || {
+                super::bootstrap::place_files(&repo, &dir, &files)
+            })
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|placed| placed)
+            .map_err(|source| WorktreeError::Bootstrap {
+                dir: checkout.dir.clone(),
+                source,
+            })?;
+            tracing::debug!(
+                copied = placed.copied.len(),
+                linked = placed.linked.len(),
+                "worktree bootstrap files placed"
+            );
+            checkout.placed = placed.copied.into_iter().chain(placed.linked).collect();
+            // Recovery must keep them out of the commit too.
+            self.write_note(checkout).await?;
+        }
+        if let Some(ports) = &bootstrap.ports {
+            checkout.ports = self.ports.take(ports)?;
+        }
+        Ok(())
     }
 
     /// Commits whatever the worker left uncommitted in the checkout (as
@@ -213,6 +261,8 @@ impl Worktrees {
     /// # Errors
     /// Git refused to remove the worktree or the branch.
     pub async fn release(&self, checkout: &Checkout, passed: bool) -> Result<bool, WorktreeError> {
+        // The attempt is over whatever becomes of its directory.
+        self.ports.release(&checkout.ports);
         let keep = checkout.keep.keeps(passed);
         if !keep {
             let repo = &checkout.repo;
@@ -301,6 +351,18 @@ impl Worktrees {
         at: &Bound<'_>,
         checkout: &Checkout,
     ) -> Result<bool, WorktreeError> {
+        // The bootstrap's copies and links are the repository's, not the
+        // worker's work.
+        let excludes: Vec<String> = checkout
+            .placed
+            .iter()
+            .map(|p| format!(":(exclude,literal){}", p.display()))
+            .collect();
+        let mut excluded: Vec<&str> = Vec::new();
+        if !excludes.is_empty() {
+            excluded.extend(["--", "."]);
+            excluded.extend(excludes.iter().map(String::as_str));
+        }
         // One byte tells whether there is anything: the list is not read,
         // and git is stopped holding no lock (`--no-optional-locks`).
         let (status, _) = self
@@ -308,18 +370,24 @@ impl Worktrees {
             .run_capped(
                 at,
                 &[
-                    "--no-optional-locks",
-                    "status",
-                    "--porcelain",
-                    "--ignore-submodules=all",
-                ],
+                    &[
+                        "--no-optional-locks",
+                        "status",
+                        "--porcelain",
+                        "--ignore-submodules=all",
+                    ][..],
+                    &excluded,
+                ]
+                .concat(),
                 1,
             )
             .await?;
         if status.is_empty() {
             return Ok(false);
         }
-        self.git.run(at, &["add", "-A"]).await?;
+        self.git
+            .run(at, &[&["add", "-A"][..], &excluded].concat())
+            .await?;
         let name = format!("user.name={AUTHOR_NAME}");
         let email = format!("user.email={AUTHOR_EMAIL}");
         let dir_name = checkout
@@ -372,6 +440,7 @@ impl Worktrees {
             base: checkout.base.clone(),
             keep: keep_name(checkout.keep).to_owned(),
             title: checkout.title.clone(),
+            placed: checkout.placed.clone(),
         };
         let bytes = serde_json::to_vec(&note).map_err(|e| trouble(std::io::Error::other(e)))?;
         tokio::fs::write(self.note_path(&checkout.dir), bytes)
@@ -392,6 +461,8 @@ impl Worktrees {
             keep: keep_rule(&note.keep)?,
             git_dir,
             title: note.title,
+            ports: Vec::new(),
+            placed: note.placed,
         })
     }
 }

@@ -18,12 +18,15 @@
 //! git, its configuration and its repository format apply unchanged.
 
 mod attempt;
+pub mod bootstrap;
 mod bound;
 pub mod branches;
 mod continued;
 mod git;
 mod lifecycle;
 pub mod naming;
+pub mod ports;
+pub mod setup;
 
 #[cfg(test)]
 mod tests;
@@ -39,8 +42,10 @@ use crate::process::HostEnv;
 use git::Git;
 
 pub use attempt::AttemptWorktree;
+pub use bootstrap::{Bootstrap, SetupSpec};
 pub use continued::{PriorWork, open_continued, open_for_task, open_from_prior, prior_work};
 pub use lifecycle::{RecoveredCheckout, keep_name, keep_rule};
+pub use ports::PortsSpec;
 
 /// Name of the artifact that records an attempt's worktree.
 pub const ARTIFACT: &str = "worktree";
@@ -50,7 +55,7 @@ pub const PRODUCER: &str = "worktree";
 /// changed paths; beyond it, `diff_truncated` and `files_truncated`.
 pub const DEFAULT_DIFF_MAX_BYTES: usize = 1024 * 1024;
 
-/// `worktree = { repo, base, keep }` of an agent.
+/// `worktree = { repo, base, keep, copy, link, setup, ports }` of an agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorktreeSpec {
     /// The repository worktrees are added to; absolute.
@@ -58,6 +63,8 @@ pub struct WorktreeSpec {
     /// What each attempt's branch starts from: a commit, branch or tag.
     pub base: String,
     pub keep: KeepRule,
+    /// What makes each new worktree ready to work in.
+    pub bootstrap: Bootstrap,
 }
 
 /// When an attempt's worktree directory is left in place after it ends.
@@ -100,6 +107,12 @@ pub struct Checkout {
     /// ([`Worktrees::name_task`]): what the branch and swarmd's commit on it
     /// are named after.
     pub title: Option<String>,
+    /// The ports the attempt holds (`worktree.ports`) until its checkout is
+    /// released; empty without.
+    pub ports: Vec<u16>,
+    /// What the bootstrap copied or linked in, relative to `dir`: never part
+    /// of the worker's leftovers.
+    pub placed: Vec<PathBuf>,
 }
 
 impl Checkout {
@@ -111,6 +124,12 @@ impl Checkout {
             ("SWARM_BRANCH", self.branch.clone()),
             ("SWARM_BASE", self.base.clone()),
         ]
+    }
+
+    /// The variables of the ports the attempt holds: `SWARM_PORT` and
+    /// `SWARM_PORT_0` … (see [`ports::port_env`]).
+    pub fn port_env(&self) -> Vec<(String, String)> {
+        ports::port_env(&self.ports)
     }
 }
 
@@ -172,6 +191,14 @@ pub enum WorktreeError {
         .repo.display()
     )]
     Unregistered { dir: PathBuf, repo: PathBuf },
+    #[error("worktree bootstrap in {}: {source}", .dir.display())]
+    Bootstrap {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Ports(#[from] ports::PortsExhausted),
     #[error("cannot prepare {}: {source}", .dir.display())]
     Directory {
         dir: PathBuf,
@@ -193,6 +220,8 @@ pub struct Worktrees {
     /// Each task's prompt's first line, by task id, from [`Worktrees::name_task`]
     /// until its checkout is released.
     titles: Mutex<HashMap<String, String>>,
+    /// The ports live attempts hold, over every agent.
+    ports: ports::PortPool,
 }
 
 impl Worktrees {
@@ -207,6 +236,7 @@ impl Worktrees {
             diff_max_bytes: DEFAULT_DIFF_MAX_BYTES,
             locks: Mutex::new(HashMap::new()),
             titles: Mutex::new(HashMap::new()),
+            ports: ports::PortPool::default(),
         }
     }
 
@@ -228,10 +258,12 @@ impl Worktrees {
 }
 
 /// Checks a spec at link time: `repo` is an absolute path to a git
-/// repository and `base` names a commit in it.
+/// repository, `base` names a commit in it, and the bootstrap's paths stay
+/// inside it.
 ///
 /// # Errors
 /// The problem in words, for `check-config`.
 pub fn check(spec: &WorktreeSpec, host: &HostEnv) -> Result<(), String> {
+    spec.bootstrap.check()?;
     git::check_blocking(host, &spec.repo, &spec.base)
 }

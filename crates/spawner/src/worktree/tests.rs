@@ -1,6 +1,6 @@
 //! The worktree lifecycle against real `git` on temporary repositories.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::*;
@@ -21,6 +21,7 @@ fn spec(repo: &Path, keep: KeepRule) -> WorktreeSpec {
         repo: repo.to_owned(),
         base: "HEAD".to_owned(),
         keep,
+        bootstrap: Default::default(),
     }
 }
 
@@ -390,4 +391,68 @@ fn a_recovered_checkout_names_its_attempt() {
     ] {
         assert_eq!(named(name.clone()).attempt(), None, "{name}");
     }
+}
+
+#[tokio::test]
+async fn a_new_checkout_gets_its_copies_links_and_ports_and_release_frees_the_ports() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    std::fs::write(repo.join(".gitignore"), ".env\nnode_modules/\n").unwrap();
+    std::fs::write(repo.join(".env"), "KEY=1\n").unwrap();
+    std::fs::create_dir(repo.join("node_modules")).unwrap();
+    let trees = Worktrees::new(temp.path().join("worktrees"), &host());
+    let mut first = None;
+    for candidate in (42000u16..60000).step_by(89) {
+        if (candidate..candidate + 4).all(|p| std::net::TcpListener::bind(("0.0.0.0", p)).is_ok()) {
+            first = Some(candidate);
+            break;
+        }
+    }
+    let first = first.expect("a free range");
+    let range = format!("{first}-{}", first + 3);
+    let spec = WorktreeSpec {
+        bootstrap: Bootstrap {
+            copy: vec![".env".into()],
+            link: vec!["node_modules".into()],
+            setup: None,
+            ports: Some(PortsSpec::new(&range, 2).unwrap()),
+        },
+        ..spec(&repo, KeepRule::Never)
+    };
+    let a = trees.create(&spec, "T-boot", 1).await.unwrap();
+    let b = trees.create(&spec, "T-boot", 2).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(a.dir.join(".env")).unwrap(),
+        "KEY=1\n"
+    );
+    assert!(
+        std::fs::symlink_metadata(a.dir.join("node_modules"))
+            .unwrap()
+            .is_symlink()
+    );
+    assert_eq!(a.ports.len(), 2);
+    assert!(a.ports.iter().all(|p| !b.ports.contains(p)), "{a:?} {b:?}");
+    let env = a.port_env();
+    assert_eq!(env[0], ("SWARM_PORT".to_owned(), a.ports[0].to_string()));
+    assert_eq!(a.placed, [".env", "node_modules"].map(PathBuf::from));
+    // `node_modules/` ignores directories only, not the symlink: still the
+    // copies and links are never the worker's leftovers.
+    let report = trees.conclude(&a).await.unwrap();
+    assert!(!report.committed_leftovers, "{report:?}");
+    assert!(report.files.is_empty(), "{report:?}");
+    // The range is used up: a third live attempt cannot start.
+    let refused = trees.create(&spec, "T-boot", 3).await.unwrap_err();
+    assert!(matches!(refused, WorktreeError::Ports(_)), "{refused}");
+    assert!(!trees.root().join("T-boot-3").exists());
+    // Ended (here: failed), an attempt's ports go to the next one.
+    trees.release(&a, false).await.unwrap();
+    let c = trees.create(&spec, "T-boot", 4).await.unwrap();
+    let mut freed = a.ports.clone();
+    freed.sort_unstable();
+    let mut got = c.ports.clone();
+    got.sort_unstable();
+    assert_eq!(got, freed);
+    // The linked directory is the repository's: releasing the checkout
+    // leaves it in place.
+    assert!(repo.join("node_modules").is_dir());
 }

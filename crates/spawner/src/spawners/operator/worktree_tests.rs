@@ -39,6 +39,7 @@ fn setup() -> Setup {
         repo: repo.clone(),
         base: "main".into(),
         keep: KeepRule::Never,
+        bootstrap: Default::default(),
     };
     let channel = Arc::new(FakeChannel::default());
     let directory = Arc::new(FakeDirectory::default());

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::{EngineError, RunRecord, RunStatus, Task, TaskSpec, WriteOp};
+
 use swarmd_flow::Flow;
 use swarmd_flow::run::{Progress, StepStart, WaitEntry, evaluate};
 
@@ -156,33 +157,57 @@ impl Runner {
             self.arm(live, next);
             return Ok(false);
         }
+        let mut ended = false;
         for start in due {
-            self.start_step(live, start).await?;
+            ended |= self.start_step(live, start).await?;
         }
-        Ok(true)
+        if ended || live.dirty.is_some() {
+            // An outcome is known already: evaluate again.
+            return Ok(true);
+        }
+        let next = ev
+            .starts
+            .iter()
+            .filter_map(|s| s.not_before_ms.filter(|t| *t > now))
+            .chain(
+                live.state
+                    .journal
+                    .open_waits()
+                    .filter_map(|(_, w)| w.deadline_ms),
+            )
+            .min();
+        self.arm(live, next);
+        Ok(false)
     }
 
     /// Starts one step try as a task whose record commits with the journal
-    /// that names it, recording its outcome when it is already known.
-    async fn start_step(&self, live: &mut Live, start: &StepStart) -> Result<(), RunError> {
+    /// that names it; `true` when its outcome is known already (a replay
+    /// of a task that ended, or one that could not be created).
+    async fn start_step(&self, live: &mut Live, start: &StepStart) -> Result<bool, RunError> {
         let now = now_ms();
         let run_id = live.record.id;
         let spec = step_spec(live, start);
         let key = start.key.clone();
         let mut state = live.state.clone();
-        let record = live.record.clone();
-        let (commit_key, commit_now) = (key.clone(), now);
+        let mut record = live.record.clone();
+        let commit_key = key.clone();
+        let written: Arc<std::sync::Mutex<Option<RunRecord>>> = Arc::default();
+        let slot = written.clone();
+        let runner = self.clone();
         let created = self
             .engine()
             .create_task_with(spec, move |task: &Task| {
+                // Known before the task can end: its `task_finished` finds
+                // its run.
+                runner.task_map().insert(task.id, run_id);
                 state
                     .journal
-                    .start_step(&commit_key, task.id.to_string(), commit_now);
-                let mut record = record;
+                    .start_step(&commit_key, task.id.to_string(), now);
                 record.state = serde_json::to_value(&state).unwrap_or(Value::Null);
                 record.version += 1;
-                record.updated_ms = commit_now;
-                let event = run_event(&record, Some((commit_key.clone(), "running")));
+                record.updated_ms = now;
+                let event = run_event(&record, Some((commit_key, "running")));
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.clone());
                 (vec![WriteOp::PutRun(Box::new(record))], vec![event])
             })
             .await;
@@ -191,18 +216,15 @@ impl Runner {
                 live.state
                     .journal
                     .start_step(&key, task.id.to_string(), now);
-                live.record = live.next_record(now);
+                let written = written.lock().unwrap_or_else(|e| e.into_inner()).take();
+                live.record = written.unwrap_or_else(|| live.next_record(now));
                 live.dirty = None;
-                self.task_map().insert(task.id, run_id);
-                self.inner.changed.notify_waiters();
+                // A replay names a task that may have ended long ago.
                 if task.status().is_terminal() {
                     self.record_outcome(live, &task);
-                } else if let Some(later) = self.engine().get_task(task.id).await?
-                    && later.status().is_terminal()
-                {
-                    self.record_outcome(live, &later);
+                    return Ok(true);
                 }
-                Ok(())
+                Ok(false)
             }
             Err(EngineError::Draining) => Err(RunError::Engine(EngineError::Draining)),
             Err(error) => {
@@ -214,7 +236,7 @@ impl Runner {
                         .journal
                         .end_step(&key, Err(format!("not started: {error}")), now);
                 live.dirty = Some(key);
-                Ok(())
+                Ok(true)
             }
         }
     }
@@ -222,10 +244,6 @@ impl Runner {
     /// Records how a step's task ended, if it is one of this run's open
     /// tries.
     pub(crate) fn record_outcome(&self, live: &mut Live, task: &Task) {
-        let id = task.id.to_string();
-        let Some(key) = live.state.journal.step_of_task(&id).map(str::to_owned) else {
-            return;
-        };
         let result = match (task.status(), &task.result) {
             (swarmd_engine::TaskStatus::Pass, Some(result)) if result.ok => {
                 Ok(result.value.clone())
@@ -236,11 +254,27 @@ impl Runner {
                 None => status.to_string(),
             })),
         };
-        let now = task.finished_ms.unwrap_or_else(now_ms);
-        if live.state.journal.end_step(&key, result, now).is_ok() {
+        let at = task.finished_ms.unwrap_or_else(now_ms);
+        self.record_result(live, task.id, result, at);
+    }
+
+    /// Records the outcome of task `id`, if it is one of this run's open
+    /// tries.
+    pub(crate) fn record_result(
+        &self,
+        live: &mut Live,
+        id: TaskId,
+        result: Result<Value, String>,
+        at: u64,
+    ) {
+        self.task_map().remove(&id);
+        let text = id.to_string();
+        let Some(key) = live.state.journal.step_of_task(&text).map(str::to_owned) else {
+            return;
+        };
+        if live.state.journal.end_step(&key, result, at).is_ok() {
             live.dirty = Some(key);
         }
-        self.task_map().remove(&task.id);
     }
 
     /// Ends the run: its status, result or error, durable; every step it
@@ -284,7 +318,6 @@ impl Runner {
             }
         }
         self.open_runs().remove(&live.record.id);
-        self.inner.changed.notify_waiters();
         tracing::info!(run_id = %live.record.id, flow = %live.record.flow, status = status.as_str(), "flow run ended");
         Ok(())
     }
@@ -298,7 +331,6 @@ impl Runner {
             .write_run(vec![WriteOp::PutRun(Box::new(record.clone()))], vec![event])
             .await?;
         live.record = record;
-        self.inner.changed.notify_waiters();
         Ok(())
     }
 

@@ -91,8 +91,6 @@ pub(crate) struct Inner {
     pub tasks: Mutex<HashMap<TaskId, RunId>>,
     /// Flows by hash, as pinned runs read them.
     pub flows: Mutex<HashMap<String, Arc<Flow>>>,
-    /// Woken on every run write (`wait_for`).
-    pub changed: tokio::sync::Notify,
     /// Woken when this node took over runs of a dead node.
     pub adopt: tokio::sync::Notify,
     /// Held while open runs are read back, so two readings never load
@@ -121,7 +119,6 @@ impl Runner {
                 open: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(HashMap::new()),
                 flows: Mutex::new(HashMap::new()),
-                changed: tokio::sync::Notify::new(),
                 adopt: tokio::sync::Notify::new(),
                 reading: tokio::sync::Mutex::new(()),
             }),
@@ -355,18 +352,35 @@ impl Runner {
     }
 
     /// Waits until run `id` ends or `timeout` passes; its record then.
+    /// Follows the engine's events, so a run another node drives is
+    /// waited for too.
     pub async fn wait_for(&self, id: RunId, timeout: Duration) -> Result<RunRecord, RunError> {
         let deadline = tokio::time::Instant::now() + timeout;
+        let mut events = self.inner.engine.subscribe();
+        let record = self.record(id).await?;
+        if record.status.is_terminal() {
+            return Ok(record);
+        }
         loop {
-            let notified = self.inner.changed.notified();
-            let record = self.record(id).await?;
-            if record.status.is_terminal() {
-                return Ok(record);
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Ok(record);
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Err(_) => break,
+                Ok(Ok(event)) => {
+                    if let Event::RunChanged { run_id, status, .. } = &event.event
+                        && *run_id == id
+                        && status.is_terminal()
+                    {
+                        break;
+                    }
+                }
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {
+                    if self.record(id).await?.status.is_terminal() {
+                        break;
+                    }
+                }
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => break,
             }
         }
+        self.record(id).await
     }
 
     /// Reads back, soon, the runs this node took over from a dead one.
@@ -488,3 +502,7 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+#[cfg(test)]
+#[path = "runner_tests.rs"]
+mod tests;

@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use serde_json::Value;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::{Event, RunId};
+use swarmd_engine::{Event, RunId, TaskStatus};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::advance::Live;
@@ -34,8 +35,23 @@ impl Runner {
             };
             match received {
                 Ok(record) => {
-                    if let Event::TaskFinished { task_id, .. } = &record.event {
-                        self.task_ended(*task_id).await;
+                    if let Event::TaskFinished {
+                        task_id,
+                        status,
+                        result,
+                        ..
+                    } = &record.event
+                        && self.task_map().contains_key(task_id)
+                    {
+                        // Runs move on in parallel; each run's lock keeps
+                        // its own outcomes in order.
+                        let passed = match (status, result) {
+                            (TaskStatus::Pass, Some(r)) if r.ok => Some(r.value.clone()),
+                            (TaskStatus::Pass, None) => Some(Value::Null),
+                            _ => None,
+                        };
+                        let (runner, id, at) = (self.clone(), *task_id, record.ts_ms);
+                        tokio::spawn(async move { runner.task_ended(id, passed, at).await });
                     }
                 }
                 Err(RecvError::Lagged(missed)) => {
@@ -45,7 +61,7 @@ impl Runner {
                     );
                     let tasks: Vec<TaskId> = self.task_map().keys().copied().collect();
                     for task in tasks {
-                        self.task_ended(task).await;
+                        self.task_ended(task, None, 0).await;
                     }
                 }
                 Err(RecvError::Closed) => return,
@@ -53,8 +69,10 @@ impl Runner {
         }
     }
 
-    /// Records how task `id` ended in its run, if it is a step of one.
-    async fn task_ended(&self, id: TaskId) {
+    /// Records how task `id` ended in its run, if it is a step of one: with
+    /// the value it passed with (from its `task_finished`, at `at`), or
+    /// else as the task's record says (a failure's reason is there).
+    async fn task_ended(&self, id: TaskId, passed: Option<Value>, at: u64) {
         let Some(run) = self.task_map().get(&id).copied() else {
             return;
         };
@@ -63,6 +81,12 @@ impl Runner {
             self.task_map().remove(&id);
             return;
         };
+        if let Some(value) = passed {
+            let mut live = cell.lock().await;
+            self.record_result(&mut live, id, Ok(value), at);
+            self.advance(&mut live).await;
+            return;
+        }
         let task = match self.engine().get_task(id).await {
             Ok(Some(task)) if task.status().is_terminal() => task,
             Ok(_) => return,

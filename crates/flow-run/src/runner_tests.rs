@@ -1,0 +1,208 @@
+//! The runner over a real engine (memory stores, scripted workers): values
+//! pass between steps, a fan-out's loser is cancelled at its task, a run
+//! is read back by a new runner and goes on, and a wait answers only to
+//! its own token.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use swarmd_engine::task::SpawnerKind;
+use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver, memory_engine};
+use swarmd_engine::{Engine, EngineConfig, RunStatus, TaskStatus};
+use swarmd_flow::{Flow, Limits};
+
+use crate::{Catalog, FlowRef, RunError, Runner, StartRun};
+
+/// `plan` passes with "P", `build` with "B", `slow` never ends.
+fn engine() -> Engine {
+    let spawner = ScriptedSpawner::new(|ctx| match ctx.agent.as_str() {
+        "slow" => Script::Hang,
+        "plan" => Script::Final {
+            value: json!("P"),
+            ok: true,
+        },
+        _ => Script::Final {
+            value: json!("B"),
+            ok: true,
+        },
+    });
+    let mut resolver = StaticResolver::new();
+    for agent in ["plan", "build", "slow"] {
+        resolver = resolver.with(agent, SpawnerKind::InProcess, None, spawner.clone());
+    }
+    memory_engine(std::sync::Arc::new(resolver), EngineConfig::default())
+}
+
+fn runner(engine: &Engine) -> Runner {
+    let agents: BTreeSet<String> = ["plan", "build", "slow"].map(String::from).into();
+    let runner = Runner::new(
+        engine.clone(),
+        Catalog::default(),
+        agents,
+        Limits::default(),
+        [3; 32],
+    );
+    tokio::spawn(runner.clone().run());
+    runner
+}
+
+fn step(agent: &str, text: &str, out: &str) -> Value {
+    json!({"kind": "step", "ref": agent, "in": {"op": "template", "text": text},
+           "out": {"op": "path", "at": out}})
+}
+
+async fn start(runner: &Runner, body: Value) -> swarmd_engine::RunRecord {
+    let flow: Flow = serde_json::from_value(json!({"name": "t", "body": body})).unwrap();
+    let request = StartRun {
+        flow: FlowRef::Inline(Box::new(flow)),
+        input: json!({"topic": "x"}),
+        idempotency_key: None,
+        session: None,
+        owner: None,
+    };
+    runner.start(request).await.unwrap().0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_pass_from_step_to_step() {
+    let engine = engine();
+    let runner = runner(&engine);
+    let run = start(
+        &runner,
+        json!({"kind": "seq", "children": [
+        step("plan", "plan {{ input.topic }}", "$.plan"),
+        step("build", "build {{ plan }}", "$.built")]}),
+    )
+    .await;
+    let done = runner
+        .wait_for(run.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Passed, "{done:?}");
+    assert_eq!(done.result.as_ref().unwrap()["built"], "B");
+    let view = runner.view(run.id, false).await.unwrap();
+    let build = view
+        .nodes
+        .iter()
+        .find(|n| n.key == "/body/children/1")
+        .unwrap();
+    let task = engine
+        .get_task(build.tries[0].task_id.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(task.prompt, "build P");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fanout_loser_is_cancelled_at_its_task() {
+    let engine = engine();
+    let runner = runner(&engine);
+    let run = start(&runner, json!({"kind": "fanout",
+        "items": {"op": "lit", "value": ["slow", "plan"]},
+        "bind": {"op": "path", "at": "$.agent"}, "join": "any", "concurrency": 2,
+        "out": {"op": "path", "at": "$.won"},
+        "body": {"kind": "branch",
+            "cond": {"op": "eq", "lhs": {"op": "path", "at": "$.agent"}, "rhs": {"op": "lit", "value": "slow"}},
+            "then": step("slow", "s", "$.r"), "else": step("plan", "p", "$.r")}}))
+    .await;
+    let done = runner
+        .wait_for(run.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Passed, "{done:?}");
+    let view = runner.view(run.id, false).await.unwrap();
+    let loser = view
+        .nodes
+        .iter()
+        .find(|n| n.key == "/body/body/then[0]")
+        .unwrap();
+    let task = loser.tries[0].task_id.parse().unwrap();
+    for _ in 0..100 {
+        if engine.get_task(task).await.unwrap().unwrap().status() == TaskStatus::Cancelled {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the losing step's task was not cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_runner_reads_an_open_run_back_and_can_cancel_it() {
+    let engine = engine();
+    let first = runner(&engine);
+    let run = start(
+        &first,
+        json!({"kind": "seq", "children": [
+        step("plan", "p", "$.a"), step("slow", "s", "$.b")]}),
+    )
+    .await;
+    for _ in 0..100 {
+        if first.view(run.id, false).await.unwrap().nodes.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A second runner over the same store, as after a restart.
+    let second = Runner::new(
+        engine.clone(),
+        Catalog::default(),
+        ["plan", "build", "slow"].map(String::from).into(),
+        Limits::default(),
+        [3; 32],
+    );
+    assert_eq!(second.recover().await.unwrap(), 1);
+    assert!(second.is_open(run.id));
+    let cancelled = second.cancel(run.id, Some("enough".into())).await.unwrap();
+    assert_eq!(cancelled.status, RunStatus::Cancelled);
+    assert!(matches!(
+        second.cancel(run.id, None).await,
+        Err(RunError::Terminal(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_answers_to_its_own_token_only() {
+    let engine = engine();
+    let runner = runner(&engine);
+    let run = start(
+        &runner,
+        json!({"kind": "seq", "children": [
+        {"kind": "wait", "name": "ok", "schema": {"type": "boolean"},
+         "out": {"op": "path", "at": "$.ok"}},
+        step("build", "b", "$.b")]}),
+    )
+    .await;
+    let view = runner.view(run.id, true).await.unwrap();
+    assert_eq!(view.status, "waiting");
+    let key = view.waits[0].key.clone();
+    let token = view.waits[0].token.clone().unwrap();
+    assert_eq!(token, runner.wait_token(run.id, &key));
+    let forged = runner.wait_token(run.id, "/body/children/1");
+    assert!(matches!(
+        runner
+            .answer(run.id, "ok", json!(true), Some(&forged))
+            .await,
+        Err(RunError::Forbidden(_))
+    ));
+    assert!(matches!(
+        runner
+            .answer(run.id, "ok", json!("yes"), Some(&token))
+            .await,
+        Err(RunError::InvalidInput(_))
+    ));
+    runner
+        .answer(run.id, "ok", json!(true), Some(&token))
+        .await
+        .unwrap();
+    let done = runner
+        .wait_for(run.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Passed, "{done:?}");
+    assert!(matches!(
+        runner.answer(run.id, "ok", json!(true), Some(&token)).await,
+        Err(RunError::Terminal(_))
+    ));
+}

@@ -82,6 +82,8 @@ pub(super) struct Records {
     pub unexpected: Vec<String>,
     /// Every `wh-` handle handed out (the log must contain none).
     pub handles: BTreeSet<String>,
+    /// Flow runs started and waits answered.
+    pub flows: super::flows::FlowRecords,
 }
 
 /// A result a SubAgent posted and got 200 for.

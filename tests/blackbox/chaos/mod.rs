@@ -14,6 +14,7 @@
 
 mod checks;
 mod cluster;
+mod flows;
 mod ledger;
 mod load;
 mod main_ai;
@@ -126,6 +127,8 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
     producers.spawn(load::http_producer(ctx.clone(), 1));
     producers.spawn(load::delegated_producer(ctx.clone(), requests));
     producers.spawn(load::canceller(ctx.clone()));
+    producers.spawn(flows::producer(ctx.clone()));
+    let answerer = tokio::spawn(flows::answerer(ctx.clone()));
 
     let started = Instant::now();
     let mut modes = [0u64; 4];
@@ -169,9 +172,12 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
     })
     .await;
     assert!(joined.is_ok(), "the producers did not stop");
+    flows::settle(&ctx).await;
     settle(&ctx, &login.sid).await;
+    let (flow_checks, runs) = flows::checks(&ctx).await;
     ctx.stop_all.cancel();
     main_ai.await.unwrap();
+    answerer.await.unwrap();
 
     let records = ctx.ledger.with(std::mem::take);
     let mut stored = checks::fetch(&ctx, &records).await;
@@ -179,6 +185,7 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
         postgres::resolve_blobs(database, &mut stored).await;
     }
     let mut report = checks::run(&records, &stored, &login.sid);
+    report.extend(flow_checks);
     let mut peer_log = None;
     if let Some(peer) = beside.peer {
         let (checks, log) = peer.checks(&ctx).await;
@@ -209,7 +216,7 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
         .collect();
     eprintln!(
         "chaos summary: store={store} seed={seed} kills={kills} (after result {}, after creation {}, random {}, down past the lease {}) \
-         load={:.1}s total={:.1}s tasks={} acked_keys={acked_tasks} results_acked={} \
+         load={:.1}s total={:.1}s tasks={} acked_keys={acked_tasks} runs={runs} answers={} results_acked={} \
          results_refused={} probes={} cancels_acked={} replays={} retries={} spawns={} \
          respawns={} spawns_after_ack={} task_done={} connections={} | {}",
         modes[0],
@@ -219,6 +226,7 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
         load_time.as_secs_f64(),
         started.elapsed().as_secs_f64(),
         stored.listed.len(),
+        records.flows.answers.len(),
         records.results.len(),
         records.refused_results,
         records.probes,

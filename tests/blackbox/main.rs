@@ -43,5 +43,6 @@ mod tools;
 mod ui;
 mod upstream;
 mod usage;
+mod worktree_bootstrap;
 mod worktrees;
 mod ws_flow;

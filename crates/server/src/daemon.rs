@@ -20,7 +20,9 @@ use swarmd_spawner::layers::SeniorSettings;
 use swarmd_spawner::operator::{NoSessions, SessionDirectory};
 use swarmd_spawner::process::{CliFormat, EnvVar, StdinMode, StreamMode};
 use swarmd_spawner::remote::{RemotePools, RemoteRun};
-use swarmd_spawner::worktree::{self, KeepRule, WorktreeSpec, Worktrees};
+use swarmd_spawner::worktree::{
+    self, Bootstrap, KeepRule, PortsSpec, SetupSpec, WorktreeSpec, Worktrees,
+};
 use swarmd_spawner::{
     AgentKind, AgentSpec, ConfigErrors, HostEnv, LuaAgentSpec, LuaLimits, LuaMiddlewareSpec,
     LuaPool, OperatorSpec, ProcessSpec, SpawnerSettings, StackResolver,
@@ -494,6 +496,25 @@ fn worktree_spec(w: &config::WorktreeConfig) -> WorktreeSpec {
             config::KeepWorktree::OnFailure => KeepRule::OnFailure,
             config::KeepWorktree::Always => KeepRule::Always,
         },
+        bootstrap: worktree_bootstrap(w),
+    }
+}
+
+/// The bootstrap keys of a `worktree` table, checked at config load
+/// (`WorktreeConfig::check_bootstrap`): a port range that still fails to
+/// parse here is dropped, never a panic.
+fn worktree_bootstrap(w: &config::WorktreeConfig) -> Bootstrap {
+    Bootstrap {
+        copy: w.copy.clone(),
+        link: w.link.clone(),
+        setup: w.setup.as_ref().map(|s| SetupSpec {
+            command: s.command.clone(),
+            timeout: Duration::from_secs(s.timeout_secs),
+        }),
+        ports: w
+            .ports
+            .as_ref()
+            .and_then(|p| PortsSpec::new(&p.range, p.count).ok()),
     }
 }
 

@@ -307,6 +307,33 @@ fn validate_agent(config: &Config, name: &str, agent: &Agent) -> Result<(), Conf
         }
     }
     validate_tool(name, agent)?;
+    let worktree = match &agent.kind {
+        AgentKind::Process(process) => process.worktree.as_ref(),
+        AgentKind::Operator(operator) => operator.worktree.as_ref(),
+        AgentKind::Lua(_) | AgentKind::Remote(_) | AgentKind::Merge(_) => None,
+    };
+    if let Some(worktree) = worktree {
+        worktree
+            .check_bootstrap()
+            .map_err(|(field, reason)| invalid(&key(&format!("worktree.{field}")), reason))?;
+    }
+    // An operator's SubAgent is not started by swarmd: nothing could run its
+    // setup before it or hand it ports.
+    if let AgentKind::Operator(operator) = &agent.kind
+        && let Some(worktree) = &operator.worktree
+    {
+        for (field, set) in [
+            ("setup", worktree.setup.is_some()),
+            ("ports", worktree.ports.is_some()),
+        ] {
+            if set {
+                return Err(invalid(
+                    &key(&format!("worktree.{field}")),
+                    "applies to process agents only",
+                ));
+            }
+        }
+    }
     match &agent.kind {
         AgentKind::Process(process) => {
             // A bare name is looked up in PATH when spawned; a path is checked now.

@@ -141,7 +141,7 @@ async fn worktree_bootstrap_cost_on_ten_thousand_files() {
     let plain = spec(&repo, KeepRule::Never);
     let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
     let (mut with, mut without) = (Vec::new(), Vec::new());
-    for n in 1..=100 {
+    for n in 1..=20 {
         let started = std::time::Instant::now();
         let checkout = trees.create(&booted, "T-boot", n).await.unwrap();
         let (sender, mut received) = tokio::sync::mpsc::channel(64);
@@ -173,6 +173,67 @@ async fn worktree_bootstrap_cost_on_ten_thousand_files() {
             at(&ready, 0.99),
             at(&whole, 0.5),
             at(&whole, 0.99),
+        );
+    }
+}
+
+/// docs/benchmarks.md, Worktree bootstrap: the bootstrap's own steps
+/// without git, 200 times: two files copied and `node_modules` linked into
+/// an empty directory, two ports taken and given back, `sh -c true` run as
+/// the setup command. Run with
+/// `cargo test --release -p swarmd-spawner --lib worktree_bootstrap_steps -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a measurement, not a check"]
+async fn worktree_bootstrap_steps() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = temp.path().join("repo");
+    std::fs::create_dir_all(repo.join("config")).unwrap();
+    std::fs::create_dir_all(repo.join("node_modules/pkg")).unwrap();
+    std::fs::write(repo.join(".env"), "KEY=value\n").unwrap();
+    std::fs::write(repo.join("config/local.toml"), "port = 1\n").unwrap();
+    let bootstrap = Bootstrap {
+        copy: vec![".env".into(), "config/*.toml".into()],
+        link: vec!["node_modules".into()],
+        setup: None,
+        ports: None,
+    };
+    let ports = PortsSpec::new("20000-20999", 2).unwrap();
+    let pool = super::ports::PortPool::default();
+    let setup = SetupSpec {
+        command: vec!["sh".into(), "-c".into(), "true".into()],
+        timeout: std::time::Duration::from_secs(60),
+    };
+    let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
+    let (mut files, mut taken, mut ran) = (Vec::new(), Vec::new(), Vec::new());
+    for n in 0..200 {
+        let dir = temp.path().join(format!("wt{n}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let started = std::time::Instant::now();
+        bootstrap::place_files(&repo, &dir, &bootstrap).unwrap();
+        files.push(started.elapsed());
+        let started = std::time::Instant::now();
+        let held = pool.take(&ports).unwrap();
+        pool.release(&held);
+        taken.push(started.elapsed());
+        let started = std::time::Instant::now();
+        let (sender, mut received) = tokio::sync::mpsc::channel(64);
+        let drain = tokio::spawn(async move { while received.recv().await.is_some() {} });
+        setup::run(&setup, &dir, &env, sender).await.unwrap();
+        drain.await.unwrap();
+        ran.push(started.elapsed());
+    }
+    for (name, mut costs) in [
+        ("copy 2 + link 1", files),
+        ("2 ports taken and released", taken),
+        ("setup `sh -c true`", ran),
+    ] {
+        costs.sort();
+        let at = |q: f64| costs[((costs.len() as f64 - 1.0) * q).round() as usize];
+        println!(
+            "{name}, {} times: p50 {:?}, p99 {:?}",
+            costs.len(),
+            at(0.5),
+            at(0.99)
         );
     }
 }

@@ -191,6 +191,7 @@ impl Runner {
         let mut state = live.state.clone();
         let mut record = live.record.clone();
         let commit_key = key.clone();
+        let wants_changes = start.wants_changes;
         let written: Arc<std::sync::Mutex<Option<RunRecord>>> = Arc::default();
         let slot = written.clone();
         let runner = self.clone();
@@ -203,6 +204,9 @@ impl Runner {
                 state
                     .journal
                     .start_step(&commit_key, task.id.to_string(), now);
+                if let Some(entry) = state.journal.steps.get_mut(&commit_key) {
+                    entry.wants_changes = wants_changes;
+                }
                 record.state = serde_json::to_value(&state).unwrap_or(Value::Null);
                 record.version += 1;
                 record.updated_ms = now;
@@ -216,12 +220,15 @@ impl Runner {
                 live.state
                     .journal
                     .start_step(&key, task.id.to_string(), now);
+                if let Some(entry) = live.state.journal.steps.get_mut(&key) {
+                    entry.wants_changes = wants_changes;
+                }
                 let written = written.lock().unwrap_or_else(|e| e.into_inner()).take();
                 live.record = written.unwrap_or_else(|| live.next_record(now));
                 live.dirty = None;
                 // A replay names a task that may have ended long ago.
                 if task.status().is_terminal() {
-                    self.record_outcome(live, &task);
+                    self.record_outcome(live, &task).await;
                     return Ok(true);
                 }
                 Ok(false)
@@ -243,7 +250,7 @@ impl Runner {
 
     /// Records how a step's task ended, if it is one of this run's open
     /// tries.
-    pub(crate) fn record_outcome(&self, live: &mut Live, task: &Task) {
+    pub(crate) async fn record_outcome(&self, live: &mut Live, task: &Task) {
         let result = match (task.status(), &task.result) {
             (swarmd_engine::TaskStatus::Pass, Some(result)) if result.ok => {
                 Ok(result.value.clone())
@@ -255,12 +262,12 @@ impl Runner {
             })),
         };
         let at = task.finished_ms.unwrap_or_else(now_ms);
-        self.record_result(live, task.id, result, at);
+        self.record_result(live, task.id, result, at).await;
     }
 
     /// Records the outcome of task `id`, if it is one of this run's open
     /// tries.
-    pub(crate) fn record_result(
+    pub(crate) async fn record_result(
         &self,
         live: &mut Live,
         id: TaskId,
@@ -272,7 +279,22 @@ impl Runner {
         let Some(key) = live.state.journal.step_of_task(&text).map(str::to_owned) else {
             return;
         };
-        if live.state.journal.end_step(&key, result, at).is_ok() {
+        let wants = live
+            .state
+            .journal
+            .steps
+            .get(&key)
+            .is_some_and(|e| e.wants_changes);
+        let changes = match (&self.inner.facts, wants && result.is_ok()) {
+            (Some(facts), true) => facts.changes(id).await,
+            _ => None,
+        };
+        if live
+            .state
+            .journal
+            .end_step_with(&key, result, changes, at)
+            .is_ok()
+        {
             live.dirty = Some(key);
         }
     }

@@ -17,6 +17,8 @@ pub mod token;
 mod view;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -65,6 +67,13 @@ pub struct StartRun {
     pub owner: Option<String>,
 }
 
+/// What the runner asks the daemon about a step's task beyond its result.
+pub trait StepFacts: Send + Sync {
+    /// The git changes of task `id` (what its last attempt that worked in
+    /// a worktree left: branch, base, head, files, …), if any.
+    fn changes(&self, id: TaskId) -> Pin<Box<dyn Future<Output = Option<Value>> + Send + '_>>;
+}
+
 /// The runner.
 #[derive(Clone)]
 pub struct Runner {
@@ -85,6 +94,8 @@ pub(crate) struct Inner {
     pub agents: BTreeSet<String>,
     pub caps: Limits,
     pub secret: [u8; 32],
+    /// Where a step's git changes are read, when it asks for them.
+    pub facts: Option<Arc<dyn StepFacts>>,
     /// Open runs, each behind its own lock (one verb at a time per run).
     pub open: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<advance::Live>>>>,
     /// Open step tasks and the run each belongs to.
@@ -101,13 +112,14 @@ pub(crate) struct Inner {
 impl Runner {
     /// A runner over `engine` offering the flows of `catalog`; steps may
     /// name the agents in `agents`; `caps` bounds every flow's limits;
-    /// `secret` keys the wait tokens.
+    /// `secret` keys the wait tokens; `facts` reads a step's git changes.
     pub fn new(
         engine: Engine,
         catalog: Catalog,
         agents: BTreeSet<String>,
         caps: Limits,
         secret: [u8; 32],
+        facts: Option<Arc<dyn StepFacts>>,
     ) -> Runner {
         Runner {
             inner: Arc::new(Inner {
@@ -116,6 +128,7 @@ impl Runner {
                 agents,
                 caps,
                 secret,
+                facts,
                 open: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(HashMap::new()),
                 flows: Mutex::new(HashMap::new()),
@@ -134,6 +147,7 @@ impl Runner {
             BTreeSet::new(),
             Limits::default(),
             [0; 32],
+            None,
         )
     }
 

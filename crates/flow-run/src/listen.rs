@@ -83,7 +83,7 @@ impl Runner {
         };
         if let Some(value) = passed {
             let mut live = cell.lock().await;
-            self.record_result(&mut live, id, Ok(value), at);
+            self.record_result(&mut live, id, Ok(value), at).await;
             self.advance(&mut live).await;
             return;
         }
@@ -96,7 +96,7 @@ impl Runner {
             }
         };
         let mut live = cell.lock().await;
-        self.record_outcome(&mut live, &task);
+        self.record_outcome(&mut live, &task).await;
         self.advance(&mut live).await;
     }
 
@@ -143,7 +143,7 @@ impl Runner {
                 if let Ok(Some(task)) = self.engine().get_task(task).await
                     && task.status().is_terminal()
                 {
-                    self.record_outcome(&mut live, &task);
+                    self.record_outcome(&mut live, &task).await;
                 }
             }
             self.advance(&mut live).await;

@@ -42,6 +42,7 @@ fn runner(engine: &Engine) -> Runner {
         agents,
         Limits::default(),
         [3; 32],
+        None,
     );
     tokio::spawn(runner.clone().run());
     runner
@@ -151,6 +152,7 @@ async fn a_new_runner_reads_an_open_run_back_and_can_cancel_it() {
         ["plan", "build", "slow"].map(String::from).into(),
         Limits::default(),
         [3; 32],
+        None,
     );
     assert_eq!(second.recover().await.unwrap(), 1);
     assert!(second.is_open(run.id));

@@ -233,6 +233,7 @@ impl Conv {
                     retry: None,
                     queue_timeout_secs: None,
                     timeout_secs: None,
+                    changes: None,
                 })
             }
             "seq" => {

@@ -87,6 +87,12 @@ pub enum Node {
         /// Seconds the step's task may run.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_secs: Option<u32>,
+        /// Where the git changes of a passed step go (a `$.name` path): for
+        /// an agent that works in a worktree, `{branch, base, head, files,
+        /// insertions, deletions, …}` of its task's last attempt; null for
+        /// one that recorded none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        changes: Option<Expr>,
     },
     /// Runs its children in order.
     Seq {

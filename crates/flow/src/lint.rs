@@ -176,6 +176,7 @@ impl Lint<'_> {
                 out,
                 name,
                 retry,
+                changes,
                 ..
             } => {
                 if !self.known.agents.contains(agent) {
@@ -202,6 +203,9 @@ impl Lint<'_> {
                 }
                 self.reads(&format!("{at}/in"), input, scope);
                 self.write(&format!("{at}/out"), out, scope);
+                if let Some(changes) = changes {
+                    self.write(&format!("{at}/changes"), changes, scope);
+                }
             }
             Node::Seq { children } => {
                 for (i, child) in children.iter().enumerate() {

@@ -168,6 +168,9 @@ pub async fn build(
         config.agents.keys().cloned().collect(),
         swarmd_flow::Limits::default(),
         wait_secret,
+        Some(Arc::new(crate::mcp::changes::StepChanges {
+            engine: engine.clone(),
+        })),
     );
     tasks.spawn(runner.clone().run());
     // The node heartbeats until the engine has drained, not just until

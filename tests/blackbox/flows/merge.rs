@@ -2,9 +2,9 @@
 //! and merges their branches with a `merge` agent step (docs/branches.md,
 //! Merging branches), on the real binary and real `git`.
 //!
-//! A step's result is its task's Final, which does not carry the attempt's
-//! `worktree` artifact: each coder prints its `SWARM_BRANCH` as its result,
-//! and the flow hands those to the merge step.
+//! Each coder's step asks for its task's git `changes` (the branch, head
+//! and files its attempt's worktree left), so the coders need not report
+//! their branches: the flow hands the branches to the merge step.
 
 use serde_json::{Value, json};
 
@@ -13,7 +13,7 @@ use crate::daemon::Swarmd;
 use crate::worktrees::{git, make_repo};
 
 /// `coder` writes `file-<prompt>.txt` in its worktree, commits it, and
-/// answers `{"branch": "$SWARM_BRANCH"}`; `merge` merges into new branches
+/// answers `done`; `merge` merges into new branches
 /// of the same repository, from `main`.
 const AGENTS: &str = r#"
 [agents.coder]
@@ -24,7 +24,7 @@ n=$(cat)
 echo "change $n" > "file-$n.txt"
 git add -A
 git -c user.name=w -c user.email=w@w commit -qm "coder $n"
-printf '{"branch": "%s"}' "$SWARM_BRANCH"
+printf '"done"'
 """]
 env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
 worktree = { repo = "@DIR@/repo", base = "main" }
@@ -49,9 +49,10 @@ fn flow() -> Value {
              "out": {"op": "path", "at": "$.tries"},
              "body": {"kind": "step", "ref": "coder",
                       "in": {"op": "template", "text": "{{ n }}"},
-                      "out": {"op": "path", "at": "$.change"}}},
+                      "out": {"op": "path", "at": "$.said"},
+                      "changes": {"op": "path", "at": "$.git"}}},
             {"kind": "let", "at": {"op": "path", "at": "$.merge_in.branches"},
-             "value": {"op": "select", "at": "$.tries[*].change.branch"}},
+             "value": {"op": "select", "at": "$.tries[*].git.branch"}},
             {"kind": "let", "at": {"op": "path", "at": "$.merge_in.strategy"},
              "value": {"op": "lit", "value": "sequence"}},
             {"kind": "step", "ref": "merge", "name": "merge",

@@ -76,6 +76,9 @@ pub struct StepStart {
     pub queue_timeout_secs: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<u32>,
+    /// Whether the step wants its task's git changes (`changes`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub wants_changes: bool,
 }
 
 /// A wait to open.
@@ -257,6 +260,7 @@ impl Eval<'_> {
                 retry,
                 queue_timeout_secs,
                 timeout_secs,
+                changes,
             } => {
                 let step = StepNode {
                     agent,
@@ -266,6 +270,7 @@ impl Eval<'_> {
                     retry: retry.as_ref(),
                     queue_timeout_secs: *queue_timeout_secs,
                     timeout_secs: *timeout_secs,
+                    changes: changes.as_ref(),
                 };
                 self.step(&step, at, ctx)
             }
@@ -404,8 +409,20 @@ impl Eval<'_> {
                     self.out.live.insert(key);
                     return (Res::Blocked, tries);
                 }
-                Some(Outcome::Passed { value, seq, .. }) => {
-                    let res = match write(step.out, ctx, value.clone()) {
+                Some(Outcome::Passed {
+                    value,
+                    seq,
+                    changes,
+                    ..
+                }) => {
+                    let written =
+                        write(step.out, ctx, value.clone()).and_then(|ctx| match step.changes {
+                            Some(target) => {
+                                write(target, ctx, changes.clone().unwrap_or(Value::Null))
+                            }
+                            None => Ok(ctx),
+                        });
+                    let res = match written {
                         Ok(ctx) => Res::Done { ctx, seq: *seq },
                         Err(reason) => Res::Failed { reason, seq: *seq },
                     };
@@ -459,6 +476,7 @@ impl Eval<'_> {
             not_before_ms,
             queue_timeout_secs: step.queue_timeout_secs,
             timeout_secs: step.timeout_secs,
+            wants_changes: step.changes.is_some(),
         });
         Res::Blocked
     }
@@ -609,6 +627,7 @@ struct StepNode<'a> {
     retry: Option<&'a Retry>,
     queue_timeout_secs: Option<u32>,
     timeout_secs: Option<u32>,
+    changes: Option<&'a Expr>,
 }
 
 pub(super) fn failed(reason: String) -> Res {

@@ -364,3 +364,28 @@ fn the_journal_round_trips_and_evaluation_is_the_same_after() {
     assert_eq!(a, b);
     assert!(a.starts.is_empty(), "both running slots are taken: {a:?}");
 }
+
+#[test]
+fn a_step_that_asks_for_changes_gets_its_tasks_changes_or_null() {
+    let f = flow(json!({"kind": "seq", "children": [
+        {"kind": "step", "ref": "coder", "in": lit(json!("fix")),
+         "out": {"op": "path", "at": "$.said"}, "changes": {"op": "path", "at": "$.diff"}},
+        step("judge", tmpl("{{ diff.branch }}"), "$.verdict")]}));
+    let mut sim = Sim::new(f, json!({}));
+    let ev = sim.tick();
+    assert!(ev.starts[0].wants_changes);
+    sim.journal
+        .end_step_with(
+            "/body/children/0",
+            Ok(json!("done")),
+            Some(json!({"branch": "swarmd/t-1/1", "head": "abc"})),
+            5,
+        )
+        .unwrap();
+    let ev = sim.tick();
+    assert!(!ev.starts[0].wants_changes);
+    assert_eq!(ev.starts[0].input, json!("swarmd/t-1/1"));
+    let out = result(sim.run(|s| Ok(s.input.clone())));
+    assert_eq!(out["diff"]["head"], "abc");
+    assert_eq!(out["said"], "done");
+}

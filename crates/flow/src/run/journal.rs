@@ -31,6 +31,9 @@ pub struct StepEntry {
     /// The task running this try.
     pub task: String,
     pub started_ms: u64,
+    /// Whether the step wants its task's git changes with its outcome.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wants_changes: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
 }
@@ -39,8 +42,15 @@ pub struct StepEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Outcome {
-    /// The task passed with `value`, or the wait was answered with it.
-    Passed { value: Value, seq: u64, at_ms: u64 },
+    /// The task passed with `value` (and, when the step asked, its git
+    /// `changes`), or the wait was answered with it.
+    Passed {
+        value: Value,
+        seq: u64,
+        at_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        changes: Option<Value>,
+    },
     /// The task failed (or was cancelled, or timed out), or the wait timed
     /// out, for `reason`.
     Failed {
@@ -104,8 +114,29 @@ impl Journal {
         self.steps.entry(key.to_owned()).or_insert(StepEntry {
             task,
             started_ms: now_ms,
+            wants_changes: false,
             outcome: None,
         });
+    }
+
+    /// Records how step try `key` ended; a pass may carry the task's git
+    /// changes.
+    pub fn end_step_with(
+        &mut self,
+        key: &str,
+        result: Result<Value, String>,
+        changes: Option<Value>,
+        now_ms: u64,
+    ) -> Result<(), RecordError> {
+        self.end_step(key, result, now_ms)?;
+        if let Some(StepEntry {
+            outcome: Some(Outcome::Passed { changes: slot, .. }),
+            ..
+        }) = self.steps.get_mut(key)
+        {
+            *slot = changes;
+        }
+        Ok(())
     }
 
     /// Records how step try `key` ended.
@@ -180,7 +211,12 @@ impl Journal {
 
 fn outcome(result: Result<Value, String>, seq: u64, at_ms: u64) -> Outcome {
     match result {
-        Ok(value) => Outcome::Passed { value, seq, at_ms },
+        Ok(value) => Outcome::Passed {
+            value,
+            seq,
+            at_ms,
+            changes: None,
+        },
         Err(reason) => Outcome::Failed { reason, seq, at_ms },
     }
 }

@@ -12,11 +12,37 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use swarmd_engine::Engine;
 use swarmd_engine::continuation::{WORKTREE_ARTIFACT, WORKTREE_PRODUCER};
 use swarmd_engine::ids::TaskId;
 use swarmd_output_store::{ContentRef, OutputEvent, OutputRecord};
 
 use crate::app::AppState;
+
+/// A flow step's git changes (docs/flows.md, a step's `changes`): those of
+/// the `task` tool without the diff, which stays in the attempt's output
+/// (the journal keeps the stat: files, insertions, deletions).
+#[derive(Debug, Clone)]
+pub(crate) struct StepChanges {
+    pub(crate) engine: Engine,
+}
+
+impl swarmd_flow_run::StepFacts for StepChanges {
+    fn changes(
+        &self,
+        id: TaskId,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Value>> + Send + '_>> {
+        Box::pin(async move {
+            let task = self.engine.get_task(id).await.ok()??;
+            let found = of_engine(&self.engine, id, task.attempt).await?;
+            let mut value = serde_json::to_value(found).ok()?;
+            if let Value::Object(map) = &mut value {
+                map.remove("diff");
+            }
+            Some(value)
+        })
+    }
+}
 
 /// Records read from the end of each attempt's output.
 const SCAN: usize = 64;
@@ -71,7 +97,12 @@ struct Report {
 /// The changes of task `id`, whose latest attempt is `latest`; `None` when
 /// none of its last attempts recorded a worktree (or the store cannot say).
 pub(super) async fn of(state: &AppState, id: TaskId, latest: u32) -> Option<Changes> {
-    let outputs = state.engine.outputs();
+    of_engine(&state.engine, id, latest).await
+}
+
+/// `of`, given the engine.
+async fn of_engine(engine: &Engine, id: TaskId, latest: u32) -> Option<Changes> {
+    let outputs = engine.outputs();
     let task = id.as_uuid();
     let oldest = latest.saturating_sub(ATTEMPTS - 1).max(1);
     for attempt in (oldest..=latest).rev() {

@@ -18,7 +18,7 @@
 
 mod agent_tools;
 mod branches;
-mod changes;
+pub(crate) mod changes;
 mod fanout;
 mod flow_as_tool;
 mod flow_tools;

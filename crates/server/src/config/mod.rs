@@ -13,8 +13,8 @@
 
 mod agent;
 mod agents_dir;
-mod flows_dir;
 mod error;
+mod flows_dir;
 mod hosts;
 mod load;
 mod locations;
@@ -33,12 +33,12 @@ use serde::{Deserialize, Serialize, Serializer};
 
 pub use agent::{
     Agent, AgentKind, AgentOrigin, AgentShapeError, DEFAULT_MAX_OUTPUT_BYTES, EnvSpec, EnvVars,
-    LuaAgent, MAX_TOOL_TIMEOUT_SECS, MergeAgent, OperatorAgent, ProcessAgent, REDACTED, RemoteAgent,
-    StdinMode, StreamMode, WorkerBinding,
+    LuaAgent, MAX_TOOL_TIMEOUT_SECS, MergeAgent, OperatorAgent, ProcessAgent, REDACTED,
+    RemoteAgent, StdinMode, StreamMode, WorkerBinding,
 };
 pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file, parse_toml_agent_file};
-pub use flows_dir::FlowsDirConfig;
 pub use error::ConfigError;
+pub use flows_dir::FlowsDirConfig;
 pub use hosts::{HostRules, Origin, parse_origin};
 pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
 pub use locations::{config_candidates, default_state_dir, user_state_dir};

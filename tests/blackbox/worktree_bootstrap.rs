@@ -66,17 +66,14 @@ async fn spawn(sw: &Swarmd, agent: &str) -> String {
     body["task_id"].as_str().unwrap().to_owned()
 }
 
-/// The notes of the task's `setup` progress events, in order.
+/// The notes of the task's `setup` progress events, in order (producer
+/// `setup` from a local agent; a pool's events are the worker's).
 async fn setup_notes(sw: &Swarmd, task: &str) -> Vec<String> {
     sw.output(task)
         .await
         .iter()
-        .filter(|r| r["producer"] == "setup")
-        .map(|r| {
-            assert_eq!(r["event"]["type"], "progress", "{r}");
-            assert_eq!(r["event"]["stage"], "setup", "{r}");
-            r["event"]["note"].as_str().unwrap_or_default().to_owned()
-        })
+        .filter(|r| r["event"]["type"] == "progress" && r["event"]["stage"] == "setup")
+        .map(|r| r["event"]["note"].as_str().unwrap_or_default().to_owned())
         .collect()
 }
 
@@ -130,9 +127,73 @@ async fn worktrees_get_copies_links_setup_and_ports_and_a_failed_setup_fails_the
     assert!(reason.contains("setup failed: exit 1"), "{done}");
     let notes = setup_notes(&sw, &task).await;
     assert!(notes.iter().any(|n| n == "about to fail"), "{notes:?}");
+    let producers: Vec<Value> = sw
+        .output(&task)
+        .await
+        .iter()
+        .map(|r| r["producer"].clone())
+        .collect();
+    assert!(producers.iter().all(|p| p == "setup"), "{producers:?}");
     assert_eq!(notes.last().unwrap(), "setup failed: exit 1");
     assert!(
         !sw.dir().join("broken-agent-ran").exists(),
         "the agent ran after its setup failed"
     );
+}
+
+/// The pool's child: reports what its worktree holds and its ports.
+const POOL_CHILD: &str = r#"
+cat > /dev/null
+link=no
+[ -L node_modules ] && link=yes
+printf '{"type":"final","content":{"kind":"inline","value":{"env":"%s","link":"%s","setup_ran":"%s","port":"%s","port1":"%s"}},"ok":true}\n' \
+  "$(cat .env)" "$link" "$(cat .setup-ran)" "$SWARM_PORT" "$SWARM_PORT_1"
+"#;
+
+#[tokio::test]
+async fn a_pool_with_worktree_flags_bootstraps_its_checkouts_as_an_agent_does() {
+    use crate::pools::{AGENTS as POOL_AGENTS, Pool, Setup, create, mint};
+    let sw = Swarmd::new(POOL_AGENTS).start().await;
+    let machine = tempfile::tempdir().unwrap();
+    prepare(machine.path());
+    let repo = machine.path().join("repo");
+    let flags = [
+        "--worktree-repo",
+        &repo.display().to_string(),
+        "--worktree-base",
+        "main",
+        "--worktree-dir",
+        &machine.path().join("trees").display().to_string(),
+        "--worktree-copy",
+        ".env",
+        "--worktree-link",
+        "node_modules",
+        "--worktree-setup",
+        "echo pool setup; echo ready > .setup-ran",
+        "--worktree-ports",
+        "47340-47349",
+        "--worktree-port-count",
+        "2",
+    ]
+    .map(str::to_owned);
+    let setup = Setup {
+        args: flags.to_vec(),
+        script: Some(POOL_CHILD),
+        ..Setup::default()
+    };
+    let token = mint(&sw, &["remote"]);
+    let pool = Pool::start_with(&sw, &token, "remote", "pool-boot", 1, setup).await;
+    let task = create(&sw, json!({"agent": "remote", "prompt": "go"})).await;
+    let done = sw.finished(&task).await;
+    assert_eq!(done["status"], "pass", "{done}\n{}", pool.log());
+    let ran = &done["result"]["value"];
+    assert_eq!(ran["env"], "API_URL=http://local", "{ran}");
+    assert_eq!(ran["link"], "yes", "{ran}");
+    assert_eq!(ran["setup_ran"], "ready", "{ran}");
+    let port: u16 = ran["port"].as_str().unwrap().parse().unwrap();
+    assert!((47340..=47349).contains(&port), "{ran}");
+    assert_ne!(ran["port1"], ran["port"], "{ran}");
+    let notes = setup_notes(&sw, &task).await;
+    assert!(notes.iter().any(|n| n == "pool setup"), "{notes:?}");
+    assert!(notes.last().unwrap().starts_with("done in "), "{notes:?}");
 }

@@ -542,7 +542,7 @@ pub enum WorkerCommand {
     /// daemon and run each as CMD ARGS… like a local process agent (prompt
     /// on stdin, SWARM_* variables, its own process group). The first
     /// SIGTERM or SIGINT stops claiming and drains; a second stops at once.
-    Pool(PoolArgs),
+    Pool(Box<PoolArgs>),
 }
 
 /// Flags of `swarmd worker pool`.
@@ -603,6 +603,37 @@ pub struct PoolArgs {
     /// Where the worktrees are made [default: ./swarmd-worktrees].
     #[arg(long, value_name = "DIR", requires = "worktree_repo")]
     pub worktree_dir: Option<PathBuf>,
+    /// An ignored file or folder (path or glob relative to the repository)
+    /// copied into each new worktree; repeatable.
+    #[arg(long, value_name = "PATH", requires = "worktree_repo")]
+    pub worktree_copy: Vec<String>,
+    /// A directory (relative to the repository) each new worktree shares by
+    /// symlink; repeatable.
+    #[arg(long, value_name = "PATH", requires = "worktree_repo")]
+    pub worktree_link: Vec<String>,
+    /// A shell command (`sh -c`) run in each new worktree before the child.
+    #[arg(long, value_name = "SHELL", requires = "worktree_repo")]
+    pub worktree_setup: Option<String>,
+    /// Seconds the setup command may run.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 300,
+        requires = "worktree_setup"
+    )]
+    pub worktree_setup_timeout_secs: u64,
+    /// Ports each live attempt gets (`SWARM_PORT`, `SWARM_PORT_0`…), as
+    /// `first-last`.
+    #[arg(long, value_name = "RANGE", requires = "worktree_repo")]
+    pub worktree_ports: Option<String>,
+    /// How many ports each attempt gets from `--worktree-ports`.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        requires = "worktree_ports"
+    )]
+    pub worktree_port_count: u16,
     /// The command to run per attempt, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

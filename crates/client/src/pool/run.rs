@@ -25,7 +25,7 @@ use swarmd_spawner::process::{
     EnvVar, Exited, HostEnv, ProcessError, ProcessRunner, ProcessSpec, RunVars, StreamMode,
     Supervisor,
 };
-use swarmd_spawner::worktree::Checkout;
+use swarmd_spawner::worktree::{Checkout, SetupSpec, setup};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -121,15 +121,6 @@ async fn run_child(
         continued_from: attempt.continued_from.clone(),
         resume_session: attempt.resume_session.clone(),
     };
-    let child = match runner.start_in(&vars, checkout.map(|(_, c)| c), cancel.clone()) {
-        Ok(child) => child,
-        Err(e) => {
-            return (
-                Ran::Failed(format!("the pool could not start the child: {e}")),
-                false,
-            );
-        }
-    };
     let writer = Poster {
         client: daemon.with_bearer(Bearer::new(&attempt.handle)),
         patience: Duration::from_millis(attempt.lease_ms),
@@ -144,6 +135,23 @@ async fn run_child(
             tracing::debug!(error = %e, "worktree note not posted");
         }
     }
+    // The setup command runs in the new worktree before the child; its
+    // failure fails the attempt, the child never starts.
+    if let Some((worktree, checkout)) = checkout
+        && let Some(setup) = worktree.setup()
+        && let Err(reason) = run_setup(&writer, runner, setup, checkout).await
+    {
+        return (Ran::Failed(reason), false);
+    }
+    let child = match runner.start_in(&vars, checkout.map(|(_, c)| c), cancel.clone()) {
+        Ok(child) => child,
+        Err(e) => {
+            return (
+                Ran::Failed(format!("the pool could not start the child: {e}")),
+                false,
+            );
+        }
+    };
     let (events, received) = mpsc::channel(CHANNEL);
     let (ran, forwarded) = tokio::join!(child.wait(events), forward(&writer, received));
     let last_final = match forwarded {
@@ -394,6 +402,34 @@ async fn post_result(
         Err(ClientError::Status { code, .. }) if code.as_deref() == Some("already_final") => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Runs a worktree's setup command, posting its `setup` progress events as
+/// they come.
+///
+/// # Errors
+/// How it failed (`setup failed: exit 1`, `setup timed out after 300 s`).
+async fn run_setup(
+    writer: &Poster,
+    runner: &ProcessRunner,
+    setup: &SetupSpec,
+    checkout: &Checkout,
+) -> Result<(), String> {
+    let env = runner.checkout_env(checkout);
+    let (sender, mut received) = mpsc::channel(CHANNEL);
+    let posting = async {
+        while let Some(first) = received.recv().await {
+            let mut batch = vec![first];
+            while let Ok(more) = received.try_recv() {
+                batch.push(more);
+            }
+            if let Err(e) = post_events(writer, &batch).await {
+                tracing::debug!(error = %e, "setup output not posted");
+            }
+        }
+    };
+    let (ran, ()) = tokio::join!(setup::run(setup, &checkout.dir, &env, sender), posting);
+    ran.map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

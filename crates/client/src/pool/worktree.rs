@@ -10,7 +10,10 @@
 //! directory is removed unless `--worktree-keep` keeps it. A checkout
 //! whose `.git` no longer names its git directory has no git run in it and
 //! fails its attempt (docs/security.md, Children's environment). Checkouts a
-//! previous run of the pool left are concluded and released at start.
+//! previous run of the pool left are concluded and released at start. The
+//! `--worktree-copy`, `--worktree-link`, `--worktree-setup` and
+//! `--worktree-ports` flags bootstrap each checkout as an agent's
+//! `worktree` table does (docs/tasks.md, Bootstrap).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,7 +21,8 @@ use std::sync::Arc;
 use swarmd_output_store::OutputEvent;
 use swarmd_spawner::process::HostEnv;
 use swarmd_spawner::worktree::{
-    self, Checkout, KeepRule, PriorWork, WorktreeError, WorktreeSpec, Worktrees,
+    self, Bootstrap, Checkout, KeepRule, PriorWork, SetupSpec, WorktreeError, WorktreeSpec,
+    Worktrees,
 };
 
 use crate::wire::ClaimedAttempt;
@@ -40,6 +44,7 @@ impl PoolWorktree {
         repo: PathBuf,
         base: String,
         keep: KeepRule,
+        bootstrap: Bootstrap,
         root: PathBuf,
         host: &HostEnv,
     ) -> Result<PoolWorktree, String> {
@@ -48,7 +53,7 @@ impl PoolWorktree {
             repo,
             base,
             keep,
-            bootstrap: Default::default(),
+            bootstrap,
         };
         let checked = spec.clone();
         let check_host = host.clone();
@@ -114,6 +119,11 @@ impl PoolWorktree {
                 Ok(None)
             }
         }
+    }
+
+    /// The setup command new worktrees run before the child, if any.
+    pub fn setup(&self) -> Option<&SetupSpec> {
+        self.spec.bootstrap.setup.as_ref()
     }
 
     /// Removes the worktree unless the keep rule keeps it for an attempt

@@ -116,7 +116,7 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::Worker(WorkerArgs {
             pool: Some(WorkerCommand::Pool(args)),
             ..
-        }) => pool::pool(args, env).await,
+        }) => pool::pool(*args, env).await,
         Command::Worker(args) => remote::worker(args).await,
         Command::Mcp(args) => remote::mcp(args, env).await,
         // It needs a process with one thread: `main` runs it before the runtime.

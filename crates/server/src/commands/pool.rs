@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use swarmd_spawner::process::HostEnv;
-use swarmd_spawner::worktree::keep_rule;
+use swarmd_spawner::worktree::{Bootstrap, PortsSpec, SetupSpec, keep_rule};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +38,7 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
             ))
         })?,
     };
+    let bootstrap = pool_bootstrap(&args).map_err(usage)?;
     let pool_id = match args.pool_id {
         Some(id) if valid_pool_id(&id) => id,
         Some(_) => {
@@ -61,7 +62,8 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
                 .worktree_dir
                 .unwrap_or_else(|| PathBuf::from(WORKTREE_DIR));
             let prepared =
-                PoolWorktree::prepare(repo, args.worktree_base, keep, root, &host_env).await;
+                PoolWorktree::prepare(repo, args.worktree_base, keep, bootstrap, root, &host_env)
+                    .await;
             Some(prepared.map_err(|reason| usage(format!("--worktree-repo: {reason}")))?)
         }
         None => None,
@@ -167,4 +169,101 @@ fn watch_signals(stop: CancellationToken, kill: CancellationToken) -> Result<(),
         }
     });
     Ok(())
+}
+
+/// The bootstrap of a pool's worktrees from its `--worktree-*` flags.
+///
+/// # Errors
+/// The flag at fault and why, for the usage error.
+fn pool_bootstrap(args: &PoolArgs) -> Result<Bootstrap, String> {
+    let bootstrap = Bootstrap {
+        copy: args.worktree_copy.clone(),
+        link: args.worktree_link.clone(),
+        setup: args.worktree_setup.as_ref().map(|shell| SetupSpec {
+            command: vec!["sh".to_owned(), "-c".to_owned(), shell.clone()],
+            timeout: Duration::from_secs(args.worktree_setup_timeout_secs.max(1)),
+        }),
+        ports: args
+            .worktree_ports
+            .as_ref()
+            .map(|range| PortsSpec::new(range, args.worktree_port_count))
+            .transpose()
+            .map_err(|reason| format!("--worktree-ports: {reason}"))?,
+    };
+    bootstrap
+        .check()
+        .map_err(|reason| format!("--worktree-{reason}"))?;
+    Ok(bootstrap)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command as CliCommand, WorkerCommand};
+
+    fn pool_args(flags: &[&str]) -> PoolArgs {
+        let mut argv = vec![
+            "swarmd",
+            "worker",
+            "pool",
+            "--agent",
+            "a",
+            "--server",
+            "http://x:1",
+        ];
+        argv.extend(["--worktree-repo", "/srv/app"]);
+        argv.extend(flags);
+        argv.extend(["--", "true"]);
+        let cli = Cli::try_parse_from(argv).unwrap();
+        match cli.command {
+            CliCommand::Worker(w) => match w.pool {
+                Some(WorkerCommand::Pool(args)) => *args,
+                None => panic!("no pool"),
+            },
+            _ => panic!("not a worker"),
+        }
+    }
+
+    #[test]
+    fn worktree_flags_give_the_pool_the_same_bootstrap_as_an_agent() {
+        let args = pool_args(&[
+            "--worktree-copy",
+            ".env",
+            "--worktree-copy",
+            "config/*.toml",
+            "--worktree-link",
+            "node_modules",
+            "--worktree-setup",
+            "npm ci",
+            "--worktree-setup-timeout-secs",
+            "60",
+            "--worktree-ports",
+            "20000-20009",
+            "--worktree-port-count",
+            "2",
+        ]);
+        let bootstrap = pool_bootstrap(&args).unwrap();
+        assert_eq!(bootstrap.copy, [".env", "config/*.toml"]);
+        assert_eq!(bootstrap.link, ["node_modules"]);
+        let setup = bootstrap.setup.unwrap();
+        assert_eq!(setup.command, ["sh", "-c", "npm ci"]);
+        assert_eq!(setup.timeout, Duration::from_secs(60));
+        assert_eq!(bootstrap.ports.unwrap().count(), 2);
+        assert_eq!(
+            pool_bootstrap(&pool_args(&[])).unwrap(),
+            Bootstrap::default()
+        );
+    }
+
+    #[test]
+    fn worktree_flags_leaving_the_repository_or_with_a_bad_range_are_refused() {
+        let error = pool_bootstrap(&pool_args(&["--worktree-link", "../deps"])).unwrap_err();
+        assert!(error.starts_with("--worktree-link: "), "{error}");
+        let error = pool_bootstrap(&pool_args(&["--worktree-copy", "/etc/passwd"])).unwrap_err();
+        assert!(error.starts_with("--worktree-copy: "), "{error}");
+        let error = pool_bootstrap(&pool_args(&["--worktree-ports", "20009-20000"])).unwrap_err();
+        assert!(error.contains("inverted"), "{error}");
+    }
 }

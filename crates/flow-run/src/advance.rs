@@ -17,6 +17,9 @@ use swarmd_flow::run::{Progress, StepStart, WaitEntry, evaluate};
 
 use crate::{RunError, Runner, State, now_ms, run_event, token};
 
+/// The largest spilled result a step reads back.
+const MAX_SPILLED_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Passes of one `advance` before it yields (a flow of instant steps
 /// could otherwise hold its lock for long).
 const MAX_PASSES: usize = 1_000;
@@ -279,6 +282,10 @@ impl Runner {
         let Some(key) = live.state.journal.step_of_task(&text).map(str::to_owned) else {
             return;
         };
+        let result = match result {
+            Ok(value) => self.resolved(value).await,
+            failed => failed,
+        };
         let wants = live
             .state
             .journal
@@ -296,6 +303,28 @@ impl Runner {
             .is_ok()
         {
             live.dirty = Some(key);
+        }
+    }
+
+    /// A task's result as the flow sees it: a Final that spilled to a blob
+    /// (the daemon's `file_ref`, which no worker can post) is read back and
+    /// parsed; one past `MAX_SPILLED_BYTES`, or unreadable, fails the step
+    /// rather than hand the flow a reference instead of the value.
+    async fn resolved(&self, value: Value) -> Result<Value, String> {
+        let Some(sha256) = spilled(&value) else {
+            return Ok(value);
+        };
+        let size = value["size"].as_u64().unwrap_or(u64::MAX);
+        if size > MAX_SPILLED_BYTES {
+            return Err(format!(
+                "its result is {size} bytes, more than a flow step reads ({MAX_SPILLED_BYTES})"
+            ));
+        }
+        match self.engine().outputs().read_blob(sha256).await {
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes)
+                .map_err(|e| format!("its result blob does not parse: {e}")),
+            Ok(None) => Err(format!("its result blob {sha256} is missing")),
+            Err(e) => Err(format!("its result blob could not be read: {e}")),
         }
     }
 
@@ -451,4 +480,17 @@ fn step_spec(live: &Live, start: &StepStart) -> TaskSpec {
     spec.policy.queue_timeout_secs = start.queue_timeout_secs.map(u64::from);
     spec.policy.attempt_timeout_secs = start.timeout_secs.map(u64::from);
     spec
+}
+
+/// The blob digest of a spilled Final's reference, if `value` is one.
+fn spilled(value: &Value) -> Option<&str> {
+    let map = value.as_object()?;
+    let is_ref = map.get("kind").and_then(Value::as_str) == Some("file_ref")
+        && map.contains_key("path")
+        && map.get("size").is_some_and(Value::is_u64);
+    if is_ref {
+        map.get("sha256").and_then(Value::as_str)
+    } else {
+        None
+    }
 }

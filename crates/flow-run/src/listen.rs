@@ -16,14 +16,18 @@ use crate::{RunError, Runner, State};
 
 impl Runner {
     /// Reads back every open run, then follows the engine's events until
-    /// the engine's bus closes. Spawn it once, after the engine recovered.
-    pub async fn run(self) {
+    /// `stop` completes (the daemon drains: a step that ends after it is
+    /// recorded when the next start reads its run back) or the bus closes.
+    /// Spawn it once, after the engine recovered.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()> + Send) {
+        let mut stop = std::pin::pin!(stop);
         let mut events = self.engine().subscribe();
         if let Err(error) = self.recover().await {
             tracing::error!(%error, "flow runs could not be read back");
         }
         loop {
             let received = tokio::select! {
+                () = &mut stop => return,
                 received = events.recv() => received,
                 () = self.inner.adopt.notified() => {
                     match self.recover().await {

@@ -44,7 +44,7 @@ fn runner(engine: &Engine) -> Runner {
         [3; 32],
         None,
     );
-    tokio::spawn(runner.clone().run());
+    tokio::spawn(runner.clone().run(std::future::pending()));
     runner
 }
 

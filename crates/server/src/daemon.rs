@@ -172,7 +172,7 @@ pub async fn build(
             engine: engine.clone(),
         })),
     );
-    tasks.spawn(runner.clone().run());
+    tasks.spawn(runner.clone().run(shutdown.clone().cancelled_owned()));
     // The node heartbeats until the engine has drained, not just until
     // draining starts: its peers must not take over what it still finishes.
     let cluster_stop = CancellationToken::new();

@@ -197,8 +197,14 @@ async fn start_run_then_run_waits_for_the_end_with_progress() {
     let client = tokio::spawn(async move {
         tokio::time::timeout(Duration::from_secs(60), command.output()).await
     });
-    // The step holds until released; the wait sees progress meanwhile.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The step holds until released: released once the `run` call waits
+    // (however long the client took to start), the wait sees progress
+    // notifications (every 200 ms) meanwhile.
+    crate::daemon::eventually("the client's run call waits", || {
+        sw.log().contains("MCP run wait started")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     std::fs::write(sw.dir().join("release"), "").unwrap();
     let output = client
         .await

@@ -408,6 +408,7 @@ pub(super) async fn wait_for_run(
 ) -> Result<RunRecord, ApiError> {
     let started = Instant::now();
     let progress = context.meta.get_progress_token();
+    tracing::debug!(run_id = %id, progress = progress.is_some(), "MCP run wait started");
     let interval = Duration::from_millis(state.config.mcp.progress_ms);
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     let waiting = state.runner.wait_for(id, timeout);

@@ -11,11 +11,10 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use comfy_table::{Cell, Table, presets};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::render::{ago, clean, duration, short_id};
+use super::render::{clean, duration, short_id, since, table, text};
 use super::{ApiClient, Bearer, ClientError, REQUEST_TIMEOUT, request_error};
 
 /// Extra time a client waits beyond what it asked the daemon to wait.
@@ -260,49 +259,12 @@ fn segment(text: &str) -> String {
     out
 }
 
-/// A value for a cell or line: a string cleaned and cut, other JSON
-/// compact, absent or empty as `-`.
-fn text(value: &Value, max: usize) -> String {
-    match value {
-        Value::Null => "-".to_owned(),
-        Value::String(text) if text.is_empty() => "-".to_owned(),
-        Value::String(text) => clean(text, max),
-        other => clean(&other.to_string(), max),
-    }
-}
-
-fn since(value: &Value, now_ms: u64) -> String {
-    value
-        .as_u64()
-        .map_or_else(|| "-".to_owned(), |ms| ago(now_ms.saturating_sub(ms)))
-}
-
 /// A content hash as tables show it: its algorithm and 12 hex digits.
 fn short_hash(hash: &Value) -> String {
     match hash.as_str() {
         Some(hash) => clean(hash, "sha256:".len() + 12),
         None => "-".to_owned(),
     }
-}
-
-/// A borderless table: a header of capitals, columns two spaces apart, no
-/// trailing spaces.
-fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
-    let mut table = Table::new();
-    table.load_style(presets::NOTHING);
-    table.set_header(header.iter().map(|title| Cell::new(*title)));
-    for row in rows {
-        table.add_row(row);
-    }
-    let last = header.len().saturating_sub(1);
-    for (index, column) in table.column_iter_mut().enumerate() {
-        column.set_padding((0, if index == last { 0 } else { 2 }));
-    }
-    table
-        .lines()
-        .map(|line| line.trim_end().to_owned())
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn items(value: &Value) -> &[Value] {

@@ -92,7 +92,9 @@ pub fn now_ms() -> u64 {
         })
 }
 
-fn text(value: &Value, max: usize) -> String {
+/// A value for a cell or line: a string cleaned and cut, other JSON
+/// compact, absent or empty as `-`.
+pub(crate) fn text(value: &Value, max: usize) -> String {
     match value {
         Value::Null => "-".to_owned(),
         Value::String(text) if text.is_empty() => "-".to_owned(),
@@ -101,7 +103,8 @@ fn text(value: &Value, max: usize) -> String {
     }
 }
 
-fn since(value: &Value, now_ms: u64) -> String {
+/// How long ago the unix-ms `value` was, or `-`.
+pub(crate) fn since(value: &Value, now_ms: u64) -> String {
     value
         .as_u64()
         .map_or_else(|| "-".to_owned(), |ms| ago(now_ms.saturating_sub(ms)))
@@ -118,7 +121,7 @@ fn took(start: &Value, finish: &Value, running: bool, now_ms: u64) -> String {
 
 /// A borderless table: a header of capitals, columns two spaces apart, no
 /// trailing spaces.
-fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+pub(crate) fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut table = Table::new();
     table.load_style(presets::NOTHING);
     table.set_header(header.iter().map(|title| Cell::new(*title)));

@@ -128,14 +128,13 @@ impl Journal {
         changes: Option<Value>,
         now_ms: u64,
     ) -> Result<(), RecordError> {
-        self.end_step(key, result, now_ms)?;
-        if let Some(StepEntry {
-            outcome: Some(Outcome::Passed { changes: slot, .. }),
-            ..
-        }) = self.steps.get_mut(key)
-        {
-            *slot = changes;
-        }
+        let seq = self.next_seq;
+        let entry = self
+            .steps
+            .get_mut(key)
+            .ok_or_else(|| RecordError::UnknownStep(key.to_owned()))?;
+        settle(&mut entry.outcome, key, result, changes, seq, now_ms)?;
+        self.next_seq += 1;
         Ok(())
     }
 
@@ -146,17 +145,7 @@ impl Journal {
         result: Result<Value, String>,
         now_ms: u64,
     ) -> Result<(), RecordError> {
-        let seq = self.next_seq;
-        let entry = self
-            .steps
-            .get_mut(key)
-            .ok_or_else(|| RecordError::UnknownStep(key.to_owned()))?;
-        if entry.outcome.is_some() {
-            return Err(RecordError::AlreadyEnded(key.to_owned()));
-        }
-        entry.outcome = Some(outcome(result, seq, now_ms));
-        self.next_seq += 1;
-        Ok(())
+        self.end_step_with(key, result, None, now_ms)
     }
 
     /// Records that wait `key` opened.
@@ -176,10 +165,7 @@ impl Journal {
             .waits
             .get_mut(key)
             .ok_or_else(|| RecordError::UnknownWait(key.to_owned()))?;
-        if entry.outcome.is_some() {
-            return Err(RecordError::AlreadyEnded(key.to_owned()));
-        }
-        entry.outcome = Some(outcome(result, seq, now_ms));
+        settle(&mut entry.outcome, key, result, None, seq, now_ms)?;
         self.next_seq += 1;
         Ok(())
     }
@@ -209,14 +195,26 @@ impl Journal {
     }
 }
 
-fn outcome(result: Result<Value, String>, seq: u64, at_ms: u64) -> Outcome {
-    match result {
+/// Sets the outcome of `key` (at journal seq `seq`), unless it has one.
+fn settle(
+    slot: &mut Option<Outcome>,
+    key: &str,
+    result: Result<Value, String>,
+    changes: Option<Value>,
+    seq: u64,
+    at_ms: u64,
+) -> Result<(), RecordError> {
+    if slot.is_some() {
+        return Err(RecordError::AlreadyEnded(key.to_owned()));
+    }
+    *slot = Some(match result {
         Ok(value) => Outcome::Passed {
             value,
             seq,
             at_ms,
-            changes: None,
+            changes,
         },
         Err(reason) => Outcome::Failed { reason, seq, at_ms },
-    }
+    });
+    Ok(())
 }

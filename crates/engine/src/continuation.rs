@@ -162,6 +162,28 @@ impl Engine {
         Ok(Some(self.resume_of(&previous).await?))
     }
 
+    /// What task `id`'s last attempt left for a continuation: the CLI
+    /// session it reported and the branch and head it committed on; `None`
+    /// for an unknown task.
+    ///
+    /// # Errors
+    /// The store's or the output store's.
+    pub async fn left_by_task(&self, id: TaskId) -> Result<Option<Resume>, EngineError> {
+        let Some(task) = self.get_task(id).await? else {
+            return Ok(None);
+        };
+        let mut left = self.left_by(id, task.attempt).await?;
+        if left.session_id.is_none() && task.attempt > 0 {
+            let attempts = self.attempts(id).await?;
+            left.session_id = attempts
+                .iter()
+                .rfind(|a| a.attempt == task.attempt)
+                .and_then(|a| a.usage.session_id.clone())
+                .filter(|id| valid_session_id(id));
+        }
+        Ok(Some(left))
+    }
+
     /// What `previous` (terminal) left for a continuation to resume.
     async fn resume_of(&self, previous: &Task) -> Result<Resume, EngineError> {
         self.left_by(previous.id, previous.attempt).await

@@ -185,6 +185,14 @@ pub const MAX_POLICY_SECS: u64 = 7 * 86_400;
 /// Upper bound of a cost budget in US dollars.
 pub const MAX_COST_USD: f64 = 1_000_000.0;
 
+/// The lower of two optional limits; either alone when the other is unset.
+fn lower<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b < a { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
 impl Policy {
     /// Fills the fields a request left out from `defaults`.
     pub fn resolve(overrides: &PolicyOverrides, defaults: &Policy) -> Policy {
@@ -208,8 +216,9 @@ impl Policy {
             long_hold_warn_secs: overrides
                 .long_hold_warn_secs
                 .unwrap_or(defaults.long_hold_warn_secs),
-            max_tokens: overrides.max_tokens.or(defaults.max_tokens),
-            max_cost_usd: overrides.max_cost_usd.or(defaults.max_cost_usd),
+            // A task's budget may lower its agent's, never raise it.
+            max_tokens: lower(overrides.max_tokens, defaults.max_tokens),
+            max_cost_usd: lower(overrides.max_cost_usd, defaults.max_cost_usd),
         }
     }
 
@@ -683,6 +692,35 @@ mod tests {
         assert_eq!(p.backoff_ms(4, 0.0), 4000);
         assert_eq!(p.backoff_ms(40, 0.0), MAX_BACKOFF_MS);
         assert_eq!(p.backoff_ms(2, 1.0), 750);
+    }
+
+    #[test]
+    fn a_tasks_budget_lowers_its_agents_and_never_raises_it() {
+        let defaults = Policy {
+            max_tokens: Some(1_000),
+            max_cost_usd: Some(1.0),
+            ..Policy::default()
+        };
+        let higher = PolicyOverrides {
+            max_tokens: Some(5_000),
+            max_cost_usd: Some(5.0),
+            ..PolicyOverrides::default()
+        };
+        let resolved = Policy::resolve(&higher, &defaults);
+        assert_eq!(resolved.max_tokens, Some(1_000));
+        assert_eq!(resolved.max_cost_usd, Some(1.0));
+        let lower = PolicyOverrides {
+            max_tokens: Some(10),
+            max_cost_usd: Some(0.25),
+            ..PolicyOverrides::default()
+        };
+        let resolved = Policy::resolve(&lower, &defaults);
+        assert_eq!(resolved.max_tokens, Some(10));
+        assert_eq!(resolved.max_cost_usd, Some(0.25));
+        let unset = Policy::resolve(&lower, &Policy::default());
+        assert_eq!(unset.max_cost_usd, Some(0.25));
+        let none = Policy::resolve(&PolicyOverrides::default(), &defaults);
+        assert_eq!(none.max_tokens, Some(1_000));
     }
 
     #[test]

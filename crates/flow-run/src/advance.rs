@@ -13,7 +13,7 @@ use swarmd_engine::ids::TaskId;
 use swarmd_engine::{EngineError, RunRecord, RunStatus, Task, TaskSpec, WriteOp};
 
 use swarmd_flow::Flow;
-use swarmd_flow::run::{Progress, StepStart, WaitEntry, evaluate};
+use swarmd_flow::run::{Progress, Spend, StepFacts, StepStart, WaitEntry, evaluate};
 
 use crate::{RunError, Runner, State, now_ms, run_event, token};
 
@@ -33,6 +33,9 @@ pub(crate) struct Live {
     /// Set when the journal changed since the record was last written:
     /// the key of the node that changed.
     pub dirty: Option<String>,
+    /// Whether the flow or a sub-flow has a budget: each step's spend is
+    /// then read from its task and recorded with its outcome.
+    pub budgeted: bool,
     timer: Option<tokio::task::AbortHandle>,
 }
 
@@ -43,12 +46,14 @@ impl Live {
         flow: Arc<Flow>,
         called: Arc<BTreeMap<String, Flow>>,
     ) -> Live {
+        let budgeted = flow.has_budget() || called.values().any(Flow::has_budget);
         Live {
             record,
             state,
             flow,
             called,
             dirty: None,
+            budgeted,
             timer: None,
         }
     }
@@ -189,12 +194,22 @@ impl Runner {
     async fn start_step(&self, live: &mut Live, start: &StepStart) -> Result<bool, RunError> {
         let now = now_ms();
         let run_id = live.record.id;
-        let spec = step_spec(live, start);
+        let spec = match step_spec(live, start) {
+            Ok(spec) => spec,
+            Err(reason) => {
+                live.state
+                    .journal
+                    .start_step(&start.key, String::new(), now);
+                let _ = live.state.journal.end_step(&start.key, Err(reason), now);
+                live.dirty = Some(start.key.clone());
+                return Ok(true);
+            }
+        };
         let key = start.key.clone();
         let mut state = live.state.clone();
         let mut record = live.record.clone();
         let commit_key = key.clone();
-        let wants_changes = start.wants_changes;
+        let wants = (start.wants_changes, start.wants_session);
         let written: Arc<std::sync::Mutex<Option<RunRecord>>> = Arc::default();
         let slot = written.clone();
         let runner = self.clone();
@@ -208,7 +223,7 @@ impl Runner {
                     .journal
                     .start_step(&commit_key, task.id.to_string(), now);
                 if let Some(entry) = state.journal.steps.get_mut(&commit_key) {
-                    entry.wants_changes = wants_changes;
+                    (entry.wants_changes, entry.wants_session) = wants;
                 }
                 record.state = serde_json::to_value(&state).unwrap_or(Value::Null);
                 record.version += 1;
@@ -224,7 +239,7 @@ impl Runner {
                     .journal
                     .start_step(&key, task.id.to_string(), now);
                 if let Some(entry) = live.state.journal.steps.get_mut(&key) {
-                    entry.wants_changes = wants_changes;
+                    (entry.wants_changes, entry.wants_session) = wants;
                 }
                 let written = written.lock().unwrap_or_else(|e| e.into_inner()).take();
                 live.record = written.unwrap_or_else(|| live.next_record(now));
@@ -265,17 +280,21 @@ impl Runner {
             })),
         };
         let at = task.finished_ms.unwrap_or_else(now_ms);
-        self.record_result(live, task.id, result, at).await;
+        self.record_result(live, task.id, result, at, Some(task))
+            .await;
     }
 
-    /// Records the outcome of task `id`, if it is one of this run's open
-    /// tries.
+    /// Records the outcome of task `id` (its record, when the caller read
+    /// it), if it is one of this run's open tries, with what the step asked
+    /// to keep: its git changes, its agent session, and (under a budget)
+    /// what its task spent.
     pub(crate) async fn record_result(
         &self,
         live: &mut Live,
         id: TaskId,
         result: Result<Value, String>,
         at: u64,
+        task: Option<&Task>,
     ) {
         self.task_map().remove(&id);
         let text = id.to_string();
@@ -286,24 +305,71 @@ impl Runner {
             Ok(value) => self.resolved(value).await,
             failed => failed,
         };
-        let wants = live
+        let (wants_changes, wants_session) = live
             .state
             .journal
             .steps
             .get(&key)
-            .is_some_and(|e| e.wants_changes);
-        let changes = match (&self.inner.facts, wants && result.is_ok()) {
-            (Some(facts), true) => facts.changes(id).await,
-            _ => None,
-        };
+            .map_or((false, false), |e| (e.wants_changes, e.wants_session));
+        let mut facts = StepFacts::default();
+        if result.is_ok() {
+            if let (Some(read), true) = (&self.inner.facts, wants_changes) {
+                facts.changes = read.changes(id).await;
+            }
+            if wants_session {
+                facts.session = self.session(id).await;
+            }
+        }
+        if live.budgeted {
+            let read;
+            let task = match task {
+                Some(task) => Some(task),
+                None => {
+                    read = self.engine().get_task(id).await.ok().flatten();
+                    read.as_ref()
+                }
+            };
+            if let Some(task) = task {
+                facts.spend = Spend {
+                    cost_usd: task.usage.cost_usd,
+                    tokens: task.usage.tokens(),
+                };
+            }
+        }
         if live
             .state
             .journal
-            .end_step_with(&key, result, changes, at)
+            .end_step_with(&key, result, facts, at)
             .is_ok()
         {
             live.dirty = Some(key);
         }
+    }
+
+    /// The agent session task `id` left, as a step's `session` value:
+    /// `{task, agent, session_id?, branch?, head?}`.
+    async fn session(&self, id: TaskId) -> Option<Value> {
+        let task = self.engine().get_task(id).await.ok()??;
+        let left = match self.engine().left_by_task(id).await {
+            Ok(left) => left.unwrap_or_default(),
+            Err(error) => {
+                tracing::warn!(task_id = %id, %error, "could not read a flow step's session");
+                Default::default()
+            }
+        };
+        let mut session = Map::new();
+        session.insert("task".into(), Value::String(id.to_string()));
+        session.insert("agent".into(), Value::String(task.agent.clone()));
+        for (field, value) in [
+            ("session_id", left.session_id),
+            ("branch", left.branch),
+            ("head", left.head),
+        ] {
+            if let Some(value) = value {
+                session.insert(field.into(), Value::String(value));
+            }
+        }
+        Some(Value::Object(session))
     }
 
     /// A task's result as the flow sees it: a Final that spilled to a blob
@@ -458,7 +524,14 @@ fn node_status(live: &Live, _record: &RunRecord) -> &'static str {
 /// The task a step try runs as: a string `in` is its prompt, anything else
 /// its input (the prompt then its JSON text); keyed so that starting it
 /// again finds the same task.
-fn step_spec(live: &Live, start: &StepStart) -> TaskSpec {
+fn step_spec(live: &Live, start: &StepStart) -> Result<TaskSpec, String> {
+    let continue_from = match &start.continue_from {
+        Some(id) => Some(
+            id.parse::<TaskId>()
+                .map_err(|_| format!("not started: continue: `{id}` is not a task id"))?,
+        ),
+        None => None,
+    };
     let (prompt, input) = match &start.input {
         Value::String(text) => (text.clone(), None),
         other => (other.to_string(), Some(other.clone())),
@@ -475,11 +548,16 @@ fn step_spec(live: &Live, start: &StepStart) -> TaskSpec {
         metadata: Some(metadata),
         session: live.record.session,
         idempotency_key: Some(format!("flow:{}:{}", live.record.id, start.key)),
+        continue_from,
         ..TaskSpec::default()
     };
     spec.policy.queue_timeout_secs = start.queue_timeout_secs.map(u64::from);
     spec.policy.attempt_timeout_secs = start.timeout_secs.map(u64::from);
-    spec
+    // What is left of the budgets around the step bounds its task; a
+    // budget already used up never reaches here (the node failed).
+    spec.policy.max_cost_usd = start.max_cost_usd.filter(|c| *c > 0.0);
+    spec.policy.max_tokens = start.max_tokens.filter(|t| *t > 0);
+    Ok(spec)
 }
 
 /// The blob digest of a spilled Final's reference, if `value` is one.

@@ -87,7 +87,7 @@ impl Runner {
         };
         if let Some(value) = passed {
             let mut live = cell.lock().await;
-            self.record_result(&mut live, id, Ok(value), at).await;
+            self.record_result(&mut live, id, Ok(value), at, None).await;
             self.advance(&mut live).await;
             return;
         }

@@ -145,6 +145,7 @@ impl Conv {
             input_schema: None,
             output: None,
             limits: Limits::default(),
+            budget: None,
             body: body?,
         };
         seed(&mut flow, defaults.as_ref());
@@ -234,6 +235,8 @@ impl Conv {
                     queue_timeout_secs: None,
                     timeout_secs: None,
                     changes: None,
+                    session: None,
+                    continue_from: None,
                 })
             }
             "seq" => {
@@ -345,6 +348,7 @@ impl Conv {
             join: join?,
             out: out?,
             concurrency: Some(width),
+            budget: None,
         })
     }
 

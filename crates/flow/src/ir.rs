@@ -34,6 +34,10 @@ pub struct Flow {
     /// Bounds checked before a run starts; the daemon's own limits cap them.
     #[serde(default)]
     pub limits: Limits,
+    /// What all the run's steps together may spend; past it the run fails
+    /// (a `try` around the body is the branch taken then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
     /// The graph.
     pub body: Node,
 }
@@ -58,6 +62,19 @@ impl Default for Limits {
             max_depth: 32,
         }
     }
+}
+
+/// A spending cap over every step of a run or of a fan-out: the usage
+/// their tasks reported (docs/tasks.md, Budgets), added up.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// US dollars, more than 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// Tokens, input plus output, at least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
 }
 
 /// One node of the graph.
@@ -93,6 +110,16 @@ pub enum Node {
         /// one that recorded none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         changes: Option<Expr>,
+        /// Where the agent session of a passed step goes (a `$.name`
+        /// path): `{task, agent, session_id?, branch?, head?}`, the value a
+        /// later step's `continue` takes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<Expr>,
+        /// A session (as `session` wrote it) or a task id: the step's task
+        /// continues that finished task of the same agent, in its CLI
+        /// session and on its branch (docs/tasks.md, Continuations).
+        #[serde(rename = "continue", default, skip_serializing_if = "Option::is_none")]
+        continue_from: Option<Expr>,
     },
     /// Runs its children in order.
     Seq {
@@ -127,6 +154,10 @@ pub enum Node {
         /// by `limits.max_fanout`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         concurrency: Option<u32>,
+        /// What the fan-out's steps together may spend; past it the
+        /// fan-out fails and its running steps are cancelled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<Budget>,
     },
     /// Runs `body` while `cond` holds, at most `max` times, counting in
     /// `counter`.
@@ -256,6 +287,16 @@ impl Node {
 }
 
 impl Flow {
+    /// Whether the flow or one of its fan-outs has a budget, so the runner
+    /// records what each step spent.
+    pub fn has_budget(&self) -> bool {
+        fn any(node: &Node) -> bool {
+            matches!(node, Node::Fanout { budget: Some(_), .. })
+                || node.children().into_iter().any(|(_, c)| any(c))
+        }
+        self.budget.is_some() || any(&self.body)
+    }
+
     /// Parses a flow from JSON; the error names the place.
     pub fn from_json(text: &str) -> Result<Flow, serde_json::Error> {
         serde_json::from_str(text)

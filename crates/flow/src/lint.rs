@@ -9,8 +9,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::expr::Expr;
-use crate::ir::{Flow, Limits, Node};
+use crate::ir::{Budget, Flow, Limits, Node};
 use crate::path::WritePath;
+
+/// The largest `max_cost_usd` a budget may set, as a task's.
+const MAX_BUDGET_USD: f64 = 1_000_000.0;
 
 /// What a flow may refer to, and the daemon's caps on its limits.
 #[derive(Debug, Clone, Default)]
@@ -105,6 +108,9 @@ impl Lint<'_> {
             );
         }
         self.limits(&flow.limits);
+        if let Some(budget) = &flow.budget {
+            self.budget("/budget", budget);
+        }
         if let Some(schema) = &flow.input_schema {
             self.schema("/input_schema", schema);
         }
@@ -145,6 +151,35 @@ impl Lint<'_> {
         }
     }
 
+    fn budget(&mut self, pointer: &str, budget: &Budget) {
+        if budget.max_cost_usd.is_none() && budget.max_tokens.is_none() {
+            self.report(
+                pointer,
+                "bad_budget",
+                "a budget sets neither max_cost_usd nor max_tokens".to_owned(),
+                "set one of them, or drop the budget",
+            );
+        }
+        if let Some(cost) = budget.max_cost_usd
+            && !(cost > 0.0 && cost <= MAX_BUDGET_USD)
+        {
+            self.report(
+                &format!("{pointer}/max_cost_usd"),
+                "bad_budget",
+                format!("max_cost_usd is {cost}"),
+                "give more than 0 and at most 1000000 (US dollars)",
+            );
+        }
+        if budget.max_tokens == Some(0) {
+            self.report(
+                &format!("{pointer}/max_tokens"),
+                "bad_budget",
+                "max_tokens is 0".to_owned(),
+                "give at least 1",
+            );
+        }
+    }
+
     fn schema(&mut self, pointer: &str, schema: &Value) {
         if let Err(error) = jsonschema::validator_for(schema) {
             self.report(
@@ -177,6 +212,8 @@ impl Lint<'_> {
                 name,
                 retry,
                 changes,
+                session,
+                continue_from,
                 ..
             } => {
                 if !self.known.agents.contains(agent) {
@@ -202,9 +239,15 @@ impl Lint<'_> {
                     );
                 }
                 self.reads(&format!("{at}/in"), input, scope);
+                if let Some(from) = continue_from {
+                    self.reads(&format!("{at}/continue"), from, scope);
+                }
                 self.write(&format!("{at}/out"), out, scope);
                 if let Some(changes) = changes {
                     self.write(&format!("{at}/changes"), changes, scope);
+                }
+                if let Some(session) = session {
+                    self.write(&format!("{at}/session"), session, scope);
                 }
             }
             Node::Seq { children } => {
@@ -254,8 +297,12 @@ impl Lint<'_> {
                 body,
                 out,
                 concurrency,
+                budget,
                 ..
             } => {
+                if let Some(budget) = budget {
+                    self.budget(&format!("{at}/budget"), budget);
+                }
                 self.reads(&format!("{at}/items"), items, scope);
                 if let Expr::Lit { value } = items {
                     match value.as_array() {

@@ -136,3 +136,28 @@ fn depth_width_and_steps_are_bounded_before_a_run() {
         "body": {"kind": "step", "ref": "coder", "in": path("$.i"), "out": path("$.r")}}});
     assert_eq!(run(many), [("/body".to_owned(), "too_many_steps")]);
 }
+
+#[test]
+fn budgets_must_set_a_positive_limit_and_continue_reads_a_bound_variable() {
+    let flow = json!({"name": "b", "budget": {"max_cost_usd": 0.0},
+    "body": {"kind": "seq", "children": [
+        {"kind": "fanout", "items": {"op": "lit", "value": [1]}, "bind": path("$.n"),
+         "concurrency": 1, "join": "all", "out": path("$.all"), "budget": {},
+         "body": {"kind": "step", "ref": "coder", "in": path("$.n"), "out": path("$.r"),
+                  "session": path("$.s")}},
+        {"kind": "step", "ref": "coder", "in": {"op": "lit", "value": "fix"},
+         "out": path("$.fixed"), "continue": path("$.nobody")},
+        {"kind": "fanout", "items": {"op": "lit", "value": [1]}, "bind": path("$.m"),
+         "concurrency": 1, "join": "all", "out": path("$.more"),
+         "budget": {"max_tokens": 0}, "body": {"kind": "let", "at": path("$.x"), "value": path("$.m")}}
+    ]}});
+    assert_eq!(
+        run(flow),
+        vec![
+            ("/budget/max_cost_usd".to_owned(), "bad_budget"),
+            ("/body/children/0/budget".to_owned(), "bad_budget"),
+            ("/body/children/1/continue".to_owned(), "unbound_variable"),
+            ("/body/children/2/budget/max_tokens".to_owned(), "bad_budget"),
+        ]
+    );
+}

@@ -10,6 +10,7 @@ mod lua_flows;
 mod merge;
 mod restart;
 mod run_done;
+mod sessions;
 
 use std::path::Path;
 use std::time::Duration;

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use super::budget::Spent;
 use super::journal::{Journal, Outcome};
 use crate::expr::Expr;
 use crate::ir::{Flow, Node, Retry};
@@ -79,6 +80,18 @@ pub struct StepStart {
     /// Whether the step wants its task's git changes (`changes`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub wants_changes: bool,
+    /// Whether the step wants its task's agent session (`session`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub wants_session: bool,
+    /// The finished task this step's task continues (`continue`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continue_from: Option<String>,
+    /// What is left of the budgets around the step, in US dollars.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// What is left of the budgets around the step, in tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
 }
 
 /// A wait to open.
@@ -149,9 +162,12 @@ pub fn evaluate(
         out: Evaluation::default(),
         touched: 0,
         planned: 0,
+        budgets: Vec::new(),
     };
     let ctx = json!({ "input": input });
-    let res = eval.node(&flow.body, &Place::root("/body"), ctx);
+    let res = eval.budgeted(flow.budget.as_ref(), &Place::root(""), "/budget", |eval| {
+        eval.node(&flow.body, &Place::root("/body"), ctx)
+    });
     let mut out = eval.out;
     out.progress = match res {
         Res::Done { ctx, .. } => match &flow.output {
@@ -246,6 +262,8 @@ pub(super) struct Eval<'a> {
     /// Step tries asked to start so far (a fan-out takes back those of
     /// branches it does not start).
     pub planned: usize,
+    /// The budgets around the node being evaluated, innermost last.
+    pub budgets: Vec<Spent>,
 }
 
 impl Eval<'_> {
@@ -261,6 +279,8 @@ impl Eval<'_> {
                 queue_timeout_secs,
                 timeout_secs,
                 changes,
+                session,
+                continue_from,
             } => {
                 let step = StepNode {
                     agent,
@@ -271,6 +291,8 @@ impl Eval<'_> {
                     queue_timeout_secs: *queue_timeout_secs,
                     timeout_secs: *timeout_secs,
                     changes: changes.as_ref(),
+                    session: session.as_ref(),
+                    continue_from: continue_from.as_ref(),
                 };
                 self.step(&step, at, ctx)
             }
@@ -294,6 +316,7 @@ impl Eval<'_> {
                 join,
                 out,
                 concurrency,
+                budget,
             } => {
                 let fanout = super::fanout::FanoutNode {
                     items,
@@ -303,7 +326,10 @@ impl Eval<'_> {
                     out,
                     concurrency: *concurrency,
                 };
-                (self.fanout(&fanout, at, ctx), Vec::new())
+                let res = self.budgeted(budget.as_ref(), at, "/budget", |eval| {
+                    eval.fanout(&fanout, at, ctx)
+                });
+                (res, Vec::new())
             }
             Node::Loop {
                 counter,
@@ -404,6 +430,9 @@ impl Eval<'_> {
                 return (self.start(step, key, not_before_ms, at, &ctx), tries);
             };
             self.touched += 1;
+            if let Some(outcome) = &entry.outcome {
+                self.spent(outcome.seq(), outcome.spend());
+            }
             match &entry.outcome {
                 None => {
                     self.out.live.insert(key);
@@ -413,13 +442,21 @@ impl Eval<'_> {
                     value,
                     seq,
                     changes,
+                    session,
                     ..
                 }) => {
-                    let written =
-                        write(step.out, ctx, value.clone()).and_then(|ctx| match step.changes {
+                    let session = session
+                        .clone()
+                        .unwrap_or_else(|| json!({"task": entry.task, "agent": step.agent}));
+                    let written = write(step.out, ctx, value.clone())
+                        .and_then(|ctx| match step.changes {
                             Some(target) => {
                                 write(target, ctx, changes.clone().unwrap_or(Value::Null))
                             }
+                            None => Ok(ctx),
+                        })
+                        .and_then(|ctx| match step.session {
+                            Some(target) => write(target, ctx, session),
                             None => Ok(ctx),
                         });
                     let res = match written {
@@ -428,7 +465,9 @@ impl Eval<'_> {
                     };
                     return (res, tries);
                 }
-                Some(Outcome::Failed { reason, seq, at_ms }) => {
+                Some(Outcome::Failed {
+                    reason, seq, at_ms, ..
+                }) => {
                     let retryable = step
                         .retry
                         .is_none_or(|r| !r.non_retryable.iter().any(|nr| reason.starts_with(nr)));
@@ -466,6 +505,19 @@ impl Eval<'_> {
             Ok(v) => v,
             Err(e) => return failed(format!("{}/in: {e}", at.pointer)),
         };
+        let continue_from = match step.continue_from.map(|expr| expr.eval(ctx)) {
+            None => None,
+            Some(Ok(value)) => match continued_task(&value) {
+                Some(task) => Some(task),
+                None => {
+                    return failed(format!(
+                        "{}/continue: wants a session (an object with a `task`) or a task id",
+                        at.pointer
+                    ));
+                }
+            },
+            Some(Err(e)) => return failed(format!("{}/continue: {e}", at.pointer)),
+        };
         self.planned += 1;
         self.out.live.insert(key.clone());
         self.out.starts.push(StepStart {
@@ -477,6 +529,10 @@ impl Eval<'_> {
             queue_timeout_secs: step.queue_timeout_secs,
             timeout_secs: step.timeout_secs,
             wants_changes: step.changes.is_some(),
+            wants_session: step.session.is_some(),
+            continue_from,
+            max_cost_usd: None,
+            max_tokens: None,
         });
         Res::Blocked
     }
@@ -628,6 +684,18 @@ struct StepNode<'a> {
     queue_timeout_secs: Option<u32>,
     timeout_secs: Option<u32>,
     changes: Option<&'a Expr>,
+    session: Option<&'a Expr>,
+    continue_from: Option<&'a Expr>,
+}
+
+/// The task a `continue` value names: a task id, or a session's `task`.
+fn continued_task(value: &Value) -> Option<String> {
+    let id = match value {
+        Value::String(id) => id,
+        Value::Object(map) => map.get("task")?.as_str()?,
+        _ => return None,
+    };
+    (!id.is_empty() && id.len() <= 64).then(|| id.to_owned())
 }
 
 pub(super) fn failed(reason: String) -> Res {

@@ -8,34 +8,34 @@ use serde_json::{Value, json};
 use super::*;
 use crate::ir::Flow;
 
-fn flow(body: Value) -> Flow {
+pub(super) fn flow(body: Value) -> Flow {
     serde_json::from_value(json!({"name": "t", "body": body})).unwrap()
 }
 
-fn step(agent: &str, input: Value, out: &str) -> Value {
+pub(super) fn step(agent: &str, input: Value, out: &str) -> Value {
     json!({"kind": "step", "ref": agent, "in": input, "out": {"op": "path", "at": out}})
 }
 
-fn tmpl(text: &str) -> Value {
+pub(super) fn tmpl(text: &str) -> Value {
     json!({"op": "template", "text": text})
 }
 
-fn lit(value: Value) -> Value {
+pub(super) fn lit(value: Value) -> Value {
     json!({"op": "lit", "value": value})
 }
 
 /// A run under test: its flow, journal and the tasks started so far.
-struct Sim {
+pub(super) struct Sim {
     flow: Flow,
     called: BTreeMap<String, Flow>,
     input: Value,
-    journal: Journal,
-    now: u64,
+    pub(super) journal: Journal,
+    pub(super) now: u64,
     started: Vec<StepStart>,
 }
 
 impl Sim {
-    fn new(flow: Flow, input: Value) -> Sim {
+    pub(super) fn new(flow: Flow, input: Value) -> Sim {
         Sim {
             flow,
             called: BTreeMap::new(),
@@ -46,13 +46,13 @@ impl Sim {
         }
     }
 
-    fn eval(&self) -> Evaluation {
+    pub(super) fn eval(&self) -> Evaluation {
         evaluate(&self.flow, &self.called, &self.input, &self.journal)
     }
 
     /// Evaluates and starts every step asked for (whatever its backoff),
     /// opens every wait; returns the evaluation.
-    fn tick(&mut self) -> Evaluation {
+    pub(super) fn tick(&mut self) -> Evaluation {
         let ev = self.eval();
         for start in &ev.starts {
             self.journal
@@ -76,7 +76,7 @@ impl Sim {
         ev
     }
 
-    fn end(&mut self, key: &str, result: Result<Value, &str>) {
+    pub(super) fn end(&mut self, key: &str, result: Result<Value, &str>) {
         self.now += 10;
         self.journal
             .end_step(key, result.map_err(str::to_owned), self.now)
@@ -84,7 +84,10 @@ impl Sim {
     }
 
     /// Runs to the end, answering every step with `world`.
-    fn run(&mut self, mut world: impl FnMut(&StepStart) -> Result<Value, String>) -> Progress {
+    pub(super) fn run(
+        &mut self,
+        mut world: impl FnMut(&StepStart) -> Result<Value, String>,
+    ) -> Progress {
         for _ in 0..1_000 {
             let ev = self.tick();
             if matches!(
@@ -105,7 +108,7 @@ impl Sim {
     }
 }
 
-fn result(progress: Progress) -> Value {
+pub(super) fn result(progress: Progress) -> Value {
     match progress {
         Progress::Passed { result } => result,
         other => panic!("not passed: {other:?}"),
@@ -378,7 +381,10 @@ fn a_step_that_asks_for_changes_gets_its_tasks_changes_or_null() {
         .end_step_with(
             "/body/children/0",
             Ok(json!("done")),
-            Some(json!({"branch": "swarmd/t-1/1", "head": "abc"})),
+            StepFacts {
+                changes: Some(json!({"branch": "swarmd/t-1/1", "head": "abc"})),
+                ..StepFacts::default()
+            },
             5,
         )
         .unwrap();

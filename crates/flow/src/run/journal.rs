@@ -34,8 +34,38 @@ pub struct StepEntry {
     /// Whether the step wants its task's git changes with its outcome.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub wants_changes: bool,
+    /// Whether the step wants its task's agent session with its outcome.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wants_session: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
+}
+
+/// What a step's task reported it spent, across its attempts; counted
+/// against the budgets around the step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spend {
+    #[serde(default)]
+    pub cost_usd: f64,
+    #[serde(default)]
+    pub tokens: u64,
+}
+
+impl Spend {
+    pub fn is_zero(&self) -> bool {
+        *self == Spend::default()
+    }
+}
+
+/// What is recorded with a step's outcome besides its result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepFacts {
+    /// Its task's git changes (a pass of a step that asked for them).
+    pub changes: Option<Value>,
+    /// Its task's agent session (a pass of a step that asked for it).
+    pub session: Option<Value>,
+    /// What its task spent.
+    pub spend: Spend,
 }
 
 /// How a step try or a wait ended.
@@ -50,6 +80,10 @@ pub enum Outcome {
         at_ms: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         changes: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<Value>,
+        #[serde(default, skip_serializing_if = "Spend::is_zero")]
+        spend: Spend,
     },
     /// The task failed (or was cancelled, or timed out), or the wait timed
     /// out, for `reason`.
@@ -57,6 +91,8 @@ pub enum Outcome {
         reason: String,
         seq: u64,
         at_ms: u64,
+        #[serde(default, skip_serializing_if = "Spend::is_zero")]
+        spend: Spend,
     },
 }
 
@@ -72,6 +108,13 @@ impl Outcome {
     pub fn at_ms(&self) -> u64 {
         match self {
             Outcome::Passed { at_ms, .. } | Outcome::Failed { at_ms, .. } => *at_ms,
+        }
+    }
+
+    /// What the step's task spent (nothing for a wait).
+    pub fn spend(&self) -> Spend {
+        match self {
+            Outcome::Passed { spend, .. } | Outcome::Failed { spend, .. } => *spend,
         }
     }
 }
@@ -115,17 +158,18 @@ impl Journal {
             task,
             started_ms: now_ms,
             wants_changes: false,
+            wants_session: false,
             outcome: None,
         });
     }
 
-    /// Records how step try `key` ended; a pass may carry the task's git
-    /// changes.
+    /// Records how step try `key` ended, with what its task left and
+    /// spent.
     pub fn end_step_with(
         &mut self,
         key: &str,
         result: Result<Value, String>,
-        changes: Option<Value>,
+        facts: StepFacts,
         now_ms: u64,
     ) -> Result<(), RecordError> {
         let seq = self.next_seq;
@@ -133,7 +177,7 @@ impl Journal {
             .steps
             .get_mut(key)
             .ok_or_else(|| RecordError::UnknownStep(key.to_owned()))?;
-        settle(&mut entry.outcome, key, result, changes, seq, now_ms)?;
+        settle(&mut entry.outcome, key, result, facts, seq, now_ms)?;
         self.next_seq += 1;
         Ok(())
     }
@@ -145,7 +189,7 @@ impl Journal {
         result: Result<Value, String>,
         now_ms: u64,
     ) -> Result<(), RecordError> {
-        self.end_step_with(key, result, None, now_ms)
+        self.end_step_with(key, result, StepFacts::default(), now_ms)
     }
 
     /// Records that wait `key` opened.
@@ -165,7 +209,14 @@ impl Journal {
             .waits
             .get_mut(key)
             .ok_or_else(|| RecordError::UnknownWait(key.to_owned()))?;
-        settle(&mut entry.outcome, key, result, None, seq, now_ms)?;
+        settle(
+            &mut entry.outcome,
+            key,
+            result,
+            StepFacts::default(),
+            seq,
+            now_ms,
+        )?;
         self.next_seq += 1;
         Ok(())
     }
@@ -200,21 +251,33 @@ fn settle(
     slot: &mut Option<Outcome>,
     key: &str,
     result: Result<Value, String>,
-    changes: Option<Value>,
+    facts: StepFacts,
     seq: u64,
     at_ms: u64,
 ) -> Result<(), RecordError> {
     if slot.is_some() {
         return Err(RecordError::AlreadyEnded(key.to_owned()));
     }
+    let StepFacts {
+        changes,
+        session,
+        spend,
+    } = facts;
     *slot = Some(match result {
         Ok(value) => Outcome::Passed {
             value,
             seq,
             at_ms,
             changes,
+            session,
+            spend,
         },
-        Err(reason) => Outcome::Failed { reason, seq, at_ms },
+        Err(reason) => Outcome::Failed {
+            reason,
+            seq,
+            at_ms,
+            spend,
+        },
     });
     Ok(())
 }

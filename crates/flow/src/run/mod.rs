@@ -4,6 +4,7 @@
 //! is. The daemon's runner records outcomes in the journal, commits it, and
 //! does what the evaluation asks; nothing here knows tasks or stores.
 
+mod budget;
 mod eval;
 mod fanout;
 mod journal;
@@ -12,8 +13,12 @@ pub use eval::{
     Evaluation, MAX_CALL_DEPTH, MAX_LOOP_ITERATIONS, NodeState, NodeStatus, Progress, StepStart,
     WaitOpen, evaluate,
 };
-pub use journal::{Journal, Outcome, RecordError, StepEntry, WaitEntry};
+pub use journal::{Journal, Outcome, RecordError, Spend, StepEntry, StepFacts, WaitEntry};
 
 #[cfg(test)]
 #[path = "eval_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "budget_tests.rs"]
+mod budget_tests;

@@ -20,6 +20,8 @@ use crate::worker_api::{WorkerAuth, check_open};
 
 const MAX_AGENT_NAME: usize = 128;
 const MAX_IDEMPOTENCY_KEY: usize = 256;
+/// The longest `start_from` branch name.
+const MAX_START_FROM: usize = 255;
 
 /// Writes and events that commit with a task's record (`create_task_with`).
 pub type RunWrites = (Vec<WriteOp>, Vec<(Option<SessionId>, Event)>);
@@ -311,6 +313,28 @@ pub(crate) fn check_run_ops(ops: &[WriteOp]) -> Result<(), EngineError> {
 }
 
 fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {
+    if let Some(branch) = &spec.start_from {
+        // git checks the name again (as a local branch only) when an
+        // attempt starts; this keeps anything that is no branch name out
+        // of the task record.
+        let plain = !branch.is_empty()
+            && branch.len() <= MAX_START_FROM
+            && !branch.starts_with('-')
+            && !branch.contains("..")
+            && !branch
+                .chars()
+                .any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c));
+        if !plain {
+            return Err(EngineError::BadRequest(format!(
+                "start_from must be a branch name of 1 to {MAX_START_FROM} bytes"
+            )));
+        }
+        if spec.continue_from.is_some() {
+            return Err(EngineError::BadRequest(
+                "start_from and continue_from exclude each other".into(),
+            ));
+        }
+    }
     if spec.agent.is_empty() {
         return Err(EngineError::BadRequest(
             "agent is required unless continue_from names a task".into(),
@@ -335,4 +359,48 @@ fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {
     }
     spec.policy.validate().map_err(EngineError::BadRequest)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_start(branch: &str) -> TaskSpec {
+        TaskSpec {
+            agent: "coder".into(),
+            start_from: Some(branch.into()),
+            ..TaskSpec::default()
+        }
+    }
+
+    #[test]
+    fn start_from_takes_a_branch_name_and_nothing_else() {
+        for good in ["main", "swarmd/merge-0a1b2c3d-conflict", "fix_1.2"] {
+            assert!(validate_spec(&with_start(good)).is_ok(), "{good}");
+        }
+        let long = "b".repeat(MAX_START_FROM + 1);
+        for bad in [
+            "",
+            "-x",
+            "a..b",
+            "a b",
+            "a\nb",
+            "HEAD~1",
+            "a^",
+            "x:y",
+            long.as_str(),
+        ] {
+            let refused = validate_spec(&with_start(bad));
+            assert!(
+                matches!(&refused, Err(EngineError::BadRequest(m)) if m.starts_with("start_from")),
+                "{bad:?}: {refused:?}"
+            );
+        }
+        let mut both = with_start("main");
+        both.continue_from = Some(TaskId::new());
+        assert!(matches!(
+            validate_spec(&both),
+            Err(EngineError::BadRequest(m)) if m.contains("exclude")
+        ));
+    }
 }

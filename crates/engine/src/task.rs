@@ -339,6 +339,10 @@ pub struct TaskSpec {
     /// The finished task this one continues (docs/tasks.md, Continuations);
     /// `agent` may then be empty, meaning that task's.
     pub continue_from: Option<TaskId>,
+    /// A local branch a worktree agent's attempts start from instead of
+    /// the agent's `base` (a flow step's `start_from`: a merge conflict's
+    /// work branch, say); not with `continue_from`.
+    pub start_from: Option<String>,
 }
 
 /// A task as stored and served.
@@ -370,6 +374,9 @@ pub struct Task {
     /// What its attempts resume from `continued_from`, read at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<crate::continuation::Resume>,
+    /// The local branch a worktree agent's attempts start from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_from: Option<String>,
     /// The attempt a restart interrupted last, which the attempt after it
     /// resumed (docs/tasks.md, Restarts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -419,6 +426,7 @@ impl Task {
             session: spec.session,
             operator_sid: spec.operator_sid,
             continued_from: spec.continue_from,
+            start_from: spec.start_from.clone(),
             resume: None,
             restart: None,
             restarts: 0,

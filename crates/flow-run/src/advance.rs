@@ -549,6 +549,7 @@ fn step_spec(live: &Live, start: &StepStart) -> Result<TaskSpec, String> {
         session: live.record.session,
         idempotency_key: Some(format!("flow:{}:{}", live.record.id, start.key)),
         continue_from,
+        start_from: start.start_from.clone(),
         ..TaskSpec::default()
     };
     spec.policy.queue_timeout_secs = start.queue_timeout_secs.map(u64::from);

@@ -237,6 +237,7 @@ impl Conv {
                     changes: None,
                     session: None,
                     continue_from: None,
+                    start_from: None,
                 })
             }
             "seq" => {

@@ -120,6 +120,11 @@ pub enum Node {
         /// session and on its branch (docs/tasks.md, Continuations).
         #[serde(rename = "continue", default, skip_serializing_if = "Option::is_none")]
         continue_from: Option<Expr>,
+        /// A local branch (a string) the step's worktree starts from
+        /// instead of its agent's `base`: a merge conflict's `work_branch`
+        /// for a resolver, say. Not with `continue`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_from: Option<Expr>,
     },
     /// Runs its children in order.
     Seq {
@@ -291,8 +296,13 @@ impl Flow {
     /// records what each step spent.
     pub fn has_budget(&self) -> bool {
         fn any(node: &Node) -> bool {
-            matches!(node, Node::Fanout { budget: Some(_), .. })
-                || node.children().into_iter().any(|(_, c)| any(c))
+            matches!(
+                node,
+                Node::Fanout {
+                    budget: Some(_),
+                    ..
+                }
+            ) || node.children().into_iter().any(|(_, c)| any(c))
         }
         self.budget.is_some() || any(&self.body)
     }

@@ -214,6 +214,7 @@ impl Lint<'_> {
                 changes,
                 session,
                 continue_from,
+                start_from,
                 ..
             } => {
                 if !self.known.agents.contains(agent) {
@@ -241,6 +242,17 @@ impl Lint<'_> {
                 self.reads(&format!("{at}/in"), input, scope);
                 if let Some(from) = continue_from {
                     self.reads(&format!("{at}/continue"), from, scope);
+                }
+                if let Some(from) = start_from {
+                    self.reads(&format!("{at}/start_from"), from, scope);
+                    if continue_from.is_some() {
+                        self.report(
+                            &format!("{at}/start_from"),
+                            "start_and_continue",
+                            "a step both continues a task and starts from a branch".to_owned(),
+                            "keep one: a continuation starts from its task's branch",
+                        );
+                    }
                 }
                 self.write(&format!("{at}/out"), out, scope);
                 if let Some(changes) = changes {

@@ -157,7 +157,10 @@ fn budgets_must_set_a_positive_limit_and_continue_reads_a_bound_variable() {
             ("/budget/max_cost_usd".to_owned(), "bad_budget"),
             ("/body/children/0/budget".to_owned(), "bad_budget"),
             ("/body/children/1/continue".to_owned(), "unbound_variable"),
-            ("/body/children/2/budget/max_tokens".to_owned(), "bad_budget"),
+            (
+                "/body/children/2/budget/max_tokens".to_owned(),
+                "bad_budget"
+            ),
         ]
     );
 }

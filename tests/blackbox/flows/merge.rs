@@ -110,3 +110,113 @@ async fn a_merge_step_joins_the_fanned_out_branches_into_one() {
         "{merges}"
     );
 }
+
+/// `clasher` writes its prompt to `notes.txt` (so two of them conflict);
+/// `resolver` notes how many conflict markers its checkout started with,
+/// drops the marker lines (keeping both sides) and commits.
+const CONFLICT_AGENTS: &str = r#"
+[agents.clasher]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", """
+cat > notes.txt
+git add -A
+git -c user.name=w -c user.email=w@w commit -qm "clasher"
+printf '"done"'
+"""]
+env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
+worktree = { repo = "@DIR@/repo", base = "main" }
+
+[agents.resolver]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", """
+grep -c '^<<<<<<<' notes.txt > "@DIR@/markers-seen"
+grep -v -e '^<<<<<<<' -e '^=======' -e '^>>>>>>>' notes.txt > resolved.txt
+mv resolved.txt notes.txt
+git add -A
+git -c user.name=w -c user.email=w@w commit -qm "resolve"
+printf '"resolved"'
+"""]
+stdin = "none"
+env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
+worktree = { repo = "@DIR@/repo", base = "main" }
+
+[agents.merge]
+kind = "merge"
+repo = "@DIR@/repo"
+base = "main"
+
+[flows_dir]
+path = "@DIR@/flows"
+"#;
+
+/// Two clashing coders, merged in sequence; on a conflict a resolver starts
+/// from the conflict's work branch.
+fn resolve_flow() -> Value {
+    let path = |at: &str| json!({"op": "path", "at": at});
+    json!({
+        "name": "merge-or-resolve",
+        "output": path("$.done"),
+        "body": {"kind": "seq", "children": [
+            {"kind": "fanout", "items": {"op": "lit", "value": ["one", "two"]},
+             "bind": path("$.n"), "concurrency": 2, "join": "all", "out": path("$.tries"),
+             "body": {"kind": "step", "ref": "clasher",
+                      "in": {"op": "template", "text": "{{ n }}"},
+                      "out": path("$.said"), "changes": path("$.git")}},
+            {"kind": "let", "at": path("$.merge_in.branches"),
+             "value": {"op": "select", "at": "$.tries[*].git.branch"}},
+            {"kind": "step", "ref": "merge", "name": "merge",
+             "in": path("$.merge_in"), "out": path("$.merged")},
+            {"kind": "branch",
+             "cond": {"op": "exists", "at": "$.merged.conflict.work_branch"},
+             "then": {"kind": "step", "ref": "resolver", "name": "resolve",
+                      "in": {"op": "template", "text": "resolve {{ merged.conflict.files }}"},
+                      "start_from": path("$.merged.conflict.work_branch"),
+                      "out": path("$.said"), "changes": path("$.done")},
+             "else": {"kind": "let", "at": path("$.done"), "value": path("$.merged")}}
+        ]}
+    })
+}
+
+#[tokio::test]
+async fn a_conflict_is_resolved_by_a_step_that_starts_from_its_work_branch() {
+    let sw = Swarmd::new(CONFLICT_AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let repo = make_repo(sw.dir());
+    write_files(sw.dir(), &[("merge-or-resolve", resolve_flow())]);
+    let sw = sw.start().await;
+    let main = git(&repo, &["rev-parse", "main"]);
+
+    let (status, body) = start(&sw, json!({"flow": "merge-or-resolve", "input": {}})).await;
+    assert_eq!(status, 201, "{body}");
+    let view = run(&sw, body["id"].as_str().unwrap(), 60).await;
+    assert_eq!(view["status"], "passed", "{view}\n{}", sw.log());
+
+    let done = &view["result"];
+    let work_head = {
+        let merge_node = super::node(&view, "/body/children/2");
+        let merged = &merge_node["tries"][0]["output"];
+        let conflict = &merged["conflict"];
+        assert_eq!(conflict["files"], json!(["notes.txt"]), "{merged}");
+        let work = conflict["work_branch"].as_str().unwrap();
+        assert_eq!(
+            work,
+            format!("{}-conflict", merged["branch"].as_str().unwrap())
+        );
+        conflict["work_head"].as_str().unwrap().to_owned()
+    };
+    // The resolver's checkout started at the conflict, markers and all.
+    assert_eq!(done["base"], work_head.as_str(), "{done}");
+    let seen = std::fs::read_to_string(sw.dir().join("markers-seen")).unwrap();
+    assert_eq!(seen.trim(), "1");
+    // Its branch holds both sides, no markers, and both coders' commits.
+    let branch = done["branch"].as_str().unwrap();
+    let notes = git(&repo, &["show", &format!("{branch}:notes.txt")]);
+    let mut lines: Vec<&str> = notes.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["one", "two"], "{notes}");
+    let subjects = git(&repo, &["log", "--format=%s", branch]);
+    let clashers = subjects.lines().filter(|s| *s == "clasher").count();
+    assert_eq!(clashers, 2, "{subjects}");
+    assert_eq!(git(&repo, &["rev-parse", "main"]), main, "main never moves");
+}

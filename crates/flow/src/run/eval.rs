@@ -86,6 +86,9 @@ pub struct StepStart {
     /// The finished task this step's task continues (`continue`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub continue_from: Option<String>,
+    /// The branch the step's worktree starts from (`start_from`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_from: Option<String>,
     /// What is left of the budgets around the step, in US dollars.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<f64>,
@@ -281,6 +284,7 @@ impl Eval<'_> {
                 changes,
                 session,
                 continue_from,
+                start_from,
             } => {
                 let step = StepNode {
                     agent,
@@ -293,6 +297,7 @@ impl Eval<'_> {
                     changes: changes.as_ref(),
                     session: session.as_ref(),
                     continue_from: continue_from.as_ref(),
+                    start_from: start_from.as_ref(),
                 };
                 self.step(&step, at, ctx)
             }
@@ -518,6 +523,17 @@ impl Eval<'_> {
             },
             Some(Err(e)) => return failed(format!("{}/continue: {e}", at.pointer)),
         };
+        let start_from = match step.start_from.map(|expr| expr.eval(ctx)) {
+            None => None,
+            Some(Ok(Value::String(branch))) => Some(branch),
+            Some(Ok(_)) => {
+                return failed(format!(
+                    "{}/start_from: wants a branch name (a string)",
+                    at.pointer
+                ));
+            }
+            Some(Err(e)) => return failed(format!("{}/start_from: {e}", at.pointer)),
+        };
         self.planned += 1;
         self.out.live.insert(key.clone());
         self.out.starts.push(StepStart {
@@ -531,6 +547,7 @@ impl Eval<'_> {
             wants_changes: step.changes.is_some(),
             wants_session: step.session.is_some(),
             continue_from,
+            start_from,
             max_cost_usd: None,
             max_tokens: None,
         });
@@ -686,6 +703,7 @@ struct StepNode<'a> {
     changes: Option<&'a Expr>,
     session: Option<&'a Expr>,
     continue_from: Option<&'a Expr>,
+    start_from: Option<&'a Expr>,
 }
 
 /// The task a `continue` value names: a task id, or a session's `task`.

@@ -219,6 +219,7 @@ pub(crate) async fn create(
         operator_sid: request.operator_sid,
         idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
         continue_from: request.continue_from,
+        start_from: None,
     };
     Ok(match &origin.worker {
         Some(worker) => state.engine.create_subtask(worker, spec).await?,

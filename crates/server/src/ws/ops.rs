@@ -123,6 +123,7 @@ async fn spawn_task(
         operator_sid: None,
         idempotency_key: Some(idempotency_key(session, &frame.req_id)),
         continue_from: frame.continue_from,
+        start_from: None,
     };
     match engine.create_task(spec).await {
         Ok(task) => {

@@ -48,6 +48,15 @@ pub struct Conflict {
     pub branch: String,
     /// The conflicting paths.
     pub files: Vec<String>,
+    /// For `sequence` and `pick`: a branch (`<into>-conflict`) at a commit
+    /// whose parents are the result so far and the conflicting branch and
+    /// whose tree is the merge with git's conflict markers in `files`, for
+    /// a resolver step to start from (a flow step's `start_from`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_branch: Option<String>,
+    /// That commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_head: Option<String>,
 }
 
 /// The task a merge runs for: what names the default branch, the commit
@@ -71,7 +80,8 @@ enum Step {
     Contained,
     /// The merge's tree.
     Clean(String),
-    Conflicted(Vec<String>),
+    /// The merge's tree with conflict markers, and the conflicting paths.
+    Conflicted(String, Vec<String>),
 }
 
 /// Where a strategy ended: the head, what went in, what stopped it.
@@ -150,6 +160,15 @@ impl Merger {
             }
         };
         self.create(repo, &into, &outcome.head).await?;
+        if let Some(Conflict {
+            work_branch: Some(work),
+            work_head: Some(at),
+            ..
+        }) = &outcome.conflict
+        {
+            self.check_name(repo, work).await?;
+            self.create(repo, work, at).await?;
+        }
 
         let mut record = MergeRecord {
             branch: into,
@@ -311,10 +330,18 @@ impl Writer<'_> {
                     let message = self.message(&format!("Merge {branch} into {}", self.into));
                     outcome.head = self.commit(&tree, &[&outcome.head, head], &message).await?;
                 }
-                Step::Conflicted(files) => {
+                Step::Conflicted(tree, files) => {
+                    let message = self.message(&format!(
+                        "Conflicts merging {branch} into {}\n\nThe files {} hold git's conflict markers.",
+                        self.into,
+                        files.join(", ")
+                    ));
+                    let work = self.commit(&tree, &[&outcome.head, head], &message).await?;
                     outcome.conflict = Some(Conflict {
                         branch: (*branch).to_owned(),
                         files,
+                        work_branch: Some(format!("{}-conflict", self.into)),
+                        work_head: Some(work),
                     });
                     break;
                 }
@@ -345,13 +372,15 @@ impl Writer<'_> {
                     tree = Some(merged);
                     parents.push(head);
                 }
-                Step::Conflicted(files) => {
+                Step::Conflicted(_, files) => {
                     return Ok(Outcome {
                         head: base.to_owned(),
                         applied: Vec::new(),
                         conflict: Some(Conflict {
                             branch: (*branch).to_owned(),
                             files,
+                            work_branch: None,
+                            work_head: None,
                         }),
                     });
                 }
@@ -430,7 +459,7 @@ impl Writer<'_> {
             .map(str::to_owned)
             .collect();
         files.dedup();
-        Ok(Step::Conflicted(files))
+        Ok(Step::Conflicted(tree, files))
     }
 
     /// A commit of `tree` with `parents`, by swarmd.

@@ -117,17 +117,35 @@ async fn a_conflict_stops_the_sequence_at_its_branch_and_names_the_files() {
     .unwrap();
     let applied: Vec<&str> = record.applied.iter().map(|a| a.branch.as_str()).collect();
     assert_eq!(applied, ["one", "two"]);
+    let conflict = record.conflict.clone().unwrap();
+    let work = conflict.work_head.clone().unwrap();
     assert_eq!(
-        record.conflict,
-        Some(Conflict {
+        conflict,
+        Conflict {
             branch: "three".into(),
             files: vec!["notes.txt".into()],
-        })
+            work_branch: Some("merged-conflict".into()),
+            work_head: Some(work.clone()),
+        }
     );
     // The new branch holds what went in.
     assert_eq!(git(&repo, &["rev-parse", "merged"]), record.head);
     assert_eq!(files(&repo, "merged"), ["notes.txt", "two"]);
     assert_eq!(git(&repo, &["show", "merged:notes.txt"]), "one");
+    // The work branch holds the conflict: the result so far and the
+    // conflicting branch as parents, the markers in the file.
+    assert_eq!(git(&repo, &["rev-parse", "merged-conflict"]), work);
+    let three = git(&repo, &["rev-parse", "three"]);
+    assert_eq!(
+        git(
+            &repo,
+            &["rev-parse", &format!("{work}^1"), &format!("{work}^2")]
+        ),
+        format!("{}\n{three}", record.head)
+    );
+    let marked = git(&repo, &["show", "merged-conflict:notes.txt"]);
+    assert!(marked.starts_with("<<<<<<< "), "{marked}");
+    assert!(marked.contains("one\n=======\nthree\n>>>>>>> "), "{marked}");
 }
 
 #[tokio::test]

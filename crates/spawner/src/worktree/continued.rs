@@ -151,9 +151,15 @@ fn checkout_of(list: &str, branch: &str) -> Option<PathBuf> {
 
 /// Where a continuation's worktree starts: the continued task's last
 /// attempt's branch (named by its `worktree` artifact, else by the rule
-/// every attempt's branch is named by).
+/// every attempt's branch is named by); for a task with `start_from`, that
+/// branch.
 pub fn prior_work(task: &Task) -> Option<PriorWork> {
-    let from = task.continued_from?;
+    let Some(from) = task.continued_from else {
+        return task.start_from.as_ref().map(|branch| PriorWork {
+            branch: branch.clone(),
+            head: None,
+        });
+    };
     let resume = task.resume.as_ref()?;
     if resume.attempt == 0 {
         return None;
@@ -226,7 +232,7 @@ where
         }
     }
     let note = format!(
-        "branch {} of the continued task is gone; starting from base {}",
+        "branch {} to start from is gone; starting from base {}",
         prior.branch, spec.base
     );
     open(spec.clone())
@@ -310,10 +316,7 @@ mod tests {
         assert_ne!(own.checkout().dir, first.dir);
         let note = note.unwrap();
         assert!(note.contains("could not be opened again"), "{note}");
-        assert!(
-            note.contains("swarmd/gone of the continued task is gone"),
-            "{note}"
-        );
+        assert!(note.contains("swarmd/gone to start from is gone"), "{note}");
         for worktree in [again, own] {
             worktree.abandon().await;
         }
@@ -374,10 +377,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(from_base.checkout().base, base);
-        assert!(
-            note.unwrap()
-                .contains("swarmd/T-1-1 of the continued task is gone")
-        );
+        assert!(note.unwrap().contains("swarmd/T-1-1 to start from is gone"));
         for worktree in [from_branch, from_head, from_base] {
             worktree.abandon().await;
         }

@@ -3,6 +3,7 @@
 //! run as ordinary tasks by Lua and process agents, and runs that outlive
 //! a kill -9.
 
+mod best_of_five;
 mod example;
 mod http;
 mod import;

@@ -21,6 +21,8 @@ mod spawner;
 
 #[cfg(test)]
 mod apply_tests;
+#[cfg(test)]
+mod measure;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -60,6 +60,10 @@ pub struct TryView {
     pub ended_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
+    /// The git changes a step asked for (`changes`): branch, base, head,
+    /// files, insertions, deletions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -109,10 +113,12 @@ pub(crate) async fn build(
                 .iter()
                 .filter_map(|k| journal.steps.get(k).map(|e| (k, e)))
                 .map(|(k, e)| {
-                    let (output, reason) = match &e.outcome {
-                        Some(Outcome::Passed { value, .. }) => (Some(value.clone()), None),
-                        Some(Outcome::Failed { reason, .. }) => (None, Some(reason.clone())),
-                        None => (None, None),
+                    let (output, changes, reason) = match &e.outcome {
+                        Some(Outcome::Passed { value, changes, .. }) => {
+                            (Some(value.clone()), changes.clone(), None)
+                        }
+                        Some(Outcome::Failed { reason, .. }) => (None, None, Some(reason.clone())),
+                        None => (None, None, None),
                     };
                     TryView {
                         key: k.clone(),
@@ -120,6 +126,7 @@ pub(crate) async fn build(
                         started_ms: e.started_ms,
                         ended_ms: e.outcome.as_ref().map(Outcome::at_ms),
                         output,
+                        changes,
                         reason,
                     }
                 })

@@ -180,6 +180,33 @@ async fn best_of_five_runs_offline_from_setup_to_the_approved_merge() {
         .js("const n = document.querySelector('#run-graph .gnode[data-pointer=\"/body/children/0/body\"]'); return n && n.querySelector(':scope > .ghead .gstate').textContent")
         .await;
     assert_eq!(graph, json!("5 passed"));
+    // Each coder's try shows its diff stat and branch; the judge's shows
+    // its verdict, the reason in full on hover.
+    let diffs = browser
+        .js("return [...document.querySelectorAll('#run-graph .gnode[data-pointer=\"/body/children/0/body\"] .try-diff')].map((d) => d.textContent)")
+        .await;
+    let diffs: Vec<&str> = diffs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(diffs.len(), 5, "{diffs:?}");
+    assert!(
+        diffs
+            .iter()
+            .any(|d| d.starts_with("+1 −1 · 1 file · swarmd/")),
+        "{diffs:?}"
+    );
+    let verdict = browser
+        .js("const o = document.querySelector('#run-graph .gnode[data-pointer=\"/body/children/2\"] .try-output'); return o && o.title")
+        .await;
+    assert!(
+        verdict
+            .as_str()
+            .is_some_and(|v| v.contains("smallest diff") && v.contains("\"winner\":1")),
+        "{verdict}"
+    );
 
     // Typed as a person would: the page keeps a focused answer box across
     // its redraws.

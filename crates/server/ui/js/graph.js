@@ -58,7 +58,29 @@ function label(node) {
   }
 }
 
-/** A step's tries, across its instances, each with its task link. */
+/** The longest output summary shown on a try. */
+const OUTPUT_CHARS = 160;
+
+/** A try's git changes as `+12 −3 · 2 files · branch`. */
+function diffStat(changes) {
+  if (!changes || typeof changes !== 'object') return null;
+  const files = Array.isArray(changes.files) ? changes.files.length : 0;
+  const parts = [`+${changes.insertions ?? 0} −${changes.deletions ?? 0}`,
+    `${files}${changes.files_truncated ? '+' : ''} file${files === 1 ? '' : 's'}`];
+  if (changes.branch) parts.push(changes.branch);
+  return h('div', { class: 'try-diff' }, parts.join(' · '));
+}
+
+/** A try's output in one line: a string as it is, anything else as JSON. */
+function outputLine(output) {
+  if (output === undefined || output === null) return null;
+  const text = typeof output === 'string' ? output : JSON.stringify(output);
+  const shown = text.length > OUTPUT_CHARS ? `${text.slice(0, OUTPUT_CHARS)}…` : text;
+  return h('div', { class: 'try-output', title: text.slice(0, 4096) }, shown);
+}
+
+/** A step's tries, across its instances, each with its task link, its
+ * output in one line and its diff stat when it asked for its changes. */
 function tries(group) {
   const all = [];
   for (const instance of group ? group.instances : []) {
@@ -70,7 +92,9 @@ function tries(group) {
     ' ',
     h('span', { class: 'muted' }, t.key),
     t.reason ? h('span', { class: 'reason' }, ` ${t.reason}`) : null,
-    instance.reason && !t.reason ? h('span', { class: 'reason' }, ` ${instance.reason}`) : null)));
+    instance.reason && !t.reason ? h('span', { class: 'reason' }, ` ${instance.reason}`) : null,
+    diffStat(t.changes),
+    outputLine(t.output))));
 }
 
 /** A column of parts side by side, each titled. */

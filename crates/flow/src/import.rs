@@ -490,6 +490,7 @@ fn writes(node: &Node, out: &mut BTreeSet<String>) {
     };
     match node {
         Node::Step { out: target, .. }
+        | Node::Merge { out: target, .. }
         | Node::Wait { out: target, .. }
         | Node::Call { out: target, .. } => add(target),
         Node::Let { at, .. } => add(at),

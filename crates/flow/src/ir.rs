@@ -213,6 +213,33 @@ pub enum Node {
         /// Where the answer goes.
         out: Expr,
     },
+    /// Turns coding branches into one new branch through a `merge` agent:
+    /// `pick_best` asks a judge step to name the winner first; `sequence`
+    /// and `octopus` merge them all; a conflict runs the `on_conflict`
+    /// agent as a resolver step in a worktree holding it.
+    Merge {
+        /// The merge agent (`kind = "merge"`).
+        #[serde(rename = "ref")]
+        agent: String,
+        /// An array of branch names, or of objects with a `branch` (a
+        /// coding step's `changes`); items with neither are candidates the
+        /// judge sees but cannot win.
+        branches: Expr,
+        /// How the branches become one.
+        strategy: MergeStrategy,
+        /// The judge agent of `pick_best`: it gets `{candidates, branches}`
+        /// and answers `{winner, reason}`, `winner` an index into
+        /// `candidates` or a branch name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        judge: Option<String>,
+        /// The resolver agent run on a conflict, from the conflict's work
+        /// branch; without it a conflict is in the result.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_conflict: Option<String>,
+        /// Where the result goes: `{branch, head, merge, verdict?,
+        /// resolved?, conflict?}`.
+        out: Expr,
+    },
     /// Runs the flow named `flow` as a sub-run with input `in`.
     Call {
         /// The sub-flow's name.
@@ -223,6 +250,28 @@ pub enum Node {
         /// Where its result goes.
         out: Expr,
     },
+}
+
+/// A `merge` node's strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeStrategy {
+    /// A judge names the best branch, which alone is merged (`pick`).
+    PickBest,
+    /// Each branch in order onto the base, stopping at the first conflict.
+    Sequence,
+    /// All in one merge commit; any conflict applies none.
+    Octopus,
+}
+
+impl MergeStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MergeStrategy::PickBest => "pick_best",
+            MergeStrategy::Sequence => "sequence",
+            MergeStrategy::Octopus => "octopus",
+        }
+    }
 }
 
 /// How a fan-out joins its branches.
@@ -269,9 +318,11 @@ impl Node {
             } => vec![("then", then_branch), ("else", else_branch)],
             Node::Fanout { body, .. } | Node::Loop { body, .. } => vec![("body", body)],
             Node::Try { body, catch, .. } => vec![("body", body), ("catch", catch)],
-            Node::Step { .. } | Node::Let { .. } | Node::Wait { .. } | Node::Call { .. } => {
-                Vec::new()
-            }
+            Node::Step { .. }
+            | Node::Let { .. }
+            | Node::Wait { .. }
+            | Node::Call { .. }
+            | Node::Merge { .. } => Vec::new(),
         }
     }
 
@@ -287,6 +338,7 @@ impl Node {
             Node::Let { .. } => "let",
             Node::Wait { .. } => "wait",
             Node::Call { .. } => "call",
+            Node::Merge { .. } => "merge",
         }
     }
 }

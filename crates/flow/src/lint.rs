@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::expr::Expr;
-use crate::ir::{Budget, Flow, Limits, Node};
+use crate::ir::{Budget, Flow, Limits, MergeStrategy, Node};
 use crate::path::WritePath;
 
 /// The largest `max_cost_usd` a budget may set, as a task's.
@@ -180,6 +180,18 @@ impl Lint<'_> {
         }
     }
 
+    fn agent(&mut self, pointer: &str, agent: &str) {
+        if !self.known.agents.contains(agent) {
+            let known: Vec<&str> = self.known.agents.iter().map(String::as_str).collect();
+            self.report(
+                pointer,
+                "unknown_agent",
+                format!("no agent is named `{agent}`"),
+                &format!("use one of: {}", known.join(", ")),
+            );
+        }
+    }
+
     fn schema(&mut self, pointer: &str, schema: &Value) {
         if let Err(error) = jsonschema::validator_for(schema) {
             self.report(
@@ -217,15 +229,7 @@ impl Lint<'_> {
                 start_from,
                 ..
             } => {
-                if !self.known.agents.contains(agent) {
-                    let known: Vec<&str> = self.known.agents.iter().map(String::as_str).collect();
-                    self.report(
-                        &format!("{at}/ref"),
-                        "unknown_agent",
-                        format!("no agent is named `{agent}`"),
-                        &format!("use one of: {}", known.join(", ")),
-                    );
-                }
+                self.agent(&format!("{at}/ref"), agent);
                 if let Some(name) = name {
                     self.unique_name(&format!("{at}/name"), name);
                 }
@@ -391,6 +395,41 @@ impl Lint<'_> {
                 self.node(catch, &format!("{at}/catch"), depth + 1, &mut catch_scope);
                 scope.extend(body_scope.intersection(&catch_scope).cloned());
             }
+            Node::Merge {
+                agent,
+                branches,
+                strategy,
+                judge,
+                on_conflict,
+                out,
+            } => {
+                for (field, name) in [
+                    ("ref", Some(agent)),
+                    ("judge", judge.as_ref()),
+                    ("on_conflict", on_conflict.as_ref()),
+                ] {
+                    if let Some(name) = name {
+                        self.agent(&format!("{at}/{field}"), name);
+                    }
+                }
+                match (strategy, judge) {
+                    (MergeStrategy::PickBest, None) => self.report(
+                        &format!("{at}/judge"),
+                        "missing_judge",
+                        "pick_best needs a judge agent".to_owned(),
+                        "add `judge`: the agent that names the best branch",
+                    ),
+                    (MergeStrategy::Sequence | MergeStrategy::Octopus, Some(_)) => self.report(
+                        &format!("{at}/judge"),
+                        "unused_judge",
+                        format!("{} merges every branch; no judge runs", strategy.as_str()),
+                        "drop `judge`, or use strategy pick_best",
+                    ),
+                    _ => {}
+                }
+                self.reads(&format!("{at}/branches"), branches, scope);
+                self.write(&format!("{at}/out"), out, scope);
+            }
             Node::Let { at: target, value } => {
                 self.reads(&format!("{at}/value"), value, scope);
                 self.write(&format!("{at}/at"), target, scope);
@@ -541,6 +580,7 @@ fn first_name(at: &str) -> Option<String> {
 fn steps_bound(node: &Node, limits: &Limits) -> u64 {
     match node {
         Node::Step { .. } | Node::Call { .. } => 1,
+        Node::Merge { .. } => 3,
         Node::Let { .. } | Node::Wait { .. } => 0,
         Node::Seq { children } => children.iter().map(|c| steps_bound(c, limits)).sum(),
         Node::Branch {

@@ -164,3 +164,30 @@ fn budgets_must_set_a_positive_limit_and_continue_reads_a_bound_variable() {
         ]
     );
 }
+
+#[test]
+fn a_merge_node_names_known_agents_and_a_judge_only_for_pick_best() {
+    let node = |strategy: &str, extra: Value| {
+        let mut n = json!({"kind": "merge", "ref": "merger", "strategy": strategy,
+            "branches": {"op": "lit", "value": ["a"]}, "out": path("$.m")});
+        for (k, v) in extra.as_object().unwrap() {
+            n[k] = v.clone();
+        }
+        n
+    };
+    let flow = json!({"name": "m", "body": {"kind": "seq", "children": [
+        node("pick_best", json!({})),
+        node("sequence", json!({"judge": "judge", "on_conflict": "resolver"})),
+        node("pick_best", json!({"judge": "judge", "on_conflict": "coder"}))]}});
+    assert_eq!(
+        run(flow),
+        vec![
+            ("/body/children/0/ref".to_owned(), "unknown_agent"),
+            ("/body/children/0/judge".to_owned(), "missing_judge"),
+            ("/body/children/1/ref".to_owned(), "unknown_agent"),
+            ("/body/children/1/on_conflict".to_owned(), "unknown_agent"),
+            ("/body/children/1/judge".to_owned(), "unused_judge"),
+            ("/body/children/2/ref".to_owned(), "unknown_agent"),
+        ]
+    );
+}

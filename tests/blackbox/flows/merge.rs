@@ -220,3 +220,113 @@ async fn a_conflict_is_resolved_by_a_step_that_starts_from_its_work_branch() {
     assert_eq!(clashers, 2, "{subjects}");
     assert_eq!(git(&repo, &["rev-parse", "main"]), main, "main never moves");
 }
+
+/// The `merge` node over a fan-out's changes: `flow` with its `merge`
+/// node's strategy and extra fields.
+fn merge_node_flow(name: &str, coder: &str, strategy: &str, extra: Value) -> Value {
+    let path = |at: &str| json!({"op": "path", "at": at});
+    let mut merge = json!({"kind": "merge", "ref": "merge", "strategy": strategy,
+        "branches": {"op": "select", "at": "$.tries[*].git"}, "out": path("$.merged")});
+    for (k, v) in extra.as_object().unwrap() {
+        merge[k] = v.clone();
+    }
+    json!({
+        "name": name,
+        "output": path("$.merged"),
+        "body": {"kind": "seq", "children": [
+            {"kind": "fanout", "items": {"op": "lit", "value": ["one", "two", "three"]},
+             "bind": path("$.n"), "concurrency": 3, "join": "all", "out": path("$.tries"),
+             "body": {"kind": "step", "ref": coder,
+                      "in": {"op": "template", "text": "{{ n }}"},
+                      "out": path("$.said"), "changes": path("$.git")}},
+            merge
+        ]}
+    })
+}
+
+#[tokio::test]
+async fn a_merge_node_asks_its_judge_and_merges_the_winner() {
+    // The judge names the second candidate, by index, with its reason.
+    let agents = format!(
+        "{AGENTS}\n{}",
+        r#"
+[agents.judge]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", "cat > /dev/null; printf '{\"winner\": 1, \"reason\": \"the second reads best\"}'"]
+env = { PATH = "/usr/bin:/bin" }
+"#
+    );
+    let sw = Swarmd::new(&agents).env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let repo = make_repo(sw.dir());
+    let flow = merge_node_flow("best", "coder", "pick_best", json!({"judge": "judge"}));
+    write_files(sw.dir(), &[("best", flow)]);
+    let sw = sw.start().await;
+    let (status, body) = start(&sw, json!({"flow": "best", "input": {}})).await;
+    assert_eq!(status, 201, "{body}");
+    let view = run(&sw, body["id"].as_str().unwrap(), 60).await;
+    assert_eq!(view["status"], "passed", "{view}\n{}", sw.log());
+
+    let merged = &view["result"];
+    assert_eq!(merged["verdict"]["reason"], "the second reads best");
+    assert_eq!(merged["strategy"], "pick_best");
+    let winner = merged["merge"]["applied"][0]["branch"].as_str().unwrap();
+    // The judge saw every candidate in item order; the winner is item 1's.
+    let node = super::node(&view, "/body/children/1");
+    let tries: Vec<&str> = node["tries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(tries, ["/body/children/1/judge", "/body/children/1/merge"]);
+    let second = super::node(&view, "/body/children/0/body[1]")["tries"][0]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let short = &second[second.len() - 8..];
+    assert!(winner.contains(short), "{winner} is not {second}'s branch");
+    let branch = merged["branch"].as_str().unwrap();
+    assert_eq!(
+        git(&repo, &["rev-parse", branch]),
+        merged["head"].as_str().unwrap()
+    );
+    assert_eq!(
+        git(&repo, &["show", &format!("{branch}:file-two.txt")]),
+        "change two"
+    );
+}
+
+#[tokio::test]
+async fn a_merge_node_resolves_its_conflict_with_its_on_conflict_agent() {
+    let sw = Swarmd::new(CONFLICT_AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let repo = make_repo(sw.dir());
+    let flow = merge_node_flow(
+        "merge-all",
+        "clasher",
+        "sequence",
+        json!({"on_conflict": "resolver"}),
+    );
+    write_files(sw.dir(), &[("merge-all", flow)]);
+    let sw = sw.start().await;
+    let main = git(&repo, &["rev-parse", "main"]);
+    let (status, body) = start(&sw, json!({"flow": "merge-all", "input": {}})).await;
+    assert_eq!(status, 201, "{body}");
+    let view = run(&sw, body["id"].as_str().unwrap(), 60).await;
+    assert_eq!(view["status"], "passed", "{view}\n{}", sw.log());
+
+    let merged = &view["result"];
+    let conflict = &merged["merge"]["conflict"];
+    assert_eq!(conflict["files"], json!(["notes.txt"]), "{merged}");
+    // The resolver started at the conflict and its branch is the result.
+    assert_eq!(
+        merged["resolved"]["base"], conflict["work_head"],
+        "{merged}"
+    );
+    assert_eq!(merged["branch"], merged["resolved"]["branch"]);
+    let branch = merged["branch"].as_str().unwrap();
+    let notes = git(&repo, &["show", &format!("{branch}:notes.txt")]);
+    assert!(!notes.contains("<<<<<<<"), "{notes}");
+    assert_eq!(notes.lines().count(), 2, "{notes}");
+    assert_eq!(git(&repo, &["rev-parse", "main"]), main);
+}

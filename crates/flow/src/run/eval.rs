@@ -378,6 +378,24 @@ impl Eval<'_> {
                 (self.wait(wait, prompt.as_ref(), out, ctx), Vec::new())
             }
             Node::Call { flow, input, out } => (self.call(flow, input, out, at, ctx), Vec::new()),
+            Node::Merge {
+                agent,
+                branches,
+                strategy,
+                judge,
+                on_conflict,
+                out,
+            } => {
+                let merge = super::merge::MergeNode {
+                    agent,
+                    branches,
+                    strategy: *strategy,
+                    judge: judge.as_ref(),
+                    on_conflict: on_conflict.as_ref(),
+                    out,
+                };
+                self.merge_node(&merge, at, ctx)
+            }
         };
         let (status, reason) = match &res {
             Res::Done { .. } => (NodeStatus::Passed, None),
@@ -419,7 +437,12 @@ impl Eval<'_> {
         Res::Done { ctx, seq: latest }
     }
 
-    fn step(&mut self, step: &StepNode<'_>, at: &Place, ctx: Value) -> (Res, Vec<String>) {
+    pub(super) fn step(
+        &mut self,
+        step: &StepNode<'_>,
+        at: &Place,
+        ctx: Value,
+    ) -> (Res, Vec<String>) {
         let base = at.key();
         let attempts = step.retry.map_or(1, |r| r.attempts.max(1));
         let mut tries = Vec::new();
@@ -692,18 +715,18 @@ impl Eval<'_> {
 }
 
 /// A step's fields, borrowed from its node.
-struct StepNode<'a> {
-    agent: &'a String,
-    input: &'a Expr,
-    out: &'a Expr,
-    name: &'a Option<String>,
-    retry: Option<&'a Retry>,
-    queue_timeout_secs: Option<u32>,
-    timeout_secs: Option<u32>,
-    changes: Option<&'a Expr>,
-    session: Option<&'a Expr>,
-    continue_from: Option<&'a Expr>,
-    start_from: Option<&'a Expr>,
+pub(super) struct StepNode<'a> {
+    pub agent: &'a String,
+    pub input: &'a Expr,
+    pub out: &'a Expr,
+    pub name: &'a Option<String>,
+    pub retry: Option<&'a Retry>,
+    pub queue_timeout_secs: Option<u32>,
+    pub timeout_secs: Option<u32>,
+    pub changes: Option<&'a Expr>,
+    pub session: Option<&'a Expr>,
+    pub continue_from: Option<&'a Expr>,
+    pub start_from: Option<&'a Expr>,
 }
 
 /// The task a `continue` value names: a task id, or a session's `task`.

@@ -8,6 +8,7 @@ mod budget;
 mod eval;
 mod fanout;
 mod journal;
+mod merge;
 
 pub use eval::{
     Evaluation, MAX_CALL_DEPTH, MAX_LOOP_ITERATIONS, NodeState, NodeStatus, Progress, StepStart,
@@ -22,3 +23,7 @@ mod tests;
 #[cfg(test)]
 #[path = "budget_tests.rs"]
 mod budget_tests;
+
+#[cfg(test)]
+#[path = "merge_tests.rs"]
+mod merge_tests;

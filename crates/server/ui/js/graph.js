@@ -54,6 +54,7 @@ function label(node) {
     case 'call': return node.flow;
     case 'fanout': return `join ${node.join || 'all'}${node.concurrency ? `, ${node.concurrency} at once` : ''}`;
     case 'loop': return node.max ? `at most ${node.max}` : '';
+    case 'merge': return `${node.strategy} (${node.ref})`;
     default: return '';
   }
 }
@@ -134,6 +135,7 @@ function box(node, pointer, groups) {
       inside = h('div', { class: 'gloop' }, box(node.body, `${pointer}/body`, groups));
       break;
     case 'step':
+    case 'merge':
       inside = tries(group);
       break;
     default:

@@ -194,7 +194,8 @@ impl Runner {
     async fn start_step(&self, live: &mut Live, start: &StepStart) -> Result<bool, RunError> {
         let now = now_ms();
         let run_id = live.record.id;
-        let spec = match step_spec(live, start) {
+        let pinned = self.pinned_base(live, start).await;
+        let spec = match step_spec(live, start, pinned) {
             Ok(spec) => spec,
             Err(reason) => {
                 live.state
@@ -344,6 +345,25 @@ impl Runner {
         {
             live.dirty = Some(key);
         }
+    }
+
+    /// The base commit a fan-out child of a worktree agent starts from:
+    /// the one pinned for its fan-out instance and agent, else the agent's
+    /// base resolved now and pinned (committed with the child's task).
+    /// `None` outside a fan-out, for a step that names where it starts,
+    /// and for an agent without a worktree.
+    async fn pinned_base(&self, live: &mut Live, start: &StepStart) -> Option<String> {
+        let scope = start.pin_scope.as_ref()?;
+        if start.start_from.is_some() || start.continue_from.is_some() {
+            return None;
+        }
+        let key = format!("{scope} {}", start.agent);
+        if let Some(commit) = live.state.pins.get(&key) {
+            return Some(commit.clone());
+        }
+        let commit = self.inner.facts.as_ref()?.base_commit(&start.agent).await?;
+        live.state.pins.insert(key, commit.clone());
+        Some(commit)
     }
 
     /// The agent session task `id` left, as a step's `session` value:
@@ -524,7 +544,7 @@ fn node_status(live: &Live, _record: &RunRecord) -> &'static str {
 /// The task a step try runs as: a string `in` is its prompt, anything else
 /// its input (the prompt then its JSON text); keyed so that starting it
 /// again finds the same task.
-fn step_spec(live: &Live, start: &StepStart) -> Result<TaskSpec, String> {
+fn step_spec(live: &Live, start: &StepStart, pinned: Option<String>) -> Result<TaskSpec, String> {
     let continue_from = match &start.continue_from {
         Some(id) => Some(
             id.parse::<TaskId>()
@@ -549,7 +569,7 @@ fn step_spec(live: &Live, start: &StepStart) -> Result<TaskSpec, String> {
         session: live.record.session,
         idempotency_key: Some(format!("flow:{}:{}", live.record.id, start.key)),
         continue_from,
-        start_from: start.start_from.clone(),
+        start_from: start.start_from.clone().or(pinned),
         ..TaskSpec::default()
     };
     spec.policy.queue_timeout_secs = start.queue_timeout_secs.map(u64::from);

@@ -41,6 +41,11 @@ pub(crate) struct State {
     /// The hash of every flow the run calls, pinned at its start.
     #[serde(default)]
     pub calls: BTreeMap<String, String>,
+    /// The base commit each fan-out instance's coding children start from,
+    /// by `<fan-out key> <agent>`: resolved when its first child of that
+    /// agent starts, so every child starts from one commit.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pins: BTreeMap<String, String>,
 }
 
 /// Which flow a run runs.
@@ -72,6 +77,16 @@ pub trait StepFacts: Send + Sync {
     /// The git changes of task `id` (what its last attempt that worked in
     /// a worktree left: branch, base, head, files, …), if any.
     fn changes(&self, id: TaskId) -> Pin<Box<dyn Future<Output = Option<Value>> + Send + '_>>;
+
+    /// The commit agent `agent`'s worktree `base` names now, for an agent
+    /// that works in a worktree; `None` for any other agent.
+    fn base_commit<'a>(
+        &'a self,
+        agent: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>> {
+        let _ = agent;
+        Box::pin(async { None })
+    }
 }
 
 /// The runner.
@@ -217,6 +232,7 @@ impl Runner {
                 .iter()
                 .map(|(name, e)| (name.clone(), e.hash.clone()))
                 .collect(),
+            pins: BTreeMap::new(),
         };
         let record = RunRecord {
             id: RunId::new(),

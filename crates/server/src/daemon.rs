@@ -170,6 +170,11 @@ pub async fn build(
         wait_secret,
         Some(Arc::new(crate::mcp::changes::StepChanges {
             engine: engine.clone(),
+            bases: worktree_bases(&config),
+            path: env
+                .get("PATH")
+                .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+                .to_owned(),
         })),
     );
     tasks.spawn(runner.clone().run(shutdown.clone().cancelled_owned()));
@@ -483,6 +488,25 @@ fn remote_run(r: &config::RemoteAgent) -> RemoteRun {
         timeout: r.timeout_secs.map(Duration::from_secs),
         max_output_bytes: r.max_output_bytes,
     }
+}
+
+/// Each worktree agent's repository and `base`: where a flow fan-out's
+/// coding children are pinned from.
+fn worktree_bases(
+    config: &Config,
+) -> std::collections::BTreeMap<String, (std::path::PathBuf, String)> {
+    config
+        .agents
+        .iter()
+        .filter_map(|(name, agent)| {
+            let worktree = match &agent.kind {
+                config::AgentKind::Process(p) => p.worktree.as_ref(),
+                config::AgentKind::Operator(o) => o.worktree.as_ref(),
+                _ => None,
+            }?;
+            Some((name.clone(), (worktree.repo.clone(), worktree.base.clone())))
+        })
+        .collect()
 }
 
 /// `<state_dir>/worktrees`: where attempts' worktrees are added.

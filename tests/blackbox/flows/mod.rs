@@ -9,6 +9,7 @@ mod http;
 mod import;
 mod lua_flows;
 mod merge;
+mod pinned;
 mod restart;
 mod run_done;
 mod sessions;

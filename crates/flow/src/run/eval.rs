@@ -89,6 +89,11 @@ pub struct StepStart {
     /// The branch the step's worktree starts from (`start_from`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_from: Option<String>,
+    /// The key of the innermost fan-out instance around the step: its
+    /// coding children all start from one base commit, pinned by the
+    /// runner under this key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_scope: Option<String>,
     /// What is left of the budgets around the step, in US dollars.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<f64>,
@@ -166,6 +171,7 @@ pub fn evaluate(
         touched: 0,
         planned: 0,
         budgets: Vec::new(),
+        fanouts: Vec::new(),
     };
     let ctx = json!({ "input": input });
     let res = eval.budgeted(flow.budget.as_ref(), &Place::root(""), "/budget", |eval| {
@@ -267,6 +273,8 @@ pub(super) struct Eval<'a> {
     pub planned: usize,
     /// The budgets around the node being evaluated, innermost last.
     pub budgets: Vec<Spent>,
+    /// The keys of the fan-outs around the node, innermost last.
+    pub fanouts: Vec<String>,
 }
 
 impl Eval<'_> {
@@ -571,6 +579,7 @@ impl Eval<'_> {
             wants_session: step.session.is_some(),
             continue_from,
             start_from,
+            pin_scope: self.fanouts.last().cloned(),
             max_cost_usd: None,
             max_tokens: None,
         });

@@ -84,7 +84,9 @@ impl Eval<'_> {
             };
             let before = self.touched;
             let place = at.child("body").instance(format!("[{i}]"));
+            self.fanouts.push(at.key());
             let res = self.node(fanout.body, &place, branch_ctx);
+            self.fanouts.pop();
             let fx = std::mem::take(&mut self.out);
             match res {
                 Res::Done { ctx: after, seq } => {

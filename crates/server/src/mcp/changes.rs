@@ -25,6 +25,10 @@ use crate::app::AppState;
 #[derive(Debug, Clone)]
 pub(crate) struct StepChanges {
     pub(crate) engine: Engine,
+    /// Each worktree agent's repository and `base`, for a fan-out's pin.
+    pub(crate) bases: std::collections::BTreeMap<String, (std::path::PathBuf, String)>,
+    /// The `PATH` git runs with.
+    pub(crate) path: String,
 }
 
 impl swarmd_flow_run::StepFacts for StepChanges {
@@ -40,6 +44,43 @@ impl swarmd_flow_run::StepFacts for StepChanges {
                 map.remove("diff");
             }
             Some(value)
+        })
+    }
+
+    fn base_commit<'a>(
+        &'a self,
+        agent: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'a>> {
+        Box::pin(async move {
+            let (repo, base) = self.bases.get(agent)?;
+            let wanted = format!("{base}^{{commit}}");
+            let output = tokio::process::Command::new("git")
+                .env_clear()
+                .env("PATH", &self.path)
+                .env("LC_ALL", "C")
+                .env("GIT_TERMINAL_PROMPT", "0")
+                .arg("-C")
+                .arg(repo)
+                .args([
+                    "-c",
+                    "core.hooksPath=/dev/null",
+                    "-c",
+                    "core.fsmonitor=false",
+                ])
+                .args([
+                    "rev-parse",
+                    "--verify",
+                    "--quiet",
+                    "--end-of-options",
+                    &wanted,
+                ])
+                .stdin(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .output()
+                .await
+                .ok()?;
+            let commit = String::from_utf8(output.stdout).ok()?.trim().to_owned();
+            (output.status.success() && !commit.is_empty()).then_some(commit)
         })
     }
 }

@@ -173,6 +173,11 @@ pub fn prior_work(task: &Task) -> Option<PriorWork> {
     })
 }
 
+/// Whether `name` is a full commit id (SHA-1 or SHA-256, lower-case hex).
+fn is_commit_id(name: &str) -> bool {
+    matches!(name.len(), 40 | 64) && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Where the continued task's work is: its branch, and the head its
 /// `worktree` artifact recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,7 +225,13 @@ where
     Open: Fn(WorktreeSpec) -> Opening,
     Opening: std::future::Future<Output = Result<T, WorktreeError>>,
 {
-    let branch = format!("refs/heads/{}", prior.branch);
+    // A commit id (a fan-out's pinned base) is started from as it is; any
+    // other name only as a local branch.
+    let branch = if is_commit_id(&prior.branch) {
+        prior.branch.clone()
+    } else {
+        format!("refs/heads/{}", prior.branch)
+    };
     for start in std::iter::once(branch).chain(prior.head.clone()) {
         let from = WorktreeSpec {
             base: start,

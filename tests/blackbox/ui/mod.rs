@@ -160,16 +160,29 @@ impl Browser {
         found[0].as_str().unwrap().to_owned()
     }
 
-    /// Clicks the element matching `css`, once there.
+    /// Clicks the element matching `css`, once there. A page that redraws
+    /// (a run's page does at every change of the run) can replace the
+    /// element between finding and clicking it: it is found again.
     pub(crate) async fn click(&self, css: &str) {
-        let element = self
-            .client
-            .wait()
-            .at_most(PATIENCE)
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no element {css}: {e}"));
-        element.click().await.unwrap();
+        for _ in 0..10 {
+            let element = self
+                .client
+                .wait()
+                .at_most(PATIENCE)
+                .for_element(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("no element {css}: {e}"));
+            match element.click().await {
+                Ok(()) => return,
+                Err(fantoccini::error::CmdError::Standard(e))
+                    if e.error == fantoccini::error::ErrorStatus::StaleElementReference =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("clicking {css}: {e}"),
+            }
+        }
+        panic!("{css} was replaced at every click");
     }
 
     /// Signs out and waits for the sign-in form with the token forgotten

@@ -13,16 +13,13 @@ use swarmd_engine::task::{Policy, RetryOn};
 use swarmd_engine::{Engine, EngineConfig, EngineParts, RecoveryReport};
 use swarmd_output_store::{
     MemoryOutputStore, OutputStore, SqliteDb, SqliteOptions, SqliteOutputStore, StoreError,
-    Synchronous,
 };
 use swarmd_postgres::{PgDb, PgOptions, PgOutputStore, PgTaskStore};
 use swarmd_spawner::layers::SeniorSettings;
 use swarmd_spawner::operator::{NoSessions, SessionDirectory};
-use swarmd_spawner::process::{CliFormat, EnvVar, StdinMode, StreamMode};
+use swarmd_spawner::process::EnvVar;
 use swarmd_spawner::remote::{RemotePools, RemoteRun};
-use swarmd_spawner::worktree::{
-    self, Bootstrap, KeepRule, PortsSpec, SetupSpec, WorktreeSpec, Worktrees,
-};
+use swarmd_spawner::worktree::{self, WorktreeSpec, Worktrees};
 use swarmd_spawner::{
     AgentKind, AgentSpec, ConfigErrors, HostEnv, LuaAgentSpec, LuaLimits, LuaMiddlewareSpec,
     LuaPool, OperatorSpec, ProcessSpec, SpawnerSettings, StackResolver,
@@ -298,10 +295,7 @@ async fn open_stores(
                 source,
             };
             let mut opts = SqliteOptions::new(&path);
-            opts.synchronous = match config.store.synchronous {
-                config::Synchronous::Full => Synchronous::Full,
-                config::Synchronous::Normal => Synchronous::Normal,
-            };
+            opts.synchronous = config.store.synchronous.into();
             let db = SqliteDb::open(opts).map_err(err)?;
             let tasks = SqliteTaskStore::open(db.clone()).map_err(err)?;
             let outputs =
@@ -358,14 +352,7 @@ pub fn engine_config(config: &Config) -> EngineConfig {
     EngineConfig {
         defaults: Policy {
             max_attempts: d.max_attempts,
-            retry_on: d
-                .retry_on
-                .iter()
-                .map(|r| match r {
-                    config::RetryOutcome::Failed => RetryOn::Failed,
-                    config::RetryOutcome::Blocked => RetryOn::Blocked,
-                })
-                .collect(),
+            retry_on: d.retry_on.iter().copied().map(RetryOn::from).collect(),
             attempt_timeout_secs: d.attempt_timeout_secs,
             long_hold_warn_secs: d.long_hold_warn_secs,
             max_tokens: d.max_tokens,
@@ -470,8 +457,8 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
             allow_subtasks: agent.allow_subtasks,
             input_schema: agent.input_schema.clone(),
             worktree: match &agent.kind {
-                config::AgentKind::Process(p) => p.worktree.as_ref().map(worktree_spec),
-                config::AgentKind::Operator(o) => o.worktree.as_ref().map(worktree_spec),
+                config::AgentKind::Process(p) => p.worktree.as_ref().map(WorktreeSpec::from),
+                config::AgentKind::Operator(o) => o.worktree.as_ref().map(WorktreeSpec::from),
                 config::AgentKind::Lua(_)
                 | config::AgentKind::Remote(_)
                 | config::AgentKind::Merge(_) => None,
@@ -483,8 +470,8 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
 /// What a pool is told about how to run a remote agent's attempts.
 fn remote_run(r: &config::RemoteAgent) -> RemoteRun {
     RemoteRun {
-        stdin: stdin_mode(r.stdin),
-        stream: stream_mode(r.stream),
+        stdin: r.stdin.into(),
+        stream: r.stream.into(),
         timeout: r.timeout_secs.map(Duration::from_secs),
         max_output_bytes: r.max_output_bytes,
     }
@@ -512,37 +499,6 @@ fn worktree_bases(
 /// `<state_dir>/worktrees`: where attempts' worktrees are added.
 fn worktrees_root(config: &Config) -> std::path::PathBuf {
     config.store.state_dir.join("worktrees")
-}
-
-fn worktree_spec(w: &config::WorktreeConfig) -> WorktreeSpec {
-    WorktreeSpec {
-        repo: w.repo.clone(),
-        base: w.base.clone(),
-        keep: match w.keep {
-            config::KeepWorktree::Never => KeepRule::Never,
-            config::KeepWorktree::OnFailure => KeepRule::OnFailure,
-            config::KeepWorktree::Always => KeepRule::Always,
-        },
-        bootstrap: worktree_bootstrap(w),
-    }
-}
-
-/// The bootstrap keys of a `worktree` table, checked at config load
-/// (`WorktreeConfig::check_bootstrap`): a port range that still fails to
-/// parse here is dropped, never a panic.
-fn worktree_bootstrap(w: &config::WorktreeConfig) -> Bootstrap {
-    Bootstrap {
-        copy: w.copy.clone(),
-        link: w.link.clone(),
-        setup: w.setup.as_ref().map(|s| SetupSpec {
-            command: s.command.clone(),
-            timeout: Duration::from_secs(s.timeout_secs),
-        }),
-        ports: w
-            .ports
-            .as_ref()
-            .and_then(|p| PortsSpec::new(&p.range, p.count).ok()),
-    }
 }
 
 /// Ends the worktrees of attempts that died with the previous process:
@@ -605,28 +561,11 @@ fn process_spec(p: &config::ProcessAgent, kill_grace: Duration) -> ProcessSpec {
         resume_args: p.resume_args.clone(),
         env,
         cwd: p.cwd.clone(),
-        stdin: stdin_mode(p.stdin),
-        stream: stream_mode(p.stream),
+        stdin: p.stdin.into(),
+        stream: p.stream.into(),
         timeout: p.timeout_secs.map(Duration::from_secs),
         max_output_bytes: p.max_output_bytes,
         kill_grace,
-    }
-}
-
-fn stdin_mode(stdin: config::StdinMode) -> StdinMode {
-    match stdin {
-        config::StdinMode::Prompt => StdinMode::Prompt,
-        config::StdinMode::None => StdinMode::None,
-    }
-}
-
-fn stream_mode(stream: config::StreamMode) -> StreamMode {
-    match stream {
-        config::StreamMode::None => StreamMode::None,
-        config::StreamMode::Ndjson => StreamMode::Ndjson,
-        config::StreamMode::Claude => StreamMode::Cli(CliFormat::Claude),
-        config::StreamMode::Codex => StreamMode::Cli(CliFormat::Codex),
-        config::StreamMode::Gemini => StreamMode::Cli(CliFormat::Gemini),
     }
 }
 

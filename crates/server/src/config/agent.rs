@@ -176,6 +176,15 @@ pub enum StdinMode {
     None,
 }
 
+impl From<StdinMode> for swarmd_spawner::process::StdinMode {
+    fn from(mode: StdinMode) -> Self {
+        match mode {
+            StdinMode::Prompt => Self::Prompt,
+            StdinMode::None => Self::None,
+        }
+    }
+}
+
 /// How a process child's stdout is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -192,6 +201,19 @@ pub enum StreamMode {
     Codex,
     /// Gemini CLI's `stream-json` lines, mapped to output events.
     Gemini,
+}
+
+impl From<StreamMode> for swarmd_spawner::process::StreamMode {
+    fn from(mode: StreamMode) -> Self {
+        use swarmd_spawner::process::CliFormat;
+        match mode {
+            StreamMode::None => Self::None,
+            StreamMode::Ndjson => Self::Ndjson,
+            StreamMode::Claude => Self::Cli(CliFormat::Claude),
+            StreamMode::Codex => Self::Cli(CliFormat::Codex),
+            StreamMode::Gemini => Self::Cli(CliFormat::Gemini),
+        }
+    }
 }
 
 /// `env` of a process agent, as written.

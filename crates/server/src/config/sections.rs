@@ -105,6 +105,15 @@ pub enum Synchronous {
     Normal,
 }
 
+impl From<Synchronous> for swarmd_output_store::Synchronous {
+    fn from(mode: Synchronous) -> Self {
+        match mode {
+            Synchronous::Full => Self::Full,
+            Synchronous::Normal => Self::Normal,
+        }
+    }
+}
+
 /// `[store]`: the output, task and event store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -248,6 +257,15 @@ pub enum RetryOutcome {
     Failed,
     /// The worker finished and said it could not do it.
     Blocked,
+}
+
+impl From<RetryOutcome> for swarmd_engine::task::RetryOn {
+    fn from(outcome: RetryOutcome) -> Self {
+        match outcome {
+            RetryOutcome::Failed => Self::Failed,
+            RetryOutcome::Blocked => Self::Blocked,
+        }
+    }
 }
 
 /// `[defaults]`: the task policy used where a task does not set its own.

@@ -106,6 +106,49 @@ pub enum KeepWorktree {
     Always,
 }
 
+impl From<&WorktreeConfig> for swarmd_spawner::worktree::WorktreeSpec {
+    fn from(w: &WorktreeConfig) -> Self {
+        Self {
+            repo: w.repo.clone(),
+            base: w.base.clone(),
+            keep: w.keep.into(),
+            bootstrap: w.into(),
+        }
+    }
+}
+
+/// The bootstrap keys, checked at load (`WorktreeConfig::check_bootstrap`):
+/// a port range that still fails to parse here is dropped, never a panic.
+impl From<&WorktreeConfig> for swarmd_spawner::worktree::Bootstrap {
+    fn from(w: &WorktreeConfig) -> Self {
+        Self {
+            copy: w.copy.clone(),
+            link: w.link.clone(),
+            setup: w
+                .setup
+                .as_ref()
+                .map(|s| swarmd_spawner::worktree::SetupSpec {
+                    command: s.command.clone(),
+                    timeout: std::time::Duration::from_secs(s.timeout_secs),
+                }),
+            ports: w
+                .ports
+                .as_ref()
+                .and_then(|p| swarmd_spawner::worktree::PortsSpec::new(&p.range, p.count).ok()),
+        }
+    }
+}
+
+impl From<KeepWorktree> for swarmd_spawner::worktree::KeepRule {
+    fn from(keep: KeepWorktree) -> Self {
+        match keep {
+            KeepWorktree::Never => Self::Never,
+            KeepWorktree::OnFailure => Self::OnFailure,
+            KeepWorktree::Always => Self::Always,
+        }
+    }
+}
+
 fn head() -> String {
     "HEAD".to_owned()
 }

@@ -20,6 +20,7 @@ mod history;
 pub mod http;
 pub mod mcp;
 pub mod metrics;
+mod new_task;
 pub mod sessions;
 pub mod shutdown;
 pub mod state;

@@ -27,7 +27,7 @@ use swarmd_engine::auth::{looks_like_handle, looks_like_token};
 use swarmd_engine::gate::{Role, Verb};
 use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::store::TaskFilter;
-use swarmd_engine::task::{PolicyOverrides, Task, TaskSpec, TaskStatus};
+use swarmd_engine::task::{PolicyOverrides, Task, TaskStatus};
 
 use super::views::{Reader, TaskView};
 
@@ -35,6 +35,7 @@ use crate::app::AppState;
 use crate::http::auth::{Caller, WorkerBearer, authenticate, authenticate_worker};
 use crate::http::error::ApiError;
 use crate::http::extract::{IdempotencyKey, Json, Path, Query, RawBody, empty_as_none};
+use crate::new_task::NewTask;
 use crate::sessions::{CancelError, Canceller, cancel_as};
 
 /// The longest a request may wait for a task (`wait_secs`, `timeout_secs`).
@@ -174,22 +175,6 @@ async fn spawn(
     Ok(accepted(&task))
 }
 
-/// A task as a caller asks for it (`POST /v1/tasks`, MCP `spawn`).
-#[derive(Debug)]
-pub(crate) struct NewTask {
-    pub(crate) agent: String,
-    pub(crate) prompt: String,
-    pub(crate) system: Option<String>,
-    pub(crate) input: Option<Value>,
-    pub(crate) metadata: Option<Map<String, Value>>,
-    pub(crate) layers: Vec<String>,
-    pub(crate) policy: PolicyOverrides,
-    /// The session the task's operator attempts must go to; it must exist.
-    pub(crate) operator_sid: Option<SessionId>,
-    /// The finished task this one continues; `agent` may then be empty.
-    pub(crate) continue_from: Option<TaskId>,
-}
-
 /// Creates a task for `origin`; a draining daemon refuses it.
 pub(crate) async fn create(
     state: &AppState,
@@ -206,21 +191,8 @@ pub(crate) async fn create(
     if let Some(sid) = request.operator_sid {
         check_pin(state, origin, sid).await?;
     }
-    let spec = TaskSpec {
-        agent: request.agent,
-        prompt: request.prompt,
-        system: request.system,
-        input: request.input,
-        metadata: request.metadata,
-        layers: request.layers,
-        policy: request.policy,
-        parent: None,
-        session: origin.session,
-        operator_sid: request.operator_sid,
-        idempotency_key: key.map(|k| format!("http:{}:{k}", origin.scope)),
-        continue_from: request.continue_from,
-        start_from: None,
-    };
+    let key = key.map(|k| format!("http:{}:{k}", origin.scope));
+    let spec = request.into_spec(origin.session, key);
     Ok(match &origin.worker {
         Some(worker) => state.engine.create_subtask(worker, spec).await?,
         None => state.engine.create_task(spec).await?,

@@ -28,7 +28,8 @@ use crate::app::AppState;
 use crate::config::{Agent, Config, MAX_TOOL_TIMEOUT_SECS};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
-use crate::http::tasks::{self, NewTask};
+use crate::http::tasks;
+use crate::new_task::NewTask;
 
 /// Tool names are reserved with this prefix for the upstream project's
 /// tool names (`mse_operator_join`, …), which `swarmd mcp` accepts as aliases.

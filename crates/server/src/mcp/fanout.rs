@@ -20,7 +20,8 @@ use crate::app::AppState;
 use crate::cluster::{self, PeerCall, Subject};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
-use crate::http::tasks::{self, NewTask};
+use crate::http::tasks;
+use crate::new_task::NewTask;
 
 /// The most tasks one `spawn_many` call creates.
 pub(crate) const MAX_SPAWN_MANY: usize = 100;

@@ -18,9 +18,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
 use swarmd_engine::ErrorCode;
 use swarmd_engine::ids::{ReqId, TaskId};
-use swarmd_engine::task::TaskSpec;
 use swarmd_engine::{Engine, EngineError};
-use swarmd_spawner::layers::OPERATOR_DELEGATE;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -28,6 +26,7 @@ use tracing::Instrument;
 use super::frames::{ServerFrame, SpawnTaskFrame};
 use super::writer::Direct;
 use crate::http::error::describe;
+use crate::new_task::NewTask;
 use crate::sessions::{
     CancelError, Canceller, FrameClass, Outgoing, Reservation, Session, cancel_as,
 };
@@ -106,29 +105,13 @@ async fn spawn_task(
     frame: SpawnTaskFrame,
     slot: Reservation<'_>,
 ) -> Option<ServerFrame> {
-    let mut layers = frame.layers.unwrap_or_default();
-    if frame.delegate && !layers.iter().any(|l| l == OPERATOR_DELEGATE) {
-        layers.push(OPERATOR_DELEGATE.to_owned());
-    }
-    let spec = TaskSpec {
-        agent: frame.agent,
-        prompt: frame.prompt,
-        system: frame.system,
-        input: frame.input,
-        metadata: frame.metadata,
-        layers,
-        policy: frame.policy.unwrap_or_default(),
-        parent: None,
-        session: Some(session.sid),
-        operator_sid: None,
-        idempotency_key: Some(idempotency_key(session, &frame.req_id)),
-        continue_from: frame.continue_from,
-        start_from: None,
-    };
+    let (req_id, request) = NewTask::from_frame(frame);
+    let key = idempotency_key(session, &req_id);
+    let spec = request.into_spec(Some(session.sid), Some(key));
     match engine.create_task(spec).await {
         Ok(task) => {
             let accepted = ServerFrame::TaskAccepted {
-                req_id: frame.req_id,
+                req_id,
                 task_id: task.id,
             };
             let queued = slot.fill(Outgoing::Text {
@@ -142,7 +125,7 @@ async fn spawn_task(
         }
         Err(error) => {
             drop(slot);
-            Some(engine_error(frame.req_id, &error))
+            Some(engine_error(req_id, &error))
         }
     }
 }

@@ -208,6 +208,10 @@ async fn best_of_five_runs_offline_from_setup_to_the_approved_merge() {
         "{verdict}"
     );
 
+    // The run as a person sees it before approving (docs/img with
+    // SWARMD_UI_SCREENSHOTS=docs/img).
+    browser.capture("best-of-five-run").await;
+
     // Typed as a person would: the page keeps a focused answer box across
     // its redraws.
     browser

@@ -16,17 +16,6 @@ use crate::ui::Browser;
 use crate::ui::dashboard::observer_token;
 use crate::worktrees::git;
 
-/// The screenshot of the current page, checked to be a PNG, and written
-/// to `$SWARMD_UI_SCREENSHOTS/<name>.png` when that is set.
-async fn capture(browser: &Browser, name: &str) {
-    let png = browser.client.screenshot().await.unwrap();
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}: not a PNG");
-    if let Ok(dir) = std::env::var("SWARMD_UI_SCREENSHOTS") {
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), png).unwrap();
-    }
-}
-
 /// A script selecting the row of branch `name`.
 fn row(name: &str) -> String {
     format!(
@@ -135,7 +124,7 @@ async fn the_branches_view_lists_applies_and_prunes_a_tasks_branch() {
     assert_eq!(git(&repo, &["rev-parse", "feature/login"]), head);
     assert_eq!(git(&repo, &["rev-parse", "main"]), main);
     assert_eq!(git(&repo, &["rev-parse", "--abbrev-ref", "HEAD"]), "main");
-    capture(&browser, "dashboard-branches").await;
+    browser.capture("dashboard-branches").await;
 
     // The checked-out main is refused unless asked: the API's message.
     apply(&browser, &name, "main", "auto").await;

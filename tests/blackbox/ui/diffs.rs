@@ -69,17 +69,6 @@ kind = "process"
 program = "/bin/cat"
 "#;
 
-/// The screenshot of the current page, checked to be a PNG, and written
-/// to `$SWARMD_UI_SCREENSHOTS/<name>.png` when that is set.
-async fn capture(browser: &Browser, name: &str) {
-    let png = browser.client.screenshot().await.unwrap();
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}: not a PNG");
-    if let Ok(dir) = std::env::var("SWARMD_UI_SCREENSHOTS") {
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), png).unwrap();
-    }
-}
-
 async fn run(sw: &Swarmd, agent: &str, prompt: &str) -> Value {
     let (status, body) = sw
         .create(json!({"agent": agent, "prompt": prompt, "policy": {"max_attempts": 1}}))
@@ -200,7 +189,7 @@ async fn a_worktree_diff_renders_as_files_and_hunks_and_the_list_has_its_costs()
             "{name} not folded shut: {folded:?}"
         );
     }
-    capture(&browser, "dashboard-diff").await;
+    browser.capture("dashboard-diff").await;
 
     // A report spilled to a blob is read back and shown as a diff too.
     let big = run(&sw, "bigcoder", "Write a big file").await;
@@ -253,7 +242,7 @@ async fn a_worktree_diff_renders_as_files_and_hunks_and_the_list_has_its_costs()
     let broken_cells: Vec<String> =
         serde_json::from_value(browser.js(&cells(broken["id"].as_str().unwrap())).await).unwrap();
     assert_eq!(&broken_cells[1..], ["", "", reason]);
-    capture(&browser, "dashboard-tasks-columns").await;
+    browser.capture("dashboard-tasks-columns").await;
     browser.client.clone().close().await.unwrap();
 }
 
@@ -357,6 +346,6 @@ async fn a_sign_in_reaches_a_second_tab_and_the_overview_charts_have_axes() {
             .await
             == json!(true)
     );
-    capture(&browser, "dashboard-charts").await;
+    browser.capture("dashboard-charts").await;
     browser.client.clone().close().await.unwrap();
 }

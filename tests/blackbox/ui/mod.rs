@@ -160,6 +160,23 @@ impl Browser {
         found[0].as_str().unwrap().to_owned()
     }
 
+    /// A screenshot of the page, checked to be a PNG of more than a blank
+    /// page; with `SWARMD_UI_SCREENSHOTS=<dir>` also written there as
+    /// `<name>.png` (`scripts/ui-screenshots.sh` writes `docs/img/`).
+    pub(crate) async fn capture(&self, name: &str) {
+        let png = self.client.screenshot().await.unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}: not a PNG");
+        assert!(
+            png.len() > 10_000,
+            "{name}: {} bytes is a blank page",
+            png.len()
+        );
+        if let Ok(dir) = std::env::var("SWARMD_UI_SCREENSHOTS") {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), png).unwrap();
+        }
+    }
+
     /// Clicks the element matching `css`, once there. A page that redraws
     /// (a run's page does at every change of the run) can replace the
     /// element between finding and clicking it: it is found again.

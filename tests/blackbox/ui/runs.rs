@@ -46,17 +46,6 @@ fn release() -> Value {
             step("ship", "ship {{ draft }}", "$.shipped")]}})
 }
 
-/// The screenshot of the current page, checked to be a PNG, and written
-/// to `$SWARMD_UI_SCREENSHOTS/<name>.png` when that is set.
-async fn capture(browser: &Browser, name: &str) {
-    let png = browser.client.screenshot().await.unwrap();
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}: not a PNG");
-    if let Ok(dir) = std::env::var("SWARMD_UI_SCREENSHOTS") {
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), png).unwrap();
-    }
-}
-
 /// A script answering `[data-status, state text]` of the graph box at `pointer`.
 fn graph_node(pointer: &str) -> String {
     format!(
@@ -147,7 +136,7 @@ async fn a_run_is_drawn_with_its_states_and_its_wait_answered_by_a_click() {
             == json!(true),
         "a waiting run offers Cancel"
     );
-    capture(&browser, "run-view").await;
+    browser.capture("run-view").await;
 
     // A non-JSON answer is refused in the page; the run still waits.
     let form = "#run-waits form[data-wait=\"approve\"]";

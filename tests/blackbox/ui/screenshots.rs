@@ -39,22 +39,6 @@ args = ["-c", "echo 'style: 2 warnings'; exit 1"]
 stdin = "none"
 "#;
 
-/// The screenshot of the current page, checked to be a PNG, and written
-/// to `$SWARMD_UI_SCREENSHOTS/<name>.png` when that is set.
-async fn capture(browser: &Browser, name: &str) {
-    let png = browser.client.screenshot().await.unwrap();
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}: not a PNG");
-    assert!(
-        png.len() > 10_000,
-        "{name}: {} bytes is a blank page",
-        png.len()
-    );
-    if let Ok(dir) = std::env::var("SWARMD_UI_SCREENSHOTS") {
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), png).unwrap();
-    }
-}
-
 #[tokio::test]
 async fn every_view_renders_with_real_data_and_is_captured() {
     let sw = Swarmd::new(AGENTS).start().await;
@@ -95,7 +79,7 @@ async fn every_view_renders_with_real_data_and_is_captured() {
     let browser = Browser::start().await;
     browser.client.set_window_size(1280, 1000).await.unwrap();
     browser.client.goto(&sw.url("/ui")).await.unwrap();
-    capture(&browser, "dashboard-signin").await;
+    browser.capture("dashboard-signin").await;
     browser.sign_in(&sw.admin).await;
     browser
         .until(
@@ -111,7 +95,7 @@ async fn every_view_renders_with_real_data_and_is_captured() {
             "return document.getElementById('ov-rates')?.textContent.includes('/s')",
         )
         .await;
-    capture(&browser, "dashboard-overview").await;
+    browser.capture("dashboard-overview").await;
 
     browser.show("#/tasks").await;
     browser
@@ -120,7 +104,7 @@ async fn every_view_renders_with_real_data_and_is_captured() {
             "return document.querySelectorAll('#task-rows tr').length === 6",
         )
         .await;
-    capture(&browser, "dashboard-tasks").await;
+    browser.capture("dashboard-tasks").await;
 
     browser.show(&format!("#/task/{running}")).await;
     browser
@@ -135,7 +119,7 @@ async fn every_view_renders_with_real_data_and_is_captured() {
         usage,
         "Usage: claude · 1200 tokens in · 340 out · 3 turns · $0.0123"
     );
-    capture(&browser, "dashboard-task").await;
+    browser.capture("dashboard-task").await;
 
     browser.show("#/sessions").await;
     let roles = browser.text("#session-rows tr td:nth-child(3)").await;
@@ -146,7 +130,7 @@ async fn every_view_renders_with_real_data_and_is_captured() {
             "return document.querySelector('#session-rows .parked')?.textContent === '1'",
         )
         .await;
-    capture(&browser, "dashboard-sessions").await;
+    browser.capture("dashboard-sessions").await;
     // Its tasks link lists the one task it owns.
     browser.click("#session-rows a").await;
     browser
@@ -174,7 +158,7 @@ async fn every_view_renders_with_real_data_and_is_captured() {
             .await,
         "1"
     );
-    capture(&browser, "dashboard-agents").await;
+    browser.capture("dashboard-agents").await;
 
     // The owner's view: the MainAI's own token sees its own task only.
     browser.sign_out().await;
@@ -190,7 +174,7 @@ async fn every_view_renders_with_real_data_and_is_captured() {
             "const rows = document.querySelectorAll('#task-rows tr'); return rows.length === 1 && rows[0].textContent.includes('Review PR 42')",
         )
         .await;
-    capture(&browser, "dashboard-owner").await;
+    browser.capture("dashboard-owner").await;
 
     let (status, body) = crate::harness::parts(
         sw.post(&format!("/v1/tasks/{running}/cancel"), &sw.admin)

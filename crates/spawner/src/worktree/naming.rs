@@ -151,7 +151,13 @@ pub fn parse_branch(name: &str) -> Option<(BranchTask, u32)> {
         let short = short.split('-').next()?;
         return (short.len() == SHORT_ID).then(|| (BranchTask::Short(short.to_owned()), attempt));
     }
+    // A full task id is `T-<hex>`: a name such as `swarmd/merge-87134415`
+    // (a merge agent's branch whose short id is all digits) is no
+    // attempt's.
     let (task, attempt) = rest.rsplit_once('-')?;
+    if !task.starts_with("T-") {
+        return None;
+    }
     Some((BranchTask::Full(task.to_owned()), attempt.parse().ok()?))
 }
 
@@ -274,5 +280,8 @@ mod tests {
         assert!(parse_branch("main").is_none());
         assert!(parse_branch("swarmd/../x").is_none());
         assert!(parse_branch("swarmd/t-abc/1").is_none());
+        // A merge agent's default branch whose short id is all digits.
+        assert!(parse_branch("swarmd/merge-87134415").is_none());
+        assert!(parse_branch("swarmd/merge-87134415-conflict").is_none());
     }
 }

@@ -162,16 +162,13 @@ impl Engine {
         Ok(Some(self.resume_of(&previous).await?))
     }
 
-    /// What task `id`'s last attempt left for a continuation: the CLI
-    /// session it reported and the branch and head it committed on; `None`
-    /// for an unknown task.
+    /// What `task`'s last attempt left for a continuation: the CLI session
+    /// it reported and the branch and head it committed on.
     ///
     /// # Errors
     /// The store's or the output store's.
-    pub async fn left_by_task(&self, id: TaskId) -> Result<Option<Resume>, EngineError> {
-        let Some(task) = self.get_task(id).await? else {
-            return Ok(None);
-        };
+    pub async fn left_by_task(&self, task: &Task) -> Result<Resume, EngineError> {
+        let id = task.id;
         let mut left = self.left_by(id, task.attempt).await?;
         if left.session_id.is_none() && task.attempt > 0 {
             let attempts = self.attempts(id).await?;
@@ -181,7 +178,7 @@ impl Engine {
                 .and_then(|a| a.usage.session_id.clone())
                 .filter(|id| valid_session_id(id));
         }
-        Ok(Some(left))
+        Ok(left)
     }
 
     /// What `previous` (terminal) left for a continuation to resume.

@@ -312,30 +312,30 @@ impl Runner {
             .steps
             .get(&key)
             .map_or((false, false), |e| (e.wants_changes, e.wants_session));
+        let wants_session = wants_session && result.is_ok();
+        // The task's record, read once when the caller did not and a
+        // session or a budget needs it.
+        let read;
+        let task = match task {
+            Some(task) => Some(task),
+            None if live.budgeted || wants_session => {
+                read = self.engine().get_task(id).await.ok().flatten();
+                read.as_ref()
+            }
+            None => None,
+        };
         let mut facts = StepFacts::default();
-        if result.is_ok() {
-            if let (Some(read), true) = (&self.inner.facts, wants_changes) {
-                facts.changes = read.changes(id).await;
-            }
-            if wants_session {
-                facts.session = self.session(id).await;
-            }
+        if let (Some(facts_of), true) = (&self.inner.facts, wants_changes && result.is_ok()) {
+            facts.changes = facts_of.changes(id).await;
         }
-        if live.budgeted {
-            let read;
-            let task = match task {
-                Some(task) => Some(task),
-                None => {
-                    read = self.engine().get_task(id).await.ok().flatten();
-                    read.as_ref()
-                }
+        if let (Some(task), true) = (task, wants_session) {
+            facts.session = Some(self.session(task).await);
+        }
+        if let (Some(task), true) = (task, live.budgeted) {
+            facts.spend = Spend {
+                cost_usd: task.usage.cost_usd,
+                tokens: task.usage.tokens(),
             };
-            if let Some(task) = task {
-                facts.spend = Spend {
-                    cost_usd: task.usage.cost_usd,
-                    tokens: task.usage.tokens(),
-                };
-            }
         }
         if live
             .state
@@ -366,19 +366,18 @@ impl Runner {
         Some(commit)
     }
 
-    /// The agent session task `id` left, as a step's `session` value:
+    /// The agent session `task` left, as a step's `session` value:
     /// `{task, agent, session_id?, branch?, head?}`.
-    async fn session(&self, id: TaskId) -> Option<Value> {
-        let task = self.engine().get_task(id).await.ok()??;
-        let left = match self.engine().left_by_task(id).await {
-            Ok(left) => left.unwrap_or_default(),
+    async fn session(&self, task: &Task) -> Value {
+        let left = match self.engine().left_by_task(task).await {
+            Ok(left) => left,
             Err(error) => {
-                tracing::warn!(task_id = %id, %error, "could not read a flow step's session");
+                tracing::warn!(task_id = %task.id, %error, "could not read a flow step's session");
                 Default::default()
             }
         };
         let mut session = Map::new();
-        session.insert("task".into(), Value::String(id.to_string()));
+        session.insert("task".into(), Value::String(task.id.to_string()));
         session.insert("agent".into(), Value::String(task.agent.clone()));
         for (field, value) in [
             ("session_id", left.session_id),
@@ -389,7 +388,7 @@ impl Runner {
                 session.insert(field.into(), Value::String(value));
             }
         }
-        Some(Value::Object(session))
+        Value::Object(session)
     }
 
     /// A task's result as the flow sees it: a Final that spilled to a blob

@@ -159,6 +159,9 @@ pub async fn build(
     let tasks = TaskTracker::new();
     router.start(shutdown.clone(), &tasks);
     engine.start_recovered();
+    let branches = swarmd_spawner::worktree::branches::Branches::new(&HostEnv::from_pairs(
+        env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())),
+    ));
     let runner = swarmd_flow_run::Runner::new(
         engine.clone(),
         catalog,
@@ -168,10 +171,7 @@ pub async fn build(
         Some(Arc::new(crate::mcp::changes::StepChanges {
             engine: engine.clone(),
             bases: worktree_bases(&config),
-            path: env
-                .get("PATH")
-                .unwrap_or("/usr/local/bin:/usr/bin:/bin")
-                .to_owned(),
+            git: branches.clone(),
         })),
     );
     tasks.spawn(runner.clone().run(shutdown.clone().cancelled_owned()));
@@ -229,9 +229,7 @@ pub async fn build(
         remote,
         runner,
         cluster: forwarder,
-        branches: swarmd_spawner::worktree::branches::Branches::new(&HostEnv::from_pairs(
-            env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())),
-        )),
+        branches,
     });
     Ok(Daemon {
         app,
@@ -456,13 +454,7 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
             concurrency: agent.concurrency.map(|c| c as usize),
             allow_subtasks: agent.allow_subtasks,
             input_schema: agent.input_schema.clone(),
-            worktree: match &agent.kind {
-                config::AgentKind::Process(p) => p.worktree.as_ref().map(WorktreeSpec::from),
-                config::AgentKind::Operator(o) => o.worktree.as_ref().map(WorktreeSpec::from),
-                config::AgentKind::Lua(_)
-                | config::AgentKind::Remote(_)
-                | config::AgentKind::Merge(_) => None,
-            },
+            worktree: agent.kind.worktree().map(WorktreeSpec::from),
         })
         .collect()
 }
@@ -486,11 +478,7 @@ fn worktree_bases(
         .agents
         .iter()
         .filter_map(|(name, agent)| {
-            let worktree = match &agent.kind {
-                config::AgentKind::Process(p) => p.worktree.as_ref(),
-                config::AgentKind::Operator(o) => o.worktree.as_ref(),
-                _ => None,
-            }?;
+            let worktree = agent.kind.worktree()?;
             Some((name.clone(), (worktree.repo.clone(), worktree.base.clone())))
         })
         .collect()

@@ -286,6 +286,16 @@ impl AgentKind {
             AgentKind::Merge(_) => "merge",
         }
     }
+
+    /// The `worktree` table of an agent whose attempts the daemon runs in
+    /// worktrees (process and operator agents).
+    pub fn worktree(&self) -> Option<&WorktreeConfig> {
+        match self {
+            AgentKind::Process(p) => p.worktree.as_ref(),
+            AgentKind::Operator(o) => o.worktree.as_ref(),
+            AgentKind::Lua(_) | AgentKind::Remote(_) | AgentKind::Merge(_) => None,
+        }
+    }
 }
 
 /// A `[agents.NAME]` table whose keys do not fit its `kind`.

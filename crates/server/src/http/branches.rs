@@ -186,11 +186,7 @@ fn local_agents(
     state: &AppState,
     agent: Option<&str>,
 ) -> Result<Vec<(String, PathBuf, String)>, ApiError> {
-    let local = |kind: &AgentKind| match kind {
-        AgentKind::Process(p) => p.worktree.clone(),
-        AgentKind::Operator(o) => o.worktree.clone(),
-        AgentKind::Lua(_) | AgentKind::Remote(_) | AgentKind::Merge(_) => None,
-    };
+    let local = |kind: &AgentKind| kind.worktree().cloned();
     let agents = &state.config.agents;
     if let Some(name) = agent {
         let config = agents

@@ -27,8 +27,8 @@ pub(crate) struct StepChanges {
     pub(crate) engine: Engine,
     /// Each worktree agent's repository and `base`, for a fan-out's pin.
     pub(crate) bases: std::collections::BTreeMap<String, (std::path::PathBuf, String)>,
-    /// The `PATH` git runs with.
-    pub(crate) path: String,
+    /// Git as the branches code runs it.
+    pub(crate) git: swarmd_spawner::worktree::branches::Branches,
 }
 
 impl swarmd_flow_run::StepFacts for StepChanges {
@@ -53,34 +53,7 @@ impl swarmd_flow_run::StepFacts for StepChanges {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'a>> {
         Box::pin(async move {
             let (repo, base) = self.bases.get(agent)?;
-            let wanted = format!("{base}^{{commit}}");
-            let output = tokio::process::Command::new("git")
-                .env_clear()
-                .env("PATH", &self.path)
-                .env("LC_ALL", "C")
-                .env("GIT_TERMINAL_PROMPT", "0")
-                .arg("-C")
-                .arg(repo)
-                .args([
-                    "-c",
-                    "core.hooksPath=/dev/null",
-                    "-c",
-                    "core.fsmonitor=false",
-                ])
-                .args([
-                    "rev-parse",
-                    "--verify",
-                    "--quiet",
-                    "--end-of-options",
-                    &wanted,
-                ])
-                .stdin(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .output()
-                .await
-                .ok()?;
-            let commit = String::from_utf8(output.stdout).ok()?.trim().to_owned();
-            (output.status.success() && !commit.is_empty()).then_some(commit)
+            self.git.commit_of(repo, base).await
         })
     }
 }

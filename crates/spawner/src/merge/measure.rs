@@ -10,18 +10,12 @@ use serde_json::json;
 use super::apply::{MergeTask, Merger};
 use super::{MergeRequest, MergeSpec};
 use crate::process::HostEnv;
-use crate::testing::git::git;
+use crate::testing::git::{git, ten_thousand_files};
 
 /// 100 directories of 100 files on `main`, one commit; then five branches,
 /// each changing 20 files of its own over four directories.
 fn repo_with_five_branches(root: &Path) -> Vec<String> {
-    for d in 0..100 {
-        let dir = root.join(format!("dir{d:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in 0..100 {
-            std::fs::write(dir.join(format!("f{f:03}.txt")), format!("{d} {f}\n")).unwrap();
-        }
-    }
+    ten_thousand_files(root);
     git(root, &["init", "-q", "-b", "main"]);
     git(root, &["add", "-A"]);
     git(root, &["commit", "-q", "-m", "ten thousand files"]);

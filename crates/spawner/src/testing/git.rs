@@ -33,3 +33,15 @@ pub(crate) fn repo(dir: &Path) -> PathBuf {
     git(&repo, &["commit", "-q", "-m", "start"]);
     repo
 }
+
+/// Writes 10 000 small files under `root` (100 directories `dirNNN` of 100
+/// files `fNNN.txt`), the measurements' repository before its commit.
+pub(crate) fn ten_thousand_files(root: &Path) {
+    for d in 0..100 {
+        let dir = root.join(format!("dir{d:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..100 {
+            std::fs::write(dir.join(format!("f{f:03}.txt")), format!("{d} {f}\n")).unwrap();
+        }
+    }
+}

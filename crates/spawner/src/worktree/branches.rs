@@ -151,6 +151,20 @@ impl Branches {
         }
     }
 
+    /// The commit `rev` (a commit, branch or tag) names in `repo` now, or
+    /// `None` when it names none.
+    pub async fn commit_of(&self, repo: &Path, rev: &str) -> Option<String> {
+        let wanted = format!("{rev}^{{commit}}");
+        let args = [
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "--end-of-options",
+            &wanted,
+        ];
+        self.git.run(repo, &args).await.ok()
+    }
+
     /// The swarmd branches of `repo` (at most [`MAX_LISTED`], by name), each
     /// against `base` (a commit, branch or tag).
     ///

@@ -11,13 +11,7 @@ use super::*;
 async fn worktree_cost_on_ten_thousand_files() {
     let temp = tempfile::tempdir().unwrap();
     let repo = temp.path().join("repo");
-    for d in 0..100 {
-        let dir = repo.join(format!("dir{d:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in 0..100 {
-            std::fs::write(dir.join(format!("f{f:03}.txt")), format!("{d} {f}\n")).unwrap();
-        }
-    }
+    crate::testing::git::ten_thousand_files(&repo);
     git(&repo, &["init", "-q", "-b", "main"]);
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-q", "-m", "ten thousand files"]);
@@ -99,13 +93,7 @@ async fn worktree_throughput_at_eight_in_flight() {
 async fn worktree_bootstrap_cost_on_ten_thousand_files() {
     let temp = tempfile::tempdir().unwrap();
     let repo = temp.path().join("repo");
-    for d in 0..100 {
-        let dir = repo.join(format!("dir{d:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in 0..100 {
-            std::fs::write(dir.join(format!("f{f:03}.txt")), format!("{d} {f}\n")).unwrap();
-        }
-    }
+    crate::testing::git::ten_thousand_files(&repo);
     std::fs::write(
         repo.join(".gitignore"),
         ".env\nconfig/local.toml\nnode_modules\n",

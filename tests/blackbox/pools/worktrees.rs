@@ -10,7 +10,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::{AGENTS, Pool, Setup, create, mint};
-use crate::daemon::Swarmd;
+use crate::daemon::{Swarmd, eventually};
 use crate::worktrees::{git, make_repo, recorded_artifact, recorded_branch};
 
 /// Adds a line to `notes.txt` in its working directory, commits nothing,
@@ -128,6 +128,12 @@ async fn a_pool_refuses_a_worktree_repo_that_is_not_a_repository() {
         .expect("the pool exits")
         .unwrap();
     assert!(!status.success());
+    // The log's reader may not have its last lines yet when the child has
+    // exited.
+    eventually("the pool's refusal in its log", || {
+        pool.log().contains("--worktree-repo")
+    })
+    .await;
     assert!(pool.log().contains("--worktree-repo"), "{}", pool.log());
 }
 

@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
-use crate::config::ServerConfig;
 use crate::metrics::GuardMetrics;
+use swarmd_config::ServerConfig;
 
 /// Descriptors kept back from connections whatever else is configured: the
 /// store's files, the listener, logs, git commands.

@@ -9,12 +9,12 @@ use swarmd_engine::Engine;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::Config;
 use crate::http::guard::Guards;
 use crate::metrics::Metrics;
-use crate::sessions::SessionRegistry;
 use crate::state::AdminTokenDigest;
-use crate::ws::dialect::UpstreamAttempts;
+use swarmd_config::Config;
+use swarmd_sessions::SessionRegistry;
+use swarmd_sessions::dialect::UpstreamAttempts;
 
 /// A cheap-to-clone handle on the daemon's state (axum `State`).
 #[derive(Debug, Clone)]

@@ -11,9 +11,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 use swarmd_engine::ids::TaskId;
 
-use crate::config::{ConfigPath, Overrides};
-use crate::environment::Environment;
 use crate::telemetry::LogFormat;
+use swarmd_config::environment::Environment;
+use swarmd_config::{ConfigPath, Overrides};
 
 mod flow;
 

@@ -29,13 +29,13 @@ use tokio_util::task::TaskTracker;
 
 use crate::app::{AppInner, AppState};
 use crate::cluster;
-use crate::config::{self, Config, StoreBackend};
-use crate::environment::Environment;
 use crate::http::guard::Guards;
 use crate::metrics::Metrics;
-use crate::sessions::{SessionRegistry, SessionSettings};
 use crate::state::{PreparedState, SecretSource};
 use crate::ws::EventRouter;
+use swarmd_config::environment::Environment;
+use swarmd_config::{self as config, Config, ConfigError, StoreBackend};
+use swarmd_sessions::{SessionRegistry, SessionSettings};
 
 /// Lua runs on its own small pool of OS threads, never on the async executor.
 const LUA_THREADS: usize = 2;
@@ -65,6 +65,8 @@ pub enum BuildError {
     Cluster(String),
     #[error("invalid flows:\n  {}", .0.join("\n  "))]
     Flows(Vec<String>),
+    #[error("invalid configuration: {0}")]
+    ToolName(ConfigError),
 }
 
 /// The assembled daemon, recovered and ready to serve.
@@ -118,8 +120,14 @@ pub async fn build(
     let catalog = load_flows(&config)?;
     let wait_secret = state.keyring.current().derive("flow wait tokens");
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
-    let sessions = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
+    let sessions = match (&pg, node) {
+        (Some(db), Some(node)) => {
+            SessionRegistry::in_cluster(session_settings(&config), clock.clone(), db.clone(), node)
+        }
+        _ => SessionRegistry::new(session_settings(&config), clock.clone()),
+    };
     let remote = Arc::new(RemotePools::new());
+    check_tool_names(&config)?;
     let resolver = Arc::new(resolver(
         &config,
         env,
@@ -148,13 +156,11 @@ pub async fn build(
         .resume_interrupted(&mut recovery)
         .await
         .map_err(BuildError::Recovery)?;
-    // Sessions homed on other nodes are restored as copies (sessions/homes).
-    if let (Some(db), Some(node)) = (&pg, node) {
-        sessions
-            .join_cluster(db.clone(), node)
-            .await
-            .map_err(|e| BuildError::Cluster(e.to_string()))?;
-    }
+    // Sessions homed on other nodes are restored as copies (sessions' homes).
+    sessions
+        .join_cluster()
+        .await
+        .map_err(|e| BuildError::Cluster(e.to_string()))?;
     sessions.restore(&engine, std::mem::take(&mut recovery.sessions));
     let tasks = TaskTracker::new();
     router.start(shutdown.clone(), &tasks);
@@ -374,9 +380,34 @@ pub fn engine_config(config: &Config) -> EngineConfig {
 /// # Errors
 /// `Agents` listing every problem; `Lua` if no Lua thread can start.
 pub fn link_agents(config: &Config, env: &Environment) -> Result<(), BuildError> {
+    check_tool_names(config)?;
     let base_url = config.base_url(config.server.bind);
     let remote = Arc::new(RemotePools::new());
     resolver(config, env, &base_url, Arc::new(NoSessions), remote).map(drop)
+}
+
+/// What the session registry reads: `ws.park_max`,
+/// `auth.session_idle_secs` and `auth.role_takeover_secs`.
+pub fn session_settings(config: &Config) -> SessionSettings {
+    SessionSettings {
+        park_max: usize::try_from(config.ws.park_max).unwrap_or(usize::MAX),
+        idle: Duration::from_secs(config.auth.session_idle_secs),
+        takeover: Duration::from_secs(config.auth.role_takeover_secs),
+    }
+}
+
+/// Every agent exposed as an MCP tool is named as model APIs take a
+/// function and hides no other tool (`mcp::check_tool_name`).
+fn check_tool_names(config: &Config) -> Result<(), BuildError> {
+    for (name, _) in config.agents.iter().filter(|(_, a)| a.expose_as_tool) {
+        crate::mcp::check_tool_name(name).map_err(|reason| {
+            BuildError::ToolName(ConfigError::Invalid {
+                key: format!("agents.{name}.expose_as_tool"),
+                reason,
+            })
+        })?;
+    }
+    Ok(())
 }
 
 fn resolver(
@@ -584,3 +615,7 @@ fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
         Err(BuildError::Flows(problems))
     }
 }
+
+#[cfg(test)]
+#[path = "daemon_tests.rs"]
+mod tests;

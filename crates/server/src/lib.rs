@@ -13,15 +13,12 @@ pub mod cli;
 
 mod cluster;
 pub mod commands;
-pub mod config;
 pub mod daemon;
-pub mod environment;
 mod history;
 pub mod http;
 pub mod mcp;
 pub mod metrics;
 mod new_task;
-pub mod sessions;
 pub mod shutdown;
 pub mod state;
 pub mod systemd;
@@ -36,10 +33,10 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
-use crate::environment::Environment;
 use crate::state::PreparedState;
 use crate::systemd::{SelfCheck, Systemd};
+use swarmd_config::Config;
+use swarmd_config::environment::Environment;
 
 /// What `run` needs besides the listener and the shutdown token.
 #[derive(Debug)]
@@ -94,9 +91,9 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 /// admin token to sign in with (`--config` when this daemon's file is not
 /// the one found by default).
 fn start_hint(base_url: &str, config: Option<&std::path::Path>, env: &Environment) -> String {
-    let found = config::ConfigPath::search(None, env);
+    let found = swarmd_config::ConfigPath::search(None, env);
     let flag = match config {
-        Some(path) if found != config::ConfigPath::IfPresent(path.to_owned()) => {
+        Some(path) if found != swarmd_config::ConfigPath::IfPresent(path.to_owned()) => {
             format!(" --config {}", path.display())
         }
         _ => String::new(),
@@ -244,9 +241,7 @@ pub async fn run(
     // Replies and hand-overs still queued for other nodes go out before
     // the database is closed: a dropped reply leaves its attempt waiting
     // out its lease.
-    if let Some(cluster) = app.sessions.cluster()
-        && !cluster.post.flush(MAIL_GRACE).await
-    {
+    if !app.sessions.flush_mail(MAIL_GRACE).await {
         tracing::warn!("session mail still queued was not written in time");
     }
     if let Some(db) = built.db

@@ -5,9 +5,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use swarmd_config::environment::Environment;
 use swarmd_server::cli::{Cli, Command, exit};
 use swarmd_server::commands;
-use swarmd_server::environment::Environment;
 use swarmd_server::telemetry;
 
 /// jemalloc serves the daemon's allocations: its per-thread caches keep the

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::environment::Environment;
+use swarmd_config::environment::Environment;
 
 /// A self-check run before each watchdog ping: `true` when the daemon is healthy.
 pub type SelfCheck = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;

@@ -6,8 +6,8 @@ use tokio::net::UnixDatagram;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::environment::Environment;
 use crate::systemd::Notifier;
+use swarmd_config::environment::Environment;
 
 async fn datagram(socket: &UnixDatagram) -> String {
     let mut buffer = [0u8; 128];

@@ -33,7 +33,7 @@ use swarmd_postgres::{NodeId, PgDb, Registration};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{ClusterConfig, Config};
+use swarmd_config::{ClusterConfig, Config};
 
 /// The file in the state directory that keeps a generated node id.
 const NODE_ID_FILE: &str = "node_id";

@@ -10,10 +10,10 @@ use swarmd_engine::gate::Role;
 
 use super::{CommandError, print};
 use crate::cli::{ConfigArgs, MintArgs, MintRole, exit};
-use crate::config::Config;
-use crate::environment::Environment;
 use crate::state::SecretSource;
 use crate::state::database::Secrets;
+use swarmd_config::Config;
+use swarmd_config::environment::Environment;
 
 fn load(args: &ConfigArgs, env: &Environment) -> Result<Config, CommandError> {
     Ok(Config::load(

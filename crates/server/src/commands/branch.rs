@@ -9,9 +9,9 @@ use swarmd_engine::ids::TaskId;
 
 use super::{CommandError, print, remote};
 use crate::cli::{ConnectionArgs, OutputFormat, exit, parse_age};
-use crate::environment::Environment;
 use swarmd_client::branch_table;
 use swarmd_client::render::{clean, now_ms};
+use swarmd_config::environment::Environment;
 
 /// `swarmd branch …`: flags shared by every verb, then the verb.
 #[derive(Debug, Clone, Args)]

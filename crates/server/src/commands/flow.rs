@@ -15,7 +15,7 @@ use swarmd_client::{ClientError, RunQuery, RunRequest, RunStart};
 
 use super::{CommandError, print, remote};
 use crate::cli::{FlowArgs, FlowCommand, FlowRunArgs, OutputFormat, exit};
-use crate::environment::Environment;
+use swarmd_config::environment::Environment;
 
 /// Runs one flow verb and prints the daemon's answer as `-o` asks.
 pub(super) async fn run(args: FlowArgs, env: &Environment) -> Result<u8, CommandError> {

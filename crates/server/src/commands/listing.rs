@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::{CommandError, print, remote};
 use crate::cli::{ListArgs, ListingArgs, OutputFormat, exit};
-use crate::environment::Environment;
 use swarmd_client::render::{self, now_ms};
 use swarmd_client::{ApiClient, TaskQuery};
+use swarmd_config::environment::Environment;
 
 /// `swarmd task list`: one page of `GET /v1/tasks`. In a table, a further
 /// page is named on stderr, so that stdout stays the table.

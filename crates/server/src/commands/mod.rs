@@ -16,11 +16,11 @@ use swarmd_engine::auth::TokenError;
 
 use crate::ServeError;
 use crate::cli::{Command, KeysCommand, TokenCommand, WorkerArgs, WorkerCommand, exit};
-use crate::config::{Config, ConfigError};
 use crate::daemon::BuildError;
-use crate::environment::Environment;
 use crate::state::StateError;
 use swarmd_client::ClientError;
+use swarmd_config::environment::Environment;
+use swarmd_config::{Config, ConfigError};
 
 /// Why a subcommand failed; `exit_code` maps it to the process status.
 #[derive(Debug, thiserror::Error)]

@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::CommandError;
 use crate::cli::{PoolArgs, exit};
-use crate::environment::Environment;
 use swarmd_client::Bearer;
 use swarmd_client::pool::run::Command;
 use swarmd_client::pool::worktree::PoolWorktree;
 use swarmd_client::pool::{MAX_SERVERS, PoolError, PoolOptions, run_pool};
 use swarmd_client::wire::{MAX_POOL_ID, valid_pool_id};
+use swarmd_config::environment::Environment;
 
 /// Environment variable holding the pool's token when no file is given.
 const TOKEN_VAR: &str = "SWARMD_TOKEN";

@@ -9,13 +9,13 @@ use super::{CommandError, listing, print};
 use crate::cli::{
     ConnectionArgs, McpArgs, OutputFormat, SpawnArgs, TaskArgs, TaskCommand, WorkerArgs, exit,
 };
-use crate::config::{Config, config_candidates};
-use crate::environment::Environment;
 use crate::state::database::Secrets;
 use crate::state::{SecretSource, StateError};
 use swarmd_client::mcp::ProxyError;
 use swarmd_client::render::{self, now_ms};
 use swarmd_client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
+use swarmd_config::environment::Environment;
+use swarmd_config::{Config, config_candidates};
 
 /// Runs one task verb and prints the daemon's answer as `-o` asks. A verb
 /// that waits for the task exits by its outcome (`outcome`).
@@ -123,7 +123,7 @@ pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandE
             Err(error) => return Err(error),
         }
     };
-    let options = args.relay_options(crate::config::user_state_dir(env));
+    let options = args.relay_options(swarmd_config::user_state_dir(env));
     let served = swarmd_client::mcp::serve_stdio(&options, &url, token.as_deref()).await;
     match (served, missing) {
         (Ok(()), _) => Ok(exit::OK),

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use super::CommandError;
 use crate::cli::ServeArgs;
-use crate::config::Config;
-use crate::environment::Environment;
 use crate::state::PreparedState;
 use crate::systemd::Systemd;
 use crate::{Startup, bind, run, shutdown};
+use swarmd_config::Config;
+use swarmd_config::environment::Environment;
 
 /// Runs the daemon until SIGTERM/SIGINT and its drain are over.
 pub(super) async fn serve(args: &ServeArgs, env: &Environment) -> Result<(), CommandError> {

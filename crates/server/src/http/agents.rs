@@ -22,10 +22,10 @@ use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{Task, TaskStatus};
 
 use crate::app::AppState;
-use crate::config::AgentOrigin;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::Json;
+use swarmd_config::AgentOrigin;
 
 /// Tasks read per list: the cap of every count here.
 const WINDOW: usize = 1000;

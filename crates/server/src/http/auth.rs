@@ -21,7 +21,7 @@ use swarmd_engine::{EngineError, WorkerAuth};
 
 use crate::app::AppState;
 use crate::http::error::ApiError;
-use crate::sessions::Session;
+use swarmd_sessions::Session;
 
 /// An authenticated non-worker caller.
 #[derive(Debug, Clone)]

@@ -39,10 +39,10 @@ use swarmd_wire::ErrorBody;
 use super::tasks::{page, unknown};
 use super::views::Reader;
 use crate::app::AppState;
-use crate::config::AgentKind;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Json, Path, Query};
+use swarmd_config::AgentKind;
 
 /// The most recent tasks of an agent whose branches are matched.
 const TASKS_SCANNED: usize = 1000;

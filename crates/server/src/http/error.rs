@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use swarmd_engine::{EngineError, ErrorCode};
 use swarmd_wire::ErrorBody;
 
-use crate::sessions::SessionError;
+use swarmd_sessions::SessionError;
 
 /// An error answer.
 #[derive(Debug)]

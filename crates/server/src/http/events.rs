@@ -29,8 +29,8 @@ use crate::http::error::ApiError;
 use crate::http::extract::{Json, Query, empty_as_none};
 use crate::http::sse::{self, Follow, Live, Wake, last_event_id, wants_sse};
 use crate::http::views::Reader;
-use crate::sessions::Session;
 use scope::{Scope, Tick, TickQuery, parse_kinds, parse_tasks};
+use swarmd_sessions::Session;
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;

@@ -31,8 +31,8 @@ use swarmd_engine::ids::SessionId;
 use crate::app::AppState;
 use crate::http::auth::{Caller, authenticate, bearer};
 use crate::http::error::ApiError;
-use crate::sessions::{LoginRequest, LoginResponse, Session, SessionSummary};
 use crate::ws::{MAX_FRAME_BYTES, READ_CHUNK_BYTES, serve_socket};
+use swarmd_sessions::{LoginRequest, LoginResponse, Session, SessionSummary};
 
 /// The session routes (docs/protocol.md, Operator sessions), to be merged into the main router.
 pub fn routes() -> Router<AppState> {

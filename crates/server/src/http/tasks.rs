@@ -36,7 +36,7 @@ use crate::http::auth::{Caller, WorkerBearer, authenticate, authenticate_worker}
 use crate::http::error::ApiError;
 use crate::http::extract::{IdempotencyKey, Json, Path, Query, RawBody, empty_as_none};
 use crate::new_task::NewTask;
-use crate::sessions::{CancelError, Canceller, cancel_as};
+use swarmd_sessions::{CancelError, Canceller, cancel_as};
 
 /// The longest a request may wait for a task (`wait_secs`, `timeout_secs`).
 pub const MAX_WAIT_SECS: u64 = 300;

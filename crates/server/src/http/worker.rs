@@ -32,7 +32,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::{
     IdempotencyKey, Json, Query, RawBody, check_depth, is_json, media_type,
 };
-use crate::ws::dialect::{STEP_PREFIX, step_id};
+use swarmd_sessions::dialect::{STEP_PREFIX, step_id};
 
 mod upstream;
 

@@ -25,11 +25,11 @@ use swarmd_engine::gate::Verb;
 use super::wait::{Target, collect};
 use super::{Outcome, arguments, structured};
 use crate::app::AppState;
-use crate::config::{Agent, Config, MAX_TOOL_TIMEOUT_SECS};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::tasks;
 use crate::new_task::NewTask;
+use swarmd_config::{Agent, Config, MAX_TOOL_TIMEOUT_SECS};
 
 /// Tool names are reserved with this prefix for the upstream project's
 /// tool names (`mse_operator_join`, …), which `swarmd mcp` accepts as aliases.

@@ -30,10 +30,10 @@ use swarmd_flow_run::Catalog;
 use super::flow_tools::{refused, wait_for_run};
 use super::{Outcome, structured};
 use crate::app::AppState;
-use crate::config::MAX_TOOL_TIMEOUT_SECS;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::flows::start_request;
+use swarmd_config::MAX_TOOL_TIMEOUT_SECS;
 
 /// The prefix of a flow's tool name; agents' tools may not take it.
 pub(crate) const PREFIX: &str = "flow_";

@@ -26,9 +26,9 @@ use super::{Outcome, arguments, structured, tool};
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
-use crate::sessions::{Outgoing, ReplyError, Session};
-use crate::ws::frames::{ClientFrame, ServerFrame, decode, encode, into_reply};
 use crate::ws::prepare_spawn;
+use swarmd_sessions::frames::{ClientFrame, ServerFrame, decode, encode, into_reply};
+use swarmd_sessions::{Outgoing, ReplyError, Session};
 
 /// The longest a pop waits for a frame.
 pub(crate) const MAX_WAIT_SECS: u64 = 600;

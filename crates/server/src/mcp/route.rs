@@ -39,9 +39,9 @@ use super::ledger::{Credential, Ledger, Refusal, Slot};
 use super::session_file::SessionFile;
 use super::{SwarmdTools, catalogue};
 use crate::app::AppState;
-use crate::config::Config;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
+use swarmd_config::Config;
 
 /// How long MCP streams outlive the start of a drain.
 const STREAMS_GRACE: Duration = Duration::from_secs(1);

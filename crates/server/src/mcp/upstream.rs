@@ -31,9 +31,9 @@ use crate::cluster::PeerCall;
 use crate::http::auth::{Caller, worker_refusal};
 use crate::http::error::ApiError;
 use crate::http::worker::report_event;
-use crate::sessions::LoginRequest;
-use crate::ws::dialect::{Dialect, STEP_PREFIX};
-use crate::ws::frames::ClientFrame;
+use swarmd_sessions::LoginRequest;
+use swarmd_sessions::dialect::{Dialect, STEP_PREFIX};
+use swarmd_sessions::frames::ClientFrame;
 
 /// The most degradation entries one submit records.
 const MAX_DEGRADATIONS: usize = 32;

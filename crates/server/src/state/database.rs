@@ -6,8 +6,8 @@ use swarmd_engine::auth::{Keyring, SessionSecret};
 use swarmd_postgres::{PgOptions, PgSecrets};
 
 use super::{AdminTokenDigest, SecretSource, StateError, load_keyring, read_admin_secret};
-use crate::config::Config;
-use crate::environment::Environment;
+use swarmd_config::Config;
+use swarmd_config::environment::Environment;
 
 /// A connection to the configured database for its secrets (the schema
 /// migrated first, as at a node's start).

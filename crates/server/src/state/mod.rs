@@ -22,8 +22,8 @@ pub use dir::{BLOBS_DIR, DATABASE_FILE, StateDir};
 pub use keys::{load_keyring, rotate_keys};
 use swarmd_engine::auth::{Keyring, KeyringError};
 
-use crate::config::{Config, StoreBackend};
-use crate::environment::Environment;
+use swarmd_config::environment::Environment;
+use swarmd_config::{Config, StoreBackend};
 
 /// systemd credential name (`LoadCredential=swarmd-keys:…`) for the keyring.
 pub const KEYS_CREDENTIAL: &str = "swarmd-keys";

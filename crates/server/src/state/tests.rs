@@ -6,7 +6,7 @@ use std::path::Path;
 use super::*;
 use swarmd_engine::auth::SessionSecret;
 
-use crate::config::Config;
+use swarmd_config::Config;
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -147,7 +147,7 @@ fn rotate_adds_a_current_key_and_keeps_the_old_one() {
 fn on_postgres_the_database_holds_the_secrets_unless_a_file_or_credential_is_named() {
     let tmp = tempfile::tempdir().unwrap();
     let mut config = config_at(&tmp.path().join("state"));
-    config.store.backend = crate::config::StoreBackend::Postgres;
+    config.store.backend = swarmd_config::StoreBackend::Postgres;
     let none = Environment::default();
     assert_eq!(
         SecretSource::for_keys(&config, &none),
@@ -215,9 +215,9 @@ fn unreachable_postgres(dir: &Path, extra: &str) -> Config {
     )
     .unwrap();
     Config::load(
-        &crate::config::ConfigPath::Explicit(file),
+        &swarmd_config::ConfigPath::Explicit(file),
         &Environment::default(),
-        &crate::config::Overrides::default(),
+        &swarmd_config::Overrides::default(),
     )
     .unwrap()
 }

@@ -20,7 +20,7 @@ use super::ops;
 use super::reader::{Reader, ReaderEnd};
 use super::writer::{Direct, Liveness, Writer};
 use crate::app::AppState;
-use crate::sessions::{CloseReason, Session};
+use swarmd_sessions::{CloseReason, Session};
 
 /// Replies queued for the writer before the reader waits.
 const DIRECT_CAPACITY: usize = 256;

@@ -14,9 +14,7 @@
 //! dropped without a close frame.
 
 mod connection;
-pub mod dialect;
 mod feed;
-pub mod frames;
 mod ops;
 mod reader;
 mod router;

@@ -23,11 +23,11 @@ use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::frames::{ServerFrame, SpawnTaskFrame};
 use super::writer::Direct;
 use crate::http::error::describe;
 use crate::new_task::NewTask;
-use crate::sessions::{
+use swarmd_sessions::frames::{ServerFrame, SpawnTaskFrame};
+use swarmd_sessions::{
     CancelError, Canceller, FrameClass, Outgoing, Reservation, Session, cancel_as,
 };
 

@@ -23,12 +23,12 @@ use swarmd_engine::ids::ReqId;
 use tokio::sync::mpsc;
 
 use super::MAX_FRAME_BYTES;
-use super::frames::{ClientFrame, ServerFrame, decode, into_reply};
 use super::ops::Op;
 use super::subscribe::Subscriptions;
 use super::writer::{Direct, Liveness};
 use crate::http::guard::{Guards, RateKey};
-use crate::sessions::{Reply, ReplyError, Session};
+use swarmd_sessions::frames::{ClientFrame, ServerFrame, decode, into_reply};
+use swarmd_sessions::{Reply, ReplyError, Session};
 
 /// Why the reader stopped.
 #[derive(Debug)]

@@ -36,8 +36,8 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::feed::EventFeed;
-use super::frames::ServerFrame;
-use crate::sessions::SessionRegistry;
+use swarmd_sessions::SessionRegistry;
+use swarmd_sessions::frames::ServerFrame;
 
 /// How long the router waits before retrying after a failed log read.
 const RETRY_AFTER: Duration = Duration::from_secs(1);

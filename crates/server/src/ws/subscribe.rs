@@ -20,13 +20,13 @@ use swarmd_engine::ids::{ReqId, TaskId};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::dialect::Dialect;
 use super::feed::EventFeed;
-use super::frames::ServerFrame;
 use super::ops::engine_error;
 use super::writer::Direct;
 use crate::http::views::Reader;
-use crate::sessions::Session;
+use swarmd_sessions::Session;
+use swarmd_sessions::dialect::Dialect;
+use swarmd_sessions::frames::ServerFrame;
 
 /// Streams one connection may run at once.
 pub(super) const MAX_SUBSCRIPTIONS: usize = 64;

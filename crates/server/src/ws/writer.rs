@@ -18,9 +18,9 @@ use swarmd_engine::{Engine, EngineError};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::dialect::{Dialect, UpstreamAttempts};
-use super::frames::{self, ServerFrame, encode};
-use crate::sessions::{Batch, CloseReason, Outgoing, ParkedSpawn, Session};
+use swarmd_sessions::dialect::{Dialect, UpstreamAttempts};
+use swarmd_sessions::frames::{self, ServerFrame, encode};
+use swarmd_sessions::{Batch, CloseReason, Outgoing, ParkedSpawn, Session};
 
 /// Frames taken from the outbox per flush.
 const MAX_BATCH: usize = 64;

@@ -12,9 +12,9 @@ use swarmd_engine::task::TaskSpec;
 use swarmd_spawner::operator::{SpawnChannel, SpawnFrame};
 
 use super::*;
-use crate::config::Config;
-use crate::sessions::LoginRequest;
 use crate::ws::tests::support::{Harness, eventually};
+use swarmd_config::Config;
+use swarmd_sessions::LoginRequest;
 
 #[tokio::test(start_paused = true)]
 async fn a_peer_silent_for_the_limit_is_dead() {

@@ -32,10 +32,10 @@ pub(crate) use deadline::BODY_TIMEOUT_MESSAGE;
 pub use rate::{RateKey, Rates};
 
 use crate::app::AppState;
-use crate::config::{Config, HostRules};
 use crate::http::auth::bearer;
 use crate::http::error::ApiError;
 use crate::metrics::GuardMetrics;
+use swarmd_config::{Config, HostRules};
 
 /// The guards of one daemon, built from its configuration.
 #[derive(Debug)]

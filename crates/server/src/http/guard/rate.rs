@@ -19,7 +19,7 @@ use governor::{DefaultKeyedRateLimiter, Quota};
 use sha2::{Digest, Sha256};
 use swarmd_engine::ids::SessionId;
 
-use crate::config::LimitsConfig;
+use swarmd_config::LimitsConfig;
 
 /// What a bucket is kept for: 16 bytes of a SHA-256 over a tagged subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -29,11 +29,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::{AppInner, AppState};
-use crate::config::Config;
 use crate::http::router;
 use crate::metrics::Metrics;
-use crate::sessions::{LoginRequest, SessionRegistry, SessionSettings};
 use crate::state::AdminTokenDigest;
+use swarmd_config::Config;
+use swarmd_sessions::{LoginRequest, SessionRegistry};
 
 /// How long a test waits for something that should happen promptly.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -91,7 +91,8 @@ impl Api {
                 sub.clone(),
             );
         let engine = memory_engine(Arc::new(resolver), EngineConfig::default());
-        let sessions = SessionRegistry::new(SessionSettings::from_config(&config), engine.clock());
+        let sessions =
+            SessionRegistry::new(crate::daemon::session_settings(&config), engine.clock());
         let admin = SessionSecret::generate();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

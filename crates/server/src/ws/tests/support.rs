@@ -1,29 +1,19 @@
-//! Test support: an engine whose resolver delegates through a session
-//! registry (the daemon's `StackResolver`), the `AppState` around them, the operator routes served on `127.0.0.1:0`
-//! with the event router running, and a tokio-tungstenite client.
-//!
-//! Agents: `echo` finishes at once with `"echoed"`; `slow` hangs until
-//! cancelled; `reviewer` exists only through `operator_delegate` (its base
-//! is the unconfigured-agent spawner).
+//! Test support: the sessions crate's engine and registry
+//! (`swarmd_sessions::testing`: agents `echo`, `slow` and `reviewer`), the
+//! `AppState` around them, the operator routes served on `127.0.0.1:0` with
+//! the event router running, and a tokio-tungstenite client.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{Value, json};
-use swarmd_engine::auth::{AuthorityConfig, Keyring, SessionSecret, TokenAuthority};
+use serde_json::Value;
+use swarmd_engine::Engine;
+use swarmd_engine::auth::SessionSecret;
 use swarmd_engine::clock::{Clock, SystemClock};
 use swarmd_engine::ids::SessionId;
-use swarmd_engine::store::MemoryTaskStore;
-use swarmd_engine::task::SpawnerKind;
-use swarmd_engine::testing::{Script, ScriptedSpawner};
-use swarmd_engine::{Engine, EngineConfig, EngineParts, SpawnerAdapter};
-use swarmd_output_store::MemoryOutputStore;
-use swarmd_spawner::layers::{OPERATOR_DELEGATE, OperatorDelegateLayer};
-use swarmd_spawner::spawners::UnconfiguredAgent;
-use swarmd_spawner::{AgentEntry, LayerRegistry, StackResolver};
+use swarmd_engine::testing::ScriptedSpawner;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -33,11 +23,11 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::app::{AppInner, AppState};
-use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::sessions::{SessionRegistry, SessionSettings};
 use crate::state::AdminTokenDigest;
 use crate::ws::EventRouter;
+use swarmd_config::Config;
+use swarmd_sessions::SessionRegistry;
 
 /// How long a test waits for a frame before failing.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -63,52 +53,15 @@ impl Harness {
     }
 
     pub(crate) fn build(config: Config, clock: Arc<dyn Clock>, base_url: &str) -> Harness {
-        let registry = SessionRegistry::new(SessionSettings::from_config(&config), clock.clone());
-        let slow = ScriptedSpawner::new(|_| Script::Hang);
-        let echo = ScriptedSpawner::new(|_| Script::Final {
-            value: json!("echoed"),
-            ok: true,
-        });
-        let delegate = OperatorDelegateLayer::new(base_url, HashMap::new(), registry.clone());
-        let entry = |kind, spawner: Arc<dyn SpawnerAdapter>, layers: &[&str]| AgentEntry {
-            kind,
-            spawner,
-            layers: layers.iter().map(|l| (*l).to_owned()).collect(),
-            concurrency: None,
-            allow_subtasks: false,
-            input_schema: None,
-            route: None,
-        };
-        let agents = HashMap::from([
-            ("echo".to_owned(), entry(SpawnerKind::InProcess, echo, &[])),
-            (
-                "slow".to_owned(),
-                entry(SpawnerKind::InProcess, slow.clone(), &[]),
-            ),
-            (
-                "reviewer".to_owned(),
-                entry(
-                    SpawnerKind::Operator,
-                    Arc::new(UnconfiguredAgent),
-                    &[OPERATOR_DELEGATE],
-                ),
-            ),
-        ]);
-        let layers = LayerRegistry::new().with_hint(OPERATOR_DELEGATE, Arc::new(delegate));
-        let resolver = StackResolver::new(agents, layers).with_operators(registry.clone());
-        let tokens = TokenAuthority::new(
-            Keyring::generate(),
-            clock.clone(),
-            AuthorityConfig::default(),
-        );
-        let engine = Engine::new(EngineParts {
-            config: EngineConfig::default(),
-            store: Arc::new(MemoryTaskStore::new()),
-            outputs: Arc::new(MemoryOutputStore::new()),
-            tokens: Arc::new(tokens),
-            resolver: Arc::new(resolver),
+        let swarmd_sessions::testing::Harness {
+            engine,
+            registry,
+            slow,
+        } = swarmd_sessions::testing::Harness::build(
+            crate::daemon::session_settings(&config),
             clock,
-        });
+            base_url,
+        );
         let admin = SessionSecret::generate();
         let metrics = Metrics::new();
         let guards = crate::http::guard::Guards::new(&config, metrics.guards());
@@ -324,14 +277,4 @@ impl Client {
     }
 }
 
-/// Polls `check` until it holds (state settled by other tasks).
-pub(crate) async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+pub(crate) use swarmd_sessions::testing::eventually;

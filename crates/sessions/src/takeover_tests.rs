@@ -9,7 +9,7 @@ use swarmd_spawner::operator::{SpawnFrame, SpawnReply};
 
 use super::tests::{manual, queued, roles};
 use super::*;
-use crate::ws::tests::support::Harness;
+use crate::testing::Harness;
 
 #[tokio::test]
 async fn a_stale_role_holder_is_taken_over_with_its_parked_spawns() {

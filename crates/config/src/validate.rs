@@ -409,7 +409,6 @@ fn validate_tool(name: &str, agent: &Agent) -> Result<(), ConfigError> {
     if !agent.expose_as_tool {
         return Ok(());
     }
-    crate::mcp::check_tool_name(name).map_err(|reason| invalid(&key("expose_as_tool"), reason))?;
     let object = Some(&serde_json::Value::from("object"));
     if let Some(schema) = &agent.input_schema
         && schema.get("type") != object

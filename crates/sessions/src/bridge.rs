@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 use super::outbox::{Outgoing, ParkedSpawn};
 use super::pending::Waiter;
 use super::session::Session;
-use crate::ws::frames::ServerFrame;
+use crate::frames::ServerFrame;
 
 /// A fresh server-side `req_id`: `<kind>-` + 32 hex.
 pub(super) fn req_id(kind: &str) -> String {

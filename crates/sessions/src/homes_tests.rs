@@ -15,7 +15,7 @@ use super::mail_pump::deliver;
 use super::postbox::{Postbox, Posted};
 use super::tests::{manual, queued, roles};
 use super::*;
-use crate::ws::tests::support::Harness;
+use crate::testing::Harness;
 
 fn elsewhere() -> swarmd_postgres::NodeId {
     uuid::Uuid::from_u128(7)

@@ -1,10 +1,13 @@
-//! Operator sessions (docs/protocol.md, Operator sessions; Disconnects and parking): login with
-//! exclusive role names, bearer-secret authentication by digest, persistence through the engine's
-//! store, idle expiry, and the `SessionDirectory` the layers see sessions through,
-//! whose hooks, senior bridge and spawn channel are the session itself
-//! (`bridge`). Each `Session` owns its outbox of server frames (`outbox`)
-//! and its pending requests (`pending`); the WebSocket module attaches
-//! sockets to them.
+//! The MainAI side of swarmd: operator sessions (docs/protocol.md, Operator
+//! sessions; Disconnects and parking): login with exclusive role names,
+//! bearer-secret authentication by digest, persistence through the engine's
+//! store, idle expiry, and the `SessionDirectory` the layers see sessions
+//! through, whose hooks, senior bridge and spawn channel are the session
+//! itself (`bridge`). Each `Session` owns its outbox of server frames
+//! (`outbox`, written by `frames`) and its pending requests (`pending`); the
+//! daemon's WebSocket module attaches sockets to them and its MCP server
+//! pops them. On a cluster, a session's home node and the mail between
+//! nodes (`homes`, `postbox`, `mail`, `mail_pump`, `relay`, `release`).
 //!
 //! The registry's maps sit behind one std `Mutex` that is never held across
 //! an `.await`.
@@ -12,7 +15,9 @@
 mod bridge;
 mod cancel;
 mod delivery;
+pub mod dialect;
 mod error;
+pub mod frames;
 mod homes;
 mod mail;
 mod mail_pump;
@@ -23,6 +28,8 @@ mod relay;
 mod release;
 mod session;
 mod sweep;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 #[cfg(test)]
 mod homes_tests;
@@ -32,7 +39,7 @@ mod takeover_tests;
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -43,12 +50,12 @@ use swarmd_engine::clock::Clock;
 use swarmd_engine::ids::SessionId;
 use swarmd_engine::store::SessionKind;
 use swarmd_engine::store::SessionRecord;
+use swarmd_postgres::{NodeId, PgDb};
 use swarmd_spawner::operator::{LiveSession, SessionDirectory};
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
-use crate::config::Config;
-use crate::ws::dialect::Dialect;
+use crate::dialect::Dialect;
 
 pub use cancel::{CancelError, Canceller, cancel_as};
 pub use delivery::Delivery;
@@ -58,8 +65,17 @@ pub use outbox::{
     Attachment, Batch, CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn,
     Reservation,
 };
-pub use pending::{Expects, Relayed, Reply, ReplyError, Waiter};
-pub use session::{Session, SessionSummary};
+pub use pending::{Expects, Pending, Relayed, Reply, ReplyError, Waiter};
+pub use session::{Polling, Session, SessionSummary};
+
+/// The one internal-error path of HTTP and WebSocket answers: logs `error`
+/// once with a fresh correlation id and returns the message for the client,
+/// which repeats the id and nothing else.
+pub fn report_internal(error: &dyn std::fmt::Display) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    tracing::error!(correlation_id = %id, %error, "internal error");
+    format!("internal error (correlation id {id})")
+}
 
 /// Role names are routing names (`main-ai`, `senior`): short and plain.
 const MAX_ROLE_LEN: usize = 64;
@@ -130,22 +146,6 @@ pub struct SessionSettings {
     pub takeover: Duration,
 }
 
-impl SessionSettings {
-    pub fn from_config(config: &Config) -> SessionSettings {
-        SessionSettings {
-            park_max: usize::try_from(config.ws.park_max).unwrap_or(usize::MAX),
-            idle: Duration::from_secs(config.auth.session_idle_secs),
-            takeover: Duration::from_secs(config.auth.role_takeover_secs),
-        }
-    }
-}
-
-impl Default for SessionSettings {
-    fn default() -> Self {
-        SessionSettings::from_config(&Config::default())
-    }
-}
-
 #[derive(Debug, Default)]
 struct Maps {
     by_sid: HashMap<SessionId, Arc<Session>>,
@@ -172,23 +172,46 @@ pub struct SessionRegistry {
     sockets: TaskTracker,
     /// The seq of the last event the router routed (see `delivery`).
     routed: std::sync::atomic::AtomicU64,
-    /// This node's part in a cluster's sessions (`homes`), on PostgreSQL.
-    cluster: OnceLock<Arc<postbox::SessionCluster>>,
+    /// This node's part in a cluster's sessions (`homes`), on PostgreSQL;
+    /// fixed at construction.
+    cluster: Option<Arc<postbox::SessionCluster>>,
 }
 
 impl SessionRegistry {
-    /// An empty registry; `SessionSettings::from_config` reads its
-    /// settings. It holds no engine: the operations that write a session
-    /// are handed it, so the engine's resolver can hold this registry as its
-    /// `SessionDirectory` without a cycle.
+    /// An empty registry of a daemon that is not in a cluster; the daemon
+    /// reads its settings from its configuration. It holds no engine: the
+    /// operations that write a session are handed it, so the engine's
+    /// resolver can hold this registry as its `SessionDirectory` without a
+    /// cycle.
     pub fn new(settings: SessionSettings, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Self::build(settings, clock, None)
+    }
+
+    /// An empty registry of cluster node `node` on `db` (its mail queue
+    /// starts here, so this runs inside the runtime). `join_cluster` reads
+    /// the sessions' homes before `restore`.
+    pub fn in_cluster(
+        settings: SessionSettings,
+        clock: Arc<dyn Clock>,
+        db: PgDb,
+        node: NodeId,
+    ) -> Arc<Self> {
+        let cluster = postbox::SessionCluster::new(db, node, clock.now_ms());
+        Self::build(settings, clock, Some(Arc::new(cluster)))
+    }
+
+    fn build(
+        settings: SessionSettings,
+        clock: Arc<dyn Clock>,
+        cluster: Option<Arc<postbox::SessionCluster>>,
+    ) -> Arc<Self> {
         Arc::new(SessionRegistry {
             maps: Mutex::new(Maps::default()),
             clock,
             settings,
             sockets: TaskTracker::new(),
             routed: std::sync::atomic::AtomicU64::new(0),
-            cluster: OnceLock::new(),
+            cluster,
         })
     }
 
@@ -413,7 +436,7 @@ impl SessionRegistry {
     }
 
     /// Keeps the drain waiting while a socket is open (see `wait_sockets`).
-    pub(crate) fn socket_token(&self) -> TaskTrackerToken {
+    pub fn socket_token(&self) -> TaskTrackerToken {
         self.sockets.token()
     }
 

@@ -226,8 +226,8 @@ mod tests {
 
     #[test]
     fn config_load_names_the_agent_and_key_of_a_bad_bootstrap() {
-        use crate::config::Overrides;
-        use crate::config::tests::Fixture;
+        use crate::Overrides;
+        use crate::tests::Fixture;
         let load = |worktree: &str, kind: &str| {
             let body = match kind {
                 "process" => "kind = \"process\"\nprogram = \"/bin/true\"",

@@ -26,8 +26,8 @@ use swarmd_engine::{Engine, EngineError};
 use super::delivery::Delivery;
 use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing};
 use super::pending::{Pending, Reply, ReplyError};
-use crate::ws::dialect::Dialect;
-use crate::ws::frames::ServerFrame;
+use crate::dialect::Dialect;
+use crate::frames::ServerFrame;
 
 /// One session as `GET /v1/operators` lists it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -60,9 +60,9 @@ pub struct Session {
     /// Set once the session is deleted or expired.
     closed: AtomicBool,
     persist_lock: Mutex<()>,
-    pub(crate) outbox: Outbox,
-    pub(crate) pending: Pending,
-    pub(crate) delivery: Delivery,
+    pub outbox: Outbox,
+    pub pending: Pending,
+    pub delivery: Delivery,
     /// How frames to this session are written.
     pub dialect: Dialect,
     /// Until when the session counts as present through MCP (docs/mcp.md,
@@ -71,7 +71,7 @@ pub struct Session {
     /// MCP calls popping this session's frames right now.
     pollers: AtomicUsize,
     /// Serializes MCP pops, so two calls never take the same frames.
-    pub(crate) pop_lock: tokio::sync::Mutex<()>,
+    pub pop_lock: tokio::sync::Mutex<()>,
     /// The session this one's parked spawns moved to, with their `req_id`s:
     /// a later cancel of one of them goes there.
     moved_to: Mutex<Option<Moved>>,
@@ -128,7 +128,7 @@ impl Session {
     }
 
     /// Whether this node is the session's home.
-    pub(crate) fn is_home(&self) -> bool {
+    pub fn is_home(&self) -> bool {
         self.elsewhere().is_none()
     }
 
@@ -164,7 +164,7 @@ impl Session {
     }
 
     /// Counts the session present for `window` from now (an MCP request).
-    pub(crate) fn mark_present(&self, window: Duration) {
+    pub fn mark_present(&self, window: Duration) {
         let until = Instant::now() + window;
         let mut present = self.lock_presence();
         if present.is_none_or(|old| old < until) {
@@ -174,7 +174,7 @@ impl Session {
 
     /// Counts the session connected while the returned guard lives (an MCP
     /// call waiting for its frames).
-    pub(crate) fn polling(self: &Arc<Self>) -> Polling {
+    pub fn polling(self: &Arc<Self>) -> Polling {
         self.pollers.fetch_add(1, Ordering::AcqRel);
         Polling(self.clone())
     }
@@ -202,7 +202,7 @@ impl Session {
     /// a spawn reply that came after its attempt ended (its Final was
     /// posted, or it was cancelled or timed out): normal, since nothing
     /// waits for it any more.
-    pub(crate) fn answer(&self, req_id: &str, reply: Reply) -> Result<bool, ReplyError> {
+    pub fn answer(&self, req_id: &str, reply: Reply) -> Result<bool, ReplyError> {
         let spawn_reply = matches!(reply, Reply::Spawn(_));
         match self.pending.complete(req_id, reply) {
             Ok(()) => Ok(true),
@@ -215,7 +215,7 @@ impl Session {
     }
 
     /// Queues a frame that needs no reply; returns its outbox id.
-    pub(crate) fn notify(&self, frame: &ServerFrame) -> Result<u64, OutboxFull> {
+    pub fn notify(&self, frame: &ServerFrame) -> Result<u64, OutboxFull> {
         let class = match frame {
             ServerFrame::TaskEvent { .. } => FrameClass::Resumable,
             ServerFrame::Ask { .. }
@@ -395,7 +395,7 @@ pub(super) fn unhex(s: &str) -> Option<[u8; 32]> {
 /// An MCP call popping a session's frames; the session counts as connected
 /// while it lives.
 #[derive(Debug)]
-pub(crate) struct Polling(Arc<Session>);
+pub struct Polling(Arc<Session>);
 
 impl Drop for Polling {
     fn drop(&mut self) {

@@ -9,10 +9,12 @@
 //! data that nothing re-reads. Relative paths resolve against the working
 //! directory. Secrets never live here: process `env` values are redacted in
 //! `Debug` and printed output, key material and the admin token stay in
-//! `crate::state`.
+//! the daemon's state directory. An agent's MCP tool name is checked
+//! against the MCP tools when the daemon links its agents.
 
 mod agent;
 mod agents_dir;
+pub mod environment;
 mod error;
 mod flows_dir;
 mod hosts;

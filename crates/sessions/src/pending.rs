@@ -95,7 +95,7 @@ pub enum ReplyError {
 }
 
 #[derive(Debug)]
-pub(crate) struct Pending {
+pub struct Pending {
     table: Mutex<Table>,
 }
 
@@ -226,7 +226,7 @@ impl Pending {
     }
 
     /// Forgets a request; its caller sees the sender dropped.
-    pub(crate) fn remove(&self, req_id: &str) {
+    pub fn remove(&self, req_id: &str) {
         self.lock().waiters.remove(req_id);
     }
 

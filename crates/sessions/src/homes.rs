@@ -5,18 +5,17 @@
 //! found in PostgreSQL by sid or token digest, and reaches the session
 //! through the mailbox (`relay`, `mail_pump`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use swarmd_engine::auth::SessionSecret;
 use swarmd_engine::ids::SessionId;
 use swarmd_output_store::StoreError;
-use swarmd_postgres::{HomedSession, NewMail, NodeId, PgDb};
-use tokio::sync::Notify;
+use swarmd_postgres::{HomedSession, NewMail, NodeId};
 
 use super::SessionRegistry;
 use super::mail;
 use super::outbox::{CloseReason, Outgoing};
-use super::postbox::{Postbox, SessionCluster};
+use super::postbox::SessionCluster;
 use super::session::{self, Session};
 
 /// How far apart the nodes' clocks may be when they stamp `created_ms`.
@@ -24,33 +23,35 @@ const CLOCK_MARGIN_MS: u64 = 60_000;
 
 impl SessionRegistry {
     pub(crate) fn cluster(&self) -> Option<&Arc<SessionCluster>> {
-        self.cluster.get()
+        self.cluster.as_ref()
     }
 
-    /// Joins the cluster as `node`, before `restore`: homes here the
-    /// sessions with no live home, and reads every session's home.
-    pub async fn join_cluster(&self, db: PgDb, node: NodeId) -> Result<(), StoreError> {
-        let adopted = db.adopt_orphan_sessions(node).await?;
+    /// Joins the cluster, before `restore`: homes here the sessions with no
+    /// live home, and reads every session's home. Nothing outside a cluster.
+    pub async fn join_cluster(&self) -> Result<(), StoreError> {
+        let Some(cluster) = self.cluster() else {
+            return Ok(());
+        };
+        let adopted = cluster.db.adopt_orphan_sessions(cluster.node).await?;
         if !adopted.is_empty() {
             tracing::info!(
                 sessions = adopted.len(),
                 "homed sessions whose node is gone"
             );
         }
-        let homes = db.session_homes().await?.into_iter().collect();
-        let cluster = SessionCluster {
-            post: Postbox::start(db.clone()),
-            db,
-            node,
-            inflight: Mutex::default(),
-            homes: Mutex::new(homes),
-            wake: Notify::new(),
-            catch_ups: Mutex::default(),
-            catch_up_wake: Notify::new(),
-            synced_ms: std::sync::atomic::AtomicU64::new(self.clock.now_ms()),
-        };
-        let _ = self.cluster.set(Arc::new(cluster));
+        let homes = cluster.db.session_homes().await?.into_iter().collect();
+        *cluster.homes.lock().unwrap_or_else(|e| e.into_inner()) = homes;
         Ok(())
+    }
+
+    /// Waits up to `wait` for the mail queued for other nodes (replies,
+    /// cancels, hand-overs) to be written; true once it is, and at once
+    /// outside a cluster.
+    pub async fn flush_mail(&self, wait: std::time::Duration) -> bool {
+        match self.cluster() {
+            Some(cluster) => cluster.post.flush(wait).await,
+            None => true,
+        }
     }
 
     /// Waits until a session moved here (never outside a cluster).

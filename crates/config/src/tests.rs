@@ -118,22 +118,6 @@ fn file_then_env_then_flags_later_wins() {
     assert_eq!(config.store.backend, StoreBackend::Memory);
 }
 
-/// Budgets in `[defaults]` (or the environment) become the engine's
-/// default policy; unset, tasks have none.
-#[test]
-fn budget_defaults_reach_the_engine_policy() {
-    let fixture = Fixture::new("[defaults]\nmax_tokens = 5000\n");
-    let env = [("SWARMD_DEFAULTS__MAX_COST_USD", "2.5")];
-    let config = fixture.load(&env, &Overrides::default()).unwrap();
-    let policy = crate::daemon::engine_config(&config).defaults;
-    assert_eq!(
-        (policy.max_tokens, policy.max_cost_usd),
-        (Some(5000), Some(2.5))
-    );
-    let unset = crate::daemon::engine_config(&Config::default()).defaults;
-    assert_eq!((unset.max_tokens, unset.max_cost_usd), (None, None));
-}
-
 #[test]
 fn state_directory_is_the_default_state_dir_first_path_only() {
     let env = Environment::from_pairs([("STATE_DIRECTORY", "/var/lib/swarmd:/var/lib/other")]);
@@ -454,27 +438,9 @@ fn base_url_is_derived_from_the_bound_address() {
 }
 
 #[test]
-fn agents_exposed_as_tools_need_a_tool_name_and_an_object_schema() {
+fn agents_exposed_as_tools_need_an_object_schema() {
     let process = "kind = \"process\"\nprogram = \"cat\"\n";
     let cases = [
-        (
-            "a.b",
-            "expose_as_tool = true\n",
-            "agents.a.b.expose_as_tool",
-            "no dots",
-        ),
-        (
-            "wait",
-            "expose_as_tool = true\n",
-            "agents.wait.expose_as_tool",
-            "built-in",
-        ),
-        (
-            "mse_ack",
-            "expose_as_tool = true\n",
-            "agents.mse_ack.expose_as_tool",
-            "mse_",
-        ),
         (
             "t",
             "expose_as_tool = true\ninput_schema = { type = \"string\" }\n",
@@ -535,12 +501,6 @@ fn agents_exposed_as_tools_need_a_tool_name_and_an_object_schema() {
         .unwrap();
     assert_eq!(reloaded.agents["t"], config.agents["t"], "{printed}");
     assert!(reloaded.agents["t"].expose_as_tool, "{printed}");
-    fixture.write(
-        "agents/spawn.md",
-        "---\nname: spawn\nexpose_as_tool: true\n---\nX\n",
-    );
-    let error = fixture.load(&[], &Overrides::default()).unwrap_err();
-    assert!(error.to_string().contains("built-in"), "{error}");
 }
 
 #[test]

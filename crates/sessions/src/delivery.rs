@@ -29,7 +29,7 @@ use swarmd_engine::Engine;
 
 use super::outbox::OutboxFull;
 use super::{Session, SessionRegistry};
-use crate::ws::frames::ServerFrame;
+use crate::frames::ServerFrame;
 
 /// How often sessions that delivered a `task_done` write their watermark.
 pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
@@ -80,7 +80,7 @@ impl Delivery {
 
     /// Whether the `task_done` of event `seq` reached a socket before the
     /// restart (so the replay skips it).
-    pub(crate) fn delivered_before_restart(&self, seq: u64) -> bool {
+    pub fn delivered_before_restart(&self, seq: u64) -> bool {
         self.restored.is_some_and(|through| seq <= through)
     }
 
@@ -137,7 +137,7 @@ impl Delivery {
 
 impl Session {
     /// Queues the `task_done` of event `seq` and tracks its delivery.
-    pub(crate) fn notify_done(&self, frame: &ServerFrame, seq: u64) -> Result<(), OutboxFull> {
+    pub fn notify_done(&self, frame: &ServerFrame, seq: u64) -> Result<(), OutboxFull> {
         let mut state = self.delivery.lock();
         let id = self.notify(frame)?;
         state.pending.push_back((id, seq));
@@ -147,18 +147,18 @@ impl Session {
 
 impl SessionRegistry {
     /// The seq of the last event the router has routed.
-    pub(crate) fn routed_through(&self) -> u64 {
+    pub fn routed_through(&self) -> u64 {
         self.routed.load(Ordering::Acquire)
     }
 
     /// Called by the router once it has routed the event `seq`.
-    pub(crate) fn routed(&self, seq: u64) {
+    pub fn routed(&self, seq: u64) {
         self.routed.fetch_max(seq, Ordering::AcqRel);
     }
 
     /// Where the router's replay starts: the lowest watermark of the
     /// restored sessions that have one; `None` when none has.
-    pub(crate) fn replay_from(&self) -> Option<u64> {
+    pub fn replay_from(&self) -> Option<u64> {
         self.all().iter().filter_map(|s| s.delivery.restored).min()
     }
 

@@ -12,8 +12,7 @@ use swarmd_engine::ids::ReqId;
 use swarmd_spawner::operator::{HookAck, SpawnFrame, SpawnReply};
 pub use swarmd_wire::{CLIENT_TYPES, ClientFrame, ServerFrame, SpawnTaskFrame};
 
-use crate::http::error::report_internal;
-use crate::sessions::Reply;
+use crate::{Reply, report_internal};
 
 /// A frame as the text of a WebSocket message.
 pub fn encode(frame: &ServerFrame) -> Utf8Bytes {

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use axum::http::uri::Authority;
+use http::uri::Authority;
 
 use super::Config;
 

@@ -24,7 +24,7 @@ use super::outbox::{Outgoing, ParkedSpawn};
 use super::pending::{Expects, Relayed, Waiter};
 use super::postbox::{Postbox, SessionCluster};
 use super::session::Session;
-use crate::ws::frames::ServerFrame;
+use crate::frames::ServerFrame;
 
 /// The longest the pump goes without reading its mail.
 pub(crate) const POLL: Duration = Duration::from_millis(250);

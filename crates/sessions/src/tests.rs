@@ -11,7 +11,7 @@ use swarmd_engine::{SpawnError, WorkerCredential};
 use swarmd_spawner::operator::{BridgeError, HookAck, HookRequest, SpawnFrame};
 
 use super::*;
-use crate::ws::tests::support::{Harness, eventually};
+use crate::testing::{Harness, default_settings, eventually};
 
 pub(super) fn roles(names: &[&str]) -> LoginRequest {
     LoginRequest {
@@ -22,9 +22,11 @@ pub(super) fn roles(names: &[&str]) -> LoginRequest {
 
 pub(super) fn manual(idle_secs: u64) -> (Harness, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    let mut config = Config::default();
-    config.auth.session_idle_secs = idle_secs;
-    let harness = Harness::build(config, clock.clone(), "http://127.0.0.1:9");
+    let settings = SessionSettings {
+        idle: Duration::from_secs(idle_secs),
+        ..default_settings()
+    };
+    let harness = Harness::build(settings, clock.clone(), "http://127.0.0.1:9");
     (harness, clock)
 }
 
@@ -122,7 +124,7 @@ async fn sessions_are_persisted_and_restored_with_their_token() {
         "only the digest is stored"
     );
 
-    let restarted = SessionRegistry::new(SessionSettings::default(), harness.engine.clock());
+    let restarted = SessionRegistry::new(default_settings(), harness.engine.clock());
     restarted.restore(&harness.engine, stored);
     let session = restarted.authenticate(&login.token).unwrap();
     assert_eq!(
@@ -239,7 +241,7 @@ async fn sessions_that_expired_while_down_are_not_restored() {
     let restarted = SessionRegistry::new(
         SessionSettings {
             idle: Duration::from_secs(60),
-            ..SessionSettings::default()
+            ..default_settings()
         },
         harness.engine.clock(),
     );

@@ -46,6 +46,22 @@ pub(crate) struct SessionCluster {
 }
 
 impl SessionCluster {
+    /// Node `node`'s part on `db`, its mail queue started; the homes are
+    /// read at `join_cluster`. `now_ms` is where the session sync starts.
+    pub(crate) fn new(db: PgDb, node: NodeId, now_ms: u64) -> SessionCluster {
+        SessionCluster {
+            post: Postbox::start(db.clone()),
+            db,
+            node,
+            inflight: Mutex::default(),
+            homes: Mutex::default(),
+            wake: Notify::new(),
+            catch_ups: Mutex::default(),
+            catch_up_wake: Notify::new(),
+            synced_ms: std::sync::atomic::AtomicU64::new(now_ms),
+        }
+    }
+
     fn lock_inflight(&self) -> MutexGuard<'_, BTreeMap<i64, (SessionId, u64)>> {
         self.inflight.lock().unwrap_or_else(|e| e.into_inner())
     }

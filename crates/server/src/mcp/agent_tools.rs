@@ -68,7 +68,7 @@ pub(crate) fn check_tool_name(name: &str) -> Result<(), String> {
             super::flow_as_tool::PREFIX
         ));
     }
-    if super::catalogue(true).iter().any(|tool| tool.name == name) {
+    if super::catalogue(true).contains(name) {
         return Err(format!(
             "`{name}` is the name of a built-in MCP tool, which the agent's tool would \
              hide; rename the agent"

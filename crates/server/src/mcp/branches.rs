@@ -4,40 +4,44 @@
 //! finished task's branch onto a branch the caller names), through the
 //! branch routes' own functions, rules and caller's part.
 
-use rmcp::model::{JsonObject, Tool};
+use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::fanout::task_id;
-use super::{Outcome, arguments, structured, tool};
+use super::registry::{ToolEntry, entry};
+use super::{Outcome, arguments, structured};
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::branches::{
     self, AppliedView, ApplyBody, BranchList, ListQuery, ModeArg, TaskDiff,
 };
 
-pub(super) fn tools() -> Vec<Tool> {
+pub(super) fn tools() -> Vec<ToolEntry> {
     vec![
-        tool::<ListQuery, BranchList>(
+        entry::<ListQuery, BranchList>(
             "branches",
             "List the git branches coding tasks left (swarmd/t-<id>-<slug>/<attempt>), optionally \
              of one agent: each with its task, status, head, how many commits it is ahead of the \
              agent's base and whether the base holds it.",
             true,
+            |call| Box::pin(list(call.state, call.caller, call.args)),
         ),
-        tool::<TaskArgs, TaskDiff>(
+        entry::<TaskArgs, TaskDiff>(
             "diff",
             "Get a coding task's changes as its latest attempt recorded them: branch, base, head, \
              the files changed and the unified diff.",
             true,
+            |call| Box::pin(diff(call.state, call.caller, call.args)),
         ),
-        tool::<ApplyArgs, AppliedView>(
+        entry::<ApplyArgs, AppliedView>(
             "apply",
             "Apply a finished coding task's branch to the branch `into` (made at the task's head \
              when missing): a fast-forward when possible, else a merge commit (mode ff or merge \
              to insist). A branch checked out somewhere is left alone unless checked_out is true; \
              a conflict changes nothing and names the files.",
             false,
+            |call| Box::pin(apply(call.state, call.caller, call.args)),
         ),
     ]
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use axum::http::Method;
 use futures_util::{StreamExt, stream};
-use rmcp::model::{JsonObject, Tool};
+use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -15,7 +15,8 @@ use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{PolicyOverrides, TaskStatus};
 
-use super::{Outcome, arguments, structured, tool};
+use super::registry::{ToolEntry, entry};
+use super::{Outcome, arguments, structured};
 use crate::app::AppState;
 use crate::cluster::{self, PeerCall, Subject};
 use crate::http::auth::Caller;
@@ -30,33 +31,37 @@ const CREATE_CONCURRENCY: usize = 32;
 /// Live tasks of each status `agents` counts; past it the counts are lower bounds.
 const MAX_COUNTED: usize = 10_000;
 
-pub(super) fn tools() -> Vec<Tool> {
+pub(super) fn tools() -> Vec<ToolEntry> {
     vec![
-        tool::<NoArgs, AgentList>(
+        entry::<NoArgs, AgentList>(
             "agents",
             "List the agents tasks can be spawned for: name, kind (process, lua, operator, remote), \
              description, and how many of their tasks are running and queued now.",
             true,
+            |call| Box::pin(agents(call.state, call.caller, call.args)),
         ),
-        tool::<SpawnArgs, Spawned>(
+        entry::<SpawnArgs, Spawned>(
             "spawn",
             "Start one task on an agent with a prompt (and optional input, metadata, layers, \
              policy). With continue_from = a finished task's id, the task continues that one \
              (same agent, its session and worktree branch). Returns its task_id at once; \
              collect the result with `wait`.",
             false,
+            |call| Box::pin(spawn(call.state, call.caller, call.args)),
         ),
-        tool::<SpawnManyArgs, SpawnedMany>(
+        entry::<SpawnManyArgs, SpawnedMany>(
             "spawn_many",
             "Start up to 100 tasks in one call (fan-out). Each entry has the arguments of \
              `spawn`; the results are in the same order, each a task_id or its own error.",
             false,
+            |call| Box::pin(spawn_many(call.state, call.caller, call.args)),
         ),
-        tool::<CancelArgs, Cancelled>(
+        entry::<CancelArgs, Cancelled>(
             "cancel",
             "Cancel a task that is queued or running (only its owner or the admin may). \
              Returns the task as it is after the cancel.",
             false,
+            |call| Box::pin(cancel(call.state, call.caller, call.bearer(), call.args)),
         ),
     ]
 }

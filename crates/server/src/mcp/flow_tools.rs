@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use rmcp::RoleServer;
-use rmcp::model::{JsonObject, ProgressNotificationParam, ProgressToken, Tool};
+use rmcp::model::{JsonObject, ProgressNotificationParam, ProgressToken};
 use rmcp::service::RequestContext;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -21,7 +21,8 @@ use swarmd_engine::{ErrorCode, RunId, RunRecord};
 use swarmd_flow_run::RunError;
 
 use super::flow_as_tool;
-use super::{Outcome, arguments, structured, tool};
+use super::registry::{ToolEntry, entry};
+use super::{Outcome, arguments, structured};
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
@@ -32,48 +33,54 @@ pub(crate) const MAX_WAIT_SECS: u64 = 600;
 /// The longest `reason` of a `cancel_run`, as on the HTTP route.
 const MAX_REASON_BYTES: usize = 1024;
 
-pub(super) fn tools() -> Vec<Tool> {
+pub(super) fn tools() -> Vec<ToolEntry> {
     vec![
-        tool::<NoArgs, FlowList>(
+        entry::<NoArgs, FlowList>(
             "flows",
             "List the flows this daemon runs by name: name, description, content hash, the \
              JSON Schema of their input, and the tool (`flow_<name>`) that runs each one.",
             true,
+            |call| Box::pin(flows(call.state, call.caller, call.args)),
         ),
-        tool::<LintArgs, Linted>(
+        entry::<LintArgs, Linted>(
             "lint_flow",
             "Check a flow's IR (docs/flow.schema.json) against this daemon's agents, flows and \
              limits without running it. Returns ok, its content hash, and every problem with \
              its JSON pointer, code, message and a hint to fix it.",
             true,
+            |call| Box::pin(lint_flow(call.state, call.caller, call.args)),
         ),
-        tool::<StartArgs, RunViewSchema>(
+        entry::<StartArgs, RunViewSchema>(
             "start_run",
             "Start a flow run: `flow` is a flow's name (see `flows`) or a flow's IR; `input` \
              must match its input_schema. Returns the run (id, status, every node's state) at \
              once; follow it with `run`. A retry with the same idempotency_key returns the \
              run the first call started.",
             false,
+            |call| Box::pin(start_run(call.state, call.caller, call.args)),
         ),
-        tool::<RunArgs, RunViewSchema>(
+        entry::<RunArgs, RunViewSchema>(
             "run",
             "Read a flow run: status, result or error, every node's state and its waits. \
              With wait_secs (1 to 600) it first waits that long at most for the run to end, \
              sending progress notifications.",
             true,
+            |call| Box::pin(run(call.state, call.caller, call.args, call.context)),
         ),
-        tool::<AnswerArgs, RunViewSchema>(
+        entry::<AnswerArgs, RunViewSchema>(
             "answer_wait",
             "Answer an open wait of a flow run (its name, or its key when several are open) \
              with a value matching the wait's schema; the run goes on. Only the run's owner \
              or the admin may. Returns the run.",
             false,
+            |call| Box::pin(answer_wait(call.state, call.caller, call.args)),
         ),
-        tool::<CancelArgs, RunViewSchema>(
+        entry::<CancelArgs, RunViewSchema>(
             "cancel_run",
             "Cancel a flow run and every step it has running (only its owner or the admin \
              may), with an optional reason. Returns the run as it is after the cancel.",
             false,
+            |call| Box::pin(cancel_run(call.state, call.caller, call.args)),
         ),
     ]
 }

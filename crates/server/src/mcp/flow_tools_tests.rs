@@ -2,6 +2,7 @@
 //! the tools at work are tested on the real binary
 //! (tests/blackbox/mcp/flow_tools.rs).
 
+use rmcp::model::Tool;
 use swarmd_engine::ErrorCode;
 use swarmd_flow::Problem;
 
@@ -10,6 +11,7 @@ use super::*;
 fn named(name: &str) -> Tool {
     tools()
         .into_iter()
+        .map(|entry| entry.tool().clone())
         .find(|t| t.name == name)
         .unwrap_or_else(|| panic!("no tool {name}"))
 }
@@ -20,7 +22,7 @@ fn input_of(name: &str) -> Value {
 
 #[test]
 fn the_run_tools_have_object_schemas_and_name_their_required_fields() {
-    let names: Vec<_> = tools().iter().map(|t| t.name.to_string()).collect();
+    let names: Vec<_> = tools().iter().map(|e| e.tool().name.to_string()).collect();
     assert_eq!(
         names,
         [

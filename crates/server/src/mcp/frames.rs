@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{JsonObject, ProgressNotificationParam, Tool};
+use rmcp::model::{JsonObject, ProgressNotificationParam};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, model::ProgressToken};
 use schemars::JsonSchema;
@@ -22,7 +22,8 @@ use serde_json::{Map, Value, json};
 use swarmd_engine::ErrorCode;
 use swarmd_engine::ids::SessionId;
 
-use super::{Outcome, arguments, structured, tool};
+use super::registry::{ToolEntry, entry};
+use super::{Outcome, arguments, structured};
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
@@ -35,9 +36,9 @@ pub(crate) const MAX_WAIT_SECS: u64 = 600;
 /// The most frames one pop returns.
 const MAX_FRAMES: usize = 50;
 
-pub(super) fn tools() -> Vec<Tool> {
+pub(super) fn tools() -> Vec<ToolEntry> {
     vec![
-        tool::<FramesArgs, Popped>(
+        entry::<FramesArgs, Popped>(
             "frames",
             "Act as the MainAI of delegated work: pop this session's next frames, waiting up \
              to wait_secs for one. A `spawn` asks you to launch a SubAgent with its directive \
@@ -45,13 +46,15 @@ pub(super) fn tools() -> Vec<Tool> {
              `reply` answer; a `hook_before` wants `reply` hook_ack; `cancel` and `task_done` \
              need no reply. Sends progress notifications while it waits.",
             false,
+            |call| Box::pin(frames(call.state, call.caller, call.args, call.context)),
         ),
-        tool::<ReplyArgs, Replied>(
+        entry::<ReplyArgs, Replied>(
             "reply",
             "Answer a frame popped with `frames`, by its req_id: type spawn_ack (value, ok, \
              error, stats), spawn_halt (value, reason), answer (value) or hook_ack (ok, \
              reason).",
             false,
+            |call| Box::pin(reply(call.state, call.caller, call.args)),
         ),
     ]
 }
@@ -319,7 +322,7 @@ mod tests {
 
     #[test]
     fn pop_bounds_are_documented_in_the_schema() {
-        let tool = &tools()[0];
+        let tool = tools()[0].tool().clone();
         let schema = Value::Object((*tool.input_schema).clone()).to_string();
         assert!(
             schema.contains("wait_secs") && schema.contains("max"),

@@ -12,9 +12,12 @@
 //! lint_flow, start_run, run, answer_wait, cancel_run), `upstream` (the
 //! `mse_*` aliases), `agent_tools` (agents exposed as tools, listed after
 //! the built-in ones) and `flow_as_tool` (each flow as a tool
-//! `flow_<name>`, listed last). A refused call is a tool result with `isError: true`
-//! and the daemon's `{error, code}` as its text, so a model can correct it;
-//! JSON-RPC errors are left to protocol faults.
+//! `flow_<name>`, listed last). Each verb module declares its built-in
+//! tools once, as `registry` entries that carry both what `tools/list`
+//! shows and what `tools/call` runs; a name the registry lacks goes to the
+//! flows' tools, then to the agents'. A refused call is a tool result with
+//! `isError: true` and the daemon's `{error, code}` as its text, so a model
+//! can correct it; JSON-RPC errors are left to protocol faults.
 
 mod agent_tools;
 mod branches;
@@ -25,6 +28,7 @@ mod flow_tools;
 mod frames;
 mod ledger;
 mod read;
+mod registry;
 mod route;
 mod schema;
 mod session_file;
@@ -35,15 +39,12 @@ mod worker;
 use axum::http::header::AUTHORIZATION;
 use std::sync::Arc;
 
-use rmcp::handler::server::common::{schema_for_input, schema_for_output};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -51,6 +52,7 @@ use serde_json::{Value, json};
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
+use registry::{Call, Registry, ToolEntry};
 
 pub(crate) use agent_tools::check_tool_name;
 pub(crate) use route::routes;
@@ -59,18 +61,23 @@ pub(crate) use route::routes;
 #[derive(Debug, Clone)]
 pub(crate) struct SwarmdTools {
     state: AppState,
-    catalogue: Arc<Vec<Tool>>,
+    catalogue: Arc<Registry>,
 }
 
 impl SwarmdTools {
-    pub(crate) fn new(state: AppState, catalogue: Arc<Vec<Tool>>) -> Self {
+    pub(crate) fn new(state: AppState, catalogue: Arc<Registry>) -> Self {
         SwarmdTools { state, catalogue }
     }
 }
 
-/// The tools, in the order `tools/list` shows them; the upstream `mse_*`
-/// aliases only when `mcp.upstream_aliases` is on.
-pub(crate) fn catalogue(upstream_aliases: bool) -> Vec<Tool> {
+/// The built-in tools, in the order `tools/list` shows them; the upstream
+/// `mse_*` aliases only when `mcp.upstream_aliases` is on.
+pub(crate) fn catalogue(upstream_aliases: bool) -> Registry {
+    Registry::new(builtins(upstream_aliases))
+}
+
+/// Every built-in tool's entry, as each verb module declares them.
+fn builtins(upstream_aliases: bool) -> Vec<ToolEntry> {
     let mut tools = fanout::tools();
     tools.extend(wait::tools());
     tools.extend(read::tools());
@@ -82,21 +89,6 @@ pub(crate) fn catalogue(upstream_aliases: bool) -> Vec<Tool> {
         tools.extend(upstream::tools());
     }
     tools
-}
-
-/// A tool whose input is `I` and whose structured output is `O`.
-fn tool<I, O>(name: &'static str, description: &'static str, read_only: bool) -> Tool
-where
-    I: JsonSchema + 'static,
-    O: JsonSchema + 'static,
-{
-    // Our argument types derive their schemas; a failure is a bug caught by
-    // the catalogue test, so the fallback (any object) never ships.
-    let input = schema_for_input::<I>()
-        .unwrap_or_else(|_| Arc::new(JsonObject::from_iter([("type".into(), json!("object"))])));
-    Tool::new(name, description, schema::standard(&input))
-        .with_raw_output_schema(schema::standard(&schema_for_output::<O>()))
-        .with_annotations(ToolAnnotations::new().read_only(read_only))
 }
 
 /// What one tool call produced: a structured result or the daemon's error.
@@ -174,7 +166,7 @@ impl ServerHandler for SwarmdTools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut tools = self.catalogue.to_vec();
+        let mut tools: Vec<_> = self.catalogue.tools().cloned().collect();
         tools.extend(agent_tools::tools(&self.state.config));
         tools.extend(flow_as_tool::tools(self.state.runner.catalog()));
         Ok(ListToolsResult::with_all_items(tools))
@@ -189,52 +181,30 @@ impl ServerHandler for SwarmdTools {
             return Err(ErrorData::internal_error("no authenticated caller", None));
         };
         let state = &self.state;
-        let aliases = state.config.mcp.upstream_aliases;
         let args = match within_depth(request.arguments) {
             Ok(args) => args,
             Err(error) => return Ok(tool_error(&error).into()),
         };
-        let outcome = match request.name.as_ref() {
-            "agents" => fanout::agents(state, &caller, args).await,
-            "spawn" => fanout::spawn(state, &caller, args).await,
-            "spawn_many" => fanout::spawn_many(state, &caller, args).await,
-            "cancel" => fanout::cancel(state, &caller, bearer_of(&context), args).await,
-            "wait" => wait::wait(state, &caller, args, &context).await,
-            "task" => read::task(state, &caller, args).await,
-            "tasks" => read::tasks(state, &caller, args).await,
-            "output" => read::output(state, &caller, args).await,
-            "frames" => frames::frames(state, &caller, args, &context).await,
-            "reply" => frames::reply(state, &caller, args).await,
-            "worker_prompt" => worker::prompt(state, args).await,
-            "worker_progress" => worker::progress(state, args).await,
-            "worker_submit" => worker::submit(state, args).await,
-            "branches" => branches::list(state, &caller, args).await,
-            "diff" => branches::diff(state, &caller, args).await,
-            "apply" => branches::apply(state, &caller, args).await,
-            "flows" => flow_tools::flows(state, &caller, args).await,
-            "lint_flow" => flow_tools::lint_flow(state, &caller, args).await,
-            "start_run" => flow_tools::start_run(state, &caller, args).await,
-            "run" => flow_tools::run(state, &caller, args, &context).await,
-            "answer_wait" => flow_tools::answer_wait(state, &caller, args).await,
-            "cancel_run" => flow_tools::cancel_run(state, &caller, args).await,
-            "mse_operator_join" if aliases => upstream::join(state, &caller, args).await,
-            "mse_pending_wait" if aliases => {
-                upstream::pending_wait(state, &caller, args, &context).await
-            }
-            "mse_ack" if aliases => upstream::ack(state, &caller, args).await,
-            "mse_operator_leave" if aliases => upstream::leave(state, &caller, args).await,
-            "mse_worker_fetch" if aliases => upstream::fetch(state, args).await,
-            "mse_worker_submit" if aliases => upstream::submit(state, args).await,
-            other if other.starts_with(flow_as_tool::PREFIX) => {
-                match flow_as_tool::call(state, &caller, other, args, &context).await {
-                    Some(outcome) => outcome,
-                    None => return Err(no_tool(other)),
-                }
-            }
-            other => match agent_tools::call(state, &caller, other, args, &context).await {
+        let name = request.name.as_ref();
+        // The built-in tools first, then a flow's tool, then an agent's.
+        let outcome = if let Some(entry) = self.catalogue.get(name) {
+            let call = Call {
+                state,
+                caller: &caller,
+                args,
+                context: &context,
+            };
+            entry.call(call).await
+        } else if name.starts_with(flow_as_tool::PREFIX) {
+            match flow_as_tool::call(state, &caller, name, args, &context).await {
                 Some(outcome) => outcome,
-                None => return Err(no_tool(other)),
-            },
+                None => return Err(no_tool(name)),
+            }
+        } else {
+            match agent_tools::call(state, &caller, name, args, &context).await {
+                Some(outcome) => outcome,
+                None => return Err(no_tool(name)),
+            }
         };
         Ok(match outcome {
             Ok(value) => CallToolResult::structured(value),
@@ -255,7 +225,7 @@ mod tests {
 
     #[test]
     fn every_tool_has_object_schemas_for_input_and_output() {
-        let tools = catalogue(true);
+        let tools: Vec<_> = catalogue(true).tools().cloned().collect();
         let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
         assert_eq!(
             names,

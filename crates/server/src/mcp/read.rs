@@ -3,7 +3,7 @@
 //! each through the HTTP routes' own functions, bounds and reader's part
 //! (`views::Reader`: a session reads only its own tasks).
 
-use rmcp::model::{JsonObject, Tool};
+use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -13,7 +13,8 @@ use swarmd_engine::task::TaskStatus;
 
 use super::changes;
 use super::fanout::task_id;
-use super::{Outcome, arguments, structured, tool};
+use super::registry::{ToolEntry, entry};
+use super::{Outcome, arguments, structured};
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
@@ -28,27 +29,30 @@ const DEFAULT_TASKS: usize = 50;
 const MAX_RECORDS: usize = 1_000;
 const DEFAULT_RECORDS: usize = 200;
 
-pub(super) fn tools() -> Vec<Tool> {
+pub(super) fn tools() -> Vec<ToolEntry> {
     vec![
-        tool::<TaskArgs, TaskSchema>(
+        entry::<TaskArgs, TaskSchema>(
             "task",
             "Get one task: its status, result ({value, ok}) once final, reason, policy, \
              every attempt with its outcome, and for a coding task `changes`: the branch, \
              base, head, files, line counts and diff (at most 64 KiB) its latest attempt \
              left.",
             true,
+            |call| Box::pin(task(call.state, call.caller, call.args)),
         ),
-        tool::<TasksArgs, TaskPageSchema>(
+        entry::<TasksArgs, TaskPageSchema>(
             "tasks",
             "List tasks newest first, optionally by status (queued, running, pass, blocked, \
              failed, cancelled) and agent; at most 200 a page, continue with `after`.",
             true,
+            |call| Box::pin(tasks(call.state, call.caller, call.args)),
         ),
-        tool::<OutputArgs, OutputPageSchema>(
+        entry::<OutputArgs, OutputPageSchema>(
             "output",
             "Read a task's output records (progress, logs, finals) after a seq, at most 1000 \
              a page; continue with `after_seq` = the last record's seq while `more` is true.",
             true,
+            |call| Box::pin(output(call.state, call.caller, call.args)),
         ),
     ]
 }

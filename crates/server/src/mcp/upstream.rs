@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::http::Method;
 use rmcp::RoleServer;
-use rmcp::model::{JsonObject, Tool};
+use rmcp::model::JsonObject;
 use rmcp::service::RequestContext;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -24,8 +24,9 @@ use swarmd_engine::ids::{ReqId, TaskId};
 use swarmd_output_store::{ContentRef, OutputEvent};
 
 use super::frames::{self, MAX_WAIT_SECS, session_of};
+use super::registry::{ToolEntry, entry};
 use super::worker::{self, PromptShape, authenticate};
-use super::{Outcome, arguments, structured, tool};
+use super::{Outcome, arguments, structured};
 use crate::app::AppState;
 use crate::cluster::PeerCall;
 use crate::http::auth::{Caller, worker_refusal};
@@ -38,45 +39,58 @@ use swarmd_sessions::frames::ClientFrame;
 /// The most degradation entries one submit records.
 const MAX_DEGRADATIONS: usize = 32;
 
-pub(super) fn tools() -> Vec<Tool> {
+pub(super) fn tools() -> Vec<ToolEntry> {
     vec![
-        tool::<JoinArgs, Joined>(
+        entry::<JoinArgs, Joined>(
             "mse_operator_join",
             "Upstream alias. Join as an operator session and return its sid. Over a \
              session's own connection this is that session; the admin gets a new session \
              (upstream dialect) to use with mse_pending_wait / mse_ack / mse_operator_leave.",
             false,
+            |call| Box::pin(join(call.state, call.caller, call.args)),
         ),
-        tool::<PendingArgs, Pending>(
+        entry::<PendingArgs, Pending>(
             "mse_pending_wait",
             "Upstream alias of `frames`: pop one frame for `sid`, waiting up to timeout_ms \
              (default 30000). Returns {timed_out, req_id?, type?, payload?}.",
             false,
+            |call| {
+                Box::pin(pending_wait(
+                    call.state,
+                    call.caller,
+                    call.args,
+                    call.context,
+                ))
+            },
         ),
-        tool::<AckArgs, Sent>(
+        entry::<AckArgs, Sent>(
             "mse_ack",
             "Upstream alias of `reply`: kind answer (value), hook_ack (ok, error as the \
              reason), spawn_ack (value, ok, error, stats) or spawn_halt (value, error as the \
              reason). Returns {sent: true}.",
             false,
+            |call| Box::pin(ack(call.state, call.caller, call.args)),
         ),
-        tool::<LeaveArgs, Removed>(
+        entry::<LeaveArgs, Removed>(
             "mse_operator_leave",
             "Upstream alias. Leave (delete) the operator session `sid`. Returns {removed: true}.",
             false,
+            |call| Box::pin(leave(call.state, call.caller, call.args)),
         ),
-        tool::<FetchArgs, PromptShape>(
+        entry::<FetchArgs, PromptShape>(
             "mse_worker_fetch",
             "Upstream alias of `worker_prompt`: the prompt of the attempt worker_handle names \
              ({task_id, attempt, agent, prompt, system?, input?, deadline}).",
             true,
+            |call| Box::pin(fetch(call.state, call.args)),
         ),
-        tool::<SubmitArgs, Submitted>(
+        entry::<SubmitArgs, Submitted>(
             "mse_worker_submit",
             "Upstream alias of `worker_submit`: body is the result text; ok=false fails the \
              attempt; name stages a named artifact instead of completing; degradations are \
              recorded as progress notes. Returns {submitted: true}.",
             false,
+            |call| Box::pin(submit(call.state, call.args)),
         ),
     ]
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use rmcp::model::{JsonObject, ProgressNotificationParam, ProgressToken, Tool};
+use rmcp::model::{JsonObject, ProgressNotificationParam, ProgressToken};
 use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
 use schemars::JsonSchema;
@@ -24,7 +24,8 @@ use swarmd_engine::ids::TaskId;
 use swarmd_engine::task::Task;
 
 use super::fanout::task_id;
-use super::{Outcome, arguments, structured, tool};
+use super::registry::{ToolEntry, entry};
+use super::{Outcome, arguments, structured};
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
@@ -37,14 +38,15 @@ pub(crate) const MAX_WAIT_TASKS: usize = 100;
 pub(crate) const MAX_WAIT_SECS: u64 = 600;
 const DEFAULT_WAIT_SECS: u64 = 60;
 
-pub(super) fn tools() -> Vec<Tool> {
-    vec![tool::<WaitArgs, Waited>(
+pub(super) fn tools() -> Vec<ToolEntry> {
+    vec![entry::<WaitArgs, Waited>(
         "wait",
         "Wait for tasks to finish: all of them (default), any one, or the first n. Returns \
          at the latest after timeout_secs (default 60, at most 600) with every task's status \
          and, for finished ones, the result ({value, ok}); `done` says whether the mode was \
          met. Sends progress notifications while it waits.",
         true,
+        |call| Box::pin(wait(call.state, call.caller, call.args, call.context)),
     )]
 }
 

@@ -7,7 +7,7 @@
 //! node's worker route with the handle (`cluster::call_owner`).
 
 use axum::http::Method;
-use rmcp::model::{JsonObject, Tool};
+use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -15,7 +15,8 @@ use swarmd_engine::gate::Verb;
 use swarmd_engine::{ResultPost, WorkerAuth, body_digest};
 use swarmd_output_store::{ContentRef, OutputEvent};
 
-use super::{Outcome, arguments, structured, tool};
+use super::registry::{ToolEntry, entry};
+use super::{Outcome, arguments, structured};
 use crate::app::AppState;
 use crate::cluster::{self, PeerCall};
 use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
@@ -25,26 +26,29 @@ use crate::http::views::PromptView;
 /// The longest progress stage or note, in bytes.
 const MAX_NOTE_BYTES: usize = 4096;
 
-pub(super) fn tools() -> Vec<Tool> {
+pub(super) fn tools() -> Vec<ToolEntry> {
     vec![
-        tool::<HandleArgs, PromptShape>(
+        entry::<HandleArgs, PromptShape>(
             "worker_prompt",
             "SubAgent: fetch the prompt of the attempt a `spawn` frame handed you, by its \
              worker_handle (`wh-…`): task_id, attempt, agent, system, prompt, input, deadline.",
             true,
+            |call| Box::pin(prompt(call.state, call.args)),
         ),
-        tool::<ProgressArgs, Reported>(
+        entry::<ProgressArgs, Reported>(
             "worker_progress",
             "SubAgent: record progress on your attempt (a stage and an optional note) and/or \
              a piece of partial text, by worker_handle. Stored in the task's output.",
             false,
+            |call| Box::pin(progress(call.state, call.args)),
         ),
-        tool::<SubmitArgs, AckShape>(
+        entry::<SubmitArgs, AckShape>(
             "worker_submit",
             "SubAgent: submit your attempt's result by worker_handle: value (any JSON, text \
              included) and ok (false marks the attempt failed). The first result decides the \
              attempt; repeating the same one is harmless.",
             false,
+            |call| Box::pin(submit(call.state, call.args)),
         ),
     ]
 }

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
-use crate::metrics::GuardMetrics;
+use swarmd_api::metrics::GuardMetrics;
 use swarmd_config::ServerConfig;
 
 /// Descriptors kept back from connections whatever else is configured: the
@@ -317,7 +317,7 @@ mod tests {
 
     #[test]
     fn admission_counts_per_peer_and_gives_places_back() {
-        let metrics = crate::metrics::Metrics::new().guards();
+        let metrics = swarmd_api::metrics::Metrics::new().guards();
         let counts = Arc::new(Counts {
             limits: ConnLimits {
                 max: 3,

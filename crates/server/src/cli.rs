@@ -15,8 +15,10 @@ use crate::telemetry::LogFormat;
 use swarmd_config::environment::Environment;
 use swarmd_config::{ConfigPath, Overrides};
 
+mod branch;
 mod flow;
 
+pub use branch::{BranchArgs, BranchCommand};
 pub use flow::{FlowArgs, FlowCommand, FlowRunArgs, FlowRunsArgs, RunStatusFilter};
 
 /// Process exit codes (sysexits.h where one fits).
@@ -95,7 +97,7 @@ pub enum Command {
     /// List and lint flows; start, list, show, answer and cancel their runs.
     Flow(Box<FlowArgs>),
     /// List, show, apply and prune the git branches coding tasks leave.
-    Branch(Box<crate::commands::branch::BranchArgs>),
+    Branch(Box<BranchArgs>),
     /// List the running daemon's configured agents (name, kind, description, load).
     Agents(ListingArgs),
     /// List the running daemon's operator sessions (admin only).

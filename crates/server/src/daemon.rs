@@ -27,15 +27,15 @@ use swarmd_spawner::{
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::app::{AppInner, AppState};
-use crate::cluster;
-use crate::http::guard::Guards;
-use crate::metrics::Metrics;
 use crate::state::{PreparedState, SecretSource};
-use crate::ws::EventRouter;
+use swarmd_api::app::{AppInner, AppState};
+use swarmd_api::cluster;
+use swarmd_api::http::guard::Guards;
+use swarmd_api::metrics::Metrics;
+use swarmd_api::ws::EventRouter;
 use swarmd_config::environment::Environment;
 use swarmd_config::{self as config, Config, ConfigError, StoreBackend};
-use swarmd_sessions::{SessionRegistry, SessionSettings};
+use swarmd_sessions::SessionRegistry;
 
 /// Lua runs on its own small pool of OS threads, never on the async executor.
 const LUA_THREADS: usize = 2;
@@ -121,10 +121,13 @@ pub async fn build(
     let wait_secret = state.keyring.current().derive("flow wait tokens");
     let tokens = Arc::new(token_authority(&config, state.keyring, clock.clone()));
     let sessions = match (&pg, node) {
-        (Some(db), Some(node)) => {
-            SessionRegistry::in_cluster(session_settings(&config), clock.clone(), db.clone(), node)
-        }
-        _ => SessionRegistry::new(session_settings(&config), clock.clone()),
+        (Some(db), Some(node)) => SessionRegistry::in_cluster(
+            swarmd_api::app::session_settings(&config),
+            clock.clone(),
+            db.clone(),
+            node,
+        ),
+        _ => SessionRegistry::new(swarmd_api::app::session_settings(&config), clock.clone()),
     };
     let remote = Arc::new(RemotePools::new());
     check_tool_names(&config)?;
@@ -277,7 +280,7 @@ async fn open_stores(
                 source,
             };
             let mut opts = PgOptions::new(url.0.clone());
-            opts.password = pg_password(config, env).map_err(err)?;
+            opts.password = crate::state::database::pg_password(config, env).map_err(err)?;
             opts.pool_size = config.store.pg_pool as usize;
             let db = PgDb::open(opts).await.map_err(err)?;
             let outputs = PgOutputStore::open(db.clone(), inline_max);
@@ -314,32 +317,19 @@ async fn open_stores(
     }
 }
 
-/// systemd's credential name for the PostgreSQL password
-/// (`LoadCredential=swarmd-pg-password:…`).
-pub const PG_PASSWORD_CREDENTIAL: &str = "swarmd-pg-password";
-
-/// The PostgreSQL password: from `store.password_file`, else from the
-/// systemd credential when it exists, else none. Trailing newlines are not
-/// part of it. Errors name the file, never its contents.
-pub(crate) fn pg_password(
-    config: &Config,
-    env: &Environment,
-) -> Result<Option<String>, StoreError> {
-    let file = config.store.password_file.clone().or_else(|| {
-        let dir = env.get("CREDENTIALS_DIRECTORY")?;
-        let file = std::path::Path::new(&dir).join(PG_PASSWORD_CREDENTIAL);
-        file.exists().then_some(file)
-    });
-    let Some(file) = file else {
-        return Ok(None);
-    };
-    let text = std::fs::read_to_string(&file).map_err(|error| {
-        StoreError::Io(std::io::Error::new(
-            error.kind(),
-            format!("store.password_file {}: {error}", file.display()),
-        ))
-    })?;
-    Ok(Some(text.trim_end_matches(['\r', '\n']).to_owned()))
+/// How this daemon starts its process agents: under `swarmd supervise`,
+/// executed as `/proc/self/exe` (the running binary, even if the file was
+/// replaced since) with this process as the parent to check.
+pub fn supervisor() -> swarmd_spawner::process::Supervisor {
+    swarmd_spawner::process::Supervisor {
+        program: std::path::PathBuf::from("/proc/self/exe"),
+        args: vec![
+            "supervise".into(),
+            "--parent".into(),
+            std::process::id().to_string().into(),
+            "--".into(),
+        ],
+    }
 }
 
 fn token_authority(config: &Config, keyring: Keyring, clock: Arc<dyn Clock>) -> TokenAuthority {
@@ -386,16 +376,6 @@ pub fn link_agents(config: &Config, env: &Environment) -> Result<(), BuildError>
     resolver(config, env, &base_url, Arc::new(NoSessions), remote).map(drop)
 }
 
-/// What the session registry reads: `ws.park_max`,
-/// `auth.session_idle_secs` and `auth.role_takeover_secs`.
-pub fn session_settings(config: &Config) -> SessionSettings {
-    SessionSettings {
-        park_max: usize::try_from(config.ws.park_max).unwrap_or(usize::MAX),
-        idle: Duration::from_secs(config.auth.session_idle_secs),
-        takeover: Duration::from_secs(config.auth.role_takeover_secs),
-    }
-}
-
 /// Every agent exposed as an MCP tool is named as model APIs take a
 /// function and hides no other tool (`mcp::check_tool_name`).
 fn check_tool_names(config: &Config) -> Result<(), BuildError> {
@@ -426,7 +406,7 @@ fn resolver(
     let lua = LuaPool::new(LUA_THREADS, limits).map_err(|e| BuildError::Lua(e.to_string()))?;
     let host_env = HostEnv::from_pairs(env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
     let mut settings = SpawnerSettings::new(base_url, host_env);
-    settings.supervisor = config.spawner.supervise.then(crate::commands::supervisor);
+    settings.supervisor = config.spawner.supervise.then(supervisor);
     settings.remote = remote;
     settings.worktrees = Some(Arc::new(Worktrees::new(
         worktrees_root(config),

@@ -72,13 +72,3 @@ fn agents_exposed_as_tools_need_a_tool_name() {
     let error = link_agents(&config, &env).unwrap_err();
     assert!(error.to_string().contains("built-in"), "{error}");
 }
-
-/// The sessions crate's test settings are the default configuration's, so
-/// its tests run what a default daemon runs.
-#[test]
-fn the_default_session_settings_are_the_sessions_tests_defaults() {
-    assert_eq!(
-        session_settings(&Config::default()),
-        swarmd_sessions::testing::default_settings()
-    );
-}

@@ -8,22 +8,15 @@
 //! `tests.rs` call `run` with a listener on `127.0.0.1:0`.
 
 mod accept;
-pub mod app;
 pub mod cli;
 
-mod cluster;
 pub mod commands;
 pub mod daemon;
-mod history;
-pub mod http;
 pub mod mcp;
-pub mod metrics;
-mod new_task;
 pub mod shutdown;
 pub mod state;
 pub mod systemd;
 pub mod telemetry;
-pub mod ws;
 
 use std::io;
 use std::net::SocketAddr;
@@ -141,8 +134,13 @@ pub async fn run(
         let app = app.clone();
         async move {
             let clock = app.engine.clock();
-            let read =
-                || history::Totals::read(&app.engine, app.metrics.store(), app.metrics.postgres());
+            let read = || {
+                swarmd_api::history::Totals::read(
+                    &app.engine,
+                    app.metrics.store(),
+                    app.metrics.postgres(),
+                )
+            };
             let history = app.metrics.history();
             history
                 .sample(app.shutdown.clone(), || clock.now_ms(), read)
@@ -163,7 +161,7 @@ pub async fn run(
     );
 
     let http_stop = CancellationToken::new();
-    let router = http::router(app.clone());
+    let router = swarmd_api::router(app.clone(), crate::mcp::routes(&app));
     let limits = accept::ConnLimits::resolve(
         &config.server,
         config.limits.max_running,
@@ -260,7 +258,7 @@ pub async fn run(
 const RATE_SWEEP: Duration = Duration::from_secs(10);
 
 /// Forgets idle rate-limit keys until the daemon drains.
-async fn sweep_rates(app: &app::AppState) {
+async fn sweep_rates(app: &swarmd_api::app::AppState) {
     let mut every = tokio::time::interval(RATE_SWEEP);
     loop {
         tokio::select! {

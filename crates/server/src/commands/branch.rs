@@ -3,86 +3,13 @@
 //! Lists print as tables (`-o json` for the daemon's answer); `show` prints
 //! the task's diff as git prints one.
 
-use clap::{Args, Subcommand};
 use serde_json::json;
-use swarmd_engine::ids::TaskId;
 
 use super::{CommandError, print, remote};
-use crate::cli::{ConnectionArgs, OutputFormat, exit, parse_age};
+use crate::cli::{BranchArgs, BranchCommand, OutputFormat, exit};
 use swarmd_client::branch_table;
 use swarmd_client::render::{clean, now_ms};
 use swarmd_config::environment::Environment;
-
-/// `swarmd branch …`: flags shared by every verb, then the verb.
-#[derive(Debug, Clone, Args)]
-pub struct BranchArgs {
-    #[command(subcommand)]
-    pub command: BranchCommand,
-    /// How the answer is printed.
-    #[arg(
-        short = 'o',
-        long,
-        value_enum,
-        value_name = "FORMAT",
-        default_value = "table",
-        global = true
-    )]
-    pub output: OutputFormat,
-    #[command(flatten)]
-    pub connection: ConnectionArgs,
-}
-
-/// The branch verbs.
-#[derive(Debug, Clone, Subcommand)]
-pub enum BranchCommand {
-    /// List the swarmd branches of your tasks: task, status, commits ahead
-    /// of the agent's base, whether the base holds them.
-    List {
-        /// Only this agent's branches.
-        #[arg(long, value_name = "NAME")]
-        agent: Option<String>,
-    },
-    /// Print the diff a task's latest attempt recorded on its branch.
-    Show {
-        /// The task id (T-…).
-        task: TaskId,
-    },
-    /// Apply a finished task's branch to a branch you name: fast-forward
-    /// when possible, else a merge commit. A branch checked out in a
-    /// worktree is refused unless --checked-out; a conflict changes nothing
-    /// and names the files (exit status 1).
-    Apply {
-        /// The task id (T-…).
-        task: TaskId,
-        /// The branch to apply it to (made at the task's head when missing).
-        #[arg(long, value_name = "BRANCH")]
-        into: String,
-        /// Only a fast-forward; refuse otherwise.
-        #[arg(long, conflicts_with = "merge")]
-        ff_only: bool,
-        /// Always a merge commit.
-        #[arg(long)]
-        merge: bool,
-        /// Update the branch also where it is checked out (refused when
-        /// that worktree has uncommitted changes).
-        #[arg(long)]
-        checked_out: bool,
-    },
-    /// Delete the branches of finished tasks that the agent's base holds
-    /// (and with --older-than, of tasks finished that long ago).
-    Prune {
-        /// Only this agent's branches.
-        #[arg(long, value_name = "NAME")]
-        agent: Option<String>,
-        /// Also unmerged branches of tasks finished this long ago: a number
-        /// and a unit, s, m, h, d or w (`7d`).
-        #[arg(long, value_name = "AGE", value_parser = parse_age)]
-        older_than: Option<std::time::Duration>,
-        /// List what would be deleted; delete nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
-}
 
 /// Runs one branch verb.
 pub(super) async fn run(args: BranchArgs, env: &Environment) -> Result<u8, CommandError> {

@@ -90,7 +90,7 @@ impl CommandError {
     }
 }
 
-pub use supervise::{run as supervise, supervisor};
+pub use supervise::run as supervise;
 
 /// Runs `command` and returns the process exit status.
 ///

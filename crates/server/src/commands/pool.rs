@@ -80,7 +80,7 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
             env: args.env,
             cwd: args.cwd,
             kill_grace: Duration::from_secs(args.kill_grace_secs),
-            supervisor: Some(super::supervisor()),
+            supervisor: Some(crate::daemon::supervisor()),
             worktree,
         },
         drain: Duration::from_secs(args.drain_secs),

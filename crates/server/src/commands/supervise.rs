@@ -14,32 +14,15 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::ExitStatus;
 
 use nix::sys::prctl;
 use nix::sys::signal::{Signal, killpg, raise};
 use nix::unistd::{Pid, getpgrp, getppid};
-use swarmd_spawner::process::Supervisor;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{SuperviseArgs, exit};
-
-/// How this daemon starts its process agents: under `swarmd supervise`,
-/// executed as `/proc/self/exe` (the running binary, even if the file was
-/// replaced since) with this process as the parent to check.
-pub fn supervisor() -> Supervisor {
-    Supervisor {
-        program: PathBuf::from("/proc/self/exe"),
-        args: vec![
-            "supervise".into(),
-            "--parent".into(),
-            std::process::id().to_string().into(),
-            "--".into(),
-        ],
-    }
-}
 
 /// What the kernel sends the supervisor when the daemon dies.
 const DEATH_SIGNAL: Signal = Signal::SIGHUP;

@@ -24,11 +24,11 @@ use swarmd_engine::gate::Verb;
 
 use super::wait::{Target, collect};
 use super::{Outcome, arguments, structured};
-use crate::app::AppState;
-use crate::http::auth::Caller;
-use crate::http::error::ApiError;
-use crate::http::tasks;
-use crate::new_task::NewTask;
+use swarmd_api::app::AppState;
+use swarmd_api::http::auth::Caller;
+use swarmd_api::http::error::ApiError;
+use swarmd_api::http::tasks;
+use swarmd_api::new_task::NewTask;
 use swarmd_config::{Agent, Config, MAX_TOOL_TIMEOUT_SECS};
 
 /// Tool names are reserved with this prefix for the upstream project's

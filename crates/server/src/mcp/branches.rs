@@ -11,9 +11,9 @@ use serde::Deserialize;
 use super::fanout::task_id;
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, arguments, structured};
-use crate::app::AppState;
-use crate::http::auth::Caller;
-use crate::http::branches::{
+use swarmd_api::app::AppState;
+use swarmd_api::http::auth::Caller;
+use swarmd_api::http::branches::{
     self, AppliedView, ApplyBody, BranchList, ListQuery, ModeArg, TaskDiff,
 };
 

@@ -17,7 +17,7 @@ use swarmd_engine::continuation::{WORKTREE_ARTIFACT, WORKTREE_PRODUCER};
 use swarmd_engine::ids::TaskId;
 use swarmd_output_store::{ContentRef, OutputEvent, OutputRecord};
 
-use crate::app::AppState;
+use swarmd_api::app::AppState;
 
 /// A flow step's git changes (docs/flows.md, a step's `changes`): those of
 /// the `task` tool without the diff, which stays in the attempt's output

@@ -17,12 +17,12 @@ use swarmd_engine::task::{PolicyOverrides, TaskStatus};
 
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, arguments, structured};
-use crate::app::AppState;
-use crate::cluster::{self, PeerCall, Subject};
-use crate::http::auth::Caller;
-use crate::http::error::ApiError;
-use crate::http::tasks;
-use crate::new_task::NewTask;
+use swarmd_api::app::AppState;
+use swarmd_api::cluster::{self, PeerCall, Subject};
+use swarmd_api::http::auth::Caller;
+use swarmd_api::http::error::ApiError;
+use swarmd_api::http::tasks;
+use swarmd_api::new_task::NewTask;
 
 /// The most tasks one `spawn_many` call creates.
 pub(crate) const MAX_SPAWN_MANY: usize = 100;

@@ -29,10 +29,10 @@ use swarmd_flow_run::Catalog;
 
 use super::flow_tools::{refused, wait_for_run};
 use super::{Outcome, structured};
-use crate::app::AppState;
-use crate::http::auth::Caller;
-use crate::http::error::ApiError;
-use crate::http::flows::start_request;
+use swarmd_api::app::AppState;
+use swarmd_api::http::auth::Caller;
+use swarmd_api::http::error::ApiError;
+use swarmd_api::http::flows::start_request;
 use swarmd_config::MAX_TOOL_TIMEOUT_SECS;
 
 /// The prefix of a flow's tool name; agents' tools may not take it.

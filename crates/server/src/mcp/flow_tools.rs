@@ -23,10 +23,10 @@ use swarmd_flow_run::RunError;
 use super::flow_as_tool;
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, arguments, structured};
-use crate::app::AppState;
-use crate::http::auth::Caller;
-use crate::http::error::ApiError;
-use crate::http::flows::{may_act, parse_flow, start_request, to_api, visible};
+use swarmd_api::app::AppState;
+use swarmd_api::http::auth::Caller;
+use swarmd_api::http::error::ApiError;
+use swarmd_api::http::flows::{may_act, parse_flow, start_request, to_api, visible};
 
 /// The longest one `run` call waits.
 pub(crate) const MAX_WAIT_SECS: u64 = 600;

@@ -24,10 +24,10 @@ use swarmd_engine::ids::SessionId;
 
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, arguments, structured};
-use crate::app::AppState;
-use crate::http::auth::Caller;
-use crate::http::error::ApiError;
-use crate::ws::prepare_spawn;
+use swarmd_api::app::AppState;
+use swarmd_api::http::auth::Caller;
+use swarmd_api::http::error::ApiError;
+use swarmd_api::ws::prepare_spawn;
 use swarmd_sessions::frames::{ClientFrame, ServerFrame, decode, encode, into_reply};
 use swarmd_sessions::{Outgoing, ReplyError, Session};
 

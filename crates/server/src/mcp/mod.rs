@@ -49,10 +49,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::app::AppState;
-use crate::http::auth::Caller;
-use crate::http::error::ApiError;
 use registry::{Call, Registry, ToolEntry};
+use swarmd_api::app::AppState;
+use swarmd_api::http::auth::Caller;
+use swarmd_api::http::error::ApiError;
 
 pub(crate) use agent_tools::check_tool_name;
 pub(crate) use route::routes;

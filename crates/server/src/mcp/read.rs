@@ -15,12 +15,12 @@ use super::changes;
 use super::fanout::task_id;
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, arguments, structured};
-use crate::app::AppState;
-use crate::http::auth::Caller;
-use crate::http::error::ApiError;
-use crate::http::output::{self, PageCursor};
-use crate::http::tasks;
-use crate::http::views::{Reader, TaskView};
+use swarmd_api::app::AppState;
+use swarmd_api::http::auth::Caller;
+use swarmd_api::http::error::ApiError;
+use swarmd_api::http::output::{self, PageCursor};
+use swarmd_api::http::tasks;
+use swarmd_api::http::views::{Reader, TaskView};
 
 /// The longest `tasks` page.
 const MAX_TASKS: usize = 200;

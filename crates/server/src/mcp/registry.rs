@@ -18,8 +18,8 @@ use schemars::JsonSchema;
 use serde_json::json;
 
 use super::{Outcome, bearer_of, schema};
-use crate::app::AppState;
-use crate::http::auth::Caller;
+use swarmd_api::app::AppState;
+use swarmd_api::http::auth::Caller;
 
 /// One call of a built-in tool: what its function may use.
 pub(super) struct Call<'a> {

@@ -38,9 +38,9 @@ use tokio_util::sync::CancellationToken;
 use super::ledger::{Credential, Ledger, Refusal, Slot};
 use super::session_file::SessionFile;
 use super::{SwarmdTools, catalogue};
-use crate::app::AppState;
-use crate::http::auth::Caller;
-use crate::http::error::ApiError;
+use swarmd_api::app::AppState;
+use swarmd_api::http::auth::Caller;
+use swarmd_api::http::error::ApiError;
 use swarmd_config::Config;
 
 /// How long MCP streams outlive the start of a drain.

@@ -27,11 +27,11 @@ use super::frames::{self, MAX_WAIT_SECS, session_of};
 use super::registry::{ToolEntry, entry};
 use super::worker::{self, PromptShape, authenticate};
 use super::{Outcome, arguments, structured};
-use crate::app::AppState;
-use crate::cluster::PeerCall;
-use crate::http::auth::{Caller, worker_refusal};
-use crate::http::error::ApiError;
-use crate::http::worker::report_event;
+use swarmd_api::app::AppState;
+use swarmd_api::cluster::PeerCall;
+use swarmd_api::http::auth::{Caller, worker_refusal};
+use swarmd_api::http::error::ApiError;
+use swarmd_api::http::worker::report_event;
 use swarmd_sessions::LoginRequest;
 use swarmd_sessions::dialect::{Dialect, STEP_PREFIX};
 use swarmd_sessions::frames::ClientFrame;
@@ -354,7 +354,7 @@ pub(super) async fn fetch(state: &AppState, args: Option<JsonObject>) -> Outcome
         .fetch_prompt(&auth, Some(task))
         .await
         .map_err(|e| worker_refusal(state, &bearer.0, e))?;
-    structured(&crate::http::views::PromptView::new(&auth, prompt))
+    structured(&swarmd_api::http::views::PromptView::new(&auth, prompt))
 }
 
 pub(super) async fn submit(state: &AppState, args: Option<JsonObject>) -> Outcome {

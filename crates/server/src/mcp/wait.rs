@@ -26,11 +26,11 @@ use swarmd_engine::task::Task;
 use super::fanout::task_id;
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, arguments, structured};
-use crate::app::AppState;
-use crate::http::auth::Caller;
-use crate::http::error::ApiError;
-use crate::http::tasks;
-use crate::http::views::Reader;
+use swarmd_api::app::AppState;
+use swarmd_api::http::auth::Caller;
+use swarmd_api::http::error::ApiError;
+use swarmd_api::http::tasks;
+use swarmd_api::http::views::Reader;
 
 /// The most tasks one `wait` covers.
 pub(crate) const MAX_WAIT_TASKS: usize = 100;

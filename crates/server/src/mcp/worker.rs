@@ -17,11 +17,11 @@ use swarmd_output_store::{ContentRef, OutputEvent};
 
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, arguments, structured};
-use crate::app::AppState;
-use crate::cluster::{self, PeerCall};
-use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
-use crate::http::error::ApiError;
-use crate::http::views::PromptView;
+use swarmd_api::app::AppState;
+use swarmd_api::cluster::{self, PeerCall};
+use swarmd_api::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
+use swarmd_api::http::error::ApiError;
+use swarmd_api::http::views::PromptView;
 
 /// The longest progress stage or note, in bytes.
 const MAX_NOTE_BYTES: usize = 4096;

@@ -1,48 +1,15 @@
 //! The admin token: a 256-bit session secret (`sws-…`) in a 0600 file. The
 //! daemon keeps only its SHA-256 digest; `swarmd admin-token` prints it.
 
-use std::fmt;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use swarmd_engine::auth::{SessionSecret, digests_equal};
+use swarmd_engine::auth::SessionSecret;
 
 use super::keys::{tighten_secret_file, warn_if_shared};
 use super::{SecretSource, StateDir, StateError};
-
-/// SHA-256 of the admin token. `Debug` shows nothing of it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct AdminTokenDigest([u8; 32]);
-
-impl AdminTokenDigest {
-    /// The digest of `secret`.
-    pub fn of(secret: &SessionSecret) -> AdminTokenDigest {
-        AdminTokenDigest(secret.digest())
-    }
-
-    /// A digest stored elsewhere (the database's `admin_token.digest`).
-    pub fn from_bytes(digest: [u8; 32]) -> AdminTokenDigest {
-        AdminTokenDigest(digest)
-    }
-
-    /// The raw digest, for a constant-time comparison elsewhere.
-    pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-
-    /// Whether `presented` is the admin token (constant time).
-    pub fn matches(&self, presented: &SessionSecret) -> bool {
-        digests_equal(&presented.digest(), &self.0)
-    }
-}
-
-impl fmt::Debug for AdminTokenDigest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("AdminTokenDigest(<redacted>)")
-    }
-}
 
 /// Reads the admin token from `source`, creating a fresh one (0600) when a
 /// writable source does not exist yet. Surrounding whitespace is ignored.

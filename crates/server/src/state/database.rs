@@ -16,8 +16,7 @@ use swarmd_config::environment::Environment;
 /// `Database` naming the URL without its password.
 async fn connect(config: &Config, env: &Environment) -> Result<PgSecrets, StateError> {
     let mut opts = PgOptions::new(store_url(config));
-    opts.password =
-        crate::daemon::pg_password(config, env).map_err(|error| failed(config, error))?;
+    opts.password = pg_password(config, env).map_err(|error| failed(config, error))?;
     PgSecrets::connect(&opts)
         .await
         .map_err(|error| failed(config, error))
@@ -132,4 +131,32 @@ impl<'a> Secrets<'a> {
             | SecretSource::StateDir(path) => read_admin_secret(path),
         }
     }
+}
+
+/// systemd's credential name for the PostgreSQL password
+/// (`LoadCredential=swarmd-pg-password:…`).
+pub(crate) const PG_PASSWORD_CREDENTIAL: &str = "swarmd-pg-password";
+
+/// The PostgreSQL password: from `store.password_file`, else from the
+/// systemd credential when it exists, else none. Trailing newlines are not
+/// part of it. Errors name the file, never its contents.
+pub(crate) fn pg_password(
+    config: &Config,
+    env: &Environment,
+) -> Result<Option<String>, swarmd_output_store::StoreError> {
+    let file = config.store.password_file.clone().or_else(|| {
+        let dir = env.get("CREDENTIALS_DIRECTORY")?;
+        let file = std::path::Path::new(&dir).join(PG_PASSWORD_CREDENTIAL);
+        file.exists().then_some(file)
+    });
+    let Some(file) = file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&file).map_err(|error| {
+        swarmd_output_store::StoreError::Io(std::io::Error::new(
+            error.kind(),
+            format!("store.password_file {}: {error}", file.display()),
+        ))
+    })?;
+    Ok(Some(text.trim_end_matches(['\r', '\n']).to_owned()))
 }

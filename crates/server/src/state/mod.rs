@@ -17,9 +17,10 @@ mod keys;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use admin_token::{AdminTokenDigest, load_or_create_admin_secret, read_admin_secret};
+pub use admin_token::{load_or_create_admin_secret, read_admin_secret};
 pub use dir::{BLOBS_DIR, DATABASE_FILE, StateDir};
 pub use keys::{load_keyring, rotate_keys};
+pub use swarmd_api::app::AdminTokenDigest;
 use swarmd_engine::auth::{Keyring, KeyringError};
 
 use swarmd_config::environment::Environment;

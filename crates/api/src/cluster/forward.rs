@@ -1,0 +1,374 @@
+//! Request forwarding (docs/decisions.md, Cluster): a request about a live
+//! task another node holds is proxied to that node's `advertise_url` and
+//! its answer relayed; `route` decides which requests, and verifies their
+//! credential before it looks an owner up.
+//!
+//! The request goes out with its method, its route's own path (rebuilt
+//! from the route template, never the path that arrived) and its query,
+//! end-to-end headers and the body read whole up to
+//! `limits.max_body_bytes`, with `x-swarmd-forwarded-by: <this node>`; a request carrying that header is
+//! never forwarded again. The answer comes back with its status, end-to-end
+//! headers and body (streamed), plus `x-swarmd-forwarded-to: <owner node>`.
+//! An owner that cannot be reached answers `503 owner_unavailable` with
+//! `Retry-After`. `Authorization` is marked sensitive on the way out and
+//! nothing here logs a header or a query.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::{self, HeaderName, HeaderValue};
+use axum::http::{HeaderMap, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use swarmd_engine::auth::SessionSecret;
+use swarmd_engine::{Engine, ErrorCode};
+use swarmd_postgres::{NodeId, OwnerKey, PgDb, TaskOwner};
+
+use super::route::{self, Route, Subject};
+use crate::app::AppState;
+use crate::http::MAX_WAIT_SECS;
+use crate::http::error::ApiError;
+
+/// Marks a request one node forwarded to another: its value is the
+/// forwarding node's id.
+pub(crate) const FORWARDED_BY: &str = "x-swarmd-forwarded-by";
+/// Names, on a relayed answer, the node that served it.
+pub(crate) const FORWARDED_TO: &str = "x-swarmd-forwarded-to";
+
+/// The outcomes `swarmd_cluster_forwarded_requests_total` counts.
+pub(crate) const FORWARDED: &str = "forwarded";
+pub(crate) const UNAVAILABLE: &str = "unavailable";
+
+/// How long a connection to a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a forwarded request may take, except the long ones below.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// What an answer to `Retry-After` says, in seconds.
+const RETRY_AFTER_SECS: &str = "1";
+
+/// Headers that describe one connection, not the request (RFC 9110
+/// section 7.6.1), and those the client sets itself.
+const HOP_BY_HOP: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+];
+
+/// What a node needs to forward: the database that names owners, its own
+/// id and one pooled HTTP client for its peers.
+#[derive(Debug, Clone)]
+pub struct Forwarder {
+    db: PgDb,
+    node: NodeId,
+    client: reqwest::Client,
+}
+
+impl Forwarder {
+    pub fn new(db: PgDb, node: NodeId) -> Result<Forwarder, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            // A peer is another swarmd: never a proxy's business.
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        Ok(Forwarder { db, node, client })
+    }
+
+    /// Where a request about `subject` is served (`route::decide`); a
+    /// task this node holds is served here without asking the database.
+    pub(crate) async fn route(
+        &self,
+        engine: &Engine,
+        runner: &swarmd_flow_run::Runner,
+        subject: &Subject,
+        forwarded: bool,
+    ) -> Route {
+        if let Subject::Run(id) = subject
+            && runner.is_open(*id)
+        {
+            return Route::Local;
+        }
+        let Some(key) = route::remote_key(engine, subject) else {
+            return Route::Local;
+        };
+        match self.db.live_owner(key).await {
+            Ok(None) => {
+                if let OwnerKey::Handle(digest) = key {
+                    self.learn_handle(engine, digest).await;
+                }
+                Route::Local
+            }
+            Ok(owner) => route::decide(owner, self.node, forwarded),
+            Err(error) => {
+                tracing::warn!(%error, "cannot read which node holds the task");
+                Route::Unavailable("cannot read which node holds the task; retry")
+            }
+        }
+    }
+
+    /// Reads the handle of a task no node holds any more (finished, often
+    /// by another node) into the engine, so its worker gets the answer it
+    /// would get from the node that held the task (`410 task_terminal`, or
+    /// its result's replay) instead of `401`.
+    async fn learn_handle(&self, engine: &Engine, digest: [u8; 32]) {
+        match self
+            .db
+            .handle_record(digest, engine.clock().now_secs())
+            .await
+        {
+            Ok(Some(record)) => engine.learn_retired_handle(digest, record),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "cannot read a worker handle from the database"),
+        }
+    }
+
+    /// A request to a peer, marked as forwarded by this node.
+    pub(crate) fn to_peer(
+        &self,
+        method: Method,
+        owner: &TaskOwner,
+        path_and_query: &str,
+        mut headers: HeaderMap,
+    ) -> reqwest::RequestBuilder {
+        let url = format!(
+            "{}{path_and_query}",
+            owner.advertise_url.trim_end_matches('/')
+        );
+        if let Some(value) = headers.get_mut(header::AUTHORIZATION) {
+            value.set_sensitive(true);
+        }
+        if let Ok(me) = HeaderValue::from_str(&self.node.to_string()) {
+            headers.insert(HeaderName::from_static(FORWARDED_BY), me);
+        }
+        let path = path_and_query.split('?').next().unwrap_or_default();
+        self.client
+            .request(method.clone(), url)
+            .headers(headers)
+            .timeout(timeout_of(&method, path))
+    }
+}
+
+/// The middleware: serves here, forwards, or answers 503 (see `route`);
+/// a forwardable route on a path that is not its own answers 400.
+pub async fn forward(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(forwarder) = state.cluster.as_ref() else {
+        return next.run(request).await;
+    };
+    let template = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    let asked = match route::asked(
+        request.method(),
+        template,
+        request.uri().path(),
+        request.headers(),
+    ) {
+        Ok(Some(asked)) => asked,
+        Ok(None) => return next.run(request).await,
+        Err(why) => return ApiError::bad_request(why).into_response(),
+    };
+    if asked.needs_caller && !caller_verified(&state, request.headers()).await {
+        // Refused here, by the route's own authentication.
+        return next.run(request).await;
+    }
+    let forwarded = request.headers().contains_key(FORWARDED_BY);
+    match forwarder
+        .route(&state.engine, &state.runner, &asked.subject, forwarded)
+        .await
+    {
+        Route::Local => next.run(request).await,
+        Route::Unavailable(why) => {
+            state.metrics.forwarded(UNAVAILABLE);
+            unavailable(why)
+        }
+        Route::Forward(owner) => {
+            let limit = state.config.limits.max_body_bytes;
+            let answer = relay(forwarder, &owner, request, &asked.path, limit).await;
+            let forwarded = answer.headers().contains_key(FORWARDED_TO);
+            state
+                .metrics
+                .forwarded(if forwarded { FORWARDED } else { UNAVAILABLE });
+            answer
+        }
+    }
+}
+
+/// Whether the bearer is the admin token or the secret of a session this
+/// node knows (read from the database by its digest, as the routes' own
+/// authentication does): the callers a cancel serves.
+async fn caller_verified(state: &AppState, headers: &HeaderMap) -> bool {
+    let Some(bearer) = route::bearer(headers) else {
+        return false;
+    };
+    let Ok(secret) = SessionSecret::parse(bearer) else {
+        return false;
+    };
+    if state.admin.matches(&secret) {
+        return true;
+    }
+    state.sessions.load_bearer(bearer).await;
+    state.sessions.authenticate(bearer).is_some()
+}
+
+/// Proxies `request` to `owner` on `path` (its route's own path) with the
+/// request's query, and relays the answer.
+async fn relay(
+    forwarder: &Forwarder,
+    owner: &TaskOwner,
+    request: Request,
+    path: &str,
+    limit: u64,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let Ok(body) = axum::body::to_bytes(body, limit).await else {
+        return ApiError::coded(
+            ErrorCode::PayloadTooLarge,
+            "request body is larger than limits.max_body_bytes",
+        )
+        .into_response();
+    };
+    let path_and_query = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    };
+    let sent = forwarder
+        .to_peer(
+            parts.method.clone(),
+            owner,
+            &path_and_query,
+            end_to_end(&parts.headers),
+        )
+        .body(body)
+        .send()
+        .await;
+    let answer = match sent {
+        Ok(answer) => answer,
+        Err(error) => {
+            // Logged without its URL: the route is the path alone, never
+            // the query or a header.
+            tracing::warn!(
+                owner = %owner.node,
+                route = path,
+                error = %error.without_url(),
+                "cannot reach the node that holds the task"
+            );
+            return unavailable("the node that holds the task cannot be reached; retry");
+        }
+    };
+    tracing::debug!(owner = %owner.node, route = path, status = answer.status().as_u16(), "forwarded");
+    let mut response = Response::builder().status(answer.status());
+    if let Some(out) = response.headers_mut() {
+        *out = end_to_end(answer.headers());
+        if let Ok(node) = HeaderValue::from_str(&owner.node.to_string()) {
+            out.insert(HeaderName::from_static(FORWARDED_TO), node);
+        }
+    }
+    response
+        .body(Body::from_stream(answer.bytes_stream()))
+        .unwrap_or_else(|error| ApiError::internal(&error).into_response())
+}
+
+/// How long a forwarded request may take: a sub-task's spawn may wait
+/// the whole of `MAX_WAIT_SECS` (`wait_secs`).
+fn timeout_of(method: &Method, path: &str) -> Duration {
+    if method == Method::POST && path == "/v1/tasks" {
+        Duration::from_secs(MAX_WAIT_SECS) + REQUEST_TIMEOUT
+    } else {
+        REQUEST_TIMEOUT
+    }
+}
+
+/// `headers` without the hop-by-hop ones, those `Connection` names, and
+/// `Content-Length` (the body is framed again).
+fn end_to_end(headers: &HeaderMap) -> HeaderMap {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .collect();
+    let mut kept = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let name_str = name.as_str();
+        if HOP_BY_HOP.contains(&name_str)
+            || name == header::CONTENT_LENGTH
+            || named.iter().any(|n| n == name_str)
+        {
+            continue;
+        }
+        kept.append(name.clone(), value.clone());
+    }
+    kept
+}
+
+/// `503 owner_unavailable` with `Retry-After`.
+pub(crate) fn unavailable(why: &str) -> Response {
+    let mut response = ApiError::coded(ErrorCode::OwnerUnavailable, why).into_response();
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_static(RETRY_AFTER_SECS),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_end_to_end_headers_cross_a_node() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("authorization", "Bearer wh-x"),
+            ("content-type", "application/x-ndjson"),
+            ("idempotency-key", "k1"),
+            ("connection", "keep-alive, x-private"),
+            ("x-private", "dropped"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("content-length", "12"),
+            ("host", "node-b:7070"),
+            ("upgrade", "websocket"),
+        ] {
+            headers.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        let kept = end_to_end(&headers);
+        let mut names: Vec<&str> = kept.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["authorization", "content-type", "idempotency-key"]);
+        assert_eq!(kept["idempotency-key"], "k1");
+    }
+
+    #[test]
+    fn a_spawn_may_take_the_longest_wait_and_the_rest_are_short() {
+        assert_eq!(
+            timeout_of(&Method::POST, "/v1/tasks"),
+            Duration::from_secs(MAX_WAIT_SECS) + REQUEST_TIMEOUT
+        );
+        assert_eq!(
+            timeout_of(&Method::POST, "/v1/worker/output"),
+            REQUEST_TIMEOUT
+        );
+    }
+
+    #[test]
+    fn an_unreachable_owner_is_a_503_to_retry() {
+        let response = unavailable("gone");
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()[header::RETRY_AFTER], RETRY_AFTER_SECS);
+    }
+}

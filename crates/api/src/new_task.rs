@@ -1,0 +1,112 @@
+//! One create-task request for every surface: `POST /v1/tasks`, the MCP
+//! `spawn` tools and a MainAI's `spawn_task` frame each read their own
+//! wire shape into a [`NewTask`], and [`NewTask::into_spec`] is the one
+//! place a request becomes the engine's `TaskSpec` (a new field is added
+//! here once, and the compiler names every surface that must fill it).
+
+use serde_json::{Map, Value};
+use swarmd_engine::ids::{ReqId, SessionId, TaskId};
+use swarmd_engine::task::{PolicyOverrides, TaskSpec};
+use swarmd_spawner::layers::OPERATOR_DELEGATE;
+use swarmd_wire::SpawnTaskFrame;
+
+/// A task as a caller asks for it.
+#[derive(Debug)]
+pub struct NewTask {
+    pub agent: String,
+    pub prompt: String,
+    pub system: Option<String>,
+    pub input: Option<Value>,
+    pub metadata: Option<Map<String, Value>>,
+    pub layers: Vec<String>,
+    pub policy: PolicyOverrides,
+    /// The session the task's operator attempts must go to; the surface
+    /// checks the caller may name it before the task is made.
+    pub operator_sid: Option<SessionId>,
+    /// The finished task this one continues; `agent` may then be empty.
+    pub continue_from: Option<TaskId>,
+}
+
+impl NewTask {
+    /// The engine's spec of the task, owned by `session` (none: the
+    /// admin's) and made once per `idempotency_key`.
+    pub(crate) fn into_spec(
+        self,
+        session: Option<SessionId>,
+        idempotency_key: Option<String>,
+    ) -> TaskSpec {
+        TaskSpec {
+            agent: self.agent,
+            prompt: self.prompt,
+            system: self.system,
+            input: self.input,
+            metadata: self.metadata,
+            layers: self.layers,
+            policy: self.policy,
+            parent: None,
+            session,
+            operator_sid: self.operator_sid,
+            idempotency_key,
+            continue_from: self.continue_from,
+            start_from: None,
+        }
+    }
+}
+
+impl NewTask {
+    /// A `spawn_task` frame's request and its `req_id`: `delegate` adds the
+    /// `operator_delegate` layer (the attempt comes back to the session as
+    /// a `spawn` frame); a frame never pins an operator session.
+    pub(crate) fn from_frame(frame: SpawnTaskFrame) -> (ReqId, NewTask) {
+        let mut layers = frame.layers.unwrap_or_default();
+        if frame.delegate && !layers.iter().any(|l| l == OPERATOR_DELEGATE) {
+            layers.push(OPERATOR_DELEGATE.to_owned());
+        }
+        let request = NewTask {
+            agent: frame.agent,
+            prompt: frame.prompt,
+            system: frame.system,
+            input: frame.input,
+            metadata: frame.metadata,
+            layers,
+            policy: frame.policy.unwrap_or_default(),
+            operator_sid: None,
+            continue_from: frame.continue_from,
+        };
+        (frame.req_id, request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_frame_becomes_the_same_spec_as_a_request_with_its_fields() {
+        let frame: SpawnTaskFrame = serde_json::from_value(json!({
+            "req_id": "r-1", "agent": "coder", "prompt": "fix it",
+            "layers": ["audit"], "delegate": true, "policy": {"max_attempts": 2}
+        }))
+        .unwrap();
+        let (req_id, request) = NewTask::from_frame(frame);
+        assert_eq!(req_id.to_string(), "r-1");
+        let sid = SessionId::new();
+        let spec = request.into_spec(Some(sid), Some("ws:key".into()));
+        assert_eq!(spec.layers, ["audit", OPERATOR_DELEGATE]);
+        assert_eq!(spec.session, Some(sid));
+        assert_eq!(spec.idempotency_key.as_deref(), Some("ws:key"));
+        assert_eq!(spec.policy.max_attempts, Some(2));
+        assert_eq!(spec.operator_sid, None);
+
+        // `delegate` with the layer already named adds no second one.
+        let frame: SpawnTaskFrame = serde_json::from_value(json!({
+            "req_id": "r-2", "agent": "coder", "prompt": "p",
+            "layers": [OPERATOR_DELEGATE], "delegate": true
+        }))
+        .unwrap();
+        let (_, request) = NewTask::from_frame(frame);
+        assert_eq!(request.layers, [OPERATOR_DELEGATE]);
+    }
+}

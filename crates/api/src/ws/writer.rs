@@ -1,0 +1,246 @@
+//! The writer half of a session's socket: it drains the session's outbox in
+//! order, sends the connection's own replies (`task_accepted` aside, which
+//! is ordered through the outbox), pings every `ws.ping_secs`, and closes the
+//! socket when told to. A parked `spawn` whose token expires within a minute
+//! is re-minted just before it goes out (docs/protocol.md, Disconnects and parking).
+//!
+//! Every send is bounded by the dead-peer limit (three ping intervals), so a
+//! peer that stops reading cannot hold the writer forever.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
+use bytes::Bytes;
+use futures_util::SinkExt;
+use futures_util::stream::SplitSink;
+use swarmd_engine::{Engine, EngineError};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use swarmd_sessions::dialect::{Dialect, UpstreamAttempts};
+use swarmd_sessions::frames::{self, ServerFrame, encode};
+use swarmd_sessions::{Batch, CloseReason, Outgoing, ParkedSpawn, Session};
+
+/// Frames taken from the outbox per flush.
+const MAX_BATCH: usize = 64;
+/// A parked `spawn` whose token expires sooner than this is re-minted.
+pub(crate) const REMINT_WITHIN_SECS: u64 = 60;
+/// Application close code: a newer socket took over the session.
+pub const CLOSE_REPLACED: u16 = 4000;
+/// Application close code: the session was deleted or expired.
+pub const CLOSE_SESSION_ENDED: u16 = 4001;
+
+/// What the reader and the ops worker hand the writer.
+#[derive(Debug)]
+pub(super) enum Direct {
+    Frame(Utf8Bytes),
+    Close(u16, &'static str),
+}
+
+/// When the peer was last heard from; the writer drops a silent peer.
+#[derive(Debug)]
+pub(super) struct Liveness {
+    epoch: Instant,
+    last_heard_ms: AtomicU64,
+    limit: Duration,
+}
+
+impl Liveness {
+    /// A peer silent for `limit` is dead.
+    pub(super) fn new(limit: Duration) -> Liveness {
+        Liveness {
+            epoch: Instant::now(),
+            last_heard_ms: AtomicU64::new(0),
+            limit,
+        }
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub(super) fn heard(&self) {
+        self.last_heard_ms
+            .fetch_max(self.elapsed_ms(), Ordering::Relaxed);
+    }
+
+    pub(super) fn is_dead(&self) -> bool {
+        let silent = self
+            .elapsed_ms()
+            .saturating_sub(self.last_heard_ms.load(Ordering::Relaxed));
+        u128::from(silent) > self.limit.as_millis()
+    }
+}
+
+/// Why the writer stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WriterEnd {
+    Closed(CloseReason),
+    /// It sent the close the reader asked for.
+    CloseSent,
+    DeadPeer,
+    Broken,
+}
+
+pub(super) struct Writer<'a> {
+    pub engine: &'a Engine,
+    pub session: &'a Session,
+    pub upstream: &'a UpstreamAttempts,
+    pub liveness: &'a Liveness,
+    pub ping_every: Duration,
+}
+
+type Sink = SplitSink<WebSocket, Message>;
+
+impl Writer<'_> {
+    pub(super) async fn run(
+        &self,
+        mut sink: Sink,
+        mut direct: mpsc::Receiver<Direct>,
+        mut close: watch::Receiver<Option<CloseReason>>,
+    ) -> WriterEnd {
+        let mut ticker =
+            tokio::time::interval_at(Instant::now() + self.ping_every, self.ping_every);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let sent = tokio::select! {
+                biased;
+                changed = close.changed() => {
+                    let reason = *close.borrow_and_update();
+                    match (changed, reason) {
+                        (Ok(()), Some(reason)) => {
+                            let (code, text) = close_for(reason);
+                            self.send(&mut sink, close_message(code, text)).await;
+                            return WriterEnd::Closed(reason);
+                        }
+                        (Ok(()), None) => continue,
+                        (Err(_), _) => return WriterEnd::Closed(CloseReason::Replaced),
+                    }
+                }
+                _ = ticker.tick() => {
+                    if self.liveness.is_dead() {
+                        return WriterEnd::DeadPeer;
+                    }
+                    self.send(&mut sink, Message::Ping(Bytes::new())).await
+                }
+                message = direct.recv() => match message {
+                    Some(Direct::Frame(text)) => self.send(&mut sink, Message::Text(text)).await,
+                    Some(Direct::Close(code, text)) => {
+                        self.send(&mut sink, close_message(code, text)).await;
+                        return WriterEnd::CloseSent;
+                    }
+                    None => return WriterEnd::Broken,
+                },
+                batch = self.session.outbox.next_batch(MAX_BATCH) => self.deliver(&mut sink, batch).await,
+            };
+            if !sent {
+                return WriterEnd::Broken;
+            }
+        }
+    }
+
+    /// Sends one message within the dead-peer limit.
+    async fn send(&self, sink: &mut Sink, message: Message) -> bool {
+        matches!(
+            tokio::time::timeout(self.liveness.limit, sink.send(message)).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Sends a batch, then acknowledges it; an unsent batch stays queued for
+    /// the next socket.
+    async fn deliver(&self, sink: &mut Sink, batch: Batch) -> bool {
+        let write = async {
+            let mut last = None;
+            if batch.dropped > 0 {
+                let notice = ServerFrame::frames_dropped(batch.dropped);
+                sink.feed(Message::Text(encode(&notice))).await?;
+            }
+            for (id, frame) in batch.frames {
+                let text = match frame {
+                    Outgoing::Text { text, .. } => Some(text),
+                    Outgoing::Spawn(spawn) => {
+                        prepare_spawn(self.engine, self.session, self.upstream, id, *spawn).await
+                    }
+                };
+                if let Some(text) = text {
+                    sink.feed(Message::Text(text)).await?;
+                }
+                last = Some(id);
+            }
+            sink.flush().await?;
+            Ok::<_, axum::Error>(last)
+        };
+        match tokio::time::timeout(self.liveness.limit, write).await {
+            Ok(Ok(last)) => {
+                self.session.outbox.ack(last, batch.dropped);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The text of a `spawn` about to go out. A token expiring within
+/// [`REMINT_WITHIN_SECS`] is re-minted first (and the queued copy updated);
+/// a spawn whose attempt is over is dropped with its waiter. A spawn to an
+/// upstream session is recorded in `upstream`.
+pub async fn prepare_spawn(
+    engine: &Engine,
+    session: &Session,
+    upstream: &UpstreamAttempts,
+    id: u64,
+    spawn: ParkedSpawn,
+) -> Option<Utf8Bytes> {
+    let ParkedSpawn { req_id, mut frame } = spawn;
+    let now = engine.clock().now_secs();
+    if frame.credential.expires_secs() <= now + REMINT_WITHIN_SECS {
+        match engine
+            .refresh_credential(frame.attempt, &frame.credential)
+            .await
+        {
+            Ok(fresh) => {
+                session.outbox.update_credential(id, &fresh);
+                frame.credential = fresh;
+            }
+            Err(
+                EngineError::TaskTerminal
+                | EngineError::AttemptSuperseded { .. }
+                | EngineError::HandleExpired
+                | EngineError::NotFound(_),
+            ) => {
+                tracing::debug!(attempt = %frame.attempt, "attempt over; parked spawn dropped");
+                session.pending.remove(&req_id);
+                return None;
+            }
+            Err(error) => {
+                tracing::warn!(attempt = %frame.attempt, %error, "cannot re-mint a parked spawn's token");
+            }
+        }
+    }
+    if session.dialect == Dialect::Upstream {
+        upstream.record(frame.attempt);
+    }
+    Some(session.dialect.encode(&frames::spawn(&req_id, &frame)))
+}
+
+fn close_message(code: u16, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    }))
+}
+
+fn close_for(reason: CloseReason) -> (u16, &'static str) {
+    match reason {
+        CloseReason::Replaced => (CLOSE_REPLACED, "replaced by a newer connection"),
+        CloseReason::Deleted => (CLOSE_SESSION_ENDED, "session deleted"),
+        CloseReason::Expired => (CLOSE_SESSION_ENDED, "session expired"),
+        CloseReason::ShuttingDown => (close_code::AWAY, "server shutting down"),
+    }
+}
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Prints each crate's production lines and its largest circle of modules.
+
+Production lines: lines of `.rs` files under a crate's `src/`, leaving out
+test files (`*tests*`, files under a `tests/` folder), test support gated
+on a test feature (`testing.rs`, the store `conformance` cases) and inline
+`#[cfg(test)] mod … { … }` blocks. A circle: the largest strongly connected
+set of a crate's top-level modules (files and folders directly under
+`src/`), linked by the `crate::name` paths their production code (not its
+comments) uses.
+Usage: scripts/crate-shape.py [CRATES_DIR]  (default: crates)
+"""
+
+import os
+import re
+import sys
+
+
+def production(src):
+    """The lines of `src` outside inline `#[cfg(test)]` modules."""
+    out, lines, i = [], src.split("\n"), 0
+    while i < len(lines):
+        if (
+            lines[i].strip() == "#[cfg(test)]"
+            and i + 1 < len(lines)
+            and re.match(r"\s*(pub(\(\w+\))? )?mod \w+ \{", lines[i + 1])
+        ):
+            depth, j = 0, i + 1
+            while j < len(lines):
+                depth += lines[j].count("{") - lines[j].count("}")
+                if depth <= 0:
+                    break
+                j += 1
+            i = j + 1
+            continue
+        out.append(lines[i])
+        i += 1
+    return out
+
+
+def is_test_file(path, name):
+    return (
+        "tests" in name
+        or name == "testing.rs"
+        or "conformance" in path
+        or f"{os.sep}tests{os.sep}" in path
+    )
+
+
+def largest_circle(graph):
+    """Tarjan's strongly connected components; the largest one."""
+    index, low, stack, on, best, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > len(best):
+                best[:] = component
+
+    sys.setrecursionlimit(10000)
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return sorted(best)
+
+
+def crate_shape(src_dir):
+    tops = {
+        n[:-3] if n.endswith(".rs") else n
+        for n in os.listdir(src_dir)
+        if n.endswith(".rs") or os.path.isdir(os.path.join(src_dir, n))
+    } - {"lib", "main"}
+    lines, graph = 0, {t: set() for t in tops}
+    for root, _, files in os.walk(src_dir):
+        for name in files:
+            path = os.path.join(root, name)
+            if not name.endswith(".rs") or is_test_file(path, name):
+                continue
+            kept = production(open(path, encoding="utf-8").read())
+            lines += len(kept)
+            rel = os.path.relpath(path, src_dir).split(os.sep)[0]
+            top = rel[:-3] if rel.endswith(".rs") else rel
+            if top not in tops:
+                continue
+            code = "\n".join(l for l in kept if not l.lstrip().startswith("//"))
+            for used in re.findall(r"crate::(\w+)", code):
+                if used in tops and used != top:
+                    graph[top].add(used)
+    return lines, largest_circle(graph)
+
+
+def main():
+    crates = sys.argv[1] if len(sys.argv) > 1 else "crates"
+    rows = []
+    for crate in sorted(os.listdir(crates)):
+        src = os.path.join(crates, crate, "src")
+        if os.path.isdir(src):
+            lines, circle = crate_shape(src)
+            rows.append((lines, crate, circle))
+    print(f"{'crate':14} {'lines':>6}  largest circle of top-level modules")
+    for lines, crate, circle in sorted(rows, reverse=True):
+        shown = f"{len(circle)}: {' '.join(circle)}" if len(circle) > 1 else "none"
+        print(f"{crate:14} {lines:6}  {shown}")
+
+
+if __name__ == "__main__":
+    main()

@@ -42,6 +42,7 @@ pub mod metrics;
 pub mod outcome;
 mod output;
 mod recovery;
+mod resume;
 mod retention;
 pub mod run;
 mod runs;
@@ -58,12 +59,11 @@ pub use engine::{Engine, EngineConfig, EngineParts};
 pub use error::EngineError;
 pub use error_code::ErrorCode;
 pub use event::Event;
-pub use host::AttemptHost;
 pub use ids::RunId;
 pub use recovery::RecoveryReport;
 pub use run::{FlowDoc, RunFilter, RunRecord, RunStatus};
 pub use spawn::{
-    AgentProfile, Attempt, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker,
+    AgentProfile, Attempt, AttemptHost, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker,
     WorkerCredential, WorkerError,
 };
 pub use store::WriteOp;

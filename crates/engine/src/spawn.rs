@@ -10,9 +10,16 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::host::AttemptHost;
-use crate::ids::{AttemptId, SessionId, WorkerId};
-use crate::task::{ProcessGroupMark, SpawnerKind, Task};
+use std::time::Duration;
+
+use swarmd_output_store::{OutputEvent, OutputRecord};
+
+use crate::audit::AuditRecord;
+use crate::error::EngineError;
+use crate::event::Event;
+use crate::ids::{AttemptId, SessionId, TaskId, WorkerId};
+use crate::outcome::Verdict;
+use crate::task::{ProcessGroupMark, SpawnerKind, Task, TaskSpec};
 
 /// What one attempt is, handed down the stack. Layers may add to `meta`;
 /// the worker's credential travels beside it in [`Attempt`], never in it.
@@ -198,4 +205,58 @@ pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     fn reap_leftover(&self, group: &ProcessGroupMark) {
         let _ = group;
     }
+}
+
+/// The engine as one attempt's stack sees it. Every method is about the
+/// attempt the host was made for, except the three that manage a child task
+/// (`spawn_child`, `wait_task`, `cancel_task`), which the senior layer uses
+/// to ask its question as a sub-task.
+#[async_trait]
+pub trait AttemptHost: Send + Sync + fmt::Debug {
+    /// The attempt this host serves.
+    fn id(&self) -> AttemptId;
+    /// Now, in unix ms, on the engine's clock.
+    fn now_ms(&self) -> u64;
+    /// The attempt's task as it is now.
+    async fn task(&self) -> Result<Task, EngineError>;
+    /// Appends `events` to the attempt's tail as `producer`, and publishes
+    /// them. Refused once the attempt is decided or superseded.
+    async fn record_output(
+        &self,
+        producer: &str,
+        events: Vec<OutputEvent>,
+    ) -> Result<Vec<OutputRecord>, EngineError>;
+    /// Appends `events`, none of them a Final, to the attempt's tail even
+    /// once it is closed (`epilogue`): what the attempt left behind, such as
+    /// its `worktree` artifact. By default, as `record_output`.
+    async fn record_epilogue(
+        &self,
+        producer: &str,
+        events: Vec<OutputEvent>,
+    ) -> Result<Vec<OutputRecord>, EngineError> {
+        self.record_output(producer, events).await
+    }
+    /// The tail's last Final so far: the one that decides the attempt.
+    async fn last_final(&self) -> Result<Option<OutputRecord>, EngineError>;
+    /// Resolves once a worker posted a Final for the attempt over the worker
+    /// API, or at once if it already has or the attempt is no longer current.
+    async fn posted_final(&self);
+    /// What the attempt's end decides, given how its worker's join ended:
+    /// the engine's own rule (`outcome`), so a layer reports the task's
+    /// outcome and no other.
+    async fn verdict(&self, joined: &Result<(), WorkerError>) -> Verdict;
+    /// Writes a durable audit record; its `ts_ms` is set here.
+    fn audit(&self, record: AuditRecord);
+    /// Publishes an event (durable, then broadcast, also to the task's session).
+    fn publish(&self, event: Event);
+    /// Records the host process group the attempt's worker runs in, so that
+    /// recovery can stop it if the daemon dies first.
+    fn record_process_group(&self, group: ProcessGroupMark);
+    /// Creates a task whose parent is the attempt's task. Not fenced by the
+    /// agent's `allow_subtasks`: that fence is for workers, not layers.
+    async fn spawn_child(&self, spec: TaskSpec) -> Result<Task, EngineError>;
+    /// Waits until a task is terminal or `timeout` passes; returns it either way.
+    async fn wait_task(&self, id: TaskId, timeout: Duration) -> Result<Task, EngineError>;
+    /// Cancels a task.
+    async fn cancel_task(&self, id: TaskId, reason: Option<String>) -> Result<Task, EngineError>;
 }

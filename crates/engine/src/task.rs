@@ -373,17 +373,17 @@ pub struct Task {
     pub continued_from: Option<TaskId>,
     /// What its attempts resume from `continued_from`, read at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resume: Option<crate::continuation::Resume>,
+    pub resume: Option<crate::resume::Resume>,
     /// The local branch a worktree agent's attempts start from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_from: Option<String>,
     /// The attempt a restart interrupted last, which the attempt after it
     /// resumed (docs/tasks.md, Restarts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restart: Option<crate::continuation::Restart>,
+    pub restart: Option<crate::resume::Restart>,
     /// How many of its attempts a restart interrupted and the next one
     /// resumed; they do not count against `policy.max_attempts`.
-    #[serde(default, skip_serializing_if = "crate::continuation::no_restarts")]
+    #[serde(default, skip_serializing_if = "crate::resume::no_restarts")]
     pub restarts: u32,
     status: TaskStatus,
     /// The current attempt; 0 before the first.

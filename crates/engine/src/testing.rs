@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{AuthorityConfig, Keyring, TokenAuthority};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::{Engine, EngineConfig, EngineParts};
-use crate::host::AttemptHost;
 use crate::ids::{TaskId, WorkerId};
+use crate::spawn::AttemptHost;
 use crate::spawn::{
     AgentProfile, Attempt, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker,
     WorkerCredential, WorkerError,

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::PgDb;
 use crate::connect::db_error;
-use crate::tasks::int;
+use crate::rows::int;
 use crate::tasks_read::{PRUNED_EVENT_SEQ, decode, statuses};
 
 /// Which live tasks a snapshot holds.

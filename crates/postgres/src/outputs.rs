@@ -22,8 +22,8 @@ use uuid::Uuid;
 use crate::PgDb;
 use crate::blobs::PgBlobs;
 use crate::connect::db_error;
+use crate::rows::int;
 use crate::rows::{OutputRow, Row};
-use crate::tasks::int;
 use crate::writer::Op;
 
 /// The progress stage of an output read back in place of an unreadable one

@@ -18,6 +18,11 @@ mod statements;
 
 pub(crate) use statements::{LAST_OUTPUT_SEQ, Statements};
 
+/// Stored integers are signed; no stamp or count reaches `i64::MAX`.
+pub(crate) fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
 use futures_util::future::try_join_all;
 use tokio_postgres::Client;
 use tokio_postgres::types::ToSql;

@@ -9,7 +9,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::PgDb;
 use crate::connect::db_error;
-use crate::tasks::int;
+use crate::rows::int;
 use crate::tasks_read::decode;
 
 /// Runs deleted per retention transaction.

@@ -25,7 +25,7 @@ use swarmd_output_store::StoreError;
 use crate::PgDb;
 use crate::keys;
 use crate::live;
-use crate::rows::Row;
+use crate::rows::{Row, int};
 use crate::runs;
 use crate::tasks_read as read;
 use crate::writer::Op;
@@ -46,11 +46,6 @@ impl PgTaskStore {
     pub fn db(&self) -> &PgDb {
         &self.db
     }
-}
-
-/// Stored integers are signed; no stamp or count reaches `i64::MAX`.
-pub(crate) fn int(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 /// Encodes a batch in order; `WriteOp::Events` becomes one row per event.

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::PgDb;
 use crate::connect::db_error;
-use crate::tasks::int;
+use crate::rows::int;
 
 /// Tasks deleted per retention transaction.
 const TASK_CHUNK: i64 = 256;

@@ -82,6 +82,26 @@ pub struct Engine {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// The engine's state, shared by every clone of the façade.
+///
+/// # Lock order
+///
+/// Every lock here is a std `Mutex` (or `RwLock`) held for a few statements
+/// and never across an `.await`. Where two are held together, they are
+/// taken in this order and never the other way round:
+///
+/// 1. `keys`, the idempotency map, which is held while a new task goes into
+///    `live`;
+/// 2. one task's cell lock (`live::TaskCell::lock`), never two tasks' at
+///    once;
+/// 3. under it: `admission`, `handles`, the token authority's keyring
+///    (read to mint), the usage meter (`stats.usage`), the event bus
+///    (`bus`: its sequence, then the store's submit queue) and a `live`
+///    shard; each of these is a leaf that takes no other lock.
+///
+/// The resolver and, through it, the session registry are never asked under
+/// a task's lock: dispatch asks `SpawnerResolver::place` once per attempt
+/// before it takes the lock (`dispatch::placement`).
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub config: EngineConfig,
@@ -92,8 +112,8 @@ pub(crate) struct Inner {
     pub clock: Arc<dyn Clock>,
     pub bus: EventBus,
     pub live: LiveTasks,
-    /// Lock order: a task's cell lock may be held while taking this one,
-    /// never the other way round.
+    /// Taken under a task's cell lock, never the other way round (see
+    /// "Lock order" above).
     pub admission: Mutex<Admission>,
     pub handles: Mutex<HandleTable>,
     pub keys: Mutex<HashMap<String, TaskId>>,

@@ -63,8 +63,8 @@ pub use ids::RunId;
 pub use recovery::RecoveryReport;
 pub use run::{FlowDoc, RunFilter, RunRecord, RunStatus};
 pub use spawn::{
-    AgentProfile, Attempt, AttemptHost, Ctx, SpawnError, SpawnerAdapter, SpawnerResolver, Worker,
-    WorkerCredential, WorkerError,
+    AgentProfile, Attempt, AttemptHost, Ctx, Placement, Route, SpawnError, SpawnerAdapter,
+    SpawnerResolver, Worker, WorkerCredential, WorkerError,
 };
 pub use store::WriteOp;
 pub use task::{Task, TaskSpec, TaskStatus};

@@ -108,6 +108,10 @@ pub(crate) struct TaskState {
 
 #[derive(Debug)]
 pub(crate) struct TaskCell {
+    /// A task's transitions happen under this lock, which is second in the
+    /// engine's lock order (`engine::Inner`): after the idempotency map,
+    /// before the leaf locks its writes take; never two at once, never
+    /// across an `.await`, never while the resolver is asked.
     state: Mutex<TaskState>,
     /// Flips to true when the task becomes terminal.
     pub terminal: watch::Sender<bool>,

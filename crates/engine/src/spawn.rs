@@ -166,6 +166,46 @@ pub struct AgentProfile {
     pub allow_subtasks: bool,
 }
 
+/// The parts of a task that decide where its next attempt runs: what the
+/// resolver reads of it, copied out of the task's lock so that the
+/// resolver is asked outside it.
+#[derive(Debug, Clone, Copy)]
+pub struct Route<'a> {
+    pub agent: &'a str,
+    pub layers: &'a [String],
+    /// The session that owns the task.
+    pub session: Option<SessionId>,
+    /// The operator session a task is routed to, when its creator named one.
+    pub operator_sid: Option<SessionId>,
+}
+
+impl<'a> Route<'a> {
+    /// The route of `task`.
+    pub fn of(task: &'a Task) -> Route<'a> {
+        Route {
+            agent: &task.agent,
+            layers: &task.layers,
+            session: task.session,
+            operator_sid: task.operator_sid,
+        }
+    }
+}
+
+/// Where one attempt runs, as the resolver answers once per attempt
+/// (`SpawnerResolver::place`).
+#[derive(Debug)]
+pub struct Placement {
+    /// The linked stack, or why there is none (the task then fails).
+    pub stack: Result<Arc<dyn SpawnerAdapter>, SpawnError>,
+    /// The agent's base spawner kind and whether its workers may spawn
+    /// sub-tasks.
+    pub profile: Result<AgentProfile, SpawnError>,
+    /// Whether the attempt goes back to the session that owns the task.
+    pub delegated: bool,
+    /// Why the attempt cannot start now, when it cannot.
+    pub unavailable: Option<String>,
+}
+
 /// Stages 1 and 2 of the pipeline (resolve, link); the engine runs stage 3.
 pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     /// Resolves the agent with these hint layers, failing for unknown agents
@@ -174,10 +214,9 @@ pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     /// The linked stack for the agent and layers (cached by the implementor).
     fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError>;
     /// Whether the next attempt of `task` goes back to the session that owns
-    /// it instead of its agent's base spawner. Asked once per attempt,
-    /// before the attempt is recorded. By default, never: the engine alone
-    /// knows no sessions.
-    fn delegated(&self, task: &Task) -> bool {
+    /// it instead of its agent's base spawner. By default, never: the engine
+    /// alone knows no sessions.
+    fn delegated(&self, task: Route<'_>) -> bool {
         let _ = task;
         false
     }
@@ -185,9 +224,26 @@ pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     /// must take it is not there), or `None` when it can. The engine then keeps
     /// the task waiting without an attempt and asks again. By default,
     /// every attempt can start.
-    fn unavailable(&self, task: &Task) -> Option<String> {
+    fn unavailable(&self, task: Route<'_>) -> Option<String> {
         let _ = task;
         None
+    }
+    /// Everything placing one attempt needs, in the one call the engine
+    /// makes per attempt, before the attempt is recorded and outside the
+    /// task's lock: the stack, the profile, whether it is delegated and
+    /// whether it can start now. By default, from the four methods above.
+    fn place(&self, task: Route<'_>) -> Placement {
+        let delegated = self.delegated(task);
+        Placement {
+            stack: self.link(task.agent, task.layers),
+            profile: self.profile(task.agent, task.layers),
+            delegated,
+            unavailable: if delegated {
+                None
+            } else {
+                self.unavailable(task)
+            },
+        }
     }
     /// Checks a new task's input against the agent's `input_schema`, if it
     /// has one. By default, every input passes.

@@ -13,8 +13,8 @@ use swarmd_engine::store::SessionKind;
 use swarmd_engine::task::{PolicyOverrides, SpawnerKind, Task, TaskSpec};
 use swarmd_engine::testing::{StaticResolver, memory_engine};
 use swarmd_engine::{
-    AgentProfile, Attempt, AttemptHost, Ctx, Engine, EngineConfig, SpawnError, SpawnerAdapter,
-    SpawnerResolver, Worker, WorkerCredential, WorkerError,
+    AgentProfile, Attempt, AttemptHost, Ctx, Engine, EngineConfig, Route, SpawnError,
+    SpawnerAdapter, SpawnerResolver, Worker, WorkerCredential, WorkerError,
 };
 use swarmd_output_store::{OutputEvent, OutputRecord};
 use tokio::sync::{Notify, oneshot};
@@ -328,7 +328,7 @@ impl SpawnerResolver for DirectoryResolver {
         self.inner.link(agent, layers)
     }
 
-    fn delegated(&self, task: &Task) -> bool {
+    fn delegated(&self, task: Route<'_>) -> bool {
         task.layers.iter().any(|l| l == OPERATOR_DELEGATE)
             && task
                 .session

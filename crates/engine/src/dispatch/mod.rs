@@ -23,7 +23,9 @@ use crate::host::EngineHost;
 use crate::ids::{AttemptId, TaskId};
 use crate::live::{RunState, TaskCell, lease_until};
 use crate::outcome::Stopped;
-use crate::spawn::{Attempt, Ctx, SpawnerAdapter, Worker, WorkerCredential, WorkerError};
+use crate::spawn::{
+    Attempt, Ctx, Placement, Route, SpawnerAdapter, Worker, WorkerCredential, WorkerError,
+};
 use crate::store::WriteOp;
 use crate::task::{AttemptOutcome, ProcessGroupMark, SpawnerKind, TaskStatus};
 
@@ -58,6 +60,22 @@ fn attempt_span(task_id: TaskId, attempt: Option<u32>, agent: &str) -> Span {
     tracing::info_span!(parent: None, "attempt", %task_id, attempt, agent)
 }
 
+/// What opening an attempt came to.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per attempt and unpacked at once; a box would allocate per attempt"
+)]
+enum Opened {
+    /// Opened: run it.
+    Ready(Prepared, Minted, Arc<dyn SpawnerAdapter>),
+    /// Nowhere to run it yet: ask again later.
+    Wait,
+    /// Waited too long for somewhere to run: fail the task with this reason.
+    GaveUp(String),
+    /// Nothing to run (the task ended, or failed without an attempt).
+    Not,
+}
+
 impl Engine {
     /// Runs the next attempt of `id`, which admission has given a slot,
     /// inside the attempt's span.
@@ -72,22 +90,24 @@ impl Engine {
             self.release_slot(&agent);
             return;
         };
-        match self.place(&cell) {
-            wait::Place::Ready => {}
-            wait::Place::Wait => {
+        // Placing and opening the attempt is synchronous, so nothing of the
+        // resolver's answer is held across an await.
+        let (prepared, minted, stack) = match self.open_attempt(&cell, &agent) {
+            Opened::Ready(prepared, minted, stack) => (prepared, minted, stack),
+            Opened::Wait => {
                 self.release_slot(&agent);
                 Box::pin(self.recheck_place(id)).await;
                 return;
             }
-            wait::Place::GaveUp(reason) => {
+            Opened::GaveUp(reason) => {
                 self.fail_unrunnable(&cell, reason);
                 self.release_slot(&agent);
                 return;
             }
-        }
-        let Some((prepared, minted, stack)) = self.prepare(&cell) else {
-            self.release_slot(&agent);
-            return;
+            Opened::Not => {
+                self.release_slot(&agent);
+                return;
+            }
         };
         let joined = self.spawn_and_join(&cell, &prepared, minted, stack).await;
         if matches!(joined, Joined::Stopped(Stopped::Interrupted)) {
@@ -98,19 +118,50 @@ impl Engine {
         Box::pin(self.decide(&cell, prepared, joined)).await;
     }
 
+    /// Asks the resolver where the attempt runs, then whether it may start
+    /// now (`place`) and, if so, opens it (`prepare`).
+    fn open_attempt(&self, cell: &Arc<TaskCell>, agent: &str) -> Opened {
+        let placement = self.placement(cell, agent);
+        match self.place(cell, placement.unavailable.as_deref()) {
+            wait::Place::Ready => {}
+            wait::Place::Wait => return Opened::Wait,
+            wait::Place::GaveUp(reason) => return Opened::GaveUp(reason),
+        }
+        match self.prepare(cell, placement) {
+            Some((prepared, minted, stack)) => Opened::Ready(prepared, minted, stack),
+            None => Opened::Not,
+        }
+    }
+
+    /// Asks the resolver once where the task's next attempt runs, outside
+    /// the task's lock: the lock is held only to copy the task's route.
+    fn placement(&self, cell: &Arc<TaskCell>, agent: &str) -> Placement {
+        let (layers, session, operator_sid) = {
+            let state = cell.lock();
+            let task = &state.task;
+            (task.layers.clone(), task.session, task.operator_sid)
+        };
+        self.inner.resolver.place(Route {
+            agent,
+            layers: &layers,
+            session,
+            operator_sid,
+        })
+    }
+
     /// Phase 1 (under the task's lock): open the attempt and queue its record.
-    fn prepare(&self, cell: &Arc<TaskCell>) -> Option<(Prepared, Minted, Arc<dyn SpawnerAdapter>)> {
+    fn prepare(
+        &self,
+        cell: &Arc<TaskCell>,
+        placement: Placement,
+    ) -> Option<(Prepared, Minted, Arc<dyn SpawnerAdapter>)> {
         let now_ms = self.inner.clock.now_ms();
         let now = Instant::now();
         let mut state = cell.lock();
         if state.task.status().is_terminal() {
             return None;
         }
-        let stack = match self
-            .inner
-            .resolver
-            .link(&state.task.agent, &state.task.layers)
-        {
+        let stack = match placement.stack {
             Ok(stack) => stack,
             Err(error) => {
                 // Nothing can run this task: fail it without an attempt.
@@ -120,10 +171,8 @@ impl Engine {
                 return None;
             }
         };
-        let (base_kind, allow_subtasks) = self
-            .inner
-            .resolver
-            .profile(&state.task.agent, &state.task.layers)
+        let (base_kind, allow_subtasks) = placement
+            .profile
             .map_or((SpawnerKind::InProcess, false), |p| {
                 (p.kind, p.allow_subtasks)
             });
@@ -144,7 +193,7 @@ impl Engine {
         let (lease_deadline, lease_deadline_ms) = lease_until(now, now_ms, lease_secs);
         // Where the attempt runs is decided here, once: the record names it,
         // recovery reads it, and the stack follows `ctx.delegated`.
-        let ctx = self.ctx_for(&state.task, attempt, lease_deadline_ms);
+        let ctx = ctx_for(&state.task, attempt, lease_deadline_ms, placement.delegated);
         let kind = if ctx.delegated {
             SpawnerKind::Operator
         } else {
@@ -244,23 +293,6 @@ impl Engine {
         self.inner
             .bus
             .submit(vec![WriteOp::PutAttempt(record)], Vec::new(), None);
-    }
-
-    /// The context of one attempt. Whether it goes back to the owning
-    /// session is asked of the resolver now: the session may have come or
-    /// gone since the last attempt.
-    fn ctx_for(&self, task: &crate::task::Task, attempt: u32, lease_deadline_ms: u64) -> Ctx {
-        let delegated = self.inner.resolver.delegated(task);
-        Ctx {
-            id: AttemptId::new(task.id, attempt),
-            agent: task.agent.clone(),
-            layers: task.layers.clone(),
-            session: task.session,
-            operator_sid: task.operator_sid,
-            lease_deadline_ms,
-            delegated,
-            meta: Map::new(),
-        }
     }
 
     /// Phases 2–4: mint the credential, spawn, and join raced against cancel
@@ -416,6 +448,26 @@ impl Engine {
             expires_secs,
         );
         Ok((credential, digest, record))
+    }
+}
+
+/// The context of one attempt; `delegated` is the resolver's answer for
+/// this attempt (the session may have come or gone since the last one).
+pub(super) fn ctx_for(
+    task: &crate::task::Task,
+    attempt: u32,
+    lease_deadline_ms: u64,
+    delegated: bool,
+) -> Ctx {
+    Ctx {
+        id: AttemptId::new(task.id, attempt),
+        agent: task.agent.clone(),
+        layers: task.layers.clone(),
+        session: task.session,
+        operator_sid: task.operator_sid,
+        lease_deadline_ms,
+        delegated,
+        meta: Map::new(),
     }
 }
 

@@ -13,7 +13,7 @@ use crate::Engine;
 use crate::ids::{AttemptId, WorkerId};
 use crate::live::TaskCell;
 use crate::outcome::Stopped;
-use crate::spawn::{Worker, WorkerCredential, WorkerError};
+use crate::spawn::{Route, Worker, WorkerCredential, WorkerError};
 use crate::store::WriteOp;
 
 /// A worker that lives outside this process (a resumed delegated
@@ -64,11 +64,27 @@ impl Engine {
     }
 
     async fn resumed_pipeline(&self, cell: Arc<TaskCell>, attempt: u32, cancel: CancellationToken) {
-        let (ctx, agent, layers) = {
+        let (agent, layers, session, operator_sid) = {
+            let state = cell.lock();
+            let task = &state.task;
+            (
+                task.agent.clone(),
+                task.layers.clone(),
+                task.session,
+                task.operator_sid,
+            )
+        };
+        // Asked once, outside the task's lock.
+        let placement = self.inner.resolver.place(Route {
+            agent: &agent,
+            layers: &layers,
+            session,
+            operator_sid,
+        });
+        let ctx = {
             let state = cell.lock();
             let lease_deadline_ms = state.run.as_ref().map_or(0, |r| r.lease_deadline_ms);
-            let ctx = self.ctx_for(&state.task, attempt, lease_deadline_ms);
-            (ctx, state.task.agent.clone(), state.task.layers.clone())
+            super::ctx_for(&state.task, attempt, lease_deadline_ms, placement.delegated)
         };
         let p = Prepared {
             ctx,
@@ -79,10 +95,7 @@ impl Engine {
         // a `spawn` frame that never reached the MainAI is delivered now
         // (MainAIs ignore a spawn for a (task, attempt) they already run).
         // Without a stack, wait for the SubAgent's Final alone.
-        let joined = match (
-            self.inner.resolver.link(&agent, &layers),
-            self.reissue(&cell, p.ctx.id).await,
-        ) {
+        let joined = match (placement.stack, self.reissue(&cell, p.ctx.id).await) {
             (Ok(stack), Ok(credential)) => {
                 let minted = Minted {
                     credential: Ok(credential),

@@ -41,16 +41,17 @@ impl Engine {
         self.readmit(id);
     }
 
-    /// Asks the resolver whether the task's next attempt can start now, and
-    /// keeps the time the task began to wait.
-    pub(super) fn place(&self, cell: &Arc<TaskCell>) -> Place {
+    /// Whether the task's next attempt can start now, given the resolver's
+    /// `unavailable` answer for it, and keeps the time the task began to
+    /// wait.
+    pub(super) fn place(&self, cell: &Arc<TaskCell>, unavailable: Option<&str>) -> Place {
         let now_ms = self.inner.clock.now_ms();
         let mut state = cell.lock();
         let task = &state.task;
         if task.status().is_terminal() {
             return Place::Ready;
         }
-        let Some(reason) = self.inner.resolver.unavailable(task) else {
+        let Some(reason) = unavailable else {
             state.waiting_since_ms = None;
             return Place::Ready;
         };

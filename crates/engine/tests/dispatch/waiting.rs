@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use swarmd_engine::spawn::{AgentProfile, SpawnerAdapter, SpawnerResolver};
-use swarmd_engine::task::{SpawnerKind, Task, TaskStatus};
+use swarmd_engine::spawn::{AgentProfile, Route, SpawnerAdapter, SpawnerResolver};
+use swarmd_engine::task::{SpawnerKind, TaskStatus};
 use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver, memory_engine};
 use swarmd_engine::{EngineConfig, SpawnError};
 use tokio::time::Instant;
@@ -29,7 +29,7 @@ impl SpawnerResolver for Gated {
         self.inner.link(agent, layers)
     }
 
-    fn unavailable(&self, _task: &Task) -> Option<String> {
+    fn unavailable(&self, _task: Route<'_>) -> Option<String> {
         (!self.open.load(Ordering::Acquire)).then(|| "no session".to_owned())
     }
 }

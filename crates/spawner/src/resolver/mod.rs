@@ -14,8 +14,8 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use swarmd_engine::task::{ProcessGroupMark, SpawnerKind, Task};
-use swarmd_engine::{AgentProfile, SpawnError, SpawnerAdapter, SpawnerResolver};
+use swarmd_engine::task::{ProcessGroupMark, SpawnerKind};
+use swarmd_engine::{AgentProfile, Route, SpawnError, SpawnerAdapter, SpawnerResolver};
 
 pub use build::standard_layers;
 pub use error::{ConfigError, ConfigErrors};
@@ -145,8 +145,8 @@ impl SpawnerResolver for StackResolver {
 
     /// An operator agent's attempt waits while no session can take it: no
     /// holder of its role, or no MainAI session at all.
-    fn unavailable(&self, task: &Task) -> Option<String> {
-        let route = self.agents.get(&task.agent)?.route.as_ref()?;
+    fn unavailable(&self, task: Route<'_>) -> Option<String> {
+        let route = self.agents.get(task.agent)?.route.as_ref()?;
         if self.delegated(task) {
             return None;
         }
@@ -182,11 +182,11 @@ impl SpawnerResolver for StackResolver {
     /// When the agent's stack names `operator_delegate` (its own layers
     /// count as well as the task's) and the owning session is live with an
     /// operator channel.
-    fn delegated(&self, task: &Task) -> bool {
-        let stack_delegates = delegates(&task.layers)
+    fn delegated(&self, task: Route<'_>) -> bool {
+        let stack_delegates = delegates(task.layers)
             || self
                 .agents
-                .get(&task.agent)
+                .get(task.agent)
                 .is_some_and(|entry| delegates(&entry.layers));
         stack_delegates
             && task

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
-# server -> api -> sessions, config, client and flow-run; client -> spawner
+# server -> mcp -> api -> sessions, config, client and flow-run; client -> spawner
 # -> engine -> output-store; flow-run -> engine and flow; sessions and
 # spawner -> wire -> engine; sessions -> spawner and postgres; config ->
 # flow-run, spawner and postgres; with the PostgreSQL backend
@@ -38,36 +38,37 @@ forbid_direct() {
     done
 }
 
-forbid swarmd-output-store swarmd-api swarmd-config swarmd-engine swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tokio-postgres
-forbid swarmd-engine swarmd-api swarmd-config swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
-forbid swarmd-postgres swarmd-api swarmd-config swarmd-spawner swarmd-server swarmd-sessions axum mlua tokio-tungstenite hyper reqwest
+forbid swarmd-output-store swarmd-api swarmd-mcp swarmd-config swarmd-engine swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tokio-postgres
+forbid swarmd-engine swarmd-api swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
+forbid swarmd-postgres swarmd-api swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions axum mlua tokio-tungstenite hyper reqwest
 # The client speaks HTTP to a daemon: it never links the daemon, its stores
 # or its servers.
-forbid swarmd-client swarmd-api swarmd-config swarmd-server swarmd-sessions swarmd-postgres axum tokio-postgres tokio-tungstenite
+forbid swarmd-client swarmd-api swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres axum tokio-postgres tokio-tungstenite
 # The flow IR is data: no swarmd crate, no transport, no interpreter.
-forbid swarmd-flow swarmd-api swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres axum mlua tokio tokio-tungstenite hyper reqwest tokio-postgres
-forbid swarmd-spawner swarmd-api swarmd-config swarmd-server swarmd-sessions swarmd-postgres axum tokio-tungstenite hyper reqwest tokio-postgres
+forbid swarmd-flow swarmd-api swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres axum mlua tokio tokio-tungstenite hyper reqwest tokio-postgres
+forbid swarmd-spawner swarmd-api swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres axum tokio-tungstenite hyper reqwest tokio-postgres
 # The flow runner is a client of the engine, like the spawner stack: no
 # transport, no store driver, no interpreter (Lua flows are evaluated by
 # the daemon and handed over as IR).
-forbid swarmd-flow-run swarmd-api swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client axum mlua tokio-tungstenite hyper reqwest tokio-postgres
+forbid swarmd-flow-run swarmd-api swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client axum mlua tokio-tungstenite hyper reqwest tokio-postgres
 # The wire is plain serde data: no transport, no crate above the engine. It
 # links the engine for the ids, statuses and events its frames carry, and so
 # tokio through it, but uses no runtime itself.
-forbid swarmd-wire swarmd-api swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
+forbid swarmd-wire swarmd-api swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
 forbid_direct swarmd-wire tokio tokio-util futures-util
-# The API surfaces serve the engine and the sessions; the daemon binary
-# (and its MCP server) sits above them.
-forbid swarmd-api swarmd-server
+# The API surfaces serve the engine and the sessions; the MCP server is a
+# client of their functions, and the daemon binary sits above both.
+forbid swarmd-api swarmd-server swarmd-mcp
+forbid swarmd-mcp swarmd-server
 # The configuration is data read from files: no server, session, API
 # surface, client or transport.
-forbid swarmd-config swarmd-api swarmd-server swarmd-sessions swarmd-client axum hyper reqwest tokio-tungstenite rmcp
+forbid swarmd-config swarmd-api swarmd-mcp swarmd-server swarmd-sessions swarmd-client axum hyper reqwest tokio-tungstenite rmcp
 # The MainAI side (sessions, outboxes, frame encoding, a session's home in
 # a cluster) knows no API surface: no HTTP routes, MCP, client or flows.
 # It links axum only for the socket's text type.
-forbid swarmd-sessions swarmd-api swarmd-config swarmd-server swarmd-client swarmd-flow swarmd-flow-run reqwest rmcp
+forbid swarmd-sessions swarmd-api swarmd-mcp swarmd-config swarmd-server swarmd-client swarmd-flow swarmd-flow-run reqwest rmcp
 # The bench measures the protocol as any client sees it: no swarmd crate.
-forbid swarmd-bench swarmd-api swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run swarmd-wire
+forbid swarmd-bench swarmd-api swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run swarmd-wire
 
 if [ "$fail" -ne 0 ]; then
     exit 1

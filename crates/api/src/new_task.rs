@@ -1,6 +1,6 @@
 //! One create-task request for every surface: `POST /v1/tasks`, the MCP
 //! `spawn` tools and a MainAI's `spawn_task` frame each read their own
-//! wire shape into a [`NewTask`], and [`NewTask::into_spec`] is the one
+//! wire shape into a [`NewTask`], and `NewTask::into_spec` is the one
 //! place a request becomes the engine's `TaskSpec` (a new field is added
 //! here once, and the compiler names every surface that must fill it).
 

@@ -177,7 +177,7 @@ pub async fn build(
         config.agents.keys().cloned().collect(),
         swarmd_flow::Limits::default(),
         wait_secret,
-        Some(Arc::new(crate::mcp::changes::StepChanges {
+        Some(Arc::new(swarmd_mcp::changes::StepChanges {
             engine: engine.clone(),
             bases: worktree_bases(&config),
             git: branches.clone(),
@@ -377,10 +377,10 @@ pub fn link_agents(config: &Config, env: &Environment) -> Result<(), BuildError>
 }
 
 /// Every agent exposed as an MCP tool is named as model APIs take a
-/// function and hides no other tool (`mcp::check_tool_name`).
+/// function and hides no other tool (`swarmd_mcp::check_tool_name`).
 fn check_tool_names(config: &Config) -> Result<(), BuildError> {
     for (name, _) in config.agents.iter().filter(|(_, a)| a.expose_as_tool) {
-        crate::mcp::check_tool_name(name).map_err(|reason| {
+        swarmd_mcp::check_tool_name(name).map_err(|reason| {
             BuildError::ToolName(ConfigError::Invalid {
                 key: format!("agents.{name}.expose_as_tool"),
                 reason,

@@ -1,6 +1,7 @@
-//! The `swarmd` daemon: configuration, state directory, systemd integration,
-//! the CLI and its HTTP clients, and `run`, which serves the API on a bound
-//! listener until the shutdown token fires.
+//! The `swarmd` daemon binary: its assembly from the configuration
+//! (`daemon`), the state directory, systemd integration, the CLI, and
+//! `run`, which serves the API (`swarmd-api`) and the MCP server
+//! (`swarmd-mcp`) on a bound listener until the shutdown token fires.
 //!
 //! `commands::serve` builds what `run` needs (config, state, systemd
 //! notifier, shutdown token, listener) and passes it in; nothing here reads
@@ -12,7 +13,6 @@ pub mod cli;
 
 pub mod commands;
 pub mod daemon;
-pub mod mcp;
 pub mod shutdown;
 pub mod state;
 pub mod systemd;
@@ -161,7 +161,7 @@ pub async fn run(
     );
 
     let http_stop = CancellationToken::new();
-    let router = swarmd_api::router(app.clone(), crate::mcp::routes(&app));
+    let router = swarmd_api::router(app.clone(), swarmd_mcp::routes(&app));
     let limits = accept::ConnLimits::resolve(
         &config.server,
         config.limits.max_running,

@@ -183,7 +183,7 @@ impl Writer<'_> {
 }
 
 /// The text of a `spawn` about to go out. A token expiring within
-/// [`REMINT_WITHIN_SECS`] is re-minted first (and the queued copy updated);
+/// `REMINT_WITHIN_SECS` is re-minted first (and the queued copy updated);
 /// a spawn whose attempt is over is dropped with its waiter. A spawn to an
 /// upstream session is recorded in `upstream`.
 pub async fn prepare_spawn(

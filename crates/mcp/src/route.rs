@@ -52,7 +52,7 @@ const STREAMS_GRACE: Duration = Duration::from_secs(1);
 const RETRY_AFTER_SECS: &str = "30";
 
 /// The `/mcp` route.
-pub(crate) fn routes(state: &AppState) -> Router<AppState> {
+pub fn routes(state: &AppState) -> Router<AppState> {
     let limit = usize::try_from(state.config.limits.max_body_bytes).unwrap_or(usize::MAX);
     let mcp = &state.config.mcp;
     let (total, per_credential) = (

@@ -21,7 +21,7 @@
 
 mod agent_tools;
 mod branches;
-pub(crate) mod changes;
+pub mod changes;
 mod fanout;
 mod flow_as_tool;
 mod flow_tools;
@@ -54,8 +54,8 @@ use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 use swarmd_api::http::error::ApiError;
 
-pub(crate) use agent_tools::check_tool_name;
-pub(crate) use route::routes;
+pub use agent_tools::check_tool_name;
+pub use route::routes;
 
 /// The tools of one MCP connection, acting for the caller of each request.
 #[derive(Debug, Clone)]

@@ -45,7 +45,7 @@ const MAX_TOOL_NAME: usize = 64;
 ///
 /// # Errors
 /// The reason, for `check-config` to print.
-pub(crate) fn check_tool_name(name: &str) -> Result<(), String> {
+pub fn check_tool_name(name: &str) -> Result<(), String> {
     let charset = name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));

@@ -4,9 +4,9 @@
 //!
 //! The facts are read from the `worktree` artifact the worktree module
 //! records when an attempt ends (docs/tasks.md, Worktrees), from the last
-//! [`SCAN`] records of each of the task's last [`ATTEMPTS`] attempts,
+//! `SCAN` records of each of the task's last `ATTEMPTS` attempts,
 //! newest first, so the read is bounded whatever the attempts wrote. The
-//! diff is cut at [`MAX_DIFF_BYTES`] (on a character boundary); `truncated`
+//! diff is cut at `MAX_DIFF_BYTES` (on a character boundary); `truncated`
 //! says whether it or the recorded one was cut.
 
 use schemars::JsonSchema;
@@ -23,12 +23,12 @@ use swarmd_api::app::AppState;
 /// the `task` tool without the diff, which stays in the attempt's output
 /// (the journal keeps the stat: files, insertions, deletions).
 #[derive(Debug, Clone)]
-pub(crate) struct StepChanges {
-    pub(crate) engine: Engine,
+pub struct StepChanges {
+    pub engine: Engine,
     /// Each worktree agent's repository and `base`, for a fan-out's pin.
-    pub(crate) bases: std::collections::BTreeMap<String, (std::path::PathBuf, String)>,
+    pub bases: std::collections::BTreeMap<String, (std::path::PathBuf, String)>,
     /// Git as the branches code runs it.
-    pub(crate) git: swarmd_spawner::worktree::branches::Branches,
+    pub git: swarmd_spawner::worktree::branches::Branches,
 }
 
 impl swarmd_flow_run::StepFacts for StepChanges {

@@ -66,6 +66,23 @@ struct Inner {
     claims: keys::ClaimsSlot,
 }
 
+/// The cluster's coordination rows on this database, apart from the
+/// stores: nodes, their leases, fencing and takeover (`nodes`), session
+/// homes and the session mailbox (`mail`), role locks (`roles`) and the
+/// owner of a live task (`owners`). A view on the same connections and
+/// fence as the stores (`PgDb::cluster`).
+#[derive(Clone, Debug)]
+pub struct PgCluster {
+    db: PgDb,
+}
+
+impl PgDb {
+    /// This database as the cluster's coordination rows.
+    pub fn cluster(&self) -> PgCluster {
+        PgCluster { db: self.clone() }
+    }
+}
+
 impl std::fmt::Debug for PgDb {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgDb")
@@ -178,7 +195,7 @@ impl PgDb {
         let (ack, acked) = oneshot::channel();
         if self.inner.jobs.send(writer::Command::Close(ack)).is_ok() {
             let _ = acked.await;
-            if let Err(error) = self.leave().await {
+            if let Err(error) = self.cluster().leave().await {
                 tracing::warn!(%error, "could not mark this node as left");
             }
         }

@@ -16,7 +16,7 @@ use swarmd_engine::store::SessionRecord;
 use swarmd_output_store::StoreError;
 use uuid::Uuid;
 
-use crate::PgDb;
+use crate::PgCluster;
 use crate::connect::db_error;
 use crate::nodes::{EventWake, NodeId};
 use crate::tasks_read::decode;
@@ -109,14 +109,14 @@ fn homed(row: &tokio_postgres::Row) -> Result<HomedSession, StoreError> {
     })
 }
 
-impl PgDb {
+impl PgCluster {
     /// The stored session `sid`, with its home.
     ///
     /// # Errors
     ///
     /// `StoreError::Database` when the read fails.
     pub async fn session_by_sid(&self, sid: SessionId) -> Result<Option<HomedSession>, StoreError> {
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         let row = client
             .query_opt(
                 "SELECT body, home_node FROM sessions WHERE sid = $1",
@@ -136,7 +136,7 @@ impl PgDb {
         &self,
         digest: &str,
     ) -> Result<Option<HomedSession>, StoreError> {
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         let row = client
             .query_opt(
                 "SELECT body, home_node FROM sessions
@@ -158,7 +158,7 @@ impl PgDb {
         &self,
         after_ms: i64,
     ) -> Result<Vec<HomedSession>, StoreError> {
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         let rows = client
             .query(
                 "SELECT body, home_node FROM sessions
@@ -182,7 +182,7 @@ impl PgDb {
         if roles.is_empty() {
             return Ok(Vec::new());
         }
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         let rows = client
             .query(
                 "SELECT body, home_node FROM sessions WHERE ((body::jsonb) -> 'roles') ?| $1::text[]",
@@ -199,7 +199,7 @@ impl PgDb {
     ///
     /// `StoreError::Database` when the read fails.
     pub async fn session_homes(&self) -> Result<Vec<(SessionId, Option<NodeId>)>, StoreError> {
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         let rows = client
             .query("SELECT sid, home_node FROM sessions", &[])
             .await
@@ -221,7 +221,7 @@ impl PgDb {
     /// `StoreError::Fenced` when this node is fenced; `StoreError::Database`
     /// when the write fails.
     pub async fn adopt_orphan_sessions(&self, node: NodeId) -> Result<Vec<Homed>, StoreError> {
-        let mut client = self.reader().await?;
+        let mut client = self.db.reader().await?;
         let tx = self.fenced(&mut client).await?;
         tx.execute(
             "DELETE FROM session_mail WHERE to_node IN
@@ -267,7 +267,7 @@ impl PgDb {
         sid: SessionId,
         node: NodeId,
     ) -> Result<Option<Homed>, StoreError> {
-        let mut client = self.reader().await?;
+        let mut client = self.db.reader().await?;
         let tx = self.fenced(&mut client).await?;
         let row = tx
             .query_opt(
@@ -305,7 +305,7 @@ impl PgDb {
         let kinds: Vec<&str> = mail.iter().map(|m| m.kind.as_str()).collect();
         let req_ids: Vec<Option<&str>> = mail.iter().map(|m| m.req_id.as_deref()).collect();
         let bodies: Vec<&str> = mail.iter().map(|m| m.body.as_str()).collect();
-        let mut client = self.reader().await?;
+        let mut client = self.db.reader().await?;
         let tx = self.fenced(&mut client).await?;
         let sent = tx
             .query_opt(
@@ -346,7 +346,7 @@ impl PgDb {
         client: &'c mut deadpool_postgres::Object,
     ) -> Result<deadpool_postgres::Transaction<'c>, StoreError> {
         let tx = client.transaction().await.map_err(db_error)?;
-        if let Some((node, epoch)) = self.fence().node() {
+        if let Some((node, epoch)) = self.db.fence().node() {
             let fenced = tx
                 .execute("SELECT swarmd_fence($1, $2)", &[&node, &epoch])
                 .await
@@ -373,7 +373,7 @@ impl PgDb {
         after: i64,
         limit: i64,
     ) -> Result<Vec<Mail>, StoreError> {
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         let rows = client
             .query(
                 "SELECT m.id, m.sid, m.to_node, m.reply_to, m.kind, m.req_id, m.body
@@ -407,7 +407,7 @@ impl PgDb {
         if ids.is_empty() {
             return Ok(());
         }
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         client
             .execute("DELETE FROM session_mail WHERE id = ANY($1)", &[&ids])
             .await
@@ -422,7 +422,7 @@ impl PgDb {
     ///
     /// `StoreError::Database` when the write fails.
     pub async fn withdraw_mail(&self, sid: SessionId, req_id: &str) -> Result<bool, StoreError> {
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         let deleted = client
             .execute(
                 "DELETE FROM session_mail WHERE sid = $1 AND req_id = $2 AND to_node IS NULL",

@@ -16,9 +16,9 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use uuid::Uuid;
 
-use crate::PgDb;
 use crate::connect::{self, db_error};
 use crate::live::{self, Scope};
+use crate::{PgCluster, PgDb};
 
 /// A node's stable id (`<state_dir>/node_id` or `cluster.node_id`).
 pub type NodeId = Uuid;
@@ -70,7 +70,9 @@ impl PgDb {
     pub(crate) fn fence(&self) -> &crate::writer::Fence {
         &self.inner.fence
     }
+}
 
+impl PgCluster {
     /// Registers this node with a new epoch (fencing its previous
     /// incarnation, whose tasks it keeps and recovers), marks it alive,
     /// and adopts live tasks nobody owns. From then on every write group
@@ -85,7 +87,7 @@ impl PgDb {
         node: NodeId,
         advertise_url: &str,
     ) -> Result<Registration, StoreError> {
-        let mut client = self.reader().await?;
+        let mut client = self.db.reader().await?;
         let tx = client.transaction().await.map_err(db_error)?;
         let epoch: i64 = tx
             .query_one(
@@ -108,7 +110,7 @@ impl PgDb {
             .await
             .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
-        self.fence().set(node, epoch);
+        self.db.fence().set(node, epoch);
         Ok(Registration {
             node,
             epoch,
@@ -124,10 +126,10 @@ impl PgDb {
     ///
     /// `StoreError::Database` when the database cannot be reached.
     pub async fn heartbeat(&self) -> Result<bool, StoreError> {
-        let Some((node, epoch)) = self.fence().node() else {
+        let Some((node, epoch)) = self.db.fence().node() else {
             return Ok(true);
         };
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         let renewed = client
             .execute(
                 "UPDATE nodes SET heartbeat_at = now()
@@ -142,13 +144,13 @@ impl PgDb {
     /// Whether a write group found this node fenced (or `mark_fenced` was
     /// called): every later write fails with `StoreError::Fenced`.
     pub fn is_fenced(&self) -> bool {
-        self.fence().is_fenced()
+        self.db.fence().is_fenced()
     }
 
     /// Refuses every later write with `StoreError::Fenced`, without asking
     /// the database.
     pub fn mark_fenced(&self) {
-        self.fence().mark_fenced();
+        self.db.fence().mark_fenced();
     }
 
     /// Takes over every node whose lease ran out (`heartbeat_at` older
@@ -162,10 +164,10 @@ impl PgDb {
     /// `StoreError::Fenced` when this node itself is no longer alive;
     /// `StoreError::Database` otherwise.
     pub async fn take_over_expired(&self, lease: Duration) -> Result<Vec<Takeover>, StoreError> {
-        let Some((me, my_epoch)) = self.fence().node() else {
+        let Some((me, my_epoch)) = self.db.fence().node() else {
             return Ok(Vec::new());
         };
-        let mut client = self.reader().await?;
+        let mut client = self.db.reader().await?;
         let candidates: Vec<(Uuid, i64)> = client
             .query(
                 "SELECT n.id, n.epoch FROM nodes n
@@ -256,7 +258,7 @@ impl PgDb {
         now_secs: u64,
     ) -> Result<LiveSnapshot, StoreError> {
         let ids = tasks.iter().map(|id| id.as_uuid()).collect();
-        live::load_live(self, now_secs, Scope::Tasks(ids)).await
+        live::load_live(&self.db, now_secs, Scope::Tasks(ids)).await
     }
 
     /// Marks this node as left (a clean shutdown): the others take its
@@ -266,10 +268,10 @@ impl PgDb {
     ///
     /// `StoreError::Database` when the database refuses.
     pub async fn leave(&self) -> Result<(), StoreError> {
-        let Some((node, epoch)) = self.fence().node() else {
+        let Some((node, epoch)) = self.db.fence().node() else {
             return Ok(());
         };
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         client
             .execute(
                 "UPDATE nodes SET state = 'left' WHERE id = $1 AND epoch = $2 AND state = 'alive'",
@@ -292,6 +294,7 @@ impl PgDb {
     /// `StoreError::Database` when the connection or the `LISTEN` fails.
     pub async fn listen_events(&self) -> Result<EventWake, StoreError> {
         let own = self
+            .db
             .fence()
             .node()
             .map(|(node, _)| node.to_string())
@@ -306,7 +309,7 @@ impl PgDb {
         channel: &str,
         own: Option<String>,
     ) -> Result<EventWake, StoreError> {
-        let (client, mut connection) = connect::connect(&self.inner.config).await?;
+        let (client, mut connection) = connect::connect(&self.db.inner.config).await?;
         let (wake, woken) = mpsc::channel(1);
         tokio::spawn(async move {
             loop {

@@ -7,7 +7,7 @@ use swarmd_engine::ids::{RunId, TaskId};
 use swarmd_engine::store::HandleRecord;
 use swarmd_output_store::StoreError;
 
-use crate::PgDb;
+use crate::PgCluster;
 use crate::connect::db_error;
 use crate::nodes::NodeId;
 
@@ -38,7 +38,7 @@ const COLUMNS: &str = "SELECT t.id, t.owner_node, n.advertise_url, n.state = 'al
      FROM tasks t JOIN nodes n ON n.id = t.owner_node
      WHERE t.finished_ms IS NULL AND ";
 
-impl PgDb {
+impl PgCluster {
     /// The owner of the live task `key` names; `None` when the task is
     /// finished, unknown, or owned by no node.
     ///
@@ -46,7 +46,7 @@ impl PgDb {
     ///
     /// `StoreError::Database` when the read fails.
     pub async fn live_owner(&self, key: OwnerKey) -> Result<Option<TaskOwner>, StoreError> {
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         let row = match key {
             OwnerKey::Task(id) => {
                 let sql = format!("{COLUMNS}t.id = $1");
@@ -94,7 +94,7 @@ impl PgDb {
         digest: [u8; 32],
         now_secs: u64,
     ) -> Result<Option<HandleRecord>, StoreError> {
-        let client = self.reader().await?;
+        let client = self.db.reader().await?;
         let statement = client
             .prepare_cached("SELECT body FROM handles WHERE digest = $1 AND exp_secs > $2 LIMIT 1")
             .await

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use swarmd_output_store::StoreError;
 
-use crate::PgDb;
+use crate::PgCluster;
 use crate::connect::db_error;
 
 /// The first key of every role lock: "swRo" in ASCII.
@@ -32,7 +32,7 @@ pub struct RoleLock {
     client: Option<deadpool_postgres::Object>,
 }
 
-impl PgDb {
+impl PgCluster {
     /// Locks every role name of `roles` for one login, waiting for a login
     /// of the same names on any node to end.
     ///
@@ -45,7 +45,7 @@ impl PgDb {
         names.sort_unstable();
         names.dedup();
         let lock = RoleLock {
-            client: Some(self.reader().await?),
+            client: Some(self.db.reader().await?),
         };
         let deadline = tokio::time::Instant::now() + LOCK_PATIENCE;
         let mut pause = RETRY_FIRST;

@@ -124,7 +124,7 @@ pub async fn build(
         (Some(db), Some(node)) => SessionRegistry::in_cluster(
             swarmd_api::app::session_settings(&config),
             clock.clone(),
-            db.clone(),
+            db.cluster(),
             node,
         ),
         _ => SessionRegistry::new(swarmd_api::app::session_settings(&config), clock.clone()),

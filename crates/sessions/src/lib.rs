@@ -50,7 +50,7 @@ use swarmd_engine::clock::Clock;
 use swarmd_engine::ids::SessionId;
 use swarmd_engine::store::SessionKind;
 use swarmd_engine::store::SessionRecord;
-use swarmd_postgres::{NodeId, PgDb};
+use swarmd_postgres::{NodeId, PgCluster};
 use swarmd_spawner::operator::{LiveSession, SessionDirectory};
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -187,13 +187,14 @@ impl SessionRegistry {
         Self::build(settings, clock, None)
     }
 
-    /// An empty registry of cluster node `node` on `db` (its mail queue
-    /// starts here, so this runs inside the runtime). `join_cluster` reads
+    /// An empty registry of cluster node `node`, reaching the other nodes
+    /// through the coordination rows `db` (its mail queue starts here, so
+    /// this runs inside the runtime). `join_cluster` reads
     /// the sessions' homes before `restore`.
     pub fn in_cluster(
         settings: SessionSettings,
         clock: Arc<dyn Clock>,
-        db: PgDb,
+        db: PgCluster,
         node: NodeId,
     ) -> Arc<Self> {
         let cluster = postbox::SessionCluster::new(db, node, clock.now_ms());

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use swarmd_engine::ids::SessionId;
 use swarmd_output_store::StoreError;
-use swarmd_postgres::{NewMail, NodeId, PgDb};
+use swarmd_postgres::{NewMail, NodeId, PgCluster};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::mail::{self, REPLY};
@@ -25,7 +25,7 @@ const SEND_RETRY_MAX: Duration = Duration::from_secs(5);
 /// This node's part in the sessions of a cluster.
 #[derive(Debug)]
 pub(crate) struct SessionCluster {
-    pub(crate) db: PgDb,
+    pub(crate) db: PgCluster,
     pub(crate) node: NodeId,
     pub(crate) post: Postbox,
     /// Session mail pushed into an outbox here and not yet sent: mail id →
@@ -48,7 +48,7 @@ pub(crate) struct SessionCluster {
 impl SessionCluster {
     /// Node `node`'s part on `db`, its mail queue started; the homes are
     /// read at `join_cluster`. `now_ms` is where the session sync starts.
-    pub(crate) fn new(db: PgDb, node: NodeId, now_ms: u64) -> SessionCluster {
+    pub(crate) fn new(db: PgCluster, node: NodeId, now_ms: u64) -> SessionCluster {
         SessionCluster {
             post: Postbox::start(db.clone()),
             db,
@@ -130,7 +130,7 @@ pub(crate) type SendMail =
     Box<dyn Fn(Vec<NewMail>) -> BoxFuture<'static, Result<u64, StoreError>> + Send + Sync>;
 
 impl Postbox {
-    pub(super) fn start(db: PgDb) -> Postbox {
+    pub(super) fn start(db: PgCluster) -> Postbox {
         Postbox::start_with(Box::new(move |batch| {
             let db = db.clone();
             Box::pin(async move { db.send_mail(&batch).await })

@@ -99,7 +99,7 @@ impl Forwarder {
         let Some(key) = route::remote_key(engine, subject) else {
             return Route::Local;
         };
-        match self.db.live_owner(key).await {
+        match self.db.cluster().live_owner(key).await {
             Ok(None) => {
                 if let OwnerKey::Handle(digest) = key {
                     self.learn_handle(engine, digest).await;
@@ -121,6 +121,7 @@ impl Forwarder {
     async fn learn_handle(&self, engine: &Engine, digest: [u8; 32]) {
         match self
             .db
+            .cluster()
             .handle_record(digest, engine.clock().now_secs())
             .await
         {

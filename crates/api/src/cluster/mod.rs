@@ -108,6 +108,7 @@ pub async fn register(
     advertise_url: &str,
 ) -> Result<Registration, ClusterError> {
     let registration = db
+        .cluster()
         .register_node(node, advertise_url)
         .await
         .map_err(ClusterError::Register)?;

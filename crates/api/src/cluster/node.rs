@@ -44,18 +44,18 @@ pub(crate) async fn run(
             fence(&db, "this node's lease ran out before it could renew it").await;
         }
         let sent = Instant::now();
-        match db.heartbeat().await {
+        match db.cluster().heartbeat().await {
             Ok(true) => lease.renewed(sent),
             Ok(false) => fence(&db, "another node declared this node dead").await,
             Err(error) => tracing::warn!(%error, "heartbeat failed; retrying"),
         }
-        if db.is_fenced() {
+        if db.cluster().is_fenced() {
             fence(&db, "a write of this node was fenced").await;
         }
         for takeover in std::mem::take(&mut unread) {
             unread.extend(adopt(&engine, &db, takeover).await);
         }
-        match db.take_over_expired(lease_length).await {
+        match db.cluster().take_over_expired(lease_length).await {
             Ok(taken) => {
                 let runs: u64 = taken.iter().map(|t| t.runs).sum();
                 for takeover in taken {
@@ -79,6 +79,7 @@ pub(crate) async fn run(
 async fn adopt(engine: &Engine, db: &PgDb, takeover: Takeover) -> Option<Takeover> {
     let started = Instant::now();
     let snapshot = match db
+        .cluster()
         .load_taken(&takeover.tasks, engine.clock().now_secs())
         .await
     {
@@ -122,7 +123,7 @@ async fn adopt(engine: &Engine, db: &PgDb, takeover: Takeover) -> Option<Takeove
 /// in flight get their answer for a moment, then the process exits (its
 /// process agents die with it).
 async fn fence(db: &PgDb, why: &str) -> ! {
-    db.mark_fenced();
+    db.cluster().mark_fenced();
     tracing::error!(
         reason = why,
         "this node is fenced: its tasks belong to another node now; exiting"

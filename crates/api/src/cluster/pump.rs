@@ -27,7 +27,7 @@ pub(crate) async fn run(engine: Engine, db: PgDb, stop: CancellationToken) {
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if wake.is_none() {
-            match db.listen_events().await {
+            match db.cluster().listen_events().await {
                 Ok(listening) => wake = Some(listening),
                 Err(error) => tracing::warn!(%error, "cannot listen for events; polling"),
             }

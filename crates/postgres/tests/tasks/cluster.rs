@@ -21,8 +21,16 @@ async fn a_node_past_its_lease_is_taken_over_and_fenced() {
     let (a_id, b_id) = (Uuid::new_v4(), Uuid::new_v4());
     let a_db = PgDb::open(database.options()).await.unwrap();
     let b_db = PgDb::open(database.options()).await.unwrap();
-    let a_reg = a_db.register_node(a_id, "http://a").await.unwrap();
-    let b_reg = b_db.register_node(b_id, "http://b").await.unwrap();
+    let a_reg = a_db
+        .cluster()
+        .register_node(a_id, "http://a")
+        .await
+        .unwrap();
+    let b_reg = b_db
+        .cluster()
+        .register_node(b_id, "http://b")
+        .await
+        .unwrap();
     assert!(b_reg.epoch > a_reg.epoch);
     let (a, b) = (
         PgTaskStore::new(a_db.clone()),
@@ -70,24 +78,36 @@ async fn a_node_past_its_lease_is_taken_over_and_fenced() {
     assert_eq!(mine.last_event_seq, 4);
 
     // A fresh heartbeat: nobody is taken over.
-    assert!(a_db.heartbeat().await.unwrap());
-    assert!(b_db.take_over_expired(LEASE).await.unwrap().is_empty());
+    assert!(a_db.cluster().heartbeat().await.unwrap());
+    assert!(
+        b_db.cluster()
+            .take_over_expired(LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Node A's lease runs out (by the database's clock): B takes its task.
     a_db.execute_sql(&format!(
         "UPDATE nodes SET heartbeat_at = now() - interval '1 minute' WHERE id = '{a_id}'"
     ))
     .await;
-    let taken = b_db.take_over_expired(LEASE).await.unwrap();
+    let taken = b_db.cluster().take_over_expired(LEASE).await.unwrap();
     assert_eq!(taken.len(), 1);
     assert_eq!((taken[0].node, taken[0].epoch), (a_id, a_reg.epoch));
     assert_eq!(taken[0].tasks, [on_a.id]);
-    let snapshot = b_db.load_taken(&taken[0].tasks, 0).await.unwrap();
+    let snapshot = b_db.cluster().load_taken(&taken[0].tasks, 0).await.unwrap();
     assert_eq!(snapshot.tasks, std::slice::from_ref(&on_a));
-    assert!(b_db.take_over_expired(LEASE).await.unwrap().is_empty());
+    assert!(
+        b_db.cluster()
+            .take_over_expired(LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Node A learns it at its heartbeat, and its late writes change nothing.
-    assert!(!a_db.heartbeat().await.unwrap());
+    assert!(!a_db.cluster().heartbeat().await.unwrap());
     let mut late = on_a.clone();
     late.prompt = "late".to_owned();
     let refused = commit(
@@ -97,7 +117,7 @@ async fn a_node_past_its_lease_is_taken_over_and_fenced() {
     .await
     .unwrap_err();
     assert!(refused.is_fenced(), "{refused}");
-    assert!(a_db.is_fenced());
+    assert!(a_db.cluster().is_fenced());
     assert_eq!(b.task(on_a.id).await.unwrap().unwrap(), on_a);
     assert_eq!(b.events_after(0, 10).await.unwrap().len(), 4);
     // B writes on; the log stays gapless.
@@ -113,13 +133,21 @@ async fn a_restarted_node_fences_its_previous_incarnation_and_keeps_its_tasks() 
     let database = fresh_database().await;
     let id = Uuid::new_v4();
     let old_db = PgDb::open(database.options()).await.unwrap();
-    let old_reg = old_db.register_node(id, "http://a").await.unwrap();
+    let old_reg = old_db
+        .cluster()
+        .register_node(id, "http://a")
+        .await
+        .unwrap();
     let old = PgTaskStore::new(old_db.clone());
     let task = new_task("a", 1);
     commit(&old, vec![put(&task)]).await.unwrap();
 
     let new_db = PgDb::open(database.options()).await.unwrap();
-    let new_reg = new_db.register_node(id, "http://a").await.unwrap();
+    let new_reg = new_db
+        .cluster()
+        .register_node(id, "http://a")
+        .await
+        .unwrap();
     assert!(new_reg.epoch > old_reg.epoch);
     let new = PgTaskStore::new(new_db.clone());
     assert_eq!(
@@ -129,7 +157,7 @@ async fn a_restarted_node_fences_its_previous_incarnation_and_keeps_its_tasks() 
 
     let refused = commit(&old, vec![put(&task)]).await.unwrap_err();
     assert!(refused.is_fenced(), "{refused}");
-    assert!(!old_db.heartbeat().await.unwrap());
+    assert!(!old_db.cluster().heartbeat().await.unwrap());
     commit(&new, vec![put(&task)]).await.unwrap();
-    assert!(new_db.heartbeat().await.unwrap());
+    assert!(new_db.cluster().heartbeat().await.unwrap());
 }

@@ -23,10 +23,12 @@ async fn two_nodes() -> (
     let database = fresh_database().await;
     let a_db = PgDb::open(database.options()).await.unwrap();
     let b_db = PgDb::open(database.options()).await.unwrap();
-    a_db.register_node(Uuid::new_v4(), "http://a")
+    a_db.cluster()
+        .register_node(Uuid::new_v4(), "http://a")
         .await
         .unwrap();
-    b_db.register_node(Uuid::new_v4(), "http://b")
+    b_db.cluster()
+        .register_node(Uuid::new_v4(), "http://b")
         .await
         .unwrap();
     let (a, b) = (
@@ -108,7 +110,10 @@ async fn an_unrecorded_claim_is_waited_for_then_taken_from_a_fenced_claimant() {
     );
     a_db.execute_sql("UPDATE nodes SET heartbeat_at = now() - interval '1 minute' WHERE epoch = (SELECT min(epoch) FROM nodes)")
         .await;
-    assert_eq!(b_db.take_over_expired(LEASE).await.unwrap().len(), 1);
+    assert_eq!(
+        b_db.cluster().take_over_expired(LEASE).await.unwrap().len(),
+        1
+    );
     let retried = new_task("b", 2);
     let started = Instant::now();
     assert_eq!(

@@ -46,7 +46,7 @@ async fn two_nodes() -> (TestDatabase, (Uuid, PgDb), (Uuid, PgDb)) {
     for url in ["http://a", "http://b"] {
         let id = Uuid::new_v4();
         let db = PgDb::open(database.options()).await.unwrap();
-        db.register_node(id, url).await.unwrap();
+        db.cluster().register_node(id, url).await.unwrap();
         nodes.push((id, db));
     }
     let b = nodes.pop().unwrap();
@@ -66,17 +66,23 @@ async fn mail_follows_the_session_home_in_order() {
         vec![WriteOp::PutSession(Box::new(session.clone()))],
     )
     .await;
-    let found = b_db.session_by_sid(sid).await.unwrap().unwrap();
+    let found = b_db.cluster().session_by_sid(sid).await.unwrap().unwrap();
     assert_eq!((found.record, found.home), (session.clone(), Some(a_id)));
-    let by_digest = b_db.session_by_digest(&"ab".repeat(32)).await.unwrap();
+    let by_digest = b_db
+        .cluster()
+        .session_by_digest(&"ab".repeat(32))
+        .await
+        .unwrap();
     assert_eq!(by_digest.map(|h| h.record.sid), Some(sid));
     assert!(
-        b_db.session_by_digest(&"cd".repeat(32))
+        b_db.cluster()
+            .session_by_digest(&"cd".repeat(32))
             .await
             .unwrap()
             .is_none()
     );
     let holders = b_db
+        .cluster()
         .sessions_with_roles(&["senior".into(), "main-ai".into()])
         .await
         .unwrap();
@@ -85,15 +91,26 @@ async fn mail_follows_the_session_home_in_order() {
         [sid]
     );
     assert_eq!(
-        b_db.sessions_created_after(4).await.unwrap().len(),
+        b_db.cluster()
+            .sessions_created_after(4)
+            .await
+            .unwrap()
+            .len(),
         1,
         "a login is seen by its created_ms"
     );
-    assert!(b_db.sessions_created_after(5).await.unwrap().is_empty());
+    assert!(
+        b_db.cluster()
+            .sessions_created_after(5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Frames from B wait for the session's home, A, in order; a reply
     // waits for the node it is for.
     let sent = b_db
+        .cluster()
         .send_mail(&[frame(sid, 1), frame(sid, 2), frame(sid, 3)])
         .await
         .unwrap();
@@ -103,36 +120,59 @@ async fn mail_follows_the_session_home_in_order() {
         kind: "reply".into(),
         ..frame(sid, 9)
     };
-    a_db.send_mail(&[reply]).await.unwrap();
+    a_db.cluster().send_mail(&[reply]).await.unwrap();
     let bodies = |mail: Vec<swarmd_postgres::Mail>| -> Vec<String> {
         mail.into_iter().map(|m| m.body).collect()
     };
     assert_eq!(
-        bodies(a_db.mail_for(a_id, 0, 100).await.unwrap()),
+        bodies(a_db.cluster().mail_for(a_id, 0, 100).await.unwrap()),
         ["1", "2", "3"]
     );
-    assert_eq!(bodies(b_db.mail_for(b_id, 0, 100).await.unwrap()), ["9"]);
-    let page = a_db.mail_for(a_id, 0, 2).await.unwrap();
+    assert_eq!(
+        bodies(b_db.cluster().mail_for(b_id, 0, 100).await.unwrap()),
+        ["9"]
+    );
+    let page = a_db.cluster().mail_for(a_id, 0, 2).await.unwrap();
     let after = page.last().unwrap().id;
-    assert_eq!(bodies(a_db.mail_for(a_id, after, 2).await.unwrap()), ["3"]);
+    assert_eq!(
+        bodies(a_db.cluster().mail_for(a_id, after, 2).await.unwrap()),
+        ["3"]
+    );
 
     // The session moves to B: its frames follow it.
-    let moved = b_db.move_session_home(sid, b_id).await.unwrap().unwrap();
+    let moved = b_db
+        .cluster()
+        .move_session_home(sid, b_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((moved.sid, moved.previous), (sid, Some(a_id)));
-    assert!(a_db.mail_for(a_id, 0, 100).await.unwrap().is_empty());
-    let on_b = b_db.mail_for(b_id, 0, 100).await.unwrap();
+    assert!(
+        a_db.cluster()
+            .mail_for(a_id, 0, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let on_b = b_db.cluster().mail_for(b_id, 0, 100).await.unwrap();
     assert_eq!(bodies(on_b.clone()), ["1", "2", "3", "9"]);
 
     // Delivered and withdrawn mail goes; a session that is gone gets none.
-    b_db.delete_mail(&[on_b[0].id]).await.unwrap();
-    assert!(b_db.withdraw_mail(sid, "r-2").await.unwrap());
+    b_db.cluster().delete_mail(&[on_b[0].id]).await.unwrap();
+    assert!(b_db.cluster().withdraw_mail(sid, "r-2").await.unwrap());
     assert_eq!(
-        bodies(b_db.mail_for(b_id, 0, 100).await.unwrap()),
+        bodies(b_db.cluster().mail_for(b_id, 0, 100).await.unwrap()),
         ["3", "9"]
     );
     let gone = SessionId::new();
-    assert_eq!(b_db.send_mail(&[frame(gone, 1)]).await.unwrap(), 0);
-    assert_eq!(b_db.move_session_home(gone, b_id).await.unwrap(), None);
+    assert_eq!(
+        b_db.cluster().send_mail(&[frame(gone, 1)]).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        b_db.cluster().move_session_home(gone, b_id).await.unwrap(),
+        None
+    );
     apply(
         &PgTaskStore::new(b_db.clone()),
         vec![WriteOp::DeleteSession(sid)],
@@ -157,9 +197,14 @@ async fn a_fenced_node_neither_moves_a_session_nor_sends_mail() {
     )
     .await;
     // Alive, A may take the session home and send it mail.
-    let moved = a_db.move_session_home(sid, a_id).await.unwrap().unwrap();
+    let moved = a_db
+        .cluster()
+        .move_session_home(sid, a_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(moved.previous, Some(b_id));
-    assert_eq!(a_db.send_mail(&[frame(sid, 1)]).await.unwrap(), 1);
+    assert_eq!(a_db.cluster().send_mail(&[frame(sid, 1)]).await.unwrap(), 1);
 
     // A's lease runs out and B takes it over: A is fenced.
     a_db.execute_sql(&format!(
@@ -167,27 +212,40 @@ async fn a_fenced_node_neither_moves_a_session_nor_sends_mail() {
     ))
     .await;
     assert_eq!(
-        b_db.take_over_expired(std::time::Duration::from_secs(2))
+        b_db.cluster()
+            .take_over_expired(std::time::Duration::from_secs(2))
             .await
             .unwrap()
             .len(),
         1
     );
-    let moved = b_db.move_session_home(sid, b_id).await.unwrap();
+    let moved = b_db.cluster().move_session_home(sid, b_id).await.unwrap();
     assert_eq!(moved.map(|m| m.previous), Some(Some(a_id)));
 
-    let refused = a_db.move_session_home(sid, a_id).await.unwrap_err();
+    let refused = a_db
+        .cluster()
+        .move_session_home(sid, a_id)
+        .await
+        .unwrap_err();
     assert!(refused.is_fenced(), "{refused}");
-    assert!(a_db.is_fenced());
-    let refused = a_db.send_mail(&[frame(sid, 2)]).await.unwrap_err();
+    assert!(a_db.cluster().is_fenced());
+    let refused = a_db
+        .cluster()
+        .send_mail(&[frame(sid, 2)])
+        .await
+        .unwrap_err();
     assert!(refused.is_fenced(), "{refused}");
-    let refused = a_db.adopt_orphan_sessions(a_id).await.unwrap_err();
+    let refused = a_db
+        .cluster()
+        .adopt_orphan_sessions(a_id)
+        .await
+        .unwrap_err();
     assert!(refused.is_fenced(), "{refused}");
     // Nothing of A's late writes is there: the session stays on B, and
     // only the mail A sent while alive waits for it.
-    let found = b_db.session_by_sid(sid).await.unwrap().unwrap();
+    let found = b_db.cluster().session_by_sid(sid).await.unwrap().unwrap();
     assert_eq!(found.home, Some(b_id));
-    let mail = b_db.mail_for(b_id, 0, 10).await.unwrap();
+    let mail = b_db.cluster().mail_for(b_id, 0, 10).await.unwrap();
     assert_eq!(
         mail.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
         ["1"]
@@ -202,7 +260,12 @@ async fn a_new_home_reads_the_watermark_the_previous_home_stored() {
     let sid = session.sid;
     let store = PgTaskStore::new(a_db.clone());
     apply(&store, vec![WriteOp::PutSession(Box::new(session.clone()))]).await;
-    let moved = b_db.move_session_home(sid, b_id).await.unwrap().unwrap();
+    let moved = b_db
+        .cluster()
+        .move_session_home(sid, b_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((moved.previous, moved.done_through), (Some(a_id), Some(41)));
 
     // B dies; A adopts the session with the watermark B's record holds.
@@ -217,10 +280,11 @@ async fn a_new_home_reads_the_watermark_the_previous_home_stored() {
         "UPDATE nodes SET heartbeat_at = now() - interval '1 minute' WHERE id = '{b_id}'"
     ))
     .await;
-    a_db.take_over_expired(std::time::Duration::from_secs(2))
+    a_db.cluster()
+        .take_over_expired(std::time::Duration::from_secs(2))
         .await
         .unwrap();
-    let adopted = a_db.adopt_orphan_sessions(a_id).await.unwrap();
+    let adopted = a_db.cluster().adopt_orphan_sessions(a_id).await.unwrap();
     assert_eq!(
         adopted,
         [swarmd_postgres::Homed {
@@ -232,9 +296,10 @@ async fn a_new_home_reads_the_watermark_the_previous_home_stored() {
     // A record without one reads as none.
     let bare = record(&"01".repeat(32), &[]);
     apply(&store, vec![WriteOp::PutSession(Box::new(bare.clone()))]).await;
-    let moved = b_db.move_session_home(bare.sid, b_id).await;
+    let moved = b_db.cluster().move_session_home(bare.sid, b_id).await;
     assert!(moved.unwrap_err().is_fenced(), "B was declared dead");
     let moved = a_db
+        .cluster()
         .move_session_home(bare.sid, a_id)
         .await
         .unwrap()

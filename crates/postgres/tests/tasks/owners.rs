@@ -14,7 +14,10 @@ async fn the_owner_of_a_live_task_is_found_by_id_and_by_handle_digest() {
     let database = fresh_database().await;
     let node = Uuid::new_v4();
     let db = PgDb::open(database.options()).await.unwrap();
-    db.register_node(node, "http://node-a:7070").await.unwrap();
+    db.cluster()
+        .register_node(node, "http://node-a:7070")
+        .await
+        .unwrap();
     let store = PgTaskStore::new(db.clone());
     let task = new_task("a", 1);
     commit(&store, vec![put(&task)]).await.unwrap();
@@ -28,6 +31,7 @@ async fn the_owner_of_a_live_task_is_found_by_id_and_by_handle_digest() {
     .await;
 
     let by_id = db
+        .cluster()
         .live_owner(OwnerKey::Task(task.id))
         .await
         .unwrap()
@@ -36,10 +40,17 @@ async fn the_owner_of_a_live_task_is_found_by_id_and_by_handle_digest() {
     assert_eq!(by_id.node, node);
     assert_eq!(by_id.advertise_url, "http://node-a:7070");
     assert!(by_id.alive);
-    let by_handle = db.live_owner(OwnerKey::Handle(digest)).await.unwrap();
+    let by_handle = db
+        .cluster()
+        .live_owner(OwnerKey::Handle(digest))
+        .await
+        .unwrap();
     assert_eq!(by_handle, Some(by_id));
     assert_eq!(
-        db.live_owner(OwnerKey::Handle([8; 32])).await.unwrap(),
+        db.cluster()
+            .live_owner(OwnerKey::Handle([8; 32]))
+            .await
+            .unwrap(),
         None
     );
 
@@ -49,6 +60,7 @@ async fn the_owner_of_a_live_task_is_found_by_id_and_by_handle_digest() {
     ))
     .await;
     let dead = db
+        .cluster()
         .live_owner(OwnerKey::Task(task.id))
         .await
         .unwrap()
@@ -61,6 +73,18 @@ async fn the_owner_of_a_live_task_is_found_by_id_and_by_handle_digest() {
         task.id.as_uuid()
     ))
     .await;
-    assert_eq!(db.live_owner(OwnerKey::Task(task.id)).await.unwrap(), None);
-    assert_eq!(db.live_owner(OwnerKey::Handle(digest)).await.unwrap(), None);
+    assert_eq!(
+        db.cluster()
+            .live_owner(OwnerKey::Task(task.id))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        db.cluster()
+            .live_owner(OwnerKey::Handle(digest))
+            .await
+            .unwrap(),
+        None
+    );
 }

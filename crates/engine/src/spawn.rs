@@ -179,18 +179,6 @@ pub struct Route<'a> {
     pub operator_sid: Option<SessionId>,
 }
 
-impl<'a> Route<'a> {
-    /// The route of `task`.
-    pub fn of(task: &'a Task) -> Route<'a> {
-        Route {
-            agent: &task.agent,
-            layers: &task.layers,
-            session: task.session,
-            operator_sid: task.operator_sid,
-        }
-    }
-}
-
 /// Where one attempt runs, as the resolver answers once per attempt
 /// (`SpawnerResolver::place`).
 #[derive(Debug)]

@@ -112,7 +112,7 @@ pub async fn build(
             .await
             .map_err(|e| BuildError::Cluster(e.to_string()))?;
         forwarder = Some(
-            cluster::Forwarder::new(db.clone(), id)
+            cluster::Forwarder::new(db.cluster(), id)
                 .map_err(|e| BuildError::Cluster(format!("cannot build the peer client: {e}")))?,
         );
         node = Some(id);

@@ -23,7 +23,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use swarmd_engine::auth::SessionSecret;
 use swarmd_engine::{Engine, ErrorCode};
-use swarmd_postgres::{NodeId, OwnerKey, PgDb, TaskOwner};
+use swarmd_postgres::{NodeId, OwnerKey, PgCluster, TaskOwner};
 
 use super::route::{self, Route, Subject};
 use crate::app::AppState;
@@ -66,13 +66,13 @@ const HOP_BY_HOP: [&str; 10] = [
 /// id and one pooled HTTP client for its peers.
 #[derive(Debug, Clone)]
 pub struct Forwarder {
-    db: PgDb,
+    db: PgCluster,
     node: NodeId,
     client: reqwest::Client,
 }
 
 impl Forwarder {
-    pub fn new(db: PgDb, node: NodeId) -> Result<Forwarder, reqwest::Error> {
+    pub fn new(db: PgCluster, node: NodeId) -> Result<Forwarder, reqwest::Error> {
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             // A peer is another swarmd: never a proxy's business.
@@ -99,7 +99,7 @@ impl Forwarder {
         let Some(key) = route::remote_key(engine, subject) else {
             return Route::Local;
         };
-        match self.db.cluster().live_owner(key).await {
+        match self.db.live_owner(key).await {
             Ok(None) => {
                 if let OwnerKey::Handle(digest) = key {
                     self.learn_handle(engine, digest).await;
@@ -121,7 +121,6 @@ impl Forwarder {
     async fn learn_handle(&self, engine: &Engine, digest: [u8; 32]) {
         match self
             .db
-            .cluster()
             .handle_record(digest, engine.clock().now_secs())
             .await
         {

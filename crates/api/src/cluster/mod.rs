@@ -143,7 +143,7 @@ pub fn start(
     tasks.spawn(node::run(
         engine.clone(),
         runner.clone(),
-        db.clone(),
+        db.cluster(),
         lease,
         stop.clone(),
     ));

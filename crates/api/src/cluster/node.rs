@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use swarmd_engine::Engine;
-use swarmd_postgres::{PgDb, Takeover};
+use swarmd_postgres::{PgCluster, Takeover};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -24,7 +24,7 @@ const FENCED_LINGER: Duration = Duration::from_millis(1500);
 pub(crate) async fn run(
     engine: Engine,
     runner: swarmd_flow_run::Runner,
-    db: PgDb,
+    db: PgCluster,
     lease_length: Duration,
     stop: CancellationToken,
 ) {
@@ -44,18 +44,18 @@ pub(crate) async fn run(
             fence(&db, "this node's lease ran out before it could renew it").await;
         }
         let sent = Instant::now();
-        match db.cluster().heartbeat().await {
+        match db.heartbeat().await {
             Ok(true) => lease.renewed(sent),
             Ok(false) => fence(&db, "another node declared this node dead").await,
             Err(error) => tracing::warn!(%error, "heartbeat failed; retrying"),
         }
-        if db.cluster().is_fenced() {
+        if db.is_fenced() {
             fence(&db, "a write of this node was fenced").await;
         }
         for takeover in std::mem::take(&mut unread) {
             unread.extend(adopt(&engine, &db, takeover).await);
         }
-        match db.cluster().take_over_expired(lease_length).await {
+        match db.take_over_expired(lease_length).await {
             Ok(taken) => {
                 let runs: u64 = taken.iter().map(|t| t.runs).sum();
                 for takeover in taken {
@@ -76,10 +76,9 @@ pub(crate) async fn run(
 
 /// Loads a dead node's tasks, now this node's, into the engine; gives the
 /// takeover back when its tasks could not be read, to try again.
-async fn adopt(engine: &Engine, db: &PgDb, takeover: Takeover) -> Option<Takeover> {
+async fn adopt(engine: &Engine, db: &PgCluster, takeover: Takeover) -> Option<Takeover> {
     let started = Instant::now();
     let snapshot = match db
-        .cluster()
         .load_taken(&takeover.tasks, engine.clock().now_secs())
         .await
     {
@@ -122,8 +121,8 @@ async fn adopt(engine: &Engine, db: &PgDb, takeover: Takeover) -> Option<Takeove
 /// Stops this node at once: every write is refused from now on, requests
 /// in flight get their answer for a moment, then the process exits (its
 /// process agents die with it).
-async fn fence(db: &PgDb, why: &str) -> ! {
-    db.cluster().mark_fenced();
+async fn fence(db: &PgCluster, why: &str) -> ! {
+    db.mark_fenced();
     tracing::error!(
         reason = why,
         "this node is fenced: its tasks belong to another node now; exiting"

@@ -77,14 +77,7 @@ pub fn status_for(code: ErrorCode) -> StatusCode {
     StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
-/// The one internal-error path of HTTP and WebSocket answers: logs `error`
-/// once with a fresh correlation id and returns the message for the client,
-/// which repeats the id and nothing else.
-pub fn report_internal(error: &dyn std::fmt::Display) -> String {
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    tracing::error!(correlation_id = %id, %error, "internal error");
-    format!("internal error (correlation id {id})")
-}
+pub use swarmd_sessions::report_internal;
 
 /// What a client is told of an engine error, HTTP and WebSocket alike: its
 /// code, and its message unless that could say too much (a refused

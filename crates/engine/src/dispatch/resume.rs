@@ -13,7 +13,7 @@ use crate::Engine;
 use crate::ids::{AttemptId, WorkerId};
 use crate::live::TaskCell;
 use crate::outcome::Stopped;
-use crate::spawn::{Route, Worker, WorkerCredential, WorkerError};
+use crate::spawn::{Worker, WorkerCredential, WorkerError};
 use crate::store::WriteOp;
 
 /// A worker that lives outside this process (a resumed delegated
@@ -64,23 +64,9 @@ impl Engine {
     }
 
     async fn resumed_pipeline(&self, cell: Arc<TaskCell>, attempt: u32, cancel: CancellationToken) {
-        let (agent, layers, session, operator_sid) = {
-            let state = cell.lock();
-            let task = &state.task;
-            (
-                task.agent.clone(),
-                task.layers.clone(),
-                task.session,
-                task.operator_sid,
-            )
-        };
         // Asked once, outside the task's lock.
-        let placement = self.inner.resolver.place(Route {
-            agent: &agent,
-            layers: &layers,
-            session,
-            operator_sid,
-        });
+        let agent = cell.lock().task.agent.clone();
+        let placement = self.placement(&cell, &agent);
         let ctx = {
             let state = cell.lock();
             let lease_deadline_ms = state.run.as_ref().map_or(0, |r| r.lease_deadline_ms);

@@ -108,6 +108,14 @@ impl TestDatabase {
 }
 
 /// Creates an empty database with a random name on the test cluster.
+///
+/// Its commits do not wait for the WAL to reach the disk
+/// (`synchronous_commit = off`): a committed row is still visible to every
+/// later reader, which is all a test that kills swarmd (never PostgreSQL)
+/// relies on, while a disk that stalls on a loaded CI machine no longer
+/// holds a node's heartbeat (which waits for its own write groups, whose
+/// commits hold its row) past a few-second test lease and fences the node.
+/// The benchmark scripts make their own databases and keep the default.
 pub async fn fresh_database() -> TestDatabase {
     let cluster = cluster();
     let name = format!("swarmd_test_{:016x}", rand::random::<u64>());
@@ -122,6 +130,12 @@ pub async fn fresh_database() -> TestDatabase {
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .unwrap_or_else(|e| panic!("cannot create database {name}: {e}"));
+    client
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} SET synchronous_commit = off"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("cannot set up database {name}: {e}"));
     let base = cluster
         .url
         .rsplit_once('/')

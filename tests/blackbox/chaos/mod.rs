@@ -256,6 +256,13 @@ async fn run(sw: Swarmd, kills: u64, backend: Backend, beside: Beside) {
                 format!("{} ({}): {shown:#?}", c.name, c.offenders.len())
             })
             .collect();
+        // The logs' ends first and the broken invariants last, so the
+        // tail of a CI run's output names them.
+        if let Some(peer_log) = &peer_log {
+            eprintln!("node B:\n{}", crate::harness::log_tail(peer_log));
+        }
+        eprintln!("{}", crate::harness::log_tail(&log));
+        drop(sw);
         panic!(
             "chaos run (SWARMD_CHAOS_SEED={seed}) broke {} invariant(s); daemon log in {}\n{}",
             failed.len(),

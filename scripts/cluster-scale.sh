@@ -5,13 +5,16 @@
 # own swarmd-bench, run at once), each on a fresh database of the
 # scripts/pg-env.sh cluster. Prints each bench's summary line and the sum.
 #
-# Usage: scripts/cluster-scale.sh BIN_DIR [SECONDS] [C]
+# Usage: scripts/cluster-scale.sh BIN_DIR [SECONDS] [C] [ONE_C]
 #   BIN_DIR holds release `swarmd` and `swarmd-bench` (target/release).
+#   ONE_C is the one node's concurrency (default C): C/2 compares each of
+#   two nodes with one node under the same load of its own.
 set -euo pipefail
 
 bin=$(realpath "$1")
 seconds=${2:-10}
 conc=${3:-32}
+one_c=${4:-$conc}
 
 out=$("$(dirname "$0")/pg-env.sh")
 url=$(sed -n 1p <<<"$out")
@@ -84,10 +87,10 @@ bench() { # $1: node name, $2: base, $3: pid, $4: concurrency
 
 rate() { sed -n 's/.*: \([0-9]*\) tasks\/s.*/\1/p' "$work/$1.out"; }
 
-echo "== one node, C=$conc, $seconds s"
+echo "== one node, C=$one_c, $seconds s"
 fresh_db
 start a
-bench a "$base" "$pid" "$conc"
+bench a "$base" "$pid" "$one_c"
 cat "$work/a.out"
 kill "$pid"
 wait "$pid" 2>/dev/null || true

@@ -18,13 +18,13 @@
 //! when it holds events past a gap.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, broadcast};
 
 use crate::clock::Clock;
-use crate::event::{Event, EventRecord};
+use crate::event::{Event, EventRecord, Logged};
 use crate::ids::SessionId;
 use crate::store::{Done, TaskStore, WriteOp};
 
@@ -38,6 +38,24 @@ pub(crate) struct EventBus {
     sequencer: Arc<Sequencer>,
     store: Arc<dyn TaskStore>,
     clock: Arc<dyn Clock>,
+    /// Subscribers that need every event (`Follower`s held).
+    followers: Arc<AtomicUsize>,
+}
+
+/// Held by a subscriber that needs every event, not only the kinds the
+/// node acts on (`Event::ACTED_ON`): a client's event feed or stream.
+/// While one is held, a cluster's event pump reads other nodes' events
+/// whole; a subscriber must still read the log when the seqs it receives
+/// jump (a record stepped past before it started following).
+#[derive(Debug)]
+pub struct Follower {
+    count: Arc<AtomicUsize>,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Broadcasts committed events in seq order without gaps, whoever offers them.
@@ -56,8 +74,9 @@ pub(crate) struct Sequencer {
 struct Pending {
     /// The seq to broadcast next.
     next: u64,
-    /// Committed events after a gap, by seq.
-    waiting: BTreeMap<u64, Arc<EventRecord>>,
+    /// Committed events after a gap, by seq; `None` for one only stepped
+    /// past (the pump read its seq alone).
+    waiting: BTreeMap<u64, Option<Arc<EventRecord>>>,
 }
 
 impl Sequencer {
@@ -78,27 +97,42 @@ impl Sequencer {
     /// not) once every lower seq has been: the ones at or below the last
     /// broadcast are dropped, the ones after a gap wait for it.
     pub(crate) fn offer(&self, records: impl IntoIterator<Item = Arc<EventRecord>>) {
+        self.offer_slots(records.into_iter().map(|record| (record.seq, Some(record))));
+    }
+
+    /// As `offer`, for seqs with their record or without one: a seq
+    /// without a record takes its place in the order and is stepped past,
+    /// not broadcast (a subscriber that sees the jump reads the log).
+    fn offer_slots(&self, slots: impl IntoIterator<Item = (u64, Option<Arc<EventRecord>>)>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *state;
         let first = state.next;
-        for record in records {
-            if record.seq < state.next {
+        for (seq, record) in slots {
+            if seq < state.next {
                 continue;
             }
             // The common case, a node's own events in order with nothing
             // waiting, goes straight out without the map.
-            if record.seq == state.next && state.waiting.is_empty() {
+            if seq == state.next && state.waiting.is_empty() {
                 state.next += 1;
-                // No subscribers is fine: the log has it.
-                let _ = self.tx.send(record);
+                if let Some(record) = record {
+                    // No subscribers is fine: the log has it.
+                    let _ = self.tx.send(record);
+                }
             } else {
-                state.waiting.insert(record.seq, record);
+                // A whole record replaces a bare seq, never the reverse.
+                let slot = state.waiting.entry(seq).or_default();
+                if record.is_some() {
+                    *slot = record;
+                }
             }
         }
         while let Some(record) = state.waiting.remove(&state.next) {
             state.next += 1;
-            // No subscribers is fine: the log has it.
-            let _ = self.tx.send(record);
+            if let Some(record) = record {
+                // No subscribers is fine: the log has it.
+                let _ = self.tx.send(record);
+            }
         }
         if state.next != first {
             self.durable_seq.store(state.next - 1, Ordering::Release);
@@ -129,6 +163,7 @@ impl EventBus {
             sequencer: Arc::new(Sequencer::new(last_seq)),
             store,
             clock,
+            followers: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -148,9 +183,27 @@ impl EventBus {
         self.sequencer.durable_seq.load(Ordering::Acquire)
     }
 
-    /// Events committed by anyone, for the sequencer to broadcast in order.
-    pub(crate) fn offer(&self, records: Vec<EventRecord>) {
-        self.sequencer.offer(records.into_iter().map(Arc::new));
+    /// The log as the pump read it, for the sequencer to broadcast in
+    /// order: whole records go out, bare seqs are stepped past.
+    pub(crate) fn offer_log(&self, entries: Vec<Logged>) {
+        self.sequencer
+            .offer_slots(entries.into_iter().map(|entry| match entry {
+                Logged::Whole(record) => (record.seq, Some(Arc::new(record))),
+                Logged::Seq(seq) => (seq, None),
+            }));
+    }
+
+    /// Counts a subscriber that needs every event until the guard drops.
+    pub(crate) fn follow(&self) -> Follower {
+        self.followers.fetch_add(1, Ordering::AcqRel);
+        Follower {
+            count: Arc::clone(&self.followers),
+        }
+    }
+
+    /// Whether any subscriber needs every event now.
+    pub(crate) fn followed(&self) -> bool {
+        self.followers.load(Ordering::Acquire) > 0
     }
 
     /// Resolves when committed events wait past a gap in the log.
@@ -294,6 +347,31 @@ mod tests {
         assert_eq!(sequencer.durable_seq.load(Ordering::Acquire), 14);
         sequencer.offer([record(12), record(15)]);
         assert_eq!(drain(&mut rx), [15]);
+    }
+
+    #[test]
+    fn bare_seqs_keep_their_place_and_are_stepped_past_unsent() {
+        let sequencer = Sequencer::new(10);
+        let mut rx = sequencer.tx.subscribe();
+        // The pump read 12 as a seq only, then this node's callback offers
+        // it whole: the record wins while both wait behind 11.
+        sequencer.offer_slots([(12, None)]);
+        sequencer.offer([record(12)]);
+        sequencer.offer_slots([(13, None)]);
+        assert!(drain(&mut rx).is_empty());
+        sequencer.offer([record(11)]);
+        assert_eq!(drain(&mut rx), [11, 12]);
+        assert_eq!(sequencer.durable_seq.load(Ordering::Acquire), 13);
+        // A record stepped past is not sent when it comes whole later.
+        sequencer.offer([record(13)]);
+        sequencer.offer_slots([(14, None)]);
+        sequencer.offer([record(15)]);
+        assert_eq!(drain(&mut rx), [15]);
+        // A bare seq never replaces a waiting record.
+        sequencer.offer([record(17)]);
+        sequencer.offer_slots([(17, None), (16, None)]);
+        assert_eq!(drain(&mut rx), [17]);
+        assert_eq!(sequencer.durable_seq.load(Ordering::Acquire), 17);
     }
 
     #[test]

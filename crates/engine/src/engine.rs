@@ -16,10 +16,10 @@ use tokio_util::task::TaskTracker;
 use crate::admission::Admission;
 use crate::audit::AuditRecord;
 use crate::auth::TokenAuthority;
-use crate::bus::EventBus;
+use crate::bus::{EventBus, Follower};
 use crate::clock::Clock;
 use crate::error::EngineError;
-use crate::event::{Event, EventRecord};
+use crate::event::{Event, EventRecord, Logged};
 use crate::handles::{HandleTable, RETIRED_KEEP};
 use crate::ids::{AttemptId, SessionId, TaskId};
 use crate::live::{LiveTasks, RunState, TaskCell};
@@ -346,7 +346,32 @@ impl Engine {
     /// broadcast in seq order once every lower seq is, the ones already
     /// broadcast dropped.
     pub fn offer_events(&self, records: Vec<EventRecord>) {
-        self.inner.bus.offer(records);
+        self.offer_log(records.into_iter().map(Logged::Whole).collect());
+    }
+
+    /// The log as the cluster's event pump read it (`log_after`): whole
+    /// records are broadcast in seq order, bare seqs stepped past in it.
+    pub fn offer_log(&self, entries: Vec<Logged>) {
+        self.inner.bus.offer_log(entries);
+    }
+
+    /// Marks the caller as a subscriber that needs every event (a
+    /// client's feed) until the guard drops; take it before `subscribe`.
+    pub fn follow(&self) -> Follower {
+        self.inner.bus.follow()
+    }
+
+    /// The log after `after_seq` as the cluster's event pump reads it:
+    /// every record whole while something follows the log (`follow`),
+    /// otherwise only the kinds the node acts on (`Event::ACTED_ON`)
+    /// whole and every other record as its seq.
+    pub async fn log_after(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<Logged>, EngineError> {
+        let whole = (!self.inner.bus.followed()).then_some(&Event::ACTED_ON[..]);
+        Ok(self.inner.store.log_after(after_seq, limit, whole).await?)
     }
 
     /// Gives up on the events before `seq` that were never broadcast (the

@@ -144,6 +144,13 @@ impl Event {
         "run_changed",
     ];
 
+    /// The kinds this node's own machinery acts on, whoever committed
+    /// them: the event router (`task_done`, a long-hold warning, `run_done`
+    /// to the session that owns the task or run), task and run waits, and
+    /// the flow runner. A cluster's event pump reads these whole even while
+    /// nothing on the node follows the whole log (`Engine::follow`).
+    pub const ACTED_ON: [&'static str; 3] = ["task_finished", "long_hold_warn", "run_changed"];
+
     /// The snake_case `kind` tag, for metrics and logs.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -173,6 +180,24 @@ pub struct EventRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionId>,
     pub event: Event,
+}
+
+/// One entry of the log as a cluster's event pump reads it: a record
+/// whole, or only its seq (a record nothing on the node needs, stepped
+/// past in order without being broadcast).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Logged {
+    Whole(EventRecord),
+    Seq(u64),
+}
+
+impl Logged {
+    pub fn seq(&self) -> u64 {
+        match self {
+            Logged::Whole(record) => record.seq,
+            Logged::Seq(seq) => *seq,
+        }
+    }
 }
 
 #[cfg(test)]

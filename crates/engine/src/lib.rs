@@ -54,6 +54,7 @@ pub mod testing;
 pub mod usage;
 mod worker_api;
 
+pub use bus::Follower;
 pub use create::RunWrites;
 pub use engine::{Engine, EngineConfig, EngineParts};
 pub use error::EngineError;

@@ -43,8 +43,9 @@ const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
 /// digest, so a node routes a `wh-` handle it does not hold to the node
 /// that does (`owners`). Step 6 carries sessions across nodes
 /// (`SESSION_MAIL`). Step 7 stores flow runs and pinned flow documents
-/// (`FLOW_RUNS`).
-const STEPS: [&str; 7] = [
+/// (`FLOW_RUNS`). Step 8 gives each event its kind as a column
+/// (`EVENT_KINDS`).
+const STEPS: [&str; 8] = [
     "
 CREATE TABLE tasks (
     id             uuid   PRIMARY KEY,
@@ -160,7 +161,13 @@ CREATE INDEX blobs_claimed ON blobs (claimed_at);
     "CREATE INDEX handles_digest ON handles (digest);",
     SESSION_MAIL,
     FLOW_RUNS,
+    EVENT_KINDS,
 ];
+
+/// Step 8: an event's `kind` beside its body, so a node's event pump reads
+/// only the seqs of the events nothing on it needs (docs/decisions.md,
+/// Cluster). Events logged before it have none and are read whole.
+const EVENT_KINDS: &str = "ALTER TABLE events ADD COLUMN kind text;";
 
 /// Step 7: flow runs (docs/flows.md). A run's record is JSON beside the
 /// columns listings filter on; `owner_node` is the node that drives it

@@ -61,6 +61,7 @@ pub(crate) enum Row {
     Event {
         ts_ms: i64,
         task: Option<Uuid>,
+        kind: &'static str,
         body: String,
     },
     Audit {
@@ -325,7 +326,7 @@ impl<'a> Group<'a> {
                 return Ok(0);
             }
             let origin = fence.map(|(node, _)| node.to_string()).unwrap_or_default();
-            let params: [&(dyn ToSql + Sync); 4] = [&e.0, &e.1, &e.2, &origin];
+            let params: [&(dyn ToSql + Sync); 5] = [&e.0, &e.1, &e.2, &origin, &e.3];
             let row = tx.query_one(&statements.events, &params).await?;
             Ok(row.get::<_, i64>(0))
         };

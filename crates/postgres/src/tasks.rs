@@ -13,7 +13,7 @@
 
 use async_trait::async_trait;
 use swarmd_engine::audit::AuditRecord;
-use swarmd_engine::event::EventRecord;
+use swarmd_engine::event::{EventRecord, Logged};
 use swarmd_engine::ids::{RunId, TaskId};
 use swarmd_engine::run::{FlowDoc, RunFilter, RunRecord};
 use swarmd_engine::store::{
@@ -91,6 +91,7 @@ fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
                     rows.push(Row::Event {
                         ts_ms: int(event.ts_ms),
                         task: event.event.task_id().map(|id| id.as_uuid()),
+                        kind: event.event.kind(),
                         body: serde_json::to_string(&event)?,
                     });
                 }
@@ -214,6 +215,22 @@ impl TaskStore for PgTaskStore {
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError> {
         read::events_after(&self.db, after_seq, limit).await
+    }
+
+    async fn log_after(
+        &self,
+        after_seq: u64,
+        limit: usize,
+        whole: Option<&[&str]>,
+    ) -> Result<Vec<Logged>, StoreError> {
+        match whole {
+            None => Ok(read::events_after(&self.db, after_seq, limit)
+                .await?
+                .into_iter()
+                .map(Logged::Whole)
+                .collect()),
+            Some(kinds) => read::log_after(&self.db, after_seq, limit, kinds).await,
+        }
     }
 
     async fn audit(

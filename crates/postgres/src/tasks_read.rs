@@ -3,7 +3,7 @@
 
 use serde::de::DeserializeOwned;
 use swarmd_engine::audit::AuditRecord;
-use swarmd_engine::event::EventRecord;
+use swarmd_engine::event::{EventRecord, Logged};
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::{PostedFinal, TaskFilter};
 use swarmd_engine::task::{AttemptRecord, Task, TaskStatus};
@@ -214,6 +214,51 @@ pub(crate) async fn events_after(
                 out.push(record);
             }
             Err(StoreError::Json(_)) => {}
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(out)
+}
+
+/// The log after `after_seq` with only the records of `kinds` (and those
+/// logged before events had a kind column) read whole; the rest come as
+/// their seq, their bodies never leave the database.
+pub(crate) async fn log_after(
+    db: &PgDb,
+    after_seq: u64,
+    limit: usize,
+    kinds: &[&str],
+) -> Result<Vec<Logged>, StoreError> {
+    let Ok(after) = i64::try_from(after_seq) else {
+        return Ok(Vec::new());
+    };
+    let client = db.reader().await?;
+    let statement = client
+        .prepare_cached(
+            "SELECT seq, CASE WHEN kind IS NULL OR kind = ANY($3) THEN body END
+             FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
+        )
+        .await
+        .map_err(db_error)?;
+    let rows = client
+        .query(&statement, &[&after, &sql_limit(limit), &kinds])
+        .await
+        .map_err(db_error)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let seq: i64 = row.get(0);
+        let seq_u = seq.max(0) as u64;
+        let Some(body) = row.get::<_, Option<&str>>(1) else {
+            out.push(Logged::Seq(seq_u));
+            continue;
+        };
+        // As `events_after`: an undecodable record is stepped past.
+        match decode::<EventRecord>("events", &format!("seq:{seq}"), body) {
+            Ok(mut record) => {
+                record.seq = seq_u;
+                out.push(Logged::Whole(record));
+            }
+            Err(StoreError::Json(_)) => out.push(Logged::Seq(seq_u)),
             Err(other) => return Err(other),
         }
     }

@@ -92,3 +92,71 @@ async fn both_nodes_serve_one_gapless_log_of_every_nodes_events() {
         .count();
     assert!(seen_from_b > 0, "node A's feed saw none of node B's events");
 }
+
+/// While nothing on node A follows the log, A's pump steps past node B's
+/// events by seq, reading only the kinds A acts on; a wait on A for B's
+/// task still ends, and a feed opened on A while B keeps working gets
+/// every event from its first on, B's included, without a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_opened_while_another_node_works_misses_nothing() {
+    let cluster = Cluster::start(2, QUICK).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+
+    // Nothing follows A's log: A learns B's task ended from the log.
+    let early = create(b, json!({"agent": "quick", "prompt": "early"})).await;
+    assert_eq!(a.finished(&early).await["status"], "pass");
+    assert_eq!(cluster.owner(&early).await, cluster.node_id(1));
+
+    // B keeps working while A's feed opens.
+    let work = async {
+        let mut tasks = Vec::new();
+        for round in 0..12 {
+            let task = create(b, json!({"agent": "quick", "prompt": format!("b{round}")})).await;
+            assert_eq!(b.finished(&task).await["status"], "pass");
+            tasks.push(task);
+        }
+        tasks
+    };
+    let open = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        a.get("/v1/events", &a.admin)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap()
+    };
+    let (on_b, response) = tokio::join!(work, open);
+    assert_eq!(response.status(), 200);
+    let mut feed = response.bytes_stream();
+    let mut parser = SseParser::default();
+    // A task of A's own after B's, so the log's end is known to both.
+    let own = create(a, json!({"agent": "quick", "prompt": "a"})).await;
+    assert_eq!(a.finished(&own).await["status"], "pass");
+
+    let log = events_after(a, 0).await;
+    let last = *seqs(&log).last().unwrap();
+    let mut live = Vec::new();
+    while live.last() != Some(&last) {
+        let chunk = tokio::time::timeout(PATIENCE, feed.next())
+            .await
+            .expect("node A's feed stalled")
+            .expect("node A's feed ended")
+            .unwrap();
+        for event in parser.push(&chunk) {
+            if let Some(id) = event.id.and_then(|id| id.parse::<u64>().ok()) {
+                live.push(id);
+            }
+        }
+    }
+    let first = live[0];
+    assert_eq!(live, (first..=last).collect::<Vec<_>>());
+    // The feed carried B's last task from its creation to its end.
+    let newest = on_b.last().unwrap();
+    let of_newest = log
+        .iter()
+        .filter(|e| e["event"]["task_id"] == newest.as_str())
+        .map(|e| e["seq"].as_u64().unwrap());
+    for seq in of_newest {
+        assert!(live.contains(&seq) || seq < first, "seq {seq} missing");
+    }
+}

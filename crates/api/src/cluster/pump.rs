@@ -3,6 +3,13 @@
 //! subscribers (`/v1/events`, WebSocket feeds, the dashboard) see every
 //! node's events, in seq order, without gaps.
 //!
+//! It reads other nodes' event bodies only while something on this node
+//! follows the whole log (`Engine::follow`); otherwise only the kinds the
+//! node acts on (`Event::ACTED_ON`: the router's, the waits', the flow
+//! runner's) come whole and every other event as its seq, which steps the
+//! sequencer past it. So a node's CPU per task does not grow with the
+//! events of the other nodes' tasks.
+//!
 //! It reads the log after the last seq broadcast whenever a `NOTIFY` from
 //! any node's writer arrives, whenever the bus holds this node's events
 //! behind a gap, and at least every `POLL` (a notification sent while the
@@ -56,22 +63,22 @@ pub(crate) async fn run(engine: Engine, db: PgDb, stop: CancellationToken) {
 async fn catch_up(engine: &Engine) {
     loop {
         let after = engine.last_event_seq();
-        match engine.events_after(after, PAGE).await {
+        match engine.log_after(after, PAGE).await {
             Ok(records) => {
                 // The log is gapless at commit: a seq missing right after
                 // `after` is unreadable or was pruned, and never comes.
                 if let Some(first) = records.first()
-                    && first.seq > after + 1
+                    && first.seq() > after + 1
                 {
                     tracing::warn!(
                         after,
-                        next = first.seq,
+                        next = first.seq(),
                         "events missing from the log (unreadable or pruned); going on after them"
                     );
-                    engine.skip_events_before(first.seq);
+                    engine.skip_events_before(first.seq());
                 }
                 let full = records.len() == PAGE;
-                engine.offer_events(records);
+                engine.offer_log(records);
                 if !full || engine.last_event_seq() == after {
                     return;
                 }

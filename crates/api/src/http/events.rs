@@ -121,7 +121,7 @@ async fn events(
         None => query.after_seq.unwrap_or(0),
     };
     if wants_sse(&headers) {
-        let rx = state.engine.subscribe();
+        let rx = (state.engine.follow(), state.engine.subscribe());
         let follow = EventFollow {
             engine: state.engine.clone(),
             cursor: after,

@@ -98,7 +98,7 @@ async fn output(
         caller.check(&state, Verb::Subscribe)?;
     }
     // Subscribed before the task is read, so nothing published in between is lost.
-    let rx = live.then(|| state.engine.subscribe());
+    let rx = live.then(|| (state.engine.follow(), state.engine.subscribe()));
     let view = TaskView::read(&state.engine, Reader::of(&caller), id)
         .await?
         .ok_or_else(|| crate::http::tasks::unknown(id))?;

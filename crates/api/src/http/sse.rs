@@ -4,8 +4,10 @@
 //! A stream is a `Follow` implementation: it is subscribed to the engine's
 //! broadcast before it first reads the store, so nothing published in
 //! between is missed, and it reads the store again whenever the broadcast
-//! says it is behind (a gap, a lag). The store is the truth; the broadcast
-//! only says when to look. Reads are paged, so a long backlog never sits in
+//! says it is behind (a gap, a lag, a jump in the seqs it receives: an
+//! event a cluster's pump stepped past before the stream held its
+//! `Follower`). The store is the truth; the broadcast only says when to
+//! look. Reads are paged, so a long backlog never sits in
 //! memory at once.
 
 use std::collections::VecDeque;
@@ -18,8 +20,8 @@ use axum::http::header::ACCEPT;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
-use swarmd_engine::EngineError;
 use swarmd_engine::event::EventRecord;
+use swarmd_engine::{EngineError, Follower};
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
@@ -153,6 +155,11 @@ struct Driver<F: Follow> {
     tick_at: tokio::time::Instant,
     /// Wakes a stream that may end on its own to ask whether it has.
     end_check: Option<tokio::time::Interval>,
+    /// The last seq received from the bus: a jump past it means the store
+    /// holds events the bus stepped past.
+    bus_seq: Option<u64>,
+    /// Keeps a cluster's pump reading every event whole while the stream lives.
+    _follower: Option<Follower>,
 }
 
 impl<F: Follow> Driver<F> {
@@ -177,6 +184,8 @@ impl<F: Follow> Driver<F> {
             finishing: finished,
             progress_at: tokio::time::Instant::now(),
             tick_at: tokio::time::Instant::now(),
+            bus_seq: None,
+            _follower: None,
         }
     }
 
@@ -267,6 +276,12 @@ impl<F: Follow> Driver<F> {
     }
 
     fn absorb(&mut self, received: Result<Arc<EventRecord>, RecvError>) {
+        if let Ok(record) = &received {
+            if self.bus_seq.is_some_and(|last| record.seq > last + 1) {
+                self.behind = true;
+            }
+            self.bus_seq = Some(record.seq);
+        }
         match received {
             Ok(record) => match self.follow.wake(&record) {
                 Wake::Ignore => {}
@@ -296,11 +311,12 @@ impl<F: Follow> Driver<F> {
 /// sends what the store holds and ends.
 pub fn stream<F: Follow>(
     follow: F,
-    rx: broadcast::Receiver<Arc<EventRecord>>,
+    (follower, rx): (Follower, broadcast::Receiver<Arc<EventRecord>>),
     shutdown: CancellationToken,
     finished: bool,
 ) -> Response {
-    let driver = Driver::new(follow, rx, shutdown, finished);
+    let mut driver = Driver::new(follow, rx, shutdown, finished);
+    driver._follower = Some(follower);
     Sse::new(events(driver))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
         .into_response()

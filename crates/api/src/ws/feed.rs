@@ -4,13 +4,17 @@
 //!
 //! The bus is subscribed when the feed is built, before the log is read, so
 //! every event is either in the log read or in the receiver; records at or
-//! below the last delivered `seq` are skipped.
+//! below the last delivered `seq` are skipped. A client's feed holds a
+//! `Follower` (a cluster's pump then reads every event whole) and reads
+//! the log when the live seqs jump (an event stepped past before it
+//! followed); the event router's feed (`acted_on`) needs only the kinds
+//! the pump always reads whole, and takes the bus as it comes.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use swarmd_engine::event::EventRecord;
-use swarmd_engine::{Engine, EngineError};
+use swarmd_engine::{Engine, EngineError, Follower};
 use tokio::sync::broadcast::{self, error::RecvError};
 
 /// Log records read per store call while replaying.
@@ -28,22 +32,32 @@ pub(crate) struct EventFeed {
     live: bool,
     /// A lag reported before any record arrived: resume once one does.
     lag_before_first: Option<u64>,
+    /// Held by a client's feed, which needs every event: a jump in the
+    /// live seqs makes it read the log.
+    follower: Option<Follower>,
 }
 
 impl EventFeed {
     /// Live events from now on.
     pub(crate) fn live(engine: &Engine) -> EventFeed {
-        Self::build(engine, None, true)
+        Self::build(engine, None, true, Some(engine.follow()))
+    }
+
+    /// Live events from now on, for the event router: every event of the
+    /// kinds the node acts on (`Event::ACTED_ON`), others as the bus
+    /// happens to carry them.
+    pub(crate) fn acted_on(engine: &Engine) -> EventFeed {
+        Self::build(engine, None, true, None)
     }
 
     /// Every event after `seq`, then live events.
     pub(crate) fn after(engine: &Engine, seq: u64) -> EventFeed {
-        Self::build(engine, Some(seq), true)
+        Self::build(engine, Some(seq), true, Some(engine.follow()))
     }
 
     /// Every event after `seq` in the log, then the end.
     pub(crate) fn logged(engine: &Engine, seq: u64) -> EventFeed {
-        Self::build(engine, Some(seq), false)
+        Self::build(engine, Some(seq), false, None)
     }
 
     /// Restarts the feed from the log after `seq` (before it delivered
@@ -54,8 +68,14 @@ impl EventFeed {
         self.backlog.clear();
     }
 
-    fn build(engine: &Engine, after: Option<u64>, live: bool) -> EventFeed {
+    fn build(
+        engine: &Engine,
+        after: Option<u64>,
+        live: bool,
+        follower: Option<Follower>,
+    ) -> EventFeed {
         EventFeed {
+            follower,
             engine: engine.clone(),
             rx: engine.subscribe(),
             last_seq: after,
@@ -95,6 +115,13 @@ impl EventFeed {
                         continue;
                     }
                     if self.last_seq.is_some_and(|last| record.seq <= last) {
+                        continue;
+                    }
+                    if self.follower.is_some()
+                        && self.last_seq.is_some_and(|last| record.seq > last + 1)
+                    {
+                        // Stepped past on the bus: the log has it, and this one.
+                        self.replay = true;
                         continue;
                     }
                     self.last_seq = Some(record.seq);

@@ -59,7 +59,7 @@ impl EventRouter {
     /// sessions once routing starts.
     pub fn subscribe(engine: &Engine, registry: Arc<SessionRegistry>) -> EventRouter {
         EventRouter {
-            feed: EventFeed::live(engine),
+            feed: EventFeed::acted_on(engine),
             engine: engine.clone(),
             registry,
         }

@@ -23,7 +23,7 @@ use swarmd_output_store::StoreError;
 use tokio::sync::oneshot;
 
 use crate::audit::AuditRecord;
-use crate::event::EventRecord;
+use crate::event::{EventRecord, Logged};
 use crate::gate::Verb;
 use crate::ids::{RunId, SessionId, TaskId};
 use crate::run::{FlowDoc, RunFilter, RunRecord};
@@ -248,6 +248,24 @@ pub trait TaskStore: Send + Sync + Debug + 'static {
         after_seq: u64,
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError>;
+    /// The log after `after_seq` for a cluster's event pump: the records
+    /// whose kind is in `whole` complete, every other one as its seq only
+    /// (`None`: every record complete). A store whose log only this
+    /// process writes returns every record complete.
+    async fn log_after(
+        &self,
+        after_seq: u64,
+        limit: usize,
+        whole: Option<&[&str]>,
+    ) -> Result<Vec<Logged>, StoreError> {
+        let _ = whole;
+        Ok(self
+            .events_after(after_seq, limit)
+            .await?
+            .into_iter()
+            .map(Logged::Whole)
+            .collect())
+    }
     async fn audit(
         &self,
         task: Option<TaskId>,

@@ -31,7 +31,7 @@ pub(super) struct Columns<'a> {
     pub(super) keys: (Vec<&'a str>, Vec<Uuid>),
     pub(super) sessions: (Vec<Uuid>, Vec<&'a str>),
     pub(super) posted: (Vec<Uuid>, Vec<i64>, Vec<Option<&'a str>>, Vec<&'a [u8]>),
-    pub(super) events: (Vec<i64>, Vec<Option<Uuid>>, Vec<&'a str>),
+    pub(super) events: (Vec<i64>, Vec<Option<Uuid>>, Vec<&'a str>, Vec<&'a str>),
     pub(super) audit: (Vec<i64>, Vec<Uuid>, Vec<&'a str>),
     pub(super) outputs: (
         Vec<Uuid>,
@@ -190,11 +190,17 @@ impl<'a> Columns<'a> {
                 p.2.push(key.as_deref());
                 p.3.push(digest);
             }
-            Row::Event { ts_ms, task, body } => {
+            Row::Event {
+                ts_ms,
+                task,
+                kind,
+                body,
+            } => {
                 let e = &mut self.events;
                 e.0.push(*ts_ms);
                 e.1.push(*task);
                 e.2.push(body);
+                e.3.push(kind);
             }
             Row::Audit { ts_ms, task, body } => {
                 self.audit.0.push(*ts_ms);

@@ -58,9 +58,10 @@ const EVENTS: &str = "
 WITH head AS (
     UPDATE event_head SET seq = seq + cardinality($1::bigint[]) RETURNING seq
 ), stored AS (
-    INSERT INTO events (seq, ts_ms, task, body)
-    SELECT head.seq - cardinality($1::bigint[]) + e.n, e.ts_ms, e.task, e.body
-    FROM head, unnest($1::bigint[], $2::uuid[], $3::text[]) WITH ORDINALITY AS e (ts_ms, task, body, n)
+    INSERT INTO events (seq, ts_ms, task, body, kind)
+    SELECT head.seq - cardinality($1::bigint[]) + e.n, e.ts_ms, e.task, e.body, e.kind
+    FROM head, unnest($1::bigint[], $2::uuid[], $3::text[], $5::text[])
+        WITH ORDINALITY AS e (ts_ms, task, body, kind, n)
 )
 SELECT seq - cardinality($1::bigint[]) + 1, pg_notify('swarmd_events', $4::text) FROM head";
 /// Shares the node's row while the group runs, or raises `SW410`.

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use swarmd_engine::event::{Event, EventRecord};
+use swarmd_engine::event::{Event, EventRecord, Logged};
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::conformance::{apply, event_seqs, new_task, put};
 use swarmd_engine::store::{TaskStore, WriteOp, commit};
@@ -198,4 +198,59 @@ async fn state_survives_close_and_reopen() {
     // Numbered at commit: the seqs given are ignored.
     assert_eq!(live.last_event_seq, 2);
     assert_eq!(live.tasks.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pump_reads_only_the_kinds_it_asks_for_whole() {
+    let database = fresh_database().await;
+    let db = PgDb::open(database.options()).await.unwrap();
+    let store = PgTaskStore::new(db.clone());
+    let task = TaskId::new();
+    let finished = EventRecord {
+        seq: 2,
+        ts_ms: 2,
+        session: None,
+        event: Event::TaskFinished {
+            task_id: task,
+            attempt: 1,
+            status: swarmd_engine::task::TaskStatus::Failed,
+            result: None,
+        },
+    };
+    apply(
+        &store,
+        vec![WriteOp::Events(vec![
+            event(1, task),
+            finished.clone(),
+            event(3, task),
+        ])],
+    )
+    .await;
+    // A row logged before events had a kind is read whole.
+    let old = serde_json::to_string(&event(4, task)).unwrap();
+    db.execute_sql(&format!(
+        "INSERT INTO events (seq, ts_ms, task, body) VALUES (4, 4, '{}', '{old}')",
+        task.as_uuid()
+    ))
+    .await;
+
+    let acted_on = store
+        .log_after(0, 100, Some(&Event::ACTED_ON))
+        .await
+        .unwrap();
+    assert_eq!(
+        acted_on,
+        [
+            Logged::Seq(1),
+            Logged::Whole(finished.clone()),
+            Logged::Seq(3),
+            Logged::Whole(event(4, task)),
+        ]
+    );
+    let whole = store.log_after(1, 2, None).await.unwrap();
+    assert_eq!(
+        whole,
+        [Logged::Whole(finished), Logged::Whole(event(3, task))]
+    );
+    assert!(store.log_after(4, 10, Some(&[])).await.unwrap().is_empty());
 }

@@ -205,6 +205,7 @@ impl SessionRegistry {
         let Some(cluster) = self.cluster() else {
             return;
         };
+        let _home = session.home_lock.lock().await;
         match cluster
             .db
             .move_session_home(session.sid, cluster.node)
@@ -238,10 +239,22 @@ impl SessionRegistry {
         }
     }
 
+    /// Acts on a `moved` mail: the session moved to `to`, unless this node
+    /// took it back since (`home_again`). Holds the session's home lock
+    /// from the check to the close, so a take-back on this node (which
+    /// holds it from the database's move to what this node believes) is
+    /// either seen by the check or comes after the close.
+    pub(super) async fn moved_mail(&self, session: &Session, to: NodeId) {
+        let _home = session.home_lock.lock().await;
+        if !self.home_again(session).await {
+            self.moved_away(session, to);
+        }
+    }
+
     /// Whether a `moved` mail about `session` is stale: this node took the
     /// session back after the move it reports, and the database names this
     /// node its home again.
-    pub(super) async fn home_again(&self, session: &Session) -> bool {
+    async fn home_again(&self, session: &Session) -> bool {
         let Some(cluster) = self.cluster() else {
             return false;
         };

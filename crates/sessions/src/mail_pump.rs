@@ -162,10 +162,8 @@ impl SessionRegistry {
                 }
             }
             mail::MOVED => {
-                if let Some(to) = mail.reply_to
-                    && !self.home_again(&session).await
-                {
-                    self.moved_away(&session, to);
+                if let Some(to) = mail.reply_to {
+                    self.moved_mail(&session, to).await;
                 }
             }
             mail::RELEASE => self.release_if_stale(engine, &session).await,

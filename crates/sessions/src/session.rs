@@ -72,6 +72,11 @@ pub struct Session {
     pollers: AtomicUsize,
     /// Serializes MCP pops, so two calls never take the same frames.
     pub pop_lock: tokio::sync::Mutex<()>,
+    /// Serializes this node's moves of the session's home: taking it here
+    /// (the database's move and what this node then believes) against a
+    /// `moved` mail's check of the database and its closing of the socket,
+    /// so a stale move never acts on what a newer one decided.
+    pub(super) home_lock: tokio::sync::Mutex<()>,
     /// The session this one's parked spawns moved to, with their `req_id`s:
     /// a later cancel of one of them goes there.
     moved_to: Mutex<Option<Moved>>,
@@ -116,6 +121,7 @@ impl Session {
             present_until: Mutex::new(None),
             pollers: AtomicUsize::new(0),
             pop_lock: tokio::sync::Mutex::new(()),
+            home_lock: tokio::sync::Mutex::new(()),
             moved_to: Mutex::new(None),
             taken_over: AtomicBool::new(false),
             elsewhere: Mutex::new(None),

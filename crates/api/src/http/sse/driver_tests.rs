@@ -1,7 +1,8 @@
 //! The stream driver's summary frame on paused time: at most one per
 //! interval however fast records come, none while nothing is counted, each
-//! due one sent without waiting for another record; and a stream that may
-//! end on its own ends within `END_CHECK` of its end while idle.
+//! due one sent without waiting for another record; a stream that may
+//! end on its own ends within `END_CHECK` of its end while idle; and a
+//! jump in the live seqs makes the stream read the store.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -118,4 +119,51 @@ async fn ticks_come_at_most_once_per_interval_and_only_with_news() {
     assert!(driver.next().await.is_none());
     assert!(ended_at.elapsed() <= END_CHECK, "{:?}", ended_at.elapsed());
     drop(tx);
+}
+
+/// Reads the store only when told to; no live record is its own.
+struct Fills {
+    fills: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Follow for Fills {
+    type Item = u64;
+
+    async fn fill(&mut self, _out: &mut VecDeque<u64>) -> Result<bool, EngineError> {
+        self.fills.fetch_add(1, Ordering::AcqRel);
+        Ok(false)
+    }
+
+    fn wake(&self, _record: &EventRecord) -> Wake {
+        Wake::Ignore
+    }
+
+    fn render(&self, item: u64) -> SseEvent {
+        SseEvent::default().data(item.to_string())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_jump_in_the_live_seqs_reads_the_store() {
+    let (tx, rx) = broadcast::channel(16);
+    let fills = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let follow = Fills {
+        fills: fills.clone(),
+    };
+    let mut driver = Driver::new(follow, rx, CancellationToken::new(), false);
+    for seq in [1, 2, 3] {
+        tx.send(record(seq)).unwrap();
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), driver.next()).await;
+    assert_eq!(fills.load(Ordering::Acquire), 1, "only the first read");
+    // Seqs 4 and 5 were stepped past on the bus (a cluster's pump read
+    // them bare before this stream followed): the store has them.
+    for seq in [6, 7] {
+        tx.send(record(seq)).unwrap();
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), driver.next()).await;
+    assert_eq!(fills.load(Ordering::Acquire), 2, "the jump reads the store");
+    tx.send(record(8)).unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(1), driver.next()).await;
+    assert_eq!(fills.load(Ordering::Acquire), 2, "no jump, no read");
 }

@@ -31,6 +31,13 @@ pub struct ClaimRequest {
     pub wait_ms: u64,
 }
 
+/// `GET /v1/pool/nodes`: where a pool reaches every live node of the
+/// daemon's cluster (empty outside one), so one URL given finds them all.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodesAnswer {
+    pub nodes: Vec<String>,
+}
+
 /// The answer to a claim: possibly none.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClaimAnswer {

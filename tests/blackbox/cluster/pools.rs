@@ -1,4 +1,5 @@
-//! A worker pool given every node of a cluster (`--server` once per node): it runs the remote
+//! A worker pool given one node of a cluster finds the others; given every
+//! node (`--server` once per node), it runs the remote
 //! attempts each node queues within its one `--concurrency`, an attempt
 //! claimed beyond its slots waits with its lease renewed, and when a node
 //! dies the retry its survivor queues reaches the same pool, whose child
@@ -10,7 +11,7 @@ use serde_json::json;
 
 use super::{Cluster, create, finished};
 use crate::daemon::{eventually, process_gone, read_pid};
-use crate::harness::PATIENCE;
+use crate::harness::{PATIENCE, parts};
 use crate::pools::{Pool, Setup, file, mint};
 
 /// A remote agent on every node.
@@ -70,6 +71,53 @@ async fn until_started(cluster: &Cluster, pool: &Pool, tasks: &[String], n: usiz
         assert!(Instant::now() < until, "{}", pool.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_given_one_node_claims_every_nodes_remote_attempts() {
+    let cluster = Cluster::start(2, REMOTE).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    // Node B lists both nodes for a pool's token, and a bare GET of it
+    // without one is refused.
+    let token = mint(a, &["remote"]);
+    let (status, listed) = parts(b.get("/v1/pool/nodes", &token).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(
+        listed["nodes"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
+    );
+    let refused = b.get("/v1/pool/nodes", "nope").send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+
+    // The pool is given node A alone, and learns node B from it.
+    let pool = Pool::start_with(a, &token, "remote", "pool-a", 2, Setup::default()).await;
+    connected(&cluster, &pool).await;
+    let policy = json!({"max_attempts": 1, "attempt_timeout_secs": 5});
+    let mut tasks = Vec::new();
+    for node in [b, a] {
+        let body = json!({"agent": "remote", "prompt": "hold", "policy": policy});
+        tasks.push(create(node, body).await);
+    }
+    until_started(&cluster, &pool, &tasks, 2).await;
+    for task in &tasks {
+        std::fs::write(file(a, task, 1, "go"), "").unwrap();
+    }
+    for (task, (index, node)) in tasks.iter().zip([(1, b), (0, a)]) {
+        assert_eq!(cluster.owner(task).await, cluster.node_id(index));
+        let view = finished(node, task).await;
+        assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+        assert_eq!(
+            view["result"]["value"],
+            json!({"pool": "pool-a", "attempt": 1})
+        );
+    }
+    assert!(
+        pool.log()
+            .contains("claiming from a node of the cluster too"),
+        "{}",
+        pool.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

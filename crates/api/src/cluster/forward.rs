@@ -72,6 +72,11 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
+    /// Where peers reach every live node of the cluster, this one included.
+    pub(crate) async fn alive_urls(&self) -> Result<Vec<String>, swarmd_output_store::StoreError> {
+        self.db.alive_urls().await
+    }
+
     pub fn new(db: PgCluster, node: NodeId) -> Result<Forwarder, reqwest::Error> {
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)

@@ -1,6 +1,8 @@
 //! Pool routes (docs/protocol.md, Worker pools): a worker pool on another machine claims the
 //! attempts of its remote agents by long-poll, and heartbeats the ones it
-//! runs. Both take a `worker_pool` token bound to the agents; everything an
+//! runs; on a cluster it asks any node where every live node is
+//! (`/v1/pool/nodes`), since each node queues the attempts it dispatches.
+//! All take a `worker_pool` token bound to the agents; everything an
 //! attempt writes goes through the worker routes with the attempt's own
 //! handle, never through these.
 //!
@@ -13,7 +15,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::AttemptId;
@@ -26,7 +28,7 @@ use crate::http::extract::RawBody;
 use crate::http::worker::parse_json;
 use swarmd_client::wire::{
     self, AttemptRef, ClaimAnswer, ClaimRequest, ClaimedAttempt, HeartbeatAnswer, HeartbeatRequest,
-    MAX_CLAIM, MAX_HELD, MAX_REASON, MAX_WAIT_MS,
+    MAX_CLAIM, MAX_HELD, MAX_REASON, MAX_WAIT_MS, NodesAnswer,
 };
 
 /// The pool routes, to be merged into the API router.
@@ -34,6 +36,27 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/pool/claim", post(claim))
         .route("/v1/pool/heartbeat", post(heartbeat))
+        .route("/v1/pool/nodes", get(nodes))
+}
+
+/// Where a pool reaches every live node of this daemon's cluster (their
+/// `cluster.advertise_url`s, this node's included); empty outside one.
+async fn nodes(
+    State(state): State<AppState>,
+    caller: PoolCaller,
+) -> Result<Json<NodesAnswer>, ApiError> {
+    let Some(first) = caller.agents.first() else {
+        return Err(ApiError::forbidden());
+    };
+    caller.check(&state, Verb::ClaimAttempts, first)?;
+    let nodes = match &state.cluster {
+        Some(cluster) => cluster
+            .alive_urls()
+            .await
+            .map_err(|error| ApiError::internal(&error))?,
+        None => Vec::new(),
+    };
+    Ok(Json(NodesAnswer { nodes }))
 }
 
 fn check_pool(pool: &str) -> Result<(), ApiError> {

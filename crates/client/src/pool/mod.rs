@@ -1,5 +1,6 @@
 //! `swarmd worker pool`: a worker pool on any machine (docs/operations.md, Worker pools). It
-//! long-polls one or more daemons (every node of a cluster, say) for
+//! long-polls one or more daemons (every node of a cluster: at start it
+//! asks each daemon given for its cluster's other live nodes) for
 //! attempts of one remote agent, runs up to `concurrency` of them at once
 //! like local process agents (`run`), and keeps one heartbeat in flight per
 //! daemon while it holds any of that daemon's attempts: the heartbeat
@@ -38,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{ApiClient, Bearer, ClientError};
-use crate::wire::{AttemptRef, EndedAttempt, MAX_REASON};
+use crate::wire::{AttemptRef, EndedAttempt, MAX_REASON, NodesAnswer};
 use heartbeat::{flush_ended, heartbeat_loop};
 
 /// Most daemons one pool claims from.
@@ -48,6 +49,8 @@ const MAX_HEARTBEAT_WAIT_MS: u64 = 10_000;
 const MIN_HEARTBEAT_WAIT_MS: u64 = 100;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a daemon has to say where its cluster's nodes are.
+const DISCOVER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Slack for a long-poll's answer to travel back, on top of its wait.
 const POLL_SLACK: Duration = Duration::from_secs(10);
 
@@ -173,11 +176,12 @@ struct Daemon {
 /// `Refused` when a daemon refuses the token or the agent (401, 403, 404);
 /// `Client` when a URL is invalid.
 pub async fn run_pool(
-    options: PoolOptions,
+    mut options: PoolOptions,
     host_env: HostEnv,
     stop: CancellationToken,
     kill: CancellationToken,
 ) -> Result<(), PoolError> {
+    options.servers = discover(&options).await;
     let daemons = options
         .servers
         .iter()
@@ -230,6 +234,47 @@ pub async fn run_pool(
         let _ = heart.await;
     }
     claimed
+}
+
+/// The daemons given, then every other live node of their clusters
+/// (`GET /v1/pool/nodes`), at most [`MAX_SERVERS`] in all: a node queues
+/// the attempts it dispatches, so one node's URL reaches the whole
+/// cluster. A daemon that cannot say (unreachable now, outside a cluster,
+/// older) adds nothing; its claims report what is wrong with it.
+async fn discover(options: &PoolOptions) -> Vec<String> {
+    let mut servers = options.servers.clone();
+    let known = |servers: &[String], url: &str| {
+        servers
+            .iter()
+            .any(|s| s.trim_end_matches('/') == url.trim_end_matches('/'))
+    };
+    for url in &options.servers {
+        let Ok(client) = ApiClient::new(url, options.token.clone()) else {
+            continue;
+        };
+        let path = "/v1/pool/nodes";
+        let found = client
+            .send_json(
+                client.get(path).timeout(DISCOVER_TIMEOUT),
+                &client.url(path),
+            )
+            .await
+            .and_then(|answer| decode::<NodesAnswer>(url, answer));
+        let nodes = match found {
+            Ok(answer) => answer.nodes,
+            Err(error) => {
+                tracing::debug!(%url, %error, "no cluster nodes learned");
+                continue;
+            }
+        };
+        for node in nodes {
+            if servers.len() < MAX_SERVERS && !known(&servers, &node) {
+                tracing::info!(from = %url, node = %node, "claiming from a node of the cluster too");
+                servers.push(node);
+            }
+        }
+    }
+    servers
 }
 
 /// Kills what still runs (or waits for a slot) and reports it handed back.

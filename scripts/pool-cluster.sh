@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# One worker pool against two swarmd nodes on one PostgreSQL database
+# (docs/benchmarks.md, Worker pools on a cluster): N remote tasks are
+# queued on each node, then a `swarmd worker pool` (running /bin/true per
+# attempt) is started given node A alone (it learns node B from A) and,
+# on fresh nodes and a fresh database, given both nodes. Prints, per run,
+# the seconds from the pool's start until every task passed, the tasks/s,
+# and how many attempts each node handed out.
+#
+# Usage: scripts/pool-cluster.sh BIN_DIR [N] [CONCURRENCY]
+#   BIN_DIR holds a release `swarmd` (target/release).
+set -euo pipefail
+
+bin=$(realpath "$1")
+per_node=${2:-200}
+concurrency=${3:-16}
+# A run that has not finished by then says how far it got.
+give_up=30
+
+out=$("$(dirname "$0")/pg-env.sh")
+url=$(sed -n 1p <<<"$out")
+password_file=$(sed -n 2p <<<"$out")
+export PGPASSWORD
+PGPASSWORD=$(cat "$password_file")
+
+work=$(mktemp -d)
+pids=()
+dbs=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+    rm -rf "$work"
+    for db in "${dbs[@]}"; do
+        psql -q "$url" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+    done
+}
+trap cleanup EXIT
+
+fresh_db() { # sets $db and $db_url
+    db="swarmd_pool_$RANDOM$RANDOM"
+    psql -q "$url" -c "CREATE DATABASE $db" >/dev/null
+    dbs+=("$db")
+    db_url="${url%/*}/$db"
+}
+
+start() { # $1: node name; sets $base and $pid
+    mkdir -p "$work/$1/state"
+    cat >"$work/$1/swarmd.toml" <<EOF
+[server]
+bind = "127.0.0.1:0"
+shutdown_grace_secs = 2
+
+[store]
+backend = "postgres"
+url = "$db_url"
+password_file = "$password_file"
+state_dir = "$work/$1/state"
+
+[limits]
+max_running = 200000
+
+[cluster]
+node_lease_secs = 10
+
+[agents.remote]
+kind = "remote"
+stdin = "none"
+EOF
+    : >"$work/$1/log"
+    RUST_LOG=warn "$bin/swarmd" serve --config "$work/$1/swarmd.toml" 2>"$work/$1/log" &
+    pid=$!
+    pids+=("$pid")
+    for _ in $(seq 200); do
+        base=$(sed -n 's/^listening on //p' "$work/$1/log")
+        [ -n "$base" ] && break
+        sleep 0.05
+    done
+    if [ -z "$base" ]; then
+        echo "node $1 did not start:" >&2
+        cat "$work/$1/log" >&2
+        exit 1
+    fi
+    "$bin/swarmd" admin-token --config "$work/$1/swarmd.toml" >"$work/$1/admin.token"
+}
+
+queue() { # $1: node name, $2: base
+    local admin
+    admin=$(cat "$work/$1/admin.token")
+    seq "$per_node" | xargs -P 8 -I{} curl -sf -o /dev/null -X POST "$2/v1/tasks" \
+        -H "authorization: Bearer $admin" -H 'content-type: application/json' \
+        -d '{"agent": "remote", "prompt": "p{}"}'
+}
+
+passed() { psql -qtA "${url%/*}/$db" -c "SELECT count(*) FROM tasks WHERE status = 'pass'"; }
+
+claimed() { # $1: base
+    curl -sf "$1/metrics" | sed -n 's/^swarmd_remote_attempts_claimed_total //p'
+}
+
+run() { # $1: the pool's id, $2: label, then the nodes it is given (a, b)
+    local id=$1 label=$2
+    shift 2
+    fresh_db
+    start a
+    a_base=$base
+    start b
+    b_base=$base
+    queue a "$a_base"
+    queue b "$b_base"
+    token=$("$bin/swarmd" token mint --role worker-pool --agent remote \
+        --config "$work/a/swarmd.toml")
+    local servers=()
+    for node in "$@"; do
+        case $node in
+            a) servers+=(--server "$a_base") ;;
+            b) servers+=(--server "$b_base") ;;
+        esac
+    done
+    local started
+    started=$(date +%s.%N)
+    SWARMD_TOKEN=$token RUST_LOG=warn "$bin/swarmd" worker pool "${servers[@]}" \
+        --agent remote --concurrency "$concurrency" --pool-id "$id" \
+        -- /bin/true 2>"$work/pool-$id.log" &
+    pids+=($!)
+    local total=$((2 * per_node))
+    while [ "$(passed)" -lt "$total" ]; do
+        if [ "$(echo "$(date +%s.%N) - $started > $give_up" | bc)" = 1 ]; then
+            printf '%s: only %d of %d tasks passed in %d s; claimed from A %s, from B %s\n' \
+                "$label" "$(passed)" "$total" "$give_up" "$(claimed "$a_base")" "$(claimed "$b_base")"
+            tail -3 "$work/pool-$id.log" >&2
+            stop_all
+            return
+        fi
+        sleep 0.05
+    done
+    local secs
+    secs=$(echo "$(date +%s.%N) - $started" | bc)
+    printf '%s: %d tasks in %.2f s, %.0f tasks/s; claimed from A %s, from B %s\n' \
+        "$label" "$total" "$secs" "$(echo "$total / $secs" | bc -l)" \
+        "$(claimed "$a_base")" "$(claimed "$b_base")"
+    stop_all
+}
+
+# Kills this run's processes and waits for them, quietly.
+stop_all() {
+    for pid in "${pids[@]}"; do
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    pids=()
+}
+
+run one-url "one URL (A)" a
+run both-urls "both URLs" a b

@@ -75,12 +75,23 @@ impl Cluster {
 
     /// Like `start`, with more `[auth]` lines.
     pub(crate) async fn start_with_auth(n: usize, auth: &str, agents: &str) -> Cluster {
+        Cluster::start_nodes(auth, &vec![agents; n]).await
+    }
+
+    /// One node per entry of `agents`, each with those agents.
+    pub(crate) async fn start_each(agents: &[&str]) -> Cluster {
+        Cluster::start_nodes("", agents).await
+    }
+
+    async fn start_nodes(auth: &str, agents: &[&str]) -> Cluster {
         let database = fresh_database().await;
         let shared = tempfile::tempdir().unwrap();
         let root = shared.path().display().to_string();
         let store = store_table(&database);
-        let body = format!(
-            r#"
+        let mut nodes = Vec::new();
+        for agents in agents {
+            let body = format!(
+                r#"
 [auth]
 keys_file = "{root}/keys"
 admin_token_file = "{root}/admin.token"
@@ -90,11 +101,9 @@ admin_token_file = "{root}/admin.token"
 node_lease_secs = {lease}
 {agents}
 "#,
-            lease = LEASE.as_secs(),
-            agents = agents.replace("@DIR@", &root),
-        );
-        let mut nodes = Vec::new();
-        for _ in 0..n {
+                lease = LEASE.as_secs(),
+                agents = agents.replace("@DIR@", &root),
+            );
             let node = Swarmd::with_store(&body, &store)
                 .admin_token_file(&shared.path().join("admin.token"))
                 .start()

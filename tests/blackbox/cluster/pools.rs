@@ -121,6 +121,31 @@ async fn a_pool_given_one_node_claims_every_nodes_remote_attempts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learned_node_without_the_agent_is_left_out_and_the_pool_goes_on() {
+    // Node B runs no remote agent: it refuses the pool's claims (404).
+    let cluster = Cluster::start_each(&[REMOTE, super::QUICK]).await;
+    let a = &cluster.nodes[0];
+    let token = mint(a, &["remote"]);
+    let pool = Pool::start_with(a, &token, "remote", "pool-a", 1, Setup::default()).await;
+    let body = json!({"agent": "remote", "prompt": "hold"});
+    let task = create(a, body).await;
+    let started = Instant::now();
+    while !file(a, &task, 1, "pid").exists() {
+        assert!(started.elapsed() < PATIENCE, "{}", pool.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(file(a, &task, 1, "go"), "").unwrap();
+    let view = finished(a, &task).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+    assert!(
+        pool.log()
+            .contains("refused the pool; not claiming from it"),
+        "{}",
+        pool.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_pool_runs_every_nodes_remote_attempts_within_its_slots() {
     let cluster = Cluster::start(2, REMOTE).await;
     let pool = pool_of_both(&cluster, "pool-ab", 1).await;

@@ -28,8 +28,8 @@ pub(super) struct Pool<'a> {
     pub(super) attempts: &'a TaskTracker,
 }
 
-/// Claims from every daemon until `stop`; a daemon that refuses the pool
-/// stops every loop.
+/// Claims from every daemon until `stop`; a daemon given that refuses the
+/// pool stops every loop, one learned from another stops its own.
 pub(super) async fn claim_all(
     pool: &Pool<'_>,
     daemons: &[Daemon],
@@ -81,6 +81,12 @@ async fn claim_loop(
         *shared.asked() -= max;
         match answer {
             Ok(_) => backoff = FIRST_BACKOFF,
+            // A node learned from another may run other agents: its
+            // refusal ends its own loop, not the pool.
+            Err(error) if refused(&error) && daemon.discovered => {
+                tracing::warn!(%error, server = daemon.client.base_url(), "a node of the cluster refused the pool; not claiming from it");
+                return Ok(());
+            }
             Err(error) if refused(&error) => return Err(PoolError::Refused(error)),
             Err(error) => {
                 tracing::warn!(%error, server = daemon.client.base_url(), retry_in_ms = backoff.as_millis(), "claim failed");

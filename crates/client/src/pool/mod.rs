@@ -165,6 +165,8 @@ impl Shared {
 #[derive(Debug, Clone)]
 struct Daemon {
     link: usize,
+    /// Learned from another daemon (`discover`), not given.
+    discovered: bool,
     client: ApiClient,
     writes: ApiClient,
 }
@@ -181,6 +183,7 @@ pub async fn run_pool(
     stop: CancellationToken,
     kill: CancellationToken,
 ) -> Result<(), PoolError> {
+    let given = options.servers.len();
     options.servers = discover(&options).await;
     let daemons = options
         .servers
@@ -189,6 +192,7 @@ pub async fn run_pool(
         .map(|(link, url)| {
             Ok(Daemon {
                 link,
+                discovered: link >= given,
                 client: ApiClient::new(url, options.token.clone())?,
                 writes: ApiClient::new(url, options.token.clone())?,
             })

@@ -62,6 +62,9 @@ pub(crate) struct Cluster {
     pub nodes: Vec<Swarmd>,
     /// A reading handle on the shared database (no node of its own).
     pub db: PgDb,
+    /// The `[store]` lines and `[auth]` extras every node is given.
+    store: String,
+    auth: String,
     _shared: tempfile::TempDir,
 }
 
@@ -86,12 +89,26 @@ impl Cluster {
     async fn start_nodes(auth: &str, agents: &[&str]) -> Cluster {
         let database = fresh_database().await;
         let shared = tempfile::tempdir().unwrap();
-        let root = shared.path().display().to_string();
         let store = store_table(&database);
-        let mut nodes = Vec::new();
+        let db = PgDb::open(database.options()).await.unwrap();
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            db,
+            store,
+            auth: auth.to_owned(),
+            _shared: shared,
+        };
         for agents in agents {
-            let body = format!(
-                r#"
+            cluster.add_node(agents).await;
+        }
+        cluster
+    }
+
+    /// Starts one more node with `agents` on the cluster's database.
+    pub(crate) async fn add_node(&mut self, agents: &str) -> &Swarmd {
+        let root = self._shared.path().display().to_string();
+        let body = format!(
+            r#"
 [auth]
 keys_file = "{root}/keys"
 admin_token_file = "{root}/admin.token"
@@ -101,21 +118,16 @@ admin_token_file = "{root}/admin.token"
 node_lease_secs = {lease}
 {agents}
 "#,
-                lease = LEASE.as_secs(),
-                agents = agents.replace("@DIR@", &root),
-            );
-            let node = Swarmd::with_store(&body, &store)
-                .admin_token_file(&shared.path().join("admin.token"))
-                .start()
-                .await;
-            nodes.push(node);
-        }
-        let db = PgDb::open(database.options()).await.unwrap();
-        Cluster {
-            nodes,
-            db,
-            _shared: shared,
-        }
+            auth = self.auth,
+            lease = LEASE.as_secs(),
+            agents = agents.replace("@DIR@", &root),
+        );
+        let node = Swarmd::with_store(&body, &self.store)
+            .admin_token_file(&self._shared.path().join("admin.token"))
+            .start()
+            .await;
+        self.nodes.push(node);
+        self.nodes.last().unwrap()
     }
 
     /// The shared directory (`@DIR@` in the agents).

@@ -582,6 +582,11 @@ pub struct PoolArgs {
     /// Seconds between SIGTERM and SIGKILL when an attempt is stopped.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     pub kill_grace_secs: u64,
+    /// Seconds between asking the daemons given for their cluster's nodes
+    /// again (a node that joined later is claimed from too).
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub rediscover_secs: u64,
     /// Runs each attempt in a git worktree of this repository (on the
     /// pool's machine), on a branch of its own (`swarmd/t-<short id>-<slug>/<attempt>`).
     #[arg(long, value_name = "DIR")]

@@ -121,6 +121,32 @@ async fn a_pool_given_one_node_claims_every_nodes_remote_attempts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_joins_after_the_pool_started_is_claimed_from() {
+    let mut cluster = Cluster::start(1, REMOTE).await;
+    let token = mint(&cluster.nodes[0], &["remote"]);
+    let setup = Setup {
+        args: vec!["--rediscover-secs".to_owned(), "1".to_owned()],
+        ..Setup::default()
+    };
+    let pool = Pool::start_with(&cluster.nodes[0], &token, "remote", "pool-a", 1, setup).await;
+    // The pool claims from A (it asked A for nodes before that) before B
+    // joins.
+    connected(&cluster, &pool).await;
+    let b = cluster.add_node(REMOTE).await;
+    let task = create(b, json!({"agent": "remote", "prompt": "hold"})).await;
+    let a = &cluster.nodes[0];
+    let started = Instant::now();
+    while !file(a, &task, 1, "pid").exists() {
+        assert!(started.elapsed() < PATIENCE, "{}", pool.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(file(a, &task, 1, "go"), "").unwrap();
+    let view = finished(&cluster.nodes[1], &task).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+    assert_eq!(cluster.owner(&task).await, cluster.node_id(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_learned_node_without_the_agent_is_left_out_and_the_pool_goes_on() {
     // Node B runs no remote agent: it refuses the pool's claims (404).
     let cluster = Cluster::start_each(&[REMOTE, super::QUICK]).await;

@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use swarmd_spawner::process::HostEnv;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -28,25 +30,55 @@ pub(super) struct Pool<'a> {
     pub(super) attempts: &'a TaskTracker,
 }
 
-/// Claims from every daemon until `stop`; a daemon given that refuses the
-/// pool stops every loop, one learned from another stops its own.
+/// Claims from every daemon until `stop`, and from each daemon `joined`
+/// hands over later (started with `beat`, its heartbeat loop); a daemon
+/// given that refuses the pool stops every loop, one learned from another
+/// stops its own. Returns how it ended and every daemon claimed from.
 pub(super) async fn claim_all(
     pool: &Pool<'_>,
-    daemons: &[Daemon],
+    daemons: Vec<Daemon>,
+    mut joined: mpsc::UnboundedReceiver<Daemon>,
+    beat: &dyn Fn(&Daemon),
     stop: &CancellationToken,
-) -> Result<(), PoolError> {
+) -> (Result<(), PoolError>, Vec<Daemon>) {
     let loops = stop.child_token();
-    let runs = daemons.iter().map(|daemon| {
+    let run = |daemon: Daemon| {
         let loops = &loops;
         async move {
-            let ended = claim_loop(pool, daemon, loops).await;
+            let ended = claim_loop(pool, &daemon, loops).await;
             if ended.is_err() {
                 loops.cancel();
             }
             ended
         }
-    });
-    join_all(runs).await.into_iter().collect()
+    };
+    let mut all = daemons.clone();
+    let mut running: FuturesUnordered<_> = daemons.into_iter().map(run).collect();
+    let mut outcome = Ok(());
+    let mut open = true;
+    loop {
+        tokio::select! {
+            daemon = joined.recv(), if open && !loops.is_cancelled() => match daemon {
+                Some(daemon) => {
+                    beat(&daemon);
+                    all.push(daemon.clone());
+                    running.push(run(daemon));
+                }
+                None => open = false,
+            },
+            ended = running.next() => match ended {
+                Some(Err(error)) => {
+                    if outcome.is_ok() {
+                        outcome = Err(error);
+                    }
+                }
+                Some(Ok(())) => {}
+                // Every loop ended: `stop`, or a refusal that stopped them all.
+                None => break,
+            },
+        }
+    }
+    (outcome, all)
 }
 
 /// Claims from `daemon` while the pool has room, until `stop`.

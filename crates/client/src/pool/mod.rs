@@ -1,6 +1,7 @@
 //! `swarmd worker pool`: a worker pool on any machine (docs/operations.md, Worker pools). It
-//! long-polls one or more daemons (every node of a cluster: at start it
-//! asks each daemon given for its cluster's other live nodes) for
+//! long-polls one or more daemons (every node of a cluster: it asks each
+//! daemon given for its cluster's live nodes, at start and every
+//! `rediscover`, `discover`) for
 //! attempts of one remote agent, runs up to `concurrency` of them at once
 //! like local process agents (`run`), and keeps one heartbeat in flight per
 //! daemon while it holds any of that daemon's attempts: the heartbeat
@@ -24,6 +25,7 @@
 //! policy at once instead of waiting out their leases.
 
 mod claim;
+mod discover;
 mod heartbeat;
 pub mod run;
 pub mod worktree;
@@ -39,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{ApiClient, Bearer, ClientError};
-use crate::wire::{AttemptRef, EndedAttempt, MAX_REASON, NodesAnswer};
+use crate::wire::{AttemptRef, EndedAttempt, MAX_REASON};
 use heartbeat::{flush_ended, heartbeat_loop};
 
 /// Most daemons one pool claims from.
@@ -49,8 +51,6 @@ const MAX_HEARTBEAT_WAIT_MS: u64 = 10_000;
 const MIN_HEARTBEAT_WAIT_MS: u64 = 100;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// How long a daemon has to say where its cluster's nodes are.
-const DISCOVER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Slack for a long-poll's answer to travel back, on top of its wait.
 const POLL_SLACK: Duration = Duration::from_secs(10);
 
@@ -66,6 +66,9 @@ pub struct PoolOptions {
     pub command: run::Command,
     /// How long running attempts may finish after the first signal.
     pub drain: Duration,
+    /// How often the given daemons are asked again for their cluster's
+    /// nodes (`discover`).
+    pub rediscover: Duration,
 }
 
 /// Why the pool stopped on its own.
@@ -171,6 +174,22 @@ struct Daemon {
     writes: ApiClient,
 }
 
+impl Daemon {
+    fn new(
+        link: usize,
+        discovered: bool,
+        url: &str,
+        options: &PoolOptions,
+    ) -> Result<Daemon, ClientError> {
+        Ok(Daemon {
+            link,
+            discovered,
+            client: ApiClient::new(url, options.token.clone())?,
+            writes: ApiClient::new(url, options.token.clone())?,
+        })
+    }
+}
+
 /// Runs the pool until `stop` (the first signal) and its drain; `kill` (a
 /// second signal) cuts the drain short.
 ///
@@ -178,49 +197,51 @@ struct Daemon {
 /// `Refused` when a daemon refuses the token or the agent (401, 403, 404);
 /// `Client` when a URL is invalid.
 pub async fn run_pool(
-    mut options: PoolOptions,
+    options: PoolOptions,
     host_env: HostEnv,
     stop: CancellationToken,
     kill: CancellationToken,
 ) -> Result<(), PoolError> {
-    let given = options.servers.len();
-    options.servers = discover(&options).await;
-    let daemons = options
-        .servers
+    let mut urls = options.servers.clone();
+    urls.extend(discover::new_nodes(&options, &urls).await);
+    let daemons = urls
         .iter()
         .enumerate()
-        .map(|(link, url)| {
-            Ok(Daemon {
-                link,
-                discovered: link >= given,
-                client: ApiClient::new(url, options.token.clone())?,
-                writes: ApiClient::new(url, options.token.clone())?,
-            })
-        })
+        .map(|(link, url)| Daemon::new(link, link >= options.servers.len(), url, &options))
         .collect::<Result<Vec<_>, ClientError>>()?;
     let options = Arc::new(options);
     let host_env = Arc::new(host_env);
-    let shared = Arc::new(Shared::new(daemons.len(), options.concurrency));
+    let shared = Arc::new(Shared::new(MAX_SERVERS, options.concurrency));
     let attempts = TaskTracker::new();
     let beating = CancellationToken::new();
-    let hearts: Vec<_> = daemons
-        .iter()
-        .map(|daemon| {
-            tokio::spawn(heartbeat_loop(
-                daemon.clone(),
-                Arc::clone(&options),
-                Arc::clone(&shared),
-                beating.clone(),
-            ))
-        })
-        .collect();
+    let hearts = std::sync::Mutex::new(Vec::new());
+    let beat = |daemon: &Daemon| {
+        let heart = tokio::spawn(heartbeat_loop(
+            daemon.clone(),
+            Arc::clone(&options),
+            Arc::clone(&shared),
+            beating.clone(),
+        ));
+        hearts.lock().unwrap_or_else(|e| e.into_inner()).push(heart);
+    };
+    daemons.iter().for_each(&beat);
+    let (joined_tx, joined) = tokio::sync::mpsc::unbounded_channel();
+    let finding = stop.child_token();
+    let finder = tokio::spawn(discover::follow(
+        Arc::clone(&options),
+        urls,
+        joined_tx,
+        finding.clone(),
+    ));
     let pool = claim::Pool {
         options: &options,
         host_env: &host_env,
         shared: &shared,
         attempts: &attempts,
     };
-    let claimed = claim::claim_all(&pool, &daemons, &stop).await;
+    let (claimed, daemons) = claim::claim_all(&pool, daemons, joined, &beat, &stop).await;
+    finding.cancel();
+    let _ = finder.await;
     attempts.close();
     tokio::select! {
         () = attempts.wait() => {}
@@ -234,51 +255,11 @@ pub async fn run_pool(
         let _ = flush_ended(daemon, &options, &shared).await;
     }
     beating.cancel();
+    let hearts = std::mem::take(&mut *hearts.lock().unwrap_or_else(|e| e.into_inner()));
     for heart in hearts {
         let _ = heart.await;
     }
     claimed
-}
-
-/// The daemons given, then every other live node of their clusters
-/// (`GET /v1/pool/nodes`), at most [`MAX_SERVERS`] in all: a node queues
-/// the attempts it dispatches, so one node's URL reaches the whole
-/// cluster. A daemon that cannot say (unreachable now, outside a cluster,
-/// older) adds nothing; its claims report what is wrong with it.
-async fn discover(options: &PoolOptions) -> Vec<String> {
-    let mut servers = options.servers.clone();
-    let known = |servers: &[String], url: &str| {
-        servers
-            .iter()
-            .any(|s| s.trim_end_matches('/') == url.trim_end_matches('/'))
-    };
-    for url in &options.servers {
-        let Ok(client) = ApiClient::new(url, options.token.clone()) else {
-            continue;
-        };
-        let path = "/v1/pool/nodes";
-        let found = client
-            .send_json(
-                client.get(path).timeout(DISCOVER_TIMEOUT),
-                &client.url(path),
-            )
-            .await
-            .and_then(|answer| decode::<NodesAnswer>(url, answer));
-        let nodes = match found {
-            Ok(answer) => answer.nodes,
-            Err(error) => {
-                tracing::debug!(%url, %error, "no cluster nodes learned");
-                continue;
-            }
-        };
-        for node in nodes {
-            if servers.len() < MAX_SERVERS && !known(&servers, &node) {
-                tracing::info!(from = %url, node = %node, "claiming from a node of the cluster too");
-                servers.push(node);
-            }
-        }
-    }
-    servers
 }
 
 /// Kills what still runs (or waits for a slot) and reports it handed back.

@@ -84,6 +84,7 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
             worktree,
         },
         drain: Duration::from_secs(args.drain_secs),
+        rediscover: Duration::from_secs(args.rediscover_secs),
     };
     let (stop, kill) = (CancellationToken::new(), CancellationToken::new());
     watch_signals(stop.clone(), kill.clone())?;

@@ -17,70 +17,12 @@ concurrency=${3:-16}
 # A run that has not finished by then says how far it got.
 give_up=30
 
-out=$("$(dirname "$0")/pg-env.sh")
-url=$(sed -n 1p <<<"$out")
-password_file=$(sed -n 2p <<<"$out")
-export PGPASSWORD
-PGPASSWORD=$(cat "$password_file")
+# shellcheck source=scripts/cluster-nodes.sh
+source "$(dirname "$0")/cluster-nodes.sh"
 
-work=$(mktemp -d)
-pids=()
-dbs=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-    for db in "${dbs[@]}"; do
-        psql -q "$url" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-    done
-}
-trap cleanup EXIT
-
-fresh_db() { # sets $db and $db_url
-    db="swarmd_pool_$RANDOM$RANDOM"
-    psql -q "$url" -c "CREATE DATABASE $db" >/dev/null
-    dbs+=("$db")
-    db_url="${url%/*}/$db"
-}
-
-start() { # $1: node name; sets $base and $pid
-    mkdir -p "$work/$1/state"
-    cat >"$work/$1/swarmd.toml" <<EOF
-[server]
-bind = "127.0.0.1:0"
-shutdown_grace_secs = 2
-
-[store]
-backend = "postgres"
-url = "$db_url"
-password_file = "$password_file"
-state_dir = "$work/$1/state"
-
-[limits]
-max_running = 200000
-
-[cluster]
-node_lease_secs = 10
-
-[agents.remote]
+remote='[agents.remote]
 kind = "remote"
-stdin = "none"
-EOF
-    : >"$work/$1/log"
-    RUST_LOG=warn "$bin/swarmd" serve --config "$work/$1/swarmd.toml" 2>"$work/$1/log" &
-    pid=$!
-    pids+=("$pid")
-    for _ in $(seq 200); do
-        base=$(sed -n 's/^listening on //p' "$work/$1/log")
-        [ -n "$base" ] && break
-        sleep 0.05
-    done
-    if [ -z "$base" ]; then
-        echo "node $1 did not start:" >&2
-        cat "$work/$1/log" >&2
-        exit 1
-    fi
-    "$bin/swarmd" admin-token --config "$work/$1/swarmd.toml" >"$work/$1/admin.token"
-}
+stdin = "none"'
 
 queue() { # $1: node name, $2: base
     local admin
@@ -90,7 +32,7 @@ queue() { # $1: node name, $2: base
         -d '{"agent": "remote", "prompt": "p{}"}'
 }
 
-passed() { psql -qtA "${url%/*}/$db" -c "SELECT count(*) FROM tasks WHERE status = 'pass'"; }
+passed() { psql -qtA "$db_url" -c "SELECT count(*) FROM tasks WHERE status = 'pass'"; }
 
 claimed() { # $1: base
     curl -sf "$1/metrics" | sed -n 's/^swarmd_remote_attempts_claimed_total //p'
@@ -100,9 +42,9 @@ run() { # $1: the pool's id, $2: label, then the nodes it is given (a, b)
     local id=$1 label=$2
     shift 2
     fresh_db
-    start a
+    start a "$remote"
     a_base=$base
-    start b
+    start b "$remote"
     b_base=$base
     queue a "$a_base"
     queue b "$b_base"
@@ -138,15 +80,6 @@ run() { # $1: the pool's id, $2: label, then the nodes it is given (a, b)
         "$label" "$total" "$secs" "$(echo "$total / $secs" | bc -l)" \
         "$(claimed "$a_base")" "$(claimed "$b_base")"
     stop_all
-}
-
-# Kills this run's processes and waits for them, quietly.
-stop_all() {
-    for pid in "${pids[@]}"; do
-        kill -9 "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    pids=()
 }
 
 run one-url "one URL (A)" a

@@ -346,7 +346,7 @@ impl Engine {
     /// broadcast in seq order once every lower seq is, the ones already
     /// broadcast dropped.
     pub fn offer_events(&self, records: Vec<EventRecord>) {
-        self.offer_log(records.into_iter().map(Logged::Whole).collect());
+        self.offer_log(Logged::whole(records));
     }
 
     /// The log as the cluster's event pump read it (`log_after`): whole

@@ -192,6 +192,11 @@ pub enum Logged {
 }
 
 impl Logged {
+    /// Every record of `records`, whole.
+    pub fn whole(records: Vec<EventRecord>) -> Vec<Logged> {
+        records.into_iter().map(Logged::Whole).collect()
+    }
+
     pub fn seq(&self) -> u64 {
         match self {
             Logged::Whole(record) => record.seq,

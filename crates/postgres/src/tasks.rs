@@ -224,11 +224,9 @@ impl TaskStore for PgTaskStore {
         whole: Option<&[&str]>,
     ) -> Result<Vec<Logged>, StoreError> {
         match whole {
-            None => Ok(read::events_after(&self.db, after_seq, limit)
-                .await?
-                .into_iter()
-                .map(Logged::Whole)
-                .collect()),
+            None => Ok(Logged::whole(
+                read::events_after(&self.db, after_seq, limit).await?,
+            )),
             Some(kinds) => read::log_after(&self.db, after_seq, limit, kinds).await,
         }
     }

@@ -24,7 +24,6 @@ async fn both_nodes_serve_one_gapless_log_of_every_nodes_events() {
         .unwrap();
     assert_eq!(response.status(), 200);
     let mut feed = response.bytes_stream();
-    let mut parser = SseParser::default();
 
     let mut on_a = Vec::new();
     let mut on_b = Vec::new();
@@ -65,19 +64,7 @@ async fn both_nodes_serve_one_gapless_log_of_every_nodes_events() {
     // Node A's live feed carried node B's events too, in seq order, without
     // a gap, up to the end of the log.
     let last = *all.last().unwrap();
-    let mut live = Vec::new();
-    while live.last() != Some(&last) {
-        let chunk = tokio::time::timeout(PATIENCE, feed.next())
-            .await
-            .expect("node A's feed stalled")
-            .expect("node A's feed ended")
-            .unwrap();
-        for event in parser.push(&chunk) {
-            if let Some(id) = event.id.and_then(|id| id.parse::<u64>().ok()) {
-                live.push(id);
-            }
-        }
-    }
+    let live = ids_through(&mut feed, last).await;
     let first = live[0];
     assert_eq!(live, (first..=last).collect::<Vec<_>>());
     let b_tasks: BTreeSet<&str> = on_b.iter().map(String::as_str).collect();
@@ -128,13 +115,32 @@ async fn a_feed_opened_while_another_node_works_misses_nothing() {
     let (on_b, response) = tokio::join!(work, open);
     assert_eq!(response.status(), 200);
     let mut feed = response.bytes_stream();
-    let mut parser = SseParser::default();
     // A task of A's own after B's, so the log's end is known to both.
     let own = create(a, json!({"agent": "quick", "prompt": "a"})).await;
     assert_eq!(a.finished(&own).await["status"], "pass");
 
     let log = events_after(a, 0).await;
     let last = *seqs(&log).last().unwrap();
+    let live = ids_through(&mut feed, last).await;
+    let first = live[0];
+    assert_eq!(live, (first..=last).collect::<Vec<_>>());
+    // The feed carried B's last task from its creation to its end.
+    let newest = on_b.last().unwrap();
+    let of_newest = log
+        .iter()
+        .filter(|e| e["event"]["task_id"] == newest.as_str())
+        .map(|e| e["seq"].as_u64().unwrap());
+    for seq in of_newest {
+        assert!(live.contains(&seq) || seq < first, "seq {seq} missing");
+    }
+}
+
+/// The event ids node A's SSE feed sends, up to and with `last`.
+async fn ids_through(
+    feed: &mut (impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+    last: u64,
+) -> Vec<u64> {
+    let mut parser = SseParser::default();
     let mut live = Vec::new();
     while live.last() != Some(&last) {
         let chunk = tokio::time::timeout(PATIENCE, feed.next())
@@ -148,15 +154,5 @@ async fn a_feed_opened_while_another_node_works_misses_nothing() {
             }
         }
     }
-    let first = live[0];
-    assert_eq!(live, (first..=last).collect::<Vec<_>>());
-    // The feed carried B's last task from its creation to its end.
-    let newest = on_b.last().unwrap();
-    let of_newest = log
-        .iter()
-        .filter(|e| e["event"]["task_id"] == newest.as_str())
-        .map(|e| e["seq"].as_u64().unwrap());
-    for seq in of_newest {
-        assert!(live.contains(&seq) || seq < first, "seq {seq} missing");
-    }
+    live
 }

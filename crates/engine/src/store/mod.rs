@@ -259,12 +259,7 @@ pub trait TaskStore: Send + Sync + Debug + 'static {
         whole: Option<&[&str]>,
     ) -> Result<Vec<Logged>, StoreError> {
         let _ = whole;
-        Ok(self
-            .events_after(after_seq, limit)
-            .await?
-            .into_iter()
-            .map(Logged::Whole)
-            .collect())
+        Ok(Logged::whole(self.events_after(after_seq, limit).await?))
     }
     async fn audit(
         &self,

@@ -7,9 +7,12 @@
 # logs in with a password (scram-sha-256, as a real deployment would), kept
 # in `<dir>/password`, mode 0600, never printed.
 #
-# Idempotent: a live cluster is reused, a stopped one is started again, a
-# missing one is created (installing Debian's postgresql-15 first when
-# initdb is not there). Prints two lines on stdout: the connection URL
+# Idempotent: a live cluster is reused; a stopped or missing one is created
+# anew (installing Debian's postgresql-15 first when initdb is not there).
+# A stopped cluster is never restarted: nothing in it outlives a test run,
+# and after a crash PostgreSQL fsyncs its whole data directory before it
+# listens, which for the databases of failed tests kept there can outlast
+# any start timeout. Prints two lines on stdout: the connection URL
 # (without the password) and the password file's path; everything else goes
 # to stderr. Durability settings are PostgreSQL's defaults (fsync = on,
 # synchronous_commit = on).
@@ -69,8 +72,12 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 chmod 0700 "$dir"
 
-if [ ! -f "$data/PG_VERSION" ]; then
-    rm -rf "$data"
+if [ -e "$data" ]; then
+    echo "pg-env: the cluster in $data is not running; making it anew" >&2
+    if [ -f "$dir/log" ]; then mv -f "$dir/log" "$dir/log.old"; fi
+fi
+rm -rf "$data" "$dir"/.s.PGSQL.*
+(
     umask 077
     # A password of 32 hex digits; initdb reads it from a file it may read.
     head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$password_file"
@@ -80,7 +87,7 @@ if [ ! -f "$data/PG_VERSION" ]; then
         fail "initdb failed (output above)"
     if [ "$(id -u)" -eq 0 ]; then chown root: "$password_file"; fi
     chmod 0600 "$password_file"
-fi
+)
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 echo "$port" >"$port_file"

@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_postgres::NoTls;
 
@@ -87,8 +89,7 @@ fn find_cluster() -> Result<Cluster, String> {
     })
 }
 
-/// A database created for one test; dropped by `drop_database` (or left
-/// for the throwaway cluster to hold).
+/// A database created for one test, kept for [`KEEP_FOR`] after it was made.
 #[derive(Debug, Clone)]
 pub struct TestDatabase {
     pub name: String,
@@ -116,9 +117,16 @@ impl TestDatabase {
 /// holds a node's heartbeat (which waits for its own write groups, whose
 /// commits hold its row) past a few-second test lease and fences the node.
 /// The benchmark scripts make their own databases and keep the default.
+///
+/// A test keeps its database (a failed one can be read afterwards); the
+/// first call in each process drops those older than [`KEEP_FOR`].
 pub async fn fresh_database() -> TestDatabase {
     let cluster = cluster();
-    let name = format!("swarmd_test_{:016x}", rand::random::<u64>());
+    let name = format!(
+        "{PREFIX}{}_{:08x}",
+        unix_secs(SystemTime::now()),
+        rand::random::<u32>()
+    );
     let mut config: tokio_postgres::Config = cluster.url.parse().expect("the cluster's URL");
     config.password(&cluster.password);
     let (client, connection) = config
@@ -126,6 +134,9 @@ pub async fn fresh_database() -> TestDatabase {
         .await
         .unwrap_or_else(|e| panic!("cannot reach the test cluster at {}: {e}", cluster.url));
     tokio::spawn(connection);
+    if !SWEPT.swap(true, Ordering::Relaxed) {
+        sweep(&client, SystemTime::now()).await;
+    }
     client
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
@@ -144,6 +155,59 @@ pub async fn fresh_database() -> TestDatabase {
         url: format!("{base}/{name}"),
         name,
         cluster,
+    }
+}
+
+/// How every test database's name starts: `swarmd_test_<unix secs>_<rand>`.
+const PREFIX: &str = "swarmd_test_";
+
+/// How long a test database is kept: longer than any test (the long chaos
+/// runs included) takes.
+pub const KEEP_FOR: Duration = Duration::from_secs(6 * 3600);
+
+/// At most this many old databases are dropped per process, so a cluster
+/// that kept thousands never holds one test up for minutes.
+const SWEEP_AT_MOST: usize = 64;
+
+/// Whether this process has swept the cluster.
+static SWEPT: AtomicBool = AtomicBool::new(false);
+
+fn unix_secs(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// When the test database `name` was made, if it is one (a name without a
+/// time reads as made at 0, so it is old).
+fn made_at(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix(PREFIX)?;
+    Some(
+        rest.split_once('_')
+            .and_then(|(secs, _)| secs.parse().ok())
+            .unwrap_or(0),
+    )
+}
+
+/// Drops test databases older than [`KEEP_FOR`]. Errors are ignored: test
+/// processes sweep at once, and one may drop a database another lists.
+async fn sweep(client: &tokio_postgres::Client, now: SystemTime) {
+    let Ok(rows) = client
+        .query(
+            "SELECT datname FROM pg_database WHERE starts_with(datname, $1)",
+            &[&PREFIX],
+        )
+        .await
+    else {
+        return;
+    };
+    let cutoff = unix_secs(now).saturating_sub(KEEP_FOR.as_secs());
+    let old = rows
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .filter(|name| made_at(name).is_some_and(|made| made < cutoff));
+    for name in old.take(SWEEP_AT_MOST) {
+        let _ = client
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await;
     }
 }
 
@@ -186,5 +250,21 @@ impl crate::PgDb {
             .iter()
             .map(|row| row.get(0))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_test_database_is_old_by_the_time_in_its_name() {
+        assert_eq!(
+            made_at("swarmd_test_1700000000_0a1b2c3d"),
+            Some(1_700_000_000)
+        );
+        assert_eq!(made_at("swarmd_test_00ff00ff00ff00ff"), Some(0));
+        assert_eq!(made_at("postgres"), None);
+        assert_eq!(made_at("swarmd_bench_1"), None);
     }
 }

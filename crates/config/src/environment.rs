@@ -7,6 +7,18 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// Prefix of configuration environment variables.
+pub const ENV_PREFIX: &str = "SWARMD_";
+
+/// `SWARMD_*` variables that stand in for CLI flags rather than config keys.
+pub const CLI_ENV_VARS: [&str; 5] = [
+    "SWARMD_CONFIG",
+    "SWARMD_URL",
+    "SWARMD_TOKEN",
+    "SWARMD_TOKEN_FILE",
+    "SWARMD_LOG_FORMAT",
+];
+
 /// Environment variables by name. Values may be secrets: `Debug` prints names only.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Environment {

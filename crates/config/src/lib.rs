@@ -39,11 +39,14 @@ pub use agent::{
     RemoteAgent, StdinMode, StreamMode, WorkerBinding,
 };
 pub use agents_dir::{AgentsDirConfig, load_agents_dir, parse_agent_file, parse_toml_agent_file};
+pub use environment::{CLI_ENV_VARS, ENV_PREFIX};
 pub use error::ConfigError;
 pub use flows_dir::FlowsDirConfig;
 pub use hosts::{HostRules, Origin, parse_origin};
-pub use load::{CLI_ENV_VARS, ConfigPath, DEFAULT_CONFIG_PATH, ENV_PREFIX, Overrides};
-pub use locations::{config_candidates, default_state_dir, user_state_dir};
+pub use load::Overrides;
+pub use locations::{
+    ConfigPath, DEFAULT_CONFIG_PATH, config_candidates, default_state_dir, user_state_dir,
+};
 pub use sections::{
     AuthConfig, ClusterConfig, DEFAULT_NODE_LEASE_SECS, DEFAULT_STATE_DIR, DefaultsConfig,
     LimitsConfig, LuaConfig, LuaMiddleware, McpConfig, RetentionConfig, RetryOutcome, SeniorConfig,

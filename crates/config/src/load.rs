@@ -20,37 +20,10 @@ use serde::Deserialize;
 use super::agent::{Agent, AgentKind, EnvSpec, EnvVars};
 use super::agents_dir::load_agents_dir;
 use super::error::ConfigError;
-use super::locations::default_state_dir;
+use super::locations::{ConfigPath, default_state_dir};
 use super::sections::StoreBackend;
 use super::{Config, sources, validate};
 use crate::environment::Environment;
-
-/// The system-wide configuration file, read when `--config` is not given, it
-/// exists and no per-user file does (`locations::config_candidates`).
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/swarmd/swarmd.toml";
-
-/// Prefix of configuration environment variables.
-pub const ENV_PREFIX: &str = "SWARMD_";
-
-/// `SWARMD_*` variables that stand in for CLI flags rather than config keys.
-pub const CLI_ENV_VARS: [&str; 5] = [
-    "SWARMD_CONFIG",
-    "SWARMD_URL",
-    "SWARMD_TOKEN",
-    "SWARMD_TOKEN_FILE",
-    "SWARMD_LOG_FORMAT",
-];
-
-/// Which configuration file to read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConfigPath {
-    /// `--config PATH`: must exist.
-    Explicit(PathBuf),
-    /// Read when it exists, else run on defaults (`ConfigPath::search`).
-    IfPresent(PathBuf),
-    /// No file: defaults, environment and flags only.
-    None,
-}
 
 /// CLI flags that override configuration keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

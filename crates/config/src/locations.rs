@@ -10,8 +10,22 @@
 
 use std::path::{Path, PathBuf};
 
-use super::load::{ConfigPath, DEFAULT_CONFIG_PATH};
 use crate::environment::Environment;
+
+/// The system-wide configuration file, read when `--config` is not given, it
+/// exists and no per-user file does (`locations::config_candidates`).
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/swarmd/swarmd.toml";
+
+/// Which configuration file to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigPath {
+    /// `--config PATH`: must exist.
+    Explicit(PathBuf),
+    /// Read when it exists, else run on defaults (`ConfigPath::search`).
+    IfPresent(PathBuf),
+    /// No file: defaults, environment and flags only.
+    None,
+}
 
 /// `$<var>` when it is absolute, else `$HOME/<under_home>`.
 fn xdg_base(env: &Environment, var: &str, under_home: &str) -> Option<PathBuf> {

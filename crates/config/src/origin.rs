@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::load::ENV_PREFIX;
+use crate::environment::ENV_PREFIX;
 
 /// Where an agent was defined (docs/configuration.md, Agent files).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -10,9 +10,8 @@
 use serde::Deserialize;
 
 use super::error::ConfigError;
-use super::load::{CLI_ENV_VARS, ENV_PREFIX};
 use super::{Agent, AgentOrigin, Config};
-use crate::environment::Environment;
+use crate::environment::{CLI_ENV_VARS, ENV_PREFIX, Environment};
 
 /// One configuration variable: the key path it sets and its name.
 #[derive(Debug, Clone)]

@@ -109,9 +109,8 @@ impl Engine {
         extra: Extra<'_>,
     ) -> Result<Task, EngineError> {
         validate_spec(&spec)?;
-        let profile = self.inner.resolver.profile(&spec.agent, &spec.layers)?;
-        self.inner
-            .resolver
+        let profile = self.resolver().profile(&spec.agent, &spec.layers)?;
+        self.resolver()
             .check_input(&spec.agent, spec.input.as_ref())?;
         if depth > self.inner.config.max_spawn_depth {
             return Err(EngineError::DepthExceeded {

@@ -498,11 +498,20 @@ impl Engine {
         wait_commit(self.submit(ops, events)).await
     }
 
+    /// The resolver. It is never asked under a task's lock (the lock order
+    /// above); debug builds assert that.
+    pub(crate) fn resolver(&self) -> &dyn SpawnerResolver {
+        debug_assert!(
+            !crate::live::task_lock_held(),
+            "the resolver is asked under a task's lock"
+        );
+        &*self.inner.resolver
+    }
+
     /// The agent's concurrency limit (none when it no longer resolves).
-    pub(crate) fn agent_limit(&self, task: &Task) -> Option<usize> {
-        self.inner
-            .resolver
-            .profile(&task.agent, &task.layers)
+    pub(crate) fn agent_limit(&self, agent: &str, layers: &[String]) -> Option<usize> {
+        self.resolver()
+            .profile(agent, layers)
             .ok()
             .and_then(|p| p.concurrency)
     }

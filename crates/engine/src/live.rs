@@ -138,11 +138,60 @@ impl TaskCell {
         })
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, TaskState> {
+    pub(crate) fn lock(&self) -> TaskGuard<'_> {
         // Transitions validate before they mutate, so a panic mid-update
         // leaves a consistent record behind.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        TaskGuard::new(self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+#[cfg(debug_assertions)]
+thread_local! {
+    /// How many task locks this thread holds (debug builds): what
+    /// [`task_lock_held`] answers.
+    static HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A task's lock, held. Debug builds count it per thread, so the engine can
+/// assert that the resolver is never asked under one.
+pub(crate) struct TaskGuard<'a> {
+    guard: MutexGuard<'a, TaskState>,
+}
+
+impl<'a> TaskGuard<'a> {
+    fn new(guard: MutexGuard<'a, TaskState>) -> Self {
+        #[cfg(debug_assertions)]
+        HELD.with(|held| held.set(held.get() + 1));
+        TaskGuard { guard }
+    }
+}
+
+impl Drop for TaskGuard<'_> {
+    fn drop(&mut self) {
+        #[cfg(debug_assertions)]
+        HELD.with(|held| held.set(held.get() - 1));
+    }
+}
+
+impl std::ops::Deref for TaskGuard<'_> {
+    type Target = TaskState;
+    fn deref(&self) -> &TaskState {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for TaskGuard<'_> {
+    fn deref_mut(&mut self) -> &mut TaskState {
+        &mut self.guard
+    }
+}
+
+/// Whether this thread holds a task's lock; always false in release builds.
+pub(crate) fn task_lock_held() -> bool {
+    #[cfg(debug_assertions)]
+    return HELD.with(|held| held.get() > 0);
+    #[cfg(not(debug_assertions))]
+    false
 }
 
 /// Live tasks by id.

@@ -204,7 +204,7 @@ impl Engine {
                 // Stopped now, before the worktrees of the old process are
                 // concluded; decided once they are (`resume_interrupted`).
                 if let Some(group) = &attempt.process_group {
-                    self.inner.resolver.reap_leftover(group);
+                    self.resolver().reap_leftover(group);
                 }
                 self.defer(Pending::Interrupted {
                     task: Box::new(task),
@@ -220,7 +220,7 @@ impl Engine {
             // Queued, or running between attempts (a retry was pending).
             _ => {
                 let agent = task.agent.clone();
-                let limit = self.agent_limit(&task);
+                let limit = self.agent_limit(&task.agent, &task.layers);
                 self.inner.live.insert(TaskCell::new(task));
                 self.defer(Pending::Admit { agent, limit, id });
                 report.requeued += 1;
@@ -264,7 +264,7 @@ impl Engine {
         if let Some(group) = &attempt.process_group
             && origin == Origin::Restart
         {
-            self.inner.resolver.reap_leftover(group);
+            self.resolver().reap_leftover(group);
         }
         task.usage.add(&attempt.usage.totals);
         let over_budget = task.policy.over_budget(&task.usage);
@@ -310,7 +310,7 @@ impl Engine {
         if retry {
             let id = task.id;
             let agent = task.agent.clone();
-            let limit = self.agent_limit(&task);
+            let limit = self.agent_limit(&task.agent, &task.layers);
             self.inner.live.insert(TaskCell::new(task));
             self.defer(Pending::Admit { agent, limit, id });
         }
@@ -402,7 +402,7 @@ impl Engine {
         self.submit_and_wait(ops, events).await?;
         let id = task.id;
         let agent = task.agent.clone();
-        let limit = self.agent_limit(&task);
+        let limit = self.agent_limit(&task.agent, &task.layers);
         self.inner.live.insert(TaskCell::new(task));
         self.defer(Pending::Admit { agent, limit, id });
         Ok(())
@@ -426,8 +426,7 @@ impl Engine {
         let (lease_deadline, lease_deadline_ms) = lease_until(Instant::now(), now_ms, lease_secs);
         let cancel = CancellationToken::new();
         let allow_subtasks = self
-            .inner
-            .resolver
+            .resolver()
             .profile(&task.agent, &task.layers)
             .is_ok_and(|p| p.allow_subtasks);
         let cell = TaskCell::new(task.clone());
@@ -454,7 +453,7 @@ impl Engine {
         });
         self.inner.live.insert(cell.clone());
         // The resumed attempt holds a running slot like any other.
-        let limit = self.agent_limit(&task);
+        let limit = self.agent_limit(&task.agent, &task.layers);
         self.admission().occupy(&task.agent, limit);
         self.defer(Pending::Resume {
             cell,

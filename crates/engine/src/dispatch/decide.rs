@@ -152,14 +152,16 @@ impl Engine {
         let Some(cell) = self.inner.live.get(&id) else {
             return;
         };
-        let agent = {
+        // The agent and its layers are copied out: the resolver is never
+        // asked under a task's lock (the lock order in `engine.rs`).
+        let (agent, layers) = {
             let state = cell.lock();
             if state.task.status().is_terminal() {
                 return;
             }
-            state.task.agent.clone()
+            (state.task.agent.clone(), state.task.layers.clone())
         };
-        let limit = self.agent_limit(&cell.lock().task);
+        let limit = self.agent_limit(&agent, &layers);
         self.admit(&agent, limit, id);
     }
 }

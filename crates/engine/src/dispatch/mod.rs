@@ -141,7 +141,7 @@ impl Engine {
             let task = &state.task;
             (task.layers.clone(), task.session, task.operator_sid)
         };
-        self.inner.resolver.place(Route {
+        self.resolver().place(Route {
             agent,
             layers: &layers,
             session,

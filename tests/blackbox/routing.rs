@@ -136,18 +136,28 @@ operator_role = "main-ai"
     // The MainAI dies: its socket goes, its session stays and holds the role.
     // The task comes once the daemon saw the socket go, so its spawn is
     // parked (a spawn written into a socket in its last moments is a gap
-    // of its own, docs/decisions.md, Sessions and WebSocket).
-    drop(ws);
+    // of its own, docs/decisions.md, Sessions and WebSocket). The socket is
+    // seen attached first: an upgraded socket attaches a moment after its
+    // `101`, and "not connected" before that is not "gone".
     let summary = format!("/v1/operators/{}", first.sid);
-    let started = std::time::Instant::now();
-    loop {
-        let (_, seen) = parts(sw.get(&summary, &sw.admin).send().await.unwrap()).await;
-        if seen["connected"] == false {
-            break;
+    let connected_is = |wanted: bool| {
+        let sw = &sw;
+        let summary = &summary;
+        async move {
+            let started = std::time::Instant::now();
+            loop {
+                let (_, seen) = parts(sw.get(summary, &sw.admin).send().await.unwrap()).await;
+                if seen["connected"] == wanted {
+                    return;
+                }
+                assert!(started.elapsed() < crate::harness::PATIENCE, "{seen}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
-        assert!(started.elapsed() < crate::harness::PATIENCE, "{seen}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    connected_is(true).await;
+    drop(ws);
+    connected_is(false).await;
     let (status, body) = sw
         .create(json!({"agent": "coder", "prompt": "fix it"}))
         .await;

@@ -206,7 +206,10 @@ async fn sweep(client: &tokio_postgres::Client, now: SystemTime) {
         .filter(|name| made_at(name).is_some_and(|made| made < cutoff));
     for name in old.take(SWEEP_AT_MOST) {
         let _ = client
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .batch_execute(&format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                name.replace('"', "\"\"")
+            ))
             .await;
     }
 }

@@ -342,13 +342,6 @@ impl Engine {
         self.inner.bus.subscribe()
     }
 
-    /// Committed events read from the log (the cluster's event pump):
-    /// broadcast in seq order once every lower seq is, the ones already
-    /// broadcast dropped.
-    pub fn offer_events(&self, records: Vec<EventRecord>) {
-        self.offer_log(Logged::whole(records));
-    }
-
     /// The log as the cluster's event pump read it (`log_after`): whole
     /// records are broadcast in seq order, bare seqs stepped past in it.
     pub fn offer_log(&self, entries: Vec<Logged>) {

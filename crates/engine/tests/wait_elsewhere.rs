@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use swarmd_engine::clock::SystemClock;
+use swarmd_engine::event::Logged;
 use swarmd_engine::store::{MemoryTaskStore, TaskStore};
 use swarmd_engine::task::{SpawnerKind, TaskSpec, TaskStatus};
 use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver, engine_with};
@@ -65,7 +66,7 @@ async fn a_wait_for_a_task_held_elsewhere_ends_with_its_task_finished_event() {
     assert!(!waiting.is_finished(), "the wait ended before the pump");
 
     // The pump's part: the owner's committed events, offered in order.
-    other.offer_events(owner.events_after(0, 1000).await.unwrap());
+    other.offer_log(Logged::whole(owner.events_after(0, 1000).await.unwrap()));
     let waited = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .expect("the wait ended on the event")

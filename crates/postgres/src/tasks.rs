@@ -223,12 +223,7 @@ impl TaskStore for PgTaskStore {
         limit: usize,
         whole: Option<&[&str]>,
     ) -> Result<Vec<Logged>, StoreError> {
-        match whole {
-            None => Ok(Logged::whole(
-                read::events_after(&self.db, after_seq, limit).await?,
-            )),
-            Some(kinds) => read::log_after(&self.db, after_seq, limit, kinds).await,
-        }
+        read::log_after(&self.db, after_seq, limit, whole).await
     }
 
     async fn audit(

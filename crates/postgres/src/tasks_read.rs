@@ -189,53 +189,35 @@ pub(crate) async fn events_after(
     after_seq: u64,
     limit: usize,
 ) -> Result<Vec<EventRecord>, StoreError> {
+    // An event has no stand-in form; an undecodable one is left out.
+    let logged = log_after(db, after_seq, limit, None).await?;
+    Ok(logged
+        .into_iter()
+        .filter_map(|entry| match entry {
+            Logged::Whole(record) => Some(record),
+            Logged::Seq(_) => None,
+        })
+        .collect())
+}
+
+/// The log after `after_seq`: the records of `kinds` (every record when
+/// `None`, and those logged before events had a kind column) read whole,
+/// the rest as their seq, their bodies never leaving the database. An
+/// undecodable record also comes as its seq, so it is stepped past.
+pub(crate) async fn log_after(
+    db: &PgDb,
+    after_seq: u64,
+    limit: usize,
+    kinds: Option<&[&str]>,
+) -> Result<Vec<Logged>, StoreError> {
     // A cursor beyond i64 is past every stored seq.
     let Ok(after) = i64::try_from(after_seq) else {
         return Ok(Vec::new());
     };
     let client = db.reader().await?;
     let statement = client
-        .prepare_cached("SELECT body, seq FROM events WHERE seq > $1 ORDER BY seq LIMIT $2")
-        .await
-        .map_err(db_error)?;
-    let rows = client
-        .query(&statement, &[&after, &sql_limit(limit)])
-        .await
-        .map_err(db_error)?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let seq: i64 = row.get(1);
-        // An event has no stand-in form; an undecodable one is left out.
-        // The body was encoded before the commit numbered it: the column
-        // holds the seq.
-        match decode::<EventRecord>("events", &format!("seq:{seq}"), row.get(0)) {
-            Ok(mut record) => {
-                record.seq = seq.max(0) as u64;
-                out.push(record);
-            }
-            Err(StoreError::Json(_)) => {}
-            Err(other) => return Err(other),
-        }
-    }
-    Ok(out)
-}
-
-/// The log after `after_seq` with only the records of `kinds` (and those
-/// logged before events had a kind column) read whole; the rest come as
-/// their seq, their bodies never leave the database.
-pub(crate) async fn log_after(
-    db: &PgDb,
-    after_seq: u64,
-    limit: usize,
-    kinds: &[&str],
-) -> Result<Vec<Logged>, StoreError> {
-    let Ok(after) = i64::try_from(after_seq) else {
-        return Ok(Vec::new());
-    };
-    let client = db.reader().await?;
-    let statement = client
         .prepare_cached(
-            "SELECT seq, CASE WHEN kind IS NULL OR kind = ANY($3) THEN body END
+            "SELECT seq, CASE WHEN $3::text[] IS NULL OR kind IS NULL OR kind = ANY($3) THEN body END
              FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
         )
         .await
@@ -252,7 +234,8 @@ pub(crate) async fn log_after(
             out.push(Logged::Seq(seq_u));
             continue;
         };
-        // As `events_after`: an undecodable record is stepped past.
+        // The body was encoded before the commit numbered it: the column
+        // holds the seq.
         match decode::<EventRecord>("events", &format!("seq:{seq}"), body) {
             Ok(mut record) => {
                 record.seq = seq_u;

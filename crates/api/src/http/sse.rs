@@ -165,7 +165,7 @@ struct Driver<F: Follow> {
 impl<F: Follow> Driver<F> {
     fn new(
         follow: F,
-        rx: broadcast::Receiver<Arc<EventRecord>>,
+        (follower, rx): (Option<Follower>, broadcast::Receiver<Arc<EventRecord>>),
         shutdown: CancellationToken,
         finished: bool,
     ) -> Self {
@@ -185,7 +185,7 @@ impl<F: Follow> Driver<F> {
             progress_at: tokio::time::Instant::now(),
             tick_at: tokio::time::Instant::now(),
             bus_seq: None,
-            _follower: None,
+            _follower: follower,
         }
     }
 
@@ -315,8 +315,7 @@ pub fn stream<F: Follow>(
     shutdown: CancellationToken,
     finished: bool,
 ) -> Response {
-    let mut driver = Driver::new(follow, rx, shutdown, finished);
-    driver._follower = Some(follower);
+    let driver = Driver::new(follow, (Some(follower), rx), shutdown, finished);
     Sse::new(events(driver))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
         .into_response()

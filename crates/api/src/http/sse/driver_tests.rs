@@ -83,7 +83,7 @@ async fn ticks_come_at_most_once_per_interval_and_only_with_news() {
         every: Duration::from_secs(1),
         over: over.clone(),
     };
-    let mut driver = Driver::new(follow, rx, CancellationToken::new(), false);
+    let mut driver = Driver::new(follow, (None, rx), CancellationToken::new(), false);
     let start = tokio::time::Instant::now();
     // 100 records, one per 25 ms: 2.5 s of them.
     let sender = tokio::spawn(async move {
@@ -150,7 +150,7 @@ async fn a_jump_in_the_live_seqs_reads_the_store() {
     let follow = Fills {
         fills: fills.clone(),
     };
-    let mut driver = Driver::new(follow, rx, CancellationToken::new(), false);
+    let mut driver = Driver::new(follow, (None, rx), CancellationToken::new(), false);
     for seq in [1, 2, 3] {
         tx.send(record(seq)).unwrap();
     }

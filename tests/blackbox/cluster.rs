@@ -253,3 +253,14 @@ pub(crate) async fn create(node: &Swarmd, body: Value) -> String {
     assert_eq!(status, 201, "{created}");
     created["task_id"].as_str().unwrap().to_owned()
 }
+
+/// The `forwarded` count of `swarmd_cluster_forwarded_requests_total` on `node`.
+pub(crate) async fn forwarded(node: &Swarmd) -> u64 {
+    let metrics = node.metrics().await;
+    metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("swarmd_cluster_forwarded_requests_total{outcome=\"forwarded\"} ")
+        })
+        .map_or(0, |n| n.trim().parse().unwrap())
+}

@@ -35,8 +35,27 @@ pub struct ClaimRequest {
 /// daemon's cluster (empty outside one), so one URL given finds them all.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodesAnswer {
+    /// Each live node's `cluster.advertise_url`.
     pub nodes: Vec<String>,
+    /// The same nodes with their ids, in the same order: a pool that
+    /// reaches the cluster through one URL names the node it means in the
+    /// `x-swarmd-node` header of its claims and heartbeats. Absent from a
+    /// daemon that predates it.
+    #[serde(default)]
+    pub members: Vec<NodeMember>,
 }
+
+/// One live node of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeMember {
+    pub id: String,
+    pub url: String,
+}
+
+/// The header in which a pool names the node whose queue a claim or a
+/// heartbeat is for (`NodeMember::id`); the node that receives it
+/// forwards the request there.
+pub const NODE_HEADER: &str = "x-swarmd-node";
 
 /// The answer to a claim: possibly none.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -118,22 +118,22 @@ impl PgCluster {
         })
     }
 
-    /// Where peers reach every node that is alive now (`advertise_url`),
-    /// this one included, in the order the nodes registered.
+    /// Every node that is alive now, this one included, with where peers
+    /// reach it (`advertise_url`), in the order the nodes registered.
     ///
     /// # Errors
     ///
     /// `StoreError::Database` when the database cannot be read.
-    pub async fn alive_urls(&self) -> Result<Vec<String>, StoreError> {
+    pub async fn alive_nodes(&self) -> Result<Vec<(NodeId, String)>, StoreError> {
         let client = self.db.reader().await?;
         let rows = client
             .query(
-                "SELECT advertise_url FROM nodes WHERE state = 'alive' ORDER BY epoch",
+                "SELECT id, advertise_url FROM nodes WHERE state = 'alive' ORDER BY epoch",
                 &[],
             )
             .await
             .map_err(db_error)?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
     }
 
     /// Renews this node's lease. `Ok(false)` when its row is no longer

@@ -19,12 +19,16 @@ pub enum OwnerKey {
     Handle([u8; 32]),
     /// An open flow run.
     Run(RunId),
+    /// A node itself (a worker pool's claim names the node whose queue it
+    /// means); its owner is the node.
+    Node(NodeId),
 }
 
-/// The node that holds a live task (or drives an open run).
+/// The node that holds a live task (or drives an open run, or is the node
+/// asked for).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskOwner {
-    /// The task; `None` for a run.
+    /// The task; `None` for a run or a node.
     pub task: Option<TaskId>,
     pub node: NodeId,
     /// Where its peers reach it (`cluster.advertise_url`).
@@ -40,7 +44,8 @@ const COLUMNS: &str = "SELECT t.id, t.owner_node, n.advertise_url, n.state = 'al
 
 impl PgCluster {
     /// The owner of the live task `key` names; `None` when the task is
-    /// finished, unknown, or owned by no node.
+    /// finished, unknown, or owned by no node (for a node: when no node
+    /// has that id).
     ///
     /// # Errors
     ///
@@ -64,6 +69,16 @@ impl PgCluster {
                     .map_err(db_error)?;
                 let open = crate::runs::open_statuses();
                 client.query_opt(&statement, &[&id.as_uuid(), &open]).await
+            }
+            OwnerKey::Node(id) => {
+                let statement = client
+                    .prepare_cached(
+                        "SELECT NULL::uuid, n.id, n.advertise_url, n.state = 'alive'
+                         FROM nodes n WHERE n.id = $1",
+                    )
+                    .await
+                    .map_err(db_error)?;
+                client.query_opt(&statement, &[&id]).await
             }
             OwnerKey::Handle(digest) => {
                 let sql =

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, forwarded};
 use crate::daemon::{Swarmd, delegate_frame};
 use crate::harness::{PATIENCE, parts};
 
@@ -61,17 +61,6 @@ async fn live_delegated(a: &Swarmd) -> (String, Value, crate::daemon::Ws) {
     let task = accepted["task_id"].as_str().unwrap().to_owned();
     let spawn = ws.recv_type("spawn").await;
     (task, spawn, ws)
-}
-
-/// The `forwarded` count of `swarmd_cluster_forwarded_requests_total`.
-async fn forwarded(node: &Swarmd) -> u64 {
-    let metrics = node.metrics().await;
-    metrics
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix("swarmd_cluster_forwarded_requests_total{outcome=\"forwarded\"} ")
-        })
-        .map_or(0, |n| n.trim().parse().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,7 @@ pub async fn call_owner(
             state.metrics.forwarded(UNAVAILABLE);
             return Some(Err(ApiError::coded(ErrorCode::OwnerUnavailable, why)));
         }
+        Route::NoSuchNode => return Some(Err(ApiError::not_found("node"))),
         Route::Forward(owner) => owner,
     };
     let mut headers = HeaderMap::new();

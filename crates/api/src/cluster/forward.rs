@@ -22,13 +22,15 @@ use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use swarmd_engine::auth::SessionSecret;
+use swarmd_engine::gate::Role;
 use swarmd_engine::{Engine, ErrorCode};
 use swarmd_postgres::{NodeId, OwnerKey, PgCluster, TaskOwner};
 
-use super::route::{self, Route, Subject};
+use super::route::{self, Caller, Route, Subject};
 use crate::app::AppState;
 use crate::http::MAX_WAIT_SECS;
 use crate::http::error::ApiError;
+use swarmd_client::wire::MAX_WAIT_MS;
 
 /// Marks a request one node forwarded to another: its value is the
 /// forwarding node's id.
@@ -72,9 +74,12 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// Where peers reach every live node of the cluster, this one included.
-    pub(crate) async fn alive_urls(&self) -> Result<Vec<String>, swarmd_output_store::StoreError> {
-        self.db.alive_urls().await
+    /// Every live node of the cluster, this one included, and where peers
+    /// reach it.
+    pub(crate) async fn alive_nodes(
+        &self,
+    ) -> Result<Vec<(NodeId, String)>, swarmd_output_store::StoreError> {
+        self.db.alive_nodes().await
     }
 
     pub fn new(db: PgCluster, node: NodeId) -> Result<Forwarder, reqwest::Error> {
@@ -100,6 +105,22 @@ impl Forwarder {
             && runner.is_open(*id)
         {
             return Route::Local;
+        }
+        if let Subject::Node(id) = subject {
+            if *id == self.node {
+                return Route::Local;
+            }
+            return match self.db.live_owner(OwnerKey::Node(*id)).await {
+                Ok(None) => Route::NoSuchNode,
+                Ok(Some(node)) if !node.alive => {
+                    Route::Unavailable("the node x-swarmd-node names is not alive now; retry")
+                }
+                Ok(owner) => route::decide(owner, self.node, forwarded),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read where the named node is");
+                    Route::Unavailable("cannot read where the named node is; retry")
+                }
+            };
         }
         let Some(key) = route::remote_key(engine, subject) else {
             return Route::Local;
@@ -181,7 +202,12 @@ pub async fn forward(State(state): State<AppState>, request: Request, next: Next
         Ok(None) => return next.run(request).await,
         Err(why) => return ApiError::bad_request(why).into_response(),
     };
-    if asked.needs_caller && !caller_verified(&state, request.headers()).await {
+    let verified = match asked.caller {
+        Caller::Named => true,
+        Caller::AdminOrSession => caller_verified(&state, request.headers()).await,
+        Caller::Pool => pool_verified(&state, request.headers()),
+    };
+    if !verified {
         // Refused here, by the route's own authentication.
         return next.run(request).await;
     }
@@ -195,6 +221,7 @@ pub async fn forward(State(state): State<AppState>, request: Request, next: Next
             state.metrics.forwarded(UNAVAILABLE);
             unavailable(why)
         }
+        Route::NoSuchNode => no_such_node(),
         Route::Forward(owner) => {
             let limit = state.config.limits.max_body_bytes;
             let answer = relay(forwarder, &owner, request, &asked.path, limit).await;
@@ -222,6 +249,15 @@ async fn caller_verified(state: &AppState, headers: &HeaderMap) -> bool {
     }
     state.sessions.load_bearer(bearer).await;
     state.sessions.authenticate(bearer).is_some()
+}
+
+/// Whether the bearer is a `worker_pool` token this node verifies: the
+/// caller a pool's claim or heartbeat is forwarded for. Its binding to the
+/// agent is the named node's to check.
+fn pool_verified(state: &AppState, headers: &HeaderMap) -> bool {
+    route::bearer(headers)
+        .and_then(|bearer| state.engine.tokens().verify(bearer).ok())
+        .is_some_and(|claims| claims.role == Role::WorkerPool)
 }
 
 /// Proxies `request` to `owner` on `path` (its route's own path) with the
@@ -284,12 +320,15 @@ async fn relay(
 }
 
 /// How long a forwarded request may take: a sub-task's spawn may wait
-/// the whole of `MAX_WAIT_SECS` (`wait_secs`).
+/// the whole of `MAX_WAIT_SECS` (`wait_secs`), a pool's claim or
+/// heartbeat its long-poll's `MAX_WAIT_MS`.
 fn timeout_of(method: &Method, path: &str) -> Duration {
-    if method == Method::POST && path == "/v1/tasks" {
-        Duration::from_secs(MAX_WAIT_SECS) + REQUEST_TIMEOUT
-    } else {
-        REQUEST_TIMEOUT
+    match (method, path) {
+        (&Method::POST, "/v1/tasks") => Duration::from_secs(MAX_WAIT_SECS) + REQUEST_TIMEOUT,
+        (&Method::POST, "/v1/pool/claim" | "/v1/pool/heartbeat") => {
+            Duration::from_millis(MAX_WAIT_MS) + REQUEST_TIMEOUT
+        }
+        _ => REQUEST_TIMEOUT,
     }
 }
 
@@ -315,6 +354,16 @@ fn end_to_end(headers: &HeaderMap) -> HeaderMap {
         kept.append(name.clone(), value.clone());
     }
     kept
+}
+
+/// `404 not_found` for a pool's request naming a node the cluster does not
+/// have (it left, or never was): the pool stops claiming from it.
+fn no_such_node() -> Response {
+    ApiError::coded(
+        ErrorCode::NotFound,
+        "no node of this cluster has the id x-swarmd-node names",
+    )
+    .into_response()
 }
 
 /// `503 owner_unavailable` with `Retry-After`.
@@ -367,6 +416,10 @@ mod tests {
         assert_eq!(
             timeout_of(&Method::POST, "/v1/worker/output"),
             REQUEST_TIMEOUT
+        );
+        assert_eq!(
+            timeout_of(&Method::POST, "/v1/pool/claim"),
+            Duration::from_millis(MAX_WAIT_MS) + REQUEST_TIMEOUT
         );
     }
 

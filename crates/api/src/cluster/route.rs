@@ -25,6 +25,12 @@
 //! forwarded. A wait is served here too: the engine waits on the bus for
 //! the `task_finished` every node's events bring (`Engine::wait_task`), so
 //! it outlives a dead owner's takeover.
+//!
+//! A worker pool's claim and heartbeat are about a node rather than a task:
+//! a pool that reaches the cluster through one URL (a load balancer, or
+//! one node) names the node whose queue it means in `x-swarmd-node`, and
+//! once its `worker_pool` token verified here the request goes to that
+//! node. Without the header they are served where they arrive.
 
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, Method};
@@ -46,7 +52,14 @@ pub enum Subject {
     /// An open flow run, named by the path's `{id}` (a cancel or a wait's
     /// answer).
     Run(RunId),
+    /// A node's queue of remote attempts, named by a pool's [`NODE`]
+    /// header once its token verified.
+    Node(NodeId),
 }
+
+/// The header in which a worker pool names the node whose remote attempts
+/// it claims or heartbeats (its id, as `GET /v1/pool/nodes` lists it).
+pub(crate) const NODE: &str = swarmd_client::wire::NODE_HEADER;
 
 /// Where a request is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +68,8 @@ pub(crate) enum Route {
     Forward(TaskOwner),
     /// `503 owner_unavailable`, and why.
     Unavailable(&'static str),
+    /// `404 not_found`: no node of the cluster has the id a pool named.
+    NoSuchNode,
 }
 
 /// How a forwardable route names its task.
@@ -68,11 +83,25 @@ enum Named {
     /// admin or a session, or (answering a wait) the bearer of a wait
     /// token, which only the run's owner can check.
     RunPathId,
+    /// A node by the pool's [`NODE`] header; the caller is a worker pool.
+    NodeHeader,
+}
+
+/// Whose credential this node verifies before it looks an owner up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// None here: the credential names the task, or it is a wait token
+    /// only the run's owner can check.
+    Named,
+    /// The admin token or a session's secret (a cancel).
+    AdminOrSession,
+    /// A `worker_pool` token.
+    Pool,
 }
 
 /// The routes a node forwards: method, route template, how it names its
 /// task. No other request ever leaves the node it reached.
-const FORWARDED_ROUTES: [(Method, &str, Named); 9] = [
+const FORWARDED_ROUTES: [(Method, &str, Named); 11] = [
     (Method::GET, "/v1/worker/prompt", Named::Credential),
     (Method::POST, "/v1/worker/result", Named::Credential),
     (Method::POST, "/v1/worker/submit", Named::Credential),
@@ -82,6 +111,8 @@ const FORWARDED_ROUTES: [(Method, &str, Named); 9] = [
     (Method::POST, "/v1/tasks/{id}/cancel", Named::PathId),
     (Method::POST, "/v1/runs/{id}/cancel", Named::RunPathId),
     (Method::POST, "/v1/runs/{id}/waits/{wait}", Named::RunPathId),
+    (Method::POST, "/v1/pool/claim", Named::NodeHeader),
+    (Method::POST, "/v1/pool/heartbeat", Named::NodeHeader),
 ];
 
 /// A request a node would forward if another node holds its task.
@@ -90,14 +121,17 @@ pub(crate) struct Asked {
     pub(crate) subject: Subject,
     /// The path rebuilt from the route template: what goes to the owner.
     pub(crate) path: String,
-    /// Whether the caller's admin or session credential must be verified
-    /// before the owner is looked up (a cancel).
-    pub(crate) needs_caller: bool,
+    /// Whose credential must verify before the owner is looked up.
+    pub(crate) caller: Caller,
 }
 
 /// Why a request to a forwardable route is refused outright.
 pub(crate) const NOT_CANONICAL: &str =
     "the path must name its route exactly (no encoded characters or dot segments)";
+
+/// Why a pool's request naming a node is refused outright.
+pub(crate) const NOT_A_NODE: &str =
+    "x-swarmd-node must be a node's id, as GET /v1/pool/nodes lists it";
 
 /// The live task `method path` (matched to the route `template`) with
 /// `headers` is about, if it is a request a node forwards; `Err` for a
@@ -125,7 +159,7 @@ pub(crate) fn asked(
             Ok(credential(headers).map(|subject| Asked {
                 subject,
                 path: template.to_owned(),
-                needs_caller: false,
+                caller: Caller::Named,
             }))
         }
         Named::PathId => {
@@ -141,7 +175,7 @@ pub(crate) fn asked(
             Ok(Some(Asked {
                 subject: Subject::Task(id),
                 path: canonical,
-                needs_caller: true,
+                caller: Caller::AdminOrSession,
             }))
         }
         Named::RunPathId => {
@@ -160,7 +194,29 @@ pub(crate) fn asked(
             Ok(Some(Asked {
                 subject: Subject::Run(id),
                 path: path.to_owned(),
-                needs_caller: !wait_token,
+                caller: if wait_token {
+                    Caller::Named
+                } else {
+                    Caller::AdminOrSession
+                },
+            }))
+        }
+        Named::NodeHeader => {
+            if path != template {
+                return Err(NOT_CANONICAL);
+            }
+            let Some(named) = headers.get(NODE) else {
+                return Ok(None);
+            };
+            let node = named
+                .to_str()
+                .ok()
+                .and_then(|id| id.trim().parse::<NodeId>().ok())
+                .ok_or(NOT_A_NODE)?;
+            Ok(Some(Asked {
+                subject: Subject::Node(node),
+                path: template.to_owned(),
+                caller: Caller::Pool,
             }))
         }
     }
@@ -195,6 +251,7 @@ pub fn worker_subject(bearer: &str) -> Option<Subject> {
 pub(crate) fn remote_key(engine: &Engine, subject: &Subject) -> Option<OwnerKey> {
     let task = match subject {
         Subject::Run(id) => return Some(OwnerKey::Run(*id)),
+        Subject::Node(id) => return Some(OwnerKey::Node(*id)),
         Subject::Task(id) => *id,
         Subject::Token(bearer) => engine.tokens().verify(bearer).ok()?.task?,
         Subject::Handle(bearer) => {
@@ -258,16 +315,17 @@ mod tests {
         let cancel = format!("/v1/runs/{RUN}/cancel");
         let by_caller = asked_at(Method::POST, "/v1/runs/{id}/cancel", &cancel, &none).unwrap();
         assert_eq!(by_caller.subject, Subject::Run(run));
-        assert!(by_caller.needs_caller);
+        assert_eq!(by_caller.caller, Caller::AdminOrSession);
         let answer = format!("/v1/runs/{RUN}/waits/ok");
         let template = "/v1/runs/{id}/waits/{wait}";
         let by_token = asked_at(Method::POST, template, &answer, &bearer_map("swt1.abc")).unwrap();
         assert_eq!(by_token.path, answer);
-        assert!(!by_token.needs_caller);
-        assert!(
+        assert_eq!(by_token.caller, Caller::Named);
+        assert_eq!(
             asked_at(Method::POST, template, &answer, &none)
                 .unwrap()
-                .needs_caller
+                .caller,
+            Caller::AdminOrSession
         );
         // Reads of a run are served where they arrive; odd paths are refused.
         assert_eq!(
@@ -307,7 +365,7 @@ mod tests {
             Some(Asked {
                 subject: Subject::Task(task),
                 path: cancel.clone(),
-                needs_caller: true,
+                caller: Caller::AdminOrSession,
             })
         );
         // Other verbs, waits and reads of a task are served where they arrive.
@@ -366,6 +424,44 @@ mod tests {
     }
 
     #[test]
+    fn a_pools_claim_goes_to_the_node_its_header_names() {
+        let node = Uuid::from_u128(7);
+        let mut named = bearer_map("swc1.k.p.t");
+        named.insert(NODE, HeaderValue::from_str(&node.to_string()).unwrap());
+        for route in ["/v1/pool/claim", "/v1/pool/heartbeat"] {
+            assert_eq!(
+                asked_at(Method::POST, route, route, &named),
+                Some(Asked {
+                    subject: Subject::Node(node),
+                    path: route.to_owned(),
+                    caller: Caller::Pool,
+                })
+            );
+            // Without the header it is served where it arrives.
+            assert_eq!(
+                asked_at(Method::POST, route, route, &bearer_map("swc1.k.p.t")),
+                None
+            );
+        }
+        // The list of nodes is never forwarded.
+        assert_eq!(
+            asked_at(Method::GET, "/v1/pool/nodes", "/v1/pool/nodes", &named),
+            None
+        );
+        let mut bad = bearer_map("swc1.k.p.t");
+        bad.insert(NODE, HeaderValue::from_static("node-b"));
+        assert_eq!(
+            asked(
+                &Method::POST,
+                Some("/v1/pool/claim"),
+                "/v1/pool/claim",
+                &bad
+            ),
+            Err(NOT_A_NODE)
+        );
+    }
+
+    #[test]
     fn worker_routes_are_routed_by_their_credential() {
         let handle = bearer_map("wh-abc");
         let output = asked_at(
@@ -375,11 +471,11 @@ mod tests {
             &handle,
         );
         assert_eq!(
-            output.map(|a| (a.subject, a.path, a.needs_caller)),
+            output.map(|a| (a.subject, a.path, a.caller)),
             Some((
                 Subject::Handle("wh-abc".into()),
                 "/v1/worker/output".to_owned(),
-                false
+                Caller::Named
             ))
         );
         assert_eq!(

@@ -1,7 +1,9 @@
 //! Pool routes (docs/protocol.md, Worker pools): a worker pool on another machine claims the
 //! attempts of its remote agents by long-poll, and heartbeats the ones it
 //! runs; on a cluster it asks any node where every live node is
-//! (`/v1/pool/nodes`), since each node queues the attempts it dispatches.
+//! (`/v1/pool/nodes`), since each node queues the attempts it dispatches;
+//! a pool that reaches it through one URL names the node it means in
+//! `x-swarmd-node`, and `cluster::forward` takes the request there.
 //! All take a `worker_pool` token bound to the agents; everything an
 //! attempt writes goes through the worker routes with the attempt's own
 //! handle, never through these.
@@ -28,7 +30,7 @@ use crate::http::extract::RawBody;
 use crate::http::worker::parse_json;
 use swarmd_client::wire::{
     self, AttemptRef, ClaimAnswer, ClaimRequest, ClaimedAttempt, HeartbeatAnswer, HeartbeatRequest,
-    MAX_CLAIM, MAX_HELD, MAX_REASON, MAX_WAIT_MS, NodesAnswer,
+    MAX_CLAIM, MAX_HELD, MAX_REASON, MAX_WAIT_MS, NodeMember, NodesAnswer,
 };
 
 /// The pool routes, to be merged into the API router.
@@ -49,14 +51,22 @@ async fn nodes(
         return Err(ApiError::forbidden());
     };
     caller.check(&state, Verb::ClaimAttempts, first)?;
-    let nodes = match &state.cluster {
+    let alive = match &state.cluster {
         Some(cluster) => cluster
-            .alive_urls()
+            .alive_nodes()
             .await
             .map_err(|error| ApiError::internal(&error))?,
         None => Vec::new(),
     };
-    Ok(Json(NodesAnswer { nodes }))
+    let members: Vec<NodeMember> = alive
+        .into_iter()
+        .map(|(id, url)| NodeMember {
+            id: id.to_string(),
+            url,
+        })
+        .collect();
+    let nodes = members.iter().map(|m| m.url.clone()).collect();
+    Ok(Json(NodesAnswer { nodes, members }))
 }
 
 fn check_pool(pool: &str) -> Result<(), ApiError> {

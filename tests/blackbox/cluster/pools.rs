@@ -1,4 +1,5 @@
-//! A worker pool given one node of a cluster finds the others; given every
+//! A worker pool given one node of a cluster finds the others, at their
+//! own URLs or (`--through-server`) through the node given; given every
 //! node (`--server` once per node), it runs the remote
 //! attempts each node queues within its one `--concurrency`, an attempt
 //! claimed beyond its slots waits with its lease renewed, and when a node
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{Cluster, create, finished};
+use super::{Cluster, create, finished, forwarded};
 use crate::daemon::{eventually, process_gone, read_pid};
 use crate::harness::{PATIENCE, parts};
 use crate::pools::{Pool, Setup, file, mint};
@@ -118,6 +119,169 @@ async fn a_pool_given_one_node_claims_every_nodes_remote_attempts() {
         "{}",
         pool.log()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_naming_a_node_goes_there_once_its_pool_token_verified() {
+    let cluster = Cluster::start(2, REMOTE).await;
+    let a = &cluster.nodes[0];
+    let token = mint(a, &["remote"]);
+    let (status, listed) = parts(a.get("/v1/pool/nodes", &token).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["members"][1]["id"], cluster.node_id(1), "{listed}");
+    assert_eq!(listed["members"][1]["url"], listed["nodes"][1], "{listed}");
+    let claim = |bearer: &str, node: &str| {
+        a.post("/v1/pool/claim", bearer)
+            .header("x-swarmd-node", node)
+            .json(&json!({"pool": "p", "agent": "remote", "max": 1, "wait_ms": 0}))
+            .send()
+    };
+    // A bad token is refused here, never forwarded.
+    let refused = claim("nope", &cluster.node_id(1)).await.unwrap();
+    assert_eq!(refused.status(), 401);
+    assert_eq!(forwarded(a).await, 0);
+    // A name that is not a node id, or no node's, is refused here too.
+    let (status, body) = parts(claim(&token, "node-b").await.unwrap()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("bad_request")),
+        "{body}"
+    );
+    let nobody = "0190f5a2-c3d4-7000-8000-000000000000";
+    let (status, body) = parts(claim(&token, nobody).await.unwrap()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("not_found")),
+        "{body}"
+    );
+    // Node B's name goes to node B, which answers.
+    let answer = claim(&token, &cluster.node_id(1)).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(
+        answer.headers()["x-swarmd-forwarded-to"],
+        cluster.node_id(1).as_str()
+    );
+    assert_eq!(forwarded(a).await, 1);
+    // Node A's own name is served by A.
+    let answer = claim(&token, &cluster.node_id(0)).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(!answer.headers().contains_key("x-swarmd-forwarded-to"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_through_one_node_runs_every_nodes_remote_attempts() {
+    let cluster = Cluster::start(2, REMOTE).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let token = mint(a, &["remote"]);
+    let setup = Setup {
+        args: vec!["--through-server".to_owned()],
+        ..Setup::default()
+    };
+    let pool = Pool::start_with(a, &token, "remote", "pool-t", 2, setup).await;
+    // Node B counts the pool connected although it is only ever given A.
+    connected(&cluster, &pool).await;
+    let policy = json!({"max_attempts": 1, "attempt_timeout_secs": 5});
+    let mut tasks = Vec::new();
+    for node in [b, a] {
+        let body = json!({"agent": "remote", "prompt": "hold", "policy": policy});
+        tasks.push(create(node, body).await);
+    }
+    until_started(&cluster, &pool, &tasks, 2).await;
+    for task in &tasks {
+        std::fs::write(file(a, task, 1, "go"), "").unwrap();
+    }
+    for (task, node) in tasks.iter().zip([b, a]) {
+        let view = finished(node, task).await;
+        assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+        assert_eq!(
+            view["result"]["value"],
+            json!({"pool": "pool-t", "attempt": 1})
+        );
+    }
+    assert_eq!(cluster.owner(&tasks[0]).await, cluster.node_id(1));
+    // Everything of B's attempt (its claims, heartbeats, prompt and
+    // result) went through A, and the pool never used B's own URL.
+    assert!(forwarded(a).await >= 3, "{}", a.metrics().await);
+    assert!(!pool.log().contains(&b.base), "{}", pool.log());
+    assert!(pool.log().contains(&cluster.node_id(1)), "{}", pool.log());
+}
+
+/// A load balancer in front of `backends`: each connection it accepts
+/// goes to the next backend in turn. Its URL.
+async fn round_robin(backends: Vec<String>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let hosts: Vec<String> = backends
+        .iter()
+        .map(|b| b.trim_start_matches("http://").to_owned())
+        .collect();
+    tokio::spawn(async move {
+        for turn in 0usize.. {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                return;
+            };
+            let host = hosts[turn % hosts.len()].clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(host).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_behind_a_load_balancer_runs_every_nodes_remote_attempts() {
+    let cluster = Cluster::start(2, REMOTE).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let balancer = round_robin(vec![a.base.clone(), b.base.clone()]).await;
+    let token = mint(a, &["remote"]);
+    // The pool is given the balancer alone: each of its connections lands
+    // on either node, and each claim and heartbeat names its node.
+    let setup = Setup {
+        server: Some(&balancer),
+        args: vec!["--through-server".to_owned()],
+        ..Setup::default()
+    };
+    let pool = Pool::start_with(a, &token, "remote", "pool-lb", 2, setup).await;
+    connected(&cluster, &pool).await;
+    let policy = json!({"max_attempts": 1, "attempt_timeout_secs": 5});
+    let mut tasks = Vec::new();
+    for round in 0..3 {
+        for node in [a, b] {
+            let body =
+                json!({"agent": "remote", "prompt": format!("hold {round}"), "policy": policy});
+            tasks.push(create(node, body).await);
+        }
+    }
+    let mut done = 0;
+    while done < tasks.len() {
+        let started = until_started(&cluster, &pool, &tasks, done + 1).await;
+        for task in &started {
+            let go = file(a, task, 1, "go");
+            if !go.exists() {
+                std::fs::write(go, "").unwrap();
+                done += 1;
+            }
+        }
+    }
+    for (task, node) in tasks.iter().zip([a, b].into_iter().cycle()) {
+        let view = finished(node, task).await;
+        assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+        assert_eq!(
+            view["result"]["value"],
+            json!({"pool": "pool-lb", "attempt": 1})
+        );
+    }
+    // Neither node's own URL was used, and both nodes forwarded what
+    // landed on the other's queue.
+    assert!(
+        !pool.log().contains(&a.base) && !pool.log().contains(&b.base),
+        "{}",
+        pool.log()
+    );
+    assert!(forwarded(a).await > 0 && forwarded(b).await > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,7 +33,8 @@ pub(super) struct Pool<'a> {
 /// Claims from every daemon until `stop`, and from each daemon `joined`
 /// hands over later (started with `beat`, its heartbeat loop); a daemon
 /// given that refuses the pool stops every loop, one learned from another
-/// stops its own. Returns how it ended and every daemon claimed from.
+/// stops its own, and when every loop stopped on its own the pool ends
+/// with `AllRefused`. Returns how it ended and every daemon claimed from.
 pub(super) async fn claim_all(
     pool: &Pool<'_>,
     daemons: Vec<Daemon>,
@@ -73,8 +74,14 @@ pub(super) async fn claim_all(
                     }
                 }
                 Some(Ok(())) => {}
-                // Every loop ended: `stop`, or a refusal that stopped them all.
-                None => break,
+                // Every loop ended: `stop`, a refusal that stopped them all,
+                // or each node's own refusal (every node learned).
+                None => {
+                    if outcome.is_ok() && !loops.is_cancelled() {
+                        outcome = Err(PoolError::AllRefused);
+                    }
+                    break;
+                }
             },
         }
     }
@@ -116,12 +123,12 @@ async fn claim_loop(
             // A node learned from another may run other agents: its
             // refusal ends its own loop, not the pool.
             Err(error) if refused(&error) && daemon.discovered => {
-                tracing::warn!(%error, server = daemon.client.base_url(), "a node of the cluster refused the pool; not claiming from it");
+                tracing::warn!(%error, server = %daemon.name(), "a node of the cluster refused the pool; not claiming from it");
                 return Ok(());
             }
             Err(error) if refused(&error) => return Err(PoolError::Refused(error)),
             Err(error) => {
-                tracing::warn!(%error, server = daemon.client.base_url(), retry_in_ms = backoff.as_millis(), "claim failed");
+                tracing::warn!(%error, server = %daemon.name(), retry_in_ms = backoff.as_millis(), "claim failed");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
                     () = stop.cancelled() => break,
@@ -170,7 +177,7 @@ async fn claim(
         max,
         wait_ms: CLAIM_WAIT_MS,
     };
-    let request = client
+    let request = daemon
         .post(path)
         .json(&body)
         .timeout(Duration::from_millis(CLAIM_WAIT_MS) + POLL_SLACK);

@@ -1,72 +1,186 @@
 //! Finding a cluster's nodes from the daemons a pool is given: each
-//! answers `GET /v1/pool/nodes` with every live node's advertised URL. The
-//! pool asks at start and again every `PoolOptions::rediscover`, so a node
-//! that joins later is claimed from too; a node already known, or past
-//! [`MAX_SERVERS`] in all, is not added again. A daemon that cannot say
-//! (unreachable now, outside a cluster, older) adds nothing; its claims
-//! report what is wrong with it.
+//! answers `GET /v1/pool/nodes` with every live node's id and advertised
+//! URL. The pool asks at start and again every `PoolOptions::rediscover`,
+//! so a node that joins later is claimed from too; a node already known,
+//! or past [`MAX_SERVERS`] in all, is not added again. A daemon that
+//! cannot say (unreachable now, outside a cluster, older) adds nothing;
+//! its claims report what is wrong with it.
+//!
+//! A node is reached at its advertised URL, or, with
+//! `PoolOptions::through`, through the daemon that named it (a load
+//! balancer, or one node), its claims and heartbeats naming it in
+//! `x-swarmd-node`: then the pool needs no route to any node's own URL.
 
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Daemon, MAX_SERVERS, PoolOptions, decode};
-use crate::ApiClient;
+use super::{Daemon, FIRST_BACKOFF, MAX_BACKOFF, MAX_SERVERS, PoolError, PoolOptions, decode};
 use crate::wire::NodesAnswer;
+use crate::{ApiClient, ClientError};
 
 /// How long a daemon has to say where its cluster's nodes are.
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Whether `url` is one of `known` (a trailing `/` aside).
-fn known(known: &[String], url: &str) -> bool {
-    known
-        .iter()
-        .any(|k| k.trim_end_matches('/') == url.trim_end_matches('/'))
+/// Where the pool reaches one node's queue of attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Place {
+    /// The URL requests go to.
+    pub(super) url: String,
+    /// The node they name in `x-swarmd-node`, when `url` is not the
+    /// node's own.
+    pub(super) node: Option<String>,
+}
+
+impl Place {
+    /// A daemon reached at `url` as it is.
+    pub(super) fn at(url: &str) -> Place {
+        Place {
+            url: url.to_owned(),
+            node: None,
+        }
+    }
+
+    /// Whether `self` and `other` reach one queue: the same node named,
+    /// or (neither named) the same URL, a trailing `/` aside.
+    fn same(&self, other: &Place) -> bool {
+        match (&self.node, &other.node) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => self.url.trim_end_matches('/') == other.url.trim_end_matches('/'),
+            _ => false,
+        }
+    }
+}
+
+/// Whether `place` is one of `known`.
+fn known(known: &[Place], place: &Place) -> bool {
+    known.iter().any(|k| k.same(place))
+}
+
+/// What `url` answers to `GET /v1/pool/nodes`.
+async fn ask(options: &PoolOptions, url: &str) -> Result<NodesAnswer, ClientError> {
+    let client = ApiClient::new(url, options.token.clone())?;
+    let path = "/v1/pool/nodes";
+    let answer = client
+        .send_json(
+            client.get(path).timeout(DISCOVER_TIMEOUT),
+            &client.url(path),
+        )
+        .await?;
+    decode::<NodesAnswer>(url, answer)
+}
+
+/// Where the nodes `url`'s answer names are reached.
+fn places(options: &PoolOptions, url: &str, answer: NodesAnswer) -> Vec<Place> {
+    if options.through {
+        answer
+            .members
+            .into_iter()
+            .map(|member| Place {
+                url: url.to_owned(),
+                node: Some(member.id),
+            })
+            .collect()
+    } else {
+        answer.nodes.iter().map(|node| Place::at(node)).collect()
+    }
 }
 
 /// The nodes the given daemons name that `have` does not hold yet, at
 /// most enough to make [`MAX_SERVERS`] in all.
-pub(super) async fn new_nodes(options: &PoolOptions, have: &[String]) -> Vec<String> {
-    let mut found: Vec<String> = Vec::new();
+pub(super) async fn new_nodes(options: &PoolOptions, have: &[Place]) -> Vec<Place> {
+    let mut found: Vec<Place> = Vec::new();
     for url in &options.servers {
-        let Ok(client) = ApiClient::new(url, options.token.clone()) else {
-            continue;
-        };
-        let path = "/v1/pool/nodes";
-        let answer = client
-            .send_json(
-                client.get(path).timeout(DISCOVER_TIMEOUT),
-                &client.url(path),
-            )
-            .await
-            .and_then(|answer| decode::<NodesAnswer>(url, answer));
-        let nodes = match answer {
-            Ok(answer) => answer.nodes,
+        let answer = match ask(options, url).await {
+            Ok(answer) => answer,
             Err(error) => {
                 tracing::debug!(%url, %error, "no cluster nodes learned");
                 continue;
             }
         };
-        for node in nodes {
+        for place in places(options, url, answer) {
             if have.len() + found.len() < MAX_SERVERS
-                && !known(have, &node)
-                && !known(&found, &node)
+                && !known(have, &place)
+                && !known(&found, &place)
             {
-                tracing::info!(from = %url, node = %node, "claiming from a node of the cluster too");
-                found.push(node);
+                tracing::info!(from = %url, node = %place.node.as_deref().unwrap_or(&place.url), "claiming from a node of the cluster too");
+                found.push(place);
             }
         }
     }
     found
 }
 
+/// Where the pool claims at start. Each daemon given is claimed from at
+/// its URL, and the nodes it names at theirs. With `through`, each node a
+/// given daemon names is claimed from through that daemon instead, and a
+/// given daemon that names none (outside a cluster) at its own URL; until
+/// one of them answers, the pool asks again with backoff (claiming
+/// through a load balancer without naming the node would reach whichever
+/// node it picks), and a refused token ends it.
+pub(super) async fn first_places(
+    options: &PoolOptions,
+    stop: &CancellationToken,
+) -> Result<Vec<Place>, PoolError> {
+    if !options.through {
+        let mut given: Vec<Place> = options.servers.iter().map(|u| Place::at(u)).collect();
+        let found = new_nodes(options, &given).await;
+        given.extend(found);
+        return Ok(given);
+    }
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let mut found: Vec<Place> = Vec::new();
+        let mut answered = false;
+        for url in &options.servers {
+            let answer = match ask(options, url).await {
+                Ok(answer) => answer,
+                Err(
+                    error @ ClientError::Status {
+                        status: 401 | 403, ..
+                    },
+                ) => {
+                    return Err(PoolError::Refused(error));
+                }
+                Err(error) => {
+                    tracing::warn!(%url, %error, retry_in_ms = backoff.as_millis(), "cannot learn the cluster's nodes");
+                    continue;
+                }
+            };
+            answered = true;
+            let named = places(options, url, answer);
+            let named = if named.is_empty() {
+                vec![Place::at(url)]
+            } else {
+                named
+            };
+            for place in named {
+                if found.len() < MAX_SERVERS && !known(&found, &place) {
+                    if let Some(node) = &place.node {
+                        tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
+                    }
+                    found.push(place);
+                }
+            }
+        }
+        if answered {
+            return Ok(found);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = stop.cancelled() => return Ok(Vec::new()),
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
 /// Asks the given daemons for new nodes every `options.rediscover` until
 /// `stop`, and hands each new one, as a daemon with the next link, to
-/// `joined`. `have` holds the URLs claimed from already.
+/// `joined`. `have` holds where the pool claims already.
 pub(super) async fn follow(
     options: std::sync::Arc<PoolOptions>,
-    mut have: Vec<String>,
+    mut have: Vec<Place>,
     joined: mpsc::UnboundedSender<Daemon>,
     stop: CancellationToken,
 ) {
@@ -82,11 +196,11 @@ pub(super) async fn follow(
         if have.len() >= MAX_SERVERS {
             return;
         }
-        for url in new_nodes(&options, &have).await {
-            let Ok(daemon) = Daemon::new(have.len(), true, &url, &options) else {
+        for place in new_nodes(&options, &have).await {
+            let Ok(daemon) = Daemon::new(have.len(), true, &place, &options) else {
                 continue;
             };
-            have.push(url);
+            have.push(place);
             if joined.send(daemon).is_err() {
                 return;
             }
@@ -97,12 +211,78 @@ pub(super) async fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::NodeMember;
 
     #[test]
     fn a_url_is_known_with_or_without_its_trailing_slash() {
-        let have = vec!["http://a:1".to_owned(), "http://b:2/".to_owned()];
-        assert!(known(&have, "http://a:1/"));
-        assert!(known(&have, "http://b:2"));
-        assert!(!known(&have, "http://c:3"));
+        let have = vec![Place::at("http://a:1"), Place::at("http://b:2/")];
+        assert!(known(&have, &Place::at("http://a:1/")));
+        assert!(known(&have, &Place::at("http://b:2")));
+        assert!(!known(&have, &Place::at("http://c:3")));
+    }
+
+    #[test]
+    fn through_a_daemon_a_node_is_known_by_its_id() {
+        let via = |url: &str, id: &str| Place {
+            url: url.to_owned(),
+            node: Some(id.to_owned()),
+        };
+        let have = vec![via("http://lb:1", "n1")];
+        // The same node named through another daemon is the same queue.
+        assert!(known(&have, &via("http://a:1", "n1")));
+        assert!(!known(&have, &via("http://lb:1", "n2")));
+        // A daemon reached as it is never stands for a named node.
+        assert!(!known(&have, &Place::at("http://lb:1")));
+    }
+
+    fn options(through: bool) -> PoolOptions {
+        PoolOptions {
+            servers: vec!["http://lb:1".to_owned()],
+            token: crate::Bearer::new("swc1.x"),
+            agent: "remote".to_owned(),
+            concurrency: 1,
+            pool_id: "p".to_owned(),
+            command: super::super::run::Command {
+                program: "true".to_owned(),
+                args: Vec::new(),
+                env: Vec::new(),
+                cwd: None,
+                kill_grace: Duration::from_secs(1),
+                supervisor: None,
+                worktree: None,
+            },
+            drain: Duration::from_secs(1),
+            rediscover: Duration::from_secs(30),
+            through,
+        }
+    }
+
+    #[test]
+    fn a_node_is_reached_at_its_url_or_named_through_the_daemon_that_listed_it() {
+        let answer = || NodesAnswer {
+            nodes: vec!["http://a:1".to_owned(), "http://b:2".to_owned()],
+            members: vec![
+                NodeMember {
+                    id: "n1".to_owned(),
+                    url: "http://a:1".to_owned(),
+                },
+                NodeMember {
+                    id: "n2".to_owned(),
+                    url: "http://b:2".to_owned(),
+                },
+            ],
+        };
+        assert_eq!(
+            places(&options(false), "http://lb:1", answer()),
+            vec![Place::at("http://a:1"), Place::at("http://b:2")]
+        );
+        let through = places(&options(true), "http://lb:1", answer());
+        assert_eq!(
+            through
+                .iter()
+                .map(|p| (p.url.as_str(), p.node.as_deref()))
+                .collect::<Vec<_>>(),
+            [("http://lb:1", Some("n1")), ("http://lb:1", Some("n2"))]
+        );
     }
 }

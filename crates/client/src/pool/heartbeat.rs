@@ -71,7 +71,7 @@ pub(super) async fn heartbeat_loop(
             Err(error) => {
                 link.ended().extend(ended);
                 stop_lapsed(&shared, daemon.link);
-                tracing::warn!(%error, server = daemon.client.base_url(), retry_in_ms = backoff.as_millis(), "heartbeat failed");
+                tracing::warn!(%error, server = %daemon.name(), retry_in_ms = backoff.as_millis(), "heartbeat failed");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
                     () = beating.cancelled() => break,
@@ -124,7 +124,7 @@ async fn heartbeat(
         ended,
         wait_ms,
     };
-    let request = client
+    let request = daemon
         .post(path)
         .json(&body)
         .timeout(Duration::from_millis(wait_ms) + POLL_SLACK);

@@ -41,7 +41,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{ApiClient, Bearer, ClientError};
-use crate::wire::{AttemptRef, EndedAttempt, MAX_REASON};
+use crate::wire::{AttemptRef, EndedAttempt, MAX_REASON, NODE_HEADER};
+use discover::Place;
 use heartbeat::{flush_ended, heartbeat_loop};
 
 /// Most daemons one pool claims from.
@@ -69,6 +70,10 @@ pub struct PoolOptions {
     /// How often the given daemons are asked again for their cluster's
     /// nodes (`discover`).
     pub rediscover: Duration,
+    /// Reach every node through the daemons given (a load balancer, or one
+    /// node), naming it in `x-swarmd-node`, rather than at its advertised
+    /// URL (`discover`).
+    pub through: bool,
 }
 
 /// Why the pool stopped on its own.
@@ -78,6 +83,8 @@ pub enum PoolError {
     Client(#[from] ClientError),
     #[error("the daemon refused the pool: {0}")]
     Refused(ClientError),
+    #[error("every node of the cluster refused the pool (see the warnings above)")]
+    AllRefused,
 }
 
 /// One attempt the pool holds: running, or waiting for a slot.
@@ -172,21 +179,42 @@ struct Daemon {
     discovered: bool,
     client: ApiClient,
     writes: ApiClient,
+    /// The node claims and heartbeats name in `x-swarmd-node`, when
+    /// `client` reaches it through another daemon.
+    node: Option<String>,
 }
 
 impl Daemon {
     fn new(
         link: usize,
         discovered: bool,
-        url: &str,
+        place: &Place,
         options: &PoolOptions,
     ) -> Result<Daemon, ClientError> {
         Ok(Daemon {
             link,
             discovered,
-            client: ApiClient::new(url, options.token.clone())?,
-            writes: ApiClient::new(url, options.token.clone())?,
+            client: ApiClient::new(&place.url, options.token.clone())?,
+            writes: ApiClient::new(&place.url, options.token.clone())?,
+            node: place.node.clone(),
         })
+    }
+
+    /// A claim or heartbeat to `path`, naming this daemon's node if it has one.
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        let request = self.client.post(path);
+        match &self.node {
+            Some(node) => request.header(NODE_HEADER, node),
+            None => request,
+        }
+    }
+
+    /// Where it is, for logs: its URL, and the node named through it.
+    fn name(&self) -> String {
+        match &self.node {
+            Some(node) => format!("{} (node {node})", self.client.base_url()),
+            None => self.client.base_url().to_owned(),
+        }
     }
 }
 
@@ -202,12 +230,18 @@ pub async fn run_pool(
     stop: CancellationToken,
     kill: CancellationToken,
 ) -> Result<(), PoolError> {
-    let mut urls = options.servers.clone();
-    urls.extend(discover::new_nodes(&options, &urls).await);
-    let daemons = urls
+    let places = discover::first_places(&options, &stop).await?;
+    // Through a load balancer every node is learned, so each may refuse
+    // alone; otherwise the daemons given come first.
+    let given = if options.through {
+        0
+    } else {
+        options.servers.len()
+    };
+    let daemons = places
         .iter()
         .enumerate()
-        .map(|(link, url)| Daemon::new(link, link >= options.servers.len(), url, &options))
+        .map(|(link, place)| Daemon::new(link, link >= given, place, &options))
         .collect::<Result<Vec<_>, ClientError>>()?;
     let options = Arc::new(options);
     let host_env = Arc::new(host_env);
@@ -229,7 +263,7 @@ pub async fn run_pool(
     let finding = stop.child_token();
     let finder = tokio::spawn(discover::follow(
         Arc::clone(&options),
-        urls,
+        places,
         joined_tx,
         finding.clone(),
     ));

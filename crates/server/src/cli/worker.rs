@@ -52,10 +52,16 @@ pub enum WorkerCommand {
 pub struct PoolArgs {
     /// A daemon's URL (http://host:port, or https://host:port behind a
     /// TLS-terminating proxy). One node of a cluster is enough: the pool
-    /// claims from every live node it names. Repeat it (up to 16) for nodes
-    /// whose advertised URLs the pool cannot reach.
+    /// claims from every live node it names, at its advertised URL (or
+    /// through this URL with `--through-server`). Repeatable, up to 16.
     #[arg(long, value_name = "URL", required = true)]
     pub server: Vec<String>,
+    /// Reach every node of the cluster through the --server URL (a load
+    /// balancer, or one node), which forwards each claim to the node it
+    /// names, instead of at the node's advertised URL: for a pool that can
+    /// reach the cluster only through one address.
+    #[arg(long)]
+    pub through_server: bool,
     /// The remote agent whose attempts this pool runs.
     #[arg(long, value_name = "NAME")]
     pub agent: String,

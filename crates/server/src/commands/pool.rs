@@ -85,15 +85,20 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
         },
         drain: Duration::from_secs(args.drain_secs),
         rediscover: Duration::from_secs(args.rediscover_secs),
+        through: args.through_server,
     };
     let (stop, kill) = (CancellationToken::new(), CancellationToken::new());
     watch_signals(stop.clone(), kill.clone())?;
-    tracing::info!(pool = %options.pool_id, agent = %options.agent, concurrency = options.concurrency, servers = options.servers.len(), "worker pool started");
+    tracing::info!(pool = %options.pool_id, agent = %options.agent, concurrency = options.concurrency, servers = options.servers.len(), through = options.through, "worker pool started");
     match run_pool(options, host_env, stop, kill).await {
         Ok(()) => Ok(exit::OK),
         Err(PoolError::Client(e)) => Err(e.into()),
         Err(PoolError::Refused(e)) => Err(CommandError::Io {
             action: "run the pool (the daemon refused it)",
+            source: io::Error::other(e.to_string()),
+        }),
+        Err(e @ PoolError::AllRefused) => Err(CommandError::Io {
+            action: "run the pool",
             source: io::Error::other(e.to_string()),
         }),
     }

@@ -2,10 +2,12 @@
 # One worker pool against two swarmd nodes on one PostgreSQL database
 # (docs/benchmarks.md, Worker pools on a cluster): N remote tasks are
 # queued on each node, then a `swarmd worker pool` (running /bin/true per
-# attempt) is started given node A alone (it learns node B from A) and,
-# on fresh nodes and a fresh database, given both nodes. Prints, per run,
-# the seconds from the pool's start until every task passed, the tasks/s,
-# and how many attempts each node handed out.
+# attempt) is started given node A alone (it learns node B from A), then
+# on fresh nodes and a fresh database given both nodes, then given node A
+# with --through-server (every claim for B goes through A). Prints, per
+# run, the seconds from the pool's start until every task passed, the
+# tasks/s, how many attempts each node handed out and how many requests
+# node A forwarded.
 #
 # Usage: scripts/pool-cluster.sh BIN_DIR [N] [CONCURRENCY]
 #   BIN_DIR holds a release `swarmd` (target/release).
@@ -38,7 +40,14 @@ claimed() { # $1: base
     curl -sf "$1/metrics" | sed -n 's/^swarmd_remote_attempts_claimed_total //p'
 }
 
-run() { # $1: the pool's id, $2: label, then the nodes it is given (a, b)
+forwarded() { # $1: base
+    local n
+    n=$(curl -sf "$1/metrics" |
+        sed -n 's/^swarmd_cluster_forwarded_requests_total{outcome="forwarded"} //p')
+    echo "${n:-0}"
+}
+
+run() { # $1: the pool's id, $2: label, then the nodes it is given (a, b) and `through`
     local id=$1 label=$2
     shift 2
     fresh_db
@@ -55,6 +64,7 @@ run() { # $1: the pool's id, $2: label, then the nodes it is given (a, b)
         case $node in
             a) servers+=(--server "$a_base") ;;
             b) servers+=(--server "$b_base") ;;
+            through) servers+=(--through-server) ;;
         esac
     done
     local started
@@ -76,11 +86,12 @@ run() { # $1: the pool's id, $2: label, then the nodes it is given (a, b)
     done
     local secs
     secs=$(echo "$(date +%s.%N) - $started" | bc)
-    printf '%s: %d tasks in %.2f s, %.0f tasks/s; claimed from A %s, from B %s\n' \
+    printf '%s: %d tasks in %.2f s, %.0f tasks/s; claimed from A %s, from B %s; A forwarded %s\n' \
         "$label" "$total" "$secs" "$(echo "$total / $secs" | bc -l)" \
-        "$(claimed "$a_base")" "$(claimed "$b_base")"
+        "$(claimed "$a_base")" "$(claimed "$b_base")" "$(forwarded "$a_base")"
     stop_all
 }
 
 run one-url "one URL (A)" a
 run both-urls "both URLs" a b
+run through-a "one URL (A), through it" a through

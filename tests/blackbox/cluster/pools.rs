@@ -411,3 +411,40 @@ async fn a_dead_nodes_remote_attempt_is_retried_through_the_survivor_on_the_same
         pool.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_load_balancer_a_dead_nodes_retry_reaches_the_same_pool() {
+    let mut cluster = Cluster::start(2, REMOTE).await;
+    let bases = vec![cluster.nodes[0].base.clone(), cluster.nodes[1].base.clone()];
+    let balancer = round_robin(bases).await;
+    let token = mint(&cluster.nodes[0], &["remote"]);
+    let setup = Setup {
+        server: Some(&balancer),
+        args: vec!["--through-server".to_owned()],
+        ..Setup::default()
+    };
+    let pool = Pool::start_with(&cluster.nodes[0], &token, "remote", "pool-lb", 2, setup).await;
+    connected(&cluster, &pool).await;
+    let policy = json!({"max_attempts": 2, "attempt_timeout_secs": 3});
+    let task = create(
+        &cluster.nodes[0],
+        json!({"agent": "remote", "prompt": "hold", "policy": policy}),
+    )
+    .await;
+    let first = read_pid(&file(&cluster.nodes[0], &task, 1, "pid")).await;
+
+    cluster.nodes[0].kill9().await;
+    // Node B takes the task over and queues its retry; the pool's claims
+    // naming B reach it whichever way the balancer sends them, and those
+    // naming A fail until A is known dead.
+    let second = read_pid(&file(&cluster.nodes[0], &task, 2, "pid")).await;
+    assert!(!process_gone(second));
+    std::fs::write(file(&cluster.nodes[0], &task, 2, "go"), "").unwrap();
+    let view = finished(&cluster.nodes[1], &task).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+    assert_eq!(
+        view["result"]["value"],
+        json!({"pool": "pool-lb", "attempt": 2})
+    );
+    eventually("the dead node's child is stopped", || process_gone(first)).await;
+}

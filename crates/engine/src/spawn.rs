@@ -164,6 +164,12 @@ pub struct AgentProfile {
     pub concurrency: Option<usize>,
     /// Whether its workers may spawn sub-tasks (docs/tasks.md, Sub-tasks).
     pub allow_subtasks: bool,
+    /// Whether an attempt's credential leaves the daemon although the
+    /// attempt ends with it (a remote agent's, handed to a pool): its
+    /// record is then durable before the attempt is spawned, since a
+    /// worker may present the credential to any node of a cluster, which
+    /// knows it from the database alone.
+    pub credential_leaves: bool,
 }
 
 /// The parts of a task that decide where its next attempt runs: what the

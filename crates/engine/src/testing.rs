@@ -196,6 +196,7 @@ impl StaticResolver {
             kind,
             concurrency,
             allow_subtasks: false,
+            credential_leaves: false,
         };
         self.agents.insert(name.to_owned(), (profile, spawner));
         self

@@ -149,3 +149,47 @@ async fn an_unrecorded_task_is_refused_and_its_key_stays_free() {
     assert_eq!(done.status(), TaskStatus::Pass);
     assert_eq!(store.task_for_key("k").await.unwrap(), Some(task.id));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_credential_that_leaves_the_daemon_is_handed_out_only_once_recorded() {
+    // A remote agent's attempt (its credential goes to a pool, which may
+    // show it to another node) against a process agent's (its child dies
+    // with the daemon), both of kind `process`.
+    let pooled = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let local = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let profile = |credential_leaves| swarmd_engine::AgentProfile {
+        kind: SpawnerKind::Process,
+        concurrency: None,
+        allow_subtasks: false,
+        credential_leaves,
+    };
+    let resolver = StaticResolver::new()
+        .with_profile("pooled", profile(true), pooled.clone())
+        .with_profile("local", profile(false), local.clone());
+    let store = Arc::new(FlakyStore::default());
+    let engine = engine_with(
+        Arc::new(resolver),
+        store.clone(),
+        Arc::new(MemoryOutputStore::new()),
+        EngineConfig::default(),
+        Arc::new(SystemClock),
+    );
+    let spec = |agent: &str| TaskSpec {
+        agent: agent.into(),
+        prompt: "p".into(),
+        ..TaskSpec::default()
+    };
+    let pooled_task = engine.create_task(spec("pooled")).await.unwrap();
+    let local_task = engine.create_task(spec("local")).await.unwrap();
+    // The disk fails before either first attempt's record is written.
+    store.failing.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        local.credential(local_task.id).is_some(),
+        "a local child starts while its record is written"
+    );
+    assert!(
+        pooled.credential(pooled_task.id).is_none(),
+        "a pool's credential waits for its record, which failed"
+    );
+}

@@ -70,6 +70,7 @@ impl Harness {
             layers: layers.iter().map(|l| (*l).to_owned()).collect(),
             concurrency: None,
             allow_subtasks: false,
+            credential_leaves: false,
             input_schema: None,
             route: None,
         };

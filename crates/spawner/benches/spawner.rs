@@ -180,6 +180,7 @@ async fn stack_overhead(settings: &SpawnerSettings, lua: &LuaPool, n: u32) -> (f
             .to_vec(),
         concurrency: None,
         allow_subtasks: false,
+        credential_leaves: false,
         input_schema: None,
         route: None,
     };

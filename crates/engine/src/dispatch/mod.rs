@@ -171,10 +171,10 @@ impl Engine {
                 return None;
             }
         };
-        let (base_kind, allow_subtasks) = placement
+        let (base_kind, allow_subtasks, credential_leaves) = placement
             .profile
-            .map_or((SpawnerKind::InProcess, false), |p| {
-                (p.kind, p.allow_subtasks)
+            .map_or((SpawnerKind::InProcess, false, false), |p| {
+                (p.kind, p.allow_subtasks, p.credential_leaves)
             });
         let verbs = crate::worker_api::worker_verbs(allow_subtasks);
         if let Some(over) = state.task.policy.budget_spent(&state.task.usage) {
@@ -248,8 +248,10 @@ impl Engine {
         ops.push(WriteOp::PutAttempt(record));
         // In-process workers die with the daemon, so their spawn need not
         // wait for this commit; a delegated SubAgent holds its credential
-        // across a restart, so it must be durable before the frame goes out.
-        let durable = if kind.survives_restart() {
+        // across a restart, so it must be durable before the frame goes out,
+        // and so must a credential a pool takes elsewhere, where another
+        // node of a cluster reads it from the database.
+        let durable = if kind.survives_restart() || (credential_leaves && !ctx.delegated) {
             Some(self.submit(ops, events))
         } else {
             self.inner.bus.submit(ops, events, None);

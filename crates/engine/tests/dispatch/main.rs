@@ -589,9 +589,11 @@ async fn only_agents_that_allow_subtasks_get_spawn_task() {
         kind: SpawnerKind::InProcess,
         concurrency: None,
         allow_subtasks: false,
+        credential_leaves: false,
     };
     let parent = swarmd_engine::AgentProfile {
         allow_subtasks: true,
+        credential_leaves: false,
         ..leaf.clone()
     };
     let resolver = StaticResolver::new()

@@ -269,6 +269,7 @@ fn base_spawner(
         layers: spec.layers.clone(),
         concurrency: spec.concurrency,
         allow_subtasks: spec.allow_subtasks,
+        credential_leaves: matches!(spec.kind, AgentKind::Remote(_)),
         input_schema,
         route,
     })

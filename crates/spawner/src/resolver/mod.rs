@@ -43,6 +43,9 @@ pub struct AgentEntry {
     pub layers: Vec<String>,
     pub concurrency: Option<usize>,
     pub allow_subtasks: bool,
+    /// Its attempts' credentials leave the daemon (a remote agent's pool):
+    /// see `AgentProfile::credential_leaves`.
+    pub credential_leaves: bool,
     /// Checked against every new task's `input`.
     pub input_schema: Option<Arc<InputSchema>>,
     /// For an operator agent, the session its attempts go to; an attempt
@@ -134,11 +137,13 @@ impl SpawnerResolver for StackResolver {
                 kind: entry.kind,
                 concurrency: entry.concurrency,
                 allow_subtasks: entry.allow_subtasks,
+                credential_leaves: entry.credential_leaves,
             },
             None => AgentProfile {
                 kind: SpawnerKind::Operator,
                 concurrency: None,
                 allow_subtasks: false,
+                credential_leaves: false,
             },
         })
     }

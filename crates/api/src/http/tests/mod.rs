@@ -86,6 +86,7 @@ impl Api {
                     kind: SpawnerKind::InProcess,
                     concurrency: None,
                     allow_subtasks: true,
+                    credential_leaves: false,
                 },
                 sub.clone(),
             );

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
-# server -> mcp -> api -> sessions, config, client and flow-run; client -> spawner
+# server -> mcp -> api -> cluster, sessions, config, client and flow-run;
+# cluster -> postgres, config and flow-run; client -> spawner
 # -> engine -> output-store; flow-run -> engine and flow; sessions and
 # spawner -> wire -> engine; sessions -> spawner and postgres; config ->
 # flow-run, spawner and postgres; with the PostgreSQL backend
 # (swarmd-postgres) between the server and the engine; that the engine
 # knows no HTTP, WebSocket or Lua crate; and that only swarmd-postgres (and
-# the bench, which makes its databases) reach the PostgreSQL driver.
+# the bench, which makes its databases) use the PostgreSQL driver directly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,8 +40,8 @@ forbid_direct() {
 }
 
 forbid swarmd-output-store swarmd-api swarmd-mcp swarmd-config swarmd-engine swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tokio-postgres
-forbid swarmd-engine swarmd-api swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
-forbid swarmd-postgres swarmd-api swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions axum mlua tokio-tungstenite hyper reqwest
+forbid swarmd-engine swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
+forbid swarmd-postgres swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions axum mlua tokio-tungstenite hyper reqwest
 # The client speaks HTTP to a daemon: it never links the daemon, its stores
 # or its servers.
 forbid swarmd-client swarmd-api swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres axum tokio-postgres tokio-tungstenite
@@ -62,13 +63,17 @@ forbid swarmd-api swarmd-server swarmd-mcp
 forbid swarmd-mcp swarmd-server
 # The configuration is data read from files: no server, session, API
 # surface, client or transport.
-forbid swarmd-config swarmd-api swarmd-mcp swarmd-server swarmd-sessions swarmd-client axum hyper reqwest tokio-tungstenite rmcp
+forbid swarmd-config swarmd-api swarmd-cluster swarmd-mcp swarmd-server swarmd-sessions swarmd-client axum hyper reqwest tokio-tungstenite rmcp
 # The MainAI side (sessions, outboxes, frame encoding, a session's home in
 # a cluster) knows no API surface: no HTTP routes, MCP, client or flows.
 # It links axum only for the socket's text type.
-forbid swarmd-sessions swarmd-api swarmd-mcp swarmd-config swarmd-server swarmd-client swarmd-flow swarmd-flow-run reqwest rmcp
+forbid swarmd-sessions swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-server swarmd-client swarmd-flow swarmd-flow-run reqwest rmcp
+# The cluster runs a node among its peers and decides where a request goes:
+# no API surface, session, client or socket; the bytes are relayed above it.
+forbid swarmd-cluster swarmd-api swarmd-mcp swarmd-server swarmd-sessions swarmd-client axum tokio-tungstenite rmcp
+forbid_direct swarmd-cluster tokio-postgres
 # The bench measures the protocol as any client sees it: no swarmd crate.
-forbid swarmd-bench swarmd-api swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run swarmd-wire
+forbid swarmd-bench swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run swarmd-wire
 
 if [ "$fail" -ne 0 ]; then
     exit 1

@@ -3,9 +3,12 @@
 //! registration, its heartbeat and takeover loop (`node`), the lease
 //! arithmetic (`lease`), the event pump that follows the shared log
 //! (`pump`), the keyring follower that brings a rotated signing key to a
-//! running node (`keys`), and the forwarding of a request about a live
-//! task to the node that holds it (`route` decides, `forward` proxies a
-//! request, `call` calls the owner's route for an MCP tool).
+//! running node (`keys`), and where a request about a live task, an open
+//! run or a node's queue goes (`route` decides from the request,
+//! `forwarder` asks the database and holds the client to the peers; the
+//! API surface relays the bytes). The coordination rows themselves are
+//! `swarmd-postgres`'s `PgCluster`; a session's home and mail are
+//! `swarmd-sessions`'.
 //!
 //! On `store.backend = "postgres"` a daemon is always a node, a cluster of
 //! one without `[cluster]`: it registers before recovery (a new epoch, which
@@ -13,17 +16,15 @@
 //! from then on heartbeats, takes over dead peers' tasks and broadcasts
 //! every node's events.
 
-mod call;
-mod forward;
+mod forwarder;
 mod keys;
 mod lease;
 mod node;
 mod pump;
-mod route;
+pub mod route;
 
-pub use call::{PeerCall, call_owner};
-pub use forward::{Forwarder, forward};
-pub use route::{Subject, worker_subject};
+pub use forwarder::{FORWARDED_BY, FORWARDED_TO, Forwarder};
+pub use route::{NODE as NODE_HEADER, Subject, worker_subject};
 
 use std::path::Path;
 use std::time::Duration;

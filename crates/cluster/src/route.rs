@@ -32,8 +32,8 @@
 //! once its `worker_pool` token verified here the request goes to that
 //! node. Without the header they are served where they arrive.
 
-use axum::http::header::AUTHORIZATION;
-use axum::http::{HeaderMap, Method};
+use reqwest::Method;
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 use swarmd_engine::Engine;
 use swarmd_engine::auth::{WorkerHandle, looks_like_handle, looks_like_token};
 use swarmd_engine::ids::{RunId, TaskId};
@@ -59,11 +59,11 @@ pub enum Subject {
 
 /// The header in which a worker pool names the node whose remote attempts
 /// it claims or heartbeats (its id, as `GET /v1/pool/nodes` lists it).
-pub(crate) const NODE: &str = swarmd_client::wire::NODE_HEADER;
+pub const NODE: &str = "x-swarmd-node";
 
 /// Where a request is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Route {
+pub enum Route {
     Local,
     Forward(TaskOwner),
     /// `503 owner_unavailable`, and why.
@@ -89,7 +89,7 @@ enum Named {
 
 /// Whose credential this node verifies before it looks an owner up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Caller {
+pub enum Caller {
     /// None here: the credential names the task, or it is a wait token
     /// only the run's owner can check.
     Named,
@@ -117,26 +117,25 @@ const FORWARDED_ROUTES: [(Method, &str, Named); 11] = [
 
 /// A request a node would forward if another node holds its task.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Asked {
-    pub(crate) subject: Subject,
+pub struct Asked {
+    pub subject: Subject,
     /// The path rebuilt from the route template: what goes to the owner.
-    pub(crate) path: String,
+    pub path: String,
     /// Whose credential must verify before the owner is looked up.
-    pub(crate) caller: Caller,
+    pub caller: Caller,
 }
 
 /// Why a request to a forwardable route is refused outright.
-pub(crate) const NOT_CANONICAL: &str =
+pub const NOT_CANONICAL: &str =
     "the path must name its route exactly (no encoded characters or dot segments)";
 
 /// Why a pool's request naming a node is refused outright.
-pub(crate) const NOT_A_NODE: &str =
-    "x-swarmd-node must be a node's id, as GET /v1/pool/nodes lists it";
+pub const NOT_A_NODE: &str = "x-swarmd-node must be a node's id, as GET /v1/pool/nodes lists it";
 
 /// The live task `method path` (matched to the route `template`) with
 /// `headers` is about, if it is a request a node forwards; `Err` for a
 /// forwardable route whose path is not the exact one it names.
-pub(crate) fn asked(
+pub fn asked(
     method: &Method,
     template: Option<&str>,
     path: &str,
@@ -223,7 +222,7 @@ pub(crate) fn asked(
 }
 
 /// The bearer of `Authorization`, if it has one.
-pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let text = headers.get(AUTHORIZATION)?.to_str().ok()?;
     let bearer = text
         .strip_prefix("Bearer ")
@@ -248,7 +247,7 @@ pub fn worker_subject(bearer: &str) -> Option<Subject> {
 /// What to look the owner up by; `None` when this node holds the task, or
 /// the credential does not verify here (so the request is served, and
 /// refused, here at no cost).
-pub(crate) fn remote_key(engine: &Engine, subject: &Subject) -> Option<OwnerKey> {
+pub fn remote_key(engine: &Engine, subject: &Subject) -> Option<OwnerKey> {
     let task = match subject {
         Subject::Run(id) => return Some(OwnerKey::Run(*id)),
         Subject::Node(id) => return Some(OwnerKey::Node(*id)),
@@ -267,7 +266,7 @@ pub(crate) fn remote_key(engine: &Engine, subject: &Subject) -> Option<OwnerKey>
 
 /// The rule, given the owner the database names for a task this node does
 /// not hold. A request that was forwarded once is never forwarded again.
-pub(crate) fn decide(owner: Option<TaskOwner>, me: NodeId, forwarded: bool) -> Route {
+pub fn decide(owner: Option<TaskOwner>, me: NodeId, forwarded: bool) -> Route {
     match owner {
         // Finished, unknown, or owned by no node: the store answers.
         None => Route::Local,
@@ -287,7 +286,7 @@ pub(crate) fn decide(owner: Option<TaskOwner>, me: NodeId, forwarded: bool) -> R
 
 #[cfg(test)]
 mod tests {
-    use axum::http::HeaderValue;
+    use reqwest::header::HeaderValue;
     use uuid::Uuid;
 
     use super::*;

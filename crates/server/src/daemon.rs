@@ -29,10 +29,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::state::{PreparedState, SecretSource};
 use swarmd_api::app::{AppInner, AppState};
-use swarmd_api::cluster;
 use swarmd_api::http::guard::Guards;
 use swarmd_api::metrics::Metrics;
 use swarmd_api::ws::EventRouter;
+use swarmd_cluster as cluster;
 use swarmd_config::environment::Environment;
 use swarmd_config::{self as config, Config, ConfigError, StoreBackend};
 use swarmd_sessions::SessionRegistry;

@@ -10,10 +10,10 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use serde_json::Value;
 use swarmd_engine::ErrorCode;
 
-use super::forward::{FORWARDED, UNAVAILABLE};
-use super::route::{Route, Subject};
+use super::forward::{FORWARDED, UNAVAILABLE, timeout_of};
 use crate::app::AppState;
 use crate::http::error::ApiError;
+use swarmd_cluster::route::{Route, Subject};
 
 /// The largest answer a peer's route may give one tool call.
 const MAX_ANSWER_BYTES: usize = 64 << 20;
@@ -56,7 +56,9 @@ pub async fn call_owner(
         return Some(Err(ApiError::unauthorized(ErrorCode::Unauthorized)));
     };
     headers.insert(AUTHORIZATION, bearer);
-    let mut request = forwarder.to_peer(call.method, &owner, &call.path, headers);
+    let path = call.path.split('?').next().unwrap_or_default();
+    let timeout = timeout_of(&call.method, path);
+    let mut request = forwarder.to_peer(call.method, &owner, &call.path, headers, timeout);
     if let Some(body) = call.body {
         request = request.header(CONTENT_TYPE, "application/json").body(body);
     }

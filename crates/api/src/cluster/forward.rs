@@ -21,29 +21,22 @@ use axum::http::header::{self, HeaderName, HeaderValue};
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use swarmd_cluster::route::{self, Caller, Route};
+use swarmd_cluster::{FORWARDED_BY, FORWARDED_TO, Forwarder};
+use swarmd_engine::ErrorCode;
 use swarmd_engine::auth::SessionSecret;
 use swarmd_engine::gate::Role;
-use swarmd_engine::{Engine, ErrorCode};
-use swarmd_postgres::{NodeId, OwnerKey, PgCluster, TaskOwner};
+use swarmd_postgres::TaskOwner;
 
-use super::route::{self, Caller, Route, Subject};
 use crate::app::AppState;
 use crate::http::MAX_WAIT_SECS;
 use crate::http::error::ApiError;
 use swarmd_client::wire::MAX_WAIT_MS;
 
-/// Marks a request one node forwarded to another: its value is the
-/// forwarding node's id.
-pub(crate) const FORWARDED_BY: &str = "x-swarmd-forwarded-by";
-/// Names, on a relayed answer, the node that served it.
-pub(crate) const FORWARDED_TO: &str = "x-swarmd-forwarded-to";
-
 /// The outcomes `swarmd_cluster_forwarded_requests_total` counts.
 pub(crate) const FORWARDED: &str = "forwarded";
 pub(crate) const UNAVAILABLE: &str = "unavailable";
 
-/// How long a connection to a peer may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a forwarded request may take, except the long ones below.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// What an answer to `Retry-After` says, in seconds.
@@ -63,124 +56,6 @@ const HOP_BY_HOP: [&str; 10] = [
     "upgrade",
     "host",
 ];
-
-/// What a node needs to forward: the database that names owners, its own
-/// id and one pooled HTTP client for its peers.
-#[derive(Debug, Clone)]
-pub struct Forwarder {
-    db: PgCluster,
-    node: NodeId,
-    client: reqwest::Client,
-}
-
-impl Forwarder {
-    /// Every live node of the cluster, this one included, and where peers
-    /// reach it.
-    pub(crate) async fn alive_nodes(
-        &self,
-    ) -> Result<Vec<(NodeId, String)>, swarmd_output_store::StoreError> {
-        self.db.alive_nodes().await
-    }
-
-    pub fn new(db: PgCluster, node: NodeId) -> Result<Forwarder, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            // A peer is another swarmd: never a proxy's business.
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
-        Ok(Forwarder { db, node, client })
-    }
-
-    /// Where a request about `subject` is served (`route::decide`); a
-    /// task this node holds is served here without asking the database.
-    pub(crate) async fn route(
-        &self,
-        engine: &Engine,
-        runner: &swarmd_flow_run::Runner,
-        subject: &Subject,
-        forwarded: bool,
-    ) -> Route {
-        if let Subject::Run(id) = subject
-            && runner.is_open(*id)
-        {
-            return Route::Local;
-        }
-        if let Subject::Node(id) = subject {
-            if *id == self.node {
-                return Route::Local;
-            }
-            return match self.db.live_owner(OwnerKey::Node(*id)).await {
-                Ok(None) => Route::NoSuchNode,
-                Ok(Some(node)) if !node.alive => {
-                    Route::Unavailable("the node x-swarmd-node names is not alive now; retry")
-                }
-                Ok(owner) => route::decide(owner, self.node, forwarded),
-                Err(error) => {
-                    tracing::warn!(%error, "cannot read where the named node is");
-                    Route::Unavailable("cannot read where the named node is; retry")
-                }
-            };
-        }
-        let Some(key) = route::remote_key(engine, subject) else {
-            return Route::Local;
-        };
-        match self.db.live_owner(key).await {
-            Ok(None) => {
-                if let OwnerKey::Handle(digest) = key {
-                    self.learn_handle(engine, digest).await;
-                }
-                Route::Local
-            }
-            Ok(owner) => route::decide(owner, self.node, forwarded),
-            Err(error) => {
-                tracing::warn!(%error, "cannot read which node holds the task");
-                Route::Unavailable("cannot read which node holds the task; retry")
-            }
-        }
-    }
-
-    /// Reads the handle of a task no node holds any more (finished, often
-    /// by another node) into the engine, so its worker gets the answer it
-    /// would get from the node that held the task (`410 task_terminal`, or
-    /// its result's replay) instead of `401`.
-    async fn learn_handle(&self, engine: &Engine, digest: [u8; 32]) {
-        match self
-            .db
-            .handle_record(digest, engine.clock().now_secs())
-            .await
-        {
-            Ok(Some(record)) => engine.learn_retired_handle(digest, record),
-            Ok(None) => {}
-            Err(error) => tracing::warn!(%error, "cannot read a worker handle from the database"),
-        }
-    }
-
-    /// A request to a peer, marked as forwarded by this node.
-    pub(crate) fn to_peer(
-        &self,
-        method: Method,
-        owner: &TaskOwner,
-        path_and_query: &str,
-        mut headers: HeaderMap,
-    ) -> reqwest::RequestBuilder {
-        let url = format!(
-            "{}{path_and_query}",
-            owner.advertise_url.trim_end_matches('/')
-        );
-        if let Some(value) = headers.get_mut(header::AUTHORIZATION) {
-            value.set_sensitive(true);
-        }
-        if let Ok(me) = HeaderValue::from_str(&self.node.to_string()) {
-            headers.insert(HeaderName::from_static(FORWARDED_BY), me);
-        }
-        let path = path_and_query.split('?').next().unwrap_or_default();
-        self.client
-            .request(method.clone(), url)
-            .headers(headers)
-            .timeout(timeout_of(&method, path))
-    }
-}
 
 /// The middleware: serves here, forwards, or answers 503 (see `route`);
 /// a forwardable route on a path that is not its own answers 400.
@@ -288,6 +163,7 @@ async fn relay(
             owner,
             &path_and_query,
             end_to_end(&parts.headers),
+            timeout_of(&parts.method, path),
         )
         .body(body)
         .send()
@@ -322,7 +198,7 @@ async fn relay(
 /// How long a forwarded request may take: a sub-task's spawn may wait
 /// the whole of `MAX_WAIT_SECS` (`wait_secs`), a pool's claim or
 /// heartbeat its long-poll's `MAX_WAIT_MS`.
-fn timeout_of(method: &Method, path: &str) -> Duration {
+pub(super) fn timeout_of(method: &Method, path: &str) -> Duration {
     match (method, path) {
         (&Method::POST, "/v1/tasks") => Duration::from_secs(MAX_WAIT_SECS) + REQUEST_TIMEOUT,
         (&Method::POST, "/v1/pool/claim" | "/v1/pool/heartbeat") => {

@@ -56,7 +56,7 @@ pub struct AppInner {
     pub runner: swarmd_flow_run::Runner,
     /// On PostgreSQL: forwards a request about a live task another node
     /// holds to that node (docs/decisions.md, Cluster).
-    pub cluster: Option<crate::cluster::Forwarder>,
+    pub cluster: Option<swarmd_cluster::Forwarder>,
     /// Git on the branches coding tasks leave (`http::branches`), run with
     /// the daemon's `PATH` and `HOME`.
     pub branches: swarmd_spawner::worktree::branches::Branches,

@@ -162,6 +162,23 @@ async fn a_claim_naming_a_node_goes_there_once_its_pool_token_verified() {
         cluster.node_id(1).as_str()
     );
     assert_eq!(forwarded(a).await, 1);
+    // A request that says it was forwarded already is never forwarded
+    // again, whatever it names: no loop between nodes.
+    let again = a
+        .post("/v1/pool/claim", &token)
+        .header("x-swarmd-node", cluster.node_id(1))
+        .header("x-swarmd-forwarded-by", cluster.node_id(1))
+        .json(&json!({"pool": "p", "agent": "remote", "max": 1, "wait_ms": 0}))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = parts(again).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (503, Some("owner_unavailable")),
+        "{body}"
+    );
+    assert_eq!(forwarded(a).await, 1);
     // Node A's own name is served by A.
     let answer = claim(&token, &cluster.node_id(0)).await.unwrap();
     assert_eq!(answer.status(), 200);

@@ -1,4 +1,6 @@
-//! A worker pool across the daemon's restart (it reconnects) and its own SIGTERM (it drains).
+//! A worker pool across the daemon's restart (it reconnects), its own
+//! SIGTERM (it drains), and `--through-server` against a daemon outside a
+//! cluster (it claims there) or one that refuses its token (it ends).
 
 use std::time::Duration;
 
@@ -6,7 +8,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use super::{AGENTS, Pool, create, file, mint};
+use super::{AGENTS, Pool, Setup, create, file, mint};
 use crate::daemon::{Swarmd, read_pid};
 
 #[tokio::test]
@@ -55,4 +57,29 @@ async fn sigterm_drains_a_pool_its_running_attempt_finishes_and_it_exits_0() {
         "still waiting for a pool"
     );
     assert!(!file(&sw, &queued, 1, "pid").exists());
+}
+
+#[tokio::test]
+async fn through_a_daemon_outside_a_cluster_the_pool_claims_there_or_ends_refused() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let token = mint(&sw, &["remote"]);
+    let through = || Setup {
+        args: vec!["--through-server".to_owned()],
+        ..Setup::default()
+    };
+    let pool = Pool::start_with(&sw, &token, "remote", "pool-t", 1, through()).await;
+    let task = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
+    let view = sw.finished(&task).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+    assert_eq!(view["result"]["value"]["pool"], "pool-t");
+
+    // A token the daemon refuses ends the pool at start, non-zero.
+    let mut refused =
+        Pool::start_with(&sw, "swc1.not.a.token", "remote", "pool-r", 1, through()).await;
+    let status = tokio::time::timeout(Duration::from_secs(10), refused.child.wait())
+        .await
+        .expect("the refused pool exits")
+        .unwrap();
+    assert!(!status.success(), "{}", refused.log());
+    assert!(refused.log().contains("refused"), "{}", refused.log());
 }

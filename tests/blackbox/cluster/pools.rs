@@ -465,3 +465,37 @@ async fn behind_a_load_balancer_a_dead_nodes_retry_reaches_the_same_pool() {
     );
     eventually("the dead node's child is stopped", || process_gone(first)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_both_nodes_given_a_dead_ones_link_moves_to_the_other() {
+    let mut cluster = Cluster::start(2, REMOTE).await;
+    let token = mint(&cluster.nodes[0], &["remote"]);
+    // Both nodes given, each reached through the first that names it (A).
+    let setup = Setup {
+        args: vec![
+            "--through-server".to_owned(),
+            "--server".to_owned(),
+            cluster.nodes[1].base.clone(),
+        ],
+        ..Setup::default()
+    };
+    let pool = Pool::start_with(&cluster.nodes[0], &token, "remote", "pool-t", 1, setup).await;
+    connected(&cluster, &pool).await;
+    cluster.nodes[0].kill9().await;
+    // B's claims went through A; once A cannot be reached they go
+    // through B, which was given too.
+    let task = create(
+        &cluster.nodes[1],
+        json!({"agent": "remote", "prompt": "quick"}),
+    )
+    .await;
+    let view = finished(&cluster.nodes[1], &task).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+    assert_eq!(view["result"]["value"]["pool"], "pool-t");
+    assert!(
+        pool.log()
+            .contains("reaching the node through the next daemon given"),
+        "{}",
+        pool.log()
+    );
+}

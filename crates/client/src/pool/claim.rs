@@ -106,6 +106,7 @@ async fn claim_loop(
             }
             continue;
         };
+        let used = daemon.route_in_use();
         let answer = tokio::select! {
             answer = claim(daemon, pool.options, max) => answer,
             () = stop.cancelled() => Ok(Vec::new()),
@@ -129,6 +130,7 @@ async fn claim_loop(
             Err(error) if refused(&error) => return Err(PoolError::Refused(error)),
             Err(error) => {
                 tracing::warn!(%error, server = %daemon.name(), retry_in_ms = backoff.as_millis(), "claim failed");
+                daemon.next_route(used);
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
                     () = stop.cancelled() => break,
@@ -169,7 +171,7 @@ async fn claim(
     max: u32,
 ) -> Result<Vec<ClaimedAttempt>, ClientError> {
     let path = "/v1/pool/claim";
-    let client = &daemon.client;
+    let client = daemon.client();
     let url = client.url(path);
     let body = ClaimRequest {
         pool: options.pool_id.clone(),
@@ -205,7 +207,7 @@ fn start(pool: &Pool<'_>, daemon: &Daemon, attempt: ClaimedAttempt) {
     );
     pool.shared.links[link].changed.notify_one();
     let (client, options, host_env, shared) = (
-        daemon.writes.clone(),
+        daemon.writes(),
         Arc::clone(pool.options),
         Arc::clone(pool.host_env),
         Arc::clone(pool.shared),

@@ -10,6 +10,8 @@
 //! `PoolOptions::through`, through the daemon that named it (a load
 //! balancer, or one node), its claims and heartbeats naming it in
 //! `x-swarmd-node`: then the pool needs no route to any node's own URL.
+//! When several daemons given name one node, the others are tried in
+//! turn while the one in use cannot be reached.
 
 use std::time::Duration;
 
@@ -31,6 +33,9 @@ pub(super) struct Place {
     /// The node they name in `x-swarmd-node`, when `url` is not the
     /// node's own.
     pub(super) node: Option<String>,
+    /// Other daemons given that name the same node, tried in turn when
+    /// the one in use cannot be reached.
+    pub(super) also: Vec<String>,
 }
 
 impl Place {
@@ -39,7 +44,13 @@ impl Place {
         Place {
             url: url.to_owned(),
             node: None,
+            also: Vec::new(),
         }
+    }
+
+    /// Every URL the node is reached through, the one in use first.
+    pub(super) fn urls(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.url).chain(&self.also)
     }
 
     /// Whether `self` and `other` reach one queue: the same node named,
@@ -56,6 +67,19 @@ impl Place {
 /// Whether `place` is one of `known`.
 fn known(known: &[Place], place: &Place) -> bool {
     known.iter().any(|k| k.same(place))
+}
+
+/// Adds `place` to `found`, or, when a daemon given already named its
+/// node, its URL to that place's others.
+fn add(found: &mut Vec<Place>, place: Place) {
+    match found.iter_mut().find(|k| k.same(&place)) {
+        Some(known) => {
+            if known.node.is_some() && !known.urls().any(|u| *u == place.url) {
+                known.also.push(place.url);
+            }
+        }
+        None => found.push(place),
+    }
 }
 
 /// What `url` answers to `GET /v1/pool/nodes`.
@@ -80,6 +104,7 @@ fn places(options: &PoolOptions, url: &str, answer: NodesAnswer) -> Vec<Place> {
             .map(|member| Place {
                 url: url.to_owned(),
                 node: Some(member.id),
+                also: Vec::new(),
             })
             .collect()
     } else {
@@ -100,10 +125,12 @@ pub(super) async fn new_nodes(options: &PoolOptions, have: &[Place]) -> Vec<Plac
             }
         };
         for place in places(options, url, answer) {
-            if have.len() + found.len() < MAX_SERVERS
-                && !known(have, &place)
-                && !known(&found, &place)
-            {
+            if known(have, &place) {
+                continue;
+            }
+            if known(&found, &place) {
+                add(&mut found, place);
+            } else if have.len() + found.len() < MAX_SERVERS {
                 tracing::info!(from = %url, node = %place.node.as_deref().unwrap_or(&place.url), "claiming from a node of the cluster too");
                 found.push(place);
             }
@@ -156,7 +183,9 @@ pub(super) async fn first_places(
                 named
             };
             for place in named {
-                if found.len() < MAX_SERVERS && !known(&found, &place) {
+                if known(&found, &place) {
+                    add(&mut found, place);
+                } else if found.len() < MAX_SERVERS {
                     if let Some(node) = &place.node {
                         tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
                     }
@@ -226,6 +255,7 @@ mod tests {
         let via = |url: &str, id: &str| Place {
             url: url.to_owned(),
             node: Some(id.to_owned()),
+            also: Vec::new(),
         };
         let have = vec![via("http://lb:1", "n1")];
         // The same node named through another daemon is the same queue.
@@ -284,5 +314,31 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("http://lb:1", Some("n1")), ("http://lb:1", Some("n2"))]
         );
+    }
+
+    #[test]
+    fn a_node_named_by_two_daemons_given_is_reached_through_either() {
+        let via = |url: &str, id: &str| Place {
+            url: url.to_owned(),
+            node: Some(id.to_owned()),
+            also: Vec::new(),
+        };
+        let mut found = Vec::new();
+        add(&mut found, via("http://a:1", "n1"));
+        add(&mut found, via("http://a:1", "n2"));
+        add(&mut found, via("http://b:2", "n1"));
+        add(&mut found, via("http://b:2", "n2"));
+        add(&mut found, via("http://b:2", "n2"));
+        assert_eq!(found.len(), 2);
+        for place in &found {
+            assert_eq!(
+                place.urls().collect::<Vec<_>>(),
+                ["http://a:1", "http://b:2"]
+            );
+        }
+        // A daemon outside a cluster is its own place, with no others.
+        let mut plain = vec![Place::at("http://c:3")];
+        add(&mut plain, Place::at("http://c:3/"));
+        assert!(plain[0].also.is_empty());
     }
 }

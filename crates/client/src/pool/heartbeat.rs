@@ -38,6 +38,7 @@ pub(super) async fn heartbeat_loop(
             }
             continue;
         }
+        let used = daemon.route_in_use();
         let beat = heartbeat(&daemon, &options, held.clone(), ended.clone(), wait_ms);
         let answer = tokio::select! {
             answer = beat => answer,
@@ -72,6 +73,7 @@ pub(super) async fn heartbeat_loop(
                 link.ended().extend(ended);
                 stop_lapsed(&shared, daemon.link);
                 tracing::warn!(%error, server = %daemon.name(), retry_in_ms = backoff.as_millis(), "heartbeat failed");
+                daemon.next_route(used);
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
                     () = beating.cancelled() => break,
@@ -116,7 +118,7 @@ async fn heartbeat(
     wait_ms: u64,
 ) -> Result<HeartbeatAnswer, ClientError> {
     let path = "/v1/pool/heartbeat";
-    let client = &daemon.client;
+    let client = daemon.client();
     let url = client.url(path);
     let body = HeartbeatRequest {
         pool: options.pool_id.clone(),

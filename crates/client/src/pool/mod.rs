@@ -31,6 +31,7 @@ pub mod run;
 pub mod worktree;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -177,10 +178,14 @@ struct Daemon {
     link: usize,
     /// Learned from another daemon (`discover`), not given.
     discovered: bool,
-    client: ApiClient,
-    writes: ApiClient,
-    /// The node claims and heartbeats name in `x-swarmd-node`, when
-    /// `client` reaches it through another daemon.
+    /// Per URL the node is reached through: the client of claims and
+    /// heartbeats, and the one of the attempts' writes.
+    routes: Arc<[(ApiClient, ApiClient)]>,
+    /// Which of `routes` is in use (taken modulo their number), shared by
+    /// the daemon's claim and heartbeat loops.
+    route: Arc<AtomicUsize>,
+    /// The node claims and heartbeats name in `x-swarmd-node`, when the
+    /// route reaches it through another daemon.
     node: Option<String>,
 }
 
@@ -191,18 +196,63 @@ impl Daemon {
         place: &Place,
         options: &PoolOptions,
     ) -> Result<Daemon, ClientError> {
+        let routes = place
+            .urls()
+            .map(|url| {
+                Ok((
+                    ApiClient::new(url, options.token.clone())?,
+                    ApiClient::new(url, options.token.clone())?,
+                ))
+            })
+            .collect::<Result<Vec<_>, ClientError>>()?;
         Ok(Daemon {
             link,
             discovered,
-            client: ApiClient::new(&place.url, options.token.clone())?,
-            writes: ApiClient::new(&place.url, options.token.clone())?,
+            routes: routes.into(),
+            route: Arc::new(AtomicUsize::new(0)),
             node: place.node.clone(),
         })
     }
 
+    /// The client of claims and heartbeats in use.
+    fn client(&self) -> &ApiClient {
+        &self.routes[self.route.load(Ordering::Relaxed) % self.routes.len()].0
+    }
+
+    /// The client an attempt claimed now writes with.
+    fn writes(&self) -> ApiClient {
+        self.routes[self.route.load(Ordering::Relaxed) % self.routes.len()]
+            .1
+            .clone()
+    }
+
+    /// Which route is in use, for `next_route`.
+    fn route_in_use(&self) -> usize {
+        self.route.load(Ordering::Relaxed)
+    }
+
+    /// After a claim or heartbeat sent on route `used` failed, the next URL
+    /// the node is reached through, if there is another; unless the other
+    /// loop moved on from `used` already, so one outage moves it once.
+    fn next_route(&self, used: usize) {
+        if self.routes.len() > 1
+            && self
+                .route
+                .compare_exchange(
+                    used,
+                    used.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            tracing::info!(server = %self.name(), "reaching the node through the next daemon given");
+        }
+    }
+
     /// A claim or heartbeat to `path`, naming this daemon's node if it has one.
     fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        let request = self.client.post(path);
+        let request = self.client().post(path);
         match &self.node {
             Some(node) => request.header(NODE_HEADER, node),
             None => request,
@@ -211,9 +261,10 @@ impl Daemon {
 
     /// Where it is, for logs: its URL, and the node named through it.
     fn name(&self) -> String {
+        let url = self.client().base_url();
         match &self.node {
-            Some(node) => format!("{} (node {node})", self.client.base_url()),
-            None => self.client.base_url().to_owned(),
+            Some(node) => format!("{url} (node {node})"),
+            None => url.to_owned(),
         }
     }
 }

@@ -393,11 +393,11 @@ async fn one_pool_runs_every_nodes_remote_attempts_within_its_slots() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_nodes_remote_attempt_is_retried_through_the_survivor_on_the_same_pool() {
-    let mut cluster = Cluster::start(2, REMOTE).await;
-    let pool = pool_of_both(&cluster, "pool-ab", 2).await;
-    connected(&cluster, &pool).await;
+/// Runs a task on node A that `pool` holds, kills A with -9, and checks
+/// that B takes it over and its retry reaches the same pool and passes,
+/// and that the first attempt's child, whose node is gone, is stopped
+/// once its lease ran out unrenewed.
+async fn retried_on_b_after_a_dies(cluster: &mut Cluster, pool: &Pool, name: &str) {
     let policy = json!({"max_attempts": 2, "attempt_timeout_secs": 3});
     let task = create(
         &cluster.nodes[0],
@@ -408,19 +408,23 @@ async fn a_dead_nodes_remote_attempt_is_retried_through_the_survivor_on_the_same
 
     cluster.nodes[0].kill9().await;
     // Node B takes the task over and queues its retry; the pool claims it
-    // from B.
+    // from B (through a balancer, its claims naming A fail until A is
+    // known dead).
     let second = read_pid(&file(&cluster.nodes[0], &task, 2, "pid")).await;
     assert!(!process_gone(second));
     std::fs::write(file(&cluster.nodes[0], &task, 2, "go"), "").unwrap();
     let view = finished(&cluster.nodes[1], &task).await;
     assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
-    assert_eq!(
-        view["result"]["value"],
-        json!({"pool": "pool-ab", "attempt": 2})
-    );
-    // The first attempt's child, whose node is gone, is stopped once its
-    // lease ran out unrenewed.
+    assert_eq!(view["result"]["value"], json!({"pool": name, "attempt": 2}));
     eventually("the dead node's child is stopped", || process_gone(first)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_remote_attempt_is_retried_through_the_survivor_on_the_same_pool() {
+    let mut cluster = Cluster::start(2, REMOTE).await;
+    let pool = pool_of_both(&cluster, "pool-ab", 2).await;
+    connected(&cluster, &pool).await;
+    retried_on_b_after_a_dies(&mut cluster, &pool, "pool-ab").await;
     assert!(
         pool.log()
             .contains("lease ran out with no heartbeat answered"),
@@ -442,28 +446,7 @@ async fn behind_a_load_balancer_a_dead_nodes_retry_reaches_the_same_pool() {
     };
     let pool = Pool::start_with(&cluster.nodes[0], &token, "remote", "pool-lb", 2, setup).await;
     connected(&cluster, &pool).await;
-    let policy = json!({"max_attempts": 2, "attempt_timeout_secs": 3});
-    let task = create(
-        &cluster.nodes[0],
-        json!({"agent": "remote", "prompt": "hold", "policy": policy}),
-    )
-    .await;
-    let first = read_pid(&file(&cluster.nodes[0], &task, 1, "pid")).await;
-
-    cluster.nodes[0].kill9().await;
-    // Node B takes the task over and queues its retry; the pool's claims
-    // naming B reach it whichever way the balancer sends them, and those
-    // naming A fail until A is known dead.
-    let second = read_pid(&file(&cluster.nodes[0], &task, 2, "pid")).await;
-    assert!(!process_gone(second));
-    std::fs::write(file(&cluster.nodes[0], &task, 2, "go"), "").unwrap();
-    let view = finished(&cluster.nodes[1], &task).await;
-    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
-    assert_eq!(
-        view["result"]["value"],
-        json!({"pool": "pool-lb", "attempt": 2})
-    );
-    eventually("the dead node's child is stopped", || process_gone(first)).await;
+    retried_on_b_after_a_dies(&mut cluster, &pool, "pool-lb").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,15 @@ impl Place {
         }
     }
 
+    /// Node `id`, reached through the daemon at `url`.
+    fn named(url: &str, id: &str) -> Place {
+        Place {
+            url: url.to_owned(),
+            node: Some(id.to_owned()),
+            also: Vec::new(),
+        }
+    }
+
     /// Every URL the node is reached through, the one in use first.
     pub(super) fn urls(&self) -> impl Iterator<Item = &String> {
         std::iter::once(&self.url).chain(&self.also)
@@ -69,16 +78,27 @@ fn known(known: &[Place], place: &Place) -> bool {
     known.iter().any(|k| k.same(place))
 }
 
-/// Adds `place` to `found`, or, when a daemon given already named its
-/// node, its URL to that place's others.
-fn add(found: &mut Vec<Place>, place: Place) {
+/// Takes `place` into `found` unless `have` holds it: when a daemon given
+/// already named its node, as one more URL of that place; otherwise as a
+/// new place while `have` and `found` make fewer than [`MAX_SERVERS`].
+/// Whether it is a new place.
+fn gather(have: &[Place], found: &mut Vec<Place>, place: Place) -> bool {
+    if known(have, &place) {
+        return false;
+    }
+    let room = have.len() + found.len() < MAX_SERVERS;
     match found.iter_mut().find(|k| k.same(&place)) {
         Some(known) => {
             if known.node.is_some() && !known.urls().any(|u| *u == place.url) {
                 known.also.push(place.url);
             }
+            false
         }
-        None => found.push(place),
+        None if room => {
+            found.push(place);
+            true
+        }
+        None => false,
     }
 }
 
@@ -101,11 +121,7 @@ fn places(options: &PoolOptions, url: &str, answer: NodesAnswer) -> Vec<Place> {
         answer
             .members
             .into_iter()
-            .map(|member| Place {
-                url: url.to_owned(),
-                node: Some(member.id),
-                also: Vec::new(),
-            })
+            .map(|member| Place::named(url, &member.id))
             .collect()
     } else {
         answer.nodes.iter().map(|node| Place::at(node)).collect()
@@ -125,14 +141,9 @@ pub(super) async fn new_nodes(options: &PoolOptions, have: &[Place]) -> Vec<Plac
             }
         };
         for place in places(options, url, answer) {
-            if known(have, &place) {
-                continue;
-            }
-            if known(&found, &place) {
-                add(&mut found, place);
-            } else if have.len() + found.len() < MAX_SERVERS {
-                tracing::info!(from = %url, node = %place.node.as_deref().unwrap_or(&place.url), "claiming from a node of the cluster too");
-                found.push(place);
+            let node = place.node.clone().unwrap_or_else(|| place.url.clone());
+            if gather(have, &mut found, place) {
+                tracing::info!(from = %url, %node, "claiming from a node of the cluster too");
             }
         }
     }
@@ -183,13 +194,11 @@ pub(super) async fn first_places(
                 named
             };
             for place in named {
-                if known(&found, &place) {
-                    add(&mut found, place);
-                } else if found.len() < MAX_SERVERS {
-                    if let Some(node) = &place.node {
-                        tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
-                    }
-                    found.push(place);
+                let node = place.node.clone();
+                if gather(&[], &mut found, place)
+                    && let Some(node) = node
+                {
+                    tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
                 }
             }
         }
@@ -252,11 +261,7 @@ mod tests {
 
     #[test]
     fn through_a_daemon_a_node_is_known_by_its_id() {
-        let via = |url: &str, id: &str| Place {
-            url: url.to_owned(),
-            node: Some(id.to_owned()),
-            also: Vec::new(),
-        };
+        let via = Place::named;
         let have = vec![via("http://lb:1", "n1")];
         // The same node named through another daemon is the same queue.
         assert!(known(&have, &via("http://a:1", "n1")));
@@ -318,17 +323,13 @@ mod tests {
 
     #[test]
     fn a_node_named_by_two_daemons_given_is_reached_through_either() {
-        let via = |url: &str, id: &str| Place {
-            url: url.to_owned(),
-            node: Some(id.to_owned()),
-            also: Vec::new(),
-        };
+        let via = Place::named;
         let mut found = Vec::new();
-        add(&mut found, via("http://a:1", "n1"));
-        add(&mut found, via("http://a:1", "n2"));
-        add(&mut found, via("http://b:2", "n1"));
-        add(&mut found, via("http://b:2", "n2"));
-        add(&mut found, via("http://b:2", "n2"));
+        gather(&[], &mut found, via("http://a:1", "n1"));
+        gather(&[], &mut found, via("http://a:1", "n2"));
+        gather(&[], &mut found, via("http://b:2", "n1"));
+        gather(&[], &mut found, via("http://b:2", "n2"));
+        gather(&[], &mut found, via("http://b:2", "n2"));
         assert_eq!(found.len(), 2);
         for place in &found {
             assert_eq!(
@@ -338,7 +339,7 @@ mod tests {
         }
         // A daemon outside a cluster is its own place, with no others.
         let mut plain = vec![Place::at("http://c:3")];
-        add(&mut plain, Place::at("http://c:3/"));
+        gather(&[], &mut plain, Place::at("http://c:3/"));
         assert!(plain[0].also.is_empty());
     }
 }

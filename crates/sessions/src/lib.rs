@@ -7,32 +7,25 @@
 //! (`outbox`, written by `frames`) and its pending requests (`pending`); the
 //! daemon's WebSocket module attaches sockets to them and its MCP server
 //! pops them. On a cluster, a session's home node and the mail between
-//! nodes (`homes`, `postbox`, `mail`, `mail_pump`, `relay`, `release`).
+//! nodes (`cluster`).
 //!
 //! The registry's maps sit behind one std `Mutex` that is never held across
 //! an `.await`.
 
 mod bridge;
 mod cancel;
+mod cluster;
 mod delivery;
 pub mod dialect;
 mod error;
 pub mod frames;
-mod homes;
-mod mail;
-mod mail_pump;
 mod outbox;
 mod pending;
-mod postbox;
-mod relay;
-mod release;
 mod session;
 mod sweep;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-#[cfg(test)]
-mod homes_tests;
 #[cfg(test)]
 mod takeover_tests;
 #[cfg(test)]
@@ -58,9 +51,9 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use crate::dialect::Dialect;
 
 pub use cancel::{CancelError, Canceller, cancel_as};
+pub use cluster::homes::CatchUps;
 pub use delivery::Delivery;
 pub use error::SessionError;
-pub use homes::CatchUps;
 pub use outbox::{
     Attachment, Batch, CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn,
     Reservation,
@@ -174,7 +167,7 @@ pub struct SessionRegistry {
     routed: std::sync::atomic::AtomicU64,
     /// This node's part in a cluster's sessions (`homes`), on PostgreSQL;
     /// fixed at construction.
-    cluster: Option<Arc<postbox::SessionCluster>>,
+    cluster: Option<Arc<cluster::postbox::SessionCluster>>,
 }
 
 impl SessionRegistry {
@@ -197,14 +190,14 @@ impl SessionRegistry {
         db: PgCluster,
         node: NodeId,
     ) -> Arc<Self> {
-        let cluster = postbox::SessionCluster::new(db, node, clock.now_ms());
+        let cluster = cluster::postbox::SessionCluster::new(db, node, clock.now_ms());
         Self::build(settings, clock, Some(Arc::new(cluster)))
     }
 
     fn build(
         settings: SessionSettings,
         clock: Arc<dyn Clock>,
-        cluster: Option<Arc<postbox::SessionCluster>>,
+        cluster: Option<Arc<cluster::postbox::SessionCluster>>,
     ) -> Arc<Self> {
         Arc::new(SessionRegistry {
             maps: Mutex::new(Maps::default()),

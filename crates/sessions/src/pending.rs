@@ -34,7 +34,7 @@ pub struct Relayed {
     pub(crate) expects: Expects,
     pub(crate) sid: swarmd_engine::ids::SessionId,
     pub(crate) reply_to: swarmd_postgres::NodeId,
-    pub(crate) post: super::postbox::Postbox,
+    pub(crate) post: crate::cluster::postbox::Postbox,
 }
 
 /// The kind of reply a request expects.

@@ -18,12 +18,12 @@ use swarmd_spawner::operator::{
 };
 use tokio::sync::oneshot;
 
-use super::SessionRegistry;
-use super::bridge::req_id;
 use super::mail;
-use super::pending::Waiter;
 use super::postbox::SessionCluster;
-use super::session::Session;
+use crate::SessionRegistry;
+use crate::bridge::req_id;
+use crate::pending::Waiter;
+use crate::session::Session;
 
 /// Requests to a session homed elsewhere, through the mailbox.
 #[derive(Debug)]
@@ -142,7 +142,7 @@ impl SessionRegistry {
     /// its spawn channel, its hooks (for kinds that take them) and its
     /// senior bridge, connected or not (its home knows). `None` for a
     /// session homed here.
-    pub(super) fn relayed(&self, session: &Arc<Session>) -> Option<LiveSession> {
+    pub(crate) fn relayed(&self, session: &Arc<Session>) -> Option<LiveSession> {
         let cluster = self.cluster().filter(|_| !session.is_home())?;
         let relay = Arc::new(Relay {
             session: session.clone(),

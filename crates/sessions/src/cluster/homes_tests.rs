@@ -13,9 +13,9 @@ use swarmd_spawner::operator::{SpawnFrame, SpawnReply};
 use super::mail::{self, CancelBody, TextBody};
 use super::mail_pump::deliver;
 use super::postbox::{Postbox, Posted};
-use super::tests::{manual, queued, roles};
-use super::*;
 use crate::testing::Harness;
+use crate::tests::{manual, queued, roles};
+use crate::*;
 
 fn elsewhere() -> swarmd_postgres::NodeId {
     uuid::Uuid::from_u128(7)

@@ -14,10 +14,10 @@ use swarmd_engine::ids::SessionId;
 use swarmd_postgres::{NewMail, NodeId, RoleLock};
 
 use super::mail;
-use super::outbox::CloseReason;
 use super::postbox::SessionCluster;
-use super::session::Session;
-use super::{SessionError, SessionRegistry};
+use crate::outbox::CloseReason;
+use crate::session::Session;
+use crate::{SessionError, SessionRegistry};
 
 /// How long a login waits for another node to release a stale holder.
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
@@ -26,7 +26,7 @@ const RELEASE_POLL: Duration = Duration::from_millis(50);
 impl SessionRegistry {
     /// On a cluster, locks `roles` across nodes for one login (none for a
     /// login without roles).
-    pub(super) async fn lock_roles(
+    pub(crate) async fn lock_roles(
         &self,
         roles: &[String],
     ) -> Result<Option<RoleLock>, SessionError> {
@@ -46,7 +46,7 @@ impl SessionRegistry {
     /// of each one homed elsewhere to end it if it is stale by
     /// `auth.role_takeover_secs` (only its home knows): a holder its home
     /// ended is forgotten here, and the login takes the role.
-    pub(super) async fn load_role_holders(&self, roles: &[String]) -> Result<(), SessionError> {
+    pub(crate) async fn load_role_holders(&self, roles: &[String]) -> Result<(), SessionError> {
         let Some(cluster) = self.cluster() else {
             return Ok(());
         };

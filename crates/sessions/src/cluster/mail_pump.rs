@@ -18,13 +18,13 @@ use swarmd_spawner::operator::{HookRequest, SpawnChannel, SpawnHook};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::SessionRegistry;
 use super::mail::{self, AskBody, CancelBody, HookAfterBody, TextBody};
-use super::outbox::{Outgoing, ParkedSpawn};
-use super::pending::{Expects, Relayed, Waiter};
 use super::postbox::{Postbox, SessionCluster};
-use super::session::Session;
+use crate::SessionRegistry;
 use crate::frames::ServerFrame;
+use crate::outbox::{Outgoing, ParkedSpawn};
+use crate::pending::{Expects, Relayed, Waiter};
+use crate::session::Session;
 
 /// The longest the pump goes without reading its mail.
 pub(crate) const POLL: Duration = Duration::from_millis(250);
@@ -175,7 +175,7 @@ impl SessionRegistry {
             mail::ENDED => {
                 if self.forget(session.sid).is_some() {
                     tracing::info!(sid = %session.sid, "session deleted on another node");
-                    if let Err(error) = session.end(engine, super::CloseReason::Deleted).await {
+                    if let Err(error) = session.end(engine, crate::CloseReason::Deleted).await {
                         tracing::warn!(sid = %session.sid, %error, "cannot end a deleted session");
                     }
                 }

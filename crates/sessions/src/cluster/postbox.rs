@@ -14,8 +14,8 @@ use swarmd_postgres::{NewMail, NodeId, PgCluster};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::mail::{self, REPLY};
-use super::pending::{Relayed, Reply};
-use super::{Session, SessionRegistry};
+use crate::pending::{Relayed, Reply};
+use crate::{Session, SessionRegistry};
 
 /// The first and the longest wait before a failed mail write is tried
 /// again; it is tried until it goes.

@@ -12,11 +12,11 @@ use swarmd_engine::ids::SessionId;
 use swarmd_output_store::StoreError;
 use swarmd_postgres::{HomedSession, NewMail, NodeId};
 
-use super::SessionRegistry;
 use super::mail;
-use super::outbox::{CloseReason, Outgoing};
 use super::postbox::SessionCluster;
-use super::session::{self, Session};
+use crate::SessionRegistry;
+use crate::outbox::{CloseReason, Outgoing};
+use crate::session::{self, Session};
 
 /// How far apart the nodes' clocks may be when they stamp `created_ms`.
 const CLOCK_MARGIN_MS: u64 = 60_000;
@@ -90,7 +90,7 @@ impl SessionRegistry {
     }
 
     /// The other node a restored session is homed on (read at `join_cluster`).
-    pub(super) fn restored_home(&self, sid: &SessionId) -> Option<NodeId> {
+    pub(crate) fn restored_home(&self, sid: &SessionId) -> Option<NodeId> {
         let cluster = self.cluster()?;
         let home = cluster
             .homes
@@ -334,7 +334,7 @@ impl SessionRegistry {
     /// Tells the home of a session deleted here (a copy) to end it and
     /// delete its record: its socket is there, and a record deleted here
     /// would be written again by it. Whether the home was told.
-    pub(super) async fn tell_home_ended(&self, session: &Session) -> bool {
+    pub(crate) async fn tell_home_ended(&self, session: &Session) -> bool {
         let (Some(cluster), Some(home)) = (self.cluster(), session.elsewhere()) else {
             return false;
         };
@@ -360,7 +360,7 @@ impl SessionRegistry {
     /// it) is dropped; sessions whose home is no longer alive are homed
     /// here; a copy used here since the last sweep has its activity mailed
     /// to its home.
-    pub(super) async fn sweep_copies(&self) {
+    pub(crate) async fn sweep_copies(&self) {
         let Some(cluster) = self.cluster() else {
             return;
         };

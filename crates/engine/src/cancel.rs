@@ -1,28 +1,35 @@
 //! Ending a task from outside its attempt: cancel (docs/tasks.md, Cancel) and the
 //! queue timeout of a task that never started.
 
-use crate::Engine;
-use crate::engine::wait_commit;
+use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::event::Event;
+use crate::held::Held;
 use crate::ids::TaskId;
+use crate::ledger::{Committed, Ledger, wait_commit};
+use crate::metrics::EngineStats;
 use crate::store::WriteOp;
 use crate::task::{AttemptOutcome, Task, TaskStatus};
 
-impl Engine {
-    /// Cancels a task (docs/tasks.md, Cancel): fences its attempt, fires the worker's
-    /// cancellation, and makes it `cancelled`. Cancelling a cancelled task
-    /// returns it unchanged; any other terminal task is `TaskTerminal`, and a
-    /// task whose open attempt already accepted a posted Final is
-    /// `AlreadyFinal`: exactly one of the result and the cancel wins.
-    pub async fn cancel_task(
+/// What ending a task from outside its attempt reaches of the engine: the
+/// held tasks, the ledger, the clock and the counters.
+pub(crate) struct Ending<'a> {
+    pub held: &'a Held,
+    pub ledger: &'a Ledger,
+    pub clock: &'a dyn Clock,
+    pub stats: &'a EngineStats,
+}
+
+impl Ending<'_> {
+    /// Cancels a task (`Engine::cancel_task`).
+    pub(crate) async fn cancel(
         &self,
         id: TaskId,
         reason: Option<String>,
     ) -> Result<Task, EngineError> {
-        let Some(cell) = self.inner.live.get(&id) else {
+        let Some(cell) = self.held.live.get(&id) else {
             let task = self
-                .inner
+                .ledger
                 .store
                 .task(id)
                 .await?
@@ -32,7 +39,7 @@ impl Engine {
                 _ => Err(EngineError::TaskTerminal),
             };
         };
-        let now = self.inner.clock.now_ms();
+        let now = self.clock.now_ms();
         let (task, done) = {
             let mut state = cell.lock();
             match state.task.status() {
@@ -59,7 +66,9 @@ impl Engine {
                 .task
                 .finish(AttemptOutcome::Cancelled, None, reason.clone(), now)?;
             if was_queued {
-                self.admission().remove(&state.task.agent, state.task.id);
+                self.held
+                    .admission()
+                    .remove(&state.task.agent, state.task.id);
             }
             let task = state.task.clone();
             let events = vec![
@@ -80,23 +89,24 @@ impl Engine {
                     },
                 ),
             ];
-            let done = self.submit(vec![WriteOp::PutTask(Box::new(task.clone()))], events);
+            let done = self
+                .ledger
+                .submit(vec![WriteOp::PutTask(Box::new(task.clone()))], events);
             (task, done)
         };
         wait_commit(done).await?;
-        self.inner
-            .stats
+        self.stats
             .finished(&task.agent, TaskStatus::Cancelled, task.duration_ms());
-        self.retire(&cell, id);
+        self.held.retire(&cell, id);
         Ok(task)
     }
 
     /// Fails a task still waiting for its first attempt (queue timeout).
     pub(crate) async fn expire_queued(&self, id: TaskId) {
-        let Some(cell) = self.inner.live.get(&id) else {
+        let Some(cell) = self.held.live.get(&id) else {
             return;
         };
-        let now = self.inner.clock.now_ms();
+        let now = self.clock.now_ms();
         let done = {
             let mut state = cell.lock();
             if state.task.status() != TaskStatus::Queued {
@@ -110,10 +120,10 @@ impl Engine {
             {
                 return;
             }
-            self.admission().remove(&state.task.agent, id);
+            self.held.admission().remove(&state.task.agent, id);
             let took = state.task.duration_ms();
             (
-                self.submit_failed(state.task.clone()),
+                submit_failed(self.ledger, state.task.clone()),
                 state.task.agent.clone(),
                 took,
             )
@@ -122,25 +132,22 @@ impl Engine {
         if let Err(error) = wait_commit(done).await {
             tracing::error!(task_id = %id, %error, "could not record queue timeout");
         }
-        self.inner.stats.finished(&agent, TaskStatus::Failed, took);
-        self.retire(&cell, id);
+        self.stats.finished(&agent, TaskStatus::Failed, took);
+        self.held.retire(&cell, id);
     }
+}
 
-    /// Queues the write that records `task`, failed without an attempt
-    /// deciding it, with its `task_finished` event; resolves once durable.
-    pub(crate) fn submit_failed(
-        &self,
-        task: Task,
-    ) -> tokio::sync::oneshot::Receiver<Result<(), swarmd_output_store::StoreError>> {
-        let events = vec![(
-            task.session,
-            Event::TaskFinished {
-                task_id: task.id,
-                attempt: task.attempt,
-                status: TaskStatus::Failed,
-                result: None,
-            },
-        )];
-        self.submit(vec![WriteOp::PutTask(Box::new(task))], events)
-    }
+/// Queues the write that records `task`, failed without an attempt
+/// deciding it, with its `task_finished` event; resolves once durable.
+pub(crate) fn submit_failed(ledger: &Ledger, task: Task) -> Committed {
+    let events = vec![(
+        task.session,
+        Event::TaskFinished {
+            task_id: task.id,
+            attempt: task.attempt,
+            status: TaskStatus::Failed,
+            result: None,
+        },
+    )];
+    ledger.submit(vec![WriteOp::PutTask(Box::new(task))], events)
 }

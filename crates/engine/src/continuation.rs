@@ -111,25 +111,6 @@ impl Engine {
         Ok(Some(self.resume_of(&previous).await?))
     }
 
-    /// What `task`'s last attempt left for a continuation: the CLI session
-    /// it reported and the branch and head it committed on.
-    ///
-    /// # Errors
-    /// The store's or the output store's.
-    pub async fn left_by_task(&self, task: &Task) -> Result<Resume, EngineError> {
-        let id = task.id;
-        let mut left = self.left_by(id, task.attempt).await?;
-        if left.session_id.is_none() && task.attempt > 0 {
-            let attempts = self.attempts(id).await?;
-            left.session_id = attempts
-                .iter()
-                .rfind(|a| a.attempt == task.attempt)
-                .and_then(|a| a.usage.session_id.clone())
-                .filter(|id| valid_session_id(id));
-        }
-        Ok(left)
-    }
-
     /// What `previous` (terminal) left for a continuation to resume.
     async fn resume_of(&self, previous: &Task) -> Result<Resume, EngineError> {
         self.left_by(previous.id, previous.attempt).await
@@ -146,7 +127,7 @@ impl Engine {
             return Ok(resume);
         }
         let task = id.as_uuid();
-        let outputs = &self.inner.outputs;
+        let outputs = &self.inner.ledger.outputs;
         let last = outputs.last_seq(task, attempt).await?;
         let tail = outputs
             .tail(task, attempt, last.saturating_sub(SCAN as u64), SCAN)
@@ -205,6 +186,20 @@ impl Engine {
             head: left.head,
         }))
     }
+}
+
+pub(crate) async fn left_by_task(engine: &Engine, task: &Task) -> Result<Resume, EngineError> {
+    let id = task.id;
+    let mut left = engine.left_by(id, task.attempt).await?;
+    if left.session_id.is_none() && task.attempt > 0 {
+        let attempts = engine.attempts(id).await?;
+        left.session_id = attempts
+            .iter()
+            .rfind(|a| a.attempt == task.attempt)
+            .and_then(|a| a.usage.session_id.clone())
+            .filter(|id| valid_session_id(id));
+    }
+    Ok(left)
 }
 
 /// The last usage note's session and the last worktree artifact of `tail`.

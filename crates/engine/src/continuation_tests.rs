@@ -10,7 +10,7 @@ use swarmd_output_store::{ContentRef, OutputEvent};
 
 use super::*;
 use crate::ErrorCode;
-use crate::engine::EngineConfig;
+use crate::config::EngineConfig;
 use crate::ids::SessionId;
 use crate::store::{MemoryTaskStore, TaskStore};
 use crate::task::{SpawnerKind, TaskStatus};

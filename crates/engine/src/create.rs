@@ -2,17 +2,16 @@
 //! a worker behind its attempt's fence, continuations (`continuation`),
 //! idempotency keys, the durable record, and admission.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use crate::Engine;
 use crate::continuation::Resume;
-use crate::engine::wait_commit;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::{SessionId, TaskId};
+use crate::ledger::wait_commit;
 use crate::live::TaskCell;
 use crate::store::{KeyClaim, WriteOp};
 use crate::task::{Policy, Task, TaskSpec};
@@ -34,71 +33,6 @@ fn no_extra<'a>() -> Extra<'a> {
 }
 
 impl Engine {
-    /// Creates a task, makes it durable, and queues it. Returns once the
-    /// task is acknowledged; its run never depends on the caller.
-    pub async fn create_task(&self, spec: TaskSpec) -> Result<Task, EngineError> {
-        self.create_task_with(spec, |_| RunWrites::default()).await
-    }
-
-    /// Creates a task exactly as `create_task` does, committing the ops and
-    /// events `extra` builds from the new task in the same write batch as
-    /// the task's record. When the spec's idempotency key already names a
-    /// task (a replay), `extra` is given that task and its ops and events
-    /// are committed in a batch of their own before the task is returned.
-    /// The ops may only be `PutRun` and `PutFlow` (else `BadRequest`, and
-    /// nothing is written).
-    pub async fn create_task_with<F>(
-        &self,
-        mut spec: TaskSpec,
-        extra: F,
-    ) -> Result<Task, EngineError>
-    where
-        F: FnOnce(&Task) -> RunWrites + Send,
-    {
-        if self.is_draining() {
-            return Err(EngineError::Draining);
-        }
-        let resume = self.continuing(&mut spec, None).await?;
-        let depth = match spec.parent {
-            Some(parent) => {
-                let parent = self
-                    .get_task(parent)
-                    .await?
-                    .ok_or_else(|| EngineError::NotFound(format!("parent task {parent}")))?;
-                parent.depth + 1
-            }
-            None => 0,
-        };
-        self.create(spec, depth, resume, Box::new(extra)).await
-    }
-
-    /// Creates a sub-task for the worker `parent` authenticates: a write of
-    /// that worker's attempt, so it passes the same fence as its other
-    /// writes (`task_terminal` once the task is over, `attempt_superseded`
-    /// once another attempt runs). The sub-task is a child of the worker's
-    /// task, owned by the same session, one level deeper.
-    pub async fn create_subtask(
-        &self,
-        parent: &WorkerAuth,
-        mut spec: TaskSpec,
-    ) -> Result<Task, EngineError> {
-        if self.is_draining() {
-            return Err(EngineError::Draining);
-        }
-        let cell = self.live_cell(parent.attempt.task)?;
-        let (session, depth) = {
-            let state = cell.lock();
-            check_open(&state, parent.attempt.n)?;
-            (state.task.session, state.task.depth)
-        };
-        spec.parent = Some(parent.attempt.task);
-        spec.session = session;
-        let resume = self
-            .continuing(&mut spec, Some(parent.attempt.task))
-            .await?;
-        self.create(spec, depth + 1, resume, no_extra()).await
-    }
-
     /// The one creation path; `extra` rides in the task's write batch, or
     /// in a batch of its own when the task is a replay.
     async fn create(
@@ -132,12 +66,12 @@ impl Engine {
                     let (ops, events) = extra(&replayed);
                     check_run_ops(&ops)?;
                     if !ops.is_empty() || !events.is_empty() {
-                        self.submit_and_wait(ops, events).await?;
+                        self.inner.ledger.submit_and_wait(ops, events).await?;
                     }
                     return Ok(replayed);
                 }
             }
-            None => self.inner.live.insert(cell),
+            None => self.inner.held.live.insert(cell),
         }
         let task_key = key.clone();
         let mut ops = vec![WriteOp::PutTask(Box::new(task.clone()))];
@@ -148,10 +82,10 @@ impl Engine {
         if let Err(refused) = check_run_ops(&extra_ops) {
             // Nothing was submitted: the task only goes back out of memory.
             if let Some(key) = &task_key {
-                self.keys().remove(key);
+                self.inner.held.keys().remove(key);
                 self.release_claim(key, id).await;
             }
-            self.inner.live.remove(&id);
+            self.inner.held.live.remove(&id);
             return Err(refused);
         }
         ops.extend(extra_ops);
@@ -172,7 +106,7 @@ impl Engine {
         // commit in the same group commit or a later one, and nothing about
         // the attempt leaves the daemon before its own (later) commit. The
         // caller hears back only once the task itself is durable.
-        let recorded = self.submit(ops, events);
+        let recorded = self.inner.ledger.submit(ops, events);
         self.admit(&task.agent, profile.concurrency, id);
         if let Err(e) = wait_commit(recorded).await {
             self.abandon_unrecorded(id, task_key.as_deref()).await;
@@ -198,17 +132,17 @@ impl Engine {
             tracing::warn!(task_id = %id, %error, "could not withdraw an unrecorded task");
         }
         if let Some(key) = key {
-            self.keys().remove(key);
+            self.inner.held.keys().remove(key);
             self.release_claim(key, id).await;
         }
-        self.inner.live.remove(&id);
+        self.inner.held.live.remove(&id);
     }
 
     /// Gives a task's key claim back to the store; a claim left behind
     /// names a task that was never recorded, which the store's claim rule
     /// sees through once its claimant is gone.
     async fn release_claim(&self, key: &str, id: TaskId) {
-        if let Err(error) = self.inner.store.release_key(key, id).await {
+        if let Err(error) = self.inner.ledger.store.release_key(key, id).await {
             tracing::warn!(task_id = %id, %error, "could not release an idempotency key claim");
         }
     }
@@ -222,19 +156,19 @@ impl Engine {
         key: &str,
         cell: Arc<TaskCell>,
     ) -> Result<Option<TaskId>, EngineError> {
-        if let Some(existing) = self.keys().get(key).copied() {
+        if let Some(existing) = self.inner.held.keys().get(key).copied() {
             return Ok(Some(existing));
         }
         let id = cell.lock().task.id;
-        if let KeyClaim::Taken(existing) = self.inner.store.claim_key(key, id).await? {
+        if let KeyClaim::Taken(existing) = self.inner.ledger.store.claim_key(key, id).await? {
             return Ok(Some(existing));
         }
         let raced = {
-            let mut keys = self.keys();
+            let mut keys = self.inner.held.keys();
             match keys.get(key).copied() {
                 Some(existing) => Some(existing),
                 None => {
-                    self.inner.live.insert(cell);
+                    self.inner.held.live.insert(cell);
                     keys.insert(key.to_owned(), id);
                     None
                 }
@@ -265,20 +199,69 @@ impl Engine {
         Ok(task)
     }
 
-    pub(crate) fn keys(&self) -> MutexGuard<'_, HashMap<String, TaskId>> {
-        self.inner.keys.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     pub(crate) fn arm_queue_timeout(&self, id: TaskId, after: Duration) {
         let engine = self.clone();
         let shutdown = self.inner.shutdown.clone();
         self.inner.tracker.spawn(async move {
             tokio::select! {
-                _ = tokio::time::sleep(after) => engine.expire_queued(id).await,
+                _ = tokio::time::sleep(after) => engine.ending().expire_queued(id).await,
                 _ = shutdown.cancelled() => {}
             }
         });
     }
+}
+
+pub(crate) async fn create_task(engine: &Engine, spec: TaskSpec) -> Result<Task, EngineError> {
+    engine
+        .create_task_with(spec, |_| RunWrites::default())
+        .await
+}
+
+pub(crate) async fn create_task_with<F>(
+    engine: &Engine,
+    mut spec: TaskSpec,
+    extra: F,
+) -> Result<Task, EngineError>
+where
+    F: FnOnce(&Task) -> RunWrites + Send,
+{
+    if engine.is_draining() {
+        return Err(EngineError::Draining);
+    }
+    let resume = engine.continuing(&mut spec, None).await?;
+    let depth = match spec.parent {
+        Some(parent) => {
+            let parent = engine
+                .get_task(parent)
+                .await?
+                .ok_or_else(|| EngineError::NotFound(format!("parent task {parent}")))?;
+            parent.depth + 1
+        }
+        None => 0,
+    };
+    engine.create(spec, depth, resume, Box::new(extra)).await
+}
+
+pub(crate) async fn create_subtask(
+    engine: &Engine,
+    parent: &WorkerAuth,
+    mut spec: TaskSpec,
+) -> Result<Task, EngineError> {
+    if engine.is_draining() {
+        return Err(EngineError::Draining);
+    }
+    let cell = engine.inner.held.cell(parent.attempt.task)?;
+    let (session, depth) = {
+        let state = cell.lock();
+        check_open(&state, parent.attempt.n)?;
+        (state.task.session, state.task.depth)
+    };
+    spec.parent = Some(parent.attempt.task);
+    spec.session = session;
+    let resume = engine
+        .continuing(&mut spec, Some(parent.attempt.task))
+        .await?;
+    engine.create(spec, depth + 1, resume, no_extra()).await
 }
 
 /// Whether `retry` (built from a retried request) asks for what `task` is.

@@ -1,11 +1,11 @@
-//! The `Engine` façade: construction, reads, waits, events, and the plumbing
-//! the other modules share. Creation (`create`), cancel (`cancel`),
-//! dispatch, the worker-side operations, recovery and retention live in
-//! their own modules as further `impl Engine` blocks.
+//! The `Engine` façade: every public method of the engine, listed here.
+//! Reads go to one part of its state; every verb calls the module that
+//! does it (`create`, `cancel`, `worker_api`, `recovery`, `retention`,
+//! `runs`, `epilogue`, `continuation`), handing it the narrow handles it
+//! uses where they suffice (docs/ARCHITECTURE.md, `crates/engine`).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use swarmd_output_store::{OutputEvent, OutputRecord, OutputStore};
@@ -13,68 +13,31 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admission::Admission;
 use crate::audit::AuditRecord;
 use crate::auth::TokenAuthority;
 use crate::bus::{EventBus, Follower};
 use crate::clock::Clock;
+use crate::config::{EngineConfig, EngineParts};
+use crate::continuation::Resume;
+use crate::create::RunWrites;
 use crate::error::EngineError;
 use crate::event::{Event, EventRecord, Logged};
-use crate::handles::{HandleTable, RETIRED_KEEP};
-use crate::ids::{AttemptId, SessionId, TaskId};
-use crate::live::{LiveTasks, RunState, TaskCell};
+use crate::gate::Verb;
+use crate::held::Held;
+use crate::ids::{AttemptId, RunId, SessionId, TaskId};
+use crate::ledger::{Ledger, wait_commit};
 use crate::metrics::EngineStats;
+use crate::recovery::RecoveryReport;
+use crate::run::{FlowDoc, RunFilter, RunRecord};
 use crate::spawn::SpawnerResolver;
-use crate::store::{SessionRecord, TaskFilter, TaskStore, WriteOp};
-use crate::task::{AttemptRecord, Policy, Task};
-
-/// Default of `EngineConfig::max_output_bytes_per_attempt`: 64 MiB.
-pub(crate) const DEFAULT_MAX_OUTPUT_BYTES_PER_ATTEMPT: u64 = 64 * 1024 * 1024;
-
-/// Engine-wide settings, read once from the daemon's configuration.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Policy fields a task does not set.
-    pub defaults: Policy,
-    /// Attempts running at once, across all agents.
-    pub max_running: usize,
-    /// Sub-tasks deeper than this are refused.
-    pub max_spawn_depth: u32,
-    /// Lifetime of worker tokens and handles.
-    pub worker_token_ttl_secs: u64,
-    /// How long a cancelled worker may take to stop before dispatch moves on.
-    pub kill_grace: Duration,
-    /// Bytes of output one attempt may store (records plus spilled blobs).
-    pub max_output_bytes_per_attempt: u64,
-    /// How long a task may wait for somewhere to run (a session to take an
-    /// operator attempt) when its policy sets no `queue_timeout_secs`.
-    pub unavailable_wait: Duration,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            defaults: Policy::default(),
-            max_running: 1024,
-            max_spawn_depth: 4,
-            worker_token_ttl_secs: 1800,
-            kill_grace: Duration::from_secs(5),
-            max_output_bytes_per_attempt: DEFAULT_MAX_OUTPUT_BYTES_PER_ATTEMPT,
-            unavailable_wait: Duration::from_secs(600),
-        }
-    }
-}
-
-/// Everything the engine is built from; built in `main`, passed in.
-#[derive(Debug, Clone)]
-pub struct EngineParts {
-    pub config: EngineConfig,
-    pub store: Arc<dyn TaskStore>,
-    pub outputs: Arc<dyn OutputStore>,
-    pub tokens: Arc<TokenAuthority>,
-    pub resolver: Arc<dyn SpawnerResolver>,
-    pub clock: Arc<dyn Clock>,
-}
+use crate::store::{HandleRecord, LiveSnapshot};
+use crate::store::{SessionRecord, TaskFilter, WriteOp};
+use crate::task::TaskSpec;
+use crate::task::{AttemptRecord, Task};
+use crate::worker_api::{HeartbeatAck, Prompt, ResultAck, ResultPost, WorkerAuth};
+use crate::{continuation, create, epilogue, recovery, retention};
+use crate::{runs, worker_api};
+use swarmd_output_store::BlobSweep;
 
 /// A cheap-to-clone handle on the engine.
 #[derive(Debug, Clone)]
@@ -90,14 +53,15 @@ pub struct Engine {
 /// and never across an `.await`. Where two are held together, they are
 /// taken in this order and never the other way round:
 ///
-/// 1. `keys`, the idempotency map, which is held while a new task goes into
-///    `live`;
+/// 1. `held.keys`, the idempotency map, which is held while a new task
+///    goes into `held.live`;
 /// 2. one task's cell lock (`live::TaskCell::lock`), never two tasks' at
 ///    once;
-/// 3. under it: `admission`, `handles`, the token authority's keyring
-///    (read to mint), the usage meter (`stats.usage`), the event bus
-///    (`bus`: its sequence, then the store's submit queue) and a `live`
-///    shard; each of these is a leaf that takes no other lock.
+/// 3. under it: `held.admission`, `held.handles`, the token authority's
+///    keyring (read to mint), the usage meter (`stats.usage`), the event
+///    bus (`ledger.bus`: its sequence, then the store's submit queue) and
+///    a `held.live` shard; each of these is a leaf that takes no other
+///    lock.
 ///
 /// The resolver and, through it, the session registry are never asked under
 /// a task's lock: dispatch asks `SpawnerResolver::place` once per attempt
@@ -105,18 +69,13 @@ pub struct Engine {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub config: EngineConfig,
-    pub store: Arc<dyn TaskStore>,
-    pub outputs: Arc<dyn OutputStore>,
+    /// The stores and the event bus: every durable write (`ledger`).
+    pub ledger: Ledger,
+    /// The tasks held in memory, their keys, admission and handles (`held`).
+    pub held: Held,
     pub tokens: Arc<TokenAuthority>,
     pub resolver: Arc<dyn SpawnerResolver>,
     pub clock: Arc<dyn Clock>,
-    pub bus: EventBus,
-    pub live: LiveTasks,
-    /// Taken under a task's cell lock, never the other way round (see
-    /// "Lock order" above).
-    pub admission: Mutex<Admission>,
-    pub handles: Mutex<HandleTable>,
-    pub keys: Mutex<HashMap<String, TaskId>>,
     /// What recovery found, started by `start_recovered`.
     pub recovered: Mutex<Vec<crate::recovery::Pending>>,
     pub tracker: TaskTracker,
@@ -134,17 +93,16 @@ impl Engine {
         let bus = EventBus::new(parts.store.clone(), parts.clock.clone(), 0);
         Engine {
             inner: Arc::new(Inner {
-                admission: Mutex::new(Admission::new(parts.config.max_running)),
+                held: Held::new(parts.config.max_running),
                 config: parts.config,
-                store: parts.store,
-                outputs: parts.outputs,
+                ledger: Ledger {
+                    store: parts.store,
+                    outputs: parts.outputs,
+                    bus,
+                },
                 tokens: parts.tokens,
                 resolver: parts.resolver,
                 clock: parts.clock,
-                bus,
-                live: LiveTasks::new(),
-                handles: Mutex::new(HandleTable::new(RETIRED_KEEP)),
-                keys: Mutex::new(HashMap::new()),
                 recovered: Mutex::new(Vec::new()),
                 tracker: TaskTracker::new(),
                 shutdown: CancellationToken::new(),
@@ -168,7 +126,7 @@ impl Engine {
     }
 
     pub fn outputs(&self) -> &Arc<dyn OutputStore> {
-        &self.inner.outputs
+        &self.inner.ledger.outputs
     }
 
     pub fn stats(&self) -> &EngineStats {
@@ -177,19 +135,19 @@ impl Engine {
 
     /// The task, live or stored.
     pub async fn get_task(&self, id: TaskId) -> Result<Option<Task>, EngineError> {
-        if let Some(cell) = self.inner.live.get(&id) {
+        if let Some(cell) = self.inner.held.live.get(&id) {
             return Ok(Some(cell.lock().task.clone()));
         }
-        Ok(self.inner.store.task(id).await?)
+        Ok(self.inner.ledger.store.task(id).await?)
     }
 
     /// The task's attempt records, oldest first.
     pub async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, EngineError> {
-        Ok(self.inner.store.attempts(id).await?)
+        Ok(self.inner.ledger.store.attempts(id).await?)
     }
 
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, EngineError> {
-        Ok(self.inner.store.list_tasks(filter).await?)
+        Ok(self.inner.ledger.store.list_tasks(filter).await?)
     }
 
     /// Waits until the task is terminal or `timeout` passes; returns it either way.
@@ -199,7 +157,7 @@ impl Engine {
     /// feeds with every node's events: its `task_finished` is broadcast
     /// once the terminal write is durable, and the store then reads it.
     pub async fn wait_task(&self, id: TaskId, timeout: Duration) -> Result<Task, EngineError> {
-        if let Some(cell) = self.inner.live.get(&id) {
+        if let Some(cell) = self.inner.held.live.get(&id) {
             let mut rx = cell.terminal.subscribe();
             let _ = tokio::time::timeout(timeout, rx.wait_for(|t| *t)).await;
             return Ok(cell.lock().task.clone());
@@ -235,91 +193,15 @@ impl Engine {
             }
         };
         let _ = tokio::time::timeout(timeout, ended).await;
-        if let Some(cell) = self.inner.live.get(&id) {
+        if let Some(cell) = self.inner.held.live.get(&id) {
             return Ok(cell.lock().task.clone());
         }
         read().await
     }
 
-    /// Appends output events on behalf of a spawner or layer (no credential),
-    /// and publishes them. Refused once the attempt is decided or superseded.
-    pub(crate) async fn record_output(
-        &self,
-        id: AttemptId,
-        producer: &str,
-        events: Vec<OutputEvent>,
-    ) -> Result<Vec<OutputRecord>, EngineError> {
-        let session = {
-            let cell = self.live_cell(id.task)?;
-            let state = cell.lock();
-            crate::worker_api::check_open(&state, id.n)?;
-            state.task.session
-        };
-        self.append_and_publish(id, session, producer, events).await
-    }
-
-    /// The last Final of an attempt: the one that decides it.
-    pub(crate) async fn last_final(
-        &self,
-        id: AttemptId,
-    ) -> Result<Option<OutputRecord>, EngineError> {
-        let cached = self.inner.live.get(&id.task).and_then(|cell| {
-            cell.lock()
-                .run
-                .as_ref()
-                .filter(|r| r.attempt == id.n)
-                .and_then(|r| r.last_final.clone())
-        });
-        if cached.is_some() {
-            return Ok(cached);
-        }
-        Ok(self
-            .inner
-            .outputs
-            .last_final(id.task.as_uuid(), id.n)
-            .await?)
-    }
-
-    /// Resolves once a worker posted a Final for this attempt over HTTP, or
-    /// at once if it already has or the attempt is no longer current.
-    pub(crate) async fn posted_final(&self, id: AttemptId) {
-        let rx = {
-            let Some(cell) = self.inner.live.get(&id.task) else {
-                return;
-            };
-            let state = cell.lock();
-            match state.run.as_ref() {
-                Some(run) if run.attempt == id.n => run.posted_tx.subscribe(),
-                _ => return,
-            }
-        };
-        let mut rx = rx;
-        let _ = rx.wait_for(|posted| *posted).await;
-    }
-
-    /// Publishes an event (durable, then broadcast).
-    pub(crate) fn publish(&self, event: Event) {
-        let session = event
-            .task_id()
-            .and_then(|id| self.inner.live.get(&id))
-            .and_then(|cell| cell.lock().task.session);
-        self.inner
-            .bus
-            .submit(Vec::new(), vec![(session, event)], None);
-    }
-
     /// Publishes an event that concerns a session rather than a task.
     pub fn publish_for_session(&self, session: crate::ids::SessionId, event: Event) {
-        self.inner
-            .bus
-            .submit(Vec::new(), vec![(Some(session), event)], None);
-    }
-
-    /// Writes a durable audit line.
-    pub(crate) fn audit(&self, record: AuditRecord) {
-        self.inner
-            .bus
-            .submit(vec![WriteOp::Audit(record)], Vec::new(), None);
+        self.inner.ledger.publish(Some(session), event);
     }
 
     pub async fn audit_records(
@@ -327,31 +209,31 @@ impl Engine {
         task: Option<TaskId>,
         limit: usize,
     ) -> Result<Vec<AuditRecord>, EngineError> {
-        Ok(self.inner.store.audit(task, limit).await?)
+        Ok(self.inner.ledger.store.audit(task, limit).await?)
     }
 
     /// The seq of the last durable event: every task row written with an
     /// event up to it is readable, so a list read after this, followed by
     /// the log after it, sees every task once.
     pub fn last_event_seq(&self) -> u64 {
-        self.inner.bus.durable_seq()
+        self.inner.ledger.bus.durable_seq()
     }
 
     /// Live events from now on. A receiver that lags resumes with `events_after`.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<EventRecord>> {
-        self.inner.bus.subscribe()
+        self.inner.ledger.bus.subscribe()
     }
 
     /// The log as the cluster's event pump read it (`log_after`): whole
     /// records are broadcast in seq order, bare seqs stepped past in it.
     pub fn offer_log(&self, entries: Vec<Logged>) {
-        self.inner.bus.offer_log(entries);
+        self.inner.ledger.bus.offer_log(entries);
     }
 
     /// Marks the caller as a subscriber that needs every event (a
     /// client's feed) until the guard drops; take it before `subscribe`.
     pub fn follow(&self) -> Follower {
-        self.inner.bus.follow()
+        self.inner.ledger.bus.follow()
     }
 
     /// The log after `after_seq` as the cluster's event pump reads it:
@@ -363,20 +245,25 @@ impl Engine {
         after_seq: u64,
         limit: usize,
     ) -> Result<Vec<Logged>, EngineError> {
-        let whole = (!self.inner.bus.followed()).then_some(&Event::ACTED_ON[..]);
-        Ok(self.inner.store.log_after(after_seq, limit, whole).await?)
+        let whole = (!self.inner.ledger.bus.followed()).then_some(&Event::ACTED_ON[..]);
+        Ok(self
+            .inner
+            .ledger
+            .store
+            .log_after(after_seq, limit, whole)
+            .await?)
     }
 
     /// Gives up on the events before `seq` that were never broadcast (the
     /// log cannot give them: unreadable or pruned), so later ones flow.
     pub fn skip_events_before(&self, seq: u64) {
-        self.inner.bus.resume_after(seq.saturating_sub(1));
+        self.inner.ledger.bus.resume_after(seq.saturating_sub(1));
     }
 
     /// Resolves when this node's committed events wait behind events it
     /// has not seen (another node's): the pump then reads the log.
     pub async fn event_gap(&self) {
-        self.inner.bus.gap().await;
+        self.inner.ledger.bus.gap().await;
     }
 
     pub async fn events_after(
@@ -384,7 +271,12 @@ impl Engine {
         after_seq: u64,
         limit: usize,
     ) -> Result<Vec<EventRecord>, EngineError> {
-        Ok(self.inner.store.events_after(after_seq, limit).await?)
+        Ok(self
+            .inner
+            .ledger
+            .store
+            .events_after(after_seq, limit)
+            .await?)
     }
 
     /// Queues the write of an operator session's record in the ordered write
@@ -394,7 +286,11 @@ impl Engine {
         &self,
         record: SessionRecord,
     ) -> impl Future<Output = Result<(), EngineError>> + Send + 'static {
-        wait_commit(self.submit(vec![WriteOp::PutSession(Box::new(record))], Vec::new()))
+        wait_commit(
+            self.inner
+                .ledger
+                .submit(vec![WriteOp::PutSession(Box::new(record))], Vec::new()),
+        )
     }
 
     /// Queues the deletion of an operator session's record, like
@@ -403,30 +299,34 @@ impl Engine {
         &self,
         sid: SessionId,
     ) -> impl Future<Output = Result<(), EngineError>> + Send + 'static {
-        wait_commit(self.submit(vec![WriteOp::DeleteSession(sid)], Vec::new()))
+        wait_commit(
+            self.inner
+                .ledger
+                .submit(vec![WriteOp::DeleteSession(sid)], Vec::new()),
+        )
     }
 
     /// The operator sessions in the store, as a restart would restore them.
     pub async fn stored_sessions(&self) -> Result<Vec<SessionRecord>, EngineError> {
         let now_secs = self.inner.clock.now_secs();
-        Ok(self.inner.store.load_live(now_secs).await?.sessions)
+        Ok(self.inner.ledger.store.load_live(now_secs).await?.sessions)
     }
 
     /// Tasks queued and attempts running right now.
     pub fn load(&self) -> (usize, usize) {
-        let adm = self.admission();
+        let adm = self.inner.held.admission();
         (adm.queued(), adm.running())
     }
 
     /// Number of tasks held in memory (not yet terminal).
     pub fn live_tasks(&self) -> usize {
-        self.inner.live.len()
+        self.inner.held.live.len()
     }
 
     /// Whether task `id` is live in this engine's memory: on a cluster
     /// node, whether this node holds it.
     pub fn holds_task(&self, id: TaskId) -> bool {
-        self.inner.live.get(&id).is_some()
+        self.inner.held.live.get(&id).is_some()
     }
 
     pub fn is_draining(&self) -> bool {
@@ -454,109 +354,269 @@ impl Engine {
     }
 
     pub async fn healthcheck(&self) -> Result<(), EngineError> {
-        Ok(self.inner.store.healthcheck().await?)
+        Ok(self.inner.ledger.store.healthcheck().await?)
     }
 
-    // ---- internal plumbing shared by the other impl blocks ----
-
-    pub(crate) fn admission(&self) -> MutexGuard<'_, Admission> {
-        self.inner
-            .admission
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    /// Creates a task, makes it durable, and queues it. Returns once the
+    /// task is acknowledged; its run never depends on the caller.
+    pub async fn create_task(&self, spec: TaskSpec) -> Result<Task, EngineError> {
+        create::create_task(self, spec).await
     }
 
-    /// Queues the write now; the returned receiver resolves once it is durable.
-    pub(crate) fn submit(
+    /// Creates a task exactly as `create_task` does, committing the ops and
+    /// events `extra` builds from the new task in the same write batch as
+    /// the task's record. When the spec's idempotency key already names a
+    /// task (a replay), `extra` is given that task and its ops and events
+    /// are committed in a batch of their own before the task is returned.
+    /// The ops may only be `PutRun` and `PutFlow` (else `BadRequest`, and
+    /// nothing is written).
+    pub async fn create_task_with<F>(&self, spec: TaskSpec, extra: F) -> Result<Task, EngineError>
+    where
+        F: FnOnce(&Task) -> RunWrites + Send,
+    {
+        create::create_task_with(self, spec, extra).await
+    }
+
+    /// Creates a sub-task for the worker `parent` authenticates: a write of
+    /// that worker's attempt, so it passes the same fence as its other
+    /// writes (`task_terminal` once the task is over, `attempt_superseded`
+    /// once another attempt runs). The sub-task is a child of the worker's
+    /// task, owned by the same session, one level deeper.
+    pub async fn create_subtask(
+        &self,
+        parent: &WorkerAuth,
+        spec: TaskSpec,
+    ) -> Result<Task, EngineError> {
+        create::create_subtask(self, parent, spec).await
+    }
+
+    /// What `task`'s last attempt left for a continuation: the CLI session
+    /// it reported and the branch and head it committed on.
+    ///
+    /// # Errors
+    /// The store's or the output store's.
+    pub async fn left_by_task(&self, task: &Task) -> Result<Resume, EngineError> {
+        continuation::left_by_task(self, task).await
+    }
+
+    /// Learns the handle of a task this engine does not hold, read from the
+    /// shared store (a task another node of a cluster held, now finished),
+    /// so that its worker gets the fence's answer (`410 task_terminal`, or
+    /// its result's replay) here rather than `401`. It joins the retired
+    /// window; a handle of a task this engine holds is never replaced.
+    pub fn learn_retired_handle(&self, digest: [u8; 32], record: HandleRecord) {
+        self.inner.held.learn_retired_handle(digest, record)
+    }
+
+    /// Worker handles held in memory: those of live tasks plus the retired
+    /// window.
+    pub fn handle_count(&self) -> usize {
+        self.inner.held.handles().len()
+    }
+
+    /// Commits `ops` (`PutRun` and `PutFlow` only) and `events` as one
+    /// batch; returns once it is durable. Accepted while draining too, so
+    /// that a run can record its cancel during a drain.
+    pub async fn write_run(
         &self,
         ops: Vec<WriteOp>,
-        events: Vec<(Option<crate::ids::SessionId>, Event)>,
-    ) -> tokio::sync::oneshot::Receiver<Result<(), swarmd_output_store::StoreError>> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.inner.bus.submit(
-            ops,
-            events,
-            Some(Box::new(move |res| {
-                let _ = tx.send(res);
-            })),
-        );
-        rx
-    }
-
-    pub(crate) async fn submit_and_wait(
-        &self,
-        ops: Vec<WriteOp>,
-        events: Vec<(Option<crate::ids::SessionId>, Event)>,
+        events: Vec<(Option<SessionId>, Event)>,
     ) -> Result<(), EngineError> {
-        wait_commit(self.submit(ops, events)).await
+        runs::write_run(&self.inner.ledger, ops, events).await
     }
 
-    /// The resolver. It is never asked under a task's lock (the lock order
-    /// above); debug builds assert that.
-    pub(crate) fn resolver(&self) -> &dyn SpawnerResolver {
-        debug_assert!(
-            !crate::live::task_lock_held(),
-            "the resolver is asked under a task's lock"
-        );
-        &*self.inner.resolver
+    pub async fn get_run(&self, id: RunId) -> Result<Option<RunRecord>, EngineError> {
+        runs::get_run(&self.inner.ledger, id).await
     }
 
-    /// The agent's concurrency limit (none when it no longer resolves).
-    pub(crate) fn agent_limit(&self, agent: &str, layers: &[String]) -> Option<usize> {
-        self.resolver()
-            .profile(agent, layers)
-            .ok()
-            .and_then(|p| p.concurrency)
+    /// The run an idempotency key names.
+    pub async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, EngineError> {
+        runs::run_for_key(&self.inner.ledger, key).await
     }
 
-    /// The live cell of a task; a task no longer in memory is terminal.
-    pub(crate) fn live_cell(&self, id: TaskId) -> Result<Arc<TaskCell>, EngineError> {
-        self.inner.live.get(&id).ok_or(EngineError::TaskTerminal)
+    /// Newest first, as `RunFilter` says.
+    pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, EngineError> {
+        runs::list_runs(&self.inner.ledger, filter).await
     }
 
-    /// Runs `f` on the task's open run if the task is live and `attempt` is
-    /// its current attempt; otherwise does nothing.
-    pub(crate) fn with_run(&self, id: TaskId, attempt: u32, f: impl FnOnce(&mut RunState)) {
-        if let Some(cell) = self.inner.live.get(&id)
-            && let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == attempt)
-        {
-            f(run);
-        }
+    /// Every run not terminal, oldest first: what the runner resumes at boot.
+    pub async fn open_runs(&self) -> Result<Vec<RunRecord>, EngineError> {
+        runs::open_runs(&self.inner.ledger).await
     }
 
-    /// Queues a task for admission and starts whatever may start.
-    pub(crate) fn admit(&self, agent: &str, limit: Option<usize>, id: TaskId) {
-        let start = self.admission().enqueue(agent, limit, id);
-        self.start(start);
+    pub async fn flow_doc(&self, hash: &str) -> Result<Option<FlowDoc>, EngineError> {
+        runs::flow_doc(&self.inner.ledger, hash).await
     }
 
-    pub(crate) fn start(&self, started: Vec<(TaskId, String)>) {
-        for (id, agent) in started {
-            let engine = self.clone();
-            self.inner
-                .tracker
-                .spawn(async move { engine.dispatch_attempt(id, agent).await });
-        }
+    /// Tells every task waiting for somewhere to run to ask again now.
+    pub fn wake_waiting(&self) {
+        self.inner.place_changed.notify_waiters()
     }
 
-    /// Marks a terminal task done for waiters and drops it from memory.
-    /// Its idempotency key leaves memory too: the store answers later
-    /// retries, so the key map holds live tasks only. Its handles move to
-    /// the handle table's bounded window of retired handles.
-    pub(crate) fn retire(&self, cell: &Arc<TaskCell>, id: TaskId) {
-        cell.terminal.send_replace(true);
-        self.inner.live.remove(&id);
-        if let Some(key) = &cell.key {
-            self.keys().remove(key);
-        }
-        self.handles().retire_task(id);
+    /// Prunes terminal tasks finished more than `keep` ago; returns how many.
+    pub async fn prune(&self, keep: Duration) -> Result<usize, EngineError> {
+        let inner = &*self.inner;
+        let now_ms = inner.clock.now_ms();
+        let cutoff_ms = now_ms.saturating_sub(keep.as_millis() as u64);
+        let leeway_secs = inner.tokens.config().leeway_secs;
+        retention::prune(
+            &inner.ledger,
+            &inner.held,
+            &inner.stats,
+            cutoff_ms,
+            now_ms,
+            leeway_secs,
+        )
+        .await
     }
-}
 
-pub(crate) async fn wait_commit(
-    rx: tokio::sync::oneshot::Receiver<Result<(), swarmd_output_store::StoreError>>,
-) -> Result<(), EngineError> {
-    rx.await
-        .map_err(|_| EngineError::Store(swarmd_output_store::StoreError::Closed))?
-        .map_err(EngineError::Store)
+    /// Deletes the spilled blobs that no stored output references (see
+    /// `OutputStore::sweep_blobs`). `prune` runs it whenever it deleted
+    /// outputs; the retention job also runs it once at start, for blobs
+    /// whose append a crash cut off.
+    pub async fn sweep_blobs(&self) -> Result<BlobSweep, EngineError> {
+        retention::sweep_blobs(&self.inner.ledger, &self.inner.stats).await
+    }
+
+    /// The retention loop: runs `prune(keep)` every `every` until the engine
+    /// shuts down. The caller spawns it where it tracks its background tasks.
+    pub fn retention_loop(
+        &self,
+        keep: Duration,
+        every: Duration,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        retention::retention_loop(self, keep, every)
+    }
+
+    /// Appends `events`, none of them a Final, to attempt `id`'s tail, open
+    /// or closed, and publishes them once durable.
+    ///
+    /// # Errors
+    /// `BadRequest` for a Final; `NotFound` for an unknown task or an
+    /// attempt it never started; `OutputBudgetExceeded` when the events
+    /// alone exceed the per-attempt output budget; a store error.
+    pub async fn record_epilogue(
+        &self,
+        id: AttemptId,
+        producer: &str,
+        events: Vec<OutputEvent>,
+    ) -> Result<Vec<OutputRecord>, EngineError> {
+        epilogue::record_epilogue(self, id, producer, events).await
+    }
+
+    /// Cancels a task (docs/tasks.md, Cancel): fences its attempt, fires the worker's
+    /// cancellation, and makes it `cancelled`. Cancelling a cancelled task
+    /// returns it unchanged; any other terminal task is `TaskTerminal`, and a
+    /// task whose open attempt already accepted a posted Final is
+    /// `AlreadyFinal`: exactly one of the result and the cancel wins.
+    pub async fn cancel_task(
+        &self,
+        id: TaskId,
+        reason: Option<String>,
+    ) -> Result<Task, EngineError> {
+        self.ending().cancel(id, reason).await
+    }
+
+    /// Loads the live state from the store and records what must run again:
+    /// interrupted in-process attempts are failed (or queued for a retry),
+    /// delegated attempts are put back in memory with a fresh lease, queued
+    /// tasks are queued again. Nothing is dispatched until
+    /// `start_recovered`, so the caller can restore sessions first. Call
+    /// once, before serving.
+    pub async fn recover(&self) -> Result<RecoveryReport, EngineError> {
+        recovery::recover(self).await
+    }
+
+    /// Takes over the live tasks of a dead node of the cluster, read from
+    /// the store once they are this node's (`snapshot`): the rules of
+    /// recovery at start, at run time, and what they found is started at
+    /// once. Tasks already in memory are left as they are.
+    pub async fn adopt(&self, snapshot: LiveSnapshot) -> Result<RecoveryReport, EngineError> {
+        recovery::adopt(self, snapshot).await
+    }
+
+    /// Decides the attempts a restart interrupted that reported a CLI
+    /// session: one whose `worktree` artifact names its branch is closed
+    /// (`RESUMED_REASON`) and its task queued for the attempt that resumes
+    /// it; the others fail `interrupted` as any interrupted attempt does.
+    /// Call after the previous process's worktrees are recovered (their
+    /// artifacts name the branches) and before `start_recovered`, which
+    /// otherwise does this itself, after the daemon is up.
+    pub async fn resume_interrupted(&self, report: &mut RecoveryReport) -> Result<(), EngineError> {
+        recovery::resume_interrupted(self, report).await
+    }
+
+    /// Starts what `recover` found: queued tasks enter admission, delegated
+    /// attempts are announced again to their sessions (with a fresh handle;
+    /// the old one stays valid) and wait for their SubAgent; interrupted
+    /// attempts not yet decided are decided (`resume_interrupted`) in the
+    /// background, and what that queues starts then.
+    pub fn start_recovered(&self) {
+        recovery::start_recovered(self)
+    }
+
+    /// Verification steps 1–6 (docs/security.md) for a worker bearer and the route's `verb`.
+    pub fn authenticate_worker(&self, bearer: &str, verb: Verb) -> Result<WorkerAuth, EngineError> {
+        worker_api::authenticate_worker(&self.workers(), bearer, verb)
+    }
+
+    /// The task of a `wh-` handle this engine holds, for routing only:
+    /// nothing about the handle (expiry, verbs) is checked. `None` for a
+    /// malformed or unknown handle.
+    pub fn handle_task(&self, bearer: &str) -> Option<TaskId> {
+        worker_api::handle_task(&self.workers(), bearer)
+    }
+
+    /// The prompt of the credential's task; extends the lease of an open attempt.
+    pub async fn fetch_prompt(
+        &self,
+        auth: &WorkerAuth,
+        task: Option<TaskId>,
+    ) -> Result<Prompt, EngineError> {
+        worker_api::fetch_prompt(&self.workers(), auth, task).await
+    }
+
+    /// Appends worker output (no Finals: those go through `post_result`).
+    /// Returns the last sequence number written.
+    pub async fn worker_output(
+        &self,
+        auth: &WorkerAuth,
+        task: Option<TaskId>,
+        events: Vec<OutputEvent>,
+    ) -> Result<u64, EngineError> {
+        worker_api::worker_output(self, auth, task, events).await
+    }
+
+    /// Extends the lease; re-mints the token (and moves the expiry of every
+    /// handle of the attempt) when less than a third of its lifetime is left
+    /// (docs/security.md, Lifetimes).
+    pub async fn heartbeat(
+        &self,
+        auth: &WorkerAuth,
+        task: Option<TaskId>,
+    ) -> Result<HeartbeatAck, EngineError> {
+        worker_api::heartbeat(&self.workers(), auth, task).await
+    }
+
+    /// A fresh token for the same attempt and handle, with the handle's
+    /// expiry moved along (a parked `spawn` re-minted at
+    /// delivery). Refused once the attempt is no longer the open one.
+    pub async fn refresh_credential(
+        &self,
+        id: AttemptId,
+        old: &crate::spawn::WorkerCredential,
+    ) -> Result<crate::spawn::WorkerCredential, EngineError> {
+        worker_api::refresh_credential(&self.workers(), id, old).await
+    }
+
+    /// Posts the attempt's Final: once per attempt; a retry with the same
+    /// `Idempotency-Key` and body replays the first answer for as long as
+    /// the task is retained, across restarts too.
+    pub async fn post_result(
+        &self,
+        auth: &WorkerAuth,
+        post: ResultPost,
+    ) -> Result<ResultAck, EngineError> {
+        worker_api::post_result::post_result(self, auth, post).await
+    }
 }

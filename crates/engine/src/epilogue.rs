@@ -19,36 +19,9 @@ use crate::event::Event;
 use crate::ids::AttemptId;
 
 impl Engine {
-    /// Appends `events`, none of them a Final, to attempt `id`'s tail, open
-    /// or closed, and publishes them once durable.
-    ///
-    /// # Errors
-    /// `BadRequest` for a Final; `NotFound` for an unknown task or an
-    /// attempt it never started; `OutputBudgetExceeded` when the events
-    /// alone exceed the per-attempt output budget; a store error.
-    pub async fn record_epilogue(
-        &self,
-        id: AttemptId,
-        producer: &str,
-        events: Vec<OutputEvent>,
-    ) -> Result<Vec<OutputRecord>, EngineError> {
-        if events.iter().any(OutputEvent::is_final) {
-            return Err(EngineError::BadRequest(
-                "an epilogue holds no final event".to_owned(),
-            ));
-        }
-        if self.attempt_is_open(id) {
-            match self.record_output(id, producer, events.clone()).await {
-                Err(EngineError::TaskTerminal | EngineError::AttemptSuperseded { .. }) => {}
-                recorded => return recorded,
-            }
-        }
-        self.append_closed(id, producer, events).await
-    }
-
     /// Whether `id` is the open attempt of a live task.
     fn attempt_is_open(&self, id: AttemptId) -> bool {
-        self.inner.live.get(&id.task).is_some_and(|cell| {
+        self.inner.held.live.get(&id.task).is_some_and(|cell| {
             cell.lock()
                 .run
                 .as_ref()
@@ -71,14 +44,15 @@ impl Engine {
             .ok_or_else(|| EngineError::NotFound(format!("attempt {id}")))?;
         let started = Instant::now();
         // Checked before any blob is stored: a refused epilogue leaves none.
-        let prepared = self.inner.outputs.encode(events).await?;
+        let prepared = self.inner.ledger.outputs.encode(events).await?;
         let limit = self.inner.config.max_output_bytes_per_attempt;
         if prepared.stored_bytes() > limit {
             return Err(EngineError::OutputBudgetExceeded { limit });
         }
-        let prepared = self.inner.outputs.store_blobs(prepared).await?;
+        let prepared = self.inner.ledger.outputs.store_blobs(prepared).await?;
         let records = self
             .inner
+            .ledger
             .outputs
             .append(
                 id.task.as_uuid(),
@@ -105,9 +79,29 @@ impl Engine {
                 )
             })
             .collect();
-        self.inner.bus.submit(Vec::new(), published, None);
+        self.inner.ledger.bus.submit(Vec::new(), published, None);
         Ok(records)
     }
+}
+
+pub(crate) async fn record_epilogue(
+    engine: &Engine,
+    id: AttemptId,
+    producer: &str,
+    events: Vec<OutputEvent>,
+) -> Result<Vec<OutputRecord>, EngineError> {
+    if events.iter().any(OutputEvent::is_final) {
+        return Err(EngineError::BadRequest(
+            "an epilogue holds no final event".to_owned(),
+        ));
+    }
+    if engine.attempt_is_open(id) {
+        match engine.record_output(id, producer, events.clone()).await {
+            Err(EngineError::TaskTerminal | EngineError::AttemptSuperseded { .. }) => {}
+            recorded => return recorded,
+        }
+    }
+    engine.append_closed(id, producer, events).await
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::Engine;
 use crate::ids::{AttemptId, TaskId};
 use crate::store::HandleRecord;
 
@@ -122,40 +121,6 @@ impl HandleTable {
     }
 }
 
-impl Engine {
-    /// Learns the handle of a task this engine does not hold, read from the
-    /// shared store (a task another node of a cluster held, now finished),
-    /// so that its worker gets the fence's answer (`410 task_terminal`, or
-    /// its result's replay) here rather than `401`. It joins the retired
-    /// window; a handle of a task this engine holds is never replaced.
-    pub fn learn_retired_handle(&self, digest: [u8; 32], record: HandleRecord) {
-        if self.holds_task(record.task_id) {
-            return;
-        }
-        self.handles().insert_retired(digest, record);
-    }
-
-    /// Worker handles held in memory: those of live tasks plus the retired
-    /// window.
-    pub fn handle_count(&self) -> usize {
-        self.handles().len()
-    }
-
-    /// Retires the handles of tasks that are not live: at boot the store
-    /// hands back the unexpired handles of finished tasks too.
-    pub(crate) fn retire_handles_of_finished(&self) {
-        let tasks = self.handles().tasks();
-        let finished: Vec<_> = tasks
-            .into_iter()
-            .filter(|task| self.inner.live.get(task).is_none())
-            .collect();
-        let mut handles = self.handles();
-        for task in finished {
-            handles.retire_task(task);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,13 +210,13 @@ mod tests {
         }
         // `wait_task` wakes on the terminal flag, which retire sets first.
         for _ in 0..100 {
-            if engine.handles().tasks().is_empty() {
+            if engine.inner.held.handles().tasks().is_empty() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(
-            engine.handles().tasks().is_empty(),
+            engine.inner.held.handles().tasks().is_empty(),
             "no live task has a handle"
         );
         assert_eq!(engine.handle_count(), 50, "the retired window holds them");

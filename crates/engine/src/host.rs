@@ -76,7 +76,7 @@ impl AttemptHost for EngineHost {
 
     fn audit(&self, mut record: AuditRecord) {
         record.ts_ms = self.now_ms();
-        self.engine.audit(record);
+        self.engine.inner.ledger.audit(record);
     }
 
     fn publish(&self, event: Event) {

@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use futures_util::future::{BoxFuture, Shared};
+use swarmd_output_store::StoreError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +25,40 @@ const SHARDS: usize = 64;
 
 pub(crate) use crate::store::PostedFinal;
 
+/// How the write of a claimed Final ended.
+#[derive(Debug, Clone)]
+pub(crate) enum FinalWrite {
+    /// The Final is durable.
+    Stored,
+    /// The Final's write failed (a fenced node, a failed group commit).
+    Failed(Arc<StoreError>),
+    /// The post that claimed the Final went away (or was refused) before
+    /// queuing it: the attempt's Final is free to claim again.
+    Abandoned,
+}
+
+/// The outcome of a claimed Final's write, shared by every post that waits
+/// on it; it resolves even when the claiming request is dropped.
+pub(crate) type FinalOutcome = Shared<BoxFuture<'static, FinalWrite>>;
+
+/// The Final an open attempt accepted, while its write is in flight and
+/// after.
+#[derive(Clone)]
+pub(crate) struct PostedClaim {
+    /// The first post's fingerprint: a retry must match it to replay.
+    pub first: PostedFinal,
+    pub outcome: FinalOutcome,
+}
+
+impl std::fmt::Debug for PostedClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostedClaim")
+            .field("first", &self.first)
+            .field("settled", &self.outcome.peek().is_some())
+            .finish()
+    }
+}
+
 /// The runtime side of the current attempt.
 #[derive(Debug)]
 pub(crate) struct RunState {
@@ -36,7 +72,7 @@ pub(crate) struct RunState {
     pub spawner: SpawnerKind,
     pub started_ms: u64,
     /// The Final a worker posted over HTTP, once one claimed it.
-    pub posted: Option<crate::worker_api::PostedClaim>,
+    pub posted: Option<PostedClaim>,
     /// Flips to true when a worker posts a Final over HTTP.
     pub posted_tx: watch::Sender<bool>,
     pub token_exp_secs: u64,

@@ -149,7 +149,7 @@ impl Engine {
 
     /// Why the engine stopped the worker of this live attempt, if it did.
     fn stopped(&self, id: AttemptId) -> Option<Stopped> {
-        let cell = self.inner.live.get(&id.task)?;
+        let cell = self.inner.held.live.get(&id.task)?;
         let state = cell.lock();
         state
             .run

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use swarmd_output_store::{Durable, OutputEvent, OutputRecord, Prepared};
 
-use crate::engine::{Engine, Inner};
+use crate::Engine;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::{AttemptId, SessionId};
@@ -78,30 +78,30 @@ impl Engine {
         then: impl FnOnce(&mut RunState),
     ) -> Result<(Vec<OutputRecord>, Durable), EngineError> {
         // Encoding may hash large values: done before the lock.
-        let prepared = self.inner.outputs.encode(events).await?;
+        let prepared = self.inner.ledger.outputs.encode(events).await?;
         let bytes = prepared.stored_bytes();
         if !prepared.has_pending() {
-            let cell = self.live_cell(id.task)?;
+            let cell = self.inner.held.cell(id.task)?;
             let mut state = cell.lock();
-            count_output(&self.inner, open_run(&mut state, id.n)?, bytes)?;
+            self.count_output(open_run(&mut state, id.n)?, bytes)?;
             return Ok(self.append_counted(&mut state, id, session, producer, prepared, then));
         }
         // The bytes are counted before the blobs are stored (a file or a
         // database write, not under the lock), so that concurrent writes
         // cannot all pass the budget and store their blobs first.
         {
-            let cell = self.live_cell(id.task)?;
+            let cell = self.inner.held.cell(id.task)?;
             let mut state = cell.lock();
-            count_output(&self.inner, open_run(&mut state, id.n)?, bytes)?;
+            self.count_output(open_run(&mut state, id.n)?, bytes)?;
         }
-        let prepared = match self.inner.outputs.store_blobs(prepared).await {
+        let prepared = match self.inner.ledger.outputs.store_blobs(prepared).await {
             Ok(prepared) => prepared,
             Err(error) => {
                 self.uncount_output(id, bytes);
                 return Err(error.into());
             }
         };
-        let closed = match self.live_cell(id.task) {
+        let closed = match self.inner.held.cell(id.task) {
             Ok(cell) => {
                 let mut state = cell.lock();
                 match open_run(&mut state, id.n) {
@@ -116,7 +116,7 @@ impl Engine {
             Err(error) => error,
         };
         self.uncount_output(id, bytes);
-        if let Err(error) = self.inner.outputs.discard_blobs(prepared).await {
+        if let Err(error) = self.inner.ledger.outputs.discard_blobs(prepared).await {
             tracing::warn!(task = %id.task, attempt = id.n, %error,
                 "could not discard the blobs of a refused output; the sweep will");
         }
@@ -125,7 +125,7 @@ impl Engine {
 
     /// Gives back bytes counted for a write that stored nothing after all.
     fn uncount_output(&self, id: AttemptId, bytes: u64) {
-        self.with_run(id.task, id.n, |run| {
+        self.inner.held.with_run(id.task, id.n, |run| {
             run.output_bytes = run.output_bytes.saturating_sub(bytes);
         });
     }
@@ -147,10 +147,13 @@ impl Engine {
             n: attempt,
         } = id;
         let first = state.run.as_ref().map_or(1, |run| run.next_seq);
-        let (records, durable) =
-            self.inner
-                .outputs
-                .append_at(task_id.as_uuid(), attempt, first, producer, prepared);
+        let (records, durable) = self.inner.ledger.outputs.append_at(
+            task_id.as_uuid(),
+            attempt,
+            first,
+            producer,
+            prepared,
+        );
         if let Some(run) = state.run.as_mut() {
             run.next_seq += records.len() as u64;
             if let Some(last) = records.iter().rev().find(|r| r.event.is_final()) {
@@ -174,6 +177,7 @@ impl Engine {
             })
             .collect();
         self.inner
+            .ledger
             .bus
             .submit(usage_write.into_iter().collect(), published, None);
         (records, durable)
@@ -186,20 +190,22 @@ fn open_run(state: &mut TaskState, attempt: u32) -> Result<&mut RunState, Engine
     state.run.as_mut().ok_or(EngineError::TaskTerminal)
 }
 
-/// Counts `bytes` more output for `run` against the attempt's budget;
-/// refuses (and counts the refusal) past it.
-fn count_output(inner: &Inner, run: &mut RunState, bytes: u64) -> Result<(), EngineError> {
-    let limit = inner.config.max_output_bytes_per_attempt;
-    let total = run.output_bytes.saturating_add(bytes);
-    if total > limit {
-        inner
-            .stats
-            .output_budget_refusals
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return Err(EngineError::OutputBudgetExceeded { limit });
+impl Engine {
+    /// Counts `bytes` more output for `run` against the attempt's budget;
+    /// refuses (and counts the refusal) past it.
+    fn count_output(&self, run: &mut RunState, bytes: u64) -> Result<(), EngineError> {
+        let limit = self.inner.config.max_output_bytes_per_attempt;
+        let total = run.output_bytes.saturating_add(bytes);
+        if total > limit {
+            self.inner
+                .stats
+                .output_budget_refusals
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(EngineError::OutputBudgetExceeded { limit });
+        }
+        run.output_bytes = total;
+        Ok(())
     }
-    run.output_bytes = total;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -268,7 +274,7 @@ mod tests {
         let task = engine.create_task(spec).await.unwrap();
         let id = AttemptId::new(task.id, 1);
         for _ in 0..1000 {
-            let open = engine.inner.live.get(&id.task).is_some_and(|cell| {
+            let open = engine.inner.held.live.get(&id.task).is_some_and(|cell| {
                 cell.lock()
                     .run
                     .as_ref()

@@ -93,33 +93,6 @@ pub(crate) enum Pending {
 }
 
 impl Engine {
-    /// Loads the live state from the store and records what must run again:
-    /// interrupted in-process attempts are failed (or queued for a retry),
-    /// delegated attempts are put back in memory with a fresh lease, queued
-    /// tasks are queued again. Nothing is dispatched until
-    /// `start_recovered`, so the caller can restore sessions first. Call
-    /// once, before serving.
-    pub async fn recover(&self) -> Result<RecoveryReport, EngineError> {
-        let now_secs = self.inner.clock.now_secs();
-        let snapshot = self.inner.store.load_live(now_secs).await?;
-        self.inner.bus.resume_after(snapshot.last_event_seq);
-        self.recover_snapshot(snapshot, Origin::Restart).await
-    }
-
-    /// Takes over the live tasks of a dead node of the cluster, read from
-    /// the store once they are this node's (`snapshot`): the rules of
-    /// recovery at start, at run time, and what they found is started at
-    /// once. Tasks already in memory are left as they are.
-    pub async fn adopt(&self, mut snapshot: LiveSnapshot) -> Result<RecoveryReport, EngineError> {
-        snapshot
-            .tasks
-            .retain(|task| self.inner.live.get(&task.id).is_none());
-        snapshot.sessions.clear();
-        let report = self.recover_snapshot(snapshot, Origin::Takeover).await?;
-        self.start_recovered();
-        Ok(report)
-    }
-
     async fn recover_snapshot(
         &self,
         snapshot: LiveSnapshot,
@@ -131,7 +104,7 @@ impl Engine {
             ..RecoveryReport::default()
         };
         {
-            let mut handles = self.handles();
+            let mut handles = self.inner.held.handles();
             for (digest, record) in snapshot.handles {
                 handles.insert(digest, record);
             }
@@ -144,7 +117,7 @@ impl Engine {
                 .cloned();
             self.recover_task(task, latest, origin, &mut report).await?;
         }
-        self.retire_handles_of_finished();
+        self.inner.held.retire_handles_of_finished();
         Ok(report)
     }
 
@@ -160,6 +133,7 @@ impl Engine {
         let stored_final = match &open_attempt {
             Some(attempt) if task.status() == TaskStatus::Running => {
                 self.inner
+                    .ledger
                     .outputs
                     .last_final(id.as_uuid(), attempt.attempt)
                     .await?
@@ -221,7 +195,7 @@ impl Engine {
             _ => {
                 let agent = task.agent.clone();
                 let limit = self.agent_limit(&task.agent, &task.layers);
-                self.inner.live.insert(TaskCell::new(task));
+                self.inner.held.live.insert(TaskCell::new(task));
                 self.defer(Pending::Admit { agent, limit, id });
                 report.requeued += 1;
             }
@@ -306,39 +280,15 @@ impl Engine {
             WriteOp::PutTask(Box::new(task.clone())),
             WriteOp::PutAttempt(attempt),
         ];
-        self.submit_and_wait(ops, events).await?;
+        self.inner.ledger.submit_and_wait(ops, events).await?;
         if retry {
             let id = task.id;
             let agent = task.agent.clone();
             let limit = self.agent_limit(&task.agent, &task.layers);
-            self.inner.live.insert(TaskCell::new(task));
+            self.inner.held.live.insert(TaskCell::new(task));
             self.defer(Pending::Admit { agent, limit, id });
         }
         Ok(retry)
-    }
-
-    /// Decides the attempts a restart interrupted that reported a CLI
-    /// session: one whose `worktree` artifact names its branch is closed
-    /// (`RESUMED_REASON`) and its task queued for the attempt that resumes
-    /// it; the others fail `interrupted` as any interrupted attempt does.
-    /// Call after the previous process's worktrees are recovered (their
-    /// artifacts name the branches) and before `start_recovered`, which
-    /// otherwise does this itself, after the daemon is up.
-    pub async fn resume_interrupted(&self, report: &mut RecoveryReport) -> Result<(), EngineError> {
-        for (task, attempt) in self.take_interrupted() {
-            match self.restart_of(&task, &attempt).await? {
-                Some(restart) => {
-                    report.continued += 1;
-                    self.close_resumed(task, attempt, restart).await?;
-                }
-                None => {
-                    if self.interrupt(task, attempt, Origin::Restart).await? {
-                        report.retried += 1;
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 
     /// The interrupted attempts `recover` left for `resume_interrupted`.
@@ -399,11 +349,11 @@ impl Engine {
             WriteOp::PutTask(Box::new(task.clone())),
             WriteOp::PutAttempt(attempt),
         ];
-        self.submit_and_wait(ops, events).await?;
+        self.inner.ledger.submit_and_wait(ops, events).await?;
         let id = task.id;
         let agent = task.agent.clone();
         let limit = self.agent_limit(&task.agent, &task.layers);
-        self.inner.live.insert(TaskCell::new(task));
+        self.inner.held.live.insert(TaskCell::new(task));
         self.defer(Pending::Admit { agent, limit, id });
         Ok(())
     }
@@ -418,6 +368,7 @@ impl Engine {
         // The attempt's outputs so far are stored; new ones go on after them.
         let last_seq = self
             .inner
+            .ledger
             .outputs
             .last_seq(task.id.as_uuid(), attempt.attempt)
             .await?;
@@ -451,10 +402,10 @@ impl Engine {
             usage: attempt.usage.clone(),
             over_budget: None,
         });
-        self.inner.live.insert(cell.clone());
+        self.inner.held.live.insert(cell.clone());
         // The resumed attempt holds a running slot like any other.
         let limit = self.agent_limit(&task.agent, &task.layers);
-        self.admission().occupy(&task.agent, limit);
+        self.inner.held.admission().occupy(&task.agent, limit);
         self.defer(Pending::Resume {
             cell,
             attempt: attempt.attempt,
@@ -470,49 +421,88 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .push(pending);
     }
+}
 
-    /// Starts what `recover` found: queued tasks enter admission, delegated
-    /// attempts are announced again to their sessions (with a fresh handle;
-    /// the old one stays valid) and wait for their SubAgent; interrupted
-    /// attempts not yet decided are decided (`resume_interrupted`) in the
-    /// background, and what that queues starts then.
-    pub fn start_recovered(&self) {
-        let pending = std::mem::take(
-            &mut *self
-                .inner
-                .recovered
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
-        let mut undecided = Vec::new();
-        for item in pending {
-            match item {
-                Pending::Interrupted { .. } => undecided.push(item),
-                Pending::Admit { agent, limit, id } => self.admit(&agent, limit, id),
-                Pending::Resume {
-                    cell,
-                    attempt,
-                    cancel,
-                } => {
-                    let engine = self.clone();
-                    self.inner.tracker.spawn(async move {
-                        engine.dispatch_resumed(cell, attempt, cancel).await;
-                    });
+pub(crate) async fn recover(engine: &Engine) -> Result<RecoveryReport, EngineError> {
+    let now_secs = engine.inner.clock.now_secs();
+    let snapshot = engine.inner.ledger.store.load_live(now_secs).await?;
+    engine
+        .inner
+        .ledger
+        .bus
+        .resume_after(snapshot.last_event_seq);
+    engine.recover_snapshot(snapshot, Origin::Restart).await
+}
+
+pub(crate) async fn adopt(
+    engine: &Engine,
+    mut snapshot: LiveSnapshot,
+) -> Result<RecoveryReport, EngineError> {
+    snapshot
+        .tasks
+        .retain(|task| engine.inner.held.live.get(&task.id).is_none());
+    snapshot.sessions.clear();
+    let report = engine.recover_snapshot(snapshot, Origin::Takeover).await?;
+    engine.start_recovered();
+    Ok(report)
+}
+
+pub(crate) async fn resume_interrupted(
+    engine: &Engine,
+    report: &mut RecoveryReport,
+) -> Result<(), EngineError> {
+    for (task, attempt) in engine.take_interrupted() {
+        match engine.restart_of(&task, &attempt).await? {
+            Some(restart) => {
+                report.continued += 1;
+                engine.close_resumed(task, attempt, restart).await?;
+            }
+            None => {
+                if engine.interrupt(task, attempt, Origin::Restart).await? {
+                    report.retried += 1;
                 }
             }
         }
-        if !undecided.is_empty() {
-            for item in undecided {
-                self.defer(item);
+    }
+    Ok(())
+}
+
+pub(crate) fn start_recovered(engine: &Engine) {
+    let pending = std::mem::take(
+        &mut *engine
+            .inner
+            .recovered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()),
+    );
+    let mut undecided = Vec::new();
+    for item in pending {
+        match item {
+            Pending::Interrupted { .. } => undecided.push(item),
+            Pending::Admit { agent, limit, id } => engine.admit(&agent, limit, id),
+            Pending::Resume {
+                cell,
+                attempt,
+                cancel,
+            } => {
+                let resumer = engine.clone();
+                engine.inner.tracker.spawn(async move {
+                    resumer.dispatch_resumed(cell, attempt, cancel).await;
+                });
             }
-            let engine = self.clone();
-            self.inner.tracker.spawn(async move {
-                let mut report = RecoveryReport::default();
-                if let Err(error) = engine.resume_interrupted(&mut report).await {
-                    tracing::warn!(%error, "interrupted attempts were not decided");
-                }
-                engine.start_recovered();
-            });
         }
+    }
+    if !undecided.is_empty() {
+        for item in undecided {
+            engine.defer(item);
+        }
+        let decider = engine.clone();
+        engine.inner.tracker.spawn(async move {
+            let mut report = RecoveryReport::default();
+            if let Err(error) = decider.resume_interrupted(&mut report).await {
+                tracing::warn!(%error, "interrupted attempts were not decided");
+            }
+            decider.start_recovered();
+        });
     }
 }

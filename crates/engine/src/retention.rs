@@ -10,7 +10,10 @@ use swarmd_output_store::BlobSweep;
 
 use crate::Engine;
 use crate::error::EngineError;
+use crate::held::Held;
 use crate::ids::TaskId;
+use crate::ledger::Ledger;
+use crate::metrics::EngineStats;
 
 /// Tasks whose outputs one `forget` call drops.
 const FORGET_SLICE: usize = 1024;
@@ -20,83 +23,83 @@ const FORGET_SLICE: usize = 1024;
 /// commit within moments of their spill, far inside it.
 const BLOB_GRACE: Duration = Duration::from_secs(3600);
 
-impl Engine {
-    /// Prunes terminal tasks finished more than `keep` ago; returns how many.
-    pub async fn prune(&self, keep: Duration) -> Result<usize, EngineError> {
-        let now_ms = self.inner.clock.now_ms();
-        let cutoff = now_ms.saturating_sub(keep.as_millis() as u64);
-        let gone = self.inner.store.prune(cutoff).await?;
-        // In slices, so that forgetting a large backlog never holds the
-        // output store for long.
-        let uuids: Vec<_> = gone.iter().map(TaskId::as_uuid).collect();
-        for slice in uuids.chunks(FORGET_SLICE) {
-            self.inner.outputs.forget(slice).await?;
-        }
-        let now_secs = now_ms / 1000;
-        let leeway = self.inner.tokens.config().leeway_secs;
-        self.handles()
-            .retain(|_, h| h.exp_secs.saturating_add(leeway) > now_secs);
-        if !gone.is_empty() {
-            self.sweep_blobs().await?;
-        }
-        Ok(gone.len())
+/// Prunes the terminal tasks finished before `cutoff_ms` and forgets the
+/// handles expired at `now_ms` (less the tokens' `leeway_secs`).
+pub(crate) async fn prune(
+    ledger: &Ledger,
+    held: &Held,
+    stats: &EngineStats,
+    cutoff_ms: u64,
+    now_ms: u64,
+    leeway_secs: u64,
+) -> Result<usize, EngineError> {
+    let gone = ledger.store.prune(cutoff_ms).await?;
+    // In slices, so that forgetting a large backlog never holds the
+    // output store for long.
+    let uuids: Vec<_> = gone.iter().map(TaskId::as_uuid).collect();
+    for slice in uuids.chunks(FORGET_SLICE) {
+        ledger.outputs.forget(slice).await?;
     }
-
-    /// Deletes the spilled blobs that no stored output references (see
-    /// `OutputStore::sweep_blobs`). `prune` runs it whenever it deleted
-    /// outputs; the retention job also runs it once at start, for blobs
-    /// whose append a crash cut off.
-    pub async fn sweep_blobs(&self) -> Result<BlobSweep, EngineError> {
-        let sweep = self.inner.outputs.sweep_blobs(BLOB_GRACE).await?;
-        let stats = &self.inner.stats;
-        stats
-            .blobs_swept
-            .fetch_add(sweep.removed, Ordering::Relaxed);
-        stats
-            .blob_bytes_swept
-            .fetch_add(sweep.removed_bytes, Ordering::Relaxed);
-        if sweep.removed > 0 {
-            tracing::info!(
-                removed = sweep.removed,
-                bytes = sweep.removed_bytes,
-                kept = sweep.kept,
-                "swept unreferenced blobs"
-            );
-        }
-        Ok(sweep)
+    let now_secs = now_ms / 1000;
+    held.handles()
+        .retain(|_, h| h.exp_secs.saturating_add(leeway_secs) > now_secs);
+    if !gone.is_empty() {
+        sweep_blobs(ledger, stats).await?;
     }
+    Ok(gone.len())
+}
 
-    /// The retention loop: runs `prune(keep)` every `every` until the engine
-    /// shuts down. The caller spawns it where it tracks its background tasks.
-    pub fn retention_loop(
-        &self,
-        keep: Duration,
-        every: Duration,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        let engine = self.clone();
-        let shutdown = self.inner.shutdown.clone();
-        async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut swept_since_start = false;
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = shutdown.cancelled() => return,
+pub(crate) async fn sweep_blobs(
+    ledger: &Ledger,
+    stats: &EngineStats,
+) -> Result<BlobSweep, EngineError> {
+    let sweep = ledger.outputs.sweep_blobs(BLOB_GRACE).await?;
+    stats
+        .blobs_swept
+        .fetch_add(sweep.removed, Ordering::Relaxed);
+    stats
+        .blob_bytes_swept
+        .fetch_add(sweep.removed_bytes, Ordering::Relaxed);
+    if sweep.removed > 0 {
+        tracing::info!(
+            removed = sweep.removed,
+            bytes = sweep.removed_bytes,
+            kept = sweep.kept,
+            "swept unreferenced blobs"
+        );
+    }
+    Ok(sweep)
+}
+
+/// The loop outlives the call that starts it, so it holds the engine.
+pub(crate) fn retention_loop(
+    engine: &Engine,
+    keep: Duration,
+    every: Duration,
+) -> impl Future<Output = ()> + Send + 'static {
+    let engine = engine.clone();
+    let shutdown = engine.inner.shutdown.clone();
+    async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut swept_since_start = false;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            match engine.prune(keep).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    swept_since_start = true;
+                    tracing::info!(pruned = n, "retention pruned terminal tasks");
                 }
-                match engine.prune(keep).await {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        swept_since_start = true;
-                        tracing::info!(pruned = n, "retention pruned terminal tasks");
-                    }
-                    Err(error) => tracing::warn!(%error, "retention run failed"),
-                }
-                if !swept_since_start {
-                    match engine.sweep_blobs().await {
-                        Ok(_) => swept_since_start = true,
-                        Err(error) => tracing::warn!(%error, "blob sweep failed"),
-                    }
+                Err(error) => tracing::warn!(%error, "retention run failed"),
+            }
+            if !swept_since_start {
+                match engine.sweep_blobs().await {
+                    Ok(_) => swept_since_start = true,
+                    Err(error) => tracing::warn!(%error, "blob sweep failed"),
                 }
             }
         }

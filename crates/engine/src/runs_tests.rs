@@ -9,10 +9,11 @@ use serde_json::json;
 use swarmd_output_store::{MemoryOutputStore, StoreError};
 
 use super::*;
+use crate::Engine;
 use crate::RunWrites;
 use crate::audit::AuditRecord;
 use crate::clock::SystemClock;
-use crate::engine::EngineConfig;
+use crate::config::EngineConfig;
 use crate::event::EventRecord;
 use crate::ids::TaskId;
 use crate::run::RunStatus;

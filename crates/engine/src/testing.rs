@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthorityConfig, Keyring, TokenAuthority};
 use crate::clock::{Clock, SystemClock};
-use crate::engine::{Engine, EngineConfig, EngineParts};
+use crate::config::{EngineConfig, EngineParts};
+use crate::engine::Engine;
 use crate::ids::{TaskId, WorkerId};
 use crate::spawn::AttemptHost;
 use crate::spawn::{

@@ -3,8 +3,6 @@
 //! result, or heartbeat — each with the binding and fence checks of step 7
 //! and the late-write rules (docs/tasks.md, Late writes).
 
-use std::sync::MutexGuard;
-
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -12,17 +10,19 @@ use swarmd_output_store::{ContentRef, OutputEvent};
 use tokio::time::Instant;
 
 use crate::Engine;
+use crate::auth::TokenAuthority;
 use crate::auth::{MAX_TOKEN_BYTES, TokenError, WorkerHandle, fingerprint, looks_like_handle};
+use crate::clock::Clock;
+use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::gate::{Role, Verb};
-use crate::handles::HandleTable;
+use crate::held::Held;
 use crate::ids::{AttemptId, TaskId};
+use crate::ledger::Ledger;
 use crate::live::TaskState;
 use crate::store::WriteOp;
 
-mod post_result;
-
-pub(crate) use post_result::PostedClaim;
+pub(crate) mod post_result;
 
 /// A verified worker credential: the (task, attempt) it is bound to.
 #[derive(Debug, Clone)]
@@ -109,7 +109,19 @@ pub(crate) fn check_open(state: &TaskState, attempt: u32) -> Result<(), EngineEr
     }
 }
 
-impl Engine {
+/// What the worker-side operations reach of the engine: the held tasks
+/// and their handles, the ledger, the token authority, the clock and the
+/// configuration. Appending output goes through the engine's output path
+/// (`worker_output`, `post_result`).
+pub(crate) struct Workers<'a> {
+    pub held: &'a Held,
+    pub ledger: &'a Ledger,
+    pub tokens: &'a TokenAuthority,
+    pub clock: &'a dyn Clock,
+    pub config: &'a EngineConfig,
+}
+
+impl Workers<'_> {
     /// A worker token for (task, attempt) carrying `verbs`, valid for the
     /// configured worker TTL.
     pub(crate) fn mint_worker_token(
@@ -121,8 +133,8 @@ impl Engine {
             task: task_id,
             n: attempt,
         } = id;
-        let iat = self.inner.clock.now_secs();
-        let exp = iat.saturating_add(self.inner.config.worker_token_ttl_secs);
+        let iat = self.clock.now_secs();
+        let exp = iat.saturating_add(self.config.worker_token_ttl_secs);
         let claims = crate::auth::Claims {
             sub: format!("worker-of-{task_id}"),
             role: Role::Worker,
@@ -135,49 +147,22 @@ impl Engine {
             jti: crate::auth::Claims::random_jti(),
         };
         let token = self
-            .inner
             .tokens
             .mint(&claims)
             .map_err(EngineError::Unauthorized)?;
         Ok((token, exp))
     }
 
-    /// Verification steps 1–6 (docs/security.md) for a worker bearer and the route's `verb`.
-    pub fn authenticate_worker(&self, bearer: &str, verb: Verb) -> Result<WorkerAuth, EngineError> {
-        if bearer.len() > MAX_TOKEN_BYTES {
-            return Err(EngineError::Unauthorized(TokenError::TooLong));
-        }
-        if looks_like_handle(bearer) {
-            return self.authenticate_handle(bearer, verb);
-        }
-        let claims = self
-            .inner
-            .tokens
-            .verify_for(bearer, verb)
-            .map_err(|e| match e {
-                TokenError::Forbidden(_) => EngineError::Forbidden,
-                other => EngineError::Unauthorized(other),
-            })?;
-        match (claims.role, claims.task, claims.attempt) {
-            (Role::Worker, Some(task_id), Some(attempt)) => Ok(WorkerAuth {
-                attempt: AttemptId::new(task_id, attempt),
-                exp_secs: claims.exp,
-                via_handle: false,
-                fingerprint: fingerprint(bearer),
-            }),
-            _ => Err(EngineError::Forbidden),
-        }
-    }
-
     fn authenticate_handle(&self, bearer: &str, verb: Verb) -> Result<WorkerAuth, EngineError> {
         let handle = WorkerHandle::parse(bearer).map_err(EngineError::Unauthorized)?;
         let record = self
+            .held
             .handles()
             .get(&handle.digest())
             .cloned()
             .ok_or(EngineError::Unauthorized(TokenError::UnknownHandle))?;
-        let leeway = self.inner.tokens.config().leeway_secs;
-        if self.inner.clock.now_secs() >= record.exp_secs.saturating_add(leeway) {
+        let leeway = self.tokens.config().leeway_secs;
+        if self.clock.now_secs() >= record.exp_secs.saturating_add(leeway) {
             return Err(EngineError::HandleExpired);
         }
         if !record.verbs.contains(&verb) || !crate::gate::allowed(Role::Worker, verb) {
@@ -191,18 +176,6 @@ impl Engine {
         })
     }
 
-    /// The task of a `wh-` handle this engine holds, for routing only:
-    /// nothing about the handle (expiry, verbs) is checked. `None` for a
-    /// malformed or unknown handle.
-    pub fn handle_task(&self, bearer: &str) -> Option<TaskId> {
-        let handle = WorkerHandle::parse(bearer).ok()?;
-        self.handles().get(&handle.digest()).map(|r| r.task_id)
-    }
-
-    pub(crate) fn handles(&self) -> MutexGuard<'_, HandleTable> {
-        self.inner.handles.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The task the request names must be the credential's (step 7).
     fn bind(auth: &WorkerAuth, requested: Option<TaskId>) -> Result<TaskId, EngineError> {
         match requested {
@@ -211,44 +184,10 @@ impl Engine {
         }
     }
 
-    /// The prompt of the credential's task; extends the lease of an open attempt.
-    pub async fn fetch_prompt(
-        &self,
-        auth: &WorkerAuth,
-        task: Option<TaskId>,
-    ) -> Result<Prompt, EngineError> {
-        let task_id = Self::bind(auth, task)?;
-        if let Some(cell) = self.inner.live.get(&task_id) {
-            let mut state = cell.lock();
-            let deadline = self.touch(&mut state, auth.attempt.n);
-            let t = &state.task;
-            return Ok(Prompt {
-                agent: t.agent.clone(),
-                system: t.system.clone(),
-                prompt: t.prompt.clone(),
-                input: t.input.clone(),
-                lease_deadline_ms: deadline,
-            });
-        }
-        let t = self
-            .inner
-            .store
-            .task(task_id)
-            .await?
-            .ok_or_else(|| EngineError::NotFound(format!("task {task_id}")))?;
-        Ok(Prompt {
-            agent: t.agent,
-            system: t.system,
-            prompt: t.prompt,
-            input: t.input,
-            lease_deadline_ms: t.finished_ms.unwrap_or(t.updated_ms),
-        })
-    }
-
     /// Extends the lease when `attempt` is the open one; returns the deadline
     /// (unix ms). A superseded or decided attempt's time is up: now.
     fn touch(&self, state: &mut TaskState, attempt: u32) -> u64 {
-        let now_ms = self.inner.clock.now_ms();
+        let now_ms = self.clock.now_ms();
         match state.run.as_mut() {
             Some(run) if run.attempt == attempt && run.open => {
                 run.extend_lease(Instant::now(), now_ms);
@@ -258,50 +197,13 @@ impl Engine {
         }
     }
 
-    /// Appends worker output (no Finals: those go through `post_result`).
-    /// Returns the last sequence number written.
-    pub async fn worker_output(
-        &self,
-        auth: &WorkerAuth,
-        task: Option<TaskId>,
-        events: Vec<OutputEvent>,
-    ) -> Result<u64, EngineError> {
-        let task_id = Self::bind(auth, task)?;
-        if events.is_empty() {
-            return Err(EngineError::BadRequest("no output events".into()));
-        }
-        if events
-            .iter()
-            .any(|e| matches!(e, OutputEvent::Final { .. }))
-        {
-            return Err(EngineError::BadRequest(
-                "a final is posted with /v1/worker/result or /v1/worker/submit".into(),
-            ));
-        }
-        // Only the output store names files (the blobs it spills): a worker's
-        // path could point readers at any file of the host.
-        if events
-            .iter()
-            .any(|e| matches!(e.content(), Some(ContentRef::FileRef { .. })))
-        {
-            return Err(EngineError::BadRequest(
-                "file_ref content is created by the daemon only; post the value inline".into(),
-            ));
-        }
-        let session = self.open_for_write(task_id, auth.attempt.n)?;
-        let records = self
-            .append_and_publish(auth.attempt, session, "worker", events)
-            .await?;
-        Ok(records.last().map_or(0, |r| r.seq))
-    }
-
     /// Checks the fence and extends the lease; returns the task's session.
     fn open_for_write(
         &self,
         task_id: TaskId,
         attempt: u32,
     ) -> Result<Option<crate::ids::SessionId>, EngineError> {
-        let cell = self.live_cell(task_id)?;
+        let cell = self.held.cell(task_id)?;
         let mut state = cell.lock();
         check_open(&state, attempt)?;
         self.touch(&mut state, attempt);
@@ -312,7 +214,7 @@ impl Engine {
     /// credential is for `credential`: superseded when the credential's
     /// attempt is no longer the task's current one, a bad request when it is.
     fn attempt_mismatch(&self, task_id: TaskId, credential: u32, named: u32) -> EngineError {
-        let Ok(cell) = self.live_cell(task_id) else {
+        let Ok(cell) = self.held.cell(task_id) else {
             return EngineError::TaskTerminal;
         };
         let current = cell.lock().task.attempt;
@@ -327,58 +229,161 @@ impl Engine {
             }
         }
     }
+}
 
-    /// Extends the lease; re-mints the token (and moves the expiry of every
-    /// handle of the attempt) when less than a third of its lifetime is left
-    /// (docs/security.md, Lifetimes).
-    pub async fn heartbeat(
-        &self,
-        auth: &WorkerAuth,
-        task: Option<TaskId>,
-    ) -> Result<HeartbeatAck, EngineError> {
-        let task_id = Self::bind(auth, task)?;
-        let ttl = self.inner.config.worker_token_ttl_secs;
-        let now_secs = self.inner.clock.now_secs();
-        let (deadline, current_exp, verbs) = {
-            let cell = self.live_cell(task_id)?;
-            let mut state = cell.lock();
-            check_open(&state, auth.attempt.n)?;
-            let deadline = self.touch(&mut state, auth.attempt.n);
-            let run = state.run.as_ref().ok_or(EngineError::TaskTerminal)?;
-            (
-                deadline,
-                run.token_exp_secs.max(auth.exp_secs),
-                run.verbs.clone(),
-            )
-        };
-        let remaining = current_exp.saturating_sub(now_secs);
-        if remaining * 3 >= ttl {
-            return Ok(HeartbeatAck {
-                deadline,
-                token: None,
-                handle_expires: current_exp,
-            });
-        }
-        let (token, expires_secs) = self.mint_worker_token(auth.attempt, &verbs)?;
-        let ops = self.extend_handles(auth.attempt, expires_secs);
-        self.with_run(task_id, auth.attempt.n, |run| {
-            run.token_exp_secs = expires_secs
-        });
-        self.submit_and_wait(ops, Vec::new()).await?;
-        Ok(HeartbeatAck {
-            deadline,
-            token: Some(token.expose().to_owned()),
-            handle_expires: expires_secs,
-        })
+pub(crate) fn authenticate_worker(
+    workers: &Workers<'_>,
+    bearer: &str,
+    verb: Verb,
+) -> Result<WorkerAuth, EngineError> {
+    if bearer.len() > MAX_TOKEN_BYTES {
+        return Err(EngineError::Unauthorized(TokenError::TooLong));
+    }
+    if looks_like_handle(bearer) {
+        return workers.authenticate_handle(bearer, verb);
+    }
+    let claims = workers
+        .tokens
+        .verify_for(bearer, verb)
+        .map_err(|e| match e {
+            TokenError::Forbidden(_) => EngineError::Forbidden,
+            other => EngineError::Unauthorized(other),
+        })?;
+    match (claims.role, claims.task, claims.attempt) {
+        (Role::Worker, Some(task_id), Some(attempt)) => Ok(WorkerAuth {
+            attempt: AttemptId::new(task_id, attempt),
+            exp_secs: claims.exp,
+            via_handle: false,
+            fingerprint: fingerprint(bearer),
+        }),
+        _ => Err(EngineError::Forbidden),
     }
 }
 
-impl Engine {
+pub(crate) fn handle_task(workers: &Workers<'_>, bearer: &str) -> Option<TaskId> {
+    let handle = WorkerHandle::parse(bearer).ok()?;
+    workers
+        .held
+        .handles()
+        .get(&handle.digest())
+        .map(|r| r.task_id)
+}
+
+pub(crate) async fn fetch_prompt(
+    workers: &Workers<'_>,
+    auth: &WorkerAuth,
+    task: Option<TaskId>,
+) -> Result<Prompt, EngineError> {
+    let task_id = Workers::bind(auth, task)?;
+    if let Some(cell) = workers.held.live.get(&task_id) {
+        let mut state = cell.lock();
+        let deadline = workers.touch(&mut state, auth.attempt.n);
+        let t = &state.task;
+        return Ok(Prompt {
+            agent: t.agent.clone(),
+            system: t.system.clone(),
+            prompt: t.prompt.clone(),
+            input: t.input.clone(),
+            lease_deadline_ms: deadline,
+        });
+    }
+    let t = workers
+        .ledger
+        .store
+        .task(task_id)
+        .await?
+        .ok_or_else(|| EngineError::NotFound(format!("task {task_id}")))?;
+    Ok(Prompt {
+        agent: t.agent,
+        system: t.system,
+        prompt: t.prompt,
+        input: t.input,
+        lease_deadline_ms: t.finished_ms.unwrap_or(t.updated_ms),
+    })
+}
+
+pub(crate) async fn worker_output(
+    engine: &Engine,
+    auth: &WorkerAuth,
+    task: Option<TaskId>,
+    events: Vec<OutputEvent>,
+) -> Result<u64, EngineError> {
+    let task_id = Workers::bind(auth, task)?;
+    if events.is_empty() {
+        return Err(EngineError::BadRequest("no output events".into()));
+    }
+    if events
+        .iter()
+        .any(|e| matches!(e, OutputEvent::Final { .. }))
+    {
+        return Err(EngineError::BadRequest(
+            "a final is posted with /v1/worker/result or /v1/worker/submit".into(),
+        ));
+    }
+    // Only the output store names files (the blobs it spills): a worker's
+    // path could point readers at any file of the host.
+    if events
+        .iter()
+        .any(|e| matches!(e.content(), Some(ContentRef::FileRef { .. })))
+    {
+        return Err(EngineError::BadRequest(
+            "file_ref content is created by the daemon only; post the value inline".into(),
+        ));
+    }
+    let session = engine.workers().open_for_write(task_id, auth.attempt.n)?;
+    let records = engine
+        .append_and_publish(auth.attempt, session, "worker", events)
+        .await?;
+    Ok(records.last().map_or(0, |r| r.seq))
+}
+
+pub(crate) async fn heartbeat(
+    workers: &Workers<'_>,
+    auth: &WorkerAuth,
+    task: Option<TaskId>,
+) -> Result<HeartbeatAck, EngineError> {
+    let task_id = Workers::bind(auth, task)?;
+    let ttl = workers.config.worker_token_ttl_secs;
+    let now_secs = workers.clock.now_secs();
+    let (deadline, current_exp, verbs) = {
+        let cell = workers.held.cell(task_id)?;
+        let mut state = cell.lock();
+        check_open(&state, auth.attempt.n)?;
+        let deadline = workers.touch(&mut state, auth.attempt.n);
+        let run = state.run.as_ref().ok_or(EngineError::TaskTerminal)?;
+        (
+            deadline,
+            run.token_exp_secs.max(auth.exp_secs),
+            run.verbs.clone(),
+        )
+    };
+    let remaining = current_exp.saturating_sub(now_secs);
+    if remaining * 3 >= ttl {
+        return Ok(HeartbeatAck {
+            deadline,
+            token: None,
+            handle_expires: current_exp,
+        });
+    }
+    let (token, expires_secs) = workers.mint_worker_token(auth.attempt, &verbs)?;
+    let ops = workers.extend_handles(auth.attempt, expires_secs);
+    workers.held.with_run(task_id, auth.attempt.n, |run| {
+        run.token_exp_secs = expires_secs
+    });
+    workers.ledger.submit_and_wait(ops, Vec::new()).await?;
+    Ok(HeartbeatAck {
+        deadline,
+        token: Some(token.expose().to_owned()),
+        handle_expires: expires_secs,
+    })
+}
+
+impl Workers<'_> {
     /// Moves the expiry of every handle of the attempt to at least
     /// `exp_secs` (a SubAgent may hold one from before a restart as well as
     /// the one announced since); returns their writes.
     fn extend_handles(&self, id: AttemptId, exp_secs: u64) -> Vec<WriteOp> {
-        let mut handles = self.handles();
+        let mut handles = self.held.handles();
         handles
             .digests_of(id)
             .into_iter()
@@ -392,45 +397,45 @@ impl Engine {
             })
             .collect()
     }
+}
 
-    /// A fresh token for the same attempt and handle, with the handle's
-    /// expiry moved along (a parked `spawn` re-minted at
-    /// delivery). Refused once the attempt is no longer the open one.
-    pub async fn refresh_credential(
-        &self,
-        id: AttemptId,
-        old: &crate::spawn::WorkerCredential,
-    ) -> Result<crate::spawn::WorkerCredential, EngineError> {
-        let AttemptId {
-            task: task_id,
-            n: attempt,
-        } = id;
-        let verbs = {
-            let cell = self.live_cell(task_id)?;
-            let state = cell.lock();
-            check_open(&state, attempt)?;
-            state
-                .run
-                .as_ref()
-                .map(|r| r.verbs.clone())
-                .unwrap_or_default()
-        };
-        let handle = WorkerHandle::parse(old.handle()).map_err(EngineError::Unauthorized)?;
-        let known = self
-            .handles()
-            .get(&handle.digest())
-            .is_some_and(|r| r.task_id == task_id && r.attempt == attempt);
-        if !known {
-            return Err(EngineError::HandleExpired);
-        }
-        let (token, expires_secs) = self.mint_worker_token(id, &verbs)?;
-        let ops = self.extend_handles(id, expires_secs);
-        self.with_run(task_id, attempt, |run| run.token_exp_secs = expires_secs);
-        self.submit_and_wait(ops, Vec::new()).await?;
-        Ok(crate::spawn::WorkerCredential::new(
-            token.expose().to_owned(),
-            old.handle().to_owned(),
-            expires_secs,
-        ))
+pub(crate) async fn refresh_credential(
+    workers: &Workers<'_>,
+    id: AttemptId,
+    old: &crate::spawn::WorkerCredential,
+) -> Result<crate::spawn::WorkerCredential, EngineError> {
+    let AttemptId {
+        task: task_id,
+        n: attempt,
+    } = id;
+    let verbs = {
+        let cell = workers.held.cell(task_id)?;
+        let state = cell.lock();
+        check_open(&state, attempt)?;
+        state
+            .run
+            .as_ref()
+            .map(|r| r.verbs.clone())
+            .unwrap_or_default()
+    };
+    let handle = WorkerHandle::parse(old.handle()).map_err(EngineError::Unauthorized)?;
+    let known = workers
+        .held
+        .handles()
+        .get(&handle.digest())
+        .is_some_and(|r| r.task_id == task_id && r.attempt == attempt);
+    if !known {
+        return Err(EngineError::HandleExpired);
     }
+    let (token, expires_secs) = workers.mint_worker_token(id, &verbs)?;
+    let ops = workers.extend_handles(id, expires_secs);
+    workers
+        .held
+        .with_run(task_id, attempt, |run| run.token_exp_secs = expires_secs);
+    workers.ledger.submit_and_wait(ops, Vec::new()).await?;
+    Ok(crate::spawn::WorkerCredential::new(
+        token.expose().to_owned(),
+        old.handle().to_owned(),
+        expires_secs,
+    ))
 }

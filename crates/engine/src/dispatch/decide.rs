@@ -117,12 +117,12 @@ impl Engine {
                 rec.reason = reason;
                 ops.push(WriteOp::PutAttempt(rec));
             }
-            let done = self.submit(ops, events);
+            let done = self.inner.ledger.submit(ops, events);
             (state.task.agent.clone(), retry_after, terminal, done)
         };
         self.inner.stats.attempt_finished(outcome);
         self.release_slot(&agent);
-        if let Err(error) = crate::engine::wait_commit(done).await {
+        if let Err(error) = crate::ledger::wait_commit(done).await {
             tracing::error!(task_id = %task_id, %error, "could not record the attempt's end");
         }
         if terminal {
@@ -131,7 +131,7 @@ impl Engine {
                 (state.task.status(), state.task.duration_ms())
             };
             self.inner.stats.finished(&agent, status, took);
-            self.retire(cell, task_id);
+            self.inner.held.retire(cell, task_id);
         }
         if let Some(after) = retry_after {
             self.schedule_retry(task_id, after).await;
@@ -149,7 +149,7 @@ impl Engine {
 
     /// Queues a live, unfinished task for its next attempt.
     pub(super) fn readmit(&self, id: TaskId) {
-        let Some(cell) = self.inner.live.get(&id) else {
+        let Some(cell) = self.inner.held.live.get(&id) else {
             return;
         };
         // The agent and its layers are copied out: the resolver is never

@@ -85,7 +85,7 @@ impl Engine {
     }
 
     async fn attempt_pipeline(&self, id: TaskId, agent: String) {
-        let Some(cell) = self.inner.live.get(&id) else {
+        let Some(cell) = self.inner.held.live.get(&id) else {
             // Cancelled between admission and now: give the slot back.
             self.release_slot(&agent);
             return;
@@ -252,9 +252,9 @@ impl Engine {
         // and so must a credential a pool takes elsewhere, where another
         // node of a cluster reads it from the database.
         let durable = if kind.survives_restart() || (credential_leaves && !ctx.delegated) {
-            Some(self.submit(ops, events))
+            Some(self.inner.ledger.submit(ops, events))
         } else {
-            self.inner.bus.submit(ops, events, None);
+            self.inner.ledger.bus.submit(ops, events, None);
             None
         };
         drop(state);
@@ -282,7 +282,7 @@ impl Engine {
     /// queued, not awaited: it only matters after a crash, and a worker that
     /// started is recorded as soon as the store allows.
     pub(crate) fn record_process_group(&self, id: AttemptId, group: ProcessGroupMark) {
-        let Some(cell) = self.inner.live.get(&id.task) else {
+        let Some(cell) = self.inner.held.live.get(&id.task) else {
             return;
         };
         let mut state = cell.lock();
@@ -293,6 +293,7 @@ impl Engine {
         let record = run.open_record(id.task);
         // Queued under the task's lock, so the attempt's end is written after it.
         self.inner
+            .ledger
             .bus
             .submit(vec![WriteOp::PutAttempt(record)], Vec::new(), None);
     }
@@ -326,7 +327,7 @@ impl Engine {
             Err(reason) => return Err(Joined::Worker(Err(WorkerError::Failed(reason)))),
         };
         if let Some(durable) = minted.durable
-            && let Err(error) = crate::engine::wait_commit(durable).await
+            && let Err(error) = crate::ledger::wait_commit(durable).await
         {
             let reason = format!("could not record the attempt: {error}");
             return Err(Joined::Worker(Err(WorkerError::Failed(reason))));
@@ -418,12 +419,12 @@ impl Engine {
         self.inner
             .stats
             .finished(&task.agent, TaskStatus::Failed, took);
-        drop(self.submit_failed(task));
-        self.retire(cell, id);
+        drop(crate::cancel::submit_failed(&self.inner.ledger, task));
+        self.inner.held.retire(cell, id);
     }
 
     fn release_slot(&self, agent: &str) {
-        let start = self.admission().release(agent);
+        let start = self.inner.held.admission().release(agent);
         self.start(start);
     }
 
@@ -434,7 +435,7 @@ impl Engine {
         id: AttemptId,
         verbs: &[crate::gate::Verb],
     ) -> Result<(WorkerCredential, [u8; 32], crate::store::HandleRecord), crate::EngineError> {
-        let (token, expires_secs) = self.mint_worker_token(id, verbs)?;
+        let (token, expires_secs) = self.workers().mint_worker_token(id, verbs)?;
         let handle = crate::auth::WorkerHandle::generate();
         let digest = handle.digest();
         let record = crate::store::HandleRecord {
@@ -443,7 +444,7 @@ impl Engine {
             verbs: verbs.to_vec(),
             exp_secs: expires_secs,
         };
-        self.handles().insert(digest, record.clone());
+        self.inner.held.handles().insert(digest, record.clone());
         let credential = WorkerCredential::new(
             token.expose().to_owned(),
             handle.expose().to_owned(),

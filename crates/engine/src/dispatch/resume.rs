@@ -128,7 +128,9 @@ impl Engine {
         if let Some(run) = cell.lock().run.as_mut().filter(|r| r.attempt == id.n) {
             run.token_exp_secs = credential.expires_secs();
         }
-        self.submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())
+        self.inner
+            .ledger
+            .submit_and_wait(vec![WriteOp::PutHandle { digest, record }], Vec::new())
             .await?;
         Ok(credential)
     }

@@ -26,11 +26,6 @@ pub(super) enum Place {
 }
 
 impl Engine {
-    /// Tells every task waiting for somewhere to run to ask again now.
-    pub fn wake_waiting(&self) {
-        self.inner.place_changed.notify_waiters();
-    }
-
     /// Asks again after [`RECHECK`], or as soon as `wake_waiting` fires.
     pub(super) async fn recheck_place(&self, id: TaskId) {
         tokio::select! {

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use futures_util::FutureExt;
-use futures_util::future::{BoxFuture, Shared};
 use swarmd_output_store::{ContentRef, Durable, OutputEvent, StoreError};
 use tokio::sync::oneshot;
 
@@ -15,42 +14,8 @@ use super::{ResultAck, ResultPost, WorkerAuth, check_open};
 use crate::Engine;
 use crate::error::EngineError;
 use crate::ids::{SessionId, TaskId};
-use crate::live::{PostedFinal, TaskCell};
+use crate::live::{FinalOutcome, FinalWrite, PostedClaim, PostedFinal, TaskCell};
 use crate::store::WriteOp;
-
-/// How the write of a claimed Final ended.
-#[derive(Debug, Clone)]
-pub(crate) enum FinalWrite {
-    /// The Final is durable.
-    Stored,
-    /// The Final's write failed (a fenced node, a failed group commit).
-    Failed(Arc<StoreError>),
-    /// The post that claimed the Final went away (or was refused) before
-    /// queuing it: the attempt's Final is free to claim again.
-    Abandoned,
-}
-
-/// The outcome of a claimed Final's write, shared by every post that waits
-/// on it; it resolves even when the claiming request is dropped.
-pub(crate) type FinalOutcome = Shared<BoxFuture<'static, FinalWrite>>;
-
-/// The Final an open attempt accepted, while its write is in flight and
-/// after.
-#[derive(Clone)]
-pub(crate) struct PostedClaim {
-    /// The first post's fingerprint: a retry must match it to replay.
-    pub first: PostedFinal,
-    pub outcome: FinalOutcome,
-}
-
-impl std::fmt::Debug for PostedClaim {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostedClaim")
-            .field("first", &self.first)
-            .field("settled", &self.outcome.peek().is_some())
-            .finish()
-    }
-}
 
 /// Why a posted Final was not claimed.
 enum Claim {
@@ -93,102 +58,6 @@ const WORKER: &str = "worker";
 const MAX_TAKEOVERS: usize = 8;
 
 impl Engine {
-    /// Posts the attempt's Final: once per attempt; a retry with the same
-    /// `Idempotency-Key` and body replays the first answer for as long as
-    /// the task is retained, across restarts too.
-    pub async fn post_result(
-        &self,
-        auth: &WorkerAuth,
-        post: ResultPost,
-    ) -> Result<ResultAck, EngineError> {
-        let task_id = Self::bind(auth, post.task_id)?;
-        if let Some(named) = post.attempt.filter(|a| *a != auth.attempt.n) {
-            return Err(self.attempt_mismatch(task_id, auth.attempt.n, named));
-        }
-        let ack = ResultAck {
-            task_id,
-            attempt: auth.attempt.n,
-            accepted: true,
-        };
-        let mine = PostedFinal {
-            idempotency_key: post.idempotency_key.clone(),
-            body_digest: post.body_digest,
-        };
-        let mut takeovers = 0;
-        let claimed = loop {
-            let claim = match self.inner.live.get(&task_id) {
-                Some(cell) => self.claim_final(&cell, task_id, auth.attempt.n, &mine),
-                None => Err(Claim::Closed(EngineError::TaskTerminal)),
-            };
-            match claim {
-                Ok(claimed) => break claimed,
-                Err(Claim::Replay(first)) => {
-                    if !same_post(&first.first, &mine) {
-                        return Err(EngineError::AlreadyFinal);
-                    }
-                    match first.outcome.clone().await {
-                        FinalWrite::Stored => return Ok(ack),
-                        FinalWrite::Failed(e) => {
-                            self.withdraw_claim(task_id, auth.attempt.n, &first.outcome);
-                            return Err(StoreError::Batch(e).into());
-                        }
-                        FinalWrite::Abandoned if takeovers < MAX_TAKEOVERS => {
-                            self.withdraw_claim(task_id, auth.attempt.n, &first.outcome);
-                            takeovers += 1;
-                        }
-                        FinalWrite::Abandoned => return Err(EngineError::AlreadyFinal),
-                    }
-                }
-                Err(Claim::Closed(error)) => {
-                    return match self.stored_post(task_id, auth.attempt.n).await? {
-                        Some(first) if same_post(&first, &mine) => Ok(ack),
-                        Some(_) => Err(EngineError::AlreadyFinal),
-                        None => Err(error),
-                    };
-                }
-            }
-        };
-        let event = OutputEvent::Final {
-            content: ContentRef::Inline { value: post.value },
-            ok: post.ok,
-        };
-        // The attempt is decided as soon as its Final is queued (its
-        // terminal writes queue behind it); the worker hears back once the
-        // Final is durable.
-        let started = std::time::Instant::now();
-        let queued = self
-            .queue_output(auth.attempt, claimed.session, WORKER, vec![event], |run| {
-                run.posted_tx.send_replace(true);
-            })
-            .await;
-        let durable = match queued {
-            Ok((_, durable)) => durable,
-            Err(e) => {
-                drop(claimed.queued);
-                self.withdraw_claim(task_id, auth.attempt.n, &claimed.outcome);
-                return Err(e);
-            }
-        };
-        // From here the write's outcome no longer depends on this request:
-        // a retry polls the same shared future if this one is dropped.
-        let _ = claimed.queued.send(durable);
-        match claimed.outcome.clone().await {
-            FinalWrite::Stored => {
-                self.inner
-                    .stats
-                    .store_append_latency
-                    .observe(started.elapsed());
-                Ok(ack)
-            }
-            FinalWrite::Failed(e) => {
-                self.withdraw_claim(task_id, auth.attempt.n, &claimed.outcome);
-                Err(StoreError::Batch(e).into())
-            }
-            // The receiver was sent its durability just above.
-            FinalWrite::Abandoned => Err(EngineError::AlreadyFinal),
-        }
-    }
-
     /// Claims the open attempt's one Final for `mine`, under the task's
     /// lock: from here on a cancel loses to it (`AlreadyFinal`). Queues the
     /// fingerprint's write before the Final's, so it is durable whenever the
@@ -210,7 +79,7 @@ impl Engine {
             return Err(Claim::Replay(first.clone()));
         }
         check_open(&state, attempt).map_err(Claim::Closed)?;
-        self.touch(&mut state, attempt);
+        self.workers().touch(&mut state, attempt);
         let (queued, receiver) = oneshot::channel();
         let outcome = final_outcome(receiver);
         if let Some(run) = state.run.as_mut() {
@@ -219,7 +88,7 @@ impl Engine {
                 outcome: outcome.clone(),
             });
         }
-        self.inner.bus.submit(
+        self.inner.ledger.bus.submit(
             vec![WriteOp::PutPostedFinal {
                 task_id,
                 attempt,
@@ -246,11 +115,18 @@ impl Engine {
         task_id: TaskId,
         attempt: u32,
     ) -> Result<Option<PostedFinal>, EngineError> {
-        let Some(first) = self.inner.store.posted_final(task_id, attempt).await? else {
+        let Some(first) = self
+            .inner
+            .ledger
+            .store
+            .posted_final(task_id, attempt)
+            .await?
+        else {
             return Ok(None);
         };
         let stored = self
             .inner
+            .ledger
             .outputs
             .last_final(task_id.as_uuid(), attempt)
             .await?;
@@ -262,7 +138,7 @@ impl Engine {
     /// is queued under the task's lock, so it cannot land after a later
     /// claim's. A claim that is no longer the attempt's is left alone.
     fn withdraw_claim(&self, task_id: TaskId, attempt: u32, outcome: &FinalOutcome) {
-        let Some(cell) = self.inner.live.get(&task_id) else {
+        let Some(cell) = self.inner.held.live.get(&task_id) else {
             return;
         };
         let mut state = cell.lock();
@@ -277,11 +153,107 @@ impl Engine {
             return;
         }
         run.posted = None;
-        self.inner.bus.submit(
+        self.inner.ledger.bus.submit(
             vec![WriteOp::DeletePostedFinal { task_id, attempt }],
             Vec::new(),
             None,
         );
+    }
+}
+
+pub(crate) async fn post_result(
+    engine: &Engine,
+    auth: &WorkerAuth,
+    post: ResultPost,
+) -> Result<ResultAck, EngineError> {
+    let task_id = crate::worker_api::Workers::bind(auth, post.task_id)?;
+    if let Some(named) = post.attempt.filter(|a| *a != auth.attempt.n) {
+        return Err(engine
+            .workers()
+            .attempt_mismatch(task_id, auth.attempt.n, named));
+    }
+    let ack = ResultAck {
+        task_id,
+        attempt: auth.attempt.n,
+        accepted: true,
+    };
+    let mine = PostedFinal {
+        idempotency_key: post.idempotency_key.clone(),
+        body_digest: post.body_digest,
+    };
+    let mut takeovers = 0;
+    let claimed = loop {
+        let claim = match engine.inner.held.live.get(&task_id) {
+            Some(cell) => engine.claim_final(&cell, task_id, auth.attempt.n, &mine),
+            None => Err(Claim::Closed(EngineError::TaskTerminal)),
+        };
+        match claim {
+            Ok(claimed) => break claimed,
+            Err(Claim::Replay(first)) => {
+                if !same_post(&first.first, &mine) {
+                    return Err(EngineError::AlreadyFinal);
+                }
+                match first.outcome.clone().await {
+                    FinalWrite::Stored => return Ok(ack),
+                    FinalWrite::Failed(e) => {
+                        engine.withdraw_claim(task_id, auth.attempt.n, &first.outcome);
+                        return Err(StoreError::Batch(e).into());
+                    }
+                    FinalWrite::Abandoned if takeovers < MAX_TAKEOVERS => {
+                        engine.withdraw_claim(task_id, auth.attempt.n, &first.outcome);
+                        takeovers += 1;
+                    }
+                    FinalWrite::Abandoned => return Err(EngineError::AlreadyFinal),
+                }
+            }
+            Err(Claim::Closed(error)) => {
+                return match engine.stored_post(task_id, auth.attempt.n).await? {
+                    Some(first) if same_post(&first, &mine) => Ok(ack),
+                    Some(_) => Err(EngineError::AlreadyFinal),
+                    None => Err(error),
+                };
+            }
+        }
+    };
+    let event = OutputEvent::Final {
+        content: ContentRef::Inline { value: post.value },
+        ok: post.ok,
+    };
+    // The attempt is decided as soon as its Final is queued (its
+    // terminal writes queue behind it); the worker hears back once the
+    // Final is durable.
+    let started = std::time::Instant::now();
+    let queued = engine
+        .queue_output(auth.attempt, claimed.session, WORKER, vec![event], |run| {
+            run.posted_tx.send_replace(true);
+        })
+        .await;
+    let durable = match queued {
+        Ok((_, durable)) => durable,
+        Err(e) => {
+            drop(claimed.queued);
+            engine.withdraw_claim(task_id, auth.attempt.n, &claimed.outcome);
+            return Err(e);
+        }
+    };
+    // From here the write's outcome no longer depends on this request:
+    // a retry polls the same shared future if this one is dropped.
+    let _ = claimed.queued.send(durable);
+    match claimed.outcome.clone().await {
+        FinalWrite::Stored => {
+            engine
+                .inner
+                .stats
+                .store_append_latency
+                .observe(started.elapsed());
+            Ok(ack)
+        }
+        FinalWrite::Failed(e) => {
+            engine.withdraw_claim(task_id, auth.attempt.n, &claimed.outcome);
+            Err(StoreError::Batch(e).into())
+        }
+        // The receiver was sent its durability just above.
+        FinalWrite::Abandoned => Err(EngineError::AlreadyFinal),
     }
 }
 

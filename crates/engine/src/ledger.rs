@@ -1,0 +1,73 @@
+//! The engine's ledger: the task store, the output store and the event bus,
+//! the one place a change becomes durable and its events are broadcast.
+//! Every write is queued here (`submit`); a verb that needs nothing else of
+//! the engine is handed a `&Ledger` alone.
+
+use std::sync::Arc;
+
+use swarmd_output_store::{OutputStore, StoreError};
+use tokio::sync::oneshot;
+
+use crate::audit::AuditRecord;
+use crate::bus::EventBus;
+use crate::error::EngineError;
+use crate::event::Event;
+use crate::ids::SessionId;
+use crate::store::{TaskStore, WriteOp};
+
+/// What resolves once a queued write is durable (or failed).
+pub(crate) type Committed = oneshot::Receiver<Result<(), StoreError>>;
+
+/// The stores and the bus that orders their writes.
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    pub store: Arc<dyn TaskStore>,
+    pub outputs: Arc<dyn OutputStore>,
+    pub bus: EventBus,
+}
+
+impl Ledger {
+    /// Queues the write now; the returned receiver resolves once it is durable.
+    pub(crate) fn submit(
+        &self,
+        ops: Vec<WriteOp>,
+        events: Vec<(Option<SessionId>, Event)>,
+    ) -> Committed {
+        let (tx, rx) = oneshot::channel();
+        self.bus.submit(
+            ops,
+            events,
+            Some(Box::new(move |res| {
+                let _ = tx.send(res);
+            })),
+        );
+        rx
+    }
+
+    pub(crate) async fn submit_and_wait(
+        &self,
+        ops: Vec<WriteOp>,
+        events: Vec<(Option<SessionId>, Event)>,
+    ) -> Result<(), EngineError> {
+        wait_commit(self.submit(ops, events)).await
+    }
+
+    /// Publishes an event for `session` (durable, then broadcast), waiting
+    /// for nothing.
+    pub(crate) fn publish(&self, session: Option<SessionId>, event: Event) {
+        self.bus.submit(Vec::new(), vec![(session, event)], None);
+    }
+
+    /// Writes a durable audit line.
+    pub(crate) fn audit(&self, record: AuditRecord) {
+        self.bus
+            .submit(vec![WriteOp::Audit(record)], Vec::new(), None);
+    }
+}
+
+/// Waits for a queued write: `Ok` once it is durable.
+pub(crate) async fn wait_commit(rx: Committed) -> Result<(), EngineError> {
+    rx.await
+        .map_err(|_| EngineError::Store(StoreError::Closed))?
+        .map_err(EngineError::Store)
+}

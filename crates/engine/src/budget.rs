@@ -179,53 +179,48 @@ impl UsageMeter {
     }
 }
 
-impl crate::Engine {
-    /// Folds the usage notes among `records`, just numbered for the open
-    /// attempt of `state`, into the attempt's usage; meters what they add
-    /// and stops the attempt when the task passes a budget. Returns the
-    /// attempt's record to write when its usage changed. Costs one stage
-    /// compare per record without a usage note.
-    pub(crate) fn fold_usage(
-        &self,
-        state: &mut TaskState,
-        records: &[OutputRecord],
-    ) -> Option<WriteOp> {
-        let mut notes = records.iter().filter_map(|r| match &r.event {
-            OutputEvent::Progress {
-                stage,
-                note: Some(note),
-            } if stage == USAGE_STAGE => Some(note.as_str()),
-            _ => None,
-        });
-        let first = notes.next()?;
-        let run = state.run.as_mut()?;
-        let before = run.usage.clone();
-        let mut changed = false;
-        for note in std::iter::once(first).chain(notes) {
-            changed |= run.usage.fold_note(note);
-        }
-        if !changed || run.usage == before {
-            return None;
-        }
-        let delta = run.usage.totals.since(&before.totals);
-        let task = &state.task;
-        self.inner
-            .stats
-            .usage
-            .add(&task.agent, run.usage.main_model(), &delta);
-        if run.over_budget.is_none() {
-            let mut spent = task.usage;
-            spent.add(&run.usage.totals);
-            if let Some(over) = task.policy.over_budget(&spent) {
-                tracing::info!(reason = %over.reason, "stopping the attempt: the task is over budget");
-                self.inner.stats.usage.budget_stop(over.limit);
-                run.over_budget = Some(over);
-                run.stopped = Some(Stopped::OverBudget);
-                run.cancel.cancel();
-            }
-        }
-        Some(WriteOp::PutAttempt(run.open_record(task.id)))
+/// Folds the usage notes among `records`, just numbered for the open
+/// attempt of `state`, into the attempt's usage; meters what they add
+/// and stops the attempt when the task passes a budget. Returns the
+/// attempt's record to write when its usage changed. Costs one stage
+/// compare per record without a usage note.
+pub(crate) fn fold_usage(
+    meter: &UsageMeter,
+    state: &mut TaskState,
+    records: &[OutputRecord],
+) -> Option<WriteOp> {
+    let mut notes = records.iter().filter_map(|r| match &r.event {
+        OutputEvent::Progress {
+            stage,
+            note: Some(note),
+        } if stage == USAGE_STAGE => Some(note.as_str()),
+        _ => None,
+    });
+    let first = notes.next()?;
+    let run = state.run.as_mut()?;
+    let before = run.usage.clone();
+    let mut changed = false;
+    for note in std::iter::once(first).chain(notes) {
+        changed |= run.usage.fold_note(note);
     }
+    if !changed || run.usage == before {
+        return None;
+    }
+    let delta = run.usage.totals.since(&before.totals);
+    let task = &state.task;
+    meter.add(&task.agent, run.usage.main_model(), &delta);
+    if run.over_budget.is_none() {
+        let mut spent = task.usage;
+        spent.add(&run.usage.totals);
+        if let Some(over) = task.policy.over_budget(&spent) {
+            tracing::info!(reason = %over.reason, "stopping the attempt: the task is over budget");
+            meter.budget_stop(over.limit);
+            run.over_budget = Some(over);
+            run.stopped = Some(Stopped::OverBudget);
+            run.cancel.cancel();
+        }
+    }
+    Some(WriteOp::PutAttempt(run.open_record(task.id)))
 }
 
 #[cfg(test)]

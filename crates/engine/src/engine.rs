@@ -584,7 +584,7 @@ impl Engine {
         task: Option<TaskId>,
         events: Vec<OutputEvent>,
     ) -> Result<u64, EngineError> {
-        worker_api::worker_output(self, auth, task, events).await
+        worker_api::worker_output(&self.workers(), auth, task, events).await
     }
 
     /// Extends the lease; re-mints the token (and moves the expiry of every

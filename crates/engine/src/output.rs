@@ -19,14 +19,28 @@ use std::time::Instant;
 
 use swarmd_output_store::{Durable, OutputEvent, OutputRecord, Prepared};
 
-use crate::Engine;
+use crate::budget::fold_usage;
 use crate::error::EngineError;
 use crate::event::Event;
+use crate::held::Held;
 use crate::ids::{AttemptId, SessionId};
+use crate::ledger::Ledger;
 use crate::live::{RunState, TaskState};
+use crate::metrics::EngineStats;
 use crate::worker_api::check_open;
 
-impl Engine {
+/// What appending an attempt's output reaches of the engine: the held
+/// tasks (the attempt's fence and budget), the ledger (the output store and
+/// the bus), the counters and the per-attempt byte budget.
+pub(crate) struct Appends<'a> {
+    pub held: &'a Held,
+    pub ledger: &'a Ledger,
+    pub stats: &'a EngineStats,
+    /// `EngineConfig::max_output_bytes_per_attempt`.
+    pub limit: u64,
+}
+
+impl Appends<'_> {
     /// Appends output events of the open attempt, publishes them, and
     /// resolves once they are durable.
     pub(crate) async fn append_and_publish(
@@ -52,10 +66,7 @@ impl Engine {
         durable: Durable,
     ) -> Result<(), EngineError> {
         durable.await?;
-        self.inner
-            .stats
-            .store_append_latency
-            .observe(started.elapsed());
+        self.stats.store_append_latency.observe(started.elapsed());
         Ok(())
     }
 
@@ -78,10 +89,10 @@ impl Engine {
         then: impl FnOnce(&mut RunState),
     ) -> Result<(Vec<OutputRecord>, Durable), EngineError> {
         // Encoding may hash large values: done before the lock.
-        let prepared = self.inner.ledger.outputs.encode(events).await?;
+        let prepared = self.ledger.outputs.encode(events).await?;
         let bytes = prepared.stored_bytes();
         if !prepared.has_pending() {
-            let cell = self.inner.held.cell(id.task)?;
+            let cell = self.held.cell(id.task)?;
             let mut state = cell.lock();
             self.count_output(open_run(&mut state, id.n)?, bytes)?;
             return Ok(self.append_counted(&mut state, id, session, producer, prepared, then));
@@ -90,18 +101,18 @@ impl Engine {
         // database write, not under the lock), so that concurrent writes
         // cannot all pass the budget and store their blobs first.
         {
-            let cell = self.inner.held.cell(id.task)?;
+            let cell = self.held.cell(id.task)?;
             let mut state = cell.lock();
             self.count_output(open_run(&mut state, id.n)?, bytes)?;
         }
-        let prepared = match self.inner.ledger.outputs.store_blobs(prepared).await {
+        let prepared = match self.ledger.outputs.store_blobs(prepared).await {
             Ok(prepared) => prepared,
             Err(error) => {
                 self.uncount_output(id, bytes);
                 return Err(error.into());
             }
         };
-        let closed = match self.inner.held.cell(id.task) {
+        let closed = match self.held.cell(id.task) {
             Ok(cell) => {
                 let mut state = cell.lock();
                 match open_run(&mut state, id.n) {
@@ -116,7 +127,7 @@ impl Engine {
             Err(error) => error,
         };
         self.uncount_output(id, bytes);
-        if let Err(error) = self.inner.ledger.outputs.discard_blobs(prepared).await {
+        if let Err(error) = self.ledger.outputs.discard_blobs(prepared).await {
             tracing::warn!(task = %id.task, attempt = id.n, %error,
                 "could not discard the blobs of a refused output; the sweep will");
         }
@@ -125,7 +136,7 @@ impl Engine {
 
     /// Gives back bytes counted for a write that stored nothing after all.
     fn uncount_output(&self, id: AttemptId, bytes: u64) {
-        self.inner.held.with_run(id.task, id.n, |run| {
+        self.held.with_run(id.task, id.n, |run| {
             run.output_bytes = run.output_bytes.saturating_sub(bytes);
         });
     }
@@ -147,13 +158,10 @@ impl Engine {
             n: attempt,
         } = id;
         let first = state.run.as_ref().map_or(1, |run| run.next_seq);
-        let (records, durable) = self.inner.ledger.outputs.append_at(
-            task_id.as_uuid(),
-            attempt,
-            first,
-            producer,
-            prepared,
-        );
+        let (records, durable) =
+            self.ledger
+                .outputs
+                .append_at(task_id.as_uuid(), attempt, first, producer, prepared);
         if let Some(run) = state.run.as_mut() {
             run.next_seq += records.len() as u64;
             if let Some(last) = records.iter().rev().find(|r| r.event.is_final()) {
@@ -161,7 +169,7 @@ impl Engine {
             }
             then(run);
         }
-        let usage_write = self.fold_usage(state, &records);
+        let usage_write = fold_usage(&self.stats.usage, state, &records);
         let published = records
             .iter()
             .map(|r| {
@@ -176,8 +184,7 @@ impl Engine {
                 )
             })
             .collect();
-        self.inner
-            .ledger
+        self.ledger
             .bus
             .submit(usage_write.into_iter().collect(), published, None);
         (records, durable)
@@ -190,15 +197,14 @@ fn open_run(state: &mut TaskState, attempt: u32) -> Result<&mut RunState, Engine
     state.run.as_mut().ok_or(EngineError::TaskTerminal)
 }
 
-impl Engine {
+impl Appends<'_> {
     /// Counts `bytes` more output for `run` against the attempt's budget;
     /// refuses (and counts the refusal) past it.
     fn count_output(&self, run: &mut RunState, bytes: u64) -> Result<(), EngineError> {
-        let limit = self.inner.config.max_output_bytes_per_attempt;
+        let limit = self.limit;
         let total = run.output_bytes.saturating_add(bytes);
         if total > limit {
-            self.inner
-                .stats
+            self.stats
                 .output_budget_refusals
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(EngineError::OutputBudgetExceeded { limit });
@@ -222,6 +228,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+    use crate::Engine;
     use crate::clock::SystemClock;
     use crate::store::MemoryTaskStore;
     use crate::task::{SpawnerKind, TaskSpec};

@@ -27,7 +27,9 @@ impl Engine {
             crate::worker_api::check_open(&state, id.n)?;
             state.task.session
         };
-        self.append_and_publish(id, session, producer, events).await
+        self.appends()
+            .append_and_publish(id, session, producer, events)
+            .await
     }
 
     /// The last Final of an attempt: the one that decides it.
@@ -89,6 +91,16 @@ impl Engine {
         }
     }
 
+    /// The handles appending an attempt's output needs (`output`).
+    pub(crate) fn appends(&self) -> crate::output::Appends<'_> {
+        crate::output::Appends {
+            held: &self.inner.held,
+            ledger: &self.inner.ledger,
+            stats: &self.inner.stats,
+            limit: self.inner.config.max_output_bytes_per_attempt,
+        }
+    }
+
     /// The handles the worker-side operations need (`worker_api`).
     pub(crate) fn workers(&self) -> crate::worker_api::Workers<'_> {
         crate::worker_api::Workers {
@@ -97,6 +109,7 @@ impl Engine {
             tokens: &self.inner.tokens,
             clock: &*self.inner.clock,
             config: &self.inner.config,
+            stats: &self.inner.stats,
         }
     }
 

@@ -9,7 +9,6 @@ use sha2::{Digest, Sha256};
 use swarmd_output_store::{ContentRef, OutputEvent};
 use tokio::time::Instant;
 
-use crate::Engine;
 use crate::auth::TokenAuthority;
 use crate::auth::{MAX_TOKEN_BYTES, TokenError, WorkerHandle, fingerprint, looks_like_handle};
 use crate::clock::Clock;
@@ -20,6 +19,8 @@ use crate::held::Held;
 use crate::ids::{AttemptId, TaskId};
 use crate::ledger::Ledger;
 use crate::live::TaskState;
+use crate::metrics::EngineStats;
+use crate::output::Appends;
 use crate::store::WriteOp;
 
 pub(crate) mod post_result;
@@ -111,17 +112,28 @@ pub(crate) fn check_open(state: &TaskState, attempt: u32) -> Result<(), EngineEr
 
 /// What the worker-side operations reach of the engine: the held tasks
 /// and their handles, the ledger, the token authority, the clock and the
-/// configuration. Appending output goes through the engine's output path
-/// (`worker_output`, `post_result`).
+/// configuration and the counters; output is appended through the
+/// `Appends` they make.
 pub(crate) struct Workers<'a> {
     pub held: &'a Held,
     pub ledger: &'a Ledger,
     pub tokens: &'a TokenAuthority,
     pub clock: &'a dyn Clock,
     pub config: &'a EngineConfig,
+    pub stats: &'a EngineStats,
 }
 
 impl Workers<'_> {
+    /// The handles appending this attempt's output needs.
+    pub(crate) fn appends(&self) -> Appends<'_> {
+        Appends {
+            held: self.held,
+            ledger: self.ledger,
+            stats: self.stats,
+            limit: self.config.max_output_bytes_per_attempt,
+        }
+    }
+
     /// A worker token for (task, attempt) carrying `verbs`, valid for the
     /// configured worker TTL.
     pub(crate) fn mint_worker_token(
@@ -303,7 +315,7 @@ pub(crate) async fn fetch_prompt(
 }
 
 pub(crate) async fn worker_output(
-    engine: &Engine,
+    workers: &Workers<'_>,
     auth: &WorkerAuth,
     task: Option<TaskId>,
     events: Vec<OutputEvent>,
@@ -330,8 +342,9 @@ pub(crate) async fn worker_output(
             "file_ref content is created by the daemon only; post the value inline".into(),
         ));
     }
-    let session = engine.workers().open_for_write(task_id, auth.attempt.n)?;
-    let records = engine
+    let session = workers.open_for_write(task_id, auth.attempt.n)?;
+    let records = workers
+        .appends()
         .append_and_publish(auth.attempt, session, "worker", events)
         .await?;
     Ok(records.last().map_or(0, |r| r.seq))

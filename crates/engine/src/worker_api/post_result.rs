@@ -224,6 +224,7 @@ pub(crate) async fn post_result(
     // Final is durable.
     let started = std::time::Instant::now();
     let queued = engine
+        .appends()
         .queue_output(auth.attempt, claimed.session, WORKER, vec![event], |run| {
             run.posted_tx.send_replace(true);
         })

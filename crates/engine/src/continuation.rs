@@ -18,9 +18,10 @@
 use serde_json::Value;
 use swarmd_output_store::{ContentRef, OutputEvent, OutputRecord};
 
-use crate::Engine;
 use crate::error::EngineError;
+use crate::held::Held;
 use crate::ids::TaskId;
+use crate::ledger::Ledger;
 pub use crate::resume::{Restart, Resume};
 use crate::task::{AttemptRecord, Task, TaskSpec};
 
@@ -64,7 +65,22 @@ impl Task {
     }
 }
 
-impl Engine {
+/// What reading a finished task's leavings reaches of the engine: the held
+/// tasks and the ledger's stores. Nothing here writes.
+pub(crate) struct Continuations<'a> {
+    pub held: &'a Held,
+    pub ledger: &'a Ledger,
+}
+
+impl Continuations<'_> {
+    /// The task, live or stored.
+    async fn task(&self, id: TaskId) -> Result<Option<Task>, EngineError> {
+        if let Some(cell) = self.held.live.get(&id) {
+            return Ok(Some(cell.lock().task.clone()));
+        }
+        Ok(self.ledger.store.task(id).await?)
+    }
+
     /// Checks a `continue_from` request against the task it names and
     /// completes `spec`: the agent defaults to the previous task's. A task
     /// a session owns (`spec.session`) continues only that session's tasks:
@@ -87,7 +103,7 @@ impl Engine {
             return Ok(None);
         };
         let previous = self
-            .get_task(from)
+            .task(from)
             .await?
             .filter(|previous| spec.session.is_none() || previous.session == spec.session)
             .ok_or_else(|| EngineError::NotFound(format!("task {from} (continue_from)")))?;
@@ -127,7 +143,7 @@ impl Engine {
             return Ok(resume);
         }
         let task = id.as_uuid();
-        let outputs = &self.inner.ledger.outputs;
+        let outputs = &self.ledger.outputs;
         let last = outputs.last_seq(task, attempt).await?;
         let tail = outputs
             .tail(task, attempt, last.saturating_sub(SCAN as u64), SCAN)
@@ -186,20 +202,21 @@ impl Engine {
             head: left.head,
         }))
     }
-}
 
-pub(crate) async fn left_by_task(engine: &Engine, task: &Task) -> Result<Resume, EngineError> {
-    let id = task.id;
-    let mut left = engine.left_by(id, task.attempt).await?;
-    if left.session_id.is_none() && task.attempt > 0 {
-        let attempts = engine.attempts(id).await?;
-        left.session_id = attempts
-            .iter()
-            .rfind(|a| a.attempt == task.attempt)
-            .and_then(|a| a.usage.session_id.clone())
-            .filter(|id| valid_session_id(id));
+    /// What `task`'s last attempt left (`Engine::left_by_task`).
+    pub(crate) async fn left_by_task(&self, task: &Task) -> Result<Resume, EngineError> {
+        let id = task.id;
+        let mut left = self.left_by(id, task.attempt).await?;
+        if left.session_id.is_none() && task.attempt > 0 {
+            let attempts = self.ledger.store.attempts(id).await?;
+            left.session_id = attempts
+                .iter()
+                .rfind(|a| a.attempt == task.attempt)
+                .and_then(|a| a.usage.session_id.clone())
+                .filter(|id| valid_session_id(id));
+        }
+        Ok(left)
     }
-    Ok(left)
 }
 
 /// The last usage note's session and the last worktree artifact of `tail`.

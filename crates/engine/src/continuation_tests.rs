@@ -9,6 +9,7 @@ use serde_json::json;
 use swarmd_output_store::{ContentRef, OutputEvent};
 
 use super::*;
+use crate::Engine;
 use crate::ErrorCode;
 use crate::config::EngineConfig;
 use crate::ids::SessionId;
@@ -195,6 +196,7 @@ async fn bad_continuations_are_refused_with_their_codes() {
     // A worker may continue only its own sub-tasks.
     let mut by_worker = spec("coder", Some(first.id));
     let refused = engine
+        .continuations()
         .continuing(&mut by_worker, Some(running.id))
         .await
         .unwrap_err();

@@ -228,7 +228,7 @@ where
     if engine.is_draining() {
         return Err(EngineError::Draining);
     }
-    let resume = engine.continuing(&mut spec, None).await?;
+    let resume = engine.continuations().continuing(&mut spec, None).await?;
     let depth = match spec.parent {
         Some(parent) => {
             let parent = engine
@@ -259,6 +259,7 @@ pub(crate) async fn create_subtask(
     spec.parent = Some(parent.attempt.task);
     spec.session = session;
     let resume = engine
+        .continuations()
         .continuing(&mut spec, Some(parent.attempt.task))
         .await?;
     engine.create(spec, depth + 1, resume, no_extra()).await

@@ -35,7 +35,7 @@ use crate::store::{SessionRecord, TaskFilter, WriteOp};
 use crate::task::TaskSpec;
 use crate::task::{AttemptRecord, Task};
 use crate::worker_api::{HeartbeatAck, Prompt, ResultAck, ResultPost, WorkerAuth};
-use crate::{continuation, create, epilogue, recovery, retention};
+use crate::{create, epilogue, recovery, retention};
 use crate::{runs, worker_api};
 use swarmd_output_store::BlobSweep;
 
@@ -396,7 +396,7 @@ impl Engine {
     /// # Errors
     /// The store's or the output store's.
     pub async fn left_by_task(&self, task: &Task) -> Result<Resume, EngineError> {
-        continuation::left_by_task(self, task).await
+        self.continuations().left_by_task(task).await
     }
 
     /// Learns the handle of a task this engine does not hold, read from the

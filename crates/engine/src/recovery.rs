@@ -172,7 +172,11 @@ impl Engine {
                     && !attempt.spawner.survives_restart()
                     && task.restarts < MAX_RESTARTS
                     && !past_budget(&task, &attempt)
-                    && self.session_of(&task, &attempt).await?.is_some() =>
+                    && self
+                        .continuations()
+                        .session_of(&task, &attempt)
+                        .await?
+                        .is_some() =>
             {
                 report.interrupted += 1;
                 // Stopped now, before the worktrees of the old process are
@@ -452,7 +456,7 @@ pub(crate) async fn resume_interrupted(
     report: &mut RecoveryReport,
 ) -> Result<(), EngineError> {
     for (task, attempt) in engine.take_interrupted() {
-        match engine.restart_of(&task, &attempt).await? {
+        match engine.continuations().restart_of(&task, &attempt).await? {
             Some(restart) => {
                 report.continued += 1;
                 engine.close_resumed(task, attempt, restart).await?;

@@ -91,6 +91,15 @@ impl Engine {
         }
     }
 
+    /// The handles reading a finished task's leavings needs
+    /// (`continuation`).
+    pub(crate) fn continuations(&self) -> crate::continuation::Continuations<'_> {
+        crate::continuation::Continuations {
+            held: &self.inner.held,
+            ledger: &self.inner.ledger,
+        }
+    }
+
     /// The handles appending an attempt's output needs (`output`).
     pub(crate) fn appends(&self) -> crate::output::Appends<'_> {
         crate::output::Appends {

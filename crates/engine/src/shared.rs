@@ -1,7 +1,8 @@
-//! What the engine's verb modules share of it: the one place a task's
-//! output is appended outside its worker, the attempt's last Final, an
-//! event's publication, the resolver behind its guard, admission's start,
-//! and the narrow handles (`ending`) a verb is given instead of the engine.
+//! What the engine's verb modules share of it: output appended for a
+//! spawner or layer, the attempt's last Final, an event's publication, the
+//! resolver behind its guard, admission's start, and the narrow handles a
+//! verb is given instead of the engine (`ending`, `workers`, `appends`,
+//! `continuations`).
 
 use swarmd_output_store::{OutputEvent, OutputRecord};
 

@@ -557,14 +557,14 @@ impl Engine {
 
     /// Verification steps 1–6 (docs/security.md) for a worker bearer and the route's `verb`.
     pub fn authenticate_worker(&self, bearer: &str, verb: Verb) -> Result<WorkerAuth, EngineError> {
-        worker_api::authenticate_worker(&self.workers(), bearer, verb)
+        self.workers().authenticate_worker(bearer, verb)
     }
 
     /// The task of a `wh-` handle this engine holds, for routing only:
     /// nothing about the handle (expiry, verbs) is checked. `None` for a
     /// malformed or unknown handle.
     pub fn handle_task(&self, bearer: &str) -> Option<TaskId> {
-        worker_api::handle_task(&self.workers(), bearer)
+        self.workers().handle_task(bearer)
     }
 
     /// The prompt of the credential's task; extends the lease of an open attempt.
@@ -573,7 +573,7 @@ impl Engine {
         auth: &WorkerAuth,
         task: Option<TaskId>,
     ) -> Result<Prompt, EngineError> {
-        worker_api::fetch_prompt(&self.workers(), auth, task).await
+        self.workers().fetch_prompt(auth, task).await
     }
 
     /// Appends worker output (no Finals: those go through `post_result`).
@@ -584,7 +584,7 @@ impl Engine {
         task: Option<TaskId>,
         events: Vec<OutputEvent>,
     ) -> Result<u64, EngineError> {
-        worker_api::worker_output(&self.workers(), auth, task, events).await
+        self.workers().worker_output(auth, task, events).await
     }
 
     /// Extends the lease; re-mints the token (and moves the expiry of every
@@ -595,7 +595,7 @@ impl Engine {
         auth: &WorkerAuth,
         task: Option<TaskId>,
     ) -> Result<HeartbeatAck, EngineError> {
-        worker_api::heartbeat(&self.workers(), auth, task).await
+        self.workers().heartbeat(auth, task).await
     }
 
     /// A fresh token for the same attempt and handle, with the handle's
@@ -606,7 +606,7 @@ impl Engine {
         id: AttemptId,
         old: &crate::spawn::WorkerCredential,
     ) -> Result<crate::spawn::WorkerCredential, EngineError> {
-        worker_api::refresh_credential(&self.workers(), id, old).await
+        self.workers().refresh_credential(id, old).await
     }
 
     /// Posts the attempt's Final: once per attempt; a retry with the same

@@ -243,155 +243,148 @@ impl Workers<'_> {
     }
 }
 
-pub(crate) fn authenticate_worker(
-    workers: &Workers<'_>,
-    bearer: &str,
-    verb: Verb,
-) -> Result<WorkerAuth, EngineError> {
-    if bearer.len() > MAX_TOKEN_BYTES {
-        return Err(EngineError::Unauthorized(TokenError::TooLong));
-    }
-    if looks_like_handle(bearer) {
-        return workers.authenticate_handle(bearer, verb);
-    }
-    let claims = workers
-        .tokens
-        .verify_for(bearer, verb)
-        .map_err(|e| match e {
+impl Workers<'_> {
+    pub(crate) fn authenticate_worker(
+        &self,
+        bearer: &str,
+        verb: Verb,
+    ) -> Result<WorkerAuth, EngineError> {
+        if bearer.len() > MAX_TOKEN_BYTES {
+            return Err(EngineError::Unauthorized(TokenError::TooLong));
+        }
+        if looks_like_handle(bearer) {
+            return self.authenticate_handle(bearer, verb);
+        }
+        let claims = self.tokens.verify_for(bearer, verb).map_err(|e| match e {
             TokenError::Forbidden(_) => EngineError::Forbidden,
             other => EngineError::Unauthorized(other),
         })?;
-    match (claims.role, claims.task, claims.attempt) {
-        (Role::Worker, Some(task_id), Some(attempt)) => Ok(WorkerAuth {
-            attempt: AttemptId::new(task_id, attempt),
-            exp_secs: claims.exp,
-            via_handle: false,
-            fingerprint: fingerprint(bearer),
-        }),
-        _ => Err(EngineError::Forbidden),
+        match (claims.role, claims.task, claims.attempt) {
+            (Role::Worker, Some(task_id), Some(attempt)) => Ok(WorkerAuth {
+                attempt: AttemptId::new(task_id, attempt),
+                exp_secs: claims.exp,
+                via_handle: false,
+                fingerprint: fingerprint(bearer),
+            }),
+            _ => Err(EngineError::Forbidden),
+        }
     }
-}
 
-pub(crate) fn handle_task(workers: &Workers<'_>, bearer: &str) -> Option<TaskId> {
-    let handle = WorkerHandle::parse(bearer).ok()?;
-    workers
-        .held
-        .handles()
-        .get(&handle.digest())
-        .map(|r| r.task_id)
-}
+    pub(crate) fn handle_task(&self, bearer: &str) -> Option<TaskId> {
+        let handle = WorkerHandle::parse(bearer).ok()?;
+        self.held.handles().get(&handle.digest()).map(|r| r.task_id)
+    }
 
-pub(crate) async fn fetch_prompt(
-    workers: &Workers<'_>,
-    auth: &WorkerAuth,
-    task: Option<TaskId>,
-) -> Result<Prompt, EngineError> {
-    let task_id = Workers::bind(auth, task)?;
-    if let Some(cell) = workers.held.live.get(&task_id) {
-        let mut state = cell.lock();
-        let deadline = workers.touch(&mut state, auth.attempt.n);
-        let t = &state.task;
-        return Ok(Prompt {
-            agent: t.agent.clone(),
-            system: t.system.clone(),
-            prompt: t.prompt.clone(),
-            input: t.input.clone(),
-            lease_deadline_ms: deadline,
+    pub(crate) async fn fetch_prompt(
+        &self,
+        auth: &WorkerAuth,
+        task: Option<TaskId>,
+    ) -> Result<Prompt, EngineError> {
+        let task_id = Workers::bind(auth, task)?;
+        if let Some(cell) = self.held.live.get(&task_id) {
+            let mut state = cell.lock();
+            let deadline = self.touch(&mut state, auth.attempt.n);
+            let t = &state.task;
+            return Ok(Prompt {
+                agent: t.agent.clone(),
+                system: t.system.clone(),
+                prompt: t.prompt.clone(),
+                input: t.input.clone(),
+                lease_deadline_ms: deadline,
+            });
+        }
+        let t = self
+            .ledger
+            .store
+            .task(task_id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(format!("task {task_id}")))?;
+        Ok(Prompt {
+            agent: t.agent,
+            system: t.system,
+            prompt: t.prompt,
+            input: t.input,
+            lease_deadline_ms: t.finished_ms.unwrap_or(t.updated_ms),
+        })
+    }
+
+    pub(crate) async fn worker_output(
+        &self,
+        auth: &WorkerAuth,
+        task: Option<TaskId>,
+        events: Vec<OutputEvent>,
+    ) -> Result<u64, EngineError> {
+        let task_id = Workers::bind(auth, task)?;
+        if events.is_empty() {
+            return Err(EngineError::BadRequest("no output events".into()));
+        }
+        if events
+            .iter()
+            .any(|e| matches!(e, OutputEvent::Final { .. }))
+        {
+            return Err(EngineError::BadRequest(
+                "a final is posted with /v1/worker/result or /v1/worker/submit".into(),
+            ));
+        }
+        // Only the output store names files (the blobs it spills): a worker's
+        // path could point readers at any file of the host.
+        if events
+            .iter()
+            .any(|e| matches!(e.content(), Some(ContentRef::FileRef { .. })))
+        {
+            return Err(EngineError::BadRequest(
+                "file_ref content is created by the daemon only; post the value inline".into(),
+            ));
+        }
+        let session = self.open_for_write(task_id, auth.attempt.n)?;
+        let records = self
+            .appends()
+            .append_and_publish(auth.attempt, session, "worker", events)
+            .await?;
+        Ok(records.last().map_or(0, |r| r.seq))
+    }
+
+    pub(crate) async fn heartbeat(
+        &self,
+        auth: &WorkerAuth,
+        task: Option<TaskId>,
+    ) -> Result<HeartbeatAck, EngineError> {
+        let task_id = Workers::bind(auth, task)?;
+        let ttl = self.config.worker_token_ttl_secs;
+        let now_secs = self.clock.now_secs();
+        let (deadline, current_exp, verbs) = {
+            let cell = self.held.cell(task_id)?;
+            let mut state = cell.lock();
+            check_open(&state, auth.attempt.n)?;
+            let deadline = self.touch(&mut state, auth.attempt.n);
+            let run = state.run.as_ref().ok_or(EngineError::TaskTerminal)?;
+            (
+                deadline,
+                run.token_exp_secs.max(auth.exp_secs),
+                run.verbs.clone(),
+            )
+        };
+        let remaining = current_exp.saturating_sub(now_secs);
+        if remaining * 3 >= ttl {
+            return Ok(HeartbeatAck {
+                deadline,
+                token: None,
+                handle_expires: current_exp,
+            });
+        }
+        let (token, expires_secs) = self.mint_worker_token(auth.attempt, &verbs)?;
+        let ops = self.extend_handles(auth.attempt, expires_secs);
+        self.held.with_run(task_id, auth.attempt.n, |run| {
+            run.token_exp_secs = expires_secs
         });
-    }
-    let t = workers
-        .ledger
-        .store
-        .task(task_id)
-        .await?
-        .ok_or_else(|| EngineError::NotFound(format!("task {task_id}")))?;
-    Ok(Prompt {
-        agent: t.agent,
-        system: t.system,
-        prompt: t.prompt,
-        input: t.input,
-        lease_deadline_ms: t.finished_ms.unwrap_or(t.updated_ms),
-    })
-}
-
-pub(crate) async fn worker_output(
-    workers: &Workers<'_>,
-    auth: &WorkerAuth,
-    task: Option<TaskId>,
-    events: Vec<OutputEvent>,
-) -> Result<u64, EngineError> {
-    let task_id = Workers::bind(auth, task)?;
-    if events.is_empty() {
-        return Err(EngineError::BadRequest("no output events".into()));
-    }
-    if events
-        .iter()
-        .any(|e| matches!(e, OutputEvent::Final { .. }))
-    {
-        return Err(EngineError::BadRequest(
-            "a final is posted with /v1/worker/result or /v1/worker/submit".into(),
-        ));
-    }
-    // Only the output store names files (the blobs it spills): a worker's
-    // path could point readers at any file of the host.
-    if events
-        .iter()
-        .any(|e| matches!(e.content(), Some(ContentRef::FileRef { .. })))
-    {
-        return Err(EngineError::BadRequest(
-            "file_ref content is created by the daemon only; post the value inline".into(),
-        ));
-    }
-    let session = workers.open_for_write(task_id, auth.attempt.n)?;
-    let records = workers
-        .appends()
-        .append_and_publish(auth.attempt, session, "worker", events)
-        .await?;
-    Ok(records.last().map_or(0, |r| r.seq))
-}
-
-pub(crate) async fn heartbeat(
-    workers: &Workers<'_>,
-    auth: &WorkerAuth,
-    task: Option<TaskId>,
-) -> Result<HeartbeatAck, EngineError> {
-    let task_id = Workers::bind(auth, task)?;
-    let ttl = workers.config.worker_token_ttl_secs;
-    let now_secs = workers.clock.now_secs();
-    let (deadline, current_exp, verbs) = {
-        let cell = workers.held.cell(task_id)?;
-        let mut state = cell.lock();
-        check_open(&state, auth.attempt.n)?;
-        let deadline = workers.touch(&mut state, auth.attempt.n);
-        let run = state.run.as_ref().ok_or(EngineError::TaskTerminal)?;
-        (
+        self.ledger.submit_and_wait(ops, Vec::new()).await?;
+        Ok(HeartbeatAck {
             deadline,
-            run.token_exp_secs.max(auth.exp_secs),
-            run.verbs.clone(),
-        )
-    };
-    let remaining = current_exp.saturating_sub(now_secs);
-    if remaining * 3 >= ttl {
-        return Ok(HeartbeatAck {
-            deadline,
-            token: None,
-            handle_expires: current_exp,
-        });
+            token: Some(token.expose().to_owned()),
+            handle_expires: expires_secs,
+        })
     }
-    let (token, expires_secs) = workers.mint_worker_token(auth.attempt, &verbs)?;
-    let ops = workers.extend_handles(auth.attempt, expires_secs);
-    workers.held.with_run(task_id, auth.attempt.n, |run| {
-        run.token_exp_secs = expires_secs
-    });
-    workers.ledger.submit_and_wait(ops, Vec::new()).await?;
-    Ok(HeartbeatAck {
-        deadline,
-        token: Some(token.expose().to_owned()),
-        handle_expires: expires_secs,
-    })
-}
 
-impl Workers<'_> {
     /// Moves the expiry of every handle of the attempt to at least
     /// `exp_secs` (a SubAgent may hold one from before a restart as well as
     /// the one announced since); returns their writes.
@@ -410,45 +403,44 @@ impl Workers<'_> {
             })
             .collect()
     }
-}
 
-pub(crate) async fn refresh_credential(
-    workers: &Workers<'_>,
-    id: AttemptId,
-    old: &crate::spawn::WorkerCredential,
-) -> Result<crate::spawn::WorkerCredential, EngineError> {
-    let AttemptId {
-        task: task_id,
-        n: attempt,
-    } = id;
-    let verbs = {
-        let cell = workers.held.cell(task_id)?;
-        let state = cell.lock();
-        check_open(&state, attempt)?;
-        state
-            .run
-            .as_ref()
-            .map(|r| r.verbs.clone())
-            .unwrap_or_default()
-    };
-    let handle = WorkerHandle::parse(old.handle()).map_err(EngineError::Unauthorized)?;
-    let known = workers
-        .held
-        .handles()
-        .get(&handle.digest())
-        .is_some_and(|r| r.task_id == task_id && r.attempt == attempt);
-    if !known {
-        return Err(EngineError::HandleExpired);
+    pub(crate) async fn refresh_credential(
+        &self,
+        id: AttemptId,
+        old: &crate::spawn::WorkerCredential,
+    ) -> Result<crate::spawn::WorkerCredential, EngineError> {
+        let AttemptId {
+            task: task_id,
+            n: attempt,
+        } = id;
+        let verbs = {
+            let cell = self.held.cell(task_id)?;
+            let state = cell.lock();
+            check_open(&state, attempt)?;
+            state
+                .run
+                .as_ref()
+                .map(|r| r.verbs.clone())
+                .unwrap_or_default()
+        };
+        let handle = WorkerHandle::parse(old.handle()).map_err(EngineError::Unauthorized)?;
+        let known = self
+            .held
+            .handles()
+            .get(&handle.digest())
+            .is_some_and(|r| r.task_id == task_id && r.attempt == attempt);
+        if !known {
+            return Err(EngineError::HandleExpired);
+        }
+        let (token, expires_secs) = self.mint_worker_token(id, &verbs)?;
+        let ops = self.extend_handles(id, expires_secs);
+        self.held
+            .with_run(task_id, attempt, |run| run.token_exp_secs = expires_secs);
+        self.ledger.submit_and_wait(ops, Vec::new()).await?;
+        Ok(crate::spawn::WorkerCredential::new(
+            token.expose().to_owned(),
+            old.handle().to_owned(),
+            expires_secs,
+        ))
     }
-    let (token, expires_secs) = workers.mint_worker_token(id, &verbs)?;
-    let ops = workers.extend_handles(id, expires_secs);
-    workers
-        .held
-        .with_run(task_id, attempt, |run| run.token_exp_secs = expires_secs);
-    workers.ledger.submit_and_wait(ops, Vec::new()).await?;
-    Ok(crate::spawn::WorkerCredential::new(
-        token.expose().to_owned(),
-        old.handle().to_owned(),
-        expires_secs,
-    ))
 }

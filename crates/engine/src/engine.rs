@@ -426,26 +426,26 @@ impl Engine {
     }
 
     pub async fn get_run(&self, id: RunId) -> Result<Option<RunRecord>, EngineError> {
-        runs::get_run(&self.inner.ledger, id).await
+        Ok(self.inner.ledger.store.run(id).await?)
     }
 
     /// The run an idempotency key names.
     pub async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, EngineError> {
-        runs::run_for_key(&self.inner.ledger, key).await
+        Ok(self.inner.ledger.store.run_for_key(key).await?)
     }
 
     /// Newest first, as `RunFilter` says.
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, EngineError> {
-        runs::list_runs(&self.inner.ledger, filter).await
+        Ok(self.inner.ledger.store.list_runs(filter).await?)
     }
 
     /// Every run not terminal, oldest first: what the runner resumes at boot.
     pub async fn open_runs(&self) -> Result<Vec<RunRecord>, EngineError> {
-        runs::open_runs(&self.inner.ledger).await
+        Ok(self.inner.ledger.store.open_runs().await?)
     }
 
     pub async fn flow_doc(&self, hash: &str) -> Result<Option<FlowDoc>, EngineError> {
-        runs::flow_doc(&self.inner.ledger, hash).await
+        Ok(self.inner.ledger.store.flow_doc(hash).await?)
     }
 
     /// Tells every task waiting for somewhere to run to ask again now.

@@ -211,12 +211,6 @@ impl Engine {
     }
 }
 
-pub(crate) async fn create_task(engine: &Engine, spec: TaskSpec) -> Result<Task, EngineError> {
-    engine
-        .create_task_with(spec, |_| RunWrites::default())
-        .await
-}
-
 pub(crate) async fn create_task_with<F>(
     engine: &Engine,
     mut spec: TaskSpec,

@@ -360,7 +360,7 @@ impl Engine {
     /// Creates a task, makes it durable, and queues it. Returns once the
     /// task is acknowledged; its run never depends on the caller.
     pub async fn create_task(&self, spec: TaskSpec) -> Result<Task, EngineError> {
-        create::create_task(self, spec).await
+        create::create_task_with(self, spec, |_| RunWrites::default()).await
     }
 
     /// Creates a task exactly as `create_task` does, committing the ops and

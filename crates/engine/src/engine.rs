@@ -455,19 +455,7 @@ impl Engine {
 
     /// Prunes terminal tasks finished more than `keep` ago; returns how many.
     pub async fn prune(&self, keep: Duration) -> Result<usize, EngineError> {
-        let inner = &*self.inner;
-        let now_ms = inner.clock.now_ms();
-        let cutoff_ms = now_ms.saturating_sub(keep.as_millis() as u64);
-        let leeway_secs = inner.tokens.config().leeway_secs;
-        retention::prune(
-            &inner.ledger,
-            &inner.held,
-            &inner.stats,
-            cutoff_ms,
-            now_ms,
-            leeway_secs,
-        )
-        .await
+        self.retention().prune(keep).await
     }
 
     /// Deletes the spilled blobs that no stored output references (see
@@ -475,7 +463,7 @@ impl Engine {
     /// outputs; the retention job also runs it once at start, for blobs
     /// whose append a crash cut off.
     pub async fn sweep_blobs(&self) -> Result<BlobSweep, EngineError> {
-        retention::sweep_blobs(&self.inner.ledger, &self.inner.stats).await
+        self.retention().sweep_blobs().await
     }
 
     /// The retention loop: runs `prune(keep)` every `every` until the engine

@@ -9,6 +9,8 @@ use std::time::Duration;
 use swarmd_output_store::BlobSweep;
 
 use crate::Engine;
+use crate::auth::TokenAuthority;
+use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::held::Held;
 use crate::ids::TaskId;
@@ -23,52 +25,60 @@ const FORGET_SLICE: usize = 1024;
 /// commit within moments of their spill, far inside it.
 const BLOB_GRACE: Duration = Duration::from_secs(3600);
 
-/// Prunes the terminal tasks finished before `cutoff_ms` and forgets the
-/// handles expired at `now_ms` (less the tokens' `leeway_secs`).
-pub(crate) async fn prune(
-    ledger: &Ledger,
-    held: &Held,
-    stats: &EngineStats,
-    cutoff_ms: u64,
-    now_ms: u64,
-    leeway_secs: u64,
-) -> Result<usize, EngineError> {
-    let gone = ledger.store.prune(cutoff_ms).await?;
-    // In slices, so that forgetting a large backlog never holds the
-    // output store for long.
-    let uuids: Vec<_> = gone.iter().map(TaskId::as_uuid).collect();
-    for slice in uuids.chunks(FORGET_SLICE) {
-        ledger.outputs.forget(slice).await?;
-    }
-    let now_secs = now_ms / 1000;
-    held.handles()
-        .retain(|_, h| h.exp_secs.saturating_add(leeway_secs) > now_secs);
-    if !gone.is_empty() {
-        sweep_blobs(ledger, stats).await?;
-    }
-    Ok(gone.len())
+/// What retention reaches of the engine: the stores, the handle table, the
+/// counters, the clock and the token authority (for its leeway).
+pub(crate) struct Retention<'a> {
+    pub ledger: &'a Ledger,
+    pub held: &'a Held,
+    pub stats: &'a EngineStats,
+    pub clock: &'a dyn Clock,
+    pub tokens: &'a TokenAuthority,
 }
 
-pub(crate) async fn sweep_blobs(
-    ledger: &Ledger,
-    stats: &EngineStats,
-) -> Result<BlobSweep, EngineError> {
-    let sweep = ledger.outputs.sweep_blobs(BLOB_GRACE).await?;
-    stats
-        .blobs_swept
-        .fetch_add(sweep.removed, Ordering::Relaxed);
-    stats
-        .blob_bytes_swept
-        .fetch_add(sweep.removed_bytes, Ordering::Relaxed);
-    if sweep.removed > 0 {
-        tracing::info!(
-            removed = sweep.removed,
-            bytes = sweep.removed_bytes,
-            kept = sweep.kept,
-            "swept unreferenced blobs"
-        );
+impl Retention<'_> {
+    /// Prunes terminal tasks finished more than `keep` ago and forgets the
+    /// expired handles; returns how many tasks went.
+    pub(crate) async fn prune(&self, keep: Duration) -> Result<usize, EngineError> {
+        let now_ms = self.clock.now_ms();
+        let cutoff = now_ms.saturating_sub(keep.as_millis() as u64);
+        let gone = self.ledger.store.prune(cutoff).await?;
+        // In slices, so that forgetting a large backlog never holds the
+        // output store for long.
+        let uuids: Vec<_> = gone.iter().map(TaskId::as_uuid).collect();
+        for slice in uuids.chunks(FORGET_SLICE) {
+            self.ledger.outputs.forget(slice).await?;
+        }
+        let now_secs = now_ms / 1000;
+        let leeway = self.tokens.config().leeway_secs;
+        self.held
+            .handles()
+            .retain(|_, h| h.exp_secs.saturating_add(leeway) > now_secs);
+        if !gone.is_empty() {
+            self.sweep_blobs().await?;
+        }
+        Ok(gone.len())
     }
-    Ok(sweep)
+
+    /// Deletes the spilled blobs no stored output references
+    /// (`Engine::sweep_blobs`).
+    pub(crate) async fn sweep_blobs(&self) -> Result<BlobSweep, EngineError> {
+        let sweep = self.ledger.outputs.sweep_blobs(BLOB_GRACE).await?;
+        self.stats
+            .blobs_swept
+            .fetch_add(sweep.removed, Ordering::Relaxed);
+        self.stats
+            .blob_bytes_swept
+            .fetch_add(sweep.removed_bytes, Ordering::Relaxed);
+        if sweep.removed > 0 {
+            tracing::info!(
+                removed = sweep.removed,
+                bytes = sweep.removed_bytes,
+                kept = sweep.kept,
+                "swept unreferenced blobs"
+            );
+        }
+        Ok(sweep)
+    }
 }
 
 /// The loop outlives the call that starts it, so it holds the engine.

@@ -2,7 +2,7 @@
 //! spawner or layer, the attempt's last Final, an event's publication, the
 //! resolver behind its guard, admission's start, and the narrow handles a
 //! verb is given instead of the engine (`ending`, `workers`, `appends`,
-//! `continuations`).
+//! `continuations`, `retention`).
 
 use swarmd_output_store::{OutputEvent, OutputRecord};
 
@@ -103,11 +103,17 @@ impl Engine {
 
     /// The handles appending an attempt's output needs (`output`).
     pub(crate) fn appends(&self) -> crate::output::Appends<'_> {
-        crate::output::Appends {
-            held: &self.inner.held,
+        self.workers().appends()
+    }
+
+    /// The handles pruning and sweeping need (`retention`).
+    pub(crate) fn retention(&self) -> crate::retention::Retention<'_> {
+        crate::retention::Retention {
             ledger: &self.inner.ledger,
+            held: &self.inner.held,
             stats: &self.inner.stats,
-            limit: self.inner.config.max_output_bytes_per_attempt,
+            clock: &*self.inner.clock,
+            tokens: &self.inner.tokens,
         }
     }
 

@@ -123,9 +123,9 @@ pub(crate) struct Workers<'a> {
     pub stats: &'a EngineStats,
 }
 
-impl Workers<'_> {
+impl<'a> Workers<'a> {
     /// The handles appending this attempt's output needs.
-    pub(crate) fn appends(&self) -> Appends<'_> {
+    pub(crate) fn appends(&self) -> Appends<'a> {
         Appends {
             held: self.held,
             ledger: self.ledger,

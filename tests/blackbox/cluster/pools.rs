@@ -74,6 +74,23 @@ async fn until_started(cluster: &Cluster, pool: &Pool, tasks: &[String], n: usiz
     }
 }
 
+/// Creates one held remote task on node B, then one on node A, waits until
+/// the pool started both, and releases them; the tasks, B's first.
+async fn one_released_on_each(cluster: &Cluster, pool: &Pool) -> Vec<String> {
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let policy = json!({"max_attempts": 1, "attempt_timeout_secs": 5});
+    let mut tasks = Vec::new();
+    for node in [b, a] {
+        let body = json!({"agent": "remote", "prompt": "hold", "policy": policy});
+        tasks.push(create(node, body).await);
+    }
+    until_started(cluster, pool, &tasks, 2).await;
+    for task in &tasks {
+        std::fs::write(file(a, task, 1, "go"), "").unwrap();
+    }
+    tasks
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_given_one_node_claims_every_nodes_remote_attempts() {
     let cluster = Cluster::start(2, REMOTE).await;
@@ -94,16 +111,7 @@ async fn a_pool_given_one_node_claims_every_nodes_remote_attempts() {
     // The pool is given node A alone, and learns node B from it.
     let pool = Pool::start_with(a, &token, "remote", "pool-a", 2, Setup::default()).await;
     connected(&cluster, &pool).await;
-    let policy = json!({"max_attempts": 1, "attempt_timeout_secs": 5});
-    let mut tasks = Vec::new();
-    for node in [b, a] {
-        let body = json!({"agent": "remote", "prompt": "hold", "policy": policy});
-        tasks.push(create(node, body).await);
-    }
-    until_started(&cluster, &pool, &tasks, 2).await;
-    for task in &tasks {
-        std::fs::write(file(a, task, 1, "go"), "").unwrap();
-    }
+    let tasks = one_released_on_each(&cluster, &pool).await;
     for (task, (index, node)) in tasks.iter().zip([(1, b), (0, a)]) {
         assert_eq!(cluster.owner(task).await, cluster.node_id(index));
         let view = finished(node, task).await;
@@ -197,16 +205,7 @@ async fn a_pool_through_one_node_runs_every_nodes_remote_attempts() {
     let pool = Pool::start_with(a, &token, "remote", "pool-t", 2, setup).await;
     // Node B counts the pool connected although it is only ever given A.
     connected(&cluster, &pool).await;
-    let policy = json!({"max_attempts": 1, "attempt_timeout_secs": 5});
-    let mut tasks = Vec::new();
-    for node in [b, a] {
-        let body = json!({"agent": "remote", "prompt": "hold", "policy": policy});
-        tasks.push(create(node, body).await);
-    }
-    until_started(&cluster, &pool, &tasks, 2).await;
-    for task in &tasks {
-        std::fs::write(file(a, task, 1, "go"), "").unwrap();
-    }
+    let tasks = one_released_on_each(&cluster, &pool).await;
     for (task, node) in tasks.iter().zip([b, a]) {
         let view = finished(node, task).await;
         assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());

@@ -10,9 +10,9 @@
 //! while its token still answers `410`. The store keeps every handle until
 //! it expires, and a restart loads the unexpired ones back.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
-use crate::ids::{AttemptId, TaskId};
+use crate::ids::{AttemptId, IdMap, TaskId};
 use crate::store::HandleRecord;
 
 /// How many handles of retired tasks stay answerable: minutes of retries
@@ -22,9 +22,9 @@ pub(crate) const RETIRED_KEEP: usize = 65_536;
 /// Worker handles by digest, indexed by live task.
 #[derive(Debug)]
 pub(crate) struct HandleTable {
-    by_digest: HashMap<[u8; 32], HandleRecord>,
+    by_digest: IdMap<[u8; 32], HandleRecord>,
     /// The digests of each task that has not retired.
-    by_task: HashMap<TaskId, Vec<[u8; 32]>>,
+    by_task: IdMap<TaskId, Vec<[u8; 32]>>,
     /// Digests of retired tasks' handles, oldest first.
     retired: VecDeque<[u8; 32]>,
     retired_keep: usize,
@@ -34,8 +34,8 @@ impl HandleTable {
     /// An empty table keeping up to `retired_keep` handles of retired tasks.
     pub(crate) fn new(retired_keep: usize) -> Self {
         HandleTable {
-            by_digest: HashMap::new(),
-            by_task: HashMap::new(),
+            by_digest: IdMap::default(),
+            by_task: IdMap::default(),
             retired: VecDeque::new(),
             retired_keep,
         }

@@ -15,6 +15,13 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use uuid::Uuid;
 
+/// A map keyed by ids the daemon issues itself (task ids, credential
+/// digests), hashed with per-process seeded foldhash instead of SipHash:
+/// the delegated path looks such keys up about thirty times per task. A key
+/// a client chooses (an idempotency key, an agent's name) stays in a std
+/// `HashMap`.
+pub type IdMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Longest accepted `ReqId`, in characters.
 pub const REQ_ID_MAX_CHARS: usize = 128;
 

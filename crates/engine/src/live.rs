@@ -6,7 +6,6 @@
 //! queued under it too (so the durable order matches the memory order). No
 //! `.await` ever happens while it is held.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::future::{BoxFuture, Shared};
@@ -16,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::OverBudget;
-use crate::ids::TaskId;
+use crate::ids::{IdMap, TaskId};
 use crate::outcome::Stopped;
 use crate::task::{AttemptRecord, ProcessGroupMark, SpawnerKind, Task};
 use crate::usage::AttemptUsage;
@@ -233,17 +232,17 @@ pub(crate) fn task_lock_held() -> bool {
 /// Live tasks by id.
 #[derive(Debug)]
 pub(crate) struct LiveTasks {
-    shards: Vec<Mutex<HashMap<TaskId, Arc<TaskCell>>>>,
+    shards: Vec<Mutex<IdMap<TaskId, Arc<TaskCell>>>>,
 }
 
 impl LiveTasks {
     pub(crate) fn new() -> Self {
         LiveTasks {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(IdMap::default())).collect(),
         }
     }
 
-    fn shard(&self, id: &TaskId) -> MutexGuard<'_, HashMap<TaskId, Arc<TaskCell>>> {
+    fn shard(&self, id: &TaskId) -> MutexGuard<'_, IdMap<TaskId, Arc<TaskCell>>> {
         // UUIDv7's low bytes are random, so they spread tasks evenly.
         let idx = (id.as_uuid().as_u128() as usize) % SHARDS;
         self.shards[idx].lock().unwrap_or_else(|e| e.into_inner())

@@ -40,7 +40,7 @@ use serde_json::Value;
 use swarmd_engine::Engine;
 use swarmd_engine::auth::SessionSecret;
 use swarmd_engine::clock::Clock;
-use swarmd_engine::ids::SessionId;
+use swarmd_engine::ids::{IdMap, SessionId};
 use swarmd_engine::store::SessionKind;
 use swarmd_engine::store::SessionRecord;
 use swarmd_postgres::{NodeId, PgCluster};
@@ -141,8 +141,8 @@ pub struct SessionSettings {
 
 #[derive(Debug, Default)]
 struct Maps {
-    by_sid: HashMap<SessionId, Arc<Session>>,
-    by_digest: HashMap<[u8; 32], SessionId>,
+    by_sid: IdMap<SessionId, Arc<Session>>,
+    by_digest: IdMap<[u8; 32], SessionId>,
     roles: HashMap<String, SessionId>,
 }
 

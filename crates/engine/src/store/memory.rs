@@ -22,7 +22,7 @@ use super::{
 };
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
-use crate::ids::{RunId, SessionId, TaskId};
+use crate::ids::{IdMap, RunId, SessionId, TaskId};
 use crate::run::{FlowDoc, RunFilter, RunRecord};
 use crate::task::{AttemptRecord, Task};
 
@@ -50,16 +50,18 @@ impl Default for MemoryTaskStore {
 
 #[derive(Debug, Default)]
 struct State {
-    tasks: BTreeMap<TaskId, Task>,
-    attempts: HashMap<TaskId, Vec<AttemptRecord>>,
-    handles: HashMap<[u8; 32], HandleRecord>,
+    /// Boxed: a task is large, and a B-tree shifts its neighbours on every
+    /// insert and eviction.
+    tasks: BTreeMap<TaskId, Box<Task>>,
+    attempts: IdMap<TaskId, Vec<AttemptRecord>>,
+    handles: IdMap<[u8; 32], HandleRecord>,
     keys: HashMap<String, TaskId>,
     /// The idempotency key of each keyed task, to drop it with the task.
-    key_of: HashMap<TaskId, String>,
+    key_of: IdMap<TaskId, String>,
     /// The handle digests of each task, to drop them with the task.
-    handles_of: HashMap<TaskId, Vec<[u8; 32]>>,
+    handles_of: IdMap<TaskId, Vec<[u8; 32]>>,
     /// Posted-Final fingerprints by task, then attempt.
-    posted: HashMap<TaskId, HashMap<u32, PostedFinal>>,
+    posted: IdMap<TaskId, HashMap<u32, PostedFinal>>,
     /// Terminal tasks, oldest first.
     finished: VecDeque<TaskId>,
     keep_finished: usize,
@@ -107,7 +109,7 @@ impl State {
                 let (id, terminal) = (task.id, task.status().is_terminal());
                 let was_terminal = self
                     .tasks
-                    .insert(id, *task)
+                    .insert(id, task)
                     .is_some_and(|old| old.status().is_terminal());
                 if terminal && !was_terminal {
                     self.finished.push_back(id);
@@ -217,7 +219,7 @@ impl TaskStore for MemoryTaskStore {
     }
 
     async fn task(&self, id: TaskId) -> Result<Option<Task>, StoreError> {
-        Ok(self.lock().tasks.get(&id).cloned())
+        Ok(self.lock().tasks.get(&id).map(|t| Task::clone(t)))
     }
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
@@ -248,7 +250,7 @@ impl TaskStore for MemoryTaskStore {
             .map(|(_, t)| t)
             .filter(|t| filter.matches(t))
             .take(filter.limit)
-            .cloned()
+            .map(|t| Task::clone(t))
             .collect())
     }
 
@@ -307,7 +309,7 @@ impl TaskStore for MemoryTaskStore {
             .tasks
             .values()
             .filter(|t| !t.status().is_terminal())
-            .cloned()
+            .map(|t| Task::clone(t))
             .collect();
         let attempts = tasks
             .iter()

@@ -23,13 +23,14 @@ use crate::{http, ws};
 ///    and latency logged at debug level when it answers;
 /// 4. request counts by route and status;
 /// 5. any error answer without a JSON body gets `{error, code}`;
-/// 6. the guards (`http::guard`): `Host`, `Origin`, the write rate, the body's
-///    deadline;
-/// 7. a declared body over `limits.max_body_bytes` answers 413 before any
-///    handler sees it; `DefaultBodyLimit` cuts undeclared ones in the
-///    extractors;
-/// 8. on a cluster node, a request about a live task another node holds is
-///    forwarded to it (`cluster::forward`).
+/// 6. `DefaultBodyLimit`: the extractors cut a body without a declared
+///    length at `limits.max_body_bytes`;
+/// 7. admission (`http::layers::admit`), one middleware in three steps:
+///    the guards (`http::guard`: `Host`, `Origin`, the write rate, the
+///    body's deadline); a declared body over `limits.max_body_bytes`
+///    answers 413 before any handler sees it; on a cluster node, a request
+///    about a live task another node holds is forwarded to it
+///    (`cluster::forward`).
 ///
 /// `more` is mounted beside the API's own routes, under the same layers
 /// (the daemon's MCP server at `/mcp`).
@@ -48,18 +49,10 @@ pub fn router(state: AppState, more: Router<AppState>) -> Router {
             http::layers::count_requests,
         ))
         .layer(middleware::map_response(http::layers::json_errors))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            http::guard::guard,
-        ))
-        .layer(middleware::from_fn_with_state(
-            limit,
-            http::layers::declared_length,
-        ))
         .layer(DefaultBodyLimit::max(extractor_limit))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            crate::cluster::forward,
+            http::layers::admit,
         ));
     Router::new()
         .merge(http::routes())

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::header::{self, HeaderName, HeaderValue};
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
@@ -59,7 +59,7 @@ const HOP_BY_HOP: [&str; 10] = [
 
 /// The middleware: serves here, forwards, or answers 503 (see `route`);
 /// a forwardable route on a path that is not its own answers 400.
-pub async fn forward(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn forward(state: &AppState, request: Request, next: Next) -> Response {
     let Some(forwarder) = state.cluster.as_ref() else {
         return next.run(request).await;
     };
@@ -79,8 +79,8 @@ pub async fn forward(State(state): State<AppState>, request: Request, next: Next
     };
     let verified = match asked.caller {
         Caller::Named => true,
-        Caller::AdminOrSession => caller_verified(&state, request.headers()).await,
-        Caller::Pool => pool_verified(&state, request.headers()),
+        Caller::AdminOrSession => caller_verified(state, request.headers()).await,
+        Caller::Pool => pool_verified(state, request.headers()),
     };
     if !verified {
         // Refused here, by the route's own authentication.

@@ -19,12 +19,12 @@ mod deadline;
 mod rate;
 
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::header::{HOST, ORIGIN};
 use axum::http::{HeaderValue, Method};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use swarmd_engine::ErrorCode;
 
@@ -91,8 +91,9 @@ impl Guards {
     }
 }
 
-/// The middleware: host, origin, rate, then the body deadline.
-pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// Host, origin and rate, in that order; a write passes on with its body
+/// under the deadline. `Break` is the refusal to answer with.
+pub fn check(state: &AppState, request: Request) -> ControlFlow<Response, Request> {
     let guards = &state.guards;
     let host = request
         .headers()
@@ -103,11 +104,13 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
         && !guards.hosts.host_allowed(host)
     {
         guards.refused("host");
-        return ApiError::coded(
-            ErrorCode::HostNotAllowed,
-            "this daemon does not answer to that Host; add it to server.allowed_hosts",
-        )
-        .into_response();
+        return ControlFlow::Break(
+            ApiError::coded(
+                ErrorCode::HostNotAllowed,
+                "this daemon does not answer to that Host; add it to server.allowed_hosts",
+            )
+            .into_response(),
+        );
     }
     if let Some(origin) = request.headers().get(ORIGIN) {
         let allowed = origin
@@ -115,11 +118,13 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
             .is_ok_and(|origin| guards.hosts.origin_allowed(origin, host));
         if !allowed {
             guards.refused("origin");
-            return ApiError::coded(
-                ErrorCode::OriginNotAllowed,
-                "requests from this Origin are refused; add it to server.allowed_origins",
-            )
-            .into_response();
+            return ControlFlow::Break(
+                ApiError::coded(
+                    ErrorCode::OriginNotAllowed,
+                    "requests from this Origin are refused; add it to server.allowed_origins",
+                )
+                .into_response(),
+            );
         }
     }
     if !matches!(
@@ -138,10 +143,10 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
         if let Some(key) = key
             && let Err(wait) = guards.rates.check_write(&key)
         {
-            return guards.limited("write", wait);
+            return ControlFlow::Break(guards.limited("write", wait));
         }
         let body = deadline::limit(body, guards.body_timeout, guards.metrics.clone());
-        return next.run(Request::from_parts(parts, body)).await;
+        return ControlFlow::Continue(Request::from_parts(parts, body));
     }
-    next.run(request).await
+    ControlFlow::Continue(request)
 }

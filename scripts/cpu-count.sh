@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Instructions the daemon executes per delegated task, counted by valgrind's
+# callgrind (docs/benchmarks.md, "Counted in instructions"). A count, not a
+# timing: the same binary and workload give the same figure within about
+# 1 % on any machine, busy or not, so a change of a few per cent on the hot
+# path shows here where timings between runs spread by ±15 %.
+#
+# The daemon runs under callgrind (about 50× slower), driven by BIN_DIR's
+# swarmd-bench at a low concurrency. Its instructions are counted over the
+# middle half of the run (start-up and the last tasks left out) and divided
+# by the tasks `/metrics` saw finish in that window. Prints the
+# instructions per finished task, then the workspace's functions by
+# inclusive instructions per task.
+#
+# Valgrind's CPU has no SHA extensions, so SHA-256 (tokens, fingerprints,
+# body digests) runs the portable code here, about ten times the
+# instructions it takes on a CPU that has them: compare builds with each
+# other, not with a profile of the real CPU.
+#
+# Usage: scripts/cpu-count.sh BIN_DIR [STORE] [SECONDS] [C]
+#   BIN_DIR holds release `swarmd` and `swarmd-bench` (target/release);
+#   STORE is memory (default) or sqlite.
+set -euo pipefail
+
+bin=$(realpath "$1")
+store=${2:-memory}
+seconds=${3:-20}
+conc=${4:-4}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+
+cat >"$work/swarmd" <<EOF
+#!/bin/sh
+exec valgrind --tool=callgrind --callgrind-out-file=$work/cg.out "$bin/swarmd" "\$@"
+EOF
+chmod +x "$work/swarmd"
+
+"$bin/swarmd-bench" --spawn-daemon "$work/swarmd" --store "$store" \
+    ws-delegated -c "$conc" -m 1 --duration "$seconds" >"$work/bench.out" 2>&1 &
+bench=$!
+pid= url=
+for _ in $(seq 600); do
+    pid=$(sed -n 's/.* pid \([0-9]*\),.*/\1/p' "$work/bench.out" | head -1)
+    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$work/bench.out" | head -1 || true)
+    [ -n "$pid" ] && break
+    sleep 0.2
+done
+[ -n "$pid" ] || { cat "$work/bench.out" >&2; exit 1; }
+
+finished() { # tasks finished so far, by /metrics
+    curl -sf "$url/metrics" | awk '/^swarmd_tasks_finished_total/ { n += $2 } END { print n + 0 }'
+}
+# The middle of the run: from a quarter in to a quarter before its end.
+sleep $((seconds / 4))
+callgrind_control -z "$pid" >/dev/null
+first=$(finished)
+sleep $((seconds / 2))
+callgrind_control -d "$pid" >/dev/null
+last=$(finished)
+wait "$bench"
+
+grep '^ws-delegated' "$work/bench.out"
+tasks=$((last - first))
+dump=$(ls "$work"/cg.out.* | sort -t. -k3 -n | head -1)
+callgrind_annotate --inclusive=yes "$dump" 2>/dev/null >"$work/inclusive.txt"
+python3 - "$work/inclusive.txt" "$tasks" <<'PY'
+import re, sys
+
+text = open(sys.argv[1]).read()
+tasks = int(sys.argv[2])
+total = int(re.search(r"([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", text)[1].replace(",", ""))
+print(f"\n{tasks} tasks, {total / tasks:,.0f} instructions per task\n")
+print("inclusive instructions per task, workspace functions:")
+shown = 0
+for line in text.splitlines():
+    m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+\S*?:(swarmd_\S+)", line)
+    if m and shown < int(sys.argv[3] if len(sys.argv) > 3 else 25):
+        print(f"{int(m[1].replace(',', '')) / tasks:10,.0f}  {m[2][:110]}")
+        shown += 1
+PY

@@ -9,8 +9,10 @@
 # swarmd-bench at a low concurrency. Its instructions are counted over the
 # middle half of the run (start-up and the last tasks left out) and divided
 # by the tasks `/metrics` saw finish in that window. Prints the
-# instructions per finished task, then the workspace's functions by
-# inclusive instructions per task.
+# instructions per finished task, the workspace's functions by inclusive
+# instructions per task, then the walk as it ran: how many workspace
+# functions ran in the window, by crate, and the calls per task from one
+# workspace crate into another.
 #
 # Valgrind's CPU has no SHA extensions, so SHA-256 (tokens, fingerprints,
 # body digests) runs the portable code here, about ten times the
@@ -54,10 +56,10 @@ finished() { # tasks finished so far, by /metrics
 }
 # The middle of the run: from a quarter in to a quarter before its end.
 sleep $((seconds / 4))
-callgrind_control -z "$pid" >/dev/null
+callgrind_control -z "$pid" >/dev/null 2>&1
 first=$(finished)
 sleep $((seconds / 2))
-callgrind_control -d "$pid" >/dev/null
+callgrind_control -d "$pid" >/dev/null 2>&1
 last=$(finished)
 wait "$bench"
 
@@ -65,8 +67,8 @@ grep '^ws-delegated' "$work/bench.out"
 tasks=$((last - first))
 dump=$(ls "$work"/cg.out.* | sort -t. -k3 -n | head -1)
 callgrind_annotate --inclusive=yes "$dump" 2>/dev/null >"$work/inclusive.txt"
-python3 - "$work/inclusive.txt" "$tasks" <<'PY'
-import re, sys
+python3 - "$work/inclusive.txt" "$tasks" "$dump" <<'PY'
+import collections, re, sys
 
 text = open(sys.argv[1]).read()
 tasks = int(sys.argv[2])
@@ -76,7 +78,42 @@ print("inclusive instructions per task, workspace functions:")
 shown = 0
 for line in text.splitlines():
     m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+\S*?:(swarmd_\S+)", line)
-    if m and shown < int(sys.argv[3] if len(sys.argv) > 3 else 25):
+    if m and shown < 25:
         print(f"{int(m[1].replace(',', '')) / tasks:10,.0f}  {m[2][:110]}")
         shown += 1
+
+# The walk, as run: which workspace functions ran, and the calls that
+# crossed from one workspace crate into another (a trait object's or a
+# closure's call counts for the crate that defines it), after inlining.
+names = {}
+def named(token):
+    m = re.match(r"\((\d+)\)(?: (.*))?", token)
+    if not m:
+        return token
+    if m[2]:
+        names[m[1]] = m[2]
+    return names.get(m[1], "?")
+def crate(name):
+    m = re.search(r"swarmd_[a-z_]+", name)
+    return m[0] if m else None
+functions, pairs = set(), collections.Counter()
+caller = callee = None
+for line in open(sys.argv[3]):
+    if line.startswith("fn="):
+        caller, callee = named(line[3:].rstrip()), None
+        if crate(caller):
+            functions.add(caller)
+    elif line.startswith("cfn="):
+        callee = named(line[4:].rstrip())
+    elif line.startswith("calls=") and callee:
+        a, b = crate(caller), crate(callee)
+        if a and b and a != b:
+            pairs[(a, b)] += int(line[6:].split()[0])
+        callee = None
+by_crate = collections.Counter(crate(f) for f in functions)
+print(f"\nworkspace functions run: {len(functions)} in {len(by_crate)} crates "
+      f"({', '.join(f'{c[7:]} {n}' for c, n in by_crate.most_common())})")
+print(f"calls between workspace crates: {sum(pairs.values()) / tasks:.1f} per task")
+for (a, b), n in pairs.most_common():
+    print(f"{n / tasks:10.2f}  {a[7:]} -> {b[7:]}")
 PY

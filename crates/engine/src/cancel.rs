@@ -28,12 +28,7 @@ impl Ending<'_> {
         reason: Option<String>,
     ) -> Result<Task, EngineError> {
         let Some(cell) = self.held.live.get(&id) else {
-            let task = self
-                .ledger
-                .store
-                .task(id)
-                .await?
-                .ok_or_else(|| EngineError::NotFound(format!("task {id}")))?;
+            let task = self.ledger.stored_task(id).await?;
             return match task.status() {
                 TaskStatus::Cancelled => Ok(task),
                 _ => Err(EngineError::TaskTerminal),

@@ -12,8 +12,9 @@ use crate::audit::AuditRecord;
 use crate::bus::EventBus;
 use crate::error::EngineError;
 use crate::event::Event;
-use crate::ids::SessionId;
+use crate::ids::{SessionId, TaskId};
 use crate::store::{TaskStore, WriteOp};
+use crate::task::Task;
 
 /// What resolves once a queued write is durable (or failed).
 pub(crate) type Committed = oneshot::Receiver<Result<(), StoreError>>;
@@ -27,6 +28,14 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
+    /// The task as stored, or `NotFound`: for a task no longer live.
+    pub(crate) async fn stored_task(&self, id: TaskId) -> Result<Task, EngineError> {
+        self.store
+            .task(id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(format!("task {id}")))
+    }
+
     /// Queues the write now; the returned receiver resolves once it is durable.
     pub(crate) fn submit(
         &self,

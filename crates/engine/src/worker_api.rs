@@ -22,6 +22,7 @@ use crate::live::TaskState;
 use crate::metrics::EngineStats;
 use crate::output::Appends;
 use crate::store::WriteOp;
+use crate::task::Task;
 
 pub(crate) mod post_result;
 
@@ -47,6 +48,18 @@ pub struct Prompt {
     pub input: Option<Value>,
     /// The lease deadline (unix ms).
     pub lease_deadline_ms: u64,
+}
+
+impl Prompt {
+    fn of(task: &Task, lease_deadline_ms: u64) -> Prompt {
+        Prompt {
+            agent: task.agent.clone(),
+            system: task.system.clone(),
+            prompt: task.prompt.clone(),
+            input: task.input.clone(),
+            lease_deadline_ms,
+        }
+    }
 }
 
 /// A result to post: `POST /v1/worker/result` or `/v1/worker/submit`.
@@ -284,28 +297,11 @@ impl Workers<'_> {
         if let Some(cell) = self.held.live.get(&task_id) {
             let mut state = cell.lock();
             let deadline = self.touch(&mut state, auth.attempt.n);
-            let t = &state.task;
-            return Ok(Prompt {
-                agent: t.agent.clone(),
-                system: t.system.clone(),
-                prompt: t.prompt.clone(),
-                input: t.input.clone(),
-                lease_deadline_ms: deadline,
-            });
+            return Ok(Prompt::of(&state.task, deadline));
         }
-        let t = self
-            .ledger
-            .store
-            .task(task_id)
-            .await?
-            .ok_or_else(|| EngineError::NotFound(format!("task {task_id}")))?;
-        Ok(Prompt {
-            agent: t.agent,
-            system: t.system,
-            prompt: t.prompt,
-            input: t.input,
-            lease_deadline_ms: t.finished_ms.unwrap_or(t.updated_ms),
-        })
+        // A task no longer live: its prompt, with its end as the deadline.
+        let t = self.ledger.stored_task(task_id).await?;
+        Ok(Prompt::of(&t, t.finished_ms.unwrap_or(t.updated_ms)))
     }
 
     pub(crate) async fn worker_output(

@@ -57,7 +57,7 @@ pub async fn admit(State(state): State<AppState>, request: Request, next: Next) 
 /// The refused body is read and dropped first (up to `DRAIN_MAX_BYTES`, for
 /// at most `DRAIN_TIME`): a client still sending when the connection closes
 /// would see a broken pipe instead of the 413.
-pub async fn declared_length(limit: u64, request: Request) -> ControlFlow<Response, Request> {
+async fn declared_length(limit: u64, request: Request) -> ControlFlow<Response, Request> {
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)

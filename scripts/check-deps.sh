@@ -2,8 +2,8 @@
 # Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
 # server -> mcp -> api -> cluster, sessions, config, client and flow-run;
 # cluster -> postgres, config and flow-run; client -> spawner
-# -> engine -> output-store; flow-run -> engine and flow; sessions and
-# spawner -> wire -> engine; sessions -> spawner and postgres; config ->
+# -> engine -> output-store -> types; flow-run -> engine and flow; sessions
+# and spawner -> wire -> types; sessions -> spawner and postgres; config ->
 # flow-run, spawner and postgres; with the PostgreSQL backend
 # (swarmd-postgres) between the server and the engine; that the engine
 # knows no HTTP, WebSocket or Lua crate; and that only swarmd-postgres (and
@@ -39,6 +39,9 @@ forbid_direct() {
     done
 }
 
+# The vocabulary is plain data: no swarmd crate, no runtime, no store, no
+# transport.
+forbid swarmd-types swarmd-output-store swarmd-engine swarmd-wire swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run axum mlua tokio rusqlite tokio-tungstenite hyper tower reqwest tokio-postgres
 forbid swarmd-output-store swarmd-api swarmd-mcp swarmd-config swarmd-engine swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tokio-postgres
 forbid swarmd-engine swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
 forbid swarmd-postgres swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions axum mlua tokio-tungstenite hyper reqwest
@@ -52,11 +55,9 @@ forbid swarmd-spawner swarmd-api swarmd-mcp swarmd-config swarmd-server swarmd-s
 # transport, no store driver, no interpreter (Lua flows are evaluated by
 # the daemon and handed over as IR).
 forbid swarmd-flow-run swarmd-api swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client axum mlua tokio-tungstenite hyper reqwest tokio-postgres
-# The wire is plain serde data: no transport, no crate above the engine. It
-# links the engine for the ids, statuses and events its frames carry, and so
-# tokio through it, but uses no runtime itself.
-forbid swarmd-wire swarmd-api swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
-forbid_direct swarmd-wire tokio tokio-util futures-util
+# The wire is plain serde data over the vocabulary: no engine, no store, no
+# runtime, no transport, so any client can take it.
+forbid swarmd-wire swarmd-output-store swarmd-engine swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run axum mlua tokio tokio-util futures-util rusqlite tokio-tungstenite hyper tower reqwest tokio-postgres
 # The API surfaces serve the engine and the sessions; the MCP server is a
 # client of their functions, and the daemon binary sits above both.
 forbid swarmd-api swarmd-server swarmd-mcp
@@ -72,8 +73,9 @@ forbid swarmd-sessions swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd
 # no API surface, session, client or socket; the bytes are relayed above it.
 forbid swarmd-cluster swarmd-api swarmd-mcp swarmd-server swarmd-sessions swarmd-client axum tokio-tungstenite rmcp
 forbid_direct swarmd-cluster tokio-postgres
-# The bench measures the protocol as any client sees it: no swarmd crate.
-forbid swarmd-bench swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run swarmd-wire
+# The bench measures the protocol as any client sees it: the wire and the
+# vocabulary, no other swarmd crate.
+forbid swarmd-bench swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run
 
 if [ "$fail" -ne 0 ]; then
     exit 1

@@ -1,7 +1,8 @@
 //! A MainAI session as the generator plays it: login with the admin token
 //! (`POST /v1/operators`), the WebSocket of `/v1/operators/{sid}/ws`, a
-//! writer task that batches outgoing frames, and the few fields of the
-//! server's frames the workloads read. `logout` deletes the session so runs
+//! writer task that batches outgoing frames (`swarmd-wire`'s
+//! `ClientFrame`s), and the few fields of the server's frames the workloads
+//! read. `logout` deletes the session so runs
 //! do not pile sessions up in the daemon.
 
 use anyhow::{Context, bail};
@@ -9,6 +10,8 @@ use futures_util::stream::{SplitStream, StreamExt};
 use futures_util::{Sink, SinkExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use swarmd_types::ids::{ReqId, TaskId};
+use swarmd_wire::{ClientFrame, SpawnTaskFrame};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
@@ -23,7 +26,10 @@ const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-/// The server's frames, as far as the workloads read them.
+/// The server's frames, as far as the workloads read them: the few fields
+/// they use, unknown types tolerated. Cheaper per frame than decoding the
+/// whole `swarmd_wire::ServerFrame`, and a frame of a newer server still
+/// reads.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Incoming {
     #[serde(rename = "type")]
@@ -127,9 +133,12 @@ impl Session {
         })
     }
 
-    /// Queues a JSON frame; false once the writer is gone.
-    pub(crate) fn send(&self, frame: &Value) -> bool {
-        self.out.send(Message::text(frame.to_string())).is_ok()
+    /// Queues a frame; false once the writer is gone.
+    pub(crate) fn send(&self, frame: &ClientFrame) -> bool {
+        match serde_json::to_string(frame) {
+            Ok(text) => self.out.send(Message::text(text)).is_ok(),
+            Err(_) => false,
+        }
     }
 
     /// The next message from the server.
@@ -158,6 +167,64 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// A request id the generator makes: a letter naming the workload's kind of
+/// request and a counter.
+pub(crate) fn own_req_id(kind: char, n: u64) -> ReqId {
+    ReqId::new(format!("{kind}{n}")).expect("a letter and a number is a valid req_id")
+}
+
+/// A `spawn_task` of `agent` with `prompt`, delegated back to this session
+/// as a `spawn` frame when `delegate`.
+pub(crate) fn spawn_task(req_id: ReqId, agent: &str, prompt: &str, delegate: bool) -> ClientFrame {
+    ClientFrame::SpawnTask(Box::new(SpawnTaskFrame {
+        req_id,
+        agent: agent.to_owned(),
+        prompt: prompt.to_owned(),
+        system: None,
+        input: None,
+        metadata: None,
+        layers: None,
+        policy: None,
+        delegate,
+        continue_from: None,
+    }))
+}
+
+/// The reply that lets the server go on after an `ask` or a `hook_before`
+/// (`None` for any other frame, or one without a valid `req_id`): a null
+/// answer, an approving ack.
+pub(crate) fn go_on(kind: Kind, req_id: Option<String>) -> Option<ClientFrame> {
+    let req_id = ReqId::new(req_id?).ok()?;
+    match kind {
+        Kind::Ask => Some(ClientFrame::Answer {
+            req_id,
+            value: Value::Null,
+        }),
+        Kind::HookBefore => Some(ClientFrame::HookAck {
+            req_id,
+            ok: true,
+            reason: None,
+        }),
+        _ => None,
+    }
+}
+
+/// The `spawn_ack` of a played SubAgent: passed, or failed with `error`.
+pub(crate) fn spawn_ack(req_id: ReqId, outcome: Result<(), String>) -> ClientFrame {
+    ClientFrame::SpawnAck {
+        req_id,
+        value: Value::Null,
+        ok: outcome.is_ok(),
+        error: outcome.err(),
+        stats: None,
+    }
+}
+
+/// A `cancel_task` of `task_id`.
+pub(crate) fn cancel_task(req_id: ReqId, task_id: TaskId) -> ClientFrame {
+    ClientFrame::CancelTask { req_id, task_id }
 }
 
 /// Parses a text frame; `task_event`s are recognised by their prefix (the

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use swarmd_types::ids::ReqId;
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 
@@ -22,7 +22,7 @@ use crate::cli::WsArgs;
 use crate::daemon::Target;
 use crate::measure::{RunClock, Sampler};
 use crate::report::RunReport;
-use crate::session::{Incoming, Kind, Received, Session};
+use crate::session::{self, Incoming, Kind, Received, Session};
 use crate::stats::Tally;
 use crate::{pacer, subagent};
 
@@ -136,7 +136,7 @@ struct Sent {
 /// One played SubAgent: the spawn's `req_id`, its task, how long it took
 /// from the `spawn` frame's arrival, and the error code if it failed.
 struct SubAgentDone {
-    req_id: String,
+    req_id: ReqId,
     task_id: String,
     span: Duration,
     outcome: Result<(), String>,
@@ -304,13 +304,7 @@ impl Driver {
                 .record_lag(self.clock.start, at, at.saturating_duration_since(due));
         }
         self.unaccepted.insert(n, Sent { due, at });
-        let frame = json!({
-            "type": "spawn_task",
-            "req_id": format!("b{n}"),
-            "agent": AGENT,
-            "prompt": "bench",
-            "delegate": true,
-        });
+        let frame = session::spawn_task(session::own_req_id('b', n), AGENT, "bench", true);
         self.session.send(&frame);
     }
 
@@ -339,7 +333,11 @@ impl Driver {
                     _ => self.tally.error("unexpected_accept"),
                 }
             }
-            Kind::Spawn => match (frame.req_id, frame.worker_handle, frame.task_id) {
+            Kind::Spawn => match (
+                frame.req_id.and_then(|id| ReqId::new(id).ok()),
+                frame.worker_handle,
+                frame.task_id,
+            ) {
                 (Some(req_id), Some(handle), Some(task_id)) => {
                     let http = self.http.clone();
                     let urls = self.urls.clone();
@@ -390,14 +388,12 @@ impl Driver {
                     self.top_up(now);
                 }
             }
-            Kind::Ask => {
-                let answer = json!({"type": "answer", "req_id": frame.req_id, "value": null});
-                self.session.send(&answer);
-            }
-            Kind::HookBefore => {
-                let ack = json!({"type": "hook_ack", "req_id": frame.req_id, "ok": true});
-                self.session.send(&ack);
-            }
+            Kind::Ask | Kind::HookBefore => match session::go_on(frame.kind, frame.req_id) {
+                Some(reply) => {
+                    self.session.send(&reply);
+                }
+                None => self.tally.error("malformed_request"),
+            },
             Kind::Cancel | Kind::HookAfter | Kind::TaskEvent => {}
             Kind::Unknown => self.tally.error("unknown_frame"),
         }
@@ -426,16 +422,10 @@ impl Driver {
                 }
             }
         }
-        let frame = match outcome {
-            Ok(()) => json!({"type": "spawn_ack", "req_id": req_id}),
-            Err(code) => {
-                let ack = json!({"type": "spawn_ack", "req_id": req_id, "ok": false,
-                                 "error": code});
-                self.tally.error(code);
-                ack
-            }
-        };
-        self.session.send(&frame);
+        if let Err(code) = &outcome {
+            self.tally.error(code.clone());
+        }
+        self.session.send(&session::spawn_ack(req_id, outcome));
     }
 }
 

@@ -16,90 +16,8 @@ use swarmd_output_store::{OutputEvent, OutputRecord};
 use crate::live::TaskState;
 use crate::outcome::Stopped;
 use crate::store::WriteOp;
-use crate::task::Policy;
+pub use crate::task::{BudgetLimit, OverBudget};
 use crate::usage::{USAGE_STAGE, UsageTotals};
-
-/// Which budget a task passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BudgetLimit {
-    Tokens,
-    Cost,
-}
-
-impl BudgetLimit {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BudgetLimit::Tokens => "tokens",
-            BudgetLimit::Cost => "cost",
-        }
-    }
-}
-
-/// A task's usage past one of its budgets, with the reason its attempt
-/// fails with (`budget_exceeded: …`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct OverBudget {
-    pub limit: BudgetLimit,
-    pub reason: String,
-}
-
-impl Policy {
-    /// Whether `spent` (the task's closed attempts plus the open one) is
-    /// past a budget: more than `max_tokens` tokens, or more than
-    /// `max_cost_usd` dollars. Tokens are checked first.
-    pub fn over_budget(&self, spent: &UsageTotals) -> Option<OverBudget> {
-        if let Some(max) = self.max_tokens
-            && spent.tokens() > max
-        {
-            return Some(OverBudget {
-                limit: BudgetLimit::Tokens,
-                reason: format!(
-                    "budget_exceeded: {} tokens used, policy.max_tokens is {max}",
-                    spent.tokens()
-                ),
-            });
-        }
-        if let Some(max) = self.max_cost_usd
-            && spent.cost_usd > max
-        {
-            return Some(OverBudget {
-                limit: BudgetLimit::Cost,
-                reason: format!(
-                    "budget_exceeded: ${:.4} spent, policy.max_cost_usd is {max}",
-                    spent.cost_usd
-                ),
-            });
-        }
-        None
-    }
-
-    /// Whether `spent` leaves nothing of a budget, so no attempt starts.
-    pub fn budget_spent(&self, spent: &UsageTotals) -> Option<OverBudget> {
-        if let Some(max) = self.max_tokens
-            && spent.tokens() >= max
-        {
-            return Some(OverBudget {
-                limit: BudgetLimit::Tokens,
-                reason: format!(
-                    "budget_exceeded: {} tokens used before this attempt, policy.max_tokens is {max}",
-                    spent.tokens()
-                ),
-            });
-        }
-        if let Some(max) = self.max_cost_usd
-            && spent.cost_usd >= max
-        {
-            return Some(OverBudget {
-                limit: BudgetLimit::Cost,
-                reason: format!(
-                    "budget_exceeded: ${:.4} spent before this attempt, policy.max_cost_usd is {max}",
-                    spent.cost_usd
-                ),
-            });
-        }
-        None
-    }
-}
 
 /// Distinct model names the meter keeps; usage of any further model is
 /// counted under [`OTHER_MODEL`].
@@ -226,6 +144,7 @@ pub(crate) fn fold_usage(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::Policy;
 
     fn tokens(n: u64) -> UsageTotals {
         UsageTotals {

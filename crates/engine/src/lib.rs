@@ -1,5 +1,7 @@
-//! The swarmd engine: ids, the role/verb gate, capability tokens, tasks and
-//! attempts, dispatch, events and recovery.
+//! The swarmd engine: the role/verb gate, capability tokens, tasks and
+//! attempts, dispatch, the event bus and recovery. The vocabulary it works
+//! in (ids, statuses, policy, error codes, events) is `swarmd-types`',
+//! re-exported here under the same module paths.
 //!
 //! The engine owns every task's state. A task is created by
 //! `Engine::create_task`, made durable, queued by admission control, and driven
@@ -32,13 +34,10 @@ mod dispatch;
 mod engine;
 mod epilogue;
 pub mod error;
-pub mod error_code;
-pub mod event;
 pub mod gate;
 mod handles;
 mod held;
 pub mod host;
-pub mod ids;
 mod ledger;
 mod live;
 pub mod metrics;
@@ -47,7 +46,6 @@ mod output;
 mod recovery;
 mod resume;
 mod retention;
-pub mod run;
 mod runs;
 mod shared;
 pub mod spawn;
@@ -55,8 +53,9 @@ pub mod store;
 pub mod task;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
-pub mod usage;
 mod worker_api;
+
+pub use swarmd_types::{error_code, event, ids, run, usage};
 
 pub use bus::Follower;
 pub use config::{EngineConfig, EngineParts};

@@ -17,7 +17,6 @@
 mod clock;
 #[cfg(any(test, feature = "testing"))]
 pub mod conformance;
-mod event;
 pub mod histogram;
 mod memory;
 pub mod nesting;
@@ -31,11 +30,11 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use event::{ContentRef, OutputEvent, OutputRecord};
 pub use nesting::{DepthError, MAX_JSON_DEPTH, check_text_depth, check_value_depth};
 pub use spill::{
     BlobSpill, CreatedBlob, EncodedEvent, SpilledValue, blob_name, encode_events, spill_values,
 };
+pub use swarmd_types::output::{ContentRef, OutputEvent, OutputRecord};
 pub use sweep::{BlobSweep, REFERENCE_MARK, is_blob_name, referenced_blob};
 
 /// The records an `append_at` stores for `events`, numbered from

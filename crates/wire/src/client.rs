@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use swarmd_engine::ids::{ReqId, TaskId};
-use swarmd_engine::task::PolicyOverrides;
+use swarmd_types::ids::{ReqId, TaskId};
+use swarmd_types::task::PolicyOverrides;
 
 /// Client → server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

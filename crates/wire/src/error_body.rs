@@ -3,7 +3,7 @@
 //! `invalid_flow` refusal and `files` on a refusal about a branch's files.
 
 use serde::{Deserialize, Serialize};
-use swarmd_engine::ErrorCode;
+use swarmd_types::ErrorCode;
 
 /// A refusal's JSON body. `P` is the type of a lint problem: the server
 /// writes its own, a client reads them as JSON values.

@@ -2,11 +2,11 @@
 //! contract (docs/protocol.md, Frames), so each frame is written out in full here.
 
 use serde_json::{Value, json};
-use swarmd_engine::ErrorCode;
-use swarmd_engine::RunStatus;
-use swarmd_engine::event::Event;
-use swarmd_engine::ids::{ReqId, TaskId};
-use swarmd_engine::task::{PolicyOverrides, TaskStatus};
+use swarmd_types::ErrorCode;
+use swarmd_types::RunStatus;
+use swarmd_types::event::Event;
+use swarmd_types::ids::{ReqId, TaskId};
+use swarmd_types::task::{PolicyOverrides, TaskStatus};
 
 use crate::{CLIENT_TYPES, ClientFrame, ServerFrame, SpawnTaskFrame, SpawnWorktree};
 

@@ -7,8 +7,9 @@
 //! This crate only describes the bytes: it knows no transport (no axum, no
 //! tokio code of its own), no session or engine internals, and makes no
 //! decisions a server makes (admission bounds, internal-error reporting).
-//! It takes from the engine only the ids, statuses, codes and events that
-//! frames carry.
+//! The ids, statuses, codes and events that frames carry are
+//! `swarmd-types`', so a client reads and writes frames without linking the
+//! engine.
 
 mod client;
 mod error_body;

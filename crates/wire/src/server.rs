@@ -3,10 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use swarmd_engine::event::{Event, EventRecord};
-use swarmd_engine::ids::{ReqId, TaskId};
-use swarmd_engine::task::TaskStatus;
-use swarmd_engine::{ErrorCode, RunId, RunStatus};
+use swarmd_types::event::{Event, EventRecord};
+use swarmd_types::ids::{ReqId, TaskId};
+use swarmd_types::task::TaskStatus;
+use swarmd_types::{ErrorCode, RunId, RunStatus};
 
 /// Server → client.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

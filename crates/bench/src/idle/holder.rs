@@ -6,11 +6,10 @@
 
 use std::collections::HashSet;
 
-use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
 use crate::daemon::Target;
-use crate::session::{Incoming, Kind, Received, Session};
+use crate::session::{self, Incoming, Kind, Received, Session};
 use crate::stats::Tally;
 
 /// `spawn_task`s a session has sent whose `spawn` has not arrived yet.
@@ -157,14 +156,12 @@ impl Holder {
                     self.pending = self.pending.saturating_sub(1);
                 }
             }
-            Kind::Ask => {
-                let answer = json!({"type": "answer", "req_id": frame.req_id, "value": null});
-                self.session.send(&answer);
-            }
-            Kind::HookBefore => {
-                let ack = json!({"type": "hook_ack", "req_id": frame.req_id, "ok": true});
-                self.session.send(&ack);
-            }
+            Kind::Ask | Kind::HookBefore => match session::go_on(frame.kind, frame.req_id) {
+                Some(reply) => {
+                    self.session.send(&reply);
+                }
+                None => self.tally.error("malformed_request"),
+            },
             Kind::Spawn | Kind::TaskAccepted | Kind::Cancel | Kind::HookAfter | Kind::TaskEvent => {
             }
             Kind::Unknown => self.tally.error("unknown_frame"),
@@ -194,13 +191,8 @@ impl Holder {
             return;
         }
         while self.pending < WINDOW && (self.held.len() + self.pending) < self.target as usize {
-            let frame = json!({
-                "type": "spawn_task",
-                "req_id": format!("i{}", self.next_req),
-                "agent": "bench-idle",
-                "prompt": "wait",
-                "delegate": true,
-            });
+            let req_id = session::own_req_id('i', self.next_req);
+            let frame = session::spawn_task(req_id, "bench-idle", "wait", true);
             self.next_req += 1;
             self.pending += 1;
             self.session.send(&frame);
@@ -208,11 +200,11 @@ impl Holder {
     }
 
     fn cancel(&mut self, task_id: &str) {
-        let frame = json!({
-            "type": "cancel_task",
-            "req_id": format!("c{}", self.next_req),
-            "task_id": task_id,
-        });
+        let Ok(task_id) = task_id.parse() else {
+            self.tally.error("malformed_task_id");
+            return;
+        };
+        let frame = session::cancel_task(session::own_req_id('c', self.next_req), task_id);
         self.next_req += 1;
         self.session.send(&frame);
     }

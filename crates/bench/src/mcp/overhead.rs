@@ -15,13 +15,14 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use swarmd_types::ids::ReqId;
 
 use super::client::McpClient;
 use super::report::{PathRow, Spread};
 use crate::cli::McpArgs;
 use crate::daemon::Target;
 use crate::http_load::spawn_and_wait;
-use crate::session::{Kind, Received, Session};
+use crate::session::{self, Kind, Received, Session};
 
 /// The prompt of every task (the Lua agent returns it).
 pub(crate) const PROMPT: &str = "bench";
@@ -153,8 +154,10 @@ async fn ws_round_trip(
     agent: &str,
 ) -> Result<Duration, String> {
     let start = Instant::now();
-    let frame = json!({"type": "spawn_task", "req_id": req_id, "agent": agent, "prompt": PROMPT});
-    if !session.send(&frame) {
+    let Ok(id) = ReqId::new(req_id) else {
+        return Err("ws:bad_req_id".to_owned());
+    };
+    if !session.send(&session::spawn_task(id, agent, PROMPT, false)) {
         return Err("ws:closed".to_owned());
     }
     let deadline = tokio::time::Instant::now() + WS_PATIENCE;

@@ -87,7 +87,7 @@ impl OutputEvent {
     }
 
     /// The content this event carries, mutably.
-    pub(crate) fn content_mut(&mut self) -> Option<&mut ContentRef> {
+    pub fn content_mut(&mut self) -> Option<&mut ContentRef> {
         match self {
             OutputEvent::Progress { .. } => None,
             OutputEvent::Partial { chunk } => Some(chunk),

@@ -55,7 +55,7 @@ pub enum IdError {
 }
 
 /// Writes `bytes` as lowercase hex into `out`, which must be twice as long.
-pub(crate) fn encode_lower_hex(bytes: &[u8], out: &mut [u8]) {
+pub fn encode_lower_hex(bytes: &[u8], out: &mut [u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for (byte, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
         pair[0] = DIGITS[usize::from(byte >> 4)];
@@ -65,7 +65,7 @@ pub(crate) fn encode_lower_hex(bytes: &[u8], out: &mut [u8]) {
 
 /// Decodes exactly 32 lowercase hex digits; on failure returns the offending
 /// offset and character.
-pub(crate) fn decode_lower_hex_16(digits: &str) -> Result<[u8; 16], Option<(usize, char)>> {
+fn decode_lower_hex_16(digits: &str) -> Result<[u8; 16], Option<(usize, char)>> {
     fn nibble(c: u8) -> Option<u8> {
         match c {
             b'0'..=b'9' => Some(c - b'0'),

@@ -1,9 +1,9 @@
 //! The engine's state-change events (docs/protocol.md, Events): one tagged enum, stamped with
 //! a global sequence number, appended to the durable log and broadcast.
 
+use crate::output::OutputEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use swarmd_output_store::OutputEvent;
 
 use crate::ids::{RunId, SessionId, TaskId};
 use crate::run::RunStatus;

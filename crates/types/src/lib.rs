@@ -1,0 +1,27 @@
+//! The swarmd vocabulary as plain data (docs/ARCHITECTURE.md, Crates): the
+//! ids the daemon issues (`ids`), a task's statuses, policy and result
+//! (`task`), a flow run's status and record (`run`), what attempts cost
+//! (`usage`), the error codes of every error body (`error_code`), the
+//! events of the event log (`event`) and a worker's output events
+//! (`output`).
+//!
+//! It has no runtime, no store and no transport, so the wire protocol and
+//! any client can name what the engine names without linking the engine.
+//! The engine, the output store and the wire re-export these modules; the
+//! rules that act on them (transitions applied to a stored task, dispatch,
+//! storage) stay in the engine.
+
+pub mod error_code;
+pub mod event;
+pub mod ids;
+pub mod output;
+pub mod run;
+pub mod task;
+pub mod usage;
+
+pub use error_code::ErrorCode;
+pub use event::{Event, EventRecord};
+pub use ids::{ReqId, RunId, SessionId, TaskId};
+pub use output::{ContentRef, OutputEvent, OutputRecord};
+pub use run::RunStatus;
+pub use task::{AttemptOutcome, PolicyOverrides, TaskResult, TaskStatus};

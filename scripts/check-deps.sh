@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
 # server -> mcp -> api -> cluster, sessions, config, client and flow-run;
-# cluster -> postgres, config and flow-run; client -> spawner
-# -> engine -> output-store -> types; flow-run -> engine and flow; sessions
+# cluster -> postgres, config and flow-run; server -> worker -> client and
+# spawner; client -> types; spawner -> engine -> output-store -> types; flow-run -> engine and flow; sessions
 # and spawner -> wire -> types; sessions -> spawner and postgres; config ->
 # flow-run, spawner and postgres; with the PostgreSQL backend
 # (swarmd-postgres) between the server and the engine; that the engine
@@ -45,9 +45,13 @@ forbid swarmd-types swarmd-output-store swarmd-engine swarmd-wire swarmd-api swa
 forbid swarmd-output-store swarmd-api swarmd-mcp swarmd-config swarmd-engine swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tokio-postgres
 forbid swarmd-engine swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
 forbid swarmd-postgres swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions axum mlua tokio-tungstenite hyper reqwest
-# The client speaks HTTP to a daemon: it never links the daemon, its stores
-# or its servers.
-forbid swarmd-client swarmd-api swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres axum tokio-postgres tokio-tungstenite
+# The client speaks HTTP to a daemon: it never links the daemon, its engine,
+# its stores, its spawner or its servers, so a program that calls the API
+# builds no SQLite and no Lua.
+forbid swarmd-client swarmd-engine swarmd-output-store swarmd-spawner swarmd-worker swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres swarmd-flow swarmd-flow-run axum rusqlite mlua tokio-postgres tokio-tungstenite
+# The worker wrapper and pools run children through the spawner, over the
+# client: no daemon surface, session, store driver or configuration.
+forbid swarmd-worker swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres axum tokio-postgres tokio-tungstenite
 # The flow IR is data: no swarmd crate, no transport, no interpreter.
 forbid swarmd-flow swarmd-api swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres axum mlua tokio tokio-tungstenite hyper reqwest tokio-postgres
 forbid swarmd-spawner swarmd-api swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres axum tokio-tungstenite hyper reqwest tokio-postgres
@@ -73,9 +77,9 @@ forbid swarmd-sessions swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd
 # no API surface, session, client or socket; the bytes are relayed above it.
 forbid swarmd-cluster swarmd-api swarmd-mcp swarmd-server swarmd-sessions swarmd-client axum tokio-tungstenite rmcp
 forbid_direct swarmd-cluster tokio-postgres
-# The bench measures the protocol as any client sees it: the wire and the
-# vocabulary, no other swarmd crate.
-forbid swarmd-bench swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run
+# The bench measures the protocol as any client sees it: the wire, the
+# client's bodies and the vocabulary, no other swarmd crate.
+forbid swarmd-bench swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-worker swarmd-flow swarmd-flow-run
 
 if [ "$fail" -ne 0 ]; then
     exit 1

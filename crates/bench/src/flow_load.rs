@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use serde_json::{Value, json};
+use swarmd_client::RunRequest;
 
 use crate::daemon::Target;
 use crate::flow_defs::{AGENT, FAN_WIDTH, SEQ_LEN, Shape};
+use crate::http_load::waited_task;
 use crate::measure::{RunClock, Sampler, Usage};
 use crate::stats::{Summary, Tally, errors_text};
 use crate::subagent::error_code;
@@ -228,7 +230,11 @@ impl Api {
         let request = self
             .http
             .post(self.target.url("/v1/runs"))
-            .json(&json!({"flow": flow, "input": input}));
+            .json(&RunRequest {
+                flow,
+                input,
+                idempotency_key: None,
+            });
         let view = self.call(request, &[201]).await?;
         view["id"]
             .as_str()
@@ -290,7 +296,7 @@ impl Api {
         let request = self
             .http
             .post(self.target.url("/v1/tasks"))
-            .json(&json!({"agent": AGENT, "prompt": prompt, "wait_secs": WAIT_SECS}));
+            .json(&waited_task(AGENT, &prompt, WAIT_SECS));
         let answer = self.call(request, &[201]).await?;
         match answer["status"].as_str() {
             Some("pass") => Ok(task_value(&answer)),

@@ -6,7 +6,8 @@
 
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::Value;
+use swarmd_client::SpawnRequest;
 
 use crate::cli::HttpArgs;
 use crate::daemon::Target;
@@ -74,7 +75,7 @@ struct Worker {
 impl Worker {
     async fn run(mut self) -> Tally {
         let mut tally = Tally::default();
-        let body = json!({"agent": self.agent, "prompt": "\"bench\"", "wait_secs": WAIT_SECS});
+        let body = waited_task(&self.agent, "\"bench\"", WAIT_SECS);
         loop {
             let now = Instant::now();
             let in_time = self.clock.stop_at().is_none_or(|stop| now < stop);
@@ -96,13 +97,24 @@ impl Worker {
     }
 }
 
+/// The body of a `POST /v1/tasks` of `agent` with `prompt` that waits up to
+/// `wait_secs` for the task to end (`swarmd-client`'s request).
+pub(crate) fn waited_task(agent: &str, prompt: &str, wait_secs: u64) -> SpawnRequest {
+    SpawnRequest {
+        agent: agent.to_owned(),
+        prompt: prompt.to_owned(),
+        wait_secs: Some(wait_secs),
+        ..SpawnRequest::default()
+    }
+}
+
 /// `POST /v1/tasks` with `body` (which carries `wait_secs`) as the admin:
 /// `Ok` when the task passed, else the error code.
 pub(crate) async fn spawn_and_wait(
     http: &reqwest::Client,
     url: &str,
     admin: &str,
-    body: &Value,
+    body: &SpawnRequest,
 ) -> Result<(), String> {
     let response = http
         .post(url)

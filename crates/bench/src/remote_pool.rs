@@ -14,11 +14,12 @@ use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::process::Command;
 
 use crate::cli::RemoteArgs;
 use crate::daemon::SpawnedDaemon;
+use crate::http_load::waited_task;
 use crate::mcp::report::Spread;
 
 /// The two agents, local first.
@@ -205,7 +206,7 @@ async fn round_trip(
     admin: &str,
     agent: &str,
 ) -> Result<(Duration, Duration), String> {
-    let body = json!({"agent": agent, "prompt": "bench", "wait_secs": 60});
+    let body = waited_task(agent, "bench", 60);
     let sent_ns = unix_nanos();
     let started = Instant::now();
     let response = http

@@ -3,7 +3,7 @@
 
 use comfy_table::{Cell, Table, presets};
 use serde_json::Value;
-use swarmd_engine::ids::TaskId;
+use swarmd_types::ids::TaskId;
 
 use super::render::{ago, clean, short_id};
 use super::{ApiClient, ClientError, REQUEST_TIMEOUT};

@@ -1,26 +1,27 @@
-//! `swarmd-client`: a Rust client of the swarmd daemon, the code behind
-//! the CLI's remote commands and usable by other programs: the task routes
-//! (`swarmd task …`, `branch`), the flow and run routes (`swarmd flow …`,
-//! `flow`), the worker routes and the worker wrapper
-//! (`swarmd worker`), worker pools (`swarmd worker pool`, `pool`), the
-//! pool routes' bodies shared with the daemon (`wire`), the stdio MCP
-//! relay (`swarmd mcp`, `mcp`), and the human tables (`render`), all
-//! against docs/protocol.md and docs/mcp.md.
+//! `swarmd-client`: a Rust client of the swarmd daemon's API, the code
+//! behind the CLI's remote commands and usable by other programs: the task
+//! routes (`swarmd task …`, `branch`), the flow and run routes (`swarmd
+//! flow …`, `flow`), the event tail, the pool routes' bodies shared with
+//! the daemon (`wire`), the stdio MCP relay (`swarmd mcp`, `mcp`), and the
+//! human tables (`render`), all against docs/protocol.md and docs/mcp.md.
+//! It links no engine, store or spawner (only `swarmd-types`' ids and
+//! codes); the worker wrapper and pools, which run children, are
+//! `swarmd-worker`, over this crate.
 //!
 //! One `ApiClient` holds the base URL and the bearer credential (replaceable,
 //! for a worker that adopts a fresh token); every verb
-//! group adds its calls in its own file. Server errors arrive as
-//! `{"error", "code"}` bodies and become `ClientError::Status`.
+//! group adds its calls in its own file, and the request helpers (`get`,
+//! `post`, `send`, `send_json`) are public for calls it does not wrap.
+//! Server errors arrive as `{"error", "code"}` bodies and become
+//! `ClientError::Status`.
 
 mod branch;
 pub mod flow;
 pub mod mcp;
-pub mod pool;
 pub mod render;
 mod tail;
 mod task;
 pub mod wire;
-mod worker;
 
 use std::error::Error as _;
 use std::fmt;
@@ -36,10 +37,9 @@ pub use branch::branch_table;
 pub use flow::{LintProblem, RunQuery, RunRequest, RunStart};
 pub use tail::{SseEvent, SseParser, TailOptions};
 pub use task::{SpawnRequest, TaskQuery};
-pub use worker::{WorkerOptions, run_worker};
 
 /// Timeout for requests that do not wait server-side.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time to establish a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -130,7 +130,7 @@ impl ApiClient {
 
     /// A client of the same daemon over the same connections, sending
     /// `bearer` instead (a pool writes each attempt with its own handle).
-    pub(crate) fn with_bearer(&self, bearer: Bearer) -> ApiClient {
+    pub fn with_bearer(&self, bearer: Bearer) -> ApiClient {
         ApiClient {
             http: self.http.clone(),
             base_url: self.base_url.clone(),
@@ -164,24 +164,28 @@ impl ApiClient {
         &self.base_url
     }
 
-    fn url(&self, path: &str) -> String {
+    /// The absolute URL of `path` (which starts with `/`) on this daemon.
+    pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }
 
-    fn get(&self, path: &str) -> RequestBuilder {
+    /// A `GET` of `path` carrying the credential.
+    pub fn get(&self, path: &str) -> RequestBuilder {
         self.http
             .get(self.url(path))
             .header(reqwest::header::AUTHORIZATION, self.authorization())
     }
 
-    fn post(&self, path: &str) -> RequestBuilder {
+    /// A `POST` to `path` carrying the credential.
+    pub fn post(&self, path: &str) -> RequestBuilder {
         self.http
             .post(self.url(path))
             .header(reqwest::header::AUTHORIZATION, self.authorization())
     }
 
-    /// Sends `request` and returns its response when the status is a success.
-    async fn send(&self, request: RequestBuilder, url: &str) -> Result<Response, ClientError> {
+    /// Sends `request` and returns its response when the status is a
+    /// success (`url` names the request in errors).
+    pub async fn send(&self, request: RequestBuilder, url: &str) -> Result<Response, ClientError> {
         let response = request
             .send()
             .await
@@ -194,7 +198,11 @@ impl ApiClient {
     }
 
     /// Sends `request` and parses a JSON body; an empty body is `null`.
-    async fn send_json(&self, request: RequestBuilder, url: &str) -> Result<Value, ClientError> {
+    pub async fn send_json(
+        &self,
+        request: RequestBuilder,
+        url: &str,
+    ) -> Result<Value, ClientError> {
         let body = self
             .send(request, url)
             .await?
@@ -253,7 +261,7 @@ async fn status_error(url: &str, response: Response) -> ClientError {
 }
 
 /// Whether a status is worth retrying: the daemon is draining or overloaded.
-fn is_transient(status: StatusCode) -> bool {
+pub fn is_transient(status: StatusCode) -> bool {
     matches!(
         status,
         StatusCode::SERVICE_UNAVAILABLE | StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT

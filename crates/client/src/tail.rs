@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::Value;
-use swarmd_engine::ids::TaskId;
+use swarmd_types::ids::TaskId;
 
 use super::{ApiClient, ClientError, request_error};
 

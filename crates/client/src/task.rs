@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
-use swarmd_engine::ids::TaskId;
+use swarmd_types::ids::TaskId;
 
 use super::{ApiClient, ClientError, REQUEST_TIMEOUT};
 

@@ -3,8 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use swarmd_engine::ids::TaskId;
-use swarmd_spawner::process::{CliFormat, StdinMode, StreamMode};
+use swarmd_types::ids::TaskId;
 
 /// Most attempts one claim may ask for.
 pub const MAX_CLAIM: u32 = 64;
@@ -159,57 +158,9 @@ pub fn valid_pool_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-pub fn stdin_name(stdin: StdinMode) -> &'static str {
-    match stdin {
-        StdinMode::Prompt => "prompt",
-        StdinMode::None => "none",
-    }
-}
-
-pub fn parse_stdin(name: &str) -> Option<StdinMode> {
-    match name {
-        "prompt" => Some(StdinMode::Prompt),
-        "none" => Some(StdinMode::None),
-        _ => None,
-    }
-}
-
-pub fn stream_name(stream: StreamMode) -> &'static str {
-    match stream {
-        StreamMode::None => "none",
-        StreamMode::Ndjson => "ndjson",
-        StreamMode::Cli(CliFormat::Claude) => "claude",
-        StreamMode::Cli(CliFormat::Codex) => "codex",
-        StreamMode::Cli(CliFormat::Gemini) => "gemini",
-    }
-}
-
-pub fn parse_stream(name: &str) -> Option<StreamMode> {
-    [
-        StreamMode::None,
-        StreamMode::Ndjson,
-        StreamMode::Cli(CliFormat::Claude),
-        StreamMode::Cli(CliFormat::Codex),
-        StreamMode::Cli(CliFormat::Gemini),
-    ]
-    .into_iter()
-    .find(|mode| stream_name(*mode) == name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn run_modes_round_trip_through_their_wire_names() {
-        for name in ["none", "ndjson", "claude", "codex", "gemini"] {
-            assert_eq!(parse_stream(name).map(stream_name), Some(name));
-        }
-        for name in ["prompt", "none"] {
-            assert_eq!(parse_stdin(name).map(stdin_name), Some(name));
-        }
-        assert_eq!(parse_stream("aider"), None);
-    }
 
     #[test]
     fn pool_ids_are_short_and_plain() {

@@ -4,8 +4,8 @@
 //! (audit, hooks, Lua middleware) read it through `AttemptHost::verdict`, so
 //! they never tell another story than the task's.
 
-use serde_json::Value;
-use swarmd_output_store::{ContentRef, OutputEvent, OutputRecord};
+use swarmd_output_store::{OutputEvent, OutputRecord};
+pub use swarmd_types::output::content_value;
 
 use crate::Engine;
 use crate::error::EngineError;
@@ -116,14 +116,6 @@ impl AttemptEnd {
     }
 }
 
-/// A Final's content as a JSON value: the inline value, or the reference.
-pub fn content_value(content: ContentRef) -> Value {
-    match content {
-        ContentRef::Inline { value } => value,
-        other => serde_json::to_value(other).unwrap_or(Value::Null),
-    }
-}
-
 impl Engine {
     /// How an attempt whose worker's join returned `joined` ended: a worker
     /// that completed is judged by the tail's last Final, a worker the
@@ -161,7 +153,8 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
+    use swarmd_output_store::ContentRef;
 
     use super::*;
 

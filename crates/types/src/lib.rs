@@ -1,7 +1,7 @@
 //! The swarmd vocabulary as plain data (docs/ARCHITECTURE.md, Crates): the
 //! ids the daemon issues (`ids`), a task's statuses, policy and result
-//! (`task`), a flow run's status and record (`run`), what attempts cost
-//! (`usage`), the error codes of every error body (`error_code`), the
+//! (`task`), a flow run's status and record (`run`), a MainAI session's
+//! kind (`session`), what attempts cost (`usage`), the error codes of every error body (`error_code`), the
 //! events of the event log (`event`) and a worker's output events
 //! (`output`).
 //!
@@ -16,6 +16,7 @@ pub mod event;
 pub mod ids;
 pub mod output;
 pub mod run;
+pub mod session;
 pub mod task;
 pub mod usage;
 
@@ -24,4 +25,5 @@ pub use event::{Event, EventRecord};
 pub use ids::{ReqId, RunId, SessionId, TaskId};
 pub use output::{ContentRef, OutputEvent, OutputRecord};
 pub use run::RunStatus;
+pub use session::SessionKind;
 pub use task::{AttemptOutcome, PolicyOverrides, TaskResult, TaskStatus};

@@ -98,6 +98,14 @@ impl OutputEvent {
     }
 }
 
+/// A Final's content as a JSON value: the inline value, or the reference.
+pub fn content_value(content: ContentRef) -> serde_json::Value {
+    match content {
+        ContentRef::Inline { value } => value,
+        other => serde_json::to_value(other).unwrap_or(serde_json::Value::Null),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -143,8 +143,8 @@ async fn renewed(state: &AppState, claimed: Claimed) -> Option<ClaimedAttempt> {
         prompt: job.prompt.clone(),
         system: job.system.clone(),
         input: job.input.clone(),
-        stdin: wire::stdin_name(job.run.stdin).to_owned(),
-        stream: wire::stream_name(job.run.stream).to_owned(),
+        stdin: swarmd_spawner::process::stdin_name(job.run.stdin).to_owned(),
+        stream: swarmd_spawner::process::stream_name(job.run.stream).to_owned(),
         timeout_ms: job
             .run
             .timeout

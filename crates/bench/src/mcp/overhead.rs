@@ -14,14 +14,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use swarmd_types::ids::ReqId;
 
 use super::client::McpClient;
 use super::report::{PathRow, Spread};
 use crate::cli::McpArgs;
 use crate::daemon::Target;
-use crate::http_load::spawn_and_wait;
+use crate::http_load::{spawn_and_wait, waited_task};
 use crate::session::{self, Kind, Received, Session};
 
 /// The prompt of every task (the Lua agent returns it).
@@ -71,7 +70,7 @@ pub(crate) async fn run(
 ) -> anyhow::Result<Vec<PathRow>> {
     let mut session = Session::open(http, target).await?;
     let tasks_url = target.url("/v1/tasks");
-    let body = json!({"agent": args.agent, "prompt": PROMPT, "wait_secs": HTTP_WAIT_SECS});
+    let body = waited_task(&args.agent, PROMPT, HTTP_WAIT_SECS);
     let [
         mut via_mcp,
         mut via_ws,

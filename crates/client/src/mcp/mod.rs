@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use rmcp::ServiceExt;
 use rmcp::service::ServerInitializeError;
-use swarmd_engine::store::SessionKind;
+use swarmd_types::session::SessionKind;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use std::path::PathBuf;

@@ -89,7 +89,7 @@ impl Relay {
                 self.url,
                 self.patience.as_secs()
             ),
-            "code": swarmd_engine::ErrorCode::Unavailable.as_str(),
+            "code": swarmd_types::ErrorCode::Unavailable.as_str(),
         });
         let mut result = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
         result.result_type.get_or_insert(ResultType::COMPLETE);

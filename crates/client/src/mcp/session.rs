@@ -11,7 +11,7 @@ use std::time::Duration;
 use reqwest::{Client, RequestBuilder, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use swarmd_engine::store::SessionKind;
+use swarmd_types::session::SessionKind;
 
 use super::ProxyError;
 use super::state_file::{Saved, StateFile};

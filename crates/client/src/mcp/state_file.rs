@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
-use swarmd_engine::ids::SessionId;
+use swarmd_types::ids::SessionId;
 
 /// A state file larger than this is not ours: it is ignored.
 const MAX_FILE_BYTES: u64 = 64 * 1024;

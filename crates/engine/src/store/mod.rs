@@ -13,6 +13,7 @@ mod sqlite;
 
 pub use memory::{DEFAULT_KEEP_FINISHED, MemoryTaskStore};
 pub use sqlite::SqliteTaskStore;
+pub use swarmd_types::session::SessionKind;
 
 use std::fmt::Debug;
 
@@ -37,23 +38,6 @@ pub struct HandleRecord {
     pub attempt: u32,
     pub verbs: Vec<Verb>,
     pub exp_secs: u64,
-}
-
-/// What kind of client an operator session is (docs/protocol.md, Operator sessions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum SessionKind {
-    #[default]
-    MainAi,
-    Automate,
-    Composite,
-}
-
-impl SessionKind {
-    /// Sessions that receive `hook_before` / `hook_after` (the `main_ai` layer).
-    pub fn takes_hooks(self) -> bool {
-        matches!(self, SessionKind::MainAi | SessionKind::Composite)
-    }
 }
 
 /// A persisted operator session (docs/protocol.md, Disconnects and parking). Only the token's

@@ -1,5 +1,5 @@
 //! `swarmd worker pool …`: reads the pool's token (a file, or `SWARMD_TOKEN`), names the pool,
-//! installs its signal handlers and runs `swarmd_client::pool` until it drained.
+//! installs its signal handlers and runs `swarmd_worker::pool` until it drained.
 
 use std::io;
 use std::path::PathBuf;
@@ -13,11 +13,11 @@ use tokio_util::sync::CancellationToken;
 use super::CommandError;
 use crate::cli::{PoolArgs, exit};
 use swarmd_client::Bearer;
-use swarmd_client::pool::run::Command;
-use swarmd_client::pool::worktree::PoolWorktree;
-use swarmd_client::pool::{MAX_SERVERS, PoolError, PoolOptions, run_pool};
 use swarmd_client::wire::{MAX_POOL_ID, valid_pool_id};
 use swarmd_config::environment::Environment;
+use swarmd_worker::pool::run::Command;
+use swarmd_worker::pool::worktree::PoolWorktree;
+use swarmd_worker::pool::{MAX_SERVERS, PoolError, PoolOptions, run_pool};
 
 /// Environment variable holding the pool's token when no file is given.
 const TOKEN_VAR: &str = "SWARMD_TOKEN";

@@ -13,9 +13,10 @@ use crate::state::database::Secrets;
 use crate::state::{SecretSource, StateError};
 use swarmd_client::mcp::ProxyError;
 use swarmd_client::render::{self, now_ms};
-use swarmd_client::{ApiClient, Bearer, SpawnRequest, TailOptions, WorkerOptions, run_worker};
+use swarmd_client::{ApiClient, Bearer, SpawnRequest, TailOptions};
 use swarmd_config::environment::Environment;
 use swarmd_config::{Config, config_candidates};
+use swarmd_worker::{WorkerOptions, run_worker};
 
 /// Runs one task verb and prints the daemon's answer as `-o` asks. A verb
 /// that waits for the task exits by its outcome (`outcome`).

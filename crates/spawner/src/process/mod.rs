@@ -20,6 +20,7 @@ mod child;
 mod env;
 mod launch;
 mod leftover;
+mod names;
 mod output;
 mod resume;
 mod supervise;
@@ -36,6 +37,7 @@ pub use child::{ProcessRunner, RunningChild};
 pub use env::{EnvVar, HostEnv};
 pub use launch::Supervisor;
 pub use leftover::GroupIdentity;
+pub use names::{parse_stdin, parse_stream, stdin_name, stream_name};
 pub use resume::{RESUME_ARGS, RESUME_SESSION};
 pub use supervise::Exited;
 

@@ -16,8 +16,8 @@ use super::run::{self, Ran};
 use super::{
     Daemon, FIRST_BACKOFF, MAX_BACKOFF, POLL_SLACK, PoolError, PoolOptions, Running, Shared, decode,
 };
-use crate::ClientError;
-use crate::wire::{AttemptRef, ClaimAnswer, ClaimRequest, ClaimedAttempt, MAX_CLAIM};
+use swarmd_client::ClientError;
+use swarmd_client::wire::{AttemptRef, ClaimAnswer, ClaimRequest, ClaimedAttempt, MAX_CLAIM};
 
 /// How long one claim waits for an attempt.
 const CLAIM_WAIT_MS: u64 = 25_000;

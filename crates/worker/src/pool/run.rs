@@ -19,19 +19,19 @@
 use std::time::Duration;
 
 use serde_json::json;
-use swarmd_engine::outcome::content_value;
-use swarmd_output_store::OutputEvent;
 use swarmd_spawner::process::{
     EnvVar, Exited, HostEnv, ProcessError, ProcessRunner, ProcessSpec, RunVars, StreamMode,
     Supervisor,
 };
 use swarmd_spawner::worktree::{Checkout, SetupSpec, setup};
+use swarmd_types::output::OutputEvent;
+use swarmd_types::output::content_value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::super::{ApiClient, Bearer, ClientError};
 use super::worktree::PoolWorktree;
-use crate::wire::{self, ClaimedAttempt};
+use swarmd_client::wire::ClaimedAttempt;
+use swarmd_client::{ApiClient, Bearer, ClientError};
 
 /// Events in flight between the child and the daemon; a full channel makes
 /// the child wait on its pipe.
@@ -221,9 +221,9 @@ fn runner(
     host_env: &HostEnv,
     attempt: &ClaimedAttempt,
 ) -> Result<ProcessRunner, String> {
-    let stdin = wire::parse_stdin(&attempt.stdin)
+    let stdin = swarmd_spawner::process::parse_stdin(&attempt.stdin)
         .ok_or_else(|| format!("unknown stdin mode `{}`", attempt.stdin))?;
-    let stream = wire::parse_stream(&attempt.stream)
+    let stream = swarmd_spawner::process::parse_stream(&attempt.stream)
         .ok_or_else(|| format!("unknown stream `{}`", attempt.stream))?;
     let spec = ProcessSpec {
         program: command.program.clone().into(),
@@ -435,7 +435,7 @@ async fn run_setup(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use swarmd_output_store::ContentRef;
+    use swarmd_types::output::ContentRef;
 
     fn final_event(ok: bool) -> OutputEvent {
         OutputEvent::Final {

@@ -15,14 +15,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
-use swarmd_engine::ids::TaskId;
+use swarmd_types::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
-use super::{ApiClient, Bearer, ClientError, REQUEST_TIMEOUT, is_transient};
+use swarmd_client::{ApiClient, Bearer, ClientError, REQUEST_TIMEOUT, is_transient};
 
 /// Environment variable holding the handle; never passed to the command.
-pub(super) const HANDLE_VAR: &str = "SWARM_WORKER_HANDLE";
+pub(crate) const HANDLE_VAR: &str = "SWARM_WORKER_HANDLE";
 
 /// Submit attempts before giving up (transport errors and 502/503/504 only).
 const SUBMIT_ATTEMPTS: u32 = 3;

@@ -18,14 +18,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use swarmd_output_store::OutputEvent;
 use swarmd_spawner::process::HostEnv;
 use swarmd_spawner::worktree::{
     self, Bootstrap, Checkout, KeepRule, PriorWork, SetupSpec, WorktreeError, WorktreeSpec,
     Worktrees,
 };
+use swarmd_types::output::OutputEvent;
 
-use crate::wire::ClaimedAttempt;
+use swarmd_client::wire::ClaimedAttempt;
 
 /// The pool's worktree settings and the worktrees it made.
 #[derive(Debug, Clone)]

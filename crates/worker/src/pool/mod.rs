@@ -41,10 +41,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{ApiClient, Bearer, ClientError};
-use crate::wire::{AttemptRef, EndedAttempt, MAX_REASON, NODE_HEADER};
 use discover::Place;
 use heartbeat::{flush_ended, heartbeat_loop};
+use swarmd_client::wire::{AttemptRef, EndedAttempt, MAX_REASON, NODE_HEADER};
+use swarmd_client::{ApiClient, Bearer, ClientError};
 
 /// Most daemons one pool claims from.
 pub const MAX_SERVERS: usize = 16;

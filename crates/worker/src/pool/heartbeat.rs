@@ -15,8 +15,8 @@ use super::{
     Daemon, FIRST_BACKOFF, MAX_BACKOFF, MAX_HEARTBEAT_WAIT_MS, MIN_HEARTBEAT_WAIT_MS, POLL_SLACK,
     PoolOptions, Shared, decode,
 };
-use crate::ClientError;
-use crate::wire::{AttemptRef, EndedAttempt, HeartbeatAnswer, HeartbeatRequest};
+use swarmd_client::ClientError;
+use swarmd_client::wire::{AttemptRef, EndedAttempt, HeartbeatAnswer, HeartbeatRequest};
 
 /// Keeps one heartbeat in flight to `daemon` while the pool holds its
 /// attempts or has ends to report to it, until `beating` is cancelled.

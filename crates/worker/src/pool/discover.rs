@@ -19,8 +19,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Daemon, FIRST_BACKOFF, MAX_BACKOFF, MAX_SERVERS, PoolError, PoolOptions, decode};
-use crate::wire::NodesAnswer;
-use crate::{ApiClient, ClientError};
+use swarmd_client::wire::NodesAnswer;
+use swarmd_client::{ApiClient, ClientError};
 
 /// How long a daemon has to say where its cluster's nodes are.
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -249,7 +249,7 @@ pub(super) async fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::NodeMember;
+    use swarmd_client::wire::NodeMember;
 
     #[test]
     fn a_url_is_known_with_or_without_its_trailing_slash() {
@@ -273,7 +273,7 @@ mod tests {
     fn options(through: bool) -> PoolOptions {
         PoolOptions {
             servers: vec!["http://lb:1".to_owned()],
-            token: crate::Bearer::new("swc1.x"),
+            token: swarmd_client::Bearer::new("swc1.x"),
             agent: "remote".to_owned(),
             concurrency: 1,
             pool_id: "p".to_owned(),

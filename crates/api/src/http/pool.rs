@@ -21,6 +21,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::AttemptId;
+use swarmd_spawner::process::{stdin_name, stream_name};
 use swarmd_spawner::remote::{Claimed, PoolEnd};
 
 use crate::app::AppState;
@@ -143,8 +144,8 @@ async fn renewed(state: &AppState, claimed: Claimed) -> Option<ClaimedAttempt> {
         prompt: job.prompt.clone(),
         system: job.system.clone(),
         input: job.input.clone(),
-        stdin: swarmd_spawner::process::stdin_name(job.run.stdin).to_owned(),
-        stream: swarmd_spawner::process::stream_name(job.run.stream).to_owned(),
+        stdin: stdin_name(job.run.stdin).to_owned(),
+        stream: stream_name(job.run.stream).to_owned(),
         timeout_ms: job
             .run
             .timeout

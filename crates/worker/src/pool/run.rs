@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::json;
 use swarmd_spawner::process::{
     EnvVar, Exited, HostEnv, ProcessError, ProcessRunner, ProcessSpec, RunVars, StreamMode,
-    Supervisor,
+    Supervisor, parse_stdin, parse_stream,
 };
 use swarmd_spawner::worktree::{Checkout, SetupSpec, setup};
 use swarmd_types::output::OutputEvent;
@@ -221,9 +221,9 @@ fn runner(
     host_env: &HostEnv,
     attempt: &ClaimedAttempt,
 ) -> Result<ProcessRunner, String> {
-    let stdin = swarmd_spawner::process::parse_stdin(&attempt.stdin)
+    let stdin = parse_stdin(&attempt.stdin)
         .ok_or_else(|| format!("unknown stdin mode `{}`", attempt.stdin))?;
-    let stream = swarmd_spawner::process::parse_stream(&attempt.stream)
+    let stream = parse_stream(&attempt.stream)
         .ok_or_else(|| format!("unknown stream `{}`", attempt.stream))?;
     let spec = ProcessSpec {
         program: command.program.clone().into(),

@@ -1,5 +1,5 @@
-//! Durable output events of swarmd attempts: the `OutputEvent` model, the
-//! `OutputStore` trait and its two backends.
+//! Durable output events of swarmd attempts: the `OutputStore` trait and
+//! its two backends, over `swarmd-types`' `OutputEvent` (re-exported).
 //!
 //! Every attempt of a task writes an ordered stream of `OutputRecord`s keyed by
 //! `(task, attempt, seq)`, where `seq` starts at 1 and grows by one per record.

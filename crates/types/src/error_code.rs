@@ -1,6 +1,6 @@
 //! Every machine code the daemon answers with, in one table: the `code` of
 //! an HTTP error body and of a WebSocket `error` frame, its wire string and
-//! its HTTP status. The engine names statuses as numbers so it stays free of
+//! its HTTP status. This crate names statuses as numbers so it stays free of
 //! HTTP types; the server turns them into its own once.
 
 use std::fmt;

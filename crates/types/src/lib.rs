@@ -1,4 +1,4 @@
-//! The swarmd vocabulary as plain data (docs/ARCHITECTURE.md, Crates): the
+//! The swarmd vocabulary as plain data (docs/ARCHITECTURE.md, Code map): the
 //! ids the daemon issues (`ids`), a task's statuses, policy and result
 //! (`task`), a flow run's status and record (`run`), a MainAI session's
 //! kind (`session`), what attempts cost (`usage`), the error codes of every error body (`error_code`), the
@@ -7,9 +7,10 @@
 //!
 //! It has no runtime, no store and no transport, so the wire protocol and
 //! any client can name what the engine names without linking the engine.
-//! The engine, the output store and the wire re-export these modules; the
-//! rules that act on them (transitions applied to a stored task, dispatch,
-//! storage) stay in the engine.
+//! The engine re-exports these modules and the output store its output
+//! events; the wire uses them directly. The rules that act on them
+//! (transitions applied to a stored task, dispatch, storage) stay in the
+//! engine.
 
 pub mod error_code;
 pub mod event;

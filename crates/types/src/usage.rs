@@ -5,7 +5,7 @@
 //! value any of its notes reported, and a note that says less changes
 //! nothing. The task adds up its closed attempts; `policy.max_tokens` and
 //! `policy.max_cost_usd` bound that sum plus the open attempt's usage
-//! (`budget`).
+//! (`task::Policy::over_budget`, applied by the engine's `budget`).
 
 use std::collections::BTreeMap;
 

@@ -21,7 +21,8 @@
 #
 # Usage: scripts/cpu-count.sh BIN_DIR [STORE] [SECONDS] [C]
 #   BIN_DIR holds release `swarmd` and `swarmd-bench` (target/release);
-#   STORE is memory (default) or sqlite.
+#   STORE is memory (default) or sqlite. CPU_COUNT_CALLS=N also prints the
+#   N most frequent calls between crates, caller and callee by name.
 set -euo pipefail
 
 bin=$(realpath "$1")
@@ -67,7 +68,7 @@ grep '^ws-delegated' "$work/bench.out"
 tasks=$((last - first))
 dump=$(ls "$work"/cg.out.* | sort -t. -k3 -n | head -1)
 callgrind_annotate --inclusive=yes "$dump" 2>/dev/null >"$work/inclusive.txt"
-python3 - "$work/inclusive.txt" "$tasks" "$dump" <<'PY'
+python3 - "$work/inclusive.txt" "$tasks" "$dump" "${CPU_COUNT_CALLS:-0}" <<'PY'
 import collections, re, sys
 
 text = open(sys.argv[1]).read()
@@ -96,7 +97,7 @@ def named(token):
 def crate(name):
     m = re.search(r"swarmd_[a-z_]+", name)
     return m[0] if m else None
-functions, pairs = set(), collections.Counter()
+functions, pairs, edges = set(), collections.Counter(), collections.Counter()
 caller = callee = None
 for line in open(sys.argv[3]):
     if line.startswith("fn="):
@@ -109,6 +110,7 @@ for line in open(sys.argv[3]):
         a, b = crate(caller), crate(callee)
         if a and b and a != b:
             pairs[(a, b)] += int(line[6:].split()[0])
+            edges[(caller, callee)] += int(line[6:].split()[0])
         callee = None
 by_crate = collections.Counter(crate(f) for f in functions)
 print(f"\nworkspace functions run: {len(functions)} in {len(by_crate)} crates "
@@ -116,4 +118,10 @@ print(f"\nworkspace functions run: {len(functions)} in {len(by_crate)} crates "
 print(f"calls between workspace crates: {sum(pairs.values()) / tasks:.1f} per task")
 for (a, b), n in pairs.most_common():
     print(f"{n / tasks:10.2f}  {a[7:]} -> {b[7:]}")
+shown = int(sys.argv[4])
+if shown:
+    print(f"\nthe {shown} most frequent calls between crates, per task:")
+    short = lambda name: re.sub(r"::\{\{closure\}\}", "::{closure}", name)[:90]
+    for (a, b), n in edges.most_common(shown):
+        print(f"{n / tasks:10.2f}  {short(a)}\n            -> {short(b)}")
 PY

@@ -1,11 +1,13 @@
 //! Budgets (docs/tasks.md, Budgets): the rule that says whether a task's
 //! usage is past `policy.max_tokens` or `policy.max_cost_usd`
-//! (`Policy::over_budget` of `swarmd-types`), applied to open attempts: the usage notes among an attempt's outputs are folded
-//! into its usage under the task's lock, as they are numbered, counted in
-//! the usage meter, and checked against the task's budgets. A task past a budget has its attempt's worker stopped as
-//! a cancel stops it; the attempt then fails `budget_exceeded` and is not
-//! retried. The meter keeps totals by agent and model for `/metrics` and
-//! `/v1/status`, with at most [`MAX_METERED_MODELS`] model names.
+//! (`Policy::over_budget` of `swarmd-types`), applied to open attempts:
+//! the usage notes among an attempt's outputs are folded into its usage
+//! under the task's lock, as they are numbered, counted in the usage
+//! meter, and checked against the task's budgets. A task past a budget has
+//! its attempt's worker stopped as a cancel stops it; the attempt then
+//! fails `budget_exceeded` and is not retried. The meter keeps totals by
+//! agent and model for `/metrics` and `/v1/status`, with at most
+//! [`MAX_METERED_MODELS`] model names.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

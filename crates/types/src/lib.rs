@@ -1,9 +1,9 @@
 //! The swarmd vocabulary as plain data (docs/ARCHITECTURE.md, Code map): the
 //! ids the daemon issues (`ids`), a task's statuses, policy and result
 //! (`task`), a flow run's status and record (`run`), a MainAI session's
-//! kind (`session`), what attempts cost (`usage`), the error codes of every error body (`error_code`), the
-//! events of the event log (`event`) and a worker's output events
-//! (`output`).
+//! kind (`session`), what attempts cost (`usage`), the error codes of
+//! every error body (`error_code`), the events of the event log (`event`)
+//! and a worker's output events (`output`).
 //!
 //! It has no runtime, no store and no transport, so the wire protocol and
 //! any client can name what the engine names without linking the engine.

@@ -26,9 +26,7 @@ pub fn stream_name(stream: StreamMode) -> &'static str {
     match stream {
         StreamMode::None => "none",
         StreamMode::Ndjson => "ndjson",
-        StreamMode::Cli(CliFormat::Claude) => "claude",
-        StreamMode::Cli(CliFormat::Codex) => "codex",
-        StreamMode::Cli(CliFormat::Gemini) => "gemini",
+        StreamMode::Cli(cli) => cli.name(),
     }
 }
 

@@ -13,6 +13,7 @@
 //! against the MCP tools when the daemon links its agents.
 
 mod agent;
+mod agent_specs;
 mod agents_dir;
 pub mod environment;
 mod error;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use swarmd_engine::auth::{AuthorityConfig, Keyring, TokenAuthority};
 use swarmd_engine::clock::{Clock, SystemClock};
 use swarmd_engine::store::{MemoryTaskStore, SqliteTaskStore, TaskStore};
-use swarmd_engine::task::{Policy, RetryOn};
+use swarmd_engine::task::Policy;
 use swarmd_engine::{Engine, EngineConfig, EngineParts, RecoveryReport};
 use swarmd_output_store::{
     MemoryOutputStore, OutputStore, SqliteDb, SqliteOptions, SqliteOutputStore, StoreError,
@@ -17,12 +17,10 @@ use swarmd_output_store::{
 use swarmd_postgres::{PgDb, PgOptions, PgOutputStore, PgTaskStore};
 use swarmd_spawner::layers::SeniorSettings;
 use swarmd_spawner::operator::{NoSessions, SessionDirectory};
-use swarmd_spawner::process::EnvVar;
-use swarmd_spawner::remote::{RemotePools, RemoteRun};
-use swarmd_spawner::worktree::{self, WorktreeSpec, Worktrees};
+use swarmd_spawner::remote::RemotePools;
+use swarmd_spawner::worktree::{self, Worktrees};
 use swarmd_spawner::{
-    AgentKind, AgentSpec, ConfigErrors, HostEnv, LuaAgentSpec, LuaLimits, LuaMiddlewareSpec,
-    LuaPool, OperatorSpec, ProcessSpec, SpawnerSettings, StackResolver,
+    AgentSpec, ConfigErrors, HostEnv, LuaLimits, LuaPool, SpawnerSettings, StackResolver,
 };
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -34,7 +32,7 @@ use swarmd_api::metrics::Metrics;
 use swarmd_api::ws::EventRouter;
 use swarmd_cluster as cluster;
 use swarmd_config::environment::Environment;
-use swarmd_config::{self as config, Config, ConfigError, StoreBackend};
+use swarmd_config::{Config, ConfigError, StoreBackend};
 use swarmd_sessions::SessionRegistry;
 
 /// Lua runs on its own small pool of OS threads, never on the async executor.
@@ -342,17 +340,8 @@ fn token_authority(config: &Config, keyring: Keyring, clock: Arc<dyn Clock>) -> 
 
 /// The engine's settings from `[limits]`, `[defaults]`, `[auth]` and `[spawner]`.
 pub fn engine_config(config: &Config) -> EngineConfig {
-    let d = &config.defaults;
     EngineConfig {
-        defaults: Policy {
-            max_attempts: d.max_attempts,
-            retry_on: d.retry_on.iter().copied().map(RetryOn::from).collect(),
-            attempt_timeout_secs: d.attempt_timeout_secs,
-            long_hold_warn_secs: d.long_hold_warn_secs,
-            max_tokens: d.max_tokens,
-            max_cost_usd: d.max_cost_usd,
-            ..Policy::default()
-        },
+        defaults: Policy::from(&config.defaults),
         max_running: config.limits.max_running as usize,
         max_spawn_depth: config.limits.max_spawn_depth,
         worker_token_ttl_secs: config.auth.worker_token_ttl_secs,
@@ -420,10 +409,7 @@ fn resolver(
         .lua
         .middleware
         .iter()
-        .map(|(name, m)| LuaMiddlewareSpec {
-            name: name.clone(),
-            script: m.script.clone(),
-        })
+        .map(|(name, m)| m.spec(name))
         .collect();
     let agents = agent_specs(config);
     StackResolver::from_config(&settings, &agents, &lua, operators).map_err(BuildError::Agents)
@@ -435,49 +421,8 @@ pub fn agent_specs(config: &Config) -> Vec<AgentSpec> {
     config
         .agents
         .iter()
-        .map(|(name, agent)| AgentSpec {
-            name: name.clone(),
-            kind: match &agent.kind {
-                config::AgentKind::Process(p) => AgentKind::Process(process_spec(p, kill_grace)),
-                config::AgentKind::Lua(l) => AgentKind::Lua(LuaAgentSpec {
-                    script: l.script.clone(),
-                }),
-                config::AgentKind::Remote(r) => AgentKind::Remote(remote_run(r)),
-                config::AgentKind::Merge(m) => AgentKind::Merge(swarmd_spawner::merge::MergeSpec {
-                    repo: m.repo.clone(),
-                    base: m
-                        .base
-                        .clone()
-                        .unwrap_or_else(|| swarmd_spawner::merge::DEFAULT_BASE.to_owned()),
-                    fast_forward: m.fast_forward.clone(),
-                    max_branches: usize::try_from(m.max_branches).unwrap_or(usize::MAX),
-                }),
-                config::AgentKind::Operator(o) => AgentKind::Operator(OperatorSpec {
-                    operator_role: o.operator_role.clone(),
-                    worker_binding: o
-                        .worker_binding
-                        .as_ref()
-                        .and_then(|b| serde_json::to_value(b).ok()),
-                    system_prompt: o.system_prompt.clone(),
-                }),
-            },
-            layers: agent.layers.clone(),
-            concurrency: agent.concurrency.map(|c| c as usize),
-            allow_subtasks: agent.allow_subtasks,
-            input_schema: agent.input_schema.clone(),
-            worktree: agent.kind.worktree().map(WorktreeSpec::from),
-        })
+        .map(|(name, agent)| agent.spec(name, kill_grace))
         .collect()
-}
-
-/// What a pool is told about how to run a remote agent's attempts.
-fn remote_run(r: &config::RemoteAgent) -> RemoteRun {
-    RemoteRun {
-        stdin: r.stdin.into(),
-        stream: r.stream.into(),
-        timeout: r.timeout_secs.map(Duration::from_secs),
-        max_output_bytes: r.max_output_bytes,
-    }
 }
 
 /// Each worktree agent's repository and `base`: where a flow fan-out's
@@ -543,28 +488,6 @@ async fn recover_worktrees(config: &Config, env: &Environment, engine: &Engine) 
                 "could not describe the worktree of an attempt that died with the previous process"
             ),
         }
-    }
-}
-
-fn process_spec(p: &config::ProcessAgent, kill_grace: Duration) -> ProcessSpec {
-    let env = match &p.env {
-        config::EnvSpec::Inherit(names) => names.iter().cloned().map(EnvVar::Pass).collect(),
-        config::EnvSpec::Set(vars) => vars
-            .iter()
-            .map(|(k, v)| EnvVar::Set(k.to_owned(), v.to_owned()))
-            .collect(),
-    };
-    ProcessSpec {
-        program: p.program.clone(),
-        args: p.args.clone(),
-        resume_args: p.resume_args.clone(),
-        env,
-        cwd: p.cwd.clone(),
-        stdin: p.stdin.into(),
-        stream: p.stream.into(),
-        timeout: p.timeout_secs.map(Duration::from_secs),
-        max_output_bytes: p.max_output_bytes,
-        kill_grace,
     }
 }
 

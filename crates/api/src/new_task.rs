@@ -1,12 +1,15 @@
-//! One create-task request for every surface: `POST /v1/tasks`, the MCP
-//! `spawn` tools and a MainAI's `spawn_task` frame each read their own
-//! wire shape into a [`NewTask`], and `NewTask::into_spec` is the one
-//! place a request becomes the engine's `TaskSpec` (a new field is added
-//! here once, and the compiler names every surface that must fill it).
+//! One create-task request and one path for every surface: `POST
+//! /v1/tasks`, the MCP `spawn` tools and a MainAI's `spawn_task` frame each
+//! read their own wire shape into a [`NewTask`] and hand it, with who asks
+//! ([`Origin`]), to `NewTask::create`, the one call into the engine's
+//! creation. `NewTask::into_spec` is the one place a request becomes the
+//! engine's `TaskSpec` (a new field is added here once, and the compiler
+//! names every surface that must fill it).
 
 use serde_json::{Map, Value};
 use swarmd_engine::ids::{ReqId, SessionId, TaskId};
-use swarmd_engine::task::{PolicyOverrides, TaskSpec};
+use swarmd_engine::task::{PolicyOverrides, Task, TaskSpec};
+use swarmd_engine::{Engine, EngineError, WorkerAuth};
 use swarmd_spawner::layers::OPERATOR_DELEGATE;
 use swarmd_wire::SpawnTaskFrame;
 
@@ -27,7 +30,52 @@ pub struct NewTask {
     pub continue_from: Option<TaskId>,
 }
 
+/// Who creates a task, and the scope its idempotency keys are made in.
+#[derive(Debug)]
+pub struct Origin {
+    /// The session of a top-level task; `None` with no `worker`: the admin.
+    pub(crate) session: Option<SessionId>,
+    /// The worker whose attempt creates a sub-task of its task.
+    pub(crate) worker: Option<WorkerAuth>,
+    /// The surface and the caller: `http:admin`, `http:<sid>`,
+    /// `http:worker:<task>`, `ws:<sid>`. Two callers never collide on a key.
+    pub(crate) scope: String,
+}
+
+impl Origin {
+    /// A MainAI session asking over its socket; each `spawn_task`'s
+    /// `req_id` is its key.
+    pub(crate) fn socket(sid: SessionId) -> Origin {
+        Origin {
+            session: Some(sid),
+            worker: None,
+            scope: format!("ws:{sid}"),
+        }
+    }
+}
+
 impl NewTask {
+    /// Creates the task for `origin`, once per `key` in the origin's scope:
+    /// a worker's is a sub-task of its own task (refused once its attempt
+    /// is no longer the open one), anyone else's a top-level task.
+    ///
+    /// # Errors
+    /// The engine's refusal: a draining daemon, an unknown agent, a bad
+    /// input, a reused key with another request, a closed attempt.
+    pub async fn create(
+        self,
+        engine: &Engine,
+        origin: &Origin,
+        key: Option<&str>,
+    ) -> Result<Task, EngineError> {
+        let key = key.map(|k| format!("{}:{k}", origin.scope));
+        let spec = self.into_spec(origin.session, key);
+        match &origin.worker {
+            Some(worker) => engine.create_subtask(worker, spec).await,
+            None => engine.create_task(spec).await,
+        }
+    }
+
     /// The engine's spec of the task, owned by `session` (none: the
     /// admin's) and made once per `idempotency_key`.
     pub(crate) fn into_spec(

@@ -22,7 +22,6 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use swarmd_engine::ErrorCode;
-use swarmd_engine::WorkerAuth;
 use swarmd_engine::auth::{looks_like_handle, looks_like_token};
 use swarmd_engine::gate::{Role, Verb};
 use swarmd_engine::ids::{SessionId, TaskId};
@@ -35,7 +34,7 @@ use crate::app::AppState;
 use crate::http::auth::{Caller, WorkerBearer, authenticate, authenticate_worker};
 use crate::http::error::ApiError;
 use crate::http::extract::{IdempotencyKey, Json, Path, Query, RawBody, empty_as_none};
-use crate::new_task::NewTask;
+use crate::new_task::{NewTask, Origin};
 use swarmd_sessions::{CancelError, Canceller, cancel_as};
 
 /// The longest a request may wait for a task (`wait_secs`, `timeout_secs`).
@@ -175,28 +174,20 @@ async fn spawn(
     Ok(accepted(&task))
 }
 
-/// Creates a task for `origin`; a draining daemon refuses it.
+/// Creates a task for `origin` (`NewTask::create`), once its pin of an
+/// operator session, if any, is allowed.
 pub async fn create(
     state: &AppState,
     origin: &Origin,
     request: NewTask,
     key: Option<String>,
 ) -> Result<Task, ApiError> {
-    if state.engine.is_draining() {
-        return Err(ApiError::coded(
-            ErrorCode::Draining,
-            "the daemon is draining: no new tasks",
-        ));
-    }
     if let Some(sid) = request.operator_sid {
         check_pin(state, origin, sid).await?;
     }
-    let key = key.map(|k| format!("http:{}:{k}", origin.scope));
-    let spec = request.into_spec(origin.session, key);
-    Ok(match &origin.worker {
-        Some(worker) => state.engine.create_subtask(worker, spec).await?,
-        None => state.engine.create_task(spec).await?,
-    })
+    Ok(request
+        .create(&state.engine, origin, key.as_deref())
+        .await?)
 }
 
 /// Whether `origin` may pin its task to session `pin`: the admin may name
@@ -229,17 +220,6 @@ async fn check_pin(state: &AppState, origin: &Origin, pin: SessionId) -> Result<
     Ok(())
 }
 
-/// Who creates a task.
-#[derive(Debug)]
-pub struct Origin {
-    /// The session of a top-level task; `None` with no `worker`: the admin.
-    session: Option<SessionId>,
-    /// The worker whose attempt creates a sub-task of its task.
-    worker: Option<WorkerAuth>,
-    /// Idempotency keys are scoped per caller.
-    scope: String,
-}
-
 /// Admins and operator sessions create top-level tasks; a worker whose agent
 /// allows sub-tasks (its credential carries `spawn_task`) creates a sub-task
 /// of its own task (docs/tasks.md, Sub-tasks), which the engine refuses once
@@ -257,7 +237,7 @@ fn spawner_of(state: &AppState, bearer: &WorkerBearer) -> Result<Origin, ApiErro
         let auth = authenticate_worker(state, bearer, Verb::SpawnTask)?;
         return Ok(Origin {
             session: None,
-            scope: format!("worker:{}", auth.attempt.task),
+            scope: format!("http:worker:{}", auth.attempt.task),
             worker: Some(auth),
         });
     }
@@ -272,7 +252,7 @@ pub fn origin_of(state: &AppState, caller: &Caller) -> Result<Origin, ApiError> 
     Ok(Origin {
         session: sid,
         worker: None,
-        scope: sid.map_or_else(|| "admin".to_owned(), |sid| sid.to_string()),
+        scope: sid.map_or_else(|| "http:admin".to_owned(), |sid| format!("http:{sid}")),
     })
 }
 

@@ -25,7 +25,7 @@ use tracing::Instrument;
 
 use super::writer::Direct;
 use crate::http::error::describe;
-use crate::new_task::NewTask;
+use crate::new_task::{NewTask, Origin};
 use swarmd_sessions::frames::{ServerFrame, SpawnTaskFrame};
 use swarmd_sessions::{
     CancelError, Canceller, FrameClass, Outgoing, Reservation, Session, cancel_as,
@@ -91,12 +91,6 @@ pub(super) fn spawn_worker(
     tx
 }
 
-/// The idempotency key of a `spawn_task`: a retry with the same `req_id` on
-/// the same session returns the task the first one created.
-pub(super) fn idempotency_key(session: &Session, req_id: &ReqId) -> String {
-    format!("ws:{}:{}", session.sid, req_id)
-}
-
 /// Creates the task, answering in `slot`; returns the error frame when it
 /// is refused.
 async fn spawn_task(
@@ -106,9 +100,8 @@ async fn spawn_task(
     slot: Reservation<'_>,
 ) -> Option<ServerFrame> {
     let (req_id, request) = NewTask::from_frame(frame);
-    let key = idempotency_key(session, &req_id);
-    let spec = request.into_spec(Some(session.sid), Some(key));
-    match engine.create_task(spec).await {
+    let origin = Origin::socket(session.sid);
+    match request.create(engine, &origin, Some(req_id.as_str())).await {
         Ok(task) => {
             let accepted = ServerFrame::TaskAccepted {
                 req_id,

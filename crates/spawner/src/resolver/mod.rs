@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use swarmd_engine::task::{ProcessGroupMark, SpawnerKind};
-use swarmd_engine::{AgentProfile, Route, SpawnError, SpawnerAdapter, SpawnerResolver};
+use swarmd_engine::{AgentProfile, Placement, Route, SpawnError, SpawnerAdapter, SpawnerResolver};
 
 pub use build::standard_layers;
 pub use error::{ConfigError, ConfigErrors};
@@ -128,11 +128,11 @@ fn delegates(layers: &[String]) -> bool {
     layers.iter().any(|key| key == OPERATOR_DELEGATE)
 }
 
-impl SpawnerResolver for StackResolver {
-    fn profile(&self, agent: &str, layers: &[String]) -> Result<AgentProfile, SpawnError> {
-        let (_, own_layers) = self.resolve(agent, layers)?;
-        self.layers.hint_keys(agent, own_layers, layers)?;
-        Ok(match self.agents.get(agent) {
+impl StackResolver {
+    /// The profile of an agent already resolved (an agent that is not
+    /// configured is one a task delegates).
+    fn profile_of(&self, agent: &str) -> AgentProfile {
+        match self.agents.get(agent) {
             Some(entry) => AgentProfile {
                 kind: entry.kind,
                 concurrency: entry.concurrency,
@@ -145,18 +145,78 @@ impl SpawnerResolver for StackResolver {
                 allow_subtasks: false,
                 credential_leaves: false,
             },
-        })
+        }
+    }
+
+    /// Whether the agent's stack names `operator_delegate`: the task's
+    /// layers or the agent's own.
+    fn stack_delegates(&self, task: Route<'_>) -> bool {
+        delegates(task.layers)
+            || self
+                .agents
+                .get(task.agent)
+                .is_some_and(|entry| delegates(&entry.layers))
+    }
+
+    /// Whether the session that owns the task is live with an operator
+    /// channel; one look in the session directory.
+    fn owner_takes_spawns(&self, task: Route<'_>) -> bool {
+        task.session
+            .and_then(|sid| self.sessions.session(&sid))
+            .is_some_and(|s| s.spawn_channel.is_some())
+    }
+
+    /// Why no session can take an operator agent's attempt now (no holder
+    /// of its role, or no MainAI session at all), for an attempt that is
+    /// not delegated.
+    fn no_operator(&self, task: Route<'_>) -> Option<String> {
+        let route = self.agents.get(task.agent)?.route.as_ref()?;
+        let found = route.find(&*self.sessions, task.operator_sid);
+        found.err().map(|refusal| refusal.to_string())
+    }
+}
+
+impl SpawnerResolver for StackResolver {
+    fn profile(&self, agent: &str, layers: &[String]) -> Result<AgentProfile, SpawnError> {
+        let (_, own_layers) = self.resolve(agent, layers)?;
+        self.layers.hint_keys(agent, own_layers, layers)?;
+        Ok(self.profile_of(agent))
     }
 
     /// An operator agent's attempt waits while no session can take it: no
     /// holder of its role, or no MainAI session at all.
     fn unavailable(&self, task: Route<'_>) -> Option<String> {
-        let route = self.agents.get(task.agent)?.route.as_ref()?;
+        self.agents.get(task.agent)?.route.as_ref()?;
         if self.delegated(task) {
             return None;
         }
-        let found = route.find(&*self.sessions, task.operator_sid);
-        found.err().map(|refusal| refusal.to_string())
+        self.no_operator(task)
+    }
+
+    /// One placement: the stack from the cache (a cached stack was
+    /// resolved and its layers checked when it was linked, so the profile
+    /// needs neither again), and the session directory asked at most once
+    /// for the owner (a delegating stack) and once for an operator (an
+    /// operator agent's attempt that is not delegated), so whether the
+    /// attempt is delegated and whether it waits come from the same look
+    /// at the owner.
+    fn place(&self, task: Route<'_>) -> Placement {
+        let stack = self.link(task.agent, task.layers);
+        let profile = match &stack {
+            Ok(_) => Ok(self.profile_of(task.agent)),
+            Err(_) => self.profile(task.agent, task.layers),
+        };
+        let delegated = self.stack_delegates(task) && self.owner_takes_spawns(task);
+        Placement {
+            stack,
+            profile,
+            delegated,
+            unavailable: if delegated {
+                None
+            } else {
+                self.no_operator(task)
+            },
+        }
     }
 
     fn check_input(
@@ -188,16 +248,7 @@ impl SpawnerResolver for StackResolver {
     /// count as well as the task's) and the owning session is live with an
     /// operator channel.
     fn delegated(&self, task: Route<'_>) -> bool {
-        let stack_delegates = delegates(task.layers)
-            || self
-                .agents
-                .get(task.agent)
-                .is_some_and(|entry| delegates(&entry.layers));
-        stack_delegates
-            && task
-                .session
-                .and_then(|sid| self.sessions.session(&sid))
-                .is_some_and(|s| s.spawn_channel.is_some())
+        self.stack_delegates(task) && self.owner_takes_spawns(task)
     }
 
     fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError> {

@@ -259,3 +259,118 @@ async fn configured_agents_run_through_the_linked_stack() {
     let task = run_task(&engine, "lua", PolicyOverrides::default()).await;
     assert_eq!(task.result.unwrap().value, json!(5));
 }
+
+/// A session directory that counts how often it is asked.
+#[derive(Debug, Default)]
+struct CountingDirectory {
+    inner: crate::testing::FakeDirectory,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingDirectory {
+    fn asked(&self) -> usize {
+        self.asked.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn count(&self) {
+        self.asked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl SessionDirectory for CountingDirectory {
+    fn session(&self, sid: &swarmd_engine::ids::SessionId) -> Option<crate::operator::LiveSession> {
+        self.count();
+        self.inner.session(sid)
+    }
+
+    fn by_role(&self, role: &str) -> Option<crate::operator::LiveSession> {
+        self.count();
+        self.inner.by_role(role)
+    }
+
+    fn least_loaded_main_ai(&self) -> Option<crate::operator::LiveSession> {
+        self.count();
+        self.inner.least_loaded_main_ai()
+    }
+}
+
+#[test]
+fn a_placement_looks_for_the_owner_and_an_operator_once_each() {
+    use swarmd_engine::ids::SessionId;
+    use swarmd_engine::store::SessionKind;
+
+    let dir = tempfile::tempdir().unwrap();
+    let directory = Arc::new(CountingDirectory::default());
+    let operator = agent(
+        "reviewer",
+        AgentKind::Operator(OperatorSpec {
+            operator_role: Some("main-ai".into()),
+            worker_binding: None,
+            system_prompt: None,
+        }),
+        &[],
+    );
+    let resolver = StackResolver::from_config(
+        &settings(dir.path()),
+        &[agent("w", process(dir.path(), "echo 1"), &[]), operator],
+        &pool(),
+        Arc::clone(&directory) as Arc<dyn SessionDirectory>,
+    )
+    .unwrap();
+    let owner = SessionId::new();
+    let delegate = keys(&["operator_delegate"]);
+    let route = |agent, layers, session| Route {
+        agent,
+        layers,
+        session,
+        operator_sid: None,
+    };
+
+    // A delegating stack whose owner is not live: not delegated, no wait
+    // (the agent is no operator agent), one look for the owner.
+    let placed = resolver.place(route("Explore", &delegate, Some(owner)));
+    assert!(placed.stack.is_ok());
+    assert_eq!(placed.profile.unwrap().kind, SpawnerKind::Operator);
+    assert!(!placed.delegated);
+    assert_eq!(placed.unavailable, None);
+    assert_eq!(directory.asked(), 1);
+
+    // The operator agent with no holder of its role waits; one look.
+    let placed = resolver.place(route("reviewer", &[], None));
+    assert!(placed.unavailable.unwrap().contains("main-ai"));
+    assert_eq!(directory.asked(), 1);
+
+    // An operator agent's task that delegates, its owner not live: one
+    // look for the owner, one for an operator (no second look for the
+    // owner while deciding whether it waits).
+    let placed = resolver.place(route("reviewer", &delegate, Some(owner)));
+    assert!(!placed.delegated);
+    assert!(placed.unavailable.is_some());
+    assert_eq!(directory.asked(), 2);
+
+    // The owner goes live with a channel: delegated, and one look.
+    directory.inner.add(
+        &["main-ai"],
+        crate::operator::LiveSession {
+            sid: owner,
+            kind: SessionKind::MainAi,
+            hooks: None,
+            senior: None,
+            spawn_channel: Some(Arc::new(crate::testing::FakeChannel::default())),
+        },
+    );
+    let placed = resolver.place(route("Explore", &delegate, Some(owner)));
+    assert!(placed.delegated);
+    assert_eq!(placed.unavailable, None);
+    assert_eq!(directory.asked(), 1);
+    // A plain process agent never asks.
+    let placed = resolver.place(route("w", &[], Some(owner)));
+    assert_eq!(placed.profile.unwrap().kind, SpawnerKind::Process);
+    assert!(!placed.delegated);
+    assert_eq!(directory.asked(), 0);
+    // An unknown agent is refused by both the stack and the profile.
+    let placed = resolver.place(route("nobody", &[], None));
+    assert!(matches!(placed.stack, Err(SpawnError::UnknownAgent(_))));
+    assert!(matches!(placed.profile, Err(SpawnError::UnknownAgent(_))));
+}

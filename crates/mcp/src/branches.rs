@@ -4,13 +4,12 @@
 //! finished task's branch onto a branch the caller names), through the
 //! branch routes' own functions, rules and caller's part.
 
-use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::fanout::task_id;
 use super::registry::{ToolEntry, entry};
-use super::{Outcome, arguments, structured};
+use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 use swarmd_api::http::branches::{
@@ -25,14 +24,14 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              of one agent: each with its task, status, head, how many commits it is ahead of the \
              agent's base and whether the base holds it.",
             true,
-            |call| Box::pin(list(call.state, call.caller, call.args)),
+            |call, args| Box::pin(list(call.state, call.caller, args)),
         ),
         entry::<TaskArgs, TaskDiff>(
             "diff",
             "Get a coding task's changes as its latest attempt recorded them: branch, base, head, \
              the files changed and the unified diff.",
             true,
-            |call| Box::pin(diff(call.state, call.caller, call.args)),
+            |call, args| Box::pin(diff(call.state, call.caller, args)),
         ),
         entry::<ApplyArgs, AppliedView>(
             "apply",
@@ -41,21 +40,21 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              to insist). A branch checked out somewhere is left alone unless checked_out is true; \
              a conflict changes nothing and names the files.",
             false,
-            |call| Box::pin(apply(call.state, call.caller, call.args)),
+            |call, args| Box::pin(apply(call.state, call.caller, args)),
         ),
     ]
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct TaskArgs {
+pub(super) struct TaskArgs {
     /// The task (`T-…`).
     task_id: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ApplyArgs {
+pub(super) struct ApplyArgs {
     /// The finished task (`T-…`) whose branch is applied.
     task_id: String,
     /// The branch to apply it to.
@@ -68,19 +67,16 @@ struct ApplyArgs {
     checked_out: bool,
 }
 
-pub(super) async fn list(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: ListQuery = arguments(args)?;
+pub(super) async fn list(state: &AppState, caller: &Caller, args: ListQuery) -> Outcome {
     structured(&branches::list_branches(state, caller, args.agent.as_deref()).await?)
 }
 
-pub(super) async fn diff(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: TaskArgs = arguments(args)?;
+pub(super) async fn diff(state: &AppState, caller: &Caller, args: TaskArgs) -> Outcome {
     let id = task_id(&args.task_id)?;
     structured(&branches::task_diff(state, caller, id).await?)
 }
 
-pub(super) async fn apply(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: ApplyArgs = arguments(args)?;
+pub(super) async fn apply(state: &AppState, caller: &Caller, args: ApplyArgs) -> Outcome {
     let id = task_id(&args.task_id)?;
     let body = ApplyBody {
         into: args.into,

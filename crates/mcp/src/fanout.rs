@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use axum::http::Method;
 use futures_util::{StreamExt, stream};
-use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -16,7 +15,7 @@ use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{PolicyOverrides, TaskStatus};
 
 use super::registry::{ToolEntry, entry};
-use super::{Outcome, arguments, structured};
+use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::cluster::{self, PeerCall, Subject};
 use swarmd_api::http::auth::Caller;
@@ -38,7 +37,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
             "List the agents tasks can be spawned for: name, kind (process, lua, operator, remote), \
              description, and how many of their tasks are running and queued now.",
             true,
-            |call| Box::pin(agents(call.state, call.caller, call.args)),
+            |call, args| Box::pin(agents(call.state, call.caller, args)),
         ),
         entry::<SpawnArgs, Spawned>(
             "spawn",
@@ -47,21 +46,21 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              (same agent, its session and worktree branch). Returns its task_id at once; \
              collect the result with `wait`.",
             false,
-            |call| Box::pin(spawn(call.state, call.caller, call.args)),
+            |call, args| Box::pin(spawn(call.state, call.caller, args)),
         ),
         entry::<SpawnManyArgs, SpawnedMany>(
             "spawn_many",
             "Start up to 100 tasks in one call (fan-out). Each entry has the arguments of \
              `spawn`; the results are in the same order, each a task_id or its own error.",
             false,
-            |call| Box::pin(spawn_many(call.state, call.caller, call.args)),
+            |call, args| Box::pin(spawn_many(call.state, call.caller, args)),
         ),
         entry::<CancelArgs, Cancelled>(
             "cancel",
             "Cancel a task that is queued or running (only its owner or the admin may). \
              Returns the task as it is after the cancel.",
             false,
-            |call| Box::pin(cancel(call.state, call.caller, call.bearer(), call.args)),
+            |call, args| Box::pin(cancel(call.state, call.caller, call.bearer(), args)),
         ),
     ]
 }
@@ -69,7 +68,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
 /// No arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct NoArgs {}
+pub(super) struct NoArgs {}
 
 #[derive(Debug, Serialize, JsonSchema)]
 struct AgentList {
@@ -141,7 +140,7 @@ struct Spawned {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SpawnManyArgs {
+pub(super) struct SpawnManyArgs {
     /// The tasks to start: 1 to 100 entries, each with `spawn`'s arguments.
     /// Each entry is decoded on its own, so one bad entry fails alone.
     #[schemars(with = "Vec<SpawnArgs>")]
@@ -173,7 +172,7 @@ struct SpawnResult {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct CancelArgs {
+pub(super) struct CancelArgs {
     /// The task to cancel (`T-…`).
     task_id: String,
     /// Why, kept as the task's reason.
@@ -193,8 +192,7 @@ pub(super) fn task_id(text: &str) -> Result<TaskId, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("task_id `{text}`: {e}")))
 }
 
-pub(super) async fn agents(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let NoArgs {} = arguments(args)?;
+pub(super) async fn agents(state: &AppState, caller: &Caller, _args: NoArgs) -> Outcome {
     caller.check(state, Verb::ReadTask)?;
     let running = count_by_agent(state, TaskStatus::Running).await?;
     let queued = count_by_agent(state, TaskStatus::Queued).await?;
@@ -233,8 +231,7 @@ async fn count_by_agent(
     Ok(counts)
 }
 
-pub(super) async fn spawn(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: SpawnArgs = arguments(args)?;
+pub(super) async fn spawn(state: &AppState, caller: &Caller, args: SpawnArgs) -> Outcome {
     structured(&spawn_one(state, caller, args).await?)
 }
 
@@ -278,9 +275,8 @@ async fn spawn_one(
 pub(super) async fn spawn_many(
     state: &AppState,
     caller: &Caller,
-    args: Option<JsonObject>,
+    SpawnManyArgs { tasks }: SpawnManyArgs,
 ) -> Outcome {
-    let SpawnManyArgs { tasks } = arguments(args)?;
     if tasks.is_empty() || tasks.len() > MAX_SPAWN_MANY {
         return Err(ApiError::bad_request(format!(
             "tasks must hold 1 to {MAX_SPAWN_MANY} entries, not {}",
@@ -334,9 +330,8 @@ pub(super) async fn cancel(
     state: &AppState,
     caller: &Caller,
     bearer: Option<&str>,
-    args: Option<JsonObject>,
+    args: CancelArgs,
 ) -> Outcome {
-    let args: CancelArgs = arguments(args)?;
     let id = task_id(&args.task_id)?;
     caller.check(state, Verb::CancelTask)?;
     if let Some(bearer) = bearer {

@@ -22,7 +22,7 @@ use swarmd_flow_run::RunError;
 
 use super::flow_as_tool;
 use super::registry::{ToolEntry, entry};
-use super::{Outcome, arguments, structured};
+use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 use swarmd_api::http::error::ApiError;
@@ -40,7 +40,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
             "List the flows this daemon runs by name: name, description, content hash, the \
              JSON Schema of their input, and the tool (`flow_<name>`) that runs each one.",
             true,
-            |call| Box::pin(flows(call.state, call.caller, call.args)),
+            |call, args| Box::pin(flows(call.state, call.caller, args)),
         ),
         entry::<LintArgs, Linted>(
             "lint_flow",
@@ -48,7 +48,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              limits without running it. Returns ok, its content hash, and every problem with \
              its JSON pointer, code, message and a hint to fix it.",
             true,
-            |call| Box::pin(lint_flow(call.state, call.caller, call.args)),
+            |call, args| Box::pin(lint_flow(call.state, call.caller, args)),
         ),
         entry::<StartArgs, RunViewSchema>(
             "start_run",
@@ -57,7 +57,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              once; follow it with `run`. A retry with the same idempotency_key returns the \
              run the first call started.",
             false,
-            |call| Box::pin(start_run(call.state, call.caller, call.args)),
+            |call, args| Box::pin(start_run(call.state, call.caller, args)),
         ),
         entry::<RunArgs, RunViewSchema>(
             "run",
@@ -65,7 +65,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              With wait_secs (1 to 600) it first waits that long at most for the run to end, \
              sending progress notifications.",
             true,
-            |call| Box::pin(run(call.state, call.caller, call.args, call.context)),
+            |call, args| Box::pin(run(call.state, call.caller, args, call.context)),
         ),
         entry::<AnswerArgs, RunViewSchema>(
             "answer_wait",
@@ -73,14 +73,14 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              with a value matching the wait's schema; the run goes on. Only the run's owner \
              or the admin may. Returns the run.",
             false,
-            |call| Box::pin(answer_wait(call.state, call.caller, call.args)),
+            |call, args| Box::pin(answer_wait(call.state, call.caller, args)),
         ),
         entry::<CancelArgs, RunViewSchema>(
             "cancel_run",
             "Cancel a flow run and every step it has running (only its owner or the admin \
              may), with an optional reason. Returns the run as it is after the cancel.",
             false,
-            |call| Box::pin(cancel_run(call.state, call.caller, call.args)),
+            |call, args| Box::pin(cancel_run(call.state, call.caller, args)),
         ),
     ]
 }
@@ -88,7 +88,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
 /// No arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct NoArgs {}
+pub(super) struct NoArgs {}
 
 #[derive(Debug, Serialize, JsonSchema)]
 struct FlowList {
@@ -115,7 +115,7 @@ struct FlowInfo {
 /// `lint_flow` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct LintArgs {
+pub(super) struct LintArgs {
     /// The flow's IR (docs/flow.schema.json).
     flow: JsonObject,
 }
@@ -144,7 +144,7 @@ struct ProblemView {
 /// `start_run` arguments (the body of `POST /v1/runs`).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct StartArgs {
+pub(super) struct StartArgs {
     /// A flow's name (see `flows`), or a flow's IR (an object).
     #[schemars(schema_with = "name_or_ir")]
     flow: Value,
@@ -166,7 +166,7 @@ fn name_or_ir(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// `run` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RunArgs {
+pub(super) struct RunArgs {
     /// The run (`R-…`).
     run_id: String,
     /// Seconds to wait for the run to end first: 0 to 600 (default 0).
@@ -177,7 +177,7 @@ struct RunArgs {
 /// `answer_wait` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct AnswerArgs {
+pub(super) struct AnswerArgs {
     /// The run (`R-…`).
     run_id: String,
     /// The wait's name, or its key when several waits of that name are open.
@@ -189,7 +189,7 @@ struct AnswerArgs {
 /// `cancel_run` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct CancelArgs {
+pub(super) struct CancelArgs {
     /// The run (`R-…`).
     run_id: String,
     /// Why (at most 1024 bytes); the run's error says it.
@@ -236,8 +236,7 @@ pub(super) struct RunViewSchema {
     created: Option<bool>,
 }
 
-pub(super) async fn flows(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let NoArgs {} = arguments(args)?;
+pub(super) async fn flows(state: &AppState, caller: &Caller, _args: NoArgs) -> Outcome {
     caller.check(state, Verb::ReadTask)?;
     let flows = state
         .runner
@@ -257,9 +256,8 @@ pub(super) async fn flows(state: &AppState, caller: &Caller, args: Option<JsonOb
 pub(super) async fn lint_flow(
     state: &AppState,
     caller: &Caller,
-    args: Option<JsonObject>,
+    LintArgs { flow }: LintArgs,
 ) -> Outcome {
-    let LintArgs { flow } = arguments(args)?;
     caller.check(state, Verb::ReadTask)?;
     let flow = parse_flow(Value::Object(flow))?;
     let problems: Vec<ProblemView> = state
@@ -280,12 +278,7 @@ pub(super) async fn lint_flow(
     })
 }
 
-pub(super) async fn start_run(
-    state: &AppState,
-    caller: &Caller,
-    args: Option<JsonObject>,
-) -> Outcome {
-    let args: StartArgs = arguments(args)?;
+pub(super) async fn start_run(state: &AppState, caller: &Caller, args: StartArgs) -> Outcome {
     caller.check(state, Verb::SpawnTask)?;
     let key = args.idempotency_key.filter(|k| !k.is_empty());
     let input = args.input.unwrap_or_else(|| json!({}));
@@ -302,10 +295,9 @@ pub(super) async fn start_run(
 pub(super) async fn run(
     state: &AppState,
     caller: &Caller,
-    args: Option<JsonObject>,
+    args: RunArgs,
     context: &RequestContext<RoleServer>,
 ) -> Outcome {
-    let args: RunArgs = arguments(args)?;
     let id = run_id(&args.run_id)?;
     if args.wait_secs > MAX_WAIT_SECS {
         return Err(ApiError::bad_request(format!(
@@ -321,12 +313,7 @@ pub(super) async fn run(
     view_of(state, id, may_act(caller, &record)).await
 }
 
-pub(super) async fn answer_wait(
-    state: &AppState,
-    caller: &Caller,
-    args: Option<JsonObject>,
-) -> Outcome {
-    let args: AnswerArgs = arguments(args)?;
+pub(super) async fn answer_wait(state: &AppState, caller: &Caller, args: AnswerArgs) -> Outcome {
     let id = run_id(&args.run_id)?;
     caller.check(state, Verb::Answer)?;
     let record = visible(state, caller, id).await?;
@@ -342,12 +329,7 @@ pub(super) async fn answer_wait(
     view_of(state, id, owner).await
 }
 
-pub(super) async fn cancel_run(
-    state: &AppState,
-    caller: &Caller,
-    args: Option<JsonObject>,
-) -> Outcome {
-    let args: CancelArgs = arguments(args)?;
+pub(super) async fn cancel_run(state: &AppState, caller: &Caller, args: CancelArgs) -> Outcome {
     let id = run_id(&args.run_id)?;
     caller.check(state, Verb::CancelTask)?;
     let record = visible(state, caller, id).await?;

@@ -2,6 +2,7 @@
 //! the tools at work are tested on the real binary
 //! (tests/blackbox/mcp/flow_tools.rs).
 
+use crate::arguments;
 use rmcp::model::Tool;
 use swarmd_engine::ErrorCode;
 use swarmd_flow::Problem;

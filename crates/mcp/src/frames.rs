@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{JsonObject, ProgressNotificationParam};
+use rmcp::model::ProgressNotificationParam;
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, model::ProgressToken};
 use schemars::JsonSchema;
@@ -23,7 +23,7 @@ use swarmd_engine::ErrorCode;
 use swarmd_engine::ids::SessionId;
 
 use super::registry::{ToolEntry, entry};
-use super::{Outcome, arguments, structured};
+use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 use swarmd_api::http::error::ApiError;
@@ -46,7 +46,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              `reply` answer; a `hook_before` wants `reply` hook_ack; `cancel` and `task_done` \
              need no reply. Sends progress notifications while it waits.",
             false,
-            |call| Box::pin(frames(call.state, call.caller, call.args, call.context)),
+            |call, args| Box::pin(frames(call.state, call.caller, args, call.context)),
         ),
         entry::<ReplyArgs, Replied>(
             "reply",
@@ -54,7 +54,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              error, stats), spawn_halt (value, reason), answer (value) or hook_ack (ok, \
              reason).",
             false,
-            |call| Box::pin(reply(call.state, call.caller, call.args)),
+            |call, args| Box::pin(reply(call.state, call.caller, args)),
         ),
     ]
 }
@@ -157,10 +157,9 @@ pub(super) fn session_of(
 pub(super) async fn frames(
     state: &AppState,
     caller: &Caller,
-    args: Option<JsonObject>,
+    args: FramesArgs,
     context: &RequestContext<RoleServer>,
 ) -> Outcome {
-    let args: FramesArgs = arguments(args)?;
     if args.wait_secs > MAX_WAIT_SECS || !(1..=MAX_FRAMES).contains(&args.max) {
         return Err(ApiError::bad_request(format!(
             "wait_secs is 0 to {MAX_WAIT_SECS} and max 1 to {MAX_FRAMES}"
@@ -275,8 +274,7 @@ async fn notify_waiting(
     }
 }
 
-pub(super) async fn reply(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: ReplyArgs = arguments(args)?;
+pub(super) async fn reply(state: &AppState, caller: &Caller, args: ReplyArgs) -> Outcome {
     let session = session_of(state, caller, args.sid.as_deref())?;
     let mut frame = Map::new();
     frame.insert("type".into(), json!(args.kind));

@@ -3,7 +3,6 @@
 //! each through the HTTP routes' own functions, bounds and reader's part
 //! (`views::Reader`: a session reads only its own tasks).
 
-use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -14,7 +13,7 @@ use swarmd_engine::task::TaskStatus;
 use super::changes;
 use super::fanout::task_id;
 use super::registry::{ToolEntry, entry};
-use super::{Outcome, arguments, structured};
+use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 use swarmd_api::http::error::ApiError;
@@ -38,21 +37,21 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              base, head, files, line counts and diff (at most 64 KiB) its latest attempt \
              left.",
             true,
-            |call| Box::pin(task(call.state, call.caller, call.args)),
+            |call, args| Box::pin(task(call.state, call.caller, args)),
         ),
         entry::<TasksArgs, TaskPageSchema>(
             "tasks",
             "List tasks newest first, optionally by status (queued, running, pass, blocked, \
              failed, cancelled) and agent; at most 200 a page, continue with `after`.",
             true,
-            |call| Box::pin(tasks(call.state, call.caller, call.args)),
+            |call, args| Box::pin(tasks(call.state, call.caller, args)),
         ),
         entry::<OutputArgs, OutputPageSchema>(
             "output",
             "Read a task's output records (progress, logs, finals) after a seq, at most 1000 \
              a page; continue with `after_seq` = the last record's seq while `more` is true.",
             true,
-            |call| Box::pin(output(call.state, call.caller, call.args)),
+            |call, args| Box::pin(output(call.state, call.caller, args)),
         ),
     ]
 }
@@ -85,7 +84,7 @@ struct TaskSchema {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct TasksArgs {
+pub(super) struct TasksArgs {
     /// Only tasks in this status.
     #[serde(default)]
     status: Option<TaskStatusArg>,
@@ -136,7 +135,7 @@ struct TaskPageSchema {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct OutputArgs {
+pub(super) struct OutputArgs {
     /// The task (`T-…`).
     task_id: String,
     /// Only this attempt; unset: every attempt in order.
@@ -163,8 +162,7 @@ struct OutputPageSchema {
     more: bool,
 }
 
-pub(super) async fn task(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: TaskArgs = arguments(args)?;
+pub(super) async fn task(state: &AppState, caller: &Caller, args: TaskArgs) -> Outcome {
     let id = task_id(&args.task_id)?;
     let view = tasks::view(state, caller, id).await?;
     let mut value = serde_json::to_value(&view).map_err(|e| ApiError::internal(&e))?;
@@ -176,8 +174,7 @@ pub(super) async fn task(state: &AppState, caller: &Caller, args: Option<JsonObj
     Ok(value)
 }
 
-pub(super) async fn tasks(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: TasksArgs = arguments(args)?;
+pub(super) async fn tasks(state: &AppState, caller: &Caller, args: TasksArgs) -> Outcome {
     let before = args.after.as_deref().map(task_id).transpose()?;
     let filter = TaskFilter {
         status: args.status.map(Into::into),
@@ -189,8 +186,7 @@ pub(super) async fn tasks(state: &AppState, caller: &Caller, args: Option<JsonOb
     structured(&tasks::page(state, caller, filter).await?)
 }
 
-pub(super) async fn output(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: OutputArgs = arguments(args)?;
+pub(super) async fn output(state: &AppState, caller: &Caller, args: OutputArgs) -> Outcome {
     let id = task_id(&args.task_id)?;
     caller.check(state, Verb::ReadOutput)?;
     let view = TaskView::read(&state.engine, Reader::of(caller), id)

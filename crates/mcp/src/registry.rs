@@ -15,9 +15,10 @@ use rmcp::handler::server::common::{schema_for_input, schema_for_output};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use rmcp::service::RequestContext;
 use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::{Outcome, bearer_of, schema};
+use super::{Outcome, arguments, bearer_of, schema};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 
@@ -40,13 +41,17 @@ impl<'a> Call<'a> {
     }
 }
 
-/// The function behind a built-in tool.
-pub(super) type Handler = for<'a> fn(Call<'a>) -> BoxFuture<'a, Outcome>;
+/// The function behind a built-in tool whose arguments are `I`.
+pub(super) type Handler<I> = for<'a> fn(Call<'a>, I) -> BoxFuture<'a, Outcome>;
+
+/// A tool's function with its arguments' decoding: the arguments are
+/// read into the type whose schema `tools/list` shows, once, here.
+type Decoding = Box<dyn for<'a> Fn(Call<'a>) -> BoxFuture<'a, Outcome> + Send + Sync>;
 
 /// A built-in tool: what `tools/list` shows and what `tools/call` runs.
 pub(super) struct ToolEntry {
     tool: Tool,
-    call: Handler,
+    call: Decoding,
 }
 
 impl ToolEntry {
@@ -60,17 +65,24 @@ impl ToolEntry {
 }
 
 /// A tool whose input is `I` and whose structured output is `O`, served by
-/// `call`.
+/// `call` with the arguments read into `I` (refused with a `bad_request`
+/// naming the field when they do not fit it).
 pub(super) fn entry<I, O>(
     name: &'static str,
     description: &'static str,
     read_only: bool,
-    call: Handler,
+    call: Handler<I>,
 ) -> ToolEntry
 where
-    I: JsonSchema + 'static,
+    I: JsonSchema + DeserializeOwned + Send + 'static,
     O: JsonSchema + 'static,
 {
+    let call: Decoding = Box::new(move |mut c: Call<'_>| -> BoxFuture<'_, Outcome> {
+        match arguments::<I>(c.args.take()) {
+            Ok(args) => call(c, args),
+            Err(refused) => Box::pin(std::future::ready(Err(refused))),
+        }
+    });
     // Our argument types derive their schemas; a failure is a bug caught by
     // the catalogue test, so the fallback (any object) never ships.
     let input = schema_for_input::<I>()
@@ -167,8 +179,8 @@ mod tests {
 
     #[test]
     fn a_name_declared_twice_is_listed_and_called_as_its_first_entry() {
-        let first: Handler = |_| Box::pin(async { Ok(Value::from(1)) });
-        let second: Handler = |_| Box::pin(async { Ok(Value::from(2)) });
+        let first: Handler<JsonObject> = |_, _| Box::pin(async { Ok(Value::from(1)) });
+        let second: Handler<JsonObject> = |_, _| Box::pin(async { Ok(Value::from(2)) });
         let registry = Registry::new(vec![
             entry::<JsonObject, JsonObject>("twice", "the first declaration", true, first),
             entry::<JsonObject, JsonObject>("once", "the only declaration", true, second),

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use axum::http::Method;
 use rmcp::RoleServer;
-use rmcp::model::JsonObject;
 use rmcp::service::RequestContext;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -26,7 +25,7 @@ use swarmd_output_store::{ContentRef, OutputEvent};
 use super::frames::{self, MAX_WAIT_SECS, session_of};
 use super::registry::{ToolEntry, entry};
 use super::worker::{self, PromptShape, authenticate};
-use super::{Outcome, arguments, structured};
+use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::cluster::PeerCall;
 use swarmd_api::http::auth::{Caller, worker_refusal};
@@ -47,21 +46,14 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              session's own connection this is that session; the admin gets a new session \
              (upstream dialect) to use with mse_pending_wait / mse_ack / mse_operator_leave.",
             false,
-            |call| Box::pin(join(call.state, call.caller, call.args)),
+            |call, args| Box::pin(join(call.state, call.caller, args)),
         ),
         entry::<PendingArgs, Pending>(
             "mse_pending_wait",
             "Upstream alias of `frames`: pop one frame for `sid`, waiting up to timeout_ms \
              (default 30000). Returns {timed_out, req_id?, type?, payload?}.",
             false,
-            |call| {
-                Box::pin(pending_wait(
-                    call.state,
-                    call.caller,
-                    call.args,
-                    call.context,
-                ))
-            },
+            |call, args| Box::pin(pending_wait(call.state, call.caller, args, call.context)),
         ),
         entry::<AckArgs, Sent>(
             "mse_ack",
@@ -69,20 +61,20 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              reason), spawn_ack (value, ok, error, stats) or spawn_halt (value, error as the \
              reason). Returns {sent: true}.",
             false,
-            |call| Box::pin(ack(call.state, call.caller, call.args)),
+            |call, args| Box::pin(ack(call.state, call.caller, args)),
         ),
         entry::<LeaveArgs, Removed>(
             "mse_operator_leave",
             "Upstream alias. Leave (delete) the operator session `sid`. Returns {removed: true}.",
             false,
-            |call| Box::pin(leave(call.state, call.caller, call.args)),
+            |call, args| Box::pin(leave(call.state, call.caller, args)),
         ),
         entry::<FetchArgs, PromptShape>(
             "mse_worker_fetch",
             "Upstream alias of `worker_prompt`: the prompt of the attempt worker_handle names \
              ({task_id, attempt, agent, prompt, system?, input?, deadline}).",
             true,
-            |call| Box::pin(fetch(call.state, call.args)),
+            |call, args| Box::pin(fetch(call.state, args)),
         ),
         entry::<SubmitArgs, Submitted>(
             "mse_worker_submit",
@@ -90,7 +82,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              attempt; name stages a named artifact instead of completing; degradations are \
              recorded as progress notes. Returns {submitted: true}.",
             false,
-            |call| Box::pin(submit(call.state, call.args)),
+            |call, args| Box::pin(submit(call.state, args)),
         ),
     ]
 }
@@ -218,8 +210,7 @@ struct Submitted {
     submitted: bool,
 }
 
-pub(super) async fn join(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: JoinArgs = arguments(args)?;
+pub(super) async fn join(state: &AppState, caller: &Caller, args: JoinArgs) -> Outcome {
     let sid = match caller {
         Caller::Operator(session) => session.sid,
         Caller::Admin => {
@@ -246,10 +237,9 @@ pub(super) async fn join(state: &AppState, caller: &Caller, args: Option<JsonObj
 pub(super) async fn pending_wait(
     state: &AppState,
     caller: &Caller,
-    args: Option<JsonObject>,
+    args: PendingArgs,
     context: &RequestContext<RoleServer>,
 ) -> Outcome {
-    let args: PendingArgs = arguments(args)?;
     let timeout_ms = args.timeout_ms.unwrap_or(30_000);
     if timeout_ms > MAX_WAIT_SECS * 1000 {
         return Err(ApiError::bad_request(format!(
@@ -284,8 +274,7 @@ pub(super) async fn pending_wait(
     })
 }
 
-pub(super) async fn ack(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: AckArgs = arguments(args)?;
+pub(super) async fn ack(state: &AppState, caller: &Caller, args: AckArgs) -> Outcome {
     let session = session_of(state, caller, Some(&args.sid))?;
     let req_id = ReqId::new(&args.req_id)
         .map_err(|e| ApiError::bad_request(format!("invalid req_id: {e}")))?;
@@ -321,8 +310,7 @@ pub(super) async fn ack(state: &AppState, caller: &Caller, args: Option<JsonObje
     structured(&Sent { sent: true })
 }
 
-pub(super) async fn leave(state: &AppState, caller: &Caller, args: Option<JsonObject>) -> Outcome {
-    let args: LeaveArgs = arguments(args)?;
+pub(super) async fn leave(state: &AppState, caller: &Caller, args: LeaveArgs) -> Outcome {
     let session = session_of(state, caller, Some(&args.sid))?;
     state
         .sessions
@@ -332,8 +320,7 @@ pub(super) async fn leave(state: &AppState, caller: &Caller, args: Option<JsonOb
     structured(&Removed { removed: true })
 }
 
-pub(super) async fn fetch(state: &AppState, args: Option<JsonObject>) -> Outcome {
-    let args: FetchArgs = arguments(args)?;
+pub(super) async fn fetch(state: &AppState, args: FetchArgs) -> Outcome {
     let (_, _) = (args.base_url, args.system_ref_path);
     let Some(named) = args.task_id else {
         return structured(&worker::fetch(state, &args.worker_handle).await?);
@@ -357,8 +344,7 @@ pub(super) async fn fetch(state: &AppState, args: Option<JsonObject>) -> Outcome
     structured(&swarmd_api::http::views::PromptView::new(&auth, prompt))
 }
 
-pub(super) async fn submit(state: &AppState, args: Option<JsonObject>) -> Outcome {
-    let args: SubmitArgs = arguments(args)?;
+pub(super) async fn submit(state: &AppState, args: SubmitArgs) -> Outcome {
     let _ = args.base_url;
     let degradations = args.degradations.unwrap_or_default();
     if degradations.len() > MAX_DEGRADATIONS {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use rmcp::model::{JsonObject, ProgressNotificationParam, ProgressToken};
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
 use schemars::JsonSchema;
@@ -25,7 +25,7 @@ use swarmd_engine::task::Task;
 
 use super::fanout::task_id;
 use super::registry::{ToolEntry, entry};
-use super::{Outcome, arguments, structured};
+use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 use swarmd_api::http::error::ApiError;
@@ -46,13 +46,13 @@ pub(super) fn tools() -> Vec<ToolEntry> {
          and, for finished ones, the result ({value, ok}); `done` says whether the mode was \
          met. Sends progress notifications while it waits.",
         true,
-        |call| Box::pin(wait(call.state, call.caller, call.args, call.context)),
+        |call, args| Box::pin(wait(call.state, call.caller, args, call.context)),
     )]
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct WaitArgs {
+pub(super) struct WaitArgs {
     /// The tasks to wait for (1 to 100 ids, `T-…`).
     task_ids: Vec<String>,
     /// `all` (default), `any`, or `first` (then `n` says how many).
@@ -168,10 +168,10 @@ fn target(args: WaitArgs) -> Result<Target, ApiError> {
 pub(super) async fn wait(
     state: &AppState,
     caller: &Caller,
-    args: Option<JsonObject>,
+    args: WaitArgs,
     context: &RequestContext<RoleServer>,
 ) -> Outcome {
-    let target = target(arguments(args)?)?;
+    let target = target(args)?;
     caller.check(state, Verb::ReadTask)?;
     let reader = Reader::of(caller);
     for &id in &target.ids {

@@ -7,7 +7,6 @@
 //! node's worker route with the handle (`cluster::call_owner`).
 
 use axum::http::Method;
-use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -16,7 +15,7 @@ use swarmd_engine::{ResultPost, WorkerAuth, body_digest};
 use swarmd_output_store::{ContentRef, OutputEvent};
 
 use super::registry::{ToolEntry, entry};
-use super::{Outcome, arguments, structured};
+use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::cluster::{self, PeerCall};
 use swarmd_api::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
@@ -33,14 +32,14 @@ pub(super) fn tools() -> Vec<ToolEntry> {
             "SubAgent: fetch the prompt of the attempt a `spawn` frame handed you, by its \
              worker_handle (`wh-…`): task_id, attempt, agent, system, prompt, input, deadline.",
             true,
-            |call| Box::pin(prompt(call.state, call.args)),
+            |call, args| Box::pin(prompt(call.state, args)),
         ),
         entry::<ProgressArgs, Reported>(
             "worker_progress",
             "SubAgent: record progress on your attempt (a stage and an optional note) and/or \
              a piece of partial text, by worker_handle. Stored in the task's output.",
             false,
-            |call| Box::pin(progress(call.state, call.args)),
+            |call, args| Box::pin(progress(call.state, args)),
         ),
         entry::<SubmitArgs, AckShape>(
             "worker_submit",
@@ -48,7 +47,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
              included) and ok (false marks the attempt failed). The first result decides the \
              attempt; repeating the same one is harmless.",
             false,
-            |call| Box::pin(submit(call.state, call.args)),
+            |call, args| Box::pin(submit(call.state, args)),
         ),
     ]
 }
@@ -142,8 +141,7 @@ pub(super) fn authenticate(
     Ok((bearer, auth))
 }
 
-pub(super) async fn prompt(state: &AppState, args: Option<JsonObject>) -> Outcome {
-    let args: HandleArgs = arguments(args)?;
+pub(super) async fn prompt(state: &AppState, args: HandleArgs) -> Outcome {
     structured(&fetch(state, &args.worker_handle).await?)
 }
 
@@ -178,8 +176,7 @@ pub(super) async fn on_owner(
     cluster::call_owner(state, &subject, call).await
 }
 
-pub(super) async fn progress(state: &AppState, args: Option<JsonObject>) -> Outcome {
-    let args: ProgressArgs = arguments(args)?;
+pub(super) async fn progress(state: &AppState, args: ProgressArgs) -> Outcome {
     let mut events = Vec::with_capacity(2);
     if args.stage.is_some() || args.note.is_some() {
         let stage = args.stage.unwrap_or_else(|| "progress".to_owned());
@@ -237,8 +234,7 @@ pub(super) async fn emit(
         .map_err(|e| worker_refusal(state, &bearer.0, e))
 }
 
-pub(super) async fn submit(state: &AppState, args: Option<JsonObject>) -> Outcome {
-    let args: SubmitArgs = arguments(args)?;
+pub(super) async fn submit(state: &AppState, args: SubmitArgs) -> Outcome {
     structured(&post(state, &args.worker_handle, args.value, args.ok).await?)
 }
 

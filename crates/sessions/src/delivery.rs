@@ -37,6 +37,10 @@ pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// A session's `task_done` bookkeeping.
 #[derive(Debug)]
 pub struct Delivery {
+    /// Lock order: this, then the session's outbox (`notify_done` queues
+    /// the frame under it, so a frame's outbox id and its event seq are
+    /// tracked together); nothing takes this under the outbox's lock, and
+    /// `advance` reads the outbox before it takes this.
     state: Mutex<State>,
     /// `task_done` frames at or below this seq reached a socket before the
     /// restart that restored the session; `None` for a record without one.

@@ -108,6 +108,8 @@ pub struct Attachment {
 
 #[derive(Debug)]
 pub struct Outbox {
+    /// A leaf lock: nothing else is taken under it (a session's delivery
+    /// state is taken before it, `Delivery`).
     state: Mutex<State>,
     notify: Notify,
     limit: usize,

@@ -39,7 +39,7 @@ pub enum EngineError {
     HandleExpired,
     #[error("spawn depth {depth} exceeds the limit {limit}")]
     DepthExceeded { depth: u32, limit: u32 },
-    #[error("the daemon is draining: no new tasks")]
+    #[error("the engine is draining")]
     Draining,
     #[error("the attempt's output budget of {limit} bytes is spent")]
     OutputBudgetExceeded { limit: u64 },

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use swarmd_engine::task::{Policy, RetryOn};
+use swarmd_engine::task::Policy;
 use swarmd_spawner::merge::{DEFAULT_BASE, MergeSpec};
 use swarmd_spawner::process::{EnvVar, ProcessSpec};
 use swarmd_spawner::remote::RemoteRun;
@@ -146,7 +146,7 @@ impl From<&DefaultsConfig> for Policy {
     fn from(d: &DefaultsConfig) -> Self {
         Policy {
             max_attempts: d.max_attempts,
-            retry_on: d.retry_on.iter().copied().map(RetryOn::from).collect(),
+            retry_on: d.retry_on.clone(),
             attempt_timeout_secs: d.attempt_timeout_secs,
             long_hold_warn_secs: d.long_hold_warn_secs,
             max_tokens: d.max_tokens,

@@ -50,7 +50,7 @@ pub use locations::{
 };
 pub use sections::{
     AuthConfig, ClusterConfig, DEFAULT_NODE_LEASE_SECS, DEFAULT_STATE_DIR, DefaultsConfig,
-    LimitsConfig, LuaConfig, LuaMiddleware, McpConfig, RetentionConfig, RetryOutcome, SeniorConfig,
+    LimitsConfig, LuaConfig, LuaMiddleware, McpConfig, RetentionConfig, RetryOn, SeniorConfig,
     ServerConfig, SpawnerConfig, StoreBackend, StoreConfig, Synchronous, WsConfig,
 };
 pub use validate::HINT_LAYERS;

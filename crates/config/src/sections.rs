@@ -6,6 +6,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+pub use swarmd_engine::task::RetryOn;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -249,25 +250,6 @@ impl Default for LimitsConfig {
     }
 }
 
-/// An attempt outcome that may be retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RetryOutcome {
-    /// No verdict: spawn error, worker died, lease or queue timeout.
-    Failed,
-    /// The worker finished and said it could not do it.
-    Blocked,
-}
-
-impl From<RetryOutcome> for swarmd_engine::task::RetryOn {
-    fn from(outcome: RetryOutcome) -> Self {
-        match outcome {
-            RetryOutcome::Failed => Self::Failed,
-            RetryOutcome::Blocked => Self::Blocked,
-        }
-    }
-}
-
 /// `[defaults]`: the task policy used where a task does not set its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -275,7 +257,7 @@ pub struct DefaultsConfig {
     /// Attempts per task, the first included.
     pub max_attempts: u32,
     /// Outcomes that start another attempt while attempts remain.
-    pub retry_on: Vec<RetryOutcome>,
+    pub retry_on: Vec<RetryOn>,
     /// An attempt's lease in seconds; any worker request on it extends it.
     pub attempt_timeout_secs: u64,
     /// Seconds after which a running attempt emits `long_hold_warn` (and again
@@ -294,7 +276,7 @@ impl Default for DefaultsConfig {
     fn default() -> Self {
         DefaultsConfig {
             max_attempts: 1,
-            retry_on: vec![RetryOutcome::Failed],
+            retry_on: vec![RetryOn::Failed],
             attempt_timeout_secs: 1800,
             long_hold_warn_secs: 600,
             max_tokens: None,

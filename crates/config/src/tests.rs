@@ -66,7 +66,7 @@ fn empty_sources_give_the_spec_defaults() {
     assert_eq!(config.limits.inline_max_bytes, 256 * 1024);
     assert_eq!(config.limits.max_spawn_depth, 4);
     assert_eq!(config.defaults.max_attempts, 1);
-    assert_eq!(config.defaults.retry_on, [RetryOutcome::Failed]);
+    assert_eq!(config.defaults.retry_on, [RetryOn::Failed]);
     assert_eq!(config.defaults.attempt_timeout_secs, 1800);
     assert_eq!(config.defaults.long_hold_warn_secs, 600);
     assert_eq!((config.ws.ping_secs, config.ws.park_max), (20, 10_000));
@@ -98,7 +98,7 @@ fn file_then_env_then_flags_later_wins() {
     assert_eq!(config.auth.worker_token_ttl_secs, 600);
     assert_eq!(
         config.defaults.retry_on,
-        [RetryOutcome::Failed, RetryOutcome::Blocked]
+        [RetryOn::Failed, RetryOn::Blocked]
     );
     assert_eq!(
         config.store.state_dir,

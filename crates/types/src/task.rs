@@ -122,11 +122,14 @@ impl AttemptOutcome {
     }
 }
 
-/// Outcomes a policy may retry on.
+/// Outcomes a policy may retry on (a task's `policy.retry_on`, the
+/// configuration's `[defaults] retry_on`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RetryOn {
+    /// No verdict: spawn error, worker died, lease or queue timeout.
     Failed,
+    /// The worker finished and said it could not do it.
     Blocked,
 }
 

@@ -56,6 +56,7 @@ pub(super) fn spawn_worker(
     let span = tracing::debug_span!("ws_ops", sid = %session.sid);
     let worker = async move {
         let (engine, session) = (&engine, &session);
+        let origin = &Origin::socket(session.sid);
         let mut running = FuturesUnordered::new();
         loop {
             tokio::select! {
@@ -64,7 +65,7 @@ pub(super) fn spawn_worker(
                     let run: BoxFuture<'_, Option<ServerFrame>> = match op {
                         Op::Spawn(frame) => {
                             let slot = session.outbox.reserve();
-                            Box::pin(spawn_task(engine, session, *frame, slot))
+                            Box::pin(spawn_task(engine, session, origin, *frame, slot))
                         }
                         Op::Cancel { req_id, task_id } => {
                             Box::pin(cancel_task(engine, session, req_id, task_id))
@@ -91,17 +92,17 @@ pub(super) fn spawn_worker(
     tx
 }
 
-/// Creates the task, answering in `slot`; returns the error frame when it
-/// is refused.
+/// Creates the task for the session (`origin`, made once per connection),
+/// answering in `slot`; returns the error frame when it is refused.
 async fn spawn_task(
     engine: &Engine,
     session: &Session,
+    origin: &Origin,
     frame: SpawnTaskFrame,
     slot: Reservation<'_>,
 ) -> Option<ServerFrame> {
     let (req_id, request) = NewTask::from_frame(frame);
-    let origin = Origin::socket(session.sid);
-    match request.create(engine, &origin, Some(req_id.as_str())).await {
+    match request.create(engine, origin, Some(req_id.as_str())).await {
         Ok(task) => {
             let accepted = ServerFrame::TaskAccepted {
                 req_id,

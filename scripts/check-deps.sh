@@ -2,7 +2,8 @@
 # Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
 # server -> mcp -> api -> cluster, sessions, config, client and flow-run;
 # cluster -> postgres, config and flow-run; server -> worker -> client and
-# spawner; client -> types; spawner -> engine -> output-store -> types; flow-run -> engine and flow; sessions
+# spawner; client -> types; spawner -> git -> engine -> output-store ->
+# types; flow-run -> engine and flow; sessions
 # and spawner -> wire -> types; sessions -> spawner and postgres; config ->
 # flow-run, spawner and postgres; with the PostgreSQL backend
 # (swarmd-postgres) between the server and the engine; that the engine
@@ -41,27 +42,31 @@ forbid_direct() {
 
 # The vocabulary is plain data: no swarmd crate, no runtime, no store, no
 # transport.
-forbid swarmd-types swarmd-output-store swarmd-engine swarmd-wire swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run axum mlua tokio rusqlite tokio-tungstenite hyper tower reqwest tokio-postgres
-forbid swarmd-output-store swarmd-api swarmd-mcp swarmd-config swarmd-engine swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tokio-postgres
-forbid swarmd-engine swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
-forbid swarmd-postgres swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions axum mlua tokio-tungstenite hyper reqwest
+forbid swarmd-types swarmd-git swarmd-output-store swarmd-engine swarmd-wire swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run axum mlua tokio rusqlite tokio-tungstenite hyper tower reqwest tokio-postgres
+forbid swarmd-output-store swarmd-git swarmd-api swarmd-mcp swarmd-config swarmd-engine swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tokio-postgres
+forbid swarmd-engine swarmd-git swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-postgres swarmd-sessions axum mlua tokio-tungstenite hyper tower reqwest tokio-postgres
+forbid swarmd-postgres swarmd-git swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions axum mlua tokio-tungstenite hyper reqwest
 # The client speaks HTTP to a daemon: it never links the daemon, its engine,
 # its stores, its spawner or its servers, so a program that calls the API
 # builds no SQLite and no Lua.
-forbid swarmd-client swarmd-engine swarmd-output-store swarmd-spawner swarmd-worker swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres swarmd-flow swarmd-flow-run axum rusqlite mlua tokio-postgres tokio-tungstenite
+forbid swarmd-client swarmd-git swarmd-engine swarmd-output-store swarmd-spawner swarmd-worker swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres swarmd-flow swarmd-flow-run axum rusqlite mlua tokio-postgres tokio-tungstenite
 # The worker wrapper and pools run children through the spawner, over the
 # client: no daemon surface, session, store driver or configuration.
 forbid swarmd-worker swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres axum tokio-postgres tokio-tungstenite
 # The flow IR is data: no swarmd crate, no transport, no interpreter.
-forbid swarmd-flow swarmd-api swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres axum mlua tokio tokio-tungstenite hyper reqwest tokio-postgres
+forbid swarmd-flow swarmd-git swarmd-api swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres axum mlua tokio tokio-tungstenite hyper reqwest tokio-postgres
 forbid swarmd-spawner swarmd-api swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres axum tokio-tungstenite hyper reqwest tokio-postgres
+# The git work of attempts (worktrees, branches, the merge agent) runs git
+# for the engine's attempts: no layer, spawner, interpreter, session, API
+# surface or transport.
+forbid swarmd-git swarmd-spawner swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-worker swarmd-wire swarmd-flow swarmd-flow-run axum mlua tokio-tungstenite hyper reqwest tokio-postgres
 # The flow runner is a client of the engine, like the spawner stack: no
 # transport, no store driver, no interpreter (Lua flows are evaluated by
 # the daemon and handed over as IR).
 forbid swarmd-flow-run swarmd-api swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client axum mlua tokio-tungstenite hyper reqwest tokio-postgres
 # The wire is plain serde data over the vocabulary: no engine, no store, no
 # runtime, no transport, so any client can take it.
-forbid swarmd-wire swarmd-output-store swarmd-engine swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run axum mlua tokio tokio-util futures-util rusqlite tokio-tungstenite hyper tower reqwest tokio-postgres
+forbid swarmd-wire swarmd-git swarmd-output-store swarmd-engine swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-client swarmd-flow swarmd-flow-run axum mlua tokio tokio-util futures-util rusqlite tokio-tungstenite hyper tower reqwest tokio-postgres
 # The API surfaces serve the engine and the sessions; the MCP server is a
 # client of their functions, and the daemon binary sits above both.
 forbid swarmd-api swarmd-server swarmd-mcp
@@ -79,7 +84,7 @@ forbid swarmd-cluster swarmd-api swarmd-mcp swarmd-server swarmd-sessions swarmd
 forbid_direct swarmd-cluster tokio-postgres
 # The bench measures the protocol as any client sees it: the wire, the
 # client's bodies and the vocabulary, no other swarmd crate.
-forbid swarmd-bench swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-worker swarmd-flow swarmd-flow-run
+forbid swarmd-bench swarmd-git swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-worker swarmd-flow swarmd-flow-run
 
 if [ "$fail" -ne 0 ]; then
     exit 1

@@ -59,7 +59,7 @@ pub struct AppInner {
     pub cluster: Option<swarmd_cluster::Forwarder>,
     /// Git on the branches coding tasks leave (`http::branches`), run with
     /// the daemon's `PATH` and `HOME`.
-    pub branches: swarmd_spawner::worktree::branches::Branches,
+    pub branches: swarmd_git::worktree::branches::Branches,
 }
 
 impl AppState {

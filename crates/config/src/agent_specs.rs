@@ -9,10 +9,10 @@
 use std::time::Duration;
 
 use swarmd_engine::task::Policy;
-use swarmd_spawner::merge::{DEFAULT_BASE, MergeSpec};
+use swarmd_git::merge::{DEFAULT_BASE, MergeSpec};
+use swarmd_git::worktree::WorktreeSpec;
 use swarmd_spawner::process::{EnvVar, ProcessSpec};
 use swarmd_spawner::remote::RemoteRun;
-use swarmd_spawner::worktree::WorktreeSpec;
 use swarmd_spawner::{self as spawner, AgentSpec, LuaAgentSpec, LuaMiddlewareSpec, OperatorSpec};
 
 use crate::agent::{

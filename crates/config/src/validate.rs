@@ -370,7 +370,7 @@ fn validate_agent(config: &Config, name: &str, agent: &Agent) -> Result<(), Conf
         }
         AgentKind::Merge(merge) => {
             // The repository and names are checked with git when the
-            // spawner is linked (swarmd_spawner::merge::check).
+            // spawner is linked (swarmd_git::merge::check).
             if !merge.repo.is_absolute() {
                 return Err(invalid(&key("repo"), "must be an absolute path"));
             }

@@ -62,7 +62,7 @@ impl WorktreeConfig {
     /// # Errors
     /// The key (below `worktree`) and the reason.
     pub fn check_bootstrap(&self) -> Result<(), (&'static str, String)> {
-        use swarmd_spawner::worktree::bootstrap::check_entry;
+        use swarmd_git::worktree::bootstrap::check_entry;
         for entry in &self.copy {
             check_entry(entry, true).map_err(|reason| ("copy", reason))?;
         }
@@ -78,7 +78,7 @@ impl WorktreeConfig {
             }
         }
         if let Some(ports) = &self.ports {
-            swarmd_spawner::worktree::PortsSpec::new(&ports.range, ports.count)
+            swarmd_git::worktree::PortsSpec::new(&ports.range, ports.count)
                 .map_err(|reason| ("ports", reason))?;
         }
         Ok(())
@@ -106,7 +106,7 @@ pub enum KeepWorktree {
     Always,
 }
 
-impl From<&WorktreeConfig> for swarmd_spawner::worktree::WorktreeSpec {
+impl From<&WorktreeConfig> for swarmd_git::worktree::WorktreeSpec {
     fn from(w: &WorktreeConfig) -> Self {
         Self {
             repo: w.repo.clone(),
@@ -119,27 +119,24 @@ impl From<&WorktreeConfig> for swarmd_spawner::worktree::WorktreeSpec {
 
 /// The bootstrap keys, checked at load (`WorktreeConfig::check_bootstrap`):
 /// a port range that still fails to parse here is dropped, never a panic.
-impl From<&WorktreeConfig> for swarmd_spawner::worktree::Bootstrap {
+impl From<&WorktreeConfig> for swarmd_git::worktree::Bootstrap {
     fn from(w: &WorktreeConfig) -> Self {
         Self {
             copy: w.copy.clone(),
             link: w.link.clone(),
-            setup: w
-                .setup
-                .as_ref()
-                .map(|s| swarmd_spawner::worktree::SetupSpec {
-                    command: s.command.clone(),
-                    timeout: std::time::Duration::from_secs(s.timeout_secs),
-                }),
+            setup: w.setup.as_ref().map(|s| swarmd_git::worktree::SetupSpec {
+                command: s.command.clone(),
+                timeout: std::time::Duration::from_secs(s.timeout_secs),
+            }),
             ports: w
                 .ports
                 .as_ref()
-                .and_then(|p| swarmd_spawner::worktree::PortsSpec::new(&p.range, p.count).ok()),
+                .and_then(|p| swarmd_git::worktree::PortsSpec::new(&p.range, p.count).ok()),
         }
     }
 }
 
-impl From<KeepWorktree> for swarmd_spawner::worktree::KeepRule {
+impl From<KeepWorktree> for swarmd_git::worktree::KeepRule {
     fn from(keep: KeepWorktree) -> Self {
         match keep {
             KeepWorktree::Never => Self::Never,

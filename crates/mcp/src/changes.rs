@@ -28,7 +28,7 @@ pub struct StepChanges {
     /// Each worktree agent's repository and `base`, for a fan-out's pin.
     pub bases: std::collections::BTreeMap<String, (std::path::PathBuf, String)>,
     /// Git as the branches code runs it.
-    pub git: swarmd_spawner::worktree::branches::Branches,
+    pub git: swarmd_git::worktree::branches::Branches,
 }
 
 impl swarmd_flow_run::StepFacts for StepChanges {

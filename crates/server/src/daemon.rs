@@ -11,6 +11,7 @@ use swarmd_engine::clock::{Clock, SystemClock};
 use swarmd_engine::store::{MemoryTaskStore, SqliteTaskStore, TaskStore};
 use swarmd_engine::task::Policy;
 use swarmd_engine::{Engine, EngineConfig, EngineParts, RecoveryReport};
+use swarmd_git::worktree::{self, Worktrees};
 use swarmd_output_store::{
     MemoryOutputStore, OutputStore, SqliteDb, SqliteOptions, SqliteOutputStore, StoreError,
 };
@@ -18,7 +19,6 @@ use swarmd_postgres::{PgDb, PgOptions, PgOutputStore, PgTaskStore};
 use swarmd_spawner::layers::SeniorSettings;
 use swarmd_spawner::operator::{NoSessions, SessionDirectory};
 use swarmd_spawner::remote::RemotePools;
-use swarmd_spawner::worktree::{self, Worktrees};
 use swarmd_spawner::{
     AgentSpec, ConfigErrors, HostEnv, LuaLimits, LuaPool, SpawnerSettings, StackResolver,
 };
@@ -166,7 +166,7 @@ pub async fn build(
     let tasks = TaskTracker::new();
     router.start(shutdown.clone(), &tasks);
     engine.start_recovered();
-    let branches = swarmd_spawner::worktree::branches::Branches::new(&HostEnv::from_pairs(
+    let branches = swarmd_git::worktree::branches::Branches::new(&HostEnv::from_pairs(
         env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())),
     ));
     let runner = swarmd_flow_run::Runner::new(

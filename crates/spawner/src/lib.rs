@@ -18,14 +18,12 @@
 
 pub mod layers;
 pub mod lua;
-pub mod merge;
 pub mod operator;
 pub mod process;
 pub mod remote;
 pub mod resolver;
 pub mod spawners;
 pub mod stack;
-pub mod worktree;
 
 #[cfg(test)]
 mod testing;

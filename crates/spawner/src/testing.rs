@@ -26,7 +26,7 @@ use crate::operator::{
 };
 use crate::stack::{SpawnerLayer, wrap_join};
 
-pub(crate) mod git;
+pub(crate) use swarmd_git::testing::git;
 mod mock_host;
 
 pub(crate) use mock_host::MockHost;

@@ -31,9 +31,9 @@ use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::Task;
+use swarmd_git::worktree::branches::{ApplyMode, ApplyRequest, BranchError, BranchState};
+use swarmd_git::worktree::{self, naming};
 use swarmd_output_store::{ContentRef, OutputEvent};
-use swarmd_spawner::worktree::branches::{ApplyMode, ApplyRequest, BranchError, BranchState};
-use swarmd_spawner::worktree::{self, naming};
 use swarmd_wire::ErrorBody;
 
 use super::tasks::{page, unknown};

@@ -5,8 +5,8 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use swarmd_git::worktree::{Bootstrap, PortsSpec, SetupSpec, keep_rule};
 use swarmd_spawner::process::HostEnv;
-use swarmd_spawner::worktree::{Bootstrap, PortsSpec, SetupSpec, keep_rule};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 

@@ -17,7 +17,7 @@ use super::launch::{self, Supervisor};
 use super::leftover::GroupIdentity;
 use super::resume::{args_of, resume_env};
 use super::{HostEnv, ProcessError, ProcessSpec, RunVars, StdinMode};
-use crate::worktree::Checkout;
+use swarmd_git::worktree::Checkout;
 
 /// A process agent ready to run: its program resolved to a path and the fixed
 /// part of its environment computed. Cheap to share behind an `Arc`.

@@ -27,7 +27,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::process::{StdinMode, StreamMode};
-use crate::worktree::PriorWork;
+use swarmd_git::worktree::PriorWork;
 
 /// How long a pool counts as connected after its last claim or heartbeat.
 pub const POOL_SEEN_WINDOW: Duration = Duration::from_secs(30);

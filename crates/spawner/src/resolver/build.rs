@@ -17,14 +17,14 @@ use crate::layers::{
     OperatorDelegateLayer, SENIOR_ESCALATION, SeniorEscalationLayer,
 };
 use crate::lua::{LuaPool, LuaScript};
-use crate::merge::MergeSpawner;
 use crate::operator::SessionDirectory;
 use crate::process::ProcessRunner;
 use crate::spawners::{
     LuaAgentSpawner, OperatorSpawner, OperatorTarget, ProcessSpawner, RemoteSpawner,
 };
 use crate::stack::{BASE_KEYS, LayerRegistry};
-use crate::worktree::{WorktreeSpec, Worktrees};
+use swarmd_git::merge::MergeSpawner;
+use swarmd_git::worktree::{WorktreeSpec, Worktrees};
 
 impl StackResolver {
     /// Builds the resolver the daemon runs with and links every agent once.
@@ -199,7 +199,7 @@ fn base_spawner(
             Arc::new(RemoteSpawner::new(Arc::clone(&settings.remote), *run)),
         ),
         AgentKind::Merge(merge) => {
-            crate::merge::check(merge, &settings.host_env).map_err(|reason| {
+            swarmd_git::merge::check(merge, &settings.host_env).map_err(|reason| {
                 ConfigError::Worktree {
                     agent: spec.name.clone(),
                     reason,
@@ -286,7 +286,7 @@ fn worktrees(
         agent: spec.name.clone(),
         reason,
     };
-    crate::worktree::check(worktree, &settings.host_env).map_err(refuse)?;
+    swarmd_git::worktree::check(worktree, &settings.host_env).map_err(refuse)?;
     settings
         .worktrees
         .clone()

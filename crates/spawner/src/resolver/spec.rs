@@ -8,10 +8,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::layers::SeniorSettings;
-use crate::merge::MergeSpec;
 use crate::process::{HostEnv, ProcessSpec, Supervisor};
 use crate::remote::{RemotePools, RemoteRun};
-use crate::worktree::{WorktreeSpec, Worktrees};
+use swarmd_git::merge::MergeSpec;
+use swarmd_git::worktree::{WorktreeSpec, Worktrees};
 
 /// One configured agent.
 #[derive(Debug, Clone, PartialEq)]

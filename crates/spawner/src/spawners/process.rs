@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::forward::{CHANNEL, forward};
 use super::task_of;
 use crate::process::{Exited, ProcessError, ProcessRunner, RunVars, RunningChild, StreamMode};
-use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees, open_for_task, setup};
+use swarmd_git::worktree::{AttemptWorktree, WorktreeSpec, Worktrees, open_for_task, setup};
 
 /// Producer name of the events this spawner appends.
 const PRODUCER: &str = "process";

@@ -13,8 +13,8 @@ use super::*;
 use crate::process::{EnvVar, HostEnv, ProcessSpec};
 use crate::testing::git::{git, repo};
 use crate::testing::{engine_running, outputs, run_task};
-use crate::worktree::KeepRule;
-use crate::worktree::naming::branch_name;
+use swarmd_git::worktree::KeepRule;
+use swarmd_git::worktree::naming::branch_name;
 
 fn spawner(dir: &Path, repo: &Path, body: &str) -> Arc<ProcessSpawner> {
     spawner_with(dir, repo, body, None)

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::task_of;
 use crate::remote::{PoolEnd, RemoteJob, RemotePools, RemoteRun};
-use crate::worktree::prior_work;
+use swarmd_git::worktree::prior_work;
 
 /// Queues each attempt of one remote agent on the daemon's [`RemotePools`].
 #[derive(Debug)]

@@ -19,11 +19,11 @@
 use std::time::Duration;
 
 use serde_json::json;
+use swarmd_git::worktree::{Checkout, SetupSpec, setup};
 use swarmd_spawner::process::{
     EnvVar, Exited, HostEnv, ProcessError, ProcessRunner, ProcessSpec, RunVars, StreamMode,
     Supervisor, parse_stdin, parse_stream,
 };
-use swarmd_spawner::worktree::{Checkout, SetupSpec, setup};
 use swarmd_types::output::OutputEvent;
 use swarmd_types::output::content_value;
 use tokio::sync::mpsc;

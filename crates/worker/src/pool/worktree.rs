@@ -18,11 +18,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use swarmd_spawner::process::HostEnv;
-use swarmd_spawner::worktree::{
+use swarmd_git::worktree::{
     self, Bootstrap, Checkout, KeepRule, PriorWork, SetupSpec, WorktreeError, WorktreeSpec,
     Worktrees,
 };
+use swarmd_spawner::process::HostEnv;
 use swarmd_types::output::OutputEvent;
 
 use swarmd_client::wire::ClaimedAttempt;

@@ -23,7 +23,7 @@ use swarmd_engine::{Attempt, SpawnError, SpawnerAdapter, Worker};
 use tokio_util::sync::CancellationToken;
 
 use crate::operator::{OperatorRoute, SessionDirectory, SpawnChannel, SpawnFrame, SpawnWorktree};
-use crate::worktree::{AttemptWorktree, WorktreeSpec, Worktrees, open_for_task};
+use swarmd_git::worktree::{AttemptWorktree, WorktreeSpec, Worktrees, open_for_task};
 
 use directive::continuation_line;
 pub use directive::render_directive;

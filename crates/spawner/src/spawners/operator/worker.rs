@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::operator::{SpawnChannel, SpawnReply};
-use crate::worktree::AttemptWorktree;
+use swarmd_git::worktree::AttemptWorktree;
 
 const PRODUCER: &str = "operator";
 

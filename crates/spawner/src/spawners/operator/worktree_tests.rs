@@ -19,8 +19,8 @@ use crate::testing::git::{git, repo};
 use crate::testing::{
     FakeChannel, FakeDirectory, engine_with_directory, post_with_handle, session, spawn_owned,
 };
-use crate::worktree::KeepRule;
-use crate::worktree::naming::branch_name;
+use swarmd_git::worktree::KeepRule;
+use swarmd_git::worktree::naming::branch_name;
 use swarmd_output_store::{ContentRef, OutputEvent};
 
 struct Setup {

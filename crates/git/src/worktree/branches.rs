@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 pub(crate) use super::git::{AUTHOR_EMAIL, AUTHOR_NAME, Git};
 use super::naming::{self, BranchTask};
 use super::{WorktreeError, Worktrees};
-use crate::process::HostEnv;
+use crate::HostEnv;
 
 /// The most swarmd branches one repository's listing reads.
 pub const MAX_LISTED: usize = 1000;

@@ -19,7 +19,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use super::WorktreeError;
-use crate::process::HostEnv;
+use crate::HostEnv;
 
 /// How many times a command that lost a race for a git lock file is retried.
 const LOCK_RETRIES: u32 = 20;

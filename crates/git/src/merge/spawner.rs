@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::apply::{MergeTask, Merger};
 use super::{MergeError, MergeRequest, MergeSpec};
-use crate::process::HostEnv;
+use crate::HostEnv;
 
 const PRODUCER: &str = "merge";
 

@@ -6,7 +6,7 @@ use std::process::Command;
 
 /// `git -C dir args…` for a test's own setup, as a fixed author; its
 /// trimmed stdout. Panics with git's stderr on failure.
-pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
+pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -24,7 +24,7 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
 
 /// `dir/repo`: a repository on branch `main` with one commit holding
 /// `notes.txt` ("first").
-pub(crate) fn repo(dir: &Path) -> PathBuf {
+pub fn repo(dir: &Path) -> PathBuf {
     let repo = dir.join("repo");
     std::fs::create_dir(&repo).unwrap();
     git(&repo, &["init", "-q", "-b", "main"]);
@@ -36,7 +36,7 @@ pub(crate) fn repo(dir: &Path) -> PathBuf {
 
 /// Writes 10 000 small files under `root` (100 directories `dirNNN` of 100
 /// files `fNNN.txt`), the measurements' repository before its commit.
-pub(crate) fn ten_thousand_files(root: &Path) {
+pub fn ten_thousand_files(root: &Path) {
     for d in 0..100 {
         let dir = root.join(format!("dir{d:03}"));
         std::fs::create_dir_all(&dir).unwrap();

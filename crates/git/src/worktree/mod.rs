@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use swarmd_output_store::{ContentRef, OutputEvent};
 
-use crate::process::HostEnv;
+use crate::HostEnv;
 use git::Git;
 
 pub use attempt::AttemptWorktree;

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::request::{MergeRequest, Strategy};
 use super::{MergeError, MergeSpec};
-use crate::process::HostEnv;
+use crate::HostEnv;
 use crate::worktree::branches::{AUTHOR_EMAIL, AUTHOR_NAME, Branches, Git};
 use crate::worktree::{WorktreeError, naming};
 

@@ -254,7 +254,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::HostEnv;
+    use crate::HostEnv;
     use crate::testing::git::{git, repo};
     use crate::worktree::KeepRule;
 

@@ -31,7 +31,7 @@ pub use apply::{AppliedBranch, Conflict, MergeRecord};
 pub use request::{MergeRequest, Strategy};
 pub use spawner::MergeSpawner;
 
-use crate::process::HostEnv;
+use crate::HostEnv;
 use crate::worktree::WorktreeError;
 
 /// `max_branches` when the agent does not set it.

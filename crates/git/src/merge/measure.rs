@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::apply::{MergeTask, Merger};
 use super::{MergeRequest, MergeSpec};
-use crate::process::HostEnv;
+use crate::HostEnv;
 use crate::testing::git::{git, ten_thousand_files};
 
 /// 100 directories of 100 files on `main`, one commit; then five branches,

@@ -131,6 +131,55 @@ mod tests {
 
     use super::*;
 
+    #[tokio::test]
+    async fn a_key_names_one_task_per_surface_and_caller() {
+        use swarmd_engine::task::SpawnerKind;
+        use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver, memory_engine};
+
+        let spawner = ScriptedSpawner::new(|_| Script::Hang);
+        let resolver = StaticResolver::new().with("a", SpawnerKind::InProcess, None, spawner);
+        let engine = memory_engine(
+            std::sync::Arc::new(resolver),
+            swarmd_engine::EngineConfig::default(),
+        );
+        let request = || NewTask {
+            agent: "a".into(),
+            prompt: "p".into(),
+            system: None,
+            input: None,
+            metadata: None,
+            layers: Vec::new(),
+            policy: PolicyOverrides::default(),
+            operator_sid: None,
+            continue_from: None,
+        };
+        let sid = SessionId::new();
+        let socket = Origin::socket(sid);
+        let first = request()
+            .create(&engine, &socket, Some("r-1"))
+            .await
+            .unwrap();
+        assert_eq!(first.session, Some(sid));
+        // The same key on the same socket session is the same task.
+        let again = request()
+            .create(&engine, &socket, Some("r-1"))
+            .await
+            .unwrap();
+        assert_eq!(again.id, first.id);
+        // The same key from the same session over HTTP is another task.
+        let http = Origin {
+            session: Some(sid),
+            worker: None,
+            scope: format!("http:{sid}"),
+        };
+        let other = request().create(&engine, &http, Some("r-1")).await.unwrap();
+        assert_ne!(other.id, first.id);
+        // Without a key, every request is a task of its own.
+        let plain = request().create(&engine, &socket, None).await.unwrap();
+        assert!(plain.id != first.id && plain.id != other.id);
+        engine.shutdown(std::time::Duration::from_secs(1)).await;
+    }
+
     #[test]
     fn a_frame_becomes_the_same_spec_as_a_request_with_its_fields() {
         let frame: SpawnTaskFrame = serde_json::from_value(json!({

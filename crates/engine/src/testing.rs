@@ -254,6 +254,13 @@ pub fn memory_engine(resolver: Arc<dyn SpawnerResolver>, config: EngineConfig) -
     )
 }
 
+/// An engine over memory stores whose one agent, `agent`, runs `stack` in
+/// process.
+pub fn engine_running(agent: &str, stack: Arc<dyn SpawnerAdapter>) -> Engine {
+    let resolver = StaticResolver::new().with(agent, SpawnerKind::InProcess, None, stack);
+    memory_engine(Arc::new(resolver), EngineConfig::default())
+}
+
 /// The engine's own `AttemptHost` for `id`, for calling a stack directly,
 /// outside dispatch (benchmarks of the layers' own work).
 pub fn engine_host(engine: &Engine, id: crate::ids::AttemptId) -> Arc<dyn AttemptHost> {

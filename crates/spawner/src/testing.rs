@@ -11,6 +11,7 @@ use swarmd_engine::event::Event;
 use swarmd_engine::ids::{AttemptId, SessionId, TaskId, WorkerId};
 use swarmd_engine::store::SessionKind;
 use swarmd_engine::task::{PolicyOverrides, SpawnerKind, Task, TaskSpec};
+pub(crate) use swarmd_engine::testing::engine_running;
 use swarmd_engine::testing::{StaticResolver, memory_engine};
 use swarmd_engine::{
     AgentProfile, Attempt, AttemptHost, Ctx, Engine, EngineConfig, Route, SpawnError,
@@ -216,12 +217,6 @@ pub(crate) fn mock_attempt(agent: &str) -> (Attempt, Arc<MockHost>) {
         host: host.clone(),
     };
     (attempt, host)
-}
-
-/// An engine over memory stores whose agent `agent` runs `stack`.
-pub(crate) fn engine_running(agent: &str, stack: Arc<dyn SpawnerAdapter>) -> Engine {
-    let resolver = StaticResolver::new().with(agent, SpawnerKind::InProcess, None, stack);
-    memory_engine(Arc::new(resolver), EngineConfig::default())
 }
 
 /// Spawns a task of `agent` with `policy` and waits for it to finish.

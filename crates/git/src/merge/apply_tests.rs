@@ -12,6 +12,7 @@ use swarmd_engine::task::{TaskSpec, TaskStatus};
 use super::apply::{MergeTask, Merger};
 use super::*;
 use crate::testing::git::{git, repo};
+use swarmd_engine::testing::engine_running;
 
 const TASK: &str = "T-0190f2a81b2c7d3e8f90a1b2c3d4e5f6";
 
@@ -379,15 +380,4 @@ async fn the_spawner_passes_with_the_record_or_fails_with_the_reason() {
         reason.contains("merge: `-b` is not a branch name"),
         "{reason}"
     );
-}
-
-/// An engine over memory stores whose agent `agent` runs `stack`.
-fn engine_running(
-    agent: &str,
-    stack: Arc<dyn swarmd_engine::SpawnerAdapter>,
-) -> swarmd_engine::Engine {
-    use swarmd_engine::task::SpawnerKind;
-    use swarmd_engine::testing::{StaticResolver, memory_engine};
-    let resolver = StaticResolver::new().with(agent, SpawnerKind::InProcess, None, stack);
-    memory_engine(Arc::new(resolver), swarmd_engine::EngineConfig::default())
 }

@@ -6,8 +6,7 @@
 //! commits, records on the dead attempt and prunes; and `check-config`
 //! refuses a `repo` that is not a git repository.
 
-use std::path::{Path, PathBuf};
-use std::process::Command as StdCommand;
+use std::path::PathBuf;
 
 use serde_json::{Value, json};
 use tokio::process::Command;
@@ -45,33 +44,9 @@ env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
 worktree = { repo = "@DIR@/repo", base = "main" }
 "#;
 
-/// `git -C dir args…`; panics on failure.
-pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
-    let out = StdCommand::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// `<dir>/repo` with one commit on `main` holding `notes.txt`.
-pub(crate) fn make_repo(dir: &Path) -> PathBuf {
-    let repo = dir.join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("notes.txt"), "first\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "start"]);
-    repo
-}
+/// `git -C dir args…` (panics on failure) and `<dir>/repo` with one commit
+/// on `main` holding `notes.txt`: the git crate's own test repositories.
+pub(crate) use swarmd_git::testing::git::{git, repo as make_repo};
 
 async fn daemon() -> (Swarmd, PathBuf) {
     let sw = Swarmd::new(AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");

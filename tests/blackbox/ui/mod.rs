@@ -39,11 +39,14 @@ fn chromedriver() -> PathBuf {
 
 /// A headless Chromium session. chromedriver runs in a process group of
 /// its own, which Chromium joins; the whole group is killed when this is
-/// dropped, so a failing test leaves no browser behind.
+/// dropped, so a failing test leaves no browser behind. Both write their
+/// temporary files (the profile chromedriver makes, Chromium's singleton
+/// socket) under `scratch`, which goes with the session.
 pub(crate) struct Browser {
     pub client: Client,
     _driver: Child,
     group: i32,
+    _scratch: tempfile::TempDir,
 }
 
 impl Drop for Browser {
@@ -64,8 +67,10 @@ impl Browser {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             listener.local_addr().unwrap().port()
         };
+        let scratch = tempfile::tempdir().expect("a scratch directory for the browser");
         let driver = Command::new(chromedriver())
             .arg(format!("--port={port}"))
+            .env("TMPDIR", scratch.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -101,6 +106,7 @@ impl Browser {
             client,
             _driver: driver,
             group,
+            _scratch: scratch,
         }
     }
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Checks that crate dependencies point one way (docs/ARCHITECTURE.md, Invariants):
 # server -> mcp -> api -> cluster, sessions, config, client and flow-run;
-# cluster -> postgres, config and flow-run; server -> worker -> client and
-# spawner; client -> types; spawner -> git -> engine -> output-store ->
-# types; flow-run -> engine and flow; sessions
-# and spawner -> wire -> types; sessions -> spawner and postgres; config ->
+# cluster -> sessions, postgres, config and flow-run; server -> worker ->
+# client and spawner; client -> types; spawner -> git -> engine ->
+# output-store -> types; flow-run -> engine and flow; sessions
+# and spawner -> wire -> types; sessions -> spawner; config ->
 # flow-run, spawner and postgres; with the PostgreSQL backend
 # (swarmd-postgres) between the server and the engine; that the engine
 # knows no HTTP, WebSocket or Lua crate; and that only swarmd-postgres (and
@@ -75,13 +75,17 @@ forbid swarmd-mcp swarmd-server
 # surface, client or transport.
 forbid swarmd-config swarmd-api swarmd-cluster swarmd-mcp swarmd-server swarmd-sessions swarmd-client axum hyper reqwest tokio-tungstenite rmcp
 # The MainAI side (sessions, outboxes, frame encoding, a session's home in
-# a cluster) knows no API surface: no HTTP routes, MCP, client or flows.
-# It links axum only for the socket's text type.
-forbid swarmd-sessions swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-server swarmd-client swarmd-flow swarmd-flow-run reqwest rmcp
-# The cluster runs a node among its peers and decides where a request goes:
-# no API surface, session, client or socket; the bytes are relayed above it.
-forbid swarmd-cluster swarmd-api swarmd-mcp swarmd-server swarmd-sessions swarmd-client axum tokio-tungstenite rmcp
-forbid_direct swarmd-cluster tokio-postgres
+# a cluster) knows no API surface: no HTTP routes, MCP, client or flows;
+# and no database: it reaches other nodes through the `SessionPeers` it is
+# given. It links axum only for the socket's text type.
+forbid swarmd-sessions swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-server swarmd-client swarmd-flow swarmd-flow-run swarmd-postgres tokio-postgres reqwest rmcp
+# The cluster runs a node among its peers, gives the sessions their
+# interface to the other nodes, and decides where a request goes: no API
+# surface, client or socket of its own (axum and its WebSocket crate come
+# only through the sessions' text type); the bytes are relayed above it,
+# and the SQL is swarmd-postgres'.
+forbid swarmd-cluster swarmd-api swarmd-mcp swarmd-server swarmd-client rmcp
+forbid_direct swarmd-cluster axum tokio-tungstenite tokio-postgres
 # The bench measures the protocol as any client sees it: the wire, the
 # client's bodies and the vocabulary, no other swarmd crate.
 forbid swarmd-bench swarmd-git swarmd-api swarmd-cluster swarmd-mcp swarmd-config swarmd-output-store swarmd-engine swarmd-spawner swarmd-server swarmd-sessions swarmd-postgres swarmd-worker swarmd-flow swarmd-flow-run

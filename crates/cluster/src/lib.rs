@@ -20,10 +20,12 @@ mod forwarder;
 mod keys;
 mod lease;
 mod node;
+mod peers;
 mod pump;
 pub mod route;
 
 pub use forwarder::{FORWARDED_BY, FORWARDED_TO, Forwarder};
+pub use peers::session_peers;
 pub use route::{NODE as NODE_HEADER, Subject, worker_subject};
 
 use std::path::Path;

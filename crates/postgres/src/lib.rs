@@ -38,13 +38,14 @@ use swarmd_output_store::StoreError;
 use tokio::sync::{mpsc, oneshot};
 
 pub use connect::{DEFAULT_MAX_BATCH, DEFAULT_POOL_SIZE, PgOptions, redact_url};
-pub use mail::{Homed, HomedSession, Mail, NewMail};
 pub use migrate::SCHEMA_VERSION;
 pub use nodes::{EventWake, NodeId, Registration, Takeover};
 pub use outputs::PgOutputStore;
 pub use owners::{OwnerKey, TaskOwner};
 pub use roles::RoleLock;
 pub use secrets::PgSecrets;
+pub use swarmd_engine::store::HomedSession;
+pub use swarmd_types::cluster::{Homed, Mail, NewMail};
 pub use tasks::PgTaskStore;
 pub use writer::WriterStats;
 

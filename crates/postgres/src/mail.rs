@@ -12,90 +12,19 @@
 //! groups are: a node declared dead writes none of it.
 
 use swarmd_engine::ids::SessionId;
-use swarmd_engine::store::SessionRecord;
+use swarmd_engine::store::HomedSession;
 use swarmd_output_store::StoreError;
+use swarmd_types::cluster::{Homed, Mail, NewMail, NodeId};
 use uuid::Uuid;
 
 use crate::PgCluster;
 use crate::connect::db_error;
-use crate::nodes::{EventWake, NodeId};
+use crate::nodes::EventWake;
 use crate::tasks_read::decode;
 
 /// The `NOTIFY` channel of new mail; the payload is the node it is for,
 /// or empty for a session's home.
 const MAIL_CHANNEL: &str = "swarmd_mail";
-
-/// A stored session and the node it is homed on.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HomedSession {
-    pub record: SessionRecord,
-    pub home: Option<NodeId>,
-}
-
-/// One piece of mail to send. `Debug` leaves the body out: a relayed
-/// `spawn` carries a worker credential.
-#[derive(Clone, PartialEq, Eq)]
-pub struct NewMail {
-    pub sid: SessionId,
-    /// The node it is for; `None`: the session's home, whichever node that is when it is read.
-    pub to_node: Option<NodeId>,
-    /// Where the reply to a request goes.
-    pub reply_to: Option<NodeId>,
-    pub kind: String,
-    pub req_id: Option<String>,
-    pub body: String,
-}
-
-/// One piece of mail read. `Debug` leaves the body out, as `NewMail`'s.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Mail {
-    pub id: i64,
-    pub sid: SessionId,
-    /// `None`: for the session's home (this node, when read).
-    pub to_node: Option<NodeId>,
-    pub reply_to: Option<NodeId>,
-    pub kind: String,
-    pub req_id: Option<String>,
-    pub body: String,
-}
-
-impl std::fmt::Debug for NewMail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NewMail")
-            .field("sid", &self.sid)
-            .field("to_node", &self.to_node)
-            .field("reply_to", &self.reply_to)
-            .field("kind", &self.kind)
-            .field("req_id", &self.req_id)
-            .field("body", &format_args!("<{} bytes>", self.body.len()))
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for Mail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mail")
-            .field("id", &self.id)
-            .field("sid", &self.sid)
-            .field("to_node", &self.to_node)
-            .field("reply_to", &self.reply_to)
-            .field("kind", &self.kind)
-            .field("req_id", &self.req_id)
-            .field("body", &format_args!("<{} bytes>", self.body.len()))
-            .finish()
-    }
-}
-
-/// A session just homed on a node: where it was homed before, and the
-/// `task_done` watermark its stored record holds, from which the new home
-/// routes its events again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Homed {
-    pub sid: SessionId,
-    pub previous: Option<NodeId>,
-    /// `None` for a record written without one.
-    pub done_through: Option<u64>,
-}
 
 /// A stored watermark (never negative when swarmd wrote it).
 fn watermark(stored: Option<i64>) -> Option<u64> {

@@ -20,8 +20,7 @@ use crate::connect::{self, db_error};
 use crate::live::{self, Scope};
 use crate::{PgCluster, PgDb};
 
-/// A node's stable id (`<state_dir>/node_id` or `cluster.node_id`).
-pub type NodeId = Uuid;
+pub use swarmd_types::cluster::NodeId;
 
 /// This node's incarnation, once registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -122,7 +122,7 @@ pub async fn build(
         (Some(db), Some(node)) => SessionRegistry::in_cluster(
             swarmd_api::app::session_settings(&config),
             clock.clone(),
-            db.cluster(),
+            cluster::session_peers(db),
             node,
         ),
         _ => SessionRegistry::new(swarmd_api::app::session_settings(&config), clock.clone()),

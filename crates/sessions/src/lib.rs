@@ -43,8 +43,8 @@ use swarmd_engine::clock::Clock;
 use swarmd_engine::ids::{IdMap, SessionId};
 use swarmd_engine::store::SessionKind;
 use swarmd_engine::store::SessionRecord;
-use swarmd_postgres::{NodeId, PgCluster};
 use swarmd_spawner::operator::{LiveSession, SessionDirectory};
+use swarmd_types::cluster::NodeId;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
@@ -52,6 +52,7 @@ use crate::dialect::Dialect;
 
 pub use cancel::{CancelError, Canceller, cancel_as};
 pub use cluster::homes::CatchUps;
+pub use cluster::peers::{MailWake, RoleHold, SessionPeers};
 pub use delivery::Delivery;
 pub use error::SessionError;
 pub use outbox::{
@@ -165,8 +166,8 @@ pub struct SessionRegistry {
     sockets: TaskTracker,
     /// The seq of the last event the router routed (see `delivery`).
     routed: std::sync::atomic::AtomicU64,
-    /// This node's part in a cluster's sessions (`homes`), on PostgreSQL;
-    /// fixed at construction.
+    /// This node's part in a cluster's sessions (`homes`), reaching the
+    /// other nodes through the `SessionPeers` it was built with.
     cluster: Option<Arc<cluster::postbox::SessionCluster>>,
 }
 
@@ -181,16 +182,15 @@ impl SessionRegistry {
     }
 
     /// An empty registry of cluster node `node`, reaching the other nodes
-    /// through the coordination rows `db` (its mail queue starts here, so
-    /// this runs inside the runtime). `join_cluster` reads
-    /// the sessions' homes before `restore`.
+    /// through `peers` (its mail queue starts here, so this runs inside the
+    /// runtime). `join_cluster` reads the sessions' homes before `restore`.
     pub fn in_cluster(
         settings: SessionSettings,
         clock: Arc<dyn Clock>,
-        db: PgCluster,
+        peers: Arc<dyn SessionPeers>,
         node: NodeId,
     ) -> Arc<Self> {
-        let cluster = cluster::postbox::SessionCluster::new(db, node, clock.now_ms());
+        let cluster = cluster::postbox::SessionCluster::new(peers, node, clock.now_ms());
         Self::build(settings, clock, Some(Arc::new(cluster)))
     }
 

@@ -13,6 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 use swarmd_spawner::operator::{HookAck, SpawnReply};
+use swarmd_types::cluster::NodeId;
 use tokio::sync::oneshot;
 
 const MIN_PRUNE_AT: usize = 64;
@@ -33,7 +34,7 @@ pub enum Waiter {
 pub struct Relayed {
     pub(crate) expects: Expects,
     pub(crate) sid: swarmd_engine::ids::SessionId,
-    pub(crate) reply_to: swarmd_postgres::NodeId,
+    pub(crate) reply_to: NodeId,
     pub(crate) post: crate::cluster::postbox::Postbox,
 }
 
@@ -204,10 +205,7 @@ impl Pending {
     /// Where the reply to each request goes once the session moved to
     /// another node: `here` for this node's own waiters, which stay; the
     /// relayed ones leave with their node.
-    pub(crate) fn hand_over(
-        &self,
-        here: swarmd_postgres::NodeId,
-    ) -> Vec<(String, Expects, swarmd_postgres::NodeId)> {
+    pub(crate) fn hand_over(&self, here: NodeId) -> Vec<(String, Expects, NodeId)> {
         let mut table = self.lock();
         let routes: Vec<_> = table
             .waiters

@@ -22,6 +22,7 @@ use swarmd_engine::ids::SessionId;
 use swarmd_engine::store::SessionKind;
 use swarmd_engine::store::SessionRecord;
 use swarmd_engine::{Engine, EngineError};
+use swarmd_types::cluster::NodeId;
 
 use super::delivery::Delivery;
 use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing};
@@ -86,7 +87,7 @@ pub struct Session {
     /// The node this session is homed on when that is not this one (on a
     /// cluster, `homes`): this node holds a copy, reaches the session
     /// through the mailbox, and neither expires nor writes it.
-    elsewhere: Mutex<Option<swarmd_postgres::NodeId>>,
+    elsewhere: Mutex<Option<NodeId>>,
 }
 
 /// Spawns handed over to another session.
@@ -129,7 +130,7 @@ impl Session {
     }
 
     /// The other node this session is homed on; `None`: this one.
-    pub(crate) fn elsewhere(&self) -> Option<swarmd_postgres::NodeId> {
+    pub(crate) fn elsewhere(&self) -> Option<NodeId> {
         *self.elsewhere.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -138,7 +139,7 @@ impl Session {
         self.elsewhere().is_none()
     }
 
-    pub(super) fn set_elsewhere(&self, node: Option<swarmd_postgres::NodeId>) {
+    pub(super) fn set_elsewhere(&self, node: Option<NodeId>) {
         *self.elsewhere.lock().unwrap_or_else(|e| e.into_inner()) = node;
     }
 

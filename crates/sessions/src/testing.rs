@@ -57,7 +57,19 @@ impl Harness {
 
     /// A harness whose delegated attempts name `base_url` as the daemon's.
     pub fn build(settings: SessionSettings, clock: Arc<dyn Clock>, base_url: &str) -> Harness {
-        let registry = SessionRegistry::new(settings, clock.clone());
+        Self::around(
+            SessionRegistry::new(settings, clock.clone()),
+            clock,
+            base_url,
+        )
+    }
+
+    /// A harness around `registry` (one built in a cluster, say).
+    pub fn around(
+        registry: Arc<SessionRegistry>,
+        clock: Arc<dyn Clock>,
+        base_url: &str,
+    ) -> Harness {
         let slow = ScriptedSpawner::new(|_| Script::Hang);
         let echo = ScriptedSpawner::new(|_| Script::Final {
             value: json!("echoed"),

@@ -2,8 +2,9 @@
 //! ids the daemon issues (`ids`), a task's statuses, policy and result
 //! (`task`), a flow run's status and record (`run`), a MainAI session's
 //! kind (`session`), what attempts cost (`usage`), the error codes of
-//! every error body (`error_code`), the events of the event log (`event`)
-//! and a worker's output events (`output`).
+//! every error body (`error_code`), the events of the event log (`event`),
+//! a worker's output events (`output`) and what a cluster's nodes say to
+//! each other about sessions (`cluster`).
 //!
 //! It has no runtime, no store and no transport, so the wire protocol and
 //! any client can name what the engine names without linking the engine.
@@ -12,6 +13,7 @@
 //! (transitions applied to a stored task, dispatch, storage) stay in the
 //! engine.
 
+pub mod cluster;
 pub mod error_code;
 pub mod event;
 pub mod ids;

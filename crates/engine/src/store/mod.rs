@@ -66,6 +66,14 @@ pub struct SessionRecord {
     pub dialect: Option<String>,
 }
 
+/// A stored session and the node it is homed on, as a cluster's nodes read
+/// it (docs/decisions.md, Cluster).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HomedSession {
+    pub record: SessionRecord,
+    pub home: Option<swarmd_types::cluster::NodeId>,
+}
+
 /// The fingerprint of a worker's accepted Final: enough to tell a replay
 /// (same `Idempotency-Key` and body) from a second result, for as long as
 /// the task is retained. Stored before the Final itself, so an acknowledged

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use swarmd_engine::auth::SessionSecret;
 use swarmd_engine::ids::SessionId;
+use swarmd_engine::store::HomedSession;
 use swarmd_output_store::StoreError;
-use swarmd_postgres::{HomedSession, NewMail, NodeId};
+use swarmd_types::cluster::{NewMail, NodeId};
 
 use super::mail;
 use super::postbox::SessionCluster;
@@ -32,14 +33,14 @@ impl SessionRegistry {
         let Some(cluster) = self.cluster() else {
             return Ok(());
         };
-        let adopted = cluster.db.adopt_orphan_sessions(cluster.node).await?;
+        let adopted = cluster.peers.adopt_orphan_sessions(cluster.node).await?;
         if !adopted.is_empty() {
             tracing::info!(
                 sessions = adopted.len(),
                 "homed sessions whose node is gone"
             );
         }
-        let homes = cluster.db.session_homes().await?.into_iter().collect();
+        let homes = cluster.peers.session_homes().await?.into_iter().collect();
         *cluster.homes.lock().unwrap_or_else(|e| e.into_inner()) = homes;
         Ok(())
     }
@@ -108,7 +109,7 @@ impl SessionRegistry {
             return Some(session);
         }
         let cluster = self.cluster()?;
-        match cluster.db.session_by_sid(*sid).await {
+        match cluster.peers.session_by_sid(*sid).await {
             Ok(found) => found.and_then(|homed| self.adopt_copy(homed)),
             Err(error) => {
                 tracing::warn!(%sid, %error, "cannot look a session up");
@@ -130,7 +131,11 @@ impl SessionRegistry {
         if self.maps().by_digest.contains_key(&digest) {
             return;
         }
-        match cluster.db.session_by_digest(&session::hex(&digest)).await {
+        match cluster
+            .peers
+            .session_by_digest(&session::hex(&digest))
+            .await
+        {
             Ok(Some(homed)) => {
                 self.adopt_copy(homed);
             }
@@ -169,7 +174,7 @@ impl SessionRegistry {
         };
         let since = cluster.synced_ms.load(std::sync::atomic::Ordering::Relaxed);
         let after = i64::try_from(since.saturating_sub(CLOCK_MARGIN_MS)).unwrap_or(i64::MAX);
-        match cluster.db.sessions_created_after(after).await {
+        match cluster.peers.sessions_created_after(after).await {
             Ok(found) => {
                 let newest = found.iter().map(|h| h.record.created_ms).max();
                 for homed in found {
@@ -207,7 +212,7 @@ impl SessionRegistry {
         };
         let _home = session.home_lock.lock().await;
         match cluster
-            .db
+            .peers
             .move_session_home(session.sid, cluster.node)
             .await
         {
@@ -261,7 +266,7 @@ impl SessionRegistry {
         if !session.is_home() {
             return false;
         }
-        match cluster.db.session_by_sid(session.sid).await {
+        match cluster.peers.session_by_sid(session.sid).await {
             Ok(Some(homed)) => homed.home == Some(cluster.node),
             Ok(None) => false,
             Err(error) => {
@@ -346,7 +351,7 @@ impl SessionRegistry {
             req_id: None,
             body: "{}".to_owned(),
         };
-        match cluster.db.send_mail(&[ended]).await {
+        match cluster.peers.send_mail(&[ended]).await {
             Ok(sent) => sent > 0,
             Err(error) => {
                 tracing::warn!(sid = %session.sid, %error, "cannot tell a session's home it was deleted");
@@ -364,7 +369,7 @@ impl SessionRegistry {
         let Some(cluster) = self.cluster() else {
             return;
         };
-        match cluster.db.adopt_orphan_sessions(cluster.node).await {
+        match cluster.peers.adopt_orphan_sessions(cluster.node).await {
             Ok(adopted) => {
                 for homed in adopted {
                     if let Some(session) = self.get(&homed.sid) {
@@ -400,7 +405,7 @@ impl SessionRegistry {
                 });
                 session.reported(at);
             }
-            match cluster.db.session_by_sid(session.sid).await {
+            match cluster.peers.session_by_sid(session.sid).await {
                 Ok(Some(homed)) => {
                     let home = homed.home.filter(|h| *h != cluster.node);
                     if home.is_some() {

@@ -7,8 +7,8 @@
 use serde_json::json;
 use swarmd_engine::WorkerCredential;
 use swarmd_engine::ids::{AttemptId, TaskId};
-use swarmd_postgres::{Mail, NewMail};
 use swarmd_spawner::operator::{SpawnFrame, SpawnReply};
+use swarmd_types::cluster::{Mail, NewMail, NodeId};
 
 use super::mail::{self, CancelBody, TextBody};
 use super::mail_pump::deliver;
@@ -17,11 +17,11 @@ use crate::testing::Harness;
 use crate::tests::{manual, queued, roles};
 use crate::*;
 
-fn elsewhere() -> swarmd_postgres::NodeId {
+fn elsewhere() -> NodeId {
     uuid::Uuid::from_u128(7)
 }
 
-fn here() -> swarmd_postgres::NodeId {
+fn here() -> NodeId {
     uuid::Uuid::from_u128(1)
 }
 

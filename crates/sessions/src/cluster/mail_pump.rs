@@ -13,12 +13,13 @@ use std::time::Duration;
 
 use swarmd_engine::Engine;
 use swarmd_engine::ids::AttemptId;
-use swarmd_postgres::{EventWake, Mail, NodeId};
 use swarmd_spawner::operator::{HookRequest, SpawnChannel, SpawnHook};
+use swarmd_types::cluster::{Mail, NodeId};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::mail::{self, AskBody, CancelBody, HookAfterBody, TextBody};
+use super::peers::MailWake;
 use super::postbox::{Postbox, SessionCluster};
 use crate::SessionRegistry;
 use crate::frames::ServerFrame;
@@ -46,14 +47,14 @@ impl SessionRegistry {
         };
         let registry = self.clone();
         tasks.spawn(async move {
-            let mut wake: Option<EventWake> = None;
+            let mut wake: Option<Box<dyn MailWake>> = None;
             let mut poll = tokio::time::interval(POLL);
             poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut sync = tokio::time::interval(SESSION_SYNC);
             sync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 if wake.is_none() {
-                    match cluster.db.listen_mail().await {
+                    match cluster.peers.listen_mail().await {
                         Ok(listening) => wake = Some(listening),
                         Err(error) => {
                             tracing::warn!(%error, "cannot listen for session mail; polling")
@@ -91,7 +92,7 @@ impl SessionRegistry {
         let mut done = Vec::new();
         let mut after = 0;
         loop {
-            let page = match cluster.db.mail_for(cluster.node, after, PAGE).await {
+            let page = match cluster.peers.mail_for(cluster.node, after, PAGE).await {
                 Ok(page) => page,
                 Err(error) => {
                     tracing::warn!(%error, "cannot read session mail");
@@ -109,7 +110,7 @@ impl SessionRegistry {
             }
         }
         done.extend(cluster.settled(self));
-        if let Err(error) = cluster.db.delete_mail(&done).await {
+        if let Err(error) = cluster.peers.delete_mail(&done).await {
             tracing::warn!(%error, "cannot delete delivered session mail");
         }
     }
@@ -130,7 +131,7 @@ impl SessionRegistry {
         // A cancelled spawn leaves the mailbox with its cancel, so a later
         // move does not send it again.
         if let (mail::CANCEL, Some(req_id)) = (mail.kind.as_str(), mail.req_id.as_deref())
-            && let Err(error) = cluster.db.withdraw_mail(session.sid, req_id).await
+            && let Err(error) = cluster.peers.withdraw_mail(session.sid, req_id).await
         {
             tracing::warn!(sid = %session.sid, %error, "cannot withdraw a cancelled spawn's mail");
         }

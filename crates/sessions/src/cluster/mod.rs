@@ -5,17 +5,21 @@
 //! outgoing mail (`postbox`), a session's home and its moves (`homes`), the
 //! mail's bodies (`mail`) and the pump that reads it (`mail_pump`), a
 //! session homed elsewhere as the layers see it (`relay`), and role names
-//! across nodes (`release`). A node's own life among its peers (lease,
-//! fencing, takeover, the event pump, forwarding) is `swarmd-cluster`'s;
-//! both sit on `swarmd_postgres::PgCluster`, which the registry is given at
-//! construction (`SessionRegistry::in_cluster`).
+//! across nodes (`release`). All of it reaches the other nodes through one
+//! interface, `SessionPeers` (`peers`), which the registry is given at
+//! construction (`SessionRegistry::in_cluster`); `swarmd-cluster`, which
+//! also runs a node's own life among its peers (lease, fencing, takeover,
+//! the event pump, forwarding), implements it on PostgreSQL.
 
 pub(crate) mod homes;
 pub(crate) mod mail;
 pub(crate) mod mail_pump;
+pub(crate) mod peers;
 pub(crate) mod postbox;
 pub(crate) mod relay;
 pub(crate) mod release;
 
 #[cfg(test)]
 mod homes_tests;
+#[cfg(test)]
+mod peers_tests;

@@ -10,10 +10,11 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use swarmd_engine::ids::SessionId;
 use swarmd_output_store::StoreError;
-use swarmd_postgres::{NewMail, NodeId, PgCluster};
+use swarmd_types::cluster::{NewMail, NodeId};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::mail::{self, REPLY};
+use super::peers::SessionPeers;
 use crate::pending::{Relayed, Reply};
 use crate::{Session, SessionRegistry};
 
@@ -25,7 +26,7 @@ const SEND_RETRY_MAX: Duration = Duration::from_secs(5);
 /// This node's part in the sessions of a cluster.
 #[derive(Debug)]
 pub(crate) struct SessionCluster {
-    pub(crate) db: PgCluster,
+    pub(crate) peers: Arc<dyn SessionPeers>,
     pub(crate) node: NodeId,
     pub(crate) post: Postbox,
     /// Session mail pushed into an outbox here and not yet sent: mail id →
@@ -48,10 +49,10 @@ pub(crate) struct SessionCluster {
 impl SessionCluster {
     /// Node `node`'s part on `db`, its mail queue started; the homes are
     /// read at `join_cluster`. `now_ms` is where the session sync starts.
-    pub(crate) fn new(db: PgCluster, node: NodeId, now_ms: u64) -> SessionCluster {
+    pub(crate) fn new(peers: Arc<dyn SessionPeers>, node: NodeId, now_ms: u64) -> SessionCluster {
         SessionCluster {
-            post: Postbox::start(db.clone()),
-            db,
+            post: Postbox::start(peers.clone()),
+            peers,
             node,
             inflight: Mutex::default(),
             homes: Mutex::default(),
@@ -130,10 +131,10 @@ pub(crate) type SendMail =
     Box<dyn Fn(Vec<NewMail>) -> BoxFuture<'static, Result<u64, StoreError>> + Send + Sync>;
 
 impl Postbox {
-    pub(super) fn start(db: PgCluster) -> Postbox {
+    pub(super) fn start(peers: Arc<dyn SessionPeers>) -> Postbox {
         Postbox::start_with(Box::new(move |batch| {
-            let db = db.clone();
-            Box::pin(async move { db.send_mail(&batch).await })
+            let peers = peers.clone();
+            Box::pin(async move { peers.send_mail(&batch).await })
         }))
     }
 

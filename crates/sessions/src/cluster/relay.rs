@@ -11,11 +11,11 @@ use async_trait::async_trait;
 use serde_json::Value;
 use swarmd_engine::SpawnError;
 use swarmd_engine::ids::AttemptId;
-use swarmd_postgres::NewMail;
 use swarmd_spawner::operator::{
     BridgeError, HookAck, HookRequest, LiveSession, SeniorBridge, SpawnChannel, SpawnFrame,
     SpawnHook, SpawnReceipt,
 };
+use swarmd_types::cluster::NewMail;
 use tokio::sync::oneshot;
 
 use super::mail;
@@ -60,7 +60,7 @@ impl Relay {
         self.session.pending.insert(id.clone(), waiter(tx));
         let sent = self
             .cluster
-            .db
+            .peers
             .send_mail(&[self.mail(kind, Some(id.clone()), body)])
             .await;
         match sent {

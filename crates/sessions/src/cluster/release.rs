@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use swarmd_engine::Engine;
 use swarmd_engine::ids::SessionId;
-use swarmd_postgres::{NewMail, NodeId, RoleLock};
+use swarmd_types::cluster::{NewMail, NodeId};
 
 use super::mail;
+use super::peers::RoleHold;
 use super::postbox::SessionCluster;
 use crate::outbox::CloseReason;
 use crate::session::Session;
@@ -29,12 +30,12 @@ impl SessionRegistry {
     pub(crate) async fn lock_roles(
         &self,
         roles: &[String],
-    ) -> Result<Option<RoleLock>, SessionError> {
+    ) -> Result<Option<Box<dyn RoleHold>>, SessionError> {
         let Some(cluster) = self.cluster().filter(|_| !roles.is_empty()) else {
             return Ok(None);
         };
         let lock = cluster
-            .db
+            .peers
             .lock_roles(roles)
             .await
             .map_err(|e| SessionError::Engine(e.into()))?;
@@ -47,11 +48,11 @@ impl SessionRegistry {
     /// `auth.role_takeover_secs` (only its home knows): a holder its home
     /// ended is forgotten here, and the login takes the role.
     pub(crate) async fn load_role_holders(&self, roles: &[String]) -> Result<(), SessionError> {
-        let Some(cluster) = self.cluster() else {
+        let Some(cluster) = self.cluster().filter(|_| !roles.is_empty()) else {
             return Ok(());
         };
         let holders = cluster
-            .db
+            .peers
             .sessions_with_roles(roles)
             .await
             .map_err(|e| SessionError::Engine(e.into()))?;
@@ -88,13 +89,13 @@ impl SessionRegistry {
             req_id: None,
             body: "{}".to_owned(),
         };
-        if cluster.db.send_mail(&[ask]).await.unwrap_or(0) == 0 {
+        if cluster.peers.send_mail(&[ask]).await.unwrap_or(0) == 0 {
             return false;
         }
         let until = tokio::time::Instant::now() + RELEASE_WAIT;
         while tokio::time::Instant::now() < until {
             tokio::time::sleep(RELEASE_POLL).await;
-            if let Ok(None) = cluster.db.session_by_sid(sid).await {
+            if let Ok(None) = cluster.peers.session_by_sid(sid).await {
                 return true;
             }
         }

@@ -605,6 +605,6 @@ impl Engine {
         auth: &WorkerAuth,
         post: ResultPost,
     ) -> Result<ResultAck, EngineError> {
-        worker_api::post_result::post_result(self, auth, post).await
+        worker_api::post_result::post_result(self.workers(), auth, post).await
     }
 }

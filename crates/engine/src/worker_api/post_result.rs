@@ -10,8 +10,7 @@ use futures_util::FutureExt;
 use swarmd_output_store::{ContentRef, Durable, OutputEvent, StoreError};
 use tokio::sync::oneshot;
 
-use super::{ResultAck, ResultPost, WorkerAuth, check_open};
-use crate::Engine;
+use super::{ResultAck, ResultPost, WorkerAuth, Workers, check_open};
 use crate::error::EngineError;
 use crate::ids::{SessionId, TaskId};
 use crate::live::{FinalOutcome, FinalWrite, PostedClaim, PostedFinal, TaskCell};
@@ -57,7 +56,7 @@ const WORKER: &str = "worker";
 /// again, so the bound is never reached in practice.
 const MAX_TAKEOVERS: usize = 8;
 
-impl Engine {
+impl Workers<'_> {
     /// Claims the open attempt's one Final for `mine`, under the task's
     /// lock: from here on a cancel loses to it (`AlreadyFinal`). Queues the
     /// fingerprint's write before the Final's, so it is durable whenever the
@@ -79,7 +78,7 @@ impl Engine {
             return Err(Claim::Replay(first.clone()));
         }
         check_open(&state, attempt).map_err(Claim::Closed)?;
-        self.workers().touch(&mut state, attempt);
+        self.touch(&mut state, attempt);
         let (queued, receiver) = oneshot::channel();
         let outcome = final_outcome(receiver);
         if let Some(run) = state.run.as_mut() {
@@ -88,7 +87,7 @@ impl Engine {
                 outcome: outcome.clone(),
             });
         }
-        self.inner.ledger.bus.submit(
+        self.ledger.bus.submit(
             vec![WriteOp::PutPostedFinal {
                 task_id,
                 attempt,
@@ -115,17 +114,10 @@ impl Engine {
         task_id: TaskId,
         attempt: u32,
     ) -> Result<Option<PostedFinal>, EngineError> {
-        let Some(first) = self
-            .inner
-            .ledger
-            .store
-            .posted_final(task_id, attempt)
-            .await?
-        else {
+        let Some(first) = self.ledger.store.posted_final(task_id, attempt).await? else {
             return Ok(None);
         };
         let stored = self
-            .inner
             .ledger
             .outputs
             .last_final(task_id.as_uuid(), attempt)
@@ -138,7 +130,7 @@ impl Engine {
     /// is queued under the task's lock, so it cannot land after a later
     /// claim's. A claim that is no longer the attempt's is left alone.
     fn withdraw_claim(&self, task_id: TaskId, attempt: u32, outcome: &FinalOutcome) {
-        let Some(cell) = self.inner.held.live.get(&task_id) else {
+        let Some(cell) = self.held.live.get(&task_id) else {
             return;
         };
         let mut state = cell.lock();
@@ -153,7 +145,7 @@ impl Engine {
             return;
         }
         run.posted = None;
-        self.inner.ledger.bus.submit(
+        self.ledger.bus.submit(
             vec![WriteOp::DeletePostedFinal { task_id, attempt }],
             Vec::new(),
             None,
@@ -162,15 +154,13 @@ impl Engine {
 }
 
 pub(crate) async fn post_result(
-    engine: &Engine,
+    workers: Workers<'_>,
     auth: &WorkerAuth,
     post: ResultPost,
 ) -> Result<ResultAck, EngineError> {
     let task_id = crate::worker_api::Workers::bind(auth, post.task_id)?;
     if let Some(named) = post.attempt.filter(|a| *a != auth.attempt.n) {
-        return Err(engine
-            .workers()
-            .attempt_mismatch(task_id, auth.attempt.n, named));
+        return Err(workers.attempt_mismatch(task_id, auth.attempt.n, named));
     }
     let ack = ResultAck {
         task_id,
@@ -183,8 +173,8 @@ pub(crate) async fn post_result(
     };
     let mut takeovers = 0;
     let claimed = loop {
-        let claim = match engine.inner.held.live.get(&task_id) {
-            Some(cell) => engine.claim_final(&cell, task_id, auth.attempt.n, &mine),
+        let claim = match workers.held.live.get(&task_id) {
+            Some(cell) => workers.claim_final(&cell, task_id, auth.attempt.n, &mine),
             None => Err(Claim::Closed(EngineError::TaskTerminal)),
         };
         match claim {
@@ -196,18 +186,18 @@ pub(crate) async fn post_result(
                 match first.outcome.clone().await {
                     FinalWrite::Stored => return Ok(ack),
                     FinalWrite::Failed(e) => {
-                        engine.withdraw_claim(task_id, auth.attempt.n, &first.outcome);
+                        workers.withdraw_claim(task_id, auth.attempt.n, &first.outcome);
                         return Err(StoreError::Batch(e).into());
                     }
                     FinalWrite::Abandoned if takeovers < MAX_TAKEOVERS => {
-                        engine.withdraw_claim(task_id, auth.attempt.n, &first.outcome);
+                        workers.withdraw_claim(task_id, auth.attempt.n, &first.outcome);
                         takeovers += 1;
                     }
                     FinalWrite::Abandoned => return Err(EngineError::AlreadyFinal),
                 }
             }
             Err(Claim::Closed(error)) => {
-                return match engine.stored_post(task_id, auth.attempt.n).await? {
+                return match workers.stored_post(task_id, auth.attempt.n).await? {
                     Some(first) if same_post(&first, &mine) => Ok(ack),
                     Some(_) => Err(EngineError::AlreadyFinal),
                     None => Err(error),
@@ -223,7 +213,7 @@ pub(crate) async fn post_result(
     // terminal writes queue behind it); the worker hears back once the
     // Final is durable.
     let started = std::time::Instant::now();
-    let queued = engine
+    let queued = workers
         .appends()
         .queue_output(auth.attempt, claimed.session, WORKER, vec![event], |run| {
             run.posted_tx.send_replace(true);
@@ -233,7 +223,7 @@ pub(crate) async fn post_result(
         Ok((_, durable)) => durable,
         Err(e) => {
             drop(claimed.queued);
-            engine.withdraw_claim(task_id, auth.attempt.n, &claimed.outcome);
+            workers.withdraw_claim(task_id, auth.attempt.n, &claimed.outcome);
             return Err(e);
         }
     };
@@ -242,15 +232,14 @@ pub(crate) async fn post_result(
     let _ = claimed.queued.send(durable);
     match claimed.outcome.clone().await {
         FinalWrite::Stored => {
-            engine
-                .inner
+            workers
                 .stats
                 .store_append_latency
                 .observe(started.elapsed());
             Ok(ack)
         }
         FinalWrite::Failed(e) => {
-            engine.withdraw_claim(task_id, auth.attempt.n, &claimed.outcome);
+            workers.withdraw_claim(task_id, auth.attempt.n, &claimed.outcome);
             Err(StoreError::Batch(e).into())
         }
         // The receiver was sent its durability just above.

@@ -1,7 +1,7 @@
 //! What a run leaves behind on PostgreSQL: the `swarmd_bench_*` database
 //! made for each spawned daemon, dropped when the daemon stops, and on
-//! Ctrl-C, which also kills the daemons the run started, so repeated runs
-//! do not fill the cluster.
+//! Ctrl-C, which also kills the daemons the run started and removes their
+//! directories, so repeated runs fill neither the cluster nor the disk.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -19,6 +19,19 @@ static CREATED: Mutex<Vec<BenchDatabase>> = Mutex::new(Vec::new());
 /// Daemons this process started and has not stopped yet, for the Ctrl-C
 /// handler (`kill_on_drop` does not run on `exit`).
 static SPAWNED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// The directories (configuration and state) of the daemons this process
+/// started, for the Ctrl-C handler: a daemon's own is removed when it is
+/// dropped, which `exit` skips.
+static SCRATCH: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Notes a daemon's directory, for the Ctrl-C handler.
+pub(crate) fn scratch(dir: &Path) {
+    SCRATCH
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(dir.to_owned());
+}
 
 /// Notes a daemon started, for the Ctrl-C handler.
 pub(crate) fn spawned(pid: i32) {
@@ -115,8 +128,8 @@ impl BenchDatabase {
 }
 
 /// Waits for Ctrl-C, kills the daemons this process started, drops the
-/// databases it created, and exits with 130 (as a shell reports a run
-/// ended by SIGINT).
+/// databases it created, removes the daemons' directories, and exits with
+/// 130 (as a shell reports a run ended by SIGINT).
 pub(crate) async fn drop_databases_on_ctrl_c() {
     if tokio::signal::ctrl_c().await.is_err() {
         return;
@@ -131,6 +144,10 @@ pub(crate) async fn drop_databases_on_ctrl_c() {
             Ok(()) => eprintln!("swarmd-bench: interrupted; dropped database {name}"),
             Err(error) => eprintln!("swarmd-bench: interrupted; {error:#}"),
         }
+    }
+    for dir in std::mem::take(&mut *SCRATCH.lock().unwrap_or_else(|p| p.into_inner())) {
+        // Gone already when its daemon was dropped.
+        let _ = std::fs::remove_dir_all(dir);
     }
     std::process::exit(130);
 }

@@ -100,6 +100,7 @@ impl SpawnedDaemon {
             .prefix("swarmd-bench-")
             .tempdir()
             .context("cannot create a temp directory")?;
+        cleanup::scratch(dir.path());
         let config = dir.path().join("swarmd.toml");
         let repo = match worktree_files {
             Some(files) => Some(make_repo(&dir.path().join("repo"), files).await?),

@@ -111,11 +111,14 @@ async fn a_finished_run_drops_its_database() {
 #[tokio::test]
 async fn ctrl_c_drops_the_database_of_an_interrupted_run() {
     let (url, password_file) = cluster();
+    // The bench makes its daemon's directory here.
+    let tmp = tempfile::tempdir().unwrap();
     let mut child = bench(
         &url,
         &password_file,
         &["http", "--agent", "true", "--duration", "60"],
     )
+    .env("TMPDIR", tmp.path())
     .spawn()
     .unwrap();
     let pid = child.id();
@@ -154,6 +157,12 @@ async fn ctrl_c_drops_the_database_of_an_interrupted_run() {
         bench_databases(&url, &password_file, pid).await,
         Vec::<String>::new()
     );
+    // And so is the daemon's directory.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 /// Whether `pid` has exited and waits for its (gone) parent to reap it.

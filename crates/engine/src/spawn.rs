@@ -41,6 +41,13 @@ pub struct Ctx {
     /// is recorded, so that the record names where it really runs; the layer
     /// follows it.
     pub delegated: bool,
+    /// The task's `policy.long_hold_warn_secs` (0: no warning).
+    pub long_hold_warn_secs: u64,
+    /// The task this one continues (`continue_from`).
+    pub continued_from: Option<TaskId>,
+    /// The CLI session the continued task's last attempt reported, which
+    /// this attempt resumes.
+    pub resume_session: Option<String>,
     pub meta: Map<String, Value>,
 }
 

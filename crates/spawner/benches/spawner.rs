@@ -205,6 +205,9 @@ async fn per_attempt(engine: &Engine, stack: &Arc<dyn SpawnerAdapter>, n: u32) -
             operator_sid: None,
             lease_deadline_ms: u64::MAX,
             delegated: false,
+            long_hold_warn_secs: 0,
+            continued_from: None,
+            resume_session: None,
             meta: serde_json::Map::new(),
         };
         let attempt = Attempt {

@@ -456,6 +456,9 @@ impl Engine {
 
 /// The context of one attempt; `delegated` is the resolver's answer for
 /// this attempt (the session may have come or gone since the last one).
+/// It carries the task's facts the stack's layers and spawners read (the
+/// long-hold threshold, what it continues), so that they need not read
+/// the task back through the host.
 pub(super) fn ctx_for(
     task: &crate::task::Task,
     attempt: u32,
@@ -470,6 +473,9 @@ pub(super) fn ctx_for(
         operator_sid: task.operator_sid,
         lease_deadline_ms,
         delegated,
+        long_hold_warn_secs: task.policy.long_hold_warn_secs,
+        continued_from: task.continued_from,
+        resume_session: task.resume.as_ref().and_then(|r| r.session_id.clone()),
         meta: Map::new(),
     }
 }

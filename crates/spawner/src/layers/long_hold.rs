@@ -34,13 +34,9 @@ impl SpawnerAdapter for LongHold {
     async fn spawn(&self, attempt: Attempt) -> Result<Box<dyn Worker>, SpawnError> {
         let started = Instant::now();
         let host = Arc::clone(&attempt.host);
+        let threshold = attempt.ctx.long_hold_warn_secs;
         let worker = self.inner.spawn(attempt).await?;
         Ok(around_join(worker, move |mut join| async move {
-            // The threshold is read once the join is awaited, off the spawn path.
-            let threshold = match host.task().await {
-                Ok(task) => task.policy.long_hold_warn_secs,
-                Err(_) => 0,
-            };
             if threshold == 0 {
                 return join.await;
             }

@@ -147,15 +147,6 @@ async fn delegate_in(
         host,
     } = attempt;
     let binding = target.binding();
-    let task = match host.task().await {
-        Ok(task) => task,
-        Err(e) => {
-            if let Some(worktree) = worktree {
-                worktree.abandon().await;
-            }
-            return Err(SpawnError::Failed(format!("cannot read the task: {e}")));
-        }
-    };
     let checkout = worktree.as_ref().map(|w| {
         let checkout = w.checkout();
         SpawnWorktree {
@@ -172,9 +163,8 @@ async fn delegate_in(
         base_url,
         checkout.as_ref(),
     );
-    let resume_session = task.resume.and_then(|resume| resume.session_id);
-    if let Some(from) = task.continued_from {
-        directive.push_str(&continuation_line(from, resume_session.as_deref()));
+    if let Some(from) = ctx.continued_from {
+        directive.push_str(&continuation_line(from, ctx.resume_session.as_deref()));
     }
     let frame = SpawnFrame {
         attempt: ctx.id,
@@ -185,8 +175,8 @@ async fn delegate_in(
         base_url: base_url.trim_end_matches('/').to_owned(),
         lease_deadline_ms: ctx.lease_deadline_ms,
         worktree: checkout,
-        continued_from: task.continued_from,
-        resume_session,
+        continued_from: ctx.continued_from,
+        resume_session: ctx.resume_session,
     };
     let receipt = match channel.spawn(frame).await {
         Ok(receipt) => receipt,

@@ -30,6 +30,9 @@ pub(crate) const WAITER: &str = "waiter";
 /// To the home: end the session if it is stale (a login on another node
 /// takes its roles).
 pub(crate) const RELEASE: &str = "release";
+/// To the node that asked for a release: the home keeps the session (it is
+/// live), so the login there is refused now instead of after its wait.
+pub(crate) const KEPT: &str = "kept";
 /// To the home: the session was deleted on another node.
 pub(crate) const ENDED: &str = "ended";
 /// To the home: the session was active on another node, last at the unix

@@ -144,9 +144,16 @@ impl SessionRegistry {
         }
     }
 
-    /// Mail for this node: a reply to one of its waiters, a move, or the
-    /// end of a session deleted on another node.
-    async fn handle_addressed(&self, engine: &Engine, mail: &Mail) -> bool {
+    /// Mail for this node: a reply to one of its waiters, a move, the end
+    /// of a session deleted on another node, a release asked of this node
+    /// as a session's home, or a home's answer that it keeps a session.
+    pub(super) async fn handle_addressed(&self, engine: &Engine, mail: &Mail) -> bool {
+        if mail.kind == mail::KEPT {
+            if let Some(cluster) = self.cluster() {
+                cluster.kept(mail.sid);
+            }
+            return true;
+        }
         let Some(session) = self.get(&mail.sid) else {
             return true;
         };
@@ -167,7 +174,7 @@ impl SessionRegistry {
                     self.moved_mail(&session, to).await;
                 }
             }
-            mail::RELEASE => self.release_if_stale(engine, &session).await,
+            mail::RELEASE => self.release_if_stale(engine, &session, mail.reply_to).await,
             mail::SEEN => {
                 if let Ok(seen_ms) = mail.body.parse::<u64>() {
                     session.touch(seen_ms.min(self.clock.now_ms()));

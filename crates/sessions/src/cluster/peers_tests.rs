@@ -1,7 +1,8 @@
 //! A registry built in a cluster, driven through a stand-in of the
 //! `SessionPeers` it is given: a login locks its roles across nodes until
 //! its session is stored, and a role another node's session holds is taken
-//! only once that node has ended its session.
+//! only once that node has ended its session; a home that keeps its
+//! session says so, and the login is refused at once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +14,7 @@ use swarmd_engine::store::{HomedSession, SessionKind, SessionRecord};
 use swarmd_output_store::StoreError;
 use swarmd_types::cluster::{Homed, Mail, NewMail, NodeId};
 
-use super::mail::RELEASE;
+use super::mail::{KEPT, RELEASE};
 use super::peers::{MailWake, RoleHold, SessionPeers};
 use crate::testing::{Harness, default_settings};
 use crate::tests::roles;
@@ -241,5 +242,53 @@ async fn a_role_held_on_a_node_that_keeps_its_session_is_refused_after_the_wait(
         "waited for the home's answer"
     );
     // The lock is released on a refusal too.
+    assert_eq!(rows.log.lock().unwrap().last().unwrap(), "release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_role_held_live_on_another_node_is_refused_as_soon_as_its_home_says_so() {
+    let rows = Arc::new(Rows::default());
+    let holder = held_there("main-ai");
+    rows.stored.lock().unwrap().push(holder.clone());
+    let harness = Arc::new(node_here(rows.clone()));
+    let started = tokio::time::Instant::now();
+    let login = {
+        let harness = harness.clone();
+        tokio::spawn(async move {
+            harness
+                .registry
+                .login(&harness.engine, roles(&["main-ai"]))
+                .await
+        })
+    };
+    while rows.sent.lock().unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // The home's answer, as its mail pump hands it over.
+    let kept = Mail {
+        id: 1,
+        sid: holder.record.sid,
+        to_node: Some(HERE),
+        reply_to: None,
+        kind: KEPT.to_owned(),
+        req_id: None,
+        body: "{}".to_owned(),
+    };
+    assert!(
+        harness
+            .registry
+            .handle_addressed(&harness.engine, &kept)
+            .await
+    );
+    let refused = login.await.unwrap().unwrap_err();
+    assert!(
+        matches!(refused, SessionError::RoleTaken(ref r) if r == "main-ai"),
+        "{refused}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "refused without waiting out the release: {:?}",
+        started.elapsed()
+    );
     assert_eq!(rows.log.lock().unwrap().last().unwrap(), "release");
 }

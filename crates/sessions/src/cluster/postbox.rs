@@ -44,6 +44,9 @@ pub(crate) struct SessionCluster {
     /// Sessions created after this (unix ms, less a margin for the nodes'
     /// clocks) are looked for at every `SESSION_SYNC`.
     pub(super) synced_ms: std::sync::atomic::AtomicU64,
+    /// The releases this node asked other homes for and waits on, by
+    /// session: notified when the home answers that it keeps the session.
+    pub(super) releases: Mutex<HashMap<SessionId, Arc<Notify>>>,
 }
 
 impl SessionCluster {
@@ -60,6 +63,28 @@ impl SessionCluster {
             catch_ups: Mutex::default(),
             catch_up_wake: Notify::new(),
             synced_ms: std::sync::atomic::AtomicU64::new(now_ms),
+            releases: Mutex::default(),
+        }
+    }
+
+    fn lock_releases(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Notify>>> {
+        self.releases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What tells a wait for `sid`'s release that its home keeps it.
+    pub(super) fn await_release(&self, sid: SessionId) -> Arc<Notify> {
+        self.lock_releases().entry(sid).or_default().clone()
+    }
+
+    /// The wait for `sid`'s release is over.
+    pub(super) fn release_done(&self, sid: SessionId) {
+        self.lock_releases().remove(&sid);
+    }
+
+    /// `sid`'s home keeps it: the waits for its release end.
+    pub(super) fn kept(&self, sid: SessionId) {
+        if let Some(kept) = self.lock_releases().get(&sid) {
+            kept.notify_waiters();
         }
     }
 

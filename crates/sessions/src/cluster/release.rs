@@ -74,12 +74,30 @@ impl SessionRegistry {
     }
 
     /// Asks `home` to end its session `sid` if stale; whether its record
-    /// went within `RELEASE_WAIT`.
+    /// went within `RELEASE_WAIT`. A home that keeps the session says so
+    /// (`KEPT`), which ends the wait at once.
     async fn release_elsewhere(
         &self,
         cluster: &SessionCluster,
         sid: SessionId,
         home: NodeId,
+    ) -> bool {
+        let kept = cluster.await_release(sid);
+        let answered = kept.notified();
+        tokio::pin!(answered);
+        // Listening before the ask goes, so an answer cannot come first.
+        answered.as_mut().enable();
+        let released = self.ask_release(cluster, sid, home, answered).await;
+        cluster.release_done(sid);
+        released
+    }
+
+    async fn ask_release(
+        &self,
+        cluster: &SessionCluster,
+        sid: SessionId,
+        home: NodeId,
+        mut kept: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
     ) -> bool {
         let ask = NewMail {
             sid,
@@ -94,7 +112,10 @@ impl SessionRegistry {
         }
         let until = tokio::time::Instant::now() + RELEASE_WAIT;
         while tokio::time::Instant::now() < until {
-            tokio::time::sleep(RELEASE_POLL).await;
+            tokio::select! {
+                () = &mut kept => return false,
+                () = tokio::time::sleep(RELEASE_POLL) => {}
+            }
             if let Ok(None) = cluster.peers.session_by_sid(sid).await {
                 return true;
             }
@@ -103,9 +124,28 @@ impl SessionRegistry {
     }
 
     /// The home's side of `release_elsewhere`: ends the session if it has
-    /// had no socket and no activity for `auth.role_takeover_secs`.
-    pub(super) async fn release_if_stale(&self, engine: &Engine, session: &Arc<Session>) {
-        if !session.is_home() || !session.idle_at(self.clock.now_ms(), self.settings.takeover) {
+    /// had no socket and no activity for `auth.role_takeover_secs`, and
+    /// otherwise tells `asked_by` that it keeps it.
+    pub(super) async fn release_if_stale(
+        &self,
+        engine: &Engine,
+        session: &Arc<Session>,
+        asked_by: Option<NodeId>,
+    ) {
+        if !session.is_home() {
+            return;
+        }
+        if !session.idle_at(self.clock.now_ms(), self.settings.takeover) {
+            if let (Some(cluster), Some(asker)) = (self.cluster(), asked_by) {
+                cluster.post.send(NewMail {
+                    sid: session.sid,
+                    to_node: Some(asker),
+                    reply_to: None,
+                    kind: mail::KEPT.to_owned(),
+                    req_id: None,
+                    body: "{}".to_owned(),
+                });
+            }
             return;
         }
         if self.forget(session.sid).is_some() {

@@ -50,7 +50,8 @@ pub(crate) struct SessionCluster {
 }
 
 impl SessionCluster {
-    /// Node `node`'s part on `db`, its mail queue started; the homes are
+    /// Node `node`'s part, reaching the others through `peers`, its mail
+    /// queue started; the homes are
     /// read at `join_cluster`. `now_ms` is where the session sync starts.
     pub(crate) fn new(peers: Arc<dyn SessionPeers>, node: NodeId, now_ms: u64) -> SessionCluster {
         SessionCluster {

@@ -87,18 +87,6 @@ impl SessionRegistry {
         tokio::pin!(answered);
         // Listening before the ask goes, so an answer cannot come first.
         answered.as_mut().enable();
-        let released = self.ask_release(cluster, sid, home, answered).await;
-        cluster.release_done(sid);
-        released
-    }
-
-    async fn ask_release(
-        &self,
-        cluster: &SessionCluster,
-        sid: SessionId,
-        home: NodeId,
-        mut kept: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
-    ) -> bool {
         let ask = NewMail {
             sid,
             to_node: Some(home),
@@ -107,20 +95,25 @@ impl SessionRegistry {
             req_id: None,
             body: "{}".to_owned(),
         };
-        if cluster.peers.send_mail(&[ask]).await.unwrap_or(0) == 0 {
-            return false;
-        }
-        let until = tokio::time::Instant::now() + RELEASE_WAIT;
-        while tokio::time::Instant::now() < until {
-            tokio::select! {
-                () = &mut kept => return false,
-                () = tokio::time::sleep(RELEASE_POLL) => {}
+        let released = async {
+            if cluster.peers.send_mail(&[ask]).await.unwrap_or(0) == 0 {
+                return false;
             }
-            if let Ok(None) = cluster.peers.session_by_sid(sid).await {
-                return true;
+            let until = tokio::time::Instant::now() + RELEASE_WAIT;
+            while tokio::time::Instant::now() < until {
+                tokio::select! {
+                    () = &mut answered => return false,
+                    () = tokio::time::sleep(RELEASE_POLL) => {}
+                }
+                if let Ok(None) = cluster.peers.session_by_sid(sid).await {
+                    return true;
+                }
             }
+            false
         }
-        false
+        .await;
+        cluster.release_done(sid);
+        released
     }
 
     /// The home's side of `release_elsewhere`: ends the session if it has

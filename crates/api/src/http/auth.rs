@@ -14,7 +14,9 @@ use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use swarmd_engine::ErrorCode;
-use swarmd_engine::auth::{MAX_TOKEN_BYTES, SessionSecret, fingerprint, looks_like_token};
+use swarmd_engine::auth::{
+    MAX_TOKEN_BYTES, SECRET_PREFIX, SessionSecret, fingerprint, looks_like_token,
+};
 use swarmd_engine::gate::{self, Role, Verb};
 use swarmd_engine::ids::SessionId;
 use swarmd_engine::{EngineError, WorkerAuth};
@@ -127,12 +129,12 @@ fn counted_bearer<'p>(parts: &'p Parts, state: &AppState) -> Result<&'p str, Api
     }
 }
 
-/// Resolves a bearer to a caller.
 /// Whether `token` is the admin token.
 fn is_admin(state: &AppState, token: &str) -> bool {
     SessionSecret::parse(token).is_ok_and(|secret| state.admin.matches(&secret))
 }
 
+/// Resolves a bearer to a caller.
 pub fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
     if let Ok(secret) = SessionSecret::parse(token) {
         if state.admin.matches(&secret) {
@@ -240,9 +242,11 @@ impl FromRequestParts<AppState> for WorkerBearer {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let token = counted_bearer(parts, state)?;
-        // `POST /v1/tasks` takes a session's secret here too; the admin
-        // token is never a session's, so it costs no query.
-        if !is_admin(state, token) {
+        // `POST /v1/tasks` takes a session's secret here too. Only an `sws-`
+        // secret can be one (a worker's `wh-` handle or `swc1` token never
+        // is), and the admin token is never a session's, so neither costs a
+        // look-up.
+        if token.starts_with(SECRET_PREFIX) && !is_admin(state, token) {
             state.sessions.load_bearer(token).await;
         }
         Ok(WorkerBearer(token.to_owned()))

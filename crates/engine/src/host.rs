@@ -16,6 +16,7 @@ use crate::event::Event;
 use crate::ids::{AttemptId, TaskId};
 use crate::outcome::Verdict;
 use crate::spawn::{AttemptHost, WorkerError};
+use crate::store::WriteOp;
 use crate::task::{ProcessGroupMark, Task, TaskSpec};
 
 /// The engine's `AttemptHost` for one attempt.
@@ -76,7 +77,9 @@ impl AttemptHost for EngineHost {
 
     fn audit(&self, mut record: AuditRecord) {
         record.ts_ms = self.now_ms();
-        self.engine.inner.ledger.audit(record);
+        // Durable but waited on by no one: the attempt goes on.
+        let audit = vec![WriteOp::Audit(record)];
+        self.engine.inner.ledger.bus.submit(audit, Vec::new(), None);
     }
 
     fn publish(&self, event: Event) {

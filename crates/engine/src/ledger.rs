@@ -8,7 +8,6 @@ use std::sync::Arc;
 use swarmd_output_store::{OutputStore, StoreError};
 use tokio::sync::oneshot;
 
-use crate::audit::AuditRecord;
 use crate::bus::EventBus;
 use crate::error::EngineError;
 use crate::event::Event;
@@ -65,12 +64,6 @@ impl Ledger {
     /// for nothing.
     pub(crate) fn publish(&self, session: Option<SessionId>, event: Event) {
         self.bus.submit(Vec::new(), vec![(session, event)], None);
-    }
-
-    /// Writes a durable audit line.
-    pub(crate) fn audit(&self, record: AuditRecord) {
-        self.bus
-            .submit(vec![WriteOp::Audit(record)], Vec::new(), None);
     }
 }
 

@@ -81,51 +81,54 @@ impl Engine {
     /// inside the attempt's span.
     pub(crate) async fn dispatch_attempt(&self, id: TaskId, agent: String) {
         let span = attempt_span(id, None, &agent);
-        self.attempt_pipeline(id, agent).instrument(span).await;
-    }
-
-    async fn attempt_pipeline(&self, id: TaskId, agent: String) {
-        let Some(cell) = self.inner.held.live.get(&id) else {
-            // Cancelled between admission and now: give the slot back.
-            self.release_slot(&agent);
-            return;
-        };
-        // Placing and opening the attempt is synchronous, so nothing of the
-        // resolver's answer is held across an await.
-        let (prepared, minted, stack) = match self.open_attempt(&cell, &agent) {
-            Opened::Ready(prepared, minted, stack) => (prepared, minted, stack),
-            Opened::Wait => {
-                self.release_slot(&agent);
-                Box::pin(self.recheck_place(id)).await;
-                return;
-            }
-            Opened::GaveUp(reason) => {
-                self.fail_unrunnable(&cell, reason);
+        async move {
+            let Some(cell) = self.inner.held.live.get(&id) else {
+                // Cancelled between admission and now: give the slot back.
                 self.release_slot(&agent);
                 return;
-            }
-            Opened::Not => {
+            };
+            // Placing and opening the attempt is synchronous, so nothing of the
+            // resolver's answer is held across an await.
+            let (prepared, minted, stack) = match self.open_attempt(&cell, &agent) {
+                Opened::Ready(prepared, minted, stack) => (prepared, minted, stack),
+                Opened::Wait => {
+                    self.release_slot(&agent);
+                    Box::pin(self.recheck_place(id)).await;
+                    return;
+                }
+                Opened::GaveUp(reason) => {
+                    self.fail_unrunnable(&cell, reason);
+                    self.release_slot(&agent);
+                    return;
+                }
+                Opened::Not => {
+                    self.release_slot(&agent);
+                    return;
+                }
+            };
+            let joined = self.spawn_and_join(&cell, &prepared, minted, stack).await;
+            if matches!(joined, Joined::Stopped(Stopped::Interrupted)) {
+                // The daemon is stopping: leave the attempt open for recovery.
                 self.release_slot(&agent);
                 return;
             }
-        };
-        let joined = self.spawn_and_join(&cell, &prepared, minted, stack).await;
-        if matches!(joined, Joined::Stopped(Stopped::Interrupted)) {
-            // The daemon is stopping: leave the attempt open for recovery.
-            self.release_slot(&agent);
-            return;
+            Box::pin(self.decide(&cell, prepared, joined)).await;
         }
-        Box::pin(self.decide(&cell, prepared, joined)).await;
+        .instrument(span)
+        .await;
     }
 
-    /// Asks the resolver where the attempt runs, then whether it may start
-    /// now (`place`) and, if so, opens it (`prepare`).
+    /// Asks the resolver where the attempt runs, then, when it has nowhere
+    /// to run it now, whether it waits (`place`), and otherwise opens it
+    /// (`prepare`).
     fn open_attempt(&self, cell: &Arc<TaskCell>, agent: &str) -> Opened {
         let placement = self.placement(cell, agent);
-        match self.place(cell, placement.unavailable.as_deref()) {
-            wait::Place::Ready => {}
-            wait::Place::Wait => return Opened::Wait,
-            wait::Place::GaveUp(reason) => return Opened::GaveUp(reason),
+        if let Some(reason) = placement.unavailable.as_deref() {
+            match self.place(cell, reason) {
+                wait::Place::Ready => {}
+                wait::Place::Wait => return Opened::Wait,
+                wait::Place::GaveUp(reason) => return Opened::GaveUp(reason),
+            }
         }
         match self.prepare(cell, placement) {
             Some((prepared, minted, stack)) => Opened::Ready(prepared, minted, stack),
@@ -161,6 +164,7 @@ impl Engine {
         if state.task.status().is_terminal() {
             return None;
         }
+        state.waiting_since_ms = None;
         let stack = match placement.stack {
             Ok(stack) => stack,
             Err(error) => {

@@ -36,20 +36,17 @@ impl Engine {
         self.readmit(id);
     }
 
-    /// Whether the task's next attempt can start now, given the resolver's
-    /// `unavailable` answer for it, and keeps the time the task began to
-    /// wait.
-    pub(super) fn place(&self, cell: &Arc<TaskCell>, unavailable: Option<&str>) -> Place {
+    /// Whether the task's next attempt waits or gives up, given why the
+    /// resolver has nowhere to run it now, and keeps the time the task began
+    /// to wait (`prepare` clears it when an attempt opens). A task that
+    /// ended meanwhile is `Ready`: `prepare` then opens nothing.
+    pub(super) fn place(&self, cell: &Arc<TaskCell>, reason: &str) -> Place {
         let now_ms = self.inner.clock.now_ms();
         let mut state = cell.lock();
         let task = &state.task;
         if task.status().is_terminal() {
             return Place::Ready;
         }
-        let Some(reason) = unavailable else {
-            state.waiting_since_ms = None;
-            return Place::Ready;
-        };
         let queue_timeout = task.policy.queue_timeout_secs;
         let never_started = task.status() == TaskStatus::Queued;
         let since = *state.waiting_since_ms.get_or_insert_with(|| {

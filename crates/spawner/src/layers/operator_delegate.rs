@@ -73,7 +73,7 @@ impl SpawnerAdapter for OperatorDelegate {
             .get(&ctx.agent)
             .cloned()
             .unwrap_or_default();
-        delegate(attempt, channel, &target, &self.layer.base_url).await
+        delegate(attempt, channel, &target, &self.layer.base_url, None).await
     }
 }
 

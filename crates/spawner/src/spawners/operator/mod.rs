@@ -115,26 +115,16 @@ impl SpawnerAdapter for OperatorSpawner {
             }
             None => None,
         };
-        delegate_in(attempt, channel, &self.target, &self.base_url, worktree).await
+        delegate(attempt, channel, &self.target, &self.base_url, worktree).await
     }
 }
 
 /// Sends the attempt's `spawn` frame to `channel` and returns a worker that
 /// completes on the first of: a Final posted over HTTP, `spawn_ack`,
 /// `spawn_halt`, or cancellation (cancel and lease expiry; a `cancel` frame
-/// is sent).
+/// is sent). The SubAgent is told to work in `worktree` when there is one;
+/// the worker ends it, and a spawn that fails releases it.
 pub async fn delegate(
-    attempt: Attempt,
-    channel: Arc<dyn SpawnChannel>,
-    target: &OperatorTarget,
-    base_url: &str,
-) -> Result<Box<dyn Worker>, SpawnError> {
-    delegate_in(attempt, channel, target, base_url, None).await
-}
-
-/// [`delegate`], the SubAgent told to work in `worktree` when there is one;
-/// the worker ends it. A spawn that fails releases it.
-async fn delegate_in(
     attempt: Attempt,
     channel: Arc<dyn SpawnChannel>,
     target: &OperatorTarget,

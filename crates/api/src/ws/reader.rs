@@ -89,26 +89,33 @@ impl Reader<'_> {
         ReaderEnd::Gone
     }
 
-    /// Takes a place in the session's write rate for the write `req_id`
-    /// names; when there is none, answers it with a `rate_limited` error
-    /// frame and says so (the frame is then not acted on).
-    async fn within_rate(&self, req_id: &ReqId) -> bool {
+    /// Hands a write to the ops worker once it has a place in the
+    /// session's write rate; when there is none, answers it with a
+    /// `rate_limited` error frame instead (the write is not acted on).
+    async fn forward(&self, op: Op) {
         let key = RateKey::session(&self.session.sid);
-        let Err(wait) = self.guards.rates().check_write(&key) else {
-            return true;
-        };
-        self.guards.count_limited("ws");
-        let error = ServerFrame::error(
-            Some(req_id.clone()),
-            ErrorCode::RateLimited,
-            format!(
-                "too many writes for this session (limits.write_rate_per_sec); \
-                 this one was dropped, retry in {} ms",
-                wait.as_millis().max(1)
-            ),
-        );
-        self.reply(&error).await;
-        false
+        if let Err(wait) = self.guards.rates().check_write(&key) {
+            self.guards.count_limited("ws");
+            let req_id = match &op {
+                Op::Spawn(spawn) => &spawn.req_id,
+                Op::Cancel { req_id, .. } => req_id,
+            };
+            let error = ServerFrame::error(
+                Some(req_id.clone()),
+                ErrorCode::RateLimited,
+                format!(
+                    "too many writes for this session (limits.write_rate_per_sec); \
+                     this one was dropped, retry in {} ms",
+                    wait.as_millis().max(1)
+                ),
+            );
+            self.reply(&error).await;
+            return;
+        }
+        // The ops worker lives as long as this connection's senders.
+        if self.ops.send(op).await.is_err() {
+            tracing::warn!("the ops worker is gone");
+        }
     }
 
     async fn handle(&self, subscriptions: &mut Subscriptions, text: &str) {
@@ -125,15 +132,9 @@ impl Reader<'_> {
             Err(frame) => *frame,
         };
         match frame {
-            ClientFrame::SpawnTask(spawn) => {
-                if self.within_rate(&spawn.req_id).await {
-                    self.forward(Op::Spawn(spawn)).await;
-                }
-            }
+            ClientFrame::SpawnTask(spawn) => self.forward(Op::Spawn(spawn)).await,
             ClientFrame::CancelTask { req_id, task_id } => {
-                if self.within_rate(&req_id).await {
-                    self.forward(Op::Cancel { req_id, task_id }).await;
-                }
+                self.forward(Op::Cancel { req_id, task_id }).await;
             }
             ClientFrame::Subscribe {
                 req_id,
@@ -169,13 +170,6 @@ impl Reader<'_> {
             };
             let frame = ServerFrame::error(Some(req_id), code, error.to_string());
             self.reply(&frame).await;
-        }
-    }
-
-    async fn forward(&self, op: Op) {
-        // The ops worker lives as long as this connection's senders.
-        if self.ops.send(op).await.is_err() {
-            tracing::warn!("the ops worker is gone");
         }
     }
 

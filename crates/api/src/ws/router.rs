@@ -75,11 +75,13 @@ impl EventRouter {
             tracing::debug!(after_seq = seq, "replaying task_done from the event log");
             self.feed.replay_from(seq);
         }
+        // Outside a cluster no session ever moves here: the branch is off.
+        let clustered = self.registry.clustered();
         let run = async move {
             loop {
                 let next = tokio::select! {
                     () = shutdown.cancelled() => break,
-                    () = self.registry.catch_up_wanted() => {
+                    () = self.registry.catch_up_wanted(), if clustered => {
                         self.catch_up().await;
                         continue;
                     }

@@ -55,6 +55,11 @@ impl SessionRegistry {
         }
     }
 
+    /// Whether this registry is one node's of a cluster.
+    pub fn clustered(&self) -> bool {
+        self.cluster.is_some()
+    }
+
     /// Waits until a session moved here (never outside a cluster).
     pub async fn catch_up_wanted(&self) {
         match self.cluster() {

@@ -10,6 +10,8 @@ pub use swarmd_types::task::*;
 use crate::ids::{SessionId, TaskId};
 use crate::usage::{AttemptUsage, UsageTotals};
 
+mod parts;
+
 /// What a caller asks for when it creates a task.
 #[derive(Debug, Clone, Default)]
 pub struct TaskSpec {

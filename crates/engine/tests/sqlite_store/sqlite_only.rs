@@ -2,6 +2,9 @@
 //! mark, schema versions, a closed database.
 
 use super::*;
+use swarmd_engine::ids::SessionId;
+use swarmd_engine::store::TaskFilter;
+use swarmd_engine::task::TaskResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_state_survives_close_and_reopen() {
@@ -316,4 +319,122 @@ async fn rows_the_reader_cannot_decode_never_fail_a_page() {
         .map(|record| record.seq)
         .collect();
     assert_eq!(read, vec![1, 2, 4], "the undecodable event is left out");
+}
+
+/// The `spec` and `body` columns of a task's row.
+fn task_columns(path: &std::path::Path, task: &Task) -> (Option<String>, String) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row(
+        "SELECT spec, body FROM tasks WHERE id = ?1",
+        [task.id.as_uuid().into_bytes()],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_spec_is_written_once_and_its_state_at_each_change() {
+    let fixture = sqlite_fixture();
+    let store: &dyn TaskStore = &fixture.store;
+    let mut task = new_task("a", 10);
+    task.prompt = "a long prompt ".repeat(100);
+    apply(store, vec![put(&task)]).await;
+    let (spec, created) = task_columns(&fixture.path, &task);
+    let spec = spec.expect("a new task's row holds its spec");
+    assert!(spec.contains("a long prompt"));
+    assert!(
+        !created.contains("a long prompt"),
+        "the state leaves the prompt out"
+    );
+
+    task.start_attempt(11).unwrap();
+    apply(store, vec![put(&task)]).await;
+    let (spec_after, running) = task_columns(&fixture.path, &task);
+    assert_eq!(
+        spec_after.as_deref(),
+        Some(spec.as_str()),
+        "the spec is kept"
+    );
+    assert_ne!(running, created);
+    assert_eq!(store.task(task.id).await.unwrap().unwrap(), task);
+    let filter = TaskFilter {
+        prompt_contains: Some("LONG PROMPT".into()),
+        ..all(None, None, None)
+    };
+    assert_eq!(store.list_tasks(&filter).await.unwrap(), vec![task]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_holding_the_whole_task_reads_back_and_is_written_whole_again() {
+    let fixture = sqlite_fixture();
+    let store: &dyn TaskStore = &fixture.store;
+    let mut task = running("a", 10);
+    task.session = Some(SessionId::new());
+    apply(store, vec![put(&task)]).await;
+    // A row as a file from before specs had their column holds it.
+    let conn = rusqlite::Connection::open(&fixture.path).unwrap();
+    conn.execute(
+        "UPDATE tasks SET spec = NULL, body = ?2 WHERE id = ?1",
+        rusqlite::params![
+            task.id.as_uuid().into_bytes(),
+            serde_json::to_string(&task).unwrap()
+        ],
+    )
+    .unwrap();
+    drop(conn);
+    assert_eq!(store.task(task.id).await.unwrap().unwrap(), task);
+    let filter = TaskFilter {
+        session: task.session,
+        ..all(None, None, None)
+    };
+    assert_eq!(store.list_tasks(&filter).await.unwrap(), vec![task.clone()]);
+
+    let task = {
+        let result = TaskResult {
+            value: json!("done"),
+            ok: true,
+        };
+        let mut task = task;
+        task.finish(AttemptOutcome::Pass, Some(result), None, 20)
+            .unwrap();
+        task
+    };
+    apply(store, vec![put(&task)]).await;
+    let (spec, _) = task_columns(&fixture.path, &task);
+    assert!(spec.is_some(), "its next change writes the spec apart");
+    assert_eq!(store.task(task.id).await.unwrap().unwrap(), task);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_4_file_gets_the_spec_column_and_keeps_its_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("swarmd.db");
+    let task = running("a", 1);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE tasks (
+             id BLOB PRIMARY KEY, status TEXT NOT NULL, agent TEXT NOT NULL,
+             finished_ms INTEGER, body TEXT NOT NULL
+         );
+         PRAGMA user_version = 4;",
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO tasks VALUES (?1, 'running', 'a', NULL, ?2)",
+        rusqlite::params![
+            task.id.as_uuid().into_bytes(),
+            serde_json::to_string(&task).unwrap()
+        ],
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = open_sqlite(&path).unwrap();
+    assert_eq!(store.load_live(10).await.unwrap().tasks, vec![task.clone()]);
+    store.db().close().unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SqliteTaskStore::SCHEMA_VERSION);
 }

@@ -3,11 +3,12 @@
 
 use std::sync::LazyLock;
 
-use rusqlite::types::Value as SqlValue;
+use rusqlite::types::{Type, Value as SqlValue};
 use rusqlite::{
     CachedStatement, Connection, OptionalExtension, Params, Row, params, params_from_iter,
 };
 use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use swarmd_output_store::{StoreError, nesting};
 use uuid::Uuid;
@@ -101,7 +102,7 @@ fn task_rows(mut stmt: CachedStatement<'_>, params: impl Params) -> Result<Vec<T
             row.get::<_, [u8; 16]>(1)
                 .map_or_else(|_| "?".to_owned(), |id| task_id(id).to_string())
         };
-        match json("tasks", row, 0, key) {
+        match task_of(row, key) {
             Ok(task) => out.push(task),
             Err(StoreError::Json(_)) => out.push(unreadable_task(row)?),
             Err(other) => return Err(other),
@@ -111,7 +112,18 @@ fn task_rows(mut stmt: CachedStatement<'_>, params: impl Params) -> Result<Vec<T
 }
 
 /// The columns [`task_rows`] reads.
-const TASK_COLUMNS: &str = "body, id, status, agent, finished_ms";
+const TASK_COLUMNS: &str = "body, id, status, agent, finished_ms, spec";
+
+/// A task from its row: its spec and state, or the whole task in `body`
+/// when the row has no spec.
+fn task_of(row: &Row<'_>, key: impl Fn(&Row<'_>) -> String) -> Result<Task, StoreError> {
+    if row.get_ref(5)?.data_type() == Type::Null {
+        return json("tasks", row, 0, key);
+    }
+    let spec: Map<String, Value> = json("tasks", row, 5, &key)?;
+    let state: Map<String, Value> = json("tasks", row, 0, &key)?;
+    Ok(Task::from_parts(spec, state)?)
+}
 
 fn unreadable_task(row: &Row<'_>) -> Result<Task, StoreError> {
     let id = task_id(row.get(1)?);
@@ -168,22 +180,25 @@ pub(super) fn list_tasks(conn: &Connection, filter: &TaskFilter) -> Result<Vec<T
         sql.push_str(" AND id >= ?");
         args.push(SqlValue::Blob(task_key(since).to_vec()));
     }
-    // These read the body: a scan in id order that stops at `limit` matches.
+    // These read the spec (the whole body in a row without one): a scan in
+    // id order that stops at `limit` matches.
     if let Some(session) = filter.session {
-        sql.push_str(" AND json_extract(body, '$.session') = ?");
+        sql.push_str(" AND json_extract(coalesce(spec, body), '$.session') = ?");
         args.push(SqlValue::Text(session.to_string()));
     }
     if let Some(parent) = filter.parent {
-        sql.push_str(" AND json_extract(body, '$.parent') = ?");
+        sql.push_str(" AND json_extract(coalesce(spec, body), '$.parent') = ?");
         args.push(SqlValue::Text(parent.to_string()));
     }
     if let Some(from) = filter.continued_from {
-        sql.push_str(" AND json_extract(body, '$.continued_from') = ?");
+        sql.push_str(" AND json_extract(coalesce(spec, body), '$.continued_from') = ?");
         args.push(SqlValue::Text(from.to_string()));
     }
     if let Some(text) = &filter.prompt_contains {
         // SQLite's lower() folds ASCII only, as `TaskFilter::matches` does.
-        sql.push_str(" AND instr(lower(json_extract(body, '$.prompt')), lower(?)) > 0");
+        sql.push_str(
+            " AND instr(lower(json_extract(coalesce(spec, body), '$.prompt')), lower(?)) > 0",
+        );
         args.push(SqlValue::Text(text.clone()));
     }
     sql.push_str(" ORDER BY id DESC LIMIT ?");

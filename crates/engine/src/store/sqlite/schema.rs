@@ -10,10 +10,12 @@ use super::keys::KeyIndex;
 
 /// The schema this build writes. A file stamped with a higher version was
 /// written by a newer swarmd and is refused rather than misread.
-pub(super) const SCHEMA_VERSION: i64 = 4;
+pub(super) const SCHEMA_VERSION: i64 = 5;
 
 /// Ids are the 16 bytes of the UUID, so `ORDER BY id` is creation order
-/// (UUIDv7). Secondary indexes end in `id` so that filtered listings walk one
+/// (UUIDv7). A task's `spec` (what it was asked, prompt included) is
+/// written once, at creation, and its `body` (its state) at every change;
+/// a row without a spec holds the whole task in `body`. Secondary indexes end in `id` so that filtered listings walk one
 /// index newest first. `finished_ms` is indexed only where set, which keeps
 /// live tasks out of the index that retention scans. Handles are keyed by
 /// their task first, so new ones land on the rightmost page instead of a
@@ -32,7 +34,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     status      TEXT    NOT NULL,
     agent       TEXT    NOT NULL,
     finished_ms INTEGER,
-    body        TEXT    NOT NULL
+    body        TEXT    NOT NULL,
+    spec        TEXT
 );
 CREATE INDEX IF NOT EXISTS tasks_status ON tasks (status, id);
 CREATE INDEX IF NOT EXISTS tasks_agent ON tasks (agent, id);
@@ -111,6 +114,12 @@ CREATE TABLE IF NOT EXISTS task_store_meta (
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";
+
+/// Version 4 (or older) to 5, after `SCHEMA`, where the tasks table was
+/// there before it: a task's spec gets a column of its own
+/// (`body` then holds only its state). Rows written before keep the whole
+/// task in `body` and no spec, and are written whole at their next change.
+const UPGRADE_TO_5: &str = "ALTER TABLE tasks ADD COLUMN spec TEXT;";
 
 /// Version 3 to 4 adds `flow_runs` and `flow_docs`, and version 2 to 3
 /// adds `posted_finals`, which `SCHEMA` creates: no steps of their own.
@@ -191,8 +200,20 @@ fn migrate_in(tx: &Transaction<'_>) -> Result<(), StoreError> {
     if found == 1 {
         tx.execute_batch(UPGRADE_FROM_1_AFTER)?;
     }
+    if found < 5 && !has_column(tx, "tasks", "spec")? {
+        tx.execute_batch(UPGRADE_TO_5)?;
+    }
     if found < SCHEMA_VERSION {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     }
     Ok(())
+}
+
+fn has_column(tx: &Transaction<'_>, table: &str, column: &str) -> Result<bool, StoreError> {
+    let found: i64 = tx.query_row(
+        "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2",
+        [table, column],
+        |row| row.get(0),
+    )?;
+    Ok(found > 0)
 }

@@ -10,16 +10,29 @@ use swarmd_output_store::StoreError;
 
 use crate::ids::{SessionId, TaskId};
 use crate::store::WriteOp;
+use crate::task::{Task, TaskStatus};
+
+/// What a task row's write holds besides the state.
+#[derive(Debug)]
+pub(super) enum TaskWhole {
+    /// A task just created: its row is new, spec and all.
+    New { agent: String, spec: String },
+    /// A later state of a task whose row holds its spec: only the state is
+    /// written, and the task is kept to write whole should the row hold no
+    /// spec (none yet, or one of a file from before specs were apart).
+    Known(Box<Task>),
+}
 
 /// One statement's worth of a batch, ready to bind.
 #[derive(Debug)]
 pub(super) enum Row {
+    /// A task's row: its state always, its spec as `whole` says.
     Task {
         id: [u8; 16],
         status: &'static str,
-        agent: String,
         finished_ms: Option<u64>,
-        body: String,
+        state: String,
+        whole: TaskWhole,
     },
     Attempt {
         task: [u8; 16],
@@ -96,15 +109,29 @@ pub(super) fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
     for op in batch {
         match op {
             WriteOp::PutTask(task) => {
-                let body = serde_json::to_string(&*task)?;
-                let status = task.status().as_str();
-                let task = *task;
+                let (spec, state) = task.parts();
+                let state = serde_json::to_string(&state)?;
+                let is_new = task.status() == TaskStatus::Queued && task.attempt == 0;
+                let spec = if is_new {
+                    Some(serde_json::to_string(&spec)?)
+                } else {
+                    None
+                };
+                let (id, status, finished_ms) =
+                    (task_key(task.id), task.status().as_str(), task.finished_ms);
+                let whole = match spec {
+                    Some(spec) => TaskWhole::New {
+                        agent: task.agent,
+                        spec,
+                    },
+                    None => TaskWhole::Known(task),
+                };
                 rows.push(Row::Task {
-                    id: task_key(task.id),
+                    id,
                     status,
-                    agent: task.agent,
-                    finished_ms: task.finished_ms,
-                    body,
+                    finished_ms,
+                    state,
+                    whole,
                 });
             }
             WriteOp::PutAttempt(record) => rows.push(Row::Attempt {
@@ -190,12 +217,12 @@ pub(super) fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
 }
 
 /// The statement of each `Row` kind, indexed by `Row::statement`.
-const STATEMENTS: [&str; 12] = [
+const STATEMENTS: [&str; 13] = [
     // A task's agent is fixed at creation, so the upsert leaves the `agent`
-    // column (and its index) alone.
-    "INSERT INTO tasks (id, status, agent, finished_ms, body) VALUES (?1, ?2, ?3, ?4, ?5)
+    // column (and its index) alone. `body` holds the state, `spec` the rest.
+    "INSERT INTO tasks (id, status, agent, finished_ms, spec, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
      ON CONFLICT (id) DO UPDATE SET status = excluded.status,
-         finished_ms = excluded.finished_ms, body = excluded.body",
+         finished_ms = excluded.finished_ms, spec = excluded.spec, body = excluded.body",
     "INSERT INTO attempts (task, attempt, body) VALUES (?1, ?2, ?3)
      ON CONFLICT (task, attempt) DO UPDATE SET body = excluded.body",
     "INSERT INTO handles (digest, task, attempt, exp_secs, body) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -224,12 +251,24 @@ const STATEMENTS: [&str; 12] = [
          session = excluded.session, idem_key = coalesce(flow_runs.idem_key, excluded.idem_key),
          updated_ms = excluded.updated_ms, record = excluded.record",
     "INSERT INTO flow_docs (hash, name, doc) VALUES (?1, ?2, ?3) ON CONFLICT (hash) DO NOTHING",
+    // A row without a spec is left to the whole write (`TaskWhole::Known`).
+    "UPDATE tasks SET status = ?2, finished_ms = ?3, body = ?4 WHERE id = ?1 AND spec IS NOT NULL",
 ];
+
+/// `STATEMENTS`' whole write of a task.
+const PUT_TASK: usize = 0;
 
 impl Row {
     fn statement(&self) -> usize {
         match self {
-            Row::Task { .. } => 0,
+            Row::Task {
+                whole: TaskWhole::New { .. },
+                ..
+            } => PUT_TASK,
+            Row::Task {
+                whole: TaskWhole::Known(_),
+                ..
+            } => 12,
             Row::Attempt { .. } => 1,
             Row::Handle { .. } => 2,
             Row::Key { .. } => 3,
@@ -261,10 +300,29 @@ pub(super) fn apply(tx: &Transaction<'_>, rows: Vec<Row>) -> Result<(), StoreErr
             Row::Task {
                 id,
                 status,
-                agent,
                 finished_ms,
-                body,
-            } => stmt.execute(params![id, status, agent, finished_ms, body])?,
+                state,
+                whole: TaskWhole::New { agent, spec },
+            } => stmt.execute(params![id, status, agent, finished_ms, spec, state])?,
+            Row::Task {
+                id,
+                status,
+                finished_ms,
+                state,
+                whole: TaskWhole::Known(task),
+            } => {
+                let mut changed = stmt.execute(params![id, status, finished_ms, state])?;
+                if changed == 0 {
+                    let spec = serde_json::to_string(&task.parts().0)?;
+                    let put = match &mut prepared[PUT_TASK] {
+                        Some(stmt) => stmt,
+                        slot => slot.insert(tx.prepare_cached(STATEMENTS[PUT_TASK])?),
+                    };
+                    changed =
+                        put.execute(params![id, status, task.agent, finished_ms, spec, state])?;
+                }
+                changed
+            }
             Row::Attempt {
                 task,
                 attempt,
@@ -316,7 +374,23 @@ pub(super) fn apply(tx: &Transaction<'_>, rows: Vec<Row>) -> Result<(), StoreErr
 mod tests {
     use super::*;
     use crate::event::{Event, EventRecord};
-    use crate::task::{Policy, Task, TaskSpec};
+    use serde_json::Value;
+
+    use crate::task::{Policy, TaskSpec};
+
+    #[test]
+    fn a_new_task_is_encoded_with_its_spec() {
+        let task = Task::new(TaskId::new(), TaskSpec::default(), Policy::default(), 0, 5);
+        let rows = encode(vec![WriteOp::PutTask(Box::new(task))]).unwrap();
+        assert!(matches!(
+            &rows[..],
+            [Row::Task {
+                whole: TaskWhole::New { .. },
+                ..
+            }]
+        ));
+        assert_eq!(rows[0].statement(), PUT_TASK);
+    }
 
     #[test]
     fn encode_keeps_order_and_flattens_events() {
@@ -338,7 +412,7 @@ mod tests {
         ])
         .unwrap();
         let kinds: Vec<usize> = rows.iter().map(Row::statement).collect();
-        assert_eq!(kinds, vec![4, 4, 4, 0, 7]);
+        assert_eq!(kinds, vec![4, 4, 4, 12, 7]);
         match &rows[2] {
             Row::Event {
                 seq,
@@ -352,9 +426,20 @@ mod tests {
             other => panic!("expected an event row, got {other:?}"),
         }
         match &rows[3] {
-            Row::Task { status, body, .. } => {
+            Row::Task {
+                status,
+                state,
+                whole: TaskWhole::Known(whole),
+                ..
+            } => {
                 assert_eq!(*status, "running");
-                assert_eq!(serde_json::from_str::<Task>(body).unwrap(), task);
+                assert_eq!(**whole, task);
+                let spec = serde_json::to_value(task.parts().0).unwrap();
+                let state = serde_json::from_str(state).unwrap();
+                let (Value::Object(spec), Value::Object(state)) = (spec, state) else {
+                    panic!("the parts are objects");
+                };
+                assert_eq!(Task::from_parts(spec, state).unwrap(), task);
             }
             other => panic!("expected a task row, got {other:?}"),
         }

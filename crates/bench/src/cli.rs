@@ -176,7 +176,14 @@ pub(crate) struct WsArgs {
     /// Write every finished task as `done_ms,latency_us` to this file.
     #[arg(long, value_name = "PATH")]
     pub latency_csv: Option<PathBuf>,
+    /// Bytes of each task's prompt (a coding agent's prompt runs to
+    /// kilobytes; the default keeps the figures comparable with earlier runs).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PROMPT_BYTES)]
+    pub prompt_bytes: usize,
 }
+
+/// `ws-delegated`'s prompt size by default: the five bytes of `bench`.
+pub(crate) const DEFAULT_PROMPT_BYTES: usize = 5;
 
 /// `http`.
 #[derive(Debug, Clone, Args)]

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use crate::cli::{
-    Bound, Cli, Command, FlowArgs, HttpArgs, IdleArgs, MatrixArgs, McpArgs, Revision, StoreKind,
-    TargetArgs, WsArgs,
+    Bound, Cli, Command, DEFAULT_PROMPT_BYTES, FlowArgs, HttpArgs, IdleArgs, MatrixArgs, McpArgs,
+    Revision, StoreKind, TargetArgs, WsArgs,
 };
 use crate::config::Capacity;
 use crate::daemon::{SpawnedDaemon, Target};
@@ -147,6 +147,7 @@ async fn matrix(
             rate: None,
             bound: args.bound.clone(),
             latency_csv: None,
+            prompt_bytes: DEFAULT_PROMPT_BYTES,
         };
         record(ws_delegated::run(target, http, &ws).await?);
     }
@@ -157,6 +158,7 @@ async fn matrix(
             rate: Some(args.rate),
             bound: args.bound.clone(),
             latency_csv: None,
+            prompt_bytes: DEFAULT_PROMPT_BYTES,
         };
         record(ws_delegated::run(target, http, &ws).await?);
     }
@@ -189,6 +191,8 @@ async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<R
         rate: None,
         bound: counted(200),
         latency_csv: None,
+        // A coding agent's prompt runs to kilobytes.
+        prompt_bytes: 4096,
     };
     reports.push(expect_count(
         ws_delegated::run(target, http, &closed).await?,
@@ -200,6 +204,7 @@ async fn smoke(target: &Target, http: &reqwest::Client) -> anyhow::Result<(Vec<R
         rate: Some(200.0),
         bound: counted(100),
         latency_csv: None,
+        prompt_bytes: DEFAULT_PROMPT_BYTES,
     };
     reports.push(expect_count(
         ws_delegated::run(target, http, &open).await?,

@@ -12,13 +12,14 @@
 //! the generator's timer fired is its own error, reported as the send lag.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use swarmd_types::ids::ReqId;
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 
-use crate::cli::WsArgs;
+use crate::cli::{DEFAULT_PROMPT_BYTES, WsArgs};
 use crate::daemon::Target;
 use crate::measure::{RunClock, Sampler};
 use crate::report::RunReport;
@@ -61,6 +62,7 @@ pub(crate) async fn run(
     let window_sampler = Sampler::over_window(target.pid, &clock);
     let count_sampler = Sampler::begin(target.pid);
     let urls = subagent::WorkerUrls::new(&target.base)?;
+    let prompt: Arc<str> = prompt_of(args.prompt_bytes).into();
     let mut workers = Vec::with_capacity(sessions);
     let mut tick_senders = Vec::with_capacity(sessions);
     for (index, session) in opened.into_iter().enumerate() {
@@ -74,7 +76,7 @@ pub(crate) async fn run(
                 Pace::Closed(crate::measure::split(args.in_flight as u64, sessions, index) as usize)
             }
         };
-        let driver = Driver::new(
+        let mut driver = Driver::new(
             session,
             target,
             http,
@@ -83,6 +85,7 @@ pub(crate) async fn run(
             (pace, ticks),
             clock.share(sessions, index),
         );
+        driver.prompt = Arc::clone(&prompt);
         workers.push(tokio::spawn(driver.run()));
     }
     let pacer = match args.rate {
@@ -117,13 +120,24 @@ pub(crate) async fn run(
         workload: "ws-delegated".to_owned(),
         store: target.store_label.clone(),
         sessions: sessions.to_string(),
-        load_shape: match args.rate {
-            Some(rate) => format!("open {rate:.0}/s"),
-            None => format!("C={}", args.in_flight),
+        load_shape: {
+            let shape = match args.rate {
+                Some(rate) => format!("open {rate:.0}/s"),
+                None => format!("C={}", args.in_flight),
+            };
+            match args.prompt_bytes {
+                DEFAULT_PROMPT_BYTES => shape,
+                bytes => format!("{shape}, prompt {bytes} B"),
+            }
         },
         summary,
         usage,
     })
+}
+
+/// A prompt of `bytes` bytes: `bench`, repeated and cut to size.
+fn prompt_of(bytes: usize) -> String {
+    "bench ".repeat(bytes / 6 + 1)[..bytes].to_owned()
 }
 
 /// When a task was due and when its `spawn_task` actually went out.
@@ -167,6 +181,8 @@ struct Driver {
     done_early: HashMap<String, (Instant, Duration)>,
     subagents_tx: mpsc::UnboundedSender<SubAgentDone>,
     subagents_rx: mpsc::UnboundedReceiver<SubAgentDone>,
+    /// Every task's prompt.
+    prompt: Arc<str>,
 }
 
 impl Driver {
@@ -197,6 +213,7 @@ impl Driver {
             done_early: HashMap::new(),
             subagents_tx,
             subagents_rx,
+            prompt: prompt_of(DEFAULT_PROMPT_BYTES).into(),
         }
     }
 
@@ -304,7 +321,7 @@ impl Driver {
                 .record_lag(self.clock.start, at, at.saturating_duration_since(due));
         }
         self.unaccepted.insert(n, Sent { due, at });
-        let frame = session::spawn_task(session::own_req_id('b', n), AGENT, "bench", true);
+        let frame = session::spawn_task(session::own_req_id('b', n), AGENT, &self.prompt, true);
         self.session.send(&frame);
     }
 
@@ -443,5 +460,14 @@ mod tests {
         assert_eq!(request_number("b42"), Some(42));
         assert_eq!(request_number("x42"), None);
         assert_eq!(request_number("b"), None);
+    }
+
+    #[test]
+    fn prompts_have_the_size_asked_for() {
+        assert_eq!(prompt_of(DEFAULT_PROMPT_BYTES), "bench");
+        assert_eq!(prompt_of(0), "");
+        for bytes in [1, 6, 7, 4096] {
+            assert_eq!(prompt_of(bytes).len(), bytes);
+        }
     }
 }

@@ -48,13 +48,38 @@ pub struct DepthError {
 /// [`DepthError`] as soon as an opening bracket goes past the bound.
 pub fn check_text_depth(text: &[u8]) -> Result<(), DepthError> {
     let limit = MAX_JSON_DEPTH;
-    let mut scanner = Scanner::default();
-    for &byte in text {
-        if scanner.step(byte) == Some(Bracket::Open) && scanner.depth > limit {
-            return Err(DepthError { limit });
+    let mut depth = 0usize;
+    let mut rest = text;
+    while let Some((&byte, tail)) = rest.split_first() {
+        rest = tail;
+        match byte {
+            b'"' => rest = after_string(rest),
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return Err(DepthError { limit });
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
         }
     }
     Ok(())
+}
+
+/// The text after the string whose opening quote was just read (nothing
+/// when it never closes). A string's content is most of a document's
+/// bytes (a prompt, a result); only its quotes and backslashes matter
+/// here, so they are searched for many bytes at a time.
+fn after_string(mut rest: &[u8]) -> &[u8] {
+    loop {
+        match memchr::memchr2(b'"', b'\\', rest) {
+            None => return &[],
+            Some(at) if rest[at] == b'"' => return &rest[at + 1..],
+            // A backslash escapes the byte after it.
+            Some(at) => rest = rest.get(at + 2..).unwrap_or_default(),
+        }
+    }
 }
 
 /// Refuses a JSON value nested deeper than [`MAX_JSON_DEPTH`].

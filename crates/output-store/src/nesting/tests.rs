@@ -116,8 +116,51 @@ fn wrap(mut value: Value, levels: usize) -> Value {
     value
 }
 
+/// The depth check one byte at a time, as the pruning scanner reads text
+/// (test oracle for the check that skips through strings).
+fn check_bytewise(text: &[u8]) -> Result<(), DepthError> {
+    let limit = MAX_JSON_DEPTH;
+    let mut scanner = Scanner::default();
+    for &byte in text {
+        if scanner.step(byte) == Some(Bracket::Open) && scanner.depth > limit {
+            return Err(DepthError { limit });
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn brackets_in_strings_and_escapes_do_not_count() {
+    let deep_in_a_string = format!(r#"["{}"]"#, "[".repeat(100));
+    assert!(check_text_depth(deep_in_a_string.as_bytes()).is_ok());
+    let escaped_quote = format!(r#"["a\"{}"]"#, "[".repeat(100));
+    assert!(check_text_depth(escaped_quote.as_bytes()).is_ok());
+    let closed_after_backslashes = format!(r#"["a\\\\"{}1{}]"#, nested(64), "");
+    assert!(check_text_depth(closed_after_backslashes.as_bytes()).is_err());
+    let unterminated = format!(r#"["{}"#, "[".repeat(100));
+    assert!(check_text_depth(unterminated.as_bytes()).is_ok());
+    let trailing_backslash = br#"["abc"#;
+    assert!(check_text_depth(trailing_backslash).is_ok());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_check_skipping_strings_agrees_with_the_bytewise_one(
+        text in proptest::collection::vec(
+            prop_oneof![
+                Just(b'['), Just(b']'), Just(b'{'), Just(b'}'),
+                Just(b'"'), Just(b'\\'), Just(b'a'),
+            ],
+            0..400,
+        ),
+        deep in 0usize..80,
+    ) {
+        let mut text = text;
+        text.extend(std::iter::repeat_n(b'[', deep));
+        prop_assert_eq!(check_text_depth(&text), check_bytewise(&text));
+    }
 
     #[test]
     fn text_and_value_checks_agree_with_the_depth(value in arb_json(), extra in 0usize..80) {

@@ -12,7 +12,8 @@
 # Usage: scripts/cpu-compare.sh BASE_DIR NEW_DIR [STORE] [ROUNDS] [SECONDS] [C]
 #   each DIR holds a release `swarmd` (target/release); NEW_DIR also holds
 #   `swarmd-bench`. STORE is memory, sqlite (default) or postgres; postgres
-#   starts or reuses the cluster of scripts/pg-env.sh.
+#   starts or reuses the cluster of scripts/pg-env.sh. CPU_COMPARE_ARGS
+#   adds to ws-delegated's arguments (`--prompt-bytes 4096`, say).
 set -euo pipefail
 
 base=$(realpath "$1")
@@ -33,7 +34,7 @@ fi
 
 run() { # $1: tag, $2: dir
     "$new/swarmd-bench" --spawn-daemon "$2/swarmd" --store "$store" "${pg[@]}" \
-        ws-delegated -c "$conc" -m 4 --duration "$seconds" 2>&1 |
+        ws-delegated -c "$conc" -m 4 --duration "$seconds" ${CPU_COMPARE_ARGS:-} 2>&1 |
         grep '^ws-delegated' | sed "s/^/$1 /" | tee -a "$out"
 }
 

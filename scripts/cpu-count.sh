@@ -23,6 +23,8 @@
 #   BIN_DIR holds release `swarmd` and `swarmd-bench` (target/release);
 #   STORE is memory (default) or sqlite. CPU_COUNT_CALLS=N also prints the
 #   N most frequent calls between crates, caller and callee by name.
+#   CPU_COUNT_BENCH names another `swarmd-bench` to drive it (one generator
+#   for two builds), and CPU_COUNT_ARGS adds to ws-delegated's arguments.
 set -euo pipefail
 
 bin=$(realpath "$1")
@@ -40,8 +42,8 @@ exec valgrind --tool=callgrind --callgrind-out-file=$work/cg.out "$bin/swarmd" "
 EOF
 chmod +x "$work/swarmd"
 
-"$bin/swarmd-bench" --spawn-daemon "$work/swarmd" --store "$store" \
-    ws-delegated -c "$conc" -m 1 --duration "$seconds" >"$work/bench.out" 2>&1 &
+"${CPU_COUNT_BENCH:-$bin/swarmd-bench}" --spawn-daemon "$work/swarmd" --store "$store" \
+    ws-delegated -c "$conc" -m 1 --duration "$seconds" ${CPU_COUNT_ARGS:-} >"$work/bench.out" 2>&1 &
 bench=$!
 pid= url=
 for _ in $(seq 600); do

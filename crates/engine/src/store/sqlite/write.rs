@@ -112,11 +112,7 @@ pub(super) fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
                 let (spec, state) = task.parts();
                 let state = serde_json::to_string(&state)?;
                 let is_new = task.status() == TaskStatus::Queued && task.attempt == 0;
-                let spec = if is_new {
-                    Some(serde_json::to_string(&spec)?)
-                } else {
-                    None
-                };
+                let spec = is_new.then(|| serde_json::to_string(&spec)).transpose()?;
                 let (id, status, finished_ms) =
                     (task_key(task.id), task.status().as_str(), task.finished_ms);
                 let whole = match spec {
@@ -258,6 +254,9 @@ const STATEMENTS: [&str; 13] = [
 /// `STATEMENTS`' whole write of a task.
 const PUT_TASK: usize = 0;
 
+/// `STATEMENTS`' write of a task's state alone.
+const PUT_TASK_STATE: usize = 12;
+
 impl Row {
     fn statement(&self) -> usize {
         match self {
@@ -268,7 +267,7 @@ impl Row {
             Row::Task {
                 whole: TaskWhole::Known(_),
                 ..
-            } => 12,
+            } => PUT_TASK_STATE,
             Row::Attempt { .. } => 1,
             Row::Handle { .. } => 2,
             Row::Key { .. } => 3,
@@ -292,10 +291,7 @@ pub(super) fn apply(tx: &Transaction<'_>, rows: Vec<Row>) -> Result<(), StoreErr
     let mut prepared: [Option<CachedStatement<'_>>; STATEMENTS.len()] = Default::default();
     for row in rows {
         let index = row.statement();
-        let stmt = match &mut prepared[index] {
-            Some(stmt) => stmt,
-            slot => slot.insert(tx.prepare_cached(STATEMENTS[index])?),
-        };
+        let stmt = cached(&mut prepared, tx, index)?;
         match row {
             Row::Task {
                 id,
@@ -314,10 +310,7 @@ pub(super) fn apply(tx: &Transaction<'_>, rows: Vec<Row>) -> Result<(), StoreErr
                 let mut changed = stmt.execute(params![id, status, finished_ms, state])?;
                 if changed == 0 {
                     let spec = serde_json::to_string(&task.parts().0)?;
-                    let put = match &mut prepared[PUT_TASK] {
-                        Some(stmt) => stmt,
-                        slot => slot.insert(tx.prepare_cached(STATEMENTS[PUT_TASK])?),
-                    };
+                    let put = cached(&mut prepared, tx, PUT_TASK)?;
                     changed =
                         put.execute(params![id, status, task.agent, finished_ms, spec, state])?;
                 }
@@ -370,6 +363,19 @@ pub(super) fn apply(tx: &Transaction<'_>, rows: Vec<Row>) -> Result<(), StoreErr
     Ok(())
 }
 
+/// Statement `index` of `STATEMENTS`, taken from the connection's cache
+/// at its first use in a job.
+fn cached<'tx, 'slot>(
+    prepared: &'slot mut [Option<CachedStatement<'tx>>; STATEMENTS.len()],
+    tx: &'tx Transaction<'_>,
+    index: usize,
+) -> Result<&'slot mut CachedStatement<'tx>, StoreError> {
+    Ok(match &mut prepared[index] {
+        Some(stmt) => stmt,
+        slot => slot.insert(tx.prepare_cached(STATEMENTS[index])?),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,7 +418,7 @@ mod tests {
         ])
         .unwrap();
         let kinds: Vec<usize> = rows.iter().map(Row::statement).collect();
-        assert_eq!(kinds, vec![4, 4, 4, 12, 7]);
+        assert_eq!(kinds, vec![4, 4, 4, PUT_TASK_STATE, 7]);
         match &rows[2] {
             Row::Event {
                 seq,

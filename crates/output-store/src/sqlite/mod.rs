@@ -150,7 +150,7 @@ impl SqliteDb {
             .name("sqlite-writer".to_owned())
             .spawn(move || writer::run(conn, receiver, max_batch, linger, thread_stats, syncer))?;
         let checkpointer =
-            checkpoint::Checkpointer::start(&opts.path, checkpoint::CHECKPOINT_EVERY)?;
+            checkpoint::Checkpointer::start(&opts.path, checkpoint::PACE, Arc::clone(&stats))?;
         Ok(SqliteDb {
             inner: Arc::new(Inner {
                 checkpointer: Mutex::new(checkpointer),

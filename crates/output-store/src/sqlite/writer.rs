@@ -81,6 +81,11 @@ impl WriterStats {
         self.commits.load(Ordering::Relaxed)
     }
 
+    /// Counts a batch that committed.
+    pub(super) fn committed(&self) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Jobs that ran, whatever their outcome.
     pub fn jobs(&self) -> u64 {
         self.jobs.load(Ordering::Relaxed)
@@ -341,7 +346,7 @@ fn commit_batch(
     stats.failed_jobs.fetch_add(failed, Ordering::Relaxed);
     match result {
         Ok(()) => {
-            stats.commits.fetch_add(1, Ordering::Relaxed);
+            stats.committed();
             None
         }
         Err(error) => {

@@ -29,6 +29,8 @@ pub(super) struct FlowRecords {
     pub runs: BTreeMap<String, (Shape, u64, Vec<String>)>,
     /// Run → the answer acknowledged (200) for its wait.
     pub answers: BTreeMap<String, Value>,
+    /// Run → the last refusal (409) of an answer, for the report.
+    pub refused: BTreeMap<String, Value>,
 }
 
 /// The three flows.
@@ -150,7 +152,11 @@ pub(super) async fn answerer(ctx: Arc<Ctx>) {
                     ctx.ledger.result_acked.notify_waiters();
                 }
                 // Answered already (an answer whose reply a kill lost).
-                Reply::Answer(409, _) | Reply::GaveUp => {}
+                Reply::Answer(409, body) => {
+                    ctx.ledger
+                        .with(|r| r.flows.refused.insert(run.clone(), body));
+                }
+                Reply::GaveUp => {}
                 Reply::Answer(status, body) => ctx
                     .ledger
                     .unexpected(format!("answer {run}: {status} {body}")),
@@ -199,9 +205,13 @@ pub(super) async fn settle(ctx: &Ctx) {
 
 /// The flow invariants; (checks, runs acknowledged).
 pub(super) async fn checks(ctx: &Ctx) -> (Vec<Check>, usize) {
-    let (runs, answers) = ctx
-        .ledger
-        .with(|r| (r.flows.runs.clone(), r.flows.answers.clone()));
+    let (runs, answers, refused) = ctx.ledger.with(|r| {
+        (
+            r.flows.runs.clone(),
+            r.flows.answers.clone(),
+            r.flows.refused.clone(),
+        )
+    });
     let mut two = Vec::new();
     let mut not_passed = Vec::new();
     let mut wrong = Vec::new();
@@ -217,7 +227,13 @@ pub(super) async fn checks(ctx: &Ctx) -> (Vec<Check>, usize) {
             continue;
         };
         if view["status"] != "passed" {
-            not_passed.push(format!("{key} {id}: {} {}", view["status"], view["error"]));
+            not_passed.push(format!(
+                "{key} {id}: {} {} waits {} last refusal {}",
+                view["status"],
+                view["error"],
+                view["waits"],
+                refused.get(id).unwrap_or(&Value::Null)
+            ));
             continue;
         }
         let result = &view["result"];

@@ -48,6 +48,7 @@ pub(crate) fn routes() -> Router<AppState> {
 /// problem in `problems`.
 pub(crate) fn run_error(error: RunError) -> Response {
     let message = error.to_string();
+    tracing::debug!(%message, "a run request was refused");
     match error {
         RunError::InvalidFlow { problems } => {
             let body = ErrorBody::new(ErrorCode::InvalidFlow, message).with_problems(problems);

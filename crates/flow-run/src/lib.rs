@@ -347,6 +347,19 @@ impl Runner {
             .filter(|(key, entry)| entry.name == wait || *key == wait)
             .map(|(key, entry)| (key.to_owned(), entry.schema.clone()))
             .collect();
+        if open.len() != 1 {
+            // What this node holds of the run, for a refusal that surprises
+            // (the store's record says `waiting`, say).
+            let waits: Vec<(&str, &str, bool)> = live
+                .state
+                .journal
+                .waits
+                .iter()
+                .map(|(key, entry)| (key.as_str(), entry.name.as_str(), entry.outcome.is_some()))
+                .collect();
+            tracing::debug!(run_id = %id, wait, version = live.record.version,
+                status = live.record.status.as_str(), ?waits, "no one open wait answers");
+        }
         let (key, schema) = match open.as_slice() {
             [one] => one.clone(),
             [] => {

@@ -156,6 +156,20 @@ mod tests {
         (dir, path, conn)
     }
 
+    /// A checkpointer on `path` that looks every 2 ms, with its own commit
+    /// count for the test to move.
+    fn started(path: &Path, commits: u64, idle: Duration) -> (Arc<WriterStats>, Checkpointer) {
+        let stats = Arc::new(WriterStats::default());
+        let pace = Pace {
+            tick: Duration::from_millis(2),
+            commits,
+            idle,
+            rest: Duration::from_millis(8),
+        };
+        let checkpointer = Checkpointer::start(path, pace, Arc::clone(&stats)).unwrap();
+        (stats, checkpointer)
+    }
+
     fn length(path: &Path) -> u64 {
         std::fs::metadata(path).unwrap().len()
     }
@@ -175,14 +189,7 @@ mod tests {
     fn checkpoints_once_enough_commits_gathered() {
         let (_dir, path, conn) = written_to_the_wal();
         let before = length(&path);
-        let stats = Arc::new(WriterStats::default());
-        let pace = Pace {
-            tick: Duration::from_millis(2),
-            commits: 2,
-            idle: Duration::from_secs(3600),
-            rest: Duration::from_millis(8),
-        };
-        let mut checkpointer = Checkpointer::start(&path, pace, Arc::clone(&stats)).unwrap();
+        let (stats, mut checkpointer) = started(&path, 2, Duration::from_secs(3600));
         stats.committed();
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(length(&path), before, "one commit of two waits");
@@ -199,14 +206,7 @@ mod tests {
     fn a_lone_commit_is_checkpointed_after_the_idle_wait() {
         let (_dir, path, _conn) = written_to_the_wal();
         let before = length(&path);
-        let stats = Arc::new(WriterStats::default());
-        let pace = Pace {
-            tick: Duration::from_millis(2),
-            commits: 1_000,
-            idle: Duration::from_millis(150),
-            rest: Duration::from_millis(8),
-        };
-        let mut checkpointer = Checkpointer::start(&path, pace, Arc::clone(&stats)).unwrap();
+        let (stats, mut checkpointer) = started(&path, 1_000, Duration::from_millis(150));
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(length(&path), before, "nothing committed, nothing copied");
         stats.committed();

@@ -209,7 +209,7 @@ kill_grace_secs = 1
             .env("PATH", "/usr/bin:/bin")
             .env(
                 "RUST_LOG",
-                "info,swarmd_server=debug,swarmd_mcp=debug,swarmd_api=debug,swarmd_sessions=debug,swarmd_config=debug,swarmd_engine=debug,swarmd_spawner=debug",
+                "info,swarmd_server=debug,swarmd_mcp=debug,swarmd_api=debug,swarmd_sessions=debug,swarmd_config=debug,swarmd_engine=debug,swarmd_spawner=debug,swarmd_flow_run=debug",
             )
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())

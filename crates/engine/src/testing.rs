@@ -1,5 +1,6 @@
 //! Test support: an in-process spawner whose workers follow a script, a
-//! resolver over a fixed set of agents, and a memory-backed engine builder.
+//! resolver over a fixed set of agents, a memory-backed engine builder,
+//! and a memory store behind gates (`GatedStore`).
 //! Compiled for tests and under the `test-util` feature only.
 
 use std::collections::HashMap;
@@ -23,6 +24,9 @@ use crate::spawn::{
 };
 use crate::store::{MemoryTaskStore, TaskStore};
 use crate::task::SpawnerKind;
+
+mod gated_store;
+pub use gated_store::GatedStore;
 
 /// What a scripted worker does.
 #[derive(Debug, Clone)]
@@ -245,9 +249,19 @@ pub fn engine_with(
 
 /// An engine over memory stores with the system clock.
 pub fn memory_engine(resolver: Arc<dyn SpawnerResolver>, config: EngineConfig) -> Engine {
+    engine_over(resolver, Arc::new(MemoryTaskStore::new()), config)
+}
+
+/// An engine over `store` (a [`GatedStore`], say), a memory output store
+/// and the system clock.
+pub fn engine_over(
+    resolver: Arc<dyn SpawnerResolver>,
+    store: Arc<dyn TaskStore>,
+    config: EngineConfig,
+) -> Engine {
     engine_with(
         resolver,
-        Arc::new(MemoryTaskStore::new()),
+        store,
         Arc::new(MemoryOutputStore::new()),
         config,
         Arc::new(SystemClock),

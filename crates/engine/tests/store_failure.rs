@@ -2,102 +2,22 @@
 //! reaches a worker, and leaves nothing behind that blocks a retry.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::json;
-use swarmd_engine::audit::AuditRecord;
-use swarmd_engine::event::EventRecord;
 use swarmd_engine::gate::Verb;
-use swarmd_engine::ids::{RunId, TaskId};
-use swarmd_engine::run::{FlowDoc, RunFilter, RunRecord};
-use swarmd_engine::store::{
-    Done, LiveSnapshot, MemoryTaskStore, PostedFinal, TaskFilter, TaskStore, WriteOp,
-};
-use swarmd_engine::task::{AttemptRecord, SpawnerKind, Task, TaskSpec, TaskStatus};
-use swarmd_engine::testing::{Script, ScriptedSpawner, StaticResolver, engine_with};
+use swarmd_engine::store::TaskStore;
+use swarmd_engine::task::{SpawnerKind, TaskSpec, TaskStatus};
+use swarmd_engine::testing::{GatedStore, Script, ScriptedSpawner, StaticResolver, engine_with};
 use swarmd_engine::{EngineConfig, EngineError, ResultPost, body_digest};
-use swarmd_output_store::{MemoryOutputStore, StoreError, SystemClock};
-
-/// A memory store whose writes fail while `failing` is set.
-#[derive(Debug, Default)]
-struct FlakyStore {
-    inner: MemoryTaskStore,
-    failing: AtomicBool,
-}
-
-#[async_trait]
-impl TaskStore for FlakyStore {
-    fn submit(&self, batch: Vec<WriteOp>, done: Done) {
-        if self.failing.load(Ordering::SeqCst) {
-            let disk = std::io::Error::other("disk unavailable");
-            done(Err(StoreError::Io(disk)));
-        } else {
-            self.inner.submit(batch, done);
-        }
-    }
-    async fn task(&self, id: TaskId) -> Result<Option<Task>, StoreError> {
-        self.inner.task(id).await
-    }
-    async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
-        self.inner.attempts(id).await
-    }
-    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
-        self.inner.list_tasks(filter).await
-    }
-    async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
-        self.inner.task_for_key(key).await
-    }
-    async fn posted_final(
-        &self,
-        task: TaskId,
-        attempt: u32,
-    ) -> Result<Option<PostedFinal>, StoreError> {
-        self.inner.posted_final(task, attempt).await
-    }
-    async fn events_after(&self, after: u64, limit: usize) -> Result<Vec<EventRecord>, StoreError> {
-        self.inner.events_after(after, limit).await
-    }
-    async fn audit(
-        &self,
-        task: Option<TaskId>,
-        limit: usize,
-    ) -> Result<Vec<AuditRecord>, StoreError> {
-        self.inner.audit(task, limit).await
-    }
-    async fn load_live(&self, now_secs: u64) -> Result<LiveSnapshot, StoreError> {
-        self.inner.load_live(now_secs).await
-    }
-    async fn run(&self, id: RunId) -> Result<Option<RunRecord>, StoreError> {
-        self.inner.run(id).await
-    }
-    async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, StoreError> {
-        self.inner.run_for_key(key).await
-    }
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.list_runs(filter).await
-    }
-    async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.open_runs().await
-    }
-    async fn flow_doc(&self, hash: &str) -> Result<Option<FlowDoc>, StoreError> {
-        self.inner.flow_doc(hash).await
-    }
-    async fn prune(&self, before_ms: u64) -> Result<Vec<TaskId>, StoreError> {
-        self.inner.prune(before_ms).await
-    }
-    async fn healthcheck(&self) -> Result<(), StoreError> {
-        self.inner.healthcheck().await
-    }
-}
+use swarmd_output_store::{MemoryOutputStore, SystemClock};
 
 #[tokio::test(start_paused = true)]
 async fn an_unrecorded_task_is_refused_and_its_key_stays_free() {
     let remote = ScriptedSpawner::new(|_| Script::AwaitPost);
     let resolver =
         StaticResolver::new().with("remote", SpawnerKind::Operator, None, remote.clone());
-    let store = Arc::new(FlakyStore::default());
+    let store = Arc::new(GatedStore::default());
     let engine = engine_with(
         Arc::new(resolver),
         store.clone(),
@@ -112,7 +32,7 @@ async fn an_unrecorded_task_is_refused_and_its_key_stays_free() {
         ..TaskSpec::default()
     };
 
-    store.failing.store(true, Ordering::SeqCst);
+    store.fail_writes(true);
     let refused = engine.create_task(spec.clone()).await;
     assert!(matches!(refused, Err(EngineError::Store(_))), "{refused:?}");
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -120,7 +40,7 @@ async fn an_unrecorded_task_is_refused_and_its_key_stays_free() {
     assert!(remote.spawned().is_empty(), "no worker was launched");
 
     // The disk is back: the same key creates a task that runs to the end.
-    store.failing.store(false, Ordering::SeqCst);
+    store.fail_writes(false);
     let task = engine.create_task(spec).await.unwrap();
     for _ in 0..1000 {
         if remote.credential(task.id).is_some() {
@@ -166,7 +86,7 @@ async fn a_credential_that_leaves_the_daemon_is_handed_out_only_once_recorded() 
     let resolver = StaticResolver::new()
         .with_profile("pooled", profile(true), pooled.clone())
         .with_profile("local", profile(false), local.clone());
-    let store = Arc::new(FlakyStore::default());
+    let store = Arc::new(GatedStore::default());
     let engine = engine_with(
         Arc::new(resolver),
         store.clone(),
@@ -182,7 +102,7 @@ async fn a_credential_that_leaves_the_daemon_is_handed_out_only_once_recorded() 
     let pooled_task = engine.create_task(spec("pooled")).await.unwrap();
     let local_task = engine.create_task(spec("local")).await.unwrap();
     // The disk fails before either first attempt's record is written.
-    store.failing.store(true, Ordering::SeqCst);
+    store.fail_writes(true);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(
         local.credential(local_task.id).is_some(),

@@ -24,6 +24,9 @@ const MAX_SPILLED_BYTES: u64 = 16 * 1024 * 1024;
 /// could otherwise hold its lock for long).
 const MAX_PASSES: usize = 1_000;
 
+/// How long a run whose move could not be written waits to try again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// An open run in memory.
 pub(crate) struct Live {
     pub record: RunRecord,
@@ -70,15 +73,19 @@ impl Live {
 
 impl Runner {
     /// Moves the run on as far as it goes now. Errors are logged: the run
-    /// stays open and is moved on again by the next outcome, timer or
-    /// restart.
+    /// stays open, keeps what it has not written yet, and is moved on
+    /// again after `RETRY_AFTER` (or sooner by the next outcome; at the
+    /// next start when the daemon is draining).
     pub(crate) async fn advance(&self, live: &mut Live) {
         for _ in 0..MAX_PASSES {
             match self.pass(live).await {
                 Ok(true) => continue,
                 Ok(false) => return,
+                Err(RunError::Engine(EngineError::Draining)) => return,
                 Err(error) => {
                     tracing::warn!(run_id = %live.record.id, %error, "a flow run could not move on");
+                    let again = now_ms().saturating_add(RETRY_AFTER.as_millis() as u64);
+                    self.arm(live, Some(again));
                     return;
                 }
             }
@@ -148,8 +155,10 @@ impl Runner {
             .filter(|s| s.not_before_ms.is_none_or(|t| t <= now))
             .collect();
         if due.is_empty() {
-            if let Some(node) = live.dirty.take() {
+            if let Some(node) = live.dirty.clone() {
+                // Stays dirty until written, so a retry writes it.
                 self.write(live, node, now).await?;
+                live.dirty = None;
             }
             let next = ev
                 .starts
@@ -459,7 +468,12 @@ impl Runner {
     }
 
     /// Writes the record with the current journal.
-    async fn write(&self, live: &mut Live, node: String, now: u64) -> Result<(), RunError> {
+    pub(crate) async fn write(
+        &self,
+        live: &mut Live,
+        node: String,
+        now: u64,
+    ) -> Result<(), RunError> {
         let record = live.next_record(now);
         let node = (!node.is_empty()).then(|| (node, node_status(live, &record)));
         let event = run_event(&record, node);

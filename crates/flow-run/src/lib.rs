@@ -185,6 +185,11 @@ impl Runner {
     /// Starts a run (or, for a key seen before, returns the run it
     /// started); `true` when this call started it.
     pub async fn start(&self, request: StartRun) -> Result<(RunRecord, bool), RunError> {
+        let runner = self.clone();
+        detached(async move { runner.start_now(request).await }).await
+    }
+
+    async fn start_now(&self, request: StartRun) -> Result<(RunRecord, bool), RunError> {
         let engine = &self.inner.engine;
         if engine.is_draining() {
             return Err(RunError::Engine(swarmd_engine::EngineError::Draining));
@@ -304,6 +309,11 @@ impl Runner {
 
     /// Cancels a run and every step it has running.
     pub async fn cancel(&self, id: RunId, reason: Option<String>) -> Result<RunRecord, RunError> {
+        let runner = self.clone();
+        detached(async move { runner.cancel_now(id, reason).await }).await
+    }
+
+    async fn cancel_now(&self, id: RunId, reason: Option<String>) -> Result<RunRecord, RunError> {
         let Some(cell) = self.open_runs().get(&id).cloned() else {
             let run = self.record(id).await?;
             return Err(RunError::Terminal(format!(
@@ -324,8 +334,21 @@ impl Runner {
     /// Answers wait `wait` (its name, or its key when several instances
     /// of it are open) of run `id`. `token`, when given, must be that
     /// wait's token; without one the caller must already be allowed (the
-    /// run's owner or the admin).
+    /// run's owner or the admin). `Ok` means the answer is durable; the
+    /// run then moves on from it.
     pub async fn answer(
+        &self,
+        id: RunId,
+        wait: &str,
+        value: Value,
+        token: Option<&str>,
+    ) -> Result<RunRecord, RunError> {
+        let runner = self.clone();
+        let (wait, token) = (wait.to_owned(), token.map(str::to_owned));
+        detached(async move { runner.answer_now(id, &wait, value, token.as_deref()).await }).await
+    }
+
+    async fn answer_now(
         &self,
         id: RunId,
         wait: &str,
@@ -385,11 +408,18 @@ impl Runner {
         }
         check_schema(schema.as_ref(), &value, "answer")?;
         let now = now_ms();
+        let before = live.state.journal.clone();
         live.state
             .journal
             .end_wait(&key, Ok(value), now)
             .map_err(|e| RunError::WaitNotOpen(e.to_string()))?;
-        live.dirty = Some(key);
+        // The answer is written before the run moves on from it, so a
+        // caller told `Ok` holds a durable answer, and one told otherwise
+        // finds the wait open still.
+        if let Err(error) = self.write(&mut live, key, now).await {
+            live.state.journal = before;
+            return Err(error);
+        }
         self.advance(&mut live).await;
         Ok(live.record.clone())
     }
@@ -487,6 +517,23 @@ impl Runner {
     }
 }
 
+/// Runs a verb that changes a run to its end, whatever its caller does
+/// meanwhile. A verb changes the run in memory, then writes it; an HTTP
+/// handler is dropped when its client goes away (a peer that forwarded the
+/// request and died, say), and a verb dropped between the two would leave
+/// the run in memory apart from its record, with nothing to bring them
+/// together again.
+async fn detached<T: Send + 'static>(
+    verb: impl Future<Output = Result<T, RunError>> + Send + 'static,
+) -> Result<T, RunError> {
+    match tokio::spawn(verb).await {
+        Ok(done) => done,
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        // The runtime is shutting down.
+        Err(_) => Err(RunError::Engine(swarmd_engine::EngineError::Draining)),
+    }
+}
+
 fn flow_doc(flow: &Flow, hash: &str) -> WriteOp {
     WriteOp::PutFlow(Box::new(FlowDoc {
         hash: hash.to_owned(),
@@ -549,3 +596,7 @@ pub(crate) fn now_ms() -> u64 {
 #[cfg(test)]
 #[path = "runner_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "durable_tests.rs"]
+mod durable_tests;

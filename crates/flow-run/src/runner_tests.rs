@@ -14,8 +14,13 @@ use swarmd_flow::{Flow, Limits};
 
 use crate::{Catalog, FlowRef, RunError, Runner, StartRun};
 
-/// `plan` passes with "P", `build` with "B", `slow` never ends.
+/// An engine over memory stores whose agents `resolver` names.
 fn engine() -> Engine {
+    memory_engine(std::sync::Arc::new(resolver()), EngineConfig::default())
+}
+
+/// `plan` passes with "P", `build` with "B", `slow` never ends.
+pub(crate) fn resolver() -> StaticResolver {
     let spawner = ScriptedSpawner::new(|ctx| match ctx.agent.as_str() {
         "slow" => Script::Hang,
         "plan" => Script::Final {
@@ -31,10 +36,11 @@ fn engine() -> Engine {
     for agent in ["plan", "build", "slow"] {
         resolver = resolver.with(agent, SpawnerKind::InProcess, None, spawner.clone());
     }
-    memory_engine(std::sync::Arc::new(resolver), EngineConfig::default())
+    resolver
 }
 
-fn runner(engine: &Engine) -> Runner {
+/// A runner over `engine` that follows its events.
+pub(crate) fn runner(engine: &Engine) -> Runner {
     let agents: BTreeSet<String> = ["plan", "build", "slow"].map(String::from).into();
     let runner = Runner::new(
         engine.clone(),
@@ -48,12 +54,12 @@ fn runner(engine: &Engine) -> Runner {
     runner
 }
 
-fn step(agent: &str, text: &str, out: &str) -> Value {
+pub(crate) fn step(agent: &str, text: &str, out: &str) -> Value {
     json!({"kind": "step", "ref": agent, "in": {"op": "template", "text": text},
            "out": {"op": "path", "at": out}})
 }
 
-async fn start(runner: &Runner, body: Value) -> swarmd_engine::RunRecord {
+pub(crate) async fn start(runner: &Runner, body: Value) -> swarmd_engine::RunRecord {
     let flow: Flow = serde_json::from_value(json!({"name": "t", "body": body})).unwrap();
     let request = StartRun {
         flow: FlowRef::Inline(Box::new(flow)),

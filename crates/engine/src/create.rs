@@ -11,7 +11,7 @@ use crate::continuation::Resume;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::{SessionId, TaskId};
-use crate::ledger::wait_commit;
+use crate::ledger::{Committed, commit_answer, wait_commit};
 use crate::live::TaskCell;
 use crate::store::{KeyClaim, WriteOp};
 use crate::task::{Policy, Task, TaskSpec};
@@ -108,17 +108,23 @@ impl Engine {
         // caller hears back only once the task itself is durable.
         let recorded = self.inner.ledger.submit(ops, events);
         self.admit(&task.agent, profile.concurrency, id);
-        if let Err(e) = wait_commit(recorded).await {
-            self.abandon_unrecorded(id, task_key.as_deref()).await;
-            return Err(e);
+        // Armed with the admission, before the wait: a creator dropped
+        // during the wait leaves a task that still expires. A task whose
+        // record fails is withdrawn, which the timer then finds ended.
+        if let Some(secs) = task.policy.queue_timeout_secs {
+            self.arm_queue_timeout(id, Duration::from_secs(secs));
         }
+        let pending = PendingRecord {
+            engine: self.clone(),
+            id,
+            key: task_key,
+            committed: Some(recorded),
+        };
+        pending.wait().await?;
         self.inner
             .stats
             .tasks_created
             .fetch_add(1, Ordering::Relaxed);
-        if let Some(secs) = task.policy.queue_timeout_secs {
-            self.arm_queue_timeout(id, Duration::from_secs(secs));
-        }
         Ok(task)
     }
 
@@ -206,6 +212,50 @@ impl Engine {
             tokio::select! {
                 _ = tokio::time::sleep(after) => engine.ending().expire_queued(id).await,
                 _ = shutdown.cancelled() => {}
+            }
+        });
+    }
+}
+
+/// A new task's record on its way to the store, as its creator waits for
+/// it. A record that fails is withdrawn (`abandon_unrecorded`); a creator
+/// dropped before the commit answers (its HTTP client went away) hands the
+/// wait to a task of its own, so the withdrawal still happens.
+struct PendingRecord {
+    engine: Engine,
+    id: TaskId,
+    key: Option<String>,
+    committed: Option<Committed>,
+}
+
+impl PendingRecord {
+    async fn wait(mut self) -> Result<(), EngineError> {
+        let Some(committed) = self.committed.as_mut() else {
+            return Ok(());
+        };
+        let answer = committed.await;
+        self.committed = None;
+        if let Err(error) = commit_answer(answer) {
+            let (engine, key) = (self.engine.clone(), self.key.take());
+            engine.abandon_unrecorded(self.id, key.as_deref()).await;
+            return Err(error);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PendingRecord {
+    fn drop(&mut self) {
+        let Some(committed) = self.committed.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (engine, id, key) = (self.engine.clone(), self.id, self.key.take());
+        runtime.spawn(async move {
+            if wait_commit(committed).await.is_err() {
+                engine.abandon_unrecorded(id, key.as_deref()).await;
             }
         });
     }

@@ -502,7 +502,10 @@ impl Engine {
         id: TaskId,
         reason: Option<String>,
     ) -> Result<Task, EngineError> {
-        self.ending().cancel(id, reason).await
+        // Its change in memory is retired only after its write: a caller
+        // that goes away between them must not leave the task held.
+        let engine = self.clone();
+        crate::detach::detached(async move { engine.ending().cancel(id, reason).await }).await
     }
 
     /// Loads the live state from the store and records what must run again:

@@ -69,7 +69,14 @@ impl Ledger {
 
 /// Waits for a queued write: `Ok` once it is durable.
 pub(crate) async fn wait_commit(rx: Committed) -> Result<(), EngineError> {
-    rx.await
+    commit_answer(rx.await)
+}
+
+/// What a queued write's answer means: `Ok` once it is durable.
+pub(crate) fn commit_answer(
+    answer: Result<Result<(), StoreError>, oneshot::error::RecvError>,
+) -> Result<(), EngineError> {
+    answer
         .map_err(|_| EngineError::Store(StoreError::Closed))?
         .map_err(EngineError::Store)
 }

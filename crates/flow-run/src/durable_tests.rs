@@ -40,7 +40,7 @@ async fn an_answer_whose_caller_goes_away_still_lands() {
         let runner = runner.clone();
         async move { runner.answer(id, "ok", json!(1), None).await }
     });
-    for _ in 0..500 {
+    for _ in 0..2_000 {
         if store.claim_waiting() {
             break;
         }

@@ -25,7 +25,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use swarmd_engine::ids::{SessionId, TaskId};
-use swarmd_engine::{Engine, Event, FlowDoc, RunFilter, RunId, RunRecord, RunStatus, WriteOp};
+use swarmd_engine::{
+    Engine, Event, FlowDoc, RunFilter, RunId, RunRecord, RunStatus, WriteOp, detached,
+};
 use swarmd_flow::run::Journal;
 use swarmd_flow::{Flow, Limits, content_hash, lint};
 
@@ -185,6 +187,9 @@ impl Runner {
     /// Starts a run (or, for a key seen before, returns the run it
     /// started); `true` when this call started it.
     pub async fn start(&self, request: StartRun) -> Result<(RunRecord, bool), RunError> {
+        // Start, cancel and answer change the run in memory, then write
+        // it: each runs `detached`, so a caller that goes away between the
+        // two leaves neither apart.
         let runner = self.clone();
         detached(async move { runner.start_now(request).await }).await
     }
@@ -514,23 +519,6 @@ impl Runner {
         let flow = Arc::new(flow);
         self.remember(hash, flow.clone());
         Ok(flow)
-    }
-}
-
-/// Runs a verb that changes a run to its end, whatever its caller does
-/// meanwhile. A verb changes the run in memory, then writes it; an HTTP
-/// handler is dropped when its client goes away (a peer that forwarded the
-/// request and died, say), and a verb dropped between the two would leave
-/// the run in memory apart from its record, with nothing to bring them
-/// together again.
-async fn detached<T: Send + 'static>(
-    verb: impl Future<Output = Result<T, RunError>> + Send + 'static,
-) -> Result<T, RunError> {
-    match tokio::spawn(verb).await {
-        Ok(done) => done,
-        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-        // The runtime is shutting down.
-        Err(_) => Err(RunError::Engine(swarmd_engine::EngineError::Draining)),
     }
 }
 

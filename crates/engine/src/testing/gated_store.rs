@@ -1,9 +1,11 @@
-//! A memory task store with two gates a test opens and closes: every
-//! write fails while `fail_writes` is set, and every idempotency-key claim
-//! waits while `hold_claims` is set. The first stands for a disk or a
-//! database that refuses; the second for a claim's round trip to a shared
-//! database, the await where a caller that goes away cuts a verb short.
+//! A memory task store with gates a test opens and closes: every write
+//! fails while `fail_writes` is set, waits while `hold_writes` is set, and
+//! every idempotency-key claim waits while `hold_claims` is set. The first
+//! stands for a disk or a database that refuses; the others for the round
+//! trips to a shared database, the awaits where a caller that goes away
+//! cuts a verb short.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
@@ -19,12 +21,29 @@ use crate::store::{
 };
 use crate::task::{AttemptRecord, Task};
 
-/// A [`MemoryTaskStore`] behind two gates.
+/// A [`MemoryTaskStore`] behind gates.
 #[derive(Debug)]
 pub struct GatedStore {
     inner: MemoryTaskStore,
     failing: AtomicBool,
     held: watch::Sender<bool>,
+    writes: Mutex<HeldWrites>,
+}
+
+/// Writes waiting at the gate, in submission order.
+#[derive(Default)]
+struct HeldWrites {
+    on: bool,
+    queue: Vec<(Vec<WriteOp>, Done)>,
+}
+
+impl std::fmt::Debug for HeldWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldWrites")
+            .field("on", &self.on)
+            .field("queued", &self.queue.len())
+            .finish()
+    }
 }
 
 impl Default for GatedStore {
@@ -33,6 +52,7 @@ impl Default for GatedStore {
             inner: MemoryTaskStore::new(),
             failing: AtomicBool::new(false),
             held: watch::Sender::new(false),
+            writes: Mutex::default(),
         }
     }
 }
@@ -49,6 +69,48 @@ impl GatedStore {
         self.held.send_replace(on);
     }
 
+    /// Every write waits while `on`; once it is set off, those waiting go
+    /// on in order (and fail if `fail_writes` is on then).
+    pub fn hold_writes(&self, on: bool) {
+        if on {
+            self.held_writes().on = true;
+            return;
+        }
+        // Writes submitted meanwhile queue behind these; none is written
+        // under the lock, as a write's answer may submit the next.
+        loop {
+            let queued = {
+                let mut writes = self.held_writes();
+                if writes.queue.is_empty() {
+                    writes.on = false;
+                    return;
+                }
+                std::mem::take(&mut writes.queue)
+            };
+            for (batch, done) in queued {
+                self.write(batch, done);
+            }
+        }
+    }
+
+    fn held_writes(&self) -> std::sync::MutexGuard<'_, HeldWrites> {
+        self.writes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many writes wait at the gate now.
+    pub fn writes_waiting(&self) -> usize {
+        self.held_writes().queue.len()
+    }
+
+    fn write(&self, batch: Vec<WriteOp>, done: Done) {
+        if self.failing.load(Ordering::SeqCst) {
+            let disk = std::io::Error::other("disk unavailable");
+            done(Err(StoreError::Io(disk)));
+        } else {
+            self.inner.submit(batch, done);
+        }
+    }
+
     /// Whether a claim is waiting at the gate now.
     pub fn claim_waiting(&self) -> bool {
         *self.held.borrow() && self.held.receiver_count() > 0
@@ -58,12 +120,14 @@ impl GatedStore {
 #[async_trait]
 impl TaskStore for GatedStore {
     fn submit(&self, batch: Vec<WriteOp>, done: Done) {
-        if self.failing.load(Ordering::SeqCst) {
-            let disk = std::io::Error::other("disk unavailable");
-            done(Err(StoreError::Io(disk)));
-        } else {
-            self.inner.submit(batch, done);
+        {
+            let mut writes = self.held_writes();
+            if writes.on {
+                writes.queue.push((batch, done));
+                return;
+            }
         }
+        self.write(batch, done);
     }
     async fn claim_key(&self, key: &str, task: TaskId) -> Result<KeyClaim, StoreError> {
         let mut held = self.held.subscribe();

@@ -1,12 +1,16 @@
 //! Ending a task from outside its attempt: cancel (docs/tasks.md, Cancel) and the
 //! queue timeout of a task that never started.
 
+use std::sync::Arc;
+
+use crate::Engine;
 use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::held::Held;
 use crate::ids::TaskId;
-use crate::ledger::{Committed, Ledger, wait_commit};
+use crate::ledger::{Committed, Ledger, commit_answer, wait_commit};
+use crate::live::TaskCell;
 use crate::metrics::EngineStats;
 use crate::store::WriteOp;
 use crate::task::{AttemptOutcome, Task, TaskStatus};
@@ -20,17 +24,68 @@ pub(crate) struct Ending<'a> {
     pub stats: &'a EngineStats,
 }
 
+/// Where a cancel stands once its change is made in memory.
+pub(crate) enum Begun {
+    /// Nothing left to do: the task as it stands.
+    Ended(Task),
+    /// Its write is on its way; the task is retired once it is durable.
+    Writing(CancelWrite),
+}
+
+/// A cancel's write on its way to the store, awaited by its caller. A
+/// caller dropped first (its HTTP client went away) hands the wait to a
+/// task of its own, so the cancelled task is still retired once its
+/// write is durable.
+pub(crate) struct CancelWrite {
+    engine: Engine,
+    pending: Option<(Task, Committed, Arc<TaskCell>)>,
+}
+
+impl CancelWrite {
+    pub(crate) async fn wait(mut self) -> Result<Task, EngineError> {
+        let Some((_, done, _)) = self.pending.as_mut() else {
+            return Err(EngineError::TaskTerminal);
+        };
+        let answer = done.await;
+        let Some((task, _, cell)) = self.pending.take() else {
+            return Err(EngineError::TaskTerminal);
+        };
+        commit_answer(answer)?;
+        self.engine.ending().retire_cancelled(&task, &cell);
+        Ok(task)
+    }
+}
+
+impl Drop for CancelWrite {
+    fn drop(&mut self) {
+        let Some((task, done, cell)) = self.pending.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let engine = self.engine.clone();
+        runtime.spawn(async move {
+            if wait_commit(done).await.is_ok() {
+                engine.ending().retire_cancelled(&task, &cell);
+            }
+        });
+    }
+}
+
 impl Ending<'_> {
-    /// Cancels a task (`Engine::cancel_task`).
+    /// Cancels a task (`Engine::cancel_task`) in memory and queues its
+    /// write; `engine` keeps what the write's wait needs.
     pub(crate) async fn cancel(
         &self,
+        engine: &Engine,
         id: TaskId,
         reason: Option<String>,
-    ) -> Result<Task, EngineError> {
+    ) -> Result<Begun, EngineError> {
         let Some(cell) = self.held.live.get(&id) else {
             let task = self.ledger.stored_task(id).await?;
             return match task.status() {
-                TaskStatus::Cancelled => Ok(task),
+                TaskStatus::Cancelled => Ok(Begun::Ended(task)),
                 _ => Err(EngineError::TaskTerminal),
             };
         };
@@ -38,7 +93,7 @@ impl Ending<'_> {
         let (task, done) = {
             let mut state = cell.lock();
             match state.task.status() {
-                TaskStatus::Cancelled => return Ok(state.task.clone()),
+                TaskStatus::Cancelled => return Ok(Begun::Ended(state.task.clone())),
                 s if s.is_terminal() => return Err(EngineError::TaskTerminal),
                 _ => {}
             }
@@ -89,11 +144,17 @@ impl Ending<'_> {
                 .submit(vec![WriteOp::PutTask(Box::new(task.clone()))], events);
             (task, done)
         };
-        wait_commit(done).await?;
+        Ok(Begun::Writing(CancelWrite {
+            engine: engine.clone(),
+            pending: Some((task, done, cell)),
+        }))
+    }
+
+    /// Counts a cancelled task whose write is durable and lets it go.
+    fn retire_cancelled(&self, task: &Task, cell: &Arc<TaskCell>) {
         self.stats
             .finished(&task.agent, TaskStatus::Cancelled, task.duration_ms());
-        self.held.retire(&cell, id);
-        Ok(task)
+        self.held.retire(cell, task.id);
     }
 
     /// Fails a task still waiting for its first attempt (queue timeout).

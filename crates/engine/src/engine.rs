@@ -502,10 +502,10 @@ impl Engine {
         id: TaskId,
         reason: Option<String>,
     ) -> Result<Task, EngineError> {
-        // Its change in memory is retired only after its write: a caller
-        // that goes away between them must not leave the task held.
-        let engine = self.clone();
-        crate::detach::detached(async move { engine.ending().cancel(id, reason).await }).await
+        match self.ending().cancel(self, id, reason).await? {
+            crate::cancel::Begun::Ended(task) => Ok(task),
+            crate::cancel::Begun::Writing(write) => write.wait().await,
+        }
     }
 
     /// Loads the live state from the store and records what must run again:

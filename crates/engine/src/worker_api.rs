@@ -354,11 +354,16 @@ impl Workers<'_> {
             check_open(&state, auth.attempt.n)?;
             let deadline = self.touch(&mut state, auth.attempt.n);
             let run = state.run.as_ref().ok_or(EngineError::TaskTerminal)?;
-            (
-                deadline,
-                run.token_exp_secs.max(auth.exp_secs),
-                run.verbs.clone(),
-            )
+            // A token's holder renews by its own token's expiry: a token
+            // minted for it whose answer it never got (the connection
+            // dropped) must not stop it from getting another. A handle's
+            // expiry is the attempt's, moved with every renewal.
+            let current_exp = if auth.via_handle {
+                run.token_exp_secs.max(auth.exp_secs)
+            } else {
+                auth.exp_secs
+            };
+            (deadline, current_exp, run.verbs.clone())
         };
         let remaining = current_exp.saturating_sub(now_secs);
         if remaining * 3 >= ttl {

@@ -583,6 +583,46 @@ async fn heartbeat_remints_near_expiry_and_handles_expire() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_token_whose_renewal_was_lost_is_renewed_again() {
+    let clock = Arc::new(swarmd_engine::clock::ManualClock::new(1_000_000_000));
+    let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let resolver = StaticResolver::new().with("a", SpawnerKind::InProcess, None, spawner.clone());
+    let config = EngineConfig {
+        worker_token_ttl_secs: 300,
+        ..EngineConfig::default()
+    };
+    let engine = engine_with(
+        Arc::new(resolver),
+        Arc::new(MemoryTaskStore::new()),
+        Arc::new(MemoryOutputStore::new()),
+        config,
+        clock.clone(),
+    );
+    let mut s = spec("a");
+    s.policy.attempt_timeout_secs = Some(100_000);
+    let t = engine.create_task(s).await.unwrap();
+    spawned(&spawner, t.id, 1).await;
+    let cred = spawner.credential(t.id).unwrap();
+    clock.advance_ms(250_000);
+    let auth = engine
+        .authenticate_worker(cred.token(), Verb::Heartbeat)
+        .unwrap();
+    // The answer with the fresh token is lost on its way (the worker's
+    // connection dropped): the worker asks again with its old token.
+    let lost = engine.heartbeat(&auth, None).await.unwrap();
+    assert!(
+        lost.token.is_some(),
+        "re-minted with less than a third left"
+    );
+    let again = engine.heartbeat(&auth, None).await.unwrap();
+    let fresh = again
+        .token
+        .expect("the old token's holder gets a token again");
+    clock.advance_ms(200_000);
+    engine.authenticate_worker(&fresh, Verb::Heartbeat).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn only_agents_that_allow_subtasks_get_spawn_task() {
     let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
     let leaf = swarmd_engine::AgentProfile {

@@ -25,12 +25,12 @@ use axum::routing::{get, post};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use swarmd_engine::ErrorCode;
 use swarmd_engine::error::EngineError;
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::Task;
+use swarmd_engine::{ErrorCode, detached};
 use swarmd_git::worktree::branches::{ApplyMode, ApplyRequest, BranchError, BranchState};
 use swarmd_git::worktree::{self, naming};
 use swarmd_output_store::{ContentRef, OutputEvent};
@@ -393,7 +393,24 @@ async fn apply(
     Path(id): Path<TaskId>,
     Json(body): Json<ApplyBody>,
 ) -> Result<Json<AppliedView>, Refused> {
-    Ok(Json(apply_task(&state, &caller, id, body).await?))
+    // Runs to its end whatever the client does: git runs with
+    // `kill_on_drop`, and a handler dropped mid-merge would kill it and
+    // leave its lock files in the user's repository.
+    let applied =
+        detached(async move { apply_task(&state, &caller, id, body).await.map_err(Refusal) })
+            .await
+            .map_err(|Refusal(refused)| refused)?;
+    Ok(Json(applied))
+}
+
+/// A refusal that a detached verb can return (`swarmd_engine::detached`
+/// turns a runtime shutting down into an engine error).
+struct Refusal(Refused);
+
+impl From<EngineError> for Refusal {
+    fn from(error: EngineError) -> Refusal {
+        Refusal(ApiError::from(error).into())
+    }
 }
 
 /// The admin or an operator session, allowed `spawn_task`: who acts on branches.
@@ -518,7 +535,10 @@ async fn prune(
     caller: Caller,
     Json(body): Json<PruneBody>,
 ) -> Result<Json<Pruned>, ApiError> {
-    Ok(Json(prune_branches(&state, &caller, body).await?))
+    // Deletes refs one by one with git (`kill_on_drop`): a client that
+    // goes away must not leave `packed-refs.lock` behind.
+    let pruned = detached(async move { prune_branches(&state, &caller, body).await }).await?;
+    Ok(Json(pruned))
 }
 
 /// Deletes the branches of the caller's finished tasks that their base

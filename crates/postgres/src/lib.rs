@@ -26,6 +26,7 @@ mod roles;
 mod rows;
 mod runs;
 mod secrets;
+mod specs;
 mod tasks;
 mod tasks_read;
 #[cfg(feature = "testing")]
@@ -62,6 +63,9 @@ struct Inner {
     jobs: mpsc::UnboundedSender<writer::Command>,
     stats: Arc<WriterStats>,
     fence: Arc<writer::Fence>,
+    /// The tasks whose spec this process has sent (`specs`), shared with
+    /// the writer, which empties it when a group fails.
+    specs: Arc<specs::SpecsSent>,
     config: tokio_postgres::Config,
     /// The idempotency key claims' own connection (`keys`).
     claims: keys::ClaimsSlot,
@@ -110,11 +114,13 @@ impl PgDb {
         let stats = Arc::new(WriterStats::default());
         let (jobs, receiver) = mpsc::unbounded_channel();
         let fence = Arc::new(writer::Fence::default());
+        let specs = Arc::new(specs::SpecsSent::default());
         let writer = writer::Writer::new(
             config.clone(),
             client,
             Arc::clone(&stats),
             Arc::clone(&fence),
+            Arc::clone(&specs),
         )
         .await?;
         tokio::spawn(writer.run(receiver, opts.max_batch.max(1)));
@@ -124,6 +130,7 @@ impl PgDb {
                 jobs,
                 stats,
                 fence,
+                specs,
                 config,
                 claims: keys::ClaimsSlot::default(),
             }),
@@ -141,6 +148,7 @@ impl PgDb {
             .send(writer::Command::Job(writer::Job { op, done }))
             && let writer::Command::Job(job) = refused.0
         {
+            self.inner.specs.forget_all();
             (job.done)(Err(StoreError::Closed));
         }
     }
@@ -155,6 +163,11 @@ impl PgDb {
             }),
         );
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// The tasks whose spec this process has sent.
+    pub(crate) fn specs(&self) -> &specs::SpecsSent {
+        &self.inner.specs
     }
 
     /// The driver's configuration every connection of this handle uses.

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::PgDb;
 use crate::connect::db_error;
 use crate::rows::int;
-use crate::tasks_read::{PRUNED_EVENT_SEQ, decode, statuses};
+use crate::tasks_read::{PRUNED_EVENT_SEQ, decode, statuses, task_of};
 
 /// Which live tasks a snapshot holds.
 #[derive(Debug, Clone)]
@@ -56,17 +56,15 @@ pub(crate) async fn load_live(
     for row in tx
         .query(
             &format!(
-                "SELECT t.body, t.id FROM tasks t WHERE t.status = ANY($1) AND $2::bigint >= 0
-                 AND {condition} ORDER BY t.id"
+                "SELECT t.body, t.id, t.spec FROM tasks t WHERE t.status = ANY($1)
+                 AND $2::bigint >= 0 AND {condition} ORDER BY t.id"
             ),
             &params,
         )
         .await
         .map_err(db_error)?
     {
-        let id: Uuid = row.get(1);
-        snap.tasks
-            .push(decode("tasks", &id.to_string(), row.get(0))?);
+        snap.tasks.push(task_of(&row)?);
     }
     for row in tx
         .query(

@@ -44,8 +44,9 @@ const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"\0\0swarmd");
 /// that does (`owners`). Step 6 carries sessions across nodes
 /// (`SESSION_MAIL`). Step 7 stores flow runs and pinned flow documents
 /// (`FLOW_RUNS`). Step 8 gives each event its kind as a column
-/// (`EVENT_KINDS`).
-const STEPS: [&str; 8] = [
+/// (`EVENT_KINDS`). Step 9 gives a task's spec a column of its own
+/// (`TASK_SPECS`).
+const STEPS: [&str; 9] = [
     "
 CREATE TABLE tasks (
     id             uuid   PRIMARY KEY,
@@ -162,7 +163,15 @@ CREATE INDEX blobs_claimed ON blobs (claimed_at);
     SESSION_MAIL,
     FLOW_RUNS,
     EVENT_KINDS,
+    TASK_SPECS,
 ];
+
+/// Step 9: a task's spec (the fields fixed at creation) in `spec`, written
+/// once, and its state in `body`, rewritten at each change (docs/decisions.md,
+/// PostgreSQL store). Rows stored before it keep the whole task in `body`
+/// and no spec; the writer's upsert keeps them whole until a write brings
+/// the spec (`rows::statements::TASKS`).
+const TASK_SPECS: &str = "ALTER TABLE tasks ADD COLUMN spec text;";
 
 /// Step 8: an event's `kind` beside its body, so a node's event pump reads
 /// only the seqs of the events nothing on it needs (docs/decisions.md,

@@ -8,7 +8,9 @@
 //! of its key, and a group's deletes run before its upserts (so a row put
 //! after a delete in the same group stands). Inserts are never folded: a
 //! duplicate key fails the statement, and so the group, which the writer
-//! then retries job by job so that only the guilty job fails.
+//! then retries job by job so that only the guilty job fails. A task's
+//! folded row keeps the first spec the group's rows of it carried: its
+//! creation and a later state of it fold into one row with both.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -24,13 +26,19 @@ pub(crate) fn int(value: u64) -> i64 {
 }
 
 use futures_util::future::try_join_all;
+use swarmd_engine::task::Task;
 use tokio_postgres::Client;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
+/// The JSON keys of a task's state, bound to `TASKS` (`$11`).
+const STATE_FIELDS: &[&str] = Task::STATE_FIELDS;
+
 /// One row to store.
 #[derive(Debug)]
 pub(crate) enum Row {
+    /// A task: its state (`body`) always, its spec when this process has
+    /// not sent it before (`specs`); a stored spec is never replaced.
     Task {
         id: Uuid,
         status: &'static str,
@@ -39,6 +47,7 @@ pub(crate) enum Row {
         session: Option<Uuid>,
         parent: Option<Uuid>,
         continued_from: Option<Uuid>,
+        spec: Option<String>,
         body: String,
     },
     Attempt {
@@ -159,6 +168,8 @@ impl<'a, K: Hash + Eq> Upserts<'a, K> {
 #[derive(Default)]
 pub(crate) struct Group<'a> {
     tasks: Upserts<'a, Uuid>,
+    /// The first spec the group's rows of each task carried.
+    task_specs: HashMap<Uuid, &'a str>,
     attempts: Upserts<'a, (Uuid, i64)>,
     handles: Upserts<'a, (Uuid, i64, [u8; 32])>,
     keys: Upserts<'a, &'a str>,
@@ -177,7 +188,12 @@ pub(crate) struct Group<'a> {
 impl<'a> Group<'a> {
     pub(crate) fn add(&mut self, row: &'a Row) {
         match row {
-            Row::Task { id, .. } => self.tasks.put(*id, row),
+            Row::Task { id, spec, .. } => {
+                if let Some(spec) = spec {
+                    self.task_specs.entry(*id).or_insert(spec.as_str());
+                }
+                self.tasks.put(*id, row);
+            }
             Row::Attempt { task, attempt, .. } => self.attempts.put((*task, *attempt), row),
             Row::Handle {
                 task,
@@ -272,7 +288,9 @@ impl<'a> Group<'a> {
                 t.5,
                 t.6,
                 t.7,
-                owner
+                t.8,
+                owner,
+                STATE_FIELDS
             );
         }
         if !c.attempts.0.is_empty() {

@@ -10,6 +10,11 @@
 //! (`events_after`) can never miss an event that commits later with a
 //! lower seq, and a group that rolls back takes no seq. Reads run on pooled connections; `prune` runs there too, in
 //! bounded transactions of its own.
+//!
+//! A task's row holds its spec (`spec`, the fields fixed at creation,
+//! written once) and its state (`body`, rewritten at each change). A write
+//! carries the spec when this process has not sent it yet (`specs`), and
+//! only the state otherwise.
 
 use async_trait::async_trait;
 use swarmd_engine::audit::AuditRecord;
@@ -27,6 +32,7 @@ use crate::keys;
 use crate::live;
 use crate::rows::{Row, int};
 use crate::runs;
+use crate::specs::SpecsSent;
 use crate::tasks_read as read;
 use crate::writer::Op;
 
@@ -49,13 +55,28 @@ impl PgTaskStore {
 }
 
 /// Encodes a batch in order; `WriteOp::Events` becomes one row per event.
-fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
+/// A task's row carries its spec when `specs` says it must; a batch that
+/// cannot be encoded empties `specs`, since its rows are never sent.
+fn encode(batch: Vec<WriteOp>, specs: &SpecsSent) -> Result<Vec<Row>, StoreError> {
+    let rows = encode_rows(batch, specs);
+    if rows.is_err() {
+        specs.forget_all();
+    }
+    rows
+}
+
+fn encode_rows(batch: Vec<WriteOp>, specs: &SpecsSent) -> Result<Vec<Row>, StoreError> {
     let mut rows = Vec::with_capacity(batch.len() + 4);
     for op in batch {
         match op {
             WriteOp::PutTask(task) => {
-                let body = serde_json::to_string(&*task)?;
-                let status = task.status().as_str();
+                let body = task.encode_state()?;
+                let status = task.status();
+                let spec = specs
+                    .needs_spec(task.id.as_uuid(), status.is_terminal())
+                    .then(|| task.encode_spec())
+                    .transpose()?;
+                let status = status.as_str();
                 let task = *task;
                 rows.push(Row::Task {
                     id: task.id.as_uuid(),
@@ -65,6 +86,7 @@ fn encode(batch: Vec<WriteOp>) -> Result<Vec<Row>, StoreError> {
                     session: task.session.map(|sid| sid.as_uuid()),
                     parent: task.parent.map(|id| id.as_uuid()),
                     continued_from: task.continued_from.map(|id| id.as_uuid()),
+                    spec,
                     body,
                 });
             }
@@ -160,7 +182,7 @@ impl TaskStore for PgTaskStore {
     }
 
     fn submit_numbered(&self, batch: Vec<WriteOp>, done: NumberedDone) {
-        match encode(batch) {
+        match encode(batch, self.db.specs()) {
             Ok(rows) => self.db.submit(Op::Rows(rows), done),
             // The error still travels through the writer queue so that
             // `done` runs in submission order.

@@ -2,6 +2,7 @@
 //! connections, and the decoding of stored rows back into records.
 
 use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
 use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::{EventRecord, Logged};
 use swarmd_engine::ids::TaskId;
@@ -45,6 +46,26 @@ pub(crate) fn decode<T: DeserializeOwned>(
     }
 }
 
+/// The columns [`task_of`] reads, first in a task query's select list.
+pub(crate) const TASK_COLUMNS: &str = "body, id, spec";
+
+/// A task from a row selected with [`TASK_COLUMNS`] first: its spec and
+/// its state, or the whole task in `body` when the row has no spec (a row
+/// an older build wrote).
+pub(crate) fn task_of(row: &tokio_postgres::Row) -> Result<Task, StoreError> {
+    let id: Uuid = row.get(1);
+    let key = id.to_string();
+    let body: &str = row.get(0);
+    match row.get::<_, Option<&str>>(2) {
+        None => decode("tasks", &key, body),
+        Some(spec) => {
+            let spec: Map<String, Value> = decode("tasks", &key, spec)?;
+            let state: Map<String, Value> = decode("tasks", &key, body)?;
+            Ok(Task::from_parts(spec, state)?)
+        }
+    }
+}
+
 async fn task_rows(
     db: &PgDb,
     sql: &str,
@@ -53,21 +74,13 @@ async fn task_rows(
     let client = db.reader().await?;
     let statement = client.prepare_cached(sql).await.map_err(db_error)?;
     let rows = client.query(&statement, params).await.map_err(db_error)?;
-    rows.iter()
-        .map(|row| {
-            let id: Uuid = row.get(1);
-            decode("tasks", &id.to_string(), row.get(0))
-        })
-        .collect()
+    rows.iter().map(task_of).collect()
 }
 
 pub(crate) async fn task(db: &PgDb, id: TaskId) -> Result<Option<Task>, StoreError> {
     let id = id.as_uuid();
-    Ok(
-        task_rows(db, "SELECT body, id FROM tasks WHERE id = $1", &[&id])
-            .await?
-            .pop(),
-    )
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1");
+    Ok(task_rows(db, &sql, &[&id]).await?.pop())
 }
 
 pub(crate) async fn attempts(db: &PgDb, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
@@ -87,7 +100,7 @@ pub(crate) async fn attempts(db: &PgDb, id: TaskId) -> Result<Vec<AttemptRecord>
 
 /// Newest first; each combination of filters is its own cached statement.
 pub(crate) async fn list_tasks(db: &PgDb, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
-    let mut sql = "SELECT body, id FROM tasks WHERE true".to_owned();
+    let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE true");
     let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::with_capacity(8);
     let mut arg = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync + Send>| {
         args.push(value);
@@ -119,10 +132,11 @@ pub(crate) async fn list_tasks(db: &PgDb, filter: &TaskFilter) -> Result<Vec<Tas
         );
     }
     if let Some(text) = &filter.prompt_contains {
-        // Folds ASCII letters only, as `TaskFilter::matches` does.
+        // Folds ASCII letters only, as `TaskFilter::matches` does. The
+        // prompt is in the spec (in `body` in a row without one).
         arg(
             &mut sql,
-            " AND strpos(translate((body::json ->> 'prompt'), 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', \
+            " AND strpos(translate((coalesce(spec, body)::json ->> 'prompt'), 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', \
              'abcdefghijklmnopqrstuvwxyz'), translate(?, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', \
              'abcdefghijklmnopqrstuvwxyz')) > 0",
             Box::new(text.clone()),

@@ -16,6 +16,11 @@
 //! seq already stored) gets its error and the others commit as they would
 //! have. If the connection is lost, the writer reconnects before the next
 //! group; a group whose `COMMIT` got no answer is reported failed.
+//!
+//! Whenever a write fails (a group, a job of its retry, a fenced node, a
+//! lost connection), the writer empties the set of tasks whose spec was
+//! sent (`specs`) before it runs the failed jobs' callbacks: a task whose
+//! creation rolled back then carries its spec again at its next write.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +33,7 @@ use uuid::Uuid;
 
 use crate::connect::{self, Connection, db_error};
 use crate::rows::{Group, OutputRow, Row, Statements};
+use crate::specs::SpecsSent;
 
 /// Called once with a job's outcome: for `Op::AppendNext` the first output
 /// seq it was given, for `Op::Rows` holding events the first event seq they
@@ -139,6 +145,7 @@ pub(crate) struct Writer {
     statements: Statements,
     stats: Arc<WriterStats>,
     fence: Arc<Fence>,
+    specs: Arc<SpecsSent>,
 }
 
 impl Writer {
@@ -149,6 +156,7 @@ impl Writer {
         client: Client,
         stats: Arc<WriterStats>,
         fence: Arc<Fence>,
+        specs: Arc<SpecsSent>,
     ) -> Result<Writer, StoreError> {
         let statements = Statements::prepare(&client).await.map_err(db_error)?;
         Ok(Writer {
@@ -157,6 +165,7 @@ impl Writer {
             statements,
             stats,
             fence,
+            specs,
         })
     }
 
@@ -190,19 +199,22 @@ impl Writer {
     }
 
     /// Commits `jobs` as one group, or job by job if the group fails, and
-    /// delivers every outcome in order.
+    /// delivers every outcome in order. Every failure empties `specs`
+    /// before the failed jobs' callbacks run.
     async fn commit_jobs(&mut self, jobs: Vec<Job>) {
         self.stats
             .jobs
             .fetch_add(jobs.len() as u64, Ordering::Relaxed);
         // A fenced node writes nothing more, and need not ask to know it.
         if self.fence.is_fenced() {
+            self.specs.forget_all();
             for job in jobs {
                 (job.done)(Err(StoreError::Fenced));
             }
             return;
         }
         if let Err(error) = self.reconnect_if_lost().await {
+            self.specs.forget_all();
             let error = Arc::new(error);
             for job in jobs {
                 (job.done)(Err(StoreError::Batch(Arc::clone(&error))));
@@ -210,7 +222,12 @@ impl Writer {
             return;
         }
         let ops: Vec<&Op> = jobs.iter().map(|job| &job.op).collect();
-        match self.commit_group(&ops).await {
+        let outcome = self.commit_group(&ops).await;
+        if outcome.is_err() {
+            // Whatever the group held rolled back, creations included.
+            self.specs.forget_all();
+        }
+        match outcome {
             Ok(firsts) => {
                 for (job, first) in jobs.into_iter().zip(firsts) {
                     (job.done)(Ok(first));
@@ -236,6 +253,9 @@ impl Writer {
                         Ok(()) => self.commit_group(&[&job.op]).await.map(|firsts| firsts[0]),
                         Err(error) => Err(error),
                     };
+                    if outcome.is_err() {
+                        self.specs.forget_all();
+                    }
                     (job.done)(outcome);
                 }
             }

@@ -9,6 +9,11 @@
 //! ([`Task::from_parts`]). Both views list every field of `Task` by
 //! destructuring it, so a field added to `Task` does not compile until it
 //! is placed in one of them.
+//!
+//! A store outside this crate (PostgreSQL) writes the parts as
+//! [`Task::encode_spec`] and [`Task::encode_state`] give them, reads them
+//! back with [`Task::from_parts`], and replaces the state in a row that
+//! holds the whole task by removing [`Task::STATE_FIELDS`] from it.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -69,6 +74,31 @@ pub(crate) struct StatePart<'a> {
 }
 
 impl Task {
+    /// Every JSON key the state part can write ([`Task::encode_state`]):
+    /// removing them from a whole task's object leaves its spec.
+    pub const STATE_FIELDS: &'static [&'static str] = &[
+        "restart",
+        "restarts",
+        "status",
+        "attempt",
+        "result",
+        "reason",
+        "usage",
+        "updated_ms",
+        "finished_ms",
+    ];
+
+    /// The task's spec, the fields fixed at creation, as a JSON object.
+    pub fn encode_spec(&self) -> serde_json::Result<String> {
+        serde_json::to_string(&self.parts().0)
+    }
+
+    /// The task's state, the fields its transitions change, as a JSON
+    /// object whose keys are among [`Task::STATE_FIELDS`].
+    pub fn encode_state(&self) -> serde_json::Result<String> {
+        serde_json::to_string(&self.parts().1)
+    }
+
     /// The task's record as its spec and its state.
     pub(crate) fn parts(&self) -> (SpecPart<'_>, StatePart<'_>) {
         let Task {
@@ -131,8 +161,8 @@ impl Task {
     }
 
     /// The task whose spec and state were written as the JSON objects
-    /// `spec` and `state`.
-    pub(crate) fn from_parts(
+    /// `spec` and `state` ([`Task::encode_spec`], [`Task::encode_state`]).
+    pub fn from_parts(
         mut spec: Map<String, Value>,
         state: Map<String, Value>,
     ) -> Result<Task, serde_json::Error> {
@@ -146,7 +176,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::task::TaskSpec;
+    use crate::task::{AttemptOutcome, TaskSpec};
 
     /// A task with every optional field set, so that each one is written.
     fn full_task() -> Task {
@@ -179,8 +209,13 @@ mod tests {
             head: None,
         });
         task.restarts = 1;
-        task.reason = Some("why".into());
         task.usage.input_tokens = 5;
+        let result = TaskResult {
+            value: json!({"done": true}),
+            ok: true,
+        };
+        task.finish(AttemptOutcome::Pass, Some(result), Some("why".into()), 12)
+            .unwrap();
         task
     }
 
@@ -213,5 +248,26 @@ mod tests {
             let (spec, state) = (object(spec), object(state));
             assert_eq!(Task::from_parts(spec, state).unwrap(), task);
         }
+    }
+
+    #[test]
+    fn the_state_fields_are_the_keys_a_full_state_writes() {
+        let task = full_task();
+        let state = object(task.parts().1);
+        let mut keys: Vec<&str> = state.keys().map(String::as_str).collect();
+        let mut fields = Task::STATE_FIELDS.to_vec();
+        keys.sort_unstable();
+        fields.sort_unstable();
+        assert_eq!(keys, fields);
+    }
+
+    #[test]
+    fn the_encoded_parts_read_back_as_the_task() {
+        let task = full_task();
+        let spec: Map<String, Value> = serde_json::from_str(&task.encode_spec().unwrap()).unwrap();
+        let state: Map<String, Value> =
+            serde_json::from_str(&task.encode_state().unwrap()).unwrap();
+        assert_eq!(object(task.parts().0), spec);
+        assert_eq!(Task::from_parts(spec, state).unwrap(), task);
     }
 }

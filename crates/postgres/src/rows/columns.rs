@@ -24,6 +24,7 @@ pub(super) struct Columns<'a> {
         Vec<Option<Uuid>>,
         Vec<Option<Uuid>>,
         Vec<Option<Uuid>>,
+        Vec<Option<&'a str>>,
         Vec<&'a str>,
     ),
     pub(super) attempts: (Vec<Uuid>, Vec<i64>, Vec<&'a str>),
@@ -65,10 +66,12 @@ impl<'a> Columns<'a> {
             c.deleted_posted.0.push(*task);
             c.deleted_posted.1.push(*attempt);
         }
+        for row in group.tasks.rows() {
+            c.push_task(row, group);
+        }
         let rows = group
-            .tasks
+            .attempts
             .rows()
-            .chain(group.attempts.rows())
             .chain(group.handles.rows())
             .chain(group.keys.rows())
             .chain(group.sessions.rows())
@@ -125,28 +128,35 @@ impl<'a> Columns<'a> {
         c
     }
 
+    /// A task's folded row, with the first spec the group carried for it.
+    fn push_task(&mut self, row: &'a Row, group: &Group<'a>) {
+        if let Row::Task {
+            id,
+            status,
+            agent,
+            finished_ms,
+            session,
+            parent,
+            continued_from,
+            spec: _,
+            body,
+        } = row
+        {
+            let t = &mut self.tasks;
+            t.0.push(*id);
+            t.1.push(status);
+            t.2.push(agent);
+            t.3.push(*finished_ms);
+            t.4.push(*session);
+            t.5.push(*parent);
+            t.6.push(*continued_from);
+            t.7.push(group.task_specs.get(id).copied());
+            t.8.push(body);
+        }
+    }
+
     fn push(&mut self, row: &'a Row) {
         match row {
-            Row::Task {
-                id,
-                status,
-                agent,
-                finished_ms,
-                session,
-                parent,
-                continued_from,
-                body,
-            } => {
-                let t = &mut self.tasks;
-                t.0.push(*id);
-                t.1.push(status);
-                t.2.push(agent);
-                t.3.push(*finished_ms);
-                t.4.push(*session);
-                t.5.push(*parent);
-                t.6.push(*continued_from);
-                t.7.push(body);
-            }
             Row::Attempt {
                 task,
                 attempt,
@@ -207,8 +217,9 @@ impl<'a> Columns<'a> {
                 self.audit.1.push(*task);
                 self.audit.2.push(body);
             }
-            // Deletes, outputs, runs and documents are gathered apart.
-            Row::DeleteSession { .. }
+            // Tasks, deletes, outputs, runs and documents are gathered apart.
+            Row::Task { .. }
+            | Row::DeleteSession { .. }
             | Row::DeletePosted { .. }
             | Row::Output(_)
             | Row::Run { .. }

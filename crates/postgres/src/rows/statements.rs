@@ -26,15 +26,29 @@ pub(crate) struct Statements {
     pub(crate) last_output_seq: Statement,
 }
 
-/// A new task is owned by the writing node (`$9`, NULL outside a
+/// A task's row holds its spec (`spec`, `$8`) and its state (`body`,
+/// `$9`). A new task is owned by the writing node (`$10`, NULL outside a
 /// cluster); an update keeps the owner (a takeover moves it).
+///
+/// Every row stays readable whatever the order of writes: a stored spec
+/// is kept (a spec sent again changes nothing); a row without a spec (one
+/// an older build wrote whole) that gets a state without one stays whole,
+/// its state fields (`$11`, `Task::STATE_FIELDS`) replaced; and a row
+/// without a spec is never inserted (a state whose task's creation rolled
+/// back is dropped: that task does not exist).
 const TASKS: &str = "
-INSERT INTO tasks (id, status, agent, finished_ms, session, parent, continued_from, body,
+INSERT INTO tasks (id, status, agent, finished_ms, session, parent, continued_from, spec, body,
                    owner_node)
-SELECT *, $9::uuid FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::uuid[],
-                               $6::uuid[], $7::uuid[], $8::text[])
+SELECT t.*, $10::uuid
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::uuid[], $6::uuid[],
+            $7::uuid[], $8::text[], $9::text[])
+    AS t (id, status, agent, finished_ms, session, parent, continued_from, spec, body)
+WHERE t.spec IS NOT NULL OR EXISTS (SELECT 1 FROM tasks s WHERE s.id = t.id)
 ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
-    session = excluded.session, body = excluded.body";
+    session = excluded.session, spec = COALESCE(tasks.spec, excluded.spec),
+    body = CASE WHEN tasks.spec IS NULL AND excluded.spec IS NULL
+                THEN ((tasks.body::jsonb - $11::text[]) || excluded.body::jsonb)::text
+                ELSE excluded.body END";
 const ATTEMPTS: &str = "
 INSERT INTO attempts (task, attempt, body)
 SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[])

@@ -2,7 +2,7 @@
 //! on a fresh database of the test cluster, then what only PostgreSQL
 //! shows: migrations under the advisory lock, group commits, reopening,
 //! which node holds a live task (`owners`), and sessions and their mail
-//! across nodes (`mail`).
+//! across nodes (`mail`), and a task's spec written once (`specs`).
 
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ mod keys;
 mod mail;
 mod owners;
 mod postgres_only;
+mod specs;
 
 /// A fresh database and a task store on it.
 async fn fresh_store() -> (TestDatabase, Arc<dyn TaskStore>) {

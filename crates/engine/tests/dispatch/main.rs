@@ -526,8 +526,14 @@ async fn credentials_are_bound_to_their_task_and_verb() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn heartbeat_remints_near_expiry_and_handles_expire() {
+/// An engine on a manual clock whose worker tokens live 300 s, with one
+/// attempt started (it lives much longer): the engine, its clock and the
+/// attempt's credential.
+async fn started_with_short_tokens() -> (
+    Engine,
+    Arc<swarmd_engine::clock::ManualClock>,
+    swarmd_engine::spawn::WorkerCredential,
+) {
     let clock = Arc::new(swarmd_engine::clock::ManualClock::new(1_000_000_000));
     let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
     let resolver = StaticResolver::new().with("a", SpawnerKind::InProcess, None, spawner.clone());
@@ -547,6 +553,12 @@ async fn heartbeat_remints_near_expiry_and_handles_expire() {
     let t = engine.create_task(s).await.unwrap();
     spawned(&spawner, t.id, 1).await;
     let cred = spawner.credential(t.id).unwrap();
+    (engine, clock, cred)
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeat_remints_near_expiry_and_handles_expire() {
+    let (engine, clock, cred) = started_with_short_tokens().await;
     let auth = engine
         .authenticate_worker(cred.handle(), Verb::Heartbeat)
         .unwrap();
@@ -584,25 +596,7 @@ async fn heartbeat_remints_near_expiry_and_handles_expire() {
 
 #[tokio::test(start_paused = true)]
 async fn a_token_whose_renewal_was_lost_is_renewed_again() {
-    let clock = Arc::new(swarmd_engine::clock::ManualClock::new(1_000_000_000));
-    let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
-    let resolver = StaticResolver::new().with("a", SpawnerKind::InProcess, None, spawner.clone());
-    let config = EngineConfig {
-        worker_token_ttl_secs: 300,
-        ..EngineConfig::default()
-    };
-    let engine = engine_with(
-        Arc::new(resolver),
-        Arc::new(MemoryTaskStore::new()),
-        Arc::new(MemoryOutputStore::new()),
-        config,
-        clock.clone(),
-    );
-    let mut s = spec("a");
-    s.policy.attempt_timeout_secs = Some(100_000);
-    let t = engine.create_task(s).await.unwrap();
-    spawned(&spawner, t.id, 1).await;
-    let cred = spawner.credential(t.id).unwrap();
+    let (engine, clock, cred) = started_with_short_tokens().await;
     clock.advance_ms(250_000);
     let auth = engine
         .authenticate_worker(cred.token(), Verb::Heartbeat)

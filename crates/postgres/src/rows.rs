@@ -37,8 +37,9 @@ const STATE_FIELDS: &[&str] = Task::STATE_FIELDS;
 /// One row to store.
 #[derive(Debug)]
 pub(crate) enum Row {
-    /// A task: its state (`body`) always, its spec when this process has
-    /// not sent it before (`specs`); a stored spec is never replaced.
+    /// A task: its state (`body`) always, its spec until a write of this
+    /// process that carried it committed (`specs`); a stored spec is never
+    /// replaced.
     Task {
         id: Uuid,
         status: &'static str,

@@ -13,8 +13,8 @@
 //!
 //! A task's row holds its spec (`spec`, the fields fixed at creation,
 //! written once) and its state (`body`, rewritten at each change). A write
-//! carries the spec when this process has not sent it yet (`specs`), and
-//! only the state otherwise.
+//! carries the spec until a write of this process that carried it has
+//! committed (`specs`), and only the state after.
 
 use async_trait::async_trait;
 use swarmd_engine::audit::AuditRecord;

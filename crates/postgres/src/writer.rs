@@ -17,10 +17,11 @@
 //! have. If the connection is lost, the writer reconnects before the next
 //! group; a group whose `COMMIT` got no answer is reported failed.
 //!
-//! Whenever a write fails (a group, a job of its retry, a fenced node, a
-//! lost connection), the writer empties the set of tasks whose spec was
-//! sent (`specs`) before it runs the failed jobs' callbacks: a task whose
-//! creation rolled back then carries its spec again at its next write.
+//! After each commit the writer records the tasks whose spec it carried
+//! (`specs`); whenever a write fails (a group, a job of its retry, a
+//! fenced node, a lost connection) it empties that set before it runs the
+//! failed jobs' callbacks, so a task whose creation rolled back carries its
+//! spec again at its next write.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -229,6 +230,7 @@ impl Writer {
         }
         match outcome {
             Ok(firsts) => {
+                self.specs.committed(ops.iter().flat_map(|op| specs_in(op)));
                 for (job, first) in jobs.into_iter().zip(firsts) {
                     (job.done)(Ok(first));
                 }
@@ -253,8 +255,9 @@ impl Writer {
                         Ok(()) => self.commit_group(&[&job.op]).await.map(|firsts| firsts[0]),
                         Err(error) => Err(error),
                     };
-                    if outcome.is_err() {
-                        self.specs.forget_all();
+                    match &outcome {
+                        Ok(_) => self.specs.committed(specs_in(&job.op)),
+                        Err(_) => self.specs.forget_all(),
                     }
                     (job.done)(outcome);
                 }
@@ -392,4 +395,18 @@ pub(crate) fn drive(connection: Connection) {
             tracing::warn!(%error, "postgres writer connection closed");
         }
     });
+}
+
+/// The tasks whose spec `op` carries.
+fn specs_in(op: &Op) -> impl Iterator<Item = Uuid> + '_ {
+    let rows = match op {
+        Op::Rows(rows) => rows.as_slice(),
+        _ => &[],
+    };
+    rows.iter().filter_map(|row| match row {
+        Row::Task {
+            id, spec: Some(_), ..
+        } => Some(*id),
+        _ => None,
+    })
 }

@@ -33,9 +33,11 @@ pub(crate) struct Statements {
 /// Every row stays readable whatever the order of writes: a stored spec
 /// is kept (a spec sent again changes nothing); a row without a spec (one
 /// an older build wrote whole) that gets a state without one stays whole,
-/// its state fields (`$11`, `Task::STATE_FIELDS`) replaced; and a row
-/// without a spec is never inserted (a state whose task's creation rolled
-/// back is dropped: that task does not exist).
+/// its state fields (`$11`, `Task::STATE_FIELDS`) replaced. A row is
+/// never inserted without a spec because every write carries it until one
+/// that did has committed (`specs`). The statement holds no subquery on
+/// `tasks`: its plan is cached per connection, and one made while the
+/// table was empty would scan the whole table at every group.
 const TASKS: &str = "
 INSERT INTO tasks (id, status, agent, finished_ms, session, parent, continued_from, spec, body,
                    owner_node)
@@ -43,7 +45,6 @@ SELECT t.*, $10::uuid
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::uuid[], $6::uuid[],
             $7::uuid[], $8::text[], $9::text[])
     AS t (id, status, agent, finished_ms, session, parent, continued_from, spec, body)
-WHERE t.spec IS NOT NULL OR EXISTS (SELECT 1 FROM tasks s WHERE s.id = t.id)
 ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
     session = excluded.session, spec = COALESCE(tasks.spec, excluded.spec),
     body = CASE WHEN tasks.spec IS NULL AND excluded.spec IS NULL

@@ -2,7 +2,8 @@
 //! state in `body`, rewritten at each change; rows an older build wrote
 //! whole (no spec) read and update as before; a group that folds a task's
 //! creation with a later state keeps the spec; a failed group makes the
-//! next write of a task carry its spec again.
+//! next write of a task carry its spec again, and a write queued before
+//! its task's creation committed carries it too.
 
 use serde_json::{Map, Value};
 use swarmd_engine::ids::TaskId;
@@ -189,18 +190,25 @@ async fn a_write_after_a_failed_group_carries_the_spec_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_state_without_a_spec_never_makes_a_row() {
+async fn a_write_queued_behind_a_creation_that_rolls_back_carries_the_spec() {
     let (_database, db, store) = fresh().await;
-    let mut task = new_task("a", 1);
-    apply(&store, vec![put(&task)]).await;
-    db.execute_sql(&format!(
-        "DELETE FROM tasks WHERE id = '{}'",
-        task.id.as_uuid()
-    ))
-    .await;
-    // This process sent the spec already, so the write carries none: with
-    // no row to update, it is dropped rather than stored without a spec.
-    task.start_attempt(2).unwrap();
-    apply(&store, vec![put(&task)]).await;
-    assert!(store.task(task.id).await.unwrap().is_none());
+    let task = new_task("a", 1);
+    let mut doomed = new_task("a", 2);
+    doomed.agent = "a\0".to_owned();
+    let mut running = task.clone();
+    running.start_attempt(2).unwrap();
+    // Both are queued before either commits: the task's creation (in a
+    // job that fails, so it rolls back) and its next state.
+    let (created, started) = tokio::join!(
+        commit(&store, vec![put(&task), put(&doomed)]),
+        commit(&store, vec![put(&running)]),
+    );
+    created.unwrap_err();
+    started.unwrap();
+    // The state carried the spec (no write of it had committed), so its
+    // row is whole and reads back.
+    let (spec, body) = columns(&db, task.id).await;
+    assert_eq!(object(&spec), object(&task.encode_spec().unwrap()));
+    assert_eq!(body, running.encode_state().unwrap());
+    assert_reads_back(&store, &running).await;
 }

@@ -1,6 +1,6 @@
 //! Test support: an in-process spawner whose workers follow a script, a
 //! resolver over a fixed set of agents, a memory-backed engine builder,
-//! and a memory store behind gates (`GatedStore`).
+//! and memory stores behind gates (`GatedStore`, `GatedOutputs`).
 //! Compiled for tests and under the `test-util` feature only.
 
 use std::collections::HashMap;
@@ -25,7 +25,9 @@ use crate::spawn::{
 use crate::store::{MemoryTaskStore, TaskStore};
 use crate::task::SpawnerKind;
 
+mod gated_outputs;
 mod gated_store;
+pub use gated_outputs::GatedOutputs;
 pub use gated_store::GatedStore;
 
 /// What a scripted worker does.

@@ -1,13 +1,20 @@
 //! A verb whose caller goes away (an HTTP client that hung up) still ends
-//! as it would have: a cancel retires its task, and a creation whose
-//! record fails withdraws its task and frees its key.
+//! as it would have: a cancel retires its task, a creation whose record
+//! fails withdraws its task and frees its key, and a result post cut before
+//! it queued its Final leaves the Final to the worker's retry.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::json;
+use swarmd_engine::clock::SystemClock;
+use swarmd_engine::gate::Verb;
+use swarmd_engine::store::MemoryTaskStore;
 use swarmd_engine::task::{SpawnerKind, TaskSpec, TaskStatus};
-use swarmd_engine::testing::{GatedStore, Script, ScriptedSpawner, StaticResolver, engine_over};
-use swarmd_engine::{Engine, EngineConfig};
+use swarmd_engine::testing::{
+    GatedOutputs, GatedStore, Script, ScriptedSpawner, StaticResolver, engine_over, engine_with,
+};
+use swarmd_engine::{Engine, EngineConfig, ResultPost, body_digest};
 
 /// An engine over `store` whose agent `remote` runs one attempt at a time
 /// and waits for a posted result; its spawner.
@@ -106,4 +113,71 @@ async fn a_creation_whose_caller_goes_away_and_whose_record_fails_is_withdrawn()
     store.fail_writes(false);
     let retry = engine.create_task(spec("k")).await.unwrap();
     assert!(engine.get_task(retry.id).await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_post_cut_before_its_final_was_queued_leaves_it_to_the_retry() {
+    let outputs = Arc::new(GatedOutputs::default());
+    let remote = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let resolver =
+        StaticResolver::new().with("remote", SpawnerKind::Operator, None, remote.clone());
+    let engine = engine_with(
+        Arc::new(resolver),
+        Arc::new(MemoryTaskStore::new()),
+        outputs.clone(),
+        EngineConfig::default(),
+        Arc::new(SystemClock),
+    );
+    let task = engine.create_task(spec("k")).await.unwrap();
+    for _ in 0..1_000 {
+        if remote.credential(task.id).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let handle = remote.credential(task.id).unwrap().handle().to_owned();
+    // A SubAgent posting without a key, as `curl` does: the same body twice.
+    let post = || {
+        let value = json!("done");
+        ResultPost {
+            task_id: Some(task.id),
+            attempt: None,
+            body_digest: body_digest(&serde_json::to_vec(&value).unwrap()),
+            value,
+            ok: true,
+            idempotency_key: None,
+        }
+    };
+    outputs.hold_encodes(true);
+    let posting = tokio::spawn({
+        let (engine, handle, post) = (engine.clone(), handle.clone(), post());
+        async move {
+            let auth = engine.authenticate_worker(&handle, Verb::PostResult)?;
+            engine.post_result(&auth, post).await
+        }
+    });
+    for _ in 0..1_000 {
+        if outputs.encode_waiting() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        outputs.encode_waiting(),
+        "the post never reached its encoding"
+    );
+    posting.abort();
+    let _ = posting.await;
+    outputs.hold_encodes(false);
+    // The worker heard nothing and posts again.
+    let auth = engine
+        .authenticate_worker(&handle, Verb::PostResult)
+        .unwrap();
+    engine.post_result(&auth, post()).await.unwrap();
+    let done = engine
+        .wait_task(task.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(done.status(), TaskStatus::Pass);
+    assert_eq!(done.result.unwrap().value, json!("done"));
 }

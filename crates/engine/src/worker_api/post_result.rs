@@ -180,7 +180,14 @@ pub(crate) async fn post_result(
         match claim {
             Ok(claimed) => break claimed,
             Err(Claim::Replay(first)) => {
-                if !same_post(&first.first, &mine) {
+                // A first post that went away before it queued its Final
+                // (its caller was dropped) holds no Final: this post takes
+                // it over, whatever its key.
+                let abandoned = matches!(
+                    first.outcome.clone().now_or_never(),
+                    Some(FinalWrite::Abandoned)
+                );
+                if !abandoned && !same_post(&first.first, &mine) {
                     return Err(EngineError::AlreadyFinal);
                 }
                 match first.outcome.clone().await {

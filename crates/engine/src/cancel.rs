@@ -3,13 +3,12 @@
 
 use std::sync::Arc;
 
-use crate::Engine;
 use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::held::Held;
 use crate::ids::TaskId;
-use crate::ledger::{Committed, Ledger, commit_answer, wait_commit};
+use crate::ledger::{Committed, Ledger, wait_commit};
 use crate::live::TaskCell;
 use crate::metrics::EngineStats;
 use crate::store::WriteOp;
@@ -28,57 +27,20 @@ pub(crate) struct Ending<'a> {
 pub(crate) enum Begun {
     /// Nothing left to do: the task as it stands.
     Ended(Task),
-    /// Its write is on its way; the task is retired once it is durable.
-    Writing(CancelWrite),
-}
-
-/// A cancel's write on its way to the store, awaited by its caller. A
-/// caller dropped first (its HTTP client went away) hands the wait to a
-/// task of its own, so the cancelled task is still retired once its
-/// write is durable.
-pub(crate) struct CancelWrite {
-    engine: Engine,
-    pending: Option<(Task, Committed, Arc<TaskCell>)>,
-}
-
-impl CancelWrite {
-    pub(crate) async fn wait(mut self) -> Result<Task, EngineError> {
-        let Some((_, done, _)) = self.pending.as_mut() else {
-            return Err(EngineError::TaskTerminal);
-        };
-        let answer = done.await;
-        let Some((task, _, cell)) = self.pending.take() else {
-            return Err(EngineError::TaskTerminal);
-        };
-        commit_answer(answer)?;
-        self.engine.ending().retire_cancelled(&task, &cell);
-        Ok(task)
-    }
-}
-
-impl Drop for CancelWrite {
-    fn drop(&mut self) {
-        let Some((task, done, cell)) = self.pending.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let engine = self.engine.clone();
-        runtime.spawn(async move {
-            if wait_commit(done).await.is_ok() {
-                engine.ending().retire_cancelled(&task, &cell);
-            }
-        });
-    }
+    /// Its write is on its way; the task is retired once it is durable
+    /// (`retire_cancelled`).
+    Writing {
+        task: Task,
+        committed: Committed,
+        cell: Arc<TaskCell>,
+    },
 }
 
 impl Ending<'_> {
     /// Cancels a task (`Engine::cancel_task`) in memory and queues its
-    /// write; `engine` keeps what the write's wait needs.
+    /// write.
     pub(crate) async fn cancel(
         &self,
-        engine: &Engine,
         id: TaskId,
         reason: Option<String>,
     ) -> Result<Begun, EngineError> {
@@ -144,14 +106,15 @@ impl Ending<'_> {
                 .submit(vec![WriteOp::PutTask(Box::new(task.clone()))], events);
             (task, done)
         };
-        Ok(Begun::Writing(CancelWrite {
-            engine: engine.clone(),
-            pending: Some((task, done, cell)),
-        }))
+        Ok(Begun::Writing {
+            task,
+            committed: done,
+            cell,
+        })
     }
 
     /// Counts a cancelled task whose write is durable and lets it go.
-    fn retire_cancelled(&self, task: &Task, cell: &Arc<TaskCell>) {
+    pub(crate) fn retire_cancelled(&self, task: &Task, cell: &Arc<TaskCell>) {
         self.stats
             .finished(&task.agent, TaskStatus::Cancelled, task.duration_ms());
         self.held.retire(cell, task.id);

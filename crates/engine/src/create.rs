@@ -11,7 +11,7 @@ use crate::continuation::Resume;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::{SessionId, TaskId};
-use crate::ledger::{Committed, commit_answer, wait_commit};
+use crate::ledger::Committing;
 use crate::live::TaskCell;
 use crate::store::{KeyClaim, WriteOp};
 use crate::task::{Policy, Task, TaskSpec};
@@ -114,13 +114,16 @@ impl Engine {
         if let Some(secs) = task.policy.queue_timeout_secs {
             self.arm_queue_timeout(id, Duration::from_secs(secs));
         }
-        let pending = PendingRecord {
-            engine: self.clone(),
-            id,
-            key: task_key,
-            committed: Some(recorded),
-        };
-        pending.wait().await?;
+        // A record that fails is withdrawn, also when the creator was
+        // dropped meanwhile (`Committing`).
+        let engine = self.clone();
+        Committing::new(recorded, move |durable| async move {
+            if !durable {
+                engine.abandon_unrecorded(id, task_key.as_deref()).await;
+            }
+        })
+        .wait()
+        .await?;
         self.inner
             .stats
             .tasks_created
@@ -212,50 +215,6 @@ impl Engine {
             tokio::select! {
                 _ = tokio::time::sleep(after) => engine.ending().expire_queued(id).await,
                 _ = shutdown.cancelled() => {}
-            }
-        });
-    }
-}
-
-/// A new task's record on its way to the store, as its creator waits for
-/// it. A record that fails is withdrawn (`abandon_unrecorded`); a creator
-/// dropped before the commit answers (its HTTP client went away) hands the
-/// wait to a task of its own, so the withdrawal still happens.
-struct PendingRecord {
-    engine: Engine,
-    id: TaskId,
-    key: Option<String>,
-    committed: Option<Committed>,
-}
-
-impl PendingRecord {
-    async fn wait(mut self) -> Result<(), EngineError> {
-        let Some(committed) = self.committed.as_mut() else {
-            return Ok(());
-        };
-        let answer = committed.await;
-        self.committed = None;
-        if let Err(error) = commit_answer(answer) {
-            let (engine, key) = (self.engine.clone(), self.key.take());
-            engine.abandon_unrecorded(self.id, key.as_deref()).await;
-            return Err(error);
-        }
-        Ok(())
-    }
-}
-
-impl Drop for PendingRecord {
-    fn drop(&mut self) {
-        let Some(committed) = self.committed.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (engine, id, key) = (self.engine.clone(), self.id, self.key.take());
-        runtime.spawn(async move {
-            if wait_commit(committed).await.is_err() {
-                engine.abandon_unrecorded(id, key.as_deref()).await;
             }
         });
     }

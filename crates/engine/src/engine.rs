@@ -502,9 +502,25 @@ impl Engine {
         id: TaskId,
         reason: Option<String>,
     ) -> Result<Task, EngineError> {
-        match self.ending().cancel(self, id, reason).await? {
+        match self.ending().cancel(id, reason).await? {
             crate::cancel::Begun::Ended(task) => Ok(task),
-            crate::cancel::Begun::Writing(write) => write.wait().await,
+            crate::cancel::Begun::Writing {
+                task,
+                committed,
+                cell,
+            } => {
+                // Retired once durable, also when this caller was dropped
+                // meanwhile (`Committing`).
+                let (engine, cancelled) = (self.clone(), task.clone());
+                crate::ledger::Committing::new(committed, move |durable| async move {
+                    if durable {
+                        engine.ending().retire_cancelled(&cancelled, &cell);
+                    }
+                })
+                .wait()
+                .await?;
+                Ok(task)
+            }
         }
     }
 

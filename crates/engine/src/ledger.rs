@@ -3,6 +3,7 @@
 //! Every write is queued here (`submit`); a verb that needs nothing else of
 //! the engine is handed a `&Ledger` alone.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use swarmd_output_store::{OutputStore, StoreError};
@@ -73,10 +74,67 @@ pub(crate) async fn wait_commit(rx: Committed) -> Result<(), EngineError> {
 }
 
 /// What a queued write's answer means: `Ok` once it is durable.
-pub(crate) fn commit_answer(
+fn commit_answer(
     answer: Result<Result<(), StoreError>, oneshot::error::RecvError>,
 ) -> Result<(), EngineError> {
     answer
         .map_err(|_| EngineError::Store(StoreError::Closed))?
         .map_err(EngineError::Store)
+}
+
+/// A queued write's commit and what must follow it (`then`, told whether
+/// the write is durable), awaited by the verb that queued it. Dropped
+/// before the commit answers (the verb's HTTP client went away), it hands
+/// both to a task of its own, so what follows still happens; the normal
+/// path neither spawns nor yields.
+pub(crate) struct Committing<F, Fut>
+where
+    F: FnOnce(bool) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    committed: Option<Committed>,
+    then: Option<F>,
+}
+
+impl<F, Fut> Committing<F, Fut>
+where
+    F: FnOnce(bool) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    pub(crate) fn new(committed: Committed, then: F) -> Self {
+        Committing {
+            committed: Some(committed),
+            then: Some(then),
+        }
+    }
+
+    /// `Ok` once the write is durable, after `then` ran.
+    pub(crate) async fn wait(mut self) -> Result<(), EngineError> {
+        let Some(committed) = self.committed.as_mut() else {
+            return Ok(());
+        };
+        let answer = committed.await;
+        self.committed = None;
+        let result = commit_answer(answer);
+        if let Some(then) = self.then.take() {
+            then(result.is_ok()).await;
+        }
+        result
+    }
+}
+
+impl<F, Fut> Drop for Committing<F, Fut>
+where
+    F: FnOnce(bool) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    fn drop(&mut self) {
+        let (Some(committed), Some(then)) = (self.committed.take(), self.then.take()) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move { then(wait_commit(committed).await.is_ok()).await });
+    }
 }

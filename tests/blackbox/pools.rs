@@ -74,6 +74,8 @@ pub(super) struct Setup<'a> {
 pub(super) struct Pool {
     pub(super) child: Child,
     log: Arc<Mutex<Vec<String>>>,
+    /// Reads the pool's stderr into `log` until the pipe closes.
+    reader: tokio::task::JoinHandle<()>,
 }
 
 impl Pool {
@@ -128,13 +130,25 @@ impl Pool {
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let lines = Arc::clone(&log);
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut reader = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = reader.next_line().await {
                 lines.lock().unwrap().push(line);
             }
         });
-        Pool { child, log }
+        Pool { child, log, reader }
+    }
+
+    /// Waits up to `within` for the pool to exit, then for its log's last
+    /// lines: the reader may still hold them when the process is gone.
+    pub(super) async fn exited(&mut self, within: Duration) -> std::process::ExitStatus {
+        let status = tokio::time::timeout(within, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the pool did not exit within {within:?}\n{}", self.log()))
+            .unwrap();
+        // The pipe closes when the pool and every child holding it are gone.
+        let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.reader).await;
+        status
     }
 
     pub(super) fn pid(&self) -> i32 {

@@ -45,10 +45,7 @@ async fn sigterm_drains_a_pool_its_running_attempt_finishes_and_it_exits_0() {
     // Draining, it claims nothing more.
     let queued = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
     std::fs::write(file(&sw, &task, 1, "go"), "").unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(10), pool.child.wait())
-        .await
-        .expect("the pool exits once drained")
-        .unwrap();
+    let status = pool.exited(Duration::from_secs(10)).await;
     assert!(status.success(), "{status}\n{}", pool.log());
     assert_eq!(sw.finished(&task).await["status"], "pass");
     assert_eq!(
@@ -76,10 +73,7 @@ async fn through_a_daemon_outside_a_cluster_the_pool_claims_there_or_ends_refuse
     // A token the daemon refuses ends the pool at start, non-zero.
     let mut refused =
         Pool::start_with(&sw, "swc1.not.a.token", "remote", "pool-r", 1, through()).await;
-    let status = tokio::time::timeout(Duration::from_secs(10), refused.child.wait())
-        .await
-        .expect("the refused pool exits")
-        .unwrap();
+    let status = refused.exited(Duration::from_secs(10)).await;
     assert!(!status.success(), "{}", refused.log());
     assert!(refused.log().contains("refused"), "{}", refused.log());
 }

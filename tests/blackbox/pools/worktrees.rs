@@ -10,7 +10,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::{AGENTS, Pool, Setup, create, mint};
-use crate::daemon::{Swarmd, eventually};
+use crate::daemon::Swarmd;
 use crate::worktrees::{git, make_repo, recorded_artifact, recorded_branch};
 
 /// Adds a line to `notes.txt` in its working directory, commits nothing,
@@ -123,17 +123,8 @@ async fn a_pool_refuses_a_worktree_repo_that_is_not_a_repository() {
         },
     )
     .await;
-    let status = tokio::time::timeout(std::time::Duration::from_secs(20), pool.child.wait())
-        .await
-        .expect("the pool exits")
-        .unwrap();
+    let status = pool.exited(std::time::Duration::from_secs(20)).await;
     assert!(!status.success());
-    // The log's reader may not have its last lines yet when the child has
-    // exited.
-    eventually("the pool's refusal in its log", || {
-        pool.log().contains("--worktree-repo")
-    })
-    .await;
     assert!(pool.log().contains("--worktree-repo"), "{}", pool.log());
 }
 

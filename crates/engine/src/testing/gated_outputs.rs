@@ -1,7 +1,11 @@
-//! A memory output store whose encoding a test holds: every
-//! `OutputStore::encode` waits while `hold_encodes` is set. An output or a
-//! result post encodes its events after it claimed what it writes, so the
-//! gate is where a post whose caller goes away is cut short.
+//! An output store whose steps a test holds: encodes wait at one gate,
+//! blob stores wait (after storing) at another, and Finals become durable
+//! only once a third settles them, as stored or as a fenced node's write.
+//! An output or a result post encodes its events after it claimed what it
+//! writes and stores its blobs after it counted them, so these gates are
+//! where a post whose caller goes away is cut short.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use swarmd_output_store::{
@@ -11,31 +15,80 @@ use swarmd_output_store::{
 use tokio::sync::watch;
 use uuid::Uuid;
 
-/// A [`MemoryOutputStore`] behind a gate on `encode`.
+/// An output store (memory unless [`GatedOutputs::over`] names another)
+/// behind gates on `encode`, `store_blobs` and the durability of Finals.
 #[derive(Debug)]
 pub struct GatedOutputs {
-    inner: MemoryOutputStore,
-    held: watch::Sender<bool>,
+    inner: Arc<dyn OutputStore>,
+    encodes: watch::Sender<bool>,
+    blob_stores: watch::Sender<bool>,
+    /// `None` holds every Final's durability; `Some(ok)` settles them.
+    finals: watch::Sender<Option<bool>>,
+    /// How many Finals were queued.
+    finals_queued: watch::Sender<usize>,
 }
 
 impl Default for GatedOutputs {
     fn default() -> Self {
-        GatedOutputs {
-            inner: MemoryOutputStore::new(),
-            held: watch::Sender::new(false),
-        }
+        GatedOutputs::over(Arc::new(MemoryOutputStore::new()))
     }
 }
 
+/// Waits while `gate` is on. The sender lives as long as the store, so
+/// the wait ends only when the gate opens.
+async fn pass(gate: &watch::Sender<bool>) {
+    let mut held = gate.subscribe();
+    let _ = held.wait_for(|on| !*on).await;
+}
+
+/// Whether something waits at `gate` now.
+fn waiting(gate: &watch::Sender<bool>) -> bool {
+    *gate.borrow() && gate.receiver_count() > 0
+}
+
 impl GatedOutputs {
+    /// `inner` behind gates that are all open, Finals' included.
+    pub fn over(inner: Arc<dyn OutputStore>) -> Self {
+        GatedOutputs {
+            inner,
+            encodes: watch::Sender::new(false),
+            blob_stores: watch::Sender::new(false),
+            finals: watch::Sender::new(Some(true)),
+            finals_queued: watch::Sender::new(0),
+        }
+    }
+
     /// Every encode waits while `on`; those waiting go on once it is off.
     pub fn hold_encodes(&self, on: bool) {
-        self.held.send_replace(on);
+        self.encodes.send_replace(on);
     }
 
     /// Whether an encode is waiting at the gate now.
     pub fn encode_waiting(&self) -> bool {
-        *self.held.borrow() && self.held.receiver_count() > 0
+        waiting(&self.encodes)
+    }
+
+    /// Every blob store, its blobs stored, waits while `on` before it
+    /// returns.
+    pub fn hold_blob_stores(&self, on: bool) {
+        self.blob_stores.send_replace(on);
+    }
+
+    /// Whether a blob store is waiting at the gate now.
+    pub fn blob_store_waiting(&self) -> bool {
+        waiting(&self.blob_stores)
+    }
+
+    /// `None`: every Final queued from now on stays not yet durable;
+    /// `Some(true)`: they are durable; `Some(false)`: their writes fail as a
+    /// fenced node's do.
+    pub fn settle_finals(&self, settled: Option<bool>) {
+        self.finals.send_replace(settled);
+    }
+
+    /// How many Finals were queued so far.
+    pub fn finals_queued(&self) -> watch::Receiver<usize> {
+        self.finals_queued.subscribe()
     }
 }
 
@@ -54,14 +107,13 @@ impl OutputStore for GatedOutputs {
         self.inner.prepare(events).await
     }
     async fn encode(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
-        let mut held = self.held.subscribe();
-        // The sender lives as long as the store: the wait ends only when
-        // the gate opens.
-        let _ = held.wait_for(|on| !*on).await;
+        pass(&self.encodes).await;
         self.inner.encode(events).await
     }
     async fn store_blobs(&self, prepared: Prepared) -> Result<Prepared, StoreError> {
-        self.inner.store_blobs(prepared).await
+        let prepared = self.inner.store_blobs(prepared).await?;
+        pass(&self.blob_stores).await;
+        Ok(prepared)
     }
     async fn discard_blobs(&self, prepared: Prepared) -> Result<u64, StoreError> {
         self.inner.discard_blobs(prepared).await
@@ -74,8 +126,23 @@ impl OutputStore for GatedOutputs {
         producer: &str,
         prepared: Prepared,
     ) -> (Vec<OutputRecord>, Durable) {
-        self.inner
-            .append_at(task, attempt, first_seq, producer, prepared)
+        let is_final = prepared.events().iter().any(OutputEvent::is_final);
+        let (records, durable) = self
+            .inner
+            .append_at(task, attempt, first_seq, producer, prepared);
+        if !is_final {
+            return (records, durable);
+        }
+        self.finals_queued.send_modify(|n| *n += 1);
+        let mut settled = self.finals.subscribe();
+        let gated: Durable = Box::pin(async move {
+            durable.await?;
+            match settled.wait_for(Option::is_some).await.map(|s| *s) {
+                Ok(Some(true)) => Ok(()),
+                _ => Err(StoreError::Fenced),
+            }
+        });
+        (records, gated)
     }
     async fn last_seq(&self, task: Uuid, attempt: u32) -> Result<u64, StoreError> {
         self.inner.last_seq(task, attempt).await

@@ -99,24 +99,26 @@ impl Appends<'_> {
         }
         // The bytes are counted before the blobs are stored (a file or a
         // database write, not under the lock), so that concurrent writes
-        // cannot all pass the budget and store their blobs first.
+        // cannot all pass the budget and store their blobs first. Until the
+        // write is appended they are given back if it stops, refused or cut
+        // short by its caller going away.
         {
             let cell = self.held.cell(id.task)?;
             let mut state = cell.lock();
             self.count_output(open_run(&mut state, id.n)?, bytes)?;
         }
-        let prepared = match self.ledger.outputs.store_blobs(prepared).await {
-            Ok(prepared) => prepared,
-            Err(error) => {
-                self.uncount_output(id, bytes);
-                return Err(error.into());
-            }
+        let counted = Counted {
+            appends: self,
+            id,
+            bytes,
         };
+        let prepared = self.ledger.outputs.store_blobs(prepared).await?;
         let closed = match self.held.cell(id.task) {
             Ok(cell) => {
                 let mut state = cell.lock();
                 match open_run(&mut state, id.n) {
                     Ok(_) => {
+                        std::mem::forget(counted);
                         return Ok(
                             self.append_counted(&mut state, id, session, producer, prepared, then)
                         );
@@ -126,7 +128,7 @@ impl Appends<'_> {
             }
             Err(error) => error,
         };
-        self.uncount_output(id, bytes);
+        drop(counted);
         if let Err(error) = self.ledger.outputs.discard_blobs(prepared).await {
             tracing::warn!(task = %id.task, attempt = id.n, %error,
                 "could not discard the blobs of a refused output; the sweep will");
@@ -191,6 +193,21 @@ impl Appends<'_> {
     }
 }
 
+/// Bytes counted against an attempt's budget for a write not appended
+/// yet: given back when dropped, which a write that is appended prevents
+/// with `mem::forget`.
+struct Counted<'a, 'b> {
+    appends: &'a Appends<'b>,
+    id: AttemptId,
+    bytes: u64,
+}
+
+impl Drop for Counted<'_, '_> {
+    fn drop(&mut self) {
+        self.appends.uncount_output(self.id, self.bytes);
+    }
+}
+
 /// The open run of `attempt`, or why it is not open.
 fn open_run(state: &mut TaskState, attempt: u32) -> Result<&mut RunState, EngineError> {
     check_open(state, attempt)?;
@@ -219,20 +236,17 @@ mod tests {
     use std::path::Path;
     use std::sync::Arc;
 
-    use async_trait::async_trait;
     use serde_json::json;
     use swarmd_output_store::{
-        BlobSweep, ContentRef, OutputStore, SqliteDb, SqliteOptions, SqliteOutputStore, StoreError,
+        ContentRef, OutputStore, SqliteDb, SqliteOptions, SqliteOutputStore,
     };
-    use tokio::sync::Notify;
-    use uuid::Uuid;
 
     use super::*;
     use crate::Engine;
     use crate::clock::SystemClock;
     use crate::store::MemoryTaskStore;
     use crate::task::{SpawnerKind, TaskSpec};
-    use crate::testing::{Script, ScriptedSpawner, StaticResolver, engine_with};
+    use crate::testing::{GatedOutputs, Script, ScriptedSpawner, StaticResolver, engine_with};
     use crate::{EngineConfig, EngineError};
 
     /// Each write is one partial of about 4 KiB; three fit the budget.
@@ -317,103 +331,32 @@ mod tests {
         assert_eq!((raced, blob_files(dir.path())), (3, 6));
     }
 
-    /// Delegates to a SQLite store; `store_blobs` stores, then waits to be
-    /// let go.
-    #[derive(Debug)]
-    struct Held {
-        inner: Arc<SqliteOutputStore>,
-        stored: Notify,
-        go: Notify,
-    }
-
-    #[async_trait]
-    impl OutputStore for Held {
-        async fn append(
-            &self,
-            task: Uuid,
-            attempt: u32,
-            producer: &str,
-            events: Vec<OutputEvent>,
-        ) -> Result<Vec<OutputRecord>, StoreError> {
-            self.inner.append(task, attempt, producer, events).await
+    /// Waits until a blob store, its blobs stored, is held at the gate.
+    async fn until_blobs_held(outputs: &GatedOutputs) {
+        for _ in 0..5000 {
+            if outputs.blob_store_waiting() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
-        async fn prepare(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
-            self.inner.prepare(events).await
-        }
-        async fn encode(&self, events: Vec<OutputEvent>) -> Result<Prepared, StoreError> {
-            self.inner.encode(events).await
-        }
-        async fn store_blobs(&self, prepared: Prepared) -> Result<Prepared, StoreError> {
-            let prepared = self.inner.store_blobs(prepared).await?;
-            self.stored.notify_one();
-            self.go.notified().await;
-            Ok(prepared)
-        }
-        async fn discard_blobs(&self, prepared: Prepared) -> Result<u64, StoreError> {
-            self.inner.discard_blobs(prepared).await
-        }
-        fn append_at(
-            &self,
-            task: Uuid,
-            attempt: u32,
-            first_seq: u64,
-            producer: &str,
-            prepared: Prepared,
-        ) -> (Vec<OutputRecord>, Durable) {
-            self.inner
-                .append_at(task, attempt, first_seq, producer, prepared)
-        }
-        async fn last_seq(&self, task: Uuid, attempt: u32) -> Result<u64, StoreError> {
-            self.inner.last_seq(task, attempt).await
-        }
-        async fn tail(
-            &self,
-            task: Uuid,
-            attempt: u32,
-            after_seq: u64,
-            limit: usize,
-        ) -> Result<Vec<OutputRecord>, StoreError> {
-            self.inner.tail(task, attempt, after_seq, limit).await
-        }
-        async fn last_final(
-            &self,
-            task: Uuid,
-            attempt: u32,
-        ) -> Result<Option<OutputRecord>, StoreError> {
-            self.inner.last_final(task, attempt).await
-        }
-        async fn list_attempts(&self, task: Uuid) -> Result<Vec<u32>, StoreError> {
-            self.inner.list_attempts(task).await
-        }
-        async fn prune(&self, before_ms: u64) -> Result<u64, StoreError> {
-            self.inner.prune(before_ms).await
-        }
-        async fn forget(&self, tasks: &[Uuid]) -> Result<u64, StoreError> {
-            self.inner.forget(tasks).await
-        }
-        async fn sweep_blobs(&self, grace: std::time::Duration) -> Result<BlobSweep, StoreError> {
-            self.inner.sweep_blobs(grace).await
-        }
+        panic!("no blob store reached the gate");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_whose_attempt_closes_while_it_stores_leaves_no_blob() {
         let dir = tempfile::tempdir().unwrap();
-        let held = Arc::new(Held {
-            inner: sqlite_outputs(dir.path()),
-            stored: Notify::new(),
-            go: Notify::new(),
-        });
+        let held = Arc::new(GatedOutputs::over(sqlite_outputs(dir.path())));
+        held.hold_blob_stores(true);
         let engine = engine(held.clone());
         let id = started(&engine).await;
         let write = tokio::spawn({
             let engine = engine.clone();
             async move { engine.record_output(id, "w", vec![partial(1)]).await }
         });
-        held.stored.notified().await;
+        until_blobs_held(&held).await;
         assert_eq!(blob_files(dir.path()), 1, "stored, not appended yet");
         engine.cancel_task(id.task, None).await.unwrap();
-        held.go.notify_one();
+        held.hold_blob_stores(false);
         let refused = write.await.unwrap().unwrap_err();
         assert!(
             matches!(
@@ -429,5 +372,31 @@ mod tests {
         );
         let tail = engine.outputs().tail(id.task.as_uuid(), 1, 0, 10).await;
         assert!(tail.unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_cut_short_while_it_stores_gives_its_bytes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = Arc::new(GatedOutputs::over(sqlite_outputs(dir.path())));
+        held.hold_blob_stores(true);
+        let engine = engine(held.clone());
+        let id = started(&engine).await;
+        let cut = tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.record_output(id, "w", vec![partial(0)]).await }
+        });
+        until_blobs_held(&held).await;
+        cut.abort();
+        assert!(cut.await.unwrap_err().is_cancelled());
+        held.hold_blob_stores(false);
+
+        // The cut write stored nothing the attempt owns: the budget holds
+        // three more writes of its size, as it did before.
+        for tag in 1..=3 {
+            let written = engine.record_output(id, "w", vec![partial(tag)]).await;
+            assert!(written.is_ok(), "write {tag}: {written:?}");
+        }
+        let tail = engine.outputs().tail(id.task.as_uuid(), 1, 0, 10).await;
+        assert_eq!(tail.unwrap().len(), 3);
     }
 }

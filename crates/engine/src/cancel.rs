@@ -60,13 +60,21 @@ impl Ending<'_> {
                 _ => {}
             }
             // A Final the open attempt already accepted (and acknowledged,
-            // or is about to) decides the task: the cancel loses, and says so.
-            if state
-                .run
-                .as_ref()
-                .is_some_and(|r| r.open && r.posted.is_some())
+            // or is about to) decides the task: the cancel loses, and says
+            // so. A claim whose post went away before it queued its Final
+            // holds none: the cancel withdraws it and wins.
+            let mut withdrawn = None;
+            if let Some(run) = state.run.as_mut().filter(|r| r.open)
+                && let Some(posted) = &run.posted
             {
-                return Err(EngineError::AlreadyFinal);
+                if !posted.abandoned() {
+                    return Err(EngineError::AlreadyFinal);
+                }
+                run.posted = None;
+                withdrawn = Some(WriteOp::DeletePostedFinal {
+                    task_id: id,
+                    attempt: run.attempt,
+                });
             }
             let was_queued = state.task.status() == TaskStatus::Queued
                 || state.run.as_ref().is_none_or(|r| !r.open);
@@ -101,9 +109,9 @@ impl Ending<'_> {
                     },
                 ),
             ];
-            let done = self
-                .ledger
-                .submit(vec![WriteOp::PutTask(Box::new(task.clone()))], events);
+            let mut ops = vec![WriteOp::PutTask(Box::new(task.clone()))];
+            ops.extend(withdrawn);
+            let done = self.ledger.submit(ops, events);
             (task, done)
         };
         Ok(Begun::Writing {

@@ -8,6 +8,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 use swarmd_output_store::StoreError;
 use tokio::sync::watch;
@@ -47,6 +48,17 @@ pub(crate) struct PostedClaim {
     /// The first post's fingerprint: a retry must match it to replay.
     pub first: PostedFinal,
     pub outcome: FinalOutcome,
+}
+
+impl PostedClaim {
+    /// Whether its post went away before it queued its Final: the claim
+    /// then holds no Final, and the next post or a cancel takes it over.
+    pub(crate) fn abandoned(&self) -> bool {
+        matches!(
+            self.outcome.clone().now_or_never(),
+            Some(FinalWrite::Abandoned)
+        )
+    }
 }
 
 impl std::fmt::Debug for PostedClaim {

@@ -1,7 +1,8 @@
 //! A verb whose caller goes away (an HTTP client that hung up) still ends
 //! as it would have: a cancel retires its task, a creation whose record
 //! fails withdraws its task and frees its key, and a result post cut before
-//! it queued its Final leaves the Final to the worker's retry.
+//! it queued its Final leaves the Final to the worker's retry or loses it
+//! to a cancel.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 use swarmd_engine::clock::SystemClock;
 use swarmd_engine::gate::Verb;
+use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::MemoryTaskStore;
 use swarmd_engine::task::{SpawnerKind, TaskSpec, TaskStatus};
 use swarmd_engine::testing::{
@@ -115,8 +117,11 @@ async fn a_creation_whose_caller_goes_away_and_whose_record_fails_is_withdrawn()
     assert!(engine.get_task(retry.id).await.unwrap().is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_keyless_post_cut_before_its_final_was_queued_leaves_it_to_the_retry() {
+/// A task of `remote` whose attempt waits for its result, and a keyless
+/// post of it (as `curl` sends) that was cut at its encoding, after it
+/// claimed the attempt's Final: the engine, the attempt's handle and the
+/// body posted.
+async fn a_post_cut_at_its_encoding() -> (Engine, TaskId, String, impl Fn() -> ResultPost) {
     let outputs = Arc::new(GatedOutputs::default());
     let remote = ScriptedSpawner::new(|_| Script::AwaitPost);
     let resolver =
@@ -136,11 +141,11 @@ async fn a_keyless_post_cut_before_its_final_was_queued_leaves_it_to_the_retry()
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let handle = remote.credential(task.id).unwrap().handle().to_owned();
-    // A SubAgent posting without a key, as `curl` does: the same body twice.
-    let post = || {
+    let id = task.id;
+    let post = move || {
         let value = json!("done");
         ResultPost {
-            task_id: Some(task.id),
+            task_id: Some(id),
             attempt: None,
             body_digest: body_digest(&serde_json::to_vec(&value).unwrap()),
             value,
@@ -169,15 +174,40 @@ async fn a_keyless_post_cut_before_its_final_was_queued_leaves_it_to_the_retry()
     posting.abort();
     let _ = posting.await;
     outputs.hold_encodes(false);
+    (engine, task.id, handle, post)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_post_cut_before_its_final_was_queued_leaves_it_to_the_retry() {
+    let (engine, task, handle, post) = a_post_cut_at_its_encoding().await;
     // The worker heard nothing and posts again.
     let auth = engine
         .authenticate_worker(&handle, Verb::PostResult)
         .unwrap();
     engine.post_result(&auth, post()).await.unwrap();
     let done = engine
-        .wait_task(task.id, Duration::from_secs(10))
+        .wait_task(task, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(done.status(), TaskStatus::Pass);
     assert_eq!(done.result.unwrap().value, json!("done"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_after_a_post_cut_before_its_final_was_queued_wins() {
+    let (engine, task, handle, post) = a_post_cut_at_its_encoding().await;
+    let cancelled = engine.cancel_task(task, None).await.unwrap();
+    assert_eq!(cancelled.status(), TaskStatus::Cancelled);
+    let done = engine
+        .wait_task(task, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(done.status(), TaskStatus::Cancelled);
+    // The worker's retry now meets a decided task.
+    let auth = engine.authenticate_worker(&handle, Verb::PostResult);
+    let refused = match auth {
+        Ok(auth) => engine.post_result(&auth, post()).await.is_err(),
+        Err(_) => true,
+    };
+    assert!(refused, "a post after the cancel was accepted");
 }

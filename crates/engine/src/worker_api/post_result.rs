@@ -183,11 +183,7 @@ pub(crate) async fn post_result(
                 // A first post that went away before it queued its Final
                 // (its caller was dropped) holds no Final: this post takes
                 // it over, whatever its key.
-                let abandoned = matches!(
-                    first.outcome.clone().now_or_never(),
-                    Some(FinalWrite::Abandoned)
-                );
-                if !abandoned && !same_post(&first.first, &mine) {
+                if !first.abandoned() && !same_post(&first.first, &mine) {
                     return Err(EngineError::AlreadyFinal);
                 }
                 match first.outcome.clone().await {

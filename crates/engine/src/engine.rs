@@ -35,7 +35,7 @@ use crate::store::{SessionRecord, TaskFilter, WriteOp};
 use crate::task::TaskSpec;
 use crate::task::{AttemptRecord, Task};
 use crate::worker_api::{HeartbeatAck, Prompt, ResultAck, ResultPost, WorkerAuth};
-use crate::{create, epilogue, recovery, retention};
+use crate::{create, recovery, retention};
 use crate::{runs, worker_api};
 use swarmd_output_store::BlobSweep;
 
@@ -489,7 +489,7 @@ impl Engine {
         producer: &str,
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, EngineError> {
-        epilogue::record_epilogue(self, id, producer, events).await
+        self.appends().record_epilogue(id, producer, events).await
     }
 
     /// Cancels a task (docs/tasks.md, Cancel): fences its attempt, fires the worker's

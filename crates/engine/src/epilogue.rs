@@ -13,15 +13,37 @@ use std::time::Instant;
 
 use swarmd_output_store::{OutputEvent, OutputRecord};
 
-use crate::Engine;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::AttemptId;
+use crate::output::Appends;
 
-impl Engine {
+impl Appends<'_> {
+    /// Records `events` as `id`'s epilogue: as output while the attempt is
+    /// open, else after everything already queued for it.
+    pub(crate) async fn record_epilogue(
+        &self,
+        id: AttemptId,
+        producer: &str,
+        events: Vec<OutputEvent>,
+    ) -> Result<Vec<OutputRecord>, EngineError> {
+        if events.iter().any(OutputEvent::is_final) {
+            return Err(EngineError::BadRequest(
+                "an epilogue holds no final event".to_owned(),
+            ));
+        }
+        if self.attempt_is_open(id) {
+            match self.record_output(id, producer, events.clone()).await {
+                Err(EngineError::TaskTerminal | EngineError::AttemptSuperseded { .. }) => {}
+                recorded => return recorded,
+            }
+        }
+        self.append_closed(id, producer, events).await
+    }
+
     /// Whether `id` is the open attempt of a live task.
     fn attempt_is_open(&self, id: AttemptId) -> bool {
-        self.inner.held.live.get(&id.task).is_some_and(|cell| {
+        self.held.live.get(&id.task).is_some_and(|cell| {
             cell.lock()
                 .run
                 .as_ref()
@@ -37,21 +59,21 @@ impl Engine {
         producer: &str,
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, EngineError> {
-        let task = self
-            .get_task(id.task)
-            .await?
+        let task = match self.held.live.get(&id.task) {
+            Some(cell) => Some(cell.lock().task.clone()),
+            None => self.ledger.store.task(id.task).await?,
+        };
+        let task = task
             .filter(|task| id.n >= 1 && id.n <= task.attempt)
             .ok_or_else(|| EngineError::NotFound(format!("attempt {id}")))?;
         let started = Instant::now();
         // Checked before any blob is stored: a refused epilogue leaves none.
-        let prepared = self.inner.ledger.outputs.encode(events).await?;
-        let limit = self.inner.config.max_output_bytes_per_attempt;
-        if prepared.stored_bytes() > limit {
-            return Err(EngineError::OutputBudgetExceeded { limit });
+        let prepared = self.ledger.outputs.encode(events).await?;
+        if prepared.stored_bytes() > self.limit {
+            return Err(EngineError::OutputBudgetExceeded { limit: self.limit });
         }
-        let prepared = self.inner.ledger.outputs.store_blobs(prepared).await?;
+        let prepared = self.ledger.outputs.store_blobs(prepared).await?;
         let records = self
-            .inner
             .ledger
             .outputs
             .append(
@@ -61,10 +83,7 @@ impl Engine {
                 prepared.events().to_vec(),
             )
             .await?;
-        self.inner
-            .stats
-            .store_append_latency
-            .observe(started.elapsed());
+        self.stats.store_append_latency.observe(started.elapsed());
         let published = records
             .iter()
             .map(|r| {
@@ -79,29 +98,9 @@ impl Engine {
                 )
             })
             .collect();
-        self.inner.ledger.bus.submit(Vec::new(), published, None);
+        self.ledger.bus.submit(Vec::new(), published, None);
         Ok(records)
     }
-}
-
-pub(crate) async fn record_epilogue(
-    engine: &Engine,
-    id: AttemptId,
-    producer: &str,
-    events: Vec<OutputEvent>,
-) -> Result<Vec<OutputRecord>, EngineError> {
-    if events.iter().any(OutputEvent::is_final) {
-        return Err(EngineError::BadRequest(
-            "an epilogue holds no final event".to_owned(),
-        ));
-    }
-    if engine.attempt_is_open(id) {
-        match engine.record_output(id, producer, events.clone()).await {
-            Err(EngineError::TaskTerminal | EngineError::AttemptSuperseded { .. }) => {}
-            recorded => return recorded,
-        }
-    }
-    engine.append_closed(id, producer, events).await
 }
 
 #[cfg(test)]

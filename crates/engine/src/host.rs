@@ -70,6 +70,7 @@ impl AttemptHost for EngineHost {
 
     async fn verdict(&self, joined: &Result<(), WorkerError>) -> Verdict {
         self.engine
+            .appends()
             .attempt_end(self.id, joined.clone())
             .await
             .verdict()

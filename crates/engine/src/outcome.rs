@@ -7,9 +7,9 @@
 use swarmd_output_store::{OutputEvent, OutputRecord};
 pub use swarmd_types::output::content_value;
 
-use crate::Engine;
 use crate::error::EngineError;
 use crate::ids::AttemptId;
+use crate::output::Appends;
 use crate::spawn::WorkerError;
 use crate::task::{AttemptOutcome, TaskResult};
 
@@ -116,7 +116,7 @@ impl AttemptEnd {
     }
 }
 
-impl Engine {
+impl Appends<'_> {
     /// How an attempt whose worker's join returned `joined` ended: a worker
     /// that completed is judged by the tail's last Final, a worker the
     /// engine stopped by the reason it stopped it. Past a budget, the
@@ -141,7 +141,7 @@ impl Engine {
 
     /// Why the engine stopped the worker of this live attempt, if it did.
     fn stopped(&self, id: AttemptId) -> Option<Stopped> {
-        let cell = self.inner.held.live.get(&id.task)?;
+        let cell = self.held.live.get(&id.task)?;
         let state = cell.lock();
         state
             .run

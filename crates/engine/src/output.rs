@@ -41,6 +41,45 @@ pub(crate) struct Appends<'a> {
 }
 
 impl Appends<'_> {
+    /// Appends output events on behalf of a spawner or layer (no credential),
+    /// and publishes them. Refused once the attempt is decided or superseded.
+    pub(crate) async fn record_output(
+        &self,
+        id: AttemptId,
+        producer: &str,
+        events: Vec<OutputEvent>,
+    ) -> Result<Vec<OutputRecord>, EngineError> {
+        let session = {
+            let cell = self.held.cell(id.task)?;
+            let state = cell.lock();
+            check_open(&state, id.n)?;
+            state.task.session
+        };
+        self.append_and_publish(id, session, producer, events).await
+    }
+
+    /// The last Final of an attempt: the one that decides it.
+    pub(crate) async fn last_final(
+        &self,
+        id: AttemptId,
+    ) -> Result<Option<OutputRecord>, EngineError> {
+        let cached = self.held.live.get(&id.task).and_then(|cell| {
+            cell.lock()
+                .run
+                .as_ref()
+                .filter(|r| r.attempt == id.n)
+                .and_then(|r| r.last_final.clone())
+        });
+        if cached.is_some() {
+            return Ok(cached);
+        }
+        Ok(self
+            .ledger
+            .outputs
+            .last_final(id.task.as_uuid(), id.n)
+            .await?)
+    }
+
     /// Appends output events of the open attempt, publishes them, and
     /// resolves once they are durable.
     pub(crate) async fn append_and_publish(

@@ -22,15 +22,7 @@ impl Engine {
         producer: &str,
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, EngineError> {
-        let session = {
-            let cell = self.inner.held.cell(id.task)?;
-            let state = cell.lock();
-            crate::worker_api::check_open(&state, id.n)?;
-            state.task.session
-        };
-        self.appends()
-            .append_and_publish(id, session, producer, events)
-            .await
+        self.appends().record_output(id, producer, events).await
     }
 
     /// The last Final of an attempt: the one that decides it.
@@ -38,22 +30,7 @@ impl Engine {
         &self,
         id: AttemptId,
     ) -> Result<Option<OutputRecord>, EngineError> {
-        let cached = self.inner.held.live.get(&id.task).and_then(|cell| {
-            cell.lock()
-                .run
-                .as_ref()
-                .filter(|r| r.attempt == id.n)
-                .and_then(|r| r.last_final.clone())
-        });
-        if cached.is_some() {
-            return Ok(cached);
-        }
-        Ok(self
-            .inner
-            .ledger
-            .outputs
-            .last_final(id.task.as_uuid(), id.n)
-            .await?)
+        self.appends().last_final(id).await
     }
 
     /// Resolves once a worker posted a Final for this attempt over HTTP, or

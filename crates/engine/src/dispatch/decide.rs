@@ -22,7 +22,7 @@ impl Engine {
     pub(super) async fn decide(&self, cell: &Arc<TaskCell>, p: Prepared, joined: Joined) {
         let ended = Instant::now();
         let end = match joined {
-            Joined::Worker(joined) => self.attempt_end(p.ctx.id, joined).await,
+            Joined::Worker(joined) => self.appends().attempt_end(p.ctx.id, joined).await,
             Joined::Stopped(stopped) => stopped.end(),
         };
         let Verdict {

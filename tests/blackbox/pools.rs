@@ -2,8 +2,9 @@
 //! loopback run a remote agent's attempts as real children. Two pools share
 //! an agent's load; a pool killed with SIGKILL takes its child with it and
 //! its attempt is retried by the other after its lease; a cancel reaches the
-//! pool's child within a second; a superseded attempt's late writes are
-//! refused and change nothing; and a pool token can do nothing else.
+//! pool's child at once, long ahead of the child's own end; a superseded
+//! attempt's late writes are refused and change nothing; and a pool token
+//! can do nothing else.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -273,7 +274,7 @@ async fn a_pool_killed_mid_attempt_takes_its_child_and_another_pool_retries_it()
 }
 
 #[tokio::test]
-async fn a_cancel_reaches_the_pools_child_within_a_second() {
+async fn a_cancel_reaches_the_pools_child_at_once() {
     let sw = Swarmd::new(AGENTS).start().await;
     let token = mint(&sw, &["remote"]);
     let pool = Pool::start(&sw, &token, "remote", "pool-a", 1).await;
@@ -289,10 +290,14 @@ async fn a_cancel_reaches_the_pools_child_within_a_second() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
+    // The child waits 30 s for its `go` file. The cancel answers the pool's
+    // pending heartbeat at once and ends the child well within 5 s even on
+    // a loaded machine; a cancel the pool learned of only when a heartbeat
+    // timed out (up to 10 s) or when the child ended would take longer.
     while !process_gone(child) {
         assert!(
-            asked.elapsed() < Duration::from_secs(1),
-            "the child outlived its cancel by a second\n{}",
+            asked.elapsed() < Duration::from_secs(5),
+            "the child outlived its cancel by 5 s\n{}",
             pool.log()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -8,14 +8,30 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::daemon::{Incoming, Swarmd};
-use crate::harness::parts;
+use crate::daemon::{Incoming, Login, Swarmd};
+use crate::harness::{PATIENCE, parts};
 
 const AGENTS: &str = r#"
 [agents.helper]
 kind = "operator"
 worker_binding = { subagent_type = "general-purpose" }
 "#;
+
+/// Waits until the daemon reports `login`'s socket attached (`wanted`) or
+/// not. An upgraded socket attaches a moment after its `101`, and "not
+/// connected" until then is not "gone".
+async fn until_connected_is(sw: &Swarmd, login: &Login, wanted: bool) {
+    let summary = format!("/v1/operators/{}", login.sid);
+    let started = std::time::Instant::now();
+    loop {
+        let (_, seen) = parts(sw.get(&summary, &sw.admin).send().await.unwrap()).await;
+        if seen["connected"] == wanted {
+            return;
+        }
+        assert!(started.elapsed() < PATIENCE, "{seen}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 #[tokio::test]
 async fn attempts_spread_over_main_ai_sessions_by_load() {
@@ -26,6 +42,10 @@ async fn attempts_spread_over_main_ai_sessions_by_load() {
     let mut first_ws = sw.connect(&first).await;
     let second = sw.login(json!({"kind": "composite"})).await;
     let mut second_ws = sw.connect(&second).await;
+    // Every socket is seen attached first: tasks are routed to attached ones.
+    for login in [&bot, &first, &second] {
+        until_connected_is(&sw, login, true).await;
+    }
 
     // Each spawn stays unanswered, so each counts as its session's load:
     // the two tasks land on different sessions.
@@ -122,7 +142,7 @@ async fn a_killed_main_ai_logs_in_again_and_gets_its_role_and_parked_spawns() {
     let sw = Swarmd::new(
         r#"
 [auth]
-role_takeover_secs = 2
+role_takeover_secs = 5
 
 [agents.coder]
 kind = "operator"
@@ -137,33 +157,16 @@ operator_role = "main-ai"
     // The task comes once the daemon saw the socket go, so its spawn is
     // parked (a spawn written into a socket in its last moments is a gap
     // of its own, docs/decisions.md, Sessions and WebSocket). The socket is
-    // seen attached first: an upgraded socket attaches a moment after its
-    // `101`, and "not connected" before that is not "gone".
-    let summary = format!("/v1/operators/{}", first.sid);
-    let connected_is = |wanted: bool| {
-        let sw = &sw;
-        let summary = &summary;
-        async move {
-            let started = std::time::Instant::now();
-            loop {
-                let (_, seen) = parts(sw.get(summary, &sw.admin).send().await.unwrap()).await;
-                if seen["connected"] == wanted {
-                    return;
-                }
-                assert!(started.elapsed() < crate::harness::PATIENCE, "{seen}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    };
-    connected_is(true).await;
+    // seen attached first.
+    until_connected_is(&sw, &first, true).await;
     drop(ws);
-    connected_is(false).await;
+    until_connected_is(&sw, &first, false).await;
     let (status, body) = sw
         .create(json!({"agent": "coder", "prompt": "fix it"}))
         .await;
     assert!(status == 200 || status == 201, "{status} {body}");
     let task = body["task_id"].as_str().unwrap().to_owned();
-    // Within the grace (2 s, ample even on a loaded machine) the role stays.
+    // Within the grace (5 s, ample even on a loaded machine) the role stays.
     let refused = sw
         .post("/v1/operators", &sw.admin)
         .json(&json!({"roles": ["main-ai"]}))
@@ -172,7 +175,8 @@ operator_role = "main-ai"
         .unwrap();
     crate::harness::expect_error(refused, 409, "role_taken").await;
 
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Past the grace, a login takes the role.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
     let second = sw.login(json!({"roles": ["main-ai"]})).await;
     assert_ne!(second.sid, first.sid);
     let mut ws = sw.connect(&second).await;

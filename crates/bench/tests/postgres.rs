@@ -10,8 +10,10 @@
     reason = "a test program finds the daemon and CI through its environment"
 )]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_swarmd-bench");
@@ -119,24 +121,56 @@ async fn ctrl_c_drops_the_database_of_an_interrupted_run() {
         &["http", "--agent", "true", "--duration", "60"],
     )
     .env("TMPDIR", tmp.path())
+    .stdout(Stdio::null())
     .spawn()
     .unwrap();
     let pid = child.id();
+    // Reads the bench's stderr to its end, and says when the bench reports
+    // the daemon it started.
+    let (started_tx, started) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut started_tx = Some(started_tx);
+        let mut text = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            if line.starts_with("swarmd-bench: started ")
+                && let Some(started_tx) = started_tx.take()
+            {
+                let _ = started_tx.send(());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
     let deadline = Instant::now() + Duration::from_secs(60);
     while bench_databases(&url, &password_file, pid).await.is_empty() {
         assert!(Instant::now() < deadline, "the bench created no database");
         assert!(child.try_wait().unwrap().is_none(), "the bench ended early");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Under load, past the daemon's start.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Interrupted once its daemon runs.
+    while started.try_recv().is_err() {
+        if Instant::now() >= deadline {
+            nix_kill(pid);
+            panic!("the bench reported no started daemon within 60 s");
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "the bench ended early ({status}): {}",
+                reader.join().unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     nix_kill(pid);
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+    let status = tokio::task::spawn_blocking(move || child.wait())
         .await
         .unwrap()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    let stderr = reader.join().unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(
         stderr.contains("dropped database swarmd_bench_"),
         "{stderr}"

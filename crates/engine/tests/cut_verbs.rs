@@ -11,7 +11,7 @@ use serde_json::json;
 use swarmd_engine::clock::SystemClock;
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::store::MemoryTaskStore;
+use swarmd_engine::store::{MemoryTaskStore, TaskStore};
 use swarmd_engine::task::{SpawnerKind, TaskSpec, TaskStatus};
 use swarmd_engine::testing::{
     GatedOutputs, GatedStore, Script, ScriptedSpawner, StaticResolver, engine_over, engine_with,
@@ -90,8 +90,22 @@ async fn a_creation_whose_caller_goes_away_and_whose_record_fails_is_withdrawn()
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(remote.spawned().len(), 1, "the busy task did not start");
-    // Its attempt's records are written before the gate closes.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The gate closes once its attempt's records are written: the store
+    // holds it running, with its attempt open.
+    let mut recorded = false;
+    for _ in 0..1_000 {
+        let task = store.task(busy.id).await.unwrap();
+        let attempts = store.attempts(busy.id).await.unwrap();
+        recorded = task.is_some_and(|t| t.status() == TaskStatus::Running)
+            && attempts
+                .iter()
+                .any(|a| a.attempt == 1 && a.outcome.is_none());
+        if recorded {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(recorded, "the busy task's attempt was not recorded");
     store.hold_writes(true);
     let creating = tokio::spawn({
         let engine = engine.clone();

@@ -359,8 +359,27 @@ async fn a_senior_on_node_a_answers_the_escalation_of_an_attempt_node_b_runs() {
         .await;
     let mut ws = a.connect(&senior).await;
 
-    // Node B learns of the login on its own, and escalates to it.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Node B learns of the login on its own, and escalates to it. Its
+    // admin list shows only the sessions B holds in memory; a lookup by sid
+    // or by the senior's token would make B copy the session from the
+    // database on the spot.
+    let started = Instant::now();
+    loop {
+        let (status, list) = parts(b.get("/v1/operators", &b.admin).send().await.unwrap()).await;
+        assert_eq!(status, 200, "{list}");
+        let known = list.as_array().unwrap().iter().any(|s| {
+            s["sid"] == senior.sid.as_str()
+                && s["roles"].as_array().unwrap().contains(&json!("senior"))
+        });
+        if known {
+            break;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "node B never learned of the senior's login: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (status, created) = b
         .create(json!({"agent": "doubtful", "prompt": "is it done?"}))
         .await;

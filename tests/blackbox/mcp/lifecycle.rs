@@ -197,8 +197,10 @@ async fn an_idle_relay_pings_the_daemon_and_a_signal_leaves_its_session() {
         tokio::time::sleep(Duration::from_millis(idle_ms)).await;
         let later = holder(&daemon, role).await;
         let seen = later["last_seen"].as_u64().unwrap();
+        // Pings come every second; a loaded machine may delay the last ones
+        // by up to 3 s.
         assert!(
-            seen >= first + idle_ms - 1500,
+            seen >= first + idle_ms - 3000,
             "{role}: the idle relay's pings keep the session seen ({first} then {later})"
         );
         assert_eq!(later["connected"], true, "{role}: present: {later}");

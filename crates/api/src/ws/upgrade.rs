@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
-use swarmd_engine::ErrorCode;
+use swarmd_engine::{EngineError, ErrorCode, detached};
 
 use super::{MAX_FRAME_BYTES, READ_CHUNK_BYTES, serve_socket};
 use crate::app::AppState;
@@ -66,8 +66,15 @@ async fn upgrade(
     if !own {
         return Err(ApiError::forbidden());
     }
-    // The socket attaches here: this node becomes the session's home.
-    state.sessions.attach_home(&session).await;
+    // The socket attaches here: this node becomes the session's home. The
+    // move runs to its end even if the client hangs up meanwhile: once the
+    // database names this node, the previous home must be told.
+    let (sessions, moving) = (state.sessions.clone(), session.clone());
+    let moved = detached(async move {
+        sessions.attach_home(&moving).await;
+        Ok::<_, EngineError>(())
+    });
+    moved.await?;
     let upgrade =
         upgrade.map_err(|e| ApiError::bad_request(format!("not a WebSocket upgrade: {e}")))?;
     Ok(upgrade

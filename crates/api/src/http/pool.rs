@@ -22,7 +22,7 @@ use axum::{Json, Router};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::AttemptId;
 use swarmd_spawner::process::{stdin_name, stream_name};
-use swarmd_spawner::remote::{Claimed, PoolEnd};
+use swarmd_spawner::remote::{Claimed, PoolEnd, RemotePools};
 
 use crate::app::AppState;
 use crate::http::auth::PoolCaller;
@@ -120,13 +120,40 @@ async fn claim(
         claimed = state.remote.claim(&request.agent, &request.pool, max, wait) => claimed,
         () = state.shutdown.cancelled() => Vec::new(),
     };
+    // Until the answer is made, a request that goes away (the pool's
+    // client timed out, a forwarding node died) puts its attempts back.
+    let mut handing = Handing {
+        remote: &state.remote,
+        pool: &request.pool,
+        attempts: claimed.iter().map(|c| c.job.attempt).collect(),
+    };
     let mut attempts = Vec::with_capacity(claimed.len());
     for one in claimed {
         if let Some(attempt) = renewed(&state, one).await {
             attempts.push(attempt);
         }
     }
+    handing.attempts.clear();
     Ok(Json(ClaimAnswer { attempts }))
+}
+
+/// Attempts a claim took and has not answered with yet: put back in their
+/// queues when dropped, which a claim that answers prevents by emptying
+/// `attempts`.
+struct Handing<'a> {
+    remote: &'a RemotePools,
+    pool: &'a str,
+    attempts: Vec<AttemptId>,
+}
+
+impl Drop for Handing<'_> {
+    fn drop(&mut self) {
+        if !self.attempts.is_empty() {
+            tracing::debug!(pool = %self.pool, attempts = self.attempts.len(),
+                "a claim went away before its answer; its attempts are queued again");
+            self.remote.put_back(self.pool, &self.attempts);
+        }
+    }
 }
 
 /// The claimed attempt as the pool gets it, its lease renewed; `None` when

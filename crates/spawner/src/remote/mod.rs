@@ -97,6 +97,8 @@ struct Queued {
 struct Held {
     job: Arc<RemoteJob>,
     pool: String,
+    /// When it was queued, kept for a put-back.
+    since: Instant,
     ended: oneshot::Sender<PoolEnd>,
 }
 
@@ -180,6 +182,37 @@ impl RemotePools {
         }
     }
 
+    /// Queues again, first in their agents' queues and in their order,
+    /// those of `attempts` that `pool` claimed and still holds: a claim
+    /// whose answer the pool never got (its request went away before the
+    /// answer was made) leaves them to the next claim, not to their leases.
+    pub fn put_back(&self, pool: &str, attempts: &[AttemptId]) {
+        let mut state = self.state();
+        let mut any = false;
+        for attempt in attempts.iter().rev() {
+            if state.held.get(attempt).is_none_or(|h| h.pool != pool) {
+                continue;
+            }
+            let Some(held) = state.held.remove(attempt) else {
+                continue;
+            };
+            state
+                .queues
+                .entry(held.job.agent.clone())
+                .or_default()
+                .push_front(Queued {
+                    job: held.job,
+                    since: held.since,
+                    ended: held.ended,
+                });
+            any = true;
+        }
+        drop(state);
+        if any {
+            self.bump();
+        }
+    }
+
     fn take(&self, agent: &str, pool: &str, max: usize) -> Vec<Claimed> {
         let now = Instant::now();
         let mut state = self.state();
@@ -199,6 +232,7 @@ impl RemotePools {
                     Held {
                         job: Arc::clone(&queued.job),
                         pool: pool.to_owned(),
+                        since: queued.since,
                         ended: queued.ended,
                     },
                 );
@@ -297,7 +331,7 @@ impl RemotePools {
             .count()
     }
 
-    /// Attempts claimed by pools since start.
+    /// Attempts claimed by pools since start, those put back included.
     pub fn claimed_total(&self) -> u64 {
         self.claimed.load(Ordering::Relaxed)
     }

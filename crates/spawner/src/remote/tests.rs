@@ -146,3 +146,27 @@ async fn a_cancelled_queued_attempt_is_never_claimed() {
     pools.remove(id, "a");
     assert!(pools.claim("a", "p1", 1, Duration::ZERO).await.is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn attempts_put_back_are_claimed_again_first_and_in_order() {
+    let pools = RemotePools::new();
+    let (first, a) = job("a", 1);
+    let (second, b) = job("a", 1);
+    let (third, c) = job("a", 1);
+    let _heard = [pools.enqueue(a), pools.enqueue(b), pools.enqueue(c)];
+    let claimed = pools.claim("a", "p1", 2, Duration::ZERO).await;
+    assert_eq!(claimed.len(), 2);
+    // Only what p1 still holds goes back: not p2's, not an unknown one.
+    let (unknown, _) = job("a", 1);
+    let others = pools.claim("a", "p2", 1, Duration::ZERO).await;
+    assert_eq!(others[0].job.attempt, third);
+    pools.put_back("p1", &[first, second, third, unknown]);
+    assert!(pools.held(first).is_none() && pools.held(second).is_none());
+    assert_eq!(
+        pools.held(third).map(|(_, pool)| pool).as_deref(),
+        Some("p2")
+    );
+    let again = pools.claim("a", "p3", 4, Duration::ZERO).await;
+    let order: Vec<AttemptId> = again.iter().map(|c| c.job.attempt).collect();
+    assert_eq!(order, [first, second]);
+}

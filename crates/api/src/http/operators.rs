@@ -22,9 +22,9 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use swarmd_engine::ErrorCode;
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::SessionId;
+use swarmd_engine::{ErrorCode, detached};
 
 use crate::app::AppState;
 use crate::http::auth::{Caller, authenticate, bearer};
@@ -130,7 +130,11 @@ async fn remove(
     Path(sid): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let session = target(&state, &caller, &sid).await?;
-    state.sessions.delete(&state.engine, &session.sid).await?;
+    // A deletion forgets the session here before it tells the session's
+    // home (on a cluster) or writes its end: it runs to its end even if the
+    // client hangs up meanwhile.
+    let (sessions, engine) = (state.sessions.clone(), state.engine.clone());
+    detached(async move { sessions.delete(&engine, &session.sid).await }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -270,3 +270,65 @@ async fn heartbeat(
     }
     Ok(Json(HeartbeatAnswer { gone }))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use swarmd_engine::WorkerCredential;
+    use swarmd_engine::ids::TaskId;
+    use swarmd_spawner::process::{StdinMode, StreamMode};
+    use swarmd_spawner::remote::{RemoteJob, RemoteRun};
+
+    use super::*;
+
+    fn job(agent: &str) -> RemoteJob {
+        RemoteJob {
+            attempt: AttemptId::new(TaskId::new(), 1),
+            agent: agent.to_owned(),
+            credential: WorkerCredential::new("swc1.x".into(), "wh-x".into(), 0),
+            prompt: "p".into(),
+            system: None,
+            input: None,
+            run: RemoteRun {
+                stdin: StdinMode::Prompt,
+                stream: StreamMode::Ndjson,
+                timeout: None,
+                max_output_bytes: 1024,
+            },
+            continued_from: None,
+            resume_session: None,
+            resume_from: None,
+        }
+    }
+
+    /// What `pool` claims of agent `a` now.
+    async fn claim(remote: &RemotePools, pool: &str) -> Vec<AttemptId> {
+        let claimed = remote.claim("a", pool, 8, Duration::ZERO).await;
+        claimed.iter().map(|c| c.job.attempt).collect()
+    }
+
+    #[tokio::test]
+    async fn a_claim_dropped_before_its_answer_queues_its_attempts_again() {
+        let remote = RemotePools::new();
+        let _heard = [remote.enqueue(job("a")), remote.enqueue(job("a"))];
+        let taken = claim(&remote, "p1").await;
+        assert_eq!(taken.len(), 2);
+        drop(Handing {
+            remote: &remote,
+            pool: "p1",
+            attempts: taken.clone(),
+        });
+        assert_eq!(claim(&remote, "p2").await, taken, "queued again, in order");
+
+        // A claim that answered keeps what it took.
+        let answered = Handing {
+            remote: &remote,
+            pool: "p2",
+            attempts: Vec::new(),
+        };
+        drop(answered);
+        assert!(claim(&remote, "p3").await.is_empty());
+        assert!(remote.held(taken[0]).is_some_and(|(_, pool)| pool == "p2"));
+    }
+}

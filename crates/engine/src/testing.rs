@@ -1,6 +1,7 @@
 //! Test support: an in-process spawner whose workers follow a script, a
 //! resolver over a fixed set of agents, a memory-backed engine builder,
-//! and memory stores behind gates (`GatedStore`, `GatedOutputs`).
+//! and stores behind gates (`GatedStore`, a memory task store;
+//! `GatedOutputs`, any output store, memory by default).
 //! Compiled for tests and under the `test-util` feature only.
 
 use std::collections::HashMap;

@@ -135,14 +135,21 @@ async fn a_creation_whose_caller_goes_away_and_whose_record_fails_is_withdrawn()
 /// post of it (as `curl` sends) that was cut at its encoding, after it
 /// claimed the attempt's Final: the engine, the attempt's handle and the
 /// body posted.
-async fn a_post_cut_at_its_encoding() -> (Engine, TaskId, String, impl Fn() -> ResultPost) {
+async fn a_post_cut_at_its_encoding() -> (
+    Engine,
+    Arc<MemoryTaskStore>,
+    TaskId,
+    String,
+    impl Fn() -> ResultPost,
+) {
     let outputs = Arc::new(GatedOutputs::default());
+    let store = Arc::new(MemoryTaskStore::new());
     let remote = ScriptedSpawner::new(|_| Script::AwaitPost);
     let resolver =
         StaticResolver::new().with("remote", SpawnerKind::Operator, None, remote.clone());
     let engine = engine_with(
         Arc::new(resolver),
-        Arc::new(MemoryTaskStore::new()),
+        store.clone(),
         outputs.clone(),
         EngineConfig::default(),
         Arc::new(SystemClock),
@@ -188,12 +195,12 @@ async fn a_post_cut_at_its_encoding() -> (Engine, TaskId, String, impl Fn() -> R
     posting.abort();
     let _ = posting.await;
     outputs.hold_encodes(false);
-    (engine, task.id, handle, post)
+    (engine, store, task.id, handle, post)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyless_post_cut_before_its_final_was_queued_leaves_it_to_the_retry() {
-    let (engine, task, handle, post) = a_post_cut_at_its_encoding().await;
+    let (engine, _, task, handle, post) = a_post_cut_at_its_encoding().await;
     // The worker heard nothing and posts again.
     let auth = engine
         .authenticate_worker(&handle, Verb::PostResult)
@@ -209,9 +216,11 @@ async fn a_keyless_post_cut_before_its_final_was_queued_leaves_it_to_the_retry()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_after_a_post_cut_before_its_final_was_queued_wins() {
-    let (engine, task, handle, post) = a_post_cut_at_its_encoding().await;
+    let (engine, store, task, handle, post) = a_post_cut_at_its_encoding().await;
     let cancelled = engine.cancel_task(task, None).await.unwrap();
     assert_eq!(cancelled.status(), TaskStatus::Cancelled);
+    // The abandoned claim's fingerprint went with the cancel's write.
+    assert_eq!(store.posted_final(task, 1).await.unwrap(), None);
     let done = engine
         .wait_task(task, Duration::from_secs(10))
         .await

@@ -166,9 +166,16 @@ mod tests {
             stage: "working".into(),
             note: None,
         };
-        engine.record_output(id, "w", vec![note]).await.unwrap();
+        engine
+            .appends()
+            .record_output(id, "w", vec![note])
+            .await
+            .unwrap();
         engine.cancel_task(t.id, None).await.unwrap();
-        let refused = engine.record_output(id, "w", vec![artifact()]).await;
+        let refused = engine
+            .appends()
+            .record_output(id, "w", vec![artifact()])
+            .await;
         assert!(refused.is_err(), "ordinary output is fenced: {refused:?}");
 
         let records = engine
@@ -209,7 +216,12 @@ mod tests {
             .record_epilogue(id, "worktree", vec![artifact()])
             .await
             .unwrap();
-        let last = engine.last_final(id).await.unwrap().expect("the final");
+        let last = engine
+            .appends()
+            .last_final(id)
+            .await
+            .unwrap()
+            .expect("the final");
         assert_eq!(last.seq, 1, "the Final still decides");
         assert_eq!(
             engine.get_task(t.id).await.unwrap().unwrap().status(),

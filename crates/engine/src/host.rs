@@ -49,7 +49,10 @@ impl AttemptHost for EngineHost {
         producer: &str,
         events: Vec<OutputEvent>,
     ) -> Result<Vec<OutputRecord>, EngineError> {
-        self.engine.record_output(self.id, producer, events).await
+        self.engine
+            .appends()
+            .record_output(self.id, producer, events)
+            .await
     }
 
     async fn record_epilogue(
@@ -61,7 +64,7 @@ impl AttemptHost for EngineHost {
     }
 
     async fn last_final(&self) -> Result<Option<OutputRecord>, EngineError> {
-        self.engine.last_final(self.id).await
+        self.engine.appends().last_final(self.id).await
     }
 
     async fn posted_final(&self) {

@@ -355,7 +355,11 @@ mod tests {
         let one = started(&engine).await;
         let mut kept = 0;
         for tag in 0..10 {
-            match engine.record_output(one, "w", vec![partial(tag)]).await {
+            match engine
+                .appends()
+                .record_output(one, "w", vec![partial(tag)])
+                .await
+            {
                 Ok(_) => kept += 1,
                 Err(EngineError::OutputBudgetExceeded { limit }) => assert_eq!(limit, BUDGET),
                 Err(other) => panic!("{other}"),
@@ -364,7 +368,11 @@ mod tests {
         assert_eq!((kept, blob_files(dir.path())), (3, 3));
 
         let two = started(&engine).await;
-        let writes = (10..20).map(|tag| engine.record_output(two, "w", vec![partial(tag)]));
+        let engine = &engine;
+        let writes = (10..20).map(|tag| async move {
+            let appends = engine.appends();
+            appends.record_output(two, "w", vec![partial(tag)]).await
+        });
         let results = futures_util::future::join_all(writes).await;
         let raced = results.iter().filter(|r| r.is_ok()).count();
         assert_eq!((raced, blob_files(dir.path())), (3, 6));
@@ -390,7 +398,12 @@ mod tests {
         let id = started(&engine).await;
         let write = tokio::spawn({
             let engine = engine.clone();
-            async move { engine.record_output(id, "w", vec![partial(1)]).await }
+            async move {
+                engine
+                    .appends()
+                    .record_output(id, "w", vec![partial(1)])
+                    .await
+            }
         });
         until_blobs_held(&held).await;
         assert_eq!(blob_files(dir.path()), 1, "stored, not appended yet");
@@ -422,7 +435,12 @@ mod tests {
         let id = started(&engine).await;
         let cut = tokio::spawn({
             let engine = engine.clone();
-            async move { engine.record_output(id, "w", vec![partial(0)]).await }
+            async move {
+                engine
+                    .appends()
+                    .record_output(id, "w", vec![partial(0)])
+                    .await
+            }
         });
         until_blobs_held(&held).await;
         cut.abort();
@@ -432,7 +450,10 @@ mod tests {
         // The cut write stored nothing the attempt owns: the budget holds
         // three more writes of its size, as it did before.
         for tag in 1..=3 {
-            let written = engine.record_output(id, "w", vec![partial(tag)]).await;
+            let written = engine
+                .appends()
+                .record_output(id, "w", vec![partial(tag)])
+                .await;
             assert!(written.is_ok(), "write {tag}: {written:?}");
         }
         let tail = engine.outputs().tail(id.task.as_uuid(), 1, 0, 10).await;

@@ -1,38 +1,16 @@
-//! What the engine's verb modules share of it: output appended for a
-//! spawner or layer, the attempt's last Final, an event's publication, the
-//! resolver behind its guard, admission's start, and the narrow handles a
-//! verb is given instead of the engine (`ending`, `workers`, `appends`,
-//! `continuations`, `retention`).
-
-use swarmd_output_store::{OutputEvent, OutputRecord};
+//! What the engine's verb modules share of it: an attempt's Final posted
+//! over HTTP, an event's publication, the resolver behind its guard,
+//! admission's start, and the narrow handles a verb is given instead of
+//! the engine (`ending`, `workers`, `appends`, `continuations`,
+//! `retention`).
 
 use crate::Engine;
 use crate::cancel;
-use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::{AttemptId, TaskId};
 use crate::spawn::SpawnerResolver;
 
 impl Engine {
-    /// Appends output events on behalf of a spawner or layer (no credential),
-    /// and publishes them. Refused once the attempt is decided or superseded.
-    pub(crate) async fn record_output(
-        &self,
-        id: AttemptId,
-        producer: &str,
-        events: Vec<OutputEvent>,
-    ) -> Result<Vec<OutputRecord>, EngineError> {
-        self.appends().record_output(id, producer, events).await
-    }
-
-    /// The last Final of an attempt: the one that decides it.
-    pub(crate) async fn last_final(
-        &self,
-        id: AttemptId,
-    ) -> Result<Option<OutputRecord>, EngineError> {
-        self.appends().last_final(id).await
-    }
-
     /// Resolves once a worker posted a Final for this attempt over HTTP, or
     /// at once if it already has or the attempt is no longer current.
     pub(crate) async fn posted_final(&self, id: AttemptId) {

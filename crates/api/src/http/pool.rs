@@ -22,7 +22,7 @@ use axum::{Json, Router};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::AttemptId;
 use swarmd_spawner::process::{stdin_name, stream_name};
-use swarmd_spawner::remote::{Claimed, PoolEnd, RemotePools};
+use swarmd_spawner::remote::{Claimed, PoolEnd, Unanswered};
 
 use crate::app::AppState;
 use crate::http::auth::PoolCaller;
@@ -122,38 +122,15 @@ async fn claim(
     };
     // Until the answer is made, a request that goes away (the pool's
     // client timed out, a forwarding node died) puts its attempts back.
-    let mut handing = Handing {
-        remote: &state.remote,
-        pool: &request.pool,
-        attempts: claimed.iter().map(|c| c.job.attempt).collect(),
-    };
+    let unanswered = Unanswered::new(&state.remote, &request.pool, &claimed);
     let mut attempts = Vec::with_capacity(claimed.len());
     for one in claimed {
         if let Some(attempt) = renewed(&state, one).await {
             attempts.push(attempt);
         }
     }
-    handing.attempts.clear();
+    unanswered.answered();
     Ok(Json(ClaimAnswer { attempts }))
-}
-
-/// Attempts a claim took and has not answered with yet: put back in their
-/// queues when dropped, which a claim that answers prevents by emptying
-/// `attempts`.
-struct Handing<'a> {
-    remote: &'a RemotePools,
-    pool: &'a str,
-    attempts: Vec<AttemptId>,
-}
-
-impl Drop for Handing<'_> {
-    fn drop(&mut self) {
-        if !self.attempts.is_empty() {
-            tracing::debug!(pool = %self.pool, attempts = self.attempts.len(),
-                "a claim went away before its answer; its attempts are queued again");
-            self.remote.put_back(self.pool, &self.attempts);
-        }
-    }
 }
 
 /// The claimed attempt as the pool gets it, its lease renewed; `None` when
@@ -269,60 +246,4 @@ async fn heartbeat(
         }));
     }
     Ok(Json(HeartbeatAnswer { gone }))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use swarmd_engine::WorkerCredential;
-    use swarmd_engine::ids::TaskId;
-    use swarmd_spawner::process::{StdinMode, StreamMode};
-    use swarmd_spawner::remote::{RemoteJob, RemoteRun};
-
-    use super::*;
-
-    fn job(agent: &str) -> RemoteJob {
-        RemoteJob {
-            attempt: AttemptId::new(TaskId::new(), 1),
-            agent: agent.to_owned(),
-            credential: WorkerCredential::new("swc1.x".into(), "wh-x".into(), 0),
-            prompt: "p".into(),
-            system: None,
-            input: None,
-            run: RemoteRun {
-                stdin: StdinMode::Prompt,
-                stream: StreamMode::Ndjson,
-                timeout: None,
-                max_output_bytes: 1024,
-            },
-            continued_from: None,
-            resume_session: None,
-            resume_from: None,
-        }
-    }
-
-    /// What `pool` claims of agent `a` now.
-    async fn claim(remote: &RemotePools, pool: &str) -> Vec<AttemptId> {
-        let claimed = remote.claim("a", pool, 8, Duration::ZERO).await;
-        claimed.iter().map(|c| c.job.attempt).collect()
-    }
-
-    /// The guard alone: the handler builds it right after its claim and
-    /// empties it right before its answer.
-    #[tokio::test]
-    async fn a_claim_dropped_before_its_answer_queues_its_attempts_again() {
-        let remote = RemotePools::new();
-        let _heard = [remote.enqueue(job("a")), remote.enqueue(job("a"))];
-        let taken = claim(&remote, "p1").await;
-        assert_eq!(taken.len(), 2);
-        drop(Handing {
-            remote: &remote,
-            pool: "p1",
-            attempts: taken.clone(),
-        });
-        assert!(remote.held(taken[0]).is_none() && remote.held(taken[1]).is_none());
-        assert_eq!(claim(&remote, "p2").await, taken, "queued again, in order");
-        assert!(remote.held(taken[0]).is_some_and(|(_, pool)| pool == "p2"));
-    }
 }

@@ -84,6 +84,42 @@ pub enum ReportError {
     NotHeld,
 }
 
+/// Attempts a claim took and has not answered with yet: put back in
+/// their queues ([`RemotePools::put_back`]) when dropped, unless the
+/// claim said it [answered](Unanswered::answered).
+#[derive(Debug)]
+pub struct Unanswered<'a> {
+    remote: &'a RemotePools,
+    pool: &'a str,
+    attempts: Vec<AttemptId>,
+}
+
+impl<'a> Unanswered<'a> {
+    /// What `pool`'s claim took of `remote`.
+    pub fn new(remote: &'a RemotePools, pool: &'a str, claimed: &[Claimed]) -> Self {
+        Unanswered {
+            remote,
+            pool,
+            attempts: claimed.iter().map(|c| c.job.attempt).collect(),
+        }
+    }
+
+    /// The claim's answer is made: the pool keeps what it took.
+    pub fn answered(mut self) {
+        self.attempts.clear();
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.attempts.is_empty() {
+            tracing::debug!(pool = %self.pool, attempts = self.attempts.len(),
+                "a claim went away before its answer; its attempts are queued again");
+            self.remote.put_back(self.pool, &self.attempts);
+        }
+    }
+}
+
 /// One queued attempt.
 #[derive(Debug)]
 struct Queued {
@@ -186,7 +222,7 @@ impl RemotePools {
     /// those of `attempts` that `pool` claimed and still holds: a claim
     /// whose answer the pool never got (its request went away before the
     /// answer was made) leaves them to the next claim, not to their leases.
-    pub fn put_back(&self, pool: &str, attempts: &[AttemptId]) {
+    fn put_back(&self, pool: &str, attempts: &[AttemptId]) {
         let mut state = self.state();
         let mut any = false;
         for attempt in attempts.iter().rev() {

@@ -170,3 +170,19 @@ async fn attempts_put_back_are_claimed_again_first_and_in_order() {
     let order: Vec<AttemptId> = again.iter().map(|c| c.job.attempt).collect();
     assert_eq!(order, [first, second]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_dropped_unanswered_queues_its_attempts_again() {
+    let pools = RemotePools::new();
+    let (first, a) = job("a", 1);
+    let (second, b) = job("a", 1);
+    let _heard = [pools.enqueue(a), pools.enqueue(b)];
+    let claimed = pools.claim("a", "p1", 2, Duration::ZERO).await;
+    drop(Unanswered::new(&pools, "p1", &claimed));
+    assert!(pools.held(first).is_none() && pools.held(second).is_none());
+    let again = pools.claim("a", "p2", 2, Duration::ZERO).await;
+    let order: Vec<AttemptId> = again.iter().map(|c| c.job.attempt).collect();
+    assert_eq!(order, [first, second], "queued again, in order");
+    Unanswered::new(&pools, "p2", &again).answered();
+    assert!(pools.held(first).is_some_and(|(_, pool)| pool == "p2"));
+}

@@ -85,7 +85,7 @@ pub enum ReportError {
 }
 
 /// Attempts a claim took and has not answered with yet: put back in
-/// their queues ([`RemotePools::put_back`]) when dropped, unless the
+/// their queues (`RemotePools::put_back`) when dropped, unless the
 /// claim said it [answered](Unanswered::answered).
 #[derive(Debug)]
 pub struct Unanswered<'a> {

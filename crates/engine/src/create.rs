@@ -15,7 +15,7 @@ use crate::ledger::Committing;
 use crate::live::TaskCell;
 use crate::store::{KeyClaim, WriteOp};
 use crate::task::{Policy, Task, TaskSpec};
-use crate::worker_api::{WorkerAuth, check_open};
+use crate::worker_api::WorkerAuth;
 
 const MAX_AGENT_NAME: usize = 128;
 const MAX_IDEMPOTENCY_KEY: usize = 256;
@@ -256,7 +256,7 @@ pub(crate) async fn create_subtask(
     let cell = engine.inner.held.cell(parent.attempt.task)?;
     let (session, depth) = {
         let state = cell.lock();
-        check_open(&state, parent.attempt.n)?;
+        state.check_open(parent.attempt.n)?;
         (state.task.session, state.task.depth)
     };
     spec.parent = Some(parent.attempt.task);

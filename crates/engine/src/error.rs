@@ -6,7 +6,6 @@ use swarmd_output_store::StoreError;
 
 use crate::auth::TokenError;
 use crate::error_code::ErrorCode;
-use crate::spawn::SpawnError;
 use crate::task::IllegalTransition;
 
 /// Everything an engine operation can refuse or fail with.
@@ -76,4 +75,44 @@ impl EngineError {
             EngineError::Spawn(_) | EngineError::Store(_) => ErrorCode::Internal,
         }
     }
+}
+
+/// Why an attempt could not be started, or an agent could not be linked.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("unknown agent `{0}`")]
+    UnknownAgent(String),
+    #[error("agent `{agent}`: unknown layer `{key}`")]
+    UnknownLayer { agent: String, key: String },
+    #[error("agent `{agent}` is misconfigured: {reason}")]
+    Misconfigured { agent: String, reason: String },
+    #[error("rejected: {0}")]
+    Rejected(String),
+    #[error("input does not match agent `{agent}`'s input_schema at `{pointer}`: {reason}")]
+    InvalidInput {
+        agent: String,
+        /// JSON pointer of the first failing value; empty for the input itself.
+        pointer: String,
+        reason: String,
+    },
+    #[error("no live operator session for `{0}`")]
+    NoOperator(String),
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+    #[error("spawn failed: {0}")]
+    Failed(String),
+    #[error("spawn failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Why a worker ended without a usable result. The text becomes the
+/// attempt's reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerError {
+    #[error("{0}")]
+    Failed(String),
+    #[error("cancelled")]
+    Cancelled,
+    #[error("timed out")]
+    TimedOut,
 }

@@ -15,10 +15,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::budget::OverBudget;
+use crate::error::EngineError;
 use crate::ids::{IdMap, TaskId};
 use crate::outcome::Stopped;
-use crate::task::{AttemptRecord, ProcessGroupMark, SpawnerKind, Task};
+use crate::task::{AttemptRecord, OverBudget, ProcessGroupMark, SpawnerKind, Task};
 use crate::usage::AttemptUsage;
 
 const SHARDS: usize = 64;
@@ -151,6 +151,23 @@ pub(crate) struct TaskState {
     /// When the task began waiting for somewhere to run (unix ms), while
     /// the resolver says its next attempt cannot start.
     pub waiting_since_ms: Option<u64>,
+}
+
+impl TaskState {
+    /// Refuses writes to an attempt that is not the task's open, current
+    /// one.
+    pub(crate) fn check_open(&self, attempt: u32) -> Result<(), EngineError> {
+        if self.task.status().is_terminal() {
+            return Err(EngineError::TaskTerminal);
+        }
+        match self.run.as_ref() {
+            Some(run) if run.attempt == attempt && run.open => Ok(()),
+            _ => Err(EngineError::AttemptSuperseded {
+                attempt,
+                current: self.task.attempt,
+            }),
+        }
+    }
 }
 
 #[derive(Debug)]

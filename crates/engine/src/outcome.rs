@@ -8,9 +8,7 @@ use swarmd_output_store::{OutputEvent, OutputRecord};
 pub use swarmd_types::output::content_value;
 
 use crate::error::EngineError;
-use crate::ids::AttemptId;
-use crate::output::Appends;
-use crate::spawn::WorkerError;
+use crate::error::WorkerError;
 use crate::task::{AttemptOutcome, TaskResult};
 
 /// How an attempt ended, as far as deciding it goes.
@@ -113,41 +111,6 @@ impl AttemptEnd {
                 without_final(AttemptOutcome::Failed, "budget_exceeded".to_owned())
             }
         }
-    }
-}
-
-impl Appends<'_> {
-    /// How an attempt whose worker's join returned `joined` ended: a worker
-    /// that completed is judged by the tail's last Final, a worker the
-    /// engine stopped by the reason it stopped it. Past a budget, the
-    /// attempt fails whatever its worker did.
-    pub(crate) async fn attempt_end(
-        &self,
-        id: AttemptId,
-        joined: Result<(), WorkerError>,
-    ) -> AttemptEnd {
-        if self.stopped(id) == Some(Stopped::OverBudget) {
-            return AttemptEnd::OverBudget;
-        }
-        match joined {
-            Ok(()) => AttemptEnd::Finished(self.last_final(id).await),
-            Err(WorkerError::Cancelled) => match self.stopped(id) {
-                Some(stopped) => stopped.end(),
-                None => AttemptEnd::WorkerFailed(WorkerError::Cancelled),
-            },
-            Err(error) => AttemptEnd::WorkerFailed(error),
-        }
-    }
-
-    /// Why the engine stopped the worker of this live attempt, if it did.
-    fn stopped(&self, id: AttemptId) -> Option<Stopped> {
-        let cell = self.held.live.get(&id.task)?;
-        let state = cell.lock();
-        state
-            .run
-            .as_ref()
-            .filter(|run| run.attempt == id.n)
-            .and_then(|run| run.stopped)
     }
 }
 

@@ -20,14 +20,14 @@ use std::time::Instant;
 use swarmd_output_store::{Durable, OutputEvent, OutputRecord, Prepared};
 
 use crate::budget::fold_usage;
-use crate::error::EngineError;
+use crate::error::{EngineError, WorkerError};
 use crate::event::Event;
 use crate::held::Held;
 use crate::ids::{AttemptId, SessionId};
 use crate::ledger::Ledger;
 use crate::live::{RunState, TaskState};
 use crate::metrics::EngineStats;
-use crate::worker_api::check_open;
+use crate::outcome::{AttemptEnd, Stopped};
 
 /// What appending an attempt's output reaches of the engine: the held
 /// tasks (the attempt's fence and budget), the ledger (the output store and
@@ -52,7 +52,7 @@ impl Appends<'_> {
         let session = {
             let cell = self.held.cell(id.task)?;
             let state = cell.lock();
-            check_open(&state, id.n)?;
+            state.check_open(id.n)?;
             state.task.session
         };
         self.append_and_publish(id, session, producer, events).await
@@ -248,8 +248,43 @@ impl Drop for Counted<'_, '_> {
 }
 
 /// The open run of `attempt`, or why it is not open.
+impl Appends<'_> {
+    /// How an attempt whose worker's join returned `joined` ended: a worker
+    /// that completed is judged by the tail's last Final, a worker the
+    /// engine stopped by the reason it stopped it. Past a budget, the
+    /// attempt fails whatever its worker did.
+    pub(crate) async fn attempt_end(
+        &self,
+        id: AttemptId,
+        joined: Result<(), WorkerError>,
+    ) -> AttemptEnd {
+        if self.stopped(id) == Some(Stopped::OverBudget) {
+            return AttemptEnd::OverBudget;
+        }
+        match joined {
+            Ok(()) => AttemptEnd::Finished(self.last_final(id).await),
+            Err(WorkerError::Cancelled) => match self.stopped(id) {
+                Some(stopped) => stopped.end(),
+                None => AttemptEnd::WorkerFailed(WorkerError::Cancelled),
+            },
+            Err(error) => AttemptEnd::WorkerFailed(error),
+        }
+    }
+
+    /// Why the engine stopped the worker of this live attempt, if it did.
+    fn stopped(&self, id: AttemptId) -> Option<Stopped> {
+        let cell = self.held.live.get(&id.task)?;
+        let state = cell.lock();
+        state
+            .run
+            .as_ref()
+            .filter(|run| run.attempt == id.n)
+            .and_then(|run| run.stopped)
+    }
+}
+
 fn open_run(state: &mut TaskState, attempt: u32) -> Result<&mut RunState, EngineError> {
-    check_open(state, attempt)?;
+    state.check_open(attempt)?;
     state.run.as_mut().ok_or(EngineError::TaskTerminal)
 }
 

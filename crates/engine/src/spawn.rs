@@ -16,6 +16,7 @@ use swarmd_output_store::{OutputEvent, OutputRecord};
 
 use crate::audit::AuditRecord;
 use crate::error::EngineError;
+pub use crate::error::{SpawnError, WorkerError};
 use crate::event::Event;
 use crate::ids::{AttemptId, SessionId, TaskId, WorkerId};
 use crate::outcome::Verdict;
@@ -104,46 +105,6 @@ impl fmt::Debug for WorkerCredential {
             .field("expires_secs", &self.expires_secs)
             .finish()
     }
-}
-
-/// Why an attempt could not be started, or an agent could not be linked.
-#[derive(Debug, thiserror::Error)]
-pub enum SpawnError {
-    #[error("unknown agent `{0}`")]
-    UnknownAgent(String),
-    #[error("agent `{agent}`: unknown layer `{key}`")]
-    UnknownLayer { agent: String, key: String },
-    #[error("agent `{agent}` is misconfigured: {reason}")]
-    Misconfigured { agent: String, reason: String },
-    #[error("rejected: {0}")]
-    Rejected(String),
-    #[error("input does not match agent `{agent}`'s input_schema at `{pointer}`: {reason}")]
-    InvalidInput {
-        agent: String,
-        /// JSON pointer of the first failing value; empty for the input itself.
-        pointer: String,
-        reason: String,
-    },
-    #[error("no live operator session for `{0}`")]
-    NoOperator(String),
-    #[error("the engine is shutting down")]
-    ShuttingDown,
-    #[error("spawn failed: {0}")]
-    Failed(String),
-    #[error("spawn failed: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-/// Why a worker ended without a usable result. The text becomes the
-/// attempt's reason.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WorkerError {
-    #[error("{0}")]
-    Failed(String),
-    #[error("cancelled")]
-    Cancelled,
-    #[error("timed out")]
-    TimedOut,
 }
 
 /// A running attempt. `join` is a completion signal only: results travel

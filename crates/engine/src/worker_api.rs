@@ -109,20 +109,6 @@ pub fn body_digest(body: &[u8]) -> [u8; 32] {
     Sha256::digest(body).into()
 }
 
-/// Refuses writes to an attempt that is not the task's open, current one.
-pub(crate) fn check_open(state: &TaskState, attempt: u32) -> Result<(), EngineError> {
-    if state.task.status().is_terminal() {
-        return Err(EngineError::TaskTerminal);
-    }
-    match state.run.as_ref() {
-        Some(run) if run.attempt == attempt && run.open => Ok(()),
-        _ => Err(EngineError::AttemptSuperseded {
-            attempt,
-            current: state.task.attempt,
-        }),
-    }
-}
-
 /// What the worker-side operations reach of the engine: the held tasks
 /// and their handles, the ledger, the token authority, the clock and the
 /// configuration and the counters; output is appended through the
@@ -230,7 +216,7 @@ impl<'a> Workers<'a> {
     ) -> Result<Option<crate::ids::SessionId>, EngineError> {
         let cell = self.held.cell(task_id)?;
         let mut state = cell.lock();
-        check_open(&state, attempt)?;
+        state.check_open(attempt)?;
         self.touch(&mut state, attempt);
         Ok(state.task.session)
     }
@@ -351,7 +337,7 @@ impl Workers<'_> {
         let (deadline, current_exp, verbs) = {
             let cell = self.held.cell(task_id)?;
             let mut state = cell.lock();
-            check_open(&state, auth.attempt.n)?;
+            state.check_open(auth.attempt.n)?;
             let deadline = self.touch(&mut state, auth.attempt.n);
             let run = state.run.as_ref().ok_or(EngineError::TaskTerminal)?;
             // A token's holder renews by its own token's expiry: a token
@@ -417,7 +403,7 @@ impl Workers<'_> {
         let verbs = {
             let cell = self.held.cell(task_id)?;
             let state = cell.lock();
-            check_open(&state, attempt)?;
+            state.check_open(attempt)?;
             state
                 .run
                 .as_ref()

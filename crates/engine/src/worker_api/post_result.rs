@@ -10,7 +10,7 @@ use futures_util::FutureExt;
 use swarmd_output_store::{ContentRef, Durable, OutputEvent, StoreError};
 use tokio::sync::oneshot;
 
-use super::{ResultAck, ResultPost, WorkerAuth, Workers, check_open};
+use super::{ResultAck, ResultPost, WorkerAuth, Workers};
 use crate::error::EngineError;
 use crate::ids::{SessionId, TaskId};
 use crate::live::{FinalOutcome, FinalWrite, PostedClaim, PostedFinal, TaskCell};
@@ -77,7 +77,7 @@ impl Workers<'_> {
         {
             return Err(Claim::Replay(first.clone()));
         }
-        check_open(&state, attempt).map_err(Claim::Closed)?;
+        state.check_open(attempt).map_err(Claim::Closed)?;
         self.touch(&mut state, attempt);
         let (queued, receiver) = oneshot::channel();
         let outcome = final_outcome(receiver);

@@ -8,7 +8,9 @@ on a test feature (`testing.rs`, the store `conformance` cases) and inline
 set of a crate's top-level modules (files and folders directly under
 `src/`), linked by the `crate::name` paths their production code (not its
 comments) uses.
-Usage: scripts/crate-shape.py [CRATES_DIR]  (default: crates)
+With `--check`, exits 1 when a crate passes issue 29's bounds: more than
+12 000 production lines, or a circle of more than 3 modules.
+Usage: scripts/crate-shape.py [--check] [CRATES_DIR]  (default: crates)
 """
 
 import os
@@ -105,8 +107,15 @@ def crate_shape(src_dir):
     return lines, largest_circle(graph)
 
 
+MAX_LINES = 12_000
+MAX_CIRCLE = 3
+
+
 def main():
-    crates = sys.argv[1] if len(sys.argv) > 1 else "crates"
+    args = sys.argv[1:]
+    check = "--check" in args
+    args = [a for a in args if a != "--check"]
+    crates = args[0] if args else "crates"
     rows = []
     for crate in sorted(os.listdir(crates)):
         src = os.path.join(crates, crate, "src")
@@ -117,6 +126,18 @@ def main():
     for lines, crate, circle in sorted(rows, reverse=True):
         shown = f"{len(circle)}: {' '.join(circle)}" if len(circle) > 1 else "none"
         print(f"{crate:14} {lines:6}  {shown}")
+    over = [
+        crate
+        for lines, crate, circle in rows
+        if lines > MAX_LINES or len(circle) > MAX_CIRCLE
+    ]
+    if check and over:
+        print(
+            f"over {MAX_LINES} production lines or a circle of more than "
+            f"{MAX_CIRCLE}: {' '.join(sorted(over))}",
+            file=sys.stderr,
+        )
+        sys.exit(1)
 
 
 if __name__ == "__main__":

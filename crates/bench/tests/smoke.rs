@@ -2,10 +2,12 @@
 //! asserting that every workload finished without an error (not speed).
 //!
 //! The daemon is `$SWARMD_BIN`, else `swarmd` in the workspace's target
-//! directory (`$CARGO_TARGET_DIR` or `target/`, debug profile). Cargo cannot
-//! build another package's binary for this test, so build it first
-//! (`cargo build -p swarmd-server`); without it the test says so and passes,
-//! except under CI (`CI` set), where a missing daemon is a failure.
+//! directory (`$CARGO_TARGET_DIR` or `target/`, debug profile). Cargo builds
+//! it before any test runs when the server's tests are in the same run (the
+//! README's `cargo test --workspace`); alone (`cargo test -p swarmd-bench`),
+//! build it first (`cargo build -p swarmd-server`). Without it the test says
+//! so and passes, except under CI (`CI` set), where a missing daemon is a
+//! failure.
 
 #![allow(
     clippy::disallowed_methods,
@@ -37,7 +39,7 @@ fn the_smoke_run_finishes_every_workload_without_errors() {
     let Some(daemon) = daemon_binary() else {
         assert!(
             std::env::var_os("CI").is_none(),
-            "CI must build the daemon before the smoke run (cargo build -p swarmd-server)"
+            "CI must build the daemon before the smoke run (cargo test --workspace builds it)"
         );
         eprintln!(
             "SKIPPED: no swarmd binary; run `cargo build -p swarmd-server` first or set SWARMD_BIN"

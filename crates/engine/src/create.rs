@@ -13,6 +13,7 @@ use crate::event::Event;
 use crate::ids::{SessionId, TaskId};
 use crate::ledger::Committing;
 use crate::live::TaskCell;
+use crate::runs::check_run_ops;
 use crate::store::{KeyClaim, WriteOp};
 use crate::task::{Policy, Task, TaskSpec};
 use crate::worker_api::WorkerAuth;
@@ -281,21 +282,6 @@ fn same_request(task: &Task, retry: &Task) -> bool {
         && task.operator_sid == retry.operator_sid
         && task.continued_from == retry.continued_from
         && task.policy == retry.policy
-}
-
-/// Refuses any op but a flow run's or a flow document's: every other
-/// record is written by the engine's own paths, under their locks.
-pub(crate) fn check_run_ops(ops: &[WriteOp]) -> Result<(), EngineError> {
-    if ops
-        .iter()
-        .all(|op| matches!(op, WriteOp::PutRun(_) | WriteOp::PutFlow(_)))
-    {
-        Ok(())
-    } else {
-        Err(EngineError::BadRequest(
-            "only PutRun and PutFlow ops ride with a run's write".to_owned(),
-        ))
-    }
 }
 
 fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {

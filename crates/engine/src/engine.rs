@@ -35,7 +35,7 @@ use crate::store::{SessionRecord, TaskFilter, WriteOp};
 use crate::task::TaskSpec;
 use crate::task::{AttemptRecord, Task};
 use crate::worker_api::{HeartbeatAck, Prompt, ResultAck, ResultPost, WorkerAuth};
-use crate::{create, recovery, retention};
+use crate::{create, recovery};
 use crate::{runs, worker_api};
 use swarmd_output_store::BlobSweep;
 
@@ -467,13 +467,40 @@ impl Engine {
     }
 
     /// The retention loop: runs `prune(keep)` every `every` until the engine
-    /// shuts down. The caller spawns it where it tracks its background tasks.
+    /// shuts down. The caller spawns it where it tracks its background tasks;
+    /// the loop outlives that call, so it holds a clone of the engine.
     pub fn retention_loop(
         &self,
         keep: Duration,
         every: Duration,
     ) -> impl Future<Output = ()> + Send + 'static {
-        retention::retention_loop(self, keep, every)
+        let engine = self.clone();
+        let shutdown = self.inner.shutdown.clone();
+        async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut swept_since_start = false;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                match engine.prune(keep).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        swept_since_start = true;
+                        tracing::info!(pruned = n, "retention pruned terminal tasks");
+                    }
+                    Err(error) => tracing::warn!(%error, "retention run failed"),
+                }
+                if !swept_since_start {
+                    match engine.sweep_blobs().await {
+                        Ok(_) => swept_since_start = true,
+                        Err(error) => tracing::warn!(%error, "blob sweep failed"),
+                    }
+                }
+            }
+        }
     }
 
     /// Appends `events`, none of them a Final, to attempt `id`'s tail, open

@@ -1,6 +1,7 @@
-//! The engine's error type. Each variant says what kind of failure it is
-//! through its `ErrorCode`, which the server answers HTTP and WebSocket
-//! clients with.
+//! The engine's error types: `EngineError`, which every engine operation
+//! returns and whose variants say what kind of failure they are through
+//! their `ErrorCode` (what the server answers HTTP and WebSocket clients
+//! with), and the spawners' `SpawnError` and `WorkerError` it wraps.
 
 use swarmd_output_store::StoreError;
 

@@ -247,7 +247,6 @@ impl Drop for Counted<'_, '_> {
     }
 }
 
-/// The open run of `attempt`, or why it is not open.
 impl Appends<'_> {
     /// How an attempt whose worker's join returned `joined` ended: a worker
     /// that completed is judged by the tail's last Final, a worker the
@@ -283,6 +282,7 @@ impl Appends<'_> {
     }
 }
 
+/// The open run of `attempt`, or why it is not open.
 fn open_run(state: &mut TaskState, attempt: u32) -> Result<&mut RunState, EngineError> {
     state.check_open(attempt)?;
     state.run.as_mut().ok_or(EngineError::TaskTerminal)

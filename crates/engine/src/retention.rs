@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use swarmd_output_store::BlobSweep;
 
-use crate::Engine;
 use crate::auth::TokenAuthority;
 use crate::clock::Clock;
 use crate::error::EngineError;
@@ -78,41 +77,6 @@ impl Retention<'_> {
             );
         }
         Ok(sweep)
-    }
-}
-
-/// The loop outlives the call that starts it, so it holds the engine.
-pub(crate) fn retention_loop(
-    engine: &Engine,
-    keep: Duration,
-    every: Duration,
-) -> impl Future<Output = ()> + Send + 'static {
-    let engine = engine.clone();
-    let shutdown = engine.inner.shutdown.clone();
-    async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut swept_since_start = false;
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.cancelled() => return,
-            }
-            match engine.prune(keep).await {
-                Ok(0) => {}
-                Ok(n) => {
-                    swept_since_start = true;
-                    tracing::info!(pruned = n, "retention pruned terminal tasks");
-                }
-                Err(error) => tracing::warn!(%error, "retention run failed"),
-            }
-            if !swept_since_start {
-                match engine.sweep_blobs().await {
-                    Ok(_) => swept_since_start = true,
-                    Err(error) => tracing::warn!(%error, "blob sweep failed"),
-                }
-            }
-        }
     }
 }
 

@@ -4,7 +4,6 @@
 //! (`Engine::create_task_with`, in `create`); the façade reads them back
 //! from the store.
 
-use crate::create::check_run_ops;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::SessionId;
@@ -23,6 +22,21 @@ pub(crate) async fn write_run(
         return Ok(());
     }
     ledger.submit_and_wait(ops, events).await
+}
+
+/// Refuses any op but a flow run's or a flow document's: every other
+/// record is written by the engine's own paths, under their locks.
+pub(crate) fn check_run_ops(ops: &[WriteOp]) -> Result<(), EngineError> {
+    if ops
+        .iter()
+        .all(|op| matches!(op, WriteOp::PutRun(_) | WriteOp::PutFlow(_)))
+    {
+        Ok(())
+    } else {
+        Err(EngineError::BadRequest(
+            "only PutRun and PutFlow ops ride with a run's write".to_owned(),
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,15 @@ use swarmd_engine::ids::ReqId;
 use swarmd_spawner::operator::{HookAck, SpawnFrame, SpawnReply};
 pub use swarmd_wire::{CLIENT_TYPES, ClientFrame, ServerFrame, SpawnTaskFrame};
 
-use crate::{Reply, report_internal};
+use crate::report_internal;
+
+/// A client's reply to a server request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Spawn(SpawnReply),
+    Answer(Value),
+    Hook(HookAck),
+}
 
 /// A frame as the text of a WebSocket message.
 pub fn encode(frame: &ServerFrame) -> Utf8Bytes {

@@ -55,11 +55,12 @@ pub use cluster::homes::CatchUps;
 pub use cluster::peers::{MailWake, RoleHold, SessionPeers};
 pub use delivery::Delivery;
 pub use error::SessionError;
+pub use frames::Reply;
 pub use outbox::{
     Attachment, Batch, CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn,
     Reservation,
 };
-pub use pending::{Expects, Pending, Relayed, Reply, ReplyError, Waiter};
+pub use pending::{Expects, Pending, Relayed, ReplyError, Waiter};
 pub use session::{Polling, Session, SessionSummary};
 
 /// The one internal-error path of HTTP and WebSocket answers: logs `error`

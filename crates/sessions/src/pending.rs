@@ -16,6 +16,8 @@ use swarmd_spawner::operator::{HookAck, SpawnReply};
 use swarmd_types::cluster::NodeId;
 use tokio::sync::oneshot;
 
+use crate::frames::Reply;
+
 const MIN_PRUNE_AT: usize = 64;
 
 /// Who waits for a reply, and for which kind.
@@ -73,14 +75,6 @@ impl Waiter {
             Expects::Hook => "hook_ack",
         }
     }
-}
-
-/// A client's reply to a server request.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reply {
-    Spawn(SpawnReply),
-    Answer(Value),
-    Hook(HookAck),
 }
 
 /// Why a reply completed nothing.

@@ -26,9 +26,9 @@ use swarmd_types::cluster::NodeId;
 
 use super::delivery::Delivery;
 use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing};
-use super::pending::{Pending, Reply, ReplyError};
+use super::pending::{Pending, ReplyError};
 use crate::dialect::Dialect;
-use crate::frames::ServerFrame;
+use crate::frames::{Reply, ServerFrame};
 
 /// One session as `GET /v1/operators` lists it.
 #[derive(Debug, Clone, Serialize, PartialEq)]

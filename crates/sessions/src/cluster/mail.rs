@@ -11,8 +11,8 @@ use swarmd_engine::WorkerCredential;
 use swarmd_engine::ids::{AttemptId, TaskId};
 use swarmd_spawner::operator::{HookAck, HookRequest, SpawnFrame, SpawnReply, SpawnWorktree};
 
+use crate::frames::Reply;
 use crate::outbox::FrameClass;
-use crate::pending::Reply;
 
 /// Mail kinds.
 pub(crate) const SPAWN: &str = "spawn";

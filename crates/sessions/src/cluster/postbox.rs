@@ -15,7 +15,8 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::mail::{self, REPLY};
 use super::peers::SessionPeers;
-use crate::pending::{Relayed, Reply};
+use crate::frames::Reply;
+use crate::pending::Relayed;
 use crate::{Session, SessionRegistry};
 
 /// The first and the longest wait before a failed mail write is tried

@@ -7,7 +7,9 @@ on a test feature (`testing.rs`, the store `conformance` cases) and inline
 `#[cfg(test)] mod … { … }` blocks. A circle: the largest strongly connected
 set of a crate's top-level modules (files and folders directly under
 `src/`), linked by the `crate::name` paths their production code (not its
-comments) uses.
+comments) uses, grouped ones (`use crate::{a, b}`) included; a path to an
+item the crate root re-exports from a module (`crate::Engine`, defined in
+`engine`) links to that module.
 With `--check`, exits 1 when a crate passes issue 29's bounds: more than
 12 000 production lines, or a circle of more than 3 modules.
 Usage: scripts/crate-shape.py [--check] [CRATES_DIR]  (default: crates)
@@ -82,12 +84,61 @@ def largest_circle(graph):
     return sorted(best)
 
 
+def group_heads(code, start):
+    """The first segment of each path in the `{...}` opening at `start`."""
+    depth, item, heads = 0, "", []
+    for ch in code[start:]:
+        if ch == "{":
+            depth += 1
+            if depth == 1:
+                continue
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                break
+        if depth == 1 and ch == ",":
+            heads.append(item)
+            item = ""
+        else:
+            item += ch
+    heads.append(item)
+    return [m.group(0) for h in heads if (m := re.match(r"\w+", h.strip()))]
+
+
+def crate_paths(code):
+    """The first segment after every `crate::` in `code`."""
+    for m in re.finditer(r"crate::(\{|\w+)", code):
+        if m.group(1) == "{":
+            yield from group_heads(code, m.start(1))
+        else:
+            yield m.group(1)
+
+
+def reexports(src_dir, tops):
+    """Items the crate root re-exports from one of its modules: name -> module."""
+    owners = {}
+    for root_file in ("lib.rs", "main.rs"):
+        path = os.path.join(src_dir, root_file)
+        if not os.path.isfile(path):
+            continue
+        code = open(path, encoding="utf-8").read()
+        for m in re.finditer(r"pub(?:\(crate\))? use (\w+)::(\{[^;]*\}|\w+)", code):
+            module, items = m.group(1), m.group(2)
+            if module not in tops:
+                continue
+            names = group_heads(items, 0) if items.startswith("{") else [items]
+            for name in names:
+                owners.setdefault(name, module)
+    return owners
+
+
 def crate_shape(src_dir):
     tops = {
         n[:-3] if n.endswith(".rs") else n
         for n in os.listdir(src_dir)
         if n.endswith(".rs") or os.path.isdir(os.path.join(src_dir, n))
     } - {"lib", "main"}
+    owners = reexports(src_dir, tops)
     lines, graph = 0, {t: set() for t in tops}
     for root, _, files in os.walk(src_dir):
         for name in files:
@@ -101,8 +152,9 @@ def crate_shape(src_dir):
             if top not in tops:
                 continue
             code = "\n".join(l for l in kept if not l.lstrip().startswith("//"))
-            for used in re.findall(r"crate::(\w+)", code):
-                if used in tops and used != top:
+            for used in crate_paths(code):
+                used = used if used in tops else owners.get(used)
+                if used is not None and used != top:
                     graph[top].add(used)
     return lines, largest_circle(graph)
 
@@ -114,7 +166,7 @@ MAX_CIRCLE = 3
 def main():
     args = sys.argv[1:]
     check = "--check" in args
-    args = [a for a in args if a != "--check"]
+    args = [a for a in args if not a.startswith("--")]
     crates = args[0] if args else "crates"
     rows = []
     for crate in sorted(os.listdir(crates)):

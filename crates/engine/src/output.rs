@@ -80,6 +80,39 @@ impl Appends<'_> {
             .await?)
     }
 
+    /// How an attempt whose worker's join returned `joined` ended: a worker
+    /// that completed is judged by the tail's last Final, a worker the
+    /// engine stopped by the reason it stopped it. Past a budget, the
+    /// attempt fails whatever its worker did.
+    pub(crate) async fn attempt_end(
+        &self,
+        id: AttemptId,
+        joined: Result<(), WorkerError>,
+    ) -> AttemptEnd {
+        if self.stopped(id) == Some(Stopped::OverBudget) {
+            return AttemptEnd::OverBudget;
+        }
+        match joined {
+            Ok(()) => AttemptEnd::Finished(self.last_final(id).await),
+            Err(WorkerError::Cancelled) => match self.stopped(id) {
+                Some(stopped) => stopped.end(),
+                None => AttemptEnd::WorkerFailed(WorkerError::Cancelled),
+            },
+            Err(error) => AttemptEnd::WorkerFailed(error),
+        }
+    }
+
+    /// Why the engine stopped the worker of this live attempt, if it did.
+    fn stopped(&self, id: AttemptId) -> Option<Stopped> {
+        let cell = self.held.live.get(&id.task)?;
+        let state = cell.lock();
+        state
+            .run
+            .as_ref()
+            .filter(|run| run.attempt == id.n)
+            .and_then(|run| run.stopped)
+    }
+
     /// Appends output events of the open attempt, publishes them, and
     /// resolves once they are durable.
     pub(crate) async fn append_and_publish(
@@ -244,41 +277,6 @@ struct Counted<'a, 'b> {
 impl Drop for Counted<'_, '_> {
     fn drop(&mut self) {
         self.appends.uncount_output(self.id, self.bytes);
-    }
-}
-
-impl Appends<'_> {
-    /// How an attempt whose worker's join returned `joined` ended: a worker
-    /// that completed is judged by the tail's last Final, a worker the
-    /// engine stopped by the reason it stopped it. Past a budget, the
-    /// attempt fails whatever its worker did.
-    pub(crate) async fn attempt_end(
-        &self,
-        id: AttemptId,
-        joined: Result<(), WorkerError>,
-    ) -> AttemptEnd {
-        if self.stopped(id) == Some(Stopped::OverBudget) {
-            return AttemptEnd::OverBudget;
-        }
-        match joined {
-            Ok(()) => AttemptEnd::Finished(self.last_final(id).await),
-            Err(WorkerError::Cancelled) => match self.stopped(id) {
-                Some(stopped) => stopped.end(),
-                None => AttemptEnd::WorkerFailed(WorkerError::Cancelled),
-            },
-            Err(error) => AttemptEnd::WorkerFailed(error),
-        }
-    }
-
-    /// Why the engine stopped the worker of this live attempt, if it did.
-    fn stopped(&self, id: AttemptId) -> Option<Stopped> {
-        let cell = self.held.live.get(&id.task)?;
-        let state = cell.lock();
-        state
-            .run
-            .as_ref()
-            .filter(|run| run.attempt == id.n)
-            .and_then(|run| run.stopped)
     }
 }
 

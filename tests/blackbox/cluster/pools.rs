@@ -1,5 +1,6 @@
 //! A worker pool given one node of a cluster finds the others, at their
-//! own URLs or (`--through-server`) through the node given; given every
+//! own URLs or (`--through-server`) through the node given; given a load
+//! balancer, through it, naming each node, with no flag; given every
 //! node (`--server` once per node), it runs the remote
 //! attempts each node queues within its one `--concurrency`, an attempt
 //! claimed beyond its slots waits with its lease renewed, and when a node
@@ -253,11 +254,11 @@ async fn a_pool_behind_a_load_balancer_runs_every_nodes_remote_attempts() {
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
     let balancer = round_robin(vec![a.base.clone(), b.base.clone()]).await;
     let token = mint(a, &["remote"]);
-    // The pool is given the balancer alone: each of its connections lands
-    // on either node, and each claim and heartbeat names its node.
+    // The pool is given the balancer alone, with no flag: each of its
+    // connections lands on either node, and since the balancer's URL is
+    // neither node's, each claim and heartbeat names its node.
     let setup = Setup {
         server: Some(&balancer),
-        args: vec!["--through-server".to_owned()],
         ..Setup::default()
     };
     let pool = Pool::start_with(a, &token, "remote", "pool-lb", 2, setup).await;

@@ -51,15 +51,16 @@ pub enum WorkerCommand {
 #[derive(Debug, Clone, Args)]
 pub struct PoolArgs {
     /// A daemon's URL (http://host:port, or https://host:port behind a
-    /// TLS-terminating proxy). One node of a cluster is enough: the pool
-    /// claims from every live node it names, at its advertised URL (or
-    /// through this URL with `--through-server`). Repeatable, up to 16.
+    /// TLS-terminating proxy). One node of a cluster, or a load balancer
+    /// in front of it, is enough: the pool claims from every live node it
+    /// names, at its advertised URL, or through this URL when it is none
+    /// of theirs (or with `--through-server`). Repeatable, up to 16.
     #[arg(long, value_name = "URL", required = true)]
     pub server: Vec<String>,
-    /// Reach every node of the cluster through the --server URL (a load
-    /// balancer, or one node), which forwards each claim to the node it
-    /// names, instead of at the node's advertised URL: for a pool that can
-    /// reach the cluster only through one address.
+    /// Reach every node of the cluster through the --server URL, which
+    /// forwards each claim to the node it names, even when that URL is a
+    /// node's advertised one: for a pool that can reach the cluster only
+    /// through one node, or that is given several URLs, one a balancer.
     #[arg(long)]
     pub through_server: bool,
     /// The remote agent whose attempts this pool runs.

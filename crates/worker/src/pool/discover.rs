@@ -1,15 +1,20 @@
 //! Finding a cluster's nodes from the daemons a pool is given: each
 //! answers `GET /v1/pool/nodes` with every live node's id and advertised
-//! URL. The pool asks at start and again every `PoolOptions::rediscover`,
-//! so a node that joins later is claimed from too; a node already known,
+//! URL. The pool asks at start (again, with backoff, until one answers)
+//! and every `PoolOptions::rediscover` after, so a node that joins later
+//! is claimed from too; a node already known,
 //! or past [`MAX_SERVERS`] in all, is not added again. A daemon that
 //! cannot say (unreachable now, outside a cluster, older) adds nothing;
 //! its claims report what is wrong with it.
 //!
-//! A node is reached at its advertised URL, or, with
-//! `PoolOptions::through`, through the daemon that named it (a load
-//! balancer, or one node), its claims and heartbeats naming it in
-//! `x-swarmd-node`: then the pool needs no route to any node's own URL.
+//! A node is reached at its advertised URL, or through the daemon that
+//! named it, its claims and heartbeats naming it in `x-swarmd-node`: with
+//! `PoolOptions::through` for every daemon given (then the pool needs no
+//! route to any node's own URL), and without it for a daemon given that is
+//! a front: one whose URL is none of the nodes' it names (a load balancer,
+//! or another name for a node). A claim sent to a front without naming a
+//! node would land on whichever node it picks, and the attempt's heartbeats
+//! on others, which do not know it.
 //! When several daemons given name one node, the others are tried in
 //! turn while the one in use cannot be reached.
 
@@ -115,9 +120,20 @@ async fn ask(options: &PoolOptions, url: &str) -> Result<NodesAnswer, ClientErro
     decode::<NodesAnswer>(url, answer)
 }
 
+/// Whether the daemon at `url` is a front for the cluster its answer
+/// names: it names nodes, and none of them at `url`.
+fn fronts(url: &str, answer: &NodesAnswer) -> bool {
+    let url = url.trim_end_matches('/');
+    !answer.members.is_empty()
+        && !answer
+            .members
+            .iter()
+            .any(|m| m.url.trim_end_matches('/') == url)
+}
+
 /// Where the nodes `url`'s answer names are reached.
 fn places(options: &PoolOptions, url: &str, answer: NodesAnswer) -> Vec<Place> {
-    if options.through {
+    if options.through || fronts(url, &answer) {
         answer
             .members
             .into_iter()
@@ -150,30 +166,27 @@ pub(super) async fn new_nodes(options: &PoolOptions, have: &[Place]) -> Vec<Plac
     found
 }
 
-/// Where the pool claims at start. Each daemon given is claimed from at
-/// its URL, and the nodes it names at theirs. With `through`, each node a
-/// given daemon names is claimed from through that daemon instead, and a
-/// given daemon that names none (outside a cluster) at its own URL; until
-/// one of them answers, the pool asks again with backoff (claiming
-/// through a load balancer without naming the node would reach whichever
-/// node it picks), and a refused token ends it.
+/// Where the pool claims at start, and how many of those places, first,
+/// are daemons given (the rest are learned). The pool asks the daemons
+/// given, again with backoff until one answers (claiming through a load
+/// balancer without naming the node would reach whichever node it picks);
+/// a refused token ends it. Then each daemon given is claimed from at its
+/// URL, and the nodes it names at theirs; but each node a front names (see
+/// [`fronts`]) is claimed from through the front, never the front as it
+/// is, and a daemon given that did not answer is claimed from as it is.
+/// With `through`, each node a daemon given names is claimed from through
+/// that daemon, one that names none (outside a cluster) at its own URL,
+/// and one that did not answer not until it does (`follow`).
 pub(super) async fn first_places(
     options: &PoolOptions,
     stop: &CancellationToken,
-) -> Result<Vec<Place>, PoolError> {
-    if !options.through {
-        let mut given: Vec<Place> = options.servers.iter().map(|u| Place::at(u)).collect();
-        let found = new_nodes(options, &given).await;
-        given.extend(found);
-        return Ok(given);
-    }
+) -> Result<(Vec<Place>, usize), PoolError> {
     let mut backoff = FIRST_BACKOFF;
     loop {
-        let mut found: Vec<Place> = Vec::new();
-        let mut answered = false;
+        let mut answers = Vec::new();
         for url in &options.servers {
-            let answer = match ask(options, url).await {
-                Ok(answer) => answer,
+            match ask(options, url).await {
+                Ok(answer) => answers.push((url, Some(answer))),
                 Err(
                     error @ ClientError::Status {
                         status: 401 | 403, ..
@@ -181,36 +194,71 @@ pub(super) async fn first_places(
                 ) => {
                     return Err(PoolError::Refused(error));
                 }
+                // A daemon that predates the route names no nodes.
+                Err(ClientError::Status { status: 404, .. }) => answers.push((
+                    url,
+                    Some(NodesAnswer {
+                        nodes: Vec::new(),
+                        members: Vec::new(),
+                    }),
+                )),
                 Err(error) => {
                     tracing::warn!(%url, %error, retry_in_ms = backoff.as_millis(), "cannot learn the cluster's nodes");
-                    continue;
-                }
-            };
-            answered = true;
-            let named = places(options, url, answer);
-            let named = if named.is_empty() {
-                vec![Place::at(url)]
-            } else {
-                named
-            };
-            for place in named {
-                let node = place.node.clone();
-                if gather(&[], &mut found, place)
-                    && let Some(node) = node
-                {
-                    tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
+                    answers.push((url, None));
                 }
             }
         }
-        if answered {
-            return Ok(found);
+        if answers.iter().any(|(_, answer)| answer.is_some()) {
+            return Ok(arrange(options, answers));
         }
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
-            () = stop.cancelled() => return Ok(Vec::new()),
+            () = stop.cancelled() => return Ok((Vec::new(), 0)),
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// The places of `first_places` from each daemon given and its answer,
+/// if it gave one: the daemons given claimed from as they are first, then
+/// the nodes learned.
+fn arrange(
+    options: &PoolOptions,
+    answers: Vec<(&String, Option<NodesAnswer>)>,
+) -> (Vec<Place>, usize) {
+    let mut given: Vec<Place> = Vec::new();
+    if !options.through {
+        given = answers
+            .iter()
+            .filter(|(url, answer)| !answer.as_ref().is_some_and(|a| fronts(url, a)))
+            .map(|(url, _)| Place::at(url))
+            .collect();
+    }
+    let mut found: Vec<Place> = Vec::new();
+    for (url, answer) in answers {
+        let Some(answer) = answer else { continue };
+        let mut named = places(options, url, answer);
+        if options.through && named.is_empty() {
+            named.push(Place::at(url));
+        }
+        for place in named {
+            let node = place.node.clone();
+            if !gather(&given, &mut found, place) {
+                continue;
+            }
+            match node {
+                Some(node) => {
+                    tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
+                }
+                None => {
+                    tracing::info!(from = %url, node = %found[found.len() - 1].url, "claiming from a node of the cluster too");
+                }
+            }
+        }
+    }
+    let count = given.len();
+    given.extend(found);
+    (given, count)
 }
 
 /// Asks the given daemons for new nodes every `options.rediscover` until
@@ -308,12 +356,47 @@ mod tests {
             ],
         };
         assert_eq!(
-            places(&options(false), "http://lb:1", answer()),
+            places(&options(false), "http://a:1", answer()),
             vec![Place::at("http://a:1"), Place::at("http://b:2")]
         );
         let through = places(&options(true), "http://lb:1", answer());
         assert_eq!(
             through
+                .iter()
+                .map(|p| (p.url.as_str(), p.node.as_deref()))
+                .collect::<Vec<_>>(),
+            [("http://lb:1", Some("n1")), ("http://lb:1", Some("n2"))]
+        );
+    }
+
+    #[test]
+    fn a_daemon_given_whose_url_no_node_has_is_a_front_reached_by_name() {
+        let answer = |a: &str| NodesAnswer {
+            nodes: vec![a.to_owned(), "http://b:2".to_owned()],
+            members: vec![
+                NodeMember {
+                    id: "n1".to_owned(),
+                    url: a.to_owned(),
+                },
+                NodeMember {
+                    id: "n2".to_owned(),
+                    url: "http://b:2".to_owned(),
+                },
+            ],
+        };
+        // A node given is no front, a trailing `/` aside; a balancer is.
+        assert!(!fronts("http://a:1", &answer("http://a:1/")));
+        assert!(fronts("http://lb:1", &answer("http://a:1")));
+        // A daemon outside a cluster (or older) names no node: no front.
+        let outside = NodesAnswer {
+            nodes: Vec::new(),
+            members: Vec::new(),
+        };
+        assert!(!fronts("http://lb:1", &outside));
+        // Without the flag, a front's nodes are named through it.
+        let named = places(&options(false), "http://lb:1", answer("http://a:1"));
+        assert_eq!(
+            named
                 .iter()
                 .map(|p| (p.url.as_str(), p.node.as_deref()))
                 .collect::<Vec<_>>(),

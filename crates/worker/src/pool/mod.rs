@@ -281,14 +281,9 @@ pub async fn run_pool(
     stop: CancellationToken,
     kill: CancellationToken,
 ) -> Result<(), PoolError> {
-    let places = discover::first_places(&options, &stop).await?;
-    // Through a load balancer every node is learned, so each may refuse
-    // alone; otherwise the daemons given come first.
-    let given = if options.through {
-        0
-    } else {
-        options.servers.len()
-    };
+    // The daemons given come first; every node reached through a front
+    // (a load balancer) is learned, so each may refuse alone.
+    let (places, given) = discover::first_places(&options, &stop).await?;
     let daemons = places
         .iter()
         .enumerate()

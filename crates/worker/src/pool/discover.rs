@@ -4,8 +4,8 @@
 //! and every `PoolOptions::rediscover` after, so a node that joins later
 //! is claimed from too; a node already known,
 //! or past [`MAX_SERVERS`] in all, is not added again. A daemon that
-//! cannot say (unreachable now, outside a cluster, older) adds nothing;
-//! its claims report what is wrong with it.
+//! names no node (outside a cluster, or older) is reached as it is; one
+//! that does not answer is not claimed from until it does.
 //!
 //! A node is reached at its advertised URL, or through the daemon that
 //! named it, its claims and heartbeats naming it in `x-swarmd-node`: with
@@ -107,7 +107,8 @@ fn gather(have: &[Place], found: &mut Vec<Place>, place: Place) -> bool {
     }
 }
 
-/// What `url` answers to `GET /v1/pool/nodes`.
+/// What `url` answers to `GET /v1/pool/nodes`; a daemon that predates the
+/// route (`404`) names no node.
 async fn ask(options: &PoolOptions, url: &str) -> Result<NodesAnswer, ClientError> {
     let client = ApiClient::new(url, options.token.clone())?;
     let path = "/v1/pool/nodes";
@@ -116,8 +117,14 @@ async fn ask(options: &PoolOptions, url: &str) -> Result<NodesAnswer, ClientErro
             client.get(path).timeout(DISCOVER_TIMEOUT),
             &client.url(path),
         )
-        .await?;
-    decode::<NodesAnswer>(url, answer)
+        .await;
+    match answer {
+        Err(ClientError::Status { status: 404, .. }) => Ok(NodesAnswer {
+            nodes: Vec::new(),
+            members: Vec::new(),
+        }),
+        answer => decode::<NodesAnswer>(url, answer?),
+    }
 }
 
 /// Whether the daemon at `url` is a front for the cluster its answer
@@ -131,9 +138,12 @@ fn fronts(url: &str, answer: &NodesAnswer) -> bool {
             .any(|m| m.url.trim_end_matches('/') == url)
 }
 
-/// Where the nodes `url`'s answer names are reached.
+/// Where the nodes `url`'s answer names are reached; a daemon that names
+/// none (outside a cluster) is reached as it is.
 fn places(options: &PoolOptions, url: &str, answer: NodesAnswer) -> Vec<Place> {
-    if options.through || fronts(url, &answer) {
+    if answer.members.is_empty() && answer.nodes.is_empty() {
+        vec![Place::at(url)]
+    } else if options.through || fronts(url, &answer) {
         answer
             .members
             .into_iter()
@@ -170,13 +180,13 @@ pub(super) async fn new_nodes(options: &PoolOptions, have: &[Place]) -> Vec<Plac
 /// are daemons given (the rest are learned). The pool asks the daemons
 /// given, again with backoff until one answers (claiming through a load
 /// balancer without naming the node would reach whichever node it picks);
-/// a refused token ends it. Then each daemon given is claimed from at its
-/// URL, and the nodes it names at theirs; but each node a front names (see
-/// [`fronts`]) is claimed from through the front, never the front as it
-/// is, and a daemon given that did not answer is claimed from as it is.
-/// With `through`, each node a daemon given names is claimed from through
-/// that daemon, one that names none (outside a cluster) at its own URL,
-/// and one that did not answer not until it does (`follow`).
+/// a refused token ends it. Then each daemon given that answered is
+/// claimed from at its URL, and the nodes it names at theirs; but each
+/// node a front names (see [`fronts`]) is claimed from through the front,
+/// never the front as it is. With `through`, each node a daemon given
+/// names is claimed from through that daemon. Either way a daemon that
+/// names none (outside a cluster) is claimed from at its URL, and one that
+/// has not answered yet is not claimed from until it has (`follow`).
 pub(super) async fn first_places(
     options: &PoolOptions,
     stop: &CancellationToken,
@@ -194,14 +204,6 @@ pub(super) async fn first_places(
                 ) => {
                     return Err(PoolError::Refused(error));
                 }
-                // A daemon that predates the route names no nodes.
-                Err(ClientError::Status { status: 404, .. }) => answers.push((
-                    url,
-                    Some(NodesAnswer {
-                        nodes: Vec::new(),
-                        members: Vec::new(),
-                    }),
-                )),
                 Err(error) => {
                     tracing::warn!(%url, %error, retry_in_ms = backoff.as_millis(), "cannot learn the cluster's nodes");
                     answers.push((url, None));
@@ -230,18 +232,14 @@ fn arrange(
     if !options.through {
         given = answers
             .iter()
-            .filter(|(url, answer)| !answer.as_ref().is_some_and(|a| fronts(url, a)))
+            .filter(|(url, answer)| answer.as_ref().is_some_and(|a| !fronts(url, a)))
             .map(|(url, _)| Place::at(url))
             .collect();
     }
     let mut found: Vec<Place> = Vec::new();
     for (url, answer) in answers {
         let Some(answer) = answer else { continue };
-        let mut named = places(options, url, answer);
-        if options.through && named.is_empty() {
-            named.push(Place::at(url));
-        }
-        for place in named {
+        for place in places(options, url, answer) {
             let node = place.node.clone();
             if !gather(&given, &mut found, place) {
                 continue;
@@ -401,6 +399,54 @@ mod tests {
                 .map(|p| (p.url.as_str(), p.node.as_deref()))
                 .collect::<Vec<_>>(),
             [("http://lb:1", Some("n1")), ("http://lb:1", Some("n2"))]
+        );
+    }
+
+    #[test]
+    fn at_start_a_daemon_given_is_claimed_from_as_its_answer_says() {
+        let member = |id: &str, url: &str| NodeMember {
+            id: id.to_owned(),
+            url: url.to_owned(),
+        };
+        let cluster = NodesAnswer {
+            nodes: vec!["http://a:1".to_owned(), "http://b:2".to_owned()],
+            members: vec![member("n1", "http://a:1"), member("n2", "http://b:2")],
+        };
+        let outside = NodesAnswer {
+            nodes: Vec::new(),
+            members: Vec::new(),
+        };
+        let (a, lb, c, down) = (
+            "http://a:1".to_owned(),
+            "http://lb:1".to_owned(),
+            "http://c:3".to_owned(),
+            "http://down:4".to_owned(),
+        );
+        let answers = vec![
+            (&a, Some(cluster.clone())),
+            (&lb, Some(cluster.clone())),
+            (&c, Some(outside)),
+            (&down, None),
+        ];
+        let (places, given) = arrange(&options(false), answers);
+        let seen: Vec<(&str, Option<&str>)> = places
+            .iter()
+            .map(|p| (p.url.as_str(), p.node.as_deref()))
+            .collect();
+        // Node A and the daemon outside a cluster are given; B is learned
+        // at its URL, and both nodes through the balancer by name; the
+        // balancer is never claimed from as it is, nor the daemon that
+        // did not answer.
+        assert_eq!(given, 2);
+        assert_eq!(
+            seen,
+            [
+                ("http://a:1", None),
+                ("http://c:3", None),
+                ("http://b:2", None),
+                ("http://lb:1", Some("n1")),
+                ("http://lb:1", Some("n2")),
+            ]
         );
     }
 

@@ -60,7 +60,7 @@ pub struct PoolArgs {
     /// Reach every node of the cluster through the --server URL, which
     /// forwards each claim to the node it names, even when that URL is a
     /// node's advertised one: for a pool that can reach the cluster only
-    /// through one node, or that is given several URLs, one a balancer.
+    /// through the nodes given, not at the others' advertised URLs.
     #[arg(long)]
     pub through_server: bool,
     /// The remote agent whose attempts this pool runs.

@@ -130,42 +130,68 @@ async fn ask(options: &PoolOptions, url: &str) -> Result<NodesAnswer, ClientErro
 /// Whether the daemon at `url` is a front for the cluster its answer
 /// names: it names nodes, and none of them at `url`.
 fn fronts(url: &str, answer: &NodesAnswer) -> bool {
-    let url = url.trim_end_matches('/');
-    !answer.members.is_empty()
-        && !answer
-            .members
-            .iter()
-            .any(|m| m.url.trim_end_matches('/') == url)
+    !answer.members.is_empty() && !answer.members.iter().any(|m| same_url(&m.url, url))
 }
 
-/// Where the nodes `url`'s answer names are reached; a daemon that names
-/// none (outside a cluster) is reached as it is.
+/// Whether `a` and `b` are one address: the same scheme, host (in any
+/// case) and port (written or the scheme's default), and path (a trailing
+/// `/` aside). Strings that are not URLs compare as they are.
+fn same_url(a: &str, b: &str) -> bool {
+    match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
+        (Ok(a), Ok(b)) => {
+            a.scheme() == b.scheme()
+                && a.host_str() == b.host_str()
+                && a.port_or_known_default() == b.port_or_known_default()
+                && a.path().trim_end_matches('/') == b.path().trim_end_matches('/')
+        }
+        _ => a.trim_end_matches('/') == b.trim_end_matches('/'),
+    }
+}
+
+/// Where the nodes `url`'s answer names are reached. A daemon is reached
+/// as it is when it names no node (outside a cluster), or when its nodes
+/// are to be named through it but it lists no ids (it predates them).
 fn places(options: &PoolOptions, url: &str, answer: NodesAnswer) -> Vec<Place> {
-    if answer.members.is_empty() && answer.nodes.is_empty() {
-        vec![Place::at(url)]
-    } else if options.through || fronts(url, &answer) {
+    let named = options.through || fronts(url, &answer);
+    if named && !answer.members.is_empty() {
         answer
             .members
             .into_iter()
             .map(|member| Place::named(url, &member.id))
             .collect()
-    } else {
+    } else if !named && !answer.nodes.is_empty() {
         answer.nodes.iter().map(|node| Place::at(node)).collect()
+    } else {
+        vec![Place::at(url)]
     }
 }
 
 /// The nodes the given daemons name that `have` does not hold yet, at
-/// most enough to make [`MAX_SERVERS`] in all.
-pub(super) async fn new_nodes(options: &PoolOptions, have: &[Place]) -> Vec<Place> {
+/// most enough to make [`MAX_SERVERS`] in all, and the daemons that
+/// answered.
+pub(super) async fn new_nodes<'a>(
+    options: &'a PoolOptions,
+    have: &[Place],
+) -> (Vec<Place>, Vec<&'a String>) {
     let mut found: Vec<Place> = Vec::new();
+    let mut answered = Vec::new();
     for url in &options.servers {
         let answer = match ask(options, url).await {
             Ok(answer) => answer,
+            Err(
+                error @ ClientError::Status {
+                    status: 401 | 403, ..
+                },
+            ) => {
+                tracing::warn!(%url, %error, "a daemon given refuses the pool's token");
+                continue;
+            }
             Err(error) => {
                 tracing::debug!(%url, %error, "no cluster nodes learned");
                 continue;
             }
         };
+        answered.push(url);
         for place in places(options, url, answer) {
             let node = place.node.clone().unwrap_or_else(|| place.url.clone());
             if gather(have, &mut found, place) {
@@ -173,7 +199,17 @@ pub(super) async fn new_nodes(options: &PoolOptions, have: &[Place]) -> Vec<Plac
             }
         }
     }
-    found
+    (found, answered)
+}
+
+/// Whether `place` is a daemon given, reached as it is: its refusal ends
+/// the pool, where a learned node's leaves it out.
+pub(super) fn is_given(options: &PoolOptions, place: &Place) -> bool {
+    place.node.is_none()
+        && options
+            .servers
+            .iter()
+            .any(|url| url.trim_end_matches('/') == place.url.trim_end_matches('/'))
 }
 
 /// Where the pool claims at start, and how many of those places, first,
@@ -190,7 +226,7 @@ pub(super) async fn new_nodes(options: &PoolOptions, have: &[Place]) -> Vec<Plac
 pub(super) async fn first_places(
     options: &PoolOptions,
     stop: &CancellationToken,
-) -> Result<(Vec<Place>, usize), PoolError> {
+) -> Result<(Vec<Place>, usize, Vec<String>), PoolError> {
     let mut backoff = FIRST_BACKOFF;
     loop {
         let mut answers = Vec::new();
@@ -211,11 +247,17 @@ pub(super) async fn first_places(
             }
         }
         if answers.iter().any(|(_, answer)| answer.is_some()) {
-            return Ok(arrange(options, answers));
+            let waiting = answers
+                .iter()
+                .filter(|(_, answer)| answer.is_none())
+                .map(|(url, _)| (*url).clone())
+                .collect();
+            let (places, given) = arrange(options, answers);
+            return Ok((places, given, waiting));
         }
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
-            () = stop.cancelled() => return Ok((Vec::new(), 0)),
+            () = stop.cancelled() => return Ok((Vec::new(), 0, Vec::new())),
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
@@ -244,13 +286,15 @@ fn arrange(
             if !gather(&given, &mut found, place) {
                 continue;
             }
+            let at = &found[found.len() - 1].url;
             match node {
                 Some(node) => {
                     tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
                 }
-                None => {
-                    tracing::info!(from = %url, node = %found[found.len() - 1].url, "claiming from a node of the cluster too");
+                None if at != url => {
+                    tracing::info!(from = %url, node = %at, "claiming from a node of the cluster too");
                 }
+                None => {}
             }
         }
     }
@@ -259,29 +303,37 @@ fn arrange(
     (given, count)
 }
 
-/// Asks the given daemons for new nodes every `options.rediscover` until
-/// `stop`, and hands each new one, as a daemon with the next link, to
+/// Asks the given daemons for new nodes every `options.rediscover`, or
+/// with backoff while one of them (`waiting`) has never answered, until
+/// `stop`; hands each new place, as a daemon with the next link, to
 /// `joined`. `have` holds where the pool claims already.
 pub(super) async fn follow(
     options: std::sync::Arc<PoolOptions>,
     mut have: Vec<Place>,
+    mut waiting: Vec<String>,
     joined: mpsc::UnboundedSender<Daemon>,
     stop: CancellationToken,
 ) {
-    let mut every = tokio::time::interval(options.rediscover);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first tick is now: the start has just asked.
-    every.tick().await;
+    let mut backoff = FIRST_BACKOFF;
     loop {
+        let pause = if waiting.is_empty() {
+            options.rediscover
+        } else {
+            backoff
+        };
         tokio::select! {
-            _ = every.tick() => {}
+            () = tokio::time::sleep(pause) => {}
             () = stop.cancelled() => return,
         }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
         if have.len() >= MAX_SERVERS {
             return;
         }
-        for place in new_nodes(&options, &have).await {
-            let Ok(daemon) = Daemon::new(have.len(), true, &place, &options) else {
+        let (found, answered) = new_nodes(&options, &have).await;
+        waiting.retain(|url| !answered.contains(&url));
+        for place in found {
+            let given = is_given(&options, &place);
+            let Ok(daemon) = Daemon::new(have.len(), !given, &place, &options) else {
                 continue;
             };
             have.push(place);
@@ -382,8 +434,15 @@ mod tests {
                 },
             ],
         };
-        // A node given is no front, a trailing `/` aside; a balancer is.
+        // A node given is no front, however its URL is spelled; a
+        // balancer is.
         assert!(!fronts("http://a:1", &answer("http://a:1/")));
+        assert!(!fronts("HTTP://A:1", &answer("http://a:1")));
+        assert!(!fronts(
+            "https://a.example",
+            &answer("https://a.example:443/")
+        ));
+        assert!(fronts("http://a:2", &answer("http://a:1")));
         assert!(fronts("http://lb:1", &answer("http://a:1")));
         // A daemon outside a cluster (or older) names no node: no front.
         let outside = NodesAnswer {
@@ -448,6 +507,29 @@ mod tests {
                 ("http://lb:1", Some("n2")),
             ]
         );
+    }
+
+    #[test]
+    fn a_daemon_that_cannot_be_named_through_is_reached_as_it_is() {
+        // Nodes listed without ids (a daemon that predates them).
+        let unnamed = || NodesAnswer {
+            nodes: vec!["http://a:1".to_owned(), "http://b:2".to_owned()],
+            members: Vec::new(),
+        };
+        assert_eq!(
+            places(&options(true), "http://lb:1", unnamed()),
+            vec![Place::at("http://lb:1")]
+        );
+        assert_eq!(
+            places(&options(false), "http://a:1", unnamed()),
+            vec![Place::at("http://a:1"), Place::at("http://b:2")]
+        );
+        // A daemon given is one reached as it is, a trailing `/` aside;
+        // a node named through it is learned.
+        let options = options(false);
+        assert!(is_given(&options, &Place::at("http://lb:1/")));
+        assert!(!is_given(&options, &Place::named("http://lb:1", "n1")));
+        assert!(!is_given(&options, &Place::at("http://a:1")));
     }
 
     #[test]

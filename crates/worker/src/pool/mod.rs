@@ -283,7 +283,7 @@ pub async fn run_pool(
 ) -> Result<(), PoolError> {
     // The daemons given come first; every node reached through a front
     // (a load balancer) is learned, so each may refuse alone.
-    let (places, given) = discover::first_places(&options, &stop).await?;
+    let (places, given, waiting) = discover::first_places(&options, &stop).await?;
     let daemons = places
         .iter()
         .enumerate()
@@ -310,6 +310,7 @@ pub async fn run_pool(
     let finder = tokio::spawn(discover::follow(
         Arc::clone(&options),
         places,
+        waiting,
         joined_tx,
         finding.clone(),
     ));

@@ -72,7 +72,7 @@ impl Place {
     fn same(&self, other: &Place) -> bool {
         match (&self.node, &other.node) {
             (Some(a), Some(b)) => a == b,
-            (None, None) => self.url.trim_end_matches('/') == other.url.trim_end_matches('/'),
+            (None, None) => same_url(&self.url, &other.url),
             _ => false,
         }
     }
@@ -94,7 +94,7 @@ fn gather(have: &[Place], found: &mut Vec<Place>, place: Place) -> bool {
     let room = have.len() + found.len() < MAX_SERVERS;
     match found.iter_mut().find(|k| k.same(&place)) {
         Some(known) => {
-            if known.node.is_some() && !known.urls().any(|u| *u == place.url) {
+            if known.node.is_some() && !known.urls().any(|u| same_url(u, &place.url)) {
                 known.also.push(place.url);
             }
             false
@@ -166,16 +166,18 @@ fn places(options: &PoolOptions, url: &str, answer: NodesAnswer) -> Vec<Place> {
     }
 }
 
-/// The nodes the given daemons name that `have` does not hold yet, at
-/// most enough to make [`MAX_SERVERS`] in all, and the daemons that
-/// answered.
+/// The nodes that the daemons at `urls` (of those given) name and `have`
+/// does not hold yet, at most enough to make [`MAX_SERVERS`] in all, and
+/// the daemons that answered. A daemon that refuses the pool's token has
+/// answered too: it is not asked again until the next rediscovery.
 pub(super) async fn new_nodes<'a>(
-    options: &'a PoolOptions,
+    options: &PoolOptions,
+    urls: &[&'a String],
     have: &[Place],
 ) -> (Vec<Place>, Vec<&'a String>) {
     let mut found: Vec<Place> = Vec::new();
     let mut answered = Vec::new();
-    for url in &options.servers {
+    for &url in urls {
         let answer = match ask(options, url).await {
             Ok(answer) => answer,
             Err(
@@ -184,6 +186,7 @@ pub(super) async fn new_nodes<'a>(
                 },
             ) => {
                 tracing::warn!(%url, %error, "a daemon given refuses the pool's token");
+                answered.push(url);
                 continue;
             }
             Err(error) => {
@@ -205,15 +208,11 @@ pub(super) async fn new_nodes<'a>(
 /// Whether `place` is a daemon given, reached as it is: its refusal ends
 /// the pool, where a learned node's leaves it out.
 pub(super) fn is_given(options: &PoolOptions, place: &Place) -> bool {
-    place.node.is_none()
-        && options
-            .servers
-            .iter()
-            .any(|url| url.trim_end_matches('/') == place.url.trim_end_matches('/'))
+    place.node.is_none() && options.servers.iter().any(|url| same_url(url, &place.url))
 }
 
-/// Where the pool claims at start, and how many of those places, first,
-/// are daemons given (the rest are learned). The pool asks the daemons
+/// Where the pool claims at start, and the daemons given that have not
+/// answered yet (`follow` asks them again). The pool asks the daemons
 /// given, again with backoff until one answers (claiming through a load
 /// balancer without naming the node would reach whichever node it picks);
 /// a refused token ends it. Then each daemon given that answered is
@@ -226,7 +225,7 @@ pub(super) fn is_given(options: &PoolOptions, place: &Place) -> bool {
 pub(super) async fn first_places(
     options: &PoolOptions,
     stop: &CancellationToken,
-) -> Result<(Vec<Place>, usize, Vec<String>), PoolError> {
+) -> Result<(Vec<Place>, Vec<String>), PoolError> {
     let mut backoff = FIRST_BACKOFF;
     loop {
         let mut answers = Vec::new();
@@ -252,12 +251,11 @@ pub(super) async fn first_places(
                 .filter(|(_, answer)| answer.is_none())
                 .map(|(url, _)| (*url).clone())
                 .collect();
-            let (places, given) = arrange(options, answers);
-            return Ok((places, given, waiting));
+            return Ok((arrange(options, answers), waiting));
         }
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
-            () = stop.cancelled() => return Ok((Vec::new(), 0, Vec::new())),
+            () = stop.cancelled() => return Ok((Vec::new(), Vec::new())),
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
@@ -265,11 +263,8 @@ pub(super) async fn first_places(
 
 /// The places of `first_places` from each daemon given and its answer,
 /// if it gave one: the daemons given claimed from as they are first, then
-/// the nodes learned.
-fn arrange(
-    options: &PoolOptions,
-    answers: Vec<(&String, Option<NodesAnswer>)>,
-) -> (Vec<Place>, usize) {
+/// the nodes learned (`is_given` tells them apart).
+fn arrange(options: &PoolOptions, answers: Vec<(&String, Option<NodesAnswer>)>) -> Vec<Place> {
     let mut given: Vec<Place> = Vec::new();
     if !options.through {
         given = answers
@@ -291,22 +286,21 @@ fn arrange(
                 Some(node) => {
                     tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
                 }
-                None if at != url => {
+                None if !same_url(at, url) => {
                     tracing::info!(from = %url, node = %at, "claiming from a node of the cluster too");
                 }
                 None => {}
             }
         }
     }
-    let count = given.len();
     given.extend(found);
-    (given, count)
+    given
 }
 
-/// Asks the given daemons for new nodes every `options.rediscover`, or
-/// with backoff while one of them (`waiting`) has never answered, until
-/// `stop`; hands each new place, as a daemon with the next link, to
-/// `joined`. `have` holds where the pool claims already.
+/// Asks the given daemons for new nodes every `options.rediscover`, and
+/// those of them that have never answered (`waiting`) in between with
+/// backoff, until `stop`; hands each new place, as a daemon with the next
+/// link, to `joined`. `have` holds where the pool claims already.
 pub(super) async fn follow(
     options: std::sync::Arc<PoolOptions>,
     mut have: Vec<Place>,
@@ -315,22 +309,30 @@ pub(super) async fn follow(
     stop: CancellationToken,
 ) {
     let mut backoff = FIRST_BACKOFF;
+    let mut every = tokio::time::Instant::now() + options.rediscover;
     loop {
-        let pause = if waiting.is_empty() {
-            options.rediscover
+        let wake = if waiting.is_empty() {
+            every
         } else {
-            backoff
+            every.min(tokio::time::Instant::now() + backoff)
         };
         tokio::select! {
-            () = tokio::time::sleep(pause) => {}
+            () = tokio::time::sleep_until(wake) => {}
             () = stop.cancelled() => return,
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
         if have.len() >= MAX_SERVERS {
             return;
         }
-        let (found, answered) = new_nodes(&options, &have).await;
-        waiting.retain(|url| !answered.contains(&url));
+        let urls: Vec<&String> = if tokio::time::Instant::now() >= every {
+            every = tokio::time::Instant::now() + options.rediscover;
+            options.servers.iter().collect()
+        } else {
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            waiting.iter().collect()
+        };
+        let (found, answered) = new_nodes(&options, &urls, &have).await;
+        let answered: Vec<String> = answered.into_iter().cloned().collect();
+        waiting.retain(|url| !answered.contains(url));
         for place in found {
             let given = is_given(&options, &place);
             let Ok(daemon) = Daemon::new(have.len(), !given, &place, &options) else {
@@ -487,7 +489,9 @@ mod tests {
             (&c, Some(outside)),
             (&down, None),
         ];
-        let (places, given) = arrange(&options(false), answers);
+        let mut given_four = options(false);
+        given_four.servers = vec![a.clone(), lb.clone(), c.clone(), down.clone()];
+        let places = arrange(&given_four, answers);
         let seen: Vec<(&str, Option<&str>)> = places
             .iter()
             .map(|p| (p.url.as_str(), p.node.as_deref()))
@@ -496,6 +500,7 @@ mod tests {
         // at its URL, and both nodes through the balancer by name; the
         // balancer is never claimed from as it is, nor the daemon that
         // did not answer.
+        let given = places.iter().filter(|p| is_given(&given_four, p)).count();
         assert_eq!(given, 2);
         assert_eq!(
             seen,

@@ -1,7 +1,8 @@
 //! `swarmd worker pool`: a worker pool on any machine (docs/operations.md, Worker pools). It
 //! long-polls one or more daemons (every node of a cluster: it asks each
 //! daemon given for its cluster's live nodes, at start and every
-//! `rediscover`, `discover`) for
+//! `rediscover`, and with backoff one that has not answered yet,
+//! `discover`) for
 //! attempts of one remote agent, runs up to `concurrency` of them at once
 //! like local process agents (`run`), and keeps one heartbeat in flight per
 //! daemon while it holds any of that daemon's attempts: the heartbeat
@@ -71,9 +72,9 @@ pub struct PoolOptions {
     /// How often the given daemons are asked again for their cluster's
     /// nodes (`discover`).
     pub rediscover: Duration,
-    /// Reach every node through the daemons given (a load balancer, or one
-    /// node), naming it in `x-swarmd-node`, rather than at its advertised
-    /// URL (`discover`).
+    /// Reach every node through the daemons given, naming it in
+    /// `x-swarmd-node`, even through a node's advertised URL (`discover`;
+    /// a load balancer is reached so without it).
     pub through: bool,
 }
 
@@ -281,13 +282,17 @@ pub async fn run_pool(
     stop: CancellationToken,
     kill: CancellationToken,
 ) -> Result<(), PoolError> {
-    // The daemons given come first; every node reached through a front
-    // (a load balancer) is learned, so each may refuse alone.
-    let (places, given, waiting) = discover::first_places(&options, &stop).await?;
+    // A daemon given ends the pool when it refuses it; a learned node
+    // (every node reached through a front, or named by a daemon given)
+    // is left out alone.
+    let (places, waiting) = discover::first_places(&options, &stop).await?;
     let daemons = places
         .iter()
         .enumerate()
-        .map(|(link, place)| Daemon::new(link, link >= given, place, &options))
+        .map(|(link, place)| {
+            let given = discover::is_given(&options, place);
+            Daemon::new(link, !given, place, &options)
+        })
         .collect::<Result<Vec<_>, ClientError>>()?;
     let options = Arc::new(options);
     let host_env = Arc::new(host_env);

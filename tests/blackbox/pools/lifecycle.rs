@@ -1,7 +1,11 @@
 //! A worker pool across the daemon's restart (it reconnects), its own
-//! SIGTERM (it drains), and `--through-server` against a daemon outside a
-//! cluster (it claims there) or one that refuses its token (it ends).
+//! SIGTERM (it drains), `--through-server` against a daemon outside a
+//! cluster (it claims there) or one that refuses its token (it ends), and
+//! a daemon given that answers only after the pool started (it is asked
+//! again with backoff and claimed from once it answers).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -76,4 +80,68 @@ async fn through_a_daemon_outside_a_cluster_the_pool_claims_there_or_ends_refuse
     let status = refused.exited(Duration::from_secs(10)).await;
     assert!(!status.success(), "{}", refused.log());
     assert!(refused.log().contains("refused"), "{}", refused.log());
+}
+
+/// A TCP proxy to `backend` that drops every connection until `open` is
+/// set, then copies each both ways. Its URL.
+async fn gate(backend: &str, open: Arc<AtomicBool>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let host = backend.trim_start_matches("http://").to_owned();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            if !open.load(Ordering::SeqCst) {
+                continue;
+            }
+            let host = host.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(host).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn a_daemon_given_that_answers_late_is_claimed_from_once_it_does() {
+    let sw = Swarmd::new(AGENTS).start().await;
+    let token = mint(&sw, &["remote"]);
+    let open = Arc::new(AtomicBool::new(false));
+    let late = gate(&sw.base, Arc::clone(&open)).await;
+    // Two daemons given: the first answers at start, the second (the same
+    // daemon behind a closed gate) does not. Rediscovery is far off, so
+    // only the backoff for a daemon given that never answered can reach
+    // the second in time.
+    let setup = Setup {
+        args: ["--server", &late, "--rediscover-secs", "600"]
+            .map(str::to_owned)
+            .to_vec(),
+        ..Setup::default()
+    };
+    let pool = Pool::start_with(&sw, &token, "remote", "pool-l", 1, setup).await;
+    let task = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
+    let view = sw.finished(&task).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+    let learned = |log: &str| {
+        log.lines().any(|l| {
+            l.contains("claiming from a daemon given, now that it answered") && l.contains(&late)
+        })
+    };
+    assert!(!learned(&pool.log()), "{}", pool.log());
+
+    open.store(true, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !learned(&pool.log()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the daemon given that answered late was not claimed from\n{}",
+            pool.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Claimed from through both, the pool still runs the agent's tasks.
+    let again = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
+    assert_eq!(sw.finished(&again).await["status"], "pass");
 }

@@ -196,8 +196,14 @@ pub(super) async fn new_nodes<'a>(
         };
         answered.push(url);
         for place in places(options, url, answer) {
+            let itself = place.node.is_none() && same_url(&place.url, url);
             let node = place.node.clone().unwrap_or_else(|| place.url.clone());
-            if gather(have, &mut found, place) {
+            if !gather(have, &mut found, place) {
+                continue;
+            }
+            if itself {
+                tracing::info!(%url, "claiming from a daemon given, now that it answered");
+            } else {
                 tracing::info!(from = %url, %node, "claiming from a node of the cluster too");
             }
         }

@@ -5,7 +5,7 @@
 //! again with backoff and claimed from once it answers).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -83,8 +83,8 @@ async fn through_a_daemon_outside_a_cluster_the_pool_claims_there_or_ends_refuse
 }
 
 /// A TCP proxy to `backend` that drops every connection until `open` is
-/// set, then copies each both ways. Its URL.
-async fn gate(backend: &str, open: Arc<AtomicBool>) -> String {
+/// set, then copies each both ways, counting them in `passed`. Its URL.
+async fn gate(backend: &str, open: Arc<AtomicBool>, passed: Arc<AtomicUsize>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let host = backend.trim_start_matches("http://").to_owned();
@@ -93,6 +93,7 @@ async fn gate(backend: &str, open: Arc<AtomicBool>) -> String {
             if !open.load(Ordering::SeqCst) {
                 continue;
             }
+            passed.fetch_add(1, Ordering::SeqCst);
             let host = host.clone();
             tokio::spawn(async move {
                 if let Ok(mut outbound) = tokio::net::TcpStream::connect(host).await {
@@ -109,7 +110,8 @@ async fn a_daemon_given_that_answers_late_is_claimed_from_once_it_does() {
     let sw = Swarmd::new(AGENTS).start().await;
     let token = mint(&sw, &["remote"]);
     let open = Arc::new(AtomicBool::new(false));
-    let late = gate(&sw.base, Arc::clone(&open)).await;
+    let passed = Arc::new(AtomicUsize::new(0));
+    let late = gate(&sw.base, Arc::clone(&open), Arc::clone(&passed)).await;
     // Two daemons given: the first answers at start, the second (the same
     // daemon behind a closed gate) does not. Rediscovery is far off, so
     // only the backoff for a daemon given that never answered can reach
@@ -141,7 +143,16 @@ async fn a_daemon_given_that_answers_late_is_claimed_from_once_it_does() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Claimed from through both, the pool still runs the agent's tasks.
+    // Its claims go through the gate now: one connection answered the
+    // ask, the next carries the claim loop's long-poll.
+    while passed.load(Ordering::SeqCst) < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no claim went through the daemon given that answered late\n{}",
+            pool.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let again = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
     assert_eq!(sw.finished(&again).await["status"], "pass");
 }

@@ -5,7 +5,8 @@
 //! is claimed from too; a node already known,
 //! or past [`MAX_SERVERS`] in all, is not added again. A daemon that
 //! names no node (outside a cluster, or older) is reached as it is; one
-//! that does not answer is not claimed from until it does.
+//! that does not answer is not claimed from until it does, unless another
+//! lists it at its URL.
 //!
 //! A node is reached at its advertised URL, or through the daemon that
 //! named it, its claims and heartbeats naming it in `x-swarmd-node`: with
@@ -173,6 +174,7 @@ fn places(options: &PoolOptions, url: &str, answer: NodesAnswer) -> Vec<Place> {
 pub(super) async fn new_nodes<'a>(
     options: &PoolOptions,
     urls: &[&'a String],
+    waiting: &[String],
     have: &[Place],
 ) -> (Vec<Place>, Vec<&'a String>) {
     let mut found: Vec<Place> = Vec::new();
@@ -185,7 +187,13 @@ pub(super) async fn new_nodes<'a>(
                     status: 401 | 403, ..
                 },
             ) => {
-                tracing::warn!(%url, %error, "a daemon given refuses the pool's token");
+                // Once, when it first answers; at each rediscovery after
+                // that, quietly.
+                if waiting.contains(url) {
+                    tracing::warn!(%url, %error, "a daemon given refuses the pool's token");
+                } else {
+                    tracing::debug!(%url, %error, "a daemon given refuses the pool's token");
+                }
                 answered.push(url);
                 continue;
             }
@@ -196,15 +204,18 @@ pub(super) async fn new_nodes<'a>(
         };
         answered.push(url);
         for place in places(options, url, answer) {
-            let itself = place.node.is_none() && same_url(&place.url, url);
-            let node = place.node.clone().unwrap_or_else(|| place.url.clone());
             if !gather(have, &mut found, place) {
                 continue;
             }
-            if itself {
-                tracing::info!(%url, "claiming from a daemon given, now that it answered");
-            } else {
-                tracing::info!(from = %url, %node, "claiming from a node of the cluster too");
+            let Some(added) = found.last() else { continue };
+            match &added.node {
+                None if same_url(&added.url, url) => {
+                    tracing::info!(%url, "claiming from a daemon given, now that it answered");
+                }
+                node => {
+                    let node = node.as_ref().unwrap_or(&added.url);
+                    tracing::info!(from = %url, %node, "claiming from a node of the cluster too");
+                }
             }
         }
     }
@@ -227,7 +238,8 @@ pub(super) fn is_given(options: &PoolOptions, place: &Place) -> bool {
 /// never the front as it is. With `through`, each node a daemon given
 /// names is claimed from through that daemon. Either way a daemon that
 /// names none (outside a cluster) is claimed from at its URL, and one that
-/// has not answered yet is not claimed from until it has (`follow`).
+/// has not answered yet is not claimed from until it has (`follow`),
+/// unless another lists it at its URL.
 pub(super) async fn first_places(
     options: &PoolOptions,
     stop: &CancellationToken,
@@ -252,12 +264,18 @@ pub(super) async fn first_places(
             }
         }
         if answers.iter().any(|(_, answer)| answer.is_some()) {
-            let waiting = answers
+            let waiting: Vec<String> = answers
                 .iter()
                 .filter(|(_, answer)| answer.is_none())
                 .map(|(url, _)| (*url).clone())
                 .collect();
-            return Ok((arrange(options, answers), waiting));
+            let places = arrange(options, answers);
+            // One listed at its URL by another is claimed from already.
+            let waiting = waiting
+                .into_iter()
+                .filter(|url| !places.iter().any(|p| p.same(&Place::at(url))))
+                .collect();
+            return Ok((places, waiting));
         }
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
@@ -283,17 +301,16 @@ fn arrange(options: &PoolOptions, answers: Vec<(&String, Option<NodesAnswer>)>) 
     for (url, answer) in answers {
         let Some(answer) = answer else { continue };
         for place in places(options, url, answer) {
-            let node = place.node.clone();
             if !gather(&given, &mut found, place) {
                 continue;
             }
-            let at = &found[found.len() - 1].url;
-            match node {
+            let Some(added) = found.last() else { continue };
+            match &added.node {
                 Some(node) => {
                     tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
                 }
-                None if !same_url(at, url) => {
-                    tracing::info!(from = %url, node = %at, "claiming from a node of the cluster too");
+                None if !same_url(&added.url, url) => {
+                    tracing::info!(from = %url, node = %added.url, "claiming from a node of the cluster too");
                 }
                 None => {}
             }
@@ -336,7 +353,7 @@ pub(super) async fn follow(
             backoff = (backoff * 2).min(MAX_BACKOFF);
             waiting.iter().collect()
         };
-        let (found, answered) = new_nodes(&options, &urls, &have).await;
+        let (found, answered) = new_nodes(&options, &urls, &waiting, &have).await;
         let answered: Vec<String> = answered.into_iter().cloned().collect();
         waiting.retain(|url| !answered.contains(url));
         for place in found {
@@ -491,7 +508,7 @@ mod tests {
         );
         let answers = vec![
             (&a, Some(cluster.clone())),
-            (&lb, Some(cluster.clone())),
+            (&lb, Some(cluster)),
             (&c, Some(outside)),
             (&down, None),
         ];

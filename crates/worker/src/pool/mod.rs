@@ -282,9 +282,9 @@ pub async fn run_pool(
     stop: CancellationToken,
     kill: CancellationToken,
 ) -> Result<(), PoolError> {
-    // A daemon given ends the pool when it refuses it; a learned node
-    // (every node reached through a front, or named by a daemon given)
-    // is left out alone.
+    // A daemon given (reached at a URL given) ends the pool when it
+    // refuses it; a learned node (named through a front, or at a URL not
+    // given) is left out alone.
     let (places, waiting) = discover::first_places(&options, &stop).await?;
     let daemons = places
         .iter()

@@ -32,7 +32,7 @@ pub struct ClaimRequest {
 
 /// `GET /v1/pool/nodes`: where a pool reaches every live node of the
 /// daemon's cluster (empty outside one), so one URL given finds them all.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct NodesAnswer {
     /// Each live node's `cluster.advertise_url`.
     pub nodes: Vec<String>,

@@ -120,10 +120,7 @@ async fn ask(options: &PoolOptions, url: &str) -> Result<NodesAnswer, ClientErro
         )
         .await;
     match answer {
-        Err(ClientError::Status { status: 404, .. }) => Ok(NodesAnswer {
-            nodes: Vec::new(),
-            members: Vec::new(),
-        }),
+        Err(ClientError::Status { status: 404, .. }) => Ok(NodesAnswer::default()),
         answer => decode::<NodesAnswer>(url, answer?),
     }
 }
@@ -203,23 +200,31 @@ pub(super) async fn new_nodes<'a>(
             }
         };
         answered.push(url);
-        for place in places(options, url, answer) {
-            if !gather(have, &mut found, place) {
-                continue;
+        take(have, &mut found, url, places(options, url, answer));
+    }
+    (found, answered)
+}
+
+/// Gathers `url`'s `places` into `found` (see [`gather`]), logging each
+/// new one.
+fn take(have: &[Place], found: &mut Vec<Place>, url: &str, places: Vec<Place>) {
+    for place in places {
+        if !gather(have, found, place) {
+            continue;
+        }
+        let Some(added) = found.last() else { continue };
+        match &added.node {
+            Some(node) => {
+                tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
             }
-            let Some(added) = found.last() else { continue };
-            match &added.node {
-                None if same_url(&added.url, url) => {
-                    tracing::info!(%url, "claiming from a daemon given, now that it answered");
-                }
-                node => {
-                    let node = node.as_ref().unwrap_or(&added.url);
-                    tracing::info!(from = %url, %node, "claiming from a node of the cluster too");
-                }
+            None if same_url(&added.url, url) => {
+                tracing::info!(%url, "claiming from a daemon given, now that it answered");
+            }
+            None => {
+                tracing::info!(from = %url, node = %added.url, "claiming from a node of the cluster too");
             }
         }
     }
-    (found, answered)
 }
 
 /// Whether `place` is a daemon given, reached as it is: its refusal ends
@@ -299,21 +304,8 @@ fn arrange(options: &PoolOptions, answers: Vec<(&String, Option<NodesAnswer>)>) 
     }
     let mut found: Vec<Place> = Vec::new();
     for (url, answer) in answers {
-        let Some(answer) = answer else { continue };
-        for place in places(options, url, answer) {
-            if !gather(&given, &mut found, place) {
-                continue;
-            }
-            let Some(added) = found.last() else { continue };
-            match &added.node {
-                Some(node) => {
-                    tracing::info!(via = %url, %node, "claiming from a node of the cluster through a daemon given");
-                }
-                None if !same_url(&added.url, url) => {
-                    tracing::info!(from = %url, node = %added.url, "claiming from a node of the cluster too");
-                }
-                None => {}
-            }
+        if let Some(answer) = answer {
+            take(&given, &mut found, url, places(options, url, answer));
         }
     }
     given.extend(found);
@@ -374,6 +366,26 @@ mod tests {
     use super::*;
     use swarmd_client::wire::NodeMember;
 
+    /// A cluster of node n1 at `a` and node n2 at `http://b:2`.
+    fn two_nodes(a: &str) -> NodesAnswer {
+        let member = |id: &str, url: &str| NodeMember {
+            id: id.to_owned(),
+            url: url.to_owned(),
+        };
+        NodesAnswer {
+            nodes: vec![a.to_owned(), "http://b:2".to_owned()],
+            members: vec![member("n1", a), member("n2", "http://b:2")],
+        }
+    }
+
+    /// Each place as its URL and the node it names.
+    fn seen(places: &[Place]) -> Vec<(&str, Option<&str>)> {
+        places
+            .iter()
+            .map(|p| (p.url.as_str(), p.node.as_deref()))
+            .collect()
+    }
+
     #[test]
     fn a_url_is_known_with_or_without_its_trailing_slash() {
         let have = vec![Place::at("http://a:1"), Place::at("http://b:2/")];
@@ -417,48 +429,20 @@ mod tests {
 
     #[test]
     fn a_node_is_reached_at_its_url_or_named_through_the_daemon_that_listed_it() {
-        let answer = || NodesAnswer {
-            nodes: vec!["http://a:1".to_owned(), "http://b:2".to_owned()],
-            members: vec![
-                NodeMember {
-                    id: "n1".to_owned(),
-                    url: "http://a:1".to_owned(),
-                },
-                NodeMember {
-                    id: "n2".to_owned(),
-                    url: "http://b:2".to_owned(),
-                },
-            ],
-        };
         assert_eq!(
-            places(&options(false), "http://a:1", answer()),
+            places(&options(false), "http://a:1", two_nodes("http://a:1")),
             vec![Place::at("http://a:1"), Place::at("http://b:2")]
         );
-        let through = places(&options(true), "http://lb:1", answer());
+        let through = places(&options(true), "http://lb:1", two_nodes("http://a:1"));
         assert_eq!(
-            through
-                .iter()
-                .map(|p| (p.url.as_str(), p.node.as_deref()))
-                .collect::<Vec<_>>(),
+            seen(&through),
             [("http://lb:1", Some("n1")), ("http://lb:1", Some("n2"))]
         );
     }
 
     #[test]
     fn a_daemon_given_whose_url_no_node_has_is_a_front_reached_by_name() {
-        let answer = |a: &str| NodesAnswer {
-            nodes: vec![a.to_owned(), "http://b:2".to_owned()],
-            members: vec![
-                NodeMember {
-                    id: "n1".to_owned(),
-                    url: a.to_owned(),
-                },
-                NodeMember {
-                    id: "n2".to_owned(),
-                    url: "http://b:2".to_owned(),
-                },
-            ],
-        };
+        let answer = two_nodes;
         // A node given is no front, however its URL is spelled; a
         // balancer is.
         assert!(!fronts("http://a:1", &answer("http://a:1/")));
@@ -470,36 +454,17 @@ mod tests {
         assert!(fronts("http://a:2", &answer("http://a:1")));
         assert!(fronts("http://lb:1", &answer("http://a:1")));
         // A daemon outside a cluster (or older) names no node: no front.
-        let outside = NodesAnswer {
-            nodes: Vec::new(),
-            members: Vec::new(),
-        };
-        assert!(!fronts("http://lb:1", &outside));
+        assert!(!fronts("http://lb:1", &NodesAnswer::default()));
         // Without the flag, a front's nodes are named through it.
         let named = places(&options(false), "http://lb:1", answer("http://a:1"));
         assert_eq!(
-            named
-                .iter()
-                .map(|p| (p.url.as_str(), p.node.as_deref()))
-                .collect::<Vec<_>>(),
+            seen(&named),
             [("http://lb:1", Some("n1")), ("http://lb:1", Some("n2"))]
         );
     }
 
     #[test]
     fn at_start_a_daemon_given_is_claimed_from_as_its_answer_says() {
-        let member = |id: &str, url: &str| NodeMember {
-            id: id.to_owned(),
-            url: url.to_owned(),
-        };
-        let cluster = NodesAnswer {
-            nodes: vec!["http://a:1".to_owned(), "http://b:2".to_owned()],
-            members: vec![member("n1", "http://a:1"), member("n2", "http://b:2")],
-        };
-        let outside = NodesAnswer {
-            nodes: Vec::new(),
-            members: Vec::new(),
-        };
         let (a, lb, c, down) = (
             "http://a:1".to_owned(),
             "http://lb:1".to_owned(),
@@ -507,18 +472,14 @@ mod tests {
             "http://down:4".to_owned(),
         );
         let answers = vec![
-            (&a, Some(cluster.clone())),
-            (&lb, Some(cluster)),
-            (&c, Some(outside)),
+            (&a, Some(two_nodes("http://a:1"))),
+            (&lb, Some(two_nodes("http://a:1"))),
+            (&c, Some(NodesAnswer::default())),
             (&down, None),
         ];
         let mut given_four = options(false);
         given_four.servers = vec![a.clone(), lb.clone(), c.clone(), down.clone()];
         let places = arrange(&given_four, answers);
-        let seen: Vec<(&str, Option<&str>)> = places
-            .iter()
-            .map(|p| (p.url.as_str(), p.node.as_deref()))
-            .collect();
         // Node A and the daemon outside a cluster are given; B is learned
         // at its URL, and both nodes through the balancer by name; the
         // balancer is never claimed from as it is, nor the daemon that
@@ -526,7 +487,7 @@ mod tests {
         let given = places.iter().filter(|p| is_given(&given_four, p)).count();
         assert_eq!(given, 2);
         assert_eq!(
-            seen,
+            seen(&places),
             [
                 ("http://a:1", None),
                 ("http://c:3", None),

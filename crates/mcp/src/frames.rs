@@ -27,9 +27,8 @@ use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 use swarmd_api::http::error::ApiError;
-use swarmd_api::ws::prepare_spawn;
 use swarmd_sessions::frames::{ClientFrame, ServerFrame, decode, encode, into_reply};
-use swarmd_sessions::{Outgoing, ReplyError, Session};
+use swarmd_sessions::{Outgoing, ReplyError, Session, prepare_spawn};
 
 /// The longest a pop waits for a frame.
 pub(crate) const MAX_WAIT_SECS: u64 = 600;

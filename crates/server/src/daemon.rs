@@ -29,11 +29,10 @@ use crate::state::{PreparedState, SecretSource};
 use swarmd_api::app::{AppInner, AppState};
 use swarmd_api::http::guard::Guards;
 use swarmd_api::metrics::Metrics;
-use swarmd_api::ws::EventRouter;
 use swarmd_cluster as cluster;
 use swarmd_config::environment::Environment;
 use swarmd_config::{Config, ConfigError, StoreBackend};
-use swarmd_sessions::SessionRegistry;
+use swarmd_sessions::{EventRouter, SessionRegistry};
 
 /// Lua runs on its own small pool of OS threads, never on the async executor.
 const LUA_THREADS: usize = 2;

@@ -84,7 +84,7 @@ impl Delivery {
 
     /// Whether the `task_done` of event `seq` reached a socket before the
     /// restart (so the replay skips it).
-    pub fn delivered_before_restart(&self, seq: u64) -> bool {
+    pub(crate) fn delivered_before_restart(&self, seq: u64) -> bool {
         self.restored.is_some_and(|through| seq <= through)
     }
 
@@ -141,7 +141,7 @@ impl Delivery {
 
 impl Session {
     /// Queues the `task_done` of event `seq` and tracks its delivery.
-    pub fn notify_done(&self, frame: &ServerFrame, seq: u64) -> Result<(), OutboxFull> {
+    pub(crate) fn notify_done(&self, frame: &ServerFrame, seq: u64) -> Result<(), OutboxFull> {
         let mut state = self.delivery.lock();
         let id = self.notify(frame)?;
         state.pending.push_back((id, seq));
@@ -151,18 +151,18 @@ impl Session {
 
 impl SessionRegistry {
     /// The seq of the last event the router has routed.
-    pub fn routed_through(&self) -> u64 {
+    pub(crate) fn routed_through(&self) -> u64 {
         self.routed.load(Ordering::Acquire)
     }
 
     /// Called by the router once it has routed the event `seq`.
-    pub fn routed(&self, seq: u64) {
+    pub(crate) fn routed(&self, seq: u64) {
         self.routed.fetch_max(seq, Ordering::AcqRel);
     }
 
     /// Where the router's replay starts: the lowest watermark of the
     /// restored sessions that have one; `None` when none has.
-    pub fn replay_from(&self) -> Option<u64> {
+    pub(crate) fn replay_from(&self) -> Option<u64> {
         self.all().iter().filter_map(|s| s.delivery.restored).min()
     }
 

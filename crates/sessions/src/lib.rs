@@ -6,8 +6,10 @@
 //! itself (`bridge`). Each `Session` owns its outbox of server frames
 //! (`outbox`, written by `frames`) and its pending requests (`pending`); the
 //! daemon's WebSocket module attaches sockets to them and its MCP server
-//! pops them. On a cluster, a session's home node and the mail between
-//! nodes (`cluster`).
+//! pops them, both writing a parked `spawn` through `frames::prepare_spawn`. The
+//! `EventRouter` (`router`, over the gap-free `feed`) hands the engine's
+//! events about a session's tasks to its outbox. On a cluster, a
+//! session's home node and the mail between nodes (`cluster`).
 //!
 //! The registry's maps sit behind one std `Mutex` that is never held across
 //! an `.await`.
@@ -18,9 +20,11 @@ mod cluster;
 mod delivery;
 pub mod dialect;
 mod error;
+pub mod feed;
 pub mod frames;
 mod outbox;
 mod pending;
+mod router;
 mod session;
 mod sweep;
 #[cfg(any(test, feature = "testing"))]
@@ -51,16 +55,17 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use crate::dialect::Dialect;
 
 pub use cancel::{CancelError, Canceller, cancel_as};
-pub use cluster::homes::CatchUps;
 pub use cluster::peers::{MailWake, RoleHold, SessionPeers};
 pub use delivery::Delivery;
 pub use error::SessionError;
 pub use frames::Reply;
+pub use frames::prepare_spawn;
 pub use outbox::{
     Attachment, Batch, CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn,
     Reservation,
 };
 pub use pending::{Expects, Pending, Relayed, ReplyError, Waiter};
+pub use router::EventRouter;
 pub use session::{Polling, Session, SessionSummary};
 
 /// The one internal-error path of HTTP and WebSocket answers: logs `error`

@@ -5,8 +5,9 @@
 //! first, in order — and its reader decodes client frames (`frames`),
 //! completes pending server requests, creates and cancels tasks through a
 //! per-connection ops worker (`ops`) and runs `subscribe` streams
-//! (`subscribe`, over the gap-free `feed`). One `EventRouter` task routes
-//! engine events about a session's own tasks to that session's outbox.
+//! (`subscribe`, over the sessions crate's gap-free `EventFeed`). The
+//! sessions crate's `EventRouter` routes engine events about a session's
+//! own tasks to that session's outbox.
 //!
 //! Close codes: `1008` a frame over [`MAX_FRAME_BYTES`]; `4000` a newer
 //! socket took over the session; `4001` the session was deleted or expired;
@@ -14,10 +15,8 @@
 //! dropped without a close frame.
 
 mod connection;
-mod feed;
 mod ops;
 mod reader;
-mod router;
 mod subscribe;
 mod upgrade;
 mod writer;
@@ -26,9 +25,7 @@ mod writer;
 pub(crate) mod tests;
 
 pub use connection::serve_socket;
-pub use router::EventRouter;
 pub use upgrade::routes;
-pub use writer::prepare_spawn;
 pub use writer::{CLOSE_REPLACED, CLOSE_SESSION_ENDED};
 
 /// The largest client frame accepted; a larger one closes the socket with

@@ -27,7 +27,7 @@ use super::ops::Op;
 use super::subscribe::Subscriptions;
 use super::writer::{Direct, Liveness};
 use crate::http::guard::{Guards, RateKey};
-use swarmd_sessions::frames::{ClientFrame, ServerFrame, decode, into_reply};
+use swarmd_sessions::frames::{ClientFrame, Incoming, ServerFrame};
 use swarmd_sessions::{Reply, ReplyError, Session};
 
 /// Why the reader stopped.
@@ -119,17 +119,14 @@ impl Reader<'_> {
     }
 
     async fn handle(&self, subscriptions: &mut Subscriptions, text: &str) {
-        let frame = match decode(&self.session.dialect.inbound(text)) {
-            Ok(frame) => frame,
+        let frame = match self.session.dialect.read(text) {
+            Ok(Incoming::Frame(frame)) => frame,
+            Ok(Incoming::Reply(req_id, reply)) => return self.complete(req_id, reply).await,
             Err(error) => {
                 let frame = ServerFrame::error(error.req_id, ErrorCode::BadRequest, error.message);
                 self.reply(&frame).await;
                 return;
             }
-        };
-        let frame = match into_reply(frame) {
-            Ok((req_id, reply)) => return self.complete(req_id, reply).await,
-            Err(frame) => *frame,
         };
         match frame {
             ClientFrame::SpawnTask(spawn) => self.forward(Op::Spawn(spawn)).await,

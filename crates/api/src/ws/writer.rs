@@ -1,8 +1,8 @@
 //! The writer half of a session's socket: it drains the session's outbox in
 //! order, sends the connection's own replies (`task_accepted` aside, which
 //! is ordered through the outbox), pings every `ws.ping_secs`, and closes the
-//! socket when told to. A parked `spawn` whose token expires within a minute
-//! is re-minted just before it goes out (docs/protocol.md, Disconnects and parking).
+//! socket when told to. A `spawn` goes out as the sessions crate's
+//! `prepare_spawn` writes it (a token about to expire re-minted first).
 //!
 //! Every send is bounded by the dead-peer limit (three ping intervals), so a
 //! peer that stops reading cannot hold the writer forever.
@@ -14,18 +14,16 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use bytes::Bytes;
 use futures_util::SinkExt;
 use futures_util::stream::SplitSink;
-use swarmd_engine::{Engine, EngineError};
+use swarmd_engine::Engine;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use swarmd_sessions::dialect::{Dialect, UpstreamAttempts};
-use swarmd_sessions::frames::{self, ServerFrame, encode};
-use swarmd_sessions::{Batch, CloseReason, Outgoing, ParkedSpawn, Session};
+use swarmd_sessions::dialect::UpstreamAttempts;
+use swarmd_sessions::frames::{ServerFrame, encode};
+use swarmd_sessions::{Batch, CloseReason, Outgoing, Session, prepare_spawn};
 
 /// Frames taken from the outbox per flush.
 const MAX_BATCH: usize = 64;
-/// A parked `spawn` whose token expires sooner than this is re-minted.
-pub(crate) const REMINT_WITHIN_SECS: u64 = 60;
 /// Application close code: a newer socket took over the session.
 pub const CLOSE_REPLACED: u16 = 4000;
 /// Application close code: the session was deleted or expired.
@@ -180,49 +178,6 @@ impl Writer<'_> {
             _ => false,
         }
     }
-}
-
-/// The text of a `spawn` about to go out. A token expiring within
-/// `REMINT_WITHIN_SECS` is re-minted first (and the queued copy updated);
-/// a spawn whose attempt is over is dropped with its waiter. A spawn to an
-/// upstream session is recorded in `upstream`.
-pub async fn prepare_spawn(
-    engine: &Engine,
-    session: &Session,
-    upstream: &UpstreamAttempts,
-    id: u64,
-    spawn: ParkedSpawn,
-) -> Option<Utf8Bytes> {
-    let ParkedSpawn { req_id, mut frame } = spawn;
-    let now = engine.clock().now_secs();
-    if frame.credential.expires_secs() <= now + REMINT_WITHIN_SECS {
-        match engine
-            .refresh_credential(frame.attempt, &frame.credential)
-            .await
-        {
-            Ok(fresh) => {
-                session.outbox.update_credential(id, &fresh);
-                frame.credential = fresh;
-            }
-            Err(
-                EngineError::TaskTerminal
-                | EngineError::AttemptSuperseded { .. }
-                | EngineError::HandleExpired
-                | EngineError::NotFound(_),
-            ) => {
-                tracing::debug!(attempt = %frame.attempt, "attempt over; parked spawn dropped");
-                session.pending.remove(&req_id);
-                return None;
-            }
-            Err(error) => {
-                tracing::warn!(attempt = %frame.attempt, %error, "cannot re-mint a parked spawn's token");
-            }
-        }
-    }
-    if session.dialect == Dialect::Upstream {
-        upstream.record(frame.attempt);
-    }
-    Some(session.dialect.encode(&frames::spawn(&req_id, &frame)))
 }
 
 fn close_message(code: u16, reason: &'static str) -> Message {

@@ -56,12 +56,12 @@ impl SessionRegistry {
     }
 
     /// Whether this registry is one node's of a cluster.
-    pub fn clustered(&self) -> bool {
+    pub(crate) fn clustered(&self) -> bool {
         self.cluster.is_some()
     }
 
     /// Waits until a session moved here (never outside a cluster).
-    pub async fn catch_up_wanted(&self) {
+    pub(crate) async fn catch_up_wanted(&self) {
         match self.cluster() {
             Some(cluster) => cluster.catch_up_wake.notified().await,
             None => std::future::pending().await,
@@ -72,7 +72,7 @@ impl SessionRegistry {
     /// seq after which the router routes their events again. Each one's
     /// watermark stays at that seq until the returned `CatchUps` is
     /// dropped, once the router has queued what it routed again.
-    pub fn take_catch_ups(&self) -> CatchUps {
+    pub(crate) fn take_catch_ups(&self) -> CatchUps {
         let taken = self.cluster().map_or_else(Vec::new, |cluster| {
             std::mem::take(&mut *cluster.catch_ups.lock().unwrap_or_else(|e| e.into_inner()))
         });
@@ -437,7 +437,7 @@ impl SessionRegistry {
 /// sid and the seq its catch-up starts after. Dropping it (once the router
 /// has queued what it routed again) lets their watermarks move again.
 #[derive(Debug)]
-pub struct CatchUps {
+pub(crate) struct CatchUps {
     pending: std::collections::VecDeque<(SessionId, u64)>,
     sessions: Vec<Arc<Session>>,
 }

@@ -4,4 +4,5 @@
 mod flows;
 mod operators;
 mod protocol;
+mod run_done;
 pub(crate) mod support;

@@ -25,9 +25,8 @@ use tokio_util::sync::CancellationToken;
 use crate::app::AdminTokenDigest;
 use crate::app::{AppInner, AppState};
 use crate::metrics::Metrics;
-use crate::ws::EventRouter;
 use swarmd_config::Config;
-use swarmd_sessions::SessionRegistry;
+use swarmd_sessions::{EventRouter, SessionRegistry};
 
 /// How long a test waits for a frame before failing.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -44,14 +43,6 @@ pub(crate) struct Harness {
 }
 
 impl Harness {
-    pub(crate) async fn new() -> Harness {
-        Self::build(
-            Config::default(),
-            Arc::new(SystemClock),
-            "http://127.0.0.1:9",
-        )
-    }
-
     pub(crate) fn build(config: Config, clock: Arc<dyn Clock>, base_url: &str) -> Harness {
         let swarmd_sessions::testing::Harness {
             engine,

@@ -21,7 +21,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 const REPLAY_BATCH: usize = 512;
 
 #[derive(Debug)]
-pub(crate) struct EventFeed {
+pub struct EventFeed {
     engine: Engine,
     rx: broadcast::Receiver<Arc<EventRecord>>,
     last_seq: Option<u64>,
@@ -39,7 +39,7 @@ pub(crate) struct EventFeed {
 
 impl EventFeed {
     /// Live events from now on.
-    pub(crate) fn live(engine: &Engine) -> EventFeed {
+    pub fn live(engine: &Engine) -> EventFeed {
         Self::build(engine, None, true, Some(engine.follow()))
     }
 
@@ -51,12 +51,12 @@ impl EventFeed {
     }
 
     /// Every event after `seq`, then live events.
-    pub(crate) fn after(engine: &Engine, seq: u64) -> EventFeed {
+    pub fn after(engine: &Engine, seq: u64) -> EventFeed {
         Self::build(engine, Some(seq), true, Some(engine.follow()))
     }
 
     /// Every event after `seq` in the log, then the end.
-    pub(crate) fn logged(engine: &Engine, seq: u64) -> EventFeed {
+    pub fn logged(engine: &Engine, seq: u64) -> EventFeed {
         Self::build(engine, Some(seq), false, None)
     }
 
@@ -89,7 +89,7 @@ impl EventFeed {
     /// The next event; `None` at the end of a logged feed or when the bus
     /// is gone. A store error leaves the feed where it was: calling again
     /// retries the read.
-    pub(crate) async fn next(&mut self) -> Result<Option<Arc<EventRecord>>, EngineError> {
+    pub async fn next(&mut self) -> Result<Option<Arc<EventRecord>>, EngineError> {
         loop {
             if let Some(record) = self.backlog.pop_front() {
                 self.last_seq = Some(record.seq);
@@ -149,7 +149,7 @@ mod tests {
     use swarmd_engine::ids::SessionId;
 
     use super::*;
-    use crate::ws::tests::support::Harness;
+    use crate::testing::Harness;
 
     fn attached(sid: SessionId) -> Event {
         Event::SessionAttached { sid }

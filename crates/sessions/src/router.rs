@@ -35,9 +35,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::feed::EventFeed;
-use swarmd_sessions::SessionRegistry;
-use swarmd_sessions::frames::ServerFrame;
+use crate::SessionRegistry;
+use crate::feed::EventFeed;
+use crate::frames::ServerFrame;
 
 /// How long the router waits before retrying after a failed log read.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -250,7 +250,3 @@ impl EventRouter {
         }
     }
 }
-
-#[cfg(test)]
-#[path = "router_tests.rs"]
-mod tests;

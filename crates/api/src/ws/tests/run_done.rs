@@ -7,7 +7,7 @@ use swarmd_engine::event::Event;
 use swarmd_engine::ids::SessionId;
 use swarmd_engine::{RunId, RunRecord, RunStatus, WriteOp};
 
-use crate::ws::tests::support::Server;
+use super::support::Server;
 
 fn record(
     id: RunId,

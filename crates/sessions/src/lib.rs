@@ -460,8 +460,9 @@ impl SessionRegistry {
     /// session homed on another node is reached through the mailbox
     /// (`relay`), its senior bridge whether connected or not.
     fn info(&self, session: &Arc<Session>) -> LiveSession {
-        if let Some(relayed) = self.relayed(session) {
-            return relayed;
+        // A registry outside a cluster never relays.
+        if let Some(cluster) = self.cluster().filter(|_| !session.is_home()) {
+            return SessionRegistry::relayed(cluster, session);
         }
         LiveSession {
             sid: session.sid,

@@ -57,12 +57,16 @@ const HOP_BY_HOP: [&str; 10] = [
     "host",
 ];
 
-/// The middleware: serves here, forwards, or answers 503 (see `route`);
-/// a forwardable route on a path that is not its own answers 400.
-pub async fn forward(state: &AppState, request: Request, next: Next) -> Response {
-    let Some(forwarder) = state.cluster.as_ref() else {
-        return next.run(request).await;
-    };
+/// The middleware on a cluster node (`http::layers::admit` calls it when
+/// the daemon has a `forwarder`): serves here, forwards, or answers 503
+/// (see `route`); a forwardable route on a path that is not its own
+/// answers 400.
+pub async fn forward(
+    state: &AppState,
+    forwarder: &Forwarder,
+    request: Request,
+    next: Next,
+) -> Response {
     let template = request
         .extensions()
         .get::<MatchedPath>()

@@ -45,7 +45,10 @@ pub async fn admit(State(state): State<AppState>, request: Request, next: Next) 
         refused => refused,
     };
     match admitted {
-        ControlFlow::Continue(request) => crate::cluster::forward(&state, request, next).await,
+        ControlFlow::Continue(request) => match state.cluster.as_ref() {
+            Some(forwarder) => crate::cluster::forward(&state, forwarder, request, next).await,
+            None => next.run(request).await,
+        },
         ControlFlow::Break(refused) => refused,
     }
 }

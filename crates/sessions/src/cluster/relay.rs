@@ -138,17 +138,15 @@ impl SeniorBridge for Relay {
 }
 
 impl SessionRegistry {
-    /// What a layer sees of a session homed on another node: the relay as
-    /// its spawn channel, its hooks (for kinds that take them) and its
-    /// senior bridge, connected or not (its home knows). `None` for a
-    /// session homed here.
-    pub(crate) fn relayed(&self, session: &Arc<Session>) -> Option<LiveSession> {
-        let cluster = self.cluster().filter(|_| !session.is_home())?;
+    /// What a layer sees of a session homed on another node of `cluster`:
+    /// the relay as its spawn channel, its hooks (for kinds that take them)
+    /// and its senior bridge, connected or not (its home knows).
+    pub(crate) fn relayed(cluster: &Arc<SessionCluster>, session: &Arc<Session>) -> LiveSession {
         let relay = Arc::new(Relay {
             session: session.clone(),
             cluster: cluster.clone(),
         });
-        Some(LiveSession {
+        LiveSession {
             sid: session.sid,
             kind: session.kind,
             hooks: session
@@ -157,6 +155,6 @@ impl SessionRegistry {
                 .then(|| relay.clone() as Arc<dyn SpawnHook>),
             senior: Some(relay.clone()),
             spawn_channel: Some(relay),
-        })
+        }
     }
 }

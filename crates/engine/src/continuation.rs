@@ -81,7 +81,7 @@ impl Continuations<'_> {
         Ok(self.ledger.store.task(id).await?)
     }
 
-    /// Checks a `continue_from` request against the task it names and
+    /// Checks a `continue_from` request against the task it names (`from`) and
     /// completes `spec`: the agent defaults to the previous task's. A task
     /// a session owns (`spec.session`) continues only that session's tasks:
     /// another session's is answered as an unknown task, so no session
@@ -96,12 +96,10 @@ impl Continuations<'_> {
     /// `Forbidden` for a worker continuing a task that is not its sub-task.
     pub(crate) async fn continuing(
         &self,
+        from: TaskId,
         spec: &mut TaskSpec,
         worker: Option<TaskId>,
-    ) -> Result<Option<Resume>, EngineError> {
-        let Some(from) = spec.continue_from else {
-            return Ok(None);
-        };
+    ) -> Result<Resume, EngineError> {
         let previous = self
             .task(from)
             .await?
@@ -124,7 +122,7 @@ impl Continuations<'_> {
                 previous.agent, spec.agent
             )));
         }
-        Ok(Some(self.resume_of(&previous).await?))
+        self.resume_of(&previous).await
     }
 
     /// What `previous` (terminal) left for a continuation to resume.

@@ -197,7 +197,7 @@ async fn bad_continuations_are_refused_with_their_codes() {
     let mut by_worker = spec("coder", Some(first.id));
     let refused = engine
         .continuations()
-        .continuing(&mut by_worker, Some(running.id))
+        .continuing(first.id, &mut by_worker, Some(running.id))
         .await
         .unwrap_err();
     assert_eq!(refused.code(), ErrorCode::Forbidden);

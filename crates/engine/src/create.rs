@@ -11,7 +11,7 @@ use crate::continuation::Resume;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::{SessionId, TaskId};
-use crate::ledger::Committing;
+use crate::ledger::wait_then;
 use crate::live::TaskCell;
 use crate::runs::check_run_ops;
 use crate::store::{KeyClaim, WriteOp};
@@ -116,14 +116,13 @@ impl Engine {
             self.arm_queue_timeout(id, Duration::from_secs(secs));
         }
         // A record that fails is withdrawn, also when the creator was
-        // dropped meanwhile (`Committing`).
+        // dropped meanwhile (`wait_then`).
         let engine = self.clone();
-        Committing::new(recorded, move |durable| async move {
+        wait_then(recorded, move |durable| async move {
             if !durable {
                 engine.abandon_unrecorded(id, task_key.as_deref()).await;
             }
         })
-        .wait()
         .await?;
         self.inner
             .stats
@@ -232,7 +231,15 @@ where
     if engine.is_draining() {
         return Err(EngineError::Draining);
     }
-    let resume = engine.continuations().continuing(&mut spec, None).await?;
+    let resume = match spec.continue_from {
+        Some(from) => Some(
+            engine
+                .continuations()
+                .continuing(from, &mut spec, None)
+                .await?,
+        ),
+        None => None,
+    };
     let depth = match spec.parent {
         Some(parent) => {
             let parent = engine
@@ -262,10 +269,15 @@ pub(crate) async fn create_subtask(
     };
     spec.parent = Some(parent.attempt.task);
     spec.session = session;
-    let resume = engine
-        .continuations()
-        .continuing(&mut spec, Some(parent.attempt.task))
-        .await?;
+    let resume = match spec.continue_from {
+        Some(from) => Some(
+            engine
+                .continuations()
+                .continuing(from, &mut spec, Some(parent.attempt.task))
+                .await?,
+        ),
+        None => None,
+    };
     engine.create(spec, depth + 1, resume, no_extra()).await
 }
 

@@ -537,14 +537,13 @@ impl Engine {
                 cell,
             } => {
                 // Retired once durable, also when this caller was dropped
-                // meanwhile (`Committing`).
+                // meanwhile (`wait_then`).
                 let (engine, cancelled) = (self.clone(), task.clone());
-                crate::ledger::Committing::new(committed, move |durable| async move {
+                crate::ledger::wait_then(committed, move |durable| async move {
                     if durable {
                         engine.ending().retire_cancelled(&cancelled, &cell);
                     }
                 })
-                .wait()
                 .await?;
                 Ok(task)
             }

@@ -82,45 +82,38 @@ fn commit_answer(
         .map_err(EngineError::Store)
 }
 
-/// A queued write's commit and what must follow it (`then`, told whether
-/// the write is durable), awaited by the verb that queued it. Dropped
-/// before the commit answers (the verb's HTTP client went away), it hands
-/// both to a task of its own, so what follows still happens; the normal
-/// path neither spawns nor yields.
-pub(crate) struct Committing<F, Fut>
+/// Waits for a queued write, then runs `then`, told whether the write is
+/// durable: `Ok` once it is, after `then` ran. The wait holds the write in
+/// a guard (`Committing`): dropped before the commit answers (the verb's
+/// HTTP client went away), the guard hands both to a task of its own, so
+/// what follows still happens; the normal path neither spawns nor yields.
+pub(crate) async fn wait_then<F, Fut>(committed: Committed, then: F) -> Result<(), EngineError>
+where
+    F: FnOnce(bool) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut guard = Committing {
+        committed: None,
+        then: Some(then),
+    };
+    let answer = guard.committed.insert(committed).await;
+    guard.committed = None;
+    let result = commit_answer(answer);
+    if let Some(then) = guard.then.take() {
+        then(result.is_ok()).await;
+    }
+    result
+}
+
+/// A queued write's commit and what must follow it while `wait_then`
+/// waits; its `Drop` finishes both when the wait is dropped first.
+struct Committing<F, Fut>
 where
     F: FnOnce(bool) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     committed: Option<Committed>,
     then: Option<F>,
-}
-
-impl<F, Fut> Committing<F, Fut>
-where
-    F: FnOnce(bool) -> Fut + Send + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    pub(crate) fn new(committed: Committed, then: F) -> Self {
-        Committing {
-            committed: Some(committed),
-            then: Some(then),
-        }
-    }
-
-    /// `Ok` once the write is durable, after `then` ran.
-    pub(crate) async fn wait(mut self) -> Result<(), EngineError> {
-        let Some(committed) = self.committed.as_mut() else {
-            return Ok(());
-        };
-        let answer = committed.await;
-        self.committed = None;
-        let result = commit_answer(answer);
-        if let Some(then) = self.then.take() {
-            then(result.is_ok()).await;
-        }
-        result
-    }
 }
 
 impl<F, Fut> Drop for Committing<F, Fut>

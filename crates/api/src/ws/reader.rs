@@ -19,7 +19,6 @@ use futures_util::StreamExt;
 use futures_util::stream::SplitStream;
 use swarmd_engine::Engine;
 use swarmd_engine::ErrorCode;
-use swarmd_engine::ids::ReqId;
 use tokio::sync::mpsc;
 
 use super::MAX_FRAME_BYTES;
@@ -28,7 +27,7 @@ use super::subscribe::Subscriptions;
 use super::writer::{Direct, Liveness};
 use crate::http::guard::{Guards, RateKey};
 use swarmd_sessions::frames::{ClientFrame, Incoming, ServerFrame};
-use swarmd_sessions::{Reply, ReplyError, Session};
+use swarmd_sessions::{ReplyError, Session};
 
 /// Why the reader stopped.
 #[derive(Debug)]
@@ -121,7 +120,18 @@ impl Reader<'_> {
     async fn handle(&self, subscriptions: &mut Subscriptions, text: &str) {
         let frame = match self.session.dialect.read(text) {
             Ok(Incoming::Frame(frame)) => frame,
-            Ok(Incoming::Reply(req_id, reply)) => return self.complete(req_id, reply).await,
+            Ok(Incoming::Reply(req_id, reply)) => {
+                // The waiter of the daemon's request takes the reply.
+                if let Err(error) = self.session.answer(req_id.as_str(), reply) {
+                    let code = match error {
+                        ReplyError::Unknown(_) => ErrorCode::UnknownRequest,
+                        ReplyError::WrongKind { .. } => ErrorCode::BadRequest,
+                    };
+                    let frame = ServerFrame::error(Some(req_id), code, error.to_string());
+                    self.reply(&frame).await;
+                }
+                return;
+            }
             Err(error) => {
                 let frame = ServerFrame::error(error.req_id, ErrorCode::BadRequest, error.message);
                 self.reply(&frame).await;
@@ -156,17 +166,6 @@ impl Reader<'_> {
             | ClientFrame::SpawnHalt { .. }
             | ClientFrame::Answer { .. }
             | ClientFrame::HookAck { .. } => {}
-        }
-    }
-
-    async fn complete(&self, req_id: ReqId, reply: Reply) {
-        if let Err(error) = self.session.answer(req_id.as_str(), reply) {
-            let code = match error {
-                ReplyError::Unknown(_) => ErrorCode::UnknownRequest,
-                ReplyError::WrongKind { .. } => ErrorCode::BadRequest,
-            };
-            let frame = ServerFrame::error(Some(req_id), code, error.to_string());
-            self.reply(&frame).await;
         }
     }
 

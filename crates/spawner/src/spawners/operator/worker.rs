@@ -40,51 +40,45 @@ impl Worker for OperatorWorker {
         self.cancel.clone()
     }
 
+    /// Waits for the first of a posted Final, the MainAI's reply, and
+    /// cancellation, which sends the session a `cancel` frame; then ends
+    /// the attempt's worktree, if it has one.
     async fn join(self: Box<Self>) -> Result<(), WorkerError> {
         let OperatorWorker {
             cancel,
             host,
             channel,
             req_id,
-            reply,
+            mut reply,
             worktree,
             ..
         } = *self;
-        let joined = wait(&cancel, &host, &*channel, &req_id, reply).await;
+        let joined = {
+            let posted = host.posted_final();
+            tokio::pin!(posted);
+            // A session that goes away drops its reply sender; the SubAgent
+            // may still post with its handle, so the wait goes on without
+            // the reply.
+            let mut reply_open = true;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => {
+                        channel.cancel(&req_id, host.id(), "cancelled");
+                        break Err(WorkerError::Cancelled);
+                    }
+                    () = &mut posted => break Ok(()),
+                    answer = &mut reply, if reply_open => match answer {
+                        // Boxed: a waiting attempt need not hold room for it.
+                        Ok(answer) => break Box::pin(settle(&*host, answer)).await,
+                        Err(_) => reply_open = false,
+                    },
+                }
+            }
+        };
         match worktree {
             Some(worktree) => Box::pin((*worktree).end(host, joined)).await,
             None => joined,
-        }
-    }
-}
-
-/// Waits for the first of a posted Final, the MainAI's reply, and
-/// cancellation, which sends the session a `cancel` frame.
-async fn wait(
-    cancel: &CancellationToken,
-    host: &Arc<dyn AttemptHost>,
-    channel: &dyn SpawnChannel,
-    req_id: &str,
-    mut reply: oneshot::Receiver<SpawnReply>,
-) -> Result<(), WorkerError> {
-    let posted = host.posted_final();
-    tokio::pin!(posted);
-    // A session that goes away drops its reply sender; the SubAgent may
-    // still post with its handle, so the wait goes on without the reply.
-    let mut reply_open = true;
-    loop {
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => {
-                channel.cancel(req_id, host.id(), "cancelled");
-                return Err(WorkerError::Cancelled);
-            }
-            () = &mut posted => return Ok(()),
-            answer = &mut reply, if reply_open => match answer {
-                // Boxed: a waiting attempt need not hold room for it.
-                Ok(answer) => return Box::pin(settle(&**host, answer)).await,
-                Err(_) => reply_open = false,
-            },
         }
     }
 }

@@ -81,12 +81,13 @@ impl Continuations<'_> {
         Ok(self.ledger.store.task(id).await?)
     }
 
-    /// Checks a `continue_from` request against the task it names (`from`) and
-    /// completes `spec`: the agent defaults to the previous task's. A task
-    /// a session owns (`spec.session`) continues only that session's tasks:
-    /// another session's is answered as an unknown task, so no session
-    /// resumes another's CLI conversation or branch, or learns that the
-    /// task exists; a task no session owns (the admin's) may continue any.
+    /// Checks a `continue_from` request against the task it names
+    /// (`from`) and completes `spec`: the agent defaults to the previous
+    /// task's. A task a session owns (`spec.session`) continues only that
+    /// session's tasks: another session's is answered as an unknown task,
+    /// so no session resumes another's CLI conversation or branch, or
+    /// learns that the task exists; a task no session owns (the admin's)
+    /// may continue any.
     /// `worker` is the task of the worker creating a sub-task: it may
     /// continue only its own sub-tasks, the only tasks it knows of.
     ///

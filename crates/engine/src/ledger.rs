@@ -87,6 +87,7 @@ fn commit_answer(
 /// a guard (`Committing`): dropped before the commit answers (the verb's
 /// HTTP client went away), the guard hands both to a task of its own, so
 /// what follows still happens; the normal path neither spawns nor yields.
+/// The guard is built when the wait is first polled: await it at once.
 pub(crate) async fn wait_then<F, Fut>(committed: Committed, then: F) -> Result<(), EngineError>
 where
     F: FnOnce(bool) -> Fut + Send + 'static,

@@ -28,7 +28,7 @@ use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 use swarmd_api::http::error::ApiError;
 use swarmd_sessions::frames::{ClientFrame, ServerFrame, decode, encode, into_reply};
-use swarmd_sessions::{Outgoing, ReplyError, Session, prepare_spawn};
+use swarmd_sessions::{Outgoing, ReplyError, Session};
 
 /// The longest a pop waits for a frame.
 pub(crate) const MAX_WAIT_SECS: u64 = 600;
@@ -234,7 +234,9 @@ pub(super) async fn pop(
             Outgoing::Text { text, .. } => Some(text),
             Outgoing::Spawn(spawn) => {
                 let upstream = &state.upstream_attempts;
-                prepare_spawn(&state.engine, session, upstream, id, *spawn).await
+                session
+                    .prepare_spawn(&state.engine, upstream, id, *spawn)
+                    .await
             }
         };
         if let Some(text) = text {

@@ -36,7 +36,7 @@ pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 /// A session's `task_done` bookkeeping.
 #[derive(Debug)]
-pub struct Delivery {
+pub(crate) struct Delivery {
     /// Lock order: this, then the session's outbox (`notify_done` queues
     /// the frame under it, so a frame's outbox id and its event seq are
     /// tracked together); nothing takes this under the outbox's lock, and

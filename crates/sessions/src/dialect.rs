@@ -158,7 +158,7 @@ impl UpstreamAttempts {
     }
 
     /// Records that `attempt`'s `spawn` went to an upstream session.
-    pub fn record(&self, attempt: AttemptId) {
+    pub(crate) fn record(&self, attempt: AttemptId) {
         let mut recent = self.lock();
         if !recent.set.insert(attempt) {
             return;

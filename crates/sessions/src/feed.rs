@@ -20,6 +20,8 @@ use tokio::sync::broadcast::{self, error::RecvError};
 /// Log records read per store call while replaying.
 const REPLAY_BATCH: usize = 512;
 
+/// One reader's stream of events: from the log, then live (see the
+/// module's head for the rule that makes it gap-free).
 #[derive(Debug)]
 pub struct EventFeed {
     engine: Engine,

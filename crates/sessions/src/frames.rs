@@ -2,22 +2,17 @@
 //! wire crate's (`swarmd_wire`, docs/protocol.md, Frames); here they meet
 //! the daemon: `encode` writes a frame as a message's text, `decode` reads
 //! a client frame under the daemon's depth bound and explains a refusal,
-//! `into_reply` hands a reply to its waiter, `spawn` writes a delegated
-//! attempt as a `spawn` frame, and `prepare_spawn` writes a parked `spawn`
-//! as it leaves a session's outbox, for whichever deliverer takes it (the
-//! socket's writer, MCP's `pop`): a token that expires within a minute is
-//! re-minted just before it goes out, and a spawn whose attempt is over is
-//! dropped with its waiter (docs/protocol.md, Disconnects and parking).
+//! `into_reply` hands a reply to its waiter, and `spawn` writes a delegated
+//! attempt as a `spawn` frame.
 
 use axum::extract::ws::Utf8Bytes;
 use serde_json::Value;
+use swarmd_engine::ErrorCode;
 use swarmd_engine::ids::ReqId;
-use swarmd_engine::{Engine, EngineError, ErrorCode};
 use swarmd_spawner::operator::{HookAck, SpawnFrame, SpawnReply};
 pub use swarmd_wire::{CLIENT_TYPES, ClientFrame, ServerFrame, SpawnTaskFrame};
 
-use crate::dialect::{Dialect, UpstreamAttempts};
-use crate::{ParkedSpawn, Session, report_internal};
+use crate::report_internal;
 
 /// A client's reply to a server request.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,7 +126,7 @@ pub fn into_reply(frame: ClientFrame) -> Result<(ReqId, Reply), Box<ClientFrame>
 }
 
 /// The `spawn` frame for a delegated attempt.
-pub fn spawn(req_id: &str, frame: &SpawnFrame) -> ServerFrame {
+pub(crate) fn spawn(req_id: &str, frame: &SpawnFrame) -> ServerFrame {
     ServerFrame::Spawn {
         req_id: req_id.to_owned(),
         task_id: frame.attempt.task,
@@ -147,52 +142,6 @@ pub fn spawn(req_id: &str, frame: &SpawnFrame) -> ServerFrame {
         continued_from: frame.continued_from,
         resume_session: frame.resume_session.clone(),
     }
-}
-
-/// A parked `spawn` whose token expires sooner than this is re-minted.
-const REMINT_WITHIN_SECS: u64 = 60;
-
-/// The text of a `spawn` about to go out. A token expiring within
-/// `REMINT_WITHIN_SECS` is re-minted first (and the queued copy updated);
-/// a spawn whose attempt is over is dropped with its waiter. A spawn to an
-/// upstream session is recorded in `upstream`.
-pub async fn prepare_spawn(
-    engine: &Engine,
-    session: &Session,
-    upstream: &UpstreamAttempts,
-    id: u64,
-    parked: ParkedSpawn,
-) -> Option<Utf8Bytes> {
-    let ParkedSpawn { req_id, mut frame } = parked;
-    let now = engine.clock().now_secs();
-    if frame.credential.expires_secs() <= now + REMINT_WITHIN_SECS {
-        match engine
-            .refresh_credential(frame.attempt, &frame.credential)
-            .await
-        {
-            Ok(fresh) => {
-                session.outbox.update_credential(id, &fresh);
-                frame.credential = fresh;
-            }
-            Err(
-                EngineError::TaskTerminal
-                | EngineError::AttemptSuperseded { .. }
-                | EngineError::HandleExpired
-                | EngineError::NotFound(_),
-            ) => {
-                tracing::debug!(attempt = %frame.attempt, "attempt over; parked spawn dropped");
-                session.pending.remove(&req_id);
-                return None;
-            }
-            Err(error) => {
-                tracing::warn!(attempt = %frame.attempt, %error, "cannot re-mint a parked spawn's token");
-            }
-        }
-    }
-    if session.dialect == Dialect::Upstream {
-        upstream.record(frame.attempt);
-    }
-    Some(session.dialect.encode(&spawn(&req_id, &frame)))
 }
 
 #[cfg(test)]

@@ -6,10 +6,11 @@
 //! itself (`bridge`). Each `Session` owns its outbox of server frames
 //! (`outbox`, written by `frames`) and its pending requests (`pending`); the
 //! daemon's WebSocket module attaches sockets to them and its MCP server
-//! pops them, both writing a parked `spawn` through `frames::prepare_spawn`. The
-//! `EventRouter` (`router`, over the gap-free `feed`) hands the engine's
-//! events about a session's tasks to its outbox. On a cluster, a
-//! session's home node and the mail between nodes (`cluster`).
+//! pops them, both writing a parked `spawn` through
+//! `Session::prepare_spawn`. The `EventRouter` (`router`, over the gap-free
+//! `EventFeed` of `feed`) hands the engine's events about a session's tasks
+//! to its outbox. On a cluster, a session's home node and the mail between
+//! nodes (`cluster`).
 //!
 //! The registry's maps sit behind one std `Mutex` that is never held across
 //! an `.await`.
@@ -20,7 +21,7 @@ mod cluster;
 mod delivery;
 pub mod dialect;
 mod error;
-pub mod feed;
+mod feed;
 pub mod frames;
 mod outbox;
 mod pending;
@@ -56,10 +57,9 @@ use crate::dialect::Dialect;
 
 pub use cancel::{CancelError, Canceller, cancel_as};
 pub use cluster::peers::{MailWake, RoleHold, SessionPeers};
-pub use delivery::Delivery;
 pub use error::SessionError;
+pub use feed::EventFeed;
 pub use frames::Reply;
-pub use frames::prepare_spawn;
 pub use outbox::{
     Attachment, Batch, CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn,
     Reservation,

@@ -220,7 +220,7 @@ impl Outbox {
     }
 
     /// Replaces the credential of a queued `spawn` (re-minted at delivery).
-    pub fn update_credential(&self, id: u64, credential: &WorkerCredential) {
+    pub(crate) fn update_credential(&self, id: u64, credential: &WorkerCredential) {
         let mut state = self.lock();
         if let Some((_, Outgoing::Spawn(spawn))) = state.queue.iter_mut().find(|(i, _)| *i == id) {
             spawn.frame.credential = credential.clone();

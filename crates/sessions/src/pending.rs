@@ -218,7 +218,7 @@ impl Pending {
     }
 
     /// Forgets a request; its caller sees the sender dropped.
-    pub fn remove(&self, req_id: &str) {
+    pub(crate) fn remove(&self, req_id: &str) {
         self.lock().waiters.remove(req_id);
     }
 

@@ -8,11 +8,11 @@
 //! streams it asks for and nothing else.
 //!
 //! Every `task_done` and `run_done` reaches its session at least once
-//! across restarts:
-//! sessions keep a delivery watermark (`sessions::Delivery`) and the router
-//! starts by replaying the durable log from the lowest restored one. On a
-//! cluster it routes only to sessions homed on this node, and a session
-//! that moves here has its events after its watermark routed again.
+//! across restarts: sessions keep a delivery watermark (`Delivery`, in
+//! `delivery`) and the router starts by replaying the durable log from
+//! the lowest restored one. On a cluster it routes only to sessions homed
+//! on this node, and a session that moves here has its events after its
+//! watermark routed again.
 //!
 //! `run_done` reads the run's result and error from its stored record: the
 //! event is published once the record that ended the run is durable, and

@@ -23,9 +23,9 @@ use tokio::task::{AbortHandle, JoinSet};
 use super::ops::engine_error;
 use super::writer::Direct;
 use crate::http::views::Reader;
+use swarmd_sessions::EventFeed;
 use swarmd_sessions::Session;
 use swarmd_sessions::dialect::Dialect;
-use swarmd_sessions::feed::EventFeed;
 use swarmd_sessions::frames::ServerFrame;
 
 /// Streams one connection may run at once.

@@ -1,8 +1,8 @@
 //! The writer half of a session's socket: it drains the session's outbox in
 //! order, sends the connection's own replies (`task_accepted` aside, which
 //! is ordered through the outbox), pings every `ws.ping_secs`, and closes the
-//! socket when told to. A `spawn` goes out as the sessions crate's
-//! `prepare_spawn` writes it (a token about to expire re-minted first).
+//! socket when told to. A `spawn` goes out as `Session::prepare_spawn`
+//! writes it (a token about to expire re-minted first).
 //!
 //! Every send is bounded by the dead-peer limit (three ping intervals), so a
 //! peer that stops reading cannot hold the writer forever.
@@ -20,7 +20,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use swarmd_sessions::dialect::UpstreamAttempts;
 use swarmd_sessions::frames::{ServerFrame, encode};
-use swarmd_sessions::{Batch, CloseReason, Outgoing, Session, prepare_spawn};
+use swarmd_sessions::{Batch, CloseReason, Outgoing, Session};
 
 /// Frames taken from the outbox per flush.
 const MAX_BATCH: usize = 64;
@@ -159,7 +159,9 @@ impl Writer<'_> {
                 let text = match frame {
                     Outgoing::Text { text, .. } => Some(text),
                     Outgoing::Spawn(spawn) => {
-                        prepare_spawn(self.engine, self.session, self.upstream, id, *spawn).await
+                        self.session
+                            .prepare_spawn(self.engine, self.upstream, id, *spawn)
+                            .await
                     }
                 };
                 if let Some(text) = text {

@@ -1,5 +1,6 @@
-//! Writer tests: dead-peer detection and the re-mint of a parked `spawn`
-//! whose token is about to expire.
+//! Writer tests: dead-peer detection, and the text of a parked `spawn` as
+//! the writer sends it (`Session::prepare_spawn`), re-minted when its token
+//! is about to expire.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,14 +31,16 @@ async fn a_peer_silent_for_the_limit_is_dead() {
     assert!(!liveness.is_dead());
 }
 
-/// The `spawn` frame text `prepare_spawn` produces for the queued spawn.
+/// The `spawn` frame text `Session::prepare_spawn` produces for the queued spawn.
 async fn deliver(harness: &Harness, session: &Session) -> Option<Value> {
     let (id, frame) = session.outbox.peek(1).frames.remove(0);
     let Outgoing::Spawn(spawn) = frame else {
         panic!("not a spawn");
     };
     let upstream = &harness.state.upstream_attempts;
-    let text = prepare_spawn(&harness.engine, session, upstream, id, *spawn).await?;
+    let text = session
+        .prepare_spawn(&harness.engine, upstream, id, *spawn)
+        .await?;
     Some(serde_json::from_str(text.as_str()).unwrap())
 }
 

@@ -1,6 +1,6 @@
-//! The router's `run_done`: only the write that ends a run reaches the
-//! owning session, with the stored record's result or error, and only that
-//! session.
+//! The sessions' event router's `run_done`: only the write that ends a run
+//! reaches the owning session, with the stored record's result or error,
+//! and only that session.
 
 use serde_json::{Value, json};
 use swarmd_engine::event::Event;

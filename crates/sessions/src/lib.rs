@@ -462,7 +462,7 @@ impl SessionRegistry {
     fn info(&self, session: &Arc<Session>) -> LiveSession {
         // A registry outside a cluster never relays.
         if let Some(cluster) = self.cluster().filter(|_| !session.is_home()) {
-            return SessionRegistry::relayed(cluster, session);
+            return cluster::relay::relayed(cluster, session);
         }
         LiveSession {
             sid: session.sid,

@@ -20,7 +20,6 @@ use tokio::sync::oneshot;
 
 use super::mail;
 use super::postbox::SessionCluster;
-use crate::SessionRegistry;
 use crate::bridge::req_id;
 use crate::pending::Waiter;
 use crate::session::Session;
@@ -137,24 +136,22 @@ impl SeniorBridge for Relay {
     }
 }
 
-impl SessionRegistry {
-    /// What a layer sees of a session homed on another node of `cluster`:
-    /// the relay as its spawn channel, its hooks (for kinds that take them)
-    /// and its senior bridge, connected or not (its home knows).
-    pub(crate) fn relayed(cluster: &Arc<SessionCluster>, session: &Arc<Session>) -> LiveSession {
-        let relay = Arc::new(Relay {
-            session: session.clone(),
-            cluster: cluster.clone(),
-        });
-        LiveSession {
-            sid: session.sid,
-            kind: session.kind,
-            hooks: session
-                .kind
-                .takes_hooks()
-                .then(|| relay.clone() as Arc<dyn SpawnHook>),
-            senior: Some(relay.clone()),
-            spawn_channel: Some(relay),
-        }
+/// What a layer sees of a session homed on another node of `cluster`:
+/// the relay as its spawn channel, its hooks (for kinds that take them)
+/// and its senior bridge, connected or not (its home knows).
+pub(crate) fn relayed(cluster: &Arc<SessionCluster>, session: &Arc<Session>) -> LiveSession {
+    let relay = Arc::new(Relay {
+        session: session.clone(),
+        cluster: cluster.clone(),
+    });
+    LiveSession {
+        sid: session.sid,
+        kind: session.kind,
+        hooks: session
+            .kind
+            .takes_hooks()
+            .then(|| relay.clone() as Arc<dyn SpawnHook>),
+        senior: Some(relay.clone()),
+        spawn_channel: Some(relay),
     }
 }

@@ -27,8 +27,8 @@ use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 use swarmd_api::http::error::ApiError;
-use swarmd_sessions::frames::{ClientFrame, ServerFrame, decode, encode, into_reply};
-use swarmd_sessions::{Outgoing, ReplyError, Session};
+use swarmd_sessions::Session;
+use swarmd_sessions::frames::{ClientFrame, decode, into_reply};
 
 /// The longest a pop waits for a frame.
 pub(crate) const MAX_WAIT_SECS: u64 = 600;
@@ -223,29 +223,12 @@ pub(super) async fn pop(
             () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
         }
     };
-    let mut frames = Vec::with_capacity(batch.frames.len() + 1);
-    if batch.dropped > 0 {
-        let notice = ServerFrame::frames_dropped(batch.dropped);
-        frames.push(as_json(encode(&notice).as_str())?);
-    }
-    let mut last = None;
-    for (id, frame) in batch.frames {
-        let text = match frame {
-            Outgoing::Text { text, .. } => Some(text),
-            Outgoing::Spawn(spawn) => {
-                let upstream = &state.upstream_attempts;
-                session
-                    .prepare_spawn(&state.engine, upstream, id, *spawn)
-                    .await
-            }
-        };
-        if let Some(text) = text {
-            frames.push(as_json(text.as_str())?);
-        }
-        last = Some(id);
-    }
-    session.outbox.ack(last, batch.dropped);
-    Ok(frames)
+    let mut texts = Vec::with_capacity(batch.frames.len() + 1);
+    let upstream = &state.upstream_attempts;
+    let Ok(()) = session
+        .deliver(&state.engine, upstream, batch, &mut texts)
+        .await;
+    texts.iter().map(|text| as_json(text.as_str())).collect()
 }
 
 fn as_json(text: &str) -> Result<Value, ApiError> {
@@ -309,10 +292,7 @@ pub(super) fn complete(session: &Session, frame: ClientFrame) -> Result<bool, Ap
     };
     session
         .answer(req_id.as_str(), reply)
-        .map_err(|error| match error {
-            ReplyError::Unknown(_) => ApiError::coded(ErrorCode::UnknownRequest, error.to_string()),
-            ReplyError::WrongKind { .. } => ApiError::bad_request(error.to_string()),
-        })
+        .map_err(|error| ApiError::coded(error.code(), error.to_string()))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use swarmd_engine::ids::AttemptId;
 
-use super::frames::{DecodeError, Incoming, ServerFrame, decode, encode, into_reply};
+use super::frames::{ServerFrame, encode};
 
 /// The prefix of an upstream step id.
 pub const STEP_PREFIX: &str = "ST-";
@@ -56,22 +56,11 @@ impl Dialect {
         }
     }
 
-    /// Reads a client frame's text from a session of this dialect: its step
-    /// ids taken as task ids, decoded under the daemon's depth bound, and a
-    /// reply to a server request handed out for its waiter.
-    pub fn read(self, text: &str) -> Result<Incoming, DecodeError> {
-        let frame = decode(&self.inbound(text))?;
-        Ok(match into_reply(frame) {
-            Ok((req_id, reply)) => Incoming::Reply(req_id, reply),
-            Err(frame) => Incoming::Frame(*frame),
-        })
-    }
-
     /// A client frame's text as the documented wire has it: from an
     /// upstream session, a top-level `task_id` written as a step id names
     /// its task (`cancel_task`, `subscribe`). Anything else is unchanged,
     /// and left for the decoder to judge.
-    fn inbound(self, text: &str) -> Cow<'_, str> {
+    pub(crate) fn inbound(self, text: &str) -> Cow<'_, str> {
         if self == Dialect::Standard || !text.contains(STEP_PREFIX) {
             return Cow::Borrowed(text);
         }

@@ -22,16 +22,6 @@ pub enum Reply {
     Hook(HookAck),
 }
 
-/// A client frame as a session's reader acts on it.
-#[derive(Debug)]
-pub enum Incoming {
-    /// A reply to a server request: the request's id and what its waiter
-    /// takes.
-    Reply(ReqId, Reply),
-    /// Any other client frame.
-    Frame(ClientFrame),
-}
-
 /// A frame as the text of a WebSocket message.
 pub fn encode(frame: &ServerFrame) -> Utf8Bytes {
     match serde_json::to_string(frame) {

@@ -6,8 +6,8 @@
 //! itself (`bridge`). Each `Session` owns its outbox of server frames
 //! (`outbox`, written by `frames`) and its pending requests (`pending`); the
 //! daemon's WebSocket module attaches sockets to them and its MCP server
-//! pops them, both writing a parked `spawn` through
-//! `Session::prepare_spawn`. The `EventRouter` (`router`, over the gap-free
+//! pops them, both reading client frames and delivering queued ones through
+//! the session (`surface`). The `EventRouter` (`router`, over the gap-free
 //! `EventFeed` of `feed`) hands the engine's events about a session's tasks
 //! to its outbox. On a cluster, a session's home node and the mail between
 //! nodes (`cluster`).
@@ -27,6 +27,7 @@ mod outbox;
 mod pending;
 mod router;
 mod session;
+mod surface;
 mod sweep;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

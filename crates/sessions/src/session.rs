@@ -1,9 +1,8 @@
 //! One operator session: its identity and roles, its last activity, its
 //! outbox of server frames and its table of pending requests. A session
 //! outlives its sockets; it ends when deleted or expired, which closes its
-//! socket and drops every pending waiter. A parked `spawn` leaves its
-//! outbox as `prepare_spawn` writes it, with a token about to expire
-//! re-minted first.
+//! socket and drops every pending waiter. The surfaces read and deliver
+//! its frames through `surface`.
 //!
 //! Persistence goes through the engine's named session writes
 //! (`persist_session`, `delete_session`), queued in the store's ordered
@@ -18,7 +17,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use axum::extract::ws::Utf8Bytes;
 use serde::Serialize;
 use serde_json::Value;
 use swarmd_engine::ids::SessionId;
@@ -28,10 +26,10 @@ use swarmd_engine::{Engine, EngineError};
 use swarmd_types::cluster::NodeId;
 
 use super::delivery::Delivery;
-use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing, ParkedSpawn};
+use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing};
 use super::pending::{Pending, ReplyError};
-use crate::dialect::{Dialect, UpstreamAttempts};
-use crate::frames::{self, Reply, ServerFrame};
+use crate::dialect::Dialect;
+use crate::frames::{Reply, ServerFrame};
 
 /// One session as `GET /v1/operators` lists it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -400,57 +398,6 @@ pub(super) fn unhex(s: &str) -> Option<[u8; 32]> {
         out[i] = u8::from_str_radix(text, 16).ok()?;
     }
     Some(out)
-}
-
-/// A parked `spawn` whose token expires sooner than this is re-minted.
-const REMINT_WITHIN_SECS: u64 = 60;
-
-impl Session {
-    /// The text of a parked `spawn` (outbox id `id`) as it leaves the
-    /// outbox, for whichever deliverer takes it (the socket's writer,
-    /// MCP's `pop`; docs/protocol.md, Disconnects and parking). A token
-    /// expiring within `REMINT_WITHIN_SECS` is re-minted first (and the
-    /// queued copy updated); a spawn whose attempt is over is dropped with
-    /// its waiter. A spawn to an upstream session is recorded in
-    /// `upstream`.
-    pub async fn prepare_spawn(
-        &self,
-        engine: &Engine,
-        upstream: &UpstreamAttempts,
-        id: u64,
-        parked: ParkedSpawn,
-    ) -> Option<Utf8Bytes> {
-        let ParkedSpawn { req_id, mut frame } = parked;
-        let now = engine.clock().now_secs();
-        if frame.credential.expires_secs() <= now + REMINT_WITHIN_SECS {
-            match engine
-                .refresh_credential(frame.attempt, &frame.credential)
-                .await
-            {
-                Ok(fresh) => {
-                    self.outbox.update_credential(id, &fresh);
-                    frame.credential = fresh;
-                }
-                Err(
-                    EngineError::TaskTerminal
-                    | EngineError::AttemptSuperseded { .. }
-                    | EngineError::HandleExpired
-                    | EngineError::NotFound(_),
-                ) => {
-                    tracing::debug!(attempt = %frame.attempt, "attempt over; parked spawn dropped");
-                    self.pending.remove(&req_id);
-                    return None;
-                }
-                Err(error) => {
-                    tracing::warn!(attempt = %frame.attempt, %error, "cannot re-mint a parked spawn's token");
-                }
-            }
-        }
-        if self.dialect == Dialect::Upstream {
-            upstream.record(frame.attempt);
-        }
-        Some(self.dialect.encode(&frames::spawn(&req_id, &frame)))
-    }
 }
 
 /// An MCP call popping a session's frames; the session counts as connected

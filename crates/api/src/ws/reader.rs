@@ -26,8 +26,8 @@ use super::ops::Op;
 use super::subscribe::Subscriptions;
 use super::writer::{Direct, Liveness};
 use crate::http::guard::{Guards, RateKey};
-use swarmd_sessions::frames::{ClientFrame, Incoming, ServerFrame};
-use swarmd_sessions::{ReplyError, Session};
+use swarmd_sessions::Session;
+use swarmd_sessions::frames::{ClientFrame, ServerFrame};
 
 /// Why the reader stopped.
 #[derive(Debug)]
@@ -118,23 +118,12 @@ impl Reader<'_> {
     }
 
     async fn handle(&self, subscriptions: &mut Subscriptions, text: &str) {
-        let frame = match self.session.dialect.read(text) {
-            Ok(Incoming::Frame(frame)) => frame,
-            Ok(Incoming::Reply(req_id, reply)) => {
-                // The waiter of the daemon's request takes the reply.
-                if let Err(error) = self.session.answer(req_id.as_str(), reply) {
-                    let code = match error {
-                        ReplyError::Unknown(_) => ErrorCode::UnknownRequest,
-                        ReplyError::WrongKind { .. } => ErrorCode::BadRequest,
-                    };
-                    let frame = ServerFrame::error(Some(req_id), code, error.to_string());
-                    self.reply(&frame).await;
-                }
-                return;
-            }
+        // A reply to the daemon's request is taken by the session.
+        let frame = match self.session.read(text) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return,
             Err(error) => {
-                let frame = ServerFrame::error(error.req_id, ErrorCode::BadRequest, error.message);
-                self.reply(&frame).await;
+                self.reply(&error).await;
                 return;
             }
         };

@@ -1,8 +1,8 @@
 //! The writer half of a session's socket: it drains the session's outbox in
 //! order, sends the connection's own replies (`task_accepted` aside, which
 //! is ordered through the outbox), pings every `ws.ping_secs`, and closes the
-//! socket when told to. A `spawn` goes out as `Session::prepare_spawn`
-//! writes it (a token about to expire re-minted first).
+//! socket when told to. Queued frames go out as `Session::deliver` writes
+//! them (a parked `spawn`'s token about to expire re-minted first).
 //!
 //! Every send is bounded by the dead-peer limit (three ping intervals), so a
 //! peer that stops reading cannot hold the writer forever.
@@ -12,15 +12,14 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use bytes::Bytes;
-use futures_util::SinkExt;
 use futures_util::stream::SplitSink;
+use futures_util::{SinkExt, future};
 use swarmd_engine::Engine;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use swarmd_sessions::dialect::UpstreamAttempts;
-use swarmd_sessions::frames::{ServerFrame, encode};
-use swarmd_sessions::{Batch, CloseReason, Outgoing, Session};
+use swarmd_sessions::{CloseReason, Session};
 
 /// Frames taken from the outbox per flush.
 const MAX_BATCH: usize = 64;
@@ -130,7 +129,19 @@ impl Writer<'_> {
                     }
                     None => return WriterEnd::Broken,
                 },
-                batch = self.session.outbox.next_batch(MAX_BATCH) => self.deliver(&mut sink, batch).await,
+                // Delivered within the dead-peer limit and acknowledged
+                // once flushed; an unsent batch stays queued for the next
+                // socket.
+                batch = self.session.outbox.next_batch(MAX_BATCH) => {
+                    let mut texts = (&mut sink)
+                        .with(|text| future::ready(Ok::<_, axum::Error>(Message::Text(text))));
+                    let delivered =
+                        self.session.deliver(self.engine, self.upstream, batch, &mut texts);
+                    matches!(
+                        tokio::time::timeout(self.liveness.limit, delivered).await,
+                        Ok(Ok(()))
+                    )
+                }
             };
             if !sent {
                 return WriterEnd::Broken;
@@ -144,41 +155,6 @@ impl Writer<'_> {
             tokio::time::timeout(self.liveness.limit, sink.send(message)).await,
             Ok(Ok(()))
         )
-    }
-
-    /// Sends a batch, then acknowledges it; an unsent batch stays queued for
-    /// the next socket.
-    async fn deliver(&self, sink: &mut Sink, batch: Batch) -> bool {
-        let write = async {
-            let mut last = None;
-            if batch.dropped > 0 {
-                let notice = ServerFrame::frames_dropped(batch.dropped);
-                sink.feed(Message::Text(encode(&notice))).await?;
-            }
-            for (id, frame) in batch.frames {
-                let text = match frame {
-                    Outgoing::Text { text, .. } => Some(text),
-                    Outgoing::Spawn(spawn) => {
-                        self.session
-                            .prepare_spawn(self.engine, self.upstream, id, *spawn)
-                            .await
-                    }
-                };
-                if let Some(text) = text {
-                    sink.feed(Message::Text(text)).await?;
-                }
-                last = Some(id);
-            }
-            sink.flush().await?;
-            Ok::<_, axum::Error>(last)
-        };
-        match tokio::time::timeout(self.liveness.limit, write).await {
-            Ok(Ok(last)) => {
-                self.session.outbox.ack(last, batch.dropped);
-                true
-            }
-            _ => false,
-        }
     }
 }
 

@@ -15,7 +15,7 @@ use swarmd_spawner::operator::{SpawnChannel, SpawnFrame};
 use super::*;
 use crate::ws::tests::support::{Harness, eventually};
 use swarmd_config::Config;
-use swarmd_sessions::LoginRequest;
+use swarmd_sessions::{LoginRequest, Outgoing};
 
 #[tokio::test(start_paused = true)]
 async fn a_peer_silent_for_the_limit_is_dead() {

@@ -1,7 +1,8 @@
 //! The engine's operator traits on a session (docs/tasks.md, Layers; Operator agents; Senior):
 //! `SpawnHook` (`hook_before` → `hook_ack`, `hook_after`), `SeniorBridge`
 //! (`ask` → `answer`) and `SpawnChannel` (`spawn` → `spawn_ack` /
-//! `spawn_halt`, `cancel`). Each request registers its waiter first, then
+//! `spawn_halt`, `cancel`), and `notify`, which queues a frame that needs
+//! no reply. Each request registers its waiter first, then
 //! queues its frame in the outbox, so a reply can never overtake its waiter;
 //! a frame queued while no socket is attached is parked and delivered on
 //! reconnect. Callers bound their waits; a session that ends drops every
@@ -19,7 +20,7 @@ use swarmd_spawner::operator::{
 };
 use tokio::sync::oneshot;
 
-use super::outbox::{Outgoing, ParkedSpawn};
+use super::outbox::{FrameClass, OutboxFull, Outgoing, ParkedSpawn};
 use super::pending::Waiter;
 use super::session::Session;
 use crate::frames::ServerFrame;
@@ -64,9 +65,24 @@ impl Session {
         Ok((id, rx))
     }
 
+    /// Queues a frame that needs no reply; returns its outbox id.
+    pub(crate) fn notify(&self, frame: &ServerFrame) -> Result<u64, OutboxFull> {
+        let class = match frame {
+            ServerFrame::TaskEvent { .. } => FrameClass::Resumable,
+            ServerFrame::Ask { .. }
+            | ServerFrame::HookBefore { .. }
+            | ServerFrame::Spawn { .. } => FrameClass::Request,
+            _ => FrameClass::Notice,
+        };
+        self.outbox.push(Outgoing::Text {
+            class,
+            text: self.dialect.encode(frame),
+        })
+    }
+
     pub(super) fn request_text(&self, frame: &ServerFrame) -> Outgoing {
         Outgoing::Text {
-            class: super::outbox::FrameClass::Request,
+            class: FrameClass::Request,
             text: self.dialect.encode(frame),
         }
     }

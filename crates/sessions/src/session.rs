@@ -26,10 +26,9 @@ use swarmd_engine::{Engine, EngineError};
 use swarmd_types::cluster::NodeId;
 
 use super::delivery::Delivery;
-use super::outbox::{CloseReason, FrameClass, Outbox, OutboxFull, Outgoing};
-use super::pending::{Pending, ReplyError};
+use super::outbox::{CloseReason, Outbox};
+use super::pending::Pending;
 use crate::dialect::Dialect;
-use crate::frames::{Reply, ServerFrame};
 
 /// One session as `GET /v1/operators` lists it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -204,37 +203,6 @@ impl Session {
     /// Server requests (`spawn`, `ask`, `hook_before`) waiting for a reply.
     pub fn pending_requests(&self) -> usize {
         self.pending.len()
-    }
-
-    /// Completes the request `req_id` with a client's reply. `Ok(false)` is
-    /// a spawn reply that came after its attempt ended (its Final was
-    /// posted, or it was cancelled or timed out): normal, since nothing
-    /// waits for it any more.
-    pub fn answer(&self, req_id: &str, reply: Reply) -> Result<bool, ReplyError> {
-        let spawn_reply = matches!(reply, Reply::Spawn(_));
-        match self.pending.complete(req_id, reply) {
-            Ok(()) => Ok(true),
-            Err(ReplyError::Unknown(_)) if spawn_reply => {
-                tracing::debug!(req_id, "late spawn reply ignored");
-                Ok(false)
-            }
-            Err(error) => Err(error),
-        }
-    }
-
-    /// Queues a frame that needs no reply; returns its outbox id.
-    pub(crate) fn notify(&self, frame: &ServerFrame) -> Result<u64, OutboxFull> {
-        let class = match frame {
-            ServerFrame::TaskEvent { .. } => FrameClass::Resumable,
-            ServerFrame::Ask { .. }
-            | ServerFrame::HookBefore { .. }
-            | ServerFrame::Spawn { .. } => FrameClass::Request,
-            _ => FrameClass::Notice,
-        };
-        self.outbox.push(Outgoing::Text {
-            class,
-            text: self.dialect.encode(frame),
-        })
     }
 
     pub(super) fn record(&self) -> SessionRecord {

@@ -1,8 +1,9 @@
 //! A session as the surfaces that carry its frames see it (a WebSocket,
 //! MCP's `pop` and `reply`): a client frame read in the session's dialect,
-//! with a reply to the daemon's request handed to its waiter here; and the
-//! queued frames delivered to whatever sink the surface writes to, then
-//! acknowledged. The outbox's delivery rule lives here once: a report of
+//! with a reply to the daemon's request handed to its waiter here
+//! (`Session::answer`, which mail from another node's socket takes too);
+//! and the queued frames delivered to whatever sink the surface writes to,
+//! then acknowledged. The outbox's delivery rule lives here once: a report of
 //! dropped frames first, every frame in queue order, a parked `spawn` as
 //! `Session::prepare_spawn` writes it, and the acknowledgement only after
 //! the sink took the whole batch and flushed, so a batch the sink refused
@@ -13,7 +14,7 @@ use futures_util::{Sink, SinkExt};
 use swarmd_engine::{Engine, EngineError, ErrorCode};
 
 use crate::dialect::{Dialect, UpstreamAttempts};
-use crate::frames::{self, ClientFrame, ServerFrame, decode, encode, into_reply};
+use crate::frames::{self, ClientFrame, Reply, ServerFrame, decode, encode, into_reply};
 use crate::outbox::{Batch, Outgoing, ParkedSpawn};
 use crate::pending::ReplyError;
 use crate::session::Session;
@@ -46,6 +47,22 @@ impl Session {
                 error.code(),
                 error.to_string(),
             ))),
+        }
+    }
+
+    /// Completes the request `req_id` with a client's reply. `Ok(false)` is
+    /// a spawn reply that came after its attempt ended (its Final was
+    /// posted, or it was cancelled or timed out): normal, since nothing
+    /// waits for it any more.
+    pub fn answer(&self, req_id: &str, reply: Reply) -> Result<bool, ReplyError> {
+        let spawn_reply = matches!(reply, Reply::Spawn(_));
+        match self.pending.complete(req_id, reply) {
+            Ok(()) => Ok(true),
+            Err(ReplyError::Unknown(_)) if spawn_reply => {
+                tracing::debug!(req_id, "late spawn reply ignored");
+                Ok(false)
+            }
+            Err(error) => Err(error),
         }
     }
 

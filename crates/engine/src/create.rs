@@ -44,9 +44,9 @@ impl Engine {
         extra: Extra<'_>,
     ) -> Result<Task, EngineError> {
         validate_spec(&spec)?;
-        let profile = self.resolver().profile(&spec.agent, &spec.layers)?;
-        self.resolver()
-            .check_input(&spec.agent, spec.input.as_ref())?;
+        let profile = self
+            .resolver()
+            .check_new(&spec.agent, &spec.layers, spec.input.as_ref())?;
         if depth > self.inner.config.max_spawn_depth {
             return Err(EngineError::DepthExceeded {
                 depth,

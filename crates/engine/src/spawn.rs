@@ -171,7 +171,7 @@ pub struct Placement {
 /// Stages 1 and 2 of the pipeline (resolve, link); the engine runs stage 3.
 pub trait SpawnerResolver: Send + Sync + fmt::Debug {
     /// Resolves the agent with these hint layers, failing for unknown agents
-    /// or layers. Called when a task is created.
+    /// or layers.
     fn profile(&self, agent: &str, layers: &[String]) -> Result<AgentProfile, SpawnError>;
     /// The linked stack for the agent and layers (cached by the implementor).
     fn link(&self, agent: &str, layers: &[String]) -> Result<Arc<dyn SpawnerAdapter>, SpawnError>;
@@ -207,15 +207,18 @@ pub trait SpawnerResolver: Send + Sync + fmt::Debug {
             },
         }
     }
-    /// Checks a new task's input against the agent's `input_schema`, if it
-    /// has one. By default, every input passes.
-    fn check_input(
+    /// Everything creating a task asks, in one call: the agent resolved
+    /// with these hint layers (as `profile`), then the task's input checked
+    /// against the agent's `input_schema`, if it has one. By default, every
+    /// input passes.
+    fn check_new(
         &self,
         agent: &str,
+        layers: &[String],
         input: Option<&serde_json::Value>,
-    ) -> Result<(), SpawnError> {
-        let _ = (agent, input);
-        Ok(())
+    ) -> Result<AgentProfile, SpawnError> {
+        let _ = input;
+        self.profile(agent, layers)
     }
     /// Kills what is left of an interrupted attempt's process group, if its
     /// leader is still the process that was recorded. Recovery calls it

@@ -219,15 +219,17 @@ impl SpawnerResolver for StackResolver {
         }
     }
 
-    fn check_input(
+    fn check_new(
         &self,
         agent: &str,
+        layers: &[String],
         input: Option<&serde_json::Value>,
-    ) -> Result<(), SpawnError> {
-        match self.agents.get(agent).and_then(|e| e.input_schema.as_ref()) {
-            Some(schema) => schema.check(agent, input),
-            None => Ok(()),
+    ) -> Result<AgentProfile, SpawnError> {
+        let profile = self.profile(agent, layers)?;
+        if let Some(schema) = self.agents.get(agent).and_then(|e| e.input_schema.as_ref()) {
+            schema.check(agent, input)?;
         }
+        Ok(profile)
     }
 
     fn reap_leftover(&self, group: &ProcessGroupMark) {

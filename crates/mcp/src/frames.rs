@@ -10,9 +10,12 @@
 //! one session run one at a time, and the session counts as connected while
 //! one waits (docs/mcp.md, Acting as the MainAI).
 
+use std::convert::identity;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ws::Utf8Bytes;
+use futures_util::{SinkExt, future};
 use rmcp::model::ProgressNotificationParam;
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, model::ProgressToken};
@@ -223,12 +226,14 @@ pub(super) async fn pop(
             () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
         }
     };
-    let mut texts = Vec::with_capacity(batch.frames.len() + 1);
+    // Each text is taken as JSON before the batch is acknowledged.
+    let mut frames = Vec::with_capacity(batch.frames.len() + 1);
+    let mut taken = (&mut frames).with(|text: Utf8Bytes| future::ready(as_json(text.as_str())));
     let upstream = &state.upstream_attempts;
-    let Ok(()) = session
-        .deliver(&state.engine, upstream, batch, &mut texts)
-        .await;
-    texts.iter().map(|text| as_json(text.as_str())).collect()
+    session
+        .deliver(&state.engine, upstream, batch, &mut taken, identity)
+        .await?;
+    Ok(frames)
 }
 
 fn as_json(text: &str) -> Result<Value, ApiError> {

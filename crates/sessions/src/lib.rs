@@ -6,8 +6,9 @@
 //! itself (`bridge`). Each `Session` owns its outbox of server frames
 //! (`outbox`, written by `frames`) and its pending requests (`pending`); the
 //! daemon's WebSocket module attaches sockets to them and its MCP server
-//! pops them, both reading client frames and delivering queued ones through
-//! the session (`surface`). The `EventRouter` (`router`, over the gap-free
+//! pops them: a socket's client frames are read, replies answered and
+//! queued frames delivered through the session (`surface`), and MCP pops
+//! and answers through the same calls. The `EventRouter` (`router`, over the gap-free
 //! `EventFeed` of `feed`) hands the engine's events about a session's tasks
 //! to its outbox. On a cluster, a session's home node and the mail between
 //! nodes (`cluster`).

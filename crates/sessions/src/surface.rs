@@ -1,9 +1,9 @@
-//! A session as the surfaces that carry its frames see it (a WebSocket,
-//! MCP's `pop` and `reply`): a client frame read in the session's dialect,
-//! with a reply to the daemon's request handed to its waiter here
-//! (`Session::answer`, which mail from another node's socket takes too);
-//! and the queued frames delivered to whatever sink the surface writes to,
-//! then acknowledged. The outbox's delivery rule lives here once: a report of
+//! A session as the surfaces that carry its frames see it: a socket's
+//! client frame read in the session's dialect, with a reply to the daemon's
+//! request handed to its waiter here (`Session::answer`, which MCP's
+//! `reply` and mail from another node's socket take too); and the queued
+//! frames delivered to whatever sink the surface writes to (a socket, MCP's
+//! `pop`), then acknowledged. The outbox's delivery rule lives here once: a report of
 //! dropped frames first, every frame in queue order, a parked `spawn` as
 //! `Session::prepare_spawn` writes it, and the acknowledgement only after
 //! the sink took the whole batch and flushed, so a batch the sink refused
@@ -67,21 +67,23 @@ impl Session {
     }
 
     /// Delivers `batch` (taken by `outbox.next_batch`) to `sink` as the
-    /// texts of its frames, by the rule above, and acknowledges it once the
-    /// sink flushed. On the sink's error nothing is acknowledged.
-    pub async fn deliver<S>(
+    /// texts of its frames, each made the sink's item by `item`, by the
+    /// rule above, and acknowledges it once the sink flushed. On the sink's
+    /// error nothing is acknowledged.
+    pub async fn deliver<S, M>(
         &self,
         engine: &Engine,
         upstream: &UpstreamAttempts,
         batch: Batch,
         sink: &mut S,
+        item: fn(Utf8Bytes) -> M,
     ) -> Result<(), S::Error>
     where
-        S: Sink<Utf8Bytes> + Unpin,
+        S: Sink<M> + Unpin,
     {
         let mut last = None;
         if batch.dropped > 0 {
-            sink.feed(encode(&ServerFrame::frames_dropped(batch.dropped)))
+            sink.feed(item(encode(&ServerFrame::frames_dropped(batch.dropped))))
                 .await?;
         }
         for (id, frame) in batch.frames {
@@ -90,7 +92,7 @@ impl Session {
                 Outgoing::Spawn(spawn) => self.prepare_spawn(engine, upstream, id, *spawn).await,
             };
             if let Some(text) = text {
-                sink.feed(text).await?;
+                sink.feed(item(text)).await?;
             }
             last = Some(id);
         }

@@ -2,11 +2,15 @@
 //! their waiters, refusals as `error` frames), and a batch delivered to a
 //! sink, acknowledged only once the sink took it all.
 
+use std::convert::identity;
+
 use futures_util::sink;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::*;
+use crate::LoginRequest;
+use crate::dialect::Dialect;
 use crate::outbox::FrameClass;
 use crate::pending::Waiter;
 use crate::testing::Harness;
@@ -69,6 +73,17 @@ async fn a_reply_nobody_waits_for_and_a_bad_frame_are_refused_with_their_codes()
             .unwrap_err(),
     );
     assert_eq!(bad["code"], "bad_request", "{bad}");
+    assert_eq!(bad["req_id"], "x", "{bad}");
+
+    // A reply of another kind than its request expects.
+    let (tx, _rx) = oneshot::channel();
+    session.pending.insert("ask-2".into(), Waiter::Ask(tx));
+    let wrong = session
+        .read(r#"{"type":"hook_ack","req_id":"ask-2","ok":true}"#)
+        .unwrap_err();
+    let wrong = error_of(&wrong);
+    assert_eq!(wrong["code"], "bad_request", "{wrong}");
+    assert_eq!(wrong["req_id"], "ask-2", "{wrong}");
 
     // A late spawn reply is no error: its attempt ended without it.
     let late = session.read(r#"{"type":"spawn_ack","req_id":"spawn-9"}"#);
@@ -88,7 +103,7 @@ async fn a_delivered_batch_is_acknowledged_and_a_refused_one_stays_queued() {
     futures_util::pin_mut!(refusing);
     let batch = session.outbox.peek(64);
     let refused = session
-        .deliver(&harness.engine, &upstream, batch, &mut refusing)
+        .deliver(&harness.engine, &upstream, batch, &mut refusing, identity)
         .await;
     assert_eq!(refused, Err("gone"));
     assert_eq!(queued(&session), [json!({"n": 1}), json!({"n": 2})]);
@@ -96,9 +111,33 @@ async fn a_delivered_batch_is_acknowledged_and_a_refused_one_stays_queued() {
     let mut sent = Vec::new();
     let batch = session.outbox.peek(64);
     let Ok(()) = session
-        .deliver(&harness.engine, &upstream, batch, &mut sent)
+        .deliver(&harness.engine, &upstream, batch, &mut sent, identity)
         .await;
     let sent: Vec<&str> = sent.iter().map(Utf8Bytes::as_str).collect();
     assert_eq!(sent, [r#"{"n":1}"#, r#"{"n":2}"#]);
     assert!(queued(&session).is_empty(), "acknowledged once sent");
+}
+
+#[tokio::test]
+async fn an_upstream_session_names_a_task_by_its_step_id() {
+    let harness = Harness::new().await;
+    let login = harness
+        .registry
+        .login(
+            &harness.engine,
+            LoginRequest {
+                dialect: Some(Dialect::Upstream),
+                ..roles(&["main-ai"])
+            },
+        )
+        .await
+        .unwrap();
+    let session = harness.registry.get(&login.sid).unwrap();
+    let task = swarmd_engine::ids::TaskId::new();
+    let step = crate::dialect::step_id(&task.to_string()).unwrap();
+    let cancel = json!({"type": "cancel_task", "req_id": "c-1", "task_id": step}).to_string();
+    match session.read(&cancel) {
+        Ok(Some(ClientFrame::CancelTask { task_id, .. })) => assert_eq!(task_id, task),
+        other => panic!("the step id was not read as its task: {other:?}"),
+    }
 }

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use bytes::Bytes;
+use futures_util::SinkExt;
 use futures_util::stream::SplitSink;
-use futures_util::{SinkExt, future};
 use swarmd_engine::Engine;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -133,10 +133,13 @@ impl Writer<'_> {
                 // once flushed; an unsent batch stays queued for the next
                 // socket.
                 batch = self.session.outbox.next_batch(MAX_BATCH) => {
-                    let mut texts = (&mut sink)
-                        .with(|text| future::ready(Ok::<_, axum::Error>(Message::Text(text))));
-                    let delivered =
-                        self.session.deliver(self.engine, self.upstream, batch, &mut texts);
+                    let delivered = self.session.deliver(
+                        self.engine,
+                        self.upstream,
+                        batch,
+                        &mut sink,
+                        Message::Text,
+                    );
                     matches!(
                         tokio::time::timeout(self.liveness.limit, delivered).await,
                         Ok(Ok(()))

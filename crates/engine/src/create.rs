@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::Engine;
-use crate::continuation::Resume;
 use crate::error::EngineError;
 use crate::event::Event;
 use crate::ids::{SessionId, TaskId};
@@ -35,14 +34,25 @@ fn no_extra<'a>() -> Extra<'a> {
 
 impl Engine {
     /// The one creation path; `extra` rides in the task's write batch, or
-    /// in a batch of its own when the task is a replay.
+    /// in a batch of its own when the task is a replay. A spec naming
+    /// `continue_from` is checked against that task and completed first
+    /// (`Continuations::continuing`); `worker` is the task of the worker
+    /// creating a sub-task, which may continue only its own sub-tasks.
     async fn create(
         &self,
-        spec: TaskSpec,
+        mut spec: TaskSpec,
         depth: u32,
-        resume: Option<Resume>,
+        worker: Option<TaskId>,
         extra: Extra<'_>,
     ) -> Result<Task, EngineError> {
+        let resume = match spec.continue_from {
+            Some(from) => Some(
+                self.continuations()
+                    .continuing(from, &mut spec, worker)
+                    .await?,
+            ),
+            None => None,
+        };
         validate_spec(&spec)?;
         let profile = self
             .resolver()
@@ -222,7 +232,7 @@ impl Engine {
 
 pub(crate) async fn create_task_with<F>(
     engine: &Engine,
-    mut spec: TaskSpec,
+    spec: TaskSpec,
     extra: F,
 ) -> Result<Task, EngineError>
 where
@@ -231,15 +241,6 @@ where
     if engine.is_draining() {
         return Err(EngineError::Draining);
     }
-    let resume = match spec.continue_from {
-        Some(from) => Some(
-            engine
-                .continuations()
-                .continuing(from, &mut spec, None)
-                .await?,
-        ),
-        None => None,
-    };
     let depth = match spec.parent {
         Some(parent) => {
             let parent = engine
@@ -250,7 +251,7 @@ where
         }
         None => 0,
     };
-    engine.create(spec, depth, resume, Box::new(extra)).await
+    engine.create(spec, depth, None, Box::new(extra)).await
 }
 
 pub(crate) async fn create_subtask(
@@ -269,16 +270,8 @@ pub(crate) async fn create_subtask(
     };
     spec.parent = Some(parent.attempt.task);
     spec.session = session;
-    let resume = match spec.continue_from {
-        Some(from) => Some(
-            engine
-                .continuations()
-                .continuing(from, &mut spec, Some(parent.attempt.task))
-                .await?,
-        ),
-        None => None,
-    };
-    engine.create(spec, depth + 1, resume, no_extra()).await
+    let worker = Some(parent.attempt.task);
+    engine.create(spec, depth + 1, worker, no_extra()).await
 }
 
 /// Whether `retry` (built from a retried request) asks for what `task` is.

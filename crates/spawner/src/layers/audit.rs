@@ -10,7 +10,7 @@ use swarmd_engine::auth::fingerprint;
 use swarmd_engine::{Attempt, AttemptHost, SpawnError, SpawnerAdapter, Worker};
 use tokio::time::Instant;
 
-use crate::stack::{Observed, SpawnerLayer, wrap_join};
+use crate::stack::{SpawnerLayer, wrap_join};
 
 /// Builds [`Audit`] wrappers.
 #[derive(Debug, Clone, Copy, Default)]
@@ -73,10 +73,12 @@ impl SpawnerAdapter for Audit {
             started,
         };
         Ok(wrap_join(worker, move |joined| async move {
-            let observed = Observed::read(&*pending.host, &joined).await;
+            // The engine's verdict by its own rule: the record names the
+            // outcome the task will have, and only the outcome and reason.
+            let verdict = pending.host.verdict(&joined).await;
             pending.complete(json!({
-                "outcome": observed.outcome.as_str(),
-                "reason": observed.reason,
+                "outcome": verdict.outcome.as_str(),
+                "reason": verdict.reason,
             }));
             joined
         }))

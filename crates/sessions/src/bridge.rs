@@ -2,8 +2,8 @@
 //! `SpawnHook` (`hook_before` → `hook_ack`, `hook_after`), `SeniorBridge`
 //! (`ask` → `answer`) and `SpawnChannel` (`spawn` → `spawn_ack` /
 //! `spawn_halt`, `cancel`), and `notify`, which queues a frame that needs
-//! no reply. Each request registers its waiter first, then
-//! queues its frame in the outbox, so a reply can never overtake its waiter;
+//! no reply. Each request registers its waiter first, then queues its
+//! frame in the outbox, so a reply can never overtake its waiter;
 //! a frame queued while no socket is attached is parked and delivered on
 //! reconnect. Callers bound their waits; a session that ends drops every
 //! waiter, which its callers see as `SessionGone`.

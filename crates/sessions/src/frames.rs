@@ -2,8 +2,8 @@
 //! wire crate's (`swarmd_wire`, docs/protocol.md, Frames); here they meet
 //! the daemon: `encode` writes a frame as a message's text, `decode` reads
 //! a client frame under the daemon's depth bound and explains a refusal,
-//! `into_reply` hands a reply to its waiter, and `spawn` writes a delegated
-//! attempt as a `spawn` frame.
+//! `into_reply` splits out a reply for its waiter, and `spawn` writes a
+//! delegated attempt as a `spawn` frame.
 
 use axum::extract::ws::Utf8Bytes;
 use serde_json::Value;

@@ -8,9 +8,9 @@
 //! daemon's WebSocket module attaches sockets to them and its MCP server
 //! pops them: a socket's client frames are read, replies answered and
 //! queued frames delivered through the session (`surface`), and MCP pops
-//! and answers through the same calls. The `EventRouter` (`router`, over the gap-free
-//! `EventFeed` of `feed`) hands the engine's events about a session's tasks
-//! to its outbox. On a cluster, a session's home node and the mail between
+//! and answers through the same calls. The `EventRouter` (`router`, over
+//! the gap-free `EventFeed` of `feed`) hands the engine's events about a
+//! session's tasks to its outbox. On a cluster, a session's home node and the mail between
 //! nodes (`cluster`).
 //!
 //! The registry's maps sit behind one std `Mutex` that is never held across

@@ -3,11 +3,11 @@
 //! request handed to its waiter here (`Session::answer`, which MCP's
 //! `reply` and mail from another node's socket take too); and the queued
 //! frames delivered to whatever sink the surface writes to (a socket, MCP's
-//! `pop`), then acknowledged. The outbox's delivery rule lives here once: a report of
-//! dropped frames first, every frame in queue order, a parked `spawn` as
-//! `Session::prepare_spawn` writes it, and the acknowledgement only after
-//! the sink took the whole batch and flushed, so a batch the sink refused
-//! stays queued for the next deliverer (at least once).
+//! `pop`), then acknowledged. The outbox's delivery rule lives here once:
+//! a report of dropped frames first, every frame in queue order, a parked
+//! `spawn` as `Session::prepare_spawn` writes it, and the acknowledgement
+//! only after the sink took the whole batch and flushed, so a batch the
+//! sink refused stays queued for the next deliverer (at least once).
 
 use axum::extract::ws::Utf8Bytes;
 use futures_util::{Sink, SinkExt};

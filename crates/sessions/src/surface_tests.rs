@@ -16,8 +16,10 @@ use crate::pending::Waiter;
 use crate::testing::Harness;
 use crate::tests::{queued, roles};
 
-fn error_of(frame: &ServerFrame) -> Value {
-    serde_json::from_str(encode(frame).as_str()).unwrap()
+/// The `error` frame `text` is refused with, as JSON.
+fn refusal(session: &Session, text: &str) -> Value {
+    let frame = session.read(text).unwrap_err();
+    serde_json::from_str(encode(&frame).as_str()).unwrap()
 }
 
 async fn session(harness: &Harness) -> std::sync::Arc<Session> {
@@ -60,28 +62,21 @@ async fn a_reply_nobody_waits_for_and_a_bad_frame_are_refused_with_their_codes()
     let harness = Harness::new().await;
     let session = session(&harness).await;
 
-    let unknown = session
-        .read(r#"{"type":"answer","req_id":"ask-9","value":1}"#)
-        .unwrap_err();
-    let unknown = error_of(&unknown);
+    let unknown = refusal(&session, r#"{"type":"answer","req_id":"ask-9","value":1}"#);
     assert_eq!(unknown["code"], "unknown_request", "{unknown}");
     assert_eq!(unknown["req_id"], "ask-9", "{unknown}");
 
-    let bad = error_of(
-        &session
-            .read(r#"{"type":"nonsense","req_id":"x"}"#)
-            .unwrap_err(),
-    );
+    let bad = refusal(&session, r#"{"type":"nonsense","req_id":"x"}"#);
     assert_eq!(bad["code"], "bad_request", "{bad}");
     assert_eq!(bad["req_id"], "x", "{bad}");
 
     // A reply of another kind than its request expects.
     let (tx, _rx) = oneshot::channel();
     session.pending.insert("ask-2".into(), Waiter::Ask(tx));
-    let wrong = session
-        .read(r#"{"type":"hook_ack","req_id":"ask-2","ok":true}"#)
-        .unwrap_err();
-    let wrong = error_of(&wrong);
+    let wrong = refusal(
+        &session,
+        r#"{"type":"hook_ack","req_id":"ask-2","ok":true}"#,
+    );
     assert_eq!(wrong["code"], "bad_request", "{wrong}");
     assert_eq!(wrong["req_id"], "ask-2", "{wrong}");
 

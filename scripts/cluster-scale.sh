@@ -3,7 +3,9 @@
 # Cluster throughput): ws-delegated load at a total concurrency of C, first
 # against one node, then split half and half over two nodes (each with its
 # own swarmd-bench, run at once), each on a fresh database of the
-# scripts/pg-env.sh cluster. Prints each bench's summary line and the sum.
+# scripts/pg-env.sh cluster. Prints each bench's summary line and the sum,
+# and each node's write groups over its run (from /metrics): commits per
+# finished task and write jobs per commit, which CPU per task follows.
 #
 # Usage: scripts/cluster-scale.sh BIN_DIR [SECONDS] [C] [ONE_C]
 #   BIN_DIR holds release `swarmd` and `swarmd-bench` (target/release).
@@ -26,11 +28,28 @@ bench() { # $1: node name, $2: base, $3: pid, $4: concurrency
 
 rate() { sed -n 's/.*: \([0-9]*\) tasks\/s.*/\1/p' "$work/$1.out"; }
 
+# Finished tasks, commits and write jobs so far, by /metrics.
+counters() {
+    curl -sf "$1/metrics" | awk '/^swarmd_tasks_finished_total/ { t += $2 }
+        /^swarmd_store_commits_total/ { c += $2 } /^swarmd_store_write_jobs_total/ { j += $2 }
+        END { print t + 0, c + 0, j + 0 }'
+}
+
+# $1: node name, $2 and $3: its counters before and after its bench.
+groups() {
+    read -r t1 c1 j1 <<<"$2"
+    read -r t2 c2 j2 <<<"$3"
+    awk -v n="$1" -v t=$((t2 - t1)) -v c=$((c2 - c1)) -v j=$((j2 - j1)) 'BEGIN {
+        if (t > 0 && c > 0) printf "groups %s: %.3f commits/task, %.1f jobs/commit\n", n, c / t, j / c }'
+}
+
 echo "== one node, C=$one_c, $seconds s"
 fresh_db
 start a
+before=$(counters "$base")
 bench a "$base" "$pid" "$one_c"
 cat "$work/a.out"
+groups a "$before" "$(counters "$base")"
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 
@@ -40,9 +59,13 @@ start a
 a_base=$base a_pid=$pid
 start b
 b_base=$base b_pid=$pid
+a_before=$(counters "$a_base")
+b_before=$(counters "$b_base")
 bench a "$a_base" "$a_pid" $((conc / 2)) &
 first=$!
 bench b "$b_base" "$b_pid" $((conc / 2))
 wait "$first"
 cat "$work/a.out" "$work/b.out"
+groups a "$a_before" "$(counters "$a_base")"
+groups b "$b_before" "$(counters "$b_base")"
 echo "sum: $(($(rate a) + $(rate b))) tasks/s"

@@ -10,20 +10,30 @@
 //! sequencer past it. So a node's CPU per task does not grow with the
 //! events of the other nodes' tasks.
 //!
-//! It reads the log after the last seq broadcast whenever a `NOTIFY` from
-//! any node's writer arrives, whenever the bus holds this node's events
-//! behind a gap, and at least every `POLL` (a notification sent while the
-//! listening connection was down is lost). A lost listening connection is
-//! opened again on the next poll.
+//! Most of the time it reads nothing: another node's group comes in its
+//! `NOTIFY`, whose payload carries the group's seqs and its acted-on
+//! events whole (`swarmd_postgres`'s `notice`), and the listener offers
+//! it to the bus as the log would. The pump reads the log after the last
+//! seq broadcast when a notification does not carry its group (too large,
+//! unreadable, another build's) or the bus refuses it (something follows
+//! the log), when this node's events still wait behind a gap `GAP_GRACE`
+//! after it opened (the notification that fills it is usually on its way:
+//! the group behind the gap committed first), and at least every `POLL`
+//! (a notification sent while the listening connection was down is lost).
+//! A lost listening connection is opened again on the next poll.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use swarmd_engine::Engine;
-use swarmd_postgres::{EventWake, PgDb};
+use swarmd_postgres::{EventWake, OfferEntries, PgDb};
 use tokio_util::sync::CancellationToken;
 
 /// The longest the pump goes without reading the log.
 pub(crate) const POLL: Duration = Duration::from_millis(250);
+/// How long this node's events may wait behind a gap for the notification
+/// that fills it before the pump reads the log.
+const GAP_GRACE: Duration = Duration::from_millis(2);
 /// Events read per query; a full page is followed by the next at once.
 const PAGE: usize = 1024;
 
@@ -32,9 +42,13 @@ pub(crate) async fn run(engine: Engine, db: PgDb, stop: CancellationToken) {
     let mut wake: Option<EventWake> = None;
     let mut poll = tokio::time::interval(POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let offer: OfferEntries = {
+        let engine = engine.clone();
+        Arc::new(move |entries| engine.offer_notified(entries))
+    };
     loop {
         if wake.is_none() {
-            match db.cluster().listen_events().await {
+            match db.cluster().listen_events(Arc::clone(&offer)).await {
                 Ok(listening) => wake = Some(listening),
                 Err(error) => tracing::warn!(%error, "cannot listen for events; polling"),
             }
@@ -52,7 +66,12 @@ pub(crate) async fn run(engine: Engine, db: PgDb, stop: CancellationToken) {
                     wake = None;
                 }
             }
-            () = engine.event_gap() => {}
+            () = engine.event_gap() => {
+                tokio::time::sleep(GAP_GRACE).await;
+                if !engine.event_gapped() {
+                    continue;
+                }
+            }
             _ = poll.tick() => {}
         }
         catch_up(&engine).await;

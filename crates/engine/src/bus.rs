@@ -211,6 +211,16 @@ impl EventBus {
         self.sequencer.gap.notified().await;
     }
 
+    /// Whether committed events wait past a gap in the log now.
+    pub(crate) fn gapped(&self) -> bool {
+        let state = self
+            .sequencer
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        !state.waiting.is_empty()
+    }
+
     /// Queues `ops` plus `events` as one atomic batch. Once it is durable the
     /// events are broadcast and `done` runs.
     pub(crate) fn submit(

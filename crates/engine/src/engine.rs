@@ -230,6 +230,19 @@ impl Engine {
         self.inner.ledger.bus.offer_log(entries);
     }
 
+    /// Another node's group as its notification gave it (its seqs in
+    /// order, the acted-on kinds whole), offered as `offer_log` does;
+    /// refused (false) while something follows the log, which wants every
+    /// record whole, so the pump reads it instead.
+    pub fn offer_notified(&self, entries: Vec<Logged>) -> bool {
+        let bus = &self.inner.ledger.bus;
+        if bus.followed() {
+            return false;
+        }
+        bus.offer_log(entries);
+        true
+    }
+
     /// Marks the caller as a subscriber that needs every event (a
     /// client's feed) until the guard drops; take it before `subscribe`.
     pub fn follow(&self) -> Follower {
@@ -264,6 +277,11 @@ impl Engine {
     /// has not seen (another node's): the pump then reads the log.
     pub async fn event_gap(&self) {
         self.inner.ledger.bus.gap().await;
+    }
+
+    /// Whether committed events wait behind events this node has not seen.
+    pub fn event_gapped(&self) -> bool {
+        self.inner.ledger.bus.gapped()
     }
 
     pub async fn events_after(

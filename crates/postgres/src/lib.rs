@@ -20,6 +20,7 @@ mod live;
 mod mail;
 mod migrate;
 mod nodes;
+mod notice;
 mod outputs;
 mod owners;
 mod roles;
@@ -40,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use connect::{DEFAULT_MAX_BATCH, DEFAULT_POOL_SIZE, PgOptions, redact_url};
 pub use migrate::SCHEMA_VERSION;
-pub use nodes::{EventWake, NodeId, Registration, Takeover};
+pub use nodes::{EventWake, NodeId, OfferEntries, Registration, Takeover};
 pub use outputs::PgOutputStore;
 pub use owners::{OwnerKey, TaskOwner};
 pub use roles::RoleLock;

@@ -1,14 +1,17 @@
 //! The cluster's rows: a node registers (a new epoch), heartbeats, takes
 //! over the live tasks of a node whose lease ran out, and leaves; and the
-//! `LISTEN` connection that wakes a node's event pump.
+//! `LISTEN` connection that gives a node's bus the other nodes' groups
+//! (or wakes its event pump to read them).
 //!
 //! Every lease comparison uses the database's `now()`, never a node's
 //! clock. A node's epoch comes from the `node_epochs` sequence, so a
 //! restarted node fences its own previous incarnation: that one's groups
 //! call `swarmd_fence` with the old epoch and fail.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use swarmd_engine::event::Logged;
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::LiveSnapshot;
 use swarmd_output_store::StoreError;
@@ -18,6 +21,7 @@ use uuid::Uuid;
 
 use crate::connect::{self, db_error};
 use crate::live::{self, Scope};
+use crate::notice::{self, Notice};
 use crate::{PgCluster, PgDb};
 
 pub use swarmd_types::cluster::NodeId;
@@ -42,7 +46,13 @@ pub struct Takeover {
     pub runs: u64,
 }
 
-/// Wakes the event pump whenever a node may have committed events.
+/// Takes another node's committed group, read from its notification: its
+/// seqs in order, the acted-on events whole. Returns false when the node
+/// needs the log whole (something follows it), so the pump reads it.
+pub type OfferEntries = Arc<dyn Fn(Vec<Logged>) -> bool + Send + Sync>;
+
+/// Wakes the event pump whenever a node may have committed events it was
+/// not given.
 #[derive(Debug)]
 pub struct EventWake {
     woken: mpsc::Receiver<()>,
@@ -300,31 +310,32 @@ impl PgCluster {
     }
 
     /// A connection of its own that `LISTEN`s to the writers' event
-    /// channel: the receiver gets a wake-up per other node's notification
-    /// (coalesced)
-    /// and closes when the connection is lost. Notifications are only a
-    /// wake-up: one sent while nobody listened is lost, so the pump polls
-    /// too.
+    /// channel. Another node's group whose notification carries its seqs
+    /// and acted-on events (`notice`) goes to `offer`; the receiver gets a
+    /// wake-up (coalesced) for one that does not, or that `offer` refuses,
+    /// and closes when the connection is lost. A notification sent while
+    /// nobody listened is lost, so the pump polls too.
     ///
     /// # Errors
     ///
     /// `StoreError::Database` when the connection or the `LISTEN` fails.
-    pub async fn listen_events(&self) -> Result<EventWake, StoreError> {
+    pub async fn listen_events(&self, offer: OfferEntries) -> Result<EventWake, StoreError> {
         let own = self
             .db
             .fence()
             .node()
             .map(|(node, _)| node.to_string())
             .unwrap_or_default();
-        self.listen(EVENTS_CHANNEL, Some(own)).await
+        self.listen(EVENTS_CHANNEL, Some((own, offer))).await
     }
 
-    /// A connection of its own that `LISTEN`s to `channel`, ignoring
-    /// notifications whose payload is `own`.
+    /// A connection of its own that `LISTEN`s to `channel`. With `events`
+    /// (this node's id and where other nodes' groups go), a notification
+    /// is read as `notice` says; without, each is a wake-up.
     pub(crate) async fn listen(
         &self,
         channel: &str,
-        own: Option<String>,
+        events: Option<(String, OfferEntries)>,
     ) -> Result<EventWake, StoreError> {
         let (client, mut connection) = connect::connect(&self.db.inner.config).await?;
         let (wake, woken) = mpsc::channel(1);
@@ -332,14 +343,22 @@ impl PgCluster {
             loop {
                 let message = std::future::poll_fn(|cx| connection.poll_message(cx)).await;
                 match message {
-                    // This node's own commits reach its bus directly.
-                    Some(Ok(AsyncMessage::Notification(note)))
-                        if own.as_deref() == Some(note.payload()) => {}
-                    Some(Ok(AsyncMessage::Notification(_))) => {
-                        // A full channel already holds a wake-up.
-                        let _ = wake.try_send(());
-                        if wake.is_closed() {
-                            return;
+                    Some(Ok(AsyncMessage::Notification(note))) => {
+                        let woken = match &events {
+                            None => true,
+                            Some((own, offer)) => match notice::read(note.payload(), own) {
+                                // This node's own commits reach its bus directly.
+                                Notice::Own => false,
+                                Notice::Entries(entries) => !offer(entries),
+                                Notice::Wake => true,
+                            },
+                        };
+                        if woken {
+                            // A full channel already holds a wake-up.
+                            let _ = wake.try_send(());
+                            if wake.is_closed() {
+                                return;
+                            }
                         }
                     }
                     Some(Ok(_)) => {}

@@ -31,6 +31,8 @@ use tokio_postgres::Client;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
+use crate::notice;
+
 /// The JSON keys of a task's state, bound to `TASKS` (`$11`).
 const STATE_FIELDS: &[&str] = Task::STATE_FIELDS;
 
@@ -345,7 +347,8 @@ impl<'a> Group<'a> {
                 return Ok(0);
             }
             let origin = fence.map(|(node, _)| node.to_string()).unwrap_or_default();
-            let params: [&(dyn ToSql + Sync); 5] = [&e.0, &e.1, &e.2, &origin, &e.3];
+            let notice = notice::payload(&origin, &e.2, &e.3);
+            let params: [&(dyn ToSql + Sync); 5] = [&e.0, &e.1, &e.2, &notice, &e.3];
             let row = tx.query_one(&statements.events, &params).await?;
             Ok(row.get::<_, i64>(0))
         };

@@ -64,11 +64,11 @@ INSERT INTO idem_keys (key, task) SELECT * FROM unnest($1::text[], $2::uuid[])
 ON CONFLICT (key) DO UPDATE SET task = excluded.task";
 /// Numbers the group's events at commit: takes `event_head`'s row lock
 /// (held until `COMMIT`, so groups of every node commit in seq order),
-/// stores the events after the head in queue order, wakes the other
-/// nodes' event pumps (`NOTIFY` is delivered at commit, and only then; the
-/// payload names the writing node, whose own pump ignores it) and
-/// returns the group's first seq. Sent last before `COMMIT`, so the lock
-/// is held for as short as possible.
+/// stores the events after the head in queue order, tells the other
+/// nodes' listeners (`NOTIFY` is delivered at commit, and only then; the
+/// payload is the group's first seq before the writer's part, `$4`, see
+/// `notice`) and returns the group's first seq. Sent last before
+/// `COMMIT`, so the lock is held for as short as possible.
 const EVENTS: &str = "
 WITH head AS (
     UPDATE event_head SET seq = seq + cardinality($1::bigint[]) RETURNING seq
@@ -78,7 +78,9 @@ WITH head AS (
     FROM head, unnest($1::bigint[], $2::uuid[], $3::text[], $5::text[])
         WITH ORDINALITY AS e (ts_ms, task, body, kind, n)
 )
-SELECT seq - cardinality($1::bigint[]) + 1, pg_notify('swarmd_events', $4::text) FROM head";
+SELECT seq - cardinality($1::bigint[]) + 1,
+    pg_notify('swarmd_events', (seq - cardinality($1::bigint[]) + 1)::text || ' ' || $4::text)
+FROM head";
 /// Shares the node's row while the group runs, or raises `SW410`.
 const FENCE: &str = "SELECT swarmd_fence($1, $2)";
 /// Identity values are drawn in the order the rows are inserted: queue order.

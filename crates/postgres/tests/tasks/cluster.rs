@@ -1,14 +1,19 @@
 //! Two nodes on one database, through the store alone: one gapless event
 //! log numbered at commit, ownership stamped on insert, a takeover of a
-//! node whose lease ran out, and the fencing of its late writes and of a
-//! restarted node's previous incarnation.
+//! node whose lease ran out, the fencing of its late writes and of a
+//! restarted node's previous incarnation, and a group's notification
+//! carrying its seqs and acted-on events to the other node's listener.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use swarmd_engine::event::{Event, EventRecord, Logged};
+use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::conformance::{event_seqs, new_task, put};
 use swarmd_engine::store::{TaskStore, WriteOp, commit};
+use swarmd_engine::task::{TaskResult, TaskStatus};
 use swarmd_postgres::testing::fresh_database;
-use swarmd_postgres::{PgDb, PgTaskStore};
+use swarmd_postgres::{EventWake, OfferEntries, PgDb, PgTaskStore};
 use uuid::Uuid;
 
 use super::postgres_only::event;
@@ -160,4 +165,133 @@ async fn a_restarted_node_fences_its_previous_incarnation_and_keeps_its_tasks() 
     assert!(!old_db.cluster().heartbeat().await.unwrap());
     commit(&new, vec![put(&task)]).await.unwrap();
     assert!(new_db.cluster().heartbeat().await.unwrap());
+}
+
+/// What node B's listener saw: groups offered to it, and wake-ups.
+struct Heard {
+    offered: Arc<Mutex<Vec<Vec<Logged>>>>,
+    wake: EventWake,
+}
+
+async fn listen(db: &PgDb, accept: bool) -> Heard {
+    let offered: Arc<Mutex<Vec<Vec<Logged>>>> = Arc::default();
+    let sink = Arc::clone(&offered);
+    let offer: OfferEntries = Arc::new(move |entries| {
+        sink.lock().unwrap().push(entries);
+        accept
+    });
+    let wake = db.cluster().listen_events(offer).await.unwrap();
+    Heard { offered, wake }
+}
+
+impl Heard {
+    /// The groups offered so far, after waiting up to 5 s for `n`.
+    async fn groups(&self, n: usize) -> Vec<Vec<Logged>> {
+        for _ in 0..500 {
+            if self.offered.lock().unwrap().len() >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.offered.lock().unwrap().clone()
+    }
+
+    /// How many groups were offered so far.
+    fn count(&self) -> usize {
+        self.offered.lock().unwrap().len()
+    }
+
+    /// Whether a wake-up comes within 300 ms.
+    async fn woken(&mut self) -> bool {
+        tokio::time::timeout(Duration::from_millis(300), self.wake.recv())
+            .await
+            .is_ok()
+    }
+}
+
+fn finished(task_id: TaskId, result: &str) -> EventRecord {
+    EventRecord {
+        seq: 0,
+        ts_ms: 9,
+        session: None,
+        event: Event::TaskFinished {
+            task_id,
+            attempt: 1,
+            status: TaskStatus::Pass,
+            result: Some(TaskResult {
+                value: serde_json::json!(result),
+                ok: true,
+            }),
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_nodes_group_reaches_a_listener_with_its_seqs_and_acted_on_events() {
+    let database = fresh_database().await;
+    let a_db = PgDb::open(database.options()).await.unwrap();
+    let b_db = PgDb::open(database.options()).await.unwrap();
+    a_db.cluster()
+        .register_node(Uuid::new_v4(), "http://a")
+        .await
+        .unwrap();
+    b_db.cluster()
+        .register_node(Uuid::new_v4(), "http://b")
+        .await
+        .unwrap();
+    let (a, b) = (
+        PgTaskStore::new(a_db.clone()),
+        PgTaskStore::new(b_db.clone()),
+    );
+    let mut heard = listen(&b_db, true).await;
+
+    // A's group: a queued event stepped past, the finish whole, each at
+    // the seq the log gives it; no wake-up, so no read of the log.
+    let task = new_task("a", 1);
+    let done = finished(task.id, "ok");
+    commit(
+        &a,
+        vec![
+            put(&task),
+            WriteOp::Events(vec![event(0, task.id), done.clone()]),
+        ],
+    )
+    .await
+    .unwrap();
+    let groups = heard.groups(1).await;
+    let logged = b
+        .log_after(0, 10, Some(&Event::ACTED_ON[..]))
+        .await
+        .unwrap();
+    assert_eq!(groups, std::slice::from_ref(&logged));
+    assert_eq!(logged[0], Logged::Seq(1));
+    assert_eq!(logged[1], Logged::Whole(EventRecord { seq: 2, ..done }));
+    assert!(!heard.woken().await, "a group given whole wakes nothing");
+
+    // B's own group is its bus's already: neither offered nor a wake-up.
+    commit(&b, vec![WriteOp::Events(vec![event(0, task.id)])])
+        .await
+        .unwrap();
+    assert!(!heard.woken().await);
+    assert_eq!(heard.count(), 1);
+
+    // Acted-on bodies past the payload's limit: a wake-up to read the log.
+    let large = finished(task.id, &"x".repeat(9_000));
+    commit(&a, vec![WriteOp::Events(vec![large])])
+        .await
+        .unwrap();
+    assert!(
+        heard.woken().await,
+        "a group too large to carry wakes the pump"
+    );
+    assert_eq!(heard.count(), 1);
+
+    // A bus that refuses the group (something follows the log) gets the
+    // wake-up instead.
+    let mut refusing = listen(&b_db, false).await;
+    commit(&a, vec![WriteOp::Events(vec![event(0, task.id)])])
+        .await
+        .unwrap();
+    assert!(refusing.woken().await);
+    assert_eq!(refusing.groups(1).await, [vec![Logged::Seq(5)]]);
 }

@@ -20,7 +20,8 @@
 //! after it opened (the notification that fills it is usually on its way:
 //! the group behind the gap committed first), and at least every `POLL`
 //! (a notification sent while the listening connection was down is lost).
-//! A lost listening connection is opened again on the next poll.
+//! A lost listening connection is opened again before the pump waits
+//! again; while it cannot be, the pump polls.
 
 use std::sync::Arc;
 use std::time::Duration;

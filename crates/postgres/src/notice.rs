@@ -16,27 +16,40 @@ use swarmd_output_store::StoreError;
 
 use crate::tasks_read::decode;
 
-/// The longest `NODE COUNT ACTED` part written: PostgreSQL refuses a
-/// payload of 8 000 bytes or more, and the statement adds the first seq
-/// (at most 20 digits) and a space before it.
+/// The most the `NODE COUNT ACTED` part may weigh (`weight`): PostgreSQL
+/// refuses a payload of 8 000 bytes or more in the database's encoding,
+/// and the statement adds the first seq (at most 20 digits) and a space
+/// before it.
 const MAX_PART: usize = 7_900;
+
+/// An upper bound of `text`'s length in bytes in any server encoding
+/// PostgreSQL has: ASCII is one byte in each, and a character of two to
+/// four bytes in UTF-8 is at most four in any of them, so each byte
+/// outside ASCII counts twice.
+fn weight(text: &str) -> usize {
+    text.len() + text.bytes().filter(|b| !b.is_ascii()).count()
+}
 
 /// The writer's part of the payload for a group storing `bodies`, whose
 /// kinds are `kinds` (the same length, in seq order).
 pub(crate) fn payload(node: &str, bodies: &[&str], kinds: &[&str]) -> String {
     let head = format!("{node} {}", bodies.len());
+    // The head, the space after it and the array's closing bracket.
+    let mut weight_so_far = weight(&head) + 2;
     let mut acted = String::from("[");
     for (offset, (body, kind)) in bodies.iter().zip(kinds).enumerate() {
         if !Event::ACTED_ON.contains(kind) {
             continue;
         }
-        if acted.len() > 1 {
-            acted.push(',');
-        }
-        acted.push_str(&format!("[{offset},{body}]"));
-        if head.len() + 1 + acted.len() + 1 > MAX_PART {
+        let pair = format!(
+            "{}[{offset},{body}]",
+            if acted.len() > 1 { "," } else { "" }
+        );
+        weight_so_far += weight(&pair);
+        if weight_so_far > MAX_PART {
             return format!("{head} -");
         }
+        acted.push_str(&pair);
     }
     acted.push(']');
     format!("{head} {acted}")
@@ -128,6 +141,18 @@ mod tests {
         }
     }
 
+    fn finished_with(task: TaskId, text: &str) -> Event {
+        Event::TaskFinished {
+            task_id: task,
+            attempt: 1,
+            status: swarmd_engine::TaskStatus::Pass,
+            result: Some(swarmd_engine::task::TaskResult {
+                value: serde_json::json!(text),
+                ok: true,
+            }),
+        }
+    }
+
     #[test]
     fn a_group_reads_back_as_its_seqs_with_the_acted_on_events_whole() {
         let task = TaskId::new();
@@ -173,6 +198,37 @@ mod tests {
         assert!(part.len() <= MAX_PART, "{}", part.len());
         assert_eq!(part, "n1 200 -");
         assert_eq!(read(&format!("9 {part}"), "n2"), Notice::Wake);
+    }
+
+    #[test]
+    fn a_payload_stays_under_postgres_limit_at_the_edge_in_any_encoding() {
+        let task = TaskId::new();
+        let node = uuid::Uuid::new_v4().to_string();
+        for fill in ["x", "é", "語", "😀"] {
+            for n in (7_000..8_000).step_by(7) {
+                let text: String = fill.repeat(n / fill.len());
+                let done = body(&finished_with(task, &text));
+                let part = payload(&node, &[&done, &done], &["task_finished", "task_created"]);
+                // The statement puts the first seq (a bigint, the largest
+                // here) and a space before the part.
+                let whole = format!("{} {part}", i64::MAX - 2);
+                // Four bytes for a character outside ASCII: the most any
+                // server encoding takes for one.
+                let worst: usize = whole
+                    .chars()
+                    .map(|c| if c.is_ascii() { 1 } else { 4 })
+                    .sum();
+                assert!(worst < 8_000, "{fill} x {n}: {worst}");
+                if part.ends_with(" -") {
+                    assert!(weight(&done) + node.len() > 7_800, "{fill} x {n} left out");
+                } else {
+                    let Notice::Entries(entries) = read(&whole, "other") else {
+                        panic!("{fill} x {n}");
+                    };
+                    assert!(matches!(entries[0], Logged::Whole(_)), "{fill} x {n}");
+                }
+            }
+        }
     }
 
     #[test]

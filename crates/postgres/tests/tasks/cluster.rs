@@ -16,6 +16,7 @@ use swarmd_postgres::testing::fresh_database;
 use swarmd_postgres::{EventWake, OfferEntries, PgDb, PgTaskStore};
 use uuid::Uuid;
 
+use super::keys::two_nodes;
 use super::postgres_only::event;
 
 const LEASE: Duration = Duration::from_secs(2);
@@ -228,21 +229,7 @@ fn finished(task_id: TaskId, result: &str) -> EventRecord {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_nodes_group_reaches_a_listener_with_its_seqs_and_acted_on_events() {
-    let database = fresh_database().await;
-    let a_db = PgDb::open(database.options()).await.unwrap();
-    let b_db = PgDb::open(database.options()).await.unwrap();
-    a_db.cluster()
-        .register_node(Uuid::new_v4(), "http://a")
-        .await
-        .unwrap();
-    b_db.cluster()
-        .register_node(Uuid::new_v4(), "http://b")
-        .await
-        .unwrap();
-    let (a, b) = (
-        PgTaskStore::new(a_db.clone()),
-        PgTaskStore::new(b_db.clone()),
-    );
+    let (_database, (_, a), (b_db, b)) = two_nodes().await;
     let mut heard = listen(&b_db, true).await;
 
     // A's group: a queued event stepped past, the finish whole, each at

@@ -15,7 +15,7 @@ use uuid::Uuid;
 const LEASE: Duration = Duration::from_secs(2);
 
 /// Two registered nodes on one fresh database.
-async fn two_nodes() -> (
+pub(crate) async fn two_nodes() -> (
     swarmd_postgres::testing::TestDatabase,
     (PgDb, PgTaskStore),
     (PgDb, PgTaskStore),

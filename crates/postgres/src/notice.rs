@@ -9,7 +9,8 @@
 //! when they would not fit. So a node whose pump reads only those kinds
 //! whole gets from the notification what the log would give it, without
 //! a query; a payload that is unreadable, from another build, or without
-//! the bodies is only a wake-up to read the log.
+//! the bodies is only a wake-up to read the log. Outside a cluster,
+//! where nothing listens, the writer's part is `-` alone.
 
 use swarmd_engine::event::{Event, EventRecord, Logged};
 use swarmd_output_store::StoreError;

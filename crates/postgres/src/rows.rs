@@ -346,8 +346,11 @@ impl<'a> Group<'a> {
             if e.0.is_empty() {
                 return Ok(0);
             }
-            let origin = fence.map(|(node, _)| node.to_string()).unwrap_or_default();
-            let notice = notice::payload(&origin, &e.2, &e.3);
+            let notice = match fence {
+                Some((node, _)) => notice::payload(&node.to_string(), &e.2, &e.3),
+                // Outside a cluster nothing listens: no bodies to carry.
+                None => String::from("-"),
+            };
             let params: [&(dyn ToSql + Sync); 5] = [&e.0, &e.1, &e.2, &notice, &e.3];
             let row = tx.query_one(&statements.events, &params).await?;
             Ok(row.get::<_, i64>(0))

@@ -10,8 +10,8 @@
 //! queued frames delivered through the session (`surface`), and MCP pops
 //! and answers through the same calls. The `EventRouter` (`router`, over
 //! the gap-free `EventFeed` of `feed`) hands the engine's events about a
-//! session's tasks to its outbox. On a cluster, a session's home node and the mail between
-//! nodes (`cluster`).
+//! session's tasks to its outbox. On a cluster, a session's home node and
+//! the mail between nodes are `cluster`'s.
 //!
 //! The registry's maps sit behind one std `Mutex` that is never held across
 //! an `.await`.

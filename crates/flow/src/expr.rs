@@ -230,11 +230,46 @@ impl Expr {
     }
 }
 
+/// The deepest a JSONPath may nest brackets and parentheses: the parser
+/// recurses once per level, so a path of thousands would exhaust the stack.
+pub const MAX_PATH_NESTING: usize = 32;
+
 fn parse_path(at: &str) -> Result<JsonPath, ExprError> {
+    if nesting(at) > MAX_PATH_NESTING {
+        return Err(ExprError::BadPath {
+            at: at.to_owned(),
+            why: format!("it nests brackets and parentheses deeper than {MAX_PATH_NESTING}"),
+        });
+    }
     JsonPath::parse(at).map_err(|e| ExprError::BadPath {
         at: at.to_owned(),
         why: e.to_string(),
     })
+}
+
+/// The deepest nesting of `(` and `[` in a JSONPath, outside its quoted
+/// strings (`'…'` or `"…"`, with `\` escapes).
+fn nesting(at: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut quote: Option<char> = None;
+    let mut chars = at.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(_), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '(' | '[') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (None, ')' | ']') => depth = depth.saturating_sub(1),
+            (None, _) => {}
+        }
+    }
+    deepest
 }
 
 fn query<'v>(at: &str, ctx: &'v Value) -> Result<Vec<&'v Value>, ExprError> {

@@ -93,6 +93,22 @@ fn reads_and_checks_name_every_query() {
 }
 
 #[test]
+fn a_path_nested_past_the_bound_is_refused_before_it_is_parsed() {
+    // Thousands of parentheses would overflow the parser's stack.
+    let deep = format!("$[?{}@.a{}]", "(".repeat(5_000), ")".repeat(5_000));
+    let bad = expr(json!({"op": "path", "at": deep}));
+    let Err(ExprError::BadPath { why, .. }) = bad.check() else {
+        panic!("a deep path must be refused");
+    };
+    assert!(why.contains("deeper than 32"), "{why}");
+    // 32 levels parse; brackets inside a quoted name do not count.
+    let at_bound = format!("$[?{}@.a{}]", "(".repeat(31), ")".repeat(31));
+    assert!(expr(json!({"op": "path", "at": at_bound})).check().is_ok());
+    let quoted = format!("$['{}']", "(".repeat(100));
+    assert!(expr(json!({"op": "path", "at": quoted})).check().is_ok());
+}
+
+#[test]
 fn unknown_ops_and_fields_are_refused() {
     assert!(serde_json::from_value::<Expr>(json!({"op": "eval", "code": "1"})).is_err());
     assert!(serde_json::from_value::<Expr>(json!({"op": "lit", "value": 1, "x": 2})).is_err());

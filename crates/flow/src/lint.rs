@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::expr::Expr;
 use crate::ir::{Budget, Flow, Limits, MergeStrategy, Node};
 use crate::path::WritePath;
+use crate::run::MAX_LOOP_ITERATIONS;
 
 /// The largest `max_cost_usd` a budget may set, as a task's.
 const MAX_BUDGET_USD: f64 = 1_000_000.0;
@@ -374,6 +375,13 @@ impl Lint<'_> {
                         "a loop needs `max`, the most iterations (at least 1)".to_owned(),
                         "add `max`, e.g. 5",
                     );
+                } else if max.is_some_and(|m| m > MAX_LOOP_ITERATIONS) {
+                    self.report(
+                        &format!("{at}/max"),
+                        "limit_too_high",
+                        format!("a loop runs at most {MAX_LOOP_ITERATIONS} times"),
+                        &format!("lower `max` to {MAX_LOOP_ITERATIONS} or less"),
+                    );
                 }
                 self.write(&format!("{at}/counter"), counter, scope);
                 self.reads(&format!("{at}/cond"), cond, scope);
@@ -582,7 +590,9 @@ fn steps_bound(node: &Node, limits: &Limits) -> u64 {
         Node::Step { .. } | Node::Call { .. } => 1,
         Node::Merge { .. } => 3,
         Node::Let { .. } | Node::Wait { .. } => 0,
-        Node::Seq { children } => children.iter().map(|c| steps_bound(c, limits)).sum(),
+        Node::Seq { children } => children
+            .iter()
+            .fold(0u64, |sum, c| sum.saturating_add(steps_bound(c, limits))),
         Node::Branch {
             then_branch,
             else_branch,

@@ -191,3 +191,32 @@ fn a_merge_node_names_known_agents_and_a_judge_only_for_pick_best() {
         ]
     );
 }
+
+#[test]
+fn a_loop_max_past_the_bound_is_refused_and_step_counts_saturate() {
+    let looped = |max: u32, body: Value| {
+        json!({"kind": "loop", "counter": path("$.n"), "max": max,
+            "cond": {"op": "lit", "value": true}, "body": body})
+    };
+    let step = json!({"kind": "step", "ref": "coder", "in": {"op": "lit", "value": "x"},
+        "out": path("$.r")});
+    let problems = run(json!({"name": "t", "body": looped(10_001, step.clone())}));
+    assert!(
+        problems.contains(&("/body/max".into(), "limit_too_high")),
+        "{problems:?}"
+    );
+    // Three loops at the bound and one step more: the count saturates
+    // instead of wrapping past u64::MAX to a small number.
+    let nested = looped(
+        10_000,
+        looped(
+            10_000,
+            looped(10_000, looped(10_000, looped(10_000, step.clone()))),
+        ),
+    );
+    let problems = run(json!({"name": "t", "body": {"kind": "seq", "children": [nested, step]}}));
+    assert!(
+        problems.iter().any(|(_, code)| *code == "too_many_steps"),
+        "{problems:?}"
+    );
+}

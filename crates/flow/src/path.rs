@@ -4,6 +4,15 @@
 
 use serde_json::{Map, Value};
 
+/// The most names a write path may have.
+pub const MAX_PATH_NAMES: usize = 32;
+
+/// The deepest a run's variables may nest (containers, as the intake's
+/// `MAX_JSON_DEPTH` of 64 counts them): a write that would nest deeper
+/// fails the run. Room for a flow's input (at most 64 deep) one variable
+/// down, and far inside what stored JSON can be read back at (128).
+pub const MAX_CONTEXT_DEPTH: usize = 96;
+
 /// A parsed write path: its names from the root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WritePath(Vec<String>);
@@ -27,6 +36,9 @@ impl WritePath {
             .strip_prefix("$.")
             .ok_or_else(|| refuse("it must start with `$.`"))?;
         let names: Vec<String> = rest.split('.').map(str::to_owned).collect();
+        if names.len() > MAX_PATH_NAMES {
+            return Err(refuse("it names more than 32 levels"));
+        }
         for name in &names {
             let mut chars = name.chars();
             let first_ok = chars
@@ -46,6 +58,11 @@ impl WritePath {
         &self.0[0]
     }
 
+    /// How many names the path has: the levels it makes.
+    pub fn depth(&self) -> usize {
+        self.0.len()
+    }
+
     /// Writes `value` into `root` at this path, making objects on the way
     /// (a non-object on the way is replaced).
     pub fn write(&self, root: &mut Value, value: Value) {
@@ -63,11 +80,43 @@ impl WritePath {
     }
 }
 
+/// Whether `value` nests containers deeper than `limit` (iteratively, so
+/// a deep value cannot exhaust the stack while it is measured).
+pub fn deeper_than(value: &Value, limit: usize) -> bool {
+    let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
+    while let Some((value, depth)) = stack.pop() {
+        let depth = depth + 1;
+        match value {
+            Value::Array(_) | Value::Object(_) if depth > limit => return true,
+            Value::Array(items) => stack.extend(items.iter().map(|item| (item, depth))),
+            Value::Object(fields) => stack.extend(fields.values().map(|field| (field, depth))),
+            _ => {}
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_path_names_at_most_32_levels() {
+        let names = |n: usize| format!("$.{}", vec!["a"; n].join("."));
+        assert_eq!(WritePath::parse(&names(32)).unwrap().depth(), 32);
+        let refused = WritePath::parse(&names(33)).unwrap_err();
+        assert_eq!(refused.why, "it names more than 32 levels");
+    }
+
+    #[test]
+    fn depth_counts_containers() {
+        assert!(!deeper_than(&json!(1), 0));
+        assert!(deeper_than(&json!([]), 0));
+        assert!(!deeper_than(&json!({"a": [[1]]}), 3));
+        assert!(deeper_than(&json!({"a": [[1]]}), 2));
+    }
 
     #[test]
     fn writes_make_their_way_and_replace_what_they_meet() {

@@ -20,14 +20,18 @@ use super::budget::Spent;
 use super::journal::{Journal, Outcome};
 use crate::expr::Expr;
 use crate::ir::{Flow, Node, Retry};
-use crate::path::WritePath;
+use crate::path::{MAX_CONTEXT_DEPTH, WritePath, deeper_than};
 
 /// Nesting of `call`s past which a run fails (lint refuses a flow calling
 /// itself; this bounds longer cycles).
 pub const MAX_CALL_DEPTH: u32 = 8;
-/// Iterations of a loop without `max` (lint refuses one; this bounds an
-/// inline flow that was not linted).
+/// The most iterations of one loop: lint refuses a larger `max` or none;
+/// this bounds a flow that was not linted.
 pub const MAX_LOOP_ITERATIONS: u32 = 10_000;
+/// Node instances one evaluation may visit; past this the run fails. Every
+/// evaluation replays the whole graph on a runtime thread, so this bounds
+/// its time and memory whatever loops and fan-outs nest inside each other.
+pub(super) const MAX_NODE_INSTANCES: u64 = 100_000;
 
 /// What the run needs now, computed from its flow and journal.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -169,6 +173,7 @@ pub fn evaluate(
         max_fanout: flow.limits.max_fanout as usize,
         out: Evaluation::default(),
         touched: 0,
+        visited: 0,
         planned: 0,
         budgets: Vec::new(),
         fanouts: Vec::new(),
@@ -180,7 +185,7 @@ pub fn evaluate(
     let mut out = eval.out;
     out.progress = match res {
         Res::Done { ctx, .. } => match &flow.output {
-            Some(expr) => match expr.eval(&ctx) {
+            Some(expr) => match expr.eval(&ctx).map_err(|e| e.to_string()).and_then(shallow) {
                 Ok(result) => Progress::Passed { result },
                 Err(e) => Progress::Failed {
                     reason: format!("output: {e}"),
@@ -268,6 +273,8 @@ pub(super) struct Eval<'a> {
     /// Journal entries read so far; a subtree that read none has not
     /// started.
     pub touched: u64,
+    /// Node instances evaluated so far (bounded by `MAX_NODE_INSTANCES`).
+    visited: u64,
     /// Step tries asked to start so far (a fan-out takes back those of
     /// branches it does not start).
     pub planned: usize,
@@ -280,6 +287,14 @@ pub(super) struct Eval<'a> {
 impl Eval<'_> {
     /// Evaluates one node instance and records its state.
     pub(super) fn node(&mut self, node: &Node, at: &Place, ctx: Value) -> Res {
+        self.visited += 1;
+        if self.visited > MAX_NODE_INSTANCES {
+            return failed(format!(
+                "{}: the run's graph grew past {MAX_NODE_INSTANCES} node instances; \
+                 bound its loops and fan-outs",
+                at.pointer
+            ));
+        }
         let (res, tries) = match node {
             Node::Step {
                 agent,
@@ -537,7 +552,12 @@ impl Eval<'_> {
                 self.max_steps
             ));
         }
-        let input = match step.input.eval(ctx) {
+        let input = match step
+            .input
+            .eval(ctx)
+            .map_err(|e| e.to_string())
+            .and_then(shallow)
+        {
             Ok(v) => v,
             Err(e) => return failed(format!("{}/in: {e}", at.pointer)),
         };
@@ -589,7 +609,11 @@ impl Eval<'_> {
     fn wait(&mut self, mut open: WaitOpen, prompt: Option<&Expr>, out: &Expr, ctx: Value) -> Res {
         let Some(entry) = self.journal.waits.get(&open.key) else {
             if let Some(prompt) = prompt {
-                match prompt.eval(&ctx) {
+                match prompt
+                    .eval(&ctx)
+                    .map_err(|e| e.to_string())
+                    .and_then(shallow)
+                {
                     Ok(v) => open.prompt = Some(v),
                     Err(e) => return failed(format!("wait {}: prompt: {e}", open.name)),
                 }
@@ -625,7 +649,10 @@ impl Eval<'_> {
         mut ctx: Value,
     ) -> Res {
         let mut latest = 0;
-        let bound = max.unwrap_or(MAX_LOOP_ITERATIONS);
+        // A `max` within the bound ends the loop quietly; past it, or
+        // without one, reaching the bound fails the run.
+        let quiet = max.filter(|m| *m <= MAX_LOOP_ITERATIONS);
+        let bound = quiet.unwrap_or(MAX_LOOP_ITERATIONS);
         for i in 0..=bound {
             ctx = match write(counter, ctx, Value::from(i)) {
                 Ok(ctx) => ctx,
@@ -633,7 +660,7 @@ impl Eval<'_> {
             };
             match cond.test(&ctx) {
                 Ok(false) => break,
-                Ok(true) if i == bound && max.is_some() => break,
+                Ok(true) if i == bound && quiet.is_some() => break,
                 Ok(true) if i == bound => {
                     return failed(format!(
                         "{}: the loop ran {bound} times without ending",
@@ -694,7 +721,11 @@ impl Eval<'_> {
         let Some(callee) = self.called.get(flow) else {
             return failed(format!("{}: no flow named {flow}", at.pointer));
         };
-        let input = match input.eval(&ctx) {
+        let input = match input
+            .eval(&ctx)
+            .map_err(|e| e.to_string())
+            .and_then(shallow)
+        {
             Ok(v) => v,
             Err(e) => return failed(format!("{}/in: {e}", at.pointer)),
         };
@@ -748,6 +779,18 @@ fn continued_task(value: &Value) -> Option<String> {
     (!id.is_empty() && id.len() <= 64).then(|| id.to_owned())
 }
 
+/// `value` if it nests no deeper than a run's variables may
+/// (`MAX_CONTEXT_DEPTH`): what a step, a call, a wait or the run's result
+/// is given is stored and read back.
+fn shallow(value: Value) -> Result<Value, String> {
+    if deeper_than(&value, MAX_CONTEXT_DEPTH) {
+        return Err(format!(
+            "the value nests deeper than {MAX_CONTEXT_DEPTH} levels"
+        ));
+    }
+    Ok(value)
+}
+
 pub(super) fn failed(reason: String) -> Res {
     Res::Failed { reason, seq: 0 }
 }
@@ -762,6 +805,12 @@ pub(super) fn write(target: &Expr, mut ctx: Value, value: Value) -> Result<Value
         return Err("a write target must be a `path` expression".into());
     };
     let path = WritePath::parse(at).map_err(|e| e.to_string())?;
+    if deeper_than(&value, MAX_CONTEXT_DEPTH.saturating_sub(path.depth())) {
+        return Err(format!(
+            "{at}: the value written there would nest the run's variables deeper \
+             than {MAX_CONTEXT_DEPTH} levels"
+        ));
+    }
     path.write(&mut ctx, value);
     Ok(ctx)
 }

@@ -395,3 +395,58 @@ fn a_step_that_asks_for_changes_gets_its_tasks_changes_or_null() {
     assert_eq!(out["diff"]["head"], "abc");
     assert_eq!(out["said"], "done");
 }
+
+fn failure(f: Flow) -> String {
+    match Sim::new(f, json!({})).eval().progress {
+        Progress::Failed { reason } => reason,
+        other => panic!("expected a failed run, got {other:?}"),
+    }
+}
+
+fn let_node(at: &str, value: Value) -> Value {
+    json!({"kind": "let", "at": {"op": "path", "at": at}, "value": value})
+}
+
+fn endless_loop(counter: &str, max: u32, body: Value) -> Value {
+    json!({"kind": "loop", "counter": {"op": "path", "at": counter}, "max": max,
+        "cond": lit(json!(true)), "body": body})
+}
+
+#[test]
+fn a_loop_past_the_bound_fails_instead_of_running_its_max() {
+    let f = flow(endless_loop(
+        "$.n",
+        u32::MAX,
+        let_node("$.x", lit(json!(1))),
+    ));
+    let reason = failure(f);
+    assert!(reason.contains("ran 10000 times"), "{reason}");
+}
+
+#[test]
+fn nested_loops_stop_at_the_node_instance_bound() {
+    let inner = endless_loop("$.j", 10_000, let_node("$.x", lit(json!(1))));
+    let f = flow(endless_loop("$.i", 10_000, inner));
+    let reason = failure(f);
+    assert!(reason.contains("100000 node instances"), "{reason}");
+}
+
+#[test]
+fn a_value_that_nests_deeper_each_iteration_fails_the_run() {
+    // `select` wraps what it finds in an array: one level more each time.
+    let wrap = let_node("$.x", json!({"op": "select", "at": "$.x"}));
+    let f = flow(json!({"kind": "seq", "children": [
+        let_node("$.x", lit(json!(0))),
+        endless_loop("$.n", 500, wrap)]}));
+    let reason = failure(f);
+    assert!(reason.contains("deeper than 96 levels"), "{reason}");
+    // A write path's own names count towards the depth.
+    let deep = format!("$.{}", vec!["a"; 32].join("."));
+    let mut value = json!(1);
+    for _ in 0..70 {
+        value = json!([value]);
+    }
+    let f = flow(let_node(&deep, lit(value)));
+    let reason = failure(f);
+    assert!(reason.contains("deeper than 96 levels"), "{reason}");
+}

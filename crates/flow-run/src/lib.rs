@@ -282,8 +282,47 @@ impl Runner {
             self.open_runs().remove(&id);
             return Err(error.into());
         }
+        if let Some(found) = self.lost_key(&mut live).await {
+            return found;
+        }
         self.advance(&mut live).await;
         Ok((live.record.clone(), true))
+    }
+
+    /// After a keyed run's record is written: whether another run took
+    /// its idempotency key at the same time (two requests, or two nodes,
+    /// each found the key free). Every store leaves a key to the run that
+    /// wrote it first, so the later one ends here, cancelled before it
+    /// started anything, and the caller gets the first as if it had been
+    /// found. `None`: the key is this run's (or could not be read, or the
+    /// run could not be ended), so it goes on.
+    async fn lost_key(
+        &self,
+        live: &mut advance::Live,
+    ) -> Option<Result<(RunRecord, bool), RunError>> {
+        let key = live.record.idempotency_key.clone()?;
+        let engine = self.engine();
+        let first = match engine.run_for_key(&key).await {
+            Ok(Some(first)) if first != live.record.id => first,
+            _ => return None,
+        };
+        let reason = format!("run {first} took the same idempotency key first");
+        self.finish(live, RunStatus::Cancelled, None, Some(reason))
+            .await
+            .ok()?;
+        let found = async {
+            let run = engine
+                .get_run(first)
+                .await?
+                .ok_or_else(|| RunError::NotFound(format!("run {first}")))?;
+            if run.flow_hash != live.record.flow_hash || run.input != live.record.input {
+                return Err(RunError::KeyConflict(
+                    "idempotency key reused with another flow or input".into(),
+                ));
+            }
+            Ok((run, false))
+        };
+        Some(found.await)
     }
 
     /// A run's record.

@@ -214,3 +214,51 @@ async fn a_wait_answers_to_its_own_token_only() {
         Err(RunError::Terminal(_))
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_racing_on_one_key_end_in_one_run() {
+    let engine = engine();
+    let runner = runner(&engine);
+    let flow: Flow =
+        serde_json::from_value(json!({"name": "t", "body": step("slow", "s", "$.r")})).unwrap();
+    let request = |key: &str| StartRun {
+        flow: FlowRef::Inline(Box::new(flow.clone())),
+        input: json!({"topic": "x"}),
+        idempotency_key: Some(key.to_owned()),
+        session: None,
+        owner: None,
+    };
+    // Each round races eight starts of one key; every caller must get the
+    // one run that kept it, and only that run may start a step.
+    for round in 0..5 {
+        let key = format!("k-race-{round}");
+        let starts: Vec<_> = (0..8)
+            .map(|_| {
+                let (runner, request) = (runner.clone(), request(&key));
+                tokio::spawn(async move { runner.start(request).await.unwrap() })
+            })
+            .collect();
+        let mut ids = BTreeSet::new();
+        for start in starts {
+            ids.insert(start.await.unwrap().0.id);
+        }
+        assert_eq!(
+            ids.len(),
+            1,
+            "round {round}: callers got different runs {ids:?}"
+        );
+        let kept = *ids.first().unwrap();
+        assert_eq!(engine.run_for_key(&key).await.unwrap(), Some(kept));
+        let all = swarmd_engine::RunFilter {
+            limit: 1_000,
+            ..Default::default()
+        };
+        let runs = engine.list_runs(&all).await.unwrap();
+        let open: Vec<_> = runs
+            .iter()
+            .filter(|r| r.idempotency_key.as_deref() == Some(key.as_str()))
+            .filter(|r| r.status == RunStatus::Running)
+            .collect();
+        assert_eq!(open.len(), 1, "round {round}: {open:?}");
+    }
+}

@@ -151,7 +151,11 @@ fn yes() -> bool {
 
 #[derive(Debug, Serialize, JsonSchema)]
 struct Sent {
+    /// The reply was taken (upstream's field; always true).
     sent: bool,
+    /// False, as `reply`'s, when nothing waits for the reply: its attempt
+    /// ended, or its request was sent from another node than this one.
+    delivered: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -248,6 +252,9 @@ pub(super) async fn pending_wait(
         )));
     }
     let session = session_of(state, caller, Some(&args.sid))?;
+    // A pop takes the session's frames here: this node becomes its home,
+    // as with the `frames` tool.
+    state.sessions.claim_home(&session).await;
     let wait = Duration::from_millis(timeout_ms);
     let popped = frames::pop(state, &session, 1, wait, context).await?;
     let Some(Value::Object(mut frame)) = popped.into_iter().next() else {
@@ -306,8 +313,11 @@ pub(super) async fn ack(state: &AppState, caller: &Caller, args: AckArgs) -> Out
             )));
         }
     };
-    frames::complete(&session, frame)?;
-    structured(&Sent { sent: true })
+    let delivered = frames::complete(&session, frame)?;
+    structured(&Sent {
+        sent: true,
+        delivered,
+    })
 }
 
 pub(super) async fn leave(state: &AppState, caller: &Caller, args: LeaveArgs) -> Outcome {

@@ -168,3 +168,44 @@ async fn handle_of(cluster: &Cluster, prompt: &str) -> String {
     }
     std::fs::read_to_string(&file).unwrap()
 }
+
+/// The upstream client's `mse_pending_wait` on node B for a session whose
+/// spawn frames node A parked: the wait makes B the session's home, as the
+/// `frames` tool does, so A's frames reach it; and `mse_ack` says whether
+/// the reply reached a waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mse_pending_wait_on_another_node_takes_the_sessions_frames() {
+    let config = format!("{}\n[mcp]\nupstream_aliases = true\n", super::QUICK);
+    let cluster = Cluster::start(2, &config).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
+    let task = super::sessions::delegated(a, &main_ai, "parked on a").await;
+
+    let config = StreamableHttpClientTransportConfig::with_uri(b.url("/mcp"))
+        .auth_header(main_ai.token.clone());
+    let client: Client =
+        ().serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .unwrap();
+    let pending = call(
+        &client,
+        "mse_pending_wait",
+        json!({"sid": main_ai.sid, "timeout_ms": 20_000}),
+    )
+    .await;
+    assert_eq!(pending["timed_out"], false, "{pending}");
+    assert_eq!(pending["type"], "spawn", "{pending}");
+    assert_eq!(pending["payload"]["task_id"], task.as_str(), "{pending}");
+
+    let acked = call(
+        &client,
+        "mse_ack",
+        json!({"sid": main_ai.sid, "req_id": pending["req_id"], "kind": "spawn_ack",
+               "value": "done on b"}),
+    )
+    .await;
+    assert_eq!(acked, json!({"sent": true, "delivered": true}));
+    let done = super::finished(a, &task).await;
+    assert_eq!(done["status"], "pass", "{done}");
+    assert_eq!(done["result"]["value"], "done on b", "{done}");
+}

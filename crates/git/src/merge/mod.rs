@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 pub use apply::{AppliedBranch, Conflict, MergeRecord};
+pub(crate) use request::plain_name;
 pub use request::{MergeRequest, Strategy};
 pub use spawner::MergeSpawner;
 

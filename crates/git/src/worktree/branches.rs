@@ -277,10 +277,15 @@ impl Branches {
     pub async fn apply(&self, repo: &Path, request: &ApplyRequest) -> Result<Applied, BranchError> {
         let git = &self.git;
         let into = request.into.as_str();
+        // The plain checks first: a name git would expand (`@{-1}`) or one
+        // too long for an argument never reaches a git command.
+        if crate::merge::plain_name(into).is_err() {
+            return Err(BranchError::BadName(into.to_owned()));
+        }
         let (valid, _) = git
             .run_answer(repo, &["check-ref-format", "--branch", into])
             .await?;
-        if !valid || into.starts_with('-') {
+        if !valid {
             return Err(BranchError::BadName(into.to_owned()));
         }
         if into.starts_with("swarmd/") {

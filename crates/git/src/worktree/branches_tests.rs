@@ -162,6 +162,22 @@ async fn branches_are_listed_applied_and_deleted() {
             "{bad}"
         );
     }
+    // Names git would expand, or too long for an argument, are refused as
+    // names before any git command sees them.
+    let long = "b".repeat(200_000);
+    for bad in ["@{-1}", "x@{upstream}", "tab\tname", long.as_str()] {
+        assert!(
+            matches!(
+                branches
+                    .apply(&repo, &request(&branch, bad))
+                    .await
+                    .unwrap_err(),
+                BranchError::BadName(_)
+            ),
+            "{}",
+            &bad[..bad.len().min(20)]
+        );
+    }
 
     // Deleted only at the head it was read at.
     let listed = branches.list(&repo, "main").await.unwrap();

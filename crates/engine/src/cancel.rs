@@ -42,8 +42,11 @@ impl Ending<'_> {
     pub(crate) async fn cancel(
         &self,
         id: TaskId,
-        reason: Option<String>,
+        mut reason: Option<String>,
     ) -> Result<Begun, EngineError> {
+        if let Some(reason) = &mut reason {
+            clip(reason, MAX_CANCEL_REASON);
+        }
         let Some(cell) = self.held.live.get(&id) else {
             let task = self.ledger.stored_task(id).await?;
             return match task.status() {
@@ -177,4 +180,35 @@ pub(crate) fn submit_failed(ledger: &Ledger, task: Task) -> Committed {
         },
     )];
     ledger.submit(vec![WriteOp::PutTask(Box::new(task))], events)
+}
+
+/// The longest reason a cancel keeps, in bytes: the routes that take a
+/// client's reason refuse a longer one; the engine's own callers (a senior's
+/// verdict, a Lua host) are cut to it.
+pub const MAX_CANCEL_REASON: usize = 1024;
+
+/// Cuts `text` to at most `max` bytes, at a character boundary.
+fn clip(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip;
+
+    #[test]
+    fn clip_cuts_at_a_character_boundary() {
+        let mut text = "ab€".to_owned(); // '€' is three bytes: 2..5
+        clip(&mut text, 4);
+        assert_eq!(text, "ab");
+        let mut text = "abc".to_owned();
+        clip(&mut text, 3);
+        assert_eq!(text, "abc");
+    }
 }

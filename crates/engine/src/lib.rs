@@ -59,6 +59,7 @@ mod worker_api;
 pub use swarmd_types::{error_code, event, ids, run, usage};
 
 pub use bus::Follower;
+pub use cancel::MAX_CANCEL_REASON;
 pub use config::{EngineConfig, EngineParts};
 pub use create::RunWrites;
 pub use detach::detached;

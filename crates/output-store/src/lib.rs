@@ -34,7 +34,7 @@ pub use nesting::{DepthError, MAX_JSON_DEPTH, check_text_depth, check_value_dept
 pub use spill::{
     BlobSpill, CreatedBlob, EncodedEvent, SpilledValue, blob_name, encode_events, spill_values,
 };
-pub use swarmd_types::output::{ContentRef, OutputEvent, OutputRecord};
+pub use swarmd_types::output::{ContentRef, MAX_ARTIFACT_NAME, OutputEvent, OutputRecord};
 pub use sweep::{BlobSweep, REFERENCE_MARK, is_blob_name, referenced_blob};
 
 /// The records an `append_at` stores for `events`, numbered from

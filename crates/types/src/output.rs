@@ -4,6 +4,9 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+/// The longest name a worker may give an artifact, in bytes (at least 1).
+pub const MAX_ARTIFACT_NAME: usize = 256;
+
 /// One event a worker emits during an attempt; NDJSON-tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]

@@ -21,12 +21,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use swarmd_engine::ErrorCode;
 use swarmd_engine::auth::{looks_like_handle, looks_like_token};
 use swarmd_engine::gate::{Role, Verb};
 use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{PolicyOverrides, Task, TaskStatus};
+use swarmd_engine::{ErrorCode, MAX_CANCEL_REASON};
 
 use super::views::{Reader, TaskView};
 
@@ -422,6 +422,11 @@ pub async fn cancel_by(
     reason: Option<String>,
 ) -> Result<Task, ApiError> {
     caller.check(state, Verb::CancelTask)?;
+    if reason.as_ref().is_some_and(|r| r.len() > MAX_CANCEL_REASON) {
+        return Err(ApiError::bad_request(format!(
+            "reason is at most {MAX_CANCEL_REASON} bytes"
+        )));
+    }
     let who = match caller {
         Caller::Admin => Canceller::Admin,
         Caller::Operator(session) => Canceller::Session(session.sid),

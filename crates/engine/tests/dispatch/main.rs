@@ -307,6 +307,26 @@ async fn stale_token_after_retry_is_superseded() {
         .authenticate_worker(new.token(), Verb::EmitOutput)
         .unwrap();
     engine.worker_output(&fresh, None, out).await.unwrap();
+    // An artifact is named in 1 to MAX_ARTIFACT_NAME bytes, whichever
+    // route brought it.
+    let artifact = |name: String| {
+        vec![swarmd_output_store::OutputEvent::Artifact {
+            name,
+            content: swarmd_output_store::ContentRef::Inline { value: json!("a") },
+        }]
+    };
+    let bound = swarmd_output_store::MAX_ARTIFACT_NAME;
+    for name in [String::new(), "n".repeat(bound + 1)] {
+        let err = engine
+            .worker_output(&fresh, None, artifact(name))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::BadRequest);
+    }
+    engine
+        .worker_output(&fresh, None, artifact("n".repeat(bound)))
+        .await
+        .unwrap();
     // A stale credential may still read the prompt, but its time is up.
     let reader = engine
         .authenticate_worker(old.handle(), Verb::FetchPrompt)

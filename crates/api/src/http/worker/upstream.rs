@@ -15,13 +15,13 @@ use swarmd_engine::gate::Verb;
 use swarmd_output_store::{ContentRef, OutputEvent};
 
 use super::{NamedTask, id_of, parse_json, submitted_value};
+use swarmd_output_store::MAX_ARTIFACT_NAME;
+
 use crate::app::AppState;
 use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
 use crate::http::error::ApiError;
 use crate::http::extract::{Query, RawBody};
 
-/// The longest artifact name `artifact` takes, in bytes.
-const MAX_ARTIFACT_NAME: usize = 256;
 /// The largest `stats` or `degradation` report, in bytes of JSON.
 const MAX_REPORT_BYTES: usize = 64 << 10;
 

@@ -178,6 +178,18 @@ async fn a_wait_is_answered_with_its_own_token_and_a_matching_answer_only() {
             .unwrap();
         assert_eq!(response.status(), 403, "{bad}");
     }
+    // A senior role token carries `answer` for senior questions, not for
+    // a run's waits: without the wait's token it is refused.
+    let senior = sw
+        .cli(&["token", "mint", "--role", "senior", "--ttl", "600"])
+        .await;
+    let response = sw
+        .post(&path, senior.trim())
+        .json(&json!({"value": {"go": true}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
     // An answer that does not match the schema names the field.
     let response = sw
         .post(&path, &token)

@@ -11,11 +11,14 @@
 //! - `tenants`: one session reading or routing into another's work;
 //! - `git_planting`: a worker that plants git configuration in its worktree;
 //! - `escapes`: terminal escapes and bidi overrides from workers;
-//! - `forwarding`: cluster forwarding of non-normalised paths.
+//! - `forwarding`: cluster forwarding of non-normalised paths;
+//! - `bounds`: sizes and shapes past their bounds (artifact names, loop
+//!   counts, JSONPath nesting, cancel reasons).
 //!
 //! Each runs in CI in its short mode; the figures it records are in
 //! docs/benchmarks.md.
 
+mod bounds;
 mod connections;
 mod escapes;
 mod forwarding;

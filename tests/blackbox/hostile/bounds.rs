@@ -1,0 +1,94 @@
+//! Hostile clients: sizes and shapes a client controls, past their bounds,
+//! each refused with a 4xx that names the bound while the daemon goes on: an
+//! artifact's name, a flow whose loop would run 2^32 times, a JSONPath of
+//! thousands of parentheses (whose parser would overflow its stack), and a
+//! cancel's reason.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Daemon, expect_error, parts};
+
+fn path(at: &str) -> Value {
+    json!({"op": "path", "at": at})
+}
+
+#[tokio::test]
+async fn bounds_a_client_controls_are_refused_and_the_daemon_goes_on() {
+    let daemon = Daemon::start().await;
+    let task = daemon.spawn(json!({"agent": "hold", "prompt": "p"})).await;
+    let handle = daemon.handle(&task, 1).await;
+    let output = format!("/v1/worker/output?task_id={task}");
+
+    // An artifact is named in 1 to 256 bytes.
+    let artifact = |name: String| json!({"type": "artifact", "name": name, "content": {"kind": "inline", "value": "a"}});
+    for name in [String::new(), "n".repeat(257)] {
+        let response = daemon
+            .post(&output, &handle)
+            .json(&artifact(name))
+            .send()
+            .await
+            .unwrap();
+        expect_error(response, 400, "bad_request").await;
+    }
+    let response = daemon
+        .post(&output, &handle)
+        .json(&artifact("n".repeat(256)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+
+    // A loop that would run 2^32 times is refused before the run starts.
+    let spin = json!({"name": "spin", "body": {"kind": "loop", "counter": path("$.n"),
+        "max": u32::MAX, "cond": {"op": "lit", "value": true},
+        "body": {"kind": "let", "at": path("$.x"), "value": {"op": "lit", "value": 1}}}});
+    let response = daemon
+        .post("/v1/runs", &daemon.admin)
+        .json(&json!({"flow": spin, "input": {}}))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = parts(response).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_flow")),
+        "{body}"
+    );
+    assert!(body.to_string().contains("limit_too_high"), "{body}");
+
+    // A JSONPath nested 5 000 deep is a problem of the flow, not a crash.
+    let deep = format!("$[?{}@.a{}]", "(".repeat(5_000), ")".repeat(5_000));
+    let flow = json!({"name": "deep", "body": {"kind": "let", "at": path("$.x"),
+        "value": path(&deep)}});
+    let response = daemon
+        .post("/v1/flows/lint", &daemon.admin)
+        .json(&json!({ "flow": flow }))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = parts(response).await;
+    assert_eq!((status, body["ok"].as_bool()), (200, Some(false)), "{body}");
+    assert!(body.to_string().contains("deeper than 32"), "{body}");
+
+    // A cancel's reason is at most 1 KiB; at the bound the cancel goes on.
+    let cancel = format!("/v1/tasks/{task}/cancel");
+    let response = daemon
+        .post(&cancel, &daemon.admin)
+        .json(&json!({"reason": "r".repeat(1025)}))
+        .send()
+        .await
+        .unwrap();
+    expect_error(response, 400, "bad_request").await;
+    let response = daemon
+        .post(&cancel, &daemon.admin)
+        .json(&json!({"reason": "r".repeat(1024)}))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = parts(response).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+}

@@ -267,3 +267,25 @@ async fn a_task_done_lost_with_its_home_is_routed_again_from_the_watermark_the_h
     assert_eq!(done["status"], "pass", "{done}");
     assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(1));
 }
+
+/// A plain GET of the socket's route on node B (no upgrade: a probe or a
+/// mistaken client) answers 400 and leaves the session where its socket
+/// lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_without_an_upgrade_does_not_move_the_session() {
+    let cluster = Cluster::start(2, QUICK).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let main_ai = a.login(json!({"roles": ["main-ai"]})).await;
+    let mut ws = a.connect(&main_ai).await;
+    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(0));
+
+    let path = format!("/v1/operators/{}/ws", main_ai.sid);
+    let (status, body) = parts(b.get(&path, &main_ai.token).send().await.unwrap()).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(home(&cluster, &main_ai).await, cluster.node_id(0));
+
+    // A's socket still carries the session: a spawn A dispatches reaches it.
+    let task = delegated(a, &main_ai, "still here").await;
+    let frames = frames_until(&mut ws, |f| of_type(f, "spawn").len() == 1).await;
+    assert_eq!(of_type(&frames, "spawn")[0]["task_id"], task.as_str());
+}

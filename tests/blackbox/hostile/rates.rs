@@ -141,6 +141,25 @@ async fn writes_past_a_credentials_rate_get_429_with_retry_after() {
             .contains("write_rate_per_sec"),
         "{limited}"
     );
+    // So do its subscribes: each may make the store read the log from its
+    // start. A fresh session's burst of 10 is spent by 30 at once.
+    let reader = sw.login(json!({})).await;
+    let mut ws = sw.connect(&reader).await;
+    for i in 0..30 {
+        ws.send(
+            json!({"type": "subscribe", "req_id": format!("s{i}"), "task_id": own,
+            "after_seq": 0}),
+        )
+        .await;
+    }
+    let limited = ws
+        .recv_until(|f| f["type"] == "error" && f["code"] == "rate_limited")
+        .await
+        .0;
+    assert!(
+        limited["req_id"].as_str().unwrap().starts_with('s'),
+        "{limited}"
+    );
     let scrape = sw.metrics().await;
     for limit in ["write", "ws"] {
         assert!(

@@ -19,6 +19,7 @@ use futures_util::StreamExt;
 use futures_util::stream::SplitStream;
 use swarmd_engine::Engine;
 use swarmd_engine::ErrorCode;
+use swarmd_engine::ids::ReqId;
 use tokio::sync::mpsc;
 
 use super::MAX_FRAME_BYTES;
@@ -92,29 +93,40 @@ impl Reader<'_> {
     /// session's write rate; when there is none, answers it with a
     /// `rate_limited` error frame instead (the write is not acted on).
     async fn forward(&self, op: Op) {
-        let key = RateKey::session(&self.session.sid);
-        if let Err(wait) = self.guards.rates().check_write(&key) {
-            self.guards.count_limited("ws");
-            let req_id = match &op {
-                Op::Spawn(spawn) => &spawn.req_id,
-                Op::Cancel { req_id, .. } => req_id,
-            };
-            let error = ServerFrame::error(
-                Some(req_id.clone()),
-                ErrorCode::RateLimited,
-                format!(
-                    "too many writes for this session (limits.write_rate_per_sec); \
-                     this one was dropped, retry in {} ms",
-                    wait.as_millis().max(1)
-                ),
-            );
-            self.reply(&error).await;
+        let req_id = match &op {
+            Op::Spawn(spawn) => &spawn.req_id,
+            Op::Cancel { req_id, .. } => req_id,
+        };
+        if self.limited(req_id).await {
             return;
         }
         // The ops worker lives as long as this connection's senders.
         if self.ops.send(op).await.is_err() {
             tracing::warn!("the ops worker is gone");
         }
+    }
+
+    /// Whether the session's write rate has no place for this frame; then
+    /// it was answered with a `rate_limited` error frame (and is not acted
+    /// on). Spawns, cancels and subscribes count: a subscribe can make the
+    /// store read the log from its start.
+    async fn limited(&self, req_id: &ReqId) -> bool {
+        let key = RateKey::session(&self.session.sid);
+        let Err(wait) = self.guards.rates().check_write(&key) else {
+            return false;
+        };
+        self.guards.count_limited("ws");
+        let error = ServerFrame::error(
+            Some(req_id.clone()),
+            ErrorCode::RateLimited,
+            format!(
+                "too many writes for this session (limits.write_rate_per_sec); \
+                 this one was dropped, retry in {} ms",
+                wait.as_millis().max(1)
+            ),
+        );
+        self.reply(&error).await;
+        true
     }
 
     async fn handle(&self, subscriptions: &mut Subscriptions, text: &str) {
@@ -137,6 +149,9 @@ impl Reader<'_> {
                 task_id,
                 after_seq,
             } => {
+                if self.limited(&req_id).await {
+                    return;
+                }
                 let started = subscriptions.start(
                     self.engine,
                     &self.direct,

@@ -66,6 +66,10 @@ async fn upgrade(
     if !own {
         return Err(ApiError::forbidden());
     }
+    // Only a real upgrade moves the session: a plain GET (a probe) must
+    // not take its home from the node its socket lives on.
+    let upgrade =
+        upgrade.map_err(|e| ApiError::bad_request(format!("not a WebSocket upgrade: {e}")))?;
     // The socket attaches here: this node becomes the session's home. The
     // move runs to its end even if the client hangs up meanwhile: once the
     // database names this node, the previous home must be told.
@@ -75,8 +79,6 @@ async fn upgrade(
         Ok::<_, EngineError>(())
     });
     moved.await?;
-    let upgrade =
-        upgrade.map_err(|e| ApiError::bad_request(format!("not a WebSocket upgrade: {e}")))?;
     Ok(upgrade
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)

@@ -233,6 +233,11 @@ pub struct LimitsConfig {
     /// Logins (`POST /v1/operators`) one peer address may make per minute;
     /// 0 turns the limit off.
     pub login_rate_per_min: u32,
+    /// Live streams (`text/event-stream` of `/v1/events` and of a task's
+    /// output) one caller may hold open at once.
+    pub streams_per_caller: u32,
+    /// Live streams open at once, over all callers.
+    pub max_streams: u32,
 }
 
 impl Default for LimitsConfig {
@@ -246,6 +251,8 @@ impl Default for LimitsConfig {
             write_rate_per_sec: 20_000,
             write_burst: 40_000,
             login_rate_per_min: 60,
+            streams_per_caller: 64,
+            max_streams: 1024,
         }
     }
 }

@@ -57,6 +57,18 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
         1_000_000,
     )?;
     range(
+        "limits.streams_per_caller",
+        limits.streams_per_caller.into(),
+        1,
+        100_000,
+    )?;
+    range(
+        "limits.max_streams",
+        limits.max_streams.into(),
+        1,
+        1_000_000,
+    )?;
+    range(
         "limits.max_spawn_depth",
         limits.max_spawn_depth.into(),
         0,

@@ -97,6 +97,10 @@ error_codes! {
     /// (`mcp.max_sessions_per_credential`) or the operators' table
     /// (`mcp.max_sessions`); the answer carries `Retry-After`.
     TooManySessions = "too_many_sessions" => 429,
+    /// A live stream past the caller's share (`limits.streams_per_caller`)
+    /// or the daemon's (`limits.max_streams`); the answer carries
+    /// `Retry-After`.
+    TooManyStreams = "too_many_streams" => 429,
     /// A write past the credential's rate (`limits.write_rate_per_sec`) or
     /// a login past the peer's (`limits.login_rate_per_min`); the answer
     /// carries `Retry-After`.
@@ -220,6 +224,7 @@ mod tests {
             ("output_budget_exceeded", 413),
             ("unsupported_media_type", 415),
             ("too_many_sessions", 429),
+            ("too_many_streams", 429),
             ("rate_limited", 429),
             ("host_not_allowed", 421),
             ("origin_not_allowed", 403),

@@ -92,3 +92,73 @@ async fn bounds_a_client_controls_are_refused_and_the_daemon_goes_on() {
         "{body}"
     );
 }
+
+/// Opens `/v1/events` as a live stream with `bearer`; the response, whose
+/// body holds the stream open while it lives.
+async fn open_stream(daemon: &Daemon, bearer: &str) -> reqwest::Response {
+    daemon
+        .get("/v1/events", bearer)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn live_streams_are_bounded_per_caller_and_freed_when_closed() {
+    let daemon = Daemon::start_with("[limits]\nstreams_per_caller = 2\nmax_streams = 3\n").await;
+    let first = open_stream(&daemon, &daemon.admin).await;
+    let second = open_stream(&daemon, &daemon.admin).await;
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+
+    // A third of the same caller is refused, with when to try again.
+    let refused = open_stream(&daemon, &daemon.admin).await;
+    assert_eq!(refused.headers()["retry-after"], "5");
+    expect_error(refused, 429, "too_many_streams").await;
+
+    // Another caller has a share of its own, up to the daemon's total.
+    let observer = daemon.observer_token().await;
+    let third = open_stream(&daemon, &observer).await;
+    assert_eq!(third.status(), 200);
+    let over = open_stream(&daemon, &observer).await;
+    let (status, body) = parts(over).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (429, Some("too_many_streams"))
+    );
+    assert!(
+        body["error"].as_str().unwrap().contains("max_streams"),
+        "{body}"
+    );
+
+    // A client that closes its stream frees its place.
+    drop(first);
+    let started = std::time::Instant::now();
+    loop {
+        let again = open_stream(&daemon, &daemon.admin).await;
+        if again.status() == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < crate::harness::PATIENCE,
+            "a closed stream's place was not freed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let scrape = daemon
+        .get("/metrics", &daemon.admin)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        scrape.contains("swarmd_rate_limited_total{limit=\"streams\"} 2"),
+        "{scrape}"
+    );
+    drop((second, third));
+}

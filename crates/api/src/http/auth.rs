@@ -68,6 +68,16 @@ impl Caller {
     }
 
     /// The operator session behind the call, if any.
+    /// Whose share of live streams a stream of this caller takes: the
+    /// admin's, its session's, or its role's (role tokens of one role share).
+    pub fn stream_key(&self) -> String {
+        match self {
+            Caller::Admin => "admin".to_owned(),
+            Caller::Operator(session) => format!("session:{}", session.sid),
+            Caller::Token { role, .. } => format!("role:{}", role.as_str()),
+        }
+    }
+
     pub fn session(&self) -> Option<&Arc<Session>> {
         match self {
             Caller::Operator(s) => Some(s),

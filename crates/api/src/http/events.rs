@@ -121,6 +121,10 @@ async fn events(
         None => query.after_seq.unwrap_or(0),
     };
     if wants_sse(&headers) {
+        let slot = match state.guards.open_stream(caller.stream_key()) {
+            Ok(slot) => slot,
+            Err(refused) => return Ok(refused.into_response()),
+        };
         let rx = (state.engine.follow(), state.engine.subscribe());
         let follow = EventFollow {
             engine: state.engine.clone(),
@@ -131,7 +135,12 @@ async fn events(
             tick,
             session: owner,
         };
-        return Ok(sse::stream(follow, rx, state.shutdown.clone(), false));
+        return Ok(sse::stream(
+            follow,
+            rx,
+            (state.shutdown.clone(), slot),
+            false,
+        ));
     }
     if tick.is_some() {
         return Err(ApiError::bad_request(

@@ -94,15 +94,22 @@ async fn output(
 ) -> Result<Response, ApiError> {
     caller.check(&state, Verb::ReadOutput)?;
     let live = wants_sse(&headers);
-    if live {
-        caller.check(&state, Verb::Subscribe)?;
-    }
+    let slot = match live {
+        true => {
+            caller.check(&state, Verb::Subscribe)?;
+            match state.guards.open_stream(caller.stream_key()) {
+                Ok(slot) => Some(slot),
+                Err(refused) => return Ok(refused.into_response()),
+            }
+        }
+        false => None,
+    };
     // Subscribed before the task is read, so nothing published in between is lost.
     let rx = live.then(|| (state.engine.follow(), state.engine.subscribe()));
     let view = TaskView::read(&state.engine, Reader::of(&caller), id)
         .await?
         .ok_or_else(|| crate::http::tasks::unknown(id))?;
-    if let Some(rx) = rx {
+    if let (Some(rx), Some(slot)) = (rx, slot) {
         let cursor = start_cursor(
             &view,
             query.attempt,
@@ -117,7 +124,12 @@ async fn output(
             page: sse::PAGE,
         };
         let finished = source_finished(&view, query.attempt);
-        return Ok(sse::stream(follow, rx, state.shutdown.clone(), finished));
+        return Ok(sse::stream(
+            follow,
+            rx,
+            (state.shutdown.clone(), slot),
+            finished,
+        ));
     }
     let cursor = PageCursor {
         attempt: query.attempt,

@@ -26,6 +26,8 @@ use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
+use crate::http::guard::StreamSlot;
+
 /// Records read from the store per page.
 pub const PAGE: usize = 256;
 /// Live events taken from the broadcast in one go before the store is read.
@@ -160,6 +162,9 @@ struct Driver<F: Follow> {
     bus_seq: Option<u64>,
     /// Keeps a cluster's pump reading every event whole while the stream lives.
     _follower: Option<Follower>,
+    /// The stream's place under `limits.streams_per_caller` and
+    /// `limits.max_streams`, held while the response body lives.
+    _slot: Option<StreamSlot>,
 }
 
 impl<F: Follow> Driver<F> {
@@ -186,6 +191,7 @@ impl<F: Follow> Driver<F> {
             tick_at: tokio::time::Instant::now(),
             bus_seq: None,
             _follower: follower,
+            _slot: None,
         }
     }
 
@@ -312,10 +318,11 @@ impl<F: Follow> Driver<F> {
 pub fn stream<F: Follow>(
     follow: F,
     (follower, rx): (Follower, broadcast::Receiver<Arc<EventRecord>>),
-    shutdown: CancellationToken,
+    (shutdown, slot): (CancellationToken, StreamSlot),
     finished: bool,
 ) -> Response {
-    let driver = Driver::new(follow, (Some(follower), rx), shutdown, finished);
+    let mut driver = Driver::new(follow, (Some(follower), rx), shutdown, finished);
+    driver._slot = Some(slot);
     Sse::new(events(driver))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
         .into_response()

@@ -13,10 +13,12 @@
 //!    `request_timeout`), however slowly it trickles.
 //!
 //! Every refusal is counted in `swarmd_requests_refused_total` or
-//! `swarmd_rate_limited_total`.
+//! `swarmd_rate_limited_total`. Live streams are bounded by the routes that
+//! open them, through `Guards::open_stream`.
 
 mod deadline;
 mod rate;
+mod streams;
 
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
@@ -30,6 +32,34 @@ use swarmd_engine::ErrorCode;
 
 pub(crate) use deadline::BODY_TIMEOUT_MESSAGE;
 pub use rate::{RateKey, Rates};
+pub use streams::StreamSlot;
+use streams::{Full, Streams};
+
+/// When a refused stream is told to try again: streams last, so soon is
+/// pointless.
+const STREAM_RETRY_SECS: u64 = 5;
+
+/// A live stream refused: whose share was full. Answered as a 429
+/// `too_many_streams` with `Retry-After`.
+#[derive(Debug)]
+pub struct StreamsFull(&'static str);
+
+impl IntoResponse for StreamsFull {
+    fn into_response(self) -> Response {
+        let mut response = ApiError::coded(
+            ErrorCode::TooManyStreams,
+            format!(
+                "too many live streams open for {}; close one or retry later",
+                self.0
+            ),
+        )
+        .into_response();
+        response
+            .headers_mut()
+            .insert("retry-after", HeaderValue::from(STREAM_RETRY_SECS));
+        response
+    }
+}
 
 use crate::app::AppState;
 use crate::http::auth::bearer;
@@ -42,6 +72,7 @@ use swarmd_config::{Config, HostRules};
 pub struct Guards {
     hosts: HostRules,
     rates: Rates,
+    streams: Streams,
     body_timeout: Duration,
     metrics: GuardMetrics,
 }
@@ -51,6 +82,7 @@ impl Guards {
         Guards {
             hosts: HostRules::new(config),
             rates: Rates::new(&config.limits),
+            streams: Streams::new(&config.limits),
             body_timeout: Duration::from_secs(config.server.body_timeout_secs),
             metrics,
         }
@@ -77,6 +109,19 @@ impl Guards {
             .headers_mut()
             .insert("retry-after", HeaderValue::from(secs.max(1)));
         response
+    }
+
+    /// A place for one more live stream of `caller` (by its identity, see
+    /// `Caller::stream_key`), or a 429 `too_many_streams` with
+    /// `Retry-After`, counted under `streams`.
+    pub fn open_stream(&self, caller: String) -> Result<StreamSlot, StreamsFull> {
+        self.streams.open(caller).map_err(|full| {
+            self.metrics.rate_limited("streams");
+            StreamsFull(match full {
+                Full::Caller => "this caller (limits.streams_per_caller)",
+                Full::Total => "the daemon (limits.max_streams)",
+            })
+        })
     }
 
     /// Counts a request or frame refused under `limit` that is answered

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use swarmd_output_store::{ContentRef, MAX_ARTIFACT_NAME, OutputEvent};
+use swarmd_output_store::{ContentRef, OutputEvent};
 use tokio::time::Instant;
 
 use crate::auth::TokenAuthority;
@@ -308,14 +308,8 @@ impl Workers<'_> {
                 "a final is posted with /v1/worker/result or /v1/worker/submit".into(),
             ));
         }
-        let bad_name = |e: &OutputEvent| {
-            matches!(e, OutputEvent::Artifact { name, .. }
-                if name.is_empty() || name.len() > MAX_ARTIFACT_NAME)
-        };
-        if events.iter().any(bad_name) {
-            return Err(EngineError::BadRequest(format!(
-                "an artifact's name is 1 to {MAX_ARTIFACT_NAME} bytes"
-            )));
+        if let Some(problem) = events.iter().find_map(OutputEvent::out_of_bounds) {
+            return Err(EngineError::BadRequest(problem));
         }
         // Only the output store names files (the blobs it spills): a worker's
         // path could point readers at any file of the host.

@@ -6,6 +6,11 @@ use uuid::Uuid;
 
 /// The longest name a worker may give an artifact, in bytes (at least 1).
 pub const MAX_ARTIFACT_NAME: usize = 256;
+/// The longest `stage` of a progress event, in bytes.
+pub const MAX_PROGRESS_STAGE: usize = 256;
+/// The longest `note` of a progress event, in bytes. Names and notes are
+/// kept inline (only content values spill to blobs), so they are bounded.
+pub const MAX_PROGRESS_NOTE: usize = 64 * 1024;
 
 /// One event a worker emits during an attempt; NDJSON-tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -78,6 +83,30 @@ impl OutputEvent {
         }
     }
 
+    /// What of this event is past its bound, if anything: an artifact's
+    /// name (1 to `MAX_ARTIFACT_NAME` bytes), a progress stage or note
+    /// (`MAX_PROGRESS_STAGE`, `MAX_PROGRESS_NOTE`).
+    pub fn out_of_bounds(&self) -> Option<String> {
+        match self {
+            OutputEvent::Artifact { name, .. }
+                if name.is_empty() || name.len() > MAX_ARTIFACT_NAME =>
+            {
+                Some(format!(
+                    "an artifact's name is 1 to {MAX_ARTIFACT_NAME} bytes"
+                ))
+            }
+            OutputEvent::Progress { stage, .. } if stage.len() > MAX_PROGRESS_STAGE => Some(
+                format!("a progress stage is at most {MAX_PROGRESS_STAGE} bytes"),
+            ),
+            OutputEvent::Progress {
+                note: Some(note), ..
+            } if note.len() > MAX_PROGRESS_NOTE => Some(format!(
+                "a progress note is at most {MAX_PROGRESS_NOTE} bytes"
+            )),
+            _ => None,
+        }
+    }
+
     /// The content this event carries, if any (`progress` carries none).
     pub fn content(&self) -> Option<&ContentRef> {
         match self {
@@ -112,6 +141,42 @@ pub fn content_value(content: ContentRef) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_stages_and_notes_are_bounded() {
+        let named = |name: &str| OutputEvent::Artifact {
+            name: name.to_owned(),
+            content: ContentRef::Inline {
+                value: serde_json::json!(1),
+            },
+        };
+        assert!(named("").out_of_bounds().is_some());
+        assert!(
+            named(&"n".repeat(MAX_ARTIFACT_NAME))
+                .out_of_bounds()
+                .is_none()
+        );
+        assert!(
+            named(&"n".repeat(MAX_ARTIFACT_NAME + 1))
+                .out_of_bounds()
+                .is_some()
+        );
+        let progress = |stage: usize, note: usize| OutputEvent::Progress {
+            stage: "s".repeat(stage),
+            note: Some("n".repeat(note)),
+        };
+        assert!(
+            progress(MAX_PROGRESS_STAGE, MAX_PROGRESS_NOTE)
+                .out_of_bounds()
+                .is_none()
+        );
+        assert!(
+            progress(MAX_PROGRESS_STAGE + 1, 0)
+                .out_of_bounds()
+                .is_some()
+        );
+        assert!(progress(0, MAX_PROGRESS_NOTE + 1).out_of_bounds().is_some());
+    }
     use proptest::prelude::*;
     use serde_json::json;
 

@@ -327,6 +327,16 @@ async fn stale_token_after_retry_is_superseded() {
         .worker_output(&fresh, None, artifact("n".repeat(bound)))
         .await
         .unwrap();
+    // So is a progress stage, kept inline as names are.
+    let long_stage = vec![swarmd_output_store::OutputEvent::Progress {
+        stage: "s".repeat(300),
+        note: None,
+    }];
+    let err = engine
+        .worker_output(&fresh, None, long_stage)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::BadRequest);
     // A stale credential may still read the prompt, but its time is up.
     let reader = engine
         .authenticate_worker(old.handle(), Verb::FetchPrompt)

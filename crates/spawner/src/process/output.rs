@@ -177,8 +177,9 @@ pub(super) enum Parsed {
 }
 
 /// One NDJSON line as an event. Blank lines are skipped; a line that is not an
-/// OutputEvent, nests deeper than `MAX_JSON_DEPTH`, or points at a file,
-/// becomes a progress note quoting it.
+/// OutputEvent, nests deeper than `MAX_JSON_DEPTH`, points at a file, or has
+/// a name or note past its bound (`OutputEvent::out_of_bounds`), becomes a
+/// progress note quoting it.
 pub(super) fn parse_line(line: &[u8], line_no: u64) -> Parsed {
     let trimmed = line.trim_ascii();
     if trimmed.is_empty() {
@@ -191,7 +192,10 @@ pub(super) fn parse_line(line: &[u8], line_no: u64) -> Parsed {
         Ok(event) if carries_file_ref(&event) => {
             "file references are not accepted from a child's stdout".to_owned()
         }
-        Ok(event) => return Parsed::Event(event),
+        Ok(event) => match event.out_of_bounds() {
+            Some(problem) => problem,
+            None => return Parsed::Event(event),
+        },
         Err(problem) => problem,
     };
     let text = String::from_utf8_lossy(trimmed);
@@ -246,6 +250,20 @@ pub(super) fn plain_value(stdout: &[u8], stderr_tail: &str) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_line_past_a_bound_becomes_a_note_quoting_it() {
+        let line = json!({"type": "progress", "stage": "s".repeat(300)}).to_string();
+        let Parsed::Invalid(OutputEvent::Progress { note, .. }) = parse_line(line.as_bytes(), 3)
+        else {
+            panic!("a 300-byte stage must not pass as an event");
+        };
+        let note = note.unwrap();
+        assert!(
+            note.contains("line 3: a progress stage is at most 256 bytes"),
+            "{note}"
+        );
+    }
 
     #[test]
     fn lines_become_events_or_progress_notes() {

@@ -11,6 +11,15 @@
 #   BIN_DIR holds release `swarmd` and `swarmd-bench` (target/release).
 #   ONE_C is the one node's concurrency (default C): C/2 compares each of
 #   two nodes with one node under the same load of its own.
+# Two other operating points (docs/benchmarks.md, "The ratio at three
+# operating points"):
+#   CLUSTER_RATE=R  every bench offers R tasks/s (open loop) instead of
+#                   holding C in flight: one node at R against each of two
+#                   at R, the same work per node at the same pace;
+#   CLUSTER_PIN=1   each node on a CPU of its own (`taskset`): one node on
+#                   CPU 0, of two node A on CPU 0 and B on CPU 1, so a node
+#                   of two is not also paying for the other's threads on
+#                   its core (PostgreSQL and the benches are not pinned).
 set -euo pipefail
 
 bin=$(realpath "$1")
@@ -21,9 +30,20 @@ one_c=${4:-$conc}
 # shellcheck source=scripts/cluster-nodes.sh
 source "$(dirname "$0")/cluster-nodes.sh"
 
+load=()
+[ -n "${CLUSTER_RATE:-}" ] && load=(--rate "$CLUSTER_RATE")
+
 bench() { # $1: node name, $2: base, $3: pid, $4: concurrency
     "$bin/swarmd-bench" --url "$2" --admin-token-file "$work/$1/admin.token" --pid "$3" \
-        ws-delegated -c "$4" -m 4 --duration "$seconds" 2>&1 | grep '^ws-delegated' >"$work/$1.out"
+        ws-delegated "${load[@]}" -c "$4" -m 4 --duration "$seconds" >"$work/$1.full" 2>&1 || {
+        tail -3 "$work/$1.full" >&2
+        return 1
+    }
+    grep '^ws-delegated' "$work/$1.full" >"$work/$1.out"
+}
+
+pin() { # $1: pid, $2: CPU
+    if [ -n "${CLUSTER_PIN:-}" ]; then taskset -acp "$2" "$1" >/dev/null; fi
 }
 
 rate() { sed -n 's/.*: \([0-9]*\) tasks\/s.*/\1/p' "$work/$1.out"; }
@@ -43,9 +63,10 @@ groups() {
         if (t > 0 && c > 0) printf "groups %s: %.3f commits/task, %.1f jobs/commit\n", n, c / t, j / c }'
 }
 
-echo "== one node, C=$one_c, $seconds s"
+echo "== one node, C=$one_c${CLUSTER_RATE:+, $CLUSTER_RATE tasks/s offered}${CLUSTER_PIN:+, pinned}, $seconds s"
 fresh_db
 start a
+pin "$pid" 0
 before=$(counters "$base")
 bench a "$base" "$pid" "$one_c"
 cat "$work/a.out"
@@ -53,12 +74,14 @@ groups a "$before" "$(counters "$base")"
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 
-echo "== two nodes, C=$((conc / 2)) each, $seconds s, at once"
+echo "== two nodes, C=$((conc / 2)) each${CLUSTER_RATE:+, $CLUSTER_RATE tasks/s offered to each}${CLUSTER_PIN:+, pinned}, $seconds s, at once"
 fresh_db
 start a
 a_base=$base a_pid=$pid
 start b
 b_base=$base b_pid=$pid
+pin "$a_pid" 0
+pin "$b_pid" 1
 a_before=$(counters "$a_base")
 b_before=$(counters "$b_base")
 bench a "$a_base" "$a_pid" $((conc / 2)) &

@@ -101,12 +101,35 @@ struct Table {
     /// Replies that found no waiter, newest last, kept a while: on a
     /// cluster the waiter of a request sent before the session moved here
     /// may be registered just after its reply (`insert_or_complete`).
-    orphans: std::collections::VecDeque<(String, Reply, std::time::Instant)>,
+    orphans: std::collections::VecDeque<(String, Reply, std::time::Instant, usize)>,
+    /// The weight of the kept orphans' values (`weight`).
+    orphan_bytes: usize,
 }
 
-/// Replies kept without a waiter, and for how long.
+/// Replies kept without a waiter, how much of them, and for how long. A
+/// client's stray replies (a `req_id` it made up) cost this much at most.
 const MAX_ORPHANS: usize = 64;
+const MAX_ORPHAN_BYTES: usize = 1 << 20;
 const ORPHAN_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// About how many bytes a reply's values hold (their JSON text).
+fn weight(reply: &Reply) -> usize {
+    let json = |value: &Value| serde_json::to_vec(value).map_or(0, |text| text.len());
+    let text = |text: &Option<String>| text.as_ref().map_or(0, String::len);
+    match reply {
+        Reply::Answer(value) => json(value),
+        Reply::Spawn(SpawnReply::Ack {
+            value,
+            error,
+            stats,
+            ..
+        }) => json(value) + text(error) + stats.as_ref().map_or(0, json),
+        Reply::Spawn(SpawnReply::Halt { value, reason }) => {
+            value.as_ref().map_or(0, json) + text(reason)
+        }
+        Reply::Hook(ack) => text(&ack.reason),
+    }
+}
 
 impl Default for Pending {
     fn default() -> Self {
@@ -115,7 +138,41 @@ impl Default for Pending {
                 waiters: HashMap::new(),
                 prune_at: MIN_PRUNE_AT,
                 orphans: std::collections::VecDeque::new(),
+                orphan_bytes: 0,
             }),
+        }
+    }
+}
+
+impl Table {
+    /// Keeps a reply that found no waiter, within `MAX_ORPHANS` and
+    /// `MAX_ORPHAN_BYTES` (the oldest go first; one heavier than the whole
+    /// allowance is not kept).
+    fn keep_orphan(&mut self, req_id: &str, reply: Reply) {
+        self.drop_stale_orphans();
+        let bytes = weight(&reply);
+        if bytes > MAX_ORPHAN_BYTES {
+            return;
+        }
+        while self.orphans.len() >= MAX_ORPHANS || self.orphan_bytes + bytes > MAX_ORPHAN_BYTES {
+            match self.orphans.pop_front() {
+                Some((.., gone)) => self.orphan_bytes -= gone,
+                None => break,
+            }
+        }
+        let now = std::time::Instant::now();
+        self.orphans
+            .push_back((req_id.to_owned(), reply, now, bytes));
+        self.orphan_bytes += bytes;
+    }
+
+    fn drop_stale_orphans(&mut self) {
+        while let Some((_, _, at, bytes)) = self.orphans.front() {
+            if at.elapsed() < ORPHAN_TTL {
+                break;
+            }
+            self.orphan_bytes -= *bytes;
+            self.orphans.pop_front();
         }
     }
 }
@@ -140,11 +197,7 @@ impl Pending {
         let waiter = {
             let mut table = self.lock();
             let Some(waiter) = table.waiters.remove(req_id) else {
-                if table.orphans.len() >= MAX_ORPHANS {
-                    table.orphans.pop_front();
-                }
-                let now = std::time::Instant::now();
-                table.orphans.push_back((req_id.to_owned(), reply, now));
+                table.keep_orphan(req_id, reply);
                 return Err(ReplyError::Unknown(req_id.to_owned()));
             };
             let matches = matches!(
@@ -179,14 +232,18 @@ impl Pending {
     pub(crate) fn insert_or_complete(&self, req_id: String, waiter: Option<Waiter>) {
         let orphan = {
             let mut table = self.lock();
-            table.orphans.retain(|(_, _, at)| at.elapsed() < ORPHAN_TTL);
-            let found = table.orphans.iter().position(|(id, _, _)| *id == req_id);
-            found.and_then(|index| table.orphans.remove(index))
+            table.drop_stale_orphans();
+            let found = table.orphans.iter().position(|(id, ..)| *id == req_id);
+            let orphan = found.and_then(|index| table.orphans.remove(index));
+            if let Some((.., bytes)) = &orphan {
+                table.orphan_bytes -= bytes;
+            }
+            orphan
         };
         if let Some(waiter) = waiter {
             self.insert(req_id.clone(), waiter);
         }
-        if let Some((_, reply, _)) = orphan {
+        if let Some((_, reply, ..)) = orphan {
             let _ = self.complete(&req_id, reply);
         }
     }
@@ -239,6 +296,31 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[tokio::test]
+    async fn stray_replies_are_kept_within_a_count_and_a_weight() {
+        let pending = Pending::default();
+        let big = |n: usize| Reply::Answer(json!("x".repeat(n)));
+        // Three of 400 KiB: the oldest goes to keep the weight in 1 MiB.
+        for id in ["s-1", "s-2", "s-3"] {
+            let _ = pending.complete(id, big(400 << 10));
+        }
+        let kept: Vec<String> = pending.lock().orphans.iter().map(|o| o.0.clone()).collect();
+        assert_eq!(kept, ["s-2", "s-3"]);
+        assert!(pending.lock().orphan_bytes <= MAX_ORPHAN_BYTES);
+        // One heavier than the whole allowance is not kept at all.
+        let _ = pending.complete("s-4", big(2 << 20));
+        assert_eq!(pending.lock().orphans.len(), 2);
+        // Small ones are kept up to the count, the oldest going first.
+        for i in 0..100 {
+            let _ = pending.complete(&format!("t-{i}"), Reply::Answer(json!(i)));
+        }
+        let table = pending.lock();
+        assert_eq!(table.orphans.len(), MAX_ORPHANS);
+        assert_eq!(table.orphans.back().unwrap().0, "t-99");
+        let weights: usize = table.orphans.iter().map(|o| o.3).sum();
+        assert_eq!(table.orphan_bytes, weights);
+    }
 
     #[tokio::test]
     async fn a_reply_completes_its_waiter_once() {

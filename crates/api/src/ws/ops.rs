@@ -93,7 +93,8 @@ pub(super) fn spawn_worker(
 }
 
 /// Creates the task for the session (`origin`, made once per connection),
-/// answering in `slot`; returns the error frame when it is refused.
+/// answering in `slot`, a refusal too; returns the error frame only when
+/// the outbox could not take it.
 async fn spawn_task(
     engine: &Engine,
     session: &Session,
@@ -117,9 +118,17 @@ async fn spawn_task(
             }
             None
         }
+        // A refusal takes the slot too: like `task_accepted` it waits in
+        // the session's outbox, so a client whose socket was replaced
+        // meanwhile still learns what became of its request.
         Err(error) => {
-            drop(slot);
-            Some(engine_error(req_id, &error))
+            let refused = engine_error(req_id, &error);
+            let queued = slot.fill(Outgoing::Text {
+                class: FrameClass::Notice,
+                text: session.dialect.encode(&refused),
+            });
+            // The outbox refused it (full): the socket, if any, is told.
+            queued.err().map(|_| refused)
         }
     }
 }

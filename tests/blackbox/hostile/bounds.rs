@@ -162,3 +162,51 @@ async fn live_streams_are_bounded_per_caller_and_freed_when_closed() {
     );
     drop((second, third));
 }
+
+/// A session's stream of a task's output ends with the session, as its
+/// event stream does, though the task goes on.
+#[tokio::test]
+async fn a_deleted_sessions_output_stream_ends_promptly() {
+    use futures_util::StreamExt;
+    let sw = crate::daemon::Swarmd::new(
+        "[agents.sleepy]\nkind = \"process\"\nprogram = \"/bin/sleep\"\nargs = [\"60\"]\nstdin = \"none\"\n",
+    )
+    .start()
+    .await;
+    let owner = sw.login(json!({"roles": ["main-ai"]})).await;
+    let task = sw
+        .create_as(&owner.token, json!({"agent": "sleepy", "prompt": "p"}))
+        .await;
+    let response = sw
+        .get(&format!("/v1/tasks/{task}/output"), &owner.token)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let mut body = response.bytes_stream();
+    let (status, answer) = parts(
+        sw.http
+            .delete(sw.url(&format!("/v1/operators/{}", owner.sid)))
+            .bearer_auth(&sw.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 204, "{answer}");
+    let deleted = std::time::Instant::now();
+    let end = tokio::time::timeout(crate::harness::PATIENCE, async {
+        while let Some(chunk) = body.next().await {
+            chunk.unwrap();
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the output stream outlived its session");
+    assert!(
+        deleted.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        deleted.elapsed()
+    );
+    assert_eq!(sw.task(&task).await["status"], "running");
+}

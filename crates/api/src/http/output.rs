@@ -122,6 +122,7 @@ async fn output(
             only: query.attempt,
             cursor,
             page: sse::PAGE,
+            session: caller.session().cloned(),
         };
         let finished = source_finished(&view, query.attempt);
         return Ok(sse::stream(
@@ -165,6 +166,7 @@ pub async fn page(
         only: cursor.attempt,
         cursor: start,
         page: cursor.limit.clamp(1, MAX_LIMIT),
+        session: None,
     };
     let mut records = VecDeque::new();
     let more = follow.fill(&mut records).await?;
@@ -234,6 +236,9 @@ struct OutputFollow {
     only: Option<u32>,
     cursor: (u32, u64),
     page: usize,
+    /// The operator session reading, whose end (deleted, expired, taken
+    /// over) ends the stream as it ends an event stream.
+    session: Option<std::sync::Arc<swarmd_sessions::Session>>,
 }
 
 impl OutputFollow {
@@ -286,6 +291,14 @@ impl Follow for OutputFollow {
             Event::TaskFinished { task_id, .. } if *task_id == self.task => Wake::Finished,
             _ => Wake::Ignore,
         }
+    }
+
+    fn may_end(&self) -> bool {
+        self.session.is_some()
+    }
+
+    fn ended(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.is_closed())
     }
 
     fn render(&self, item: OutputItem) -> SseEvent {

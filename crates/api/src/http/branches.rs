@@ -135,7 +135,16 @@ async fn found(
     let git = &state.branches;
     let mut all = Vec::new();
     for (name, repo, base) in local_agents(state, agent)? {
-        let listed = match git.list(&repo, &base).await {
+        // The caller's tasks first: only their branches are counted.
+        let filter = TaskFilter {
+            agent: Some(name.clone()),
+            limit: TASKS_SCANNED,
+            ..TaskFilter::default()
+        };
+        let tasks = page(state, caller, filter).await?.tasks;
+        let ids: Vec<String> = tasks.iter().map(|t| t.id.to_string()).collect();
+        let mine = |task: &naming::BranchTask| ids.iter().any(|id| task.is(id));
+        let listed = match git.list_where(&repo, &base, mine).await {
             Ok(listed) => listed,
             Err(error) if agent.is_none() => {
                 tracing::debug!(agent = %name, %error, "branches not listed");
@@ -143,12 +152,6 @@ async fn found(
             }
             Err(error) => return Err(git_error(&error)),
         };
-        let filter = TaskFilter {
-            agent: Some(name.clone()),
-            limit: TASKS_SCANNED,
-            ..TaskFilter::default()
-        };
-        let tasks = page(state, caller, filter).await?.tasks;
         for branch in listed {
             let Some(task) = tasks.iter().find(|t| branch.task.is(&t.id.to_string())) else {
                 continue;

@@ -171,6 +171,21 @@ impl Branches {
     /// # Errors
     /// `UnknownBase` when `base` names no commit; a git failure.
     pub async fn list(&self, repo: &Path, base: &str) -> Result<Vec<BranchState>, WorktreeError> {
+        self.list_where(repo, base, |_| true).await
+    }
+
+    /// As [`Self::list`], only the branches whose task `keep` wants: a
+    /// branch ahead of the base costs a `git rev-list` to count, so a
+    /// caller lists only its own.
+    ///
+    /// # Errors
+    /// As `list`.
+    pub async fn list_where(
+        &self,
+        repo: &Path,
+        base: &str,
+        keep: impl Fn(&BranchTask) -> bool,
+    ) -> Result<Vec<BranchState>, WorktreeError> {
         let wanted = format!("{base}^{{commit}}");
         let base_head = self
             .git
@@ -218,6 +233,9 @@ impl Branches {
             let Some((task, attempt)) = naming::parse_branch(name) else {
                 continue;
             };
+            if !keep(&task) {
+                continue;
+            }
             let is_merged = merged.contains(name);
             let ahead = if is_merged {
                 0

@@ -78,6 +78,12 @@ async fn branches_are_listed_applied_and_deleted() {
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].ahead, listed[0].merged), (1, false));
     assert!(listed[0].task.is(TASK));
+    // Only the branches of the tasks asked for are listed (and counted).
+    let others = branches
+        .list_where(&repo, "main", |task| !task.is(TASK))
+        .await
+        .unwrap();
+    assert!(others.is_empty());
 
     // Into a new branch: made at the head; main and its files untouched.
     let main = git(&repo, &["rev-parse", "main"]);

@@ -229,7 +229,7 @@ async fn starts_racing_on_one_key_end_in_one_run() {
         owner: None,
     };
     // Each round races eight starts of one key; every caller must get the
-    // one run that kept it, and only that run may start a step.
+    // one run that kept it, and only that run may still be running.
     for round in 0..5 {
         let key = format!("k-race-{round}");
         let starts: Vec<_> = (0..8)

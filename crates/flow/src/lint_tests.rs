@@ -205,8 +205,8 @@ fn a_loop_max_past_the_bound_is_refused_and_step_counts_saturate() {
         problems.contains(&("/body/max".into(), "limit_too_high")),
         "{problems:?}"
     );
-    // Three loops at the bound and one step more: the count saturates
-    // instead of wrapping past u64::MAX to a small number.
+    // Five loops at the bound (10^20 steps, past u64::MAX) and one step
+    // more: the count saturates instead of wrapping to a small number.
     let nested = looped(
         10_000,
         looped(

@@ -145,12 +145,11 @@ impl Default for Pending {
 }
 
 impl Table {
-    /// Keeps a reply that found no waiter, within `MAX_ORPHANS` and
-    /// `MAX_ORPHAN_BYTES` (the oldest go first; one heavier than the whole
-    /// allowance is not kept).
-    fn keep_orphan(&mut self, req_id: &str, reply: Reply) {
+    /// Keeps a reply that found no waiter, of `bytes` (`weight`), within
+    /// `MAX_ORPHANS` and `MAX_ORPHAN_BYTES` (the oldest go first; one
+    /// heavier than the whole allowance is not kept).
+    fn keep_orphan(&mut self, req_id: &str, reply: Reply, bytes: usize) {
         self.drop_stale_orphans();
-        let bytes = weight(&reply);
         if bytes > MAX_ORPHAN_BYTES {
             return;
         }
@@ -197,7 +196,10 @@ impl Pending {
         let waiter = {
             let mut table = self.lock();
             let Some(waiter) = table.waiters.remove(req_id) else {
-                table.keep_orphan(req_id, reply);
+                // Weighed outside the lock: a reply may hold a megabyte.
+                drop(table);
+                let bytes = weight(&reply);
+                self.lock().keep_orphan(req_id, reply, bytes);
                 return Err(ReplyError::Unknown(req_id.to_owned()));
             };
             let matches = matches!(

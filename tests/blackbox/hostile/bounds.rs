@@ -134,6 +134,19 @@ async fn live_streams_are_bounded_per_caller_and_freed_when_closed() {
         "{body}"
     );
 
+    let scrape = daemon
+        .get("/metrics", &daemon.admin)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        scrape.contains("swarmd_rate_limited_total{limit=\"streams\"} 2"),
+        "{scrape}"
+    );
+
     // A client that closes its stream frees its place.
     drop(first);
     let started = std::time::Instant::now();
@@ -148,18 +161,6 @@ async fn live_streams_are_bounded_per_caller_and_freed_when_closed() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let scrape = daemon
-        .get("/metrics", &daemon.admin)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        scrape.contains("swarmd_rate_limited_total{limit=\"streams\"} 2"),
-        "{scrape}"
-    );
     drop((second, third));
 }
 

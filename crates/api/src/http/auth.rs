@@ -67,7 +67,6 @@ impl Caller {
             .inspect_err(|_| state.metrics.token_failure("forbidden"))
     }
 
-    /// The operator session behind the call, if any.
     /// Whose share of live streams a stream of this caller takes: the
     /// admin's, its session's, or its role's (role tokens of one role share).
     pub fn stream_key(&self) -> String {
@@ -78,6 +77,7 @@ impl Caller {
         }
     }
 
+    /// The operator session behind the call, if any.
     pub fn session(&self) -> Option<&Arc<Session>> {
         match self {
             Caller::Operator(s) => Some(s),

@@ -267,6 +267,47 @@ async fn cancel_fences_the_attempt_and_late_results_get_410() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn worker_output_names_and_stages_are_bounded() {
+    let spawner = ScriptedSpawner::new(|_| Script::AwaitPost);
+    let engine = engine_for(spawner.clone(), None);
+    let t = engine.create_task(spec("a")).await.unwrap();
+    spawned(&spawner, t.id, 1).await;
+    let fresh = engine
+        .authenticate_worker(spawner.credential(t.id).unwrap().token(), Verb::EmitOutput)
+        .unwrap();
+    // An artifact is named in 1 to MAX_ARTIFACT_NAME bytes, whichever
+    // route brought it.
+    let artifact = |name: String| {
+        vec![swarmd_output_store::OutputEvent::Artifact {
+            name,
+            content: swarmd_output_store::ContentRef::Inline { value: json!("a") },
+        }]
+    };
+    let bound = swarmd_output_store::MAX_ARTIFACT_NAME;
+    for name in [String::new(), "n".repeat(bound + 1)] {
+        let err = engine
+            .worker_output(&fresh, None, artifact(name))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::BadRequest);
+    }
+    engine
+        .worker_output(&fresh, None, artifact("n".repeat(bound)))
+        .await
+        .unwrap();
+    // So is a progress stage, kept inline as names are.
+    let long_stage = vec![swarmd_output_store::OutputEvent::Progress {
+        stage: "s".repeat(300),
+        note: None,
+    }];
+    let err = engine
+        .worker_output(&fresh, None, long_stage)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::BadRequest);
+}
+
+#[tokio::test(start_paused = true)]
 async fn stale_token_after_retry_is_superseded() {
     let spawner = ScriptedSpawner::new(|ctx| {
         if ctx.id.n == 1 {
@@ -307,36 +348,6 @@ async fn stale_token_after_retry_is_superseded() {
         .authenticate_worker(new.token(), Verb::EmitOutput)
         .unwrap();
     engine.worker_output(&fresh, None, out).await.unwrap();
-    // An artifact is named in 1 to MAX_ARTIFACT_NAME bytes, whichever
-    // route brought it.
-    let artifact = |name: String| {
-        vec![swarmd_output_store::OutputEvent::Artifact {
-            name,
-            content: swarmd_output_store::ContentRef::Inline { value: json!("a") },
-        }]
-    };
-    let bound = swarmd_output_store::MAX_ARTIFACT_NAME;
-    for name in [String::new(), "n".repeat(bound + 1)] {
-        let err = engine
-            .worker_output(&fresh, None, artifact(name))
-            .await
-            .unwrap_err();
-        assert_eq!(err.code(), ErrorCode::BadRequest);
-    }
-    engine
-        .worker_output(&fresh, None, artifact("n".repeat(bound)))
-        .await
-        .unwrap();
-    // So is a progress stage, kept inline as names are.
-    let long_stage = vec![swarmd_output_store::OutputEvent::Progress {
-        stage: "s".repeat(300),
-        note: None,
-    }];
-    let err = engine
-        .worker_output(&fresh, None, long_stage)
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), ErrorCode::BadRequest);
     // A stale credential may still read the prompt, but its time is up.
     let reader = engine
         .authenticate_worker(old.handle(), Verb::FetchPrompt)

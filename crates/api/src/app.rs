@@ -109,12 +109,14 @@ impl fmt::Debug for AdminTokenDigest {
 }
 
 /// What the session registry reads from the configuration: `ws.park_max`,
-/// `auth.session_idle_secs` and `auth.role_takeover_secs`.
+/// `auth.session_idle_secs`, `auth.role_takeover_secs` and
+/// `limits.max_operator_sessions`.
 pub fn session_settings(config: &Config) -> SessionSettings {
     SessionSettings {
         park_max: usize::try_from(config.ws.park_max).unwrap_or(usize::MAX),
         idle: std::time::Duration::from_secs(config.auth.session_idle_secs),
         takeover: std::time::Duration::from_secs(config.auth.role_takeover_secs),
+        max_sessions: usize::try_from(config.limits.max_operator_sessions).unwrap_or(usize::MAX),
     }
 }
 

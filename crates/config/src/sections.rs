@@ -238,6 +238,8 @@ pub struct LimitsConfig {
     pub streams_per_caller: u32,
     /// Live streams open at once, over all callers.
     pub max_streams: u32,
+    /// Operator sessions (logins) held at once; a login past it is refused.
+    pub max_operator_sessions: u32,
 }
 
 impl Default for LimitsConfig {
@@ -253,6 +255,7 @@ impl Default for LimitsConfig {
             login_rate_per_min: 60,
             streams_per_caller: 64,
             max_streams: 1024,
+            max_operator_sessions: 10_000,
         }
     }
 }

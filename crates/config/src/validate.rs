@@ -63,6 +63,12 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
         100_000,
     )?;
     range(
+        "limits.max_operator_sessions",
+        limits.max_operator_sessions.into(),
+        1,
+        10_000_000,
+    )?;
+    range(
         "limits.max_streams",
         limits.max_streams.into(),
         1,

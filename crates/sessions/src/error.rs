@@ -12,6 +12,10 @@ pub enum SessionError {
     NotFound,
     #[error("bad request: {0}")]
     BadRequest(String),
+    #[error(
+        "the daemon holds {0} operator sessions (limits.max_operator_sessions); delete one or let an idle one expire"
+    )]
+    TooMany(usize),
     #[error(transparent)]
     Engine(#[from] EngineError),
 }

@@ -146,6 +146,9 @@ pub struct SessionSettings {
     /// `auth.role_takeover_secs`: a login may take over a role whose holder
     /// has had no socket and no activity for this long.
     pub takeover: Duration,
+    /// `limits.max_operator_sessions`: sessions the registry holds at once;
+    /// a login past it is refused.
+    pub max_sessions: usize,
 }
 
 #[derive(Debug, Default)]
@@ -232,6 +235,10 @@ impl SessionRegistry {
         req: LoginRequest,
     ) -> Result<LoginResponse, SessionError> {
         validate_login(&req)?;
+        let held = self.maps().by_sid.len();
+        if held >= self.settings.max_sessions {
+            return Err(SessionError::TooMany(self.settings.max_sessions));
+        }
         let now = self.clock.now_ms();
         let secret = SessionSecret::generate();
         let digest = secret.digest();

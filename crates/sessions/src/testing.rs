@@ -33,6 +33,7 @@ pub fn default_settings() -> SessionSettings {
         park_max: 10_000,
         idle: Duration::from_secs(86_400),
         takeover: Duration::from_secs(30),
+        max_sessions: 10_000,
     }
 }
 

@@ -95,7 +95,8 @@ error_codes! {
     UnsupportedMediaType = "unsupported_media_type" => 415,
     /// A new MCP session past the credential's share
     /// (`mcp.max_sessions_per_credential`) or the operators' table
-    /// (`mcp.max_sessions`); the answer carries `Retry-After`.
+    /// (`mcp.max_sessions`), the answer carrying `Retry-After`; or a login
+    /// past `limits.max_operator_sessions`.
     TooManySessions = "too_many_sessions" => 429,
     /// A live stream past the caller's share (`limits.streams_per_caller`)
     /// or the daemon's (`limits.max_streams`); the answer carries

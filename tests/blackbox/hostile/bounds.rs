@@ -211,3 +211,46 @@ async fn a_deleted_sessions_output_stream_ends_promptly() {
     );
     assert_eq!(sw.task(&task).await["status"], "running");
 }
+
+/// Operator sessions are bounded in all (each lives a day while idle, so a
+/// rate of logins alone would not bound them); deleting one makes room.
+#[tokio::test]
+async fn operator_sessions_are_bounded_in_all() {
+    let sw = crate::daemon::Swarmd::new("[limits]\nmax_operator_sessions = 2\n")
+        .start()
+        .await;
+    let first = sw.login(json!({})).await;
+    let _second = sw.login(json!({})).await;
+    let login = || async {
+        sw.post("/v1/operators", &sw.admin)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap()
+    };
+    let refused = login().await;
+    let (status, body) = parts(refused).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (429, Some("too_many_sessions")),
+        "{body}"
+    );
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("max_operator_sessions"),
+        "{body}"
+    );
+    let (status, _) = parts(
+        sw.http
+            .delete(sw.url(&format!("/v1/operators/{}", first.sid)))
+            .bearer_auth(&sw.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 204);
+    assert_eq!(login().await.status().as_u16(), 201);
+}

@@ -124,6 +124,9 @@ impl From<SessionError> for ApiError {
             SessionError::RoleTaken(_) => ApiError::coded(ErrorCode::RoleTaken, error.to_string()),
             SessionError::NotFound => ApiError::not_found("session"),
             SessionError::BadRequest(m) => ApiError::bad_request(m),
+            SessionError::TooMany(_) => {
+                ApiError::coded(ErrorCode::TooManySessions, error.to_string())
+            }
             SessionError::Engine(e) => e.into(),
         }
     }

@@ -254,3 +254,44 @@ async fn operator_sessions_are_bounded_in_all() {
     assert_eq!(status, 204);
     assert_eq!(login().await.status().as_u16(), 201);
 }
+
+/// A role token's stream ends when the token expires: a credential that no
+/// longer opens a stream does not keep one open.
+#[tokio::test]
+async fn a_role_tokens_stream_ends_when_the_token_expires() {
+    use futures_util::StreamExt;
+    let sw = crate::daemon::Swarmd::new("").start().await;
+    let token = sw
+        .cli(&["token", "mint", "--role", "observer", "--ttl", "2"])
+        .await;
+    let response = sw
+        .get("/v1/events", token.trim())
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let opened = std::time::Instant::now();
+    let mut body = response.bytes_stream();
+    let end = tokio::time::timeout(crate::harness::PATIENCE, async {
+        while let Some(chunk) = body.next().await {
+            chunk.unwrap();
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the stream outlived its token");
+    // Two seconds of lifetime and the 5 s leeway, checked every 500 ms:
+    // well before 15 s, far short of the wait above.
+    assert!(
+        opened.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}",
+        opened.elapsed()
+    );
+    let again = sw
+        .get("/v1/events", token.trim())
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 401);
+}

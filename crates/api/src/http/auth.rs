@@ -35,6 +35,9 @@ pub enum Caller {
         role: Role,
         verbs: Vec<Verb>,
         sid: Option<SessionId>,
+        /// The unix second from which it no longer verifies (its expiry
+        /// plus the leeway): a stream it opened ends then.
+        until: u64,
     },
 }
 
@@ -74,6 +77,16 @@ impl Caller {
             Caller::Admin => "admin".to_owned(),
             Caller::Operator(session) => format!("session:{}", session.sid),
             Caller::Token { role, .. } => format!("role:{}", role.as_str()),
+        }
+    }
+
+    /// When the credential stops being valid by itself, unix seconds: a
+    /// role token's expiry with the leeway (sessions end otherwise, the
+    /// admin never).
+    pub fn expires_secs(&self) -> Option<u64> {
+        match self {
+            Caller::Token { until, .. } => Some(*until),
+            Caller::Admin | Caller::Operator(_) => None,
         }
     }
 
@@ -165,10 +178,12 @@ pub fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
             // swarmd mints CapTokens for these roles only (`token mint`); the
             // admin is the `sws-` secret, so a signed admin claim is refused.
             Ok(claims) if matches!(claims.role, Role::Observer | Role::Senior) => {
+                let until = state.engine.tokens().valid_until(&claims);
                 Ok(Caller::Token {
                     role: claims.role,
                     verbs: claims.verbs,
                     sid: claims.sid,
+                    until,
                 })
             }
             Ok(_) => {

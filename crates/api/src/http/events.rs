@@ -134,6 +134,7 @@ async fn events(
             scope,
             tick,
             session: owner,
+            expires: caller.expires_secs(),
         };
         return Ok(sse::stream(
             follow,
@@ -182,6 +183,8 @@ struct EventFollow {
     tick: Option<Tick>,
     /// The operator session reading, whose stream ends when it does.
     session: Option<Arc<Session>>,
+    /// The reading role token's expiry (unix seconds), when the stream ends.
+    expires: Option<u64>,
 }
 
 impl EventFollow {
@@ -269,11 +272,11 @@ impl Follow for EventFollow {
     }
 
     fn may_end(&self) -> bool {
-        self.session.is_some()
+        self.session.is_some() || self.expires.is_some()
     }
 
     fn ended(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| s.is_closed())
+        self.session.as_ref().is_some_and(|s| s.is_closed()) || sse::expired(self.expires)
     }
 
     fn render(&self, item: EventRecord) -> SseEvent {

@@ -123,6 +123,7 @@ async fn output(
             cursor,
             page: sse::PAGE,
             session: caller.session().cloned(),
+            expires: caller.expires_secs(),
         };
         let finished = source_finished(&view, query.attempt);
         return Ok(sse::stream(
@@ -167,6 +168,7 @@ pub async fn page(
         cursor: start,
         page: cursor.limit.clamp(1, MAX_LIMIT),
         session: None,
+        expires: None,
     };
     let mut records = VecDeque::new();
     let more = follow.fill(&mut records).await?;
@@ -239,6 +241,8 @@ struct OutputFollow {
     /// The operator session reading, whose end (deleted, expired, taken
     /// over) ends the stream as it ends an event stream.
     session: Option<std::sync::Arc<swarmd_sessions::Session>>,
+    /// The reading role token's expiry (unix seconds), when the stream ends.
+    expires: Option<u64>,
 }
 
 impl OutputFollow {
@@ -294,11 +298,11 @@ impl Follow for OutputFollow {
     }
 
     fn may_end(&self) -> bool {
-        self.session.is_some()
+        self.session.is_some() || self.expires.is_some()
     }
 
     fn ended(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| s.is_closed())
+        self.session.as_ref().is_some_and(|s| s.is_closed()) || sse::expired(self.expires)
     }
 
     fn render(&self, item: OutputItem) -> SseEvent {

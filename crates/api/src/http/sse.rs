@@ -28,6 +28,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::http::guard::StreamSlot;
 
+/// Whether `expires` (unix seconds) has passed: a role token's stream
+/// ends at its token's expiry.
+pub fn expired(expires: Option<u64>) -> bool {
+    expires.is_some_and(|exp| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        now >= exp
+    })
+}
+
 /// Records read from the store per page.
 pub const PAGE: usize = 256;
 /// Live events taken from the broadcast in one go before the store is read.

@@ -193,6 +193,12 @@ impl TokenAuthority {
         })
     }
 
+    /// The unix second from which `claims` no longer verify: their `exp`
+    /// plus the leeway.
+    pub fn valid_until(&self, claims: &Claims) -> u64 {
+        claims.exp.saturating_add(self.config.leeway_secs)
+    }
+
     /// Verification steps 1–5 (docs/security.md) plus the lifetime bound. The claims are returned
     /// for the gate and for binding (step 7), which is the caller's.
     pub fn verify(&self, token: &str) -> Result<Claims, TokenError> {

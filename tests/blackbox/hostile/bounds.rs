@@ -4,8 +4,10 @@
 //! thousands of parentheses (whose parser would overflow its stack), and a
 //! cancel's reason.
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 
+use crate::daemon::Swarmd;
 use crate::harness::{Daemon, expect_error, parts};
 
 fn path(at: &str) -> Value {
@@ -168,8 +170,7 @@ async fn live_streams_are_bounded_per_caller_and_freed_when_closed() {
 /// event stream does, though the task goes on.
 #[tokio::test]
 async fn a_deleted_sessions_output_stream_ends_promptly() {
-    use futures_util::StreamExt;
-    let sw = crate::daemon::Swarmd::new(
+    let sw = Swarmd::new(
         "[agents.sleepy]\nkind = \"process\"\nprogram = \"/bin/sleep\"\nargs = [\"60\"]\nstdin = \"none\"\n",
     )
     .start()
@@ -178,32 +179,15 @@ async fn a_deleted_sessions_output_stream_ends_promptly() {
     let task = sw
         .create_as(&owner.token, json!({"agent": "sleepy", "prompt": "p"}))
         .await;
-    let response = sw
-        .get(&format!("/v1/tasks/{task}/output"), &owner.token)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let response = live(&sw, &format!("/v1/tasks/{task}/output"), &owner.token).await;
     assert_eq!(response.status().as_u16(), 200);
-    let mut body = response.bytes_stream();
-    let (status, answer) = parts(
-        sw.http
-            .delete(sw.url(&format!("/v1/operators/{}", owner.sid)))
-            .bearer_auth(&sw.admin)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, answer) = delete_session(&sw, &owner.sid).await;
     assert_eq!(status, 204, "{answer}");
     let deleted = std::time::Instant::now();
-    let end = tokio::time::timeout(crate::harness::PATIENCE, async {
-        while let Some(chunk) = body.next().await {
-            chunk.unwrap();
-        }
-    })
-    .await;
-    assert!(end.is_ok(), "the output stream outlived its session");
+    assert!(
+        ends(response).await,
+        "the output stream outlived its session"
+    );
     assert!(
         deleted.elapsed() < std::time::Duration::from_secs(5),
         "{:?}",
@@ -216,7 +200,7 @@ async fn a_deleted_sessions_output_stream_ends_promptly() {
 /// rate of logins alone would not bound them); deleting one makes room.
 #[tokio::test]
 async fn operator_sessions_are_bounded_in_all() {
-    let sw = crate::daemon::Swarmd::new("[limits]\nmax_operator_sessions = 2\n")
+    let sw = Swarmd::new("[limits]\nmax_operator_sessions = 2\n")
         .start()
         .await;
     let first = sw.login(json!({})).await;
@@ -242,15 +226,7 @@ async fn operator_sessions_are_bounded_in_all() {
             .contains("max_operator_sessions"),
         "{body}"
     );
-    let (status, _) = parts(
-        sw.http
-            .delete(sw.url(&format!("/v1/operators/{}", first.sid)))
-            .bearer_auth(&sw.admin)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _) = delete_session(&sw, &first.sid).await;
     assert_eq!(status, 204);
     assert_eq!(login().await.status().as_u16(), 201);
 }
@@ -259,27 +235,14 @@ async fn operator_sessions_are_bounded_in_all() {
 /// longer opens a stream does not keep one open.
 #[tokio::test]
 async fn a_role_tokens_stream_ends_when_the_token_expires() {
-    use futures_util::StreamExt;
-    let sw = crate::daemon::Swarmd::new("").start().await;
+    let sw = Swarmd::new("").start().await;
     let token = sw
         .cli(&["token", "mint", "--role", "observer", "--ttl", "2"])
         .await;
-    let response = sw
-        .get("/v1/events", token.trim())
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let response = live(&sw, "/v1/events", token.trim()).await;
     assert_eq!(response.status().as_u16(), 200);
     let opened = std::time::Instant::now();
-    let mut body = response.bytes_stream();
-    let end = tokio::time::timeout(crate::harness::PATIENCE, async {
-        while let Some(chunk) = body.next().await {
-            chunk.unwrap();
-        }
-    })
-    .await;
-    assert!(end.is_ok(), "the stream outlived its token");
+    assert!(ends(response).await, "the stream outlived its token");
     // Two seconds of lifetime and the 5 s leeway, checked every 500 ms:
     // well before 15 s, far short of the wait above.
     assert!(
@@ -287,11 +250,42 @@ async fn a_role_tokens_stream_ends_when_the_token_expires() {
         "{:?}",
         opened.elapsed()
     );
-    let again = sw
-        .get("/v1/events", token.trim())
+    let again = live(&sw, "/v1/events", token.trim()).await;
+    assert_eq!(again.status().as_u16(), 401);
+}
+
+/// `path` asked for as a live stream (`text/event-stream`) with `bearer`.
+async fn live(sw: &Swarmd, path: &str, bearer: &str) -> reqwest::Response {
+    sw.get(path, bearer)
         .header("accept", "text/event-stream")
         .send()
         .await
-        .unwrap();
-    assert_eq!(again.status().as_u16(), 401);
+        .unwrap()
+}
+
+/// Reads a stream's body to its end: whether the daemon ended it within
+/// `PATIENCE`.
+async fn ends(response: reqwest::Response) -> bool {
+    let mut body = response.bytes_stream();
+    let drained = async {
+        while let Some(chunk) = body.next().await {
+            chunk.unwrap();
+        }
+    };
+    tokio::time::timeout(crate::harness::PATIENCE, drained)
+        .await
+        .is_ok()
+}
+
+/// Deletes the operator session `sid` as the admin: the answer.
+async fn delete_session(sw: &Swarmd, sid: &str) -> (u16, Value) {
+    parts(
+        sw.http
+            .delete(sw.url(&format!("/v1/operators/{sid}")))
+            .bearer_auth(&sw.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
 }

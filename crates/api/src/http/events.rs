@@ -8,7 +8,6 @@
 mod scope;
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
@@ -30,7 +29,6 @@ use crate::http::extract::{Json, Query, empty_as_none};
 use crate::http::sse::{self, Follow, Live, Wake, last_event_id, wants_sse};
 use crate::http::views::Reader;
 use scope::{Scope, Tick, TickQuery, parse_kinds, parse_tasks};
-use swarmd_sessions::Session;
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
@@ -94,14 +92,14 @@ async fn events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     // An operator session reads its own part of the log; senior tokens none.
-    let owner = match (&caller, caller.role()) {
-        (Caller::Operator(session), _) => Some(session.clone()),
-        (_, Role::Admin | Role::Observer) => None,
-        _ => {
-            state.metrics.token_failure("forbidden");
-            return Err(ApiError::forbidden());
-        }
-    };
+    let reads = matches!(
+        (&caller, caller.role()),
+        (Caller::Operator(_), _) | (_, Role::Admin | Role::Observer)
+    );
+    if !reads {
+        state.metrics.token_failure("forbidden");
+        return Err(ApiError::forbidden());
+    }
     caller.check(&state, Verb::Subscribe)?;
     let scope = Scope {
         kinds: query.kinds.as_deref().map(parse_kinds).transpose()?,
@@ -133,8 +131,7 @@ async fn events(
             page: sse::PAGE,
             scope,
             tick,
-            session: owner,
-            expires: caller.expires_secs(),
+            end: sse::StreamEnd::of(&caller),
         };
         return Ok(sse::stream(
             follow,
@@ -181,10 +178,8 @@ struct EventFollow {
     page: usize,
     scope: Scope,
     tick: Option<Tick>,
-    /// The operator session reading, whose stream ends when it does.
-    session: Option<Arc<Session>>,
-    /// The reading role token's expiry (unix seconds), when the stream ends.
-    expires: Option<u64>,
+    /// When the stream ends with the reader's credential.
+    end: sse::StreamEnd,
 }
 
 impl EventFollow {
@@ -272,11 +267,11 @@ impl Follow for EventFollow {
     }
 
     fn may_end(&self) -> bool {
-        self.session.is_some() || self.expires.is_some()
+        self.end.may_end()
     }
 
     fn ended(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| s.is_closed()) || sse::expired(self.expires)
+        self.end.ended()
     }
 
     fn render(&self, item: EventRecord) -> SseEvent {

@@ -122,8 +122,7 @@ async fn output(
             only: query.attempt,
             cursor,
             page: sse::PAGE,
-            session: caller.session().cloned(),
-            expires: caller.expires_secs(),
+            end: sse::StreamEnd::of(&caller),
         };
         let finished = source_finished(&view, query.attempt);
         return Ok(sse::stream(
@@ -167,8 +166,7 @@ pub async fn page(
         only: cursor.attempt,
         cursor: start,
         page: cursor.limit.clamp(1, MAX_LIMIT),
-        session: None,
-        expires: None,
+        end: sse::StreamEnd::default(),
     };
     let mut records = VecDeque::new();
     let more = follow.fill(&mut records).await?;
@@ -238,11 +236,8 @@ struct OutputFollow {
     only: Option<u32>,
     cursor: (u32, u64),
     page: usize,
-    /// The operator session reading, whose end (deleted, expired, taken
-    /// over) ends the stream as it ends an event stream.
-    session: Option<std::sync::Arc<swarmd_sessions::Session>>,
-    /// The reading role token's expiry (unix seconds), when the stream ends.
-    expires: Option<u64>,
+    /// When the stream ends with the reader's credential.
+    end: sse::StreamEnd,
 }
 
 impl OutputFollow {
@@ -298,11 +293,11 @@ impl Follow for OutputFollow {
     }
 
     fn may_end(&self) -> bool {
-        self.session.is_some() || self.expires.is_some()
+        self.end.may_end()
     }
 
     fn ended(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| s.is_closed()) || sse::expired(self.expires)
+        self.end.ended()
     }
 
     fn render(&self, item: OutputItem) -> SseEvent {

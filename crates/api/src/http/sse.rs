@@ -26,17 +26,43 @@ use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
+use crate::http::auth::Caller;
 use crate::http::guard::StreamSlot;
+use swarmd_sessions::Session;
 
-/// Whether `expires` (unix seconds) has passed: a role token's stream
-/// ends at its token's expiry.
-pub fn expired(expires: Option<u64>) -> bool {
-    expires.is_some_and(|exp| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        now >= exp
-    })
+/// When a stream ends with its credential: an operator session's stream
+/// when the session ends (deleted, expired, taken over), a role token's
+/// when the token stops verifying; the admin's never.
+#[derive(Debug, Default)]
+pub struct StreamEnd {
+    session: Option<Arc<Session>>,
+    expires: Option<u64>,
+}
+
+impl StreamEnd {
+    /// The end of a stream `caller` opens.
+    pub fn of(caller: &Caller) -> StreamEnd {
+        StreamEnd {
+            session: caller.session().cloned(),
+            expires: caller.expires_secs(),
+        }
+    }
+
+    /// Whether the stream may end by itself (`Follow::may_end`).
+    pub fn may_end(&self) -> bool {
+        self.session.is_some() || self.expires.is_some()
+    }
+
+    /// Whether it has (`Follow::ended`).
+    pub fn ended(&self) -> bool {
+        let expired = self.expires.is_some_and(|exp| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            now >= exp
+        });
+        expired || self.session.as_ref().is_some_and(|s| s.is_closed())
+    }
 }
 
 /// Records read from the store per page.

@@ -266,7 +266,7 @@ impl Place {
 
 pub(super) struct Eval<'a> {
     pub journal: &'a Journal,
-    called: &'a BTreeMap<String, Flow>,
+    pub called: &'a BTreeMap<String, Flow>,
     max_steps: usize,
     pub max_fanout: usize,
     pub out: Evaluation,
@@ -638,120 +638,6 @@ impl Eval<'_> {
             },
         }
     }
-
-    fn looped(
-        &mut self,
-        counter: &Expr,
-        cond: &Expr,
-        body: &Node,
-        max: Option<u32>,
-        at: &Place,
-        mut ctx: Value,
-    ) -> Res {
-        let mut latest = 0;
-        // A `max` within the bound ends the loop quietly; past it, or
-        // without one, reaching the bound fails the run.
-        let quiet = max.filter(|m| *m <= MAX_LOOP_ITERATIONS);
-        let bound = quiet.unwrap_or(MAX_LOOP_ITERATIONS);
-        for i in 0..=bound {
-            ctx = match write(counter, ctx, Value::from(i)) {
-                Ok(ctx) => ctx,
-                Err(reason) => return failed(reason),
-            };
-            match cond.test(&ctx) {
-                Ok(false) => break,
-                Ok(true) if i == bound && quiet.is_some() => break,
-                Ok(true) if i == bound => {
-                    return failed(format!(
-                        "{}: the loop ran {bound} times without ending",
-                        at.pointer
-                    ));
-                }
-                Ok(true) => {}
-                Err(e) => return failed(format!("{}/cond: {e}", at.pointer)),
-            }
-            match self.node(body, &at.child("body").instance(format!("#{i}")), ctx) {
-                Res::Done { ctx: next, seq } => {
-                    ctx = next;
-                    latest = latest.max(seq);
-                }
-                other => return other,
-            }
-        }
-        Res::Done { ctx, seq: latest }
-    }
-
-    fn tried(
-        &mut self,
-        body: &Node,
-        catch: &Node,
-        err_at: Option<&Expr>,
-        at: &Place,
-        ctx: Value,
-    ) -> Res {
-        let before = ctx.clone();
-        match self.node(body, &at.child("body"), ctx) {
-            Res::Failed { reason, seq } => {
-                let ctx = match err_at {
-                    Some(target) => match write(target, before, Value::String(reason)) {
-                        Ok(ctx) => ctx,
-                        Err(reason) => return failed(reason),
-                    },
-                    None => before,
-                };
-                match self.node(catch, &at.child("catch"), ctx) {
-                    Res::Done { ctx, seq: later } => Res::Done {
-                        ctx,
-                        seq: seq.max(later),
-                    },
-                    other => other,
-                }
-            }
-            other => other,
-        }
-    }
-
-    fn call(&mut self, flow: &str, input: &Expr, out: &Expr, at: &Place, ctx: Value) -> Res {
-        if at.call_depth >= MAX_CALL_DEPTH {
-            return failed(format!(
-                "{}: calls nest deeper than {MAX_CALL_DEPTH}",
-                at.pointer
-            ));
-        }
-        let Some(callee) = self.called.get(flow) else {
-            return failed(format!("{}: no flow named {flow}", at.pointer));
-        };
-        let input = match input
-            .eval(&ctx)
-            .map_err(|e| e.to_string())
-            .and_then(shallow)
-        {
-            Ok(v) => v,
-            Err(e) => return failed(format!("{}/in: {e}", at.pointer)),
-        };
-        let inner = Place {
-            scope: format!("{}>{flow}", at.key()),
-            pointer: "/body".into(),
-            inst: String::new(),
-            call_depth: at.call_depth + 1,
-        };
-        match self.node(&callee.body, &inner, json!({ "input": input })) {
-            Res::Done { ctx: sub, seq } => {
-                let result = match &callee.output {
-                    Some(expr) => match expr.eval(&sub) {
-                        Ok(v) => v,
-                        Err(e) => return failed(format!("flow {flow}: output: {e}")),
-                    },
-                    None => sub,
-                };
-                match write(out, ctx, result) {
-                    Ok(ctx) => Res::Done { ctx, seq },
-                    Err(reason) => Res::Failed { reason, seq },
-                }
-            }
-            other => other,
-        }
-    }
 }
 
 /// A step's fields, borrowed from its node.
@@ -782,7 +668,7 @@ fn continued_task(value: &Value) -> Option<String> {
 /// `value` if it nests no deeper than a run's variables may
 /// (`MAX_CONTEXT_DEPTH`): what a step, a call, a wait or the run's result
 /// is given is stored and read back.
-fn shallow(value: Value) -> Result<Value, String> {
+pub(super) fn shallow(value: Value) -> Result<Value, String> {
     if deeper_than(&value, MAX_CONTEXT_DEPTH) {
         return Err(format!(
             "the value nests deeper than {MAX_CONTEXT_DEPTH} levels"

@@ -5,6 +5,7 @@
 //! does what the evaluation asks; nothing here knows tasks or stores.
 
 mod budget;
+mod control;
 mod eval;
 mod fanout;
 mod journal;

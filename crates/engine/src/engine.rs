@@ -4,6 +4,7 @@
 //! `runs`, `epilogue`, `continuation`), handing it the narrow handles it
 //! uses where they suffice (docs/ARCHITECTURE.md, `crates/engine`).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,9 +32,9 @@ use crate::recovery::RecoveryReport;
 use crate::run::{FlowDoc, RunFilter, RunRecord};
 use crate::spawn::SpawnerResolver;
 use crate::store::{HandleRecord, LiveSnapshot};
-use crate::store::{SessionRecord, TaskFilter, WriteOp};
+use crate::store::{SessionRecord, TaskFilter, TaskListing, WriteOp};
 use crate::task::TaskSpec;
-use crate::task::{AttemptRecord, Task};
+use crate::task::{AttemptRecord, Task, TaskStatus};
 use crate::worker_api::{HeartbeatAck, Prompt, ResultAck, ResultPost, WorkerAuth};
 use crate::{create, recovery};
 use crate::{runs, worker_api};
@@ -148,6 +149,30 @@ impl Engine {
 
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, EngineError> {
         Ok(self.inner.ledger.store.list_tasks(filter).await?)
+    }
+
+    /// `list_tasks`, ending once the tasks read weigh `max_bytes` as
+    /// stored (`TaskStore::list_page`).
+    pub async fn list_page(
+        &self,
+        filter: &TaskFilter,
+        max_bytes: usize,
+    ) -> Result<TaskListing, EngineError> {
+        Ok(self.inner.ledger.store.list_page(filter, max_bytes).await?)
+    }
+
+    /// The newest `window` tasks of `status`, counted by agent.
+    pub async fn count_by_agent(
+        &self,
+        status: TaskStatus,
+        window: usize,
+    ) -> Result<BTreeMap<String, usize>, EngineError> {
+        Ok(self
+            .inner
+            .ledger
+            .store
+            .count_by_agent(status, window)
+            .await?)
     }
 
     /// Waits until the task is terminal or `timeout` passes; returns it either way.

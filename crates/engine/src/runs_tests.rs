@@ -2,6 +2,7 @@
 //! as the task it starts, a replayed creation still commits it, and only
 //! run ops ride along.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -17,8 +18,10 @@ use crate::config::EngineConfig;
 use crate::event::EventRecord;
 use crate::ids::{RunId, TaskId};
 use crate::run::{FlowDoc, RunFilter, RunRecord, RunStatus};
-use crate::store::{Done, LiveSnapshot, MemoryTaskStore, PostedFinal, TaskFilter, TaskStore};
-use crate::task::{AttemptRecord, SpawnerKind, Task, TaskSpec};
+use crate::store::{
+    Done, LiveSnapshot, MemoryTaskStore, PostedFinal, TaskFilter, TaskListing, TaskStore,
+};
+use crate::task::{AttemptRecord, SpawnerKind, Task, TaskSpec, TaskStatus};
 use crate::testing::{Script, ScriptedSpawner, StaticResolver, engine_with};
 
 /// A memory store that remembers which kinds of op each batch held.
@@ -60,8 +63,19 @@ impl TaskStore for Recording {
     async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
         self.inner.attempts(id).await
     }
-    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
-        self.inner.list_tasks(filter).await
+    async fn list_page(
+        &self,
+        filter: &TaskFilter,
+        max_bytes: usize,
+    ) -> Result<TaskListing, StoreError> {
+        self.inner.list_page(filter, max_bytes).await
+    }
+    async fn count_by_agent(
+        &self,
+        status: TaskStatus,
+        window: usize,
+    ) -> Result<BTreeMap<String, usize>, StoreError> {
+        self.inner.count_by_agent(status, window).await
     }
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
         self.inner.task_for_key(key).await

@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::{PolicyOverrides, TaskStatus};
 
 use super::registry::{ToolEntry, entry};
@@ -212,23 +211,13 @@ pub(super) async fn agents(state: &AppState, caller: &Caller, _args: NoArgs) -> 
     structured(&AgentList { agents })
 }
 
-/// Live tasks of `status` per agent, up to `MAX_COUNTED` tasks.
+/// Live tasks of `status` per agent, up to `MAX_COUNTED` tasks (only
+/// their agents read).
 async fn count_by_agent(
     state: &AppState,
     status: TaskStatus,
 ) -> Result<BTreeMap<String, usize>, ApiError> {
-    let filter = TaskFilter {
-        status: Some(status),
-        agent: None,
-        before: None,
-        limit: MAX_COUNTED,
-        ..TaskFilter::default()
-    };
-    let mut counts = BTreeMap::new();
-    for task in state.engine.list_tasks(&filter).await? {
-        *counts.entry(task.agent).or_insert(0) += 1;
-    }
-    Ok(counts)
+    Ok(state.engine.count_by_agent(status, MAX_COUNTED).await?)
 }
 
 pub(super) async fn spawn(state: &AppState, caller: &Caller, args: SpawnArgs) -> Outcome {

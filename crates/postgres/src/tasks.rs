@@ -16,15 +16,18 @@
 //! carries the spec until a write of this process that carried it has
 //! committed (`specs`), and only the state after.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::{EventRecord, Logged};
 use swarmd_engine::ids::{RunId, TaskId};
 use swarmd_engine::run::{FlowDoc, RunFilter, RunRecord};
 use swarmd_engine::store::{
-    Done, KeyClaim, LiveSnapshot, NumberedDone, PostedFinal, TaskFilter, TaskStore, WriteOp,
+    Done, KeyClaim, LiveSnapshot, NumberedDone, PostedFinal, TaskFilter, TaskListing, TaskStore,
+    WriteOp,
 };
-use swarmd_engine::task::{AttemptRecord, Task};
+use swarmd_engine::task::{AttemptRecord, Task, TaskStatus};
 use swarmd_output_store::StoreError;
 
 use crate::PgDb;
@@ -207,8 +210,20 @@ impl TaskStore for PgTaskStore {
         read::attempts(&self.db, id).await
     }
 
-    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
-        read::list_tasks(&self.db, filter).await
+    async fn list_page(
+        &self,
+        filter: &TaskFilter,
+        max_bytes: usize,
+    ) -> Result<TaskListing, StoreError> {
+        read::list_page(&self.db, filter, max_bytes).await
+    }
+
+    async fn count_by_agent(
+        &self,
+        status: TaskStatus,
+        window: usize,
+    ) -> Result<BTreeMap<String, usize>, StoreError> {
+        read::count_by_agent(&self.db, status, window).await
     }
 
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {

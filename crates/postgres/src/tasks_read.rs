@@ -1,12 +1,14 @@
 //! The read side of `PgTaskStore`, and its retention: queries on pooled
 //! connections, and the decoding of stored rows back into records.
 
+use std::collections::BTreeMap;
+
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::{EventRecord, Logged};
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::store::{PostedFinal, TaskFilter};
+use swarmd_engine::store::{PostedFinal, TaskFilter, TaskListing};
 use swarmd_engine::task::{AttemptRecord, Task, TaskStatus};
 use swarmd_output_store::{StoreError, nesting};
 use tokio_postgres::types::ToSql;
@@ -98,8 +100,14 @@ pub(crate) async fn attempts(db: &PgDb, id: TaskId) -> Result<Vec<AttemptRecord>
         .collect()
 }
 
-/// Newest first; each combination of filters is its own cached statement.
-pub(crate) async fn list_tasks(db: &PgDb, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
+/// Newest first, ending once the rows read weigh `max_bytes` (their
+/// `body` and `spec`); each combination of filters is its own cached
+/// statement.
+pub(crate) async fn list_page(
+    db: &PgDb,
+    filter: &TaskFilter,
+    max_bytes: usize,
+) -> Result<TaskListing, StoreError> {
     let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE true");
     let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::with_capacity(8);
     let mut arg = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync + Send>| {
@@ -151,7 +159,89 @@ pub(crate) async fn list_tasks(db: &PgDb, filter: &TaskFilter) -> Result<Vec<Tas
         .iter()
         .map(|arg| &**arg as &(dyn ToSql + Sync))
         .collect();
-    task_rows(db, &sql, &params).await
+    if max_bytes == usize::MAX {
+        let tasks = task_rows(db, &sql, &params).await?;
+        return Ok(TaskListing { tasks, cut: false });
+    }
+    weighed_task_rows(db, &sql, &params, max_bytes).await
+}
+
+/// Rows fetched by a listing's first round trip.
+const FIRST_CHUNK: i32 = 8;
+/// Rows fetched by any one round trip of a listing.
+const MAX_CHUNK: i32 = 256;
+
+/// Task rows through a portal, a few at a time, ending once the rows read
+/// weigh `max_bytes`: rows past that are never sent, so a listing over
+/// huge prompts holds about its budget, not its `LIMIT` of them.
+async fn weighed_task_rows(
+    db: &PgDb,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    max_bytes: usize,
+) -> Result<TaskListing, StoreError> {
+    let mut client = db.reader().await?;
+    let statement = client.prepare_cached(sql).await.map_err(db_error)?;
+    let tx = client
+        .build_transaction()
+        .read_only(true)
+        .start()
+        .await
+        .map_err(db_error)?;
+    let portal = tx.bind(&statement, params).await.map_err(db_error)?;
+    let mut page = TaskListing::default();
+    let mut weight = 0usize;
+    let mut chunk = FIRST_CHUNK;
+    'fetch: loop {
+        let rows = tx.query_portal(&portal, chunk).await.map_err(db_error)?;
+        for row in &rows {
+            if weight >= max_bytes {
+                page.cut = true;
+                break 'fetch;
+            }
+            let spec = row.get::<_, Option<&str>>(2).map_or(0, str::len);
+            weight = weight.saturating_add(row.get::<_, &str>(0).len() + spec);
+            page.tasks.push(task_of(row)?);
+        }
+        if rows.len() < usize::try_from(chunk).unwrap_or(0) {
+            break;
+        }
+        // As many rows as the budget left holds at the mean weight so far,
+        // and one more to learn whether the page ends there.
+        let mean = (weight / page.tasks.len().max(1)).max(1);
+        let fits = max_bytes.saturating_sub(weight) / mean + 1;
+        chunk = i32::try_from(fits).unwrap_or(MAX_CHUNK).clamp(1, MAX_CHUNK);
+    }
+    tx.commit().await.map_err(db_error)?;
+    Ok(page)
+}
+
+/// The newest `window` tasks of `status`, counted by agent.
+pub(crate) async fn count_by_agent(
+    db: &PgDb,
+    status: TaskStatus,
+    window: usize,
+) -> Result<BTreeMap<String, usize>, StoreError> {
+    let client = db.reader().await?;
+    let statement = client
+        .prepare_cached(
+            "SELECT agent, count(*) FROM \
+             (SELECT agent FROM tasks WHERE status = $1 ORDER BY id DESC LIMIT $2) AS newest \
+             GROUP BY agent",
+        )
+        .await
+        .map_err(db_error)?;
+    let rows = client
+        .query(&statement, &[&status.as_str(), &sql_limit(window)])
+        .await
+        .map_err(db_error)?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let n: i64 = row.get(1);
+            (row.get(0), usize::try_from(n).unwrap_or(0))
+        })
+        .collect())
 }
 
 /// Row counts as SQL integers; a `usize` beyond `i64` means "all".

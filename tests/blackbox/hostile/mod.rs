@@ -13,7 +13,8 @@
 //! - `escapes`: terminal escapes and bidi overrides from workers;
 //! - `forwarding`: cluster forwarding of non-normalised paths;
 //! - `bounds`: sizes and shapes past their bounds (artifact names, loop
-//!   counts, JSONPath nesting, cancel reasons).
+//!   counts, JSONPath nesting, cancel reasons);
+//! - `listings`: listings over huge tasks, paged by bytes.
 //!
 //! Each runs in CI in its short mode; the figures it records are in
 //! docs/benchmarks.md.
@@ -23,6 +24,7 @@ mod connections;
 mod escapes;
 mod forwarding;
 mod git_planting;
+mod listings;
 mod mcp_sessions;
 mod origins;
 mod output_disk;

@@ -3,13 +3,12 @@
 //! running and queued now, and its outcomes and durations since the daemon
 //! started (docs/protocol.md, Agents), for the dashboard's agents view.
 //!
-//! Running and queued are read from the task store, bounded: one list of
-//! running and one of queued tasks (at most `WINDOW` each, counted by
-//! agent; a count at `WINDOW` means "at least"). Outcomes and durations
+//! Running and queued are counted in the task store, bounded: the newest
+//! `WINDOW` running and the newest `WINDOW` queued tasks, counted by agent
+//! with only their agent read (a count at `WINDOW` means "at least"). Outcomes and durations
 //! are the engine's own counters (`EngineStats::agents`), kept as tasks
 //! finish: exact since start, and zero again after a restart.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use axum::Router;
@@ -18,8 +17,7 @@ use axum::routing::get;
 use serde::Serialize;
 use swarmd_engine::gate::Verb;
 use swarmd_engine::metrics::AgentCounters;
-use swarmd_engine::store::TaskFilter;
-use swarmd_engine::task::{Task, TaskStatus};
+use swarmd_engine::task::TaskStatus;
 
 use crate::app::AppState;
 use crate::http::auth::Caller;
@@ -131,21 +129,9 @@ async fn agents(
     caller: Caller,
 ) -> Result<Json<AgentsPage>, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
-    let by_agent = |tasks: Vec<Task>| {
-        let mut counts: HashMap<String, usize> = HashMap::new();
-        for task in tasks {
-            *counts.entry(task.agent).or_default() += 1;
-        }
-        counts
-    };
-    let list = |status: Option<TaskStatus>| TaskFilter {
-        status,
-        limit: WINDOW,
-        ..TaskFilter::default()
-    };
     let engine = &state.engine;
-    let running = by_agent(engine.list_tasks(&list(Some(TaskStatus::Running))).await?);
-    let queued = by_agent(engine.list_tasks(&list(Some(TaskStatus::Queued))).await?);
+    let running = engine.count_by_agent(TaskStatus::Running, WINDOW).await?;
+    let queued = engine.count_by_agent(TaskStatus::Queued, WINDOW).await?;
     let mut agents = Vec::new();
     for (name, agent) in state.config.agents.iter().take(MAX_AGENTS) {
         agents.push(AgentView {

@@ -42,6 +42,10 @@ pub const MAX_WAIT_SECS: u64 = 300;
 const DEFAULT_WAIT_SECS: u64 = 30;
 const DEFAULT_LIST_LIMIT: usize = 50;
 const MAX_LIST_LIMIT: usize = 1000;
+/// A listing's page ends once its tasks weigh this much as stored (it
+/// holds at least one), so `limit=1000` over large prompts is not a
+/// gigabyte held in memory; `next` then continues after its last task.
+pub const MAX_PAGE_BYTES: usize = 16 << 20;
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -334,7 +338,7 @@ async fn list(
 }
 
 /// One page of the caller's tasks (`Reader`), newest first,
-/// `filter.limit` clamped to 1–1000.
+/// `filter.limit` clamped to 1–1000 and the page to [`MAX_PAGE_BYTES`].
 pub async fn page(
     state: &AppState,
     caller: &Caller,
@@ -349,8 +353,9 @@ pub async fn page(
     }
     let limit = filter.limit.clamp(1, MAX_LIST_LIMIT);
     filter.limit = limit;
-    let tasks = state.engine.list_tasks(&filter).await?;
-    let next = (tasks.len() == limit)
+    let listing = state.engine.list_page(&filter, MAX_PAGE_BYTES).await?;
+    let tasks = listing.tasks;
+    let next = (listing.cut || tasks.len() == limit)
         .then(|| tasks.last().map(|t| t.id))
         .flatten();
     Ok(TaskPage { tasks, next })

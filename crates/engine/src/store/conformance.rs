@@ -7,12 +7,13 @@
 mod list;
 mod runs;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
 pub use list::{
+    count_by_agent_counts_the_newest_of_a_status, list_page_ends_at_its_byte_budget,
     list_tasks_filters_by_session_parent_prompt_and_since, list_tasks_filters_by_status_and_agent,
     list_tasks_pages_newest_first,
 };
@@ -45,6 +46,8 @@ macro_rules! task_store_conformance {
             list_tasks_pages_newest_first,
             list_tasks_filters_by_status_and_agent,
             list_tasks_filters_by_session_parent_prompt_and_since,
+            list_page_ends_at_its_byte_budget,
+            count_by_agent_counts_the_newest_of_a_status,
             idempotency_keys_resolve_to_tasks,
             events_after_is_ascending_and_paged,
             audit_is_newest_first_with_assigned_ids,

@@ -18,13 +18,14 @@ use async_trait::async_trait;
 use swarmd_output_store::StoreError;
 
 use super::{
-    Done, HandleRecord, LiveSnapshot, PostedFinal, SessionRecord, TaskFilter, TaskStore, WriteOp,
+    Done, HandleRecord, LiveSnapshot, PostedFinal, SessionRecord, TaskFilter, TaskListing,
+    TaskStore, WriteOp,
 };
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
 use crate::ids::{IdMap, RunId, SessionId, TaskId};
 use crate::run::{FlowDoc, RunFilter, RunRecord};
-use crate::task::{AttemptRecord, Task};
+use crate::task::{AttemptRecord, Task, TaskStatus};
 
 /// The event log keeps at most this many events; older ones fall off (an
 /// ephemeral daemon has no durable log to resume from anyway).
@@ -228,7 +229,11 @@ impl TaskStore for MemoryTaskStore {
         Ok(list)
     }
 
-    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
+    async fn list_page(
+        &self,
+        filter: &TaskFilter,
+        max_bytes: usize,
+    ) -> Result<TaskListing, StoreError> {
         let state = self.lock();
         let upper = match filter.before {
             Some(before) => std::ops::Bound::Excluded(before),
@@ -241,17 +246,47 @@ impl TaskStore for MemoryTaskStore {
         if let (Some(since), Some(before)) = (filter.since, filter.before)
             && since >= before
         {
-            return Ok(Vec::new());
+            return Ok(TaskListing::default());
         }
-        Ok(state
+        let mut page = TaskListing::default();
+        let mut weight = 0usize;
+        let matching = state
             .tasks
             .range((lower, upper))
             .rev()
             .map(|(_, t)| t)
             .filter(|t| filter.matches(t))
-            .take(filter.limit)
-            .map(|t| Task::clone(t))
-            .collect())
+            .take(filter.limit);
+        for task in matching {
+            if weight >= max_bytes {
+                page.cut = true;
+                break;
+            }
+            if max_bytes != usize::MAX {
+                weight = weight.saturating_add(stored_weight(task));
+            }
+            page.tasks.push(Task::clone(task));
+        }
+        Ok(page)
+    }
+
+    async fn count_by_agent(
+        &self,
+        status: TaskStatus,
+        window: usize,
+    ) -> Result<BTreeMap<String, usize>, StoreError> {
+        let state = self.lock();
+        let mut counts = BTreeMap::new();
+        for task in state
+            .tasks
+            .values()
+            .rev()
+            .filter(|t| t.status() == status)
+            .take(window)
+        {
+            *counts.entry(task.agent.clone()).or_insert(0) += 1;
+        }
+        Ok(counts)
     }
 
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
@@ -418,6 +453,12 @@ impl TaskStore for MemoryTaskStore {
     async fn healthcheck(&self) -> Result<(), StoreError> {
         Ok(())
     }
+}
+
+/// A task's weight in a listing: the bytes of its JSON, as a stored
+/// store would hold it.
+fn stored_weight(task: &Task) -> usize {
+    serde_json::to_vec(task).map_or(0, |json| json.len())
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub use memory::{DEFAULT_KEEP_FINISHED, MemoryTaskStore};
 pub use sqlite::SqliteTaskStore;
 pub use swarmd_types::session::SessionKind;
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use async_trait::async_trait;
@@ -168,6 +169,15 @@ impl TaskFilter {
     }
 }
 
+/// A page of `TaskStore::list_page`.
+#[derive(Debug, Default)]
+pub struct TaskListing {
+    pub tasks: Vec<Task>,
+    /// Whether the page ended at its byte budget while more tasks match:
+    /// the next page starts before its last task.
+    pub cut: bool,
+}
+
 /// Everything recovery needs at boot.
 #[derive(Debug, Default)]
 pub struct LiveSnapshot {
@@ -210,7 +220,26 @@ pub trait TaskStore: Send + Sync + Debug + 'static {
     }
     async fn task(&self, id: TaskId) -> Result<Option<Task>, StoreError>;
     async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError>;
-    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError>;
+    /// The tasks `filter` selects, ending early once those read weigh
+    /// `max_bytes` or more as stored (a page holds at least one task):
+    /// what a client's listing holds in memory is bounded by that, not by
+    /// the size of the tasks it happens to match.
+    async fn list_page(
+        &self,
+        filter: &TaskFilter,
+        max_bytes: usize,
+    ) -> Result<TaskListing, StoreError>;
+    /// Every task `filter` selects, up to its `limit`.
+    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
+        Ok(self.list_page(filter, usize::MAX).await?.tasks)
+    }
+    /// The newest `window` tasks of `status`, counted by agent; only the
+    /// agent of each is read.
+    async fn count_by_agent(
+        &self,
+        status: TaskStatus,
+        window: usize,
+    ) -> Result<BTreeMap<String, usize>, StoreError>;
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError>;
     /// Claims an idempotency key for `task` before the task's record is
     /// written, or names the task that holds it. A store several processes

@@ -19,17 +19,18 @@ mod runs;
 mod schema;
 mod write;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use swarmd_output_store::{SqliteDb, StoreError};
 
-use super::{Done, LiveSnapshot, PostedFinal, TaskFilter, TaskStore, WriteOp};
+use super::{Done, LiveSnapshot, PostedFinal, TaskFilter, TaskListing, TaskStore, WriteOp};
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
 use crate::ids::{RunId, TaskId};
 use crate::run::{FlowDoc, RunFilter, RunRecord};
-use crate::task::{AttemptRecord, Task};
+use crate::task::{AttemptRecord, Task, TaskStatus};
 
 /// A `TaskStore` on the shared SQLite database. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -89,10 +90,24 @@ impl TaskStore for SqliteTaskStore {
         self.db.read(move |conn| read::attempts(conn, id)).await
     }
 
-    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
+    async fn list_page(
+        &self,
+        filter: &TaskFilter,
+        max_bytes: usize,
+    ) -> Result<TaskListing, StoreError> {
         let filter = filter.clone();
         self.db
-            .read(move |conn| read::list_tasks(conn, &filter))
+            .read(move |conn| read::list_page(conn, &filter, max_bytes))
+            .await
+    }
+
+    async fn count_by_agent(
+        &self,
+        status: TaskStatus,
+        window: usize,
+    ) -> Result<BTreeMap<String, usize>, StoreError> {
+        self.db
+            .read(move |conn| read::count_by_agent(conn, status, window))
             .await
     }
 

@@ -5,6 +5,7 @@
 //! trips to a shared database, the awaits where a caller that goes away
 //! cuts a verb short.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -17,9 +18,10 @@ use crate::event::EventRecord;
 use crate::ids::{RunId, TaskId};
 use crate::run::{FlowDoc, RunFilter, RunRecord};
 use crate::store::{
-    Done, KeyClaim, LiveSnapshot, MemoryTaskStore, PostedFinal, TaskFilter, TaskStore, WriteOp,
+    Done, KeyClaim, LiveSnapshot, MemoryTaskStore, PostedFinal, TaskFilter, TaskListing, TaskStore,
+    WriteOp,
 };
-use crate::task::{AttemptRecord, Task};
+use crate::task::{AttemptRecord, Task, TaskStatus};
 
 /// A [`MemoryTaskStore`] behind gates.
 #[derive(Debug)]
@@ -142,8 +144,19 @@ impl TaskStore for GatedStore {
     async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptRecord>, StoreError> {
         self.inner.attempts(id).await
     }
-    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
-        self.inner.list_tasks(filter).await
+    async fn list_page(
+        &self,
+        filter: &TaskFilter,
+        max_bytes: usize,
+    ) -> Result<TaskListing, StoreError> {
+        self.inner.list_page(filter, max_bytes).await
+    }
+    async fn count_by_agent(
+        &self,
+        status: TaskStatus,
+        window: usize,
+    ) -> Result<BTreeMap<String, usize>, StoreError> {
+        self.inner.count_by_agent(status, window).await
     }
     async fn task_for_key(&self, key: &str) -> Result<Option<TaskId>, StoreError> {
         self.inner.task_for_key(key).await

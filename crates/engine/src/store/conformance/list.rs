@@ -1,5 +1,5 @@
-//! `TaskStore::list_tasks` conformance: paging newest first, and every
-//! filter a list may combine.
+//! `TaskStore::list_tasks` conformance: paging newest first, every
+//! filter a list may combine, the byte budget of a page, counts by agent.
 
 use super::*;
 
@@ -196,4 +196,104 @@ pub async fn list_tasks_filters_by_session_parent_prompt_and_since(store: Arc<dy
         ..TaskFilter::default()
     });
     assert_eq!(both.await, vec![child.id]);
+}
+
+pub async fn list_page_ends_at_its_byte_budget(store: Arc<dyn TaskStore>) {
+    // Six tasks of 64 KiB prompts; a budget of 150 KiB is reached by the
+    // third, so a page holds three and says it was cut.
+    let big = |n: u64| {
+        let mut task = new_task("a", n);
+        task.prompt = "x".repeat(64 << 10);
+        task
+    };
+    let tasks: Vec<Task> = (0..6).map(big).collect();
+    apply(&*store, tasks.iter().map(put).collect()).await;
+    let newest_first: Vec<TaskId> = tasks.iter().rev().map(|t| t.id).collect();
+    let budget = 150 << 10;
+
+    let mut filter = all(None, None, None);
+    let mut pages = Vec::new();
+    loop {
+        let page = store.list_page(&filter, budget).await.unwrap();
+        pages.push((ids(&page.tasks), page.cut));
+        if !page.cut {
+            break;
+        }
+        filter.before = page.tasks.last().map(|t| t.id);
+    }
+    assert_eq!(
+        pages,
+        vec![
+            (newest_first[0..3].to_vec(), true),
+            (newest_first[3..6].to_vec(), false),
+        ]
+    );
+    // A budget smaller than one task still returns one; an unbounded one
+    // returns them all, uncut; the limit, not the budget, ends a page of
+    // exactly `limit` tasks.
+    let one = store.list_page(&all(None, None, None), 1).await.unwrap();
+    assert_eq!(
+        (ids(&one.tasks), one.cut),
+        (newest_first[..1].to_vec(), true)
+    );
+    let whole = store
+        .list_page(&all(None, None, None), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        (ids(&whole.tasks), whole.cut),
+        (newest_first.clone(), false)
+    );
+    let limited = TaskFilter {
+        limit: 2,
+        ..TaskFilter::default()
+    };
+    let two = store.list_page(&limited, budget).await.unwrap();
+    assert_eq!(
+        (ids(&two.tasks), two.cut),
+        (newest_first[..2].to_vec(), false)
+    );
+    // A page that reaches its budget is cut only while tasks are left.
+    let last_two = TaskFilter {
+        before: Some(tasks[2].id),
+        limit: 1000,
+        ..TaskFilter::default()
+    };
+    let end = store.list_page(&last_two, 1).await.unwrap();
+    assert_eq!((ids(&end.tasks), end.cut), (vec![tasks[1].id], true));
+    let tail = TaskFilter {
+        before: Some(tasks[1].id),
+        ..last_two
+    };
+    let end = store.list_page(&tail, 1).await.unwrap();
+    assert_eq!((ids(&end.tasks), end.cut), (vec![tasks[0].id], false));
+}
+
+pub async fn count_by_agent_counts_the_newest_of_a_status(store: Arc<dyn TaskStore>) {
+    let mut batch = Vec::new();
+    for (i, agent) in ["a", "b", "a", "c", "a"].into_iter().enumerate() {
+        batch.push(put(&new_task(agent, i as u64)));
+    }
+    batch.push(put(&running("a", 10)));
+    batch.push(put(&running("b", 11)));
+    apply(&*store, batch).await;
+
+    let queued = store
+        .count_by_agent(TaskStatus::Queued, 1000)
+        .await
+        .unwrap();
+    let expect = |pairs: &[(&str, usize)]| -> BTreeMap<String, usize> {
+        pairs.iter().map(|(a, n)| ((*a).to_owned(), *n)).collect()
+    };
+    assert_eq!(queued, expect(&[("a", 3), ("b", 1), ("c", 1)]));
+    let running = store
+        .count_by_agent(TaskStatus::Running, 1000)
+        .await
+        .unwrap();
+    assert_eq!(running, expect(&[("a", 1), ("b", 1)]));
+    // The window takes the newest: the last two queued are "c" and "a".
+    let newest = store.count_by_agent(TaskStatus::Queued, 2).await.unwrap();
+    assert_eq!(newest, expect(&[("a", 1), ("c", 1)]));
+    let none = store.count_by_agent(TaskStatus::Pass, 1000).await.unwrap();
+    assert!(none.is_empty());
 }

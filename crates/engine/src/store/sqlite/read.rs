@@ -1,9 +1,10 @@
 //! The read side of the SQLite `TaskStore`: queries run on a pooled read
 //! connection, and the decoding of stored rows back into records.
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use rusqlite::types::{Type, Value as SqlValue};
+use rusqlite::types::{Type, Value as SqlValue, ValueRef};
 use rusqlite::{
     CachedStatement, Connection, OptionalExtension, Params, Row, params, params_from_iter,
 };
@@ -18,7 +19,7 @@ use super::write::task_key;
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
 use crate::ids::TaskId;
-use crate::store::{LiveSnapshot, TaskFilter};
+use crate::store::{LiveSnapshot, TaskFilter, TaskListing};
 use crate::task::{AttemptRecord, Task, TaskStatus};
 
 /// `'queued', 'running'`, or the terminal statuses: SQL lists derived from
@@ -94,21 +95,45 @@ fn bodies<T: DeserializeOwned>(
 /// Task rows, as selected by [`TASK_COLUMNS`]. A row whose body cannot be
 /// decoded at all stands in as a task built from its indexed columns, with a
 /// `reason` saying so, so that one bad row never fails a page.
-fn task_rows(mut stmt: CachedStatement<'_>, params: impl Params) -> Result<Vec<Task>, StoreError> {
+fn task_rows(stmt: CachedStatement<'_>, params: impl Params) -> Result<Vec<Task>, StoreError> {
+    Ok(weighed_task_rows(stmt, params, usize::MAX)?.tasks)
+}
+
+/// [`task_rows`], ending once the rows read weigh `max_bytes` (their
+/// stored `body` and `spec`); `cut` when a row is left after that.
+fn weighed_task_rows(
+    mut stmt: CachedStatement<'_>,
+    params: impl Params,
+    max_bytes: usize,
+) -> Result<TaskListing, StoreError> {
     let mut rows = stmt.query(params)?;
-    let mut out = Vec::new();
+    let mut out = TaskListing::default();
+    let mut weight = 0usize;
     while let Some(row) = rows.next()? {
+        if weight >= max_bytes {
+            out.cut = true;
+            break;
+        }
+        weight = weight.saturating_add(stored_len(row, 0)?.saturating_add(stored_len(row, 5)?));
         let key = |row: &Row<'_>| {
             row.get::<_, [u8; 16]>(1)
                 .map_or_else(|_| "?".to_owned(), |id| task_id(id).to_string())
         };
         match task_of(row, key) {
-            Ok(task) => out.push(task),
-            Err(StoreError::Json(_)) => out.push(unreadable_task(row)?),
+            Ok(task) => out.tasks.push(task),
+            Err(StoreError::Json(_)) => out.tasks.push(unreadable_task(row)?),
             Err(other) => return Err(other),
         }
     }
     Ok(out)
+}
+
+/// The bytes of column `idx` as stored (0 for NULL).
+fn stored_len(row: &Row<'_>, idx: usize) -> Result<usize, StoreError> {
+    Ok(match row.get_ref(idx)? {
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => bytes.len(),
+        _ => 0,
+    })
 }
 
 /// The columns [`task_rows`] reads.
@@ -160,8 +185,13 @@ pub(super) fn attempts(conn: &Connection, id: TaskId) -> Result<Vec<AttemptRecor
     bodies("attempts", stmt, params![task_key(id)])
 }
 
-/// Newest first; each combination of filters is its own cached statement.
-pub(super) fn list_tasks(conn: &Connection, filter: &TaskFilter) -> Result<Vec<Task>, StoreError> {
+/// Newest first, ending at `max_bytes` ([`weighed_task_rows`]); each
+/// combination of filters is its own cached statement.
+pub(super) fn list_page(
+    conn: &Connection,
+    filter: &TaskFilter,
+    max_bytes: usize,
+) -> Result<TaskListing, StoreError> {
     let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE 1");
     let mut args: Vec<SqlValue> = Vec::with_capacity(8);
     if let Some(status) = filter.status {
@@ -203,7 +233,30 @@ pub(super) fn list_tasks(conn: &Connection, filter: &TaskFilter) -> Result<Vec<T
     }
     sql.push_str(" ORDER BY id DESC LIMIT ?");
     args.push(SqlValue::Integer(sql_limit(filter.limit)));
-    task_rows(conn.prepare_cached(&sql)?, params_from_iter(args))
+    weighed_task_rows(
+        conn.prepare_cached(&sql)?,
+        params_from_iter(args),
+        max_bytes,
+    )
+}
+
+/// The newest `window` tasks of `status`, counted by agent.
+pub(super) fn count_by_agent(
+    conn: &Connection,
+    status: TaskStatus,
+    window: usize,
+) -> Result<BTreeMap<String, usize>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT agent, count(*) FROM \
+         (SELECT agent FROM tasks WHERE status = ?1 ORDER BY id DESC LIMIT ?2) GROUP BY agent",
+    )?;
+    let mut rows = stmt.query(params![status.as_str(), sql_limit(window)])?;
+    let mut counts = BTreeMap::new();
+    while let Some(row) = rows.next()? {
+        let n: i64 = row.get(1)?;
+        counts.insert(row.get(0)?, usize::try_from(n).unwrap_or(0));
+    }
+    Ok(counts)
 }
 
 pub(super) fn task_for_key(conn: &Connection, key: &str) -> Result<Option<TaskId>, StoreError> {

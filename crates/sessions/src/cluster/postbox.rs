@@ -4,6 +4,7 @@
 //! fire-and-forget mail leaves through (`Postbox`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -23,6 +24,14 @@ use crate::{Session, SessionRegistry};
 /// again; it is tried until it goes.
 const SEND_RETRY: Duration = Duration::from_millis(100);
 const SEND_RETRY_MAX: Duration = Duration::from_secs(5);
+/// One write takes at most this many pieces of mail, or this many bytes
+/// of bodies (and at least one piece), so a backlog goes in writes the
+/// database takes instead of one that grows while it is retried.
+const MAX_BATCH: usize = 256;
+const MAX_BATCH_BYTES: usize = 8 << 20;
+/// The mail queued and not yet written, by its weight (`weight`): past
+/// this, while the database cannot take it, new mail is dropped.
+const MAX_QUEUED_BYTES: usize = 64 << 20;
 
 /// This node's part in the sessions of a cluster.
 #[derive(Debug)]
@@ -64,7 +73,7 @@ impl SessionCluster {
             wake: Notify::new(),
             catch_ups: Mutex::default(),
             catch_up_wake: Notify::new(),
-            synced_ms: std::sync::atomic::AtomicU64::new(now_ms),
+            synced_ms: AtomicU64::new(now_ms),
             releases: Mutex::default(),
         }
     }
@@ -138,10 +147,18 @@ impl SessionCluster {
 }
 
 /// The queue of mail this node sends without waiting (replies, cancels,
-/// hand-overs), written in order by one task.
+/// hand-overs), written in order by one task, bounded in bytes.
 #[derive(Debug, Clone)]
 pub(crate) struct Postbox {
     tx: mpsc::UnboundedSender<Posted>,
+    queue: Arc<QueueWeight>,
+}
+
+/// What the queued mail weighs, and how much was dropped for it.
+#[derive(Debug, Default)]
+struct QueueWeight {
+    bytes: AtomicUsize,
+    dropped: AtomicU64,
 }
 
 /// What goes through the queue: mail, or a flush waiting for everything
@@ -157,6 +174,35 @@ pub(crate) enum Posted {
 pub(crate) type SendMail =
     Box<dyn Fn(Vec<NewMail>) -> BoxFuture<'static, Result<u64, StoreError>> + Send + Sync>;
 
+/// What one write of the postbox's task takes from the queue.
+#[derive(Default)]
+struct Batch {
+    mail: Vec<NewMail>,
+    bytes: usize,
+    flushes: Vec<oneshot::Sender<()>>,
+}
+
+impl Batch {
+    fn take(&mut self, posted: Posted) {
+        match posted {
+            Posted::Mail(mail) => {
+                self.bytes += weight(&mail);
+                self.mail.push(mail);
+            }
+            Posted::Flush(done) => self.flushes.push(done),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.mail.len() >= MAX_BATCH || self.bytes >= MAX_BATCH_BYTES
+    }
+}
+
+/// A piece of mail's share of the queue: its body and its other fields.
+fn weight(mail: &NewMail) -> usize {
+    mail.body.len() + mail.kind.len() + mail.req_id.as_ref().map_or(0, String::len) + 64
+}
+
 impl Postbox {
     pub(super) fn start(peers: Arc<dyn SessionPeers>) -> Postbox {
         Postbox::start_with(Box::new(move |batch| {
@@ -168,34 +214,36 @@ impl Postbox {
     /// A postbox whose task writes with `send`.
     pub(crate) fn start_with(send: SendMail) -> Postbox {
         let (tx, mut rx) = mpsc::unbounded_channel::<Posted>();
+        let queue = Arc::new(QueueWeight::default());
+        let weighed = Arc::clone(&queue);
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
-                let mut batch = Vec::new();
-                let mut flushes = Vec::new();
-                let mut take = |posted| match posted {
-                    Posted::Mail(mail) => batch.push(mail),
-                    Posted::Flush(done) => flushes.push(done),
-                };
-                take(first);
-                while let Ok(next) = rx.try_recv() {
-                    take(next);
+                let mut batch = Batch::default();
+                batch.take(first);
+                // What is left after a full batch stays queued, flushes
+                // included, so a flush still follows the mail before it.
+                while !batch.is_full() {
+                    let Ok(next) = rx.try_recv() else { break };
+                    batch.take(next);
                 }
-                if !batch.is_empty() {
-                    send_until_sent(&send, batch).await;
+                if !batch.mail.is_empty() {
+                    send_until_sent(&send, batch.mail).await;
+                    weighed.bytes.fetch_sub(batch.bytes, Ordering::Relaxed);
                 }
-                for done in flushes {
+                for done in batch.flushes {
                     let _ = done.send(());
                 }
             }
         });
-        Postbox { tx }
+        Postbox { tx, queue }
     }
 
     /// A postbox whose mail is read from the receiver (tests).
     #[cfg(test)]
     pub(crate) fn channel() -> (Postbox, mpsc::UnboundedReceiver<Posted>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Postbox { tx }, rx)
+        let queue = Arc::default();
+        (Postbox { tx, queue }, rx)
     }
 
     /// Waits up to `wait` until everything queued so far was written (or
@@ -212,8 +260,27 @@ impl Postbox {
         self.tx.is_closed()
     }
 
+    /// Queues `mail`, unless the queue already holds `MAX_QUEUED_BYTES`
+    /// the database has not taken: then it is dropped, as a fenced node's
+    /// is, and its waiter runs into its own timeout.
     pub(crate) fn send(&self, mail: NewMail) {
+        let size = weight(&mail);
+        let queued = self.queue.bytes.fetch_add(size, Ordering::Relaxed);
+        if queued.saturating_add(size) > MAX_QUEUED_BYTES {
+            self.queue.bytes.fetch_sub(size, Ordering::Relaxed);
+            let dropped = self.queue.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            // Logged at the first drop and at every power of two after.
+            if dropped.is_power_of_two() {
+                tracing::warn!(
+                    dropped,
+                    queued_bytes = queued,
+                    "the session mail queue is full while the database cannot take it; mail dropped"
+                );
+            }
+            return;
+        }
         if self.tx.send(Posted::Mail(mail)).is_err() {
+            self.queue.bytes.fetch_sub(size, Ordering::Relaxed);
             tracing::warn!("the session mail queue is closed; mail dropped");
         }
     }
@@ -327,5 +394,46 @@ mod tests {
         let post = Postbox::start_with(send);
         post.send(mail(1));
         assert!(!post.flush(Duration::from_secs(2)).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backlog_is_written_in_bounded_batches_in_order() {
+        // The first write fails, so everything after it piles up behind.
+        let (send, calls) = scripted(vec![Err(StoreError::Busy("down".into()))]);
+        let post = Postbox::start_with(send);
+        for n in 0..600 {
+            post.send(mail(n));
+        }
+        assert!(post.flush(Duration::from_secs(10)).await);
+        let calls = calls.lock().unwrap().clone();
+        assert!(
+            calls.iter().all(|batch| batch.len() <= MAX_BATCH),
+            "{:?}",
+            calls.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        // Each batch once, the failed first one twice: in order, none lost.
+        let written: Vec<String> = calls[1..].concat();
+        let expected: Vec<String> = (0..600).map(|n| n.to_string()).collect();
+        assert_eq!(written, expected);
+        assert_eq!(post.queue.bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn mail_past_the_queues_bytes_is_dropped_while_the_database_is_down() {
+        let down = (0..1000)
+            .map(|_| Err(StoreError::Busy("down".into())))
+            .collect();
+        let (send, _calls) = scripted(down);
+        let post = Postbox::start_with(send);
+        let big = |n: u32| NewMail {
+            body: format!("{n}{}", "b".repeat(1 << 20)),
+            ..mail(n)
+        };
+        for n in 0..100 {
+            post.send(big(n));
+        }
+        let queued = post.queue.bytes.load(Ordering::Relaxed);
+        assert!(queued <= MAX_QUEUED_BYTES, "{queued}");
+        assert!(post.queue.dropped.load(Ordering::Relaxed) >= 100 - 64);
     }
 }

@@ -29,7 +29,7 @@ use crate::ids::{AttemptId, RunId, SessionId, TaskId};
 use crate::ledger::{Ledger, wait_commit};
 use crate::metrics::EngineStats;
 use crate::recovery::RecoveryReport;
-use crate::run::{FlowDoc, RunFilter, RunRecord};
+use crate::run::{FlowDoc, RunFilter, RunRecord, RunSummary};
 use crate::spawn::SpawnerResolver;
 use crate::store::{HandleRecord, LiveSnapshot};
 use crate::store::{SessionRecord, TaskFilter, TaskListing, WriteOp};
@@ -478,7 +478,7 @@ impl Engine {
     }
 
     /// Newest first, as `RunFilter` says.
-    pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, EngineError> {
+    pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, EngineError> {
         Ok(self.inner.ledger.store.list_runs(filter).await?)
     }
 

@@ -69,7 +69,7 @@ pub use error_code::ErrorCode;
 pub use event::Event;
 pub use ids::RunId;
 pub use recovery::RecoveryReport;
-pub use run::{FlowDoc, RunFilter, RunRecord, RunStatus};
+pub use run::{FlowDoc, RunFilter, RunRecord, RunStatus, RunSummary};
 pub use spawn::{
     AgentProfile, Attempt, AttemptHost, Ctx, Placement, Route, SpawnError, SpawnerAdapter,
     SpawnerResolver, Worker, WorkerCredential, WorkerError,

@@ -17,7 +17,7 @@ use crate::clock::SystemClock;
 use crate::config::EngineConfig;
 use crate::event::EventRecord;
 use crate::ids::{RunId, TaskId};
-use crate::run::{FlowDoc, RunFilter, RunRecord, RunStatus};
+use crate::run::{FlowDoc, RunFilter, RunRecord, RunStatus, RunSummary};
 use crate::store::{
     Done, LiveSnapshot, MemoryTaskStore, PostedFinal, TaskFilter, TaskListing, TaskStore,
 };
@@ -106,7 +106,7 @@ impl TaskStore for Recording {
     async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, StoreError> {
         self.inner.run_for_key(key).await
     }
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         self.inner.list_runs(filter).await
     }
     async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {

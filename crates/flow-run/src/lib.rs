@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::{
-    Engine, Event, FlowDoc, RunFilter, RunId, RunRecord, RunStatus, WriteOp, detached,
+    Engine, Event, FlowDoc, RunFilter, RunId, RunRecord, RunStatus, RunSummary, WriteOp, detached,
 };
 use swarmd_flow::run::Journal;
 use swarmd_flow::{Flow, Limits, content_hash, lint};
@@ -346,8 +346,8 @@ impl Runner {
         view::build(self, record, tokens).await
     }
 
-    /// Runs, newest first.
-    pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, RunError> {
+    /// Runs' summaries, newest first.
+    pub async fn list(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, RunError> {
         Ok(self.inner.engine.list_runs(filter).await?)
     }
 

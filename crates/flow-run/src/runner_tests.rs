@@ -253,7 +253,10 @@ async fn starts_racing_on_one_key_end_in_one_run() {
             limit: 1_000,
             ..Default::default()
         };
-        let runs = engine.list_runs(&all).await.unwrap();
+        let mut runs = Vec::new();
+        for listed in engine.list_runs(&all).await.unwrap() {
+            runs.push(engine.get_run(listed.id).await.unwrap().unwrap());
+        }
         let open: Vec<_> = runs
             .iter()
             .filter(|r| r.idempotency_key.as_deref() == Some(key.as_str()))

@@ -2,10 +2,11 @@
 //! connections, and the retention of old terminal runs. They are written
 //! by the writer's groups (`rows`), like every other row.
 
-use swarmd_engine::ids::RunId;
-use swarmd_engine::run::{FlowDoc, RunFilter, RunRecord, RunStatus};
+use swarmd_engine::ids::{RunId, SessionId};
+use swarmd_engine::run::{FlowDoc, RunFilter, RunRecord, RunStatus, RunSummary};
 use swarmd_output_store::StoreError;
 use tokio_postgres::types::ToSql;
+use uuid::Uuid;
 
 use crate::PgDb;
 use crate::connect::db_error;
@@ -71,8 +72,13 @@ pub(crate) async fn run_for_key(db: &PgDb, key: &str) -> Result<Option<RunId>, S
 }
 
 /// Newest first; each combination of filters is its own cached statement.
-pub(crate) async fn list_runs(db: &PgDb, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-    let mut sql = "SELECT record::text, id FROM flow_runs WHERE true".to_owned();
+pub(crate) async fn list_runs(
+    db: &PgDb,
+    filter: &RunFilter,
+) -> Result<Vec<RunSummary>, StoreError> {
+    let mut sql = "SELECT id, flow, status, session, created_ms, updated_ms, record ->> 'error' \
+                   FROM flow_runs WHERE true"
+        .to_owned();
     let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::with_capacity(5);
     let mut arg = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync + Send>| {
         args.push(value);
@@ -99,7 +105,26 @@ pub(crate) async fn list_runs(db: &PgDb, filter: &RunFilter) -> Result<Vec<RunRe
         .iter()
         .map(|arg| &**arg as &(dyn ToSql + Sync))
         .collect();
-    run_rows(db, &sql, &params).await
+    let client = db.reader().await?;
+    let statement = client.prepare_cached(&sql).await.map_err(db_error)?;
+    let rows = client.query(&statement, &params).await.map_err(db_error)?;
+    rows.iter()
+        .map(|row| {
+            let id = RunId::from_uuid(row.get(0));
+            let status: &str = row.get(2);
+            Ok(RunSummary {
+                id,
+                flow: row.get(1),
+                status: status.parse().map_err(|_| {
+                    StoreError::Schema(format!("run {id}: unknown status {status:?}"))
+                })?,
+                session: row.get::<_, Option<Uuid>>(3).map(SessionId::from_uuid),
+                created_ms: u64::try_from(row.get::<_, i64>(4)).unwrap_or(0),
+                updated_ms: u64::try_from(row.get::<_, i64>(5)).unwrap_or(0),
+                error: row.get(6),
+            })
+        })
+        .collect()
 }
 
 /// Every open run; on a cluster node, only those it drives (a takeover

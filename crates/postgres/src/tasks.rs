@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use swarmd_engine::audit::AuditRecord;
 use swarmd_engine::event::{EventRecord, Logged};
 use swarmd_engine::ids::{RunId, TaskId};
-use swarmd_engine::run::{FlowDoc, RunFilter, RunRecord};
+use swarmd_engine::run::{FlowDoc, RunFilter, RunRecord, RunSummary};
 use swarmd_engine::store::{
     Done, KeyClaim, LiveSnapshot, NumberedDone, PostedFinal, TaskFilter, TaskListing, TaskStore,
     WriteOp,
@@ -289,7 +289,7 @@ impl TaskStore for PgTaskStore {
         runs::run_for_key(&self.db, key).await
     }
 
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         runs::list_runs(&self.db, filter).await
     }
 

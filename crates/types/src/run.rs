@@ -100,6 +100,35 @@ pub struct RunRecord {
     pub error: Option<String>,
 }
 
+/// What a listing shows of a run: its columns and its error, never its
+/// input or journal, so a page of runs costs what its summaries weigh.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub id: RunId,
+    pub flow: String,
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionId>,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl From<&RunRecord> for RunSummary {
+    fn from(run: &RunRecord) -> RunSummary {
+        RunSummary {
+            id: run.id,
+            flow: run.flow.clone(),
+            status: run.status,
+            session: run.session,
+            created_ms: run.created_ms,
+            updated_ms: run.updated_ms,
+            error: run.error.clone(),
+        }
+    }
+}
+
 /// A flow document pinned by its content hash; never changed once stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlowDoc {

@@ -18,7 +18,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use swarmd_engine::gate::Verb;
-use swarmd_engine::{ErrorCode, RunFilter, RunId, RunRecord, RunStatus};
+use swarmd_engine::{ErrorCode, RunFilter, RunId, RunRecord, RunStatus, RunSummary};
 use swarmd_flow::Flow;
 use swarmd_flow_run::{FlowRef, RunError, StartRun, token};
 use swarmd_wire::ErrorBody;
@@ -255,7 +255,7 @@ async fn list_runs(
 }
 
 /// A run as a listing shows it.
-pub(crate) fn summary(run: &RunRecord) -> Value {
+pub(crate) fn summary(run: &RunSummary) -> Value {
     json!({
         "id": run.id.to_string(),
         "flow": run.flow,

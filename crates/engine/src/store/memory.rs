@@ -24,7 +24,7 @@ use super::{
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
 use crate::ids::{IdMap, RunId, SessionId, TaskId};
-use crate::run::{FlowDoc, RunFilter, RunRecord};
+use crate::run::{FlowDoc, RunFilter, RunRecord, RunSummary};
 use crate::task::{AttemptRecord, Task, TaskStatus};
 
 /// The event log keeps at most this many events; older ones fall off (an
@@ -377,7 +377,7 @@ impl TaskStore for MemoryTaskStore {
         Ok(self.lock().run_keys.get(key).copied())
     }
 
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         let state = self.lock();
         let upper = match filter.before {
             Some(before) => std::ops::Bound::Excluded(before),
@@ -390,7 +390,7 @@ impl TaskStore for MemoryTaskStore {
             .map(|(_, r)| r)
             .filter(|r| filter.matches(r))
             .take(filter.limit)
-            .cloned()
+            .map(RunSummary::from)
             .collect())
     }
 

@@ -28,7 +28,7 @@ use crate::audit::AuditRecord;
 use crate::event::{EventRecord, Logged};
 use crate::gate::Verb;
 use crate::ids::{RunId, SessionId, TaskId};
-use crate::run::{FlowDoc, RunFilter, RunRecord};
+use crate::run::{FlowDoc, RunFilter, RunRecord, RunSummary};
 use crate::task::{AttemptRecord, Task, TaskStatus};
 
 /// What a worker handle stands for (docs/security.md, Worker handles); stored under
@@ -293,7 +293,7 @@ pub trait TaskStore: Send + Sync + Debug + 'static {
     async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, StoreError>;
     /// Newest id first, strictly older than `filter.before`, at most
     /// `filter.limit`, matching every other field given.
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError>;
     /// Every run not terminal, oldest first (recovery at boot).
     async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
     async fn flow_doc(&self, hash: &str) -> Result<Option<FlowDoc>, StoreError>;

@@ -29,7 +29,7 @@ use super::{Done, LiveSnapshot, PostedFinal, TaskFilter, TaskListing, TaskStore,
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
 use crate::ids::{RunId, TaskId};
-use crate::run::{FlowDoc, RunFilter, RunRecord};
+use crate::run::{FlowDoc, RunFilter, RunRecord, RunSummary};
 use crate::task::{AttemptRecord, Task, TaskStatus};
 
 /// A `TaskStore` on the shared SQLite database. Cheap to clone.
@@ -168,7 +168,7 @@ impl TaskStore for SqliteTaskStore {
             .await
     }
 
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         let filter = filter.clone();
         self.db
             .read(move |conn| runs::list_runs(conn, &filter))

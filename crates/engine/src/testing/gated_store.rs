@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use crate::audit::AuditRecord;
 use crate::event::EventRecord;
 use crate::ids::{RunId, TaskId};
-use crate::run::{FlowDoc, RunFilter, RunRecord};
+use crate::run::{FlowDoc, RunFilter, RunRecord, RunSummary};
 use crate::store::{
     Done, KeyClaim, LiveSnapshot, MemoryTaskStore, PostedFinal, TaskFilter, TaskListing, TaskStore,
     WriteOp,
@@ -187,7 +187,7 @@ impl TaskStore for GatedStore {
     async fn run_for_key(&self, key: &str) -> Result<Option<RunId>, StoreError> {
         self.inner.run_for_key(key).await
     }
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
         self.inner.list_runs(filter).await
     }
     async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::ids::RunId;
-use crate::run::{FlowDoc, RunFilter, RunRecord, RunStatus};
+use crate::run::{FlowDoc, RunFilter, RunRecord, RunStatus, RunSummary};
 
 pub fn run_record(flow: &str, status: RunStatus, updated_ms: u64) -> RunRecord {
     RunRecord {
@@ -31,6 +31,10 @@ pub fn put_run(run: &RunRecord) -> WriteOp {
 }
 
 fn run_ids(runs: &[RunRecord]) -> Vec<RunId> {
+    runs.iter().map(|r| r.id).collect()
+}
+
+fn listed_ids(runs: &[RunSummary]) -> Vec<RunId> {
     runs.iter().map(|r| r.id).collect()
 }
 
@@ -62,7 +66,9 @@ pub async fn runs_round_trip_and_overwrite(store: Arc<dyn TaskStore>) {
     apply(&*store, vec![put_run(&stale), put_run(&run)]).await;
     assert_eq!(store.run(run.id).await.unwrap(), Some(run.clone()));
     let listed = store.list_runs(&runs_where(None, None)).await.unwrap();
-    assert_eq!(listed, vec![run]);
+    // A listing shows the run's summary: its error, never its journal.
+    assert_eq!(listed, vec![RunSummary::from(&run)]);
+    assert_eq!(listed[0].error.as_deref(), Some("none"));
 }
 
 pub async fn run_keys_resolve_to_the_first_writer(store: Arc<dyn TaskStore>) {
@@ -121,27 +127,33 @@ pub async fn list_runs_filters_and_pages_newest_first(store: Arc<dyn TaskStore>)
         ..RunFilter::default()
     };
     let page = store.list_runs(&filter).await.unwrap();
-    assert_eq!(run_ids(&page), newest_first[..4]);
+    assert_eq!(listed_ids(&page), newest_first[..4]);
     filter.before = page.last().map(|r| r.id);
     let page = store.list_runs(&filter).await.unwrap();
-    assert_eq!(run_ids(&page), newest_first[4..]);
+    assert_eq!(listed_ids(&page), newest_first[4..]);
     filter.before = Some(runs[0].id);
     assert!(store.list_runs(&filter).await.unwrap().is_empty());
 
     let full = store.list_runs(&runs_where(None, None)).await.unwrap();
-    assert_eq!(full, runs.iter().rev().cloned().collect::<Vec<_>>());
+    assert_eq!(
+        full,
+        runs.iter().rev().map(RunSummary::from).collect::<Vec<_>>()
+    );
     let failed = store
         .list_runs(&runs_where(Some(RunStatus::Failed), None))
         .await
         .unwrap();
-    assert_eq!(run_ids(&failed), vec![runs[5].id, runs[3].id, runs[1].id]);
+    assert_eq!(
+        listed_ids(&failed),
+        vec![runs[5].id, runs[3].id, runs[1].id]
+    );
     let failed_a = store
         .list_runs(&runs_where(Some(RunStatus::Failed), Some("a")))
         .await
         .unwrap();
-    assert_eq!(run_ids(&failed_a), vec![runs[1].id]);
+    assert_eq!(listed_ids(&failed_a), vec![runs[1].id]);
     let of_b = store.list_runs(&runs_where(None, Some("b"))).await.unwrap();
-    assert_eq!(run_ids(&of_b), vec![runs[5].id, runs[4].id, runs[3].id]);
+    assert_eq!(listed_ids(&of_b), vec![runs[5].id, runs[4].id, runs[3].id]);
     let of_session = RunFilter {
         session: Some(sid),
         before: Some(runs[5].id),
@@ -149,7 +161,7 @@ pub async fn list_runs_filters_and_pages_newest_first(store: Arc<dyn TaskStore>)
         ..RunFilter::default()
     };
     let page = store.list_runs(&of_session).await.unwrap();
-    assert_eq!(run_ids(&page), vec![runs[4].id]);
+    assert_eq!(listed_ids(&page), vec![runs[4].id]);
     let none = store
         .list_runs(&runs_where(Some(RunStatus::Waiting), None))
         .await

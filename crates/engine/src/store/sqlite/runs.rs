@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use super::read::sql_limit;
 use super::write::session_key;
-use crate::ids::RunId;
-use crate::run::{FlowDoc, RunFilter, RunRecord, RunStatus};
+use crate::ids::{RunId, SessionId};
+use crate::run::{FlowDoc, RunFilter, RunRecord, RunStatus, RunSummary};
 
 /// Runs deleted per writer job.
 const RUN_CHUNK: usize = 256;
@@ -95,8 +95,10 @@ pub(super) fn run_for_key(conn: &Connection, key: &str) -> Result<Option<RunId>,
 pub(super) fn list_runs(
     conn: &Connection,
     filter: &RunFilter,
-) -> Result<Vec<RunRecord>, StoreError> {
-    let mut sql = "SELECT record, id FROM flow_runs WHERE 1".to_owned();
+) -> Result<Vec<RunSummary>, StoreError> {
+    let mut sql = "SELECT id, flow, status, session, created_ms, updated_ms, \
+                   json_extract(record, '$.error') FROM flow_runs WHERE 1"
+        .to_owned();
     let mut args: Vec<SqlValue> = Vec::with_capacity(5);
     if let Some(status) = filter.status {
         sql.push_str(" AND status = ?");
@@ -116,7 +118,26 @@ pub(super) fn list_runs(
     }
     sql.push_str(" ORDER BY id DESC LIMIT ?");
     args.push(SqlValue::Integer(sql_limit(filter.limit)));
-    run_rows(conn, &sql, params_from_iter(args))
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query(params_from_iter(args))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let id = RunId::from_uuid(Uuid::from_bytes(row.get(0)?));
+        let status: String = row.get(2)?;
+        let session: Option<[u8; 16]> = row.get(3)?;
+        out.push(RunSummary {
+            id,
+            flow: row.get(1)?,
+            status: status
+                .parse()
+                .map_err(|_| StoreError::Schema(format!("run {id}: unknown status {status:?}")))?,
+            session: session.map(|s| SessionId::from_uuid(Uuid::from_bytes(s))),
+            created_ms: row.get(4)?,
+            updated_ms: row.get(5)?,
+            error: row.get(6)?,
+        });
+    }
+    Ok(out)
 }
 
 pub(super) fn open_runs(conn: &Connection) -> Result<Vec<RunRecord>, StoreError> {

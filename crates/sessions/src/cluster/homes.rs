@@ -136,6 +136,11 @@ impl SessionRegistry {
         if self.maps().by_digest.contains_key(&digest) {
             return;
         }
+        // The look-up comes before the token is known to be anyone's:
+        // bounded, and not repeated for a token found to be nobody's.
+        let Some(_turn) = cluster.lookups.turn(&digest).await else {
+            return;
+        };
         match cluster
             .peers
             .session_by_digest(&session::hex(&digest))
@@ -144,7 +149,7 @@ impl SessionRegistry {
             Ok(Some(homed)) => {
                 self.adopt_copy(homed);
             }
-            Ok(None) => {}
+            Ok(None) => cluster.lookups.missed(digest),
             Err(error) => tracing::warn!(%error, "cannot look a session token up"),
         }
     }

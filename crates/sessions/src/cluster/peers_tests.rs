@@ -57,6 +57,7 @@ impl SessionPeers for Rows {
     }
 
     async fn session_by_digest(&self, digest: &str) -> Result<Option<HomedSession>, StoreError> {
+        self.note("by digest".into());
         Ok(self.find(|s| s.record.token_digest == digest).pop())
     }
 
@@ -291,4 +292,19 @@ async fn a_role_held_live_on_another_node_is_refused_as_soon_as_its_home_says_so
         started.elapsed()
     );
     assert_eq!(rows.log.lock().unwrap().last().unwrap(), "release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_found_to_be_nobodys_is_not_looked_up_again_at_once() {
+    let rows = Arc::new(Rows::default());
+    let harness = node_here(rows.clone());
+    let made_up = swarmd_engine::auth::SessionSecret::generate();
+    for _ in 0..3 {
+        harness.registry.load_bearer(made_up.expose()).await;
+    }
+    assert_eq!(*rows.log.lock().unwrap(), ["by digest"]);
+    // Two seconds on it is looked up again: it may be a session by then.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    harness.registry.load_bearer(made_up.expose()).await;
+    assert_eq!(*rows.log.lock().unwrap(), ["by digest", "by digest"]);
 }

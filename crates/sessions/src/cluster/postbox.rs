@@ -14,6 +14,7 @@ use swarmd_output_store::StoreError;
 use swarmd_types::cluster::{NewMail, NodeId};
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use super::lookups::TokenLookups;
 use super::mail::{self, REPLY};
 use super::peers::SessionPeers;
 use crate::frames::Reply;
@@ -57,6 +58,8 @@ pub(crate) struct SessionCluster {
     /// The releases this node asked other homes for and waits on, by
     /// session: notified when the home answers that it keeps the session.
     pub(super) releases: Mutex<HashMap<SessionId, Arc<Notify>>>,
+    /// The guard on looking session tokens up (`load_bearer`).
+    pub(super) lookups: TokenLookups,
 }
 
 impl SessionCluster {
@@ -75,6 +78,7 @@ impl SessionCluster {
             catch_up_wake: Notify::new(),
             synced_ms: AtomicU64::new(now_ms),
             releases: Mutex::default(),
+            lookups: TokenLookups::default(),
         }
     }
 

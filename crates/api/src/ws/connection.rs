@@ -53,6 +53,7 @@ pub async fn serve_socket(state: AppState, session: Arc<Session>, socket: WebSoc
         let (direct_tx, direct_rx) = mpsc::channel(DIRECT_CAPACITY);
         let ops = ops::spawn_worker(
             engine.clone(),
+            state.sessions.clone(),
             session.clone(),
             direct_tx.clone(),
             &state.tasks,

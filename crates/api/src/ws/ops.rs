@@ -28,7 +28,7 @@ use crate::http::error::describe;
 use crate::new_task::{NewTask, Origin};
 use swarmd_sessions::frames::{ServerFrame, SpawnTaskFrame};
 use swarmd_sessions::{
-    CancelError, Canceller, FrameClass, Outgoing, Reservation, Session, cancel_as,
+    CancelError, Canceller, FrameClass, Outgoing, Reservation, Session, SessionRegistry, cancel_as,
 };
 
 /// Operations queued per connection before the reader waits.
@@ -48,6 +48,7 @@ pub(super) enum Op {
 /// dropped and its started operations have finished.
 pub(super) fn spawn_worker(
     engine: Engine,
+    sessions: Arc<SessionRegistry>,
     session: Arc<Session>,
     direct: mpsc::Sender<Direct>,
     tasks: &TaskTracker,
@@ -55,7 +56,7 @@ pub(super) fn spawn_worker(
     let (tx, mut rx) = mpsc::channel(OPS_CAPACITY);
     let span = tracing::debug_span!("ws_ops", sid = %session.sid);
     let worker = async move {
-        let (engine, session) = (&engine, &session);
+        let (engine, sessions, session) = (&engine, &*sessions, &session);
         let origin = &Origin::socket(session.sid);
         let mut running = FuturesUnordered::new();
         loop {
@@ -65,7 +66,7 @@ pub(super) fn spawn_worker(
                     let run: BoxFuture<'_, Option<ServerFrame>> = match op {
                         Op::Spawn(frame) => {
                             let slot = session.outbox.reserve();
-                            Box::pin(spawn_task(engine, session, origin, *frame, slot))
+                            Box::pin(spawn_task(engine, sessions, session, origin, *frame, slot))
                         }
                         Op::Cancel { req_id, task_id } => {
                             Box::pin(cancel_task(engine, session, req_id, task_id))
@@ -94,9 +95,11 @@ pub(super) fn spawn_worker(
 
 /// Creates the task for the session (`origin`, made once per connection),
 /// answering in `slot`, a refusal too; returns the error frame only when
-/// the outbox could not take it.
+/// the outbox could not take it. A session that moved to another node
+/// meanwhile has the answer handed over to it there.
 async fn spawn_task(
     engine: &Engine,
+    sessions: &SessionRegistry,
     session: &Session,
     origin: &Origin,
     frame: SpawnTaskFrame,
@@ -116,6 +119,9 @@ async fn spawn_task(
             if let Err(error) = queued {
                 tracing::warn!(task_id = %task.id, %error, "task_accepted dropped");
             }
+            if !session.is_home() {
+                sessions.hand_over_stranded(session).await;
+            }
             None
         }
         // A refusal takes the slot too: like `task_accepted` it waits in
@@ -127,6 +133,9 @@ async fn spawn_task(
                 class: FrameClass::Notice,
                 text: session.dialect.encode(&refused),
             });
+            if !session.is_home() {
+                sessions.hand_over_stranded(session).await;
+            }
             // The outbox refused it (full): the socket, if any, is told.
             queued.err().map(|_| refused)
         }

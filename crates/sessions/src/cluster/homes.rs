@@ -299,37 +299,7 @@ impl SessionRegistry {
             return;
         }
         session.set_elsewhere(Some(to));
-        let from_mail = cluster.untrack(session.sid);
-        let mut moved = 0;
-        for (id, frame) in session.outbox.take_all() {
-            if from_mail.contains(&id) {
-                continue;
-            }
-            let (kind, req_id, body) = match frame {
-                Outgoing::Spawn(spawn) => (
-                    mail::SPAWN,
-                    Some(spawn.req_id.clone()),
-                    mail::encode_spawn(&spawn.frame),
-                ),
-                Outgoing::Text { class, text } => (
-                    mail::TEXT,
-                    None,
-                    mail::encode(&mail::TextBody {
-                        class: class.into(),
-                        text: text.as_str().to_owned(),
-                    }),
-                ),
-            };
-            cluster.post.send(NewMail {
-                sid: session.sid,
-                to_node: None,
-                reply_to: Some(cluster.node),
-                kind: kind.to_owned(),
-                req_id,
-                body,
-            });
-            moved += 1;
-        }
+        let moved = mail_outbox(cluster, session);
         // Requests already delivered: their replies now come to the new
         // home, which sends each where it is awaited.
         for (req_id, expects, reply_to) in session.pending.hand_over(cluster.node) {
@@ -344,6 +314,25 @@ impl SessionRegistry {
         }
         session.outbox.close(CloseReason::Replaced);
         tracing::info!(sid = %session.sid, moved, "session moved to another node");
+    }
+
+    /// Mails what `session`'s outbox holds to its home once this node is no
+    /// longer it. A `spawn_task` that runs through a move fills its slot
+    /// after the move handed the outbox over, and its `task_accepted` (or
+    /// refusal) would wait here for a socket that attaches elsewhere.
+    pub async fn hand_over_stranded(&self, session: &Session) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        // A move in progress hands the outbox over itself, in order.
+        let _home = session.home_lock.lock().await;
+        if session.is_home() {
+            return;
+        }
+        let moved = mail_outbox(cluster, session);
+        if moved > 0 {
+            tracing::info!(sid = %session.sid, moved, "frames filled after a move handed over");
+        }
     }
 
     /// Tells the home of a session deleted here (a copy) to end it and
@@ -461,4 +450,42 @@ impl Drop for CatchUps {
             session.delivery.caught_up();
         }
     }
+}
+
+/// Mails the frames of `session`'s outbox to the session, in order, but
+/// those that came here as mail (still in the mailbox for the next home);
+/// how many went.
+fn mail_outbox(cluster: &SessionCluster, session: &Session) -> usize {
+    let from_mail = cluster.untrack(session.sid);
+    let mut moved = 0;
+    for (id, frame) in session.outbox.take_all() {
+        if from_mail.contains(&id) {
+            continue;
+        }
+        let (kind, req_id, body) = match frame {
+            Outgoing::Spawn(spawn) => (
+                mail::SPAWN,
+                Some(spawn.req_id.clone()),
+                mail::encode_spawn(&spawn.frame),
+            ),
+            Outgoing::Text { class, text } => (
+                mail::TEXT,
+                None,
+                mail::encode(&mail::TextBody {
+                    class: class.into(),
+                    text: text.as_str().to_owned(),
+                }),
+            ),
+        };
+        cluster.post.send(NewMail {
+            sid: session.sid,
+            to_node: None,
+            reply_to: Some(cluster.node),
+            kind: kind.to_owned(),
+            req_id,
+            body,
+        });
+        moved += 1;
+    }
+    moved
 }

@@ -308,3 +308,30 @@ async fn a_token_found_to_be_nobodys_is_not_looked_up_again_at_once() {
     harness.registry.load_bearer(made_up.expose()).await;
     assert_eq!(*rows.log.lock().unwrap(), ["by digest", "by digest"]);
 }
+
+#[tokio::test]
+async fn an_answer_filled_after_a_move_is_handed_over_to_the_new_home() {
+    let rows = Arc::new(Rows::default());
+    let harness = node_here(rows.clone());
+    let registry = &harness.registry;
+    let login = registry.login(&harness.engine, roles(&[])).await.unwrap();
+    let session = registry.get(&login.sid).unwrap();
+
+    // A `spawn_task` holds its slot; the session moves away meanwhile.
+    let slot = session.outbox.reserve();
+    registry.moved_away(&session, THERE);
+    slot.fill(crate::Outgoing::Text {
+        class: crate::FrameClass::Notice,
+        text: "task_accepted".into(),
+    })
+    .unwrap();
+    registry.hand_over_stranded(&session).await;
+    assert!(registry.flush_mail(Duration::from_secs(5)).await);
+
+    assert_eq!(session.outbox.len(), 0, "nothing left waiting here");
+    let sent = rows.sent.lock().unwrap();
+    let handed: Vec<&NewMail> = sent.iter().filter(|m| m.sid == login.sid).collect();
+    assert_eq!(handed.len(), 1, "{handed:?}");
+    assert_eq!(handed[0].kind, super::mail::TEXT);
+    assert!(handed[0].body.contains("task_accepted"));
+}

@@ -298,6 +298,7 @@ fn validate_spec(spec: &TaskSpec) -> Result<(), EngineError> {
             && branch.len() <= MAX_START_FROM
             && !branch.starts_with('-')
             && !branch.contains("..")
+            && !branch.contains("@{")
             && !branch
                 .chars()
                 .any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c));
@@ -365,6 +366,7 @@ mod tests {
             "HEAD~1",
             "a^",
             "x:y",
+            "main@{1}",
             long.as_str(),
         ] {
             let refused = validate_spec(&with_start(bad));

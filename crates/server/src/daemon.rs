@@ -167,7 +167,8 @@ pub async fn build(
     engine.start_recovered();
     let branches = swarmd_git::worktree::branches::Branches::new(&HostEnv::from_pairs(
         env.iter().map(|(k, v)| (k.to_owned(), v.to_owned())),
-    ));
+    ))
+    .with_attempts_root(worktrees_root(&config));
     let runner = swarmd_flow_run::Runner::new(
         engine.clone(),
         catalog,

@@ -496,6 +496,7 @@ fn refusal(error: BranchError) -> Refused {
         },
         BranchError::NotFastForward { .. }
         | BranchError::CheckedOut { .. }
+        | BranchError::AttemptCheckout { .. }
         | BranchError::Dirty { .. }
         | BranchError::Raced(_) => ApiError::coded(ErrorCode::BranchConflict, message).into(),
         BranchError::Git(error) => git_error(&error).into(),

@@ -121,9 +121,9 @@ impl Merger {
             None => format!("swarmd/merge-{}", naming::short_id(&task.id)),
         };
         self.check_name(repo, &into).await?;
-        if naming::parse_branch(&into).is_some() {
+        if naming::in_attempt_namespace(&into) {
             return Err(MergeError::BadInput(format!(
-                "into `{into}` is named like an attempt's branch"
+                "into `{into}` is where attempts' branches are named"
             )));
         }
         let mut heads = Vec::with_capacity(request.branches.len());

@@ -27,6 +27,8 @@ pub const MAX_LISTED: usize = 1000;
 #[derive(Debug, Clone)]
 pub struct Branches {
     git: Git,
+    /// Where attempts' checkouts live: `apply` never runs git in one.
+    attempts_root: Option<PathBuf>,
 }
 
 /// One swarmd branch as the repository has it now.
@@ -126,6 +128,11 @@ pub enum BranchError {
     )]
     CheckedOut { into: String, worktree: PathBuf },
     #[error(
+        "{into} is checked out in an attempt's checkout, {}; swarmd never runs git there",
+        .worktree.display()
+    )]
+    AttemptCheckout { into: String, worktree: PathBuf },
+    #[error(
         "{into} is checked out in {} with uncommitted changes; commit or stash them first",
         .worktree.display()
     )]
@@ -148,7 +155,29 @@ impl Branches {
     pub fn new(host: &HostEnv) -> Branches {
         Branches {
             git: Git::new(host),
+            attempts_root: None,
         }
+    }
+
+    /// These branches with attempts' checkouts under `root`: a branch
+    /// checked out in one is never updated there. A worker owns its
+    /// checkout, `.git` and attributes included, so git run there could
+    /// run what the worker chose.
+    pub fn with_attempts_root(mut self, root: PathBuf) -> Branches {
+        self.attempts_root = Some(root);
+        self
+    }
+
+    /// Whether `dir` is under the attempts' root.
+    async fn in_attempts_root(&self, dir: &Path) -> bool {
+        let Some(root) = &self.attempts_root else {
+            return false;
+        };
+        let canonical = |path: &Path| {
+            let path = path.to_owned();
+            async move { tokio::fs::canonicalize(&path).await.unwrap_or(path) }
+        };
+        canonical(dir).await.starts_with(canonical(root).await)
     }
 
     /// The commit `rev` (a commit, branch or tag) names in `repo` now, or
@@ -300,13 +329,18 @@ impl Branches {
         if crate::merge::plain_name(into).is_err() {
             return Err(BranchError::BadName(into.to_owned()));
         }
-        let (valid, _) = git
+        // git refuses a bad name with exit 128, a fault to `run_answer`.
+        match git
             .run_answer(repo, &["check-ref-format", "--branch", into])
-            .await?;
-        if !valid {
-            return Err(BranchError::BadName(into.to_owned()));
+            .await
+        {
+            Ok((true, shown)) if shown == into => {}
+            Ok(_) | Err(WorktreeError::Git { .. }) => {
+                return Err(BranchError::BadName(into.to_owned()));
+            }
+            Err(other) => return Err(other.into()),
         }
-        if into.starts_with("swarmd/") {
+        if into == "swarmd" || into.starts_with("swarmd/") {
             return Err(BranchError::SwarmdTarget(into.to_owned()));
         }
         let head = head_of(git, repo, &request.branch)
@@ -361,6 +395,12 @@ impl Branches {
             }
             Some(dir) if !request.checked_out => {
                 return Err(BranchError::CheckedOut {
+                    into: into.to_owned(),
+                    worktree: dir.clone(),
+                });
+            }
+            Some(dir) if self.in_attempts_root(dir).await => {
+                return Err(BranchError::AttemptCheckout {
                     into: into.to_owned(),
                     worktree: dir.clone(),
                 });

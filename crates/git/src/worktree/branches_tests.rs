@@ -168,10 +168,31 @@ async fn branches_are_listed_applied_and_deleted() {
             "{bad}"
         );
     }
+    // `swarmd` itself would keep every `swarmd/…` attempt branch from
+    // being made.
+    assert!(matches!(
+        branches
+            .apply(&repo, &request(&branch, "swarmd"))
+            .await
+            .unwrap_err(),
+        BranchError::SwarmdTarget(_)
+    ));
     // Names git would expand, or too long for an argument, are refused as
     // names before any git command sees them.
     let long = "b".repeat(200_000);
-    for bad in ["@{-1}", "x@{upstream}", "tab\tname", long.as_str()] {
+    // git's own refusals (exit 128) are a bad name too, never a fault.
+    for bad in [
+        "@{-1}",
+        "x@{upstream}",
+        "tab\tname",
+        long.as_str(),
+        "x~1",
+        "a.lock",
+        "a:b",
+        "a*",
+        "a/",
+        "a.",
+    ] {
         assert!(
             matches!(
                 branches
@@ -197,4 +218,43 @@ async fn branches_are_listed_applied_and_deleted() {
         .await
         .unwrap();
     assert!(branches.list(&repo, "main").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_branch_checked_out_in_an_attempts_checkout_is_never_updated_there() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    let root = temp.path().join("worktrees");
+    let trees = Arc::new(Worktrees::new(root.clone(), &host()));
+    let branch = attempt_branch(&trees, &repo, "first\nmore\n").await;
+    let branches = Branches::new(&host()).with_attempts_root(root.clone());
+
+    // A worker switched its checkout to `develop`, behind the attempt's
+    // branch: git run there would read the `.git` and attributes it wrote.
+    let main = git(&repo, &["rev-parse", "main"]);
+    git(&repo, &["branch", "develop", &main]);
+    let checkout = root.join("planted-1");
+    git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            checkout.to_str().unwrap(),
+            "develop",
+        ],
+    );
+    let mut asked = request(&branch, "develop");
+    asked.checked_out = true;
+    let refused = branches.apply(&repo, &asked).await.unwrap_err();
+    assert!(
+        matches!(refused, BranchError::AttemptCheckout { .. }),
+        "{refused}"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "develop"]), main, "not moved");
+
+    // The same checkout outside the attempts' root is the person's own.
+    let own = Branches::new(&host());
+    let applied = own.apply(&repo, &asked).await.unwrap();
+    assert_eq!(applied.outcome, AppliedHow::FastForward);
 }

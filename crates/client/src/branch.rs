@@ -60,8 +60,8 @@ impl ApiClient {
 
 /// Branches (`GET /v1/branches`'s `branches`, or prune's `pruned`) as a
 /// table: branch, task, status, ahead, merged, age of its last commit,
-/// prompt.
-pub fn branch_table(branches: &Value, now_ms: u64) -> String {
+/// prompt; full task ids with `wide`.
+pub fn branch_table(branches: &Value, now_ms: u64, wide: bool) -> String {
     let text = |value: &Value, max| match value.as_str() {
         Some(text) if !text.is_empty() => clean(text, max),
         _ => "-".to_owned(),
@@ -74,7 +74,10 @@ pub fn branch_table(branches: &Value, now_ms: u64) -> String {
         .map(|branch| {
             vec![
                 text(&branch["name"], 80),
-                short_id(branch["task_id"].as_str().unwrap_or("-")),
+                match branch["task_id"].as_str() {
+                    Some(id) if wide => clean(id, 40),
+                    id => short_id(id.unwrap_or("-")),
+                },
                 text(&branch["status"], 12),
                 branch["ahead"]
                     .as_u64()

@@ -130,6 +130,14 @@ async fn a_task_branch_is_readable_listed_shown_applied_and_pruned() {
         row.contains(short) && row.contains("pass") && row.contains("Fix the login bug!"),
         "{row}"
     );
+    // `--wide` shows the id `show` and `apply` take.
+    let wide = branch_ok(&sw, &["list", "--wide"]).await;
+    assert!(
+        wide.lines()
+            .any(|l| l.contains(&name) && l.contains(task.as_str())),
+        "{wide}"
+    );
+    assert!(!table.contains(task.as_str()), "{table}");
     let listed: Value =
         serde_json::from_str(&branch_ok(&sw, &["list", "--agent", "coder", "-o", "json"]).await)
             .unwrap();

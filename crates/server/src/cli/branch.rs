@@ -34,6 +34,10 @@ pub enum BranchCommand {
         /// Only this agent's branches.
         #[arg(long, value_name = "NAME")]
         agent: Option<String>,
+        /// Full task ids in the table, to pass to `show` and `apply`
+        /// (they are shortened to their last 8 hex digits by default).
+        #[arg(long)]
+        wide: bool,
     },
     /// Print the diff a task's latest attempt recorded on its branch.
     Show {

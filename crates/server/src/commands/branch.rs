@@ -16,12 +16,12 @@ pub(super) async fn run(args: BranchArgs, env: &Environment) -> Result<u8, Comma
     let client = remote::connect(&args.connection, env).await?;
     let json = args.output == OutputFormat::Json;
     match args.command {
-        BranchCommand::List { agent } => {
+        BranchCommand::List { agent, wide } => {
             let list = client.list_branches(agent.as_deref()).await?;
             if json {
                 print(&list.to_string())?;
             } else {
-                print(&branch_table(&list["branches"], now_ms()))?;
+                print(&branch_table(&list["branches"], now_ms(), wide))?;
             }
         }
         BranchCommand::Show { task } => {
@@ -85,7 +85,7 @@ pub(super) async fn run(args: BranchArgs, env: &Environment) -> Result<u8, Comma
             } else {
                 let count = pruned["pruned"].as_array().map_or(0, Vec::len);
                 if count > 0 {
-                    print(&branch_table(&pruned["pruned"], now_ms()))?;
+                    print(&branch_table(&pruned["pruned"], now_ms(), false))?;
                 }
                 let verb = if dry_run { "would delete" } else { "deleted" };
                 eprintln!("{verb} {count} branch(es)");

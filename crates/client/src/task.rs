@@ -10,6 +10,17 @@ use super::{ApiClient, ClientError, REQUEST_TIMEOUT};
 
 /// Extra time a client waits beyond what it asked the server to wait.
 const WAIT_MARGIN: Duration = Duration::from_secs(30);
+/// The longest wait the daemon holds one request for (`MAX_WAIT_SECS`);
+/// a longer one is asked for again until its time is up.
+const SERVER_WAIT_SECS: u64 = 300;
+
+/// Whether a task's answer names a finished task.
+fn finished(task: &Value) -> bool {
+    matches!(
+        task["status"].as_str(),
+        Some("pass" | "blocked" | "failed" | "cancelled")
+    )
+}
 
 /// The body of `POST /v1/tasks`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -102,18 +113,29 @@ impl ApiClient {
     }
 
     /// `POST /v1/tasks`: creates a task; with `wait_secs`, the answer is the
-    /// finished task if it finished in time.
+    /// finished task if it finished in time (past the daemon's 300 s, by
+    /// waiting again for the rest).
     ///
     /// # Errors
     /// `Request` on transport failure, `Status` for a refusal.
     pub async fn create_task(&self, request: &SpawnRequest) -> Result<Value, ClientError> {
         let url = self.url("/v1/tasks");
-        let timeout = REQUEST_TIMEOUT + Duration::from_secs(request.wait_secs.unwrap_or(0));
+        let wait = request.wait_secs.unwrap_or(0);
+        let started = std::time::Instant::now();
+        let timeout = REQUEST_TIMEOUT + Duration::from_secs(wait.min(SERVER_WAIT_SECS));
         let mut builder = self.post("/v1/tasks").json(request).timeout(timeout);
         if let Some(key) = &request.idempotency_key {
             builder = builder.header("Idempotency-Key", key.as_str());
         }
-        self.send_json(builder, &url).await
+        let answer = self.send_json(builder, &url).await?;
+        let left = wait.saturating_sub(started.elapsed().as_secs());
+        let id = answer["task_id"].as_str().or(answer["id"].as_str());
+        match id.and_then(|id| id.parse::<TaskId>().ok()) {
+            Some(id) if wait > SERVER_WAIT_SECS && left > 0 && !finished(&answer) => {
+                self.wait_task(&id, left).await
+            }
+            _ => Ok(answer),
+        }
     }
 
     /// `GET /v1/tasks/{id}`: the task with its attempts.
@@ -128,15 +150,31 @@ impl ApiClient {
     }
 
     /// `GET /v1/tasks/{id}/wait`: long-polls until the task is terminal or
-    /// `timeout_secs` pass; the task either way.
+    /// `timeout_secs` pass; the task either way. The daemon holds one
+    /// request at most 300 s, so a longer wait asks again until its time
+    /// is up.
     ///
     /// # Errors
     /// As `spawn_task`.
     pub async fn wait_task(&self, id: &TaskId, timeout_secs: u64) -> Result<Value, ClientError> {
-        let path = format!("/v1/tasks/{id}/wait?timeout_secs={timeout_secs}");
-        let url = self.url(&path);
-        let timeout = Duration::from_secs(timeout_secs) + WAIT_MARGIN;
-        self.send_json(self.get(&path).timeout(timeout), &url).await
+        let started = std::time::Instant::now();
+        loop {
+            let left = timeout_secs.saturating_sub(started.elapsed().as_secs());
+            let now = left.min(SERVER_WAIT_SECS);
+            let path = format!("/v1/tasks/{id}/wait?timeout_secs={now}");
+            let url = self.url(&path);
+            let timeout = Duration::from_secs(now) + WAIT_MARGIN;
+            let asked = std::time::Instant::now();
+            let task = self
+                .send_json(self.get(&path).timeout(timeout), &url)
+                .await?;
+            // An answer well before its time, unfinished, is a daemon
+            // ending the wait (shutting down): not asked again.
+            let cut_short = asked.elapsed() + Duration::from_secs(1) < Duration::from_secs(now);
+            if finished(&task) || left <= SERVER_WAIT_SECS || cut_short {
+                return Ok(task);
+            }
+        }
     }
 
     /// `POST /v1/tasks/{id}/cancel`.

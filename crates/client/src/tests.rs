@@ -124,3 +124,57 @@ fn only_http_and_https_urls_are_accepted_and_bearer_is_hidden() {
     assert!(ApiClient::new("https://swarmd.example:443", Bearer::new("t")).is_ok());
     assert!(!format!("{:?}", Bearer::new("sws-secret")).contains("secret"));
 }
+
+#[tokio::test]
+async fn a_wait_past_the_daemons_300_s_asks_for_300_and_follows_a_spawn() {
+    use std::sync::{Arc, Mutex};
+    let asked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = asked.clone();
+    let id = TaskId::new().to_string();
+    let created = id.clone();
+    let router = Router::new()
+        .route(
+            "/v1/tasks",
+            post(move || async move {
+                (
+                    StatusCode::CREATED,
+                    axum::Json(json!({"task_id": created, "status": "queued"})),
+                )
+            }),
+        )
+        .route(
+            "/v1/tasks/{id}/wait",
+            get(move |uri: axum::http::Uri| async move {
+                seen.lock()
+                    .unwrap()
+                    .push(uri.query().unwrap_or("").to_owned());
+                // Answered at once and unfinished: a daemon cutting the
+                // wait short, so the client does not ask again.
+                axum::Json(json!({"status": "running"}))
+            }),
+        );
+    let url = serve(router).await;
+    let client = ApiClient::new(&url, Bearer::new("sws-x")).unwrap();
+    let task: TaskId = id.parse().unwrap();
+    let waited = client.wait_task(&task, 1_000).await.unwrap();
+    assert_eq!(waited["status"], "running");
+    assert_eq!(*asked.lock().unwrap(), ["timeout_secs=300"]);
+
+    // A spawn that waits longer than the daemon holds its request waits
+    // on for the rest; one within it does not.
+    asked.lock().unwrap().clear();
+    let request = SpawnRequest {
+        agent: "echo".into(),
+        prompt: "hi".into(),
+        wait_secs: Some(1_000),
+        ..SpawnRequest::default()
+    };
+    client.create_task(&request).await.unwrap();
+    assert_eq!(asked.lock().unwrap().len(), 1);
+    let request = SpawnRequest {
+        wait_secs: Some(60),
+        ..request
+    };
+    client.create_task(&request).await.unwrap();
+    assert_eq!(asked.lock().unwrap().len(), 1);
+}

@@ -19,6 +19,27 @@ pub const CLI_ENV_VARS: [&str; 5] = [
     "SWARMD_LOG_FORMAT",
 ];
 
+/// The first words of the configuration's top-level tables. A `SWARMD_*`
+/// name without `__` that starts with one of them (`SWARMD_SERVER_BIND`)
+/// is a misspelt key and refused; any other (`SWARMD_ADMIN_TOKEN`, a
+/// script's or a client's own) is not configuration and left alone.
+pub const CONFIG_SECTIONS: [&str; 14] = [
+    "server",
+    "store",
+    "auth",
+    "limits",
+    "defaults",
+    "ws",
+    "senior",
+    "mcp",
+    "lua",
+    "agents",
+    "flows",
+    "retention",
+    "spawner",
+    "cluster",
+];
+
 /// Environment variables by name. Values may be secrets: `Debug` prints names only.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Environment {

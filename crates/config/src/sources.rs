@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::error::ConfigError;
 use super::{Agent, AgentOrigin, Config};
-use crate::environment::{CLI_ENV_VARS, ENV_PREFIX, Environment};
+use crate::environment::{CLI_ENV_VARS, CONFIG_SECTIONS, ENV_PREFIX, Environment};
 
 /// One configuration variable: the key path it sets and its name.
 #[derive(Debug, Clone)]
@@ -45,7 +45,8 @@ impl EnvKey {
 /// own refusal, if any: reported when the merged table is refused too.
 ///
 /// # Errors
-/// `UnknownEnvVar` for a `SWARMD_*` name without `__`; `Env` naming the
+/// `UnknownEnvVar` for a `SWARMD_*` name without `__` that starts with a
+/// section (`CONFIG_SECTIONS`); `Env` naming the
 /// variable for an empty key segment, a key under a non-table, or a value
 /// the merged configuration refuses; else `file_error`.
 pub(super) fn apply_env(
@@ -65,9 +66,13 @@ pub(super) fn apply_env(
         };
         let key = &var[ENV_PREFIX.len()..];
         if !key.contains("__") {
-            return Err(ConfigError::UnknownEnvVar {
-                var: var.to_owned(),
-            });
+            let first = key.split('_').next().unwrap_or_default().to_lowercase();
+            if CONFIG_SECTIONS.contains(&first.as_str()) {
+                return Err(ConfigError::UnknownEnvVar {
+                    var: var.to_owned(),
+                });
+            }
+            continue;
         }
         let path: Vec<String> = key.split("__").map(str::to_lowercase).collect();
         if path.iter().any(String::is_empty) {

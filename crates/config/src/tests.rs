@@ -185,6 +185,13 @@ fn environment_errors_name_the_variable() {
         matches!(error, ConfigError::UnknownEnvVar { .. }),
         "{error}"
     );
+    // Names that start with no section are a tool's own, not configuration.
+    fixture
+        .load(
+            &[("SWARMD_ADMIN_TOKEN", "x"), ("SWARMD_TOOLS_DIR", "/tmp")],
+            &Overrides::default(),
+        )
+        .unwrap();
     let error = fixture
         .load(
             &[("SWARMD_LIMITS__MAX_RUNNING", "many")],

@@ -110,8 +110,12 @@ fn inline(value: Value) -> ContentRef {
 }
 
 /// Hands an event to the attempt; a closed channel means the attempt is gone,
-/// which stops the run like a cancel.
+/// which stops the run like a cancel. An event past a bound every route
+/// keeps (an artifact's name, a progress stage or note) is a script error.
 fn emit(sink: &mpsc::Sender<OutputEvent>, event: OutputEvent) -> mlua::Result<()> {
+    if let Some(reason) = event.out_of_bounds() {
+        return Err(mlua::Error::runtime(reason));
+    }
     sink.blocking_send(event)
         .map_err(|_| mlua::Error::external(Abort::Cancelled))
 }

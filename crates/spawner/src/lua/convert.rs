@@ -9,11 +9,17 @@ use super::agent::LuaFinal;
 /// The most table entries a value converted to JSON may hold in all, counted
 /// as the JSON would repeat them: a table referenced twice counts twice.
 pub(super) const MAX_JSON_ELEMENTS: usize = 1 << 20;
+/// The most bytes of strings a value converted to JSON may hold in all,
+/// counted as the JSON would repeat them: the Lua memory limit counts a
+/// string once, however many tables hold it, while the copy made here
+/// holds it each time.
+pub(super) const MAX_JSON_STRING_BYTES: usize = 32 << 20;
 
 /// A Lua value as JSON. Functions, threads and userdata (other than
 /// `json.null`) are refused, and so are tables nested deeper than
-/// `MAX_JSON_DEPTH` (a table that contains itself is infinitely deep) or
-/// holding more than [`MAX_JSON_ELEMENTS`] entries.
+/// `MAX_JSON_DEPTH` (a table that contains itself is infinitely deep),
+/// holding more than [`MAX_JSON_ELEMENTS`] entries, or more than
+/// [`MAX_JSON_STRING_BYTES`] of strings.
 pub(super) fn from_lua(lua: &Lua, value: Value) -> mlua::Result<serde_json::Value> {
     check_shape(&value)?;
     lua.from_value(value)
@@ -22,6 +28,19 @@ pub(super) fn from_lua(lua: &Lua, value: Value) -> mlua::Result<serde_json::Valu
 /// Walks the tables of `value` without recursion, so that the converter,
 /// which recurses, only ever sees a bounded value.
 fn check_shape(value: &Value) -> mlua::Result<()> {
+    let mut bytes: usize = 0;
+    let mut weigh = |value: &Value| -> mlua::Result<()> {
+        if let Value::String(text) = value {
+            bytes = bytes.saturating_add(text.as_bytes().len());
+            if bytes > MAX_JSON_STRING_BYTES {
+                return Err(mlua::Error::runtime(format!(
+                    "the value holds more than {MAX_JSON_STRING_BYTES} bytes of strings"
+                )));
+            }
+        }
+        Ok(())
+    };
+    weigh(value)?;
     let Value::Table(table) = value else {
         return Ok(());
     };
@@ -29,13 +48,15 @@ fn check_shape(value: &Value) -> mlua::Result<()> {
     let mut elements: usize = 0;
     while let Some((table, depth)) = pending.pop() {
         for pair in table.pairs::<Value, Value>() {
-            let (_, entry) = pair?;
+            let (key, entry) = pair?;
             elements += 1;
             if elements > MAX_JSON_ELEMENTS {
                 return Err(mlua::Error::runtime(format!(
                     "the value holds more than {MAX_JSON_ELEMENTS} elements"
                 )));
             }
+            weigh(&key)?;
+            weigh(&entry)?;
             let Value::Table(inner) = entry else {
                 continue;
             };

@@ -15,6 +15,10 @@ use super::{LuaError, LuaLimits};
 
 /// Instructions between two hook calls: the budget's and the deadline's grain.
 const HOOK_EVERY: u32 = 1000;
+/// The longest text `json.decode` takes. Decoded values are built outside
+/// the Lua memory limit, at up to about 16 bytes each for every byte of
+/// text, so the text is bounded before it is parsed.
+const MAX_DECODE_BYTES: usize = 8 << 20;
 
 /// Base-library functions a script never gets: code loading, output to the
 /// daemon's stdio, and GC control.
@@ -29,6 +33,17 @@ const REMOVED_GLOBALS: [&str; 9] = [
     "pcall",
     "xpcall",
 ];
+
+/// `setmetatable`, refusing a metatable that carries `__gc`.
+const GUARDED_SETMETATABLE: &str = r#"
+local setmetatable, rawget, type, error = setmetatable, rawget, type, error
+_G.setmetatable = function(t, mt)
+  if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+    error("a metatable with __gc is refused: finalizers run outside the sandbox's limits", 2)
+  end
+  return setmetatable(t, mt)
+end
+"#;
 
 /// Why the hook stopped a run. Raised as an external error so that it can be
 /// told apart from script errors all the way up.
@@ -80,6 +95,11 @@ fn install(lua: &Lua) -> mlua::Result<()> {
     }
     let string: mlua::Table = globals.get("string")?;
     string.raw_set("dump", Value::Nil)?;
+    // A finalizer (`__gc`) runs with hooks off, when the state closes:
+    // outside the instruction budget, the deadline and cancellation. Lua
+    // marks a table for finalization only when its metatable is set with
+    // `__gc` already in it, so refusing that here refuses every finalizer.
+    lua.load(GUARDED_SETMETATABLE).set_name("=sandbox").exec()?;
 
     let json = lua.create_table()?;
     json.set(
@@ -92,8 +112,14 @@ fn install(lua: &Lua) -> mlua::Result<()> {
     json.set(
         "decode",
         lua.create_function(|lua, text: mlua::String| {
+            let text = text.as_bytes();
+            if text.len() > MAX_DECODE_BYTES {
+                return Err(mlua::Error::runtime(format!(
+                    "json.decode takes at most {MAX_DECODE_BYTES} bytes"
+                )));
+            }
             let value: serde_json::Value =
-                serde_json::from_slice(&text.as_bytes()).map_err(mlua::Error::external)?;
+                serde_json::from_slice(&text).map_err(mlua::Error::external)?;
             to_lua(lua, &value)
         })?,
     )?;

@@ -375,3 +375,59 @@ async fn a_wide_shared_table_is_bounded_too() {
     };
     assert!(message.contains("elements"), "{message}");
 }
+
+#[tokio::test]
+async fn a_finalizer_is_refused_so_nothing_runs_outside_the_limits() {
+    let spin = r#"setmetatable({}, {__gc = function() while true do end end}) return 1"#;
+    let (r, _) = agent(small(), spin).await;
+    let err = r.unwrap_err();
+    assert!(
+        matches!(&err, LuaError::Runtime(m) if m.contains("__gc")),
+        "{err}"
+    );
+    // Other metatables still work, and `__gc` added later marks nothing.
+    let fine = r#"
+        local mt = {__index = function() return 7 end}
+        local t = setmetatable({}, mt)
+        mt.__gc = function() while true do end end
+        return t.anything
+    "#;
+    let (r, _) = agent(small(), fine).await;
+    assert_eq!(r.unwrap().value, json!(7));
+}
+
+#[tokio::test]
+async fn a_value_repeating_one_big_string_is_refused_before_it_is_copied() {
+    // 1 MiB held once by Lua, repeated 64 times in the value: past the
+    // bytes a converted value may hold, though inside the memory limit.
+    let repeated = r#"
+        local s = string.rep("x", 1048576)
+        local t = {}
+        for i = 1, 64 do t[i] = s end
+        return t
+    "#;
+    let (r, _) = agent(small(), repeated).await;
+    let err = r.unwrap_err();
+    assert!(err.to_string().contains("bytes of strings"), "{err}");
+    let decode = r#"return json.decode("[" .. string.rep("0,", 5000000) .. "0]")"#;
+    let big = LuaLimits {
+        memory_limit_bytes: 64 << 20,
+        ..small()
+    };
+    let (r, _) = agent(big, decode).await;
+    let err = r.unwrap_err();
+    assert!(
+        matches!(&err, LuaError::Runtime(m) if m.contains("json.decode takes at most")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn emitted_events_keep_the_bounds_of_every_route() {
+    let long = r#"emit_progress(string.rep("s", 300)) return 1"#;
+    let (r, events) = agent(small(), long).await;
+    assert!(r.is_err() && events.is_empty(), "{r:?}");
+    let unnamed = r#"emit_artifact("", 1) return 1"#;
+    let (r, events) = agent(small(), unnamed).await;
+    assert!(r.is_err() && events.is_empty(), "{r:?}");
+}

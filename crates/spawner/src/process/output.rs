@@ -42,6 +42,8 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
 ) -> Result<StdoutSummary, ProcessError> {
     let mut summary = StdoutSummary::default();
     let mut pending: Vec<u8> = Vec::new();
+    // How much of `pending` is known to hold no newline.
+    let mut scanned = 0;
     let mut total: u64 = 0;
     let mut line_no: u64 = 0;
     let mut chunk = vec![0u8; CHUNK];
@@ -61,12 +63,20 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
         match mode {
             StreamMode::None => summary.bytes.extend_from_slice(kept),
             StreamMode::Ndjson | StreamMode::Cli(_) => {
+                // Only the bytes after `scanned` are searched for a newline,
+                // so a long line costs its length once, not once per chunk.
                 pending.extend_from_slice(kept);
-                while let Some(pos) = pending.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = pending.drain(..=pos).collect();
+                let mut start = 0;
+                while let Some(pos) = pending[scanned..].iter().position(|&b| b == b'\n') {
+                    let end = scanned + pos;
                     line_no += 1;
-                    forward_line(&line, line_no, adapter.as_mut(), events, &mut summary).await?;
+                    let line = &pending[start..=end];
+                    forward_line(line, line_no, adapter.as_mut(), events, &mut summary).await?;
+                    start = end + 1;
+                    scanned = start;
                 }
+                pending.drain(..start);
+                scanned = pending.len();
             }
         }
         if over {
@@ -395,5 +405,32 @@ mod tests {
         assert!(matches!(err, ProcessError::OutputTooLarge { limit: 40 }));
         assert!(matches!(rx.try_recv(), Ok(OutputEvent::Progress { .. })));
         assert!(rx.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn lines_are_cut_right_whatever_chunks_they_arrive_in() {
+        // A line of several chunks, then lines that end inside a chunk and
+        // one that ends exactly at a chunk's end.
+        let long = format!(
+            "{{\"type\":\"progress\",\"stage\":\"s\",\"note\":\"{}\"}}\n",
+            "n".repeat(3 * CHUNK)
+        );
+        let short = "{\"type\":\"progress\",\"stage\":\"t\"}\n";
+        let pad = "x".repeat(CHUNK - (long.len() + short.len()) % CHUNK - 1);
+        let input = format!("{long}{short}{pad}\n{short}");
+        let (tx, mut rx) = mpsc::channel(16);
+        let summary = read_stdout(input.as_bytes(), StreamMode::Ndjson, 1 << 20, &tx)
+            .await
+            .unwrap();
+        let mut stages = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            if let OutputEvent::Progress { stage, note } = event {
+                stages.push((stage, note.map_or(0, |n| n.len())));
+            }
+        }
+        assert_eq!(summary.invalid, 1, "the padding line");
+        assert_eq!(stages[0], ("s".to_owned(), 3 * CHUNK));
+        assert_eq!(stages[1].0, "t");
+        assert_eq!(stages.last().unwrap().0, "t");
     }
 }

@@ -8,6 +8,7 @@
 //! so this crate links the spawner (and through it the engine); a program
 //! that only calls the daemon's API takes `swarmd-client` alone.
 
+mod command;
 pub mod pool;
 mod wrapper;
 

@@ -10,16 +10,15 @@
 //! bytes replaced by U+FFFD, since results are text or JSON.
 
 use std::io;
-use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
 use swarmd_types::ids::TaskId;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 
 use swarmd_client::{ApiClient, Bearer, ClientError, REQUEST_TIMEOUT, is_transient};
+
+use crate::command::{MAX_STDOUT, Ran, exit_code, run_command};
 
 /// Environment variable holding the handle; never passed to the command.
 pub(crate) const HANDLE_VAR: &str = "SWARM_WORKER_HANDLE";
@@ -74,19 +73,34 @@ pub async fn run_worker(options: &WorkerOptions) -> Result<u8, ClientError> {
         reason: error.to_string(),
     })?;
 
-    let heartbeat = (options.heartbeat_secs > 0).then(|| {
-        let client = client.clone();
-        let task_id = options.task_id;
+    // The heartbeats end when the attempt does (cancelled, or decided
+    // elsewhere), and the command with them.
+    let ended = async {
+        if options.heartbeat_secs == 0 {
+            return std::future::pending().await;
+        }
         let every = Duration::from_secs(options.heartbeat_secs);
-        tokio::spawn(async move { heartbeat_loop(&client, task_id, every).await })
-    });
-    let outcome = run_command(&options.command, &prompt.prompt).await;
-    if let Some(heartbeat) = heartbeat {
-        heartbeat.abort();
-    }
+        heartbeat_loop(&client, options.task_id, every).await;
+    };
+    let outcome = run_command(&options.command, &prompt.prompt, ended).await;
 
     let (body, ok, code) = match outcome {
-        Ok((stdout, status)) => (stdout, status.success(), exit_code(status)),
+        Ok(Ran::Exited { stdout, status }) => (stdout, status.success(), exit_code(status)),
+        Ok(Ran::TooLarge) => {
+            let message = format!(
+                "swarmd worker: `{}` wrote more than {MAX_STDOUT} bytes to stdout; it was stopped",
+                options.command.join(" ")
+            );
+            eprintln!("{message}");
+            (message.into_bytes(), false, 1)
+        }
+        Ok(Ran::Ended) => {
+            eprintln!(
+                "swarmd worker: the attempt ended (cancelled, or decided elsewhere); \
+                 the command was stopped"
+            );
+            return Ok(1);
+        }
         Err(error) => {
             let code = if error.kind() == io::ErrorKind::NotFound {
                 127
@@ -116,59 +130,6 @@ fn utf8_lossy(bytes: Vec<u8>) -> Vec<u8> {
                 .into_owned()
                 .into_bytes()
         }
-    }
-}
-
-/// The command, with the handle removed from its environment.
-fn command_for(argv: &[String]) -> Command {
-    let (program, args) = argv
-        .split_first()
-        .map_or(("", &[][..]), |(p, a)| (p.as_str(), a));
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .env_remove(HANDLE_VAR)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    command
-}
-
-/// Runs `argv` with `prompt` on stdin; returns its whole stdout and status.
-/// Stdin is written while stdout is read, so a command that prints before it
-/// has read all its input cannot deadlock.
-async fn run_command(argv: &[String], prompt: &str) -> io::Result<(Vec<u8>, ExitStatus)> {
-    let mut child = command_for(argv).spawn()?;
-    let mut stdin = child.stdin.take();
-    let mut stdout = child.stdout.take();
-    let prompt = prompt.as_bytes().to_vec();
-    let feed = async move {
-        if let Some(stdin) = &mut stdin {
-            // A command that exits without reading its input is not an error.
-            let _ = stdin.write_all(&prompt).await;
-        }
-        drop(stdin);
-    };
-    let mut output = Vec::new();
-    let read = async {
-        match &mut stdout {
-            Some(stdout) => stdout.read_to_end(&mut output).await.map(drop),
-            None => Ok(()),
-        }
-    };
-    let ((), read) = tokio::join!(feed, read);
-    read?;
-    let status = child.wait().await?;
-    Ok((output, status))
-}
-
-fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
-        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
-        (None, None) => 1,
     }
 }
 
@@ -218,6 +179,9 @@ async fn submit(
     }
 }
 
+/// Heartbeats every `every` until the daemon answers that the attempt is
+/// over: its lease's `deadline` already passed (superseded or decided), or
+/// `409`/`410`.
 async fn heartbeat_loop(client: &ApiClient, task_id: Option<TaskId>, every: Duration) {
     let body = match task_id {
         Some(id) => serde_json::json!({ "task_id": id.to_string() }),
@@ -233,17 +197,34 @@ async fn heartbeat_loop(client: &ApiClient, task_id: Option<TaskId>, every: Dura
             .timeout(REQUEST_TIMEOUT);
         let answer = match client.send(request, &url).await {
             Ok(response) => response.json::<Value>().await.ok(),
+            Err(ClientError::Status {
+                status: 409 | 410, ..
+            }) => return,
             Err(error) => {
                 tracing::warn!(%error, "heartbeat failed");
                 None
             }
         };
+        if answer.as_ref().is_some_and(attempt_over) {
+            return;
+        }
         if let Some(token) = answer.as_ref().and_then(fresh_token)
             && !client.sends_handle()
         {
             client.set_bearer(token);
         }
     }
+}
+
+/// Whether a heartbeat's answer says the attempt is over: a lease that
+/// ends now or earlier.
+fn attempt_over(answer: &Value) -> bool {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    answer["deadline"]
+        .as_u64()
+        .is_some_and(|deadline| deadline <= now_ms)
 }
 
 /// The fresh token in a heartbeat's answer, if it carries one.
@@ -284,32 +265,5 @@ mod tests {
         assert!(fresh_token(&serde_json::json!({"deadline": 1, "handle_expires": 2})).is_none());
         let handle = ApiClient::new("http://127.0.0.1:1", Bearer::new("wh-0123")).unwrap();
         assert!(handle.sends_handle());
-    }
-
-    #[test]
-    fn the_command_never_inherits_the_handle() {
-        let command = command_for(&["env".to_owned()]);
-        let removed = command
-            .as_std()
-            .get_envs()
-            .any(|(name, value)| name == HANDLE_VAR && value.is_none());
-        assert!(removed);
-    }
-
-    #[tokio::test]
-    async fn command_gets_the_prompt_and_its_status_is_mirrored() {
-        let argv = ["sh", "-c", "tr a-z A-Z; exit 3"].map(String::from);
-        let (stdout, status) = run_command(&argv, "hello").await.unwrap();
-        assert_eq!(stdout, b"HELLO");
-        assert_eq!(exit_code(status), 3);
-    }
-
-    #[tokio::test]
-    async fn command_that_ignores_stdin_still_completes() {
-        let argv = ["sh", "-c", "echo done"].map(String::from);
-        let big_prompt = "x".repeat(1 << 20);
-        let (stdout, status) = run_command(&argv, &big_prompt).await.unwrap();
-        assert_eq!(stdout, b"done\n");
-        assert!(status.success());
     }
 }

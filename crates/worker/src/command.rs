@@ -1,0 +1,224 @@
+//! The wrapper's command: run in a process group of its own with the
+//! prompt on stdin, its stdout read up to `MAX_STDOUT`, and the whole group
+//! killed when it ends, however it ends.
+
+use std::future::Future;
+use std::io;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+use crate::wrapper::HANDLE_VAR;
+
+/// The most stdout a command's result may be: the daemon's default body
+/// limit (`limits.max_body_bytes`), which would refuse more anyway.
+pub(crate) const MAX_STDOUT: usize = 8 << 20;
+/// How long stdout may stay open once the command exited: a process it
+/// left in the background can hold it for ever.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// How a command's run ended.
+#[derive(Debug)]
+pub(crate) enum Ran {
+    /// It exited; its stdout up to its end, or up to when the exit's
+    /// grace ran out.
+    Exited { stdout: Vec<u8>, status: ExitStatus },
+    /// Its stdout passed `MAX_STDOUT`: it was stopped.
+    TooLarge,
+    /// The attempt ended first (cancelled, or decided elsewhere): it was
+    /// stopped.
+    Ended,
+}
+
+/// The command, with the handle removed from its environment, in a process
+/// group of its own.
+pub(crate) fn command_for(argv: &[String]) -> Command {
+    let (program, args) = argv
+        .split_first()
+        .map_or(("", &[][..]), |(p, a)| (p.as_str(), a));
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env_remove(HANDLE_VAR)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .kill_on_drop(true);
+    command
+}
+
+/// Kills a process group with SIGKILL when dropped: whatever the command
+/// started goes with it.
+struct Group(Option<Pid>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(group) = self.0 {
+            // Already gone (ESRCH) is the usual case after a clean exit.
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Runs `argv` with `prompt` on stdin until it exits, its stdout passes
+/// `MAX_STDOUT`, or `ended` completes. Stdin is written while stdout is
+/// read, so a command that prints before it has read all its input cannot
+/// deadlock.
+pub(crate) async fn run_command(
+    argv: &[String],
+    prompt: &str,
+    ended: impl Future<Output = ()>,
+) -> io::Result<Ran> {
+    let mut child = command_for(argv).spawn()?;
+    let _group = Group(
+        child
+            .id()
+            .and_then(|pid| i32::try_from(pid).ok())
+            .map(Pid::from_raw),
+    );
+    if let Some(mut stdin) = child.stdin.take() {
+        let prompt = prompt.as_bytes().to_vec();
+        // A command that exits without reading its input is not an error.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&prompt).await;
+        });
+    }
+    let mut stdout = child.stdout.take();
+    let mut output = Vec::new();
+    let ran = {
+        let mut read = Box::pin(async {
+            match &mut stdout {
+                Some(stdout) => {
+                    let limit = u64::try_from(MAX_STDOUT).unwrap_or(u64::MAX) + 1;
+                    stdout.take(limit).read_to_end(&mut output).await
+                }
+                None => Ok(0),
+            }
+        });
+        let run = async {
+            tokio::select! {
+                read = &mut read => {
+                    // Past the bound the command is not waited for: the
+                    // group is killed as this returns.
+                    if read? > MAX_STDOUT {
+                        return Ok(Some(None));
+                    }
+                    child.wait().await.map(|status| Some(Some(status)))
+                }
+                status = child.wait() => {
+                    let status = status?;
+                    // Whatever holds stdout past the grace is killed with
+                    // the group; what was read so far is the result.
+                    if let Ok(read) = tokio::time::timeout(DRAIN_AFTER_EXIT, &mut read).await {
+                        read?;
+                    }
+                    Ok(Some(Some(status)))
+                }
+            }
+        };
+        tokio::select! {
+            status = run => status?,
+            () = ended => None,
+        }
+    };
+    Ok(match ran {
+        None => Ran::Ended,
+        Some(None) => Ran::TooLarge,
+        Some(Some(_)) if output.len() > MAX_STDOUT => Ran::TooLarge,
+        Some(Some(status)) => Ran::Exited {
+            stdout: output,
+            status,
+        },
+    })
+}
+
+/// The exit code to mirror: the command's, or 128 + the signal that
+/// killed it.
+pub(crate) fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::pending;
+
+    use super::*;
+
+    fn sh(script: &str) -> Vec<String> {
+        ["sh", "-c", script].map(String::from).to_vec()
+    }
+
+    async fn exited(ran: Ran) -> (Vec<u8>, ExitStatus) {
+        match ran {
+            Ran::Exited { stdout, status } => (stdout, status),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_never_inherits_the_handle() {
+        let command = command_for(&["env".to_owned()]);
+        let removed = command
+            .as_std()
+            .get_envs()
+            .any(|(name, value)| name == HANDLE_VAR && value.is_none());
+        assert!(removed);
+    }
+
+    #[tokio::test]
+    async fn command_gets_the_prompt_and_its_status_is_mirrored() {
+        let ran = run_command(&sh("tr a-z A-Z; exit 3"), "hello", pending())
+            .await
+            .unwrap();
+        let (stdout, status) = exited(ran).await;
+        assert_eq!(stdout, b"HELLO");
+        assert_eq!(exit_code(status), 3);
+    }
+
+    #[tokio::test]
+    async fn command_that_ignores_stdin_still_completes() {
+        let big_prompt = "x".repeat(1 << 20);
+        let ran = run_command(&sh("echo done"), &big_prompt, pending())
+            .await
+            .unwrap();
+        let (stdout, status) = exited(ran).await;
+        assert_eq!(stdout, b"done\n");
+        assert!(status.success());
+    }
+
+    #[tokio::test]
+    async fn stdout_past_its_bound_stops_the_command() {
+        let ran = run_command(&sh("yes"), "", pending()).await.unwrap();
+        assert!(matches!(ran, Ran::TooLarge), "{ran:?}");
+    }
+
+    #[tokio::test]
+    async fn a_background_process_holding_stdout_does_not_hold_the_result() {
+        // The command exits at once; what it left behind keeps stdout open
+        // for a minute, and is killed with the group.
+        let started = std::time::Instant::now();
+        let ran = run_command(&sh("echo out; sleep 60 &"), "", pending())
+            .await
+            .unwrap();
+        let (stdout, status) = exited(ran).await;
+        assert_eq!((stdout.as_slice(), status.success()), (&b"out\n"[..], true));
+        assert!(started.elapsed() < Duration::from_secs(30));
+    }
+
+    #[tokio::test]
+    async fn the_attempt_ending_stops_the_command() {
+        let ended = tokio::time::sleep(Duration::from_millis(100));
+        let ran = run_command(&sh("sleep 60"), "", ended).await.unwrap();
+        assert!(matches!(ran, Ran::Ended), "{ran:?}");
+    }
+}

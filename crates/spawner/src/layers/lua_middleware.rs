@@ -85,19 +85,24 @@ impl SpawnerAdapter for LuaMiddleware {
                 return joined;
             }
             let observed = Observed::read(&*host, &joined).await;
-            let over = match layer
+            // An `after` that fails (an error, a limit, a value it cannot
+            // return) fails closed, as `before` does: an attempt it was to
+            // judge is not passed by its failing to judge it.
+            let (value, ok) = match layer
                 .pool
                 .run_after(&layer.script, script_ctx, observed.to_json())
                 .await
             {
-                Ok(Some(over)) => over,
+                Ok(Some(over)) => (over.value, over.ok),
                 Ok(None) => return joined,
+                Err(_) if joined.is_err() => return joined,
                 Err(e) => {
-                    tracing::warn!(layer = %layer.key, error = %e, "after failed; the outcome stands");
-                    return joined;
+                    tracing::warn!(layer = %layer.key, error = %e, "after failed; the attempt is blocked");
+                    let reason = format!("{}: after failed: {e}", layer.key);
+                    (json!({ "error": reason }), false)
                 }
             };
-            let event = OutputEvent::inline_final(over.value, over.ok);
+            let event = OutputEvent::inline_final(value, ok);
             match host.record_output(&layer.key, vec![event]).await {
                 // The override decides, even over a worker that failed.
                 Ok(_) => Ok(()),
@@ -206,5 +211,29 @@ mod tests {
         let task = run_task(&engine, "a", PolicyOverrides::default()).await;
         assert_eq!(task.result.unwrap().value, json!("good"));
         assert_eq!(outputs(&engine, task.id, 1).await.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failing_after_blocks_the_attempt_instead_of_passing_it() {
+        let broken = layer(
+            "judge",
+            r#"function after(ctx, result) error("cannot judge " .. result.outcome) end"#,
+        );
+        let engine = engine_running(
+            "a",
+            broken.wrap(FinalSpawner::arc(
+                Act::Final(json!("good"), true),
+                &call_log(),
+            )),
+        );
+        let task = run_task(&engine, "a", PolicyOverrides::default()).await;
+        assert_eq!(task.status(), TaskStatus::Blocked, "{task:?}");
+        let value = task.result.unwrap().value;
+        assert!(
+            value["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("cannot judge pass")),
+            "{value}"
+        );
     }
 }

@@ -159,14 +159,26 @@ impl Merger {
                 writer.pick(&base, branch, head).await?
             }
         };
+        // Both names are checked before either branch is made, so a work
+        // branch that cannot be made leaves nothing but objects behind.
+        let work = match &outcome.conflict {
+            Some(Conflict {
+                work_branch: Some(work),
+                work_head: Some(at),
+                ..
+            }) => {
+                self.check_name(repo, work).await?;
+                if self.branch_head(repo, work).await.is_some() {
+                    return Err(MergeError::BadInput(format!(
+                        "the conflict's work branch `{work}` exists already"
+                    )));
+                }
+                Some((work, at))
+            }
+            _ => None,
+        };
         self.create(repo, &into, &outcome.head).await?;
-        if let Some(Conflict {
-            work_branch: Some(work),
-            work_head: Some(at),
-            ..
-        }) = &outcome.conflict
-        {
-            self.check_name(repo, work).await?;
+        if let Some((work, at)) = work {
             self.create(repo, work, at).await?;
         }
 
@@ -459,7 +471,7 @@ impl Writer<'_> {
             .map(str::to_owned)
             .collect();
         files.dedup();
-        Ok(Step::Conflicted(tree, files))
+        Ok(Step::Conflicted(tree, crate::merge::cap_files(files)))
     }
 
     /// A commit of `tree` with `parents`, by swarmd.

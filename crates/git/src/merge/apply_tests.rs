@@ -149,6 +149,32 @@ async fn a_conflict_stops_the_sequence_at_its_branch_and_names_the_files() {
 }
 
 #[tokio::test]
+async fn a_work_branch_that_cannot_be_made_leaves_nothing_made() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    branch(&repo, "one", "notes.txt", "one\n");
+    branch(&repo, "three", "notes.txt", "three\n");
+    git(&repo, &["branch", "merged-conflict", "one"]);
+    let spec = MergeSpec::new(&repo);
+    let error = merge(
+        &spec,
+        json!({"branches": ["one", "three"], "into": "merged"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(error, MergeError::BadInput(_)), "{error}");
+    assert_eq!(git(&repo, &["branch", "--list", "merged"]), "");
+    // `swarmd` itself, or a name under `swarmd/t-`, would keep attempts'
+    // branches from being made.
+    for into in ["swarmd", "swarmd/t-c3d4e5f6"] {
+        let error = merge(&spec, json!({"branches": ["one"], "into": into}))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, MergeError::BadInput(_)), "{into}: {error}");
+    }
+}
+
+#[tokio::test]
 async fn octopus_makes_one_commit_or_applies_nothing() {
     let temp = tempfile::tempdir().unwrap();
     let repo = repo(temp.path());

@@ -41,6 +41,21 @@ pub const DEFAULT_MAX_BRANCHES: usize = 16;
 /// What the merge commits' `base` defaults to.
 pub const DEFAULT_BASE: &str = "HEAD";
 
+/// The most conflicting files a conflict names; more are counted in one
+/// last entry. A conflict's list goes into a Final and a `409` body, and
+/// two branches a worker controls can conflict in any number of paths.
+pub const MAX_CONFLICT_FILES: usize = 1000;
+
+/// `files` cut to [`MAX_CONFLICT_FILES`], the rest counted.
+pub(crate) fn cap_files(mut files: Vec<String>) -> Vec<String> {
+    if files.len() > MAX_CONFLICT_FILES {
+        let more = files.len() - MAX_CONFLICT_FILES;
+        files.truncate(MAX_CONFLICT_FILES);
+        files.push(format!("… and {more} more files"));
+    }
+    files
+}
+
 /// `[agents.NAME] kind = "merge"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MergeSpec {
@@ -153,4 +168,18 @@ pub fn check(spec: &MergeSpec, host: &HostEnv) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod cap_tests {
+    use super::*;
+
+    #[test]
+    fn a_conflicts_files_are_cut_and_the_rest_counted() {
+        let files = |n: usize| (0..n).map(|i| format!("f{i}")).collect::<Vec<_>>();
+        assert_eq!(cap_files(files(3)), files(3));
+        let cut = cap_files(files(MAX_CONFLICT_FILES + 5));
+        assert_eq!(cut.len(), MAX_CONFLICT_FILES + 1);
+        assert_eq!(cut.last().unwrap(), "… and 5 more files");
+    }
 }

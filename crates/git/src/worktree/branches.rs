@@ -469,7 +469,7 @@ impl Branches {
             return Err(BranchError::Conflict {
                 branch: request.branch.clone(),
                 into: request.into.clone(),
-                files,
+                files: crate::merge::cap_files(files),
             });
         }
         let name = format!("user.name={AUTHOR_NAME}");

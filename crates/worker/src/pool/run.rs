@@ -38,6 +38,10 @@ use swarmd_client::{ApiClient, Bearer, ClientError};
 const CHANNEL: usize = 256;
 /// Most events posted in one request.
 const MAX_BATCH: usize = 64;
+/// A request stops taking events once they weigh this much as JSON: well
+/// inside the daemon's default body limit (8 MiB) even with one large
+/// event after it.
+const MAX_BATCH_BYTES: usize = 1 << 20;
 
 /// What every attempt of one pool runs.
 #[derive(Debug, Clone)]
@@ -303,10 +307,16 @@ async fn forward(
 ) -> Result<Option<OutputEvent>, ClientError> {
     let mut last_final = None;
     while let Some(first) = events.recv().await {
+        let mut bytes = encoded_len(&first);
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        // Bounded in bytes too: a post holds what the daemon's body limit
+        // takes, whatever the events weigh.
+        while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
             match events.try_recv() {
-                Ok(event) => batch.push(event),
+                Ok(event) => {
+                    bytes += encoded_len(&event);
+                    batch.push(event);
+                }
                 Err(_) => break,
             }
         }
@@ -321,6 +331,11 @@ async fn forward(
         }
     }
     Ok(last_final)
+}
+
+/// An event's length as JSON, as a batch posts it.
+fn encoded_len(event: &OutputEvent) -> usize {
+    serde_json::to_vec(event).map_or(0, |json| json.len())
 }
 
 /// What the child's exit decides.
@@ -508,5 +523,46 @@ mod tests {
             panic!("expected a failure");
         };
         assert!(reason.contains("without a final event"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn a_backlog_of_large_events_goes_in_posts_of_bounded_size() {
+        use std::sync::{Arc, Mutex};
+        let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
+        let seen = sizes.clone();
+        let router = axum::Router::new().route(
+            "/v1/worker/output",
+            axum::routing::post(move |body: axum::body::Bytes| async move {
+                seen.lock().unwrap().push(body.len());
+                axum::Json(json!({"seq": 1}))
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let writer = Poster {
+            client: ApiClient::new(&url, swarmd_client::Bearer::new("wh-x")).unwrap(),
+            patience: Duration::from_secs(5),
+            cancel: CancellationToken::new(),
+        };
+        // 64 events of 130 KiB waiting at once: 8.3 MiB in one post before.
+        let (tx, rx) = mpsc::channel(CHANNEL);
+        for _ in 0..MAX_BATCH {
+            let note = Some("n".repeat(130 << 10));
+            tx.send(OutputEvent::Progress {
+                stage: "s".into(),
+                note,
+            })
+            .await
+            .unwrap();
+        }
+        drop(tx);
+        assert!(forward(&writer, rx).await.unwrap().is_none());
+        let sizes = sizes.lock().unwrap().clone();
+        assert!(sizes.len() > 1, "{sizes:?}");
+        assert!(
+            sizes.iter().all(|&n| n <= MAX_BATCH_BYTES + (140 << 10)),
+            "{sizes:?}"
+        );
     }
 }

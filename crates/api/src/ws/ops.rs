@@ -119,7 +119,7 @@ async fn spawn_task(
             if let Err(error) = queued {
                 tracing::warn!(task_id = %task.id, %error, "task_accepted dropped");
             }
-            if !session.is_home() {
+            if sessions.clustered() && !session.is_home() {
                 sessions.hand_over_stranded(session).await;
             }
             None
@@ -133,7 +133,7 @@ async fn spawn_task(
                 class: FrameClass::Notice,
                 text: session.dialect.encode(&refused),
             });
-            if !session.is_home() {
+            if sessions.clustered() && !session.is_home() {
                 sessions.hand_over_stranded(session).await;
             }
             // The outbox refused it (full): the socket, if any, is told.

@@ -56,7 +56,7 @@ impl SessionRegistry {
     }
 
     /// Whether this registry is one node's of a cluster.
-    pub(crate) fn clustered(&self) -> bool {
+    pub fn clustered(&self) -> bool {
         self.cluster.is_some()
     }
 

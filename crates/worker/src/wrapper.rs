@@ -180,8 +180,9 @@ async fn submit(
 }
 
 /// Heartbeats every `every` until the daemon answers that the attempt is
-/// over: its lease's `deadline` already passed (superseded or decided), or
-/// `409`/`410`.
+/// over: `409 attempt_superseded` or `410 task_terminal` (cancelled, or
+/// decided elsewhere). The answer's clock is never compared with this
+/// machine's, which may differ.
 async fn heartbeat_loop(client: &ApiClient, task_id: Option<TaskId>, every: Duration) {
     let body = match task_id {
         Some(id) => serde_json::json!({ "task_id": id.to_string() }),
@@ -205,26 +206,12 @@ async fn heartbeat_loop(client: &ApiClient, task_id: Option<TaskId>, every: Dura
                 None
             }
         };
-        if answer.as_ref().is_some_and(attempt_over) {
-            return;
-        }
         if let Some(token) = answer.as_ref().and_then(fresh_token)
             && !client.sends_handle()
         {
             client.set_bearer(token);
         }
     }
-}
-
-/// Whether a heartbeat's answer says the attempt is over: a lease that
-/// ends now or earlier.
-fn attempt_over(answer: &Value) -> bool {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    answer["deadline"]
-        .as_u64()
-        .is_some_and(|deadline| deadline <= now_ms)
 }
 
 /// The fresh token in a heartbeat's answer, if it carries one.
@@ -265,5 +252,35 @@ mod tests {
         assert!(fresh_token(&serde_json::json!({"deadline": 1, "handle_expires": 2})).is_none());
         let handle = ApiClient::new("http://127.0.0.1:1", Bearer::new("wh-0123")).unwrap();
         assert!(handle.sends_handle());
+    }
+
+    #[tokio::test]
+    async fn heartbeats_end_when_the_daemon_says_the_attempt_is_over() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let beats = Arc::new(AtomicU32::new(0));
+        let counted = beats.clone();
+        let router = axum::Router::new().route(
+            "/v1/worker/heartbeat",
+            axum::routing::post(move || async move {
+                // The second heartbeat finds the task cancelled.
+                if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                    (axum::http::StatusCode::OK, axum::Json(serde_json::json!({"deadline": 1, "handle_expires": 2})))
+                } else {
+                    (axum::http::StatusCode::GONE, axum::Json(serde_json::json!({"error": "task is terminal", "code": "task_terminal"})))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let client = ApiClient::new(&url, Bearer::new("wh-x")).unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            heartbeat_loop(&client, None, Duration::from_millis(50)),
+        )
+        .await
+        .expect("the loop ends at the 410");
+        assert_eq!(beats.load(Ordering::SeqCst), 2);
     }
 }

@@ -181,8 +181,8 @@ async fn submit(
 
 /// Heartbeats every `every` until the daemon answers that the attempt is
 /// over: `409 attempt_superseded` or `410 task_terminal` (cancelled, or
-/// decided elsewhere). The answer's clock is never compared with this
-/// machine's, which may differ.
+/// decided elsewhere), never another `409` or `410`. The answer's clock is
+/// never compared with this machine's, which may differ.
 async fn heartbeat_loop(client: &ApiClient, task_id: Option<TaskId>, every: Duration) {
     let body = match task_id {
         Some(id) => serde_json::json!({ "task_id": id.to_string() }),
@@ -198,9 +198,11 @@ async fn heartbeat_loop(client: &ApiClient, task_id: Option<TaskId>, every: Dura
             .timeout(REQUEST_TIMEOUT);
         let answer = match client.send(request, &url).await {
             Ok(response) => response.json::<Value>().await.ok(),
+            // Only these two say the attempt is over: a `410 node_fenced`
+            // is the node going away, and the attempt goes on elsewhere.
             Err(ClientError::Status {
-                status: 409 | 410, ..
-            }) => return,
+                code: Some(code), ..
+            }) if code == "attempt_superseded" || code == "task_terminal" => return,
             Err(error) => {
                 tracing::warn!(%error, "heartbeat failed");
                 None
@@ -263,12 +265,18 @@ mod tests {
         let router = axum::Router::new().route(
             "/v1/worker/heartbeat",
             axum::routing::post(move || async move {
-                // The second heartbeat finds the task cancelled.
-                if counted.fetch_add(1, Ordering::SeqCst) == 0 {
-                    (axum::http::StatusCode::OK, axum::Json(serde_json::json!({"deadline": 1, "handle_expires": 2})))
-                } else {
-                    (axum::http::StatusCode::GONE, axum::Json(serde_json::json!({"error": "task is terminal", "code": "task_terminal"})))
-                }
+                // A fenced node's 410 goes on; the third heartbeat finds
+                // the task cancelled.
+                let (status, code) = match counted.fetch_add(1, Ordering::SeqCst) {
+                    0 => (axum::http::StatusCode::OK, None),
+                    1 => (axum::http::StatusCode::GONE, Some("node_fenced")),
+                    _ => (axum::http::StatusCode::GONE, Some("task_terminal")),
+                };
+                let body = match code {
+                    None => serde_json::json!({"deadline": 1, "handle_expires": 2}),
+                    Some(code) => serde_json::json!({"error": code, "code": code}),
+                };
+                (status, axum::Json(body))
             }),
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -281,6 +289,6 @@ mod tests {
         )
         .await
         .expect("the loop ends at the 410");
-        assert_eq!(beats.load(Ordering::SeqCst), 2);
+        assert_eq!(beats.load(Ordering::SeqCst), 3);
     }
 }

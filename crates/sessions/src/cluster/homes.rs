@@ -141,6 +141,11 @@ impl SessionRegistry {
         let Some(_turn) = cluster.lookups.turn(&digest).await else {
             return;
         };
+        // While this waited for its turn, another look-up may have found
+        // the session, or found it to be nobody's.
+        if self.maps().by_digest.contains_key(&digest) || cluster.lookups.recently_missed(&digest) {
+            return;
+        }
         match cluster
             .peers
             .session_by_digest(&session::hex(&digest))

@@ -46,11 +46,7 @@ impl TokenLookups {
     /// A turn to look `digest` up, or `None` when it was found to be
     /// nobody's a moment ago or no turn came within `TURN_WAIT`.
     pub(crate) async fn turn(&self, digest: &[u8; 32]) -> Option<SemaphorePermit<'_>> {
-        if self
-            .lock()
-            .get(digest)
-            .is_some_and(|at| at.elapsed() < MISS_TTL)
-        {
+        if self.recently_missed(digest) {
             return None;
         }
         match tokio::time::timeout(TURN_WAIT, self.turns.acquire()).await {
@@ -60,6 +56,13 @@ impl TokenLookups {
                 None
             }
         }
+    }
+
+    /// Whether `digest` was found to be nobody's a moment ago.
+    pub(crate) fn recently_missed(&self, digest: &[u8; 32]) -> bool {
+        self.lock()
+            .get(digest)
+            .is_some_and(|at| at.elapsed() < MISS_TTL)
     }
 
     /// `digest` is nobody's session.

@@ -95,7 +95,10 @@ impl SpawnerAdapter for LuaMiddleware {
             {
                 Ok(Some(over)) => (over.value, over.ok),
                 Ok(None) => return joined,
+                // A worker that failed stays failed; a pool closing for
+                // shutdown judged nothing, so the outcome stands.
                 Err(_) if joined.is_err() => return joined,
+                Err(crate::lua::LuaError::PoolClosed) => return joined,
                 Err(e) => {
                     tracing::warn!(layer = %layer.key, error = %e, "after failed; the attempt is blocked");
                     let reason = format!("{}: after failed: {e}", layer.key);

@@ -52,8 +52,15 @@ impl Exited {
     }
 }
 
-/// How long output may still drain once the child is gone.
+/// How long output may still drain once the child is gone, while the
+/// reader is not waiting on the events' receiver: only a process that left
+/// the group can hold the pipes open that long.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+/// How long the drain waits in all while the events' channel is full: the
+/// output is there, the store takes it slowly.
+const DRAIN_MAX: Duration = Duration::from_secs(120);
+/// The grain at which the drain looks at the channel.
+const DRAIN_STEP: Duration = Duration::from_millis(100);
 
 /// Why supervision stopped the child instead of seeing it exit.
 enum Stop {
@@ -130,8 +137,23 @@ impl RunningChild {
                 ended = &mut supervise => {
                     // Pipes close when the group dies; a process that left the
                     // group could hold them open, so the drain is bounded.
-                    let drained = tokio::time::timeout(DRAIN_AFTER_EXIT, &mut readers).await;
-                    (ended, drained.ok())
+                    // Time the reader spends waiting for room in a full
+                    // channel is the store's, not a held pipe's.
+                    let mut idle = Duration::ZERO;
+                    let mut waited = Duration::ZERO;
+                    let drained = loop {
+                        if let Ok(drained) = tokio::time::timeout(DRAIN_STEP, &mut readers).await {
+                            break Some(drained);
+                        }
+                        waited += DRAIN_STEP;
+                        if events.capacity() > 0 {
+                            idle += DRAIN_STEP;
+                        }
+                        if idle >= DRAIN_AFTER_EXIT || waited >= DRAIN_MAX {
+                            break None;
+                        }
+                    };
+                    (ended, drained)
                 }
                 drained = &mut readers => ((&mut supervise).await, Some(drained)),
             }

@@ -317,3 +317,33 @@ fn misconfiguration_is_reported_at_construction() {
     let found = ProcessRunner::new(ProcessSpec::new("sh"), &host()).unwrap();
     assert!(found.program().is_absolute());
 }
+
+#[tokio::test]
+async fn a_slow_store_after_a_clean_exit_still_gets_every_event() {
+    // The child writes its lines and exits at once; the receiver takes
+    // one event every 60 ms, so forwarding them outlasts the 2 s a held
+    // pipe is given.
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = sh(
+        dir.path(),
+        r#"i=0; while [ $i -lt 60 ]; do echo '{"type":"progress","stage":"s"}'; i=$((i+1)); done
+printf '{"type":"final","content":{"kind":"inline","value":"done"},"ok":true}'"#,
+    );
+    spec.stream = StreamMode::Ndjson;
+    let runner = ProcessRunner::new(spec, &host()).unwrap();
+    let child = runner.start(&vars(), CancellationToken::new()).unwrap();
+    let (tx, mut rx) = mpsc::channel(1);
+    let slow = tokio::spawn(async move {
+        let mut events = Vec::new();
+        while let Some(event) = rx.recv().await {
+            events.push(event);
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
+        events
+    });
+    let exited = child.wait(tx).await.unwrap();
+    assert_eq!((exited.finals, exited.last_final_ok), (1, Some(true)));
+    let events = slow.await.unwrap();
+    assert_eq!(events.len(), 61);
+    assert_eq!(events[60], OutputEvent::inline_final(json!("done"), true));
+}

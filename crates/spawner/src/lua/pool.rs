@@ -91,32 +91,58 @@ impl LuaPool {
         self.threads.live.load(Ordering::Acquire)
     }
 
-    /// Runs `job` on a Lua thread and waits for its result, at most the run
-    /// timeout plus a little slack; past that the job is abandoned (see the
-    /// module docs).
+    /// Runs `job` on a Lua thread and waits for its result: up to
+    /// `QUEUE_WAITS` run timeouts for a thread to take it (past that it is
+    /// never run), then the run timeout plus a little slack from when one
+    /// did; past that the job is abandoned (see the module docs).
     pub(super) async fn execute<R, F>(&self, job: F) -> Result<R, LuaError>
     where
         F: FnOnce() -> Result<R, LuaError> + Send + 'static,
         R: Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
+        let (began, started) = oneshot::channel::<()>();
         let fate = Arc::new(AtomicU8::new(PENDING));
         let job_fate = Arc::clone(&fate);
         let job: Job = Box::new(move || {
-            match job_fate.load(Ordering::Acquire) {
-                // Abandoned before it started, and a replacement is running.
-                REPLACED => return false,
-                ABANDONED => return true,
-                _ => {}
+            // Given up on while it waited in the queue: nothing to run, and
+            // this thread serves on.
+            if job_fate
+                .compare_exchange(PENDING, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                return true;
             }
+            let _ = began.send(());
             let result = catch_unwind(AssertUnwindSafe(job)).unwrap_or(Err(LuaError::Panicked));
             let _ = reply.send(result);
-            match job_fate.compare_exchange(PENDING, DONE, Ordering::AcqRel, Ordering::Acquire) {
+            match job_fate.compare_exchange(RUNNING, DONE, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => true,
                 Err(fate) => fate != REPLACED,
             }
         });
         self.jobs.send(job).map_err(|_| LuaError::PoolClosed)?;
+        // The run's own time starts when a thread takes it: a burst queued
+        // behind busy threads waits its turn, up to `QUEUE_WAITS` run
+        // times, and a run given up in the queue holds no thread.
+        let queue_limit = self.limits.timeout.saturating_mul(QUEUE_WAITS);
+        match tokio::time::timeout(queue_limit, started).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(LuaError::PoolClosed),
+            Err(_) => {
+                if fate
+                    .compare_exchange(PENDING, DROPPED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    tracing::warn!(
+                        waited_secs = queue_limit.as_secs_f64(),
+                        "a Lua run waited its whole time for a thread; not run"
+                    );
+                    return Err(LuaError::TimedOut(self.limits.timeout));
+                }
+                // It started just now.
+            }
+        }
         match tokio::time::timeout(self.limits.timeout + DEADLINE_SLACK, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(LuaError::PoolClosed),
@@ -133,7 +159,7 @@ impl LuaPool {
         let reserved = self.threads.reserve();
         let gave_up = if reserved { REPLACED } else { ABANDONED };
         let pending = fate
-            .compare_exchange(PENDING, gave_up, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(RUNNING, gave_up, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         match (pending, reserved) {
             (true, true) => {
@@ -156,13 +182,18 @@ impl LuaPool {
     }
 }
 
-/// A job's fate: still pending, returned, or given up on by its caller,
+/// A job's fate: queued, running, returned, given up on while running
 /// with a replacement thread started (its thread must exit) or not (its
-/// thread serves on).
+/// thread serves on), or given up on while still queued (never run).
 const PENDING: u8 = 0;
 const DONE: u8 = 1;
 const REPLACED: u8 = 2;
 const ABANDONED: u8 = 3;
+const RUNNING: u8 = 4;
+const DROPPED: u8 = 5;
+
+/// How many of its run times a job may wait in the queue for a thread.
+const QUEUE_WAITS: u32 = 4;
 
 impl Threads {
     /// Counts one more thread if the cap allows; `spawn_reserved` starts it.

@@ -431,3 +431,27 @@ async fn emitted_events_keep_the_bounds_of_every_route() {
     let (r, events) = agent(small(), unnamed).await;
     assert!(r.is_err() && events.is_empty(), "{r:?}");
 }
+
+#[tokio::test]
+async fn a_burst_waits_its_turn_instead_of_timing_out_in_the_queue() {
+    // One thread, runs of 0.9 s, a 1 s timeout: the third run starts after
+    // 1.8 s in the queue, which its own time does not count.
+    let limits = LuaLimits {
+        timeout: Duration::from_secs(1),
+        ..small()
+    };
+    let pool = LuaPool::new(1, limits).unwrap();
+    let run = || {
+        let pool = pool.clone();
+        async move {
+            pool.execute(|| {
+                std::thread::sleep(Duration::from_millis(900));
+                Ok(())
+            })
+            .await
+        }
+    };
+    let (a, b, c) = tokio::join!(run(), run(), run());
+    assert!(a.is_ok() && b.is_ok() && c.is_ok(), "{a:?} {b:?} {c:?}");
+    assert_eq!(pool.threads(), 1, "no thread was taken for stuck");
+}

@@ -247,6 +247,16 @@ impl Outbox {
         std::mem::take(&mut self.lock().queue).into_iter().collect()
     }
 
+    /// Takes the queued frames before the first reserved slot, in order,
+    /// leaving the slot's place and what follows it: handed over to another
+    /// node, they keep the order a reservation holds here.
+    pub fn take_until_reserved(&self) -> Vec<(u64, Outgoing)> {
+        let mut state = self.lock();
+        let barrier = state.reserved.first().copied().unwrap_or(u64::MAX);
+        let cut = state.queue.partition_point(|(id, _)| *id < barrier);
+        state.queue.drain(..cut).collect()
+    }
+
     /// Drops a queued `spawn` that has not been delivered yet.
     pub fn withdraw_spawn(&self, req_id: &str) -> bool {
         let mut state = self.lock();

@@ -323,8 +323,9 @@ impl SessionRegistry {
 
     /// Mails what `session`'s outbox holds to its home once this node is no
     /// longer it. A `spawn_task` that runs through a move fills its slot
-    /// after the move handed the outbox over, and its `task_accepted` (or
-    /// refusal) would wait here for a socket that attaches elsewhere.
+    /// after the move handed over the frames before it, and its
+    /// `task_accepted` (or refusal), with the frames queued after it, would
+    /// wait here for a socket that attaches elsewhere.
     pub async fn hand_over_stranded(&self, session: &Session) {
         let Some(cluster) = self.cluster() else {
             return;
@@ -457,13 +458,15 @@ impl Drop for CatchUps {
     }
 }
 
-/// Mails the frames of `session`'s outbox to the session, in order, but
-/// those that came here as mail (still in the mailbox for the next home);
-/// how many went.
+/// Mails the frames of `session`'s outbox to the session, in order, up to
+/// its first reserved slot (a `spawn_task` still running: what follows
+/// waits here until the slot is filled and `hand_over_stranded` mails it
+/// in turn), but those that came here as mail (still in the mailbox for
+/// the next home); how many went.
 fn mail_outbox(cluster: &SessionCluster, session: &Session) -> usize {
     let from_mail = cluster.untrack(session.sid);
     let mut moved = 0;
-    for (id, frame) in session.outbox.take_all() {
+    for (id, frame) in session.outbox.take_until_reserved() {
         if from_mail.contains(&id) {
             continue;
         }

@@ -317,21 +317,41 @@ async fn an_answer_filled_after_a_move_is_handed_over_to_the_new_home() {
     let login = registry.login(&harness.engine, roles(&[])).await.unwrap();
     let session = registry.get(&login.sid).unwrap();
 
-    // A `spawn_task` holds its slot; the session moves away meanwhile.
-    let slot = session.outbox.reserve();
-    registry.moved_away(&session, THERE);
-    slot.fill(crate::Outgoing::Text {
+    // Frames before and after a `spawn_task`'s slot; the session moves
+    // away while the slot is open.
+    let text = |t: &str| crate::Outgoing::Text {
         class: crate::FrameClass::Notice,
-        text: "task_accepted".into(),
-    })
-    .unwrap();
+        text: t.into(),
+    };
+    session.outbox.push(text("before")).unwrap();
+    let slot = session.outbox.reserve();
+    session.outbox.push(text("after")).unwrap();
+    registry.moved_away(&session, THERE);
+    assert_eq!(
+        session.outbox.len(),
+        1,
+        "what follows the slot waits for it"
+    );
+    slot.fill(text("task_accepted")).unwrap();
     registry.hand_over_stranded(&session).await;
     assert!(registry.flush_mail(Duration::from_secs(5)).await);
 
     assert_eq!(session.outbox.len(), 0, "nothing left waiting here");
     let sent = rows.sent.lock().unwrap();
-    let handed: Vec<&NewMail> = sent.iter().filter(|m| m.sid == login.sid).collect();
-    assert_eq!(handed.len(), 1, "{handed:?}");
-    assert_eq!(handed[0].kind, super::mail::TEXT);
-    assert!(handed[0].body.contains("task_accepted"));
+    let handed: Vec<&str> = sent
+        .iter()
+        .filter(|m| m.sid == login.sid && m.kind == super::mail::TEXT)
+        .map(|m| m.body.as_str())
+        .collect();
+    let position = |t: &str| {
+        handed
+            .iter()
+            .position(|b| b.contains(&format!("\"{t}\"")))
+            .unwrap()
+    };
+    assert!(
+        position("before") < position("task_accepted")
+            && position("task_accepted") < position("after"),
+        "the slot's order is kept: {handed:?}"
+    );
 }

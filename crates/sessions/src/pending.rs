@@ -165,6 +165,14 @@ impl Table {
         self.orphan_bytes += bytes;
     }
 
+    fn insert(&mut self, req_id: String, waiter: Waiter) {
+        if self.waiters.len() >= self.prune_at {
+            self.waiters.retain(|_, w| !w.is_closed());
+            self.prune_at = (self.waiters.len() * 2).max(MIN_PRUNE_AT);
+        }
+        self.waiters.insert(req_id, waiter);
+    }
+
     fn drop_stale_orphans(&mut self) {
         while let Some((_, _, at, bytes)) = self.orphans.front() {
             if at.elapsed() < ORPHAN_TTL {
@@ -182,25 +190,31 @@ impl Pending {
     }
 
     pub(crate) fn insert(&self, req_id: String, waiter: Waiter) {
-        let mut table = self.lock();
-        if table.waiters.len() >= table.prune_at {
-            table.waiters.retain(|_, w| !w.is_closed());
-            table.prune_at = (table.waiters.len() * 2).max(MIN_PRUNE_AT);
-        }
-        table.waiters.insert(req_id, waiter);
+        self.lock().insert(req_id, waiter);
     }
 
     /// Completes the request `req_id` with `reply`. A caller that stopped
     /// waiting is not an error: the reply simply arrived late.
     pub(crate) fn complete(&self, req_id: &str, reply: Reply) -> Result<(), ReplyError> {
-        let waiter = {
+        // A reply without a waiter is weighed outside the lock (it may
+        // hold a megabyte), and the waiters are looked at again after: one
+        // registered meanwhile (a hand-over's) takes the reply instead of
+        // leaving it an orphan nothing would claim.
+        let mut weighed = None;
+        let waiter = loop {
             let mut table = self.lock();
             let Some(waiter) = table.waiters.remove(req_id) else {
-                // Weighed outside the lock: a reply may hold a megabyte.
-                drop(table);
-                let bytes = weight(&reply);
-                self.lock().keep_orphan(req_id, reply, bytes);
-                return Err(ReplyError::Unknown(req_id.to_owned()));
+                match weighed {
+                    Some(bytes) => {
+                        table.keep_orphan(req_id, reply, bytes);
+                        return Err(ReplyError::Unknown(req_id.to_owned()));
+                    }
+                    None => {
+                        drop(table);
+                        weighed = Some(weight(&reply));
+                        continue;
+                    }
+                }
             };
             let matches = matches!(
                 (waiter.kind(), &reply),
@@ -216,7 +230,7 @@ impl Pending {
                     expects,
                 });
             }
-            waiter
+            break waiter;
         };
         match (waiter, reply) {
             (Waiter::Spawn(tx), Reply::Spawn(r)) => drop(tx.send(r)),
@@ -232,6 +246,9 @@ impl Pending {
     /// without a waiter in the last `ORPHAN_TTL`.
     /// `None` keeps the waiter registered already (this node's own).
     pub(crate) fn insert_or_complete(&self, req_id: String, waiter: Option<Waiter>) {
+        // The orphan is looked for and the waiter registered under one
+        // lock, so a reply that `complete` is keeping meanwhile either is
+        // found here or finds the waiter there.
         let orphan = {
             let mut table = self.lock();
             table.drop_stale_orphans();
@@ -240,11 +257,11 @@ impl Pending {
             if let Some((.., bytes)) = &orphan {
                 table.orphan_bytes -= bytes;
             }
+            if let Some(waiter) = waiter {
+                table.insert(req_id.clone(), waiter);
+            }
             orphan
         };
-        if let Some(waiter) = waiter {
-            self.insert(req_id.clone(), waiter);
-        }
         if let Some((_, reply, ..)) = orphan {
             let _ = self.complete(&req_id, reply);
         }
@@ -396,5 +413,36 @@ mod tests {
             2,
             "abandoned waiters pruned once the table is full"
         );
+    }
+
+    #[test]
+    fn a_reply_racing_its_handed_over_waiter_always_reaches_it() {
+        // The client's reply (half a megabyte, so weighing it takes a
+        // while) and the hand-over's waiter arrive at once: the waiter gets
+        // the reply every time, never left waiting beside an orphan.
+        let pending = std::sync::Arc::new(Pending::default());
+        let reply = Reply::Answer(json!("x".repeat(512 << 10)));
+        for round in 0..60 {
+            let id = format!("ask-{round}");
+            let (tx, mut rx) = oneshot::channel();
+            let start = std::sync::Arc::new(std::sync::Barrier::new(2));
+            let answering = {
+                let (pending, id, start, reply) =
+                    (pending.clone(), id.clone(), start.clone(), reply.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    let _ = pending.complete(&id, reply);
+                })
+            };
+            start.wait();
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            pending.insert_or_complete(id, Some(Waiter::Ask(tx)));
+            answering.join().unwrap();
+            // Both sides are done: a reply sent reached the channel.
+            assert!(
+                rx.try_recv().is_ok(),
+                "round {round}: the reply was kept as an orphan"
+            );
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Running `git` as a child process: a cleared environment (the host's
 //! `PATH` and `HOME`, `LC_ALL=C` so messages can be matched, no prompt, no
-//! hooks, no fsmonitor), bounded output, and a short retry when another `git` holds one of
-//! the repository's lock files.
+//! hooks, no fsmonitor), bounded output and run time, and a short retry
+//! when another `git` holds one of the repository's lock files.
 //!
 //! In an attempt's checkout git runs [`At::Checkout`]: with `GIT_DIR`,
 //! `GIT_COMMON_DIR` and `GIT_WORK_TREE` from swarmd's own records, so the
@@ -25,6 +25,12 @@ use crate::HostEnv;
 const LOCK_RETRIES: u32 = 20;
 /// The first pause after such a race; it grows linearly.
 const LOCK_BACKOFF: Duration = Duration::from_millis(25);
+/// The longest one git command may run. Every command swarmd runs is
+/// bounded: a merge computed for `apply` or a merge node runs detached
+/// from its caller, and recovery runs before the daemon serves, so a git
+/// that never ends would hold them for ever. Dropped at the bound, the
+/// command's process is killed (`kill_on_drop`).
+const GIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Identity of the commits swarmd makes on an attempt's branch.
 pub(crate) const AUTHOR_NAME: &str = "swarmd";
@@ -36,6 +42,8 @@ pub(crate) struct Git {
     env: Vec<(&'static str, String)>,
     /// Whether this git has `--attr-source`, asked once.
     attr_source: Arc<tokio::sync::OnceCell<bool>>,
+    /// The longest one command may run (`GIT_TIMEOUT`).
+    timeout: Duration,
 }
 
 /// Where a command runs.
@@ -103,7 +111,37 @@ impl Git {
         Git {
             env,
             attr_source: Arc::default(),
+            timeout: GIT_TIMEOUT,
         }
+    }
+
+    /// This git with every command bounded by `timeout` (tests).
+    #[cfg(test)]
+    pub(crate) fn with_timeout(mut self, timeout: Duration) -> Git {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Runs `git args…` at `at` to its end, within the timeout.
+    async fn output(
+        &self,
+        at: At<'_>,
+        args: &[&str],
+    ) -> Result<std::process::Output, WorktreeError> {
+        let mut command = self.command(at, args).await;
+        match tokio::time::timeout(self.timeout, command.output()).await {
+            Ok(output) => output.map_err(|source| WorktreeError::Spawn { source }),
+            Err(_) => Err(self.timed_out(at, args)),
+        }
+    }
+
+    fn timed_out(&self, at: At<'_>, args: &[&str]) -> WorktreeError {
+        let secs = self.timeout.as_secs_f64();
+        failed(
+            at.dir(),
+            args,
+            &format!("did not finish within {secs} s; stopped"),
+        )
     }
 
     /// This git with the author and committer date of every commit it
@@ -194,12 +232,7 @@ impl Git {
         let mut pause = LOCK_BACKOFF;
         let mut retries = 0;
         loop {
-            let output = self
-                .command(at, args)
-                .await
-                .output()
-                .await
-                .map_err(|source| WorktreeError::Spawn { source })?;
+            let output = self.output(at, args).await?;
             if output.status.success() {
                 let text = String::from_utf8_lossy(&output.stdout);
                 return Ok(text.trim_end().to_owned());
@@ -228,12 +261,7 @@ impl Git {
         args: &[&str],
     ) -> Result<(bool, String), WorktreeError> {
         let at = at.into();
-        let output = self
-            .command(at, args)
-            .await
-            .output()
-            .await
-            .map_err(|source| WorktreeError::Spawn { source })?;
+        let output = self.output(at, args).await?;
         let text = String::from_utf8_lossy(&output.stdout)
             .trim_end()
             .to_owned();
@@ -270,11 +298,11 @@ impl Git {
         })?;
         let mut kept = Vec::new();
         let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
-        stdout
-            .take(limit)
-            .read_to_end(&mut kept)
-            .await
-            .map_err(|source| WorktreeError::Spawn { source })?;
+        match tokio::time::timeout(self.timeout, stdout.take(limit).read_to_end(&mut kept)).await {
+            Ok(read) => read.map_err(|source| WorktreeError::Spawn { source })?,
+            // `child` is killed as it is dropped.
+            Err(_) => return Err(self.timed_out(at, args)),
+        };
         let truncated = kept.len() > cap;
         if truncated {
             kept.truncate(cap);
@@ -283,10 +311,10 @@ impl Git {
             let _ = child.wait().await;
             return Ok((kept, true));
         }
-        let status = child
-            .wait()
-            .await
-            .map_err(|source| WorktreeError::Spawn { source })?;
+        let status = match tokio::time::timeout(self.timeout, child.wait()).await {
+            Ok(status) => status.map_err(|source| WorktreeError::Spawn { source })?,
+            Err(_) => return Err(self.timed_out(at, args)),
+        };
         if !status.success() {
             return Err(failed(at.dir(), args, &format!("exited with {status}")));
         }
@@ -354,7 +382,11 @@ pub(super) fn check_blocking(host: &HostEnv, repo: &Path, base: &str) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use super::is_lock_race;
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+
+    use super::{At, Git, is_lock_race};
+    use crate::HostEnv;
 
     #[test]
     fn lock_races_are_told_from_other_failures() {
@@ -372,5 +404,29 @@ mod tests {
         ] {
             assert!(!is_lock_race(other), "{other}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_git_that_never_ends_is_stopped_at_the_bound() {
+        // A `git` that hangs, first on the PATH this git is given.
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("git");
+        std::fs::write(&fake, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!("{}:/usr/bin:/bin", dir.path().display());
+        let git = Git::new(&HostEnv::from_pairs([("PATH", path.as_str())]))
+            .with_timeout(Duration::from_millis(300));
+        let started = Instant::now();
+        let error = git
+            .run(At::Repo(dir.path()), &["status"])
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("did not finish"), "{error}");
+        let error = git
+            .run_answer(At::Repo(dir.path()), &["merge-tree"])
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("did not finish"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(20));
     }
 }

@@ -19,7 +19,6 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use reqwest::RequestBuilder;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -27,7 +26,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::harness::{PATIENCE, parts};
+use crate::harness::{PATIENCE, follow_stderr, parts};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
@@ -220,25 +219,13 @@ kill_grace_secs = 1
         let addr = loop {
             let mut child = command.spawn().unwrap();
             let stderr = child.stderr.take().unwrap();
-            let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-            let log = self.log.clone();
             let start = {
-                let mut lines = log.lock().unwrap();
+                let mut lines = self.log.lock().unwrap();
                 lines.push(format!("--- swarmd serve --bind {bind}"));
                 lines.len()
             };
-            self.reader = Some(tokio::spawn(async move {
-                let mut lines = BufReader::new(stderr).lines();
-                let mut addr_tx = Some(addr_tx);
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if let Some(addr) = line.split("listening on http://").nth(1)
-                        && let Some(tx) = addr_tx.take()
-                    {
-                        let _ = tx.send(addr.trim().to_owned());
-                    }
-                    log.lock().unwrap().push(line);
-                }
-            }));
+            let (reader, addr_rx) = follow_stderr(stderr, self.log.clone());
+            self.reader = Some(reader);
             self.child = Some(child);
             match tokio::time::timeout(PATIENCE, addr_rx).await {
                 Ok(Ok(addr)) => break addr,

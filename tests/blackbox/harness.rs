@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use reqwest::{RequestBuilder, Response};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStderr, Command};
 
 /// How long anything that should happen promptly may take.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
@@ -101,20 +101,7 @@ impl Daemon {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
-        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-        let lines_log = log.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            let mut addr_tx = Some(addr_tx);
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(addr) = line.split("listening on http://").nth(1)
-                    && let Some(tx) = addr_tx.take()
-                {
-                    let _ = tx.send(addr.trim().to_owned());
-                }
-                lines_log.lock().unwrap().push(line);
-            }
-        });
+        let (_, addr_rx) = follow_stderr(stderr, log.clone());
         let addr = match tokio::time::timeout(PATIENCE, addr_rx).await {
             Ok(Ok(addr)) => addr,
             _ => panic!(
@@ -150,6 +137,13 @@ impl Daemon {
 
     pub(crate) fn post(&self, path: &str, bearer: &str) -> RequestBuilder {
         self.http.post(self.url(path)).bearer_auth(bearer)
+    }
+
+    /// The `/metrics` scrape as text.
+    pub(crate) async fn metrics(&self) -> String {
+        let response = self.get("/metrics", &self.admin).send().await.unwrap();
+        assert_eq!(response.status(), 200, "GET /metrics");
+        response.text().await.unwrap()
     }
 
     /// Everything the daemon wrote to stderr so far.
@@ -287,6 +281,31 @@ stdin = "none"
         hold_script = toml_string(&format!("{holder}{wait}")),
         flaky_script = toml_string(&format!("{holder}{fail_first}{wait}")),
     )
+}
+
+/// Reads a daemon's stderr into `log`, line by line, until it closes; the
+/// receiver gets the address its `listening on http://…` line names.
+pub(crate) fn follow_stderr(
+    stderr: ChildStderr,
+    log: Arc<Mutex<Vec<String>>>,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::oneshot::Receiver<String>,
+) {
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut addr_tx = Some(addr_tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(addr) = line.split("listening on http://").nth(1)
+                && let Some(tx) = addr_tx.take()
+            {
+                let _ = tx.send(addr.trim().to_owned());
+            }
+            log.lock().unwrap().push(line);
+        }
+    });
+    (reader, addr_rx)
 }
 
 /// A TOML basic string.

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 use swarmd_types::ids::TaskId;
+use swarmd_types::task::TaskStatus;
 
 use super::{ApiClient, ClientError, REQUEST_TIMEOUT};
 
@@ -16,10 +17,9 @@ const SERVER_WAIT_SECS: u64 = 300;
 
 /// Whether a task's answer names a finished task.
 fn finished(task: &Value) -> bool {
-    matches!(
-        task["status"].as_str(),
-        Some("pass" | "blocked" | "failed" | "cancelled")
-    )
+    TaskStatus::ALL
+        .into_iter()
+        .any(|status| status.is_terminal() && task["status"] == status.as_str())
 }
 
 /// The body of `POST /v1/tasks`.

@@ -135,7 +135,7 @@ impl Session {
     }
 
     /// Whether this node is the session's home.
-    pub fn is_home(&self) -> bool {
+    pub(crate) fn is_home(&self) -> bool {
         self.elsewhere().is_none()
     }
 

@@ -87,9 +87,9 @@ pub(crate) async fn run_command(
                     // Past the bound the command is not waited for: it is
                     // killed as this returns.
                     if read? > MAX_STDOUT {
-                        return Ok(Some(None));
+                        return Ok(End::Overflowed);
                     }
-                    child.wait().await.map(|status| Some(Some(status)))
+                    child.wait().await.map(End::Exited)
                 }
                 status = child.wait() => {
                     let status = status?;
@@ -99,24 +99,33 @@ pub(crate) async fn run_command(
                     if let Ok(read) = tokio::time::timeout(DRAIN_AFTER_EXIT, &mut read).await {
                         read?;
                     }
-                    Ok(Some(Some(status)))
+                    Ok(End::Exited(status))
                 }
             }
         };
         tokio::select! {
-            status = run => status?,
-            () = ended => None,
+            end = run => end?,
+            () = ended => End::Ended,
         }
     };
     Ok(match ran {
-        None => Ran::Ended,
-        Some(None) => Ran::TooLarge,
-        Some(Some(_)) if output.len() > MAX_STDOUT => Ran::TooLarge,
-        Some(Some(status)) => Ran::Exited {
+        End::Ended => Ran::Ended,
+        End::Overflowed => Ran::TooLarge,
+        End::Exited(_) if output.len() > MAX_STDOUT => Ran::TooLarge,
+        End::Exited(status) => Ran::Exited {
             stdout: output,
             status,
         },
     })
+}
+
+/// How a run's waiting ended, before its stdout is looked at.
+enum End {
+    Exited(ExitStatus),
+    /// Stdout passed `MAX_STDOUT` before the command exited.
+    Overflowed,
+    /// The attempt ended first.
+    Ended,
 }
 
 /// The exit code to mirror: the command's, or 128 + the signal that

@@ -136,14 +136,7 @@ async fn live_streams_are_bounded_per_caller_and_freed_when_closed() {
         "{body}"
     );
 
-    let scrape = daemon
-        .get("/metrics", &daemon.admin)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let scrape = daemon.metrics().await;
     assert!(
         scrape.contains("swarmd_rate_limited_total{limit=\"streams\"} 2"),
         "{scrape}"

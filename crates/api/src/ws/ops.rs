@@ -119,9 +119,7 @@ async fn spawn_task(
             if let Err(error) = queued {
                 tracing::warn!(task_id = %task.id, %error, "task_accepted dropped");
             }
-            if sessions.clustered() && !session.is_home() {
-                sessions.hand_over_stranded(session).await;
-            }
+            sessions.hand_over_stranded(session).await;
             None
         }
         // A refusal takes the slot too: like `task_accepted` it waits in
@@ -133,9 +131,7 @@ async fn spawn_task(
                 class: FrameClass::Notice,
                 text: session.dialect.encode(&refused),
             });
-            if sessions.clustered() && !session.is_home() {
-                sessions.hand_over_stranded(session).await;
-            }
+            sessions.hand_over_stranded(session).await;
             // The outbox refused it (full): the socket, if any, is told.
             queued.err().map(|_| refused)
         }

@@ -56,7 +56,7 @@ impl SessionRegistry {
     }
 
     /// Whether this registry is one node's of a cluster.
-    pub fn clustered(&self) -> bool {
+    pub(crate) fn clustered(&self) -> bool {
         self.cluster.is_some()
     }
 
@@ -326,10 +326,17 @@ impl SessionRegistry {
     /// after the move handed over the frames before it, and its
     /// `task_accepted` (or refusal), with the frames queued after it, would
     /// wait here for a socket that attaches elsewhere.
+    ///
+    /// Costs a single node, or a session still homed here, no lock: a move
+    /// marks the session elsewhere before it takes the outbox, so a frame
+    /// filled while it is still home is taken by that move.
     pub async fn hand_over_stranded(&self, session: &Session) {
         let Some(cluster) = self.cluster() else {
             return;
         };
+        if session.is_home() {
+            return;
+        }
         // A move in progress hands the outbox over itself, in order.
         let _home = session.home_lock.lock().await;
         if session.is_home() {

@@ -40,7 +40,7 @@ const CHANNEL: usize = 256;
 const MAX_BATCH: usize = 64;
 /// A request stops taking events once they weigh this much as JSON: well
 /// inside the daemon's default body limit (8 MiB) even with one large
-/// event after it.
+/// event last.
 const MAX_BATCH_BYTES: usize = 1 << 20;
 
 /// What every attempt of one pool runs.
@@ -307,35 +307,28 @@ async fn forward(
 ) -> Result<Option<OutputEvent>, ClientError> {
     let mut last_final = None;
     while let Some(first) = events.recv().await {
-        let mut bytes = encoded_len(&first);
-        let mut batch = vec![first];
-        // Bounded in bytes too: a post holds what the daemon's body limit
-        // takes, whatever the events weigh.
-        while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
-            match events.try_recv() {
-                Ok(event) => {
-                    bytes += encoded_len(&event);
-                    batch.push(event);
-                }
-                Err(_) => break,
+        // What is waiting goes in one post, each event encoded once, until
+        // the post holds `MAX_BATCH` events or `MAX_BATCH_BYTES` of them:
+        // within what the daemon's body limit takes, whatever they weigh.
+        let mut body = Vec::new();
+        let mut taken = 0;
+        let mut next = Some(first);
+        while let Some(event) = next.take() {
+            taken += 1;
+            if matches!(event, OutputEvent::Final { .. }) {
+                last_final = Some(event);
+            } else {
+                ndjson_line(&mut body, &event)?;
+            }
+            if taken < MAX_BATCH && body.len() < MAX_BATCH_BYTES {
+                next = events.try_recv().ok();
             }
         }
-        let (finals, others): (Vec<OutputEvent>, Vec<OutputEvent>) = batch
-            .into_iter()
-            .partition(|e| matches!(e, OutputEvent::Final { .. }));
-        if let Some(last) = finals.into_iter().last() {
-            last_final = Some(last);
-        }
-        if !others.is_empty() {
-            post_events(writer, &others).await?;
+        if !body.is_empty() {
+            post_ndjson(writer, body).await?;
         }
     }
     Ok(last_final)
-}
-
-/// An event's length as JSON, as a batch posts it.
-fn encoded_len(event: &OutputEvent) -> usize {
-    serde_json::to_vec(event).map_or(0, |json| json.len())
 }
 
 /// What the child's exit decides.
@@ -382,12 +375,23 @@ fn decide(stream: StreamMode, exited: &Exited, last_final: Option<OutputEvent>) 
 async fn post_events(writer: &Poster, events: &[OutputEvent]) -> Result<(), ClientError> {
     let mut body = Vec::new();
     for event in events {
-        serde_json::to_writer(&mut body, event).map_err(|e| ClientError::Decode {
-            url: "output".to_owned(),
-            reason: e.to_string(),
-        })?;
-        body.push(b'\n');
+        ndjson_line(&mut body, event)?;
     }
+    post_ndjson(writer, body).await
+}
+
+/// `event` as one line of NDJSON at the end of `body`.
+fn ndjson_line(body: &mut Vec<u8>, event: &OutputEvent) -> Result<(), ClientError> {
+    serde_json::to_writer(&mut *body, event).map_err(|e| ClientError::Decode {
+        url: "output".to_owned(),
+        reason: e.to_string(),
+    })?;
+    body.push(b'\n');
+    Ok(())
+}
+
+/// Posts NDJSON lines of output events.
+async fn post_ndjson(writer: &Poster, body: Vec<u8>) -> Result<(), ClientError> {
     let body = bytes::Bytes::from(body);
     let path = "/v1/worker/output";
     writer

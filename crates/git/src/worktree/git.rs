@@ -32,6 +32,16 @@ const LOCK_BACKOFF: Duration = Duration::from_millis(25);
 /// command's process is killed (`kill_on_drop`).
 const GIT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The most stdout one command's answer keeps (`run`, `run_answer`): far
+/// past any list or id swarmd asks git for. A command that writes more is
+/// stopped and fails, so a repository built to make git print without end
+/// (a `merge-tree` over millions of conflicting paths) cannot fill the
+/// daemon's memory.
+const MAX_STDOUT: usize = 64 << 20;
+/// The most of a command's stderr kept; the rest is read and dropped, so
+/// git never blocks on a full pipe.
+const MAX_STDERR: usize = 64 << 10;
+
 /// Identity of the commits swarmd makes on an attempt's branch.
 pub(crate) const AUTHOR_NAME: &str = "swarmd";
 pub(crate) const AUTHOR_EMAIL: &str = "swarmd@localhost";
@@ -44,6 +54,8 @@ pub(crate) struct Git {
     attr_source: Arc<tokio::sync::OnceCell<bool>>,
     /// The longest one command may run (`GIT_TIMEOUT`).
     timeout: Duration,
+    /// The most stdout an answer keeps (`MAX_STDOUT`).
+    max_stdout: usize,
 }
 
 /// Where a command runs.
@@ -112,6 +124,7 @@ impl Git {
             env,
             attr_source: Arc::default(),
             timeout: GIT_TIMEOUT,
+            max_stdout: MAX_STDOUT,
         }
     }
 
@@ -122,15 +135,59 @@ impl Git {
         self
     }
 
-    /// Runs `git args…` at `at` to its end, within the timeout.
+    /// This git keeping at most `max` bytes of an answer's stdout (tests).
+    #[cfg(test)]
+    pub(crate) fn with_max_stdout(mut self, max: usize) -> Git {
+        self.max_stdout = max;
+        self
+    }
+
+    /// Runs `git args…` at `at` to its end, within the timeout and with its
+    /// stdout bounded: past `max_stdout` bytes the command is stopped and
+    /// fails.
     async fn output(
         &self,
         at: At<'_>,
         args: &[&str],
     ) -> Result<std::process::Output, WorktreeError> {
-        let mut command = self.command(at, args).await;
-        match tokio::time::timeout(self.timeout, command.output()).await {
-            Ok(output) => output.map_err(|source| WorktreeError::Spawn { source }),
+        let spawn_error = |source| WorktreeError::Spawn { source };
+        let mut child = self.command(at, args).await.spawn().map_err(spawn_error)?;
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(spawn_error(std::io::Error::other("no pipes")));
+        };
+        let cap = self.max_stdout;
+        let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+        let run = async {
+            let mut out = Vec::new();
+            let mut err = Vec::new();
+            let (read, _) = tokio::join!(
+                async {
+                    let read = stdout.take(limit).read_to_end(&mut out).await;
+                    if out.len() > cap {
+                        // The rest is not wanted: stop git rather than drain it.
+                        let _ = child.start_kill();
+                    }
+                    read
+                },
+                keep_head(stderr, MAX_STDERR, &mut err),
+            );
+            read?;
+            let status = child.wait().await?;
+            Ok::<_, std::io::Error>((status, out, err))
+        };
+        match tokio::time::timeout(self.timeout, run).await {
+            Ok(Ok((_, stdout, _))) if stdout.len() > cap => Err(failed(
+                at.dir(),
+                args,
+                &format!("wrote more than {cap} bytes of output; stopped"),
+            )),
+            Ok(Ok((status, stdout, stderr))) => Ok(std::process::Output {
+                status,
+                stdout,
+                stderr,
+            }),
+            Ok(Err(source)) => Err(spawn_error(source)),
+            // The command's process is killed as `child` is dropped.
             Err(_) => Err(self.timed_out(at, args)),
         }
     }
@@ -322,6 +379,23 @@ impl Git {
     }
 }
 
+/// Reads `from` to its end, keeping its first `cap` bytes in `kept`.
+async fn keep_head(
+    mut from: impl tokio::io::AsyncRead + Unpin,
+    cap: usize,
+    kept: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let room = cap.saturating_sub(kept.len()).min(n);
+        kept.extend_from_slice(&buf[..room]);
+    }
+}
+
 /// Whether git failed because another git process held a lock file of the
 /// repository (`index.lock`, a ref's lock, `.git/worktrees/…`).
 fn is_lock_race(message: &str) -> bool {
@@ -410,12 +484,7 @@ mod tests {
     async fn a_git_that_never_ends_is_stopped_at_the_bound() {
         // A `git` that hangs, first on the PATH this git is given.
         let dir = tempfile::tempdir().unwrap();
-        let fake = dir.path().join("git");
-        std::fs::write(&fake, "#!/bin/sh\nexec sleep 30\n").unwrap();
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let path = format!("{}:/usr/bin:/bin", dir.path().display());
-        let git = Git::new(&HostEnv::from_pairs([("PATH", path.as_str())]))
-            .with_timeout(Duration::from_millis(300));
+        let git = fake_git(dir.path(), "exec sleep 30").with_timeout(Duration::from_millis(300));
         let started = Instant::now();
         let error = git
             .run(At::Repo(dir.path()), &["status"])
@@ -428,5 +497,58 @@ mod tests {
             .unwrap_err();
         assert!(error.to_string().contains("did not finish"), "{error}");
         assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    /// A `git` on the PATH that runs `script`.
+    fn fake_git(dir: &std::path::Path, script: &str) -> Git {
+        let fake = dir.join("git");
+        std::fs::write(&fake, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!("{}:/usr/bin:/bin", dir.display());
+        Git::new(&HostEnv::from_pairs([("PATH", path.as_str())]))
+    }
+
+    #[tokio::test]
+    async fn a_git_that_prints_without_end_is_stopped_at_the_output_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        // `yes` never ends by itself: only the bound stops it.
+        let git = fake_git(dir.path(), "exec yes conflict").with_max_stdout(1 << 20);
+        let started = Instant::now();
+        let error = git
+            .run(At::Repo(dir.path()), &["merge-tree"])
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("more than 1048576 bytes"),
+            "{error}"
+        );
+        let error = git
+            .run_answer(At::Repo(dir.path()), &["merge-tree"])
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("more than 1048576 bytes"),
+            "{error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[tokio::test]
+    async fn output_under_the_bound_and_a_flood_of_stderr_are_answered_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        // 1 MiB of stderr first (past the pipe and the kept head), then
+        // an answer exactly at the bound, then exit 1.
+        let git = fake_git(
+            dir.path(),
+            "head -c 1048576 /dev/zero >&2; head -c 4096 /dev/zero | tr '\\0' x; exit 1",
+        )
+        .with_max_stdout(4096);
+        let (clean, text) = git
+            .run_answer(At::Repo(dir.path()), &["merge-tree"])
+            .await
+            .unwrap();
+        assert!(!clean);
+        assert_eq!(text.len(), 4096);
+        assert!(text.bytes().all(|b| b == b'x'));
     }
 }

@@ -1,7 +1,7 @@
 //! Expressions: how values are selected, tested and rendered between
 //! steps. An expression is JSON tagged by `op`, so there is no grammar to
 //! parse; selection is RFC 9535 JSONPath (`serde_json_path`) and prompts
-//! are rendered by minijinja with a fuel bound. Upstream's three operators
+//! are rendered by a bounded subset of minijinja (`template`). Upstream's three operators
 //! (`path`, `lit`, `eq`) mean what they mean there.
 
 use std::cmp::Ordering;
@@ -11,10 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json_path::JsonPath;
 
-/// Template instructions one rendering may spend.
-const TEMPLATE_FUEL: u64 = 100_000;
-/// Bytes one rendering may produce.
-pub const MAX_RENDERED_BYTES: usize = 256 * 1024;
+pub use crate::template::MAX_RENDERED_BYTES;
 
 /// An expression over a run's context (`$.input` and the variables).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -208,10 +205,7 @@ impl Expr {
 
     fn check_templates(&self) -> Result<(), ExprError> {
         match self {
-            Expr::Template { text } => minijinja::Environment::new()
-                .template_from_str(text)
-                .map(|_| ())
-                .map_err(|e| ExprError::Template(e.to_string())),
+            Expr::Template { text } => crate::template::check(text).map_err(ExprError::Template),
             Expr::Eq { lhs, rhs }
             | Expr::Ne { lhs, rhs }
             | Expr::Lt { lhs, rhs }
@@ -330,21 +324,8 @@ fn type_error(op: &'static str, wanted: &'static str, got: &Value) -> ExprError 
     ExprError::Type { op, wanted, got }
 }
 
-/// Renders `text` with the context's top-level variables, bounded in
-/// instructions and in output.
 fn render(text: &str, ctx: &Value) -> Result<String, ExprError> {
-    let mut env = minijinja::Environment::new();
-    env.set_fuel(Some(TEMPLATE_FUEL));
-    let rendered = env
-        .render_str(text, ctx)
-        .map_err(|e| ExprError::Template(e.to_string()))?;
-    if rendered.len() > MAX_RENDERED_BYTES {
-        return Err(ExprError::Template(format!(
-            "the rendering is {} bytes, more than {MAX_RENDERED_BYTES}",
-            rendered.len()
-        )));
-    }
-    Ok(rendered)
+    crate::template::render(text, ctx).map_err(ExprError::Template)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod ir;
 pub mod lint;
 pub mod path;
 pub mod run;
+pub mod template;
 
 pub use expr::{Expr, ExprError};
 pub use hash::content_hash;

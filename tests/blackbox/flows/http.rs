@@ -78,7 +78,10 @@ async fn bad_input_and_a_flow_with_problems_are_refused_before_anything_runs() {
     let bad = json!({"name": "bad", "body": {"kind": "seq", "children": [
         step("nobody", "x", "$.a"),
         {"kind": "loop", "counter": {"op": "path", "at": "$.i"},
-         "cond": {"op": "lit", "value": true}, "body": step("echo", "{{ missing }}", "$.b")}]}});
+         "cond": {"op": "lit", "value": true}, "body": step("echo", "{{ missing }}", "$.b")},
+        // A template that doubles a string each instruction: refused
+        // before it is stored, not rendered until memory runs out.
+        step("echo", "{{ input ~ input ~ input ~ input }}", "$.c")]}});
     let (status, body) = start(&sw, json!({"flow": bad})).await;
     assert_eq!(
         (status, body["code"].as_str()),
@@ -97,6 +100,12 @@ async fn bad_input_and_a_flow_with_problems_are_refused_before_anything_runs() {
     );
     assert!(
         codes.contains(&("/body/children/1/max", "loop_without_max")),
+        "{codes:?}"
+    );
+    assert!(
+        codes
+            .iter()
+            .any(|(at, code)| at.starts_with("/body/children/2") && *code == "bad_expression"),
         "{codes:?}"
     );
     let (status, body) = start(&sw, json!({"flow": "nothing-here"})).await;

@@ -90,6 +90,10 @@ impl Runner {
                 }
             }
         }
+        // The passes ran out with more to do: the run goes on at once from
+        // a turn of its own, after its lock is let go, with what it has
+        // not written yet still marked dirty.
+        self.arm(live, Some(now_ms()));
     }
 
     /// One evaluation and what it asks; `true` when another pass may find

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use swarmd_engine::ids::TaskId;
-use swarmd_engine::{Event, RunId, TaskStatus};
+use swarmd_engine::{Event, RunId, RunRecord, TaskStatus};
+use swarmd_flow::Flow;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::advance::Live;
@@ -123,11 +124,15 @@ impl Runner {
                     continue;
                 }
             };
-            let flow = self.pinned(&record.flow_hash).await?;
-            let mut called = BTreeMap::new();
-            for (name, hash) in &state.calls {
-                called.insert(name.clone(), (*self.pinned(hash).await?).clone());
-            }
+            // One run whose flow cannot be read is left for the next
+            // recovery; the runs after it are still read back.
+            let (flow, called) = match self.flows_of(&record, &state).await {
+                Ok(flows) => flows,
+                Err(error) => {
+                    tracing::error!(run_id = %id, %error, "a flow run's pinned flow could not be read; it is left open and read again at the next start");
+                    continue;
+                }
+            };
             let open: Vec<TaskId> = state
                 .journal
                 .open_steps()
@@ -156,6 +161,20 @@ impl Runner {
             tracing::info!(runs = count, "flow runs read back");
         }
         Ok(count)
+    }
+
+    /// The flow `record` pinned and the sub-flows its journal called.
+    async fn flows_of(
+        &self,
+        record: &RunRecord,
+        state: &State,
+    ) -> Result<(Arc<Flow>, BTreeMap<String, Flow>), RunError> {
+        let flow = self.pinned(&record.flow_hash).await?;
+        let mut called = BTreeMap::new();
+        for (name, hash) in &state.calls {
+            called.insert(name.clone(), (*self.pinned(hash).await?).clone());
+        }
+        Ok((flow, called))
     }
 
     /// Whether run `id` is open in this runner.

@@ -265,3 +265,59 @@ async fn starts_racing_on_one_key_end_in_one_run() {
         assert_eq!(open.len(), 1, "round {round}: {open:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_needs_more_passes_than_one_turn_allows_still_ends() {
+    // Each try fails before its task is made (`continue` names no task),
+    // so every pass asks for another: 1 000 tries are 1 001 passes, one
+    // more than a turn takes.
+    let engine = engine();
+    let runner = runner(&engine);
+    let mut failing = step("plan", "p", "$.r");
+    failing["continue"] = json!({"op": "lit", "value": "not-a-task"});
+    failing["retry"] = json!({"attempts": 1000, "backoff_secs": 0});
+    let run = start(&runner, failing).await;
+    let done = runner
+        .wait_for(run.id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_flow_cannot_be_read_does_not_stop_the_others_being_read_back() {
+    let engine = engine();
+    let first = runner(&engine);
+    let wait = json!({"kind": "wait", "name": "ok", "out": {"op": "path", "at": "$.ok"}});
+    let broken = start(&first, wait.clone()).await;
+    let fine = start(&first, wait).await;
+    // The first run's record names a flow the store does not hold.
+    let mut record = engine.get_run(broken.id).await.unwrap().unwrap();
+    record.flow_hash = "0".repeat(64);
+    record.version += 1;
+    engine
+        .write_run(
+            vec![swarmd_engine::WriteOp::PutRun(Box::new(record))],
+            vec![],
+        )
+        .await
+        .unwrap();
+    // A second runner over the same store, as after a restart.
+    let second = Runner::new(
+        engine.clone(),
+        Catalog::default(),
+        ["plan", "build", "slow"].map(String::from).into(),
+        Limits::default(),
+        [3; 32],
+        None,
+    );
+    second.recover().await.unwrap();
+    assert!(second.is_open(fine.id));
+    assert!(!second.is_open(broken.id));
+    second.answer(fine.id, "ok", json!(1), None).await.unwrap();
+    let done = second
+        .wait_for(fine.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Passed, "{done:?}");
+}

@@ -26,6 +26,9 @@ pub enum RunError {
     KeyConflict(String),
     #[error("{0}")]
     Forbidden(String),
+    /// The node holds its most open runs.
+    #[error("{0}")]
+    TooMany(String),
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
@@ -41,6 +44,7 @@ impl RunError {
             RunError::WaitNotOpen(_) => ErrorCode::WaitNotOpen,
             RunError::KeyConflict(_) => ErrorCode::IdempotencyConflict,
             RunError::Forbidden(_) => ErrorCode::Forbidden,
+            RunError::TooMany(_) => ErrorCode::TooManyRuns,
             RunError::Engine(e) => e.code(),
         }
     }

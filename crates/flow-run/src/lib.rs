@@ -31,6 +31,12 @@ use swarmd_engine::{
 use swarmd_flow::run::Journal;
 use swarmd_flow::{Flow, Limits, content_hash, lint};
 
+/// Flow runs one node holds open at most: each keeps its journal and
+/// flow in memory until it ends. A start past it is `429 too_many_runs`.
+pub const MAX_OPEN_RUNS: usize = 10_000;
+/// Flows kept parsed by hash (`Runner::remember`).
+const MAX_CACHED_FLOWS: usize = 1_024;
+
 pub use catalog::Catalog;
 pub use error::RunError;
 pub use view::{NodeView, RunView, TryView, WaitView};
@@ -124,6 +130,8 @@ pub(crate) struct Inner {
     /// Held while open runs are read back, so two readings never load
     /// one run twice.
     pub reading: tokio::sync::Mutex<()>,
+    /// Runs this node holds open at most (`MAX_OPEN_RUNS`).
+    pub max_open: std::sync::atomic::AtomicUsize,
 }
 
 impl Runner {
@@ -151,6 +159,7 @@ impl Runner {
                 flows: Mutex::new(HashMap::new()),
                 adopt: tokio::sync::Notify::new(),
                 reading: tokio::sync::Mutex::new(()),
+                max_open: std::sync::atomic::AtomicUsize::new(MAX_OPEN_RUNS),
             }),
         }
     }
@@ -229,6 +238,15 @@ impl Runner {
                 ));
             }
             return Ok((run, false));
+        }
+        let max_open = self
+            .inner
+            .max_open
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if self.open_runs().len() >= max_open {
+            return Err(RunError::TooMany(format!(
+                "this node holds {max_open} open flow runs; one must end (or be cancelled) before another starts"
+            )));
         }
         let called = self
             .inner
@@ -528,12 +546,16 @@ impl Runner {
         self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Keeps `flow` for the next look-up of `hash`. The cache holds at
+    /// most `MAX_CACHED_FLOWS`: past it, it is emptied (an open run holds
+    /// its own flow, and a look-up that misses reads the store), so
+    /// distinct inline flows cannot grow it without end.
     fn remember(&self, hash: &str, flow: Arc<Flow>) {
-        self.inner
-            .flows
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(hash.to_owned(), flow);
+        let mut flows = self.inner.flows.lock().unwrap_or_else(|e| e.into_inner());
+        if flows.len() >= MAX_CACHED_FLOWS && !flows.contains_key(hash) {
+            flows.clear();
+        }
+        flows.insert(hash.to_owned(), flow);
     }
 
     /// The flow pinned under `hash`.

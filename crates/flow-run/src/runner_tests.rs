@@ -321,3 +321,30 @@ async fn a_run_whose_flow_cannot_be_read_does_not_stop_the_others_being_read_bac
         .unwrap();
     assert_eq!(done.status, RunStatus::Passed, "{done:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_past_the_open_runs_cap_is_refused_until_one_ends() {
+    let engine = engine();
+    let runner = runner(&engine);
+    runner
+        .inner
+        .max_open
+        .store(2, std::sync::atomic::Ordering::Relaxed);
+    let wait = json!({"kind": "wait", "name": "ok", "out": {"op": "path", "at": "$.ok"}});
+    let first = start(&runner, wait.clone()).await;
+    start(&runner, wait.clone()).await;
+    let flow: Flow = serde_json::from_value(json!({"name": "t", "body": wait})).unwrap();
+    let third = StartRun {
+        flow: FlowRef::Inline(Box::new(flow)),
+        input: json!({}),
+        idempotency_key: None,
+        session: None,
+        owner: None,
+    };
+    let refused = runner.start(third.clone()).await;
+    assert!(matches!(refused, Err(RunError::TooMany(_))), "{refused:?}");
+    runner.cancel(first.id, None).await.unwrap();
+    let (run, started) = runner.start(third).await.unwrap();
+    assert!(started);
+    assert_eq!(run.status, RunStatus::Waiting);
+}

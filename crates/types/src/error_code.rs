@@ -102,6 +102,9 @@ error_codes! {
     /// or the daemon's (`limits.max_streams`); the answer carries
     /// `Retry-After`.
     TooManyStreams = "too_many_streams" => 429,
+    /// A new flow run while a node holds its most open runs
+    /// (`swarmd_flow_run::MAX_OPEN_RUNS`); one ending makes room.
+    TooManyRuns = "too_many_runs" => 429,
     /// A write past the credential's rate (`limits.write_rate_per_sec`) or
     /// a login past the peer's (`limits.login_rate_per_min`); the answer
     /// carries `Retry-After`.

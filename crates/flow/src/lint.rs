@@ -587,9 +587,11 @@ fn first_name(at: &str) -> Option<String> {
 /// literal width or `limits.max_fanout`).
 fn steps_bound(node: &Node, limits: &Limits) -> u64 {
     match node {
-        Node::Step { .. } | Node::Call { .. } => 1,
+        // A wait counts as a step: the run keeps it, with its prompt, in
+        // its journal.
+        Node::Step { .. } | Node::Call { .. } | Node::Wait { .. } => 1,
         Node::Merge { .. } => 3,
-        Node::Let { .. } | Node::Wait { .. } => 0,
+        Node::Let { .. } => 0,
         Node::Seq { children } => children
             .iter()
             .fold(0u64, |sum, c| sum.saturating_add(steps_bound(c, limits))),

@@ -63,12 +63,19 @@ impl Eval<'_> {
         if let Some(reason) = over(budget, used, ended, &format!("{}{field}", at.pointer)) {
             // Nothing under the budget starts or stays live: the runner
             // cancels what runs there.
+            let dropped_waits = self
+                .out
+                .waits
+                .iter()
+                .filter(|w| !waits.contains(&w.key))
+                .count();
             self.planned = self.planned.saturating_sub(
                 self.out
                     .starts
                     .iter()
                     .filter(|s| !starts.contains(&s.key))
-                    .count(),
+                    .count()
+                    + dropped_waits,
             );
             self.out.starts.retain(|s| starts.contains(&s.key));
             self.out.waits.retain(|w| waits.contains(&w.key));

@@ -275,8 +275,8 @@ pub(super) struct Eval<'a> {
     pub touched: u64,
     /// Node instances evaluated so far (bounded by `MAX_NODE_INSTANCES`).
     visited: u64,
-    /// Step tries asked to start so far (a fan-out takes back those of
-    /// branches it does not start).
+    /// Step tries asked to start and waits asked to open so far (a
+    /// fan-out takes back those of branches it does not start).
     pub planned: usize,
     /// The budgets around the node being evaluated, innermost last.
     pub budgets: Vec<Spent>,
@@ -546,11 +546,8 @@ impl Eval<'_> {
         at: &Place,
         ctx: &Value,
     ) -> Res {
-        if self.journal.steps.len() + self.planned >= self.max_steps {
-            return failed(format!(
-                "the run reached its limit of {} steps (limits.max_steps)",
-                self.max_steps
-            ));
+        if let Some(over) = self.over_max_steps() {
+            return over;
         }
         let input = match step
             .input
@@ -606,18 +603,36 @@ impl Eval<'_> {
         Res::Blocked
     }
 
+    /// The run's failure when it has spent `limits.max_steps`: its step
+    /// tries and waits, journalled and asked for in this evaluation. A
+    /// wait counts as a step: it is kept in the journal with its prompt.
+    fn over_max_steps(&self) -> Option<Res> {
+        let spent = self.journal.steps.len() + self.journal.waits.len() + self.planned;
+        (spent >= self.max_steps).then(|| {
+            failed(format!(
+                "the run reached its limit of {} steps and waits (limits.max_steps)",
+                self.max_steps
+            ))
+        })
+    }
+
     fn wait(&mut self, mut open: WaitOpen, prompt: Option<&Expr>, out: &Expr, ctx: Value) -> Res {
         let Some(entry) = self.journal.waits.get(&open.key) else {
+            if let Some(over) = self.over_max_steps() {
+                return over;
+            }
             if let Some(prompt) = prompt {
                 match prompt
                     .eval(&ctx)
                     .map_err(|e| e.to_string())
                     .and_then(shallow)
+                    .and_then(small_prompt)
                 {
                     Ok(v) => open.prompt = Some(v),
                     Err(e) => return failed(format!("wait {}: prompt: {e}", open.name)),
                 }
             }
+            self.planned += 1;
             self.out.live.insert(open.key.clone());
             self.out.waits.push(open);
             return Res::Blocked;
@@ -675,6 +690,21 @@ pub(super) fn shallow(value: Value) -> Result<Value, String> {
         ));
     }
     Ok(value)
+}
+
+/// The most a wait's prompt may weigh as JSON: it is kept in the run's
+/// journal, rewritten with each of the run's moves, and shown to a person.
+pub const MAX_WAIT_PROMPT_BYTES: usize = 256 * 1024;
+
+/// `prompt` if its JSON is at most [`MAX_WAIT_PROMPT_BYTES`].
+fn small_prompt(prompt: Value) -> Result<Value, String> {
+    let size = serde_json::to_vec(&prompt).map_or(usize::MAX, |v| v.len());
+    if size > MAX_WAIT_PROMPT_BYTES {
+        return Err(format!(
+            "it is {size} bytes as JSON, more than {MAX_WAIT_PROMPT_BYTES}"
+        ));
+    }
+    Ok(prompt)
 }
 
 pub(super) fn failed(reason: String) -> Res {

@@ -450,3 +450,39 @@ fn a_value_that_nests_deeper_each_iteration_fails_the_run() {
     let reason = failure(f);
     assert!(reason.contains("deeper than 96 levels"), "{reason}");
 }
+
+#[test]
+fn waits_count_against_the_step_limit() {
+    // Ten waits at once, in a fan-out, where the run may spend five.
+    let mut f: Flow = serde_json::from_value(json!({"name": "t", "body": {
+        "kind": "fanout", "items": {"op": "lit", "value": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]},
+        "bind": {"op": "path", "at": "$.i"}, "join": "all", "concurrency": 10,
+        "out": {"op": "path", "at": "$.all"},
+        "body": {"kind": "wait", "name": "ok", "out": {"op": "path", "at": "$.ok"}}}}))
+    .unwrap();
+    f.limits.max_steps = 5;
+    let ev = Sim::new(f.clone(), json!({})).tick();
+    assert!(
+        matches!(&ev.progress, Progress::Failed { reason } if reason.contains("max_steps")),
+        "{ev:?}"
+    );
+    f.limits.max_steps = 10;
+    let ev = Sim::new(f, json!({})).tick();
+    assert_eq!(ev.waits.len(), 10, "{ev:?}");
+}
+
+#[test]
+fn a_wait_prompt_past_its_bound_fails_the_run() {
+    let f: Flow = serde_json::from_value(json!({"name": "t", "body": {
+        "kind": "wait", "name": "ok", "prompt": {"op": "path", "at": "$.input.big"},
+        "out": {"op": "path", "at": "$.ok"}}}))
+    .unwrap();
+    let big = "x".repeat(crate::run::eval::MAX_WAIT_PROMPT_BYTES);
+    let ev = Sim::new(f.clone(), json!({ "big": big })).tick();
+    assert!(
+        matches!(&ev.progress, Progress::Failed { reason } if reason.contains("more than")),
+        "{ev:?}"
+    );
+    let ev = Sim::new(f, json!({ "big": "short" })).tick();
+    assert_eq!(ev.waits[0].prompt, Some(json!("short")));
+}

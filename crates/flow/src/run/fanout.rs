@@ -106,7 +106,7 @@ impl Eval<'_> {
                     effects.push((true, fx));
                 }
                 Res::Blocked => {
-                    self.planned -= fx.starts.len();
+                    self.planned -= fx.starts.len() + fx.waits.len();
                     ends.push(End::Queued);
                 }
             }
@@ -137,7 +137,7 @@ impl Eval<'_> {
             self.out.nodes.insert(key, node);
         }
         if !live {
-            self.planned -= fx.starts.len();
+            self.planned -= fx.starts.len() + fx.waits.len();
         } else {
             self.out.starts.extend(fx.starts);
             self.out.waits.extend(fx.waits);

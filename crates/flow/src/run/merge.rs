@@ -3,7 +3,8 @@
 //! tries in the journal, as any step's).
 //!
 //! 1. `pick_best` only: the judge step gets `{candidates, branches}` (the
-//!    node's items as given, and each one's branch name or null) and must
+//!    node's items as given, and each one's branch name or null: null
+//!    too for a step's changes that made no commit) and must
 //!    answer an object whose `winner` is an index into `candidates` or one
 //!    of the branch names; `reason` is kept with the verdict.
 //! 2. The merge step runs the merge agent with `{branches, strategy}` (the
@@ -228,12 +229,17 @@ impl Eval<'_> {
 }
 
 /// The branch an item names: itself when a string, its `branch` when an
-/// object with one; else null.
+/// object with one; else null. A step's `changes` whose `head` is its
+/// `base` made no commit, and its branch is deleted when its attempt
+/// ends (docs/tasks.md, Worktrees), so it names none.
 fn branch_of(item: &Value) -> Value {
     match item {
         Value::String(_) => item.clone(),
-        Value::Object(map) => match map.get("branch") {
-            Some(branch @ Value::String(_)) => branch.clone(),
+        Value::Object(map) => match (map.get("branch"), map.get("head"), map.get("base")) {
+            (_, Some(Value::String(head)), Some(Value::String(base))) if head == base => {
+                Value::Null
+            }
+            (Some(branch @ Value::String(_)), _, _) => branch.clone(),
             _ => Value::Null,
         },
         _ => Value::Null,

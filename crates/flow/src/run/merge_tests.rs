@@ -49,6 +49,24 @@ fn pick_best_asks_the_judge_then_merges_only_the_winner() {
 }
 
 #[test]
+fn changes_that_made_no_commit_name_no_branch_to_merge() {
+    // The second coder's head is its base: its branch was deleted when
+    // its attempt ended, so merging it would fail the whole node.
+    let tries = json!([
+        {"branch": "b0", "base": "c0", "head": "c1", "files": ["a"]},
+        {"branch": "b1", "base": "c0", "head": "c0", "files": []},
+        {"branch": "b2", "base": "c0", "head": "c2", "files": ["b"]},
+    ]);
+    let node = json!({"kind": "merge", "ref": "merge", "strategy": "sequence",
+        "branches": {"op": "path", "at": "$.input.tries"},
+        "out": {"op": "path", "at": "$.merged"}});
+    let mut sim = Sim::new(flow(node), json!({ "tries": tries }));
+    let ev = sim.tick();
+    assert_eq!(ev.starts[0].key, "/body/merge");
+    assert_eq!(ev.starts[0].input["branches"], json!(["b0", "b2"]));
+}
+
+#[test]
 fn a_verdict_naming_a_candidate_without_a_branch_fails_the_node() {
     let mut sim = merge_flow("pick_best", json!({"judge": "judge"}));
     sim.tick();

@@ -218,6 +218,17 @@ async fn a_wait_is_answered_with_its_own_token_and_a_matching_answer_only() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+    // The token's answer tells the run's state and nothing else of it.
+    let answered: Value = response.json().await.unwrap();
+    let mut keys: Vec<&str> = answered
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["id", "status", "wait"], "{answered}");
+    assert_eq!(answered["id"], id.as_str());
     let view = run(&sw, &id, 30).await;
     assert_eq!(view["status"], "passed", "{view}");
     assert_eq!(view["result"]["shipped"], "SHIP DRAFT V2", "{view}");

@@ -426,6 +426,19 @@ async fn answer_wait(
     if let Err(e) = state.runner.answer(id, &wait, request.value, token).await {
         return Ok(run_error(e));
     }
+    if token.is_some() {
+        // A wait's token answers that one wait and reads nothing else of
+        // the run: not its input, outputs, other answers or graph.
+        return match state.runner.record(id).await {
+            Ok(record) => Ok(axum::Json(serde_json::json!({
+                "id": id.to_string(),
+                "wait": wait,
+                "status": record.status.as_str(),
+            }))
+            .into_response()),
+            Err(e) => Ok(run_error(e)),
+        };
+    }
     match state.runner.view(id, owner).await {
         Ok(view) => Ok(axum::Json(view).into_response()),
         Err(e) => Ok(run_error(e)),

@@ -284,6 +284,12 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
     if !may_open_a_session(&body) {
         return Ok(next.run(Request::from_parts(parts, Body::from(body))).await);
     }
+    if body.len() > MAX_INITIALIZE_BYTES {
+        return Err(ApiError::coded(
+            ErrorCode::PayloadTooLarge,
+            format!("an MCP initialize request is at most {MAX_INITIALIZE_BYTES} bytes"),
+        ));
+    }
     let slot = match gate.reserve(credential.clone()).await {
         Ok(slot) => slot,
         Err(refusal) => return Ok(refused(state, refusal)),
@@ -300,12 +306,20 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
             .and_then(|value| value.to_str().ok());
         if let Some(id) = opened {
             slot.bind(id.to_owned());
-            file.opened(id, &credential);
+            // The file is written and synced: off the async workers.
+            let id = id.to_owned();
+            let _ = tokio::task::spawn_blocking(move || file.opened(&id, &credential)).await;
         }
         response
     });
     opening.await.map_err(|e| ApiError::internal(&e))
 }
+
+/// The most an `initialize` request may weigh. Its params are kept for the
+/// session's life and in the session file, which is rewritten whole at
+/// each open, so they are bounded far below the body limit; real clients
+/// send a few hundred bytes to a few KiB.
+pub const MAX_INITIALIZE_BYTES: usize = 32 * 1024;
 
 /// Whether a POST that names no session may open one: only an `initialize`
 /// does, so anything but a JSON object naming another method may (what

@@ -2,7 +2,8 @@
 //! requests with and without the protocol header, one credential trying to
 //! fill the whole session table, a credential posting into, streaming from
 //! or deleting a session another opened, JSON nested past the intake bound
-//! in tool arguments, and a foreign `Host` or `Origin`. Asserts the caps
+//! in tool arguments, an `initialize` past its bound, and a foreign `Host`
+//! or `Origin`. Asserts the caps
 //! count what is opened, each credential keeps its share (the admin
 //! always), a session answers only its opener, no session id reaches the
 //! log, deep arguments are refused, and rebinding names are turned away.
@@ -261,6 +262,25 @@ async fn a_session_answers_only_the_credential_that_opened_it() {
     assert_eq!(answer_to(answer, 3).await["result"], json!({}));
     let log = daemon.log();
     assert!(!log.contains(&own), "a session id was logged:\n{log}");
+}
+
+#[tokio::test]
+async fn an_initialize_past_its_bound_is_refused_and_opens_nothing() {
+    let daemon = Daemon::start().await;
+    // Params the session would keep for its life, and in the session
+    // file rewritten at every open: refused, well under the body limit.
+    let mut heavy = initialize();
+    heavy["params"]["capabilities"]["experimental"] = json!({"pad": "x".repeat(64 * 1024)});
+    let answer = post(&daemon, &daemon.admin, None, &heavy)
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.headers().get("mcp-session-id").is_none());
+    expect_error(answer, 413, "payload_too_large").await;
+    // An ordinary one still opens.
+    let answer = open(&daemon, &daemon.admin, true).await;
+    assert_eq!(answer.status(), 200);
+    assert!(answer.headers().get("mcp-session-id").is_some());
 }
 
 #[tokio::test]

@@ -211,7 +211,9 @@ impl Runner {
         let (flow, hash) = match request.flow {
             FlowRef::Named(name) => {
                 let entry = self.inner.catalog.get(&name).ok_or_else(|| {
-                    RunError::NotFound(format!("no flow named {name} (GET /v1/flows lists them)"))
+                    RunError::NotFound(format!(
+                        "no flow named {name} (`swarmd flow list` or GET /v1/flows lists them)"
+                    ))
                 })?;
                 (entry.flow.clone(), entry.hash.clone())
             }
@@ -447,11 +449,7 @@ impl Runner {
         }
         let (key, schema) = match open.as_slice() {
             [one] => one.clone(),
-            [] => {
-                return Err(RunError::WaitNotOpen(format!(
-                    "run {id} has no open wait {wait}"
-                )));
-            }
+            [] => return Err(RunError::WaitNotOpen(no_open_wait(&live, id, wait))),
             many => {
                 let keys: Vec<&str> = many.iter().map(|(k, _)| k.as_str()).collect();
                 return Err(RunError::WaitNotOpen(format!(
@@ -581,6 +579,30 @@ impl Runner {
         self.remember(hash, flow.clone());
         Ok(flow)
     }
+}
+
+/// Why no open wait of run `id` answers to `wait`: it was answered
+/// already, or the names of the waits that are open (at most ten).
+fn no_open_wait(live: &advance::Live, id: RunId, wait: &str) -> String {
+    let journal = &live.state.journal;
+    let answered = journal
+        .waits
+        .iter()
+        .any(|(key, entry)| (entry.name == wait || key == wait) && entry.outcome.is_some());
+    if answered {
+        return format!("the wait {wait} of run {id} was answered already");
+    }
+    let mut names: Vec<&str> = journal.open_waits().map(|(_, e)| e.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.is_empty() {
+        return format!("run {id} has no open wait {wait} (none is open)");
+    }
+    names.truncate(10);
+    format!(
+        "run {id} has no open wait {wait}; open: {}",
+        names.join(", ")
+    )
 }
 
 fn flow_doc(flow: &Flow, hash: &str) -> WriteOp {

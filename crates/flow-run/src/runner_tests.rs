@@ -348,3 +348,26 @@ async fn a_start_past_the_open_runs_cap_is_refused_until_one_ends() {
     assert!(started);
     assert_eq!(run.status, RunStatus::Waiting);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_answered_twice_or_misnamed_says_so() {
+    let engine = engine();
+    let runner = runner(&engine);
+    let run = start(
+        &runner,
+        json!({"kind": "seq", "children": [
+        {"kind": "wait", "name": "ok", "out": {"op": "path", "at": "$.ok"}},
+        {"kind": "wait", "name": "ship", "out": {"op": "path", "at": "$.ship"}}]}),
+    )
+    .await;
+    let Err(RunError::WaitNotOpen(why)) = runner.answer(run.id, "okay", json!(1), None).await
+    else {
+        panic!("a misnamed wait was answered");
+    };
+    assert!(why.ends_with("open: ok"), "{why}");
+    runner.answer(run.id, "ok", json!(1), None).await.unwrap();
+    let Err(RunError::WaitNotOpen(why)) = runner.answer(run.id, "ok", json!(2), None).await else {
+        panic!("a wait was answered twice");
+    };
+    assert!(why.contains("answered already"), "{why}");
+}

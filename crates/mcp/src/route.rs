@@ -319,7 +319,7 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
 /// session's life and in the session file, which is rewritten whole at
 /// each open, so they are bounded far below the body limit; real clients
 /// send a few hundred bytes to a few KiB.
-pub const MAX_INITIALIZE_BYTES: usize = 32 * 1024;
+pub(crate) const MAX_INITIALIZE_BYTES: usize = 32 * 1024;
 
 /// Whether a POST that names no session may open one: only an `initialize`
 /// does, so anything but a JSON object naming another method may (what

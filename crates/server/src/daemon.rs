@@ -60,7 +60,7 @@ pub enum BuildError {
     Recovery(#[source] swarmd_engine::EngineError),
     #[error("cluster: {0}")]
     Cluster(String),
-    #[error("invalid flows:\n  {}", .0.join("\n  "))]
+    #[error("invalid flows: {}", .0.join("; "))]
     Flows(Vec<String>),
     #[error("invalid configuration: {0}")]
     ToolName(ConfigError),

@@ -313,10 +313,14 @@ async fn recorded(state: &AppState, task: &Task) -> Result<(u32, Value), ApiErro
             return Ok((attempt, value));
         }
     }
-    Err(ApiError::not_found(format!(
-        "a worktree of task {}: none of its attempts recorded one",
-        task.id
-    )))
+    Err(ApiError::coded(
+        ErrorCode::NotFound,
+        format!(
+            "task {} has no worktree: none of its attempts recorded one (a merge names the \
+             branch it made, an ordinary git branch, in its result: `swarmd task show {}`)",
+            task.id, task.id
+        ),
+    ))
 }
 
 /// `POST /v1/tasks/{id}/apply` body.

@@ -694,7 +694,7 @@ pub(super) fn shallow(value: Value) -> Result<Value, String> {
 
 /// The most a wait's prompt may weigh as JSON: it is kept in the run's
 /// journal, rewritten with each of the run's moves, and shown to a person.
-pub const MAX_WAIT_PROMPT_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_WAIT_PROMPT_BYTES: usize = 256 * 1024;
 
 /// `prompt` if its JSON is at most [`MAX_WAIT_PROMPT_BYTES`].
 fn small_prompt(prompt: Value) -> Result<Value, String> {

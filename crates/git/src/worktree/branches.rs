@@ -123,7 +123,7 @@ pub enum BranchError {
     #[error("{into} has commits {branch} lacks: it cannot be fast-forwarded to it")]
     NotFastForward { branch: String, into: String },
     #[error(
-        "{into} is checked out in {}; pass checked_out to update it there",
+        "{into} is checked out in {}; pass checked_out (`swarmd branch apply --checked-out`) to update it there",
         .worktree.display()
     )]
     CheckedOut { into: String, worktree: PathBuf },

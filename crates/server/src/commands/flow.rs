@@ -177,7 +177,7 @@ fn outcome(view: &Value) -> u8 {
 /// Whether `flow run`'s argument names a file rather than a flow: a flow's
 /// name never holds a `/` or a `.`.
 fn is_file(arg: &str) -> bool {
-    arg.contains('/') || arg.ends_with(".json") || arg.ends_with(".toml")
+    arg.contains('/') || arg.ends_with(".json") || arg.ends_with(".toml") || arg.ends_with(".lua")
 }
 
 /// A flow's IR from `path`: TOML when the name ends in `.toml`, else JSON.
@@ -214,6 +214,15 @@ fn import(file: &Path, name: Option<&str>) -> Result<u8, CommandError> {
 }
 
 fn read_flow(path: &Path) -> Result<Value, CommandError> {
+    if path.extension().is_some_and(|ext| ext == "lua") {
+        return Err(CommandError::Io {
+            action: "read the flow file",
+            source: io::Error::other(format!(
+                "{}: a flow in Lua is read only from the daemon's flows directory ([flows_dir], docs/flows.md); this command takes a JSON or TOML flow",
+                path.display()
+            )),
+        });
+    }
     if path.extension().is_some_and(|ext| ext == "toml") {
         let text = read(path, "read the flow file")?;
         return toml::from_str::<Value>(&text).map_err(|error| CommandError::Io {
@@ -249,6 +258,16 @@ mod tests {
         assert!(is_file("./review"));
         assert!(is_file("review.json"));
         assert!(is_file("flows/review.toml"));
+        assert!(is_file("review.lua"));
+    }
+
+    #[test]
+    fn a_lua_flow_file_is_told_where_lua_flows_load_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let lua = dir.path().join("f.lua");
+        std::fs::write(&lua, "return flow{}").unwrap();
+        let error = read_flow(&lua).unwrap_err().to_string();
+        assert!(error.contains("flows directory"), "{error}");
     }
 
     #[test]

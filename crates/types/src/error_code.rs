@@ -228,6 +228,7 @@ mod tests {
             ("output_budget_exceeded", 413),
             ("unsupported_media_type", 415),
             ("too_many_sessions", 429),
+            ("too_many_runs", 429),
             ("too_many_streams", 429),
             ("rate_limited", 429),
             ("host_not_allowed", 421),

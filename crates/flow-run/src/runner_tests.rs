@@ -39,17 +39,23 @@ pub(crate) fn resolver() -> StaticResolver {
     resolver
 }
 
-/// A runner over `engine` that follows its events.
-pub(crate) fn runner(engine: &Engine) -> Runner {
+/// A runner over `engine` that does not follow its events yet (a second
+/// one over the same store reads runs back, as after a restart).
+fn idle_runner(engine: &Engine) -> Runner {
     let agents: BTreeSet<String> = ["plan", "build", "slow"].map(String::from).into();
-    let runner = Runner::new(
+    Runner::new(
         engine.clone(),
         Catalog::default(),
         agents,
         Limits::default(),
         [3; 32],
         None,
-    );
+    )
+}
+
+/// A runner over `engine` that follows its events.
+pub(crate) fn runner(engine: &Engine) -> Runner {
+    let runner = idle_runner(engine);
     tokio::spawn(runner.clone().run(std::future::pending()));
     runner
 }
@@ -59,16 +65,20 @@ pub(crate) fn step(agent: &str, text: &str, out: &str) -> Value {
            "out": {"op": "path", "at": out}})
 }
 
-pub(crate) async fn start(runner: &Runner, body: Value) -> swarmd_engine::RunRecord {
+/// A request to start an inline flow of `body`.
+fn inline(body: Value) -> StartRun {
     let flow: Flow = serde_json::from_value(json!({"name": "t", "body": body})).unwrap();
-    let request = StartRun {
+    StartRun {
         flow: FlowRef::Inline(Box::new(flow)),
         input: json!({"topic": "x"}),
         idempotency_key: None,
         session: None,
         owner: None,
-    };
-    runner.start(request).await.unwrap().0
+    }
+}
+
+pub(crate) async fn start(runner: &Runner, body: Value) -> swarmd_engine::RunRecord {
+    runner.start(inline(body)).await.unwrap().0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,14 +162,7 @@ async fn a_new_runner_reads_an_open_run_back_and_can_cancel_it() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // A second runner over the same store, as after a restart.
-    let second = Runner::new(
-        engine.clone(),
-        Catalog::default(),
-        ["plan", "build", "slow"].map(String::from).into(),
-        Limits::default(),
-        [3; 32],
-        None,
-    );
+    let second = idle_runner(&engine);
     assert_eq!(second.recover().await.unwrap(), 1);
     assert!(second.is_open(run.id));
     let cancelled = second.cancel(run.id, Some("enough".into())).await.unwrap();
@@ -303,14 +306,7 @@ async fn a_run_whose_flow_cannot_be_read_does_not_stop_the_others_being_read_bac
         .await
         .unwrap();
     // A second runner over the same store, as after a restart.
-    let second = Runner::new(
-        engine.clone(),
-        Catalog::default(),
-        ["plan", "build", "slow"].map(String::from).into(),
-        Limits::default(),
-        [3; 32],
-        None,
-    );
+    let second = idle_runner(&engine);
     second.recover().await.unwrap();
     assert!(second.is_open(fine.id));
     assert!(!second.is_open(broken.id));
@@ -333,14 +329,7 @@ async fn a_start_past_the_open_runs_cap_is_refused_until_one_ends() {
     let wait = json!({"kind": "wait", "name": "ok", "out": {"op": "path", "at": "$.ok"}});
     let first = start(&runner, wait.clone()).await;
     start(&runner, wait.clone()).await;
-    let flow: Flow = serde_json::from_value(json!({"name": "t", "body": wait})).unwrap();
-    let third = StartRun {
-        flow: FlowRef::Inline(Box::new(flow)),
-        input: json!({}),
-        idempotency_key: None,
-        session: None,
-        owner: None,
-    };
+    let third = inline(wait);
     let refused = runner.start(third.clone()).await;
     assert!(matches!(refused, Err(RunError::TooMany(_))), "{refused:?}");
     runner.cancel(first.id, None).await.unwrap();

@@ -87,7 +87,8 @@ pub enum Node {
         /// The agent.
         #[serde(rename = "ref")]
         agent: String,
-        /// The task's input (a string is its prompt).
+        /// The task's input, an expression object: a string value is its
+        /// prompt, any other value its input.
         #[serde(rename = "in")]
         input: Expr,
         /// Where the result goes (a `$.name` path).

@@ -62,7 +62,7 @@ pub(super) fn tools() -> Vec<ToolEntry> {
         entry::<RunArgs, RunViewSchema>(
             "run",
             "Read a flow run: status, result or error, every node's state and its waits. \
-             With wait_secs (1 to 600) it first waits that long at most for the run to end, \
+             With wait_secs above 0 (at most 600) it first waits that long at most for the run to end, \
              sending progress notifications.",
             true,
             |call, args| Box::pin(run(call.state, call.caller, args, call.context)),

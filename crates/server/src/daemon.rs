@@ -491,6 +491,15 @@ async fn recover_worktrees(config: &Config, env: &Environment, engine: &Engine) 
     }
 }
 
+/// Loads and lints the flows of `[flows_dir]` as `serve` would, so that a
+/// configuration `check-config` accepts also starts.
+///
+/// # Errors
+/// `Flows` listing every problem.
+pub fn check_flows(config: &Config) -> Result<(), BuildError> {
+    load_flows(config).map(drop)
+}
+
 /// The flows of `[flows_dir]`, each linted against the configured agents
 /// and the other flows: a flow that could never run stops the start, every
 /// problem named with its file and pointer.

@@ -135,6 +135,54 @@ env = ["CREDENTIALS_DIRECTORY"]
     }
 }
 
+/// A flow that could never run stops `serve`; `check-config` refuses it
+/// the same way, so a configuration it accepts also starts.
+#[test]
+fn flows_that_cannot_run_exit_78_from_check_config_and_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let flows = dir.path().join("flows");
+    std::fs::create_dir(&flows).unwrap();
+    let flow = r#"{"name": "lost", "body": {"kind": "step", "ref": "nobody",
+        "in": {"op": "path", "at": "$.input"}, "out": {"op": "path", "at": "$.out"}}}"#;
+    std::fs::write(flows.join("lost.json"), flow).unwrap();
+    let path = dir.path().join("swarmd.toml");
+    let config = format!(
+        r#"
+[server]
+bind = "127.0.0.1:0"
+
+[store]
+backend = "memory"
+state_dir = "{state}"
+
+[agents.echo]
+kind = "process"
+program = "/bin/cat"
+
+[flows_dir]
+path = "{flows}"
+"#,
+        state = dir.path().join("state").display(),
+        flows = flows.display(),
+    );
+    std::fs::write(&path, config).unwrap();
+    for command in ["check-config", "serve"] {
+        let output = swarmd(&[command, "--config", path.to_str().unwrap()]);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(78), "{command}: {stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.contains("lost.json"), "{command}: {stderr}");
+        assert!(last.contains("nobody"), "{command}: {stderr}");
+        assert!(
+            text(&output.stdout).is_empty(),
+            "{command} printed a config"
+        );
+    }
+    std::fs::write(flows.join("lost.json"), flow.replace("nobody", "echo")).unwrap();
+    let output = swarmd(&["check-config", "--config", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+}
+
 #[test]
 fn usage_errors_exit_64() {
     let output = swarmd(&["serve", "--no-such-flag"]);

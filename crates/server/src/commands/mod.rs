@@ -83,7 +83,9 @@ impl CommandError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CommandError::Config(_)
-            | CommandError::Serve(ServeError::Build(BuildError::Agents(_))) => exit::CONFIG,
+            | CommandError::Serve(ServeError::Build(
+                BuildError::Agents(_) | BuildError::Flows(_),
+            )) => exit::CONFIG,
             CommandError::Ttl { .. } => exit::USAGE,
             _ => exit::FAILURE,
         }
@@ -102,6 +104,7 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::CheckConfig(args) => {
             let config = Config::load(&args.config.config_path(env), env, &args.overrides())?;
             crate::daemon::link_agents(&config, env).map_err(ServeError::Build)?;
+            crate::daemon::check_flows(&config).map_err(ServeError::Build)?;
             print(config.to_toml_redacted()?.trim_end())?;
             Ok(exit::OK)
         }

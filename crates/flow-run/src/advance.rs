@@ -27,6 +27,49 @@ const MAX_PASSES: usize = 1_000;
 /// How long a run whose move could not be written waits to try again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// The most a run's journal holds, as JSON bytes: its step results (with
+/// their changes and sessions), answers and wait prompts. The journal is
+/// written whole at every move and evaluated whole at every pass, so what
+/// one run keeps is bounded, not the product of its steps and their sizes.
+pub(crate) const MAX_JOURNAL_BYTES: usize = 32 * 1024 * 1024;
+
+/// The length of `value` as JSON, counted without building the text.
+pub(crate) fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter fails only for a value JSON cannot hold, which
+    // the journal never holds (string-keyed maps only).
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// The most of a failed step's reason the journal keeps, in bytes; a
+/// failed task's reason may quote its whole result.
+const MAX_REASON_BYTES: usize = 4096;
+
+/// `reason` cut to `MAX_REASON_BYTES` on a character boundary, marked with
+/// an ellipsis when cut.
+fn clip_reason(mut reason: String) -> String {
+    if reason.len() > MAX_REASON_BYTES {
+        let mut end = MAX_REASON_BYTES;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+        reason.push('…');
+    }
+    reason
+}
+
 /// An open run in memory.
 pub(crate) struct Live {
     pub record: RunRecord,
@@ -39,6 +82,9 @@ pub(crate) struct Live {
     /// Whether the flow or a sub-flow has a budget: each step's spend is
     /// then read from its task and recorded with its outcome.
     pub budgeted: bool,
+    /// The journal's size as JSON, kept up as results, answers and prompts
+    /// enter it (at most `MAX_JOURNAL_BYTES`).
+    held: usize,
     timer: Option<tokio::task::AbortHandle>,
 }
 
@@ -50,6 +96,7 @@ impl Live {
         called: Arc<BTreeMap<String, Flow>>,
     ) -> Live {
         let budgeted = flow.has_budget() || called.values().any(Flow::has_budget);
+        let held = json_len(&state.journal);
         Live {
             record,
             state,
@@ -57,8 +104,26 @@ impl Live {
             called,
             dirty: None,
             budgeted,
+            held,
             timer: None,
         }
+    }
+
+    /// Whether `bytes` more fit the journal; why not, naming `what`, when
+    /// they do not. `hold` counts them once they entered it.
+    pub(crate) fn fits(&self, bytes: usize, what: &str) -> Result<(), String> {
+        if self.held.saturating_add(bytes) > MAX_JOURNAL_BYTES {
+            return Err(format!(
+                "{what} ({bytes} bytes) would take the run's journal past {MAX_JOURNAL_BYTES} bytes, with {} held",
+                self.held
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts `bytes` that entered the journal.
+    pub(crate) fn hold(&mut self, bytes: usize) {
+        self.held = self.held.saturating_add(bytes);
     }
 
     /// The record with the current journal, one version on.
@@ -128,6 +193,13 @@ impl Runner {
         }
         let id = live.record.id.to_string();
         for wait in &ev.waits {
+            let bytes = wait.prompt.as_ref().map_or(0, json_len);
+            if let Err(reason) = live.fits(bytes, &format!("wait {}: its prompt", wait.name)) {
+                self.finish(live, RunStatus::Failed, None, Some(reason))
+                    .await?;
+                return Ok(false);
+            }
+            live.hold(bytes);
             let token = token::wait_token(&self.inner.secret, &id, &wait.key);
             live.state.journal.open_wait(
                 &wait.key,
@@ -350,12 +422,34 @@ impl Runner {
                 tokens: task.usage.tokens(),
             };
         }
+        let result = result.map_err(clip_reason);
+        let bytes = match &result {
+            Ok(value) => {
+                json_len(value)
+                    + facts.changes.as_ref().map_or(0, json_len)
+                    + facts.session.as_ref().map_or(0, json_len)
+            }
+            Err(reason) => json_len(reason),
+        };
+        let what = if result.is_ok() {
+            "its result"
+        } else {
+            "its failure reason"
+        };
+        let (result, bytes) = match live.fits(bytes, what) {
+            Ok(()) => (result, bytes),
+            Err(reason) => {
+                let bytes = json_len(&reason);
+                (Err(reason), bytes)
+            }
+        };
         if live
             .state
             .journal
             .end_step_with(&key, result, facts, at)
             .is_ok()
         {
+            live.hold(bytes);
             live.dirty = Some(key);
         }
     }
@@ -608,5 +702,30 @@ fn spilled(value: &Value) -> Option<&str> {
         map.get("sha256").and_then(Value::as_str)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_reason_is_cut_on_a_character_boundary() {
+        assert_eq!(clip_reason("short".into()), "short");
+        // Three-byte characters: 4096 is not a boundary of this text.
+        let long = "€".repeat(2000);
+        let cut = clip_reason(long);
+        assert!(cut.ends_with('…'));
+        assert_eq!(cut.len(), 4095 + '…'.len_utf8());
+        assert!(cut.trim_end_matches('…').chars().all(|c| c == '€'));
+    }
+
+    #[test]
+    fn json_len_counts_the_text_serde_would_write() {
+        let value = serde_json::json!({"a": [1, "two", null], "b": "é\n"});
+        assert_eq!(
+            json_len(&value),
+            serde_json::to_string(&value).unwrap().len()
+        );
     }
 }

@@ -467,6 +467,9 @@ impl Runner {
             ));
         }
         check_schema(schema.as_ref(), &value, "answer")?;
+        let bytes = advance::json_len(&value);
+        live.fits(bytes, "the answer")
+            .map_err(RunError::InvalidInput)?;
         let now = now_ms();
         let before = live.state.journal.clone();
         live.state
@@ -480,6 +483,7 @@ impl Runner {
             live.state.journal = before;
             return Err(error);
         }
+        live.hold(bytes);
         self.advance(&mut live).await;
         Ok(live.record.clone())
     }

@@ -19,10 +19,15 @@ fn engine() -> Engine {
     memory_engine(std::sync::Arc::new(resolver()), EngineConfig::default())
 }
 
-/// `plan` passes with "P", `build` with "B", `slow` never ends.
+/// `plan` passes with "P", `build` with "B", `slow` never ends, `big`
+/// passes with 12 MiB of text.
 pub(crate) fn resolver() -> StaticResolver {
     let spawner = ScriptedSpawner::new(|ctx| match ctx.agent.as_str() {
         "slow" => Script::Hang,
+        "big" => Script::Final {
+            value: json!("x".repeat(12 << 20)),
+            ok: true,
+        },
         "plan" => Script::Final {
             value: json!("P"),
             ok: true,
@@ -33,7 +38,7 @@ pub(crate) fn resolver() -> StaticResolver {
         },
     });
     let mut resolver = StaticResolver::new();
-    for agent in ["plan", "build", "slow"] {
+    for agent in ["plan", "build", "slow", "big"] {
         resolver = resolver.with(agent, SpawnerKind::InProcess, None, spawner.clone());
     }
     resolver
@@ -42,7 +47,7 @@ pub(crate) fn resolver() -> StaticResolver {
 /// A runner over `engine` that does not follow its events yet (a second
 /// one over the same store reads runs back, as after a restart).
 fn idle_runner(engine: &Engine) -> Runner {
-    let agents: BTreeSet<String> = ["plan", "build", "slow"].map(String::from).into();
+    let agents: BTreeSet<String> = ["plan", "build", "slow", "big"].map(String::from).into();
     Runner::new(
         engine.clone(),
         Catalog::default(),
@@ -359,4 +364,46 @@ async fn a_wait_answered_twice_or_misnamed_says_so() {
         panic!("a wait was answered twice");
     };
     assert!(why.contains("answered already"), "{why}");
+}
+
+/// What a run's journal holds is bounded: a result that would take it past
+/// `MAX_JOURNAL_BYTES` fails its step, and an answer that would is refused
+/// with its wait left open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_past_its_bound_fails_the_step_or_refuses_the_answer() {
+    let engine = engine();
+    let runner = runner(&engine);
+    let run = start(
+        &runner,
+        json!({"kind": "seq", "children": [
+        step("big", "a", "$.a"), step("big", "b", "$.b"), step("big", "c", "$.c")]}),
+    )
+    .await;
+    let done = runner
+        .wait_for(run.id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{:?}", done.error);
+    let error = done.error.unwrap();
+    assert!(
+        error.contains("/body/children/2") && error.contains("journal past"),
+        "{error}"
+    );
+
+    let run = start(
+        &runner,
+        json!({"kind": "wait", "name": "ok", "out": {"op": "path", "at": "$.ok"}}),
+    )
+    .await;
+    let huge = json!("y".repeat(crate::advance::MAX_JOURNAL_BYTES));
+    let Err(RunError::InvalidInput(why)) = runner.answer(run.id, "ok", huge, None).await else {
+        panic!("an answer past the journal's bound was taken");
+    };
+    assert!(why.contains("journal past"), "{why}");
+    runner.answer(run.id, "ok", json!(1), None).await.unwrap();
+    let done = runner
+        .wait_for(run.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Passed, "{done:?}");
 }

@@ -19,6 +19,7 @@ mod branch;
 pub mod flow;
 pub mod mcp;
 pub mod render;
+mod resolve;
 mod tail;
 mod task;
 pub mod wire;
@@ -35,6 +36,7 @@ use serde_json::Value;
 
 pub use branch::branch_table;
 pub use flow::{LintProblem, RunQuery, RunRequest, RunStart};
+pub use resolve::{SCAN_LIMIT, tail_of};
 pub use tail::{SseEvent, SseParser, TailOptions};
 pub use task::{SpawnRequest, TaskQuery};
 
@@ -90,6 +92,8 @@ pub enum ClientError {
     },
     #[error("invalid response from {url}: {reason}")]
     Decode { url: String, reason: String },
+    #[error("`{given}`: {reason}")]
+    Unresolved { given: String, reason: String },
     #[error("cannot {action}: {source}")]
     Io {
         action: &'static str,

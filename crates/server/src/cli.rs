@@ -478,28 +478,32 @@ pub enum TaskCommand {
     Spawn(Box<SpawnArgs>),
     /// Print a task with its attempts.
     Get {
-        /// The task id (T-…).
-        id: TaskId,
+        /// The task id (T-…), or the tail a table prints (…7c8d9e0f).
+        #[arg(value_parser = parse_task_ref)]
+        id: String,
     },
     /// Wait until the task is finished or the timeout passes; print it either
     /// way. Exits 0 when it passed, 2 when it finished otherwise (blocked,
     /// failed, cancelled), 3 when it had not finished in time.
     Wait {
-        /// The task id (T-…).
-        id: TaskId,
+        /// The task id (T-…), or the tail a table prints (…7c8d9e0f).
+        #[arg(value_parser = parse_task_ref)]
+        id: String,
         /// Seconds to wait.
         #[arg(long, value_name = "SECS", default_value_t = 30)]
         timeout: u64,
     },
     /// Cancel a task.
     Cancel {
-        /// The task id (T-…).
-        id: TaskId,
+        /// The task id (T-…), or the tail a table prints (…7c8d9e0f).
+        #[arg(value_parser = parse_task_ref)]
+        id: String,
     },
     /// Follow a task's output: one JSON event per line until the stream ends.
     Tail {
-        /// The task id (T-…).
-        id: TaskId,
+        /// The task id (T-…), or the tail a table prints (…7c8d9e0f).
+        #[arg(value_parser = parse_task_ref)]
+        id: String,
         /// Only this attempt's output.
         #[arg(long)]
         attempt: Option<u32>,
@@ -572,6 +576,16 @@ pub(crate) fn parse_age(text: &str) -> Result<std::time::Duration, String> {
         .filter(|secs| *secs <= 100 * 365 * 86_400)
         .map(std::time::Duration::from_secs)
         .ok_or_else(|| "expected a number of at most 100 years before the unit".to_owned())
+}
+
+/// A task id as typed: a whole `T-…` id, or the tail a table prints
+/// (`…7c8d9e0f`, looked up when the verb runs).
+pub(crate) fn parse_task_ref(text: &str) -> Result<String, String> {
+    if text.parse::<TaskId>().is_ok() || swarmd_client::tail_of(text).is_some() {
+        Ok(text.to_owned())
+    } else {
+        Err("expected a task id: T- and 32 lowercase hex digits, or the tail a table prints (…7c8d9e0f)".to_owned())
+    }
 }
 
 #[cfg(test)]

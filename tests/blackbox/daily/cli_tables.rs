@@ -168,6 +168,54 @@ async fn task_list_is_a_table_and_json_and_its_filters_select() {
     daemon.release(&running);
 }
 
+/// The short id a table prints names its task in every task verb; a tail
+/// that names none, or several, says so and exits 1, and text that is
+/// neither an id nor a tail is a usage error.
+#[tokio::test]
+async fn a_task_is_named_by_the_tail_its_table_prints() {
+    let daemon = Daemon::start_with(DESCRIBED).await;
+    let passed = daemon.spawn(json!({"agent": "echo", "prompt": "hi"})).await;
+    assert_eq!(daemon.finished(&passed).await["status"], "pass");
+    let table = cli(&daemon, &["task", "list"]).await;
+    let short = row(&table, &passed).split_whitespace().next().unwrap();
+    assert_eq!(
+        short,
+        format!("…{}", &passed[passed.len() - 8..]),
+        "{table}"
+    );
+
+    let got = json(&daemon, &["task", "get", short, "-o", "json"]).await;
+    assert_eq!(got["id"], passed.as_str(), "{got}");
+    let waited = json(&daemon, &["task", "wait", &short[3..], "-o", "json"]).await;
+    assert_eq!(waited["id"], passed.as_str(), "{waited}");
+
+    let cwd = tempfile::tempdir().unwrap();
+    let connection = [
+        "--url",
+        daemon.base.as_str(),
+        "--token",
+        daemon.admin.as_str(),
+    ];
+    let absent = if passed.ends_with("0000") {
+        "…ffff"
+    } else {
+        "…0000"
+    };
+    let mut args = vec!["task", "get", absent];
+    args.extend(connection);
+    let output = run(cwd.path(), &[], &args).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no task you can see ends in"), "{stderr}");
+
+    let mut args = vec!["task", "get", "zz"];
+    args.extend(connection);
+    let output = run(cwd.path(), &[], &args).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("the tail a table prints"), "{stderr}");
+}
+
 #[tokio::test]
 async fn agents_and_sessions_are_listed() {
     let daemon = Daemon::start_with(DESCRIBED).await;

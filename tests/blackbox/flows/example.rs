@@ -50,16 +50,32 @@ async fn the_readme_walkthrough_runs_the_example_flow_to_its_end() {
         .find(|w| w.starts_with("R-"))
         .unwrap_or_else(|| panic!("no run id in {started}"))
         .to_owned();
+    // A person copies the short id `flow runs` prints; the verbs take it.
+    let runs = cli(&sw, &["flow", "runs"]).await;
+    let short = runs
+        .lines()
+        .find(|line| line.contains(&run[run.len() - 8..]))
+        .and_then(|line| line.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no row for {run}:\n{runs}"))
+        .to_owned();
+    assert!(
+        short.starts_with('…') && run.ends_with(&short[3..]),
+        "{runs}"
+    );
     let mut shown = String::new();
     for _ in 0..100 {
-        shown = cli(&sw, &["flow", "show", &run]).await;
+        shown = cli(&sw, &["flow", "show", &short]).await;
         if shown.contains("swarmd flow answer") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(shown.contains("A LONG NOTE ABOUT TEA"), "{shown}");
-    cli(&sw, &["flow", "answer", &run, "approve", r#"{"pick": 1}"#]).await;
+    cli(
+        &sw,
+        &["flow", "answer", &short, "approve", r#"{"pick": 1}"#],
+    )
+    .await;
     let done = cli(&sw, &["flow", "show", &run, "--wait", "30", "-o", "json"]).await;
     let view: serde_json::Value = serde_json::from_str(&done).unwrap();
     assert_eq!(view["status"], "passed", "{view}");

@@ -2,7 +2,6 @@
 //! branches coding tasks leave (docs/branches.md).
 
 use clap::{Args, Subcommand};
-use swarmd_engine::ids::TaskId;
 
 use super::{ConnectionArgs, OutputFormat, parse_age};
 
@@ -41,16 +40,18 @@ pub enum BranchCommand {
     },
     /// Print the diff a task's latest attempt recorded on its branch.
     Show {
-        /// The task id (T-…).
-        task: TaskId,
+        /// The task id (T-…), or the tail a table prints (…7c8d9e0f).
+        #[arg(value_parser = super::parse_task_ref)]
+        task: String,
     },
     /// Apply a finished task's branch to a branch you name: fast-forward
     /// when possible, else a merge commit. A branch checked out in a
     /// worktree is refused unless --checked-out; a conflict changes nothing
     /// and names the files (exit status 1).
     Apply {
-        /// The task id (T-…).
-        task: TaskId,
+        /// The task id (T-…), or the tail a table prints (…7c8d9e0f).
+        #[arg(value_parser = super::parse_task_ref)]
+        task: String,
         /// The branch to apply it to (made at the task's head when missing).
         #[arg(long, value_name = "BRANCH")]
         into: String,

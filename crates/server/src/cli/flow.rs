@@ -45,7 +45,7 @@ pub enum FlowCommand {
     Run(Box<FlowRunArgs>),
     /// Print a run: its state, its node tree and its waits.
     Show {
-        /// The run id (R-…).
+        /// The run id (R-…), or the tail a table prints (…7c8d9e0f).
         #[arg(value_parser = parse_run_id)]
         run: String,
         /// Wait up to SECS (at most 300) for the run to end first; the exit
@@ -58,7 +58,7 @@ pub enum FlowCommand {
     /// Answer a run's open wait with a JSON value and print the run. The
     /// credential may be the wait's own token (`--token swt1.…`).
     Answer {
-        /// The run id (R-…).
+        /// The run id (R-…), or the tail a table prints (…7c8d9e0f).
         #[arg(value_parser = parse_run_id)]
         run: String,
         /// The wait's name, or its key when several open waits share it.
@@ -80,7 +80,7 @@ pub enum FlowCommand {
     },
     /// Cancel a run and print it.
     Cancel {
-        /// The run id (R-…).
+        /// The run id (R-…), or the tail a table prints (…7c8d9e0f).
         #[arg(value_parser = parse_run_id)]
         run: String,
         /// Why, kept with the run.
@@ -134,18 +134,19 @@ pub struct FlowRunsArgs {
     pub wide: bool,
 }
 
-/// A run id as the daemon writes it: `R-` and 32 lowercase hex digits
-/// (checked here so that no argument reaches another route).
+/// A run id as the daemon writes it, `R-` and 32 lowercase hex digits, or
+/// the tail a table prints (`…7c8d9e0f`, looked up when the verb runs);
+/// checked here so that no argument reaches another route.
 fn parse_run_id(text: &str) -> Result<String, String> {
     let hex = text.strip_prefix("R-").unwrap_or_default();
-    if hex.len() == 32
+    let whole = hex.len() == 32
         && hex
             .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if whole || swarmd_client::tail_of(text).is_some() {
         Ok(text.to_owned())
     } else {
-        Err("expected a run id: R- and 32 lowercase hex digits".to_owned())
+        Err("expected a run id: R- and 32 lowercase hex digits, or the tail a table prints (…7c8d9e0f)".to_owned())
     }
 }
 

@@ -25,6 +25,7 @@ pub(super) async fn run(args: BranchArgs, env: &Environment) -> Result<u8, Comma
             }
         }
         BranchCommand::Show { task } => {
+            let task = client.resolve_task(&task).await?;
             let diff = client.task_diff(&task).await?;
             if json {
                 print(&diff.to_string())?;
@@ -55,6 +56,7 @@ pub(super) async fn run(args: BranchArgs, env: &Environment) -> Result<u8, Comma
                 "auto"
             };
             let body = json!({"into": into, "mode": mode, "checked_out": checked_out});
+            let task = client.resolve_task(&task).await?;
             let applied = client.apply_task(&task, &body).await?;
             if json {
                 print(&applied.to_string())?;

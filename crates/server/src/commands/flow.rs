@@ -49,6 +49,7 @@ pub(super) async fn run(args: FlowArgs, env: &Environment) -> Result<u8, Command
         }
         FlowCommand::Run(run) => start(&client, *run, output).await,
         FlowCommand::Show { run, wait } => {
+            let run = client.resolve_run(&run).await?;
             let view = client.get_run(&run, wait).await?;
             print_view(&view, output)?;
             Ok(if wait.is_some() {
@@ -80,12 +81,14 @@ pub(super) async fn run(args: FlowArgs, env: &Environment) -> Result<u8, Command
             Ok(exit::OK)
         }
         FlowCommand::Answer { run, wait, value } => {
+            let run = client.resolve_run(&run).await?;
             let view = client.answer_wait(&run, &wait, &value, None).await?;
             print_view(&view, output)?;
             Ok(exit::OK)
         }
         FlowCommand::Import { .. } => unreachable!("handled before connecting"),
         FlowCommand::Cancel { run, reason } => {
+            let run = client.resolve_run(&run).await?;
             let view = client.cancel_run(&run, reason.as_deref()).await?;
             print_view(&view, output)?;
             Ok(exit::OK)

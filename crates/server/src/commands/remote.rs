@@ -60,17 +60,19 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
             };
             client.create_task(&request).await?
         }
-        TaskCommand::Get { id } => client.get_task(&id).await?,
+        TaskCommand::Get { id } => client.get_task(&client.resolve_task(&id).await?).await?,
         TaskCommand::Wait { id, timeout } => {
             waited = true;
+            let id = client.resolve_task(&id).await?;
             client.wait_task(&id, timeout).await?
         }
-        TaskCommand::Cancel { id } => client.cancel_task(&id).await?,
+        TaskCommand::Cancel { id } => client.cancel_task(&client.resolve_task(&id).await?).await?,
         TaskCommand::Tail {
             id,
             attempt,
             after_seq,
         } => {
+            let id = client.resolve_task(&id).await?;
             let options = TailOptions { attempt, after_seq };
             let mut stdout = std::io::stdout();
             client.tail_output(&id, options, &mut stdout).await?;

@@ -46,9 +46,10 @@ fn pick<'a>(
             "none of the newest {SCAN_LIMIT} {what}s you can see ends in {tail}; give its whole id"
         ),
         many => format!(
-            "{} {what}s end in {tail} ({}); give more digits",
+            "{} {what}s end in {tail} ({}{}); give more digits",
             many.len(),
-            many.join(", ")
+            many[..many.len().min(5)].join(", "),
+            if many.len() > 5 { ", …" } else { "" }
         ),
     };
     Err(ClientError::Unresolved {

@@ -639,8 +639,21 @@ mod tests {
             panic!("expected task");
         };
         assert_eq!(task.connection.url.as_deref(), Some("http://x:1"));
-        assert!(matches!(task.command, TaskCommand::Wait { id: got, timeout: 5 } if got == id));
-        assert!(Cli::try_parse_from(["swarmd", "task", "get", "../etc"]).is_err());
+        assert!(
+            matches!(task.command, TaskCommand::Wait { id: got, timeout: 5 } if got == id.to_string())
+        );
+        for bad in ["../etc", "7c8", "T-7c8d9e0f"] {
+            assert!(
+                Cli::try_parse_from(["swarmd", "task", "get", bad]).is_err(),
+                "{bad}"
+            );
+        }
+        for tail in ["…7c8d9e0f", "7C8D"] {
+            assert!(
+                Cli::try_parse_from(["swarmd", "task", "get", tail]).is_ok(),
+                "{tail}"
+            );
+        }
     }
 
     #[test]

@@ -118,16 +118,21 @@ env = ["CREDENTIALS_DIRECTORY"]
         script = script.display(),
     );
     std::fs::write(&path, config).unwrap();
+    refused_by_both(&path, &["agent `broken`", "CREDENTIALS_DIRECTORY"]);
+}
+
+/// `check-config` and `serve` both refuse the configuration at `path`:
+/// exit 78, nothing on stdout, and a last stderr line naming each of
+/// `needles`.
+fn refused_by_both(path: &std::path::Path, needles: &[&str]) {
     for command in ["check-config", "serve"] {
         let output = swarmd(&[command, "--config", path.to_str().unwrap()]);
         let stderr = text(&output.stderr);
         assert_eq!(output.status.code(), Some(78), "{command}: {stderr}");
         let last = stderr.lines().last().unwrap_or_default();
-        assert!(last.contains("agent `broken`"), "{command}: {stderr}");
-        assert!(
-            last.contains("CREDENTIALS_DIRECTORY"),
-            "{command}: {stderr}"
-        );
+        for needle in needles {
+            assert!(last.contains(needle), "{command}: {needle}: {stderr}");
+        }
         assert!(
             text(&output.stdout).is_empty(),
             "{command} printed a config"
@@ -166,18 +171,7 @@ path = "{flows}"
         flows = flows.display(),
     );
     std::fs::write(&path, config).unwrap();
-    for command in ["check-config", "serve"] {
-        let output = swarmd(&[command, "--config", path.to_str().unwrap()]);
-        let stderr = text(&output.stderr);
-        assert_eq!(output.status.code(), Some(78), "{command}: {stderr}");
-        let last = stderr.lines().last().unwrap_or_default();
-        assert!(last.contains("lost.json"), "{command}: {stderr}");
-        assert!(last.contains("nobody"), "{command}: {stderr}");
-        assert!(
-            text(&output.stdout).is_empty(),
-            "{command} printed a config"
-        );
-    }
+    refused_by_both(&path, &["lost.json", "nobody"]);
     std::fs::write(flows.join("lost.json"), flow.replace("nobody", "echo")).unwrap();
     let output = swarmd(&["check-config", "--config", path.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));

@@ -13,6 +13,7 @@ mod advance;
 pub mod catalog;
 mod error;
 mod listen;
+mod open;
 pub mod token;
 mod view;
 
@@ -39,6 +40,7 @@ const MAX_CACHED_FLOWS: usize = 1_024;
 
 pub use catalog::Catalog;
 pub use error::RunError;
+pub use open::MAX_OPEN_RUNS_PER_OWNER;
 pub use view::{NodeView, RunView, TryView, WaitView};
 
 /// A run's durable state as the runner writes it into `RunRecord::state`.
@@ -120,7 +122,7 @@ pub(crate) struct Inner {
     /// Where a step's git changes are read, when it asks for them.
     pub facts: Option<Arc<dyn StepFacts>>,
     /// Open runs, each behind its own lock (one verb at a time per run).
-    pub open: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<advance::Live>>>>,
+    pub open: Mutex<open::OpenRuns>,
     /// Open step tasks and the run each belongs to.
     pub tasks: Mutex<HashMap<TaskId, RunId>>,
     /// Flows by hash, as pinned runs read them.
@@ -132,6 +134,8 @@ pub(crate) struct Inner {
     pub reading: tokio::sync::Mutex<()>,
     /// Runs this node holds open at most (`MAX_OPEN_RUNS`).
     pub max_open: std::sync::atomic::AtomicUsize,
+    /// Runs one owner holds open here at most (`MAX_OPEN_RUNS_PER_OWNER`).
+    pub max_per_owner: std::sync::atomic::AtomicUsize,
 }
 
 impl Runner {
@@ -154,12 +158,13 @@ impl Runner {
                 caps,
                 secret,
                 facts,
-                open: Mutex::new(HashMap::new()),
+                open: Mutex::new(open::OpenRuns::default()),
                 tasks: Mutex::new(HashMap::new()),
                 flows: Mutex::new(HashMap::new()),
                 adopt: tokio::sync::Notify::new(),
                 reading: tokio::sync::Mutex::new(()),
                 max_open: std::sync::atomic::AtomicUsize::new(MAX_OPEN_RUNS),
+                max_per_owner: std::sync::atomic::AtomicUsize::new(MAX_OPEN_RUNS_PER_OWNER),
             }),
         }
     }
@@ -250,6 +255,17 @@ impl Runner {
                 "this node holds {max_open} open flow runs; one must end (or be cancelled) before another starts"
             )));
         }
+        let share = self
+            .inner
+            .max_per_owner
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if let Some(owner) = request.owner.as_deref()
+            && self.open_runs().held_by(owner) >= share
+        {
+            return Err(RunError::TooMany(format!(
+                "you hold {share} open flow runs on this node, one caller's share; one must end (or be cancelled) before another starts"
+            )));
+        }
         let called = self
             .inner
             .catalog
@@ -297,7 +313,8 @@ impl Runner {
         // store's open runs never loads it a second time.
         let cell = Arc::new(tokio::sync::Mutex::new(live));
         let mut live = cell.clone().lock_owned().await;
-        self.open_runs().insert(id, cell);
+        self.open_runs()
+            .insert(id, cell, live.record.owner.as_deref());
         if let Err(error) = engine.write_run(ops, vec![event]).await {
             self.open_runs().remove(&id);
             return Err(error.into());
@@ -538,9 +555,7 @@ impl Runner {
         &self.inner.engine
     }
 
-    pub(crate) fn open_runs(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<RunId, Arc<tokio::sync::Mutex<advance::Live>>>> {
+    pub(crate) fn open_runs(&self) -> std::sync::MutexGuard<'_, open::OpenRuns> {
         self.inner.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -138,9 +138,10 @@ impl Runner {
                 .open_steps()
                 .filter_map(|(_, t)| t.parse().ok())
                 .collect();
+            let owner = record.owner.clone();
             let live = Live::new(record, state, flow, Arc::new(called));
             let cell = Arc::new(tokio::sync::Mutex::new(live));
-            self.open_runs().insert(id, cell.clone());
+            self.open_runs().insert(id, cell.clone(), owner.as_deref());
             {
                 let mut tasks = self.task_map();
                 for task in &open {

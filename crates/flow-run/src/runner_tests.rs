@@ -343,6 +343,37 @@ async fn a_start_past_the_open_runs_cap_is_refused_until_one_ends() {
     assert_eq!(run.status, RunStatus::Waiting);
 }
 
+/// One owner holds at most its share of a node's open runs; others and
+/// the admin still start, and a run ending gives the owner its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_past_its_share_is_refused_and_others_are_not() {
+    let engine = engine();
+    let runner = runner(&engine);
+    runner
+        .inner
+        .max_per_owner
+        .store(2, std::sync::atomic::Ordering::Relaxed);
+    let wait = json!({"kind": "wait", "name": "ok", "out": {"op": "path", "at": "$.ok"}});
+    let as_owner = |owner: &str| StartRun {
+        owner: Some(owner.to_owned()),
+        ..inline(wait.clone())
+    };
+    let first = runner.start(as_owner("S-greedy")).await.unwrap().0;
+    runner.start(as_owner("S-greedy")).await.unwrap();
+    let refused = runner.start(as_owner("S-greedy")).await;
+    let Err(RunError::TooMany(why)) = refused else {
+        panic!("a third run of one owner started: {refused:?}");
+    };
+    assert!(why.contains("share"), "{why}");
+    runner.start(as_owner("S-other")).await.unwrap();
+    for _ in 0..3 {
+        runner.start(as_owner("admin")).await.unwrap();
+    }
+    runner.cancel(first.id, None).await.unwrap();
+    let (run, started) = runner.start(as_owner("S-greedy")).await.unwrap();
+    assert!(started && run.status == RunStatus::Waiting, "{run:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_answered_twice_or_misnamed_says_so() {
     let engine = engine();

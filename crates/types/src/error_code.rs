@@ -103,7 +103,8 @@ error_codes! {
     /// `Retry-After`.
     TooManyStreams = "too_many_streams" => 429,
     /// A new flow run while a node holds its most open runs
-    /// (`swarmd_flow_run::MAX_OPEN_RUNS`); one ending makes room.
+    /// (`swarmd_flow_run::MAX_OPEN_RUNS`), or its caller its share of them
+    /// (`MAX_OPEN_RUNS_PER_OWNER`); one ending makes room.
     TooManyRuns = "too_many_runs" => 429,
     /// A write past the credential's rate (`limits.write_rate_per_sec`) or
     /// a login past the peer's (`limits.login_rate_per_min`); the answer

@@ -174,11 +174,11 @@ fn read_flow(path: &Path, lua: Option<&LuaLoader<'_>>) -> Result<Flow, String> {
         (Some("toml"), _) => {
             let value: toml::Value = toml::from_str(&text).map_err(|e| e.to_string())?;
             let json = serde_json::to_value(value).map_err(|e| e.to_string())?;
-            serde_json::from_value(json).map_err(|e| e.to_string())
+            crate::flow_from_value(&json)
         }
         (Some("lua"), Some(lua)) => {
             let json = lua(path, &text)?;
-            serde_json::from_value(json)
+            crate::flow_from_value(&json)
                 .map_err(|e| format!("the script's table is not a flow: {e}"))
         }
         _ => Flow::from_json(&text).map_err(|e| e.to_string()),

@@ -14,6 +14,7 @@ pub mod catalog;
 mod error;
 mod listen;
 mod open;
+mod shape;
 pub mod token;
 mod view;
 
@@ -41,6 +42,7 @@ const MAX_CACHED_FLOWS: usize = 1_024;
 pub use catalog::Catalog;
 pub use error::RunError;
 pub use open::MAX_OPEN_RUNS_PER_OWNER;
+pub use shape::flow_from_value;
 pub use view::{NodeView, RunView, TryView, WaitView};
 
 /// A run's durable state as the runner writes it into `RunRecord::state`.

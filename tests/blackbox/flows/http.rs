@@ -108,6 +108,15 @@ async fn bad_input_and_a_flow_with_problems_are_refused_before_anything_runs() {
             .any(|(at, code)| at.starts_with("/body/children/2") && *code == "bad_expression"),
         "{codes:?}"
     );
+    // A document that is not flow IR names the place, however deep.
+    let mut typo = step("echo", "x", "$.a");
+    typo["ref"] = json!(7);
+    let not_ir = json!({"name": "t", "body": {"kind": "seq", "children": [
+        step("echo", "x", "$.a"), typo]}});
+    let (status, body) = start(&sw, json!({"flow": not_ir})).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("invalid_flow")), "{body}");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(error.contains("/body/children/1/ref: 7"), "{body}");
     let (status, body) = start(&sw, json!({"flow": "nothing-here"})).await;
     assert_eq!(status, 404, "{body}");
     let tasks: Value = sw

@@ -124,7 +124,7 @@ async fn lint_flow(
 }
 
 pub fn parse_flow(value: Value) -> Result<Flow, ApiError> {
-    serde_json::from_value(value).map_err(|e| {
+    swarmd_flow_run::flow_from_value(&value).map_err(|e| {
         ApiError::coded(
             ErrorCode::InvalidFlow,
             format!("the flow is not flow IR (docs/flow.schema.json): {e}"),

@@ -253,9 +253,10 @@ pub struct ListArgs {
     /// Only tasks of this agent.
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
-    /// Only the sub-tasks of this task.
-    #[arg(long, value_name = "TASK_ID")]
-    pub parent: Option<TaskId>,
+    /// Only the sub-tasks of this task (its id, or the tail a table
+    /// prints).
+    #[arg(long, value_name = "TASK_ID", value_parser = parse_task_ref)]
+    pub parent: Option<String>,
     /// Only the tasks this operator session owns.
     #[arg(long, value_name = "SID")]
     pub session: Option<String>,
@@ -434,10 +435,11 @@ pub struct SpawnArgs {
     /// when left out.
     #[arg(long, required_unless_present = "continue_from")]
     pub agent: Option<String>,
-    /// A finished task (T-…) of the same agent to continue: the new
-    /// task resumes its CLI session and starts from its worktree branch.
-    #[arg(long, value_name = "TASK_ID")]
-    pub continue_from: Option<TaskId>,
+    /// A finished task (T-…, or the tail a table prints) of the same
+    /// agent to continue: the new task resumes its CLI session and starts
+    /// from its worktree branch.
+    #[arg(long, value_name = "TASK_ID", value_parser = parse_task_ref)]
+    pub continue_from: Option<String>,
     /// The prompt; `-` reads it from stdin.
     #[arg(long)]
     pub prompt: String,

@@ -188,6 +188,8 @@ async fn a_task_is_named_by_the_tail_its_table_prints() {
     assert_eq!(got["id"], passed.as_str(), "{got}");
     let waited = json(&daemon, &["task", "wait", &short[3..], "-o", "json"]).await;
     assert_eq!(waited["id"], passed.as_str(), "{waited}");
+    let children = json(&daemon, &["task", "list", "--parent", short, "-o", "json"]).await;
+    assert!(ids(&children).is_empty(), "{children}");
 
     let cwd = tempfile::tempdir().unwrap();
     let connection = [

@@ -114,7 +114,11 @@ async fn bad_input_and_a_flow_with_problems_are_refused_before_anything_runs() {
     let not_ir = json!({"name": "t", "body": {"kind": "seq", "children": [
         step("echo", "x", "$.a"), typo]}});
     let (status, body) = start(&sw, json!({"flow": not_ir})).await;
-    assert_eq!((status, body["code"].as_str()), (400, Some("invalid_flow")), "{body}");
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_flow")),
+        "{body}"
+    );
     let error = body["error"].as_str().unwrap_or_default();
     assert!(error.contains("/body/children/1/ref: 7"), "{body}");
     let (status, body) = start(&sw, json!({"flow": "nothing-here"})).await;

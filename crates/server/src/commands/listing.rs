@@ -18,10 +18,14 @@ pub(super) async fn tasks(
     output: OutputFormat,
 ) -> Result<u8, CommandError> {
     let now = now_ms();
+    let parent = match &args.parent {
+        Some(given) => Some(client.resolve_task(given).await?),
+        None => None,
+    };
     let query = TaskQuery {
         status: args.status.map(|status| status.name()),
         agent: args.agent.clone(),
-        parent: args.parent,
+        parent,
         session: args.session.clone(),
         since_ms: args.since.map(|age| now.saturating_sub(millis(age))),
         q: args.contains.clone(),

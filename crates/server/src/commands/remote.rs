@@ -46,6 +46,10 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
                 prompt
             };
             waited = wait.is_some();
+            let continue_from = match continue_from {
+                Some(given) => Some(client.resolve_task(&given).await?),
+                None => None,
+            };
             let request = SpawnRequest {
                 agent: agent.unwrap_or_default(),
                 continue_from,

@@ -32,6 +32,12 @@ impl FlowsDirConfig {
     pub fn load(&self) -> Result<swarmd_flow_run::Catalog, Vec<String>> {
         swarmd_flow_run::Catalog::load_dir_with(&self.path, &lua_flow)
     }
+
+    /// As [`FlowsDirConfig::load`], with the flows that were read beside
+    /// the problems of the files that were not.
+    pub fn read(&self) -> (swarmd_flow_run::Catalog, Vec<String>) {
+        swarmd_flow_run::Catalog::read_dir_with(&self.path, &lua_flow)
+    }
 }
 
 fn lua_flow(path: &Path, source: &str) -> Result<serde_json::Value, String> {

@@ -50,12 +50,28 @@ impl Catalog {
         Catalog::load(dir, Some(lua))
     }
 
+    /// Like [`Catalog::load_dir_with`], but the flows that were read come
+    /// back beside the problems of the files that were not, so that a
+    /// caller can lint them too and name every problem at once.
+    pub fn read_dir_with(dir: &Path, lua: &LuaLoader<'_>) -> (Catalog, Vec<String>) {
+        Catalog::read(dir, Some(lua))
+    }
+
     fn load(dir: &Path, lua: Option<&LuaLoader<'_>>) -> Result<Catalog, Vec<String>> {
+        let (catalog, problems) = Catalog::read(dir, lua);
+        if problems.is_empty() {
+            Ok(catalog)
+        } else {
+            Err(problems)
+        }
+    }
+
+    fn read(dir: &Path, lua: Option<&LuaLoader<'_>>) -> (Catalog, Vec<String>) {
         let mut catalog = Catalog::default();
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(catalog),
-            Err(e) => return Err(vec![format!("{}: {e}", dir.display())]),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (catalog, Vec::new()),
+            Err(e) => return (catalog, vec![format!("{}: {e}", dir.display())]),
         };
         let mut paths: Vec<_> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -93,11 +109,7 @@ impl Catalog {
                 Err(e) => problems.push(format!("{}: {e}", path.display())),
             }
         }
-        if problems.is_empty() {
-            Ok(catalog)
-        } else {
-            Err(problems)
-        }
+        (catalog, problems)
     }
 
     /// Adds (or replaces) a flow.

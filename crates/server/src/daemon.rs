@@ -501,26 +501,25 @@ pub fn check_flows(config: &Config) -> Result<(), BuildError> {
 }
 
 /// The flows of `[flows_dir]`, each linted against the configured agents
-/// and the other flows: a flow that could never run stops the start, every
-/// problem named with its file and pointer.
+/// and the other flows: a file that cannot be read or a flow that could
+/// never run stops the start, every problem named with its file and
+/// pointer (the flows that were read are linted even when another file
+/// was not).
 fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
     let Some(dir) = &config.flows_dir else {
         return Ok(swarmd_flow_run::Catalog::default());
     };
-    let catalog = dir.load().map_err(BuildError::Flows)?;
+    let (catalog, mut problems) = dir.read();
     let known = swarmd_flow::lint::Known {
         agents: config.agents.keys().cloned().collect(),
         flows: catalog.names().cloned().collect(),
         caps: swarmd_flow::Limits::default(),
     };
-    let problems: Vec<String> = catalog
-        .entries()
-        .flat_map(|entry| {
-            swarmd_flow::lint(&entry.flow, &known)
-                .into_iter()
-                .map(move |p| format!("{} {}: {} ({})", entry.source, p.pointer, p.message, p.hint))
-        })
-        .collect();
+    problems.extend(catalog.entries().flat_map(|entry| {
+        swarmd_flow::lint(&entry.flow, &known)
+            .into_iter()
+            .map(move |p| format!("{} {}: {} ({})", entry.source, p.pointer, p.message, p.hint))
+    }));
     if problems.is_empty() {
         Ok(catalog)
     } else {

@@ -172,6 +172,11 @@ path = "{flows}"
     );
     std::fs::write(&path, config).unwrap();
     refused_by_both(&path, &["lost.json", "nobody"]);
+    // A file that does not parse is named with the others' problems, not
+    // instead of them.
+    std::fs::write(flows.join("broken.toml"), "name = ").unwrap();
+    refused_by_both(&path, &["broken.toml", "lost.json", "nobody"]);
+    std::fs::remove_file(flows.join("broken.toml")).unwrap();
     std::fs::write(flows.join("lost.json"), flow.replace("nobody", "echo")).unwrap();
     let output = swarmd(&["check-config", "--config", path.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));

@@ -58,11 +58,26 @@ fn pick<'a>(
     })
 }
 
-/// Why `given`, neither a whole id nor a tail, names nothing.
-fn not_an_id(given: &str, error: &impl std::fmt::Display) -> ClientError {
-    ClientError::Unresolved {
-        given: given.to_owned(),
-        reason: format!("{error}, or the tail a table prints (…7c8d9e0f)"),
+/// An id as typed.
+enum Given<T> {
+    /// A whole id: nothing to look up.
+    Whole(T),
+    /// The hex digits of a tail to look up.
+    Tail(String),
+}
+
+/// What `given` is, or why it is neither a whole id nor a tail.
+fn whole_or_tail<T: std::str::FromStr>(given: &str) -> Result<Given<T>, ClientError>
+where
+    T::Err: std::fmt::Display,
+{
+    match (given.parse::<T>(), tail_of(given)) {
+        (Ok(id), _) => Ok(Given::Whole(id)),
+        (Err(_), Some(tail)) => Ok(Given::Tail(tail)),
+        (Err(error), None) => Err(ClientError::Unresolved {
+            given: given.to_owned(),
+            reason: format!("{error}, or the tail a table prints (…7c8d9e0f)"),
+        }),
     }
 }
 
@@ -82,10 +97,9 @@ impl ApiClient {
     /// `Unresolved` for text that is neither, a tail that matches no task or
     /// several; as `list_tasks` when the listing fails.
     pub async fn resolve_task(&self, given: &str) -> Result<TaskId, ClientError> {
-        let whole = given.parse::<TaskId>();
-        let tail = match (&whole, tail_of(given)) {
-            (Err(_), Some(tail)) => tail,
-            _ => return whole.map_err(|e| not_an_id(given, &e)),
+        let tail = match whole_or_tail::<TaskId>(given)? {
+            Given::Tail(tail) => tail,
+            Given::Whole(id) => return Ok(id),
         };
         let mut ids = Vec::new();
         let mut query = TaskQuery {
@@ -120,14 +134,9 @@ impl ApiClient {
     /// # Errors
     /// As `resolve_task`, with `list_runs`.
     pub async fn resolve_run(&self, given: &str) -> Result<String, ClientError> {
-        let whole = given.parse::<RunId>();
-        let tail = match (&whole, tail_of(given)) {
-            (Err(_), Some(tail)) => tail,
-            _ => {
-                return whole
-                    .map(|_| given.to_owned())
-                    .map_err(|e| not_an_id(given, &e));
-            }
+        let tail = match whole_or_tail::<RunId>(given)? {
+            Given::Tail(tail) => tail,
+            Given::Whole(id) => return Ok(id.to_string()),
         };
         let mut ids: Vec<String> = Vec::new();
         let mut query = RunQuery {

@@ -25,16 +25,10 @@ impl Default for FlowsDirConfig {
 }
 
 impl FlowsDirConfig {
-    /// Every flow of the directory: JSON and TOML IR, and the IR each Lua
-    /// script returns when run once in the Lua sandbox under
-    /// [`swarmd_spawner::lua::FLOW_SCRIPT_LIMITS`]. Every problem is
-    /// reported at once, each naming its file.
-    pub fn load(&self) -> Result<swarmd_flow_run::Catalog, Vec<String>> {
-        swarmd_flow_run::Catalog::load_dir_with(&self.path, &lua_flow)
-    }
-
-    /// As [`FlowsDirConfig::load`], with the flows that were read beside
-    /// the problems of the files that were not.
+    /// Every flow of the directory that could be read (JSON and TOML IR,
+    /// and the IR each Lua script returns when run once in the Lua sandbox
+    /// under [`swarmd_spawner::lua::FLOW_SCRIPT_LIMITS`]), beside the
+    /// problems of the files that could not, each naming its file.
     pub fn read(&self) -> (swarmd_flow_run::Catalog, Vec<String>) {
         swarmd_flow_run::Catalog::read_dir_with(&self.path, &lua_flow)
     }
@@ -64,12 +58,13 @@ mod tests {
         let config = FlowsDirConfig {
             path: dir.path().to_owned(),
         };
-        let catalog = config.load().unwrap();
+        let (catalog, problems) = config.read();
+        assert!(problems.is_empty(), "{problems:?}");
         let entry = catalog.get("shout").unwrap();
         assert!(entry.source.ends_with("shout.lua"), "{}", entry.source);
 
         std::fs::write(dir.path().join("spin.lua"), "while true do end").unwrap();
-        let problems = config.load().unwrap_err();
+        let (_, problems) = config.read();
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(
             problems[0].contains("spin.lua: instruction budget"),

@@ -252,21 +252,24 @@ impl Runner {
             .inner
             .max_open
             .load(std::sync::atomic::Ordering::Relaxed);
-        if self.open_runs().len() >= max_open {
-            return Err(RunError::TooMany(format!(
-                "this node holds {max_open} open flow runs; one must end (or be cancelled) before another starts"
-            )));
-        }
         let share = self
             .inner
             .max_per_owner
             .load(std::sync::atomic::Ordering::Relaxed);
-        if let Some(owner) = request.owner.as_deref()
-            && self.open_runs().held_by(owner) >= share
         {
-            return Err(RunError::TooMany(format!(
-                "you hold {share} open flow runs on this node, one caller's share; one must end (or be cancelled) before another starts"
-            )));
+            let open = self.open_runs();
+            if open.len() >= max_open {
+                return Err(RunError::TooMany(format!(
+                    "this node holds {max_open} open flow runs; one must end (or be cancelled) before another starts"
+                )));
+            }
+            if let Some(owner) = request.owner.as_deref()
+                && open.held_by(owner) >= share
+            {
+                return Err(RunError::TooMany(format!(
+                    "you hold {share} open flow runs on this node, one caller's share; one must end (or be cancelled) before another starts"
+                )));
+            }
         }
         let called = self
             .inner

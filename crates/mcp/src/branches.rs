@@ -1,7 +1,7 @@
 //! The tools that act on coding tasks' branches (docs/branches.md):
 //! `branches` (an agent's swarmd branches with their tasks), `diff` (a
-//! task's recorded diff, whole up to the artifact's cap) and `apply` (a
-//! finished task's branch onto a branch the caller names), through the
+//! task's recorded diff, whole up to the artifact's cap, or a merge's) and
+//! `apply` (a finished task's branch onto a branch the caller names), through the
 //! branch routes' own functions, rules and caller's part.
 
 use schemars::JsonSchema;
@@ -20,25 +20,28 @@ pub(super) fn tools() -> Vec<ToolEntry> {
     vec![
         entry::<ListQuery, BranchList>(
             "branches",
-            "List the git branches coding tasks left (swarmd/t-<id>-<slug>/<attempt>), optionally \
-             of one agent: each with its task, status, head, how many commits it is ahead of the \
+            "List the git branches coding tasks left (swarmd/t-<id>-<slug>/<attempt>) and merge \
+             tasks made (swarmd/merge-<id>, or the name a merge was given), optionally of one \
+             agent: each with its task, status, head, how many commits it is ahead of the \
              agent's base and whether the base holds it.",
             true,
             |call, args| Box::pin(list(call.state, call.caller, args)),
         ),
         entry::<TaskArgs, TaskDiff>(
             "diff",
-            "Get a coding task's changes as its latest attempt recorded them: branch, base, head, \
-             the files changed and the unified diff.",
+            "Get a coding task's changes as its latest attempt recorded them, or a merge task's \
+             (from its base to the head it made): branch, base, head, the files changed and the \
+             unified diff.",
             true,
             |call, args| Box::pin(diff(call.state, call.caller, args)),
         ),
         entry::<ApplyArgs, AppliedView>(
             "apply",
-            "Apply a finished coding task's branch to the branch `into` (made at the task's head \
+            "Apply a finished coding or merge task's branch to the branch `into` (made at the task's head \
              when missing): a fast-forward when possible, else a merge commit (mode ff or merge \
              to insist). A branch checked out somewhere is left alone unless checked_out is true; \
-             a conflict changes nothing and names the files.",
+             a conflict changes nothing and names the files. A merge that stopped at a conflict \
+             is refused.",
             false,
             |call, args| Box::pin(apply(call.state, call.caller, args)),
         ),

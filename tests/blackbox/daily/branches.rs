@@ -6,7 +6,10 @@
 //! tree as they were, while applying into the checked-out branch is refused
 //! unless asked; a conflicting apply answers 409 naming the file and
 //! changes nothing; `branch prune --dry-run` lists and `prune` deletes what
-//! the base holds; the MCP tools `branches`, `diff` and `apply` answer; and
+//! the base holds; a merge task's branches (its own, a conflict's work
+//! branch, a name it was given) are listed, shown and applied the same way,
+//! a merge stopped at a conflict is not applied, and prune leaves a name the
+//! task was given; the MCP tools `branches`, `diff` and `apply` answer; and
 //! continuing a passed task whose worktree directory is gone starts from
 //! its readable branch.
 
@@ -317,4 +320,206 @@ async fn continuing_passed_work_starts_from_its_readable_branch_with_its_directo
         ],
     );
     assert_eq!(notes, format!("first\nadded by {first}\nadded by {second}"));
+}
+
+/// `adder` writes its prompt's first word, then a line of the rest, to
+/// `<word>.txt` and commits nothing itself; `merge` merges from `main`.
+const MERGE_AGENTS: &str = r#"
+[agents.adder]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", """
+read -r word rest
+echo "$rest" > "$word.txt"
+echo '"done"'
+"""]
+env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
+worktree = { repo = "@DIR@/repo", base = "main" }
+
+[agents.merge]
+kind = "merge"
+repo = "@DIR@/repo"
+base = "main"
+"#;
+
+/// A passed task of `agent` given `body`'s rest; its id and result.
+async fn passed_of(sw: &Swarmd, agent: &str, body: Value) -> (String, Value) {
+    let mut body = body;
+    body["agent"] = json!(agent);
+    body["policy"] = json!({"max_attempts": 1});
+    let (status, made) = sw.create(body).await;
+    assert_eq!(status, 201, "{made}");
+    let id = made["task_id"].as_str().unwrap().to_owned();
+    let done = sw.finished(&id).await;
+    assert_eq!(done["status"], "pass", "{done}\n{}", sw.log());
+    (id, done["result"].clone())
+}
+
+/// The sorted `name`s of the branches in `answer[key]`.
+fn names(answer: &Value, key: &str) -> Vec<String> {
+    let mut names: Vec<String> = answer[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in {answer}"))
+        .iter()
+        .map(|b| b["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+/// The branch of `adder`'s passed task for `prompt`.
+async fn added(sw: &Swarmd, repo: &Path, prompt: &str) -> String {
+    let (task, _) = passed_of(sw, "adder", json!({"prompt": prompt})).await;
+    let short = &task[task.len() - 8..];
+    let name = git(
+        repo,
+        &[
+            "for-each-ref",
+            "--format=%(refname:lstrip=2)",
+            "refs/heads/swarmd/",
+        ],
+    );
+    name.lines()
+        .find(|n| n.starts_with(&format!("swarmd/t-{short}")))
+        .unwrap_or_else(|| panic!("no branch of {task} in {name}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_merge_tasks_branch_is_listed_shown_applied_and_pruned() {
+    let sw = Swarmd::new(MERGE_AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let repo = make_repo(sw.dir());
+    let sw = sw.start().await;
+    let alpha = added(&sw, &repo, "alpha first line").await;
+    let beta = added(&sw, &repo, "beta second line").await;
+    let (merge, record) = passed_of(
+        &sw,
+        "merge",
+        json!({"prompt": "merge both", "input": {"branches": [alpha, beta]}}),
+    )
+    .await;
+    let short = &merge[merge.len() - 8..];
+    let name = format!("swarmd/merge-{short}");
+    assert_eq!(record["value"]["branch"], name.as_str(), "{record}");
+    let head = git(&repo, &["rev-parse", &name]);
+
+    // Listed with the attempts' branches, and alone for the merge agent.
+    let table = branch_ok(&sw, &["list"]).await;
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(&name) && l.contains(short)),
+        "{table}"
+    );
+    assert!(table.contains(&alpha) && table.contains(&beta), "{table}");
+    let listed: Value =
+        serde_json::from_str(&branch_ok(&sw, &["list", "--agent", "merge", "-o", "json"]).await)
+            .unwrap();
+    let rows = listed["branches"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{listed}");
+    assert_eq!(
+        (rows[0]["name"].as_str(), rows[0]["task_id"].as_str()),
+        (Some(name.as_str()), Some(merge.as_str()))
+    );
+    assert_eq!(rows[0]["head"], head.as_str());
+    assert_eq!(rows[0]["merged"], false);
+    assert!(rows[0]["ahead"].as_u64().unwrap() >= 2, "{listed}");
+
+    // `show` is the diff from the merge's base to its head.
+    let diff = branch_ok(&sw, &["show", short]).await;
+    assert!(
+        diff.contains("+++ b/alpha.txt") && diff.contains("+first line"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("+++ b/beta.txt") && diff.contains("+second line"),
+        "{diff}"
+    );
+
+    // Applied into a new branch: made at the merge's head.
+    let applied = branch_ok(&sw, &["apply", short, "--into", "release/next"]).await;
+    assert!(
+        applied.starts_with(&format!("created: {name} into release/next")),
+        "{applied}"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "release/next"]), head);
+
+    // A merge given its own name is listed under it.
+    let (named, _) = passed_of(
+        &sw,
+        "merge",
+        json!({"prompt": "merge named", "input": {"branches": [alpha], "into": "team/merged"}}),
+    )
+    .await;
+
+    // A merge that stopped at a conflict is not applied; its work branch
+    // is listed with it.
+    let one = added(&sw, &repo, "clash one side").await;
+    let two = added(&sw, &repo, "clash other side").await;
+    let (stopped, record) = passed_of(
+        &sw,
+        "merge",
+        json!({"prompt": "merge clash", "input": {"branches": [one, two]}}),
+    )
+    .await;
+    assert_eq!(record["value"]["conflict"]["files"], json!(["clash.txt"]));
+    let (status, body) = apply(&sw, &stopped, json!({"into": "release/clash"})).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("branch_conflict")),
+        "{body}"
+    );
+    assert_eq!(body["files"], json!(["clash.txt"]), "{body}");
+    assert_eq!(git(&repo, &["branch", "--list", "release/clash"]), "");
+    let listed: Value =
+        serde_json::from_str(&branch_ok(&sw, &["list", "--agent", "merge", "-o", "json"]).await)
+            .unwrap();
+    let stopped_short = &stopped[stopped.len() - 8..];
+    let conflict_branch = format!("swarmd/merge-{stopped_short}-conflict");
+    let stopped_branch = format!("swarmd/merge-{stopped_short}");
+    let mut want = vec![
+        name.as_str(),
+        "team/merged",
+        stopped_branch.as_str(),
+        conflict_branch.as_str(),
+    ];
+    want.sort_unstable();
+    assert_eq!(names(&listed, "branches"), want, "{listed}");
+
+    // Once `main` holds the merge, prune deletes its branch, and only it.
+    git(&repo, &["merge", "--ff-only", "-q", &name]);
+    let pruned: Value =
+        serde_json::from_str(&branch_ok(&sw, &["prune", "--agent", "merge", "-o", "json"]).await)
+            .unwrap();
+    assert_eq!(names(&pruned, "pruned"), [name.as_str()], "{pruned}");
+    assert_eq!(git(&repo, &["branch", "--list", &name]), "");
+    assert_eq!(git(&repo, &["rev-parse", &stopped_branch]).len(), 40);
+    // Pruned by age: swarmd's names go, the name the task was given stays.
+    let pruned: Value = serde_json::from_str(
+        &branch_ok(
+            &sw,
+            &[
+                "prune",
+                "--agent",
+                "merge",
+                "--older-than",
+                "0s",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(
+        names(&pruned, "pruned"),
+        [stopped_branch.as_str(), conflict_branch.as_str()],
+        "{pruned}"
+    );
+    let left: Value =
+        serde_json::from_str(&branch_ok(&sw, &["list", "--agent", "merge", "-o", "json"]).await)
+            .unwrap();
+    assert_eq!(left["branches"].as_array().unwrap().len(), 1, "{left}");
+    assert_eq!(left["branches"][0]["name"], "team/merged", "{left}");
+    assert_eq!(left["branches"][0]["task_id"], named.as_str(), "{left}");
 }

@@ -6,12 +6,17 @@
 //! `POST /v1/branches/prune` deletes the branches of finished tasks that a
 //! base holds or that finished long enough ago.
 //!
+//! A merge agent's tasks have branches too: the one each merge made and a
+//! conflict's work branch, named in the task's result (the merge record),
+//! listed, shown (the diff from the merge's base to its head, read from
+//! git), applied and, when swarmd named them (`swarmd/`), pruned like an
+//! attempt's.
+//!
 //! Reading takes `read_task` (and `read_output` for a diff) and acting
-//! `spawn_task`, from the admin or an
-//! operator session (a role token never acts); a session sees and acts on
+//! `spawn_task`, from the admin or an operator session (a role token never acts); a session sees and acts on
 //! only its own tasks' branches (`views::Reader`). Only agents whose
 //! worktrees this daemon adds (process and operator agents with
-//! `worktree`) have branches here: a pool's are in its own repository. The
+//! `worktree`) and merge agents have branches here: a pool's are in its own repository. The
 //! git work is the spawner's (`worktree::branches`), with its rules: the
 //! checked-out branch is left alone unless asked, a conflict changes
 //! nothing.
@@ -32,6 +37,7 @@ use swarmd_engine::store::TaskFilter;
 use swarmd_engine::task::Task;
 use swarmd_engine::{ErrorCode, detached};
 use swarmd_git::worktree::branches::{ApplyMode, ApplyRequest, BranchError, BranchState};
+use swarmd_git::worktree::naming::BranchTask;
 use swarmd_git::worktree::{self, naming};
 use swarmd_output_store::{ContentRef, OutputEvent};
 use swarmd_wire::ErrorBody;
@@ -42,7 +48,10 @@ use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Json, Path, Query};
+use merged::{merge_agent, merge_branches, merge_diff, merged_branch};
 use swarmd_config::AgentKind;
+
+mod merged;
 
 /// The most recent tasks of an agent whose branches are matched.
 const TASKS_SCANNED: usize = 1000;
@@ -60,7 +69,8 @@ pub(super) fn routes() -> Router<AppState> {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    /// Only this agent's branches [default: every agent with a local worktree].
+    /// Only this agent's branches [default: every agent with a local
+    /// worktree, and every merge agent].
     #[serde(default, deserialize_with = "super::extract::empty_as_none")]
     pub agent: Option<String>,
 }
@@ -134,7 +144,13 @@ async fn found(
 ) -> Result<Vec<Found>, ApiError> {
     let git = &state.branches;
     let mut all = Vec::new();
-    for (name, repo, base) in local_agents(state, agent)? {
+    for LocalAgent {
+        name,
+        repo,
+        base,
+        merge,
+    } in local_agents(state, agent)?
+    {
         // The caller's tasks first: only their branches are counted.
         let filter = TaskFilter {
             agent: Some(name.clone()),
@@ -142,9 +158,22 @@ async fn found(
             ..TaskFilter::default()
         };
         let tasks = page(state, caller, filter).await?.tasks;
-        let ids: Vec<String> = tasks.iter().map(|t| t.id.to_string()).collect();
-        let mine = |task: &naming::BranchTask| ids.iter().any(|id| task.is(id));
-        let listed = match git.list_where(&repo, &base, mine).await {
+        let listed = if merge {
+            let named: Vec<(String, BranchTask, u32)> = tasks
+                .iter()
+                .flat_map(|task| {
+                    merge_branches(task)
+                        .into_iter()
+                        .map(|branch| (branch, BranchTask::Full(task.id.to_string()), task.attempt))
+                })
+                .collect();
+            git.list_named(&repo, &base, &named).await
+        } else {
+            let ids: Vec<String> = tasks.iter().map(|t| t.id.to_string()).collect();
+            let mine = |task: &BranchTask| ids.iter().any(|id| task.is(id));
+            git.list_where(&repo, &base, mine).await
+        };
+        let listed = match listed {
             Ok(listed) => listed,
             Err(error) if agent.is_none() => {
                 tracing::debug!(agent = %name, %error, "branches not listed");
@@ -183,31 +212,63 @@ fn view_of(agent: &str, base: &str, task: &Task, branch: BranchState) -> BranchV
     }
 }
 
-/// The agents whose worktrees this daemon adds, with their repository and
-/// base: `agent` alone when named.
-fn local_agents(
-    state: &AppState,
-    agent: Option<&str>,
-) -> Result<Vec<(String, PathBuf, String)>, ApiError> {
-    let local = |kind: &AgentKind| kind.worktree().cloned();
+/// An agent whose branches are in a repository of this daemon's host.
+struct LocalAgent {
+    name: String,
+    repo: PathBuf,
+    /// What its branches are compared with.
+    base: String,
+    /// A merge agent: its branches are named in its tasks' results.
+    merge: bool,
+}
+
+impl LocalAgent {
+    /// `config`'s repository and base, for an agent whose worktrees this
+    /// daemon adds or a merge agent.
+    fn of(name: &str, kind: &AgentKind) -> Option<LocalAgent> {
+        let (repo, base, merge) = match kind {
+            AgentKind::Merge(merge) => (
+                merge.repo.clone(),
+                merge
+                    .base
+                    .clone()
+                    .unwrap_or_else(|| swarmd_git::merge::DEFAULT_BASE.to_owned()),
+                true,
+            ),
+            other => {
+                let tree = other.worktree()?;
+                (tree.repo.clone(), tree.base.clone(), false)
+            }
+        };
+        Some(LocalAgent {
+            name: name.to_owned(),
+            repo,
+            base,
+            merge,
+        })
+    }
+}
+
+/// The agents whose branches are on this daemon's host (worktree agents
+/// and merge agents): `agent` alone when named.
+fn local_agents(state: &AppState, agent: Option<&str>) -> Result<Vec<LocalAgent>, ApiError> {
     let agents = &state.config.agents;
     if let Some(name) = agent {
         let config = agents
             .get(name)
             .ok_or_else(|| ApiError::not_found(format!("agent {name}")))?;
-        let tree = local(&config.kind).ok_or_else(|| {
+        let local = LocalAgent::of(name, &config.kind).ok_or_else(|| {
             ApiError::bad_request(format!(
-                "agent `{name}` has no worktree this daemon adds (a process or operator agent \
-                 with `worktree`); a pool's branches are in the pool's repository"
+                "agent `{name}` has no branches on this daemon's host (a process or operator \
+                 agent with `worktree`, or a merge agent); a pool's branches are in the pool's \
+                 repository"
             ))
         })?;
-        return Ok(vec![(name.to_owned(), tree.repo, tree.base)]);
+        return Ok(vec![local]);
     }
     Ok(agents
         .iter()
-        .filter_map(|(name, config)| {
-            local(&config.kind).map(|tree| (name.clone(), tree.repo, tree.base))
-        })
+        .filter_map(|(name, config)| LocalAgent::of(name, &config.kind))
         .collect())
 }
 
@@ -252,18 +313,12 @@ pub async fn task_diff(
     // The diff is output: only for a caller who may read output.
     caller.check(state, Verb::ReadOutput)?;
     let task = read(state, caller, id).await?;
+    if let Some(local) = merge_agent(state, &task.agent) {
+        return merge_diff(state, &local, &task).await;
+    }
     let (attempt, value) = recorded(state, &task).await?;
     let text = |field: &str| value[field].as_str().unwrap_or_default().to_owned();
-    let files = value["files"]
-        .as_array()
-        .map(|files| {
-            files
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
+    let files = strings(&value["files"]);
     Ok(TaskDiff {
         task_id: id.to_string(),
         agent: task.agent.clone(),
@@ -276,6 +331,20 @@ pub async fn task_diff(
         diff: text("diff"),
         diff_truncated: value["diff_truncated"].as_bool().unwrap_or(false),
     })
+}
+
+/// The strings of a record's array (none when it is not one).
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Task `id` in the caller's part.
@@ -316,9 +385,8 @@ async fn recorded(state: &AppState, task: &Task) -> Result<(u32, Value), ApiErro
     Err(ApiError::coded(
         ErrorCode::NotFound,
         format!(
-            "task {} has no worktree: none of its attempts recorded one (a merge names the \
-             branch it made, an ordinary git branch, in its result: `swarmd task show {}`)",
-            task.id, task.id
+            "task {} has no worktree: none of its attempts recorded one",
+            task.id
         ),
     ))
 }
@@ -445,15 +513,21 @@ pub async fn apply_task(
         })
         .into());
     }
-    let (_, repo, _) = local_agents(state, Some(&task.agent))?
+    let local = local_agents(state, Some(&task.agent))?
         .pop()
         .ok_or_else(|| ApiError::not_found(format!("agent {}", task.agent)))?;
-    let (attempt, value) = recorded(state, &task).await?;
-    let branch = value["branch"]
-        .as_str()
-        .filter(|b| naming::is_swarmd_branch(b))
-        .ok_or_else(|| ApiError::not_found(format!("the branch of task {id}")))?
-        .to_owned();
+    let (attempt, branch) = if local.merge {
+        (task.attempt, merged_branch(&task)?)
+    } else {
+        let (attempt, value) = recorded(state, &task).await?;
+        let branch = value["branch"]
+            .as_str()
+            .filter(|b| naming::is_swarmd_branch(b))
+            .ok_or_else(|| ApiError::not_found(format!("the branch of task {id}")))?
+            .to_owned();
+        (attempt, branch)
+    };
+    let repo = local.repo;
     let subject = naming::subject(&task.prompt);
     let request = ApplyRequest {
         branch: branch.clone(),
@@ -569,6 +643,10 @@ pub(crate) async fn prune_branches(
     let mut kept = Vec::new();
     for found in found(state, caller, body.agent.as_deref()).await? {
         if !found.task.status().is_terminal() || !(found.view.merged || old(&found.task)) {
+            continue;
+        }
+        // A merge's branch the task named outside `swarmd/` is the user's.
+        if !naming::is_swarmd_branch(&found.view.name) {
             continue;
         }
         if !body.dry_run

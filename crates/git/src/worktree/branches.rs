@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 // The merge agent (`crate::merge`) runs its git the same way.
 pub(crate) use super::git::{AUTHOR_EMAIL, AUTHOR_NAME, Git};
 use super::naming::{self, BranchTask};
-use super::{WorktreeError, Worktrees};
+use super::{RangeChanges, WorktreeError, Worktrees};
 use crate::HostEnv;
 
 /// The most swarmd branches one repository's listing reads.
@@ -215,6 +215,56 @@ impl Branches {
         base: &str,
         keep: impl Fn(&BranchTask) -> bool,
     ) -> Result<Vec<BranchState>, WorktreeError> {
+        let chosen = |name: &str| naming::parse_branch(name).filter(|(task, _)| keep(task));
+        self.states(repo, base, &["refs/heads/swarmd/"], chosen)
+            .await
+    }
+
+    /// The branches `named` that `repo` has (at most [`MAX_LISTED`]), each
+    /// with the task and attempt it is given under, against `base`: the
+    /// branches a merge task made, whatever their names. Each name must be
+    /// one git accepts (`merge::plain_name`); others are left out.
+    ///
+    /// # Errors
+    /// As `list`.
+    pub async fn list_named(
+        &self,
+        repo: &Path,
+        base: &str,
+        named: &[(String, BranchTask, u32)],
+    ) -> Result<Vec<BranchState>, WorktreeError> {
+        let named: Vec<&(String, BranchTask, u32)> = named
+            .iter()
+            .filter(|(name, _, _)| crate::merge::plain_name(name).is_ok())
+            .take(MAX_LISTED)
+            .collect();
+        if named.is_empty() {
+            return Ok(Vec::new());
+        }
+        let patterns: Vec<String> = named
+            .iter()
+            .map(|(name, _, _)| format!("refs/heads/{name}"))
+            .collect();
+        let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
+        // A pattern also matches the refs below it: only exact names count.
+        let chosen = |name: &str| {
+            named
+                .iter()
+                .find(|(wanted, _, _)| wanted == name)
+                .map(|(_, task, attempt)| (task.clone(), *attempt))
+        };
+        self.states(repo, base, &patterns, chosen).await
+    }
+
+    /// The branches under `patterns` that `chosen` gives a task, against
+    /// `base`.
+    async fn states(
+        &self,
+        repo: &Path,
+        base: &str,
+        patterns: &[&str],
+        chosen: impl Fn(&str) -> Option<(BranchTask, u32)>,
+    ) -> Result<Vec<BranchState>, WorktreeError> {
         let wanted = format!("{base}^{{commit}}");
         let base_head = self
             .git
@@ -225,16 +275,12 @@ impl Branches {
                 base: base.to_owned(),
             })?;
         let count = format!("--count={MAX_LISTED}");
+        let format = "--format=%(refname:lstrip=2)%09%(objectname)%09%(committerdate:unix)";
         let listed = self
             .git
             .run(
                 repo,
-                &[
-                    "for-each-ref",
-                    &count,
-                    "--format=%(refname:lstrip=2)%09%(objectname)%09%(committerdate:unix)",
-                    "refs/heads/swarmd/",
-                ],
+                &[&["for-each-ref", &count, format][..], patterns].concat(),
             )
             .await?;
         let merged = self
@@ -242,12 +288,15 @@ impl Branches {
             .run(
                 repo,
                 &[
-                    "for-each-ref",
-                    "--format=%(refname:lstrip=2)",
-                    "--merged",
-                    &base_head,
-                    "refs/heads/swarmd/",
-                ],
+                    &[
+                        "for-each-ref",
+                        "--format=%(refname:lstrip=2)",
+                        "--merged",
+                        &base_head,
+                    ][..],
+                    patterns,
+                ]
+                .concat(),
             )
             .await?;
         let merged: std::collections::HashSet<&str> = merged.lines().collect();
@@ -259,12 +308,9 @@ impl Branches {
             else {
                 continue;
             };
-            let Some((task, attempt)) = naming::parse_branch(name) else {
+            let Some((task, attempt)) = chosen(name) else {
                 continue;
             };
-            if !keep(&task) {
-                continue;
-            }
             let is_merged = merged.contains(name);
             let ahead = if is_merged {
                 0
@@ -287,6 +333,28 @@ impl Branches {
             });
         }
         Ok(branches)
+    }
+
+    /// What changed from commit `base` to commit `head` in `repo`, each part
+    /// cut at [`DEFAULT_DIFF_MAX_BYTES`](super::DEFAULT_DIFF_MAX_BYTES).
+    ///
+    /// # Errors
+    /// `BadName` unless both are full commit ids (hex); a git failure.
+    pub async fn changes(
+        &self,
+        repo: &Path,
+        base: &str,
+        head: &str,
+    ) -> Result<RangeChanges, BranchError> {
+        for commit in [base, head] {
+            if !is_commit_id(commit) {
+                return Err(BranchError::BadName(commit.to_owned()));
+            }
+        }
+        Ok(self
+            .git
+            .changes(repo, base, head, super::DEFAULT_DIFF_MAX_BYTES)
+            .await?)
     }
 
     /// The commit `branch` is at, when it exists.
@@ -576,6 +644,12 @@ async fn head_of(git: &Git, repo: &Path, branch: &str) -> Option<String> {
     git.run(repo, &["rev-parse", "--verify", "--quiet", &wanted])
         .await
         .ok()
+}
+
+/// Whether `id` is a full commit id: 40 (SHA-1) or 64 (SHA-256) hex digits,
+/// so that it never reaches git as an option or a revision expression.
+fn is_commit_id(id: &str) -> bool {
+    matches!(id.len(), 40 | 64) && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Whether `ancestor` is an ancestor of (or is) `of`.

@@ -258,3 +258,51 @@ async fn a_branch_checked_out_in_an_attempts_checkout_is_never_updated_there() {
     let applied = own.apply(&repo, &asked).await.unwrap();
     assert_eq!(applied.outcome, AppliedHow::FastForward);
 }
+
+#[tokio::test]
+async fn named_branches_are_listed_by_their_exact_names_and_diffed() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    let trees = Worktrees::new(temp.path().join("worktrees"), &host());
+    let attempt = attempt_branch(&trees, &repo, "named\n").await;
+    let head = git(&repo, &["rev-parse", &attempt]);
+    let base = git(&repo, &["rev-parse", "main"]);
+    // `release` is asked for; `release-next` and `other` are not.
+    git(&repo, &["branch", "release", &attempt]);
+    git(&repo, &["branch", "release-next", &attempt]);
+    git(&repo, &["branch", "other", &attempt]);
+    let branches = Branches::new(&host());
+    let task = BranchTask::Full(TASK.to_owned());
+    let named = [
+        ("release".to_owned(), task.clone(), 2),
+        ("gone".to_owned(), task.clone(), 2),
+        ("-bad".to_owned(), task.clone(), 2),
+    ];
+    let listed = branches.list_named(&repo, "main", &named).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (listed[0].name.as_str(), listed[0].head.as_str()),
+        ("release", head.as_str())
+    );
+    assert_eq!((listed[0].attempt, listed[0].ahead), (2, 1));
+    assert!(!listed[0].merged);
+    assert!(
+        branches
+            .list_named(&repo, "main", &[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let changes = branches.changes(&repo, &base, &head).await.unwrap();
+    assert_eq!(changes.files, ["notes.txt"]);
+    assert!(changes.diff.contains("+named"), "{}", changes.diff);
+    assert!(!changes.diff_truncated && !changes.files_truncated);
+    // Only full commit ids reach git: never an option or an expression.
+    for bad in ["--output=/tmp/x", "main", "HEAD~1"] {
+        assert!(matches!(
+            branches.changes(&repo, bad, &head).await,
+            Err(BranchError::BadName(_))
+        ));
+    }
+}

@@ -377,6 +377,63 @@ impl Git {
         }
         Ok((kept, false))
     }
+
+    /// The paths changed between commits `base` and `head` in `repo` and
+    /// `git diff base head`, each cut at `cap` bytes.
+    ///
+    /// # Errors
+    /// `Git` when a command fails.
+    pub(super) async fn changes(
+        &self,
+        repo: &Path,
+        base: &str,
+        head: &str,
+        cap: usize,
+    ) -> Result<RangeChanges, WorktreeError> {
+        let range = [base, head];
+        // The names a range's changes make are bounded like the diff.
+        let (names, files_truncated) = self
+            .run_capped(
+                repo,
+                &[&["diff", "--no-ext-diff", "--name-only", "-z"][..], &range].concat(),
+                cap,
+            )
+            .await?;
+        let mut files: Vec<String> = names
+            .split(|b| *b == 0)
+            .filter(|f| !f.is_empty())
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect();
+        if files_truncated && !names.ends_with(&[0]) {
+            // The last name was cut in the middle.
+            files.pop();
+        }
+        let (diff, diff_truncated) = self
+            .run_capped(
+                repo,
+                &[&["diff", "--no-color", "--no-ext-diff"][..], &range].concat(),
+                cap,
+            )
+            .await?;
+        Ok(RangeChanges {
+            files,
+            files_truncated,
+            diff: String::from_utf8_lossy(&diff).into_owned(),
+            diff_truncated,
+        })
+    }
+}
+
+/// What changed between two commits, each part cut at a cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeChanges {
+    /// The paths changed, as many as fit the cap.
+    pub files: Vec<String>,
+    /// Whether more paths changed than `files` lists.
+    pub files_truncated: bool,
+    /// `git diff base head`, cut at the cap.
+    pub diff: String,
+    pub diff_truncated: bool,
 }
 
 /// Reads `from` to its end, keeping its first `cap` bytes in `kept`.

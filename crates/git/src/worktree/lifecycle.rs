@@ -214,42 +214,19 @@ impl Worktrees {
             .git
             .run(repo, &["rev-parse", "--verify", &reference])
             .await?;
-        let range = [checkout.base.as_str(), head.as_str()];
-        // The names a worker's changes make are bounded like the diff.
-        let (names, files_truncated) = self
+        let changes = self
             .git
-            .run_capped(
-                repo,
-                &[&["diff", "--no-ext-diff", "--name-only", "-z"][..], &range].concat(),
-                self.diff_max_bytes,
-            )
-            .await?;
-        let mut files: Vec<String> = names
-            .split(|b| *b == 0)
-            .filter(|f| !f.is_empty())
-            .map(|f| String::from_utf8_lossy(f).into_owned())
-            .collect();
-        if files_truncated && !names.ends_with(&[0]) {
-            // The last name was cut in the middle.
-            files.pop();
-        }
-        let (diff, diff_truncated) = self
-            .git
-            .run_capped(
-                repo,
-                &[&["diff", "--no-color", "--no-ext-diff"][..], &range].concat(),
-                self.diff_max_bytes,
-            )
+            .changes(repo, &checkout.base, &head, self.diff_max_bytes)
             .await?;
         Ok(WorktreeReport {
             branch: checkout.branch.clone(),
             base: checkout.base.clone(),
             head,
             committed_leftovers,
-            files,
-            files_truncated,
-            diff: String::from_utf8_lossy(&diff).into_owned(),
-            diff_truncated,
+            files: changes.files,
+            files_truncated: changes.files_truncated,
+            diff: changes.diff,
+            diff_truncated: changes.diff_truncated,
         })
     }
 

@@ -44,6 +44,7 @@ use git::Git;
 pub use attempt::AttemptWorktree;
 pub use bootstrap::{Bootstrap, SetupSpec};
 pub use continued::{PriorWork, open_continued, open_for_task, open_from_prior, prior_work};
+pub use git::RangeChanges;
 pub use lifecycle::{RecoveredCheckout, keep_name, keep_rule};
 pub use ports::PortsSpec;
 

@@ -27,8 +27,9 @@ pub struct BranchArgs {
 /// The branch verbs.
 #[derive(Debug, Clone, Subcommand)]
 pub enum BranchCommand {
-    /// List the swarmd branches of your tasks: task, status, commits ahead
-    /// of the agent's base, whether the base holds them.
+    /// List the swarmd branches of your tasks (attempts' and merges'):
+    /// task, status, commits ahead of the agent's base, whether the base
+    /// holds them.
     List {
         /// Only this agent's branches.
         #[arg(long, value_name = "NAME")]
@@ -38,7 +39,8 @@ pub enum BranchCommand {
         #[arg(long)]
         wide: bool,
     },
-    /// Print the diff a task's latest attempt recorded on its branch.
+    /// Print the diff a task's latest attempt recorded on its branch (a
+    /// merge task's: from its base to the head it made).
     Show {
         /// The task id (T-…), or the tail a table prints (…7c8d9e0f).
         #[arg(value_parser = super::parse_task_ref)]

@@ -34,6 +34,10 @@ pub struct Entry {
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     flows: BTreeMap<String, Entry>,
+    /// The file stems of the flow files that could not be read: the names
+    /// their flows most likely have, so that a flow calling one is not
+    /// also reported as calling an unknown flow.
+    unread: std::collections::BTreeSet<String>,
 }
 
 impl Catalog {
@@ -106,7 +110,12 @@ impl Catalog {
                     }
                     catalog.insert(flow, source);
                 }
-                Err(e) => problems.push(format!("{}: {e}", path.display())),
+                Err(e) => {
+                    if let Some(stem) = path.file_stem() {
+                        catalog.unread.insert(stem.to_string_lossy().into_owned());
+                    }
+                    problems.push(format!("{}: {e}", path.display()));
+                }
             }
         }
         (catalog, problems)
@@ -135,6 +144,11 @@ impl Catalog {
 
     pub fn names(&self) -> impl Iterator<Item = &String> {
         self.flows.keys()
+    }
+
+    /// The file stems of the files a directory's read could not read.
+    pub fn unread(&self) -> impl Iterator<Item = &String> {
+        self.unread.iter()
     }
 
     pub fn len(&self) -> usize {

@@ -512,7 +512,9 @@ fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
     let (catalog, mut problems) = dir.read();
     let known = swarmd_flow::lint::Known {
         agents: config.agents.keys().cloned().collect(),
-        flows: catalog.names().cloned().collect(),
+        // A call of a flow whose file did not read is that file's problem,
+        // reported once, under its file.
+        flows: catalog.names().chain(catalog.unread()).cloned().collect(),
         caps: swarmd_flow::Limits::default(),
     };
     problems.extend(catalog.entries().flat_map(|entry| {

@@ -176,7 +176,21 @@ path = "{flows}"
     // instead of them.
     std::fs::write(flows.join("broken.toml"), "name = ").unwrap();
     refused_by_both(&path, &["broken.toml", "lost.json", "nobody"]);
+    // A flow calling the broken file's flow is not also said to call an
+    // unknown flow: the broken file is the problem.
+    let caller = r#"{"name": "caller", "body": {"kind": "call", "flow": "broken",
+        "in": {"op": "path", "at": "$.input"}, "out": {"op": "path", "at": "$.out"}}}"#;
+    std::fs::write(flows.join("caller.json"), caller).unwrap();
+    let output = swarmd(&["check-config", "--config", path.to_str().unwrap()]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("broken.toml"), "{stderr}");
+    assert!(!stderr.contains("unknown_flow"), "{stderr}");
+    assert!(!stderr.contains("no flow is named"), "{stderr}");
+    // Without the file, the call is the problem.
     std::fs::remove_file(flows.join("broken.toml")).unwrap();
+    refused_by_both(&path, &["caller.json", "no flow is named `broken`"]);
+    std::fs::remove_file(flows.join("caller.json")).unwrap();
     std::fs::write(flows.join("lost.json"), flow.replace("nobody", "echo")).unwrap();
     let output = swarmd(&["check-config", "--config", path.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));

@@ -342,8 +342,16 @@ repo = "@DIR@/repo"
 base = "main"
 "#;
 
+/// A daemon with `adder` and `merge` on a fresh repository; the
+/// repository's path.
+pub(crate) async fn merge_daemon() -> (Swarmd, std::path::PathBuf) {
+    let sw = Swarmd::new(MERGE_AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let repo = make_repo(sw.dir());
+    (sw.start().await, repo)
+}
+
 /// A passed task of `agent` given `body`'s rest; its id and result.
-async fn passed_of(sw: &Swarmd, agent: &str, body: Value) -> (String, Value) {
+pub(crate) async fn passed_of(sw: &Swarmd, agent: &str, body: Value) -> (String, Value) {
     let mut body = body;
     body["agent"] = json!(agent);
     body["policy"] = json!({"max_attempts": 1});
@@ -368,7 +376,7 @@ fn names(answer: &Value, key: &str) -> Vec<String> {
 }
 
 /// The branch of `adder`'s passed task for `prompt`.
-async fn added(sw: &Swarmd, repo: &Path, prompt: &str) -> String {
+pub(crate) async fn added(sw: &Swarmd, repo: &Path, prompt: &str) -> String {
     let (task, _) = passed_of(sw, "adder", json!({"prompt": prompt})).await;
     let short = &task[task.len() - 8..];
     let name = git(
@@ -385,19 +393,24 @@ async fn added(sw: &Swarmd, repo: &Path, prompt: &str) -> String {
         .to_owned()
 }
 
-#[tokio::test]
-async fn a_merge_tasks_branch_is_listed_shown_applied_and_pruned() {
-    let sw = Swarmd::new(MERGE_AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");
-    let repo = make_repo(sw.dir());
-    let sw = sw.start().await;
-    let alpha = added(&sw, &repo, "alpha first line").await;
-    let beta = added(&sw, &repo, "beta second line").await;
+/// `adder`'s branches of `alpha.txt` and `beta.txt`, and the passed merge
+/// task of both: the branches, the merge's id and its result.
+pub(crate) async fn merged_two(sw: &Swarmd, repo: &Path) -> (String, String, String, Value) {
+    let alpha = added(sw, repo, "alpha first line").await;
+    let beta = added(sw, repo, "beta second line").await;
     let (merge, record) = passed_of(
-        &sw,
+        sw,
         "merge",
         json!({"prompt": "merge both", "input": {"branches": [alpha, beta]}}),
     )
     .await;
+    (alpha, beta, merge, record)
+}
+
+#[tokio::test]
+async fn a_merge_tasks_branch_is_listed_shown_applied_and_pruned() {
+    let (sw, repo) = merge_daemon().await;
+    let (alpha, beta, merge, record) = merged_two(&sw, &repo).await;
     let short = &merge[merge.len() - 8..];
     let name = format!("swarmd/merge-{short}");
     assert_eq!(record["value"]["branch"], name.as_str(), "{record}");

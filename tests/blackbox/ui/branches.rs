@@ -6,12 +6,13 @@
 //! shows a conflicting apply's file; "Prune" previews what it would delete
 //! (deleting nothing) and deletes on confirm; an operator session sees
 //! its own task's branch alone, with the buttons; an observer sees the
-//! list and no button. With `SWARMD_UI_SCREENSHOTS=<dir>` the view is written
+//! list and no button. A merge task's page shows the merged branch's diff.
+//! With `SWARMD_UI_SCREENSHOTS=<dir>` the view is written
 //! there as `dashboard-branches.png`.
 
 use serde_json::{Value, json};
 
-use crate::daily::branches::{daemon, passed};
+use crate::daily::branches::{daemon, merge_daemon, merged_two, passed};
 use crate::ui::Browser;
 use crate::ui::dashboard::observer_token;
 use crate::worktrees::git;
@@ -209,6 +210,34 @@ async fn the_branches_view_lists_applies_and_prunes_a_tasks_branch() {
             .js("return document.querySelectorAll('#view button.apply, #prune, #apply-form, #prune-form').length")
             .await,
         json!(0)
+    );
+    browser.client.clone().close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_merge_tasks_page_shows_the_merged_diff() {
+    let (sw, repo) = merge_daemon().await;
+    let (_, _, merge, record) = merged_two(&sw, &repo).await;
+    let branch = record["value"]["branch"].as_str().unwrap().to_owned();
+
+    let browser = Browser::start().await;
+    browser.client.goto(&sw.url("/ui")).await.unwrap();
+    browser.sign_in(&sw.admin).await;
+    browser.show(&format!("#/task/{merge}")).await;
+    browser
+        .until(
+            "the merge's diff",
+            "return document.querySelectorAll('#output .diff .diff-file').length === 2",
+        )
+        .await;
+    let paths = browser
+        .js("return [...document.querySelectorAll('#output .diff-path')].map((p) => p.textContent)")
+        .await;
+    assert_eq!(paths, json!(["alpha.txt", "beta.txt"]));
+    assert_eq!(browser.text("#output .diff .diff-branch").await, branch);
+    assert_eq!(
+        browser.text("#output .diff .diff-head").await,
+        git(&repo, &["rev-parse", &branch])
     );
     browser.client.clone().close().await.unwrap();
 }

@@ -11,6 +11,13 @@ import { append, duration, h, replace, show, time } from './dom.js';
 import { isWorktreeReport, renderWorktree } from './diff.js';
 
 const TERMINAL = new Set(['pass', 'blocked', 'failed', 'cancelled']);
+
+/** Whether a final value is a merge agent's record (docs/branches.md). */
+function isMergeRecord(value) {
+  return value !== null && typeof value === 'object' && !Array.isArray(value)
+    && typeof value.branch === 'string' && typeof value.head === 'string'
+    && typeof value.base === 'string' && typeof value.strategy === 'string';
+}
 /** A spilled worktree report up to this size is read back and shown as a diff. */
 const MAX_BLOB_DIFF = 8 * 1024 * 1024;
 
@@ -106,7 +113,20 @@ export function taskView(root, id) {
     } else if (event.type === 'final') {
       replace(entry.final, h('strong', {}, event.ok === false ? 'Final (not ok)' : 'Final'),
         h('pre', { class: 'final-value' }, content(event.content)));
+      const value = event.content && event.content.kind === 'inline' ? event.content.value : undefined;
+      if (rec.producer === 'merge' && event.ok !== false && isMergeRecord(value)) mergeDiff(entry);
     }
+  }
+
+  // A merge task's branch: the diff from its base to the head it made,
+  // which the daemon reads from git (docs/branches.md).
+  function mergeDiff(entry) {
+    const item = h('li', { class: 'worktree' }, h('span', { class: 'name' }, 'merge'), ' ',
+      h('span', { class: 'muted' }, 'reading its diff…'));
+    entry.artifacts.append(item);
+    api.get(`/v1/tasks/${encodeURIComponent(id)}/diff`).then(
+      (report) => item.replaceWith(worktreeItem(report)),
+      (e) => replace(item, h('span', { class: 'name' }, 'merge'), ' ', h('span', { class: 'error' }, e.message)));
   }
 
   // A coding worker's branch: its diff as a diff, downloadable as a patch.

@@ -13,13 +13,13 @@
 //! attempt's.
 //!
 //! Reading takes `read_task` (and `read_output` for a diff) and acting
-//! `spawn_task`, from the admin or an operator session (a role token never acts); a session sees and acts on
-//! only its own tasks' branches (`views::Reader`). Only agents whose
-//! worktrees this daemon adds (process and operator agents with
-//! `worktree`) and merge agents have branches here: a pool's are in its own repository. The
-//! git work is the spawner's (`worktree::branches`), with its rules: the
-//! checked-out branch is left alone unless asked, a conflict changes
-//! nothing.
+//! `spawn_task`, from the admin or an operator session (a role token never
+//! acts); a session sees and acts on only its own tasks' branches
+//! (`views::Reader`). Only agents whose worktrees this daemon adds (process
+//! and operator agents with `worktree`) and merge agents have branches
+//! here: a pool's are in its own repository. The git work is the
+//! spawner's (`worktree::branches`), with its rules: the checked-out branch
+//! is left alone unless asked, a conflict changes nothing.
 
 use std::path::PathBuf;
 

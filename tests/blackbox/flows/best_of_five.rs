@@ -6,7 +6,8 @@
 //! the dashboard's Runs list and clicks the approval. Five stand-in Claude
 //! Code attempts run in worktrees, the judge picks the one that passed its
 //! tests with the smallest diff, the merge agent makes a new branch of it,
-//! and the call returns the merge record with the approval. The flow's
+//! and the call returns the merge record with the approval; `swarmd branch
+//! apply` then takes the merged branch into the checked-out `main`. The flow's
 //! wall time is printed (docs/benchmarks.md, "Five-agent coding flow").
 
 use std::path::Path;
@@ -324,5 +325,40 @@ async fn best_of_five_runs_offline_from_setup_to_the_approved_merge() {
     assert!(!git(&repo, &["show", "main:slug.py"]).contains(WINNING_LINE));
     assert!(prompt.contains(into), "{prompt}");
     assert_eq!(view["waits"][0]["answer"], outcome["approval"], "{view}");
+
+    // The walkthrough's last step: `main`, checked out, takes the merged
+    // branch through swarmd, by the short id of the merge task it lists.
+    // (The launcher binds a port of its own: the URL is given.)
+    let to = ["--url", sw.base.as_str(), "--token", sw.admin.as_str()];
+    let listed: Value = serde_json::from_str(
+        &sw.cli(
+            &[
+                &["branch", "list", "--agent", "merge", "-o", "json"][..],
+                &to,
+            ]
+            .concat(),
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(listed["branches"][0]["name"], into, "{listed}");
+    let task = listed["branches"][0]["task_id"].as_str().unwrap();
+    let short = &task[task.len() - 8..];
+    let applied = sw
+        .cli(
+            &[
+                &["branch", "apply", short, "--into", "main", "--checked-out"][..],
+                &to,
+            ]
+            .concat(),
+        )
+        .await;
+    assert!(
+        applied.starts_with(&format!("fast_forward: {into} into main")),
+        "{applied}"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "main"]), branches[1].1);
+    let checked_out = std::fs::read_to_string(repo.join("slug.py")).unwrap();
+    assert!(checked_out.contains(WINNING_LINE), "{checked_out}");
     browser.client.clone().close().await.unwrap();
 }

@@ -464,6 +464,31 @@ async fn a_merge_tasks_branch_is_listed_shown_applied_and_pruned() {
         json!({"prompt": "merge named", "input": {"branches": [alpha], "into": "team/merged"}}),
     )
     .await;
+    // Once moved, it is not applied: it no longer holds what `show` shows.
+    git(&repo, &["branch", "-f", "team/merged", "main"]);
+    let (status, body) = apply(&sw, &named, json!({"into": "release/named"})).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("branch_conflict")),
+        "{body}"
+    );
+    assert!(
+        body["error"].as_str().unwrap().contains("has moved"),
+        "{body}"
+    );
+
+    // A merge given another task's branch as its `into` (kept, being at
+    // the head the merge makes) does not make that branch its own.
+    let (squatter, record) = passed_of(
+        &sw,
+        "merge",
+        json!({"prompt": "squat", "input":
+            {"branches": [name], "strategy": "pick", "pick": 0, "into": name}}),
+    )
+    .await;
+    assert_eq!(record["value"]["branch"], name.as_str(), "{record}");
+    let (status, body) = apply(&sw, &squatter, json!({"into": "release/squat"})).await;
+    assert_eq!(status, 404, "{body}");
 
     // A merge that stopped at a conflict is not applied; its work branch
     // is listed with it.

@@ -1,6 +1,6 @@
 //! Branch routes (docs/branches.md): the branches coding tasks leave, as a
 //! person acts on them. `GET /v1/branches` lists an agent's (or every
-//! local worktree agent's) swarmd branches with their task; `GET
+//! local worktree and merge agent's) branches with their task; `GET
 //! /v1/tasks/{id}/diff` is the diff its latest attempt recorded; `POST
 //! /v1/tasks/{id}/apply` applies its branch to a branch the caller names;
 //! `POST /v1/branches/prune` deletes the branches of finished tasks that a
@@ -95,7 +95,8 @@ pub(crate) struct BranchView {
     pub(crate) title: String,
     /// The commit it is at.
     pub(crate) head: String,
-    /// The agent's `worktree.base` it is compared with.
+    /// What it is compared with: the agent's `worktree.base`, or a merge
+    /// agent's `base`.
     pub(crate) base: String,
     /// Commits on it the base lacks.
     pub(crate) ahead: u64,
@@ -277,7 +278,8 @@ fn git_error(error: &dyn std::fmt::Display) -> ApiError {
 }
 
 /// `GET /v1/tasks/{id}/diff`: the `worktree` artifact of the task's latest
-/// attempt that recorded one.
+/// attempt that recorded one, or for a merge task the diff from the merge's
+/// base to the head it made, read from git.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct TaskDiff {
     pub(crate) task_id: String,
@@ -286,7 +288,7 @@ pub struct TaskDiff {
     pub(crate) branch: String,
     /// The commit the branch started from.
     pub(crate) base: String,
-    /// The commit the attempt left it at.
+    /// The commit the attempt (or merge) left it at.
     pub(crate) head: String,
     pub(crate) files: Vec<String>,
     pub(crate) files_truncated: bool,
@@ -517,7 +519,7 @@ pub async fn apply_task(
         .pop()
         .ok_or_else(|| ApiError::not_found(format!("agent {}", task.agent)))?;
     let (attempt, branch) = if local.merge {
-        (task.attempt, merged_branch(&task)?)
+        (task.attempt, merged_branch(state, &local, &task).await?)
     } else {
         let (attempt, value) = recorded(state, &task).await?;
         let branch = value["branch"]
@@ -585,7 +587,8 @@ fn refusal(error: BranchError) -> Refused {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PruneBody {
-    /// Only this agent's branches [default: every agent with a local worktree].
+    /// Only this agent's branches [default: every agent with a local
+    /// worktree, and every merge agent].
     #[serde(default)]
     pub agent: Option<String>,
     /// Also branches of tasks that finished at least this many seconds ago,

@@ -125,14 +125,14 @@ export function taskView(root, id) {
       h('span', { class: 'muted' }, 'reading its diff…'));
     entry.artifacts.append(item);
     api.get(`/v1/tasks/${encodeURIComponent(id)}/diff`).then(
-      (report) => item.replaceWith(worktreeItem(report)),
+      (report) => item.replaceWith(worktreeItem(report, 'merge')),
       (e) => replace(item, h('span', { class: 'name' }, 'merge'), ' ', h('span', { class: 'error' }, e.message)));
   }
 
   // A coding worker's branch: its diff as a diff, downloadable as a patch.
-  function worktreeItem(report) {
+  function worktreeItem(report, label = 'worktree') {
     return h('li', { class: 'worktree' },
-      h('span', { class: 'name' }, 'worktree'), ' ',
+      h('span', { class: 'name' }, label), ' ',
       h('button', { type: 'button', onclick: () => download('worktree.diff', report.diff) }, 'download diff'),
       renderWorktree(report));
   }

@@ -216,14 +216,15 @@ impl Branches {
         keep: impl Fn(&BranchTask) -> bool,
     ) -> Result<Vec<BranchState>, WorktreeError> {
         let chosen = |name: &str| naming::parse_branch(name).filter(|(task, _)| keep(task));
-        self.states(repo, base, &["refs/heads/swarmd/"], chosen)
+        self.states(repo, base, &["refs/heads/swarmd/"], true, chosen)
             .await
     }
 
-    /// The branches `named` that `repo` has (at most [`MAX_LISTED`]), each
-    /// with the task and attempt it is given under, against `base`: the
-    /// branches a merge task made, whatever their names. Each name must be
-    /// one git accepts (`merge::plain_name`); others are left out.
+    /// The branches `named` that `repo` has (the first `2 ×` [`MAX_LISTED`]
+    /// names: a merge task names two), each with the task and attempt it
+    /// is given under, against `base`: the branches a merge task made,
+    /// whatever their names. Each name must be one git accepts
+    /// (`merge::plain_name`); others are left out.
     ///
     /// # Errors
     /// As `list`.
@@ -236,7 +237,7 @@ impl Branches {
         let named: Vec<&(String, BranchTask, u32)> = named
             .iter()
             .filter(|(name, _, _)| crate::merge::plain_name(name).is_ok())
-            .take(MAX_LISTED)
+            .take(2 * MAX_LISTED)
             .collect();
         if named.is_empty() {
             return Ok(Vec::new());
@@ -246,23 +247,25 @@ impl Branches {
             .map(|(name, _, _)| format!("refs/heads/{name}"))
             .collect();
         let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
-        // A pattern also matches the refs below it: only exact names count.
+        // A pattern also matches the refs below it: only exact names count,
+        // and no `--count` lets refs below a name crowd out other names.
         let chosen = |name: &str| {
             named
                 .iter()
                 .find(|(wanted, _, _)| wanted == name)
                 .map(|(_, task, attempt)| (task.clone(), *attempt))
         };
-        self.states(repo, base, &patterns, chosen).await
+        self.states(repo, base, &patterns, false, chosen).await
     }
 
     /// The branches under `patterns` that `chosen` gives a task, against
-    /// `base`.
+    /// `base`; with `capped`, only the first [`MAX_LISTED`] refs are read.
     async fn states(
         &self,
         repo: &Path,
         base: &str,
         patterns: &[&str],
+        capped: bool,
         chosen: impl Fn(&str) -> Option<(BranchTask, u32)>,
     ) -> Result<Vec<BranchState>, WorktreeError> {
         let wanted = format!("{base}^{{commit}}");
@@ -276,13 +279,11 @@ impl Branches {
             })?;
         let count = format!("--count={MAX_LISTED}");
         let format = "--format=%(refname:lstrip=2)%09%(objectname)%09%(committerdate:unix)";
-        let listed = self
-            .git
-            .run(
-                repo,
-                &[&["for-each-ref", &count, format][..], patterns].concat(),
-            )
-            .await?;
+        let mut args = vec!["for-each-ref", format];
+        if capped {
+            args.push(&count);
+        }
+        let listed = self.git.run(repo, &[&args[..], patterns].concat()).await?;
         let merged = self
             .git
             .run(

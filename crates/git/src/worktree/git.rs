@@ -390,7 +390,9 @@ impl Git {
         head: &str,
         cap: usize,
     ) -> Result<RangeChanges, WorktreeError> {
-        let range = [base, head];
+        // `--` ends the revisions: a missing commit is an error, never a
+        // path of the same name.
+        let range = [base, head, "--"];
         // The names a range's changes make are bounded like the diff.
         let (names, files_truncated) = self
             .run_capped(

@@ -6,14 +6,15 @@
 use serde_json::Value;
 use swarmd_engine::ErrorCode;
 use swarmd_engine::task::Task;
-use swarmd_git::worktree::branches::BranchError;
+use swarmd_git::worktree::naming;
 
-use super::{LocalAgent, Refused, TaskDiff, refusal, strings};
+use super::{LocalAgent, Refused, TaskDiff, strings};
 use crate::app::AppState;
 use crate::http::error::ApiError;
 
 /// The branches merge task `task` made, as its result names them: the new
-/// branch and a conflict's work branch.
+/// branch and a conflict's work branch, each only when it is the task's
+/// own ([`owns`]).
 pub(super) fn merge_branches(task: &Task) -> Vec<String> {
     let Some(record) = merge_record(task) else {
         return Vec::new();
@@ -21,8 +22,23 @@ pub(super) fn merge_branches(task: &Task) -> Vec<String> {
     [&record["branch"], &record["conflict"]["work_branch"]]
         .into_iter()
         .filter_map(Value::as_str)
+        .filter(|name| owns(task, name))
         .map(str::to_owned)
         .collect()
+}
+
+/// Whether branch `name`, named by merge task `task`'s record, is the
+/// task's to list, apply and (under `swarmd/`) prune: a name under
+/// `swarmd/` only when it is the task's default, `swarmd/merge-<short
+/// id>`, or that name's `-conflict` work branch. A merge may be given an
+/// existing branch as its `into` (it keeps one already at its result), so
+/// any other `swarmd/` name may be another task's.
+pub(super) fn owns(task: &Task, name: &str) -> bool {
+    if !name.starts_with("swarmd/") {
+        return true;
+    }
+    let own = format!("swarmd/merge-{}", naming::short_id(&task.id.to_string()));
+    name == own || name.strip_suffix("-conflict") == Some(own.as_str())
 }
 
 /// The merge record a passed merge task's result holds.
@@ -63,18 +79,26 @@ pub(super) async fn merge_diff(
     let record = merge_record_of(task)?;
     let text = |field: &str| record[field].as_str().unwrap_or_default().to_owned();
     let (base, head) = (text("base"), text("head"));
-    let changes = match state.branches.changes(&local.repo, &base, &head).await {
-        Ok(changes) => changes,
-        Err(BranchError::Git(_))
-            if state.branches.commit_of(&local.repo, &head).await.is_none() =>
+    for commit in [&base, &head] {
+        if state
+            .branches
+            .commit_of(&local.repo, commit)
+            .await
+            .is_none()
         {
             return Err(ApiError::not_found(format!(
-                "commit {head} of merge task {}: the repository no longer has it",
+                "commit {commit} of merge task {}: the repository no longer has it",
                 task.id
             )));
         }
-        Err(error) => return Err(refusal(error).error),
-    };
+    }
+    // Both are commits the repository has: a refusal now is the record's
+    // fault or git's, never the caller's.
+    let changes = state
+        .branches
+        .changes(&local.repo, &base, &head)
+        .await
+        .map_err(|error| ApiError::internal(&error))?;
     Ok(TaskDiff {
         task_id: task.id.to_string(),
         agent: task.agent.clone(),
@@ -89,12 +113,45 @@ pub(super) async fn merge_diff(
     })
 }
 
-/// The branch merge task `task` made, when it holds every branch the task
-/// was given: a merge that stopped at a conflict is refused (`409`, naming
-/// the files), as applying it would apply only the branches before it.
-pub(super) fn merged_branch(task: &Task) -> Result<String, Refused> {
+/// The branch merge task `task` made, when it is the task's own, still at
+/// the head the merge made (what `show` shows), and holds every branch the
+/// task was given: a merge that stopped at a conflict is refused (`409`,
+/// naming the files), as applying it would apply only the branches before
+/// it.
+pub(super) async fn merged_branch(
+    state: &AppState,
+    local: &LocalAgent,
+    task: &Task,
+) -> Result<String, Refused> {
     let record = merge_record_of(task)?;
     let branch = record["branch"].as_str().unwrap_or_default().to_owned();
+    if !owns(task, &branch) {
+        return Err(ApiError::not_found(format!(
+            "the branch of merge task {}: {branch} is not the task's own name",
+            task.id
+        ))
+        .into());
+    }
+    let recorded = record["head"].as_str().unwrap_or_default();
+    match state.branches.head_of(&local.repo, &branch).await {
+        None => {
+            return Err(
+                ApiError::not_found(format!("no branch `{branch}` in the repository")).into(),
+            );
+        }
+        Some(now) if now != recorded => {
+            return Err(ApiError::coded(
+                ErrorCode::BranchConflict,
+                format!(
+                    "{branch} has moved since merge task {} made it (at {recorded}, now \
+                     {now}); apply it with git if that is what you want",
+                    task.id
+                ),
+            )
+            .into());
+        }
+        Some(_) => {}
+    }
     let conflict = &record["conflict"];
     if conflict.is_object() {
         let files = strings(&conflict["files"]);

@@ -419,9 +419,9 @@ async fn a_merge_tasks_branch_is_listed_shown_applied_and_pruned() {
     // Listed with the attempts' branches, and alone for the merge agent.
     let table = branch_ok(&sw, &["list"]).await;
     assert!(
-        table
-            .lines()
-            .any(|l| l.contains(&name) && l.contains(short)),
+        table.lines().any(|l| l.contains(&name)
+            && l.contains(short)
+            && l.contains("sequence merge of 2 branches")),
         "{table}"
     );
     assert!(table.contains(&alpha) && table.contains(&beta), "{table}");

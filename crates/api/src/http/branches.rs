@@ -48,7 +48,7 @@ use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Json, Path, Query};
-use merged::{merge_agent, merge_branches, merge_diff, merged_branch};
+use merged::{merge_agent, merge_branches, merge_diff, merge_title, merged_branch};
 use swarmd_config::AgentKind;
 
 mod merged;
@@ -91,7 +91,8 @@ pub(crate) struct BranchView {
     pub(crate) attempt: u32,
     /// The task's status.
     pub(crate) status: String,
-    /// The task's prompt's first line, bounded.
+    /// The task's prompt's first line, bounded; for a merge, what it did
+    /// (`sequence merge of 3 branches`).
     pub(crate) title: String,
     /// The commit it is at.
     pub(crate) head: String,
@@ -186,8 +187,14 @@ async fn found(
             let Some(task) = tasks.iter().find(|t| branch.task.is(&t.id.to_string())) else {
                 continue;
             };
+            let mut view = view_of(&name, &base, task, branch);
+            if merge {
+                // A merge step's prompt is its request as JSON: say what
+                // the merge did instead.
+                view.title = merge_title(task);
+            }
             all.push(Found {
-                view: view_of(&name, &base, task, branch),
+                view,
                 repo: repo.clone(),
                 task: task.clone(),
             });

@@ -49,6 +49,24 @@ fn merge_record(task: &Task) -> Option<&Value> {
         .map(|result| &result.value)
 }
 
+/// What a listed merge did: its strategy, how many branches its branch
+/// holds, and the branch it stopped at.
+pub(super) fn merge_title(task: &Task) -> String {
+    let Some(record) = merge_record(task) else {
+        return String::new();
+    };
+    let held = record["applied"].as_array().map_or(0, Vec::len);
+    let strategy = naming::subject(record["strategy"].as_str().unwrap_or("a"));
+    let mut title = format!(
+        "{strategy} merge of {held} branch{}",
+        if held == 1 { "" } else { "es" }
+    );
+    if let Some(branch) = record["conflict"]["branch"].as_str() {
+        title.push_str(&format!(", stopped at a conflict with {branch}"));
+    }
+    naming::subject(&title)
+}
+
 /// Merge task `task`'s record, or `404` saying why there is none.
 fn merge_record_of(task: &Task) -> Result<&Value, ApiError> {
     merge_record(task).ok_or_else(|| {

@@ -477,18 +477,25 @@ async fn a_merge_tasks_branch_is_listed_shown_applied_and_pruned() {
         "{body}"
     );
 
-    // A merge given another task's branch as its `into` (kept, being at
-    // the head the merge makes) does not make that branch its own.
-    let (squatter, record) = passed_of(
-        &sw,
-        "merge",
-        json!({"prompt": "squat", "input":
-            {"branches": [name], "strategy": "pick", "pick": 0, "into": name}}),
-    )
-    .await;
-    assert_eq!(record["value"]["branch"], name.as_str(), "{record}");
-    let (status, body) = apply(&sw, &squatter, json!({"into": "release/squat"})).await;
-    assert_eq!(status, 404, "{body}");
+    // A merge may not be given a name under swarmd/, such as another
+    // task's branch (kept, being at the head the merge makes, it would
+    // pass for the merge's own): the task fails, saying why.
+    let (status, made) = sw
+        .create(
+            json!({"agent": "merge", "prompt": "squat", "policy": {"max_attempts": 1},
+            "input": {"branches": [name], "strategy": "pick", "pick": 0, "into": name}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let squatter = sw.finished(made["task_id"].as_str().unwrap()).await;
+    assert_eq!(squatter["status"], "failed", "{squatter}");
+    assert!(
+        squatter["reason"]
+            .as_str()
+            .unwrap()
+            .contains("under swarmd/"),
+        "{squatter}"
+    );
 
     // A merge that stopped at a conflict is not applied; its work branch
     // is listed with it.

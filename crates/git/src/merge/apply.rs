@@ -117,15 +117,19 @@ impl Merger {
             return Err(MergeError::NoFastForwardBranch);
         }
         let into = match &request.into {
+            // `swarmd/` is where swarmd names attempts' and merges'
+            // branches: a given name there could be another task's,
+            // which this merge would then claim as its result.
+            Some(into) if into == "swarmd" || into.starts_with("swarmd/") => {
+                return Err(MergeError::BadInput(format!(
+                    "into `{into}` is under swarmd/, where swarmd names attempts' and merges' \
+                     branches; name another (the default is swarmd/merge-<short task id>)"
+                )));
+            }
             Some(into) => into.clone(),
             None => format!("swarmd/merge-{}", naming::short_id(&task.id)),
         };
         self.check_name(repo, &into).await?;
-        if naming::in_attempt_namespace(&into) {
-            return Err(MergeError::BadInput(format!(
-                "into `{into}` is where attempts' branches are named"
-            )));
-        }
         let mut heads = Vec::with_capacity(request.branches.len());
         for branch in &request.branches {
             self.check_name(repo, branch).await?;

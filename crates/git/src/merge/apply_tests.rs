@@ -164,9 +164,14 @@ async fn a_work_branch_that_cannot_be_made_leaves_nothing_made() {
     .unwrap_err();
     assert!(matches!(error, MergeError::BadInput(_)), "{error}");
     assert_eq!(git(&repo, &["branch", "--list", "merged"]), "");
-    // `swarmd` itself, or a name under `swarmd/t-`, would keep attempts'
-    // branches from being made.
-    for into in ["swarmd", "swarmd/t-c3d4e5f6"] {
+    // `swarmd` itself, or a name under `swarmd/`, is swarmd's to name: it
+    // could keep attempts' branches from being made, or be another task's.
+    for into in [
+        "swarmd",
+        "swarmd/t-c3d4e5f6",
+        "swarmd/merge-1a2b3c4d",
+        "swarmd/x",
+    ] {
         let error = merge(&spec, json!({"branches": ["one"], "into": into}))
             .await
             .unwrap_err();

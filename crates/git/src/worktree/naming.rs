@@ -39,14 +39,6 @@ pub fn branch_name(task_id: &str, attempt: u32, title: Option<&str>) -> String {
     }
 }
 
-/// Whether a branch named `name` could stand in the way of an attempt's:
-/// `swarmd` itself, or a name where attempts' branches go (`swarmd/t-…`,
-/// `swarmd/T-…`). git keeps refs as paths, so a branch `swarmd/t-1a2b`
-/// would keep `swarmd/t-1a2b/1` from ever being made.
-pub fn in_attempt_namespace(name: &str) -> bool {
-    name == "swarmd" || name.starts_with("swarmd/t-") || name.starts_with("swarmd/T-")
-}
-
 /// The short id a readable branch name carries: the last eight letters or
 /// digits of the id, lowercased.
 pub fn short_id(task_id: &str) -> String {
@@ -221,21 +213,6 @@ impl Worktrees {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_in_the_way_of_attempts_branches_are_known() {
-        for blocking in [
-            "swarmd",
-            "swarmd/t-1a2b3c4d",
-            "swarmd/t-x/1/y",
-            "swarmd/T-01",
-        ] {
-            assert!(in_attempt_namespace(blocking), "{blocking}");
-        }
-        for free in ["main", "swarmd/merge-1a2b3c4d", "swarmdx", "release/swarmd"] {
-            assert!(!in_attempt_namespace(free), "{free}");
-        }
-    }
 
     #[test]
     fn a_branch_carries_the_short_id_and_a_slug_of_the_first_line() {

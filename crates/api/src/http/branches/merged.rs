@@ -30,10 +30,11 @@ pub(super) fn merge_branches(task: &Task) -> Vec<String> {
 /// Whether branch `name`, named by merge task `task`'s record, is the
 /// task's to list, apply and (under `swarmd/`) prune: a name under
 /// `swarmd/` only when it is the task's default, `swarmd/merge-<short
-/// id>`, or that name's `-conflict` work branch. A merge may be given an
-/// existing branch as its `into` (it keeps one already at its result), so
-/// any other `swarmd/` name may be another task's.
-pub(super) fn owns(task: &Task, name: &str) -> bool {
+/// id>`, or that name's `-conflict` work branch. A merge keeps an existing
+/// `into` already at its result, so a record naming any other `swarmd/`
+/// name is not trusted to be the task's, whichever build wrote it (the
+/// merge agent refuses such an `into`).
+fn owns(task: &Task, name: &str) -> bool {
     if !name.starts_with("swarmd/") {
         return true;
     }

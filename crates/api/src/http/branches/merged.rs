@@ -190,3 +190,74 @@ pub(super) async fn merged_branch(
     }
     Ok(branch)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use swarmd_engine::ids::TaskId;
+    use swarmd_engine::task::{Policy, TaskResult, TaskSpec};
+
+    use super::*;
+
+    /// A merge task whose result is `record` given the task's default
+    /// branch name, passed or not; that name.
+    fn merged(record: impl FnOnce(&str) -> Value, ok: bool) -> (Task, String) {
+        let mut task = Task::new(TaskId::new(), TaskSpec::default(), Policy::default(), 0, 1);
+        let own = format!("swarmd/merge-{}", naming::short_id(&task.id.to_string()));
+        task.result = Some(TaskResult {
+            value: record(&own),
+            ok,
+        });
+        (task, own)
+    }
+
+    #[test]
+    fn a_merge_owns_its_default_names_and_names_outside_swarmd() {
+        let (task, own) = merged(
+            |own| json!({"branch": own, "conflict": {"work_branch": format!("{own}-conflict")}}),
+            true,
+        );
+        assert_eq!(
+            merge_branches(&task),
+            [own.clone(), format!("{own}-conflict")]
+        );
+        assert!(owns(&task, "team/merged"));
+        for other in [
+            "swarmd/merge-zzzzzzzz",
+            "swarmd/t-1a2b3c4d-fix/1",
+            "swarmd/x",
+            &format!("{own}-other"),
+        ] {
+            assert!(!owns(&task, other), "{other}");
+        }
+        // Another task's swarmd/ name is not listed as this one's; a name
+        // outside swarmd/ is.
+        let (task, _) = merged(
+            |_| json!({"branch": "swarmd/merge-zzzzzzzz", "conflict": {"work_branch": "team/work"}}),
+            true,
+        );
+        assert_eq!(merge_branches(&task), ["team/work"]);
+        // A failed merge names no branch.
+        let (failed, _) = merged(|own| json!({"branch": own}), false);
+        assert!(merge_branches(&failed).is_empty());
+    }
+
+    #[test]
+    fn a_listed_merge_says_what_it_did() {
+        let title = |record: Value| merge_title(&merged(|_| record, true).0);
+        assert_eq!(
+            title(json!({"branch": "m", "strategy": "sequence",
+                         "applied": [{"branch": "a"}, {"branch": "b"}]})),
+            "sequence merge of 2 branches"
+        );
+        assert_eq!(
+            title(json!({"branch": "m", "strategy": "pick", "applied": [{"branch": "a"}]})),
+            "pick merge of 1 branch"
+        );
+        assert_eq!(
+            title(json!({"branch": "m", "strategy": "sequence", "applied": [],
+                         "conflict": {"branch": "swarmd/t-1/1"}})),
+            "sequence merge of 0 branches, stopped at a conflict with swarmd/t-1/1"
+        );
+    }
+}

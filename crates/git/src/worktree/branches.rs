@@ -23,6 +23,9 @@ use crate::HostEnv;
 /// The most swarmd branches one repository's listing reads.
 pub const MAX_LISTED: usize = 1000;
 
+/// A listed branch's fields: name, head, committer time.
+const LISTED_FORMAT: &str = "%(refname:lstrip=2)%09%(objectname)%09%(committerdate:unix)";
+
 /// Git on a repository's branches.
 #[derive(Debug, Clone)]
 pub struct Branches {
@@ -277,29 +280,29 @@ impl Branches {
                 repo: repo.to_owned(),
                 base: base.to_owned(),
             })?;
-        let count = format!("--count={MAX_LISTED}");
-        let format = "--format=%(refname:lstrip=2)%09%(objectname)%09%(committerdate:unix)";
-        let mut args = vec!["for-each-ref", format];
-        if capped {
-            args.push(&count);
-        }
-        let listed = self.git.run(repo, &[&args[..], patterns].concat()).await?;
-        let merged = self
-            .git
-            .run(
-                repo,
-                &[
-                    &[
-                        "for-each-ref",
-                        "--format=%(refname:lstrip=2)",
-                        "--merged",
-                        &base_head,
-                    ][..],
-                    patterns,
-                ]
-                .concat(),
-            )
-            .await?;
+        // git 2.41 and later count each branch's commits past the base in
+        // the listing itself; an older git refuses the field, and each
+        // unmerged branch is counted on its own (a `rev-list` each).
+        let counted_format = format!("{LISTED_FORMAT}%09%(ahead-behind:{base_head})");
+        let (listed, counted) = match self
+            .for_each_ref(repo, &counted_format, capped, patterns)
+            .await
+        {
+            Ok(listed) => (listed, true),
+            Err(_) => (
+                self.for_each_ref(repo, LISTED_FORMAT, capped, patterns)
+                    .await?,
+                false,
+            ),
+        };
+        let merged = if counted {
+            String::new()
+        } else {
+            let merged = ["--format=%(refname:lstrip=2)", "--merged", &base_head];
+            self.git
+                .run(repo, &[&["for-each-ref"][..], &merged, patterns].concat())
+                .await?
+        };
         let merged: std::collections::HashSet<&str> = merged.lines().collect();
         let mut branches = Vec::new();
         for line in listed.lines() {
@@ -312,16 +315,25 @@ impl Branches {
             let Some((task, attempt)) = chosen(name) else {
                 continue;
             };
-            let is_merged = merged.contains(name);
-            let ahead = if is_merged {
-                0
-            } else {
-                let range = format!("{base_head}..{head}");
-                self.git
-                    .run(repo, &["rev-list", "--count", &range])
-                    .await?
-                    .parse()
-                    .unwrap_or(0)
+            // `ahead-behind` is "<ahead> <behind>": the base holds the
+            // branch exactly when none of its commits is ahead.
+            let ahead = fields
+                .next()
+                .and_then(|pair| pair.split(' ').next())
+                .and_then(|ahead| ahead.parse::<u64>().ok());
+            let (ahead, is_merged) = match ahead {
+                Some(ahead) => (ahead, ahead == 0),
+                None if merged.contains(name) => (0, true),
+                None => {
+                    let range = format!("{base_head}..{head}");
+                    let ahead = self
+                        .git
+                        .run(repo, &["rev-list", "--count", &range])
+                        .await?
+                        .parse()
+                        .unwrap_or(0);
+                    (ahead, false)
+                }
             };
             branches.push(BranchState {
                 name: name.to_owned(),
@@ -334,6 +346,24 @@ impl Branches {
             });
         }
         Ok(branches)
+    }
+
+    /// `git for-each-ref` with `format` over `patterns`, the first
+    /// [`MAX_LISTED`] refs when `capped`.
+    async fn for_each_ref(
+        &self,
+        repo: &Path,
+        format: &str,
+        capped: bool,
+        patterns: &[&str],
+    ) -> Result<String, WorktreeError> {
+        let format = format!("--format={format}");
+        let count = format!("--count={MAX_LISTED}");
+        let mut args = vec!["for-each-ref", format.as_str()];
+        if capped {
+            args.push(&count);
+        }
+        self.git.run(repo, &[&args[..], patterns].concat()).await
     }
 
     /// What changed from commit `base` to commit `head` in `repo`, each part

@@ -306,3 +306,26 @@ async fn named_branches_are_listed_by_their_exact_names_and_diffed() {
         ));
     }
 }
+
+#[tokio::test]
+async fn a_git_without_ahead_behind_lists_the_same() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    let trees = Worktrees::new(temp.path().join("worktrees"), &host());
+    let ahead = attempt_branch(&trees, &repo, "ahead\n").await;
+    let held = "swarmd/t-c3d4e5f6-held/2";
+    git(&repo, &["branch", held, "main"]);
+    // The host's PATH finds /usr/local's git (2.41 or later counts in the
+    // listing); Debian's own (2.39 on this image) has no `ahead-behind`,
+    // so each branch is counted on its own. Both answer alike.
+    let counted = Branches::new(&host()).list(&repo, "main").await.unwrap();
+    let debian = HostEnv::from_pairs([("PATH", "/usr/bin:/bin")]);
+    let each = Branches::new(&debian).list(&repo, "main").await.unwrap();
+    assert_eq!(counted, each);
+    let state = |name: &str| {
+        let found = counted.iter().find(|b| b.name == name).unwrap();
+        (found.ahead, found.merged, found.attempt)
+    };
+    assert_eq!(state(&ahead), (1, false, 1));
+    assert_eq!(state(held), (0, true, 2));
+}

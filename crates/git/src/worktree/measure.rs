@@ -225,3 +225,41 @@ async fn worktree_bootstrap_steps() {
         );
     }
 }
+
+/// docs/benchmarks.md, Listing branches: `Branches::list` over 500 swarmd
+/// branches, each a commit ahead of `main`, counted in the listing (the
+/// host's git, 2.41 or later) and one `rev-list` per branch (Debian's
+/// 2.39). Run with
+/// `cargo test --release -p swarmd-git --lib listing_cost -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a measurement, not a check"]
+async fn listing_cost_of_five_hundred_branches() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = temp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "base"]);
+    let tree = git(&repo, &["rev-parse", "main^{tree}"]);
+    for n in 0..500 {
+        let commit = git(&repo, &["commit-tree", "-p", "main", "-m", "work", &tree]);
+        git(
+            &repo,
+            &["branch", &format!("swarmd/t-{n:08x}-work/1"), &commit],
+        );
+    }
+    for (name, path) in [
+        ("counted in the listing", "/usr/local/bin:/usr/bin:/bin"),
+        ("a rev-list per branch", "/usr/bin:/bin"),
+    ] {
+        let branches = branches::Branches::new(&HostEnv::from_pairs([("PATH", path)]));
+        let mut costs = Vec::new();
+        for _ in 0..10 {
+            let started = std::time::Instant::now();
+            let listed = branches.list(&repo, "main").await.unwrap();
+            costs.push(started.elapsed());
+            assert_eq!(listed.len(), 500);
+        }
+        costs.sort();
+        println!("{name}: p50 {:?}, max {:?}", costs[5], costs[9]);
+    }
+}

@@ -6,13 +6,14 @@
 //! shows a conflicting apply's file; "Prune" previews what it would delete
 //! (deleting nothing) and deletes on confirm; an operator session sees
 //! its own task's branch alone, with the buttons; an observer sees the
-//! list and no button. A merge task's page shows the merged branch's diff.
+//! list and no button. A merge task's page shows the merged branch's diff,
+//! saying so when the merge stopped at a conflict.
 //! With `SWARMD_UI_SCREENSHOTS=<dir>` the view is written
 //! there as `dashboard-branches.png`.
 
 use serde_json::{Value, json};
 
-use crate::daily::branches::{daemon, merge_daemon, merged_two, passed};
+use crate::daily::branches::{added, daemon, merge_daemon, merged_two, passed, passed_of};
 use crate::ui::Browser;
 use crate::ui::dashboard::observer_token;
 use crate::worktrees::git;
@@ -238,6 +239,31 @@ async fn a_merge_tasks_page_shows_the_merged_diff() {
     assert_eq!(
         browser.text("#output .diff .diff-head").await,
         git(&repo, &["rev-parse", &branch])
+    );
+    assert_eq!(browser.text("#output li.worktree > .name").await, "merge");
+
+    // A merge stopped at a conflict says its diff is the part before it.
+    let one = added(&sw, &repo, "clash one side").await;
+    let two = added(&sw, &repo, "clash other side").await;
+    let (stopped, _) = passed_of(
+        &sw,
+        "merge",
+        json!({"prompt": "merge clash", "input": {"branches": [one, two]}}),
+    )
+    .await;
+    browser.show(&format!("#/task/{stopped}")).await;
+    let label = browser
+        .until(
+            "the stopped merge's diff",
+            "const n = document.querySelector('#output li.worktree > .name');
+             return n && n.textContent.startsWith('merge (') && n.textContent",
+        )
+        .await;
+    assert_eq!(
+        label,
+        json!(format!(
+            "merge (stopped at a conflict with {two}: the branches before it)"
+        ))
     );
     browser.client.clone().close().await.unwrap();
 }

@@ -114,18 +114,21 @@ export function taskView(root, id) {
       replace(entry.final, h('strong', {}, event.ok === false ? 'Final (not ok)' : 'Final'),
         h('pre', { class: 'final-value' }, content(event.content)));
       const value = event.content && event.content.kind === 'inline' ? event.content.value : undefined;
-      if (rec.producer === 'merge' && event.ok !== false && isMergeRecord(value)) mergeDiff(entry);
+      if (rec.producer === 'merge' && event.ok !== false && isMergeRecord(value)) mergeDiff(entry, value);
     }
   }
 
   // A merge task's branch: the diff from its base to the head it made,
-  // which the daemon reads from git (docs/branches.md).
-  function mergeDiff(entry) {
+  // which the daemon reads from git (docs/branches.md). A merge stopped at
+  // a conflict says so: its branch holds only what merged before it.
+  function mergeDiff(entry, record) {
+    const conflict = record.conflict && typeof record.conflict === 'object'
+      ? ` (stopped at a conflict with ${record.conflict.branch}: the branches before it)` : '';
     const item = h('li', { class: 'worktree' }, h('span', { class: 'name' }, 'merge'), ' ',
       h('span', { class: 'muted' }, 'reading its diff…'));
     entry.artifacts.append(item);
     api.get(`/v1/tasks/${encodeURIComponent(id)}/diff`).then(
-      (report) => item.replaceWith(worktreeItem(report, 'merge')),
+      (report) => item.replaceWith(worktreeItem(report, `merge${conflict}`)),
       (e) => replace(item, h('span', { class: 'name' }, 'merge'), ' ', h('span', { class: 'error' }, e.message)));
   }
 

@@ -206,9 +206,9 @@ impl Branches {
         self.list_where(repo, base, |_| true).await
     }
 
-    /// As [`Self::list`], only the branches whose task `keep` wants: a
-    /// branch ahead of the base costs a `git rev-list` to count, so a
-    /// caller lists only its own.
+    /// As [`Self::list`], only the branches whose task `keep` wants: with
+    /// a git before 2.41 a branch ahead of the base costs a `git rev-list`
+    /// to count, so a caller lists only its own.
     ///
     /// # Errors
     /// As `list`.

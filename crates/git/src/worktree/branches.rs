@@ -32,6 +32,9 @@ pub struct Branches {
     git: Git,
     /// Where attempts' checkouts live: `apply` never runs git in one.
     attempts_root: Option<PathBuf>,
+    /// Whether this git counts commits ahead in a listing
+    /// (`%(ahead-behind:…)`, git 2.41), learned from the first listing.
+    ahead_behind: std::sync::Arc<std::sync::OnceLock<bool>>,
 }
 
 /// One swarmd branch as the repository has it now.
@@ -159,6 +162,7 @@ impl Branches {
         Branches {
             git: Git::new(host),
             attempts_root: None,
+            ahead_behind: std::sync::Arc::default(),
         }
     }
 
@@ -251,12 +255,16 @@ impl Branches {
             .collect();
         let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
         // A pattern also matches the refs below it: only exact names count,
-        // and no `--count` lets refs below a name crowd out other names.
+        // and no `--count` lets refs below a name crowd out other names. The
+        // first task to name a branch is given it.
+        let mut by_name = std::collections::HashMap::with_capacity(named.len());
+        for (name, task, attempt) in &named {
+            by_name.entry(name.as_str()).or_insert((task, *attempt));
+        }
         let chosen = |name: &str| {
-            named
-                .iter()
-                .find(|(wanted, _, _)| wanted == name)
-                .map(|(_, task, attempt)| (task.clone(), *attempt))
+            by_name
+                .get(name)
+                .map(|(task, attempt)| ((*task).clone(), *attempt))
         };
         self.states(repo, base, &patterns, false, chosen).await
     }
@@ -280,21 +288,7 @@ impl Branches {
                 repo: repo.to_owned(),
                 base: base.to_owned(),
             })?;
-        // git 2.41 and later count each branch's commits past the base in
-        // the listing itself; an older git refuses the field, and each
-        // unmerged branch is counted on its own (a `rev-list` each).
-        let counted_format = format!("{LISTED_FORMAT}%09%(ahead-behind:{base_head})");
-        let (listed, counted) = match self
-            .for_each_ref(repo, &counted_format, capped, patterns)
-            .await
-        {
-            Ok(listed) => (listed, true),
-            Err(_) => (
-                self.for_each_ref(repo, LISTED_FORMAT, capped, patterns)
-                    .await?,
-                false,
-            ),
-        };
+        let (listed, counted) = self.listed(repo, &base_head, capped, patterns).await?;
         let merged = if counted {
             String::new()
         } else {
@@ -346,6 +340,33 @@ impl Branches {
             });
         }
         Ok(branches)
+    }
+
+    /// The refs under `patterns` (`LISTED_FORMAT`'s fields), and whether
+    /// each line also counts its commits ahead of `base_head`: git 2.41 and
+    /// later do in the listing itself; an older git refuses the field, which
+    /// is learned once, and each unmerged branch is then counted on its own
+    /// (a `rev-list` each).
+    async fn listed(
+        &self,
+        repo: &Path,
+        base_head: &str,
+        capped: bool,
+        patterns: &[&str],
+    ) -> Result<(String, bool), WorktreeError> {
+        if self.ahead_behind.get() != Some(&false) {
+            let counted = format!("{LISTED_FORMAT}%09%(ahead-behind:{base_head})");
+            if let Ok(listed) = self.for_each_ref(repo, &counted, capped, patterns).await {
+                let _ = self.ahead_behind.set(true);
+                return Ok((listed, true));
+            }
+        }
+        let listed = self
+            .for_each_ref(repo, LISTED_FORMAT, capped, patterns)
+            .await?;
+        // Only a listing that works without the field says git lacks it.
+        let _ = self.ahead_behind.set(false);
+        Ok((listed, false))
     }
 
     /// `git for-each-ref` with `format` over `patterns`, the first

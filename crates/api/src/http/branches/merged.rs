@@ -57,7 +57,7 @@ pub(super) fn merge_title(task: &Task) -> String {
         return String::new();
     };
     let held = record["applied"].as_array().map_or(0, Vec::len);
-    let strategy = naming::subject(record["strategy"].as_str().unwrap_or("a"));
+    let strategy = record["strategy"].as_str().unwrap_or("a");
     let mut title = format!(
         "{strategy} merge of {held} branch{}",
         if held == 1 { "" } else { "es" }

@@ -161,3 +161,50 @@ async fn serve_and_task_find_the_per_user_places_from_any_directory() {
     assert!(stderr.contains("--token or set SWARMD_TOKEN"), "{stderr}");
     daemon.kill().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_second_daemon_on_the_same_state_directory_refuses_to_start() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    let config = home.join(".config/swarmd/swarmd.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, USER_CONFIG).unwrap();
+    let env = [("HOME", home.as_path())];
+    let (mut first, base, _) = serve(root.path(), &env).await;
+    let holder = first.id().unwrap();
+
+    // The second one binds another port but the same state directory: it
+    // ends, naming the first daemon, before it recovers anything.
+    let second = swarmd(root.path(), &env)
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .output();
+    let second = tokio::time::timeout(PATIENCE, second)
+        .await
+        .expect("the second daemon did not end")
+        .unwrap();
+    let (_, stderr) = text(&second);
+    assert_eq!(second.status.code(), Some(1), "{stderr}");
+    let state = home.join(".local/state/swarmd");
+    for needle in [
+        format!("state directory {} is in use", state.display()),
+        format!("(pid {holder})"),
+    ] {
+        assert!(stderr.contains(&needle), "{needle} in {stderr}");
+    }
+    assert!(!stderr.contains("recovered"), "{stderr}");
+
+    // The first daemon still serves.
+    let mut client_env = env.to_vec();
+    client_env.push(("SWARMD_URL", Path::new(&base)));
+    let spawn = swarmd(root.path(), &client_env)
+        .args([
+            "task", "spawn", "-o", "json", "--agent", "echo", "--prompt", "still", "--wait", "20",
+        ])
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = text(&spawn);
+    assert!(spawn.status.success(), "{stderr}");
+    assert!(stdout.contains("\"pass\""), "{stdout}");
+    first.kill().await.unwrap();
+}

@@ -1,20 +1,26 @@
 //! `swarmd serve`: the daemon's wiring, in order: configuration, state
-//! directory, systemd, signal handlers, listener, then `run`.
+//! directory (locked), systemd, signal handlers, listener, then `run`.
 
 use std::sync::Arc;
 
 use super::CommandError;
 use crate::cli::ServeArgs;
-use crate::state::PreparedState;
+use crate::state::{PreparedState, StateDir};
 use crate::systemd::Systemd;
 use crate::{Startup, bind, run, shutdown};
-use swarmd_config::Config;
 use swarmd_config::environment::Environment;
+use swarmd_config::{Config, StoreBackend};
 
 /// Runs the daemon until SIGTERM/SIGINT and its drain are over.
 pub(super) async fn serve(args: &ServeArgs, env: &Environment) -> Result<(), CommandError> {
     let config = Config::load(&args.config.config_path(env), env, &args.overrides())?;
     let config = Arc::new(config);
+    // One daemon per state directory that holds a store (SQLite's file,
+    // a cluster node's id): held until `serve` returns.
+    let _lock = match config.store.backend {
+        StoreBackend::Memory => None,
+        _ => Some(StateDir::prepare(&config.store.state_dir)?.lock().await?),
+    };
     let state = PreparedState::prepare(&config, env).await?;
     let systemd = Systemd::from_env(env);
     let shutdown = shutdown::install().map_err(|source| CommandError::Io {

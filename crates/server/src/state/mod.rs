@@ -13,6 +13,7 @@ mod admin_token;
 pub(crate) mod database;
 mod dir;
 mod keys;
+mod lock;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use std::path::{Path, PathBuf};
 pub use admin_token::{load_or_create_admin_secret, read_admin_secret};
 pub use dir::{BLOBS_DIR, DATABASE_FILE, StateDir};
 pub use keys::{load_keyring, rotate_keys};
+pub use lock::{LOCK_FILE, LOCK_PATIENCE, StateLock};
 pub use swarmd_api::app::AdminTokenDigest;
 use swarmd_engine::auth::{Keyring, KeyringError};
 
@@ -127,6 +129,18 @@ pub enum StateError {
     NotPrivate {
         path: PathBuf,
         mode: u32,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "state directory {} is in use by another swarmd serve{}; stop it, or give this one another store.state_dir",
+        path.display(),
+        pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+    )]
+    InUse { path: PathBuf, pid: Option<u32> },
+    #[error("cannot lock {}: {source}", path.display())]
+    Lock {
+        path: PathBuf,
         #[source]
         source: io::Error,
     },

@@ -265,6 +265,25 @@ mod tests {
             let output = tool.output_schema.as_ref().expect("an output schema");
             assert_eq!(output.get("type"), Some(&json!("object")), "{}", tool.name);
             assert!(tool.description.as_ref().is_some_and(|d| d.len() > 20));
+            for schema in [&tool.input_schema, output] {
+                let schema = Value::Object((**schema).clone());
+                assert_eq!(boolean_properties(&schema), 0, "{}: {schema}", tool.name);
+            }
+        }
+    }
+
+    /// How many `properties` under `schema` map a name to a boolean schema.
+    fn boolean_properties(schema: &Value) -> usize {
+        match schema {
+            Value::Object(map) => {
+                let own = map
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .map_or(0, |named| named.values().filter(|v| v.is_boolean()).count());
+                own + map.values().map(boolean_properties).sum::<usize>()
+            }
+            Value::Array(items) => items.iter().map(boolean_properties).sum(),
+            _ => 0,
         }
     }
 

@@ -4,7 +4,9 @@
 //! schemars marks integers with formats of its own (`uint32`, `int64`,
 //! `double`, …) that no JSON Schema validator knows and the MCP Inspector
 //! warns about; [`standard`] drops every `format` outside the JSON Schema
-//! vocabulary and keeps what an unsigned one said as `minimum: 0`.
+//! vocabulary and keeps what an unsigned one said as `minimum: 0`, and
+//! writes boolean subschemas (`"input": true`) as objects, the one form
+//! every MCP client's SDK accepts.
 //! [`PolicySchema`] types the `policy` argument of `spawn` and
 //! `spawn_many`: its fields and bounds are those of the engine's
 //! `PolicyOverrides`, which decodes (and checks) the argument.
@@ -49,11 +51,44 @@ pub(super) fn standard(schema: &JsonObject) -> Arc<JsonObject> {
     }
 }
 
-/// Drops non-standard `format`s everywhere under `value`; an unsigned one
-/// leaves `minimum: 0` unless a minimum is set.
+/// Keywords whose value maps names to subschemas.
+const SUBSCHEMA_MAPS: &[&str] = &["properties", "patternProperties", "$defs", "definitions"];
+/// Keywords whose value is a subschema or a list of them (`additionalProperties`
+/// stays a boolean where it is one: every client reads that form).
+const SUBSCHEMA_PLACES: &[&str] = &["items", "prefixItems", "anyOf", "oneOf", "allOf"];
+
+/// A boolean subschema as the object that means the same: `true` is `{}`,
+/// `false` is `{"not": {}}`. JSON Schema allows both forms, but the
+/// TypeScript MCP SDK (Claude Code's, the MCP Inspector's) refuses a tool
+/// list in which any property's schema is not an object.
+fn object_form(schema: &mut Value) {
+    if let Value::Bool(allows) = schema {
+        *schema = if *allows {
+            json!({})
+        } else {
+            json!({"not": {}})
+        };
+    }
+}
+
+/// Drops non-standard `format`s everywhere under `value` (an unsigned one
+/// leaves `minimum: 0` unless a minimum is set) and writes boolean
+/// subschemas in their object form.
 fn clean(value: &mut Value) {
     match value {
         Value::Object(map) => {
+            for key in SUBSCHEMA_MAPS {
+                if let Some(Value::Object(named)) = map.get_mut(*key) {
+                    named.values_mut().for_each(object_form);
+                }
+            }
+            for key in SUBSCHEMA_PLACES {
+                match map.get_mut(*key) {
+                    Some(Value::Array(list)) => list.iter_mut().for_each(object_form),
+                    Some(one) => object_form(one),
+                    None => {}
+                }
+            }
             let format = map.get("format").and_then(Value::as_str).map(str::to_owned);
             if let Some(format) = format
                 && !STANDARD_FORMATS.contains(&format.as_str())
@@ -115,6 +150,35 @@ mod tests {
     use super::*;
     use rmcp::handler::server::common::schema_for_input;
     use swarmd_engine::task::{PolicyOverrides, RetryOn};
+
+    #[test]
+    fn boolean_subschemas_are_written_as_objects() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"input": true, "never": false, "list": {"type": "array", "items": true}},
+            "additionalProperties": false,
+            "$defs": {"any": true},
+            "anyOf": [true, {"type": "object"}]
+        });
+        let Value::Object(schema) = schema else {
+            unreachable!()
+        };
+        let cleaned = Value::Object((*standard(&schema)).clone());
+        assert_eq!(
+            cleaned,
+            json!({
+                "type": "object",
+                "properties": {
+                    "input": {},
+                    "never": {"not": {}},
+                    "list": {"type": "array", "items": {}}
+                },
+                "additionalProperties": false,
+                "$defs": {"any": {}},
+                "anyOf": [{}, {"type": "object"}]
+            })
+        );
+    }
 
     #[test]
     fn the_policy_schema_names_every_field_the_engine_takes() {

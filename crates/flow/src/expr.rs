@@ -228,11 +228,27 @@ impl Expr {
 /// recurses once per level, so a path of thousands would exhaust the stack.
 pub const MAX_PATH_NESTING: usize = 32;
 
+/// The most descendant segments (`..`) one JSONPath may hold: each one
+/// multiplies what the path matches by the depth of the value it searches,
+/// so two or more make a query's work (and the list of matches it builds)
+/// grow as a power of the run's variables. One keeps a query linear in them.
+pub const MAX_PATH_DESCENTS: usize = 1;
+
 fn parse_path(at: &str) -> Result<JsonPath, ExprError> {
-    if nesting(at) > MAX_PATH_NESTING {
+    let (deepest, descents) = shape(at);
+    if deepest > MAX_PATH_NESTING {
         return Err(ExprError::BadPath {
             at: at.to_owned(),
             why: format!("it nests brackets and parentheses deeper than {MAX_PATH_NESTING}"),
+        });
+    }
+    if descents > MAX_PATH_DESCENTS {
+        return Err(ExprError::BadPath {
+            at: at.to_owned(),
+            why: format!(
+                "it holds {descents} descendant segments (`..`), at most {MAX_PATH_DESCENTS} is \
+                 allowed: name the way to the values after the first"
+            ),
         });
     }
     JsonPath::parse(at).map_err(|e| ExprError::BadPath {
@@ -241,16 +257,21 @@ fn parse_path(at: &str) -> Result<JsonPath, ExprError> {
     })
 }
 
-/// The deepest nesting of `(` and `[` in a JSONPath, outside its quoted
-/// strings (`'…'` or `"…"`, with `\` escapes).
-fn nesting(at: &str) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
+/// The deepest nesting of `(` and `[` in a JSONPath and the number of its
+/// descendant segments (`..`), both outside its quoted strings (`'…'` or
+/// `"…"`, with `\` escapes).
+fn shape(at: &str) -> (usize, usize) {
+    let (mut depth, mut deepest, mut descents) = (0usize, 0usize, 0usize);
     let mut quote: Option<char> = None;
-    let mut chars = at.chars();
+    let mut chars = at.chars().peekable();
     while let Some(c) = chars.next() {
         match (quote, c) {
             (Some(_), '\\') => {
                 chars.next();
+            }
+            (None, '.') if chars.peek() == Some(&'.') => {
+                chars.next();
+                descents += 1;
             }
             (Some(q), c) if c == q => quote = None,
             (Some(_), _) => {}
@@ -263,7 +284,7 @@ fn nesting(at: &str) -> usize {
             (None, _) => {}
         }
     }
-    deepest
+    (deepest, descents)
 }
 
 fn query<'v>(at: &str, ctx: &'v Value) -> Result<Vec<&'v Value>, ExprError> {

@@ -113,3 +113,29 @@ fn unknown_ops_and_fields_are_refused() {
     assert!(serde_json::from_value::<Expr>(json!({"op": "eval", "code": "1"})).is_err());
     assert!(serde_json::from_value::<Expr>(json!({"op": "lit", "value": 1, "x": 2})).is_err());
 }
+
+#[test]
+fn a_path_that_descends_twice_is_refused_before_it_runs() {
+    // `..*` six times over a value 61 levels deep matched 111 million
+    // values; one descent matches each value at most once.
+    for at in ["$..*..*", "$..a..b", "$..[?@..x]"] {
+        let bad = expr(json!({"op": "path", "at": at}));
+        let Err(ExprError::BadPath { why, .. }) = bad.check() else {
+            panic!("{at} must be refused");
+        };
+        assert!(why.contains("2 descendant segments"), "{why}");
+    }
+    for at in ["$..x", "$.a..*", "$['..']..x", "$[?@.a == '..']"] {
+        assert!(
+            expr(json!({"op": "path", "at": at})).check().is_ok(),
+            "{at}"
+        );
+    }
+    let mut chain = json!(1);
+    for _ in 0..60 {
+        chain = json!([0, chain]);
+    }
+    let all = expr(json!({"op": "select", "at": "$..*"}));
+    let found = all.eval(&json!({ "c": chain })).unwrap();
+    assert_eq!(found.as_array().unwrap().len(), 1 + 60 * 2);
+}

@@ -41,6 +41,7 @@ use super::{SwarmdTools, catalogue};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
 use swarmd_api::http::error::ApiError;
+use swarmd_api::http::extract::unread_body;
 use swarmd_config::Config;
 
 /// How long MCP streams outlive the start of a drain.
@@ -63,11 +64,12 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         &state.config.store.state_dir,
         total.saturating_add(per_credential),
     ));
+    let closed = closing(state);
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts(&state.config, state.bound, &state.base_url))
         .with_allowed_origins(allowed_origins(&state.config, &state.base_url))
         .with_max_request_body_bytes(limit)
-        .with_cancellation_token(closing(state));
+        .with_cancellation_token(closed.clone());
     config.session_store = Some(file.clone());
     let tools = Arc::new(catalogue(state.config.mcp.upstream_aliases));
     let for_service = state.clone();
@@ -82,6 +84,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         sessions,
         ledger: Ledger::new(total, per_credential),
         file,
+        closed,
     };
     Router::new()
         .route_service("/mcp", service)
@@ -141,6 +144,9 @@ struct Gate {
     sessions: Arc<LocalSessionManager>,
     ledger: Arc<Ledger>,
     file: Arc<SessionFile>,
+    /// Fired once rmcp has closed its sessions (the drain's grace is over):
+    /// every request is then answered 503 `draining`, as the REST routes'.
+    closed: CancellationToken,
 }
 
 /// What became of a request naming a session this daemon does not hold.
@@ -244,6 +250,9 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
         }
         Caller::Admin => Credential::Admin,
     };
+    if gate.closed.is_cancelled() {
+        return Err(swarmd_engine::EngineError::Draining.into());
+    }
     parts.extensions.insert(caller);
 
     // rmcp reads a session id only as text; any other value names none.
@@ -275,12 +284,9 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
         return Ok(next.run(Request::from_parts(parts, body)).await);
     }
     let limit = usize::try_from(state.config.limits.max_body_bytes).unwrap_or(usize::MAX);
-    let body = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::coded(
-            ErrorCode::PayloadTooLarge,
-            "request body is larger than limits.max_body_bytes",
-        )
-    })?;
+    let body = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|e| unread_body(&e))?;
     if !may_open_a_session(&body) {
         return Ok(next.run(Request::from_parts(parts, Body::from(body))).await);
     }

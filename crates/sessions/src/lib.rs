@@ -83,6 +83,9 @@ pub fn report_internal(error: &dyn std::fmt::Display) -> String {
 const MAX_ROLE_LEN: usize = 64;
 const MAX_ROLES: usize = 16;
 const MAX_DESCRIPTION: usize = 4096;
+/// The largest `capability_manifest`, as compact JSON: a session keeps it
+/// in memory (and in the store) for as long as it lives.
+pub const MAX_MANIFEST_BYTES: usize = 64 * 1024;
 
 /// `POST /v1/operators` body. `desc` is the upstream client's name for
 /// `description`.
@@ -552,6 +555,14 @@ fn validate_login(req: &LoginRequest) -> Result<(), SessionError> {
     {
         return Err(SessionError::BadRequest(format!(
             "description is longer than {MAX_DESCRIPTION} bytes"
+        )));
+    }
+    let manifest = req.capability_manifest.as_ref().map_or(0, |m| {
+        serde_json::to_vec(m).map_or(usize::MAX, |bytes| bytes.len())
+    });
+    if manifest > MAX_MANIFEST_BYTES {
+        return Err(SessionError::BadRequest(format!(
+            "capability_manifest is longer than {MAX_MANIFEST_BYTES} bytes as compact JSON"
         )));
     }
     Ok(())

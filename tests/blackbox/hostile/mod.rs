@@ -12,6 +12,8 @@
 //! - `git_planting`: a worker that plants git configuration in its worktree;
 //! - `escapes`: terminal escapes and bidi overrides from workers;
 //! - `forwarding`: cluster forwarding of non-normalised paths;
+//! - `bodies`: stalled bodies, deep or oversized logins, JSONPaths that
+//!   descend twice;
 //! - `bounds`: sizes and shapes past their bounds (artifact names, loop
 //!   counts, JSONPath nesting, cancel reasons);
 //! - `listings`: listings over huge tasks, paged by bytes.
@@ -19,6 +21,7 @@
 //! Each runs in CI in its short mode; the figures it records are in
 //! docs/benchmarks.md.
 
+mod bodies;
 mod bounds;
 mod connections;
 mod escapes;

@@ -267,3 +267,46 @@ async fn a_draining_daemon_ends_a_wait_with_what_it_has() {
     assert_eq!(waited["tasks"][0]["status"], "running", "{waited}");
     assert!(daemon.exited().await.success());
 }
+
+#[tokio::test]
+async fn a_draining_daemon_answers_mcp_with_draining_not_an_internal_error() {
+    let mut daemon = Swarmd::new(EXTRA).start().await;
+    // A running task keeps the drain open past rmcp's close.
+    let (status, body) = parts(
+        daemon
+            .post("/v1/tasks", &daemon.admin)
+            .json(&json!({"agent": "sleepy", "prompt": "z"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    daemon.sigterm();
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "0"}}
+    });
+    // Once the drain's grace for streams is over, every request is 503.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let (status, body) = loop {
+        let answer = daemon
+            .http
+            .post(daemon.url("/mcp"))
+            .header("Accept", "application/json, text/event-stream")
+            .bearer_auth(&daemon.admin)
+            .json(&initialize)
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        assert_ne!(status, 500, "{}", answer.text().await.unwrap());
+        if status != 200 {
+            break parts(answer).await;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still 200");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((status, &body["code"]), (503, &json!("draining")), "{body}");
+}

@@ -39,6 +39,20 @@ pub fn rejection(status: StatusCode, text: String) -> ApiError {
     }
 }
 
+/// The error for a body read whole by hand (`axum::body::to_bytes`) that
+/// could not be: 408 when it came too late, 413 past the length limit
+/// given, else 400.
+pub fn unread_body(error: &axum::Error) -> ApiError {
+    let text = error.to_string();
+    if text.contains(crate::http::guard::BODY_TIMEOUT_MESSAGE) {
+        ApiError::coded(ErrorCode::RequestTimeout, text)
+    } else if text.contains("length limit") {
+        rejection(StatusCode::PAYLOAD_TOO_LARGE, text)
+    } else {
+        ApiError::bad_request(format!("the request body could not be read: {text}"))
+    }
+}
+
 /// A JSON body (request) or JSON answer (response).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -29,6 +30,7 @@ use swarmd_engine::{ErrorCode, detached};
 use crate::app::AppState;
 use crate::http::auth::{Caller, authenticate, bearer};
 use crate::http::error::ApiError;
+use crate::http::extract::{check_depth, rejection};
 use swarmd_sessions::{LoginRequest, LoginResponse, Session, SessionSummary};
 
 /// The session routes (docs/protocol.md, Operator sessions), to be merged into the main router.
@@ -91,11 +93,13 @@ fn declares_json(parts: &Parts) -> bool {
 async fn login(
     State(state): State<AppState>,
     _auth: LoginAuth,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<LoginResponse>), ApiError> {
+    let body = body.map_err(|e| rejection(e.status(), e.body_text()))?;
     let request = if body.iter().all(u8::is_ascii_whitespace) {
         LoginRequest::default()
     } else {
+        check_depth(&body)?;
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("invalid login request: {e}")))?
     };

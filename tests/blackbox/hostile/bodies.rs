@@ -1,0 +1,141 @@
+//! Hostile clients: bodies a client sends by hand, refused the same way on
+//! every route that reads one: a body that stalls is 408 `request_timeout`
+//! (the routes that read their body whole by hand included: the login and
+//! `/mcp`), a login nested past 64 levels or with an oversized capability
+//! manifest is 400, and an inline flow whose JSONPath descends twice (its
+//! matches would grow as a power of the run's variables) is refused before
+//! it runs.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::daemon::Swarmd;
+use crate::harness::{PATIENCE, expect_error};
+
+/// Sends `POST path` whose body promises 100 bytes and delivers one; the
+/// status line and body the daemon answers once it stops waiting.
+async fn stalled(sw: &Swarmd, path: &str, bearer: &str) -> (u16, Value) {
+    let addr = sw.base.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {bearer}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: 100\r\nConnection: close\r\n\r\n{{"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
+        .await
+        .expect("no answer to a stalled body")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text}"));
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    // A chunked answer: the JSON is on the line after the chunk's size.
+    let json = body.lines().find(|l| l.starts_with('{')).unwrap_or(body);
+    (status, serde_json::from_str(json).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_stalled_body_is_a_timeout_on_every_route() {
+    let sw = Swarmd::new("")
+        .env("SWARMD_SERVER__BODY_TIMEOUT_SECS", "1")
+        .start()
+        .await;
+    for path in ["/v1/tasks", "/v1/operators", "/mcp"] {
+        let (status, body) = stalled(&sw, path, &sw.admin).await;
+        assert_eq!(
+            (status, &body["code"]),
+            (408, &json!("request_timeout")),
+            "{path}: {body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_login_is_bounded_in_depth_and_in_its_manifest() {
+    let sw = Swarmd::new("").start().await;
+    let login = |body: Value| {
+        sw.http
+            .post(sw.url("/v1/operators"))
+            .bearer_auth(&sw.admin)
+            .json(&body)
+            .send()
+    };
+    let deep = (0..100).fold(json!(1), |inner, _| json!([inner]));
+    let refused = login(json!({"capability_manifest": deep})).await.unwrap();
+    expect_error(refused, 400, "bad_request").await;
+    let big = json!({"capability_manifest": {"tools": "x".repeat(70 * 1024)}});
+    let refused = login(big).await.unwrap();
+    let (status, body) = crate::harness::parts(refused).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (400, &json!("bad_request")),
+        "{body}"
+    );
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("capability_manifest"),
+        "{body}"
+    );
+    let fits = json!({"capability_manifest": {"tools": "x".repeat(60 * 1024)}});
+    let created = login(fits).await.unwrap();
+    assert_eq!(created.status().as_u16(), 201);
+}
+
+#[tokio::test]
+async fn a_flow_whose_path_descends_twice_is_refused_before_it_runs() {
+    let sw = Swarmd::new("").start().await;
+    let chain = (0..60).fold(json!(1), |inner, _| json!([0, inner]));
+    let flow = |at: &str| {
+        json!({"name": "x", "body": {"kind": "let",
+            "at": {"op": "path", "at": "$.x"},
+            "value": {"op": "select", "at": at}}})
+    };
+    let started = tokio::time::Instant::now();
+    let refused = sw
+        .post("/v1/runs", &sw.admin)
+        .json(&json!({"flow": flow("$..*..*..*..*..*..*"), "input": chain}))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = crate::harness::parts(refused).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (400, &json!("invalid_flow")),
+        "{body}"
+    );
+    assert!(body.to_string().contains("descendant"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // One descent runs, and matches each value once.
+    let ran = sw
+        .post("/v1/runs", &sw.admin)
+        .json(&json!({"flow": flow("$.input..*"), "input": chain}))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = crate::harness::parts(ran).await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().unwrap();
+    let done = sw
+        .get(&format!("/v1/runs/{id}?wait=10"), &sw.admin)
+        .send()
+        .await
+        .unwrap();
+    let (_, run) = crate::harness::parts(done).await;
+    assert_eq!(run["status"], "passed", "{run}");
+    assert_eq!(
+        run["result"]["x"].as_array().map(Vec::len),
+        Some(120),
+        "{run}"
+    );
+}

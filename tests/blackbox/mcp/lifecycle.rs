@@ -276,3 +276,25 @@ async fn sigterm_mid_session_leaves_the_session() {
     }
     let _ = child.kill().await;
 }
+
+#[tokio::test]
+async fn a_call_the_daemon_refuses_gets_its_answer_through_the_relay_at_once() {
+    let daemon = Swarmd::new(
+        r#"
+[agents.cat]
+kind = "process"
+program = "/bin/cat"
+"#,
+    )
+    .env("SWARMD_LIMITS__MAX_BODY_BYTES", "8192")
+    .start()
+    .await;
+    // Over the body limit: the daemon answers 413, which no retry mends.
+    let args = json!({"agent": "cat", "prompt": "x".repeat(20 * 1024)});
+    let started = std::time::Instant::now();
+    let outcome = super::call(&daemon, Via::Stdio, &daemon.admin, "spawn", args).await;
+    let error = tool_error(&outcome);
+    assert_eq!(error["code"], "payload_too_large", "{error}");
+    assert!(started.elapsed() < Duration::from_secs(20), "{error}");
+    assert!(!daemon.log().contains("panicked"));
+}

@@ -296,6 +296,39 @@ pub(super) fn never_reached(error: &ServiceError) -> bool {
     debug.contains("ConnectError(") || debug.contains("ConnectionRefused")
 }
 
+/// The daemon's own refusal of a request, when a transport error carries
+/// one: an HTTP 4xx answer with its `{error, code}` body (rmcp keeps it as
+/// `HTTP <status>: <body>`). The request reached the daemon and was
+/// answered, so sending it again cannot help. A 401 (the relay's session
+/// is gone) and a 404 (its MCP session is) are the link's to mend, not
+/// answers.
+pub(super) fn refusal(error: &ServiceError) -> Option<serde_json::Value> {
+    let ServiceError::TransportSend(error) = error else {
+        return None;
+    };
+    let text = error.error.to_string();
+    let (_, answer) = text.split_once("HTTP ")?;
+    let status: u16 = answer.get(..3)?.parse().ok()?;
+    if !(400..500).contains(&status) || status == 401 || status == 404 {
+        return None;
+    }
+    let body = answer.split_once(": ").map_or("", |(_, body)| body);
+    match serde_json::from_str::<serde_json::Value>(body.trim()) {
+        Ok(answer) if answer.get("code").is_some_and(serde_json::Value::is_string) => Some(answer),
+        _ => Some(serde_json::json!({
+            "error": format!("the daemon refused the call: HTTP {}", answer.trim()),
+            "code": swarmd_types::ErrorCode::BadRequest.as_str(),
+        })),
+    }
+}
+
+/// Whether the keeper's last failure was the daemon refusing the relay's
+/// credential (`HTTP 401`): its session was ended, or the daemon's store
+/// no longer holds it.
+pub(super) fn credential_refused(last_error: &str) -> bool {
+    last_error.contains("HTTP 401")
+}
+
 #[cfg(test)]
 mod tests {
     use std::io;
@@ -310,6 +343,31 @@ mod tests {
             std::any::TypeId::of::<()>(),
             Box::new(error),
         ))
+    }
+
+    #[test]
+    fn a_daemons_4xx_is_its_answer_and_401_or_404_are_not() {
+        let http = |text: &str| {
+            let error = io::Error::other(format!("unexpected server response: {text}"));
+            transport(error)
+        };
+        let too_large = http(
+            r#"HTTP 413 Payload Too Large: {"error":"request body is larger","code":"payload_too_large"}"#,
+        );
+        let answer = refusal(&too_large).unwrap();
+        assert_eq!(answer["code"], "payload_too_large");
+        let plain = refusal(&http("HTTP 400 Bad Request: nope")).unwrap();
+        assert_eq!(plain["code"], "bad_request");
+        assert!(plain["error"].as_str().unwrap().contains("400"), "{plain}");
+        for mended in [
+            "HTTP 401 Unauthorized: {}",
+            "HTTP 404 Not Found: {}",
+            "HTTP 503 x: {}",
+        ] {
+            assert!(refusal(&http(mended)).is_none(), "{mended}");
+        }
+        assert!(refusal(&ServiceError::TransportClosed).is_none());
+        assert!(credential_refused("… HTTP 401 Unauthorized: {…}"));
     }
 
     #[test]

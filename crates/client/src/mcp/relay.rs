@@ -4,7 +4,9 @@
 //! and a cancellation upstream. A call that finds the daemon away waits for
 //! the link, up to its patience; one the daemon's restart interrupted is
 //! sent again only when it never reached the daemon or its tool is
-//! read-only, and otherwise answers `unavailable`.
+//! read-only, and otherwise answers `unavailable`, saying it may have run.
+//! A call the daemon refused over HTTP (a 4xx: too large, too fast) gets
+//! the daemon's `{error, code}` as its tool error, never a retry.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -20,7 +22,7 @@ use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::link::{Forwards, Link, never_reached};
+use super::link::{Forwards, Link, credential_refused, never_reached, refusal};
 
 /// The stdio side: serves what the daemon serves.
 #[derive(Debug)]
@@ -40,10 +42,18 @@ pub(super) struct Relay {
 /// One try of a call on one upstream client.
 enum Try {
     Done(Result<CallToolResponse, ErrorData>),
-    /// The client broke; `again` when sending the call again is safe.
+    /// The client broke; `again` when sending the call again is safe
+    /// (otherwise the daemon may have run it).
     Lost {
         again: bool,
     },
+}
+
+/// A tool error whose text is `body` (`{error, code}`).
+fn tool_error(body: &serde_json::Value) -> CallToolResponse {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
+    result.result_type.get_or_insert(ResultType::COMPLETE);
+    result.into()
 }
 
 impl Relay {
@@ -76,24 +86,36 @@ impl Relay {
         self.read_only.lock().is_ok_and(|set| set.contains(name))
     }
 
-    /// The tool result a model reads when the daemon stays away.
-    fn unavailable(&self) -> CallToolResponse {
-        let cause = self
-            .link
-            .last_error()
+    /// The tool result a model reads when the daemon stays away; `may_have_run`
+    /// when the call reached the daemon before the link broke.
+    fn unavailable(&self, may_have_run: bool) -> CallToolResponse {
+        let last = self.link.last_error();
+        if last.as_deref().is_some_and(credential_refused) {
+            return tool_error(&json!({
+                "error": format!(
+                    "the daemon at {} no longer accepts this relay's session (it was ended, or \
+                     the daemon's store no longer holds it): restart swarmd mcp to log in again",
+                    self.url
+                ),
+                "code": swarmd_types::ErrorCode::Unauthorized.as_str(),
+            }));
+        }
+        let cause = last
             .map(|reason| format!(" (last: {reason})"))
             .unwrap_or_default();
-        let body = json!({
+        let next = if may_have_run {
+            "the call may have run: check with `tasks` (or `task`) before sending it again"
+        } else {
+            "try again later"
+        };
+        tool_error(&json!({
             "error": format!(
-                "the daemon at {} did not answer within {} s{cause}; try again later",
+                "the daemon at {} did not answer within {} s{cause}; {next}",
                 self.url,
                 self.patience.as_secs()
             ),
             "code": swarmd_types::ErrorCode::Unavailable.as_str(),
-        });
-        let mut result = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
-        result.result_type.get_or_insert(ResultType::COMPLETE);
-        result.into()
+        }))
     }
 
     /// Sends the call on `peer` and relays its progress and cancellation.
@@ -143,6 +165,9 @@ impl Relay {
                 None,
             ))),
             Ok(Err(ServiceError::McpError(error))) => Try::Done(Err(error)),
+            Ok(Err(error)) if refusal(&error).is_some() => {
+                Try::Done(Ok(tool_error(&refusal(&error).unwrap_or_default())))
+            }
             Ok(Err(error)) => {
                 tracing::debug!(%error, "a call lost its upstream");
                 Try::Lost {
@@ -239,15 +264,18 @@ impl ServerHandler for Relay {
                 }
             };
             let Some(live) = live else {
-                return Ok(self.unavailable());
+                return Ok(self.unavailable(false));
             };
             match self.try_call(&live.peer, request.clone(), &context).await {
                 Try::Done(result) => return result,
                 Try::Lost { again } => {
                     self.link.broken(live.generation);
                     after = live.generation;
-                    if !again || Instant::now() >= deadline {
-                        return Ok(self.unavailable());
+                    if !again {
+                        return Ok(self.unavailable(true));
+                    }
+                    if Instant::now() >= deadline {
+                        return Ok(self.unavailable(false));
                     }
                 }
             }

@@ -38,6 +38,7 @@ args = ["-c", """
 prompt=$(cat)
 case "$prompt" in
   *clash*) printf 'worker line\nworker two\n' > notes.txt ;;
+  *slowly*) sleep 30 ;;
   *) echo "added by $SWARM_TASK_ID" >> notes.txt ;;
 esac
 echo '{"done": true}'
@@ -221,6 +222,27 @@ async fn a_task_branch_is_readable_listed_shown_applied_and_pruned() {
     let left: Value = serde_json::from_str(&branch_ok(&sw, &["list", "-o", "json"]).await).unwrap();
     assert_eq!(left["branches"].as_array().unwrap().len(), 1, "{left}");
     assert_eq!(left["branches"][0]["task_id"], clash.as_str());
+}
+
+#[tokio::test]
+async fn a_running_tasks_branch_is_not_applied_and_says_why() {
+    let (sw, _repo) = daemon().await;
+    let (status, body) = sw
+        .create(json!({"agent": "coder", "prompt": "work slowly"}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let task = body["task_id"].as_str().unwrap().to_owned();
+    let (status, body) = apply(&sw, &task, json!({"into": "feature/x"})).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (409, &json!("task_not_finished")),
+        "{body}"
+    );
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("only a finished task's branch can be applied"),
+        "{error}"
+    );
 }
 
 #[tokio::test]

@@ -270,7 +270,7 @@ async fn a_draining_daemon_ends_a_wait_with_what_it_has() {
 
 #[tokio::test]
 async fn a_draining_daemon_answers_mcp_with_draining_not_an_internal_error() {
-    let mut daemon = Swarmd::new(EXTRA).start().await;
+    let daemon = Swarmd::new(EXTRA).start().await;
     // A running task keeps the drain open past rmcp's close.
     let (status, body) = parts(
         daemon

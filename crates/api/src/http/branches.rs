@@ -516,10 +516,11 @@ pub async fn apply_task(
     check_actor(state, caller)?;
     let task = read(state, caller, id).await?;
     if !task.status().is_terminal() {
-        return Err(ApiError::from(EngineError::TaskNotFinished {
-            task: id,
-            status: task.status(),
-        })
+        let status = task.status();
+        return Err(ApiError::coded(
+            ErrorCode::TaskNotFinished,
+            format!("task {id} is {status}: only a finished task's branch can be applied"),
+        )
         .into());
     }
     let local = local_agents(state, Some(&task.agent))?

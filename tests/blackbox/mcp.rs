@@ -10,7 +10,9 @@
 //! `long_wait` agents as tools and a 60 s wait, `rmcp_client` rmcp's own
 //! client, `session` the operator session `swarmd mcp` holds (login,
 //! leave, resume, a role taken), `lifecycle` the relay over time (pings,
-//! a daemon restart, signals). This file holds what they share.
+//! a daemon restart, signals, a refusal through the relay), `ts_client`
+//! the official TypeScript SDK (Claude Code's) over both transports. This
+//! file holds what they share.
 //!
 //! Over stdio, every run gets a state directory of its own
 //! (`XDG_STATE_HOME`), so the relay's session file never outlives the test.
@@ -28,6 +30,7 @@ mod lifecycle;
 mod long_wait;
 mod rmcp_client;
 mod session;
+mod ts_client;
 
 use std::path::PathBuf;
 use std::process::{Output, Stdio};

@@ -1,9 +1,10 @@
 //! The flows a daemon offers by name: loaded once at start from the flows
 //! directory (`*.json` and `*.toml` files, each one flow IR, and `*.lua`
 //! scripts producing one when the caller brings a Lua loader), each checked
-//! against the IR and given its content hash. A run pins the hashes of its
-//! flow and of every flow it calls, so editing a file never disturbs a run
-//! in flight.
+//! against the IR (a document of the wrong shape named by the JSON pointer
+//! of the place the IR's schema rejects, whatever its format) and given its
+//! content hash. A run pins the hashes of its flow and of every flow it
+//! calls, so editing a file never disturbs a run in flight.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -176,6 +177,14 @@ impl Catalog {
     }
 }
 
+/// The catalog's flows are the ones a run calls, so lint counts their
+/// steps and follows their calls.
+impl swarmd_flow::lint::Callees for Catalog {
+    fn callee(&self, name: &str) -> Option<&Flow> {
+        self.flows.get(name).map(|entry| &*entry.flow)
+    }
+}
+
 /// The flow names a graph's `call` nodes name.
 fn calls(node: &Node) -> Vec<String> {
     let mut out = Vec::new();
@@ -207,7 +216,12 @@ fn read_flow(path: &Path, lua: Option<&LuaLoader<'_>>) -> Result<Flow, String> {
             crate::flow_from_value(&json)
                 .map_err(|e| format!("the script's table is not a flow: {e}"))
         }
-        _ => Flow::from_json(&text).map_err(|e| e.to_string()),
+        // Syntax errors by line and column; a document of the wrong shape
+        // by the pointer of the place the IR's schema rejects.
+        _ => {
+            let json: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+            crate::flow_from_value(&json)
+        }
     }
 }
 
@@ -284,6 +298,33 @@ mod tests {
         let catalog = Catalog::load_dir_with(dir.path(), &loader).unwrap();
         let entry = catalog.get("g").unwrap();
         assert!(entry.source.ends_with("good.lua"), "{}", entry.source);
+    }
+
+    #[test]
+    fn a_json_file_of_the_wrong_shape_is_named_by_pointer_and_bad_syntax_by_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("shape.json"),
+            r#"{"name": "shape", "body": {"kind": "seq", "children": [
+                {"kind": "step", "ref": "coder", "out": {"op": "path", "at": "$.r"}}]}}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("syntax.json"),
+            "{\"name\": \"syntax\",\n  \"body\": }",
+        )
+        .unwrap();
+        let problems = Catalog::load_dir(dir.path()).unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].contains("shape.json: /body/children/0: ")
+                && problems[0].contains("\"in\""),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].contains("syntax.json: ") && problems[1].contains("line 2 column"),
+            "{problems:?}"
+        );
     }
 
     #[test]

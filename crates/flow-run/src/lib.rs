@@ -30,8 +30,9 @@ use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::{
     Engine, Event, FlowDoc, RunFilter, RunId, RunRecord, RunStatus, RunSummary, WriteOp, detached,
 };
+use swarmd_flow::lint::lint_calling;
 use swarmd_flow::run::Journal;
-use swarmd_flow::{Flow, Limits, content_hash, lint};
+use swarmd_flow::{Flow, Limits, content_hash};
 
 /// Flow runs one node holds open at most: each keeps its journal and
 /// flow in memory until it ends. A start past it is `429 too_many_runs`.
@@ -190,14 +191,15 @@ impl Runner {
     }
 
     /// Every problem of `flow` against the agents and flows this daemon
-    /// has and its caps.
+    /// has and its caps; a `call` counts the steps of the catalog's flow it
+    /// names, and a cycle of calls through the catalog is a problem.
     pub fn lint(&self, flow: &Flow) -> Vec<swarmd_flow::Problem> {
         let known = swarmd_flow::lint::Known {
             agents: self.inner.agents.clone(),
             flows: self.inner.catalog.names().cloned().collect(),
             caps: self.inner.caps.clone(),
         };
-        lint(flow, &known)
+        lint_calling(flow, &known, &self.inner.catalog)
     }
 
     /// Starts a run (or, for a key seen before, returns the run it

@@ -438,3 +438,65 @@ async fn a_journal_past_its_bound_fails_the_step_or_refuses_the_answer() {
         .unwrap();
     assert_eq!(done.status, RunStatus::Passed, "{done:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_checks_its_input_against_the_called_flows_schema_and_counts_its_steps() {
+    let engine = engine();
+    let mut catalog = Catalog::default();
+    let draft: Flow = serde_json::from_value(json!({"name": "draft-and-approve",
+        "input_schema": {"type": "object", "required": ["topic"],
+                         "properties": {"topic": {"type": "string"}}},
+        "body": {"kind": "loop", "counter": {"op": "path", "at": "$.i"}, "max": 100,
+                 "cond": {"op": "lit", "value": true},
+                 "body": step("plan", "draft {{ input.topic }}", "$.d")}}))
+    .unwrap();
+    catalog.insert(draft, "inline".into());
+    let agents: BTreeSet<String> = ["plan"].map(String::from).into();
+    let runner = Runner::new(
+        engine.clone(),
+        catalog,
+        agents,
+        Limits::default(),
+        [3; 32],
+        None,
+    );
+    tokio::spawn(runner.clone().run(std::future::pending()));
+    let call = |topic: Value| {
+        json!({"kind": "call", "flow": "draft-and-approve",
+            "in": {"op": "lit", "value": {"topic": topic}},
+            "out": {"op": "path", "at": "$.r"}})
+    };
+
+    let run = start(&runner, call(json!(42))).await;
+    let done = runner
+        .wait_for(run.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    let error = done.error.unwrap_or_default();
+    assert!(
+        error.contains(
+            "/body/in: the input does not match the input_schema of flow draft-and-approve"
+        ) && error.contains("input at /topic: 42 is not of type \"string\""),
+        "{error}"
+    );
+    let view = runner.view(run.id, false).await.unwrap();
+    assert!(
+        view.nodes.iter().all(|n| !n.key.contains('>')),
+        "no node of the sub-flow ran: {:?}",
+        view.nodes
+    );
+
+    // Eleven calls of a flow of 100 steps pass the run's 1 000.
+    let looped = json!({"kind": "loop", "counter": {"op": "path", "at": "$.n"}, "max": 11,
+        "cond": {"op": "lit", "value": true}, "body": call(json!("x"))});
+    let refused = runner.start(inline(looped)).await.unwrap_err();
+    let RunError::InvalidFlow { problems } = refused else {
+        panic!("expected invalid_flow, got {refused:?}");
+    };
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        (problems[0].pointer.as_str(), problems[0].code),
+        ("/body", "too_many_steps")
+    );
+}

@@ -3,7 +3,7 @@
 //! the flow can fix all of them in one pass. Bounds (nesting depth,
 //! fan-out width, steps per run) are checked here, before a run starts.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -12,6 +12,11 @@ use crate::expr::Expr;
 use crate::ir::{Budget, Flow, Limits, MergeStrategy, Node};
 use crate::path::WritePath;
 use crate::run::MAX_LOOP_ITERATIONS;
+use crate::template::FUNCTIONS;
+
+mod bound;
+
+use bound::{Bound, call_cycle};
 
 /// The largest `max_cost_usd` a budget may set, as a task's.
 const MAX_BUDGET_USD: f64 = 1_000_000.0;
@@ -39,10 +44,33 @@ pub struct Problem {
     pub hint: String,
 }
 
-/// Every problem of `flow` against `known`; empty when it may run.
+/// The flows a linted flow may call, by name: a `call` counts the steps
+/// of the flow it names towards the caller's `max_steps`, and a cycle of
+/// calls through them is a problem.
+pub trait Callees {
+    /// The flow named `name`, if there is one.
+    fn callee(&self, name: &str) -> Option<&Flow>;
+}
+
+impl Callees for BTreeMap<String, Flow> {
+    fn callee(&self, name: &str) -> Option<&Flow> {
+        self.get(name)
+    }
+}
+
+/// Every problem of `flow` against `known`; empty when it may run. A
+/// `call` counts as one step: [`lint_calling`] counts the flows it calls.
 pub fn lint(flow: &Flow, known: &Known) -> Vec<Problem> {
+    lint_calling(flow, known, &BTreeMap::new())
+}
+
+/// Every problem of `flow` against `known`, the flows it calls read from
+/// `callees`: a `call` counts as the most steps its flow can start, and a
+/// call that leads back into a flow already calling is `recursive_call`.
+pub fn lint_calling(flow: &Flow, known: &Known, callees: &dyn Callees) -> Vec<Problem> {
     let mut lint = Lint {
         known,
+        callees,
         limits: &flow.limits,
         name: &flow.name,
         problems: Vec::new(),
@@ -57,8 +85,10 @@ pub fn lint(flow: &Flow, known: &Known) -> Vec<Problem> {
 /// every path (those `lint` reports as `unbound_variable`).
 pub(crate) fn unbound_variables(flow: &Flow) -> BTreeSet<String> {
     let known = Known::default();
+    let callees = BTreeMap::new();
     let mut lint = Lint {
         known: &known,
+        callees: &callees,
         limits: &flow.limits,
         name: &flow.name,
         problems: Vec::new(),
@@ -71,6 +101,7 @@ pub(crate) fn unbound_variables(flow: &Flow) -> BTreeSet<String> {
 
 struct Lint<'a> {
     known: &'a Known,
+    callees: &'a dyn Callees,
     limits: &'a Limits,
     name: &'a str,
     problems: Vec<Problem>,
@@ -120,7 +151,7 @@ impl Lint<'_> {
         if let Some(output) = &flow.output {
             self.reads("/output", output, &scope);
         }
-        let steps = steps_bound(&flow.body, &flow.limits);
+        let steps = Bound::new(&flow.limits, self.callees).steps(&flow.body);
         if steps > u64::from(flow.limits.max_steps) {
             self.report(
                 "/body",
@@ -129,7 +160,7 @@ impl Lint<'_> {
                     "the flow may start {steps} steps, more than limits.max_steps ({})",
                     flow.limits.max_steps
                 ),
-                "lower a loop's `max` or a fan-out's width, or raise limits.max_steps",
+                "lower a loop's `max`, a fan-out's width or the steps of a called flow, or raise limits.max_steps",
             );
         }
     }
@@ -385,7 +416,14 @@ impl Lint<'_> {
                 }
                 self.write(&format!("{at}/counter"), counter, scope);
                 self.reads(&format!("{at}/cond"), cond, scope);
-                self.node(body, &format!("{at}/body"), depth + 1, scope);
+                // `cond` is tested before the first iteration too: the
+                // body's writes are bound after the loop only when it
+                // surely runs once.
+                let mut body_scope = scope.clone();
+                self.node(body, &format!("{at}/body"), depth + 1, &mut body_scope);
+                if runs_once(counter, cond, *max) {
+                    *scope = body_scope;
+                }
             }
             Node::Try {
                 body,
@@ -473,6 +511,16 @@ impl Lint<'_> {
                         format!("no flow is named `{flow}`"),
                         "declare it in the flows directory, or fix the name",
                     );
+                } else if let Some(cycle) = call_cycle(flow, self.callees) {
+                    self.report(
+                        &format!("{at}/flow"),
+                        "recursive_call",
+                        format!(
+                            "calling `{flow}` leads to a cycle of calls ({})",
+                            cycle.join(" → ")
+                        ),
+                        "break the cycle: repeat work with a `loop` with a `max` instead",
+                    );
                 }
                 self.reads(&format!("{at}/in"), input, scope);
                 self.write(&format!("{at}/out"), out, scope);
@@ -548,7 +596,13 @@ fn collect_variables(expr: &Expr, out: &mut BTreeSet<String>) {
     if let Expr::Template { text } = expr {
         let env = minijinja::Environment::new();
         if let Ok(template) = env.template_from_str(text) {
-            out.extend(template.undeclared_variables(false));
+            // The allowed functions are the environment's, not variables.
+            out.extend(
+                template
+                    .undeclared_variables(false)
+                    .into_iter()
+                    .filter(|name| !FUNCTIONS.contains(&name.as_str())),
+            );
         }
         return;
     }
@@ -573,6 +627,28 @@ fn collect_variables(expr: &Expr, out: &mut BTreeSet<String>) {
     }
 }
 
+/// Whether a loop's body runs at least once whatever the run's variables:
+/// its `cond` reads nothing but its counter (a plain `$.name`, 0 before the
+/// first test) and holds there, and `max` is not 0.
+fn runs_once(counter: &Expr, cond: &Expr, max: Option<u32>) -> bool {
+    let Expr::Path { at } = counter else {
+        return false;
+    };
+    let Ok(path) = WritePath::parse(at) else {
+        return false;
+    };
+    let counter_only = cond.reads().iter().all(|read| *read == at.as_str())
+        && read_variables(cond)
+            .iter()
+            .all(|variable| variable == path.variable());
+    if max == Some(0) || path.depth() != 1 || !counter_only {
+        return false;
+    }
+    let mut ctx = Value::Object(serde_json::Map::new());
+    path.write(&mut ctx, Value::from(0));
+    matches!(cond.test(&ctx), Ok(true))
+}
+
 /// `plan` of `$.plan.steps[0]` or `$['plan']…`; none for `$` or `$..x`.
 fn first_name(at: &str) -> Option<String> {
     if let Some(rest) = at.strip_prefix("$.") {
@@ -581,39 +657,6 @@ fn first_name(at: &str) -> Option<String> {
     }
     let rest = at.strip_prefix("$['")?;
     rest.find('\'').map(|end| rest[..end].to_owned())
-}
-
-/// The most steps the graph can start (loops at `max`, fan-outs at their
-/// literal width or `limits.max_fanout`).
-fn steps_bound(node: &Node, limits: &Limits) -> u64 {
-    match node {
-        // A wait counts as a step: the run keeps it, with its prompt, in
-        // its journal.
-        Node::Step { .. } | Node::Call { .. } | Node::Wait { .. } => 1,
-        Node::Merge { .. } => 3,
-        Node::Let { .. } => 0,
-        Node::Seq { children } => children
-            .iter()
-            .fold(0u64, |sum, c| sum.saturating_add(steps_bound(c, limits))),
-        Node::Branch {
-            then_branch,
-            else_branch,
-            ..
-        } => steps_bound(then_branch, limits).max(steps_bound(else_branch, limits)),
-        Node::Fanout { items, body, .. } => {
-            let width = match items {
-                Expr::Lit { value } => value.as_array().map_or(0, Vec::len) as u64,
-                _ => u64::from(limits.max_fanout),
-            };
-            width.saturating_mul(steps_bound(body, limits))
-        }
-        Node::Loop { body, max, .. } => {
-            u64::from(max.unwrap_or(0)).saturating_mul(steps_bound(body, limits))
-        }
-        Node::Try { body, catch, .. } => {
-            steps_bound(body, limits).saturating_add(steps_bound(catch, limits))
-        }
-    }
 }
 
 #[cfg(test)]

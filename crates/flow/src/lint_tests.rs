@@ -1,6 +1,8 @@
 //! Lint tests: each problem a model can make is reported with its pointer,
 //! all of them at once, and a sound flow has none.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 use super::*;
@@ -218,5 +220,134 @@ fn a_loop_max_past_the_bound_is_refused_and_step_counts_saturate() {
     assert!(
         problems.iter().any(|(_, code)| *code == "too_many_steps"),
         "{problems:?}"
+    );
+}
+
+#[test]
+fn a_template_may_call_the_allowed_functions_without_binding_them() {
+    let flow = json!({"name": "f", "body": {"kind": "seq", "children": [
+        {"kind": "let", "at": path("$.a"),
+         "value": {"op": "template", "text": "{% for i in range(3) %}{{ i }}{% endfor %}"}},
+        {"kind": "let", "at": path("$.b"),
+         "value": {"op": "template", "text": "{{ dict(x=1).x }} {{ nobody }}"}}
+    ]}});
+    assert_eq!(
+        run(flow),
+        [("/body/children/1/value".to_owned(), "unbound_variable")],
+        "`range` and `dict` are functions; `nobody` is unbound"
+    );
+}
+
+#[test]
+fn a_loop_binds_its_body_writes_after_it_only_when_the_body_surely_runs() {
+    let looped = |cond: Value, max: u32| {
+        json!({"name": "l", "body": {"kind": "seq", "children": [
+            {"kind": "loop", "counter": path("$.i"), "cond": cond, "max": max,
+             "body": {"kind": "let", "at": path("$.x"), "value": path("$.i")}},
+            {"kind": "let", "at": path("$.y"), "value": {"op": "and", "args": [
+                {"op": "exists", "at": "$.x"}, {"op": "exists", "at": "$.i"}]}}
+        ]}})
+    };
+    let lt =
+        |bound: i64| json!({"op": "lt", "lhs": path("$.i"), "rhs": {"op": "lit", "value": bound}});
+    let unbound = [("/body/children/1/value".to_owned(), "unbound_variable")];
+    // The condition holds at the first test: the body runs.
+    assert_eq!(run(looped(json!({"op": "lit", "value": true}), 3)), []);
+    assert_eq!(run(looped(lt(3), 3)), []);
+    // It may not: the counter alone is bound after the loop.
+    assert_eq!(
+        run(looped(json!({"op": "lit", "value": false}), 3)),
+        unbound
+    );
+    assert_eq!(run(looped(lt(0), 3)), unbound);
+    assert_eq!(
+        run(looped(json!({"op": "exists", "at": "$.input.go"}), 3)),
+        unbound
+    );
+    let reads_another = json!({"op": "and", "args": [lt(3), {"op": "not",
+        "arg": {"op": "exists", "at": "$.input.stop"}}]});
+    assert_eq!(run(looped(reads_another, 3)), unbound);
+    let whole_context = json!({"op": "not", "arg": {"op": "exists", "at": "$..stop"}});
+    assert_eq!(run(looped(whole_context, 3)), unbound);
+}
+
+fn call(flow: &str) -> Value {
+    json!({"kind": "call", "flow": flow, "in": path("$.input"), "out": path("$.r")})
+}
+
+fn named(name: &str, body: Value) -> Flow {
+    serde_json::from_value(json!({"name": name, "body": body})).unwrap()
+}
+
+fn run_calling(flow: Value, callees: &[Flow]) -> Vec<(String, &'static str, String)> {
+    let flow: Flow = serde_json::from_value(flow).unwrap();
+    let callees: BTreeMap<String, Flow> = callees
+        .iter()
+        .map(|f| (f.name.clone(), f.clone()))
+        .collect();
+    let known = Known {
+        flows: callees.keys().cloned().collect(),
+        ..known()
+    };
+    lint_calling(&flow, &known, &callees)
+        .into_iter()
+        .map(|p| (p.pointer, p.code, p.message))
+        .collect()
+}
+
+#[test]
+fn a_call_counts_the_steps_of_the_flow_it_calls() {
+    let step = json!({"kind": "step", "ref": "coder", "in": path("$.input"), "out": path("$.o")});
+    let hundred = named(
+        "hundred",
+        json!({"kind": "loop", "counter": path("$.i"), "max": 100,
+        "cond": {"op": "lit", "value": true}, "body": step}),
+    );
+    let caller = json!({"name": "caller", "body": {"kind": "loop", "counter": path("$.n"),
+        "max": 100, "cond": {"op": "lit", "value": true}, "body": call("hundred")}});
+    let problems = run_calling(caller.clone(), std::slice::from_ref(&hundred));
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        (problems[0].0.as_str(), problems[0].1),
+        ("/body", "too_many_steps")
+    );
+    assert!(problems[0].2.contains("10000 steps"), "{problems:?}");
+    // Through a flow between, and within the limit.
+    let middle = named("middle", call("hundred"));
+    let fits = json!({"name": "fits", "body": {"kind": "seq", "children": [call("middle")]}});
+    assert_eq!(run_calling(fits, &[middle, hundred.clone()]), []);
+    // Without the called flows, a call counts as one step.
+    let known = Known {
+        flows: ["hundred".to_owned()].into(),
+        ..known()
+    };
+    assert_eq!(lint(&serde_json::from_value(caller).unwrap(), &known), []);
+}
+
+#[test]
+fn a_call_that_leads_into_a_cycle_of_calls_is_a_recursive_call() {
+    let ping = named("ping", call("pong"));
+    let pong = named("pong", call("ping"));
+    let flow = json!({"name": "ping", "body": {"kind": "seq", "children": [
+        {"kind": "let", "at": path("$.x"), "value": {"op": "lit", "value": 1}},
+        call("pong")]}});
+    let problems = run_calling(flow, &[ping.clone(), pong.clone()]);
+    assert_eq!(
+        problems,
+        [(
+            "/body/children/1/flow".to_owned(),
+            "recursive_call",
+            "calling `pong` leads to a cycle of calls (pong → ping → pong)".to_owned()
+        )]
+    );
+    // A cycle further down, not through the caller, is found too.
+    let other = json!({"name": "other", "body": call("ping")});
+    let problems = run_calling(other, &[ping, pong]);
+    assert_eq!(
+        problems
+            .iter()
+            .map(|(p, c, _)| (p.as_str(), *c))
+            .collect::<Vec<_>>(),
+        [("/body/flow", "recursive_call")]
     );
 }

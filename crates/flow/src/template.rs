@@ -102,8 +102,9 @@ const STATEMENTS: &[&str] = &[
     "endautoescape",
 ];
 
-/// The functions a template may call.
-const FUNCTIONS: &[&str] = &["range", "dict"];
+/// The functions a template may call: names a template reads without a
+/// run's variable behind them.
+pub const FUNCTIONS: &[&str] = &["range", "dict"];
 
 /// Why a template is refused before it runs, in words for the flow's
 /// author: a statement, operator, filter or function outside the subset,

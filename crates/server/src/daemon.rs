@@ -501,7 +501,8 @@ pub fn check_flows(config: &Config) -> Result<(), BuildError> {
 }
 
 /// The flows of `[flows_dir]`, each linted against the configured agents
-/// and the other flows: a file that cannot be read or a flow that could
+/// and the other flows (a `call` counts the steps of the flow it names, and
+/// a cycle of calls through them is a problem): a file that cannot be read or a flow that could
 /// never run stops the start, every problem named with its file and
 /// pointer (the flows that were read are linted even when another file
 /// was not).
@@ -518,7 +519,7 @@ fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
         caps: swarmd_flow::Limits::default(),
     };
     problems.extend(catalog.entries().flat_map(|entry| {
-        swarmd_flow::lint(&entry.flow, &known)
+        swarmd_flow::lint::lint_calling(&entry.flow, &known, &catalog)
             .into_iter()
             .map(move |p| format!("{} {}: {} ({})", entry.source, p.pointer, p.message, p.hint))
     }));

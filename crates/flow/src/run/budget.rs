@@ -49,7 +49,7 @@ impl Eval<'_> {
         let counted = self.budgets.pop().unwrap_or_default();
         let (cutoff, ended) = match &res {
             Res::Done { seq, .. } => (*seq, true),
-            Res::Blocked => (u64::MAX, false),
+            Res::Blocked { .. } => (u64::MAX, false),
             Res::Failed { .. } => return res,
         };
         let used = counted.iter().filter(|(seq, _)| *seq <= cutoff).fold(

@@ -1,13 +1,18 @@
 //! The nodes that steer evaluation rather than start work: a loop (its
 //! counter, its condition, at most `MAX_LOOP_ITERATIONS` times), a `try`
 //! (its body's writes undone when it fails, the error handed to `catch`)
-//! and a `call` of a sub-flow, evaluated inline under the call's key.
+//! and a `call` of a sub-flow, evaluated inline under the call's key once
+//! its input matches the called flow's `input_schema`.
 
 use serde_json::{Value, json};
 
 use super::eval::{Eval, MAX_CALL_DEPTH, MAX_LOOP_ITERATIONS, Place, Res, failed, shallow, write};
 use crate::expr::Expr;
-use crate::ir::Node;
+use crate::ir::{Flow, Node};
+
+/// The most mismatches a call's input is refused with, as the run intake
+/// names at most that many.
+const MAX_SCHEMA_ERRORS: usize = 10;
 
 impl Eval<'_> {
     pub(super) fn looped(
@@ -107,6 +112,12 @@ impl Eval<'_> {
             Ok(v) => v,
             Err(e) => return failed(format!("{}/in: {e}", at.pointer)),
         };
+        if let Err(why) = self.fits_input(flow, callee, &input) {
+            return failed(format!(
+                "{}/in: the input does not match the input_schema of flow {flow}: {why}",
+                at.pointer
+            ));
+        }
         let inner = Place {
             scope: format!("{}>{flow}", at.key()),
             pointer: "/body".into(),
@@ -128,6 +139,39 @@ impl Eval<'_> {
                 }
             }
             other => other,
+        }
+    }
+
+    /// Whether `input` matches the `input_schema` of `callee` (flow
+    /// `name`), as a run's input must match its flow's: else why not, each
+    /// mismatch with the JSON pointer of its place in the input. The
+    /// schema is compiled once per evaluation.
+    fn fits_input(&mut self, name: &str, callee: &Flow, input: &Value) -> Result<(), String> {
+        let Some(schema) = &callee.input_schema else {
+            return Ok(());
+        };
+        let validator = self
+            .validators
+            .entry(name.to_owned())
+            .or_insert_with(|| {
+                jsonschema::validator_for(schema)
+                    .map_err(|e| format!("its input_schema is not a valid JSON Schema: {e}"))
+            })
+            .as_ref()
+            .map_err(Clone::clone)?;
+        let errors: Vec<String> = validator
+            .iter_errors(input)
+            .take(MAX_SCHEMA_ERRORS)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                let at = if at.is_empty() { "/".to_owned() } else { at };
+                format!("input at {at}: {e}")
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
         }
     }
 }

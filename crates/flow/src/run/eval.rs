@@ -154,8 +154,9 @@ pub(super) enum Res {
     Done { ctx: Value, seq: u64 },
     /// It failed; why, and the outcome that decided it.
     Failed { reason: String, seq: u64 },
-    /// It waits for a step or a wait.
-    Blocked,
+    /// It waits for a step or a wait; `on_waits` when only for waits (no
+    /// step under it runs or is to start).
+    Blocked { on_waits: bool },
 }
 
 /// Evaluates `flow` (its sub-flows in `called`, by name) with `input` over
@@ -177,6 +178,7 @@ pub fn evaluate(
         planned: 0,
         budgets: Vec::new(),
         fanouts: Vec::new(),
+        validators: BTreeMap::new(),
     };
     let ctx = json!({ "input": input });
     let res = eval.budgeted(flow.budget.as_ref(), &Place::root(""), "/budget", |eval| {
@@ -194,7 +196,7 @@ pub fn evaluate(
             None => Progress::Passed { result: ctx },
         },
         Res::Failed { reason, .. } => Progress::Failed { reason },
-        Res::Blocked => {
+        Res::Blocked { .. } => {
             let is_wait =
                 |k: &String| journal.waits.contains_key(k) || out.waits.iter().any(|w| &w.key == k);
             if out.starts.is_empty() && !out.live.is_empty() && out.live.iter().all(is_wait) {
@@ -282,6 +284,8 @@ pub(super) struct Eval<'a> {
     pub budgets: Vec<Spent>,
     /// The keys of the fan-outs around the node, innermost last.
     pub fanouts: Vec<String>,
+    /// The called flows' input schemas, compiled (or why not), by name.
+    pub validators: BTreeMap<String, Result<jsonschema::Validator, String>>,
 }
 
 impl Eval<'_> {
@@ -423,8 +427,9 @@ impl Eval<'_> {
         let (status, reason) = match &res {
             Res::Done { .. } => (NodeStatus::Passed, None),
             Res::Failed { reason, .. } => (NodeStatus::Failed, Some(reason.clone())),
-            Res::Blocked if matches!(node, Node::Wait { .. }) => (NodeStatus::Waiting, None),
-            Res::Blocked => (NodeStatus::Running, None),
+            // A container blocked only on waits under it waits too.
+            Res::Blocked { on_waits: true } => (NodeStatus::Waiting, None),
+            Res::Blocked { on_waits: false } => (NodeStatus::Running, None),
         };
         let name = match node {
             Node::Step { name, .. } => name.clone(),
@@ -487,7 +492,7 @@ impl Eval<'_> {
             match &entry.outcome {
                 None => {
                     self.out.live.insert(key);
-                    return (Res::Blocked, tries);
+                    return (Res::Blocked { on_waits: false }, tries);
                 }
                 Some(Outcome::Passed {
                     value,
@@ -600,7 +605,7 @@ impl Eval<'_> {
             max_cost_usd: None,
             max_tokens: None,
         });
-        Res::Blocked
+        Res::Blocked { on_waits: false }
     }
 
     /// The run's failure when it has spent `limits.max_steps`: its step
@@ -635,13 +640,13 @@ impl Eval<'_> {
             self.planned += 1;
             self.out.live.insert(open.key.clone());
             self.out.waits.push(open);
-            return Res::Blocked;
+            return Res::Blocked { on_waits: true };
         };
         self.touched += 1;
         match &entry.outcome {
             None => {
                 self.out.live.insert(open.key);
-                Res::Blocked
+                Res::Blocked { on_waits: true }
             }
             Some(Outcome::Passed { value, seq, .. }) => match write(out, ctx, value.clone()) {
                 Ok(ctx) => Res::Done { ctx, seq: *seq },

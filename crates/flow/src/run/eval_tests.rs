@@ -486,3 +486,107 @@ fn a_wait_prompt_past_its_bound_fails_the_run() {
     let ev = Sim::new(f, json!({ "big": "short" })).tick();
     assert_eq!(ev.waits[0].prompt, Some(json!("short")));
 }
+
+#[test]
+fn a_call_whose_input_fails_the_called_flows_input_schema_fails_before_the_sub_run() {
+    let call = |input: Value| {
+        flow(
+            json!({"kind": "call", "flow": "draft-and-approve", "in": lit(input),
+            "out": {"op": "path", "at": "$.got"}}),
+        )
+    };
+    let sub: Flow = serde_json::from_value(json!({"name": "draft-and-approve",
+        "input_schema": {"type": "object", "required": ["topic"],
+                         "properties": {"topic": {"type": "string"}}},
+        "body": step("w", tmpl("{{ input.topic }}"), "$.r")}))
+    .unwrap();
+    let mut sim = Sim::new(call(json!({"topic": 42})), json!({}));
+    sim.called.insert(sub.name.clone(), sub.clone());
+    let ev = sim.tick();
+    let Progress::Failed { reason } = &ev.progress else {
+        panic!("expected a failed run, got {ev:?}");
+    };
+    assert!(
+        reason.starts_with(
+            "/body/in: the input does not match the input_schema of flow draft-and-approve: \
+             input at /topic: 42 is not of type \"string\""
+        ),
+        "{reason}"
+    );
+    assert!(sim.started.is_empty(), "no step of the sub-flow starts");
+    assert_eq!(ev.nodes["/body"].status, NodeStatus::Failed);
+
+    let mut sim = Sim::new(call(json!({})), json!({}));
+    sim.called.insert(sub.name.clone(), sub.clone());
+    let ev = sim.tick();
+    assert!(
+        matches!(&ev.progress, Progress::Failed { reason }
+            if reason.contains("input at /: \"topic\" is a required property")),
+        "{ev:?}"
+    );
+
+    let mut sim = Sim::new(call(json!({"topic": "flows"})), json!({}));
+    sim.called.insert(sub.name.clone(), sub);
+    let out = result(sim.run(|s| Ok(s.input.clone())));
+    assert_eq!(out["got"]["r"], json!("flows"));
+}
+
+#[test]
+fn a_container_blocked_only_on_waits_shows_waiting_and_one_with_a_step_running() {
+    // docs/flows.md's `flow show` example: a seq, its fan-out passed, its
+    // branch waiting on an approval.
+    let approve = json!({"kind": "wait", "name": "approve", "out": {"op": "path", "at": "$.ok"}});
+    let f = flow(json!({"kind": "seq", "children": [
+        {"kind": "fanout", "items": lit(json!([0, 1])), "bind": {"op": "path", "at": "$.n"},
+         "concurrency": 2, "join": "all_settled", "out": {"op": "path", "at": "$.tries"},
+         "body": step("w", tmpl("{{ n }}"), "$.r")},
+        {"kind": "branch", "cond": {"op": "exists", "at": "$.tries"},
+         "then": approve, "else": {"kind": "seq", "children": []}}]}));
+    let mut sim = Sim::new(f, json!({}));
+    sim.tick();
+    sim.end("/body/children/0/body[0]", Ok(json!(1)));
+    let ev = sim.tick();
+    assert_eq!(ev.nodes["/body"].status, NodeStatus::Running, "a step runs");
+    assert_eq!(ev.nodes["/body/children/0"].status, NodeStatus::Running);
+    sim.end("/body/children/0/body[1]", Err("exit 1"));
+    let ev = sim.tick();
+    assert_eq!(ev.progress, Progress::Waiting);
+    let status = |key: &str| ev.nodes[key].status;
+    assert_eq!(status("/body"), NodeStatus::Waiting);
+    assert_eq!(status("/body/children/0"), NodeStatus::Passed);
+    assert_eq!(status("/body/children/1"), NodeStatus::Waiting);
+    assert_eq!(status("/body/children/1/then"), NodeStatus::Waiting);
+
+    // A fan-out with one branch on a wait and one on a step runs; a loop,
+    // a try and a call around waits only wait.
+    let wait =
+        |name: &str| json!({"kind": "wait", "name": name, "out": {"op": "path", "at": "$.ok"}});
+    let f = flow(json!({"kind": "fanout", "items": lit(json!([0, 1])),
+        "bind": {"op": "path", "at": "$.n"}, "concurrency": 2, "join": "all",
+        "out": {"op": "path", "at": "$.all"},
+        "body": {"kind": "branch", "cond": {"op": "eq", "lhs": {"op": "path", "at": "$.n"},
+                 "rhs": lit(json!(0))},
+            "then": wait("w"), "else": step("w", lit(json!("x")), "$.r")}}));
+    let ev = Sim::new(f, json!({})).tick();
+    assert_eq!(ev.nodes["/body"].status, NodeStatus::Running);
+    assert_eq!(ev.nodes["/body/body[0]"].status, NodeStatus::Waiting);
+    let f = flow(
+        json!({"kind": "try", "catch": {"kind": "seq", "children": []},
+        "body": {"kind": "loop", "counter": {"op": "path", "at": "$.i"}, "max": 1,
+                 "cond": lit(json!(true)),
+                 "body": {"kind": "call", "flow": "sub", "in": lit(json!({})),
+                          "out": {"op": "path", "at": "$.got"}}}}),
+    );
+    let mut sim = Sim::new(f, json!({}));
+    let sub: Flow = serde_json::from_value(json!({"name": "sub", "body": wait("inner")})).unwrap();
+    sim.called.insert("sub".into(), sub);
+    let ev = sim.tick();
+    for key in [
+        "/body",
+        "/body/body",
+        "/body/body/body#0",
+        "/body/body/body#0>sub/body",
+    ] {
+        assert_eq!(ev.nodes[key].status, NodeStatus::Waiting, "{key}: {ev:?}");
+    }
+}

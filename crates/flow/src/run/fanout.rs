@@ -74,6 +74,9 @@ impl Eval<'_> {
         let mut ends = Vec::with_capacity(items.len());
         let mut effects: Vec<(bool, Evaluation)> = Vec::new();
         let mut running = 0;
+        // Whether every started branch still open waits only for waits: a
+        // queued branch starts only once one of them ends.
+        let mut open_on_waits = true;
         for (i, item) in items.into_iter().enumerate() {
             let branch_ctx = match write(fanout.bind, ctx.clone(), item) {
                 Ok(c) => c,
@@ -100,12 +103,13 @@ impl Eval<'_> {
                     ends.push(End::Failed { reason, seq });
                     effects.push((false, fx));
                 }
-                Res::Blocked if self.touched > before || running < width => {
+                Res::Blocked { on_waits } if self.touched > before || running < width => {
                     running += 1;
+                    open_on_waits &= on_waits;
                     ends.push(End::Open);
                     effects.push((true, fx));
                 }
-                Res::Blocked => {
+                Res::Blocked { .. } => {
                     self.planned -= fx.starts.len() + fx.waits.len();
                     ends.push(End::Queued);
                 }
@@ -123,7 +127,9 @@ impl Eval<'_> {
                 Err(reason) => Res::Failed { reason, seq },
             },
             Decision::Failed { reason, seq } => Res::Failed { reason, seq },
-            Decision::Undecided => Res::Blocked,
+            Decision::Undecided => Res::Blocked {
+                on_waits: running > 0 && open_on_waits,
+            },
         }
     }
 

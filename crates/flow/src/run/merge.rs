@@ -223,7 +223,7 @@ impl Eval<'_> {
                 reason: format!("{}: {reason}", at.pointer),
                 seq,
             }),
-            Res::Blocked => Inner::Other(Res::Blocked),
+            blocked @ Res::Blocked { .. } => Inner::Other(blocked),
         }
     }
 }

@@ -287,6 +287,11 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
     let body = axum::body::to_bytes(body, limit)
         .await
         .map_err(|e| unread_body(&e))?;
+    if declares_json(&parts)
+        && let Some(why) = not_json_rpc(&body)
+    {
+        return Err(ApiError::bad_request(why));
+    }
     if !may_open_a_session(&body) {
         return Ok(next.run(Request::from_parts(parts, Body::from(body))).await);
     }
@@ -319,6 +324,38 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
         response
     });
     opening.await.map_err(|e| ApiError::internal(&e))
+}
+
+/// Whether the request declares a JSON body (`application/json`, any
+/// parameters); rmcp answers any other with 415, which is right.
+fn declares_json(parts: &axum::http::request::Parts) -> bool {
+    parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Why a body declared as JSON is not one JSON-RPC 2.0 message, if it is
+/// not: rmcp answers such a body 415, as if its type were wrong, where the
+/// client's mistake is its content (400 `bad_request`).
+fn not_json_rpc(body: &[u8]) -> Option<String> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Err(e) => Some(format!("the body is not JSON: {e}")),
+        Ok(serde_json::Value::Array(_)) => {
+            Some("a JSON-RPC batch is not accepted: send one message per request".to_owned())
+        }
+        Ok(serde_json::Value::Object(map))
+            if map.get("jsonrpc").and_then(serde_json::Value::as_str) == Some("2.0") =>
+        {
+            None
+        }
+        Ok(_) => Some(
+            "the body is not a JSON-RPC 2.0 message (an object with \"jsonrpc\": \"2.0\")"
+                .to_owned(),
+        ),
+    }
 }
 
 /// The most an `initialize` request may weigh. Its params are kept for the
@@ -379,6 +416,22 @@ mod tests {
         assert!(!may_open_a_session(
             br#"{"jsonrpc":"2.0","id":3,"result":{}}"#
         ));
+    }
+
+    #[test]
+    fn a_body_that_is_not_one_json_rpc_message_is_named() {
+        let call = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{}}"#;
+        assert_eq!(not_json_rpc(call), None);
+        for (body, says) in [
+            (&b"{{{"[..], "not JSON"),
+            (b"", "not JSON"),
+            (b"[]", "batch"),
+            (br#"{"id":1,"method":"ping"}"#, "JSON-RPC 2.0"),
+            (b"1e400", "not JSON"),
+        ] {
+            let why = not_json_rpc(body).unwrap();
+            assert!(why.contains(says), "{why}");
+        }
     }
 
     #[test]

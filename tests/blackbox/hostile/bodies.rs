@@ -2,7 +2,8 @@
 //! every route that reads one: a body that stalls is 408 `request_timeout`
 //! (the routes that read their body whole by hand included: the login and
 //! `/mcp`), a login nested past 64 levels or with an oversized capability
-//! manifest is 400, and an inline flow whose JSONPath descends twice (its
+//! manifest is 400, a body to `/mcp` that is not one JSON-RPC message is
+//! 400 (not rmcp's 415, as if its type were wrong), and an inline flow whose JSONPath descends twice (its
 //! matches would grow as a power of the run's variables) is refused before
 //! it runs.
 
@@ -138,4 +139,34 @@ async fn a_flow_whose_path_descends_twice_is_refused_before_it_runs() {
         Some(120),
         "{run}"
     );
+}
+
+#[tokio::test]
+async fn mcp_answers_a_body_that_is_not_json_rpc_with_a_bad_request() {
+    let sw = Swarmd::new("").start().await;
+    for body in ["{{{", "", "[]", r#"{"id":1,"method":"ping"}"#] {
+        let answer = sw
+            .http
+            .post(sw.url("/mcp"))
+            .bearer_auth(&sw.admin)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        expect_error(answer, 400, "bad_request").await;
+    }
+    // A body of another type is still rmcp's 415.
+    let answer = sw
+        .http
+        .post(sw.url("/mcp"))
+        .bearer_auth(&sw.admin)
+        .header("Content-Type", "text/plain")
+        .header("Accept", "application/json, text/event-stream")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    expect_error(answer, 415, "unsupported_media_type").await;
 }

@@ -214,9 +214,10 @@ impl ApiClient {
     }
 
     /// `POST /v1/runs/{id}/waits/{wait}`: answers an open wait (by its name,
-    /// or its key when several share the name) with `value`; the run's view
-    /// after it. With `token` (the wait's own `swt1.` token) that token is
-    /// the credential instead of this client's.
+    /// or its key when several share the name) with `value`. The answer is
+    /// the run's view, or only `{id, wait, status}` when the credential is
+    /// the wait's own `swt1.` token (`answer_block` prints either). With
+    /// `token` that token is the credential instead of this client's.
     ///
     /// # Errors
     /// As `get_run`; an answer that does not match the wait's schema, or a
@@ -228,20 +229,15 @@ impl ApiClient {
         value: &Value,
         token: Option<&Bearer>,
     ) -> Result<Value, ClientError> {
-        let path = format!("/v1/runs/{}/waits/{}", segment(id), segment(wait));
-        let url = self.url(&path);
-        let body = serde_json::json!({ "value": value });
         // The wait's token replaces the client's credential: one
-        // Authorization header, never two.
-        let request = match token {
-            Some(token) => self
-                .http
-                .post(&url)
-                .header(reqwest::header::AUTHORIZATION, token.header()),
-            None => self.post(&path),
-        };
-        let request = request.json(&body).timeout(REQUEST_TIMEOUT);
-        self.send_json(request, &url).await
+        // Authorization header, never two, and a refusal names its source.
+        let with_token = token.map(|token| self.with_bearer(token.clone()));
+        let client = with_token.as_ref().unwrap_or(self);
+        let path = format!("/v1/runs/{}/waits/{}", segment(id), segment(wait));
+        let url = client.url(&path);
+        let body = serde_json::json!({ "value": value });
+        let request = client.post(&path).json(&body).timeout(REQUEST_TIMEOUT);
+        client.send_json(request, &url).await
     }
 }
 
@@ -403,6 +399,25 @@ pub fn run_block(view: &Value, now_ms: u64) -> String {
         }
     }
     lines.join("\n")
+}
+
+/// `POST /v1/runs/{id}/waits/{wait}`'s answer for people: the run as
+/// `run_block` prints it, or, when the answer is only `{id, wait, status}`
+/// (the credential was the wait's own token, which reads nothing else of
+/// the run), those three.
+pub fn answer_block(answer: &Value, now_ms: u64) -> String {
+    if answer.get("flow").is_some() || answer.get("created_ms").is_some() {
+        return run_block(answer, now_ms);
+    }
+    [
+        ("id", text(&answer["id"], 40)),
+        ("wait", text(&answer["wait"], LINE_CHARS)),
+        ("status", text(&answer["status"], 20)),
+    ]
+    .iter()
+    .map(|(key, value)| format!("{key:6}  {value}"))
+    .collect::<Vec<_>>()
+    .join("\n")
 }
 
 /// From `start` to `end`, or to now while `open` and not ended.

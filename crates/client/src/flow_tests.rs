@@ -328,3 +328,14 @@ async fn an_answer_with_a_wait_token_sends_only_that_token_and_encodes_the_key()
     assert_eq!(seen[3].uri, format!("/v1/runs/{RUN}/cancel"));
     assert_eq!(seen[3].body, json!({"reason": "enough"}));
 }
+
+#[test]
+fn an_answer_prints_the_run_or_only_what_a_wait_token_may_read() {
+    let only = json!({"id": RUN, "wait": "approve", "status": "running"});
+    assert_eq!(
+        answer_block(&only, NOW),
+        format!("id      {RUN}\nwait    approve\nstatus  running")
+    );
+    let view = waiting_run();
+    assert_eq!(answer_block(&view, NOW), run_block(&view, NOW));
+}

@@ -45,18 +45,36 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time to establish a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A bearer credential (token, handle or session secret). `Debug` hides it.
+/// A bearer credential (token, handle or session secret) and, when known,
+/// where it was read from. `Debug` hides the credential.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Bearer(String);
+pub struct Bearer {
+    secret: String,
+    /// The flag, variable or file it was read from, named by a 401 error.
+    source: Option<String>,
+}
 
 impl Bearer {
     /// Wraps a credential; surrounding whitespace (a newline read from a file) is dropped.
     pub fn new(value: impl AsRef<str>) -> Bearer {
-        Bearer(value.as_ref().trim().to_owned())
+        Bearer {
+            secret: value.as_ref().trim().to_owned(),
+            source: None,
+        }
+    }
+
+    /// The same credential, read from `source` (`--token`, a file's path):
+    /// a daemon's 401 answer to it names `source`, never the credential.
+    #[must_use]
+    pub fn read_from(self, source: impl Into<String>) -> Bearer {
+        Bearer {
+            source: Some(source.into()),
+            ..self
+        }
     }
 
     fn header(&self) -> String {
-        format!("Bearer {}", self.0)
+        format!("Bearer {}", self.secret)
     }
 }
 
@@ -79,8 +97,8 @@ pub struct ApiClient {
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("invalid URL `{url}`: expected http://host:port or https://host:port")]
-    BadUrl { url: String },
+    #[error("invalid URL `{url}`: {reason}")]
+    BadUrl { url: String, reason: String },
     #[error("request to {url} failed: {reason}")]
     Request { url: String, reason: String },
     #[error("{url} answered HTTP {status}{}: {message}", code.as_deref().map(|c| format!(" {c}")).unwrap_or_default())]
@@ -109,18 +127,14 @@ impl ApiClient {
     /// and `SSL_CERT_DIR` name others).
     ///
     /// # Errors
-    /// `BadUrl` unless `base_url` is an `http://` or `https://` URL.
+    /// `BadUrl` unless `base_url` is an `http://` or `https://` URL with a
+    /// host (`check_base_url`).
     pub fn new(base_url: &str, bearer: Bearer) -> Result<ApiClient, ClientError> {
         let base_url = base_url.trim_end_matches('/');
-        let host = base_url
-            .strip_prefix("http://")
-            .or_else(|| base_url.strip_prefix("https://"))
-            .unwrap_or_default();
-        if host.is_empty() || host.contains(char::is_whitespace) {
-            return Err(ClientError::BadUrl {
-                url: base_url.to_owned(),
-            });
-        }
+        check_base_url(base_url).map_err(|reason| ClientError::BadUrl {
+            url: base_url.to_owned(),
+            reason,
+        })?;
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .build()
@@ -152,7 +166,7 @@ impl ApiClient {
         self.bearer
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .0
+            .secret
             .starts_with("wh-")
     }
 
@@ -197,7 +211,13 @@ impl ApiClient {
         if response.status().is_success() {
             Ok(response)
         } else {
-            Err(status_error(url, response).await)
+            let source = self
+                .bearer
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .source
+                .clone();
+            Err(status_error(url, response, source.as_deref()).await)
         }
     }
 
@@ -239,8 +259,30 @@ fn request_error(url: &str, error: &reqwest::Error) -> ClientError {
     }
 }
 
-/// The server's error body, `{"error": "...", "code": "..."}`, or its text.
-async fn status_error(url: &str, response: Response) -> ClientError {
+/// Checks that `url` can be a daemon's base URL: `http://` or `https://`,
+/// a host, and an optional port and path.
+///
+/// # Errors
+/// What is wrong with `url`, as a phrase that follows it in a message.
+pub fn check_base_url(url: &str) -> Result<(), String> {
+    const EXPECTED: &str = "expected http://host:port or https://host:port";
+    if url.contains(char::is_whitespace) {
+        return Err(format!("{EXPECTED}, without spaces"));
+    }
+    let parsed = reqwest::Url::parse(url).map_err(|error| format!("{EXPECTED}: {error}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("{EXPECTED}, not {}://", parsed.scheme()));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{EXPECTED}: it names no host"));
+    }
+    Ok(())
+}
+
+/// The server's error body, `{"error": "...", "code": "..."}`, or its text;
+/// a 401 answer names `source`, where the refused credential was read
+/// from.
+async fn status_error(url: &str, response: Response, source: Option<&str>) -> ClientError {
     #[derive(Deserialize)]
     struct ErrorBody {
         error: String,
@@ -256,11 +298,15 @@ async fn status_error(url: &str, response: Response) -> ClientError {
         ),
         Err(_) => (text.trim().chars().take(300).collect(), None),
     };
+    let mut message = message.replace('\n', " ");
+    if let Some(source) = source.filter(|_| status == StatusCode::UNAUTHORIZED) {
+        message = format!("{message} (credential from {source})");
+    }
     ClientError::Status {
         url: url.to_owned(),
         status: status.as_u16(),
         code,
-        message: message.replace('\n', " "),
+        message,
     }
 }
 

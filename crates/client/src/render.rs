@@ -183,9 +183,6 @@ pub fn task_block(task: &Value, now_ms: u64) -> String {
         _ => "-".to_owned(),
     };
     let id = task.get("id").or_else(|| task.get("task_id"));
-    let first_line = task["prompt"]
-        .as_str()
-        .map(|p| p.lines().next().unwrap_or(""));
     let mut pairs = vec![
         ("id", text(id.unwrap_or(&Value::Null), 40)),
         ("status", clean(status, 20)),
@@ -202,7 +199,9 @@ pub fn task_block(task: &Value, now_ms: u64) -> String {
         ("reason", text(&task["reason"], 200)),
         (
             "prompt",
-            first_line.map_or_else(|| "-".to_owned(), |line| clean(line, CELL_CHARS)),
+            task["prompt"]
+                .as_str()
+                .map_or_else(|| "-".to_owned(), |prompt| first_line(prompt, CELL_CHARS)),
         ),
     ];
     for (key, field) in [
@@ -227,6 +226,23 @@ pub fn task_block(task: &Value, now_ms: u64) -> String {
         block.push(attempt_table(attempts, status, now_ms));
     }
     block.join("\n")
+}
+
+/// A prompt's first line that is not blank, cut to `max` characters as
+/// `clean` cuts it (ending in `…`), else followed by ` …` when a further
+/// line is not blank: either way a cut prompt ends in `…`.
+fn first_line(prompt: &str, max: usize) -> String {
+    let mut lines = prompt.lines().skip_while(|line| line.trim().is_empty());
+    let Some(first) = lines.next() else {
+        return "-".to_owned();
+    };
+    let shown = clean(first, max);
+    let cut = first.chars().count() > max;
+    if !cut && lines.any(|line| !line.trim().is_empty()) {
+        format!("{shown} …")
+    } else {
+        shown
+    }
 }
 
 fn attempt_table(attempts: &[Value], task_status: &str, now_ms: u64) -> String {
@@ -367,6 +383,29 @@ mod tests {
         assert_eq!(clean("abcdef", 4), "abc…");
         assert_eq!(short_id("T-0190f3c2a1b27c3d8e4f5a6b7c8d9e0f"), "…7c8d9e0f");
         assert_eq!(short_id("abc"), "abc");
+    }
+
+    #[test]
+    fn a_prompt_shows_its_first_line_and_says_when_more_follows() {
+        let prompt = |text: &str| {
+            let block = task_block(&json!({"status": "pass", "prompt": text}), 0);
+            let line = block.lines().find(|l| l.starts_with("prompt")).unwrap();
+            line.trim_start_matches("prompt").trim_start().to_owned()
+        };
+        assert_eq!(prompt("fix the parser"), "fix the parser");
+        assert_eq!(prompt("fix the parser\n"), "fix the parser");
+        assert_eq!(
+            prompt("fix the parser\n\nthen the lexer"),
+            "fix the parser …"
+        );
+        assert_eq!(prompt("\n  \nfix the parser\r\nthen"), "fix the parser …");
+        let long = "x".repeat(100);
+        assert_eq!(prompt(&long), format!("{}…", "x".repeat(59)));
+        assert_eq!(
+            prompt(&format!("{long}\nmore")),
+            format!("{}…", "x".repeat(59))
+        );
+        assert_eq!(prompt(" \n"), "-");
     }
 
     #[test]

@@ -132,7 +132,9 @@ impl ApiClient {
     /// The run `given` names, as `resolve_task` does for tasks.
     ///
     /// # Errors
-    /// As `resolve_task`, with `list_runs`.
+    /// As `resolve_task`, with `list_runs`; a listing refused with 401 or
+    /// 403 (a wait's own token lists nothing) is `Unresolved`, asking for
+    /// the whole id.
     pub async fn resolve_run(&self, given: &str) -> Result<String, ClientError> {
         let tail = match whole_or_tail::<RunId>(given)? {
             Given::Tail(tail) => tail,
@@ -144,7 +146,10 @@ impl ApiClient {
             ..RunQuery::default()
         };
         let scanned_all = loop {
-            let page = self.list_runs(&query).await?;
+            let page = self
+                .list_runs(&query)
+                .await
+                .map_err(|error| refused_lookup(given, error))?;
             let got = ids_of(&page, "runs");
             let full = u32::try_from(got.len()) == Ok(PAGE);
             query.before = got.last().map(|id| (*id).to_owned());
@@ -166,6 +171,24 @@ impl ApiClient {
     }
 }
 
+/// A run listing that failed while looking up `given`: a refusal of the
+/// credential (401, 403) says that the whole id needs no listing.
+fn refused_lookup(given: &str, error: ClientError) -> ClientError {
+    match error {
+        ClientError::Status {
+            status: 401 | 403, ..
+        } => ClientError::Unresolved {
+            given: given.to_owned(),
+            reason: format!(
+                "give the run's whole id, R- and 32 hex digits: a short one is found by \
+                 listing runs, which this credential may not (a wait's own token, swt1.…, \
+                 only answers its wait): {error}"
+            ),
+        },
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +202,26 @@ mod tests {
         assert_eq!(tail_of("…7c8g"), None);
         assert_eq!(tail_of("T-7c8d9e0f"), None);
         assert_eq!(tail_of(&"a".repeat(32)), None, "a whole id's digits");
+    }
+
+    #[test]
+    fn a_refused_run_lookup_asks_for_the_whole_id() {
+        let status = |status: u16| ClientError::Status {
+            url: "http://x/v1/runs".to_owned(),
+            status,
+            code: None,
+            message: "no".to_owned(),
+        };
+        for refused in [401, 403] {
+            let error = refused_lookup("…7c8d9e0f", status(refused)).to_string();
+            assert!(
+                error.starts_with("`…7c8d9e0f`: give the run's whole id"),
+                "{error}"
+            );
+            assert!(error.contains(&format!("HTTP {refused}")), "{error}");
+        }
+        let other = refused_lookup("…7c8d9e0f", status(500));
+        assert!(matches!(other, ClientError::Status { status: 500, .. }));
     }
 
     #[test]

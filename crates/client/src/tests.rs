@@ -109,9 +109,69 @@ async fn tail_prints_each_event_as_one_json_line() {
     );
 }
 
+#[tokio::test]
+async fn a_401_names_where_the_credential_was_read_from_and_nothing_else_does() {
+    let router = Router::new()
+        .route(
+            "/v1/tasks",
+            get(|| async {
+                let body =
+                    json!({"error": "missing or invalid credential", "code": "unauthorized"});
+                (StatusCode::UNAUTHORIZED, axum::Json(body))
+            }),
+        )
+        .route(
+            "/v1/agents",
+            get(|| async {
+                let body = json!({"error": "not allowed", "code": "forbidden"});
+                (StatusCode::FORBIDDEN, axum::Json(body))
+            }),
+        );
+    let url = serve(router).await;
+    let bearer = Bearer::new("sws-secret").read_from("--token");
+    let client = ApiClient::new(&url, bearer).unwrap();
+    let refused = client.list_tasks(&TaskQuery::default()).await.unwrap_err();
+    assert!(
+        matches!(&refused, ClientError::Status { status: 401, .. }),
+        "{refused:?}"
+    );
+    let message = refused.to_string();
+    assert!(
+        message.ends_with("missing or invalid credential (credential from --token)"),
+        "{message}"
+    );
+    assert!(!message.contains("sws-secret"), "{message}");
+    let forbidden = client.list_agents().await.unwrap_err().to_string();
+    assert!(!forbidden.contains("credential from"), "{forbidden}");
+    let unnamed = ApiClient::new(&url, Bearer::new("sws-secret")).unwrap();
+    let refused = unnamed.list_tasks(&TaskQuery::default()).await.unwrap_err();
+    assert!(
+        refused.to_string().ends_with("invalid credential"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn a_base_url_needs_a_scheme_a_host_and_a_valid_port() {
+    assert_eq!(check_base_url("http://127.0.0.1:7700"), Ok(()));
+    assert_eq!(check_base_url("https://swarm.example.com/api"), Ok(()));
+    let reason = |url: &str| check_base_url(url).unwrap_err();
+    assert!(reason("http://127.0.0.1:99999").contains("invalid port number"));
+    assert!(reason("notaurl").contains("expected http://host:port"));
+    assert!(reason("ftp://x").ends_with("not ftp://"));
+    assert!(reason("http://").contains("expected http://host:port"));
+    assert!(reason("http://a b").contains("without spaces"));
+}
+
 #[test]
 fn only_http_and_https_urls_are_accepted_and_bearer_is_hidden() {
-    for bad in ["ftp://x", "x:1", "https://", "http:// x"] {
+    for bad in [
+        "ftp://x",
+        "x:1",
+        "https://",
+        "http:// x",
+        "http://127.0.0.1:99999",
+    ] {
         assert!(
             matches!(
                 ApiClient::new(bad, Bearer::new("t")),
@@ -123,6 +183,8 @@ fn only_http_and_https_urls_are_accepted_and_bearer_is_hidden() {
     assert!(ApiClient::new("http://127.0.0.1:7700/", Bearer::new("t")).is_ok());
     assert!(ApiClient::new("https://swarmd.example:443", Bearer::new("t")).is_ok());
     assert!(!format!("{:?}", Bearer::new("sws-secret")).contains("secret"));
+    let read = Bearer::new("sws-secret").read_from("--token");
+    assert!(!format!("{read:?}").contains("secret"));
 }
 
 #[tokio::test]

@@ -184,7 +184,11 @@ pub struct MintArgs {
     pub ttl: u64,
     /// A remote agent a worker-pool token may claim attempts of (repeatable;
     /// required with --role worker-pool, refused otherwise).
-    #[arg(long = "agent", value_name = "NAME")]
+    #[arg(
+        long = "agent",
+        value_name = "NAME",
+        required_if_eq("role", "worker-pool")
+    )]
     pub agents: Vec<String>,
 }
 
@@ -271,9 +275,10 @@ pub struct ListArgs {
     #[arg(long, value_name = "N", default_value_t = 50,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub limit: u32,
-    /// The page after this task: the `next` of the previous page.
-    #[arg(long, value_name = "TASK_ID")]
-    pub after: Option<TaskId>,
+    /// The page after this task: the `next` of the previous page (its id,
+    /// or the tail a table prints).
+    #[arg(long, value_name = "TASK_ID", value_parser = parse_task_ref)]
+    pub after: Option<String>,
     /// Full task ids in the table (they are shortened to their last 8 hex
     /// digits by default).
     #[arg(long)]
@@ -400,6 +405,7 @@ pub struct ConnectionArgs {
         value_name = "URL",
         env = "SWARMD_URL",
         global = true,
+        value_parser = BaseUrl,
         help_heading = CONNECTION_OPTIONS
     )]
     pub url: Option<String>,
@@ -587,6 +593,52 @@ pub(crate) fn parse_task_ref(text: &str) -> Result<String, String> {
         Ok(text.to_owned())
     } else {
         Err("expected a task id: T- and 32 lowercase hex digits, or the tail a table prints (…7c8d9e0f)".to_owned())
+    }
+}
+
+/// The parser of a daemon's URL (`swarmd_client::check_base_url`): a
+/// malformed one is a usage error naming the flag, or the variable when
+/// the value came from the environment.
+#[derive(Debug, Clone, Copy)]
+struct BaseUrl;
+
+impl clap::builder::TypedValueParser for BaseUrl {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        self.parse_ref_(cmd, arg, value, clap::parser::ValueSource::CommandLine)
+    }
+
+    fn parse_ref_(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+        source: clap::parser::ValueSource,
+    ) -> Result<String, clap::Error> {
+        let variable = arg
+            .and_then(clap::Arg::get_env)
+            .filter(|_| source == clap::parser::ValueSource::EnvVariable);
+        let from = match (variable, arg.and_then(clap::Arg::get_long)) {
+            (Some(variable), _) => variable.to_string_lossy().into_owned(),
+            (None, Some(long)) => format!("--{long}"),
+            (None, None) => "the command line".to_owned(),
+        };
+        let text = value.to_string_lossy();
+        let refused = |reason: String| {
+            let message = format!("invalid daemon URL `{text}` from {from}: {reason}\n");
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(cmd)
+        };
+        let url = value
+            .to_str()
+            .ok_or_else(|| refused("it is not UTF-8".to_owned()))?;
+        swarmd_client::check_base_url(url.trim_end_matches('/')).map_err(refused)?;
+        Ok(url.to_owned())
     }
 }
 

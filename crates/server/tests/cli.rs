@@ -1,5 +1,6 @@
 //! Black-box tests of the `swarmd` binary's local commands: exit codes, the
-//! one-line configuration error, the example configuration, secret files.
+//! one-line configuration error, the example configuration, secret files;
+//! `daemon` runs the client commands against a daemon.
 
 #![allow(
     clippy::disallowed_methods,
@@ -9,6 +10,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+#[path = "cli/daemon.rs"]
+mod daemon;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -203,6 +207,52 @@ fn usage_errors_exit_64() {
     let output = swarmd(&["--help"]);
     assert_eq!(output.status.code(), Some(0));
     assert!(text(&output.stdout).contains("check-config"));
+}
+
+/// A daemon URL that is not one is refused before anything is sent,
+/// naming where it came from: the flag, or the variable.
+#[test]
+fn a_malformed_url_is_a_usage_error_naming_its_source() {
+    for bad in [
+        "notaurl",
+        "http://127.0.0.1:99999",
+        "ftp://127.0.0.1:1",
+        "http://",
+    ] {
+        let output = swarmd(&["task", "list", "--token", "t", "--url", bad]);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{bad}: {stderr}");
+        assert!(stderr.contains(&format!("`{bad}` from --url")), "{stderr}");
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_swarmd"))
+        .args(["agents", "--token", "t"])
+        .env_clear()
+        .env("SWARMD_URL", "http://127.0.0.1:99999")
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("from SWARMD_URL: "), "{stderr}");
+    assert!(stderr.contains("invalid port number"), "{stderr}");
+}
+
+#[test]
+fn a_worker_pool_token_without_an_agent_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().to_str().unwrap();
+    let args = [
+        "token",
+        "mint",
+        "--role",
+        "worker-pool",
+        "--state-dir",
+        state,
+    ];
+    let output = swarmd(&args);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("--agent"), "{stderr}");
+    assert!(text(&output.stdout).is_empty());
 }
 
 #[test]

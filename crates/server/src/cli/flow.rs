@@ -56,7 +56,9 @@ pub enum FlowCommand {
     /// List runs, newest first (`-o json`: `{runs}`).
     Runs(FlowRunsArgs),
     /// Answer a run's open wait with a JSON value and print the run. The
-    /// credential may be the wait's own token (`--token swt1.…`).
+    /// credential may be the wait's own token (`--token swt1.…`), which
+    /// needs the run's whole id and prints only the run's id, the wait and
+    /// the run's status.
     Answer {
         /// The run id (R-…), or the tail a table prints (…7c8d9e0f).
         #[arg(value_parser = parse_run_id)]

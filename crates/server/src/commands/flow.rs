@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use swarmd_client::flow::{
-    LintProblem, flow_table, problem_lines, problems_of, run_block, run_table,
+    LintProblem, answer_block, flow_table, problem_lines, problems_of, run_block, run_table,
 };
 use swarmd_client::render::now_ms;
 use swarmd_client::{ClientError, RunQuery, RunRequest, RunStart};
@@ -82,8 +82,12 @@ pub(super) async fn run(args: FlowArgs, env: &Environment) -> Result<u8, Command
         }
         FlowCommand::Answer { run, wait, value } => {
             let run = client.resolve_run(&run).await?;
-            let view = client.answer_wait(&run, &wait, &value, None).await?;
-            print_view(&view, output)?;
+            let answer = client.answer_wait(&run, &wait, &value, None).await?;
+            // The run's view, or `{id, wait, status}` for a wait's token.
+            print(&match output {
+                OutputFormat::Json => answer.to_string(),
+                OutputFormat::Table => answer_block(&answer, now_ms()),
+            })?;
             Ok(exit::OK)
         }
         FlowCommand::Import { .. } => unreachable!("handled before connecting"),

@@ -22,6 +22,10 @@ pub(super) async fn tasks(
         Some(given) => Some(client.resolve_task(given).await?),
         None => None,
     };
+    let after = match &args.after {
+        Some(given) => Some(client.resolve_task(given).await?),
+        None => None,
+    };
     let query = TaskQuery {
         status: args.status.map(|status| status.name()),
         agent: args.agent.clone(),
@@ -30,7 +34,7 @@ pub(super) async fn tasks(
         since_ms: args.since.map(|age| now.saturating_sub(millis(age))),
         q: args.contains.clone(),
         limit: Some(args.limit),
-        after: args.after,
+        after,
     };
     let page = client.list_tasks(&query).await?;
     match output {

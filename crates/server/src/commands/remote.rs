@@ -118,11 +118,11 @@ fn outcome(task: &serde_json::Value) -> u8 {
 /// missing one is no error: the login is then a loopback login.
 pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandError> {
     let (url, token, missing) = if args.no_login {
-        let (url, token) = endpoint(&args.connection, env).await?;
-        (url, Some(token), None)
+        let found = endpoint(&args.connection, env).await?;
+        (found.url, Some(found.token), None)
     } else {
         match endpoint(&args.connection, env).await {
-            Ok((url, token)) => (url, Some(token), None),
+            Ok(found) => (found.url, Some(found.token), None),
             Err(error @ CommandError::NoCredential { .. }) => {
                 tracing::debug!(%error, "no admin token: trying a loopback login");
                 (url_only(&args.connection, env)?, None, Some(error))
@@ -164,13 +164,24 @@ pub(super) async fn worker(args: WorkerArgs) -> Result<u8, CommandError> {
     Ok(run_worker(&options).await?)
 }
 
-/// A client from the flags (see `endpoint`).
+/// A client from the flags (see `endpoint`); a 401 answer names where its
+/// credential was read from.
 pub(super) async fn connect(
     args: &ConnectionArgs,
     env: &Environment,
 ) -> Result<ApiClient, CommandError> {
-    let (url, token) = endpoint(args, env).await?;
-    Ok(ApiClient::new(&url, Bearer::new(&token))?)
+    let found = endpoint(args, env).await?;
+    let bearer = Bearer::new(&found.token).read_from(found.token_source);
+    Ok(ApiClient::new(&found.url, bearer)?)
+}
+
+/// How to reach the daemon: its URL, the credential, and where the
+/// credential was read from (a flag, a variable, a file; never the
+/// credential itself).
+pub(super) struct Endpoint {
+    pub(super) url: String,
+    pub(super) token: String,
+    pub(super) token_source: String,
 }
 
 /// The daemon's URL and the bearer credential. The URL: `--url`, else
@@ -183,7 +194,7 @@ pub(super) async fn connect(
 pub(super) async fn endpoint(
     args: &ConnectionArgs,
     env: &Environment,
-) -> Result<(String, String), CommandError> {
+) -> Result<Endpoint, CommandError> {
     let load = || Config::load(&args.config.config_path(env), env, &args.config.overrides());
     let mut loaded = None;
     let url = match &args.url {
@@ -194,16 +205,22 @@ pub(super) async fn endpoint(
         }
     };
     let given = match (&args.token, &args.token_file) {
-        (Some(token), _) => Some(token.clone()),
-        (None, Some(path)) => Some(read_token(path, "--token-file")?),
+        (Some(token), _) => Some((token.clone(), "--token".to_owned())),
+        (None, Some(path)) => Some((
+            read_token(path, "--token-file")?,
+            format!("the file {} of --token-file", path.display()),
+        )),
         (None, None) => match (env.get("SWARMD_TOKEN"), env.get("SWARMD_TOKEN_FILE")) {
-            (Some(token), _) => Some(token.to_owned()),
-            (None, Some(path)) => Some(read_token(Path::new(path), "SWARMD_TOKEN_FILE")?),
+            (Some(token), _) => Some((token.to_owned(), "SWARMD_TOKEN".to_owned())),
+            (None, Some(path)) => Some((
+                read_token(Path::new(path), "SWARMD_TOKEN_FILE")?,
+                format!("the file {path} of SWARMD_TOKEN_FILE"),
+            )),
             (None, None) => None,
         },
     };
-    let token = match given {
-        Some(token) => token,
+    let (token, token_source) = match given {
+        Some(given) => given,
         None => {
             let config = match loaded {
                 Some(config) => config,
@@ -214,12 +231,26 @@ pub(super) async fn endpoint(
                 .existing_admin_secret(&source)
                 .await
             {
-                Ok(secret) => secret.expose().to_owned(),
+                Ok(secret) => {
+                    let place = match source.path() {
+                        Some(path) => format!("the admin token file {}", path.display()),
+                        None => "the admin token in the database".to_owned(),
+                    };
+                    let config = config_name(&config, env);
+                    (
+                        secret.expose().to_owned(),
+                        format!("{place}, configuration: {config}"),
+                    )
+                }
                 Err(error) => return Err(no_credential(&error, &config, env)),
             }
         }
     };
-    Ok((url, token))
+    Ok(Endpoint {
+        url,
+        token,
+        token_source,
+    })
 }
 
 /// The credential in the file at `path`, trimmed; `source` (the flag or
@@ -242,7 +273,16 @@ fn read_token(path: &Path, source: &'static str) -> Result<String, CommandError>
 /// The admin token could not be read: say where it was looked for and which
 /// configuration named that place.
 fn no_credential(error: &StateError, config: &Config, env: &Environment) -> CommandError {
-    let config = match &config.source {
+    CommandError::NoCredential {
+        reason: error.to_string(),
+        config: config_name(config, env),
+    }
+}
+
+/// The configuration file `config` was read from, or the places looked at
+/// when there was none.
+fn config_name(config: &Config, env: &Environment) -> String {
+    match &config.source {
         Some(path) => path.display().to_string(),
         None => {
             let candidates: Vec<String> = config_candidates(env)
@@ -251,10 +291,6 @@ fn no_credential(error: &StateError, config: &Config, env: &Environment) -> Comm
                 .collect();
             format!("no file, looked for {}", candidates.join(" and "))
         }
-    };
-    CommandError::NoCredential {
-        reason: error.to_string(),
-        config,
     }
 }
 
@@ -314,7 +350,7 @@ mod tests {
         ]);
         let file_only = Environment::from_pairs([("SWARMD_TOKEN_FILE", env_path)]);
         let token = |args: ConnectionArgs, env: Environment| async move {
-            endpoint(&args, &env).await.map(|(_, token)| token)
+            endpoint(&args, &env).await.map(|found| found.token)
         };
         let got = token(
             args(Some("from-flag"), Some(flag_file.clone())),

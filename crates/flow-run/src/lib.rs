@@ -668,19 +668,9 @@ fn check_schema(schema: Option<&Value>, value: &Value, what: &str) -> Result<(),
     };
     let validator = jsonschema::validator_for(schema)
         .map_err(|e| RunError::InvalidInput(format!("the {what} schema is not valid: {e}")))?;
-    let errors: Vec<String> = validator
-        .iter_errors(value)
-        .take(10)
-        .map(|e| {
-            let at = e.instance_path().to_string();
-            let at = if at.is_empty() { "/".to_owned() } else { at };
-            format!("{what} at {at}: {e}")
-        })
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(RunError::InvalidInput(errors.join("; ")))
+    match swarmd_flow::mismatch::mismatches(&validator, value, what) {
+        None => Ok(()),
+        Some(why) => Err(RunError::InvalidInput(why)),
     }
 }
 

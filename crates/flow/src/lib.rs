@@ -10,6 +10,7 @@ pub mod hash;
 pub mod import;
 pub mod ir;
 pub mod lint;
+pub mod mismatch;
 pub mod path;
 pub mod run;
 pub mod template;

@@ -10,10 +10,6 @@ use super::eval::{Eval, MAX_CALL_DEPTH, MAX_LOOP_ITERATIONS, Place, Res, failed,
 use crate::expr::Expr;
 use crate::ir::{Flow, Node};
 
-/// The most mismatches a call's input is refused with, as the run intake
-/// names at most that many.
-const MAX_SCHEMA_ERRORS: usize = 10;
-
 impl Eval<'_> {
     pub(super) fn looped(
         &mut self,
@@ -159,19 +155,9 @@ impl Eval<'_> {
             })
             .as_ref()
             .map_err(Clone::clone)?;
-        let errors: Vec<String> = validator
-            .iter_errors(input)
-            .take(MAX_SCHEMA_ERRORS)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                let at = if at.is_empty() { "/".to_owned() } else { at };
-                format!("input at {at}: {e}")
-            })
-            .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("; "))
+        match crate::mismatch::mismatches(validator, input, "input") {
+            None => Ok(()),
+            Some(why) => Err(why),
         }
     }
 }

@@ -3,7 +3,8 @@
 //! (the routes that read their body whole by hand included: the login and
 //! `/mcp`), a login nested past 64 levels or with an oversized capability
 //! manifest is 400, a body to `/mcp` that is not one JSON-RPC message is
-//! 400 (not rmcp's 415, as if its type were wrong), and an inline flow whose JSONPath descends twice (its
+//! 400 (not rmcp's 415, as if its type were wrong), a query parameter on
+//! a route that takes none is 400 (after the credential), and an inline flow whose JSONPath descends twice (its
 //! matches would grow as a power of the run's variables) is refused before
 //! it runs.
 
@@ -169,4 +170,60 @@ async fn mcp_answers_a_body_that_is_not_json_rpc_with_a_bad_request() {
         .await
         .unwrap();
     expect_error(answer, 415, "unsupported_media_type").await;
+}
+
+#[tokio::test]
+async fn a_query_parameter_a_route_does_not_take_is_refused_after_the_credential() {
+    let sw = Swarmd::new(
+        r#"
+[agents.nap]
+kind = "process"
+program = "/bin/sleep"
+args = ["30"]
+stdin = "none"
+"#,
+    )
+    .start()
+    .await;
+    let (status, body) = sw.create(json!({"agent": "nap", "prompt": "p"})).await;
+    assert_eq!(status, 201, "{body}");
+    let task = body["task_id"].as_str().unwrap().to_owned();
+    for path in [
+        "/v1/status?x=1".to_owned(),
+        "/v1/agents?verbose".to_owned(),
+        "/v1/operators?x=1".to_owned(),
+        "/v1/flows?x=1".to_owned(),
+        "/v1/metrics/history?x=1".to_owned(),
+        format!("/v1/tasks/{task}?x=1"),
+        format!("/v1/tasks/{task}/diff?x=1"),
+    ] {
+        let answer = sw.get(&path, &sw.admin).send().await.unwrap();
+        let (status, body) = crate::harness::parts(answer).await;
+        assert_eq!(
+            (status, &body["code"]),
+            (400, &json!("bad_request")),
+            "{path}: {body}"
+        );
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("this route takes none"),
+            "{body}"
+        );
+    }
+    // A cancel with a mistyped parameter cancels nothing.
+    let cancel = format!("/v1/tasks/{task}/cancel?reasn=typo");
+    let answer = sw.post(&cancel, &sw.admin).send().await.unwrap();
+    expect_error(answer, 400, "bad_request").await;
+    let answer = sw
+        .get(&format!("/v1/tasks/{task}"), &sw.admin)
+        .send()
+        .await
+        .unwrap();
+    let (_, view) = crate::harness::parts(answer).await;
+    assert_ne!(view["status"], "cancelled", "{view}");
+    // Without a credential the answer is 401 first.
+    let answer = sw.http.get(sw.url("/v1/status?x=1")).send().await.unwrap();
+    expect_error(answer, 401, "unauthorized").await;
 }

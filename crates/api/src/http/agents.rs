@@ -23,6 +23,7 @@ use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::Json;
+use crate::http::extract::NoQuery;
 use swarmd_config::AgentOrigin;
 
 /// Tasks read per list: the cap of every count here.
@@ -127,6 +128,7 @@ fn bucket_bound_ms(bounds: &[f64], counts: &[u64], pct: u64) -> Option<u64> {
 async fn agents(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
 ) -> Result<Json<AgentsPage>, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
     let engine = &state.engine;

@@ -47,7 +47,7 @@ use super::views::Reader;
 use crate::app::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
-use crate::http::extract::{Json, Path, Query};
+use crate::http::extract::{Json, NoQuery, Path, Query};
 use merged::{merge_agent, merge_branches, merge_diff, merge_title, merged_branch};
 use swarmd_config::AgentKind;
 
@@ -307,6 +307,7 @@ pub struct TaskDiff {
 async fn diff(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     Path(id): Path<TaskId>,
 ) -> Result<Json<TaskDiff>, ApiError> {
     Ok(Json(task_diff(&state, &caller, id).await?))
@@ -474,6 +475,7 @@ impl IntoResponse for Refused {
 async fn apply(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     Path(id): Path<TaskId>,
     Json(body): Json<ApplyBody>,
 ) -> Result<Json<AppliedView>, Refused> {
@@ -626,6 +628,7 @@ pub(crate) struct KeptBranch {
 async fn prune(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     Json(body): Json<PruneBody>,
 ) -> Result<Json<Pruned>, ApiError> {
     // Deletes refs one by one with git (`kill_on_drop`): a client that

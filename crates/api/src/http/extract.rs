@@ -1,5 +1,5 @@
 //! Extractors that answer bad input with our error body (docs/protocol.md, Errors) instead
-//! of axum's plain-text rejections: `Json`, `Query`, `Path`, `RawBody`, and
+//! of axum's plain-text rejections: `Json`, `Query`, `NoQuery`, `Path`, `RawBody`, and
 //! the `Idempotency-Key` header.
 //!
 //! Each wraps the axum extractor of the same name and maps its rejection by
@@ -113,6 +113,31 @@ where
             Ok(axum::extract::Query(value)) => Ok(Query(value)),
             Err(e) => Err(ApiError::bad_request(e.body_text())),
         }
+    }
+}
+
+/// A route that takes no query parameters: one given is refused (400),
+/// so a typo is never silently ignored (docs/protocol.md, Errors). Placed
+/// after a route's credential, so an unauthenticated caller learns nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct NoQuery;
+
+/// The most of a refused query parameter's name an error repeats.
+const MAX_ECHOED_NAME: usize = 64;
+
+impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let Some(query) = parts.uri.query().filter(|q| !q.is_empty()) else {
+            return Ok(NoQuery);
+        };
+        let first = query.split('&').next().unwrap_or(query);
+        let name = first.split('=').next().unwrap_or(first);
+        let shown: String = name.chars().take(MAX_ECHOED_NAME).collect();
+        Err(ApiError::bad_request(format!(
+            "unknown query parameter `{shown}`: this route takes none"
+        )))
     }
 }
 

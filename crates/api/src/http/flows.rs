@@ -28,7 +28,7 @@ use crate::app::AppState;
 use crate::http::MAX_WAIT_SECS;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
-use crate::http::extract::{IdempotencyKey, Json, Path, Query, RawBody, empty_as_none};
+use crate::http::extract::{IdempotencyKey, Json, NoQuery, Path, Query, RawBody, empty_as_none};
 
 /// Most runs one listing returns.
 const MAX_LIST: usize = 500;
@@ -61,7 +61,11 @@ pub(crate) fn run_error(error: RunError) -> Response {
     }
 }
 
-async fn list_flows(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+async fn list_flows(
+    State(state): State<AppState>,
+    caller: Caller,
+    _: NoQuery,
+) -> Result<Response, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
     let flows: Vec<Value> = state
         .runner
@@ -83,6 +87,7 @@ async fn list_flows(State(state): State<AppState>, caller: Caller) -> Result<Res
 async fn get_flow(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
@@ -110,6 +115,7 @@ struct LintRequest {
 async fn lint_flow(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     Json(request): Json<LintRequest>,
 ) -> Result<Response, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
@@ -151,6 +157,7 @@ fn empty_object() -> Value {
 async fn start_run(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     IdempotencyKey(header_key): IdempotencyKey,
     Json(request): Json<StartRequest>,
 ) -> Result<Response, ApiError> {
@@ -344,6 +351,7 @@ struct CancelRequest {
 async fn cancel_run(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     Path(id): Path<RunId>,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
@@ -406,6 +414,7 @@ impl axum::extract::FromRequestParts<AppState> for Answerer {
 async fn answer_wait(
     State(state): State<AppState>,
     answerer: Answerer,
+    _: NoQuery,
     Path((id, wait)): Path<(RunId, String)>,
     Json(request): Json<AnswerRequest>,
 ) -> Result<Response, ApiError> {

@@ -30,7 +30,7 @@ use swarmd_engine::{ErrorCode, detached};
 use crate::app::AppState;
 use crate::http::auth::{Caller, authenticate, bearer};
 use crate::http::error::ApiError;
-use crate::http::extract::{check_depth, rejection};
+use crate::http::extract::{NoQuery, check_depth, rejection};
 use swarmd_sessions::{LoginRequest, LoginResponse, Session, SessionSummary};
 
 /// The session routes (docs/protocol.md, Operator sessions), to be merged into the main router.
@@ -93,6 +93,7 @@ fn declares_json(parts: &Parts) -> bool {
 async fn login(
     State(state): State<AppState>,
     _auth: LoginAuth,
+    _: NoQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<LoginResponse>), ApiError> {
     let body = body.map_err(|e| rejection(e.status(), e.body_text()))?;
@@ -111,6 +112,7 @@ async fn login(
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
 ) -> Result<Json<Vec<SessionSummary>>, ApiError> {
     caller.require(Verb::ManageOperators)?;
     Ok(Json(state.sessions.list()))
@@ -120,6 +122,7 @@ async fn list(
 async fn show(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     Path(sid): Path<String>,
 ) -> Result<Json<SessionSummary>, ApiError> {
     let session = target(&state, &caller, &sid).await?;
@@ -131,6 +134,7 @@ async fn show(
 async fn remove(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     Path(sid): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let session = target(&state, &caller, &sid).await?;

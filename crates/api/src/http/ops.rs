@@ -22,6 +22,7 @@ use crate::history::HistoryPage;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::Json;
+use crate::http::extract::NoQuery;
 use crate::metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 
 /// A readiness probe that takes longer than this counts as not ready.
@@ -42,6 +43,7 @@ pub(super) fn routes() -> Router<AppState> {
 async fn history(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
 ) -> Result<Json<HistoryPage>, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
     Ok(Json(state.metrics.history().page()))
@@ -128,7 +130,11 @@ struct Counts {
     tasks_finished: Value,
 }
 
-async fn status(State(state): State<AppState>, caller: Caller) -> Result<Json<Status>, ApiError> {
+async fn status(
+    State(state): State<AppState>,
+    caller: Caller,
+    _: NoQuery,
+) -> Result<Json<Status>, ApiError> {
     caller.check(&state, Verb::ReadTask)?;
     let (queued, running) = state.engine.load();
     let stats = state.engine.stats();

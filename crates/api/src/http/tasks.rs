@@ -33,7 +33,7 @@ use super::views::{Reader, TaskView};
 use crate::app::AppState;
 use crate::http::auth::{Caller, WorkerBearer, authenticate, authenticate_worker};
 use crate::http::error::ApiError;
-use crate::http::extract::{IdempotencyKey, Json, Path, Query, RawBody, empty_as_none};
+use crate::http::extract::{IdempotencyKey, Json, NoQuery, Path, Query, RawBody, empty_as_none};
 use crate::new_task::{NewTask, Origin};
 use swarmd_sessions::{CancelError, Canceller, cancel_as};
 
@@ -150,6 +150,7 @@ struct CancelBody {
 async fn spawn(
     State(state): State<AppState>,
     bearer: WorkerBearer,
+    _: NoQuery,
     IdempotencyKey(key): IdempotencyKey,
     Json(body): Json<SpawnBody>,
 ) -> Result<Response, ApiError> {
@@ -342,7 +343,17 @@ async fn list(
 pub async fn page(
     state: &AppState,
     caller: &Caller,
+    filter: TaskFilter,
+) -> Result<TaskPage, ApiError> {
+    page_within(state, caller, filter, MAX_PAGE_BYTES).await
+}
+
+/// [`page`], the page cut at about `max_bytes` of tasks (at least one).
+pub async fn page_within(
+    state: &AppState,
+    caller: &Caller,
     mut filter: TaskFilter,
+    max_bytes: usize,
 ) -> Result<TaskPage, ApiError> {
     caller.check(state, Verb::ReadTask)?;
     if !Reader::of(caller).narrow(&mut filter) {
@@ -353,7 +364,7 @@ pub async fn page(
     }
     let limit = filter.limit.clamp(1, MAX_LIST_LIMIT);
     filter.limit = limit;
-    let listing = state.engine.list_page(&filter, MAX_PAGE_BYTES).await?;
+    let listing = state.engine.list_page(&filter, max_bytes).await?;
     let tasks = listing.tasks;
     let next = (listing.cut || tasks.len() == limit)
         .then(|| tasks.last().map(|t| t.id))
@@ -364,6 +375,7 @@ pub async fn page(
 async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     Path(id): Path<TaskId>,
 ) -> Result<Json<TaskView>, ApiError> {
     Ok(Json(view(&state, &caller, id).await?))
@@ -403,6 +415,7 @@ async fn wait(
 async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
+    _: NoQuery,
     Path(id): Path<TaskId>,
     RawBody(body): RawBody,
 ) -> Result<Json<Task>, ApiError> {

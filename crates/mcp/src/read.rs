@@ -183,8 +183,14 @@ pub(super) async fn tasks(state: &AppState, caller: &Caller, args: TasksArgs) ->
         limit: args.limit.unwrap_or(DEFAULT_TASKS).clamp(1, MAX_TASKS),
         ..TaskFilter::default()
     };
-    structured(&tasks::page(state, caller, filter).await?)
+    structured(&tasks::page_within(state, caller, filter, MAX_PAGE_BYTES).await?)
 }
+
+/// The most bytes of tasks one `tasks` page carries (a page ends early,
+/// with its `next`, past it): a tool result is sent twice in one message
+/// (as escaped text and as structured content), and the official Python
+/// SDK refuses a message over 1 MiB.
+const MAX_PAGE_BYTES: usize = 256 * 1024;
 
 pub(super) async fn output(state: &AppState, caller: &Caller, args: OutputArgs) -> Outcome {
     let id = task_id(&args.task_id)?;

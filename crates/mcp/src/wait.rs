@@ -101,6 +101,33 @@ pub(super) struct TaskState {
     /// Why the task ended as it did, when the daemon says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) reason: Option<String>,
+    /// The value's size in bytes (as JSON) when it is left out of this
+    /// answer, which carries at most 256 KiB of values: read it with `task`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) value_bytes: Option<usize>,
+}
+
+/// The most bytes of values one wait answer carries. A tool result is
+/// sent twice (as text, escaped, and as structured content) in one
+/// message, and the official Python SDK refuses a message over 1 MiB.
+pub(super) const MAX_VALUE_BYTES: usize = 256 * 1024;
+
+/// Leaves out the values past [`MAX_VALUE_BYTES`], in the order asked,
+/// each with its size so the caller knows to read it with `task`.
+fn within_bound(states: &mut [TaskState]) {
+    let mut carried = 0usize;
+    for state in states {
+        let Some(value) = &state.value else {
+            continue;
+        };
+        let bytes = serde_json::to_vec(value).map_or(usize::MAX, |v| v.len());
+        if carried.saturating_add(bytes) > MAX_VALUE_BYTES {
+            state.value = None;
+            state.value_bytes = Some(bytes);
+        } else {
+            carried += bytes;
+        }
+    }
 }
 
 impl From<&Task> for TaskState {
@@ -112,6 +139,7 @@ impl From<&Task> for TaskState {
             value: task.result.as_ref().map(|r| r.value.clone()),
             ok: task.result.as_ref().map(|r| r.ok),
             reason: task.reason.clone(),
+            value_bytes: None,
         }
     }
 }
@@ -250,10 +278,12 @@ pub(super) async fn collect(
             () = tokio::time::sleep_until(deadline) => break,
         }
     }
+    let mut states: Vec<TaskState> = tasks.iter().map(TaskState::from).collect();
+    within_bound(&mut states);
     Ok(Waited {
         done: finished >= target.needed,
         finished,
-        tasks: tasks.iter().map(TaskState::from).collect(),
+        tasks: states,
     })
 }
 
@@ -306,6 +336,28 @@ mod tests {
 
     const A: &str = "T-0190f3c2a1b27c3d8e4f5a6b7c8d9e0f";
     const B: &str = "T-0190f3c2a1b27c3d8e4f5a6b7c8d9e1f";
+
+    #[test]
+    fn values_past_the_bound_are_left_out_with_their_size() {
+        let state = |value: Value| TaskState {
+            task_id: A.to_owned(),
+            agent: "a".to_owned(),
+            status: "pass".to_owned(),
+            value: Some(value),
+            ok: Some(true),
+            reason: None,
+            value_bytes: None,
+        };
+        let big = Value::String("x".repeat(100 * 1024));
+        let mut states: Vec<_> = (0..4).map(|_| state(big.clone())).collect();
+        states.push(state(serde_json::json!(1)));
+        within_bound(&mut states);
+        let carried: Vec<bool> = states.iter().map(|s| s.value.is_some()).collect();
+        // Two of 100 KiB fit in 256 KiB, the small one after them too.
+        assert_eq!(carried, [true, true, false, false, true]);
+        assert_eq!(states[2].value_bytes, Some(100 * 1024 + 2));
+        assert_eq!(states[4].value_bytes, None);
+    }
 
     #[test]
     fn modes_set_how_many_must_finish() {

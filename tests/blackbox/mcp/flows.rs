@@ -310,3 +310,37 @@ async fn a_draining_daemon_answers_mcp_with_draining_not_an_internal_error() {
     };
     assert_eq!((status, &body["code"]), (503, &json!("draining")), "{body}");
 }
+
+#[tokio::test]
+async fn a_wait_over_large_values_stays_within_what_the_python_sdk_reads() {
+    let daemon = Daemon::start_with(EXTRA).await;
+    // 100 values of 8 KiB: 800 KiB, sent twice in one message, would pass
+    // the Python SDK's 1 MiB limit on a message.
+    let mut ids = Vec::new();
+    for i in 0..100 {
+        let prompt = format!("{i:03}{}", "x".repeat(8 * 1024 - 3));
+        ids.push(
+            daemon
+                .spawn(json!({"agent": "cat", "prompt": prompt}))
+                .await,
+        );
+    }
+    let args = json!({"task_ids": ids, "timeout_secs": 120});
+    let waited = call(&daemon, Via::Http, &daemon.admin, "wait", args).await;
+    let waited = &waited["structured"];
+    assert_eq!(waited["done"], true, "{}", waited["finished"]);
+    let tasks = waited["tasks"].as_array().unwrap();
+    // `cat`'s value is its stdout as `{"raw": …}`, a little over 8 KiB.
+    let carried = tasks.iter().filter(|t| t["value"]["raw"].is_string()).count();
+    let left_out: Vec<_> = tasks.iter().filter(|t| t["value"].is_null()).collect();
+    // 256 KiB of values in the order asked; the rest named by their size.
+    assert_eq!(carried, 31, "{}", tasks[0]);
+    assert_eq!(tasks[0]["value"]["raw"].as_str().map(str::len), Some(8 * 1024));
+    assert_eq!(left_out.len(), 100 - 31);
+    let size = serde_json::to_vec(&tasks[0]["value"]).unwrap().len();
+    assert!(
+        left_out.iter().all(|t| t["value_bytes"] == size),
+        "{:?}",
+        left_out.first()
+    );
+}

@@ -253,6 +253,24 @@ fn a_worker_pool_token_without_an_agent_is_a_usage_error() {
     assert_eq!(output.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("--agent"), "{stderr}");
     assert!(text(&output.stdout).is_empty());
+    // --agent with another role, and an agent the configuration does not
+    // have: both parse, neither goes with the rest, both are usage errors.
+    for (role, agent) in [("observer", "x"), ("worker-pool", "nope")] {
+        let args = [
+            "token",
+            "mint",
+            "--role",
+            role,
+            "--agent",
+            agent,
+            "--state-dir",
+            state,
+        ];
+        let output = swarmd(&args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{role}: {stderr}");
+        assert!(stderr.contains("cannot mint the token: "), "{stderr}");
+    }
 }
 
 #[test]

@@ -111,8 +111,5 @@ fn check_pool_agents(config: &Config, agents: &[String]) -> Result<(), CommandEr
 }
 
 fn mint_usage(message: String) -> CommandError {
-    CommandError::Io {
-        action: "mint the token",
-        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, message),
-    }
+    CommandError::Usage(format!("cannot mint the token: {message}"))
 }

@@ -54,6 +54,10 @@ pub enum CommandError {
     Print(#[from] toml::ser::Error),
     #[error(transparent)]
     Mcp(#[from] swarmd_client::mcp::ProxyError),
+    /// Arguments that parse but do not go together, or name what the
+    /// configuration does not have: exit 64, as a parse error.
+    #[error("{0}")]
+    Usage(String),
     #[error("cannot {action}: {source}")]
     Io {
         action: &'static str,
@@ -86,7 +90,7 @@ impl CommandError {
             | CommandError::Serve(ServeError::Build(
                 BuildError::Agents(_) | BuildError::Flows(_),
             )) => exit::CONFIG,
-            CommandError::Ttl { .. } => exit::USAGE,
+            CommandError::Ttl { .. } | CommandError::Usage(_) => exit::USAGE,
             _ => exit::FAILURE,
         }
     }

@@ -329,3 +329,27 @@ async fn state_files_are_private_in_a_pre_existing_open_directory() {
         assert_eq!(mode & 0o077, 0, "{path} is {mode:o}");
     }
 }
+
+#[tokio::test]
+async fn a_workers_handle_off_the_worker_routes_is_forbidden_not_malformed() {
+    let daemon = crate::harness::Daemon::start().await;
+    let task = daemon.spawn(json!({"agent": "hold", "prompt": "p"})).await;
+    let handle = daemon.handle(&task, 1).await;
+    let answer = daemon.get("/v1/tasks", &handle).send().await.unwrap();
+    crate::harness::expect_error(answer, 403, "forbidden").await;
+    // A handle no node holds is refused as unknown.
+    let unknown = format!("wh-{}", "0".repeat(handle.len() - 3));
+    let answer = daemon.get("/v1/tasks", &unknown).send().await.unwrap();
+    crate::harness::expect_error(answer, 401, "unauthorized").await;
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("reason=\"unknown_handle\""),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("token"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    daemon.release(&task);
+}

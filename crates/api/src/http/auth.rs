@@ -193,6 +193,20 @@ pub fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
             Err(error) => Err(refused(state, token, error.reason(), error.public_code())),
         };
     }
+    // A worker's handle is a credential, for the worker routes only: one
+    // this node holds is refused as any valid worker credential is here.
+    if token.starts_with(swarmd_engine::auth::HANDLE_PREFIX) {
+        if state.engine.handle_task(token).is_some() {
+            state.metrics.token_failure("forbidden");
+            return Err(ApiError::forbidden());
+        }
+        return Err(refused(
+            state,
+            token,
+            "unknown_handle",
+            ErrorCode::Unauthorized,
+        ));
+    }
     Err(refused(state, token, "malformed", ErrorCode::Unauthorized))
 }
 

@@ -142,7 +142,7 @@ struct Spawned {
 pub(super) struct SpawnManyArgs {
     /// The tasks to start: 1 to 100 entries, each with `spawn`'s arguments.
     /// Each entry is decoded on its own, so one bad entry fails alone.
-    #[schemars(with = "Vec<SpawnArgs>")]
+    #[schemars(with = "Vec<SpawnArgs>", length(min = 1, max = MAX_SPAWN_MANY))]
     tasks: Vec<Value>,
 }
 
@@ -150,7 +150,8 @@ pub(super) struct SpawnManyArgs {
 struct SpawnedMany {
     /// One entry per requested task, in order.
     results: Vec<SpawnResult>,
-    /// How many were created.
+    /// How many distinct tasks the accepted entries name: entries that
+    /// share an idempotency key name one task, counted once.
     created: usize,
 }
 
@@ -174,8 +175,9 @@ struct SpawnResult {
 pub(super) struct CancelArgs {
     /// The task to cancel (`T-…`).
     task_id: String,
-    /// Why, kept as the task's reason.
+    /// Why, kept as the task's reason (at most 1 024 bytes).
     #[serde(default)]
+    #[schemars(length(max = swarmd_engine::MAX_CANCEL_REASON))]
     reason: Option<String>,
 }
 
@@ -309,7 +311,11 @@ pub(super) async fn spawn_many(
             },
         })
         .collect();
-    let created = results.iter().filter(|r| r.ok).count();
+    let created = results
+        .iter()
+        .filter_map(|r| r.task_id.as_deref())
+        .collect::<std::collections::HashSet<_>>()
+        .len();
     structured(&SpawnedMany { results, created })
 }
 

@@ -67,9 +67,11 @@ pub(super) fn tools() -> Vec<ToolEntry> {
 pub(super) struct FramesArgs {
     /// Seconds to wait for a first frame (0 to 600, default 30).
     #[serde(default = "default_wait")]
+    #[schemars(range(max = MAX_WAIT_SECS))]
     wait_secs: u64,
     /// The most frames to return (1 to 50, default 10).
     #[serde(default = "default_max")]
+    #[schemars(range(min = 1, max = MAX_FRAMES))]
     max: usize,
     /// The session to pop for; only the admin names one, a session pops its own.
     #[serde(default)]

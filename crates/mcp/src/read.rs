@@ -93,6 +93,7 @@ pub(super) struct TasksArgs {
     agent: Option<String>,
     /// Page length, 1 to 200 (default 50).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_TASKS))]
     limit: Option<usize>,
     /// The `next` of the previous page.
     #[serde(default)]
@@ -146,6 +147,7 @@ pub(super) struct OutputArgs {
     after_seq: Option<u64>,
     /// Page length, 1 to 1000 (default 200).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_RECORDS))]
     limit: Option<usize>,
 }
 

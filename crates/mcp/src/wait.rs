@@ -54,15 +54,18 @@ pub(super) fn tools() -> Vec<ToolEntry> {
 #[serde(deny_unknown_fields)]
 pub(super) struct WaitArgs {
     /// The tasks to wait for (1 to 100 ids, `T-…`).
+    #[schemars(length(min = 1, max = MAX_WAIT_TASKS))]
     task_ids: Vec<String>,
     /// `all` (default), `any`, or `first` (then `n` says how many).
     #[serde(default)]
     mode: Mode,
     /// With `first`: how many tasks must finish (1 to the number of ids).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_WAIT_TASKS))]
     n: Option<usize>,
     /// Seconds to wait at most: 1 to 600 (default 60).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_WAIT_SECS))]
     timeout_secs: Option<u64>,
 }
 
@@ -336,6 +339,17 @@ mod tests {
 
     const A: &str = "T-0190f3c2a1b27c3d8e4f5a6b7c8d9e0f";
     const B: &str = "T-0190f3c2a1b27c3d8e4f5a6b7c8d9e1f";
+
+    #[test]
+    fn the_schema_states_the_bounds_the_tool_enforces() {
+        let schema = rmcp::handler::server::common::schema_for_input::<WaitArgs>().unwrap();
+        let properties = &schema["properties"];
+        assert_eq!(properties["task_ids"]["minItems"], 1);
+        assert_eq!(properties["task_ids"]["maxItems"], MAX_WAIT_TASKS);
+        assert_eq!(properties["timeout_secs"]["minimum"], 1);
+        assert_eq!(properties["timeout_secs"]["maximum"], MAX_WAIT_SECS);
+        assert_eq!(properties["n"]["maximum"], MAX_WAIT_TASKS);
+    }
 
     #[test]
     fn values_past_the_bound_are_left_out_with_their_size() {

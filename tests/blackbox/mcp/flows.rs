@@ -331,11 +331,17 @@ async fn a_wait_over_large_values_stays_within_what_the_python_sdk_reads() {
     assert_eq!(waited["done"], true, "{}", waited["finished"]);
     let tasks = waited["tasks"].as_array().unwrap();
     // `cat`'s value is its stdout as `{"raw": …}`, a little over 8 KiB.
-    let carried = tasks.iter().filter(|t| t["value"]["raw"].is_string()).count();
+    let carried = tasks
+        .iter()
+        .filter(|t| t["value"]["raw"].is_string())
+        .count();
     let left_out: Vec<_> = tasks.iter().filter(|t| t["value"].is_null()).collect();
     // 256 KiB of values in the order asked; the rest named by their size.
     assert_eq!(carried, 31, "{}", tasks[0]);
-    assert_eq!(tasks[0]["value"]["raw"].as_str().map(str::len), Some(8 * 1024));
+    assert_eq!(
+        tasks[0]["value"]["raw"].as_str().map(str::len),
+        Some(8 * 1024)
+    );
     assert_eq!(left_out.len(), 100 - 31);
     let size = serde_json::to_vec(&tasks[0]["value"]).unwrap().len();
     assert!(

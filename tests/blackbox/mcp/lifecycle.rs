@@ -1,8 +1,10 @@
 //! The relay over time: an idle relay's pings, a daemon restart under a
 //! call made while the daemon is away (the same session afterwards), a
-//! daemon that stays away past `--daemon-wait-secs` (`unavailable`), and
+//! daemon that stays away past `--daemon-wait-secs` (`unavailable`),
 //! SIGTERM or SIGINT leaving the session before the MCP handshake and
-//! between two calls.
+//! between two calls, and a session deleted under the relay replaced by a
+//! new login (recorded in the state file, left on exit unless kept), or,
+//! when the daemon refuses that login, calls answering `unauthorized`.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -297,4 +299,149 @@ program = "/bin/cat"
     assert_eq!(error["code"], "payload_too_large", "{error}");
     assert!(started.elapsed() < Duration::from_secs(20), "{error}");
     assert!(!daemon.log().contains("panicked"));
+}
+
+/// The daemon's operator sessions, listed as the admin.
+async fn operators(daemon: &Swarmd) -> Value {
+    let (status, listed) = parts(
+        daemon
+            .get("/v1/operators", &daemon.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    listed
+}
+
+/// The sid the relay's state file (under the client's `XDG_STATE_HOME`)
+/// records, if the file exists.
+fn recorded_sid(state: &Path) -> Option<String> {
+    let dir = std::fs::read_dir(state.join("swarmd")).ok()?;
+    let file = dir
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))?;
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()?;
+    saved["sid"].as_str().map(str::to_owned)
+}
+
+#[tokio::test]
+async fn a_session_deleted_under_the_relay_is_replaced_by_a_new_login() {
+    let daemon = restartable().await;
+    for (role, keep) in [("phoenix", false), ("kept-phoenix", true)] {
+        let logs = tempfile::tempdir().unwrap();
+        let log = logs.path().join("relay.log");
+        let log_arg = log.display().to_string();
+        let mut args = vec!["--roles", role];
+        if keep {
+            args.push("--keep-session");
+        }
+        let (child, pause, state) =
+            pausing_client(&daemon, &args, &[("SWARMD_MCP_LOG", &log_arg)]).await;
+        let listed = operators(&daemon).await;
+        let old = only_session(&listed)["sid"].as_str().unwrap().to_owned();
+        let deleted = daemon
+            .http
+            .delete(daemon.url(&format!("/v1/operators/{old}")))
+            .bearer_auth(&daemon.admin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(deleted.status(), 204, "{role}");
+        // The next call finds the session gone: the relay logs in anew.
+        go(pause.path());
+        let seen = finish(&daemon, child).await;
+        let relay_log = std::fs::read_to_string(&log).unwrap();
+
+        assert_eq!(
+            seen["after"]["is_error"], false,
+            "{role}: {seen}\n{relay_log}"
+        );
+        let waited = &seen["waited"]["structured"];
+        assert_eq!(waited["tasks"][0]["status"], "pass", "{role}: {seen}");
+        let new = only_session(&seen["operators_after"]);
+        assert_ne!(new["sid"], old.as_str(), "{role}: {seen}");
+        assert_eq!(new["roles"], json!([role]), "{role}: {seen}");
+        let task = daemon
+            .task(seen["after"]["structured"]["task_id"].as_str().unwrap())
+            .await;
+        assert_eq!(task["session"], new["sid"], "{role}: {task}");
+        let relogged = relay_log
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("logged in a new one"))
+            .collect::<Vec<_>>();
+        assert_eq!(relogged.len(), 1, "{role}: {relay_log}");
+        assert!(
+            relogged[0].contains(&old) && relogged[0].contains(new["sid"].as_str().unwrap()),
+            "{role}: the line names the old and the new sid: {relay_log}"
+        );
+        assert!(
+            !relay_log.contains("sws-") && !relay_log.contains(&daemon.admin),
+            "{role}: a secret was logged:\n{relay_log}"
+        );
+
+        // On exit the relay leaves the new session, or keeps it recorded.
+        let after_exit = operators(&daemon).await;
+        if keep {
+            assert_eq!(only_session(&after_exit)["sid"], new["sid"], "{relay_log}");
+            assert_eq!(
+                recorded_sid(state.path()).as_deref(),
+                new["sid"].as_str(),
+                "the state file records the new session"
+            );
+        } else {
+            assert_eq!(after_exit, json!([]), "{relay_log}");
+            assert_eq!(recorded_sid(state.path()), None, "{relay_log}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_relay_whose_new_login_is_refused_answers_unauthorized_saying_why() {
+    let daemon = restartable().await;
+    let (child, pause, _state) = pausing_client(
+        &daemon,
+        &["--roles", "contested", "--daemon-wait-secs", "2"],
+        &[],
+    )
+    .await;
+    let listed = operators(&daemon).await;
+    let old = only_session(&listed)["sid"].as_str().unwrap().to_owned();
+    let deleted = daemon
+        .http
+        .delete(daemon.url(&format!("/v1/operators/{old}")))
+        .bearer_auth(&daemon.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    // Another session takes the role before the relay logs in again.
+    let (status, other) = parts(
+        daemon
+            .post("/v1/operators", &daemon.admin)
+            .json(&json!({"roles": ["contested"]}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{other}");
+    go(pause.path());
+    let seen = finish(&daemon, child).await;
+
+    let body = tool_error(&seen["after"]);
+    assert_eq!(body["code"], "unauthorized", "{seen}");
+    let message = body["error"].as_str().unwrap();
+    assert!(
+        message.contains("no longer accepts this relay's session")
+            && message.contains("a new login failed")
+            && message.contains("(role_taken)"),
+        "{body}"
+    );
+    assert_eq!(
+        only_session(&operators(&daemon).await)["sid"],
+        other["sid"],
+        "the relay left nothing behind"
+    );
 }

@@ -2,8 +2,10 @@
 //! replaced when it breaks. One keeper task owns the client: it connects
 //! (retrying with backoff), publishes the live peer, and when a call or the
 //! heartbeat reports that peer broken (the daemon restarted or went away),
-//! drops it and connects again with the same bearer. Callers wait a bounded
-//! time for a live peer. The heartbeat pings `/mcp` (every 15 s by default,
+//! drops it and connects again with the same bearer; when the daemon
+//! refuses that bearer (HTTP 401) and the relay holds a session of its own,
+//! it logs in a new session (`Relogin`) and connects with its token. Callers
+//! wait a bounded time for a live peer. The heartbeat pings `/mcp` (every 15 s by default,
 //! under the 20 s the daemon's presence needs), which keeps the session
 //! present on the daemon and finds a broken client between calls.
 
@@ -19,6 +21,8 @@ use rmcp::{ClientHandler, Peer, RoleClient, RoleServer, ServiceExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use super::session::Relogin;
 
 /// A ping not answered in this long counts as a broken link.
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,6 +44,17 @@ pub(super) struct Live {
     pub(super) peer: Peer<RoleClient>,
 }
 
+/// Why the keeper's last attempt to reconnect failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Down {
+    /// The daemon could not be reached, or failed the connection: why.
+    Away(String),
+    /// The daemon refuses the relay's bearer (HTTP 401): its session was
+    /// ended, or the daemon's store no longer holds it. `login` is why
+    /// logging in anew failed, when the relay can log in.
+    Refused { login: Option<String> },
+}
+
 /// The relay's handle on its upstream; cheap to clone.
 #[derive(Debug, Clone)]
 pub(super) struct Link {
@@ -47,7 +62,7 @@ pub(super) struct Link {
     /// The generation a caller found broken; the keeper replaces it.
     broken: Arc<watch::Sender<u64>>,
     /// Why the keeper's last attempt to reconnect failed, while it fails.
-    last_error: Arc<Mutex<Option<String>>>,
+    last_error: Arc<Mutex<Option<Down>>>,
 }
 
 /// The keeper and heartbeat tasks; they run until `shutdown` (or drop).
@@ -76,10 +91,12 @@ impl Drop for Keeper {
 
 /// Connects to `url` with `bearer`: the first connection is made here, so a
 /// daemon that is absent or refuses the bearer fails the start; later ones
-/// by the keeper task.
+/// by the keeper task, which logs in anew through `relogin` when there is
+/// one and the daemon refuses the bearer.
 pub(super) async fn connect(
     url: &str,
     bearer: &str,
+    relogin: Option<Relogin>,
     forwards: Forwards,
     heartbeat: Duration,
 ) -> Result<(Link, Peer<RoleClient>, Keeper), String> {
@@ -87,6 +104,7 @@ pub(super) async fn connect(
     let dial = Dial {
         url: url.to_owned(),
         bearer: bearer.to_owned(),
+        relogin,
         forwards,
     };
     let client = dial.once().await?;
@@ -129,7 +147,7 @@ impl Link {
     }
 
     /// Why the daemon cannot be reached now, if the keeper knows.
-    pub(super) fn last_error(&self) -> Option<String> {
+    pub(super) fn last_error(&self) -> Option<Down> {
         self.last_error.lock().ok().and_then(|last| last.clone())
     }
 
@@ -145,10 +163,12 @@ impl Link {
     }
 }
 
-/// How to make a client: the URL, the bearer, the progress relay.
+/// How to make a client: the URL, the bearer (and how to get a new one,
+/// when the relay can log in), the progress relay.
 struct Dial {
     url: String,
     bearer: String,
+    relogin: Option<Relogin>,
     forwards: Forwards,
 }
 
@@ -167,15 +187,47 @@ impl Dial {
             Err(_) => Err(format!("no answer within {CONNECT_TIMEOUT:?}")),
         }
     }
+
+    /// What follows a failed connection (`error`). When the daemon refused
+    /// the bearer and the relay can log in, it logs in anew and the next
+    /// attempt carries the new session's token.
+    async fn failed(&mut self, error: &str, stop: &CancellationToken) -> Next {
+        if !credential_refused(error) {
+            return Next::Down(Down::Away(error.to_owned()));
+        }
+        let Some(relogin) = &self.relogin else {
+            return Next::Down(Down::Refused { login: None });
+        };
+        match relogin.renew(stop).await {
+            Ok(Some(token)) => {
+                token.expose().clone_into(&mut self.bearer);
+                Next::Renewed
+            }
+            Ok(None) => Next::Stop,
+            Err(login) => Next::Down(Down::Refused {
+                login: Some(login.to_string()),
+            }),
+        }
+    }
+}
+
+/// What the keeper does after a failed connection.
+enum Next {
+    /// Try again after the backoff; why this attempt failed.
+    Down(Down),
+    /// Try again after the backoff, as the session just logged in.
+    Renewed,
+    /// Nothing: the relay is stopping.
+    Stop,
 }
 
 /// The keeper: holds the current client, replaces it when reported broken.
 async fn keep(
-    dial: Dial,
+    mut dial: Dial,
     mut client: Client,
     current: watch::Sender<Option<Live>>,
     mut broken: watch::Receiver<u64>,
-    last_error: Arc<Mutex<Option<String>>>,
+    last_error: Arc<Mutex<Option<Down>>>,
     stop: CancellationToken,
 ) {
     let mut generation = 1;
@@ -196,16 +248,25 @@ async fn keep(
         client = loop {
             match dial.once().await {
                 Ok(client) => break client,
-                Err(error) => {
-                    // Once at first, then about once a minute at full backoff.
-                    if failures.is_multiple_of(12) {
-                        tracing::warn!(%error, failures, "cannot reconnect yet");
+                Err(error) => match dial.failed(&error, &stop).await {
+                    Next::Stop => return,
+                    Next::Renewed => {}
+                    Next::Down(down) => {
+                        // Once at first, then about once a minute at full backoff.
+                        if failures.is_multiple_of(12) {
+                            match &down {
+                                Down::Refused { login: Some(login) } => {
+                                    tracing::warn!(%error, %login, failures, "cannot log in anew yet");
+                                }
+                                _ => tracing::warn!(%error, failures, "cannot reconnect yet"),
+                            }
+                        }
+                        failures += 1;
+                        if let Ok(mut last) = last_error.lock() {
+                            *last = Some(down);
+                        }
                     }
-                    failures += 1;
-                    if let Ok(mut last) = last_error.lock() {
-                        *last = Some(error);
-                    }
-                }
+                },
             }
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -296,19 +357,31 @@ pub(super) fn never_reached(error: &ServiceError) -> bool {
     debug.contains("ConnectError(") || debug.contains("ConnectionRefused")
 }
 
-/// The daemon's own refusal of a request, when a transport error carries
-/// one: an HTTP 4xx answer with its `{error, code}` body (rmcp keeps it as
-/// `HTTP <status>: <body>`). The request reached the daemon and was
-/// answered, so sending it again cannot help. A 401 (the relay's session
-/// is gone) and a 404 (its MCP session is) are the link's to mend, not
-/// answers.
-pub(super) fn refusal(error: &ServiceError) -> Option<serde_json::Value> {
+/// The HTTP status of the daemon's answer a transport error carries, and
+/// the answer from the status on (rmcp keeps it as `HTTP <status>: <body>`).
+fn http_answer(error: &ServiceError) -> Option<(u16, String)> {
     let ServiceError::TransportSend(error) = error else {
         return None;
     };
     let text = error.error.to_string();
     let (_, answer) = text.split_once("HTTP ")?;
     let status: u16 = answer.get(..3)?.parse().ok()?;
+    Some((status, answer.to_owned()))
+}
+
+/// Whether the daemon refused a request's bearer (HTTP 401): it ran
+/// nothing, so the request is safe to send again once the link is mended.
+pub(super) fn bearer_refused(error: &ServiceError) -> bool {
+    http_answer(error).is_some_and(|(status, _)| status == 401)
+}
+
+/// The daemon's own refusal of a request, when a transport error carries
+/// one: an HTTP 4xx answer with its `{error, code}` body. The request
+/// reached the daemon and was answered, so sending it again cannot help. A
+/// 401 (the relay's session is gone) and a 404 (its MCP session is) are
+/// the link's to mend, not answers.
+pub(super) fn refusal(error: &ServiceError) -> Option<serde_json::Value> {
+    let (status, answer) = http_answer(error)?;
     if !(400..500).contains(&status) || status == 401 || status == 404 {
         return None;
     }
@@ -322,10 +395,10 @@ pub(super) fn refusal(error: &ServiceError) -> Option<serde_json::Value> {
     }
 }
 
-/// Whether the keeper's last failure was the daemon refusing the relay's
-/// credential (`HTTP 401`): its session was ended, or the daemon's store
-/// no longer holds it.
-pub(super) fn credential_refused(last_error: &str) -> bool {
+/// Whether a failed connection was the daemon refusing the relay's bearer
+/// (`HTTP 401`): its session was ended, or the daemon's store no longer
+/// holds it.
+fn credential_refused(last_error: &str) -> bool {
     last_error.contains("HTTP 401")
 }
 
@@ -368,6 +441,9 @@ mod tests {
         }
         assert!(refusal(&ServiceError::TransportClosed).is_none());
         assert!(credential_refused("… HTTP 401 Unauthorized: {…}"));
+        assert!(bearer_refused(&http("HTTP 401 Unauthorized: {}")));
+        assert!(!bearer_refused(&http("HTTP 404 Not Found: {}")));
+        assert!(!bearer_refused(&ServiceError::TransportClosed));
     }
 
     #[test]

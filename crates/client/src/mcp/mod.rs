@@ -5,9 +5,10 @@
 //! server on stdin/stdout and an rmcp client of `<url>/mcp`. By default it
 //! holds one operator session (`session`): resumed from its state file
 //! (`state_file`) or logged in with the credential, relayed with the
-//! session's own token, and left on exit (stdin closed, SIGINT, SIGTERM)
-//! unless kept. Its upstream client (`link`) pings `/mcp` every 15 s and
-//! is replaced when the daemon restarts; a call made meanwhile waits up to
+//! session's own token, logged in anew when the daemon refuses that token,
+//! and left on exit (stdin closed, SIGINT, SIGTERM) unless kept. Its
+//! upstream client (`link`) pings `/mcp` every 15 s and is replaced when
+//! the daemon restarts; a call made meanwhile waits up to
 //! `--daemon-wait-secs`. It lists the daemon's tools, forwards each call, relays
 //! the daemon's progress notifications under the progress token the stdio
 //! client chose, and forwards a cancellation of a call upstream. Logs go to
@@ -18,18 +19,20 @@ mod relay;
 mod session;
 mod state_file;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::ServiceExt;
 use rmcp::service::ServerInitializeError;
 use swarmd_types::session::SessionKind;
 use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::Mutex;
 
 use std::path::PathBuf;
 
 use link::Forwards;
 use relay::Relay;
-use session::{Operators, Seat, Secret, Wanted};
+use session::{Operators, Relogin, Seat, Secret, SharedSeat, Wanted};
 use state_file::{StateFile, StateFileError};
 
 /// What the relay is asked for (the flags of `swarmd mcp`).
@@ -100,22 +103,28 @@ pub async fn serve_stdio(
     let credential = credential
         .map(Secret::new)
         .filter(|c| !c.expose().is_empty());
-    let seat = match (args.no_login, credential) {
-        (true, Some(credential)) => Seat::Given(credential),
+    let (seat, login) = match (args.no_login, credential) {
+        (true, Some(credential)) => (Seat::Given(credential), None),
         (true, None) => return Err(ProxyError::NoCredential),
         (false, credential) => {
             let file = || state_file(args, operators.base());
-            operators
+            let seat = operators
                 .open(credential.as_ref(), &wanted(args), file, args.keep_session)
-                .await?
+                .await?;
+            // A session of its own is one the credential may log in again.
+            let login = matches!(seat, Seat::Own { .. }).then_some(credential);
+            (seat, login)
         }
     };
+    let seat: SharedSeat = Arc::new(Mutex::new(seat));
+    let relogin = login.map(|credential| Relogin::new(&operators, credential, wanted(args), &seat));
     let timing = Timing {
         patience: Duration::from_secs(args.daemon_wait_secs),
         heartbeat: Duration::from_secs(args.heartbeat_secs),
     };
-    let ended = relay(&operators, &seat, timing, &mut signals).await;
-    operators.leave(seat).await;
+    let ended = relay(&operators, &seat, relogin, timing, &mut signals).await;
+    // The keeper has stopped: the session held now is the one to leave.
+    operators.leave(&*seat.lock().await).await;
     ended
 }
 
@@ -153,24 +162,34 @@ fn state_file(args: &RelayOptions, base: &str) -> Result<Option<StateFile>, Prox
 /// signal comes.
 async fn relay(
     operators: &Operators,
-    seat: &Seat,
+    seat: &SharedSeat,
+    relogin: Option<Relogin>,
     timing: Timing,
     signals: &mut Signals,
 ) -> Result<(), ProxyError> {
     let url = format!("{}/mcp", operators.base());
     let forwards = Forwards::default();
-    let bearer = seat.bearer().expose();
-    let (link, first, keeper) = link::connect(&url, bearer, forwards.clone(), timing.heartbeat)
-        .await
-        .map_err(|reason| ProxyError::Connect {
-            url: url.clone(),
-            reason,
-        })?;
-    match seat {
-        Seat::Own { sid, .. } => {
+    let (bearer, sid) = {
+        let seat = seat.lock().await;
+        (seat.bearer().clone(), seat.sid().map(str::to_owned))
+    };
+    let (link, first, keeper) = link::connect(
+        &url,
+        bearer.expose(),
+        relogin,
+        forwards.clone(),
+        timing.heartbeat,
+    )
+    .await
+    .map_err(|reason| ProxyError::Connect {
+        url: url.clone(),
+        reason,
+    })?;
+    match sid {
+        Some(sid) => {
             tracing::info!(url = %url, sid = %sid, "relaying the daemon's MCP tools on stdio");
         }
-        Seat::Given(_) => tracing::info!(url = %url, "relaying the daemon's MCP tools on stdio"),
+        None => tracing::info!(url = %url, "relaying the daemon's MCP tools on stdio"),
     }
     let relay = Relay::new(link, &first, forwards, operators.base(), timing.patience);
     let served = tokio::select! {

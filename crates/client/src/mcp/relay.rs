@@ -3,8 +3,9 @@
 //! link's live client, relays progress under the stdio client's own token
 //! and a cancellation upstream. A call that finds the daemon away waits for
 //! the link, up to its patience; one the daemon's restart interrupted is
-//! sent again only when it never reached the daemon or its tool is
-//! read-only, and otherwise answers `unavailable`, saying it may have run.
+//! sent again only when it never reached the daemon, the daemon refused
+//! its bearer (the link logs in anew) or its tool is read-only, and
+//! otherwise answers `unavailable`, saying it may have run.
 //! A call the daemon refused over HTTP (a 4xx: too large, too fast) gets
 //! the daemon's `{error, code}` as its tool error, never a retry.
 
@@ -22,7 +23,7 @@ use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::link::{Forwards, Link, credential_refused, never_reached, refusal};
+use super::link::{Down, Forwards, Link, bearer_refused, never_reached, refusal};
 
 /// The stdio side: serves what the daemon serves.
 #[derive(Debug)]
@@ -89,17 +90,11 @@ impl Relay {
     /// The tool result a model reads when the daemon stays away; `may_have_run`
     /// when the call reached the daemon before the link broke.
     fn unavailable(&self, may_have_run: bool) -> CallToolResponse {
-        let last = self.link.last_error();
-        if last.as_deref().is_some_and(credential_refused) {
-            return tool_error(&json!({
-                "error": format!(
-                    "the daemon at {} no longer accepts this relay's session (it was ended, or \
-                     the daemon's store no longer holds it): restart swarmd mcp to log in again",
-                    self.url
-                ),
-                "code": swarmd_types::ErrorCode::Unauthorized.as_str(),
-            }));
-        }
+        let last = match self.link.last_error() {
+            Some(Down::Refused { login }) => return self.unauthorized(login.as_deref()),
+            Some(Down::Away(reason)) => Some(reason),
+            None => None,
+        };
         let cause = last
             .map(|reason| format!(" (last: {reason})"))
             .unwrap_or_default();
@@ -115,6 +110,27 @@ impl Relay {
                 self.patience.as_secs()
             ),
             "code": swarmd_types::ErrorCode::Unavailable.as_str(),
+        }))
+    }
+
+    /// The tool result a model reads when the daemon refuses the relay's
+    /// session; `login` is why logging in anew failed, when the relay can
+    /// log in (it keeps trying).
+    fn unauthorized(&self, login: Option<&str>) -> CallToolResponse {
+        let gone = format!(
+            "the daemon at {} no longer accepts this relay's session (it was ended, or the \
+             daemon's store no longer holds it)",
+            self.url
+        );
+        let error = match login {
+            Some(login) => {
+                format!("{gone} and a new login failed ({login}); the relay tries again")
+            }
+            None => format!("{gone}: restart swarmd mcp to log in again"),
+        };
+        tool_error(&json!({
+            "error": error,
+            "code": swarmd_types::ErrorCode::Unauthorized.as_str(),
         }))
     }
 
@@ -171,7 +187,7 @@ impl Relay {
             Ok(Err(error)) => {
                 tracing::debug!(%error, "a call lost its upstream");
                 Try::Lost {
-                    again: read_only || never_reached(&error),
+                    again: read_only || never_reached(&error) || bearer_refused(&error),
                 }
             }
             Err(_) => Try::Lost { again: read_only },

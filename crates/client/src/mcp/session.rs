@@ -3,15 +3,20 @@
 //! logged in anew (`POST /v1/operators`) with the credential, which only
 //! authorizes the login; left (`DELETE /v1/operators/{sid}`) on exit unless
 //! kept. A credential that is itself a session's token is that session,
-//! used as is and never left.
+//! used as is and never left. When the daemon refuses the session's token
+//! later (it was deleted, or the daemon's store forgot it), `Relogin` logs
+//! in a new one with the same roles, kind and description in its place.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::{Client, RequestBuilder, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use swarmd_types::session::SessionKind;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use super::ProxyError;
 use super::state_file::{Saved, StateFile};
@@ -69,6 +74,82 @@ impl Seat {
         match self {
             Seat::Own { token, .. } | Seat::Given(token) => token,
         }
+    }
+
+    /// The session's sid, when the relay knows it (its own session).
+    pub(super) fn sid(&self) -> Option<&str> {
+        match self {
+            Seat::Own { sid, .. } => Some(sid),
+            Seat::Given(_) => None,
+        }
+    }
+}
+
+/// The seat, shared by the upstream keeper (which may replace the session
+/// through `Relogin`) and the exit (which leaves the session held then).
+pub(super) type SharedSeat = Arc<Mutex<Seat>>;
+
+/// What logs the relay in anew when the daemon refuses its session's
+/// token: the credential and the session asked for at start, and the seat
+/// the new session replaces.
+#[derive(Debug, Clone)]
+pub(super) struct Relogin {
+    operators: Operators,
+    credential: Option<Secret>,
+    wanted: Wanted,
+    seat: SharedSeat,
+}
+
+impl Relogin {
+    /// Logs in with `credential` as `wanted` in place of `seat`'s session;
+    /// only for a `Seat::Own`, whose credential authorizes a login.
+    pub(super) fn new(
+        operators: &Operators,
+        credential: Option<Secret>,
+        wanted: Wanted,
+        seat: &SharedSeat,
+    ) -> Relogin {
+        Relogin {
+            operators: operators.clone(),
+            credential,
+            wanted,
+            seat: seat.clone(),
+        }
+    }
+
+    /// Logs in a new session in place of the refused one, records it in
+    /// the state file the seat holds, and answers its token; none once the
+    /// relay is stopping (`stop`), so a session is never logged in after
+    /// the exit left the seat's.
+    pub(super) async fn renew(
+        &self,
+        stop: &CancellationToken,
+    ) -> Result<Option<Secret>, ProxyError> {
+        let mut seat = self.seat.lock().await;
+        if stop.is_cancelled() {
+            return Ok(None);
+        }
+        let Seat::Own {
+            sid: old,
+            file,
+            keep,
+            ..
+        } = &mut *seat
+        else {
+            return Ok(None);
+        };
+        let (sid, token) = self
+            .operators
+            .login(self.credential.as_ref(), &self.wanted)
+            .await?;
+        tracing::warn!(
+            old = %old,
+            new = %sid,
+            "the daemon no longer accepts the relay's session: logged in a new one"
+        );
+        let (file, keep) = (file.take(), *keep);
+        *seat = self.operators.seated(sid, token.clone(), file, keep);
+        Ok(Some(token))
     }
 }
 
@@ -136,6 +217,13 @@ impl Operators {
             }
         }
         let (sid, token) = self.login(credential, wanted).await?;
+        tracing::info!(sid = %sid, roles = ?wanted.roles, "logged in an operator session");
+        Ok(self.seated(sid, token, file, keep))
+    }
+
+    /// The seat of a session just logged in, recorded in `file` when there
+    /// is one.
+    fn seated(&self, sid: String, token: Secret, file: Option<StateFile>, keep: bool) -> Seat {
         let saved = Saved {
             url: self.base.clone(),
             sid: sid.clone(),
@@ -147,16 +235,17 @@ impl Operators {
                 .inspect_err(|error| tracing::warn!(%error, "the session will not be resumable"))
                 .is_ok()
         });
-        let path = file.as_ref().map(|f| f.path().display().to_string());
-        tracing::info!(sid = %sid, roles = ?wanted.roles, file = ?path, "logged in an operator session");
+        if let Some(file) = &file {
+            tracing::info!(sid = %sid, file = %file.path().display(), "recorded the session");
+        }
         // A session no file names could never be resumed: it is left.
         let keep = keep && file.is_some();
-        Ok(Seat::Own {
+        Seat::Own {
             sid,
             token,
             file,
             keep,
-        })
+        }
     }
 
     /// Whether an `sws-` credential is a session's token rather than the
@@ -241,7 +330,7 @@ impl Operators {
     /// Leaves the session unless it is kept or not this relay's; the state
     /// file goes once the session is gone (it stays when the daemon cannot
     /// be told, so the next run finds the session).
-    pub(super) async fn leave(&self, seat: Seat) {
+    pub(super) async fn leave(&self, seat: &Seat) {
         let Seat::Own {
             sid,
             token,
@@ -251,11 +340,11 @@ impl Operators {
         else {
             return;
         };
-        if keep {
+        if *keep {
             tracing::info!(sid = %sid, "kept the operator session for the next run");
             return;
         }
-        if self.delete(&sid, &token).await
+        if self.delete(sid, token).await
             && let Some(file) = file
         {
             file.remove();

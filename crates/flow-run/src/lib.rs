@@ -120,6 +120,8 @@ pub(crate) struct Inner {
     pub engine: Engine,
     pub catalog: Catalog,
     pub agents: BTreeSet<String>,
+    /// The agents of kind merge, when known (`Runner::with_merge_agents`).
+    pub merge_agents: std::sync::OnceLock<BTreeSet<String>>,
     pub caps: Limits,
     pub secret: [u8; 32],
     /// Where a step's git changes are read, when it asks for them.
@@ -158,6 +160,7 @@ impl Runner {
                 engine,
                 catalog,
                 agents,
+                merge_agents: std::sync::OnceLock::new(),
                 caps,
                 secret,
                 facts,
@@ -170,6 +173,15 @@ impl Runner {
                 max_per_owner: std::sync::atomic::AtomicUsize::new(MAX_OPEN_RUNS_PER_OWNER),
             }),
         }
+    }
+
+    /// This runner, knowing which of its agents are of kind merge: a
+    /// `merge` node's `ref` must then name one of them (lint's
+    /// `not_a_merge_agent`). Without them, a `ref` is checked only for
+    /// naming an agent. Set once, at start; a later call changes nothing.
+    pub fn with_merge_agents(self, merge_agents: BTreeSet<String>) -> Runner {
+        let _ = self.inner.merge_agents.set(merge_agents);
+        self
     }
 
     /// A runner with no flows, every agent name accepted by nothing, and a
@@ -196,6 +208,7 @@ impl Runner {
     pub fn lint(&self, flow: &Flow) -> Vec<swarmd_flow::Problem> {
         let known = swarmd_flow::lint::Known {
             agents: self.inner.agents.clone(),
+            merge_agents: self.inner.merge_agents.get().cloned(),
             flows: self.inner.catalog.names().cloned().collect(),
             caps: self.inner.caps.clone(),
         };

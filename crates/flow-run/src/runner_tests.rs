@@ -500,3 +500,27 @@ async fn a_call_checks_its_input_against_the_called_flows_schema_and_counts_its_
         ("/body", "too_many_steps")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_node_must_name_a_merge_agent_once_the_runner_knows_them() {
+    let merge = |agent: &str| {
+        json!({"kind": "merge", "ref": agent, "strategy": "sequence",
+            "branches": {"op": "lit", "value": ["b"]}, "out": {"op": "path", "at": "$.m"}})
+    };
+    let runner = idle_runner(&engine()).with_merge_agents(["build".to_owned()].into());
+    let refused = runner.start(inline(merge("plan"))).await.unwrap_err();
+    let RunError::InvalidFlow { problems } = refused else {
+        panic!("expected invalid_flow, got {refused:?}");
+    };
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        (problems[0].pointer.as_str(), problems[0].code),
+        ("/body/ref", "not_a_merge_agent")
+    );
+    assert_eq!(problems[0].hint, "use a merge agent: build");
+    let flow: Flow = serde_json::from_value(json!({"name": "m", "body": merge("build")})).unwrap();
+    assert_eq!(runner.lint(&flow), []);
+    // A runner that does not know its agents' kinds checks only the name.
+    let flow: Flow = serde_json::from_value(json!({"name": "m", "body": merge("plan")})).unwrap();
+    assert_eq!(idle_runner(&engine()).lint(&flow), []);
+}

@@ -62,6 +62,10 @@ fn deepest(value: &Value) -> Option<Place> {
 /// `anyOf`: a branch for another node `kind` or expression `op` (its tag
 /// is not the document's) says nothing about where the document is wrong.
 fn consider(error: &ValidationError<'_>, best: &mut Option<Place>) {
+    if let Some(allowed) = allowed_values(error) {
+        offer(error, not_one_of(error.instance(), &allowed), false, best);
+        return;
+    }
     let mut unknown_tag = false;
     if let ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } =
         error.kind()
@@ -78,6 +82,11 @@ fn consider(error: &ValidationError<'_>, best: &mut Option<Place>) {
         }
         unknown_tag = true;
     }
+    offer(error, error.to_string(), unknown_tag, best);
+}
+
+/// Makes `error`'s place, saying `why`, the best when it is deeper.
+fn offer(error: &ValidationError<'_>, why: String, unknown_tag: bool, best: &mut Option<Place>) {
     let at = error.instance_path().to_string();
     let depth = at.matches('/').count();
     if best.as_ref().is_none_or(|b| depth > b.depth) {
@@ -85,10 +94,49 @@ fn consider(error: &ValidationError<'_>, best: &mut Option<Place>) {
         *best = Some(Place {
             depth,
             at,
-            why: error.to_string(),
+            why,
             unknown_tag,
         });
     }
+}
+
+/// The values an `enum`, or a `oneOf` or `anyOf` of `const`s, allows, in
+/// the schema's order, when `error` is a value that is none of them: every
+/// branch then rejects the value itself with its `const` (and maybe its
+/// `type`), not a place inside it.
+fn allowed_values(error: &ValidationError<'_>) -> Option<Vec<Value>> {
+    let context = match error.kind() {
+        ValidationErrorKind::Enum { options } => return options.as_array().cloned(),
+        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
+            context
+        }
+        _ => return None,
+    };
+    let here = error.instance_path();
+    let mut allowed = Vec::with_capacity(context.len());
+    for branch in context {
+        let mut constant = None;
+        for inner in branch {
+            if inner.instance_path() != here {
+                return None;
+            }
+            match inner.kind() {
+                ValidationErrorKind::Constant { expected_value } if constant.is_none() => {
+                    constant = Some(Value::clone(expected_value));
+                }
+                ValidationErrorKind::Type { .. } => {}
+                _ => return None,
+            }
+        }
+        allowed.push(constant?);
+    }
+    (!allowed.is_empty()).then_some(allowed)
+}
+
+/// `"every" is not one of "all", "any", "race", "all_settled"`.
+fn not_one_of(value: &Value, allowed: &[Value]) -> String {
+    let allowed: Vec<String> = allowed.iter().map(Value::to_string).collect();
+    format!("{value} is not one of {}", allowed.join(", "))
 }
 
 /// Whether `error` is a tag mismatch: a `kind` or `op` that is not the
@@ -144,5 +192,32 @@ mod tests {
         let flow = json!({"name": "f", "body": {"kind": "let", "at": {"op": "path", "at": "$.x"},
             "value": {"op": "lit", "value": 1}}});
         assert!(flow_from_value(&flow).is_ok());
+    }
+
+    #[test]
+    fn a_value_outside_an_enum_is_told_every_allowed_value() {
+        let step = json!({"kind": "step", "ref": "a",
+            "in": {"op": "lit", "value": "x"}, "out": {"op": "path", "at": "$.o"}});
+        let fanout = |join: Value| {
+            json!({"name": "f", "body": {"kind": "fanout",
+                "items": {"op": "lit", "value": [1]}, "bind": {"op": "path", "at": "$.i"},
+                "concurrency": 1, "join": join, "out": {"op": "path", "at": "$.all"},
+                "body": step}})
+        };
+        assert_eq!(
+            error_of(fanout(json!("every"))),
+            r#"/body/join: "every" is not one of "all", "any", "race", "all_settled""#
+        );
+        assert_eq!(
+            error_of(fanout(json!(7))),
+            r#"/body/join: 7 is not one of "all", "any", "race", "all_settled""#
+        );
+        let merge = json!({"name": "f", "body": {"kind": "seq", "children": [step,
+            {"kind": "merge", "ref": "m", "strategy": "pick",
+             "branches": {"op": "lit", "value": ["b"]}, "out": {"op": "path", "at": "$.m"}}]}});
+        assert_eq!(
+            error_of(merge),
+            r#"/body/children/1/strategy: "pick" is not one of "pick_best", "sequence", "octopus""#
+        );
     }
 }

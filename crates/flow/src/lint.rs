@@ -26,6 +26,11 @@ const MAX_BUDGET_USD: f64 = 1_000_000.0;
 pub struct Known {
     /// Agent names.
     pub agents: BTreeSet<String>,
+    /// The names of the agents of kind merge (`kind = "merge"`), the only
+    /// agents a `merge` node's `ref` may name; `None` when the agents'
+    /// kinds are not known, and a `ref` is then checked only for naming
+    /// an agent.
+    pub merge_agents: Option<BTreeSet<String>>,
     /// Flow names (`call`).
     pub flows: BTreeSet<String>,
     /// The daemon's caps; a flow's `limits` may not exceed them.
@@ -222,6 +227,31 @@ impl Lint<'_> {
                 &format!("use one of: {}", known.join(", ")),
             );
         }
+    }
+
+    /// A `merge` node's `ref` names an agent of kind merge, when the
+    /// agents' kinds are known (an unknown agent is `unknown_agent`).
+    fn merge_agent(&mut self, pointer: &str, agent: &str) {
+        let Some(merge_agents) = &self.known.merge_agents else {
+            return;
+        };
+        if !self.known.agents.contains(agent) || merge_agents.contains(agent) {
+            return;
+        }
+        let hint = if merge_agents.is_empty() {
+            "no agent is of kind merge: configure one with `kind = \"merge\"` \
+             (docs/configuration.md, Merge agents)"
+                .to_owned()
+        } else {
+            let names: Vec<&str> = merge_agents.iter().map(String::as_str).collect();
+            format!("use a merge agent: {}", names.join(", "))
+        };
+        self.report(
+            pointer,
+            "not_a_merge_agent",
+            format!("`{agent}` is not a merge agent (`kind = \"merge\"`)"),
+            &hint,
+        );
     }
 
     fn schema(&mut self, pointer: &str, schema: &Value) {
@@ -458,6 +488,7 @@ impl Lint<'_> {
                         self.agent(&format!("{at}/{field}"), name);
                     }
                 }
+                self.merge_agent(&format!("{at}/ref"), agent);
                 match (strategy, judge) {
                     (MergeStrategy::PickBest, None) => self.report(
                         &format!("{at}/judge"),

@@ -1,7 +1,7 @@
 //! Lint tests: each problem a model can make is reported with its pointer,
 //! all of them at once, and a sound flow has none.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
@@ -9,7 +9,10 @@ use super::*;
 
 fn known() -> Known {
     Known {
-        agents: ["coder", "tester", "judge"].map(String::from).into(),
+        agents: ["coder", "tester", "judge", "merge"]
+            .map(String::from)
+            .into(),
+        merge_agents: Some(["merge".to_owned()].into()),
         flows: ["ship"].map(String::from).into(),
         caps: Limits {
             max_steps: 10_000,
@@ -192,6 +195,47 @@ fn a_merge_node_names_known_agents_and_a_judge_only_for_pick_best() {
             ("/body/children/2/ref".to_owned(), "unknown_agent"),
         ]
     );
+}
+
+#[test]
+fn a_merge_node_names_a_merge_agent() {
+    let merge = |agent: &str| {
+        json!({"name": "m", "body": {"kind": "merge", "ref": agent, "strategy": "sequence",
+            "branches": {"op": "lit", "value": ["a"]}, "out": path("$.m")}})
+    };
+    assert_eq!(run(merge("merge")), []);
+    let flow: Flow = serde_json::from_value(merge("coder")).unwrap();
+    let problems = lint(&flow, &known());
+    assert_eq!(
+        problems,
+        [Problem {
+            pointer: "/body/ref".to_owned(),
+            code: "not_a_merge_agent",
+            message: "`coder` is not a merge agent (`kind = \"merge\"`)".to_owned(),
+            hint: "use a merge agent: merge".to_owned(),
+        }]
+    );
+    // An unknown agent is only that; without merge agents the hint says
+    // how to configure one; with the kinds unknown, any agent goes.
+    assert_eq!(
+        run(merge("nobody")),
+        [("/body/ref".to_owned(), "unknown_agent")]
+    );
+    let none = Known {
+        merge_agents: Some(BTreeSet::new()),
+        ..known()
+    };
+    let problems = lint(&flow, &none);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].hint.contains("kind = \"merge\""),
+        "{problems:?}"
+    );
+    let kinds_unknown = Known {
+        merge_agents: None,
+        ..known()
+    };
+    assert_eq!(lint(&flow, &kinds_unknown), []);
 }
 
 #[test]

@@ -34,6 +34,7 @@ fn imported(name: &str) -> Imported {
         import_blueprint(&fixture(name)).unwrap_or_else(|problems| panic!("{name}: {problems:#?}"));
     let known = Known {
         agents: imported.agents.clone(),
+        merge_agents: None,
         flows: BTreeSet::new(),
         caps: Limits::default(),
     };

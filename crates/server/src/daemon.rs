@@ -180,7 +180,8 @@ pub async fn build(
             bases: worktree_bases(&config),
             git: branches.clone(),
         })),
-    );
+    )
+    .with_merge_agents(merge_agents(&config));
     tasks.spawn(runner.clone().run(shutdown.clone().cancelled_owned()));
     // The node heartbeats until the engine has drained, not just until
     // draining starts: its peers must not take over what it still finishes.
@@ -500,10 +501,21 @@ pub fn check_flows(config: &Config) -> Result<(), BuildError> {
     load_flows(config).map(drop)
 }
 
+/// The configured agents of kind merge, which a flow's `merge` node must
+/// name.
+fn merge_agents(config: &Config) -> std::collections::BTreeSet<String> {
+    config
+        .agents
+        .iter()
+        .filter(|(_, agent)| matches!(agent.kind, swarmd_config::AgentKind::Merge(_)))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
 /// The flows of `[flows_dir]`, each linted against the configured agents
 /// and the other flows (a `call` counts the steps of the flow it names, and
-/// a cycle of calls through them is a problem): a file that cannot be read or a flow that could
-/// never run stops the start, every problem named with its file and
+/// a cycle of calls through them is a problem): a file that cannot be read
+/// or a flow that could never run stops the start, every problem named with its file and
 /// pointer (the flows that were read are linted even when another file
 /// was not).
 fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
@@ -513,6 +525,7 @@ fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
     let (catalog, mut problems) = dir.read();
     let known = swarmd_flow::lint::Known {
         agents: config.agents.keys().cloned().collect(),
+        merge_agents: Some(merge_agents(config)),
         // A call of a flow whose file did not read is that file's problem,
         // reported once, under its file.
         flows: catalog.names().chain(catalog.unread()).cloned().collect(),

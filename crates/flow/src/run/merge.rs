@@ -8,7 +8,9 @@
 //!    answer an object whose `winner` is an index into `candidates` or one
 //!    of the branch names; `reason` is kept with the verdict.
 //! 2. The merge step runs the merge agent with `{branches, strategy}` (the
-//!    items that name a branch; `pick` of the winner for `pick_best`).
+//!    items that name a branch; `pick` of the winner for `pick_best`); a
+//!    record without a `branch` string (an agent that is not a merge
+//!    agent) fails the node.
 //! 3. When the merge conflicted with a work branch and the node has an
 //!    `on_conflict` agent, the resolver step starts from that branch (its
 //!    worktree holds the conflict markers) and its git changes are the
@@ -124,6 +126,22 @@ impl Eval<'_> {
             }
             Inner::Other(res) => return (res, tries),
         };
+        if !record["branch"].is_string() {
+            let reason = format!(
+                "{}/merge: agent `{}` answered no `branch`, so it is not a merge agent \
+                 (`kind = \"merge\"`): {}",
+                at.pointer,
+                node.agent,
+                cut(&record)
+            );
+            return (
+                Res::Failed {
+                    reason,
+                    seq: latest,
+                },
+                tries,
+            );
+        }
         result.insert("branch".into(), record["branch"].clone());
         result.insert("head".into(), record["head"].clone());
         let conflict = record.get("conflict").cloned().unwrap_or(Value::Null);

@@ -130,3 +130,23 @@ fn without_a_resolver_the_conflict_is_in_the_result() {
     assert_eq!(out["merged"]["conflict"]["branch"], "b2");
     assert_eq!(out["merged"]["branch"], "m");
 }
+
+#[test]
+fn a_record_without_a_branch_fails_the_node() {
+    // An agent that is not a merge agent (here one that echoes its input)
+    // names no branch: the node fails instead of passing with a null one.
+    let mut sim = merge_flow("sequence", json!({}));
+    sim.tick();
+    sim.end(
+        "/body/merge",
+        Ok(json!({"branches": ["b0", "b2"], "strategy": "sequence"})),
+    );
+    let Progress::Failed { reason } = sim.tick().progress else {
+        panic!("not failed");
+    };
+    assert!(
+        reason.starts_with("/body/merge: agent `merge` answered no `branch`"),
+        "{reason}"
+    );
+    assert!(reason.contains("kind = \"merge\""), "{reason}");
+}

@@ -4,7 +4,8 @@
 //! `/mcp`), a login nested past 64 levels or with an oversized capability
 //! manifest is 400, a body to `/mcp` that is not one JSON-RPC message is
 //! 400 (not rmcp's 415, as if its type were wrong), a query parameter on
-//! a route that takes none is 400 (after the credential), and an inline flow whose JSONPath descends twice (its
+//! a route that takes none is 400 (after the credential), an error that
+//! repeats a huge input is cut to 16 KiB, and an inline flow whose JSONPath descends twice (its
 //! matches would grow as a power of the run's variables) is refused before
 //! it runs.
 
@@ -226,4 +227,28 @@ stdin = "none"
     // Without a credential the answer is 401 first.
     let answer = sw.http.get(sw.url("/v1/status?x=1")).send().await.unwrap();
     expect_error(answer, 401, "unauthorized").await;
+}
+
+#[tokio::test]
+async fn an_error_repeating_a_huge_input_is_cut() {
+    let sw = Swarmd::new("[agents.cat]\nkind = \"process\"\nprogram = \"/bin/cat\"\n")
+        .start()
+        .await;
+    let body = json!({"agent": "cat", "prompt": "p", "layers": ["x".repeat(1_000_000)]});
+    let answer = sw
+        .post("/v1/tasks", &sw.admin)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 400);
+    let text = answer.text().await.unwrap();
+    assert!(text.len() < 20_000, "{} bytes", text.len());
+    let parsed: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(parsed["code"], "bad_request");
+    assert!(
+        parsed["error"].as_str().unwrap().ends_with(" more bytes)"),
+        "{}",
+        &text[..200]
+    );
 }

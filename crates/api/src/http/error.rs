@@ -14,6 +14,27 @@ use swarmd_wire::ErrorBody;
 
 use swarmd_sessions::SessionError;
 
+/// The longest message an error carries: a message that repeats what a
+/// client sent (an unknown name, a bad value) never answers a megabyte
+/// with a megabyte.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+
+/// `message` cut to [`MAX_MESSAGE_BYTES`] at a character boundary, saying
+/// how much was cut.
+fn bounded(mut message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    let cut = message.len();
+    let mut end = MAX_MESSAGE_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push_str(&format!("… ({} more bytes)", cut - end));
+    message
+}
+
 /// An error answer.
 #[derive(Debug)]
 pub struct ApiError {
@@ -34,7 +55,7 @@ impl ApiError {
         ApiError {
             status,
             code,
-            message: message.into(),
+            message: bounded(message.into()),
         }
     }
 
@@ -142,6 +163,25 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn a_message_repeating_a_huge_input_is_cut() {
+        let huge = format!("unknown layer `{}`", "é".repeat(MAX_MESSAGE_BYTES));
+        let error = super::ApiError::bad_request(huge.clone());
+        assert!(
+            error.message().len() <= MAX_MESSAGE_BYTES + 32,
+            "{}",
+            error.message().len()
+        );
+        assert!(error.message().starts_with("unknown layer `éé"));
+        assert!(
+            error.message().ends_with(" more bytes)"),
+            "{}",
+            &error.message()[16_000..]
+        );
+        let short = super::ApiError::bad_request("short");
+        assert_eq!(short.message(), "short");
+    }
 
     use super::*;
 

@@ -45,9 +45,29 @@ pub(super) async fn tasks(
                 let next = render::clean(next, 40);
                 eprintln!("more: swarmd task list --after {next} (with the same filters)");
             }
+            let empty = page["tasks"].as_array().is_none_or(Vec::is_empty);
+            if let Some(agent) = args.agent.as_deref().filter(|_| empty) {
+                note_unknown_agent(client, agent).await;
+            }
         }
     }
     Ok(exit::OK)
+}
+
+/// Says on stderr when a table came back empty for an agent the daemon
+/// does not have (a typo, most often); tasks of an agent removed since
+/// stay listable, so the filter itself is not refused.
+async fn note_unknown_agent(client: &ApiClient, agent: &str) {
+    let Ok(agents) = client.list_agents().await else {
+        return;
+    };
+    let known = agents["agents"]
+        .as_array()
+        .is_some_and(|list| list.iter().any(|a| a["name"] == agent));
+    if !known {
+        let agent = render::clean(agent, 64);
+        eprintln!("note: the daemon has no agent `{agent}` (swarmd agents lists them)");
+    }
 }
 
 /// `swarmd agents`: `GET /v1/agents`.

@@ -1,6 +1,6 @@
 //! Black-box tests of the `swarmd` client commands against a daemon this
-//! test starts: what `task get`, `task list`, `flow answer` and a refused
-//! credential print.
+//! test starts: what `task get`, `task list` (and its note on an agent the
+//! daemon lacks), `flow answer` and a refused credential print.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -185,6 +185,19 @@ fn task_list_after_takes_the_tail_a_table_prints() {
     }
     let refused = daemon.run(&["task", "list", "--after", "T-nope"]);
     assert_eq!(refused.status.code(), Some(64), "{refused:?}");
+}
+
+#[test]
+fn an_empty_table_for_an_agent_the_daemon_lacks_says_so() {
+    let daemon = Daemon::start();
+    daemon.ok(&["task", "spawn", "--agent", "cat", "--prompt", "p"]);
+    let typo = daemon.run(&["task", "list", "--agent", "caat"]);
+    assert_eq!(typo.status.code(), Some(0), "{typo:?}");
+    let stderr = text(&typo.stderr);
+    assert!(stderr.contains("no agent `caat`"), "{stderr}");
+    // A known agent with no tasks in the page says nothing.
+    let known = daemon.run(&["task", "list", "--agent", "cat", "--status", "failed"]);
+    assert!(text(&known.stderr).is_empty(), "{known:?}");
 }
 
 #[test]

@@ -36,6 +36,7 @@ pub(super) async fn run(args: FlowArgs, env: &Environment) -> Result<u8, Command
         FlowCommand::Lint { file } => {
             let flow = read_flow(&file)?;
             let answer = client.lint_flow(&flow).await?;
+            note_too_large_for_the_directory(&file);
             let problems = problems_of(&answer);
             match output {
                 OutputFormat::Json => print(&answer.to_string())?,
@@ -217,6 +218,21 @@ fn import(file: &Path, name: Option<&str>) -> Result<u8, CommandError> {
             }
             Ok(exit::FAILURE)
         }
+    }
+}
+
+/// Says on stderr when a linted file is larger than the daemon's flows
+/// directory reads: such a flow runs only when sent inline.
+fn note_too_large_for_the_directory(path: &Path) {
+    let bound = swarmd_flow_run::catalog::MAX_FLOW_FILE_BYTES;
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.len() > bound
+    {
+        eprintln!(
+            "note: {} is {} bytes; [flows_dir] reads files of at most {bound} bytes, so it runs only sent inline",
+            path.display(),
+            meta.len()
+        );
     }
 }
 

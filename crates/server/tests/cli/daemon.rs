@@ -274,3 +274,17 @@ fn a_refused_credential_names_where_it_was_read_from_and_not_itself() {
     let flags = ["--state-dir", other_state.to_str().unwrap()];
     refused_naming(&flags, &[], &source, &other_admin);
 }
+
+#[test]
+fn lint_says_when_a_file_is_larger_than_the_flows_directory_reads() {
+    let daemon = Daemon::start();
+    let big = serde_json::json!({"name": "big", "body": {"kind": "let",
+        "at": {"op": "path", "at": "$.x"},
+        "value": {"op": "lit", "value": "x".repeat(1_100_000)}}});
+    let path = daemon.dir.path().join("big.json");
+    std::fs::write(&path, big.to_string()).unwrap();
+    let linted = daemon.run(&["flow", "lint", path.to_str().unwrap()]);
+    assert_eq!(linted.status.code(), Some(0), "{linted:?}");
+    let stderr = text(&linted.stderr);
+    assert!(stderr.contains("runs only sent inline"), "{stderr}");
+}

@@ -27,8 +27,40 @@ pub fn flow_from_value(value: &Value) -> Result<Flow, String> {
             format!("{at}: {error}")
         }
         Some(Place { at, why, .. }) if at != "/" => format!("{at}: {why}"),
-        _ => error.to_string(),
+        _ if !value.is_object() => format!("/: a flow is a JSON object, not {}", kind(value)),
+        _ => serde_path(value).unwrap_or_else(|| error.to_string()),
     })
+}
+
+/// What serde refuses where the schema does not (a number past its Rust
+/// type), named by the JSON pointer of its place: the field's own, or
+/// within a node (read through its `kind` tag) the node's.
+fn serde_path(value: &Value) -> Option<String> {
+    let error = serde_path_to_error::deserialize::<_, Flow>(value).err()?;
+    let mut pointer = String::new();
+    for segment in error.path().iter() {
+        match segment {
+            serde_path_to_error::Segment::Seq { index } => pointer.push_str(&format!("/{index}")),
+            serde_path_to_error::Segment::Map { key } => {
+                pointer.push('/');
+                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+            serde_path_to_error::Segment::Enum { .. } | serde_path_to_error::Segment::Unknown => {}
+        }
+    }
+    (!pointer.is_empty()).then(|| format!("{pointer}: {}", error.inner()))
+}
+
+/// A JSON value's kind, for a message.
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        Value::Null => "null",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// The IR's schema, compiled once (it is only read when a flow fails).
@@ -192,6 +224,20 @@ mod tests {
         let flow = json!({"name": "f", "body": {"kind": "let", "at": {"op": "path", "at": "$.x"},
             "value": {"op": "lit", "value": 1}}});
         assert!(flow_from_value(&flow).is_ok());
+    }
+
+    #[test]
+    fn what_only_serde_refuses_is_named_by_its_pointer_too() {
+        let why = error_of(json!([{"name": "x"}]));
+        assert_eq!(why, "/: a flow is a JSON object, not an array");
+        let flow = json!({"name": "x", "body": {"kind": "step", "ref": "a",
+            "in": {"op": "lit", "value": 1}, "out": {"op": "path", "at": "$.o"},
+            "retry": {"attempts": 2, "backoff_secs": 99_999_999_999_u64}}});
+        // A node is read through its `kind` tag, so serde's path ends at
+        // the node: the pointer names the node, the message the field.
+        let why = error_of(flow);
+        assert!(why.starts_with("/body: "), "{why}");
+        assert!(why.contains("99999999999") && why.contains("u32"), "{why}");
     }
 
     #[test]

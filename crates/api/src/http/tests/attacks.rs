@@ -213,8 +213,9 @@ async fn read_only_and_worker_credentials_stay_in_their_lane() {
         .await
         .unwrap();
     expect_error(response, 403, "forbidden").await;
+    // A live handle is a worker's credential, refused here as its token is.
     let response = api.get("/v1/tasks", cred.handle()).send().await.unwrap();
-    expect_error(response, 401, "unauthorized").await;
+    expect_error(response, 403, "forbidden").await;
 
     // An operator session reads only its own part of the event log: not
     // the events of a task the admin created.

@@ -77,7 +77,7 @@ async fn metrics_lists_the_spec_metrics() {
         "swarmd_tasks{status=\"running\"} 0",
         "swarmd_sessions_connected 0",
         "swarmd_store_append_latency_seconds_count 2",
-        "swarmd_token_verify_failures_total{reason=\"malformed\"} 1",
+        "swarmd_token_verify_failures_total{reason=\"unknown_handle\"} 1",
         "swarmd_http_requests_total{route=\"/v1/worker/output\",status=\"200\"} 1",
         "swarmd_http_requests_total{route=\"/v1/tasks/{id}/wait\",status=\"200\"} 1",
     ] {

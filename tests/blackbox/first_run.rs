@@ -37,8 +37,18 @@ fn swarmd(cwd: &Path, env: &[(&str, &Path)]) -> Command {
 /// Starts `swarmd serve --bind 127.0.0.1:0` and returns it with its stderr
 /// up to and including the lines after `listening on`.
 async fn serve(cwd: &Path, env: &[(&str, &Path)]) -> (Child, String, Vec<String>) {
+    serve_with(cwd, env, &[]).await
+}
+
+/// [`serve`] with `more` flags after `serve`.
+async fn serve_with(
+    cwd: &Path,
+    env: &[(&str, &Path)],
+    more: &[&str],
+) -> (Child, String, Vec<String>) {
     let mut child = swarmd(cwd, env)
         .args(["serve", "--bind", "127.0.0.1:0"])
+        .args(more)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -207,4 +217,33 @@ async fn a_second_daemon_on_the_same_state_directory_refuses_to_start() {
     assert!(spawn.status.success(), "{stderr}");
     assert!(stdout.contains("\"pass\""), "{stdout}");
     first.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_start_hint_names_a_state_directory_a_client_would_not_find() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    let config = home.join(".config/swarmd/swarmd.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, USER_CONFIG).unwrap();
+    let env = [("HOME", home.as_path())];
+    let elsewhere = root.path().join("elsewhere");
+    let flag = elsewhere.to_str().unwrap();
+    let (mut daemon, _, start) = serve_with(root.path(), &env, &["--state-dir", flag]).await;
+    let hint = start
+        .iter()
+        .find_map(|line| line.split("sign in with the admin token: ").nth(1))
+        .unwrap_or_else(|| panic!("{start:?}"))
+        .to_owned();
+    assert_eq!(hint, format!("swarmd admin-token --state-dir {flag}"));
+    // The hinted command, run in the person's shell, prints this daemon's token.
+    let args: Vec<&str> = hint.split(' ').skip(1).collect();
+    let printed = swarmd(root.path(), &env)
+        .args(&args)
+        .output()
+        .await
+        .unwrap();
+    let on_disk = std::fs::read_to_string(elsewhere.join("admin.token")).unwrap();
+    assert_eq!(text(&printed).0.trim(), on_disk.trim());
+    daemon.kill().await.unwrap();
 }

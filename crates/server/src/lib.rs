@@ -81,20 +81,51 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 }
 
 /// The lines after `listening on`: where the dashboard is and how to get the
-/// admin token to sign in with (`--config` when this daemon's file is not
-/// the one found by default).
-fn start_hint(base_url: &str, config: Option<&std::path::Path>, env: &Environment) -> String {
+/// admin token to sign in with: `--config` when this daemon's file is not
+/// the one found by default, and `--state-dir` when the token is the state
+/// directory's and a client reading that file in its own environment would
+/// look in another directory (the daemon's came from `$STATE_DIRECTORY`,
+/// `SWARMD_STORE__STATE_DIR` or `--state-dir`).
+fn start_hint(base_url: &str, config: &Config, env: &Environment) -> String {
     let found = swarmd_config::ConfigPath::search(None, env);
-    let flag = match config {
-        Some(path) if found != swarmd_config::ConfigPath::IfPresent(path.to_owned()) => {
-            format!(" --config {}", path.display())
-        }
-        _ => String::new(),
-    };
+    let mut flags = String::new();
+    if let Some(path) = config.source.as_deref()
+        && found != swarmd_config::ConfigPath::IfPresent(path.to_owned())
+    {
+        flags.push_str(&format!(" --config {}", path.display()));
+    }
+    if matches!(
+        state::SecretSource::for_admin_token(config, env),
+        state::SecretSource::StateDir(_)
+    ) && client_state_dir(config, env).as_deref() != Some(config.store.state_dir.as_path())
+    {
+        flags.push_str(&format!(
+            " --state-dir {}",
+            config.store.state_dir.display()
+        ));
+    }
     format!(
-        "dashboard: {}/ui\nsign in with the admin token: swarmd admin-token{flag}",
+        "dashboard: {}/ui\nsign in with the admin token: swarmd admin-token{flags}",
         base_url.trim_end_matches('/')
     )
+}
+
+/// The state directory `swarmd admin-token --config <this file>` resolves
+/// in a person's shell: the file read with only the per-user places of the
+/// environment (`HOME`, `XDG_STATE_HOME`), none of a service's.
+fn client_state_dir(config: &Config, env: &Environment) -> Option<std::path::PathBuf> {
+    let shell = Environment::from_pairs(
+        ["HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME"]
+            .into_iter()
+            .filter_map(|name| env.get(name).map(|value| (name, value.to_owned()))),
+    );
+    let path = match config.source.as_deref() {
+        Some(path) => swarmd_config::ConfigPath::Explicit(path.to_owned()),
+        None => swarmd_config::ConfigPath::search(None, &shell),
+    };
+    Config::load(&path, &shell, &swarmd_config::Overrides::default())
+        .ok()
+        .map(|config| config.store.state_dir)
 }
 
 /// Assembles the daemon, recovers, serves on `listener` until `shutdown`
@@ -155,10 +186,7 @@ pub async fn run(
             built.recovery.continued
         );
     }
-    eprintln!(
-        "{}",
-        start_hint(&base_url, config.source.as_deref(), &startup.env)
-    );
+    eprintln!("{}", start_hint(&base_url, &config, &startup.env));
 
     let http_stop = CancellationToken::new();
     let router = swarmd_api::router(app.clone(), swarmd_mcp::routes(&app));

@@ -297,10 +297,16 @@ pub(crate) fn follow_stderr(
         let mut lines = BufReader::new(stderr).lines();
         let mut addr_tx = Some(addr_tx);
         while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(addr) = line.split("listening on http://").nth(1)
+            // The address ends where its characters do: a JSON log line
+            // goes on after it.
+            if let Some(rest) = line.split("listening on http://").nth(1)
                 && let Some(tx) = addr_tx.take()
             {
-                let _ = tx.send(addr.trim().to_owned());
+                let addr: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || ".:[]".contains(*c))
+                    .collect();
+                let _ = tx.send(addr);
             }
             log.lock().unwrap().push(line);
         }

@@ -1,4 +1,5 @@
 //! Log lines as an operator reads them with `SWARMD_LOG_FORMAT=json`: every
+//! line on stderr is one JSON object (the lines for a person too), and every
 //! line an attempt's pipeline writes, its spawner's included, carries the
 //! attempt's span (task, attempt number, agent).
 
@@ -46,6 +47,13 @@ async fn the_process_spawners_log_line_carries_task_attempt_and_agent_in_json() 
         .filter(|line| line["fields"]["message"] == "process agent started")
         .collect();
     assert_eq!(started.len(), 2, "one line per attempt:\n{log}");
+    // Every line is one JSON object, the lines for a person included (the
+    // harness marks each start with a `--- ` line of its own).
+    for line in log.lines().filter(|line| !line.starts_with("--- ")) {
+        let parsed = serde_json::from_str::<Value>(line);
+        assert!(parsed.is_ok_and(|v| v.is_object()), "not JSON: {line}");
+    }
+    assert!(log.contains("sign in with the admin token"), "{log}");
     for (n, line) in started.iter().enumerate() {
         let span = attempt_span(line).unwrap_or_else(|| panic!("no attempt span: {line}"));
         assert_eq!(span["task_id"], task.as_str(), "{line}");

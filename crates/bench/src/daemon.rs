@@ -328,10 +328,15 @@ async fn admin_token_command(binary: &Path, config: &Path) -> anyhow::Result<Str
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
-/// The address of a `listening on http://ADDR` line.
+/// The address of a `listening on http://ADDR` line (a text log's, or the
+/// message of a JSON log's line, which goes on after the address).
 pub(crate) fn listening_address(line: &str) -> Option<String> {
-    let addr = line.split("listening on http://").nth(1)?.trim();
-    (!addr.is_empty()).then(|| addr.to_owned())
+    let rest = line.split("listening on http://").nth(1)?;
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || ".:[]".contains(*c))
+        .collect();
+    (!addr.is_empty()).then_some(addr)
 }
 
 fn read_token(path: &Path) -> anyhow::Result<String> {
@@ -391,5 +396,7 @@ mod tests {
         );
         assert_eq!(listening_address("2025 INFO listening addr=..."), None);
         assert_eq!(listening_address("listening on http://"), None);
+        let json = r#"{"fields":{"message":"listening on http://127.0.0.1:40123"},"target":"swarmd::notice"}"#;
+        assert_eq!(listening_address(json).as_deref(), Some("127.0.0.1:40123"));
     }
 }

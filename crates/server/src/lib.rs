@@ -179,14 +179,14 @@ pub async fn run(
         }
     });
     tracing::info!(%addr, %base_url, "listening");
-    eprintln!("listening on http://{addr}");
+    telemetry::notice(&format!("listening on http://{addr}"));
     if built.recovery.continued > 0 {
-        eprintln!(
+        telemetry::notice(&format!(
             "resuming {} coding attempt(s) the last stop interrupted, in their sessions and on their branches",
             built.recovery.continued
-        );
+        ));
     }
-    eprintln!("{}", start_hint(&base_url, &config, &startup.env));
+    telemetry::notice(&start_hint(&base_url, &config, &startup.env));
 
     let http_stop = CancellationToken::new();
     let router = swarmd_api::router(app.clone(), swarmd_mcp::routes(&app));
@@ -232,13 +232,14 @@ pub async fn run(
     }
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let (_, running) = engine.load();
-    eprintln!(
-        "{}",
-        shutdown::drain_notice(running, app.sessions.connected(), grace)
-    );
+    telemetry::notice(&shutdown::drain_notice(
+        running,
+        app.sessions.connected(),
+        grace,
+    ));
     engine.shutdown(grace).await;
     if let Some(notice) = shutdown::drained_notice(engine.live_tasks()) {
-        eprintln!("{notice}");
+        telemetry::notice(&notice);
     }
     built.cluster_stop.cancel();
     app.sessions.close_sockets();

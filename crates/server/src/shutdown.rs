@@ -34,7 +34,7 @@ pub fn install() -> std::io::Result<CancellationToken> {
         let received = |signal: StopSignal| {
             if fired.is_cancelled() {
                 tracing::warn!(?signal, "second stop signal: exiting without draining");
-                eprintln!("{FORCED}");
+                crate::telemetry::notice(FORCED);
                 std::process::exit(130);
             }
             tracing::info!(?signal, "stop signal: draining");

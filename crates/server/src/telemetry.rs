@@ -19,8 +19,9 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 /// The filter used when `RUST_LOG` is unset: `info`, but `warn` for the
 /// embedded asset server (a line per asset route at start) and the MCP
-/// library (the whole peer description at each handshake).
-pub const DEFAULT_FILTER: &str = "info,memory_serve=warn,rmcp=warn";
+/// library (the whole peer description at each handshake). The PostgreSQL driver logs each server NOTICE (`relation … already
+/// exists, skipping` at every migration check) at `info`: `warn` too.
+pub const DEFAULT_FILTER: &str = "info,memory_serve=warn,rmcp=warn,tokio_postgres=warn";
 
 /// Output format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -70,12 +71,33 @@ pub const CREDENTIAL_CAPS: &[&str] = &[
 /// they log at `warn` at most, so ids stay out of the log.
 pub const SESSION_ID_CAPS: &[&str] = &["rmcp::transport::streamable_http_server"];
 
+/// Whether the log is JSON: the daemon's lines for a person (where it
+/// listens, how to sign in, what a stop waits for) are then log events, so
+/// every line on stderr is one JSON object.
+static JSON_LOG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Tells a person `text` on stderr: as it is in a text log, as one `info`
+/// event per line in a JSON log.
+pub fn notice(text: &str) {
+    if JSON_LOG.load(std::sync::atomic::Ordering::Relaxed) {
+        for line in text.lines() {
+            tracing::info!(target: "swarmd::notice", "{line}");
+        }
+    } else {
+        eprintln!("{text}");
+    }
+}
+
 /// Installs the global subscriber. `filter` is the value of `RUST_LOG`; the
 /// `CREDENTIAL_CAPS` apply on top of it.
 ///
 /// # Errors
 /// `Filter` when `filter` does not parse; `AlreadyInstalled` on a second call.
 pub fn init(format: LogFormat, filter: Option<&str>) -> Result<(), TelemetryError> {
+    JSON_LOG.store(
+        format == LogFormat::Json,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let filter = build_filter(filter)?.and(credential_caps());
     let layer = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())

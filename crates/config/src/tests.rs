@@ -240,6 +240,11 @@ fn invalid_values_are_refused_with_the_key() {
             "store.url",
         ),
         ("[store]\npg_pool = 0\n", "store.pg_pool"),
+        (
+            "[store]\nbackend = \"postgres\"\nurl = \"postgres://h/d\"\n\
+             password_file = \"/nonexistent/pg-password\"\n",
+            "store.password_file",
+        ),
         ("[cluster]\n", "cluster"),
         (
             "[store]\nbackend = \"postgres\"\nurl = \"postgres://h/d\"\n\
@@ -386,17 +391,21 @@ fn a_cluster_section_is_read_on_postgres() {
 
 #[test]
 fn a_postgres_store_is_read_and_its_url_printed_without_a_password() {
-    let fixture = Fixture::new(
+    let secrets = tempfile::tempdir().unwrap();
+    let password = secrets.path().join("pg-password");
+    std::fs::write(&password, "pw\n").unwrap();
+    let fixture = Fixture::new(&format!(
         "[store]\nbackend = \"postgres\"\n\
          url = \"postgres://swarmd:inline-pw@db.internal:5432/swarmd\"\n\
-         password_file = \"/run/pg-password\"\npg_pool = 3\n",
-    );
+         password_file = \"{}\"\npg_pool = 3\n",
+        password.display()
+    ));
     let config = fixture.load(&[], &Overrides::default()).unwrap();
     assert_eq!(config.store.backend, StoreBackend::Postgres);
     assert_eq!(config.store.pg_pool, 3);
     assert_eq!(
         config.store.password_file.as_deref(),
-        Some(Path::new("/run/pg-password"))
+        Some(password.as_path())
     );
     let printed = config.to_toml_redacted().unwrap();
     assert!(!printed.contains("inline-pw"), "{printed}");

@@ -235,6 +235,21 @@ fn validate_server(config: &Config) -> Result<(), ConfigError> {
             "must name the database when store.backend = \"postgres\"",
         ));
     }
+    // The password file is read at start: one that does not exist is a
+    // configuration error, found by check-config too. One this user may not
+    // read is left to the daemon (a client reading the same file for the
+    // daemon's URL never reads the password).
+    if config.store.backend == StoreBackend::Postgres
+        && let Some(path) = &config.store.password_file
+        && let Err(source) = std::fs::metadata(path)
+        && source.kind() == std::io::ErrorKind::NotFound
+    {
+        return Err(ConfigError::Unreadable {
+            key: "store.password_file".to_owned(),
+            path: path.clone(),
+            source,
+        });
+    }
     if let Some(cluster) = &config.cluster {
         if config.store.backend != StoreBackend::Postgres {
             return Err(invalid(

@@ -65,6 +65,23 @@ pub use sqlite::{
     SqliteDb, SqliteOptions, SqliteOutputStore, Synchronous, WriteTicket, WriterStats,
 };
 
+/// `error` and each of its causes, joined by `: `, each said once: the
+/// PostgreSQL driver says only `db error` and keeps the server's reason
+/// (`password authentication failed for user …`) as its cause.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let said = next.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = next.source();
+    }
+    text
+}
+
 /// Failures of the output store and of the shared SQLite handle.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -73,7 +90,7 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     /// Another database backend (PostgreSQL, in its own crate) reported an
     /// error for this operation; the message never carries a credential.
-    #[error("database: {0}")]
+    #[error("database: {}", with_causes(.0.as_ref()))]
     Database(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The database holds a schema this build cannot use (written by a newer
     /// swarmd, or not swarmd's at all).
@@ -369,5 +386,25 @@ pub trait OutputStore: Send + Sync + std::fmt::Debug + 'static {
     async fn read_blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let _ = sha256;
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::StoreError;
+
+    /// A driver-like error that says little and keeps its reason as its cause.
+    #[derive(Debug, thiserror::Error)]
+    #[error("db error")]
+    struct Terse(#[source] std::io::Error);
+
+    #[test]
+    fn a_database_error_says_its_causes() {
+        let reason = std::io::Error::other("password authentication failed for user \"swarmd\"");
+        let error = StoreError::Database(Box::new(Terse(reason)));
+        assert_eq!(
+            error.to_string(),
+            "database: db error: password authentication failed for user \"swarmd\""
+        );
     }
 }

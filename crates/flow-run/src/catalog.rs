@@ -288,8 +288,9 @@ mod tests {
             "{problems:?}"
         );
         assert!(
-            problems[1]
-                .contains("odd.lua: the script's table is not a flow: unknown field `bodyy`"),
+            problems[1].contains(
+                "odd.lua: the script's table is not a flow: /bodyy: unknown field `bodyy`"
+            ),
             "{problems:?}"
         );
 

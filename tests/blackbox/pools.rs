@@ -20,6 +20,7 @@ use crate::daemon::{Swarmd, eventually, process_gone, read_pid};
 use crate::harness::parts;
 
 mod access;
+mod draining;
 mod lifecycle;
 mod tls;
 mod worktrees;
@@ -69,6 +70,8 @@ pub(super) struct Setup<'a> {
     pub(super) args: Vec<String>,
     /// The child's script (`@DIR@`: the daemon's directory) [default: `CHILD`].
     pub(super) script: Option<&'a str>,
+    /// `--drain-secs` [default: 5].
+    pub(super) drain_secs: Option<u64>,
 }
 
 /// A `swarmd worker pool` process; killed when dropped.
@@ -104,6 +107,7 @@ impl Pool {
             .unwrap_or(CHILD)
             .replace("@DIR@", &sw.dir().display().to_string());
         let server = setup.server.unwrap_or(&sw.base);
+        let drain = setup.drain_secs.unwrap_or(5).to_string();
         let mut child = Command::new(BINARY)
             .args(["worker", "pool", "--server", server, "--agent", agent])
             .args(["--concurrency", &concurrency.to_string(), "--pool-id", name])
@@ -113,7 +117,7 @@ impl Pool {
                 "--kill-grace-secs",
                 "1",
                 "--drain-secs",
-                "5",
+                &drain,
             ])
             .args(&setup.args)
             .args(["--", "/bin/sh", "-c", &script, name])

@@ -160,6 +160,7 @@ impl Shared {
             attempt: at.attempt,
             reason,
         });
+        self.links[link].changed.notify_one();
     }
 
     /// Forgets `at` (claimed from `link`) and wakes whoever waits on it.
@@ -336,16 +337,31 @@ pub async fn run_pool(
     }
     hand_back(&shared);
     attempts.wait().await;
-    // The last reports (failures, hand-backs) go out before the pool exits.
-    for daemon in &daemons {
-        let _ = flush_ended(daemon, &options, &shared).await;
-    }
-    beating.cancel();
     let hearts = std::mem::take(&mut *hearts.lock().unwrap_or_else(|e| e.into_inner()));
+    stop_beating(&beating, hearts, &daemons, &options, &shared).await;
+    claimed
+}
+
+/// Stops the heartbeat loops and waits for them to end, then sends each
+/// daemon what is left to report (failures, hand-backs) before the pool
+/// exits. In that order, no loop takes an end the flush would miss: a
+/// loop stopped with a heartbeat in flight gives its ends back first.
+async fn stop_beating(
+    beating: &CancellationToken,
+    hearts: Vec<tokio::task::JoinHandle<()>>,
+    daemons: &[Daemon],
+    options: &PoolOptions,
+    shared: &Shared,
+) {
+    beating.cancel();
     for heart in hearts {
         let _ = heart.await;
     }
-    claimed
+    for daemon in daemons {
+        if let Err(error) = flush_ended(daemon, options, shared).await {
+            tracing::warn!(%error, server = %daemon.name(), "the last ends were not reported: their attempts are retried when their leases run out");
+        }
+    }
 }
 
 /// Kills what still runs (or waits for a slot) and reports it handed back.

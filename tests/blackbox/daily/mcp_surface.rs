@@ -124,9 +124,16 @@ async fn the_tool_list_is_swarmds_own_with_typed_standard_schemas() {
         assert!(typed_as("max_cost_usd", "number"), "{typed}");
         assert_eq!(typed["additionalProperties"], false, "{typed}");
     }
-    // The minimum of an unsigned integer survives the dropped format.
+    // The minimum of an unsigned integer survives the dropped format, and a
+    // bound the tool enforces is stated.
+    let after = &tools["output"]["input"]["properties"]["after_seq"];
+    assert_eq!(after["minimum"], 0, "{after}");
     let wait = &tools["wait"]["input"]["properties"]["timeout_secs"];
-    assert_eq!(wait["minimum"], 0, "{wait}");
+    assert_eq!(
+        (&wait["minimum"], &wait["maximum"]),
+        (&json!(1), &json!(600)),
+        "{wait}"
+    );
 
     // A spawn through the typed policy still decodes it as the engine does.
     let bad = json!({"agent": "cat", "prompt": "x", "policy": {"max_attempts": 0}});

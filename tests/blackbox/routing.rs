@@ -47,18 +47,34 @@ async fn attempts_spread_over_main_ai_sessions_by_load() {
         until_connected_is(&sw, login, true).await;
     }
 
-    // Each spawn stays unanswered, so each counts as its session's load:
-    // the two tasks land on different sessions.
+    // Each spawn stays unanswered, so each counts as its session's load
+    // once it is sent: the second task, created after the first's spawn
+    // arrived, lands on the other session.
     let mut tasks = Vec::new();
-    for _ in 0..2 {
+    let create = || async {
         let (status, body) = sw
             .create(json!({"agent": "helper", "prompt": "help"}))
             .await;
         assert!(status == 200 || status == 201, "{status} {body}");
-        tasks.push(body["task_id"].as_str().unwrap().to_owned());
-    }
-    let one = first_ws.recv_type("spawn").await;
-    let two = second_ws.recv_type("spawn").await;
+        body["task_id"].as_str().unwrap().to_owned()
+    };
+    tasks.push(create().await);
+    let deadline = tokio::time::Instant::now() + crate::harness::PATIENCE;
+    let (one, two) = loop {
+        assert!(tokio::time::Instant::now() < deadline, "no spawn frame");
+        if let Incoming::Frame(frame) = first_ws.next_within(Duration::from_millis(50)).await
+            && frame["type"] == "spawn"
+        {
+            tasks.push(create().await);
+            break (frame, second_ws.recv_type("spawn").await);
+        }
+        if let Incoming::Frame(frame) = second_ws.next_within(Duration::from_millis(50)).await
+            && frame["type"] == "spawn"
+        {
+            tasks.push(create().await);
+            break (first_ws.recv_type("spawn").await, frame);
+        }
+    };
     let mut got = vec![
         one["task_id"].as_str().unwrap().to_owned(),
         two["task_id"].as_str().unwrap().to_owned(),

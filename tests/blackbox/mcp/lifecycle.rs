@@ -301,6 +301,21 @@ program = "/bin/cat"
     assert!(!daemon.log().contains("panicked"));
 }
 
+/// Deletes, as the admin, the one operator session (the relay's); its sid.
+async fn delete_the_only_session(daemon: &Swarmd) -> String {
+    let listed = operators(daemon).await;
+    let old = only_session(&listed)["sid"].as_str().unwrap().to_owned();
+    let deleted = daemon
+        .http
+        .delete(daemon.url(&format!("/v1/operators/{old}")))
+        .bearer_auth(&daemon.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204, "{listed}");
+    old
+}
+
 /// The daemon's operator sessions, listed as the admin.
 async fn operators(daemon: &Swarmd) -> Value {
     let (status, listed) = parts(
@@ -339,16 +354,7 @@ async fn a_session_deleted_under_the_relay_is_replaced_by_a_new_login() {
         }
         let (child, pause, state) =
             pausing_client(&daemon, &args, &[("SWARMD_MCP_LOG", &log_arg)]).await;
-        let listed = operators(&daemon).await;
-        let old = only_session(&listed)["sid"].as_str().unwrap().to_owned();
-        let deleted = daemon
-            .http
-            .delete(daemon.url(&format!("/v1/operators/{old}")))
-            .bearer_auth(&daemon.admin)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(deleted.status(), 204, "{role}");
+        let old = delete_the_only_session(&daemon).await;
         // The next call finds the session gone: the relay logs in anew.
         go(pause.path());
         let seen = finish(&daemon, child).await;
@@ -406,16 +412,7 @@ async fn a_relay_whose_new_login_is_refused_answers_unauthorized_saying_why() {
         &[],
     )
     .await;
-    let listed = operators(&daemon).await;
-    let old = only_session(&listed)["sid"].as_str().unwrap().to_owned();
-    let deleted = daemon
-        .http
-        .delete(daemon.url(&format!("/v1/operators/{old}")))
-        .bearer_auth(&daemon.admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(deleted.status(), 204);
+    delete_the_only_session(&daemon).await;
     // Another session takes the role before the relay logs in again.
     let (status, other) = parts(
         daemon

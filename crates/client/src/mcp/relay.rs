@@ -181,15 +181,15 @@ impl Relay {
                 None,
             ))),
             Ok(Err(ServiceError::McpError(error))) => Try::Done(Err(error)),
-            Ok(Err(error)) if refusal(&error).is_some() => {
-                Try::Done(Ok(tool_error(&refusal(&error).unwrap_or_default())))
-            }
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "a call lost its upstream");
-                Try::Lost {
-                    again: read_only || never_reached(&error) || bearer_refused(&error),
+            Ok(Err(error)) => match refusal(&error) {
+                Some(answer) => Try::Done(Ok(tool_error(&answer))),
+                None => {
+                    tracing::debug!(%error, "a call lost its upstream");
+                    Try::Lost {
+                        again: read_only || never_reached(&error) || bearer_refused(&error),
+                    }
                 }
-            }
+            },
             Err(_) => Try::Lost { again: read_only },
         }
     }

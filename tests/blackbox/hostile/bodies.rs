@@ -1,7 +1,8 @@
 //! Hostile clients: bodies a client sends by hand, refused the same way on
 //! every route that reads one: a body that stalls is 408 `request_timeout`
 //! (the routes that read their body whole by hand included: the login and
-//! `/mcp`), a login nested past 64 levels or with an oversized capability
+//! `/mcp`), a worker route or task creation whose credential is refused
+//! answers 401 from the request's head without reading the body, a login nested past 64 levels or with an oversized capability
 //! manifest is 400, a body to `/mcp` that is not one JSON-RPC message is
 //! 400 (not rmcp's 415, as if its type were wrong), a query parameter on
 //! a route that takes none is 400 (after the credential), an error that
@@ -59,6 +60,35 @@ async fn a_stalled_body_is_a_timeout_on_every_route() {
             (408, &json!("request_timeout")),
             "{path}: {body}"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_refused_credential_is_answered_before_its_body_is_read() {
+    // The body would stall for a second and end in 408: a 401 shows the
+    // credential was refused from the head alone.
+    let sw = Swarmd::new("")
+        .env("SWARMD_SERVER__BODY_TIMEOUT_SECS", "1")
+        .start()
+        .await;
+    for bearer in ["swc1.forged.forged", "wh-0123456789abcdef0123", "nonsense"] {
+        for path in [
+            "/v1/worker/result",
+            "/v1/worker/submit",
+            "/v1/worker/output",
+            "/v1/worker/heartbeat",
+            "/v1/worker/artifact?name=a",
+            "/v1/worker/stats",
+            "/v1/worker/degradation",
+            "/v1/tasks",
+        ] {
+            let (status, body) = stalled(&sw, path, bearer).await;
+            assert_eq!(
+                (status, &body["code"]),
+                (401, &json!("unauthorized")),
+                "{path} with {bearer}: {body}"
+            );
+        }
     }
 }
 

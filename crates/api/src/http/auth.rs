@@ -8,6 +8,7 @@
 //! refusal is counted in `swarmd_token_verify_failures_total` by its precise
 //! reason; the client only ever sees the uniform 401 or a 403.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
@@ -289,6 +290,54 @@ impl FromRequestParts<AppState> for WorkerBearer {
             state.sessions.load_bearer(token).await;
         }
         Ok(WorkerBearer(token.to_owned()))
+    }
+}
+
+/// A worker route's verb, as a type: the route's credential is verified for
+/// it while the request's head is read.
+pub trait RouteVerb {
+    const VERB: Verb;
+}
+
+/// The worker verbs a route can name in [`Verified`].
+pub mod verb {
+    use super::{RouteVerb, Verb};
+
+    macro_rules! route_verbs {
+        ($($name:ident),*) => {$(
+            #[doc = concat!("`", stringify!($name), "`, for [`super::Verified`].")]
+            #[derive(Debug)]
+            pub struct $name;
+            impl RouteVerb for $name {
+                const VERB: Verb = Verb::$name;
+            }
+        )*};
+    }
+
+    route_verbs!(FetchPrompt, PostResult, EmitOutput, Heartbeat);
+}
+
+/// A worker route's bearer, verified for the route's verb `V` (steps 1–6)
+/// before its body is read: a refused credential costs the daemon a header,
+/// never a body of up to `limits.max_body_bytes`.
+#[derive(Debug)]
+pub struct Verified<V> {
+    pub bearer: WorkerBearer,
+    pub auth: WorkerAuth,
+    verb: PhantomData<V>,
+}
+
+impl<V: RouteVerb> FromRequestParts<AppState> for Verified<V> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let bearer = WorkerBearer::from_request_parts(parts, state).await?;
+        let auth = authenticate_worker(state, &bearer, V::VERB)?;
+        Ok(Verified {
+            bearer,
+            auth,
+            verb: PhantomData,
+        })
     }
 }
 

@@ -15,8 +15,9 @@
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
@@ -149,12 +150,11 @@ struct CancelBody {
 
 async fn spawn(
     State(state): State<AppState>,
-    bearer: WorkerBearer,
+    Spawner(origin): Spawner,
     _: NoQuery,
     IdempotencyKey(key): IdempotencyKey,
     Json(body): Json<SpawnBody>,
 ) -> Result<Response, ApiError> {
-    let origin = spawner_of(&state, &bearer)?;
     let wait_secs = body.wait_secs;
     let request = NewTask {
         agent: body.agent,
@@ -223,6 +223,19 @@ async fn check_pin(state: &AppState, origin: &Origin, pin: SessionId) -> Result<
         )));
     }
     Ok(())
+}
+
+/// Who creates a task, resolved from the bearer (`spawner_of`) before the
+/// body is read: a refused credential costs no body.
+struct Spawner(Origin);
+
+impl FromRequestParts<AppState> for Spawner {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let bearer = WorkerBearer::from_request_parts(parts, state).await?;
+        spawner_of(state, &bearer).map(Spawner)
+    }
 }
 
 /// Admins and operator sessions create top-level tasks; a worker whose agent

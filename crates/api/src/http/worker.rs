@@ -19,7 +19,6 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::{HeartbeatAck, ResultAck, ResultPost, WorkerAuth, body_digest};
 
@@ -27,7 +26,7 @@ use super::views::PromptView;
 use swarmd_output_store::OutputEvent;
 
 use crate::app::AppState;
-use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
+use crate::http::auth::{Verified, WorkerBearer, verb, worker_refusal};
 use crate::http::error::ApiError;
 use crate::http::extract::{
     IdempotencyKey, Json, Query, RawBody, check_depth, is_json, media_type,
@@ -128,10 +127,9 @@ fn yes() -> bool {
 
 async fn prompt(
     State(state): State<AppState>,
-    bearer: WorkerBearer,
+    Verified { bearer, auth, .. }: Verified<verb::FetchPrompt>,
     Query(query): Query<TaskQuery>,
 ) -> Result<Response, ApiError> {
-    let auth = authenticate_worker(&state, &bearer, Verb::FetchPrompt)?;
     let prompt = state
         .engine
         .fetch_prompt(&auth, id_of(query.task_id))
@@ -151,11 +149,10 @@ async fn prompt(
 
 async fn result(
     State(state): State<AppState>,
-    bearer: WorkerBearer,
+    Verified { bearer, auth, .. }: Verified<verb::PostResult>,
     IdempotencyKey(key): IdempotencyKey,
     RawBody(body): RawBody,
 ) -> Result<Json<ResultAck>, ApiError> {
-    let auth = authenticate_worker(&state, &bearer, Verb::PostResult)?;
     let parsed: ResultBody = parse_json(&body)?;
     let post = ResultPost {
         task_id: id_of(parsed.task_id),
@@ -170,13 +167,12 @@ async fn result(
 
 async fn submit(
     State(state): State<AppState>,
-    bearer: WorkerBearer,
+    Verified { bearer, auth, .. }: Verified<verb::PostResult>,
     Query(query): Query<SubmitQuery>,
     IdempotencyKey(key): IdempotencyKey,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
-    let auth = authenticate_worker(&state, &bearer, Verb::PostResult)?;
     let value = submitted_value(&headers, &body)?;
     // `ok` is part of what a replay must repeat.
     let digest: [u8; 32] = Sha256::new()
@@ -229,12 +225,11 @@ async fn post_final(
 
 async fn output(
     State(state): State<AppState>,
-    bearer: WorkerBearer,
+    Verified { bearer, auth, .. }: Verified<verb::EmitOutput>,
     Query(query): Query<TaskQuery>,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Json<OutputAck>, ApiError> {
-    let auth = authenticate_worker(&state, &bearer, Verb::EmitOutput)?;
     let events = parse_events(&headers, &body)?;
     let seq = state
         .engine
@@ -250,11 +245,10 @@ async fn output(
 
 async fn heartbeat(
     State(state): State<AppState>,
-    bearer: WorkerBearer,
+    Verified { bearer, auth, .. }: Verified<verb::Heartbeat>,
     Query(query): Query<TaskQuery>,
     RawBody(body): RawBody,
 ) -> Result<Json<HeartbeatAck>, ApiError> {
-    let auth = authenticate_worker(&state, &bearer, Verb::Heartbeat)?;
     let parsed: HeartbeatBody = if body.iter().all(u8::is_ascii_whitespace) {
         HeartbeatBody::default()
     } else {

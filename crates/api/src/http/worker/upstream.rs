@@ -11,14 +11,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use serde::Deserialize;
 use serde_json::Value;
-use swarmd_engine::gate::Verb;
 use swarmd_output_store::{ContentRef, OutputEvent};
 
 use super::{NamedTask, id_of, parse_json, submitted_value};
 use swarmd_output_store::MAX_ARTIFACT_NAME;
 
 use crate::app::AppState;
-use crate::http::auth::{WorkerBearer, authenticate_worker, worker_refusal};
+use crate::http::auth::{Verified, verb, worker_refusal};
 use crate::http::error::ApiError;
 use crate::http::extract::{Query, RawBody};
 
@@ -52,12 +51,11 @@ struct ReportQuery {
 /// The body, read as `submit` reads it, as one `artifact` output event.
 async fn artifact(
     State(state): State<AppState>,
-    bearer: WorkerBearer,
+    Verified { bearer, auth, .. }: Verified<verb::EmitOutput>,
     Query(query): Query<ArtifactQuery>,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<StatusCode, ApiError> {
-    let auth = authenticate_worker(&state, &bearer, Verb::EmitOutput)?;
     if query.name.is_empty() || query.name.len() > MAX_ARTIFACT_NAME {
         return Err(ApiError::bad_request(format!(
             "`name` must be 1 to {MAX_ARTIFACT_NAME} bytes"
@@ -79,20 +77,20 @@ async fn artifact(
 
 async fn stats(
     state: State<AppState>,
-    bearer: WorkerBearer,
+    worker: Verified<verb::EmitOutput>,
     query: Query<ReportQuery>,
     body: RawBody,
 ) -> Result<StatusCode, ApiError> {
-    report("stats", state, bearer, query, body).await
+    report("stats", state, worker, query, body).await
 }
 
 async fn degradation(
     state: State<AppState>,
-    bearer: WorkerBearer,
+    worker: Verified<verb::EmitOutput>,
     query: Query<ReportQuery>,
     body: RawBody,
 ) -> Result<StatusCode, ApiError> {
-    report("degradation", state, bearer, query, body).await
+    report("degradation", state, worker, query, body).await
 }
 
 /// A JSON report of at most [`MAX_REPORT_BYTES`] as a `progress` event named
@@ -100,11 +98,10 @@ async fn degradation(
 async fn report(
     stage: &str,
     State(state): State<AppState>,
-    bearer: WorkerBearer,
+    Verified { bearer, auth, .. }: Verified<verb::EmitOutput>,
     Query(query): Query<ReportQuery>,
     RawBody(body): RawBody,
 ) -> Result<StatusCode, ApiError> {
-    let auth = authenticate_worker(&state, &bearer, Verb::EmitOutput)?;
     if body.len() > MAX_REPORT_BYTES {
         return Err(report_too_large(stage));
     }

@@ -27,16 +27,23 @@ const WORKTREE_DIR: &str = "swarmd-worktrees";
 
 /// Runs the pool; exits 0 once drained after a signal.
 pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, CommandError> {
-    let token = match &args.token_file {
-        Some(file) => std::fs::read_to_string(file).map_err(|source| CommandError::Io {
-            action: "read the token file",
-            source,
-        })?,
-        None => env.get(TOKEN_VAR).map(str::to_owned).ok_or_else(|| {
-            usage(format!(
-                "give the pool's token with --token-file or {TOKEN_VAR}"
-            ))
-        })?,
+    // Where the token was read from, for a 401 to name (never the token).
+    let (token, token_source) = match &args.token_file {
+        Some(file) => (
+            std::fs::read_to_string(file).map_err(|source| CommandError::Io {
+                action: "read the token file",
+                source,
+            })?,
+            format!("the file {} of --token-file", file.display()),
+        ),
+        None => (
+            env.get(TOKEN_VAR).map(str::to_owned).ok_or_else(|| {
+                usage(format!(
+                    "give the pool's token with --token-file or {TOKEN_VAR}"
+                ))
+            })?,
+            TOKEN_VAR.to_owned(),
+        ),
     };
     let bootstrap = pool_bootstrap(&args).map_err(usage)?;
     let pool_id = match args.pool_id {
@@ -70,7 +77,7 @@ pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, Comman
     };
     let options = PoolOptions {
         servers: args.server,
-        token: Bearer::new(token),
+        token: Bearer::new(token).read_from(token_source),
         agent: args.agent,
         concurrency: args.concurrency,
         pool_id,

@@ -117,12 +117,12 @@ fn outcome(task: &serde_json::Value) -> u8 {
 /// With `--no-login` the credential is required as for `task`; otherwise a
 /// missing one is no error: the login is then a loopback login.
 pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandError> {
-    let (url, token, missing) = if args.no_login {
+    let (url, found, missing) = if args.no_login {
         let found = endpoint(&args.connection, env).await?;
-        (found.url, Some(found.token), None)
+        (found.url.clone(), Some(found), None)
     } else {
         match endpoint(&args.connection, env).await {
-            Ok(found) => (found.url, Some(found.token), None),
+            Ok(found) => (found.url.clone(), Some(found), None),
             Err(error @ CommandError::NoCredential { .. }) => {
                 tracing::debug!(%error, "no admin token: trying a loopback login");
                 (url_only(&args.connection, env)?, None, Some(error))
@@ -131,17 +131,29 @@ pub(super) async fn mcp(args: McpArgs, env: &Environment) -> Result<u8, CommandE
         }
     };
     let options = args.relay_options(swarmd_config::user_state_dir(env));
-    let served = swarmd_client::mcp::serve_stdio(&options, &url, token.as_deref()).await;
-    match (served, missing) {
-        (Ok(()), _) => Ok(exit::OK),
+    let token = found.as_ref().map(|found| found.token.as_str());
+    let served = swarmd_client::mcp::serve_stdio(&options, &url, token).await;
+    match (served, missing, found) {
+        (Ok(()), _, _) => Ok(exit::OK),
         // A loopback login refused for want of a credential: say where the
         // credential was looked for. Other refusals (a role taken) stand.
-        (Err(ProxyError::Refused { message, .. }), Some(missing))
+        (Err(ProxyError::Refused { message, .. }), Some(missing), _)
             if message.ends_with("(unauthorized)") =>
         {
             Err(missing)
         }
-        (Err(error), _) => Err(error.into()),
+        // A credential refused: say where it was read from, never what it is.
+        (Err(ProxyError::Refused { url, what, message }), _, Some(found))
+            if message.ends_with("(unauthorized)") =>
+        {
+            Err(ProxyError::Refused {
+                url,
+                what,
+                message: format!("{message} (credential from {})", found.token_source),
+            }
+            .into())
+        }
+        (Err(error), _, _) => Err(error.into()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Black-box tests of the `swarmd` client commands against a daemon this
 //! test starts: what `task get`, `task list` (and its note on an agent the
-//! daemon lacks), `flow answer` and a refused credential print.
+//! daemon lacks), `flow answer` and a refused credential print (the
+//! relay's and a worker pool's too).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -273,6 +274,54 @@ fn a_refused_credential_names_where_it_was_read_from_and_not_itself() {
     let source = format!("the admin token file {}", admin_file.display());
     let flags = ["--state-dir", other_state.to_str().unwrap()];
     refused_naming(&flags, &[], &source, &other_admin);
+}
+
+#[test]
+fn the_relay_and_a_pool_name_where_a_refused_credential_was_read_from() {
+    let daemon = Daemon::start();
+    let secret = "swc1.not.the.pools";
+    let file = daemon.dir.path().join("pool.token");
+    std::fs::write(&file, secret).unwrap();
+    let file = file.to_str().unwrap();
+    // `args` is refused at once; the error names `source`, never `secret`.
+    let refused_naming = |args: &[&str], env: &[(&str, &str)], source: &str| {
+        let refused = Command::new(env!("CARGO_BIN_EXE_swarmd"))
+            .args(args)
+            .current_dir(daemon.dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", daemon.dir.path())
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = text(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("(credential from {source})")),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains(secret), "{args:?}: {stderr}");
+    };
+    let url = daemon.url.as_str();
+    refused_naming(&["mcp", "--url", url, "--token", secret], &[], "--token");
+    refused_naming(
+        &["mcp", "--url", url],
+        &[("SWARMD_TOKEN", secret)],
+        "SWARMD_TOKEN",
+    );
+    let pool = ["worker", "pool", "--server", url, "--agent", "cat"];
+    refused_naming(
+        &[&pool[..], &["--", "true"]].concat(),
+        &[("SWARMD_TOKEN", secret)],
+        "SWARMD_TOKEN",
+    );
+    let source = format!("the file {file} of --token-file");
+    refused_naming(
+        &[&pool[..], &["--token-file", file, "--", "true"]].concat(),
+        &[],
+        &source,
+    );
 }
 
 #[test]

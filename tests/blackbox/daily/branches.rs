@@ -6,7 +6,8 @@
 //! tree as they were, while applying into the checked-out branch is refused
 //! unless asked; a conflicting apply answers 409 naming the file and
 //! changes nothing; `branch prune --dry-run` lists and `prune` deletes what
-//! the base holds; a merge task's branches (its own, a conflict's work
+//! the base holds, both keeping (and saying why) a branch another worktree
+//! has checked out; a merge task's branches (its own, a conflict's work
 //! branch, a name it was given) are listed, shown and applied the same way,
 //! a merge stopped at a conflict is not applied, and prune leaves a name the
 //! task was given; the MCP tools `branches`, `diff` and `apply` answer; and
@@ -222,6 +223,42 @@ async fn a_task_branch_is_readable_listed_shown_applied_and_pruned() {
     let left: Value = serde_json::from_str(&branch_ok(&sw, &["list", "-o", "json"]).await).unwrap();
     assert_eq!(left["branches"].as_array().unwrap().len(), 1, "{left}");
     assert_eq!(left["branches"][0]["task_id"], clash.as_str());
+}
+
+#[tokio::test]
+async fn a_dry_prune_keeps_what_prune_keeps_a_branch_in_a_worktree() {
+    let (sw, repo) = daemon().await;
+    let task = passed(&sw, "Add a note").await;
+    let short = &task[task.len() - 8..];
+    let name = format!("swarmd/t-{short}-add-a-note/1");
+    git(&repo, &["merge", "--ff-only", "-q", &name]);
+    // The merged branch checked out in a worktree of its own (as a kept
+    // attempt's worktree is): git will not delete it, so neither run
+    // lists it as deleted, and both say where it is checked out.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let dir = elsewhere.path().join("kept");
+    git(
+        &repo,
+        &["worktree", "add", "-q", dir.to_str().unwrap(), &name],
+    );
+    for args in [
+        &["prune", "--dry-run", "-o", "json"][..],
+        &["prune", "-o", "json"],
+    ] {
+        let ran: Value = serde_json::from_str(&branch_ok(&sw, args).await).unwrap();
+        assert_eq!(ran["pruned"], json!([]), "{args:?}: {ran}");
+        assert_eq!(ran["kept"][0]["name"], name.as_str(), "{args:?}: {ran}");
+        let reason = ran["kept"][0]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains(dir.to_str().unwrap()) && reason.contains("git worktree remove"),
+            "{args:?}: {reason}"
+        );
+    }
+    git(&repo, &["worktree", "remove", dir.to_str().unwrap()]);
+    let dry: Value =
+        serde_json::from_str(&branch_ok(&sw, &["prune", "--dry-run", "-o", "json"]).await).unwrap();
+    assert_eq!(dry["pruned"][0]["name"], name.as_str(), "{dry}");
+    assert_eq!(dry["kept"], json!([]), "{dry}");
 }
 
 #[tokio::test]

@@ -586,6 +586,7 @@ fn refusal(error: BranchError) -> Refused {
         },
         BranchError::NotFastForward { .. }
         | BranchError::CheckedOut { .. }
+        | BranchError::InWorktree { .. }
         | BranchError::AttemptCheckout { .. }
         | BranchError::Dirty { .. }
         | BranchError::Raced(_) => ApiError::coded(ErrorCode::BranchConflict, message).into(),
@@ -663,11 +664,13 @@ pub(crate) async fn prune_branches(
         if !naming::is_swarmd_branch(&found.view.name) {
             continue;
         }
-        if !body.dry_run
-            && let Err(error) = git
-                .delete(&found.repo, &found.view.name, &found.view.head)
+        let outcome = if body.dry_run {
+            git.deletable(&found.repo, &found.view.name).await
+        } else {
+            git.delete(&found.repo, &found.view.name, &found.view.head)
                 .await
-        {
+        };
+        if let Err(error) = outcome {
             kept.push(KeptBranch {
                 name: found.view.name,
                 reason: error.to_string(),

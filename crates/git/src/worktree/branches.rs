@@ -134,6 +134,12 @@ pub enum BranchError {
     )]
     CheckedOut { into: String, worktree: PathBuf },
     #[error(
+        "{branch} is checked out in the worktree {} (an attempt's kept worktree, or yours); \
+         `git worktree remove` it to let the branch be deleted",
+        .worktree.display()
+    )]
+    InWorktree { branch: String, worktree: PathBuf },
+    #[error(
         "{into} is checked out in an attempt's checkout, {}; swarmd never runs git there",
         .worktree.display()
     )]
@@ -615,13 +621,13 @@ impl Branches {
             .await?)
     }
 
-    /// Deletes the swarmd branch `branch` if it is still at `head` and
-    /// checked out nowhere.
+    /// Whether `delete` may delete the swarmd branch `branch`: it is one
+    /// swarmd names and no worktree has it checked out. A dry prune asks
+    /// this, so it predicts what a prune does.
     ///
     /// # Errors
-    /// `CheckedOut`, `Raced` (it moved), `BadName` for a name swarmd does
-    /// not make.
-    pub async fn delete(&self, repo: &Path, branch: &str, head: &str) -> Result<(), BranchError> {
+    /// `InWorktree`, `BadName` for a name swarmd does not make.
+    pub async fn deletable(&self, repo: &Path, branch: &str) -> Result<(), BranchError> {
         if !naming::is_swarmd_branch(branch) {
             return Err(BranchError::BadName(branch.to_owned()));
         }
@@ -631,11 +637,22 @@ impl Branches {
             .into_iter()
             .find(|(b, _)| b == branch)
         {
-            return Err(BranchError::CheckedOut {
-                into: branch.to_owned(),
+            return Err(BranchError::InWorktree {
+                branch: branch.to_owned(),
                 worktree: dir,
             });
         }
+        Ok(())
+    }
+
+    /// Deletes the swarmd branch `branch` if it is still at `head` and
+    /// checked out nowhere.
+    ///
+    /// # Errors
+    /// `InWorktree`, `Raced` (it moved), `BadName` for a name swarmd does
+    /// not make.
+    pub async fn delete(&self, repo: &Path, branch: &str, head: &str) -> Result<(), BranchError> {
+        self.deletable(repo, branch).await?;
         let reference = format!("refs/heads/{branch}");
         self.git
             .run(repo, &["update-ref", "-d", &reference, head])

@@ -98,8 +98,25 @@ async fn adopt(engine: &Engine, db: &PgCluster, takeover: Takeover) -> Option<Ta
         epoch,
         tasks,
         runs,
+        left,
     } = takeover;
+    let elapsed_ms = started.elapsed().as_millis() as u64;
     match engine.adopt(snapshot).await {
+        // A node that left cleanly handed its unfinished work on, as its
+        // operator asked: news, not a warning.
+        Ok(report) if left => tracing::info!(
+            %node,
+            epoch,
+            tasks = tasks.len(),
+            runs,
+            requeued = report.requeued,
+            decided = report.decided,
+            interrupted = report.interrupted,
+            retried = report.retried,
+            resumed = report.resumed,
+            elapsed_ms,
+            "took over the unfinished tasks of a node that stopped"
+        ),
         Ok(report) => tracing::warn!(
             %node,
             epoch,
@@ -110,10 +127,10 @@ async fn adopt(engine: &Engine, db: &PgCluster, takeover: Takeover) -> Option<Ta
             interrupted = report.interrupted,
             retried = report.retried,
             resumed = report.resumed,
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            elapsed_ms,
             "took over the live tasks of a dead node"
         ),
-        Err(error) => tracing::error!(%error, %node, "taking over a dead node's tasks failed"),
+        Err(error) => tracing::error!(%error, %node, "taking over a node's tasks failed"),
     }
     None
 }

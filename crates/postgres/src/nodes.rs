@@ -44,6 +44,9 @@ pub struct Takeover {
     pub tasks: Vec<TaskId>,
     /// How many open flow runs moved with the node's tasks.
     pub runs: u64,
+    /// The node had left cleanly (stopped with tasks it did not finish),
+    /// rather than stopped heartbeating.
+    pub left: bool,
 }
 
 /// Takes another node's committed group, read from its notification: its
@@ -195,9 +198,9 @@ impl PgCluster {
             return Ok(Vec::new());
         };
         let mut client = self.db.reader().await?;
-        let candidates: Vec<(Uuid, i64)> = client
+        let candidates: Vec<(Uuid, i64, bool)> = client
             .query(
-                "SELECT n.id, n.epoch FROM nodes n
+                "SELECT n.id, n.epoch, n.state = 'left' FROM nodes n
                  WHERE n.id <> $1 AND (
                      (n.state = 'alive' AND n.heartbeat_at < now() - make_interval(secs => $2))
                      OR (n.state <> 'alive' AND (EXISTS (SELECT 1 FROM tasks t
@@ -210,10 +213,10 @@ impl PgCluster {
             .await
             .map_err(db_error)?
             .iter()
-            .map(|row| (row.get(0), row.get(1)))
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
             .collect();
         let mut taken = Vec::new();
-        for (node, epoch) in candidates {
+        for (node, epoch, left) in candidates {
             let tx = client.transaction().await.map_err(db_error)?;
             // A dead node paused inside a write group holds its row: give
             // up for this round rather than hold this node's own row (and
@@ -268,6 +271,7 @@ impl PgCluster {
                 epoch,
                 tasks,
                 runs,
+                left,
             });
         }
         Ok(taken)

@@ -1,7 +1,9 @@
 //! A node killed with SIGKILL while its tasks run: a survivor owns them
 //! within two node leases, retries the interrupted attempts, and every
 //! acknowledged task ends with its result and outputs; no attempt is
-//! started twice, attempt numbers run from 1 without a gap.
+//! started twice, attempt numbers run from 1 without a gap. A node that
+//! stops (SIGTERM) with tasks it did not finish hands them on the same
+//! way, and the survivor's log says the node stopped, not that it died.
 
 use std::collections::BTreeMap;
 
@@ -140,4 +142,49 @@ async fn a_killed_node_is_taken_over_within_two_leases_and_loses_nothing() {
         ))
         .await;
     assert_eq!(stored, [2 * slow.len() as i32]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_hands_its_unfinished_tasks_on_and_is_not_called_dead() {
+    let mut cluster = Cluster::start(2, &format!("{QUICK}{SLOW_ONCE}")).await;
+    let stopped = cluster.node_id(0);
+    let policy = json!({"max_attempts": 3});
+    let mut slow = Vec::new();
+    for n in 0..2 {
+        let body = json!({"agent": "slow_once", "prompt": format!("s{n}"), "policy": policy});
+        slow.push(create(&cluster.nodes[0], body).await);
+    }
+    let started = std::time::Instant::now();
+    while cluster
+        .db
+        .query_i32(&format!(
+            "SELECT count(*)::int FROM attempts WHERE attempt = 1 AND task IN ({})",
+            uuid_list(&slow)
+        ))
+        .await
+        != [slow.len() as i32]
+    {
+        assert!(started.elapsed() < crate::harness::PATIENCE);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // Its attempts outlive the shutdown grace: it stops with them unfinished.
+    cluster.nodes[0].sigterm();
+    assert!(cluster.nodes[0].exited().await.success());
+    cluster.until_none_owned_by(&stopped).await;
+    let b = &cluster.nodes[1];
+    for task in &slow {
+        let view = finished(b, task).await;
+        assert_eq!(view["status"], "pass", "{view}\n{}", b.log());
+        assert_eq!(view["attempt"], 2, "{view}");
+    }
+    let log = b.log();
+    assert!(
+        log.lines().any(
+            |l| l.contains("took over the unfinished tasks of a node that stopped")
+                && l.contains(&stopped)
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("of a dead node"), "{log}");
 }

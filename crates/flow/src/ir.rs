@@ -234,11 +234,20 @@ pub enum Node {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         judge: Option<String>,
         /// The resolver agent run on a conflict, from the conflict's work
-        /// branch; without it a conflict is in the result.
+        /// branch; the branches after the conflicting one are then merged
+        /// onto its head in another round. Without it a conflict is in the
+        /// result.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         on_conflict: Option<String>,
-        /// Where the result goes: `{branch, head, merge, verdict?,
-        /// resolved?, conflict?}`.
+        /// Retries of each inner step (judge, merge, resolve), as a
+        /// `step`'s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry: Option<Retry>,
+        /// Seconds each inner step's task may run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_secs: Option<u32>,
+        /// Where the result goes: `{branch, head, strategy, merge,
+        /// verdict?, resolved?, conflict?, rounds}`.
         out: Expr,
     },
     /// Runs the flow named `flow` as a sub-run with input `in`.

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::expr::Expr;
-use crate::ir::{Budget, Flow, Limits, MergeStrategy, Node};
+use crate::ir::{Budget, Flow, Limits, MergeStrategy, Node, Retry};
 use crate::path::WritePath;
 use crate::run::MAX_LOOP_ITERATIONS;
 use crate::template::FUNCTIONS;
@@ -229,6 +229,20 @@ impl Lint<'_> {
         }
     }
 
+    /// A step's or a merge node's `retry` counts its first try.
+    fn retry(&mut self, at: &str, retry: Option<&Retry>) {
+        if let Some(retry) = retry
+            && retry.attempts == 0
+        {
+            self.report(
+                &format!("{at}/retry/attempts"),
+                "bad_retry",
+                "retry.attempts is 0".to_owned(),
+                "count the first try: 1 means no retry",
+            );
+        }
+    }
+
     /// A `merge` node's `ref` names an agent of kind merge, when the
     /// agents' kinds are known (an unknown agent is `unknown_agent`).
     fn merge_agent(&mut self, pointer: &str, agent: &str) {
@@ -295,16 +309,7 @@ impl Lint<'_> {
                 if let Some(name) = name {
                     self.unique_name(&format!("{at}/name"), name);
                 }
-                if let Some(retry) = retry
-                    && retry.attempts == 0
-                {
-                    self.report(
-                        &format!("{at}/retry/attempts"),
-                        "bad_retry",
-                        "retry.attempts is 0".to_owned(),
-                        "count the first try: 1 means no retry",
-                    );
-                }
+                self.retry(at, retry.as_ref());
                 self.reads(&format!("{at}/in"), input, scope);
                 if let Some(from) = continue_from {
                     self.reads(&format!("{at}/continue"), from, scope);
@@ -477,8 +482,11 @@ impl Lint<'_> {
                 strategy,
                 judge,
                 on_conflict,
+                retry,
                 out,
+                ..
             } => {
+                self.retry(at, retry.as_ref());
                 for (field, name) in [
                     ("ref", Some(agent)),
                     ("judge", judge.as_ref()),

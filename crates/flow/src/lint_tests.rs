@@ -198,6 +198,33 @@ fn a_merge_node_names_known_agents_and_a_judge_only_for_pick_best() {
 }
 
 #[test]
+fn a_merge_node_takes_a_steps_retry_and_counts_its_rounds() {
+    let merge = |extra: Value, max_steps: u32| {
+        let mut flow = json!({"name": "m", "limits": {"max_steps": max_steps},
+            "body": {"kind": "merge", "ref": "merge", "strategy": "sequence",
+                     "on_conflict": "coder", "branches": {"op": "lit", "value": ["a", "b", "c"]},
+                     "out": path("$.m")}});
+        for (k, v) in extra.as_object().unwrap() {
+            flow["body"][k] = v.clone();
+        }
+        run(flow)
+    };
+    let retry = json!({"retry": {"attempts": 2, "backoff_secs": 1}, "timeout_secs": 60});
+    assert_eq!(merge(retry, 6), []);
+    assert_eq!(
+        merge(json!({"retry": {"attempts": 0}}), 6),
+        [("/body/retry/attempts".to_owned(), "bad_retry")]
+    );
+    // Three branches: at most three rounds of a merge and a resolve.
+    assert_eq!(
+        merge(json!({}), 5),
+        [("/body".to_owned(), "too_many_steps")]
+    );
+    // Without a resolver there is one round.
+    assert_eq!(merge(json!({"on_conflict": null}), 1), []);
+}
+
+#[test]
 fn a_merge_node_names_a_merge_agent() {
     let merge = |agent: &str| {
         json!({"name": "m", "body": {"kind": "merge", "ref": agent, "strategy": "sequence",

@@ -318,15 +318,24 @@ async fn a_merge_node_resolves_its_conflict_with_its_on_conflict_agent() {
     let merged = &view["result"];
     let conflict = &merged["merge"]["conflict"];
     assert_eq!(conflict["files"], json!(["notes.txt"]), "{merged}");
-    // The resolver started at the conflict and its branch is the result.
+    // The resolver started at the conflict.
     assert_eq!(
         merged["resolved"]["base"], conflict["work_head"],
         "{merged}"
     );
-    assert_eq!(merged["branch"], merged["resolved"]["branch"]);
+    // All three clash: round 1 stops at the second, round 2 (onto the
+    // resolved head) at the third, and the last resolution is the result.
+    let rounds = merged["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2, "{merged}");
+    assert_eq!(rounds[0]["resolved"], merged["resolved"]);
+    assert_eq!(rounds[1]["merge"]["base"], merged["resolved"]["head"]);
+    assert_eq!(merged["branch"], rounds[1]["resolved"]["branch"]);
+    assert_eq!(merged["head"], rounds[1]["resolved"]["head"]);
     let branch = merged["branch"].as_str().unwrap();
     let notes = git(&repo, &["show", &format!("{branch}:notes.txt")]);
     assert!(!notes.contains("<<<<<<<"), "{notes}");
-    assert_eq!(notes.lines().count(), 2, "{notes}");
+    let mut lines: Vec<&str> = notes.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["one", "three", "two"], "{notes}");
     assert_eq!(git(&repo, &["rev-parse", "main"]), main);
 }

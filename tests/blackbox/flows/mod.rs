@@ -9,6 +9,7 @@ mod http;
 mod import;
 mod lua_flows;
 mod merge;
+mod merge_rounds;
 mod pinned;
 mod restart;
 mod run_done;

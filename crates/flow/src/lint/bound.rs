@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Callees;
 use crate::expr::Expr;
-use crate::ir::{Limits, Node};
+use crate::ir::{Limits, MergeStrategy, Node};
 use crate::run::MAX_CALL_DEPTH;
 
 /// Counts steps under one flow's limits: a sub-flow's steps count against
@@ -34,15 +34,32 @@ impl<'a> Bound<'a> {
         }
     }
 
-    /// The most steps `node` can start (loops at `max`, fan-outs at their
-    /// literal width or `limits.max_fanout`, calls at their flow's bound).
+    /// The most steps `node` can start (loops at `max`, fan-outs and a
+    /// merge's rounds at their literal width or `limits.max_fanout`, calls
+    /// at their flow's bound).
     pub(super) fn steps(&mut self, node: &Node) -> u64 {
         match node {
             // A wait counts as a step: the run keeps it, with its prompt,
             // in its journal.
             Node::Step { .. } | Node::Wait { .. } => 1,
             Node::Call { flow, .. } => self.call(flow),
-            Node::Merge { .. } => 3,
+            Node::Merge {
+                branches,
+                strategy,
+                judge,
+                on_conflict,
+                ..
+            } => {
+                // A judge, then rounds of a merge and a resolve; only a
+                // resolved `sequence` conflict starts another round, and
+                // each round merges at least one branch more.
+                let rounds = match (strategy, on_conflict) {
+                    (MergeStrategy::Sequence, Some(_)) => self.width(branches),
+                    _ => 1,
+                };
+                let round = 1 + u64::from(on_conflict.is_some());
+                u64::from(judge.is_some()).saturating_add(rounds.saturating_mul(round))
+            }
             Node::Let { .. } => 0,
             Node::Seq { children } => children
                 .iter()
@@ -52,17 +69,20 @@ impl<'a> Bound<'a> {
                 else_branch,
                 ..
             } => self.steps(then_branch).max(self.steps(else_branch)),
-            Node::Fanout { items, body, .. } => {
-                let width = match items {
-                    Expr::Lit { value } => value.as_array().map_or(0, Vec::len) as u64,
-                    _ => u64::from(self.limits.max_fanout),
-                };
-                width.saturating_mul(self.steps(body))
-            }
+            Node::Fanout { items, body, .. } => self.width(items).saturating_mul(self.steps(body)),
             Node::Loop { body, max, .. } => {
                 u64::from(max.unwrap_or(0)).saturating_mul(self.steps(body))
             }
             Node::Try { body, catch, .. } => self.steps(body).saturating_add(self.steps(catch)),
+        }
+    }
+
+    /// The items of an array expression: a literal's length, else
+    /// `limits.max_fanout` (a fan-out's width, the branches of its steps).
+    fn width(&self, items: &Expr) -> u64 {
+        match items {
+            Expr::Lit { value } => value.as_array().map_or(0, Vec::len) as u64,
+            _ => u64::from(self.limits.max_fanout),
         }
     }
 

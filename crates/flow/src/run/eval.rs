@@ -411,6 +411,8 @@ impl Eval<'_> {
                 strategy,
                 judge,
                 on_conflict,
+                retry,
+                timeout_secs,
                 out,
             } => {
                 let merge = super::merge::MergeNode {
@@ -419,6 +421,8 @@ impl Eval<'_> {
                     strategy: *strategy,
                     judge: judge.as_ref(),
                     on_conflict: on_conflict.as_ref(),
+                    retry: retry.as_ref(),
+                    timeout_secs: *timeout_secs,
                     out,
                 };
                 self.merge_node(&merge, at, ctx)

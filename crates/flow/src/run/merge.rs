@@ -1,31 +1,41 @@
-//! The `merge` node: up to three ordinary steps under one node, keyed
-//! `<key>/judge`, `<key>/merge` and `<key>/resolve` (each with its own
-//! tries in the journal, as any step's).
+//! The `merge` node: ordinary steps under one node, keyed `<key>/judge`,
+//! then per round `<key>/merge` and `<key>/resolve` (round 1) or
+//! `<key>/merge-<n>` and `<key>/resolve-<n>` (round n ≥ 2), each with its
+//! own tries in the journal, as any step's. Each inner step takes the
+//! node's `retry` and `timeout_secs`.
 //!
 //! 1. `pick_best` only: the judge step gets `{candidates, branches}` (the
 //!    node's items as given, and each one's branch name or null: null
 //!    too for a step's changes that made no commit) and must
 //!    answer an object whose `winner` is an index into `candidates` or one
 //!    of the branch names; `reason` is kept with the verdict.
-//! 2. The merge step runs the merge agent with `{branches, strategy}` (the
-//!    items that name a branch; `pick` of the winner for `pick_best`); a
-//!    record without a `branch` string (an agent that is not a merge
-//!    agent) fails the node.
-//! 3. When the merge conflicted with a work branch and the node has an
-//!    `on_conflict` agent, the resolver step starts from that branch (its
-//!    worktree holds the conflict markers) and its git changes are the
-//!    resolved branch.
+//! 2. Round 1's merge step runs the merge agent with `{branches,
+//!    strategy}` (the items that name a branch; `pick` of the winner for
+//!    `pick_best`); a record without a `branch` string (an agent that is
+//!    not a merge agent) fails the node.
+//! 3. When a round's merge conflicted with a work branch and the node has
+//!    an `on_conflict` agent, the resolver step starts from that branch
+//!    (its worktree holds the conflict markers) and its git changes are
+//!    the resolved branch.
+//! 4. A resolved conflict of a `sequence` leaves the branches given after
+//!    the conflicting one unmerged: the next round's merge step runs the
+//!    merge agent with `{branches: <those>, strategy: "sequence", base:
+//!    <the resolved head>}`, and so on until every branch is merged or a
+//!    conflict is left unresolved. Each round merges at least one branch,
+//!    so there are at most as many rounds as branches.
 //!
 //! The node's result is `{branch, head, strategy, merge, verdict?,
-//! resolved?, conflict?}`: the branch that holds the outcome (the resolved
-//! one after a resolution), the merge agent's record, the judge's answer,
-//! the resolver's changes, and the conflict left when nothing resolved it.
+//! resolved?, conflict?, rounds}`: the branch that holds the outcome and
+//! its head (the last round's: its resolved branch after a resolution,
+//! else its merge branch), round 1's merge record and resolver's changes,
+//! the judge's answer, the conflict left when nothing resolved it, and
+//! `rounds`, each round's `{merge, resolved?}` in order.
 
 use serde_json::{Map, Value, json};
 
 use super::eval::{Eval, Place, Res, StepNode, failed, write};
 use crate::expr::Expr;
-use crate::ir::MergeStrategy;
+use crate::ir::{MergeStrategy, Retry};
 
 /// A merge node's fields, borrowed from it.
 pub(super) struct MergeNode<'a> {
@@ -34,7 +44,18 @@ pub(super) struct MergeNode<'a> {
     pub strategy: MergeStrategy,
     pub judge: Option<&'a String>,
     pub on_conflict: Option<&'a String>,
+    pub retry: Option<&'a Retry>,
+    pub timeout_secs: Option<u32>,
     pub out: &'a Expr,
+}
+
+/// One inner step to run: its agent, key part, input and start.
+struct InnerStep<'a> {
+    agent: &'a String,
+    part: String,
+    input: Value,
+    start_from: Option<String>,
+    wants_changes: bool,
 }
 
 /// How one inner step ended.
@@ -45,6 +66,21 @@ enum Inner {
         seq: u64,
     },
     Other(Res),
+}
+
+/// How one round ended: its `{merge, resolved?}`, what it left for the
+/// next round, and the latest outcome it read.
+struct Round {
+    entry: Map<String, Value>,
+    next: Option<Next>,
+    seq: u64,
+}
+
+/// What one round left for the next: the branches still to merge and the
+/// head they are merged onto.
+struct Next {
+    branches: Vec<String>,
+    base: String,
 }
 
 impl Eval<'_> {
@@ -70,8 +106,14 @@ impl Eval<'_> {
 
         let pick = match (node.strategy, node.judge) {
             (MergeStrategy::PickBest, Some(judge)) => {
-                let input = json!({"candidates": items, "branches": names});
-                let verdict = match self.inner(judge, "judge", input, None, false, at, &mut tries) {
+                let step = InnerStep {
+                    agent: judge,
+                    part: "judge".into(),
+                    input: json!({"candidates": items, "branches": names}),
+                    start_from: None,
+                    wants_changes: false,
+                };
+                let verdict = match self.inner(node, step, at, &mut tries) {
                     Inner::Passed { value, seq, .. } => {
                         latest = latest.max(seq);
                         value
@@ -104,7 +146,10 @@ impl Eval<'_> {
             _ => None,
         };
 
-        let branches: Vec<&Value> = names.iter().filter(|n| n.is_string()).collect();
+        let branches: Vec<String> = names
+            .iter()
+            .filter_map(|n| n.as_str().map(str::to_owned))
+            .collect();
         if branches.is_empty() {
             let reason = format!("{}/branches: no item names a branch", at.pointer);
             return (
@@ -115,78 +160,57 @@ impl Eval<'_> {
                 tries,
             );
         }
-        let input = match &pick {
+        let mut input = match &pick {
             Some(branch) => json!({"branches": branches, "strategy": "pick", "pick": branch}),
             None => json!({"branches": branches, "strategy": node.strategy.as_str()}),
         };
-        let record = match self.inner(node.agent, "merge", input, None, false, at, &mut tries) {
-            Inner::Passed { value, seq, .. } => {
-                latest = latest.max(seq);
-                value
-            }
-            Inner::Other(res) => return (res, tries),
-        };
-        if !record["branch"].is_string() {
-            let reason = format!(
-                "{}/merge: agent `{}` answered no `branch`, so it is not a merge agent \
-                 (`kind = \"merge\"`): {}",
-                at.pointer,
-                node.agent,
-                cut(&record)
-            );
-            return (
-                Res::Failed {
-                    reason,
-                    seq: latest,
-                },
-                tries,
-            );
-        }
-        result.insert("branch".into(), record["branch"].clone());
-        result.insert("head".into(), record["head"].clone());
-        let conflict = record.get("conflict").cloned().unwrap_or(Value::Null);
-        result.insert("merge".into(), record);
-
-        if !conflict.is_null() {
-            let work = conflict["work_branch"].as_str().map(str::to_owned);
-            match (node.on_conflict, work) {
-                (Some(resolver), Some(work)) => {
-                    let files: Vec<&str> = conflict["files"]
-                        .as_array()
-                        .map(|f| f.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
-                    let prompt = format!(
-                        "Merging {} conflicted in {}. This worktree holds the merge with git's \
-                         conflict markers in those files: resolve them, keeping both sides' \
-                         intent, and commit.",
-                        conflict["branch"].as_str().unwrap_or("a branch"),
-                        files.join(", ")
-                    );
-                    let start = Some(work);
-                    let resolved = match self.inner(
-                        resolver,
-                        "resolve",
-                        Value::String(prompt),
-                        start,
-                        true,
-                        at,
-                        &mut tries,
-                    ) {
-                        Inner::Passed { changes, seq, .. } => {
-                            latest = latest.max(seq);
-                            changes
+        // A pick merges one branch: none remains after its conflict.
+        let mut given = if pick.is_some() { Vec::new() } else { branches };
+        let bound = given.len().max(1);
+        let mut rounds = Vec::new();
+        for round in 1..=bound {
+            let (next, seq) = match self.merge_round(node, round, input, &given, at, &mut tries) {
+                Ok(Round { entry, next, seq }) => {
+                    if round == 1 {
+                        result.insert("merge".into(), entry["merge"].clone());
+                        if let Some(resolved) = entry.get("resolved") {
+                            result.insert("resolved".into(), resolved.clone());
                         }
-                        Inner::Other(res) => return (res, tries),
-                    };
-                    result.insert("branch".into(), resolved["branch"].clone());
-                    result.insert("head".into(), resolved["head"].clone());
-                    result.insert("resolved".into(), resolved);
+                    }
+                    let outcome = entry.get("resolved").unwrap_or(&entry["merge"]);
+                    result.insert("branch".into(), outcome["branch"].clone());
+                    result.insert("head".into(), outcome["head"].clone());
+                    let conflict = &entry["merge"]["conflict"];
+                    if entry.get("resolved").is_none() && !conflict.is_null() {
+                        result.insert("conflict".into(), conflict.clone());
+                    }
+                    rounds.push(Value::Object(entry));
+                    (next, seq)
                 }
-                _ => {
-                    result.insert("conflict".into(), conflict);
-                }
+                Err(res) => return (res, tries),
+            };
+            latest = latest.max(seq);
+            let Some(next) = next else {
+                break;
+            };
+            if round == bound {
+                let reason = format!(
+                    "{}: {} branches left unmerged after {round} rounds",
+                    at.pointer,
+                    next.branches.len()
+                );
+                return (
+                    Res::Failed {
+                        reason,
+                        seq: latest,
+                    },
+                    tries,
+                );
             }
+            input = json!({"branches": next.branches, "strategy": "sequence", "base": next.base});
+            given = next.branches;
         }
+        result.insert("rounds".into(), Value::Array(rounds));
         let res = match write(node.out, ctx, Value::Object(result)) {
             Ok(ctx) => Res::Done { ctx, seq: latest },
             Err(reason) => Res::Failed {
@@ -197,39 +221,167 @@ impl Eval<'_> {
         (res, tries)
     }
 
-    /// Runs (or replays) inner step `part` of the node at `at`.
-    #[allow(clippy::too_many_arguments)]
+    /// Round `round` of the node at `at`: its merge step with `input`
+    /// (over branches `given`, in order) and the resolver on its conflict.
+    /// The branches it leaves for another round are those given after a
+    /// resolved conflict's, onto the resolved head; `Err` when the node
+    /// ends here without a result.
+    fn merge_round(
+        &mut self,
+        node: &MergeNode<'_>,
+        round: usize,
+        input: Value,
+        given: &[String],
+        at: &Place,
+        tries: &mut Vec<String>,
+    ) -> Result<Round, Res> {
+        let suffix = if round == 1 {
+            String::new()
+        } else {
+            format!("-{round}")
+        };
+        let step = InnerStep {
+            agent: node.agent,
+            part: format!("merge{suffix}"),
+            input,
+            start_from: None,
+            wants_changes: false,
+        };
+        let (record, mut latest) = match self.inner(node, step, at, tries) {
+            Inner::Passed { value, seq, .. } => (value, seq),
+            Inner::Other(res) => return Err(res),
+        };
+        if !record["branch"].is_string() {
+            let reason = format!(
+                "{}/merge{suffix}: agent `{}` answered no `branch`, so it is not a merge agent \
+                 (`kind = \"merge\"`): {}",
+                at.pointer,
+                node.agent,
+                cut(&record)
+            );
+            return Err(Res::Failed {
+                reason,
+                seq: latest,
+            });
+        }
+        let conflict = record.get("conflict").cloned().unwrap_or(Value::Null);
+        let mut entry = Map::new();
+        entry.insert("merge".into(), record);
+        let work = conflict["work_branch"].as_str().map(str::to_owned);
+        let (Some(resolver), Some(work)) = (node.on_conflict, work) else {
+            return Ok(Round {
+                entry,
+                next: None,
+                seq: latest,
+            });
+        };
+        let files: Vec<&str> = conflict["files"]
+            .as_array()
+            .map(|f| f.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let conflicted = conflict["branch"].as_str();
+        let prompt = format!(
+            "Merging {} conflicted in {}. This worktree holds the merge with git's \
+             conflict markers in those files: resolve them, keeping both sides' \
+             intent, and commit.",
+            conflicted.unwrap_or("a branch"),
+            files.join(", ")
+        );
+        let step = InnerStep {
+            agent: resolver,
+            part: format!("resolve{suffix}"),
+            input: Value::String(prompt),
+            start_from: Some(work),
+            wants_changes: true,
+        };
+        let resolved = match self.inner(node, step, at, tries) {
+            Inner::Passed { changes, seq, .. } => {
+                latest = latest.max(seq);
+                changes
+            }
+            Inner::Other(res) => return Err(res),
+        };
+        let head = resolved["head"].as_str().map(str::to_owned);
+        entry.insert("resolved".into(), resolved);
+        if given.is_empty() {
+            return Ok(Round {
+                entry,
+                next: None,
+                seq: latest,
+            });
+        }
+        let Some(at_conflict) = given.iter().position(|b| Some(b.as_str()) == conflicted) else {
+            let reason = format!(
+                "{}/merge{suffix}: the conflict names {}, not one of the branches given: {}",
+                at.pointer,
+                conflicted.unwrap_or("no branch"),
+                given.join(", ")
+            );
+            return Err(Res::Failed {
+                reason,
+                seq: latest,
+            });
+        };
+        let rest = given[at_conflict + 1..].to_vec();
+        if rest.is_empty() {
+            return Ok(Round {
+                entry,
+                next: None,
+                seq: latest,
+            });
+        }
+        let Some(base) = head else {
+            let reason = format!(
+                "{}/resolve{suffix}: the resolver's changes name no head to merge {} onto",
+                at.pointer,
+                rest.join(", ")
+            );
+            return Err(Res::Failed {
+                reason,
+                seq: latest,
+            });
+        };
+        let next = Next {
+            branches: rest,
+            base,
+        };
+        Ok(Round {
+            entry,
+            next: Some(next),
+            seq: latest,
+        })
+    }
+
+    /// Runs (or replays) inner step `step.part` of the node at `at`, with
+    /// the node's `retry` and `timeout_secs`.
     fn inner(
         &mut self,
-        agent: &String,
-        part: &str,
-        input: Value,
-        start_from: Option<String>,
-        wants_changes: bool,
+        node: &MergeNode<'_>,
+        step: InnerStep<'_>,
         at: &Place,
         tries: &mut Vec<String>,
     ) -> Inner {
-        let input = Expr::Lit { value: input };
+        let input = Expr::Lit { value: step.input };
         let out = Expr::Path { at: "$.v".into() };
         let changes = Expr::Path { at: "$.c".into() };
-        let start = start_from.map(|branch| Expr::Lit {
+        let start = step.start_from.map(|branch| Expr::Lit {
             value: Value::String(branch),
         });
-        let name = Some(part.to_owned());
-        let step = StepNode {
-            agent,
+        let name = Some(step.part.clone());
+        let inner = StepNode {
+            agent: step.agent,
             input: &input,
             out: &out,
             name: &name,
-            retry: None,
+            retry: node.retry,
             queue_timeout_secs: None,
-            timeout_secs: None,
-            changes: wants_changes.then_some(&changes),
+            timeout_secs: node.timeout_secs,
+            changes: step.wants_changes.then_some(&changes),
             session: None,
             continue_from: None,
             start_from: start.as_ref(),
         };
-        let (res, keys) = self.step(&step, &at.child(part), json!({}));
+        let (res, keys) = self.step(&inner, &at.child(&step.part), json!({}));
         tries.extend(keys);
         match res {
             Res::Done { ctx, seq } => Inner::Passed {

@@ -150,3 +150,214 @@ fn a_record_without_a_branch_fails_the_node() {
     );
     assert!(reason.contains("kind = \"merge\""), "{reason}");
 }
+
+/// Ends resolver step `key` passed, with its changes on branch `branch`
+/// at `head`.
+fn resolve(sim: &mut Sim, key: &str, branch: &str, head: &str) {
+    sim.now += 10;
+    let now = sim.now;
+    let changes = json!({"branch": branch, "head": head});
+    let facts = StepFacts {
+        changes: Some(changes),
+        ..StepFacts::default()
+    };
+    sim.journal
+        .end_step_with(key, Ok(json!("resolved")), facts, now)
+        .unwrap();
+}
+
+/// A `sequence` merge with a resolver over branches `b0`…`b3`.
+fn four_in_sequence() -> Sim {
+    let node = json!({"kind": "merge", "ref": "merge", "strategy": "sequence",
+        "on_conflict": "coder", "branches": {"op": "path", "at": "$.input.tries"},
+        "out": {"op": "path", "at": "$.merged"}});
+    Sim::new(flow(node), json!({"tries": ["b0", "b1", "b2", "b3"]}))
+}
+
+fn conflict_at(branch: &str, work: &str) -> Value {
+    json!({"branch": branch, "files": ["a"], "work_branch": work, "work_head": "w"})
+}
+
+#[test]
+fn after_a_resolution_the_remaining_branches_are_merged_onto_the_resolved_head() {
+    let mut sim = four_in_sequence();
+    sim.tick();
+    sim.end(
+        "/body/merge",
+        Ok(json!({"branch": "m1", "head": "h1", "conflict": conflict_at("b1", "m1-c")})),
+    );
+    sim.tick();
+    resolve(&mut sim, "/body/resolve", "r1", "rh1");
+    let ev = sim.tick();
+    assert_eq!(ev.starts.len(), 1);
+    assert_eq!(ev.starts[0].key, "/body/merge-2");
+    assert_eq!(ev.starts[0].agent, "merge");
+    assert_eq!(
+        ev.starts[0].input,
+        json!({"branches": ["b2", "b3"], "strategy": "sequence", "base": "rh1"})
+    );
+    // Round 2 conflicts at b3, the last: its resolution ends the node.
+    sim.end(
+        "/body/merge-2",
+        Ok(json!({"branch": "m2", "head": "h2", "conflict": conflict_at("b3", "m2-c")})),
+    );
+    let ev = sim.tick();
+    assert_eq!(ev.starts[0].key, "/body/resolve-2");
+    assert_eq!(ev.starts[0].start_from.as_deref(), Some("m2-c"));
+    resolve(&mut sim, "/body/resolve-2", "r2", "rh2");
+    let ev = sim.tick();
+    assert_eq!(
+        ev.nodes["/body"].tries,
+        [
+            "/body/merge",
+            "/body/resolve",
+            "/body/merge-2",
+            "/body/resolve-2"
+        ]
+    );
+    let merged = &result(ev.progress)["merged"];
+    assert_eq!(merged["branch"], "r2");
+    assert_eq!(merged["head"], "rh2");
+    // Round 1's record and resolution stay where they were.
+    assert_eq!(merged["merge"]["branch"], "m1");
+    assert_eq!(merged["resolved"]["branch"], "r1");
+    assert!(merged.get("conflict").is_none());
+    let rounds = merged["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2);
+    assert_eq!(rounds[0]["merge"]["branch"], "m1");
+    assert_eq!(rounds[0]["resolved"]["head"], "rh1");
+    assert_eq!(rounds[1]["merge"]["branch"], "m2");
+    assert_eq!(rounds[1]["resolved"]["branch"], "r2");
+}
+
+#[test]
+fn a_later_round_that_merges_cleanly_is_the_outcome() {
+    let mut sim = four_in_sequence();
+    sim.tick();
+    sim.end(
+        "/body/merge",
+        Ok(json!({"branch": "m1", "head": "h1", "conflict": conflict_at("b0", "m1-c")})),
+    );
+    sim.tick();
+    resolve(&mut sim, "/body/resolve", "r1", "rh1");
+    let ev = sim.tick();
+    assert_eq!(ev.starts[0].input["branches"], json!(["b1", "b2", "b3"]));
+    sim.end(
+        "/body/merge-2",
+        Ok(json!({"branch": "m2", "head": "h2", "conflict": null})),
+    );
+    let merged = &result(sim.tick().progress)["merged"];
+    assert_eq!(merged["branch"], "m2");
+    assert_eq!(merged["head"], "h2");
+    assert_eq!(merged["rounds"].as_array().unwrap().len(), 2);
+    assert!(merged["rounds"][1].get("resolved").is_none());
+}
+
+#[test]
+fn a_conflict_left_in_a_later_round_is_in_the_result_with_that_rounds_branch() {
+    let node = json!({"kind": "merge", "ref": "merge", "strategy": "sequence",
+        "on_conflict": "coder", "branches": {"op": "path", "at": "$.input.tries"},
+        "out": {"op": "path", "at": "$.merged"}});
+    let mut sim = Sim::new(flow(node), json!({"tries": ["b0", "b1", "b2"]}));
+    sim.tick();
+    sim.end(
+        "/body/merge",
+        Ok(json!({"branch": "m1", "head": "h1", "conflict": conflict_at("b1", "m1-c")})),
+    );
+    sim.tick();
+    resolve(&mut sim, "/body/resolve", "r1", "rh1");
+    sim.tick();
+    // A conflict without a work branch cannot be resolved.
+    sim.end(
+        "/body/merge-2",
+        Ok(json!({"branch": "m2", "head": "h2", "conflict": {"branch": "b2", "files": ["a"]}})),
+    );
+    let merged = &result(sim.tick().progress)["merged"];
+    assert_eq!(merged["branch"], "m2");
+    assert_eq!(merged["head"], "h2");
+    assert_eq!(merged["conflict"]["branch"], "b2");
+    assert_eq!(merged["resolved"]["branch"], "r1");
+    assert_eq!(merged["rounds"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_resolved_pick_and_an_octopus_conflict_take_one_round() {
+    // A pick merges only the winner, so nothing remains after it even
+    // when the winner is not the last branch.
+    let mut sim = merge_flow(
+        "pick_best",
+        json!({"judge": "judge", "on_conflict": "coder"}),
+    );
+    sim.tick();
+    sim.end("/body/judge", Ok(json!({"winner": 0})));
+    sim.tick();
+    sim.end(
+        "/body/merge",
+        Ok(json!({"branch": "m", "head": "h1", "conflict": conflict_at("b0", "m-c")})),
+    );
+    sim.tick();
+    resolve(&mut sim, "/body/resolve", "r", "rh");
+    let merged = &result(sim.tick().progress)["merged"];
+    assert_eq!(merged["branch"], "r");
+    assert_eq!(merged["rounds"].as_array().unwrap().len(), 1);
+
+    // An octopus conflict has no work branch: no resolver, no round 2.
+    let mut sim = merge_flow("octopus", json!({"on_conflict": "coder"}));
+    sim.tick();
+    sim.end(
+        "/body/merge",
+        Ok(json!({"branch": "m", "head": "h0", "conflict": {"branch": "b0", "files": ["a"]}})),
+    );
+    let ev = sim.tick();
+    assert_eq!(ev.nodes["/body"].tries, ["/body/merge"]);
+    let merged = &result(ev.progress)["merged"];
+    assert_eq!(merged["conflict"]["branch"], "b0");
+    assert_eq!(
+        merged["rounds"],
+        json!([{"merge": merged["merge"].clone()}])
+    );
+}
+
+#[test]
+fn a_resolver_that_names_no_head_fails_the_node_when_branches_remain() {
+    let mut sim = four_in_sequence();
+    sim.tick();
+    sim.end(
+        "/body/merge",
+        Ok(json!({"branch": "m1", "head": "h1", "conflict": conflict_at("b1", "m1-c")})),
+    );
+    sim.tick();
+    sim.end("/body/resolve", Ok(json!("nothing to commit")));
+    let Progress::Failed { reason } = sim.tick().progress else {
+        panic!("not failed");
+    };
+    assert!(
+        reason.starts_with("/body/resolve: the resolver's changes name no head to merge b2, b3"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn the_nodes_retry_and_timeout_apply_to_each_inner_step() {
+    let retry = json!({"attempts": 2, "non_retryable": ["bad input"]});
+    let mut sim = merge_flow(
+        "pick_best",
+        json!({"judge": "judge", "retry": retry, "timeout_secs": 30}),
+    );
+    let ev = sim.tick();
+    assert_eq!(ev.starts[0].timeout_secs, Some(30));
+    sim.end("/body/judge", Err("interrupted"));
+    let ev = sim.tick();
+    assert_eq!(ev.starts[0].key, "/body/judge~2");
+    assert_eq!(ev.starts[0].timeout_secs, Some(30));
+    sim.end("/body/judge~2", Ok(json!({"winner": 0})));
+    let ev = sim.tick();
+    assert_eq!(ev.starts[0].key, "/body/merge");
+    assert_eq!(ev.starts[0].timeout_secs, Some(30));
+    // A reason the retry names ends the step at once.
+    sim.end("/body/merge", Err("bad input: no"));
+    let Progress::Failed { reason } = sim.tick().progress else {
+        panic!("not failed");
+    };
+    assert!(reason.contains("step merge: bad input: no"), "{reason}");
+}

@@ -23,6 +23,10 @@ pub struct MergeRecord {
     /// The new branch's head: the base when nothing was applied.
     pub head: String,
     pub strategy: &'static str,
+    /// One line saying what was asked and what happened: `sequence merge
+    /// of 3 branches, stopped at a conflict with b after 1`, `pick 1 of 5
+    /// branches`, `octopus merge of 2 branches`.
+    pub summary: String,
     /// The branches the head holds, in order, each at the head it had.
     pub applied: Vec<AppliedBranch>,
     /// The branch that did not merge cleanly and where; none applied after
@@ -186,11 +190,19 @@ impl Merger {
             self.create(repo, work, at).await?;
         }
 
+        let conflicted = outcome.conflict.as_ref().map(|c| c.branch.as_str());
+        let summary = summary(
+            request.strategy,
+            request.branches.len(),
+            outcome.applied.len(),
+            conflicted,
+        );
         let mut record = MergeRecord {
             branch: into,
             base,
             head: outcome.head,
             strategy: request.strategy.as_str(),
+            summary,
             applied: outcome.applied,
             conflict: outcome.conflict,
             fast_forwarded: None,
@@ -497,6 +509,34 @@ impl Writer<'_> {
 
     fn message(&self, subject: &str) -> String {
         format!("{subject}\n\nSwarmd-Task: {}", self.task)
+    }
+}
+
+/// A record's `summary`: the strategy over the `given` branches, and
+/// where a conflict with branch `conflicted` stopped it, `applied` merged
+/// before it.
+pub(crate) fn summary(
+    strategy: Strategy,
+    given: usize,
+    applied: usize,
+    conflicted: Option<&str>,
+) -> String {
+    let branches = if given == 1 { "branch" } else { "branches" };
+    let asked = match strategy {
+        Strategy::Pick => format!("pick 1 of {given} {branches}"),
+        Strategy::Sequence | Strategy::Octopus => {
+            format!("{} merge of {given} {branches}", strategy.as_str())
+        }
+    };
+    match (strategy, conflicted) {
+        (_, None) => asked,
+        (Strategy::Sequence, Some(branch)) => {
+            format!("{asked}, stopped at a conflict with {branch} after {applied}")
+        }
+        (Strategy::Octopus, Some(branch)) => {
+            format!("{asked}, none applied: a conflict with {branch}")
+        }
+        (Strategy::Pick, Some(branch)) => format!("{asked}, stopped at a conflict with {branch}"),
     }
 }
 

@@ -117,6 +117,10 @@ async fn a_conflict_stops_the_sequence_at_its_branch_and_names_the_files() {
     .unwrap();
     let applied: Vec<&str> = record.applied.iter().map(|a| a.branch.as_str()).collect();
     assert_eq!(applied, ["one", "two"]);
+    assert_eq!(
+        record.summary,
+        "sequence merge of 4 branches, stopped at a conflict with three after 2"
+    );
     let conflict = record.conflict.clone().unwrap();
     let work = conflict.work_head.clone().unwrap();
     assert_eq!(
@@ -196,6 +200,7 @@ async fn octopus_makes_one_commit_or_applies_nothing() {
     .unwrap();
     assert_eq!(record.conflict, None);
     assert_eq!(record.applied.len(), 3);
+    assert_eq!(record.summary, "octopus merge of 3 branches");
     assert_eq!(parents(&repo, &record.head), 4);
     assert_eq!(
         git(&repo, &["rev-parse", &format!("{}^1", record.head)]),
@@ -213,6 +218,10 @@ async fn octopus_makes_one_commit_or_applies_nothing() {
     .unwrap();
     assert!(record.applied.is_empty());
     assert_eq!(record.head, main);
+    assert_eq!(
+        record.summary,
+        "octopus merge of 3 branches, none applied: a conflict with y"
+    );
     assert_eq!(record.conflict.unwrap().branch, "y");
     assert_eq!(git(&repo, &["rev-parse", "none"]), main);
 }
@@ -232,6 +241,7 @@ async fn pick_takes_a_descendant_as_it_is_and_merges_any_other() {
     .unwrap();
     assert_eq!(record.head, b);
     assert_eq!(record.applied[0].branch, "b");
+    assert_eq!(record.summary, "pick 1 of 2 branches");
     assert_eq!(git(&repo, &["rev-parse", "won"]), b);
 
     // The base moved on: the pick is merged onto it.
@@ -410,5 +420,23 @@ async fn the_spawner_passes_with_the_record_or_fails_with_the_reason() {
     assert!(
         reason.contains("merge: `-b` is not a branch name"),
         "{reason}"
+    );
+}
+
+#[test]
+fn a_summary_says_how_many_branches_were_given_and_where_it_stopped() {
+    use super::apply::summary;
+    assert_eq!(summary(Strategy::Pick, 5, 1, None), "pick 1 of 5 branches");
+    assert_eq!(
+        summary(Strategy::Pick, 1, 0, Some("a")),
+        "pick 1 of 1 branch, stopped at a conflict with a"
+    );
+    assert_eq!(
+        summary(Strategy::Sequence, 3, 1, Some("b")),
+        "sequence merge of 3 branches, stopped at a conflict with b after 1"
+    );
+    assert_eq!(
+        summary(Strategy::Sequence, 1, 1, None),
+        "sequence merge of 1 branch"
     );
 }

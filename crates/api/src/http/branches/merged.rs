@@ -56,6 +56,11 @@ pub(super) fn merge_title(task: &Task) -> String {
     let Some(record) = merge_record(task) else {
         return String::new();
     };
+    // The merge agent says what it was asked and what it did; a record
+    // written before it said so is told from what it applied.
+    if let Some(summary) = record["summary"].as_str() {
+        return naming::subject(summary);
+    }
     let held = record["applied"].as_array().map_or(0, Vec::len);
     let strategy = record["strategy"].as_str().unwrap_or("a");
     let mut title = format!(
@@ -258,6 +263,13 @@ mod tests {
             title(json!({"branch": "m", "strategy": "sequence", "applied": [],
                          "conflict": {"branch": "swarmd/t-1/1"}})),
             "sequence merge of 0 branches, stopped at a conflict with swarmd/t-1/1"
+        );
+        assert_eq!(
+            title(
+                json!({"branch": "m", "strategy": "pick", "applied": [{"branch": "a"}],
+                         "summary": "pick 1 of 5 branches"})
+            ),
+            "pick 1 of 5 branches"
         );
     }
 }

@@ -1,7 +1,8 @@
 //! `swarmd flow …` against a real daemon: the flow list, a lint that
 //! prints every problem and exits 1, a run started by name and waited
 //! for, its tree and open wait shown, the wait answered with its own
-//! token, the run list, and a cancel.
+//! token, the run list, and a cancel; a `merge` node's inner steps named
+//! by their keys and a conflict it left shown on its line.
 
 use std::path::Path;
 use std::process::Output;
@@ -10,7 +11,8 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 
 use crate::daemon::Swarmd;
-use crate::flows::{daemon, step};
+use crate::flows::{daemon, step, write_files};
+use crate::worktrees::make_repo;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_swarmd");
 
@@ -140,4 +142,97 @@ async fn a_flow_is_linted_run_shown_answered_listed_and_cancelled_from_the_cli()
     let table = swarmd(&sw, dir, &admin, &["flow", "runs"]).await;
     assert!(stdout(&table).starts_with("ID "), "{table:?}");
     assert_eq!(stdout(&table).lines().count(), 3, "{}", stdout(&table));
+}
+
+/// `clasher` writes its prompt to `notes.txt` in its worktree and commits
+/// it (so two of them conflict); `judge` names the first candidate;
+/// `merge` merges into new branches of the same repository.
+const MERGE_AGENTS: &str = r#"
+[agents.clasher]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", """
+cat > notes.txt
+git add -A
+git -c user.name=w -c user.email=w@w commit -qm "clasher"
+printf '"done"'
+"""]
+env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
+worktree = { repo = "@DIR@/repo", base = "main" }
+
+[agents.judge]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", "cat > /dev/null; printf '{\"winner\": 0, \"reason\": \"first\"}'"]
+env = { PATH = "/usr/bin:/bin" }
+
+[agents.merge]
+kind = "merge"
+repo = "@DIR@/repo"
+base = "main"
+
+[flows_dir]
+path = "@DIR@/flows"
+"#;
+
+/// Two clashers at once, then a `merge` node with `strategy` and `extra`.
+fn merge_flow(name: &str, strategy: &str, extra: Value) -> Value {
+    let path = |at: &str| json!({"op": "path", "at": at});
+    let mut merge = json!({"kind": "merge", "ref": "merge", "strategy": strategy,
+        "branches": {"op": "select", "at": "$.tries[*].git"}, "out": path("$.merged")});
+    for (k, v) in extra.as_object().unwrap() {
+        merge[k] = v.clone();
+    }
+    json!({"name": name, "output": path("$.merged"),
+        "body": {"kind": "seq", "children": [
+            {"kind": "fanout", "items": {"op": "lit", "value": ["one", "two"]},
+             "bind": path("$.n"), "concurrency": 2, "join": "all", "out": path("$.tries"),
+             "body": {"kind": "step", "ref": "clasher",
+                      "in": {"op": "template", "text": "{{ n }}"},
+                      "out": path("$.said"), "changes": path("$.git")}},
+            merge]}})
+}
+
+#[tokio::test]
+async fn show_names_a_merges_inner_steps_and_the_conflict_it_left() {
+    let sw = Swarmd::new(MERGE_AGENTS).env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    make_repo(sw.dir());
+    let flows = [
+        (
+            "best",
+            merge_flow("best", "pick_best", json!({"judge": "judge"})),
+        ),
+        ("all", merge_flow("all", "sequence", json!({}))),
+    ];
+    write_files(sw.dir(), &flows);
+    let sw = sw.start().await;
+    let cwd = tempfile::tempdir().unwrap();
+    let (dir, admin) = (cwd.path(), sw.admin.clone());
+
+    let best = ["flow", "run", "best", "--wait", "60"];
+    let shown = swarmd(&sw, dir, &admin, &best).await;
+    assert_eq!(shown.status.code(), Some(0), "{shown:?}\n{}", sw.log());
+    let text = stdout(&shown);
+    let merge_at = text
+        .lines()
+        .position(|l| l.trim_start().starts_with("✓ merge  passed"))
+        .unwrap_or_else(|| panic!("no merge line in\n{text}"));
+    let inner: Vec<&str> = text.lines().skip(merge_at + 1).take(2).collect();
+    assert!(inner[0].trim_start().starts_with("judge  task …"), "{text}");
+    assert!(inner[1].trim_start().starts_with("merge  task …"), "{text}");
+    assert!(!text.contains("try 1"), "{text}");
+
+    let all = ["flow", "run", "all", "--wait", "60"];
+    let shown = swarmd(&sw, dir, &admin, &all).await;
+    assert_eq!(shown.status.code(), Some(0), "{shown:?}\n{}", sw.log());
+    let text = stdout(&shown);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("✓ merge  passed"))
+        .unwrap_or_else(|| panic!("no merge line in\n{text}"));
+    assert!(
+        line.contains("passed, conflict in notes.txt (branch swarmd/"),
+        "{line}"
+    );
+    assert!(line.contains("; work branch "), "{line}");
 }

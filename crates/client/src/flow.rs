@@ -7,18 +7,20 @@
 //! prints as `-`. A run id or wait name is percent-encoded into its path
 //! segment, so no argument can address another route.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::render::{clean, duration, short_id, since, table, text};
+use super::render::{clean, short_id, since, table, text};
 use super::{ApiClient, Bearer, ClientError, REQUEST_TIMEOUT, request_error};
 
 /// Extra time a client waits beyond what it asked the daemon to wait.
 const WAIT_MARGIN: Duration = Duration::from_secs(30);
+/// How long one read of `wait_run` waits for the run to end before it
+/// looks whether the run waits on a person instead.
+const WAIT_POLL_SECS: u64 = 1;
 /// The longest message, reason or prompt a line shows.
 const LINE_CHARS: usize = 200;
 
@@ -198,6 +200,27 @@ impl ApiClient {
         self.send_json(request, &url).await
     }
 
+    /// The run's view once it ended or waits on a person
+    /// (`waits_on_a_person`: nothing moves until someone answers), or
+    /// after `secs` seconds (at most 300, as the daemon's own wait):
+    /// `GET /v1/runs/{id}` at once, then with `?wait=` a second at a time.
+    ///
+    /// # Errors
+    /// As `get_run`.
+    pub async fn wait_run(&self, id: &str, secs: u64) -> Result<Value, ClientError> {
+        let deadline = Instant::now() + Duration::from_secs(secs.min(300));
+        let mut view = self.get_run(id, None).await?;
+        loop {
+            let status = view["status"].as_str().unwrap_or_default();
+            let ended = !matches!(status, "running" | "waiting");
+            let left = deadline.saturating_duration_since(Instant::now());
+            if ended || waits_on_a_person(&view) || left.is_zero() {
+                return Ok(view);
+            }
+            view = self.get_run(id, Some(WAIT_POLL_SECS)).await?;
+        }
+    }
+
     /// `POST /v1/runs/{id}/cancel`: the run's view after the cancel.
     ///
     /// # Errors
@@ -327,6 +350,28 @@ pub fn problem_lines(problems: &[LintProblem]) -> String {
         .join("\n")
 }
 
+/// A lint route's `400 invalid_flow` (a document that is not flow IR) as
+/// a lint problem: the pointer its message names (`…: /body/strategy:
+/// why`), else `/`; code `invalid_flow`.
+pub fn shape_problem(message: &str) -> LintProblem {
+    let detail = message
+        .split_once("): ")
+        .filter(|(head, _)| head.contains("flow.schema.json"))
+        .map_or(message, |(_, rest)| rest);
+    let (pointer, why) = match detail.split_once(": ") {
+        Some((pointer, why)) if pointer.starts_with('/') && !pointer.contains(' ') => {
+            (pointer, why)
+        }
+        _ => ("/", detail),
+    };
+    LintProblem {
+        pointer: pointer.to_owned(),
+        code: "invalid_flow".to_owned(),
+        message: why.to_owned(),
+        hint: "the document is not flow IR: see docs/flow.schema.json".to_owned(),
+    }
+}
+
 /// The problems of a lint answer or an `invalid_flow` body; a malformed
 /// entry is kept with what it has.
 pub fn problems_of(answer: &Value) -> Vec<LintProblem> {
@@ -336,340 +381,9 @@ pub fn problems_of(answer: &Value) -> Vec<LintProblem> {
         .collect()
 }
 
-/// The mark a node's status gets in the tree.
-fn mark(status: &str) -> &'static str {
-    match status {
-        "passed" => "✓",
-        "failed" => "✗",
-        "running" => "▶",
-        "waiting" => "⏸",
-        "cancelled" => "⊘",
-        _ => "·",
-    }
-}
-
-/// A run's view (`GET /v1/runs/{id}`) for people: a key/value header, the
-/// node tree (one node instance a line, indented by its depth in the
-/// flow, with a status mark, and a step's task and duration), then the
-/// waits, an open one with the command that answers it.
-pub fn run_block(view: &Value, now_ms: u64) -> String {
-    let id = view["id"].as_str().unwrap_or("-");
-    let status = view["status"].as_str().unwrap_or("-");
-    let ended = !matches!(status, "running" | "waiting");
-    let mut pairs = vec![
-        ("id", clean(id, 40)),
-        (
-            "flow",
-            format!(
-                "{} ({})",
-                text(&view["flow"], 64),
-                short_hash(&view["flow_hash"])
-            ),
-        ),
-        ("status", clean(status, 20)),
-        ("created", since(&view["created_ms"], now_ms)),
-        ("updated", since(&view["updated_ms"], now_ms)),
-        (
-            "duration",
-            took(&view["created_ms"], &view["updated_ms"], !ended, now_ms),
-        ),
-        ("input", text(&view["input"], LINE_CHARS)),
-    ];
-    if !view["result"].is_null() {
-        pairs.push(("result", text(&view["result"], LINE_CHARS)));
-    }
-    if !view["error"].is_null() {
-        pairs.push(("error", text(&view["error"], LINE_CHARS)));
-    }
-    let mut lines: Vec<String> = pairs
-        .iter()
-        .map(|(key, value)| format!("{key:8}  {value}"))
-        .collect();
-    let nodes = items(&view["nodes"]);
-    if !nodes.is_empty() {
-        lines.push(String::new());
-        lines.extend(node_tree(nodes, now_ms));
-    }
-    let waits = items(&view["waits"]);
-    if !waits.is_empty() {
-        lines.push(String::new());
-        lines.push("waits:".to_owned());
-        for wait in waits {
-            lines.extend(wait_lines(wait, waits, id, now_ms));
-        }
-    }
-    lines.join("\n")
-}
-
-/// `POST /v1/runs/{id}/waits/{wait}`'s answer for people: the run as
-/// `run_block` prints it, or, when the answer is only `{id, wait, status}`
-/// (the credential was the wait's own token, which reads nothing else of
-/// the run), those three.
-pub fn answer_block(answer: &Value, now_ms: u64) -> String {
-    if answer.get("flow").is_some() || answer.get("created_ms").is_some() {
-        return run_block(answer, now_ms);
-    }
-    [
-        ("id", text(&answer["id"], 40)),
-        ("wait", text(&answer["wait"], LINE_CHARS)),
-        ("status", text(&answer["status"], 20)),
-    ]
-    .iter()
-    .map(|(key, value)| format!("{key:6}  {value}"))
-    .collect::<Vec<_>>()
-    .join("\n")
-}
-
-/// From `start` to `end`, or to now while `open` and not ended.
-fn took(start: &Value, end: &Value, open: bool, now_ms: u64) -> String {
-    match (start.as_u64(), end.as_u64()) {
-        (Some(start), _) if open => duration(now_ms.saturating_sub(start)),
-        (Some(start), Some(end)) => duration(end.saturating_sub(start)),
-        _ => "-".to_owned(),
-    }
-}
-
-/// One wait's lines: name, state, prompt; for an open one the command
-/// that answers it (and its token, when the view carries it).
-fn wait_lines(wait: &Value, all: &[Value], run_id: &str, now_ms: u64) -> Vec<String> {
-    let name = wait["name"].as_str().unwrap_or("-");
-    let open = wait["open"].as_bool() == Some(true);
-    let state = if open {
-        "open".to_owned()
-    } else if !wait["answer"].is_null() {
-        format!("answered {}", text(&wait["answer"], LINE_CHARS))
-    } else if !wait["reason"].is_null() {
-        format!("failed: {}", text(&wait["reason"], LINE_CHARS))
-    } else {
-        "closed".to_owned()
-    };
-    let mut first = format!("  {}  {state}", clean(name, 64));
-    if !wait["prompt"].is_null() {
-        let _ = write!(first, "  {}", text(&wait["prompt"], LINE_CHARS));
-    }
-    if let Some(deadline) = wait["deadline_ms"].as_u64().filter(|_| open) {
-        let _ = write!(
-            first,
-            "  (ends in {})",
-            duration(deadline.saturating_sub(now_ms))
-        );
-    }
-    let mut lines = vec![first];
-    if open {
-        // A name shared by several open waits is ambiguous: answer by key.
-        let shared = all
-            .iter()
-            .filter(|w| w["open"].as_bool() == Some(true) && w["name"].as_str() == Some(name))
-            .count()
-            > 1;
-        let target = if shared {
-            wait["key"].as_str().unwrap_or(name)
-        } else {
-            name
-        };
-        lines.push(format!(
-            "    answer: swarmd flow answer {} {} '<JSON>'",
-            shell_word(run_id),
-            shell_word(target)
-        ));
-        if let Some(token) = wait["token"].as_str() {
-            lines.push(format!("    token:  {}", clean(token, 200)));
-        }
-    }
-    lines
-}
-
-/// `word` as one shell word: as is when it is plain, else single-quoted.
-fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':'));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", clean(word, 200).replace('\'', r"'\''"))
-    }
-}
-
-/// One part of a node's place in the tree, in display order: the fields
-/// that hold nodes rank `body`, `then`, `else`, `catch`, `children`;
-/// numbers (child indices, fan-out items, loop iterations) by value.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum Step {
-    Field(u8, String),
-    Index(u64),
-}
-
-fn field(name: &str) -> Step {
-    let rank = match name {
-        "body" => 0,
-        "then" => 1,
-        "else" => 2,
-        "catch" => 3,
-        "children" => 4,
-        _ => 5,
-    };
-    Step::Field(rank, name.to_owned())
-}
-
-/// A node instance's place: its display order and depth.
-struct Place {
-    order: Vec<Step>,
-    depth: usize,
-}
-
-/// The nodes of a view as a tree, one line each, parents before children
-/// and fan-out items and loop iterations each with their own subtree.
-///
-/// A node's key is its sub-flow scope (`<call key>>name`), its pointer
-/// and its instance suffix (`[i]` per fan-out item, `#i` per loop
-/// iteration, outermost first); an instance index belongs to the `body`
-/// of the enclosing fan-out or loop, found by the kind of the node at
-/// that pointer.
-fn node_tree(nodes: &[Value], now_ms: u64) -> Vec<String> {
-    let by_key: HashMap<&str, &Value> = nodes
-        .iter()
-        .filter_map(|node| Some((node["key"].as_str()?, node)))
-        .collect();
-    let mut kinds: HashMap<(&str, &str), &str> = HashMap::new();
-    for node in nodes {
-        if let (Some(key), Some(pointer), Some(kind)) = (
-            node["key"].as_str(),
-            node["pointer"].as_str(),
-            node["kind"].as_str(),
-        ) {
-            let (scope, _) = split_key(key, pointer);
-            kinds.insert((scope, pointer), kind);
-        }
-    }
-    let mut placed: Vec<(Place, &Value)> = nodes
-        .iter()
-        .map(|node| (place(node, &by_key, &kinds, 0), node))
-        .collect();
-    placed.sort_by(|a, b| a.0.order.cmp(&b.0.order));
-    placed
-        .into_iter()
-        .flat_map(|(place, node)| node_lines(node, place.depth, now_ms))
-        .collect()
-}
-
-/// `key` cut into its scope and instance suffix around `pointer`.
-fn split_key<'k>(key: &'k str, pointer: &str) -> (&'k str, &'k str) {
-    match key.rfind(pointer) {
-        Some(at) if !pointer.is_empty() => (&key[..at], &key[at + pointer.len()..]),
-        _ => ("", ""),
-    }
-}
-
-fn place(
-    node: &Value,
-    by_key: &HashMap<&str, &Value>,
-    kinds: &HashMap<(&str, &str), &str>,
-    nesting: usize,
-) -> Place {
-    let key = node["key"].as_str().unwrap_or_default();
-    let pointer = node["pointer"].as_str().unwrap_or_default();
-    if pointer.is_empty() || !key.contains(pointer) || nesting > 16 {
-        return Place {
-            order: vec![Step::Field(5, key.to_owned())],
-            depth: 0,
-        };
-    }
-    let (scope, inst) = split_key(key, pointer);
-    let (mut order, mut depth) = match scope.rsplit_once('>') {
-        Some((call_key, flow)) => {
-            let call = by_key.get(call_key).map_or_else(
-                || Place {
-                    order: vec![Step::Field(5, call_key.to_owned())],
-                    depth: 0,
-                },
-                |call| place(call, by_key, kinds, nesting + 1),
-            );
-            let mut order = call.order;
-            order.push(Step::Field(5, format!(">{flow}")));
-            (order, call.depth + 1)
-        }
-        None => (Vec::new(), 0),
-    };
-    let mut indices = inst
-        .split(['[', ']', '#'])
-        .filter_map(|part| part.parse::<u64>().ok());
-    let mut prefix = String::new();
-    let mut fields = 0usize;
-    for part in pointer.split('/').skip(1) {
-        let parent_kind = kinds.get(&(scope, prefix.as_str())).copied();
-        prefix.push('/');
-        prefix.push_str(part);
-        match part.parse::<u64>() {
-            Ok(index) => order.push(Step::Index(index)),
-            Err(_) => {
-                fields += 1;
-                order.push(field(part));
-                if part == "body" && matches!(parent_kind, Some("fanout" | "loop")) {
-                    order.push(Step::Index(indices.next().unwrap_or(0)));
-                }
-            }
-        }
-    }
-    depth += fields.saturating_sub(1);
-    Place { order, depth }
-}
-
-/// One node's line (and, for a step tried more than once, one line per
-/// try): mark, kind, name, instance, status, task and duration, reason.
-fn node_lines(node: &Value, depth: usize, now_ms: u64) -> Vec<String> {
-    let indent = "  ".repeat(depth.min(40));
-    let status = node["status"].as_str().unwrap_or("-");
-    let key = node["key"].as_str().unwrap_or_default();
-    let pointer = node["pointer"].as_str().unwrap_or_default();
-    let (_, inst) = split_key(key, pointer);
-    let side = pointer
-        .rsplit('/')
-        .next()
-        .filter(|last| matches!(*last, "then" | "else" | "catch"));
-    let mut line = format!("{indent}{} ", mark(status));
-    if let Some(side) = side {
-        let _ = write!(line, "{side}: ");
-    }
-    line.push_str(&clean(node["kind"].as_str().unwrap_or("-"), 20));
-    if let Some(name) = node["name"].as_str() {
-        let _ = write!(line, " {}", clean(name, 64));
-    }
-    line.push_str(&clean(inst, 40));
-    let _ = write!(line, "  {}", clean(status, 20));
-    let tries = items(&node["tries"]);
-    if let [only] = tries {
-        let _ = write!(line, "  {}", try_text(only, now_ms));
-    }
-    if !node["reason"].is_null() {
-        let _ = write!(line, "  {}", text(&node["reason"], LINE_CHARS));
-    }
-    let mut lines = vec![line];
-    if tries.len() > 1 {
-        for (n, one) in tries.iter().enumerate() {
-            let mut line = format!("{indent}    try {}  {}", n + 1, try_text(one, now_ms));
-            if !one["reason"].is_null() {
-                let _ = write!(line, "  {}", text(&one["reason"], LINE_CHARS));
-            }
-            lines.push(line);
-        }
-    }
-    lines
-}
-
-/// A try's task (short id) and how long it took, or has taken so far.
-fn try_text(one: &Value, now_ms: u64) -> String {
-    let task = one["task_id"]
-        .as_str()
-        .filter(|id| !id.is_empty())
-        .map_or_else(|| "-".to_owned(), short_id);
-    let open = one["ended_ms"].is_null();
-    format!(
-        "task {task}  {}",
-        took(&one["started_ms"], &one["ended_ms"], open, now_ms)
-    )
-}
+#[path = "flow_view.rs"]
+mod view;
+pub use view::{answer_block, run_block, waits_on_a_person};
 
 #[cfg(test)]
 #[path = "flow_tests.rs"]

@@ -1,5 +1,5 @@
-//! The flow renderings, and the run routes against a small in-process
-//! daemon.
+//! The flow and lint renderings, and the run routes against a small
+//! in-process daemon.
 
 use std::sync::{Arc, Mutex};
 
@@ -62,143 +62,6 @@ fn lint_problems_print_one_per_line_with_their_hint() {
         "/body/children/1/ref  unknown_agent  no agent `codr`  (agents: coder, judge)\n\
          /  bad_name  bad name"
     );
-}
-
-fn node(key: &str, pointer: &str, kind: &str, status: &str) -> Value {
-    json!({"key": key, "pointer": pointer, "kind": kind, "status": status})
-}
-
-/// A run whose nodes arrive in the daemon's key order, where a child's
-/// key sorts before its fan-out item's and `else` before `then`.
-fn waiting_run() -> Value {
-    let mut step0 = node(
-        "/body/children/0/body[0]",
-        "/body/children/0/body",
-        "step",
-        "passed",
-    );
-    step0["name"] = json!("try");
-    step0["tries"] = json!([{"key": "/body/children/0/body[0]",
-        "task_id": "T-0190f3c2a1b27c3d8e4f5a6b11111111",
-        "started_ms": NOW - 20_000, "ended_ms": NOW - 7_700}]);
-    let mut step1 = node(
-        "/body/children/0/body[1]",
-        "/body/children/0/body",
-        "step",
-        "failed",
-    );
-    step1["name"] = json!("try");
-    step1["reason"] = json!("exit 1");
-    step1["tries"] = json!([
-        {"key": "/body/children/0/body[1]", "task_id": "T-0190f3c2a1b27c3d8e4f5a6b22222222",
-         "started_ms": NOW - 20_000, "ended_ms": NOW - 19_000, "reason": "exit 2"},
-        {"key": "/body/children/0/body[1]~2", "task_id": "T-0190f3c2a1b27c3d8e4f5a6b33333333",
-         "started_ms": NOW - 18_000, "ended_ms": NOW - 16_000, "reason": "exit 1"},
-    ]);
-    let mut wait = node(
-        "/body/children/1/then",
-        "/body/children/1/then",
-        "wait",
-        "waiting",
-    );
-    wait["name"] = json!("approve");
-    json!({
-        "id": RUN, "flow": "best-of-2", "flow_hash": "sha256:0123456789abcdef0123",
-        "status": "waiting", "input": {"task": "fix it"},
-        "created_ms": NOW - 30_000, "updated_ms": NOW - 5_000, "version": 7,
-        "nodes": [
-            node("/body", "/body", "seq", "waiting"),
-            node("/body/children/0", "/body/children/0", "fanout", "passed"),
-            step0,
-            step1,
-            node("/body/children/1", "/body/children/1", "branch", "waiting"),
-            wait,
-        ],
-        "waits": [{"key": "/body/children/1/then", "name": "approve", "open": true,
-                   "prompt": "Ship it?", "opened_ms": NOW - 5_000,
-                   "deadline_ms": NOW + 300_000, "token": "swt1.abcdef"}],
-        "graph": {}
-    })
-}
-
-#[test]
-fn a_run_shows_its_header_then_its_node_tree_then_its_waits() {
-    let shown = run_block(&waiting_run(), NOW);
-    let expected = format!(
-        "id        {RUN}
-flow      best-of-2 (sha256:0123456789a…)
-status    waiting
-created   30s ago
-updated   5s ago
-duration  30.0s
-input     {{\"task\":\"fix it\"}}
-
-⏸ seq  waiting
-  ✓ fanout  passed
-    ✓ step try[0]  passed  task …11111111  12.3s
-    ✗ step try[1]  failed  exit 1
-        try 1  task …22222222  1.0s  exit 2
-        try 2  task …33333333  2.0s  exit 1
-  ⏸ branch  waiting
-    ⏸ then: wait approve  waiting
-
-waits:
-  approve  open  Ship it?  (ends in 5m 00s)
-    answer: swarmd flow answer {RUN} approve '<JSON>'
-    token:  swt1.abcdef"
-    );
-    assert_eq!(shown, expected, "\n{shown}");
-}
-
-#[test]
-fn items_of_nested_fanouts_and_sub_flows_keep_their_subtrees() {
-    let nodes = vec![
-        node(
-            "/body/body/children/0[0]",
-            "/body/body/children/0",
-            "call",
-            "passed",
-        ),
-        node(
-            "/body/body/children/0[0]>sub/body",
-            "/body",
-            "step",
-            "passed",
-        ),
-        node(
-            "/body/body/children/0[1]",
-            "/body/body/children/0",
-            "call",
-            "running",
-        ),
-        node("/body/body[0]", "/body/body", "seq", "passed"),
-        node("/body/body[1]", "/body/body", "seq", "running"),
-        node("/body", "/body", "fanout", "running"),
-    ];
-    let lines = node_tree(&nodes, NOW);
-    assert_eq!(
-        lines,
-        [
-            "▶ fanout  running",
-            "  ✓ seq[0]  passed",
-            "    ✓ call[0]  passed",
-            "      ✓ step  passed",
-            "  ▶ seq[1]  running",
-            "    ▶ call[1]  running",
-        ]
-    );
-}
-
-#[test]
-fn a_wait_name_shared_by_open_waits_is_answered_by_its_quoted_key() {
-    let wait = |key: &str| json!({"key": key, "name": "ok", "open": true, "opened_ms": NOW});
-    let waits = [wait("/body/body[0]"), wait("/body/body[1]")];
-    let lines = wait_lines(&waits[1], &waits, RUN, NOW);
-    assert_eq!(
-        lines[1],
-        format!("    answer: swarmd flow answer {RUN} '/body/body[1]' '<JSON>'")
-    );
-    assert_eq!(shell_word("it's"), r"'it'\''s'");
 }
 
 /// What the fake daemon saw.
@@ -330,12 +193,19 @@ async fn an_answer_with_a_wait_token_sends_only_that_token_and_encodes_the_key()
 }
 
 #[test]
-fn an_answer_prints_the_run_or_only_what_a_wait_token_may_read() {
-    let only = json!({"id": RUN, "wait": "approve", "status": "running"});
+fn a_shape_error_of_the_lint_route_is_a_lint_problem_at_its_pointer() {
+    let message = "the flow is not flow IR (docs/flow.schema.json): /body/strategy: \
+                   \"best\" is not one of \"pick_best\", \"sequence\", \"octopus\"";
+    let problem = shape_problem(message);
     assert_eq!(
-        answer_block(&only, NOW),
-        format!("id      {RUN}\nwait    approve\nstatus  running")
+        problem_lines(&[problem]),
+        "/body/strategy  invalid_flow  \"best\" is not one of \"pick_best\", \"sequence\", \
+         \"octopus\"  (the document is not flow IR: see docs/flow.schema.json)"
     );
-    let view = waiting_run();
-    assert_eq!(answer_block(&view, NOW), run_block(&view, NOW));
+    let whole =
+        shape_problem("the flow is not flow IR (docs/flow.schema.json): missing field `body`");
+    assert_eq!(
+        (whole.pointer.as_str(), whole.message.as_str()),
+        ("/", "missing field `body`")
+    );
 }

@@ -549,8 +549,15 @@ impl Runner {
             .open_steps()
             .map(|(k, t)| (k.to_owned(), t.to_owned()))
             .collect();
+        let why = match (status, &live.record.error) {
+            (RunStatus::Cancelled, Some(why)) => Some(format!("run cancelled: {why}")),
+            _ => None,
+        };
         for (key, task) in &open {
-            self.cancel_step(key, task);
+            match &why {
+                Some(why) => self.cancel_step_for(task, why.clone()),
+                None => self.cancel_step(key, task),
+            }
         }
         {
             let mut tasks = self.task_map();
@@ -605,11 +612,15 @@ impl Runner {
     }
 
     fn cancel_step(&self, key: &str, task: &str) {
+        self.cancel_step_for(task, format!("the flow no longer needs step {key}"));
+    }
+
+    /// Cancels the task of an open step try, for `reason`.
+    fn cancel_step_for(&self, task: &str, reason: String) {
         let Ok(id) = task.parse::<TaskId>() else {
             return;
         };
         let engine = self.engine().clone();
-        let reason = format!("the flow no longer needs step {key}");
         tokio::spawn(async move {
             if let Err(error) = engine.cancel_task(id, Some(reason)).await {
                 tracing::debug!(task_id = %id, %error, "could not cancel a flow step");

@@ -179,6 +179,38 @@ async fn a_new_runner_reads_an_open_run_back_and_can_cancel_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_runs_open_try_ends_at_the_cancel_with_its_reason() {
+    let engine = engine();
+    let runner = runner(&engine);
+    let run = start(&runner, step("slow", "s", "$.b")).await;
+    let mut task = None;
+    for _ in 0..100 {
+        let view = runner.view(run.id, false).await.unwrap();
+        if let Some(one) = view.nodes.first().and_then(|n| n.tries.first()) {
+            task = Some(one.task_id.clone());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let task = task.expect("the step started");
+    let cancelled = runner.cancel(run.id, Some("enough".into())).await.unwrap();
+    let view = runner.view(run.id, false).await.unwrap();
+    let one = &view.nodes[0].tries[0];
+    assert_eq!(one.ended_ms, Some(cancelled.updated_ms), "{one:?}");
+    assert_eq!(one.reason.as_deref(), Some("run cancelled: enough"));
+    let task = task.parse().unwrap();
+    for _ in 0..100 {
+        let got = engine.get_task(task).await.unwrap().unwrap();
+        if got.status() == TaskStatus::Cancelled {
+            assert_eq!(got.reason.as_deref(), Some("run cancelled: enough"));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the step's task was not cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_answers_to_its_own_token_only() {
     let engine = engine();
     let runner = runner(&engine);

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use swarmd_engine::RunRecord;
+use swarmd_engine::{RunRecord, RunStatus};
 use swarmd_flow::run::{NodeStatus, Outcome, evaluate};
 
 use crate::{RunError, Runner, State};
@@ -49,7 +49,8 @@ pub struct NodeView {
     pub tries: Vec<TryView>,
 }
 
-/// One try of a step.
+/// One try of a step. A try the run's end left open has the run's end as
+/// its `ended_ms` and the run's end as its `reason`.
 #[derive(Debug, Clone, Serialize)]
 pub struct TryView {
     pub key: String,
@@ -104,6 +105,15 @@ pub(crate) async fn build(
     let ev = evaluate(&flow, &called, &record.input, &state.journal);
     let journal = &state.journal;
     let terminal = record.status.is_terminal();
+    // A try still open when its run ended never ends on its own: the run's
+    // end (its last write) is its end, and the run's end its reason.
+    let cut_short = terminal.then(|| {
+        let reason = match (record.status, &record.error) {
+            (RunStatus::Cancelled, Some(why)) => format!("run cancelled: {why}"),
+            (status, _) => format!("cancelled: the run {}", status.as_str()),
+        };
+        (record.updated_ms, reason)
+    });
     let nodes = ev
         .nodes
         .into_iter()
@@ -118,13 +128,17 @@ pub(crate) async fn build(
                             (Some(value.clone()), changes.clone(), None)
                         }
                         Some(Outcome::Failed { reason, .. }) => (None, None, Some(reason.clone())),
-                        None => (None, None, None),
+                        None => (None, None, cut_short.as_ref().map(|(_, why)| why.clone())),
+                    };
+                    let ended_ms = match &e.outcome {
+                        Some(outcome) => Some(outcome.at_ms()),
+                        None => cut_short.as_ref().map(|(at, _)| (*at).max(e.started_ms)),
                     };
                     TryView {
                         key: k.clone(),
                         task_id: e.task.clone(),
                         started_ms: e.started_ms,
-                        ended_ms: e.outcome.as_ref().map(Outcome::at_ms),
+                        ended_ms,
                         output,
                         changes,
                         reason,

@@ -41,15 +41,17 @@ pub enum FlowCommand {
         /// The flow's IR: a JSON file, or TOML when it ends in `.toml`.
         file: PathBuf,
     },
-    /// Start a run and print its id; with --wait, the run once it ended.
+    /// Start a run and print its id; with --wait, the run once it ended
+    /// or waits on a person.
     Run(Box<FlowRunArgs>),
     /// Print a run: its state, its node tree and its waits.
     Show {
         /// The run id (R-…), or the tail a table prints (…7c8d9e0f).
         #[arg(value_parser = parse_run_id)]
         run: String,
-        /// Wait up to SECS (at most 300) for the run to end first; the exit
-        /// status is then 0 passed, 2 failed or cancelled, 3 not ended.
+        /// Wait up to SECS (at most 300) for the run to end, or to wait on
+        /// a person's answer, first; the exit status is then 0 passed, 2
+        /// failed or cancelled, 3 not ended (running, or waiting).
         #[arg(long, value_name = "SECS")]
         wait: Option<u64>,
     },
@@ -108,8 +110,9 @@ pub struct FlowRunArgs {
     /// time instead of starting another.
     #[arg(long, value_name = "KEY")]
     pub key: Option<String>,
-    /// Wait up to SECS (at most 300) for the run to end and print it; the
-    /// exit status is then 0 passed, 2 failed or cancelled, 3 not ended.
+    /// Wait up to SECS (at most 300) for the run to end, or to wait on a
+    /// person's answer, and print it; the exit status is then 0 passed, 2
+    /// failed or cancelled, 3 not ended (running, or waiting).
     #[arg(long, value_name = "SECS")]
     pub wait: Option<u64>,
 }

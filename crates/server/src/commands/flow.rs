@@ -9,6 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 use swarmd_client::flow::{
     LintProblem, answer_block, flow_table, problem_lines, problems_of, run_block, run_table,
+    shape_problem, waits_on_a_person,
 };
 use swarmd_client::render::now_ms;
 use swarmd_client::{ClientError, RunQuery, RunRequest, RunStart};
@@ -35,7 +36,19 @@ pub(super) async fn run(args: FlowArgs, env: &Environment) -> Result<u8, Command
         }
         FlowCommand::Lint { file } => {
             let flow = read_flow(&file)?;
-            let answer = client.lint_flow(&flow).await?;
+            let answer = match client.lint_flow(&flow).await {
+                Ok(answer) => answer,
+                Err(ClientError::Status {
+                    status: 400,
+                    code: Some(code),
+                    message,
+                    ..
+                }) if code == "invalid_flow" => {
+                    // A document that is not flow IR is a lint finding too.
+                    serde_json::json!({"ok": false, "hash": null, "problems": [shape_problem(&message)]})
+                }
+                Err(error) => return Err(error.into()),
+            };
             note_too_large_for_the_directory(&file);
             let problems = problems_of(&answer);
             match output {
@@ -51,13 +64,12 @@ pub(super) async fn run(args: FlowArgs, env: &Environment) -> Result<u8, Command
         FlowCommand::Run(run) => start(&client, *run, output).await,
         FlowCommand::Show { run, wait } => {
             let run = client.resolve_run(&run).await?;
-            let view = client.get_run(&run, wait).await?;
-            print_view(&view, output)?;
-            Ok(if wait.is_some() {
-                outcome(&view)
-            } else {
-                exit::OK
-            })
+            let Some(wait) = wait else {
+                print_view(&client.get_run(&run, None).await?, output)?;
+                return Ok(exit::OK);
+            };
+            let view = client.wait_run(&run, wait).await?;
+            print_waited(&view, output)
         }
         FlowCommand::Runs(list) => {
             let query = RunQuery {
@@ -141,9 +153,30 @@ async fn start(
         })?;
         return Ok(exit::OK);
     };
-    let view = client.get_run(&id, Some(wait)).await?;
-    print_view(&view, output)?;
-    Ok(outcome(&view))
+    let view = client.wait_run(&id, wait).await?;
+    print_waited(&view, output)
+}
+
+/// A run a verb waited for: printed as `flow show` prints it, a note on
+/// stderr when it stopped at a person's wait, and the exit status by its
+/// outcome.
+fn print_waited(view: &Value, output: OutputFormat) -> Result<u8, CommandError> {
+    print_view(view, output)?;
+    if waits_on_a_person(view) {
+        let id = swarmd_client::render::clean(view["id"].as_str().unwrap_or("-"), 40);
+        let names: Vec<String> = view["waits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|wait| wait["open"].as_bool() == Some(true))
+            .map(|wait| swarmd_client::render::clean(wait["name"].as_str().unwrap_or("-"), 64))
+            .collect();
+        eprintln!(
+            "run {id} waits for an answer to {}: swarmd flow answer {id} WAIT '<JSON>'",
+            names.join(", ")
+        );
+    }
+    Ok(outcome(view))
 }
 
 /// A flow refused by lint: every problem on stderr, then the refusal as

@@ -1,7 +1,9 @@
 //! Black-box tests of the `swarmd` client commands against a daemon this
 //! test starts: what `task get`, `task list` (and its note on an agent the
-//! daemon lacks), `flow answer` and a refused credential print (the
-//! relay's and a worker pool's too).
+//! daemon lacks), `flow answer`, `flow lint` of a document that is not
+//! flow IR, `flow run --wait` stopping at a person's wait, a cancelled
+//! run's step, and a refused credential print (the relay's and a worker
+//! pool's too).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -20,8 +22,19 @@ const ASK: &str = r#"{"name": "ask", "body": {"kind": "wait", "name": "approve",
     "timeout_secs": 600, "prompt": {"op": "lit", "value": "Ship it?"},
     "out": {"op": "path", "at": "$.ok"}}}"#;
 
-/// `swarmd serve` on a free loopback port with its state in memory, an
-/// agent `cat` and the flow `ask`; killed when dropped.
+/// A flow that waits for a person with a question of several lines.
+const REVIEW: &str = r#"{"name": "review", "body": {"kind": "wait", "name": "approve",
+    "timeout_secs": 600,
+    "prompt": {"op": "lit", "value": "Review the diff:\n  +12 -3 src/a.rs\nShip it?"},
+    "out": {"op": "path", "at": "$.ok"}}}"#;
+
+/// A flow whose one step sleeps for 30 s.
+const SLOW: &str = r#"{"name": "slow", "body": {"kind": "step", "ref": "sleepy",
+    "in": {"op": "lit", "value": "zz"}, "out": {"op": "path", "at": "$.r"}}}"#;
+
+/// `swarmd serve` on a free loopback port with its state in memory, the
+/// agents `cat` and `sleepy` (30 s) and the flows `ask`, `review` and
+/// `slow`; killed when dropped.
 struct Daemon {
     child: Child,
     url: String,
@@ -35,6 +48,8 @@ impl Daemon {
         let flows = dir.path().join("flows");
         std::fs::create_dir(&flows).unwrap();
         std::fs::write(flows.join("ask.json"), ASK).unwrap();
+        std::fs::write(flows.join("review.json"), REVIEW).unwrap();
+        std::fs::write(flows.join("slow.json"), SLOW).unwrap();
         let state = dir.path().join("state");
         let config = dir.path().join("swarmd.toml");
         let text = format!(
@@ -50,6 +65,11 @@ state_dir = "{state}"
 [agents.cat]
 kind = "process"
 program = "/bin/cat"
+
+[agents.sleepy]
+kind = "process"
+program = "/bin/sh"
+args = ["-c", "/bin/sleep 30; /bin/cat"]
 
 [flows_dir]
 path = "{flows}"
@@ -336,4 +356,109 @@ fn lint_says_when_a_file_is_larger_than_the_flows_directory_reads() {
     assert_eq!(linted.status.code(), Some(0), "{linted:?}");
     let stderr = text(&linted.stderr);
     assert!(stderr.contains("runs only sent inline"), "{stderr}");
+}
+
+#[test]
+fn lint_prints_a_document_that_is_not_flow_ir_as_a_finding_and_exits_1() {
+    let daemon = Daemon::start();
+    let shape = serde_json::json!({"name": "m", "body": {"kind": "merge", "ref": "cat",
+        "strategy": "best", "branches": {"op": "lit", "value": []},
+        "out": {"op": "path", "at": "$.m"}}});
+    let path = daemon.dir.path().join("shape.json");
+    std::fs::write(&path, shape.to_string()).unwrap();
+    let linted = daemon.run(&["flow", "lint", path.to_str().unwrap()]);
+    assert_eq!(linted.status.code(), Some(1), "{linted:?}");
+    let printed = text(&linted.stdout);
+    assert!(
+        printed.starts_with("/body/strategy  invalid_flow  "),
+        "{printed}"
+    );
+    assert!(printed.contains("best"), "{printed}");
+    assert!(
+        !text(&linted.stderr).contains("answered HTTP"),
+        "{linted:?}"
+    );
+    let json = daemon.run(&["flow", "lint", path.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(json.status.code(), Some(1), "{json:?}");
+    let answer: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(answer["problems"][0]["code"], "invalid_flow", "{answer}");
+}
+
+#[test]
+fn run_wait_stops_at_a_persons_wait_and_prints_the_question_whole() {
+    let daemon = Daemon::start();
+    let started = std::time::Instant::now();
+    let waited = daemon.run(&["flow", "run", "review", "--wait", "60"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(waited.status.code(), Some(3), "{waited:?}");
+    let shown = text(&waited.stdout);
+    assert_eq!(field(&shown, "status"), Some("waiting"), "{shown}");
+    let run = field(&shown, "id").unwrap().to_owned();
+    for line in [
+        "  approve  open  (ends in ",
+        "    │ Review the diff:",
+        "    │   +12 -3 src/a.rs",
+        "    │ Ship it?",
+        &format!("    answer: swarmd flow answer {run} approve '<JSON>'"),
+    ] {
+        assert!(shown.contains(line), "{line:?} in\n{shown}");
+    }
+    let stderr = text(&waited.stderr);
+    assert!(
+        stderr.contains("waits for an answer to approve"),
+        "{stderr}"
+    );
+    let started = std::time::Instant::now();
+    let shown = daemon.run(&["flow", "show", &run, "--wait", "60"]);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(shown.status.code(), Some(3), "{shown:?}");
+}
+
+#[test]
+fn a_cancelled_runs_step_stops_counting_and_its_task_has_the_runs_reason() {
+    let daemon = Daemon::start();
+    let run = daemon.ok(&["flow", "run", "slow"]).trim().to_owned();
+    let mut task = String::new();
+    for _ in 0..100 {
+        let view = daemon.json(&["flow", "show", &run]);
+        if let Some(id) = view["nodes"][0]["tries"][0]["task_id"].as_str() {
+            task = id.to_owned();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(task.starts_with("T-"), "the step did not start");
+    std::thread::sleep(Duration::from_millis(1200));
+    daemon.ok(&["flow", "cancel", &run, "--reason", "x"]);
+    let view = daemon.json(&["flow", "show", &run]);
+    let one = &view["nodes"][0]["tries"][0];
+    assert_eq!(one["ended_ms"], view["updated_ms"], "{view}");
+    assert_eq!(one["reason"], "run cancelled: x", "{view}");
+    let step_line = |shown: &str| {
+        shown
+            .lines()
+            .find(|line| line.contains("step"))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let first = step_line(&daemon.ok(&["flow", "show", &run]));
+    assert!(first.starts_with("⊘ step  cancelled  task …"), "{first}");
+    assert!(first.ends_with("run cancelled: x"), "{first}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let later = step_line(&daemon.ok(&["flow", "show", &run]));
+    assert_eq!(first, later);
+    for _ in 0..100 {
+        let got = daemon.json(&["task", "get", &task]);
+        if got["status"] == "cancelled" {
+            let reason = got.to_string();
+            assert!(reason.contains("run cancelled: x"), "{got}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the step's task was not cancelled");
 }

@@ -1,6 +1,7 @@
 //! The dashboard driven in headless Chromium against the real daemon: sign
 //! in, tasks appear live, a running NDJSON task's progress arrives live and
-//! the UI cancels it (its process is gone), worker output with a script
+//! the UI cancels it once confirmed (declined, nothing happens; confirmed,
+//! its process is gone), worker output with a script
 //! payload renders as text and runs nothing, an observer gets no cancel,
 //! and the page recovers across a kill -9 and restart of the daemon with no
 //! row lost or repeated.
@@ -175,6 +176,22 @@ async fn the_dashboard_follows_the_swarm_live_in_a_real_browser() {
     let partial = browser.text("#output .partial").await;
     assert!(partial.starts_with("p1 p2 "), "{partial}");
     assert_eq!(browser.text("#task-status").await, "running");
+    // Cancel asks first: declined, nothing is cancelled.
+    browser
+        .js("window.__asked = []; window.confirm = (m) => { window.__asked.push(m); return false; }; return true")
+        .await;
+    browser.click("#cancel").await;
+    let asked = browser
+        .until(
+            "the confirmation",
+            "return window.__asked.length && window.__asked",
+        )
+        .await;
+    assert_eq!(asked, json!([format!("Cancel task {ticker}?")]));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(sw.task(&ticker).await["status"], "running");
+    assert_eq!(browser.text("#task-status").await, "running");
+    browser.js("window.confirm = () => true; return true").await;
     browser.click("#cancel").await;
     browser
         .until(

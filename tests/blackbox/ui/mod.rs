@@ -16,6 +16,8 @@ mod reload;
 mod runs;
 mod screenshots;
 mod serving;
+mod signed_out;
+mod spilled;
 mod stream;
 
 use std::path::PathBuf;
@@ -235,6 +237,54 @@ impl Browser {
             "return document.getElementById('live').dataset.state === 'live'",
         )
         .await;
+    }
+
+    /// Records, from now until the page reloads, every `fetch` the page
+    /// makes (`window.__requests`: `{url, auth, at}`, `auth` the
+    /// `Authorization` header or null, `at` from `performance.now()`) and
+    /// every download it starts (`window.__saved`: `{name, blob}`), which
+    /// is kept rather than written to disk.
+    pub(crate) async fn record(&self) {
+        self.js(
+            "if (!window.__requests) {
+               window.__requests = [];
+               window.__saved = [];
+               const realFetch = window.fetch;
+               window.fetch = function (input, init) {
+                 const headers = new Headers((init && init.headers) || {});
+                 window.__requests.push({ url: String(input), auth: headers.get('Authorization'),
+                   at: performance.now() });
+                 return realFetch.apply(this, arguments);
+               };
+               const blobs = new Map();
+               const createObjectURL = URL.createObjectURL;
+               URL.createObjectURL = function (object) {
+                 const url = createObjectURL.call(URL, object);
+                 blobs.set(url, object);
+                 return url;
+               };
+               HTMLAnchorElement.prototype.click = function () {
+                 if (!this.hasAttribute('download')) return HTMLElement.prototype.click.call(this);
+                 window.__saved.push({ name: this.getAttribute('download'), blob: blobs.get(this.href) });
+               };
+             }
+             return true",
+        )
+        .await;
+    }
+
+    /// The downloads recorded since `record`, as `[name, text]`, once
+    /// there are at least `n`.
+    pub(crate) async fn saved(&self, n: usize) -> Vec<(String, String)> {
+        self.until(
+            &format!("{n} downloads"),
+            &format!("return window.__saved.length >= {n}"),
+        )
+        .await;
+        let saved = self
+            .js("return Promise.all(window.__saved.map(async (s) => [s.name, s.blob ? await s.blob.text() : null]))")
+            .await;
+        serde_json::from_value(saved).unwrap()
     }
 
     /// Moves to a view without reloading the page.

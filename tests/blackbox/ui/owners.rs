@@ -91,6 +91,7 @@ async fn an_owner_sees_and_cancels_its_own_tasks_and_an_observer_cannot_cancel()
             "return document.querySelectorAll('#output .progress li').length >= 2",
         )
         .await;
+    browser.js("window.confirm = () => true; return true").await;
     browser.click("#cancel").await;
     browser
         .until(

@@ -3,10 +3,12 @@
 //! a wait, a last Lua step) started over HTTP is drawn as its graph with
 //! the fan-out body's instances aggregated ("3 passed"), the step passed
 //! with its try linking to its task, and the wait open with its prompt;
+//! the wait's box starts empty and an empty answer is refused in the page;
 //! the wait is answered by clicking its button, after which the page
 //! shows the run passed and its result as the `run_changed` events
 //! arrive, and the run list shows it passed. A second run is cancelled
-//! with its page's Cancel button. With
+//! with its page's Cancel button. An observer sees the open wait's prompt
+//! but no answer box and no Cancel. With
 //! `SWARMD_UI_SCREENSHOTS=<dir>` the waiting run is written there as
 //! `run-view.png`.
 
@@ -15,6 +17,7 @@ use serde_json::{Value, json};
 use crate::daemon::Swarmd;
 use crate::harness::parts;
 use crate::ui::Browser;
+use crate::ui::dashboard::observer_token;
 
 /// `echo` upper-cases its prompt (Lua).
 const AGENTS: &str = r#"
@@ -138,8 +141,22 @@ async fn a_run_is_drawn_with_its_states_and_its_wait_answered_by_a_click() {
     );
     browser.capture("run-view").await;
 
-    // A non-JSON answer is refused in the page; the run still waits.
+    // The answer box starts empty (a hint, no value): an empty answer is
+    // refused in the page, so no click approves what nobody typed.
     let form = "#run-waits form[data-wait=\"approve\"]";
+    let empty = browser
+        .js(&format!(
+            "const box = document.querySelector('{form} textarea');
+             return [box.value, box.placeholder.length > 0]"
+        ))
+        .await;
+    assert_eq!(empty, json!(["", true]));
+    browser.click(&format!("{form} button.wait-submit")).await;
+    let refusal = browser.text(&format!("{form} .wait-error")).await;
+    assert!(refusal.contains("type an answer"), "{refusal}");
+    assert_eq!(run_view(&sw, &id).await["status"], "waiting");
+
+    // A non-JSON answer is refused in the page; the run still waits.
     browser
         .js(&format!(
             "document.querySelector('{form} textarea').value = 'yes please'; return true"
@@ -214,5 +231,50 @@ async fn a_run_is_drawn_with_its_states_and_its_wait_answered_by_a_click() {
         )
         .await;
     assert_eq!(run_view(&sw, &second).await["status"], "cancelled");
+    browser.client.clone().close().await.unwrap();
+}
+
+/// An observer may neither answer a run's wait nor cancel the run
+/// (docs/security.md, the gate): its page shows the wait's prompt and no
+/// answer box, button or Cancel.
+#[tokio::test]
+async fn an_observer_sees_a_runs_wait_without_an_answer_box() {
+    let sw = Swarmd::new(AGENTS);
+    std::fs::write(sw.dir().join("echo.lua"), "return string.upper(prompt)\n").unwrap();
+    std::fs::create_dir_all(sw.dir().join("flows")).unwrap();
+    std::fs::write(sw.dir().join("flows/release.json"), release().to_string()).unwrap();
+    let sw = sw.start().await;
+    let (status, body) = parts(
+        sw.post("/v1/runs", &sw.admin)
+            .json(&json!({"flow": "release", "input": {"what": "notes"}}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    let observer = observer_token(&sw).await;
+
+    let browser = Browser::start().await;
+    browser.client.goto(&sw.url("/ui")).await.unwrap();
+    browser.sign_in(&observer).await;
+    assert_eq!(browser.text("#who").await, "observer");
+    browser.show(&format!("#/run/{id}")).await;
+    let prompt = browser
+        .text("#run-waits [data-wait=\"approve\"] .wait-prompt")
+        .await;
+    assert_eq!(prompt, "ship DRAFT NOTES?");
+    assert_eq!(browser.text("#run-status").await, "waiting");
+    let offered = browser
+        .js("return [document.querySelectorAll('#run-waits form, #run-waits textarea, #run-waits button').length,
+                    document.getElementById('run-cancel') !== null]")
+        .await;
+    assert_eq!(
+        offered,
+        json!([0, false]),
+        "an observer is offered nothing to do"
+    );
+    assert_eq!(run_view(&sw, &id).await["status"], "waiting");
     browser.client.clone().close().await.unwrap();
 }

@@ -1,6 +1,7 @@
 //! The dashboard's assets over plain HTTP: served from the binary under
-//! `/ui/` with the strict CSP, nosniff and no framing, revalidated by ETag,
-//! compressed when asked, and no data without a token.
+//! `/ui/` with the strict CSP, nosniff and no framing (an unknown path's
+//! 404 too), revalidated by ETag, compressed when asked, and no data
+//! without a token.
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -103,6 +104,76 @@ async fn the_dashboard_is_served_with_a_strict_policy_and_an_etag() {
         .await
         .unwrap();
     assert_eq!(status.status(), 401);
+}
+
+/// Every answer under `/ui` carries the dashboard's headers, an unknown
+/// path's `404` (the API's `{error, code}`) too; the page names its icon,
+/// an asset of its own, so the browser asks for no `/favicon.ico`.
+#[tokio::test]
+async fn an_unknown_path_under_ui_is_a_404_with_the_headers() {
+    let daemon = Daemon::start().await;
+    for path in ["/ui/nonexistent", "/ui/js/nope.js", "/ui/a/b/c"] {
+        let answer = daemon.http.get(daemon.url(path)).send().await.unwrap();
+        assert_eq!(answer.status(), 404, "{path}");
+        let headers = answer.headers().clone();
+        let csp = headers
+            .get("content-security-policy")
+            .unwrap_or_else(|| panic!("{path}: no CSP in {headers:?}"))
+            .to_str()
+            .unwrap();
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        assert!(
+            csp.contains("require-trusted-types-for 'script'"),
+            "{path}: {csp}"
+        );
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(headers["x-frame-options"], "DENY", "{path}");
+        assert_eq!(headers["referrer-policy"], "no-referrer", "{path}");
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(body["code"], "not_found", "{path}: {body}");
+        assert!(body["error"].is_string(), "{path}: {body}");
+    }
+    // A POST to a path under `/ui` too.
+    let posted = daemon
+        .http
+        .post(daemon.url("/ui/nonexistent"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 404);
+    assert!(posted.headers().contains_key("content-security-policy"));
+
+    // The icon: linked from the page, served from `/ui` under the policy
+    // (`img-src 'self'`).
+    let html = daemon
+        .http
+        .get(daemon.url("/ui"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains(r#"<link rel="icon" href="/ui/favicon.svg" type="image/svg+xml">"#),
+        "{html}"
+    );
+    let icon = daemon
+        .http
+        .get(daemon.url("/ui/favicon.svg"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(icon.status(), 200);
+    assert!(
+        icon.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("image/svg+xml"),
+        "{:?}",
+        icon.headers()
+    );
+    assert!(icon.text().await.unwrap().starts_with("<svg"));
 }
 
 /// What the dashboard's feed asks for: the event log without `output`

@@ -1,6 +1,7 @@
 //! The dashboard (docs/dashboard.md): its static assets under `/ui`,
 //! embedded at build time by memory-serve (ETag, `If-None-Match`, gzip and
-//! brotli), each answer with a strict Content-Security-Policy.
+//! brotli), each answer with a strict Content-Security-Policy, an unknown
+//! path's `404` too.
 //!
 //! The assets hold no data and no secret: the page signs in with a token it
 //! keeps in `sessionStorage` (handed to new tabs of the origin over a
@@ -17,7 +18,7 @@ use axum::http::header::{
     CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::response::Redirect;
-use axum::routing::get;
+use axum::routing::{any, get};
 use memory_serve::CacheControl;
 use tower::ServiceBuilder;
 use tower_http::set_header::SetResponseHeaderLayer;
@@ -58,8 +59,12 @@ pub(super) fn routes() -> Router<AppState> {
             HeaderValue::from_static("no-referrer"),
         ));
     // The page is `/ui` (the nested index); `/ui/` is where people type it.
+    // Any other path under `/ui` is the API's `404 not_found`, answered
+    // here so that it too carries the headers (the daemon's own fallback
+    // is outside this layer).
     Router::new()
         .route("/ui/", get(|| async { Redirect::permanent("/ui") }))
         .nest("/ui", assets)
+        .route("/ui/{*rest}", any(super::not_found))
         .layer(headers)
 }

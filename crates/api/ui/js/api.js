@@ -82,18 +82,28 @@ export function whenUnauthorized(handler) {
   onUnauthorized = handler;
 }
 
-function headers(extra = {}) {
-  return { Authorization: `Bearer ${token()}`, ...extra };
+// No token, no `Authorization` header: a request without one is refused
+// here, before it is sent (`signedOut`), and never goes as `Bearer null`.
+function headers(bearer, extra = {}) {
+  return bearer ? { Authorization: `Bearer ${bearer}`, ...extra } : { ...extra };
 }
 
-async function failure(response) {
+/** The refusal of a request made while no token is held; nothing is sent. */
+function signedOut() {
+  return new ApiError(401, 'unauthorized', 'not signed in');
+}
+
+/** The error of a failed answer to a request sent with `bearer`. A 401
+ * signs the page out unless the page holds another token by now (a read
+ * sent before a new sign-in). */
+async function failure(response, bearer) {
   let body = {};
   try {
     body = await response.json();
   } catch {
     // Not JSON: the status says enough.
   }
-  if (response.status === 401) onUnauthorized();
+  if (response.status === 401 && bearer === token()) onUnauthorized();
   const files = Array.isArray(body.files) ? body.files.map(String) : [];
   return new ApiError(response.status, body.code || 'http_' + response.status,
     body.error || response.statusText, files);
@@ -101,26 +111,41 @@ async function failure(response) {
 
 /** GET a JSON route. */
 export async function get(path) {
-  const response = await fetch(path, { headers: headers() });
-  if (!response.ok) throw await failure(response);
+  const bearer = token();
+  if (!bearer) throw signedOut();
+  const response = await fetch(path, { headers: headers(bearer) });
+  if (!response.ok) throw await failure(response, bearer);
   return response.json();
+}
+
+/** GET a route's body as bytes (a `Blob`): a spilled value from `/v1/blobs/{sha256}`. */
+export async function bytes(path) {
+  const bearer = token();
+  if (!bearer) throw signedOut();
+  const response = await fetch(path, { headers: headers(bearer) });
+  if (!response.ok) throw await failure(response, bearer);
+  return response.blob();
 }
 
 /** POST JSON to a route. */
 export async function post(path, body) {
+  const bearer = token();
+  if (!bearer) throw signedOut();
   const response = await fetch(path, {
     method: 'POST',
-    headers: headers({ 'Content-Type': 'application/json' }),
+    headers: headers(bearer, { 'Content-Type': 'application/json' }),
     body: JSON.stringify(body ?? {}),
   });
-  if (!response.ok) throw await failure(response);
+  if (!response.ok) throw await failure(response, bearer);
   return response.json();
 }
 
 /** GET text (the Prometheus page). */
 export async function text(path) {
-  const response = await fetch(path, { headers: headers() });
-  if (!response.ok) throw await failure(response);
+  const bearer = token();
+  if (!bearer) throw signedOut();
+  const response = await fetch(path, { headers: headers(bearer) });
+  if (!response.ok) throw await failure(response, bearer);
   return response.text();
 }
 
@@ -145,11 +170,13 @@ export function follow(path, { lastId, onEvent, onProgress = () => {}, onState =
     while (!stopped) {
       let ended = false;
       try {
+        const bearer = token();
+        if (!bearer) throw signedOut();
         const extra = { Accept: 'text/event-stream' };
         const id = lastId();
         if (id !== undefined && id !== null && id !== '') extra['Last-Event-ID'] = String(id);
-        const response = await fetch(path, { headers: headers(extra), signal: controller.signal });
-        if (!response.ok) throw await failure(response);
+        const response = await fetch(path, { headers: headers(bearer, extra), signal: controller.signal });
+        if (!response.ok) throw await failure(response, bearer);
         onState('live');
         failures = 0;
         await readEvents(response.body, onEvent, onProgress);

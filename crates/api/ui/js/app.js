@@ -4,7 +4,7 @@
 // log that every view listens to.
 
 import * as api from './api.js';
-import { replace } from './dom.js';
+import { h, replace } from './dom.js';
 import { tasksView } from './tasks.js';
 import { taskView } from './task.js';
 import { overviewView } from './overview.js';
@@ -64,6 +64,8 @@ export function setLive(state) {
 }
 
 function startFeed(afterSeq, query, about) {
+  // Signed out while the feed was being changed: nothing to follow.
+  if (!api.token()) return;
   lastSeq = afterSeq;
   feedQuery = query;
   // The badge's tooltip says what the page follows.
@@ -152,17 +154,42 @@ export function scopeFeed(query, about, seq) {
 let teardown = null;
 let routes = 0;
 
+/** The views by their path; `#/task/T-…` and `#/run/R-…` are matched apart. */
+const VIEWS = new Set(['/overview', '/tasks', '/sessions', '/agents', '/branches', '/runs']);
+
+/** Stops the view shown (its reads, timers and streams) and empties `#view`. */
+function clearView() {
+  routes += 1;
+  if (teardown) teardown();
+  teardown = null;
+  replace($('view'));
+}
+
+/** What a hash that names no view shows: what was asked, and the way back. */
+function notFound(view, path) {
+  const what = path.startsWith('/task/') ? `No task ${path.slice('/task/'.length)}: a task id is T- and 32 hex digits.`
+    : path.startsWith('/run/') ? `No run ${path.slice('/run/'.length)}: a run id is R- and 32 hex digits.`
+      : `No view #${path}.`;
+  replace(view,
+    h('h1', {}, 'Not found'),
+    h('p', { class: 'error', role: 'alert', id: 'not-found' }, what),
+    h('p', {}, h('a', { href: '#/overview' }, 'Overview')));
+}
+
 async function route(knownSeq) {
+  if (!session.caller) return;
   const mine = ++routes;
   if (teardown) teardown();
   teardown = null;
   const view = $('view');
   replace(view);
-  const hash = location.hash.replace(/^#/, '') || '/overview';
-  const [path, query = ''] = hash.split('?');
+  const hash = location.hash.replace(/^#/, '');
+  const [asked, query = ''] = hash.split('?');
+  const path = asked === '' || asked === '/' ? '/overview' : asked;
   const params = new URLSearchParams(query);
   const task = path.match(/^\/task\/(T-[0-9a-f]{32})$/);
   const run = path.match(/^\/run\/(R-[0-9a-f]{32})$/);
+  const known = task || run || VIEWS.has(path);
   let seq;
   if (path === '/tasks') seq = await pauseFeed(knownSeq);
   else if (run || path === '/runs') await ensureFeed(`kinds=${RUN_KINDS.join(',')}`, RUN_KINDS.join(', '), knownSeq);
@@ -179,10 +206,16 @@ async function route(knownSeq) {
   else if (path === '/sessions') teardown = sessionsView(view);
   else if (path === '/agents') teardown = agentsView(view);
   else if (path === '/branches') teardown = branchesView(view, params);
-  else teardown = overviewView(view);
+  else if (path === '/overview') teardown = overviewView(view);
+  else notFound(view, path);
   for (const a of document.querySelectorAll('#nav a')) {
-    a.classList.toggle('current', path.startsWith('/' + a.dataset.view));
+    a.classList.toggle('current', Boolean(known) && path.startsWith('/' + a.dataset.view));
   }
+}
+
+/** Routes on every hash change; added once, however often the page signs in. */
+function onHashChange() {
+  route();
 }
 
 async function signedIn() {
@@ -198,7 +231,7 @@ async function signedIn() {
   $('signout').hidden = false;
   // An operator session is named by its id: it sees and cancels its own tasks.
   replace($('who'), status.caller.sid ? `session ${status.caller.sid}` : status.caller.role);
-  window.addEventListener('hashchange', () => route());
+  window.addEventListener('hashchange', onHashChange);
   await route(status.event_seq);
 }
 
@@ -213,8 +246,11 @@ function signOut(everywhere) {
 
 function showSignIn(message = '') {
   setLive('signedout');
+  $('live').title = '';
   $('signin').hidden = false;
   $('nav').hidden = true;
+  $('signout').hidden = true;
+  replace($('who'));
   replace($('signin-error'), message);
   $('token').focus();
 }
@@ -230,9 +266,15 @@ async function boot() {
     stopFeed();
     if (teardown) teardown();
   });
+  // A refused token leaves a signed-out page: the view is stopped and
+  // emptied (no read or stream of it goes on), the feed closed, the header
+  // cleared. Reads of the old view that fail after this send nothing
+  // (api.js refuses a request without a token).
   api.whenUnauthorized(() => {
     api.setToken(null);
+    session.caller = null;
     stopFeed();
+    clearView();
     showSignIn('The daemon refused the token; sign in again.');
   });
   $('signout').addEventListener('click', () => signOut(true));

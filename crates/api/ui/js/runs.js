@@ -2,8 +2,9 @@
 // /v1/runs`) and one run (`#/run/R-…`, from `GET /v1/runs/{id}`): its
 // graph with each node's state (graph.js), each step's tries linking to
 // their tasks, the open waits with a JSON answer box (`POST
-// /v1/runs/{id}/waits/{key}`), Cancel (`POST /v1/runs/{id}/cancel`), and
-// the run's result or error. Both read again when the event feed brings a
+// /v1/runs/{id}/waits/{key}`; empty until typed into, and only for who may
+// answer: the admin and the run's session), Cancel (`POST
+// /v1/runs/{id}/cancel`, confirmed), and the run's result or error. Both read again when the event feed brings a
 // `run_changed` (for the run page, one of its own run), at most five
 // times a second. The daemon decides who may answer or cancel; a refusal
 // shows its message.
@@ -27,10 +28,16 @@ function since(ms) {
   return `${Math.floor(s / 86400)} d ago`;
 }
 
-/** Whether the signed-in credential may act on runs (the daemon checks anyway). */
-function mayAct() {
+/**
+ * Whether the signed-in credential may answer `run`'s waits and cancel it:
+ * the admin and the session that started it, as the daemon's rule is
+ * (docs/security.md: `answer` on a run's wait only by its owner, the admin
+ * or the wait's own token; an observer neither answers nor cancels). The
+ * daemon checks anyway.
+ */
+function mayAct(run) {
   const caller = session.caller || {};
-  return caller.role === 'admin' || Boolean(caller.sid);
+  return caller.role === 'admin' || (Boolean(caller.sid) && run.session === caller.sid);
 }
 
 /**
@@ -107,13 +114,9 @@ export function runsView(root, params) {
   };
 }
 
-/** One open wait: its prompt, schema, a JSON answer box and its button. */
-function waitForm(run, wait, answered, error) {
-  const answer = h('textarea', { class: 'wait-answer', rows: '3', cols: '60', spellcheck: 'false',
-    'aria-label': `answer to ${wait.name}` }, 'true');
-  const status = h('span', { class: 'error wait-error', role: 'alert' });
-  const submit = h('button', { type: 'submit', class: 'wait-submit' }, 'Answer');
-  const form = h('form', { class: 'panel wait', dataset: { wait: wait.name, key: wait.key } },
+/** An open wait's heading, prompt and schema. */
+function waitHead(wait) {
+  return [
     h('h3', {}, 'Wait ', h('code', {}, wait.name),
       h('span', { class: 'muted' }, ` open since ${time(wait.opened_ms)}`,
         wait.deadline_ms ? `, until ${time(wait.deadline_ms)}` : '')),
@@ -121,11 +124,38 @@ function waitForm(run, wait, answered, error) {
     wait.schema !== undefined
       ? h('details', {}, h('summary', { class: 'muted' }, 'answer schema'), h('pre', {}, show(wait.schema)))
       : null,
+  ];
+}
+
+/** An open wait shown to a caller who may not answer it: no answer box. */
+function waitPanel(wait) {
+  return h('section', { class: 'panel wait', dataset: { wait: wait.name, key: wait.key } },
+    waitHead(wait),
+    h('p', { class: 'muted wait-who' }, 'Answered by the session that started the run, or the admin.'));
+}
+
+/**
+ * One open wait: its prompt, schema, a JSON answer box and its button.
+ * The box starts empty: an answer is typed, never one click away.
+ */
+function waitForm(run, wait, answered, error) {
+  const answer = h('textarea', { class: 'wait-answer', rows: '3', cols: '60', spellcheck: 'false',
+    placeholder: 'a JSON value, e.g. true or {"approve": true}',
+    'aria-label': `answer to ${wait.name}` });
+  const status = h('span', { class: 'error wait-error', role: 'alert' });
+  const submit = h('button', { type: 'submit', class: 'wait-submit' }, 'Answer');
+  const form = h('form', { class: 'panel wait', dataset: { wait: wait.name, key: wait.key } },
+    waitHead(wait),
     h('p', {}, answer),
     h('p', {}, submit, ' ', status));
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     status.textContent = '';
+    if (answer.value.trim() === '') {
+      status.textContent = 'type an answer first: a JSON value';
+      answer.focus();
+      return;
+    }
     let value;
     try {
       value = JSON.parse(answer.value);
@@ -178,13 +208,14 @@ export function runView(root, id) {
       h('dt', {}, 'started'), h('dd', {}, time(run.created_ms)),
       h('dt', {}, 'updated'), h('dd', {}, time(run.updated_ms))));
     replace(input, show(run.input));
-    replace(actions, mayAct() && !TERMINAL.has(run.status)
+    const acts = mayAct(run);
+    replace(actions, acts && !TERMINAL.has(run.status)
       ? h('button', { type: 'button', class: 'danger', id: 'run-cancel', onclick: () => cancel() }, 'Cancel run')
       : null);
     const open = (run.waits || []).filter((w) => w.open);
     if (force || !typing()) {
       replace(waits, open.length === 0 ? null : [h('h2', {}, 'Open waits'),
-        open.map((w) => waitForm(run, w, () => load(true), error))]);
+        open.map((w) => (acts ? waitForm(run, w, () => load(true), error) : waitPanel(w)))]);
     }
     replace(outcome,
       run.result !== undefined ? [h('h2', {}, 'Result'), h('pre', { id: 'run-result' }, show(run.result))] : null,

@@ -1,7 +1,8 @@
 // One task: prompt, input, policy, attempts, its live output (progress,
 // partial text appended as it arrives, artifacts, the Final; a `worktree`
-// artifact as a diff), audit records, and cancel for the admin and the
-// owning session. Raw JSON (policy, metadata, audit) is folded shut. Output comes
+// artifact as a diff; a value over the inline limit, stored as a blob,
+// with download and show), audit records, and cancel (confirmed) for the
+// admin and the owning session. Raw JSON (policy, metadata, audit) is folded shut. Output comes
 // from the task's own SSE stream, resumed by `<attempt>:<seq>`; the task's
 // state is read again when the event feed says it changed.
 
@@ -20,6 +21,83 @@ function isMergeRecord(value) {
 }
 /** A spilled worktree report up to this size is read back and shown as a diff. */
 const MAX_BLOB_DIFF = 8 * 1024 * 1024;
+/** A spilled value up to this size can be read back and shown as text. */
+const MAX_BLOB_SHOW = 1024 * 1024;
+
+/** Whether `ref` names a value stored as a blob: a `file_ref` to
+ * `blobs/<sha256>`, which `GET /v1/blobs/{sha256}` answers. */
+function isBlobRef(ref) {
+  return ref !== null && typeof ref === 'object' && !Array.isArray(ref) && ref.kind === 'file_ref'
+    && typeof ref.sha256 === 'string' && /^[0-9a-f]{64}$/.test(ref.sha256)
+    && Number.isSafeInteger(ref.size) && ref.size >= 0;
+}
+
+/** A spilled value read back: its JSON's bytes and the value they hold
+ * (undefined when they are not JSON). */
+async function readBlob(ref) {
+  const bytes = await api.bytes(`/v1/blobs/${ref.sha256}`);
+  let value;
+  try {
+    value = JSON.parse(await bytes.text());
+  } catch {
+    value = undefined;
+  }
+  return { bytes, value };
+}
+
+/**
+ * A value stored as a blob: its size, **download (N bytes)** and, up to
+ * MAX_BLOB_SHOW, **show**, both reading `GET /v1/blobs/{sha256}` with the
+ * page's token. The download saves a string as its text and any other
+ * value as its JSON, under `name` (`.txt` or `.json` added when `suffix`);
+ * show puts the value in as text, like every worker string.
+ */
+function blobValue(ref, name, suffix = false) {
+  const status = h('span', { class: 'error blob-error', role: 'alert' });
+  const shown = h('pre', { class: 'blob-value', hidden: true });
+  const save = h('button', { type: 'button', class: 'blob-download' }, `download (${ref.size} bytes)`);
+  save.addEventListener('click', async () => {
+    status.textContent = '';
+    save.disabled = true;
+    try {
+      const { bytes, value } = await readBlob(ref);
+      const text = typeof value === 'string';
+      download(suffix ? `${name}${text ? '.txt' : '.json'}` : name, text ? value : bytes);
+    } catch (e) {
+      status.textContent = e.message;
+    } finally {
+      save.disabled = false;
+    }
+  });
+  let reveal = null;
+  if (ref.size <= MAX_BLOB_SHOW) {
+    reveal = h('button', { type: 'button', class: 'blob-show' }, 'show');
+    let read = false;
+    reveal.addEventListener('click', async () => {
+      if (read) {
+        shown.hidden = !shown.hidden;
+        reveal.textContent = shown.hidden ? 'show' : 'hide';
+        return;
+      }
+      status.textContent = '';
+      reveal.disabled = true;
+      try {
+        const { bytes, value } = await readBlob(ref);
+        replace(shown, value === undefined ? await bytes.text() : show(value));
+        read = true;
+        shown.hidden = false;
+        reveal.textContent = 'hide';
+      } catch (e) {
+        status.textContent = e.message;
+      } finally {
+        reveal.disabled = false;
+      }
+    });
+  }
+  return h('div', { class: 'blob', dataset: { sha256: ref.sha256, size: String(ref.size) } },
+    h('span', { class: 'muted' }, `stored as a blob (${ref.size} bytes)`), ' ',
+    save, reveal ? [' ', reveal] : null, ' ', status, shown);
+}
 
 export function taskView(root, id) {
   const summary = h('div', { id: 'task-summary' });
@@ -85,7 +163,8 @@ export function taskView(root, id) {
     } else if (event.type === 'progress') {
       entry.progress.append(h('li', {}, h('span', { class: 'stage' }, event.stage || ''), ' ', event.note || ''));
     } else if (event.type === 'partial') {
-      append(entry.partial, content(event.chunk));
+      if (isBlobRef(event.chunk)) entry.partial.append(blobValue(event.chunk, `${id}-partial-${rec.attempt}-${rec.seq}`, true));
+      else append(entry.partial, content(event.chunk));
     } else if (event.type === 'artifact') {
       const value = event.content && event.content.kind === 'inline' ? event.content.value : undefined;
       if (event.name === 'worktree' && isWorktreeReport(value)) {
@@ -105,6 +184,12 @@ export function taskView(root, id) {
         }, (e) => replace(item, h('span', { class: 'name' }, event.name), ' ', h('span', { class: 'error' }, e.message)));
         return;
       }
+      if (isBlobRef(event.content)) {
+        // Over the inline limit: read back from its blob when asked.
+        entry.artifacts.append(h('li', {}, h('span', { class: 'name' }, event.name), ' ',
+          blobValue(event.content, event.name)));
+        return;
+      }
       const text = content(event.content);
       entry.artifacts.append(h('li', {},
         h('span', { class: 'name' }, event.name), ' ',
@@ -112,7 +197,9 @@ export function taskView(root, id) {
         h('pre', {}, text)));
     } else if (event.type === 'final') {
       replace(entry.final, h('strong', {}, event.ok === false ? 'Final (not ok)' : 'Final'),
-        h('pre', { class: 'final-value' }, content(event.content)));
+        isBlobRef(event.content)
+          ? blobValue(event.content, `${id}-final-${rec.attempt}`, true)
+          : h('pre', { class: 'final-value' }, content(event.content)));
       const value = event.content && event.content.kind === 'inline' ? event.content.value : undefined;
       if (rec.producer === 'merge' && event.ok !== false && isMergeRecord(value)) mergeDiff(entry, value);
     }
@@ -191,7 +278,7 @@ export function taskView(root, id) {
     replace(summary,
       h('dl', {}, fields.filter(([, v]) => v).map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
       h('h2', {}, 'Prompt'), h('pre', { id: 'task-prompt' }, task.prompt),
-      task.result ? [h('h2', {}, 'Result'), h('pre', { id: 'task-result' }, show(task.result))] : null);
+      task.result ? [h('h2', {}, 'Result'), result()] : null);
     replace(details,
       task.system ? [h('h2', {}, 'System'), h('pre', {}, task.system)] : null,
       task.input !== undefined ? [h('h2', {}, 'Input'), h('pre', {}, show(task.input))] : null,
@@ -215,6 +302,19 @@ export function taskView(root, id) {
       : null);
   }
 
+  // The result, `{value, ok}`; a value stored as a blob is offered for
+  // download and show, kept across the summary's redraws.
+  let spilledResult = null;
+  function result() {
+    const value = task.result.value;
+    if (!isBlobRef(value)) return h('pre', { id: 'task-result' }, show(task.result));
+    if (!spilledResult || spilledResult.dataset.sha256 !== value.sha256) {
+      spilledResult = h('div', { id: 'task-result', dataset: { sha256: value.sha256 } },
+        h('p', {}, `ok: ${task.result.ok}`), blobValue(value, `${id}-result`, true));
+    }
+    return spilledResult;
+  }
+
   // Who ran an attempt: a process group, the Lua runtime, or a session.
   function holder(a) {
     if (a.spawner === 'process') return a.process_group ? `process group ${a.process_group.pgid}` : 'process';
@@ -223,6 +323,7 @@ export function taskView(root, id) {
   }
 
   async function cancel() {
+    if (!window.confirm(`Cancel task ${id}?`)) return;
     try {
       await api.post(`/v1/tasks/${id}/cancel`, { reason: 'cancelled from the dashboard' });
       await load();
@@ -275,8 +376,9 @@ function raw(title, text) {
   return h('details', { class: 'raw' }, h('summary', {}, title), h('pre', {}, text));
 }
 
-function download(name, text) {
-  const url = URL.createObjectURL(new Blob([text], { type: 'application/octet-stream' }));
+/** Saves `data` (text or a Blob's bytes) as a file named `name`. */
+function download(name, data) {
+  const url = URL.createObjectURL(new Blob([data], { type: 'application/octet-stream' }));
   const a = h('a', { href: url, download: name });
   document.body.append(a);
   a.click();

@@ -54,7 +54,7 @@ export function tasksView(root, params, seq) {
   const body = h('tbody', { id: 'task-rows' });
   const count = h('span', { id: 'task-count', class: 'muted' });
   const pager = h('p', { class: 'pager' });
-  const error = h('p', { class: 'error', role: 'alert' });
+  const error = h('p', { class: 'error', role: 'alert', id: 'tasks-error' });
 
   const status = h('select', { id: 'filter-status', name: 'status' },
     STATUSES.map((s) => h('option', { value: s, selected: s === filter.status }, s || 'any status')));
@@ -162,15 +162,19 @@ export function tasksView(root, params, seq) {
     count.textContent = `(${rows.size} shown)`;
   }
 
-  // The API's query: the same filters, times as unix milliseconds.
+  // The API's query: the same filters, times as unix milliseconds. A time
+  // that is none is refused here, as the daemon refuses a bad filter: the
+  // list says so rather than quietly listing without it.
   const query = () => {
     const q = new URLSearchParams();
     for (const key of ['status', 'agent', 'session', 'parent', 'q', 'limit']) {
       if (filter[key]) q.set(key, filter[key]);
     }
     for (const [key, name] of [['since', 'since_ms'], ['until', 'until_ms']]) {
-      const ms = filter[key] ? new Date(filter[key]).getTime() : NaN;
-      if (!Number.isNaN(ms)) q.set(name, String(ms));
+      if (!filter[key]) continue;
+      const ms = new Date(filter[key]).getTime();
+      if (Number.isNaN(ms)) throw new Error(`${key}: ${filter[key]} is not a time (YYYY-MM-DDTHH:MM)`);
+      q.set(name, String(ms));
     }
     return q;
   };

@@ -12,7 +12,8 @@
 //! write values, test them, loop over them and branch, with the filters of
 //! [`FILTERS`] (none of which makes a value more than a few times larger
 //! than its input, and `join` bounded), and the output is written through
-//! a writer that stops at [`MAX_RENDERED_BYTES`].
+//! a writer that stops at [`MAX_RENDERED_BYTES`]. What one instruction can
+//! cost over a large value is bounded by `meter` (template_meter.rs).
 
 use std::io;
 
@@ -20,6 +21,11 @@ use minijinja::machinery::{Token, WhitespaceConfig, tokenize};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Error, ErrorKind, Value as Jinja};
 use serde_json::Value;
+
+use meter::Meter;
+
+#[path = "template_meter.rs"]
+mod meter;
 
 /// Template instructions one rendering may spend.
 const TEMPLATE_FUEL: u64 = 100_000;
@@ -111,7 +117,7 @@ pub const FUNCTIONS: &[&str] = &["range", "dict"];
 /// or a syntax error.
 pub fn check(text: &str) -> Result<(), String> {
     allowed(text)?;
-    environment()
+    environment(&Meter::default())
         .template_from_str(text)
         .map(|_| ())
         .map_err(|e| e.to_string())
@@ -190,7 +196,12 @@ fn operator(token: &Token<'_>) -> &'static str {
 /// within the fuel and the output bound.
 pub fn render(text: &str, ctx: &Value) -> Result<String, String> {
     allowed(text)?;
-    let env = environment();
+    let mut env = environment(&Meter::default());
+    let names = env
+        .template_from_str(text)
+        .map_err(|e| e.to_string())?
+        .undeclared_variables(false);
+    env.set_fuel(Some(meter::fuel(TEMPLATE_FUEL, ctx, names)));
     let template = env.template_from_str(text).map_err(|e| e.to_string())?;
     let mut out = Bounded(Vec::new());
     match template.render_captured_to(ctx, &mut out) {
@@ -204,20 +215,29 @@ fn over() -> String {
     format!("the rendering is more than {MAX_RENDERED_BYTES} bytes")
 }
 
-/// minijinja's environment with only the allowed filters and functions.
-fn environment() -> minijinja::Environment<'static> {
+/// minijinja's environment with only the allowed filters and functions,
+/// each filter charging `meter` for its input.
+fn environment(meter: &Meter) -> minijinja::Environment<'static> {
     let mut env = minijinja::Environment::new();
     env.set_fuel(Some(TEMPLATE_FUEL));
     for name in REMOVED_FILTERS {
         env.remove_filter(name);
     }
     env.remove_global("namespace");
-    env.add_filter("join", join);
+    meter::meter_filters(&mut env, FILTERS, meter);
+    let meter = meter.clone();
+    env.add_filter(
+        "join",
+        move |values: Jinja, separator: Option<&str>| -> Result<String, Error> {
+            meter::charge_join(&meter, &values)?;
+            join(&values, separator)
+        },
+    );
     env
 }
 
 /// `join`, stopping once its result would pass [`MAX_RENDERED_BYTES`].
-fn join(values: Jinja, separator: Option<&str>) -> Result<String, Error> {
+fn join(values: &Jinja, separator: Option<&str>) -> Result<String, Error> {
     let separator = separator.unwrap_or("");
     let mut joined = String::new();
     for (i, item) in values.try_iter()?.enumerate() {

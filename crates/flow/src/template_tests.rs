@@ -92,3 +92,42 @@ fn fuel_still_stops_a_long_loop() {
     .unwrap_err();
     assert!(error.contains("fuel"), "{error}");
 }
+
+#[test]
+fn a_filter_over_a_large_value_is_charged_by_its_size() {
+    // One `sort` of 200 000 items is one instruction: the loop would sort
+    // it 100 000 times on fuel alone.
+    let ctx = json!({"input": {"a": (0..200_000).rev().collect::<Vec<u32>>()}});
+    let text = "{% for i in range(100000) %}{{ input.a|sort|length }}{% endfor %}";
+    let error = render(text, &ctx).unwrap_err();
+    assert!(error.contains("units of work"), "{error}");
+    assert!(error.contains("`sort`"), "{error}");
+    // Linear filters too: `sum` of the same list, in a loop.
+    let error = render(
+        "{% for i in range(100000) %}{{ input.a|sum }}{% endfor %}",
+        &ctx,
+    )
+    .unwrap_err();
+    assert!(error.contains("`sum`"), "{error}");
+    // Once is within the work allowed.
+    assert_eq!(render("{{ input.a|sort|first }}", &ctx).unwrap(), "0");
+    assert_eq!(render("{{ input.a|sum }}", &ctx).unwrap(), "19999900000");
+}
+
+#[test]
+fn fuel_shrinks_with_the_size_of_the_variables_a_template_names() {
+    // `in` over 50 000 items is one instruction too: the fuel for a
+    // template naming them is what keeps the loop short.
+    let ctx = json!({"input": {"a": (0..50_000).collect::<Vec<u32>>()}, "small": [1, 2]});
+    let error = render(
+        "{% for i in range(100000) %}{% if -1 in input.a %}x{% endif %}{% endfor %}",
+        &ctx,
+    )
+    .unwrap_err();
+    assert!(error.contains("fuel"), "{error}");
+    // A template that names only small variables keeps its whole fuel.
+    let long = "{% for i in range(5000) %}{% if 3 in small %}x{% endif %}{% endfor %}";
+    assert_eq!(render(long, &ctx).unwrap(), "");
+    // And one naming the large one can still pick from it.
+    assert_eq!(render("{{ input.a[49999] }}", &ctx).unwrap(), "49999");
+}

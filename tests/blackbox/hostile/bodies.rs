@@ -8,7 +8,8 @@
 //! a route that takes none is 400 (after the credential), an error that
 //! repeats a huge input is cut to 16 KiB, and an inline flow whose JSONPath descends twice (its
 //! matches would grow as a power of the run's variables) is refused before
-//! it runs.
+//! it runs, and a template whose filters would loop over a large input
+//! fails its run on the work they are charged.
 
 use std::time::Duration;
 
@@ -171,6 +172,37 @@ async fn a_flow_whose_path_descends_twice_is_refused_before_it_runs() {
         Some(120),
         "{run}"
     );
+}
+
+#[tokio::test]
+async fn a_template_looping_filters_over_a_large_input_fails_its_run() {
+    let sw = Swarmd::new("").start().await;
+    // Each `sort` is one instruction over 200 000 items: on fuel alone the
+    // run would sort them 100 000 times on an async worker.
+    let flow = json!({"name": "t", "body": {"kind": "let",
+        "at": {"op": "path", "at": "$.x"},
+        "value": {"op": "template",
+                  "text": "{% for i in range(100000) %}{{ input.a|sort|length }}{% endfor %}"}}});
+    let input = json!({"a": (0..200_000).rev().collect::<Vec<u32>>()});
+    let created = sw
+        .post("/v1/runs", &sw.admin)
+        .json(&json!({"flow": flow, "input": input}))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = crate::harness::parts(created).await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().unwrap();
+    let done = sw
+        .get(&format!("/v1/runs/{id}?wait=30"), &sw.admin)
+        .send()
+        .await
+        .unwrap();
+    let (_, run) = crate::harness::parts(done).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(run.to_string().contains("units of work"), "{run}");
+    let health = sw.get("/healthz", "").send().await.unwrap();
+    assert_eq!(health.status(), 200);
 }
 
 #[tokio::test]

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 
 use crate::daemon::{Incoming, Swarmd, delegate_frame};
 use crate::harness::parts;
@@ -487,6 +488,17 @@ async fn garbage_frames_get_error_frames_and_the_daemon_keeps_serving() {
             Incoming::Closed(None) => {}
             other => panic!("expected the socket to close, got {other:?}"),
         }
+    }
+    // A text frame that is not UTF-8 closes the socket with 1007.
+    let mut ws = sw.connect(&login).await;
+    let bad = Frame::message(vec![b'{', 0xff, 0xfe, b'}'], OpCode::Data(Data::Text), true);
+    ws.send_message(Message::Frame(bad)).await;
+    match ws.next_within(Duration::from_secs(10)).await {
+        Incoming::Closed(Some(close)) => {
+            assert_eq!(close.code, CloseCode::Invalid, "{close:?}");
+            assert!(close.reason.contains("UTF-8"), "{close:?}");
+        }
+        other => panic!("expected the socket to close, got {other:?}"),
     }
     // … and the session, the daemon and its HTTP API live on.
     let mut ws = sw.connect(&login).await;

@@ -58,7 +58,8 @@ impl Reader<'_> {
                     // An oversized or malformed frame, or a dead connection; a
                     // live peer gets told why (the writer tries briefly).
                     tracing::debug!(%error, "socket read failed");
-                    return ReaderEnd::Close(close_code::POLICY, "frame too large or malformed");
+                    let (code, reason) = read_failure(&error);
+                    return ReaderEnd::Close(code, reason);
                 }
             };
             self.liveness.heard();
@@ -177,5 +178,18 @@ impl Reader<'_> {
     async fn reply(&self, frame: &ServerFrame) {
         let text = self.session.dialect.encode(frame);
         let _ = self.direct.send(Direct::Frame(text)).await;
+    }
+}
+
+/// The close code and reason for a frame the socket could not read: 1007
+/// for a text frame that is not UTF-8, 1008 for one over the size limit
+/// (as for a whole message over 1 MiB), 1002 for any other malformed frame.
+fn read_failure(error: &axum::Error) -> (u16, &'static str) {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    let cause = std::error::Error::source(error).and_then(|e| e.downcast_ref::<WsError>());
+    match cause {
+        Some(WsError::Utf8(_)) => (close_code::INVALID, "text frame is not valid UTF-8"),
+        Some(WsError::Capacity(_)) => (close_code::POLICY, "frame larger than 1 MiB"),
+        _ => (close_code::PROTOCOL, "malformed frame"),
     }
 }

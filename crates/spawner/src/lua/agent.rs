@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::convert::{from_lua, to_final, to_lua};
-use super::sandbox::{Abort, classify, new_state};
+use super::sandbox::{Abort, call_first, classify, new_state};
 use super::{LuaError, LuaLimits, LuaPool, LuaScript};
 
 /// What a Lua agent run sees as globals.
@@ -59,7 +59,7 @@ fn run_agent(
     set_globals(&lua, &run, events).map_err(fail)?;
     let returned: LuaValue = script
         .compile(&lua)
-        .and_then(|f| f.call(()))
+        .and_then(|f| call_first(&lua, &f, ()))
         .map_err(fail)?;
     to_final(&lua, returned).map_err(|e| match classify(&e, limits) {
         LuaError::Runtime(message) => LuaError::Value(message),

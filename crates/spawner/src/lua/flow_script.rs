@@ -13,13 +13,13 @@
 
 use std::time::Duration;
 
-use mlua::{ChunkMode, Lua, LuaSerdeExt, MultiValue, Table, Value};
+use mlua::{ChunkMode, Lua, LuaSerdeExt, Table, Value};
 use serde_json::{Map, Number};
 use swarmd_output_store::MAX_JSON_DEPTH;
 use tokio_util::sync::CancellationToken;
 
 use super::convert::MAX_JSON_ELEMENTS;
-use super::sandbox::{classify, new_state};
+use super::sandbox::{call_first, classify, new_state};
 use super::{LuaError, LuaLimits};
 
 /// The limits of one flow script: producing a graph is small work, so a
@@ -54,8 +54,7 @@ pub fn flow_ir(
 
 fn evaluate(name: &str, source: &str, limits: &LuaLimits) -> Result<serde_json::Value, LuaError> {
     let lua = new_state(limits, CancellationToken::new())?;
-    let returned = run(&lua, name, source).map_err(|e| classify(&e, limits))?;
-    let value = returned.into_iter().next().unwrap_or(Value::Nil);
+    let value = run(&lua, name, source).map_err(|e| classify(&e, limits))?;
     match value {
         Value::Table(table) => {
             let mut budget = MAX_JSON_ELEMENTS;
@@ -72,7 +71,7 @@ fn evaluate(name: &str, source: &str, limits: &LuaLimits) -> Result<serde_json::
     }
 }
 
-fn run(lua: &Lua, name: &str, source: &str) -> mlua::Result<MultiValue> {
+fn run(lua: &Lua, name: &str, source: &str) -> mlua::Result<Value> {
     let array = lua.create_function(|lua, table: Option<Table>| {
         let table = match table {
             Some(table) => table,
@@ -86,10 +85,12 @@ fn run(lua: &Lua, name: &str, source: &str) -> mlua::Result<MultiValue> {
         .set_name("=flow helpers")
         .set_mode(ChunkMode::Text)
         .exec()?;
-    lua.load(source)
+    let script = lua
+        .load(source)
         .set_name(format!("={name}"))
         .set_mode(ChunkMode::Text)
-        .call(())
+        .into_function()?;
+    call_first(lua, &script, ())
 }
 
 /// `value` as JSON; `at` is its place (for errors), `budget` the entries

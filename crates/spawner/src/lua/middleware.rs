@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::convert::{from_lua, to_lua, unpack};
-use super::sandbox::{classify, message, new_state};
+use super::sandbox::{call_first, classify, message, new_state};
 use super::{LuaError, LuaFinal, LuaLimits, LuaPool, LuaScript};
 
 /// Which of the two functions a middleware script defines.
@@ -86,7 +86,7 @@ fn before(script: &LuaScript, ctx: &Value, limits: &LuaLimits) -> Result<BeforeD
     let Some(hook) = hook else {
         return Ok(proceed());
     };
-    let returned = match to_lua(&lua, ctx).and_then(|ctx| hook.call::<LuaValue>(ctx)) {
+    let returned = match to_lua(&lua, ctx).and_then(|ctx| call_first(&lua, &hook, ctx)) {
         Ok(value) => value,
         // A script error is the script's way to say no; a limit is not.
         Err(e) => match classify(&e, limits) {
@@ -139,7 +139,8 @@ fn after(
         return Ok(None);
     };
     let returned: LuaValue =
-        (|| hook.call((to_lua(&lua, ctx)?, to_lua(&lua, result)?)))().map_err(fail)?;
+        (|| call_first(&lua, &hook, (to_lua(&lua, ctx)?, to_lua(&lua, result)?)))()
+            .map_err(fail)?;
     if returned.is_nil() {
         return Ok(None);
     }

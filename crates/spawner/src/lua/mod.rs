@@ -14,10 +14,13 @@ mod agent;
 mod convert;
 mod flow_script;
 mod middleware;
+mod pattern;
 mod pool;
 mod sandbox;
 mod script;
 
+#[cfg(test)]
+mod sandbox_tests;
 #[cfg(test)]
 mod tests;
 
@@ -67,6 +70,17 @@ pub enum LuaError {
     InstructionLimit(u64),
     #[error("timed out after {}s", .0.as_secs_f64())]
     TimedOut(Duration),
+    /// Never started: every Lua thread stayed busy while the run waited.
+    #[error(
+        "no Lua thread came free in {}s ({stuck} of {threads} threads held by scripts \
+         still running past their deadline)",
+        .waited.as_secs_f64()
+    )]
+    NoThread {
+        waited: Duration,
+        stuck: usize,
+        threads: usize,
+    },
     #[error("cancelled")]
     Cancelled,
     #[error("lua error: {0}")]

@@ -6,14 +6,17 @@
 //! job is caught and reported to its caller; the thread keeps serving.
 //!
 //! A run the hook cannot stop (one long C call, such as a huge `string.rep`
-//! or a pattern match that backtracks for minutes, never reaches the hook
-//! until it returns) would hold its thread, and with it a share of the pool,
-//! for as long as the call lasts. So when a caller gives up on a job, a
+//! under a large memory limit, never reaches the hook until it returns)
+//! would hold its thread, and with it a share of the pool, for as long as
+//! the call lasts. So when a caller gives up on a job, a
 //! replacement thread starts at once and the job's thread exits as soon as
 //! the job returns, keeping the pool at its size. Threads stuck in such
 //! calls count against a cap of `MAX_THREADS_PER_SLOT` times the pool size;
 //! at the cap no replacement starts, the stuck thread serves on once its
-//! call returns, and until then the pool runs short.
+//! call returns, and until then the pool runs short. A run that waits its
+//! whole queue time for a thread fails as [`LuaError::NoThread`], naming how
+//! many threads are held by runs past their deadline. Pattern calls that
+//! could backtrack for long are refused by the sandbox before they run.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -56,6 +59,8 @@ pub struct LuaPool {
 struct Threads {
     receiver: Mutex<mpsc::Receiver<Job>>,
     live: AtomicUsize,
+    /// Threads whose job was given up on and has not returned yet.
+    stuck: AtomicUsize,
     max: usize,
     names: AtomicUsize,
 }
@@ -68,6 +73,7 @@ impl LuaPool {
         let threads = Arc::new(Threads {
             receiver: Mutex::new(receiver),
             live: AtomicUsize::new(0),
+            stuck: AtomicUsize::new(0),
             max: size * MAX_THREADS_PER_SLOT,
             names: AtomicUsize::new(0),
         });
@@ -91,9 +97,14 @@ impl LuaPool {
         self.threads.live.load(Ordering::Acquire)
     }
 
+    /// Threads held by a job that was given up on and has not returned.
+    pub(super) fn stuck_threads(&self) -> usize {
+        self.threads.stuck.load(Ordering::Acquire)
+    }
+
     /// Runs `job` on a Lua thread and waits for its result: up to
     /// `QUEUE_WAITS` run timeouts for a thread to take it (past that it is
-    /// never run), then the run timeout plus a little slack from when one
+    /// never run and fails as [`LuaError::NoThread`]), then the run timeout plus a little slack from when one
     /// did; past that the job is abandoned (see the module docs).
     pub(super) async fn execute<R, F>(&self, job: F) -> Result<R, LuaError>
     where
@@ -104,6 +115,7 @@ impl LuaPool {
         let (began, started) = oneshot::channel::<()>();
         let fate = Arc::new(AtomicU8::new(PENDING));
         let job_fate = Arc::clone(&fate);
+        let threads = Arc::clone(&self.threads);
         let job: Job = Box::new(move || {
             // Given up on while it waited in the queue: nothing to run, and
             // this thread serves on.
@@ -118,7 +130,10 @@ impl LuaPool {
             let _ = reply.send(result);
             match job_fate.compare_exchange(RUNNING, DONE, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => true,
-                Err(fate) => fate != REPLACED,
+                Err(fate) => {
+                    threads.stuck.fetch_sub(1, Ordering::AcqRel);
+                    fate != REPLACED
+                }
             }
         });
         self.jobs.send(job).map_err(|_| LuaError::PoolClosed)?;
@@ -134,11 +149,13 @@ impl LuaPool {
                     .compare_exchange(PENDING, DROPPED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
-                    tracing::warn!(
-                        waited_secs = queue_limit.as_secs_f64(),
-                        "a Lua run waited its whole time for a thread; not run"
-                    );
-                    return Err(LuaError::TimedOut(self.limits.timeout));
+                    let error = LuaError::NoThread {
+                        waited: queue_limit,
+                        stuck: self.stuck_threads(),
+                        threads: self.threads(),
+                    };
+                    tracing::warn!(%error, "a Lua run was not run");
+                    return Err(error);
                 }
                 // It started just now.
             }
@@ -158,9 +175,15 @@ impl LuaPool {
     fn abandon(&self, fate: &AtomicU8) {
         let reserved = self.threads.reserve();
         let gave_up = if reserved { REPLACED } else { ABANDONED };
+        // Counted before the job can see its fate, so that its return
+        // never uncounts a thread not yet counted.
+        self.threads.stuck.fetch_add(1, Ordering::AcqRel);
         let pending = fate
             .compare_exchange(RUNNING, gave_up, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
+        if !pending {
+            self.threads.stuck.fetch_sub(1, Ordering::AcqRel);
+        }
         match (pending, reserved) {
             (true, true) => {
                 tracing::warn!(
@@ -295,7 +318,7 @@ mod tests {
         let pool = LuaPool::new(1, limits(Duration::from_millis(10))).unwrap();
         let (release, held) = std::sync::mpsc::channel::<()>();
         let held = Arc::new(Mutex::new(held));
-        for _ in 0..MAX_THREADS_PER_SLOT + 2 {
+        for run in 0..MAX_THREADS_PER_SLOT + 2 {
             let held = Arc::clone(&held);
             let stuck = pool
                 .execute(move || {
@@ -303,12 +326,31 @@ mod tests {
                     Ok(())
                 })
                 .await;
-            assert!(matches!(stuck, Err(LuaError::TimedOut(_))));
+            if run < MAX_THREADS_PER_SLOT {
+                assert!(matches!(stuck, Err(LuaError::TimedOut(_))), "{stuck:?}");
+            } else {
+                // Every thread is held: the run never started, and says why.
+                let Err(error @ LuaError::NoThread { stuck, threads, .. }) = stuck else {
+                    panic!("{stuck:?}");
+                };
+                assert_eq!(
+                    (stuck, threads),
+                    (MAX_THREADS_PER_SLOT, MAX_THREADS_PER_SLOT)
+                );
+                assert!(
+                    error
+                        .to_string()
+                        .starts_with("no Lua thread came free in 0.04s (4 of 4"),
+                    "{error}"
+                );
+            }
         }
         assert_eq!(pool.threads(), MAX_THREADS_PER_SLOT);
+        assert_eq!(pool.stuck_threads(), MAX_THREADS_PER_SLOT);
 
         drop(release);
         until_threads(&pool, 1).await;
+        assert_eq!(pool.stuck_threads(), 0);
         assert_eq!(pool.execute(|| Ok(1)).await.unwrap(), 1);
     }
 }

@@ -1,16 +1,20 @@
 //! The sandbox of one Lua run: which globals exist, the `json` helper, a
-//! `pcall` that cannot swallow a limit, and the hook that enforces the
-//! instruction budget, the deadline and cancellation.
+//! `pcall` that cannot swallow a limit and nests at most
+//! [`MAX_PCALL_NESTING`] deep, pattern functions bounded in cost, and the
+//! hook that enforces the instruction budget, the deadline and cancellation.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use mlua::{
-    Function, HookTriggers, Lua, LuaOptions, LuaSerdeExt, MultiValue, StdLib, Value, VmState,
+    ChunkMode, Function, HookTriggers, IntoLuaMulti, Lua, LuaOptions, LuaSerdeExt, StdLib, Value,
+    VmState,
 };
 use tokio_util::sync::CancellationToken;
 
 use super::convert::{from_lua, to_lua};
+use super::pattern::{Kind, check};
 use super::{LuaError, LuaLimits};
 
 /// Instructions between two hook calls: the budget's and the deadline's grain.
@@ -34,6 +38,84 @@ const REMOVED_GLOBALS: [&str; 9] = [
     "xpcall",
 ];
 
+/// The deepest the sandbox's `pcall` and `xpcall` nest. Lua itself stops
+/// at 200 nested C calls, and each level takes one; past this bound the run
+/// fails, since a script that recurses through `pcall` would otherwise
+/// catch its own overflow and go on.
+pub(super) const MAX_PCALL_NESTING: usize = 150;
+
+/// The message of Lua's memory error.
+const MEMORY_ERROR: &str = "not enough memory";
+
+/// The longest text of a number a pattern function converts to a subject.
+const NUMBER_TEXT_BYTES: usize = 32;
+
+/// Where the state keeps its [`call_first`] trampoline.
+const FIRST_RESULT_KEY: &str = "swarmd.first_result";
+
+/// `pcall` and `xpcall` of the sandbox, built on the base library's
+/// protected call. The callee's results are packed into one table inside
+/// the protected call and unpacked in Lua, so no C function ever pushes
+/// past the stack room it checked (a protected call returning more values
+/// than that overflowed it). A caught error goes through `caught`, which
+/// raises a limit again. `xpcall`'s handler gets the message after the
+/// stack unwound, and a script's error in it is raised.
+const PROTECTED_CALLS: &str = r#"
+local raw_pcall, caught, too_deep, max_depth = ...
+local pack, unpack, type, error = table.pack, table.unpack, type, error
+local depth = 0
+local function packed(f, ...)
+  return pack(f(...))
+end
+local function pcall(f, ...)
+  if depth >= max_depth then too_deep() end
+  depth = depth + 1
+  local ok, r = raw_pcall(packed, f, ...)
+  depth = depth - 1
+  if ok then return true, unpack(r, 1, r.n) end
+  return false, caught(r)
+end
+local function xpcall(f, handler, ...)
+  if type(handler) ~= "function" then
+    error("bad argument #2 to 'xpcall' (function expected)", 2)
+  end
+  if depth >= max_depth then too_deep() end
+  depth = depth + 1
+  local ok, r = raw_pcall(packed, f, ...)
+  depth = depth - 1
+  if ok then return true, unpack(r, 1, r.n) end
+  return false, handler(caught(r))
+end
+return pcall, xpcall
+"#;
+
+/// `string.find`, `match`, `gmatch` and `gsub`, each refusing a call
+/// `check` finds too costly before the library function runs (a tail call,
+/// so its results never pass through Rust).
+const GUARDED_PATTERNS: &str = r#"
+local check, string = ...
+local find, match, gmatch, gsub = string.find, string.match, string.gmatch, string.gsub
+string.find = function(s, p, init, plain)
+  check("find", s, p, init, plain)
+  return find(s, p, init, plain)
+end
+string.match = function(s, p, init)
+  check("match", s, p, init)
+  return match(s, p, init)
+end
+string.gmatch = function(s, p, init)
+  check("gmatch", s, p, init)
+  return gmatch(s, p, init)
+end
+string.gsub = function(s, p, repl, n)
+  check("gsub", s, p)
+  return gsub(s, p, repl, n)
+end
+"#;
+
+/// The trampoline of [`call_first`].
+const FIRST_RESULT: &str = "return function(f, ...) return (f(...)) end";
+
 /// `setmetatable`, refusing a metatable that carries `__gc`.
 const GUARDED_SETMETATABLE: &str = r#"
 local setmetatable, rawget, type, error = setmetatable, rawget, type, error
@@ -55,6 +137,8 @@ pub(super) enum Abort {
     Deadline,
     #[error("cancelled")]
     Cancelled,
+    #[error("pcall and xpcall nest at most {MAX_PCALL_NESTING} levels deep")]
+    Nesting,
 }
 
 /// A fresh sandboxed state with the limits armed.
@@ -90,6 +174,7 @@ pub(super) fn new_state(limits: &LuaLimits, cancel: CancellationToken) -> Result
 
 fn install(lua: &Lua) -> mlua::Result<()> {
     let globals = lua.globals();
+    let raw_pcall: Function = globals.get("pcall")?;
     for name in REMOVED_GLOBALS {
         globals.raw_set(name, Value::Nil)?;
     }
@@ -126,53 +211,99 @@ fn install(lua: &Lua) -> mlua::Result<()> {
     json.set("null", lua.null())?;
     globals.set("json", json)?;
 
-    globals.set("pcall", lua.create_function(safe_pcall)?)?;
-    globals.set("xpcall", lua.create_function(safe_xpcall)?)?;
+    let (pcall, xpcall): (Function, Function) = lua
+        .load(protected_calls(lua)?)
+        .set_name("=sandbox")
+        .set_mode(ChunkMode::Binary)
+        .call((
+            raw_pcall,
+            lua.create_function(caught)?,
+            lua.create_function(|_, ()| -> mlua::Result<()> {
+                Err(mlua::Error::external(Abort::Nesting))
+            })?,
+            MAX_PCALL_NESTING,
+        ))?;
+    globals.set("pcall", pcall)?;
+    globals.set("xpcall", xpcall)?;
+
+    lua.load(GUARDED_PATTERNS)
+        .set_name("=sandbox")
+        .call::<()>((lua.create_function(check_pattern)?, string))?;
+
+    let first: Function = lua.load(FIRST_RESULT).set_name("=sandbox").eval()?;
+    lua.set_named_registry_value(FIRST_RESULT_KEY, first)?;
     Ok(())
 }
 
-/// `pcall` that lets a limit or cancellation through instead of catching it.
-fn safe_pcall(lua: &Lua, (f, args): (Value, MultiValue)) -> mlua::Result<MultiValue> {
-    match call(f, args) {
-        Ok(mut rets) => {
-            rets.push_front(Value::Boolean(true));
-            Ok(rets)
+/// [`PROTECTED_CALLS`] compiled without debug information, so that an
+/// error raised at level 1 or 2 by the protected function (`pcall(error,
+/// "boom")`) carries no position inside the sandbox's own code, as it
+/// carries none under Lua's own `pcall`. Compiled once per process.
+fn protected_calls(lua: &Lua) -> mlua::Result<&'static [u8]> {
+    static STRIPPED: OnceLock<Vec<u8>> = OnceLock::new();
+    if let Some(chunk) = STRIPPED.get() {
+        return Ok(chunk);
+    }
+    let compiled = lua
+        .load(PROTECTED_CALLS)
+        .set_name("=sandbox")
+        .set_mode(ChunkMode::Text)
+        .into_function()?
+        .dump(true);
+    Ok(STRIPPED.get_or_init(|| compiled))
+}
+
+/// Calls `f` and keeps its first result only. A call from Rust reads the
+/// callee's results off the Lua stack without making room for them first,
+/// which a function returning dozens of values would overflow; through this
+/// Lua trampoline the Rust side always reads exactly one.
+pub(super) fn call_first(lua: &Lua, f: &Function, args: impl IntoLuaMulti) -> mlua::Result<Value> {
+    let first: Function = lua.named_registry_value(FIRST_RESULT_KEY)?;
+    first.call((f, args))
+}
+
+/// What the sandbox's `pcall` makes of an error its protected call caught:
+/// a limit, a cancel or a memory error is raised again (a script cannot
+/// swallow them); an error raised in Rust becomes its message; any other
+/// value is the script's own and is returned as it is.
+fn caught(lua: &Lua, error: Value) -> mlua::Result<Value> {
+    match error {
+        Value::Error(e) if is_fatal(&e) => Err(*e),
+        Value::Error(e) => Ok(Value::String(lua.create_string(message(&e))?)),
+        // Lua's memory error reaches a protected call as this one string.
+        Value::String(text) if &*text.as_bytes() == MEMORY_ERROR.as_bytes() => {
+            Err(mlua::Error::MemoryError(MEMORY_ERROR.to_owned()))
         }
-        Err(e) if is_fatal(&e) => Err(e),
-        Err(e) => Ok(MultiValue::from_vec(vec![
-            Value::Boolean(false),
-            Value::String(lua.create_string(message(&e))?),
-        ])),
+        other => Ok(other),
     }
 }
 
-/// `xpcall(f, handler, ...)`: like [`safe_pcall`], passing the message through `handler`.
-fn safe_xpcall(
+/// Refuses a pattern call that could backtrack for too long (see
+/// [`pattern`](super::pattern)). Arguments of other types are left to the
+/// string function itself, which refuses them or converts a number (a few
+/// bytes at most).
+fn check_pattern(
     _lua: &Lua,
-    (f, handler, args): (Value, Function, MultiValue),
-) -> mlua::Result<MultiValue> {
-    match call(f, args) {
-        Ok(mut rets) => {
-            rets.push_front(Value::Boolean(true));
-            Ok(rets)
-        }
-        Err(e) if is_fatal(&e) => Err(e),
-        Err(e) => {
-            let mut rets: MultiValue = handler.call(message(&e))?;
-            rets.push_front(Value::Boolean(false));
-            Ok(rets)
-        }
-    }
-}
-
-fn call(f: Value, args: MultiValue) -> mlua::Result<MultiValue> {
-    match f {
-        Value::Function(f) => f.call(args),
-        other => Err(mlua::Error::RuntimeError(format!(
-            "attempt to call a {} value",
-            other.type_name()
-        ))),
-    }
+    (kind, subject, pattern, init, plain): (mlua::String, Value, Value, Value, Value),
+) -> mlua::Result<()> {
+    let Some(kind) = Kind::parse(&kind.to_str()?) else {
+        return Ok(());
+    };
+    let subject_len = match &subject {
+        Value::String(s) => s.as_bytes().len(),
+        Value::Integer(_) | Value::Number(_) => NUMBER_TEXT_BYTES,
+        _ => return Ok(()),
+    };
+    let Value::String(pattern) = pattern else {
+        return Ok(());
+    };
+    let init = match init {
+        Value::Integer(i) => Some(i),
+        Value::Number(n) if n.fract() == 0.0 => Some(n as i64),
+        _ => None,
+    };
+    let plain = !matches!(plain, Value::Nil | Value::Boolean(false));
+    check(kind, subject_len, &pattern.as_bytes(), init, plain).map_err(mlua::Error::runtime)
 }
 
 /// The innermost error under callback and context wrappers.
@@ -217,6 +348,7 @@ pub(super) fn classify(e: &mlua::Error, limits: &LuaLimits) -> LuaError {
         Some(Abort::Instructions) => return LuaError::InstructionLimit(limits.instruction_limit),
         Some(Abort::Deadline) => return LuaError::TimedOut(limits.timeout),
         Some(Abort::Cancelled) => return LuaError::Cancelled,
+        Some(Abort::Nesting) => return LuaError::Runtime(Abort::Nesting.to_string()),
         None => {}
     }
     match root(e) {

@@ -32,6 +32,7 @@ mod mcp;
 mod mse;
 mod operator_worktrees;
 mod outcome;
+mod output_spill;
 mod pools;
 mod postgres;
 mod postgres_secrets;

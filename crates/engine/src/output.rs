@@ -4,7 +4,8 @@
 //! all under the task's lock. The budget is one rule for every spawner
 //! kind: a write past it is refused whole (`OutputBudgetExceeded`), and
 //! before any of its blobs is stored, so a refused write leaves nothing on
-//! disk (`queue_output`).
+//! disk (`queue_output`); a write past it even at its least bytes is refused
+//! before it is encoded at all.
 //!
 //! Numbering here rather than in the store lets a caller act on an output as
 //! soon as it is queued, without waiting for its commit: a posted Final
@@ -17,7 +18,7 @@
 
 use std::time::Instant;
 
-use swarmd_output_store::{Durable, OutputEvent, OutputRecord, Prepared};
+use swarmd_output_store::{Durable, OutputEvent, OutputRecord, Prepared, least_stored_bytes};
 
 use crate::budget::fold_usage;
 use crate::error::{EngineError, WorkerError};
@@ -160,6 +161,15 @@ impl Appends<'_> {
         events: Vec<OutputEvent>,
         then: impl FnOnce(&mut RunState),
     ) -> Result<(Vec<OutputRecord>, Durable), EngineError> {
+        // A write past the budget even at its least bytes is refused before
+        // it is encoded: encoding, spilling and hashing a large value cost
+        // copies of it and time, all for nothing.
+        let least = least_stored_bytes(&events);
+        {
+            let cell = self.held.cell(id.task)?;
+            let mut state = cell.lock();
+            self.check_room(open_run(&mut state, id.n)?, least)?;
+        }
         // Encoding may hash large values: done before the lock.
         let prepared = self.ledger.outputs.encode(events).await?;
         let bytes = prepared.stored_bytes();
@@ -290,15 +300,21 @@ impl Appends<'_> {
     /// Counts `bytes` more output for `run` against the attempt's budget;
     /// refuses (and counts the refusal) past it.
     fn count_output(&self, run: &mut RunState, bytes: u64) -> Result<(), EngineError> {
+        self.check_room(run, bytes)?;
+        run.output_bytes = run.output_bytes.saturating_add(bytes);
+        Ok(())
+    }
+
+    /// Refuses (and counts the refusal) when `bytes` more output would take
+    /// `run` past the attempt's budget; counts nothing otherwise.
+    fn check_room(&self, run: &RunState, bytes: u64) -> Result<(), EngineError> {
         let limit = self.limit;
-        let total = run.output_bytes.saturating_add(bytes);
-        if total > limit {
+        if run.output_bytes.saturating_add(bytes) > limit {
             self.stats
                 .output_budget_refusals
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(EngineError::OutputBudgetExceeded { limit });
         }
-        run.output_bytes = total;
         Ok(())
     }
 }
@@ -409,6 +425,34 @@ mod tests {
         let results = futures_util::future::join_all(writes).await;
         let raced = results.iter().filter(|r| r.is_ok()).count();
         assert_eq!((raced, blob_files(dir.path())), (3, 6));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_past_the_budget_at_its_least_is_refused_before_it_is_encoded() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = Arc::new(GatedOutputs::over(sqlite_outputs(dir.path())));
+        let engine = engine(held.clone());
+        let id = started(&engine).await;
+        held.hold_encodes(true);
+        let big = OutputEvent::Partial {
+            chunk: ContentRef::Inline {
+                value: json!("v".repeat(BUDGET as usize)),
+            },
+        };
+        let appends = engine.appends();
+        let write = appends.record_output(id, "w", vec![big]);
+        let refused = tokio::time::timeout(std::time::Duration::from_secs(10), write)
+            .await
+            .expect("refused without an encode");
+        assert!(
+            matches!(
+                refused,
+                Err(EngineError::OutputBudgetExceeded { limit: BUDGET })
+            ),
+            "{refused:?}"
+        );
+        assert!(!held.encode_waiting());
+        assert_eq!(blob_files(dir.path()), 0);
     }
 
     /// Waits until a blob store, its blobs stored, is held at the gate.

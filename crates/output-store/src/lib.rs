@@ -260,6 +260,15 @@ impl Prepared {
     }
 }
 
+/// The least bytes `events` can take when stored, counted without encoding
+/// them: each event's JSON as it is now. A spilled event takes more (its
+/// blob holds the value's JSON, its record the reference), so a write whose
+/// least bytes are past a budget is past it, and can be refused before any
+/// encoding, spilling or hashing.
+pub fn least_stored_bytes(events: &[OutputEvent]) -> u64 {
+    events.iter().map(encoded_len).sum()
+}
+
 /// The length of `event`'s JSON, counted without keeping the text.
 fn encoded_len(event: &OutputEvent) -> u64 {
     struct Count(u64);

@@ -147,9 +147,9 @@ impl BlobSpill {
     /// any row naming them.
     ///
     /// The JSON is produced on the calling task so the single writer thread
-    /// only binds text. Hashing runs on the blocking pool, and only for
-    /// events whose whole JSON exceeds the limit: a value can only be over
-    /// the limit if its event is.
+    /// only binds text. Spilling and hashing run on the blocking pool, and
+    /// only for events whose whole JSON exceeds the limit (a value can only
+    /// be over the limit if its event is), before those events are encoded.
     pub async fn encode_pending(
         &self,
         events: Vec<OutputEvent>,
@@ -301,8 +301,12 @@ pub fn blob_name(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// Serializes `events`; the flag says whether any event's JSON exceeds
-/// `inline_max_bytes` (only such an event can hold a value to spill).
+/// Serializes `events`, but none past `inline_max_bytes`: an event whose
+/// JSON would be longer stops being written there and is left without its
+/// text (`json` empty), so a large value is never escaped into an event's
+/// text only to be spilled. The flag says whether there is such an event;
+/// [`spill_values`] then spills its value, or encodes it whole when its
+/// value is small after all (a long artifact name).
 pub fn encode_events(
     events: Vec<OutputEvent>,
     inline_max_bytes: usize,
@@ -310,16 +314,57 @@ pub fn encode_events(
     let mut encoded = Vec::with_capacity(events.len());
     let mut oversized = false;
     for event in events {
-        let json = serde_json::to_string(&event)?;
-        oversized |= json.len() > inline_max_bytes;
-        encoded.push(EncodedEvent { event, json });
+        let json = encode_within(&event, inline_max_bytes)?;
+        oversized |= json.is_none();
+        encoded.push(EncodedEvent {
+            event,
+            json: json.unwrap_or_default(),
+        });
     }
     Ok((encoded, oversized))
 }
 
-/// Replaces every inline value over `inline_max_bytes` by a `file_ref` to
-/// `blobs/<sha256>` (re-encoding its event) and returns the values to store
-/// under those names. Hashes: run it off the async executor for big values.
+/// `event`'s JSON, or `None` as soon as it passes `limit` bytes.
+fn encode_within(event: &OutputEvent, limit: usize) -> Result<Option<String>, StoreError> {
+    let mut out = Bounded {
+        buf: Vec::new(),
+        limit,
+    };
+    match serde_json::to_writer(&mut out, event) {
+        // serde_json writes UTF-8 only.
+        Ok(()) => Ok(Some(String::from_utf8_lossy(&out.buf).into_owned())),
+        Err(error) if error.is_io() => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// A buffer that refuses to grow past `limit` bytes.
+struct Bounded {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+impl Write for Bounded {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + bytes.len() > self.limit {
+            return Err(std::io::Error::other("past the inline limit"));
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Encodes the events [`encode_events`] left without text (and any whose
+/// text is over `inline_max_bytes`), spilling first: an inline value over
+/// the limit is serialized once, as its blob's bytes, taken out of its event
+/// and replaced by a `file_ref` to `blobs/<sha256>`, and only then is the
+/// event encoded, so its text holds the reference and never the value.
+/// Returns the values to store under those names. Hashes: run it off the
+/// async executor for big values.
 pub fn spill_values(
     encoded: &mut [EncodedEvent],
     inline_max_bytes: usize,
@@ -327,29 +372,46 @@ pub fn spill_values(
     let mut spilled = Vec::new();
     for item in encoded
         .iter_mut()
-        .filter(|item| item.json.len() > inline_max_bytes)
+        .filter(|item| item.json.is_empty() || item.json.len() > inline_max_bytes)
     {
-        let Some(content) = item.event.content_mut() else {
-            continue;
-        };
-        let ContentRef::Inline { value } = content else {
-            continue;
-        };
-        let bytes = serde_json::to_vec(value)?;
-        if bytes.len() <= inline_max_bytes {
-            continue;
+        if let Some(content) = item.event.content_mut()
+            && let ContentRef::Inline { value } = content
+        {
+            let mut bytes = Vec::with_capacity(json_len(value));
+            serde_json::to_writer(&mut bytes, value)?;
+            if bytes.len() > inline_max_bytes {
+                let sha256 = blob_name(&bytes);
+                // Drops the value: from here on only its blob's bytes are held.
+                *content = ContentRef::FileRef {
+                    path: format!("{BLOB_PATH_PREFIX}{sha256}"),
+                    mime: Some("application/json".to_owned()),
+                    size: bytes.len() as u64,
+                    sha256: sha256.clone(),
+                };
+                spilled.push(SpilledValue { sha256, bytes });
+            }
         }
-        let sha256 = blob_name(&bytes);
-        *content = ContentRef::FileRef {
-            path: format!("{BLOB_PATH_PREFIX}{sha256}"),
-            mime: Some("application/json".to_owned()),
-            size: bytes.len() as u64,
-            sha256: sha256.clone(),
-        };
         item.json = serde_json::to_string(&item.event)?;
-        spilled.push(SpilledValue { sha256, bytes });
     }
     Ok(spilled)
+}
+
+/// The length of `value`'s JSON, counted without keeping the text.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail, and a value always serializes.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// Whether a complete blob is at `target`; if so, its mtime becomes now. A
@@ -400,6 +462,34 @@ mod tests {
         assert_eq!(encoded[0].event, event);
         assert_eq!(encoded[0].json, serde_json::to_string(&event).unwrap());
         assert_eq!(fs::read_dir(dir.path().join("blobs")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn an_event_past_the_limit_is_encoded_only_once_its_value_is_spilled() {
+        let value = json!("x".repeat(4096));
+        let big = OutputEvent::Partial {
+            chunk: ContentRef::Inline {
+                value: value.clone(),
+            },
+        };
+        let small = OutputEvent::inline_final(json!("s"), true);
+        let (mut encoded, oversized) = encode_events(vec![big, small.clone()], 1024).unwrap();
+        assert!(oversized);
+        assert_eq!(encoded[0].json, "", "no text is built around the value");
+        assert_eq!(encoded[1].json, serde_json::to_string(&small).unwrap());
+
+        let spilled = spill_values(&mut encoded, 1024).unwrap();
+        assert_eq!(spilled.len(), 1);
+        assert_eq!(spilled[0].bytes, serde_json::to_vec(&value).unwrap());
+        assert_eq!(spilled[0].bytes.capacity(), spilled[0].bytes.len());
+        let text = &encoded[0].json;
+        assert!(text.len() < 400 && !text.contains("xxxx"), "{text}");
+        let parsed: OutputEvent = serde_json::from_str(text).unwrap();
+        assert_eq!(parsed, encoded[0].event);
+        assert!(matches!(
+            parsed.content(),
+            Some(ContentRef::FileRef { size: 4098, .. })
+        ));
     }
 
     #[tokio::test]

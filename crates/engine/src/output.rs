@@ -4,7 +4,7 @@
 //! all under the task's lock. The budget is one rule for every spawner
 //! kind: a write past it is refused whole (`OutputBudgetExceeded`), and
 //! before any of its blobs is stored, so a refused write leaves nothing on
-//! disk (`queue_output`); a write past it even at its least bytes is refused
+//! disk (`queue_output`); a write whose text alone is past it is refused
 //! before it is encoded at all.
 //!
 //! Numbering here rather than in the store lets a caller act on an output as
@@ -18,9 +18,13 @@
 
 use std::time::Instant;
 
-use swarmd_output_store::{Durable, OutputEvent, OutputRecord, Prepared, least_stored_bytes};
+use swarmd_output_store::{Durable, OutputEvent, OutputRecord, Prepared, least_text_bytes};
 
 use crate::budget::fold_usage;
+
+/// The text a write must carry before it is checked against the budget
+/// ahead of its encoding.
+const PRECHECK_BYTES: u64 = 64 * 1024;
 use crate::error::{EngineError, WorkerError};
 use crate::event::Event;
 use crate::held::Held;
@@ -161,11 +165,12 @@ impl Appends<'_> {
         events: Vec<OutputEvent>,
         then: impl FnOnce(&mut RunState),
     ) -> Result<(Vec<OutputRecord>, Durable), EngineError> {
-        // A write past the budget even at its least bytes is refused before
-        // it is encoded: encoding, spilling and hashing a large value cost
-        // copies of it and time, all for nothing.
-        let least = least_stored_bytes(&events);
-        {
+        // A write whose text alone is past the budget is refused before it
+        // is encoded: encoding, spilling and hashing a large value cost
+        // copies of it and time, all for nothing. Small writes (a Final's
+        // short value) skip the look, and the exact count below decides.
+        let least = least_text_bytes(&events);
+        if least > PRECHECK_BYTES {
             let cell = self.held.cell(id.task)?;
             let mut state = cell.lock();
             self.check_room(open_run(&mut state, id.n)?, least)?;
@@ -428,7 +433,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_write_past_the_budget_at_its_least_is_refused_before_it_is_encoded() {
+    async fn a_write_whose_text_is_past_the_budget_is_refused_before_it_is_encoded() {
         let dir = tempfile::tempdir().unwrap();
         let held = Arc::new(GatedOutputs::over(sqlite_outputs(dir.path())));
         let engine = engine(held.clone());
@@ -436,7 +441,7 @@ mod tests {
         held.hold_encodes(true);
         let big = OutputEvent::Partial {
             chunk: ContentRef::Inline {
-                value: json!("v".repeat(BUDGET as usize)),
+                value: json!("v".repeat(BUDGET.max(PRECHECK_BYTES) as usize + 1)),
             },
         };
         let appends = engine.appends();

@@ -260,15 +260,6 @@ impl Prepared {
     }
 }
 
-/// The least bytes `events` can take when stored, counted without encoding
-/// them: each event's JSON as it is now. A spilled event takes more (its
-/// blob holds the value's JSON, its record the reference), so a write whose
-/// least bytes are past a budget is past it, and can be refused before any
-/// encoding, spilling or hashing.
-pub fn least_stored_bytes(events: &[OutputEvent]) -> u64 {
-    events.iter().map(encoded_len).sum()
-}
-
 /// The length of `event`'s JSON, counted without keeping the text.
 fn encoded_len(event: &OutputEvent) -> u64 {
     struct Count(u64);
@@ -285,6 +276,23 @@ fn encoded_len(event: &OutputEvent) -> u64 {
     // Writing to a counter cannot fail, and an event always serializes.
     let _ = serde_json::to_writer(&mut count, event);
     count.0
+}
+
+/// A lower bound on the bytes storing `events` takes, read without
+/// encoding them: the lengths of their inline string values (the large
+/// values agents send: partials, artifacts, Finals of text), each stored
+/// at least once whether inline or spilled. Other values count nothing
+/// here, so it costs a look at each event, never a walk of its value.
+pub fn least_text_bytes(events: &[OutputEvent]) -> u64 {
+    events
+        .iter()
+        .filter_map(|event| match event.content() {
+            Some(ContentRef::Inline {
+                value: serde_json::Value::String(text),
+            }) => Some(text.len() as u64),
+            _ => None,
+        })
+        .sum()
 }
 
 /// Resolves once the records of an [`OutputStore::append_at`] are durable.

@@ -327,12 +327,14 @@ pub fn encode_events(
 /// `event`'s JSON, or `None` as soon as it passes `limit` bytes.
 fn encode_within(event: &OutputEvent, limit: usize) -> Result<Option<String>, StoreError> {
     let mut out = Bounded {
-        buf: Vec::new(),
+        buf: Vec::with_capacity(128),
         limit,
     };
     match serde_json::to_writer(&mut out, event) {
-        // serde_json writes UTF-8 only.
-        Ok(()) => Ok(Some(String::from_utf8_lossy(&out.buf).into_owned())),
+        // serde_json writes UTF-8 only; the check keeps the buffer.
+        Ok(()) => Ok(Some(
+            String::from_utf8(out.buf).map_err(|e| StoreError::Io(std::io::Error::other(e)))?,
+        )),
         Err(error) if error.is_io() => Ok(None),
         Err(error) => Err(error.into()),
     }

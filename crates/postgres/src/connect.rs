@@ -9,6 +9,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use swarmd_output_store::StoreError;
 use tokio_postgres::{Client, Config, NoTls};
 
+use crate::redact::redact_url;
+
 /// Pooled read connections when the configuration names none.
 pub const DEFAULT_POOL_SIZE: usize = 8;
 
@@ -76,43 +78,6 @@ impl std::fmt::Debug for PgOptions {
     }
 }
 
-/// `url` with any password in it replaced: the `user:password@` of a URL
-/// and a `password=` pair of a key=value string.
-pub fn redact_url(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        let (authority, tail) = match rest.find(['/', '?']) {
-            Some(end) => rest.split_at(end),
-            None => (rest, ""),
-        };
-        let authority = match authority.rsplit_once('@') {
-            Some((user, host)) => match user.split_once(':') {
-                Some((name, _)) => format!("{name}:<redacted>@{host}"),
-                None => authority.to_owned(),
-            },
-            None => authority.to_owned(),
-        };
-        let tail = redact_pairs(tail, '&');
-        return format!("{scheme}://{authority}{tail}");
-    }
-    redact_pairs(url, ' ')
-}
-
-/// Replaces the value of every `password=` pair separated by `sep`.
-fn redact_pairs(text: &str, sep: char) -> String {
-    text.split(sep)
-        .map(|pair| {
-            let key = pair.trim_start_matches('?');
-            if key.starts_with("password=") {
-                let prefix = &pair[..pair.len() - key.len()];
-                format!("{prefix}password=<redacted>")
-            } else {
-                pair.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(&sep.to_string())
-}
-
 /// The SQLSTATE `swarmd_fence` raises when the node's row is not alive
 /// with its epoch (migrate.rs).
 pub(crate) const FENCED_SQLSTATE: &str = "SW410";
@@ -159,22 +124,6 @@ pub(crate) fn pool(config: Config, size: usize) -> Result<Pool, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_lose_their_passwords() {
-        assert_eq!(
-            redact_url("postgres://swarmd:hunter2@db:5432/x?sslmode=disable&password=x2"),
-            "postgres://swarmd:<redacted>@db:5432/x?sslmode=disable&password=<redacted>"
-        );
-        assert_eq!(
-            redact_url("postgresql://swarmd@db/x"),
-            "postgresql://swarmd@db/x"
-        );
-        assert_eq!(
-            redact_url("host=db user=swarmd password=hunter2 dbname=x"),
-            "host=db user=swarmd password=<redacted> dbname=x"
-        );
-    }
 
     #[test]
     fn debug_never_shows_the_password() {

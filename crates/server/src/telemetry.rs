@@ -71,6 +71,11 @@ pub const CREDENTIAL_CAPS: &[&str] = &[
 /// they log at `warn` at most, so ids stay out of the log.
 pub const SESSION_ID_CAPS: &[&str] = &["rmcp::transport::streamable_http_server"];
 
+/// Targets that name the MCP session id in every line they log, errors
+/// included (the relay's rmcp client: a session deleted, or failing to
+/// be): off, since the relay reports its own failures without the id.
+pub const SESSION_ID_SILENCED: &[&str] = &["rmcp::transport::streamable_http_client"];
+
 /// Whether the log is JSON: the daemon's lines for a person (where it
 /// listens, how to sign in, what a stop waits for) are then log events, so
 /// every line on stderr is one JSON object.
@@ -116,15 +121,18 @@ pub fn init(format: LogFormat, filter: Option<&str>) -> Result<(), TelemetryErro
         .map_err(|_| TelemetryError::AlreadyInstalled)
 }
 
-/// Every target at any level, but the `CREDENTIAL_CAPS` at `info` at most
-/// and the `SESSION_ID_CAPS` at `warn`.
+/// Every target at any level, but the `CREDENTIAL_CAPS` at `info` at most,
+/// the `SESSION_ID_CAPS` at `warn` and the `SESSION_ID_SILENCED` off.
 fn credential_caps() -> Targets {
     let caps = CREDENTIAL_CAPS.iter().fold(
         Targets::new().with_default(LevelFilter::TRACE),
         |caps, target| caps.with_target(*target, LevelFilter::INFO),
     );
-    SESSION_ID_CAPS.iter().fold(caps, |caps, target| {
+    let caps = SESSION_ID_CAPS.iter().fold(caps, |caps, target| {
         caps.with_target(*target, LevelFilter::WARN)
+    });
+    SESSION_ID_SILENCED.iter().fold(caps, |caps, target| {
+        caps.with_target(*target, LevelFilter::OFF)
     })
 }
 
@@ -178,5 +186,8 @@ mod tests {
         assert!(caps.would_enable(sessions, &Level::WARN));
         assert!(!caps.would_enable(sessions, &Level::INFO));
         assert!(caps.would_enable("rmcp::service", &Level::INFO));
+        // The relay's client names its session id even in its errors.
+        let client = "rmcp::transport::streamable_http_client";
+        assert!(!caps.would_enable(client, &Level::ERROR));
     }
 }

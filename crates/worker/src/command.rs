@@ -35,12 +35,21 @@ pub(crate) enum Ran {
     Ended,
 }
 
-/// The command, with the handle removed from its environment.
+/// The variables that hold a daemon credential, or name the file of one,
+/// for swarmd's own clients: a shell that exported them for the CLI does
+/// not hand them to the command.
+const CLIENT_CREDENTIAL_VARS: &[&str] = &["SWARMD_TOKEN", "SWARMD_TOKEN_FILE"];
+
+/// The command, with the handle and the client credentials removed from
+/// its environment.
 pub(crate) fn command_for(argv: &[String]) -> Command {
     let (program, args) = argv
         .split_first()
         .map_or(("", &[][..]), |(p, a)| (p.as_str(), a));
     let mut command = Command::new(program);
+    for var in CLIENT_CREDENTIAL_VARS {
+        command.env_remove(var);
+    }
     command
         .args(args)
         .env_remove(HANDLE_VAR)
@@ -157,13 +166,15 @@ mod tests {
     }
 
     #[test]
-    fn the_command_never_inherits_the_handle() {
+    fn the_command_never_inherits_the_handle_or_a_client_credential() {
         let command = command_for(&["env".to_owned()]);
-        let removed = command
-            .as_std()
-            .get_envs()
-            .any(|(name, value)| name == HANDLE_VAR && value.is_none());
-        assert!(removed);
+        for var in [HANDLE_VAR, "SWARMD_TOKEN", "SWARMD_TOKEN_FILE"] {
+            let removed = command
+                .as_std()
+                .get_envs()
+                .any(|(name, value)| name == var && value.is_none());
+            assert!(removed, "{var}");
+        }
     }
 
     #[tokio::test]

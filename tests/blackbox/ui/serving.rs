@@ -47,6 +47,14 @@ async fn the_dashboard_is_served_with_a_strict_policy_and_an_etag() {
     assert!(html.contains(r#"<script type="module" src="/ui/js/app.js"></script>"#));
     assert_eq!(html.matches("<script").count(), 1, "{html}");
     assert!(!html.contains("style="), "{html}");
+    // The sign-in form's field has no name: a form the browser submits
+    // itself (the script not loaded yet) never puts the token in the URL.
+    let field = html
+        .split("<input")
+        .find(|tag| tag.contains(r#"id="token""#))
+        .and_then(|tag| tag.split('>').next())
+        .unwrap_or_else(|| panic!("no token field: {html}"));
+    assert!(!field.contains("name="), "{field}");
     let handler = html
         .split(|c: char| c.is_whitespace() || c == '<')
         .find(|word| word.starts_with("on") && word.contains('='));

@@ -12,6 +12,10 @@ pub const BLOBS_DIR: &str = "blobs";
 /// The SQLite store.
 pub const DATABASE_FILE: &str = "swarmd.db";
 
+/// The state directory's other files swarmd writes (the lock, the MCP
+/// sessions' owners, a cluster node's id): made private like the database.
+const OTHER_FILES: [&str; 3] = ["swarmd.lock", "mcp-sessions.json", "node_id"];
+
 /// Mode of directories swarmd creates.
 const DIR_MODE: u32 = 0o700;
 /// Mode of the files in them.
@@ -26,8 +30,9 @@ pub struct StateDir {
 impl StateDir {
     /// Creates `root` and `root/blobs` (0700, parents as needed) and makes
     /// them private when they exist already: a directory other users may
-    /// enter is set to 0700, and so are the database files in it (0600),
-    /// which an older swarmd or another umask may have left open. A
+    /// enter is set to 0700, and so are the database files and the other
+    /// files swarmd writes in it (0600), which an older swarmd or another
+    /// umask may have left open. A
     /// directory swarmd cannot make private is refused.
     ///
     /// # Errors
@@ -41,8 +46,9 @@ impl StateDir {
             create_private_dir(&dir)?;
             make_private(&dir, DIR_MODE)?;
         }
-        for suffix in ["", "-wal", "-shm"] {
-            let file = state.root.join(format!("{DATABASE_FILE}{suffix}"));
+        let database = ["", "-wal", "-shm"].map(|suffix| format!("{DATABASE_FILE}{suffix}"));
+        for name in database.iter().map(String::as_str).chain(OTHER_FILES) {
+            let file = state.root.join(name);
             if file.exists() {
                 make_private(&file, FILE_MODE)?;
             }

@@ -66,10 +66,18 @@ async fn loose_secret_files_in_the_state_dir_are_tightened() {
         .unwrap();
     let token = tmp.path().join(ADMIN_TOKEN_FILE);
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let others = ["mcp-sessions.json", "swarmd.lock", "node_id"].map(|f| tmp.path().join(f));
+    for file in &others {
+        std::fs::write(file, "{}").unwrap();
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
     PreparedState::prepare(&config, &Environment::default())
         .await
         .unwrap();
     assert_eq!(mode(&token), 0o600);
+    for file in &others {
+        assert_eq!(mode(file), 0o600, "{}", file.display());
+    }
 }
 
 #[tokio::test]

@@ -101,35 +101,33 @@ async fn adopt(engine: &Engine, db: &PgCluster, takeover: Takeover) -> Option<Ta
         left,
     } = takeover;
     let elapsed_ms = started.elapsed().as_millis() as u64;
+    // One line per takeover, at `$level`: the same fields either way.
+    macro_rules! took_over {
+        ($level:ident, $report:expr, $what:literal) => {
+            tracing::$level!(
+                %node,
+                epoch,
+                tasks = tasks.len(),
+                runs,
+                requeued = $report.requeued,
+                decided = $report.decided,
+                interrupted = $report.interrupted,
+                retried = $report.retried,
+                resumed = $report.resumed,
+                elapsed_ms,
+                $what
+            )
+        };
+    }
     match engine.adopt(snapshot).await {
         // A node that left cleanly handed its unfinished work on, as its
         // operator asked: news, not a warning.
-        Ok(report) if left => tracing::info!(
-            %node,
-            epoch,
-            tasks = tasks.len(),
-            runs,
-            requeued = report.requeued,
-            decided = report.decided,
-            interrupted = report.interrupted,
-            retried = report.retried,
-            resumed = report.resumed,
-            elapsed_ms,
+        Ok(report) if left => took_over!(
+            info,
+            report,
             "took over the unfinished tasks of a node that stopped"
         ),
-        Ok(report) => tracing::warn!(
-            %node,
-            epoch,
-            tasks = tasks.len(),
-            runs,
-            requeued = report.requeued,
-            decided = report.decided,
-            interrupted = report.interrupted,
-            retried = report.retried,
-            resumed = report.resumed,
-            elapsed_ms,
-            "took over the live tasks of a dead node"
-        ),
+        Ok(report) => took_over!(warn, report, "took over the live tasks of a dead node"),
         Err(error) => tracing::error!(%error, %node, "taking over a node's tasks failed"),
     }
     None

@@ -248,7 +248,7 @@ impl Prepared {
             .map(|(i, event)| {
                 let encoded = match self.encoded.get(i) {
                     Some(json) => json.len() as u64,
-                    None => encoded_len(event),
+                    None => json_len(event),
                 };
                 let spilled = match event.content() {
                     Some(ContentRef::FileRef { size, .. }) => *size,
@@ -260,8 +260,8 @@ impl Prepared {
     }
 }
 
-/// The length of `event`'s JSON, counted without keeping the text.
-fn encoded_len(event: &OutputEvent) -> u64 {
+/// The length of `value`'s JSON, counted without keeping the text.
+pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> u64 {
     struct Count(u64);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -273,8 +273,9 @@ fn encoded_len(event: &OutputEvent) -> u64 {
         }
     }
     let mut count = Count(0);
-    // Writing to a counter cannot fail, and an event always serializes.
-    let _ = serde_json::to_writer(&mut count, event);
+    // Writing to a counter cannot fail, and a JSON value or an event
+    // always serializes.
+    let _ = serde_json::to_writer(&mut count, value);
     count.0
 }
 

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::{ContentRef, OutputEvent, StoreError};
+use crate::{ContentRef, OutputEvent, StoreError, json_len};
 
 /// Prefix of blob files still being written; leftovers of a crash are removed at open.
 const TEMP_PREFIX: &str = ".tmp-";
@@ -379,7 +379,7 @@ pub fn spill_values(
         if let Some(content) = item.event.content_mut()
             && let ContentRef::Inline { value } = content
         {
-            let mut bytes = Vec::with_capacity(json_len(value));
+            let mut bytes = Vec::with_capacity(json_len(value) as usize);
             serde_json::to_writer(&mut bytes, value)?;
             if bytes.len() > inline_max_bytes {
                 let sha256 = blob_name(&bytes);
@@ -396,24 +396,6 @@ pub fn spill_values(
         item.json = serde_json::to_string(&item.event)?;
     }
     Ok(spilled)
-}
-
-/// The length of `value`'s JSON, counted without keeping the text.
-fn json_len(value: &serde_json::Value) -> usize {
-    struct Count(usize);
-    impl Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing to a counter cannot fail, and a value always serializes.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// Whether a complete blob is at `target`; if so, its mtime becomes now. A

@@ -5,7 +5,7 @@ use std::fs::{DirBuilder, Permissions};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{ADMIN_TOKEN_FILE, KEYS_FILE, StateError};
+use super::{ADMIN_TOKEN_FILE, KEYS_FILE, LOCK_FILE, StateError};
 
 /// Spilled inline values, by SHA-256.
 pub const BLOBS_DIR: &str = "blobs";
@@ -14,7 +14,7 @@ pub const DATABASE_FILE: &str = "swarmd.db";
 
 /// The state directory's other files swarmd writes (the lock, the MCP
 /// sessions' owners, a cluster node's id): made private like the database.
-const OTHER_FILES: [&str; 3] = ["swarmd.lock", "mcp-sessions.json", "node_id"];
+const OTHER_FILES: [&str; 3] = [LOCK_FILE, "mcp-sessions.json", "node_id"];
 
 /// Mode of directories swarmd creates.
 const DIR_MODE: u32 = 0o700;

@@ -67,11 +67,15 @@ local depth = 0
 local function packed(f, ...)
   return pack(f(...))
 end
-local function pcall(f, ...)
+local function protected(f, ...)
   if depth >= max_depth then too_deep() end
   depth = depth + 1
   local ok, r = raw_pcall(packed, f, ...)
   depth = depth - 1
+  return ok, r
+end
+local function pcall(f, ...)
+  local ok, r = protected(f, ...)
   if ok then return true, unpack(r, 1, r.n) end
   return false, caught(r)
 end
@@ -79,10 +83,7 @@ local function xpcall(f, handler, ...)
   if type(handler) ~= "function" then
     error("bad argument #2 to 'xpcall' (function expected)", 2)
   end
-  if depth >= max_depth then too_deep() end
-  depth = depth + 1
-  local ok, r = raw_pcall(packed, f, ...)
-  depth = depth - 1
+  local ok, r = protected(f, ...)
   if ok then return true, unpack(r, 1, r.n) end
   return false, handler(caught(r))
 end

@@ -17,11 +17,12 @@ pub(super) async fn serve(args: &ServeArgs, env: &Environment) -> Result<(), Com
     let config = Arc::new(config);
     // One daemon per state directory that holds a store (SQLite's file,
     // a cluster node's id): held until `serve` returns.
+    let dir = StateDir::prepare(&config.store.state_dir)?;
     let _lock = match config.store.backend {
         StoreBackend::Memory => None,
-        _ => Some(StateDir::prepare(&config.store.state_dir)?.lock().await?),
+        _ => Some(dir.lock().await?),
     };
-    let state = PreparedState::prepare(&config, env).await?;
+    let state = PreparedState::prepare_in(dir, &config, env).await?;
     let systemd = Systemd::from_env(env);
     let shutdown = shutdown::install().map_err(|source| CommandError::Io {
         action: "install signal handlers",

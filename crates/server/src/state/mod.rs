@@ -202,7 +202,19 @@ impl PreparedState {
     /// A `StateError` naming the path (or the database, without its
     /// password) that could not be created, read or parsed.
     pub async fn prepare(config: &Config, env: &Environment) -> Result<PreparedState, StateError> {
-        let dir = StateDir::prepare(&config.store.state_dir)?;
+        Self::prepare_in(StateDir::prepare(&config.store.state_dir)?, config, env).await
+    }
+
+    /// [`PreparedState::prepare`] in a state directory already prepared
+    /// (`serve` prepares it once, to lock it before anything is read).
+    ///
+    /// # Errors
+    /// As [`PreparedState::prepare`].
+    pub async fn prepare_in(
+        dir: StateDir,
+        config: &Config,
+        env: &Environment,
+    ) -> Result<PreparedState, StateError> {
         let mut secrets = database::Secrets::new(config, env);
         let keys_source = SecretSource::for_keys(config, env);
         let keyring = secrets.keyring(&keys_source).await?;

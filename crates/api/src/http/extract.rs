@@ -41,16 +41,28 @@ pub fn rejection(status: StatusCode, text: String) -> ApiError {
 
 /// The error for a body read whole by hand (`axum::body::to_bytes`) that
 /// could not be: 408 when it came too late, 413 past the length limit
-/// given, else 400.
+/// given, else 400. Told apart by the error's type, anywhere in its chain.
 pub fn unread_body(error: &axum::Error) -> ApiError {
     let text = error.to_string();
-    if text.contains(crate::http::guard::BODY_TIMEOUT_MESSAGE) {
+    if caused_by::<crate::http::guard::Late>(error) {
         ApiError::coded(ErrorCode::RequestTimeout, text)
-    } else if text.contains("length limit") {
+    } else if caused_by::<http_body_util::LengthLimitError>(error) {
         rejection(StatusCode::PAYLOAD_TOO_LARGE, text)
     } else {
         ApiError::bad_request(format!("the request body could not be read: {text}"))
     }
+}
+
+/// Whether `error` or any error in its source chain is an `E`.
+fn caused_by<E: std::error::Error + 'static>(error: &axum::Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = next {
+        if error.is::<E>() {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }
 
 /// A JSON body (request) or JSON answer (response).

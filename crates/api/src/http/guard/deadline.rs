@@ -18,9 +18,9 @@ use crate::metrics::GuardMetrics;
 pub(crate) const BODY_TIMEOUT_MESSAGE: &str =
     "the request body did not arrive within server.body_timeout_secs";
 
-/// Why a body stopped.
+/// Why a body stopped: it came too late.
 #[derive(Debug)]
-struct Late;
+pub(crate) struct Late;
 
 impl std::fmt::Display for Late {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -30,7 +30,7 @@ use axum::http::{HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use swarmd_engine::ErrorCode;
 
-pub(crate) use deadline::BODY_TIMEOUT_MESSAGE;
+pub(crate) use deadline::{BODY_TIMEOUT_MESSAGE, Late};
 pub use rate::{RateKey, Rates};
 pub use streams::StreamSlot;
 use streams::{Full, Streams};

@@ -213,13 +213,15 @@ fn costly_patterns_are_refused_before_they_run() {
         local n = 0
         for w in s:gmatch("%a+") do n = n + 1 end
         local squeezed, k = s:gsub("%s+", "_")
+        local text = "  " .. ("an answer\n"):rep(800) .. "\n  "
         return { n, k, ("  hi  "):match("^%s*(.-)%s*$"), s:find("word", 50001, true),
                  string.find("k=v", "(%w+)=(%w+)"), ("x"):rep(3):gsub("x", "y"),
-                 string.match(12345, "%d%d", 2), #squeezed }
+                 string.match(12345, "%d%d", 2), #squeezed,
+                 #text:match("^%s*(.-)%s*$") }
     "#;
     assert_eq!(
         run(everyday).unwrap(),
-        serde_json::json!([20000, 20000, "hi", 50001, 1, "yyy", "23", 100000])
+        serde_json::json!([20000, 20000, "hi", 50001, 1, "yyy", "23", 100000, 7999])
     );
 }
 
@@ -259,6 +261,10 @@ fn pattern_bench() {
         (
             "plain 2e5/1e5",
             r#"return string.find(("a"):rep(200000), ("a"):rep(100000).."b", 1, true)"#,
+        ),
+        (
+            "trim n=11500",
+            r#"return string.find("a"..(" "):rep(11500).."a", "^%s*(.-)%s*$")"#,
         ),
         (
             "trim n=20000",

@@ -208,6 +208,16 @@ pub fn authenticate(state: &AppState, token: &str) -> Result<Caller, ApiError> {
             ErrorCode::Unauthorized,
         ));
     }
+    // A wait's token is a capability for one verb on one wait, verified
+    // against that wait only where it is answered.
+    if token.starts_with(swarmd_flow_run::token::PREFIX) {
+        state.metrics.token_failure("wait_token");
+        return Err(ApiError::coded(
+            ErrorCode::Forbidden,
+            "a wait's token (swt1.…) only answers its own wait: \
+             POST /v1/runs/{run}/waits/{wait}",
+        ));
+    }
     Err(refused(state, token, "malformed", ErrorCode::Unauthorized))
 }
 

@@ -2,7 +2,9 @@
 //! prints every problem and exits 1, a run started by name and waited
 //! for, its tree and open wait shown, the wait answered with its own
 //! token, the run list, and a cancel; a `merge` node's inner steps named
-//! by their keys and a conflict it left shown on its line.
+//! by their keys and a conflict it left shown on its line; lint refusing
+//! what a run would (timeouts, retries, node instances) and passing a
+//! variable only tested for.
 
 use std::path::Path;
 use std::process::Output;
@@ -235,4 +237,100 @@ async fn show_names_a_merges_inner_steps_and_the_conflict_it_left() {
         "{line}"
     );
     assert!(line.contains("; work branch "), "{line}");
+}
+
+/// Lints `flow` from a file in `dir`: (exit code, stdout).
+async fn lint_file(sw: &Swarmd, dir: &Path, name: &str, flow: &Value) -> (Option<i32>, String) {
+    std::fs::write(dir.join(name), flow.to_string()).unwrap();
+    let lint = swarmd(sw, dir, &sw.admin, &["flow", "lint", name]).await;
+    (lint.status.code(), stdout(&lint))
+}
+
+#[tokio::test]
+async fn lint_refuses_what_a_run_would_and_passes_a_variable_tested_for() {
+    let sw = daemon(&[]).start().await;
+    let cwd = tempfile::tempdir().unwrap();
+    let dir = cwd.path();
+    let path = |at: &str| json!({"op": "path", "at": at});
+    let with = |extra: Value| {
+        let mut step = step("echo", "x", "$.y");
+        for (k, v) in extra.as_object().unwrap() {
+            step[k] = v.clone();
+        }
+        step
+    };
+
+    // Timeouts a task's policy refuses, each named with its range.
+    let timeouts = json!({"name": "t", "body": {"kind": "seq", "children": [
+        with(json!({"timeout_secs": 0})), with(json!({"queue_timeout_secs": 0})),
+        with(json!({"timeout_secs": 99_999_999}))]}});
+    let (code, printed) = lint_file(&sw, dir, "timeouts.json", &timeouts).await;
+    assert_eq!(code, Some(1), "{printed}");
+    for line in [
+        "/body/children/0/timeout_secs  bad_timeout  timeout_secs is 0, not 1 to 604800  (",
+        "/body/children/1/queue_timeout_secs  bad_timeout  queue_timeout_secs is 0, not 1 to 604800  (",
+        "/body/children/2/timeout_secs  bad_timeout  timeout_secs is 99999999, not 1 to 604800  (",
+    ] {
+        assert!(printed.lines().any(|l| l.starts_with(line)), "{printed}");
+    }
+    // Past what the IR reads: the field and its maximum, not serde's u32.
+    let huge = json!({"name": "t", "body": with(json!({"timeout_secs": 5_000_000_000_u64}))});
+    let (code, printed) = lint_file(&sw, dir, "huge.json", &huge).await;
+    assert_eq!(code, Some(1), "{printed}");
+    assert!(
+        printed.starts_with("/body/timeout_secs  invalid_flow  ") && printed.contains("604800"),
+        "{printed}"
+    );
+    assert!(!printed.contains("u32"), "{printed}");
+
+    // Each try of a retried step counts against max_steps.
+    let flaky = json!({"name": "t", "limits": {"max_steps": 2},
+        "body": with(json!({"name": "flaky", "retry": {"attempts": 3}}))});
+    let (code, printed) = lint_file(&sw, dir, "flaky.json", &flaky).await;
+    assert_eq!(code, Some(1), "{printed}");
+    assert!(printed.starts_with("/body  too_many_steps  "), "{printed}");
+
+    // Nested loops past the node instance bound.
+    let endless = |counter: &str, body: Value| {
+        json!({"kind": "loop", "counter": path(counter), "max": 10_000,
+            "cond": {"op": "lit", "value": true}, "body": body})
+    };
+    let let_x = json!({"kind": "let", "at": path("$.x"), "value": {"op": "lit", "value": 1}});
+    let nested = json!({"name": "t", "body": endless("$.i", endless("$.j", let_x))});
+    let (code, printed) = lint_file(&sw, dir, "nested.json", &nested).await;
+    assert_eq!(code, Some(1), "{printed}");
+    assert!(printed.starts_with("/body  too_many_nodes  "), "{printed}");
+
+    // A write target names its op.
+    let lit_target = json!({"name": "t", "body": {"kind": "let",
+        "at": {"op": "lit", "value": "x"}, "value": {"op": "lit", "value": 1}}});
+    let (code, printed) = lint_file(&sw, dir, "target.json", &lit_target).await;
+    assert_eq!(code, Some(1), "{printed}");
+    assert!(
+        printed.starts_with(
+            r#"/body/at  bad_write_path  a write target must be a "path", not a "lit"  ("#
+        ),
+        "{printed}"
+    );
+
+    // A variable written on one side of a branch may be tested for after
+    // it; the run answers false where the other side ran.
+    let maybe = json!({"name": "maybe", "output": path("$.seen"),
+        "body": {"kind": "seq", "children": [
+        {"kind": "branch", "cond": {"op": "exists", "at": "$.input.go"},
+         "then": {"kind": "let", "at": path("$.maybe"), "value": {"op": "lit", "value": 1}},
+         "else": {"kind": "seq", "children": []}},
+        {"kind": "let", "at": path("$.seen"), "value": {"op": "template",
+         "text": "{% if maybe is defined %}yes{% else %}no{% endif %}"}}]}});
+    let (code, printed) = lint_file(&sw, dir, "maybe.json", &maybe).await;
+    assert_eq!(
+        (code, printed.starts_with("ok  sha256:")),
+        (Some(0), true),
+        "{printed}"
+    );
+    let run = ["flow", "run", "maybe.json", "--wait", "10", "-o", "json"];
+    let ran = swarmd(&sw, dir, &sw.admin, &run).await;
+    assert_eq!(ran.status.code(), Some(0), "{ran:?}");
+    let view: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    assert_eq!(view["result"], "no", "{view}");
 }

@@ -13,6 +13,12 @@ use serde_json::Value;
 
 use crate::expr::Expr;
 
+/// The most seconds a step's `timeout_secs` or `queue_timeout_secs`, or a
+/// merge node's `timeout_secs`, may give; the least is 1. They become the
+/// step task's `attempt_timeout_secs` and `queue_timeout_secs`, which a
+/// task policy bounds so (seven days, `swarmd_types::task::MAX_POLICY_SECS`).
+pub const MAX_TIMEOUT_SECS: u32 = 7 * 86_400;
+
 /// A declared flow: its name, its typed input and its graph.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -99,11 +105,13 @@ pub enum Node {
         /// Retries of this step on top of the task's own.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry: Option<Retry>,
-        /// Seconds the step's task may wait in the queue.
+        /// Seconds the step's task may wait in the queue (1 to 604800).
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = MAX_TIMEOUT_SECS))]
         queue_timeout_secs: Option<u32>,
-        /// Seconds the step's task may run.
+        /// Seconds the step's task may run (1 to 604800).
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = MAX_TIMEOUT_SECS))]
         timeout_secs: Option<u32>,
         /// Where the git changes of a passed step go (a `$.name` path): for
         /// an agent that works in a worktree, `{branch, base, head, files,
@@ -243,8 +251,9 @@ pub enum Node {
         /// `step`'s.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry: Option<Retry>,
-        /// Seconds each inner step's task may run.
+        /// Seconds each inner step's task may run (1 to 604800).
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = MAX_TIMEOUT_SECS))]
         timeout_secs: Option<u32>,
         /// Where the result goes: `{branch, head, strategy, merge,
         /// verdict?, resolved?, conflict?, rounds}`.

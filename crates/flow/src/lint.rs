@@ -1,7 +1,8 @@
 //! Lint: every problem of a flow at once, each with the JSON pointer of
 //! the place in the IR, a stable code and a hint, so a model that wrote
 //! the flow can fix all of them in one pass. Bounds (nesting depth,
-//! fan-out width, steps per run) are checked here, before a run starts.
+//! fan-out width, steps per run, node instances per evaluation, step
+//! timeouts) are checked here, before a run starts.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -9,14 +10,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::expr::Expr;
-use crate::ir::{Budget, Flow, Limits, MergeStrategy, Node, Retry};
+use crate::ir::{Budget, Flow, Limits, MAX_TIMEOUT_SECS, MergeStrategy, Node, Retry};
 use crate::path::WritePath;
-use crate::run::MAX_LOOP_ITERATIONS;
-use crate::template::FUNCTIONS;
+use crate::run::{MAX_LOOP_ITERATIONS, MAX_NODE_INSTANCES};
 
 mod bound;
+mod vars;
 
 use bound::{Bound, call_cycle};
+use vars::{read_variables, runs_once, written};
 
 /// The largest `max_cost_usd` a budget may set, as a task's.
 const MAX_BUDGET_USD: f64 = 1_000_000.0;
@@ -73,33 +75,19 @@ pub fn lint(flow: &Flow, known: &Known) -> Vec<Problem> {
 /// `callees`: a `call` counts as the most steps its flow can start, and a
 /// call that leads back into a flow already calling is `recursive_call`.
 pub fn lint_calling(flow: &Flow, known: &Known, callees: &dyn Callees) -> Vec<Problem> {
-    let mut lint = Lint {
-        known,
-        callees,
-        limits: &flow.limits,
-        name: &flow.name,
-        problems: Vec::new(),
-        names: HashSet::new(),
-        unbound: BTreeSet::new(),
-    };
+    let mut lint = Lint::new(flow, known, callees);
     lint.flow(flow);
     lint.problems
 }
 
 /// The variables `flow` reads somewhere before any node writes them on
-/// every path (those `lint` reports as `unbound_variable`).
+/// every path, `exists` tests included: those `lint` reports as
+/// `unbound_variable`, and those only tested for there that some node
+/// writes later or on another path.
 pub(crate) fn unbound_variables(flow: &Flow) -> BTreeSet<String> {
     let known = Known::default();
     let callees = BTreeMap::new();
-    let mut lint = Lint {
-        known: &known,
-        callees: &callees,
-        limits: &flow.limits,
-        name: &flow.name,
-        problems: Vec::new(),
-        names: HashSet::new(),
-        unbound: BTreeSet::new(),
-    };
+    let mut lint = Lint::new(flow, &known, &callees);
     lint.flow(flow);
     lint.unbound
 }
@@ -114,12 +102,29 @@ struct Lint<'a> {
     names: HashSet<String>,
     /// Variables read before they are bound.
     unbound: BTreeSet<String>,
+    /// Variables some node of the flow writes, on any path.
+    written: BTreeSet<String>,
 }
 
 /// The variables bound at a point of the graph (`input` always is).
 type Scope = BTreeSet<String>;
 
-impl Lint<'_> {
+impl<'a> Lint<'a> {
+    fn new(flow: &'a Flow, known: &'a Known, callees: &'a dyn Callees) -> Lint<'a> {
+        let mut all_written = BTreeSet::new();
+        written(&flow.body, &mut all_written);
+        Lint {
+            known,
+            callees,
+            limits: &flow.limits,
+            name: &flow.name,
+            problems: Vec::new(),
+            names: HashSet::new(),
+            unbound: BTreeSet::new(),
+            written: all_written,
+        }
+    }
+
     fn report(&mut self, pointer: &str, code: &'static str, message: String, hint: &str) {
         self.problems.push(Problem {
             pointer: pointer.to_owned(),
@@ -156,7 +161,8 @@ impl Lint<'_> {
         if let Some(output) = &flow.output {
             self.reads("/output", output, &scope);
         }
-        let steps = Bound::new(&flow.limits, self.callees).steps(&flow.body);
+        let mut bound = Bound::new(&flow.limits, self.callees);
+        let steps = bound.steps(&flow.body);
         if steps > u64::from(flow.limits.max_steps) {
             self.report(
                 "/body",
@@ -165,7 +171,20 @@ impl Lint<'_> {
                     "the flow may start {steps} steps, more than limits.max_steps ({})",
                     flow.limits.max_steps
                 ),
-                "lower a loop's `max`, a fan-out's width or the steps of a called flow, or raise limits.max_steps",
+                "lower a loop's `max`, a fan-out's width, a step's retry.attempts or the steps of a called flow, or raise limits.max_steps",
+            );
+        }
+        let nodes = bound.nodes(&flow.body);
+        if nodes > MAX_NODE_INSTANCES {
+            self.report(
+                "/body",
+                "too_many_nodes",
+                format!(
+                    "one evaluation of the flow may visit {nodes} node instances, \
+                     more than a run allows ({MAX_NODE_INSTANCES})"
+                ),
+                "lower the `max` of nested loops or the width of nested fan-outs \
+                 (the nodes of a called flow count too)",
             );
         }
     }
@@ -243,6 +262,23 @@ impl Lint<'_> {
         }
     }
 
+    /// A step's or a merge node's timeout, which its task's policy bounds.
+    fn timeout(&mut self, at: &str, field: &str, secs: Option<u32>) {
+        if let Some(secs) = secs
+            && !(1..=MAX_TIMEOUT_SECS).contains(&secs)
+        {
+            self.report(
+                &format!("{at}/{field}"),
+                "bad_timeout",
+                format!("{field} is {secs}, not 1 to {MAX_TIMEOUT_SECS}"),
+                &format!(
+                    "give 1 to {MAX_TIMEOUT_SECS} seconds (7 days), as a task's policy allows, \
+                     or leave it out"
+                ),
+            );
+        }
+    }
+
     /// A `merge` node's `ref` names an agent of kind merge, when the
     /// agents' kinds are known (an unknown agent is `unknown_agent`).
     fn merge_agent(&mut self, pointer: &str, agent: &str) {
@@ -299,17 +335,20 @@ impl Lint<'_> {
                 out,
                 name,
                 retry,
+                queue_timeout_secs,
+                timeout_secs,
                 changes,
                 session,
                 continue_from,
                 start_from,
-                ..
             } => {
                 self.agent(&format!("{at}/ref"), agent);
                 if let Some(name) = name {
                     self.unique_name(&format!("{at}/name"), name);
                 }
                 self.retry(at, retry.as_ref());
+                self.timeout(at, "queue_timeout_secs", *queue_timeout_secs);
+                self.timeout(at, "timeout_secs", *timeout_secs);
                 self.reads(&format!("{at}/in"), input, scope);
                 if let Some(from) = continue_from {
                     self.reads(&format!("{at}/continue"), from, scope);
@@ -483,10 +522,11 @@ impl Lint<'_> {
                 judge,
                 on_conflict,
                 retry,
+                timeout_secs,
                 out,
-                ..
             } => {
                 self.retry(at, retry.as_ref());
+                self.timeout(at, "timeout_secs", *timeout_secs);
                 for (field, name) in [
                     ("ref", Some(agent)),
                     ("judge", judge.as_ref()),
@@ -578,7 +618,9 @@ impl Lint<'_> {
         }
     }
 
-    /// Checks an expression and that every variable it reads is bound.
+    /// Checks an expression and that every variable it reads is bound,
+    /// or, one it only tests for (`exists`, a template's `is defined`),
+    /// written by some node.
     fn reads(&mut self, pointer: &str, expr: &Expr, scope: &Scope) {
         if let Err(error) = expr.check() {
             self.report(
@@ -589,8 +631,9 @@ impl Lint<'_> {
             );
             return;
         }
-        for variable in read_variables(expr) {
-            if !scope.contains(&variable) {
+        let reads = read_variables(expr);
+        for variable in &reads.needed {
+            if !scope.contains(variable) {
                 self.unbound.insert(variable.clone());
                 let bound: Vec<&str> = scope.iter().map(String::as_str).collect();
                 self.report(
@@ -601,13 +644,33 @@ impl Lint<'_> {
                 );
             }
         }
+        for variable in &reads.tested {
+            if scope.contains(variable) {
+                continue;
+            }
+            self.unbound.insert(variable.clone());
+            if !self.written.contains(variable) {
+                let written: Vec<&str> = std::iter::once("input")
+                    .chain(self.written.iter().map(String::as_str))
+                    .collect();
+                self.report(
+                    pointer,
+                    "unbound_variable",
+                    format!("`{variable}` is tested for, but no node writes it"),
+                    &format!("written in this flow: {}", written.join(", ")),
+                );
+            }
+        }
     }
 
     /// Checks a write target (`path` with a plain `$.name…`) and binds it.
     fn write(&mut self, pointer: &str, target: &Expr, scope: &mut Scope) {
         let parsed = match target {
             Expr::Path { at } => WritePath::parse(at).map_err(|e| e.to_string()),
-            other => Err(format!("a write target must be a `path`, not {other:?}")),
+            other => Err(format!(
+                "a write target must be a \"path\", not a \"{}\"",
+                op_name(other)
+            )),
         };
         match parsed {
             Ok(path) => {
@@ -623,79 +686,23 @@ impl Lint<'_> {
     }
 }
 
-/// The top-level variables an expression reads: the first name of each
-/// query, and a template's undeclared variables.
-fn read_variables(expr: &Expr) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    collect_variables(expr, &mut out);
-    out
-}
-
-fn collect_variables(expr: &Expr, out: &mut BTreeSet<String>) {
-    if let Expr::Template { text } = expr {
-        let env = minijinja::Environment::new();
-        if let Ok(template) = env.template_from_str(text) {
-            // The allowed functions are the environment's, not variables.
-            out.extend(
-                template
-                    .undeclared_variables(false)
-                    .into_iter()
-                    .filter(|name| !FUNCTIONS.contains(&name.as_str())),
-            );
-        }
-        return;
-    }
-    for at in expr.reads() {
-        if let Some(name) = first_name(at) {
-            out.insert(name);
-        }
-    }
+/// The `op` an expression is written with.
+fn op_name(expr: &Expr) -> &'static str {
     match expr {
-        Expr::Eq { lhs, rhs }
-        | Expr::Ne { lhs, rhs }
-        | Expr::Lt { lhs, rhs }
-        | Expr::Gt { lhs, rhs } => {
-            collect_variables(lhs, out);
-            collect_variables(rhs, out);
-        }
-        Expr::And { args } | Expr::Or { args } => {
-            args.iter().for_each(|a| collect_variables(a, out))
-        }
-        Expr::Not { arg } | Expr::Len { arg } => collect_variables(arg, out),
-        _ => {}
+        Expr::Path { .. } => "path",
+        Expr::Select { .. } => "select",
+        Expr::Exists { .. } => "exists",
+        Expr::Lit { .. } => "lit",
+        Expr::Eq { .. } => "eq",
+        Expr::Ne { .. } => "ne",
+        Expr::Lt { .. } => "lt",
+        Expr::Gt { .. } => "gt",
+        Expr::And { .. } => "and",
+        Expr::Or { .. } => "or",
+        Expr::Not { .. } => "not",
+        Expr::Len { .. } => "len",
+        Expr::Template { .. } => "template",
     }
-}
-
-/// Whether a loop's body runs at least once whatever the run's variables:
-/// its `cond` reads nothing but its counter (a plain `$.name`, 0 before the
-/// first test) and holds there, and `max` is not 0.
-fn runs_once(counter: &Expr, cond: &Expr, max: Option<u32>) -> bool {
-    let Expr::Path { at } = counter else {
-        return false;
-    };
-    let Ok(path) = WritePath::parse(at) else {
-        return false;
-    };
-    let counter_only = cond.reads().iter().all(|read| *read == at.as_str())
-        && read_variables(cond)
-            .iter()
-            .all(|variable| variable == path.variable());
-    if max == Some(0) || path.depth() != 1 || !counter_only {
-        return false;
-    }
-    let mut ctx = Value::Object(serde_json::Map::new());
-    path.write(&mut ctx, Value::from(0));
-    matches!(cond.test(&ctx), Ok(true))
-}
-
-/// `plan` of `$.plan.steps[0]` or `$['plan']…`; none for `$` or `$..x`.
-fn first_name(at: &str) -> Option<String> {
-    if let Some(rest) = at.strip_prefix("$.") {
-        let end = rest.find(['.', '[']).unwrap_or(rest.len());
-        return (!rest.is_empty() && !rest.starts_with('.')).then(|| rest[..end].to_owned());
-    }
-    let rest = at.strip_prefix("$['")?;
-    rest.find('\'').map(|end| rest[..end].to_owned())
 }
 
 #[cfg(test)]

@@ -106,9 +106,8 @@ fn a_variable_bound_on_one_side_of_a_branch_or_in_a_try_body_is_unbound_after() 
          "body": {"kind": "let", "at": path("$.tried"), "value": {"op": "lit", "value": 1}},
          "catch": {"kind": "let", "at": path("$.caught"), "value": path("$.err")},
          "err_at": path("$.err")},
-        {"kind": "let", "at": path("$.out"), "value": {"op": "and", "args": [
-            {"op": "exists", "at": "$.both"}, {"op": "exists", "at": "$.one"},
-            {"op": "exists", "at": "$.tried"}]}}
+        {"kind": "let", "at": path("$.out"),
+         "value": {"op": "template", "text": "{{ both }} {{ one }} {{ tried }}"}}
     ]}});
     let codes = run(flow);
     assert_eq!(
@@ -209,8 +208,10 @@ fn a_merge_node_takes_a_steps_retry_and_counts_its_rounds() {
         }
         run(flow)
     };
+    // Three rounds of a merge and a resolve, each step tried twice.
     let retry = json!({"retry": {"attempts": 2, "backoff_secs": 1}, "timeout_secs": 60});
-    assert_eq!(merge(retry, 6), []);
+    assert_eq!(merge(retry.clone(), 12), []);
+    assert_eq!(merge(retry, 11), [("/body".to_owned(), "too_many_steps")]);
     assert_eq!(
         merge(json!({"retry": {"attempts": 0}}), 6),
         [("/body/retry/attempts".to_owned(), "bad_retry")]
@@ -315,8 +316,8 @@ fn a_loop_binds_its_body_writes_after_it_only_when_the_body_surely_runs() {
         json!({"name": "l", "body": {"kind": "seq", "children": [
             {"kind": "loop", "counter": path("$.i"), "cond": cond, "max": max,
              "body": {"kind": "let", "at": path("$.x"), "value": path("$.i")}},
-            {"kind": "let", "at": path("$.y"), "value": {"op": "and", "args": [
-                {"op": "exists", "at": "$.x"}, {"op": "exists", "at": "$.i"}]}}
+            {"kind": "let", "at": path("$.y"), "value": {"op": "eq",
+                "lhs": path("$.x"), "rhs": path("$.i")}}
         ]}})
     };
     let lt =
@@ -421,4 +422,224 @@ fn a_call_that_leads_into_a_cycle_of_calls_is_a_recursive_call() {
             .collect::<Vec<_>>(),
         [("/body/flow", "recursive_call")]
     );
+}
+
+fn step_with(extra: Value) -> Value {
+    let mut step = json!({"kind": "step", "ref": "coder", "in": {"op": "lit", "value": "x"},
+        "out": path("$.r")});
+    for (k, v) in extra.as_object().unwrap() {
+        step[k] = v.clone();
+    }
+    step
+}
+
+#[test]
+fn a_timeout_outside_a_tasks_policy_bounds_is_refused_with_its_range() {
+    let flow = json!({"name": "t", "body": {"kind": "seq", "children": [
+        step_with(json!({"timeout_secs": 0})),
+        step_with(json!({"queue_timeout_secs": 0})),
+        step_with(json!({"timeout_secs": 99_999_999})),
+        step_with(json!({"timeout_secs": 1, "queue_timeout_secs": 604_800})),
+        {"kind": "merge", "ref": "merge", "strategy": "sequence", "timeout_secs": 0,
+         "branches": {"op": "lit", "value": ["a"]}, "out": path("$.m")}
+    ]}});
+    let flow: Flow = serde_json::from_value(flow).unwrap();
+    let problems: Vec<(String, &str, String)> = lint(&flow, &known())
+        .into_iter()
+        .map(|p| (p.pointer, p.code, p.message))
+        .collect();
+    let expected = [
+        ("/body/children/0/timeout_secs", "timeout_secs is 0"),
+        (
+            "/body/children/1/queue_timeout_secs",
+            "queue_timeout_secs is 0",
+        ),
+        ("/body/children/2/timeout_secs", "timeout_secs is 99999999"),
+        ("/body/children/4/timeout_secs", "timeout_secs is 0"),
+    ]
+    .map(|(pointer, what)| {
+        (
+            pointer.to_owned(),
+            "bad_timeout",
+            format!("{what}, not 1 to 604800"),
+        )
+    });
+    assert_eq!(problems, expected);
+}
+
+#[test]
+fn a_steps_retry_counts_each_try_against_max_steps() {
+    let flaky = |attempts: u32, max_steps: u32| {
+        run(json!({"name": "t", "limits": {"max_steps": max_steps},
+            "body": step_with(json!({"name": "flaky", "retry": {"attempts": attempts}}))}))
+    };
+    let over = [("/body".to_owned(), "too_many_steps")];
+    assert_eq!(flaky(3, 2), over);
+    assert_eq!(flaky(2, 2), []);
+    // A loop of a retried step: its iterations times its tries.
+    let looped = |max_steps: u32| {
+        run(json!({"name": "t", "limits": {"max_steps": max_steps},
+            "body": {"kind": "loop", "counter": path("$.i"), "max": 4,
+                     "cond": {"op": "lit", "value": true},
+                     "body": step_with(json!({"retry": {"attempts": 3}}))}}))
+    };
+    assert_eq!(looped(12), []);
+    assert_eq!(looped(11), over);
+}
+
+/// A branch writing `$.maybe` on one side only, then a node reading it
+/// through `value`.
+fn maybe_then(value: Value) -> Value {
+    json!({"name": "t", "body": {"kind": "seq", "children": [
+        {"kind": "branch", "cond": {"op": "exists", "at": "$.input.go"},
+         "then": {"kind": "let", "at": path("$.maybe"), "value": {"op": "lit", "value": 1}},
+         "else": {"kind": "seq", "children": []}},
+        {"kind": "let", "at": path("$.out"), "value": value}
+    ]}})
+}
+
+#[test]
+fn exists_and_is_defined_need_a_variable_written_somewhere_not_on_every_path() {
+    let template = |text: &str| json!({"op": "template", "text": text});
+    let unbound = [("/body/children/1/value".to_owned(), "unbound_variable")];
+    assert_eq!(
+        run(maybe_then(json!({"op": "exists", "at": "$.maybe"}))),
+        []
+    );
+    assert_eq!(
+        run(maybe_then(
+            json!({"op": "not", "arg": {"op": "exists", "at": "$.maybe.x"}})
+        )),
+        []
+    );
+    assert_eq!(
+        run(maybe_then(template(
+            "{% if maybe is defined %}{{ maybe }}{% endif %}"
+        ))),
+        []
+    );
+    assert_eq!(run(maybe_then(template("{{ maybe is undefined }}"))), []);
+    // Read for its value it must be bound on every path.
+    assert_eq!(run(maybe_then(path("$.maybe"))), unbound);
+    assert_eq!(run(maybe_then(template("{{ maybe }}"))), unbound);
+    // A name no node writes is a typo, tested or read.
+    let flow: Flow =
+        serde_json::from_value(maybe_then(json!({"op": "exists", "at": "$.mabye"}))).unwrap();
+    let problems = lint(&flow, &known());
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        (problems[0].code, problems[0].message.as_str()),
+        (
+            "unbound_variable",
+            "`mabye` is tested for, but no node writes it"
+        )
+    );
+    assert_eq!(problems[0].hint, "written in this flow: input, maybe, out");
+    assert_eq!(
+        run(maybe_then(template(
+            "{% if mabye is defined %}x{% endif %}"
+        ))),
+        unbound
+    );
+    // What an import seeds from the input: every variable read before it
+    // is bound on every path, tested ones included.
+    let flow: Flow =
+        serde_json::from_value(maybe_then(json!({"op": "exists", "at": "$.maybe"}))).unwrap();
+    assert_eq!(
+        unbound_variables(&flow),
+        BTreeSet::from(["maybe".to_owned()])
+    );
+}
+
+#[test]
+fn a_variable_written_later_in_a_loop_may_be_tested_earlier() {
+    let flow = json!({"name": "t", "body": {"kind": "loop", "counter": path("$.i"), "max": 3,
+        "cond": {"op": "not", "arg": {"op": "exists", "at": "$.done"}},
+        "body": {"kind": "let", "at": path("$.done"), "value": {"op": "lit", "value": true}}}});
+    assert_eq!(run(flow), []);
+}
+
+#[test]
+fn a_write_target_that_is_not_a_path_names_its_op() {
+    let flow = json!({"name": "t", "body": {"kind": "let",
+        "at": {"op": "lit", "value": "x"}, "value": {"op": "lit", "value": 1}}});
+    let flow: Flow = serde_json::from_value(flow).unwrap();
+    let problems = lint(&flow, &known());
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        (problems[0].pointer.as_str(), problems[0].code),
+        ("/body/at", "bad_write_path")
+    );
+    assert_eq!(
+        problems[0].message,
+        r#"a write target must be a "path", not a "lit""#
+    );
+}
+
+/// A `loop` of `max` iterations running `body`, whose condition holds.
+fn endless(counter: &str, max: u32, body: Value) -> Value {
+    json!({"kind": "loop", "counter": path(counter), "max": max,
+        "cond": {"op": "lit", "value": true}, "body": body})
+}
+
+fn let_x() -> Value {
+    json!({"kind": "let", "at": path("$.x"), "value": {"op": "lit", "value": 1}})
+}
+
+#[test]
+fn a_graph_past_the_node_instance_bound_is_refused() {
+    let nested = endless("$.i", 10_000, endless("$.j", 10_000, let_x()));
+    let flow: Flow = serde_json::from_value(json!({"name": "t", "body": nested})).unwrap();
+    let problems = lint(&flow, &known());
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        (problems[0].pointer.as_str(), problems[0].code),
+        ("/body", "too_many_nodes")
+    );
+    assert!(
+        problems[0].message.contains("100010001 node instances"),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn the_node_instance_bound_is_the_one_a_run_meets() {
+    use crate::run::{Journal, Progress, evaluate};
+    // A loop of 9 999 iterations of 9 lets (1 + 9 999 × 10 instances) in a
+    // seq with `extra` lets more: 99 992 + extra instances.
+    let flow = |extra: usize| -> Flow {
+        let body = json!({"kind": "seq", "children": vec![let_x(); 9]});
+        let mut children = vec![endless("$.i", 9_999, body)];
+        children.extend(std::iter::repeat_n(let_x(), extra));
+        serde_json::from_value(json!({"name": "t",
+            "body": {"kind": "seq", "children": children}}))
+        .unwrap()
+    };
+    let evaluated =
+        |flow: &Flow| evaluate(flow, &BTreeMap::new(), &json!({}), &Journal::default()).progress;
+    let at_bound = flow(8);
+    assert_eq!(lint(&at_bound, &known()), []);
+    assert!(
+        matches!(evaluated(&at_bound), Progress::Passed { .. }),
+        "{:?}",
+        evaluated(&at_bound)
+    );
+    let past = flow(9);
+    let codes: Vec<&str> = lint(&past, &known()).iter().map(|p| p.code).collect();
+    assert_eq!(codes, ["too_many_nodes"]);
+    match evaluated(&past) {
+        Progress::Failed { reason } => assert!(reason.contains("node instances"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_call_counts_the_node_instances_of_the_flow_it_calls() {
+    // 50 001 instances each: one call fits, two do not.
+    let big = named("big", endless("$.i", 10_000, endless("$.j", 4, let_x())));
+    let calls = |n: usize| json!({"name": "caller", "body": {"kind": "seq", "children": vec![call("big"); n]}});
+    assert_eq!(run_calling(calls(1), std::slice::from_ref(&big)), []);
+    let problems = run_calling(calls(2), std::slice::from_ref(&big));
+    let codes: Vec<&str> = problems.iter().map(|(_, code, _)| *code).collect();
+    assert_eq!(codes, ["too_many_nodes"], "{problems:?}");
 }

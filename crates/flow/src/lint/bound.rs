@@ -1,12 +1,14 @@
-//! The most steps a flow can start, its `call`s counted at the bound of
-//! the flows they call, and the cycles of calls through other flows, which
-//! a run could only end by failing at its call depth.
+//! The most steps a flow can start (each try of a retried step counted)
+//! and the most node instances one evaluation of it can visit, its `call`s
+//! counted at the bounds of the flows they call, and the cycles of calls
+//! through other flows, which a run could only end by failing at its call
+//! depth.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Callees;
 use crate::expr::Expr;
-use crate::ir::{Limits, MergeStrategy, Node};
+use crate::ir::{Limits, MergeStrategy, Node, Retry};
 use crate::run::MAX_CALL_DEPTH;
 
 /// Counts steps under one flow's limits: a sub-flow's steps count against
@@ -19,8 +21,10 @@ pub(super) struct Bound<'a> {
     /// them is a cycle, reported by its own check, and counts as one step
     /// here.
     stack: Vec<String>,
-    /// The bounds of the called flows counted so far, by name.
+    /// The step bounds of the called flows counted so far, by name.
     counted: BTreeMap<String, u64>,
+    /// The node instance bounds of the called flows counted so far.
+    visited: BTreeMap<String, u64>,
 }
 
 impl<'a> Bound<'a> {
@@ -31,23 +35,27 @@ impl<'a> Bound<'a> {
             callees,
             stack: Vec::new(),
             counted: BTreeMap::new(),
+            visited: BTreeMap::new(),
         }
     }
 
-    /// The most steps `node` can start (loops at `max`, fan-outs and a
-    /// merge's rounds at their literal width or `limits.max_fanout`, calls
-    /// at their flow's bound).
+    /// The most steps `node` can start (each try of a step's `retry`, loops
+    /// at `max`, fan-outs and a merge's rounds at their literal width or
+    /// `limits.max_fanout`, calls at their flow's bound): a run counts
+    /// every step try against `limits.max_steps`.
     pub(super) fn steps(&mut self, node: &Node) -> u64 {
         match node {
+            Node::Step { retry, .. } => tries(retry.as_ref()),
             // A wait counts as a step: the run keeps it, with its prompt,
             // in its journal.
-            Node::Step { .. } | Node::Wait { .. } => 1,
+            Node::Wait { .. } => 1,
             Node::Call { flow, .. } => self.call(flow),
             Node::Merge {
                 branches,
                 strategy,
                 judge,
                 on_conflict,
+                retry,
                 ..
             } => {
                 // A judge, then rounds of a merge and a resolve; only a
@@ -58,7 +66,10 @@ impl<'a> Bound<'a> {
                     _ => 1,
                 };
                 let round = 1 + u64::from(on_conflict.is_some());
-                u64::from(judge.is_some()).saturating_add(rounds.saturating_mul(round))
+                // Each inner step is tried as the node's `retry` says.
+                u64::from(judge.is_some())
+                    .saturating_add(rounds.saturating_mul(round))
+                    .saturating_mul(tries(retry.as_ref()))
             }
             Node::Let { .. } => 0,
             Node::Seq { children } => children
@@ -75,6 +86,34 @@ impl<'a> Bound<'a> {
             }
             Node::Try { body, catch, .. } => self.steps(body).saturating_add(self.steps(catch)),
         }
+    }
+
+    /// The most node instances one evaluation of `node` can visit: the
+    /// node itself and, under it, a seq's children, a branch's larger
+    /// side, a try's body and catch, a loop's body `max` times, a
+    /// fan-out's body once per item (its literal width or
+    /// `limits.max_fanout`) and a call's flow. A run replays its graph
+    /// whole at each step's end, and an evaluation that visits more than
+    /// its bound fails the run.
+    pub(super) fn nodes(&mut self, node: &Node) -> u64 {
+        let under = match node {
+            Node::Step { .. } | Node::Wait { .. } | Node::Let { .. } | Node::Merge { .. } => 0,
+            Node::Call { flow, .. } => self.call_nodes(flow),
+            Node::Seq { children } => children
+                .iter()
+                .fold(0u64, |sum, c| sum.saturating_add(self.nodes(c))),
+            Node::Branch {
+                then_branch,
+                else_branch,
+                ..
+            } => self.nodes(then_branch).max(self.nodes(else_branch)),
+            Node::Fanout { items, body, .. } => self.width(items).saturating_mul(self.nodes(body)),
+            Node::Loop { body, max, .. } => {
+                u64::from(max.unwrap_or(0)).saturating_mul(self.nodes(body))
+            }
+            Node::Try { body, catch, .. } => self.nodes(body).saturating_add(self.nodes(catch)),
+        };
+        under.saturating_add(1)
     }
 
     /// The items of an array expression: a literal's length, else
@@ -106,6 +145,33 @@ impl<'a> Bound<'a> {
         self.counted.insert(name.to_owned(), steps);
         steps
     }
+
+    /// The node instances under a call of flow `name`: its body's; none
+    /// when it is not known or is being counted, as for [`Bound::call`].
+    fn call_nodes(&mut self, name: &str) -> u64 {
+        if let Some(nodes) = self.visited.get(name) {
+            return *nodes;
+        }
+        let callees = self.callees;
+        let Some(callee) = callees.callee(name) else {
+            return 0;
+        };
+        if self.stack.iter().any(|n| n == name) || self.stack.len() > MAX_CALL_DEPTH as usize {
+            return 0;
+        }
+        self.stack.push(name.to_owned());
+        let nodes = self.nodes(&callee.body);
+        self.stack.pop();
+        self.visited.insert(name.to_owned(), nodes);
+        nodes
+    }
+}
+
+/// The tries of a step or of each inner step of a merge node: its
+/// `retry.attempts`, the first try included (1 without a `retry`; an
+/// `attempts` of 0, which lint refuses, tries once, as a run does).
+fn tries(retry: Option<&Retry>) -> u64 {
+    retry.map_or(1, |r| u64::from(r.attempts.max(1)))
 }
 
 /// A cycle of calls reached by calling flow `callee` (as `callees` has

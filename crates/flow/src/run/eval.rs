@@ -31,7 +31,7 @@ pub const MAX_LOOP_ITERATIONS: u32 = 10_000;
 /// Node instances one evaluation may visit; past this the run fails. Every
 /// evaluation replays the whole graph on a runtime thread, so this bounds
 /// its time and memory whatever loops and fan-outs nest inside each other.
-pub(super) const MAX_NODE_INSTANCES: u64 = 100_000;
+pub const MAX_NODE_INSTANCES: u64 = 100_000;
 
 /// What the run needs now, computed from its flow and journal.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -12,8 +12,8 @@ mod journal;
 mod merge;
 
 pub use eval::{
-    Evaluation, MAX_CALL_DEPTH, MAX_LOOP_ITERATIONS, NodeState, NodeStatus, Progress, StepStart,
-    WaitOpen, evaluate,
+    Evaluation, MAX_CALL_DEPTH, MAX_LOOP_ITERATIONS, MAX_NODE_INSTANCES, NodeState, NodeStatus,
+    Progress, StepStart, WaitOpen, evaluate,
 };
 pub use journal::{Journal, Outcome, RecordError, Spend, StepEntry, StepFacts, WaitEntry};
 

@@ -39,9 +39,21 @@ impl swarmd_flow_run::StepFacts for StepChanges {
         Box::pin(async move {
             let task = self.engine.get_task(id).await.ok()??;
             let found = of_engine(&self.engine, id, task.attempt).await?;
+            // The files its head still holds git's conflict markers in: a
+            // merge node's resolver has resolved only when there are none.
+            let markers = match self.bases.get(&task.agent) {
+                Some((repo, _)) => {
+                    let files: Vec<&str> = found.files.iter().map(String::as_str).collect();
+                    self.git.conflict_markers(repo, &found.head, &files).await
+                }
+                None => None,
+            };
             let mut value = serde_json::to_value(found).ok()?;
             if let Value::Object(map) = &mut value {
                 map.remove("diff");
+                if let Some(markers) = markers {
+                    map.insert("markers".into(), Value::from(markers));
+                }
             }
             Some(value)
         })

@@ -16,7 +16,9 @@
 //! 3. When a round's merge conflicted with a work branch and the node has
 //!    an `on_conflict` agent, the resolver step starts from that branch
 //!    (its worktree holds the conflict markers) and its git changes are
-//!    the resolved branch.
+//!    the resolved branch, when they resolve the conflict (`resolution`).
+//!    A resolver that passed without resolving it leaves the conflict as a
+//!    node without `on_conflict` does: in the result, no more rounds.
 //! 4. A resolved conflict of a `sequence` leaves the branches given after
 //!    the conflicting one unmerged: the next round's merge step runs the
 //!    merge agent with `{branches: <those>, strategy: "sequence", base:
@@ -27,9 +29,10 @@
 //! The node's result is `{branch, head, strategy, merge, verdict?,
 //! resolved?, conflict?, rounds}`: the branch that holds the outcome and
 //! its head (the last round's: its resolved branch after a resolution,
-//! else its merge branch), round 1's merge record and resolver's changes,
-//! the judge's answer, the conflict left when nothing resolved it, and
-//! `rounds`, each round's `{merge, resolved?}` in order.
+//! else its merge branch), round 1's merge record and resolver's changes
+//! when they resolved its conflict, the judge's answer, the conflict left
+//! when nothing resolved it, and `rounds`, each round's `{merge,
+//! resolved?}` in order (`resolved` only for a resolution).
 
 use serde_json::{Map, Value, json};
 
@@ -224,8 +227,9 @@ impl Eval<'_> {
     /// Round `round` of the node at `at`: its merge step with `input`
     /// (over branches `given`, in order) and the resolver on its conflict.
     /// The branches it leaves for another round are those given after a
-    /// resolved conflict's, onto the resolved head; `Err` when the node
-    /// ends here without a result.
+    /// resolved conflict's, onto the resolved head; a conflict left
+    /// unresolved leaves none. `Err` when the node ends here without a
+    /// result.
     fn merge_round(
         &mut self,
         node: &MergeNode<'_>,
@@ -301,7 +305,13 @@ impl Eval<'_> {
             }
             Inner::Other(res) => return Err(res),
         };
-        let head = resolved["head"].as_str().map(str::to_owned);
+        let Some(base) = resolution(&resolved, &conflict) else {
+            return Ok(Round {
+                entry,
+                next: None,
+                seq: latest,
+            });
+        };
         entry.insert("resolved".into(), resolved);
         if given.is_empty() {
             return Ok(Round {
@@ -330,17 +340,6 @@ impl Eval<'_> {
                 seq: latest,
             });
         }
-        let Some(base) = head else {
-            let reason = format!(
-                "{}/resolve{suffix}: the resolver's changes name no head to merge {} onto",
-                at.pointer,
-                rest.join(", ")
-            );
-            return Err(Res::Failed {
-                reason,
-                seq: latest,
-            });
-        };
         let next = Next {
             branches: rest,
             base,
@@ -414,6 +413,48 @@ fn branch_of(item: &Value) -> Value {
         },
         _ => Value::Null,
     }
+}
+
+/// The head of a resolver's `changes` when they resolve `conflict`, the
+/// merge's conflict whose work branch the resolver started from: they name
+/// a `branch` and a `head`; their `base` is the conflict's `work_head` (the
+/// commit the resolver was given) and their `head` is past it, so the
+/// resolver committed; and every conflicting file is among their `files`,
+/// since one its commits left as the work head had it still holds git's
+/// conflict markers. Only a complete list (`files_truncated` not true)
+/// tells which files the commits left alone, and the count a cut conflict
+/// list ends with names no file. Null changes (a resolver without a
+/// worktree) resolve nothing, and neither does a head that still holds
+/// git's conflict markers in a file (the `markers` the daemon reads from
+/// the head's commit, when it could).
+pub(super) fn resolution(changes: &Value, conflict: &Value) -> Option<String> {
+    changes["branch"].as_str()?;
+    let head = changes["head"].as_str()?;
+    let base = changes["base"].as_str()?;
+    let given = conflict["work_head"].as_str().unwrap_or(base);
+    if base != given || head == given {
+        return None;
+    }
+    if changes["markers"]
+        .as_array()
+        .is_some_and(|marked| !marked.is_empty())
+    {
+        return None;
+    }
+    if let Some(changed) = changes["files"].as_array()
+        && changes["files_truncated"] != true
+    {
+        let changed: Vec<&str> = changed.iter().filter_map(Value::as_str).collect();
+        let conflicting = conflict["files"].as_array().into_iter().flatten();
+        let left = conflicting
+            .filter_map(Value::as_str)
+            .filter(|file| !(file.starts_with("… and ") && file.ends_with(" more files")))
+            .any(|file| !changed.contains(&file));
+        if left {
+            return None;
+        }
+    }
+    Some(head.to_owned())
 }
 
 /// The branch the verdict's `winner` names: an index into the candidates

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::merge::resolution;
 use super::tests::{Sim, flow, result};
 use super::*;
 
@@ -105,7 +106,8 @@ fn a_conflict_runs_the_resolver_from_its_work_branch() {
             "/body/resolve",
             Ok(json!("resolved")),
             StepFacts {
-                changes: Some(json!({"branch": "r", "head": "h2"})),
+                changes: Some(json!({"branch": "r", "base": "w", "head": "h2",
+                                     "files": ["a"], "files_truncated": false})),
                 ..StepFacts::default()
             },
             now,
@@ -152,13 +154,19 @@ fn a_record_without_a_branch_fails_the_node() {
 }
 
 /// Ends resolver step `key` passed, with its changes on branch `branch`
-/// at `head`.
+/// at `head`, from work head `w`, changing the conflicting file `a`.
 fn resolve(sim: &mut Sim, key: &str, branch: &str, head: &str) {
+    let changes = json!({"branch": branch, "base": "w", "head": head, "files": ["a"],
+                         "files_truncated": false});
+    resolve_with(sim, key, Some(changes));
+}
+
+/// Ends resolver step `key` passed, with git changes `changes`.
+fn resolve_with(sim: &mut Sim, key: &str, changes: Option<Value>) {
     sim.now += 10;
     let now = sim.now;
-    let changes = json!({"branch": branch, "head": head});
     let facts = StepFacts {
-        changes: Some(changes),
+        changes,
         ..StepFacts::default()
     };
     sim.journal
@@ -318,8 +326,9 @@ fn a_resolved_pick_and_an_octopus_conflict_take_one_round() {
     );
 }
 
-#[test]
-fn a_resolver_that_names_no_head_fails_the_node_when_branches_remain() {
+/// Runs `four_in_sequence` to a conflict at `b1` (after `b0`) and ends its
+/// resolver with `changes`; the merged result.
+fn unresolved_by(changes: Option<Value>) -> Value {
     let mut sim = four_in_sequence();
     sim.tick();
     sim.end(
@@ -327,13 +336,92 @@ fn a_resolver_that_names_no_head_fails_the_node_when_branches_remain() {
         Ok(json!({"branch": "m1", "head": "h1", "conflict": conflict_at("b1", "m1-c")})),
     );
     sim.tick();
-    sim.end("/body/resolve", Ok(json!("nothing to commit")));
-    let Progress::Failed { reason } = sim.tick().progress else {
-        panic!("not failed");
+    resolve_with(&mut sim, "/body/resolve", changes);
+    let ev = sim.tick();
+    // No round 2: b2 and b3 are never merged onto the unresolved conflict.
+    assert!(ev.starts.is_empty(), "{:?}", ev.starts);
+    assert_eq!(ev.nodes["/body"].tries, ["/body/merge", "/body/resolve"]);
+    result(ev.progress)["merged"].clone()
+}
+
+/// The result of a conflict left unresolved at round 1, as without a
+/// resolver: round 1's merge branch, its conflict, no `resolved`.
+fn assert_left_unresolved(merged: &Value) {
+    assert_eq!(merged["branch"], "m1", "{merged}");
+    assert_eq!(merged["head"], "h1", "{merged}");
+    assert_eq!(merged["conflict"], conflict_at("b1", "m1-c"), "{merged}");
+    assert!(merged.get("resolved").is_none(), "{merged}");
+    assert_eq!(
+        merged["rounds"],
+        json!([{"merge": merged["merge"].clone()}])
+    );
+}
+
+#[test]
+fn a_resolver_without_changes_leaves_the_conflict() {
+    // A resolver that works in no worktree passes with null changes.
+    assert_left_unresolved(&unresolved_by(None));
+}
+
+#[test]
+fn a_resolver_that_committed_nothing_leaves_the_conflict() {
+    let changes = json!({"branch": "r1", "base": "w", "head": "w", "files": [],
+                         "files_truncated": false});
+    assert_left_unresolved(&unresolved_by(Some(changes)));
+}
+
+#[test]
+fn a_resolver_whose_commits_left_a_conflicting_file_leaves_the_conflict() {
+    // Its commits changed `notes` only: `a` is as the work head had it,
+    // conflict markers and all.
+    let changes = json!({"branch": "r1", "base": "w", "head": "rh1", "files": ["notes"],
+                         "files_truncated": false});
+    assert_left_unresolved(&unresolved_by(Some(changes)));
+}
+
+#[test]
+fn a_resolver_that_did_not_start_from_the_work_head_leaves_the_conflict() {
+    // Its worktree started elsewhere (the work branch was gone): its
+    // commits hold none of the merge.
+    let changes = json!({"branch": "r1", "base": "main", "head": "rh1", "files": ["a"],
+                         "files_truncated": false});
+    assert_left_unresolved(&unresolved_by(Some(changes)));
+}
+
+#[test]
+fn what_counts_as_a_resolution() {
+    let conflict = json!({"branch": "b1", "files": ["a", "b"], "work_branch": "m-c",
+                          "work_head": "w"});
+    let changes = |head: &str, files: Value, cut: bool| {
+        json!({"branch": "r", "base": "w", "head": head, "files": files,
+               "files_truncated": cut})
     };
-    assert!(
-        reason.starts_with("/body/resolve: the resolver's changes name no head to merge b2, b3"),
-        "{reason}"
+    let resolves = |changes: &Value| resolution(changes, &conflict);
+    assert_eq!(
+        resolves(&changes("h", json!(["b", "a", "c"]), false)).as_deref(),
+        Some("h")
+    );
+    assert_eq!(resolves(&changes("w", json!(["a", "b"]), false)), None);
+    assert_eq!(resolves(&changes("h", json!(["a"]), false)), None);
+    // A cut list cannot tell which files the commits left alone.
+    assert_eq!(
+        resolves(&changes("h", json!(["a"]), true)).as_deref(),
+        Some("h")
+    );
+    assert_eq!(resolves(&Value::Null), None);
+    assert_eq!(resolves(&json!({"branch": "r", "head": "h"})), None);
+    // A head that still holds git's markers in a file resolved nothing.
+    let mut marked = changes("h", json!(["a", "b"]), false);
+    marked["markers"] = json!(["b"]);
+    assert_eq!(resolves(&marked), None);
+    marked["markers"] = json!([]);
+    assert_eq!(resolves(&marked).as_deref(), Some("h"));
+    // The count a cut conflict list ends with names no file.
+    let cut = json!({"branch": "b1", "files": ["a", "… and 3 more files"],
+                     "work_head": "w"});
+    assert_eq!(
+        resolution(&changes("h", json!(["a"]), false), &cut).as_deref(),
+        Some("h")
     );
 }
 

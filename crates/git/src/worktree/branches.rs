@@ -22,6 +22,8 @@ use crate::HostEnv;
 
 /// The most swarmd branches one repository's listing reads.
 pub const MAX_LISTED: usize = 1000;
+/// Most paths [`Branches::conflict_markers`] reads.
+pub const MARKED_PATHS: usize = 1000;
 
 /// A listed branch's fields: name, head, committer time.
 const LISTED_FORMAT: &str = "%(refname:lstrip=2)%09%(objectname)%09%(committerdate:unix)";
@@ -205,6 +207,48 @@ impl Branches {
             &wanted,
         ];
         self.git.run(repo, &args).await.ok()
+    }
+
+    /// Which of `paths` hold a line git's conflict markers open or close
+    /// (`<<<<<<< ` or `>>>>>>> `) at `commit`, read from the repository's
+    /// objects (never from a checkout). At most [`MARKED_PATHS`] paths are
+    /// read; `None` when git could not answer.
+    pub async fn conflict_markers(
+        &self,
+        repo: &Path,
+        commit: &str,
+        paths: &[&str],
+    ) -> Option<Vec<String>> {
+        if !is_commit_id(commit) {
+            return None;
+        }
+        let paths = &paths[..paths.len().min(MARKED_PATHS)];
+        if paths.is_empty() {
+            return Some(Vec::new());
+        }
+        // Paths as written: a name starting with `:` is no pathspec magic.
+        let mut args = vec![
+            "--literal-pathspecs",
+            "grep",
+            "-l",
+            "-I",
+            "-e",
+            "^<<<<<<< ",
+            "-e",
+            "^>>>>>>> ",
+            commit,
+            "--",
+        ];
+        args.extend_from_slice(paths);
+        let (_, listed) = self.git.run_answer(repo, &args).await.ok()?;
+        let prefix = format!("{commit}:");
+        Some(
+            listed
+                .lines()
+                .filter_map(|line| line.strip_prefix(&prefix))
+                .map(str::to_owned)
+                .collect(),
+        )
     }
 
     /// The swarmd branches of `repo` (at most [`MAX_LISTED`], by name), each

@@ -329,3 +329,51 @@ async fn a_git_without_ahead_behind_lists_the_same() {
     assert_eq!(state(&ahead), (1, false, 1));
     assert_eq!(state(held), (0, true, 2));
 }
+
+#[tokio::test]
+async fn conflict_markers_are_read_from_a_commit_of_the_named_files() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = repo(temp.path());
+    std::fs::write(
+        repo.join("a.txt"),
+        "<<<<<<< ours\nx\n=======\ny\n>>>>>>> theirs\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join(":odd.txt"), "ok\n>>>>>>> left\n").unwrap();
+    std::fs::write(repo.join("b.txt"), "clean\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "m",
+        ],
+    );
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let branches = Branches::new(&host());
+    let marked = |paths: &'static [&'static str]| {
+        let (branches, repo, head) = (branches.clone(), repo.clone(), head.clone());
+        async move { branches.conflict_markers(&repo, &head, paths).await }
+    };
+    assert_eq!(
+        marked(&["a.txt", "b.txt"]).await,
+        Some(vec!["a.txt".to_owned()])
+    );
+    assert_eq!(marked(&["b.txt"]).await, Some(Vec::new()));
+    // A path is a path, never pathspec magic.
+    assert_eq!(
+        marked(&[":odd.txt"]).await,
+        Some(vec![":odd.txt".to_owned()])
+    );
+    assert_eq!(marked(&[]).await, Some(Vec::new()));
+    // Only a full commit id is read.
+    assert_eq!(
+        branches.conflict_markers(&repo, "HEAD", &["a.txt"]).await,
+        None
+    );
+}

@@ -589,8 +589,9 @@ impl Runner {
         Ok(())
     }
 
-    /// Fails every open wait whose deadline passed.
-    fn expire_waits(&self, live: &mut Live, now: u64) {
+    /// Fails every open wait whose deadline passed, naming its
+    /// `timeout_secs` (however late the daemon got to it).
+    pub(crate) fn expire_waits(&self, live: &mut Live, now: u64) {
         let expired: Vec<(String, u64)> = live
             .state
             .journal
@@ -598,21 +599,24 @@ impl Runner {
             .filter_map(|(k, w)| {
                 w.deadline_ms
                     .filter(|d| *d <= now)
-                    .map(|_| (k.to_owned(), w.opened_ms))
+                    .map(|d| (k.to_owned(), d.saturating_sub(w.opened_ms)))
             })
             .collect();
-        for (key, opened) in expired {
-            let secs = now.saturating_sub(opened) / 1000;
-            let _ =
-                live.state
-                    .journal
-                    .end_wait(&key, Err(format!("timed out after {secs} s")), now);
+        for (key, timeout_ms) in expired {
+            let _ = live
+                .state
+                .journal
+                .end_wait(&key, Err(timed_out(timeout_ms)), now);
             live.dirty = Some(key);
         }
     }
 
+    /// Cancels the task of step try `key`, which the flow no longer needs
+    /// (a join decided without it, a budget used up): its outcome is
+    /// recorded with that reason, by which the run view shows it
+    /// cancelled.
     fn cancel_step(&self, key: &str, task: &str) {
-        self.cancel_step_for(task, format!("the flow no longer needs step {key}"));
+        self.cancel_step_for(task, no_longer_needed(key));
     }
 
     /// Cancels the task of an open step try, for `reason`.
@@ -662,6 +666,21 @@ fn node_status(live: &Live, _record: &RunRecord) -> &'static str {
         _ => "changed",
     }
 }
+
+/// Why a wait whose deadline passed failed: its `timeout_secs` (the time
+/// from its opening to its deadline, whole seconds as configured).
+fn timed_out(timeout_ms: u64) -> String {
+    format!("timed out after {} s (timeout_secs)", timeout_ms / 1000)
+}
+
+/// The reason a step try the flow no longer needs is cancelled with, and
+/// so the reason its outcome is recorded with.
+pub(crate) fn no_longer_needed(key: &str) -> String {
+    format!("{NO_LONGER_NEEDED}{key}")
+}
+
+/// The start of `no_longer_needed`'s reasons.
+pub(crate) const NO_LONGER_NEEDED: &str = "the flow no longer needs step ";
 
 /// The task a step try runs as: a string `in` is its prompt, anything else
 /// its input (the prompt then its JSON text); keyed so that starting it

@@ -700,3 +700,7 @@ mod tests;
 #[cfg(test)]
 #[path = "durable_tests.rs"]
 mod durable_tests;
+
+#[cfg(test)]
+#[path = "runtime_tests.rs"]
+mod runtime_tests;

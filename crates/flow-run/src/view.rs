@@ -1,12 +1,16 @@
 //! A run as people and programs read it: the record without its raw
 //! journal, every node instance's state (from evaluating the journal), each
-//! step try's task and outcome, and the waits.
+//! step try's task and outcome, and the waits. A step try the flow no
+//! longer needed, and what failed only because of it, shows cancelled.
+
+use std::collections::BTreeSet;
 
 use serde::Serialize;
 use serde_json::Value;
 use swarmd_engine::{RunRecord, RunStatus};
-use swarmd_flow::run::{NodeStatus, Outcome, evaluate};
+use swarmd_flow::run::{Journal, NodeStatus, Outcome, evaluate};
 
+use crate::advance::NO_LONGER_NEEDED;
 use crate::{RunError, Runner, State};
 
 /// A run with its graph's state.
@@ -104,6 +108,7 @@ pub(crate) async fn build(
     }
     let ev = evaluate(&flow, &called, &record.input, &state.journal);
     let journal = &state.journal;
+    let dropped = dropped_tries(journal);
     let terminal = record.status.is_terminal();
     // A try still open when its run ended never ends on its own: the run's
     // end (its last write) is its end, and the run's end its reason.
@@ -148,6 +153,9 @@ pub(crate) async fn build(
             // A run that ended leaves nothing running.
             let status = match node.status {
                 NodeStatus::Running | NodeStatus::Waiting if terminal => NodeStatus::Cancelled,
+                NodeStatus::Failed if stopped(node.reason.as_deref(), &dropped) => {
+                    NodeStatus::Cancelled
+                }
                 other => other,
             };
             NodeView {
@@ -202,4 +210,66 @@ pub(crate) async fn build(
         waits,
         graph: serde_json::to_value(&*flow).unwrap_or(Value::Null),
     })
+}
+
+/// The step tries the run cancelled because the flow no longer needed
+/// them (a join decided without them, a budget used up): those whose task
+/// ended with the reason that cancel gave.
+fn dropped_tries(journal: &Journal) -> BTreeSet<&str> {
+    journal
+        .steps
+        .iter()
+        .filter(|(key, entry)| {
+            matches!(&entry.outcome, Some(Outcome::Failed { reason, .. })
+                if reason.strip_prefix(NO_LONGER_NEEDED) == Some(key.as_str()))
+        })
+        .map(|(key, _)| key.as_str())
+        .collect()
+}
+
+/// Whether a node that failed with `reason` failed only because a step
+/// try under it was cancelled as no longer needed: its reason ends with
+/// that cancel's (a step's `step b: …`, and the same carried up through
+/// the nodes around it in the abandoned branch).
+fn stopped(reason: Option<&str>, dropped: &BTreeSet<&str>) -> bool {
+    reason
+        .and_then(|r| {
+            r.rfind(NO_LONGER_NEEDED)
+                .map(|at| &r[at + NO_LONGER_NEEDED.len()..])
+        })
+        .is_some_and(|key| dropped.contains(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::advance::no_longer_needed;
+
+    #[test]
+    fn a_failure_from_a_try_the_flow_no_longer_needed_is_a_cancel() {
+        let mut journal = Journal::default();
+        for key in ["/a[0]", "/a[1]", "/a[2]"] {
+            journal.start_step(key, format!("t{key}"), 1);
+        }
+        journal.end_step("/a[0]", Ok(json!(1)), 2).unwrap();
+        journal
+            .end_step("/a[1]", Err(no_longer_needed("/a[1]")), 3)
+            .unwrap();
+        // Cancelled with another step's reason, or failing on its own.
+        journal
+            .end_step("/a[2]", Err(no_longer_needed("/a[1]")), 4)
+            .unwrap();
+        let dropped = dropped_tries(&journal);
+        assert_eq!(dropped, BTreeSet::from(["/a[1]"]));
+        let failed = |text: &str| stopped(Some(text), &dropped);
+        assert!(failed("step b: the flow no longer needs step /a[1]"));
+        assert!(failed(
+            "every branch failed; the first: step /a/body: the flow no longer needs step /a[1]"
+        ));
+        assert!(!failed("step b: the flow no longer needs step /a[2]"));
+        assert!(!failed("step b: exit 1"));
+        assert!(!stopped(None, &dropped));
+    }
 }

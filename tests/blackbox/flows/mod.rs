@@ -10,9 +10,11 @@ mod import;
 mod lua_flows;
 mod merge;
 mod merge_rounds;
+mod merge_unresolved;
 mod pinned;
 mod restart;
 mod run_done;
+mod runtime_fixes;
 mod sessions;
 
 use std::path::Path;

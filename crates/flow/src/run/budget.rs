@@ -4,22 +4,31 @@
 //! The rule mirrors a task's budget (docs/tasks.md, Budgets): a node still
 //! running fails once its steps used the whole budget (the limit or more),
 //! and nothing more starts under it; a node that ended fails when its steps
-//! used more than the limit. Only outcomes recorded up to the node's own
-//! deciding outcome count for a node that ended, so a cancelled loser's
-//! late outcome never turns a decided fan-out into a failed one. Each step
-//! started under a budget gets what is left of it as its task's own budget,
-//! so one runaway step stops at the limit too.
+//! used more than the limit. Outcomes are taken in the order they were
+//! recorded: the node fails at the first outcome that used the whole budget
+//! while it was still running (one recorded before its own deciding
+//! outcome), else, once it ended, when the outcomes up to its deciding one
+//! used more than the limit. Outcomes recorded after that never count, so
+//! a budget's verdict, its reason and its amount stay what they were when
+//! first reached, whatever a cancelled step reports later. Each step
+//! started under a budget gets what is left of it as its task's own
+//! budget, so one runaway step stops at the limit too.
+//!
+//! The flow's budget caps its whole body, except that a body which is a
+//! `try` takes the budget over the try's own body: past it that body fails
+//! and the catch runs, outside the budget, as a `try` around a budgeted
+//! fan-out does.
 
-use std::collections::BTreeSet;
+use serde_json::Value;
 
-use super::eval::{Eval, Place, Res};
+use super::eval::{Eval, NodeStatus, Place, Res};
 use super::journal::Spend;
-use crate::ir::Budget;
+use crate::ir::{Budget, Flow, Node};
 
 /// The outcomes read under one budget so far: (journal seq, spend).
 pub(super) type Spent = Vec<(u64, Spend)>;
 
-impl Eval<'_> {
+impl<'a> Eval<'a> {
     /// Counts one recorded outcome's spend against every budget around it.
     pub(super) fn spent(&mut self, seq: u64, spend: Spend) {
         if spend.is_zero() {
@@ -28,6 +37,38 @@ impl Eval<'_> {
         for scope in &mut self.budgets {
             scope.push((seq, spend));
         }
+    }
+
+    /// Evaluates the flow's body under the flow's budget; a body that is a
+    /// `try` hands the budget to its own body (`Eval::tried`).
+    pub(super) fn flow_body(&mut self, flow: &'a Flow, ctx: Value) -> Res {
+        let at = Place::root("/body");
+        if matches!(flow.body, Node::Try { .. }) {
+            self.body_budget = flow.budget.as_ref();
+            return self.node(&flow.body, &at, ctx);
+        }
+        self.flow_budgeted(flow.budget.as_ref(), &flow.body, &at, ctx)
+    }
+
+    /// Evaluates `node` at `at` under the flow's `budget`; a node the
+    /// budget failed shows that failure as its own.
+    pub(super) fn flow_budgeted(
+        &mut self,
+        budget: Option<&Budget>,
+        node: &Node,
+        at: &Place,
+        ctx: Value,
+    ) -> Res {
+        let res = self.budgeted(budget, &Place::root(""), "/budget", |eval| {
+            eval.node(node, at, ctx)
+        });
+        if let Res::Failed { reason, .. } = &res
+            && let Some(state) = self.out.nodes.get_mut(&at.key())
+        {
+            state.status = NodeStatus::Failed;
+            state.reason = Some(reason.clone());
+        }
+        res
     }
 
     /// Evaluates a node under `budget` (none: as it is).
@@ -41,54 +82,53 @@ impl Eval<'_> {
         let Some(budget) = budget else {
             return run(self);
         };
-        let starts: BTreeSet<String> = self.out.starts.iter().map(|s| s.key.clone()).collect();
-        let waits: BTreeSet<String> = self.out.waits.iter().map(|w| w.key.clone()).collect();
-        let live = self.out.live.clone();
+        // What the node asks for is kept apart until the budget's verdict.
+        let outer = std::mem::take(&mut self.out);
         self.budgets.push(Vec::new());
         let res = run(self);
-        let counted = self.budgets.pop().unwrap_or_default();
-        let (cutoff, ended) = match &res {
-            Res::Done { seq, .. } => (*seq, true),
-            Res::Blocked { .. } => (u64::MAX, false),
-            Res::Failed { .. } => return res,
+        let mut counted = self.budgets.pop().unwrap_or_default();
+        let mut inner = std::mem::replace(&mut self.out, outer);
+        counted.sort_by_key(|(seq, _)| *seq);
+        // The node's deciding outcome; none while it runs.
+        let end = match &res {
+            Res::Done { seq, .. } | Res::Failed { seq, .. } => Some(*seq),
+            Res::Blocked { .. } => None,
         };
-        let used = counted.iter().filter(|(seq, _)| *seq <= cutoff).fold(
-            Spend::default(),
-            |sum, (_, s)| Spend {
-                cost_usd: sum.cost_usd + s.cost_usd,
-                tokens: sum.tokens.saturating_add(s.tokens),
-            },
-        );
-        let last = counted.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
-        if let Some(reason) = over(budget, used, ended, &format!("{}{field}", at.pointer)) {
-            // Nothing under the budget starts or stays live: the runner
-            // cancels what runs there.
-            let dropped_waits = self
-                .out
-                .waits
-                .iter()
-                .filter(|w| !waits.contains(&w.key))
-                .count();
-            self.planned = self.planned.saturating_sub(
-                self.out
-                    .starts
-                    .iter()
-                    .filter(|s| !starts.contains(&s.key))
-                    .count()
-                    + dropped_waits,
-            );
-            self.out.starts.retain(|s| starts.contains(&s.key));
-            self.out.waits.retain(|w| waits.contains(&w.key));
-            self.out.live.retain(|k| live.contains(k));
-            return Res::Failed {
-                reason,
-                seq: last.min(cutoff),
-            };
-        }
-        for start in self.out.starts.iter_mut() {
-            if starts.contains(&start.key) {
-                continue;
+        let pointer = format!("{}{field}", at.pointer);
+        let mut used = Spend::default();
+        let mut verdict = None;
+        for (seq, spend) in &counted {
+            if end.is_some_and(|end| *seq >= end) {
+                break;
             }
+            used = add(used, *spend);
+            if let Some(reason) = over(budget, used, false, &pointer) {
+                verdict = Some((reason, *seq));
+                break;
+            }
+        }
+        if let (None, Some(end)) = (&verdict, end) {
+            used = counted
+                .iter()
+                .filter(|(seq, _)| *seq <= end)
+                .fold(Spend::default(), |sum, (_, s)| add(sum, *s));
+            verdict = over(budget, used, true, &pointer).map(|reason| (reason, end));
+        }
+        if let Some((reason, seq)) = verdict {
+            // Nothing under the budget starts or stays live (the runner
+            // cancels what runs there), and what ran there shows stopped.
+            self.planned = self
+                .planned
+                .saturating_sub(inner.starts.len() + inner.waits.len());
+            for (key, mut node) in inner.nodes {
+                if matches!(node.status, NodeStatus::Running | NodeStatus::Waiting) {
+                    node.status = NodeStatus::Cancelled;
+                }
+                self.out.nodes.insert(key, node);
+            }
+            return Res::Failed { reason, seq };
+        }
+        for start in inner.starts.iter_mut() {
             if let Some(max) = budget.max_cost_usd {
                 let left = max - used.cost_usd;
                 start.max_cost_usd = Some(start.max_cost_usd.map_or(left, |c| c.min(left)));
@@ -98,10 +138,20 @@ impl Eval<'_> {
                 start.max_tokens = Some(start.max_tokens.map_or(left, |t| t.min(left)));
             }
         }
+        self.out.starts.append(&mut inner.starts);
+        self.out.waits.append(&mut inner.waits);
+        self.out.live.append(&mut inner.live);
+        self.out.nodes.append(&mut inner.nodes);
         res
     }
 }
 
+fn add(sum: Spend, more: Spend) -> Spend {
+    Spend {
+        cost_usd: sum.cost_usd + more.cost_usd,
+        tokens: sum.tokens.saturating_add(more.tokens),
+    }
+}
 /// Why `used` is past `budget`, if it is: for a node still running, the
 /// limit reached; for one that ended, the limit passed.
 fn over(budget: &Budget, used: Spend, ended: bool, pointer: &str) -> Option<String> {

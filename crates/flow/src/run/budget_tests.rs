@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::tests::{Sim, flow, lit, result, step, tmpl};
 use super::*;
-use crate::ir::Flow;
+use crate::ir::{Flow, Node};
 
 /// Records step `key`'s end with `spend`.
 fn end(sim: &mut Sim, key: &str, result: Result<Value, &str>, spend: Spend) {
@@ -220,4 +220,165 @@ fn a_session_without_a_recorded_one_names_the_task_and_a_bad_continue_fails() {
     );
     let out = result(ok.run(|_| Ok(json!(1))));
     assert_eq!(out["s"], json!({"task": "task-/body", "agent": "coder"}));
+}
+
+fn tokens(tokens: u64) -> Spend {
+    Spend {
+        cost_usd: 0.0,
+        tokens,
+    }
+}
+
+/// A flow of budget `max_tokens` whose body is a `try` around `spend`
+/// steps one after the other; its catch sets `$.over`.
+fn flow_try(max_tokens: u64, steps: usize) -> Flow {
+    let children: Vec<Value> = (0..steps)
+        .map(|i| step("w", lit(json!(i)), &format!("$.s{i}")))
+        .collect();
+    let mut f = flow(json!({"kind": "try",
+        "body": {"kind": "seq", "children": children},
+        "catch": {"kind": "let", "at": {"op": "path", "at": "$.over"}, "value": lit(json!(true))},
+        "err_at": {"op": "path", "at": "$.why"}}));
+    f.budget = Some(crate::ir::Budget {
+        max_cost_usd: None,
+        max_tokens: Some(max_tokens),
+    });
+    f
+}
+
+#[test]
+fn a_try_around_the_body_catches_the_flows_budget_when_a_step_overshoots() {
+    let mut sim = Sim::new(flow_try(250, 4), json!({}));
+    for (i, left) in [(0, 250), (1, 150), (2, 50)] {
+        let ev = sim.tick();
+        assert_eq!(ev.starts[0].max_tokens, Some(left), "{ev:?}");
+        end(
+            &mut sim,
+            &format!("/body/body/children/{i}"),
+            Ok(json!(i)),
+            tokens(100),
+        );
+    }
+    let ev = sim.tick();
+    assert!(ev.starts.is_empty(), "{ev:?}");
+    let out = result(ev.progress);
+    assert_eq!(out["over"], true);
+    assert_eq!(
+        out["why"],
+        "budget_exceeded: 300 tokens used, /budget.max_tokens is 250"
+    );
+    assert_eq!(ev.nodes["/body"].status, NodeStatus::Passed);
+    assert_eq!(ev.nodes["/body/body"].status, NodeStatus::Failed);
+}
+
+#[test]
+fn a_step_failing_past_the_flows_budget_hands_the_budget_to_the_catch() {
+    // The third step's own task budget (what was left) stopped it.
+    let mut sim = Sim::new(flow_try(250, 4), json!({}));
+    sim.tick();
+    end(&mut sim, "/body/body/children/0", Ok(json!(0)), tokens(100));
+    sim.tick();
+    end(&mut sim, "/body/body/children/1", Ok(json!(1)), tokens(100));
+    sim.tick();
+    let over = Err("budget_exceeded: 100 tokens used, policy.max_tokens is 50");
+    end(&mut sim, "/body/body/children/2", over, tokens(100));
+    let out = result(sim.tick().progress);
+    assert_eq!(
+        out["why"],
+        "budget_exceeded: 300 tokens used, /budget.max_tokens is 250"
+    );
+}
+
+#[test]
+fn the_flows_budget_used_exactly_fails_a_body_with_more_to_run_as_a_fanouts_does() {
+    let mut sim = Sim::new(flow_try(250, 4), json!({}));
+    for (i, spend) in [(0, 100), (1, 100), (2, 50)] {
+        sim.tick();
+        let key = format!("/body/body/children/{i}");
+        end(&mut sim, &key, Ok(json!(i)), tokens(spend));
+    }
+    let ev = sim.tick();
+    assert!(ev.starts.is_empty(), "the fourth step never starts: {ev:?}");
+    let out = result(ev.progress);
+    assert_eq!(
+        out["why"],
+        "budget_exceeded: 250 tokens used, /budget.max_tokens is 250"
+    );
+    // A body that ends having used exactly the budget passes.
+    let mut sim = Sim::new(flow_try(250, 3), json!({}));
+    for (i, spend) in [(0, 100), (1, 100), (2, 50)] {
+        sim.tick();
+        let key = format!("/body/body/children/{i}");
+        end(&mut sim, &key, Ok(json!(i)), tokens(spend));
+    }
+    let out = result(sim.tick().progress);
+    assert_eq!(out.get("over"), None, "{out}");
+    assert_eq!(out["s2"], 2);
+}
+
+#[test]
+fn the_catch_of_a_try_around_the_body_runs_outside_the_flows_budget() {
+    let mut f = flow_try(100, 2);
+    let Node::Try { catch, .. } = &mut f.body else {
+        unreachable!()
+    };
+    **catch = serde_json::from_value(step("notify", tmpl("{{ why }}"), "$.note")).unwrap();
+    let mut sim = Sim::new(f, json!({}));
+    sim.tick();
+    end(&mut sim, "/body/body/children/0", Ok(json!(0)), tokens(100));
+    let ev = sim.tick();
+    assert_eq!(ev.starts.len(), 1, "{ev:?}");
+    assert_eq!(ev.starts[0].agent, "notify");
+    assert_eq!(ev.starts[0].max_tokens, None);
+    sim.end("/body/catch", Ok(json!("sent")));
+    assert_eq!(result(sim.tick().progress)["note"], "sent");
+}
+
+#[test]
+fn a_budgets_verdict_stays_when_a_cancelled_step_reports_later() {
+    let f = flow(json!({"kind": "try",
+        "body": {"kind": "fanout", "items": lit(json!([0, 1])),
+            "bind": {"op": "path", "at": "$.i"}, "join": "all", "concurrency": 2,
+            "out": {"op": "path", "at": "$.all"}, "budget": {"max_tokens": 100},
+            "body": step("w", tmpl("{{ i }}"), "$.r")},
+        "catch": step("cheap", tmpl("over: {{ why }}"), "$.fallback"),
+        "err_at": {"op": "path", "at": "$.why"}}));
+    let mut sim = Sim::new(f, json!({}));
+    sim.tick();
+    end(&mut sim, "/body/body/body[0]", Ok(json!("a")), tokens(100));
+    let ev = sim.tick();
+    let why = "over: budget_exceeded: 100 tokens used, /body/body/budget.max_tokens is 100";
+    assert_eq!(ev.starts[0].input, json!(why));
+    assert_eq!(
+        ev.to_cancel(&sim.journal),
+        vec![("/body/body/body[1]", "task-/body/body/body[1]")]
+    );
+    assert_eq!(ev.nodes["/body/body/body[1]"].status, NodeStatus::Cancelled);
+    // The cancelled sibling ends later, failed and with a spend of its
+    // own: the fan-out's failure, its reason and its amount stay.
+    let gone = Err("the flow no longer needs step /body/body/body[1]");
+    end(&mut sim, "/body/body/body[1]", gone, tokens(30));
+    let ev = sim.eval();
+    assert!(ev.starts.is_empty(), "{ev:?}");
+    assert!(ev.live.contains("/body/catch"), "{ev:?}");
+    assert_eq!(
+        ev.nodes["/body/body"].reason.as_deref(),
+        Some(why.trim_start_matches("over: "))
+    );
+    // A sibling that passes late cannot turn the fan-out into a pass.
+    let mut sim = Sim::new(
+        budgeted_fanout("all", 2, 2, json!({"max_tokens": 100})),
+        json!({}),
+    );
+    sim.tick();
+    end(&mut sim, "/body/body[0]", Ok(json!("a")), tokens(100));
+    assert!(matches!(sim.tick().progress, Progress::Failed { .. }));
+    end(&mut sim, "/body/body[1]", Ok(json!("b")), tokens(0));
+    let Progress::Failed { reason } = sim.eval().progress else {
+        panic!("a late pass undid the budget's verdict");
+    };
+    assert!(
+        reason.starts_with("budget_exceeded: 100 tokens used"),
+        "{reason}"
+    );
 }

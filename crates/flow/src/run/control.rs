@@ -1,6 +1,7 @@
 //! The nodes that steer evaluation rather than start work: a loop (its
 //! counter, its condition, at most `MAX_LOOP_ITERATIONS` times), a `try`
-//! (its body's writes undone when it fails, the error handed to `catch`)
+//! (its body's writes undone when it fails, the error handed to `catch`;
+//! the flow's budget, when the try is the flow's body, over its body only)
 //! and a `call` of a sub-flow, evaluated inline under the call's key once
 //! its input matches the called flow's `input_schema`.
 
@@ -62,7 +63,10 @@ impl Eval<'_> {
         ctx: Value,
     ) -> Res {
         let before = ctx.clone();
-        match self.node(body, &at.child("body"), ctx) {
+        // The flow's budget, when this try is the flow's body, caps the
+        // try's body only: past it the catch runs.
+        let budget = self.body_budget.take();
+        match self.flow_budgeted(budget, body, &at.child("body"), ctx) {
             Res::Failed { reason, seq } => {
                 let ctx = match err_at {
                     Some(target) => match write(target, before, Value::String(reason)) {

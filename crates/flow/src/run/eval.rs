@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use super::budget::Spent;
 use super::journal::{Journal, Outcome};
 use crate::expr::Expr;
-use crate::ir::{Flow, Node, Retry};
+use crate::ir::{Budget, Flow, Node, Retry};
 use crate::path::{MAX_CONTEXT_DEPTH, WritePath, deeper_than};
 
 /// Nesting of `call`s past which a run fails (lint refuses a flow calling
@@ -144,7 +144,8 @@ pub enum NodeStatus {
     Waiting,
     Passed,
     Failed,
-    /// A fan-out's loser, stopped once the join was decided.
+    /// Stopped because the run no longer needs it: a fan-out's loser once
+    /// the join was decided, or what ran under a budget once it was used.
     Cancelled,
 }
 
@@ -177,13 +178,11 @@ pub fn evaluate(
         visited: 0,
         planned: 0,
         budgets: Vec::new(),
+        body_budget: None,
         fanouts: Vec::new(),
         validators: BTreeMap::new(),
     };
-    let ctx = json!({ "input": input });
-    let res = eval.budgeted(flow.budget.as_ref(), &Place::root(""), "/budget", |eval| {
-        eval.node(&flow.body, &Place::root("/body"), ctx)
-    });
+    let res = eval.flow_body(flow, json!({ "input": input }));
     let mut out = eval.out;
     out.progress = match res {
         Res::Done { ctx, .. } => match &flow.output {
@@ -238,7 +237,7 @@ pub(super) struct Place {
 }
 
 impl Place {
-    fn root(pointer: &str) -> Place {
+    pub(super) fn root(pointer: &str) -> Place {
         Place {
             scope: String::new(),
             pointer: pointer.to_owned(),
@@ -282,6 +281,9 @@ pub(super) struct Eval<'a> {
     pub planned: usize,
     /// The budgets around the node being evaluated, innermost last.
     pub budgets: Vec<Spent>,
+    /// The flow's budget, until its body (a `try`) takes it for the try's
+    /// own body (`Eval::flow_body`, `Eval::tried`).
+    pub body_budget: Option<&'a Budget>,
     /// The keys of the fan-outs around the node, innermost last.
     pub fanouts: Vec<String>,
     /// The called flows' input schemas, compiled (or why not), by name.

@@ -14,10 +14,10 @@
 //! started under a budget gets what is left of it as its task's own
 //! budget, so one runaway step stops at the limit too.
 //!
-//! The flow's budget caps its whole body, except that a body which is a
-//! `try` takes the budget over the try's own body: past it that body fails
-//! and the catch runs, outside the budget, as a `try` around a budgeted
-//! fan-out does.
+//! A flow's budget (the run's, or a called flow's over each call) caps
+//! its whole body, except that a body which is a `try` takes the budget
+//! over the try's own body: past it that body fails and the catch runs,
+//! outside the budget, as a `try` around a budgeted fan-out does.
 
 use serde_json::Value;
 
@@ -27,6 +27,14 @@ use crate::ir::{Budget, Flow, Node};
 
 /// The outcomes read under one budget so far: (journal seq, spend).
 pub(super) type Spent = Vec<(u64, Spend)>;
+
+/// A flow's budget and how its reasons name it (`""` for the run's flow,
+/// `flow NAME: ` for one a `call` runs).
+#[derive(Debug)]
+pub(super) struct FlowBudget<'a> {
+    pub(super) budget: &'a Budget,
+    pub(super) named: String,
+}
 
 impl<'a> Eval<'a> {
     /// Counts one recorded outcome's spend against every budget around it.
@@ -39,27 +47,47 @@ impl<'a> Eval<'a> {
         }
     }
 
-    /// Evaluates the flow's body under the flow's budget; a body that is a
-    /// `try` hands the budget to its own body (`Eval::tried`).
+    /// Evaluates the run's flow's body under its budget.
     pub(super) fn flow_body(&mut self, flow: &'a Flow, ctx: Value) -> Res {
-        let at = Place::root("/body");
-        if matches!(flow.body, Node::Try { .. }) {
-            self.body_budget = flow.budget.as_ref();
-            return self.node(&flow.body, &at, ctx);
-        }
-        self.flow_budgeted(flow.budget.as_ref(), &flow.body, &at, ctx)
+        self.flow_body_at(flow, "", &Place::root("/body"), ctx)
     }
 
-    /// Evaluates `node` at `at` under the flow's `budget`; a node the
+    /// Evaluates `flow`'s body at `at` under `flow`'s budget (the run's
+    /// flow, or one a `call` runs), whose reasons name it `{named}/budget`;
+    /// a body that is a `try` hands the budget to its own body
+    /// (`Eval::tried`).
+    pub(super) fn flow_body_at(
+        &mut self,
+        flow: &'a Flow,
+        named: &str,
+        at: &Place,
+        ctx: Value,
+    ) -> Res {
+        let budget = flow.budget.as_ref().map(|budget| FlowBudget {
+            budget,
+            named: named.to_owned(),
+        });
+        if matches!(flow.body, Node::Try { .. }) {
+            self.body_budget = budget;
+            return self.node(&flow.body, at, ctx);
+        }
+        self.flow_budgeted(budget, &flow.body, at, ctx)
+    }
+
+    /// Evaluates `node` at `at` under a flow's `budget`; a node the
     /// budget failed shows that failure as its own.
     pub(super) fn flow_budgeted(
         &mut self,
-        budget: Option<&Budget>,
+        budget: Option<FlowBudget<'_>>,
         node: &Node,
         at: &Place,
         ctx: Value,
     ) -> Res {
-        let res = self.budgeted(budget, &Place::root(""), "/budget", |eval| {
+        let (budget, named) = match &budget {
+            Some(flow) => (Some(flow.budget), flow.named.as_str()),
+            None => (None, ""),
+        };
+        let res = self.budgeted(budget, &Place::root(named), "/budget", |eval| {
             eval.node(node, at, ctx)
         });
         if let Res::Failed { reason, .. } = &res

@@ -382,3 +382,37 @@ fn a_budgets_verdict_stays_when_a_cancelled_step_reports_later() {
         "{reason}"
     );
 }
+
+/// A called flow's own budget caps each call of it, and its reason names
+/// the flow; a `try` around the call takes its catch then.
+#[test]
+fn a_called_flow_runs_under_its_own_budget() {
+    let f = flow(json!({"kind": "try",
+        "body": {"kind": "call", "flow": "sub", "in": lit(json!({})),
+                 "out": {"op": "path", "at": "$.got"}},
+        "catch": {"kind": "let", "at": {"op": "path", "at": "$.over"}, "value": lit(json!(true))},
+        "err_at": {"op": "path", "at": "$.why"}}));
+    let sub: Flow = serde_json::from_value(json!({"name": "sub",
+        "budget": {"max_cost_usd": 1.0},
+        "body": {"kind": "seq", "children": [
+            step("w", tmpl("one"), "$.a"), step("w", tmpl("two"), "$.b")]}}))
+    .unwrap();
+    let mut sim = Sim::new(f, json!({}));
+    sim.called.insert("sub".into(), sub);
+    let ev = sim.tick();
+    assert_eq!(ev.starts.len(), 1, "{ev:?}");
+    assert_eq!(ev.starts[0].max_cost_usd, Some(1.0), "{ev:?}");
+    let key = ev.starts[0].key.clone();
+    end(&mut sim, &key, Ok(json!("a")), usd(1.2));
+    let ev = sim.tick();
+    assert!(ev.starts.is_empty(), "nothing more starts past it: {ev:?}");
+    let done = result(ev.progress);
+    assert_eq!(done["over"], json!(true), "{done}");
+    assert!(
+        done["why"]
+            .as_str()
+            .unwrap()
+            .starts_with("budget_exceeded: $1.2000 used, flow sub: /budget.max_cost_usd is 1"),
+        "{done}"
+    );
+}

@@ -3,7 +3,8 @@
 //! (its body's writes undone when it fails, the error handed to `catch`;
 //! the flow's budget, when the try is the flow's body, over its body only)
 //! and a `call` of a sub-flow, evaluated inline under the call's key once
-//! its input matches the called flow's `input_schema`.
+//! its input matches the called flow's `input_schema`, under its own
+//! budget.
 
 use serde_json::{Value, json};
 
@@ -124,7 +125,8 @@ impl Eval<'_> {
             inst: String::new(),
             call_depth: at.call_depth + 1,
         };
-        match self.node(&callee.body, &inner, json!({ "input": input })) {
+        let named = format!("flow {flow}: ");
+        match self.flow_body_at(callee, &named, &inner, json!({ "input": input })) {
             Res::Done { ctx: sub, seq } => {
                 let result = match &callee.output {
                     Some(expr) => match expr.eval(&sub) {

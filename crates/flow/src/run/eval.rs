@@ -16,10 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::budget::Spent;
+use super::budget::{FlowBudget, Spent};
 use super::journal::{Journal, Outcome};
 use crate::expr::Expr;
-use crate::ir::{Budget, Flow, Node, Retry};
+use crate::ir::{Flow, Node, Retry};
 use crate::path::{MAX_CONTEXT_DEPTH, WritePath, deeper_than};
 
 /// Nesting of `call`s past which a run fails (lint refuses a flow calling
@@ -283,7 +283,7 @@ pub(super) struct Eval<'a> {
     pub budgets: Vec<Spent>,
     /// The flow's budget, until its body (a `try`) takes it for the try's
     /// own body (`Eval::flow_body`, `Eval::tried`).
-    pub body_budget: Option<&'a Budget>,
+    pub body_budget: Option<FlowBudget<'a>>,
     /// The keys of the fan-outs around the node, innermost last.
     pub fanouts: Vec<String>,
     /// The called flows' input schemas, compiled (or why not), by name.

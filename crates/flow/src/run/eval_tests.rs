@@ -27,7 +27,7 @@ pub(super) fn lit(value: Value) -> Value {
 /// A run under test: its flow, journal and the tasks started so far.
 pub(super) struct Sim {
     flow: Flow,
-    called: BTreeMap<String, Flow>,
+    pub(super) called: BTreeMap<String, Flow>,
     input: Value,
     pub(super) journal: Journal,
     pub(super) now: u64,

@@ -24,7 +24,7 @@ pub fn flow_from_value(value: &Value) -> Result<Flow, String> {
         Some(Place {
             at, unknown_tag, ..
         }) if unknown_tag && at != "/" && error.to_string().contains("unknown variant") => {
-            format!("{at}: {error}")
+            unknown_tag_at(value, &at, &error.to_string())
         }
         Some(Place { at, why, .. }) if at != "/" => format!("{at}: {why}"),
         _ if !value.is_object() => format!("/: a flow is a JSON object, not {}", kind(value)),
@@ -165,6 +165,25 @@ fn allowed_values(error: &ValidationError<'_>) -> Option<Vec<Value>> {
     (!allowed.is_empty()).then_some(allowed)
 }
 
+/// An unknown `kind` or `op` at the node or expression `at`, as
+/// `not_one_of` words a value outside an enum, at the tag's own pointer;
+/// serde's `unknown variant `x`, expected one of `a`, `b`` gives the list.
+fn unknown_tag_at(value: &Value, at: &str, serde: &str) -> String {
+    let place = value.pointer(at);
+    let tag = ["kind", "op"]
+        .into_iter()
+        .find(|tag| place.and_then(|p| p.get(tag)).is_some());
+    let (Some(tag), Some((_, listed))) = (tag, serde.split_once("expected one of ")) else {
+        return format!("{at}: {serde}");
+    };
+    let allowed: Vec<Value> = listed
+        .split(", ")
+        .map(|name| Value::from(name.trim_matches(|c| c == '`' || c == ' ')))
+        .collect();
+    let found = place.and_then(|p| p.get(tag)).cloned().unwrap_or_default();
+    format!("{at}/{tag}: {}", not_one_of(&found, &allowed))
+}
+
 /// `"every" is not one of "all", "any", "race", "all_settled"`.
 fn not_one_of(value: &Value, allowed: &[Value]) -> String {
     let allowed: Vec<String> = allowed.iter().map(Value::to_string).collect();
@@ -207,7 +226,7 @@ mod tests {
                 "out": {"op": "nope", "at": "$.w"}}]}});
         let error = error_of(flow);
         assert!(
-            error.starts_with("/body/children/1/out: ") && error.contains("`nope`"),
+            error.starts_with(r#"/body/children/1/out/op: "nope" is not one of "path""#),
             "{error}"
         );
     }
@@ -216,7 +235,14 @@ mod tests {
     fn an_unknown_kind_or_field_is_named_where_it_is() {
         let error = error_of(json!({"name": "f", "body": {"kind": "nope"}}));
         assert!(
-            error.starts_with("/body: ") && error.contains("unknown variant `nope`"),
+            error.starts_with(r#"/body/kind: "nope" is not one of "step", "seq","#),
+            "{error}"
+        );
+        let error = error_of(json!({"name": "f", "body": {"kind": "let",
+            "at": {"op": "path", "at": "$.x"}, "value": {"op": "nope"}}}));
+        assert!(
+            error.starts_with(r#"/body/value/op: "nope" is not one of "#)
+                && error.contains(r#""lit""#),
             "{error}"
         );
         let error = error_of(json!({"name": "f", "bodyy": {}}));

@@ -57,7 +57,8 @@ pub mod exit {
 #[command(name = "swarmd", version, max_term_width = 100)]
 pub struct Cli {
     /// Log line format on stderr; RUST_LOG sets the filter (default: info;
-    /// warn for the asset server and the MCP library).
+    /// warn for the asset server, the MCP library and the PostgreSQL
+    /// driver).
     #[arg(
         long,
         value_enum,
@@ -159,8 +160,10 @@ pub struct ServeArgs {
 #[derive(Debug, Subcommand)]
 pub enum KeysCommand {
     /// Add a fresh current signing key, keep the old ones for verification,
-    /// save the keys file (0600) and print the new key id. A running daemon
-    /// signs with the new key after a restart.
+    /// and print the new key id. The keys file (0600) is saved, and a
+    /// running daemon signs with the new key after a restart; with the
+    /// keyring in PostgreSQL it is written there instead, and every running
+    /// node takes it up within about 2 s.
     Rotate(ConfigArgs),
 }
 
@@ -411,8 +414,8 @@ pub struct ConnectionArgs {
     pub url: Option<String>,
     /// Bearer credential; a flag shows in the process list, so prefer
     /// --token-file or the environment [default: $SWARMD_TOKEN, else the
-    /// file $SWARMD_TOKEN_FILE names, else the admin token of the
-    /// configuration's state directory].
+    /// file $SWARMD_TOKEN_FILE names, else the configuration's admin token:
+    /// from its state directory, or its PostgreSQL database].
     #[arg(
         long,
         value_name = "TOKEN",

@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::state::PreparedState;
 use crate::systemd::{SelfCheck, Systemd};
-use swarmd_config::Config;
 use swarmd_config::environment::Environment;
+use swarmd_config::{Config, StoreBackend};
 
 /// What `run` needs besides the listener and the shutdown token.
 #[derive(Debug)]
@@ -232,13 +232,15 @@ pub async fn run(
     }
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let (_, running) = engine.load();
+    let clustered = config.store.backend == StoreBackend::Postgres;
     telemetry::notice(&shutdown::drain_notice(
         running,
         app.sessions.connected(),
         grace,
+        clustered,
     ));
     engine.shutdown(grace).await;
-    if let Some(notice) = shutdown::drained_notice(engine.live_tasks()) {
+    if let Some(notice) = shutdown::drained_notice(engine.live_tasks(), clustered) {
         telemetry::notice(&notice);
     }
     built.cluster_stop.cancel();

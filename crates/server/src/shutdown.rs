@@ -53,12 +53,23 @@ pub fn install() -> std::io::Result<CancellationToken> {
 
 /// What the terminal is told when a second signal stops the daemon at once.
 const FORCED: &str = "stopped at once: attempts still running were interrupted; \
-the next start resumes those that can resume (docs/tasks.md, Restarts)";
+the next start, or on a cluster another node, resumes those that can resume \
+(docs/tasks.md, Restarts)";
+
+/// Who picks up what a stopping daemon leaves: on a cluster (the
+/// PostgreSQL store) the other nodes take it over at once.
+fn picked_up_by(clustered: bool) -> &'static str {
+    if clustered {
+        "another node of the cluster (or this node's next start) takes over"
+    } else {
+        "the next start resumes"
+    }
+}
 
 /// What the terminal is told when the drain starts: how many running
 /// attempts it waits for and how long, the session sockets it closes
 /// then, and that a second signal stops the daemon at once.
-pub fn drain_notice(attempts: usize, sockets: usize, grace: Duration) -> String {
+pub fn drain_notice(attempts: usize, sockets: usize, grace: Duration, clustered: bool) -> String {
     let plural = |n: usize, what: &str| {
         if n == 1 {
             format!("1 {what}")
@@ -77,22 +88,26 @@ pub fn drain_notice(attempts: usize, sockets: usize, grace: Duration) -> String 
     format!(
         "stopping: waiting up to {}s for {} to finish{then}; press Ctrl-C again \
          (or send the stop signal again) to stop at once. Attempts still \
-         running then are interrupted; the next start resumes those that can \
-         resume (docs/tasks.md, Restarts)",
+         running then are interrupted; {} those that can resume \
+         (docs/tasks.md, Restarts)",
         grace.as_secs(),
         plural(attempts, "running attempt"),
+        picked_up_by(clustered),
     )
 }
 
 /// What the terminal is told once the drain is over: the tasks left
-/// unfinished, which the next start picks up.
-pub fn drained_notice(unfinished: usize) -> Option<String> {
+/// unfinished, which the next start (or another node) picks up.
+pub fn drained_notice(unfinished: usize, clustered: bool) -> Option<String> {
+    let by = if clustered {
+        "taken over by another node of the cluster (or this node's next start)"
+    } else {
+        "picked up at the next start"
+    };
     match unfinished {
         0 => None,
-        1 => Some("stopped: 1 unfinished task is picked up at the next start".to_owned()),
-        n => Some(format!(
-            "stopped: {n} unfinished tasks are picked up at the next start"
-        )),
+        1 => Some(format!("stopped: 1 unfinished task is {by}")),
+        n => Some(format!("stopped: {n} unfinished tasks are {by}")),
     }
 }
 
@@ -107,7 +122,7 @@ mod tests {
     #[test]
     fn the_drain_says_what_it_waits_for() {
         let grace = Duration::from_secs(30);
-        let notice = drain_notice(2, 1, grace);
+        let notice = drain_notice(2, 1, grace, false);
         assert!(
             notice.starts_with(
                 "stopping: waiting up to 30s for 2 running attempts to finish, then closing 1 session socket; press Ctrl-C again"
@@ -115,19 +130,30 @@ mod tests {
             "{notice}"
         );
         assert_eq!(
-            drain_notice(0, 3, grace),
+            drain_notice(0, 3, grace, false),
             "stopping: closing 3 session sockets"
         );
         assert!(
-            drain_notice(1, 0, grace).contains("for 1 running attempt to finish"),
+            drain_notice(1, 0, grace, false).contains("for 1 running attempt to finish"),
             "{}",
-            drain_notice(1, 0, grace)
+            drain_notice(1, 0, grace, false)
         );
-        assert_eq!(drain_notice(0, 0, grace), "stopping");
-        assert_eq!(drained_notice(0), None);
+        assert_eq!(drain_notice(0, 0, grace, false), "stopping");
+        assert_eq!(drained_notice(0, false), None);
         assert_eq!(
-            drained_notice(2).as_deref(),
+            drained_notice(2, false).as_deref(),
             Some("stopped: 2 unfinished tasks are picked up at the next start")
+        );
+        assert_eq!(
+            drained_notice(1, true).as_deref(),
+            Some(
+                "stopped: 1 unfinished task is taken over by another node of the cluster \
+                 (or this node's next start)"
+            )
+        );
+        assert!(
+            drain_notice(2, 0, grace, true)
+                .contains("another node of the cluster (or this node's next start) takes over")
         );
     }
 

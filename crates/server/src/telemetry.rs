@@ -151,7 +151,12 @@ mod tests {
     #[test]
     fn filter_defaults_to_info_and_rejects_garbage() {
         let default = build_filter(None).unwrap().to_string();
-        for directive in ["info", "memory_serve=warn", "rmcp=warn"] {
+        for directive in [
+            "info",
+            "memory_serve=warn",
+            "rmcp=warn",
+            "tokio_postgres=warn",
+        ] {
             assert!(default.split(',').any(|d| d == directive), "{default}");
         }
         assert_eq!(

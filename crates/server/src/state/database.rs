@@ -13,13 +13,15 @@ use swarmd_config::environment::Environment;
 /// migrated first, as at a node's start).
 ///
 /// # Errors
-/// `Database` naming the URL without its password.
+/// `DatabaseUnreachable` naming the URL without its password.
 async fn connect(config: &Config, env: &Environment) -> Result<PgSecrets, StateError> {
+    let unreachable = |source| StateError::DatabaseUnreachable {
+        url: swarmd_postgres::redact_url(&store_url(config)),
+        source,
+    };
     let mut opts = PgOptions::new(store_url(config));
-    opts.password = pg_password(config, env).map_err(|error| failed(config, error))?;
-    PgSecrets::connect(&opts)
-        .await
-        .map_err(|error| failed(config, error))
+    opts.password = pg_password(config, env).map_err(unreachable)?;
+    PgSecrets::connect(&opts).await.map_err(unreachable)
 }
 
 fn store_url(config: &Config) -> String {

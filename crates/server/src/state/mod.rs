@@ -165,6 +165,12 @@ pub enum StateError {
     BadAdminToken { path: PathBuf },
     #[error("{} is a systemd credential and is never written; change its source file instead", path.display())]
     ReadOnlyCredential { path: PathBuf },
+    #[error("cannot connect to the PostgreSQL database {url}: {source}")]
+    DatabaseUnreachable {
+        url: String,
+        #[source]
+        source: swarmd_output_store::StoreError,
+    },
     #[error(
         "cannot read or write the keyring or admin token in the PostgreSQL database {url}: {source}"
     )]

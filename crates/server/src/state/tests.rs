@@ -258,7 +258,10 @@ async fn on_postgres_an_unreachable_database_stops_the_start_without_its_passwor
     let error = PreparedState::prepare(&config, &Environment::default())
         .await
         .unwrap_err();
-    assert!(matches!(error, StateError::Database { .. }), "{error}");
+    assert!(
+        matches!(error, StateError::DatabaseUnreachable { .. }),
+        "{error}"
+    );
     let shown = error.to_string();
     assert!(
         shown.contains("postgres://swarmd:<redacted>@127.0.0.1:1/swarmd"),

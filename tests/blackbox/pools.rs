@@ -225,6 +225,10 @@ async fn two_pools_share_a_remote_agents_load() {
     }
     ran_by.sort();
     assert_eq!(ran_by, ["pool-a", "pool-a", "pool-b", "pool-b"]);
+    // An attempt that passed is over on the daemon, and no news to log.
+    for log in [a.log(), b.log()] {
+        assert!(!log.contains("attempt gone"), "{log}");
+    }
 
     // `/v1/agents` lists the remote agent, and the metrics count the pools.
     let (_, agents) = parts(sw.get("/v1/agents", &sw.admin).send().await.unwrap()).await;

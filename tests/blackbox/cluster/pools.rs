@@ -5,7 +5,9 @@
 //! attempts each node queues within its one `--concurrency`, an attempt
 //! claimed beyond its slots waits with its lease renewed, and when a node
 //! dies the retry its survivor queues reaches the same pool, whose child
-//! of the dead node's attempt is stopped once that attempt's lease ran out.
+//! of the dead node's attempt is stopped once that attempt's lease ran out,
+//! and whose slot that attempt's unpostable Final does not keep from the
+//! retry.
 
 use std::time::{Duration, Instant};
 
@@ -478,6 +480,50 @@ async fn through_both_nodes_given_a_dead_ones_link_moves_to_the_other() {
     assert!(
         pool.log()
             .contains("reaching the node through the next daemon given"),
+        "{}",
+        pool.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_left_for_a_dead_node_frees_the_pools_slot_for_the_survivors_retry() {
+    let mut cluster = Cluster::start(2, REMOTE).await;
+    // One slot; the attempt's lease (its timeout) far past the test.
+    let pool = pool_of_both(&cluster, "pool-ab", 1).await;
+    connected(&cluster, &pool).await;
+    let policy = json!({"max_attempts": 2, "attempt_timeout_secs": 600});
+    let body = json!({"agent": "remote", "prompt": "hold", "policy": policy});
+    let task = create(&cluster.nodes[1], body).await;
+    let a = &cluster.nodes[0];
+    read_pid(&file(a, &task, 1, "pid")).await;
+
+    // Node B dies with the attempt claimed; its child ends at once, and
+    // its Final can go nowhere: B is gone, and A answers for B's task only
+    // once it took it over, when the attempt is over.
+    cluster.nodes[1].kill9().await;
+    let killed = Instant::now();
+    let a = &cluster.nodes[0];
+    std::fs::write(file(a, &task, 1, "go"), "").unwrap();
+    // A takes the task over within two node leases and queues its retry,
+    // which the pool runs in the slot the first attempt's child left.
+    let second = read_pid(&file(a, &task, 2, "pid")).await;
+    let waited = killed.elapsed();
+    assert!(
+        waited < 2 * super::LEASE + Duration::from_secs(6),
+        "the retry started {waited:?} after the kill\n{}",
+        pool.log()
+    );
+    assert!(!process_gone(second));
+    std::fs::write(file(a, &task, 2, "go"), "").unwrap();
+    let view = finished(a, &task).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+    assert_eq!(
+        view["result"]["value"],
+        json!({"pool": "pool-ab", "attempt": 2})
+    );
+    assert!(
+        pool.log()
+            .contains("still posting after the child exited: its slot is free"),
         "{}",
         pool.log()
     );

@@ -80,6 +80,21 @@ async fn through_a_daemon_outside_a_cluster_the_pool_claims_there_or_ends_refuse
     let status = refused.exited(Duration::from_secs(10)).await;
     assert!(!status.success(), "{}", refused.log());
     assert!(refused.log().contains("refused"), "{}", refused.log());
+
+    // Without the flag or SWARMD_TOKEN, the file SWARMD_TOKEN_FILE names
+    // holds the token.
+    drop(pool);
+    let file = sw.dir().join("pool.token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    let from_file = Setup {
+        env: vec![("SWARMD_TOKEN_FILE", file.as_path())],
+        ..Setup::default()
+    };
+    let pool = Pool::start_with(&sw, "", "remote", "pool-f", 1, from_file).await;
+    let task = create(&sw, json!({"agent": "remote", "prompt": "quick"})).await;
+    let view = sw.finished(&task).await;
+    assert_eq!(view["status"], "pass", "{view}\n{}", pool.log());
+    assert_eq!(view["result"]["value"]["pool"], "pool-f");
 }
 
 /// A TCP proxy to `backend` that drops every connection until `open` is

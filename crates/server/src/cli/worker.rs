@@ -70,7 +70,8 @@ pub struct PoolArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub concurrency: u32,
-    /// File holding the worker_pool token [default: $SWARMD_TOKEN].
+    /// File holding the worker_pool token [default: $SWARMD_TOKEN, else
+    /// the file $SWARMD_TOKEN_FILE names].
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// This pool's id, in the daemon's view [default: HOSTNAME-PID].

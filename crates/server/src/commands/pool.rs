@@ -1,4 +1,4 @@
-//! `swarmd worker pool …`: reads the pool's token (a file, or `SWARMD_TOKEN`), names the pool,
+//! `swarmd worker pool …`: reads the pool's token (a file, `SWARMD_TOKEN` or `SWARMD_TOKEN_FILE`), names the pool,
 //! installs its signal handlers and runs `swarmd_worker::pool` until it drained.
 
 use std::io;
@@ -21,6 +21,8 @@ use swarmd_worker::pool::{MAX_SERVERS, PoolError, PoolOptions, run_pool};
 
 /// Environment variable holding the pool's token when no file is given.
 const TOKEN_VAR: &str = "SWARMD_TOKEN";
+/// Environment variable naming a file that holds it, when neither is given.
+const TOKEN_FILE_VAR: &str = "SWARMD_TOKEN_FILE";
 /// Where attempts' worktrees go without `--worktree-dir`, under the pool's
 /// working directory.
 const WORKTREE_DIR: &str = "swarmd-worktrees";
@@ -28,22 +30,25 @@ const WORKTREE_DIR: &str = "swarmd-worktrees";
 /// Runs the pool; exits 0 once drained after a signal.
 pub(super) async fn pool(args: PoolArgs, env: &Environment) -> Result<u8, CommandError> {
     // Where the token was read from, for a 401 to name (never the token).
-    let (token, token_source) = match &args.token_file {
-        Some(file) => (
-            std::fs::read_to_string(file).map_err(|source| CommandError::Io {
-                action: "read the token file",
-                source,
-            })?,
+    let (token, token_source) = match (
+        &args.token_file,
+        env.get(TOKEN_VAR),
+        env.get(TOKEN_FILE_VAR),
+    ) {
+        (Some(file), _, _) => (
+            super::remote::read_token(file, "--token-file")?,
             format!("the file {} of --token-file", file.display()),
         ),
-        None => (
-            env.get(TOKEN_VAR).map(str::to_owned).ok_or_else(|| {
-                usage(format!(
-                    "give the pool's token with --token-file or {TOKEN_VAR}"
-                ))
-            })?,
-            TOKEN_VAR.to_owned(),
+        (None, Some(token), _) => (token.trim().to_owned(), TOKEN_VAR.to_owned()),
+        (None, None, Some(path)) => (
+            super::remote::read_token(std::path::Path::new(path), TOKEN_FILE_VAR)?,
+            format!("the file {path} of {TOKEN_FILE_VAR}"),
         ),
+        (None, None, None) => {
+            return Err(usage(format!(
+                "give the pool's token with --token-file, {TOKEN_VAR} or {TOKEN_FILE_VAR}"
+            )));
+        }
     };
     let bootstrap = pool_bootstrap(&args).map_err(usage)?;
     let pool_id = match args.pool_id {

@@ -268,7 +268,7 @@ pub(super) async fn endpoint(
 /// The credential in the file at `path`, trimmed; `source` (the flag or
 /// variable that named it) and the path are in the error, never the file's
 /// content.
-fn read_token(path: &Path, source: &'static str) -> Result<String, CommandError> {
+pub(super) fn read_token(path: &Path, source: &'static str) -> Result<String, CommandError> {
     let unreadable = |reason: String| CommandError::TokenFile {
         source_name: source,
         path: path.display().to_string(),

@@ -42,15 +42,20 @@ pub(super) struct Place {
     /// Other daemons given that name the same node, tried in turn when
     /// the one in use cannot be reached.
     pub(super) also: Vec<String>,
+    /// A node of a cluster (its daemon named nodes): the other nodes take
+    /// and forward its attempts' writes (`run::Relays`).
+    pub(super) cluster: bool,
 }
 
 impl Place {
-    /// A daemon reached at `url` as it is.
+    /// A daemon reached at `url` as it is, outside a cluster until
+    /// `in_cluster` says otherwise.
     pub(super) fn at(url: &str) -> Place {
         Place {
             url: url.to_owned(),
             node: None,
             also: Vec::new(),
+            cluster: false,
         }
     }
 
@@ -60,7 +65,13 @@ impl Place {
             url: url.to_owned(),
             node: Some(id.to_owned()),
             also: Vec::new(),
+            cluster: true,
         }
+    }
+
+    /// The same place, a node of a cluster when `cluster`.
+    fn in_cluster(self, cluster: bool) -> Place {
+        Place { cluster, ..self }
     }
 
     /// Every URL the node is reached through, the one in use first.
@@ -134,7 +145,7 @@ fn fronts(url: &str, answer: &NodesAnswer) -> bool {
 /// Whether `a` and `b` are one address: the same scheme, host (in any
 /// case) and port (written or the scheme's default), and path (a trailing
 /// `/` aside). Strings that are not URLs compare as they are.
-fn same_url(a: &str, b: &str) -> bool {
+pub(super) fn same_url(a: &str, b: &str) -> bool {
     match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
         (Ok(a), Ok(b)) => {
             a.scheme() == b.scheme()
@@ -151,16 +162,21 @@ fn same_url(a: &str, b: &str) -> bool {
 /// are to be named through it but it lists no ids (it predates them).
 fn places(options: &PoolOptions, url: &str, answer: NodesAnswer) -> Vec<Place> {
     let named = options.through || fronts(url, &answer);
+    let cluster = !answer.nodes.is_empty();
     if named && !answer.members.is_empty() {
         answer
             .members
             .into_iter()
             .map(|member| Place::named(url, &member.id))
             .collect()
-    } else if !named && !answer.nodes.is_empty() {
-        answer.nodes.iter().map(|node| Place::at(node)).collect()
+    } else if !named && cluster {
+        answer
+            .nodes
+            .iter()
+            .map(|node| Place::at(node).in_cluster(true))
+            .collect()
     } else {
-        vec![Place::at(url)]
+        vec![Place::at(url).in_cluster(cluster)]
     }
 }
 
@@ -298,8 +314,9 @@ fn arrange(options: &PoolOptions, answers: Vec<(&String, Option<NodesAnswer>)>) 
     if !options.through {
         given = answers
             .iter()
-            .filter(|(url, answer)| answer.as_ref().is_some_and(|a| !fronts(url, a)))
-            .map(|(url, _)| Place::at(url))
+            .filter_map(|(url, answer)| answer.as_ref().map(|a| (url, a)))
+            .filter(|(url, answer)| !fronts(url, answer))
+            .map(|(url, answer)| Place::at(url).in_cluster(!answer.nodes.is_empty()))
             .collect();
     }
     let mut found: Vec<Place> = Vec::new();
@@ -431,7 +448,10 @@ mod tests {
     fn a_node_is_reached_at_its_url_or_named_through_the_daemon_that_listed_it() {
         assert_eq!(
             places(&options(false), "http://a:1", two_nodes("http://a:1")),
-            vec![Place::at("http://a:1"), Place::at("http://b:2")]
+            vec![
+                Place::at("http://a:1").in_cluster(true),
+                Place::at("http://b:2").in_cluster(true)
+            ]
         );
         let through = places(&options(true), "http://lb:1", two_nodes("http://a:1"));
         assert_eq!(
@@ -496,6 +516,10 @@ mod tests {
                 ("http://lb:1", Some("n2")),
             ]
         );
+        // Every place but the daemon outside a cluster is a node of one,
+        // whose attempts' writes the other nodes relay.
+        let clustered: Vec<bool> = places.iter().map(|p| p.cluster).collect();
+        assert_eq!(clustered, [true, false, true, true, true]);
     }
 
     #[test]
@@ -507,11 +531,14 @@ mod tests {
         };
         assert_eq!(
             places(&options(true), "http://lb:1", unnamed()),
-            vec![Place::at("http://lb:1")]
+            vec![Place::at("http://lb:1").in_cluster(true)]
         );
         assert_eq!(
             places(&options(false), "http://a:1", unnamed()),
-            vec![Place::at("http://a:1"), Place::at("http://b:2")]
+            vec![
+                Place::at("http://a:1").in_cluster(true),
+                Place::at("http://b:2").in_cluster(true)
+            ]
         );
         // A daemon given is one reached as it is, a trailing `/` aside;
         // a node named through it is learned.

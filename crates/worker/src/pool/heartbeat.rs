@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Daemon, FIRST_BACKOFF, MAX_BACKOFF, MAX_HEARTBEAT_WAIT_MS, MIN_HEARTBEAT_WAIT_MS, POLL_SLACK,
-    PoolOptions, Shared, decode,
+    Phase, PoolOptions, Shared, decode,
 };
 use swarmd_client::ClientError;
 use swarmd_client::wire::{AttemptRef, EndedAttempt, HeartbeatAnswer, HeartbeatRequest};
@@ -93,7 +93,7 @@ pub(super) async fn heartbeat_loop(
                         .get(&gone)
                         .filter(|r| r.link == daemon.link && !r.cancel.is_cancelled())
                     {
-                        tracing::info!(task_id = %gone.task_id, attempt = gone.attempt, "attempt gone: stopping it");
+                        went_away(gone, r.phase);
                         r.cancel.cancel();
                     }
                 }
@@ -110,6 +110,24 @@ pub(super) async fn heartbeat_loop(
                 }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
+        }
+    }
+}
+
+/// Logs that attempt `at`, in `phase`, went away on its daemon (cancelled,
+/// superseded, decided): news when it had not ended here, and the
+/// expected answer to its own Final once its child exited.
+fn went_away(at: AttemptRef, phase: Phase) {
+    let (task_id, attempt) = (at.task_id, at.attempt);
+    match phase {
+        Phase::Child => {
+            tracing::info!(%task_id, attempt, "attempt gone: stopping it");
+        }
+        Phase::Waiting => {
+            tracing::info!(%task_id, attempt, "attempt gone before it started");
+        }
+        Phase::Exited | Phase::Posting => {
+            tracing::debug!(%task_id, attempt, "attempt over on its daemon after its child exited");
         }
     }
 }
@@ -260,6 +278,7 @@ mod tests {
             routes: vec![(client(), client())].into(),
             route: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             node: None,
+            cluster: false,
         }
     }
 
@@ -299,6 +318,7 @@ mod tests {
                 lease_ms,
                 link: 0,
                 renewed: Instant::now(),
+                phase: Phase::Child,
             },
         );
         shared.links[0].changed.notify_one();

@@ -16,7 +16,11 @@
 //! and not asked for by another loop's claim in flight, and at least one,
 //! so no daemon waits for another's long-poll to run out. Several daemons
 //! may so hand out one attempt more each than the pool has slots for; such
-//! an attempt is held (its lease renewed) until a slot frees.
+//! an attempt is held (its lease renewed) until a slot frees. An attempt
+//! whose child exited holds its slot for a short while at most, however
+//! long its result takes to post (`claim`); its writes go to the daemon it
+//! came from and, on a cluster, through the other nodes while that one
+//! cannot be reached (`run`).
 //!
 //! Transport errors (a daemon restarting) are retried with backoff, from
 //! 100 ms doubling to 5 s; a refused token ends the pool. On the first
@@ -89,7 +93,8 @@ pub enum PoolError {
     AllRefused,
 }
 
-/// One attempt the pool holds: running, or waiting for a slot.
+/// One attempt the pool holds: waiting for a slot, running, or posting
+/// what its child left.
 #[derive(Debug)]
 struct Running {
     cancel: CancellationToken,
@@ -98,6 +103,22 @@ struct Running {
     link: usize,
     /// When its lease was last renewed (claimed, or a heartbeat answered).
     renewed: Instant,
+    phase: Phase,
+}
+
+/// Where a held attempt is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Claimed, waiting for a slot.
+    Waiting,
+    /// In its slot, its worktree's setup or its child running.
+    Child,
+    /// Its child exited; what is left is posted, in its slot for at most
+    /// `claim::SLOT_AFTER_EXIT`.
+    Exited,
+    /// Its child exited and its slot is free: only posting is left, which
+    /// counts against no slot.
+    Posting,
 }
 
 /// What the pool keeps per daemon.
@@ -125,6 +146,9 @@ struct Shared {
     freed: watch::Sender<u64>,
     /// Slots asked for by claims in flight, across daemons.
     asked: Mutex<u32>,
+    /// The cluster's nodes an attempt's writes may go through when its
+    /// own node cannot be reached.
+    relays: run::Relays,
 }
 
 impl Shared {
@@ -135,6 +159,7 @@ impl Shared {
             slots: Arc::new(Semaphore::new(concurrency as usize)),
             freed: watch::Sender::new(0),
             asked: Mutex::new(0),
+            relays: run::Relays::default(),
         }
     }
 
@@ -169,6 +194,25 @@ impl Shared {
         self.links[link].changed.notify_one();
         self.freed.send_modify(|n| *n = n.wrapping_add(1));
     }
+
+    /// Moves `at` on to `phase`; one that leaves its slot wakes the claim
+    /// loops.
+    fn set_phase(&self, at: AttemptRef, phase: Phase) {
+        if let Some(r) = self.running().get_mut(&at) {
+            r.phase = phase;
+        }
+        if phase == Phase::Posting {
+            self.freed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// How many held attempts hold or wait for a slot.
+    fn in_slots(&self) -> usize {
+        self.running()
+            .values()
+            .filter(|r| r.phase != Phase::Posting)
+            .count()
+    }
 }
 
 /// One daemon's clients: claims and heartbeats with the pool's token, and
@@ -189,6 +233,9 @@ struct Daemon {
     /// The node claims and heartbeats name in `x-swarmd-node`, when the
     /// route reaches it through another daemon.
     node: Option<String>,
+    /// A node of a cluster: its attempts' writes may go through the
+    /// other nodes', and its own write clients relay theirs.
+    cluster: bool,
 }
 
 impl Daemon {
@@ -213,6 +260,7 @@ impl Daemon {
             routes: routes.into(),
             route: Arc::new(AtomicUsize::new(0)),
             node: place.node.clone(),
+            cluster: place.cluster,
         })
     }
 
@@ -302,6 +350,11 @@ pub async fn run_pool(
     let beating = CancellationToken::new();
     let hearts = std::sync::Mutex::new(Vec::new());
     let beat = |daemon: &Daemon| {
+        if daemon.cluster {
+            for (_, writes) in daemon.routes.iter() {
+                shared.relays.add(writes);
+            }
+        }
         let heart = tokio::spawn(heartbeat_loop(
             daemon.clone(),
             Arc::clone(&options),

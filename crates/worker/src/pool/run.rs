@@ -11,11 +11,19 @@
 //! broken, `502`, `503`, `504`: the daemon restarting, a proxy reloading,
 //! a peer node taking the task over) is sent again with backoff, from
 //! 100 ms doubling to 5 s, for up to the attempt's lease and while the
-//! attempt is not cancelled. A batch of events whose connection broke
-//! after the daemon read it may so be stored twice; a Final sent again
-//! finds itself already there (`409 already_final`), which counts as
-//! posted.
+//! attempt is not cancelled. On a cluster each round of it goes to the
+//! attempt's own node first, then through each other node the pool knows
+//! (`Relays`): any node takes a worker's writes and forwards them, by the
+//! handle, to the node that holds the attempt, so a node the pool cannot
+//! reach but its peers can still gets them, and a survivor that took a
+//! dead node's task over answers at once that the attempt is over
+//! (`409`, `410`, `404`), which ends the posting. A relay's other answers
+//! (`401` from one that does not know the handle) pass the turn on. A
+//! batch of events whose connection broke after the daemon read it may so
+//! be stored twice; a Final sent again finds itself already there (`409
+//! already_final`), which counts as posted.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -26,9 +34,10 @@ use swarmd_spawner::process::{
 };
 use swarmd_types::output::OutputEvent;
 use swarmd_types::output::content_value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::discover::same_url;
 use super::worktree::PoolWorktree;
 use swarmd_client::wire::ClaimedAttempt;
 use swarmd_client::{ApiClient, Bearer, ClientError};
@@ -69,20 +78,32 @@ pub enum Ran {
 }
 
 /// Runs `attempt` to its end, in a worktree of its own when the pool has
-/// `--worktree-repo`; `cancel` stops it (process-group kill).
-pub async fn run(
+/// `--worktree-repo`, its writes sent to `daemon` (and through `relays`
+/// when it cannot be reached); `cancel` stops it (process-group kill), and
+/// `exited` is told when its child has exited.
+pub(super) async fn run(
     daemon: &ApiClient,
+    relays: &Relays,
     command: &Command,
     host_env: &HostEnv,
     attempt: &ClaimedAttempt,
     cancel: CancellationToken,
+    exited: oneshot::Sender<()>,
 ) -> Ran {
     let runner = match runner(command, host_env, attempt) {
         Ok(runner) => runner,
         Err(reason) => return Ran::Failed(reason),
     };
+    let handle = Bearer::new(&attempt.handle);
+    let writer = Poster {
+        client: daemon.with_bearer(handle.clone()),
+        relays: relays.clone(),
+        handle,
+        patience: Duration::from_millis(attempt.lease_ms),
+        cancel: cancel.clone(),
+    };
     let Some(worktree) = &command.worktree else {
-        return run_child(daemon, &runner, attempt, cancel, None, None)
+        return run_child(&writer, &runner, attempt, cancel, None, None, exited)
             .await
             .0;
     };
@@ -91,32 +112,35 @@ pub async fn run(
         Err(reason) => return Ran::Failed(reason),
     };
     let (ran, passed) = run_child(
-        daemon,
+        &writer,
         &runner,
         attempt,
         cancel,
         Some((worktree, &checkout)),
         fell_back,
+        exited,
     )
     .await;
     worktree.release(&checkout, passed).await;
     ran
 }
 
-/// Runs the child (in `checkout` when given) and posts what it emits,
-/// after a `worktree` progress note when a continuation's worktree fell
-/// back to the base; how it ended, and whether it passed (for the
-/// worktree's keep rule).
+/// Runs the child (in `checkout` when given) and posts what it emits with
+/// `writer`, after a `worktree` progress note when a continuation's
+/// worktree fell back to the base; tells `exited` once the child has
+/// exited. How it ended, and whether it passed (for the worktree's keep
+/// rule).
 async fn run_child(
-    daemon: &ApiClient,
+    writer: &Poster,
     runner: &ProcessRunner,
     attempt: &ClaimedAttempt,
     cancel: CancellationToken,
     checkout: Option<(&PoolWorktree, &Checkout)>,
     fell_back: Option<String>,
+    exited: oneshot::Sender<()>,
 ) -> (Ran, bool) {
     let vars = RunVars {
-        base_url: daemon.base_url().to_owned(),
+        base_url: writer.client.base_url().to_owned(),
         task_id: attempt.task_id.to_string(),
         attempt: attempt.attempt,
         agent: attempt.agent.clone(),
@@ -125,17 +149,12 @@ async fn run_child(
         continued_from: attempt.continued_from.clone(),
         resume_session: attempt.resume_session.clone(),
     };
-    let writer = Poster {
-        client: daemon.with_bearer(Bearer::new(&attempt.handle)),
-        patience: Duration::from_millis(attempt.lease_ms),
-        cancel: cancel.clone(),
-    };
     if let Some(note) = fell_back {
         let note = OutputEvent::Progress {
             stage: "worktree".to_owned(),
             note: Some(note),
         };
-        if let Err(e) = post_events(&writer, &[note]).await {
+        if let Err(e) = post_events(writer, &[note]).await {
             tracing::debug!(error = %e, "worktree note not posted");
         }
     }
@@ -143,7 +162,7 @@ async fn run_child(
     // failure fails the attempt, the child never starts.
     if let Some((worktree, checkout)) = checkout
         && let Some(setup) = worktree.setup()
-        && let Err(reason) = run_setup(&writer, runner, setup, checkout).await
+        && let Err(reason) = run_setup(writer, runner, setup, checkout).await
     {
         return (Ran::Failed(reason), false);
     }
@@ -157,7 +176,13 @@ async fn run_child(
         }
     };
     let (events, received) = mpsc::channel(CHANNEL);
-    let (ran, forwarded) = tokio::join!(child.wait(events), forward(&writer, received));
+    let waited = async {
+        let ran = child.wait(events).await;
+        // Nobody listens once the attempt gave its slot back.
+        let _ = exited.send(());
+        ran
+    };
+    let (ran, forwarded) = tokio::join!(waited, forward(writer, received));
     let last_final = match forwarded {
         Ok(last_final) => last_final,
         // A write refused as superseded or decided: the attempt is over here.
@@ -184,14 +209,14 @@ async fn run_child(
                     stage: "worktree".to_owned(),
                     note: Some(refused.clone()),
                 };
-                if let Err(e) = post_events(&writer, &[note]).await {
+                if let Err(e) = post_events(writer, &[note]).await {
                     tracing::debug!(error = %e, "worktree refusal not posted");
                 }
                 return (Ran::Failed(refused), false);
             }
         };
         if let Some(artifact) = artifact
-            && let Err(e) = post_events(&writer, &[artifact]).await
+            && let Err(e) = post_events(writer, &[artifact]).await
         {
             return (
                 Ran::Failed(format!("posting the worktree artifact failed: {e}")),
@@ -203,14 +228,14 @@ async fn run_child(
     match decide(stream, &exited, last_final) {
         Decided::Post { note, value, ok } => {
             if let Some(note) = note
-                && let Err(e) = post_events(&writer, &[note]).await
+                && let Err(e) = post_events(writer, &[note]).await
             {
                 return (
                     Ran::Failed(format!("posting the exit note failed: {e}")),
                     false,
                 );
             }
-            match post_result(&writer, value, ok).await {
+            match post_result(writer, value, ok).await {
                 Ok(()) => (Ran::Posted, ok),
                 Err(e) => (Ran::Failed(format!("posting the final failed: {e}")), false),
             }
@@ -246,9 +271,44 @@ fn runner(
         .map_err(|e| format!("the pool cannot run its command: {e}"))
 }
 
-/// Where an attempt's posts go: the daemon, with the attempt's own handle.
+/// The write clients of the cluster's nodes the pool knows, each sending
+/// the pool's token until `others` gives it an attempt's handle. Any node
+/// takes a worker's writes and forwards them, by the handle, to the node
+/// that holds the attempt (docs/decisions.md, Worker pools on a cluster).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Relays(Arc<Mutex<Vec<ApiClient>>>);
+
+impl Relays {
+    /// Adds `client`, unless one at its URL is known.
+    pub(super) fn add(&self, client: &ApiClient) {
+        let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !known
+            .iter()
+            .any(|k| same_url(k.base_url(), client.base_url()))
+        {
+            known.push(client.clone());
+        }
+    }
+
+    /// Every known node but the one at `own`'s URL, sending `handle`.
+    fn others(&self, own: &ApiClient, handle: &Bearer) -> Vec<ApiClient> {
+        let known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        known
+            .iter()
+            .filter(|k| !same_url(k.base_url(), own.base_url()))
+            .map(|k| k.with_bearer(handle.clone()))
+            .collect()
+    }
+}
+
+/// Where an attempt's posts go: the daemon it was claimed from, with the
+/// attempt's own handle, and through the other nodes of its cluster when
+/// that one cannot be reached.
 struct Poster {
     client: ApiClient,
+    relays: Relays,
+    /// The attempt's handle, which the relays send.
+    handle: Bearer,
     /// How long a post that may pass is sent again.
     patience: Duration,
     /// The attempt's cancel: a cancelled attempt's posts are not retried.
@@ -257,22 +317,45 @@ struct Poster {
 
 impl Poster {
     /// Sends the request `build` makes until it succeeds, fails for good,
-    /// the patience runs out or the attempt is cancelled.
+    /// the patience runs out or the attempt is cancelled. Each round tries
+    /// the attempt's own node, then, while that fails in a way that may
+    /// pass, each relay in turn; a relay's answer ends the posting only
+    /// when it is a success or says that the attempt is over.
     async fn send(
         &self,
         path: &str,
         build: impl Fn(&ApiClient) -> reqwest::RequestBuilder,
     ) -> Result<(), ClientError> {
-        let url = self.client.url(path);
         let deadline = tokio::time::Instant::now() + self.patience;
         let mut backoff = RETRY_FIRST;
         loop {
-            let error = match self.client.send(build(&self.client), &url).await {
+            let error = match self
+                .client
+                .send(build(&self.client), &self.client.url(path))
+                .await
+            {
                 Ok(_) => return Ok(()),
+                Err(error) if !may_pass(&error) => return Err(error),
                 Err(error) => error,
             };
+            for relay in self.relays.others(&self.client, &self.handle) {
+                if self.cancel.is_cancelled() {
+                    return Err(error);
+                }
+                let url = relay.url(path);
+                match relay.send(build(&relay), &url).await {
+                    Ok(_) => {
+                        tracing::debug!(via = %relay.base_url(), "posted through another node of the cluster");
+                        return Ok(());
+                    }
+                    Err(refused) if attempt_over(&refused) => return Err(refused),
+                    Err(failed) => {
+                        tracing::debug!(error = %failed, "posting through another node failed");
+                    }
+                }
+            }
             let wait = backoff.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
-            if !may_pass(&error) || wait.is_zero() || self.cancel.is_cancelled() {
+            if wait.is_zero() || self.cancel.is_cancelled() {
                 return Err(error);
             }
             tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "posting failed; retrying");
@@ -283,6 +366,20 @@ impl Poster {
             backoff = (backoff * 2).min(RETRY_MAX);
         }
     }
+}
+
+/// Whether a relay's refusal says that the attempt is over (superseded,
+/// already decided, its task ended or gone): the node holding it would
+/// say no more. A relay's other refusals (it does not know the handle,
+/// `401`) pass the turn on.
+fn attempt_over(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Status {
+            status: 404 | 409 | 410,
+            ..
+        }
+    )
 }
 
 /// First and longest wait before a post is sent again.
@@ -463,6 +560,121 @@ mod tests {
         }
     }
 
+    /// A poster of attempt `wh-x` to `url`, relayed through `relays`.
+    fn poster(url: &str, relays: Relays, patience: Duration) -> Poster {
+        let handle = Bearer::new("wh-x");
+        Poster {
+            client: ApiClient::new(url, handle.clone()).unwrap(),
+            relays,
+            handle,
+            patience,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// A daemon's result route answering `statuses` in turn (the last one
+    /// ever after); its URL and the bearers it was sent.
+    async fn result_route(statuses: &[u16]) -> (String, Arc<Mutex<Vec<String>>>) {
+        let statuses = statuses.to_vec();
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let bearers = Arc::clone(&seen);
+        let router = axum::Router::new().route(
+            "/v1/worker/result",
+            axum::routing::post(move |headers: axum::http::HeaderMap| {
+                let bearer = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                let mut seen = bearers.lock().unwrap();
+                seen.push(bearer);
+                let status = statuses[(seen.len() - 1).min(statuses.len() - 1)];
+                let code = match status {
+                    401 => "unauthorized",
+                    409 => "attempt_superseded",
+                    410 => "task_terminal",
+                    _ => "unavailable",
+                };
+                let status = axum::http::StatusCode::from_u16(status).unwrap();
+                async move { (status, axum::Json(json!({"error": "e", "code": code}))) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        (url, seen)
+    }
+
+    /// A URL nothing listens at: its connections are refused.
+    async fn dead_url() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    }
+
+    /// Relays of the nodes at `urls`, sending the pool's token.
+    fn relays(urls: &[&str]) -> Relays {
+        let relays = Relays::default();
+        for url in urls {
+            relays.add(&ApiClient::new(url, Bearer::new("swp-pool")).unwrap());
+        }
+        relays
+    }
+
+    #[tokio::test]
+    async fn a_result_its_node_cannot_take_goes_through_another_node_with_its_handle() {
+        let own = dead_url().await;
+        let (relay, seen) = result_route(&[200]).await;
+        // The own node is known as a relay too, under another spelling:
+        // it is tried once a round.
+        let writer = poster(
+            &own,
+            relays(&[&format!("{own}/"), &relay]),
+            Duration::from_secs(30),
+        );
+        post_result(&writer, json!("r"), true).await.unwrap();
+        assert_eq!(*seen.lock().unwrap(), ["Bearer wh-x"]);
+    }
+
+    #[tokio::test]
+    async fn a_relay_saying_the_attempt_is_over_ends_the_posting_at_once() {
+        for status in [409, 410, 404] {
+            let own = dead_url().await;
+            let (relay, seen) = result_route(&[status]).await;
+            let writer = poster(&own, relays(&[&relay]), Duration::from_secs(60));
+            let posted = tokio::time::timeout(
+                Duration::from_secs(10),
+                post_result(&writer, json!("r"), true),
+            )
+            .await
+            .expect("the posting ended at once");
+            assert!(
+                matches!(posted, Err(ClientError::Status { status: s, .. }) if s == status),
+                "{status}: {posted:?}"
+            );
+            assert_eq!(seen.lock().unwrap().len(), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_relay_that_does_not_know_the_handle_passes_the_turn_back() {
+        // The own node restarts (503 twice); the relay is no node of its
+        // cluster and refuses the handle.
+        let (own, own_seen) = result_route(&[503, 503, 200]).await;
+        let (relay, relay_seen) = result_route(&[401]).await;
+        let writer = poster(&own, relays(&[&relay]), Duration::from_secs(30));
+        post_result(&writer, json!("r"), true).await.unwrap();
+        assert_eq!(own_seen.lock().unwrap().len(), 3);
+        assert_eq!(relay_seen.lock().unwrap().len(), 2);
+        // Outside a cluster, nothing goes anywhere else.
+        let (own, _) = result_route(&[503]).await;
+        let writer = poster(&own, Relays::default(), Duration::from_millis(400));
+        let failed = post_result(&writer, json!("r"), true).await;
+        assert!(matches!(
+            failed,
+            Err(ClientError::Status { status: 503, .. })
+        ));
+    }
+
     fn exited(code: i32) -> Exited {
         use std::os::unix::process::ExitStatusExt;
         Exited {
@@ -531,7 +743,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_backlog_of_large_events_goes_in_posts_of_bounded_size() {
-        use std::sync::{Arc, Mutex};
         let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
         let seen = sizes.clone();
         let router = axum::Router::new().route(
@@ -544,11 +755,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router).await });
-        let writer = Poster {
-            client: ApiClient::new(&url, swarmd_client::Bearer::new("wh-x")).unwrap(),
-            patience: Duration::from_secs(5),
-            cancel: CancellationToken::new(),
-        };
+        let writer = poster(&url, Relays::default(), Duration::from_secs(5));
         // 64 events of 130 KiB waiting at once: 8.3 MiB in one post before.
         let (tx, rx) = mpsc::channel(CHANNEL);
         for _ in 0..MAX_BATCH {

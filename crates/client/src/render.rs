@@ -309,6 +309,64 @@ pub fn agent_table(page: &Value) -> String {
     table(&header, rows)
 }
 
+/// `GET /v1/status` for people: what runs where, its load, and on a
+/// cluster every live node (this one marked).
+pub fn status_text(status: &Value) -> String {
+    let counts = &status["counts"];
+    let mut lines = vec![
+        format!(
+            "swarmd {} at {}, up {}{}",
+            text(&status["version"], 40),
+            text(&status["base_url"], CELL_CHARS),
+            duration(
+                status["uptime_secs"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    .saturating_mul(1000)
+            ),
+            if status["draining"] == true {
+                ", draining"
+            } else {
+                ""
+            },
+        ),
+        format!(
+            "store: {} ({})",
+            text(&status["store"]["backend"], 20),
+            text(&status["store"]["state_dir"], CELL_CHARS),
+        ),
+        format!(
+            "tasks: {} queued, {} running, {} live; {} created since start",
+            text(&counts["queued"], 20),
+            text(&counts["running"], 20),
+            text(&counts["live_tasks"], 20),
+            text(&counts["tasks_created"], 20),
+        ),
+        format!(
+            "sessions: {} ({} connected)",
+            text(&counts["sessions"], 20),
+            text(&counts["sessions_connected"], 20),
+        ),
+    ];
+    if let Some(nodes) = status["cluster"]["nodes"].as_array() {
+        let this = &status["cluster"]["node_id"];
+        lines.push(format!("cluster: {} live nodes", nodes.len()));
+        for node in nodes {
+            let mark = if node["id"] == *this {
+                " (this node)"
+            } else {
+                ""
+            };
+            lines.push(format!(
+                "  {}  {}{mark}",
+                text(&node["id"], 40),
+                text(&node["url"], CELL_CHARS)
+            ));
+        }
+    }
+    lines.join("\n")
+}
+
 /// `GET /v1/operators` as a table: sid, kind, roles, connected, last seen,
 /// description.
 pub fn session_table(sessions: &Value, now_ms: u64) -> String {

@@ -112,6 +112,17 @@ impl ApiClient {
             .await
     }
 
+    /// `GET /v1/status`: the daemon's version, store, load and, on a
+    /// cluster, its live nodes.
+    ///
+    /// # Errors
+    /// As `list_tasks`.
+    pub async fn status(&self) -> Result<Value, ClientError> {
+        let url = self.url("/v1/status");
+        self.send_json(self.get("/v1/status").timeout(REQUEST_TIMEOUT), &url)
+            .await
+    }
+
     /// `POST /v1/tasks`: creates a task; with `wait_secs`, the answer is the
     /// finished task if it finished in time (past the daemon's 300 s, by
     /// waiting again for the rest).

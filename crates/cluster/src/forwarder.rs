@@ -39,6 +39,11 @@ impl Forwarder {
         self.db.alive_nodes().await
     }
 
+    /// This node's id.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
     /// A forwarder of node `node`, reading owners from `db`.
     ///
     /// # Errors

@@ -105,6 +105,9 @@ pub enum Command {
     Agents(ListingArgs),
     /// List the running daemon's operator sessions (admin only).
     Sessions(ListingArgs),
+    /// Show the running daemon's version, store, load and, on a cluster,
+    /// its live nodes.
+    Status(ListingArgs),
     /// Run a command as a SubAgent: fetch the prompt, give it to CMD on stdin,
     /// submit CMD's stdout (ok = exit status 0), and exit with CMD's code.
     /// `swarmd worker pool` runs a worker pool for a remote agent instead.

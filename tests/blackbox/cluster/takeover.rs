@@ -168,9 +168,32 @@ async fn a_stopped_node_hands_its_unfinished_tasks_on_and_is_not_called_dead() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 
-    // Its attempts outlive the shutdown grace: it stops with them unfinished.
+    // Either node lists both live nodes, itself marked by its id.
+    let b = &cluster.nodes[1];
+    let (status, body) =
+        crate::harness::parts(b.get("/v1/status", &b.admin).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["cluster"]["node_id"], cluster.node_id(1), "{body}");
+    let mut ids: Vec<&str> = body["cluster"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    let mut both = [cluster.node_id(0), cluster.node_id(1)];
+    both.sort_unstable();
+    assert_eq!(ids, both, "{body}");
+
+    // Its attempts outlive the shutdown grace: it stops with them unfinished,
+    // and says a peer takes them over.
     cluster.nodes[0].sigterm();
     assert!(cluster.nodes[0].exited().await.success());
+    let said = cluster.nodes[0].log();
+    assert!(
+        said.contains("stopped: 2 unfinished tasks are taken over by another node of the cluster"),
+        "{said}"
+    );
     cluster.until_none_owned_by(&stopped).await;
     let b = &cluster.nodes[1];
     for task in &slow {

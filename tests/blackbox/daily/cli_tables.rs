@@ -279,6 +279,21 @@ async fn agents_and_sessions_are_listed() {
     assert!(!table.contains(token), "{table}");
     let sessions = json(&daemon, &["sessions", "-o", "json"]).await;
     assert_eq!(sessions[0]["sid"], sid, "{sessions}");
+
+    // The daemon's own state: where it runs, its store and its load.
+    let text = cli(&daemon, &["status"]).await;
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("swarmd ") && lines[0].contains(" at http://127.0.0.1:"),
+        "{text}"
+    );
+    assert!(lines[1].starts_with("store: "), "{text}");
+    assert!(lines[2].starts_with("tasks: 0 queued, 0 running"), "{text}");
+    assert!(lines[3].starts_with("sessions: 1 (0 connected)"), "{text}");
+    assert!(!text.contains("cluster"), "{text}");
+    let status = json(&daemon, &["status", "-o", "json"]).await;
+    assert_eq!(status["counts"]["sessions"], 1, "{status}");
+    assert!(status.get("cluster").is_none(), "{status}");
 }
 
 #[tokio::test]

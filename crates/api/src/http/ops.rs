@@ -104,6 +104,16 @@ struct Status {
     counts: Counts,
     /// Tokens and cost workers reported since start, by agent.
     usage: std::collections::BTreeMap<String, UsageTotals>,
+    /// On a cluster (the PostgreSQL store): this node and every live one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<ClusterStatus>,
+}
+
+#[derive(Debug, Serialize)]
+struct ClusterStatus {
+    node_id: String,
+    /// Each live node's id and the URL its peers reach it at.
+    nodes: Vec<swarmd_client::wire::NodeMember>,
 }
 
 #[derive(Debug, Serialize)]
@@ -143,6 +153,25 @@ async fn status(
         .into_iter()
         .map(|(status, count)| (status.as_str().to_owned(), Value::from(count)))
         .collect();
+    let cluster = match &state.cluster {
+        Some(forwarder) => {
+            let alive = forwarder
+                .alive_nodes()
+                .await
+                .map_err(|error| ApiError::internal(&error))?;
+            Some(ClusterStatus {
+                node_id: forwarder.node().to_string(),
+                nodes: alive
+                    .into_iter()
+                    .map(|(id, url)| swarmd_client::wire::NodeMember {
+                        id: id.to_string(),
+                        url,
+                    })
+                    .collect(),
+            })
+        }
+        None => None,
+    };
     let backend = serde_json::to_value(state.config.store.backend)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -174,5 +203,6 @@ async fn status(
             tasks_finished: Value::Object(finished),
         },
         usage: stats.usage.by_agent(),
+        cluster,
     }))
 }

@@ -1,6 +1,6 @@
-//! `swarmd task list`, `swarmd agents` and `swarmd sessions`: the daemon's
-//! lists, printed as a table for people or as the daemon's JSON answer
-//! (`-o json`) for scripts.
+//! `swarmd task list`, `swarmd agents`, `swarmd sessions` and `swarmd
+//! status`: the daemon's lists and state, printed for people or as the
+//! daemon's JSON answer (`-o json`) for scripts.
 
 use std::time::Duration;
 
@@ -88,6 +88,17 @@ pub(super) async fn sessions(args: &ListingArgs, env: &Environment) -> Result<u8
     print(&match args.output {
         OutputFormat::Json => sessions.to_string(),
         OutputFormat::Table => render::session_table(&sessions, now_ms()),
+    })?;
+    Ok(exit::OK)
+}
+
+/// `swarmd status`: `GET /v1/status`.
+pub(super) async fn status(args: &ListingArgs, env: &Environment) -> Result<u8, CommandError> {
+    let client = remote::connect(&args.connection, env).await?;
+    let status = client.status().await?;
+    print(&match args.output {
+        OutputFormat::Json => status.to_string(),
+        OutputFormat::Table => render::status_text(&status),
     })?;
     Ok(exit::OK)
 }

@@ -120,6 +120,7 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::Branch(args) => branch::run(*args, env).await,
         Command::Agents(args) => listing::agents(&args, env).await,
         Command::Sessions(args) => listing::sessions(&args, env).await,
+        Command::Status(args) => listing::status(&args, env).await,
         Command::Worker(WorkerArgs {
             pool: Some(WorkerCommand::Pool(args)),
             ..

@@ -122,6 +122,9 @@ pub(crate) struct Inner {
     pub agents: BTreeSet<String>,
     /// The agents of kind merge, when known (`Runner::with_merge_agents`).
     pub merge_agents: std::sync::OnceLock<BTreeSet<String>>,
+    /// The agents that work in a worktree, when known
+    /// (`Runner::with_worktree_agents`).
+    pub worktree_agents: std::sync::OnceLock<BTreeSet<String>>,
     pub caps: Limits,
     pub secret: [u8; 32],
     /// Where a step's git changes are read, when it asks for them.
@@ -161,6 +164,7 @@ impl Runner {
                 catalog,
                 agents,
                 merge_agents: std::sync::OnceLock::new(),
+                worktree_agents: std::sync::OnceLock::new(),
                 caps,
                 secret,
                 facts,
@@ -181,6 +185,14 @@ impl Runner {
     /// naming an agent. Set once, at start; a later call changes nothing.
     pub fn with_merge_agents(self, merge_agents: BTreeSet<String>) -> Runner {
         let _ = self.inner.merge_agents.set(merge_agents);
+        self
+    }
+
+    /// This runner, knowing which of its agents work in a worktree: a
+    /// `merge` node's `on_conflict` must then name one of them (lint's
+    /// `no_worktree`). Set once, at start; a later call changes nothing.
+    pub fn with_worktree_agents(self, worktree_agents: BTreeSet<String>) -> Runner {
+        let _ = self.inner.worktree_agents.set(worktree_agents);
         self
     }
 
@@ -209,6 +221,7 @@ impl Runner {
         let known = swarmd_flow::lint::Known {
             agents: self.inner.agents.clone(),
             merge_agents: self.inner.merge_agents.get().cloned(),
+            worktree_agents: self.inner.worktree_agents.get().cloned(),
             flows: self.inner.catalog.names().cloned().collect(),
             caps: self.inner.caps.clone(),
         };

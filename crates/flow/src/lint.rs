@@ -33,6 +33,10 @@ pub struct Known {
     /// kinds are not known, and a `ref` is then checked only for naming
     /// an agent.
     pub merge_agents: Option<BTreeSet<String>>,
+    /// The names of the agents whose attempts work in a worktree, the only
+    /// agents a `merge` node's `on_conflict` can resolve with; `None` when
+    /// not known.
+    pub worktree_agents: Option<BTreeSet<String>>,
     /// Flow names (`call`).
     pub flows: BTreeSet<String>,
     /// The daemon's caps; a flow's `limits` may not exceed them.
@@ -304,6 +308,23 @@ impl<'a> Lint<'a> {
         );
     }
 
+    /// A `merge` node's `on_conflict` names an agent that works in a
+    /// worktree, when that is known: only its commits can resolve.
+    fn resolver(&mut self, pointer: &str, agent: &str) {
+        let Some(worktree_agents) = &self.known.worktree_agents else {
+            return;
+        };
+        if !self.known.agents.contains(agent) || worktree_agents.contains(agent) {
+            return;
+        }
+        self.report(
+            pointer,
+            "no_worktree",
+            format!("`{agent}` works in no worktree, so it can never resolve a conflict"),
+            "name an agent with a `worktree`, whose attempt commits the resolution on a branch",
+        );
+    }
+
     fn schema(&mut self, pointer: &str, schema: &Value) {
         if let Err(error) = jsonschema::validator_for(schema) {
             self.report(
@@ -537,6 +558,9 @@ impl<'a> Lint<'a> {
                     }
                 }
                 self.merge_agent(&format!("{at}/ref"), agent);
+                if let Some(resolver) = on_conflict {
+                    self.resolver(&format!("{at}/on_conflict"), resolver);
+                }
                 match (strategy, judge) {
                     (MergeStrategy::PickBest, None) => self.report(
                         &format!("{at}/judge"),

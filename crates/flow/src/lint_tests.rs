@@ -13,6 +13,7 @@ fn known() -> Known {
             .map(String::from)
             .into(),
         merge_agents: Some(["merge".to_owned()].into()),
+        worktree_agents: None,
         flows: ["ship"].map(String::from).into(),
         caps: Limits {
             max_steps: 10_000,
@@ -223,6 +224,35 @@ fn a_merge_node_takes_a_steps_retry_and_counts_its_rounds() {
     );
     // Without a resolver there is one round.
     assert_eq!(merge(json!({"on_conflict": null}), 1), []);
+}
+
+#[test]
+fn a_merge_nodes_resolver_works_in_a_worktree_when_that_is_known() {
+    let flow: Flow = serde_json::from_value(json!({"name": "m", "body": {"kind": "merge",
+        "ref": "merge", "strategy": "sequence", "on_conflict": "tester",
+        "branches": {"op": "lit", "value": ["a"]}, "out": path("$.m")}}))
+    .unwrap();
+    assert_eq!(lint(&flow, &known()), [], "unknown worktrees: any agent");
+    let coders = Known {
+        worktree_agents: Some(["coder".to_owned()].into()),
+        ..known()
+    };
+    let problems = lint(&flow, &coders);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        (problems[0].pointer.as_str(), problems[0].code),
+        ("/body/on_conflict", "no_worktree")
+    );
+    assert!(
+        problems[0]
+            .message
+            .contains("`tester` works in no worktree")
+    );
+    let tested = Known {
+        worktree_agents: Some(["tester".to_owned()].into()),
+        ..known()
+    };
+    assert_eq!(lint(&flow, &tested), []);
 }
 
 #[test]

@@ -35,6 +35,7 @@ fn imported(name: &str) -> Imported {
     let known = Known {
         agents: imported.agents.clone(),
         merge_agents: None,
+        worktree_agents: None,
         flows: BTreeSet::new(),
         caps: Limits::default(),
     };

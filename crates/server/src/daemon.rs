@@ -181,7 +181,8 @@ pub async fn build(
             git: branches.clone(),
         })),
     )
-    .with_merge_agents(merge_agents(&config));
+    .with_merge_agents(merge_agents(&config))
+    .with_worktree_agents(worktree_bases(&config).into_keys().collect());
     tasks.spawn(runner.clone().run(shutdown.clone().cancelled_owned()));
     // The node heartbeats until the engine has drained, not just until
     // draining starts: its peers must not take over what it still finishes.
@@ -526,6 +527,7 @@ fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
     let known = swarmd_flow::lint::Known {
         agents: config.agents.keys().cloned().collect(),
         merge_agents: Some(merge_agents(config)),
+        worktree_agents: Some(worktree_bases(config).into_keys().collect()),
         // A call of a flow whose file did not read is that file's problem,
         // reported once, under its file.
         flows: catalog.names().chain(catalog.unread()).cloned().collect(),

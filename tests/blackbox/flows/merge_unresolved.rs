@@ -1,10 +1,9 @@
 //! The `merge` node with a resolver that does not resolve its conflict
 //! (docs/flows.md, Merging coding branches), on the real binary and real
-//! `git`: a resolver that commits nothing, one without a worktree, one
-//! whose commits leave the conflicting file alone, and one that commits it
-//! with git's markers still in it all leave the conflict
-//! in the result, with the branches merged before it, and no later round
-//! merges onto the markers.
+//! `git`: a resolver that commits nothing, one whose commits leave the
+//! conflicting file alone, and one that commits it with git's markers
+//! still in it all leave the conflict in the result, with the branches
+//! merged before it, and no later round merges onto the markers.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -22,7 +21,7 @@ const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// commits; `lazy` works in a worktree and commits nothing; `careless`
 /// commits a review note and leaves the conflicting file as it found it;
 /// `sloppy` changes the conflicting file but leaves git's markers in it;
-/// `echo` works in no worktree.
+/// `echo` works in no worktree, which lint refuses as a resolver.
 const AGENTS: &str = r#"
 [agents.coder]
 kind = "process"
@@ -184,7 +183,7 @@ async fn left_unresolved(sw: &Swarmd, repo: &Path, name: &str) -> String {
 async fn a_resolver_that_resolves_nothing_leaves_the_conflict_in_the_result() {
     let sw = Swarmd::new(AGENTS).env("PATH", PATH);
     let repo = make_repo(sw.dir());
-    let flows: Vec<(&str, Value)> = ["lazy", "echo", "careless", "sloppy"]
+    let flows: Vec<(&str, Value)> = ["lazy", "careless", "sloppy"]
         .into_iter()
         .map(|resolver| (resolver, flow(resolver)))
         .collect();
@@ -192,13 +191,28 @@ async fn a_resolver_that_resolves_nothing_leaves_the_conflict_in_the_result() {
     let sw = sw.start().await;
     let main = git(&repo, &["rev-parse", "main"]);
 
-    // Committing nothing and working in no worktree leave no branch with
-    // markers but the conflicts' work branches.
+    // A resolver that works in no worktree can never resolve: lint
+    // refuses it (a flows_dir file naming it would stop the start).
+    let response = sw
+        .post("/v1/flows/lint", &sw.admin)
+        .json(&json!({ "flow": flow("echo") }))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = crate::harness::parts(response).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["ok"], false, "{body}");
+    assert_eq!(body["problems"][0]["code"], "no_worktree", "{body}");
+    assert_eq!(
+        body["problems"][0]["pointer"],
+        "/body/children/1/on_conflict"
+    );
+
+    // Committing nothing leaves no branch with markers but the conflict's
+    // work branch.
     let mut works = BTreeSet::new();
-    for resolver in ["lazy", "echo"] {
-        works.insert(left_unresolved(&sw, &repo, resolver).await);
-        assert_eq!(marked(&repo), works, "after {resolver}");
-    }
+    works.insert(left_unresolved(&sw, &repo, "lazy").await);
+    assert_eq!(marked(&repo), works, "after lazy");
     // `careless` committed on top of the markers: its own branch holds
     // them too, and the node took it for no resolution.
     works.insert(left_unresolved(&sw, &repo, "careless").await);

@@ -15,6 +15,7 @@
 //! survivor (`pools`); logins of one role name on two nodes at once end
 //! with one holder (`roles`).
 
+mod duplicate_id;
 mod events;
 mod fencing;
 mod flows;

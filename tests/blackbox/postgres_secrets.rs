@@ -6,6 +6,8 @@
 //! that restarts; no secret reaches
 //! the log at trace level or `check-config`'s output, and a database that
 //! cannot be reached fails those commands naming it without its password.
+//! `check-config` refuses a `store.url` or `cluster.advertise_url` that
+//! `serve` could not use, and prints a warning line for each risky setting.
 
 use serde_json::json;
 use swarmd_postgres::PgDb;
@@ -230,4 +232,75 @@ async fn an_unreachable_database_fails_the_secret_commands_without_its_password(
         );
         assert!(!stderr.contains("hunter2"), "{args:?}: {stderr}");
     }
+}
+
+/// `swarmd check-config` on `text`: its exit status, stdout and stderr.
+async fn check_config(dir: &std::path::Path, text: &str) -> (Option<i32>, String, String) {
+    let config = dir.join("swarmd.toml");
+    std::fs::write(&config, text).unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .env_clear()
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn check_config_refuses_urls_serve_cannot_use_and_warns_of_risky_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let password = dir.path().join("pg-password");
+    std::fs::write(&password, "hunter2\n").unwrap();
+    let text = |bind: &str, url: &str, cluster: &str| {
+        format!(
+            "[server]\nbind = \"{bind}\"\n[store]\nbackend = \"postgres\"\nurl = \"{url}\"\n\
+             password_file = \"{}\"\nstate_dir = \"{}\"\n{cluster}",
+            password.display(),
+            state.display()
+        )
+    };
+    let good_url = "postgres://swarmd@db.internal:5432/swarmd";
+    for (url, cluster, key) in [
+        ("http://127.0.0.1:54719/audit1", "", "store.url"),
+        ("postgres://u:hunter2@[bad", "", "store.url"),
+        (
+            good_url,
+            "[cluster]\nadvertise_url = \"http://node a:7841\"\n",
+            "cluster.advertise_url",
+        ),
+    ] {
+        let (status, stdout, stderr) =
+            check_config(dir.path(), &text("127.0.0.1:7841", url, cluster)).await;
+        assert_eq!(status, Some(78), "{url} {cluster}: {stderr}");
+        assert!(stderr.contains(&format!("`{key}`")), "{stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(!stderr.contains("hunter2"), "{stderr}");
+    }
+
+    // A wildcard bind with no advertised URL and a password file others may
+    // read start: each is one warning line, the configuration still printed.
+    std::fs::set_permissions(
+        &password,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let (status, stdout, stderr) =
+        check_config(dir.path(), &text("0.0.0.0:7841", good_url, "")).await;
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(stdout.contains("backend = \"postgres\""), "{stdout}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("swarmd: warning: "))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{stderr}");
+    assert!(warnings[0].contains("http://127.0.0.1:7841"), "{stderr}");
+    assert!(warnings[1].contains("0644"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
 }

@@ -12,10 +12,12 @@
 //!
 //! On `store.backend = "postgres"` a daemon is always a node, a cluster of
 //! one without `[cluster]`: it registers before recovery (a new epoch, which
-//! fences its previous incarnation), recovers the live tasks it owns, and
-//! from then on heartbeats, takes over dead peers' tasks and broadcasts
-//! every node's events.
+//! fences its previous incarnation; `claim` first refuses an id another live
+//! node holds), recovers the live tasks it owns, and from then on
+//! heartbeats, takes over dead peers' tasks and broadcasts every node's
+//! events.
 
+mod claim;
 mod forwarder;
 mod keys;
 mod lease;
@@ -54,6 +56,16 @@ pub enum ClusterError {
     BadNodeId { path: String },
     #[error("cannot register this node: {0}")]
     Register(#[source] swarmd_output_store::StoreError),
+    #[error(
+        "node id {node} is in use by a live node at {other_url}: its heartbeat advanced while \
+         this node watched it, and two nodes with one id fence each other in turn; this node \
+         does not start. Give it an id of its own: {fix}"
+    )]
+    IdInUse {
+        node: NodeId,
+        other_url: String,
+        fix: String,
+    },
 }
 
 /// This node's settings: `[cluster]`, or its defaults.
@@ -104,12 +116,55 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     file.sync_all()
 }
 
-/// Registers this node (a new epoch) before recovery.
+/// Registers this node (a new epoch) before recovery, unless another live
+/// node holds its id (`claim`): when the id's row is alive with a heartbeat
+/// younger than the lease and another advertise URL, the row is watched for
+/// up to a lease and a tick first, and a heartbeat that advances meanwhile
+/// refuses the start with `IdInUse`.
 pub async fn register(
     db: &PgDb,
     node: NodeId,
     advertise_url: &str,
+    config: &Config,
 ) -> Result<Registration, ClusterError> {
+    let settings = settings(config);
+    let lease = Duration::from_secs(settings.node_lease_secs);
+    let cluster = db.cluster();
+    let row = cluster
+        .node_row(node)
+        .await
+        .map_err(ClusterError::Register)?;
+    if let Some(row) = row.filter(|row| claim::must_watch(row, advertise_url, lease)) {
+        let window = lease + lease::Lease::new(lease, tokio::time::Instant::now()).tick();
+        tracing::warn!(
+            %node,
+            other_url = %row.advertise_url,
+            heartbeat_age_ms = row.heartbeat_age.as_millis() as u64,
+            watch_ms = window.as_millis() as u64,
+            "this node's id is registered alive at another advertise URL; watching its \
+             heartbeat before taking the id over"
+        );
+        match claim::watch(&row, window, || cluster.node_row(node))
+            .await
+            .map_err(ClusterError::Register)?
+        {
+            claim::Claim::Held { advertise_url } => {
+                return Err(ClusterError::IdInUse {
+                    node,
+                    other_url: advertise_url,
+                    fix: claim::fix_hint(
+                        settings.node_id.is_some(),
+                        &config.store.state_dir.join(NODE_ID_FILE),
+                    ),
+                });
+            }
+            claim::Claim::Free => tracing::warn!(
+                %node,
+                other_url = %row.advertise_url,
+                "the node that held this id did not heartbeat; taking the id over"
+            ),
+        }
+    }
     let registration = db
         .cluster()
         .register_node(node, advertise_url)

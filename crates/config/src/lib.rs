@@ -26,6 +26,7 @@ mod print;
 mod sections;
 mod sources;
 mod validate;
+mod warnings;
 mod worktree;
 
 use std::collections::BTreeMap;

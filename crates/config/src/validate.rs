@@ -1,10 +1,16 @@
 //! Validation of a merged configuration: ranges, names, references between
-//! sections, and the file checks that are cheap (scripts readable, program
-//! paths executable). The first problem found is returned.
+//! sections, URLs parsed by what uses them (`store.url` by the PostgreSQL
+//! driver, `cluster.advertise_url` as the URL the peers' client requests),
+//! and the file checks that are cheap (scripts readable, program paths
+//! executable). The first problem found is returned. The files only the
+//! daemon reads at start (the PostgreSQL password) are checked by
+//! `Config::check_start_files`, which `check-config` calls and client
+//! commands do not.
 
 use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::str::FromStr;
 
 use swarmd_engine::task::{MAX_ATTEMPTS, MAX_COST_USD, MAX_POLICY_SECS};
 
@@ -235,10 +241,15 @@ fn validate_server(config: &Config) -> Result<(), ConfigError> {
             "must name the database when store.backend = \"postgres\"",
         ));
     }
+    if config.store.backend == StoreBackend::Postgres
+        && let Some(url) = &config.store.url
+    {
+        store_url(&url.0)?;
+    }
     // The password file is read at start: one that does not exist is a
-    // configuration error, found by check-config too. One this user may not
-    // read is left to the daemon (a client reading the same file for the
-    // daemon's URL never reads the password).
+    // configuration error. One this user may not read is found by
+    // `check_start_files` (check-config), not here: a client reading the
+    // same file for the daemon's URL never reads the password.
     if config.store.backend == StoreBackend::Postgres
         && let Some(path) = &config.store.password_file
         && let Err(source) = std::fs::metadata(path)
@@ -264,16 +275,103 @@ fn validate_server(config: &Config) -> Result<(), ConfigError> {
         {
             return Err(invalid("cluster.node_id", "must be a UUID"));
         }
-        if let Some(url) = &cluster.advertise_url
-            && !(url.starts_with("http://") || url.starts_with("https://"))
-        {
-            return Err(invalid(
-                "cluster.advertise_url",
-                "must be an http:// or https:// URL",
-            ));
+        if let Some(url) = &cluster.advertise_url {
+            advertise_url(url)?;
         }
     }
     Ok(())
+}
+
+/// `store.url` as the PostgreSQL store reads it: parsed by the driver
+/// (`tokio_postgres::Config`, as `swarmd_postgres::PgOptions` does), naming
+/// a host to connect to. The value is shown with its passwords redacted,
+/// never the parser's message, which may quote it.
+fn store_url(url: &str) -> Result<(), ConfigError> {
+    let shown = swarmd_postgres::redact_url(url);
+    let parsed = tokio_postgres::Config::from_str(url).map_err(|_| {
+        invalid(
+            "store.url",
+            format!(
+                "`{shown}` is not a PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE) or \
+                 key=value connection string (host=HOST user=USER dbname=DATABASE)"
+            ),
+        )
+    })?;
+    if parsed.get_hosts().is_empty() && parsed.get_hostaddrs().is_empty() {
+        return Err(invalid(
+            "store.url",
+            format!("`{shown}` names no host to connect to (postgres://HOST/… or host=HOST)"),
+        ));
+    }
+    Ok(())
+}
+
+/// `cluster.advertise_url`: an absolute `http://` or `https://` URL with a
+/// host, as the peers' HTTP client parses it (the `url` crate), the
+/// request's path appended to it: no user or password (the nodes table
+/// and the logs show it), no query or fragment.
+fn advertise_url(text: &str) -> Result<(), ConfigError> {
+    const KEY: &str = "cluster.advertise_url";
+    let shown = swarmd_postgres::redact_url(text);
+    let url = url::Url::parse(text).map_err(|error| {
+        invalid(
+            KEY,
+            format!("`{shown}` is not an absolute http:// or https:// URL: {error}"),
+        )
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid(
+            KEY,
+            format!("`{shown}` must be an http:// or https:// URL"),
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid(KEY, format!("`{shown}` names no host")));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid(
+            KEY,
+            format!("`{shown}` must not carry a user or password"),
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid(
+            KEY,
+            format!(
+                "`{shown}` must not have a query or fragment: request paths are appended to it"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// The checks of files only the daemon reads, at start: the PostgreSQL
+    /// password file can be opened for reading by this user (its contents
+    /// are not read). `check-config` makes them, so a configuration it
+    /// accepts also starts; client commands, which read the configuration
+    /// for the daemon's URL alone, do not.
+    ///
+    /// # Errors
+    /// `Unreadable` naming `store.password_file` and the path.
+    pub fn check_start_files(&self) -> Result<(), ConfigError> {
+        if self.store.backend == StoreBackend::Postgres
+            && let Some(path) = &self.store.password_file
+        {
+            let unreadable = |source| ConfigError::Unreadable {
+                key: "store.password_file".to_owned(),
+                path: path.clone(),
+                source,
+            };
+            let file = File::open(path).map_err(unreadable)?;
+            if file.metadata().map_err(unreadable)?.is_dir() {
+                return Err(unreadable(std::io::Error::from(
+                    std::io::ErrorKind::IsADirectory,
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 fn validate_auth(config: &Config) -> Result<(), ConfigError> {
@@ -516,5 +614,116 @@ fn executable(key: &str, path: &Path) -> Result<(), ConfigError> {
             key,
             format!("{} is not an executable file", path.display()),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+    use crate::ClusterConfig;
+    use crate::sections::PgUrl;
+
+    fn on_postgres(url: &str) -> Config {
+        let mut config = Config::default();
+        config.store.backend = StoreBackend::Postgres;
+        config.store.url = Some(PgUrl(url.to_owned()));
+        config
+    }
+
+    #[test]
+    fn a_store_url_is_what_the_postgres_driver_connects_with() {
+        for url in [
+            "postgres://swarmd@db.internal:5432/swarmd",
+            "postgresql://swarmd:pw@10.0.0.1/swarmd?application_name=x",
+            "host=db.internal user=swarmd dbname=swarmd",
+            "host=/var/run/postgresql dbname=swarmd",
+        ] {
+            validate(&on_postgres(url)).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+        for (url, said) in [
+            ("http://127.0.0.1:54719/audit1", "is not a PostgreSQL URL"),
+            ("postgres://u:pw@[bad", "is not a PostgreSQL URL"),
+            ("postgres:///swarmd", "names no host"),
+            ("dbname=swarmd password=pw", "names no host"),
+        ] {
+            let error = validate(&on_postgres(url)).unwrap_err().to_string();
+            assert!(error.contains("`store.url`"), "{url}: {error}");
+            assert!(error.contains(said), "{url}: {error}");
+            assert!(!error.contains("pw"), "a password is in: {error}");
+        }
+        // Another backend never reads it.
+        let mut sqlite = on_postgres("http://x");
+        sqlite.store.backend = StoreBackend::Sqlite;
+        validate(&sqlite).unwrap();
+    }
+
+    #[test]
+    fn an_advertise_url_is_an_absolute_http_url_with_a_host() {
+        let with = |url: &str| {
+            let mut config = on_postgres("postgres://h/d");
+            config.cluster = Some(ClusterConfig {
+                advertise_url: Some(url.to_owned()),
+                ..ClusterConfig::default()
+            });
+            validate(&config)
+        };
+        for url in [
+            "http://node-a.internal:7070",
+            "https://10.0.0.1/swarmd/",
+            "http://[::1]:7070",
+        ] {
+            with(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+        for url in [
+            "http://node a:7841",
+            "node-a:7070",
+            "ftp://node-a",
+            "http://",
+            "http://u:secret@node-a:7070",
+            "http://node-a:7070/?x=1",
+            "http://node-a:7070/#top",
+            "http://node-a:99999",
+        ] {
+            let error = with(url)
+                .expect_err(&format!("{url} was accepted"))
+                .to_string();
+            assert!(error.contains("`cluster.advertise_url`"), "{url}: {error}");
+            assert!(!error.contains("secret"), "a password is in: {error}");
+        }
+    }
+
+    #[test]
+    fn a_password_file_check_config_cannot_read_is_refused_there_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = on_postgres("postgres://h/d");
+        let readable = dir.path().join("pg-password");
+        std::fs::write(&readable, "hunter2\n").unwrap();
+        config.store.password_file = Some(readable.clone());
+        validate(&config).unwrap();
+        config.check_start_files().unwrap();
+
+        // A directory opens but does not read.
+        config.store.password_file = Some(dir.path().to_owned());
+        validate(&config).unwrap();
+        let error = config.check_start_files().unwrap_err().to_string();
+        assert!(error.contains("`store.password_file`"), "{error}");
+
+        // A file without the read bit, unless this runs as root (which reads it).
+        std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o000)).unwrap();
+        config.store.password_file = Some(readable.clone());
+        validate(&config).unwrap();
+        if File::open(&readable).is_err() {
+            let error = config.check_start_files().unwrap_err().to_string();
+            assert!(error.contains("`store.password_file`"), "{error}");
+            assert!(error.contains(&readable.display().to_string()), "{error}");
+            assert!(!error.contains("hunter2"), "{error}");
+        }
+
+        // Not read on another backend.
+        config.store.backend = StoreBackend::Sqlite;
+        config.store.password_file = Some(dir.path().to_owned());
+        config.check_start_files().unwrap();
     }
 }

@@ -42,7 +42,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use connect::{DEFAULT_MAX_BATCH, DEFAULT_POOL_SIZE, PgOptions};
 pub use migrate::SCHEMA_VERSION;
-pub use nodes::{EventWake, NodeId, OfferEntries, Registration, Takeover};
+pub use nodes::{EventWake, NodeId, NodeRow, OfferEntries, Registration, Takeover};
 pub use outputs::PgOutputStore;
 pub use owners::{OwnerKey, TaskOwner};
 pub use redact::redact_url;

@@ -36,6 +36,22 @@ pub struct Registration {
     pub adopted: u64,
 }
 
+/// A node's row as a node about to register under the same id reads it
+/// (`PgCluster::node_row`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeRow {
+    pub epoch: i64,
+    pub advertise_url: String,
+    /// The row is `alive` (not `left` or `dead`).
+    pub alive: bool,
+    /// Its last heartbeat in microseconds since 1970 by the database's
+    /// clock: compared between two reads of the row, never with a node's
+    /// clock.
+    pub heartbeat_us: i64,
+    /// How old that heartbeat is, by the database's clock.
+    pub heartbeat_age: Duration,
+}
+
 /// A dead node's live tasks, now this node's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Takeover {
@@ -146,6 +162,34 @@ impl PgCluster {
             .await
             .map_err(db_error)?;
         Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+    }
+
+    /// The row of node `node`, if it ever registered. Reads only: a node
+    /// reads its own id's row before `register_node`, to tell a live node
+    /// holding the id from its own previous incarnation.
+    ///
+    /// # Errors
+    ///
+    /// `StoreError::Database` when the database cannot be read.
+    pub async fn node_row(&self, node: NodeId) -> Result<Option<NodeRow>, StoreError> {
+        let client = self.db.reader().await?;
+        let row = client
+            .query_opt(
+                "SELECT epoch, advertise_url, state = 'alive',
+                        (extract(epoch FROM heartbeat_at) * 1000000)::bigint,
+                        GREATEST(extract(epoch FROM now() - heartbeat_at), 0)::float8
+                 FROM nodes WHERE id = $1",
+                &[&node],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(|row| NodeRow {
+            epoch: row.get(0),
+            advertise_url: row.get(1),
+            alive: row.get(2),
+            heartbeat_us: row.get(3),
+            heartbeat_age: Duration::from_secs_f64(row.get::<_, f64>(4)),
+        }))
     }
 
     /// Renews this node's lease. `Ok(false)` when its row is no longer

@@ -89,6 +89,10 @@ pub async fn build(
     shutdown: CancellationToken,
 ) -> Result<Daemon, BuildError> {
     let base_url = config.base_url(bound);
+    // Settings that start but are risky (`check-config` prints the same).
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let Stores {
         tasks: store,
@@ -105,7 +109,7 @@ pub async fn build(
         let id = cluster::node_id(&cluster, &config.store.state_dir)
             .map_err(|e| BuildError::Cluster(e.to_string()))?;
         let advertise = cluster.advertise_url.as_deref().unwrap_or(&base_url);
-        cluster::register(db, id, advertise)
+        cluster::register(db, id, advertise, &config)
             .await
             .map_err(|e| BuildError::Cluster(e.to_string()))?;
         forwarder = Some(

@@ -10,8 +10,10 @@
 //! never forwarded again. The answer comes back with its status, end-to-end
 //! headers and body (streamed), plus `x-swarmd-forwarded-to: <owner node>`.
 //! An owner that cannot be reached answers `503 owner_unavailable` with
-//! `Retry-After`. `Authorization` is marked sensitive on the way out and
-//! nothing here logs a header or a query.
+//! `Retry-After`, and its failure is logged with the target it was sent
+//! to (the owner's advertise URL and the route's path) and the error's
+//! causes. `Authorization` is marked sensitive on the way out and nothing
+//! here logs a header or a query.
 
 use std::time::Duration;
 
@@ -175,12 +177,10 @@ async fn relay(
     let answer = match sent {
         Ok(answer) => answer,
         Err(error) => {
-            // Logged without its URL: the route is the path alone, never
-            // the query or a header.
             tracing::warn!(
                 owner = %owner.node,
-                route = path,
-                error = %error.without_url(),
+                target = %target(owner, path),
+                error = %causes(&error.without_url()),
                 "cannot reach the node that holds the task"
             );
             return unavailable("the node that holds the task cannot be reached; retry");
@@ -197,6 +197,26 @@ async fn relay(
     response
         .body(Body::from_stream(answer.bytes_stream()))
         .unwrap_or_else(|error| ApiError::internal(&error).into_response())
+}
+
+/// Where a forwarded request went, as its failure is logged: the owner's
+/// advertise URL and the route's path, never the query (which the error's
+/// own URL would carry).
+fn target(owner: &TaskOwner, path: &str) -> String {
+    format!("{}{path}", owner.advertise_url.trim_end_matches('/'))
+}
+
+/// An error and its causes on one line (`builder error: invalid domain
+/// character`): reqwest's own text names only the kind.
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        cause = error.source();
+    }
+    text
 }
 
 /// How long a forwarded request may take: a sub-task's spawn may wait
@@ -301,6 +321,31 @@ mod tests {
             timeout_of(&Method::POST, "/v1/pool/claim"),
             Duration::from_millis(MAX_WAIT_MS) + REQUEST_TIMEOUT
         );
+    }
+
+    #[test]
+    fn a_failed_forward_names_its_target_and_the_cause() {
+        let owner = TaskOwner {
+            task: None,
+            node: uuid::Uuid::nil(),
+            advertise_url: "http://node a:7841/".to_owned(),
+            alive: true,
+        };
+        assert_eq!(
+            target(&owner, "/v1/worker/result"),
+            "http://node a:7841/v1/worker/result"
+        );
+        let client = reqwest::Client::new();
+        let error = client
+            .post(format!(
+                "{}?task_id=T-1",
+                target(&owner, "/v1/worker/result")
+            ))
+            .build()
+            .unwrap_err();
+        let logged = causes(&error.without_url());
+        assert!(logged.starts_with("builder error: "), "{logged}");
+        assert!(!logged.contains("task_id"), "{logged}");
     }
 
     #[test]

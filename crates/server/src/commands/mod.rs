@@ -107,8 +107,16 @@ pub async fn execute(command: Command, env: &Environment) -> Result<u8, CommandE
         Command::Serve(args) => serve::serve(&args, env).await.map(|()| exit::OK),
         Command::CheckConfig(args) => {
             let config = Config::load(&args.config.config_path(env), env, &args.overrides())?;
+            config.check_start_files()?;
             crate::daemon::link_agents(&config, env).map_err(ServeError::Build)?;
             crate::daemon::check_flows(&config).map_err(ServeError::Build)?;
+            // Risky settings that start: one line each on stderr, so that
+            // stdout stays a configuration that loads back.
+            let mut stderr = io::stderr().lock();
+            for warning in config.warnings() {
+                let _ = writeln!(stderr, "swarmd: warning: {warning}");
+            }
+            drop(stderr);
             print(config.to_toml_redacted()?.trim_end())?;
             Ok(exit::OK)
         }

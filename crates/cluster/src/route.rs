@@ -162,11 +162,19 @@ pub fn asked(
             }))
         }
         Named::PathId => {
-            let id: TaskId = path
+            let id = path
                 .strip_prefix("/v1/tasks/")
                 .and_then(|rest| rest.strip_suffix("/cancel"))
-                .and_then(|id| id.parse().ok())
                 .ok_or(NOT_CANONICAL)?;
+            // An id that names no task is the route's own 400 to answer;
+            // an encoded one (which the route would decode) is refused.
+            let Ok(id) = id.parse::<TaskId>() else {
+                return if id.contains('%') {
+                    Err(NOT_CANONICAL)
+                } else {
+                    Ok(None)
+                };
+            };
             let canonical = format!("/v1/tasks/{id}/cancel");
             if canonical != path {
                 return Err(NOT_CANONICAL);
@@ -180,7 +188,13 @@ pub fn asked(
         Named::RunPathId => {
             let rest = path.strip_prefix("/v1/runs/").ok_or(NOT_CANONICAL)?;
             let (id, tail) = rest.split_once('/').ok_or(NOT_CANONICAL)?;
-            let id: RunId = id.parse().map_err(|_| NOT_CANONICAL)?;
+            let Ok(id) = id.parse::<RunId>() else {
+                return if id.contains('%') {
+                    Err(NOT_CANONICAL)
+                } else {
+                    Ok(None)
+                };
+            };
             let well_formed = tail == "cancel"
                 || tail.strip_prefix("waits/").is_some_and(|wait| {
                     !wait.is_empty() && !wait.contains('/') && wait != "." && wait != ".."
@@ -338,8 +352,7 @@ mod tests {
         );
         for bad in [
             format!("/v1/runs/{RUN}/waits/.."),
-            "/v1/runs/R-X/cancel".to_owned(),
-            format!("/v1/runs/{}/cancel", RUN.to_uppercase()),
+            "/v1/runs/R-%58/cancel".to_owned(),
         ] {
             let template = if bad.ends_with("cancel") {
                 "/v1/runs/{id}/cancel"
@@ -348,6 +361,17 @@ mod tests {
             };
             assert!(
                 asked(&Method::POST, Some(template), &bad, &none).is_err(),
+                "{bad}"
+            );
+        }
+        // An id no run has is the route's own bad request.
+        for bad in [
+            "/v1/runs/R-X/cancel".to_owned(),
+            format!("/v1/runs/{}/cancel", RUN.to_uppercase()),
+        ] {
+            assert_eq!(
+                asked(&Method::POST, Some("/v1/runs/{id}/cancel"), &bad, &none),
+                Ok(None),
                 "{bad}"
             );
         }
@@ -401,13 +425,26 @@ mod tests {
         let hex = TASK.trim_start_matches("T-");
         for path in [
             format!("/v1/tasks/%54-{hex}/cancel"),
-            format!("/v1/tasks/T-{}/cancel", hex.to_uppercase()),
-            "/v1/tasks/T-nope/cancel".to_owned(),
             "/v1/tasks/%2e%2e/cancel".to_owned(),
+            "/v1/tasks/T-n%6fpe/cancel".to_owned(),
         ] {
             assert_eq!(
                 asked(&Method::POST, Some(template), &path, &handle),
                 Err(NOT_CANONICAL),
+                "{path}"
+            );
+        }
+        // An id that names no task at all is the route's own bad request.
+        // An id that names no task at all (the route parses ids as this
+        // does) is the route's own bad request.
+        for path in [
+            "/v1/tasks/T-nope/cancel".to_owned(),
+            "/v1/tasks/not-a-task/cancel".to_owned(),
+            format!("/v1/tasks/T-{}/cancel", hex.to_uppercase()),
+        ] {
+            assert_eq!(
+                asked(&Method::POST, Some(template), &path, &handle),
+                Ok(None),
                 "{path}"
             );
         }

@@ -216,6 +216,29 @@ async fn a_cancel_sent_to_another_node_stops_the_owners_task_while_it_waits_ther
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["status"], "cancelled", "{view}");
     assert_eq!(finished(a, &task).await["status"], "cancelled");
+
+    // An id that names no task is a bad id wherever it lands, not a path
+    // the node would not forward.
+    let (status, body) = parts(
+        b.post("/v1/tasks/not-a-task/cancel", &b.admin)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["code"]),
+        (400, &json!("bad_request")),
+        "{body}"
+    );
+    assert!(
+        !body["error"]
+            .as_str()
+            .unwrap()
+            .contains("must name its route"),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -216,14 +216,24 @@ async fn a_wait_is_answered_with_its_own_token_and_a_matching_answer_only() {
     // refused as a credential for one route only.
     let cancel = format!("/v1/runs/{id}/cancel");
     for response in [
-        sw.get(&format!("/v1/runs/{id}"), &token).send().await.unwrap(),
-        sw.post(&cancel, &token).json(&json!({})).send().await.unwrap(),
+        sw.get(&format!("/v1/runs/{id}"), &token)
+            .send()
+            .await
+            .unwrap(),
+        sw.post(&cancel, &token)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap(),
     ] {
         assert_eq!(response.status(), 403);
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["code"], "forbidden", "{body}");
         assert!(
-            body["error"].as_str().unwrap().contains("only answers its own wait"),
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("only answers its own wait"),
             "{body}"
         );
     }

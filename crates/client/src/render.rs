@@ -16,19 +16,52 @@ const CELL_CHARS: usize = 60;
 /// Spaces between two columns.
 const GUTTER: u16 = 2;
 
-/// Text with each control character replaced by a space, cut to `max`
-/// characters (with `…` when cut).
+/// Text with each control character replaced by a space and each
+/// invisible format character (bidi overrides and isolates, zero-width
+/// marks) left out, cut to `max` characters (with `…` when cut): what a
+/// terminal shows of text the daemon, a worker or a model wrote.
 pub fn clean(text: &str, max: usize) -> String {
     let mut out: String = text
         .chars()
+        .filter(|c| !is_format(*c))
         .map(|c| if c.is_control() { ' ' } else { c })
         .take(max)
         .collect();
-    if text.chars().count() > max {
+    if text.chars().filter(|c| !is_format(*c)).count() > max {
         out.pop();
         out.push('…');
     }
     out
+}
+
+/// Text of several lines for a terminal: each line as `clean` leaves it
+/// (uncut), tabs kept.
+pub fn clean_lines(text: &str) -> String {
+    text.split('\n')
+        .map(|line| {
+            line.split('\t')
+                .map(|part| clean(part, usize::MAX))
+                .collect::<Vec<_>>()
+                .join("\t")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `c` is an invisible character that reorders or hides what a
+/// terminal shows around it: the bidirectional embeddings, overrides,
+/// isolates and marks, zero-width spaces and joiners, the word joiner and
+/// invisible operators, and the byte-order mark.
+fn is_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
 }
 
 /// `ms_ago` as a relative time: `just now`, `42s ago`, `3m ago`, `5h ago`,
@@ -439,6 +472,15 @@ mod tests {
     fn control_characters_never_reach_the_terminal() {
         assert_eq!(clean("a\u{1b}[31mred\nline", 100), "a [31mred line");
         assert_eq!(clean("abcdef", 4), "abc…");
+        // Bidi overrides and zero-width characters are left out, and do not
+        // count toward the cut.
+        assert_eq!(clean("x \u{202e}RTL\u{2066}\u{200b}", 100), "x RTL");
+        assert_eq!(clean("\u{202e}\u{202e}abcd", 4), "abcd");
+        // A diff for a terminal keeps its lines and tabs, nothing else.
+        assert_eq!(
+            clean_lines("+x\u{1b}]52;c;SGk=\u{7}y\n-\tz\u{202e}w"),
+            "+x ]52;c;SGk= y\n-\tzw"
+        );
         assert_eq!(short_id("T-0190f3c2a1b27c3d8e4f5a6b7c8d9e0f"), "…7c8d9e0f");
         assert_eq!(short_id("abc"), "abc");
     }

@@ -65,7 +65,12 @@ fn main() -> ExitCode {
         Err(error) if error.is_broken_pipe() => ExitCode::from(exit::BROKEN_PIPE),
         Err(error) => {
             // One line: an invalid configuration must print exactly one.
-            eprintln!("swarmd: {}", error.to_string().replace(['\n', '\r'], " "));
+            // The text may quote what a client, a worker or a file held:
+            // no escape sequence of it reaches the terminal.
+            eprintln!(
+                "swarmd: {}",
+                swarmd_client::render::clean(&error.to_string(), usize::MAX)
+            );
             ExitCode::from(error.exit_code())
         }
     }

@@ -216,6 +216,20 @@ async fn a_task_is_named_by_the_tail_its_table_prints() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("the tail a table prints"), "{stderr}");
+
+    // An error that quotes what the user gave carries none of its escape
+    // sequences or bidi overrides to the terminal.
+    let agent = "x\u{1b}]52;c;SGk=\u{7}\u{1b}[2J\u{202e}y";
+    let mut args = vec!["task", "spawn", "--agent", agent, "--prompt", "hi"];
+    args.extend(connection);
+    let output = run(cwd.path(), &[], &args).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("unknown agent"), "{stderr}");
+    assert!(
+        !stderr.contains(['\u{1b}', '\u{7}', '\u{202e}']),
+        "{stderr:?}"
+    );
 }
 
 #[tokio::test]

@@ -3,12 +3,14 @@
 //! Lists print as tables (`-o json` for the daemon's answer); `show` prints
 //! the task's diff as git prints one.
 
+use std::io::IsTerminal;
+
 use serde_json::json;
 
 use super::{CommandError, print, remote};
 use crate::cli::{BranchArgs, BranchCommand, OutputFormat, exit};
 use swarmd_client::branch_table;
-use swarmd_client::render::{clean, now_ms};
+use swarmd_client::render::{clean, clean_lines, now_ms};
 use swarmd_config::environment::Environment;
 
 /// Runs one branch verb.
@@ -30,8 +32,15 @@ pub(super) async fn run(args: BranchArgs, env: &Environment) -> Result<u8, Comma
             if json {
                 print(&diff.to_string())?;
             } else {
-                let text = diff["diff"].as_str().unwrap_or_default();
-                print(text.trim_end())?;
+                let text = diff["diff"].as_str().unwrap_or_default().trim_end();
+                // A worker wrote the diff: a terminal gets it without the
+                // escape sequences it may hold; a pipe (a patch file) gets
+                // it whole.
+                if std::io::stdout().is_terminal() {
+                    print(&clean_lines(text))?;
+                } else {
+                    print(text)?;
+                }
                 if diff["diff_truncated"].as_bool() == Some(true) {
                     eprintln!(
                         "the recorded diff is cut; the whole one: git diff {} {}",

@@ -494,10 +494,15 @@ args = ["30"]
         Some(0),
         "get exits 0 whatever the task's state: {got}"
     );
-    run(["cancel".into(), id.clone()].to_vec()).await;
+    let cancel = ["cancel", &id, "--reason", "not needed"].map(String::from);
+    run(cancel.to_vec()).await;
     let (code, cancelled) =
         run(["wait".into(), id, "--timeout".into(), "10".into()].to_vec()).await;
     assert_eq!((code, &cancelled["status"]), (Some(2), &json!("cancelled")));
+    assert!(
+        cancelled.to_string().contains("not needed"),
+        "the reason given is the task's: {cancelled}"
+    );
 }
 
 /// `swarmd task … | head`: a reader that closed stdout ends the command

@@ -188,14 +188,22 @@ impl ApiClient {
         }
     }
 
-    /// `POST /v1/tasks/{id}/cancel`.
+    /// `POST /v1/tasks/{id}/cancel`, with the reason the task records.
     ///
     /// # Errors
     /// As `spawn_task`.
-    pub async fn cancel_task(&self, id: &TaskId) -> Result<Value, ClientError> {
+    pub async fn cancel_task(
+        &self,
+        id: &TaskId,
+        reason: Option<&str>,
+    ) -> Result<Value, ClientError> {
         let path = format!("/v1/tasks/{id}/cancel");
         let url = self.url(&path);
-        self.send_json(self.post(&path).timeout(REQUEST_TIMEOUT), &url)
-            .await
+        let body = match reason {
+            Some(reason) => serde_json::json!({ "reason": reason }),
+            None => serde_json::json!({}),
+        };
+        let request = self.post(&path).json(&body).timeout(REQUEST_TIMEOUT);
+        self.send_json(request, &url).await
     }
 }

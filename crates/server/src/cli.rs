@@ -512,6 +512,9 @@ pub enum TaskCommand {
         /// The task id (T-…), or the tail a table prints (…7c8d9e0f).
         #[arg(value_parser = parse_task_ref)]
         id: String,
+        /// Why, recorded as the task's reason (at most 1 KiB).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
     },
     /// Follow a task's output: one JSON event per line until the stream ends.
     Tail {

@@ -70,7 +70,10 @@ pub(super) async fn task(args: TaskArgs, env: &Environment) -> Result<u8, Comman
             let id = client.resolve_task(&id).await?;
             client.wait_task(&id, timeout).await?
         }
-        TaskCommand::Cancel { id } => client.cancel_task(&client.resolve_task(&id).await?).await?,
+        TaskCommand::Cancel { id, reason } => {
+            let id = client.resolve_task(&id).await?;
+            client.cancel_task(&id, reason.as_deref()).await?
+        }
         TaskCommand::Tail {
             id,
             attempt,

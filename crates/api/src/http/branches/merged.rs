@@ -110,10 +110,13 @@ pub(super) async fn merge_diff(
             .await
             .is_none()
         {
-            return Err(ApiError::not_found(format!(
-                "commit {commit} of merge task {}: the repository no longer has it",
-                task.id
-            )));
+            return Err(ApiError::coded(
+                ErrorCode::NotFound,
+                format!(
+                    "commit {commit} of merge task {}: the repository no longer has it",
+                    task.id
+                ),
+            ));
         }
     }
     // Both are commits the repository has: a refusal now is the record's
@@ -150,18 +153,23 @@ pub(super) async fn merged_branch(
     let record = merge_record_of(task)?;
     let branch = record["branch"].as_str().unwrap_or_default().to_owned();
     if !owns(task, &branch) {
-        return Err(ApiError::not_found(format!(
-            "the branch of merge task {}: {branch} is not the task's own name",
-            task.id
-        ))
+        return Err(ApiError::coded(
+            ErrorCode::NotFound,
+            format!(
+                "the branch of merge task {}: {branch} is not the task's own name",
+                task.id
+            ),
+        )
         .into());
     }
     let recorded = record["head"].as_str().unwrap_or_default();
     match state.branches.head_of(&local.repo, &branch).await {
         None => {
-            return Err(
-                ApiError::not_found(format!("no branch `{branch}` in the repository")).into(),
-            );
+            return Err(ApiError::coded(
+                ErrorCode::NotFound,
+                format!("the repository has no branch `{branch}` (pruned, or deleted by hand)"),
+            )
+            .into());
         }
         Some(now) if now != recorded => {
             return Err(ApiError::coded(

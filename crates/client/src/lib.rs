@@ -253,6 +253,12 @@ fn request_error(url: &str, error: &reqwest::Error) -> ClientError {
         reason.push_str(&cause.to_string());
         source = cause.source();
     }
+    if error.is_connect() {
+        reason.push_str(
+            " (is the daemon running there? start it with `swarmd serve`, \
+             or name another with --url or SWARMD_URL)",
+        );
+    }
     ClientError::Request {
         url: url.to_owned(),
         reason,

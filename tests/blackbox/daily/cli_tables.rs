@@ -334,6 +334,20 @@ async fn the_connection_comes_from_the_environment_or_the_user_config() {
     let agents: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert!(agents["agents"].is_array(), "{agents}");
 
+    // No daemon at the URL: the error says how to start one or name another.
+    let nobody = [
+        ("HOME", home),
+        ("SWARMD_URL", "http://127.0.0.1:1"),
+        ("SWARMD_TOKEN_FILE", token_file.to_str().unwrap()),
+    ];
+    let output = run(&project, &nobody, &["status"]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("http://127.0.0.1:1") && stderr.contains("`swarmd serve`"),
+        "{stderr}"
+    );
+
     // A flag wins over the environment: a wrong --token is refused, and the
     // refusal does not print it.
     let mut args = vec!["task", "list", "--token", "sws-not-the-admin-token"];

@@ -144,6 +144,19 @@ async fn a_flow_is_linted_run_shown_answered_listed_and_cancelled_from_the_cli()
     let table = swarmd(&sw, dir, &admin, &["flow", "runs"]).await;
     assert!(stdout(&table).starts_with("ID "), "{table:?}");
     assert_eq!(stdout(&table).lines().count(), 3, "{}", stdout(&table));
+    // The next page starts before a run named by the tail a table prints.
+    let tail = format!("…{}", &second_id[second_id.len() - 8..]);
+    let older = ["flow", "runs", "--before", &tail, "-o", "json"];
+    let older = swarmd(&sw, dir, &admin, &older).await;
+    assert!(older.status.success(), "{older:?}");
+    let older: Value = serde_json::from_slice(&older.stdout).unwrap();
+    let ids: Vec<&str> = older["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .collect();
+    assert_eq!(ids, [id.as_str()], "{older}");
 }
 
 /// `clasher` writes its prompt to `notes.txt` in its worktree and commits

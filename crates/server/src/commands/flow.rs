@@ -72,10 +72,15 @@ pub(super) async fn run(args: FlowArgs, env: &Environment) -> Result<u8, Command
             print_waited(&view, output)
         }
         FlowCommand::Runs(list) => {
+            // A tail (…0fa766f4) names the run it ends, as everywhere.
+            let before = match &list.before {
+                Some(given) => Some(client.resolve_run(given).await?),
+                None => None,
+            };
             let query = RunQuery {
                 status: list.status.map(|s| s.name().to_owned()),
                 flow: list.flow,
-                before: list.before,
+                before,
                 limit: Some(list.limit),
             };
             let page = client.list_runs(&query).await?;

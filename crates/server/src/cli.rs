@@ -267,8 +267,8 @@ pub struct ListArgs {
     /// prints).
     #[arg(long, value_name = "TASK_ID", value_parser = parse_task_ref)]
     pub parent: Option<String>,
-    /// Only the tasks this operator session owns.
-    #[arg(long, value_name = "SID")]
+    /// Only the tasks this operator session owns (its sid, S-…).
+    #[arg(long, value_name = "SID", value_parser = parse_session_id)]
     pub session: Option<String>,
     /// Only tasks created within this long: a number and a unit, s, m, h,
     /// d or w (`90s`, `15m`, `2h`, `7d`).
@@ -605,6 +605,13 @@ pub(crate) fn parse_task_ref(text: &str) -> Result<String, String> {
     }
 }
 
+/// An operator session's id as `swarmd sessions` prints it (`S-…`).
+pub(crate) fn parse_session_id(text: &str) -> Result<String, String> {
+    text.parse::<swarmd_engine::ids::SessionId>()
+        .map(|_| text.to_owned())
+        .map_err(|_| "expected a session id: S- and 32 lowercase hex digits".to_owned())
+}
+
 /// The parser of a daemon's URL (`swarmd_client::check_base_url`): a
 /// malformed one is a usage error naming the flag, or the variable when
 /// the value came from the environment.
@@ -717,6 +724,10 @@ mod tests {
                 "{tail}"
             );
         }
+        // A session filter is a sid, checked before the daemon is asked.
+        let list = |sid: &str| Cli::try_parse_from(["swarmd", "task", "list", "--session", sid]);
+        assert!(list("abc").is_err());
+        assert!(list(&swarmd_engine::ids::SessionId::new().to_string()).is_ok());
     }
 
     #[test]

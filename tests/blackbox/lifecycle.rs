@@ -483,6 +483,17 @@ args = ["30"]
     );
     let (code, failed) = run(spawn("no", "10")).await;
     assert_eq!(code, Some(2), "{failed}");
+    // An attempt a finished task never had is named, not an empty stream.
+    let tail = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarmd"))
+        .args(["task", "--url", &sw.base, "--token", &sw.admin, "tail"])
+        .args([passed["id"].as_str().unwrap(), "--attempt", "5"])
+        .env_clear()
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&tail.stderr);
+    assert_eq!(tail.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("it has no attempt 5"), "{stderr}");
     let (code, slow) = run(spawn("slow", "1")).await;
     assert_eq!(code, Some(3), "{slow}");
     let id = slow["task_id"].as_str().unwrap().to_owned();

@@ -19,10 +19,10 @@ use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
-use swarmd_engine::EngineError;
 use swarmd_engine::event::{Event, EventRecord};
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
+use swarmd_engine::{EngineError, ErrorCode};
 
 use super::views::{Reader, TaskView};
 use swarmd_output_store::{OutputEvent, OutputRecord, OutputStore};
@@ -187,6 +187,19 @@ fn start_cursor(
     last_id: Option<&str>,
 ) -> Result<(u32, u64), ApiError> {
     let current = view.task.attempt;
+    // A task that ended has all the attempts it will ever have.
+    if let Some(a) = only
+        && view.task.status().is_terminal()
+        && (a == 0 || a > current)
+    {
+        return Err(ApiError::coded(
+            ErrorCode::NotFound,
+            format!(
+                "task {} ended after {current} attempt(s): it has no attempt {a}",
+                view.task.id
+            ),
+        ));
+    }
     let bad = || ApiError::bad_request("Last-Event-ID must be `<seq>` or `<attempt>:<seq>`");
     let from_id = match last_id {
         None => None,

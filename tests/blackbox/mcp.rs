@@ -26,6 +26,7 @@ mod agent_tools;
 mod delegate;
 mod flow_tools;
 mod flows;
+mod large_values;
 mod lifecycle;
 mod long_wait;
 mod rmcp_client;

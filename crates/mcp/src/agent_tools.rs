@@ -104,6 +104,10 @@ struct AgentCalled {
     /// Why the task ended as it did, when the daemon says.
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    /// The value's size in bytes (as JSON) when it is left out, as `wait`
+    /// leaves it out: read it with `task` or `GET /v1/tasks/{id}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value_bytes: Option<usize>,
 }
 
 /// The tools of the exposed agents, in name order.
@@ -209,6 +213,7 @@ async fn run(
         value: state.value,
         ok: state.ok,
         reason: state.reason,
+        value_bytes: state.value_bytes,
     })
 }
 

@@ -13,6 +13,7 @@ use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::task::{PolicyOverrides, TaskStatus};
 
+use super::read::{MAX_ANSWER_BYTES, bound_task_within};
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, structured};
 use swarmd_api::app::AppState;
@@ -183,7 +184,8 @@ pub(super) struct CancelArgs {
 
 #[derive(Debug, Serialize, JsonSchema)]
 struct Cancelled {
-    /// The task after the cancel (as `GET /v1/tasks/{id}` shows it).
+    /// The task after the cancel (as `GET /v1/tasks/{id}` shows it, its
+    /// large values cut as `task` cuts them).
     task: Value,
 }
 
@@ -337,10 +339,16 @@ pub(super) async fn cancel(
             body: Some(json!({ "reason": args.reason }).to_string().into_bytes()),
         };
         if let Some(answer) = cluster::call_owner(state, &Subject::Task(id), call).await {
-            return structured(&Cancelled { task: answer? });
+            return cancelled(answer?);
         }
     }
     let task = tasks::cancel_by(state, caller, id, args.reason).await?;
-    let task = serde_json::to_value(task).map_err(|e| ApiError::internal(&e))?;
+    cancelled(serde_json::to_value(task).map_err(|e| ApiError::internal(&e))?)
+}
+
+/// The answer of `cancel`: the task with its values cut as `task` cuts
+/// them (docs/mcp.md, Tools).
+fn cancelled(mut task: Value) -> Outcome {
+    bound_task_within(&mut task, MAX_ANSWER_BYTES);
     structured(&Cancelled { task })
 }

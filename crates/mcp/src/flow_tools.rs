@@ -171,6 +171,7 @@ pub(super) struct RunArgs {
     run_id: String,
     /// Seconds to wait for the run to end first: 0 to 600 (default 0).
     #[serde(default)]
+    #[schemars(range(max = MAX_WAIT_SECS))]
     wait_secs: u64,
 }
 
@@ -194,6 +195,7 @@ pub(super) struct CancelArgs {
     run_id: String,
     /// Why (at most 1024 bytes); the run's error says it.
     #[serde(default)]
+    #[schemars(length(max = MAX_REASON_BYTES))]
     reason: Option<String>,
 }
 

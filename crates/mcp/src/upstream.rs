@@ -109,6 +109,7 @@ pub(super) struct PendingArgs {
     sid: String,
     /// Long-poll timeout in milliseconds (default 30000, at most 600000).
     #[serde(default)]
+    #[schemars(range(max = MAX_WAIT_SECS * 1000))]
     timeout_ms: Option<u64>,
 }
 

@@ -24,6 +24,7 @@ use swarmd_engine::ids::TaskId;
 use swarmd_engine::task::Task;
 
 use super::fanout::task_id;
+use super::read::{answer_bytes, cut_value};
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, structured};
 use swarmd_api::app::AppState;
@@ -105,30 +106,44 @@ pub(super) struct TaskState {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) reason: Option<String>,
     /// The value's size in bytes (as JSON) when it is left out of this
-    /// answer, which carries at most 256 KiB of values: read it with `task`.
+    /// answer, which carries at most 512 KiB of values (counted as the
+    /// answer carries them: as JSON and again as escaped text): read it
+    /// whole with `GET /v1/tasks/{id}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) value_bytes: Option<usize>,
 }
 
-/// The most bytes of values one wait answer carries. A tool result is
-/// sent twice (as text, escaped, and as structured content) in one
-/// message, and the official Python SDK refuses a message over 1 MiB.
-pub(super) const MAX_VALUE_BYTES: usize = 256 * 1024;
+/// The most bytes of values one wait answer carries, each counted as it
+/// travels: a tool result is sent twice in one message (as structured
+/// content and as its JSON escaped as text), and the official Python SDK
+/// refuses a server-sent event over 1 MiB.
+pub(super) const MAX_VALUE_BYTES: usize = 512 * 1024;
+/// The most bytes of JSON a task's `reason` takes in a wait answer; a
+/// longer one is cut with a marker saying where to read it whole.
+const MAX_REASON_BYTES: usize = 4 * 1024;
 
 /// Leaves out the values past [`MAX_VALUE_BYTES`], in the order asked,
-/// each with its size so the caller knows to read it with `task`.
+/// each with its size so the caller knows to read it with `task`, and
+/// cuts each reason to [`MAX_REASON_BYTES`].
 fn within_bound(states: &mut [TaskState]) {
     let mut carried = 0usize;
     for state in states {
+        if let Some(reason) = state.reason.take() {
+            let mut reason = Value::String(reason);
+            let read = format!("GET /v1/tasks/{}", state.task_id);
+            cut_value(&mut reason, MAX_REASON_BYTES, &read);
+            state.reason = reason.as_str().map(str::to_owned);
+        }
         let Some(value) = &state.value else {
             continue;
         };
-        let bytes = serde_json::to_vec(value).map_or(usize::MAX, |v| v.len());
-        if carried.saturating_add(bytes) > MAX_VALUE_BYTES {
+        let carries = answer_bytes(value);
+        if carried.saturating_add(carries) > MAX_VALUE_BYTES {
+            let bytes = serde_json::to_vec(value).map_or(usize::MAX, |v| v.len());
             state.value = None;
             state.value_bytes = Some(bytes);
         } else {
-            carried += bytes;
+            carried += carries;
         }
     }
 }
@@ -367,7 +382,8 @@ mod tests {
         states.push(state(serde_json::json!(1)));
         within_bound(&mut states);
         let carried: Vec<bool> = states.iter().map(|s| s.value.is_some()).collect();
-        // Two of 100 KiB fit in 256 KiB, the small one after them too.
+        // Two of 100 KiB fit in 512 KiB as carried (twice each), the
+        // small one after them too.
         assert_eq!(carried, [true, true, false, false, true]);
         assert_eq!(states[2].value_bytes, Some(100 * 1024 + 2));
         assert_eq!(states[4].value_bytes, None);

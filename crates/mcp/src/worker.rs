@@ -97,11 +97,14 @@ pub(super) struct HandleArgs {
 pub(super) struct ProgressArgs {
     /// The `worker_handle` of the spawn frame.
     worker_handle: String,
-    /// A short name of where the work is ("reading", "tests", …).
+    /// A short name of where the work is ("reading", "tests", …); at most
+    /// 4 096 bytes.
     #[serde(default)]
+    #[schemars(length(max = MAX_NOTE_BYTES))]
     stage: Option<String>,
-    /// A line about it.
+    /// A line about it; at most 4 096 bytes.
     #[serde(default)]
+    #[schemars(length(max = MAX_NOTE_BYTES))]
     note: Option<String>,
     /// Partial output text, appended to the task's stream.
     #[serde(default)]

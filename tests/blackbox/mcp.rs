@@ -29,6 +29,7 @@ mod flows;
 mod large_values;
 mod lifecycle;
 mod long_wait;
+mod restart_wait;
 mod rmcp_client;
 mod session;
 mod ts_client;

@@ -10,7 +10,8 @@
 //! share first (`ledger`). A session opened before a restart (or closed
 //! idle) comes back for its opener from the session file (`session_file`).
 //! A DELETE that closes a session is answered `200`, as the official SDKs
-//! expect. rmcp answers only the `Host` names the daemon is
+//! expect; a resume of an event stream rmcp cannot resume is answered
+//! `404`, so the client fails the request rather than resuming forever. rmcp answers only the `Host` names the daemon is
 //! reached by and browser pages of its own origins. The router's middleware
 //! (body limit, sensitive `Authorization`, counts, JSON errors) applies as
 //! for any route; rmcp also cuts a body past `limits.max_body_bytes` while
@@ -28,7 +29,9 @@ use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::common::http_header::HEADER_SESSION_ID;
+use rmcp::transport::common::http_header::{
+    HEADER_LAST_EVENT_ID as LAST_EVENT_ID, HEADER_SESSION_ID,
+};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::Deserialize;
@@ -271,7 +274,11 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
             }
         }
         let deletes = parts.method == Method::DELETE;
+        let resumes = parts.method == Method::GET && parts.headers.contains_key(LAST_EVENT_ID);
         let response = next.run(Request::from_parts(parts, body)).await;
+        if resumes {
+            return Ok(resumed(response).await);
+        }
         if deletes && response.status().is_success() {
             gate.ledger.closed(&id);
             // The official clients take 200 or 204 (the Python SDK warns
@@ -324,6 +331,44 @@ async fn admit(gate: &Gate, request: Request, next: Next) -> Result<Response, Ap
         response
     });
     opening.await.map_err(|e| ApiError::internal(&e))
+}
+
+/// How long a resumed stream may stay silent before it is taken as live:
+/// rmcp answers a stream it cannot resume with one that ends at once.
+const RESUME_PEEK: Duration = Duration::from_millis(250);
+
+/// The answer to a resume (`GET` with `Last-Event-ID`): rmcp's own when the
+/// stream is resumed, a `404 not_found` when it ends before its first event.
+/// rmcp cannot resume a stream it no longer holds (opened before the daemon
+/// restarted, or its request answered and gone) and answers such a resume
+/// with an empty `200` stream, which the official clients take as a stream
+/// to resume again, forever; on a `4xx` they retry a few times and fail the
+/// request, so its caller learns that the answer will not come.
+async fn resumed(response: Response) -> Response {
+    use futures_util::StreamExt;
+
+    if !response.status().is_success() {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let mut stream = body.into_data_stream();
+    let first = match tokio::time::timeout(RESUME_PEEK, stream.next()).await {
+        Ok(None) => return unresumable(),
+        Ok(Some(first)) => Some(first),
+        Err(_) => None,
+    };
+    let body = Body::from_stream(futures_util::stream::iter(first).chain(stream));
+    Response::from_parts(parts, body)
+}
+
+/// The `404` of a stream that cannot be resumed.
+fn unresumable() -> Response {
+    ApiError::coded(
+        ErrorCode::NotFound,
+        "this MCP event stream cannot be resumed (the daemon restarted, or the stream ended): \
+         its request will not be answered; send it again",
+    )
+    .into_response()
 }
 
 /// Whether the request declares a JSON body (`application/json`, any
@@ -416,6 +461,53 @@ mod tests {
         assert!(!may_open_a_session(
             br#"{"jsonrpc":"2.0","id":3,"result":{}}"#
         ));
+    }
+
+    #[tokio::test]
+    async fn a_resume_whose_stream_ends_at_once_is_a_404_and_a_live_one_is_kept() {
+        let sse = |body: Body| {
+            let mut response = Response::new(body);
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+            response
+        };
+        let empty = resumed(sse(Body::empty())).await;
+        assert_eq!(empty.status(), StatusCode::NOT_FOUND);
+        let text = axum::body::to_bytes(empty.into_body(), 4096).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(body["code"], "not_found", "{body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("cannot be resumed")
+        );
+
+        let replayed = resumed(sse(Body::from("id: 3/2\ndata: {}\n\n"))).await;
+        assert_eq!(replayed.status(), StatusCode::OK);
+        let text = axum::body::to_bytes(replayed.into_body(), 4096)
+            .await
+            .unwrap();
+        assert_eq!(&text[..], b"id: 3/2\ndata: {}\n\n");
+
+        // A stream that stays silent is live: it is answered as it is.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<&'static str, std::io::Error>>(1);
+        let silent = sse(Body::from_stream(tokio_stream_of(rx)));
+        let live = resumed(silent).await;
+        assert_eq!(live.status(), StatusCode::OK);
+        tx.send(Ok("data: late\n\n")).await.unwrap();
+        drop(tx);
+        let text = axum::body::to_bytes(live.into_body(), 4096).await.unwrap();
+        assert_eq!(&text[..], b"data: late\n\n");
+        let refused = resumed(StatusCode::NOT_FOUND.into_response()).await;
+        assert_eq!(refused.status(), StatusCode::NOT_FOUND);
+    }
+
+    fn tokio_stream_of<T: Send + 'static>(
+        mut rx: tokio::sync::mpsc::Receiver<T>,
+    ) -> impl futures_util::Stream<Item = T> + Send {
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
     }
 
     #[test]

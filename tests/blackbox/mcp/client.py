@@ -228,8 +228,40 @@ async def restart(client: Client) -> dict:
     }
 
 
+async def wait_restart(client: Client) -> dict:
+    """A `wait` in flight while the test restarts the daemon.
+
+    Spawns the agent $MCP_AGENT, writes the task's id to $MCP_PAUSE/ready,
+    and waits for it (40 s at most); the test kills the daemon and starts it
+    again meanwhile. The wait's answer, or the error it failed with, and how
+    long it took are printed."""
+    pause = os.environ["MCP_PAUSE"]
+    spawned = outcome(await client.call_tool("spawn", {"agent": os.environ["MCP_AGENT"], "prompt": "{}"}))
+    task_id = spawned["structured"]["task_id"]
+    with open(os.path.join(pause, "ready.tmp"), "w") as ready:
+        ready.write(task_id)
+    os.rename(os.path.join(pause, "ready.tmp"), os.path.join(pause, "ready"))
+    started = time.monotonic()
+    try:
+        waited = outcome(await client.call_tool("wait", {"task_ids": [task_id], "timeout_secs": 40}))
+        failed = None
+    except Exception as error:
+        waited, failed = None, f"{type(error).__name__}: {error}"
+    waited_secs = time.monotonic() - started
+    # The same client goes on working after the restart.
+    listed = outcome(await client.call_tool("agents", {}))
+    return {
+        "task_id": task_id,
+        "waited": waited,
+        "failed": failed,
+        "waited_secs": waited_secs,
+        "agents_after": listed,
+    }
+
+
 SCENARIOS = {
     "session": session,
+    "wait_restart": wait_restart,
     "restart": restart,
     "call": call,
     "tools": tools,

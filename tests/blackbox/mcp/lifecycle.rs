@@ -135,6 +135,11 @@ async fn a_call_while_the_daemon_stays_away_answers_unavailable() {
         message.contains(&daemon.base) && message.contains("(last: "),
         "the message names the daemon and why it is away: {body}"
     );
+    // Why, in words: no client library's type names.
+    assert!(
+        !message.contains("rmcp::") && !message.contains('<'),
+        "{message}"
+    );
     // The relay could not leave the session: its state file stays, so the
     // next run finds the session.
     let files: Vec<_> = std::fs::read_dir(state.path().join("swarmd"))

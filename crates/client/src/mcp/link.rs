@@ -16,6 +16,7 @@ use std::time::Duration;
 use rmcp::model::{ClientRequest, ProgressNotificationParam, ProgressToken};
 use rmcp::service::{NotificationContext, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, Peer, RoleClient, RoleServer, ServiceExt};
 use tokio::sync::watch;
@@ -31,6 +32,22 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// A connection attempt that takes longer than this is abandoned.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often a call's broken response stream is resumed before the call
+/// fails with a closed transport (the relay then treats it as a lost link).
+const RESUME_TRIES: usize = 4;
+
+/// The resumption policy of a call's response stream: a few tries, 1 s
+/// doubling to 4 s, so a stream the daemon cannot resume (it restarted)
+/// fails the call in about 15 s rather than being retried forever.
+#[derive(Debug)]
+struct Resumes;
+
+impl SseRetryPolicy for Resumes {
+    fn retry(&self, tries: usize) -> Option<Duration> {
+        (tries < RESUME_TRIES).then(|| Duration::from_secs(1 << tries.min(2)))
+    }
+}
 
 /// Upstream progress tokens mapped to the stdio call they belong to.
 pub(super) type Forwards = Arc<Mutex<HashMap<ProgressToken, (ProgressToken, Peer<RoleServer>)>>>;
@@ -175,8 +192,9 @@ struct Dial {
 impl Dial {
     /// One client, initialized; why not, as one line.
     async fn once(&self) -> Result<Client, String> {
-        let config = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
+        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
             .auth_header(&self.bearer);
+        config.retry_config = Arc::new(Resumes);
         let transport = StreamableHttpClientTransport::from_config(config);
         let upstream = Upstream {
             forwards: self.forwards.clone(),

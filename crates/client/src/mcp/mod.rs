@@ -11,13 +11,15 @@
 //! the daemon restarts; a call made meanwhile waits up to
 //! `--daemon-wait-secs`. It lists the daemon's tools, forwards each call, relays
 //! the daemon's progress notifications under the progress token the stdio
-//! client chose, and forwards a cancellation of a call upstream. Logs go to
+//! client chose, and forwards a cancellation of a call upstream; a stdin
+//! line rmcp cannot read is answered with a parse error (`stdio`). Logs go to
 //! stderr; stdout carries only the protocol; no credential is ever logged.
 
 mod link;
 mod relay;
 mod session;
 mod state_file;
+mod stdio;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -192,8 +194,9 @@ async fn relay(
         None => tracing::info!(url = %url, "relaying the daemon's MCP tools on stdio"),
     }
     let relay = Relay::new(link, &first, forwards, operators.base(), timing.patience);
+    let (stdin, stdout, written) = stdio::transport();
     let served = tokio::select! {
-        served = relay.serve(rmcp::transport::stdio()) => match served {
+        served = relay.serve((stdin, stdout)) => match served {
             Ok(served) => served,
             Err(ServerInitializeError::ConnectionClosed(_)) => {
                 tracing::info!("stdin closed before the MCP handshake");
@@ -224,6 +227,8 @@ async fn relay(
     };
     // The upstream client ends before the session may be left.
     keeper.shutdown().await;
+    // rmcp's last answers reach stdout before the process ends.
+    let _ = tokio::time::timeout(Duration::from_secs(2), written).await;
     ended
         .map(|_| ())
         .map_err(|e| ProxyError::Stdio(e.to_string()))

@@ -5,7 +5,9 @@
 //! the link, up to its patience; one the daemon's restart interrupted is
 //! sent again only when it never reached the daemon, the daemon refused
 //! its bearer (the link logs in anew) or its tool is read-only, and
-//! otherwise answers `unavailable`, saying it may have run.
+//! otherwise answers `unavailable`, saying it may have run. A call whose
+//! answer cannot come any more counts as interrupted too: its response
+//! stream was lost and not resumed, or it is overdue past its own deadline.
 //! A call the daemon refused over HTTP (a 4xx: too large, too fast) gets
 //! the daemon's `{error, code}` as its tool error, never a retry.
 
@@ -49,6 +51,9 @@ enum Try {
         again: bool,
     },
 }
+
+/// The most times one call is sent before it answers `unavailable`.
+const MAX_TRIES: u32 = 5;
 
 /// A tool error whose text is `body` (`{error, code}`).
 fn tool_error(body: &serde_json::Value) -> CallToolResponse {
@@ -96,12 +101,12 @@ impl Relay {
             None => None,
         };
         let cause = last
-            .map(|reason| format!(" (last: {reason})"))
+            .map(|reason| format!(" (last: {})", plain_cause(&reason)))
             .unwrap_or_default();
         let next = if may_have_run {
             "the call may have run: check with `tasks` (or `task`) before sending it again"
         } else {
-            "try again later"
+            "the call was not run: try again in a minute, or check that the daemon is running"
         };
         tool_error(&json!({
             "error": format!(
@@ -142,6 +147,7 @@ impl Relay {
         context: &RequestContext<RoleServer>,
     ) -> Try {
         let read_only = self.is_read_only(&request.name);
+        let bound = own_bound(&request, read_only);
         let call = ClientRequest::CallToolRequest(CallToolRequest::new(request));
         let handle = match peer
             .send_cancellable_request(call, PeerRequestOptions::no_options())
@@ -161,6 +167,16 @@ impl Relay {
         }
         let answer = tokio::select! {
             answer = handle.rx => answer,
+            () = past(bound) => {
+                // The answer is overdue: its stream was lost with the daemon.
+                self.forget(&upstream_token);
+                let reason = Some("no answer past the call's own deadline".to_owned());
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(Some(id), reason))
+                    .await;
+                tracing::debug!("a call got no answer past its own deadline");
+                return Try::Lost { again: read_only };
+            }
             () = context.ct.cancelled() => {
                 self.forget(&upstream_token);
                 let reason = Some("cancelled by the stdio client".to_owned());
@@ -180,6 +196,12 @@ impl Relay {
                 "the daemon answered tools/call with another result",
                 None,
             ))),
+            // The call's response stream ended and could not be resumed
+            // (the daemon restarted): its answer cannot come any more.
+            Ok(Err(ServiceError::McpError(error))) if stream_lost(&error) => {
+                tracing::debug!(%error, "a call lost its response stream");
+                Try::Lost { again: read_only }
+            }
             Ok(Err(ServiceError::McpError(error))) => Try::Done(Err(error)),
             Ok(Err(error)) => match refusal(&error) {
                 Some(answer) => Try::Done(Ok(tool_error(&answer))),
@@ -192,6 +214,109 @@ impl Relay {
             },
             Err(_) => Try::Lost { again: read_only },
         }
+    }
+}
+
+/// Past a call's own deadline (its `timeout_secs`, as `wait` has) by this
+/// much, a call still unanswered is taken as lost with its stream.
+const OVERDUE: Duration = Duration::from_secs(30);
+
+/// How long a read-only call without a `timeout_secs` may take: `wait`'s
+/// default; the other read-only tools answer at once.
+const READ_ONLY_SECS: Duration = Duration::from_secs(60);
+
+/// How long a call may take before its answer is overdue: its own
+/// `timeout_secs` and `OVERDUE`; `READ_ONLY_SECS` and `OVERDUE` for a
+/// read-only call without one; none for any other call.
+fn own_bound(request: &CallToolRequestParams, read_only: bool) -> Option<Duration> {
+    let asked = request
+        .arguments
+        .as_ref()
+        .and_then(|a| a.get("timeout_secs"));
+    let Some(secs) = asked.and_then(serde_json::Value::as_f64) else {
+        return read_only.then_some(READ_ONLY_SECS + OVERDUE);
+    };
+    let secs = if secs.is_finite() {
+        secs.clamp(0.0, 86_400.0)
+    } else {
+        0.0
+    };
+    Some(Duration::from_secs_f64(secs) + OVERDUE)
+}
+
+/// Sleeps `bound`; never, for none.
+async fn past(bound: Option<Duration>) {
+    match bound {
+        Some(bound) => tokio::time::sleep(bound).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether rmcp's client failed the call because its response stream
+/// closed before the answer and could not be resumed: it marks such an
+/// error with `TRANSPORT_CLOSED` in its data.
+fn stream_lost(error: &ErrorData) -> bool {
+    error.code == ErrorCode::INTERNAL_ERROR
+        && error
+            .data
+            .as_ref()
+            .and_then(|data| data.get(TRANSPORT_CLOSED))
+            .is_some()
+}
+
+/// The key rmcp's client sets in the data of an error it makes for a call
+/// whose transport closed.
+const TRANSPORT_CLOSED: &str = "io.modelcontextprotocol/transportClosed";
+
+/// Why the daemon could not be reached, in words a model can act on: the
+/// kind of failure the connection error names, else its text without the
+/// Rust type names rmcp puts in it, kept short.
+fn plain_cause(reason: &str) -> String {
+    let lower = reason.to_ascii_lowercase();
+    let known = [
+        (
+            "connection refused",
+            "connection refused: the daemon is not listening",
+        ),
+        ("connecterror", "the connection could not be made"),
+        (
+            "error sending request",
+            "the connection could not be made: the daemon is not running or not reachable",
+        ),
+        ("dns error", "the daemon's host name does not resolve"),
+        (
+            "no answer within",
+            "the daemon did not answer the connection in time",
+        ),
+        ("timed out", "the connection timed out"),
+        ("connection reset", "the connection was reset"),
+    ];
+    if let Some((_, plain)) = known.iter().find(|(key, _)| lower.contains(key)) {
+        return (*plain).to_owned();
+    }
+    if let Some((_, answer)) = reason.split_once("HTTP ") {
+        return format!("HTTP {}", shortened(answer, 120));
+    }
+    // Drop `[rmcp::…<…>]` and other bracketed type names.
+    let mut plain = String::with_capacity(reason.len());
+    let mut depth = 0_usize;
+    for c in reason.chars() {
+        match c {
+            '[' | '<' => depth += 1,
+            ']' | '>' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    let plain = plain.split_whitespace().collect::<Vec<_>>().join(" ");
+    shortened(&plain, 160)
+}
+
+/// `text` cut to at most `max` characters, marked with `…` when cut.
+fn shortened(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
     }
 }
 
@@ -270,8 +395,9 @@ impl ServerHandler for Relay {
     ) -> Result<CallToolResponse, ErrorData> {
         // The upstream request carries a progress token of its own.
         request.meta = None;
-        let deadline = Instant::now() + self.patience;
+        let mut deadline = Instant::now() + self.patience;
         let mut after = 0;
+        let mut tries = 0;
         loop {
             let live = tokio::select! {
                 live = self.link.live_after(after, deadline) => live,
@@ -290,11 +416,63 @@ impl ServerHandler for Relay {
                     if !again {
                         return Ok(self.unavailable(true));
                     }
-                    if Instant::now() >= deadline {
+                    tries += 1;
+                    if tries >= MAX_TRIES {
                         return Ok(self.unavailable(false));
                     }
+                    // A call lost after a long wait still gets the whole
+                    // patience for the link to come back.
+                    deadline = deadline.max(Instant::now() + self.patience);
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cause_of_an_outage_reads_without_rust_type_names() {
+        let rmcp = "Send message error Transport [rmcp::transport::worker::WorkerTransport<rmcp::\
+                    transport::streamable_http_client::StreamableHttpClientWorker<reqwest::async_impl::\
+                    client::Client>>] error: Client error: error sending request for url \
+                    (http://127.0.0.1:45417/mcp), when send initialize request";
+        let plain = plain_cause(rmcp);
+        assert!(!plain.contains("rmcp::") && !plain.contains('<'), "{plain}");
+        assert!(plain.contains("not running"), "{plain}");
+        let odd = plain_cause("Transport [a::B<c::D>] error: something else went wrong");
+        assert_eq!(odd, "Transport error: something else went wrong");
+        assert!(plain_cause(&"x".repeat(500)).chars().count() <= 161);
+        assert!(plain_cause("unexpected server response: HTTP 503 x: {}").starts_with("HTTP 503"));
+    }
+
+    #[test]
+    fn a_call_with_its_own_timeout_is_overdue_a_while_past_it() {
+        let call = |arguments: serde_json::Value| {
+            let mut params = CallToolRequestParams::new("wait");
+            params.arguments = arguments.as_object().cloned();
+            own_bound(&params, false)
+        };
+        assert_eq!(
+            call(json!({"timeout_secs": 40})),
+            Some(Duration::from_secs(40) + OVERDUE)
+        );
+        assert_eq!(call(json!({"task_ids": []})), None);
+        assert_eq!(call(json!({"timeout_secs": "soon"})), None);
+        assert_eq!(call(json!({"timeout_secs": -3})), Some(OVERDUE));
+        let read = CallToolRequestParams::new("tasks");
+        assert_eq!(own_bound(&read, true), Some(READ_ONLY_SECS + OVERDUE));
+    }
+
+    #[test]
+    fn only_rmcps_closed_transport_mark_is_a_lost_stream() {
+        let mut data = serde_json::Map::new();
+        data.insert(TRANSPORT_CLOSED.to_owned(), json!(7));
+        let lost = ErrorData::internal_error("stream closed", Some(data.into()));
+        assert!(stream_lost(&lost));
+        assert!(!stream_lost(&ErrorData::internal_error("boom", None)));
+        assert!(!stream_lost(&ErrorData::invalid_params("bad", None)));
     }
 }

@@ -11,8 +11,9 @@
 //! idle) comes back for its opener from the session file (`session_file`).
 //! A DELETE that closes a session is answered `200`, as the official SDKs
 //! expect; a resume of an event stream rmcp cannot resume is answered
-//! `404`, so the client fails the request rather than resuming forever. rmcp answers only the `Host` names the daemon is
-//! reached by and browser pages of its own origins. The router's middleware
+//! `404`, so the client fails the request rather than resuming forever.
+//! rmcp answers only the `Host` names the daemon is reached by and
+//! browser pages of its own origins. The router's middleware
 //! (body limit, sensitive `Authorization`, counts, JSON errors) applies as
 //! for any route; rmcp also cuts a body past `limits.max_body_bytes` while
 //! streaming it.

@@ -1,5 +1,6 @@
-//! `swarmd worker pool …`: reads the pool's token (a file, `SWARMD_TOKEN` or `SWARMD_TOKEN_FILE`), names the pool,
-//! installs its signal handlers and runs `swarmd_worker::pool` until it drained.
+//! `swarmd worker pool …`: reads the pool's token (a file, `SWARMD_TOKEN`
+//! or `SWARMD_TOKEN_FILE`), names the pool, installs its signal handlers
+//! and runs `swarmd_worker::pool` until it drained.
 
 use std::io;
 use std::path::PathBuf;

@@ -40,6 +40,11 @@ use crate::{create, recovery};
 use crate::{runs, worker_api};
 use swarmd_output_store::BlobSweep;
 
+/// How long [`Engine::get_task`] waits for the write of a task's end (a
+/// group commit takes milliseconds; a store that does not answer is
+/// waited for this long at most).
+pub const END_WRITE_PATIENCE: Duration = Duration::from_secs(5);
+
 /// A cheap-to-clone handle on the engine.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -134,9 +139,19 @@ impl Engine {
         &self.inner.stats
     }
 
-    /// The task, live or stored.
+    /// The task, live or stored. A live task that has ended in memory is
+    /// answered once its end is written (its cell is retired then), so a
+    /// caller never sees a task finished whose end, and its attempt's, a
+    /// crash could still lose: it waits for that write, at most
+    /// [`END_WRITE_PATIENCE`].
     pub async fn get_task(&self, id: TaskId) -> Result<Option<Task>, EngineError> {
         if let Some(cell) = self.inner.held.live.get(&id) {
+            let task = cell.lock().task.clone();
+            if !task.status().is_terminal() {
+                return Ok(Some(task));
+            }
+            let mut written = cell.terminal.subscribe();
+            let _ = tokio::time::timeout(END_WRITE_PATIENCE, written.wait_for(|t| *t)).await;
             return Ok(Some(cell.lock().task.clone()));
         }
         Ok(self.inner.ledger.store.task(id).await?)

@@ -234,3 +234,33 @@ async fn a_cancel_after_a_post_cut_before_its_final_was_queued_wins() {
     };
     assert!(refused, "a post after the cancel was accepted");
 }
+
+/// A task that ended in memory is read finished only once its end is
+/// written: a reader never sees a finish a crash could still take back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_reads_finished_only_once_its_end_is_written() {
+    let store = Arc::new(GatedStore::default());
+    let (engine, _) = engine(&store);
+    let task = engine.create_task(spec("k")).await.unwrap();
+    store.hold_writes(true);
+    let cancelling = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.cancel_task(task.id, None).await }
+    });
+    until_a_write_waits(&store).await;
+    let reading = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.get_task(task.id).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !reading.is_finished(),
+        "the cancel was read before it was written"
+    );
+    store.hold_writes(false);
+    let read = reading.await.unwrap().unwrap().unwrap();
+    assert_eq!(read.status(), TaskStatus::Cancelled);
+    cancelling.await.unwrap().unwrap();
+    let stored = store.task(task.id).await.unwrap().unwrap();
+    assert_eq!(stored.status(), TaskStatus::Cancelled);
+}

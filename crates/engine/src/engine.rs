@@ -43,7 +43,7 @@ use swarmd_output_store::BlobSweep;
 /// How long [`Engine::get_task`] waits for the write of a task's end (a
 /// group commit takes milliseconds; a store that does not answer is
 /// waited for this long at most).
-pub const END_WRITE_PATIENCE: Duration = Duration::from_secs(5);
+pub(crate) const END_WRITE_PATIENCE: Duration = Duration::from_secs(5);
 
 /// A cheap-to-clone handle on the engine.
 #[derive(Debug, Clone)]
@@ -143,7 +143,7 @@ impl Engine {
     /// answered once its end is written (its cell is retired then), so a
     /// caller never sees a task finished whose end, and its attempt's, a
     /// crash could still lose: it waits for that write, at most
-    /// [`END_WRITE_PATIENCE`].
+    /// `END_WRITE_PATIENCE`.
     pub async fn get_task(&self, id: TaskId) -> Result<Option<Task>, EngineError> {
         if let Some(cell) = self.inner.held.live.get(&id) {
             let task = cell.lock().task.clone();

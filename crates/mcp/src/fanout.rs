@@ -120,6 +120,7 @@ pub(super) struct SpawnArgs {
     policy: Option<Map<String, Value>>,
     /// Retrying with the same key returns the task the first call created.
     #[serde(default)]
+    #[schemars(length(min = 1, max = 256))] // the engine's bound on a task's key
     idempotency_key: Option<String>,
     /// Pins the task's operator attempts to this session (`S-…`).
     #[serde(default)]

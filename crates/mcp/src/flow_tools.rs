@@ -153,6 +153,7 @@ pub(super) struct StartArgs {
     input: Option<Value>,
     /// Retrying with the same key returns the run the first call started.
     #[serde(default)]
+    #[schemars(length(max = 200))] // `start_request`'s bound on a run's key
     idempotency_key: Option<String>,
 }
 

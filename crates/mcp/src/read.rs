@@ -400,6 +400,8 @@ mod tests {
         assert_eq!(property("cancel_run", "reason")["maxLength"], 1024);
         assert_eq!(property("worker_progress", "stage")["maxLength"], 4096);
         assert_eq!(property("worker_progress", "note")["maxLength"], 4096);
+        assert_eq!(property("spawn", "idempotency_key")["maxLength"], 256);
+        assert_eq!(property("start_run", "idempotency_key")["maxLength"], 200);
         assert_eq!(
             property("mse_pending_wait", "timeout_ms")["maximum"],
             600_000

@@ -17,7 +17,7 @@
 
 use std::io;
 
-use minijinja::machinery::{Token, WhitespaceConfig, tokenize};
+use minijinja::machinery::{Span, Token, WhitespaceConfig, tokenize};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Error, ErrorKind, Value as Jinja};
 use serde_json::Value;
@@ -123,19 +123,23 @@ pub fn check(text: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// Whether `text` keeps to the subset, token by token.
-fn allowed(text: &str) -> Result<(), String> {
-    let mut previous: Option<Token<'_>> = None;
+/// `text`'s tokens as minijinja's own lexer reads them (default syntax).
+pub(crate) fn tokens(text: &str) -> impl Iterator<Item = Result<(Token<'_>, Span), Error>> {
     // `SyntaxConfig` is a unit struct only without minijinja's
     // `custom_syntax` feature; `default()` builds it either way.
     #[allow(clippy::default_constructed_unit_structs)]
-    let tokens = tokenize(
+    tokenize(
         text,
         false,
         SyntaxConfig::default(),
         WhitespaceConfig::default(),
-    );
-    let mut peekable = tokens.peekable();
+    )
+}
+
+/// Whether `text` keeps to the subset, token by token.
+fn allowed(text: &str) -> Result<(), String> {
+    let mut previous: Option<Token<'_>> = None;
+    let mut peekable = tokens(text).peekable();
     while let Some(next) = peekable.next() {
         let (token, _) = next.map_err(|e| e.to_string())?;
         let opens_call = matches!(peekable.peek(), Some(Ok((Token::ParenOpen, _))));

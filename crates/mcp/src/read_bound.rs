@@ -53,12 +53,9 @@ fn escaped_len(text: &str) -> usize {
     2 + text.chars().map(escaped_char).sum::<usize>()
 }
 
-/// The bytes `value` takes as JSON.
+/// The bytes `value` takes as JSON, counted without writing it out.
 fn json_len(value: &Value) -> usize {
-    match value {
-        Value::String(text) => escaped_len(text),
-        other => serde_json::to_string(other).map_or(usize::MAX, |t| t.len()),
-    }
+    usize::try_from(swarmd_output_store::json_len(value)).unwrap_or(usize::MAX)
 }
 
 /// The bytes `value` takes in a tool result: its JSON as structured

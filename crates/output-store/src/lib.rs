@@ -260,8 +260,9 @@ impl Prepared {
     }
 }
 
-/// The length of `value`'s JSON, counted without keeping the text.
-pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> u64 {
+/// The length of `value`'s JSON as `serde_json` writes it, counted without
+/// keeping the text.
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> u64 {
     struct Count(u64);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -41,6 +41,21 @@ async fn pausing_client(
     args: &[&str],
     more_env: &[(&str, &str)],
 ) -> (tokio::process::Child, tempfile::TempDir, tempfile::TempDir) {
+    paused_scenario(daemon, Via::Stdio, MODERN, "restart", args, more_env).await
+}
+
+/// Starts `scenario` via `via` in protocol `mode` (with the relay's `args`
+/// and `more_env` for the client), which pauses once its first call is
+/// done; the client, its pause directory and the relay's state directory,
+/// once it paused.
+pub(super) async fn paused_scenario(
+    daemon: &Swarmd,
+    via: Via,
+    mode: &str,
+    scenario: &str,
+    args: &[&str],
+    more_env: &[(&str, &str)],
+) -> (tokio::process::Child, tempfile::TempDir, tempfile::TempDir) {
     let pause = tempfile::tempdir().unwrap();
     let mut env = relay_env(&daemon.admin, args);
     env.push(("MCP_PAUSE".into(), pause.path().display().to_string()));
@@ -49,14 +64,7 @@ async fn pausing_client(
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
     );
-    let (mut command, state) = client(
-        daemon,
-        Via::Stdio,
-        MODERN,
-        "restart",
-        &daemon.admin,
-        &pairs(&env),
-    );
+    let (mut command, state) = client(daemon, via, mode, scenario, &daemon.admin, &pairs(&env));
     let child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use super::session::{pairs, relay_env};
-use super::{LEGACY, MODERN, Via, client, printed};
-use crate::daemon::{Swarmd, eventually};
+use super::lifecycle::paused_scenario;
+use super::{LEGACY, MODERN, Via, printed};
+use crate::daemon::Swarmd;
 
 /// A daemon whose `slow20` runs 20 s.
 async fn daemon() -> Swarmd {
@@ -42,25 +42,15 @@ program = "/bin/cat"
 /// and 4 s after the kill; what the client saw.
 async fn wait_across_a_restart(via: Via, mode: &str) -> (Swarmd, Value) {
     let mut daemon = daemon().await;
-    let pause = tempfile::tempdir().unwrap();
-    let mut env = relay_env(&daemon.admin, &[]);
-    env.push(("MCP_PAUSE".into(), pause.path().display().to_string()));
-    env.push(("MCP_AGENT".into(), "slow20".into()));
-    let (mut command, _state) = client(
+    let (child, _pause, _state) = paused_scenario(
         &daemon,
         via,
         mode,
         "wait_restart",
-        &daemon.admin,
-        &pairs(&env),
-    );
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = pause.path().join("ready");
-    eventually("the client's spawn", || ready.exists()).await;
+        &[],
+        &[("MCP_AGENT", "slow20")],
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     daemon.kill9().await;
     tokio::time::sleep(Duration::from_secs(4)).await;

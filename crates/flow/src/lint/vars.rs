@@ -5,14 +5,13 @@
 
 use std::collections::BTreeSet;
 
-use minijinja::machinery::{Token, WhitespaceConfig, tokenize};
-use minijinja::syntax::SyntaxConfig;
+use minijinja::machinery::Token;
 use serde_json::Value;
 
 use crate::expr::Expr;
 use crate::ir::Node;
 use crate::path::WritePath;
-use crate::template::FUNCTIONS;
+use crate::template::{self, FUNCTIONS};
 
 /// The top-level variables an expression reads.
 #[derive(Debug, Default)]
@@ -84,18 +83,10 @@ fn template_variables(text: &str, out: &mut Reads) {
 /// The names `text` tests as `NAME is [not] defined` or `NAME is [not]
 /// undefined`, NAME a top-level name (not an attribute or a filter).
 fn defined_tests(text: &str) -> BTreeSet<String> {
-    // `SyntaxConfig` is a unit struct only without minijinja's
-    // `custom_syntax` feature; `default()` builds it either way.
-    #[allow(clippy::default_constructed_unit_structs)]
-    let tokens: Vec<Token<'_>> = tokenize(
-        text,
-        false,
-        SyntaxConfig::default(),
-        WhitespaceConfig::default(),
-    )
-    .map_while(Result::ok)
-    .map(|(token, _)| token)
-    .collect();
+    let tokens: Vec<Token<'_>> = template::tokens(text)
+        .map_while(Result::ok)
+        .map(|(token, _)| token)
+        .collect();
     let mut tested = BTreeSet::new();
     for (i, token) in tokens.iter().enumerate() {
         let Token::Ident(name) = token else {

@@ -130,7 +130,9 @@ impl Engine {
         let engine = self.clone();
         wait_then(recorded, move |durable| async move {
             if !durable {
-                engine.abandon_unrecorded(id, task_key.as_deref()).await;
+                // Boxed: the cancel path inline would size every creation's
+                // future, which its callers move whole.
+                Box::pin(engine.abandon_unrecorded(id, task_key.as_deref())).await;
             }
         })
         .await?;

@@ -444,7 +444,9 @@ async fn keep_head(
     cap: usize,
     kept: &mut Vec<u8>,
 ) -> std::io::Result<()> {
-    let mut buf = [0u8; 8192];
+    // On the heap: an array here would sit in every future that awaits a
+    // git command, and spawners move those futures whole.
+    let mut buf = vec![0u8; 8192];
     loop {
         let n = from.read(&mut buf).await?;
         if n == 0 {

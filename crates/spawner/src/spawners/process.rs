@@ -75,7 +75,7 @@ impl SpawnerAdapter for ProcessSpawner {
             let ran = setup::run_recorded(&*host, setup, &checkout.dir, &env).await;
             if let Err(error) = ran {
                 if let Some(worktree) = worktree {
-                    worktree.abandon().await;
+                    Box::pin(worktree.abandon()).await;
                 }
                 return Err(SpawnError::Failed(error.to_string()));
             }
@@ -97,7 +97,7 @@ impl SpawnerAdapter for ProcessSpawner {
             Ok(child) => child,
             Err(e) => {
                 if let Some(worktree) = worktree {
-                    worktree.abandon().await;
+                    Box::pin(worktree.abandon()).await;
                 }
                 return Err(SpawnError::Failed(e.to_string()));
             }

@@ -172,7 +172,9 @@ pub async fn delegate(
         Ok(receipt) => receipt,
         Err(error) => {
             if let Some(worktree) = worktree {
-                worktree.abandon().await;
+                // Boxed: inline, the release's git future would size every
+                // spawn's future, which the layers move whole.
+                Box::pin(worktree.abandon()).await;
             }
             return Err(error);
         }

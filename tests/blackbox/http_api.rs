@@ -1,6 +1,6 @@
 //! The HTTP API of the real daemon (docs/protocol.md): worker routes with a handle,
 //! token attacks, late writes and replays, the bad-input matrix, metrics,
-//! and the SSE output stream.
+//! the SSE output stream, and cursors that name nothing.
 
 use serde_json::{Value, json};
 
@@ -445,4 +445,78 @@ async fn the_memory_store_keeps_only_the_newest_finished_tasks() {
         .await;
         assert_eq!((status, &body["result"]["value"]), (200, &json!({"n": n})));
     }
+}
+
+/// A cursor names what it follows: an output seq without its attempt is
+/// refused (a retry would have moved "the current attempt" under it), and
+/// an event seq past the log's end is refused rather than waited on.
+#[tokio::test]
+async fn cursors_that_name_nothing_are_refused() {
+    let daemon = Daemon::start().await;
+    // The first attempt exits 1 (`blocked`), which the policy retries.
+    let policy = json!({"max_attempts": 2, "retry_backoff_ms": 0, "retry_on": ["blocked"]});
+    let task = daemon
+        .spawn(json!({"agent": "flaky", "prompt": "p", "policy": policy}))
+        .await;
+    let handle = daemon.handle(&task, 2).await;
+    let ndjson = format!("{}\n{}\n", progress("one"), progress("two"));
+    let response = daemon
+        .post("/v1/worker/output", &handle)
+        .header("content-type", "application/x-ndjson")
+        .body(ndjson)
+        .send()
+        .await
+        .unwrap();
+    let (status, ack) = parts(response).await;
+    assert_eq!(status, 200, "{ack}");
+    let last = ack["seq"].as_u64().unwrap();
+
+    let output = format!("/v1/tasks/{task}/output");
+    let alone = format!("{output}?after_seq={}", last - 1);
+    expect_error(
+        daemon.get(&alone, &daemon.admin).send().await.unwrap(),
+        400,
+        "bad_request",
+    )
+    .await;
+    let named = format!("{output}?attempt=2&after_seq={}", last - 1);
+    let (status, page) = parts(daemon.get(&named, &daemon.admin).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["records"].as_array().unwrap().len(), 1, "{page}");
+    assert_eq!(page["records"][0]["event"], progress("two"), "{page}");
+    // Every attempt's page names its cursor with the attempt.
+    let (_, page) = parts(daemon.get(&output, &daemon.admin).send().await.unwrap()).await;
+    assert_eq!(page["next"], format!("2:{last}"), "{page}");
+    daemon.release(&task);
+    assert_eq!(daemon.finished(&task).await["status"], "pass");
+
+    let (status, state) = parts(
+        daemon
+            .get("/v1/status", &daemon.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{state}");
+    let head = state["event_seq"].as_u64().unwrap();
+    let at_end = format!("/v1/events?after_seq={head}");
+    let (status, page) = parts(daemon.get(&at_end, &daemon.admin).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{page}");
+    // Far enough past the end that nothing this test does reaches it.
+    let past = format!("/v1/events?after_seq={}", head + 500);
+    expect_error(
+        daemon.get(&past, &daemon.admin).send().await.unwrap(),
+        400,
+        "bad_request",
+    )
+    .await;
+    let response = daemon
+        .get("/v1/events", &daemon.admin)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", (head + 500).to_string())
+        .send()
+        .await
+        .unwrap();
+    expect_error(response, 400, "bad_request").await;
 }

@@ -21,9 +21,10 @@ const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// Where a tail starts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TailOptions {
-    /// Only this attempt's output; unset: the server's choice (the current one).
+    /// Only this attempt's output; unset: every attempt in order.
     pub attempt: Option<u32>,
-    /// Only events after this sequence number.
+    /// Only events after this sequence number of `attempt`. A seq is one
+    /// attempt's, so the daemon refuses it without `attempt` (`400`).
     pub after_seq: Option<u64>,
 }
 

@@ -524,8 +524,9 @@ pub enum TaskCommand {
         /// Only this attempt's output.
         #[arg(long)]
         attempt: Option<u32>,
-        /// Only events after this sequence number.
-        #[arg(long, value_name = "SEQ")]
+        /// Only events after this sequence number of `--attempt` (a seq is
+        /// one attempt's).
+        #[arg(long, value_name = "SEQ", requires = "attempt")]
         after_seq: Option<u64>,
     },
 }

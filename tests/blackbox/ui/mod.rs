@@ -11,6 +11,7 @@ mod dashboard;
 mod diffs;
 mod list_filters;
 mod live_scope;
+mod new_log;
 mod owners;
 mod reload;
 mod runs;

@@ -112,12 +112,16 @@ async fn events(
         session: query.tick_session,
         parent: query.tick_parent,
     })?;
-    let after = match last_event_id(&headers) {
-        Some(id) => id
-            .parse::<u64>()
-            .map_err(|_| ApiError::bad_request("Last-Event-ID must be an event sequence number"))?,
-        None => query.after_seq.unwrap_or(0),
+    let (after, named) = match last_event_id(&headers) {
+        Some(id) => (
+            id.parse::<u64>().map_err(|_| {
+                ApiError::bad_request("Last-Event-ID must be an event sequence number")
+            })?,
+            "Last-Event-ID",
+        ),
+        None => (query.after_seq.unwrap_or(0), "after_seq"),
     };
+    within_log(&state.engine, after, named).await?;
     if wants_sse(&headers) {
         let slot = match state.guards.open_stream(caller.stream_key()) {
             Ok(slot) => slot,
@@ -150,6 +154,32 @@ async fn events(
     let next_seq = events.last().map_or(after, |e| e.seq);
     events.retain(|e| scope.wants(e));
     Ok(Json(EventsPage { events, next_seq }).into_response())
+}
+
+/// Refuses a cursor past the end of the event log (`400 bad_request`): a
+/// seq the log never reached comes from another store or a database that
+/// was reset, and a feed from it would wait, silently, for seqs that
+/// arrive only much later and mean other events.
+///
+/// The end is the store's as read now, not this node's view of it: on a
+/// cluster another node's commit is in the shared log before this node's
+/// sequencer has it (`last_event_seq` lags), and on one node a commit is
+/// readable just before its broadcast. `last_event_seq` counts only seqs
+/// the log has used (committed, pruned, or left by a failed write), so a
+/// cursor at or below it passes without a read; one past it passes only
+/// if the store holds an event at or after it, as every committed event
+/// another reader could have handed the client is. No margin: a margin
+/// would let a foreign cursor just past the end through.
+async fn within_log(engine: &Engine, after: u64, named: &str) -> Result<(), ApiError> {
+    let known = engine.last_event_seq();
+    if after <= known || !engine.events_after(after - 1, 1).await?.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "{named} {after} is past the end of the event log (last seq {known}): a cursor \
+         from another store or a reset database; read from 0, or from `event_seq` of \
+         GET /v1/status"
+    )))
 }
 
 async fn audit(

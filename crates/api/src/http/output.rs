@@ -3,12 +3,14 @@
 //!
 //! With `?attempt=A` the route covers that attempt and event ids are its
 //! sequence numbers; without it, every attempt in order, with ids
-//! `<attempt>:<seq>`. The cursor is "strictly after": `Last-Event-ID` (either
-//! form) wins over `after_seq`, and `after_seq` without `attempt` applies to
-//! the task's current attempt, skipping earlier ones. The stream sends the
-//! stored records first, then live ones, and ends once the attempt (or the
-//! whole task) is finished and everything stored has been sent. A task
-//! outside the caller's part (`views::Reader`) is unknown.
+//! `<attempt>:<seq>`. The cursor is "strictly after": `Last-Event-ID` wins
+//! over `after_seq`. A seq is one attempt's, so a cursor names its attempt:
+//! `after_seq` needs `attempt`, and without `attempt` `Last-Event-ID` is
+//! `<attempt>:<seq>`; a bare seq there is refused (`400`) rather than read
+//! as the current attempt's, which a retry may change between two pages.
+//! The stream sends the stored records first, then live ones, and ends once
+//! the attempt (or the whole task) is finished and everything stored has
+//! been sent. A task outside the caller's part (`views::Reader`) is unknown.
 
 use std::collections::VecDeque;
 
@@ -200,18 +202,26 @@ fn start_cursor(
             ),
         ));
     }
+    if only.is_none() && after_seq.is_some() {
+        return Err(ApiError::bad_request(
+            "after_seq needs `attempt` (a seq is one attempt's): name the attempt, or \
+             resume every attempt with Last-Event-ID `<attempt>:<seq>` (a page's `next`)",
+        ));
+    }
     let bad = || ApiError::bad_request("Last-Event-ID must be `<seq>` or `<attempt>:<seq>`");
     let from_id = match last_id {
         None => None,
-        Some(text) => Some(match text.split_once(':') {
-            Some((a, s)) => (
+        Some(text) => Some(match (text.split_once(':'), only) {
+            (Some((a, s)), _) => (
                 a.parse::<u32>().map_err(|_| bad())?,
                 s.parse::<u64>().map_err(|_| bad())?,
             ),
-            None => (
-                only.unwrap_or(current),
-                text.parse::<u64>().map_err(|_| bad())?,
-            ),
+            (None, Some(a)) => (a, text.parse::<u64>().map_err(|_| bad())?),
+            (None, None) => {
+                return Err(ApiError::bad_request(
+                    "Last-Event-ID without `attempt` must be `<attempt>:<seq>`: a seq is one attempt's",
+                ));
+            }
         }),
     };
     match (only, from_id) {
@@ -220,7 +230,7 @@ fn start_cursor(
         )),
         (_, Some(cursor)) => Ok(cursor),
         (Some(a), None) => Ok((a, after_seq.unwrap_or(0))),
-        (None, None) => Ok(after_seq.map_or((0, 0), |s| (current, s))),
+        (None, None) => Ok((0, 0)),
     }
 }
 
@@ -344,19 +354,36 @@ mod tests {
     fn cursor_forms() {
         let v = view(2);
         assert_eq!(start_cursor(&v, None, None, None).unwrap(), (0, 0));
-        assert_eq!(start_cursor(&v, None, Some(4), None).unwrap(), (2, 4));
         assert_eq!(start_cursor(&v, Some(1), Some(4), None).unwrap(), (1, 4));
+        assert_eq!(start_cursor(&v, Some(2), None, None).unwrap(), (2, 0));
         assert_eq!(
             start_cursor(&v, Some(1), Some(4), Some("9")).unwrap(),
             (1, 9)
         );
-        assert_eq!(
-            start_cursor(&v, None, Some(4), Some("1:9")).unwrap(),
-            (1, 9)
-        );
-        assert_eq!(start_cursor(&v, None, None, Some("9")).unwrap(), (2, 9));
+        assert_eq!(start_cursor(&v, None, None, Some("1:9")).unwrap(), (1, 9));
+        assert_eq!(start_cursor(&v, None, None, Some("2:9")).unwrap(), (2, 9));
         assert!(start_cursor(&v, Some(2), None, Some("1:9")).is_err());
         assert!(start_cursor(&v, None, None, Some("x:1")).is_err());
+    }
+
+    /// A seq names no attempt: without `attempt` it is refused, whether
+    /// as `after_seq` or as a bare `Last-Event-ID`, rather than read as
+    /// the current attempt's (a retry between two pages would skip the
+    /// rest of the earlier attempt).
+    #[test]
+    fn a_seq_without_its_attempt_is_refused() {
+        for current in [1, 2] {
+            let v = view(current);
+            let error = start_cursor(&v, None, Some(4), None).unwrap_err();
+            assert_eq!(error.code(), ErrorCode::BadRequest);
+            assert!(error.message().contains("attempt"), "{error:?}");
+            let error = start_cursor(&v, None, None, Some("9")).unwrap_err();
+            assert_eq!(error.code(), ErrorCode::BadRequest);
+            assert!(error.message().contains("<attempt>:<seq>"), "{error:?}");
+            // Refused even beside a Last-Event-ID that names the attempt:
+            // the query itself asks for something that has no meaning.
+            assert!(start_cursor(&v, None, Some(4), Some("1:9")).is_err());
+        }
     }
 
     #[test]

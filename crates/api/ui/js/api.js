@@ -160,9 +160,10 @@ const RETRY_MS = [250, 500, 1000, 2000];
  * end (a finished task's output) or a drop to resume from (a restart).
  * `onProgress(id)` gets the `id:`-only events a filtered stream sends to
  * say how far it read past what it sent. `onEvent` gets the event's name
- * (`event:`, `message` without one) as its third argument.
+ * (`event:`, `message` without one) as its third argument. A 400 (the
+ * daemon refused the cursor) calls `onRefused(error)` before the retry.
  */
-export function follow(path, { lastId, onEvent, onProgress = () => {}, onState = () => {}, finished = async () => false }) {
+export function follow(path, { lastId, onEvent, onProgress = () => {}, onState = () => {}, finished = async () => false, onRefused = async () => {} }) {
   const controller = new AbortController();
   let stopped = false;
   (async () => {
@@ -184,6 +185,15 @@ export function follow(path, { lastId, onEvent, onProgress = () => {}, onState =
       } catch (error) {
         if (stopped) return;
         if (error instanceof ApiError && error.status === 401) return;
+        // A refused cursor (past the end of the daemon's log): the caller
+        // picks where to resume before the next try.
+        if (error instanceof ApiError && error.status === 400) {
+          try {
+            await onRefused(error);
+          } catch {
+            // The daemon is away: the next try asks again.
+          }
+        }
       }
       if (ended) {
         let over = false;

@@ -73,6 +73,15 @@ function startFeed(afterSeq, query, about) {
   feed = api.follow(`/v1/events?${query}`, {
     lastId: () => lastSeq,
     onState: setLive,
+    // The daemon's log ends before what this page saw: it is a new log (a
+    // memory store restarted, a database replaced). The view is read
+    // afresh and the feed follows from the new log's end.
+    onRefused: async () => {
+      const seq = await api.get('/v1/status').then((status) => status.event_seq);
+      if (seq >= lastSeq) return;
+      lastSeq = seq;
+      route(seq);
+    },
     // The daemon read past events this feed does not take: resume after them.
     onProgress: (id) => {
       lastSeq = Math.max(lastSeq, Number(id) || 0);

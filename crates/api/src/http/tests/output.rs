@@ -1,12 +1,13 @@
 //! Task output as a JSON page and as a live SSE stream that resumes from
-//! `Last-Event-ID`; the event log as SSE.
+//! `Last-Event-ID`, a cursor naming its attempt; the event log as SSE, and
+//! a cursor past its end refused.
 
 use std::collections::VecDeque;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use super::{Api, PATIENCE, parts};
+use super::{Api, PATIENCE, expect_error, parts};
 use swarmd_client::{SseEvent, SseParser};
 
 /// An open SSE response, parsed event by event.
@@ -212,4 +213,155 @@ async fn event_log_streams_and_resumes() {
         .unwrap();
     let (id, _) = resumed.expect().await;
     assert_eq!(id.parse::<u64>().unwrap(), last.parse::<u64>().unwrap() + 1);
+}
+
+/// A seq is one attempt's: `after_seq` without `attempt`, or a bare seq
+/// as `Last-Event-ID` without it, is refused; every attempt is paged
+/// with the page's `next` (`<attempt>:<seq>`) and one with `attempt`.
+#[tokio::test]
+async fn an_output_cursor_names_its_attempt() {
+    let api = Api::start().await;
+    let policy = json!({"max_attempts": 2, "retry_backoff_ms": 0});
+    let task = api
+        .spawn_with(json!({"agent": "flaky", "prompt": "p", "policy": policy}))
+        .await;
+    let cred = api.credential_for(&api.flaky, task, 2).await;
+    let ndjson = format!("{}\n{}\n{}\n", progress("a"), progress("b"), progress("c"));
+    let response = api
+        .post("/v1/worker/output", cred.handle())
+        .body(ndjson)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    let path = format!("/v1/tasks/{task}/output?after_seq=1");
+    let body = expect_error(
+        api.get(&path, &api.admin).send().await.unwrap(),
+        400,
+        "bad_request",
+    )
+    .await;
+    assert!(
+        body["error"].as_str().unwrap().contains("attempt"),
+        "{body}"
+    );
+    let response = api
+        .get(&path, &api.admin)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    expect_error(response, 400, "bad_request").await;
+    let response = api
+        .get(&format!("/v1/tasks/{task}/output"), &api.admin)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", "1")
+        .send()
+        .await
+        .unwrap();
+    let body = expect_error(response, 400, "bad_request").await;
+    assert!(
+        body["error"].as_str().unwrap().contains("<attempt>:<seq>"),
+        "{body}"
+    );
+
+    // One attempt: `attempt` with `after_seq`.
+    let path = format!("/v1/tasks/{task}/output?attempt=2&after_seq=1");
+    let (status, page) = parts(api.get(&path, &api.admin).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{page}");
+    let seqs: Vec<&Value> = page["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["seq"])
+        .collect();
+    assert_eq!(seqs, [&json!(2), &json!(3)], "{page}");
+
+    // Every attempt: one record a page, resumed from each page's `next`,
+    // reads what one whole page holds, in order, across the retry.
+    let whole = format!("/v1/tasks/{task}/output");
+    let (_, all) = parts(api.get(&whole, &api.admin).send().await.unwrap()).await;
+    let all: Vec<(Value, Value)> = all["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["attempt"].clone(), r["seq"].clone()))
+        .collect();
+    assert!(all.contains(&(json!(2), json!(3))), "{all:?}");
+    let mut paged = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        let mut request = api.get(&format!("{whole}?limit=1"), &api.admin);
+        if let Some(id) = &next {
+            request = request.header("last-event-id", id.as_str());
+        }
+        let (status, page) = parts(request.send().await.unwrap()).await;
+        assert_eq!(status, 200, "{page}");
+        for record in page["records"].as_array().unwrap() {
+            paged.push((record["attempt"].clone(), record["seq"].clone()));
+        }
+        match page["next"].as_str() {
+            Some(id) if page["more"] == true => next = Some(id.to_owned()),
+            _ => break,
+        }
+    }
+    assert_eq!(paged, all);
+}
+
+/// A cursor past the end of the event log is refused, on a page and on a
+/// stream; one at the end reads an empty page.
+#[tokio::test]
+async fn an_event_cursor_past_the_log_end_is_refused() {
+    let api = Api::start().await;
+    let task = api.spawn("echo").await;
+    api.finished(task).await;
+    let (status, page) = parts(
+        api.get("/v1/events?limit=1000", &api.admin)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let head = page["next_seq"].as_u64().unwrap();
+    assert!(head > 0, "{page}");
+
+    let path = format!("/v1/events?after_seq={head}");
+    let (status, page) = parts(api.get(&path, &api.admin).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["events"], json!([]), "{page}");
+    assert_eq!(page["next_seq"], head, "{page}");
+
+    let path = format!("/v1/events?after_seq={}", head + 1);
+    let body = expect_error(
+        api.get(&path, &api.observer()).send().await.unwrap(),
+        400,
+        "bad_request",
+    )
+    .await;
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("past the end") && error.contains(&format!("last seq {head}")),
+        "{body}"
+    );
+    let response = api
+        .get("/v1/events", &api.admin)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", (head + 1000).to_string())
+        .send()
+        .await
+        .unwrap();
+    let body = expect_error(response, 400, "bad_request").await;
+    assert!(
+        body["error"].as_str().unwrap().contains("Last-Event-ID"),
+        "{body}"
+    );
+
+    // A stream from the end is open, and the next event reaches it.
+    let mut stream = Stream::open(&api, "/v1/events", &api.admin, Some(&head.to_string())).await;
+    let next = api.spawn("echo").await;
+    let (id, data) = stream.expect().await;
+    assert_eq!(id, (head + 1).to_string());
+    assert_eq!(data["event"]["task_id"], next.to_string(), "{data}");
 }

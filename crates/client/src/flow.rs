@@ -21,7 +21,7 @@ const WAIT_MARGIN: Duration = Duration::from_secs(30);
 /// How long one read of `wait_run` waits for the run to end before it
 /// looks whether the run waits on a person instead.
 const WAIT_POLL_SECS: u64 = 1;
-/// The longest message, reason or prompt a line shows.
+/// The widest message, reason or prompt a line shows, in columns.
 const LINE_CHARS: usize = 200;
 
 /// The body of `POST /v1/runs`.

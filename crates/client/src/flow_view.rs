@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::{LINE_CHARS, items, short_hash};
-use crate::render::{clean, duration, short_id, since, text};
+use crate::render::{clean, clean_within, duration, short_id, since, text};
 
 /// The most lines of a wait's prompt the view prints.
 const PROMPT_LINES: usize = 20;
@@ -198,9 +198,9 @@ fn prompt_lines(prompt: &Value) -> Prompt {
         Value::String(text) => text.trim_end().to_owned(),
         other => {
             let compact = other.to_string();
-            if compact.chars().count() <= LINE_CHARS {
+            if let Some(inline) = clean_within(&compact, LINE_CHARS) {
                 return Prompt {
-                    inline: Some(clean(&compact, LINE_CHARS)),
+                    inline: Some(inline),
                     ..Prompt::default()
                 };
             }
@@ -210,9 +210,11 @@ fn prompt_lines(prompt: &Value) -> Prompt {
     if whole.is_empty() {
         return Prompt::default();
     }
-    if !whole.contains('\n') && whole.chars().count() <= LINE_CHARS {
+    if !whole.contains('\n')
+        && let Some(inline) = clean_within(&whole, LINE_CHARS)
+    {
         return Prompt {
-            inline: Some(clean(&whole, LINE_CHARS)),
+            inline: Some(inline),
             ..Prompt::default()
         };
     }

@@ -7,31 +7,80 @@
 //! value is cleaned of control characters before it reaches the terminal:
 //! a reason or description written by a worker cannot move the cursor or
 //! recolour the screen. Missing values print as `-`.
+//!
+//! Lengths are display widths, in terminal columns (`unicode-width`, the
+//! measure the tables pad by): a CJK character or an emoji takes two, a
+//! combining mark none, so a cut keeps columns aligned whatever the
+//! script.
 
 use comfy_table::{Cell, Table, presets};
 use serde_json::Value;
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
-/// The longest reason, description or prompt line a table cell shows.
+/// The widest reason, description or prompt line a table cell shows, in
+/// columns.
 const CELL_CHARS: usize = 60;
 /// Spaces between two columns.
 const GUTTER: u16 = 2;
 
 /// Text with each control character replaced by a space and each
 /// invisible format character (bidi overrides and isolates, zero-width
-/// marks) left out, cut to `max` characters (with `…` when cut): what a
-/// terminal shows of text the daemon, a worker or a model wrote.
+/// marks) left out, cut to `max` columns of display width (with `…` in
+/// the last one when cut): what a terminal shows of text the daemon, a
+/// worker or a model wrote. A cut never parts a character: a wide one
+/// that would pass `max` is left out whole, and a combining mark or
+/// variation selector goes with the character before it.
 pub fn clean(text: &str, max: usize) -> String {
-    let mut out: String = text
-        .chars()
+    fit(visible(text), max).0
+}
+
+/// `text` cleaned as `clean` cleans it, uncut, when it is at most `max`
+/// columns wide.
+pub(crate) fn clean_within(text: &str, max: usize) -> Option<String> {
+    let shown = visible(text);
+    (shown.width() <= max).then_some(shown)
+}
+
+/// `text` with control characters as spaces and format characters left out.
+fn visible(text: &str) -> String {
+    text.chars()
         .filter(|c| !is_format(*c))
         .map(|c| if c.is_control() { ' ' } else { c })
-        .take(max)
-        .collect();
-    if text.chars().filter(|c| !is_format(*c)).count() > max {
-        out.pop();
+        .collect()
+}
+
+/// `shown` (cleaned) cut to `max` columns, `…` taking the last; whether
+/// it was cut.
+///
+/// It is cut between clusters: a character that takes room with the
+/// zero-width ones after it. Each cluster is measured whole (an emoji
+/// with its presentation selector is two columns, not one), and the sum
+/// of the clusters' widths is never less than the width of the text they
+/// make, so the cut text is never wider than `max`.
+fn fit(shown: String, max: usize) -> (String, bool) {
+    if shown.width() <= max {
+        return (shown, false);
+    }
+    let budget = max.saturating_sub(1);
+    let bounds = shown
+        .char_indices()
+        .filter(|&(at, c)| at > 0 && c.width() != Some(0))
+        .map(|(at, _)| at)
+        .chain(std::iter::once(shown.len()));
+    let (mut start, mut used) = (0, 0);
+    for stop in bounds {
+        let width = shown[start..stop].width();
+        if used + width > budget {
+            break;
+        }
+        used += width;
+        start = stop;
+    }
+    let mut out = shown[..start].to_owned();
+    if max > 0 {
         out.push('…');
     }
-    out
+    (out, true)
 }
 
 /// Text of several lines for a terminal: each line as `clean` leaves it
@@ -261,7 +310,7 @@ pub fn task_block(task: &Value, now_ms: u64) -> String {
     block.join("\n")
 }
 
-/// A prompt's first line that is not blank, cut to `max` characters as
+/// A prompt's first line that is not blank, cut to `max` columns as
 /// `clean` cuts it (ending in `…`), else followed by ` …` when a further
 /// line is not blank: either way a cut prompt ends in `…`.
 fn first_line(prompt: &str, max: usize) -> String {
@@ -269,8 +318,7 @@ fn first_line(prompt: &str, max: usize) -> String {
     let Some(first) = lines.next() else {
         return "-".to_owned();
     };
-    let shown = clean(first, max);
-    let cut = first.chars().count() > max;
+    let (shown, cut) = fit(visible(first), max);
     if !cut && lines.any(|line| !line.trim().is_empty()) {
         format!("{shown} …")
     } else {
@@ -485,6 +533,123 @@ mod tests {
         assert_eq!(short_id("abc"), "abc");
     }
 
+    /// Every cut of `text` at 0 to 24 columns: never wider than asked, a
+    /// prefix of the whole (cut between clusters, so no mark is parted
+    /// from its character) with `…` after it.
+    fn assert_cuts_fit(text: &str) {
+        let whole = clean(text, usize::MAX);
+        for max in 0..25 {
+            let cut = clean(text, max);
+            assert!(cut.width() <= max.max(1), "{text:?} at {max}: {cut:?}");
+            if whole.width() <= max {
+                assert_eq!(cut, whole, "{text:?} at {max}");
+                continue;
+            }
+            let kept = cut.strip_suffix('…').unwrap_or(&cut);
+            assert!(whole.starts_with(kept), "{text:?} at {max}: {cut:?}");
+            let next = whole[kept.len()..].chars().next().unwrap();
+            assert_ne!(next.width(), Some(0), "{text:?} at {max}: {cut:?}");
+        }
+    }
+
+    #[test]
+    fn cuts_are_by_display_width_and_never_split_a_character() {
+        // Wide characters take two columns: 7 of them are 14.
+        assert_eq!(clean("日本語テキスト", 14), "日本語テキスト");
+        assert_eq!(clean("日本語テキスト", 10), "日本語テ…");
+        // A wide character that would pass the width is left out whole.
+        assert_eq!(clean("日本語テキスト", 9), "日本語テ…");
+        assert_eq!(clean("日本語テキスト", 8), "日本語…");
+        assert_eq!(clean("ab日本", 4), "ab…");
+        assert_eq!(clean("🚀🚀🚀", 5), "🚀🚀…");
+        // Combining marks take none and stay with their letter.
+        let marked = "e\u{301}".repeat(6);
+        assert_eq!(clean(&marked, 6), marked);
+        assert_eq!(clean(&marked, 4), format!("{}…", "e\u{301}".repeat(3)));
+        let zalgo = format!("a{}", "\u{301}".repeat(200));
+        assert_eq!(clean(&zalgo, 3), zalgo);
+        // An emoji with its presentation selector is two columns, cut whole.
+        assert_eq!(
+            clean("\u{2764}\u{fe0f}\u{2764}\u{fe0f}x", 4),
+            "\u{2764}\u{fe0f}…"
+        );
+        // Cleaning still comes first: format characters count for nothing.
+        assert_eq!(clean("\u{202e}日本\u{200b}語", 6), "日本語");
+        for text in [
+            "日本語テキスト",
+            "ab日本cd語",
+            "🚀 launch 🛰️ orbit",
+            "e\u{301}a\u{308}o\u{302}日\u{301}x",
+            "\u{2764}\u{fe0f}\u{2764}\u{fe0f}\u{2764}\u{fe0f}",
+            "1\u{fe0f}\u{20e3}2\u{fe0f}\u{20e3}3\u{fe0f}\u{20e3}",
+            "🇯🇵🇫🇷🇧🇷🇩🇪",
+            "\u{644}\u{627}\u{644}\u{627}\u{644}\u{627}",
+            "한국어 텍스트 \u{1100}\u{1161}\u{11a8}",
+            "plain ascii text that is long enough",
+        ] {
+            assert_cuts_fit(text);
+        }
+    }
+
+    /// The display column each line's `needle` starts at.
+    fn columns_of(table: &str, needle: &str) -> Vec<usize> {
+        table
+            .lines()
+            .map(|line| {
+                let at = line
+                    .find(needle)
+                    .unwrap_or_else(|| panic!("{needle}: {line}"));
+                line[..at].width()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn columns_align_by_display_width() {
+        let now = 1_000_000_000;
+        let task = |agent: &str, reason: &str| {
+            json!({"id": "T-0190f3c2a1b27c3d8e4f5a6b7c8d9e0f", "status": "failed",
+                   "agent": agent, "created_ms": now - 65_000, "finished_ms": now,
+                   "reason": reason})
+        };
+        let wide = "漢".repeat(100);
+        let page = json!({"tasks": [
+            task("coder", "exit 1"),
+            task("日本語", "失敗しました"),
+            task("🚀rocket", "e\u{301}chec"),
+            task("cafe\u{301}", &wide),
+        ]});
+        let table = task_table(&page, now, false);
+        let (header, rows) = table.split_once('\n').unwrap();
+        let age = columns_of(header, "AGE ")[0];
+        assert_eq!(columns_of(rows, "1m ago"), [age; 4], "{table}");
+        // The last column, cut to its width with the wide text whole.
+        let last = table.lines().last().unwrap();
+        let reason = &last[last.find('漢').unwrap()..];
+        assert_eq!(reason, format!("{}…", "漢".repeat(29)), "{table}");
+        assert!(reason.width() <= CELL_CHARS, "{table}");
+
+        let agents = json!({"agents": [
+            {"name": "echo", "kind": "process", "description": "Repeats its prompt",
+             "running": 0, "queued": 0},
+            {"name": "jp", "kind": "process", "description": "日本語の説明です",
+             "running": 0, "queued": 0},
+            {"name": "mark", "kind": "process", "description": "re\u{301}sume\u{301} 🚀",
+             "running": 0, "queued": 0},
+            {"name": "long", "kind": "process", "description": "説".repeat(50),
+             "running": 0, "queued": 0},
+        ]});
+        let table = agent_table(&agents);
+        let header = columns_of(table.lines().next().unwrap(), "RUNNING")[0];
+        for line in table.lines().skip(1) {
+            // The line ends with the RUNNING and QUEUED cells, `0` each.
+            let rest = line.trim_end_matches('0').trim_end();
+            let before = rest.trim_end_matches('0');
+            assert_eq!(before.width(), header, "{table}");
+        }
+        assert!(table.contains(&format!("{}…", "説".repeat(29))), "{table}");
+    }
+
     #[test]
     fn a_prompt_shows_its_first_line_and_says_when_more_follows() {
         let prompt = |text: &str| {
@@ -506,6 +671,13 @@ mod tests {
             format!("{}…", "x".repeat(59))
         );
         assert_eq!(prompt(" \n"), "-");
+        // Cut by width: 40 wide characters are 80 columns.
+        let wide = "語".repeat(40);
+        assert_eq!(prompt(&wide), format!("{}…", "語".repeat(29)));
+        assert_eq!(
+            prompt(&format!("{}\nmore", "語".repeat(30))),
+            format!("{} …", "語".repeat(30))
+        );
     }
 
     #[test]

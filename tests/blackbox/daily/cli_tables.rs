@@ -2,8 +2,10 @@
 //! ids, statuses, agents, relative ages, durations, reasons) and `-o json`
 //! one JSON document; its filters select; `task get` is a key/value block;
 //! `agents` and `sessions` list; the connection is found from the
-//! environment or the per-user configuration in a directory with none; and
-//! a subcommand's help lists its own options before the connection ones.
+//! environment or the per-user configuration in a directory with none;
+//! columns stay aligned and cells are cut by display width with wide and
+//! combining text; `task tail --after-seq` needs `--attempt`; and a
+//! subcommand's help lists its own options before the connection ones.
 
 use std::path::Path;
 use std::process::Output;
@@ -430,4 +432,142 @@ async fn subcommand_help_lists_its_own_options_first() {
         assert!(at("Connection options:") < at("--url"), "{verb:?}:\n{help}");
         assert!(at("--url") < at("--log-format"), "{verb:?}:\n{help}");
     }
+}
+
+/// Agents whose descriptions are in wide scripts, emoji and combining
+/// marks, for the width test.
+const WIDE: &str = r#"
+[agents.plain]
+kind = "process"
+program = "/bin/cat"
+description = "Repeats its prompt"
+
+[agents.kanji]
+kind = "process"
+program = "/bin/cat"
+description = "日本語の説明です"
+
+[agents.marks]
+kind = "process"
+program = "/bin/cat"
+description = "re\u0301sume\u0301 🚀 launch"
+
+[agents.long]
+kind = "process"
+program = "/bin/cat"
+description = "説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明説明"
+"#;
+
+/// How many terminal columns `text` takes, for the characters these tests
+/// use: combining marks none, kana, CJK ideographs and these emoji two,
+/// the rest one.
+fn columns(text: &str) -> usize {
+    text.chars()
+        .map(|c| match u32::from(c) {
+            0x300..=0x36F => 0,
+            0x3040..=0x30FF | 0x4E00..=0x9FFF | 0x1F300..=0x1F6FF => 2,
+            _ => 1,
+        })
+        .sum()
+}
+
+/// A column of a table starts at the same terminal column on every line
+/// whatever the width of the text before it, and a cell is cut to its
+/// width (60 columns) without splitting a wide character.
+#[tokio::test]
+async fn wide_text_keeps_table_columns_aligned() {
+    let daemon = Daemon::start_with(WIDE).await;
+    let table = cli(&daemon, &["agents"]).await;
+    let header = table.lines().next().unwrap();
+    let running = columns(&header[..header.find("RUNNING").unwrap()]);
+    for name in ["plain ", "kanji ", "marks ", "long "] {
+        let line = table
+            .lines()
+            .find(|line| line.starts_with(name))
+            .unwrap_or_else(|| panic!("{name}:\n{table}"));
+        // The line ends with the RUNNING and QUEUED cells, a word each.
+        let rest = line.trim_end();
+        let rest = rest[..rest.rfind(' ').unwrap()].trim_end();
+        let before = &rest[..=rest.rfind(' ').unwrap()];
+        assert_eq!(columns(before), running, "{name}:\n{table}");
+    }
+    let long = table
+        .lines()
+        .find(|line| line.starts_with("long "))
+        .unwrap();
+    let cell = format!("{}…", "説明".repeat(14) + "説");
+    assert!(long.contains(&cell), "{long}");
+    assert_eq!(columns(&cell), 59);
+    assert!(table.contains("re\u{301}sume\u{301} 🚀 launch"), "{table}");
+
+    // A reason in a wide script is cut to the cell's width, not its count
+    // of characters.
+    let task = daemon.spawn(json!({"agent": "hold", "prompt": "p"})).await;
+    daemon.handle(&task, 1).await;
+    let reason = "取消".repeat(40);
+    let path = format!("/v1/tasks/{task}/cancel");
+    let (status, body) = parts(
+        daemon
+            .post(&path, &daemon.admin)
+            .json(&json!({"reason": reason}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let table = cli(&daemon, &["task", "list"]).await;
+    let line = row(&table, &task);
+    let cut = &line[line.find('取').unwrap_or_else(|| panic!("{table}"))..];
+    assert_eq!(cut, format!("{}取…", "取消".repeat(14)), "{table}");
+    assert_eq!(columns(cut), 59);
+}
+
+/// `task tail --after-seq` names a seq of one attempt: without
+/// `--attempt` the daemon refuses it and says so; with it, it reads on.
+#[tokio::test]
+async fn task_tail_after_a_seq_needs_its_attempt() {
+    let daemon = Daemon::start_with(DESCRIBED).await;
+    let task = daemon.spawn(json!({"agent": "echo", "prompt": "hi"})).await;
+    assert_eq!(daemon.finished(&task).await["status"], "pass");
+    let cwd = tempfile::tempdir().unwrap();
+    let connection = [
+        "--url",
+        daemon.base.as_str(),
+        "--token",
+        daemon.admin.as_str(),
+    ];
+
+    let mut args = vec!["task", "tail", task.as_str(), "--after-seq", "0"];
+    args.extend(connection);
+    let output = run(cwd.path(), &[], &args).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Refused before any request: a usage error naming the flag it needs.
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("--attempt"), "{stderr}");
+
+    let mut args = vec![
+        "task",
+        "tail",
+        task.as_str(),
+        "--attempt",
+        "1",
+        "--after-seq",
+        "0",
+    ];
+    args.extend(connection);
+    let output = run(cwd.path(), &[], &args).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let records: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(!records.is_empty(), "{stdout}");
+    assert!(records.iter().all(|r| r["attempt"] == 1), "{stdout}");
+    assert!(
+        records.iter().any(|r| r["event"]["type"] == "final"),
+        "{stdout}"
+    );
 }

@@ -11,8 +11,10 @@
 //! client, `session` the operator session `swarmd mcp` holds (login,
 //! leave, resume, a role taken), `lifecycle` the relay over time (pings,
 //! a daemon restart, signals, a refusal through the relay), `ts_client`
-//! the official TypeScript SDK (Claude Code's) over both transports. This
-//! file holds what they share.
+//! the official TypeScript SDK (Claude Code's) over both transports,
+//! `large_values` and `large_runs` answers bounded whatever a task or a
+//! flow run holds, `restart_wait` and `resume_ids` streams across a
+//! daemon restart. This file holds what they share.
 //!
 //! Over stdio, every run gets a state directory of its own
 //! (`XDG_STATE_HOME`), so the relay's session file never outlives the test.
@@ -26,10 +28,13 @@ mod agent_tools;
 mod delegate;
 mod flow_tools;
 mod flows;
+mod large_runs;
 mod large_values;
 mod lifecycle;
 mod long_wait;
+mod output_cursor;
 mod restart_wait;
+mod resume_ids;
 mod rmcp_client;
 mod session;
 mod ts_client;

@@ -9,8 +9,8 @@
 //! against the schema and names a failing pointer), waits for its end as
 //! `run` does (with progress notifications) up to `FLOW_TOOL_TIMEOUT`, and
 //! returns the run id, its status and, once it ended, its result or its
-//! error. A call the client cancels cancels its run: the caller never
-//! learnt its id.
+//! error, its large values cut as a run's view cuts them. A call the
+//! client cancels cancels its run: the caller never learnt its id.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +28,7 @@ use swarmd_flow::Flow;
 use swarmd_flow_run::Catalog;
 
 use super::flow_tools::{refused, wait_for_run};
+use super::read::{MAX_ANSWER_BYTES, bound_run_within};
 use super::{Outcome, structured};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
@@ -61,6 +62,10 @@ struct FlowCalled {
     /// The run's open waits, when it is waiting for answers (`answer_wait`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     waits: Vec<OpenWait>,
+    /// The values cut to bound the answer: `{values: {<JSON pointer>:
+    /// <whole size in bytes>}, read}`, `read` saying where to read them whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cut: Option<Value>,
 }
 
 /// A wait the run is held on.
@@ -181,14 +186,17 @@ async fn run(
     } else {
         Vec::new()
     };
-    structured(&FlowCalled {
+    let mut called = structured(&FlowCalled {
         run_id: record.id.to_string(),
         status: record.status.as_str().to_owned(),
         done: record.status.is_terminal(),
         result: record.result,
         error: record.error,
         waits,
-    })
+        cut: None,
+    })?;
+    bound_run_within(&mut called, MAX_ANSWER_BYTES);
+    Ok(called)
 }
 
 /// The open waits of a run held on them.

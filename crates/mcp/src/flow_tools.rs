@@ -7,6 +7,9 @@
 //! and the session that owns it (another session's run is `not_found`, as
 //! an unknown one), cancelled and answered by its owner or the admin, and
 //! an idempotency key is shared with `POST /v1/runs` of the same caller.
+//! A run's view is bounded as a task is (`read`'s `bound`): its large
+//! values (input, result, each step's output, …) are cut with a marker
+//! naming `GET /v1/runs/{id}`, which gives them whole.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,7 @@ use swarmd_engine::{ErrorCode, RunId, RunRecord};
 use swarmd_flow_run::RunError;
 
 use super::flow_as_tool;
+use super::read::{MAX_ANSWER_BYTES, bound_run_within};
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, structured};
 use swarmd_api::app::AppState;
@@ -63,7 +67,9 @@ pub(super) fn tools() -> Vec<ToolEntry> {
             "run",
             "Read a flow run: status, result or error, every node's state and its waits. \
              With wait_secs above 0 (at most 600) it first waits that long at most for the run to end, \
-             sending progress notifications.",
+             sending progress notifications. Values past 64 KiB (input, result, a step's \
+             output, …) are cut with a marker and listed in `cut`; `GET /v1/runs/{id}` gives \
+             them whole.",
             true,
             |call, args| Box::pin(run(call.state, call.caller, args, call.context)),
         ),
@@ -237,6 +243,10 @@ pub(super) struct RunViewSchema {
     /// idempotency key's earlier run).
     #[serde(skip_serializing_if = "Option::is_none")]
     created: Option<bool>,
+    /// The values cut to bound the answer: `{values: {<JSON pointer>:
+    /// <whole size in bytes>}, read}`, `read` saying where to read them whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cut: Option<Value>,
 }
 
 pub(super) async fn flows(state: &AppState, caller: &Caller, _args: NoArgs) -> Outcome {
@@ -365,9 +375,13 @@ pub(super) fn run_id(text: &str) -> Result<RunId, ApiError> {
 }
 
 /// The run's view as JSON; `tokens` adds its open waits' answer tokens.
+/// Its large values are cut so the answer stays within
+/// [`MAX_ANSWER_BYTES`] (docs/mcp.md, Large values).
 pub(super) async fn view_of(state: &AppState, id: RunId, tokens: bool) -> Outcome {
     let view = state.runner.view(id, tokens).await.map_err(refused)?;
-    structured(&view)
+    let mut view = structured(&view)?;
+    bound_run_within(&mut view, MAX_ANSWER_BYTES);
+    Ok(view)
 }
 
 /// A runner error as the tool's error; a flow that fails lint lists every

@@ -32,6 +32,7 @@ mod registry;
 mod route;
 mod schema;
 mod session_file;
+mod stream_ids;
 mod upstream;
 mod wait;
 mod worker;

@@ -15,7 +15,9 @@ use super::Outcome;
 use super::changes;
 use super::fanout::task_id;
 use super::registry::{ToolEntry, entry};
-pub(super) use bound::{MAX_ANSWER_BYTES, answer_bytes, bound_task_within, cut_value};
+pub(super) use bound::{
+    MAX_ANSWER_BYTES, answer_bytes, bound_run_within, bound_task_within, cut_value,
+};
 use bound::{MAX_LISTED_VALUE_BYTES, bound_page, bound_record, bound_task};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
@@ -30,6 +32,8 @@ const DEFAULT_TASKS: usize = 50;
 /// The longest `output` page.
 const MAX_RECORDS: usize = 1_000;
 const DEFAULT_RECORDS: usize = 200;
+/// The longest output cursor: `<attempt>:<seq>`, a u32 and a u64.
+const MAX_CURSOR: u32 = 31;
 
 pub(super) fn tools() -> Vec<ToolEntry> {
     vec![
@@ -55,7 +59,8 @@ pub(super) fn tools() -> Vec<ToolEntry> {
             "output",
             "Read a task's output records (progress, logs, finals) after a seq, at most 1000 \
              a page (limit 1 to 1000), values past 64 KiB cut with a marker and listed in \
-             `cut`; continue with `after_seq` = the last record's seq while `more` is true.",
+             `cut`; while `more` is true, continue with `after` = the page's `next` (or, \
+             with `attempt`, `after_seq` = the last record's seq).",
             true,
             |call, args| Box::pin(output(call.state, call.caller, args)),
         ),
@@ -152,9 +157,15 @@ pub(super) struct OutputArgs {
     /// Only this attempt; unset: every attempt in order.
     #[serde(default)]
     attempt: Option<u32>,
-    /// Records after this seq (of `attempt`, else of the current attempt).
+    /// Records after this seq of `attempt` (refused without `attempt`: a
+    /// seq is one attempt's).
     #[serde(default)]
     after_seq: Option<u64>,
+    /// Records after this cursor: a page's `next` (`<attempt>:<seq>`, or
+    /// with `attempt` its seq).
+    #[serde(default)]
+    #[schemars(length(max = MAX_CURSOR))]
+    after: Option<String>,
     /// Page length, 1 to 1000 (default 200).
     #[serde(default)]
     #[schemars(range(min = 1, max = MAX_RECORDS))]
@@ -231,7 +242,7 @@ pub(super) async fn output(state: &AppState, caller: &Caller, args: OutputArgs) 
     let cursor = PageCursor {
         attempt: args.attempt,
         after_seq: args.after_seq,
-        last_id: None,
+        last_id: args.after.as_deref(),
         limit: within("limit", args.limit, DEFAULT_RECORDS, MAX_RECORDS)?,
     };
     let page = output::page(state, &view, cursor).await?;
@@ -323,6 +334,57 @@ mod tests {
     }
 
     #[test]
+    fn a_run_answer_stays_within_its_budget_whatever_its_steps_returned() {
+        const RUN: &str = "R-0190f3c2a1b27c3d8e4f5a6b7c8d9e0f";
+        let big = "y".repeat(600 * 1024);
+        let step = |n: u32| {
+            json!({"key": format!("/s{n}"), "kind": "step", "status": "passed",
+                   "tries": [{"key": "t", "task_id": ID, "output": {"text": big}}]})
+        };
+        let mut view = json!({
+            "id": RUN, "flow": "f", "status": "passed", "input": {"topic": big},
+            "result": big, "nodes": (0..12).map(step).collect::<Vec<_>>(),
+            "waits": [{"key": "w", "name": "ok", "open": false, "prompt": big, "answer": "yes"}],
+            "graph": {"name": "f"},
+        });
+        bound_run_within(&mut view, MAX_ANSWER_BYTES);
+        assert!(answer_bytes(&view) <= MAX_ANSWER_BYTES);
+        let cut = &view["cut"];
+        assert_eq!(cut["read"], format!("GET /v1/runs/{RUN}"));
+        for pointer in [
+            "/input",
+            "/result",
+            "/nodes/0/tries/0/output",
+            "/nodes/11/tries/0/output",
+            "/waits/0/prompt",
+        ] {
+            assert!(
+                cut["values"][pointer].as_u64().unwrap() > 600 * 1024,
+                "{pointer}"
+            );
+            let text = view.pointer(pointer).unwrap().as_str().unwrap();
+            assert!(
+                text.ends_with(&format!("read it whole with GET /v1/runs/{RUN}]")),
+                "{pointer}"
+            );
+        }
+        assert_eq!(view["waits"][0]["answer"], "yes");
+        assert_eq!(view["graph"], json!({"name": "f"}));
+        // A flow tool's answer names its run as `run_id`; one large result
+        // keeps 64 KiB.
+        let mut called = json!({"run_id": RUN, "status": "passed", "done": true, "result": big});
+        bound_run_within(&mut called, MAX_ANSWER_BYTES);
+        let kept = serde_json::to_string(&called["result"]).unwrap().len();
+        assert!((60 * 1024..=64 * 1024).contains(&kept), "{kept}");
+        assert_eq!(called["cut"]["read"], format!("GET /v1/runs/{RUN}"));
+        // A small run is left as it is, with no `cut`.
+        let small = json!({"id": RUN, "result": "hi", "nodes": [step(0)["key"]]});
+        let mut same = small.clone();
+        bound_run_within(&mut same, MAX_ANSWER_BYTES);
+        assert_eq!(same, small);
+    }
+
+    #[test]
     fn a_page_ends_early_past_its_answer_bound_and_keeps_its_first_item() {
         let item = |n: u32| json!({"id": format!("T-{n}"), "prompt": "z".repeat(200 * 1024)});
         let mut page = json!({"tasks": [item(1), item(2), item(3)]});
@@ -395,6 +457,7 @@ mod tests {
         assert_eq!(property("tasks", "limit")["maximum"], MAX_TASKS);
         assert_eq!(property("output", "limit")["minimum"], 1);
         assert_eq!(property("output", "limit")["maximum"], MAX_RECORDS);
+        assert_eq!(property("output", "after")["maxLength"], MAX_CURSOR);
         assert_eq!(property("run", "wait_secs")["maximum"], 600);
         assert_eq!(property("cancel", "reason")["maxLength"], 1024);
         assert_eq!(property("cancel_run", "reason")["maxLength"], 1024);

@@ -1,8 +1,10 @@
 //! MCP answers bounded for their clients: a task's or an output record's
-//! large values cut, and pages ended early (`read`'s tools and `wait`).
+//! large values cut, and pages ended early (`read`'s tools, `wait` and the
+//! flow tools).
 //!
 //! The bounds on the task data an MCP answer carries (docs/mcp.md, Large
-//! values): a tool result travels twice in one message (its JSON as structured
+//! values; a flow run's view and a flow tool's answer are bounded alike):
+//! a tool result travels twice in one message (its JSON as structured
 //! content and the same JSON escaped as text), and the official Python
 //! SDK refuses a server-sent event over 1 MiB. Each large value of a task
 //! (prompt, system, input, metadata, result value, reason, an attempt's
@@ -34,6 +36,21 @@ const TASK_VALUES: &[&str] = &[
     "/result/value",
     "/reason",
 ];
+/// Each value's bound in turn while a run's answer is over its budget: a
+/// run holds values per step, so the last leaves little but the markers.
+const RUN_LIMITS: [usize; 5] = [
+    MAX_VALUE_BYTES,
+    16 * 1024,
+    MAX_LISTED_VALUE_BYTES,
+    1024,
+    128,
+];
+/// The values of a run that are cut, besides its nodes' and waits'.
+const RUN_VALUES: &[&str] = &["/input", "/result", "/error", "/graph"];
+/// The values of a step's try that are cut.
+const TRY_VALUES: &[&str] = &["output", "changes", "reason"];
+/// The values of a run's wait that are cut.
+const WAIT_VALUES: &[&str] = &["prompt", "schema", "answer", "reason"];
 /// The values of an output record that are cut.
 const RECORD_VALUES: &[&str] = &["/event/content/value", "/event/chunk/value", "/event/note"];
 /// What a page's answer holds besides its items, at most.
@@ -147,16 +164,72 @@ pub(crate) fn bound_task(task: &mut Value, limit: usize) {
 /// Cuts `task`'s values to [`MAX_VALUE_BYTES`], or less when its answer
 /// would still pass `budget` (to 16 KiB, 4 KiB, then 1 KiB each).
 pub(crate) fn bound_task_within(task: &mut Value, budget: usize) {
-    let whole = task.clone();
-    for (index, limit) in TASK_LIMITS.into_iter().enumerate() {
+    cut_within(task, budget, &TASK_LIMITS, bound_task);
+}
+
+/// Cuts `object`'s values with `bound` at each limit of `limits` in turn,
+/// from the whole object each time, until its answer is within `budget`.
+fn cut_within(object: &mut Value, budget: usize, limits: &[usize], bound: fn(&mut Value, usize)) {
+    let whole = object.clone();
+    for (index, limit) in limits.iter().enumerate() {
         if index > 0 {
-            *task = whole.clone();
+            *object = whole.clone();
         }
-        bound_task(task, limit);
-        if answer_bytes(task) <= budget {
+        bound(object, *limit);
+        if answer_bytes(object) <= budget {
             return;
         }
     }
+}
+
+/// Cuts each value of `run` (a run's view, or a flow tool's answer) to
+/// `limit` bytes of JSON: the run's input, result, error and graph, each
+/// node's reason, each try's output, changes and reason, and each wait's
+/// prompt, schema, answer and reason. `GET /v1/runs/{id}` reads them whole.
+pub(crate) fn bound_run(run: &mut Value, limit: usize) {
+    let id = run.get("id").or_else(|| run.get("run_id"));
+    let read = match id.and_then(Value::as_str) {
+        Some(id) => format!("GET /v1/runs/{id}"),
+        None => "GET /v1/runs/{id}".to_owned(),
+    };
+    let count = |object: &Value, list: &str| {
+        object
+            .get(list)
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len)
+    };
+    let mut pointers: Vec<String> = RUN_VALUES.iter().map(|p| (*p).to_owned()).collect();
+    for (n, node) in run
+        .get("nodes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        pointers.push(format!("/nodes/{n}/reason"));
+        for t in 0..count(node, "tries") {
+            pointers.extend(
+                TRY_VALUES
+                    .iter()
+                    .map(|v| format!("/nodes/{n}/tries/{t}/{v}")),
+            );
+        }
+    }
+    for w in 0..count(run, "waits") {
+        pointers.extend(WAIT_VALUES.iter().map(|v| format!("/waits/{w}/{v}")));
+    }
+    let mut cut = Map::new();
+    for pointer in &pointers {
+        cut_at(run, pointer, limit, &read, &mut cut);
+    }
+    mark(run, cut, read);
+}
+
+/// Cuts `run`'s values to [`MAX_VALUE_BYTES`], or less when its answer
+/// would still pass `budget` (to 16 KiB, 4 KiB, 1 KiB, then 128 bytes
+/// each).
+pub(crate) fn bound_run_within(run: &mut Value, budget: usize) {
+    cut_within(run, budget, &RUN_LIMITS, bound_run);
 }
 
 /// Cuts an output record's values to [`MAX_VALUE_BYTES`]; `whole` is the

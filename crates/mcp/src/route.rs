@@ -10,8 +10,10 @@
 //! share first (`ledger`). A session opened before a restart (or closed
 //! idle) comes back for its opener from the session file (`session_file`).
 //! A DELETE that closes a session is answered `200`, as the official SDKs
-//! expect; a resume of an event stream rmcp cannot resume is answered
-//! `404`, so the client fails the request rather than resuming forever.
+//! expect; a resume of an event stream rmcp cannot resume (among them any
+//! request's stream of a previous life of the session: event ids name the
+//! life that sent them, `stream_ids`) is answered `404`, so the client
+//! fails the request rather than resuming forever.
 //! rmcp answers only the `Host` names the daemon is reached by and
 //! browser pages of its own origins. The router's middleware
 //! (body limit, sensitive `Authorization`, counts, JSON errors) applies as
@@ -33,7 +35,6 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::common::http_header::{
     HEADER_LAST_EVENT_ID as LAST_EVENT_ID, HEADER_SESSION_ID,
 };
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::Deserialize;
 use swarmd_engine::ErrorCode;
@@ -41,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ledger::{Credential, Ledger, Refusal, Slot};
 use super::session_file::SessionFile;
+use super::stream_ids::TaggedSessions;
 use super::{SwarmdTools, catalogue};
 use swarmd_api::app::AppState;
 use swarmd_api::http::auth::Caller;
@@ -77,7 +79,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
     config.session_store = Some(file.clone());
     let tools = Arc::new(catalogue(state.config.mcp.upstream_aliases));
     let for_service = state.clone();
-    let sessions = Arc::new(LocalSessionManager::default());
+    let sessions = Arc::new(TaggedSessions::new());
     let service = StreamableHttpService::new(
         move || Ok(SwarmdTools::new(for_service.clone(), tools.clone())),
         sessions.clone(),
@@ -145,7 +147,7 @@ fn url_host(url: &str) -> Option<String> {
 #[derive(Clone)]
 struct Gate {
     state: AppState,
-    sessions: Arc<LocalSessionManager>,
+    sessions: Arc<TaggedSessions>,
     ledger: Arc<Ledger>,
     file: Arc<SessionFile>,
     /// Fired once rmcp has closed its sessions (the drain's grace is over):
@@ -168,7 +170,7 @@ impl Gate {
     /// A place for one more session of `credential`, after forgetting the
     /// sessions rmcp has closed.
     async fn reserve(&self, credential: Credential) -> Result<Slot, Refusal> {
-        let open = self.sessions.sessions.read().await;
+        let open = self.sessions.local().sessions.read().await;
         self.ledger.reserve(credential, |id| open.contains_key(id))
     }
 
@@ -341,10 +343,11 @@ const RESUME_PEEK: Duration = Duration::from_millis(250);
 /// The answer to a resume (`GET` with `Last-Event-ID`): rmcp's own when the
 /// stream is resumed, a `404 not_found` when it ends before its first event.
 /// rmcp cannot resume a stream it no longer holds (opened before the daemon
-/// restarted, or its request answered and gone) and answers such a resume
-/// with an empty `200` stream, which the official clients take as a stream
-/// to resume again, forever; on a `4xx` they retry a few times and fail the
-/// request, so its caller learns that the answer will not come.
+/// restarted or the session was put away idle, or its request answered and
+/// gone) and answers such a resume with an empty `200` stream, which the
+/// official clients take as a stream to resume again, forever; on a `4xx`
+/// they retry a few times and fail the request, so its caller learns that
+/// the answer will not come.
 async fn resumed(response: Response) -> Response {
     use futures_util::StreamExt;
 

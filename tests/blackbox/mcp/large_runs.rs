@@ -1,0 +1,158 @@
+//! A flow whose step returns a large result (600 KiB) read through the flow
+//! tools with the official Python SDK over Streamable HTTP: the flow's own
+//! tool (`flow_big`), `start_run`, `run` and `cancel_run` answer within the
+//! SDK's 1 MiB bound on a server-sent event, each large value (the run's
+//! result, the step's output) cut with a marker naming `GET /v1/runs/{id}`,
+//! which still gives the run whole.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+use super::{MODERN, Via, printed, python, transport};
+use crate::daemon::Swarmd;
+use crate::flows::{AGENTS, step, write_files};
+
+/// The size of the `big` agent's result, in characters.
+const BIG: usize = 600 * 1024;
+
+const SCRIPT: &str = r#"
+import asyncio, json, os, sys
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+def short(value):
+    if isinstance(value, str) and len(value) > 400:
+        return {"len": len(value), "tail": value[-200:]}
+    if isinstance(value, list):
+        return [short(v) for v in value]
+    if isinstance(value, dict):
+        return {k: short(v) for k, v in value.items()}
+    return value
+
+async def call(client, tool, args):
+    try:
+        result = await client.call_tool(tool, args)
+    except Exception as error:
+        return {"raised": repr(error)[:500]}
+    text = [c.text for c in result.content if getattr(c, "type", None) == "text"]
+    return short({"is_error": bool(result.is_error), "structured": result.structured_content,
+                  "text": text, "text_bytes": sum(len(t.encode()) for t in text)})
+
+async def main():
+    transport, mode = sys.argv[1:3]
+    base = transport.partition(":")[2]
+    headers = {"Authorization": "Bearer " + os.environ["SWARMD_TOKEN"]}
+    http = create_mcp_http_client(headers=headers)
+    seen = {}
+    async with Client(streamable_http_client(base + "/mcp", http_client=http), mode=mode) as client:
+        seen["tool"] = await call(client, "flow_big", {})
+        started = await call(client, "start_run", {"flow": "big"})
+        seen["started"] = started
+        run_id = started.get("structured", {}).get("id")
+        seen["run"] = await call(client, "run", {"run_id": run_id, "wait_secs": 60})
+        seen["cancel_run"] = await call(client, "cancel_run", {"run_id": run_id})
+    print(json.dumps(seen))
+
+asyncio.run(main())
+"#;
+
+/// A result the SDK took: no exception, no isError, and its text (the
+/// same JSON as its structured content) well under 1 MiB.
+fn answered(seen: &Value, name: &str) -> Value {
+    let outcome = &seen[name];
+    assert!(outcome.get("raised").is_none(), "{name}: {outcome}");
+    assert_eq!(outcome["is_error"], false, "{name}: {outcome}");
+    let bytes = outcome["text_bytes"].as_u64().unwrap();
+    assert!(bytes < 320 * 1024, "{name}: {bytes} bytes of text");
+    outcome["structured"].clone()
+}
+
+/// The value at `pointer` of `object` was cut to at most 64 KiB, its end
+/// naming `read`, and `object.cut` gives its whole size.
+fn assert_cut(object: &Value, pointer: &str, read: &str) {
+    let value = object
+        .pointer(pointer)
+        .unwrap_or_else(|| panic!("{pointer}: {object}"));
+    let tail = value["tail"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{pointer}: {value}"));
+    assert!(
+        tail.ends_with(&format!("bytes in all; read it whole with {read}]")),
+        "{pointer}: {tail}"
+    );
+    let len = value["len"].as_u64().unwrap();
+    assert!((60 * 1024..=64 * 1024).contains(&len), "{pointer}: {len}");
+    let whole = object["cut"]["values"][pointer].as_u64();
+    assert!(whole.is_some_and(|w| w > 600 * 1024), "{pointer}: {object}");
+    assert_eq!(object["cut"]["read"], read, "{object}");
+}
+
+#[tokio::test]
+async fn a_flow_whose_step_returns_a_large_result_is_read_through_the_flow_tools() {
+    let body = format!("{AGENTS}\n[agents.big]\nkind = \"lua\"\nscript = \"@DIR@/big.lua\"\n");
+    let sw = Swarmd::new(&body);
+    let big = json!({"name": "big", "output": {"op": "path", "at": "$.out"},
+                     "body": step("big", "go", "$.out")});
+    write_files(sw.dir(), &[("big", big)]);
+    std::fs::write(
+        sw.dir().join("big.lua"),
+        format!("return string.rep(\"z\", {BIG})\n"),
+    )
+    .unwrap();
+    let sw = sw.start().await;
+
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), SCRIPT).unwrap();
+    let mut command = Command::new(python());
+    command
+        .arg(script.path())
+        .args([transport(&sw, Via::Http).as_str(), MODERN])
+        .env("SWARMD_TOKEN", &sw.admin)
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the MCP client finished in time")
+        .expect("the MCP client ran");
+    let seen = printed(&sw, "large_runs", &output);
+
+    // The flow's tool: the run's result cut.
+    let tool = answered(&seen, "tool");
+    assert_eq!(tool["status"], "passed", "{tool}");
+    let tool_run = tool["run_id"].as_str().unwrap();
+    assert_cut(&tool, "/result", &format!("GET /v1/runs/{tool_run}"));
+
+    // A run's view: its result and its step's output cut, the rest whole.
+    answered(&seen, "started");
+    let run = answered(&seen, "run");
+    assert_eq!(run["status"], "passed", "{run}");
+    let id = run["id"].as_str().unwrap().to_owned();
+    let read = format!("GET /v1/runs/{id}");
+    assert_cut(&run, "/result", &read);
+    let nodes = run["nodes"].as_array().unwrap();
+    let (at, stepped) = nodes
+        .iter()
+        .enumerate()
+        .find(|(_, node)| node["kind"] == "step")
+        .unwrap_or_else(|| panic!("no step node: {run}"));
+    assert_eq!(stepped["status"], "passed", "{stepped}");
+    assert_cut(&run, &format!("/nodes/{at}/tries/0/output"), &read);
+    assert!(run["graph"].is_object(), "{run}");
+
+    // Cancelling an ended run is refused or answers the same bounded view.
+    let cancelled = &seen["cancel_run"];
+    assert!(cancelled.get("raised").is_none(), "{cancelled}");
+
+    // The HTTP route still gives the run whole.
+    let whole: Value = sw
+        .get(&format!("/v1/runs/{id}"), &sw.admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(whole["result"].as_str().map(str::len), Some(BIG), "whole");
+}

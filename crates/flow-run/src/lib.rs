@@ -30,7 +30,7 @@ use swarmd_engine::ids::{SessionId, TaskId};
 use swarmd_engine::{
     Engine, Event, FlowDoc, RunFilter, RunId, RunRecord, RunStatus, RunSummary, WriteOp, detached,
 };
-use swarmd_flow::lint::lint_calling;
+use swarmd_flow::lint::{InputSchema, lint_calling};
 use swarmd_flow::run::Journal;
 use swarmd_flow::{Flow, Limits, content_hash};
 
@@ -125,6 +125,9 @@ pub(crate) struct Inner {
     /// The agents that work in a worktree, when known
     /// (`Runner::with_worktree_agents`).
     pub worktree_agents: std::sync::OnceLock<BTreeSet<String>>,
+    /// The agents' compiled `input_schema`s, when known
+    /// (`Runner::with_input_schemas`).
+    pub input_schemas: std::sync::OnceLock<BTreeMap<String, InputSchema>>,
     pub caps: Limits,
     pub secret: [u8; 32],
     /// Where a step's git changes are read, when it asks for them.
@@ -165,6 +168,7 @@ impl Runner {
                 agents,
                 merge_agents: std::sync::OnceLock::new(),
                 worktree_agents: std::sync::OnceLock::new(),
+                input_schemas: std::sync::OnceLock::new(),
                 caps,
                 secret,
                 facts,
@@ -196,6 +200,15 @@ impl Runner {
         self
     }
 
+    /// This runner, knowing its agents' `input_schema`s: a step whose `in`
+    /// is a literal must then give an input its agent's schema accepts
+    /// (lint's `input_schema`). Set once, at start; a later call changes
+    /// nothing.
+    pub fn with_input_schemas(self, input_schemas: BTreeMap<String, InputSchema>) -> Runner {
+        let _ = self.inner.input_schemas.set(input_schemas);
+        self
+    }
+
     /// A runner with no flows, every agent name accepted by nothing, and a
     /// fixed key: for tests of code that needs one but runs no flow.
     pub fn for_tests(engine: Engine) -> Runner {
@@ -222,6 +235,7 @@ impl Runner {
             agents: self.inner.agents.clone(),
             merge_agents: self.inner.merge_agents.get().cloned(),
             worktree_agents: self.inner.worktree_agents.get().cloned(),
+            input_schemas: self.inner.input_schemas.get().cloned().unwrap_or_default(),
             flows: self.inner.catalog.names().cloned().collect(),
             caps: self.inner.caps.clone(),
         };

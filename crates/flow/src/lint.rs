@@ -15,9 +15,11 @@ use crate::path::WritePath;
 use crate::run::{MAX_LOOP_ITERATIONS, MAX_NODE_INSTANCES};
 
 mod bound;
+mod input;
 mod vars;
 
 use bound::{Bound, call_cycle};
+pub use input::InputSchema;
 use vars::{read_variables, runs_once, written};
 
 /// The largest `max_cost_usd` a budget may set, as a task's.
@@ -37,6 +39,10 @@ pub struct Known {
     /// agents a `merge` node's `on_conflict` can resolve with; `None` when
     /// not known.
     pub worktree_agents: Option<BTreeSet<String>>,
+    /// The agents' compiled `input_schema`s, by agent name: a step whose
+    /// `in` is a literal must give an input its agent's schema accepts
+    /// (`input_schema`). An agent not listed here is not checked.
+    pub input_schemas: BTreeMap<String, InputSchema>,
     /// Flow names (`call`).
     pub flows: BTreeSet<String>,
     /// The daemon's caps; a flow's `limits` may not exceed them.
@@ -371,6 +377,7 @@ impl<'a> Lint<'a> {
                 self.timeout(at, "queue_timeout_secs", *queue_timeout_secs);
                 self.timeout(at, "timeout_secs", *timeout_secs);
                 self.reads(&format!("{at}/in"), input, scope);
+                self.step_input(at, agent, input);
                 if let Some(from) = continue_from {
                     self.reads(&format!("{at}/continue"), from, scope);
                 }

@@ -14,6 +14,7 @@ fn known() -> Known {
             .into(),
         merge_agents: Some(["merge".to_owned()].into()),
         worktree_agents: None,
+        input_schemas: BTreeMap::new(),
         flows: ["ship"].map(String::from).into(),
         caps: Limits {
             max_steps: 10_000,

@@ -36,6 +36,7 @@ fn imported(name: &str) -> Imported {
         agents: imported.agents.clone(),
         merge_agents: None,
         worktree_agents: None,
+        input_schemas: BTreeMap::new(),
         flows: BTreeSet::new(),
         caps: Limits::default(),
     };

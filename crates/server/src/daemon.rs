@@ -186,7 +186,8 @@ pub async fn build(
         })),
     )
     .with_merge_agents(merge_agents(&config))
-    .with_worktree_agents(worktree_bases(&config).into_keys().collect());
+    .with_worktree_agents(worktree_bases(&config).into_keys().collect())
+    .with_input_schemas(input_schemas(&config));
     tasks.spawn(runner.clone().run(shutdown.clone().cancelled_owned()));
     // The node heartbeats until the engine has drained, not just until
     // draining starts: its peers must not take over what it still finishes.
@@ -517,6 +518,23 @@ fn merge_agents(config: &Config) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The configured agents' `input_schema`s, compiled as the engine compiles
+/// them, against which lint checks a step's literal `in`. A schema that
+/// does not compile is the agent's configuration error, reported when the
+/// agents are built, and is left out here.
+fn input_schemas(
+    config: &Config,
+) -> std::collections::BTreeMap<String, swarmd_flow::lint::InputSchema> {
+    config
+        .agents
+        .iter()
+        .filter_map(|(name, agent)| {
+            let schema = swarmd_flow::lint::InputSchema::compile(agent.input_schema.as_ref()?);
+            Some((name.clone(), schema.ok()?))
+        })
+        .collect()
+}
+
 /// The flows of `[flows_dir]`, each linted against the configured agents
 /// and the other flows (a `call` counts the steps of the flow it names, and
 /// a cycle of calls through them is a problem): a file that cannot be read
@@ -532,6 +550,7 @@ fn load_flows(config: &Config) -> Result<swarmd_flow_run::Catalog, BuildError> {
         agents: config.agents.keys().cloned().collect(),
         merge_agents: Some(merge_agents(config)),
         worktree_agents: Some(worktree_bases(config).into_keys().collect()),
+        input_schemas: input_schemas(config),
         // A call of a flow whose file did not read is that file's problem,
         // reported once, under its file.
         flows: catalog.names().chain(catalog.unread()).cloned().collect(),

@@ -7,6 +7,7 @@ mod best_of_five;
 mod example;
 mod http;
 mod import;
+mod input_schema;
 mod lua_flows;
 mod merge;
 mod merge_rounds;

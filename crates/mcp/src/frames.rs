@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 use swarmd_engine::ErrorCode;
 use swarmd_engine::ids::SessionId;
 
+use super::read::{MAX_ANSWER_BYTES, bound_frames};
 use super::registry::{ToolEntry, entry};
 use super::{Outcome, structured};
 use swarmd_api::app::AppState;
@@ -188,6 +189,7 @@ pub(super) async fn frames(
 
 /// Pops up to `max` frames of `session`, waiting up to `wait` for the first;
 /// an empty list at the wait's end, at the drain, or when the session ends.
+/// Their large values are cut to fit one answer (`bound_frames`).
 pub(super) async fn pop(
     state: &AppState,
     session: &Arc<Session>,
@@ -235,6 +237,9 @@ pub(super) async fn pop(
     session
         .deliver(&state.engine, upstream, batch, &mut taken, identity)
         .await?;
+    drop(taken);
+    // Within a client's event limit, however large a frame's values.
+    bound_frames(&mut frames, MAX_ANSWER_BYTES);
     Ok(frames)
 }
 

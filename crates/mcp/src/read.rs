@@ -16,7 +16,7 @@ use super::changes;
 use super::fanout::task_id;
 use super::registry::{ToolEntry, entry};
 pub(super) use bound::{
-    MAX_ANSWER_BYTES, answer_bytes, bound_run_within, bound_task_within, cut_value,
+    MAX_ANSWER_BYTES, answer_bytes, bound_frames, bound_run_within, bound_task_within, cut_value,
 };
 use bound::{MAX_LISTED_VALUE_BYTES, bound_page, bound_record, bound_task};
 use swarmd_api::app::AppState;
@@ -469,5 +469,34 @@ mod tests {
             property("mse_pending_wait", "timeout_ms")["maximum"],
             600_000
         );
+    }
+
+    #[test]
+    fn popped_frames_are_cut_to_one_answer_naming_where_to_read_them() {
+        let big = "z".repeat(600 * 1024);
+        let small = json!({"type": "spawn", "req_id": "r-1", "task_id": "T-2", "directive": "go"});
+        let mut frames = vec![
+            json!({"type": "run_done", "run_id": "R-1", "status": "pass", "result": {"text": big}}),
+            json!({"type": "task_done", "task_id": "T-1", "status": "pass", "value": big}),
+            small.clone(),
+        ];
+        bound_frames(&mut frames, MAX_ANSWER_BYTES);
+        let total: usize = frames.iter().map(answer_bytes).sum();
+        assert!(total <= MAX_ANSWER_BYTES, "{total}");
+        assert_eq!(frames[0]["run_id"], "R-1");
+        assert_eq!(frames[0]["cut"]["read"], "GET /v1/runs/R-1");
+        assert!(frames[0]["cut"]["values"]["/result"].as_u64().unwrap() > 600 * 1024);
+        let result = frames[0]["result"].as_str().unwrap();
+        assert!(
+            result.ends_with("read it whole with GET /v1/runs/R-1]"),
+            "{result:.80}"
+        );
+        assert_eq!(frames[1]["cut"]["read"], "GET /v1/tasks/T-1");
+        assert!(frames[1]["value"].as_str().unwrap().starts_with("zzz"));
+        assert_eq!(frames[2], small, "a small frame is left whole");
+
+        let mut few = vec![small.clone()];
+        bound_frames(&mut few, MAX_ANSWER_BYTES);
+        assert_eq!(few, [small]);
     }
 }

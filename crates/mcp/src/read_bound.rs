@@ -294,3 +294,48 @@ pub(crate) fn bound_page(
     }
     true
 }
+
+/// The fields of a popped frame that are never cut: what names it.
+const FRAME_NAMES: &[&str] = &["type", "req_id", "task_id", "run_id", "attempt", "seq"];
+
+/// Cuts each value of a popped frame (`frames`) but the fields that name
+/// it to `limit` bytes of JSON: a `run_done`'s result, a `task_done`'s
+/// value, a `hook_after`'s result, an `ask`'s question. Its run (`GET
+/// /v1/runs/{id}`) or task (`GET /v1/tasks/{id}`) reads them whole.
+fn bound_frame(frame: &mut Value, limit: usize) {
+    let named = |field: &str| frame.get(field).and_then(Value::as_str);
+    let read = match (named("run_id"), named("task_id")) {
+        (Some(run), _) => format!("GET /v1/runs/{run}"),
+        (None, Some(task)) => format!("GET /v1/tasks/{task}"),
+        (None, None) => return,
+    };
+    let fields: Vec<String> = frame.as_object().map_or_else(Vec::new, |fields| {
+        fields
+            .keys()
+            .filter(|key| !FRAME_NAMES.contains(&key.as_str()))
+            .cloned()
+            .collect()
+    });
+    let mut cut = Map::new();
+    for field in fields {
+        cut_at(frame, &format!("/{field}"), limit, &read, &mut cut);
+    }
+    mark(frame, cut, read);
+}
+
+/// Cuts popped frames' values until their answer is within `budget`, each
+/// frame within its share of it (to 64 KiB, 16 KiB, 4 KiB, 1 KiB, then
+/// 128 bytes a value): a frame is popped once, so what is cut is named
+/// with the route that reads it whole.
+pub(crate) fn bound_frames(frames: &mut [Value], budget: usize) {
+    let whole: usize = frames.iter().map(answer_bytes).sum();
+    if whole <= budget || frames.is_empty() {
+        return;
+    }
+    let share = budget.saturating_sub(PAGE_OVERHEAD) / frames.len();
+    for frame in frames {
+        if answer_bytes(frame) > share {
+            cut_within(frame, share, &RUN_LIMITS, bound_frame);
+        }
+    }
+}

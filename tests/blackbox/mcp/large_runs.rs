@@ -3,7 +3,8 @@
 //! tool (`flow_big`), `start_run`, `run` and `cancel_run` answer within the
 //! SDK's 1 MiB bound on a server-sent event, each large value (the run's
 //! result, the step's output) cut with a marker naming `GET /v1/runs/{id}`,
-//! which still gives the run whole.
+//! which still gives the run whole; and the `run_done` frames the
+//! session that started the runs pops through `frames` are cut alike.
 
 use std::time::Duration;
 
@@ -54,6 +55,7 @@ async def main():
         run_id = started.get("structured", {}).get("id")
         seen["run"] = await call(client, "run", {"run_id": run_id, "wait_secs": 60})
         seen["cancel_run"] = await call(client, "cancel_run", {"run_id": run_id})
+        seen["frames"] = await call(client, "frames", {"wait_secs": 10, "max": 10})
     print(json.dumps(seen))
 
 asyncio.run(main())
@@ -103,6 +105,9 @@ async fn a_flow_whose_step_returns_a_large_result_is_read_through_the_flow_tools
     )
     .unwrap();
     let sw = sw.start().await;
+    // A MainAI session: the runs it starts tell it how they ended in
+    // `run_done` frames, which it pops through `frames`.
+    let login = sw.login(json!({"roles": ["main-ai"]})).await;
 
     let script = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(script.path(), SCRIPT).unwrap();
@@ -110,7 +115,7 @@ async fn a_flow_whose_step_returns_a_large_result_is_read_through_the_flow_tools
     command
         .arg(script.path())
         .args([transport(&sw, Via::Http).as_str(), MODERN])
-        .env("SWARMD_TOKEN", &sw.admin)
+        .env("SWARMD_TOKEN", &login.token)
         .kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(120), command.output())
         .await
@@ -144,6 +149,35 @@ async fn a_flow_whose_step_returns_a_large_result_is_read_through_the_flow_tools
     // Cancelling an ended run is refused or answers the same bounded view.
     let cancelled = &seen["cancel_run"];
     assert!(cancelled.get("raised").is_none(), "{cancelled}");
+
+    // The session's `run_done` frames, each with a 600 KiB result, popped
+    // in one answer: each result cut, naming its run.
+    let popped = answered(&seen, "frames");
+    let done: Vec<&Value> = popped["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["type"] == "run_done")
+        .collect();
+    assert_eq!(done.len(), 2, "{popped}");
+    // Each frame is cut within its share of the answer, so how far
+    // depends on how many frames the pop took.
+    for frame in done {
+        let read = format!("GET /v1/runs/{}", frame["run_id"].as_str().unwrap());
+        assert_eq!(frame["status"], "passed", "{frame}");
+        let tail = frame["result"]["tail"].as_str().unwrap_or_default();
+        assert!(
+            tail.ends_with(&format!("bytes in all; read it whole with {read}]")),
+            "{frame}"
+        );
+        assert!(
+            frame["result"]["len"].as_u64().unwrap() <= 64 * 1024,
+            "{frame}"
+        );
+        let whole = frame["cut"]["values"]["/result"].as_u64();
+        assert!(whole.is_some_and(|w| w > 600 * 1024), "{frame}");
+        assert_eq!(frame["cut"]["read"], read.as_str(), "{frame}");
+    }
 
     // The HTTP route still gives the run whole.
     let whole: Value = sw

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
+use super::large_values::PRELUDE;
 use super::{MODERN, Via, printed, python, transport};
 use crate::daemon::Swarmd;
 use crate::flows::{AGENTS, step, write_files};
@@ -19,29 +20,6 @@ use crate::flows::{AGENTS, step, write_files};
 const BIG: usize = 600 * 1024;
 
 const SCRIPT: &str = r#"
-import asyncio, json, os, sys
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-
-def short(value):
-    if isinstance(value, str) and len(value) > 400:
-        return {"len": len(value), "tail": value[-200:]}
-    if isinstance(value, list):
-        return [short(v) for v in value]
-    if isinstance(value, dict):
-        return {k: short(v) for k, v in value.items()}
-    return value
-
-async def call(client, tool, args):
-    try:
-        result = await client.call_tool(tool, args)
-    except Exception as error:
-        return {"raised": repr(error)[:500]}
-    text = [c.text for c in result.content if getattr(c, "type", None) == "text"]
-    return short({"is_error": bool(result.is_error), "structured": result.structured_content,
-                  "text": text, "text_bytes": sum(len(t.encode()) for t in text)})
-
 async def main():
     transport, mode = sys.argv[1:3]
     base = transport.partition(":")[2]
@@ -110,7 +88,7 @@ async fn a_flow_whose_step_returns_a_large_result_is_read_through_the_flow_tools
     let login = sw.login(json!({"roles": ["main-ai"]})).await;
 
     let script = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(script.path(), SCRIPT).unwrap();
+    std::fs::write(script.path(), format!("{PRELUDE}{SCRIPT}")).unwrap();
     let mut command = Command::new(python());
     command
         .arg(script.path())

@@ -14,13 +14,14 @@ use tokio::process::Command;
 use super::{EXTRA, LEGACY, MODERN, Via, printed, python, tool_error, transport};
 use crate::harness::Daemon;
 
-const SCRIPT: &str = r#"
+/// What both large-value scripts begin with: the SDK's imports, `short`
+/// (a long string shown as its length and its end) and `call` (a tool's
+/// outcome, or what it raised).
+pub(super) const PRELUDE: &str = r#"
 import asyncio, json, os, sys
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-
-BIG = "y" * (600 * 1024)
 
 def short(value):
     if isinstance(value, str) and len(value) > 400:
@@ -39,6 +40,11 @@ async def call(client, tool, args):
     text = [c.text for c in result.content if getattr(c, "type", None) == "text"]
     return short({"is_error": bool(result.is_error), "structured": result.structured_content,
                   "text": text, "text_bytes": sum(len(t.encode()) for t in text)})
+
+"#;
+
+const SCRIPT: &str = r#"
+BIG = "y" * (600 * 1024)
 
 async def main():
     transport, mode = sys.argv[1:3]
@@ -106,7 +112,7 @@ async fn large_task_values_are_cut_so_the_python_sdk_reads_them() {
     let daemon = Daemon::start_with(EXTRA).await;
     for mode in [MODERN, LEGACY] {
         let script = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(script.path(), SCRIPT).unwrap();
+        std::fs::write(script.path(), format!("{PRELUDE}{SCRIPT}")).unwrap();
         let mut command = Command::new(python());
         command
             .arg(script.path())

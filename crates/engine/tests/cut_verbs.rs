@@ -12,11 +12,11 @@ use swarmd_engine::clock::SystemClock;
 use swarmd_engine::gate::Verb;
 use swarmd_engine::ids::TaskId;
 use swarmd_engine::store::{MemoryTaskStore, TaskStore};
-use swarmd_engine::task::{SpawnerKind, TaskSpec, TaskStatus};
+use swarmd_engine::task::{SpawnerKind, Task, TaskSpec, TaskStatus};
 use swarmd_engine::testing::{
     GatedOutputs, GatedStore, Script, ScriptedSpawner, StaticResolver, engine_over, engine_with,
 };
-use swarmd_engine::{Engine, EngineConfig, ResultPost, body_digest};
+use swarmd_engine::{Engine, EngineConfig, EngineError, ResultPost, body_digest};
 
 /// An engine over `store` whose agent `remote` runs one attempt at a time
 /// and waits for a posted result; its spawner.
@@ -48,17 +48,28 @@ async fn until_a_write_waits(store: &GatedStore) {
     panic!("no write reached the store");
 }
 
+/// Starts cancelling `task` with the store's writes held; returns once the
+/// cancel's write waits at the store's gate.
+async fn cancel_held(
+    engine: &Engine,
+    store: &GatedStore,
+    task: TaskId,
+) -> tokio::task::JoinHandle<Result<Task, EngineError>> {
+    store.hold_writes(true);
+    let cancelling = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.cancel_task(task, None).await }
+    });
+    until_a_write_waits(store).await;
+    cancelling
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_whose_caller_goes_away_still_retires_its_task() {
     let store = Arc::new(GatedStore::default());
     let (engine, _) = engine(&store);
     let task = engine.create_task(spec("k")).await.unwrap();
-    store.hold_writes(true);
-    let cancelling = tokio::spawn({
-        let engine = engine.clone();
-        async move { engine.cancel_task(task.id, None).await }
-    });
-    until_a_write_waits(&store).await;
+    let cancelling = cancel_held(&engine, &store, task.id).await;
     cancelling.abort();
     let _ = cancelling.await;
     store.hold_writes(false);
@@ -242,12 +253,7 @@ async fn a_task_reads_finished_only_once_its_end_is_written() {
     let store = Arc::new(GatedStore::default());
     let (engine, _) = engine(&store);
     let task = engine.create_task(spec("k")).await.unwrap();
-    store.hold_writes(true);
-    let cancelling = tokio::spawn({
-        let engine = engine.clone();
-        async move { engine.cancel_task(task.id, None).await }
-    });
-    until_a_write_waits(&store).await;
+    let cancelling = cancel_held(&engine, &store, task.id).await;
     let reading = tokio::spawn({
         let engine = engine.clone();
         async move { engine.get_task(task.id).await }

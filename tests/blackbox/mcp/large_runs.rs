@@ -6,13 +6,10 @@
 //! which still gives the run whole; and the `run_done` frames the
 //! session that started the runs pops through `frames` are cut alike.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
-use tokio::process::Command;
 
-use super::large_values::PRELUDE;
-use super::{MODERN, Via, printed, python, transport};
+use super::MODERN;
+use super::large_values::{answered, assert_cut, assert_cut_to, run_script};
 use crate::daemon::Swarmd;
 use crate::flows::{AGENTS, step, write_files};
 
@@ -39,37 +36,6 @@ async def main():
 asyncio.run(main())
 "#;
 
-/// A result the SDK took: no exception, no isError, and its text (the
-/// same JSON as its structured content) well under 1 MiB.
-fn answered(seen: &Value, name: &str) -> Value {
-    let outcome = &seen[name];
-    assert!(outcome.get("raised").is_none(), "{name}: {outcome}");
-    assert_eq!(outcome["is_error"], false, "{name}: {outcome}");
-    let bytes = outcome["text_bytes"].as_u64().unwrap();
-    assert!(bytes < 320 * 1024, "{name}: {bytes} bytes of text");
-    outcome["structured"].clone()
-}
-
-/// The value at `pointer` of `object` was cut to at most 64 KiB, its end
-/// naming `read`, and `object.cut` gives its whole size.
-fn assert_cut(object: &Value, pointer: &str, read: &str) {
-    let value = object
-        .pointer(pointer)
-        .unwrap_or_else(|| panic!("{pointer}: {object}"));
-    let tail = value["tail"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{pointer}: {value}"));
-    assert!(
-        tail.ends_with(&format!("bytes in all; read it whole with {read}]")),
-        "{pointer}: {tail}"
-    );
-    let len = value["len"].as_u64().unwrap();
-    assert!((60 * 1024..=64 * 1024).contains(&len), "{pointer}: {len}");
-    let whole = object["cut"]["values"][pointer].as_u64();
-    assert!(whole.is_some_and(|w| w > 600 * 1024), "{pointer}: {object}");
-    assert_eq!(object["cut"]["read"], read, "{object}");
-}
-
 #[tokio::test]
 async fn a_flow_whose_step_returns_a_large_result_is_read_through_the_flow_tools() {
     let body = format!("{AGENTS}\n[agents.big]\nkind = \"lua\"\nscript = \"@DIR@/big.lua\"\n");
@@ -87,19 +53,7 @@ async fn a_flow_whose_step_returns_a_large_result_is_read_through_the_flow_tools
     // `run_done` frames, which it pops through `frames`.
     let login = sw.login(json!({"roles": ["main-ai"]})).await;
 
-    let script = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(script.path(), format!("{PRELUDE}{SCRIPT}")).unwrap();
-    let mut command = Command::new(python());
-    command
-        .arg(script.path())
-        .args([transport(&sw, Via::Http).as_str(), MODERN])
-        .env("SWARMD_TOKEN", &login.token)
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
-        .await
-        .expect("the MCP client finished in time")
-        .expect("the MCP client ran");
-    let seen = printed(&sw, "large_runs", &output);
+    let seen = run_script(&sw, SCRIPT, MODERN, &login.token, "large_runs").await;
 
     // The flow's tool: the run's result cut.
     let tool = answered(&seen, "tool");
@@ -143,18 +97,7 @@ async fn a_flow_whose_step_returns_a_large_result_is_read_through_the_flow_tools
     for frame in done {
         let read = format!("GET /v1/runs/{}", frame["run_id"].as_str().unwrap());
         assert_eq!(frame["status"], "passed", "{frame}");
-        let tail = frame["result"]["tail"].as_str().unwrap_or_default();
-        assert!(
-            tail.ends_with(&format!("bytes in all; read it whole with {read}]")),
-            "{frame}"
-        );
-        assert!(
-            frame["result"]["len"].as_u64().unwrap() <= 64 * 1024,
-            "{frame}"
-        );
-        let whole = frame["cut"]["values"]["/result"].as_u64();
-        assert!(whole.is_some_and(|w| w > 600 * 1024), "{frame}");
-        assert_eq!(frame["cut"]["read"], read.as_str(), "{frame}");
+        assert_cut_to(frame, "/result", &read, 0);
     }
 
     // The HTTP route still gives the run whole.

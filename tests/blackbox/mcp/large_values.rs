@@ -11,13 +11,13 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::process::Command;
 
-use super::{EXTRA, LEGACY, MODERN, Via, printed, python, tool_error, transport};
+use super::{EXTRA, LEGACY, MODERN, Served, Via, printed, python, tool_error, transport};
 use crate::harness::Daemon;
 
 /// What both large-value scripts begin with: the SDK's imports, `short`
 /// (a long string shown as its length and its end) and `call` (a tool's
 /// outcome, or what it raised).
-pub(super) const PRELUDE: &str = r#"
+const PRELUDE: &str = r#"
 import asyncio, json, os, sys
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -76,9 +76,14 @@ async def main():
 asyncio.run(main())
 "#;
 
-/// The cut value at `pointer` of `object`: its end names where to read it
-/// whole, and `object.cut` gives its whole size.
-fn assert_cut(object: &Value, pointer: &str, read: &str) {
+/// The cut value at `pointer` of `object`: cut to 60–64 KiB, its end
+/// names where to read it whole, and `object.cut` gives its whole size.
+pub(super) fn assert_cut(object: &Value, pointer: &str, read: &str) {
+    assert_cut_to(object, pointer, read, 60 * 1024);
+}
+
+/// As [`assert_cut`], the value kept being `min` to 64 KiB long.
+pub(super) fn assert_cut_to(object: &Value, pointer: &str, read: &str, min: u64) {
     let value = object
         .pointer(pointer)
         .unwrap_or_else(|| panic!("{pointer}: {object}"));
@@ -90,7 +95,7 @@ fn assert_cut(object: &Value, pointer: &str, read: &str) {
         "{pointer}: {tail}"
     );
     let len = value["len"].as_u64().unwrap();
-    assert!((60 * 1024..=64 * 1024).contains(&len), "{pointer}: {len}");
+    assert!((min..=64 * 1024).contains(&len), "{pointer}: {len}");
     let whole = object["cut"]["values"][pointer].as_u64();
     assert!(whole.is_some_and(|w| w > 600 * 1024), "{pointer}: {object}");
     assert_eq!(object["cut"]["read"], read, "{object}");
@@ -98,7 +103,7 @@ fn assert_cut(object: &Value, pointer: &str, read: &str) {
 
 /// A result the SDK took: no exception, no isError, and its text (the
 /// same JSON as its structured content) well under 1 MiB.
-fn answered(seen: &Value, name: &str) -> Value {
+pub(super) fn answered(seen: &Value, name: &str) -> Value {
     let outcome = &seen[name];
     assert!(outcome.get("raised").is_none(), "{name}: {outcome}");
     assert_eq!(outcome["is_error"], false, "{name}: {outcome}");
@@ -107,23 +112,35 @@ fn answered(seen: &Value, name: &str) -> Value {
     outcome["structured"].clone()
 }
 
+/// Runs `body` after [`PRELUDE`] with the Python SDK over HTTP in `mode`,
+/// as `token`, and returns what it printed (`name` names it in failures).
+pub(super) async fn run_script(
+    daemon: &impl Served,
+    body: &str,
+    mode: &str,
+    token: &str,
+    name: &str,
+) -> Value {
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), format!("{PRELUDE}{body}")).unwrap();
+    let mut command = Command::new(python());
+    command
+        .arg(script.path())
+        .args([transport(daemon, Via::Http).as_str(), mode])
+        .env("SWARMD_TOKEN", token)
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the MCP client finished in time")
+        .expect("the MCP client ran");
+    printed(daemon, name, &output)
+}
+
 #[tokio::test]
 async fn large_task_values_are_cut_so_the_python_sdk_reads_them() {
     let daemon = Daemon::start_with(EXTRA).await;
     for mode in [MODERN, LEGACY] {
-        let script = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(script.path(), format!("{PRELUDE}{SCRIPT}")).unwrap();
-        let mut command = Command::new(python());
-        command
-            .arg(script.path())
-            .args([transport(&daemon, Via::Http).as_str(), mode])
-            .env("SWARMD_TOKEN", &daemon.admin)
-            .kill_on_drop(true);
-        let output = tokio::time::timeout(Duration::from_secs(120), command.output())
-            .await
-            .expect("the MCP client finished in time")
-            .expect("the MCP client ran");
-        let seen = printed(&daemon, "large_values", &output);
+        let seen = run_script(&daemon, SCRIPT, mode, &daemon.admin, "large_values").await;
 
         let running = answered(&seen, "task_running");
         let id = running["id"].as_str().unwrap().to_owned();
